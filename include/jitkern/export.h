@@ -1,0 +1,306 @@
+// The export layer: JITKERN_EXPORT(name, function) makes `function` callable through the tvm-ffi
+// C ABI as `__tvm_ffi_<name>` (what tvm_ffi.load_module looks up), using only the C header
+// <tvm/ffi/c_api.h>. Parameters may be jitkern::TensorView, jitkern::Optional<jitkern::TensorView>,
+// integers, floating-point numbers, bool, DLDataType and DLDevice (and tvm::ffi::TensorView /
+// tvm::ffi::Optional<tvm::ffi::TensorView> when the kernel includes tvm-ffi's C++ headers itself).
+// A C++ exception becomes a Python exception carrying its full message; a wrong argument count or
+// type is a TypeError naming the function and argument.
+#ifndef JITKERN_EXPORT_H_
+#define JITKERN_EXPORT_H_
+
+#include <dlpack/dlpack.h>
+#include <jitkern/tensor_view.h>
+#include <tvm/ffi/c_api.h>
+
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace jitkern {
+
+// An optional kernel argument (None from Python). Deliberately not std::optional: nvcc 13's front
+// end hits an internal error instantiating std::optional's destructor in this context.
+template <typename T>
+class Optional {
+ public:
+  Optional() = default;
+  Optional(const T& value) : m_value(value), m_has_value(true) {}  // NOLINT(google-explicit-constructor)
+  bool has_value() const { return m_has_value; }
+  explicit operator bool() const { return m_has_value; }
+  const T& value(host::DebugInfo where = {}) const {
+    if (!m_has_value) [[unlikely]]
+      host::detail::panic_with(where, "Optional::value()", "the optional argument is None");
+    return m_value;
+  }
+  const T& operator*() const { return value(); }
+  const T* operator->() const { return &value(); }
+  T value_or(const T& fallback) const { return m_has_value ? m_value : fallback; }
+
+ private:
+  T m_value{};
+  bool m_has_value = false;
+};
+
+namespace ffi {
+
+// Uninitialised storage for one converted argument, so that parameter types need no default
+// constructor (tvm::ffi::TensorView has none).
+template <typename T>
+class Slot {
+ public:
+  Slot() = default;
+  Slot(const Slot&) = delete;
+  ~Slot() {
+    if (m_set) get().~T();
+  }
+  template <typename... A>
+  void emplace(A&&... args) {
+    new (m_buf) T(static_cast<A&&>(args)...);
+    m_set = true;
+  }
+  T& get() { return *std::launder(reinterpret_cast<T*>(m_buf)); }
+
+ private:
+  alignas(T) unsigned char m_buf[sizeof(T)];
+  bool m_set = false;
+};
+
+template <std::size_t I, typename T>
+struct SlotLeaf {
+  Slot<T> slot;
+};
+template <typename Seq, typename... T>
+struct Slots;
+template <std::size_t... I, typename... T>
+struct Slots<std::index_sequence<I...>, T...> : SlotLeaf<I, T>... {};
+template <std::size_t I, typename T>
+Slot<T>& slot_at(SlotLeaf<I, T>& leaf) {
+  return leaf.slot;
+}
+
+// Raised for arguments of the wrong kind; reported to Python as TypeError.
+struct ArgumentError {
+  const char* function;
+  int32_t index;
+  const char* expected;
+  const TVMFFIAny* got;
+};
+struct ArityError {
+  const char* function;
+  int32_t expected;
+  int32_t got;
+};
+
+// Message formatting lives in the runtime library (thread-local buffer, valid until the next call
+// on the same thread); raising goes through the tvm-ffi C ABI directly.
+const char* describe_argument_error(const ArgumentError& e) noexcept;
+const char* describe_arity_error(const ArityError& e) noexcept;
+const char* describe_exception(const char* function, const char* what) noexcept;
+
+inline void raise_argument_error(const ArgumentError& e) noexcept {
+  TVMFFIErrorSetRaisedFromCStr("TypeError", describe_argument_error(e));
+}
+inline void raise_arity_error(const ArityError& e) noexcept {
+  TVMFFIErrorSetRaisedFromCStr("TypeError", describe_arity_error(e));
+}
+inline void raise_exception(const char* function, const std::exception& e) noexcept {
+  TVMFFIErrorSetRaisedFromCStr("RuntimeError", describe_exception(function, e.what()));
+}
+inline void raise_unknown_exception(const char* function) noexcept {
+  TVMFFIErrorSetRaisedFromCStr("RuntimeError", describe_exception(function, "unknown C++ exception"));
+}
+
+inline const DLTensor* as_dltensor(const TVMFFIAny& a) {
+  if (a.type_index == kTVMFFIDLTensorPtr) return static_cast<const DLTensor*>(a.v_ptr);
+  if (a.type_index == kTVMFFITensor)  // layout: { TVMFFIObject header, DLTensor, ... }
+    return reinterpret_cast<const DLTensor*>(reinterpret_cast<const char*>(a.v_obj) + sizeof(TVMFFIObject));
+  return nullptr;
+}
+
+template <typename T, typename = void>
+struct ArgCaster {
+  static_assert(sizeof(T) == 0,
+                "JITKERN_EXPORT: unsupported parameter type; use jitkern::TensorView, "
+                "jitkern::Optional<jitkern::TensorView>, an integer, a floating-point type, bool, DLDataType or DLDevice");
+};
+
+template <>
+struct ArgCaster<TensorView> {
+  static constexpr const char* kExpected = "a tensor";
+  static bool cast(const TVMFFIAny& a, Slot<TensorView>* out) {
+    const DLTensor* t = as_dltensor(a);
+    if (t == nullptr) return false;
+    out->emplace(t);
+    return true;
+  }
+};
+
+template <>
+struct ArgCaster<Optional<TensorView>> {
+  static constexpr const char* kExpected = "a tensor or None";
+  static bool cast(const TVMFFIAny& a, Slot<Optional<TensorView>>* out) {
+    if (a.type_index == kTVMFFINone) return out->emplace(), true;
+    const DLTensor* t = as_dltensor(a);
+    if (t == nullptr) return false;
+    out->emplace(TensorView(t));
+    return true;
+  }
+};
+
+template <typename T>
+struct ArgCaster<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static constexpr const char* kExpected = std::is_signed_v<T> ? "an integer in the range of the C++ parameter type"
+                                                               : "a non-negative integer in the range of the C++ parameter type";
+  static bool cast(const TVMFFIAny& a, Slot<T>* out) {
+    if (a.type_index != kTVMFFIInt && a.type_index != kTVMFFIBool) return false;
+    const int64_t v = a.v_int64;
+    if constexpr (std::is_signed_v<T>) {
+      if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) || v > static_cast<int64_t>(std::numeric_limits<T>::max()))
+        return false;
+    } else {
+      if (v < 0 || static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<T>::max())) return false;
+    }
+    out->emplace(static_cast<T>(v));
+    return true;
+  }
+};
+
+template <>
+struct ArgCaster<bool> {
+  static constexpr const char* kExpected = "a bool";
+  static bool cast(const TVMFFIAny& a, Slot<bool>* out) {
+    if (a.type_index != kTVMFFIBool && a.type_index != kTVMFFIInt) return false;
+    out->emplace(a.v_int64 != 0);
+    return true;
+  }
+};
+
+template <typename T>
+struct ArgCaster<T, std::enable_if_t<std::is_floating_point_v<T>>> {
+  static constexpr const char* kExpected = "a float";
+  static bool cast(const TVMFFIAny& a, Slot<T>* out) {
+    if (a.type_index == kTVMFFIFloat) return out->emplace(static_cast<T>(a.v_float64)), true;
+    if (a.type_index == kTVMFFIInt) return out->emplace(static_cast<T>(a.v_int64)), true;
+    return false;
+  }
+};
+
+template <>
+struct ArgCaster<DLDataType> {
+  static constexpr const char* kExpected = "a dtype";
+  static bool cast(const TVMFFIAny& a, Slot<DLDataType>* out) {
+    if (a.type_index != kTVMFFIDataType) return false;
+    return out->emplace(a.v_dtype), true;
+  }
+};
+
+template <>
+struct ArgCaster<DLDevice> {
+  static constexpr const char* kExpected = "a device";
+  static bool cast(const TVMFFIAny& a, Slot<DLDevice>* out) {
+    if (a.type_index != kTVMFFIDevice) return false;
+    return out->emplace(a.v_device), true;
+  }
+};
+
+template <typename R>
+inline void set_result(TVMFFIAny* result, R value) {
+  if constexpr (std::is_same_v<R, bool>) {
+    result->type_index = kTVMFFIBool, result->zero_padding = 0, result->v_int64 = value;
+  } else if constexpr (std::is_integral_v<R>) {
+    result->type_index = kTVMFFIInt, result->zero_padding = 0, result->v_int64 = static_cast<int64_t>(value);
+  } else if constexpr (std::is_floating_point_v<R>) {
+    result->type_index = kTVMFFIFloat, result->zero_padding = 0, result->v_float64 = static_cast<double>(value);
+  } else {
+    static_assert(sizeof(R) == 0, "JITKERN_EXPORT: return void, an integer, a float or bool");
+  }
+}
+
+template <typename F>
+struct Signature;
+template <typename R, typename... A>
+struct Signature<R (*)(A...)> {
+  using Result = R;
+  static constexpr int32_t kArity = sizeof...(A);
+  template <auto Fn, std::size_t... I>
+  static int invoke(const char* name, const TVMFFIAny* args, TVMFFIAny* result, std::index_sequence<I...>) {
+    Slots<std::index_sequence<I...>, std::remove_cv_t<std::remove_reference_t<A>>...> values;
+    int32_t failed = -1;
+    // Convert left to right, stopping at the first argument that does not fit.
+    ((failed < 0 && !ArgCaster<std::remove_cv_t<std::remove_reference_t<A>>>::cast(args[I], &slot_at<I>(values))
+          ? (failed = static_cast<int32_t>(I))
+          : 0),
+     ...);
+    if (failed >= 0) {
+      static constexpr const char* kExpected[] = {ArgCaster<std::remove_cv_t<std::remove_reference_t<A>>>::kExpected..., ""};
+      raise_argument_error({name, failed, kExpected[failed], &args[failed]});
+      return -1;
+    }
+    if constexpr (std::is_void_v<R>) {
+      Fn(slot_at<I>(values).get()...);
+    } else {
+      set_result<R>(result, Fn(slot_at<I>(values).get()...));
+    }
+    return 0;
+  }
+};
+
+template <auto Fn>
+inline int safe_call(const char* name, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) noexcept {
+  using Sig = Signature<decltype(Fn)>;
+  if (num_args != Sig::kArity) [[unlikely]] {
+    raise_arity_error({name, Sig::kArity, num_args});
+    return -1;
+  }
+  try {
+    return Sig::template invoke<Fn>(name, args, result, std::make_index_sequence<Sig::kArity>{});
+  } catch (const std::exception& e) {
+    raise_exception(name, e);
+  } catch (...) {
+    raise_unknown_exception(name);
+  }
+  return -1;
+}
+
+}  // namespace ffi
+}  // namespace jitkern
+
+#define JITKERN_EXPORT(NAME, ...)                                                                          \
+  extern "C" __attribute__((visibility("default"))) int __tvm_ffi_##NAME(                                  \
+      void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {                                 \
+    return ::jitkern::ffi::safe_call<&__VA_ARGS__>(#NAME, args, num_args, result);                        \
+  }
+
+#endif  // JITKERN_EXPORT_H_
+
+// Compatibility with kernels written against tvm-ffi's C++ TensorView (as in the reference guide).
+// Outside the include guard so that it also applies when tvm-ffi's header comes after this one.
+#if defined(TVM_FFI_CONTAINER_TENSOR_H_) && !defined(JITKERN_EXPORT_TVM_COMPAT_H_)
+#define JITKERN_EXPORT_TVM_COMPAT_H_
+namespace jitkern::ffi {
+template <>
+struct ArgCaster<::tvm::ffi::TensorView> {
+  static constexpr const char* kExpected = "a tensor";
+  static bool cast(const TVMFFIAny& a, Slot<::tvm::ffi::TensorView>* out) {
+    const DLTensor* t = as_dltensor(a);
+    if (t == nullptr) return false;
+    out->emplace(t);
+    return true;
+  }
+};
+template <>
+struct ArgCaster<::tvm::ffi::Optional<::tvm::ffi::TensorView>> {
+  static constexpr const char* kExpected = "a tensor or None";
+  static bool cast(const TVMFFIAny& a, Slot<::tvm::ffi::Optional<::tvm::ffi::TensorView>>* out) {
+    if (a.type_index == kTVMFFINone) return out->emplace(), true;
+    const DLTensor* t = as_dltensor(a);
+    if (t == nullptr) return false;
+    out->emplace(::tvm::ffi::TensorView(t));
+    return true;
+  }
+};
+}  // namespace jitkern::ffi
+#endif

@@ -1,0 +1,65 @@
+// The JIT engine's C++ API: compile a kernel module on demand, cache it content-addressed on
+// disk, load it, and call its exported functions, with no Python involved.
+// (Host programs only: this header is not meant for JIT translation units.)
+#pragma once
+
+#include <tvm/ffi/c_api.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace jitkern {
+
+// Raised when a module cannot be built: carries the failing command and the compiler's output.
+struct BuildError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What to build, in the terms of the Python load_jit(): file names are relative to the package's
+// csrc/ directory unless absolute; wrappers are (export name, C++ function expression).
+struct BuildRequest {
+  std::vector<std::string> name_parts;  // load_jit's *args marker, e.g. {"add_constant", "5"}
+  std::vector<std::string> cpp_files, cuda_files;
+  std::vector<std::pair<std::string, std::string>> cpp_wrappers, cuda_wrappers;
+  std::vector<std::string> extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths;
+  std::string build_directory;  // empty: the cache directory
+  std::string cuda_arch;        // empty: $JITKERN_CUDA_ARCH, else the current device's (e.g. "sm_90a")
+  int cuda_device = -1;         // device whose arch to use when probing (-1: device 0)
+};
+
+// Where things are. Empty fields are filled from the environment and the installed package:
+// JITKERN_CACHE_DIR (~/.cache/jitkern), JITKERN_LOCK_DIR (<cache>/locks), JITKERN_TVM_FFI_INCLUDE,
+// JITKERN_TVM_FFI_LIB, and the runtime library's own location for include/ and csrc/.
+struct EngineConfig {
+  std::string cache_dir, lock_dir;
+  std::string package_dir;  // holds include/, csrc/, lib/
+  std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
+};
+
+// Returns the path of the up-to-date shared library for `request`, building it if needed.
+// Thread-safe and multi-process safe. Throws BuildError (build failed, possibly remembered from an
+// earlier attempt) or std::runtime_error (bad request, unsafe cache directory).
+std::string build(const BuildRequest& request, const EngineConfig& config = {});
+
+// A loaded module; functions are looked up as the tvm-ffi C ABI symbols `__tvm_ffi_<name>`.
+class Module {
+ public:
+  explicit Module(const std::string& path);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  TVMFFISafeCallType function(const std::string& name) const;  // throws if absent
+  const std::string& path() const { return m_path; }
+
+ private:
+  void* m_handle = nullptr;
+  std::string m_path;
+};
+
+// build() + load, memoised per process.
+std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& config = {});
+
+}  // namespace jitkern

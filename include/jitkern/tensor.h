@@ -1,0 +1,220 @@
+// TensorMatcher and the Symbolic{Size,DType,Device} variables: declarative validation of tensor
+// shape, strides, dtype and device, with readable failure messages.
+//
+//   auto N = SymbolicSize{"num_tokens"};
+//   auto dtype = SymbolicDType{};
+//   TensorMatcher({N, 128}).with_dtype<float, int32_t>(dtype).with_device<kDLCUDA>().verify(x).verify(y);
+//
+// The header only records the pattern; matching and message formatting are in the runtime library.
+#pragma once
+
+#include <jitkern/tensor_view.h>
+#include <jitkern/utils.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+namespace host {
+
+// DLPack dtype of a C++ element type. Specialise for further types before using them in
+// with_dtype<...>() (the CUDA half/bfloat16/fp8 types are specialised by <jitkern/type.cuh>).
+template <typename T, typename = void>
+struct dtype_trait;
+
+template <typename T>
+struct dtype_trait<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static constexpr DLDataType value = {static_cast<uint8_t>(std::is_signed_v<T> ? kDLInt : kDLUInt),
+                                       static_cast<uint8_t>(sizeof(T) * 8), 1};
+};
+template <>
+struct dtype_trait<bool> {
+  static constexpr DLDataType value = {kDLBool, 8, 1};
+};
+template <>
+struct dtype_trait<float> {
+  static constexpr DLDataType value = {kDLFloat, 32, 1};
+};
+template <>
+struct dtype_trait<double> {
+  static constexpr DLDataType value = {kDLFloat, 64, 1};
+};
+
+// A named function rather than operator==: tvm-ffi declares its own global operator== for
+// DLDataType, and two would be ambiguous in kernels that include both.
+constexpr bool dtype_equal(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+template <typename T>
+constexpr bool is_type(DLDataType dtype) {
+  return dtype_equal(dtype, dtype_trait<T>::value);
+}
+
+// A size or stride that must be equal wherever the symbol is used.
+struct SymbolicSize {
+  SymbolicSize(const char* annotation = nullptr) : m_annotation(annotation) {}  // NOLINT
+  SymbolicSize(const SymbolicSize&) = delete;  // a copy would silently stop sharing the value
+  SymbolicSize& operator=(const SymbolicSize&) = delete;
+
+  bool has_value() const { return m_resolved; }
+  int64_t unwrap(DebugInfo where = {}) const;
+  void set_value(int64_t value) { m_value = value, m_resolved = true; }
+  const char* annotation() const { return m_annotation; }
+
+  // Library-private state, public to keep the type a simple aggregate-like struct.
+  const char* m_annotation;
+  int64_t m_value = 0;
+  bool m_resolved = false;
+};
+
+// A dtype that must be equal wherever the symbol is used, optionally restricted to options.
+struct SymbolicDType {
+  SymbolicDType() = default;
+  SymbolicDType(const SymbolicDType&) = delete;
+  SymbolicDType& operator=(const SymbolicDType&) = delete;
+
+  bool has_value() const { return m_resolved; }
+  DLDataType unwrap(DebugInfo where = {}) const;
+  template <typename T>
+  bool is_type() const {
+    return m_resolved && dtype_equal(m_value, dtype_trait<T>::value);
+  }
+
+  const DLDataType* m_options = nullptr;  // static storage; null = any dtype
+  std::size_t m_num_options = 0;
+  DLDataType m_value = {};
+  bool m_resolved = false;
+};
+
+// A device (type and index) that must be equal wherever the symbol is used.
+struct SymbolicDevice {
+  SymbolicDevice() = default;
+  SymbolicDevice(const SymbolicDevice&) = delete;
+  SymbolicDevice& operator=(const SymbolicDevice&) = delete;
+
+  bool has_value() const { return m_resolved; }
+  DLDevice unwrap(DebugInfo where = {}) const;
+
+  uint64_t m_allowed_mask = 0;  // bit per DLDeviceType; 0 = any device
+  DLDevice m_value = {};
+  bool m_resolved = false;
+};
+
+// One entry of a shape or stride pattern: a literal (-1 = anything) or a symbol.
+struct SizeRef {
+  SizeRef(int64_t literal) : m_literal(literal) {}  // NOLINT
+  SizeRef(int literal) : m_literal(literal) {}      // NOLINT
+  SizeRef(SymbolicSize& symbol) : m_symbol(&symbol) {}  // NOLINT
+  SymbolicSize* m_symbol = nullptr;
+  int64_t m_literal = -1;
+};
+
+namespace detail {
+template <typename... Ts>
+inline constexpr DLDataType kDTypeList[] = {dtype_trait<Ts>::value...};
+
+template <DLDeviceType... Codes>
+inline constexpr uint64_t kDeviceMask = ((uint64_t{1} << static_cast<unsigned>(Codes)) | ... | 0);
+
+struct MatcherSpec {
+  const SizeRef* shape;
+  std::size_t ndim;
+  const SizeRef* strides;  // null: contiguous required
+  std::size_t num_strides;
+  const DLDataType* dtypes;  // null: any (subject to the symbol)
+  std::size_t num_dtypes;
+  SymbolicDType* dtype_symbol;
+  uint64_t device_mask;  // 0: any (subject to the symbol)
+  SymbolicDevice* device_symbol;
+};
+
+void match_tensor(const MatcherSpec& spec, const DLTensor* tensor, const DebugInfo& where);
+}  // namespace detail
+
+// A temporary expression: build it, chain verify() calls, let it die. Do not store it (it refers
+// to the initializer lists of the full expression).
+class TensorMatcher {
+ public:
+  explicit TensorMatcher(std::initializer_list<SizeRef> shape)
+      : m_spec{shape.begin(), shape.size(), nullptr, 0, nullptr, 0, nullptr, 0, nullptr} {}
+  TensorMatcher(const TensorMatcher&) = delete;
+  TensorMatcher& operator=(const TensorMatcher&) = delete;
+
+  TensorMatcher&& with_strides(std::initializer_list<SizeRef> strides) && {
+    m_spec.strides = strides.begin(), m_spec.num_strides = strides.size();
+    return static_cast<TensorMatcher&&>(*this);
+  }
+
+  // with_dtype<Ts...>(): dtype must be one of Ts. With a symbol: also consistent across tensors;
+  // the symbol adopts Ts as its options when it has none and keeps its own options otherwise.
+  template <typename... Ts>
+  TensorMatcher&& with_dtype() && {
+    static_assert(sizeof...(Ts) > 0, "with_dtype<Ts...>() needs at least one type (or a SymbolicDType)");
+    m_spec.dtypes = detail::kDTypeList<Ts...>, m_spec.num_dtypes = sizeof...(Ts);
+    return static_cast<TensorMatcher&&>(*this);
+  }
+  template <typename... Ts>
+  TensorMatcher&& with_dtype(SymbolicDType& symbol) && {
+    if constexpr (sizeof...(Ts) > 0) {
+      m_spec.dtypes = detail::kDTypeList<Ts...>, m_spec.num_dtypes = sizeof...(Ts);
+      if (symbol.m_options == nullptr) symbol.m_options = detail::kDTypeList<Ts...>, symbol.m_num_options = sizeof...(Ts);
+    }
+    m_spec.dtype_symbol = &symbol;
+    return static_cast<TensorMatcher&&>(*this);
+  }
+
+  template <DLDeviceType... Codes>
+  TensorMatcher&& with_device() && {
+    static_assert(sizeof...(Codes) > 0, "with_device<Codes...>() needs at least one device type (or a SymbolicDevice)");
+    m_spec.device_mask = detail::kDeviceMask<Codes...>;
+    return static_cast<TensorMatcher&&>(*this);
+  }
+  template <DLDeviceType... Codes>
+  TensorMatcher&& with_device(SymbolicDevice& symbol) && {
+    if constexpr (sizeof...(Codes) > 0) {
+      m_spec.device_mask = detail::kDeviceMask<Codes...>;
+      if (symbol.m_allowed_mask == 0) symbol.m_allowed_mask = detail::kDeviceMask<Codes...>;
+    }
+    m_spec.device_symbol = &symbol;
+    return static_cast<TensorMatcher&&>(*this);
+  }
+
+  const TensorMatcher&& verify(const DLTensor* tensor, DebugInfo where = {}) const&& {
+    detail::match_tensor(m_spec, tensor, where);
+    return static_cast<const TensorMatcher&&>(*this);
+  }
+  const TensorMatcher&& verify(const jitkern::TensorView& view, DebugInfo where = {}) const&& {
+    detail::match_tensor(m_spec, view.get(), where);
+    return static_cast<const TensorMatcher&&>(*this);
+  }
+  // Any other view type with the tvm::ffi::TensorView accessors (e.g. tvm::ffi::TensorView).
+  template <typename View>
+    requires requires(const View& v) {
+      v.data_ptr();
+      v.shape().data();
+      v.ndim();
+      v.dtype();
+      v.device();
+      v.byte_offset();
+      v.strides();
+    }
+  const TensorMatcher&& verify(const View& view, DebugInfo where = {}) const&& {
+    DLTensor t{};
+    t.data = view.data_ptr();
+    t.device = view.device();
+    t.ndim = view.ndim();
+    t.dtype = view.dtype();
+    t.shape = const_cast<int64_t*>(view.shape().data());
+    t.strides = view.ndim() > 0 ? const_cast<int64_t*>(view.strides().data()) : nullptr;
+    t.byte_offset = view.byte_offset();
+    detail::match_tensor(m_spec, &t, where);
+    return static_cast<const TensorMatcher&&>(*this);
+  }
+
+ private:
+  detail::MatcherSpec m_spec;
+};
+
+}  // namespace host

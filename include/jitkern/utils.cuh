@@ -1,0 +1,93 @@
+// Host-side CUDA launching for kernel authors: LaunchKernel (current-stream aware, PDL capable,
+// errors reported at the launch site) and RuntimeDeviceCheck; device-side PDL helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <jitkern/utils.h>
+#include <tvm/ffi/extra/c_env_api.h>
+
+#include <cstddef>
+
+#define JITKERN_DEVICE __forceinline__ __device__
+
+namespace device {
+// Programmatic dependent launch (sm_90+): let the next kernel in the stream start its prologue
+// early, and wait for the previous kernel's memory before touching it. No-ops below sm_90.
+JITKERN_DEVICE void pdl_wait_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+JITKERN_DEVICE void pdl_trigger_secondary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+}  // namespace device
+
+namespace host {
+
+inline void RuntimeDeviceCheck(cudaError_t error, DebugInfo where = {}) {
+  if (error != cudaSuccess) [[unlikely]]
+    detail::panic_with(where, "CUDA error", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+}
+inline void RuntimeDeviceCheck(DebugInfo where = {}) { RuntimeDeviceCheck(cudaGetLastError(), where); }
+
+class LaunchKernel {
+ public:
+  // Launch on the caller's current stream for `device` (torch's current stream when called from
+  // Python through tvm-ffi, so stream contexts and CUDA-graph capture work).
+  LaunchKernel(dim3 grid, dim3 block, DLDevice device, std::size_t dynamic_smem = 0, DebugInfo where = {})
+      : LaunchKernel(grid, block, resolve_device(device, where), dynamic_smem, where) {
+    m_device_id = device.device_id;
+  }
+  LaunchKernel(dim3 grid, dim3 block, cudaStream_t stream, std::size_t dynamic_smem = 0, DebugInfo where = {})
+      : m_where(where) {
+    m_config.gridDim = grid;
+    m_config.blockDim = block;
+    m_config.dynamicSmemBytes = dynamic_smem;
+    m_config.stream = stream;
+    m_config.attrs = nullptr;
+    m_config.numAttrs = 0;
+  }
+
+  // The stream tvm-ffi's caller registered for this device (null: the legacy default stream).
+  static cudaStream_t resolve_device(DLDevice device, DebugInfo where = {}) {
+    if (device.device_type != kDLCUDA && device.device_type != kDLCUDAManaged) [[unlikely]]
+      detail::panic_with(where, "LaunchKernel", "expected a CUDA device, got device type ", static_cast<int>(device.device_type));
+    return static_cast<cudaStream_t>(TVMFFIEnvGetStream(device.device_type, device.device_id));
+  }
+
+  // Programmatic dependent launch; the kernel should call device::pdl_wait_primary() before
+  // reading what the previous kernel wrote.
+  LaunchKernel& enable_pdl(bool enable = true) & { return m_pdl = enable, *this; }
+  LaunchKernel&& enable_pdl(bool enable = true) && { return m_pdl = enable, static_cast<LaunchKernel&&>(*this); }
+
+  template <typename... KernelArgs, typename... Args>
+  void operator()(void (*kernel)(KernelArgs...), Args&&... args) const {
+    cudaLaunchConfig_t config = m_config;
+    cudaLaunchAttribute attr[1];
+    if (m_pdl) {
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+    }
+    int previous = -1;
+    if (m_device_id >= 0) {  // the stream belongs to the tensor's device, which may not be current
+      RuntimeDeviceCheck(cudaGetDevice(&previous), m_where);
+      if (previous != m_device_id) RuntimeDeviceCheck(cudaSetDevice(m_device_id), m_where);
+    }
+    const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+    if (previous >= 0 && previous != m_device_id) cudaSetDevice(previous);
+    RuntimeDeviceCheck(status, m_where);
+  }
+
+ private:
+  cudaLaunchConfig_t m_config{};
+  DebugInfo m_where;
+  int m_device_id = -1;
+  bool m_pdl = false;
+};
+
+}  // namespace host

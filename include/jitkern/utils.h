@@ -1,0 +1,183 @@
+// Host-side essentials for kernel authors: RuntimeCheck, Panic, DebugInfo, irange, div_ceil,
+// pointer::offset, dtype_bytes.
+//
+// Kept deliberately lean (no <string>, <sstream>, <ranges>): every JIT translation unit includes
+// it, and header parsing is what dominates nvcc's compile time. Message formatting and exception
+// construction live in the precompiled runtime library (src/diagnostics.cc).
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <jitkern/source_location.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace host {
+
+// The caller's file:line:function, captured by a defaulted argument.
+struct DebugInfo : std::source_location {
+  DebugInfo(std::source_location loc = std::source_location::current()) : std::source_location(loc) {}
+};
+
+namespace detail {
+
+// A type-erased message fragment: the header only packs arguments, the library formats them.
+struct FmtArg {
+  enum Kind : uint8_t { kInt, kUInt, kFloat, kBool, kChar, kStr, kPtr, kDType, kDevice };
+  Kind kind;
+  std::size_t len;  // for kStr
+  union {
+    long long i;
+    unsigned long long u;
+    double f;
+    const char* s;
+    const void* p;
+    DLDataType dtype;
+    DLDevice device;
+  };
+
+  template <typename T>
+  FmtArg(const T& v) {  // NOLINT(google-explicit-constructor)
+    using D = std::decay_t<T>;
+    if constexpr (std::is_same_v<D, bool>) {
+      kind = kBool, u = v;
+    } else if constexpr (std::is_same_v<D, char>) {
+      kind = kChar, i = v;
+    } else if constexpr (std::is_enum_v<D>) {
+      kind = kInt, i = static_cast<long long>(v);
+    } else if constexpr (std::is_integral_v<D> && std::is_signed_v<D>) {
+      kind = kInt, i = v;
+    } else if constexpr (std::is_integral_v<D>) {
+      kind = kUInt, u = v;
+    } else if constexpr (std::is_floating_point_v<D>) {
+      kind = kFloat, f = static_cast<double>(v);
+    } else if constexpr (std::is_same_v<D, const char*> || std::is_same_v<D, char*>) {
+      kind = kStr, s = v, len = static_cast<std::size_t>(-1);
+    } else if constexpr (std::is_same_v<D, DLDataType>) {
+      kind = kDType, dtype = v;
+    } else if constexpr (std::is_same_v<D, DLDevice>) {
+      kind = kDevice, device = v;
+    } else if constexpr (std::is_pointer_v<D>) {
+      kind = kPtr, p = static_cast<const void*>(v);
+    } else if constexpr (requires { v.data(); v.size(); }) {  // std::string, std::string_view
+      kind = kStr, s = v.data(), len = v.size();
+    } else {
+      static_assert(sizeof(T) == 0, "host::RuntimeCheck/Panic: this argument type cannot be printed; "
+                                    "pass a number, string, pointer, DLDataType or DLDevice");
+    }
+  }
+};
+
+[[noreturn]] void panic(const DebugInfo& where, const char* what, const FmtArg* args, std::size_t n);
+
+template <typename... Args>
+[[noreturn]] inline void panic_with(const DebugInfo& where, const char* what, const Args&... args) {
+  if constexpr (sizeof...(Args) == 0) {
+    panic(where, what, nullptr, 0);
+  } else {
+    const FmtArg packed[] = {FmtArg(args)...};
+    panic(where, what, packed, sizeof...(Args));
+  }
+}
+
+}  // namespace detail
+
+// Throws host::PanicError (a std::runtime_error, see <jitkern/error.h>) whose message is the
+// concatenation of `args`, prefixed by the caller's location.
+template <typename... Args>
+struct Panic {
+  [[noreturn]] explicit Panic(Args&&... args, DebugInfo where = {}) {
+    detail::panic_with(where, "Panic", args...);
+  }
+};
+template <typename... Args>
+Panic(Args&&...) -> Panic<Args...>;
+
+// RuntimeCheck(cond, args...) or RuntimeCheck(location, cond, args...): throws like Panic when
+// `cond` is false. The message arguments are only packed on failure.
+template <typename... Args>
+struct RuntimeCheck {
+  template <typename Cond>
+  explicit RuntimeCheck(Cond&& cond, Args&&... args, DebugInfo where = {}) {
+    if (static_cast<bool>(cond)) [[likely]]
+      return;
+    detail::panic_with(where, "RuntimeCheck failed", args...);
+  }
+};
+template <typename... Args>
+struct RuntimeCheck<DebugInfo, Args...> {
+  template <typename Cond>
+  explicit RuntimeCheck(DebugInfo where, Cond&& cond, Args&&... args) {
+    if (static_cast<bool>(cond)) [[likely]]
+      return;
+    detail::panic_with(where, "RuntimeCheck failed", args...);
+  }
+};
+template <typename Cond, typename... Args>
+RuntimeCheck(Cond&&, Args&&...) -> RuntimeCheck<Args...>;
+template <typename Cond, typename... Args>
+RuntimeCheck(DebugInfo, Cond&&, Args&&...) -> RuntimeCheck<DebugInfo, Args...>;
+
+// Python-like integer range [start, end) usable in range-for; a tiny replacement for
+// std::views::iota so that kernels need not include <ranges>.
+template <typename T>
+class IntegerRange {
+  static_assert(std::is_integral_v<T>, "irange needs an integral type");
+
+ public:
+  struct iterator {
+    T value;
+    constexpr T operator*() const { return value; }
+    constexpr iterator& operator++() { return ++value, *this; }
+    constexpr bool operator!=(const iterator& other) const { return value != other.value; }
+    constexpr bool operator==(const iterator& other) const { return value == other.value; }
+  };
+  constexpr IntegerRange(T start, T end) : m_start(start), m_end(end < start ? start : end) {}
+  constexpr iterator begin() const { return {m_start}; }
+  constexpr iterator end() const { return {m_end}; }
+  constexpr T size() const { return m_end - m_start; }
+
+ private:
+  T m_start, m_end;
+};
+
+template <typename T>
+constexpr auto irange(T end) -> IntegerRange<T> {
+  return {T{0}, end};
+}
+template <typename T, typename U>
+constexpr auto irange(T start, U end) -> IntegerRange<std::common_type_t<T, U>> {
+  using C = std::common_type_t<T, U>;
+  return {static_cast<C>(start), static_cast<C>(end)};
+}
+
+// ceil(a / b) for non-negative a and positive b.
+template <typename T, typename U>
+constexpr auto div_ceil(T a, U b) -> std::common_type_t<T, U> {
+  static_assert(std::is_integral_v<T> && std::is_integral_v<U>, "div_ceil needs integral arguments");
+  using C = std::common_type_t<T, U>;
+  return (static_cast<C>(a) + static_cast<C>(b) - 1) / static_cast<C>(b);
+}
+
+namespace pointer {
+// Byte offsets on untyped pointers only: typed pointer arithmetic scales by the element size,
+// which is the classic source of off-by-sizeof bugs in cache-transfer kernels.
+template <typename... U>
+inline auto offset(void* ptr, U... bytes) -> void* {
+  static_assert((std::is_integral_v<U> && ...), "pointer::offset takes integral byte offsets");
+  return static_cast<char*>(ptr) + (std::ptrdiff_t{0} + ... + static_cast<std::ptrdiff_t>(bytes));
+}
+template <typename... U>
+inline auto offset(const void* ptr, U... bytes) -> const void* {
+  static_assert((std::is_integral_v<U> && ...), "pointer::offset takes integral byte offsets");
+  return static_cast<const char*>(ptr) + (std::ptrdiff_t{0} + ... + static_cast<std::ptrdiff_t>(bytes));
+}
+}  // namespace pointer
+
+// Bytes per element of a DLPack dtype (sub-byte types round up).
+constexpr auto dtype_bytes(DLDataType dtype) -> std::size_t {
+  return (static_cast<std::size_t>(dtype.bits) * dtype.lanes + 7) / 8;
+}
+
+}  // namespace host

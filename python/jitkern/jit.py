@@ -1,0 +1,201 @@
+"""load_jit, cache_once, make_cpp_args: the Python face of the JIT engine (which is C++)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+
+from . import _engine
+
+if TYPE_CHECKING:
+    from tvm_ffi import Module
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ENV: dict[str, str] | None = None
+_MODULES: dict[tuple, "Module"] = {}
+_MODULES_LOCK = threading.Lock()
+
+
+def _env() -> dict[str, str]:
+    global _ENV
+    if _ENV is None:
+        _ENV = _engine.environment_paths()
+    return _ENV
+
+
+def _str_list(name: str, value: Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"load_jit: {name} must be a list of strings, got {type(value).__name__}")
+    for item in value:
+        if not isinstance(item, str):
+            raise TypeError(f"load_jit: {name} must contain only strings, got {item!r}")
+        if "\n" in item or "\t" in item or not item:
+            raise ValueError(f"load_jit: {name} entries must be non-empty and contain no tab or newline, got {item!r}")
+    return tuple(value)
+
+
+def _wrappers(name: str, value: Sequence[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    out = []
+    for item in value:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise TypeError(f"load_jit: {name} must be a list of (export_name, cpp_expression) string pairs, got {item!r}")
+        export, expr = item
+        if not export.isidentifier():
+            raise ValueError(f"load_jit: {name} export name {export!r} is not a valid identifier")
+        if "\n" in expr or "\t" in expr or not expr.strip():
+            raise ValueError(f"load_jit: {name} expression for {export!r} must be a non-empty single line")
+        out.append((export, expr))
+    return tuple(out)
+
+
+def _cuda_target() -> list[tuple[str, str]]:
+    # Prefer torch's notion of the current device when torch is already in use; otherwise the
+    # engine asks the driver (or JITKERN_CUDA_ARCH decides).
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    try:
+        if not torch.cuda.is_available():
+            return []
+        device = torch.cuda.current_device()
+    except Exception:  # noqa: BLE001 - a broken torch CUDA setup falls back to the engine's probe
+        return []
+    return [("cuda_device", str(device))]
+
+
+def load_jit(
+    *args: str,
+    cpp_files: Sequence[str] | None = None,
+    cuda_files: Sequence[str] | None = None,
+    cpp_wrappers: Sequence[tuple[str, str]] | None = None,
+    cuda_wrappers: Sequence[tuple[str, str]] | None = None,
+    extra_cflags: Sequence[str] | None = None,
+    extra_cuda_cflags: Sequence[str] | None = None,
+    extra_ldflags: Sequence[str] | None = None,
+    extra_include_paths: Sequence[str] | None = None,
+    build_directory: str | None = None,
+) -> "Module":
+    """Compiles (or loads from the cache) a kernel module and returns it as a tvm_ffi Module.
+
+    `args` name the build: the module name followed by its template arguments (different kernels or
+    instantiations must differ). `cpp_files`/`cuda_files` are relative to the package's csrc/ unless
+    absolute. `cpp_wrappers`/`cuda_wrappers` export C++ functions as `module.<export_name>`.
+    """
+    if not args:
+        raise TypeError("load_jit: at least one positional argument (the module name) is required")
+    for a in args:
+        if not isinstance(a, str) or not a or "\n" in a or "\t" in a:
+            raise TypeError(f"load_jit: positional arguments must be non-empty single-line strings, got {a!r}")
+    key = (
+        args,
+        _str_list("cpp_files", cpp_files),
+        _str_list("cuda_files", cuda_files),
+        _wrappers("cpp_wrappers", cpp_wrappers),
+        _wrappers("cuda_wrappers", cuda_wrappers),
+        _str_list("extra_cflags", extra_cflags),
+        _str_list("extra_cuda_cflags", extra_cuda_cflags),
+        _str_list("extra_ldflags", extra_ldflags),
+        _str_list("extra_include_paths", extra_include_paths),
+        build_directory,
+    )
+    if build_directory is not None and (not isinstance(build_directory, str) or not build_directory):
+        raise TypeError(f"load_jit: build_directory must be a non-empty string, got {build_directory!r}")
+    module = _MODULES.get(key)
+    if module is not None:
+        return module
+
+    request: list[tuple[str, str]] = [("name", a) for a in args]
+    request += [("cpp_file", f) for f in key[1]] + [("cuda_file", f) for f in key[2]]
+    request += [("cpp_wrapper", f"{n}\t{e}") for n, e in key[3]] + [("cuda_wrapper", f"{n}\t{e}") for n, e in key[4]]
+    request += [("cflag", f) for f in key[5]] + [("cuda_cflag", f) for f in key[6]]
+    request += [("ldflag", f) for f in key[7]] + [("include", f) for f in key[8]]
+    if build_directory:
+        request.append(("build_directory", build_directory))
+    if key[2]:
+        request += _cuda_target()
+    request += list(_env().items())
+    path = _engine.build(request)
+
+    import tvm_ffi
+
+    module = tvm_ffi.load_module(path)
+    with _MODULES_LOCK:
+        return _MODULES.setdefault(key, module)
+
+
+def cache_once(fn: F) -> F:
+    """Memoises `fn` by its arguments, forever, thread-safely (the function runs once per key).
+
+    Unlike functools.lru_cache this keeps no LRU bookkeeping and is a plain dictionary lookup on the
+    hot path, which torch.compile can trace through.
+    """
+    cache: dict[Any, Any] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        with lock:
+            if key not in cache:
+                cache[key] = fn(*args, **kwargs)
+            return cache[key]
+
+    wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+class CPPArgList(list):
+    """C++ template arguments; str() joins them with ', ' for use inside <...>."""
+
+    def __str__(self) -> str:
+        return ", ".join(self)
+
+
+_TORCH_DTYPES = {
+    "torch.float32": "fp32_t",
+    "torch.float16": "fp16_t",
+    "torch.bfloat16": "bf16_t",
+    "torch.float8_e4m3fn": "fp8_e4m3_t",
+    "torch.int8": "int8_t",
+    "torch.int32": "int32_t",
+    "torch.int64": "int64_t",
+}
+
+
+def _cpp_arg(arg: Any) -> str:
+    if isinstance(arg, bool):
+        return "true" if arg else "false"
+    if isinstance(arg, int):
+        return str(arg)
+    if isinstance(arg, float):
+        if not math.isfinite(arg):
+            raise ValueError(f"make_cpp_args: {arg!r} has no C++ literal")
+        return repr(arg)
+    if type(arg).__module__ == "torch" and type(arg).__name__ == "dtype":
+        try:
+            return _TORCH_DTYPES[str(arg)]
+        except KeyError:
+            raise TypeError(
+                f"make_cpp_args: unsupported torch dtype {arg}; supported: {', '.join(_TORCH_DTYPES)}"
+            ) from None
+    raise TypeError(
+        f"make_cpp_args: unsupported argument {arg!r} of type {type(arg).__name__}; "
+        "expected bool, int, float or a torch dtype"
+    )
+
+
+def make_cpp_args(*args: Any) -> CPPArgList:
+    """Converts Python values to C++ template-argument spellings (bool, int, float, torch dtypes)."""
+    return CPPArgList(_cpp_arg(a) for a in args)

@@ -1,0 +1,42 @@
+"""add_constant(src, c) = src + c for int32 CUDA tensors (the add-a-kernel tutorial's example)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..jit import cache_once, load_jit, make_cpp_args
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+@cache_once
+def _add_constant_function(constant: int):
+    args = make_cpp_args(constant)  # the constant is a template argument, as in the tutorial
+    module = load_jit(
+        "add_constant",
+        *args,
+        cuda_files=["add_constant.cuh"],
+        cuda_wrappers=[("add_constant", f"add_constant<{args}>")],
+    )
+    # Keep the function object itself: looking it up on the module costs a dictionary walk per call.
+    return module.add_constant
+
+
+def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Returns src + constant (int32, wrapping on overflow like torch); writes into `out` if given."""
+    if not isinstance(src, torch.Tensor):
+        raise TypeError(f"add_constant: src must be a torch.Tensor, got {type(src).__name__}")
+    if not src.is_cuda:
+        raise ValueError(f"add_constant: src must be a CUDA tensor, got device {src.device}")
+    if src.dtype is not torch.int32:
+        raise TypeError(f"add_constant: src must have dtype torch.int32, got {src.dtype}")
+    if not src.is_contiguous():
+        raise ValueError("add_constant: src must be contiguous")
+    if type(constant) is not int or not _INT32_MIN <= constant <= _INT32_MAX:
+        raise TypeError(f"add_constant: constant must be an int in the int32 range, got {constant!r}")
+    if out is None:
+        out = torch.empty_like(src)
+    elif not isinstance(out, torch.Tensor) or out.shape != src.shape or out.dtype is not torch.int32 or out.device != src.device or not out.is_contiguous():
+        raise ValueError("add_constant: out must be a contiguous int32 tensor with src's shape and device")
+    _add_constant_function(constant)(out.view(-1), src.view(-1))
+    return out

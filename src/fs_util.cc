@@ -1,0 +1,238 @@
+#include "fs_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace jitkern::fs {
+namespace {
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("jitkern: " + what + ": " + std::strerror(errno)); }
+
+std::string mode_text(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+}  // namespace
+
+bool stat_sig(const std::string& path, FileSig* sig) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  sig->size = st.st_size;
+  sig->mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return true;
+}
+
+bool read_file(const std::string& path, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out->clear();
+  char buf[1 << 14];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) return ::close(fd), false;
+    if (n == 0) break;
+    out->append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open " + path + " for fsync");
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) fail("cannot create " + tmp);
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      ::close(fd);
+      fail("cannot write " + tmp);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail("cannot fsync " + tmp);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to " + path);
+  fsync_path(dirname(path));
+}
+
+std::string dirname(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string realpath_or(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string which(const std::string& program) {
+  if (program.find('/') != std::string::npos) return is_executable_file(program) ? program : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = dirs.find(':', start);
+    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "";
+}
+
+void ensure_private_dir(const std::string& path, const char* what) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) fail(std::string("cannot access ") + what + " " + path);
+    const std::string parent = dirname(path);
+    if (parent != path && ::access(parent.c_str(), F_OK) != 0) {
+      // Intermediate directories (e.g. ~/.cache) are created with the usual permissions.
+      std::string cmd_parent = parent;
+      std::vector<std::string> missing;
+      while (::access(cmd_parent.c_str(), F_OK) != 0 && cmd_parent != "/" && cmd_parent != ".") {
+        missing.push_back(cmd_parent);
+        cmd_parent = dirname(cmd_parent);
+      }
+      for (auto it = missing.rbegin(); it != missing.rend(); ++it)
+        if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create directory " + *it);
+    }
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) fail(std::string("cannot create ") + what + " " + path);
+    if (::lstat(path.c_str(), &st) != 0) fail(std::string("cannot access ") + what + " " + path);
+  }
+  if (!S_ISDIR(st.st_mode))
+    throw std::runtime_error(std::string("jitkern: ") + what + " " + path + " is not a directory");
+  if (st.st_uid != ::geteuid())
+    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": it is owned by uid " +
+                             std::to_string(st.st_uid) + ", not by the current user (uid " + std::to_string(::geteuid()) +
+                             "); loading shared objects from it would run someone else's code");
+  if (st.st_mode & 022)
+    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": it is writable by group/others (mode " +
+                             mode_text(st.st_mode) + "), so anyone could plant code in it; run `chmod go-w " + path +
+                             "` or point JITKERN_CACHE_DIR elsewhere");
+}
+
+void check_private_file(const std::string& path, const char* what) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) fail(std::string("cannot access ") + what + " " + path);
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": not a regular file");
+  if (st.st_uid != ::geteuid() || (st.st_mode & 022))
+    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": owned by uid " + std::to_string(st.st_uid) +
+                             " with mode " + mode_text(st.st_mode) + "; it must belong to the current user and not be writable by others");
+}
+
+void remove_tree(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir != nullptr) {
+    while (const dirent* e = ::readdir(dir)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string child = path + "/" + name;
+      struct stat st;
+      if (::lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        remove_tree(child);
+      } else {
+        ::unlink(child.c_str());
+      }
+    }
+    ::closedir(dir);
+  }
+  ::rmdir(path.c_str());
+}
+
+std::string make_temp_dir(const std::string& parent, const std::string& prefix) {
+  std::string templ = parent + "/" + prefix + std::to_string(::getpid()) + "-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) fail("cannot create a temporary directory in " + parent);
+  return buf.data();
+}
+
+Process spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    errno = rc;
+    fail("cannot run " + argv[0]);
+  }
+  return {pid};
+}
+
+int wait(Process p) {
+  int status = 0;
+  while (::waitpid(p.pid, &status, 0) < 0) {
+    if (errno != EINTR) fail("waitpid");
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return -WTERMSIG(status);
+  return -1;
+}
+
+std::string join_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    const bool plain = !a.empty() && a.find_first_of(" \t\"'\\$`") == std::string::npos;
+    out += plain ? a : "'" + a + "'";
+  }
+  return out;
+}
+
+FileLock::FileLock(const std::string& path, const std::string& waiting_message) {
+  m_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (m_fd < 0) fail("cannot open lock file " + path);
+  if (::flock(m_fd, LOCK_EX | LOCK_NB) == 0) return;
+  if (errno != EWOULDBLOCK) fail("cannot lock " + path);
+  if (!waiting_message.empty()) std::fprintf(stderr, "%s\n", waiting_message.c_str());
+  while (::flock(m_fd, LOCK_EX) != 0) {
+    if (errno != EINTR) fail("cannot lock " + path);
+  }
+}
+
+FileLock::~FileLock() {
+  if (m_fd >= 0) ::close(m_fd);  // closing drops the flock
+}
+
+}  // namespace jitkern::fs

@@ -1,0 +1,55 @@
+// Small POSIX helpers for the engine: files, directories, processes, locks.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jitkern::fs {
+
+struct FileSig {
+  int64_t size = -1;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileSig&) const = default;
+};
+
+bool stat_sig(const std::string& path, FileSig* sig);
+bool read_file(const std::string& path, std::string* out);
+// Writes via a temporary name in the same directory, fsync, rename, fsync of the directory.
+void write_file_atomic(const std::string& path, const std::string& data);
+void fsync_path(const std::string& path);
+std::string dirname(const std::string& path);
+std::string realpath_or(const std::string& path);
+bool is_executable_file(const std::string& path);
+std::string which(const std::string& program);  // PATH lookup; empty if not found
+// Creates `path` (and missing parents) with mode 0700 and refuses an existing directory that is
+// not ours or is writable by group/others: loading a shared object from it is running code.
+void ensure_private_dir(const std::string& path, const char* what);
+// Refuses a file that is not ours or is writable by group/others.
+void check_private_file(const std::string& path, const char* what);
+void remove_tree(const std::string& path);
+std::string make_temp_dir(const std::string& parent, const std::string& prefix);
+
+// Runs argv with stdout+stderr appended to log_path; returns the exit status (or -signal).
+struct Process {
+  int pid = -1;
+};
+Process spawn(const std::vector<std::string>& argv, const std::string& log_path);
+int wait(Process p);
+std::string join_command(const std::vector<std::string>& argv);
+
+// An exclusive advisory lock (flock) held until destruction; the kernel drops it if we die.
+class FileLock {
+ public:
+  FileLock(const std::string& path, const std::string& waiting_message);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int m_fd = -1;
+};
+
+}  // namespace jitkern::fs
