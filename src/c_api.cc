@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
+#include <string>
 
 namespace {
 
@@ -15,9 +15,13 @@ char* dup(const std::string& s) {
 }
 
 void parse_request(const char* text, jitkern::BuildRequest* req, jitkern::EngineConfig* cfg) {
-  std::istringstream is(text);
-  std::string line;
-  while (std::getline(is, line)) {
+  const std::string all = text;
+  std::size_t start = 0;
+  while (start < all.size()) {
+    std::size_t stop = all.find('\n', start);
+    if (stop == std::string::npos) stop = all.size();
+    const std::string line = all.substr(start, stop - start);
+    start = stop + 1;
     if (line.empty()) continue;
     const auto tab = line.find('\t');
     if (tab == std::string::npos) throw std::runtime_error("jitkern: malformed engine request line: " + line);

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <sstream>
+#include <cstring>
 #include <unordered_map>
 
 #include "fs_util.h"
@@ -322,32 +322,55 @@ struct Manifest {
 };
 
 std::string serialize(const Manifest& m) {
-  std::ostringstream os;
-  os << kManifestMagic << "\nkey " << m.full_key << "\nlib " << m.lib_sig.size << " " << m.lib_sig.mtime_ns << " " << m.lib_sha
-     << " " << m.lib_name << "\n";
-  for (const auto& d : m.deps) os << "dep " << d.sig.size << " " << d.sig.mtime_ns << " " << d.sha << " " << d.path << "\n";
-  return os.str();
+  auto sig = [](const fs::FileSig& g) { return std::to_string(g.size) + " " + std::to_string(g.mtime_ns) + " "; };
+  std::string out = std::string(kManifestMagic) + "\nkey " + m.full_key + "\nlib " + sig(m.lib_sig) + m.lib_sha + " " + m.lib_name + "\n";
+  for (const auto& d : m.deps) out += "dep " + sig(d.sig) + d.sha + " " + d.path + "\n";
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// "<size> <mtime_ns> <sha> <rest of line>"
+bool parse_sig_line(const std::string& s, fs::FileSig* sig, std::string* sha, std::string* rest) {
+  const char* p = s.c_str();
+  char* end = nullptr;
+  sig->size = std::strtoll(p, &end, 10);
+  if (end == p || *end != ' ') return false;
+  p = end + 1;
+  sig->mtime_ns = std::strtoll(p, &end, 10);
+  if (end == p || *end != ' ') return false;
+  p = end + 1;
+  const char* space = std::strchr(p, ' ');
+  if (space == nullptr || space == p || space[1] == '\0') return false;
+  *sha = std::string(p, space);
+  *rest = std::string(space + 1);
+  return true;
 }
 
 bool parse(const std::string& text, Manifest* m) {
-  std::istringstream is(text);
-  std::string line;
-  if (!std::getline(is, line) || line != kManifestMagic) return false;
+  const auto lines = split_lines(text);
+  if (lines.empty() || lines[0] != kManifestMagic) return false;
   bool has_key = false, has_lib = false;
-  while (std::getline(is, line)) {
-    std::istringstream ls(line);
-    std::string tag;
-    ls >> tag;
-    if (tag == "key") {
-      has_key = static_cast<bool>(ls >> m->full_key);
-    } else if (tag == "lib" || tag == "dep") {
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (line.rfind("key ", 0) == 0) {
+      m->full_key = line.substr(4);
+      has_key = !m->full_key.empty();
+    } else if (line.rfind("lib ", 0) == 0 || line.rfind("dep ", 0) == 0) {
       fs::FileSig sig;
       std::string sha, rest;
-      if (!(ls >> sig.size >> sig.mtime_ns >> sha)) return false;
-      ls.get();
-      std::getline(ls, rest);
-      if (rest.empty()) return false;
-      if (tag == "lib") {
+      if (!parse_sig_line(line.substr(4), &sig, &sha, &rest)) return false;
+      if (line[0] == 'l') {
         m->lib_sig = sig, m->lib_sha = sha, m->lib_name = rest, has_lib = true;
       } else {
         m->deps.push_back({rest, sha, sig});

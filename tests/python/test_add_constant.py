@@ -1,0 +1,91 @@
+"""add_constant on the GPU: correctness on fresh random inputs of odd sizes, and bad input rejected."""
+
+import pytest
+
+
+pytestmark = pytest.mark.gpu
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+@pytest.mark.parametrize("n", [1, 3, 255, 4097, 65537, 1_000_003, 16 * 1024 * 1024 + 5])
+@pytest.mark.parametrize("constant", [7, -3, 2**31 - 1])
+def test_matches_torch(n, constant):
+    torch = _torch()
+    from jitkern.ops import add_constant
+
+    src = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32, device="cuda")
+    out = torch.full_like(src, 0x5A5A5A5A)  # poisoned: every element must be written
+    add_constant(src, constant, out=out)
+    expected = (src.to(torch.int64) + constant).to(torch.int32)  # int32 wrap-around, like torch
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_misaligned_and_multidim():
+    torch = _torch()
+    from jitkern.ops import add_constant
+
+    base = torch.randint(-1000, 1000, (10_001,), dtype=torch.int32, device="cuda")
+    src = base[1:]  # 4-byte offset: not 16-byte aligned, takes the scalar path
+    torch.testing.assert_close(add_constant(src, 5), src + 5, rtol=0, atol=0)
+    grid = torch.randint(-1000, 1000, (33, 65, 3), dtype=torch.int32, device="cuda")
+    torch.testing.assert_close(add_constant(grid, 11), grid + 11, rtol=0, atol=0)
+    empty = torch.empty(0, dtype=torch.int32, device="cuda")
+    assert add_constant(empty, 1).numel() == 0
+
+
+def test_runs_on_current_stream_and_in_cuda_graph():
+    torch = _torch()
+    from jitkern.ops import add_constant
+
+    src = torch.randint(-1000, 1000, (1 << 20,), dtype=torch.int32, device="cuda")
+    out = torch.empty_like(src)
+    add_constant(src, 2, out=out)  # compile outside capture
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            add_constant(src, 2, out=out)
+    out.fill_(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, src + 2, rtol=0, atol=0)
+
+
+def test_bad_inputs_rejected_in_python():
+    torch = _torch()
+    from jitkern.ops import add_constant
+
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        add_constant(torch.zeros(4, dtype=torch.int32), 1)
+    with pytest.raises(TypeError, match="torch.int32"):
+        add_constant(torch.zeros(4, dtype=torch.float32, device="cuda"), 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        add_constant(torch.zeros(4, 4, dtype=torch.int32, device="cuda").t(), 1)
+    with pytest.raises(TypeError, match="int32 range"):
+        add_constant(torch.zeros(4, dtype=torch.int32, device="cuda"), 2**31)
+    with pytest.raises(ValueError, match="out must be"):
+        add_constant(torch.zeros(4, dtype=torch.int32, device="cuda"), 1, out=torch.zeros(5, dtype=torch.int32, device="cuda"))
+
+
+def test_bad_inputs_rejected_in_cpp_before_launch():
+    """The C++ entry point validates on its own (callers may bypass the Python wrapper)."""
+    torch = _torch()
+    from jitkern.ops.add_constant import _add_constant_function
+
+    fn = _add_constant_function(1)
+    good = torch.zeros(8, dtype=torch.int32, device="cuda")
+    with pytest.raises(RuntimeError, match=r"Tensor match failed.*dtype=float32.*\n.*\n- Root cause: DType mismatch"):
+        fn(good, torch.zeros(8, dtype=torch.float32, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"Size mismatch for shape#0\('num_elements'\): expected 8"):
+        fn(good, torch.zeros(9, dtype=torch.int32, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"Device mismatch: cpu:0"):
+        fn(good, torch.zeros(8, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match=r"Dimension mismatch"):
+        fn(good, torch.zeros(2, 4, dtype=torch.int32, device="cuda"))
+    with pytest.raises(TypeError, match=r"takes 2 arguments but 1 were given"):
+        fn(good)
