@@ -341,7 +341,13 @@ std::string describe_any(const TVMFFIAny* a) {
 
 const char* describe_argument_error(const ArgumentError& e) noexcept {
   try {
-    g_message = std::string(e.function) + "(): argument #" + std::to_string(e.index) + " expected " + e.expected +
+    const int n = e.index + 1;
+    const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th"
+                         : n % 10 == 1                     ? "st"
+                         : n % 10 == 2                     ? "nd"
+                         : n % 10 == 3                     ? "rd"
+                                                           : "th";
+    g_message = std::string(e.function) + "(): the " + std::to_string(n) + suffix + " argument must be " + e.expected +
                 ", got " + describe_any(e.got);
   } catch (...) {
     return "invalid argument";

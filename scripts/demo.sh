@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs the demo (add_constant on the GPU, or the CPU path without one).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/scripts/setup.sh"
+cd /tmp && python -m jitkern.demo

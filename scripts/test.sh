@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs all tests: C++ (GoogleTest via CTest) and Python (pytest; the GPU
+# tests run where there is a GPU and are reported as skipped/NOT RUN elsewhere).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/scripts/setup.sh"
+cmake -S "$repo" -B "$repo/build" -DJITKERN_BUILD_TESTS=ON -DPython3_EXECUTABLE="$(command -v python)" >/dev/null
+cmake --build "$repo/build" -j "$(nproc)"
+ctest --test-dir "$repo/build" --output-on-failure
+# From outside the source tree, so that the installed package (with its built library) is tested.
+cd /tmp && python -m pytest -q -rs "$repo/tests/python" "$@"

@@ -1,0 +1,206 @@
+#include <gtest/gtest.h>
+#include <jitkern/error.h>
+#include <jitkern/tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+// An owning DLTensor for tests.
+struct FakeTensor {
+  std::vector<int64_t> shape, strides;
+  DLTensor t{};
+  FakeTensor(std::vector<int64_t> shape_, std::vector<int64_t> strides_ = {}, DLDataType dtype = {kDLFloat, 32, 1},
+             DLDevice device = {kDLCUDA, 0})
+      : shape(std::move(shape_)), strides(std::move(strides_)) {
+    if (strides.empty()) {
+      strides.resize(shape.size());
+      int64_t s = 1;
+      for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) strides[d] = s, s *= shape[d];
+    }
+    t.data = reinterpret_cast<void*>(0x1000);
+    t.device = device;
+    t.ndim = static_cast<int32_t>(shape.size());
+    t.dtype = dtype;
+    t.shape = shape.data();
+    t.strides = strides.data();
+  }
+  jitkern::TensorView view() const { return jitkern::TensorView(&t); }
+};
+
+template <typename F>
+std::string failure(F&& f) {
+  try {
+    f();
+  } catch (const host::PanicError& e) {
+    return e.what();
+  }
+  return "<no failure>";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+// A user-defined element type registered through dtype_trait.
+struct Half {
+  uint16_t bits;
+};
+
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kF16{kDLFloat, 16, 1};
+constexpr DLDataType kI32{kDLInt, 32, 1};
+
+}  // namespace
+
+template <>
+struct host::dtype_trait<Half> {
+  static constexpr DLDataType value = {kDLFloat, 16, 1};
+};
+
+using namespace host;
+
+TEST(TensorMatcher, ResolvesSymbolsAcrossTensors) {
+  FakeTensor a({100, 256}), b({7, 256});
+  auto D = SymbolicSize{"head_dim"};
+  auto dtype = SymbolicDType{};
+  auto device = SymbolicDevice{};
+  TensorMatcher({-1, D}).with_dtype<float, int32_t>(dtype).with_device<kDLCUDA, kDLCPU>(device).verify(a.view()).verify(b.view());
+  EXPECT_EQ(D.unwrap(), 256);
+  EXPECT_TRUE(host::dtype_equal(dtype.unwrap(), kF32));
+  EXPECT_TRUE(dtype.is_type<float>());
+  EXPECT_EQ(device.unwrap().device_type, kDLCUDA);
+}
+
+TEST(TensorMatcher, FullMessageForSizeMismatch) {
+  FakeTensor a({100, 128}), b({100, 256});
+  auto D = SymbolicSize{"head_dim"};
+  int line = 0;
+  const std::string msg = failure([&] {
+    line = __LINE__ + 1;
+    TensorMatcher({-1, D}).with_dtype<float>().verify(a.view()).verify(b.view());
+  });
+  EXPECT_CONTAINS(msg, "Tensor match failed for Tensor<100, 256>[strides=<256, 1>, dtype=float32, device=cuda:0] at ");
+  EXPECT_CONTAINS(msg, std::string(__FILE__) + ":" + std::to_string(line));
+  EXPECT_CONTAINS(msg, "- Expected: Tensor<*, head_dim>[strides=contiguous, dtype in {float32}]");
+  EXPECT_CONTAINS(msg, "- Root cause: Size mismatch for shape#1('head_dim'): expected 128 (resolved earlier) but got 256");
+}
+
+TEST(TensorMatcher, LiteralSizeMismatch) {
+  FakeTensor a({4, 3});
+  const std::string msg = failure([&] { TensorMatcher({4, 5}).verify(a.view()); });
+  EXPECT_CONTAINS(msg, "Size mismatch for shape#1: expected 5 but got 3");
+}
+
+TEST(TensorMatcher, DimensionMismatch) {
+  FakeTensor a({4, 3, 2});
+  const std::string msg = failure([&] { TensorMatcher({-1, -1}).verify(a.view()); });
+  EXPECT_CONTAINS(msg, "Dimension mismatch: expected 2 dimensions but got 3");
+}
+
+TEST(TensorMatcher, ContiguityRequiredWithoutStrides) {
+  FakeTensor a({4, 3}, {1, 4});
+  const std::string msg = failure([&] { TensorMatcher({4, 3}).verify(a.view()); });
+  EXPECT_CONTAINS(msg, "Tensor is not contiguous");
+  EXPECT_CONTAINS(msg, "strides=<1, 4>");
+}
+
+TEST(TensorMatcher, StridesLiteralSymbolicAndWildcard) {
+  FakeTensor a({4, 3}, {8, 1}), b({5, 3}, {8, 1}), c({5, 3}, {9, 1});
+  auto N = SymbolicSize{"row_stride"};
+  TensorMatcher({-1, 3}).with_strides({N, 1}).verify(a.view()).verify(b.view());
+  EXPECT_EQ(N.unwrap(), 8);
+  std::string msg = failure([&] { TensorMatcher({-1, 3}).with_strides({N, 1}).verify(c.view()); });
+  EXPECT_CONTAINS(msg, "Stride mismatch for stride#0('row_stride'): expected 8 (resolved earlier) but got 9");
+  msg = failure([&] { TensorMatcher({-1, 3}).with_strides({8, 1}).verify(c.view()); });
+  EXPECT_CONTAINS(msg, "Stride mismatch for stride#0: expected 8 but got 9");
+  EXPECT_NO_THROW(TensorMatcher({-1, 3}).with_strides({-1, 1}).verify(c.view()));
+}
+
+TEST(TensorMatcher, SizeOneDimensionsSkipStrideCheck) {
+  FakeTensor a({1, 3}, {12345, 1});  // torch gives arbitrary strides to size-1 dims
+  EXPECT_NO_THROW(TensorMatcher({1, 3}).verify(a.view()));
+  EXPECT_NO_THROW(TensorMatcher({1, 3}).with_strides({3, 1}).verify(a.view()));
+}
+
+TEST(TensorMatcher, DTypeNotAllowed) {
+  FakeTensor a({2}, {}, kF16);
+  const std::string msg = failure([&] { TensorMatcher({2}).with_dtype<float, int32_t>().verify(a.view()); });
+  EXPECT_CONTAINS(msg, "DType mismatch: float16 is not one of the allowed dtypes");
+  EXPECT_CONTAINS(msg, "dtype in {float32, int32}");
+}
+
+TEST(TensorMatcher, DTypeSymbolMismatch) {
+  FakeTensor a({2}, {}, kF32), b({2}, {}, kI32);
+  auto dtype = SymbolicDType{};
+  const std::string msg = failure([&] { TensorMatcher({2}).with_dtype<float, int32_t>(dtype).verify(a.view()).verify(b.view()); });
+  EXPECT_CONTAINS(msg, "DType mismatch: expected float32 (resolved earlier) but got int32");
+}
+
+TEST(TensorMatcher, DTypeSymbolKeepsItsOptionsWhenReusedWithoutTypes) {
+  // The reference wipes the symbol's options in with_dtype(symbol); we keep them.
+  FakeTensor f32({3}, {}, kF32), i32({2}, {}, kI32);
+  auto dtype = SymbolicDType{};
+  TensorMatcher({3}).with_dtype<float, Half>(dtype).verify(f32.view());
+  const std::string msg = failure([&] { TensorMatcher({2}).with_dtype(dtype).verify(i32.view()); });
+  EXPECT_CONTAINS(msg, "DType mismatch: int32 is not one of the dtype symbol's options");
+  EXPECT_CONTAINS(msg, "dtype (symbol) in {float32, float16}");
+}
+
+TEST(TensorMatcher, DTypeSymbolOptionsFromAnEarlierMatcher) {
+  FakeTensor i32({2}, {}, kI32), f16({3}, {}, kF16);
+  auto dtype = SymbolicDType{};
+  // The first matcher restricts the symbol to {float32, float16} but fails on int32...
+  EXPECT_NE(failure([&] { TensorMatcher({2}).with_dtype<float, Half>(dtype).verify(i32.view()); }), "<no failure>");
+  EXPECT_FALSE(dtype.has_value());
+  // ...and a later with_dtype(symbol) without template arguments still enforces those options.
+  TensorMatcher({3}).with_dtype(dtype).verify(f16.view());
+  EXPECT_TRUE(host::dtype_equal(dtype.unwrap(), kF16));
+}
+
+TEST(TensorMatcher, DeviceNotAllowedAndSymbolMismatch) {
+  FakeTensor cpu({2}, {}, kF32, {kDLCPU, 0}), gpu0({2}, {}, kF32, {kDLCUDA, 0}), gpu1({2}, {}, kF32, {kDLCUDA, 1});
+  std::string msg = failure([&] { TensorMatcher({2}).with_device<kDLCUDA>().verify(cpu.view()); });
+  EXPECT_CONTAINS(msg, "Device mismatch: cpu:0 is not one of {cuda}");
+  auto device = SymbolicDevice{};
+  msg = failure([&] { TensorMatcher({2}).with_device<kDLCUDA>(device).verify(gpu0.view()).verify(gpu1.view()); });
+  EXPECT_CONTAINS(msg, "Device mismatch: expected cuda:0 (resolved earlier) but got cuda:1");
+}
+
+TEST(TensorMatcher, FailedVerifyLeavesNewSymbolsUnresolved) {
+  FakeTensor a({4, 3}, {}, kF16);
+  auto R = SymbolicSize{"rows"};
+  EXPECT_NE(failure([&] { TensorMatcher({R, 3}).with_dtype<float>().verify(a.view()); }), "<no failure>");
+  EXPECT_FALSE(R.has_value());
+}
+
+TEST(TensorMatcher, UnwrapBeforeResolutionFails) {
+  auto N = SymbolicSize{"num_tokens"};
+  std::string msg = failure([&] { (void)N.unwrap(); });
+  EXPECT_CONTAINS(msg, "SymbolicSize('num_tokens') was never resolved");
+  auto dtype = SymbolicDType{};
+  msg = failure([&] { (void)dtype.unwrap(); });
+  EXPECT_CONTAINS(msg, "SymbolicDType was never resolved");
+  auto device = SymbolicDevice{};
+  msg = failure([&] { (void)device.unwrap(); });
+  EXPECT_CONTAINS(msg, "SymbolicDevice was never resolved");
+}
+
+TEST(TensorMatcher, MissingTensor) {
+  const std::string msg = failure([&] { TensorMatcher({2}).verify(jitkern::TensorView()); });
+  EXPECT_CONTAINS(msg, "the tensor is missing (None)");
+}
+
+TEST(TensorView, AccessorsAndChecks) {
+  FakeTensor a({2, 3, 4});
+  const auto v = a.view();
+  EXPECT_EQ(v.dim(), 3);
+  EXPECT_EQ(v.size(-1), 4);
+  EXPECT_EQ(v.stride(0), 12);
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_TRUE(v.is_contiguous());
+  EXPECT_CONTAINS(failure([&] { (void)v.size(3); }), "Dimension index 3 out of range");
+  FakeTensor implicit({2, 3});
+  implicit.t.strides = nullptr;  // DLPack allows compact tensors without strides
+  EXPECT_EQ(implicit.view().stride(0), 3);
+  EXPECT_CONTAINS(failure([&] { (void)implicit.view().strides(); }), "implicit (compact) strides");
+}

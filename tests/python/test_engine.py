@@ -1,0 +1,270 @@
+"""The JIT engine on the CPU: C++ kernels through load_jit, cache invalidation and safety."""
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jitkern
+from conftest import KERNELS
+
+# A child process that loads the factor kernel from `workdir` and prints out[1] for in = [0, 1, 2, ...].
+CHILD = textwrap.dedent(
+    """
+    import sys, numpy as np, jitkern
+    workdir, flags = sys.argv[1], sys.argv[2:]
+    m = jitkern.load_jit("factor", cpp_files=[workdir + "/factor_cpu.h"],
+                         cpp_wrappers=[("apply_factor", "apply_factor")], extra_cflags=flags)
+    a = np.arange(4, dtype=np.float32); b = np.full_like(a, np.nan)
+    m.apply_factor(b, a)
+    print("RESULT", b[1])
+    """
+)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    d = tmp_path / "kernel"
+    d.mkdir()
+    shutil.copy(KERNELS / "factor_cpu.h", d / "factor_cpu.h")
+    (d / "factor_value.h").write_text("#ifndef FACTOR\n#define FACTOR 2\n#endif\n")
+    return d
+
+
+@pytest.fixture
+def slow_cxx(tmp_path):
+    """A host compiler wrapper that logs every invocation and sleeps $SLOW_SECONDS before compiling."""
+    log = tmp_path / "cxx-invocations.log"
+    script = tmp_path / "slow-cxx"
+    real = shutil.which(os.environ.get("CXX", "c++"))
+    script.write_text(
+        f"#!/bin/sh\necho \"$@\" >> {log}\n"
+        f'case "$1" in --version) ;; *) sleep "${{SLOW_SECONDS:-0}}" ;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script, log
+
+
+def run_child(workdir, *flags, env_extra=None, check=True):
+    env = dict(os.environ, **(env_extra or {}))
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(workdir), *flags], capture_output=True, text=True, env=env, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def result_of(proc):
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")]
+    assert lines, proc.stdout + proc.stderr
+    return float(lines[-1].split()[1])
+
+
+def compiles(proc):
+    return proc.stderr.count("jitkern: compiling")
+
+
+def test_cpu_kernel_on_numpy_arrays(cache_dir):
+    m = jitkern.load_jit(
+        "scale_test", "3", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<3>"), ("sum_ints", "sum_ints")]
+    )
+    rng = np.random.default_rng()
+    a = rng.standard_normal(1001).astype(np.float32)
+    b = np.full_like(a, np.nan)
+    m.scale(b, a)
+    np.testing.assert_allclose(b, a * 3, rtol=1e-6)
+    assert m.sum_ints(2, 40, False) == 42 and m.sum_ints(2, 40, True) == -42
+    # the same request again in this process is the memoised module
+    assert jitkern.load_jit("scale_test", "3", cpp_files=[str(KERNELS / "scale_cpu.h")],
+                            cpp_wrappers=[("scale", "scale<3>"), ("sum_ints", "sum_ints")]) is m
+
+
+def test_cpp_errors_reach_python_with_messages(cache_dir):
+    m = jitkern.load_jit("errors_test", cpp_files=[str(KERNELS / "scale_cpu.h")],
+                         cpp_wrappers=[("always_fails", "always_fails"), ("scale", "scale<2>")])
+    with pytest.raises(RuntimeError, match=r"RuntimeCheck failed at .*scale_cpu\.h:\d+ in .*always_fails.*value must exceed 100, got 5"):
+        m.always_fails(5)
+    a = np.zeros(4, dtype=np.float32)
+    with pytest.raises(TypeError, match=r"scale\(\) takes 2 arguments but 3 were given"):
+        m.scale(a, a, a)
+    with pytest.raises(TypeError, match=r"scale\(\): the 2nd argument must be a tensor, got int 7"):
+        m.scale(a, 7)
+    with pytest.raises(TypeError, match=r"always_fails\(\): the 1st argument must be an integer.*got a str"):
+        m.always_fails("x")
+    with pytest.raises(RuntimeError, match=r"(?s)Tensor match failed for Tensor<4>\[strides=<1>, dtype=int32, device=cpu:0\] at .*scale_cpu\.h:\d+"
+                                           r".*Expected: Tensor<n>.*Root cause: DType mismatch: int32"):
+        m.scale(a, np.zeros(4, dtype=np.int32))
+    with pytest.raises(RuntimeError, match=r"Size mismatch for shape#0\('n'\): expected 4 \(resolved earlier\) but got 5"):
+        m.scale(a, np.zeros(5, dtype=np.float32))
+    with pytest.raises(RuntimeError, match=r"not contiguous"):
+        m.scale(a, np.zeros(8, dtype=np.float32)[::2])
+
+
+def test_tvm_ffi_tensorview_kernel_compiles_unchanged(cache_dir):
+    m = jitkern.load_jit("tvm_compat", cpp_files=[str(KERNELS / "tvm_compat_cpu.h")], cpp_wrappers=[("copy_rows", "copy_rows")])
+    rng = np.random.default_rng()
+    src = rng.standard_normal((3, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    dst = np.full_like(src, np.nan)
+    m.copy_rows(dst, src, None)
+    np.testing.assert_array_equal(dst, src)
+    m.copy_rows(dst, src, bias)
+    np.testing.assert_allclose(dst, src + bias, rtol=1e-6)
+    with pytest.raises(RuntimeError, match=r"Size mismatch for shape#0\('cols'\)"):
+        m.copy_rows(dst, src, np.zeros(4, dtype=np.float32))
+
+
+def test_header_edit_forces_rebuild_and_revert_reuses(cache_dir, workdir):
+    first = run_child(workdir)
+    assert result_of(first) == 2.0 and compiles(first) == 1
+    warm = run_child(workdir)
+    assert result_of(warm) == 2.0 and compiles(warm) == 0
+    (workdir / "factor_value.h").write_text("#define FACTOR 5\n")
+    edited = run_child(workdir)
+    assert result_of(edited) == 5.0 and compiles(edited) == 1
+    (workdir / "factor_value.h").write_text("#ifndef FACTOR\n#define FACTOR 2\n#endif\n")
+    reverted = run_child(workdir)  # content-addressed: the library for this content still exists
+    assert result_of(reverted) == 2.0 and compiles(reverted) == 0
+
+
+def test_touch_without_change_does_not_rebuild(cache_dir, workdir):
+    assert compiles(run_child(workdir)) == 1
+    os.utime(workdir / "factor_value.h", None)
+    again = run_child(workdir)
+    assert result_of(again) == 2.0 and compiles(again) == 0
+
+
+def test_flag_change_forces_rebuild(cache_dir, workdir):
+    assert result_of(run_child(workdir)) == 2.0
+    flagged = run_child(workdir, "-DFACTOR=7")
+    assert result_of(flagged) == 7.0 and compiles(flagged) == 1
+
+
+def test_warm_load_runs_no_subprocess(cache_dir, workdir, slow_cxx):
+    cxx, log = slow_cxx
+    env = {"CXX": str(cxx)}
+    assert compiles(run_child(workdir, env_extra=env)) == 1
+    calls = log.read_text()
+    assert "--version" in calls  # the compiler was probed (once) and used
+    warm = run_child(workdir, env_extra=env)
+    assert result_of(warm) == 2.0 and compiles(warm) == 0
+    assert log.read_text() == calls, "a warm load must not start the compiler"
+
+
+def test_eight_processes_compile_once(cache_dir, workdir, slow_cxx):
+    cxx, _ = slow_cxx
+    env = dict(os.environ, CXX=str(cxx), SLOW_SECONDS="2")
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert sum(e.count("jitkern: compiling") for _, e in outs) == 1
+    assert all("RESULT 2.0" in o for o, _ in outs)
+
+
+def test_kill_during_compile_recovers(cache_dir, workdir, slow_cxx):
+    cxx, _ = slow_cxx
+    env = dict(os.environ, CXX=str(cxx), SLOW_SECONDS="60")
+    victim = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    deadline = time.time() + 60
+    while not list(cache_dir.glob("*/build-*")):  # the compile has started
+        assert time.time() < deadline and victim.poll() is None, "the compile never started"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not list(cache_dir.glob("*/manifest")), "nothing may be published by a killed build"
+    t0 = time.time()
+    recovered = run_child(workdir, env_extra={"CXX": str(cxx), "SLOW_SECONDS": "0"})
+    assert result_of(recovered) == 2.0 and compiles(recovered) == 1
+    assert time.time() - t0 < 50, "the dead process's lock must not be waited for"
+
+
+def test_truncated_library_is_rebuilt(cache_dir, workdir):
+    assert compiles(run_child(workdir)) == 1
+    (lib,) = cache_dir.glob("factor-*/*.so")
+    with open(lib, "r+b") as f:
+        f.truncate(lib.stat().st_size // 2)
+    again = run_child(workdir)
+    assert result_of(again) == 2.0 and compiles(again) == 1
+
+
+def test_compile_error_shows_location_and_is_remembered(cache_dir, tmp_path):
+    src = tmp_path / "broken.h"
+    src.write_text("#include <jitkern/utils.h>\n\ninline int broken() {\n  return undefined_symbol + 1;\n}\n")
+    args = dict(cpp_files=[str(src)], cpp_wrappers=[("broken", "broken")])
+    with pytest.raises(jitkern.BuildError, match=r"(?s)failed to build module 'broken'.*command: .*broken\.h:4:\d+: error"):
+        jitkern.load_jit("broken", **args)
+    t0 = time.time()
+    with pytest.raises(jitkern.BuildError, match=r"remembered this failure"):
+        jitkern.load_jit("broken", **args)
+    assert time.time() - t0 < 0.2, "a remembered failure must fail fast"
+    os.environ["JITKERN_RETRY_FAILED"] = "1"
+    try:
+        with pytest.raises(jitkern.BuildError) as retried:
+            jitkern.load_jit("broken", **args)
+        assert "remembered" not in str(retried.value)
+    finally:
+        del os.environ["JITKERN_RETRY_FAILED"]
+    src.write_text("#include <jitkern/utils.h>\n\ninline int broken() {\n  return 41 + 1;\n}\n")
+    assert jitkern.load_jit("broken", **args).broken() == 42
+
+
+def test_foreign_writable_cache_is_refused(cache_dir, workdir):
+    assert compiles(run_child(workdir)) == 1
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700, "the cache directory must be created private"
+    cache_dir.chmod(0o777)
+    refused = run_child(workdir, check=False)
+    assert refused.returncode != 0 and "writable by group/others" in refused.stderr
+    cache_dir.chmod(0o700)
+    (lib,) = cache_dir.glob("factor-*/*.so")
+    lib.chmod(0o666)
+    refused = run_child(workdir, check=False)
+    assert refused.returncode != 0 and "must belong to the current user and not be writable by others" in refused.stderr
+
+
+def test_separate_lock_directory(cache_dir, workdir, tmp_path):
+    locks = tmp_path / "locks"
+    assert result_of(run_child(workdir, env_extra={"JITKERN_LOCK_DIR": str(locks)})) == 2.0
+    assert list(locks.glob("factor-*.lock")) and not (cache_dir / "locks").exists()
+
+
+def test_build_directory_parameter(cache_dir, tmp_path):
+    build_dir = tmp_path / "mybuild"
+    m = jitkern.load_jit("scale_bd", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<4>")],
+                         build_directory=str(build_dir))
+    a = np.arange(3, dtype=np.float32)
+    b = np.empty_like(a)
+    m.scale(b, a)
+    np.testing.assert_array_equal(b, a * 4)
+    assert list(build_dir.glob("scale_bd-*/manifest"))
+
+
+def test_load_jit_rejects_bad_arguments(cache_dir):
+    with pytest.raises(TypeError, match="module name"):
+        jitkern.load_jit(cpp_files=["x.h"])
+    with pytest.raises(TypeError, match="cpp_files must be a list"):
+        jitkern.load_jit("x", cpp_files="x.h")
+    with pytest.raises(TypeError, match="string pairs"):
+        jitkern.load_jit("x", cpp_files=["x.h"], cpp_wrappers=["f"])
+    with pytest.raises(ValueError, match="not a valid identifier"):
+        jitkern.load_jit("x", cpp_files=["x.h"], cpp_wrappers=[("a-b", "f")])
+    with pytest.raises(RuntimeError, match=r"kernel source 'does_not_exist\.cuh' not found .*csrc"):
+        jitkern.load_jit("x", cuda_files=["does_not_exist.cuh"], cuda_wrappers=[("f", "f")])
+    with pytest.raises(RuntimeError, match="at least one of cpp_files or cuda_files"):
+        jitkern.load_jit("x")
+
+
+def test_invalid_cuda_arch_is_reported(cache_dir, monkeypatch):
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "hopper")
+    with pytest.raises(RuntimeError, match="invalid CUDA architecture 'hopper'"):
+        jitkern.load_jit("arch_test", cuda_files=["add_constant.cuh"], cuda_wrappers=[("add_constant", "add_constant<1>")])
