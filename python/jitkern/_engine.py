@@ -58,13 +58,24 @@ def runtime_version() -> str:
 
 
 def environment_paths() -> dict[str, str]:
-    """Directories the engine needs from tvm-ffi's installation (computed once per process)."""
-    import tvm_ffi
-    import tvm_ffi.libinfo as libinfo
+    """Directories the engine needs from tvm-ffi's installation.
 
-    return {
-        "tvm_ffi_include": libinfo.find_include_path(),
-        "dlpack_include": libinfo.find_dlpack_include_path(),
-        "tvm_ffi_lib": os.path.dirname(libinfo.find_libtvm_ffi()),
-        "tvm_ffi_version": tvm_ffi.__version__,
-    }
+    Read off the package layout (include/, lib/ beside tvm_ffi/__init__.py) because tvm_ffi.libinfo
+    searches several locations and costs about a millisecond, twice the warm-load budget.
+    """
+    import tvm_ffi
+
+    root = os.path.dirname(os.path.abspath(tvm_ffi.__file__))
+    include, lib = os.path.join(root, "include"), os.path.join(root, "lib")
+    if os.path.exists(os.path.join(include, "tvm", "ffi", "c_api.h")) and os.path.exists(os.path.join(lib, "libtvm_ffi.so")):
+        paths = {"tvm_ffi_include": include, "dlpack_include": include, "tvm_ffi_lib": lib}
+    else:  # a development install of tvm-ffi: let it search
+        import tvm_ffi.libinfo as libinfo
+
+        paths = {
+            "tvm_ffi_include": libinfo.find_include_path(),
+            "dlpack_include": libinfo.find_dlpack_include_path(),
+            "tvm_ffi_lib": os.path.dirname(libinfo.find_libtvm_ffi()),
+        }
+    paths["tvm_ffi_version"] = tvm_ffi.__version__
+    return paths

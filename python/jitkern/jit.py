@@ -8,6 +8,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
+import tvm_ffi
+
 from . import _engine
 
 if TYPE_CHECKING:
@@ -123,9 +125,6 @@ def load_jit(
         request += _cuda_target()
     request += list(_env().items())
     path = _engine.build(request)
-
-    import tvm_ffi
-
     module = tvm_ffi.load_module(path)
     with _MODULES_LOCK:
         return _MODULES.setdefault(key, module)

@@ -1,0 +1,24 @@
+// add_constant written against tvm-ffi's C++ TensorView (as the reference guide writes kernels), for
+// the compile-time comparison: the same device code and validation as csrc/add_constant.cuh, but the
+// translation unit parses tvm-ffi's C++ headers.
+#pragma once
+
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+
+#include "../../csrc/add_constant.cuh"
+
+template <int32_t kConstant>
+void add_constant_tvm(tvm::ffi::TensorView dst, tvm::ffi::TensorView src) {
+  using namespace host;
+  SymbolicSize N{"num_elements"};
+  SymbolicDevice device;
+  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
+  const int64_t n = N.unwrap();
+  if (n == 0) return;
+  auto* out = static_cast<int32_t*>(dst.data_ptr());
+  const auto* in = static_cast<const int32_t*>(src.data_ptr());
+  const bool aligned = (reinterpret_cast<uintptr_t>(out) % 16 == 0) && (reinterpret_cast<uintptr_t>(in) % 16 == 0);
+  const auto kernel = aligned ? add_constant_kernel<kConstant, true> : add_constant_kernel<kConstant, false>;
+  LaunchKernel(static_cast<unsigned>(div_ceil(n, kAddConstantTile)), kAddConstantThreads, device.unwrap())(kernel, out, in, n);
+}
