@@ -1,0 +1,140 @@
+"""add_constant: per-call host overhead (two tiny tensors) and bandwidth (64M int32).
+
+Per-call overhead: a Python loop of N calls on 16-element tensors, wall time per call (the GPU keeps up:
+each kernel takes ~2 us). Compared side by side: torch.add, the reference path (the tutorial's
+wrapper over a tvm_ffi.cpp.load_inline module exported with TVM_FFI_DLL_EXPORT_TYPED_FUNC), and
+jitkern; plus a breakdown of where jitkern's time goes. Bandwidth: triton do_bench median, bytes read
++ written, against torch and a measured device-to-device copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from utils import copy_ceiling_gbps, environment, is_in_ci, run_benchmark  # noqa: E402
+
+import jitkern  # noqa: E402
+from jitkern.ops import add_constant  # noqa: E402
+from jitkern.ops.add_constant import _add_constant_function  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+CALLS = 2000 if is_in_ci() else 20000
+REPEATS = 3 if is_in_ci() else 7
+
+
+@functools.lru_cache(maxsize=None)
+def _reference_module(constant: int):
+    import tvm_ffi.cpp
+
+    arch = torch.cuda.get_device_capability()
+    os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", f"{arch[0]}.{arch[1]}{'a' if arch[0] >= 9 else ''}")
+    source = f'#include "{HERE}/kernels/add_constant_tvm.cuh"\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(add_constant, add_constant_tvm<{constant}>);\n'
+    return tvm_ffi.cpp.load_inline(f"ref_add_constant_{constant}", cuda_sources=[source],
+                                   extra_cuda_cflags=["-std=c++20", "-O3", "--expt-relaxed-constexpr"],
+                                   extra_include_paths=[str(jitkern.INCLUDE_DIR)])
+
+
+def reference_add_constant(src: torch.Tensor, constant: int) -> torch.Tensor:
+    """The tutorial's Python wrapper, verbatim in substance."""
+    if not src.is_cuda:
+        raise RuntimeError("src must be a CUDA tensor")
+    if src.dtype != torch.int32:
+        raise RuntimeError(f"Unsupported dtype {src.dtype}. Supported: int32")
+    dst = torch.empty_like(src)
+    module = _reference_module(constant)
+    module.add_constant(dst, src)
+    return dst
+
+
+@jitkern.cache_once
+def _overhead_module():
+    return jitkern.load_jit("overhead", cuda_files=[str(HERE / "kernels/overhead.cuh")],
+                            cuda_wrappers=[("call_only", "call_only"), ("verify_only", "verify_only"),
+                                           ("verify_and_stream", "verify_and_stream")])
+
+
+def per_call_us(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        samples.append((t1 - t0) / CALLS * 1e6)
+    return statistics.median(samples)
+
+
+def overhead_table() -> None:
+    src = torch.randint(-100, 100, (16,), dtype=torch.int32, device="cuda")
+    dst = torch.empty_like(src)
+    raw = _add_constant_function(5)
+    ovh = _overhead_module()
+    call_only, verify_only, verify_and_stream = ovh.call_only, ovh.verify_only, ovh.verify_and_stream
+    ref_mod = _reference_module(5)
+    ref_fn = ref_mod.add_constant
+    rows = {
+        "torch.add (src + 5)": lambda: src + 5,
+        "reference path (tutorial wrapper, load_inline module)": lambda: reference_add_constant(src, 5),
+        "jitkern.ops.add_constant(src, 5)": lambda: add_constant(src, 5),
+        "reference exported function alone, preallocated dst": lambda: ref_fn(dst, src),
+        "jitkern exported function alone, preallocated dst": lambda: raw(dst, src),
+    }
+    breakdown = {
+        "torch.empty_like(src)": lambda: torch.empty_like(src),
+        "jitkern: Python -> C ABI call, no work (argument conversion)": lambda: call_only(dst, src),
+        "jitkern: + TensorMatcher on both tensors": lambda: verify_only(dst, src),
+        "jitkern: + stream lookup (TVMFFIEnvGetStream)": lambda: verify_and_stream(dst, src),
+        "jitkern: + kernel launch (the exported add_constant)": lambda: raw(dst, src),
+    }
+    results = {name: per_call_us(fn) for name, fn in {**rows, **breakdown}.items()}
+    ref = results["reference path (tutorial wrapper, load_inline module)"]
+    print(f"\n### Per-call host overhead, two 16-element int32 tensors ({environment()}; median of {REPEATS} x {CALLS} calls)\n")
+    print("| path | us per call | vs reference path |")
+    print("|---|---|---|")
+    for name in rows:
+        print(f"| {name} | {results[name]:.2f} | {results[name] / ref:.2f}x |")
+    print("\nWhere jitkern's time goes (cumulative stages):\n")
+    print("| stage | us per call |")
+    print("|---|---|")
+    for name in breakdown:
+        print(f"| {name} | {results[name]:.2f} |")
+
+
+def bandwidth_table() -> None:
+    n = 64 * 1024 * 1024
+    src = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32, device="cuda")
+    out = torch.empty_like(src)
+    raw = _add_constant_function(5)
+    num_bytes = 2 * src.numel() * src.element_size()
+    ceiling = copy_ceiling_gbps(num_bytes)
+    rows = {
+        "jitkern add_constant": lambda: raw(out, src),
+        "torch.add(src, 5, out=out)": lambda: torch.add(src, 5, out=out),
+        "copy (out.copy_(src))": lambda: out.copy_(src),
+    }
+    raw(out, src)
+    assert torch.equal(out, src + 5)
+    print(f"\n### add_constant bandwidth, 64M int32 ({num_bytes / 1e6:.0f} MB moved; {environment()})\n")
+    print(f"Measured copy ceiling (1 GiB device-to-device copy): {ceiling:.0f} GB/s\n")
+    print("| kernel | median us | p20-p80 us | GB/s | % of copy ceiling |")
+    print("|---|---|---|---|---|")
+    for name, fn in rows.items():
+        t = run_benchmark(fn, use_cudagraph=False)
+        gbps = num_bytes / (t["median"] * 1e-6) / 1e9
+        print(f"| {name} | {t['median']:.1f} | {t['p20']:.1f}-{t['p80']:.1f} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% |")
+
+
+if __name__ == "__main__":
+    overhead_table()
+    bandwidth_table()
