@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_gbps, environment, is_in_ci, run_benchmark  # noqa: E402
+from utils import copy_ceiling_gbps, environment, is_in_ci, reference_ldflags, run_benchmark  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern.ops import add_constant  # noqa: E402
@@ -39,7 +39,7 @@ def _reference_module(constant: int):
     source = f'#include "{HERE}/kernels/add_constant_tvm.cuh"\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(add_constant, add_constant_tvm<{constant}>);\n'
     return tvm_ffi.cpp.load_inline(f"ref_add_constant_{constant}", cuda_sources=[source],
                                    extra_cuda_cflags=["-std=c++20", "-O3", "--expt-relaxed-constexpr"],
-                                   extra_include_paths=[str(jitkern.INCLUDE_DIR)])
+                                   extra_include_paths=[str(jitkern.INCLUDE_DIR)], extra_ldflags=reference_ldflags())
 
 
 def reference_add_constant(src: torch.Tensor, constant: int) -> torch.Tensor:

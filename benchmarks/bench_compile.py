@@ -31,6 +31,7 @@ JITKERN_LEAN = PRELUDE + """
 import time, jitkern
 t0 = time.perf_counter()
 m = jitkern.load_jit("add_constant", "5", cuda_files=["add_constant.cuh"], cuda_wrappers=[("add_constant", "add_constant<5>")])
+m.add_constant
 print("SECONDS", time.perf_counter() - t0)
 """
 
@@ -39,16 +40,20 @@ import time, jitkern
 t0 = time.perf_counter()
 m = jitkern.load_jit("add_constant_tvm", "5", cuda_files=["{HERE}/kernels/add_constant_tvm.cuh"],
                      cuda_wrappers=[("add_constant", "add_constant_tvm<5>")])
+m.add_constant
 print("SECONDS", time.perf_counter() - t0)
 """
 
 REFERENCE = PRELUDE + f"""
 import time, jitkern, tvm_ffi.cpp
+lib = str(jitkern.PACKAGE_DIR / "lib")
 source = '#include "{HERE}/kernels/add_constant_tvm.cuh"\\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(add_constant, add_constant_tvm<5>);\\n'
 t0 = time.perf_counter()
 m = tvm_ffi.cpp.load_inline("ref_add_constant_5", cuda_sources=[source],
                             extra_cuda_cflags=["-std=c++20", "-O3", "--expt-relaxed-constexpr"],
-                            extra_include_paths=[str(jitkern.INCLUDE_DIR)])
+                            extra_include_paths=[str(jitkern.INCLUDE_DIR)],
+                            extra_ldflags=["-L" + lib, "-ljitkern_runtime", "-Wl,-rpath," + lib])
+m.add_constant  # resolve the export, as a call would
 print("SECONDS", time.perf_counter() - t0)
 """
 

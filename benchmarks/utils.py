@@ -50,3 +50,11 @@ def environment() -> str:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip() or "unknown"
     return f"{date.today().isoformat()}, {device}, commit {commit}"
+
+
+def reference_ldflags() -> list[str]:
+    """Link flags for reference-path modules that use jitkern's TensorMatcher (implemented in its runtime library)."""
+    import jitkern
+
+    lib = str(jitkern.PACKAGE_DIR / "lib")
+    return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]

@@ -1,6 +1,7 @@
 // The JIT engine: wrapper generation, cache keys, compile driver, content-addressed on-disk cache
 // with per-key locks, failure memory and loading. See DESIGN.md, "Cache: correct first, then fast".
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <jitkern/jit.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "fs_util.h"
@@ -279,22 +281,14 @@ Plan make_plan(const BuildRequest& req, const ResolvedConfig& cfg) {
   }
   p.dep_exclude_prefixes.push_back("/usr/include/");
   p.dep_exclude_prefixes.push_back("/usr/lib/gcc/");
-  // Link: the host compiler unless CUDA alone is involved (nvcc then links in the same command).
+  // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
   p.link = {"-shared", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
   std::vector<std::string> rpaths = {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir};
   if (p.has_cuda) {
     p.link.insert(p.link.end(), {"-L" + cuda_libs, "-lcudart"});
     rpaths.push_back(cuda_libs);
   }
-  const bool nvcc_links = p.has_cuda && !p.has_cpp;
-  for (const auto& r : rpaths) {
-    if (nvcc_links) {
-      p.link.insert(p.link.end(), {"-Xlinker", "-rpath", "-Xlinker", r});
-    } else {
-      p.link.push_back("-Wl,-rpath," + r);
-    }
-  }
-  if (nvcc_links) p.link.insert(p.link.begin(), {"--cudart", "shared"});
+  for (const auto& r : rpaths) p.link.push_back("-Wl,-rpath," + r);
   p.link.insert(p.link.end(), req.extra_ldflags.begin(), req.extra_ldflags.end());
   key.field("link");
   for (const auto& a : p.link) key.field(a);
@@ -535,6 +529,102 @@ std::string read_log(const std::string& path) {
   return text;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The CUDA compile. nvcc runs its phases one after another: host preprocessing and cudafe++, then
+// device preprocessing, cicc, ptxas and fatbinary, then the host compile of the generated code. The
+// device chain only needs from cudafe++ the module id, so jitkern writes that id itself and runs the
+// two chains in parallel (the commands come from `nvcc --dryrun`, so flags and paths are nvcc's
+// own). Anything unexpected in the dry run falls back to a plain nvcc invocation.
+
+struct NvccPipeline {
+  std::vector<std::string> env;                                // NAME=value
+  std::vector<std::string> host_chain, device_chain, finish;  // shell command lines
+  std::string module_id_path;
+};
+
+bool plan_nvcc_pipeline(const std::string& dryrun, const std::string& depfile, NvccPipeline* out) {
+  for (const auto& line : split_lines(dryrun)) {
+    if (line.rfind("#$ ", 0) != 0) continue;
+    std::string cmd = line.substr(3);
+    const std::string first = cmd.substr(0, cmd.find(' '));
+    const auto eq = first.find('=');
+    if (eq != std::string::npos && eq > 0 && is_identifier(first.substr(0, eq))) {
+      const std::string name = first.substr(0, eq);
+      // List-valued variables are nvcc-internal and already expanded into the commands.
+      if (name != "INCLUDES" && name != "SYSTEM_INCLUDES" && name != "LIBRARIES") out->env.push_back(cmd);
+      continue;
+    }
+    if (cmd.find("cudafe++") != std::string::npos && first.find("cudafe++") != std::string::npos) {
+      const std::string gen = " --gen_module_id_file";
+      const auto g = cmd.find(gen);
+      if (g == std::string::npos) return false;
+      cmd.erase(g, gen.size());
+      const std::string key = "--module_id_file_name \"";
+      const auto m = cmd.find(key);
+      if (m == std::string::npos) return false;
+      const auto end = cmd.find('"', m + key.size());
+      out->module_id_path = cmd.substr(m + key.size(), end - m - key.size());
+      out->host_chain.push_back(cmd);
+    } else if (cmd.find(" -E ") != std::string::npos && cmd.find(".cpp4.ii\"") != std::string::npos) {
+      out->host_chain.insert(out->host_chain.begin(), cmd + " -MD -MF \"" + depfile + "\"");
+    } else if (cmd.find(" -E ") != std::string::npos && cmd.find(".cpp1.ii\"") != std::string::npos) {
+      out->device_chain.insert(out->device_chain.begin(), cmd);
+    } else if (first.find("cicc") != std::string::npos || first == "ptxas" || first == "fatbinary") {
+      out->device_chain.push_back(cmd);
+    } else if (cmd.find(" -c ") != std::string::npos && cmd.find(".cudafe1.cpp") != std::string::npos) {
+      out->finish.push_back(cmd);
+    } else if (first == "rm") {
+      out->finish.push_back(cmd);
+    } else {
+      return false;  // a phase we do not know how to order
+    }
+  }
+  return out->host_chain.size() == 2 && out->device_chain.size() == 4 && !out->finish.empty() &&
+         !out->module_id_path.empty();
+}
+
+int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env, const std::string& log) {
+  for (const auto& c : cmds) {
+    const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log, env));
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+int compile_cuda_object(const Plan& p, const std::string& scratch, const std::string& src, const std::string& obj,
+                        const std::string& log, std::vector<std::vector<std::string>>* commands,
+                        std::vector<std::string>* depfiles) {
+  const std::string depfile = scratch + "/device.d";
+  depfiles->push_back(depfile);
+  if (env_or("JITKERN_NVCC_PIPELINE") != "0") {
+    const std::string nvdir = scratch + "/nvcc";
+    ::mkdir(nvdir.c_str(), 0700);
+    auto dry = p.cuda_compile;
+    dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", nvdir, "-c", src, "-o", obj});
+    const std::string dry_log = scratch + "/dryrun.txt";
+    NvccPipeline pipe;
+    std::string text;
+    if (fs::wait(fs::spawn(dry, dry_log)) == 0 && fs::read_file(dry_log, &text) && plan_nvcc_pipeline(text, depfile, &pipe)) {
+      // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
+      fs::write_file_atomic(pipe.module_id_path, "_" + p.request_key.substr(0, 8) + "_9_device_cu_" + p.request_key.substr(8, 8));
+      for (const auto& c : pipe.host_chain) commands->push_back({"sh", "-c", c});
+      for (const auto& c : pipe.device_chain) commands->push_back({"sh", "-c", c});
+      for (const auto& c : pipe.finish) commands->push_back({"sh", "-c", c});
+      int device_rc = 0;
+      std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env, log); });
+      const int host_rc = run_shell_chain(pipe.host_chain, pipe.env, log);
+      device.join();
+      if (host_rc != 0) return host_rc;
+      if (device_rc != 0) return device_rc;
+      return run_shell_chain(pipe.finish, pipe.env, log);
+    }
+  }
+  auto cmd = p.cuda_compile;
+  cmd.insert(cmd.end(), {"-MMD", "-MF", depfile, "-c", src, "-o", obj});
+  commands->push_back(cmd);
+  return fs::wait(fs::spawn(cmd, log));
+}
+
 std::string build_locked(const Plan& p, const BuildRequest& req, const ResolvedConfig& cfg) {
   // Another process may have published while we waited for the lock.
   std::string lib_path;
@@ -600,26 +690,10 @@ std::string build_locked(const Plan& p, const BuildRequest& req, const ResolvedC
   };
 
   int rc = 0;
-  std::vector<std::vector<std::string>> batch;
-  if (p.has_cpp && p.has_cuda) {
-    // Host glue and device code compile in parallel, then the host compiler links.
-    fs::write_file_atomic(scratch + "/host.cc", p.cpp_source);
-    fs::write_file_atomic(scratch + "/device.cu", p.cuda_source);
-    auto cpp = p.cpp_compile;
-    cpp.insert(cpp.end(), {"-MMD", "-MF", scratch + "/host.d", "-c", scratch + "/host.cc", "-o", scratch + "/host.o"});
-    auto cu = p.cuda_compile;
-    cu.insert(cu.end(), {"-MMD", "-MF", scratch + "/device.d", "-c", scratch + "/device.cu", "-o", scratch + "/device.o"});
-    batch = {cpp, cu};
-    depfiles = {scratch + "/host.d", scratch + "/device.d"};
-    commands = batch;
-    rc = run_all(batch);
-    if (rc == 0) {
-      std::vector<std::string> link = {p.host_cxx, scratch + "/host.o", scratch + "/device.o", "-o", out};
-      link.insert(link.end(), p.link.begin(), p.link.end());
-      commands.push_back(link);
-      rc = run_all({link});
-    }
-  } else if (p.has_cpp) {
+  const std::string cuda_src = scratch + "/device.cu", cuda_obj = scratch + "/device.o";
+  if (p.has_cuda) fs::write_file_atomic(cuda_src, p.cuda_source);
+  if (p.has_cpp && !p.has_cuda) {
+    // Host code alone: compile and link in one command.
     fs::write_file_atomic(scratch + "/host.cc", p.cpp_source);
     auto cmd = p.cpp_compile;
     cmd.insert(cmd.end(), {"-MMD", "-MF", scratch + "/host.d", scratch + "/host.cc", "-o", out});
@@ -628,13 +702,32 @@ std::string build_locked(const Plan& p, const BuildRequest& req, const ResolvedC
     commands = {cmd};
     rc = run_all({cmd});
   } else {
-    fs::write_file_atomic(scratch + "/device.cu", p.cuda_source);
-    auto cmd = p.cuda_compile;
-    cmd.insert(cmd.end(), {"-MMD", "-MF", scratch + "/device.d", scratch + "/device.cu", "-o", out});
-    cmd.insert(cmd.end(), p.link.begin(), p.link.end());
-    depfiles = {scratch + "/device.d"};
-    commands = {cmd};
-    rc = run_all({cmd});
+    // Host glue (if any) compiles while the CUDA pipeline runs; then the host compiler links.
+    std::vector<fs::Process> host_proc;
+    std::vector<std::string> objects;
+    if (p.has_cpp) {
+      fs::write_file_atomic(scratch + "/host.cc", p.cpp_source);
+      auto cpp = p.cpp_compile;
+      cpp.insert(cpp.end(), {"-MMD", "-MF", scratch + "/host.d", "-c", scratch + "/host.cc", "-o", scratch + "/host.o"});
+      commands.push_back(cpp);
+      depfiles.push_back(scratch + "/host.d");
+      objects.push_back(scratch + "/host.o");
+      host_proc.push_back(fs::spawn(cpp, log));
+    }
+    rc = compile_cuda_object(p, scratch, cuda_src, cuda_obj, log, &commands, &depfiles);
+    for (auto& pr : host_proc) {
+      const int r = fs::wait(pr);
+      if (r != 0 && rc == 0) rc = r;
+    }
+    objects.push_back(cuda_obj);
+    if (rc == 0) {
+      std::vector<std::string> link = {p.host_cxx};
+      link.insert(link.end(), objects.begin(), objects.end());
+      link.insert(link.end(), {"-o", out});
+      link.insert(link.end(), p.link.begin(), p.link.end());
+      commands.push_back(link);
+      rc = run_all({link});
+    }
   }
 
   if (rc != 0) {

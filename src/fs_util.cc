@@ -181,7 +181,8 @@ std::string make_temp_dir(const std::string& parent, const std::string& prefix) 
   return buf.data();
 }
 
-Process spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
+              const std::vector<std::string>& env_overrides) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -190,8 +191,20 @@ Process spawn(const std::vector<std::string>& argv, const std::string& log_path)
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& o : env_overrides) overridden = overridden || o.substr(0, o.find('=')) == name;
+    if (!overridden) env_storage.push_back(entry);
+  }
+  env_storage.insert(env_storage.end(), env_overrides.begin(), env_overrides.end());
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     errno = rc;

@@ -36,7 +36,9 @@ std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 struct Process {
   int pid = -1;
 };
-Process spawn(const std::vector<std::string>& argv, const std::string& log_path);
+// `env_overrides` ("NAME=value") are added to (or replace entries of) the current environment.
+Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
+              const std::vector<std::string>& env_overrides = {});
 int wait(Process p);
 std::string join_command(const std::vector<std::string>& argv);
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
@@ -59,18 +60,20 @@ def _wrappers(name: str, value: Sequence[tuple[str, str]] | None) -> tuple[tuple
 
 
 def _cuda_target() -> list[tuple[str, str]]:
-    # Prefer torch's notion of the current device when torch is already in use; otherwise the
-    # engine asks the driver (or JITKERN_CUDA_ARCH decides).
+    """The target for CUDA sources when torch already has CUDA up: its current device's arch.
+
+    Otherwise the engine decides ($JITKERN_CUDA_ARCH, else a driver query). torch.cuda is never
+    initialised here: creating a CUDA context costs tens of milliseconds.
+    """
+    if os.environ.get("JITKERN_CUDA_ARCH"):
+        return []
     torch = sys.modules.get("torch")
-    if torch is None:
+    if torch is None or not torch.cuda.is_initialized():
         return []
-    try:
-        if not torch.cuda.is_available():
-            return []
-        device = torch.cuda.current_device()
-    except Exception:  # noqa: BLE001 - a broken torch CUDA setup falls back to the engine's probe
-        return []
-    return [("cuda_device", str(device))]
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    # Architecture-specific features (wgmma, setmaxnreg, ...) need the 'a' target on sm_90 and later.
+    return [("cuda_arch", f"sm_{major}{minor}{'a' if major >= 9 else ''}"), ("cuda_device", str(device))]
 
 
 def load_jit(

@@ -19,3 +19,33 @@ def test_add_constant_instantiation_compiles(cache_dir, monkeypatch, constant):
     path = _engine.build(request)
     data = open(path, "rb").read()
     assert data[:4] == b"\x7fELF" and b"__tvm_ffi_add_constant" in data
+
+
+def _build_cuda(name, cuda_file, wrapper):
+    request = [("name", name), ("cuda_file", str(cuda_file)), ("cuda_wrapper", wrapper)] + list(jit._env().items())
+    return _engine.build(request)
+
+
+@pytest.mark.parametrize("pipeline", ["1", "0"])
+def test_cuda_header_edit_rebuilds_and_errors_show_location(cache_dir, monkeypatch, tmp_path, pipeline):
+    """Both CUDA compile paths (nvcc's phases run in parallel by jitkern, and plain nvcc) track
+    included headers and report compiler errors with file and line."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", pipeline)
+    header = tmp_path / "value.cuh"
+    header.write_text("#define VALUE 3\n")
+    kernel = tmp_path / "k.cuh"
+    kernel.write_text(
+        '#include <jitkern/utils.cuh>\n#include "value.cuh"\n'
+        "__global__ void fill(int* p) { *p = VALUE; }\n"
+        "inline void run(int64_t ptr) { host::LaunchKernel(1, 1, cudaStream_t{})(fill, reinterpret_cast<int*>(ptr)); }\n"
+    )
+    first = _build_cuda("hdr", kernel, "run\trun")
+    assert b"__tvm_ffi_run" in open(first, "rb").read()
+    assert _build_cuda("hdr", kernel, "run\trun") == first  # warm
+    header.write_text("#define VALUE 4\n")
+    second = _build_cuda("hdr", kernel, "run\trun")
+    assert second != first, "editing an included header must produce a new library"
+    header.write_text("#define VALUE undefined_name\n")
+    with pytest.raises(_engine.BuildError, match=r'(?s)k\.cuh\(3\): error: identifier "undefined_name" is undefined'):
+        _build_cuda("hdr", kernel, "run\trun")
