@@ -58,22 +58,43 @@ print("SECONDS", time.perf_counter() - t0)
 """
 
 
+WARM_BREAKDOWN = PRELUDE + """
+import time, jitkern, tvm_ffi
+from jitkern import _engine, jit
+t0 = time.perf_counter()
+env = jit._env()
+request = [("name", "add_constant"), ("name", "5"), ("cuda_file", "add_constant.cuh"),
+           ("cuda_wrapper", "add_constant\\tadd_constant<5>")] + list(env.items())
+path = _engine.build(request)
+t1 = time.perf_counter()
+m = tvm_ffi.load_module(path)
+m.add_constant
+t2 = time.perf_counter()
+print("SECONDS", t1 - t0, t2 - t1)
+"""
+
+
 def trial(code: str, cache: str, extra_env: dict[str, str] | None = None) -> float:
     env = dict(os.environ, JITKERN_CACHE_DIR=cache, TVM_FFI_CACHE_DIR=cache, JITKERN_CUDA_ARCH=ARCH, JITKERN_QUIET="1",
                TVM_FFI_CUDA_ARCH_LIST=f"{ARCH[3]}.{ARCH[4:]}", **(extra_env or {}))
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
-    return float(out.stdout.split("SECONDS")[-1])
+    return [float(x) for x in out.stdout.split("SECONDS")[-1].split()] if "BREAKDOWN" in code else float(out.stdout.split("SECONDS")[-1])
 
 
-def measure(code: str) -> tuple[list[float], list[float]]:
+BREAKDOWN: list[list[float]] = []
+
+
+def measure(code: str, breakdown: bool = False) -> tuple[list[float], list[float]]:
     cold, warm = [], []
     for _ in range(TRIALS):
         with tempfile.TemporaryDirectory() as cache:
             os.chmod(cache, 0o700)
             cold.append(trial(code, cache))
             warm.extend(trial(code, cache) for _ in range(2))
+            if breakdown:
+                BREAKDOWN.append(trial("# BREAKDOWN\n" + WARM_BREAKDOWN, cache))
     return cold, warm
 
 
@@ -83,7 +104,7 @@ def fmt(xs: list[float], scale: float, unit: str) -> str:
 
 def main() -> None:
     rows = {
-        "jitkern, jitkern::TensorView (default)": measure(JITKERN_LEAN),
+        "jitkern, jitkern::TensorView (default)": measure(JITKERN_LEAN, breakdown=True),
         "jitkern, tvm::ffi::TensorView kernel": measure(JITKERN_TVM_VIEW),
         "reference: tvm_ffi.cpp.load_inline + TVM_FFI_DLL_EXPORT_TYPED_FUNC": measure(REFERENCE),
     }
@@ -95,6 +116,10 @@ def main() -> None:
     for name, (cold, warm) in rows.items():
         print(f"| {name} | {fmt(cold, 1, 's')} | {statistics.median(cold) / ref_cold:.2f}x | {fmt(warm, 1e3, 'ms')} | "
               f"{statistics.median(warm) / ref_warm:.3f}x |")
+    engine = statistics.median(b[0] for b in BREAKDOWN) * 1e3
+    load = statistics.median(b[1] for b in BREAKDOWN) * 1e3
+    print(f"\nWarm load breakdown (jitkern default, median): engine cache lookup in C++ (key, manifest, dependency stats) "
+          f"{engine:.3f} ms; tvm_ffi.load_module + function lookup (dlopen, CUDA registration) {load:.3f} ms")
     print("\nJSON " + json.dumps({k: {"cold_s": v[0], "warm_s": v[1]} for k, v in rows.items()}))
 
 

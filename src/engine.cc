@@ -260,7 +260,6 @@ Plan make_plan(const BuildRequest& req, const ResolvedConfig& cfg) {
     key.field("cpp").field(p.cpp_source);
     for (const auto& a : p.cpp_compile) key.field(a);
   }
-  std::string cuda_libs;
   if (p.has_cuda) {
     const Compiler nvcc = identify_compiler(nvcc_program(), cfg.cache_dir, "CUDA compiler");
     p.nvcc = nvcc.path;
@@ -275,20 +274,15 @@ Plan make_plan(const BuildRequest& req, const ResolvedConfig& cfg) {
     p.cuda_compile.insert(p.cuda_compile.end(), req.extra_cuda_cflags.begin(), req.extra_cuda_cflags.end());
     key.field("cuda").field(p.cuda_source).field(nvcc.identity);
     for (const auto& a : p.cuda_compile) key.field(a);
-    cuda_libs = cuda_lib_dir(nvcc.path);
-    // The toolkit's own headers are covered by the compiler identity.
-    p.dep_exclude_prefixes.push_back(fs::dirname(fs::dirname(fs::realpath_or(nvcc.path))) + "/");
   }
   p.dep_exclude_prefixes.push_back("/usr/include/");
   p.dep_exclude_prefixes.push_back("/usr/lib/gcc/");
   // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
   p.link = {"-shared", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
   std::vector<std::string> rpaths = {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir};
-  if (p.has_cuda) {
-    p.link.insert(p.link.end(), {"-L" + cuda_libs, "-lcudart"});
-    rpaths.push_back(cuda_libs);
-  }
   for (const auto& r : rpaths) p.link.push_back("-Wl,-rpath," + r);
+  // The CUDA runtime's location and the toolkit's headers follow from the nvcc identity already in
+  // the key; they are resolved only when building (finish_plan_for_build), off the warm path.
   p.link.insert(p.link.end(), req.extra_ldflags.begin(), req.extra_ldflags.end());
   key.field("link");
   for (const auto& a : p.link) key.field(a);
@@ -527,6 +521,14 @@ std::string read_log(const std::string& path) {
   constexpr std::size_t kMax = 20000;
   if (text.size() > kMax) text = text.substr(0, kMax) + "\n[... compiler output truncated ...]\n";
   return text;
+}
+
+void finish_plan_for_build(Plan* p) {
+  if (!p->has_cuda) return;
+  const std::string libs = cuda_lib_dir(p->nvcc);
+  p->link.insert(p->link.end(), {"-L" + libs, "-lcudart", "-Wl,-rpath," + libs});
+  // The toolkit's own headers are covered by the compiler identity.
+  p->dep_exclude_prefixes.push_back(fs::dirname(fs::dirname(fs::realpath_or(p->nvcc))) + "/");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -769,12 +771,13 @@ std::string build_locked(const Plan& p, const BuildRequest& req, const ResolvedC
 
 std::string build(const BuildRequest& request, const EngineConfig& config) {
   const ResolvedConfig cfg = resolve(config, request.build_directory);
-  const Plan p = make_plan(request, cfg);
+  Plan p = make_plan(request, cfg);
   std::string lib_path;
   // Warm path: no lock, no subprocess; readers never see a partial file (publish is by rename).
   if (lookup_published(p, &lib_path)) return lib_path;
   fs::ensure_private_dir(p.entry_dir, "cache entry directory");
   fs::FileLock lock(p.lock_path, quiet() ? "" : "jitkern: waiting for another process that is compiling " + p.name + " ...");
+  finish_plan_for_build(&p);
   return build_locked(p, request, cfg);
 }
 
