@@ -22,8 +22,8 @@ def _add_constant_function(constant: int):
     return module.add_constant
 
 
-def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Returns src + constant (int32, wrapping on overflow like torch); writes into `out` if given."""
+def _reject(src, constant, out) -> None:
+    """The slow path: names the first thing wrong with the arguments."""
     if not isinstance(src, torch.Tensor):
         raise TypeError(f"add_constant: src must be a torch.Tensor, got {type(src).__name__}")
     if not src.is_cuda:
@@ -34,9 +34,35 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
         raise ValueError("add_constant: src must be contiguous")
     if type(constant) is not int or not _INT32_MIN <= constant <= _INT32_MAX:
         raise TypeError(f"add_constant: constant must be an int in the int32 range, got {constant!r}")
+    raise ValueError(
+        f"add_constant: out must be a contiguous int32 tensor with src's shape {tuple(src.shape)} and device {src.device}"
+    )
+
+
+def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Returns src + constant (int32, wrapping on overflow like torch); writes into `out` if given."""
+    # One combined check on the hot path; _reject explains a failure.
+    if not (
+        isinstance(src, torch.Tensor)
+        and src.is_cuda
+        and src.dtype is torch.int32
+        and src.is_contiguous()
+        and type(constant) is int
+        and _INT32_MIN <= constant <= _INT32_MAX
+    ):
+        _reject(src, constant, out)
     if out is None:
         out = torch.empty_like(src)
-    elif not isinstance(out, torch.Tensor) or out.shape != src.shape or out.dtype is not torch.int32 or out.device != src.device or not out.is_contiguous():
-        raise ValueError("add_constant: out must be a contiguous int32 tensor with src's shape and device")
-    _add_constant_function(constant)(out.view(-1), src.view(-1))
+    elif not (
+        isinstance(out, torch.Tensor)
+        and out.dtype is torch.int32
+        and out.shape == src.shape
+        and out.device == src.device
+        and out.is_contiguous()
+    ):
+        _reject(src, constant, out)
+    if src.dim() == 1:
+        _add_constant_function(constant)(out, src)
+    else:
+        _add_constant_function(constant)(out.view(-1), src.view(-1))
     return out
