@@ -1,0 +1,35 @@
+// device::cta: reductions across all threads of a block (blockDim.x a multiple of 32, at most 1024).
+// Every thread gets the result. Each call uses its own 32-word shared buffer and two barriers.
+#pragma once
+
+#include <jitkern/warp.cuh>
+
+namespace device::cta {
+
+namespace detail {
+template <typename T, typename Op>
+JITKERN_DEVICE T reduce(T value, Op op, T identity) {
+  __shared__ T partial[kWarpThreads];
+  const int lane = threadIdx.x % kWarpThreads, warp_id = threadIdx.x / kWarpThreads;
+  const int num_warps = (blockDim.x + kWarpThreads - 1) / kWarpThreads;
+  value = op(value);
+  if (lane == 0) partial[warp_id] = value;
+  __syncthreads();
+  value = lane < num_warps ? partial[lane] : identity;
+  value = op(value);
+  __syncthreads();  // the buffer may be reused by the next reduction
+  return value;
+}
+}  // namespace detail
+
+template <typename T>
+JITKERN_DEVICE T reduce_sum(T value) {
+  return detail::reduce(value, [](T v) { return warp::reduce_sum(v); }, T(0));
+}
+
+template <typename T>
+JITKERN_DEVICE T reduce_max(T value, T lowest) {
+  return detail::reduce(value, [](T v) { return warp::reduce_max(v); }, lowest);
+}
+
+}  // namespace device::cta

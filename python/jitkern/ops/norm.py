@@ -1,0 +1,110 @@
+"""The RMSNorm family (csrc/norm.cuh): rmsnorm, fused_add_rmsnorm, fused_inplace_qknorm,
+fused_inplace_qknorm_across_heads. fp16/bf16/fp32 CUDA tensors, fp32 accumulation, any hidden size,
+rows may be strided (the last dimension must be contiguous)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..jit import cache_once, load_jit, make_cpp_args
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_OPS = ("rmsnorm", "fused_add_rmsnorm", "qknorm", "qknorm_across_heads")
+
+
+@cache_once
+def _norm_module(dtype: torch.dtype):
+    (t,) = make_cpp_args(dtype)
+    return load_jit("norm", t, cuda_files=["norm.cuh"], cuda_wrappers=[(op, f"NormOps<{t}>::{op}") for op in _OPS])
+
+
+def _check(name: str, x, dims: int | tuple[int, ...], dtype: torch.dtype | None = None, device=None) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_cuda:
+        raise ValueError(f"{name} must be a CUDA tensor, got device {x.device}")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"{name} must be float16, bfloat16 or float32, got {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name} must have the same dtype as the input ({dtype}), got {x.dtype}")
+    if device is not None and x.device != device:
+        raise ValueError(f"{name} must be on {device}, got {x.device}")
+    allowed = (dims,) if isinstance(dims, int) else dims
+    if x.dim() not in allowed:
+        raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions, got shape {tuple(x.shape)}")
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dimension, got strides {x.stride()}")
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite non-negative number, got {eps!r}")
+    return float(eps)
+
+
+def _check_weight(name: str, w, width: int, ref: torch.Tensor) -> None:
+    _check(name, w, 1, ref.dtype, ref.device)
+    if w.shape[0] != width:
+        raise ValueError(f"{name} must have shape ({width},), got {tuple(w.shape)}")
+    if not w.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+
+
+def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """output = input * rsqrt(mean(input^2, -1) + eps) * weight over [T, H] (pass output=input for in place)."""
+    _check("input", input, 2)
+    _check_weight("weight", weight, input.shape[1], input)
+    if output is None:
+        output = torch.empty_like(input)
+    else:
+        _check("output", output, 2, input.dtype, input.device)
+        if output.shape != input.shape:
+            raise ValueError(f"output must have the input's shape {tuple(input.shape)}, got {tuple(output.shape)}")
+    _norm_module(input.dtype).rmsnorm(input, weight, output, _check_eps(eps))
+    return output
+
+
+def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+    """residual += input; input = rmsnorm(residual) * weight (both in place)."""
+    _check("input", input, 2)
+    _check("residual", residual, 2, input.dtype, input.device)
+    if residual.shape != input.shape:
+        raise ValueError(f"residual must have the input's shape {tuple(input.shape)}, got {tuple(residual.shape)}")
+    _check_weight("weight", weight, input.shape[1], input)
+    _norm_module(input.dtype).fused_add_rmsnorm(input, residual, weight, _check_eps(eps))
+
+
+def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                         eps: float = 1e-6, *, head_dim: int = 0) -> None:
+    """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place (2-D [N, H*D] inputs need head_dim)."""
+    _check("q", q, (2, 3))
+    _check("k", k, (2, 3), q.dtype, q.device)
+    if q.dim() == 2 or k.dim() == 2:
+        if not isinstance(head_dim, int) or head_dim <= 0:
+            raise ValueError("head_dim must be a positive int when q or k is 2-D [N, H * D]")
+        for name, t in (("q", q), ("k", k)):
+            if t.dim() == 2 and t.shape[1] % head_dim != 0:
+                raise ValueError(f"{name} width {t.shape[1]} is not a multiple of head_dim {head_dim}")
+        q = q.view(q.shape[0], -1, head_dim) if q.dim() == 2 else q
+        k = k.view(k.shape[0], -1, head_dim) if k.dim() == 2 else k
+    if head_dim and q.shape[2] != head_dim:
+        raise ValueError(f"q's head dimension {q.shape[2]} differs from head_dim {head_dim}")
+    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in tokens and head dimension")
+    _check_weight("q_weight", q_weight, q.shape[2], q)
+    _check_weight("k_weight", k_weight, k.shape[2], q)
+    _norm_module(q.dtype).qknorm(q, k, q_weight, k_weight, _check_eps(eps))
+
+
+def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                                      eps: float = 1e-6) -> None:
+    """RMSNorm of every row of q [N, Wq] and k [N, Wk] over the whole row, in place."""
+    _check("q", q, 2)
+    _check("k", k, 2, q.dtype, q.device)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k must have the same number of tokens, got {q.shape[0]} and {k.shape[0]}")
+    _check_weight("q_weight", q_weight, q.shape[1], q)
+    _check_weight("k_weight", k_weight, k.shape[1], q)
+    _norm_module(q.dtype).qknorm_across_heads(q, k, q_weight, k_weight, _check_eps(eps))

@@ -1,0 +1,143 @@
+// Test kernels for the device primitives (tests/python/test_device_primitives.py): each fills an
+// output that the test compares with a host computation.
+#pragma once
+
+#include <jitkern/atomic.cuh>
+#include <jitkern/cta.cuh>
+#include <jitkern/math.cuh>
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/tile.cuh>
+#include <jitkern/type.cuh>
+#include <jitkern/vec.cuh>
+#include <jitkern/warp.cuh>
+
+namespace {
+
+using jitkern::TensorView;
+
+inline DLDevice cuda_device(TensorView t) { return t.device(); }
+
+// out[0] = warp sum, out[1] = warp max, out[2] = CTA sum, out[3] = CTA max, of x (blockDim.x values).
+__global__ void reductions_kernel(float* out, const float* x) {
+  const float v = x[threadIdx.x];
+  const float ws = device::warp::reduce_sum(v), wm = device::warp::reduce_max(v);
+  const float cs = device::cta::reduce_sum(v), cm = device::cta::reduce_max(v, -INFINITY);
+  if (threadIdx.x == 0) out[0] = ws, out[1] = wm, out[2] = cs, out[3] = cm;
+}
+void reductions(TensorView out, TensorView x) {
+  using namespace host;
+  auto n = SymbolicSize{"threads"};
+  TensorMatcher({4}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
+  TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(x);
+  RuntimeCheck(n.unwrap() % 32 == 0 && n.unwrap() <= 1024, "threads must be a multiple of 32 up to 1024");
+  LaunchKernel(1, static_cast<unsigned>(n.unwrap()), x.device())(reductions_kernel, static_cast<float*>(out.data_ptr()),
+                                                                  static_cast<const float*>(x.data_ptr()));
+}
+
+// out[0] = atomic max over all of x (out[0] must be preset by the caller).
+__global__ void atomic_max_kernel(float* out, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    device::atomic::max(out, x[i]);
+}
+void atomic_max(TensorView out, TensorView x) {
+  using namespace host;
+  auto n = SymbolicSize{"n"};
+  TensorMatcher({1}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
+  TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(x);
+  LaunchKernel(64, 256, x.device())(atomic_max_kernel, static_cast<float*>(out.data_ptr()), static_cast<const float*>(x.data_ptr()),
+                                    n.unwrap());
+}
+
+// Row k of out: op k of device::math applied to x, computed in T (then widened to float).
+template <typename T>
+__global__ void math_kernel(float* out, const float* x, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  using namespace device;
+  const T v = cast<T>(x[i]);
+  const T ops[] = {math::abs(v), math::sqrt(math::abs(v)), math::rsqrt(math::abs(v)), math::exp(v), math::sin(v), math::cos(v),
+                   math::max(v, cast<T>(0.25f)), math::min(v, cast<T>(0.25f)), v};
+  for (int k = 0; k < 9; ++k) out[k * n + i] = cast<float>(ops[k]);
+}
+template <typename T>
+void math_ops(TensorView out, TensorView x) {
+  using namespace host;
+  auto n = SymbolicSize{"n"};
+  TensorMatcher({9, n}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
+  TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(x);
+  LaunchKernel(div_ceil(n.unwrap(), 256), 256, x.device())(math_kernel<T>, static_cast<float*>(out.data_ptr()),
+                                                           static_cast<const float*>(x.data_ptr()), n.unwrap());
+}
+
+// x2 forms: out = cast<float2>(math::max(cast<T2>(a), cast<T2>(b))) elementwise on pairs.
+template <typename T2>
+__global__ void packed_max_kernel(float2* out, const float2* a, const float2* b, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) out[i] = device::cast<fp32x2_t>(device::math::max(device::cast<T2>(a[i]), device::cast<T2>(b[i])));
+}
+template <typename T2>
+void packed_max(TensorView out, TensorView a, TensorView b) {
+  using namespace host;
+  auto n = SymbolicSize{"pairs"};
+  TensorMatcher({n, 2}).with_dtype<float>().with_device<kDLCUDA>().verify(out).verify(a).verify(b);
+  LaunchKernel(div_ceil(n.unwrap(), 256), 256, a.device())(packed_max_kernel<T2>, static_cast<float2*>(out.data_ptr()),
+                                                           static_cast<const float2*>(a.data_ptr()),
+                                                           static_cast<const float2*>(b.data_ptr()), n.unwrap());
+}
+
+// out = x rounded through T (fp16, bf16 or fp8 e4m3) and back to float.
+template <typename T>
+__global__ void round_trip_kernel(float* out, const float* x, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) out[i] = device::cast<float>(device::cast<T>(x[i]));
+}
+template <typename T>
+void round_trip(TensorView out, TensorView x) {
+  using namespace host;
+  auto n = SymbolicSize{"n"};
+  TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(out).verify(x);
+  LaunchKernel(div_ceil(n.unwrap(), 256), 256, x.device())(round_trip_kernel<T>, static_cast<float*>(out.data_ptr()),
+                                                           static_cast<const float*>(x.data_ptr()), n.unwrap());
+}
+
+// Copies n bf16 elements with AlignedVector (8 per access) and tile::Memory (the tail), plus load_as/store_as.
+__global__ void vector_copy_kernel(bf16_t* dst, const bf16_t* src, int64_t n) {
+  using Vec = device::AlignedVector<bf16_t, 8>;
+  const int64_t nvec = n / 8;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
+    Vec v;
+    v.load(src + 8 * i);
+    v.store(dst + 8 * i);
+  }
+  if (blockIdx.x == 0) {
+    const auto mem = device::tile::Memory<bf16_t>::cta();
+    bf16_t tail[1];
+    mem.load(tail, src + 8 * nvec, n - 8 * nvec);
+    mem.store(dst + 8 * nvec, tail, n - 8 * nvec);
+    if (threadIdx.x == 0 && nvec > 0) device::store_as<uint4>(dst, device::load_as<uint4>(src));
+  }
+}
+void vector_copy(TensorView dst, TensorView src) {
+  using namespace host;
+  auto n = SymbolicSize{"n"};
+  TensorMatcher({n}).with_dtype<bf16_t>().with_device<kDLCUDA>().verify(dst).verify(src);
+  RuntimeCheck(reinterpret_cast<uintptr_t>(dst.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(src.data_ptr()) % 16 == 0,
+               "vector_copy needs 16-byte aligned tensors");
+  LaunchKernel(32, 128, src.device())(vector_copy_kernel, static_cast<bf16_t*>(dst.data_ptr()),
+                                      static_cast<const bf16_t*>(src.data_ptr()), n.unwrap());
+}
+
+// {sm count, cc major, runtime version, max dynamic smem per block, blocks per SM of reductions_kernel at 256 threads}
+void runtime_info(TensorView out) {
+  using namespace host;
+  TensorMatcher({5}).with_dtype<int64_t>().with_device<kDLCPU>().verify(out);
+  auto* o = static_cast<int64_t*>(out.data_ptr());
+  o[0] = runtime::get_sm_count();
+  o[1] = runtime::get_cc_major();
+  o[2] = runtime::get_runtime_version();
+  o[3] = runtime::get_available_dynamic_smem_per_block();
+  o[4] = runtime::get_blocks_per_sm(reductions_kernel, 256);
+}
+
+}  // namespace

@@ -1,0 +1,126 @@
+"""Device primitives (warp/CTA reductions, atomic max, casts, math, vectors, tiles, runtime queries),
+each through a small kernel JIT-compiled by jitkern and checked against a host computation."""
+
+import math
+
+import pytest
+
+from conftest import KERNELS
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def prim():
+    import jitkern
+
+    wrappers = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
+                ("runtime_info", "runtime_info")]
+    for t in ("fp32_t", "fp16_t", "bf16_t"):
+        wrappers.append((f"math_{t}", f"math_ops<{t}>"))
+    for t in ("fp16_t", "bf16_t", "fp8_e4m3_t"):
+        wrappers.append((f"round_trip_{t}", f"round_trip<{t}>"))
+    for t in ("fp16x2_t", "bf16x2_t"):
+        wrappers.append((f"packed_max_{t}", f"packed_max<{t}>"))
+    return jitkern.load_jit("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=wrappers)
+
+
+@pytest.mark.parametrize("threads", [32, 64, 96, 256, 1024])
+def test_warp_and_cta_reductions(prim, threads):
+    import torch
+
+    x = torch.randn(threads, device="cuda")
+    out = torch.full((4,), float("nan"), device="cuda")
+    prim.reductions(out, x)
+    torch.testing.assert_close(out[0], x[:32].sum(), rtol=1e-5, atol=1e-5)
+    assert out[1] == x[:32].max()
+    torch.testing.assert_close(out[2], x.sum(), rtol=1e-5, atol=1e-4)
+    assert out[3] == x.max()
+
+
+def test_atomic_max_negative_values_and_nan(prim):
+    import torch
+
+    prim_mod = prim
+    x = -torch.rand(100_000, device="cuda") - 1.0  # all negative
+    out = torch.full((1,), -float("inf"), device="cuda")
+    prim_mod.atomic_max(out, x)
+    assert out.item() == x.max().item()
+    mixed = torch.randn(100_000, device="cuda")
+    out.fill_(-float("inf"))
+    prim_mod.atomic_max(out, mixed)
+    assert out.item() == mixed.max().item()
+    mixed[12345] = float("nan")  # NaN is sticky (documented policy)
+    out.fill_(-float("inf"))
+    prim_mod.atomic_max(out, mixed)
+    assert math.isnan(out.item())
+
+
+@pytest.mark.parametrize("t,torch_dtype", [("fp32_t", "float32"), ("fp16_t", "float16"), ("bf16_t", "bfloat16")])
+def test_math(prim, t, torch_dtype):
+    import torch
+
+    dtype = getattr(torch, torch_dtype)
+    x = (torch.rand(10_000, device="cuda") * 8 - 4).to(dtype).float()  # representable in T
+    out = torch.full((9, x.numel()), float("nan"), device="cuda")
+    getattr(prim, f"math_{t}")(out, x)
+    xd = x.double()
+    refs = [xd.abs(), xd.abs().sqrt(), xd.abs().rsqrt(), xd.exp(), xd.sin(), xd.cos(), xd.clamp(min=0.25),
+            xd.clamp(max=0.25), xd]
+    tol = {"float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}[torch_dtype]
+    for k, ref in enumerate(refs):
+        ref = ref.to(dtype).double() if dtype != torch.float32 else ref
+        finite = torch.isfinite(ref)
+        torch.testing.assert_close(out[k].double()[finite], ref[finite], rtol=tol, atol=tol, msg=f"op {k}")
+
+
+@pytest.mark.parametrize("t,torch_dtype", [("fp16_t", "float16"), ("bf16_t", "bfloat16"), ("fp8_e4m3_t", "float8_e4m3fn")])
+def test_casts_match_torch(prim, t, torch_dtype):
+    import torch
+
+    x = torch.randn(100_000, device="cuda") * (100 if t == "fp8_e4m3_t" else 1000)
+    if t == "fp8_e4m3_t":
+        x = x.clamp(-448, 448)  # torch's cast does not saturate; ours does (tested below)
+    out = torch.empty_like(x)
+    getattr(prim, f"round_trip_{t}")(out, x)
+    assert torch.equal(out, x.to(getattr(torch, torch_dtype)).float())
+    if t == "fp8_e4m3_t":
+        big = torch.tensor([1e6, -1e6], device="cuda")
+        sat = torch.empty_like(big)
+        prim.round_trip_fp8_e4m3_t(sat, big)
+        assert sat.tolist() == [448.0, -448.0]
+
+
+@pytest.mark.parametrize("t", ["fp16x2_t", "bf16x2_t"])
+def test_packed_x2_forms(prim, t):
+    import torch
+
+    dtype = torch.float16 if t == "fp16x2_t" else torch.bfloat16
+    a = torch.randn(1000, 2, device="cuda").to(dtype).float()
+    b = torch.randn(1000, 2, device="cuda").to(dtype).float()
+    out = torch.empty_like(a)
+    getattr(prim, f"packed_max_{t}")(out, a, b)
+    assert torch.equal(out, torch.maximum(a, b))
+
+
+@pytest.mark.parametrize("n", [8, 1000, 4099, 100_000])
+def test_vector_and_tile_copy(prim, n):
+    import torch
+
+    src = torch.randn(n, device="cuda").to(torch.bfloat16)
+    dst = torch.full_like(src, float("nan"))
+    prim.vector_copy(dst, src)
+    assert torch.equal(dst, src)
+
+
+def test_runtime_queries(prim):
+    import torch
+
+    out = torch.zeros(5, dtype=torch.int64)
+    prim.runtime_info(out)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    assert out[0] == props.multi_processor_count
+    assert out[1] == props.major
+    assert out[2] >= 12000
+    assert out[3] >= 48 * 1024
+    assert 1 <= out[4] <= 8

@@ -1,0 +1,181 @@
+"""The RMSNorm family on the GPU against a float64 torch reference."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float32": (1e-5, 1e-5)}
+HIDDEN = [1, 64, 128, 1000, 4096, 5120, 8192, 16384, 65536]
+GRID = [(t, h) for h in HIDDEN for t in (1, 3, 128)] + [(4097, 1000), (4097, 4096), (32768, 4096)]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _dtype(name):
+    return getattr(_torch(), name)
+
+
+def _reference(x, w, eps):
+    x64 = x.double()
+    return (x64 * (x64.pow(2).mean(-1, keepdim=True) + eps).rsqrt() * w.double()).to(x.dtype)
+
+
+def _assert_close(actual, expected, dtype_name):
+    rtol, atol = TOL[dtype_name]
+    torch = _torch()
+    assert not torch.isnan(actual).any(), "output has unwritten (NaN-poisoned) or NaN elements"
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("tokens,hidden", GRID)
+def test_rmsnorm(dtype_name, tokens, hidden):
+    torch = _torch()
+    from jitkern.ops import rmsnorm
+
+    dtype = _dtype(dtype_name)
+    x = torch.randn(tokens, hidden, dtype=dtype, device="cuda")
+    w = torch.randn(hidden, dtype=dtype, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    rmsnorm(x, w, out, eps=1e-6)
+    _assert_close(out, _reference(x, w, 1e-6), dtype_name)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("pad", [1, 8])
+@pytest.mark.parametrize("tokens,hidden", [(3, 4096), (129, 1000), (7, 65536)])
+def test_rmsnorm_strided_rows_and_in_place(dtype_name, pad, tokens, hidden):
+    torch = _torch()
+    from jitkern.ops import rmsnorm
+
+    dtype = _dtype(dtype_name)
+    big = torch.randn(tokens, hidden + pad, dtype=dtype, device="cuda")
+    x = big[:, pad:]  # strided rows; pad=1 is also misaligned (scalar path)
+    w = torch.randn(hidden, dtype=dtype, device="cuda")
+    expected = _reference(x, w, 1e-5)
+    out_big = torch.full((tokens, hidden + 3), float("nan"), dtype=dtype, device="cuda")
+    rmsnorm(x, w, out_big[:, :hidden], eps=1e-5)
+    _assert_close(out_big[:, :hidden], expected, dtype_name)
+    assert torch.isnan(out_big[:, hidden:]).all(), "wrote outside the output rows"
+    rmsnorm(x, w, x, eps=1e-5)  # in place
+    _assert_close(x, expected, dtype_name)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("tokens,hidden", [(1, 4096), (3, 1000), (128, 5120), (4097, 4096), (2, 65536)])
+def test_fused_add_rmsnorm(dtype_name, tokens, hidden):
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm
+
+    dtype = _dtype(dtype_name)
+    x = torch.randn(tokens, hidden, dtype=dtype, device="cuda")
+    r = torch.randn(tokens, hidden, dtype=dtype, device="cuda")
+    w = torch.randn(hidden, dtype=dtype, device="cuda")
+    new_r = (x.float() + r.float()).to(dtype)
+    expected = _reference(new_r, w, 1e-6)
+    fused_add_rmsnorm(x, r, w, eps=1e-6)
+    torch.testing.assert_close(r, new_r, rtol=0, atol=0)
+    _assert_close(x, expected, dtype_name)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("tokens", [1, 3, 256, 4097])
+@pytest.mark.parametrize("head_dim", [64, 128, 256, 100])
+def test_qknorm_per_head_on_fused_qkv(dtype_name, tokens, head_dim):
+    torch = _torch()
+    from jitkern.ops import fused_inplace_qknorm
+
+    dtype = _dtype(dtype_name)
+    hq, hk = 32, 8
+    qkv = torch.randn(tokens, (hq + 2 * hk) * head_dim, dtype=dtype, device="cuda")
+    q = qkv[:, : hq * head_dim].view(tokens, hq, head_dim)  # strided: a slice of the fused projection
+    k = qkv[:, hq * head_dim : (hq + hk) * head_dim].view(tokens, hk, head_dim)
+    v_before = qkv[:, (hq + hk) * head_dim :].clone()
+    qw = torch.randn(head_dim, dtype=dtype, device="cuda")
+    kw = torch.randn(head_dim, dtype=dtype, device="cuda")
+    eq, ek = _reference(q, qw, 1e-6), _reference(k, kw, 1e-6)
+    fused_inplace_qknorm(q, k, qw, kw, eps=1e-6)
+    _assert_close(q, eq, dtype_name)
+    _assert_close(k, ek, dtype_name)
+    assert torch.equal(qkv[:, (hq + hk) * head_dim :], v_before), "v must be untouched"
+
+
+def test_qknorm_head_dim_keyword_with_2d_inputs():
+    torch = _torch()
+    from jitkern.ops import fused_inplace_qknorm
+
+    q = torch.randn(5, 4 * 128, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(5, 2 * 128, dtype=torch.bfloat16, device="cuda")
+    qw, kw = torch.randn(128, dtype=torch.bfloat16, device="cuda"), torch.randn(128, dtype=torch.bfloat16, device="cuda")
+    eq = _reference(q.view(5, 4, 128), qw, 1e-6).view(5, -1)
+    ek = _reference(k.view(5, 2, 128), kw, 1e-6).view(5, -1)
+    fused_inplace_qknorm(q, k, qw, kw, head_dim=128)
+    _assert_close(q, eq, "bfloat16")
+    _assert_close(k, ek, "bfloat16")
+    with pytest.raises(ValueError, match="head_dim must be a positive int"):
+        fused_inplace_qknorm(q, k, qw, kw)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("tokens,wq,wk", [(1, 4096, 1024), (3, 4096, 4096), (256, 4096, 1024), (4097, 2048, 512), (2, 1000, 40)])
+def test_qknorm_across_heads(dtype_name, tokens, wq, wk):
+    torch = _torch()
+    from jitkern.ops import fused_inplace_qknorm_across_heads
+
+    dtype = _dtype(dtype_name)
+    q = torch.randn(tokens, wq, dtype=dtype, device="cuda")
+    k = torch.randn(tokens, wk, dtype=dtype, device="cuda")
+    qw, kw = torch.randn(wq, dtype=dtype, device="cuda"), torch.randn(wk, dtype=dtype, device="cuda")
+    eq, ek = _reference(q, qw, 1e-6), _reference(k, kw, 1e-6)
+    fused_inplace_qknorm_across_heads(q, k, qw, kw)
+    _assert_close(q, eq, dtype_name)
+    _assert_close(k, ek, dtype_name)
+
+
+def test_bad_inputs_rejected():
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, rmsnorm
+
+    x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(TypeError, match="weight must have the same dtype"):
+        rmsnorm(x, w.float())
+    with pytest.raises(ValueError, match=r"weight must have shape \(64,\)"):
+        rmsnorm(x, w[:32])
+    with pytest.raises(ValueError, match="input must be a CUDA tensor"):
+        rmsnorm(x.cpu(), w)
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        rmsnorm(x.to(torch.float64), w)
+    with pytest.raises(ValueError, match="contiguous in its last dimension"):
+        rmsnorm(x.t(), torch.randn(4, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match="eps must be a finite non-negative"):
+        rmsnorm(x, w, eps=-1.0)
+    with pytest.raises(ValueError, match="must have 2 dimensions"):
+        rmsnorm(x.view(2, 2, 64), w)
+    with pytest.raises(ValueError, match="residual must have the input's shape"):
+        fused_add_rmsnorm(x, x[:2], w)
+    with pytest.raises(ValueError, match="must agree in tokens and head dimension"):
+        fused_inplace_qknorm(x.view(4, 1, 64), x[:2].view(2, 1, 64).clone(), w, w)
+
+
+def test_cpp_entry_points_validate_before_launch():
+    """The exported functions check on their own (callers may bypass the Python wrappers)."""
+    torch = _torch()
+    from jitkern.ops.norm import _norm_module
+
+    m = _norm_module(torch.bfloat16)
+    x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(RuntimeError, match=r"Size mismatch for shape#0\('hidden_size'\): expected 64"):
+        m.rmsnorm(x, w[:32], x, 1e-6)
+    with pytest.raises(RuntimeError, match=r"DType mismatch: float32"):
+        m.rmsnorm(x, w, x.float(), 1e-6)
+    overlapping = torch.empty(200, dtype=torch.bfloat16, device="cuda").as_strided((4, 64), (32, 1))
+    with pytest.raises(RuntimeError, match="output rows overlap: row stride 32 is smaller than the row width 64"):
+        m.rmsnorm(x, w, overlapping, 1e-6)
+    with pytest.raises(RuntimeError, match="eps must be a finite non-negative number"):
+        m.rmsnorm(x, w, x, float("nan"))
