@@ -36,9 +36,9 @@ def eager_qknorm(q, k, qw, kw):
     k.copy_(F.rms_norm(k, (k.shape[-1],), kw, EPS))
 
 
-compiled_rmsnorm = torch.compile(eager_rmsnorm, dynamic=False)
-compiled_fused_add = torch.compile(eager_fused_add, dynamic=False)
-compiled_qknorm = torch.compile(eager_qknorm, dynamic=False)
+compiled_rmsnorm = torch.compile(eager_rmsnorm)
+compiled_fused_add = torch.compile(eager_fused_add)
+compiled_qknorm = torch.compile(eager_qknorm)
 
 
 def cases():

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU procedure: install jitkern (and the carried tvm-ffi wheel) into a private site dir, run the
 # GPU tests, then the benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
-#   scripts/gpu-check.sh [tests|bench|all]      (default: all)
+#   scripts/gpu-check.sh [tests|bench|all] [benchmark-name-pattern]   (default: all, every benchmark)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 what=${1:-all}
+pattern=${2:-*}
 export PYTHONUNBUFFERED=1 JITKERN_CACHE_DIR=${JITKERN_CACHE_DIR:-/tmp/jitkern-cache}
 site=/tmp/jitkern-site
 if [ ! -f "$site/.installed" ]; then
@@ -27,7 +28,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  for b in benchmarks/bench_*.py; do
+  for b in benchmarks/bench_${pattern}.py; do
     echo "== $b"
     python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
