@@ -84,14 +84,8 @@ def main() -> None:
     ceiling = copy_ceiling_gbps()
     print(f"\n### RMSNorm family, bf16 ({environment()})\n")
     print(f"Measured copy ceiling: {ceiling:.0f} GB/s. Times are CUDA-graph medians (p20-p80 in brackets).\n")
-    rows, slower = [], []
-    current = None
+    rows, slower, tables = [], [], {}
     for op, shape, t, num_bytes, providers in cases():
-        if op != current:
-            current = op
-            print(f"\n#### {op}\n")
-            print("| shape | jitkern us | GB/s | % ceiling | torch eager us | torch.compile us | jitkern vs eager |")
-            print("|---|---|---|---|---|---|---|")
         res = {}
         for name, fn in providers.items():
             try:
@@ -106,9 +100,15 @@ def main() -> None:
         speedup = eager["median"] / j["median"] if eager else float("nan")
         if eager and j["median"] > eager["median"]:
             slower.append(f"{op} {shape}")
-        print(f"| {shape} | {fmt(j)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(eager)} | {fmt(res['torch.compile'])} | {speedup:.2f}x |")
+        tables.setdefault(op, []).append(
+            f"| {shape} | {fmt(j)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(eager)} | {fmt(res['torch.compile'])} | {speedup:.2f}x |")
         rows.append((op, t, shape, j["median"], eager["median"] if eager else None,
                      res["torch.compile"]["median"] if res["torch.compile"] else None, gbps))
+    for op, lines in tables.items():
+        print(f"\n#### {op}\n")
+        print("| shape | jitkern us | GB/s | % ceiling | torch eager us | torch.compile us | jitkern vs eager |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(lines))
     print("\nShapes where jitkern is slower than torch eager: " + (", ".join(slower) if slower else "none"))
     plot(rows, ceiling)
 

@@ -12,6 +12,7 @@
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -52,15 +53,18 @@ __device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row
                                                                p.hidden, p.eps, g);
 }
 
-template <typename T, int kVec, bool kFusedAdd>
+// Narrow rows: kWidth lanes per row, 32 / kWidth rows per warp at a time.
+template <typename T, int kVec, int kWidth, bool kFusedAdd>
 __global__ void __launch_bounds__(kNormWarpsPerCta * 32) norm_warp_kernel(const __grid_constant__ NormParams<T> p) {
+  constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
   device::pdl_wait_primary();
-  const int64_t stride = int64_t{gridDim.x} * kNormWarpsPerCta;
-  for (int64_t row = int64_t{blockIdx.x} * kNormWarpsPerCta + threadIdx.x / 32; row < p.total_rows; row += stride)
-    norm_one_row<T, kVec, kFusedAdd>(p, row, device::norm::WarpGroup{});
+  const int64_t stride = int64_t{gridDim.x} * kRowsPerCta;
+  for (int64_t row = int64_t{blockIdx.x} * kRowsPerCta + threadIdx.x / kWidth; row < p.total_rows; row += stride)
+    norm_one_row<T, kVec, kFusedAdd>(p, row, device::norm::WarpGroup<kWidth>{});
   device::pdl_trigger_secondary();
 }
 
+// Wide rows: one CTA per row.
 template <typename T, int kVec, bool kFusedAdd>
 __global__ void __launch_bounds__(1024) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
   device::pdl_wait_primary();
@@ -69,20 +73,38 @@ __global__ void __launch_bounds__(1024) norm_cta_kernel(const __grid_constant__ 
   device::pdl_trigger_secondary();
 }
 
+template <typename T, int kVec, int kWidth, bool kFusedAdd>
+void launch_norm_warp(const NormParams<T>& p, DLDevice device, int sm_count, bool pdl) {
+  constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
+  const int64_t max_grid = int64_t{sm_count} * (2048 / (kNormWarpsPerCta * 32));
+  const int64_t grid = std::min(host::div_ceil(p.total_rows, kRowsPerCta), max_grid);
+  host::LaunchKernel(static_cast<unsigned>(grid), kNormWarpsPerCta * 32, device)
+      .enable_pdl(pdl)(norm_warp_kernel<T, kVec, kWidth, kFusedAdd>, p);
+}
+
 template <typename T, int kVec, bool kFusedAdd>
 void launch_norm_vec(const NormParams<T>& p, DLDevice device) {
   using namespace host;
   const int sm_count = runtime::get_sm_count(device.device_id);
   const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
   const int64_t nvec = p.hidden / kVec;
+  // Lanes per row: enough that each holds at most kNormRegVecs vectors (the scalar fallback always uses 32).
+  const int64_t width = kVec == 1 ? 32 : std::max<int64_t>(4, std::min<int64_t>(32, std::bit_ceil(static_cast<uint64_t>(div_ceil(nvec, kNormRegVecs)))));
   if (nvec <= 32 * kNormRegVecs) {
-    const int64_t max_grid = int64_t{sm_count} * (2048 / (kNormWarpsPerCta * 32));
-    const int64_t grid = std::min(div_ceil(p.total_rows, kNormWarpsPerCta), max_grid);
-    LaunchKernel(static_cast<unsigned>(grid), kNormWarpsPerCta * 32, device).enable_pdl(pdl)(
-        norm_warp_kernel<T, kVec, kFusedAdd>, p);
+    if constexpr (kVec == 1) {
+      launch_norm_warp<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
+    } else if (width <= 4) {
+      launch_norm_warp<T, kVec, 4, kFusedAdd>(p, device, sm_count, pdl);
+    } else if (width <= 8) {
+      launch_norm_warp<T, kVec, 8, kFusedAdd>(p, device, sm_count, pdl);
+    } else if (width <= 16) {
+      launch_norm_warp<T, kVec, 16, kFusedAdd>(p, device, sm_count, pdl);
+    } else {
+      launch_norm_warp<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
+    }
   } else {
-    // Two vectors per thread in flight balances latency (T = 1) against occupancy (large T).
-    const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(32, div_ceil(div_ceil(nvec, 2), 32) * 32)));
+    // kNormRegVecs vectors per thread when the row fits in one CTA's registers.
+    const int threads = static_cast<int>(std::min<int64_t>(1024, div_ceil(div_ceil(nvec, kNormRegVecs), 32) * 32));
     const int64_t grid = std::min(p.total_rows, int64_t{sm_count} * (2048 / threads));
     LaunchKernel(static_cast<unsigned>(grid), threads, device).enable_pdl(pdl)(norm_cta_kernel<T, kVec, kFusedAdd>, p);
   }

@@ -19,10 +19,17 @@ namespace device::norm {
 template <typename T>
 using StorageType = float;
 
+// kWidth consecutive lanes of a warp (a power of two, 1..32) working on one row.
+template <int kWidth>
 struct WarpGroup {
-  JITKERN_DEVICE int rank() const { return threadIdx.x % kWarpThreads; }
-  static constexpr int size() { return kWarpThreads; }
-  JITKERN_DEVICE float reduce_sum(float v) const { return warp::reduce_sum(v); }
+  static_assert(kWidth >= 1 && kWidth <= kWarpThreads && (kWidth & (kWidth - 1)) == 0, "kWidth: power of two <= 32");
+  JITKERN_DEVICE int rank() const { return threadIdx.x % kWidth; }
+  static constexpr int size() { return kWidth; }
+  // Only this group's lanes take part: the other groups of the warp may already be done.
+  JITKERN_DEVICE float reduce_sum(float v) const {
+    const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
+    return warp::reduce_sum<kWidth>(v, lanes);
+  }
 };
 
 struct CtaGroup {
@@ -34,33 +41,40 @@ struct CtaGroup {
 // out[i] = x[i] * rsqrt(mean(x^2) + eps) * weight[i], with x = in (or, with kFusedAdd,
 // x = residual += in, stored back to residual in T). `out` may alias `in`. `hidden` must be a
 // multiple of kVec and every pointer aligned to kVec elements.
+//
+// The first kRegVecs vectors of each thread (input and weight alike) are loaded before the
+// reduction and kept in registers, so a row that fits costs one round trip to memory; wider rows
+// re-read the remainder after the reduction.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, typename Group>
 JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t nvec = hidden / kVec;
   const int rank = g.rank(), size = g.size();
-  float cache[kRegVecs][kVec];
+  Vec xs[kRegVecs], ws[kRegVecs];
   float sumsq = 0.0f;
 
-  auto load_x = [&](int64_t i, float (&x)[kVec]) {
-    Vec v;
-    v.load(in + i * kVec);
+  auto load_x = [&](int64_t i, Vec& x) {
+    x.load(in + i * kVec);
     if constexpr (kFusedAdd) {
       Vec r;
       r.load(residual + i * kVec);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) r[j] = cast<T>(cast<float>(v[j]) + cast<float>(r[j]));
+      for (int j = 0; j < kVec; ++j) r[j] = cast<T>(cast<float>(x[j]) + cast<float>(r[j]));
       r.store(residual + i * kVec);
-      v = r;
+      x = r;
     }
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) x[j] = cast<float>(v[j]);
   };
-  auto store_y = [&](int64_t i, const float (&x)[kVec], float scale) {
-    Vec w, y;
-    w.load(weight + i * kVec);
+  auto accumulate = [&](const Vec& x) {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = cast<T>(x[j] * scale * cast<float>(w[j]));
+    for (int j = 0; j < kVec; ++j) {
+      const float v = cast<float>(x[j]);
+      sumsq += v * v;
+    }
+  };
+  auto store_y = [&](int64_t i, const Vec& x, const Vec& w, float scale) {
+    Vec y;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = cast<T>(cast<float>(x[j]) * scale * cast<float>(w[j]));
     y.store(out + i * kVec);
   };
 
@@ -68,30 +82,29 @@ JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weigh
   for (int r = 0; r < kRegVecs; ++r) {
     const int64_t i = int64_t{r} * size + rank;
     if (i < nvec) {
-      load_x(i, cache[r]);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sumsq += cache[r][j] * cache[r][j];
+      load_x(i, xs[r]);
+      ws[r].load(weight + i * kVec);
     }
   }
-  for (int64_t i = int64_t{kRegVecs} * size + rank; i < nvec; i += size) {  // rows wider than the registers
-    float x[kVec];
-    load_x(i, x);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) sumsq += x[j] * x[j];
+  for (int r = 0; r < kRegVecs; ++r)
+    if (int64_t{r} * size + rank < nvec) accumulate(xs[r]);
+  for (int64_t i = int64_t{kRegVecs} * size + rank; i < nvec; i += size) {  // rows wider than the registers
+    Vec x;
+    load_x(i, x);
+    accumulate(x);
   }
   const float scale = rsqrtf(g.reduce_sum(sumsq) / static_cast<float>(hidden) + eps);
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int64_t i = int64_t{r} * size + rank;
-    if (i < nvec) store_y(i, cache[r], scale);
+    if (i < nvec) store_y(i, xs[r], ws[r], scale);
   }
   for (int64_t i = int64_t{kRegVecs} * size + rank; i < nvec; i += size) {
-    float x[kVec];
-    Vec v;
-    v.load((kFusedAdd ? static_cast<const T*>(residual) : in) + i * kVec);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) x[j] = cast<float>(v[j]);
-    store_y(i, x, scale);
+    Vec x, w;
+    x.load((kFusedAdd ? static_cast<const T*>(residual) : in) + i * kVec);
+    w.load(weight + i * kVec);
+    store_y(i, x, w, scale);
   }
 }
 
