@@ -19,7 +19,10 @@
 namespace {
 
 constexpr int kNormRegVecs = 4;     // vectors per thread kept in registers
-constexpr int kNormWarpsPerCta = 8;  // warp path: rows per CTA
+constexpr int kNormWarpsPerCta = 8;  // warp path: warps per CTA
+// Wide-row CTAs stay small enough that the register cache does not spill; rows wider than
+// kNormCtaThreads * kNormRegVecs vectors re-read their remainder (from L2) after the reduction.
+constexpr int kNormCtaThreads = 256;
 
 // Row r of a problem lives at (r / inner_count) * *_outer + (r % inner_count) * *_inner elements.
 template <typename T>
@@ -55,7 +58,7 @@ __device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row
 
 // Narrow rows: kWidth lanes per row, 32 / kWidth rows per warp at a time.
 template <typename T, int kVec, int kWidth, bool kFusedAdd>
-__global__ void __launch_bounds__(kNormWarpsPerCta * 32) norm_warp_kernel(const __grid_constant__ NormParams<T> p) {
+__global__ void __launch_bounds__(kNormWarpsPerCta * 32, 2) norm_warp_kernel(const __grid_constant__ NormParams<T> p) {
   constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
   device::pdl_wait_primary();
   const int64_t stride = int64_t{gridDim.x} * kRowsPerCta;
@@ -64,9 +67,9 @@ __global__ void __launch_bounds__(kNormWarpsPerCta * 32) norm_warp_kernel(const 
   device::pdl_trigger_secondary();
 }
 
-// Wide rows: one CTA per row.
+// Wide rows: one CTA (of at most kNormCtaThreads threads) per row.
 template <typename T, int kVec, bool kFusedAdd>
-__global__ void __launch_bounds__(1024) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
+__global__ void __launch_bounds__(kNormCtaThreads, 2) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
   device::pdl_wait_primary();
   for (int64_t row = blockIdx.x; row < p.total_rows; row += gridDim.x)
     norm_one_row<T, kVec, kFusedAdd>(p, row, device::norm::CtaGroup{});
@@ -104,7 +107,7 @@ void launch_norm_vec(const NormParams<T>& p, DLDevice device) {
     }
   } else {
     // kNormRegVecs vectors per thread when the row fits in one CTA's registers.
-    const int threads = static_cast<int>(std::min<int64_t>(1024, div_ceil(div_ceil(nvec, kNormRegVecs), 32) * 32));
+    const int threads = static_cast<int>(std::min<int64_t>(kNormCtaThreads, div_ceil(div_ceil(nvec, kNormRegVecs), 32) * 32));
     const int64_t grid = std::min(p.total_rows, int64_t{sm_count} * (2048 / threads));
     LaunchKernel(static_cast<unsigned>(grid), threads, device).enable_pdl(pdl)(norm_cta_kernel<T, kVec, kFusedAdd>, p);
   }
