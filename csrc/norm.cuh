@@ -18,7 +18,8 @@
 
 namespace {
 
-constexpr int kNormRegVecs = 4;     // vectors per thread kept in registers
+constexpr int kNormRegVecs = 4;     // warp path: vectors per thread kept in registers
+constexpr int kNormCtaRegVecs = 2;  // CTA path: fewer, for occupancy (the limit on wide rows)
 constexpr int kNormWarpsPerCta = 8;  // warp path: warps per CTA
 // Wide-row CTAs stay small enough that the register cache does not spill; rows wider than
 // kNormCtaThreads * kNormRegVecs vectors re-read their remainder (from L2) after the reduction.
@@ -44,45 +45,45 @@ struct NormParams {
   float eps;
 };
 
-template <typename T, int kVec, bool kFusedAdd, typename Group>
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, typename Group>
 __device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row, Group g) {
   const bool second = row >= p.rows0;
   const RowProblem<T>& q = p.problem[second ? 1 : 0];
   if (second) row -= p.rows0;
   const int64_t o = row / q.inner_count, i = row % q.inner_count;
   T* residual = kFusedAdd ? q.residual + o * q.res_outer + i * q.res_inner : nullptr;
-  device::norm::rmsnorm_row<T, kVec, kNormRegVecs, kFusedAdd>(q.out + o * q.out_outer + i * q.out_inner,
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd>(q.out + o * q.out_outer + i * q.out_inner,
                                                                q.in + o * q.in_outer + i * q.in_inner, residual, q.weight,
                                                                p.hidden, p.eps, g);
 }
 
 // Narrow rows: kWidth lanes per row, 32 / kWidth rows per warp at a time.
-template <typename T, int kVec, int kWidth, bool kFusedAdd>
+template <typename T, int kVec, int kWidth, int kRegVecs, bool kFusedAdd>
 __global__ void __launch_bounds__(kNormWarpsPerCta * 32, 2) norm_warp_kernel(const __grid_constant__ NormParams<T> p) {
   constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
   device::pdl_wait_primary();
   const int64_t stride = int64_t{gridDim.x} * kRowsPerCta;
   for (int64_t row = int64_t{blockIdx.x} * kRowsPerCta + threadIdx.x / kWidth; row < p.total_rows; row += stride)
-    norm_one_row<T, kVec, kFusedAdd>(p, row, device::norm::WarpGroup<kWidth>{});
+    norm_one_row<T, kVec, kRegVecs, kFusedAdd>(p, row, device::norm::WarpGroup<kWidth>{});
   device::pdl_trigger_secondary();
 }
 
 // Wide rows: one CTA (of at most kNormCtaThreads threads) per row.
 template <typename T, int kVec, bool kFusedAdd>
-__global__ void __launch_bounds__(kNormCtaThreads, 2) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
+__global__ void __launch_bounds__(kNormCtaThreads, 4) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
   device::pdl_wait_primary();
   for (int64_t row = blockIdx.x; row < p.total_rows; row += gridDim.x)
-    norm_one_row<T, kVec, kFusedAdd>(p, row, device::norm::CtaGroup{});
+    norm_one_row<T, kVec, kNormCtaRegVecs, kFusedAdd>(p, row, device::norm::CtaGroup{});
   device::pdl_trigger_secondary();
 }
 
-template <typename T, int kVec, int kWidth, bool kFusedAdd>
+template <typename T, int kVec, int kWidth, int kRegVecs, bool kFusedAdd>
 void launch_norm_warp(const NormParams<T>& p, DLDevice device, int sm_count, bool pdl) {
   constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
   const int64_t max_grid = int64_t{sm_count} * (2048 / (kNormWarpsPerCta * 32));
   const int64_t grid = std::min(host::div_ceil(p.total_rows, kRowsPerCta), max_grid);
   host::LaunchKernel(static_cast<unsigned>(grid), kNormWarpsPerCta * 32, device)
-      .enable_pdl(pdl)(norm_warp_kernel<T, kVec, kWidth, kFusedAdd>, p);
+      .enable_pdl(pdl)(norm_warp_kernel<T, kVec, kWidth, kRegVecs, kFusedAdd>, p);
 }
 
 template <typename T, int kVec, bool kFusedAdd>
@@ -91,23 +92,30 @@ void launch_norm_vec(const NormParams<T>& p, DLDevice device) {
   const int sm_count = runtime::get_sm_count(device.device_id);
   const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
   const int64_t nvec = p.hidden / kVec;
-  // Lanes per row: enough that each holds at most kNormRegVecs vectors (the scalar fallback always uses 32).
-  const int64_t width = kVec == 1 ? 32 : std::max<int64_t>(4, std::min<int64_t>(32, std::bit_ceil(static_cast<uint64_t>(div_ceil(nvec, kNormRegVecs)))));
   if (nvec <= 32 * kNormRegVecs) {
     if constexpr (kVec == 1) {
-      launch_norm_warp<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
-    } else if (width <= 4) {
-      launch_norm_warp<T, kVec, 4, kFusedAdd>(p, device, sm_count, pdl);
-    } else if (width <= 8) {
-      launch_norm_warp<T, kVec, 8, kFusedAdd>(p, device, sm_count, pdl);
-    } else if (width <= 16) {
-      launch_norm_warp<T, kVec, 16, kFusedAdd>(p, device, sm_count, pdl);
+      launch_norm_warp<T, 1, 32, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
     } else {
-      launch_norm_warp<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
+      // Few rows: spread each row over more lanes (one vector each) for parallelism; many rows:
+      // four vectors per lane for bytes in flight per thread.
+      const bool few_rows = p.total_rows * nvec < int64_t{sm_count} * 2048;
+      const int64_t dense = std::max<int64_t>(4, std::min<int64_t>(32, std::bit_ceil(static_cast<uint64_t>(div_ceil(nvec, kNormRegVecs)))));
+      if (few_rows && nvec <= 16) {
+        launch_norm_warp<T, kVec, 16, 1, kFusedAdd>(p, device, sm_count, pdl);
+      } else if (few_rows && nvec <= 32) {
+        launch_norm_warp<T, kVec, 32, 1, kFusedAdd>(p, device, sm_count, pdl);
+      } else if (dense <= 4) {
+        launch_norm_warp<T, kVec, 4, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
+      } else if (dense <= 8) {
+        launch_norm_warp<T, kVec, 8, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
+      } else if (dense <= 16) {
+        launch_norm_warp<T, kVec, 16, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
+      } else {
+        launch_norm_warp<T, kVec, 32, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
+      }
     }
   } else {
-    // kNormRegVecs vectors per thread when the row fits in one CTA's registers.
-    const int threads = static_cast<int>(std::min<int64_t>(kNormCtaThreads, div_ceil(div_ceil(nvec, kNormRegVecs), 32) * 32));
+    const int threads = static_cast<int>(std::min<int64_t>(kNormCtaThreads, div_ceil(div_ceil(nvec, kNormCtaRegVecs), 32) * 32));
     const int64_t grid = std::min(p.total_rows, int64_t{sm_count} * (2048 / threads));
     LaunchKernel(static_cast<unsigned>(grid), threads, device).enable_pdl(pdl)(norm_cta_kernel<T, kVec, kFusedAdd>, p);
   }
