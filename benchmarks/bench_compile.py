@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import environment, is_in_ci  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-TRIALS = 2 if is_in_ci() else 5
+TRIALS = 2 if is_in_ci() else 3
 ARCH = os.environ.get("JITKERN_CUDA_ARCH", "sm_90a")
 
 # Each snippet imports torch first when it is installed: in real use torch has loaded the CUDA runtime

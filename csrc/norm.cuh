@@ -96,19 +96,15 @@ void launch_norm_vec(const NormParams<T>& p, DLDevice device) {
     if constexpr (kVec == 1) {
       launch_norm_warp<T, 1, 32, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
     } else {
-      // Few rows: spread each row over more lanes (one vector each) for parallelism; many rows:
-      // four vectors per lane for bytes in flight per thread.
-      const bool few_rows = p.total_rows * nvec < int64_t{sm_count} * 2048;
-      const int64_t dense = std::max<int64_t>(4, std::min<int64_t>(32, std::bit_ceil(static_cast<uint64_t>(div_ceil(nvec, kNormRegVecs)))));
-      if (few_rows && nvec <= 16) {
-        launch_norm_warp<T, kVec, 16, 1, kFusedAdd>(p, device, sm_count, pdl);
-      } else if (few_rows && nvec <= 32) {
-        launch_norm_warp<T, kVec, 32, 1, kFusedAdd>(p, device, sm_count, pdl);
-      } else if (dense <= 4) {
+      // The fewest lanes per row that keep each lane at <= kNormRegVecs vectors, widened while the
+      // grid would leave SMs idle (each lane then holds fewer vectors).
+      int64_t width = std::max<int64_t>(4, std::min<int64_t>(32, std::bit_ceil(static_cast<uint64_t>(div_ceil(nvec, kNormRegVecs)))));
+      while (width < 32 && div_ceil(p.total_rows, kNormWarpsPerCta * 32 / width) < 2 * int64_t{sm_count}) width *= 2;
+      if (width == 4) {
         launch_norm_warp<T, kVec, 4, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
-      } else if (dense <= 8) {
+      } else if (width == 8) {
         launch_norm_warp<T, kVec, 8, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
-      } else if (dense <= 16) {
+      } else if (width == 16) {
         launch_norm_warp<T, kVec, 16, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
       } else {
         launch_norm_warp<T, kVec, 32, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
