@@ -11,8 +11,10 @@
 
 namespace {
 
-constexpr int kAddConstantThreads = 256;
-constexpr int kAddConstantUnroll = 4;  // 16-byte vectors in flight per thread
+// Measured on H100 (64M int32): 512 threads x 2 vectors reached 2940 GB/s (99.6% of a copy);
+// 256 x 4 reached 2917, and the streaming cache hints (__ldcs/__stcs) cost 3% in every shape tried.
+constexpr int kAddConstantThreads = 512;
+constexpr int kAddConstantUnroll = 2;  // 16-byte vectors in flight per thread
 constexpr int64_t kAddConstantTile = int64_t{kAddConstantThreads} * kAddConstantUnroll * 4;  // elements per block
 
 // int32 addition that wraps like torch's (signed overflow is undefined in C++).
@@ -33,14 +35,14 @@ __global__ void __launch_bounds__(kAddConstantThreads) add_constant_kernel(int32
     int4* out = reinterpret_cast<int4*>(dst + tile_start);
     int4 v[kAddConstantUnroll];
 #pragma unroll
-    for (int u = 0; u < kAddConstantUnroll; ++u) v[u] = __ldcs(in + u * kAddConstantThreads + threadIdx.x);
+    for (int u = 0; u < kAddConstantUnroll; ++u) v[u] = in[u * kAddConstantThreads + threadIdx.x];
 #pragma unroll
     for (int u = 0; u < kAddConstantUnroll; ++u) {
       v[u].x = add_wrapping<kConstant>(v[u].x);
       v[u].y = add_wrapping<kConstant>(v[u].y);
       v[u].z = add_wrapping<kConstant>(v[u].z);
       v[u].w = add_wrapping<kConstant>(v[u].w);
-      __stcs(out + u * kAddConstantThreads + threadIdx.x, v[u]);
+      out[u * kAddConstantThreads + threadIdx.x] = v[u];
     }
     return;
   }

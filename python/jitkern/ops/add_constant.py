@@ -39,30 +39,26 @@ def _reject(src, constant, out) -> None:
     )
 
 
+_FUNCTIONS: dict[int, object] = {}  # constant -> exported function, filled by the slow path
+_Tensor, _INT32 = torch.Tensor, torch.int32
+
+
 def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Returns src + constant (int32, wrapping on overflow like torch); writes into `out` if given."""
-    # One combined check on the hot path; _reject explains a failure.
-    if not (
-        isinstance(src, torch.Tensor)
-        and src.is_cuda
-        and src.dtype is torch.int32
-        and src.is_contiguous()
-        and type(constant) is int
-        and _INT32_MIN <= constant <= _INT32_MAX
-    ):
-        _reject(src, constant, out)
+    # The hot path is one dictionary lookup and one combined check; _reject explains a failure.
+    fn = _FUNCTIONS.get(constant) if type(constant) is int else None
+    if fn is None or not (isinstance(src, _Tensor) and src.is_cuda and src.dtype is _INT32 and src.is_contiguous()):
+        if not (isinstance(src, _Tensor) and src.is_cuda and src.dtype is _INT32 and src.is_contiguous()
+                and type(constant) is int and _INT32_MIN <= constant <= _INT32_MAX):
+            _reject(src, constant, out)
+        fn = _FUNCTIONS.setdefault(constant, _add_constant_function(constant))
     if out is None:
         out = torch.empty_like(src)
-    elif not (
-        isinstance(out, torch.Tensor)
-        and out.dtype is torch.int32
-        and out.shape == src.shape
-        and out.device == src.device
-        and out.is_contiguous()
-    ):
+    elif not (isinstance(out, _Tensor) and out.dtype is _INT32 and out.shape == src.shape and out.device == src.device
+              and out.is_contiguous()):
         _reject(src, constant, out)
     if src.dim() == 1:
-        _add_constant_function(constant)(out, src)
+        fn(out, src)
     else:
-        _add_constant_function(constant)(out.view(-1), src.view(-1))
+        fn(out.view(-1), src.view(-1))
     return out
