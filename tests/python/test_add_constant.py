@@ -90,3 +90,25 @@ def test_bad_inputs_rejected_in_cpp_before_launch():
         fn(good, torch.zeros(2, 4, dtype=torch.int32, device="cuda"))
     with pytest.raises(TypeError, match=r"takes 2 arguments but 1 were given"):
         fn(good)
+
+
+def test_works_under_torch_compile():
+    torch = _torch()
+    from jitkern import cache_once
+    from jitkern.ops import add_constant
+
+    calls = []
+
+    @cache_once
+    def scale_for(k):
+        calls.append(k)
+        return k * 2
+
+    @torch.compile
+    def f(x):
+        return add_constant(x, 3) * scale_for(3)
+
+    x = torch.randint(-1000, 1000, (4099,), dtype=torch.int32, device="cuda")
+    torch.testing.assert_close(f(x), (x + 3) * 6, rtol=0, atol=0)
+    torch.testing.assert_close(f(x + 1), (x + 4) * 6, rtol=0, atol=0)
+    assert calls == [3], "cache_once must run the function once, also under torch.compile"
