@@ -46,8 +46,7 @@ struct NormParams {
 };
 
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, typename Group>
-__device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row, Group g,
-                                             const device::norm::RowWeights<T, kVec, kRegVecs>& weights, bool use_weights) {
+__device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row, Group g) {
   const bool second = row >= p.rows0;
   const RowProblem<T>& q = p.problem[second ? 1 : 0];
   if (second) row -= p.rows0;
@@ -55,34 +54,26 @@ __device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row
   T* residual = kFusedAdd ? q.residual + o * q.res_outer + i * q.res_inner : nullptr;
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd>(q.out + o * q.out_outer + i * q.out_inner,
                                                                q.in + o * q.in_outer + i * q.in_inner, residual, q.weight,
-                                                               p.hidden, p.eps, g, weights, use_weights);
+                                                               p.hidden, p.eps, g);
 }
 
 // Narrow rows: kWidth lanes per row, 32 / kWidth rows per warp at a time.
 template <typename T, int kVec, int kWidth, int kRegVecs, bool kFusedAdd>
 __global__ void __launch_bounds__(kNormWarpsPerCta * 32, 2) norm_warp_kernel(const __grid_constant__ NormParams<T> p) {
   constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
-  const device::norm::WarpGroup<kWidth> group;
-  // Weights are re-read per row here (they hit L1): holding them would exceed the register budget.
-  const device::norm::RowWeights<T, kVec, kRegVecs> unused{};
   device::pdl_wait_primary();
   const int64_t stride = int64_t{gridDim.x} * kRowsPerCta;
   for (int64_t row = int64_t{blockIdx.x} * kRowsPerCta + threadIdx.x / kWidth; row < p.total_rows; row += stride)
-    norm_one_row<T, kVec, kRegVecs, kFusedAdd>(p, row, group, unused, false);
+    norm_one_row<T, kVec, kRegVecs, kFusedAdd>(p, row, device::norm::WarpGroup<kWidth>{});
   device::pdl_trigger_secondary();
 }
 
 // Wide rows: one CTA (of at most kNormCtaThreads threads) per row.
 template <typename T, int kVec, bool kFusedAdd>
 __global__ void __launch_bounds__(kNormCtaThreads, 4) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
-  const device::norm::CtaGroup group;
-  // Every row of a launch with one weight vector uses the same weights at the same threads: load once.
-  const bool one_weight = p.problem[0].weight == p.problem[1].weight;
-  device::norm::RowWeights<T, kVec, kNormCtaRegVecs> weights;
-  if (one_weight) weights.load(p.problem[0].weight, p.hidden, group.rank(), group.size());
   device::pdl_wait_primary();
   for (int64_t row = blockIdx.x; row < p.total_rows; row += gridDim.x)
-    norm_one_row<T, kVec, kNormCtaRegVecs, kFusedAdd>(p, row, group, weights, one_weight);
+    norm_one_row<T, kVec, kNormCtaRegVecs, kFusedAdd>(p, row, device::norm::CtaGroup{});
   device::pdl_trigger_secondary();
 }
 

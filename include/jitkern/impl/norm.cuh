@@ -38,20 +38,6 @@ struct CtaGroup {
   JITKERN_DEVICE float reduce_sum(float v) const { return cta::reduce_sum(v); }
 };
 
-// The weight vectors a thread uses for every row it normalises (its rank is the same for each row),
-// loaded once outside a loop over rows.
-template <typename T, int kVec, int kRegVecs>
-struct RowWeights {
-  AlignedVector<T, kVec> v[kRegVecs];
-  JITKERN_DEVICE void load(const T* weight, int64_t hidden, int rank, int size) {
-#pragma unroll
-    for (int r = 0; r < kRegVecs; ++r) {
-      const int64_t i = int64_t{r} * size + rank;
-      if (i < hidden / kVec) v[r].load(weight + i * kVec);
-    }
-  }
-};
-
 // out[i] = x[i] * rsqrt(mean(x^2) + eps) * weight[i], with x = in (or, with kFusedAdd,
 // x = residual += in, stored back to residual in T). `out` may alias `in`. `hidden` must be a
 // multiple of kVec and every pointer aligned to kVec elements.
@@ -60,8 +46,7 @@ struct RowWeights {
 // reduction and kept in registers, so a row that fits costs one round trip to memory; wider rows
 // re-read the remainder after the reduction.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, typename Group>
-JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g,
-                                const RowWeights<T, kVec, kRegVecs>& preloaded, bool use_preloaded) {
+JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t nvec = hidden / kVec;
   const int rank = g.rank(), size = g.size();
@@ -98,11 +83,7 @@ JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weigh
     const int64_t i = int64_t{r} * size + rank;
     if (i < nvec) {
       load_x(i, xs[r]);
-      if (use_preloaded) {
-        ws[r] = preloaded.v[r];
-      } else {
-        ws[r].load(weight + i * kVec);
-      }
+      ws[r].load(weight + i * kVec);
     }
   }
 #pragma unroll
