@@ -39,6 +39,8 @@ bool env_flag(const char* name) {
 
 bool quiet() { return env_flag("JITKERN_QUIET"); }
 
+std::vector<std::string> split_lines(const std::string& text);
+
 bool is_identifier(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
@@ -56,7 +58,7 @@ std::string sanitize(const std::string& s) {
 std::string runtime_library_dir() {
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&runtime_library_dir), &info) && info.dli_fname)
-    return fs::dirname(fs::realpath_or(info.dli_fname));
+    return fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
   return ".";
 }
 
@@ -103,30 +105,41 @@ Compiler identify_compiler(const std::string& program, const std::string& cache_
     auto it = memo.find(program + "\n" + cache_dir);
     if (it != memo.end()) return it->second;
   }
-  Compiler c;
-  c.path = fs::which(program);
-  if (c.path.empty())
-    throw std::runtime_error(std::string("jitkern: ") + role + " '" + program +
-                             "' was not found (set " + (std::string(role) == "CUDA compiler" ? "CUDA_HOME" : "CXX") +
-                             " or PATH)");
-  const std::string real = fs::realpath_or(c.path);
-  fs::FileSig sig;
-  fs::stat_sig(real, &sig);
-  const std::string stamp = real + "|" + std::to_string(sig.size) + "|" + std::to_string(sig.mtime_ns);
+  // A record per (program, PATH) remembers where the program resolved to and its --version, so that
+  // a fresh process identifies the compiler with one read and one stat: no PATH walk, no subprocess.
   const std::string dir = cache_dir + "/toolchains";
-  fs::ensure_private_dir(dir, "toolchain cache directory");
-  const std::string record = dir + "/" + sha256_hex(stamp).substr(0, 24) + ".txt";
-  std::string version;
-  if (!fs::read_file(record, &version) || version.empty()) {
+  const std::string record = dir + "/" + sha256_hex(program + '\0' + env_or("PATH")).substr(0, 24) + ".txt";
+  Compiler c;
+  std::string text;
+  if (fs::read_file(record, &text)) {
+    const auto lines = split_lines(text);
+    fs::FileSig now;
+    if (lines.size() >= 4 && fs::stat_sig(lines[1], &now) && std::to_string(now.size) == lines[2] &&
+        std::to_string(now.mtime_ns) == lines[3]) {
+      c.path = lines[0];
+      c.identity = lines[1] + "|" + lines[2] + "|" + lines[3] + "\n" + text.substr(std::min(text.size(), lines[0].size() + lines[1].size() + lines[2].size() + lines[3].size() + 4));
+    }
+  }
+  if (c.path.empty()) {
+    c.path = fs::which(program);
+    if (c.path.empty())
+      throw std::runtime_error(std::string("jitkern: ") + role + " '" + program + "' was not found (set " +
+                               (std::string(role) == "CUDA compiler" ? "CUDA_HOME" : "CXX") + " or PATH)");
+    const std::string real = fs::realpath_or(c.path);
+    fs::FileSig sig;
+    fs::stat_sig(real, &sig);
+    fs::ensure_private_dir(dir, "toolchain cache directory");
     const std::string scratch = fs::make_temp_dir(dir, "probe-");
     const std::string log = scratch + "/version.txt";
     const int rc = fs::wait(fs::spawn({c.path, "--version"}, log));
+    std::string version;
     fs::read_file(log, &version);
     fs::remove_tree(scratch);
     if (rc != 0) throw std::runtime_error("jitkern: '" + c.path + " --version' failed: " + version);
-    fs::write_file_atomic(record, version);
+    const std::string head = real + "\n" + std::to_string(sig.size) + "\n" + std::to_string(sig.mtime_ns) + "\n";
+    fs::write_file_atomic(record, c.path + "\n" + head + version);
+    c.identity = real + "|" + std::to_string(sig.size) + "|" + std::to_string(sig.mtime_ns) + "\n" + version;
   }
-  c.identity = stamp + "\n" + version;
   std::lock_guard<std::mutex> lock(g_mutex);
   return memo.emplace(program + "\n" + cache_dir, c).first->second;
 }
@@ -195,7 +208,7 @@ std::string resolve_source(const std::string& file, const std::string& csrc_dir)
   if (::access(path.c_str(), R_OK) != 0)
     throw std::runtime_error("jitkern: kernel source '" + file + "' not found (looked at " + path +
                              "; relative names are resolved against the package's csrc/, give an absolute path for your own files)");
-  return fs::realpath_or(path);
+  return path;
 }
 
 std::string make_wrapper_source(const std::vector<std::string>& files,
@@ -214,7 +227,7 @@ std::string make_wrapper_source(const std::vector<std::string>& files,
 }
 
 struct Plan {
-  std::string name, entry_dir, lock_path, request_key;
+  std::string name, entry_dir, lock_dir, lock_path, request_key;
   std::string cpp_source, cuda_source;
   std::vector<std::string> cpp_compile, cuda_compile, link;  // without inputs/outputs
   std::vector<std::string> dep_exclude_prefixes;
@@ -290,7 +303,7 @@ Plan make_plan(const BuildRequest& req, const ResolvedConfig& cfg) {
   p.request_key = key.hex();
   const std::string stem = sanitize(p.name) + "-" + p.request_key.substr(0, 20);
   p.entry_dir = cfg.cache_dir + "/" + stem;
-  fs::ensure_private_dir(cfg.lock_dir, "lock directory");
+  p.lock_dir = cfg.lock_dir;
   p.lock_path = cfg.lock_dir + "/" + stem + ".lock";
   return p;
 }
@@ -776,6 +789,7 @@ std::string build(const BuildRequest& request, const EngineConfig& config) {
   // Warm path: no lock, no subprocess; readers never see a partial file (publish is by rename).
   if (lookup_published(p, &lib_path)) return lib_path;
   fs::ensure_private_dir(p.entry_dir, "cache entry directory");
+  fs::ensure_private_dir(p.lock_dir, "lock directory");
   fs::FileLock lock(p.lock_path, quiet() ? "" : "jitkern: waiting for another process that is compiling " + p.name + " ...");
   finish_plan_for_build(&p);
   return build_locked(p, request, cfg);
