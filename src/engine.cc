@@ -489,9 +489,9 @@ std::vector<Dep> collect_deps(const Plan& p, const std::vector<std::string>& dep
   return deps;
 }
 
-// Dependencies for a failure record when the compiler wrote no dependency file: the named sources
-// and every header of the include directories.
-std::vector<Dep> fallback_deps(const Plan& p, const BuildRequest& req, const ResolvedConfig& cfg) {
+// Dependencies for a failure record beyond what the compiler's dependency output listed (it may
+// write none when it fails early): the named source files themselves.
+std::vector<Dep> fallback_deps(const BuildRequest& req, const ResolvedConfig& cfg) {
   std::vector<Dep> deps;
   auto add = [&](const std::string& path) {
     Dep d;
@@ -500,7 +500,6 @@ std::vector<Dep> fallback_deps(const Plan& p, const BuildRequest& req, const Res
   };
   for (const auto& f : req.cpp_files) add(resolve_source(f, cfg.csrc_dir));
   for (const auto& f : req.cuda_files) add(resolve_source(f, cfg.csrc_dir));
-  (void)p;
   return deps;
 }
 
@@ -753,7 +752,7 @@ std::string build_locked(const Plan& p, const BuildRequest& req, const ResolvedC
     Failure f;
     f.message = msg;
     f.deps = collect_deps(p, depfiles, scratch);
-    const auto fallback = fallback_deps(p, req, cfg);
+    const auto fallback = fallback_deps(req, cfg);
     for (const auto& d : fallback)
       if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == d.path; })) f.deps.push_back(d);
     fs::write_file_atomic(failure_path, serialize_failure(f));

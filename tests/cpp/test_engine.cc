@@ -44,23 +44,13 @@ TVMFFIAny int_arg(int64_t v) {
 TEST(Engine, CompilesLoadsAndCallsACpuKernel) {
   const std::string dir = temp_dir();
   const std::string kernel = dir + "/axpy.h";
-  std::ofstream(kernel) << R"(
-#include <jitkern/tensor.h>
-template <int kA>
-void axpy(jitkern::TensorView y, jitkern::TensorView x) {
-  using namespace host;
-  SymbolicSize n{"n"};
-  TensorMatcher({n}).with_dtype<float>().with_device<kDLCPU>().verify(y).verify(x);
-  auto* py = static_cast<float*>(y.data_ptr());
-  const auto* px = static_cast<const float*>(x.data_ptr());
-  for (auto i : irange(n.unwrap())) py[i] += kA * px[i];
-}
-inline int64_t twice(int64_t v) { return 2 * v; }
-)";
+  // The example's saxpy kernel, plus a function with an integer result.
+  std::ofstream(kernel) << "#include \"" JITKERN_SOURCE_DIR "/examples/cpp/saxpy_cpu.h\"\n"
+                        << "inline int64_t twice(int64_t v) { return 2 * v; }\n";
   jitkern::BuildRequest req;
   req.name_parts = {"axpy", "3"};
   req.cpp_files = {kernel};
-  req.cpp_wrappers = {{"axpy", "axpy<3>"}, {"twice", "twice"}};
+  req.cpp_wrappers = {{"axpy", "saxpy<3>"}, {"twice", "twice"}};
   auto module = jitkern::load(req, test_config(dir + "/cache"));
 
   std::vector<float> x = {1, 2, 3, 4}, y = {10, 10, 10, 10};
