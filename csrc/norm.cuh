@@ -1,9 +1,9 @@
 // The RMSNorm family: rmsnorm, fused_add_rmsnorm, per-head QK-norm and QK-norm across heads, for
 // fp16/bf16/fp32 (fp32 accumulation), any hidden size, strided rows, in place or not.
 //
-// Every op is one or two "row problems" (a set of rows, each normalised over `hidden` elements with
-// one weight vector). Narrow rows (<= 32 * kRegVecs vectors) take one warp each; wider rows take one
-// CTA each. 16-byte vectors are used whenever every pointer and stride allows.
+// Every op is one or two "row problems" (tokens x heads rows, each normalised over `hidden` elements
+// with one weight vector). Narrow rows (<= 32 vectors) take a group of lanes of a warp each; wider
+// rows take one CTA each. 16-byte vectors are used whenever every pointer and stride allows.
 #pragma once
 
 #include <jitkern/impl/norm.cuh>
@@ -18,72 +18,104 @@
 
 namespace {
 
-constexpr int kNormRegVecs = 4;     // warp path: vectors per thread kept in registers
-constexpr int kNormCtaRegVecs = 2;  // CTA path: fewer, for occupancy (the limit on wide rows)
-constexpr int kNormWarpsPerCta = 8;  // warp path: warps per CTA
-// Wide-row CTAs stay small enough that the register cache does not spill; rows wider than
-// kNormCtaThreads * kNormRegVecs vectors re-read their remainder (from L2) after the reduction.
-constexpr int kNormCtaThreads = 256;
+// Narrow rows (at most 32 vectors) take a group of lanes of a warp each, one vector per lane, in
+// CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most kNormWideThreads threads
+// holding up to two vectors each (rows wider than that re-read their remainder from L2).
+constexpr int kNormNarrowThreads = 256;
+constexpr int kNormWideThreads = 1024;
+// Narrow rows: groups take two rows each once one-row groups would fill this many CTAs per SM.
+constexpr int kNormNarrowRowsPerGroupThreshold = 16;
+// Rows are indexed with 32-bit integers on the device; the host splits larger problems.
+constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
 
-// Row r of a problem lives at (r / inner_count) * *_outer + (r % inner_count) * *_inner elements.
+// Row r of a problem is head (r % heads) of token (r / heads), at token * *_token + head * *_head
+// elements from its base pointer.
 template <typename T>
 struct RowProblem {
   T* out;
   const T* in;
   T* residual;  // fused_add_rmsnorm only
   const T* weight;
-  int64_t rows, inner_count;
-  int64_t out_outer, out_inner, in_outer, in_inner, res_outer, res_inner;
+  int64_t out_token, out_head, in_token, in_head, res_token, res_head;
+  int32_t heads;
 };
 
 template <typename T>
 struct NormParams {
   RowProblem<T> problem[2];
-  int64_t rows0;  // rows of problem[0]; the rest belong to problem[1]
-  int64_t total_rows;
+  int32_t rows0;       // rows of problem[0]; the rest belong to problem[1]
+  int32_t total_rows;
   int64_t hidden;
   float eps;
 };
 
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, typename Group>
-__device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int64_t row, Group g) {
+using device::norm::RowPointers;
+
+template <typename T>
+__device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int32_t row) {
   const bool second = row >= p.rows0;
   const RowProblem<T>& q = p.problem[second ? 1 : 0];
-  if (second) row -= p.rows0;
-  const int64_t o = row / q.inner_count, i = row % q.inner_count;
-  T* residual = kFusedAdd ? q.residual + o * q.res_outer + i * q.res_inner : nullptr;
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd>(q.out + o * q.out_outer + i * q.out_inner,
-                                                               q.in + o * q.in_outer + i * q.in_inner, residual, q.weight,
-                                                               p.hidden, p.eps, g);
+  const uint32_t r = static_cast<uint32_t>(second ? row - p.rows0 : row);
+  const uint32_t heads = static_cast<uint32_t>(q.heads);
+  const uint32_t token = heads == 1 ? r : r / heads, head = r - token * heads;
+  return {q.out + token * q.out_token + head * q.out_head, q.in + token * q.in_token + head * q.in_head,
+          q.residual + token * q.res_token + head * q.res_head, q.weight};
 }
 
-// Narrow rows: kWidth lanes per row, 32 / kWidth rows per warp at a time.
-template <typename T, int kVec, int kWidth, int kRegVecs, bool kFusedAdd>
-__global__ void __launch_bounds__(kNormWarpsPerCta * 32, 2) norm_warp_kernel(const __grid_constant__ NormParams<T> p) {
-  constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
-  device::pdl_wait_primary();
-  const int64_t stride = int64_t{gridDim.x} * kRowsPerCta;
-  for (int64_t row = int64_t{blockIdx.x} * kRowsPerCta + threadIdx.x / kWidth; row < p.total_rows; row += stride)
-    norm_one_row<T, kVec, kRegVecs, kFusedAdd>(p, row, device::norm::WarpGroup<kWidth>{});
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Group>
+__device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int32_t row, Group g) {
+  const RowPointers<T> rp = locate_row(p, row);
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(rp.out, rp.in, rp.residual, rp.weight, p.hidden, p.eps, g);
+}
+
+// PDL: the next kernel may launch at once; its own pdl_wait_primary() still waits for this grid to
+// finish and its memory to be visible, so triggering first only hides the next launch's latency.
+template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd>
+__global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p) {
+  constexpr int kGroups = kNormNarrowThreads / kWidth;
   device::pdl_trigger_secondary();
-}
-
-// Wide rows: one CTA (of at most kNormCtaThreads threads) per row.
-template <typename T, int kVec, bool kFusedAdd>
-__global__ void __launch_bounds__(kNormCtaThreads, 4) norm_cta_kernel(const __grid_constant__ NormParams<T> p) {
+  // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
+  const int64_t first = int64_t{blockIdx.x} * kGroups * kRows + threadIdx.x / kWidth;
+  RowPointers<T> rows[kRows];
+  bool valid[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int64_t row = first + int64_t{k} * kGroups;
+    valid[k] = row < p.total_rows;
+    rows[k] = locate_row(p, static_cast<int32_t>(valid[k] ? row : 0));
+  }
   device::pdl_wait_primary();
-  for (int64_t row = blockIdx.x; row < p.total_rows; row += gridDim.x)
-    norm_one_row<T, kVec, kNormCtaRegVecs, kFusedAdd>(p, row, device::norm::CtaGroup{});
-  device::pdl_trigger_secondary();
+  device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
 }
 
-template <typename T, int kVec, int kWidth, int kRegVecs, bool kFusedAdd>
-void launch_norm_warp(const NormParams<T>& p, DLDevice device, int sm_count, bool pdl) {
-  constexpr int kRowsPerCta = kNormWarpsPerCta * 32 / kWidth;
-  const int64_t max_grid = int64_t{sm_count} * (2048 / (kNormWarpsPerCta * 32));
-  const int64_t grid = std::min(host::div_ceil(p.total_rows, kRowsPerCta), max_grid);
-  host::LaunchKernel(static_cast<unsigned>(grid), kNormWarpsPerCta * 32, device)
-      .enable_pdl(pdl)(norm_warp_kernel<T, kVec, kWidth, kRegVecs, kFusedAdd>, p);
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
+__global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p) {
+  device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  norm_one_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(p, static_cast<int32_t>(blockIdx.x), device::norm::CtaGroup<true>{});
+}
+
+template <typename T, int kVec, int kWidth, bool kFusedAdd>
+void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, bool pdl) {
+  constexpr int kGroups = kNormNarrowThreads / kWidth;
+  // Two rows per group once the grid has several waves: more bytes in flight per thread.
+  if (host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
+    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * 2);
+    host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
+        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd>, p);
+  } else {
+    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
+    host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
+        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd>, p);
+  }
+}
+
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
+void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl) {
+  const int64_t nvec = p.hidden / kVec;
+  const int threads = static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, kRegVecs), 32) * 32));
+  host::LaunchKernel(static_cast<unsigned>(p.total_rows), threads, device)
+      .enable_pdl(pdl)(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits>, p);
 }
 
 template <typename T, int kVec, bool kFusedAdd>
@@ -92,47 +124,65 @@ void launch_norm_vec(const NormParams<T>& p, DLDevice device) {
   const int sm_count = runtime::get_sm_count(device.device_id);
   const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
   const int64_t nvec = p.hidden / kVec;
-  if (nvec <= 32 * kNormRegVecs) {
-    if constexpr (kVec == 1) {
-      launch_norm_warp<T, 1, 32, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
+  if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
+    if (nvec <= 32) {
+      launch_norm_narrow<T, 1, 32, kFusedAdd>(p, device, sm_count, pdl);
     } else {
-      // The fewest lanes per row that keep each lane at <= kNormRegVecs vectors, widened while the
-      // grid would leave SMs idle (each lane then holds fewer vectors).
-      int64_t width = std::max<int64_t>(4, std::min<int64_t>(32, std::bit_ceil(static_cast<uint64_t>(div_ceil(nvec, kNormRegVecs)))));
-      while (width < 32 && div_ceil(p.total_rows, kNormWarpsPerCta * 32 / width) < 2 * int64_t{sm_count}) width *= 2;
-      if (width == 4) {
-        launch_norm_warp<T, kVec, 4, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
-      } else if (width == 8) {
-        launch_norm_warp<T, kVec, 8, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
-      } else if (width == 16) {
-        launch_norm_warp<T, kVec, 16, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
-      } else {
-        launch_norm_warp<T, kVec, 32, kNormRegVecs, kFusedAdd>(p, device, sm_count, pdl);
-      }
+      launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, device, pdl);
     }
+  } else if (nvec <= 32) {
+    // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
+    const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
+    if (width == 4) {
+      launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, device, sm_count, pdl);
+    } else if (width == 8) {
+      launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, device, sm_count, pdl);
+    } else if (width == 16) {
+      launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, device, sm_count, pdl);
+    } else {
+      launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
+    }
+  } else if (kFusedAdd && nvec <= kNormWideThreads && p.total_rows >= 4 * sm_count) {
+    // Measured on H100: with many rows fused_add_rmsnorm streams best at one vector per thread
+    // (more threads), rmsnorm at two.
+    if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, device, pdl);
+  } else if (nvec <= 2 * kNormWideThreads) {
+    launch_norm_wide<T, kVec, 2, kFusedAdd, true>(p, device, pdl);
   } else {
-    const int threads = static_cast<int>(std::min<int64_t>(kNormCtaThreads, div_ceil(div_ceil(nvec, kNormCtaRegVecs), 32) * 32));
-    const int64_t grid = std::min(p.total_rows, int64_t{sm_count} * (2048 / threads));
-    LaunchKernel(static_cast<unsigned>(grid), threads, device).enable_pdl(pdl)(norm_cta_kernel<T, kVec, kFusedAdd>, p);
+    launch_norm_wide<T, kVec, 2, kFusedAdd, false>(p, device, pdl);
   }
 }
 
+// Normalises `tokens` tokens of one or two problems (problem[1] is ignored when num_problems is 1),
+// in launches of at most kNormMaxRowsPerLaunch rows.
 template <typename T, bool kFusedAdd>
-void launch_norm(NormParams<T> p, int num_problems, DLDevice device) {
-  if (num_problems == 1) p.problem[1] = p.problem[0];
-  p.rows0 = p.problem[0].rows;
-  p.total_rows = p.problem[0].rows + (num_problems == 2 ? p.problem[1].rows : 0);
-  if (p.total_rows == 0 || p.hidden == 0) return;
+void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice device) {
+  if (num_problems == 1) p.problem[1] = p.problem[0], p.problem[1].heads = 0;
+  const int64_t heads0 = p.problem[0].heads, heads = heads0 + p.problem[1].heads;
+  if (tokens == 0 || heads == 0 || p.hidden == 0) return;
+  host::RuntimeCheck(p.hidden <= kNormMaxRowsPerLaunch, "rows wider than ", kNormMaxRowsPerLaunch, " elements are not supported, got ", p.hidden);
   int vec = 16 / sizeof(T);
   for (int k = 0; k < num_problems; ++k) {
     const RowProblem<T>& q = p.problem[k];
     vec = std::min(vec, host::norm::vector_width<T>(p.hidden, {q.out, q.in, q.residual, q.weight},
-                                                    {q.out_outer, q.out_inner, q.in_outer, q.in_inner, q.res_outer, q.res_inner}));
+                                                    {q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
   }
-  if (vec == 16 / static_cast<int>(sizeof(T))) {
-    launch_norm_vec<T, 16 / sizeof(T), kFusedAdd>(p, device);
-  } else {
-    launch_norm_vec<T, 1, kFusedAdd>(p, device);
+  const int64_t chunk = std::max<int64_t>(1, kNormMaxRowsPerLaunch / heads);
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t n = std::min(chunk, tokens - t0);
+    NormParams<T> c = p;
+    for (RowProblem<T>& q : c.problem) {
+      q.out += t0 * q.out_token;
+      q.in += t0 * q.in_token;
+      if (q.residual != nullptr) q.residual += t0 * q.res_token;
+    }
+    c.rows0 = static_cast<int32_t>(n * heads0);
+    c.total_rows = static_cast<int32_t>(n * heads);
+    if (vec == 16 / static_cast<int>(sizeof(T))) {
+      launch_norm_vec<T, 16 / sizeof(T), kFusedAdd>(c, device);
+    } else {
+      launch_norm_vec<T, 1, kFusedAdd>(c, device);
+    }
   }
 }
 
@@ -160,9 +210,8 @@ struct NormOps {
     p.hidden = H.unwrap();
     p.eps = checked_eps(eps);
     p.problem[0] = {static_cast<T*>(output.data_ptr()), static_cast<const T*>(input.data_ptr()), nullptr,
-                    static_cast<const T*>(weight.data_ptr()), N.unwrap(), 1, 0, stride_of(out_stride), 0, stride_of(in_stride), 0, 0};
-    p.problem[0].inner_count = std::max<int64_t>(N.unwrap(), 1);
-    launch_norm<T, false>(p, 1, device.unwrap());
+                    static_cast<const T*>(weight.data_ptr()), stride_of(out_stride), 0, stride_of(in_stride), 0, 0, 0, 1};
+    launch_norm<T, false>(p, 1, N.unwrap(), device.unwrap());
   }
 
   // residual += input; input = rmsnorm(residual) * weight (both in place).
@@ -182,10 +231,9 @@ struct NormOps {
     p.hidden = H.unwrap();
     p.eps = checked_eps(eps);
     auto* in = static_cast<T*>(input.data_ptr());
-    p.problem[0] = {in, in, static_cast<T*>(residual.data_ptr()), static_cast<const T*>(weight.data_ptr()), N.unwrap(), 1,
-                    0, stride_of(in_stride), 0, stride_of(in_stride), 0, stride_of(res_stride)};
-    p.problem[0].inner_count = std::max<int64_t>(N.unwrap(), 1);
-    launch_norm<T, true>(p, 1, device.unwrap());
+    p.problem[0] = {in, in, static_cast<T*>(residual.data_ptr()), static_cast<const T*>(weight.data_ptr()),
+                    stride_of(in_stride), 0, stride_of(in_stride), 0, stride_of(res_stride), 0, 1};
+    launch_norm<T, true>(p, 1, N.unwrap(), device.unwrap());
   }
 
   // q [N, Hq, D], k [N, Hk, D]: every head normalised over D, in place.
@@ -207,7 +255,7 @@ struct NormOps {
     p.eps = checked_eps(eps);
     p.problem[0] = heads_problem(q, q_weight, N.unwrap(), Hq.unwrap(), stride_of(q_token), stride_of(q_head));
     p.problem[1] = heads_problem(k, k_weight, N.unwrap(), Hk.unwrap(), stride_of(k_token), stride_of(k_head));
-    launch_norm<T, false>(p, 2, device.unwrap());
+    launch_norm<T, false>(p, 2, N.unwrap(), device.unwrap());
   }
 
   // q [N, Wq], k [N, Wk]: every row normalised over its whole width, in place.
@@ -232,14 +280,14 @@ struct NormOps {
     if (Wq.unwrap() == Wk.unwrap()) {  // one launch for both
       p.hidden = Wq.unwrap();
       p.problem[0] = pq, p.problem[1] = pk;
-      launch_norm<T, false>(p, 2, device.unwrap());
+      launch_norm<T, false>(p, 2, N.unwrap(), device.unwrap());
     } else {
       p.hidden = Wq.unwrap();
       p.problem[0] = pq;
-      launch_norm<T, false>(p, 1, device.unwrap());
+      launch_norm<T, false>(p, 1, N.unwrap(), device.unwrap());
       p.hidden = Wk.unwrap();
       p.problem[0] = pk;
-      launch_norm<T, false>(p, 1, device.unwrap());
+      launch_norm<T, false>(p, 1, N.unwrap(), device.unwrap());
     }
   }
 
@@ -258,9 +306,10 @@ struct NormOps {
                                      int64_t token_stride, int64_t head_stride) {
     if (tokens > 1 && heads > 1)
       host::RuntimeCheck(token_stride != 0 && head_stride != 0, "heads and tokens must not overlap");
+    host::RuntimeCheck(heads <= kNormMaxRowsPerLaunch, "at most ", kNormMaxRowsPerLaunch, " heads per token are supported, got ", heads);
     auto* ptr = static_cast<T*>(t.data_ptr());
-    return {ptr, ptr, nullptr, static_cast<const T*>(w.data_ptr()), tokens * heads, std::max<int64_t>(heads, 1),
-            token_stride, head_stride, token_stride, head_stride, 0, 0};
+    return {ptr, ptr, nullptr, static_cast<const T*>(w.data_ptr()), token_stride, head_stride, token_stride, head_stride, 0, 0,
+            static_cast<int32_t>(heads)};
   }
 };
 

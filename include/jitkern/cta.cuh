@@ -27,6 +27,19 @@ JITKERN_DEVICE T reduce_sum(T value) {
   return detail::reduce(value, [](T v) { return warp::reduce_sum(v); }, T(0));
 }
 
+// The same, for a CTA's last reduction over this buffer: one barrier instead of two (nothing reuses
+// the shared buffer afterwards).
+template <typename T>
+JITKERN_DEVICE T reduce_sum_once(T value) {
+  __shared__ T partial[kWarpThreads];
+  const int lane = threadIdx.x % kWarpThreads, warp_id = threadIdx.x / kWarpThreads;
+  const int num_warps = (blockDim.x + kWarpThreads - 1) / kWarpThreads;
+  value = warp::reduce_sum(value);
+  if (lane == 0) partial[warp_id] = value;
+  __syncthreads();
+  return warp::reduce_sum(lane < num_warps ? partial[lane] : T(0));
+}
+
 template <typename T>
 JITKERN_DEVICE T reduce_max(T value, T lowest) {
   return detail::reduce(value, [](T v) { return warp::reduce_max(v); }, lowest);

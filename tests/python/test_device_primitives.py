@@ -30,12 +30,14 @@ def test_warp_and_cta_reductions(prim, threads):
     import torch
 
     x = torch.randn(threads, device="cuda")
-    out = torch.full((4,), float("nan"), device="cuda")
+    out = torch.full((6,), float("nan"), device="cuda")
     prim.reductions(out, x)
     torch.testing.assert_close(out[0], x[:32].sum(), rtol=1e-5, atol=1e-5)
     assert out[1] == x[:32].max()
     torch.testing.assert_close(out[2], x.sum(), rtol=1e-5, atol=1e-4)
     assert out[3] == x.max()
+    torch.testing.assert_close(out[4], x.sum(), rtol=1e-5, atol=1e-4)
+    assert out[5] == 0, "every thread must receive the CTA-wide results"
 
 
 def test_atomic_max_negative_values_and_nan(prim):

@@ -1,9 +1,10 @@
 // RMSNorm building blocks shared by the norm kernels (csrc/norm.cuh):
-//   device::norm::rmsnorm_row  normalises one row with a group of threads (a warp or a whole CTA),
-//                              16-byte vectors where alignment allows, up to kRegVecs vectors per
-//                              thread kept in registers and any remainder re-read (so any width works);
-//   device::norm::WarpGroup / CtaGroup  the two groups;
-//   host::norm::vector_width   the widest vector every pointer and stride of a problem allows.
+//   device::norm::rmsnorm_row          one row per group of threads (a warp group or a whole CTA),
+//                                      up to kRegVecs vectors per thread kept in registers and any
+//                                      remainder re-read, so any width works;
+//   device::norm::rmsnorm_narrow_rows  kRows rows per warp group, one vector per lane (head-sized rows);
+//   device::norm::WarpGroup / CtaGroup the groups; VecMath the per-vector arithmetic; RowPointers;
+//   host::norm::vector_width           the widest vector every pointer and stride of a problem allows.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -32,79 +33,153 @@ struct WarpGroup {
   }
 };
 
+// The whole CTA working on one row. kOneRowPerCta: the CTA normalises a single row in its lifetime,
+// so its reduction may skip the barrier that protects the shared buffer for reuse.
+template <bool kOneRowPerCta = false>
 struct CtaGroup {
   JITKERN_DEVICE int rank() const { return threadIdx.x; }
   JITKERN_DEVICE int size() const { return blockDim.x; }
-  JITKERN_DEVICE float reduce_sum(float v) const { return cta::reduce_sum(v); }
+  JITKERN_DEVICE float reduce_sum(float v) const {
+    if constexpr (kOneRowPerCta) {
+      return cta::reduce_sum_once(v);
+    } else {
+      return cta::reduce_sum(v);
+    }
+  }
+};
+
+// Where one row lives (residual: fused_add_rmsnorm only).
+template <typename T>
+struct RowPointers {
+  T* out;
+  const T* in;
+  T* residual;
+  const T* weight;
+};
+
+// Per-vector arithmetic shared by every norm path (fp32 math, results rounded to T).
+template <typename T, int kVec>
+struct VecMath {
+  using Vec = AlignedVector<T, kVec>;
+  // x = x + r, rounded to T (the value stored back to the residual and normalised).
+  static JITKERN_DEVICE void add(Vec& x, const Vec& r) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) x[j] = cast<T>(cast<float>(x[j]) + cast<float>(r[j]));
+  }
+  static JITKERN_DEVICE float sum_squares(const Vec& x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float v = cast<float>(x[j]);
+      s += v * v;
+    }
+    return s;
+  }
+  static JITKERN_DEVICE Vec normalized(const Vec& x, const Vec& w, float scale) {
+    Vec y;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = cast<T>(cast<float>(x[j]) * scale * cast<float>(w[j]));
+    return y;
+  }
 };
 
 // out[i] = x[i] * rsqrt(mean(x^2) + eps) * weight[i], with x = in (or, with kFusedAdd,
 // x = residual += in, stored back to residual in T). `out` may alias `in`. `hidden` must be a
-// multiple of kVec and every pointer aligned to kVec elements.
+// multiple of kVec, below 2^30, and every pointer aligned to kVec elements. kRowFits: the caller
+// guarantees hidden <= kRegVecs * kVec * g.size(), which drops the remainder loops.
 //
-// The first kRegVecs vectors of each thread (input and weight alike) are loaded before the
-// reduction and kept in registers, so a row that fits costs one round trip to memory; wider rows
-// re-read the remainder after the reduction.
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, typename Group>
+// The first kRegVecs vectors of each thread (input, residual and weight alike) are all requested
+// before any of them is used or any store is issued, so a row that fits costs one round trip to
+// memory (a store between loads would serialise them: the compiler cannot move a load above a store
+// that may alias it). Wider rows re-read the remainder after the reduction.
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Group>
 JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g) {
   using Vec = AlignedVector<T, kVec>;
-  const int64_t nvec = hidden / kVec;
+  using M = VecMath<T, kVec>;
+  const int nvec = static_cast<int>(hidden / kVec);
   const int rank = g.rank(), size = g.size();
-  Vec xs[kRegVecs], ws[kRegVecs];
+  Vec xs[kRegVecs], ws[kRegVecs], rs[kFusedAdd ? kRegVecs : 1];
   float sumsq = 0.0f;
-
-  auto load_x = [&](int64_t i, Vec& x) {
-    x.load(in + i * kVec);
-    if constexpr (kFusedAdd) {
-      Vec r;
-      r.load(residual + i * kVec);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) r[j] = cast<T>(cast<float>(x[j]) + cast<float>(r[j]));
-      r.store(residual + i * kVec);
-      x = r;
-    }
-  };
-  auto accumulate = [&](const Vec& x) {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const float v = cast<float>(x[j]);
-      sumsq += v * v;
-    }
-  };
-  auto store_y = [&](int64_t i, const Vec& x, const Vec& w, float scale) {
-    Vec y;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = cast<T>(cast<float>(x[j]) * scale * cast<float>(w[j]));
-    y.store(out + i * kVec);
-  };
 
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
-    const int64_t i = int64_t{r} * size + rank;
+    const int i = r * size + rank;
     if (i < nvec) {
-      load_x(i, xs[r]);
+      xs[r].load(in + i * kVec);
+      if constexpr (kFusedAdd) rs[r].load(residual + i * kVec);
       ws[r].load(weight + i * kVec);
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRegVecs; ++r)
-    if (int64_t{r} * size + rank < nvec) accumulate(xs[r]);
-  for (int64_t i = int64_t{kRegVecs} * size + rank; i < nvec; i += size) {  // rows wider than the registers
+  for (int r = 0; r < kRegVecs; ++r) {
+    const int i = r * size + rank;
+    if (i < nvec) {
+      if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store(residual + i * kVec);
+      sumsq += M::sum_squares(xs[r]);
+    }
+  }
+  for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) {  // rows wider than the registers
     Vec x;
-    load_x(i, x);
-    accumulate(x);
+    x.load(in + i * kVec);
+    if constexpr (kFusedAdd) {
+      Vec r;
+      r.load(residual + i * kVec);
+      M::add(x, r);
+      x.store(residual + i * kVec);
+    }
+    sumsq += M::sum_squares(x);
   }
   const float scale = rsqrtf(g.reduce_sum(sumsq) / static_cast<float>(hidden) + eps);
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
-    const int64_t i = int64_t{r} * size + rank;
-    if (i < nvec) store_y(i, xs[r], ws[r], scale);
+    const int i = r * size + rank;
+    if (i < nvec) M::normalized(xs[r], ws[r], scale).store(out + i * kVec);
   }
-  for (int64_t i = int64_t{kRegVecs} * size + rank; i < nvec; i += size) {
+  for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) {
     Vec x, w;
     x.load((kFusedAdd ? static_cast<const T*>(residual) : in) + i * kVec);
     w.load(weight + i * kVec);
-    store_y(i, x, w, scale);
+    M::normalized(x, w, scale).store(out + i * kVec);
+  }
+}
+
+// Narrow rows: a WarpGroup<kWidth> normalises kRows rows of at most kWidth vectors (one vector
+// per lane) at once. Every load of every row is issued before the first reduction, so each group
+// has kRows rows in flight. `valid[k]` must be the same for all lanes of the group (one row per
+// group); lanes past the row's width, and invalid rows, still take part in the reductions.
+template <typename T, int kVec, int kRows, bool kFusedAdd, int kWidth>
+JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], const bool (&valid)[kRows], int64_t hidden, float eps,
+                                        WarpGroup<kWidth> g) {
+  using Vec = AlignedVector<T, kVec>;
+  using M = VecMath<T, kVec>;
+  const int rank = g.rank();
+  const bool lane_active = rank < hidden / kVec;
+  Vec xs[kRows], ws[kRows], rs[kFusedAdd ? kRows : 1];
+  float sumsq[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    if (valid[k] && lane_active) {
+      xs[k].load(rows[k].in + rank * kVec);
+      if constexpr (kFusedAdd) rs[k].load(rows[k].residual + rank * kVec);
+      ws[k].load(rows[k].weight + rank * kVec);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    sumsq[k] = 0.0f;
+    if (valid[k] && lane_active) {
+      if constexpr (kFusedAdd) M::add(xs[k], rs[k]), xs[k].store(rows[k].residual + rank * kVec);
+      sumsq[k] = M::sum_squares(xs[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) sumsq[k] = g.reduce_sum(sumsq[k]);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    if (valid[k] && lane_active) {
+      const float scale = rsqrtf(sumsq[k] / static_cast<float>(hidden) + eps);
+      M::normalized(xs[k], ws[k], scale).store(rows[k].out + rank * kVec);
+    }
   }
 }
 

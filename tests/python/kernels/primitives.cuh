@@ -18,17 +18,24 @@ using jitkern::TensorView;
 
 inline DLDevice cuda_device(TensorView t) { return t.device(); }
 
-// out[0] = warp sum, out[1] = warp max, out[2] = CTA sum, out[3] = CTA max, of x (blockDim.x values).
+// out[0] = warp sum, out[1] = warp max, out[2] = CTA sum, out[3] = CTA max, out[4] = CTA sum by
+// reduce_sum_once (the last reduction), of x (blockDim.x values); every thread must get the CTA
+// results, so out[5] counts the threads that disagree with thread 0.
 __global__ void reductions_kernel(float* out, const float* x) {
   const float v = x[threadIdx.x];
   const float ws = device::warp::reduce_sum(v), wm = device::warp::reduce_max(v);
   const float cs = device::cta::reduce_sum(v), cm = device::cta::reduce_max(v, -INFINITY);
-  if (threadIdx.x == 0) out[0] = ws, out[1] = wm, out[2] = cs, out[3] = cm;
+  const float once = device::cta::reduce_sum_once(v);
+  if (threadIdx.x == 0) out[0] = ws, out[1] = wm, out[2] = cs, out[3] = cm, out[4] = once, out[5] = 0.0f;
+  __shared__ float first[3];
+  if (threadIdx.x == 0) first[0] = cs, first[1] = cm, first[2] = once;
+  __syncthreads();
+  if (cs != first[0] || cm != first[1] || once != first[2]) atomicAdd(out + 5, 1.0f);
 }
 void reductions(TensorView out, TensorView x) {
   using namespace host;
   auto n = SymbolicSize{"threads"};
-  TensorMatcher({4}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
+  TensorMatcher({6}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
   TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(x);
   RuntimeCheck(n.unwrap() % 32 == 0 && n.unwrap() <= 1024, "threads must be a multiple of 32 up to 1024");
   LaunchKernel(1, static_cast<unsigned>(n.unwrap()), x.device())(reductions_kernel, static_cast<float*>(out.data_ptr()),
