@@ -24,7 +24,7 @@ from utils import copy_ceiling_gbps, environment, is_in_ci, reference_ldflags, r
 
 import jitkern  # noqa: E402
 from jitkern.ops import add_constant  # noqa: E402
-from jitkern.ops.add_constant import _add_constant_function  # noqa: E402
+from jitkern.ops.add_constant import _add_constant_functions  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BATCH = 200  # well under the launch queue depth
@@ -59,7 +59,8 @@ def reference_add_constant(src: torch.Tensor, constant: int) -> torch.Tensor:
 def _overhead_module():
     return jitkern.load_jit("overhead", cuda_files=[str(HERE / "kernels/overhead.cuh")],
                             cuda_wrappers=[("call_only", "call_only"), ("verify_only", "verify_only"),
-                                           ("verify_and_stream", "verify_and_stream")])
+                                           ("verify_and_stream", "verify_and_stream"), ("launch_empty", "launch_empty"),
+                                           ("launch_empty_bare", "launch_empty_bare"), ("allocate_only", "allocate_only")])
 
 
 def per_call_us(fn) -> float:
@@ -80,7 +81,7 @@ def per_call_us(fn) -> float:
 def overhead_table() -> None:
     src = torch.randint(-100, 100, (16,), dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
-    raw = _add_constant_function(5)
+    raw, raw_new = _add_constant_functions(5)
     ovh = _overhead_module()
     call_only, verify_only, verify_and_stream = ovh.call_only, ovh.verify_only, ovh.verify_and_stream
     ref_mod = _reference_module(5)
@@ -92,6 +93,7 @@ def overhead_table() -> None:
         "jitkern.ops.add_constant(src, 5, out=dst)": lambda: add_constant(src, 5, out=dst),
         "reference exported function alone, preallocated dst": lambda: ref_fn(dst, src),
         "jitkern exported function alone, preallocated dst": lambda: raw(dst, src),
+        "jitkern exported function alone, output allocated in C++": lambda: raw_new(src),
     }
     breakdown = {
         "torch.empty_like(src)": lambda: torch.empty_like(src),
@@ -100,7 +102,13 @@ def overhead_table() -> None:
         "jitkern: + stream lookup (TVMFFIEnvGetStream)": lambda: verify_and_stream(dst, src),
         "jitkern: + kernel launch (the exported add_constant)": lambda: raw(dst, src),
     }
-    results = {name: per_call_us(fn) for name, fn in {**rows, **breakdown}.items()}
+    launch = {
+        "an empty kernel through LaunchKernel (after TensorMatcher)": lambda: ovh.launch_empty(dst, src),
+        "an empty kernel through a bare <<<>>> (after TensorMatcher)": lambda: ovh.launch_empty_bare(dst, src),
+        "jitkern::Tensor::empty_like in C++, returned to Python as a torch.Tensor": lambda: ovh.allocate_only(src),
+    }
+    assert type(ovh.allocate_only(src)) is torch.Tensor, "the C++-allocated output must come back as a torch.Tensor"
+    results = {name: per_call_us(fn) for name, fn in {**rows, **breakdown, **launch}.items()}
     ref = results["reference path (tutorial wrapper, load_inline module)"]
     print(f"\n### Per-call host overhead, two 16-element int32 tensors ({environment()}; median over {BATCHES} batches of {BATCH} calls)\n")
     print("| path | us per call | vs reference path |")
@@ -112,13 +120,18 @@ def overhead_table() -> None:
     print("|---|---|")
     for name in breakdown:
         print(f"| {name} | {results[name]:.2f} |")
+    print("\nThe launch and the allocation on their own (each a separate call):\n")
+    print("| what | us per call |")
+    print("|---|---|")
+    for name in launch:
+        print(f"| {name} | {results[name]:.2f} |")
 
 
 def bandwidth_table() -> None:
     n = 64 * 1024 * 1024
     src = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32, device="cuda")
     out = torch.empty_like(src)
-    raw = _add_constant_function(5)
+    raw, raw_new = _add_constant_functions(5)
     num_bytes = 2 * src.numel() * src.element_size()
     ceiling = copy_ceiling_gbps(num_bytes)
     rows = {

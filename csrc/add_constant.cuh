@@ -3,6 +3,7 @@
 #pragma once
 
 #include <jitkern/tensor.h>
+#include <jitkern/tensor_alloc.h>
 #include <jitkern/utils.cuh>
 #include <jitkern/utils.h>
 
@@ -51,6 +52,18 @@ __global__ void __launch_bounds__(kAddConstantThreads) add_constant_kernel(int32
 }
 
 template <int32_t kConstant>
+void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice device) {
+  using namespace host;
+  if (n == 0) return;
+  const int64_t blocks = div_ceil(n, kAddConstantTile);
+  RuntimeCheck(blocks <= int64_t{0x7fffffff}, "add_constant: tensor too large (", n, " elements)");
+  const bool aligned = (reinterpret_cast<uintptr_t>(out) % 16 == 0) && (reinterpret_cast<uintptr_t>(in) % 16 == 0);
+  const auto kernel = aligned ? add_constant_kernel<kConstant, true> : add_constant_kernel<kConstant, false>;
+  LaunchKernel(static_cast<unsigned>(blocks), kAddConstantThreads, device)(kernel, out, in, n);
+}
+
+// dst = src + kConstant (the tutorial's form: the caller allocates dst).
+template <int32_t kConstant>
 void add_constant(jitkern::TensorView dst, jitkern::TensorView src) {
   using namespace host;
   SymbolicSize N{"num_elements"};
@@ -60,15 +73,23 @@ void add_constant(jitkern::TensorView dst, jitkern::TensorView src) {
       .with_device<kDLCUDA>(device)
       .verify(dst)
       .verify(src);
-  const int64_t n = N.unwrap();
-  if (n == 0) return;
-  auto* out = static_cast<int32_t*>(dst.data_ptr());
-  const auto* in = static_cast<const int32_t*>(src.data_ptr());
-  const int64_t blocks = div_ceil(n, kAddConstantTile);
-  RuntimeCheck(blocks <= int64_t{0x7fffffff}, "add_constant: tensor too large (", n, " elements)");
-  const bool aligned = (reinterpret_cast<uintptr_t>(out) % 16 == 0) && (reinterpret_cast<uintptr_t>(in) % 16 == 0);
-  const auto kernel = aligned ? add_constant_kernel<kConstant, true> : add_constant_kernel<kConstant, false>;
-  LaunchKernel(static_cast<unsigned>(blocks), kAddConstantThreads, device.unwrap())(kernel, out, in, n);
+  launch_add_constant<kConstant>(static_cast<int32_t*>(dst.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
+                                 device.unwrap());
+}
+
+// Returns src + kConstant in a new tensor of src's shape, allocated by the caller's framework
+// (torch's caching allocator), which saves the Python-side allocation per call. src: any shape,
+// contiguous.
+template <int32_t kConstant>
+jitkern::Tensor add_constant_new(jitkern::TensorView src) {
+  using namespace host;
+  RuntimeCheck(dtype_equal(src.dtype(), dtype_trait<int32_t>::value), "add_constant: src must be int32, got ", src.dtype());
+  RuntimeCheck(src.device().device_type == kDLCUDA, "add_constant: src must be a CUDA tensor, got ", src.device());
+  RuntimeCheck(src.is_contiguous(), "add_constant: src must be contiguous");
+  jitkern::Tensor dst = jitkern::Tensor::empty_like(src);
+  launch_add_constant<kConstant>(static_cast<int32_t*>(dst.view().data_ptr()), static_cast<const int32_t*>(src.data_ptr()),
+                                 src.numel(), src.device());
+  return dst;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <jitkern/tensor.h>
+#include <jitkern/tensor_alloc.h>
 #include <jitkern/utils.cuh>
 
 inline void call_only(jitkern::TensorView, jitkern::TensorView) {}
@@ -21,3 +22,26 @@ inline int64_t verify_and_stream(jitkern::TensorView dst, jitkern::TensorView sr
   TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
   return reinterpret_cast<int64_t>(LaunchKernel::resolve_device(device.unwrap()));
 }
+
+// The CUDA launch itself, without add_constant's work: an empty kernel through LaunchKernel, and
+// through a bare <<<>>> on the same stream (what LaunchKernel's own bookkeeping costs).
+__global__ void empty_kernel() {}
+
+inline void launch_empty(jitkern::TensorView dst, jitkern::TensorView src) {
+  using namespace host;
+  SymbolicSize N{"num_elements"};
+  SymbolicDevice device;
+  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
+  LaunchKernel(1, 32, device.unwrap())(empty_kernel);
+}
+
+inline void launch_empty_bare(jitkern::TensorView dst, jitkern::TensorView src) {
+  using namespace host;
+  SymbolicSize N{"num_elements"};
+  SymbolicDevice device;
+  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
+  empty_kernel<<<1, 32, 0, LaunchKernel::resolve_device(device.unwrap())>>>();
+}
+
+// An output allocated in C++ through the caller's framework and returned (no kernel).
+inline jitkern::Tensor allocate_only(jitkern::TensorView src) { return jitkern::Tensor::empty_like(src); }

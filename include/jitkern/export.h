@@ -3,12 +3,14 @@
 // <tvm/ffi/c_api.h>. Parameters may be jitkern::TensorView, jitkern::Optional<jitkern::TensorView>,
 // integers, floating-point numbers, bool, DLDataType and DLDevice (and tvm::ffi::TensorView /
 // tvm::ffi::Optional<tvm::ffi::TensorView> when the kernel includes tvm-ffi's C++ headers itself).
+// It may return nothing, a number, bool, or a jitkern::Tensor (allocated by the caller's framework).
 // A C++ exception becomes a Python exception carrying its full message; a wrong argument count or
 // type is a TypeError naming the function and argument.
 #ifndef JITKERN_EXPORT_H_
 #define JITKERN_EXPORT_H_
 
 #include <dlpack/dlpack.h>
+#include <jitkern/tensor_alloc.h>
 #include <jitkern/tensor_view.h>
 #include <tvm/ffi/c_api.h>
 
@@ -214,8 +216,10 @@ inline void set_result(TVMFFIAny* result, R value) {
     result->type_index = kTVMFFIInt, result->zero_padding = 0, result->v_int64 = static_cast<int64_t>(value);
   } else if constexpr (std::is_floating_point_v<R>) {
     result->type_index = kTVMFFIFloat, result->zero_padding = 0, result->v_float64 = static_cast<double>(value);
+  } else if constexpr (std::is_same_v<R, ::jitkern::Tensor>) {  // reaches Python as the caller's tensor type
+    result->type_index = kTVMFFITensor, result->zero_padding = 0, result->v_obj = static_cast<TVMFFIObject*>(value.release());
   } else {
-    static_assert(sizeof(R) == 0, "JITKERN_EXPORT: return void, an integer, a float or bool");
+    static_assert(sizeof(R) == 0, "JITKERN_EXPORT: return void, an integer, a float, bool or jitkern::Tensor");
   }
 }
 

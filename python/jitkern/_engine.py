@@ -21,7 +21,7 @@ def _load() -> ctypes.CDLL:
         )
     # RTLD_GLOBAL is not needed: JIT modules link the runtime library by path (rpath).
     lib = ctypes.CDLL(str(LIBRARY_PATH))
-    lib.jitkern_build.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_build.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_build.restype = ctypes.c_int
     lib.jitkern_free.argtypes = [ctypes.c_void_p]
     lib.jitkern_free.restype = None
@@ -40,11 +40,15 @@ def _take(ptr: ctypes.c_void_p) -> str:
     return text
 
 
-def build(request: list[tuple[str, str]]) -> str:
-    """Builds (or finds in the cache) the module described by `request`; returns the library path."""
+def build(request: list[tuple[str, str]], register_prefix: str | None = None) -> str:
+    """Builds (or finds in the cache) the module described by `request`; returns the library path.
+
+    With `register_prefix`, also loads the library and registers every wrapper's export `name` as the
+    tvm-ffi global function `register_prefix + name`."""
     text = "".join(f"{key}\t{value}\n" for key, value in request).encode()
     path, error = ctypes.c_void_p(), ctypes.c_void_p()
-    rc = _LIB.jitkern_build(text, ctypes.byref(path), ctypes.byref(error))
+    prefix = register_prefix.encode() if register_prefix is not None else None
+    rc = _LIB.jitkern_build(text, prefix, ctypes.byref(path), ctypes.byref(error))
     if rc == 0:
         return _take(path)
     message = _take(error)

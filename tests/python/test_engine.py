@@ -109,6 +109,27 @@ def test_cpp_errors_reach_python_with_messages(cache_dir):
         m.scale(a, np.zeros(8, dtype=np.float32)[::2])
 
 
+def test_returned_tensor_needs_a_framework_allocator(cache_dir):
+    """A function returning jitkern::Tensor allocates through the caller's framework; numpy has none,
+    so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see the
+    GPU tests of add_constant)."""
+    m = jitkern.load_jit("alloc_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("doubled", "doubled")])
+    with pytest.raises(RuntimeError, match=r"jitkern::Tensor.*cannot allocate an output tensor through the caller's framework"
+                                           r".*allocator is nullptr.*pass a preallocated output"):
+        m.doubled(np.ones(4, dtype=np.float32))
+    with pytest.raises(RuntimeError, match=r"DType mismatch"):  # validation still comes first
+        m.doubled(np.ones(4, dtype=np.int32))
+
+
+def test_module_lists_its_exports(cache_dir):
+    m = jitkern.load_jit("alloc_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("doubled", "doubled")])
+    assert m["doubled"] is m.doubled
+    with pytest.raises(AttributeError, match=r"exports no function 'tripled'; it has doubled"):
+        m.tripled
+    with pytest.raises(KeyError, match=r"exports no function 'tripled'"):
+        m["tripled"]
+
+
 def test_tvm_ffi_tensorview_kernel_compiles_unchanged(cache_dir):
     m = jitkern.load_jit("tvm_compat", cpp_files=[str(KERNELS / "tvm_compat_cpu.h")], cpp_wrappers=[("copy_rows", "copy_rows")])
     rng = np.random.default_rng()
