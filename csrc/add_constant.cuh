@@ -3,7 +3,6 @@
 #pragma once
 
 #include <jitkern/tensor.h>
-#include <jitkern/tensor_alloc.h>
 #include <jitkern/utils.cuh>
 #include <jitkern/utils.h>
 
@@ -75,21 +74,6 @@ void add_constant(jitkern::TensorView dst, jitkern::TensorView src) {
       .verify(src);
   launch_add_constant<kConstant>(static_cast<int32_t*>(dst.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
                                  device.unwrap());
-}
-
-// Returns src + kConstant in a new tensor of src's shape, allocated by the caller's framework
-// (torch's caching allocator), which saves the Python-side allocation per call. src: any shape,
-// contiguous.
-template <int32_t kConstant>
-jitkern::Tensor add_constant_new(jitkern::TensorView src) {
-  using namespace host;
-  RuntimeCheck(dtype_equal(src.dtype(), dtype_trait<int32_t>::value), "add_constant: src must be int32, got ", src.dtype());
-  RuntimeCheck(src.device().device_type == kDLCUDA, "add_constant: src must be a CUDA tensor, got ", src.device());
-  RuntimeCheck(src.is_contiguous(), "add_constant: src must be contiguous");
-  jitkern::Tensor dst = jitkern::Tensor::empty_like(src);
-  launch_add_constant<kConstant>(static_cast<int32_t*>(dst.view().data_ptr()), static_cast<const int32_t*>(src.data_ptr()),
-                                 src.numel(), src.device());
-  return dst;
 }
 
 }  // namespace

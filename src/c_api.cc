@@ -65,7 +65,8 @@ void parse_request(const char* text, jitkern::BuildRequest* req, jitkern::Engine
 // The library is never unloaded. tvm-ffi's C API is looked up through the library, which links it,
 // so the runtime library keeps no link-time tvm-ffi dependency.
 void register_exports(const std::string& path, const std::vector<std::string>& exports, const std::string& prefix) {
-  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // Lazy binding, as tvm_ffi.load_module does: symbols resolve on first use, off the load path.
+  void* lib = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = ::dlerror();
     throw std::runtime_error("jitkern: cannot load " + path + ": " + (why != nullptr ? why : "unknown error"));

@@ -76,9 +76,9 @@ def test_bad_inputs_rejected_in_python():
 def test_bad_inputs_rejected_in_cpp_before_launch():
     """The C++ entry point validates on its own (callers may bypass the Python wrapper)."""
     torch = _torch()
-    from jitkern.ops.add_constant import _add_constant_functions
+    from jitkern.ops.add_constant import _add_constant_function
 
-    fn, fn_new = _add_constant_functions(1)
+    fn = _add_constant_function(1)
     good = torch.zeros(8, dtype=torch.int32, device="cuda")
     with pytest.raises(RuntimeError, match=r"Tensor match failed.*dtype=float32.*\n.*\n- Root cause: DType mismatch"):
         fn(good, torch.zeros(8, dtype=torch.float32, device="cuda"))
@@ -90,35 +90,6 @@ def test_bad_inputs_rejected_in_cpp_before_launch():
         fn(good, torch.zeros(2, 4, dtype=torch.int32, device="cuda"))
     with pytest.raises(TypeError, match=r"takes 2 arguments but 1 were given"):
         fn(good)
-    with pytest.raises(RuntimeError, match=r"src must be int32, got float32"):
-        fn_new(torch.zeros(8, dtype=torch.float32, device="cuda"))
-    with pytest.raises(RuntimeError, match=r"src must be a CUDA tensor, got cpu"):
-        fn_new(torch.zeros(8, dtype=torch.int32))
-    with pytest.raises(RuntimeError, match=r"src must be contiguous"):
-        fn_new(torch.zeros(4, 4, dtype=torch.int32, device="cuda").t())
-
-
-def test_output_allocated_in_cpp_comes_back_as_torch_tensor():
-    """Without out=, the C++ entry point allocates through torch's allocator (one call, no
-    Python-side empty_like); the result must be an ordinary torch.Tensor, usable in CUDA graphs."""
-    torch = _torch()
-    import jitkern.ops.add_constant as mod
-
-    src = torch.randint(-1000, 1000, (3, 1001), dtype=torch.int32, device="cuda")
-    y = mod.add_constant(src, 7)
-    assert type(y) is torch.Tensor and y.shape == src.shape and y.device == src.device
-    assert y.data_ptr() != src.data_ptr()
-    torch.testing.assert_close(y, src + 7, rtol=0, atol=0)
-    assert mod._ALLOCATE_IN_CPP, "tvm-ffi did not pass torch's allocator to C++: the per-call fast path is off"
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = mod.add_constant(src, 7)
-    src.add_(1)
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(captured, src + 7, rtol=0, atol=0)
 
 
 def test_works_under_torch_compile():

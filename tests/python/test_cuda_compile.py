@@ -15,11 +15,10 @@ def test_add_constant_instantiation_compiles(cache_dir, monkeypatch, constant):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     args = make_cpp_args(constant)
     request = [("name", "add_constant"), *[("name", a) for a in args], ("cuda_file", "add_constant.cuh"),
-               ("cuda_wrapper", f"add_constant\tadd_constant<{args}>"),
-               ("cuda_wrapper", f"add_constant_new\tadd_constant_new<{args}>")] + list(jit._env().items())
+               ("cuda_wrapper", f"add_constant\tadd_constant<{args}>")] + list(jit._env().items())
     path = _engine.build(request)
     data = open(path, "rb").read()
-    assert data[:4] == b"\x7fELF" and b"__tvm_ffi_add_constant\0" in data and b"__tvm_ffi_add_constant_new\0" in data
+    assert data[:4] == b"\x7fELF" and b"__tvm_ffi_add_constant\0" in data
 
 
 def _build_cuda(name, cuda_file, wrapper):

@@ -15,7 +15,7 @@ def prim():
     import jitkern
 
     wrappers = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
-                ("runtime_info", "runtime_info")]
+                ("runtime_info", "runtime_info"), ("copy_new", "copy_new")]
     for t in ("fp32_t", "fp16_t", "bf16_t"):
         wrappers.append((f"math_{t}", f"math_ops<{t}>"))
     for t in ("fp16_t", "bf16_t", "fp8_e4m3_t"):
@@ -23,6 +23,27 @@ def prim():
     for t in ("fp16x2_t", "bf16x2_t"):
         wrappers.append((f"packed_max_{t}", f"packed_max<{t}>"))
     return jitkern.load_jit("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=wrappers)
+
+
+def test_tensor_allocated_in_cpp_is_returned_as_torch_tensor(prim):
+    """jitkern::Tensor allocates through torch's allocator (tvm-ffi's environment allocator) on the
+    current stream and comes back as an ordinary torch.Tensor, also inside a CUDA graph capture."""
+    import torch
+
+    x = torch.randn(1001, device="cuda")
+    y = prim.copy_new(x)
+    assert type(y) is torch.Tensor and y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+    assert y.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(y, x, rtol=0, atol=0)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = prim.copy_new(x)
+    x.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, x, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("threads", [32, 64, 96, 256, 1024])

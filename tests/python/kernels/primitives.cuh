@@ -7,6 +7,7 @@
 #include <jitkern/math.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
+#include <jitkern/tensor_alloc.h>
 #include <jitkern/tile.cuh>
 #include <jitkern/type.cuh>
 #include <jitkern/vec.cuh>
@@ -40,6 +41,17 @@ void reductions(TensorView out, TensorView x) {
   RuntimeCheck(n.unwrap() % 32 == 0 && n.unwrap() <= 1024, "threads must be a multiple of 32 up to 1024");
   LaunchKernel(1, static_cast<unsigned>(n.unwrap()), x.device())(reductions_kernel, static_cast<float*>(out.data_ptr()),
                                                                   static_cast<const float*>(x.data_ptr()));
+}
+
+// A copy of x in a tensor that C++ allocates through the caller's framework (jitkern::Tensor).
+jitkern::Tensor copy_new(TensorView x) {
+  using namespace host;
+  auto n = SymbolicSize{"n"};
+  TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(x);
+  jitkern::Tensor out = jitkern::Tensor::empty_like(x);
+  RuntimeDeviceCheck(cudaMemcpyAsync(out.view().data_ptr(), x.data_ptr(), n.unwrap() * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     LaunchKernel::resolve_device(x.device())));
+  return out;
 }
 
 // out[0] = atomic max over all of x (out[0] must be preset by the caller).
