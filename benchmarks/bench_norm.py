@@ -110,7 +110,19 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|")
         print("\n".join(lines))
     print("\nShapes where jitkern is slower than torch eager: " + (", ".join(slower) if slower else "none"))
+    for t in get_benchmark_range([256, 8192, 32768], [8192]):
+        print(f"\nqknorm's access pattern as a plain copy, T={t}: the q+k columns of a [T, 48*128] qkv buffer copied into "
+              f"another such buffer (torch copy_, CUDA graph): {strided_copy_gbps(t):.0f} GB/s")
     plot(rows, ceiling)
+
+
+def strided_copy_gbps(tokens: int) -> float:
+    """Bandwidth of a copy with qknorm's access pattern (40 of every 48 heads' rows), for context."""
+    src = torch.randn(tokens, 48 * 128, dtype=DTYPE, device="cuda")
+    dst = torch.empty_like(src)
+    qk_src, qk_dst = src[:, : 40 * 128], dst[:, : 40 * 128]
+    t = run_benchmark(lambda: qk_dst.copy_(qk_src))
+    return 2 * qk_src.numel() * qk_src.element_size() / (t["median"] * 1e-6) / 1e9
 
 
 def plot(rows, ceiling) -> None:

@@ -8,14 +8,11 @@ import math
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import tvm_ffi
 
 from . import _engine
-
-if TYPE_CHECKING:
-    from tvm_ffi import Module
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,7 +87,7 @@ def load_jit(
     extra_include_paths: Sequence[str] | None = None,
     build_directory: str | None = None,
 ) -> "Module":
-    """Compiles (or loads from the cache) a kernel module and returns it as a tvm_ffi Module.
+    """Compiles (or loads from the cache) a kernel module and returns it (a jitkern.jit.Module).
 
     `args` name the build: the module name followed by its template arguments (different kernels or
     instantiations must differ). `cpp_files`/`cuda_files` are relative to the package's csrc/ unless
