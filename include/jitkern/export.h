@@ -10,7 +10,6 @@
 #define JITKERN_EXPORT_H_
 
 #include <dlpack/dlpack.h>
-#include <jitkern/tensor_alloc.h>
 #include <jitkern/tensor_view.h>
 #include <tvm/ffi/c_api.h>
 
@@ -22,6 +21,7 @@
 #include <utility>
 
 namespace jitkern {
+class Tensor;  // <jitkern/tensor_alloc.h>: not included here, it would cost every compile (measured 0.7 s of nvcc)
 
 // An optional kernel argument (None from Python). Deliberately not std::optional: nvcc 13's front
 // end hits an internal error instantiating std::optional's destructor in this context.

@@ -11,9 +11,10 @@
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
-#include <string>
 #include <utility>
 
 namespace jitkern {
@@ -52,16 +53,20 @@ class Tensor {
     prototype.device = device;
     Tensor t;
     if (TVMFFIEnvTensorAlloc(&prototype, &t.m_handle) != 0) [[unlikely]] {
+      // The reason, copied out of tvm-ffi's error object (no <string>: this header stays cheap to compile).
+      char why[512] = "no reason given";
       TVMFFIObjectHandle error = nullptr;
       TVMFFIErrorMoveFromRaised(&error);
-      std::string why = "no reason given";
       if (error != nullptr) {
         const TVMFFIByteArray& m = TVMFFIErrorGetCellPtr(error)->message;
-        why.assign(m.data, m.size);
+        const std::size_t n = m.size < sizeof(why) - 1 ? m.size : sizeof(why) - 1;
+        std::memcpy(why, m.data, n);
+        why[n] = '\0';
         TVMFFIObjectDecRef(error);
       }
       host::detail::panic_with(where, "jitkern::Tensor", "cannot allocate an output tensor through the caller's framework (",
-                               why, "). Call with framework tensors (e.g. torch.Tensor) or pass a preallocated output.");
+                               static_cast<const char*>(why),
+                               "). Call with framework tensors (e.g. torch.Tensor) or pass a preallocated output.");
     }
     return t;
   }
