@@ -809,6 +809,8 @@ TVMFFISafeCallType Module::function(const std::string& name) const {
   return reinterpret_cast<TVMFFISafeCallType>(sym);
 }
 
+void* Module::symbol(const std::string& name) const { return ::dlsym(m_handle, name.c_str()); }
+
 std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& config) {
   const std::string path = build(request, config);
   static std::mutex mutex;

@@ -28,19 +28,12 @@ inline int64_t verify_and_stream(jitkern::TensorView dst, jitkern::TensorView sr
 __global__ void empty_kernel() {}
 
 inline void launch_empty(jitkern::TensorView dst, jitkern::TensorView src) {
-  using namespace host;
-  SymbolicSize N{"num_elements"};
-  SymbolicDevice device;
-  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
-  LaunchKernel(1, 32, device.unwrap())(empty_kernel);
+  verify_only(dst, src);
+  host::LaunchKernel(1, 32, src.device())(empty_kernel);
 }
 
 inline void launch_empty_bare(jitkern::TensorView dst, jitkern::TensorView src) {
-  using namespace host;
-  SymbolicSize N{"num_elements"};
-  SymbolicDevice device;
-  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
-  empty_kernel<<<1, 32, 0, LaunchKernel::resolve_device(device.unwrap())>>>();
+  empty_kernel<<<1, 32, 0, reinterpret_cast<cudaStream_t>(verify_and_stream(dst, src))>>>();
 }
 
 // An output allocated in C++ through the caller's framework and returned (no kernel).

@@ -1,5 +1,6 @@
 // device::cta: reductions across all threads of a block (blockDim.x a multiple of 32, at most 1024).
-// Every thread gets the result. Each call uses its own 32-word shared buffer and two barriers.
+// Every thread gets the result. Each call uses its own 32-word shared buffer and two barriers (one
+// for reduce_sum_once).
 #pragma once
 
 #include <jitkern/warp.cuh>
@@ -7,7 +8,8 @@
 namespace device::cta {
 
 namespace detail {
-template <typename T, typename Op>
+// kReusable: a second barrier after reading the buffer, so that the next reduction may overwrite it.
+template <bool kReusable, typename T, typename Op>
 JITKERN_DEVICE T reduce(T value, Op op, T identity) {
   __shared__ T partial[kWarpThreads];
   const int lane = threadIdx.x % kWarpThreads, warp_id = threadIdx.x / kWarpThreads;
@@ -17,32 +19,26 @@ JITKERN_DEVICE T reduce(T value, Op op, T identity) {
   __syncthreads();
   value = lane < num_warps ? partial[lane] : identity;
   value = op(value);
-  __syncthreads();  // the buffer may be reused by the next reduction
+  if constexpr (kReusable) __syncthreads();
   return value;
 }
 }  // namespace detail
 
 template <typename T>
 JITKERN_DEVICE T reduce_sum(T value) {
-  return detail::reduce(value, [](T v) { return warp::reduce_sum(v); }, T(0));
+  return detail::reduce<true>(value, [](T v) { return warp::reduce_sum(v); }, T(0));
 }
 
 // The same, for a CTA's last reduction over this buffer: one barrier instead of two (nothing reuses
 // the shared buffer afterwards).
 template <typename T>
 JITKERN_DEVICE T reduce_sum_once(T value) {
-  __shared__ T partial[kWarpThreads];
-  const int lane = threadIdx.x % kWarpThreads, warp_id = threadIdx.x / kWarpThreads;
-  const int num_warps = (blockDim.x + kWarpThreads - 1) / kWarpThreads;
-  value = warp::reduce_sum(value);
-  if (lane == 0) partial[warp_id] = value;
-  __syncthreads();
-  return warp::reduce_sum(lane < num_warps ? partial[lane] : T(0));
+  return detail::reduce<false>(value, [](T v) { return warp::reduce_sum(v); }, T(0));
 }
 
 template <typename T>
 JITKERN_DEVICE T reduce_max(T value, T lowest) {
-  return detail::reduce(value, [](T v) { return warp::reduce_max(v); }, lowest);
+  return detail::reduce<true>(value, [](T v) { return warp::reduce_max(v); }, lowest);
 }
 
 }  // namespace device::cta

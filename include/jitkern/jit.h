@@ -52,6 +52,8 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
   TVMFFISafeCallType function(const std::string& name) const;  // throws if absent
+  // Any symbol visible through the module (its own, then its dependencies'); nullptr if none.
+  void* symbol(const std::string& name) const;
   const std::string& path() const { return m_path; }
 
  private:

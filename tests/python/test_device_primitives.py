@@ -15,7 +15,7 @@ def prim():
     import jitkern
 
     wrappers = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
-                ("runtime_info", "runtime_info"), ("copy_new", "copy_new")]
+                ("runtime_info", "runtime_info"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]
     for t in ("fp32_t", "fp16_t", "bf16_t"):
         wrappers.append((f"math_{t}", f"math_ops<{t}>"))
     for t in ("fp16_t", "bf16_t", "fp8_e4m3_t"):
@@ -44,6 +44,9 @@ def test_tensor_allocated_in_cpp_is_returned_as_torch_tensor(prim):
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(captured, x, rtol=0, atol=0)
+    z = prim.zeros_new(x, 3, 5)  # Tensor::empty with an explicit shape, dtype and device
+    assert type(z) is torch.Tensor and z.shape == (3, 5) and z.dtype == torch.float32 and z.device == x.device
+    assert z.is_contiguous() and bool((z == 0).all())
 
 
 @pytest.mark.parametrize("threads", [32, 64, 96, 256, 1024])

@@ -219,6 +219,16 @@ def test_truncated_library_is_rebuilt(cache_dir, workdir):
     assert result_of(again) == 2.0 and compiles(again) == 1
 
 
+def test_unresolved_symbol_is_a_load_error_not_a_crash(cache_dir, tmp_path):
+    """A library that links but calls a function nothing defines fails to load with the symbol's name
+    (modules are bound eagerly); with lazy binding the process would die at the first call."""
+    src = tmp_path / "unresolved.h"
+    src.write_text("#include <cstdint>\n\nint64_t jitkern_test_nowhere_defined(int64_t);\n"
+                   "inline int64_t call_missing(int64_t x) { return jitkern_test_nowhere_defined(x); }\n")
+    with pytest.raises(RuntimeError, match=r"cannot load .*undefined symbol: .*jitkern_test_nowhere_defined"):
+        jitkern.load_jit("unresolved", cpp_files=[str(src)], cpp_wrappers=[("call_missing", "call_missing")])
+
+
 def test_compile_error_shows_location_and_is_remembered(cache_dir, tmp_path):
     src = tmp_path / "broken.h"
     src.write_text("#include <jitkern/utils.h>\n\ninline int broken() {\n  return undefined_symbol + 1;\n}\n")

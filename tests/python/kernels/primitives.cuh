@@ -54,6 +54,15 @@ jitkern::Tensor copy_new(TensorView x) {
   return out;
 }
 
+// A zero-filled float32 tensor of shape [rows, cols] on x's device, allocated in C++ (jitkern::Tensor::empty).
+jitkern::Tensor zeros_new(TensorView x, int64_t rows, int64_t cols) {
+  using namespace host;
+  RuntimeCheck(rows >= 0 && cols >= 0, "rows and cols must be non-negative");
+  jitkern::Tensor out = jitkern::Tensor::empty({rows, cols}, dtype_trait<float>::value, x.device());
+  RuntimeDeviceCheck(cudaMemsetAsync(out.view().data_ptr(), 0, rows * cols * sizeof(float), LaunchKernel::resolve_device(x.device())));
+  return out;
+}
+
 // out[0] = atomic max over all of x (out[0] must be preset by the caller).
 __global__ void atomic_max_kernel(float* out, const float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
