@@ -119,10 +119,9 @@ void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, b
 }
 
 // token_rows: one problem, one row per token. The kernel for that layout needs fewer registers
-// (48 instead of 54 for bf16 [*, 4096]: five CTAs per SM instead of four), measured on H100:
-// rmsnorm [32768, 4096] 181.8 -> 177.6 us, [4096, 4096] 24.4 -> 23.7 us, [1, 4096] 1.41 -> 1.30 us;
-// but 1.33 -> 1.60 us at [16, 4096] and 2.21 -> 2.70 us at [256, 4096] (not understood), so it
-// is used from 4 x SMs rows on.
+// (48 instead of 54 for bf16 [*, 4096]: five CTAs per SM instead of four). Measured on H100:
+// rmsnorm [32768, 4096] 181.8 -> 177.6 us, [4096, 4096] 24.4 -> 23.7 us; but 1.33 -> 1.60 us at
+// [16, 4096] and 2.21 -> 2.70 us at [256, 4096] (not understood), so it is used from 4 x SMs rows on.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
 void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int64_t nvec = p.hidden / kVec;
