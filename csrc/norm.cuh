@@ -70,12 +70,6 @@ __device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int
   }
 }
 
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, bool kTokenRows, typename Group>
-__device__ __forceinline__ void norm_one_row(const NormParams<T>& p, int32_t row, Group g) {
-  const RowPointers<T> rp = locate_row<T, kTokenRows>(p, row);
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(rp.out, rp.in, rp.residual, rp.weight, p.hidden, p.eps, g);
-}
-
 // PDL: the next kernel may launch at once; its own pdl_wait_primary() still waits for this grid to
 // finish and its memory to be visible, so triggering first only hides the next launch's latency.
 template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd>
@@ -96,11 +90,16 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
   device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
 }
 
+// The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
+// after the wait they sat on the critical path (measured on H100: rmsnorm [1, 4096] 1.38 -> 1.20 us,
+// [256, 4096] 2.24 -> 1.98 us, fused_add_rmsnorm [256, 4096] 2.71 -> 2.61 us).
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, bool kTokenRows>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p) {
   device::pdl_trigger_secondary();
+  const RowPointers<T> row = locate_row<T, kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
   device::pdl_wait_primary();
-  norm_one_row<T, kVec, kRegVecs, kFusedAdd, kRowFits, kTokenRows>(p, static_cast<int32_t>(blockIdx.x), device::norm::CtaGroup<true>{});
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row.out, row.in, row.residual, row.weight, p.hidden, p.eps,
+                                                                     device::norm::CtaGroup<true>{});
 }
 
 template <typename T, int kVec, int kWidth, bool kFusedAdd>
@@ -120,8 +119,9 @@ void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, b
 
 // token_rows: one problem, one row per token. The kernel for that layout needs fewer registers
 // (48 instead of 54 for bf16 [*, 4096]: five CTAs per SM instead of four). Measured on H100:
-// rmsnorm [32768, 4096] 181.8 -> 177.6 us, [4096, 4096] 24.4 -> 23.7 us; but 1.33 -> 1.60 us at
-// [16, 4096] and 2.21 -> 2.70 us at [256, 4096] (not understood), so it is used from 4 x SMs rows on.
+// rmsnorm [32768, 4096] 181.8 -> 177.6 us, [4096, 4096] 24.4 -> 23.7 us; but slower on grids of
+// 1-256 rows (1.19 -> 1.30 us at [1, 4096], 1.97 -> 2.66 us at [256, 4096], addresses computed before
+// the PDL wait in both; not understood), so it is used from 4 x SMs rows on.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
 void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int64_t nvec = p.hidden / kVec;
