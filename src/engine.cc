@@ -291,7 +291,10 @@ Plan make_plan(const BuildRequest& req, const ResolvedConfig& cfg) {
   p.dep_exclude_prefixes.push_back("/usr/include/");
   p.dep_exclude_prefixes.push_back("/usr/lib/gcc/");
   // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
-  p.link = {"-shared", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
+  // -z noseparate-code: two loadable segments instead of four, so loading a module maps less (measured
+  // on the dev VM: dlopen 56 -> 39 us). The cost is that read-only data shares the executable mapping,
+  // as it did by default before binutils 2.31; RELRO stays on.
+  p.link = {"-shared", "-Wl,-z,noseparate-code", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
   std::vector<std::string> rpaths = {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir};
   for (const auto& r : rpaths) p.link.push_back("-Wl,-rpath," + r);
   // The CUDA runtime's location and the toolkit's headers follow from the nvcc identity already in
