@@ -82,6 +82,42 @@ def test_fused_add_rmsnorm(dtype_name, tokens, hidden):
     _assert_close(x, expected, dtype_name)
 
 
+def _free_gpu_bytes():
+    return _torch().cuda.mem_get_info()[0]
+
+
+def test_rows_beyond_one_launch():
+    """More than 2^30 rows: the device indexes rows with 32 bits and the host splits the launch."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm, rmsnorm
+
+    rows = (1 << 30) + 1000
+    need = 4 * rows * 2 + (3 << 30)  # two fp16 tensors of each op at a time, plus fp32 reference chunks
+    if _free_gpu_bytes() < need:
+        pytest.skip(f"NOT RUN: needs {need / 2**30:.1f} GiB of free GPU memory")
+    eps, chunk = 1e-6, 1 << 27
+    w = torch.tensor([1.5], dtype=torch.float16, device="cuda")
+
+    def check(actual, source):  # hidden size 1: y = x * rsqrt(x^2 + eps) * w, compared chunk by chunk
+        for start in range(0, rows, chunk):
+            x32 = source[start : start + chunk].float()
+            expected = (x32 * torch.rsqrt(x32 * x32 + eps) * 1.5).half()
+            _assert_close(actual[start : start + chunk], expected, "float16")
+
+    x = torch.randn(rows, 1, dtype=torch.float16, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    rmsnorm(x, w, out, eps=eps)
+    check(out, x)
+    del out
+    r = torch.randn(rows, 1, dtype=torch.float16, device="cuda")
+    summed = torch.empty_like(r)
+    for start in range(0, rows, chunk):
+        summed[start : start + chunk] = (x[start : start + chunk].float() + r[start : start + chunk].float()).half()
+    fused_add_rmsnorm(x, r, w, eps=eps)
+    assert torch.equal(r, summed), "residual rows beyond the first launch were not updated"
+    check(x, summed)
+
+
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("tokens", [1, 3, 256, 4097])
 @pytest.mark.parametrize("head_dim", [64, 128, 256, 100])
