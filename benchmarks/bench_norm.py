@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_gbps, environment, get_benchmark_range, run_benchmark  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark  # noqa: E402
 
 from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm  # noqa: E402
 
@@ -81,9 +81,10 @@ def cases():
 
 
 def main() -> None:
-    ceiling = copy_ceiling_gbps()
+    ceilings = copy_ceilings(use_cudagraph=True)
+    ceiling = max(ceilings.values())
     print(f"\n### RMSNorm family, bf16 ({environment()})\n")
-    print(f"Measured copy ceiling: {ceiling:.0f} GB/s. Times are CUDA-graph medians (p20-p80 in brackets).\n")
+    print(f"Measured copy ceiling: {copy_ceiling_text(ceilings)}. Times are CUDA-graph medians (p20-p80 in brackets).\n")
     rows, slower, tables = [], [], {}
     for op, shape, t, num_bytes, providers in cases():
         res = {}
