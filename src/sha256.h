@@ -18,7 +18,7 @@ class Sha256 {
   std::string hex();  // finalises
 
  private:
-  void block(const uint8_t* p);
+  void compress(const uint8_t* p, std::size_t blocks);
   uint32_t m_h[8];
   uint8_t m_buf[64];
   std::size_t m_buf_len = 0;
@@ -26,6 +26,13 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
+
+namespace detail {
+// The compression function over whole 64-byte blocks: portable, and with the x86 SHA extensions
+// (returns false, touching nothing, where the CPU lacks them). Exposed for the tests.
+void sha256_compress_scalar(uint32_t state[8], const uint8_t* data, std::size_t blocks);
+bool sha256_compress_accelerated(uint32_t state[8], const uint8_t* data, std::size_t blocks);
+}  // namespace detail
 // Hash of a file's contents; returns false if it cannot be read.
 bool sha256_file(const std::string& path, std::string* hex);
 
