@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 from datetime import date
+from pathlib import Path
 
 
 def is_in_ci() -> bool:

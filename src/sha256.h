@@ -26,6 +26,8 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
+// Hash of a file's contents; returns false if it cannot be read.
+bool sha256_file(const std::string& path, std::string* hex);
 
 namespace detail {
 // The compression function over whole 64-byte blocks: portable, and with the x86 SHA extensions
@@ -33,7 +35,5 @@ namespace detail {
 void sha256_compress_scalar(uint32_t state[8], const uint8_t* data, std::size_t blocks);
 bool sha256_compress_accelerated(uint32_t state[8], const uint8_t* data, std::size_t blocks);
 }  // namespace detail
-// Hash of a file's contents; returns false if it cannot be read.
-bool sha256_file(const std::string& path, std::string* hex);
 
 }  // namespace jitkern

@@ -14,11 +14,6 @@ void add_constant_tvm(tvm::ffi::TensorView dst, tvm::ffi::TensorView src) {
   SymbolicSize N{"num_elements"};
   SymbolicDevice device;
   TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
-  const int64_t n = N.unwrap();
-  if (n == 0) return;
-  auto* out = static_cast<int32_t*>(dst.data_ptr());
-  const auto* in = static_cast<const int32_t*>(src.data_ptr());
-  const bool aligned = (reinterpret_cast<uintptr_t>(out) % 16 == 0) && (reinterpret_cast<uintptr_t>(in) % 16 == 0);
-  const auto kernel = aligned ? add_constant_kernel<kConstant, true> : add_constant_kernel<kConstant, false>;
-  LaunchKernel(static_cast<unsigned>(div_ceil(n, kAddConstantTile)), kAddConstantThreads, device.unwrap())(kernel, out, in, n);
+  launch_add_constant<kConstant>(static_cast<int32_t*>(dst.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
+                                 device.unwrap());
 }

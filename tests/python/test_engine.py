@@ -111,8 +111,8 @@ def test_cpp_errors_reach_python_with_messages(cache_dir):
 
 def test_returned_tensor_needs_a_framework_allocator(cache_dir):
     """A function returning jitkern::Tensor allocates through the caller's framework; numpy has none,
-    so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see the
-    GPU tests of add_constant)."""
+    so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see
+    test_tensor_allocated_in_cpp_is_returned_as_torch_tensor in test_device_primitives.py)."""
     m = jitkern.load_jit("alloc_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("doubled", "doubled")])
     with pytest.raises(RuntimeError, match=r"jitkern::Tensor.*cannot allocate an output tensor through the caller's framework"
                                            r".*allocator is nullptr.*pass a preallocated output"):
