@@ -60,7 +60,8 @@ def _overhead_module():
     return jitkern.load_jit("overhead", cuda_files=[str(HERE / "kernels/overhead.cuh")],
                             cuda_wrappers=[("call_only", "call_only"), ("verify_only", "verify_only"),
                                            ("verify_and_stream", "verify_and_stream"), ("launch_empty", "launch_empty"),
-                                           ("launch_empty_bare", "launch_empty_bare"), ("allocate_only", "allocate_only")])
+                                           ("launch_empty_bare", "launch_empty_bare"), ("launch_empty_pdl", "launch_empty_pdl"),
+                                           ("allocate_only", "allocate_only")])
 
 
 def per_call_us(fn) -> float:
@@ -104,6 +105,7 @@ def overhead_table() -> None:
     launch = {
         "an empty kernel through LaunchKernel (after TensorMatcher)": lambda: ovh.launch_empty(dst, src),
         "an empty kernel through a bare <<<>>> (after TensorMatcher)": lambda: ovh.launch_empty_bare(dst, src),
+        "an empty kernel through LaunchKernel with .enable_pdl() (after TensorMatcher)": lambda: ovh.launch_empty_pdl(dst, src),
         "jitkern::Tensor::empty_like in C++, returned to Python as a torch.Tensor": lambda: ovh.allocate_only(src),
     }
     assert type(ovh.allocate_only(src)) is torch.Tensor, "the C++-allocated output must come back as a torch.Tensor"

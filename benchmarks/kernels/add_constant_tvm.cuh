@@ -1,6 +1,7 @@
 // add_constant written against tvm-ffi's C++ TensorView (as the reference guide writes kernels), for
-// the compile-time comparison: the same device code and validation as csrc/add_constant.cuh, but the
-// translation unit parses tvm-ffi's C++ headers.
+// the compile-time and per-call comparisons: the same device code and validation as
+// csrc/add_constant.cuh, but the translation unit parses tvm-ffi's C++ headers, and the kernel is
+// launched as the tutorial launches it (no PDL attribute).
 #pragma once
 
 #include <tvm/ffi/container/tensor.h>
@@ -15,5 +16,5 @@ void add_constant_tvm(tvm::ffi::TensorView dst, tvm::ffi::TensorView src) {
   SymbolicDevice device;
   TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
   launch_add_constant<kConstant>(static_cast<int32_t*>(dst.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
-                                 device.unwrap());
+                                 device.unwrap(), /*pdl=*/false);
 }

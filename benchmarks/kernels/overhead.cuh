@@ -26,10 +26,17 @@ inline int64_t verify_and_stream(jitkern::TensorView dst, jitkern::TensorView sr
 // The CUDA launch itself, without add_constant's work: an empty kernel through LaunchKernel, and
 // through a bare <<<>>> on the same stream (what LaunchKernel's own bookkeeping costs).
 __global__ void empty_kernel() {}
+__global__ void empty_pdl_kernel() { device::pdl_wait_primary(); }
 
 inline void launch_empty(jitkern::TensorView dst, jitkern::TensorView src) {
   verify_only(dst, src);
   host::LaunchKernel(1, 32, src.device())(empty_kernel);
+}
+
+// The same launch queued as a PDL secondary (what add_constant does on sm_90+).
+inline void launch_empty_pdl(jitkern::TensorView dst, jitkern::TensorView src) {
+  verify_only(dst, src);
+  host::LaunchKernel(1, 32, src.device()).enable_pdl()(empty_pdl_kernel);
 }
 
 inline void launch_empty_bare(jitkern::TensorView dst, jitkern::TensorView src) {
