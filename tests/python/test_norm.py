@@ -140,6 +140,27 @@ def test_qknorm_per_head_on_fused_qkv(dtype_name, tokens, head_dim):
     assert torch.equal(qkv[:, (hq + hk) * head_dim :], v_before), "v must be untouched"
 
 
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+def test_qknorm_separate_tensors_odd_head_counts_many_tokens(dtype_name):
+    """q and k in separate buffers with different strides and head counts that are not powers of two:
+    enough rows for the many-row launch, which takes rows token by token across both tensors."""
+    torch = _torch()
+    from jitkern.ops import fused_inplace_qknorm
+
+    dtype = _dtype(dtype_name)
+    tokens, hq, hk, d = 30000, 5, 3, 64
+    q = torch.randn(tokens, hq, d, dtype=dtype, device="cuda")
+    k_buffer = torch.randn(tokens, hk + 1, d, dtype=dtype, device="cuda")
+    k = k_buffer[:, 1:]  # token stride (hk + 1) * d, offset by one head
+    first_head = k_buffer[:, 0].clone()
+    qw, kw = torch.randn(d, dtype=dtype, device="cuda"), torch.randn(d, dtype=dtype, device="cuda")
+    eq, ek = _reference(q, qw, 1e-6), _reference(k, kw, 1e-6)
+    fused_inplace_qknorm(q, k, qw, kw, eps=1e-6)
+    _assert_close(q, eq, dtype_name)
+    _assert_close(k, ek, dtype_name)
+    assert torch.equal(k_buffer[:, 0], first_head), "the head outside k must be untouched"
+
+
 def test_qknorm_head_dim_keyword_with_2d_inputs():
     torch = _torch()
     from jitkern.ops import fused_inplace_qknorm
@@ -157,7 +178,10 @@ def test_qknorm_head_dim_keyword_with_2d_inputs():
 
 
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("tokens,wq,wk", [(1, 4096, 1024), (3, 4096, 4096), (256, 4096, 1024), (4097, 2048, 512), (2, 1000, 40)])
+# (20000, 128, 128): narrow rows of two problems, enough for the many-row, token-major launch.
+@pytest.mark.parametrize(
+    "tokens,wq,wk", [(1, 4096, 1024), (3, 4096, 4096), (256, 4096, 1024), (4097, 2048, 512), (2, 1000, 40), (20000, 128, 128)]
+)
 def test_qknorm_across_heads(dtype_name, tokens, wq, wk):
     torch = _torch()
     from jitkern.ops import fused_inplace_qknorm_across_heads
