@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
 
 from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm  # noqa: E402
 
@@ -111,19 +111,40 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|")
         print("\n".join(lines))
     print("\nShapes where jitkern is slower than torch eager: " + (", ".join(slower) if slower else "none"))
-    for t in get_benchmark_range([256, 8192, 32768], [8192]):
-        print(f"\nqknorm's access pattern as a plain copy, T={t}: the q+k columns of a [T, 48*128] qkv buffer copied into "
-              f"another such buffer (torch copy_, CUDA graph): {strided_copy_gbps(t):.0f} GB/s")
+    qknorm_pattern_table(ceiling)
     plot(rows, ceiling)
 
 
-def strided_copy_gbps(tokens: int) -> float:
-    """Bandwidth of a copy with qknorm's access pattern (40 of every 48 heads' rows), for context."""
-    src = torch.randn(tokens, 48 * 128, dtype=DTYPE, device="cuda")
-    dst = torch.empty_like(src)
-    qk_src, qk_dst = src[:, : 40 * 128], dst[:, : 40 * 128]
-    t = run_benchmark(lambda: qk_dst.copy_(qk_src))
-    return 2 * qk_src.numel() * qk_src.element_size() / (t["median"] * 1e-6) / 1e9
+def qknorm_pattern_table(ceiling: float) -> None:
+    """qknorm against the ceiling of its own access pattern, and on separate contiguous q and k buffers.
+
+    The pattern ceiling is an in-place read and write-back of exactly the bytes qknorm moves (the q and k
+    columns, 40 of every 48 heads, of a [T, 48*128] qkv buffer) with nothing else: no kernel that reads
+    and writes those bytes in place can beat it by much."""
+    module = yardstick_module()
+    print("\n#### qknorm against its access pattern's ceiling\n")
+    print("| T | qknorm on fused qkv, us | GB/s | pattern ceiling (in-place rewrite of the q, k columns), us | GB/s | "
+          "qknorm % of pattern ceiling | qknorm on separate contiguous q, k buffers, us | GB/s | % of copy ceiling |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for t in get_benchmark_range([256, 8192, 32768], [8192]):
+        qkv = torch.randn(t, 48 * 128, dtype=DTYPE, device="cuda")
+        q, k = qkv[:, : 32 * 128].view(t, 32, 128), qkv[:, 32 * 128 : 40 * 128].view(t, 8, 128)
+        qw, kw = torch.randn(128, dtype=DTYPE, device="cuda"), torch.randn(128, dtype=DTYPE, device="cuda")
+        num_bytes = 2 * (q.numel() + k.numel()) * 2
+        as_int32, width = qkv.view(torch.int32), 40 * 128 // 2
+        before = as_int32.clone()
+        module.rewrite_columns(as_int32, width, 1)  # flips bit 0 of the first word of every 16-byte vector
+        assert torch.equal(as_int32[:, :width:4], before[:, :width:4] ^ 1), "rewrite_columns missed a vector"
+        assert torch.equal(as_int32[:, width:], before[:, width:]), "rewrite_columns wrote outside the columns"
+        module.rewrite_columns(as_int32, width, 1)
+        assert torch.equal(as_int32, before)
+        fused = run_benchmark(lambda: fused_inplace_qknorm(q, k, qw, kw, EPS))["median"]
+        pattern = run_benchmark(lambda: module.rewrite_columns(as_int32, width, 0))["median"]
+        qs, ks = torch.randn(t, 32, 128, dtype=DTYPE, device="cuda"), torch.randn(t, 8, 128, dtype=DTYPE, device="cuda")
+        separate = run_benchmark(lambda: fused_inplace_qknorm(qs, ks, qw, kw, EPS))["median"]
+        gb = lambda us: num_bytes / (us * 1e-6) / 1e9  # noqa: E731
+        print(f"| {t} | {fused:.2f} | {gb(fused):.0f} | {pattern:.2f} | {gb(pattern):.0f} | {100 * pattern / fused:.1f}% | "
+              f"{separate:.2f} | {gb(separate):.0f} | {100 * gb(separate) / ceiling:.1f}% |")
 
 
 def plot(rows, ceiling) -> None:

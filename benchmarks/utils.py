@@ -40,8 +40,7 @@ def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict
 
     import jitkern
 
-    module = jitkern.load_jit("bench_copy_ceiling", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "copy_ceiling.cuh")],
-                              cuda_wrappers=[("copy", "copy_ceiling")])
+    module = yardstick_module()
     n = num_bytes // 2 // 4 // (1 << 12) * (1 << 12)  # int32 elements per buffer, whole 16 KiB tiles
     src = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
@@ -51,6 +50,14 @@ def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict
     torch_copy = run_benchmark(lambda: dst.copy_(src), use_cudagraph=False)["median"]
     kernel_copy = run_benchmark(lambda: module.copy(dst, src), use_cudagraph=use_cudagraph)["median"]
     return {"torch copy_": moved / (torch_copy * 1e-6) / 1e9, "copy kernel": moved / (kernel_copy * 1e-6) / 1e9}
+
+
+def yardstick_module():
+    """benchmarks/kernels/copy_ceiling.cuh: copy(dst, src) and rewrite_columns(buf, width, flip)."""
+    import jitkern
+
+    return jitkern.load_jit("bench_copy_ceiling", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "copy_ceiling.cuh")],
+                            cuda_wrappers=[("copy", "copy_ceiling"), ("rewrite_columns", "rewrite_columns")])
 
 
 def copy_ceiling_text(ceilings: dict[str, float]) -> str:

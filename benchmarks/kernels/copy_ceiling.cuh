@@ -1,7 +1,10 @@
-// A plain device-to-device copy, the second yardstick of the benchmarks' bandwidth ceiling (next to
+// Bandwidth yardsticks for the benchmarks.
+// copy_ceiling: a plain device-to-device copy, the second yardstick of the bandwidth ceiling (next to
 // torch's copy_): 16-byte vectors, 1024 threads of one vector each. On the H100 it measured 3030 GB/s
 // against 2964 for torch's copy_ (docs/benchmarks.md), so "% of the copy ceiling" is not flattered by a
 // slow reference copy.
+// rewrite_columns: the memory traffic of an in-place row op on a slice of a wider buffer (qknorm's q
+// and k columns of a fused qkv buffer) and nothing else, as the ceiling for that access pattern.
 #pragma once
 
 #include <jitkern/tensor.h>
@@ -35,6 +38,40 @@ void copy_ceiling(jitkern::TensorView dst, jitkern::TensorView src) {
   if (bytes == 0) return;
   LaunchKernel(static_cast<unsigned>(bytes / kCopyCeilingTileBytes), kCopyCeilingThreads, device.unwrap())(
       copy_ceiling_kernel, static_cast<uint4*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()));
+}
+
+__global__ void __launch_bounds__(kCopyCeilingThreads)
+    rewrite_columns_kernel(uint4* buf, int64_t row_vecs, int64_t stride_vecs, int64_t total, uint32_t flip) {
+  device::pdl_trigger_secondary();
+  const int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x;
+  const int64_t row = i / row_vecs, at = row * stride_vecs + (i - row * row_vecs);
+  device::pdl_wait_primary();
+  if (i < total) {
+    uint4 v = buf[at];
+    v.x ^= flip;
+    buf[at] = v;
+  }
+}
+
+// Reads the first `width` elements of every row of the 2-D tensor `buf` and writes them back XORed
+// with `flip` (0 leaves the data as it was; a run-time value, so the stores are kept). Launched like
+// the norm kernels (PDL), so back-to-back launches overlap alike.
+void rewrite_columns(jitkern::TensorView buf, int64_t width, int64_t flip) {
+  using namespace host;
+  SymbolicSize rows{"rows"}, cols{"columns"}, stride{"row_stride"};
+  SymbolicDevice device;
+  TensorMatcher({rows, cols}).with_strides({stride, 1}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(buf);
+  RuntimeCheck(width > 0 && width <= cols.unwrap() && width % 4 == 0, "rewrite_columns: width must be a positive multiple of 4 "
+               "elements, at most ", cols.unwrap(), ", got ", width);
+  const int64_t row_stride = rows.unwrap() > 1 ? stride.unwrap() : width;
+  RuntimeCheck(row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(buf.data_ptr()) % 16 == 0,
+               "rewrite_columns: rows must start 16-byte aligned");
+  const int64_t total = rows.unwrap() * (width / 4);
+  if (total == 0) return;
+  RuntimeCheck(div_ceil(total, kCopyCeilingThreads) <= int64_t{0x7fffffff}, "rewrite_columns: too large");
+  LaunchKernel(static_cast<unsigned>(div_ceil(total, kCopyCeilingThreads)), kCopyCeilingThreads, device.unwrap())
+      .enable_pdl()(rewrite_columns_kernel, static_cast<uint4*>(buf.data_ptr()), width / 4, row_stride / 4, total,
+                    static_cast<uint32_t>(flip));
 }
 
 }  // namespace
