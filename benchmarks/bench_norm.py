@@ -112,7 +112,31 @@ def main() -> None:
         print("\n".join(lines))
     print("\nShapes where jitkern is slower than torch eager: " + (", ".join(slower) if slower else "none"))
     qknorm_pattern_table(ceiling)
+    fused_add_pattern_table()
     plot(rows, ceiling)
+
+
+def fused_add_pattern_table() -> None:
+    """fused_add_rmsnorm against an in-place read and write-back of its two buffers (its bytes, nothing else)."""
+    module = yardstick_module()
+    print("\n#### fused_add_rmsnorm against its access pattern's ceiling\n")
+    print("| shape | fused_add_rmsnorm us | GB/s | pattern ceiling (read both buffers, write both back), us | GB/s | % of pattern ceiling |")
+    print("|---|---|---|---|---|---|")
+    for t in get_benchmark_range([8192, 32768], [8192]):
+        x = torch.randn(t, 4096, dtype=DTYPE, device="cuda")
+        r = torch.randn(t, 4096, dtype=DTYPE, device="cuda")
+        w = torch.randn(4096, dtype=DTYPE, device="cuda")
+        a, b = x.view(-1).view(torch.int32), r.view(-1).view(torch.int32)
+        a0, b0 = a.clone(), b.clone()
+        module.rewrite_pair(a, b, 1)
+        assert torch.equal(a[::4], a0[::4] ^ 1) and torch.equal(b[::4], b0[::4] ^ 1), "rewrite_pair missed a vector"
+        module.rewrite_pair(a, b, 1)
+        assert torch.equal(a, a0) and torch.equal(b, b0)
+        num_bytes = 4 * x.numel() * 2
+        fused = run_benchmark(lambda: fused_add_rmsnorm(x, r, w, EPS))["median"]
+        pattern = run_benchmark(lambda: module.rewrite_pair(a, b, 0))["median"]
+        gb = lambda us: num_bytes / (us * 1e-6) / 1e9  # noqa: E731
+        print(f"| [{t}, 4096] | {fused:.2f} | {gb(fused):.0f} | {pattern:.2f} | {gb(pattern):.0f} | {100 * pattern / fused:.1f}% |")
 
 
 def qknorm_pattern_table(ceiling: float) -> None:

@@ -5,6 +5,7 @@
 // slow reference copy.
 // rewrite_columns: the memory traffic of an in-place row op on a slice of a wider buffer (qknorm's q
 // and k columns of a fused qkv buffer) and nothing else, as the ceiling for that access pattern.
+// rewrite_pair: the same for an op that reads two buffers and writes both back (fused_add_rmsnorm).
 #pragma once
 
 #include <jitkern/tensor.h>
@@ -72,6 +73,35 @@ void rewrite_columns(jitkern::TensorView buf, int64_t width, int64_t flip) {
   LaunchKernel(static_cast<unsigned>(div_ceil(total, kCopyCeilingThreads)), kCopyCeilingThreads, device.unwrap())
       .enable_pdl()(rewrite_columns_kernel, static_cast<uint4*>(buf.data_ptr()), width / 4, row_stride / 4, total,
                     static_cast<uint32_t>(flip));
+}
+
+__global__ void __launch_bounds__(kCopyCeilingThreads) rewrite_pair_kernel(uint4* a, uint4* b, uint32_t flip) {
+  device::pdl_trigger_secondary();
+  const int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x;
+  device::pdl_wait_primary();
+  uint4 x = a[i], y = b[i];
+  x.x ^= flip;
+  y.x ^= flip;
+  a[i] = x;
+  b[i] = y;
+}
+
+// a, b: contiguous int32 CUDA tensors of the same size, a multiple of 16 KiB: both read, both written
+// back XORed with `flip`.
+void rewrite_pair(jitkern::TensorView a, jitkern::TensorView b, int64_t flip) {
+  using namespace host;
+  SymbolicSize n{"num_elements"};
+  SymbolicDevice device;
+  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(a).verify(b);
+  const int64_t bytes = n.unwrap() * 4;
+  RuntimeCheck(bytes % kCopyCeilingTileBytes == 0, "rewrite_pair: the size must be a multiple of ", kCopyCeilingTileBytes,
+               " bytes, got ", bytes);
+  RuntimeCheck(reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0,
+               "rewrite_pair: a and b must be 16-byte aligned");
+  RuntimeCheck(bytes / kCopyCeilingTileBytes <= int64_t{0x7fffffff}, "rewrite_pair: too large");
+  if (bytes == 0) return;
+  LaunchKernel(static_cast<unsigned>(bytes / kCopyCeilingTileBytes), kCopyCeilingThreads, device.unwrap())
+      .enable_pdl()(rewrite_pair_kernel, static_cast<uint4*>(a.data_ptr()), static_cast<uint4*>(b.data_ptr()), static_cast<uint32_t>(flip));
 }
 
 }  // namespace
