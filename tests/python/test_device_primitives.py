@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from conftest import KERNELS
+from conftest import KERNELS, PRIMITIVES_WRAPPERS
 
 pytestmark = pytest.mark.gpu
 
@@ -14,15 +14,7 @@ pytestmark = pytest.mark.gpu
 def prim():
     import jitkern
 
-    wrappers = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
-                ("runtime_info", "runtime_info"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]
-    for t in ("fp32_t", "fp16_t", "bf16_t"):
-        wrappers.append((f"math_{t}", f"math_ops<{t}>"))
-    for t in ("fp16_t", "bf16_t", "fp8_e4m3_t"):
-        wrappers.append((f"round_trip_{t}", f"round_trip<{t}>"))
-    for t in ("fp16x2_t", "bf16x2_t"):
-        wrappers.append((f"packed_max_{t}", f"packed_max<{t}>"))
-    return jitkern.load_jit("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=wrappers)
+    return jitkern.load_jit("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=PRIMITIVES_WRAPPERS)
 
 
 def test_tensor_allocated_in_cpp_is_returned_as_torch_tensor(prim):
@@ -137,6 +129,26 @@ def test_vector_and_tile_copy(prim, n):
     dst = torch.full_like(src, float("nan"))
     prim.vector_copy(dst, src)
     assert torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("dtype_name,cpp_type,elements_per_vector", [("uint8", "uint8_t", 16), ("float16", "fp16_t", 8), ("float32", "fp32_t", 4)])
+def test_vector_store_through_shared_memory(prim, dtype_name, cpp_type, elements_per_vector):
+    """AlignedVector::store packs 1-, 2- and 4-byte elements into one 16-byte store, to global and to
+    shared memory alike (the kernel goes global -> shared -> global)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    n = 4096 * elements_per_vector + 3 * elements_per_vector
+    if dtype == torch.uint8:
+        src = torch.randint(0, 256, (n,), dtype=dtype, device="cuda")
+        dst = torch.full_like(src, 0xA5)
+    else:
+        src = torch.randn(n, device="cuda").to(dtype)
+        dst = torch.full_like(src, float("nan"))
+    getattr(prim, f"vector_copy_via_shared_{cpp_type}")(dst, src)
+    assert torch.equal(dst, src)
+    with pytest.raises(RuntimeError, match="multiple of"):
+        prim.vector_copy_via_shared_fp32_t(torch.empty(6, device="cuda"), torch.empty(6, device="cuda"))
 
 
 def test_runtime_queries(prim):

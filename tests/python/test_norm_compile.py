@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import KERNELS
+from conftest import KERNELS, PRIMITIVES_WRAPPERS
 from jitkern import _engine, jit
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
@@ -30,9 +30,4 @@ def test_norm_module_compiles(cache_dir, monkeypatch, t):
 
 def test_primitives_module_compiles(cache_dir, monkeypatch):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    wrappers = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
-                ("runtime_info", "runtime_info")]
-    wrappers += [(f"math_{t}", f"math_ops<{t}>") for t in ("fp32_t", "fp16_t", "bf16_t")]
-    wrappers += [(f"round_trip_{t}", f"round_trip<{t}>") for t in ("fp16_t", "bf16_t", "fp8_e4m3_t")]
-    wrappers += [(f"packed_max_{t}", f"packed_max<{t}>") for t in ("fp16x2_t", "bf16x2_t")]
-    _build(["primitives_test"], str(KERNELS / "primitives.cuh"), wrappers)
+    _build(["primitives_test"], str(KERNELS / "primitives.cuh"), PRIMITIVES_WRAPPERS)

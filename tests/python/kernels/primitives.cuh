@@ -156,6 +156,35 @@ void vector_copy(TensorView dst, TensorView src) {
                                       static_cast<const bf16_t*>(src.data_ptr()), n.unwrap());
 }
 
+// Copies n elements of T, 16 bytes per AlignedVector access, through shared memory: global -> registers
+// -> shared (AlignedVector::store to a shared address) -> registers -> global.
+template <typename T>
+__global__ void vector_copy_via_shared_kernel(T* dst, const T* src, int64_t nvec) {
+  constexpr int kN = 16 / sizeof(T);
+  using Vec = device::AlignedVector<T, kN>;
+  __shared__ Vec stage[128];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < nvec; i += int64_t{gridDim.x} * blockDim.x) {
+    Vec v;
+    v.load(src + kN * i);
+    v.store(stage[threadIdx.x].data);
+    Vec w;
+    w.load(stage[threadIdx.x].data);
+    w.store(dst + kN * i);
+  }
+}
+template <typename T>
+void vector_copy_via_shared(TensorView dst, TensorView src) {
+  using namespace host;
+  constexpr int kN = 16 / sizeof(T);
+  auto n = SymbolicSize{"n"};
+  TensorMatcher({n}).template with_dtype<T>().template with_device<kDLCUDA>().verify(dst).verify(src);
+  RuntimeCheck(n.unwrap() % kN == 0, "vector_copy_via_shared: n must be a multiple of ", kN, ", got ", n.unwrap());
+  RuntimeCheck(reinterpret_cast<uintptr_t>(dst.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(src.data_ptr()) % 16 == 0,
+               "vector_copy_via_shared needs 16-byte aligned tensors");
+  LaunchKernel(32, 128, src.device())(vector_copy_via_shared_kernel<T>, static_cast<T*>(dst.data_ptr()),
+                                      static_cast<const T*>(src.data_ptr()), n.unwrap() / kN);
+}
+
 // {sm count, cc major, runtime version, max dynamic smem per block, blocks per SM of reductions_kernel at 256 threads}
 void runtime_info(TensorView out) {
   using namespace host;
