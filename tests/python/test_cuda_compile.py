@@ -49,3 +49,22 @@ def test_cuda_header_edit_rebuilds_and_errors_show_location(cache_dir, monkeypat
     header.write_text("#define VALUE undefined_name\n")
     with pytest.raises(_engine.BuildError, match=r'(?s)k\.cuh\(3\): error: identifier "undefined_name" is undefined'):
         _build_cuda("hdr", kernel, "run\trun")
+
+
+def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp_path):
+    """A failing launch raises with the CUDA error and the file:line of the LaunchKernel call. Without
+    a GPU the launch fails for lack of a device; with one, for a 2048-thread block: the same path."""
+    import jitkern
+
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    kernel = tmp_path / "bad_launch.cuh"
+    kernel.write_text(
+        "#include <jitkern/utils.cuh>\n"
+        "__global__ void noop() {}\n"
+        "inline void bad_launch() {\n"
+        "  host::LaunchKernel(1, 2048, cudaStream_t{})(noop);\n"
+        "}\n"
+    )
+    module = jitkern.load_jit("bad_launch", cuda_files=[str(kernel)], cuda_wrappers=[("bad_launch", "bad_launch")])
+    with pytest.raises(RuntimeError, match=r"CUDA error at \S*bad_launch\.cuh:4 in void bad_launch\(\): cuda\w+: \S"):
+        module.bad_launch()
