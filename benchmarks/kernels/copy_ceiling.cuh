@@ -24,21 +24,28 @@ __global__ void __launch_bounds__(kCopyCeilingThreads) copy_ceiling_kernel(uint4
   dst[i] = src[i];
 }
 
-// dst, src: contiguous int32 CUDA tensors of the same size, a multiple of 16 KiB, 16-byte aligned.
-void copy_ceiling(jitkern::TensorView dst, jitkern::TensorView src) {
+// Verifies two contiguous int32 CUDA tensors of the same size, a multiple of 16 KiB, 16-byte aligned;
+// returns the number of kCopyCeilingThreads-vector tiles they hold (0: empty) and their device.
+inline unsigned whole_tiles(jitkern::TensorView a, jitkern::TensorView b, const char* who, DLDevice* device_out) {
   using namespace host;
   SymbolicSize n{"num_elements"};
   SymbolicDevice device;
-  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst).verify(src);
+  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(a).verify(b);
   const int64_t bytes = n.unwrap() * 4;
-  RuntimeCheck(bytes % kCopyCeilingTileBytes == 0, "copy_ceiling: the size must be a multiple of ", kCopyCeilingTileBytes,
-               " bytes, got ", bytes);
-  RuntimeCheck(reinterpret_cast<uintptr_t>(dst.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(src.data_ptr()) % 16 == 0,
-               "copy_ceiling: dst and src must be 16-byte aligned");
-  RuntimeCheck(bytes / kCopyCeilingTileBytes <= int64_t{0x7fffffff}, "copy_ceiling: too large");
-  if (bytes == 0) return;
-  LaunchKernel(static_cast<unsigned>(bytes / kCopyCeilingTileBytes), kCopyCeilingThreads, device.unwrap())(
-      copy_ceiling_kernel, static_cast<uint4*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()));
+  RuntimeCheck(bytes % kCopyCeilingTileBytes == 0, who, ": the size must be a multiple of ", kCopyCeilingTileBytes, " bytes, got ", bytes);
+  RuntimeCheck(reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0, who,
+               ": both tensors must be 16-byte aligned");
+  RuntimeCheck(bytes / kCopyCeilingTileBytes <= int64_t{0x7fffffff}, who, ": too large");
+  *device_out = device.unwrap();
+  return static_cast<unsigned>(bytes / kCopyCeilingTileBytes);
+}
+
+void copy_ceiling(jitkern::TensorView dst, jitkern::TensorView src) {
+  DLDevice device;
+  const unsigned tiles = whole_tiles(dst, src, "copy_ceiling", &device);
+  if (tiles == 0) return;
+  host::LaunchKernel(tiles, kCopyCeilingThreads, device)(copy_ceiling_kernel, static_cast<uint4*>(dst.data_ptr()),
+                                                         static_cast<const uint4*>(src.data_ptr()));
 }
 
 __global__ void __launch_bounds__(kCopyCeilingThreads)
@@ -86,21 +93,12 @@ __global__ void __launch_bounds__(kCopyCeilingThreads) rewrite_pair_kernel(uint4
   b[i] = y;
 }
 
-// a, b: contiguous int32 CUDA tensors of the same size, a multiple of 16 KiB: both read, both written
-// back XORed with `flip`.
+// a, b: as for copy_ceiling; both read, both written back XORed with `flip`.
 void rewrite_pair(jitkern::TensorView a, jitkern::TensorView b, int64_t flip) {
-  using namespace host;
-  SymbolicSize n{"num_elements"};
-  SymbolicDevice device;
-  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(a).verify(b);
-  const int64_t bytes = n.unwrap() * 4;
-  RuntimeCheck(bytes % kCopyCeilingTileBytes == 0, "rewrite_pair: the size must be a multiple of ", kCopyCeilingTileBytes,
-               " bytes, got ", bytes);
-  RuntimeCheck(reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0,
-               "rewrite_pair: a and b must be 16-byte aligned");
-  RuntimeCheck(bytes / kCopyCeilingTileBytes <= int64_t{0x7fffffff}, "rewrite_pair: too large");
-  if (bytes == 0) return;
-  LaunchKernel(static_cast<unsigned>(bytes / kCopyCeilingTileBytes), kCopyCeilingThreads, device.unwrap())
+  DLDevice device;
+  const unsigned tiles = whole_tiles(a, b, "rewrite_pair", &device);
+  if (tiles == 0) return;
+  host::LaunchKernel(tiles, kCopyCeilingThreads, device)
       .enable_pdl()(rewrite_pair_kernel, static_cast<uint4*>(a.data_ptr()), static_cast<uint4*>(b.data_ptr()), static_cast<uint32_t>(flip));
 }
 
