@@ -25,6 +25,8 @@ constexpr int kNormNarrowThreads = 256;
 constexpr int kNormWideThreads = 1024;
 // Narrow rows: groups take two rows each once one-row groups would fill this many CTAs per SM.
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
+// "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
+constexpr int kNormManyRowsPerSm = 4;
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
 constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
 
@@ -71,8 +73,7 @@ template <typename T, RowOrder kOrder>
 __device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int32_t row) {
   const uint32_t r = static_cast<uint32_t>(row);
   if constexpr (kOrder == RowOrder::kTokenRows) {
-    const RowProblem<T>& q = p.problem[0];
-    return {q.out + r * q.out_token, q.in + r * q.in_token, q.residual + r * q.res_token, q.weight};
+    return row_at(p.problem[0], r, 0);
   } else if constexpr (kOrder == RowOrder::kTokenMajor) {
     const uint32_t heads = static_cast<uint32_t>(p.heads_per_token), heads0 = static_cast<uint32_t>(p.problem[0].heads);
     const uint32_t token = heads == 1 ? r : r / heads, head = r - token * heads;
@@ -113,11 +114,10 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 // fused_add_rmsnorm lets the next kernel launch only once this one has passed its own wait, which
 // limits how many launches ahead wait on the SMs (measured: [1, 4096] 1.73 -> 1.61 us, [256, 4096]
 // 2.59 -> 2.46 us); rmsnorm measured best triggering at once ([16, 4096] 1.18 against 1.43 us).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, bool kTokenRows>
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, RowOrder kOrder>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p) {
   if constexpr (!kFusedAdd) device::pdl_trigger_secondary();
-  const RowPointers<T> row =
-      locate_row<T, kTokenRows ? RowOrder::kTokenRows : RowOrder::kProblemMajor>(p, static_cast<int32_t>(blockIdx.x));
+  const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
   device::pdl_wait_primary();
   if constexpr (kFusedAdd) device::pdl_trigger_secondary();
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row.out, row.in, row.residual, row.weight, p.hidden, p.eps,
@@ -143,17 +143,17 @@ void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, b
 // (48 instead of 54 for bf16 [*, 4096]: five CTAs per SM instead of four). Measured on H100:
 // rmsnorm [32768, 4096] 181.8 -> 177.6 us, [4096, 4096] 24.4 -> 23.7 us; but slower on grids of
 // 1-256 rows (1.19 -> 1.30 us at [1, 4096], 1.97 -> 2.66 us at [256, 4096], addresses computed before
-// the PDL wait in both; not understood), so it is used from 4 x SMs rows on.
+// the PDL wait in both; not understood), so it is used for many rows only.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
 void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int64_t nvec = p.hidden / kVec;
   const int threads = static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, kRegVecs), 32) * 32));
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
   launch.enable_pdl(pdl);
-  if (token_rows && p.total_rows >= 4 * sm_count) {
-    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, true>, p);
+  if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
+    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, RowOrder::kTokenRows>, p);
   } else {
-    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, false>, p);
+    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, RowOrder::kProblemMajor>, p);
   }
 }
 
@@ -181,7 +181,7 @@ void launch_norm_vec(const NormParams<T>& p, DLDevice device, bool token_rows) {
     } else {
       launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
     }
-  } else if (kFusedAdd && nvec <= kNormWideThreads && p.total_rows >= 4 * sm_count) {
+  } else if (kFusedAdd && nvec <= kNormWideThreads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
     // Measured on H100: with many rows fused_add_rmsnorm streams best at one vector per thread
     // (more threads), rmsnorm at two.
     if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, device, pdl, sm_count, token_rows);
