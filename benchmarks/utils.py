@@ -38,8 +38,6 @@ def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict
     """
     import torch
 
-    import jitkern
-
     module = yardstick_module()
     n = num_bytes // 2 // 4 // (1 << 12) * (1 << 12)  # int32 elements per buffer, whole 16 KiB tiles
     src = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32, device="cuda")
