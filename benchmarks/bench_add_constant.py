@@ -12,23 +12,19 @@ from __future__ import annotations
 
 import functools
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, is_in_ci, reference_ldflags, run_benchmark  # noqa: E402
+from utils import BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, per_call_us, reference_ldflags, run_benchmark  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern.ops import add_constant  # noqa: E402
 from jitkern.ops.add_constant import _add_constant_function  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-BATCH = 200  # well under the launch queue depth
-BATCHES = 20 if is_in_ci() else 200
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,21 +58,6 @@ def _overhead_module():
                                            ("verify_and_stream", "verify_and_stream"), ("launch_empty", "launch_empty"),
                                            ("launch_empty_bare", "launch_empty_bare"), ("launch_empty_pdl", "launch_empty_pdl"),
                                            ("allocate_only", "allocate_only")])
-
-
-def per_call_us(fn) -> float:
-    for _ in range(BATCH):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(BATCHES):
-        t0 = time.perf_counter()
-        for _ in range(BATCH):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        samples.append((t1 - t0) / BATCH * 1e6)
-    return statistics.median(samples)
 
 
 def overhead_table() -> None:

@@ -12,9 +12,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
+from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
+                   run_benchmark, yardstick_module)
 
 from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm  # noqa: E402
+from jitkern.ops.norm import _norm_module  # noqa: E402
 
 DTYPE = torch.bfloat16
 EPS = 1e-6
@@ -134,7 +136,49 @@ def main() -> None:
     print("\nShapes where jitkern is slower than torch eager: " + (", ".join(slower) if slower else "none"))
     qknorm_pattern_table(ceiling)
     fused_add_pattern_table()
+    per_call_table()
     plot(rows, ceiling)
+
+
+def per_call_table() -> None:
+    """Host time per call at decode size (one token): what a model pays per norm when it is not in a
+    CUDA graph. The exported function alone is the floor under the Python op (argument conversion,
+    C++ validation, launch)."""
+    x, w = torch.randn(1, 4096, dtype=DTYPE, device="cuda"), torch.randn(4096, dtype=DTYPE, device="cuda")
+    out, r = torch.empty_like(x), torch.randn_like(x)
+    q, k = torch.randn(1, 32, 128, dtype=DTYPE, device="cuda"), torch.randn(1, 8, 128, dtype=DTYPE, device="cuda")
+    qw, kw = torch.randn(128, dtype=DTYPE, device="cuda"), torch.randn(128, dtype=DTYPE, device="cuda")
+    qa, ka, kwa = torch.randn(1, 4096, dtype=DTYPE, device="cuda"), torch.randn(1, 1024, dtype=DTYPE, device="cuda"), w[:1024]
+    m = _norm_module(DTYPE)
+    exported = {op: getattr(m, op) for op in ("rmsnorm", "fused_add_rmsnorm", "qknorm", "qknorm_across_heads")}
+    rows = {
+        "rmsnorm [1, 4096]": {
+            "jitkern, allocating": lambda: rmsnorm(x, w),
+            "jitkern, output=": lambda: rmsnorm(x, w, out),
+            "exported function alone": lambda: exported["rmsnorm"](x, w, out, EPS),
+            "torch eager F.rms_norm": lambda: F.rms_norm(x, (4096,), w, EPS),
+        },
+        "fused_add_rmsnorm [1, 4096]": {
+            "jitkern": lambda: fused_add_rmsnorm(x, r, w),
+            "exported function alone": lambda: exported["fused_add_rmsnorm"](x, r, w, EPS),
+            "torch eager (add_, rms_norm, copy_)": lambda: eager_fused_add(x, r, w),
+        },
+        "qknorm T = 1, 32 q + 8 k heads, d 128": {
+            "jitkern": lambda: fused_inplace_qknorm(q, k, qw, kw),
+            "exported function alone": lambda: exported["qknorm"](q, k, qw, kw, EPS),
+            "torch eager (2 x rms_norm, copy_)": lambda: eager_qknorm(q, k, qw, kw),
+        },
+        "qknorm across heads T = 1, q 4096, k 1024": {
+            "jitkern": lambda: fused_inplace_qknorm_across_heads(qa, ka, w, kwa),
+            "exported function alone": lambda: exported["qknorm_across_heads"](qa, ka, w, kwa, EPS),
+        },
+    }
+    print(f"\n#### Per-call host time at decode size (us per call; median over {BATCHES} batches of {BATCH} calls)\n")
+    print("| op | path | us per call |")
+    print("|---|---|---|")
+    for op, paths in rows.items():
+        for path, fn in paths.items():
+            print(f"| {op} | {path} | {per_call_us(fn):.2f} |")
 
 
 def fused_add_pattern_table() -> None:

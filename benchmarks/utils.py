@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
+import time
 from datetime import date
 from pathlib import Path
 
@@ -15,6 +17,30 @@ def is_in_ci() -> bool:
 def get_benchmark_range(full: list, ci: list) -> list:
     """The full sweep normally, a reduced one in CI."""
     return ci if is_in_ci() else full
+
+
+BATCH = 200  # calls per timed batch: well under the launch queue depth
+BATCHES = 20 if is_in_ci() else 200
+
+
+def per_call_us(fn) -> float:
+    """Host wall time per call of fn (us): the median over BATCHES timed loops of BATCH calls, with an
+    untimed synchronisation between loops so that the launch queue never fills (a full queue would make
+    the loop wait for the GPU and measure kernel throughput instead of host cost)."""
+    import torch
+
+    for _ in range(BATCH):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(BATCHES):
+        t0 = time.perf_counter()
+        for _ in range(BATCH):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        samples.append((t1 - t0) / BATCH * 1e6)
+    return statistics.median(samples)
 
 
 def run_benchmark(fn, *, quantiles=(0.5, 0.2, 0.8), use_cudagraph: bool = True) -> dict[str, float]:

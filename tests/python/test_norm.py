@@ -196,30 +196,51 @@ def test_qknorm_across_heads(dtype_name, tokens, wq, wk):
     _assert_close(k, ek, dtype_name)
 
 
-def test_bad_inputs_rejected():
+@pytest.mark.parametrize("path", ["first call", "hot path"])
+def test_bad_inputs_rejected(path):
+    """Bad arguments raise a Python error naming them, before any launch, whether the op's function is
+    not looked up yet (Python validates first) or already is (C++ rejects, then Python names the cause)."""
     torch = _torch()
-    from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, rmsnorm
+    from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, norm, rmsnorm
 
     x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(64, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(TypeError, match="weight must have the same dtype"):
-        rmsnorm(x, w.float())
-    with pytest.raises(ValueError, match=r"weight must have shape \(64,\)"):
-        rmsnorm(x, w[:32])
-    with pytest.raises(ValueError, match="input must be a CUDA tensor"):
-        rmsnorm(x.cpu(), w)
-    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
-        rmsnorm(x.to(torch.float64), w)
-    with pytest.raises(ValueError, match="contiguous in its last dimension"):
-        rmsnorm(x.t(), torch.randn(4, dtype=torch.bfloat16, device="cuda"))
-    with pytest.raises(ValueError, match="eps must be a finite non-negative"):
-        rmsnorm(x, w, eps=-1.0)
-    with pytest.raises(ValueError, match="must have 2 dimensions"):
-        rmsnorm(x.view(2, 2, 64), w)
-    with pytest.raises(ValueError, match="residual must have the input's shape"):
-        fused_add_rmsnorm(x, x[:2], w)
-    with pytest.raises(ValueError, match="must agree in tokens and head dimension"):
-        fused_inplace_qknorm(x.view(4, 1, 64), x[:2].view(2, 1, 64).clone(), w, w)
+    if path == "hot path":
+        rmsnorm(x, w)
+        fused_add_rmsnorm(x.clone(), x.clone(), w)
+        fused_inplace_qknorm(x.clone().view(4, 1, 64), x.clone().view(4, 1, 64), w, w)
+        fused_inplace_qknorm_across_heads(x.clone(), x.clone(), w, w)
+        assert {op for op, _ in norm._FUNCTIONS} >= {"rmsnorm", "fused_add_rmsnorm", "qknorm", "qknorm_across_heads"}
+    else:
+        norm._FUNCTIONS.clear()
+
+    def rejects(error, match, fn, *args, **kwargs):
+        with pytest.raises(error, match=match) as info:
+            fn(*args, **kwargs)
+        assert info.value.__suppress_context__ or info.value.__context__ is None, "the C++ error should not be chained"
+
+    poisoned = torch.full_like(x, float("nan"))
+    rejects(TypeError, "weight must have the same dtype", rmsnorm, x, w.float(), poisoned)
+    assert torch.isnan(poisoned).all(), "a rejected call wrote its output"
+    rejects(ValueError, r"weight must have shape \(64,\)", rmsnorm, x, w[:32])
+    rejects(ValueError, "input must be a CUDA tensor", rmsnorm, x.cpu(), w)
+    rejects(TypeError, "input must be a torch.Tensor", rmsnorm, x.tolist(), w)
+    rejects(TypeError, "float16, bfloat16 or float32", rmsnorm, x.to(torch.float64), w)
+    rejects(ValueError, "contiguous in its last dimension", rmsnorm, x.t(), torch.randn(4, dtype=torch.bfloat16, device="cuda"))
+    rejects(ValueError, "eps must be a finite non-negative", rmsnorm, x, w, eps=-1.0)
+    rejects(ValueError, "eps must be a finite non-negative", rmsnorm, x, w, eps=True)
+    rejects(ValueError, "must have 2 dimensions", rmsnorm, x.view(2, 2, 64), w)
+    rejects(ValueError, "output must have the input's shape", rmsnorm, x, w, poisoned[:2])
+    rejects(ValueError, "output must be a CUDA tensor", rmsnorm, x, w, poisoned.cpu())
+    residual = x.clone()
+    rejects(ValueError, "residual must have the input's shape", fused_add_rmsnorm, x, residual[:2], w)
+    rejects(TypeError, "residual must have the same dtype", fused_add_rmsnorm, x, residual.half(), w)
+    assert torch.equal(residual, x), "a rejected fused_add_rmsnorm changed the residual"
+    rejects(ValueError, "must agree in tokens and head dimension", fused_inplace_qknorm, x.view(4, 1, 64),
+            x[:2].view(2, 1, 64).clone(), w, w)
+    rejects(ValueError, "head_dim must be a positive int", fused_inplace_qknorm, x, x.clone(), w, w, head_dim=-64)
+    rejects(ValueError, "q and k must have the same number of tokens", fused_inplace_qknorm_across_heads, x, x[:2].clone(), w, w)
+    rejects(ValueError, r"k_weight must have shape \(64,\)", fused_inplace_qknorm_across_heads, x, x.clone(), w, w[:8])
 
 
 def test_cpp_entry_points_validate_before_launch():

@@ -52,59 +52,112 @@ def _check_weight(name: str, w, width: int, ref: torch.Tensor) -> None:
         raise ValueError(f"{name} must be contiguous")
 
 
-def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    """output = input * rsqrt(mean(input^2, -1) + eps) * weight over [T, H] (pass output=input for in place)."""
+def _validate_rmsnorm(input, weight, output, eps) -> None:
     _check("input", input, 2)
     _check_weight("weight", weight, input.shape[1], input)
-    if output is None:
-        output = torch.empty_like(input)
-    else:
+    if output is not None:
         _check("output", output, 2, input.dtype, input.device)
         if output.shape != input.shape:
             raise ValueError(f"output must have the input's shape {tuple(input.shape)}, got {tuple(output.shape)}")
-    _norm_module(input.dtype).rmsnorm(input, weight, output, _check_eps(eps))
-    return output
+    _check_eps(eps)
 
 
-def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
-    """residual += input; input = rmsnorm(residual) * weight (both in place)."""
+def _validate_fused_add_rmsnorm(input, residual, weight, eps) -> None:
     _check("input", input, 2)
     _check("residual", residual, 2, input.dtype, input.device)
     if residual.shape != input.shape:
         raise ValueError(f"residual must have the input's shape {tuple(input.shape)}, got {tuple(residual.shape)}")
     _check_weight("weight", weight, input.shape[1], input)
-    _norm_module(input.dtype).fused_add_rmsnorm(input, residual, weight, _check_eps(eps))
+    _check_eps(eps)
 
 
-def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                         eps: float = 1e-6, *, head_dim: int = 0) -> None:
-    """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place (2-D [N, H*D] inputs need head_dim)."""
+def _validate_qknorm(q, k, q_weight, k_weight, eps) -> None:
     _check("q", q, (2, 3))
     _check("k", k, (2, 3), q.dtype, q.device)
     if q.dim() == 2 or k.dim() == 2:
-        if not isinstance(head_dim, int) or head_dim <= 0:
-            raise ValueError("head_dim must be a positive int when q or k is 2-D [N, H * D]")
-        for name, t in (("q", q), ("k", k)):
-            if t.dim() == 2 and t.shape[1] % head_dim != 0:
-                raise ValueError(f"{name} width {t.shape[1]} is not a multiple of head_dim {head_dim}")
-        q = q.view(q.shape[0], -1, head_dim) if q.dim() == 2 else q
-        k = k.view(k.shape[0], -1, head_dim) if k.dim() == 2 else k
-    if head_dim and q.shape[2] != head_dim:
-        raise ValueError(f"q's head dimension {q.shape[2]} differs from head_dim {head_dim}")
+        raise ValueError("head_dim must be a positive int when q or k is 2-D [N, H * D]")
     if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in tokens and head dimension")
     _check_weight("q_weight", q_weight, q.shape[2], q)
     _check_weight("k_weight", k_weight, k.shape[2], q)
-    _norm_module(q.dtype).qknorm(q, k, q_weight, k_weight, _check_eps(eps))
+    _check_eps(eps)
 
 
-def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                                      eps: float = 1e-6) -> None:
-    """RMSNorm of every row of q [N, Wq] and k [N, Wk] over the whole row, in place."""
+def _validate_qknorm_across_heads(q, k, q_weight, k_weight, eps) -> None:
     _check("q", q, 2)
     _check("k", k, 2, q.dtype, q.device)
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"q and k must have the same number of tokens, got {q.shape[0]} and {k.shape[0]}")
     _check_weight("q_weight", q_weight, q.shape[1], q)
     _check_weight("k_weight", k_weight, k.shape[1], q)
-    _norm_module(q.dtype).qknorm_across_heads(q, k, q_weight, k_weight, _check_eps(eps))
+    _check_eps(eps)
+
+
+_Tensor = torch.Tensor
+_FUNCTIONS: dict = {}  # (op, dtype) -> exported function, filled by the first valid call
+
+
+def _call(op: str, validate, args: tuple, eps) -> None:
+    """Calls the exported op on args + (eps,). The C++ side verifies every argument before it launches
+    (dtype, shape, strides, device, eps), so the hot path does not repeat that in Python; `validate`
+    runs before the first call of an op and dtype, and after any failure, to name the bad argument
+    in Python terms (TypeError / ValueError) instead of the C++ message."""
+    fn = _FUNCTIONS.get((op, getattr(args[0], "dtype", None)))
+    if fn is None or type(eps) is not float:
+        validate(*args, eps)
+        fn = _FUNCTIONS.setdefault((op, args[0].dtype), getattr(_norm_module(args[0].dtype), op))
+        eps = float(eps)
+    try:
+        fn(*args, eps)
+    except Exception:
+        _raise_precise(validate, args, eps)
+        raise
+
+
+def _raise_precise(validate, args: tuple, eps) -> None:
+    try:
+        validate(*args, eps)
+    except (TypeError, ValueError) as problem:
+        raise problem from None
+
+
+def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """output = input * rsqrt(mean(input^2, -1) + eps) * weight over [T, H] (pass output=input for in place)."""
+    if output is None and isinstance(input, _Tensor):
+        output = torch.empty_like(input)
+    _call("rmsnorm", _validate_rmsnorm, (input, weight, output), eps)
+    return output
+
+
+def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+    """residual += input; input = rmsnorm(residual) * weight (both in place)."""
+    _call("fused_add_rmsnorm", _validate_fused_add_rmsnorm, (input, residual, weight), eps)
+
+
+def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                         eps: float = 1e-6, *, head_dim: int = 0) -> None:
+    """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place (2-D [N, H*D] inputs need head_dim)."""
+    if head_dim:
+        q, k = _as_heads(q, k, head_dim)
+    _call("qknorm", _validate_qknorm, (q, k, q_weight, k_weight), eps)
+
+
+def _as_heads(q, k, head_dim):
+    """[N, H * D] views of q and k as [N, H, D] (3-D ones must already have head_dim as D)."""
+    _check("q", q, (2, 3))
+    _check("k", k, (2, 3), q.dtype, q.device)
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+    for name, t in (("q", q), ("k", k)):
+        if t.dim() == 2 and t.shape[1] % head_dim != 0:
+            raise ValueError(f"{name} width {t.shape[1]} is not a multiple of head_dim {head_dim}")
+        if t.dim() == 3 and t.shape[2] != head_dim:
+            raise ValueError(f"{name}'s head dimension {t.shape[2]} differs from head_dim {head_dim}")
+    return (q.view(q.shape[0], -1, head_dim) if q.dim() == 2 else q,
+            k.view(k.shape[0], -1, head_dim) if k.dim() == 2 else k)
+
+
+def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                                      eps: float = 1e-6) -> None:
+    """RMSNorm of every row of q [N, Wq] and k [N, Wk] over the whole row, in place."""
+    _call("qknorm_across_heads", _validate_qknorm_across_heads, (q, k, q_weight, k_weight), eps)
