@@ -165,7 +165,7 @@ def per_call_table() -> None:
         },
         "qknorm T = 1, 32 q + 8 k heads, d 128": {
             "jitkern": lambda: fused_inplace_qknorm(q, k, qw, kw),
-            "exported function alone": lambda: exported["qknorm"](q, k, qw, kw, EPS),
+            "exported function alone": lambda: exported["qknorm"](q, k, qw, kw, EPS, 0),
             "torch eager (2 x rms_norm, copy_)": lambda: eager_qknorm(q, k, qw, kw),
         },
         "qknorm across heads T = 1, q 4096, k 1024": {

@@ -277,25 +277,24 @@ struct NormOps {
     launch_norm<T, true>(p, 1, N.unwrap(), device.unwrap());
   }
 
-  // q [N, Hq, D], k [N, Hk, D]: every head normalised over D, in place.
+  // q [N, Hq, D], k [N, Hk, D]: every head normalised over D, in place. With head_dim > 0 either
+  // may also be 2-D, [N, H * D] (the heads of a token side by side, e.g. columns of a fused qkv buffer).
   static void qknorm(jitkern::TensorView q, jitkern::TensorView k, jitkern::TensorView q_weight, jitkern::TensorView k_weight,
-                     double eps) {
+                     double eps, int64_t head_dim) {
     using namespace host;
+    RuntimeCheck(head_dim >= 0, "head_dim must be positive, or 0 when q and k are [N, H, D]; got ", head_dim);
     auto N = SymbolicSize{"num_tokens"};
-    auto Hq = SymbolicSize{"num_q_heads"};
-    auto Hk = SymbolicSize{"num_k_heads"};
     auto D = SymbolicSize{"head_dim"};
-    auto q_token = SymbolicSize{"q_token_stride"}, q_head = SymbolicSize{"q_head_stride"};
-    auto k_token = SymbolicSize{"k_token_stride"}, k_head = SymbolicSize{"k_head_stride"};
+    if (head_dim > 0) D.set_value(head_dim);
     auto device = SymbolicDevice{};
-    TensorMatcher({N, Hq, D}).with_strides({q_token, q_head, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q);
-    TensorMatcher({N, Hk, D}).with_strides({k_token, k_head, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k);
+    const Heads hq = heads_of(q, N, D, device, {"num_q_heads", "q_token_stride", "q_head_stride", "q_width", "q"});
+    const Heads hk = heads_of(k, N, D, device, {"num_k_heads", "k_token_stride", "k_head_stride", "k_width", "k"});
     TensorMatcher({D}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight).verify(k_weight);
     NormParams<T> p{};
     p.hidden = D.unwrap();
     p.eps = checked_eps(eps);
-    p.problem[0] = heads_problem(q, q_weight, N.unwrap(), Hq.unwrap(), stride_of(q_token), stride_of(q_head));
-    p.problem[1] = heads_problem(k, k_weight, N.unwrap(), Hk.unwrap(), stride_of(k_token), stride_of(k_head));
+    p.problem[0] = heads_problem(q, q_weight, N.unwrap(), hq.count, hq.token_stride, hq.head_stride);
+    p.problem[1] = heads_problem(k, k_weight, N.unwrap(), hk.count, hk.token_stride, hk.head_stride);
     launch_norm<T, false>(p, 2, N.unwrap(), device.unwrap());
   }
 
@@ -341,6 +340,30 @@ struct NormOps {
     if (rows.unwrap() > 1)
       host::RuntimeCheck(stride.unwrap() >= width.unwrap(), name, " rows overlap: row stride ", stride.unwrap(),
                          " is smaller than the row width ", width.unwrap());
+  }
+
+  struct Heads {
+    int64_t count, token_stride, head_stride;
+  };
+  struct HeadsNames {
+    const char *heads, *token_stride, *head_stride, *width, *tensor;
+  };
+
+  // The heads of q or k, [N, H, D], or [N, H * D] once D is known (head_dim given).
+  static Heads heads_of(jitkern::TensorView t, host::SymbolicSize& N, host::SymbolicSize& D, host::SymbolicDevice& device,
+                        const HeadsNames& names) {
+    using namespace host;
+    auto token = SymbolicSize{names.token_stride};
+    if (t.dim() == 2 && D.has_value()) {
+      auto W = SymbolicSize{names.width};
+      TensorMatcher({N, W}).with_strides({token, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t);
+      RuntimeCheck(W.unwrap() % D.unwrap() == 0, names.tensor, " width ", W.unwrap(), " is not a multiple of head_dim ", D.unwrap());
+      check_rows(N, W, token, names.tensor);
+      return {W.unwrap() / D.unwrap(), stride_of(token), D.unwrap()};
+    }
+    auto H = SymbolicSize{names.heads}, head = SymbolicSize{names.head_stride};
+    TensorMatcher({N, H, D}).with_strides({token, head, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t);
+    return {H.unwrap(), stride_of(token), stride_of(head)};
   }
 
   static RowProblem<T> heads_problem(jitkern::TensorView t, jitkern::TensorView w, int64_t tokens, int64_t heads,

@@ -121,7 +121,8 @@ def test_rows_beyond_one_launch():
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("tokens", [1, 3, 256, 4097])
 @pytest.mark.parametrize("head_dim", [64, 128, 256, 100])
-def test_qknorm_per_head_on_fused_qkv(dtype_name, tokens, head_dim):
+@pytest.mark.parametrize("layout", ["3-D views", "2-D slices"])
+def test_qknorm_per_head_on_fused_qkv(dtype_name, tokens, head_dim, layout):
     torch = _torch()
     from jitkern.ops import fused_inplace_qknorm
 
@@ -134,7 +135,11 @@ def test_qknorm_per_head_on_fused_qkv(dtype_name, tokens, head_dim):
     qw = torch.randn(head_dim, dtype=dtype, device="cuda")
     kw = torch.randn(head_dim, dtype=dtype, device="cuda")
     eq, ek = _reference(q, qw, 1e-6), _reference(k, kw, 1e-6)
-    fused_inplace_qknorm(q, k, qw, kw, eps=1e-6)
+    if layout == "3-D views":
+        fused_inplace_qknorm(q, k, qw, kw, eps=1e-6)
+    else:  # the 2-D column slices themselves, heads located by head_dim in C++
+        fused_inplace_qknorm(qkv[:, : hq * head_dim], qkv[:, hq * head_dim : (hq + hk) * head_dim], qw, kw, eps=1e-6,
+                             head_dim=head_dim)
     _assert_close(q, eq, dtype_name)
     _assert_close(k, ek, dtype_name)
     assert torch.equal(qkv[:, (hq + hk) * head_dim :], v_before), "v must be untouched"
@@ -260,3 +265,13 @@ def test_cpp_entry_points_validate_before_launch():
         m.rmsnorm(x, w, overlapping, 1e-6)
     with pytest.raises(RuntimeError, match="eps must be a finite non-negative number"):
         m.rmsnorm(x, w, x, float("nan"))
+    q2 = torch.randn(4, 3 * 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(RuntimeError, match="q width 192 is not a multiple of head_dim 128"):
+        m.qknorm(q2, q2.clone(), w, w, 1e-6, 128)
+    with pytest.raises(RuntimeError, match="head_dim must be positive, or 0 when q and k are"):
+        m.qknorm(q2, q2.clone(), w, w, 1e-6, -1)
+    with pytest.raises(RuntimeError, match=r"Dimension mismatch"):
+        m.qknorm(q2, q2.view(4, 3, 64).clone(), w, w, 1e-6, 0)  # 2-D q without head_dim
+    overlapping = torch.empty(400, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
+    with pytest.raises(RuntimeError, match="q rows overlap"):
+        m.qknorm(overlapping, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)

@@ -71,15 +71,23 @@ def _validate_fused_add_rmsnorm(input, residual, weight, eps) -> None:
     _check_eps(eps)
 
 
-def _validate_qknorm(q, k, q_weight, k_weight, eps) -> None:
+def _validate_qknorm(q, k, q_weight, k_weight, eps, head_dim) -> None:
     _check("q", q, (2, 3))
     _check("k", k, (2, 3), q.dtype, q.device)
-    if q.dim() == 2 or k.dim() == 2:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 0:
+        raise ValueError(f"head_dim must be a positive int (or 0 when q and k are [N, H, D]), got {head_dim!r}")
+    if head_dim == 0 and (q.dim() == 2 or k.dim() == 2):
         raise ValueError("head_dim must be a positive int when q or k is 2-D [N, H * D]")
-    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+    for name, t in (("q", q), ("k", k)):
+        if t.dim() == 2 and t.shape[1] % head_dim != 0:
+            raise ValueError(f"{name} width {t.shape[1]} is not a multiple of head_dim {head_dim}")
+        if t.dim() == 3 and head_dim and t.shape[2] != head_dim:
+            raise ValueError(f"{name}'s head dimension {t.shape[2]} differs from head_dim {head_dim}")
+    dq, dk = (head_dim if t.dim() == 2 else t.shape[2] for t in (q, k))
+    if q.shape[0] != k.shape[0] or dq != dk:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in tokens and head dimension")
-    _check_weight("q_weight", q_weight, q.shape[2], q)
-    _check_weight("k_weight", k_weight, k.shape[2], q)
+    _check_weight("q_weight", q_weight, dq, q)
+    _check_weight("k_weight", k_weight, dk, q)
     _check_eps(eps)
 
 
@@ -97,26 +105,26 @@ _Tensor = torch.Tensor
 _FUNCTIONS: dict = {}  # (op, dtype) -> exported function, filled by the first valid call
 
 
-def _call(op: str, validate, args: tuple, eps) -> None:
-    """Calls the exported op on args + (eps,). The C++ side verifies every argument before it launches
+def _call(op: str, validate, args: tuple, eps, *options) -> None:
+    """Calls the exported op on args + (eps,) + options. The C++ side verifies every argument before it launches
     (dtype, shape, strides, device, eps), so the hot path does not repeat that in Python; `validate`
     runs before the first call of an op and dtype, and after any failure, to name the bad argument
     in Python terms (TypeError / ValueError) instead of the C++ message."""
     fn = _FUNCTIONS.get((op, getattr(args[0], "dtype", None)))
     if fn is None or type(eps) is not float:
-        validate(*args, eps)
+        validate(*args, eps, *options)
         fn = _FUNCTIONS.setdefault((op, args[0].dtype), getattr(_norm_module(args[0].dtype), op))
         eps = float(eps)
     try:
-        fn(*args, eps)
+        fn(*args, eps, *options)
     except Exception:
-        _raise_precise(validate, args, eps)
+        _raise_precise(validate, (*args, eps, *options))
         raise
 
 
-def _raise_precise(validate, args: tuple, eps) -> None:
+def _raise_precise(validate, args: tuple) -> None:
     try:
-        validate(*args, eps)
+        validate(*args)
     except (TypeError, ValueError) as problem:
         raise problem from None
 
@@ -136,25 +144,11 @@ def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch
 
 def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                          eps: float = 1e-6, *, head_dim: int = 0) -> None:
-    """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place (2-D [N, H*D] inputs need head_dim)."""
-    if head_dim:
-        q, k = _as_heads(q, k, head_dim)
-    _call("qknorm", _validate_qknorm, (q, k, q_weight, k_weight), eps)
-
-
-def _as_heads(q, k, head_dim):
-    """[N, H * D] views of q and k as [N, H, D] (3-D ones must already have head_dim as D)."""
-    _check("q", q, (2, 3))
-    _check("k", k, (2, 3), q.dtype, q.device)
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
-    for name, t in (("q", q), ("k", k)):
-        if t.dim() == 2 and t.shape[1] % head_dim != 0:
-            raise ValueError(f"{name} width {t.shape[1]} is not a multiple of head_dim {head_dim}")
-        if t.dim() == 3 and t.shape[2] != head_dim:
-            raise ValueError(f"{name}'s head dimension {t.shape[2]} differs from head_dim {head_dim}")
-    return (q.view(q.shape[0], -1, head_dim) if q.dim() == 2 else q,
-            k.view(k.shape[0], -1, head_dim) if k.dim() == 2 else k)
+    """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place; with head_dim, q and k may also be
+    2-D [N, H * D] (e.g. column slices of a fused qkv buffer)."""
+    if type(head_dim) is not int:  # a bool or a float would pass tvm-ffi's integer conversion
+        _validate_qknorm(q, k, q_weight, k_weight, eps, head_dim)
+    _call("qknorm", _validate_qknorm, (q, k, q_weight, k_weight), eps, head_dim)
 
 
 def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
