@@ -112,3 +112,24 @@ def test_works_under_torch_compile():
     torch.testing.assert_close(f(x), (x + 3) * 6, rtol=0, atol=0)
     torch.testing.assert_close(f(x + 1), (x + 4) * 6, rtol=0, atol=0)
     assert calls == [3], "cache_once must run the function once, also under torch.compile"
+
+
+def test_second_gpu_while_the_first_is_current():
+    torch = _torch()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("NOT RUN: needs two CUDA GPUs")
+    from jitkern.ops import add_constant
+
+    torch.cuda.set_device(0)
+    src = torch.randint(-(2**31), 2**31 - 1, (1_000_003,), dtype=torch.int32, device="cuda:1")
+    out = add_constant(src, 7)
+    assert out.device == src.device
+    torch.testing.assert_close(out, src + 7, rtol=0, atol=0)
+    assert torch.cuda.current_device() == 0, "a launch on cuda:1 changed the current device"
+    stream = torch.cuda.Stream(device="cuda:1")
+    with torch.cuda.device(1), torch.cuda.stream(stream):
+        out2 = add_constant(out, -7)
+    stream.synchronize()
+    torch.testing.assert_close(out2, src, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="out must be"):
+        add_constant(src, 7, out=torch.empty_like(src, device="cuda:0"))

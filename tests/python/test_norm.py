@@ -275,3 +275,50 @@ def test_cpp_entry_points_validate_before_launch():
     overlapping = torch.empty(400, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
     with pytest.raises(RuntimeError, match="q rows overlap"):
         m.qknorm(overlapping, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
+
+
+def test_second_gpu_while_the_first_is_current():
+    """Tensors on cuda:1 with cuda:0 current: the kernels run on the tensors' device, on that device's
+    current stream (also inside a CUDA graph captured there), and leave the current device alone;
+    tensors on different devices are rejected."""
+    torch = _torch()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("NOT RUN: needs two CUDA GPUs")
+    from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, rmsnorm
+
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda:1")
+    x = torch.randn(4097, 4096, dtype=torch.bfloat16, device=dev)
+    w = torch.randn(4096, dtype=torch.bfloat16, device=dev)
+    _assert_close(rmsnorm(x, w), _reference(x, w, 1e-6), "bfloat16")
+    r = torch.randn_like(x)
+    new_r = r + x
+    fused_add_rmsnorm(x, r, w)
+    _assert_close(x, _reference(new_r, w, 1e-6), "bfloat16")
+    qkv = torch.randn(300, 48 * 128, dtype=torch.bfloat16, device=dev)
+    qw, kw = torch.randn(128, dtype=torch.bfloat16, device=dev), torch.randn(128, dtype=torch.bfloat16, device=dev)
+    q, k = qkv[:, : 32 * 128], qkv[:, 32 * 128 : 40 * 128]
+    eq, ek = _reference(q.view(300, 32, 128), qw, 1e-6), _reference(k.view(300, 8, 128), kw, 1e-6)
+    fused_inplace_qknorm(q, k, qw, kw, head_dim=128)
+    _assert_close(q.view(300, 32, 128), eq, "bfloat16")
+    _assert_close(k.view(300, 8, 128), ek, "bfloat16")
+    assert torch.cuda.current_device() == 0, "a launch on cuda:1 changed the current device"
+
+    stream = torch.cuda.Stream(device=dev)
+    small = torch.randn(64, 4096, dtype=torch.bfloat16, device=dev)
+    out = torch.full_like(small, float("nan"))
+    with torch.cuda.device(dev), torch.cuda.stream(stream):
+        rmsnorm(small, w, out)  # warm-up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            rmsnorm(small, w, out)
+    out.fill_(float("nan"))
+    small.copy_(torch.randn_like(small))
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    _assert_close(out, _reference(small, w, 1e-6), "bfloat16")
+
+    with pytest.raises(ValueError, match="weight must be on cuda:1"):
+        rmsnorm(x, w.to("cuda:0"))
+    with pytest.raises(ValueError, match="residual must be on cuda:1"):
+        fused_add_rmsnorm(x, r.to("cuda:0"), w)
