@@ -109,7 +109,7 @@ def _call(op: str, validate, args: tuple, eps, *options) -> None:
     """Calls the exported op on args + (eps,) + options.
 
     The C++ side verifies every argument before it launches (dtype, shape, strides, device, eps), so the
-    hot path does not repeat that in Python (measured: 3-10 us less host time per call, see
+    hot path does not repeat that in Python (measured: 3-11 us less host time per call, see
     docs/benchmarks.md). `validate` runs before the first call of an op and dtype, and after any
     failure, to name the bad argument in Python terms (TypeError / ValueError) instead of the C++
     message."""
