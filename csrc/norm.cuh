@@ -50,6 +50,7 @@ struct NormParams {
   int32_t total_rows;
   int64_t hidden;
   float eps;
+  int64_t hidden1;  // problem[1]'s row width in a two-width launch (launch_norm_two_widths), else unused
 };
 
 using device::norm::RowPointers;
@@ -114,13 +115,16 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 // fused_add_rmsnorm lets the next kernel launch only once this one has passed its own wait, which
 // limits how many launches ahead wait on the SMs (measured: [1, 4096] 1.73 -> 1.61 us, [256, 4096]
 // 2.59 -> 2.46 us); rmsnorm measured best triggering at once ([16, 4096] 1.18 against 1.43 us).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, RowOrder kOrder>
+// kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p) {
+  static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
   if constexpr (!kFusedAdd) device::pdl_trigger_secondary();
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
+  const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
   device::pdl_wait_primary();
   if constexpr (kFusedAdd) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row.out, row.in, row.residual, row.weight, p.hidden, p.eps,
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row.out, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
 }
 
@@ -227,6 +231,33 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
   }
 }
 
+// One token-wise problem per width (p.hidden for problem[0], p.hidden1 for problem[1]; one row per
+// token each), normalised in a single launch instead of one per width, where the grid is small enough
+// for launch latency to dominate and both widths take the wide path with 16-byte vectors and rows that
+// fit in registers. Returns false (nothing launched) where that does not hold.
+template <typename T>
+bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
+  using namespace host;
+  constexpr int kVec = 16 / sizeof(T);
+  if (tokens == 0) return true;
+  const int64_t widest = std::max(p.hidden, p.hidden1) / kVec, narrowest = std::min(p.hidden, p.hidden1) / kVec;
+  const int sm_count = runtime::get_sm_count(device.device_id);
+  if (narrowest <= 32 || widest > 2 * kNormWideThreads || 2 * tokens >= int64_t{kNormManyRowsPerSm} * sm_count) return false;
+  const int64_t widths[2] = {p.hidden, p.hidden1};
+  for (int k = 0; k < 2; ++k) {
+    const RowProblem<T>& q = p.problem[k];
+    if (norm::vector_width<T>(widths[k], {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
+  }
+  p.rows0 = static_cast<int32_t>(tokens);
+  p.heads_per_token = 2;
+  p.total_rows = static_cast<int32_t>(2 * tokens);
+  const int threads = static_cast<int>(std::min<int64_t>(kNormWideThreads, div_ceil(div_ceil(widest, 2), 32) * 32));
+  LaunchKernel(static_cast<unsigned>(2 * tokens), threads, device)
+      .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
+          norm_wide_kernel<T, kVec, 2, false, true, RowOrder::kProblemMajor, true>, p);
+  return true;
+}
+
 inline float checked_eps(double eps) {
   host::RuntimeCheck(std::isfinite(eps) && eps >= 0.0, "eps must be a finite non-negative number, got ", eps);
   return static_cast<float>(eps);
@@ -322,6 +353,9 @@ struct NormOps {
       p.problem[0] = pq, p.problem[1] = pk;
       launch_norm<T, false>(p, 2, N.unwrap(), device.unwrap());
     } else {
+      p.hidden = Wq.unwrap(), p.hidden1 = Wk.unwrap();
+      p.problem[0] = pq, p.problem[1] = pk;
+      if (launch_norm_two_widths(p, N.unwrap(), device.unwrap())) return;
       p.hidden = Wq.unwrap();
       p.problem[0] = pq;
       launch_norm<T, false>(p, 1, N.unwrap(), device.unwrap());

@@ -184,8 +184,13 @@ def test_qknorm_head_dim_keyword_with_2d_inputs():
 
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
 # (20000, 128, 128): narrow rows of two problems, enough for the many-row, token-major launch.
+# Different widths: (1, 4096, 1024), (5, 1000, 520) and, with more than 128 SMs, (256, 4096, 1024) take one launch for both
+# (launch_norm_two_widths); (4097, 2048, 512) has too many rows for it, (2, 1000, 40) a narrow k and
+# (5, 1001, 777) no 16-byte vectors, so those take one launch per width.
 @pytest.mark.parametrize(
-    "tokens,wq,wk", [(1, 4096, 1024), (3, 4096, 4096), (256, 4096, 1024), (4097, 2048, 512), (2, 1000, 40), (20000, 128, 128)]
+    "tokens,wq,wk",
+    [(1, 4096, 1024), (3, 4096, 4096), (256, 4096, 1024), (5, 1000, 520), (4097, 2048, 512), (2, 1000, 40), (5, 1001, 777),
+     (20000, 128, 128)],
 )
 def test_qknorm_across_heads(dtype_name, tokens, wq, wk):
     torch = _torch()
@@ -199,6 +204,27 @@ def test_qknorm_across_heads(dtype_name, tokens, wq, wk):
     fused_inplace_qknorm_across_heads(q, k, qw, kw)
     _assert_close(q, eq, dtype_name)
     _assert_close(k, ek, dtype_name)
+
+
+@pytest.mark.parametrize("tokens,wq,wk,launches", [(1, 4096, 1024, 1), (100, 4096, 1024, 1), (4097, 2048, 512, 2),
+                                                   (5, 1001, 777, 2)])
+def test_qknorm_across_heads_launch_count(tokens, wq, wk, launches):
+    """q and k of different widths share one launch on small grids where both can (see above)."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    from jitkern.ops import fused_inplace_qknorm_across_heads
+
+    q = torch.randn(tokens, wq, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(tokens, wk, dtype=torch.bfloat16, device="cuda")
+    qw, kw = torch.randn(wq, dtype=torch.bfloat16, device="cuda"), torch.randn(wk, dtype=torch.bfloat16, device="cuda")
+    fused_inplace_qknorm_across_heads(q, k, qw, kw)  # compile outside the profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fused_inplace_qknorm_across_heads(q, k, qw, kw)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name or "norm_narrow_kernel" in e.name]
+    assert len(names) == launches, names
 
 
 @pytest.mark.parametrize("path", ["first call", "hot path"])
