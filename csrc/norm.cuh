@@ -128,6 +128,12 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
                                                                      device::norm::CtaGroup<true>{});
 }
 
+// Threads of a wide-row CTA: kRegVecs vectors each over a row of `nvec` vectors, whole warps, at most
+// kNormWideThreads (wider rows re-read their remainder).
+inline int wide_threads(int64_t nvec, int reg_vecs) {
+  return static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
+}
+
 template <typename T, int kVec, int kWidth, bool kFusedAdd>
 void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, bool pdl) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
@@ -150,9 +156,7 @@ void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, b
 // the PDL wait in both; not understood), so it is used for many rows only.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
 void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl, int sm_count, bool token_rows) {
-  const int64_t nvec = p.hidden / kVec;
-  const int threads = static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, kRegVecs), 32) * 32));
-  host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
+  host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), wide_threads(p.hidden / kVec, kRegVecs), device);
   launch.enable_pdl(pdl);
   if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
     launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, RowOrder::kTokenRows>, p);
@@ -252,8 +256,7 @@ bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   p.rows0 = static_cast<int32_t>(tokens);
   p.heads_per_token = 2;
   p.total_rows = static_cast<int32_t>(2 * tokens);
-  const int threads = static_cast<int>(std::min<int64_t>(kNormWideThreads, div_ceil(div_ceil(widest, 2), 32) * 32));
-  LaunchKernel(static_cast<unsigned>(2 * tokens), threads, device)
+  LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, 2), device)
       .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
           norm_wide_kernel<T, kVec, 2, false, true, RowOrder::kProblemMajor, true>, p);
   return true;
