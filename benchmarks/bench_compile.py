@@ -61,11 +61,8 @@ print("SECONDS", time.perf_counter() - t0)
 # Only the engine's cache lookup (C++: key, manifest, dependency stats), first call in a fresh process.
 WARM_ENGINE_ONLY = PRELUDE + """
 import time, jitkern
-from jitkern import _engine, jit
 t0 = time.perf_counter()
-request = [("name", "add_constant"), ("name", "5"), ("cuda_file", "add_constant.cuh"),
-           ("cuda_wrapper", "add_constant\\tadd_constant<5>")] + list(jit._env().items())
-_engine.build(request)
+jitkern.JitSpec("add_constant", "5", cuda_files=["add_constant.cuh"], cuda_wrappers=[("add_constant", "add_constant<5>")]).build()
 print("SECONDS", time.perf_counter() - t0)
 """
 

@@ -71,17 +71,31 @@ void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice de
       .enable_pdl(pdl && runtime::get_cc_major(device.device_id) >= 9)(kernel, out, in, n);
 }
 
-// dst = src + kConstant (the tutorial's form: the caller allocates dst).
+// A contiguous tensor of any rank as 1-D; any other tensor unchanged (so that the matcher names what
+// is wrong with it). `numel` holds the 1-D shape.
+inline DLTensor as_flat(jitkern::TensorView t, int64_t* numel) {
+  DLTensor flat = *t.get();
+  if (t.dim() != 1 && t.is_contiguous()) {
+    *numel = 1;
+    for (int64_t d = 0; d < t.dim(); ++d) *numel *= t.size(d);
+    flat.ndim = 1, flat.shape = numel, flat.strides = nullptr;
+  }
+  return flat;
+}
+
+// dst = src + kConstant (the tutorial's form: the caller allocates dst); contiguous tensors of any
+// (equal) shape.
 template <int32_t kConstant>
 void add_constant(jitkern::TensorView dst, jitkern::TensorView src) {
   using namespace host;
+  int64_t src_numel = 0, dst_numel = 0;
+  const DLTensor flat_src = as_flat(src, &src_numel), flat_dst = as_flat(dst, &dst_numel);
   SymbolicSize N{"num_elements"};
   SymbolicDevice device;
-  TensorMatcher({N})  //
-      .with_dtype<int32_t>()
-      .with_device<kDLCUDA>(device)
-      .verify(dst)
-      .verify(src);
+  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(&flat_src, "src").verify(&flat_dst, "out");
+  RuntimeCheck(dst.dim() == src.dim(), "out must have src's shape: got ", dst.dim(), " dimensions for ", src.dim());
+  for (int64_t d = 0; d < src.dim(); ++d)
+    RuntimeCheck(dst.size(d) == src.size(d), "out must have src's shape: dimension ", d, " is ", dst.size(d), ", not ", src.size(d));
   launch_add_constant<kConstant>(static_cast<int32_t*>(dst.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
                                  device.unwrap());
 }

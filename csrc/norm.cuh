@@ -277,9 +277,9 @@ struct NormOps {
     auto in_stride = SymbolicSize{"input_row_stride"};
     auto out_stride = SymbolicSize{"output_row_stride"};
     auto device = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(input);
-    TensorMatcher({N, H}).with_strides({out_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(output);
-    TensorMatcher({H}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(weight);
+    TensorMatcher({N, H}).with_strides({in_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(input, "input");
+    TensorMatcher({N, H}).with_strides({out_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(output, "output");
+    TensorMatcher({H}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(weight, "weight");
     check_rows(N, H, in_stride, "input");
     check_rows(N, H, out_stride, "output");
     NormParams<T> p{};
@@ -298,9 +298,9 @@ struct NormOps {
     auto in_stride = SymbolicSize{"input_row_stride"};
     auto res_stride = SymbolicSize{"residual_row_stride"};
     auto device = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(input);
-    TensorMatcher({N, H}).with_strides({res_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(residual);
-    TensorMatcher({H}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(weight);
+    TensorMatcher({N, H}).with_strides({in_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(input, "input");
+    TensorMatcher({N, H}).with_strides({res_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(residual, "residual");
+    TensorMatcher({H}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(weight, "weight");
     check_rows(N, H, in_stride, "input");
     check_rows(N, H, res_stride, "residual");
     NormParams<T> p{};
@@ -318,13 +318,15 @@ struct NormOps {
                      double eps, int64_t head_dim) {
     using namespace host;
     RuntimeCheck(head_dim >= 0, "head_dim must be positive, or 0 when q and k are [N, H, D]; got ", head_dim);
+    RuntimeCheck(head_dim > 0 || (q.dim() == 3 && k.dim() == 3), "head_dim must be positive when q or k is 2-D [N, H * D]; got q with ",
+                 q.dim(), " and k with ", k.dim(), " dimensions");
     auto N = SymbolicSize{"num_tokens"};
     auto D = SymbolicSize{"head_dim"};
     if (head_dim > 0) D.set_value(head_dim);
     auto device = SymbolicDevice{};
     const Heads hq = heads_of(q, N, D, device, {"num_q_heads", "q_token_stride", "q_head_stride", "q_width", "q"});
     const Heads hk = heads_of(k, N, D, device, {"num_k_heads", "k_token_stride", "k_head_stride", "k_width", "k"});
-    TensorMatcher({D}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight).verify(k_weight);
+    TensorMatcher({D}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight, "q_weight").verify(k_weight, "k_weight");
     NormParams<T> p{};
     p.hidden = D.unwrap();
     p.eps = checked_eps(eps);
@@ -341,10 +343,10 @@ struct NormOps {
     auto Wq = SymbolicSize{"q_width"}, Wk = SymbolicSize{"k_width"};
     auto q_stride = SymbolicSize{"q_row_stride"}, k_stride = SymbolicSize{"k_row_stride"};
     auto device = SymbolicDevice{};
-    TensorMatcher({N, Wq}).with_strides({q_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q);
-    TensorMatcher({N, Wk}).with_strides({k_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k);
-    TensorMatcher({Wq}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight);
-    TensorMatcher({Wk}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k_weight);
+    TensorMatcher({N, Wq}).with_strides({q_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q, "q");
+    TensorMatcher({N, Wk}).with_strides({k_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k, "k");
+    TensorMatcher({Wq}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight, "q_weight");
+    TensorMatcher({Wk}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k_weight, "k_weight");
     check_rows(N, Wq, q_stride, "q");
     check_rows(N, Wk, k_stride, "k");
     const float e = checked_eps(eps);
@@ -394,13 +396,13 @@ struct NormOps {
     auto token = SymbolicSize{names.token_stride};
     if (t.dim() == 2 && D.has_value()) {
       auto W = SymbolicSize{names.width};
-      TensorMatcher({N, W}).with_strides({token, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t);
+      TensorMatcher({N, W}).with_strides({token, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t, names.tensor);
       RuntimeCheck(W.unwrap() % D.unwrap() == 0, names.tensor, " width ", W.unwrap(), " is not a multiple of head_dim ", D.unwrap());
       check_rows(N, W, token, names.tensor);
       return {W.unwrap() / D.unwrap(), stride_of(token), D.unwrap()};
     }
     auto H = SymbolicSize{names.heads}, head = SymbolicSize{names.head_stride};
-    TensorMatcher({N, H, D}).with_strides({token, head, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t);
+    TensorMatcher({N, H, D}).with_strides({token, head, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t, names.tensor);
     return {H.unwrap(), stride_of(token), stride_of(head)};
   }
 

@@ -1,13 +1,21 @@
-// A plain C entry point to the engine for the Python layer (ctypes): the request is a list of
-// "key<TAB>value" lines, so no serialization library is needed on either side.
+// The C entry points the Python layer calls through ctypes. A request is a sequence of fields,
+// each "<key> <byte length>:<value>\n", so that any value (even one holding a newline or a NUL byte)
+// reaches the C++ validation intact. This file is the only C++ code that knows the format;
+// python/jitkern/_engine.py is the only Python code.
 #include <jitkern/jit.h>
 #include <tvm/ffi/c_api.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "settings.h"
 
 namespace {
 
@@ -17,28 +25,32 @@ char* dup(const std::string& s) {
   return p;
 }
 
-void parse_request(const char* text, jitkern::BuildRequest* req, jitkern::EngineConfig* cfg) {
-  const std::string all = text;
-  std::size_t start = 0;
-  while (start < all.size()) {
-    std::size_t stop = all.find('\n', start);
-    if (stop == std::string::npos) stop = all.size();
-    const std::string line = all.substr(start, stop - start);
-    start = stop + 1;
-    if (line.empty()) continue;
-    const auto tab = line.find('\t');
-    if (tab == std::string::npos) throw std::runtime_error("jitkern: malformed engine request line: " + line);
-    const std::string key = line.substr(0, tab), value = line.substr(tab + 1);
-    auto pair = [&]() {
-      const auto t2 = value.find('\t');
-      if (t2 == std::string::npos) throw std::runtime_error("jitkern: malformed wrapper in engine request: " + value);
-      return std::make_pair(value.substr(0, t2), value.substr(t2 + 1));
-    };
+void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::EngineConfig* cfg) {
+  std::size_t pos = 0;
+  std::string pending_wrapper;  // "cpp" or "cuda" after a *_wrapper_name field
+  std::string pending_name;
+  while (pos < all.size()) {
+    const std::size_t space = all.find(' ', pos), colon = all.find(':', space == std::string::npos ? pos : space);
+    if (space == std::string::npos || colon == std::string::npos)
+      throw std::invalid_argument("jitkern: malformed engine request at byte " + std::to_string(pos));
+    const std::string key = all.substr(pos, space - pos);
+    char* end = nullptr;
+    const unsigned long long len = std::strtoull(all.c_str() + space + 1, &end, 10);
+    if (end != all.c_str() + colon || colon + 1 + len + 1 > all.size() || all[colon + 1 + len] != '\n')
+      throw std::invalid_argument("jitkern: malformed engine request field '" + key + "'");
+    const std::string value = all.substr(colon + 1, len);
+    pos = colon + 1 + len + 1;
+    if (!pending_wrapper.empty() && key != pending_wrapper + "_wrapper_expr")
+      throw std::invalid_argument("jitkern: engine request: " + pending_wrapper + "_wrapper_name without its expression");
+    auto* last = key == "cpp_wrapper_args" ? &req->cpp_wrappers : key == "cuda_wrapper_args" ? &req->cuda_wrappers : nullptr;
+    if (last != nullptr && last->empty()) throw std::invalid_argument("jitkern: engine request: " + key + " before any wrapper");
     if (key == "name") req->name_parts.push_back(value);
     else if (key == "cpp_file") req->cpp_files.push_back(value);
     else if (key == "cuda_file") req->cuda_files.push_back(value);
-    else if (key == "cpp_wrapper") req->cpp_wrappers.push_back(pair());
-    else if (key == "cuda_wrapper") req->cuda_wrappers.push_back(pair());
+    else if (key == "cpp_wrapper_name" || key == "cuda_wrapper_name") pending_wrapper = key.substr(0, key.find('_')), pending_name = value;
+    else if (key == "cpp_wrapper_expr") req->cpp_wrappers.emplace_back(pending_name, value), pending_wrapper.clear();
+    else if (key == "cuda_wrapper_expr") req->cuda_wrappers.emplace_back(pending_name, value), pending_wrapper.clear();
+    else if (last != nullptr) last->back().arg_names = value;
     else if (key == "cflag") req->extra_cflags.push_back(value);
     else if (key == "cuda_cflag") req->extra_cuda_cflags.push_back(value);
     else if (key == "ldflag") req->extra_ldflags.push_back(value);
@@ -46,22 +58,18 @@ void parse_request(const char* text, jitkern::BuildRequest* req, jitkern::Engine
     else if (key == "build_directory") req->build_directory = value;
     else if (key == "cuda_arch") req->cuda_arch = value;
     else if (key == "cuda_device") req->cuda_device = std::atoi(value.c_str());
-    else if (key == "cache_dir") cfg->cache_dir = value;
-    else if (key == "lock_dir") cfg->lock_dir = value;
-    else if (key == "package_dir") cfg->package_dir = value;
     else if (key == "tvm_ffi_include") cfg->tvm_ffi_include_dir = value;
     else if (key == "dlpack_include") cfg->dlpack_include_dir = value;
     else if (key == "tvm_ffi_lib") cfg->tvm_ffi_lib_dir = value;
     else if (key == "tvm_ffi_version") cfg->tvm_ffi_version = value;
-    else throw std::runtime_error("jitkern: unknown engine request key '" + key + "'");
+    else throw std::invalid_argument("jitkern: unknown engine request key '" + key + "'");
   }
+  if (!pending_wrapper.empty()) throw std::invalid_argument("jitkern: engine request ends inside a wrapper");
 }
 
 // Registers each export `name` of a loaded module as the tvm-ffi global function `<prefix><name>`,
-// for tvm_ffi.get_global_func. This replaces tvm_ffi.load_module on the warm path (measured on the
-// H100: about 0.25 ms for load_module, about 0.09 ms for jitkern::load's dlopen plus this). tvm-ffi's
-// C API is looked up through the module, which links it, so the runtime library keeps no link-time
-// tvm-ffi dependency.
+// for tvm_ffi.get_global_func (cheaper than tvm_ffi.load_module on the warm path). tvm-ffi's C API is
+// looked up through the module, which links it, so the engine keeps no link-time tvm-ffi dependency.
 void register_exports(const jitkern::Module& module, const std::vector<std::string>& exports, const std::string& prefix) {
   using CreateFn = int (*)(void*, TVMFFISafeCallType, void (*)(void*), TVMFFIObjectHandle*);
   using SetGlobalFn = int (*)(const TVMFFIByteArray*, TVMFFIObjectHandle, int);
@@ -83,40 +91,73 @@ void register_exports(const jitkern::Module& module, const std::vector<std::stri
   }
 }
 
+std::string current_dir() {
+  char buf[4096];
+  return ::getcwd(buf, sizeof buf) ? buf : "";
+}
+
+// The one in-process memo of loaded modules: keyed on the request and everything else that changes
+// its result (every setting the engine reads, the working directory relative paths resolve against).
+// A hit returns "<path>\n<prefix>\n<export>\n...": the same prefix, so Python reuses its Module object.
+std::string load_and_register(const std::string& text, const jitkern::BuildRequest& req, const jitkern::EngineConfig& cfg) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::string> by_request;  // memo key -> result
+  static std::unordered_map<std::string, std::string> by_path;     // library path -> registration prefix
+  static std::atomic<int> counter{0};
+  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + current_dir();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = by_request.find(memo_key);
+    if (it != by_request.end()) return it->second;
+  }
+  const auto module = jitkern::load(req, cfg);
+  const std::vector<std::string> exports = jitkern::export_names(req);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& prefix = by_path[module->path()];
+  if (prefix.empty()) {
+    // Unique per library: a rebuilt library never shadows a loaded one.
+    const std::string fresh = "jitkern:" + std::to_string(counter++) + ":";
+    register_exports(*module, exports, fresh);
+    prefix = fresh;
+  }
+  std::string result = module->path() + "\n" + prefix + "\n";
+  for (const auto& e : exports) result += e + "\n";
+  return by_request.emplace(memo_key, result).first->second;
+}
+
 }  // namespace
 
 extern "C" {
 
-// Returns 0 and sets *out_path on success; 1 (build failed) or 2 (other error) and sets *out_error
-// otherwise. Strings are malloc'ed; release them with jitkern_free. With a non-null `register_prefix`
-// the library is also loaded and its exports registered as tvm-ffi globals (register_exports).
-__attribute__((visibility("default"))) int jitkern_build(const char* request, const char* register_prefix, char** out_path,
+// Builds (load == 0: result = the library path) or builds, loads and registers (load != 0: result =
+// "<path>\n<prefix>\n<export>\n..."; each export is the tvm-ffi global "<prefix><export>").
+// Returns 0 with *out_result set; else sets *out_error and returns 1 (the build failed), 2 (a bad
+// request: the message names the field) or 3 (any other error). Strings are malloc'ed: jitkern_free.
+__attribute__((visibility("default"))) int jitkern_build(const char* request, size_t length, int load, char** out_result,
                                                          char** out_error) {
-  *out_path = nullptr;
+  *out_result = nullptr;
   *out_error = nullptr;
   try {
+    const std::string text(request, length);
     jitkern::BuildRequest req;
     jitkern::EngineConfig cfg;
-    parse_request(request, &req, &cfg);
-    if (register_prefix == nullptr) {
-      *out_path = dup(jitkern::build(req, cfg));
-      return 0;
-    }
-    const auto module = jitkern::load(req, cfg);
-    std::vector<std::string> exports;
-    for (const auto& w : req.cpp_wrappers) exports.push_back(w.first);
-    for (const auto& w : req.cuda_wrappers) exports.push_back(w.first);
-    register_exports(*module, exports, register_prefix);
-    *out_path = dup(module->path());
+    parse_request(text, &req, &cfg);
+    *out_result = dup(load ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
     return 0;
   } catch (const jitkern::BuildError& e) {
     *out_error = dup(e.what());
     return 1;
-  } catch (const std::exception& e) {
+  } catch (const std::invalid_argument& e) {
     *out_error = dup(e.what());
     return 2;
+  } catch (const std::exception& e) {
+    *out_error = dup(e.what());
+    return 3;
   }
 }
+
+// The table of environment variables (jitkern::settings), as Markdown.
+__attribute__((visibility("default"))) char* jitkern_settings_markdown() { return dup(jitkern::settings::markdown()); }
 
 __attribute__((visibility("default"))) void jitkern_free(char* p) { std::free(p); }
 

@@ -140,12 +140,17 @@ std::string symbol_name(const char* kind, std::size_t dim, const host::SymbolicS
   return s;
 }
 
-[[noreturn]] void throw_error(std::string message) { throw host::PanicError(std::move(message)); }
+[[noreturn]] void throw_error(std::string message, host::ErrorKind kind = host::ErrorKind::kRuntime) {
+  throw host::PanicError(std::move(message), kind);
+}
 
-[[noreturn]] void match_failed(const host::detail::MatcherSpec& spec, const DLTensor* t, const host::DebugInfo& where,
-                               const std::string& cause) {
-  throw_error("Tensor match failed for " + (t ? describe_tensor(t) : std::string("<null tensor>")) + " at " +
-              where_text(where) + "\n- Expected: " + describe_pattern(spec) + "\n- Root cause: " + cause);
+[[noreturn]] void match_failed(const host::detail::MatcherSpec& spec, const DLTensor* t, const char* name, const host::DebugInfo& where,
+                               const std::string& cause, host::ErrorKind kind) {
+  const std::string arg = name != nullptr ? std::string(name) + " = " : std::string();
+  throw_error("Tensor match failed for " + arg + (t ? describe_tensor(t) : std::string("<null tensor>")) + " at " +
+                  where_text(where) + "\n- Expected: " + describe_pattern(spec) + "\n- Root cause: " + (name ? std::string(name) + ": " : "") +
+                  cause,
+              kind);
 }
 
 // Resolves or checks one size/stride entry; returns a non-empty cause on mismatch.
@@ -177,29 +182,31 @@ thread_local std::string g_message;
 
 namespace host::detail {
 
-void panic(const DebugInfo& where, const char* what, const FmtArg* args, std::size_t n) {
+void fail(const DebugInfo& where, const char* what, ErrorKind kind, const FmtArg* args, std::size_t n) {
   std::string msg = std::string(what) + " at " + where_text(where) + " in " + where.function_name();
   if (n > 0) msg += ": ";
   for (std::size_t i = 0; i < n; ++i) append_arg(msg, args[i]);
-  throw_error(std::move(msg));
+  throw_error(std::move(msg), kind);
 }
 
-void match_tensor(const MatcherSpec& spec, const DLTensor* t, const DebugInfo& where) {
-  if (t == nullptr) match_failed(spec, t, where, "the tensor is missing (None)");
+void match_tensor(const MatcherSpec& spec, const DLTensor* t, const char* name, const DebugInfo& where) {
+  constexpr auto kType = ErrorKind::kType, kValue = ErrorKind::kValue;
+  if (t == nullptr) match_failed(spec, t, name, where, "the tensor is missing (None)", kType);
   if (static_cast<std::size_t>(t->ndim) != spec.ndim)
-    match_failed(spec, t, where,
-                 "Dimension mismatch: expected " + std::to_string(spec.ndim) + " dimensions but got " + std::to_string(t->ndim));
+    match_failed(spec, t, name, where,
+                 "Dimension mismatch: expected " + std::to_string(spec.ndim) + " dimensions but got " + std::to_string(t->ndim), kValue);
   if (spec.strides != nullptr && spec.num_strides != spec.ndim)
-    match_failed(spec, t, where,
+    match_failed(spec, t, name, where,
                  "Invalid pattern: " + std::to_string(spec.num_strides) + " strides given for " + std::to_string(spec.ndim) +
-                     " dimensions");
+                     " dimensions",
+                 ErrorKind::kRuntime);
   // Check everything before resolving any symbol, so that a failed match leaves symbols untouched.
   // Symbols first resolved by this very tensor are rolled back on failure.
   SymbolicSize* newly_resolved[32];
   std::size_t num_new = 0;
-  auto fail = [&](const std::string& cause) {
+  auto fail = [&](const std::string& cause, ErrorKind kind = ErrorKind::kValue) {
     for (std::size_t i = 0; i < num_new; ++i) newly_resolved[i]->m_resolved = false;
-    match_failed(spec, t, where, cause);
+    match_failed(spec, t, name, where, cause, kind);
   };
   auto check = [&](const SizeRef& ref, int64_t actual, const char* kind, std::size_t dim) {
     const bool was_resolved = ref.m_symbol && ref.m_symbol->m_resolved;
@@ -223,20 +230,20 @@ void match_tensor(const MatcherSpec& spec, const DLTensor* t, const DebugInfo& w
   if (spec.dtypes && !dtype_in(dtype, spec.dtypes, spec.num_dtypes)) {
     std::string cause = "DType mismatch: ";
     append_dtype(cause, dtype);
-    fail(cause + " is not one of the allowed dtypes");
+    fail(cause + " is not one of the allowed dtypes", kType);
   }
   if (SymbolicDType* sym = spec.dtype_symbol) {
     if (sym->m_options && !dtype_in(dtype, sym->m_options, sym->m_num_options)) {
       std::string cause = "DType mismatch: ";
       append_dtype(cause, dtype);
-      fail(cause + " is not one of the dtype symbol's options");
+      fail(cause + " is not one of the dtype symbol's options", kType);
     }
     if (sym->m_resolved && !host::dtype_equal(sym->m_value, dtype)) {
       std::string cause = "DType mismatch: expected ";
       append_dtype(cause, sym->m_value);
       cause += " (resolved earlier) but got ";
       append_dtype(cause, dtype);
-      fail(cause);
+      fail(cause, kType);
     }
   }
   const DLDevice device = t->device;
@@ -339,6 +346,23 @@ std::string describe_any(const TVMFFIAny* a) {
 }
 }  // namespace
 
+namespace {
+// The index-th name of "a, b, c", or empty.
+std::string nth_name(const char* names, int32_t index) {
+  if (names == nullptr) return {};
+  const std::string all = names;
+  std::size_t start = 0;
+  for (int32_t i = 0; i < index; ++i) {
+    start = all.find(',', start);
+    if (start == std::string::npos) return {};
+    ++start;
+  }
+  std::string name = all.substr(start, all.find(',', start) - start);
+  const auto b = name.find_first_not_of(' '), e = name.find_last_not_of(' ');
+  return b == std::string::npos ? std::string() : name.substr(b, e - b + 1);
+}
+}  // namespace
+
 const char* describe_argument_error(const ArgumentError& e) noexcept {
   try {
     const int n = e.index + 1;
@@ -347,8 +371,10 @@ const char* describe_argument_error(const ArgumentError& e) noexcept {
                          : n % 10 == 2                     ? "nd"
                          : n % 10 == 3                     ? "rd"
                                                            : "th";
-    g_message = std::string(e.function) + "(): the " + std::to_string(n) + suffix + " argument must be " + e.expected +
-                ", got " + describe_any(e.got);
+    const std::string name = nth_name(e.arg_names, e.index);
+    const std::string which = name.empty() ? "the " + std::to_string(n) + suffix + " argument"
+                                           : "argument '" + name + "' (the " + std::to_string(n) + suffix + ")";
+    g_message = std::string(e.function) + "(): " + which + " must be " + e.expected + ", got " + describe_any(e.got);
   } catch (...) {
     return "invalid argument";
   }
@@ -357,12 +383,25 @@ const char* describe_argument_error(const ArgumentError& e) noexcept {
 
 const char* describe_arity_error(const ArityError& e) noexcept {
   try {
-    g_message = std::string(e.function) + "() takes " + std::to_string(e.expected) + " argument" +
-                (e.expected == 1 ? "" : "s") + " but " + std::to_string(e.got) + " were given";
+    const std::string signature = e.arg_names ? std::string(e.function) + "(" + e.arg_names + ")" : std::string(e.function) + "()";
+    g_message = signature + " takes " + std::to_string(e.expected) + " argument" + (e.expected == 1 ? "" : "s") + " but " +
+                std::to_string(e.got) + (e.got == 1 ? " was" : " were") + " given";
   } catch (...) {
     return "wrong number of arguments";
   }
   return g_message.c_str();
+}
+
+const char* error_kind(const std::exception& e) noexcept {
+  if (const auto* p = dynamic_cast<const host::PanicError*>(&e)) {
+    switch (p->kind) {
+      case host::ErrorKind::kType: return "TypeError";
+      case host::ErrorKind::kValue: return "ValueError";
+      case host::ErrorKind::kRuntime: return "RuntimeError";
+    }
+  }
+  if (dynamic_cast<const std::invalid_argument*>(&e) || dynamic_cast<const std::out_of_range*>(&e)) return "ValueError";
+  return "RuntimeError";
 }
 
 const char* describe_exception(const char* function, const char* what) noexcept {

@@ -5,8 +5,14 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <mutex>
 
 #include <chrono>
 #include <cstdio>
@@ -59,25 +65,45 @@ void fsync_path(const std::string& path) {
   ::close(fd);
 }
 
+std::string unique_name(const std::string& prefix) {
+  static std::atomic<unsigned long> counter{0};
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^ (uint64_t(::getpid()) << 32) ^ uint64_t(::gettid())};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ".%d.%d.%lu.%016llx", static_cast<int>(::getpid()), static_cast<int>(::gettid()),
+                counter.fetch_add(1), static_cast<unsigned long long>(rng()));
+  return prefix + buf;
+}
+
 void write_file_atomic(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const std::string tmp = unique_name(path + ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) fail("cannot create " + tmp);
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
+      const int err = errno;
       ::close(fd);
+      ::unlink(tmp.c_str());
+      errno = err;
       fail("cannot write " + tmp);
     }
     done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0) {
+    const int err = errno;
     ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = err;
     fail("cannot fsync " + tmp);
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to " + path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    errno = err;
+    fail("cannot rename " + tmp + " to " + path);
+  }
   fsync_path(dirname(path));
 }
 
@@ -133,6 +159,9 @@ void ensure_private_dir(const std::string& path, const char* what) {
     if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) fail(std::string("cannot create ") + what + " " + path);
     if (::lstat(path.c_str(), &st) != 0) fail(std::string("cannot access ") + what + " " + path);
   }
+  if (S_ISLNK(st.st_mode))
+    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": it is a symbolic link (to " + realpath_or(path) +
+                             "), which another user could redirect; give the real directory instead");
   if (!S_ISDIR(st.st_mode))
     throw std::runtime_error(std::string("jitkern: ") + what + " " + path + " is not a directory");
   if (st.st_uid != ::geteuid())
@@ -188,6 +217,11 @@ Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  // Its own process group, so that a timeout or an interrupt kills the whole compiler (nvcc's children too).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -204,8 +238,9 @@ Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  const int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     errno = rc;
     fail("cannot run " + argv[0]);
@@ -213,14 +248,97 @@ Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
   return {pid};
 }
 
-int wait(Process p) {
-  int status = 0;
-  while (::waitpid(p.pid, &status, 0) < 0) {
-    if (errno != EINTR) fail("waitpid");
-  }
+namespace {
+std::atomic<int> g_signal{0};  // the SIGINT/SIGTERM received while a CancelScope was alive
+std::mutex g_scope_mutex;
+int g_scopes = 0;
+struct sigaction g_old_int, g_old_term;
+
+void on_signal(int sig) { g_signal.store(sig); }
+
+int decode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return -WTERMSIG(status);
   return -1;
+}
+
+int reap(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) fail("waitpid");
+  return decode(status);
+}
+}  // namespace
+
+CancelScope::CancelScope() {
+  std::lock_guard<std::mutex> lock(g_scope_mutex);
+  if (g_scopes++ > 0) return;
+  g_signal.store(0);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns EINTR and sees the signal
+  ::sigaction(SIGINT, &sa, &g_old_int);
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+CancelScope::~CancelScope() {
+  std::lock_guard<std::mutex> lock(g_scope_mutex);
+  if (--g_scopes > 0) return;
+  ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  if (const int sig = g_signal.exchange(0)) ::raise(sig);  // to the caller's handler (Python: KeyboardInterrupt)
+}
+
+bool cancel_requested() { return g_signal.load() != 0; }
+
+int wait(Process p, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0));
+  int status = 0;
+  for (int sleep_us = 200;;) {
+    const pid_t r = ::waitpid(p.pid, &status, WNOHANG);
+    if (r == p.pid) break;
+    if (r < 0 && errno != EINTR) {
+      if (pidfd >= 0) ::close(pidfd);
+      fail("waitpid");
+    }
+    const bool timed_out = timeout_s > 0 && clock::now() >= deadline;
+    if (timed_out || cancel_requested()) {
+      ::kill(-p.pid, SIGKILL);
+      reap(p.pid);
+      if (pidfd >= 0) ::close(pidfd);
+      return timed_out ? kTimedOut : kInterrupted;
+    }
+    int wait_ms = 100;  // re-check interrupts and the deadline at least this often
+    if (timeout_s > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count() + 1;
+      wait_ms = static_cast<int>(left < wait_ms ? left : wait_ms);
+    }
+    if (pidfd >= 0) {
+      pollfd pfd{pidfd, POLLIN, 0};
+      ::poll(&pfd, 1, wait_ms);
+    } else {  // no pidfd (Linux < 5.3): poll with a growing sleep
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = sleep_us < 20000 ? sleep_us * 2 : sleep_us;
+    }
+  }
+  if (pidfd >= 0) ::close(pidfd);
+  return decode(status);
+}
+
+std::string describe_status(int status) {
+  if (status == kTimedOut) return "timed out";
+  if (status == kInterrupted) return "interrupted";
+  if (status < 0) return "killed by signal " + std::to_string(-status) + " (" + ::strsignal(-status) + ")";
+  return "exit status " + std::to_string(status);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 std::string join_command(const std::vector<std::string>& argv) {
@@ -241,6 +359,10 @@ FileLock::FileLock(const std::string& path, const std::string& waiting_message) 
   if (!waiting_message.empty()) std::fprintf(stderr, "%s\n", waiting_message.c_str());
   while (::flock(m_fd, LOCK_EX) != 0) {
     if (errno != EINTR) fail("cannot lock " + path);
+    if (cancel_requested()) {
+      ::close(m_fd);
+      throw std::runtime_error("jitkern: interrupted while waiting for " + path);
+    }
   }
 }
 

@@ -17,8 +17,12 @@ struct FileSig {
 
 bool stat_sig(const std::string& path, FileSig* sig);
 bool read_file(const std::string& path, std::string* out);
-// Writes via a temporary name in the same directory, fsync, rename, fsync of the directory.
+// Writes via a temporary name in the same directory, fsync, rename, fsync of the directory. The
+// temporary name is unique per call (threads of one process and processes in other PID namespaces
+// sharing the directory never collide).
 void write_file_atomic(const std::string& path, const std::string& data);
+// A name no other thread or process will pick: "<prefix>.<pid>.<tid>.<counter>.<random>".
+std::string unique_name(const std::string& prefix);
 void fsync_path(const std::string& path);
 std::string dirname(const std::string& path);
 std::string realpath_or(const std::string& path);
@@ -32,15 +36,35 @@ void check_private_file(const std::string& path, const char* what);
 void remove_tree(const std::string& path);
 std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 
-// Runs argv with stdout+stderr appended to log_path; returns the exit status (or -signal).
+// Runs argv in its own process group with stdout+stderr appended to log_path.
 struct Process {
   int pid = -1;
 };
 // `env_overrides` ("NAME=value") are added to (or replace entries of) the current environment.
 Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
               const std::vector<std::string>& env_overrides = {});
-int wait(Process p);
+// The exit status (0-255), -signal when killed by a signal, or kTimedOut after `timeout_s` seconds
+// (> 0), when the process group was killed. Also kills the group when interrupted (kInterrupted:
+// SIGINT or SIGTERM arrived while waiting, see CancelScope).
+inline constexpr int kTimedOut = -1000;
+inline constexpr int kInterrupted = -1001;
+int wait(Process p, double timeout_s = 0);
+// "exit status 1", "killed by signal 9 (Killed)", "timed out", "interrupted".
+std::string describe_status(int status);
 std::string join_command(const std::vector<std::string>& argv);
+// A single-quoted word for /bin/sh.
+std::string shell_quote(const std::string& s);
+
+// While alive (in any thread), SIGINT and SIGTERM kill the compilers being waited for and are then
+// re-delivered to the process's previous handlers, so that Ctrl-C ends a compile at once.
+bool cancel_requested();
+class CancelScope {
+ public:
+  CancelScope();
+  ~CancelScope();
+  CancelScope(const CancelScope&) = delete;
+  CancelScope& operator=(const CancelScope&) = delete;
+};
 
 // An exclusive advisory lock (flock) held until destruction; the kernel drops it if we die.
 class FileLock {

@@ -2,10 +2,15 @@
 // Separate from utils.h because <stdexcept> pulls <string>; include it only where you catch.
 #pragma once
 
+#include <jitkern/utils.h>
+
 #include <stdexcept>
+#include <string>
 
 namespace host {
 struct PanicError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit PanicError(const std::string& message, ErrorKind kind = ErrorKind::kRuntime)
+      : std::runtime_error(message), kind(kind) {}
+  ErrorKind kind;  // the Python exception type it becomes
 };
 }  // namespace host

@@ -4,8 +4,10 @@
 // integers, floating-point numbers, bool, DLDataType and DLDevice (and tvm::ffi::TensorView /
 // tvm::ffi::Optional<tvm::ffi::TensorView> when the kernel includes tvm-ffi's C++ headers itself).
 // It may return nothing, a number, bool, or a jitkern::Tensor (allocated by the caller's framework).
-// A C++ exception becomes a Python exception carrying its full message; a wrong argument count or
-// type is a TypeError naming the function and argument.
+// A C++ exception becomes a Python exception carrying its full message, of the kind it declares
+// (host::PanicError's ErrorKind; std::invalid_argument and std::out_of_range are ValueError; anything
+// else RuntimeError); a wrong argument count or type is a TypeError naming the function and argument.
+// JITKERN_EXPORT_NAMED(name, "a, b, c", function) also names the parameters in those messages.
 #ifndef JITKERN_EXPORT_H_
 #define JITKERN_EXPORT_H_
 
@@ -86,12 +88,14 @@ Slot<T>& slot_at(SlotLeaf<I, T>& leaf) {
 // Raised for arguments of the wrong kind; reported to Python as TypeError.
 struct ArgumentError {
   const char* function;
+  const char* arg_names;  // "a, b, c" or null
   int32_t index;
   const char* expected;
   const TVMFFIAny* got;
 };
 struct ArityError {
   const char* function;
+  const char* arg_names;
   int32_t expected;
   int32_t got;
 };
@@ -101,6 +105,8 @@ struct ArityError {
 const char* describe_argument_error(const ArgumentError& e) noexcept;
 const char* describe_arity_error(const ArityError& e) noexcept;
 const char* describe_exception(const char* function, const char* what) noexcept;
+// "TypeError", "ValueError" or "RuntimeError": the Python exception type for `e`.
+const char* error_kind(const std::exception& e) noexcept;
 
 inline void raise_argument_error(const ArgumentError& e) noexcept {
   TVMFFIErrorSetRaisedFromCStr("TypeError", describe_argument_error(e));
@@ -109,7 +115,7 @@ inline void raise_arity_error(const ArityError& e) noexcept {
   TVMFFIErrorSetRaisedFromCStr("TypeError", describe_arity_error(e));
 }
 inline void raise_exception(const char* function, const std::exception& e) noexcept {
-  TVMFFIErrorSetRaisedFromCStr("RuntimeError", describe_exception(function, e.what()));
+  TVMFFIErrorSetRaisedFromCStr(error_kind(e), describe_exception(function, e.what()));
 }
 inline void raise_unknown_exception(const char* function) noexcept {
   TVMFFIErrorSetRaisedFromCStr("RuntimeError", describe_exception(function, "unknown C++ exception"));
@@ -117,9 +123,16 @@ inline void raise_unknown_exception(const char* function) noexcept {
 
 inline const DLTensor* as_dltensor(const TVMFFIAny& a) {
   if (a.type_index == kTVMFFIDLTensorPtr) return static_cast<const DLTensor*>(a.v_ptr);
-  if (a.type_index == kTVMFFITensor)  // layout: { TVMFFIObject header, DLTensor, ... }
-    return reinterpret_cast<const DLTensor*>(reinterpret_cast<const char*>(a.v_obj) + sizeof(TVMFFIObject));
+  if (a.type_index == kTVMFFITensor) return TVMFFITensorGetDLTensorPtr(a.v_obj);
   return nullptr;
+}
+
+// The number of names in "a, b, c" (0 for null), for the arity check of JITKERN_EXPORT_NAMED.
+constexpr int32_t count_names(const char* names) {
+  if (names == nullptr) return 0;
+  int32_t n = 1;
+  for (const char* p = names; *p != '\0'; ++p) n += *p == ',';
+  return n;
 }
 
 template <typename T, typename = void>
@@ -157,7 +170,7 @@ struct ArgCaster<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T,
   static constexpr const char* kExpected = std::is_signed_v<T> ? "an integer in the range of the C++ parameter type"
                                                                : "a non-negative integer in the range of the C++ parameter type";
   static bool cast(const TVMFFIAny& a, Slot<T>* out) {
-    if (a.type_index != kTVMFFIInt && a.type_index != kTVMFFIBool) return false;
+    if (a.type_index != kTVMFFIInt) return false;  // not a bool: True is no head count
     const int64_t v = a.v_int64;
     if constexpr (std::is_signed_v<T>) {
       if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) || v > static_cast<int64_t>(std::numeric_limits<T>::max()))
@@ -230,7 +243,7 @@ struct Signature<R (*)(A...)> {
   using Result = R;
   static constexpr int32_t kArity = sizeof...(A);
   template <auto Fn, std::size_t... I>
-  static int invoke(const char* name, const TVMFFIAny* args, TVMFFIAny* result, std::index_sequence<I...>) {
+  static int invoke(const char* name, const char* arg_names, const TVMFFIAny* args, TVMFFIAny* result, std::index_sequence<I...>) {
     Slots<std::index_sequence<I...>, std::remove_cv_t<std::remove_reference_t<A>>...> values;
     int32_t failed = -1;
     // Convert left to right, stopping at the first argument that does not fit.
@@ -240,7 +253,7 @@ struct Signature<R (*)(A...)> {
      ...);
     if (failed >= 0) {
       static constexpr const char* kExpected[] = {ArgCaster<std::remove_cv_t<std::remove_reference_t<A>>>::kExpected..., ""};
-      raise_argument_error({name, failed, kExpected[failed], &args[failed]});
+      raise_argument_error({name, arg_names, failed, kExpected[failed], &args[failed]});
       return -1;
     }
     if constexpr (std::is_void_v<R>) {
@@ -253,14 +266,14 @@ struct Signature<R (*)(A...)> {
 };
 
 template <auto Fn>
-inline int safe_call(const char* name, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) noexcept {
+inline int safe_call(const char* name, const char* arg_names, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) noexcept {
   using Sig = Signature<decltype(Fn)>;
   if (num_args != Sig::kArity) [[unlikely]] {
-    raise_arity_error({name, Sig::kArity, num_args});
+    raise_arity_error({name, arg_names, Sig::kArity, num_args});
     return -1;
   }
   try {
-    return Sig::template invoke<Fn>(name, args, result, std::make_index_sequence<Sig::kArity>{});
+    return Sig::template invoke<Fn>(name, arg_names, args, result, std::make_index_sequence<Sig::kArity>{});
   } catch (const std::exception& e) {
     raise_exception(name, e);
   } catch (...) {
@@ -275,7 +288,17 @@ inline int safe_call(const char* name, const TVMFFIAny* args, int32_t num_args, 
 #define JITKERN_EXPORT(NAME, ...)                                                                          \
   extern "C" __attribute__((visibility("default"))) int __tvm_ffi_##NAME(                                  \
       void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {                                 \
-    return ::jitkern::ffi::safe_call<&__VA_ARGS__>(#NAME, args, num_args, result);                        \
+    return ::jitkern::ffi::safe_call<&__VA_ARGS__>(#NAME, nullptr, args, num_args, result);               \
+  }
+
+// ARG_NAMES: a string literal, the parameters' names separated by commas (checked against the arity).
+#define JITKERN_EXPORT_NAMED(NAME, ARG_NAMES, ...)                                                         \
+  static_assert(::jitkern::ffi::count_names(ARG_NAMES) ==                                                  \
+                    ::jitkern::ffi::Signature<decltype(&__VA_ARGS__)>::kArity,                              \
+                "JITKERN_EXPORT_NAMED(" #NAME "): the number of argument names differs from the arity");   \
+  extern "C" __attribute__((visibility("default"))) int __tvm_ffi_##NAME(                                  \
+      void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {                                 \
+    return ::jitkern::ffi::safe_call<&__VA_ARGS__>(#NAME, ARG_NAMES, args, num_args, result);             \
   }
 
 #endif  // JITKERN_EXPORT_H_

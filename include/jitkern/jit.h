@@ -18,12 +18,20 @@ struct BuildError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One exported function: module.<name> calls the C++ function `expr`. `arg_names` ("a, b, c",
+// optional) names its parameters in argument errors.
+struct Wrapper {
+  Wrapper(std::string name, std::string expr, std::string arg_names = {})
+      : name(std::move(name)), expr(std::move(expr)), arg_names(std::move(arg_names)) {}
+  std::string name, expr, arg_names;
+};
+
 // What to build, in the terms of the Python load_jit(): file names are relative to the package's
-// csrc/ directory unless absolute; wrappers are (export name, C++ function expression).
+// csrc/ directory unless absolute.
 struct BuildRequest {
   std::vector<std::string> name_parts;  // load_jit's *args marker, e.g. {"add_constant", "5"}
   std::vector<std::string> cpp_files, cuda_files;
-  std::vector<std::pair<std::string, std::string>> cpp_wrappers, cuda_wrappers;
+  std::vector<Wrapper> cpp_wrappers, cuda_wrappers;
   std::vector<std::string> extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths;
   std::string build_directory;  // empty: the cache directory
   std::string cuda_arch;        // empty: $JITKERN_CUDA_ARCH, else the current device's (e.g. "sm_90a")
@@ -40,9 +48,13 @@ struct EngineConfig {
 };
 
 // Returns the path of the up-to-date shared library for `request`, building it if needed.
-// Thread-safe and multi-process safe. Throws BuildError (build failed, possibly remembered from an
-// earlier attempt) or std::runtime_error (bad request, unsafe cache directory).
+// Thread-safe and multi-process safe. Throws BuildError (the build failed; a compiler error is
+// remembered while the inputs are unchanged, anything transient is not), std::invalid_argument (a
+// bad request, naming the field) or std::runtime_error (unsafe cache directory, no compiler, ...).
 std::string build(const BuildRequest& request, const EngineConfig& config = {});
+
+// The names a built module exports for `request` (its wrappers' names, C++ ones first); validates it.
+std::vector<std::string> export_names(const BuildRequest& request);
 
 // A loaded module; functions are looked up as the tvm-ffi C ABI symbols `__tvm_ffi_<name>`.
 class Module {

@@ -3,7 +3,10 @@
 //
 //   auto N = SymbolicSize{"num_tokens"};
 //   auto dtype = SymbolicDType{};
-//   TensorMatcher({N, 128}).with_dtype<float, int32_t>(dtype).with_device<kDLCUDA>().verify(x).verify(y);
+//   TensorMatcher({N, 128}).with_dtype<float, int32_t>(dtype).with_device<kDLCUDA>().verify(x, "x").verify(y, "y");
+//
+// A failure throws host::PanicError naming the argument: TypeError in Python for a wrong dtype or a
+// missing tensor, ValueError for a wrong shape, stride or device.
 //
 // The header only records the pattern; matching and message formatting are in the runtime library.
 #pragma once
@@ -130,7 +133,7 @@ struct MatcherSpec {
   SymbolicDevice* device_symbol;
 };
 
-void match_tensor(const MatcherSpec& spec, const DLTensor* tensor, const DebugInfo& where);
+void match_tensor(const MatcherSpec& spec, const DLTensor* tensor, const char* name, const DebugInfo& where);
 }  // namespace detail
 
 // A temporary expression: build it, chain verify() calls, let it die. Do not store it (it refers
@@ -181,12 +184,13 @@ class TensorMatcher {
     return static_cast<TensorMatcher&&>(*this);
   }
 
-  const TensorMatcher&& verify(const DLTensor* tensor, DebugInfo where = {}) const&& {
-    detail::match_tensor(m_spec, tensor, where);
+  // `name`: the argument's name, for the error message (e.g. "input").
+  const TensorMatcher&& verify(const DLTensor* tensor, const char* name = nullptr, DebugInfo where = {}) const&& {
+    detail::match_tensor(m_spec, tensor, name, where);
     return static_cast<const TensorMatcher&&>(*this);
   }
-  const TensorMatcher&& verify(const jitkern::TensorView& view, DebugInfo where = {}) const&& {
-    detail::match_tensor(m_spec, view.get(), where);
+  const TensorMatcher&& verify(const jitkern::TensorView& view, const char* name = nullptr, DebugInfo where = {}) const&& {
+    detail::match_tensor(m_spec, view.get(), name, where);
     return static_cast<const TensorMatcher&&>(*this);
   }
   // Any other view type with the tvm::ffi::TensorView accessors (e.g. tvm::ffi::TensorView).
@@ -200,7 +204,7 @@ class TensorMatcher {
       v.byte_offset();
       v.strides();
     }
-  const TensorMatcher&& verify(const View& view, DebugInfo where = {}) const&& {
+  const TensorMatcher&& verify(const View& view, const char* name = nullptr, DebugInfo where = {}) const&& {
     DLTensor t{};
     t.data = view.data_ptr();
     t.device = view.device();
@@ -209,7 +213,7 @@ class TensorMatcher {
     t.shape = const_cast<int64_t*>(view.shape().data());
     t.strides = view.ndim() > 0 ? const_cast<int64_t*>(view.strides().data()) : nullptr;
     t.byte_offset = view.byte_offset();
-    detail::match_tensor(m_spec, &t, where);
+    detail::match_tensor(m_spec, &t, name, where);
     return static_cast<const TensorMatcher&&>(*this);
   }
 

@@ -15,6 +15,11 @@
 
 namespace host {
 
+// What a failure is, as Python sees it: RuntimeError (a CUDA or internal failure, host::Panic),
+// TypeError (an argument of the wrong dtype or kind) or ValueError (a wrong shape, stride or value,
+// host::RuntimeCheck and most TensorMatcher failures).
+enum class ErrorKind : uint8_t { kRuntime, kType, kValue };
+
 // The caller's file:line:function, captured by a defaulted argument.
 struct DebugInfo : std::source_location {
   DebugInfo(std::source_location loc = std::source_location::current()) : std::source_location(loc) {}
@@ -69,22 +74,27 @@ struct FmtArg {
   }
 };
 
-[[noreturn]] void panic(const DebugInfo& where, const char* what, const FmtArg* args, std::size_t n);
+[[noreturn]] void fail(const DebugInfo& where, const char* what, ErrorKind kind, const FmtArg* args, std::size_t n);
+
+template <typename... Args>
+[[noreturn]] inline void fail_with(const DebugInfo& where, const char* what, ErrorKind kind, const Args&... args) {
+  if constexpr (sizeof...(Args) == 0) {
+    fail(where, what, kind, nullptr, 0);
+  } else {
+    const FmtArg packed[] = {FmtArg(args)...};
+    fail(where, what, kind, packed, sizeof...(Args));
+  }
+}
 
 template <typename... Args>
 [[noreturn]] inline void panic_with(const DebugInfo& where, const char* what, const Args&... args) {
-  if constexpr (sizeof...(Args) == 0) {
-    panic(where, what, nullptr, 0);
-  } else {
-    const FmtArg packed[] = {FmtArg(args)...};
-    panic(where, what, packed, sizeof...(Args));
-  }
+  fail_with(where, what, ErrorKind::kRuntime, args...);
 }
 
 }  // namespace detail
 
-// Throws host::PanicError (a std::runtime_error, see <jitkern/error.h>) whose message is the
-// concatenation of `args`, prefixed by the caller's location.
+// Throws host::PanicError (a std::runtime_error, see <jitkern/error.h>; RuntimeError in Python) whose
+// message is the concatenation of `args`, prefixed by the caller's location.
 template <typename... Args>
 struct Panic {
   [[noreturn]] explicit Panic(Args&&... args, DebugInfo where = {}) {
@@ -95,14 +105,15 @@ template <typename... Args>
 Panic(Args&&...) -> Panic<Args...>;
 
 // RuntimeCheck(cond, args...) or RuntimeCheck(location, cond, args...): throws like Panic when
-// `cond` is false. The message arguments are only packed on failure.
+// `cond` is false, as a ValueError in Python (it checks the values a function was called with).
+// The message arguments are only packed on failure.
 template <typename... Args>
 struct RuntimeCheck {
   template <typename Cond>
   explicit RuntimeCheck(Cond&& cond, Args&&... args, DebugInfo where = {}) {
     if (static_cast<bool>(cond)) [[likely]]
       return;
-    detail::panic_with(where, "RuntimeCheck failed", args...);
+    detail::fail_with(where, "RuntimeCheck failed", ErrorKind::kValue, args...);
   }
 };
 template <typename... Args>
@@ -111,7 +122,7 @@ struct RuntimeCheck<DebugInfo, Args...> {
   explicit RuntimeCheck(DebugInfo where, Cond&& cond, Args&&... args) {
     if (static_cast<bool>(cond)) [[likely]]
       return;
-    detail::panic_with(where, "RuntimeCheck failed", args...);
+    detail::fail_with(where, "RuntimeCheck failed", ErrorKind::kValue, args...);
   }
 };
 template <typename Cond, typename... Args>

@@ -1,13 +1,17 @@
-"""ctypes binding to the C++ engine in lib/libjitkern_runtime.so (see src/c_api.cc)."""
+"""ctypes binding to the C++ engine (lib/libjitkern_engine.so, entry points in src/c_api.cc).
+
+The only Python code that knows the request's wire format: fields "<key> <byte length>:<value>\\n".
+"""
 
 from __future__ import annotations
 
 import ctypes
 import os
 from pathlib import Path
+from typing import Iterable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-LIBRARY_PATH = PACKAGE_DIR / "lib" / "libjitkern_runtime.so"
+LIBRARY_PATH = PACKAGE_DIR / "lib" / "libjitkern_engine.so"
 
 
 class BuildError(RuntimeError):
@@ -16,13 +20,12 @@ class BuildError(RuntimeError):
 
 def _load() -> ctypes.CDLL:
     if not LIBRARY_PATH.exists():
-        raise ImportError(
-            f"jitkern's runtime library is missing ({LIBRARY_PATH}); install the package with `pip install .`"
-        )
-    # RTLD_GLOBAL is not needed: JIT modules link the runtime library by path (rpath).
+        raise ImportError(f"jitkern's engine library is missing ({LIBRARY_PATH}); install the package with `pip install .`")
     lib = ctypes.CDLL(str(LIBRARY_PATH))
-    lib.jitkern_build.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_build.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                  ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_build.restype = ctypes.c_int
+    lib.jitkern_settings_markdown.restype = ctypes.c_void_p
     lib.jitkern_free.argtypes = [ctypes.c_void_p]
     lib.jitkern_free.restype = None
     lib.jitkern_version.restype = ctypes.c_char_p
@@ -30,31 +33,38 @@ def _load() -> ctypes.CDLL:
 
 
 _LIB = _load()
+_ERRORS = {1: BuildError, 2: ValueError, 3: RuntimeError}
 
 
-def _take(ptr: ctypes.c_void_p) -> str:
-    if not ptr.value:
+def _take(ptr: int | None) -> str:
+    if not ptr:
         return ""
-    text = ctypes.string_at(ptr.value).decode("utf-8", errors="replace")
+    text = ctypes.string_at(ptr).decode("utf-8", errors="replace")
     _LIB.jitkern_free(ptr)
     return text
 
 
-def build(request: list[tuple[str, str]], register_prefix: str | None = None) -> str:
-    """Builds (or finds in the cache) the module described by `request`; returns the library path.
+def encode(fields: Iterable[tuple[str, str]]) -> bytes:
+    parts = []
+    for key, value in fields:
+        data = value.encode("utf-8", errors="surrogateescape")
+        parts.append(b"%s %d:%s\n" % (key.encode(), len(data), data))
+    return b"".join(parts)
 
-    With `register_prefix`, also loads the library and registers every wrapper's export `name` as the
-    tvm-ffi global function `register_prefix + name`."""
-    text = "".join(f"{key}\t{value}\n" for key, value in request).encode()
-    path, error = ctypes.c_void_p(), ctypes.c_void_p()
-    prefix = register_prefix.encode() if register_prefix is not None else None
-    rc = _LIB.jitkern_build(text, prefix, ctypes.byref(path), ctypes.byref(error))
+
+def build(request: bytes, load: bool) -> str:
+    """Builds (or finds in the cache) the module `request` describes and returns the library path; with
+    `load`, also loads it and returns "<path>\\n<prefix>\\n<export>\\n..." (src/c_api.cc)."""
+    result, error = ctypes.c_void_p(), ctypes.c_void_p()
+    rc = _LIB.jitkern_build(request, len(request), int(load), ctypes.byref(result), ctypes.byref(error))
     if rc == 0:
-        return _take(path)
-    message = _take(error)
-    if rc == 1:
-        raise BuildError(message)
-    raise RuntimeError(message)
+        return _take(result.value)
+    raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
+
+
+def settings_markdown() -> str:
+    """Every environment variable the engine reads, as a Markdown table."""
+    return _take(_LIB.jitkern_settings_markdown())
 
 
 def runtime_version() -> str:
@@ -65,7 +75,7 @@ def environment_paths() -> dict[str, str]:
     """Directories the engine needs from tvm-ffi's installation.
 
     Read off the package layout (include/, lib/ beside tvm_ffi/__init__.py) because tvm_ffi.libinfo
-    searches several locations and costs about a millisecond, twice the warm-load budget.
+    searches several locations and costs about a millisecond.
     """
     import tvm_ffi
 

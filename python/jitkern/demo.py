@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 
-from . import _engine, jit, load_jit, make_cpp_args
+from . import load_jit, make_cpp_args
 
 
 def _gpu_available() -> bool:
@@ -60,9 +60,9 @@ def cpu_demo() -> None:
         print("nvcc not found: skipped the CUDA compile-check")
         return
     arch = os.environ.get("JITKERN_CUDA_ARCH", "sm_90a")
-    request = [("name", "add_constant"), ("name", "42"), ("cuda_file", "add_constant.cuh"),
-               ("cuda_wrapper", "add_constant\tadd_constant<42>"), ("cuda_arch", arch)] + list(jit._env().items())
-    path = _timed(f"compile-check add_constant.cuh for {arch}", lambda: _engine.build(request))
+    from .ops.add_constant import spec
+
+    path = _timed(f"compile-check add_constant.cuh for {arch}", lambda: spec(42).replace(cuda_arch=arch).build())
     print(f"CUDA kernel compiled: {path}")
 
 

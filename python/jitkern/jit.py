@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import os
+import numbers
 import sys
 import threading
 from typing import Any, Callable, Sequence, TypeVar
@@ -16,146 +15,204 @@ from . import _engine
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_ENV: dict[str, str] | None = None
-_MODULES: dict[tuple, "Module"] = {}
+_ENV: bytes | None = None
+_MODULES: dict[str, "Module"] = {}  # registration prefix -> Module (the engine memoises the loads)
 _MODULES_LOCK = threading.Lock()
-_REGISTRATIONS = itertools.count()
 
 
-def _env() -> dict[str, str]:
+def _environment() -> bytes:
+    """tvm-ffi's include/lib directories, encoded once per process."""
     global _ENV
     if _ENV is None:
-        _ENV = _engine.environment_paths()
+        _ENV = _engine.encode(_engine.environment_paths().items())
     return _ENV
 
 
-def _str_list(name: str, value: Sequence[str] | None) -> tuple[str, ...]:
+def _strings(owner: str, name: str, value: Sequence[str] | None) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise TypeError(f"load_jit: {name} must be a list of strings, got {type(value).__name__}")
+        raise TypeError(f"{owner}: {name} must be a list of strings, got {type(value).__name__}")
     for item in value:
         if not isinstance(item, str):
-            raise TypeError(f"load_jit: {name} must contain only strings, got {item!r}")
-        if "\n" in item or "\t" in item or not item:
-            raise ValueError(f"load_jit: {name} entries must be non-empty and contain no tab or newline, got {item!r}")
+            raise TypeError(f"{owner}: {name} must contain only strings, got {item!r}")
     return tuple(value)
 
 
-def _wrappers(name: str, value: Sequence[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+def _wrappers(owner: str, name: str, value: Sequence[tuple] | None) -> tuple[tuple[str, ...], ...]:
+    """(export_name, cpp_expression) or (export_name, cpp_expression, argument_names) entries; the
+    argument names (a list of strings or "a, b, c") name the parameters in argument errors."""
     if value is None:
         return ()
+    expected = "(export_name, cpp_expression[, argument_names])"
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{owner}: {name} must be a list of {expected} tuples, got {type(value).__name__}")
     out = []
     for item in value:
-        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
-            raise TypeError(f"load_jit: {name} must be a list of (export_name, cpp_expression) string pairs, got {item!r}")
-        export, expr = item
-        if not export.isidentifier():
-            raise ValueError(f"load_jit: {name} export name {export!r} is not a valid identifier")
-        if "\n" in expr or "\t" in expr or not expr.strip():
-            raise ValueError(f"load_jit: {name} expression for {export!r} must be a non-empty single line")
-        out.append((export, expr))
+        if not (isinstance(item, (tuple, list)) and len(item) in (2, 3) and all(isinstance(x, str) for x in item[:2])):
+            raise TypeError(f"{owner}: {name} must be a list of {expected} tuples, got {item!r}")
+        if len(item) == 3:
+            names = item[2]
+            if not isinstance(names, str):
+                if not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+                    raise TypeError(f"{owner}: {name}: argument names must be a string or a list of strings, got {names!r}")
+                names = ", ".join(names)
+            out.append((item[0], item[1], names))
+        else:
+            out.append((item[0], item[1]))
     return tuple(out)
 
 
-def _cuda_target() -> list[tuple[str, str]]:
-    """The target for CUDA sources when torch already has CUDA up: its current device's arch.
-
-    Otherwise the engine decides ($JITKERN_CUDA_ARCH, else a driver query). torch.cuda is never
-    initialised here: creating a CUDA context costs tens of milliseconds.
-    """
-    if os.environ.get("JITKERN_CUDA_ARCH"):
-        return []
+def _cuda_device() -> list[tuple[str, str]]:
+    """The device whose architecture CUDA sources target, when torch already has CUDA up (the engine
+    owns the rule; without a device index it uses $JITKERN_CUDA_ARCH, else device 0). torch.cuda is
+    never initialised here: creating a CUDA context costs tens of milliseconds."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return []
-    device = torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(device)
-    # Architecture-specific features (wgmma, setmaxnreg, ...) need the 'a' target on sm_90 and later.
-    return [("cuda_arch", f"sm_{major}{minor}{'a' if major >= 9 else ''}"), ("cuda_device", str(device))]
+    return [("cuda_device", str(torch.cuda.current_device()))]
 
 
-def load_jit(
-    *args: str,
-    cpp_files: Sequence[str] | None = None,
-    cuda_files: Sequence[str] | None = None,
-    cpp_wrappers: Sequence[tuple[str, str]] | None = None,
-    cuda_wrappers: Sequence[tuple[str, str]] | None = None,
-    extra_cflags: Sequence[str] | None = None,
-    extra_cuda_cflags: Sequence[str] | None = None,
-    extra_ldflags: Sequence[str] | None = None,
-    extra_include_paths: Sequence[str] | None = None,
-    build_directory: str | None = None,
-) -> "Module":
-    """Compiles (or loads from the cache) a kernel module and returns it (a jitkern.jit.Module).
+class JitSpec:
+    """Everything that defines a kernel module, as a frozen value: the module name and template
+    arguments (`args`), kernel files, exported wrappers, flags, include paths, build directory and,
+    optionally, a fixed CUDA target (`cuda_arch`, e.g. "sm_90a"; by default the current device's).
+
+    `build()` compiles (or finds in the cache) and returns the library's path without loading it;
+    `load()` returns the loaded module. Equal specs are equal values (usable as dictionary keys). The
+    engine (C++) validates the contents and reports a bad one as ValueError naming the field.
+    """
+
+    __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
+                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "_request")
+
+    def __init__(
+        self,
+        *args: str,
+        cpp_files: Sequence[str] | None = None,
+        cuda_files: Sequence[str] | None = None,
+        cpp_wrappers: Sequence[tuple] | None = None,
+        cuda_wrappers: Sequence[tuple] | None = None,
+        extra_cflags: Sequence[str] | None = None,
+        extra_cuda_cflags: Sequence[str] | None = None,
+        extra_ldflags: Sequence[str] | None = None,
+        extra_include_paths: Sequence[str] | None = None,
+        build_directory: str | None = None,
+        cuda_arch: str | None = None,
+    ) -> None:
+        owner = "JitSpec"
+        if not args:
+            raise TypeError(f"{owner}: at least one positional argument (the module name) is required")
+        for a in args:
+            if not isinstance(a, str):
+                raise TypeError(f"{owner}: positional arguments (name and template arguments) must be strings, got {a!r}")
+        for name, value in (("build_directory", build_directory), ("cuda_arch", cuda_arch)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
+        fields = {
+            "args": tuple(args),
+            "cpp_files": _strings(owner, "cpp_files", cpp_files),
+            "cuda_files": _strings(owner, "cuda_files", cuda_files),
+            "cpp_wrappers": _wrappers(owner, "cpp_wrappers", cpp_wrappers),
+            "cuda_wrappers": _wrappers(owner, "cuda_wrappers", cuda_wrappers),
+            "extra_cflags": _strings(owner, "extra_cflags", extra_cflags),
+            "extra_cuda_cflags": _strings(owner, "extra_cuda_cflags", extra_cuda_cflags),
+            "extra_ldflags": _strings(owner, "extra_ldflags", extra_ldflags),
+            "extra_include_paths": _strings(owner, "extra_include_paths", extra_include_paths),
+            "build_directory": build_directory or None,
+            "cuda_arch": cuda_arch or None,
+        }
+        for k, v in fields.items():
+            object.__setattr__(self, k, v)
+        request = [("name", a) for a in self.args]
+        request += [("cpp_file", f) for f in self.cpp_files] + [("cuda_file", f) for f in self.cuda_files]
+        for kind, wrappers in (("cpp", self.cpp_wrappers), ("cuda", self.cuda_wrappers)):
+            for n, e, *names in wrappers:
+                request += [(f"{kind}_wrapper_name", n), (f"{kind}_wrapper_expr", e)]
+                request += [(f"{kind}_wrapper_args", a) for a in names]
+        request += [("cflag", f) for f in self.extra_cflags] + [("cuda_cflag", f) for f in self.extra_cuda_cflags]
+        request += [("ldflag", f) for f in self.extra_ldflags] + [("include", f) for f in self.extra_include_paths]
+        if self.build_directory:
+            request.append(("build_directory", self.build_directory))
+        if self.cuda_arch:
+            request.append(("cuda_arch", self.cuda_arch))
+        object.__setattr__(self, "_request", _engine.encode(request))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("JitSpec is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JitSpec) and self._request == other._request
+
+    def __hash__(self) -> int:
+        return hash(self._request)
+
+    def __repr__(self) -> str:
+        return f"JitSpec{self.args!r}"
+
+    @property
+    def name(self) -> str:
+        return self.args[0]
+
+    def replace(self, **changes: Any) -> "JitSpec":
+        """A copy with some fields changed, e.g. spec.replace(cuda_arch="sm_100a")."""
+        fields = {k: getattr(self, k) for k in JitSpec.__slots__ if k not in ("args", "_request")}
+        unknown = set(changes) - set(fields) - {"args"}
+        if unknown:
+            raise TypeError(f"JitSpec.replace: unknown field(s) {', '.join(sorted(unknown))}")
+        fields.update(changes)
+        return JitSpec(*fields.pop("args", self.args), **fields)
+
+    def _wire(self) -> bytes:
+        target = _engine.encode(_cuda_device()) if self.cuda_files and not self.cuda_arch else b""
+        return self._request + target + _environment()
+
+    def build(self) -> str:
+        """Compiles the module (or finds it in the cache) and returns its library's path; loads nothing."""
+        return _engine.build(self._wire(), load=False)
+
+    def load(self) -> "Module":
+        """Builds if needed, loads and returns the module (memoised per process by the engine)."""
+        path, prefix, *exports = _engine.build(self._wire(), load=True).splitlines()
+        module = _MODULES.get(prefix)
+        if module is None:
+            with _MODULES_LOCK:
+                module = _MODULES.setdefault(prefix, Module(path, exports, prefix))
+        return module
+
+
+def load_jit(*args: str, **kwargs: Any) -> "Module":
+    """Compiles (or loads from the cache) a kernel module and returns it: `JitSpec(*args, **kwargs).load()`.
 
     `args` name the build: the module name followed by its template arguments (different kernels or
     instantiations must differ). `cpp_files`/`cuda_files` are relative to the package's csrc/ unless
-    absolute. `cpp_wrappers`/`cuda_wrappers` export C++ functions as `module.<export_name>`.
+    absolute. `cpp_wrappers`/`cuda_wrappers` export C++ functions as `module.<export_name>`. Further
+    keywords: extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, build_directory.
     """
-    if not args:
-        raise TypeError("load_jit: at least one positional argument (the module name) is required")
-    for a in args:
-        if not isinstance(a, str) or not a or "\n" in a or "\t" in a:
-            raise TypeError(f"load_jit: positional arguments must be non-empty single-line strings, got {a!r}")
-    key = (
-        args,
-        _str_list("cpp_files", cpp_files),
-        _str_list("cuda_files", cuda_files),
-        _wrappers("cpp_wrappers", cpp_wrappers),
-        _wrappers("cuda_wrappers", cuda_wrappers),
-        _str_list("extra_cflags", extra_cflags),
-        _str_list("extra_cuda_cflags", extra_cuda_cflags),
-        _str_list("extra_ldflags", extra_ldflags),
-        _str_list("extra_include_paths", extra_include_paths),
-        build_directory,
-    )
-    if build_directory is not None and (not isinstance(build_directory, str) or not build_directory):
-        raise TypeError(f"load_jit: build_directory must be a non-empty string, got {build_directory!r}")
-    module = _MODULES.get(key)
-    if module is not None:
-        return module
-
-    request: list[tuple[str, str]] = [("name", a) for a in args]
-    request += [("cpp_file", f) for f in key[1]] + [("cuda_file", f) for f in key[2]]
-    request += [("cpp_wrapper", f"{n}\t{e}") for n, e in key[3]] + [("cuda_wrapper", f"{n}\t{e}") for n, e in key[4]]
-    request += [("cflag", f) for f in key[5]] + [("cuda_cflag", f) for f in key[6]]
-    request += [("ldflag", f) for f in key[7]] + [("include", f) for f in key[8]]
-    if build_directory:
-        request.append(("build_directory", build_directory))
-    if key[2]:
-        request += _cuda_target()
-    request += list(_env().items())
-    prefix = f"jitkern:{next(_REGISTRATIONS)}:"  # unique per load: a rebuilt library never shadows a loaded one
-    path = _engine.build(request, register_prefix=prefix)
-    module = Module(path, [n for n, _ in key[3]] + [n for n, _ in key[4]], prefix)
-    with _MODULES_LOCK:
-        return _MODULES.setdefault(key, module)
+    return JitSpec(*args, **kwargs).load()
 
 
 class Module:
-    """A loaded kernel module: one attribute per exported function (a tvm_ffi.Function).
-
-    The engine loads the library itself and registers its exports as tvm-ffi global functions
-    under `prefix` (cheaper than tvm_ffi.load_module on the warm path, measured)."""
+    """A loaded kernel module: one attribute per exported function (a tvm_ffi.Function), plus `path`
+    and `exports` (export names that would shadow these are refused by the engine)."""
 
     def __init__(self, path: str, exports: list[str], prefix: str) -> None:
         self.path = path
-        self._exports = tuple(exports)
+        self.exports = tuple(exports)
         for name in exports:
             setattr(self, name, tvm_ffi.get_global_func(prefix + name))
 
     def __getitem__(self, name: str) -> Any:
-        if name not in self._exports:
-            raise KeyError(f"module {self.path} exports no function {name!r}; it has {', '.join(self._exports)}")
+        if name not in self.exports:
+            raise KeyError(f"module {self.path} exports no function {name!r}; it has {', '.join(self.exports)}")
         return getattr(self, name)
 
     def __getattr__(self, name: str) -> Any:  # only reached for names that are not exports
-        exports = self.__dict__.get("_exports", ())
+        exports = self.__dict__.get("exports", ())
         raise AttributeError(f"module {self.__dict__.get('path')} exports no function {name!r}; it has {', '.join(exports)}")
 
     def __repr__(self) -> str:
-        return f"<jitkern.Module {self.path} exports={list(self._exports)}>"
+        return f"<jitkern.Module {self.path} exports={list(self.exports)}>"
 
 
 def cache_once(fn: F) -> F:
@@ -190,33 +247,49 @@ class CPPArgList(list):
         return ", ".join(self)
 
 
-_TORCH_DTYPES = {
-    "torch.float32": "fp32_t",
-    "torch.float16": "fp16_t",
-    "torch.bfloat16": "bf16_t",
-    "torch.float8_e4m3fn": "fp8_e4m3_t",
-    "torch.int8": "int8_t",
-    "torch.int32": "int32_t",
-    "torch.int64": "int64_t",
+# The one table of element types: torch dtype name -> C++ alias of <jitkern/type.cuh> (integers are
+# the standard types). tests/python/test_cuda_compile.py checks every row against the headers.
+DTYPES = {
+    "float32": "fp32_t",
+    "float16": "fp16_t",
+    "bfloat16": "bf16_t",
+    "float8_e4m3fn": "fp8_e4m3_t",
+    "float8_e5m2": "fp8_e5m2_t",
+    "int8": "int8_t",
+    "uint8": "uint8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
 }
 
 
+def cpp_type(dtype: Any) -> str:
+    """The C++ alias of a torch dtype (or of its name, e.g. "bfloat16")."""
+    name = dtype if isinstance(dtype, str) else (str(dtype).removeprefix("torch.")
+                                                  if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype" else None)
+    if name is None:
+        raise TypeError(f"cpp_type: expected a torch dtype or a dtype name, got {dtype!r}")
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise TypeError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}") from None
+
+
 def _cpp_arg(arg: Any) -> str:
-    if isinstance(arg, bool):
+    if isinstance(arg, bool) or type(arg).__name__ == "bool_":  # numpy.bool_ too
         return "true" if arg else "false"
-    if isinstance(arg, int):
-        return str(arg)
-    if isinstance(arg, float):
-        if not math.isfinite(arg):
+    if isinstance(arg, numbers.Integral):  # int, numpy integers
+        return str(int(arg))
+    if isinstance(arg, numbers.Real):  # numpy floats' repr (e.g. np.float64(0.1)) is not a C++ literal
+        value = float(arg)
+        if not math.isfinite(value):
             raise ValueError(f"make_cpp_args: {arg!r} has no C++ literal")
-        return repr(arg)
+        return repr(value)
     if type(arg).__module__ == "torch" and type(arg).__name__ == "dtype":
         try:
-            return _TORCH_DTYPES[str(arg)]
-        except KeyError:
-            raise TypeError(
-                f"make_cpp_args: unsupported torch dtype {arg}; supported: {', '.join(_TORCH_DTYPES)}"
-            ) from None
+            return cpp_type(arg)
+        except TypeError as e:
+            raise TypeError(f"make_cpp_args: {e}") from None
     raise TypeError(
         f"make_cpp_args: unsupported argument {arg!r} of type {type(arg).__name__}; "
         "expected bool, int, float or a torch dtype"

@@ -57,20 +57,28 @@ def test_runs_on_current_stream_and_in_cuda_graph():
     torch.testing.assert_close(out, src + 2, rtol=0, atol=0)
 
 
-def test_bad_inputs_rejected_in_python():
+def test_bad_inputs_rejected_naming_the_argument():
+    """The C++ entry point names the bad tensor (TypeError for a dtype, ValueError for a device, layout
+    or shape); Python checks only the constant, which picks the instantiation."""
     torch = _torch()
     from jitkern.ops import add_constant
 
-    with pytest.raises(ValueError, match="CUDA tensor"):
-        add_constant(torch.zeros(4, dtype=torch.int32), 1)
-    with pytest.raises(TypeError, match="torch.int32"):
-        add_constant(torch.zeros(4, dtype=torch.float32, device="cuda"), 1)
-    with pytest.raises(ValueError, match="contiguous"):
-        add_constant(torch.zeros(4, 4, dtype=torch.int32, device="cuda").t(), 1)
-    with pytest.raises(TypeError, match="int32 range"):
-        add_constant(torch.zeros(4, dtype=torch.int32, device="cuda"), 2**31)
-    with pytest.raises(ValueError, match="out must be"):
-        add_constant(torch.zeros(4, dtype=torch.int32, device="cuda"), 1, out=torch.zeros(5, dtype=torch.int32, device="cuda"))
+    def rejects(error, match, *args, **kwargs):
+        with pytest.raises(error, match=match) as info:
+            add_constant(*args, **kwargs)
+        assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+
+    good = torch.zeros(4, dtype=torch.int32, device="cuda")
+    rejects(ValueError, "src: Device mismatch: cpu:0", torch.zeros(4, dtype=torch.int32), 1)
+    rejects(TypeError, "src: DType mismatch: float32", torch.zeros(4, dtype=torch.float32, device="cuda"), 1)
+    rejects(ValueError, "src: Tensor is not contiguous", torch.zeros(4, 4, dtype=torch.int32, device="cuda").t(), 1)
+    rejects(TypeError, "constant must be an int in the int32 range", good, 2**31)
+    rejects(TypeError, "constant must be an int in the int32 range", good, 1.0)
+    rejects(TypeError, "src must be a torch.Tensor, got list", [1, 2], 1)
+    rejects(ValueError, r"out: Size mismatch for shape#0\('num_elements'\): expected 4 \(resolved earlier\) but got 5", good, 1,
+            out=torch.zeros(5, dtype=torch.int32, device="cuda"))
+    rejects(ValueError, "out must have src's shape", good.view(2, 2), 1, out=torch.zeros(4, dtype=torch.int32, device="cuda"))
+    rejects(TypeError, "out: DType mismatch: int64", good, 1, out=torch.zeros(4, dtype=torch.int64, device="cuda"))
 
 
 def test_bad_inputs_rejected_in_cpp_before_launch():
@@ -80,16 +88,18 @@ def test_bad_inputs_rejected_in_cpp_before_launch():
 
     fn = _add_constant_function(1)
     good = torch.zeros(8, dtype=torch.int32, device="cuda")
-    with pytest.raises(RuntimeError, match=r"Tensor match failed.*dtype=float32.*\n.*\n- Root cause: DType mismatch"):
+    with pytest.raises(TypeError, match=r"Tensor match failed for src = .*dtype=float32.*\n.*\n- Root cause: src: DType mismatch"):
         fn(good, torch.zeros(8, dtype=torch.float32, device="cuda"))
-    with pytest.raises(RuntimeError, match=r"Size mismatch for shape#0\('num_elements'\): expected 8"):
+    with pytest.raises(ValueError, match=r"Size mismatch for shape#0\('num_elements'\): expected 8"):
         fn(good, torch.zeros(9, dtype=torch.int32, device="cuda"))
-    with pytest.raises(RuntimeError, match=r"Device mismatch: cpu:0"):
+    with pytest.raises(ValueError, match=r"src: Device mismatch: cpu:0"):
         fn(good, torch.zeros(8, dtype=torch.int32))
-    with pytest.raises(RuntimeError, match=r"Dimension mismatch"):
+    with pytest.raises(ValueError, match=r"out must have src's shape"):
         fn(good, torch.zeros(2, 4, dtype=torch.int32, device="cuda"))
-    with pytest.raises(TypeError, match=r"takes 2 arguments but 1 were given"):
+    with pytest.raises(TypeError, match=r"add_constant\(out, src\) takes 2 arguments but 1 was given"):
         fn(good)
+    with pytest.raises(TypeError, match=r"argument 'src' \(the 2nd\) must be a tensor, got int 3"):
+        fn(good, 3)
 
 
 def test_works_under_torch_compile():
@@ -131,5 +141,5 @@ def test_second_gpu_while_the_first_is_current():
         out2 = add_constant(out, -7)
     stream.synchronize()
     torch.testing.assert_close(out2, src, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="out must be"):
+    with pytest.raises(ValueError, match=r"out: Device mismatch: expected cuda:1 \(resolved earlier\) but got cuda:0"):
         add_constant(src, 7, out=torch.empty_like(src, device="cuda:0"))

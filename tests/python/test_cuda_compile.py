@@ -3,9 +3,12 @@
 import shutil
 
 import pytest
+import tvm_ffi
 
 from add_constant_cases import CONSTANTS
-from jitkern import _engine, jit, make_cpp_args
+import jitkern
+from jitkern import BuildError, JitSpec
+from jitkern.ops.add_constant import spec as add_constant_spec
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
 
@@ -13,17 +16,13 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: n
 @pytest.mark.parametrize("constant", CONSTANTS)
 def test_add_constant_instantiation_compiles(cache_dir, monkeypatch, constant):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    args = make_cpp_args(constant)
-    request = [("name", "add_constant"), *[("name", a) for a in args], ("cuda_file", "add_constant.cuh"),
-               ("cuda_wrapper", f"add_constant\tadd_constant<{args}>")] + list(jit._env().items())
-    path = _engine.build(request)
+    path = add_constant_spec(constant).build()
     data = open(path, "rb").read()
     assert data[:4] == b"\x7fELF" and b"__tvm_ffi_add_constant\0" in data
 
 
 def _build_cuda(name, cuda_file, wrapper):
-    request = [("name", name), ("cuda_file", str(cuda_file)), ("cuda_wrapper", wrapper)] + list(jit._env().items())
-    return _engine.build(request)
+    return JitSpec(name, cuda_files=[str(cuda_file)], cuda_wrappers=[wrapper]).build()
 
 
 @pytest.mark.parametrize("pipeline", ["1", "0"])
@@ -40,22 +39,20 @@ def test_cuda_header_edit_rebuilds_and_errors_show_location(cache_dir, monkeypat
         "__global__ void fill(int* p) { *p = VALUE; }\n"
         "inline void run(int64_t ptr) { host::LaunchKernel(1, 1, cudaStream_t{})(fill, reinterpret_cast<int*>(ptr)); }\n"
     )
-    first = _build_cuda("hdr", kernel, "run\trun")
+    first = _build_cuda("hdr", kernel, ("run", "run"))
     assert b"__tvm_ffi_run" in open(first, "rb").read()
-    assert _build_cuda("hdr", kernel, "run\trun") == first  # warm
+    assert _build_cuda("hdr", kernel, ("run", "run")) == first  # warm
     header.write_text("#define VALUE 4\n")
-    second = _build_cuda("hdr", kernel, "run\trun")
+    second = _build_cuda("hdr", kernel, ("run", "run"))
     assert second != first, "editing an included header must produce a new library"
     header.write_text("#define VALUE undefined_name\n")
-    with pytest.raises(_engine.BuildError, match=r'(?s)k\.cuh\(3\): error: identifier "undefined_name" is undefined'):
-        _build_cuda("hdr", kernel, "run\trun")
+    with pytest.raises(BuildError, match=r'(?s)k\.cuh\(3\): error: identifier "undefined_name" is undefined'):
+        _build_cuda("hdr", kernel, ("run", "run"))
 
 
 def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp_path):
     """A failing launch raises with the CUDA error and the file:line of the LaunchKernel call. Without
     a GPU the launch fails for lack of a device; with one, for a 2048-thread block: the same path."""
-    import jitkern
-
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     kernel = tmp_path / "bad_launch.cuh"
     kernel.write_text(
@@ -68,3 +65,16 @@ def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp
     module = jitkern.load_jit("bad_launch", cuda_files=[str(kernel)], cuda_wrappers=[("bad_launch", "bad_launch")])
     with pytest.raises(RuntimeError, match=r"CUDA error at \S*bad_launch\.cuh:4 in void bad_launch\(\): cuda\w+: \S"):
         module.bad_launch()
+
+
+def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):
+    """Every row of jitkern.DTYPES: the C++ alias's DLPack dtype is the one tvm-ffi parses from the torch name."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    kernel = tmp_path / "dtypes.cuh"
+    kernel.write_text("#include <jitkern/type.cuh>\ntemplate <typename T> bool is(DLDataType d) { return host::is_type<T>(d); }\n")
+    wrappers = [(f"is_{alias}", f"is<{alias}>") for alias in jitkern.DTYPES.values()]
+    module = jitkern.load_jit("dtype_table", cuda_files=[str(kernel)], cuda_wrappers=wrappers)
+    for name, alias in jitkern.DTYPES.items():
+        assert getattr(module, f"is_{alias}")(tvm_ffi.dtype(name)), f"{alias} is not {name}"
+        others = [n for n in jitkern.DTYPES if n != name]
+        assert not any(getattr(module, f"is_{alias}")(tvm_ffi.dtype(o)) for o in others), alias

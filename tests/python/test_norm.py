@@ -178,7 +178,7 @@ def test_qknorm_head_dim_keyword_with_2d_inputs():
     fused_inplace_qknorm(q, k, qw, kw, head_dim=128)
     _assert_close(q, eq, "bfloat16")
     _assert_close(k, ek, "bfloat16")
-    with pytest.raises(ValueError, match="head_dim must be a positive int"):
+    with pytest.raises(ValueError, match=r"head_dim must be positive when q or k is 2-D \[N, H \* D\]"):
         fused_inplace_qknorm(q, k, qw, kw)
 
 
@@ -229,8 +229,9 @@ def test_qknorm_across_heads_launch_count(tokens, wq, wk, launches):
 
 @pytest.mark.parametrize("path", ["first call", "hot path"])
 def test_bad_inputs_rejected(path):
-    """Bad arguments raise a Python error naming them, before any launch, whether the op's function is
-    not looked up yet (Python validates first) or already is (C++ rejects, then Python names the cause)."""
+    """Bad arguments raise TypeError (dtype, kind) or ValueError (shape, stride, device, value) naming
+    them, before any launch, whether the op's function is not looked up yet or already is. The checks
+    are the C++ entry points' own; Python only picks the instantiation by the input's dtype."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, norm, rmsnorm
 
@@ -248,30 +249,38 @@ def test_bad_inputs_rejected(path):
     def rejects(error, match, fn, *args, **kwargs):
         with pytest.raises(error, match=match) as info:
             fn(*args, **kwargs)
-        assert info.value.__suppress_context__ or info.value.__context__ is None, "the C++ error should not be chained"
+        assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+        assert info.value.__context__ is None, "raised while handling another error"
 
     poisoned = torch.full_like(x, float("nan"))
-    rejects(TypeError, "weight must have the same dtype", rmsnorm, x, w.float(), poisoned)
+    rejects(TypeError, "weight: DType mismatch: float32", rmsnorm, x, w.float(), poisoned)
     assert torch.isnan(poisoned).all(), "a rejected call wrote its output"
-    rejects(ValueError, r"weight must have shape \(64,\)", rmsnorm, x, w[:32])
-    rejects(ValueError, "input must be a CUDA tensor", rmsnorm, x.cpu(), w)
-    rejects(TypeError, "input must be a torch.Tensor", rmsnorm, x.tolist(), w)
-    rejects(TypeError, "float16, bfloat16 or float32", rmsnorm, x.to(torch.float64), w)
-    rejects(ValueError, "contiguous in its last dimension", rmsnorm, x.t(), torch.randn(4, dtype=torch.bfloat16, device="cuda"))
+    rejects(ValueError, r"weight: Size mismatch for shape#0\('hidden_size'\): expected 64 \(resolved earlier\) but got 32", rmsnorm, x, w[:32])
+    rejects(ValueError, r"input: Device mismatch: cpu:0", rmsnorm, x.cpu(), w)
+    rejects(TypeError, "input must be a torch.Tensor, got list", rmsnorm, x.tolist(), w)
+    rejects(TypeError, "argument 'weight' \\(the 2nd\\) must be a tensor, got a list", rmsnorm, x, w.tolist())
+    rejects(TypeError, "input must be float16, bfloat16 or float32, got torch.float64", rmsnorm, x.to(torch.float64), w)
+    rejects(ValueError, "input: Stride mismatch for stride#1", rmsnorm, x.t(), torch.randn(4, dtype=torch.bfloat16, device="cuda"))
     rejects(ValueError, "eps must be a finite non-negative", rmsnorm, x, w, eps=-1.0)
-    rejects(ValueError, "eps must be a finite non-negative", rmsnorm, x, w, eps=True)
-    rejects(ValueError, "must have 2 dimensions", rmsnorm, x.view(2, 2, 64), w)
-    rejects(ValueError, "output must have the input's shape", rmsnorm, x, w, poisoned[:2])
-    rejects(ValueError, "output must be a CUDA tensor", rmsnorm, x, w, poisoned.cpu())
+    rejects(TypeError, "argument 'eps' \\(the 4th\\) must be a float, got bool True", rmsnorm, x, w, eps=True)
+    rejects(TypeError, "argument 'eps' \\(the 4th\\) must be a float, got a str", rmsnorm, x, w, eps="1e-6")
+    rejects(ValueError, "input: Dimension mismatch: expected 2 dimensions but got 3", rmsnorm, x.view(2, 2, 64), w)
+    rejects(ValueError, r"output: Size mismatch for shape#0\('num_tokens'\)", rmsnorm, x, w, poisoned[:2])
+    rejects(ValueError, "output: Device mismatch", rmsnorm, x, w, poisoned.cpu())
     residual = x.clone()
-    rejects(ValueError, "residual must have the input's shape", fused_add_rmsnorm, x, residual[:2], w)
-    rejects(TypeError, "residual must have the same dtype", fused_add_rmsnorm, x, residual.half(), w)
+    rejects(ValueError, r"residual: Size mismatch for shape#0\('num_tokens'\)", fused_add_rmsnorm, x, residual[:2], w)
+    rejects(TypeError, "residual: DType mismatch: float16", fused_add_rmsnorm, x, residual.half(), w)
     assert torch.equal(residual, x), "a rejected fused_add_rmsnorm changed the residual"
-    rejects(ValueError, "must agree in tokens and head dimension", fused_inplace_qknorm, x.view(4, 1, 64),
+    rejects(ValueError, r"k: Size mismatch for shape#0\('num_tokens'\)", fused_inplace_qknorm, x.view(4, 1, 64),
             x[:2].view(2, 1, 64).clone(), w, w)
-    rejects(ValueError, "head_dim must be a positive int", fused_inplace_qknorm, x, x.clone(), w, w, head_dim=-64)
-    rejects(ValueError, "q and k must have the same number of tokens", fused_inplace_qknorm_across_heads, x, x[:2].clone(), w, w)
-    rejects(ValueError, r"k_weight must have shape \(64,\)", fused_inplace_qknorm_across_heads, x, x.clone(), w, w[:8])
+    rejects(ValueError, "head_dim must be positive", fused_inplace_qknorm, x, x.clone(), w, w, head_dim=-64)
+    rejects(TypeError, "argument 'head_dim' \\(the 6th\\) must be an integer", fused_inplace_qknorm, x, x.clone(), w, w, head_dim=64.0)
+    rejects(TypeError, "argument 'head_dim'", fused_inplace_qknorm, x, x.clone(), w, w, head_dim=True)
+    rejects(ValueError, r"k: Size mismatch for shape#0\('num_tokens'\)", fused_inplace_qknorm_across_heads, x, x[:2].clone(), w, w)
+    rejects(ValueError, r"k_weight: Size mismatch for shape#0\('k_width'\)", fused_inplace_qknorm_across_heads, x, x.clone(), w, w[:8])
+    rejects(TypeError, r"q_weight: DType mismatch", fused_inplace_qknorm_across_heads, x, x.clone(), w.half(), w)
+    rejects(TypeError, r"rmsnorm\(input, weight, output, eps\) takes 4 arguments but 3 were given", norm._norm_module(torch.bfloat16).rmsnorm,
+            x, w, x)
 
 
 def test_cpp_entry_points_validate_before_launch():
@@ -282,24 +291,26 @@ def test_cpp_entry_points_validate_before_launch():
     m = _norm_module(torch.bfloat16)
     x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(64, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(RuntimeError, match=r"Size mismatch for shape#0\('hidden_size'\): expected 64"):
+    with pytest.raises(ValueError, match=r"Size mismatch for shape#0\('hidden_size'\): expected 64"):
         m.rmsnorm(x, w[:32], x, 1e-6)
-    with pytest.raises(RuntimeError, match=r"DType mismatch: float32"):
+    with pytest.raises(TypeError, match=r"DType mismatch: float32"):
         m.rmsnorm(x, w, x.float(), 1e-6)
     overlapping = torch.empty(200, dtype=torch.bfloat16, device="cuda").as_strided((4, 64), (32, 1))
-    with pytest.raises(RuntimeError, match="output rows overlap: row stride 32 is smaller than the row width 64"):
+    with pytest.raises(ValueError, match="output rows overlap: row stride 32 is smaller than the row width 64"):
         m.rmsnorm(x, w, overlapping, 1e-6)
-    with pytest.raises(RuntimeError, match="eps must be a finite non-negative number"):
+    with pytest.raises(ValueError, match="eps must be a finite non-negative number"):
         m.rmsnorm(x, w, x, float("nan"))
     q2 = torch.randn(4, 3 * 64, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(RuntimeError, match="q width 192 is not a multiple of head_dim 128"):
+    with pytest.raises(ValueError, match="q width 192 is not a multiple of head_dim 128"):
         m.qknorm(q2, q2.clone(), w, w, 1e-6, 128)
-    with pytest.raises(RuntimeError, match="head_dim must be positive, or 0 when q and k are"):
+    with pytest.raises(ValueError, match="head_dim must be positive, or 0 when q and k are"):
         m.qknorm(q2, q2.clone(), w, w, 1e-6, -1)
-    with pytest.raises(RuntimeError, match=r"Dimension mismatch"):
+    with pytest.raises(ValueError, match=r"head_dim must be positive when q or k is 2-D"):
         m.qknorm(q2, q2.view(4, 3, 64).clone(), w, w, 1e-6, 0)  # 2-D q without head_dim
+    with pytest.raises(ValueError, match=r"k: Dimension mismatch"):
+        m.qknorm(q2.view(4, 3, 64), q2.view(4, 3, 64, 1).clone(), w, w, 1e-6, 0)
     overlapping = torch.empty(400, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
-    with pytest.raises(RuntimeError, match="q rows overlap"):
+    with pytest.raises(ValueError, match="q rows overlap"):
         m.qknorm(overlapping, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
 
 
@@ -344,7 +355,7 @@ def test_second_gpu_while_the_first_is_current():
     torch.cuda.synchronize(dev)
     _assert_close(out, _reference(small, w, 1e-6), "bfloat16")
 
-    with pytest.raises(ValueError, match="weight must be on cuda:1"):
+    with pytest.raises(ValueError, match=r"weight: Device mismatch: expected cuda:1 \(resolved earlier\) but got cuda:0"):
         rmsnorm(x, w.to("cuda:0"))
-    with pytest.raises(ValueError, match="residual must be on cuda:1"):
+    with pytest.raises(ValueError, match=r"residual: Device mismatch: expected cuda:1 \(resolved earlier\) but got cuda:0"):
         fused_add_rmsnorm(x, r.to("cuda:0"), w)

@@ -1,0 +1,102 @@
+"""A/B of two jitkern installs on the same GPU, in alternating fresh processes: per-call host time of
+every op at decode size, and the warm load (first load_jit of a cached module in a fresh process).
+
+    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 3]
+
+Each NAME=DIR is a --target install directory (put first on PYTHONPATH). Prints Markdown tables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+PER_CALL = """
+import sys, torch
+sys.path.insert(0, {here!r})
+from utils import per_call_us
+from jitkern.ops import add_constant, fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm
+x = torch.randn(1, 4096, dtype=torch.bfloat16, device="cuda"); w = torch.randn(4096, dtype=torch.bfloat16, device="cuda")
+out = torch.empty_like(x); r = torch.randn_like(x)
+q = torch.randn(1, 32, 128, dtype=torch.bfloat16, device="cuda"); k = torch.randn(1, 8, 128, dtype=torch.bfloat16, device="cuda")
+hw = torch.randn(128, dtype=torch.bfloat16, device="cuda")
+qa = torch.randn(1, 4096, dtype=torch.bfloat16, device="cuda"); ka = torch.randn(1, 4096, dtype=torch.bfloat16, device="cuda")
+src = torch.zeros(8, dtype=torch.int32, device="cuda"); dst = torch.empty_like(src)
+cases = {{
+    "rmsnorm(x, w, out) [1, 4096]": lambda: rmsnorm(x, w, out),
+    "fused_add_rmsnorm [1, 4096]": lambda: fused_add_rmsnorm(x, r, w),
+    "fused_inplace_qknorm T=1, 32+8 heads": lambda: fused_inplace_qknorm(q, k, hw, hw),
+    "fused_inplace_qknorm_across_heads [1, 4096]": lambda: fused_inplace_qknorm_across_heads(qa, ka, w, w),
+    "add_constant(src, 5, out) 8 elements": lambda: add_constant(src, 5, dst),
+}}
+for name, fn in cases.items():
+    fn()
+for name, fn in cases.items():
+    print("RESULT", name, "|", per_call_us(fn))
+"""
+
+WARM_LOAD = """
+import time
+t0 = time.perf_counter()
+import jitkern
+t1 = time.perf_counter()
+m = jitkern.load_jit("add_constant", "5", cuda_files=["add_constant.cuh"], cuda_wrappers=[("add_constant", "add_constant<5>")])
+m.add_constant
+t2 = time.perf_counter()
+print("RESULT import jitkern (ms) |", (t1 - t0) * 1e3)
+print("RESULT warm load_jit, fresh process (ms) |", (t2 - t1) * 1e3)
+"""
+
+
+def run(code: str, site: str, cache: str) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=site + os.pathsep + os.environ.get("PYTHONPATH", ""), JITKERN_CACHE_DIR=cache,
+               JITKERN_QUIET="1")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            name, value = line[7:].rsplit("|", 1)
+            results[name.strip()] = float(value)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("installs", nargs="+", help="NAME=SITE_DIR")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    installs = dict(item.split("=", 1) for item in args.installs)
+    samples: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        caches = {name: os.path.join(tmp, name) for name in installs}
+        for name, site in installs.items():  # compile everything once, outside the timings
+            run(PER_CALL.format(here=str(HERE)), site, caches[name])
+        for _ in range(args.rounds):
+            for name, site in installs.items():
+                for code in (PER_CALL.format(here=str(HERE)), WARM_LOAD):
+                    for case, value in run(code, site, caches[name]).items():
+                        samples.setdefault((case, name), []).append(value)
+    names = list(installs)
+    cases = list(dict.fromkeys(case for case, _ in samples))
+    print(f"\n| case | " + " | ".join(f"{n} (median of {args.rounds}; range)" for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    for case in cases:
+        cells = []
+        for n in names:
+            v = samples[(case, n)]
+            cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})")
+        print(f"| {case} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

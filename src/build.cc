@@ -1,0 +1,466 @@
+// jitkern::build: the cache protocol around a plan. Warm path: read the manifest, check it and the
+// files it names, no lock and no subprocess. Cold path: take the key's lock, compile in a scratch
+// directory, check the library, record what the compiler read, publish by rename. See DESIGN.md,
+// "Cache: correct first, then fast".
+#include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <thread>
+
+#include "fs_util.h"
+#include "manifest.h"
+#include "nvcc_pipeline.h"
+#include "plan.h"
+#include "settings.h"
+#include "sha256.h"
+#include "text.h"
+
+namespace jitkern {
+namespace {
+
+using manifest::Dep;
+using manifest::Failure;
+using manifest::Manifest;
+
+// A failure worth remembering: the compiler ran to completion and rejected the sources. Anything else
+// (a signal, a timeout, a full disk) is transient and retried by the next call.
+struct Transient : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+bool quiet() { return settings::flag("JITKERN_QUIET"); }
+
+double compile_timeout_s() {
+  const std::string v = settings::get("JITKERN_COMPILE_TIMEOUT");
+  if (v.empty()) return 900;
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0' || !(s > 0))
+    throw std::invalid_argument("jitkern: JITKERN_COMPILE_TIMEOUT must be a positive number of seconds, got '" + v + "'");
+  return s;
+}
+
+std::string engine_lib_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname)
+    return fs::dirname(fs::realpath_or(info.dli_fname));
+  return ".";
+}
+
+std::string current_dir() {
+  char buf[PATH_MAX];
+  if (::getcwd(buf, sizeof buf) == nullptr) throw std::runtime_error("jitkern: cannot read the current directory");
+  return buf;
+}
+
+// The library a manifest names, if intact: size/mtime first, rehash on change.
+bool library_intact(const std::string& lib, const Manifest& m) {
+  fs::FileSig now;
+  if (!fs::stat_sig(lib, &now)) return false;
+  if (now == m.lib_sig) return true;
+  std::string sha;
+  return sha256_file(lib, &sha) && sha == m.lib_sha;
+}
+
+// The warm path: a complete manifest for this request whose dependencies and library are unchanged.
+bool lookup_published(const plan::Plan& p, std::string* lib_path) {
+  std::string text;
+  Manifest m;
+  if (!fs::read_file(p.entry_dir + "/manifest", &text) || !manifest::parse(text, &m) || m.request_key != p.request_key) return false;
+  fs::ensure_private_dir(p.entry_dir, "cache entry directory");
+  bool refreshed = false;
+  if (!manifest::deps_unchanged(m.deps, &refreshed)) return false;
+  const std::string lib = p.entry_dir + "/" + m.lib_name;
+  if (!library_intact(lib, m)) return false;
+  fs::check_private_file(lib, "cached library");
+  // A touched but unchanged header: record its new mtime, so that the next load need not rehash it.
+  if (refreshed) {
+    try {
+      fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
+    } catch (const std::exception&) {
+      // read-only cache: the rehash repeats next time, nothing else is lost
+    }
+  }
+  *lib_path = lib;
+  return true;
+}
+
+// A shared object as far as its headers tell: ELF, 64-bit, ET_DYN, section table within the file.
+// Catches a truncated or bogus output that a compiler reported as success.
+bool plausible_shared_object(const std::string& path, std::string* why) {
+  std::string data;
+  if (!fs::read_file(path, &data)) return *why = "cannot read it", false;
+  if (data.size() < sizeof(Elf64_Ehdr) || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0)
+    return *why = "not an ELF file (" + std::to_string(data.size()) + " bytes)", false;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, data.data(), sizeof eh);
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN) return *why = "not a 64-bit shared object", false;
+  if (eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize > data.size()) return *why = "truncated (its section table lies past its end)", false;
+  return true;
+}
+
+void remove_stale_scratch(const std::string& entry_dir, double timeout_s) {
+  DIR* dir = ::opendir(entry_dir.c_str());
+  if (dir == nullptr) return;
+  std::vector<std::string> stale;
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    const bool scratch = name.rfind("build-", 0) == 0, temp = name.find(".tmp.") != std::string::npos;
+    if (!scratch && !temp) continue;
+    const std::string path = entry_dir + "/" + name;
+    // Holding the key's lock, no build of ours is running here: a scratch directory whose process is
+    // gone, or older than a compile may take, is a leftover.
+    const int pid = scratch ? std::atoi(name.c_str() + 6) : std::atoi(name.substr(name.find(".tmp.") + 5).c_str());
+    fs::FileSig sig;
+    const bool old = fs::stat_sig(path, &sig) &&
+                     std::chrono::nanoseconds(now).count() - sig.mtime_ns > static_cast<int64_t>(timeout_s * 1e9);
+    const bool dead = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (old || dead || pid == ::getpid()) stale.push_back(path);
+  }
+  ::closedir(dir);
+  for (const auto& path : stale) fs::remove_tree(path), ::unlink(path.c_str());
+}
+
+std::vector<Dep> hash_files(const std::vector<std::string>& paths) {
+  std::vector<Dep> deps;
+  for (const auto& path : paths) {
+    Dep d;
+    d.path = path;
+    if (fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha)) deps.push_back(d);
+  }
+  return deps;
+}
+
+// Every file the compiler read according to its dependency output, outside the generated sources
+// and the toolchain's own headers. Relative names are the compiler's: relative to the directory it ran in.
+std::vector<std::string> dependency_paths(const plan::Plan& p, const std::vector<std::string>& depfiles, const std::string& scratch,
+                                          const std::string& cwd) {
+  std::map<std::string, bool> unique;
+  for (const auto& df : depfiles) {
+    std::string text;
+    if (!fs::read_file(df, &text)) continue;
+    for (const auto& raw : manifest::parse_depfile(text)) {
+      const std::string path = fs::realpath_or(raw[0] == '/' ? raw : cwd + "/" + raw);
+      if (path.rfind(scratch + "/", 0) == 0) continue;  // the generated source: its text is in the key
+      bool excluded = false;
+      for (const auto& prefix : p.dep_exclude_prefixes) excluded = excluded || path.rfind(prefix, 0) == 0;
+      if (!excluded) unique.emplace(path, true);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [path, _] : unique) out.push_back(path);
+  return out;
+}
+
+std::string read_log(const std::string& path) {
+  std::string text;
+  fs::read_file(path, &text);
+  constexpr std::size_t kMax = 20000;
+  if (text.size() > kMax) text = text.substr(0, kMax) + "\n[... compiler output truncated ...]\n";
+  return text;
+}
+
+// True when the file system under `dir` has no room left (the usual cause of a failure with no log).
+bool disk_full(const std::string& dir) {
+  const std::string probe = dir + "/space-probe";
+  try {
+    fs::write_file_atomic(probe, std::string(64 * 1024, '\0'));
+  } catch (const std::exception&) {
+    return errno == ENOSPC || errno == EDQUOT;
+  }
+  ::unlink(probe.c_str());
+  return false;
+}
+
+class Compile {
+ public:
+  Compile(const plan::Plan& p, const std::string& scratch, double timeout_s) : m_p(p), m_scratch(scratch), m_timeout(timeout_s) {}
+
+  // Runs every compile and the link; returns the first non-zero status (fs::wait's encoding).
+  int run(const std::string& out) {
+    const std::string cuda_src = m_scratch + "/device.cu", cuda_obj = m_scratch + "/device.o";
+    if (m_p.has_cuda) fs::write_file_atomic(cuda_src, m_p.cuda_source);
+    if (m_p.has_cpp) fs::write_file_atomic(m_scratch + "/host.cc", m_p.cpp_source);
+    if (m_p.has_cpp && !m_p.has_cuda) {  // host code alone: compile and link in one command
+      auto cmd = m_p.cpp_compile;
+      cmd.insert(cmd.end(), {"-MMD", "-MF", m_scratch + "/host.d", m_scratch + "/host.cc", "-o", out});
+      cmd.insert(cmd.end(), m_p.link.begin(), m_p.link.end());
+      depfiles.push_back(m_scratch + "/host.d");
+      return run_argv(cmd);
+    }
+    // Host glue (if any) compiles while the CUDA pipeline runs; then the host compiler links.
+    std::vector<fs::Process> host;
+    std::vector<std::string> objects;
+    if (m_p.has_cpp) {
+      auto cpp = m_p.cpp_compile;
+      cpp.insert(cpp.end(), {"-MMD", "-MF", m_scratch + "/host.d", "-c", m_scratch + "/host.cc", "-o", m_scratch + "/host.o"});
+      commands.push_back(fs::join_command(cpp));
+      depfiles.push_back(m_scratch + "/host.d");
+      objects.push_back(m_scratch + "/host.o");
+      host.push_back(fs::spawn(cpp, log()));
+    }
+    int rc = compile_cuda(cuda_src, cuda_obj);
+    for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
+    objects.push_back(cuda_obj);
+    if (rc != 0) return rc;
+    std::vector<std::string> link = {m_p.host_cxx};
+    link.insert(link.end(), objects.begin(), objects.end());
+    link.insert(link.end(), {"-o", out});
+    link.insert(link.end(), m_p.link.begin(), m_p.link.end());
+    link.insert(link.end(), {"-L" + m_cuda_lib, "-lcudart", "-Wl,-rpath," + m_cuda_lib});
+    return run_argv(link);
+  }
+
+  std::string log() const { return m_scratch + "/build.log"; }
+  std::vector<std::string> commands, depfiles;
+
+ private:
+  static int first_failure(int a, int b) { return a != 0 ? a : b; }
+
+  int run_argv(const std::vector<std::string>& argv) {
+    commands.push_back(fs::join_command(argv));
+    return fs::wait(fs::spawn(argv, log()), m_timeout);
+  }
+
+  int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env) {
+    for (const auto& c : cmds) {
+      const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log(), env), m_timeout);
+      if (rc != 0) return rc;
+    }
+    return 0;
+  }
+
+  int compile_cuda(const std::string& src, const std::string& obj) {
+    m_cuda_lib = toolchain::cuda_lib_dir(m_p.nvcc);
+    const std::string depfile = m_scratch + "/device.d";
+    depfiles.push_back(depfile);
+    if (settings::get("JITKERN_NVCC_PIPELINE") != "0" && nvcc::shell_safe_path(m_scratch)) {
+      const std::string nvdir = m_scratch + "/nvcc";
+      ::mkdir(nvdir.c_str(), 0700);
+      auto dry = m_p.cuda_compile;
+      dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", nvdir, "-c", src, "-o", obj});
+      const std::string dry_log = m_scratch + "/dryrun.txt";
+      nvcc::Pipeline pipe;
+      std::string text;
+      if (fs::wait(fs::spawn(dry, dry_log), m_timeout) == 0 && fs::read_file(dry_log, &text) && nvcc::plan(text, depfile, &pipe)) {
+        // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
+        fs::write_file_atomic(pipe.module_id_path,
+                              "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
+        for (const auto* chain : {&pipe.host_chain, &pipe.device_chain, &pipe.finish})
+          for (const auto& c : *chain) commands.push_back("sh -c " + fs::shell_quote(c));
+        int device_rc = 0;
+        std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env); });
+        const int host_rc = run_shell_chain(pipe.host_chain, pipe.env);
+        device.join();
+        if (host_rc != 0 || device_rc != 0) return first_failure(host_rc, device_rc);
+        return run_shell_chain(pipe.finish, pipe.env);
+      }
+    }
+    auto cmd = m_p.cuda_compile;
+    cmd.insert(cmd.end(), {"-MMD", "-MF", depfile, "-c", src, "-o", obj});
+    return run_argv(cmd);
+  }
+
+  const plan::Plan& m_p;
+  std::string m_scratch, m_cuda_lib;
+  double m_timeout;
+};
+
+// Directories a missing header could appear in: a failure is remembered only while they are
+// unchanged too (creating a file changes its directory's mtime).
+std::vector<Dep> search_directories(const plan::Plan& p) {
+  std::vector<Dep> dirs;
+  auto add = [&](const std::string& d) {
+    Dep dep;
+    dep.path = fs::realpath_or(d);
+    dep.sha = manifest::kDirectory;
+    if (dep.path[0] == '/' && fs::stat_sig(dep.path, &dep.sig) &&
+        std::none_of(dirs.begin(), dirs.end(), [&](const Dep& e) { return e.path == dep.path; }))
+      dirs.push_back(dep);
+  };
+  for (const auto& s : p.sources) add(fs::dirname(s));
+  for (const auto* cmd : {&p.cpp_compile, &p.cuda_compile})
+    for (const auto& a : *cmd)
+      if (a.rfind("-I", 0) == 0 && a.size() > 2) add(a.substr(2));
+  return dirs;
+}
+
+bool failure_still_applies(Failure& f) {
+  std::vector<Dep> files, dirs;
+  for (const auto& d : f.deps) (d.sha == manifest::kDirectory ? dirs : files).push_back(d);
+  if (!manifest::deps_unchanged(files)) return false;
+  for (const auto& d : dirs) {
+    fs::FileSig now;
+    if (!fs::stat_sig(d.path, &now) || !(now == d.sig)) return false;
+  }
+  return true;
+}
+
+std::string build_locked(const plan::Plan& p, double timeout_s) {
+  std::string lib_path;
+  if (lookup_published(p, &lib_path)) return lib_path;  // published while we waited for the lock
+  remove_stale_scratch(p.entry_dir, timeout_s);
+
+  const std::string failure_path = p.entry_dir + "/failed";
+  std::string failure_text;
+  Failure failure;
+  if (!settings::flag("JITKERN_RETRY_FAILED") && fs::read_file(failure_path, &failure_text) &&
+      manifest::parse(failure_text, &failure) && failure.request_key == p.request_key && failure_still_applies(failure)) {
+    throw BuildError(failure.message +
+                     "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
+                     "JITKERN_RETRY_FAILED=1 to try again.)");
+  }
+
+  // Content addressing across edits: a header edited and then reverted maps back to the library
+  // already built for that content.
+  std::string text;
+  Manifest old;
+  if (fs::read_file(p.entry_dir + "/manifest", &text) && manifest::parse(text, &old) && old.request_key == p.request_key) {
+    std::vector<Dep> now = old.deps;
+    bool readable = true;
+    for (auto& d : now) readable = readable && fs::stat_sig(d.path, &d.sig) && sha256_file(d.path, &d.sha);
+    if (readable) {
+      Manifest m;
+      m.request_key = p.request_key;
+      m.full_key = manifest::full_key_of(p.request_key, now);
+      m.lib_name = manifest::library_name(m.full_key);
+      const std::string candidate = p.entry_dir + "/" + m.lib_name;
+      std::string record;
+      if (fs::stat_sig(candidate, &m.lib_sig) && sha256_file(candidate, &m.lib_sha) && fs::read_file(candidate + ".sha256", &record) &&
+          record == manifest::library_record(m.full_key, m.lib_sha)) {
+        fs::check_private_file(candidate, "cached library");
+        m.deps = now;
+        fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
+        return candidate;
+      }
+    }
+  }
+
+  const std::string cwd = current_dir();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!quiet()) std::fprintf(stderr, "jitkern: compiling %s ...\n", p.name.c_str());
+  // An input edited while the compiler runs may or may not be in the library: compile again.
+  for (int attempt = 0;; ++attempt) {
+    const std::string scratch = fs::make_temp_dir(p.entry_dir, "build-");
+    struct Cleanup {
+      std::string dir;
+      ~Cleanup() { fs::remove_tree(dir); }
+    } cleanup{scratch};
+    const std::string out = scratch + "/module.so";
+    // Dependency mtimes at or after this instant (less the kernel's coarse timestamp granularity) mean
+    // the file may have changed while it was being read.
+    const int64_t started_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count() - 10'000'000;
+    Compile compile(p, scratch, timeout_s);
+    const int rc = compile.run(out);
+    std::string why;
+    if (rc == 0 && !plausible_shared_object(out, &why)) {
+      throw Transient("jitkern: the compiler reported success for module '" + p.name + "' but its output " + out + " is " + why +
+                      "\ncommand: " + (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" +
+                      read_log(compile.log()));
+    }
+    if (rc != 0) {
+      std::string msg = "jitkern: failed to build module '" + p.name + "' (" + fs::describe_status(rc) + ")\n";
+      for (const auto& c : compile.commands) msg += "command: " + c + "\n";
+      msg += "generated source:\n" + p.cpp_source + p.cuda_source;
+      std::string log = read_log(compile.log());
+      const bool full = disk_full(p.entry_dir);
+      if (full) log += "\n[jitkern: No space left on device in " + p.entry_dir + "; the output above may be cut short]\n";
+      msg += "compiler output:\n" + log;
+      if (rc == fs::kTimedOut)
+        msg += "\n[jitkern: the compile took longer than JITKERN_COMPILE_TIMEOUT=" + std::to_string(static_cast<long>(timeout_s)) +
+               " s; its processes were killed]\n";
+      // Only a compiler that ran to completion and rejected the sources is a failure worth remembering.
+      if (rc < 0 || full) throw Transient(msg);
+      Failure f;
+      f.request_key = p.request_key;
+      f.message = msg;
+      f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch, cwd));
+      for (const auto& d : hash_files(p.sources))
+        if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == d.path; })) f.deps.push_back(d);
+      for (const auto& d : search_directories(p)) f.deps.push_back(d);
+      fs::write_file_atomic(failure_path, manifest::serialize(f));
+      throw BuildError(msg);
+    }
+
+    Manifest m;
+    m.request_key = p.request_key;
+    m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch, cwd));
+    const bool changed_meanwhile =
+        std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) { return d.sig.mtime_ns >= started_ns; });
+    if (changed_meanwhile && attempt < 3) {
+      if (!quiet()) std::fprintf(stderr, "jitkern: an input of %s changed while it compiled; compiling again\n", p.name.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the timestamp granularity
+      continue;
+    }
+    if (changed_meanwhile)
+      throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
+    m.full_key = manifest::full_key_of(p.request_key, m.deps);
+    m.lib_name = manifest::library_name(m.full_key);
+    const std::string final_path = p.entry_dir + "/" + m.lib_name;
+    if (!sha256_file(out, &m.lib_sha)) throw Transient("jitkern: cannot read the built library " + out);
+    fs::fsync_path(out);
+    if (::rename(out.c_str(), final_path.c_str()) != 0) throw Transient("jitkern: cannot publish " + final_path + ": " + std::strerror(errno));
+    fs::stat_sig(final_path, &m.lib_sig);
+    fs::write_file_atomic(final_path + ".sha256", manifest::library_record(m.full_key, m.lib_sha));
+    fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
+    ::unlink(failure_path.c_str());
+    if (!quiet()) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "jitkern: compiled %s in %.2f s\n", p.name.c_str(), secs);
+    }
+    return final_path;
+  }
+}
+
+plan::Plan make_plan(const BuildRequest& request, const plan::Config& cfg) {
+  plan::validate(request);
+  plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
+  plan::Toolchain tc;
+  fs::ensure_private_dir(cfg.cache_dir, "cache directory");
+  tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
+  tc.cxx_from_env = !settings::get("CXX").empty();
+  if (!request.cuda_files.empty()) {
+    tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");
+    tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device);
+  }
+  return plan::make(request, cfg, tc, current_dir());
+}
+
+}  // namespace
+
+std::string build(const BuildRequest& request, const EngineConfig& config) {
+  const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
+  const plan::Plan p = make_plan(request, cfg);
+  std::string lib_path;
+  // Warm path: no lock, no subprocess; readers never see a partial file (publish is by rename).
+  if (lookup_published(p, &lib_path)) return lib_path;
+  const double timeout_s = compile_timeout_s();
+  fs::ensure_private_dir(p.entry_dir, "cache entry directory");
+  fs::ensure_private_dir(cfg.lock_dir, "lock directory");
+  fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
+  fs::FileLock lock(p.lock_path, quiet() ? "" : "jitkern: waiting for another process that is compiling " + p.name + " ...");
+  try {
+    return build_locked(p, timeout_s);
+  } catch (const Transient& e) {
+    throw BuildError(std::string(e.what()) + "\n(not remembered: the next call compiles again)");
+  }
+}
+
+std::vector<std::string> export_names(const BuildRequest& request) {
+  plan::validate(request);
+  return plan::export_names(request);
+}
+
+}  // namespace jitkern

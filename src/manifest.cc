@@ -1,0 +1,175 @@
+#include "manifest.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "sha256.h"
+#include "text.h"
+
+namespace jitkern::manifest {
+namespace {
+
+constexpr const char* kManifestMagic = "jitkern-manifest 2";
+constexpr const char* kFailureMagic = "jitkern-failure 2";
+
+std::string sig_text(const fs::FileSig& g) { return std::to_string(g.size) + " " + std::to_string(g.mtime_ns) + " "; }
+
+// "<size> <mtime_ns> <sha> <rest of line>"
+bool parse_sig_line(const std::string& s, fs::FileSig* sig, std::string* sha, std::string* rest) {
+  const char* p = s.c_str();
+  char* end = nullptr;
+  errno = 0;
+  sig->size = std::strtoll(p, &end, 10);
+  if (end == p || *end != ' ' || errno != 0) return false;
+  p = end + 1;
+  sig->mtime_ns = std::strtoll(p, &end, 10);
+  if (end == p || *end != ' ' || errno != 0) return false;
+  p = end + 1;
+  const char* space = std::strchr(p, ' ');
+  if (space == nullptr || space[1] == '\0') return false;
+  if (space - p != 64 && std::string(p, space) != kDirectory) return false;
+  *sha = std::string(p, space);
+  *rest = std::string(space + 1);
+  return true;
+}
+
+bool is_hex_key(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+std::string serialize_deps(const std::vector<Dep>& deps) {
+  std::string out;
+  for (const auto& d : deps) out += "dep " + sig_text(d.sig) + d.sha + " " + d.path + "\n";
+  return out;
+}
+
+// Parses the lines between the magic and "end"; calls on_line for lines other than dep lines.
+template <typename OnLine>
+bool parse_body(const std::vector<std::string>& lines, std::size_t first, std::size_t last, std::vector<Dep>* deps,
+                OnLine on_line) {
+  for (std::size_t i = first; i < last; ++i) {
+    const std::string& line = lines[i];
+    if (line.rfind("dep ", 0) == 0) {
+      Dep d;
+      if (!parse_sig_line(line.substr(4), &d.sig, &d.sha, &d.path) || d.path[0] != '/') return false;
+      deps->push_back(d);
+    } else if (!on_line(line)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string full_key_of(const std::string& request_key, const std::vector<Dep>& deps) {
+  Sha256 h;
+  h.field(request_key);
+  for (const auto& d : deps) h.field(d.path).field(d.sha);
+  return h.hex();
+}
+
+std::string library_name(const std::string& full_key) { return full_key.substr(0, 24) + ".so"; }
+
+std::string library_record(const std::string& full_key, const std::string& lib_sha) {
+  return Sha256().field("jitkern-library").field(full_key).field(lib_sha).hex();
+}
+
+std::string serialize(const Manifest& m) {
+  return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
+         m.lib_sha + " " + m.lib_name + "\n" + serialize_deps(m.deps) + "end\n";
+}
+
+bool parse(const std::string& text, Manifest* m) {
+  const auto lines = text::split_lines(text);
+  if (lines.size() < 5 || lines[0] != kManifestMagic || lines.back() != "end" || text.back() != '\n') return false;
+  bool has_request = false, has_key = false, has_lib = false;
+  const bool ok = parse_body(lines, 1, lines.size() - 1, &m->deps, [&](const std::string& line) {
+    if (line.rfind("request ", 0) == 0 && !has_request) {
+      m->request_key = line.substr(8);
+      return has_request = is_hex_key(m->request_key);
+    }
+    if (line.rfind("key ", 0) == 0 && !has_key) {
+      m->full_key = line.substr(4);
+      return has_key = is_hex_key(m->full_key);
+    }
+    if (line.rfind("lib ", 0) == 0 && !has_lib) {
+      return has_lib = parse_sig_line(line.substr(4), &m->lib_sig, &m->lib_sha, &m->lib_name);
+    }
+    return false;
+  });
+  return ok && has_request && has_key && has_lib && m->lib_name == library_name(m->full_key) &&
+         m->full_key == full_key_of(m->request_key, m->deps);
+}
+
+std::string serialize(const Failure& f) {
+  return std::string(kFailureMagic) + "\nrequest " + f.request_key + "\n" + serialize_deps(f.deps) + "end\n" + f.message;
+}
+
+bool parse(const std::string& text, Failure* f) {
+  const auto end = text.find("\nend\n");
+  if (end == std::string::npos) return false;
+  const auto lines = text::split_lines(text.substr(0, end + 1));
+  if (lines.size() < 2 || lines[0] != kFailureMagic) return false;
+  bool has_request = false;
+  const bool ok = parse_body(lines, 1, lines.size(), &f->deps, [&](const std::string& line) {
+    if (line.rfind("request ", 0) != 0 || has_request) return false;
+    f->request_key = line.substr(8);
+    return has_request = is_hex_key(f->request_key);
+  });
+  f->message = text.substr(end + 5);
+  return ok && has_request;
+}
+
+bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed) {
+  for (auto& d : deps) {
+    fs::FileSig now;
+    if (!fs::stat_sig(d.path, &now)) return false;
+    if (now == d.sig) continue;
+    std::string sha;
+    if (!sha256_file(d.path, &sha) || sha != d.sha) return false;
+    if (refreshed != nullptr) d.sig = now, *refreshed = true;
+  }
+  return true;
+}
+
+std::vector<std::string> parse_depfile(const std::string& raw) {
+  std::string text;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '\\' && i + 1 < raw.size() && raw[i + 1] == '\n') {
+      text += ' ', ++i;
+    } else if (raw[i] == '\\' && i + 2 < raw.size() && raw[i + 1] == '\r' && raw[i + 2] == '\n') {
+      text += ' ', i += 2;
+    } else if (raw[i] != '\r') {
+      text += raw[i];
+    }
+  }
+  std::vector<std::string> out;
+  for (const std::string& line : text::split_lines(text)) {
+    std::size_t colon = std::string::npos;
+    for (std::size_t i = 0; i < line.size(); ++i)
+      if (line[i] == ':' && (i + 1 == line.size() || line[i + 1] == ' ' || line[i + 1] == '\t')) {
+        colon = i;
+        break;
+      }
+    if (colon == std::string::npos) continue;
+    std::string cur;
+    for (std::size_t i = colon + 1; i <= line.size(); ++i) {
+      const char c = i < line.size() ? line[i] : ' ';
+      if (c == '\\' && i + 1 < line.size() && line[i + 1] == ' ') {
+        cur += ' ', ++i;
+      } else if (c == ' ' || c == '\t') {
+        if (!cur.empty()) out.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace jitkern::manifest

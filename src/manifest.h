@@ -1,0 +1,58 @@
+// What a cache entry records: the manifest of a published library (the request's key, the content
+// key, the library and every file the compiler read, with hashes) and the record of a failed build.
+// Formats and parsers only: no file system access beyond hashing dependencies.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fs_util.h"
+
+namespace jitkern::manifest {
+
+struct Dep {
+  std::string path, sha;  // sha: the content's SHA-256, or kDirectory for a directory (compared by its signature)
+  fs::FileSig sig;
+};
+inline constexpr const char* kDirectory = "directory";
+
+struct Manifest {
+  std::string request_key;  // the request (sources' text, flags, toolchain): names the entry
+  std::string full_key;     // request_key plus every dependency's content: names the library
+  std::string lib_name, lib_sha;
+  fs::FileSig lib_sig;
+  std::vector<Dep> deps;
+};
+
+// The content key of a request built from `deps` (paths and hashes, in order).
+std::string full_key_of(const std::string& request_key, const std::vector<Dep>& deps);
+// The library's file name in its entry: derived from the content key, so never a path.
+std::string library_name(const std::string& full_key);
+// What the entry's "<library>.sha256" holds: the library's hash bound to its content key, so that a
+// library and record copied from another entry do not match.
+std::string library_record(const std::string& full_key, const std::string& lib_sha);
+
+std::string serialize(const Manifest& m);
+// False for anything but a complete, self-consistent manifest: wrong magic, a missing or malformed
+// line, no end marker (a truncated file), a library name that is not library_name(full_key), or a
+// content key that does not follow from the request key and the dependencies.
+bool parse(const std::string& text, Manifest* m);
+
+// A failed build: the compiler's message and the inputs it was built from (a failure is remembered
+// only while they are unchanged).
+struct Failure {
+  std::string request_key, message;
+  std::vector<Dep> deps;
+};
+std::string serialize(const Failure& f);
+bool parse(const std::string& text, Failure* f);
+
+// True when every dependency still has the recorded content: stat first, rehash on change. With
+// `refreshed`, the dependencies whose content matched after a rehash get their new signature there
+// (and it is set to true if any did), so the caller can record it and skip the rehash next time.
+bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed = nullptr);
+
+// Make-style dependency output ("target: dep dep \\\n dep", spaces in names escaped): the deps.
+std::vector<std::string> parse_depfile(const std::string& text);
+
+}  // namespace jitkern::manifest

@@ -1,0 +1,231 @@
+#include "plan.h"
+
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "fs_util.h"
+#include "settings.h"
+#include "sha256.h"
+#include "text.h"
+
+#ifndef JITKERN_VERSION
+#define JITKERN_VERSION "0.0.0"
+#endif
+
+namespace jitkern::plan {
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("jitkern: " + what); }
+
+void check_text(const char* field, const std::string& value, bool allow_empty = false) {
+  if (!allow_empty && value.empty()) bad(std::string(field) + " entries must not be empty");
+  if (value.find('\0') != std::string::npos) bad(std::string(field) + " entry contains a NUL byte: '" + value.c_str() + "...'");
+  if (value.find('\n') != std::string::npos) bad(std::string(field) + " entry '" + value + "' contains a newline");
+}
+
+void check_all(const char* field, const std::vector<std::string>& values) {
+  for (const auto& v : values) check_text(field, v);
+}
+
+std::string resolve_source(const std::string& file, const std::string& csrc_dir) {
+  const std::string path = file[0] != '/' ? csrc_dir + "/" + file : file;
+  if (::access(path.c_str(), R_OK) != 0)
+    throw std::invalid_argument("jitkern: kernel source '" + file + "' not found (looked at " + path +
+                                "; relative names are resolved against the package's csrc/, give an absolute path for your own files)");
+  return path;
+}
+
+std::string absolute(const std::string& path, const std::string& cwd) { return path[0] == '/' ? path : cwd + "/" + path; }
+
+// -I<dir>, -isystem<dir>, -iquote<dir> and -idirafter<dir> with a relative <dir> become absolute (the
+// compiler runs elsewhere, and the key must not depend on where the caller happened to be).
+std::vector<std::string> absolute_include_flags(const std::vector<std::string>& flags, const std::string& cwd) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    std::string f = flags[i];
+    bool done = false;
+    for (const std::string prefix : {"-I", "-isystem", "-iquote", "-idirafter"}) {
+      if (done || f.rfind(prefix, 0) != 0) continue;
+      if (f.size() > prefix.size()) {
+        f = prefix + absolute(f.substr(prefix.size()), cwd);
+      } else if (i + 1 < flags.size()) {  // "-I" "dir"
+        out.push_back(f);
+        f = absolute(flags[++i], cwd);
+      }
+      done = true;
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace
+
+Config resolve(const EngineConfig& c, const std::string& build_directory, const std::string& engine_lib_dir) {
+  Config r;
+  std::string home = settings::get("HOME");
+  if (home.empty()) {
+    // A shared /tmp/.cache would mix users' caches (and be refused as not private).
+    home = "/tmp/jitkern-" + std::to_string(::geteuid());
+  }
+  const std::string env_cache = settings::get("JITKERN_CACHE_DIR");
+  r.cache_dir = !build_directory.empty() ? build_directory
+                : !c.cache_dir.empty()   ? c.cache_dir
+                : !env_cache.empty()     ? env_cache
+                                         : home + "/.cache/jitkern";
+  const std::string env_lock = settings::get("JITKERN_LOCK_DIR");
+  r.lock_dir = !c.lock_dir.empty() ? c.lock_dir : !env_lock.empty() ? env_lock : r.cache_dir + "/locks";
+  r.runtime_lib_dir = engine_lib_dir;
+  const std::string package = !c.package_dir.empty() ? c.package_dir : fs::dirname(engine_lib_dir);
+  const std::string include = settings::get("JITKERN_INCLUDE_DIR"), csrc = settings::get("JITKERN_CSRC_DIR");
+  r.include_dir = !include.empty() ? include : package + "/include";
+  r.csrc_dir = !csrc.empty() ? csrc : package + "/csrc";
+  r.tvm_ffi_include_dir = !c.tvm_ffi_include_dir.empty() ? c.tvm_ffi_include_dir : settings::get("JITKERN_TVM_FFI_INCLUDE");
+  r.dlpack_include_dir = !c.dlpack_include_dir.empty() ? c.dlpack_include_dir : r.tvm_ffi_include_dir;
+  r.tvm_ffi_lib_dir = !c.tvm_ffi_lib_dir.empty() ? c.tvm_ffi_lib_dir : settings::get("JITKERN_TVM_FFI_LIB");
+  r.tvm_ffi_version = c.tvm_ffi_version;
+  if (r.tvm_ffi_include_dir.empty() || r.tvm_ffi_lib_dir.empty())
+    throw std::runtime_error(
+        "jitkern: tvm-ffi's include and library directories are unknown; the Python package passes them, C++ "
+        "programs set EngineConfig::tvm_ffi_include_dir/tvm_ffi_lib_dir or JITKERN_TVM_FFI_INCLUDE/JITKERN_TVM_FFI_LIB");
+  return r;
+}
+
+void validate(const BuildRequest& req) {
+  if (req.name_parts.empty()) bad("a module needs a name (load_jit's first positional argument)");
+  check_all("name", req.name_parts);
+  check_all("cpp_files", req.cpp_files);
+  check_all("cuda_files", req.cuda_files);
+  check_all("extra_cflags", req.extra_cflags);
+  check_all("extra_cuda_cflags", req.extra_cuda_cflags);
+  check_all("extra_ldflags", req.extra_ldflags);
+  check_all("extra_include_paths", req.extra_include_paths);
+  check_text("build_directory", req.build_directory, true);
+  check_text("cuda_arch", req.cuda_arch, true);
+  if (req.cpp_files.empty() && req.cuda_files.empty()) bad("a module needs at least one of cpp_files or cuda_files");
+  if (req.cpp_files.empty() && !req.cpp_wrappers.empty()) bad("cpp_wrappers were given without cpp_files");
+  if (req.cuda_files.empty() && !req.cuda_wrappers.empty()) bad("cuda_wrappers were given without cuda_files");
+  if (!req.cuda_arch.empty()) toolchain::validate_arch(req.cuda_arch);
+  std::vector<std::string> seen;
+  for (const auto* wrappers : {&req.cpp_wrappers, &req.cuda_wrappers}) {
+    const char* field = wrappers == &req.cpp_wrappers ? "cpp_wrappers" : "cuda_wrappers";
+    for (const auto& w : *wrappers) {
+      const std::string &name = w.name, &expr = w.expr;
+      check_text(field, name, true);
+      check_text(field, expr, true);
+      check_text(field, w.arg_names, true);
+      if (!w.arg_names.empty()) {
+        std::string arg;
+        for (char c : w.arg_names + ",") {
+          if (c == ',') {
+            if (!text::is_identifier(arg))
+              bad(std::string(field) + ": argument names of '" + name + "' must be C identifiers separated by commas, got '" + w.arg_names + "'");
+            arg.clear();
+          } else if (c != ' ') {
+            arg += c;
+          }
+        }
+      }
+      if (!text::is_identifier(name)) bad(std::string(field) + ": export name '" + name + "' is not a C identifier");
+      // A loaded module's exports are attributes of its Python object, which has `path` and `exports`.
+      if (name.rfind("__", 0) == 0 || name == "path" || name == "exports")
+        bad(std::string(field) + ": export name '" + name + "' is reserved (names starting with __, path, exports)");
+      if (expr.find_first_not_of(" \t") == std::string::npos)
+        bad(std::string(field) + ": the C++ expression exported as '" + name + "' is empty");
+      for (const auto& s : seen)
+        if (s == name) bad(std::string(field) + ": export name '" + name + "' is used twice");
+      seen.push_back(name);
+    }
+  }
+}
+
+std::vector<std::string> export_names(const BuildRequest& req) {
+  std::vector<std::string> out;
+  for (const auto& w : req.cpp_wrappers) out.push_back(w.name);
+  for (const auto& w : req.cuda_wrappers) out.push_back(w.name);
+  return out;
+}
+
+std::string wrapper_source(const std::vector<std::string>& files, const std::vector<Wrapper>& wrappers) {
+  std::string src = "// generated by jitkern\n";
+  for (const auto& f : files) src += "#include \"" + f + "\"\n";
+  src += "#include <jitkern/export.h>\n";
+  for (const auto& w : wrappers) {
+    if (w.arg_names.empty()) src += "JITKERN_EXPORT(" + w.name + ", " + w.expr + ")\n";
+    else src += "JITKERN_EXPORT_NAMED(" + w.name + ", \"" + w.arg_names + "\", " + w.expr + ")\n";
+  }
+  return src;
+}
+
+std::vector<std::string> sources(const BuildRequest& req, const Config& cfg) {
+  std::vector<std::string> out;
+  for (const auto* files : {&req.cpp_files, &req.cuda_files})
+    for (const auto& f : *files) out.push_back(resolve_source(f, cfg.csrc_dir));
+  return out;
+}
+
+Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const std::string& cwd) {
+  validate(req);
+  Plan p;
+  for (const auto& part : req.name_parts) p.name += (p.name.empty() ? "" : "_") + part;
+  p.has_cpp = !req.cpp_files.empty();
+  p.has_cuda = !req.cuda_files.empty();
+  p.sources = sources(req, cfg);
+  const std::vector<std::string> cpp_files(p.sources.begin(), p.sources.begin() + req.cpp_files.size());
+  const std::vector<std::string> cuda_files(p.sources.begin() + req.cpp_files.size(), p.sources.end());
+  if (p.has_cpp) p.cpp_source = wrapper_source(cpp_files, req.cpp_wrappers);
+  if (p.has_cuda) p.cuda_source = wrapper_source(cuda_files, req.cuda_wrappers);
+
+  p.host_cxx = tc.cxx.path;
+  std::vector<std::string> includes = {"-I" + cfg.include_dir, "-I" + cfg.tvm_ffi_include_dir};
+  if (cfg.dlpack_include_dir != cfg.tvm_ffi_include_dir) includes.push_back("-I" + cfg.dlpack_include_dir);
+  for (const auto& d : req.extra_include_paths) includes.push_back("-I" + absolute(d, cwd));
+
+  Sha256 key;
+  key.field("jitkern-engine-3").field(JITKERN_VERSION).field(p.name).field(tc.cxx.identity);
+  key.field(cfg.tvm_ffi_version).field(cfg.tvm_ffi_lib_dir).field(cfg.runtime_lib_dir);
+  key.field("runtime-abi").field(std::to_string(kRuntimeAbi));
+
+  if (p.has_cpp) {
+    p.cpp_compile = {tc.cxx.path, "-std=c++20", "-O3", "-fPIC", "-fvisibility=hidden"};
+    p.cpp_compile.insert(p.cpp_compile.end(), includes.begin(), includes.end());
+    const auto flags = absolute_include_flags(req.extra_cflags, cwd);
+    p.cpp_compile.insert(p.cpp_compile.end(), flags.begin(), flags.end());
+    key.field("cpp").field(p.cpp_source);
+    for (const auto& a : p.cpp_compile) key.field(a);
+  }
+  if (p.has_cuda) {
+    p.nvcc = tc.nvcc.path;
+    const std::string& arch = tc.cuda_arch;
+    const std::string compute = "compute_" + arch.substr(3);
+    p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O3", "--expt-relaxed-constexpr", "-gencode=arch=" + compute + ",code=" + arch,
+                      "-Xcompiler", "-fPIC,-fvisibility=hidden"};
+    if (tc.cxx_from_env) p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", tc.cxx.path});
+    p.cuda_compile.insert(p.cuda_compile.end(), includes.begin(), includes.end());
+    const auto flags = absolute_include_flags(req.extra_cuda_cflags, cwd);
+    p.cuda_compile.insert(p.cuda_compile.end(), flags.begin(), flags.end());
+    key.field("cuda").field(p.cuda_source).field(tc.nvcc.identity);
+    for (const auto& a : p.cuda_compile) key.field(a);
+    // The toolkit's own headers are covered by the compiler identity.
+    p.dep_exclude_prefixes.push_back(fs::dirname(fs::dirname(tc.nvcc.real)) + "/");
+  }
+  p.dep_exclude_prefixes.push_back("/usr/include/");
+  p.dep_exclude_prefixes.push_back("/usr/lib/gcc/");
+  // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
+  // -z noseparate-code: two loadable segments instead of four, so loading a module maps less.
+  p.link = {"-shared", "-Wl,-z,noseparate-code", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
+  for (const auto& r : {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir}) p.link.push_back("-Wl,-rpath," + r);
+  p.link.insert(p.link.end(), req.extra_ldflags.begin(), req.extra_ldflags.end());
+  key.field("link");
+  for (const auto& a : p.link) key.field(a);
+  // The CUDA runtime's location follows from the nvcc identity already in the key; the build adds it.
+
+  p.request_key = key.hex();
+  const std::string stem = text::sanitize(p.name) + "-" + p.request_key.substr(0, 20);
+  p.entry_dir = cfg.cache_dir + "/" + stem;
+  p.lock_path = cfg.lock_dir + "/" + stem + ".lock";
+  return p;
+}
+
+}  // namespace jitkern::plan

@@ -1,0 +1,62 @@
+// The pure part of a build: a request, the configuration and the toolchain in; the validated
+// request, its cache key, its entry and lock paths and its compile/link commands out. No side
+// effects, so every rule here is unit-tested (tests/cpp/test_plan.cc).
+#pragma once
+
+#include <jitkern/jit.h>
+
+#include <string>
+#include <vector>
+
+#include "toolchain.h"
+
+namespace jitkern::plan {
+
+// Where things are, after the EngineConfig's empty fields were filled from the environment.
+struct Config {
+  std::string cache_dir, lock_dir, include_dir, csrc_dir, runtime_lib_dir;
+  std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
+};
+// `engine_lib_dir`: where the engine's (and the runtime's) library lives; the package is its parent.
+Config resolve(const EngineConfig& config, const std::string& build_directory, const std::string& engine_lib_dir);
+
+// Throws std::invalid_argument naming the field for anything a build cannot use: no name or sources,
+// wrappers without sources, export names that are not C identifiers or are reserved, expressions
+// that are not one line, NUL bytes or newlines in names, files or flags.
+void validate(const BuildRequest& request);
+
+// The request's kernel files, resolved (relative names against the package's csrc/); throws
+// std::invalid_argument naming a missing one and where it was looked for.
+std::vector<std::string> sources(const BuildRequest& request, const Config& config);
+
+// The export names of a request, in the order of its wrappers (C++ ones first).
+std::vector<std::string> export_names(const BuildRequest& request);
+
+struct Toolchain {
+  toolchain::Compiler cxx;
+  toolchain::Compiler nvcc;  // empty path when the request has no CUDA sources
+  std::string cuda_arch;     // likewise
+  bool cxx_from_env = false; // $CXX was set: nvcc gets it as -ccbin
+};
+
+struct Plan {
+  std::string name, entry_dir, lock_path, request_key;
+  std::string cpp_source, cuda_source;
+  std::vector<std::string> cpp_compile, cuda_compile, link;  // without inputs and outputs
+  std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
+  std::vector<std::string> sources;                          // the kernel files, resolved
+  bool has_cpp = false, has_cuda = false;
+  std::string host_cxx, nvcc;
+};
+
+// `cwd`: the directory relative include paths are resolved against (the caller's).
+Plan make(const BuildRequest& request, const Config& config, const Toolchain& toolchain, const std::string& cwd);
+
+// The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper.
+std::string wrapper_source(const std::vector<std::string>& resolved_files, const std::vector<Wrapper>& wrappers);
+
+// The bump of this number is what invalidates cached kernels when the runtime library's ABI (what
+// kernel modules call) changes; the engine's own code is not part of any key.
+inline constexpr int kRuntimeAbi = 1;
+
+}  // namespace jitkern::plan

@@ -1,0 +1,57 @@
+#include "settings.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace jitkern::settings {
+
+const Setting kAll[] = {
+    {"JITKERN_CACHE_DIR", "~/.cache/jitkern", "where compiled modules are cached (private to the user: mode 0700)"},
+    {"JITKERN_LOCK_DIR", "<cache>/locks", "where per-module build locks live (keep it on a local file system)"},
+    {"JITKERN_CUDA_ARCH", "the device's, e.g. sm_90a", "the CUDA target (sm_XY, sm_XYa, sm_XYf); set it to compile without a GPU"},
+    {"JITKERN_RETRY_FAILED", "0", "1: retry a build whose failure was remembered although its inputs are unchanged"},
+    {"JITKERN_COMPILE_TIMEOUT", "900", "seconds after which a compile's processes are killed and the call fails (not remembered)"},
+    {"JITKERN_QUIET", "0", "1: no 'compiling ...' lines on stderr"},
+    {"JITKERN_NVCC_PIPELINE", "1", "0: run nvcc as one command instead of its host and device phases in parallel"},
+    {"JITKERN_INCLUDE_DIR", "<package>/include", "the kernel headers (point it at a checkout's include/ to edit them without reinstalling)"},
+    {"JITKERN_CSRC_DIR", "<package>/csrc", "jitkern's kernel sources (point it at a checkout's csrc/ to edit them without reinstalling)"},
+    {"JITKERN_TVM_FFI_INCLUDE", "from the tvm_ffi package", "tvm-ffi's headers (C++ programs without Python set it)"},
+    {"JITKERN_TVM_FFI_LIB", "from the tvm_ffi package", "the directory of libtvm_ffi.so (C++ programs without Python set it)"},
+    {"CUDA_HOME", "CUDA_PATH, else nvcc on PATH", "the CUDA toolkit whose bin/nvcc compiles CUDA sources"},
+    {"CUDA_PATH", "unset", "used when CUDA_HOME is unset"},
+    {"CXX", "c++ on PATH", "the host C++ compiler (also nvcc's -ccbin when set)"},
+    {"PATH", "the process's", "where compilers named without a directory are found"},
+    {"HOME", "the user's", "the default cache's parent"},
+};
+const std::size_t kCount = sizeof(kAll) / sizeof(kAll[0]);
+
+std::string get(const char* name) {
+  bool known = false;
+  for (const Setting& s : kAll) known = known || std::strcmp(s.name, name) == 0;
+  if (!known) throw std::logic_error(std::string("jitkern: internal error: undeclared setting ") + name);
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+bool flag(const char* name) {
+  const std::string v = get(name);
+  return !v.empty() && v != "0" && v != "false" && v != "no";
+}
+
+std::string fingerprint() {
+  std::string out;
+  for (const Setting& s : kAll) {
+    const char* v = std::getenv(s.name);
+    out += std::string(s.name) + "=" + (v ? v : "") + "\n";
+  }
+  return out;
+}
+
+std::string markdown() {
+  std::string out = "| variable | when unset | what it does |\n|---|---|---|\n";
+  for (const Setting& s : kAll) out += std::string("| `") + s.name + "` | " + s.fallback + " | " + s.meaning + " |\n";
+  return out;
+}
+
+}  // namespace jitkern::settings

@@ -1,0 +1,16 @@
+// Small text helpers shared by the engine's parsers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace jitkern::text {
+
+// Lines without their '\n'; a final line without '\n' is kept.
+std::vector<std::string> split_lines(const std::string& text);
+// [A-Za-z_][A-Za-z0-9_]*
+bool is_identifier(const std::string& s);
+// A file-name-safe, bounded spelling of `s`.
+std::string sanitize(const std::string& s);
+
+}  // namespace jitkern::text

@@ -1,0 +1,120 @@
+// The cache entry's records: manifest and failure formats (round trips, truncation, tampering) and
+// the make-style dependency parser.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "manifest.h"
+#include "sha256.h"
+
+using namespace jitkern::manifest;
+
+namespace {
+
+Manifest sample() {
+  Manifest m;
+  m.request_key = jitkern::sha256_hex("request");
+  m.deps = {{"/src/a.cuh", jitkern::sha256_hex("a"), {10, 111}}, {"/src/dir with space/b.h", jitkern::sha256_hex("b"), {20, 222}}};
+  m.full_key = full_key_of(m.request_key, m.deps);
+  m.lib_name = library_name(m.full_key);
+  m.lib_sha = jitkern::sha256_hex("library bytes");
+  m.lib_sig = {4096, 333};
+  return m;
+}
+
+}  // namespace
+
+TEST(Manifest, RoundTrips) {
+  const Manifest m = sample();
+  Manifest back;
+  ASSERT_TRUE(parse(serialize(m), &back));
+  EXPECT_EQ(back.request_key, m.request_key);
+  EXPECT_EQ(back.full_key, m.full_key);
+  EXPECT_EQ(back.lib_name, m.lib_name);
+  EXPECT_EQ(back.lib_sha, m.lib_sha);
+  EXPECT_EQ(back.lib_sig, m.lib_sig);
+  ASSERT_EQ(back.deps.size(), 2u);
+  EXPECT_EQ(back.deps[1].path, "/src/dir with space/b.h");
+  EXPECT_EQ(back.deps[1].sig, (jitkern::fs::FileSig{20, 222}));
+}
+
+TEST(Manifest, EveryTruncationIsRejected) {
+  const std::string text = serialize(sample());
+  Manifest m;
+  for (std::size_t n = 0; n < text.size(); ++n) EXPECT_FALSE(parse(text.substr(0, n), &(m = Manifest{}))) << "cut at " << n;
+}
+
+TEST(Manifest, TamperingIsRejected) {
+  const Manifest good = sample();
+  Manifest m;
+  {  // a library name pointing outside the entry
+    Manifest bad = good;
+    bad.lib_name = "../other/" + good.lib_name;
+    EXPECT_FALSE(parse(serialize(bad), &m));
+  }
+  {  // a dependency's hash edited: the content key no longer follows
+    Manifest bad = good;
+    bad.deps[0].sha = jitkern::sha256_hex("edited");
+    EXPECT_FALSE(parse(serialize(bad), &(m = Manifest{})));
+  }
+  {  // a dependency dropped
+    Manifest bad = good;
+    bad.deps.pop_back();
+    EXPECT_FALSE(parse(serialize(bad), &(m = Manifest{})));
+  }
+  {  // the request key of another entry
+    Manifest bad = good;
+    bad.request_key = jitkern::sha256_hex("another request");
+    EXPECT_FALSE(parse(serialize(bad), &(m = Manifest{})));
+  }
+  std::string text = serialize(good);
+  EXPECT_FALSE(parse("jitkern-manifest 1" + text.substr(text.find('\n')), &(m = Manifest{}))) << "old format";
+  EXPECT_FALSE(parse(text + "dep 1 2 " + jitkern::sha256_hex("x") + " /late\n", &(m = Manifest{}))) << "lines after end";
+  std::string relative = serialize(good);
+  relative.replace(relative.find("/src/a.cuh"), 10, "src/a.cuhh");
+  EXPECT_FALSE(parse(relative, &(m = Manifest{}))) << "relative dependency path";
+  std::string garbage = serialize(good);
+  garbage.replace(garbage.find("lib 4096"), 8, "lib 4x96");
+  EXPECT_FALSE(parse(garbage, &(m = Manifest{})));
+}
+
+TEST(Manifest, LibraryRecordIsBoundToTheContentKey) {
+  const std::string sha = jitkern::sha256_hex("library bytes");
+  EXPECT_EQ(library_record(sample().full_key, sha), library_record(sample().full_key, sha));
+  EXPECT_NE(library_record(sample().full_key, sha), library_record(jitkern::sha256_hex("other"), sha));
+  EXPECT_NE(library_record(sample().full_key, sha), sha);
+}
+
+TEST(Failure, RoundTripsAndRejectsCorruption) {
+  Failure f;
+  f.request_key = jitkern::sha256_hex("r");
+  f.deps = sample().deps;
+  f.message = "error: something\nend\nmore lines\n";
+  Failure back;
+  ASSERT_TRUE(parse(serialize(f), &back));
+  EXPECT_EQ(back.message, f.message);
+  EXPECT_EQ(back.request_key, f.request_key);
+  EXPECT_EQ(back.deps.size(), 2u);
+  const std::string text = serialize(f);
+  const std::size_t body = text.find("\nend\n");
+  for (std::size_t n = 0; n <= body; ++n) EXPECT_FALSE(parse(text.substr(0, n), &(back = Failure{}))) << "cut at " << n;
+  EXPECT_FALSE(parse(serialize(sample()), &(back = Failure{}))) << "a manifest is not a failure record";
+}
+
+TEST(Depfile, ParsesContinuationsEscapesAndSeveralRules) {
+  const std::string text =
+      "/tmp/x/device.o: /tmp/x/device.cu \\\n  /src/a.cuh /src/dir\\ with\\ space/b.h \\\r\n /usr/include/c++/12/cstdint\n"
+      "second.o : /src/c.h\n"
+      "other.o: rel/inc.h\n";
+  const auto deps = parse_depfile(text);
+  ASSERT_EQ(deps.size(), 6u);
+  EXPECT_EQ(deps[0], "/tmp/x/device.cu");
+  EXPECT_EQ(deps[1], "/src/a.cuh");
+  EXPECT_EQ(deps[2], "/src/dir with space/b.h");
+  EXPECT_EQ(deps[3], "/usr/include/c++/12/cstdint");
+  EXPECT_EQ(deps[4], "/src/c.h");
+  EXPECT_EQ(deps[5], "rel/inc.h");
+  EXPECT_TRUE(parse_depfile("").empty());
+  EXPECT_TRUE(parse_depfile("no rule here\n").empty());
+  EXPECT_EQ(parse_depfile("t: a \\").size(), 2u) << "a dangling backslash at the end is a name character, not a crash";
+}

@@ -1,0 +1,167 @@
+// The pure build plan: request validation, the arch rule and the cache key.
+#include <gtest/gtest.h>
+#include <jitkern/jit.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "plan.h"
+#include "toolchain.h"
+
+using namespace jitkern;
+
+namespace {
+
+BuildRequest cpu_request() {
+  BuildRequest r;
+  r.name_parts = {"scale", "3"};
+  r.cpp_files = {JITKERN_SOURCE_DIR "/examples/cpp/saxpy_cpu.h"};
+  r.cpp_wrappers = {{"saxpy", "saxpy<3>"}};
+  return r;
+}
+
+plan::Config config() {
+  plan::Config c;
+  c.cache_dir = "/cache";
+  c.lock_dir = "/cache/locks";
+  c.include_dir = "/pkg/include";
+  c.csrc_dir = JITKERN_SOURCE_DIR "/csrc";
+  c.runtime_lib_dir = "/pkg/lib";
+  c.tvm_ffi_include_dir = c.dlpack_include_dir = "/tvm/include";
+  c.tvm_ffi_lib_dir = "/tvm/lib";
+  return c;
+}
+
+plan::Toolchain toolchain_() {
+  plan::Toolchain t;
+  t.cxx = {"/usr/bin/c++", "/usr/bin/g++-12", "g++-12|1|2\ng++ 12.2"};
+  t.nvcc = {"/cuda/bin/nvcc", "/cuda/bin/nvcc", "nvcc|3|4\nrelease 13.0"};
+  t.cuda_arch = "sm_90a";
+  return t;
+}
+
+std::string key(const BuildRequest& r, const std::string& cwd = "/work") { return plan::make(r, config(), toolchain_(), cwd).request_key; }
+
+void expect_invalid(const BuildRequest& r, const std::string& needle) {
+  try {
+    plan::validate(r);
+    ADD_FAILURE() << "accepted a request that should fail with: " << needle;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Plan, ArchRule) {
+  EXPECT_EQ(toolchain::arch_for_capability(9, 0), "sm_90a");
+  EXPECT_EQ(toolchain::arch_for_capability(10, 0), "sm_100a");
+  EXPECT_EQ(toolchain::arch_for_capability(8, 9), "sm_89");
+  EXPECT_EQ(toolchain::arch_for_capability(8, 0), "sm_80");
+  for (const char* ok : {"sm_90a", "sm_90", "sm_80", "sm_100f", "sm_120a"}) EXPECT_NO_THROW(toolchain::validate_arch(ok)) << ok;
+  for (const char* bad : {"sm90", "sm_9", "sm_90b", "compute_90", "sm_90aa", ""}) EXPECT_THROW(toolchain::validate_arch(bad), std::invalid_argument) << bad;
+}
+
+TEST(Plan, ValidationNamesTheField) {
+  BuildRequest r = cpu_request();
+  r.name_parts.clear();
+  expect_invalid(r, "needs a name");
+  r = cpu_request();
+  r.cpp_files.clear();
+  expect_invalid(r, "at least one of cpp_files or cuda_files");
+  r = cpu_request();
+  r.cpp_wrappers = {{"a-b", "f"}};
+  expect_invalid(r, "cpp_wrappers: export name 'a-b' is not a C identifier");
+  for (const char* reserved : {"path", "exports", "__dict__", "__class__"}) {
+    r.cpp_wrappers = {{reserved, "f"}};
+    expect_invalid(r, "is reserved");
+  }
+  r.cpp_wrappers = {{"f", "f"}, {"f", "g"}};
+  expect_invalid(r, "used twice");
+  r.cpp_wrappers = {{"f", "  "}};
+  expect_invalid(r, "is empty");
+  r.cpp_wrappers = {{"f", "f\ng"}};
+  expect_invalid(r, "contains a newline");
+  r = cpu_request();
+  r.extra_cflags = {std::string("-DX\0Y", 5)};
+  expect_invalid(r, "extra_cflags entry contains a NUL byte");
+  r = cpu_request();
+  r.name_parts.push_back("a\nb");
+  expect_invalid(r, "name entry 'a\nb' contains a newline");
+  r = cpu_request();
+  r.cuda_wrappers = {{"f", "f"}};
+  expect_invalid(r, "cuda_wrappers were given without cuda_files");
+  r = cpu_request();
+  r.cuda_arch = "sm_9x";
+  EXPECT_THROW(plan::validate(r), std::invalid_argument);
+}
+
+TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
+  BuildRequest r = cpu_request();
+  r.cpp_files = {"no_such_kernel.h"};
+  try {
+    plan::make(r, config(), toolchain_(), "/work");
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel source 'no_such_kernel.h' not found (looked at " JITKERN_SOURCE_DIR "/csrc/no_such_kernel.h"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Plan, KeyFollowsEverythingThatChangesTheLibrary) {
+  const BuildRequest base = cpu_request();
+  EXPECT_EQ(key(base), key(base)) << "deterministic";
+  BuildRequest r = base;
+  r.extra_cflags = {"-DX=1"};
+  EXPECT_NE(key(r), key(base));
+  r = base;
+  r.cpp_wrappers = {{"saxpy", "saxpy<4>"}};
+  EXPECT_NE(key(r), key(base));
+  plan::Toolchain other = toolchain_();
+  other.cxx.identity = "g++-13|1|2\ng++ 13.1";
+  EXPECT_NE(plan::make(base, config(), other, "/work").request_key, key(base)) << "compiler identity";
+  plan::Config moved = config();
+  moved.runtime_lib_dir = "/elsewhere/lib";
+  EXPECT_NE(plan::make(base, moved, toolchain_(), "/work").request_key, key(base)) << "the runtime the module links";
+}
+
+TEST(Plan, KeyIgnoresWhatDoesNotChangeTheLibrary) {
+  const BuildRequest base = cpu_request();
+  EXPECT_EQ(key(base, "/work"), key(base, "/somewhere/else")) << "the caller's directory, with no relative paths";
+  plan::Config other = config();
+  other.lock_dir = "/locks";
+  EXPECT_EQ(plan::make(base, other, toolchain_(), "/work").request_key, key(base));
+  plan::Toolchain tc = toolchain_();
+  tc.nvcc = {};
+  tc.cuda_arch.clear();
+  EXPECT_EQ(plan::make(base, config(), tc, "/work").request_key, key(base)) << "nvcc does not matter to a C++-only module";
+}
+
+TEST(Plan, RelativeIncludePathsResolveAgainstTheCallersDirectory) {
+  BuildRequest r = cpu_request();
+  r.extra_include_paths = {"inc"};
+  r.extra_cflags = {"-Iinc2", "-isystem", "sys", "-I/abs"};
+  const plan::Plan p = plan::make(r, config(), toolchain_(), "/work/project");
+  auto has = [&](const std::string& arg) { return std::find(p.cpp_compile.begin(), p.cpp_compile.end(), arg) != p.cpp_compile.end(); };
+  EXPECT_TRUE(has("-I/work/project/inc"));
+  EXPECT_TRUE(has("-I/work/project/inc2"));
+  EXPECT_TRUE(has("/work/project/sys"));
+  EXPECT_TRUE(has("-I/abs"));
+  EXPECT_NE(key(r, "/work/project"), key(r, "/work/other")) << "the same relative path elsewhere is other headers";
+}
+
+TEST(Plan, CudaCommandAndEntryLayout) {
+  BuildRequest r;
+  r.name_parts = {"add_constant", "5"};
+  r.cuda_files = {"add_constant.cuh"};
+  r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
+  const plan::Plan p = plan::make(r, config(), toolchain_(), "/work");
+  EXPECT_EQ(p.name, "add_constant_5");
+  EXPECT_EQ(p.entry_dir, "/cache/add_constant_5-" + p.request_key.substr(0, 20));
+  EXPECT_EQ(p.lock_path, "/cache/locks/add_constant_5-" + p.request_key.substr(0, 20) + ".lock");
+  EXPECT_NE(std::find(p.cuda_compile.begin(), p.cuda_compile.end(), "-gencode=arch=compute_90a,code=sm_90a"), p.cuda_compile.end());
+  EXPECT_NE(p.cuda_source.find("JITKERN_EXPORT(add_constant, add_constant<5>)"), std::string::npos);
+  EXPECT_EQ(p.dep_exclude_prefixes.front(), "/cuda/");
+  EXPECT_EQ(plan::export_names(r), std::vector<std::string>{"add_constant"});
+}
