@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 namespace {
 
@@ -71,11 +72,16 @@ void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice de
       .enable_pdl(pdl && runtime::get_cc_major(device.device_id) >= 9)(kernel, out, in, n);
 }
 
-// A contiguous tensor of any rank as 1-D; any other tensor unchanged (so that the matcher names what
-// is wrong with it). `numel` holds the 1-D shape.
-inline DLTensor as_flat(jitkern::TensorView t, int64_t* numel) {
+// A contiguous tensor of any rank as 1-D (`numel` holds the 1-D shape).
+inline DLTensor as_flat(jitkern::TensorView t, const char* name, int64_t* numel) {
+  if (!t.is_contiguous()) {
+    char strides[96] = "";
+    for (int64_t d = 0, n = 0; d < t.dim() && n < 80; ++d)
+      n += std::snprintf(strides + n, sizeof strides - n, d ? ", %lld" : "%lld", static_cast<long long>(t.stride(d)));
+    host::RuntimeCheck(false, name, " must be contiguous, got strides (", static_cast<const char*>(strides), ")");
+  }
   DLTensor flat = *t.get();
-  if (t.dim() != 1 && t.is_contiguous()) {
+  if (t.dim() != 1) {
     *numel = 1;
     for (int64_t d = 0; d < t.dim(); ++d) *numel *= t.size(d);
     flat.ndim = 1, flat.shape = numel, flat.strides = nullptr;
@@ -89,7 +95,7 @@ template <int32_t kConstant>
 void add_constant(jitkern::TensorView dst, jitkern::TensorView src) {
   using namespace host;
   int64_t src_numel = 0, dst_numel = 0;
-  const DLTensor flat_src = as_flat(src, &src_numel), flat_dst = as_flat(dst, &dst_numel);
+  const DLTensor flat_src = as_flat(src, "src", &src_numel), flat_dst = as_flat(dst, "out", &dst_numel);
   SymbolicSize N{"num_elements"};
   SymbolicDevice device;
   TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(&flat_src, "src").verify(&flat_dst, "out");

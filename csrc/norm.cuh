@@ -318,7 +318,7 @@ struct NormOps {
                      double eps, int64_t head_dim) {
     using namespace host;
     RuntimeCheck(head_dim >= 0, "head_dim must be positive, or 0 when q and k are [N, H, D]; got ", head_dim);
-    RuntimeCheck(head_dim > 0 || (q.dim() == 3 && k.dim() == 3), "head_dim must be positive when q or k is 2-D [N, H * D]; got q with ",
+    RuntimeCheck(head_dim > 0 || (q.dim() == 3 && k.dim() == 3), "head_dim must be positive unless q and k are both [N, H, D]; got q with ",
                  q.dim(), " and k with ", k.dim(), " dimensions");
     auto N = SymbolicSize{"num_tokens"};
     auto D = SymbolicSize{"head_dim"};

@@ -64,6 +64,8 @@ class TensorView {
   // Row-major contiguity; dimensions of size 1 may carry any stride (as in PyTorch).
   bool is_contiguous() const {
     if (checked()->strides == nullptr) return true;
+    for (int32_t d = 0; d < m_tensor->ndim; ++d)
+      if (m_tensor->shape[d] == 0) return true;  // no elements: any strides (numpy gives empty arrays odd ones)
     int64_t expected = 1;
     for (int32_t d = m_tensor->ndim - 1; d >= 0; --d) {
       if (m_tensor->shape[d] == 1) continue;

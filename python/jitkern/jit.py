@@ -272,7 +272,7 @@ def cpp_type(dtype: Any) -> str:
     try:
         return DTYPES[name]
     except KeyError:
-        raise TypeError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}") from None
+        raise TypeError(f"unsupported torch dtype {dtype}; supported: {', '.join(DTYPES)}") from None
 
 
 def _cpp_arg(arg: Any) -> str:

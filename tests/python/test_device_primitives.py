@@ -147,7 +147,7 @@ def test_vector_store_through_shared_memory(prim, dtype_name, cpp_type, elements
         dst = torch.full_like(src, float("nan"))
     getattr(prim, f"vector_copy_via_shared_{cpp_type}")(dst, src)
     assert torch.equal(dst, src)
-    with pytest.raises(RuntimeError, match="multiple of"):
+    with pytest.raises(ValueError, match="multiple of"):
         prim.vector_copy_via_shared_fp32_t(torch.empty(6, device="cuda"), torch.empty(6, device="cuda"))
 
 

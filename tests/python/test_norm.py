@@ -178,7 +178,7 @@ def test_qknorm_head_dim_keyword_with_2d_inputs():
     fused_inplace_qknorm(q, k, qw, kw, head_dim=128)
     _assert_close(q, eq, "bfloat16")
     _assert_close(k, ek, "bfloat16")
-    with pytest.raises(ValueError, match=r"head_dim must be positive when q or k is 2-D \[N, H \* D\]"):
+    with pytest.raises(ValueError, match=r"head_dim must be positive unless q and k are both \[N, H, D\]; got q with 2 and k with 2 dimensions"):
         fused_inplace_qknorm(q, k, qw, kw)
 
 
@@ -305,10 +305,10 @@ def test_cpp_entry_points_validate_before_launch():
         m.qknorm(q2, q2.clone(), w, w, 1e-6, 128)
     with pytest.raises(ValueError, match="head_dim must be positive, or 0 when q and k are"):
         m.qknorm(q2, q2.clone(), w, w, 1e-6, -1)
-    with pytest.raises(ValueError, match=r"head_dim must be positive when q or k is 2-D"):
+    with pytest.raises(ValueError, match=r"head_dim must be positive unless q and k are both \[N, H, D\]"):
         m.qknorm(q2, q2.view(4, 3, 64).clone(), w, w, 1e-6, 0)  # 2-D q without head_dim
-    with pytest.raises(ValueError, match=r"k: Dimension mismatch"):
-        m.qknorm(q2.view(4, 3, 64), q2.view(4, 3, 64, 1).clone(), w, w, 1e-6, 0)
+    with pytest.raises(ValueError, match=r"k: Dimension mismatch: expected 3 dimensions but got 4"):
+        m.qknorm(q2.view(4, 3, 64), q2.view(4, 3, 64, 1).clone(), w, w, 1e-6, 64)
     overlapping = torch.empty(400, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
     with pytest.raises(ValueError, match="q rows overlap"):
         m.qknorm(overlapping, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
