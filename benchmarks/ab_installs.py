@@ -1,7 +1,7 @@
 """A/B of two jitkern installs on the same GPU, in alternating fresh processes: per-call host time of
 every op at decode size, and the warm load (first load_jit of a cached module in a fresh process).
 
-    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 3]
+    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 5] [--cpu 3]
 
 Each NAME=DIR is a --target install directory (put first on PYTHONPATH). Prints Markdown tables."""
 
@@ -55,10 +55,11 @@ print("RESULT warm load_jit, fresh process (ms) |", (t2 - t1) * 1e3)
 """
 
 
-def run(code: str, site: str, cache: str) -> dict[str, float]:
+def run(code: str, site: str, cache: str, cpu: int | None = None) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=site + os.pathsep + os.environ.get("PYTHONPATH", ""), JITKERN_CACHE_DIR=cache,
                JITKERN_QUIET="1")
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []  # one core: process-to-process placement noise out
+    out = subprocess.run([*pin, sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
     results = {}
@@ -72,22 +73,24 @@ def run(code: str, site: str, cache: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("installs", nargs="+", help="NAME=SITE_DIR")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cpu", type=int, default=None, help="pin every process to this CPU core")
     args = parser.parse_args()
     installs = dict(item.split("=", 1) for item in args.installs)
     samples: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         caches = {name: os.path.join(tmp, name) for name in installs}
         for name, site in installs.items():  # compile everything once, outside the timings
-            run(PER_CALL.format(here=str(HERE)), site, caches[name])
+            for code in (PER_CALL.format(here=str(HERE)), WARM_LOAD):
+                run(code, site, caches[name])
         for _ in range(args.rounds):
             for name, site in installs.items():
                 for code in (PER_CALL.format(here=str(HERE)), WARM_LOAD):
-                    for case, value in run(code, site, caches[name]).items():
+                    for case, value in run(code, site, caches[name], args.cpu).items():
                         samples.setdefault((case, name), []).append(value)
     names = list(installs)
     cases = list(dict.fromkeys(case for case, _ in samples))
-    print(f"\n| case | " + " | ".join(f"{n} (median of {args.rounds}; range)" for n in names) + " |")
+    print(f"\n| case | " + " | ".join(f"{n}: median of {args.rounds} processes (min-max)" for n in names) + " |")
     print("|---|" + "---|" * len(names))
     for case in cases:
         cells = []

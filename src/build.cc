@@ -50,11 +50,14 @@ double compile_timeout_s() {
   return s;
 }
 
-std::string engine_lib_dir() {
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname)
-    return fs::dirname(fs::realpath_or(info.dli_fname));
-  return ".";
+const std::string& engine_lib_dir() {
+  static const std::string dir = [] {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname)
+      return fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+    return std::string(".");
+  }();
+  return dir;
 }
 
 std::string current_dir() {
@@ -426,8 +429,8 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
 
 plan::Plan make_plan(const BuildRequest& request, const plan::Config& cfg) {
   plan::validate(request);
-  plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
   plan::Toolchain tc;
+  tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
   fs::ensure_private_dir(cfg.cache_dir, "cache directory");
   tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
   tc.cxx_from_env = !settings::get("CXX").empty();

@@ -81,14 +81,20 @@ Config resolve(const EngineConfig& c, const std::string& build_directory, const 
   const std::string include = settings::get("JITKERN_INCLUDE_DIR"), csrc = settings::get("JITKERN_CSRC_DIR");
   r.include_dir = !include.empty() ? include : package + "/include";
   r.csrc_dir = !csrc.empty() ? csrc : package + "/csrc";
+  // tvm-ffi: the configuration, else the environment, else the libtvm_ffi.so loaded in this process.
   r.tvm_ffi_include_dir = !c.tvm_ffi_include_dir.empty() ? c.tvm_ffi_include_dir : settings::get("JITKERN_TVM_FFI_INCLUDE");
-  r.dlpack_include_dir = !c.dlpack_include_dir.empty() ? c.dlpack_include_dir : r.tvm_ffi_include_dir;
   r.tvm_ffi_lib_dir = !c.tvm_ffi_lib_dir.empty() ? c.tvm_ffi_lib_dir : settings::get("JITKERN_TVM_FFI_LIB");
+  std::string loaded_lib, loaded_include;
+  if ((r.tvm_ffi_include_dir.empty() || r.tvm_ffi_lib_dir.empty()) && toolchain::loaded_tvm_ffi_dirs(&loaded_lib, &loaded_include)) {
+    if (r.tvm_ffi_include_dir.empty()) r.tvm_ffi_include_dir = loaded_include;
+    if (r.tvm_ffi_lib_dir.empty()) r.tvm_ffi_lib_dir = loaded_lib;
+  }
+  r.dlpack_include_dir = !c.dlpack_include_dir.empty() ? c.dlpack_include_dir : r.tvm_ffi_include_dir;
   r.tvm_ffi_version = c.tvm_ffi_version;
   if (r.tvm_ffi_include_dir.empty() || r.tvm_ffi_lib_dir.empty())
     throw std::runtime_error(
-        "jitkern: tvm-ffi's include and library directories are unknown; the Python package passes them, C++ "
-        "programs set EngineConfig::tvm_ffi_include_dir/tvm_ffi_lib_dir or JITKERN_TVM_FFI_INCLUDE/JITKERN_TVM_FFI_LIB");
+        "jitkern: tvm-ffi's include and library directories are unknown (no libtvm_ffi.so with headers in ../include is "
+        "loaded); set JITKERN_TVM_FFI_INCLUDE and JITKERN_TVM_FFI_LIB, or EngineConfig::tvm_ffi_include_dir/tvm_ffi_lib_dir");
   return r;
 }
 
@@ -171,7 +177,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   for (const auto& part : req.name_parts) p.name += (p.name.empty() ? "" : "_") + part;
   p.has_cpp = !req.cpp_files.empty();
   p.has_cuda = !req.cuda_files.empty();
-  p.sources = sources(req, cfg);
+  p.sources = tc.sources.empty() ? sources(req, cfg) : tc.sources;
   const std::vector<std::string> cpp_files(p.sources.begin(), p.sources.begin() + req.cpp_files.size());
   const std::vector<std::string> cuda_files(p.sources.begin() + req.cpp_files.size(), p.sources.end());
   if (p.has_cpp) p.cpp_source = wrapper_source(cpp_files, req.cpp_wrappers);

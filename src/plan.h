@@ -37,6 +37,7 @@ struct Toolchain {
   toolchain::Compiler nvcc;  // empty path when the request has no CUDA sources
   std::string cuda_arch;     // likewise
   bool cxx_from_env = false; // $CXX was set: nvcc gets it as -ccbin
+  std::vector<std::string> sources;  // plan::sources(), when the caller resolved them already
 };
 
 struct Plan {

@@ -40,8 +40,9 @@ Compiler identify(const std::string& program, const std::string& cache_dir, cons
     fs::check_private_file(record, "toolchain record");
     const auto lines = text::split_lines(text);
     fs::FileSig now;
-    if (lines.size() >= 4 && fs::stat_sig(lines[1], &now) && std::to_string(now.size) == lines[2] &&
-        std::to_string(now.mtime_ns) == lines[3] && fs::realpath_or(lines[0]) == lines[1]) {
+    // stat() follows the program's symbolic links: a link retargeted to another compiler changes the signature.
+    if (lines.size() >= 4 && fs::stat_sig(lines[0], &now) && std::to_string(now.size) == lines[2] &&
+        std::to_string(now.mtime_ns) == lines[3]) {
       c.path = lines[0];
       c.real = lines[1];
       const std::size_t head = lines[0].size() + lines[1].size() + lines[2].size() + lines[3].size() + 4;
@@ -92,6 +93,20 @@ std::string cuda_lib_dir(const std::string& nvcc_path) {
   for (const std::string& d : {root + "/lib64", root + "/targets/x86_64-linux/lib", root + "/lib"})
     if (::access((d + "/libcudart.so").c_str(), F_OK) == 0) return d;
   return root + "/lib64";
+}
+
+bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir) {
+  static const std::pair<std::string, std::string> dirs = [] {
+    void* lib = ::dlopen("libtvm_ffi.so", RTLD_NOW | RTLD_NOLOAD);
+    void* sym = lib ? ::dlsym(lib, "TVMFFIFunctionCreate") : nullptr;
+    Dl_info info{};
+    if (sym == nullptr || !::dladdr(sym, &info) || info.dli_fname == nullptr) return std::pair<std::string, std::string>{};
+    const std::string dir = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+    return std::pair<std::string, std::string>{dir, fs::dirname(dir) + "/include"};
+  }();
+  if (dirs.first.empty() || ::access((dirs.second + "/tvm/ffi/c_api.h").c_str(), R_OK) != 0) return false;
+  *lib_dir = dirs.first, *include_dir = dirs.second;
+  return true;
 }
 
 std::string arch_for_capability(int major, int minor) {

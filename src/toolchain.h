@@ -24,6 +24,10 @@ std::string nvcc_program();
 // The CUDA runtime library directory of the toolkit that `nvcc_path` belongs to.
 std::string cuda_lib_dir(const std::string& nvcc_path);
 
+// tvm-ffi's library and include directories, from the libtvm_ffi.so loaded in this process (the
+// Python package loads it; its headers sit in ../include beside lib/). False when none is loaded.
+bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir);
+
 // The target for a compute capability: sm_XY, with the 'a' suffix from sm_90 on (wgmma,
 // setmaxnreg, ... need the architecture-specific target).
 std::string arch_for_capability(int major, int minor);

@@ -71,25 +71,10 @@ def runtime_version() -> str:
     return _LIB.jitkern_version().decode()
 
 
-def environment_paths() -> dict[str, str]:
-    """Directories the engine needs from tvm-ffi's installation.
+def tvm_ffi_paths() -> dict[str, str]:
+    """tvm-ffi's include and library directories (for tools; the engine finds them itself from the
+    loaded libtvm_ffi.so, or from JITKERN_TVM_FFI_INCLUDE / JITKERN_TVM_FFI_LIB)."""
+    import tvm_ffi.libinfo as libinfo
 
-    Read off the package layout (include/, lib/ beside tvm_ffi/__init__.py) because tvm_ffi.libinfo
-    searches several locations and costs about a millisecond.
-    """
-    import tvm_ffi
-
-    root = os.path.dirname(os.path.abspath(tvm_ffi.__file__))
-    include, lib = os.path.join(root, "include"), os.path.join(root, "lib")
-    if os.path.exists(os.path.join(include, "tvm", "ffi", "c_api.h")) and os.path.exists(os.path.join(lib, "libtvm_ffi.so")):
-        paths = {"tvm_ffi_include": include, "dlpack_include": include, "tvm_ffi_lib": lib}
-    else:  # a development install of tvm-ffi: let it search
-        import tvm_ffi.libinfo as libinfo
-
-        paths = {
-            "tvm_ffi_include": libinfo.find_include_path(),
-            "dlpack_include": libinfo.find_dlpack_include_path(),
-            "tvm_ffi_lib": os.path.dirname(libinfo.find_libtvm_ffi()),
-        }
-    paths["tvm_ffi_version"] = tvm_ffi.__version__
-    return paths
+    return {"tvm_ffi_include": libinfo.find_include_path(), "dlpack_include": libinfo.find_dlpack_include_path(),
+            "tvm_ffi_lib": os.path.dirname(libinfo.find_libtvm_ffi())}

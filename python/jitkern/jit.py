@@ -21,10 +21,10 @@ _MODULES_LOCK = threading.Lock()
 
 
 def _environment() -> bytes:
-    """tvm-ffi's include/lib directories, encoded once per process."""
+    """The tvm-ffi version (part of the cache key; the engine finds tvm-ffi's directories itself)."""
     global _ENV
     if _ENV is None:
-        _ENV = _engine.encode(_engine.environment_paths().items())
+        _ENV = _engine.encode([("tvm_ffi_version", tvm_ffi.__version__)])
     return _ENV
 
 
@@ -109,34 +109,33 @@ class JitSpec:
         for name, value in (("build_directory", build_directory), ("cuda_arch", cuda_arch)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
-        fields = {
-            "args": tuple(args),
-            "cpp_files": _strings(owner, "cpp_files", cpp_files),
-            "cuda_files": _strings(owner, "cuda_files", cuda_files),
-            "cpp_wrappers": _wrappers(owner, "cpp_wrappers", cpp_wrappers),
-            "cuda_wrappers": _wrappers(owner, "cuda_wrappers", cuda_wrappers),
-            "extra_cflags": _strings(owner, "extra_cflags", extra_cflags),
-            "extra_cuda_cflags": _strings(owner, "extra_cuda_cflags", extra_cuda_cflags),
-            "extra_ldflags": _strings(owner, "extra_ldflags", extra_ldflags),
-            "extra_include_paths": _strings(owner, "extra_include_paths", extra_include_paths),
-            "build_directory": build_directory or None,
-            "cuda_arch": cuda_arch or None,
-        }
-        for k, v in fields.items():
-            object.__setattr__(self, k, v)
-        request = [("name", a) for a in self.args]
-        request += [("cpp_file", f) for f in self.cpp_files] + [("cuda_file", f) for f in self.cuda_files]
+        setattr_ = object.__setattr__
+        setattr_(self, "args", args)
+        setattr_(self, "cpp_files", _strings(owner, "cpp_files", cpp_files))
+        setattr_(self, "cuda_files", _strings(owner, "cuda_files", cuda_files))
+        setattr_(self, "cpp_wrappers", _wrappers(owner, "cpp_wrappers", cpp_wrappers))
+        setattr_(self, "cuda_wrappers", _wrappers(owner, "cuda_wrappers", cuda_wrappers))
+        setattr_(self, "extra_cflags", _strings(owner, "extra_cflags", extra_cflags))
+        setattr_(self, "extra_cuda_cflags", _strings(owner, "extra_cuda_cflags", extra_cuda_cflags))
+        setattr_(self, "extra_ldflags", _strings(owner, "extra_ldflags", extra_ldflags))
+        setattr_(self, "extra_include_paths", _strings(owner, "extra_include_paths", extra_include_paths))
+        setattr_(self, "build_directory", build_directory or None)
+        setattr_(self, "cuda_arch", cuda_arch or None)
+        request = [("name", a) for a in args]
+        for key, values in (("cpp_file", self.cpp_files), ("cuda_file", self.cuda_files)):
+            request += [(key, v) for v in values]
         for kind, wrappers in (("cpp", self.cpp_wrappers), ("cuda", self.cuda_wrappers)):
             for n, e, *names in wrappers:
                 request += [(f"{kind}_wrapper_name", n), (f"{kind}_wrapper_expr", e)]
                 request += [(f"{kind}_wrapper_args", a) for a in names]
-        request += [("cflag", f) for f in self.extra_cflags] + [("cuda_cflag", f) for f in self.extra_cuda_cflags]
-        request += [("ldflag", f) for f in self.extra_ldflags] + [("include", f) for f in self.extra_include_paths]
-        if self.build_directory:
-            request.append(("build_directory", self.build_directory))
-        if self.cuda_arch:
-            request.append(("cuda_arch", self.cuda_arch))
-        object.__setattr__(self, "_request", _engine.encode(request))
+        for key, values in (("cflag", self.extra_cflags), ("cuda_cflag", self.extra_cuda_cflags), ("ldflag", self.extra_ldflags),
+                            ("include", self.extra_include_paths)):
+            request += [(key, v) for v in values]
+        if build_directory:
+            request.append(("build_directory", build_directory))
+        if cuda_arch:
+            request.append(("cuda_arch", cuda_arch))
+        setattr_(self, "_request", _engine.encode(request))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")

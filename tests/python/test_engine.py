@@ -299,3 +299,64 @@ def test_invalid_cuda_arch_is_reported(cache_dir, monkeypatch):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "hopper")
     with pytest.raises(ValueError, match="invalid CUDA architecture 'hopper'"):
         jitkern.load_jit("arch_test", cuda_files=["add_constant.cuh"], cuda_wrappers=[("add_constant", "add_constant<1>")])
+
+
+def test_engine_only_change_keeps_cached_kernels(cache_dir, workdir):
+    """Kernel modules link only the runtime library, named in the key by its ABI version: a rebuilt
+    engine (or a rebuilt runtime of the same ABI) keeps every cached kernel."""
+    assert compiles(run_child(workdir)) == 1
+    lib_dir = jitkern.PACKAGE_DIR / "lib"
+    saved = {}
+    try:
+        for name in ("libjitkern_engine.so", "libjitkern_runtime.so"):
+            path = lib_dir / name
+            saved[path] = (path.stat().st_size, path.stat().st_atime_ns, path.stat().st_mtime_ns)
+            with open(path, "ab") as f:  # new bytes and a new mtime, as a rebuild would give
+                f.write(b"\0" * 16)
+        warm = run_child(workdir)
+        assert result_of(warm) == 2.0 and compiles(warm) == 0
+    finally:
+        for path, (size, atime, mtime) in saved.items():
+            with open(path, "r+b") as f:
+                f.truncate(size)
+            os.utime(path, ns=(atime, mtime))
+
+
+def test_jitspec_is_a_value_that_builds_without_loading(cache_dir):
+    make = lambda factor: jitkern.JitSpec("spec_test", cpp_files=[str(KERNELS / "scale_cpu.h")],
+                                          cpp_wrappers=[("scale", f"scale<{factor}>", ["out", "in"])])
+    spec = make(2)
+    assert spec == make(2) and hash(spec) == hash(make(2)) and spec != make(3)
+    assert spec.replace(extra_cflags=["-DX"]).extra_cflags == ("-DX",) and spec.extra_cflags == ()
+    with pytest.raises(AttributeError):
+        spec.args = ("other",)
+    path = spec.build()
+    assert path.endswith(".so") and os.path.exists(path)
+    assert path not in Path("/proc/self/maps").read_text(), "build() must not load the library"
+    assert spec.build() == path
+    module = spec.load()
+    assert module is spec.load() is jitkern.load_jit(*spec.args, cpp_files=spec.cpp_files, cpp_wrappers=spec.cpp_wrappers)
+    assert module.path == path and module.exports == ("scale",)
+    with pytest.raises(TypeError, match=r"scale\(out, in\) takes 2 arguments but 1 was given"):
+        module.scale(np.zeros(2, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"scale\(\): argument 'in' \(the 2nd\) must be a tensor, got int 7"):
+        module.scale(np.zeros(2, dtype=np.float32), 7)
+    with pytest.raises(ValueError, match="argument names of 'scale' must be C identifiers"):
+        jitkern.JitSpec("spec_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>", "out, 1in")]).build()
+
+
+def test_load_is_memoised_on_everything_that_changes_the_result(cache_dir, tmp_path, monkeypatch):
+    spec = jitkern.JitSpec("memo_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")])
+    first = spec.load()
+    assert spec.load() is first
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "other-cache"))
+    other = spec.load()
+    assert other is not first and other.path.startswith(str(tmp_path / "other-cache"))
+
+
+def test_readme_lists_every_setting():
+    """The README's table of environment variables is the engine's own (src/settings.cc), verbatim."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = jitkern._engine.settings_markdown()
+    assert "JITKERN_COMPILE_TIMEOUT" in table and "JITKERN_CACHE_DIR" in table
+    assert table in readme, "README.md's settings table differs from `python -m jitkern config --markdown`:\n" + table
