@@ -111,7 +111,9 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
     if (it != by_request.end()) return it->second;
   }
   const auto module = jitkern::load(req, cfg);
-  const std::vector<std::string> exports = jitkern::export_names(req);
+  std::vector<std::string> exports;  // load() validated the request
+  for (const auto* wrappers : {&req.cpp_wrappers, &req.cuda_wrappers})
+    for (const auto& w : *wrappers) exports.push_back(w.name);
   std::lock_guard<std::mutex> lock(mutex);
   auto& prefix = by_path[module->path()];
   if (prefix.empty()) {

@@ -172,7 +172,6 @@ std::vector<std::string> sources(const BuildRequest& req, const Config& cfg) {
 }
 
 Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const std::string& cwd) {
-  validate(req);
   Plan p;
   for (const auto& part : req.name_parts) p.name += (p.name.empty() ? "" : "_") + part;
   p.has_cpp = !req.cpp_files.empty();

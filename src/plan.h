@@ -50,7 +50,8 @@ struct Plan {
   std::string host_cxx, nvcc;
 };
 
-// `cwd`: the directory relative include paths are resolved against (the caller's).
+// `request` must have passed validate(). `cwd`: the directory relative include paths are resolved
+// against (the caller's).
 Plan make(const BuildRequest& request, const Config& config, const Toolchain& toolchain, const std::string& cwd);
 
 // The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper.

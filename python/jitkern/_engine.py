@@ -47,7 +47,7 @@ def _take(ptr: int | None) -> str:
 def encode(fields: Iterable[tuple[str, str]]) -> bytes:
     parts = []
     for key, value in fields:
-        data = value.encode("utf-8", errors="surrogateescape")
+        data = value.encode()
         parts.append(b"%s %d:%s\n" % (key.encode(), len(data), data))
     return b"".join(parts)
 

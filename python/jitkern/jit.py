@@ -49,7 +49,7 @@ def _wrappers(owner: str, name: str, value: Sequence[tuple] | None) -> tuple[tup
         raise TypeError(f"{owner}: {name} must be a list of {expected} tuples, got {type(value).__name__}")
     out = []
     for item in value:
-        if not (isinstance(item, (tuple, list)) and len(item) in (2, 3) and all(isinstance(x, str) for x in item[:2])):
+        if not (type(item) in (tuple, list) and len(item) in (2, 3) and type(item[0]) is str and type(item[1]) is str):
             raise TypeError(f"{owner}: {name} must be a list of {expected} tuples, got {item!r}")
         if len(item) == 3:
             names = item[2]

@@ -40,7 +40,10 @@ plan::Toolchain toolchain_() {
   return t;
 }
 
-std::string key(const BuildRequest& r, const std::string& cwd = "/work") { return plan::make(r, config(), toolchain_(), cwd).request_key; }
+std::string key(const BuildRequest& r, const std::string& cwd = "/work") {
+  plan::validate(r);
+  return plan::make(r, config(), toolchain_(), cwd).request_key;
+}
 
 void expect_invalid(const BuildRequest& r, const std::string& needle) {
   try {
