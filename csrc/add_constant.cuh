@@ -13,9 +13,8 @@
 
 namespace {
 
-// Measured on H100 (64M int32, same run, CUDA graph / plain launches): 1024 threads x 1 vector
-// 177.5 / 181.0 us, 512 x 1 180.2 / 184.5, 512 x 2 182.0 / 186.0, 256 x 4 185.3 / 189, torch.add
-// 179.4 / 183.5. Streaming cache hints (__ldcs/__stcs) cost 3% in every shape tried.
+// The fastest of the block shapes and unrolls tried; streaming cache hints were slower (docs/benchmarks.md,
+// "Design measurements").
 constexpr int kAddConstantThreads = 1024;
 constexpr int kAddConstantUnroll = 1;  // 16-byte vectors in flight per thread
 constexpr int64_t kAddConstantTile = int64_t{kAddConstantThreads} * kAddConstantUnroll * 4;  // elements per block
@@ -56,10 +55,9 @@ __global__ void __launch_bounds__(kAddConstantThreads) add_constant_kernel(int32
   for (int64_t i = tile_start + threadIdx.x; i < tile_end; i += kAddConstantThreads) dst[i] = add_wrapping<kConstant>(src[i]);
 }
 
-// pdl: launch with programmatic stream serialisation (sm_90+). Besides letting the kernel's launch
-// overlap the previous kernel's tail, the driver queues such a launch faster: measured on the H100
-// host, 4.06 -> 3.68 us per cudaLaunchKernelEx on the legacy stream, 3.89 -> 3.39 us on a created one
-// (docs/benchmarks.md). The reference-path benchmark passes false, as the tutorial launches.
+// pdl: launch with programmatic stream serialisation (sm_90+): the launch overlaps the previous kernel's
+// tail, and the driver queues it faster (docs/benchmarks.md). The reference-path benchmark passes
+// false, as the tutorial launches.
 template <int32_t kConstant>
 void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice device, bool pdl = true) {
   using namespace host;

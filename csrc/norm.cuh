@@ -57,9 +57,9 @@ using device::norm::RowPointers;
 
 // How row numbers map to (problem, token, head):
 //   kProblemMajor: every row of problem[0], then every row of problem[1];
-//   kTokenMajor:   token by token, problem[0]'s heads then problem[1]'s: the rows of a fused qkv
-//                  buffer in memory order (measured on H100, qknorm T = 8192: 60.4 -> 59.0 us), but
-//                  slower on small grids (T = 256: 1.89 -> 2.14 us), so only the many-row launch uses it;
+//   kTokenMajor:   token by token, problem[0]'s heads then problem[1]'s: a fused qkv buffer in memory
+//                  order; faster with many rows, slower on small grids, so only the many-row launch
+//                  uses it (docs/benchmarks.md, "Design measurements");
 //   kTokenRows:    one problem with one row per token (rmsnorm, fused_add_rmsnorm): no problem select
 //                  and no head division (see launch_norm_wide for where that pays).
 enum class RowOrder { kProblemMajor, kTokenMajor, kTokenRows };
@@ -110,11 +110,9 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 }
 
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
-// after the wait they sat on the critical path (measured on H100: rmsnorm [1, 4096] 1.38 -> 1.20 us,
-// [256, 4096] 2.24 -> 1.98 us, fused_add_rmsnorm [256, 4096] 2.71 -> 2.61 us).
-// fused_add_rmsnorm lets the next kernel launch only once this one has passed its own wait, which
-// limits how many launches ahead wait on the SMs (measured: [1, 4096] 1.73 -> 1.61 us, [256, 4096]
-// 2.59 -> 2.46 us); rmsnorm measured best triggering at once ([16, 4096] 1.18 against 1.43 us).
+// after the wait they sit on the critical path. fused_add_rmsnorm lets the next kernel launch only
+// once this one has passed its own wait (fewer launches waiting on the SMs); rmsnorm triggers at once.
+// Both choices were measured (docs/benchmarks.md, "Design measurements").
 // kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p) {
@@ -149,11 +147,9 @@ void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, b
   }
 }
 
-// token_rows: one problem, one row per token. The kernel for that layout needs fewer registers
-// (48 instead of 54 for bf16 [*, 4096]: five CTAs per SM instead of four). Measured on H100:
-// rmsnorm [32768, 4096] 181.8 -> 177.6 us, [4096, 4096] 24.4 -> 23.7 us; but slower on grids of
-// 1-256 rows (1.19 -> 1.30 us at [1, 4096], 1.97 -> 2.66 us at [256, 4096], addresses computed before
-// the PDL wait in both; not understood), so it is used for many rows only.
+// token_rows: one problem, one row per token. That kernel needs fewer registers (five CTAs per SM
+// instead of four for bf16 [*, 4096]): faster with many rows, slower on small grids for a reason not
+// understood, so it is used for many rows only (docs/benchmarks.md, "Design measurements").
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
 void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), wide_threads(p.hidden / kVec, kRegVecs), device);
@@ -190,8 +186,7 @@ void launch_norm_vec(const NormParams<T>& p, DLDevice device, bool token_rows) {
       launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
     }
   } else if (kFusedAdd && nvec <= kNormWideThreads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-    // Measured on H100: with many rows fused_add_rmsnorm streams best at one vector per thread
-    // (more threads), rmsnorm at two.
+    // With many rows fused_add_rmsnorm streams best at one vector per thread, rmsnorm at two (measured).
     if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, device, pdl, sm_count, token_rows);
   } else if (nvec <= 2 * kNormWideThreads) {
     launch_norm_wide<T, kVec, 2, kFusedAdd, true>(p, device, pdl, sm_count, token_rows);
@@ -238,8 +233,8 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
 // One token-wise problem per width (p.hidden for problem[0], p.hidden1 for problem[1]; one row per
 // token each), normalised in a single launch instead of one per width, where the grid is small enough
 // for launch latency to dominate and both widths take the wide path with 16-byte vectors and rows that
-// fit in registers. Returns false (nothing launched) where that does not hold. Measured on H100,
-// qknorm_across_heads q 4096 / k 1024 bf16: T = 1 2.43 -> 1.26 us, T = 256 3.88 -> 2.81 us.
+// fit in registers. Returns false (nothing launched) where that does not hold (docs/benchmarks.md,
+// "Design measurements").
 template <typename T>
 bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   using namespace host;
@@ -277,9 +272,9 @@ struct NormOps {
     auto in_stride = SymbolicSize{"input_row_stride"};
     auto out_stride = SymbolicSize{"output_row_stride"};
     auto device = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(input, "input");
-    TensorMatcher({N, H}).with_strides({out_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(output, "output");
-    TensorMatcher({H}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(weight, "weight");
+    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
+    TensorMatcher({N, H}).with_strides({out_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(output, "output");
+    TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(weight, "weight");
     check_rows(N, H, in_stride, "input");
     check_rows(N, H, out_stride, "output");
     NormParams<T> p{};
@@ -298,9 +293,9 @@ struct NormOps {
     auto in_stride = SymbolicSize{"input_row_stride"};
     auto res_stride = SymbolicSize{"residual_row_stride"};
     auto device = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(input, "input");
-    TensorMatcher({N, H}).with_strides({res_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(residual, "residual");
-    TensorMatcher({H}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(weight, "weight");
+    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
+    TensorMatcher({N, H}).with_strides({res_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(residual, "residual");
+    TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(weight, "weight");
     check_rows(N, H, in_stride, "input");
     check_rows(N, H, res_stride, "residual");
     NormParams<T> p{};
@@ -326,7 +321,7 @@ struct NormOps {
     auto device = SymbolicDevice{};
     const Heads hq = heads_of(q, N, D, device, {"num_q_heads", "q_token_stride", "q_head_stride", "q_width", "q"});
     const Heads hk = heads_of(k, N, D, device, {"num_k_heads", "k_token_stride", "k_head_stride", "k_width", "k"});
-    TensorMatcher({D}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight, "q_weight").verify(k_weight, "k_weight");
+    TensorMatcher({D}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(q_weight, "q_weight").verify(k_weight, "k_weight");
     NormParams<T> p{};
     p.hidden = D.unwrap();
     p.eps = checked_eps(eps);
@@ -343,10 +338,10 @@ struct NormOps {
     auto Wq = SymbolicSize{"q_width"}, Wk = SymbolicSize{"k_width"};
     auto q_stride = SymbolicSize{"q_row_stride"}, k_stride = SymbolicSize{"k_row_stride"};
     auto device = SymbolicDevice{};
-    TensorMatcher({N, Wq}).with_strides({q_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q, "q");
-    TensorMatcher({N, Wk}).with_strides({k_stride, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k, "k");
-    TensorMatcher({Wq}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(q_weight, "q_weight");
-    TensorMatcher({Wk}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(k_weight, "k_weight");
+    TensorMatcher({N, Wq}).with_strides({q_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(q, "q");
+    TensorMatcher({N, Wk}).with_strides({k_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(k, "k");
+    TensorMatcher({Wq}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(q_weight, "q_weight");
+    TensorMatcher({Wk}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(k_weight, "k_weight");
     check_rows(N, Wq, q_stride, "q");
     check_rows(N, Wk, k_stride, "k");
     const float e = checked_eps(eps);
@@ -396,13 +391,13 @@ struct NormOps {
     auto token = SymbolicSize{names.token_stride};
     if (t.dim() == 2 && D.has_value()) {
       auto W = SymbolicSize{names.width};
-      TensorMatcher({N, W}).with_strides({token, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t, names.tensor);
+      TensorMatcher({N, W}).with_strides({token, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, names.tensor);
       RuntimeCheck(W.unwrap() % D.unwrap() == 0, names.tensor, " width ", W.unwrap(), " is not a multiple of head_dim ", D.unwrap());
       check_rows(N, W, token, names.tensor);
       return {W.unwrap() / D.unwrap(), stride_of(token), D.unwrap()};
     }
     auto H = SymbolicSize{names.heads}, head = SymbolicSize{names.head_stride};
-    TensorMatcher({N, H, D}).with_strides({token, head, 1}).template with_dtype<T>().template with_device<kDLCUDA>(device).verify(t, names.tensor);
+    TensorMatcher({N, H, D}).with_strides({token, head, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, names.tensor);
     return {H.unwrap(), stride_of(token), stride_of(head)};
   }
 

@@ -145,16 +145,20 @@ std::vector<Dep> hash_files(const std::vector<std::string>& paths) {
   return deps;
 }
 
+// A dependency file and the directory its compiler ran in (what its relative names are relative to).
+struct Depfile {
+  std::string path, base;
+};
+
 // Every file the compiler read according to its dependency output, outside the generated sources
-// and the toolchain's own headers. Relative names are the compiler's: relative to the directory it ran in.
-std::vector<std::string> dependency_paths(const plan::Plan& p, const std::vector<std::string>& depfiles, const std::string& scratch,
-                                          const std::string& cwd) {
+// and the toolchain's own headers.
+std::vector<std::string> dependency_paths(const plan::Plan& p, const std::vector<Depfile>& depfiles, const std::string& scratch) {
   std::map<std::string, bool> unique;
   for (const auto& df : depfiles) {
     std::string text;
-    if (!fs::read_file(df, &text)) continue;
+    if (!fs::read_file(df.path, &text)) continue;
     for (const auto& raw : manifest::parse_depfile(text)) {
-      const std::string path = fs::realpath_or(raw[0] == '/' ? raw : cwd + "/" + raw);
+      const std::string path = fs::realpath_or(raw[0] == '/' ? raw : df.base + "/" + raw);
       if (path.rfind(scratch + "/", 0) == 0) continue;  // the generated source: its text is in the key
       bool excluded = false;
       for (const auto& prefix : p.dep_exclude_prefixes) excluded = excluded || path.rfind(prefix, 0) == 0;
@@ -188,7 +192,8 @@ bool disk_full(const std::string& dir) {
 
 class Compile {
  public:
-  Compile(const plan::Plan& p, const std::string& scratch, double timeout_s) : m_p(p), m_scratch(scratch), m_timeout(timeout_s) {}
+  Compile(const plan::Plan& p, const std::string& scratch, const std::string& cwd, double timeout_s)
+      : m_p(p), m_scratch(scratch), m_cwd(cwd), m_timeout(timeout_s) {}
 
   // Runs every compile and the link; returns the first non-zero status (fs::wait's encoding).
   int run(const std::string& out) {
@@ -199,7 +204,7 @@ class Compile {
       auto cmd = m_p.cpp_compile;
       cmd.insert(cmd.end(), {"-MMD", "-MF", m_scratch + "/host.d", m_scratch + "/host.cc", "-o", out});
       cmd.insert(cmd.end(), m_p.link.begin(), m_p.link.end());
-      depfiles.push_back(m_scratch + "/host.d");
+      depfiles.push_back({m_scratch + "/host.d", m_cwd});
       return run_argv(cmd);
     }
     // Host glue (if any) compiles while the CUDA pipeline runs; then the host compiler links.
@@ -209,11 +214,11 @@ class Compile {
       auto cpp = m_p.cpp_compile;
       cpp.insert(cpp.end(), {"-MMD", "-MF", m_scratch + "/host.d", "-c", m_scratch + "/host.cc", "-o", m_scratch + "/host.o"});
       commands.push_back(fs::join_command(cpp));
-      depfiles.push_back(m_scratch + "/host.d");
+      depfiles.push_back({m_scratch + "/host.d", m_cwd});
       objects.push_back(m_scratch + "/host.o");
       host.push_back(fs::spawn(cpp, log()));
     }
-    int rc = compile_cuda(cuda_src, cuda_obj);
+    int rc = compile_cuda();
     for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
     objects.push_back(cuda_obj);
     if (rc != 0) return rc;
@@ -226,42 +231,45 @@ class Compile {
   }
 
   std::string log() const { return m_scratch + "/build.log"; }
-  std::vector<std::string> commands, depfiles;
+  std::vector<std::string> commands;
+  std::vector<Depfile> depfiles;
 
  private:
   static int first_failure(int a, int b) { return a != 0 ? a : b; }
 
-  int run_argv(const std::vector<std::string>& argv) {
-    commands.push_back(fs::join_command(argv));
-    return fs::wait(fs::spawn(argv, log()), m_timeout);
+  int run_argv(const std::vector<std::string>& argv, const std::string& cwd = {}) {
+    commands.push_back(cwd.empty() ? fs::join_command(argv) : "(cd " + fs::shell_quote(cwd) + " && " + fs::join_command(argv) + ")");
+    return fs::wait(fs::spawn(argv, log(), {}, cwd), m_timeout);
   }
 
   int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env) {
     for (const auto& c : cmds) {
-      const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log(), env), m_timeout);
+      const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log(), env, m_scratch), m_timeout);
       if (rc != 0) return rc;
     }
     return 0;
   }
 
-  int compile_cuda(const std::string& src, const std::string& obj) {
+  // nvcc runs its phases through a shell, so it runs in the scratch directory with relative names:
+  // no cache path (quotes, spaces, $) ever reaches a command line.
+  int compile_cuda() {
     m_cuda_lib = toolchain::cuda_lib_dir(m_p.nvcc);
-    const std::string depfile = m_scratch + "/device.d";
-    depfiles.push_back(depfile);
-    if (settings::get("JITKERN_NVCC_PIPELINE") != "0" && nvcc::shell_safe_path(m_scratch)) {
-      const std::string nvdir = m_scratch + "/nvcc";
-      ::mkdir(nvdir.c_str(), 0700);
+    const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
+    depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
+    if (settings::get("JITKERN_NVCC_PIPELINE") != "0") {
+      ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
       auto dry = m_p.cuda_compile;
-      dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", nvdir, "-c", src, "-o", obj});
+      dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
       const std::string dry_log = m_scratch + "/dryrun.txt";
       nvcc::Pipeline pipe;
       std::string text;
-      if (fs::wait(fs::spawn(dry, dry_log), m_timeout) == 0 && fs::read_file(dry_log, &text) && nvcc::plan(text, depfile, &pipe)) {
+      if (fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text) &&
+          nvcc::plan(text, depfile, &pipe)) {
         // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
-        fs::write_file_atomic(pipe.module_id_path,
-                              "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
+        const std::string id_path = pipe.module_id_path[0] == '/' ? pipe.module_id_path : m_scratch + "/" + pipe.module_id_path;
+        fs::write_file_atomic(id_path, "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
         for (const auto* chain : {&pipe.host_chain, &pipe.device_chain, &pipe.finish})
-          for (const auto& c : *chain) commands.push_back("sh -c " + fs::shell_quote(c));
+          for (const auto& c : *chain) commands.push_back("(cd " + fs::shell_quote(m_scratch) + " && " + c + ")");
         int device_rc = 0;
         std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env); });
         const int host_rc = run_shell_chain(pipe.host_chain, pipe.env);
@@ -272,11 +280,11 @@ class Compile {
     }
     auto cmd = m_p.cuda_compile;
     cmd.insert(cmd.end(), {"-MMD", "-MF", depfile, "-c", src, "-o", obj});
-    return run_argv(cmd);
+    return run_argv(cmd, m_scratch);
   }
 
   const plan::Plan& m_p;
-  std::string m_scratch, m_cuda_lib;
+  std::string m_scratch, m_cwd, m_cuda_lib;
   double m_timeout;
 };
 
@@ -329,10 +337,13 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
   // already built for that content.
   std::string text;
   Manifest old;
+  std::map<std::string, std::string> before;  // the previous build's inputs, hashed before this compile
   if (fs::read_file(p.entry_dir + "/manifest", &text) && manifest::parse(text, &old) && old.request_key == p.request_key) {
     std::vector<Dep> now = old.deps;
     bool readable = true;
     for (auto& d : now) readable = readable && fs::stat_sig(d.path, &d.sig) && sha256_file(d.path, &d.sha);
+    for (const auto& d : now)
+      if (!d.sha.empty()) before[d.path] = d.sha;
     if (readable) {
       Manifest m;
       m.request_key = p.request_key;
@@ -365,7 +376,7 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
     // the file may have changed while it was being read.
     const int64_t started_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count() - 10'000'000;
-    Compile compile(p, scratch, timeout_s);
+    Compile compile(p, scratch, cwd, timeout_s);
     const int rc = compile.run(out);
     std::string why;
     if (rc == 0 && !plausible_shared_object(out, &why)) {
@@ -389,7 +400,7 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
       Failure f;
       f.request_key = p.request_key;
       f.message = msg;
-      f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch, cwd));
+      f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
       for (const auto& d : hash_files(p.sources))
         if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == d.path; })) f.deps.push_back(d);
       for (const auto& d : search_directories(p)) f.deps.push_back(d);
@@ -399,10 +410,14 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
 
     Manifest m;
     m.request_key = p.request_key;
-    m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch, cwd));
-    const bool changed_meanwhile =
-        std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) { return d.sig.mtime_ns >= started_ns; });
+    m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
+    // Changed while the compiler ran: modified at or after its start, or hashed differently before it.
+    const bool changed_meanwhile = std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) {
+      const auto b = before.find(d.path);
+      return d.sig.mtime_ns >= started_ns || (b != before.end() && b->second != d.sha);
+    });
     if (changed_meanwhile && attempt < 3) {
+      for (const auto& d : m.deps) before[d.path] = d.sha;  // what the next attempt starts from
       if (!quiet()) std::fprintf(stderr, "jitkern: an input of %s changed while it compiled; compiling again\n", p.name.c_str());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the timestamp granularity
       continue;

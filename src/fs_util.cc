@@ -211,12 +211,13 @@ std::string make_temp_dir(const std::string& parent, const std::string& prefix) 
 }
 
 Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
-              const std::vector<std::string>& env_overrides) {
+              const std::vector<std::string>& env_overrides, const std::string& cwd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
   // Its own process group, so that a timeout or an interrupt kills the whole compiler (nvcc's children too).
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -345,8 +346,8 @@ std::string join_command(const std::vector<std::string>& argv) {
   std::string out;
   for (const auto& a : argv) {
     if (!out.empty()) out += ' ';
-    const bool plain = !a.empty() && a.find_first_of(" \t\"'\\$`") == std::string::npos;
-    out += plain ? a : "'" + a + "'";
+    const bool plain = !a.empty() && a.find_first_of(" \t\n\"'\\$`;&|<>()*?[]{}#~!") == std::string::npos;
+    out += plain ? a : shell_quote(a);
   }
   return out;
 }

@@ -41,8 +41,9 @@ struct Process {
   int pid = -1;
 };
 // `env_overrides` ("NAME=value") are added to (or replace entries of) the current environment.
+// `cwd`: the directory it runs in (empty: ours).
 Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
-              const std::vector<std::string>& env_overrides = {});
+              const std::vector<std::string>& env_overrides = {}, const std::string& cwd = {});
 // The exit status (0-255), -signal when killed by a signal, or kTimedOut after `timeout_s` seconds
 // (> 0), when the process group was killed. Also kills the group when interrupted (kInterrupted:
 // SIGINT or SIGTERM arrived while waiting, see CancelScope).

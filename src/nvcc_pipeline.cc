@@ -5,8 +5,6 @@
 
 namespace jitkern::nvcc {
 
-bool shell_safe_path(const std::string& path) { return path.find_first_of(" \t\n\"'\\$`!*?[]{}()<>|&;#~%") == std::string::npos; }
-
 bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) {
   *out = Pipeline{};
   for (const auto& line : text::split_lines(dryrun)) {

@@ -21,7 +21,4 @@ struct Pipeline {
 // (the caller then runs nvcc as one command).
 bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out);
 
-// True when `path` can be spliced into nvcc's shell command lines as nvcc itself quotes them.
-bool shell_safe_path(const std::string& path);
-
 }  // namespace jitkern::nvcc

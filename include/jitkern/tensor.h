@@ -4,6 +4,7 @@
 //   auto N = SymbolicSize{"num_tokens"};
 //   auto dtype = SymbolicDType{};
 //   TensorMatcher({N, 128}).with_dtype<float, int32_t>(dtype).with_device<kDLCUDA>().verify(x, "x").verify(y, "y");
+//   TensorMatcher({N}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(z, "z");  // in templates
 //
 // A failure throws host::PanicError naming the argument: TypeError in Python for a wrong dtype or a
 // missing tensor, ValueError for a wrong shape, stride or device.
@@ -121,20 +122,23 @@ inline constexpr DLDataType kDTypeList[] = {dtype_trait<Ts>::value...};
 template <DLDeviceType... Codes>
 inline constexpr uint64_t kDeviceMask = ((uint64_t{1} << static_cast<unsigned>(Codes)) | ... | 0);
 
-struct MatcherSpec {
-  const SizeRef* shape;
-  std::size_t ndim;
-  const SizeRef* strides;  // null: contiguous required
-  std::size_t num_strides;
-  const DLDataType* dtypes;  // null: any (subject to the symbol)
-  std::size_t num_dtypes;
-  SymbolicDType* dtype_symbol;
-  uint64_t device_mask;  // 0: any (subject to the symbol)
-  SymbolicDevice* device_symbol;
-};
-
-void match_tensor(const MatcherSpec& spec, const DLTensor* tensor, const char* name, const DebugInfo& where);
 }  // namespace detail
+
+// with_dtype(dtype_v<Ts...>) and with_device(device_v<Codes...>): the value forms of
+// with_dtype<Ts...>() and with_device<Codes...>(), which need no `.template` inside templates.
+template <typename... Ts>
+struct DTypeList {};
+template <typename... Ts>
+inline constexpr DTypeList<Ts...> dtype_v{};
+template <DLDeviceType... Codes>
+struct DeviceList {};
+template <DLDeviceType... Codes>
+inline constexpr DeviceList<Codes...> device_v{};
+}  // namespace host
+
+#include <jitkern/detail/matcher.h>  // MatcherSpec and the library's matching entry point
+
+namespace host {
 
 // A temporary expression: build it, chain verify() calls, let it die. Do not store it (it refers
 // to the initializer lists of the full expression).
@@ -168,6 +172,15 @@ class TensorMatcher {
     return static_cast<TensorMatcher&&>(*this);
   }
 
+  template <typename... Ts>
+  TensorMatcher&& with_dtype(DTypeList<Ts...>) && {
+    return static_cast<TensorMatcher&&>(*this).template with_dtype<Ts...>();
+  }
+  template <typename... Ts>
+  TensorMatcher&& with_dtype(DTypeList<Ts...>, SymbolicDType& symbol) && {
+    return static_cast<TensorMatcher&&>(*this).template with_dtype<Ts...>(symbol);
+  }
+
   template <DLDeviceType... Codes>
   TensorMatcher&& with_device() && {
     static_assert(sizeof...(Codes) > 0, "with_device<Codes...>() needs at least one device type (or a SymbolicDevice)");
@@ -182,6 +195,14 @@ class TensorMatcher {
     }
     m_spec.device_symbol = &symbol;
     return static_cast<TensorMatcher&&>(*this);
+  }
+  template <DLDeviceType... Codes>
+  TensorMatcher&& with_device(DeviceList<Codes...>) && {
+    return static_cast<TensorMatcher&&>(*this).template with_device<Codes...>();
+  }
+  template <DLDeviceType... Codes>
+  TensorMatcher&& with_device(DeviceList<Codes...>, SymbolicDevice& symbol) && {
+    return static_cast<TensorMatcher&&>(*this).template with_device<Codes...>(symbol);
   }
 
   // `name`: the argument's name, for the error message (e.g. "input").

@@ -71,7 +71,7 @@ class Tensor {
     return t;
   }
   const DLTensor* dl_tensor() const {
-    return reinterpret_cast<const DLTensor*>(static_cast<const char*>(m_handle) + sizeof(TVMFFIObject));
+    return TVMFFITensorGetDLTensorPtr(m_handle);
   }
   void reset() {
     if (m_handle != nullptr) TVMFFIObjectDecRef(std::exchange(m_handle, nullptr));

@@ -1,32 +1,22 @@
 // Host-side CUDA launching for kernel authors: LaunchKernel (current-stream aware, PDL capable,
 // errors reported at the launch site) and RuntimeDeviceCheck; device-side PDL helpers, load_as/store_as.
 //
-// The fp16/bf16/fp8 element types (fp16_t, bf16_t, fp8_e4m3_t, ...) live in <jitkern/type.cuh>, not
-// here: CUDA's half-precision headers add about 0.9 s to every nvcc compile (measured: 1.45 s -> 2.3 s
-// for add_constant on the 2-core dev machine), and kernels that do not use them should not pay it.
+// The fp16/bf16/fp8 element types live in <jitkern/type.cuh>, not here: CUDA's half-precision headers
+// add about 0.9 s to every nvcc compile (docs/benchmarks.md, "Design measurements").
 #pragma once
 
 #include <cuda_runtime.h>
+#include <jitkern/ptx.cuh>
 #include <jitkern/utils.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
 #include <cstddef>
 
-#define JITKERN_DEVICE __forceinline__ __device__
-
 namespace device {
 // Programmatic dependent launch (sm_90+): let the next kernel in the stream start its prologue
 // early, and wait for the previous kernel's memory before touching it. No-ops below sm_90.
-JITKERN_DEVICE void pdl_wait_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-JITKERN_DEVICE void pdl_trigger_secondary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
+JITKERN_DEVICE void pdl_wait_primary() { ptx::griddepcontrol_wait(); }
+JITKERN_DEVICE void pdl_trigger_secondary() { ptx::griddepcontrol_launch_dependents(); }
 // Reinterpret memory as T for one aligned load/store (e.g. 16-byte vector access).
 template <typename T>
 JITKERN_DEVICE T load_as(const void* ptr) {

@@ -51,11 +51,8 @@ struct alignas(sizeof(T) * N) AlignedVector {
   }
   JITKERN_DEVICE void store(T* ptr) const {
     static_assert(sizeof(T) * N <= kMaxVectorBytes, "AlignedVector: wider than this GPU's vector stores");
-    // 16 bytes are packed into four 32-bit words and stored by one instruction: a plain struct copy
-    // of computed values was split by the compiler (nvcc 13.0, sm_90a: AlignedVector<bf16_t, 8> in
-    // the narrow norm kernel became four 4-byte STG in SASS). Measured on H100: qknorm T = 256
-    // 2.12 -> 1.89 us, T = 1024 5.39 -> 5.03 us (docs/benchmarks.md). A generic-address store, so
-    // shared memory works too; the "memory" clobber keeps it ordered with other accesses.
+    // 16 bytes go out as one st.v4.b32: nvcc split a plain struct copy of computed values into four
+    // 4-byte stores (docs/benchmarks.md, "Design measurements").
     if constexpr (sizeof(T) * N == 16 && sizeof(T) <= 4) {
       constexpr int kPerWord = 4 / sizeof(T);
       unsigned int words[4];
@@ -66,8 +63,7 @@ struct alignas(sizeof(T) * N) AlignedVector {
         for (int e = 0; e < kPerWord; ++e) bits |= detail::element_bits(data[w * kPerWord + e]) << (8 * sizeof(T) * e);
         words[w] = bits;
       }
-      asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3])
-                   : "memory");
+      ptx::st_v4_b32(ptr, words[0], words[1], words[2], words[3]);
     } else {
       *reinterpret_cast<AlignedVector*>(ptr) = *this;
     }

@@ -53,10 +53,3 @@ TEST(NvccPipeline, UnknownPhaseOrTruncatedDryRunFallsBack) {
   no_id.erase(no_id.find(" --gen_module_id_file"), 21);
   EXPECT_FALSE(jitkern::nvcc::plan(no_id, "/d", &p));
 }
-
-TEST(NvccPipeline, ShellSafePaths) {
-  EXPECT_TRUE(jitkern::nvcc::shell_safe_path("/home/u/.cache/jitkern/norm-abc/build-1-x"));
-  EXPECT_FALSE(jitkern::nvcc::shell_safe_path("/home/u/we\"ird/cache"));
-  EXPECT_FALSE(jitkern::nvcc::shell_safe_path("/home/u/my cache"));
-  EXPECT_FALSE(jitkern::nvcc::shell_safe_path("/home/u/$HOME"));
-}

@@ -204,3 +204,47 @@ TEST(TensorView, AccessorsAndChecks) {
   EXPECT_EQ(implicit.view().stride(0), 3);
   EXPECT_CONTAINS(failure([&] { (void)implicit.view().strides(); }), "implicit (compact) strides");
 }
+
+TEST(TensorMatcher, NamedArgumentsAndErrorKinds) {
+  using namespace host;
+  FakeTensor x({4, 8}), y({4, 8}, {}, {kDLInt, 32, 1}), z({5, 8}), cpu({4, 8}, {}, {kDLFloat, 32, 1}, {kDLCPU, 0});
+  auto kind_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const PanicError& e) {
+      return e.kind;
+    }
+    return static_cast<ErrorKind>(255);
+  };
+  auto N = SymbolicSize{"n"};
+  TensorMatcher({N, 8}).with_dtype<float>().verify(x.view(), "x");
+  const std::string msg = failure([&] { TensorMatcher({N, 8}).with_dtype<float>().verify(y.view(), "y"); });
+  EXPECT_NE(msg.find("Tensor match failed for y = Tensor<4, 8>"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Root cause: y: DType mismatch: int32"), std::string::npos) << msg;
+  EXPECT_EQ(kind_of([&] { TensorMatcher({N, 8}).with_dtype<float>().verify(y.view(), "y"); }), ErrorKind::kType);
+  EXPECT_EQ(kind_of([&] { TensorMatcher({N, 8}).with_dtype<float>().verify(z.view(), "z"); }), ErrorKind::kValue);
+  EXPECT_EQ(kind_of([&] { TensorMatcher({N, 8}).with_device<kDLCUDA>().verify(cpu.view(), "cpu"); }), ErrorKind::kValue);
+  EXPECT_EQ(kind_of([&] { TensorMatcher({N, 8}).verify(static_cast<const DLTensor*>(nullptr), "none"); }), ErrorKind::kType);
+  EXPECT_EQ(kind_of([&] { RuntimeCheck(false, "value"); }), ErrorKind::kValue);
+  EXPECT_EQ(kind_of([&] { Panic("internal"); }), ErrorKind::kRuntime);
+}
+
+template <typename T>
+struct ValueForms {  // inside a class template: no `.template` needed with dtype_v / device_v
+  static int64_t rows(const jitkern::TensorView& t) {
+    using namespace host;
+    auto N = SymbolicSize{"n"};
+    auto device = SymbolicDevice{};
+    TensorMatcher({N, -1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, "t");
+    return N.unwrap();
+  }
+};
+
+TEST(TensorMatcher, ValueFormsOfDTypeAndDevice) {
+  FakeTensor f({3, 2}), i({3, 2}, {}, {kDLInt, 32, 1});
+  EXPECT_EQ(ValueForms<float>::rows(f.view()), 3);
+  EXPECT_NE(failure([&] { ValueForms<float>::rows(i.view()); }).find("t: DType mismatch"), std::string::npos);
+  auto dtype = host::SymbolicDType{};
+  host::TensorMatcher({-1, 2}).with_dtype(host::dtype_v<float, int32_t>, dtype).verify(i.view());
+  EXPECT_TRUE(dtype.is_type<int32_t>());
+}

@@ -63,12 +63,20 @@ def wrapper(tmp_path, body: str) -> Path:
     return script
 
 
-def test_header_edited_during_the_compile_is_not_cached_stale(cache_dir, workdir, tmp_path):
+@pytest.mark.parametrize("case", ["first build", "rebuild, edit back-dated"])
+def test_header_edited_during_the_compile_is_not_cached_stale(cache_dir, workdir, tmp_path, case):
     """The compiler reads the header, then (held by the wrapper) the header is edited before it exits:
-    the library must not be published under the new content, and the value served is the new one."""
+    the library must not be published under the new content, and the value served is the new one.
+    The back-dated edit (an mtime in the past, as a coarse-mtime file system could give) is caught by
+    hashing the previous build's inputs before the compile."""
     mark = tmp_path / "mark"
     cxx = wrapper(tmp_path, f'$REAL "$@"; rc=$?\nif [ ! -e {mark} ]; then touch {mark}.compiled; '
                             f'while [ ! -e {mark} ]; do sleep 0.05; done; fi\nexit $rc')
+    if case != "first build":
+        mark.touch()
+        assert result(child(workdir, env={"CXX": str(cxx)})) == 2.0
+        mark.unlink()
+        (workdir / "factor_value.h").write_text("#define FACTOR 3\n")
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CXX=str(cxx)))
     deadline = time.time() + 120
@@ -76,6 +84,9 @@ def test_header_edited_during_the_compile_is_not_cached_stale(cache_dir, workdir
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     (workdir / "factor_value.h").write_text("#define FACTOR 5\n")
+    if case != "first build":
+        old = time.time_ns() - 3600 * 10**9
+        os.utime(workdir / "factor_value.h", ns=(old, old))
     mark.touch()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

@@ -78,3 +78,17 @@ def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):
         assert getattr(module, f"is_{alias}")(tvm_ffi.dtype(name)), f"{alias} is not {name}"
         others = [n for n in jitkern.DTYPES if n != name]
         assert not any(getattr(module, f"is_{alias}")(tvm_ffi.dtype(o)) for o in others), alias
+
+
+@pytest.mark.parametrize("pipeline", ["1", "0"])
+def test_cache_path_with_shell_characters(tmp_path, monkeypatch, pipeline):
+    """A quote, a space and a $ in the cache path reach no shell unquoted: the build succeeds on both
+    CUDA compile paths (the parallel pipeline steps aside for such paths) and is warm the second time."""
+    cache = tmp_path / 'we"ird $dir it\'s'
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", pipeline)
+    spec = add_constant_spec(3)
+    path = spec.build()
+    assert path.startswith(str(cache)) and b"__tvm_ffi_add_constant\0" in open(path, "rb").read()
+    assert spec.build() == path

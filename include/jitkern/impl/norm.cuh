@@ -99,7 +99,7 @@ JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weigh
   const int nvec = static_cast<int>(hidden / kVec);
   const int rank = g.rank(), size = g.size();
   Vec xs[kRegVecs], ws[kRegVecs], rs[kFusedAdd ? kRegVecs : 1];
-  // Computed while the loads are in flight, not after the reduction (measured: [1, 8192] 1.46 -> 1.44 us).
+  // Computed while the loads are in flight, not after the reduction (measured faster).
   const float inv_hidden = 1.0f / static_cast<float>(hidden);
   float sumsq = 0.0f;
 

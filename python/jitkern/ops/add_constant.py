@@ -5,7 +5,7 @@ layout or shape); Python checks only the constant, which picks the instantiation
 
 from __future__ import annotations
 
-from ..jit import JitSpec, cache_once, make_cpp_args
+from ..jit import JitSpec, make_cpp_args
 
 try:
     import torch
@@ -22,9 +22,8 @@ def spec(constant: int) -> JitSpec:
                    cuda_wrappers=[("add_constant", f"add_constant<{args}>", "out, src")])
 
 
-@cache_once
 def _add_constant_function(constant: int):
-    return spec(constant).load().add_constant
+    return spec(constant).load().add_constant  # the engine memoises loads
 
 
 _FUNCTIONS: dict[int, object] = {}  # constant -> exported function
@@ -40,7 +39,7 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
     if out is None:
         if not isinstance(src, torch.Tensor):
             raise TypeError(f"add_constant(): src must be a torch.Tensor, got {type(src).__name__}")
-        # Measured on H100: torch.empty_like is cheaper than allocating in C++ through tvm-ffi's allocator.
+        # torch.empty_like is cheaper than allocating in C++ through tvm-ffi's allocator (docs/benchmarks.md).
         out = torch.empty_like(src, memory_format=torch.contiguous_format)
     fn(out, src)
     return out

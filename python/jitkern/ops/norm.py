@@ -8,7 +8,7 @@ input's dtype, which C++ cannot do."""
 
 from __future__ import annotations
 
-from ..jit import JitSpec, cache_once, cpp_type
+from ..jit import JitSpec, cpp_type
 
 try:
     import torch
@@ -34,9 +34,8 @@ def spec(dtype) -> JitSpec:
 SPECS = tuple(spec(d) for d in DTYPES)
 
 
-@cache_once
 def _norm_module(dtype):
-    return spec(dtype).load()
+    return spec(dtype).load()  # the engine memoises loads
 
 
 _FUNCTIONS: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call

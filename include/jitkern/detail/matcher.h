@@ -1,0 +1,33 @@
+// Internals of TensorMatcher: the pattern it records and the runtime library's matcher
+// (src/diagnostics.cc). Not for kernel authors; include <jitkern/tensor.h>.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace host {
+struct DebugInfo;
+struct SizeRef;
+struct SymbolicDType;
+struct SymbolicDevice;
+
+namespace detail {
+
+struct MatcherSpec {
+  const SizeRef* shape;
+  std::size_t ndim;
+  const SizeRef* strides;  // null: contiguous required
+  std::size_t num_strides;
+  const DLDataType* dtypes;  // null: any (subject to the symbol)
+  std::size_t num_dtypes;
+  SymbolicDType* dtype_symbol;
+  uint64_t device_mask;  // 0: any (subject to the symbol)
+  SymbolicDevice* device_symbol;
+};
+
+void match_tensor(const MatcherSpec& spec, const DLTensor* tensor, const char* name, const DebugInfo& where);
+
+}  // namespace detail
+}  // namespace host

@@ -1,0 +1,26 @@
+// Every inline PTX instruction the headers use, in one place (device::ptx).
+#pragma once
+
+#define JITKERN_DEVICE __forceinline__ __device__
+
+namespace device::ptx {
+
+// griddepcontrol (sm_90+, programmatic dependent launch); no-ops below sm_90.
+JITKERN_DEVICE void griddepcontrol_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+JITKERN_DEVICE void griddepcontrol_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// One 16-byte store of four 32-bit words to a generic address (global or shared); the "memory"
+// clobber keeps it ordered with other accesses.
+JITKERN_DEVICE void st_v4_b32(void* ptr, unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+  asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(w0), "r"(w1), "r"(w2), "r"(w3) : "memory");
+}
+
+}  // namespace device::ptx
