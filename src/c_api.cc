@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "plan.h"
 #include "settings.h"
 
 namespace {
@@ -111,9 +112,7 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
     if (it != by_request.end()) return it->second;
   }
   const auto module = jitkern::load(req, cfg);
-  std::vector<std::string> exports;  // load() validated the request
-  for (const auto* wrappers : {&req.cpp_wrappers, &req.cuda_wrappers})
-    for (const auto& w : *wrappers) exports.push_back(w.name);
+  const std::vector<std::string> exports = jitkern::plan::export_names(req);  // load() validated the request
   std::lock_guard<std::mutex> lock(mutex);
   auto& prefix = by_path[module->path()];
   if (prefix.empty()) {

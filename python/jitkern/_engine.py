@@ -44,12 +44,39 @@ def _take(ptr: int | None) -> str:
     return text
 
 
-def encode(fields: Iterable[tuple[str, str]]) -> bytes:
+def _encode(fields: Iterable[tuple[str, str]]) -> bytes:
     parts = []
     for key, value in fields:
         data = value.encode()
         parts.append(b"%s %d:%s\n" % (key.encode(), len(data), data))
     return b"".join(parts)
+
+
+def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, extra_cflags, extra_cuda_cflags, extra_ldflags,
+                   extra_include_paths, build_directory, cuda_arch) -> bytes:
+    """A JitSpec's fields as the engine's request (validated there)."""
+    request = [("name", a) for a in args]
+    request += [("cpp_file", f) for f in cpp_files] + [("cuda_file", f) for f in cuda_files]
+    for kind, wrappers in (("cpp", cpp_wrappers), ("cuda", cuda_wrappers)):
+        for n, e, *names in wrappers:
+            request += [(f"{kind}_wrapper_name", n), (f"{kind}_wrapper_expr", e)]
+            request += [(f"{kind}_wrapper_args", a) for a in names]
+    request += [("cflag", f) for f in extra_cflags] + [("cuda_cflag", f) for f in extra_cuda_cflags]
+    request += [("ldflag", f) for f in extra_ldflags] + [("include", f) for f in extra_include_paths]
+    if build_directory:
+        request.append(("build_directory", build_directory))
+    if cuda_arch:
+        request.append(("cuda_arch", cuda_arch))
+    return _encode(request)
+
+
+def encode_context(cuda_device: int | None, tvm_ffi_version: str) -> bytes:
+    """What the caller's process adds to a request: the current CUDA device (whose arch CUDA sources
+    target unless the spec fixes one) and the tvm-ffi version (part of the cache key)."""
+    fields = [("tvm_ffi_version", tvm_ffi_version)]
+    if cuda_device is not None:
+        fields.append(("cuda_device", str(cuda_device)))
+    return _encode(fields)
 
 
 def build(request: bytes, load: bool) -> str:

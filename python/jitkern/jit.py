@@ -20,11 +20,15 @@ _MODULES: dict[str, "Module"] = {}  # registration prefix -> Module (the engine 
 _MODULES_LOCK = threading.Lock()
 
 
-def _environment() -> bytes:
-    """The tvm-ffi version (part of the cache key; the engine finds tvm-ffi's directories itself)."""
+def _context(cuda: bool) -> bytes:
+    """The caller's part of a request: the current CUDA device when torch has CUDA up (torch.cuda is never
+    initialised here: creating a CUDA context costs tens of milliseconds), and the tvm-ffi version."""
     global _ENV
+    torch = sys.modules.get("torch") if cuda else None
+    if torch is not None and torch.cuda.is_initialized():
+        return _engine.encode_context(torch.cuda.current_device(), tvm_ffi.__version__)
     if _ENV is None:
-        _ENV = _engine.encode([("tvm_ffi_version", tvm_ffi.__version__)])
+        _ENV = _engine.encode_context(None, tvm_ffi.__version__)
     return _ENV
 
 
@@ -61,16 +65,6 @@ def _wrappers(owner: str, name: str, value: Sequence[tuple] | None) -> tuple[tup
         else:
             out.append((item[0], item[1]))
     return tuple(out)
-
-
-def _cuda_device() -> list[tuple[str, str]]:
-    """The device whose architecture CUDA sources target, when torch already has CUDA up (the engine
-    owns the rule; without a device index it uses $JITKERN_CUDA_ARCH, else device 0). torch.cuda is
-    never initialised here: creating a CUDA context costs tens of milliseconds."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return []
-    return [("cuda_device", str(torch.cuda.current_device()))]
 
 
 class JitSpec:
@@ -121,21 +115,9 @@ class JitSpec:
         setattr_(self, "extra_include_paths", _strings(owner, "extra_include_paths", extra_include_paths))
         setattr_(self, "build_directory", build_directory or None)
         setattr_(self, "cuda_arch", cuda_arch or None)
-        request = [("name", a) for a in args]
-        for key, values in (("cpp_file", self.cpp_files), ("cuda_file", self.cuda_files)):
-            request += [(key, v) for v in values]
-        for kind, wrappers in (("cpp", self.cpp_wrappers), ("cuda", self.cuda_wrappers)):
-            for n, e, *names in wrappers:
-                request += [(f"{kind}_wrapper_name", n), (f"{kind}_wrapper_expr", e)]
-                request += [(f"{kind}_wrapper_args", a) for a in names]
-        for key, values in (("cflag", self.extra_cflags), ("cuda_cflag", self.extra_cuda_cflags), ("ldflag", self.extra_ldflags),
-                            ("include", self.extra_include_paths)):
-            request += [(key, v) for v in values]
-        if build_directory:
-            request.append(("build_directory", build_directory))
-        if cuda_arch:
-            request.append(("cuda_arch", cuda_arch))
-        setattr_(self, "_request", _engine.encode(request))
+        setattr_(self, "_request", _engine.encode_request(
+            args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
+            self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")
@@ -163,8 +145,7 @@ class JitSpec:
         return JitSpec(*fields.pop("args", self.args), **fields)
 
     def _wire(self) -> bytes:
-        target = _engine.encode(_cuda_device()) if self.cuda_files and not self.cuda_arch else b""
-        return self._request + target + _environment()
+        return self._request + _context(bool(self.cuda_files) and not self.cuda_arch)
 
     def build(self) -> str:
         """Compiles the module (or finds it in the cache) and returns its library's path; loads nothing."""
