@@ -318,48 +318,94 @@ bool failure_still_applies(Failure& f) {
   return true;
 }
 
-std::string build_locked(const plan::Plan& p, double timeout_s) {
-  std::string lib_path;
-  if (lookup_published(p, &lib_path)) return lib_path;  // published while we waited for the lock
-  remove_stale_scratch(p.entry_dir, timeout_s);
-
-  const std::string failure_path = p.entry_dir + "/failed";
-  std::string failure_text;
+// Throws the remembered failure of this request if its inputs are unchanged since.
+void throw_if_remembered(const plan::Plan& p) {
+  std::string text;
   Failure failure;
-  if (!settings::flag("JITKERN_RETRY_FAILED") && fs::read_file(failure_path, &failure_text) &&
-      manifest::parse(failure_text, &failure) && failure.request_key == p.request_key && failure_still_applies(failure)) {
+  if (!settings::flag("JITKERN_RETRY_FAILED") && fs::read_file(p.entry_dir + "/failed", &text) && manifest::parse(text, &failure) &&
+      failure.request_key == p.request_key && failure_still_applies(failure)) {
     throw BuildError(failure.message +
                      "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
                      "JITKERN_RETRY_FAILED=1 to try again.)");
   }
+}
 
-  // Content addressing across edits: a header edited and then reverted maps back to the library
-  // already built for that content.
+// Content addressing across edits: a header edited and then reverted maps back to the library already
+// built for that content. Returns that library's path, or empty. `before` gets the previous build's
+// inputs as they are now, to tell whether one changes during the compile.
+std::string reuse_built_content(const plan::Plan& p, std::map<std::string, std::string>* before) {
   std::string text;
   Manifest old;
-  std::map<std::string, std::string> before;  // the previous build's inputs, hashed before this compile
-  if (fs::read_file(p.entry_dir + "/manifest", &text) && manifest::parse(text, &old) && old.request_key == p.request_key) {
-    std::vector<Dep> now = old.deps;
-    bool readable = true;
-    for (auto& d : now) readable = readable && fs::stat_sig(d.path, &d.sig) && sha256_file(d.path, &d.sha);
-    for (const auto& d : now)
-      if (!d.sha.empty()) before[d.path] = d.sha;
-    if (readable) {
-      Manifest m;
-      m.request_key = p.request_key;
-      m.full_key = manifest::full_key_of(p.request_key, now);
-      m.lib_name = manifest::library_name(m.full_key);
-      const std::string candidate = p.entry_dir + "/" + m.lib_name;
-      std::string record;
-      if (fs::stat_sig(candidate, &m.lib_sig) && sha256_file(candidate, &m.lib_sha) && fs::read_file(candidate + ".sha256", &record) &&
-          record == manifest::library_record(m.full_key, m.lib_sha)) {
-        fs::check_private_file(candidate, "cached library");
-        m.deps = now;
-        fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
-        return candidate;
-      }
-    }
-  }
+  if (!fs::read_file(p.entry_dir + "/manifest", &text) || !manifest::parse(text, &old) || old.request_key != p.request_key) return {};
+  std::vector<Dep> now = old.deps;
+  bool readable = true;
+  for (auto& d : now) readable = readable && fs::stat_sig(d.path, &d.sig) && sha256_file(d.path, &d.sha);
+  for (const auto& d : now)
+    if (!d.sha.empty()) (*before)[d.path] = d.sha;
+  if (!readable) return {};
+  Manifest m;
+  m.request_key = p.request_key;
+  m.full_key = manifest::full_key_of(p.request_key, now);
+  m.lib_name = manifest::library_name(m.full_key);
+  const std::string candidate = p.entry_dir + "/" + m.lib_name;
+  std::string record;
+  if (!fs::stat_sig(candidate, &m.lib_sig) || !sha256_file(candidate, &m.lib_sha) || !fs::read_file(candidate + ".sha256", &record) ||
+      record != manifest::library_record(m.full_key, m.lib_sha))
+    return {};
+  fs::check_private_file(candidate, "cached library");
+  m.deps = now;
+  fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
+  return candidate;
+}
+
+// A failed compile: remembered (BuildError) when the compiler ran to completion and rejected the
+// sources, reported without remembering (Transient) otherwise.
+[[noreturn]] void fail_build(const plan::Plan& p, const Compile& compile, int rc, const std::string& scratch, double timeout_s) {
+  std::string msg = "jitkern: failed to build module '" + p.name + "' (" + fs::describe_status(rc) + ")\n";
+  for (const auto& c : compile.commands) msg += "command: " + c + "\n";
+  msg += "generated source:\n" + p.cpp_source + p.cuda_source;
+  std::string log = read_log(compile.log());
+  const bool full = disk_full(p.entry_dir);
+  if (full) log += "\n[jitkern: No space left on device in " + p.entry_dir + "; the output above may be cut short]\n";
+  msg += "compiler output:\n" + log;
+  if (rc == fs::kTimedOut)
+    msg += "\n[jitkern: the compile took longer than JITKERN_COMPILE_TIMEOUT=" + std::to_string(static_cast<long>(timeout_s)) +
+           " s; its processes were killed]\n";
+  if (rc < 0 || full) throw Transient(msg);
+  Failure f;
+  f.request_key = p.request_key;
+  f.message = msg;
+  f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
+  for (const auto& d : hash_files(p.sources))
+    if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == d.path; })) f.deps.push_back(d);
+  for (const auto& d : search_directories(p)) f.deps.push_back(d);
+  fs::write_file_atomic(p.entry_dir + "/failed", manifest::serialize(f));
+  throw BuildError(msg);
+}
+
+// Moves the built library into the entry under its content key, then its record and the manifest.
+std::string publish(const plan::Plan& p, const std::string& out, Manifest m) {
+  m.full_key = manifest::full_key_of(p.request_key, m.deps);
+  m.lib_name = manifest::library_name(m.full_key);
+  const std::string final_path = p.entry_dir + "/" + m.lib_name;
+  if (!sha256_file(out, &m.lib_sha)) throw Transient("jitkern: cannot read the built library " + out);
+  fs::fsync_path(out);
+  if (::rename(out.c_str(), final_path.c_str()) != 0) throw Transient("jitkern: cannot publish " + final_path + ": " + std::strerror(errno));
+  fs::stat_sig(final_path, &m.lib_sig);
+  fs::write_file_atomic(final_path + ".sha256", manifest::library_record(m.full_key, m.lib_sha));
+  fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
+  ::unlink((p.entry_dir + "/failed").c_str());
+  return final_path;
+}
+
+std::string build_locked(const plan::Plan& p, double timeout_s) {
+  std::string lib_path;
+  if (lookup_published(p, &lib_path)) return lib_path;  // published while we waited for the lock
+  remove_stale_scratch(p.entry_dir, timeout_s);
+  throw_if_remembered(p);
+  std::map<std::string, std::string> before;  // path -> hash of the previous build's inputs
+  lib_path = reuse_built_content(p, &before);
+  if (!lib_path.empty()) return lib_path;
 
   const std::string cwd = current_dir();
   const auto t0 = std::chrono::steady_clock::now();
@@ -378,35 +424,12 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count() - 10'000'000;
     Compile compile(p, scratch, cwd, timeout_s);
     const int rc = compile.run(out);
+    if (rc != 0) fail_build(p, compile, rc, scratch, timeout_s);
     std::string why;
-    if (rc == 0 && !plausible_shared_object(out, &why)) {
+    if (!plausible_shared_object(out, &why))
       throw Transient("jitkern: the compiler reported success for module '" + p.name + "' but its output " + out + " is " + why +
                       "\ncommand: " + (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" +
                       read_log(compile.log()));
-    }
-    if (rc != 0) {
-      std::string msg = "jitkern: failed to build module '" + p.name + "' (" + fs::describe_status(rc) + ")\n";
-      for (const auto& c : compile.commands) msg += "command: " + c + "\n";
-      msg += "generated source:\n" + p.cpp_source + p.cuda_source;
-      std::string log = read_log(compile.log());
-      const bool full = disk_full(p.entry_dir);
-      if (full) log += "\n[jitkern: No space left on device in " + p.entry_dir + "; the output above may be cut short]\n";
-      msg += "compiler output:\n" + log;
-      if (rc == fs::kTimedOut)
-        msg += "\n[jitkern: the compile took longer than JITKERN_COMPILE_TIMEOUT=" + std::to_string(static_cast<long>(timeout_s)) +
-               " s; its processes were killed]\n";
-      // Only a compiler that ran to completion and rejected the sources is a failure worth remembering.
-      if (rc < 0 || full) throw Transient(msg);
-      Failure f;
-      f.request_key = p.request_key;
-      f.message = msg;
-      f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
-      for (const auto& d : hash_files(p.sources))
-        if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == d.path; })) f.deps.push_back(d);
-      for (const auto& d : search_directories(p)) f.deps.push_back(d);
-      fs::write_file_atomic(failure_path, manifest::serialize(f));
-      throw BuildError(msg);
-    }
 
     Manifest m;
     m.request_key = p.request_key;
@@ -424,21 +447,12 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
     }
     if (changed_meanwhile)
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
-    m.full_key = manifest::full_key_of(p.request_key, m.deps);
-    m.lib_name = manifest::library_name(m.full_key);
-    const std::string final_path = p.entry_dir + "/" + m.lib_name;
-    if (!sha256_file(out, &m.lib_sha)) throw Transient("jitkern: cannot read the built library " + out);
-    fs::fsync_path(out);
-    if (::rename(out.c_str(), final_path.c_str()) != 0) throw Transient("jitkern: cannot publish " + final_path + ": " + std::strerror(errno));
-    fs::stat_sig(final_path, &m.lib_sig);
-    fs::write_file_atomic(final_path + ".sha256", manifest::library_record(m.full_key, m.lib_sha));
-    fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
-    ::unlink(failure_path.c_str());
+    lib_path = publish(p, out, m);
     if (!quiet()) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(stderr, "jitkern: compiled %s in %.2f s\n", p.name.c_str(), secs);
     }
-    return final_path;
+    return lib_path;
   }
 }
 
