@@ -161,6 +161,21 @@ class JitSpec:
         return module
 
 
+def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
+    """Builds the given specs in parallel threads (each compile runs its own processes), then loads them
+    in order; returns the modules. Use it before capturing CUDA graphs or serving, so that no call
+    compiles. The engine's builds are thread- and process-safe; a failure raises after every build ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    for spec in specs:
+        if not isinstance(spec, JitSpec):
+            raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
+    with ThreadPoolExecutor(max_workers=workers or min(8, max(1, len(specs)))) as pool:
+        for future in [pool.submit(spec.build) for spec in specs]:
+            future.result()
+    return [spec.load() for spec in specs]
+
+
 def load_jit(*args: str, **kwargs: Any) -> "Module":
     """Compiles (or loads from the cache) a kernel module and returns it: `JitSpec(*args, **kwargs).load()`.
 

@@ -1,16 +1,13 @@
 """add_constant(src, c) = src + c for int32 CUDA tensors (the add-a-kernel tutorial's example).
 
 The C++ entry point checks the tensors (names them, TypeError for a dtype, ValueError for a device,
-layout or shape); Python checks only the constant, which picks the instantiation."""
+layout or shape); Python checks only the constant, which picks the instantiation. The op is also a
+torch custom op (torch.ops.jitkern.add_constant), which is what torch.compile traces."""
 
 from __future__ import annotations
 
+from .._torch import check_not_capturing, compiling, torch
 from ..jit import JitSpec, make_cpp_args
-
-try:
-    import torch
-except ImportError:  # the specs need no torch (CI compile-checks them); the op does
-    torch = None
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -29,12 +26,26 @@ def _add_constant_function(constant: int):
 _FUNCTIONS: dict[int, object] = {}  # constant -> exported function
 
 
+def warmup(constants) -> None:
+    """Loads (building in parallel where needed) add_constant for these constants."""
+    from ..jit import warmup as build_all
+
+    for constant, module in zip(constants, build_all(*(spec(c) for c in constants))):
+        _FUNCTIONS.setdefault(constant, module.add_constant)
+
+
 def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Returns src + constant (int32, wrapping on overflow like torch); writes into `out` if given."""
+    if compiling():
+        if out is None:
+            return torch.ops.jitkern.add_constant(src, constant)
+        torch.ops.jitkern.add_constant_out(src, constant, out)
+        return out
     fn = _FUNCTIONS.get(constant) if type(constant) is int else None
     if fn is None:
         if type(constant) is not int or not _INT32_MIN <= constant <= _INT32_MAX:
             raise TypeError(f"add_constant(): constant must be an int in the int32 range, got {constant!r}")
+        check_not_capturing(f"add_constant for constant {constant}", f"jitkern.ops.warmup(constants=[{constant}])")
         fn = _FUNCTIONS.setdefault(constant, _add_constant_function(constant))
     if out is None:
         if not isinstance(src, torch.Tensor):
@@ -43,3 +54,22 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
         out = torch.empty_like(src, memory_format=torch.contiguous_format)
     fn(out, src)
     return out
+
+
+if torch is not None:
+
+    @torch.library.custom_op("jitkern::add_constant", mutates_args=())
+    def _add_constant_op(src: torch.Tensor, constant: int) -> torch.Tensor:
+        return add_constant(src, constant)
+
+    @_add_constant_op.register_fake
+    def _(src, constant):
+        return torch.empty_like(src, memory_format=torch.contiguous_format)
+
+    @torch.library.custom_op("jitkern::add_constant_out", mutates_args=("out",))
+    def _add_constant_out_op(src: torch.Tensor, constant: int, out: torch.Tensor) -> None:
+        add_constant(src, constant, out)
+
+    @_add_constant_out_op.register_fake
+    def _(src, constant, out):
+        return None

@@ -4,16 +4,13 @@ rows may be strided (the last dimension must be contiguous).
 
 The C++ entry points check every argument before they launch and name the bad one (TypeError for a
 dtype, ValueError for a shape, stride, device or value). Python only picks the instantiation by the
-input's dtype, which C++ cannot do."""
+input's dtype, which C++ cannot do. Each op is also a torch custom op (torch.ops.jitkern.*), which is
+what torch.compile traces; eager calls go straight to the exported function."""
 
 from __future__ import annotations
 
+from .._torch import check_not_capturing, compiling, torch
 from ..jit import JitSpec, cpp_type
-
-try:
-    import torch
-except ImportError:  # the specs below need no torch (CI compile-checks them); the ops do
-    torch = None
 
 DTYPES = ("float16", "bfloat16", "float32")
 # export -> its C++ parameters, in order (they name the arguments in errors)
@@ -47,11 +44,27 @@ def _function(op: str, x, name: str):
         raise TypeError(f"{op}(): {name} must be a torch.Tensor, got {type(x).__name__}")
     if str(x.dtype).removeprefix("torch.") not in DTYPES:
         raise TypeError(f"{op}(): {name} must be float16, bfloat16 or float32, got {x.dtype}")
+    check_not_capturing(f"the norm module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
     return _FUNCTIONS.setdefault((op, x.dtype), getattr(_norm_module(x.dtype), op))
+
+
+def warmup(dtypes) -> None:
+    """Loads (building in parallel where needed) every norm op for these dtypes."""
+    from ..jit import warmup as build_all
+
+    dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
+    for dtype, module in zip(dtypes, build_all(*(spec(d) for d in dtypes))):
+        for op in _OPS:
+            _FUNCTIONS.setdefault((op, dtype), getattr(module, op))
 
 
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """output = input * rsqrt(mean(input^2, -1) + eps) * weight over [T, H] (pass output=input for in place)."""
+    if compiling():
+        if output is None:
+            return torch.ops.jitkern.rmsnorm(input, weight, eps)
+        torch.ops.jitkern.rmsnorm_out(input, weight, output, eps)
+        return output
     fn = _FUNCTIONS.get(("rmsnorm", getattr(input, "dtype", None))) or _function("rmsnorm", input, "input")
     if output is None:
         output = torch.empty_like(input)
@@ -61,6 +74,8 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | No
 
 def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
     """residual += input; input = rmsnorm(residual) * weight (both in place)."""
+    if compiling():
+        return torch.ops.jitkern.fused_add_rmsnorm(input, residual, weight, eps)
     fn = _FUNCTIONS.get(("fused_add_rmsnorm", getattr(input, "dtype", None))) or _function("fused_add_rmsnorm", input, "input")
     fn(input, residual, weight, eps)
 
@@ -69,6 +84,8 @@ def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tenso
                          eps: float = 1e-6, *, head_dim: int = 0) -> None:
     """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place; with head_dim, q and k may also be
     2-D [N, H * D] (e.g. column slices of a fused qkv buffer)."""
+    if compiling():
+        return torch.ops.jitkern.qknorm(q, k, q_weight, k_weight, eps, head_dim)
     fn = _FUNCTIONS.get(("qknorm", getattr(q, "dtype", None))) or _function("qknorm", q, "q")
     fn(q, k, q_weight, k_weight, eps, head_dim)
 
@@ -76,5 +93,55 @@ def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tenso
 def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                                       eps: float = 1e-6) -> None:
     """RMSNorm of every row of q [N, Wq] and k [N, Wk] over the whole row, in place."""
+    if compiling():
+        return torch.ops.jitkern.qknorm_across_heads(q, k, q_weight, k_weight, eps)
     fn = _FUNCTIONS.get(("qknorm_across_heads", getattr(q, "dtype", None))) or _function("qknorm_across_heads", q, "q")
     fn(q, k, q_weight, k_weight, eps)
+
+
+# The torch custom ops: what torch.compile traces. Their implementations are the eager paths above;
+# their fake implementations only describe outputs, so tracing never builds a module.
+if torch is not None:
+    _lib = torch.library
+
+    @_lib.custom_op("jitkern::rmsnorm", mutates_args=())
+    def _rmsnorm_op(input: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return rmsnorm(input, weight, None, eps)
+
+    @_rmsnorm_op.register_fake
+    def _(input, weight, eps):
+        return torch.empty_like(input)
+
+    @_lib.custom_op("jitkern::rmsnorm_out", mutates_args=("output",))
+    def _rmsnorm_out_op(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor, eps: float) -> None:
+        rmsnorm(input, weight, output, eps)
+
+    @_rmsnorm_out_op.register_fake
+    def _(input, weight, output, eps):
+        return None
+
+    @_lib.custom_op("jitkern::fused_add_rmsnorm", mutates_args=("input", "residual"))
+    def _fused_add_rmsnorm_op(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+        fused_add_rmsnorm(input, residual, weight, eps)
+
+    @_fused_add_rmsnorm_op.register_fake
+    def _(input, residual, weight, eps):
+        return None
+
+    @_lib.custom_op("jitkern::qknorm", mutates_args=("q", "k"))
+    def _qknorm_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                   head_dim: int) -> None:
+        fused_inplace_qknorm(q, k, q_weight, k_weight, eps, head_dim=head_dim)
+
+    @_qknorm_op.register_fake
+    def _(q, k, q_weight, k_weight, eps, head_dim):
+        return None
+
+    @_lib.custom_op("jitkern::qknorm_across_heads", mutates_args=("q", "k"))
+    def _qknorm_across_heads_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                                eps: float) -> None:
+        fused_inplace_qknorm_across_heads(q, k, q_weight, k_weight, eps)
+
+    @_qknorm_across_heads_op.register_fake
+    def _(q, k, q_weight, k_weight, eps):
+        return None

@@ -1,0 +1,186 @@
+"""jitkern's ops as torch custom ops: opcheck, torch.compile(fullgraph=True) with and without CUDA
+graphs on a toy decoder block, dynamic token counts, typed errors under compile, and the guard
+against loading a module inside a CUDA graph capture."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+def test_opcheck_norm_ops(dtype_name):
+    torch = _torch()
+    import jitkern.ops  # noqa: F401  (registers torch.ops.jitkern)
+
+    dtype = getattr(torch, dtype_name)
+    dev = "cuda"
+    for tokens, hidden in ((1, 4096), (7, 1000), (64, 128)):
+        x = torch.randn(tokens, hidden, dtype=dtype, device=dev)
+        w = torch.randn(hidden, dtype=dtype, device=dev)
+        torch.library.opcheck(torch.ops.jitkern.rmsnorm, (x, w, 1e-6))
+        torch.library.opcheck(torch.ops.jitkern.rmsnorm_out, (x, w, torch.empty_like(x), 1e-6))
+        torch.library.opcheck(torch.ops.jitkern.fused_add_rmsnorm, (x.clone(), torch.randn_like(x), w, 1e-6))
+        torch.library.opcheck(torch.ops.jitkern.qknorm_across_heads, (x.clone(), torch.randn(tokens, 256, dtype=dtype, device=dev), w,
+                                                                      torch.randn(256, dtype=dtype, device=dev), 1e-6))
+    q, k = torch.randn(5, 8, 128, dtype=dtype, device=dev), torch.randn(5, 2, 128, dtype=dtype, device=dev)
+    hw = torch.randn(128, dtype=dtype, device=dev)
+    torch.library.opcheck(torch.ops.jitkern.qknorm, (q, k, hw, hw, 1e-6, 0))
+    torch.library.opcheck(torch.ops.jitkern.qknorm, (q.view(5, -1).clone(), k.view(5, -1).clone(), hw, hw, 1e-6, 128))
+
+
+def test_opcheck_add_constant():
+    torch = _torch()
+    import jitkern.ops  # noqa: F401
+
+    src = torch.randint(-100, 100, (1000,), dtype=torch.int32, device="cuda")
+    torch.library.opcheck(torch.ops.jitkern.add_constant, (src, 5))
+    torch.library.opcheck(torch.ops.jitkern.add_constant_out, (src, 5, torch.empty_like(src)))
+
+
+def _block(torch, hidden=512, heads=8, kv=2, d=64):
+    from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, rmsnorm
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            kw = dict(dtype=torch.bfloat16, device="cuda")
+            self.w1, self.w2 = torch.nn.Parameter(torch.randn(hidden, **kw)), torch.nn.Parameter(torch.randn(hidden, **kw))
+            self.qw, self.kw = torch.nn.Parameter(torch.randn(d, **kw)), torch.nn.Parameter(torch.randn(d, **kw))
+            self.up = torch.nn.Linear(hidden, hidden, **kw)
+            self.qkv = torch.nn.Linear(hidden, (heads + 2 * kv) * d, **kw)
+            self.out = torch.nn.Linear(heads * d, hidden, **kw)
+
+        def forward(self, x, residual):
+            h = self.up(rmsnorm(x, self.w1))
+            fused_add_rmsnorm(h, residual, self.w2)
+            qkv = self.qkv(h)
+            q, k = qkv[:, : heads * d], qkv[:, heads * d : (heads + kv) * d]
+            fused_inplace_qknorm(q, k, self.qw, self.kw, head_dim=d)
+            return self.out(q) + k.sum(-1, keepdim=True), residual
+
+    return Block().eval()
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compiled_block_matches_eager_without_graph_breaks_or_recompiles(mode):
+    torch = _torch()
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    block = _block(torch)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend=counter) if mode == "default" else \
+        torch.compile(block, fullgraph=True, dynamic=True, mode=mode)
+    with torch.no_grad():
+        x0 = torch.randn(3, 512, dtype=torch.bfloat16, device="cuda")
+        explanation = torch._dynamo.explain(block)(x0, torch.randn_like(x0))
+        assert explanation.graph_break_count == 0, explanation.break_reasons
+        for step in range(2):
+            for tokens in (7, 64, 512, 1):
+                x = torch.randn(tokens, 512, dtype=torch.bfloat16, device="cuda")
+                r = torch.randn_like(x)
+                expected, expected_r = block(x, r.clone())
+                got, got_r = compiled(x, r.clone())
+                torch.testing.assert_close(got, expected, rtol=5e-2, atol=5e-2)
+                torch.testing.assert_close(got_r, expected_r, rtol=5e-2, atol=5e-2)
+    if mode == "default":
+        # one graph for every token count >= 2, and torch's usual specialisation of a size of 1
+        assert counter.frame_count <= 2, f"compiled {counter.frame_count} times for four token counts"
+
+
+def test_every_op_traces_in_one_graph_and_add_constant_compiles():
+    torch = _torch()
+    from jitkern.ops import add_constant, fused_inplace_qknorm_across_heads, rmsnorm
+
+    torch._dynamo.reset()
+
+    def f(x, w, src, q, k):
+        y = rmsnorm(x, w)
+        out = torch.empty_like(y)
+        rmsnorm(x, w, out)
+        fused_inplace_qknorm_across_heads(q, k, w, w)
+        return y + out, add_constant(src, 3) * 2, add_constant(src, 4, torch.empty_like(src)), q, k
+
+    x, w = torch.randn(4, 256, dtype=torch.float16, device="cuda"), torch.randn(256, dtype=torch.float16, device="cuda")
+    src = torch.randint(0, 9, (100,), dtype=torch.int32, device="cuda")
+    q, k = torch.randn(4, 256, dtype=torch.float16, device="cuda"), torch.randn(4, 256, dtype=torch.float16, device="cuda")
+    explanation = torch._dynamo.explain(f)(x, w, src, q.clone(), k.clone())
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    expected = f(x, w, src, q.clone(), k.clone())
+    got = torch.compile(f, fullgraph=True)(x, w, src, q.clone(), k.clone())
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_typed_errors_under_compile():
+    torch = _torch()
+    from jitkern.ops import rmsnorm
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, w: rmsnorm(x, w), fullgraph=True)
+    x = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match=r"weight: Size mismatch for shape#0\('hidden_size'\)"):
+        f(x, torch.randn(32, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(TypeError, match="weight: DType mismatch: float32"):
+        f(x, torch.randn(64, dtype=torch.float32, device="cuda"))
+
+
+CAPTURE = textwrap.dedent(
+    """
+    import sys, torch, jitkern.ops
+    from jitkern.ops import rmsnorm
+    x = torch.randn(8, 256, dtype=torch.float16, device="cuda"); w = torch.randn(256, dtype=torch.float16, device="cuda")
+    out = torch.empty_like(x)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            rmsnorm(x, w, out)
+        print("CAPTURED WITHOUT WARMUP")
+    except RuntimeError as e:
+        print("REFUSED", str(e).replace("\\n", " "))
+    jitkern.ops.warmup(dtypes=[torch.float16])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        rmsnorm(x, w, out)
+    out.zero_(); graph.replay(); torch.cuda.synchronize()
+    ref = (x.double() * (x.double().pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt() * w.double()).half()
+    torch.testing.assert_close(out, ref, rtol=2e-3, atol=2e-3)
+    print("CAPTURED AFTER WARMUP")
+    """
+)
+
+
+def test_capture_guard_and_warmup():
+    """A module not loaded yet is refused inside a capture with a message that says how to warm it up;
+    after jitkern.ops.warmup the same capture works (fresh process: nothing loaded before)."""
+    proc = subprocess.run([sys.executable, "-c", CAPTURE], capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFUSED jitkern: the norm module for torch.float16 is not loaded yet and a CUDA graph is being captured" in proc.stdout, proc.stdout
+    assert "jitkern.ops.warmup(dtypes=[torch.float16])" in proc.stdout
+    assert "CAPTURED AFTER WARMUP" in proc.stdout
+
+
+def test_warmup_builds_specs_in_parallel(tmp_path, monkeypatch):
+    torch = _torch()
+    import jitkern
+    from jitkern.ops.add_constant import spec
+
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "cache"))
+    modules = jitkern.warmup(*(spec(c) for c in (101, 102, 103)))
+    assert [m.exports for m in modules] == [("add_constant",)] * 3
+    src = torch.arange(10, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(src)
+    modules[1].add_constant(out, src)
+    torch.testing.assert_close(out, src + 102)
