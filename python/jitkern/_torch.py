@@ -22,3 +22,32 @@ def check_not_capturing(what: str, warmup: str) -> None:
             f"jitkern: {what} is not loaded yet and a CUDA graph is being captured on the current stream; "
             f"loading (and possibly compiling) it now would break the capture. Call the op once before the "
             f"capture, or warm it up: {warmup}")
+
+
+_LIBRARIES: dict = {}  # namespace -> torch.library.Library
+
+
+def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None, dispatch_key: str = "CompositeExplicitAutograd"):
+    """Makes `export` of `spec`'s module the torch operator `qualname` ("namespace::name") with `schema`
+    (its arguments and results, e.g. "(Tensor x, Tensor(a!) out) -> ()": `(a!)` marks a tensor the op
+    writes). The module is loaded at the op's first call, never while torch.compile traces; `fake`
+    describes the outputs for tracing (its default returns None, right for ops that return nothing).
+    Returns the operator, e.g. torch.ops.namespace.name."""
+    namespace, _, name = qualname.partition("::")
+    if not namespace or not name:
+        raise ValueError(f"torch_op: qualname must be 'namespace::name', got {qualname!r}")
+    library = _LIBRARIES.get(namespace)
+    if library is None:
+        library = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
+    library.define(name + schema)
+    loaded = []
+
+    def implementation(*args):
+        if not loaded:
+            check_not_capturing(f"the module of {qualname} ({spec!r})", f"jitkern.warmup(spec)")
+            loaded.append(getattr(spec.load(), export))
+        return loaded[0](*args)
+
+    library.impl(name, implementation, dispatch_key)
+    torch.library.register_fake(qualname, fake if fake is not None else (lambda *args: None), lib=library)
+    return getattr(getattr(torch.ops, namespace), name)

@@ -184,3 +184,35 @@ def test_warmup_builds_specs_in_parallel(tmp_path, monkeypatch):
     out = torch.empty_like(src)
     modules[1].add_constant(out, src)
     torch.testing.assert_close(out, src + 102)
+
+
+def test_user_kernel_becomes_a_torch_op(tmp_path):
+    """jitkern.torch_op: a user's JitSpec export as a torch op, loaded lazily, traced with fullgraph=True."""
+    torch = _torch()
+    import jitkern
+
+    kernel = tmp_path / "scale_by_two.cuh"
+    kernel.write_text(
+        "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n"
+        "__global__ void twice_kernel(float* out, const float* x, int64_t n) {\n"
+        "  const int64_t i = blockIdx.x * int64_t{256} + threadIdx.x; if (i < n) out[i] = 2.0f * x[i]; }\n"
+        "inline void twice(jitkern::TensorView x, jitkern::TensorView out) {\n"
+        "  using namespace host; auto N = SymbolicSize{\"n\"}; auto device = SymbolicDevice{};\n"
+        "  TensorMatcher({N}).with_dtype<float>().with_device<kDLCUDA>(device).verify(x, \"x\").verify(out, \"out\");\n"
+        "  LaunchKernel(div_ceil(N.unwrap(), 256), 256, device.unwrap())(twice_kernel, static_cast<float*>(out.data_ptr()),\n"
+        "      static_cast<const float*>(x.data_ptr()), N.unwrap()); }\n")
+    spec = jitkern.JitSpec("user_twice", cuda_files=[str(kernel)], cuda_wrappers=[("twice", "twice", "x, out")])
+    op = jitkern.torch_op("jitkern_test::twice", "(Tensor x, Tensor(a!) out) -> ()", spec, "twice")
+    torch.library.opcheck(op, (torch.randn(100, device="cuda"), torch.empty(100, device="cuda")))
+
+    def f(x):
+        out = torch.empty_like(x)
+        op(x, out)
+        return out + 1
+
+    torch._dynamo.reset()
+    x = torch.randn(1000, device="cuda")
+    assert torch._dynamo.explain(f)(x).graph_break_count == 0
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), 2 * x + 1)
+    with pytest.raises(ValueError, match=r"x: Size mismatch|out: Size mismatch"):
+        op(x, torch.empty(10, device="cuda"))
