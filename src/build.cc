@@ -66,10 +66,11 @@ std::string current_dir() {
   return buf;
 }
 
-// The library a manifest names, if intact: size/mtime first, rehash on change.
+// The library a manifest names, if private and intact: one lstat for both, rehash only on a changed
+// size or mtime.
 bool library_intact(const std::string& lib, const Manifest& m) {
   fs::FileSig now;
-  if (!fs::stat_sig(lib, &now)) return false;
+  if (!fs::private_file_sig(lib, "cached library", &now)) return false;
   if (now == m.lib_sig) return true;
   std::string sha;
   return sha256_file(lib, &sha) && sha == m.lib_sha;
@@ -85,7 +86,6 @@ bool lookup_published(const plan::Plan& p, std::string* lib_path) {
   if (!manifest::deps_unchanged(m.deps, &refreshed)) return false;
   const std::string lib = p.entry_dir + "/" + m.lib_name;
   if (!library_intact(lib, m)) return false;
-  fs::check_private_file(lib, "cached library");
   // A touched but unchanged header: record its new mtime, so that the next load need not rehash it.
   if (refreshed) {
     try {
@@ -129,7 +129,7 @@ void remove_stale_scratch(const std::string& entry_dir, double timeout_s) {
     const bool old = fs::stat_sig(path, &sig) &&
                      std::chrono::nanoseconds(now).count() - sig.mtime_ns > static_cast<int64_t>(timeout_s * 1e9);
     const bool dead = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
-    if (old || dead || pid == ::getpid()) stale.push_back(path);
+    if (old || dead) stale.push_back(path);
   }
   ::closedir(dir);
   for (const auto& path : stale) fs::remove_tree(path), ::unlink(path.c_str());
@@ -307,23 +307,13 @@ std::vector<Dep> search_directories(const plan::Plan& p) {
   return dirs;
 }
 
-bool failure_still_applies(Failure& f) {
-  std::vector<Dep> files, dirs;
-  for (const auto& d : f.deps) (d.sha == manifest::kDirectory ? dirs : files).push_back(d);
-  if (!manifest::deps_unchanged(files)) return false;
-  for (const auto& d : dirs) {
-    fs::FileSig now;
-    if (!fs::stat_sig(d.path, &now) || !(now == d.sig)) return false;
-  }
-  return true;
-}
 
 // Throws the remembered failure of this request if its inputs are unchanged since.
 void throw_if_remembered(const plan::Plan& p) {
   std::string text;
   Failure failure;
   if (!settings::flag("JITKERN_RETRY_FAILED") && fs::read_file(p.entry_dir + "/failed", &text) && manifest::parse(text, &failure) &&
-      failure.request_key == p.request_key && failure_still_applies(failure)) {
+      failure.request_key == p.request_key && manifest::deps_unchanged(failure.deps)) {
     throw BuildError(failure.message +
                      "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
                      "JITKERN_RETRY_FAILED=1 to try again.)");

@@ -175,12 +175,20 @@ void ensure_private_dir(const std::string& path, const char* what) {
 }
 
 void check_private_file(const std::string& path, const char* what) {
+  FileSig sig;
+  if (!private_file_sig(path, what, &sig)) fail(std::string("cannot access ") + what + " " + path);
+}
+
+bool private_file_sig(const std::string& path, const char* what, FileSig* sig) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) fail(std::string("cannot access ") + what + " " + path);
+  if (::lstat(path.c_str(), &st) != 0) return false;
   if (!S_ISREG(st.st_mode)) throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": not a regular file");
   if (st.st_uid != ::geteuid() || (st.st_mode & 022))
     throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": owned by uid " + std::to_string(st.st_uid) +
                              " with mode " + mode_text(st.st_mode) + "; it must belong to the current user and not be writable by others");
+  sig->size = st.st_size;
+  sig->mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return true;
 }
 
 void remove_tree(const std::string& path) {

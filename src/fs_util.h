@@ -33,6 +33,8 @@ std::string which(const std::string& program);  // PATH lookup; empty if not fou
 void ensure_private_dir(const std::string& path, const char* what);
 // Refuses a file that is not ours or is writable by group/others.
 void check_private_file(const std::string& path, const char* what);
+// The same check and the file's signature from one lstat; false (nothing thrown) when it is missing.
+bool private_file_sig(const std::string& path, const char* what, FileSig* sig);
 void remove_tree(const std::string& path);
 std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 

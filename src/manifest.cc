@@ -129,6 +129,7 @@ bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed) {
     fs::FileSig now;
     if (!fs::stat_sig(d.path, &now)) return false;
     if (now == d.sig) continue;
+    if (d.sha == kDirectory) return false;  // a directory is compared by its signature alone
     std::string sha;
     if (!sha256_file(d.path, &sha) || sha != d.sha) return false;
     if (refreshed != nullptr) d.sig = now, *refreshed = true;

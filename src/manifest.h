@@ -47,7 +47,8 @@ struct Failure {
 std::string serialize(const Failure& f);
 bool parse(const std::string& text, Failure* f);
 
-// True when every dependency still has the recorded content: stat first, rehash on change. With
+// True when every dependency still has the recorded content: stat first, rehash on change (a
+// kDirectory entry only compares its signature: a file created or removed in it changes it). With
 // `refreshed`, the dependencies whose content matched after a rehash get their new signature there
 // (and it is set to true if any did), so the caller can record it and skip the rehash next time.
 bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed = nullptr);

@@ -9,9 +9,18 @@ except ImportError:  # the specs import without torch; the ops need it
     torch = None
 
 
-# True while torch.compile traces (Dynamo folds the call to a constant). Bound here, not wrapped: each
-# Python call level costs the eager path ~0.05 us.
-compiling = torch.compiler.is_compiling if torch is not None else None
+def _needs_torch() -> bool:
+    raise ImportError("jitkern.ops needs torch (pip install torch)")
+
+
+# True while torch.compile traces (Dynamo folds the call to a constant). Bound here rather than wrapped,
+# to keep a Python call level off the eager path.
+compiling = torch.compiler.is_compiling if torch is not None else _needs_torch
+
+
+def returns_nothing(*args) -> None:
+    """The fake implementation of an op that only writes its arguments."""
+    return None
 
 
 def check_not_capturing(what: str, warmup: str) -> None:
@@ -49,5 +58,5 @@ def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None, dispat
         return loaded[0](*args)
 
     library.impl(name, implementation, dispatch_key)
-    torch.library.register_fake(qualname, fake if fake is not None else (lambda *args: None), lib=library)
+    torch.library.register_fake(qualname, fake if fake is not None else returns_nothing, lib=library)
     return getattr(getattr(torch.ops, namespace), name)

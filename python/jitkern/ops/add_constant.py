@@ -6,7 +6,7 @@ torch custom op (torch.ops.jitkern.add_constant), which is what torch.compile tr
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, torch
+from .._torch import check_not_capturing, compiling, returns_nothing, torch
 from ..jit import JitSpec, make_cpp_args
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -70,6 +70,4 @@ if torch is not None:
     def _add_constant_out_op(src: torch.Tensor, constant: int, out: torch.Tensor) -> None:
         add_constant(src, constant, out)
 
-    @_add_constant_out_op.register_fake
-    def _(src, constant, out):
-        return None
+    _add_constant_out_op.register_fake(returns_nothing)

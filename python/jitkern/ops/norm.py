@@ -9,7 +9,7 @@ what torch.compile traces; eager calls go straight to the exported function."""
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, torch
+from .._torch import check_not_capturing, compiling, returns_nothing, torch
 from ..jit import JitSpec, cpp_type
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -116,32 +116,24 @@ if torch is not None:
     def _rmsnorm_out_op(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor, eps: float) -> None:
         rmsnorm(input, weight, output, eps)
 
-    @_rmsnorm_out_op.register_fake
-    def _(input, weight, output, eps):
-        return None
+    _rmsnorm_out_op.register_fake(returns_nothing)
 
     @_lib.custom_op("jitkern::fused_add_rmsnorm", mutates_args=("input", "residual"))
     def _fused_add_rmsnorm_op(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
         fused_add_rmsnorm(input, residual, weight, eps)
 
-    @_fused_add_rmsnorm_op.register_fake
-    def _(input, residual, weight, eps):
-        return None
+    _fused_add_rmsnorm_op.register_fake(returns_nothing)
 
     @_lib.custom_op("jitkern::qknorm", mutates_args=("q", "k"))
     def _qknorm_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
                    head_dim: int) -> None:
         fused_inplace_qknorm(q, k, q_weight, k_weight, eps, head_dim=head_dim)
 
-    @_qknorm_op.register_fake
-    def _(q, k, q_weight, k_weight, eps, head_dim):
-        return None
+    _qknorm_op.register_fake(returns_nothing)
 
     @_lib.custom_op("jitkern::qknorm_across_heads", mutates_args=("q", "k"))
     def _qknorm_across_heads_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                                 eps: float) -> None:
         fused_inplace_qknorm_across_heads(q, k, q_weight, k_weight, eps)
 
-    @_qknorm_across_heads_op.register_fake
-    def _(q, k, q_weight, k_weight, eps):
-        return None
+    _qknorm_across_heads_op.register_fake(returns_nothing)
