@@ -36,27 +36,34 @@ def check_not_capturing(what: str, warmup: str) -> None:
 _LIBRARIES: dict = {}  # namespace -> torch.library.Library
 
 
-def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None, dispatch_key: str = "CompositeExplicitAutograd"):
-    """Makes `export` of `spec`'s module the torch operator `qualname` ("namespace::name") with `schema`
-    (its arguments and results, e.g. "(Tensor x, Tensor(a!) out) -> ()": `(a!)` marks a tensor the op
-    writes). The module is loaded at the op's first call, never while torch.compile traces; `fake`
-    describes the outputs for tracing (its default returns None, right for ops that return nothing).
-    Returns the operator, e.g. torch.ops.namespace.name."""
+def define_op(qualname: str, schema: str, implementation, fake=None):
+    """Registers `implementation` as the torch operator `qualname` ("namespace::name") with `schema` (its
+    arguments and results, e.g. "(Tensor x, Tensor(a!) out) -> ()": `(a!)` marks a tensor the op writes)
+    and `fake` as what tracing runs (default: returns None, right for ops that return nothing). Registered
+    through torch.library.Library, whose dispatcher calls `implementation` directly: torch.library.custom_op
+    adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks.md)."""
     namespace, _, name = qualname.partition("::")
     if not namespace or not name:
-        raise ValueError(f"torch_op: qualname must be 'namespace::name', got {qualname!r}")
+        raise ValueError(f"qualname must be 'namespace::name', got {qualname!r}")
     library = _LIBRARIES.get(namespace)
     if library is None:
         library = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
     library.define(name + schema)
+    library.impl(name, implementation, "CompositeExplicitAutograd")
+    torch.library.register_fake(qualname, fake if fake is not None else returns_nothing, lib=library)
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None):
+    """Makes `export` of `spec`'s module the torch operator `qualname` with `schema` (see define_op). The
+    module is loaded at the op's first call, never while torch.compile traces; `fake` describes the
+    outputs for tracing. Returns the operator, e.g. torch.ops.namespace.name."""
     loaded = []
 
     def implementation(*args):
         if not loaded:
-            check_not_capturing(f"the module of {qualname} ({spec!r})", f"jitkern.warmup(spec)")
+            check_not_capturing(f"the module of {qualname} ({spec!r})", "jitkern.warmup(spec)")
             loaded.append(getattr(spec.load(), export))
         return loaded[0](*args)
 
-    library.impl(name, implementation, dispatch_key)
-    torch.library.register_fake(qualname, fake if fake is not None else returns_nothing, lib=library)
-    return getattr(getattr(torch.ops, namespace), name)
+    return define_op(qualname, schema, implementation, fake)

@@ -6,7 +6,7 @@ torch custom op (torch.ops.jitkern.add_constant), which is what torch.compile tr
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, returns_nothing, torch
+from .._torch import check_not_capturing, compiling, define_op, torch
 from ..jit import JitSpec, make_cpp_args
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -58,16 +58,9 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
 
 if torch is not None:
 
-    @torch.library.custom_op("jitkern::add_constant", mutates_args=())
-    def _add_constant_op(src: torch.Tensor, constant: int) -> torch.Tensor:
-        return add_constant(src, constant)
-
-    @_add_constant_op.register_fake
-    def _(src, constant):
-        return torch.empty_like(src, memory_format=torch.contiguous_format)
-
-    @torch.library.custom_op("jitkern::add_constant_out", mutates_args=("out",))
-    def _add_constant_out_op(src: torch.Tensor, constant: int, out: torch.Tensor) -> None:
+    def _add_constant_out(src, constant, out):
         add_constant(src, constant, out)
 
-    _add_constant_out_op.register_fake(returns_nothing)
+    define_op("jitkern::add_constant", "(Tensor src, int constant) -> Tensor", add_constant,
+              lambda src, constant: torch.empty_like(src, memory_format=torch.contiguous_format))
+    define_op("jitkern::add_constant_out", "(Tensor src, int constant, Tensor(a!) out) -> ()", _add_constant_out)

@@ -9,7 +9,7 @@ what torch.compile traces; eager calls go straight to the exported function."""
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, returns_nothing, torch
+from .._torch import check_not_capturing, compiling, define_op, torch
 from ..jit import JitSpec, cpp_type
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -102,38 +102,16 @@ def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight
 # The torch custom ops: what torch.compile traces. Their implementations are the eager paths above;
 # their fake implementations only describe outputs, so tracing never builds a module.
 if torch is not None:
-    _lib = torch.library
 
-    @_lib.custom_op("jitkern::rmsnorm", mutates_args=())
-    def _rmsnorm_op(input: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return rmsnorm(input, weight, None, eps)
-
-    @_rmsnorm_op.register_fake
-    def _(input, weight, eps):
-        return torch.empty_like(input)
-
-    @_lib.custom_op("jitkern::rmsnorm_out", mutates_args=("output",))
-    def _rmsnorm_out_op(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor, eps: float) -> None:
+    def _rmsnorm_out(input, weight, output, eps):
         rmsnorm(input, weight, output, eps)
 
-    _rmsnorm_out_op.register_fake(returns_nothing)
-
-    @_lib.custom_op("jitkern::fused_add_rmsnorm", mutates_args=("input", "residual"))
-    def _fused_add_rmsnorm_op(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
-        fused_add_rmsnorm(input, residual, weight, eps)
-
-    _fused_add_rmsnorm_op.register_fake(returns_nothing)
-
-    @_lib.custom_op("jitkern::qknorm", mutates_args=("q", "k"))
-    def _qknorm_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-                   head_dim: int) -> None:
-        fused_inplace_qknorm(q, k, q_weight, k_weight, eps, head_dim=head_dim)
-
-    _qknorm_op.register_fake(returns_nothing)
-
-    @_lib.custom_op("jitkern::qknorm_across_heads", mutates_args=("q", "k"))
-    def _qknorm_across_heads_op(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                                eps: float) -> None:
-        fused_inplace_qknorm_across_heads(q, k, q_weight, k_weight, eps)
-
-    _qknorm_across_heads_op.register_fake(returns_nothing)
+    define_op("jitkern::rmsnorm", "(Tensor input, Tensor weight, float eps) -> Tensor",
+              lambda input, weight, eps: rmsnorm(input, weight, None, eps), lambda input, weight, eps: torch.empty_like(input))
+    define_op("jitkern::rmsnorm_out", "(Tensor input, Tensor weight, Tensor(a!) output, float eps) -> ()", _rmsnorm_out)
+    define_op("jitkern::fused_add_rmsnorm", "(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+              fused_add_rmsnorm)
+    define_op("jitkern::qknorm", "(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps, int head_dim) -> ()",
+              lambda q, k, q_weight, k_weight, eps, head_dim: fused_inplace_qknorm(q, k, q_weight, k_weight, eps, head_dim=head_dim))
+    define_op("jitkern::qknorm_across_heads", "(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps) -> ()",
+              fused_inplace_qknorm_across_heads)
