@@ -14,10 +14,13 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <regex>
 #include <stdexcept>
 #include <thread>
 
+#include "build.h"
 #include "fs_util.h"
+#include "log.h"
 #include "manifest.h"
 #include "nvcc_pipeline.h"
 #include "plan.h"
@@ -38,7 +41,15 @@ struct Transient : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-bool quiet() { return settings::flag("JITKERN_QUIET"); }
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
 
 double compile_timeout_s() {
   const std::string v = settings::get("JITKERN_COMPILE_TIMEOUT");
@@ -94,6 +105,7 @@ bool lookup_published(const plan::Plan& p, std::string* lib_path) {
       // read-only cache: the rehash repeats next time, nothing else is lost
     }
   }
+  fs::mark_used(p.entry_dir + "/manifest");  // for `jitkern cache prune`'s least-recently-used order
   *lib_path = lib;
   return true;
 }
@@ -205,7 +217,10 @@ class Compile {
       cmd.insert(cmd.end(), {"-MMD", "-MF", m_scratch + "/host.d", m_scratch + "/host.cc", "-o", out});
       cmd.insert(cmd.end(), m_p.link.begin(), m_p.link.end());
       depfiles.push_back({m_scratch + "/host.d", m_cwd});
-      return run_argv(cmd);
+      const auto t0 = std::chrono::steady_clock::now();
+      const int rc = run_argv(cmd);
+      phases = "compile and link " + format_seconds(seconds_since(t0));
+      return rc;
     }
     // Host glue (if any) compiles while the CUDA pipeline runs; then the host compiler links.
     std::vector<fs::Process> host;
@@ -213,32 +228,44 @@ class Compile {
     if (m_p.has_cpp) {
       auto cpp = m_p.cpp_compile;
       cpp.insert(cpp.end(), {"-MMD", "-MF", m_scratch + "/host.d", "-c", m_scratch + "/host.cc", "-o", m_scratch + "/host.o"});
-      commands.push_back(fs::join_command(cpp));
+      record(fs::join_command(cpp));
       depfiles.push_back({m_scratch + "/host.d", m_cwd});
       objects.push_back(m_scratch + "/host.o");
       host.push_back(fs::spawn(cpp, log()));
     }
+    const auto t0 = std::chrono::steady_clock::now();
     int rc = compile_cuda();
+    phases = "CUDA " + format_seconds(seconds_since(t0));
     for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
+    if (!host.empty()) phases += ", C++ " + format_seconds(seconds_since(t0));
     objects.push_back(cuda_obj);
     if (rc != 0) return rc;
+    const auto t1 = std::chrono::steady_clock::now();
     std::vector<std::string> link = {m_p.host_cxx};
     link.insert(link.end(), objects.begin(), objects.end());
     link.insert(link.end(), {"-o", out});
     link.insert(link.end(), m_p.link.begin(), m_p.link.end());
     link.insert(link.end(), {"-L" + m_cuda_lib, "-lcudart", "-Wl,-rpath," + m_cuda_lib});
-    return run_argv(link);
+    rc = run_argv(link);
+    phases += ", link " + format_seconds(seconds_since(t1));
+    return rc;
   }
 
   std::string log() const { return m_scratch + "/build.log"; }
   std::vector<std::string> commands;
   std::vector<Depfile> depfiles;
+  std::string phases;  // "CUDA 4.10 s, C++ 4.12 s, link 0.08 s": the INFO line's detail
 
  private:
   static int first_failure(int a, int b) { return a != 0 ? a : b; }
 
+  void record(const std::string& command) {
+    commands.push_back(command);
+    log::emit(log::kDebug, "run: " + command);
+  }
+
   int run_argv(const std::vector<std::string>& argv, const std::string& cwd = {}) {
-    commands.push_back(cwd.empty() ? fs::join_command(argv) : "(cd " + fs::shell_quote(cwd) + " && " + fs::join_command(argv) + ")");
+    record(cwd.empty() ? fs::join_command(argv) : "(cd " + fs::shell_quote(cwd) + " && " + fs::join_command(argv) + ")");
     return fs::wait(fs::spawn(argv, log(), {}, cwd), m_timeout);
   }
 
@@ -269,7 +296,7 @@ class Compile {
         const std::string id_path = pipe.module_id_path[0] == '/' ? pipe.module_id_path : m_scratch + "/" + pipe.module_id_path;
         fs::write_file_atomic(id_path, "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
         for (const auto* chain : {&pipe.host_chain, &pipe.device_chain, &pipe.finish})
-          for (const auto& c : *chain) commands.push_back("(cd " + fs::shell_quote(m_scratch) + " && " + c + ")");
+          for (const auto& c : *chain) record("(cd " + fs::shell_quote(m_scratch) + " && " + c + ")");
         int device_rc = 0;
         std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env); });
         const int host_rc = run_shell_chain(pipe.host_chain, pipe.env);
@@ -320,6 +347,33 @@ void throw_if_remembered(const plan::Plan& p) {
   }
 }
 
+// A manifest for `p` with its descriptive fields filled in (the caller adds the library and deps).
+Manifest new_manifest(const plan::Plan& p, double build_seconds) {
+  Manifest m;
+  m.request_key = p.request_key;
+  m.module = p.name;
+  m.arch = p.has_cuda ? p.cuda_arch : "-";
+  m.built_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m.build_ms = static_cast<int64_t>(build_seconds * 1000);
+  return m;
+}
+
+// JITKERN_ON_MISS: nothing for "compile", one warning for "warn", CacheMissError for "error".
+void check_on_miss(const plan::Plan& p) {
+  const std::string mode = settings::get("JITKERN_ON_MISS");
+  if (mode == "warn") log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
+  if (mode == "error")
+    throw CacheMissError("jitkern: module '" + p.name + "' is not cached in " + p.entry_dir +
+                         " and JITKERN_ON_MISS=error forbids compiling it; prebuild it into the cache (jitkern prebuild) or "
+                         "set JITKERN_ON_MISS=compile");
+}
+
+void validate_on_miss() {
+  const std::string mode = settings::get("JITKERN_ON_MISS");
+  if (!mode.empty() && mode != "compile" && mode != "warn" && mode != "error")
+    throw std::invalid_argument("jitkern: JITKERN_ON_MISS must be compile, warn or error, got '" + mode + "'");
+}
+
 // Content addressing across edits: a header edited and then reverted maps back to the library already
 // built for that content. Returns that library's path, or empty. `before` gets the previous build's
 // inputs as they are now, to tell whether one changes during the compile.
@@ -333,8 +387,7 @@ std::string reuse_built_content(const plan::Plan& p, std::map<std::string, std::
   for (const auto& d : now)
     if (!d.sha.empty()) (*before)[d.path] = d.sha;
   if (!readable) return {};
-  Manifest m;
-  m.request_key = p.request_key;
+  Manifest m = new_manifest(p, 0);
   m.full_key = manifest::full_key_of(p.request_key, now);
   m.lib_name = manifest::library_name(m.full_key);
   const std::string candidate = p.entry_dir + "/" + m.lib_name;
@@ -348,19 +401,55 @@ std::string reuse_built_content(const plan::Plan& p, std::map<std::string, std::
   return candidate;
 }
 
+bool under_any(const std::string& path, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& pre) { return path.rfind(pre, 0) == 0; });
+}
+
+// The compiler's first "file:line: error" (gcc and clang "path:line:col: error: ...", nvcc "path(line):
+// error: ..."), preferring the request's own sources, then any file outside the generated wrapper and
+// the toolchain; empty if there is none.
+std::string first_error(const std::string& log, const plan::Plan& p, const std::string& scratch) {
+  static const std::regex gcc(R"(^(.+?):(\d+)(:\d+)?: (fatal )?error\b.*$)");
+  static const std::regex edg(R"(^(.+?)\((\d+)\): (catastrophic )?error\b.*$)");
+  std::string outside, any;
+  for (const auto& line : text::split_lines(log)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, gcc) && !std::regex_match(line, m, edg)) continue;
+    const std::string file = m[1].str()[0] == '/' ? m[1].str() : scratch + "/" + m[1].str();
+    if (std::find(p.sources.begin(), p.sources.end(), file) != p.sources.end()) return line;
+    if (outside.empty() && file.rfind(scratch + "/", 0) != 0 && !under_any(file, p.dep_exclude_prefixes)) outside = line;
+    if (any.empty()) any = line;
+  }
+  return !outside.empty() ? outside : any;
+}
+
 // A failed compile: remembered (BuildError) when the compiler ran to completion and rejected the
-// sources, reported without remembering (Transient) otherwise.
+// sources, reported without remembering (Transient) otherwise. The message leads with the module and
+// the first error, then the compiler's output, the commands, and where the full log is kept.
 [[noreturn]] void fail_build(const plan::Plan& p, const Compile& compile, int rc, const std::string& scratch, double timeout_s) {
-  std::string msg = "jitkern: failed to build module '" + p.name + "' (" + fs::describe_status(rc) + ")\n";
-  for (const auto& c : compile.commands) msg += "command: " + c + "\n";
-  msg += "generated source:\n" + p.cpp_source + p.cuda_source;
-  std::string log = read_log(compile.log());
+  std::string full_log;
+  fs::read_file(compile.log(), &full_log);
   const bool full = disk_full(p.entry_dir);
-  if (full) log += "\n[jitkern: No space left on device in " + p.entry_dir + "; the output above may be cut short]\n";
-  msg += "compiler output:\n" + log;
+  std::string cause = first_error(full_log, p, scratch);
   if (rc == fs::kTimedOut)
-    msg += "\n[jitkern: the compile took longer than JITKERN_COMPILE_TIMEOUT=" + std::to_string(static_cast<long>(timeout_s)) +
-           " s; its processes were killed]\n";
+    cause = "took longer than JITKERN_COMPILE_TIMEOUT=" + std::to_string(static_cast<long>(timeout_s)) + " s; its processes were killed";
+  else if (full)
+    cause = "No space left on device in " + p.entry_dir + " (the compiler's output may be cut short)";
+  else if (cause.empty())
+    cause = "the compiler ended with " + fs::describe_status(rc);
+  std::string commands;
+  for (const auto& c : compile.commands) commands += "command: " + c + "\n";
+  const std::string log_path = p.entry_dir + "/failed.log";
+  bool kept = false;
+  try {
+    fs::write_file_atomic(log_path, full_log + "\n" + commands + "generated source:\n" + p.cpp_source + p.cuda_source);
+    kept = true;
+  } catch (const std::exception&) {
+    // a full disk or a read-only cache: the message below still has everything but the untruncated output
+  }
+  std::string msg = "jitkern: module '" + p.name + "' failed to compile: " + cause + "\ncompiler output (" +
+                    fs::describe_status(rc) + "):\n" + read_log(compile.log()) + commands;
+  msg += kept ? "full log, commands and generated source: " + log_path + "\n" : "generated source:\n" + p.cpp_source + p.cuda_source;
   if (rc < 0 || full) throw Transient(msg);
   Failure f;
   f.request_key = p.request_key;
@@ -385,10 +474,11 @@ std::string publish(const plan::Plan& p, const std::string& out, Manifest m) {
   fs::write_file_atomic(final_path + ".sha256", manifest::library_record(m.full_key, m.lib_sha));
   fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
   ::unlink((p.entry_dir + "/failed").c_str());
+  ::unlink((p.entry_dir + "/failed.log").c_str());
   return final_path;
 }
 
-std::string build_locked(const plan::Plan& p, double timeout_s) {
+std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) {
   std::string lib_path;
   if (lookup_published(p, &lib_path)) return lib_path;  // published while we waited for the lock
   remove_stale_scratch(p.entry_dir, timeout_s);
@@ -397,9 +487,10 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
   lib_path = reuse_built_content(p, &before);
   if (!lib_path.empty()) return lib_path;
 
+  check_on_miss(p);
   const std::string cwd = current_dir();
   const auto t0 = std::chrono::steady_clock::now();
-  if (!quiet()) std::fprintf(stderr, "jitkern: compiling %s ...\n", p.name.c_str());
+  log::emit(log::kInfo, "compiling " + p.name + (p.has_cuda ? " for " + p.cuda_arch : "") + " ...");
   // An input edited while the compiler runs may or may not be in the library: compile again.
   for (int attempt = 0;; ++attempt) {
     const std::string scratch = fs::make_temp_dir(p.entry_dir, "build-");
@@ -421,8 +512,7 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
                       "\ncommand: " + (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" +
                       read_log(compile.log()));
 
-    Manifest m;
-    m.request_key = p.request_key;
+    Manifest m = new_manifest(p, seconds_since(t0));
     m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
     // Changed while the compiler ran: modified at or after its start, or hashed differently before it.
     const bool changed_meanwhile = std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) {
@@ -431,17 +521,15 @@ std::string build_locked(const plan::Plan& p, double timeout_s) {
     });
     if (changed_meanwhile && attempt < 3) {
       for (const auto& d : m.deps) before[d.path] = d.sha;  // what the next attempt starts from
-      if (!quiet()) std::fprintf(stderr, "jitkern: an input of %s changed while it compiled; compiling again\n", p.name.c_str());
+      log::emit(log::kWarning, "an input of " + p.name + " changed while it compiled; compiling again");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the timestamp granularity
       continue;
     }
     if (changed_meanwhile)
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
     lib_path = publish(p, out, m);
-    if (!quiet()) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "jitkern: compiled %s in %.2f s\n", p.name.c_str(), secs);
-    }
+    *compiled = true;
+    log::emit(log::kInfo, "compiled " + p.name + " in " + format_seconds(seconds_since(t0)) + " (" + compile.phases + ")");
     return lib_path;
   }
 }
@@ -462,22 +550,35 @@ plan::Plan make_plan(const BuildRequest& request, const plan::Config& cfg) {
 
 }  // namespace
 
-std::string build(const BuildRequest& request, const EngineConfig& config) {
+std::string build(const BuildRequest& request, const EngineConfig& config) { return build_holding(request, config, nullptr); }
+
+std::string build_holding(const BuildRequest& request, const EngineConfig& config, std::unique_ptr<fs::FileLock>* hold,
+                          bool* compiled) {
+  bool ignored = false;
+  compiled = compiled != nullptr ? compiled : &ignored;
+  *compiled = false;
+  validate_on_miss();
   const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
   const plan::Plan p = make_plan(request, cfg);
   std::string lib_path;
-  // Warm path: no lock, no subprocess; readers never see a partial file (publish is by rename).
-  if (lookup_published(p, &lib_path)) return lib_path;
+  // Warm path: no subprocess, and only a shared lock (prune never removes an entry someone holds);
+  // readers never see a partial file (publish is by rename).
+  if (auto shared = fs::FileLock::try_lock(p.lock_path, true); shared && lookup_published(p, &lib_path)) {
+    if (hold != nullptr) *hold = std::move(shared);
+    return lib_path;
+  }
   const double timeout_s = compile_timeout_s();
   fs::ensure_private_dir(p.entry_dir, "cache entry directory");
   fs::ensure_private_dir(cfg.lock_dir, "lock directory");
   fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
-  fs::FileLock lock(p.lock_path, quiet() ? "" : "jitkern: waiting for another process that is compiling " + p.name + " ...");
+  auto lock = std::make_unique<fs::FileLock>(p.lock_path, "waiting for another process that is compiling " + p.name + " ...");
   try {
-    return build_locked(p, timeout_s);
+    lib_path = build_locked(p, timeout_s, compiled);
   } catch (const Transient& e) {
     throw BuildError(std::string(e.what()) + "\n(not remembered: the next call compiles again)");
   }
+  if (hold != nullptr) *hold = std::move(lock);
+  return lib_path;
 }
 
 std::vector<std::string> export_names(const BuildRequest& request) {

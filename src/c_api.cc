@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -15,8 +16,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "build.h"
+#include "cache_admin.h"
+#include "log.h"
 #include "plan.h"
 #include "settings.h"
+#include "toolchain.h"
 
 namespace {
 
@@ -26,10 +31,10 @@ char* dup(const std::string& s) {
   return p;
 }
 
-void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::EngineConfig* cfg) {
+// The fields of a request, in order.
+std::vector<std::pair<std::string, std::string>> parse_fields(const std::string& all) {
+  std::vector<std::pair<std::string, std::string>> out;
   std::size_t pos = 0;
-  std::string pending_wrapper;  // "cpp" or "cuda" after a *_wrapper_name field
-  std::string pending_name;
   while (pos < all.size()) {
     const std::size_t space = all.find(' ', pos), colon = all.find(':', space == std::string::npos ? pos : space);
     if (space == std::string::npos || colon == std::string::npos)
@@ -39,8 +44,16 @@ void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::
     const unsigned long long len = std::strtoull(all.c_str() + space + 1, &end, 10);
     if (end != all.c_str() + colon || colon + 1 + len + 1 > all.size() || all[colon + 1 + len] != '\n')
       throw std::invalid_argument("jitkern: malformed engine request field '" + key + "'");
-    const std::string value = all.substr(colon + 1, len);
+    out.emplace_back(key, all.substr(colon + 1, len));
     pos = colon + 1 + len + 1;
+  }
+  return out;
+}
+
+void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::EngineConfig* cfg) {
+  std::string pending_wrapper;  // "cpp" or "cuda" after a *_wrapper_name field
+  std::string pending_name;
+  for (const auto& [key, value] : parse_fields(all)) {
     if (!pending_wrapper.empty() && key != pending_wrapper + "_wrapper_expr")
       throw std::invalid_argument("jitkern: engine request: " + pending_wrapper + "_wrapper_name without its expression");
     auto* last = key == "cpp_wrapper_args" ? &req->cpp_wrappers : key == "cuda_wrapper_args" ? &req->cuda_wrappers : nullptr;
@@ -126,14 +139,74 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
   return by_request.emplace(memo_key, result).first->second;
 }
 
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+// `jitkern cache ...`: fields op (ls, verify, prune, clear), cache_dir, lock_dir (empty: the usual
+// defaults), max_bytes, older_than_s (prune; -1: no limit), dry_run. Returns a JSON object:
+// {"cache_dir", "lock_dir", "entries": [...]} for ls, {"cache_dir", "lock_dir", "outcomes": [...]} otherwise.
+std::string cache_command(const std::string& text) {
+  std::string op, build_dir;
+  jitkern::EngineConfig cfg;
+  long long max_bytes = -1;
+  double older_than_s = -1;
+  bool dry_run = false;
+  for (const auto& [key, value] : parse_fields(text)) {
+    if (key == "op") op = value;
+    else if (key == "cache_dir") build_dir = value;
+    else if (key == "lock_dir") cfg.lock_dir = value;
+    else if (key == "max_bytes") max_bytes = std::stoll(value);
+    else if (key == "older_than_s") older_than_s = std::stod(value);
+    else if (key == "dry_run") dry_run = value == "1";
+    else throw std::invalid_argument("jitkern: unknown cache request key '" + key + "'");
+  }
+  const auto dirs = jitkern::plan::resolve_cache(cfg, build_dir);
+  std::string out = "{\"cache_dir\": " + json_string(dirs.cache_dir) + ", \"lock_dir\": " + json_string(dirs.lock_dir);
+  if (op == "ls") {
+    out += ", \"entries\": [";
+    bool first = true;
+    for (const auto& e : jitkern::cache::list(dirs.cache_dir)) {
+      out += std::string(first ? "" : ", ") + "{\"stem\": " + json_string(e.stem) + ", \"status\": " + json_string(e.status) +
+             ", \"module\": " + json_string(e.module) + ", \"arch\": " + json_string(e.arch) + ", \"bytes\": " +
+             std::to_string(e.bytes) + ", \"built_unix\": " + std::to_string(e.built_unix) + ", \"build_ms\": " +
+             std::to_string(e.build_ms) + ", \"last_use_unix\": " + std::to_string(e.last_use_unix) + "}";
+      first = false;
+    }
+    return out + "]}";
+  }
+  std::vector<jitkern::cache::Outcome> outcomes;
+  if (op == "verify") outcomes = jitkern::cache::verify(dirs.cache_dir, dirs.lock_dir);
+  else if (op == "prune") outcomes = jitkern::cache::prune(dirs.cache_dir, dirs.lock_dir, max_bytes, older_than_s, dry_run);
+  else if (op == "clear") outcomes = jitkern::cache::clear(dirs.cache_dir, dirs.lock_dir);
+  else throw std::invalid_argument("jitkern: unknown cache operation '" + op + "'");
+  out += ", \"outcomes\": [";
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const auto& o = outcomes[i];
+    out += std::string(i ? ", " : "") + "{\"stem\": " + json_string(o.stem) + ", \"action\": " + json_string(o.action) +
+           ", \"detail\": " + json_string(o.detail) + ", \"bytes\": " + std::to_string(o.bytes) + "}";
+  }
+  return out + "]}";
+}
+
 }  // namespace
 
 extern "C" {
 
-// Builds (load == 0: result = the library path) or builds, loads and registers (load != 0: result =
-// "<path>\n<prefix>\n<export>\n..."; each export is the tvm-ffi global "<prefix><export>").
+// Builds (load == 0: result = the library path; load == 2: "<path>\n<compiled|cached>") or builds, loads
+// and registers (load == 1: result = "<path>\n<prefix>\n<export>\n..."; each export is the tvm-ffi
+// global "<prefix><export>").
 // Returns 0 with *out_result set; else sets *out_error and returns 1 (the build failed), 2 (a bad
-// request: the message names the field) or 3 (any other error). Strings are malloc'ed: jitkern_free.
+// request: the message names the field), 3 (any other error) or 4 (not cached and JITKERN_ON_MISS=error). Strings are malloc'ed: jitkern_free.
 __attribute__((visibility("default"))) int jitkern_build(const char* request, size_t length, int load, char** out_result,
                                                          char** out_error) {
   *out_result = nullptr;
@@ -143,8 +216,17 @@ __attribute__((visibility("default"))) int jitkern_build(const char* request, si
     jitkern::BuildRequest req;
     jitkern::EngineConfig cfg;
     parse_request(text, &req, &cfg);
-    *out_result = dup(load ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
+    if (load == 2) {
+      bool compiled = false;
+      const std::string path = jitkern::build_holding(req, cfg, nullptr, &compiled);
+      *out_result = dup(path + (compiled ? "\ncompiled" : "\ncached"));
+    } else {
+      *out_result = dup(load ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
+    }
     return 0;
+  } catch (const jitkern::CacheMissError& e) {
+    *out_error = dup(e.what());
+    return 4;
   } catch (const jitkern::BuildError& e) {
     *out_error = dup(e.what());
     return 1;
@@ -157,10 +239,34 @@ __attribute__((visibility("default"))) int jitkern_build(const char* request, si
   }
 }
 
+// Cache administration (see cache_command); same return convention as jitkern_build.
+__attribute__((visibility("default"))) int jitkern_cache(const char* request, size_t length, char** out_result, char** out_error) {
+  *out_result = nullptr;
+  *out_error = nullptr;
+  try {
+    *out_result = dup(cache_command(std::string(request, length)));
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    *out_error = dup(e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    *out_error = dup(e.what());
+    return 3;
+  }
+}
+
+// The CUDA target jitkern compiles for on a device of this compute capability (e.g. "sm_90a").
+__attribute__((visibility("default"))) char* jitkern_arch_for_capability(int major, int minor) {
+  return dup(jitkern::toolchain::arch_for_capability(major, minor));
+}
+
 // The table of environment variables (jitkern::settings), as Markdown.
 __attribute__((visibility("default"))) char* jitkern_settings_markdown() { return dup(jitkern::settings::markdown()); }
 
 __attribute__((visibility("default"))) void jitkern_free(char* p) { std::free(p); }
+
+// Routes the engine's messages to `sink(level, message)` (levels as Python logging's); NULL: stderr.
+__attribute__((visibility("default"))) void jitkern_set_log_sink(jitkern::log::Sink sink) { jitkern::log::set_sink(sink); }
 
 __attribute__((visibility("default"))) const char* jitkern_version() { return JITKERN_VERSION; }
 }

@@ -1,5 +1,7 @@
 #include "fs_util.h"
 
+#include "log.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -365,7 +367,7 @@ FileLock::FileLock(const std::string& path, const std::string& waiting_message) 
   if (m_fd < 0) fail("cannot open lock file " + path);
   if (::flock(m_fd, LOCK_EX | LOCK_NB) == 0) return;
   if (errno != EWOULDBLOCK) fail("cannot lock " + path);
-  if (!waiting_message.empty()) std::fprintf(stderr, "%s\n", waiting_message.c_str());
+  if (!waiting_message.empty()) log::emit(log::kInfo, waiting_message);
   while (::flock(m_fd, LOCK_EX) != 0) {
     if (errno != EINTR) fail("cannot lock " + path);
     if (cancel_requested()) {
@@ -373,6 +375,21 @@ FileLock::FileLock(const std::string& path, const std::string& waiting_message) 
       throw std::runtime_error("jitkern: interrupted while waiting for " + path);
     }
   }
+}
+
+void mark_used(const std::string& path) {
+  const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  ::utimensat(AT_FDCWD, path.c_str(), times, 0);
+}
+
+std::unique_ptr<FileLock> FileLock::try_lock(const std::string& path, bool shared) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return nullptr;
+  if (::flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<FileLock>(new FileLock(fd));
 }
 
 FileLock::~FileLock() {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ void check_private_file(const std::string& path, const char* what);
 // The same check and the file's signature from one lstat; false (nothing thrown) when it is missing.
 bool private_file_sig(const std::string& path, const char* what, FileSig* sig);
 void remove_tree(const std::string& path);
+// Sets the file's access time to now (its modification time stays): a cache entry's last use. Best
+// effort: a read-only cache stays as it is.
+void mark_used(const std::string& path);
 std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 
 // Runs argv in its own process group with stdout+stderr appended to log_path.
@@ -69,15 +73,22 @@ class CancelScope {
   CancelScope& operator=(const CancelScope&) = delete;
 };
 
-// An exclusive advisory lock (flock) held until destruction; the kernel drops it if we die.
+// An advisory lock (flock) held until destruction; the kernel drops it if we die. Builds hold a key's
+// lock exclusively; loads hold it shared from the cache lookup until the library is mapped, so that
+// `jitkern cache prune` (exclusive, never waiting) cannot remove a library being loaded.
 class FileLock {
  public:
+  // Exclusive; logs `waiting_message` (if any) and waits while another holder has it.
   FileLock(const std::string& path, const std::string& waiting_message);
+  // Shared or exclusive without waiting: nullptr if another process holds it incompatibly or the
+  // lock file cannot be opened.
+  static std::unique_ptr<FileLock> try_lock(const std::string& path, bool shared);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
  private:
+  explicit FileLock(int fd) : m_fd(fd) {}
   int m_fd = -1;
 };
 

@@ -1,5 +1,6 @@
 #include "manifest.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,7 +10,7 @@
 namespace jitkern::manifest {
 namespace {
 
-constexpr const char* kManifestMagic = "jitkern-manifest 2";
+constexpr const char* kManifestMagic = "jitkern-manifest 3";
 constexpr const char* kFailureMagic = "jitkern-failure 2";
 
 std::string sig_text(const fs::FileSig& g) { return std::to_string(g.size) + " " + std::to_string(g.mtime_ns) + " "; }
@@ -80,13 +81,14 @@ std::string library_record(const std::string& full_key, const std::string& lib_s
 
 std::string serialize(const Manifest& m) {
   return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
-         m.lib_sha + " " + m.lib_name + "\n" + serialize_deps(m.deps) + "end\n";
+         m.lib_sha + " " + m.lib_name + "\ninfo " + std::to_string(m.built_unix) + " " + std::to_string(m.build_ms) + " " +
+         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + serialize_deps(m.deps) + "end\n";
 }
 
 bool parse(const std::string& text, Manifest* m) {
   const auto lines = text::split_lines(text);
-  if (lines.size() < 5 || lines[0] != kManifestMagic || lines.back() != "end" || text.back() != '\n') return false;
-  bool has_request = false, has_key = false, has_lib = false;
+  if (lines.size() < 6 || lines[0] != kManifestMagic || lines.back() != "end" || text.back() != '\n') return false;
+  bool has_request = false, has_key = false, has_lib = false, has_info = false;
   const bool ok = parse_body(lines, 1, lines.size() - 1, &m->deps, [&](const std::string& line) {
     if (line.rfind("request ", 0) == 0 && !has_request) {
       m->request_key = line.substr(8);
@@ -99,9 +101,17 @@ bool parse(const std::string& text, Manifest* m) {
     if (line.rfind("lib ", 0) == 0 && !has_lib) {
       return has_lib = parse_sig_line(line.substr(4), &m->lib_sig, &m->lib_sha, &m->lib_name);
     }
+    if (line.rfind("info ", 0) == 0 && !has_info) {
+      char arch[64] = {0};
+      int used = 0;
+      long long built = 0, ms = 0;
+      if (std::sscanf(line.c_str() + 5, "%lld %lld %63s %n", &built, &ms, arch, &used) < 3 || used == 0) return false;
+      m->built_unix = built, m->build_ms = ms, m->arch = arch, m->module = line.substr(5 + used);
+      return has_info = !m->module.empty();
+    }
     return false;
   });
-  return ok && has_request && has_key && has_lib && m->lib_name == library_name(m->full_key) &&
+  return ok && has_request && has_key && has_lib && has_info && m->lib_name == library_name(m->full_key) &&
          m->full_key == full_key_of(m->request_key, m->deps);
 }
 

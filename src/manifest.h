@@ -22,6 +22,10 @@ struct Manifest {
   std::string lib_name, lib_sha;
   fs::FileSig lib_sig;
   std::vector<Dep> deps;
+  // For people and `jitkern cache ls` (no part of any check): the module's name, its CUDA arch ("-"
+  // for host code), when it was built (Unix seconds) and how long the build took (ms).
+  std::string module, arch = "-";
+  int64_t built_unix = 0, build_ms = 0;
 };
 
 // The content key of a request built from `deps` (paths and hashes, in order).

@@ -7,6 +7,8 @@
 
 #include <jitkern/jit.h>
 
+#include "build.h"
+
 namespace jitkern {
 
 Module::Module(const std::string& path) : m_path(path) {
@@ -27,7 +29,8 @@ TVMFFISafeCallType Module::function(const std::string& name) const {
 void* Module::symbol(const std::string& name) const { return ::dlsym(m_handle, name.c_str()); }
 
 std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& config) {
-  const std::string path = build(request, config);
+  std::unique_ptr<fs::FileLock> hold;  // released once the library is mapped
+  const std::string path = build_holding(request, config, &hold);
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<Module>> loaded;
   std::lock_guard<std::mutex> lock(mutex);

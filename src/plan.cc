@@ -62,7 +62,7 @@ std::vector<std::string> absolute_include_flags(const std::vector<std::string>& 
 
 }  // namespace
 
-Config resolve(const EngineConfig& c, const std::string& build_directory, const std::string& engine_lib_dir) {
+Config resolve_cache(const EngineConfig& c, const std::string& build_directory) {
   Config r;
   std::string home = settings::get("HOME");
   if (home.empty()) {
@@ -76,6 +76,11 @@ Config resolve(const EngineConfig& c, const std::string& build_directory, const 
                                          : home + "/.cache/jitkern";
   const std::string env_lock = settings::get("JITKERN_LOCK_DIR");
   r.lock_dir = !c.lock_dir.empty() ? c.lock_dir : !env_lock.empty() ? env_lock : r.cache_dir + "/locks";
+  return r;
+}
+
+Config resolve(const EngineConfig& c, const std::string& build_directory, const std::string& engine_lib_dir) {
+  Config r = resolve_cache(c, build_directory);
   r.runtime_lib_dir = engine_lib_dir;
   const std::string package = !c.package_dir.empty() ? c.package_dir : fs::dirname(engine_lib_dir);
   const std::string include = settings::get("JITKERN_INCLUDE_DIR"), csrc = settings::get("JITKERN_CSRC_DIR");
@@ -202,7 +207,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   }
   if (p.has_cuda) {
     p.nvcc = tc.nvcc.path;
-    const std::string& arch = tc.cuda_arch;
+    const std::string& arch = p.cuda_arch = tc.cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
     p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O3", "--expt-relaxed-constexpr", "-gencode=arch=" + compute + ",code=" + arch,
                       "-Xcompiler", "-fPIC,-fvisibility=hidden"};
@@ -227,10 +232,22 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   // The CUDA runtime's location follows from the nvcc identity already in the key; the build adds it.
 
   p.request_key = key.hex();
-  const std::string stem = text::sanitize(p.name) + "-" + p.request_key.substr(0, 20);
+  const std::string stem = entry_stem(p.name, p.request_key);
   p.entry_dir = cfg.cache_dir + "/" + stem;
-  p.lock_path = cfg.lock_dir + "/" + stem + ".lock";
+  p.lock_path = lock_path(cfg.lock_dir, stem);
   return p;
 }
+
+std::string entry_stem(const std::string& name, const std::string& request_key) {
+  return text::sanitize(name) + "-" + request_key.substr(0, 20);
+}
+
+bool is_entry_stem(const std::string& dir_name) {
+  const std::size_t dash = dir_name.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dir_name.size() - dash - 1 != 20) return false;
+  return dir_name.find_first_not_of("0123456789abcdef", dash + 1) == std::string::npos;
+}
+
+std::string lock_path(const std::string& lock_dir, const std::string& stem) { return lock_dir + "/" + stem + ".lock"; }
 
 }  // namespace jitkern::plan

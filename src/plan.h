@@ -17,7 +17,11 @@ struct Config {
   std::string cache_dir, lock_dir, include_dir, csrc_dir, runtime_lib_dir;
   std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
 };
-// `engine_lib_dir`: where the engine's (and the runtime's) library lives; the package is its parent.
+// Only the cache and lock directories (all that cache administration needs): the build directory,
+// else the configuration, else JITKERN_CACHE_DIR / JITKERN_LOCK_DIR, else ~/.cache/jitkern[/locks].
+Config resolve_cache(const EngineConfig& config, const std::string& build_directory);
+// Everything. `engine_lib_dir`: where the engine's (and the runtime's) library lives; the package is
+// its parent.
 Config resolve(const EngineConfig& config, const std::string& build_directory, const std::string& engine_lib_dir);
 
 // Throws std::invalid_argument naming the field for anything a build cannot use: no name or sources,
@@ -47,7 +51,7 @@ struct Plan {
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
   std::vector<std::string> sources;                          // the kernel files, resolved
   bool has_cpp = false, has_cuda = false;
-  std::string host_cxx, nvcc;
+  std::string host_cxx, nvcc, cuda_arch;  // cuda_arch: "sm_90a", or empty without CUDA sources
 };
 
 // `request` must have passed validate(). `cwd`: the directory relative include paths are resolved
@@ -56,6 +60,12 @@ Plan make(const BuildRequest& request, const Config& config, const Toolchain& to
 
 // The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper.
 std::string wrapper_source(const std::vector<std::string>& resolved_files, const std::vector<Wrapper>& wrappers);
+
+// A cache entry's directory name ("<sanitized name>-<20 hex digits of the request key>"), whether a
+// directory name is one, and the entry's lock file.
+std::string entry_stem(const std::string& name, const std::string& request_key);
+bool is_entry_stem(const std::string& dir_name);
+std::string lock_path(const std::string& lock_dir, const std::string& stem);
 
 // The bump of this number is what invalidates cached kernels when the runtime library's ABI (what
 // kernel modules call) changes; the engine's own code is not part of any key.

@@ -1,6 +1,6 @@
 """jitkern: just-in-time CUDA/C++ kernels, compiled on first use, cached, called through tvm-ffi."""
 
-from ._engine import BuildError, PACKAGE_DIR
+from ._engine import PACKAGE_DIR, BuildError, CacheMissError
 from ._torch import torch_op
 from .jit import DTYPES, CPPArgList, JitSpec, Module, cache_once, cpp_type, load_jit, make_cpp_args, warmup
 
@@ -8,5 +8,5 @@ __version__ = "0.1.0"
 INCLUDE_DIR = PACKAGE_DIR / "include"
 CSRC_DIR = PACKAGE_DIR / "csrc"
 
-__all__ = ["BuildError", "CPPArgList", "DTYPES", "JitSpec", "Module", "cache_once", "cpp_type", "load_jit", "make_cpp_args",
+__all__ = ["BuildError", "CacheMissError", "CPPArgList", "DTYPES", "JitSpec", "Module", "cache_once", "cpp_type", "load_jit", "make_cpp_args",
            "torch_op", "warmup", "INCLUDE_DIR", "CSRC_DIR"]

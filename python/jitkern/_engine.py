@@ -6,6 +6,8 @@ The only Python code that knows the request's wire format: fields "<key> <byte l
 from __future__ import annotations
 
 import ctypes
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Iterable
@@ -15,7 +17,12 @@ LIBRARY_PATH = PACKAGE_DIR / "lib" / "libjitkern_engine.so"
 
 
 class BuildError(RuntimeError):
-    """A kernel module failed to compile; the message holds the command and compiler output."""
+    """A kernel module failed to compile; the message leads with the module and the first error, then
+    the compiler's output, the commands and where the full log is kept."""
+
+
+class CacheMissError(BuildError):
+    """The module is not cached and JITKERN_ON_MISS=error forbids compiling it."""
 
 
 def _load() -> ctypes.CDLL:
@@ -29,11 +36,49 @@ def _load() -> ctypes.CDLL:
     lib.jitkern_free.argtypes = [ctypes.c_void_p]
     lib.jitkern_free.restype = None
     lib.jitkern_version.restype = ctypes.c_char_p
+    lib.jitkern_cache.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_cache.restype = ctypes.c_int
+    lib.jitkern_arch_for_capability.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.jitkern_arch_for_capability.restype = ctypes.c_void_p
+    lib.jitkern_set_log_sink.argtypes = [_LOG_SINK]
+    lib.jitkern_set_log_sink.restype = None
     return lib
 
 
+# The engine's messages go to the `jitkern` logger: compile start and finish (with each phase's time)
+# at INFO, compiler commands at DEBUG. Unless the application set the logger's level, it is INFO
+# (DEBUG with JITKERN_VERBOSE=1, WARNING with JITKERN_QUIET=1); an application that has not configured
+# logging gets the lines on stderr.
+logger = logging.getLogger("jitkern")
+
+
+class _StderrUnlessConfigured(logging.StreamHandler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:  # otherwise propagation delivers it to the application's handlers
+            super().emit(record)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "no")
+
+
+if logger.level == logging.NOTSET:
+    logger.setLevel(logging.DEBUG if _flag("JITKERN_VERBOSE") else logging.WARNING if _flag("JITKERN_QUIET") else logging.INFO)
+_handler = _StderrUnlessConfigured()
+_handler.setFormatter(logging.Formatter("jitkern: %(message)s"))
+logger.addHandler(_handler)
+
+_LOG_SINK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)
+
+
+@_LOG_SINK
+def _log_sink(level: int, message: bytes) -> None:
+    logger.log(level, message.decode("utf-8", errors="replace"))
+
+
 _LIB = _load()
-_ERRORS = {1: BuildError, 2: ValueError, 3: RuntimeError}
+_LIB.jitkern_set_log_sink(_log_sink)
+_ERRORS = {1: BuildError, 2: ValueError, 3: RuntimeError, 4: CacheMissError}
 
 
 def _take(ptr: int | None) -> str:
@@ -79,19 +124,42 @@ def encode_context(cuda_device: int | None, tvm_ffi_version: str) -> bytes:
     return _encode(fields)
 
 
-def build(request: bytes, load: bool) -> str:
-    """Builds (or finds in the cache) the module `request` describes and returns the library path; with
-    `load`, also loads it and returns "<path>\\n<prefix>\\n<export>\\n..." (src/c_api.cc)."""
+BUILD, LOAD, BUILD_REPORTING = 0, 1, 2  # jitkern_build's modes
+
+
+def build(request: bytes, mode: int) -> str:
+    """Builds (or finds in the cache) the module `request` describes and returns the library path;
+    LOAD also loads it and returns "<path>\\n<prefix>\\n<export>\\n...", BUILD_REPORTING returns
+    "<path>\\n<compiled|cached>" (src/c_api.cc)."""
     result, error = ctypes.c_void_p(), ctypes.c_void_p()
-    rc = _LIB.jitkern_build(request, len(request), int(load), ctypes.byref(result), ctypes.byref(error))
+    rc = _LIB.jitkern_build(request, len(request), mode, ctypes.byref(result), ctypes.byref(error))
     if rc == 0:
         return _take(result.value)
+    raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
+
+
+def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_than_s: float = -1, dry_run: bool = False) -> dict:
+    """Cache administration (src/cache_admin.h): op is ls, verify, prune or clear; returns the engine's
+    JSON answer as a dict."""
+    fields = [("op", op), ("max_bytes", str(max_bytes)), ("older_than_s", repr(float(older_than_s))), ("dry_run", "1" if dry_run else "0")]
+    if cache_dir:
+        fields.append(("cache_dir", cache_dir))
+    request = _encode(fields)
+    result, error = ctypes.c_void_p(), ctypes.c_void_p()
+    rc = _LIB.jitkern_cache(request, len(request), ctypes.byref(result), ctypes.byref(error))
+    if rc == 0:
+        return json.loads(_take(result.value))
     raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
 
 
 def settings_markdown() -> str:
     """Every environment variable the engine reads, as a Markdown table."""
     return _take(_LIB.jitkern_settings_markdown())
+
+
+def arch_for_capability(major: int, minor: int) -> str:
+    """The CUDA target jitkern compiles for on a device of this compute capability (src/toolchain.cc)."""
+    return _take(_LIB.jitkern_arch_for_capability(major, minor))
 
 
 def runtime_version() -> str:

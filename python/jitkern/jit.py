@@ -149,11 +149,16 @@ class JitSpec:
 
     def build(self) -> str:
         """Compiles the module (or finds it in the cache) and returns its library's path; loads nothing."""
-        return _engine.build(self._wire(), load=False)
+        return _engine.build(self._wire(), _engine.BUILD)
+
+    def _build_reporting(self) -> tuple[str, bool]:
+        """build(), and whether this call ran the compiler (for `jitkern prebuild`)."""
+        path, outcome = _engine.build(self._wire(), _engine.BUILD_REPORTING).splitlines()
+        return path, outcome == "compiled"
 
     def load(self) -> "Module":
         """Builds if needed, loads and returns the module (memoised per process by the engine)."""
-        path, prefix, *exports = _engine.build(self._wire(), load=True).splitlines()
+        path, prefix, *exports = _engine.build(self._wire(), _engine.LOAD).splitlines()
         module = _MODULES.get(prefix)
         if module is None:
             with _MODULES_LOCK:

@@ -19,6 +19,10 @@ Manifest sample() {
   m.lib_name = library_name(m.full_key);
   m.lib_sha = jitkern::sha256_hex("library bytes");
   m.lib_sig = {4096, 333};
+  m.module = "norm_bf16 t";  // the rest of its line: spaces survive
+  m.arch = "sm_90a";
+  m.built_unix = 1763856000;
+  m.build_ms = 5140;
   return m;
 }
 
@@ -36,6 +40,10 @@ TEST(Manifest, RoundTrips) {
   ASSERT_EQ(back.deps.size(), 2u);
   EXPECT_EQ(back.deps[1].path, "/src/dir with space/b.h");
   EXPECT_EQ(back.deps[1].sig, (jitkern::fs::FileSig{20, 222}));
+  EXPECT_EQ(back.module, "norm_bf16 t");
+  EXPECT_EQ(back.arch, "sm_90a");
+  EXPECT_EQ(back.built_unix, 1763856000);
+  EXPECT_EQ(back.build_ms, 5140);
 }
 
 TEST(Manifest, EveryTruncationIsRejected) {

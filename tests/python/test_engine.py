@@ -1,6 +1,7 @@
 """The JIT engine on the CPU: C++ kernels through load_jit, cache invalidation and safety."""
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -233,8 +234,14 @@ def test_compile_error_shows_location_and_is_remembered(cache_dir, tmp_path):
     src = tmp_path / "broken.h"
     src.write_text("#include <jitkern/utils.h>\n\ninline int broken() {\n  return undefined_symbol + 1;\n}\n")
     args = dict(cpp_files=[str(src)], cpp_wrappers=[("broken", "broken")])
-    with pytest.raises(jitkern.BuildError, match=r"(?s)failed to build module 'broken'.*command: .*broken\.h:4:\d+: error"):
+    with pytest.raises(jitkern.BuildError) as failure:
         jitkern.load_jit("broken", **args)
+    first, rest = str(failure.value).split("\n", 1)
+    # the cause first: the module, then the user's file:line: error; then output, command, the kept log
+    assert re.fullmatch(rf"jitkern: module 'broken' failed to compile: {re.escape(str(src))}:4:\d+: error: .*undefined_symbol.*", first), first
+    assert rest.index("compiler output (exit status 1):") < rest.index("command: ") < rest.index("full log, commands and generated source: ")
+    log = Path(rest.rsplit("full log, commands and generated source: ", 1)[1].strip())
+    assert "undefined_symbol" in log.read_text() and "generated source:" in log.read_text()
     t0 = time.time()
     with pytest.raises(jitkern.BuildError, match=r"remembered this failure"):
         jitkern.load_jit("broken", **args)

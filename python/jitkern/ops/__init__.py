@@ -7,6 +7,26 @@ from .add_constant import add_constant
 from .norm import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm
 
 
+FAMILIES = ("norm", "add_constant")
+
+
+def specs(families=None, *, dtypes=None, constants=()) -> list:
+    """The JitSpecs of these kernel families (default: all): the norm family for each of `dtypes` (names
+    or torch dtypes; default: every dtype it supports), add_constant for each of `constants`. What
+    `jitkern prebuild --ops` builds."""
+    families = FAMILIES if families is None else tuple(families)
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"unknown kernel famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(sorted(unknown))}; "
+                         f"jitkern ships {', '.join(FAMILIES)}")
+    out = []
+    if "norm" in families:
+        out += [_norm_family.spec(d) for d in (_norm_family.DTYPES if dtypes is None else dtypes)]
+    if "add_constant" in families:
+        out += [_add_constant_family.spec(c) for c in constants]
+    return out
+
+
 def warmup(*, dtypes=(), constants=()) -> None:
     """Builds (in parallel) and loads the modules these ops need before a CUDA graph capture or serving:
     the norm family for each of `dtypes` (torch dtypes), add_constant for each of `constants`."""
@@ -14,4 +34,4 @@ def warmup(*, dtypes=(), constants=()) -> None:
     _add_constant_family.warmup(tuple(constants))
 
 
-__all__ = ["add_constant", "fused_add_rmsnorm", "fused_inplace_qknorm", "fused_inplace_qknorm_across_heads", "rmsnorm", "warmup"]
+__all__ = ["FAMILIES", "specs", "add_constant", "fused_add_rmsnorm", "fused_inplace_qknorm", "fused_inplace_qknorm_across_heads", "rmsnorm", "warmup"]

@@ -18,6 +18,11 @@ struct BuildError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Raised instead of compiling when JITKERN_ON_MISS=error and the module is not cached.
+struct CacheMissError : BuildError {
+  using BuildError::BuildError;
+};
+
 // One exported function: module.<name> calls the C++ function `expr`. `arg_names` ("a, b, c",
 // optional) names its parameters in argument errors.
 struct Wrapper {

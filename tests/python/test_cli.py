@@ -1,0 +1,225 @@
+"""The `jitkern` command and the operations behaviour behind it: cache ls/du/verify/prune/clear (also
+beside running loaders), prebuild, doctor, config, clangd, strict mode (JITKERN_ON_MISS), logging.
+CPU only (C++ kernels through the host compiler)."""
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jitkern
+from conftest import KERNELS
+
+
+def run_cli(*args, env=None, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "jitkern", *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})), cwd=cwd)
+
+
+def scale_spec(factor: int) -> jitkern.JitSpec:
+    return jitkern.JitSpec("scale", str(factor), cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", f"scale<{factor}>")])
+
+
+def check_scale(module, factor: int) -> None:
+    a = np.arange(5, dtype=np.float32)
+    out = np.full_like(a, np.nan)
+    module.scale(out, a)
+    np.testing.assert_array_equal(out, a * factor)
+
+
+def entries(cache_dir) -> dict:
+    return {e["module"] or e["stem"]: e for e in json.loads(run_cli("cache", "ls", "--json", "--cache-dir", str(cache_dir)).stdout)["entries"]}
+
+
+def test_every_subcommand_has_help():
+    for args in ([], ["clangd"], ["config"], ["cache"], ["prebuild"], ["doctor"]):
+        proc = run_cli(*args, "--help")
+        assert proc.returncode == 0 and "usage: jitkern" in proc.stdout, (args, proc.stderr)
+
+
+def test_cache_ls_and_du_describe_entries(cache_dir):
+    scale_spec(3).load()
+    scale_spec(4).load()
+    listed = entries(cache_dir)
+    assert set(listed) == {"scale_3", "scale_4"}, listed
+    for e in listed.values():
+        assert e["status"] == "ok" and e["arch"] == "-" and e["bytes"] > 10_000 and e["build_ms"] > 0
+        assert abs(e["last_use_unix"] - time.time()) < 600 and e["built_unix"] <= e["last_use_unix"] + 1
+    table = run_cli("cache", "ls", "--cache-dir", str(cache_dir)).stdout
+    assert "scale_3" in table and "scale_4" in table and " ok" in table
+    du = run_cli("cache", "du", "--cache-dir", str(cache_dir)).stdout
+    assert "2 entries" in du and "ok: 2 entries" in du
+
+
+def test_cache_verify_removes_a_corrupt_library_and_keeps_the_rest(cache_dir):
+    good, bad = scale_spec(5).build(), scale_spec(6).build()
+    with open(bad, "r+b") as f:  # same size, one byte flipped: only a rehash can tell
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    proc = run_cli("cache", "verify", "--cache-dir", str(cache_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "removed" in proc.stdout and "does not match its manifest's hash" in proc.stdout
+    assert "1 entries verified and kept" in proc.stdout
+    assert os.path.exists(good) and not os.path.exists(bad)
+    check_scale(scale_spec(6).load(), 6)  # rebuilt on the next load
+
+
+def test_prune_by_age_and_size_and_dry_run(cache_dir):
+    scale_spec(7).load()
+    scale_spec(8).load()
+    stems = {e["module"]: e["stem"] for e in entries(cache_dir).values()}
+    old = time.time() - 40 * 86400
+    manifest = cache_dir / stems["scale_7"] / "manifest"
+    os.utime(manifest, (old, os.stat(manifest).st_mtime))  # last used 40 days ago
+    dry = run_cli("cache", "prune", "--older-than", "30d", "--dry-run", "--cache-dir", str(cache_dir))
+    assert "would remove" in dry.stdout and stems["scale_7"] in dry.stdout and set(entries(cache_dir)) == {"scale_7", "scale_8"}
+    proc = run_cli("cache", "prune", "--older-than", "30d", "--cache-dir", str(cache_dir))
+    assert proc.returncode == 0 and "unused for more than the age limit" in proc.stdout
+    assert set(entries(cache_dir)) == {"scale_8"}
+    proc = run_cli("cache", "prune", "--max-size", "1K", "--cache-dir", str(cache_dir))
+    assert "over the size limit" in proc.stdout and entries(cache_dir) == {}
+    assert run_cli("cache", "prune", "--cache-dir", str(cache_dir)).returncode == 2  # no limit given: refused
+    bad = run_cli("cache", "prune", "--max-size", "lots", "--cache-dir", str(cache_dir))
+    assert bad.returncode == 2 and "not a size" in bad.stderr
+
+
+def test_prune_and_clear_skip_an_entry_that_is_being_loaded(cache_dir):
+    """A loader holds its entry's lock shared from lookup to dlopen; prune and clear never wait for it
+    and leave the entry alone."""
+    scale_spec(9).load()
+    (stem,) = [e["stem"] for e in entries(cache_dir).values()]
+    with open(cache_dir / "locks" / f"{stem}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        for args in (("prune", "--max-size", "0"), ("clear",)):
+            proc = run_cli("cache", *args, "--cache-dir", str(cache_dir))
+            assert proc.returncode == 0 and "busy" in proc.stdout, proc.stdout
+            assert set(entries(cache_dir)) == {"scale_9"}
+    assert "removed" in run_cli("cache", "clear", "--cache-dir", str(cache_dir)).stdout
+    assert entries(cache_dir) == {}
+
+
+LOADER = textwrap.dedent(
+    """
+    import sys, numpy as np, jitkern
+    m = jitkern.load_jit("scale", "11", cpp_files=[sys.argv[1]], cpp_wrappers=[("scale", "scale<11>")])
+    a = np.arange(3, dtype=np.float32); out = np.zeros_like(a); m.scale(out, a)
+    assert (out == a * 11).all(), out
+    print("LOADED")
+    """
+)
+
+
+def test_prune_beside_loading_processes_loses_nothing(cache_dir):
+    jitkern.load_jit("scale", "11", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<11>")])
+    env = {"JITKERN_CACHE_DIR": str(cache_dir), "JITKERN_QUIET": "1"}
+    for _ in range(4):
+        loaders = [subprocess.Popen([sys.executable, "-c", LOADER, str(KERNELS / "scale_cpu.h")], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env)) for _ in range(3)]
+        for _ in range(3):
+            assert run_cli("cache", "prune", "--max-size", "0", "--cache-dir", str(cache_dir)).returncode == 0
+        for p in loaders:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0 and "LOADED" in out, err
+
+
+def test_prebuild_from_a_spec_file_in_parallel_then_cached(tmp_path):
+    spec_file = tmp_path / "specs.json"
+    spec_file.write_text(json.dumps([{"args": ["scale", str(f)], "cpp_files": [str(KERNELS / "scale_cpu.h")],
+                                      "cpp_wrappers": [["scale", f"scale<{f}>"]]} for f in (21, 22, 23)]))
+    target = tmp_path / "prebuilt"
+    first = run_cli("prebuild", "--spec-file", str(spec_file), "-j", "2", "--cache-dir", str(target))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "prebuilding 3 modules with 2 jobs" in first.stdout and first.stdout.count("  built  ") == 3
+    assert "3 built, 0 already cached, 0 failed" in first.stdout
+    again = run_cli("prebuild", "--spec-file", str(spec_file), "-j", "2", "--cache-dir", str(target))
+    assert again.stdout.count("  cached ") == 3 and "0 built, 3 already cached" in again.stdout
+    assert set(entries(target)) == {"scale_21", "scale_22", "scale_23"}
+    # the prebuilt cache, also moved elsewhere, serves a strict process without compiling
+    moved = tmp_path / "elsewhere" / "cache"
+    moved.parent.mkdir(mode=0o700)
+    shutil.copytree(target, moved, symlinks=True)
+    for cache in (target, moved):
+        proc = subprocess.run([sys.executable, "-c", "import jitkern, sys; jitkern.load_jit('scale', '22', cpp_files=[sys.argv[1]], "
+                               "cpp_wrappers=[('scale', 'scale<22>')]); print('OK')", str(KERNELS / "scale_cpu.h")],
+                              capture_output=True, text=True, env=dict(os.environ, JITKERN_CACHE_DIR=str(cache), JITKERN_ON_MISS="error"))
+        assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr
+
+
+def test_prebuild_reports_a_failure_and_bad_arguments(tmp_path):
+    broken = tmp_path / "broken.h"
+    broken.write_text("inline int nope() { return missing_name; }\n")
+    spec_file = tmp_path / "specs.json"
+    spec_file.write_text(json.dumps([{"args": ["broken"], "cpp_files": [str(broken)], "cpp_wrappers": [["nope", "nope"]]}]))
+    proc = run_cli("prebuild", "--spec-file", str(spec_file), "--cache-dir", str(tmp_path / "c"))
+    assert proc.returncode == 1 and "FAILED broken" in proc.stdout and "missing_name" in proc.stderr
+    proc = run_cli("prebuild", "--ops", "norm", "--cache-dir", str(tmp_path / "c"), env={"JITKERN_CUDA_ARCH": ""})
+    assert proc.returncode == 2 and "give --arch" in proc.stderr
+    proc = run_cli("prebuild", "--ops", "nonesuch", "--arch", "sm_90a", "--cache-dir", str(tmp_path / "c"))
+    assert proc.returncode == 2 and "unknown kernel family nonesuch" in proc.stderr
+
+
+def test_strict_mode(cache_dir, caplog, monkeypatch):
+    spec = scale_spec(31)
+    monkeypatch.setenv("JITKERN_ON_MISS", "error")
+    with pytest.raises(jitkern.CacheMissError, match=r"module 'scale_31' is not cached in .* JITKERN_ON_MISS=error forbids compiling"):
+        spec.load()
+    assert issubclass(jitkern.CacheMissError, jitkern.BuildError)
+    monkeypatch.setenv("JITKERN_ON_MISS", "warn")
+    with caplog.at_level(logging.INFO, logger="jitkern"):
+        check_scale(spec.load(), 31)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["module 'scale_31' is not cached; compiling it (JITKERN_ON_MISS=warn)"], warnings
+    monkeypatch.setenv("JITKERN_ON_MISS", "error")
+    check_scale(scale_spec(31).replace(extra_cflags=[]).load(), 31)  # cached now: strict mode serves it
+    monkeypatch.setenv("JITKERN_ON_MISS", "sometimes")
+    with pytest.raises(ValueError, match="JITKERN_ON_MISS must be compile, warn or error, got 'sometimes'"):
+        scale_spec(32).build()
+
+
+def test_compiles_are_logged_with_phases_and_commands(cache_dir, caplog):
+    with caplog.at_level(logging.DEBUG, logger="jitkern"):
+        scale_spec(33).build()
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "jitkern"]
+    assert (logging.INFO, "compiling scale_33 ...") in messages, messages
+    assert any(lvl == logging.INFO and m.startswith("compiled scale_33 in ") and "(compile and link " in m for lvl, m in messages)
+    assert any(lvl == logging.DEBUG and m.startswith("run: ") and "scale_cpu.h" not in m and "-shared" in m for lvl, m in messages)
+
+
+def test_doctor_names_a_broken_compiler_with_the_fix(tmp_path):
+    ok = run_cli("doctor", env={"JITKERN_CACHE_DIR": str(tmp_path / "c")})
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "[ok  ] C++ compiler" in ok.stdout and "[ok  ] tiny compile: a C++ module built and loaded" in ok.stdout
+    broken = run_cli("doctor", env={"CXX": "/nonexistent", "JITKERN_CACHE_DIR": str(tmp_path / "c")})
+    assert broken.returncode == 1
+    assert "[FAIL] C++ compiler: '/nonexistent' not found (from CXX)" in broken.stdout and "fix: " in broken.stdout
+    bad_cuda = run_cli("doctor", env={"CUDA_HOME": str(tmp_path), "JITKERN_CACHE_DIR": str(tmp_path / "c")})
+    assert f"[FAIL] CUDA compiler: CUDA_HOME={tmp_path} has no bin/nvcc" in bad_cuda.stdout
+
+
+def test_config_says_where_each_value_came_from():
+    proc = run_cli("config", env={"JITKERN_COMPILE_TIMEOUT": "123"})
+    assert "JITKERN_COMPILE_TIMEOUT=123  (from the environment)" in proc.stdout
+    assert "JITKERN_ON_MISS unset  (default: compile)" in proc.stdout or "JITKERN_ON_MISS=" in proc.stdout
+
+
+def test_clangd_writes_config_and_compile_commands(tmp_path):
+    kernels = tmp_path / "csrc"
+    kernels.mkdir()
+    (kernels / "a.cuh").write_text("// a kernel\n")
+    proc = run_cli("clangd", "--kernels", str(kernels), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "--cuda-gpu-arch=sm_80" in (tmp_path / ".clangd").read_text()
+    db = json.loads((tmp_path / "compile_commands.json").read_text())
+    assert [Path(e["file"]).name for e in db] == ["a.cuh"] and f"-I{jitkern.INCLUDE_DIR}" in db[0]["arguments"]
+    assert run_cli("clangd", cwd=tmp_path).returncode == 1  # never overwrites without --force
