@@ -37,8 +37,8 @@ void check_private_file(const std::string& path, const char* what);
 // The same check and the file's signature from one lstat; false (nothing thrown) when it is missing.
 bool private_file_sig(const std::string& path, const char* what, FileSig* sig);
 void remove_tree(const std::string& path);
-// Sets the file's access time to now (its modification time stays): a cache entry's last use. Best
-// effort: a read-only cache stays as it is.
+// Sets the file's access time to now (its modification time stays) unless it is less than an hour
+// old: a cache entry's last use. Best effort: a read-only cache stays as it is.
 void mark_used(const std::string& path);
 std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 
