@@ -413,6 +413,7 @@ std::string first_error(const std::string& log, const plan::Plan& p, const std::
   static const std::regex edg(R"(^(.+?)\((\d+)\): (catastrophic )?error\b.*$)");
   std::string outside, any;
   for (const auto& line : text::split_lines(log)) {
+    if (line.rfind("nvcc fatal", 0) == 0) return line;  // nvcc refused the command itself (an arch, a flag)
     std::smatch m;
     if (!std::regex_match(line, m, gcc) && !std::regex_match(line, m, edg)) continue;
     const std::string file = m[1].str()[0] == '/' ? m[1].str() : scratch + "/" + m[1].str();
@@ -437,6 +438,8 @@ std::string first_error(const std::string& log, const plan::Plan& p, const std::
     cause = "No space left on device in " + p.entry_dir + " (the compiler's output may be cut short)";
   else if (cause.empty())
     cause = "the compiler ended with " + fs::describe_status(rc);
+  if (cause.find("Unsupported gpu architecture") != std::string::npos)
+    cause += " (this nvcc cannot target " + p.cuda_arch + ": point CUDA_HOME at a newer CUDA toolkit, or set JITKERN_CUDA_ARCH to an arch it supports)";
   std::string commands;
   for (const auto& c : compile.commands) commands += "command: " + c + "\n";
   const std::string log_path = p.entry_dir + "/failed.log";

@@ -52,8 +52,10 @@ Compiler identify(const std::string& program, const std::string& cache_dir, cons
   if (c.path.empty()) {
     c.path = fs::which(program);
     if (c.path.empty())
-      throw std::runtime_error(std::string("jitkern: ") + role + " '" + program + "' was not found (set " +
-                               (std::string(role) == "CUDA compiler" ? "CUDA_HOME" : "CXX") + " or PATH)");
+      throw std::runtime_error(std::string("jitkern: ") + role + " '" + program + "' was not found; " +
+                               (std::string(role) == "CUDA compiler"
+                                    ? "install the CUDA toolkit and set CUDA_HOME (e.g. export CUDA_HOME=/usr/local/cuda)"
+                                    : "install one (e.g. apt install g++) or set CXX to a working compiler"));
     const std::string real = c.real = fs::realpath_or(c.path);
     fs::FileSig sig;
     fs::stat_sig(real, &sig);

@@ -46,8 +46,22 @@ def test_cuda_header_edit_rebuilds_and_errors_show_location(cache_dir, monkeypat
     second = _build_cuda("hdr", kernel, ("run", "run"))
     assert second != first, "editing an included header must produce a new library"
     header.write_text("#define VALUE undefined_name\n")
-    with pytest.raises(BuildError, match=r'(?s)k\.cuh\(3\): error: identifier "undefined_name" is undefined'):
+    with pytest.raises(BuildError) as failure:
         _build_cuda("hdr", kernel, ("run", "run"))
+    first_line = str(failure.value).split("\n", 1)[0]
+    assert first_line.startswith("jitkern: module 'hdr' failed to compile: ") and \
+        first_line.endswith('k.cuh(3): error: identifier "undefined_name" is undefined'), first_line
+
+
+def test_an_arch_this_nvcc_cannot_target_says_so_with_the_fix(cache_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_99a")
+    kernel = tmp_path / "k.cuh"
+    kernel.write_text("__global__ void nothing() {}\ninline void run() {}\n")
+    with pytest.raises(BuildError) as failure:
+        _build_cuda("arch99", kernel, ("run", "run"))
+    first_line = str(failure.value).split("\n", 1)[0]
+    assert "module 'arch99' failed to compile: nvcc fatal" in first_line and "Unsupported gpu architecture" in first_line, first_line
+    assert "this nvcc cannot target sm_99a: point CUDA_HOME at a newer CUDA toolkit" in first_line
 
 
 def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp_path):
