@@ -77,35 +77,48 @@ std::string current_dir() {
   return buf;
 }
 
-// The library a manifest names, if private and intact: one lstat for both, rehash only on a changed
-// size or mtime.
-bool library_intact(const std::string& lib, const Manifest& m) {
+// The library a manifest names, if safe to load (private to us; in a read-only prebuilt cache, ours or
+// root's and writable by no one else) and intact: one lstat, a rehash only on a changed size or mtime.
+bool library_intact(const std::string& lib, const Manifest& m, bool read_only) {
   fs::FileSig now;
-  if (!fs::private_file_sig(lib, "cached library", &now)) return false;
+  if (!(read_only ? fs::trusted_file_sig(lib, &now) : fs::private_file_sig(lib, "cached library", &now))) return false;
   if (now == m.lib_sig) return true;
   std::string sha;
   return sha256_file(lib, &sha) && sha == m.lib_sha;
 }
 
-// The warm path: a complete manifest for this request whose dependencies and library are unchanged.
-bool lookup_published(const plan::Plan& p, std::string* lib_path) {
+// The warm path: a complete manifest for this request, built by this machine's toolchain (by any, when
+// `local_toolchain` is empty: no compiler here), whose dependencies and library are unchanged. A
+// read-only (prebuilt) entry is never written.
+bool lookup_published(const plan::Plan& p, const std::string& entry_dir, bool read_only, const std::string& local_toolchain,
+                      std::string* lib_path) {
   std::string text;
   Manifest m;
-  if (!fs::read_file(p.entry_dir + "/manifest", &text) || !manifest::parse(text, &m) || m.request_key != p.request_key) return false;
-  fs::ensure_private_dir(p.entry_dir, "cache entry directory");
-  bool refreshed = false;
-  if (!manifest::deps_unchanged(m.deps, &refreshed)) return false;
-  const std::string lib = p.entry_dir + "/" + m.lib_name;
-  if (!library_intact(lib, m)) return false;
-  // A touched but unchanged header: record its new mtime, so that the next load need not rehash it.
-  if (refreshed) {
-    try {
-      fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
-    } catch (const std::exception&) {
-      // read-only cache: the rehash repeats next time, nothing else is lost
-    }
+  if (!fs::read_file(entry_dir + "/manifest", &text) || !manifest::parse(text, &m) || m.request_key != p.request_key) return false;
+  if (!local_toolchain.empty() && m.toolchain != local_toolchain) return false;
+  if (read_only) {
+    if (!fs::trusted_dir(entry_dir)) return false;
+  } else {
+    fs::ensure_private_dir(entry_dir, "cache entry directory");
   }
-  fs::mark_used(p.entry_dir + "/manifest");  // for `jitkern cache prune`'s least-recently-used order
+  std::vector<Dep> here = m.deps;  // recorded under root tokens; this machine's paths
+  for (auto& d : here) d.path = plan::local(p, d.path);
+  bool refreshed = false;
+  if (!manifest::deps_unchanged(here, &refreshed)) return false;
+  const std::string lib = entry_dir + "/" + m.lib_name;
+  if (!library_intact(lib, m, read_only)) return false;
+  if (!read_only) {
+    // A touched but unchanged header: record its new mtime, so that the next load need not rehash it.
+    if (refreshed) {
+      for (std::size_t i = 0; i < here.size(); ++i) m.deps[i].sig = here[i].sig;
+      try {
+        fs::write_file_atomic(entry_dir + "/manifest", manifest::serialize(m));
+      } catch (const std::exception&) {
+        // an unwritable cache: the rehash repeats next time, nothing else is lost
+      }
+    }
+    fs::mark_used(entry_dir + "/manifest");  // for `jitkern cache prune`'s least-recently-used order
+  }
   *lib_path = lib;
   return true;
 }
@@ -351,6 +364,7 @@ void throw_if_remembered(const plan::Plan& p) {
 Manifest new_manifest(const plan::Plan& p, double build_seconds) {
   Manifest m;
   m.request_key = p.request_key;
+  m.toolchain = p.toolchain_id;
   m.module = p.name;
   m.arch = p.has_cuda ? p.cuda_arch : "-";
   m.built_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -358,14 +372,14 @@ Manifest new_manifest(const plan::Plan& p, double build_seconds) {
   return m;
 }
 
-// JITKERN_ON_MISS: nothing for "compile", one warning for "warn", CacheMissError for "error".
-void check_on_miss(const plan::Plan& p) {
-  const std::string mode = settings::get("JITKERN_ON_MISS");
-  if (mode == "warn") log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
-  if (mode == "error")
-    throw CacheMissError("jitkern: module '" + p.name + "' is not cached in " + p.entry_dir +
-                         " and JITKERN_ON_MISS=error forbids compiling it; prebuild it into the cache (jitkern prebuild) or "
-                         "set JITKERN_ON_MISS=compile");
+// JITKERN_ON_MISS=error: CacheMissError before any compiler is looked for.
+void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& prebuilt) {
+  if (settings::get("JITKERN_ON_MISS") != "error") return;
+  std::string where = p.entry_dir;
+  for (const auto& dir : prebuilt) where += ", " + dir + "/" + p.stem;
+  throw CacheMissError("jitkern: module '" + p.name + "' is not cached in " + where +
+                       " (or not intact there) and JITKERN_ON_MISS=error forbids compiling it; prebuild it into the cache "
+                       "(jitkern prebuild) or set JITKERN_ON_MISS=compile");
 }
 
 void validate_on_miss() {
@@ -383,12 +397,14 @@ std::string reuse_built_content(const plan::Plan& p, std::map<std::string, std::
   if (!fs::read_file(p.entry_dir + "/manifest", &text) || !manifest::parse(text, &old) || old.request_key != p.request_key) return {};
   std::vector<Dep> now = old.deps;
   bool readable = true;
-  for (auto& d : now) readable = readable && fs::stat_sig(d.path, &d.sig) && sha256_file(d.path, &d.sha);
-  for (const auto& d : now)
-    if (!d.sha.empty()) (*before)[d.path] = d.sha;
+  for (auto& d : now) {
+    const std::string path = plan::local(p, d.path);
+    readable = readable && fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha);
+    if (!d.sha.empty()) (*before)[path] = d.sha;
+  }
   if (!readable) return {};
   Manifest m = new_manifest(p, 0);
-  m.full_key = manifest::full_key_of(p.request_key, now);
+  m.full_key = manifest::full_key_of(p.request_key, m.toolchain, now);
   m.lib_name = manifest::library_name(m.full_key);
   const std::string candidate = p.entry_dir + "/" + m.lib_name;
   std::string record;
@@ -467,7 +483,7 @@ std::string first_error(const std::string& log, const plan::Plan& p, const std::
 
 // Moves the built library into the entry under its content key, then its record and the manifest.
 std::string publish(const plan::Plan& p, const std::string& out, Manifest m) {
-  m.full_key = manifest::full_key_of(p.request_key, m.deps);
+  m.full_key = manifest::full_key_of(p.request_key, m.toolchain, m.deps);
   m.lib_name = manifest::library_name(m.full_key);
   const std::string final_path = p.entry_dir + "/" + m.lib_name;
   if (!sha256_file(out, &m.lib_sha)) throw Transient("jitkern: cannot read the built library " + out);
@@ -483,14 +499,15 @@ std::string publish(const plan::Plan& p, const std::string& out, Manifest m) {
 
 std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) {
   std::string lib_path;
-  if (lookup_published(p, &lib_path)) return lib_path;  // published while we waited for the lock
+  if (lookup_published(p, p.entry_dir, false, p.toolchain_id, &lib_path)) return lib_path;  // published while we waited
   remove_stale_scratch(p.entry_dir, timeout_s);
   throw_if_remembered(p);
   std::map<std::string, std::string> before;  // path -> hash of the previous build's inputs
   lib_path = reuse_built_content(p, &before);
   if (!lib_path.empty()) return lib_path;
 
-  check_on_miss(p);
+  if (settings::get("JITKERN_ON_MISS") == "warn")
+    log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
   const std::string cwd = current_dir();
   const auto t0 = std::chrono::steady_clock::now();
   log::emit(log::kInfo, "compiling " + p.name + (p.has_cuda ? " for " + p.cuda_arch : "") + " ...");
@@ -530,6 +547,7 @@ std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) 
     }
     if (changed_meanwhile)
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
+    for (auto& d : m.deps) d.path = plan::portable(p, d.path);  // valid wherever the roots are
     lib_path = publish(p, out, m);
     *compiled = true;
     log::emit(log::kInfo, "compiled " + p.name + " in " + format_seconds(seconds_since(t0)) + " (" + compile.phases + ")");
@@ -537,18 +555,28 @@ std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) 
   }
 }
 
-plan::Plan make_plan(const BuildRequest& request, const plan::Config& cfg) {
-  plan::validate(request);
-  plan::Toolchain tc;
-  tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
-  fs::ensure_private_dir(cfg.cache_dir, "cache directory");
-  tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
-  tc.cxx_from_env = !settings::get("CXX").empty();
-  if (!request.cuda_files.empty()) {
-    tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");
-    tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device);
+// The versions of the compilers this machine would use, or empty when one is missing: a machine with
+// no compiler serves whatever a prebuilt cache holds.
+std::string local_toolchain_id(const plan::Plan& p, const plan::Config& cfg) {
+  try {
+    plan::Toolchain tc;
+    tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
+    if (p.has_cuda) tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");
+    return plan::toolchain_id(tc, p.has_cuda);
+  } catch (const std::exception&) {
+    return {};
   }
-  return plan::make(request, cfg, tc, current_dir());
+}
+
+std::vector<std::string> prebuilt_dirs() {
+  std::vector<std::string> out;
+  const std::string all = settings::get("JITKERN_PREBUILT_DIRS");
+  for (std::size_t start = 0; start <= all.size();) {
+    const std::size_t colon = std::min(all.find(':', start), all.size());
+    if (colon > start) out.push_back(all.substr(start, colon - start));
+    start = colon + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -562,19 +590,35 @@ std::string build_holding(const BuildRequest& request, const EngineConfig& confi
   *compiled = false;
   validate_on_miss();
   const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
-  const plan::Plan p = make_plan(request, cfg);
+  plan::validate(request);
+  plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)
+  tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
+  if (!request.cuda_files.empty()) tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device);
+  const std::string cwd = current_dir();
+  const plan::Plan lookup = plan::make(request, cfg, tc, cwd);
   std::string lib_path;
-  // Warm path: no subprocess, and only a shared lock (prune never removes an entry someone holds);
-  // readers never see a partial file (publish is by rename).
-  if (auto shared = fs::FileLock::try_lock(p.lock_path, true); shared && lookup_published(p, &lib_path)) {
+  // Warm path, never a compiler or a subprocess: read-only prebuilt caches, then the writable cache
+  // under its entry's lock taken shared (prune never removes an entry someone holds). Readers never
+  // see a partial file: publishing is by rename.
+  fs::ensure_private_dir(cfg.cache_dir, "cache directory");
+  const std::string here = local_toolchain_id(lookup, cfg);
+  for (const auto& dir : prebuilt_dirs())
+    if (lookup_published(lookup, dir + "/" + lookup.stem, true, here, &lib_path)) return lib_path;
+  if (auto shared = fs::FileLock::try_lock(lookup.lock_path, true);
+      shared && lookup_published(lookup, lookup.entry_dir, false, here, &lib_path)) {
     if (hold != nullptr) *hold = std::move(shared);
     return lib_path;
   }
+  refuse_miss_if_strict(lookup, prebuilt_dirs());
+  tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
+  tc.cxx_from_env = !settings::get("CXX").empty();
+  if (!request.cuda_files.empty()) tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");
+  const plan::Plan p = plan::make(request, cfg, tc, cwd);  // the same key, now with the commands
   const double timeout_s = compile_timeout_s();
-  fs::ensure_private_dir(p.entry_dir, "cache entry directory");
   fs::ensure_private_dir(cfg.lock_dir, "lock directory");
   fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
   auto lock = std::make_unique<fs::FileLock>(p.lock_path, "waiting for another process that is compiling " + p.name + " ...");
+  fs::ensure_private_dir(p.entry_dir, "cache entry directory");  // under the lock: `cache prune` may have removed it
   try {
     lib_path = build_locked(p, timeout_s, compiled);
   } catch (const Transient& e) {

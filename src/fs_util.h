@@ -36,6 +36,10 @@ void ensure_private_dir(const std::string& path, const char* what);
 void check_private_file(const std::string& path, const char* what);
 // The same check and the file's signature from one lstat; false (nothing thrown) when it is missing.
 bool private_file_sig(const std::string& path, const char* what, FileSig* sig);
+// For read-only prebuilt caches: a regular file (a directory) that belongs to us or to root and is
+// writable by no one else; false (nothing thrown) otherwise.
+bool trusted_file_sig(const std::string& path, FileSig* sig);
+bool trusted_dir(const std::string& path);
 void remove_tree(const std::string& path);
 // Sets the file's access time to now (its modification time stays) unless it is less than an hour
 // old: a cache entry's last use. Best effort: a read-only cache stays as it is.

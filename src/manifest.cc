@@ -10,7 +10,7 @@
 namespace jitkern::manifest {
 namespace {
 
-constexpr const char* kManifestMagic = "jitkern-manifest 3";
+constexpr const char* kManifestMagic = "jitkern-manifest 4";
 constexpr const char* kFailureMagic = "jitkern-failure 2";
 
 std::string sig_text(const fs::FileSig& g) { return std::to_string(g.size) + " " + std::to_string(g.mtime_ns) + " "; }
@@ -55,7 +55,7 @@ bool parse_body(const std::vector<std::string>& lines, std::size_t first, std::s
     const std::string& line = lines[i];
     if (line.rfind("dep ", 0) == 0) {
       Dep d;
-      if (!parse_sig_line(line.substr(4), &d.sig, &d.sha, &d.path) || d.path[0] != '/') return false;
+      if (!parse_sig_line(line.substr(4), &d.sig, &d.sha, &d.path) || (d.path[0] != '/' && d.path[0] != '@')) return false;
       deps->push_back(d);
     } else if (!on_line(line)) {
       return false;
@@ -66,9 +66,9 @@ bool parse_body(const std::vector<std::string>& lines, std::size_t first, std::s
 
 }  // namespace
 
-std::string full_key_of(const std::string& request_key, const std::vector<Dep>& deps) {
+std::string full_key_of(const std::string& request_key, const std::string& toolchain, const std::vector<Dep>& deps) {
   Sha256 h;
-  h.field(request_key);
+  h.field(request_key).field(toolchain);
   for (const auto& d : deps) h.field(d.path).field(d.sha);
   return h.hex();
 }
@@ -80,19 +80,23 @@ std::string library_record(const std::string& full_key, const std::string& lib_s
 }
 
 std::string serialize(const Manifest& m) {
-  return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
+  return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\ntoolchain " + m.toolchain + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
          m.lib_sha + " " + m.lib_name + "\ninfo " + std::to_string(m.built_unix) + " " + std::to_string(m.build_ms) + " " +
          (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + serialize_deps(m.deps) + "end\n";
 }
 
 bool parse(const std::string& text, Manifest* m) {
   const auto lines = text::split_lines(text);
-  if (lines.size() < 6 || lines[0] != kManifestMagic || lines.back() != "end" || text.back() != '\n') return false;
-  bool has_request = false, has_key = false, has_lib = false, has_info = false;
+  if (lines.size() < 7 || lines[0] != kManifestMagic || lines.back() != "end" || text.back() != '\n') return false;
+  bool has_request = false, has_toolchain = false, has_key = false, has_lib = false, has_info = false;
   const bool ok = parse_body(lines, 1, lines.size() - 1, &m->deps, [&](const std::string& line) {
     if (line.rfind("request ", 0) == 0 && !has_request) {
       m->request_key = line.substr(8);
       return has_request = is_hex_key(m->request_key);
+    }
+    if (line.rfind("toolchain ", 0) == 0 && !has_toolchain) {
+      m->toolchain = line.substr(10);
+      return has_toolchain = is_hex_key(m->toolchain);
     }
     if (line.rfind("key ", 0) == 0 && !has_key) {
       m->full_key = line.substr(4);
@@ -111,8 +115,8 @@ bool parse(const std::string& text, Manifest* m) {
     }
     return false;
   });
-  return ok && has_request && has_key && has_lib && has_info && m->lib_name == library_name(m->full_key) &&
-         m->full_key == full_key_of(m->request_key, m->deps);
+  return ok && has_request && has_toolchain && has_key && has_lib && has_info && m->lib_name == library_name(m->full_key) &&
+         m->full_key == full_key_of(m->request_key, m->toolchain, m->deps);
 }
 
 std::string serialize(const Failure& f) {

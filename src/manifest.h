@@ -11,14 +11,15 @@
 namespace jitkern::manifest {
 
 struct Dep {
-  std::string path, sha;  // sha: the content's SHA-256, or kDirectory for a directory (compared by its signature)
+  std::string path, sha;  // path: absolute, or "@token/..." under a relocatable root (plan::portable)  // sha: the content's SHA-256, or kDirectory for a directory (compared by its signature)
   fs::FileSig sig;
 };
 inline constexpr const char* kDirectory = "directory";
 
 struct Manifest {
-  std::string request_key;  // the request (sources' text, flags, toolchain): names the entry
-  std::string full_key;     // request_key plus every dependency's content: names the library
+  std::string request_key;  // the request (sources' text, flags, target): names the entry
+  std::string toolchain;    // the compilers' versions (plan::toolchain_id)
+  std::string full_key;     // request_key, toolchain and every dependency's content: names the library
   std::string lib_name, lib_sha;
   fs::FileSig lib_sig;
   std::vector<Dep> deps;
@@ -28,8 +29,8 @@ struct Manifest {
   int64_t built_unix = 0, build_ms = 0;
 };
 
-// The content key of a request built from `deps` (paths and hashes, in order).
-std::string full_key_of(const std::string& request_key, const std::vector<Dep>& deps);
+// The content key of a request built by `toolchain` from `deps` (paths and hashes, in order).
+std::string full_key_of(const std::string& request_key, const std::string& toolchain, const std::vector<Dep>& deps);
 // The library's file name in its entry: derived from the content key, so never a path.
 std::string library_name(const std::string& full_key);
 // What the entry's "<library>.sha256" holds: the library's hash bound to its content key, so that a

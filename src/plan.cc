@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "fs_util.h"
@@ -192,18 +193,36 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   if (cfg.dlpack_include_dir != cfg.tvm_ffi_include_dir) includes.push_back("-I" + cfg.dlpack_include_dir);
   for (const auto& d : req.extra_include_paths) includes.push_back("-I" + absolute(d, cwd));
 
+  for (const auto& [token, dir] : std::vector<std::pair<std::string, std::string>>{
+           {"@jitkern-include", cfg.include_dir}, {"@jitkern-csrc", cfg.csrc_dir}, {"@jitkern-lib", cfg.runtime_lib_dir},
+           {"@tvm-ffi-include", cfg.tvm_ffi_include_dir}, {"@dlpack-include", cfg.dlpack_include_dir}, {"@tvm-ffi-lib", cfg.tvm_ffi_lib_dir}})
+    if (dir.size() > 1 && std::none_of(p.roots.begin(), p.roots.end(), [&](const auto& r) { return r.second == dir; }))
+      p.roots.emplace_back(token, dir);
+  std::sort(p.roots.begin(), p.roots.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  p.toolchain_id = tc.cxx.path.empty() ? "" : toolchain_id(tc, p.has_cuda);
+
+  // Everything that changes the library, with root directories as tokens and without the compilers'
+  // paths (their versions are in the content key, see toolchain_id).
   Sha256 key;
-  key.field("jitkern-engine-3").field(JITKERN_VERSION).field(p.name).field(tc.cxx.identity);
-  key.field(cfg.tvm_ffi_version).field(cfg.tvm_ffi_lib_dir).field(cfg.runtime_lib_dir);
-  key.field("runtime-abi").field(std::to_string(kRuntimeAbi));
+  key.field("jitkern-engine-4").field(JITKERN_VERSION).field(p.name);
+  key.field(cfg.tvm_ffi_version).field("runtime-abi").field(std::to_string(kRuntimeAbi));
+  auto key_args = [&](const std::vector<std::string>& argv) {
+    for (std::size_t i = 1; i < argv.size(); ++i) {
+      if (argv[i] == "-ccbin") {
+        ++i;  // the host compiler's path; its version is in the toolchain id
+        continue;
+      }
+      key.field(portable(p, argv[i]));
+    }
+  };
 
   if (p.has_cpp) {
     p.cpp_compile = {tc.cxx.path, "-std=c++20", "-O3", "-fPIC", "-fvisibility=hidden"};
     p.cpp_compile.insert(p.cpp_compile.end(), includes.begin(), includes.end());
     const auto flags = absolute_include_flags(req.extra_cflags, cwd);
     p.cpp_compile.insert(p.cpp_compile.end(), flags.begin(), flags.end());
-    key.field("cpp").field(p.cpp_source);
-    for (const auto& a : p.cpp_compile) key.field(a);
+    key.field("cpp").field(portable(p, p.cpp_source));
+    key_args(p.cpp_compile);
   }
   if (p.has_cuda) {
     p.nvcc = tc.nvcc.path;
@@ -215,10 +234,10 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.cuda_compile.insert(p.cuda_compile.end(), includes.begin(), includes.end());
     const auto flags = absolute_include_flags(req.extra_cuda_cflags, cwd);
     p.cuda_compile.insert(p.cuda_compile.end(), flags.begin(), flags.end());
-    key.field("cuda").field(p.cuda_source).field(tc.nvcc.identity);
-    for (const auto& a : p.cuda_compile) key.field(a);
+    key.field("cuda").field(portable(p, p.cuda_source));
+    key_args(p.cuda_compile);
     // The toolkit's own headers are covered by the compiler identity.
-    p.dep_exclude_prefixes.push_back(fs::dirname(fs::dirname(tc.nvcc.real)) + "/");
+    if (!tc.nvcc.real.empty()) p.dep_exclude_prefixes.push_back(fs::dirname(fs::dirname(tc.nvcc.real)) + "/");
   }
   p.dep_exclude_prefixes.push_back("/usr/include/");
   p.dep_exclude_prefixes.push_back("/usr/lib/gcc/");
@@ -228,14 +247,46 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   for (const auto& r : {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir}) p.link.push_back("-Wl,-rpath," + r);
   p.link.insert(p.link.end(), req.extra_ldflags.begin(), req.extra_ldflags.end());
   key.field("link");
-  for (const auto& a : p.link) key.field(a);
+  std::vector<std::string> link_argv = {""};  // key_args skips argv[0]
+  link_argv.insert(link_argv.end(), p.link.begin(), p.link.end());
+  key_args(link_argv);
   // The CUDA runtime's location follows from the nvcc identity already in the key; the build adds it.
 
   p.request_key = key.hex();
-  const std::string stem = entry_stem(p.name, p.request_key);
-  p.entry_dir = cfg.cache_dir + "/" + stem;
-  p.lock_path = lock_path(cfg.lock_dir, stem);
+  p.stem = entry_stem(p.name, p.request_key);
+  p.entry_dir = cfg.cache_dir + "/" + p.stem;
+  p.lock_path = lock_path(cfg.lock_dir, p.stem);
   return p;
+}
+
+std::string portable(const Plan& p, const std::string& text) {
+  std::string out = text;
+  for (const auto& [token, dir] : p.roots) {
+    std::size_t at = out.find(dir);
+    while (at != std::string::npos) {
+      // only whole directory names: /opt/x/include, not /opt/x/include2
+      const char next = at + dir.size() < out.size() ? out[at + dir.size()] : '\0';
+      const bool whole = next == '\0' || next == '/' || next == '"' || next == ' ' || next == ',' || next == '\n';
+      if (whole) out.replace(at, dir.size(), token);
+      at = out.find(dir, at + (whole ? token.size() : 1));
+    }
+  }
+  return out;
+}
+
+std::string local(const Plan& p, const std::string& path) {
+  if (path.empty() || path[0] != '@') return path;
+  for (const auto& [token, dir] : p.roots)
+    if (path.compare(0, token.size(), token) == 0 && (path.size() == token.size() || path[token.size()] == '/'))
+      return dir + path.substr(token.size());
+  return path;  // a token this machine does not have: the file "does not exist" here
+}
+
+std::string toolchain_id(const Toolchain& tc, bool cuda) {
+  Sha256 h;
+  h.field("cxx").field(tc.cxx.version);
+  if (cuda) h.field("nvcc").field(tc.nvcc.version);
+  return h.hex();
 }
 
 std::string entry_stem(const std::string& name, const std::string& request_key) {

@@ -45,7 +45,13 @@ struct Toolchain {
 };
 
 struct Plan {
-  std::string name, entry_dir, lock_path, request_key;
+  std::string name, stem, entry_dir, lock_path, request_key;
+  // The toolchain's versions (hashed; empty when the plan was made without compilers, for a lookup).
+  std::string toolchain_id;
+  // Directories that may sit elsewhere on another machine (the package's include/, csrc/, lib/,
+  // tvm-ffi's): (token, directory), longest directory first. Keys and recorded dependencies name
+  // files under them by token, so a cache built in one tree is valid in another.
+  std::vector<std::pair<std::string, std::string>> roots;
   std::string cpp_source, cuda_source;
   std::vector<std::string> cpp_compile, cuda_compile, link;  // without inputs and outputs
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
@@ -55,11 +61,18 @@ struct Plan {
 };
 
 // `request` must have passed validate(). `cwd`: the directory relative include paths are resolved
-// against (the caller's).
+// against (the caller's). The key does not depend on where the compilers are, or on whether
+// `toolchain` names them at all (a lookup needs none; toolchain_id goes into the content key).
 Plan make(const BuildRequest& request, const Config& config, const Toolchain& toolchain, const std::string& cwd);
 
 // The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper.
 std::string wrapper_source(const std::vector<std::string>& resolved_files, const std::vector<Wrapper>& wrappers);
+
+// `text` with every root directory replaced by its token, and back.
+std::string portable(const Plan& plan, const std::string& text);
+std::string local(const Plan& plan, const std::string& path);
+// What identifies a toolchain across machines: its compilers' --version output.
+std::string toolchain_id(const Toolchain& toolchain, bool cuda);
 
 // A cache entry's directory name ("<sanitized name>-<20 hex digits of the request key>"), whether a
 // directory name is one, and the entry's lock file.

@@ -8,6 +8,7 @@ namespace jitkern::settings {
 
 const Setting kAll[] = {
     {"JITKERN_CACHE_DIR", "~/.cache/jitkern", "where compiled modules are cached (private to the user: mode 0700)"},
+    {"JITKERN_PREBUILT_DIRS", "none", "colon-separated read-only caches (from `jitkern prebuild`) searched before JITKERN_CACHE_DIR; verified, never written"},
     {"JITKERN_LOCK_DIR", "$JITKERN_CACHE_DIR/locks", "where per-module build locks live (keep it on a local file system)"},
     {"JITKERN_CUDA_ARCH", "the device's, e.g. sm_90a", "the CUDA target (sm_XY, sm_XYa, sm_XYf); set it to compile without a GPU"},
     {"JITKERN_RETRY_FAILED", "0", "1: retry a build whose failure was remembered although its inputs are unchanged"},

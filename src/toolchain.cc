@@ -46,7 +46,8 @@ Compiler identify(const std::string& program, const std::string& cache_dir, cons
       c.path = lines[0];
       c.real = lines[1];
       const std::size_t head = lines[0].size() + lines[1].size() + lines[2].size() + lines[3].size() + 4;
-      c.identity = lines[1] + "|" + lines[2] + "|" + lines[3] + "\n" + text.substr(std::min(text.size(), head));
+      c.version = text.substr(std::min(text.size(), head));
+      c.identity = lines[1] + "|" + lines[2] + "|" + lines[3] + "\n" + c.version;
     }
   }
   if (c.path.empty()) {
@@ -68,6 +69,7 @@ Compiler identify(const std::string& program, const std::string& cache_dir, cons
     if (rc != 0) throw std::runtime_error("jitkern: '" + c.path + " --version' failed (" + fs::describe_status(rc) + "): " + version);
     const std::string head = real + "\n" + std::to_string(sig.size) + "\n" + std::to_string(sig.mtime_ns) + "\n";
     fs::write_file_atomic(record, c.path + "\n" + head + version);
+    c.version = version;
     c.identity = real + "|" + std::to_string(sig.size) + "|" + std::to_string(sig.mtime_ns) + "\n" + version;
   }
   std::lock_guard<std::mutex> lock(g_mutex);

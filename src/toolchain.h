@@ -10,6 +10,8 @@ struct Compiler {
   std::string path;      // as found (absolute, or as named when it contains a '/')
   std::string real;      // its realpath
   std::string identity;  // realpath, size, mtime and --version output
+  std::string version;   // the --version output alone: what a cache entry records (the same compiler
+                         // installed elsewhere, or at another time, has the same)
 };
 
 // Finds `program` and identifies it; the --version output is remembered on disk under

@@ -15,7 +15,8 @@ Manifest sample() {
   Manifest m;
   m.request_key = jitkern::sha256_hex("request");
   m.deps = {{"/src/a.cuh", jitkern::sha256_hex("a"), {10, 111}}, {"/src/dir with space/b.h", jitkern::sha256_hex("b"), {20, 222}}};
-  m.full_key = full_key_of(m.request_key, m.deps);
+  m.toolchain = jitkern::sha256_hex("toolchain");
+  m.full_key = full_key_of(m.request_key, m.toolchain, m.deps);
   m.lib_name = library_name(m.full_key);
   m.lib_sha = jitkern::sha256_hex("library bytes");
   m.lib_sig = {4096, 333};

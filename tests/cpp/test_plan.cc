@@ -122,11 +122,31 @@ TEST(Plan, KeyFollowsEverythingThatChangesTheLibrary) {
   r.cpp_wrappers = {{"saxpy", "saxpy<4>"}};
   EXPECT_NE(key(r), key(base));
   plan::Toolchain other = toolchain_();
-  other.cxx.identity = "g++-13|1|2\ng++ 13.1";
-  EXPECT_NE(plan::make(base, config(), other, "/work").request_key, key(base)) << "compiler identity";
+  other.cxx.version = "g++ 13.1";
+  const plan::Plan p = plan::make(base, config(), toolchain_(), "/work"), q = plan::make(base, config(), other, "/work");
+  EXPECT_EQ(q.request_key, p.request_key) << "the compiler is not in the entry's name";
+  EXPECT_NE(q.toolchain_id, p.toolchain_id) << "but its version is in the content key (manifest::full_key_of)";
+  EXPECT_FALSE(p.toolchain_id.empty());
+  plan::Toolchain none = toolchain_();
+  none.cxx = {};
+  EXPECT_EQ(plan::make(base, config(), none, "/work").request_key, p.request_key) << "a lookup needs no compiler";
+}
+
+TEST(Plan, KeyIsTheSameInAnotherTree) {
+  const BuildRequest base = cpu_request();
   plan::Config moved = config();
-  moved.runtime_lib_dir = "/elsewhere/lib";
-  EXPECT_NE(plan::make(base, moved, toolchain_(), "/work").request_key, key(base)) << "the runtime the module links";
+  for (std::string* dir : {&moved.include_dir, &moved.csrc_dir, &moved.runtime_lib_dir, &moved.tvm_ffi_include_dir,
+                           &moved.dlpack_include_dir, &moved.tvm_ffi_lib_dir})
+    *dir = "/elsewhere" + *dir;
+  plan::Toolchain tc = toolchain_();
+  tc.cxx.path = "/opt/other/bin/g++";
+  const plan::Plan here = plan::make(base, config(), toolchain_(), "/work"), there = plan::make(base, moved, tc, "/work");
+  EXPECT_EQ(there.request_key, here.request_key) << "package, tvm-ffi and compiler paths are not in the key";
+  const std::string header = config().include_dir + "/jitkern/tensor.h";
+  EXPECT_EQ(plan::portable(here, header), "@jitkern-include/jitkern/tensor.h");
+  EXPECT_EQ(plan::local(there, plan::portable(here, header)), moved.include_dir + "/jitkern/tensor.h");
+  EXPECT_EQ(plan::portable(here, config().include_dir + "2/x.h"), config().include_dir + "2/x.h") << "whole directory names only";
+  EXPECT_EQ(plan::local(here, "/abs/user.h"), "/abs/user.h");
 }
 
 TEST(Plan, KeyIgnoresWhatDoesNotChangeTheLibrary) {

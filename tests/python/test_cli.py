@@ -187,6 +187,20 @@ def test_strict_mode(cache_dir, caplog, monkeypatch):
         scale_spec(32).build()
 
 
+def test_warm_path_needs_no_compiler(cache_dir):
+    """A cached module loads with no C++ compiler and no nvcc reachable (zero-toolchain serving)."""
+    scale_spec(34).build()
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    env.update(PATH="/usr/bin:/bin", CXX="/nonexistent", JITKERN_ON_MISS="error")
+    code = ("import sys, numpy as np, jitkern; m = jitkern.load_jit('scale', '34', cpp_files=[sys.argv[1]], "
+            "cpp_wrappers=[('scale', 'scale<34>')]); a = np.ones(2, np.float32); o = np.zeros_like(a); m.scale(o, a); print(o[0])")
+    proc = subprocess.run([sys.executable, "-c", code, str(KERNELS / "scale_cpu.h")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "34.0", proc.stderr
+    missing = subprocess.run([sys.executable, "-c", code.replace("'34'", "'35'").replace("<34>", "<35>"), str(KERNELS / "scale_cpu.h")],
+                             capture_output=True, text=True, env=dict(env, JITKERN_ON_MISS="compile"))
+    assert missing.returncode != 0 and "C++ compiler '/nonexistent' was not found; install one" in missing.stderr, missing.stderr
+
+
 def test_compiles_are_logged_with_phases_and_commands(cache_dir, caplog):
     with caplog.at_level(logging.DEBUG, logger="jitkern"):
         scale_spec(33).build()

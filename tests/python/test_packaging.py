@@ -1,7 +1,10 @@
 """The package as a fleet installs it: a manylinux wheel (auditwheel repair passes) and an sdist, each
 installed into a fresh directory and used there (a C++ module compiled, cached and loaded). CPU only."""
 
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -66,3 +69,49 @@ def test_sdist_builds_installs_and_runs(tmp_path):
     for required in ("CMakeLists.txt", "src/build.cc", "include/jitkern/tensor.h", "csrc/norm.cuh", "python/jitkern/cli.py"):
         assert f"{root}/{required}" in names, required
     assert "WORKS" in install_and_use(sdist, tmp_path / "site", tmp_path / "cache")
+
+
+SERVE = """
+import sys, numpy as np, jitkern
+m = jitkern.load_jit("add_constant_cpu", "5", cpp_files=["add_constant_cpu.h"], cpp_wrappers=[("add", "add_constant_cpu<5>")])
+src = np.arange(4, dtype=np.int32); dst = np.zeros_like(src); m.add(dst, src)
+assert (dst == src + 5).all(), dst
+print("SERVED", m.path)
+"""
+
+
+def snapshot(tree: Path) -> dict:
+    return {str(p.relative_to(tree)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(tree.rglob("*")) if p.is_file()}
+
+
+def test_prebuilt_cache_from_another_tree_serves_without_any_compiler(wheel, tmp_path):
+    """Built with jitkern installed in one directory tree, served from a read-only prebuilt directory by
+    jitkern installed in another, with no C++ compiler and no nvcc, in strict mode; never written."""
+    builder, server = tmp_path / "build-tree" / "site", tmp_path / "serve-tree" / "elsewhere" / "site"
+    for site in (builder, server):
+        run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)])
+    specs = tmp_path / "specs.json"
+    specs.write_text(json.dumps([{"args": ["add_constant_cpu", "5"], "cpp_files": ["add_constant_cpu.h"],
+                                  "cpp_wrappers": [["add", "add_constant_cpu<5>"]]}]))
+    prebuilt = tmp_path / "prebuilt"
+    out = run([sys.executable, "-m", "jitkern", "prebuild", "--spec-file", str(specs), "--cache-dir", str(prebuilt)],
+              env=dict(os.environ, PYTHONPATH=str(builder)), cwd="/").stdout
+    assert "1 built" in out, out
+    before = snapshot(prebuilt)
+    no_toolchain = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    no_toolchain.update(PYTHONPATH=str(server), PATH="/usr/bin:/bin", CXX="/nonexistent", JITKERN_ON_MISS="error",
+                        JITKERN_PREBUILT_DIRS=f"{tmp_path / 'missing'}:{prebuilt}", JITKERN_CACHE_DIR=str(tmp_path / "serving-cache"))
+    served = run([sys.executable, "-c", SERVE], env=no_toolchain, cwd="/").stdout
+    assert f"SERVED {prebuilt}/" in served, served
+    assert snapshot(prebuilt) == before, "a prebuilt cache is never written"
+    # a library altered after the prebuild is not loaded: strict mode says it is missing instead
+    tampered = tmp_path / "tampered"
+    shutil.copytree(prebuilt, tampered, symlinks=True)
+    (lib,) = [p for p in tampered.rglob("*.so")]
+    data = bytearray(lib.read_bytes())
+    data[300] ^= 0xFF
+    lib.write_bytes(data)
+    proc = subprocess.run([sys.executable, "-c", SERVE], capture_output=True, text=True, cwd="/",
+                          env=dict(no_toolchain, JITKERN_PREBUILT_DIRS=str(tampered)))
+    assert proc.returncode != 0 and "CacheMissError" in proc.stderr and "is not cached" in proc.stderr, proc.stderr[-2000:]
