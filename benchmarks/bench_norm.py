@@ -156,6 +156,8 @@ def per_call_table() -> None:
             "jitkern, allocating": lambda: rmsnorm(x, w),
             "jitkern, output=": lambda: rmsnorm(x, w, out),
             "exported function alone": lambda: exported["rmsnorm"](x, w, out, EPS),
+            "torch.ops.jitkern.rmsnorm_out.default (as torch.compile's code calls it)":
+                lambda: torch.ops.jitkern.rmsnorm_out.default(x, w, out, EPS),
             "torch eager F.rms_norm": lambda: F.rms_norm(x, (4096,), w, EPS),
         },
         "fused_add_rmsnorm [1, 4096]": {

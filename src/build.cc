@@ -373,19 +373,23 @@ Manifest new_manifest(const plan::Plan& p, double build_seconds) {
 }
 
 // JITKERN_ON_MISS=error: CacheMissError before any compiler is looked for.
+// JITKERN_ON_MISS, checked (a bad value is a ValueError on every load, not only on a miss).
+enum class OnMiss { kCompile, kWarn, kError };
+OnMiss on_miss() {
+  const std::string mode = settings::get("JITKERN_ON_MISS");
+  if (mode.empty() || mode == "compile") return OnMiss::kCompile;
+  if (mode == "warn") return OnMiss::kWarn;
+  if (mode == "error") return OnMiss::kError;
+  throw std::invalid_argument("jitkern: JITKERN_ON_MISS must be compile, warn or error, got '" + mode + "'");
+}
+
 void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& prebuilt) {
-  if (settings::get("JITKERN_ON_MISS") != "error") return;
+  if (on_miss() != OnMiss::kError) return;
   std::string where = p.entry_dir;
   for (const auto& dir : prebuilt) where += ", " + dir + "/" + p.stem;
   throw CacheMissError("jitkern: module '" + p.name + "' is not cached in " + where +
                        " (or not intact there) and JITKERN_ON_MISS=error forbids compiling it; prebuild it into the cache "
                        "(jitkern prebuild) or set JITKERN_ON_MISS=compile");
-}
-
-void validate_on_miss() {
-  const std::string mode = settings::get("JITKERN_ON_MISS");
-  if (!mode.empty() && mode != "compile" && mode != "warn" && mode != "error")
-    throw std::invalid_argument("jitkern: JITKERN_ON_MISS must be compile, warn or error, got '" + mode + "'");
 }
 
 // Content addressing across edits: a header edited and then reverted maps back to the library already
@@ -506,7 +510,7 @@ std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) 
   lib_path = reuse_built_content(p, &before);
   if (!lib_path.empty()) return lib_path;
 
-  if (settings::get("JITKERN_ON_MISS") == "warn")
+  if (on_miss() == OnMiss::kWarn)
     log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
   const std::string cwd = current_dir();
   const auto t0 = std::chrono::steady_clock::now();
@@ -570,12 +574,8 @@ std::string local_toolchain_id(const plan::Plan& p, const plan::Config& cfg) {
 
 std::vector<std::string> prebuilt_dirs() {
   std::vector<std::string> out;
-  const std::string all = settings::get("JITKERN_PREBUILT_DIRS");
-  for (std::size_t start = 0; start <= all.size();) {
-    const std::size_t colon = std::min(all.find(':', start), all.size());
-    if (colon > start) out.push_back(all.substr(start, colon - start));
-    start = colon + 1;
-  }
+  for (auto& dir : text::split(settings::get("JITKERN_PREBUILT_DIRS"), ':'))
+    if (!dir.empty()) out.push_back(std::move(dir));
   return out;
 }
 
@@ -588,7 +588,7 @@ std::string build_holding(const BuildRequest& request, const EngineConfig& confi
   bool ignored = false;
   compiled = compiled != nullptr ? compiled : &ignored;
   *compiled = false;
-  validate_on_miss();
+  on_miss();  // validates the setting
   const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
   plan::validate(request);
   plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)
@@ -602,14 +602,15 @@ std::string build_holding(const BuildRequest& request, const EngineConfig& confi
   // see a partial file: publishing is by rename.
   fs::ensure_private_dir(cfg.cache_dir, "cache directory");
   const std::string here = local_toolchain_id(lookup, cfg);
-  for (const auto& dir : prebuilt_dirs())
+  const std::vector<std::string> prebuilt = prebuilt_dirs();
+  for (const auto& dir : prebuilt)
     if (lookup_published(lookup, dir + "/" + lookup.stem, true, here, &lib_path)) return lib_path;
   if (auto shared = fs::FileLock::try_lock(lookup.lock_path, true);
       shared && lookup_published(lookup, lookup.entry_dir, false, here, &lib_path)) {
     if (hold != nullptr) *hold = std::move(shared);
     return lib_path;
   }
-  refuse_miss_if_strict(lookup, prebuilt_dirs());
+  refuse_miss_if_strict(lookup, prebuilt);
   tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
   tc.cxx_from_env = !settings::get("CXX").empty();
   if (!request.cuda_files.empty()) tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");

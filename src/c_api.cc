@@ -18,6 +18,7 @@
 
 #include "build.h"
 #include "cache_admin.h"
+#include "fs_util.h"
 #include "log.h"
 #include "plan.h"
 #include "settings.h"
@@ -249,6 +250,33 @@ __attribute__((visibility("default"))) int jitkern_cache(const char* request, si
   } catch (const std::invalid_argument& e) {
     *out_error = dup(e.what());
     return 2;
+  } catch (const std::exception& e) {
+    *out_error = dup(e.what());
+    return 3;
+  }
+}
+
+// settings::flag(name): 1 or 0; -1 for a name that is not a setting.
+__attribute__((visibility("default"))) int jitkern_setting_flag(const char* name) {
+  try {
+    return jitkern::settings::flag(name) ? 1 : 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The compiler a build would use (cuda == 0: the C++ compiler, else nvcc): result "<path>\n<--version
+// output>", or the engine's one-line error (with its fix) and 3. Same convention as jitkern_build.
+__attribute__((visibility("default"))) int jitkern_find_compiler(int cuda, char** out_result, char** out_error) {
+  *out_result = nullptr;
+  *out_error = nullptr;
+  try {
+    const std::string cache_dir = jitkern::plan::resolve_cache({}, "").cache_dir;
+    jitkern::fs::ensure_private_dir(cache_dir, "cache directory");
+    const auto c = cuda ? jitkern::toolchain::identify(jitkern::toolchain::nvcc_program(), cache_dir, "CUDA compiler")
+                        : jitkern::toolchain::identify(jitkern::toolchain::cxx_program(), cache_dir, "C++ compiler");
+    *out_result = dup(c.path + "\n" + c.version);
+    return 0;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
     return 3;

@@ -1,12 +1,9 @@
 #include "cache_admin.h"
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <memory>
 
@@ -43,16 +40,8 @@ void measure(const std::string& path, int64_t* bytes, int64_t* newest_unix) {
 
 // Reads without touching the access time (which records the entry's last load).
 bool read_manifest(const std::string& entry_dir, manifest::Manifest* m) {
-  const std::string path = entry_dir + "/manifest";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
-  if (fd < 0 && errno == EPERM) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
   std::string text;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return n == 0 && manifest::parse(text, m);
+  return fs::read_file(entry_dir + "/manifest", &text, true) && manifest::parse(text, m);
 }
 
 Entry describe(const std::string& cache_dir, const std::string& stem) {

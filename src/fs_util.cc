@@ -1,6 +1,7 @@
 #include "fs_util.h"
 
 #include "log.h"
+#include "text.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -45,8 +46,9 @@ bool stat_sig(const std::string& path, FileSig* sig) {
   return true;
 }
 
-bool read_file(const std::string& path, std::string* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+bool read_file(const std::string& path, std::string* out, bool keep_atime) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (keep_atime ? O_NOATIME : 0));
+  if (fd < 0 && keep_atime && errno == EPERM) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // not our file
   if (fd < 0) return false;
   out->clear();
   char buf[1 << 14];
@@ -129,15 +131,9 @@ bool is_executable_file(const std::string& path) {
 std::string which(const std::string& program) {
   if (program.find('/') != std::string::npos) return is_executable_file(program) ? program : "";
   const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t end = dirs.find(':', start);
-    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+  for (const auto& dir : text::split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;  // an empty entry is the current directory
     if (is_executable_file(candidate)) return candidate;
-    if (end == std::string::npos) break;
-    start = end + 1;
   }
   return "";
 }

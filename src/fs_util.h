@@ -17,7 +17,8 @@ struct FileSig {
 };
 
 bool stat_sig(const std::string& path, FileSig* sig);
-bool read_file(const std::string& path, std::string* out);
+// `keep_atime`: leave the access time alone (O_NOATIME where permitted), for readers that are not a use.
+bool read_file(const std::string& path, std::string* out, bool keep_atime = false);
 // Writes via a temporary name in the same directory, fsync, rename, fsync of the directory. The
 // temporary name is unique per call (threads of one process and processes in other PID namespaces
 // sharing the directory never collide).

@@ -8,6 +8,8 @@ namespace jitkern::text {
 
 // Lines without their '\n'; a final line without '\n' is kept.
 std::vector<std::string> split_lines(const std::string& text);
+// The fields of `s` between `sep`s, empty ones included ("a::b" -> a, "", b; "" -> one empty field).
+std::vector<std::string> split(const std::string& s, char sep);
 // [A-Za-z_][A-Za-z0-9_]*
 bool is_identifier(const std::string& s);
 // A file-name-safe, bounded spelling of `s`.

@@ -40,6 +40,10 @@ def _load() -> ctypes.CDLL:
     lib.jitkern_cache.restype = ctypes.c_int
     lib.jitkern_arch_for_capability.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.jitkern_arch_for_capability.restype = ctypes.c_void_p
+    lib.jitkern_setting_flag.argtypes = [ctypes.c_char_p]
+    lib.jitkern_setting_flag.restype = ctypes.c_int
+    lib.jitkern_find_compiler.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_find_compiler.restype = ctypes.c_int
     lib.jitkern_set_log_sink.argtypes = [_LOG_SINK]
     lib.jitkern_set_log_sink.restype = None
     return lib
@@ -58,16 +62,6 @@ class _StderrUnlessConfigured(logging.StreamHandler):
             super().emit(record)
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0", "false", "no")
-
-
-if logger.level == logging.NOTSET:
-    logger.setLevel(logging.DEBUG if _flag("JITKERN_VERBOSE") else logging.WARNING if _flag("JITKERN_QUIET") else logging.INFO)
-_handler = _StderrUnlessConfigured()
-_handler.setFormatter(logging.Formatter("jitkern: %(message)s"))
-logger.addHandler(_handler)
-
 _LOG_SINK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)
 
 
@@ -78,6 +72,12 @@ def _log_sink(level: int, message: bytes) -> None:
 
 _LIB = _load()
 _LIB.jitkern_set_log_sink(_log_sink)
+if logger.level == logging.NOTSET:
+    flag = lambda name: _LIB.jitkern_setting_flag(name.encode()) == 1  # noqa: E731  (the engine's rule, src/settings.cc)
+    logger.setLevel(logging.DEBUG if flag("JITKERN_VERBOSE") else logging.WARNING if flag("JITKERN_QUIET") else logging.INFO)
+_handler = _StderrUnlessConfigured()
+_handler.setFormatter(logging.Formatter("jitkern: %(message)s"))
+logger.addHandler(_handler)
 _ERRORS = {1: BuildError, 2: ValueError, 3: RuntimeError, 4: CacheMissError}
 
 
@@ -155,6 +155,16 @@ def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_t
 def settings_markdown() -> str:
     """Every environment variable the engine reads, as a Markdown table."""
     return _take(_LIB.jitkern_settings_markdown())
+
+
+def find_compiler(cuda: bool) -> tuple[str, str]:
+    """(path, --version output) of the compiler a build would use; RuntimeError with the engine's
+    one-line reason and fix when there is none."""
+    result, error = ctypes.c_void_p(), ctypes.c_void_p()
+    if _LIB.jitkern_find_compiler(int(cuda), ctypes.byref(result), ctypes.byref(error)) != 0:
+        raise RuntimeError(_take(error.value))
+    path, _, version = _take(result.value).partition("\n")
+    return path, version
 
 
 def arch_for_capability(major: int, minor: int) -> str:

@@ -21,16 +21,16 @@ from pathlib import Path
 
 def clangd_flags(arch: str) -> list[str]:
     from . import INCLUDE_DIR
-    from ._engine import tvm_ffi_paths
+    from ._engine import find_compiler, tvm_ffi_paths
 
     env = tvm_ffi_paths()
     flags = ["-xcuda", f"--cuda-gpu-arch={arch}", "-std=c++20", "-Wall", "-Wextra", f"-I{INCLUDE_DIR}", f"-I{env['tvm_ffi_include']}"]
     if env["dlpack_include"] != env["tvm_ffi_include"]:
         flags.append(f"-I{env['dlpack_include']}")
-    nvcc = shutil.which("nvcc")
-    cuda_home = os.environ.get("CUDA_HOME") or (str(Path(nvcc).resolve().parent.parent) if nvcc else None)
-    if cuda_home:
-        flags.append(f"--cuda-path={cuda_home}")
+    try:  # the toolkit a build would use (the engine's rule)
+        flags.append(f"--cuda-path={Path(find_compiler(True)[0]).resolve().parent.parent}")
+    except RuntimeError:
+        pass  # no CUDA toolkit: clangd uses its own default
     return flags
 
 
@@ -288,15 +288,6 @@ def fs_type(path: Path) -> str:
     return kind
 
 
-def _first_line(cmd: list[str]) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (out.stdout + out.stderr).strip()
-    return text.splitlines()[0] if out.returncode == 0 and text else None
-
-
 class Doctor:
     def __init__(self):
         self.problems = 0
@@ -329,35 +320,29 @@ def _check_dir(doc: Doctor, what: str, path: Path, lock: bool) -> None:
 
 def cmd_doctor(args) -> int:
     from . import __version__
-    from ._engine import arch_for_capability, cache
+    from ._engine import arch_for_capability, cache, find_compiler
 
     import logging
 
     logging.getLogger("jitkern").setLevel(logging.WARNING)  # the doctor's own lines say what happened
     doc = Doctor()
     print(f"jitkern {__version__}, Python {sys.version.split()[0]}")
-    cxx = os.environ.get("CXX") or "c++"
-    cxx_path = shutil.which(cxx)
-    version = _first_line([cxx_path, "--version"]) if cxx_path else None
-    if version:
-        doc.report("ok", "C++ compiler", f"{cxx_path}: {version}")
-    else:
-        doc.report("FAIL", "C++ compiler", f"{cxx!r} {'does not run' if cxx_path else 'not found'}"
-                   f"{' (from CXX)' if os.environ.get('CXX') else ' on PATH'}; jitkern compiles nothing without one "
-                   "(a prebuilt cache still loads)", "apt install g++ (or set CXX to a working compiler)")
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else shutil.which("nvcc")
-    nvcc_version = _first_line([nvcc, "--version"]) if nvcc and os.access(nvcc, os.X_OK) else None
-    if nvcc_version:
-        release = [line for line in subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.splitlines()
-                   if "release" in line]
-        doc.report("ok", "CUDA compiler", f"{nvcc}: {release[0].strip() if release else nvcc_version}")
-    elif cuda_home:
-        doc.report("FAIL", "CUDA compiler", f"CUDA_HOME={cuda_home} has no bin/nvcc",
-                   "point CUDA_HOME at a CUDA toolkit (e.g. export CUDA_HOME=/usr/local/cuda)")
-    else:
-        doc.report("WARN", "CUDA compiler", "no nvcc on PATH and no CUDA_HOME: CUDA kernels cannot compile here "
-                   "(a prebuilt cache still loads)", "install the CUDA toolkit and export CUDA_HOME=/usr/local/cuda")
+    # The engine finds the compilers (its rules, its one-line reasons with the fix after "; ").
+    have_cxx = False
+    for role, cuda in (("C++ compiler", False), ("CUDA compiler", True)):
+        try:
+            path, version_text = find_compiler(cuda)
+        except RuntimeError as e:
+            detail, _, fix = str(e).removeprefix("jitkern: ").partition("; ")
+            # no C++ compiler or a broken CUDA_HOME is a failure; no CUDA toolkit at all only limits this machine
+            cuda_home_set = bool(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
+            status = "WARN" if cuda and not cuda_home_set else "FAIL"
+            doc.report(status, role, detail + " (a prebuilt cache still loads)", fix)
+            continue
+        lines = version_text.strip().splitlines() or ["?"]
+        shown = next((line.strip() for line in lines if "release" in line), lines[0]) if cuda else lines[0]
+        doc.report("ok", role, f"{path}: {shown}")
+        have_cxx = have_cxx or not cuda
     arch_env = os.environ.get("JITKERN_CUDA_ARCH")
     gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
                           text=True) if shutil.which("nvidia-smi") else None
@@ -383,10 +368,7 @@ def cmd_doctor(args) -> int:
     dirs = cache("ls")
     _check_dir(doc, "cache directory", Path(dirs["cache_dir"]), lock=False)
     _check_dir(doc, "lock directory", Path(dirs["lock_dir"]), lock=True)
-    on_miss = os.environ.get("JITKERN_ON_MISS", "compile")
-    doc.report("ok" if on_miss in ("compile", "warn", "error") else "FAIL", "JITKERN_ON_MISS", on_miss,
-               "" if on_miss in ("compile", "warn", "error") else "export JITKERN_ON_MISS=compile (or warn, error)")
-    if version:
+    if have_cxx:
         _timed_compile(doc)
     return 1 if doc.problems else 0
 

@@ -6,6 +6,7 @@
 
 #include "manifest.h"
 #include "sha256.h"
+#include "text.h"
 
 using namespace jitkern::manifest;
 
@@ -108,6 +109,12 @@ TEST(Failure, RoundTripsAndRejectsCorruption) {
   const std::size_t body = text.find("\nend\n");
   for (std::size_t n = 0; n <= body; ++n) EXPECT_FALSE(parse(text.substr(0, n), &(back = Failure{}))) << "cut at " << n;
   EXPECT_FALSE(parse(serialize(sample()), &(back = Failure{}))) << "a manifest is not a failure record";
+}
+
+TEST(Text, SplitKeepsEmptyFields) {
+  EXPECT_EQ(jitkern::text::split("a::b", ':'), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(jitkern::text::split("", ':'), (std::vector<std::string>{""}));
+  EXPECT_EQ(jitkern::text::split(":x", ':'), (std::vector<std::string>{"", "x"}));
 }
 
 TEST(Depfile, ParsesContinuationsEscapesAndSeveralRules) {
