@@ -77,11 +77,13 @@ def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict
 
 
 def yardstick_module():
-    """benchmarks/kernels/copy_ceiling.cuh: copy(dst, src), rewrite_columns(buf, width, flip), rewrite_pair(a, b, flip)."""
+    """benchmarks/kernels/copy_ceiling.cuh: copy(dst, src), rewrite_columns(buf, width, flip), rewrite_pair(a, b, flip),
+    halve(dst, src), read_all(out, src)."""
     import jitkern
 
     return jitkern.load_jit("bench_copy_ceiling", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "copy_ceiling.cuh")],
-                            cuda_wrappers=[("copy", "copy_ceiling"), ("rewrite_columns", "rewrite_columns"), ("rewrite_pair", "rewrite_pair")])
+                            cuda_wrappers=[("copy", "copy_ceiling"), ("rewrite_columns", "rewrite_columns"), ("rewrite_pair", "rewrite_pair"),
+                                           ("halve", "halve"), ("read_all", "read_all")])
 
 
 def copy_ceiling_text(ceilings: dict[str, float]) -> str:

@@ -91,22 +91,26 @@ __device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int
 
 // PDL: the next kernel may launch at once; its own pdl_wait_primary() still waits for this grid to
 // finish and its memory to be visible, so triggering first only hides the next launch's latency.
-template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, RowOrder kOrder>
-__global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p) {
+template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, typename Epi, RowOrder kOrder>
+__global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p,
+                                                                         const __grid_constant__ Epi epi) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
   device::pdl_trigger_secondary();
   // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
   const int64_t first = int64_t{blockIdx.x} * kGroups * kRows + threadIdx.x / kWidth;
   RowPointers<T> rows[kRows];
+  typename Epi::template Row<T, kVec> epis[kRows];
   bool valid[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     const int64_t row = first + int64_t{k} * kGroups;
     valid[k] = row < p.total_rows;
-    rows[k] = locate_row<T, kOrder>(p, static_cast<int32_t>(valid[k] ? row : 0));
+    const int32_t r = static_cast<int32_t>(valid[k] ? row : 0);
+    rows[k] = locate_row<T, kOrder>(p, r);
+    epis[k] = epi.template row<T, kVec>(rows[k], static_cast<uint32_t>(r));
   }
   device::pdl_wait_primary();
-  device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
+  device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, epis, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
 }
 
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
@@ -114,15 +118,17 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 // once this one has passed its own wait (fewer launches waiting on the SMs); rmsnorm triggers at once.
 // Both choices were measured (docs/benchmarks.md, "Design measurements").
 // kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, RowOrder kOrder, bool kTwoWidths = false>
-__global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p) {
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
+__global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
+                                                                     const __grid_constant__ Epi epi) {
   static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
   if constexpr (!kFusedAdd) device::pdl_trigger_secondary();
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
+  const auto row_epi = epi.template row<T, kVec>(row, blockIdx.x);
   const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
   device::pdl_wait_primary();
   if constexpr (kFusedAdd) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row.out, row.in, row.residual, row.weight, hidden, p.eps,
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
 }
 
@@ -132,73 +138,74 @@ inline int wide_threads(int64_t nvec, int reg_vecs) {
   return static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
 }
 
-template <typename T, int kVec, int kWidth, bool kFusedAdd>
-void launch_norm_narrow(const NormParams<T>& p, DLDevice device, int sm_count, bool pdl) {
+template <typename T, int kVec, int kWidth, bool kFusedAdd, typename Epi>
+void launch_norm_narrow(const NormParams<T>& p, const Epi& epi, DLDevice device, int sm_count, bool pdl) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
   // Many rows: two rows per group (more bytes in flight per thread), taken in memory order.
   if (host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
     const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * 2);
     host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
-        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, RowOrder::kTokenMajor>, p);
+        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
     const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
     host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
-        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd, RowOrder::kProblemMajor>, p);
+        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd, Epi, RowOrder::kProblemMajor>, p, epi);
   }
 }
 
 // token_rows: one problem, one row per token. That kernel needs fewer registers (five CTAs per SM
 // instead of four for bf16 [*, 4096]): faster with many rows, slower on small grids for a reason not
 // understood, so it is used for many rows only (docs/benchmarks.md, "Design measurements").
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits>
-void launch_norm_wide(const NormParams<T>& p, DLDevice device, bool pdl, int sm_count, bool token_rows) {
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Epi>
+void launch_norm_wide(const NormParams<T>& p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), wide_threads(p.hidden / kVec, kRegVecs), device);
   launch.enable_pdl(pdl);
   if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, RowOrder::kTokenRows>, p);
+    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, Epi, RowOrder::kTokenRows>, p, epi);
   } else {
-    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, RowOrder::kProblemMajor>, p);
+    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, Epi, RowOrder::kProblemMajor>, p, epi);
   }
 }
 
-template <typename T, int kVec, bool kFusedAdd>
-void launch_norm_vec(const NormParams<T>& p, DLDevice device, bool token_rows) {
+template <typename T, int kVec, bool kFusedAdd, typename Epi>
+void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bool token_rows) {
   using namespace host;
   const int sm_count = runtime::get_sm_count(device.device_id);
   const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
   const int64_t nvec = p.hidden / kVec;
   if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
     if (nvec <= 32) {
-      launch_norm_narrow<T, 1, 32, kFusedAdd>(p, device, sm_count, pdl);
+      launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
     } else {
-      launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, device, pdl, sm_count, token_rows);
+      launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
     }
   } else if (nvec <= 32) {
     // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
     const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
     if (width == 4) {
-      launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, device, sm_count, pdl);
+      launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count, pdl);
     } else if (width == 8) {
-      launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, device, sm_count, pdl);
+      launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count, pdl);
     } else if (width == 16) {
-      launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, device, sm_count, pdl);
+      launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count, pdl);
     } else {
-      launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, device, sm_count, pdl);
+      launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
     }
   } else if (kFusedAdd && nvec <= kNormWideThreads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
     // With many rows fused_add_rmsnorm streams best at one vector per thread, rmsnorm at two (measured).
-    if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, device, pdl, sm_count, token_rows);
+    if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, pdl, sm_count, token_rows);
   } else if (nvec <= 2 * kNormWideThreads) {
-    launch_norm_wide<T, kVec, 2, kFusedAdd, true>(p, device, pdl, sm_count, token_rows);
+    launch_norm_wide<T, kVec, 2, kFusedAdd, true>(p, epi, device, pdl, sm_count, token_rows);
   } else {
-    launch_norm_wide<T, kVec, 2, kFusedAdd, false>(p, device, pdl, sm_count, token_rows);
+    launch_norm_wide<T, kVec, 2, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
   }
 }
 
 // Normalises `tokens` tokens of one or two problems (problem[1] is ignored when num_problems is 1),
-// in launches of at most kNormMaxRowsPerLaunch rows.
-template <typename T, bool kFusedAdd>
-void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice device) {
+// in launches of at most kNormMaxRowsPerLaunch rows, handing each row to the epilogue `epi`
+// (device::norm::StoreOutput: the problem's `out`).
+template <typename T, bool kFusedAdd, typename Epi = device::norm::StoreOutput<T>>
+void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice device, const Epi& epi = {}) {
   if (num_problems == 1) p.problem[1] = p.problem[0], p.problem[1].heads = 0;
   const int64_t heads0 = p.problem[0].heads, heads = heads0 + p.problem[1].heads;
   if (tokens == 0 || heads == 0 || p.hidden == 0) return;
@@ -209,6 +216,7 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
     vec = std::min(vec, host::norm::vector_width<T>(p.hidden, {q.out, q.in, q.residual, q.weight},
                                                     {q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
   }
+  if (!epi.allows_vector(vec)) vec = 1;
   const bool token_rows = num_problems == 1 && heads0 == 1;
   const int64_t chunk = std::max<int64_t>(1, kNormMaxRowsPerLaunch / heads);
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
@@ -223,9 +231,9 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
     c.heads_per_token = static_cast<int32_t>(heads);
     c.total_rows = static_cast<int32_t>(n * heads);
     if (vec == 16 / static_cast<int>(sizeof(T))) {
-      launch_norm_vec<T, 16 / sizeof(T), kFusedAdd>(c, device, token_rows);
+      launch_norm_vec<T, 16 / sizeof(T), kFusedAdd>(c, epi.shifted(t0), device, token_rows);
     } else {
-      launch_norm_vec<T, 1, kFusedAdd>(c, device, token_rows);
+      launch_norm_vec<T, 1, kFusedAdd>(c, epi.shifted(t0), device, token_rows);
     }
   }
 }
@@ -253,7 +261,8 @@ bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   p.total_rows = static_cast<int32_t>(2 * tokens);
   LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, 2), device)
       .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
-          norm_wide_kernel<T, kVec, 2, false, true, RowOrder::kProblemMajor, true>, p);
+          norm_wide_kernel<T, kVec, 2, false, true, device::norm::StoreOutput<T>, RowOrder::kProblemMajor, true>, p,
+          device::norm::StoreOutput<T>{});
   return true;
 }
 
@@ -262,49 +271,70 @@ inline float checked_eps(double eps) {
   return static_cast<float>(eps);
 }
 
+// The row problem of rmsnorm-like ops (one row of `hidden` elements per token), with its arguments
+// verified: input [N, H] and, where given, output and residual [N, H] (strided rows), weight [H].
 template <typename T>
-struct NormOps {
-  // output[t, :] = rmsnorm(input[t, :]) * weight; rows may be strided; output may be input.
-  static void rmsnorm(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
+struct TokenRows {
+  NormParams<T> params{};
+  int64_t tokens = 0;
+  DLDevice device{};
+
+  TokenRows(jitkern::TensorView input, jitkern::TensorView weight, const jitkern::TensorView* output,
+            const jitkern::TensorView* residual, double eps) {
     using namespace host;
     auto N = SymbolicSize{"num_tokens"};
     auto H = SymbolicSize{"hidden_size"};
     auto in_stride = SymbolicSize{"input_row_stride"};
     auto out_stride = SymbolicSize{"output_row_stride"};
-    auto device = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
-    TensorMatcher({N, H}).with_strides({out_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(output, "output");
-    TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(weight, "weight");
+    auto res_stride = SymbolicSize{"residual_row_stride"};
+    auto dev = SymbolicDevice{};
+    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(input, "input");
+    if (output != nullptr)
+      TensorMatcher({N, H}).with_strides({out_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*output, "output");
+    if (residual != nullptr)
+      TensorMatcher({N, H}).with_strides({res_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*residual, "residual");
+    TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(weight, "weight");
     check_rows(N, H, in_stride, "input");
-    check_rows(N, H, out_stride, "output");
-    NormParams<T> p{};
-    p.hidden = H.unwrap();
-    p.eps = checked_eps(eps);
-    p.problem[0] = {static_cast<T*>(output.data_ptr()), static_cast<const T*>(input.data_ptr()), nullptr,
-                    static_cast<const T*>(weight.data_ptr()), stride_of(out_stride), 0, stride_of(in_stride), 0, 0, 0, 1};
-    launch_norm<T, false>(p, 1, N.unwrap(), device.unwrap());
+    if (output != nullptr) check_rows(N, H, out_stride, "output");
+    if (residual != nullptr) check_rows(N, H, res_stride, "residual");
+    params.hidden = H.unwrap();
+    params.eps = checked_eps(eps);
+    auto* in = static_cast<T*>(input.data_ptr());
+    T* out = residual != nullptr ? in : output != nullptr ? static_cast<T*>(output->data_ptr()) : nullptr;
+    const int64_t out_rows = residual != nullptr ? stride_of(in_stride) : output != nullptr ? stride_of(out_stride) : 0;
+    params.problem[0] = {out, in, residual != nullptr ? static_cast<T*>(residual->data_ptr()) : nullptr,
+                         static_cast<const T*>(weight.data_ptr()), out_rows, 0, stride_of(in_stride), 0,
+                         residual != nullptr ? stride_of(res_stride) : 0, 0, 1};
+    tokens = N.unwrap();
+    device = dev.unwrap();
+  }
+
+  // A size-1 dimension leaves its stride symbol unresolved when nothing else fixes it.
+  static int64_t stride_of(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
+
+  static void check_rows(int64_t rows, int64_t width, const host::SymbolicSize& stride, const char* name) {
+    if (rows > 1)
+      host::RuntimeCheck(stride.unwrap() >= width, name, " rows overlap: row stride ", stride.unwrap(), " is smaller than the row width ",
+                         width);
+  }
+  static void check_rows(const host::SymbolicSize& rows, const host::SymbolicSize& width, const host::SymbolicSize& stride,
+                         const char* name) {
+    check_rows(rows.unwrap(), width.unwrap(), stride, name);
+  }
+};
+
+template <typename T>
+struct NormOps {
+  // output[t, :] = rmsnorm(input[t, :]) * weight; rows may be strided; output may be input.
+  static void rmsnorm(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
+    const TokenRows<T> rows(input, weight, &output, nullptr, eps);
+    launch_norm<T, false>(rows.params, 1, rows.tokens, rows.device);
   }
 
   // residual += input; input = rmsnorm(residual) * weight (both in place).
   static void fused_add_rmsnorm(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight, double eps) {
-    using namespace host;
-    auto N = SymbolicSize{"num_tokens"};
-    auto H = SymbolicSize{"hidden_size"};
-    auto in_stride = SymbolicSize{"input_row_stride"};
-    auto res_stride = SymbolicSize{"residual_row_stride"};
-    auto device = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
-    TensorMatcher({N, H}).with_strides({res_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(residual, "residual");
-    TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(weight, "weight");
-    check_rows(N, H, in_stride, "input");
-    check_rows(N, H, res_stride, "residual");
-    NormParams<T> p{};
-    p.hidden = H.unwrap();
-    p.eps = checked_eps(eps);
-    auto* in = static_cast<T*>(input.data_ptr());
-    p.problem[0] = {in, in, static_cast<T*>(residual.data_ptr()), static_cast<const T*>(weight.data_ptr()),
-                    stride_of(in_stride), 0, stride_of(in_stride), 0, stride_of(res_stride), 0, 1};
-    launch_norm<T, true>(p, 1, N.unwrap(), device.unwrap());
+    const TokenRows<T> rows(input, weight, nullptr, &residual, eps);
+    launch_norm<T, true>(rows.params, 1, rows.tokens, rows.device);
   }
 
   // q [N, Hq, D], k [N, Hk, D]: every head normalised over D, in place. With head_dim > 0 either
@@ -342,11 +372,11 @@ struct NormOps {
     TensorMatcher({N, Wk}).with_strides({k_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(k, "k");
     TensorMatcher({Wq}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(q_weight, "q_weight");
     TensorMatcher({Wk}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(k_weight, "k_weight");
-    check_rows(N, Wq, q_stride, "q");
-    check_rows(N, Wk, k_stride, "k");
+    Rows::check_rows(N, Wq, q_stride, "q");
+    Rows::check_rows(N, Wk, k_stride, "k");
     const float e = checked_eps(eps);
-    const RowProblem<T> pq = heads_problem(q, q_weight, N.unwrap(), 1, stride_of(q_stride), 0);
-    const RowProblem<T> pk = heads_problem(k, k_weight, N.unwrap(), 1, stride_of(k_stride), 0);
+    const RowProblem<T> pq = heads_problem(q, q_weight, N.unwrap(), 1, Rows::stride_of(q_stride), 0);
+    const RowProblem<T> pk = heads_problem(k, k_weight, N.unwrap(), 1, Rows::stride_of(k_stride), 0);
     NormParams<T> p{};
     p.eps = e;
     if (Wq.unwrap() == Wk.unwrap()) {  // one launch for both
@@ -367,15 +397,7 @@ struct NormOps {
   }
 
  private:
-  // A size-1 dimension leaves its stride symbol unresolved when nothing else fixes it.
-  static int64_t stride_of(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
-
-  static void check_rows(const host::SymbolicSize& rows, const host::SymbolicSize& width, const host::SymbolicSize& stride,
-                         const char* name) {
-    if (rows.unwrap() > 1)
-      host::RuntimeCheck(stride.unwrap() >= width.unwrap(), name, " rows overlap: row stride ", stride.unwrap(),
-                         " is smaller than the row width ", width.unwrap());
-  }
+  using Rows = TokenRows<T>;  // the row checks
 
   struct Heads {
     int64_t count, token_stride, head_stride;
@@ -393,12 +415,12 @@ struct NormOps {
       auto W = SymbolicSize{names.width};
       TensorMatcher({N, W}).with_strides({token, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, names.tensor);
       RuntimeCheck(W.unwrap() % D.unwrap() == 0, names.tensor, " width ", W.unwrap(), " is not a multiple of head_dim ", D.unwrap());
-      check_rows(N, W, token, names.tensor);
-      return {W.unwrap() / D.unwrap(), stride_of(token), D.unwrap()};
+      Rows::check_rows(N, W, token, names.tensor);
+      return {W.unwrap() / D.unwrap(), Rows::stride_of(token), D.unwrap()};
     }
     auto H = SymbolicSize{names.heads}, head = SymbolicSize{names.head_stride};
     TensorMatcher({N, H, D}).with_strides({token, head, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, names.tensor);
-    return {H.unwrap(), stride_of(token), stride_of(head)};
+    return {H.unwrap(), Rows::stride_of(token), Rows::stride_of(head)};
   }
 
   static RowProblem<T> heads_problem(jitkern::TensorView t, jitkern::TensorView w, int64_t tokens, int64_t heads,

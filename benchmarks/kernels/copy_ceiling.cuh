@@ -6,6 +6,8 @@
 // rewrite_columns: the memory traffic of an in-place row op on a slice of a wider buffer (qknorm's q
 // and k columns of a fused qkv buffer) and nothing else, as the ceiling for that access pattern.
 // rewrite_pair: the same for an op that reads two buffers and writes both back (fused_add_rmsnorm).
+// halve: reads 16 bytes and writes 8 per thread (a 2-byte to 1-byte conversion: 8-bit quantization).
+// read_all: reads every byte and writes one word per CTA (an amax pass).
 #pragma once
 
 #include <jitkern/tensor.h>
@@ -100,6 +102,49 @@ void rewrite_pair(jitkern::TensorView a, jitkern::TensorView b, int64_t flip) {
   if (tiles == 0) return;
   host::LaunchKernel(tiles, kCopyCeilingThreads, device)
       .enable_pdl()(rewrite_pair_kernel, static_cast<uint4*>(a.data_ptr()), static_cast<uint4*>(b.data_ptr()), static_cast<uint32_t>(flip));
+}
+
+__global__ void __launch_bounds__(kCopyCeilingThreads) halve_kernel(uint2* dst, const uint4* src) {
+  device::pdl_trigger_secondary();
+  const int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x;
+  device::pdl_wait_primary();
+  const uint4 v = src[i];
+  dst[i] = make_uint2(v.x ^ v.y, v.z ^ v.w);
+}
+
+// src: int32, a multiple of 16 KiB; dst: int32, half of src's elements.
+void halve(jitkern::TensorView dst, jitkern::TensorView src) {
+  using namespace host;
+  SymbolicSize n{"num_elements"}, half{"half_elements"};
+  SymbolicDevice device;
+  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(src, "src");
+  TensorMatcher({half}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst, "dst");
+  RuntimeCheck(n.unwrap() * 4 % kCopyCeilingTileBytes == 0 && half.unwrap() * 2 == n.unwrap(),
+               "halve: src must be a multiple of 16 KiB and dst half of it");
+  const int64_t tiles = n.unwrap() * 4 / kCopyCeilingTileBytes;
+  if (tiles == 0) return;
+  LaunchKernel(static_cast<unsigned>(tiles), kCopyCeilingThreads, device.unwrap())
+      .enable_pdl()(halve_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()));
+}
+
+__global__ void __launch_bounds__(kCopyCeilingThreads) read_all_kernel(unsigned* out, const uint4* src) {
+  device::pdl_trigger_secondary();
+  const int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x;
+  device::pdl_wait_primary();
+  const uint4 v = src[i];
+  unsigned x = v.x ^ v.y ^ v.z ^ v.w;
+  for (int offset = 16; offset > 0; offset /= 2) x ^= __shfl_xor_sync(0xffffffffu, x, offset);
+  if (threadIdx.x % 32 == 0) atomicXor(out, x);
+}
+
+// src: int32, a multiple of 16 KiB; out: int32 [1], XORed with every word of src.
+void read_all(jitkern::TensorView out, jitkern::TensorView src) {
+  DLDevice device;
+  const unsigned tiles = whole_tiles(src, src, "read_all", &device);
+  host::TensorMatcher({1}).with_dtype<int32_t>().with_device<kDLCUDA>().verify(out, "out");
+  if (tiles == 0) return;
+  host::LaunchKernel(tiles, kCopyCeilingThreads, device)
+      .enable_pdl()(read_all_kernel, static_cast<unsigned*>(out.data_ptr()), static_cast<const uint4*>(src.data_ptr()));
 }
 
 }  // namespace

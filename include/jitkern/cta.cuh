@@ -1,6 +1,6 @@
 // device::cta: reductions across all threads of a block (blockDim.x a multiple of 32, at most 1024).
 // Every thread gets the result. Each call uses its own 32-word shared buffer and two barriers (one
-// for reduce_sum_once).
+// for the _once forms).
 #pragma once
 
 #include <jitkern/warp.cuh>
@@ -39,6 +39,11 @@ JITKERN_DEVICE T reduce_sum_once(T value) {
 template <typename T>
 JITKERN_DEVICE T reduce_max(T value, T lowest) {
   return detail::reduce<true>(value, [](T v) { return warp::reduce_max(v); }, lowest);
+}
+
+template <typename T>
+JITKERN_DEVICE T reduce_max_once(T value, T lowest) {
+  return detail::reduce<false>(value, [](T v) { return warp::reduce_max(v); }, lowest);
 }
 
 }  // namespace device::cta

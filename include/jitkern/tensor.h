@@ -100,6 +100,7 @@ struct SymbolicDevice {
 
   bool has_value() const { return m_resolved; }
   DLDevice unwrap(DebugInfo where = {}) const;
+  void set_value(DLDevice value) { m_value = value, m_resolved = true; }
 
   uint64_t m_allowed_mask = 0;  // bit per DLDeviceType; 0 = any device
   DLDevice m_value = {};

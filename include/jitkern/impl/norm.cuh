@@ -4,6 +4,8 @@
 //                                      remainder re-read, so any width works;
 //   device::norm::rmsnorm_narrow_rows  kRows rows per warp group, one vector per lane (head-sized rows);
 //   device::norm::WarpGroup / CtaGroup the groups; VecMath the per-vector arithmetic; RowPointers;
+//   device::norm::StoreOutput          the epilogue that writes the normalised row to the row's `out`
+//                                      (others, e.g. 8-bit quantization, live in impl/quant.cuh);
 //   host::norm::vector_width           the widest vector every pointer and stride of a problem allows.
 #pragma once
 
@@ -31,6 +33,10 @@ struct WarpGroup {
     const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
     return warp::reduce_sum<kWidth>(v, lanes);
   }
+  JITKERN_DEVICE float reduce_max(float v) const {
+    const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
+    return warp::reduce_max<kWidth>(v, lanes);
+  }
 };
 
 // The whole CTA working on one row. kOneRowPerCta: the CTA normalises a single row in its lifetime,
@@ -44,6 +50,13 @@ struct CtaGroup {
       return cta::reduce_sum_once(v);
     } else {
       return cta::reduce_sum(v);
+    }
+  }
+  JITKERN_DEVICE float reduce_max(float v) const {
+    if constexpr (kOneRowPerCta) {
+      return cta::reduce_max_once(v, 0.0f);
+    } else {
+      return cta::reduce_max(v, 0.0f);
     }
   }
 };
@@ -83,8 +96,35 @@ struct VecMath {
   }
 };
 
-// out[i] = x[i] * rsqrt(mean(x^2) + eps) * weight[i], with x = in (or, with kFusedAdd,
-// x = residual += in, stored back to residual in T). `out` may alias `in`. `hidden` must be a
+// What a norm kernel does with each normalised row (y, rounded to T): its epilogue. The kernel-level
+// object makes one Row per row (row(pointers, r), before the kernel's PDL wait); the row functions
+// below then call, in every thread of the row's group:
+//   amax(y, acc)       only where kNeedsAmax: folds a vector into the thread's running row statistic,
+//                      which the group then reduces with a max;
+//   s = scale(amax)    once, after the row is normalised (amax is 0 without kNeedsAmax);
+//   store(y, at, s)    for each vector (at: the vector's first element within the row);
+//   finish(s)          once per row, in the group's first thread (e.g. to write the row's scale).
+template <typename T>
+struct StoreOutput {
+  template <typename U, int kVec>
+  struct Row {
+    static constexpr bool kNeedsAmax = false;
+    U* out;
+    JITKERN_DEVICE float scale(float) const { return 0.0f; }
+    JITKERN_DEVICE void store(const AlignedVector<U, kVec>& y, int64_t at, float) const { y.store(out + at); }
+    JITKERN_DEVICE void finish(float) const {}
+  };
+  template <typename U, int kVec>
+  JITKERN_DEVICE Row<U, kVec> row(const RowPointers<U>& p, uint32_t) const {
+    return {p.out};
+  }
+  StoreOutput shifted(int64_t) const { return *this; }
+  bool allows_vector(int) const { return true; }  // `out` is checked with the row problem
+};
+
+// y[i] = x[i] * rsqrt(mean(x^2) + eps) * weight[i], with x = in (or, with kFusedAdd,
+// x = residual += in, stored back to residual in T), handed to the epilogue `epi` (StoreOutput: written
+// to the row's `out`, which may alias `in`). `hidden` must be a
 // multiple of kVec, below 2^30, and every pointer aligned to kVec elements. kRowFits: the caller
 // guarantees hidden <= kRegVecs * kVec * g.size(), which drops the remainder loops.
 //
@@ -92,8 +132,8 @@ struct VecMath {
 // before any of them is used or any store is issued, so a row that fits costs one round trip to
 // memory (a store between loads would serialise them: the compiler cannot move a load above a store
 // that may alias it). Wider rows re-read the remainder after the reduction.
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Group>
-JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g) {
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Group, typename Epi>
+JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g) {
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
   const int nvec = static_cast<int>(hidden / kVec);
@@ -132,26 +172,42 @@ JITKERN_DEVICE void rmsnorm_row(T* out, const T* in, T* residual, const T* weigh
     sumsq += M::sum_squares(x);
   }
   const float scale = rsqrtf(g.reduce_sum(sumsq) * inv_hidden + eps);
+  const T* normalised_from = kFusedAdd ? static_cast<const T*>(residual) : in;  // the remainder's x
+  const auto remainder = [&](int i) {
+    Vec x, w;
+    x.load(normalised_from + i * kVec);
+    w.load(weight + i * kVec);
+    return M::normalized(x, w, scale);
+  };
+  float amax = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRegVecs; ++r) {
+    if (r * size + rank < nvec) {
+      xs[r] = M::normalized(xs[r], ws[r], scale);
+      if constexpr (Epi::kNeedsAmax) amax = epi.amax(xs[r], amax);
+    }
+  }
+  if constexpr (Epi::kNeedsAmax) {
+    for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) amax = epi.amax(remainder(i), amax);
+    amax = g.reduce_max(amax);
+  }
+  const float s = epi.scale(amax);
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
-    if (i < nvec) M::normalized(xs[r], ws[r], scale).store(out + i * kVec);
+    if (i < nvec) epi.store(xs[r], int64_t{i} * kVec, s);
   }
-  for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) {
-    Vec x, w;
-    x.load((kFusedAdd ? static_cast<const T*>(residual) : in) + i * kVec);
-    w.load(weight + i * kVec);
-    M::normalized(x, w, scale).store(out + i * kVec);
-  }
+  for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) epi.store(remainder(i), int64_t{i} * kVec, s);
+  if (rank == 0) epi.finish(s);
 }
 
 // Narrow rows: a WarpGroup<kWidth> normalises kRows rows of at most kWidth vectors (one vector
 // per lane) at once. Every load of every row is issued before the first reduction, so each group
 // has kRows rows in flight. `valid[k]` must be the same for all lanes of the group (one row per
 // group); lanes past the row's width, and invalid rows, still take part in the reductions.
-template <typename T, int kVec, int kRows, bool kFusedAdd, int kWidth>
-JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], const bool (&valid)[kRows], int64_t hidden, float eps,
-                                        WarpGroup<kWidth> g) {
+template <typename T, int kVec, int kRows, bool kFusedAdd, int kWidth, typename EpiRow>
+JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], const EpiRow (&epis)[kRows], const bool (&valid)[kRows],
+                                        int64_t hidden, float eps, WarpGroup<kWidth> g) {
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
   const int rank = g.rank();
@@ -177,11 +233,25 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
   }
 #pragma unroll
   for (int k = 0; k < kRows; ++k) sumsq[k] = g.reduce_sum(sumsq[k]);
+  float amax[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
+    amax[k] = 0.0f;
     if (valid[k] && lane_active) {
-      const float scale = rsqrtf(sumsq[k] * inv_hidden + eps);
-      M::normalized(xs[k], ws[k], scale).store(rows[k].out + rank * kVec);
+      xs[k] = M::normalized(xs[k], ws[k], rsqrtf(sumsq[k] * inv_hidden + eps));
+      if constexpr (EpiRow::kNeedsAmax) amax[k] = epis[k].amax(xs[k], 0.0f);
+    }
+  }
+  if constexpr (EpiRow::kNeedsAmax) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) amax[k] = g.reduce_max(amax[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    if (valid[k]) {
+      const float s = epis[k].scale(amax[k]);
+      if (lane_active) epis[k].store(xs[k], int64_t{rank} * kVec, s);
+      if (rank == 0) epis[k].finish(s);
     }
   }
 }

@@ -3,16 +3,19 @@ namespace (torch.ops.jitkern.*), which is what torch.compile traces."""
 
 from . import add_constant as _add_constant_family
 from . import norm as _norm_family
+from . import quant as _quant_family
 from .add_constant import add_constant
 from .norm import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm
+from .quant import (fused_add_rmsnorm_quant_fp8, group_scales_like, per_tensor_quant_fp8, per_token_group_quant_8bit, per_token_quant_fp8,
+                    rmsnorm_quant_fp8)
 
 
-FAMILIES = ("norm", "add_constant")
+FAMILIES = ("norm", "quant", "add_constant")
 
 
 def specs(families=None, *, dtypes=None, constants=()) -> list:
-    """The JitSpecs of these kernel families (default: all): the norm family for each of `dtypes` (names
-    or torch dtypes; default: every dtype it supports), add_constant for each of `constants`. What
+    """The JitSpecs of these kernel families (default: all): the norm and quant families for each of
+    `dtypes` (names or torch dtypes; default: every dtype they support), add_constant for each of `constants`. What
     `jitkern prebuild --ops` builds."""
     families = FAMILIES if families is None else tuple(families)
     unknown = set(families) - set(FAMILIES)
@@ -22,6 +25,8 @@ def specs(families=None, *, dtypes=None, constants=()) -> list:
     out = []
     if "norm" in families:
         out += [_norm_family.spec(d) for d in (_norm_family.DTYPES if dtypes is None else dtypes)]
+    if "quant" in families:
+        out += [_quant_family.spec(d) for d in (_quant_family.DTYPES if dtypes is None else dtypes)]
     if "add_constant" in families:
         out += [_add_constant_family.spec(c) for c in constants]
     return out
@@ -29,9 +34,12 @@ def specs(families=None, *, dtypes=None, constants=()) -> list:
 
 def warmup(*, dtypes=(), constants=()) -> None:
     """Builds (in parallel) and loads the modules these ops need before a CUDA graph capture or serving:
-    the norm family for each of `dtypes` (torch dtypes), add_constant for each of `constants`."""
+    the norm and quant families for each of `dtypes` (torch dtypes), add_constant for each of `constants`."""
     _norm_family.warmup(tuple(dtypes))
+    _quant_family.warmup(tuple(dtypes))
     _add_constant_family.warmup(tuple(constants))
 
 
-__all__ = ["FAMILIES", "specs", "add_constant", "fused_add_rmsnorm", "fused_inplace_qknorm", "fused_inplace_qknorm_across_heads", "rmsnorm", "warmup"]
+__all__ = ["FAMILIES", "specs", "add_constant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant_fp8", "fused_inplace_qknorm",
+           "fused_inplace_qknorm_across_heads", "group_scales_like", "per_tensor_quant_fp8", "per_token_group_quant_8bit",
+           "per_token_quant_fp8", "rmsnorm", "rmsnorm_quant_fp8", "warmup"]

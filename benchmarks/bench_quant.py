@@ -1,0 +1,223 @@
+"""The 8-bit quantization family (bf16 input): jitkern vs torch eager vs torch.compile of the same math, time,
+GB/s and % of the op's access-pattern ceiling, measured in the same run. Prints markdown tables.
+
+Pattern ceilings (benchmarks/kernels/copy_ceiling.cuh): `halve` reads 16 bytes and writes 8 per thread,
+the traffic of a 2-byte to 1-byte conversion; dynamic per-tensor adds one read of the input (`read_all`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
+
+from jitkern.ops import (fused_add_rmsnorm, fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit,  # noqa: E402
+                         per_token_quant_fp8, rmsnorm, rmsnorm_quant_fp8, warmup)
+
+DTYPE = torch.bfloat16
+FP8 = torch.float8_e4m3fn
+H = 4096
+DECODE = get_benchmark_range([1, 2, 4, 8, 16, 32, 64], [1, 64])
+EPS = 1e-6
+
+
+def _finite_amax(x, dim=None):
+    a = x.float().abs()
+    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+    return a.amax() if dim is None else a.amax(dim=dim, keepdim=True)
+
+
+def torch_per_tensor_static(x, s):
+    return (x.float() / s).clamp(-448, 448).to(FP8)
+
+
+def torch_per_tensor_dynamic(x):
+    s = _finite_amax(x).clamp(min=1e-10) / 448
+    return (x.float() / s).clamp(-448, 448).to(FP8), s
+
+
+def torch_per_token(x):
+    s = _finite_amax(x, -1).clamp(min=1e-10) / 448
+    return (x.float() / s).clamp(-448, 448).to(FP8), s
+
+
+def torch_per_group(x, group=128):
+    g = x.view(x.shape[0], -1, group)
+    s = _finite_amax(g, -1).clamp(min=1e-10) / 448
+    return (g.float() / s).clamp(-448, 448).to(FP8).view(x.shape), s.view(x.shape[0], -1)
+
+
+def torch_rmsnorm_quant(x, w):
+    y = torch.nn.functional.rms_norm(x, (x.shape[-1],), w, EPS)
+    return torch_per_token(y)
+
+
+def torch_fused_add_rmsnorm_quant(x, r, w):
+    r.add_(x)
+    return torch_rmsnorm_quant(r, w)
+
+
+COMPILED = {f.__name__: torch.compile(f) for f in (torch_per_tensor_static, torch_per_tensor_dynamic, torch_per_token, torch_per_group,
+                                                    torch_rmsnorm_quant, torch_fused_add_rmsnorm_quant)}
+
+
+def us(fn) -> dict:
+    return run_benchmark(fn)
+
+
+def fmt(r) -> str:
+    return "n/a" if r is None else f"{r['median']:.2f} [{r['p20']:.2f}-{r['p80']:.2f}]"
+
+
+def timed(providers: dict) -> dict:
+    out = {}
+    for name, fn in providers.items():
+        try:
+            out[name] = us(fn)
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
+            print(f"<!-- {name} failed: {type(e).__name__}: {e} -->")
+            out[name] = None
+    return out
+
+
+def pattern_us(module, rows: int, with_read: bool = False) -> float:
+    """The ceiling of reading rows x H bf16 and writing rows x H bytes (plus, with_read, one more read)."""
+    src = torch.randint(-(2**31), 2**31 - 1, (rows * H // 2,), dtype=torch.int32, device="cuda")
+    dst = torch.empty(src.numel() // 2, dtype=torch.int32, device="cuda")
+    module.halve(dst, src)
+    assert torch.equal(dst, (src.view(-1, 2)[:, 0] ^ src.view(-1, 2)[:, 1])), "halve did not do its work"
+    t = us(lambda: module.halve(dst, src))["median"]
+    if with_read:
+        acc = torch.zeros(1, dtype=torch.int32, device="cuda")
+        t += us(lambda: module.read_all(acc, src))["median"]
+    return t
+
+
+def table(title: str, header: str, lines: list[str]) -> None:
+    print(f"\n#### {title}\n")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    print("\n".join(lines))
+
+
+def large_shapes(module, ceiling: float) -> None:
+    rows = get_benchmark_range(32768, 8192)
+    x = torch.randn(rows, H, dtype=DTYPE, device="cuda")
+    moved = x.numel() * 3  # read 2 bytes, write 1 per element
+    gb = lambda t, b=moved: b / (t * 1e-6) / 1e9  # noqa: E731
+    halve = pattern_us(module, rows)
+    halve_read = pattern_us(module, rows, with_read=True)
+    s = torch.tensor([0.02], device="cuda")
+    q = torch.empty(rows, H, dtype=FP8, device="cuda")
+    s_out = torch.empty(1, device="cuda")
+    cases = [
+        ("per_tensor static", halve, moved, {
+            "jitkern": lambda: per_tensor_quant_fp8(x, q, s, is_static=True),
+            "torch eager": lambda: torch_per_tensor_static(x, s),
+            "torch.compile": lambda: COMPILED["torch_per_tensor_static"](x, s)}),
+        ("per_tensor dynamic", halve_read, moved + x.numel() * 2, {
+            "jitkern": lambda: per_tensor_quant_fp8(x, q, s_out),
+            "torch eager": lambda: torch_per_tensor_dynamic(x),
+            "torch.compile": lambda: COMPILED["torch_per_tensor_dynamic"](x)}),
+        ("per_token", halve, moved, {
+            "jitkern": lambda: per_token_quant_fp8(x, q),
+            "torch eager": lambda: torch_per_token(x),
+            "torch.compile": lambda: COMPILED["torch_per_token"](x)}),
+        ("per_token_group 128, row-major scales", halve, moved, {
+            "jitkern": lambda: per_token_group_quant_8bit(x, 128, output_q=q),
+            "torch eager": lambda: torch_per_group(x),
+            "torch.compile": lambda: COMPILED["torch_per_group"](x)}),
+        ("per_token_group 128, UE8M0 column-major TMA-aligned", halve, moved, {
+            "jitkern": lambda: per_token_group_quant_8bit(x, 128, output_q=q, column_major_scales=True, scale_tma_aligned=True,
+                                                          scale_ue8m0=True)}),
+        ("per_token_group 128 -> int8", halve, moved, {
+            "jitkern": lambda: per_token_group_quant_8bit(x, 128, torch.int8)}),
+    ]
+    lines = []
+    for name, pattern, num_bytes, providers in cases:
+        r = timed(providers)
+        j = r["jitkern"]["median"]
+        lines.append(f"| {name} | {fmt(r['jitkern'])} | {gb(j, num_bytes):.0f} | {pattern:.2f} | {100 * pattern / j:.1f}% | "
+                     f"{fmt(r.get('torch eager'))} | {fmt(r.get('torch.compile'))} |")
+    table(f"Quantization at [{rows}, {H}] bf16 -> fp8",
+          "| op | jitkern us | GB/s | pattern ceiling us | % of pattern ceiling | torch eager us | torch.compile us |", lines)
+    print(f"\nPattern ceiling: `halve` (read 2 B, write 1 B per element); dynamic per-tensor adds `read_all` (one more read). "
+          f"Copy ceiling for reference: {copy_ceiling_text(ceiling)}.")
+
+
+def decode_shapes() -> None:
+    lines = []
+    for t in DECODE:
+        x = torch.randn(t, H, dtype=DTYPE, device="cuda")
+        q = torch.empty(t, H, dtype=FP8, device="cuda")
+        s = torch.empty(1, device="cuda")
+        r = timed({
+            "per_tensor dynamic": lambda: per_tensor_quant_fp8(x, q, s),
+            "torch.compile per_tensor dynamic": lambda: COMPILED["torch_per_tensor_dynamic"](x),
+            "per_token": lambda: per_token_quant_fp8(x, q),
+            "per_token_group 128": lambda: per_token_group_quant_8bit(x, 128, output_q=q),
+            "torch.compile per_token_group": lambda: COMPILED["torch_per_group"](x),
+        })
+        lines.append(f"| {t} | " + " | ".join(fmt(v) for v in r.values()) + " |")
+    table(f"Decode sizes [T, {H}] bf16 -> fp8 (us, CUDA-graph medians)",
+          "| T | per_tensor dynamic (one launch) | torch.compile per_tensor dynamic | per_token | per_token_group 128 | "
+          "torch.compile per_token_group |", lines)
+
+
+def norm_quant(module) -> None:
+    lines = []
+    for t in get_benchmark_range([1, 4, 16, 64, 4096, 16384], [1, 16384]):
+        x = torch.randn(t, H, dtype=DTYPE, device="cuda")
+        r0 = torch.randn(t, H, dtype=DTYPE, device="cuda")
+        w = torch.randn(H, dtype=DTYPE, device="cuda")
+        q = torch.empty(t, H, dtype=FP8, device="cuda")
+        s = torch.tensor([0.02], device="cuda")
+        y = torch.empty_like(x)
+        res = timed({
+            "rmsnorm_quant_fp8 static": lambda: rmsnorm_quant_fp8(x, w, EPS, scale=s, output_q=q),
+            "rmsnorm_quant_fp8 dynamic": lambda: rmsnorm_quant_fp8(x, w, EPS, output_q=q),
+            "rmsnorm + per_token_quant_fp8": lambda: per_token_quant_fp8(rmsnorm(x, w, y, EPS), q),
+            "torch.compile rmsnorm + quant": lambda: COMPILED["torch_rmsnorm_quant"](x, w),
+            "fused_add_rmsnorm_quant_fp8 dynamic": lambda: fused_add_rmsnorm_quant_fp8(x, r0, w, EPS, output_q=q),
+            "fused_add_rmsnorm + per_token_quant_fp8": lambda: (fused_add_rmsnorm(x, r0, w, EPS), per_token_quant_fp8(x, q)),
+            "torch.compile fused add + rmsnorm + quant": lambda: COMPILED["torch_fused_add_rmsnorm_quant"](x, r0, w),
+        })
+        m = {k: (v["median"] if v else float("nan")) for k, v in res.items()}
+        pattern = pattern_us(module, t) if t >= 4096 else float("nan")
+        pct = f"{100 * pattern / m['rmsnorm_quant_fp8 dynamic']:.1f}%" if t >= 4096 else "-"
+        lines.append(f"| {t} | {fmt(res['rmsnorm_quant_fp8 static'])} | {fmt(res['rmsnorm_quant_fp8 dynamic'])} | {pct} | "
+                     f"{fmt(res['rmsnorm + per_token_quant_fp8'])} | {fmt(res['torch.compile rmsnorm + quant'])} | "
+                     f"{fmt(res['fused_add_rmsnorm_quant_fp8 dynamic'])} | {fmt(res['fused_add_rmsnorm + per_token_quant_fp8'])} | "
+                     f"{m['fused_add_rmsnorm + per_token_quant_fp8'] / m['fused_add_rmsnorm_quant_fp8 dynamic']:.2f}x | "
+                     f"{fmt(res['torch.compile fused add + rmsnorm + quant'])} |")
+    table(f"RMSNorm + fp8 quantization, [T, {H}] bf16 (us, CUDA-graph medians)",
+          "| T | rmsnorm_quant_fp8 static | rmsnorm_quant_fp8 dynamic | dynamic % of pattern ceiling (halve) | rmsnorm + per_token_quant | "
+          "torch.compile | fused_add_rmsnorm_quant_fp8 dynamic | fused_add_rmsnorm + per_token_quant | fused speed-up | torch.compile |",
+          lines)
+
+
+def main() -> None:
+    warmup(dtypes=[DTYPE])
+    module = yardstick_module()
+    x = torch.randn(64, H, dtype=DTYPE, device="cuda")
+    r = torch.randn_like(x)
+    w = torch.randn(H, dtype=DTYPE, device="cuda")
+    s = torch.tensor([0.02], device="cuda")
+    for name, f in COMPILED.items():  # trace before anything is timed
+        args = {"torch_per_tensor_static": (x, s), "torch_rmsnorm_quant": (x, w), "torch_fused_add_rmsnorm_quant": (x, r, w)}.get(name, (x,))
+        f(*args)
+    torch.cuda.synchronize()
+    ceilings = copy_ceilings(use_cudagraph=True)
+    print(f"\n### 8-bit quantization ({environment()})\n")
+    print("Times are CUDA-graph medians in us (p20-p80 in brackets); torch baselines compute the same math "
+          "(finite amax, fp32 division, saturation).")
+    large_shapes(module, ceilings)
+    decode_shapes()
+    norm_quant(module)
+
+
+if __name__ == "__main__":
+    main()

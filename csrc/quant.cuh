@@ -1,0 +1,469 @@
+// The 8-bit quantization family: per-tensor fp8 (static or dynamic scale), per-token fp8, per-token-group
+// fp8/int8 with the scale layouts FP8 GEMMs read, and RMSNorm (optionally after a residual add) written
+// straight to fp8 through the norm kernels' quantizing epilogue. Inputs fp16/bf16/fp32 [N, H] with
+// strided rows; outputs are written as bytes (fp8 tensors travel as uint8: DLPack has no fp8 type in
+// every torch/tvm-ffi pair). Rules of rounding, saturation, NaN and scales: include/jitkern/impl/quant.cuh.
+#pragma once
+
+#include "norm.cuh"
+
+#include <jitkern/cta.cuh>
+#include <jitkern/impl/quant.cuh>
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/type.cuh>
+#include <jitkern/utils.cuh>
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+namespace {
+
+using device::AlignedVector;
+namespace quant = device::quant;
+
+// The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant).
+constexpr float kQuantScaleEps = 1e-10f;
+constexpr int kQuantThreads = 512;
+// Dynamic per-tensor in one launch: a cluster of kQuantClusterCtas CTAs holds the whole tensor in
+// registers (kQuantClusterVecs vectors per thread), agrees on the amax through distributed shared memory,
+// then quantizes. Larger tensors take an amax pass and a quantize pass.
+constexpr int kQuantClusterCtas = 8;
+constexpr int kQuantClusterThreads = 1024;
+constexpr int kQuantClusterVecs = 4;
+// Per-token rows: one CTA per row, two vectors per thread held in registers.
+constexpr int kQuantRowRegVecs = 2;
+constexpr int kQuantRowThreads = 1024;
+
+// An [N, H] operand with strided rows, seen as vectors of kVec elements: vector v of row r is at
+// base + r * row_stride + v * kVec. Contiguous inputs are passed as one row (no division per vector).
+template <typename T>
+struct Rows {
+  T* base;
+  int64_t row_stride;
+};
+
+struct Shape2D {
+  int64_t row_vecs;    // vectors per row
+  int64_t total_vecs;  // rows * row_vecs
+};
+
+template <bool kOneRow>
+__device__ __forceinline__ void split(int64_t v, const Shape2D& shape, int64_t& row, int64_t& col) {
+  row = kOneRow ? 0 : v / shape.row_vecs;
+  col = v - row * shape.row_vecs;
+}
+
+// q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor).
+template <typename T, typename Q, int kVec, bool kOneRow>
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_tensor_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale) {
+  device::pdl_trigger_secondary();
+  const int64_t v = int64_t{blockIdx.x} * kQuantThreads + threadIdx.x;
+  int64_t row, col;
+  split<kOneRow>(v, shape, row, col);
+  device::pdl_wait_primary();
+  if (v >= shape.total_vecs) return;
+  AlignedVector<T, kVec> x;
+  x.load(in.base + row * in.row_stride + col * kVec);
+  quant::store_quantized<Q>(q.base + row * q.row_stride + col * kVec, x, *scale);
+}
+
+// scale = max of scale_for<Q>(amax of each CTA's part): *scale must be 0 before the launch.
+template <typename T, typename Q, int kVec, bool kOneRow>
+__global__ void __launch_bounds__(kQuantThreads) tensor_scale_kernel(Rows<const T> in, Shape2D shape, float* scale, float eps) {
+  constexpr int kUnroll = 4;  // independent loads in flight per thread
+  const int64_t step = int64_t{gridDim.x} * kQuantThreads;
+  device::pdl_wait_primary();
+  float amax = 0.0f;
+  for (int64_t v0 = int64_t{blockIdx.x} * kQuantThreads + threadIdx.x; v0 < shape.total_vecs; v0 += kUnroll * step) {
+    AlignedVector<T, kVec> x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + u * step;
+      if (v < shape.total_vecs) {
+        int64_t row, col;
+        split<kOneRow>(v, shape, row, col);
+        x[u].load(in.base + row * in.row_stride + col * kVec);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (v0 + u * step < shape.total_vecs) amax = quant::vector_amax(x[u], amax);
+  }
+  amax = device::cta::reduce_max_once(amax, 0.0f);
+  device::pdl_trigger_secondary();
+  // Positive floats order like their bits as ints.
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(scale), __float_as_int(quant::scale_for<Q>(amax, eps)));
+}
+
+// Dynamic per-tensor in one launch (see kQuantClusterCtas): thread t of the cluster holds vectors
+// t, t + T, t + 2T, ... (T: the cluster's threads).
+template <typename T, typename Q, int kVec, bool kOneRow>
+__global__ void __launch_bounds__(kQuantClusterThreads)
+    tensor_quant_cluster_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, float* scale, float eps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int64_t step = int64_t{kQuantClusterCtas} * blockDim.x;
+  const int64_t first = int64_t{cluster.block_rank()} * blockDim.x + threadIdx.x;
+  __shared__ float cta_amax;
+  AlignedVector<T, kVec> x[kQuantClusterVecs];
+  int64_t rows[kQuantClusterVecs], cols[kQuantClusterVecs];
+#pragma unroll
+  for (int k = 0; k < kQuantClusterVecs; ++k) split<kOneRow>(first + k * step, shape, rows[k], cols[k]);
+  device::pdl_wait_primary();
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQuantClusterVecs; ++k)
+    if (first + k * step < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
+#pragma unroll
+  for (int k = 0; k < kQuantClusterVecs; ++k)
+    if (first + k * step < shape.total_vecs) amax = quant::vector_amax(x[k], amax);
+  amax = device::cta::reduce_max_once(amax, 0.0f);
+  if (threadIdx.x == 0) cta_amax = amax;
+  cluster.sync();
+#pragma unroll
+  for (int r = 0; r < kQuantClusterCtas; ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&cta_amax, r));
+  cluster.sync();  // no CTA leaves (freeing its shared memory) before every CTA has read it
+  device::pdl_trigger_secondary();
+  const float s = quant::scale_for<Q>(amax, eps);
+  if (first == 0) *scale = s;
+#pragma unroll
+  for (int k = 0; k < kQuantClusterVecs; ++k)
+    if (first + k * step < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
+#else
+  __trap();  // launched only on sm_90+
+#endif
+}
+
+// One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kRegVecs vectors per
+// thread stay in registers; a wider row's remainder is read again (from L2) for each pass.
+template <typename T, typename Q, int kVec, bool kRowFits>
+__global__ void __launch_bounds__(kQuantRowThreads)
+    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps) {
+  device::pdl_trigger_secondary();
+  const T* src = in.base + int64_t{blockIdx.x} * in.row_stride;
+  uint8_t* dst = q.base + int64_t{blockIdx.x} * q.row_stride;
+  const int nvec = static_cast<int>(hidden / kVec), rank = threadIdx.x, size = blockDim.x;
+  AlignedVector<T, kVec> x[kQuantRowRegVecs];
+  device::pdl_wait_primary();
+#pragma unroll
+  for (int r = 0; r < kQuantRowRegVecs; ++r)
+    if (r * size + rank < nvec) x[r].load(src + (r * size + rank) * kVec);
+  float amax = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kQuantRowRegVecs; ++r)
+    if (r * size + rank < nvec) amax = quant::vector_amax(x[r], amax);
+  for (int i = kQuantRowRegVecs * size + rank; !kRowFits && i < nvec; i += size) {
+    AlignedVector<T, kVec> y;
+    y.load(src + i * kVec);
+    amax = quant::vector_amax(y, amax);
+  }
+  const float s = quant::scale_for<Q>(device::cta::reduce_max_once(amax, 0.0f), eps);
+#pragma unroll
+  for (int r = 0; r < kQuantRowRegVecs; ++r)
+    if (r * size + rank < nvec) quant::store_quantized<Q>(dst + (r * size + rank) * kVec, x[r], s);
+  for (int i = kQuantRowRegVecs * size + rank; !kRowFits && i < nvec; i += size) {
+    AlignedVector<T, kVec> y;
+    y.load(src + i * kVec);
+    quant::store_quantized<Q>(dst + i * kVec, y, s);
+  }
+  if (rank == 0) scales[blockIdx.x] = s;
+}
+
+// Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
+// the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride].
+struct GroupScales {
+  void* base;
+  int64_t row_stride, group_stride;
+};
+
+// One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
+// <= 32; lane l holds vectors l, l + kLanes, ...).
+template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0>
+__global__ void __launch_bounds__(kQuantThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
+                                                                   int64_t groups_per_row, int64_t total_groups, float eps) {
+  constexpr int kGroup = kLanes * kPerLane * kVec;
+  device::pdl_trigger_secondary();
+  const int64_t t = int64_t{blockIdx.x} * kQuantThreads + threadIdx.x;
+  const int64_t group = t / kLanes;
+  const int lane = static_cast<int>(t % kLanes);
+  const bool valid = group < total_groups;
+  const int64_t row = total_groups <= UINT32_MAX ? static_cast<uint32_t>(group) / static_cast<uint32_t>(groups_per_row)
+                                                 : group / groups_per_row;
+  const int64_t g = group - row * groups_per_row;
+  const T* src = in.base + row * in.row_stride + g * kGroup + lane * kVec;
+  uint8_t* dst = q.base + row * q.row_stride + g * kGroup + lane * kVec;
+  AlignedVector<T, kVec> x[kPerLane];
+  device::pdl_wait_primary();
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    if (valid) x[k].load(src + k * kLanes * kVec);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    if (valid) amax = quant::vector_amax(x[k], amax);
+  // Every lane of the warp takes part (groups never straddle warps: kLanes divides 32).
+  amax = device::warp::reduce_max<kLanes>(amax);
+  float s = quant::scale_for<Q>(amax, eps);
+  uint32_t exponent = 0;
+  if constexpr (kUE8M0) {
+    exponent = quant::ue8m0_exponent(s);
+    s = __uint_as_float(exponent << 23);
+  }
+  if (!valid) return;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) quant::store_quantized<Q>(dst + k * kLanes * kVec, x[k], s);
+  if (lane != 0) return;
+  if constexpr (kUE8M0) {
+    uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row * scales.row_stride + g / 4 * scales.group_stride);
+    word[g % 4] = static_cast<uint8_t>(exponent);
+    if (g == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
+      for (int64_t b = g % 4 + 1; b < 4; ++b) word[b] = 0;
+  } else {
+    static_cast<float*>(scales.base)[row * scales.row_stride + g * scales.group_stride] = s;
+  }
+}
+
+inline void zero_float_async(float* ptr, DLDevice device) {
+  int previous = -1;
+  host::RuntimeDeviceCheck(cudaGetDevice(&previous));
+  if (previous != device.device_id) host::RuntimeDeviceCheck(cudaSetDevice(device.device_id));
+  const cudaError_t status = cudaMemsetAsync(ptr, 0, sizeof(float), host::LaunchKernel::resolve_device(device));
+  if (previous != device.device_id) cudaSetDevice(previous);
+  host::RuntimeDeviceCheck(status);
+}
+
+template <typename T>
+struct QuantOps {
+  // The 8-bit output formats: fp8 e4m3 (its tensor, or its bytes as uint8) or int8.
+  using QDTypes = host::DTypeList<uint8_t, fp8_e4m3_t, int8_t>;
+
+  // input [N, H] -> output_q [N, H] (fp8), output_s [1] (fp32): read (static) or written (dynamic, whatever
+  // it held before).
+  static void per_tensor_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s, bool is_static) {
+    using namespace host;
+    auto device = SymbolicDevice{};
+    Operands ops = operands(input, output_q, device);
+    TensorMatcher({1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(output_s, "output_s");
+    RuntimeCheck(!is_type<int8_t>(output_q.dtype()), "per_tensor_quant: output_q must be float8_e4m3fn, got int8");
+    auto* scale = static_cast<float*>(output_s.data_ptr());
+    if (ops.rows * ops.hidden == 0) {
+      if (!is_static) zero_float_async(scale, ops.device);  // the amax of nothing
+      return;
+    }
+    dispatch_vec(ops, [&](auto vec_tag, auto one_row_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      constexpr bool kOneRow = decltype(one_row_tag)::value;
+      const Shape2D shape = ops.shape(kVec, kOneRow);
+      const Rows<const T> in{ops.in, ops.in_stride};
+      const Rows<uint8_t> q{ops.q, ops.q_stride};
+      const int cc = runtime::get_cc_major(ops.device.device_id);
+      if (!is_static && cc >= 9 && shape.total_vecs <= int64_t{kQuantClusterCtas} * kQuantClusterThreads * kQuantClusterVecs) {
+        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{kQuantClusterCtas} * kQuantClusterVecs), 32) * 32;
+        LaunchKernel(kQuantClusterCtas, static_cast<unsigned>(threads), ops.device)
+            .with_cluster(kQuantClusterCtas)
+            .enable_pdl()(tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+        return;
+      }
+      if (!is_static) {
+        zero_float_async(scale, ops.device);
+        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads),
+                                               int64_t{runtime::get_sm_count(ops.device.device_id)} * (2048 / kQuantThreads));
+        LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
+            .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+      }
+      LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads)), kQuantThreads, ops.device)
+          .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale);
+    });
+  }
+
+  // input [N, H] -> output_q [N, H] (fp8), output_s [N] (fp32, one dynamic scale per row).
+  static void per_token_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+    using namespace host;
+    auto device = SymbolicDevice{};
+    Operands ops = operands(input, output_q, device);
+    RuntimeCheck(!is_type<int8_t>(output_q.dtype()), "per_token_quant: output_q must be float8_e4m3fn, got int8");
+    auto s_stride = SymbolicSize{"output_s_stride"};
+    TensorMatcher({ops.rows}).with_strides({s_stride}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(output_s, "output_s");
+    RuntimeCheck(ops.rows <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous, got stride ", ops.rows <= 1 ? 1 : s_stride.unwrap());
+    if (ops.rows * ops.hidden == 0) return;
+    RuntimeCheck(ops.rows <= 0x7fffffff, "at most 2^31 - 1 rows are supported, got ", ops.rows);
+    auto* scales = static_cast<float*>(output_s.data_ptr());
+    dispatch_vec(ops, [&](auto vec_tag, auto) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      const int64_t nvec = ops.hidden / kVec;
+      const int threads = wide_threads(nvec, kQuantRowRegVecs);
+      LaunchKernel launch(static_cast<unsigned>(ops.rows), threads, ops.device);
+      launch.enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9);
+      const Rows<const T> in{ops.in, ops.in_stride};
+      const Rows<uint8_t> q{ops.q, ops.q_stride};
+      if (nvec <= int64_t{kQuantRowRegVecs} * threads) {
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, true>, in, q, scales, ops.hidden, kQuantScaleEps);
+      } else {
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, false>, in, q, scales, ops.hidden, kQuantScaleEps);
+      }
+    }, /*flatten=*/false);
+  }
+
+  // input [N, H] -> output_q [N, H] (fp8 or int8), one scale per group of group_size elements of a row:
+  // output_s fp32 [N, H / group_size] (any strides: row-major, column-major, TMA-aligned column-major),
+  // or int32 [N, ceil(H / group_size / 4)] of packed UE8M0 exponents (fp8 only).
+  static void per_token_group_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                    int64_t group_size, double eps) {
+    using namespace host;
+    RuntimeCheck(group_size == 32 || group_size == 64 || group_size == 128, "group_size must be 32, 64 or 128, got ", group_size);
+    RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
+    auto device = SymbolicDevice{};
+    Operands ops = operands(input, output_q, device);
+    RuntimeCheck(ops.hidden % group_size == 0, "the last dimension of input (", ops.hidden, ") must be a multiple of group_size (",
+                 group_size, ")");
+    const int64_t groups = ops.hidden / group_size;
+    const bool ue8m0 = is_type<int32_t>(output_s.dtype());
+    const bool to_int8 = is_type<int8_t>(output_q.dtype());
+    auto s_rows = SymbolicSize{"output_s_row_stride"}, s_groups = SymbolicSize{"output_s_group_stride"};
+    TensorMatcher({ops.rows, ue8m0 ? div_ceil(groups, 4) : groups})
+        .with_strides({s_rows, s_groups})
+        .with_dtype<float, int32_t>()
+        .with_device(device_v<kDLCUDA>, device)
+        .verify(output_s, "output_s");
+    RuntimeCheck(!(ue8m0 && to_int8), "UE8M0 scales (int32 output_s) are for fp8 output only, got an int8 output_q");
+    if (ops.rows * groups == 0) return;
+    const GroupScales scales{output_s.data_ptr(), s_rows.has_value() ? s_rows.unwrap() : 0, s_groups.has_value() ? s_groups.unwrap() : 0};
+    const int64_t total_groups = ops.rows * groups;
+    const bool pdl = runtime::get_cc_major(ops.device.device_id) >= 9;
+    const float e = static_cast<float>(eps);
+    const auto launch_group = [&](auto kernel, int lanes) {
+      LaunchKernel(checked_grid(div_ceil(total_groups * lanes, kQuantThreads)), kQuantThreads, ops.device)
+          .enable_pdl(pdl)(kernel, Rows<const T>{ops.in, ops.in_stride}, Rows<uint8_t>{ops.q, ops.q_stride}, scales, groups, total_groups, e);
+    };
+    const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag) {
+      constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
+      if (to_int8) {
+        launch_group(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false>, kLanes);
+      } else if (ue8m0) {
+        launch_group(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, true>, kLanes);
+      } else {
+        launch_group(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, false>, kLanes);
+      }
+    };
+    constexpr int kVec = 16 / sizeof(T);
+    using I = std::integral_constant<int, 1>;
+    if (ops.vector_width(kVec) == kVec) {  // a lane per vector
+      using V = std::integral_constant<int, kVec>;
+      if (group_size == 32) by_format(V{}, std::integral_constant<int, 32 / kVec>{}, I{});
+      if (group_size == 64) by_format(V{}, std::integral_constant<int, 64 / kVec>{}, I{});
+      if (group_size == 128) by_format(V{}, std::integral_constant<int, 128 / kVec>{}, I{});
+    } else {  // unaligned rows: a warp per group, element by element
+      using W = std::integral_constant<int, 32>;
+      if (group_size == 32) by_format(I{}, W{}, I{});
+      if (group_size == 64) by_format(I{}, W{}, std::integral_constant<int, 2>{});
+      if (group_size == 128) by_format(I{}, W{}, std::integral_constant<int, 4>{});
+    }
+  }
+
+  // output_q = fp8(rmsnorm(input) * weight / s): static (scales [1], read) or dynamic per token (scales [N],
+  // written). The normalised values are rounded to T first, as rmsnorm writes them.
+  static void rmsnorm_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
+                            jitkern::TensorView scales, double eps, bool dynamic) {
+    const TokenRows<T> rows(input, weight, nullptr, nullptr, eps);
+    norm_quant<false>(rows, output_q, scales, dynamic);
+  }
+
+  // residual += input; output_q = fp8(rmsnorm(residual) * weight / s) (input is left as it was).
+  static void fused_add_rmsnorm_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
+                                      jitkern::TensorView output_q, jitkern::TensorView scales, double eps, bool dynamic) {
+    const TokenRows<T> rows(input, weight, nullptr, &residual, eps);
+    norm_quant<true>(rows, output_q, scales, dynamic);
+  }
+
+ private:
+  struct Operands {
+    const T* in;
+    uint8_t* q;
+    int64_t rows, hidden, in_stride, q_stride;
+    DLDevice device;
+
+    // 16-byte input vectors where the width, both base pointers and both row strides allow, else 1.
+    int vector_width(int vec) const {
+      const bool ok = hidden % vec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % vec == 0 &&
+                      (rows <= 1 || (in_stride % vec == 0 && q_stride % vec == 0));
+      return ok ? vec : 1;
+    }
+    bool contiguous() const { return rows <= 1 || (in_stride == hidden && q_stride == hidden); }
+    Shape2D shape(int vec, bool one_row) const {
+      const int64_t total = rows * hidden / vec;
+      return {one_row ? total : hidden / vec, total};
+    }
+  };
+
+  static Operands operands(jitkern::TensorView input, jitkern::TensorView output_q, host::SymbolicDevice& device) {
+    using namespace host;
+    const char* q_name = "output_q";
+    auto N = SymbolicSize{"num_tokens"}, H = SymbolicSize{"hidden_size"};
+    auto in_stride = SymbolicSize{"input_row_stride"}, q_stride = SymbolicSize{"output_q_row_stride"};
+    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
+    TensorMatcher({N, H}).with_strides({q_stride, 1}).with_dtype(QDTypes{}).with_device(device_v<kDLCUDA>, device).verify(output_q, q_name);
+    TokenRows<T>::check_rows(N, H, in_stride, "input");
+    TokenRows<T>::check_rows(N, H, q_stride, q_name);
+    return {static_cast<const T*>(input.data_ptr()), static_cast<uint8_t*>(output_q.data_ptr()), N.unwrap(), H.unwrap(),
+            TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
+  }
+
+  static unsigned checked_grid(int64_t blocks) {
+    host::RuntimeCheck(blocks <= 0x7fffffff, "the input is too large for one launch (", blocks, " blocks)");
+    return static_cast<unsigned>(blocks);
+  }
+
+  // Calls f(vector width, whether the operands are one contiguous row) as integral constants. With
+  // flatten = false, rows are never merged (per-row ops).
+  template <typename F>
+  static void dispatch_vec(const Operands& ops, F&& f, bool flatten = true) {
+    constexpr int kVec = 16 / sizeof(T);
+    using Wide = std::integral_constant<int, kVec>;
+    using Scalar = std::integral_constant<int, 1>;
+    const bool one_row = flatten && ops.contiguous();
+    // A contiguous tensor whose width does not divide into vectors still does as one row.
+    const int64_t width = one_row ? ops.rows * ops.hidden : ops.hidden;
+    Operands as_vectors = ops;
+    as_vectors.hidden = width, as_vectors.rows = one_row ? 1 : ops.rows;
+    const bool wide = as_vectors.vector_width(kVec) == kVec;
+    if (one_row) {
+      if (wide) f(Wide{}, std::true_type{});
+      else f(Scalar{}, std::true_type{});
+    } else {
+      if (wide) f(Wide{}, std::false_type{});
+      else f(Scalar{}, std::false_type{});
+    }
+  }
+
+  template <bool kFusedAdd>
+  static void norm_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView scales, bool dynamic) {
+    using namespace host;
+    auto q_stride = SymbolicSize{"output_q_row_stride"};
+    auto device = SymbolicDevice{};
+    device.set_value(rows.device);
+    TensorMatcher({rows.tokens, rows.params.hidden})
+        .with_strides({q_stride, 1})
+        .with_dtype<uint8_t, fp8_e4m3_t>()
+        .with_device(device_v<kDLCUDA>, device)
+        .verify(output_q, "output_q");
+    TokenRows<T>::check_rows(rows.tokens, rows.params.hidden, q_stride, "output_q");
+    auto s_stride = SymbolicSize{"scale_stride"};
+    TensorMatcher({dynamic ? rows.tokens : 1}).with_strides({s_stride}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(
+        scales, dynamic ? "output_s" : "scale");
+    RuntimeCheck(!dynamic || rows.tokens <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous");
+    auto* q = static_cast<uint8_t*>(output_q.data_ptr());
+    auto* s = static_cast<float*>(scales.data_ptr());
+    const int64_t qs = TokenRows<T>::stride_of(q_stride);
+    if (dynamic) {
+      launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, kQuantScaleEps});
+    } else {
+      launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, false>{q, qs, nullptr, s, 0.0f});
+    }
+  }
+};
+
+}  // namespace

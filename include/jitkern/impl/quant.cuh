@@ -1,0 +1,123 @@
+// 8-bit quantization building blocks shared by the quantization kernels (csrc/quant.cuh):
+//   device::quant::Format<Q>         fp8 e4m3 or int8: the largest magnitude and the rounding of one value;
+//   device::quant::finite_amax       the running amax that NaN and +-inf do not enter;
+//   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value;
+//   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
+//   device::quant::QuantizeRows      the norm kernels' epilogue that writes a row as 8-bit values
+//                                    (impl/norm.cuh), with a static or a per-row dynamic scale.
+//
+// Rules (docs/guide.md, "Quantization"): q = saturate(round_to_nearest_even(x / s)), the division in
+// fp32; fp8 saturates to +-448 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic
+// amax ignores NaN and +-inf, so one bad element does not zero or poison the rest of its row.
+#pragma once
+
+#include <jitkern/impl/norm.cuh>
+#include <jitkern/type.cuh>
+#include <jitkern/vec.cuh>
+
+#include <cstdint>
+
+namespace device::quant {
+
+template <typename Q>
+struct Format;
+
+template <>
+struct Format<fp8_e4m3_t> {
+  static constexpr float kMax = 448.0f;
+  // Round to nearest even, saturating (+-inf -> +-448), NaN kept.
+  static JITKERN_DEVICE uint8_t encode(float v) { return fp8_e4m3_t(v).__x; }
+};
+
+template <>
+struct Format<int8_t> {
+  static constexpr float kMax = 127.0f;
+  static JITKERN_DEVICE uint8_t encode(float v) {
+    if (v != v) return 0;
+    return static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(fminf(fmaxf(v, -kMax), kMax))));
+  }
+};
+
+JITKERN_DEVICE float finite_amax(float acc, float v) {
+  const float a = fabsf(v);
+  return a < __int_as_float(0x7f800000) ? fmaxf(acc, a) : acc;  // false for NaN and inf
+}
+
+// The dynamic scale of a row, group or tensor. Monotonic in amax, so the largest scale of parts is
+// the scale of their largest amax (what the per-tensor atomic max relies on).
+template <typename Q>
+JITKERN_DEVICE float scale_for(float amax, float eps) {
+  return fmaxf(amax, eps) / Format<Q>::kMax;
+}
+
+// The biased exponent of the smallest power of two >= s (s positive and finite): UE8M0.
+JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
+  const uint32_t bits = __float_as_uint(s);
+  return (bits >> 23) + ((bits & 0x7fffffu) != 0 ? 1u : 0u);
+}
+
+// kVec values of T divided by s and written as kVec bytes with one store (ptr aligned to kVec bytes).
+template <typename Q, typename T, int kVec>
+JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, float s) {
+  AlignedVector<uint8_t, kVec> q;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(cast<float>(x[j]) / s);
+  q.store(ptr);
+}
+
+template <typename T, int kVec>
+JITKERN_DEVICE float vector_amax(const AlignedVector<T, kVec>& x, float acc) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc = finite_amax(acc, cast<float>(x[j]));
+  return acc;
+}
+
+// The norm epilogue (see device::norm::StoreOutput for the interface) that writes the normalised row,
+// rounded to T as rmsnorm would write it, as Q values: q[row] = y / s. Static: s is *static_scale (read
+// after the kernel's PDL wait). Dynamic: s = scale_for<Q>(amax of the row's y, eps), written to
+// scales[row]. Rows are tokens (one row problem, one row per token).
+template <typename Q, bool kDynamic>
+struct QuantizeRows {
+  uint8_t* q;
+  int64_t q_row_stride;        // elements
+  float* scales;               // dynamic: one per row
+  const float* static_scale;   // static
+  float eps;
+
+  template <typename T, int kVec>
+  struct Row {
+    static constexpr bool kNeedsAmax = kDynamic;
+    uint8_t* q;
+    float* scale_out;
+    const float* static_scale;
+    float eps;
+    JITKERN_DEVICE float amax(const AlignedVector<T, kVec>& y, float acc) const { return vector_amax(y, acc); }
+    JITKERN_DEVICE float scale(float amax) const {
+      if constexpr (kDynamic) {
+        return scale_for<Q>(amax, eps);
+      } else {
+        return *static_scale;
+      }
+    }
+    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float s) const { store_quantized<Q>(q + at, y, s); }
+    JITKERN_DEVICE void finish(float s) const {
+      if constexpr (kDynamic) *scale_out = s;
+    }
+  };
+
+  template <typename T, int kVec>
+  JITKERN_DEVICE Row<T, kVec> row(const norm::RowPointers<T>&, uint32_t r) const {
+    return {q + r * q_row_stride, kDynamic ? scales + r : nullptr, static_scale, eps};
+  }
+  // The same rows, `tokens` further on (launches of at most 2^30 rows).
+  QuantizeRows shifted(int64_t tokens) const {
+    QuantizeRows s = *this;
+    s.q += tokens * q_row_stride;
+    if (kDynamic) s.scales += tokens;
+    return s;
+  }
+  // Whether kVec-element stores are aligned for every row.
+  bool allows_vector(int vec) const { return reinterpret_cast<uintptr_t>(q) % vec == 0 && q_row_stride % vec == 0; }
+};
+
+}  // namespace device::quant

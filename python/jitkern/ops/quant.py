@@ -1,0 +1,256 @@
+"""The 8-bit quantization family (csrc/quant.cuh): per-tensor and per-token fp8, per-token-group fp8/int8
+with the scale layouts FP8 GEMMs read, and RMSNorm (optionally after a residual add) written straight to
+fp8. Inputs fp16/bf16/fp32 CUDA tensors [..., H] (the last dimension contiguous, rows may be strided).
+
+q = saturate(round_to_nearest_even(x / s)), the division in fp32: fp8 e4m3 saturates to +-448 (+-inf too)
+and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic scale is max(amax, eps) / 448 (int8:
+/ 127), where amax is the largest finite |x| of the tensor, row or group: NaN and +-inf do not enter it.
+
+The C++ entry points check every argument and name the bad one; Python picks the instantiation by dtype,
+allocates outputs (it owns the scale layouts) and passes fp8 tensors as their bytes. Each op is also a
+torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
+
+from __future__ import annotations
+
+from .._torch import check_not_capturing, compiling, define_op, torch
+from ..jit import JitSpec, cpp_type
+
+DTYPES = ("float16", "bfloat16", "float32")
+GROUP_SIZES = (32, 64, 128)
+# export -> its C++ parameters, in order (they name the arguments in errors)
+_OPS = {
+    "per_tensor_quant": "input, output_q, output_s, is_static",
+    "per_token_quant": "input, output_q, output_s",
+    "per_token_group_quant": "input, output_q, output_s, group_size, eps",
+    "rmsnorm_quant": "input, weight, output_q, scale, eps, dynamic",
+    "fused_add_rmsnorm_quant": "input, residual, weight, output_q, scale, eps, dynamic",
+}
+
+
+def spec(dtype) -> JitSpec:
+    """The module of the quantization family for one input element type (a torch dtype or its name)."""
+    t = cpp_type(dtype)
+    return JitSpec("quant", t, cuda_files=["quant.cuh"], cuda_wrappers=[(op, f"QuantOps<{t}>::{op}", args) for op, args in _OPS.items()])
+
+
+SPECS = tuple(spec(d) for d in DTYPES)
+_FUNCTIONS: dict = {}  # (op, dtype) -> exported function
+
+
+def _function(op: str, public: str, x):
+    fn = _FUNCTIONS.get((op, getattr(x, "dtype", None)))
+    if fn is not None:
+        return fn
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{public}(): input must be a torch.Tensor, got {type(x).__name__}")
+    if str(x.dtype).removeprefix("torch.") not in DTYPES:
+        raise TypeError(f"{public}(): input must be float16, bfloat16 or float32, got {x.dtype}")
+    check_not_capturing(f"the quant module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
+    return _FUNCTIONS.setdefault((op, x.dtype), getattr(spec(x.dtype).load(), op))
+
+
+def warmup(dtypes) -> None:
+    """Loads (building in parallel where needed) the quant module for these input dtypes."""
+    from ..jit import warmup as build_all
+
+    dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
+    for dtype, module in zip(dtypes, build_all(*(spec(d) for d in dtypes))):
+        for op in _OPS:
+            _FUNCTIONS.setdefault((op, dtype), getattr(module, op))
+
+
+def _rows(x, public: str):
+    """x as [rows, H] (a view where the strides allow); 1-D is one row."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{public}(): input must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() == 0:
+        raise ValueError(f"{public}(): input must have at least one dimension")
+    return x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+
+
+def _bytes(q, name: str, public: str, allow_int8: bool = False):
+    """The output tensor q as [rows, H] for C++: fp8 as its bytes (uint8), int8 as it is. A view, so that
+    what C++ writes lands in q."""
+    allowed = (torch.float8_e4m3fn, torch.int8) if allow_int8 else (torch.float8_e4m3fn,)
+    if not isinstance(q, torch.Tensor) or q.dtype not in allowed:
+        got = q.dtype if isinstance(q, torch.Tensor) else type(q).__name__
+        raise TypeError(f"{public}(): {name} must be a float8_e4m3fn{' or int8' if allow_int8 else ''} tensor, got {got}")
+    q2 = q.view(-1, q.shape[-1]) if q.dim() != 2 else q
+    return q2.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q2
+
+
+def _empty_q(x, dtype=None):
+    return torch.empty(x.shape, dtype=dtype or torch.float8_e4m3fn, device=x.device)
+
+
+def _check_scale(scale, public: str, name: str = "scale"):
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{public}(): {name} must be a float32 tensor of one element, got {type(scale).__name__}")
+    return scale.reshape(1) if scale.dim() != 1 else scale
+
+
+# ---- per-tensor ------------------------------------------------------------------------------------
+
+def per_tensor_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None,
+                         is_static: bool = False):
+    """Returns (q, s): q = fp8(input / s) with one fp32 scale s ([1]). Static: s is output_s, as given.
+    Dynamic: s = max(amax(|input|), 1e-10) / 448 is computed and written to output_s, whatever it held."""
+    if is_static and output_s is None:
+        raise ValueError("per_tensor_quant_fp8(): is_static=True needs the scale in output_s")
+    if compiling():
+        q, s = torch.ops.jitkern.per_tensor_quant_fp8(input, output_s if is_static else None)
+        return _into(q, s, output_q, None if is_static else output_s)
+    fn = _function("per_tensor_quant", "per_tensor_quant_fp8", input)
+    q = _empty_q(input) if output_q is None else output_q
+    s = torch.empty(1, dtype=torch.float32, device=input.device) if output_s is None else output_s
+    fn(_rows(input, "per_tensor_quant_fp8"), _bytes(q, "output_q", "per_tensor_quant_fp8"), _check_scale(s, "per_tensor_quant_fp8", "output_s"),
+       bool(is_static))
+    return q, s
+
+
+def _into(q, s, output_q, output_s):
+    """Under torch.compile the ops are functional: given output buffers are filled by copy."""
+    if output_q is not None:
+        output_q.copy_(q)
+        q = output_q
+    if output_s is not None:
+        output_s.copy_(s)
+        s = output_s
+    return q, s
+
+
+# ---- per-token -------------------------------------------------------------------------------------
+
+def _token_scales(x):
+    return torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+
+
+def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
+    """Returns (q, s): one dynamic scale per row, s[..., 0] = max(amax(|row|), 1e-10) / 448, s of shape
+    [..., 1] (fp32); q = fp8(row / s)."""
+    if compiling():
+        return _into(*torch.ops.jitkern.per_token_quant_fp8(input), output_q, output_s)
+    fn = _function("per_token_quant", "per_token_quant_fp8", input)
+    q = _empty_q(input) if output_q is None else output_q
+    s = _token_scales(input) if output_s is None else output_s
+    fn(_rows(input, "per_token_quant_fp8"), _bytes(q, "output_q", "per_token_quant_fp8"), s.view(-1))
+    return q, s
+
+
+# ---- per-token-group -------------------------------------------------------------------------------
+
+def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, scale_tma_aligned: bool = False,
+                      scale_ue8m0: bool = False):
+    """An uninitialised scale tensor for per_token_group_quant_8bit of x [..., H]:
+    fp32 [rows, H / group_size] (row-major: [..., H / group_size]), or with scale_ue8m0 int32
+    [rows, ceil(H / group_size / 4)], four UE8M0 exponents per int32 (group 4k + b in byte b).
+    column_major_scales: stored column by column (a [groups, rows] buffer, transposed); scale_tma_aligned:
+    each column padded to a multiple of 16 bytes (what TMA loads need)."""
+    if scale_tma_aligned and not column_major_scales:
+        raise ValueError("per_token_group_quant_8bit(): scale_tma_aligned applies to column_major_scales=True only")
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    groups = x.shape[-1] // group_size
+    dtype = torch.int32 if scale_ue8m0 else torch.float32
+    cols = -(-groups // 4) if scale_ue8m0 else groups
+    if not column_major_scales:
+        shape = (*x.shape[:-1], cols) if not scale_ue8m0 else (rows, cols)
+        return torch.empty(shape, dtype=dtype, device=x.device)
+    padded = -(-rows // 4) * 4 if scale_tma_aligned else rows  # 4 four-byte scales = 16 bytes
+    return torch.empty((cols, padded), dtype=dtype, device=x.device)[:, :rows].t()
+
+
+def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None, eps: float = 1e-10, *,
+                               column_major_scales: bool = False, scale_tma_aligned: bool = False, scale_ue8m0: bool = False,
+                               output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
+    """Returns (q, s): one scale per group of group_size (32, 64 or 128) consecutive elements of a row,
+    s = max(amax(|group|), eps) / 448 for fp8 (dtype float8_e4m3fn, the default) or / 127 for int8;
+    q = round(group / s). scale_ue8m0: s rounded up to a power of two and stored as its 8-bit exponent,
+    packed four per int32 (fp8 only). The layout flags: group_scales_like."""
+    dtype = torch.float8_e4m3fn if dtype is None else dtype
+    public = "per_token_group_quant_8bit"
+    if dtype not in (torch.float8_e4m3fn, torch.int8):
+        raise TypeError(f"{public}(): dtype must be torch.float8_e4m3fn or torch.int8, got {dtype}")
+    if scale_ue8m0 and dtype != torch.float8_e4m3fn:
+        raise ValueError(f"{public}(): scale_ue8m0 needs dtype=torch.float8_e4m3fn, got {dtype}")
+    if compiling():
+        q, s = torch.ops.jitkern.per_token_group_quant_8bit(input, group_size, dtype == torch.int8, eps, column_major_scales,
+                                                            scale_tma_aligned, scale_ue8m0)
+        return _into(q, s, output_q, output_s)
+    fn = _function("per_token_group_quant", public, input)
+    if type(group_size) is not int:
+        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+    q = _empty_q(input, dtype) if output_q is None else output_q
+    s = output_s if output_s is not None else group_scales_like(
+        input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
+    s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
+    fn(_rows(input, public), _bytes(q, "output_q", public, allow_int8=True), s2, group_size, float(eps))
+    return q, s
+
+
+# ---- RMSNorm + quantization ------------------------------------------------------------------------
+
+def _norm_quant(op: str, public: str, input, residual, weight, eps, scale, output_q, output_s):
+    fn = _function(op, public, input)
+    q = _empty_q(input) if output_q is None else output_q
+    if scale is None:
+        s = _token_scales(input) if output_s is None else output_s
+        scales = s.view(-1)
+    else:
+        s = scales = _check_scale(scale, public)
+    head = (_rows(input, public),) if residual is None else (_rows(input, public), _rows(residual, public))
+    fn(*head, weight, _bytes(q, "output_q", public), scales, eps, scale is None)
+    return q, s
+
+
+def rmsnorm_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, scale: torch.Tensor | None = None,
+                      output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
+    """Returns (q, s): y = rmsnorm(input) * weight (rounded to input's dtype, as rmsnorm writes it),
+    q = fp8(y / s), in one pass. With scale (fp32, one element): s = scale (static). Without: one dynamic
+    scale per row, s[..., 0] = max(amax(|y|), 1e-10) / 448."""
+    if compiling():
+        return _into(*torch.ops.jitkern.rmsnorm_quant_fp8(input, weight, eps, scale), output_q, None if scale is not None else output_s)
+    return _norm_quant("rmsnorm_quant", "rmsnorm_quant_fp8", input, None, weight, eps, scale, output_q, output_s)
+
+
+def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+                                scale: torch.Tensor | None = None, output_q: torch.Tensor | None = None,
+                                output_s: torch.Tensor | None = None):
+    """residual += input (in place, as fused_add_rmsnorm), then rmsnorm_quant_fp8 of the new residual.
+    input is left as it was. Returns (q, s)."""
+    if compiling():
+        q, s = torch.ops.jitkern.fused_add_rmsnorm_quant_fp8(input, residual, weight, eps, scale)
+        return _into(q, s, output_q, None if scale is not None else output_s)
+    return _norm_quant("fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps, scale, output_q, output_s)
+
+
+# The torch custom ops (functional forms; fused_add_rmsnorm_quant_fp8 also writes residual). Their fakes
+# allocate what the eager paths allocate.
+if torch is not None:
+
+    def _fake_norm_quant(input, *args):
+        scale = args[-1]
+        return _empty_q(input), (_token_scales(input) if scale is None else torch.empty(1, dtype=torch.float32, device=input.device))
+
+    define_op("jitkern::per_tensor_quant_fp8", "(Tensor input, Tensor? scale) -> (Tensor, Tensor)",
+              lambda input, scale: per_tensor_quant_fp8(input, None, None if scale is None else scale.clone(), scale is not None),
+              lambda input, scale: (_empty_q(input), torch.empty(1, dtype=torch.float32, device=input.device)))
+    define_op("jitkern::per_token_quant_fp8", "(Tensor input) -> (Tensor, Tensor)", per_token_quant_fp8,
+              lambda input: (_empty_q(input), _token_scales(input)))
+    define_op("jitkern::per_token_group_quant_8bit",
+              "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, "
+              "bool scale_ue8m0) -> (Tensor, Tensor)",
+              lambda input, group_size, int8, eps, cm, tma, ue8m0: per_token_group_quant_8bit(
+                  input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0),
+              lambda input, group_size, int8, eps, cm, tma, ue8m0: (
+                  _empty_q(input, torch.int8 if int8 else None),
+                  group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0)))
+    define_op("jitkern::rmsnorm_quant_fp8", "(Tensor input, Tensor weight, float eps, Tensor? scale) -> (Tensor, Tensor)",
+              lambda input, weight, eps, scale: _norm_quant("rmsnorm_quant", "rmsnorm_quant_fp8", input, None, weight, eps,
+                                                            None if scale is None else scale.clone(), None, None),
+              _fake_norm_quant)
+    define_op("jitkern::fused_add_rmsnorm_quant_fp8",
+              "(Tensor input, Tensor(a!) residual, Tensor weight, float eps, Tensor? scale) -> (Tensor, Tensor)",
+              lambda input, residual, weight, eps, scale: _norm_quant(
+                  "fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps,
+                  None if scale is None else scale.clone(), None, None),
+              _fake_norm_quant)

@@ -1,0 +1,422 @@
+"""The 8-bit quantization family on the GPU: bit-exact q and exact scales against torch references that
+compute the same way (fp32 division, round to nearest even, saturation), for every op, input dtype,
+group size and scale layout; NaN/inf/zero rows; garbage in output_s; strided, 3-D, empty and huge
+shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the same quantization."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["float16", "bfloat16", "float32"]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _finite_amax(x, dim=None):
+    """The largest finite |x| (NaN and +-inf left out), over everything or over `dim` (keepdim)."""
+    torch = _torch()
+    a = x.float().abs()
+    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+    return a.amax() if dim is None else a.amax(dim=dim, keepdim=True)
+
+
+def _scale(amax, eps, qmax=448.0):
+    torch = _torch()
+    return torch.clamp(amax.float(), min=eps) / qmax
+
+
+def _quantize(x, s, dtype=None):
+    """The reference quantization: (x.float() / s), then saturate and round to the 8-bit type."""
+    torch = _torch()
+    v = x.float() / s
+    if dtype == torch.int8:
+        return torch.nan_to_num(v.round().clamp(-127, 127), nan=0.0).to(torch.int8)
+    return v.clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+def _assert_q_equal(q, expected):
+    """Bit-exact, NaN positions equal (any NaN encoding)."""
+    torch = _torch()
+    assert q.dtype == expected.dtype and q.shape == expected.shape
+    if q.dtype == torch.int8:
+        assert torch.equal(q, expected)
+        return
+    qn, en = torch.isnan(q.float()), torch.isnan(expected.float())
+    assert torch.equal(qn, en), "NaN positions differ"
+    a, b = q.view(torch.uint8)[~qn], expected.view(torch.uint8)[~en]
+    mismatches = (a != b).sum().item()
+    assert mismatches == 0, f"{mismatches} of {a.numel()} values differ"
+
+
+def _x(shape, dtype_name, seed=0):
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(shape, generator=g, device="cuda") * 3).to(getattr(torch, dtype_name))
+
+
+# ---- per-tensor ------------------------------------------------------------------------------------
+
+# (rows, H): decode sizes take the one-launch cluster path, larger ones two passes; odd widths the scalar path.
+PER_TENSOR_SHAPES = [(1, 4096), (16, 4096), (64, 4096), (65, 4096), (3, 1000), (1, 7), (4097, 4096), (2048, 2051)]
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", PER_TENSOR_SHAPES)
+@pytest.mark.parametrize("garbage", [1e30, -5.0, float("nan")])
+def test_per_tensor_dynamic_whatever_output_s_holds(dtype_name, shape, garbage):
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8
+
+    x = _x(shape, dtype_name)
+    s = torch.full((1,), garbage, dtype=torch.float32, device="cuda")
+    q, s_out = per_tensor_quant_fp8(x, output_s=s)
+    assert s_out is s
+    expected_s = _scale(_finite_amax(x), 1e-10)
+    assert torch.equal(s, expected_s.reshape(1)), f"scale {s.item()} != {expected_s.item()}"
+    _assert_q_equal(q, _quantize(x, expected_s))
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 4096), (4097, 4096), (3, 1000), (1, 7)])
+def test_per_tensor_static(dtype_name, shape):
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8
+
+    x = _x(shape, dtype_name)
+    s = torch.tensor([0.0123], dtype=torch.float32, device="cuda")
+    q, s_out = per_tensor_quant_fp8(x, output_s=s, is_static=True)
+    assert s_out is s and s.item() == pytest.approx(0.0123)
+    _assert_q_equal(q, _quantize(x, s))
+
+
+def test_per_tensor_strided_3d_huge_and_empty():
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8
+
+    big = _x((300, 4096 + 8), "bfloat16")
+    x = big[:, 8:]  # strided rows, 16-byte aligned
+    q, s = per_tensor_quant_fp8(x)
+    es = _scale(_finite_amax(x), 1e-10)
+    assert torch.equal(s, es.reshape(1))
+    _assert_q_equal(q, _quantize(x, es))
+    x3 = _x((2, 5, 96), "float16")
+    q3, s3 = per_tensor_quant_fp8(x3)
+    assert q3.shape == (2, 5, 96)
+    _assert_q_equal(q3, _quantize(x3, _scale(_finite_amax(x3), 1e-10)))
+    huge = _x((19260817, 1), "bfloat16")
+    qh, sh = per_tensor_quant_fp8(huge)
+    eh = _scale(_finite_amax(huge), 1e-10)
+    assert torch.equal(sh, eh.reshape(1))
+    _assert_q_equal(qh, _quantize(huge, eh))
+    empty = torch.empty(0, 4096, dtype=torch.bfloat16, device="cuda")
+    qe, se = per_tensor_quant_fp8(empty, output_s=torch.full((1,), 7.0, device="cuda"))
+    assert qe.shape == (0, 4096) and se.item() == 0.0
+
+
+def test_per_tensor_nan_inf_zero():
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8
+
+    x = _x((8, 256), "bfloat16")
+    x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("inf"), float("-inf")
+    q, s = per_tensor_quant_fp8(x)
+    es = _scale(_finite_amax(x), 1e-10)
+    assert torch.equal(s, es.reshape(1)), "NaN/inf entered the amax"
+    _assert_q_equal(q, _quantize(x, es))
+    assert torch.isnan(q[0, 0].float()) and q[1, 1].float().item() == 448.0 and q[2, 2].float().item() == -448.0
+    z = torch.zeros(4, 512, dtype=torch.bfloat16, device="cuda")
+    qz, sz = per_tensor_quant_fp8(z)
+    assert sz.item() == pytest.approx(1e-10 / 448) and not torch.isnan(qz.float()).any() and (qz.float() == 0).all()
+
+
+# ---- per-token -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 4096), (16, 4096), (33, 7168), (5, 1000), (2, 3), (7, 65536), (1024, 128)])
+def test_per_token(dtype_name, shape):
+    torch = _torch()
+    from jitkern.ops import per_token_quant_fp8
+
+    x = _x(shape, dtype_name)
+    x[0, 0] = float("nan")
+    if shape[0] > 1:
+        x[1].zero_()
+    q, s = per_token_quant_fp8(x)
+    es = _scale(_finite_amax(x, -1), 1e-10)
+    assert s.shape == (shape[0], 1) and torch.equal(s, es)
+    _assert_q_equal(q, _quantize(x, es))
+
+
+def test_per_token_strided_3d_and_huge():
+    torch = _torch()
+    from jitkern.ops import per_token_quant_fp8
+
+    x = _x((64, 4096 + 3), "bfloat16")[:, 3:]  # misaligned rows: the scalar path
+    q, s = per_token_quant_fp8(x)
+    es = _scale(_finite_amax(x, -1), 1e-10)
+    assert torch.equal(s, es)
+    _assert_q_equal(q, _quantize(x, es))
+    x3 = _x((3, 4, 384), "float32")
+    q3, s3 = per_token_quant_fp8(x3)
+    assert s3.shape == (3, 4, 1)
+    _assert_q_equal(q3, _quantize(x3, _scale(_finite_amax(x3, -1), 1e-10)))
+    huge = _x((19260817, 1), "float16")
+    qh, sh = per_token_quant_fp8(huge)
+    eh = _scale(_finite_amax(huge, -1), 1e-10)
+    assert torch.equal(sh, eh)
+    _assert_q_equal(qh, _quantize(huge, eh))
+    qe, se = per_token_quant_fp8(torch.empty(0, 64, dtype=torch.bfloat16, device="cuda"))
+    assert qe.shape == (0, 64) and se.shape == (0, 1)
+
+
+# ---- per-token-group -------------------------------------------------------------------------------
+
+def _group_reference(x, group_size, dtype, eps, ue8m0):
+    torch = _torch()
+    rows, h = x.reshape(-1, x.shape[-1]).shape
+    g = x.reshape(rows, h // group_size, group_size)
+    qmax = 127.0 if dtype == torch.int8 else 448.0
+    s = _scale(_finite_amax(g, -1), eps, qmax)  # [rows, groups, 1]
+    if ue8m0:
+        bits = s.view(torch.int32)
+        exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).int()
+        s = (exponent << 23).view(torch.float32)
+        return _quantize(g, s, dtype).reshape(x.shape), s.reshape(rows, -1), exponent.reshape(rows, -1)
+    return _quantize(g, s, dtype).reshape(x.shape), s.reshape(rows, -1), None
+
+
+def _unpack_ue8m0(packed, groups):
+    torch = _torch()
+    p = packed.contiguous().view(torch.uint8).reshape(packed.shape[0], -1)  # little-endian: group 4k + b in byte b
+    assert (p[:, groups:] == 0).all(), "padding bytes of the last word must be 0"
+    return p[:, :groups].int()
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "int8"])
+@pytest.mark.parametrize("shape", [(1, 7168), (37, 4096), (130, 640), (3, 128)])
+def test_per_token_group_row_major(dtype_name, group_size, qdtype, shape):
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    qd = getattr(torch, qdtype)
+    x = _x(shape, dtype_name)
+    x[0, 5] = float("nan")
+    x[-1, :group_size] = 0
+    q, s = per_token_group_quant_8bit(x, group_size, qd)
+    eq, es, _ = _group_reference(x, group_size, qd, 1e-10, False)
+    assert s.shape == (shape[0], shape[1] // group_size) and s.dtype == torch.float32
+    assert torch.equal(s, es)
+    _assert_q_equal(q, eq)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("group_size", [32, 128])
+@pytest.mark.parametrize("layout", ["column_major", "tma_aligned", "ue8m0", "ue8m0_row_major"])
+@pytest.mark.parametrize("rows", [1, 7, 130])
+def test_per_token_group_scale_layouts(dtype_name, group_size, layout, rows):
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    h = 7168 if group_size == 128 else 640  # 56 and 20 groups: packed words with and without padding bytes
+    x = _x((rows, h), dtype_name, seed=rows)
+    flags = {"column_major": dict(column_major_scales=True), "tma_aligned": dict(column_major_scales=True, scale_tma_aligned=True),
+             "ue8m0": dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True),
+             "ue8m0_row_major": dict(scale_ue8m0=True)}[layout]
+    q, s = per_token_group_quant_8bit(x, group_size, **flags)
+    eq, es, exponent = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, "ue8m0" in layout)
+    _assert_q_equal(q, eq)
+    groups = h // group_size
+    if flags.get("column_major_scales"):
+        assert s.stride(0) == 1, "column-major scales"
+        if flags.get("scale_tma_aligned"):
+            assert s.stride(1) % 4 == 0 and s.stride(1) >= rows, "columns padded to 16 bytes"
+    if "ue8m0" in layout:
+        assert s.dtype == torch.int32 and s.shape == (rows, -(-groups // 4))
+        assert torch.equal(_unpack_ue8m0(s, groups), exponent)
+    else:
+        assert torch.equal(s, es)
+
+
+def test_per_token_group_misaligned_3d_and_errors():
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    x = _x((9, 512 + 1), "bfloat16")[:, 1:]  # misaligned: a warp per group
+    q, s = per_token_group_quant_8bit(x, 128)
+    eq, es, _ = _group_reference(x, 128, torch.float8_e4m3fn, 1e-10, False)
+    assert torch.equal(s, es)
+    _assert_q_equal(q, eq)
+    x3 = _x((2, 3, 256), "float16")
+    q3, s3 = per_token_group_quant_8bit(x3, 64, torch.int8, eps=1e-4)
+    eq3, es3, _ = _group_reference(x3, 64, torch.int8, 1e-4, False)
+    assert s3.shape == (2, 3, 4) and torch.equal(s3.reshape(6, 4), es3)
+    _assert_q_equal(q3, eq3)
+    with pytest.raises(ValueError, match="group_size"):
+        per_token_group_quant_8bit(_x((2, 256), "bfloat16"), 48)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        per_token_group_quant_8bit(_x((2, 200), "bfloat16"), 64)
+    with pytest.raises(ValueError, match="scale_ue8m0"):
+        per_token_group_quant_8bit(_x((2, 256), "bfloat16"), 64, torch.int8, scale_ue8m0=True)
+    with pytest.raises(TypeError, match="input"):
+        per_token_group_quant_8bit(_x((2, 256), "bfloat16").int(), 64)
+
+
+# ---- RMSNorm + quantization ------------------------------------------------------------------------
+
+NORM_SHAPES = [(1, 4096), (16, 4096), (64, 4096), (4097, 4096), (3, 1000), (5, 128), (2, 65536), (7, 20)]
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+@pytest.mark.parametrize("static", [False, True])
+def test_rmsnorm_quant_matches_rmsnorm_then_quant(dtype_name, shape, static):
+    torch = _torch()
+    from jitkern.ops import rmsnorm, rmsnorm_quant_fp8
+
+    x = _x(shape, dtype_name)
+    w = _x(shape[-1:], dtype_name, seed=1)
+    y = rmsnorm(x, w, eps=1e-6)
+    if static:
+        scale = torch.tensor([0.02], device="cuda")
+        q, s = rmsnorm_quant_fp8(x, w, 1e-6, scale=scale)
+        assert s is scale
+        _assert_q_equal(q, _quantize(y, scale))
+    else:
+        q, s = rmsnorm_quant_fp8(x, w, 1e-6)
+        es = _scale(_finite_amax(y, -1), 1e-10)
+        assert s.shape == (shape[0], 1) and torch.equal(s, es)
+        _assert_q_equal(q, _quantize(y, es))
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+@pytest.mark.parametrize("static", [False, True])
+def test_fused_add_rmsnorm_quant_matches_unfused(dtype_name, shape, static):
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm, fused_add_rmsnorm_quant_fp8
+
+    x = _x(shape, dtype_name)
+    r = _x(shape, dtype_name, seed=2)
+    w = _x(shape[-1:], dtype_name, seed=1)
+    x_ref, r_ref = x.clone(), r.clone()
+    fused_add_rmsnorm(x_ref, r_ref, w, 1e-6)  # x_ref = rmsnorm(r + x), r_ref = r + x
+    x_before = x.clone()
+    scale = torch.tensor([0.05], device="cuda") if static else None
+    q, s = fused_add_rmsnorm_quant_fp8(x, r, w, 1e-6, scale=scale)
+    assert torch.equal(r, r_ref), "residual must be updated as fused_add_rmsnorm updates it"
+    assert torch.equal(x, x_before), "input must be left as it was"
+    es = scale if static else _scale(_finite_amax(x_ref, -1), 1e-10)
+    if not static:
+        assert torch.equal(s, es)
+    _assert_q_equal(q, _quantize(x_ref, es))
+
+
+def test_norm_quant_strided_3d_and_nan():
+    torch = _torch()
+    from jitkern.ops import rmsnorm, rmsnorm_quant_fp8
+
+    big = _x((33, 4096 + 64), "bfloat16")
+    x = big[:, 64:]
+    w = _x((4096,), "bfloat16", seed=3)
+    y = rmsnorm(x, w, eps=1e-5)
+    q, s = rmsnorm_quant_fp8(x, w, 1e-5)
+    assert torch.equal(s, _scale(_finite_amax(y, -1), 1e-10))
+    _assert_q_equal(q, _quantize(y, s))
+    x3 = _x((2, 3, 1024), "float16")
+    w3 = _x((1024,), "float16", seed=4)
+    q3, s3 = rmsnorm_quant_fp8(x3, w3)
+    y3 = rmsnorm(x3.reshape(6, 1024), w3)
+    assert q3.shape == (2, 3, 1024) and s3.shape == (2, 3, 1)
+    _assert_q_equal(q3.reshape(6, 1024), _quantize(y3, s3.reshape(6, 1)))
+    xn = _x((4, 4096), "bfloat16")
+    xn[1, 7] = float("nan")
+    qn, sn = rmsnorm_quant_fp8(xn, w)
+    assert torch.isnan(qn[1].float()).all(), "a NaN in a row makes its norm NaN, and every q of the row NaN"
+    assert not torch.isnan(qn[[0, 2, 3]].float()).any()
+
+
+def test_quant_ops_type_errors():
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8, per_token_quant_fp8, rmsnorm_quant_fp8
+
+    x = _x((4, 256), "bfloat16")
+    with pytest.raises(TypeError, match="output_q"):
+        per_token_quant_fp8(x, output_q=torch.empty(4, 256, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match="output_s"):
+        per_tensor_quant_fp8(x, is_static=True)
+    with pytest.raises(ValueError, match="output_q"):
+        per_token_quant_fp8(x, output_q=torch.empty(4, 128, dtype=torch.float8_e4m3fn, device="cuda"))
+    with pytest.raises(TypeError, match="weight"):
+        rmsnorm_quant_fp8(x, torch.ones(256, device="cuda"))
+    with pytest.raises(ValueError, match="scale"):
+        rmsnorm_quant_fp8(x, torch.ones(256, dtype=torch.bfloat16, device="cuda"), scale=torch.ones(2, device="cuda"))
+
+
+# ---- PyTorch integration ---------------------------------------------------------------------------
+
+def test_opcheck_quant_ops():
+    torch = _torch()
+    import jitkern.ops  # noqa: F401
+
+    x = _x((7, 512), "bfloat16")
+    w = _x((512,), "bfloat16", seed=1)
+    scale = torch.tensor([0.03], device="cuda")
+    ops = torch.ops.jitkern
+    torch.library.opcheck(ops.per_tensor_quant_fp8, (x, None))
+    torch.library.opcheck(ops.per_tensor_quant_fp8, (x, scale))
+    torch.library.opcheck(ops.per_token_quant_fp8, (x,))
+    for cm, tma, ue in ((False, False, False), (True, True, False), (True, True, True)):
+        torch.library.opcheck(ops.per_token_group_quant_8bit, (x, 128, False, 1e-10, cm, tma, ue))
+    torch.library.opcheck(ops.per_token_group_quant_8bit, (x, 64, True, 1e-10, False, False, False))
+    torch.library.opcheck(ops.rmsnorm_quant_fp8, (x, w, 1e-6, None))
+    torch.library.opcheck(ops.rmsnorm_quant_fp8, (x, w, 1e-6, scale))
+    torch.library.opcheck(ops.fused_add_rmsnorm_quant_fp8, (x, x.clone(), w, 1e-6, None))
+
+
+def test_compiled_and_graph_captured_quant():
+    """torch.compile(fullgraph=True) gives the eager results; the dynamic per-tensor paths (one launch,
+    and memset + two launches) replay correctly from a CUDA graph."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit
+
+    def f(x, r, w):
+        q, s = fused_add_rmsnorm_quant_fp8(x, r, w, 1e-6)
+        gq, gs = per_token_group_quant_8bit(x, 128, column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True)
+        tq, ts = per_tensor_quant_fp8(x)
+        return q, s, gq, gs, tq, ts
+
+    x, w = _x((9, 1024), "bfloat16"), _x((1024,), "bfloat16", seed=1)
+    r = _x((9, 1024), "bfloat16", seed=2)
+    r_eager = r.clone()
+    eager = f(x, r_eager, w)
+    r_compiled = r.clone()
+    compiled = torch.compile(f, fullgraph=True)(x, r_compiled, w)
+    assert torch.equal(r_eager, r_compiled)
+    for a, b in zip(eager, compiled):
+        assert a.shape == b.shape
+        if a.dtype == torch.float8_e4m3fn:
+            _assert_q_equal(b, a)
+        else:
+            assert torch.equal(a.contiguous(), b.contiguous())
+
+    for shape in ((16, 4096), (4097, 4096)):  # cluster path; memset + amax + quantize
+        xs = _x(shape, "bfloat16")
+        q = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda")
+        s = torch.empty(1, device="cuda")
+        per_tensor_quant_fp8(xs, q, s)  # loaded before the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            per_tensor_quant_fp8(xs, q, s)
+        xs.mul_(-2.5)
+        s.fill_(1e30)
+        graph.replay()
+        torch.cuda.synchronize()
+        es = _scale(_finite_amax(xs), 1e-10)
+        assert torch.equal(s, es.reshape(1))
+        _assert_q_equal(q, _quantize(xs, es))
