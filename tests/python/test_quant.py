@@ -25,8 +25,11 @@ def _finite_amax(x, dim=None):
 
 
 def _scale(amax, eps, qmax=448.0):
+    """max(amax, eps) / qmax, an IEEE fp32 division (torch turns division by a Python number into a
+    multiplication by its reciprocal, which can differ in the last bit)."""
     torch = _torch()
-    return torch.clamp(amax.float(), min=eps) / qmax
+    amax = amax.float()
+    return torch.clamp(amax, min=eps) / torch.full_like(amax, qmax)
 
 
 def _quantize(x, s, dtype=None):
