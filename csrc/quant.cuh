@@ -26,12 +26,16 @@ namespace quant = device::quant;
 // The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant).
 constexpr float kQuantScaleEps = 1e-10f;
 constexpr int kQuantThreads = 512;
-// Dynamic per-tensor in one launch: a cluster of kQuantClusterCtas CTAs holds the whole tensor in
-// registers (kQuantClusterVecs vectors per thread), agrees on the amax through distributed shared memory,
-// then quantizes. Larger tensors take an amax pass and a quantize pass.
-constexpr int kQuantClusterCtas = 8;
+// Elementwise and per-group kernels: vectors per thread, loaded together (more bytes in flight).
+constexpr int kQuantItems = 2;
+// Dynamic per-tensor in one launch: a cluster of 16 CTAs (8 where the GPU refuses clusters beyond the
+// portable size) holds the whole tensor in registers (kQuantClusterVecs vectors per thread), agrees on
+// the amax through distributed shared memory, then quantizes. Larger tensors take an amax pass and a
+// quantize pass.
+constexpr int kQuantClusterCtas = 16;
+constexpr int kQuantPortableClusterCtas = 8;
 constexpr int kQuantClusterThreads = 1024;
-constexpr int kQuantClusterVecs = 4;
+constexpr int kQuantClusterVecs = 2;
 // Per-token rows: one CTA per row, two vectors per thread held in registers.
 constexpr int kQuantRowRegVecs = 2;
 constexpr int kQuantRowThreads = 1024;
@@ -56,18 +60,25 @@ __device__ __forceinline__ void split(int64_t v, const Shape2D& shape, int64_t& 
 }
 
 // q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor).
-template <typename T, typename Q, int kVec, bool kOneRow>
+// kLastFirst: CTAs take the tensor from its end, which the amax pass read last and L2 may still hold.
+template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst>
 __global__ void __launch_bounds__(kQuantThreads)
     quantize_tensor_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale) {
   device::pdl_trigger_secondary();
-  const int64_t v = int64_t{blockIdx.x} * kQuantThreads + threadIdx.x;
-  int64_t row, col;
-  split<kOneRow>(v, shape, row, col);
+  const unsigned block = kLastFirst ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t first = int64_t{block} * kQuantThreads * kQuantItems + threadIdx.x;
+  int64_t rows[kQuantItems], cols[kQuantItems];
+#pragma unroll
+  for (int k = 0; k < kQuantItems; ++k) split<kOneRow>(first + k * kQuantThreads, shape, rows[k], cols[k]);
   device::pdl_wait_primary();
-  if (v >= shape.total_vecs) return;
-  AlignedVector<T, kVec> x;
-  x.load(in.base + row * in.row_stride + col * kVec);
-  quant::store_quantized<Q>(q.base + row * q.row_stride + col * kVec, x, *scale);
+  AlignedVector<T, kVec> x[kQuantItems];
+#pragma unroll
+  for (int k = 0; k < kQuantItems; ++k)
+    if (first + k * kQuantThreads < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
+  const quant::Divider s(*scale);
+#pragma unroll
+  for (int k = 0; k < kQuantItems; ++k)
+    if (first + k * kQuantThreads < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
 }
 
 // scale = max of scale_for<Q>(amax of each CTA's part): *scale must be 0 before the launch.
@@ -106,7 +117,8 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int64_t step = int64_t{kQuantClusterCtas} * blockDim.x;
+  const unsigned ctas = cluster.num_blocks();
+  const int64_t step = int64_t{ctas} * blockDim.x;
   const int64_t first = int64_t{cluster.block_rank()} * blockDim.x + threadIdx.x;
   __shared__ float cta_amax;
   AlignedVector<T, kVec> x[kQuantClusterVecs];
@@ -124,12 +136,11 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
   amax = device::cta::reduce_max_once(amax, 0.0f);
   if (threadIdx.x == 0) cta_amax = amax;
   cluster.sync();
-#pragma unroll
-  for (int r = 0; r < kQuantClusterCtas; ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&cta_amax, r));
+  for (unsigned r = 0; r < ctas; ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&cta_amax, r));
   cluster.sync();  // no CTA leaves (freeing its shared memory) before every CTA has read it
   device::pdl_trigger_secondary();
-  const float s = quant::scale_for<Q>(amax, eps);
-  if (first == 0) *scale = s;
+  const quant::Divider s(quant::scale_for<Q>(amax, eps));
+  if (first == 0) *scale = s.s;
 #pragma unroll
   for (int k = 0; k < kQuantClusterVecs; ++k)
     if (first + k * step < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
@@ -161,7 +172,7 @@ __global__ void __launch_bounds__(kQuantRowThreads)
     y.load(src + i * kVec);
     amax = quant::vector_amax(y, amax);
   }
-  const float s = quant::scale_for<Q>(device::cta::reduce_max_once(amax, 0.0f), eps);
+  const quant::Divider s(quant::scale_for<Q>(device::cta::reduce_max_once(amax, 0.0f), eps));
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
     if (r * size + rank < nvec) quant::store_quantized<Q>(dst + (r * size + rank) * kVec, x[r], s);
@@ -170,7 +181,7 @@ __global__ void __launch_bounds__(kQuantRowThreads)
     y.load(src + i * kVec);
     quant::store_quantized<Q>(dst + i * kVec, y, s);
   }
-  if (rank == 0) scales[blockIdx.x] = s;
+  if (rank == 0) scales[blockIdx.x] = s.s;
 }
 
 // Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
@@ -181,49 +192,63 @@ struct GroupScales {
 };
 
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
-// <= 32; lane l holds vectors l, l + kLanes, ...).
+// <= 32; lane l holds vectors l, l + kLanes, ...); each thread takes part in kQuantItems groups, whose
+// loads are issued together.
 template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0>
 __global__ void __launch_bounds__(kQuantThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
                                                                    int64_t groups_per_row, int64_t total_groups, float eps) {
   constexpr int kGroup = kLanes * kPerLane * kVec;
+  constexpr int kGroupsPerItem = kQuantThreads / kLanes;  // groups a CTA covers per item
   device::pdl_trigger_secondary();
-  const int64_t t = int64_t{blockIdx.x} * kQuantThreads + threadIdx.x;
-  const int64_t group = t / kLanes;
-  const int lane = static_cast<int>(t % kLanes);
-  const bool valid = group < total_groups;
-  const int64_t row = total_groups <= UINT32_MAX ? static_cast<uint32_t>(group) / static_cast<uint32_t>(groups_per_row)
-                                                 : group / groups_per_row;
-  const int64_t g = group - row * groups_per_row;
-  const T* src = in.base + row * in.row_stride + g * kGroup + lane * kVec;
-  uint8_t* dst = q.base + row * q.row_stride + g * kGroup + lane * kVec;
-  AlignedVector<T, kVec> x[kPerLane];
-  device::pdl_wait_primary();
-  float amax = 0.0f;
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
+  const int64_t first = int64_t{blockIdx.x} * kGroupsPerItem * kQuantItems + threadIdx.x / kLanes;
+  const bool narrow = total_groups <= UINT32_MAX;
+  int64_t row[kQuantItems], g[kQuantItems];
+  bool valid[kQuantItems];
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k)
-    if (valid) x[k].load(src + k * kLanes * kVec);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k)
-    if (valid) amax = quant::vector_amax(x[k], amax);
-  // Every lane of the warp takes part (groups never straddle warps: kLanes divides 32).
-  amax = device::warp::reduce_max<kLanes>(amax);
-  float s = quant::scale_for<Q>(amax, eps);
-  uint32_t exponent = 0;
-  if constexpr (kUE8M0) {
-    exponent = quant::ue8m0_exponent(s);
-    s = __uint_as_float(exponent << 23);
+  for (int k = 0; k < kQuantItems; ++k) {
+    const int64_t group = first + k * kGroupsPerItem;
+    valid[k] = group < total_groups;
+    row[k] = narrow ? static_cast<uint32_t>(group) / static_cast<uint32_t>(groups_per_row) : group / groups_per_row;
+    g[k] = group - row[k] * groups_per_row;
   }
-  if (!valid) return;
+  AlignedVector<T, kVec> x[kQuantItems][kPerLane];
+  device::pdl_wait_primary();
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) quant::store_quantized<Q>(dst + k * kLanes * kVec, x[k], s);
-  if (lane != 0) return;
-  if constexpr (kUE8M0) {
-    uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row * scales.row_stride + g / 4 * scales.group_stride);
-    word[g % 4] = static_cast<uint8_t>(exponent);
-    if (g == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
-      for (int64_t b = g % 4 + 1; b < 4; ++b) word[b] = 0;
-  } else {
-    static_cast<float*>(scales.base)[row * scales.row_stride + g * scales.group_stride] = s;
+  for (int k = 0; k < kQuantItems; ++k) {
+    const T* src = in.base + row[k] * in.row_stride + g[k] * kGroup + lane * kVec;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (valid[k]) x[k][j].load(src + j * kLanes * kVec);
+  }
+#pragma unroll
+  for (int k = 0; k < kQuantItems; ++k) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (valid[k]) amax = quant::vector_amax(x[k][j], amax);
+    // Every lane of the warp takes part (groups never straddle warps: kLanes divides 32).
+    amax = device::warp::reduce_max<kLanes>(amax);
+    float scale = quant::scale_for<Q>(amax, eps);
+    uint32_t exponent = 0;
+    if constexpr (kUE8M0) {
+      exponent = quant::ue8m0_exponent(scale);
+      scale = __uint_as_float(exponent << 23);
+    }
+    if (!valid[k]) continue;
+    const quant::Divider s(scale);
+    uint8_t* dst = q.base + row[k] * q.row_stride + g[k] * kGroup + lane * kVec;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) quant::store_quantized<Q>(dst + j * kLanes * kVec, x[k][j], s);
+    if (lane != 0) continue;
+    if constexpr (kUE8M0) {
+      uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row[k] * scales.row_stride + g[k] / 4 * scales.group_stride);
+      word[g[k] % 4] = static_cast<uint8_t>(exponent);
+      if (g[k] == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
+        for (int64_t b = g[k] % 4 + 1; b < 4; ++b) word[b] = 0;
+    } else {
+      static_cast<float*>(scales.base)[row[k] * scales.row_stride + g[k] * scales.group_stride] = scale;
+    }
   }
 }
 
@@ -261,11 +286,13 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      if (!is_static && cc >= 9 && shape.total_vecs <= int64_t{kQuantClusterCtas} * kQuantClusterThreads * kQuantClusterVecs) {
-        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{kQuantClusterCtas} * kQuantClusterVecs), 32) * 32;
-        LaunchKernel(kQuantClusterCtas, static_cast<unsigned>(threads), ops.device)
-            .with_cluster(kQuantClusterCtas)
-            .enable_pdl()(tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+      const auto cluster_kernel = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kOneRow>;
+      const int ctas = cc >= 9 ? cluster_ctas(cluster_kernel, ops.device) : 0;
+      if (!is_static && shape.total_vecs <= int64_t{ctas} * kQuantClusterThreads * kQuantClusterVecs) {
+        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{ctas} * kQuantClusterVecs), 32) * 32;
+        LaunchKernel(ctas, static_cast<unsigned>(threads), ops.device)
+            .with_cluster(ctas)
+            .enable_pdl()(cluster_kernel, in, q, shape, scale, kQuantScaleEps);
         return;
       }
       if (!is_static) {
@@ -275,8 +302,13 @@ struct QuantOps {
         LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
             .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
       }
-      LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads)), kQuantThreads, ops.device)
-          .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale);
+      LaunchKernel launch(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device);
+      launch.enable_pdl(cc >= 9);
+      if (is_static) {
+        launch(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, false>, in, q, shape, scale);
+      } else {
+        launch(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
+      }
     });
   }
 
@@ -336,7 +368,7 @@ struct QuantOps {
     const bool pdl = runtime::get_cc_major(ops.device.device_id) >= 9;
     const float e = static_cast<float>(eps);
     const auto launch_group = [&](auto kernel, int lanes) {
-      LaunchKernel(checked_grid(div_ceil(total_groups * lanes, kQuantThreads)), kQuantThreads, ops.device)
+      LaunchKernel(checked_grid(div_ceil(total_groups * lanes, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
           .enable_pdl(pdl)(kernel, Rows<const T>{ops.in, ops.in_stride}, Rows<uint8_t>{ops.q, ops.q_stride}, scales, groups, total_groups, e);
     };
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag) {
@@ -410,6 +442,31 @@ struct QuantOps {
     TokenRows<T>::check_rows(N, H, q_stride, q_name);
     return {static_cast<const T*>(input.data_ptr()), static_cast<uint8_t*>(output_q.data_ptr()), N.unwrap(), H.unwrap(),
             TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
+  }
+
+  // CTAs per cluster of the one-launch dynamic per-tensor kernel: 16 where one such cluster of full-size
+  // CTAs fits on this GPU (clusters beyond the portable 8 are opt-in), else 8. Asked once per kernel.
+  template <typename Kernel>
+  static int cluster_ctas(Kernel kernel, DLDevice device) {
+    static const int ctas = [&] {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+        cudaGetLastError();
+        return kQuantPortableClusterCtas;
+      }
+      cudaLaunchConfig_t config{};
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim = {static_cast<unsigned>(kQuantClusterCtas), 1, 1};
+      config.gridDim = kQuantClusterCtas, config.blockDim = kQuantClusterThreads, config.attrs = &attr, config.numAttrs = 1;
+      int previous = -1, clusters = 0;
+      cudaGetDevice(&previous);
+      if (previous != device.device_id) cudaSetDevice(device.device_id);
+      const cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      if (previous != device.device_id) cudaSetDevice(previous);
+      if (status != cudaSuccess) cudaGetLastError();
+      return status == cudaSuccess && clusters >= 1 ? kQuantClusterCtas : kQuantPortableClusterCtas;
+    }();
+    return ctas;
   }
 
   static unsigned checked_grid(int64_t blocks) {

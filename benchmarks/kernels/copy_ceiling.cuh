@@ -6,14 +6,16 @@
 // rewrite_columns: the memory traffic of an in-place row op on a slice of a wider buffer (qknorm's q
 // and k columns of a fused qkv buffer) and nothing else, as the ceiling for that access pattern.
 // rewrite_pair: the same for an op that reads two buffers and writes both back (fused_add_rmsnorm).
-// halve: reads 16 bytes and writes 8 per thread (a 2-byte to 1-byte conversion: 8-bit quantization).
+// halve: reads 16 bytes and writes 8, twice per thread (a 2-byte to 1-byte conversion: 8-bit quantization).
 // read_all: reads every byte and writes one word per CTA (an amax pass).
 #pragma once
 
+#include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/utils.cuh>
 #include <jitkern/utils.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace {
@@ -104,12 +106,15 @@ void rewrite_pair(jitkern::TensorView a, jitkern::TensorView b, int64_t flip) {
       .enable_pdl()(rewrite_pair_kernel, static_cast<uint4*>(a.data_ptr()), static_cast<uint4*>(b.data_ptr()), static_cast<uint32_t>(flip));
 }
 
-__global__ void __launch_bounds__(kCopyCeilingThreads) halve_kernel(uint2* dst, const uint4* src) {
+// Two 16-byte reads per thread, issued together (as the quantization kernels do).
+__global__ void __launch_bounds__(kCopyCeilingThreads) halve_kernel(uint2* dst, const uint4* src, int64_t n) {
   device::pdl_trigger_secondary();
-  const int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x;
+  const int64_t i = int64_t{blockIdx.x} * 2 * kCopyCeilingThreads + threadIdx.x, j = i + kCopyCeilingThreads;
   device::pdl_wait_primary();
-  const uint4 v = src[i];
-  dst[i] = make_uint2(v.x ^ v.y, v.z ^ v.w);
+  const uint4 a = src[i];
+  const uint4 b = j < n ? src[j] : make_uint4(0, 0, 0, 0);
+  dst[i] = make_uint2(a.x ^ a.y, a.z ^ a.w);
+  if (j < n) dst[j] = make_uint2(b.x ^ b.y, b.z ^ b.w);
 }
 
 // src: int32, a multiple of 16 KiB; dst: int32, half of src's elements.
@@ -123,16 +128,25 @@ void halve(jitkern::TensorView dst, jitkern::TensorView src) {
                "halve: src must be a multiple of 16 KiB and dst half of it");
   const int64_t tiles = n.unwrap() * 4 / kCopyCeilingTileBytes;
   if (tiles == 0) return;
-  LaunchKernel(static_cast<unsigned>(tiles), kCopyCeilingThreads, device.unwrap())
-      .enable_pdl()(halve_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()));
+  LaunchKernel(static_cast<unsigned>(div_ceil(tiles, 2)), kCopyCeilingThreads, device.unwrap())
+      .enable_pdl()(halve_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()),
+                    tiles * kCopyCeilingThreads);
 }
 
-__global__ void __launch_bounds__(kCopyCeilingThreads) read_all_kernel(unsigned* out, const uint4* src) {
+// Each thread reads four 16-byte vectors per step of a grid-stride loop (loads in flight), folds them
+// with XOR and adds one atomic per warp at the end.
+__global__ void __launch_bounds__(kCopyCeilingThreads) read_all_kernel(unsigned* out, const uint4* src, int64_t n) {
   device::pdl_trigger_secondary();
-  const int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x;
+  const int64_t step = int64_t{gridDim.x} * kCopyCeilingThreads;
   device::pdl_wait_primary();
-  const uint4 v = src[i];
-  unsigned x = v.x ^ v.y ^ v.z ^ v.w;
+  unsigned x = 0;
+  for (int64_t i = int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x; i < n; i += 4 * step) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = i + u * step < n ? src[i + u * step] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
   for (int offset = 16; offset > 0; offset /= 2) x ^= __shfl_xor_sync(0xffffffffu, x, offset);
   if (threadIdx.x % 32 == 0) atomicXor(out, x);
 }
@@ -143,8 +157,10 @@ void read_all(jitkern::TensorView out, jitkern::TensorView src) {
   const unsigned tiles = whole_tiles(src, src, "read_all", &device);
   host::TensorMatcher({1}).with_dtype<int32_t>().with_device<kDLCUDA>().verify(out, "out");
   if (tiles == 0) return;
-  host::LaunchKernel(tiles, kCopyCeilingThreads, device)
-      .enable_pdl()(read_all_kernel, static_cast<unsigned*>(out.data_ptr()), static_cast<const uint4*>(src.data_ptr()));
+  const unsigned grid = std::min<unsigned>(tiles, 2 * static_cast<unsigned>(host::runtime::get_sm_count(device.device_id)));
+  host::LaunchKernel(grid, kCopyCeilingThreads, device)
+      .enable_pdl()(read_all_kernel, static_cast<unsigned*>(out.data_ptr()), static_cast<const uint4*>(src.data_ptr()),
+                    int64_t{tiles} * kCopyCeilingThreads);
 }
 
 }  // namespace

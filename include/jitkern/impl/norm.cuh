@@ -101,7 +101,8 @@ struct VecMath {
 // below then call, in every thread of the row's group:
 //   amax(y, acc)       only where kNeedsAmax: folds a vector into the thread's running row statistic,
 //                      which the group then reduces with a max;
-//   s = scale(amax)    once, after the row is normalised (amax is 0 without kNeedsAmax);
+//   s = scale(amax)    once, after the row is normalised (amax is 0 without kNeedsAmax); s is
+//                      whatever the epilogue's stores need (a scale, a divider);
 //   store(y, at, s)    for each vector (at: the vector's first element within the row);
 //   finish(s)          once per row, in the group's first thread (e.g. to write the row's scale).
 template <typename T>
@@ -191,7 +192,7 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
     for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) amax = epi.amax(remainder(i), amax);
     amax = g.reduce_max(amax);
   }
-  const float s = epi.scale(amax);
+  const auto s = epi.scale(amax);
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
@@ -249,7 +250,7 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     if (valid[k]) {
-      const float s = epis[k].scale(amax[k]);
+      const auto s = epis[k].scale(amax[k]);
       if (lane_active) epis[k].store(xs[k], int64_t{rank} * kVec, s);
       if (rank == 0) epis[k].finish(s);
     }

@@ -19,6 +19,8 @@
 
 namespace device::quant {
 
+inline constexpr float kInf = __builtin_huge_valf();
+
 template <typename Q>
 struct Format;
 
@@ -40,7 +42,7 @@ struct Format<int8_t> {
 
 JITKERN_DEVICE float finite_amax(float acc, float v) {
   const float a = fabsf(v);
-  return a < __int_as_float(0x7f800000) ? fmaxf(acc, a) : acc;  // false for NaN and inf
+  return a < kInf ? fmaxf(acc, a) : acc;  // false for NaN and inf
 }
 
 // The dynamic scale of a row, group or tensor. Monotonic in amax, so the largest scale of parts is
@@ -56,12 +58,27 @@ JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
   return (bits >> 23) + ((bits & 0x7fffffu) != 0 ? 1u : 0u);
 }
 
+// x / s, correctly rounded as an IEEE fp32 division, in three instructions: with inv = RN(1 / s), the
+// product x * inv is within an ulp of x / s and one FMA correction rounds it correctly (Markstein).
+// Non-finite x give what x / s gives; a scale whose reciprocal overflows divides the slow way.
+struct Divider {
+  float s, inv;
+  bool slow;
+  JITKERN_DEVICE explicit Divider(float scale) : s(scale), inv(1.0f / scale), slow(!(fabsf(inv) < kInf)) {}
+  JITKERN_DEVICE float operator()(float x) const {
+    if (slow) return x / s;
+    const float q = x * inv;
+    const float corrected = fmaf(fmaf(-q, s, x), inv, q);
+    return corrected == corrected ? corrected : q;  // x = +-inf: the residual is NaN, q is right
+  }
+};
+
 // kVec values of T divided by s and written as kVec bytes with one store (ptr aligned to kVec bytes).
 template <typename Q, typename T, int kVec>
-JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, float s) {
+JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
   AlignedVector<uint8_t, kVec> q;
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(cast<float>(x[j]) / s);
+  for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(s(cast<float>(x[j])));
   q.store(ptr);
 }
 
@@ -92,16 +109,16 @@ struct QuantizeRows {
     const float* static_scale;
     float eps;
     JITKERN_DEVICE float amax(const AlignedVector<T, kVec>& y, float acc) const { return vector_amax(y, acc); }
-    JITKERN_DEVICE float scale(float amax) const {
+    JITKERN_DEVICE Divider scale(float amax) const {
       if constexpr (kDynamic) {
-        return scale_for<Q>(amax, eps);
+        return Divider(scale_for<Q>(amax, eps));
       } else {
-        return *static_scale;
+        return Divider(*static_scale);
       }
     }
-    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float s) const { store_quantized<Q>(q + at, y, s); }
-    JITKERN_DEVICE void finish(float s) const {
-      if constexpr (kDynamic) *scale_out = s;
+    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, const Divider& s) const { store_quantized<Q>(q + at, y, s); }
+    JITKERN_DEVICE void finish(const Divider& s) const {
+      if constexpr (kDynamic) *scale_out = s.s;
     }
   };
 
