@@ -286,8 +286,8 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      const auto cluster_kernel = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kOneRow>;
-      const int ctas = cc >= 9 ? cluster_ctas(cluster_kernel, ops.device) : 0;
+      constexpr auto cluster_kernel = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kOneRow>;
+      const int ctas = cc >= 9 ? cluster_ctas<cluster_kernel>(ops.device) : 0;
       if (!is_static && shape.total_vecs <= int64_t{ctas} * kQuantClusterThreads * kQuantClusterVecs) {
         const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{ctas} * kQuantClusterVecs), 32) * 32;
         LaunchKernel(ctas, static_cast<unsigned>(threads), ops.device)
@@ -446,8 +446,8 @@ struct QuantOps {
 
   // CTAs per cluster of the one-launch dynamic per-tensor kernel: 16 where one such cluster of full-size
   // CTAs fits on this GPU (clusters beyond the portable 8 are opt-in), else 8. Asked once per kernel.
-  template <typename Kernel>
-  static int cluster_ctas(Kernel kernel, DLDevice device) {
+  template <auto kernel>
+  static int cluster_ctas(DLDevice device) {
     static const int ctas = [&] {
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
         cudaGetLastError();
