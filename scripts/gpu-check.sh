@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU procedure: install jitkern (and the carried tvm-ffi wheel) into a private site dir, run the
 # GPU tests, then the benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
-#   scripts/gpu-check.sh [tests|bench|all] [benchmark-name-pattern]   (default: all, every benchmark)
+#   scripts/gpu-check.sh [tests|bench|all] [name-pattern]   (default: all; the pattern picks test files
+#   tests/python/test_<pattern>.py and benchmarks benchmarks/bench_<pattern>.py, default every one)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -24,7 +25,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   repo=$PWD
-  (cd /tmp && python3 -m pytest -q -m gpu -rs "$repo/tests/python" 2>&1) | tee "$OUT/gpu-tests.log"
+  tests=("$repo/tests/python")
+  [ "$pattern" = "*" ] || tests=($repo/tests/python/test_${pattern}.py)
+  (cd /tmp && python3 -m pytest -q -m gpu -rs "${tests[@]}" 2>&1) | tee "$OUT/gpu-tests.log"
   rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
