@@ -125,8 +125,9 @@ def test_per_tensor_nan_inf_zero():
     from jitkern.ops import per_tensor_quant_fp8
 
     x = _x((8, 256), "bfloat16")
-    x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("inf"), float("-inf")
+    x[0, 0], x[1, 1], x[2, 2], x[3, 3] = float("nan"), float("inf"), float("-inf"), -0.0
     q, s = per_tensor_quant_fp8(x)
+    assert q[3, 3].view(torch.uint8).item() == 0x80, "-0 must stay -0"
     es = _scale(_finite_amax(x), 1e-10)
     assert torch.equal(s, es.reshape(1)), "NaN/inf entered the amax"
     _assert_q_equal(q, _quantize(x, es))

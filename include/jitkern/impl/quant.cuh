@@ -60,9 +60,8 @@ JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
 
 // x / s, correctly rounded as an IEEE fp32 division, without a division per element: with inv =
 // RN(1 / s), x * inv is within 1.5 ulp of x / s; one FMA residual correction makes it faithful (within
-// an ulp) and a second rounds it correctly (Markstein's theorem needs the faithful start; one correction
-// measured a few wrong roundings in 16M). Non-finite x give what x / s gives; a scale whose reciprocal
-// overflows divides the slow way.
+// an ulp) and a second rounds it correctly (Markstein's theorem needs the faithful start). Non-finite x
+// and -0 give what x / s gives; a scale whose reciprocal overflows divides the slow way.
 struct Divider {
   float s, inv;
   bool slow;
@@ -72,7 +71,8 @@ struct Divider {
     const float q0 = x * inv;
     const float q1 = fmaf(fmaf(-q0, s, x), inv, q0);
     const float q2 = fmaf(fmaf(-q1, s, x), inv, q1);
-    return q2 == q2 ? q2 : q0;  // x = +-inf: the residuals are NaN, q0 is right
+    // x = +-inf: the residuals are NaN and q0 is right; x = -0: the corrections lose the sign q0 has.
+    return q2 == q2 ? copysignf(q2, q0) : q0;
   }
 };
 
