@@ -6,7 +6,7 @@
 //   device::quant::QuantizeRows      the norm kernels' epilogue that writes a row as 8-bit values
 //                                    (impl/norm.cuh), with a static or a per-row dynamic scale.
 //
-// Rules (docs/guide.md, "Quantization"): q = saturate(round_to_nearest_even(x / s)), the division in
+// Rules (README, the quantization ops): q = saturate(round_to_nearest_even(x / s)), the division in
 // fp32; fp8 saturates to +-448 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic
 // amax ignores NaN and +-inf, so one bad element does not zero or poison the rest of its row.
 #pragma once
