@@ -398,6 +398,8 @@ const char* error_kind(const std::exception& e) noexcept {
       case host::ErrorKind::kType: return "TypeError";
       case host::ErrorKind::kValue: return "ValueError";
       case host::ErrorKind::kRuntime: return "RuntimeError";
+      case host::ErrorKind::kIndex: return "IndexError";
+      case host::ErrorKind::kTimeout: return "TimeoutError";
     }
   }
   if (dynamic_cast<const std::invalid_argument*>(&e) || dynamic_cast<const std::out_of_range*>(&e)) return "ValueError";

@@ -16,9 +16,10 @@
 namespace host {
 
 // What a failure is, as Python sees it: RuntimeError (a CUDA or internal failure, host::Panic),
-// TypeError (an argument of the wrong dtype or kind) or ValueError (a wrong shape, stride or value,
-// host::RuntimeCheck and most TensorMatcher failures).
-enum class ErrorKind : uint8_t { kRuntime, kType, kValue };
+// TypeError (an argument of the wrong dtype or kind), ValueError (a wrong shape, stride or value,
+// host::RuntimeCheck and most TensorMatcher failures), IndexError (an index out of a buffer's range)
+// or TimeoutError (a wait that gave up); host::Raise throws any of them.
+enum class ErrorKind : uint8_t { kRuntime, kType, kValue, kIndex, kTimeout };
 
 // The caller's file:line:function, captured by a defaulted argument.
 struct DebugInfo : std::source_location {
@@ -67,6 +68,17 @@ template <typename Cond, typename... Args>
 RuntimeCheck(Cond&&, Args&&...) -> RuntimeCheck<Args...>;
 template <typename Cond, typename... Args>
 RuntimeCheck(DebugInfo, Cond&&, Args&&...) -> RuntimeCheck<DebugInfo, Args...>;
+
+// Throws host::PanicError of `kind` whose message is the concatenation of `args`, prefixed by the
+// caller's location: for the kinds RuntimeCheck and Panic do not cover (ErrorKind::kIndex, kTimeout).
+template <typename... Args>
+struct Raise {
+  [[noreturn]] explicit Raise(ErrorKind kind, Args&&... args, DebugInfo where = {}) {
+    detail::fail_with(where, "Error", kind, args...);
+  }
+};
+template <typename... Args>
+Raise(ErrorKind, Args&&...) -> Raise<Args...>;
 
 // Python-like integer range [start, end) usable in range-for; a tiny replacement for
 // std::views::iota so that kernels need not include <ranges>.

@@ -13,6 +13,9 @@ import tvm_ffi
 
 from . import _engine
 
+# host::ErrorKind::kTimeout crosses the C ABI as "TimeoutError", which tvm-ffi does not map by default.
+tvm_ffi.register_error("TimeoutError", TimeoutError)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _ENV: bytes | None = None

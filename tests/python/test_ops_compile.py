@@ -7,7 +7,7 @@ import pytest
 
 from conftest import KERNELS, PRIMITIVES_WRAPPERS
 from jitkern import JitSpec
-from jitkern.ops import norm, quant
+from jitkern.ops import kv_transfer, norm, quant, wait_value
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
 
@@ -20,7 +20,8 @@ def _build(spec: JitSpec) -> str:
     return path
 
 
-@pytest.mark.parametrize("spec", norm.SPECS + quant.SPECS, ids=lambda s: f"{s.name}-{s.args[1]}")
+@pytest.mark.parametrize("spec", norm.SPECS + quant.SPECS + (kv_transfer.spec(), wait_value.spec()),
+                         ids=lambda s: "-".join([s.name, *s.args[1:]]))
 def test_op_module_compiles(cache_dir, monkeypatch, spec):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     _build(spec)
