@@ -4,7 +4,8 @@
   waiting (A sleeps first), against torch.cuda.Event record + wait_event.
 - host set -> stream B: host time from Event.set to the moment a write queued behind B's wait is visible
   in host memory, against the same write queued on an idle stream (the launch and write-back alone).
-Medians over many signals; the driver's stream memory operations and the spin kernel. Prints markdown."""
+Medians over many signals; the driver's stream memory operations and the spin kernel. Spin-kernel waits have
+a 2 s timeout, so that a wait that is never released shows as a TimeoutError instead of a hang. Prints markdown."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def stream_to_stream(kind: str, a, b) -> float:
                 after.record()
         else:
             with torch.cuda.stream(b):
-                event.wait(i)
+                event.wait(i, timeout_ms=2000 if kind == "spin" else None)
                 after.record()
             with torch.cuda.stream(a):
                 event.record(i)
@@ -64,7 +65,7 @@ def host_to_stream(kind: str, b) -> float:
                 done.record(i)
         else:
             with torch.cuda.stream(b):
-                gate.wait(i)
+                gate.wait(i, timeout_ms=2000 if kind == "spin" else None)
                 done.record(i)
             time.sleep(0.001)  # the stream is waiting by now
             t0 = time.perf_counter()
@@ -83,8 +84,8 @@ def main():
     print(f"\nCUDA_DEVICE_MAX_CONNECTIONS={os.environ['CUDA_DEVICE_MAX_CONNECTIONS']}")
     print("\n| signal | mechanism | median us |")
     print("|---|---|---|")
-    for kind, name in (("driver", "jitkern.Event (driver wait/write value)"), ("spin", "jitkern.Event (spin kernel)"),
-                       ("torch", "torch.cuda.Event + wait_event")):
+    for kind, name in (("torch", "torch.cuda.Event + wait_event"), ("driver", "jitkern.Event (driver wait/write value)"),
+                       ("spin", "jitkern.Event (spin kernel)")):
         print(f"| record on stream A -> next kernel on stream B | {name} | {stream_to_stream(kind, a, b):.2f} |")
     for kind, name in (("driver", "Event.set -> stream B (driver wait value)"), ("spin", "Event.set -> stream B (spin kernel)"),
                        ("no wait", "the same write launched on an idle stream (no wait)")):

@@ -24,7 +24,9 @@ namespace {
 
 constexpr int kTransferThreads = 1024;
 constexpr int kTransferUnroll = 4;   // vectors per buffer each thread has in flight
-constexpr int kHostBlockQuota = 4;   // CTAs of a transfer that touches host memory, unless block_quota says
+// CTAs of a transfer that touches host memory, unless block_quota says: 2 already reach PCIe's ~51 GB/s on
+// an H100 and slow a GEMM beside them half as much as 4 (docs/benchmarks.md).
+constexpr int kHostBlockQuota = 2;
 // Host indices go to the copy engines when their copies average this much (H100: runs of 128 KiB beat the
 // SM kernel, single 2 KiB rows ran at 1-3 GB/s; docs/benchmarks.md); otherwise to the SM kernel.
 constexpr size_t kCopyEngineMinBytes = 64 << 10;
@@ -69,25 +71,16 @@ __global__ void __launch_bounds__(kTransferThreads) transfer_rows_kernel(const _
   const uint32_t lane = threadIdx.x % kLanes;
   const uint32_t workers = gridDim.x * (kTransferThreads / kLanes);
   const uint32_t tasks = p.n * p.layers;
-  uint32_t t = (blockIdx.x * kTransferThreads + threadIdx.x) / kLanes;
-  uint32_t i = t % p.n, layer = t / p.n;
-  uint64_t s = 0, d = 0;
-  bool ok = t < tasks && p.src.take<Index>(i, &s) && p.dst.take<Index>(i, &d);
-  for (; t < tasks; t += workers) {
-    // The next task's indices are read before this row moves, so their latency hides behind the copy.
-    const uint32_t next = t + workers, next_layer = next / p.n, next_i = next - next_layer * p.n;
-    uint64_t next_s = 0, next_d = 0;
-    const bool next_ok = next < tasks && p.src.take<Index>(next_i, &next_s) && p.dst.take<Index>(next_i, &next_d);
-    const uint32_t this_layer = layer;
-    const uint64_t this_s = s, this_d = d;
-    const bool this_ok = ok;
-    layer = next_layer, s = next_s, d = next_d, ok = next_ok;
-    if (!this_ok) continue;
-    const Vec* from[2] = {reinterpret_cast<const Vec*>(p.src.row(0, this_layer, this_s)), nullptr};
-    Vec* to[2] = {reinterpret_cast<Vec*>(p.dst.row(0, this_layer, this_d)), nullptr};
+  for (uint32_t t = (blockIdx.x * kTransferThreads + threadIdx.x) / kLanes; t < tasks; t += workers) {
+    const uint32_t layer = t / p.n, i = t - layer * p.n;
+    uint64_t s, d;
+    const bool src_ok = p.src.take<Index>(i, &s), dst_ok = p.dst.take<Index>(i, &d);
+    if (!src_ok || !dst_ok) continue;
+    const Vec* from[2] = {reinterpret_cast<const Vec*>(p.src.row(0, layer, s)), nullptr};
+    Vec* to[2] = {reinterpret_cast<Vec*>(p.dst.row(0, layer, d)), nullptr};
     if (p.buffers == 2) {
-      from[1] = reinterpret_cast<const Vec*>(p.src.row(1, this_layer, this_s));
-      to[1] = reinterpret_cast<Vec*>(p.dst.row(1, this_layer, this_d));
+      from[1] = reinterpret_cast<const Vec*>(p.src.row(1, layer, s));
+      to[1] = reinterpret_cast<Vec*>(p.dst.row(1, layer, d));
     }
     for (uint32_t c = lane; c < p.vectors; c += kLanes * kTransferUnroll) {
       Vec v[2][kTransferUnroll];
