@@ -67,3 +67,23 @@ def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None):
         return loaded[0](*args)
 
     return define_op(qualname, schema, implementation, fake)
+
+
+class ModuleExports:
+    """The exports of one module that takes no template arguments, each looked up once: loaded at the
+    first call (never inside a CUDA graph capture) or by warmup()."""
+
+    def __init__(self, spec, ops, what: str) -> None:
+        self._spec, self._ops, self._what, self._functions = spec, tuple(ops), what, {}
+
+    def __call__(self, op: str):
+        fn = self._functions.get(op)
+        if fn is None:
+            check_not_capturing(f"the {self._what} module", "jitkern.ops.warmup()")
+            fn = self._functions.setdefault(op, getattr(self._spec().load(), op))
+        return fn
+
+    def warmup(self) -> None:
+        module = self._spec().load()
+        for op in self._ops:
+            self._functions.setdefault(op, getattr(module, op))

@@ -19,7 +19,7 @@ Each op is a torch custom op (torch.ops.jitkern.*); the seed's names and keyword
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, define_op, torch
+from .._torch import ModuleExports, compiling, define_op, torch
 from ..jit import JitSpec
 
 LAYOUTS = {"layer_first": 0, "page_first": 1}  # csrc/kv_transfer.cuh's KvTransfer::Layout
@@ -36,22 +36,12 @@ def spec() -> JitSpec:
                    cuda_wrappers=[(op, f"KvTransfer::{op}", args) for op, args in _OPS.items()])
 
 
-_FUNCTIONS: dict = {}
-
-
-def _function(op: str):
-    fn = _FUNCTIONS.get(op)
-    if fn is None:
-        check_not_capturing("the kv_transfer module", "jitkern.ops.warmup()")
-        fn = _FUNCTIONS.setdefault(op, getattr(spec().load(), op))
-    return fn
+_function = ModuleExports(spec, _OPS, "kv_transfer")
 
 
 def warmup() -> None:
     """Loads (building where needed) the transfer module."""
-    module = spec().load()
-    for op in _OPS:
-        _FUNCTIONS.setdefault(op, getattr(module, op))
+    _function.warmup()
 
 
 def _layout(value: str, name: str) -> int:

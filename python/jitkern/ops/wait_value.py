@@ -12,7 +12,7 @@ another stream or the host writes.
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, define_op, torch
+from .._torch import ModuleExports, compiling, define_op, torch
 from ..jit import JitSpec
 
 _OPS = {
@@ -31,22 +31,12 @@ def spec() -> JitSpec:
     return JitSpec("wait_value", cuda_files=["wait_value.cuh"], cuda_wrappers=[(op, op, args) if args else (op, op) for op, args in _OPS.items()])
 
 
-_FUNCTIONS: dict = {}
-
-
-def _function(op: str):
-    fn = _FUNCTIONS.get(op)
-    if fn is None:
-        check_not_capturing("the wait_value module", "jitkern.ops.warmup()")
-        fn = _FUNCTIONS.setdefault(op, getattr(spec().load(), op))
-    return fn
+_function = ModuleExports(spec, _OPS, "wait_value")
 
 
 def warmup() -> None:
     """Loads (building where needed) the signalling module."""
-    module = spec().load()
-    for op in _OPS:
-        _FUNCTIONS.setdefault(op, getattr(module, op))
+    _function.warmup()
 
 
 def stream_wait_value(flag: torch.Tensor, value: int) -> None:
