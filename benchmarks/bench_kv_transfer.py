@@ -73,10 +73,16 @@ def one_layer():
         rows.append(("contiguous copy_ of the same bytes", contiguous))
         for name, us in rows:
             print(f"| {direction} | {name} | {us:.1f} | {_gbps(moved, us):.1f} | {100 * contiguous / us:.1f}% |")
+        if direction == "gpu->gpu":
+            gpu_default_us = dict(rows)["SM kernel, default (whole GPU)"]
         del k_src, v_src, k_dst, v_dst, flat_src, flat_dst
     ceilings = copy_ceilings()
-    print(f"\nGPU copy ceiling (read + write): {copy_ceiling_text(ceilings)}; gpu->gpu moves each byte read + written, "
-          f"so its GB/s above is half the ceiling's count.")
+    print(f"\nGPU copy ceiling (read + write, 1 GiB): {copy_ceiling_text(ceilings)}; gpu->gpu moves each byte read + "
+          f"written, so its GB/s above is half the ceiling's count.")
+    same = copy_ceilings(2 * moved)
+    best = max(same.values())
+    print(f"Copy ceiling of the same {moved / 2**20:.0f} MiB (read + write): {copy_ceiling_text(same)}; the default "
+          f"gpu->gpu transfer moves {2 * _gbps(moved, gpu_default_us):.0f} GB/s = {100 * 2 * _gbps(moved, gpu_default_us) / best:.1f}% of it.")
 
 
 def all_layers():

@@ -53,6 +53,7 @@ struct NormParams {
   int64_t hidden1;  // problem[1]'s row width in a two-width launch (launch_norm_two_widths), else unused
 };
 
+using device::norm::RowFit;
 using device::norm::RowPointers;
 
 // How row numbers map to (problem, token, head):
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 // once this one has passed its own wait (fewer launches waiting on the SMs); rmsnorm triggers at once.
 // Both choices were measured (docs/benchmarks.md, "Design measurements").
 // kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
                                                                      const __grid_constant__ Epi epi) {
   static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
   const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
   device::pdl_wait_primary();
   if constexpr (kFusedAdd) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kRowFits>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
 }
 
@@ -156,14 +157,27 @@ void launch_norm_narrow(const NormParams<T>& p, const Epi& epi, DLDevice device,
 // token_rows: one problem, one row per token. That kernel needs fewer registers (five CTAs per SM
 // instead of four for bf16 [*, 4096]): faster with many rows, slower on small grids for a reason not
 // understood, so it is used for many rows only (docs/benchmarks.md, "Design measurements").
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Epi>
+// kFits: the row fits in the threads' registers; it is then held exactly (RowFit::kExact) when its
+// vectors divide evenly among whole warps.
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi>
 void launch_norm_wide(const NormParams<T>& p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
-  host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), wide_threads(p.hidden / kVec, kRegVecs), device);
+  const int threads = wide_threads(p.hidden / kVec, kRegVecs);
+  host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
   launch.enable_pdl(pdl);
-  if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, Epi, RowOrder::kTokenRows>, p, epi);
+  const auto with_fit = [&](auto fit) {
+    constexpr RowFit kFit = decltype(fit)::value;
+    if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
+      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
+    } else {
+      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kProblemMajor>, p, epi);
+    }
+  };
+  if constexpr (!kFits) {
+    with_fit(std::integral_constant<RowFit, RowFit::kWider>{});
+  } else if (p.hidden / kVec == int64_t{kRegVecs} * threads) {
+    with_fit(std::integral_constant<RowFit, RowFit::kExact>{});
   } else {
-    launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kRowFits, Epi, RowOrder::kProblemMajor>, p, epi);
+    with_fit(std::integral_constant<RowFit, RowFit::kFits>{});
   }
 }
 
@@ -261,7 +275,7 @@ bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   p.total_rows = static_cast<int32_t>(2 * tokens);
   LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, 2), device)
       .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
-          norm_wide_kernel<T, kVec, 2, false, true, device::norm::StoreOutput<T>, RowOrder::kProblemMajor, true>, p,
+          norm_wide_kernel<T, kVec, 2, false, RowFit::kFits, device::norm::StoreOutput<T>, RowOrder::kProblemMajor, true>, p,
           device::norm::StoreOutput<T>{});
   return true;
 }

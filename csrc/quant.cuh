@@ -149,25 +149,28 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
 #endif
 }
 
-// One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kRegVecs vectors per
-// thread stay in registers; a wider row's remainder is read again (from L2) for each pass.
-template <typename T, typename Q, int kVec, bool kRowFits>
+// One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kQuantRowRegVecs vectors
+// per thread stay in registers (kFit: device::norm::RowFit); a wider row's remainder is read again (from
+// L2) for each pass.
+template <typename T, typename Q, int kVec, device::norm::RowFit kFit>
 __global__ void __launch_bounds__(kQuantRowThreads)
     per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps) {
+  constexpr bool kWider = kFit == device::norm::RowFit::kWider;
   device::pdl_trigger_secondary();
   const T* src = in.base + int64_t{blockIdx.x} * in.row_stride;
   uint8_t* dst = q.base + int64_t{blockIdx.x} * q.row_stride;
   const int nvec = static_cast<int>(hidden / kVec), rank = threadIdx.x, size = blockDim.x;
+  const auto held = [&](int r) { return kFit == device::norm::RowFit::kExact || r * size + rank < nvec; };
   AlignedVector<T, kVec> x[kQuantRowRegVecs];
   device::pdl_wait_primary();
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
-    if (r * size + rank < nvec) x[r].load(src + (r * size + rank) * kVec);
+    if (held(r)) x[r].load(src + (r * size + rank) * kVec);
   float amax = 0.0f;
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
-    if (r * size + rank < nvec) amax = quant::vector_amax(x[r], amax);
-  for (int i = kQuantRowRegVecs * size + rank; !kRowFits && i < nvec; i += size) {
+    if (held(r)) amax = quant::vector_amax(x[r], amax);
+  for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
     AlignedVector<T, kVec> y;
     y.load(src + i * kVec);
     amax = quant::vector_amax(y, amax);
@@ -175,8 +178,8 @@ __global__ void __launch_bounds__(kQuantRowThreads)
   const quant::Divider s(quant::scale_for<Q>(device::cta::reduce_max_once(amax, 0.0f), eps));
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
-    if (r * size + rank < nvec) quant::store_quantized<Q>(dst + (r * size + rank) * kVec, x[r], s);
-  for (int i = kQuantRowRegVecs * size + rank; !kRowFits && i < nvec; i += size) {
+    if (held(r)) quant::store_quantized<Q>(dst + (r * size + rank) * kVec, x[r], s);
+  for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
     AlignedVector<T, kVec> y;
     y.load(src + i * kVec);
     quant::store_quantized<Q>(dst + i * kVec, y, s);
@@ -332,10 +335,13 @@ struct QuantOps {
       launch.enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9);
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
-      if (nvec <= int64_t{kQuantRowRegVecs} * threads) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, true>, in, q, scales, ops.hidden, kQuantScaleEps);
+      using device::norm::RowFit;
+      if (nvec == int64_t{kQuantRowRegVecs} * threads) {
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.hidden, kQuantScaleEps);
+      } else if (nvec < int64_t{kQuantRowRegVecs} * threads) {
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.hidden, kQuantScaleEps);
       } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, false>, in, q, scales, ops.hidden, kQuantScaleEps);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.hidden, kQuantScaleEps);
       }
     }, /*flatten=*/false);
   }

@@ -231,6 +231,24 @@ void raise_if_timed_out(EventSlot* slot) {
               load_volatile(slot->timeout_ms), " ms and the stream went on without it");
 }
 
+// Loads both kernels into the context now. Under lazy loading (CUDA's default) the first launch of a kernel
+// loads it, and loading waits for kernels already running: a write_value_kernel launched for the first
+// time while a spin_wait_kernel waits for it would wait for that spin (it timed out on an H100). Once
+// per device (the current one).
+void load_kernels() {
+  static std::mutex mutex;
+  static std::vector<bool> loaded;
+  int device = 0;
+  host::RuntimeDeviceCheck(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<size_t>(device) < loaded.size() && loaded[device]) return;
+  cudaFuncAttributes attributes{};
+  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, spin_wait_kernel));
+  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, write_value_kernel));
+  if (loaded.size() <= static_cast<size_t>(device)) loaded.resize(device + 1);
+  loaded[device] = true;
+}
+
 void enqueue_write(cudaStream_t stream, int32_t* word, int32_t value, bool spin) {
   StreamMemOps& ops = StreamMemOps::get();
   if (!spin && ops.usable() && ops.call(ops.write, stream, device_address(word), static_cast<uint32_t>(value), CU_STREAM_WRITE_VALUE_DEFAULT))
@@ -281,10 +299,14 @@ void stream_wait_value(jitkern::TensorView flag, int64_t value) {
   int id = d.device_id;
   if (d.device_type != kDLCUDA) RuntimeDeviceCheck(cudaGetDevice(&id));
   const cudaStream_t stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, id));
+  load_kernels();
   enqueue_wait(stream, static_cast<const int32_t*>(flag.data_ptr()), static_cast<int32_t>(value), 0, nullptr, false);
 }
 
-int64_t event_create() { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(event_slots().take())); }
+int64_t event_create() {
+  load_kernels();
+  return static_cast<int64_t>(reinterpret_cast<uintptr_t>(event_slots().take()));
+}
 
 // record: `stream` writes value into the Event's flag once its earlier work is done.
 void event_record(int64_t handle, int64_t value, int64_t stream, bool spin) {

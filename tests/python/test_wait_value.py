@@ -100,6 +100,33 @@ def test_record_and_wait_across_two_streams(mechanism):
     assert event.value == 1
 
 
+_WAIT_BEFORE_RECORD = """
+import sys, torch
+from jitkern.ops import Event
+event = Event(spin_kernel=sys.argv[1] == "spin")
+producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+with torch.cuda.stream(producer):
+    torch.cuda._sleep(100_000_000)
+with torch.cuda.stream(consumer):
+    event.wait(1, timeout_ms=3000)
+with torch.cuda.stream(producer):
+    event.record(1)
+torch.cuda.synchronize()
+event.set(1)  # raises TimeoutError if the wait gave up
+print("released")
+"""
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_wait_queued_before_the_first_record_of_a_fresh_process(mechanism):
+    # The first record's kernel must not need the waiting kernel to finish (lazy loading did, once).
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _WAIT_BEFORE_RECORD, mechanism], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "released" in done.stdout, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_host_set_releases_a_waiting_stream(mechanism):
     torch = _torch()

@@ -18,6 +18,13 @@
 
 namespace device::norm {
 
+// How a row's vectors map onto the kRegVecs vectors each thread of its group holds:
+//   kWider: the row may be wider (the remainder is re-read after the reduction);
+//   kFits:  hidden <= kRegVecs * kVec * group size (some threads hold fewer vectors);
+//   kExact: hidden == kRegVecs * kVec * group size, so no access needs a bounds check (the checks
+//           measured 7-10% of the time of an 8-bit quantizing row kernel, docs/benchmarks.md).
+enum class RowFit { kWider, kFits, kExact };
+
 // Accumulation type: fp32 for every storage type.
 template <typename T>
 using StorageType = float;
@@ -27,7 +34,7 @@ template <int kWidth>
 struct WarpGroup {
   static_assert(kWidth >= 1 && kWidth <= kWarpThreads && (kWidth & (kWidth - 1)) == 0, "kWidth: power of two <= 32");
   JITKERN_DEVICE int rank() const { return threadIdx.x % kWidth; }
-  static constexpr int size() { return kWidth; }
+  static constexpr JITKERN_DEVICE int size() { return kWidth; }
   // Only this group's lanes take part: the other groups of the warp may already be done.
   JITKERN_DEVICE float reduce_sum(float v) const {
     const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
@@ -126,19 +133,21 @@ struct StoreOutput {
 // y[i] = x[i] * rsqrt(mean(x^2) + eps) * weight[i], with x = in (or, with kFusedAdd,
 // x = residual += in, stored back to residual in T), handed to the epilogue `epi` (StoreOutput: written
 // to the row's `out`, which may alias `in`). `hidden` must be a
-// multiple of kVec, below 2^30, and every pointer aligned to kVec elements. kRowFits: the caller
-// guarantees hidden <= kRegVecs * kVec * g.size(), which drops the remainder loops.
+// multiple of kVec, below 2^30, and every pointer aligned to kVec elements. kFit: what the caller
+// guarantees about the row's width (RowFit).
 //
 // The first kRegVecs vectors of each thread (input, residual and weight alike) are all requested
 // before any of them is used or any store is issued, so a row that fits costs one round trip to
 // memory (a store between loads would serialise them: the compiler cannot move a load above a store
 // that may alias it). Wider rows re-read the remainder after the reduction.
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kRowFits, typename Group, typename Epi>
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Group, typename Epi>
 JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const T* weight, int64_t hidden, float eps, Group g) {
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
   const int nvec = static_cast<int>(hidden / kVec);
   const int rank = g.rank(), size = g.size();
+  constexpr bool kWider = kFit == RowFit::kWider;
+  const auto held = [&](int r) { return kFit == RowFit::kExact || r * size + rank < nvec; };  // vector r of this thread
   Vec xs[kRegVecs], ws[kRegVecs], rs[kFusedAdd ? kRegVecs : 1];
   // Computed while the loads are in flight, not after the reduction (measured faster).
   const float inv_hidden = 1.0f / static_cast<float>(hidden);
@@ -147,7 +156,7 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
-    if (i < nvec) {
+    if (held(r)) {
       xs[r].load(in + i * kVec);
       if constexpr (kFusedAdd) rs[r].load(residual + i * kVec);
       ws[r].load(weight + i * kVec);
@@ -156,12 +165,12 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
-    if (i < nvec) {
+    if (held(r)) {
       if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store(residual + i * kVec);
       sumsq += M::sum_squares(xs[r]);
     }
   }
-  for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) {  // rows wider than the registers
+  for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {  // rows wider than the registers
     Vec x;
     x.load(in + i * kVec);
     if constexpr (kFusedAdd) {
@@ -186,21 +195,21 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
   if constexpr (Epi::kNeedsAmax) {
 #pragma unroll
     for (int r = 0; r < kRegVecs; ++r) {
-      if (r * size + rank < nvec) {
+      if (held(r)) {
         xs[r] = M::normalized(xs[r], ws[r], scale);
         amax = epi.amax(xs[r], amax);
       }
     }
-    for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) amax = epi.amax(remainder(i), amax);
+    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) amax = epi.amax(remainder(i), amax);
     amax = g.reduce_max(amax);
   }
   const auto s = epi.scale(amax);
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
-    if (i < nvec) epi.store(Epi::kNeedsAmax ? xs[r] : M::normalized(xs[r], ws[r], scale), i * kVec, s);
+    if (held(r)) epi.store(Epi::kNeedsAmax ? xs[r] : M::normalized(xs[r], ws[r], scale), i * kVec, s);
   }
-  for (int i = kRegVecs * size + rank; !kRowFits && i < nvec; i += size) epi.store(remainder(i), i * kVec, s);
+  for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) epi.store(remainder(i), i * kVec, s);
   if (rank == 0) epi.finish(s);
 }
 

@@ -16,6 +16,7 @@
 #include <jitkern/vec.cuh>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace device::quant {
 
@@ -60,28 +61,47 @@ JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
 
 // x / s, correctly rounded as an IEEE fp32 division, without a division per element: with inv =
 // RN(1 / s), x * inv is within 1.5 ulp of x / s; one FMA residual correction makes it faithful (within
-// an ulp) and a second rounds it correctly (Markstein's theorem needs the faithful start). Non-finite x
-// and -0 give what x / s gives; a scale whose reciprocal overflows divides the slow way.
+// an ulp) and a second rounds it correctly (Markstein's theorem needs the faithful start). The residuals
+// are formed as q * s - x and subtracted, which keeps the sign of a zero quotient (x = -0 gives -0);
+// x = +-inf gives what x / s gives. A scale whose reciprocal overflows (`slow`) divides the slow way.
 struct Divider {
   float s, inv;
   bool slow;
   JITKERN_DEVICE explicit Divider(float scale) : s(scale), inv(1.0f / scale), slow(!(fabsf(inv) < kInf)) {}
-  JITKERN_DEVICE float operator()(float x) const {
-    if (slow) return x / s;
+  // Only where !slow.
+  JITKERN_DEVICE float fast(float x) const {
     const float q0 = x * inv;
-    const float q1 = fmaf(fmaf(-q0, s, x), inv, q0);
-    const float q2 = fmaf(fmaf(-q1, s, x), inv, q1);
-    // x = +-inf: the residuals are NaN and q0 is right; x = -0: the corrections lose the sign q0 has.
-    return q2 == q2 ? copysignf(q2, q0) : q0;
+    const float q1 = fmaf(-fmaf(q0, s, -x), inv, q0);
+    const float q2 = fmaf(-fmaf(q1, s, -x), inv, q1);
+    return q2 == q2 ? q2 : q0;  // x = +-inf: the residuals are NaN and q0 is right
   }
+  JITKERN_DEVICE float operator()(float x) const { return slow ? x / s : fast(x); }
 };
 
-// kVec values of T divided by s and written as kVec bytes with one store (ptr aligned to kVec bytes).
+// kVec values of T divided by s and written as kVec bytes with one store (ptr aligned to kVec bytes);
+// fp8 converts two values per instruction.
 template <typename Q, typename T, int kVec>
 JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
   AlignedVector<uint8_t, kVec> q;
+  const auto encode = [&](auto divide) {
+    if constexpr (std::is_same_v<Q, fp8_e4m3_t> && kVec % 2 == 0) {
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(s(cast<float>(x[j])));
+      for (int j = 0; j < kVec; j += 2) {
+        const float2 pair = make_float2(divide(cast<float>(x[j])), divide(cast<float>(x[j + 1])));
+        const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);  // RNE, NaN kept
+        q[j] = static_cast<uint8_t>(two & 0xff);
+        q[j + 1] = static_cast<uint8_t>(two >> 8);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(divide(cast<float>(x[j])));
+    }
+  };
+  if (s.slow) {  // decided once per vector, not per element
+    encode([&](float v) { return v / s.s; });
+  } else {
+    encode([&](float v) { return s.fast(v); });
+  }
   q.store(ptr);
 }
 
