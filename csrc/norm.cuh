@@ -174,7 +174,7 @@ void launch_norm_wide(const NormParams<T>& p, const Epi& epi, DLDevice device, b
   };
   if constexpr (!kFits) {
     with_fit(std::integral_constant<RowFit, RowFit::kWider>{});
-  } else if (p.hidden / kVec == int64_t{kRegVecs} * threads) {
+  } else if (host::norm::row_fit(p.hidden / kVec, kRegVecs, threads) == RowFit::kExact) {
     with_fit(std::integral_constant<RowFit, RowFit::kExact>{});
   } else {
     with_fit(std::integral_constant<RowFit, RowFit::kFits>{});

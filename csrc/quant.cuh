@@ -336,9 +336,10 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       using device::norm::RowFit;
-      if (nvec == int64_t{kQuantRowRegVecs} * threads) {
+      const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
+      if (fit == RowFit::kExact) {
         launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.hidden, kQuantScaleEps);
-      } else if (nvec < int64_t{kQuantRowRegVecs} * threads) {
+      } else if (fit == RowFit::kFits) {
         launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.hidden, kQuantScaleEps);
       } else {
         launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.hidden, kQuantScaleEps);

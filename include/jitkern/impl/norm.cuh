@@ -281,6 +281,12 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 
 namespace host::norm {
 
+// How a row of `nvec` vectors fits `threads` threads holding `reg_vecs` vectors each (device::norm::RowFit).
+inline device::norm::RowFit row_fit(int64_t nvec, int reg_vecs, int threads) {
+  const int64_t held = int64_t{reg_vecs} * threads;
+  return nvec == held ? device::norm::RowFit::kExact : nvec < held ? device::norm::RowFit::kFits : device::norm::RowFit::kWider;
+}
+
 // Elements per vector access for a row problem: 16 bytes when the width, every base pointer and
 // every row stride allow it, else 1.
 template <typename T>
