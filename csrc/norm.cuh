@@ -27,6 +27,13 @@ constexpr int kNormWideThreads = 1024;
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
 // "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
 constexpr int kNormManyRowsPerSm = 4;
+// PDL trigger placement: triggering at kernel start lets the next kernel launch earliest, but
+// back-to-back launches then pile up waiting on the SMs, which slows grids of more than a few CTAs
+// (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
+// wait; [1, 4096]: 1.15 against 1.23). Grids of at most this many CTAs trigger at start, larger ones
+// after their wait.
+constexpr int64_t kNormEarlyTriggerMaxCtas = 8;
+inline bool early_trigger(int64_t grid) { return grid <= kNormEarlyTriggerMaxCtas; }
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
 constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
 
@@ -51,6 +58,7 @@ struct NormParams {
   int64_t hidden;
   float eps;
   int64_t hidden1;  // problem[1]'s row width in a two-width launch (launch_norm_two_widths), else unused
+  bool early_trigger;  // set by each launch: early_trigger(grid)
 };
 
 using device::norm::RowFit;
@@ -96,7 +104,7 @@ template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, typename 
 __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p,
                                                                          const __grid_constant__ Epi epi) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
-  device::pdl_trigger_secondary();
+  if (p.early_trigger) device::pdl_trigger_secondary();
   // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
   const int64_t first = int64_t{blockIdx.x} * kGroups * kRows + threadIdx.x / kWidth;
   RowPointers<T> rows[kRows];
@@ -111,24 +119,26 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
     epis[k] = epi.template row<T, kVec>(rows[k], static_cast<uint32_t>(r));
   }
   device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
   device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, epis, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
 }
 
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
 // after the wait they sit on the critical path. fused_add_rmsnorm lets the next kernel launch only
-// once this one has passed its own wait (fewer launches waiting on the SMs); rmsnorm triggers at once.
-// Both choices were measured (docs/benchmarks.md, "Design measurements").
+// once this one has passed its own wait (fewer launches waiting on the SMs); rmsnorm triggers at once
+// on small grids (early_trigger). Both choices were measured (docs/benchmarks.md, "Design measurements").
 // kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
                                                                      const __grid_constant__ Epi epi) {
   static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
-  if constexpr (!kFusedAdd) device::pdl_trigger_secondary();
+  const bool early = !kFusedAdd && p.early_trigger;
+  if (early) device::pdl_trigger_secondary();
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
   const auto row_epi = epi.template row<T, kVec>(row, blockIdx.x);
   const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
   device::pdl_wait_primary();
-  if constexpr (kFusedAdd) device::pdl_trigger_secondary();
+  if (!early) device::pdl_trigger_secondary();
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
 }
@@ -140,15 +150,17 @@ inline int wide_threads(int64_t nvec, int reg_vecs) {
 }
 
 template <typename T, int kVec, int kWidth, bool kFusedAdd, typename Epi>
-void launch_norm_narrow(const NormParams<T>& p, const Epi& epi, DLDevice device, int sm_count, bool pdl) {
+void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm_count, bool pdl) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
   // Many rows: two rows per group (more bytes in flight per thread), taken in memory order.
   if (host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
     const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * 2);
+    p.early_trigger = early_trigger(grid);
     host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
         .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
     const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
+    p.early_trigger = early_trigger(grid);
     host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
         .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd, Epi, RowOrder::kProblemMajor>, p, epi);
   }
@@ -160,8 +172,9 @@ void launch_norm_narrow(const NormParams<T>& p, const Epi& epi, DLDevice device,
 // kFits: the row fits in the threads' registers; it is then held exactly (RowFit::kExact) when its
 // vectors divide evenly among whole warps.
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi>
-void launch_norm_wide(const NormParams<T>& p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
+void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int threads = wide_threads(p.hidden / kVec, kRegVecs);
+  p.early_trigger = early_trigger(p.total_rows);
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
   launch.enable_pdl(pdl);
   const auto with_fit = [&](auto fit) {
@@ -273,6 +286,7 @@ bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   p.rows0 = static_cast<int32_t>(tokens);
   p.heads_per_token = 2;
   p.total_rows = static_cast<int32_t>(2 * tokens);
+  p.early_trigger = early_trigger(p.total_rows);
   LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, 2), device)
       .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
           norm_wide_kernel<T, kVec, 2, false, RowFit::kFits, device::norm::StoreOutput<T>, RowOrder::kProblemMajor, true>, p,

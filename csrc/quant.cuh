@@ -23,19 +23,29 @@ namespace {
 using device::AlignedVector;
 namespace quant = device::quant;
 
-// The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant).
+// The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant): their
+// dynamic scales' reciprocals never overflow, so their stores skip that case (store_quantized).
 constexpr float kQuantScaleEps = 1e-10f;
+static_assert(kQuantScaleEps >= device::quant::kNormalScaleEps<fp8_e4m3_t>);
 constexpr int kQuantThreads = 512;
-// Elementwise and per-group kernels: vectors per thread, loaded together (more bytes in flight).
+// Elementwise kernels: vectors per thread, loaded together (more bytes in flight).
 constexpr int kQuantItems = 2;
 // Dynamic per-tensor in one launch: a cluster of 16 CTAs (8 where the GPU refuses clusters beyond the
-// portable size) holds the whole tensor in registers (kQuantClusterVecs vectors per thread), agrees on
-// the amax through distributed shared memory, then quantizes. Larger tensors take an amax pass and a
-// quantize pass.
+// portable size) holds the whole tensor in registers (kQuantClusterVecs vectors per thread, or
+// kQuantClusterWideVecs once that would need more than half the threads: measured faster at [32..64,
+// 4096] bf16), agrees on the amax through distributed shared memory, then quantizes. Tensors of at most
+// kQuantOneCtaVecs vectors take one CTA and no cluster (one row of 4096 bf16: 1.8 against 2.6 us for a
+// 16-CTA cluster). Larger tensors take an amax pass and a quantize pass.
 constexpr int kQuantClusterCtas = 16;
 constexpr int kQuantPortableClusterCtas = 8;
 constexpr int kQuantClusterThreads = 1024;
 constexpr int kQuantClusterVecs = 2;
+constexpr int kQuantClusterWideVecs = 4;
+constexpr int kQuantOneCtaVecs = 1024;
+// Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
+// lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
+// ceiling for 512-thread CTAs of one vector per lane).
+constexpr int kQuantGroupThreads = 128;
 // Per-token rows: one CTA per row, two vectors per thread held in registers.
 constexpr int kQuantRowRegVecs = 2;
 constexpr int kQuantRowThreads = 1024;
@@ -110,8 +120,8 @@ __global__ void __launch_bounds__(kQuantThreads) tensor_scale_kernel(Rows<const 
 }
 
 // Dynamic per-tensor in one launch (see kQuantClusterCtas): thread t of the cluster holds vectors
-// t, t + T, t + 2T, ... (T: the cluster's threads).
-template <typename T, typename Q, int kVec, bool kOneRow>
+// t, t + T, t + 2T, ... (T: the cluster's threads). A launch without a cluster is one CTA.
+template <typename T, typename Q, int kVec, int kVecs, bool kOneRow>
 __global__ void __launch_bounds__(kQuantClusterThreads)
     tensor_quant_cluster_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, float* scale, float eps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -121,29 +131,39 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
   const int64_t step = int64_t{ctas} * blockDim.x;
   const int64_t first = int64_t{cluster.block_rank()} * blockDim.x + threadIdx.x;
   __shared__ float cta_amax;
-  AlignedVector<T, kVec> x[kQuantClusterVecs];
-  int64_t rows[kQuantClusterVecs], cols[kQuantClusterVecs];
+  AlignedVector<T, kVec> x[kVecs];
+  int64_t rows[kVecs], cols[kVecs];
 #pragma unroll
-  for (int k = 0; k < kQuantClusterVecs; ++k) split<kOneRow>(first + k * step, shape, rows[k], cols[k]);
+  for (int k = 0; k < kVecs; ++k) split<kOneRow>(first + k * step, shape, rows[k], cols[k]);
   device::pdl_wait_primary();
-  float amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kQuantClusterVecs; ++k)
+  for (int k = 0; k < kVecs; ++k)
     if (first + k * step < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kQuantClusterVecs; ++k)
-    if (first + k * step < shape.total_vecs) amax = quant::vector_amax(x[k], amax);
-  amax = device::cta::reduce_max_once(amax, 0.0f);
-  if (threadIdx.x == 0) cta_amax = amax;
-  cluster.sync();
-  for (unsigned r = 0; r < ctas; ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&cta_amax, r));
-  cluster.sync();  // no CTA leaves (freeing its shared memory) before every CTA has read it
+    for (int k = 0; k < kVecs; ++k)
+      if (first + k * step < shape.total_vecs) acc = device::norm::VecMath<T, kVec>::fold(x[k], op, acc);
+    return acc;
+  };
+  const device::norm::CtaGroup<true> cta;
+  const auto reduce_max = [&](float amax) {
+    amax = cta.reduce_max(amax);
+    if (ctas == 1) return amax;
+    if (threadIdx.x == 0) cta_amax = amax;
+    cluster.sync();
+    for (unsigned r = 0; r < ctas; ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&cta_amax, r));
+    cluster.sync();  // no CTA leaves (freeing its shared memory) or rewrites it before every CTA has read it
+    return amax;
+  };
+  bool finite;
+  const float amax = quant::dynamic_amax(fold, reduce_max, [](bool b) { return b; }, finite);
   device::pdl_trigger_secondary();
-  const quant::Divider s(quant::scale_for<Q>(amax, eps));
+  const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
   if (first == 0) *scale = s.s;
 #pragma unroll
-  for (int k = 0; k < kQuantClusterVecs; ++k)
-    if (first + k * step < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
+  for (int k = 0; k < kVecs; ++k)
+    if (first + k * step < shape.total_vecs) quant::store_quantized<Q, false>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
 #else
   __trap();  // launched only on sm_90+
 #endif
@@ -154,104 +174,117 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
 // L2) for each pass.
 template <typename T, typename Q, int kVec, device::norm::RowFit kFit>
 __global__ void __launch_bounds__(kQuantRowThreads)
-    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps) {
+    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps, bool early_trigger) {
   constexpr bool kWider = kFit == device::norm::RowFit::kWider;
-  device::pdl_trigger_secondary();
+  if (early_trigger) device::pdl_trigger_secondary();
   const T* src = in.base + int64_t{blockIdx.x} * in.row_stride;
   uint8_t* dst = q.base + int64_t{blockIdx.x} * q.row_stride;
   const int nvec = static_cast<int>(hidden / kVec), rank = threadIdx.x, size = blockDim.x;
   const auto held = [&](int r) { return kFit == device::norm::RowFit::kExact || r * size + rank < nvec; };
   AlignedVector<T, kVec> x[kQuantRowRegVecs];
   device::pdl_wait_primary();
+  if (!early_trigger) device::pdl_trigger_secondary();
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
     if (held(r)) x[r].load(src + (r * size + rank) * kVec);
-  float amax = 0.0f;
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kQuantRowRegVecs; ++r)
+      if (held(r)) acc = device::norm::VecMath<T, kVec>::fold(x[r], op, acc);
+    for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
+      AlignedVector<T, kVec> y;
+      y.load(src + i * kVec);
+      acc = device::norm::VecMath<T, kVec>::fold(y, op, acc);
+    }
+    return acc;
+  };
+  const device::norm::CtaGroup<true> cta;
+  bool finite;
+  const float amax = quant::dynamic_amax(fold, [&](float v) { return cta.reduce_max(v); }, [](bool b) { return b; }, finite);
+  const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
-    if (held(r)) amax = quant::vector_amax(x[r], amax);
+    if (held(r)) quant::store_quantized<Q, false>(dst + (r * size + rank) * kVec, x[r], s);
   for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
     AlignedVector<T, kVec> y;
     y.load(src + i * kVec);
-    amax = quant::vector_amax(y, amax);
-  }
-  const quant::Divider s(quant::scale_for<Q>(device::cta::reduce_max_once(amax, 0.0f), eps));
-#pragma unroll
-  for (int r = 0; r < kQuantRowRegVecs; ++r)
-    if (held(r)) quant::store_quantized<Q>(dst + (r * size + rank) * kVec, x[r], s);
-  for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
-    AlignedVector<T, kVec> y;
-    y.load(src + i * kVec);
-    quant::store_quantized<Q>(dst + i * kVec, y, s);
+    quant::store_quantized<Q, false>(dst + i * kVec, y, s);
   }
   if (rank == 0) scales[blockIdx.x] = s.s;
 }
 
 // Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
-// the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride].
+// the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride]. `flat`: fp32 scales whose
+// index is the group's flat number r * groups_per_row + g (row-major, contiguous).
 struct GroupScales {
   void* base;
   int64_t row_stride, group_stride;
+  bool flat;
 };
 
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
-// <= 32; lane l holds vectors l, l + kLanes, ...); each thread takes part in kQuantItems groups, whose
-// loads are issued together.
-template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0>
-__global__ void __launch_bounds__(kQuantThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
-                                                                   int64_t groups_per_row, int64_t total_groups, float eps) {
+// <= 32; lane l holds vectors l, l + kLanes, ...). kFlat: input and output rows are contiguous, so group
+// G starts at element G * group size (no division by the groups per row on the load path).
+template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0, bool kFlat>
+__global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
+                                                                        int64_t groups_per_row, int64_t total_groups, float eps,
+                                                                        bool early_trigger) {
   constexpr int kGroup = kLanes * kPerLane * kVec;
-  constexpr int kGroupsPerItem = kQuantThreads / kLanes;  // groups a CTA covers per item
-  device::pdl_trigger_secondary();
+  if (early_trigger) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % kLanes);
-  const int64_t first = int64_t{blockIdx.x} * kGroupsPerItem * kQuantItems + threadIdx.x / kLanes;
-  const bool narrow = total_groups <= UINT32_MAX;
-  int64_t row[kQuantItems], g[kQuantItems];
-  bool valid[kQuantItems];
-#pragma unroll
-  for (int k = 0; k < kQuantItems; ++k) {
-    const int64_t group = first + k * kGroupsPerItem;
-    valid[k] = group < total_groups;
-    row[k] = narrow ? static_cast<uint32_t>(group) / static_cast<uint32_t>(groups_per_row) : group / groups_per_row;
-    g[k] = group - row[k] * groups_per_row;
+  const int64_t group = int64_t{blockIdx.x} * (kQuantGroupThreads / kLanes) + threadIdx.x / kLanes;
+  const bool valid = group < total_groups;
+  const auto row_of = [&](int64_t v) {
+    return total_groups <= UINT32_MAX ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(groups_per_row)} : v / groups_per_row;
+  };
+  int64_t in_at = group * kGroup + lane * kVec, q_at = in_at;
+  if constexpr (!kFlat) {
+    const int64_t row = row_of(group), g = group - row * groups_per_row;
+    in_at = row * in.row_stride + g * kGroup + lane * kVec;
+    q_at = row * q.row_stride + g * kGroup + lane * kVec;
   }
-  AlignedVector<T, kVec> x[kQuantItems][kPerLane];
+  AlignedVector<T, kVec> x[kPerLane];
   device::pdl_wait_primary();
+  if (!early_trigger) device::pdl_trigger_secondary();
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k) {
-    const T* src = in.base + row[k] * in.row_stride + g[k] * kGroup + lane * kVec;
+  for (int j = 0; j < kPerLane; ++j)
+    if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-      if (valid[k]) x[k][j].load(src + j * kLanes * kVec);
+      if (valid) acc = device::norm::VecMath<T, kVec>::fold(x[j], op, acc);
+    return acc;
+  };
+  // Every lane of the warp takes part in the reductions (groups never straddle warps: kLanes divides
+  // 32), so a second look is voted for by the whole warp.
+  bool finite;
+  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max<kLanes>(v); },
+                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  float scale = quant::scale_for<Q>(amax, eps);
+  uint32_t exponent = 0;
+  if constexpr (kUE8M0) {
+    exponent = quant::ue8m0_exponent(scale);
+    scale = __uint_as_float(exponent << 23);
   }
+  if (!valid) return;
+  const quant::Divider s(scale, finite);
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (valid[k]) amax = quant::vector_amax(x[k][j], amax);
-    // Every lane of the warp takes part (groups never straddle warps: kLanes divides 32).
-    amax = device::warp::reduce_max<kLanes>(amax);
-    float scale = quant::scale_for<Q>(amax, eps);
-    uint32_t exponent = 0;
-    if constexpr (kUE8M0) {
-      exponent = quant::ue8m0_exponent(scale);
-      scale = __uint_as_float(exponent << 23);
-    }
-    if (!valid[k]) continue;
-    const quant::Divider s(scale);
-    uint8_t* dst = q.base + row[k] * q.row_stride + g[k] * kGroup + lane * kVec;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) quant::store_quantized<Q>(dst + j * kLanes * kVec, x[k][j], s);
-    if (lane != 0) continue;
-    if constexpr (kUE8M0) {
-      uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row[k] * scales.row_stride + g[k] / 4 * scales.group_stride);
-      word[g[k] % 4] = static_cast<uint8_t>(exponent);
-      if (g[k] == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
-        for (int64_t b = g[k] % 4 + 1; b < 4; ++b) word[b] = 0;
-    } else {
-      static_cast<float*>(scales.base)[row[k] * scales.row_stride + g[k] * scales.group_stride] = scale;
-    }
+  for (int j = 0; j < kPerLane; ++j) quant::store_quantized<Q>(q.base + q_at + j * kLanes * kVec, x[j], s);
+  if (lane != 0) return;
+  if (!kUE8M0 && scales.flat) {
+    static_cast<float*>(scales.base)[group] = scale;
+    return;
+  }
+  const int64_t row = row_of(group), g = group - row * groups_per_row;
+  if constexpr (kUE8M0) {
+    uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row * scales.row_stride + g / 4 * scales.group_stride);
+    word[g % 4] = static_cast<uint8_t>(exponent);
+    if (g == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
+      for (int64_t b = g % 4 + 1; b < 4; ++b) word[b] = 0;
+  } else {
+    static_cast<float*>(scales.base)[row * scales.row_stride + g * scales.group_stride] = scale;
   }
 }
 
@@ -289,13 +322,21 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      constexpr auto cluster_kernel = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kOneRow>;
-      const int ctas = cc >= 9 ? cluster_ctas<cluster_kernel>(ops.device) : 0;
+      constexpr auto kTwo = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kQuantClusterVecs, kOneRow>;
+      constexpr auto kWide = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kQuantClusterWideVecs, kOneRow>;
+      const int ctas = cc >= 9 ? cluster_ctas<kWide, kTwo>(ops.device) : 0;
       if (!is_static && shape.total_vecs <= int64_t{ctas} * kQuantClusterThreads * kQuantClusterVecs) {
-        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{ctas} * kQuantClusterVecs), 32) * 32;
-        LaunchKernel(ctas, static_cast<unsigned>(threads), ops.device)
-            .with_cluster(ctas)
-            .enable_pdl()(cluster_kernel, in, q, shape, scale, kQuantScaleEps);
+        const int used = shape.total_vecs <= kQuantOneCtaVecs ? 1 : ctas;
+        const bool wide = shape.total_vecs > int64_t{used} * (kQuantClusterThreads / 2) * kQuantClusterVecs;
+        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{used} * (wide ? kQuantClusterWideVecs : kQuantClusterVecs)), 32) * 32;
+        LaunchKernel launch(used, static_cast<unsigned>(threads), ops.device);
+        if (used > 1) launch.with_cluster(used);
+        launch.enable_pdl();
+        if (wide) {
+          launch(kWide, in, q, shape, scale, kQuantScaleEps);
+        } else {
+          launch(kTwo, in, q, shape, scale, kQuantScaleEps);
+        }
         return;
       }
       if (!is_static) {
@@ -337,12 +378,13 @@ struct QuantOps {
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       using device::norm::RowFit;
       const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
+      const bool early = early_trigger(ops.rows);
       if (fit == RowFit::kExact) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.hidden, kQuantScaleEps);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.hidden, kQuantScaleEps, early);
       } else if (fit == RowFit::kFits) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.hidden, kQuantScaleEps);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.hidden, kQuantScaleEps, early);
       } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.hidden, kQuantScaleEps);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.hidden, kQuantScaleEps, early);
       }
     }, /*flatten=*/false);
   }
@@ -370,36 +412,49 @@ struct QuantOps {
         .verify(output_s, "output_s");
     RuntimeCheck(!(ue8m0 && to_int8), "UE8M0 scales (int32 output_s) are for fp8 output only, got an int8 output_q");
     if (ops.rows * groups == 0) return;
-    const GroupScales scales{output_s.data_ptr(), s_rows.has_value() ? s_rows.unwrap() : 0, s_groups.has_value() ? s_groups.unwrap() : 0};
+    const int64_t s_row = s_rows.has_value() ? s_rows.unwrap() : 0, s_group = s_groups.has_value() ? s_groups.unwrap() : 0;
+    const bool flat_scales = !ue8m0 && (groups <= 1 || s_group == 1) && (ops.rows <= 1 || s_row == groups);
+    const GroupScales scales{output_s.data_ptr(), s_row, s_group, flat_scales};
     const int64_t total_groups = ops.rows * groups;
     const bool pdl = runtime::get_cc_major(ops.device.device_id) >= 9;
     const float e = static_cast<float>(eps);
-    const auto launch_group = [&](auto kernel, int lanes) {
-      LaunchKernel(checked_grid(div_ceil(total_groups * lanes, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
-          .enable_pdl(pdl)(kernel, Rows<const T>{ops.in, ops.in_stride}, Rows<uint8_t>{ops.q, ops.q_stride}, scales, groups, total_groups, e);
-    };
-    const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag) {
+    const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
+      constexpr bool kFlat = decltype(flat_tag)::value;
+      const unsigned grid = checked_grid(div_ceil(total_groups, kQuantGroupThreads / kLanes));
+      const bool early = early_trigger(grid);
+      LaunchKernel launch(grid, kQuantGroupThreads, ops.device);
+      launch.enable_pdl(pdl);
+      const Rows<const T> in{ops.in, ops.in_stride};
+      const Rows<uint8_t> q{ops.q, ops.q_stride};
       if (to_int8) {
-        launch_group(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false>, kLanes);
+        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
       } else if (ue8m0) {
-        launch_group(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, true>, kLanes);
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, true, kFlat>, in, q, scales, groups, total_groups, e, early);
       } else {
-        launch_group(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, false>, kLanes);
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
       }
     };
     constexpr int kVec = 16 / sizeof(T);
     using I = std::integral_constant<int, 1>;
-    if (ops.vector_width(kVec) == kVec) {  // a lane per vector
+    using Two = std::integral_constant<int, 2>;
+    if (ops.vector_width(kVec) == kVec) {  // two vectors per lane
       using V = std::integral_constant<int, kVec>;
-      if (group_size == 32) by_format(V{}, std::integral_constant<int, 32 / kVec>{}, I{});
-      if (group_size == 64) by_format(V{}, std::integral_constant<int, 64 / kVec>{}, I{});
-      if (group_size == 128) by_format(V{}, std::integral_constant<int, 128 / kVec>{}, I{});
+      const auto by_size = [&](auto flat) {
+        if (group_size == 32) by_format(V{}, std::integral_constant<int, 32 / kVec / 2>{}, Two{}, flat);
+        if (group_size == 64) by_format(V{}, std::integral_constant<int, 64 / kVec / 2>{}, Two{}, flat);
+        if (group_size == 128) by_format(V{}, std::integral_constant<int, 128 / kVec / 2>{}, Two{}, flat);
+      };
+      if (ops.contiguous()) {
+        by_size(std::true_type{});
+      } else {
+        by_size(std::false_type{});
+      }
     } else {  // unaligned rows: a warp per group, element by element
       using W = std::integral_constant<int, 32>;
-      if (group_size == 32) by_format(I{}, W{}, I{});
-      if (group_size == 64) by_format(I{}, W{}, std::integral_constant<int, 2>{});
-      if (group_size == 128) by_format(I{}, W{}, std::integral_constant<int, 4>{});
+      if (group_size == 32) by_format(I{}, W{}, I{}, std::false_type{});
+      if (group_size == 64) by_format(I{}, W{}, Two{}, std::false_type{});
+      if (group_size == 128) by_format(I{}, W{}, std::integral_constant<int, 4>{}, std::false_type{});
     }
   }
 
@@ -451,14 +506,17 @@ struct QuantOps {
             TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
   }
 
-  // CTAs per cluster of the one-launch dynamic per-tensor kernel: 16 where one such cluster of full-size
-  // CTAs fits on this GPU (clusters beyond the portable 8 are opt-in), else 8. Asked once per kernel.
-  template <auto kernel>
+  // CTAs per cluster of the one-launch dynamic per-tensor kernels: 16 where one such cluster of full-size
+  // CTAs of the first kernel fits on this GPU (clusters beyond the portable 8 are opt-in, for each
+  // kernel), else 8. Asked once per set of kernels.
+  template <auto kernel, auto... others>
   static int cluster_ctas(DLDevice device) {
     static const int ctas = [&] {
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-        cudaGetLastError();
-        return kQuantPortableClusterCtas;
+      for (const auto k : {kernel, others...}) {
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+          cudaGetLastError();
+          return kQuantPortableClusterCtas;
+        }
       }
       cudaLaunchConfig_t config{};
       cudaLaunchAttribute attr{};

@@ -120,11 +120,13 @@ def test_per_tensor_strided_3d_huge_and_empty():
     assert qe.shape == (0, 4096) and se.item() == 0.0
 
 
-def test_per_tensor_nan_inf_zero():
+# One CTA, a 16-CTA cluster at two and at four vectors per thread, two passes.
+@pytest.mark.parametrize("shape", [(8, 256), (16, 4096), (64, 4096), (65, 4096)])
+def test_per_tensor_nan_inf_zero(shape):
     torch = _torch()
     from jitkern.ops import per_tensor_quant_fp8
 
-    x = _x((8, 256), "bfloat16")
+    x = _x(shape, "bfloat16")
     x[0, 0], x[1, 1], x[2, 2], x[3, 3] = float("nan"), float("inf"), float("-inf"), -0.0
     q, s = per_tensor_quant_fp8(x)
     assert q[3, 3].view(torch.uint8).item() == 0x80, "-0 must stay -0"
@@ -147,8 +149,10 @@ def test_per_token(dtype_name, shape):
 
     x = _x(shape, dtype_name)
     x[0, 0] = float("nan")
+    x[-1, -1] = float("inf")  # left out of its row's amax, saturates to 448
     if shape[0] > 1:
         x[1].zero_()
+        x[1, 0] = float("-inf")  # a row of zeros and -inf: the eps scale, -448
     q, s = per_token_quant_fp8(x)
     es = _scale(_finite_amax(x, -1), 1e-10)
     assert s.shape == (shape[0], 1) and torch.equal(s, es)
@@ -211,7 +215,9 @@ def test_per_token_group_row_major(dtype_name, group_size, qdtype, shape):
     qd = getattr(torch, qdtype)
     x = _x(shape, dtype_name)
     x[0, 5] = float("nan")
+    x[0, 6] = float("inf")  # left out of its group's amax; the other groups of its warp are unaffected
     x[-1, :group_size] = 0
+    x[-1, 1] = float("-inf")  # a group of zeros and -inf: the eps scale
     q, s = per_token_group_quant_8bit(x, group_size, qd)
     eq, es, _ = _group_reference(x, group_size, qd, 1e-10, False)
     assert s.shape == (shape[0], shape[1] // group_size) and s.dtype == torch.float32
@@ -343,6 +349,24 @@ def test_norm_quant_strided_3d_and_nan():
     qn, sn = rmsnorm_quant_fp8(xn, w)
     assert torch.isnan(qn[1].float()).all(), "a NaN in a row makes its norm NaN, and every q of the row NaN"
     assert not torch.isnan(qn[[0, 2, 3]].float()).any()
+
+
+@pytest.mark.parametrize("hidden", [4096, 128, 20000])  # wide rows, narrow rows, rows wider than the registers
+def test_norm_quant_inf_after_the_norm(hidden):
+    """A huge weight overflows some normalised values to +-inf: they stay out of the row's amax and
+    saturate, as the reference (rmsnorm, then the quantization) has them."""
+    torch = _torch()
+    from jitkern.ops import rmsnorm, rmsnorm_quant_fp8
+
+    x = _x((8, hidden), "bfloat16")
+    w = _x((hidden,), "bfloat16", seed=5)
+    w[3:11] = 3e38
+    y = rmsnorm(x, w, eps=1e-6)
+    assert torch.isinf(y.float()).any() and not torch.isinf(y.float()).all(dim=-1).any()
+    q, s = rmsnorm_quant_fp8(x, w, 1e-6)
+    es = _scale(_finite_amax(y, -1), 1e-10)
+    assert torch.equal(s, es)
+    _assert_q_equal(q, _quantize(y, es))
 
 
 def test_quant_ops_type_errors():

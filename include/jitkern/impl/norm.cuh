@@ -52,6 +52,7 @@ template <bool kOneRowPerCta = false>
 struct CtaGroup {
   JITKERN_DEVICE int rank() const { return threadIdx.x; }
   JITKERN_DEVICE int size() const { return blockDim.x; }
+  mutable bool max_reduced = false;
   JITKERN_DEVICE float reduce_sum(float v) const {
     if constexpr (kOneRowPerCta) {
       return cta::reduce_sum_once(v);
@@ -59,8 +60,12 @@ struct CtaGroup {
       return cta::reduce_sum(v);
     }
   }
+  // May be called again (a dynamic amax's second look): that call first waits until every thread has
+  // read the previous result from the shared buffer, which the _once form leaves unprotected.
   JITKERN_DEVICE float reduce_max(float v) const {
     if constexpr (kOneRowPerCta) {
+      if (max_reduced) __syncthreads();
+      max_reduced = true;
       return cta::reduce_max_once(v, 0.0f);
     } else {
       return cta::reduce_max(v, 0.0f);
@@ -95,6 +100,13 @@ struct VecMath {
     }
     return s;
   }
+  // op(acc, v) over the vector's values, from acc.
+  template <typename Op>
+  static JITKERN_DEVICE float fold(const Vec& x, const Op& op, float acc) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc = op(acc, cast<float>(x[j]));
+    return acc;
+  }
   static JITKERN_DEVICE Vec normalized(const Vec& x, const Vec& w, float scale) {
     Vec y;
 #pragma unroll
@@ -106,10 +118,11 @@ struct VecMath {
 // What a norm kernel does with each normalised row (y, rounded to T): its epilogue. The kernel-level
 // object makes one Row per row (row(pointers, r), before the kernel's PDL wait); the row functions
 // below then call, in every thread of the row's group:
-//   amax(y, acc)       only where kNeedsAmax: folds a vector into the thread's running row statistic,
-//                      which the group then reduces with a max;
-//   s = scale(amax)    once, after the row is normalised (amax is 0 without kNeedsAmax); s is
-//                      whatever the epilogue's stores need (a scale, a divider);
+//   s = scale(fold, reduce_max)  once, after the row is normalised (first, where kNeedsAmax: the
+//                      statistic needs the whole row); fold(op) folds op(acc, v) over the thread's
+//                      values of y from 0, reduce_max(v) takes the max over the row's group (every
+//                      thread gets it; safe to call more than once). s is whatever the stores need
+//                      (a scale, a divider);
 //   store(y, at, s)    for each vector (at: the vector's first element within the row);
 //   finish(s)          once per row, in the group's first thread (e.g. to write the row's scale).
 template <typename T>
@@ -118,7 +131,10 @@ struct StoreOutput {
   struct Row {
     static constexpr bool kNeedsAmax = false;
     U* out;
-    JITKERN_DEVICE float scale(float) const { return 0.0f; }
+    template <typename Fold, typename ReduceMax>
+    JITKERN_DEVICE float scale(const Fold&, const ReduceMax&) const {
+      return 0.0f;
+    }
     JITKERN_DEVICE void store(const AlignedVector<U, kVec>& y, int64_t at, float) const { y.store(out + at); }
     JITKERN_DEVICE void finish(float) const {}
   };
@@ -191,19 +207,20 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
   };
   // Without a row statistic each vector is normalised as it is stored (the epilogue-free code's order,
   // measured faster); with one, the row is normalised first.
-  float amax = 0.0f;
   if constexpr (Epi::kNeedsAmax) {
 #pragma unroll
-    for (int r = 0; r < kRegVecs; ++r) {
-      if (held(r)) {
-        xs[r] = M::normalized(xs[r], ws[r], scale);
-        amax = epi.amax(xs[r], amax);
-      }
-    }
-    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) amax = epi.amax(remainder(i), amax);
-    amax = g.reduce_max(amax);
+    for (int r = 0; r < kRegVecs; ++r)
+      if (held(r)) xs[r] = M::normalized(xs[r], ws[r], scale);
   }
-  const auto s = epi.scale(amax);
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRegVecs; ++r)
+      if (held(r)) acc = M::fold(xs[r], op, acc);
+    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) acc = M::fold(remainder(i), op, acc);
+    return acc;
+  };
+  const auto s = epi.scale(fold, [&](float v) { return g.reduce_max(v); });
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
@@ -246,33 +263,19 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 #pragma unroll
   for (int k = 0; k < kRows; ++k) sumsq[k] = g.reduce_sum(sumsq[k]);
   if constexpr (EpiRow::kNeedsAmax) {
-    float amax[kRows];
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      amax[k] = 0.0f;
-      if (valid[k] && lane_active) {
-        xs[k] = M::normalized(xs[k], ws[k], rsqrtf(sumsq[k] * inv_hidden + eps));
-        amax[k] = epis[k].amax(xs[k], 0.0f);
-      }
-    }
+    for (int k = 0; k < kRows; ++k)
+      if (valid[k] && lane_active) xs[k] = M::normalized(xs[k], ws[k], rsqrtf(sumsq[k] * inv_hidden + eps));
+  }
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) amax[k] = g.reduce_max(amax[k]);
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      if (valid[k]) {
-        const auto s = epis[k].scale(amax[k]);
-        if (lane_active) epis[k].store(xs[k], rank * kVec, s);
-        if (rank == 0) epis[k].finish(s);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      if (valid[k]) {
-        const auto s = epis[k].scale(0.0f);
-        if (lane_active) epis[k].store(M::normalized(xs[k], ws[k], rsqrtf(sumsq[k] * inv_hidden + eps)), rank * kVec, s);
-        if (rank == 0) epis[k].finish(s);
-      }
+  for (int k = 0; k < kRows; ++k) {
+    // Every lane of the group takes part in scale()'s reductions, invalid rows too (`valid` is the
+    // group's); only the stores are skipped.
+    const auto fold = [&](auto op) { return valid[k] && lane_active ? M::fold(xs[k], op, 0.0f) : 0.0f; };
+    const auto s = epis[k].scale(fold, [&](float v) { return g.reduce_max(v); });
+    if (valid[k]) {
+      if (lane_active) epis[k].store(EpiRow::kNeedsAmax ? xs[k] : M::normalized(xs[k], ws[k], rsqrtf(sumsq[k] * inv_hidden + eps)), rank * kVec, s);
+      if (rank == 0) epis[k].finish(s);
     }
   }
 }
