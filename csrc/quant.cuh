@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kQuantThreads) tensor_scale_kernel(Rows<const 
     for (int u = 0; u < kUnroll; ++u)
       if (v0 + u * step < shape.total_vecs) amax = quant::vector_amax(x[u], amax);
   }
-  amax = device::cta::reduce_max_once(amax, 0.0f);
+  amax = device::cta::reduce_max_nonnegative_once(amax);
   device::pdl_trigger_secondary();
   // Positive floats order like their bits as ints.
   if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(scale), __float_as_int(quant::scale_for<Q>(amax, eps)));
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k)
-      if (first + k * step < shape.total_vecs) acc = device::norm::VecMath<T, kVec>::fold(x[k], op, acc);
+      if (first + k * step < shape.total_vecs) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[k], op, 0.0f));
     return acc;
   };
   const device::norm::CtaGroup<true> cta;
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kQuantRowThreads)
     float acc = 0.0f;
 #pragma unroll
     for (int r = 0; r < kQuantRowRegVecs; ++r)
-      if (held(r)) acc = device::norm::VecMath<T, kVec>::fold(x[r], op, acc);
+      if (held(r)) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[r], op, 0.0f));
     for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
       AlignedVector<T, kVec> y;
       y.load(src + i * kVec);
@@ -254,13 +254,13 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-      if (valid) acc = device::norm::VecMath<T, kVec>::fold(x[j], op, acc);
+      if (valid) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
     return acc;
   };
   // Every lane of the warp takes part in the reductions (groups never straddle warps: kLanes divides
   // 32), so a second look is voted for by the whole warp.
   bool finite;
-  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max<kLanes>(v); },
+  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
                                          [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
   float scale = quant::scale_for<Q>(amax, eps);
   uint32_t exponent = 0;

@@ -46,4 +46,12 @@ JITKERN_DEVICE T reduce_max_once(T value, T lowest) {
   return detail::reduce<false>(value, [](T v) { return warp::reduce_max(v); }, lowest);
 }
 
+// The max of non-negative floats (e.g. an amax; see warp::reduce_max_nonnegative), and its _once form.
+JITKERN_DEVICE float reduce_max_nonnegative(float value) {
+  return detail::reduce<true>(value, [](float v) { return warp::reduce_max_nonnegative(v); }, 0.0f);
+}
+JITKERN_DEVICE float reduce_max_nonnegative_once(float value) {
+  return detail::reduce<false>(value, [](float v) { return warp::reduce_max_nonnegative(v); }, 0.0f);
+}
+
 }  // namespace device::cta

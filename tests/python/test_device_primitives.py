@@ -56,6 +56,24 @@ def test_warp_and_cta_reductions(prim, threads):
     assert out[5] == 0, "every thread must receive the CTA-wide results"
 
 
+@pytest.mark.parametrize("nan_at", [0, 5, 31, 200])
+def test_float_max_reductions_leave_nan_out(prim, nan_at):
+    """A NaN does not enter a float max, whichever lane holds it, and every thread still agrees."""
+    import torch
+
+    x = torch.randn(256, device="cuda")
+    x[nan_at] = float("nan")
+    out = torch.full((6,), float("nan"), device="cuda")
+    prim.reductions(out, x)
+    finite = x[~x.isnan()]
+    if nan_at < 32:
+        assert out[1] == x[:32][~x[:32].isnan()].max()
+    else:
+        assert out[1] == x[:32].max()
+    assert out[3] == finite.max()
+    assert out[5] == 0, "every thread must receive the CTA-wide results"
+
+
 def test_atomic_max_negative_values_and_nan(prim):
     import torch
 

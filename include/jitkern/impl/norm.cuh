@@ -40,9 +40,10 @@ struct WarpGroup {
     const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
     return warp::reduce_sum<kWidth>(v, lanes);
   }
+  // v >= 0 (an amax).
   JITKERN_DEVICE float reduce_max(float v) const {
     const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
-    return warp::reduce_max<kWidth>(v, lanes);
+    return warp::reduce_max_nonnegative<kWidth>(v, lanes);
   }
 };
 
@@ -60,15 +61,16 @@ struct CtaGroup {
       return cta::reduce_sum(v);
     }
   }
-  // May be called again (a dynamic amax's second look): that call first waits until every thread has
-  // read the previous result from the shared buffer, which the _once form leaves unprotected.
+  // v >= 0 (an amax). May be called again (a dynamic amax's second look): that call first waits until
+  // every thread has read the previous result from the shared buffer, which the _once form leaves
+  // unprotected.
   JITKERN_DEVICE float reduce_max(float v) const {
     if constexpr (kOneRowPerCta) {
       if (max_reduced) __syncthreads();
       max_reduced = true;
-      return cta::reduce_max_once(v, 0.0f);
+      return cta::reduce_max_nonnegative_once(v);
     } else {
-      return cta::reduce_max(v, 0.0f);
+      return cta::reduce_max_nonnegative(v);
     }
   }
 };
@@ -120,7 +122,8 @@ struct VecMath {
 // below then call, in every thread of the row's group:
 //   s = scale(fold, reduce_max)  once, after the row is normalised (first, where kNeedsAmax: the
 //                      statistic needs the whole row); fold(op) folds op(acc, v) over the thread's
-//                      values of y from 0, reduce_max(v) takes the max over the row's group (every
+//                      values of y from 0 (op must also combine two partial results, as a max
+//                      does), reduce_max(v) takes the max of v >= 0 over the row's group (every
 //                      thread gets it; safe to call more than once). s is whatever the stores need
 //                      (a scale, a divider);
 //   store(y, at, s)    for each vector (at: the vector's first element within the row);
@@ -212,11 +215,11 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
     for (int r = 0; r < kRegVecs; ++r)
       if (held(r)) xs[r] = M::normalized(xs[r], ws[r], scale);
   }
-  const auto fold = [&](auto op) {
+  const auto fold = [&](auto op) {  // vector by vector from 0, then combined: a shorter dependency chain
     float acc = 0.0f;
 #pragma unroll
     for (int r = 0; r < kRegVecs; ++r)
-      if (held(r)) acc = M::fold(xs[r], op, acc);
+      if (held(r)) acc = op(acc, M::fold(xs[r], op, 0.0f));
     for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) acc = M::fold(remainder(i), op, acc);
     return acc;
   };

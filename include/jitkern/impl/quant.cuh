@@ -62,7 +62,7 @@ JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
 }
 
 // The dynamic amax of the values a group of threads holds. fold(op) folds op(acc, v) over this thread's
-// values from 0; reduce_max(v) combines the group's partials (every thread gets the result; a second call
+// values from 0 (both ops below also combine two partial folds); reduce_max(v) combines the group's partials (every thread gets the result; a second call
 // must be safe, e.g. behind a barrier); any(b) is b, or a vote over the threads that reduce together when
 // groups share a warp's shuffles. The plain max |v| (NaN left out by fmaxf) costs one instruction per
 // value; only where it is inf is the group folded again without +-inf. `finite`: the group holds no
@@ -113,19 +113,28 @@ inline constexpr float kNormalScaleEps = Format<Q>::kMax * 1.17549435e-38f;
 // rmsnorm_quant_fp8's time in a same-run comparison).
 template <typename Q, bool kMaySlow = true, typename T, int kVec>
 JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
-  AlignedVector<uint8_t, kVec> q;
   const auto encode = [&](auto divide) {
-    if constexpr (std::is_same_v<Q, fp8_e4m3_t> && kVec % 2 == 0) {
+    if constexpr (kVec % 4 == 0) {  // assembled as 32-bit words: a byte array costs ~2 instructions a byte to pack
+      AlignedVector<uint32_t, kVec / 4> words;
 #pragma unroll
-      for (int j = 0; j < kVec; j += 2) {
-        const float2 pair = make_float2(divide(cast<float>(x[j])), divide(cast<float>(x[j + 1])));
-        const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);  // RNE, NaN kept
-        q[j] = static_cast<uint8_t>(two & 0xff);
-        q[j + 1] = static_cast<uint8_t>(two >> 8);
+      for (int j = 0; j < kVec; j += 4) {
+        if constexpr (std::is_same_v<Q, fp8_e4m3_t>) {  // two values per conversion, RNE, NaN kept
+          const auto pair = [&](int k) {
+            return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(divide(cast<float>(x[k])), divide(cast<float>(x[k + 1]))),
+                                                                  __NV_SATFINITE, __NV_E4M3));
+          };
+          words[j / 4] = pair(j) | (pair(j + 2) << 16);
+        } else {
+          const auto byte = [&](int k) { return static_cast<uint32_t>(Format<Q>::encode(divide(cast<float>(x[k])))); };
+          words[j / 4] = __byte_perm(__byte_perm(byte(j), byte(j + 1), 0x0040), __byte_perm(byte(j + 2), byte(j + 3), 0x0040), 0x5410);
+        }
       }
+      words.store(reinterpret_cast<uint32_t*>(ptr));
     } else {
+      AlignedVector<uint8_t, kVec> q;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(divide(cast<float>(x[j])));
+      q.store(ptr);
     }
   };
   if (s.simple) {  // decided once per vector, not per element
@@ -135,7 +144,6 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
   } else {
     encode([&](float v) { return s.fast(v); });
   }
-  q.store(ptr);
 }
 
 template <typename T, int kVec>
