@@ -174,16 +174,16 @@ __global__ void __launch_bounds__(kQuantClusterThreads)
 // L2) for each pass.
 template <typename T, typename Q, int kVec, device::norm::RowFit kFit>
 __global__ void __launch_bounds__(kQuantRowThreads)
-    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps, bool early_trigger) {
+    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps, bool trigger_at_start) {
   constexpr bool kWider = kFit == device::norm::RowFit::kWider;
-  if (early_trigger) device::pdl_trigger_secondary();
+  if (trigger_at_start) device::pdl_trigger_secondary();
   const T* src = in.base + int64_t{blockIdx.x} * in.row_stride;
   uint8_t* dst = q.base + int64_t{blockIdx.x} * q.row_stride;
   const int nvec = static_cast<int>(hidden / kVec), rank = threadIdx.x, size = blockDim.x;
   const auto held = [&](int r) { return kFit == device::norm::RowFit::kExact || r * size + rank < nvec; };
   AlignedVector<T, kVec> x[kQuantRowRegVecs];
   device::pdl_wait_primary();
-  if (!early_trigger) device::pdl_trigger_secondary();
+  if (!trigger_at_start) device::pdl_trigger_secondary();
 #pragma unroll
   for (int r = 0; r < kQuantRowRegVecs; ++r)
     if (held(r)) x[r].load(src + (r * size + rank) * kVec);
@@ -229,9 +229,9 @@ struct GroupScales {
 template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0, bool kFlat>
 __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
                                                                         int64_t groups_per_row, int64_t total_groups, float eps,
-                                                                        bool early_trigger) {
+                                                                        bool trigger_at_start) {
   constexpr int kGroup = kLanes * kPerLane * kVec;
-  if (early_trigger) device::pdl_trigger_secondary();
+  if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t group = int64_t{blockIdx.x} * (kQuantGroupThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
   }
   AlignedVector<T, kVec> x[kPerLane];
   device::pdl_wait_primary();
-  if (!early_trigger) device::pdl_trigger_secondary();
+  if (!trigger_at_start) device::pdl_trigger_secondary();
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
