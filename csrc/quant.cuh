@@ -32,16 +32,18 @@ constexpr int kQuantThreads = 512;
 constexpr int kQuantItems = 2;
 // Dynamic per-tensor in one launch: a cluster of 16 CTAs (8 where the GPU refuses clusters beyond the
 // portable size) holds the whole tensor in registers (kQuantClusterVecs vectors per thread, or
-// kQuantClusterWideVecs once that would need more than half the threads: measured faster at [32..64,
-// 4096] bf16), agrees on the amax through distributed shared memory, then quantizes. Tensors of at most
-// kQuantOneCtaVecs vectors take one CTA and no cluster (one row of 4096 bf16: 1.8 against 2.6 us for a
-// 16-CTA cluster). Larger tensors take an amax pass and a quantize pass.
+// kQuantClusterWideVecs once that would need half the threads or more), agrees on the amax through
+// distributed shared memory, then quantizes. Tensors of at most kQuantOneCtaVecs vectors take one CTA
+// and no cluster. Measured at [T, 4096] bf16, graphs of 2000 launches: T = 4 1.83 us on one CTA against
+// 2.66 on the cluster; T = 32 3.70 at four vectors against 4.37 at two; 1, 2, 4 and 8 CTAs were no
+// faster at T = 8-64 (docs/benchmarks.md, "Design measurements"). Larger tensors take an amax pass
+// and a quantize pass.
 constexpr int kQuantClusterCtas = 16;
 constexpr int kQuantPortableClusterCtas = 8;
 constexpr int kQuantClusterThreads = 1024;
 constexpr int kQuantClusterVecs = 2;
 constexpr int kQuantClusterWideVecs = 4;
-constexpr int kQuantOneCtaVecs = 1024;
+constexpr int kQuantOneCtaVecs = kQuantClusterThreads * kQuantClusterVecs;
 // Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
@@ -327,7 +329,7 @@ struct QuantOps {
       const int ctas = cc >= 9 ? cluster_ctas<kWide, kTwo>(ops.device) : 0;
       if (!is_static && shape.total_vecs <= int64_t{ctas} * kQuantClusterThreads * kQuantClusterVecs) {
         const int used = shape.total_vecs <= kQuantOneCtaVecs ? 1 : ctas;
-        const bool wide = shape.total_vecs > int64_t{used} * (kQuantClusterThreads / 2) * kQuantClusterVecs;
+        const bool wide = used > 1 && shape.total_vecs >= int64_t{used} * (kQuantClusterThreads / 2) * kQuantClusterVecs;
         const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{used} * (wide ? kQuantClusterWideVecs : kQuantClusterVecs)), 32) * 32;
         LaunchKernel launch(used, static_cast<unsigned>(threads), ops.device);
         if (used > 1) launch.with_cluster(used);

@@ -46,7 +46,7 @@ def test_warp_and_cta_reductions(prim, threads):
     import torch
 
     x = torch.randn(threads, device="cuda")
-    out = torch.full((6,), float("nan"), device="cuda")
+    out = torch.full((8,), float("nan"), device="cuda")
     prim.reductions(out, x)
     torch.testing.assert_close(out[0], x[:32].sum(), rtol=1e-5, atol=1e-5)
     assert out[1] == x[:32].max()
@@ -54,6 +54,7 @@ def test_warp_and_cta_reductions(prim, threads):
     assert out[3] == x.max()
     torch.testing.assert_close(out[4], x.sum(), rtol=1e-5, atol=1e-4)
     assert out[5] == 0, "every thread must receive the CTA-wide results"
+    assert out[6] == x[:32].abs().max() and out[7] == x.abs().max()
 
 
 @pytest.mark.parametrize("nan_at", [0, 5, 31, 200])
@@ -63,7 +64,7 @@ def test_float_max_reductions_leave_nan_out(prim, nan_at):
 
     x = torch.randn(256, device="cuda")
     x[nan_at] = float("nan")
-    out = torch.full((6,), float("nan"), device="cuda")
+    out = torch.full((8,), float("nan"), device="cuda")
     prim.reductions(out, x)
     finite = x[~x.isnan()]
     if nan_at < 32:

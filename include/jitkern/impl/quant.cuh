@@ -62,9 +62,9 @@ JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
 }
 
 // The dynamic amax of the values a group of threads holds. fold(op) folds op(acc, v) over this thread's
-// values from 0 (both ops below also combine two partial folds); reduce_max(v) combines the group's partials (every thread gets the result; a second call
-// must be safe, e.g. behind a barrier); any(b) is b, or a vote over the threads that reduce together when
-// groups share a warp's shuffles. The plain max |v| (NaN left out by fmaxf) costs one instruction per
+// values from 0 (both ops below also combine two partial folds); reduce_max(v) combines the group's
+// partials (every thread gets the result; a second call must be safe, e.g. behind a barrier); any(b) is
+// b, or a vote over the threads that reduce together when groups share a warp's shuffles. The plain max |v| (NaN left out by fmaxf) costs one instruction per
 // value; only where it is inf is the group folded again without +-inf. `finite`: the group holds no
 // +-inf, so its divisions may skip Divider's inf guard.
 template <typename Fold, typename ReduceMax, typename Any>

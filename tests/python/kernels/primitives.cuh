@@ -21,7 +21,8 @@ inline DLDevice cuda_device(TensorView t) { return t.device(); }
 
 // out[0] = warp sum, out[1] = warp max, out[2] = CTA sum, out[3] = CTA max, out[4] = CTA sum by
 // reduce_sum_once (the last reduction), of x (blockDim.x values); every thread must get the CTA
-// results, so out[5] counts the threads that disagree with thread 0.
+// results, so out[5] counts the threads that disagree with thread 0. out[6] / out[7]: the warp / CTA
+// reduce_max_nonnegative of |x|.
 __global__ void reductions_kernel(float* out, const float* x) {
   const float v = x[threadIdx.x];
   const float ws = device::warp::reduce_sum(v), wm = device::warp::reduce_max(v);
@@ -33,11 +34,13 @@ __global__ void reductions_kernel(float* out, const float* x) {
   __syncthreads();
   const auto differs = [](float a, float b) { return __float_as_uint(a) != __float_as_uint(b); };  // bits: NaN sums agree too
   if (differs(cs, first[0]) || differs(cm, first[1]) || differs(once, first[2])) atomicAdd(out + 5, 1.0f);
+  const float wa = device::warp::reduce_max_nonnegative(fabsf(v)), ca = device::cta::reduce_max_nonnegative(fabsf(v));
+  if (threadIdx.x == 0) out[6] = wa, out[7] = ca;
 }
 void reductions(TensorView out, TensorView x) {
   using namespace host;
   auto n = SymbolicSize{"threads"};
-  TensorMatcher({6}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
+  TensorMatcher({8}).with_dtype<float>().with_device<kDLCUDA>().verify(out);
   TensorMatcher({n}).with_dtype<float>().with_device<kDLCUDA>().verify(x);
   RuntimeCheck(n.unwrap() % 32 == 0 && n.unwrap() <= 1024, "threads must be a multiple of 32 up to 1024");
   LaunchKernel(1, static_cast<unsigned>(n.unwrap()), x.device())(reductions_kernel, static_cast<float*>(out.data_ptr()),
