@@ -36,7 +36,7 @@ constexpr int kQuantItems = 2;
 // distributed shared memory, then quantizes. Tensors of at most kQuantOneCtaVecs vectors take one CTA
 // and no cluster. Measured at [T, 4096] bf16, graphs of 2000 launches: T = 4 1.83 us on one CTA against
 // 2.66 on the cluster; T = 32 3.70 at four vectors against 4.37 at two; 1, 2, 4 and 8 CTAs were no
-// faster at T = 8-64 (docs/benchmarks.md, "Design measurements"). Larger tensors take an amax pass
+// faster at T = 16-64 (docs/benchmarks.md, "Design measurements"). Larger tensors take an amax pass
 // and a quantize pass.
 constexpr int kQuantClusterCtas = 16;
 constexpr int kQuantPortableClusterCtas = 8;
