@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
                    run_benchmark, yardstick_module)
 
-from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm  # noqa: E402
+from jitkern.ops import (fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm,  # noqa: E402
+                         rmsnorm_quant_fp8)
 from jitkern.ops.norm import _norm_module  # noqa: E402
 
 DTYPE = torch.bfloat16
@@ -136,6 +137,7 @@ def main() -> None:
     print("\nShapes where jitkern is slower than torch eager: " + (", ".join(slower) if slower else "none"))
     qknorm_pattern_table(ceiling)
     fused_add_pattern_table()
+    decode_floor_table()
     per_call_table()
     plot(rows, ceiling)
 
@@ -204,6 +206,30 @@ def fused_add_pattern_table() -> None:
         pattern = run_benchmark(lambda: module.rewrite_pair(a, b, 0))["median"]
         gb = lambda us: num_bytes / (us * 1e-6) / 1e9  # noqa: E731
         print(f"| [{t}, 4096] | {fused:.2f} | {gb(fused):.0f} | {pattern:.2f} | {gb(pattern):.0f} | {100 * pattern / fused:.1f}% |")
+
+
+def decode_floor_table() -> None:
+    """Decode sizes against the memory round trip under them: an in-place read and write-back of the
+    same [T, 4096] rows, launched like the norm kernels (PDL), in the same run."""
+    module = yardstick_module()
+    print("\n#### Decode sizes against a read and write-back of the same rows (us)\n")
+    print("| T | rmsnorm | fused_add_rmsnorm | rmsnorm_quant_fp8 dynamic | in-place rewrite of the [T, 4096] rows |")
+    print("|---|---|---|---|---|")
+    for t in get_benchmark_range([1, 4, 16, 64], [1, 64]):
+        x = torch.randn(t, 4096, dtype=DTYPE, device="cuda")
+        r = torch.randn(t, 4096, dtype=DTYPE, device="cuda")
+        w = torch.randn(4096, dtype=DTYPE, device="cuda")
+        out = torch.empty_like(x)
+        as_int32 = x.view(torch.int32)
+        before = as_int32.clone()
+        module.rewrite_columns(as_int32, 2048, 1)
+        assert torch.equal(as_int32[:, ::4], before[:, ::4] ^ 1), "rewrite_columns missed a vector"
+        module.rewrite_columns(as_int32, 2048, 1)
+        norm = run_benchmark(lambda: rmsnorm(x, w, out, EPS))["median"]
+        fused = run_benchmark(lambda: fused_add_rmsnorm(x, r, w, EPS))["median"]
+        quant = run_benchmark(lambda: rmsnorm_quant_fp8(x, w, EPS))["median"]
+        floor = run_benchmark(lambda: module.rewrite_columns(as_int32, 2048, 0))["median"]
+        print(f"| {t} | {norm:.2f} | {fused:.2f} | {quant:.2f} | {floor:.2f} |")
 
 
 def qknorm_pattern_table(ceiling: float) -> None:
