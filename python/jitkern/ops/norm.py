@@ -9,53 +9,24 @@ what torch.compile traces; eager calls go straight to the exported function."""
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, define_op, torch
-from ..jit import JitSpec, cpp_type
+from .._torch import compiling, define_op, torch
+from ._dtype_family import DtypeFamily
 
-DTYPES = ("float16", "bfloat16", "float32")
-# export -> its C++ parameters, in order (they name the arguments in errors)
-_OPS = {
+_FAMILY = DtypeFamily("norm", "NormOps", {
     "rmsnorm": "input, weight, output, eps",
     "fused_add_rmsnorm": "input, residual, weight, eps",
     "qknorm": "q, k, q_weight, k_weight, eps, head_dim",
     "qknorm_across_heads": "q, k, q_weight, k_weight, eps",
-}
-
-
-def spec(dtype) -> JitSpec:
-    """The module of the norm family for one element type (a torch dtype or its name)."""
-    t = cpp_type(dtype)
-    return JitSpec("norm", t, cuda_files=["norm.cuh"], cuda_wrappers=[(op, f"NormOps<{t}>::{op}", args) for op, args in _OPS.items()])
-
-
-SPECS = tuple(spec(d) for d in DTYPES)
+})
+DTYPES = _FAMILY.DTYPES
+SPECS = _FAMILY.specs
+spec = _FAMILY.spec
+warmup = _FAMILY.warmup
+_FUNCTIONS = _FAMILY.functions
 
 
 def _norm_module(dtype):
     return spec(dtype).load()  # the engine memoises loads
-
-
-_FUNCTIONS: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
-
-
-def _function(op: str, x, name: str):
-    """The exported `op` for x's dtype (the slow path of the first call per op and dtype)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{op}(): {name} must be a torch.Tensor, got {type(x).__name__}")
-    if str(x.dtype).removeprefix("torch.") not in DTYPES:
-        raise TypeError(f"{op}(): {name} must be float16, bfloat16 or float32, got {x.dtype}")
-    check_not_capturing(f"the norm module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
-    return _FUNCTIONS.setdefault((op, x.dtype), getattr(_norm_module(x.dtype), op))
-
-
-def warmup(dtypes) -> None:
-    """Loads (building in parallel where needed) every norm op for these dtypes."""
-    from ..jit import warmup as build_all
-
-    dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
-    for dtype, module in zip(dtypes, build_all(*(spec(d) for d in dtypes))):
-        for op in _OPS:
-            _FUNCTIONS.setdefault((op, dtype), getattr(module, op))
 
 
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
@@ -65,7 +36,7 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | No
             return torch.ops.jitkern.rmsnorm(input, weight, eps)
         torch.ops.jitkern.rmsnorm_out(input, weight, output, eps)
         return output
-    fn = _FUNCTIONS.get(("rmsnorm", getattr(input, "dtype", None))) or _function("rmsnorm", input, "input")
+    fn = _FUNCTIONS.get(("rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("rmsnorm", input, "rmsnorm")
     if output is None:
         output = torch.empty_like(input)
     fn(input, weight, output, eps)
@@ -76,7 +47,8 @@ def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch
     """residual += input; input = rmsnorm(residual) * weight (both in place)."""
     if compiling():
         return torch.ops.jitkern.fused_add_rmsnorm(input, residual, weight, eps)
-    fn = _FUNCTIONS.get(("fused_add_rmsnorm", getattr(input, "dtype", None))) or _function("fused_add_rmsnorm", input, "input")
+    fn = _FUNCTIONS.get(("fused_add_rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("fused_add_rmsnorm", input,
+                                                                                                        "fused_add_rmsnorm")
     fn(input, residual, weight, eps)
 
 
@@ -86,7 +58,7 @@ def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tenso
     2-D [N, H * D] (e.g. column slices of a fused qkv buffer)."""
     if compiling():
         return torch.ops.jitkern.qknorm(q, k, q_weight, k_weight, eps, head_dim)
-    fn = _FUNCTIONS.get(("qknorm", getattr(q, "dtype", None))) or _function("qknorm", q, "q")
+    fn = _FUNCTIONS.get(("qknorm", getattr(q, "dtype", None))) or _FAMILY.function("qknorm", q, "fused_inplace_qknorm", "q")
     fn(q, k, q_weight, k_weight, eps, head_dim)
 
 
@@ -95,7 +67,8 @@ def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight
     """RMSNorm of every row of q [N, Wq] and k [N, Wk] over the whole row, in place."""
     if compiling():
         return torch.ops.jitkern.qknorm_across_heads(q, k, q_weight, k_weight, eps)
-    fn = _FUNCTIONS.get(("qknorm_across_heads", getattr(q, "dtype", None))) or _function("qknorm_across_heads", q, "q")
+    fn = _FUNCTIONS.get(("qknorm_across_heads", getattr(q, "dtype", None))) or _FAMILY.function(
+        "qknorm_across_heads", q, "fused_inplace_qknorm_across_heads", "q")
     fn(q, k, q_weight, k_weight, eps)
 
 

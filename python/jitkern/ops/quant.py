@@ -12,51 +12,21 @@ torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, define_op, torch
-from ..jit import JitSpec, cpp_type
+from .._torch import compiling, define_op, torch
+from ._dtype_family import DtypeFamily
 
-DTYPES = ("float16", "bfloat16", "float32")
 GROUP_SIZES = (32, 64, 128)
-# export -> its C++ parameters, in order (they name the arguments in errors)
-_OPS = {
+_FAMILY = DtypeFamily("quant", "QuantOps", {
     "per_tensor_quant": "input, output_q, output_s, is_static",
     "per_token_quant": "input, output_q, output_s",
     "per_token_group_quant": "input, output_q, output_s, group_size, eps",
     "rmsnorm_quant": "input, weight, output_q, scale, eps, dynamic",
     "fused_add_rmsnorm_quant": "input, residual, weight, output_q, scale, eps, dynamic",
-}
-
-
-def spec(dtype) -> JitSpec:
-    """The module of the quantization family for one input element type (a torch dtype or its name)."""
-    t = cpp_type(dtype)
-    return JitSpec("quant", t, cuda_files=["quant.cuh"], cuda_wrappers=[(op, f"QuantOps<{t}>::{op}", args) for op, args in _OPS.items()])
-
-
-SPECS = tuple(spec(d) for d in DTYPES)
-_FUNCTIONS: dict = {}  # (op, dtype) -> exported function
-
-
-def _function(op: str, public: str, x):
-    fn = _FUNCTIONS.get((op, getattr(x, "dtype", None)))
-    if fn is not None:
-        return fn
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{public}(): input must be a torch.Tensor, got {type(x).__name__}")
-    if str(x.dtype).removeprefix("torch.") not in DTYPES:
-        raise TypeError(f"{public}(): input must be float16, bfloat16 or float32, got {x.dtype}")
-    check_not_capturing(f"the quant module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
-    return _FUNCTIONS.setdefault((op, x.dtype), getattr(spec(x.dtype).load(), op))
-
-
-def warmup(dtypes) -> None:
-    """Loads (building in parallel where needed) the quant module for these input dtypes."""
-    from ..jit import warmup as build_all
-
-    dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
-    for dtype, module in zip(dtypes, build_all(*(spec(d) for d in dtypes))):
-        for op in _OPS:
-            _FUNCTIONS.setdefault((op, dtype), getattr(module, op))
+})
+DTYPES = _FAMILY.DTYPES
+SPECS = _FAMILY.specs
+spec = _FAMILY.spec
+warmup = _FAMILY.warmup
 
 
 def _rows(x, public: str):
@@ -100,7 +70,7 @@ def per_tensor_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = No
     if compiling():
         q, s = torch.ops.jitkern.per_tensor_quant_fp8(input, output_s if is_static else None)
         return _into(q, s, output_q, None if is_static else output_s)
-    fn = _function("per_tensor_quant", "per_tensor_quant_fp8", input)
+    fn = _FAMILY.function("per_tensor_quant", input, "per_tensor_quant_fp8")
     q = _empty_q(input) if output_q is None else output_q
     s = torch.empty(1, dtype=torch.float32, device=input.device) if output_s is None else output_s
     fn(_rows(input, "per_tensor_quant_fp8"), _bytes(q, "output_q", "per_tensor_quant_fp8"), _check_scale(s, "per_tensor_quant_fp8", "output_s"),
@@ -130,7 +100,7 @@ def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = Non
     [..., 1] (fp32); q = fp8(row / s)."""
     if compiling():
         return _into(*torch.ops.jitkern.per_token_quant_fp8(input), output_q, output_s)
-    fn = _function("per_token_quant", "per_token_quant_fp8", input)
+    fn = _FAMILY.function("per_token_quant", input, "per_token_quant_fp8")
     q = _empty_q(input) if output_q is None else output_q
     s = _token_scales(input) if output_s is None else output_s
     fn(_rows(input, "per_token_quant_fp8"), _bytes(q, "output_q", "per_token_quant_fp8"), s.view(-1))
@@ -176,7 +146,7 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
         q, s = torch.ops.jitkern.per_token_group_quant_8bit(input, group_size, dtype == torch.int8, eps, column_major_scales,
                                                             scale_tma_aligned, scale_ue8m0)
         return _into(q, s, output_q, output_s)
-    fn = _function("per_token_group_quant", public, input)
+    fn = _FAMILY.function("per_token_group_quant", input, public)
     if type(group_size) is not int:
         raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
     q = _empty_q(input, dtype) if output_q is None else output_q
@@ -190,7 +160,7 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
 
 def _norm_quant(op: str, public: str, input, residual, weight, eps, scale, output_q, output_s):
-    fn = _function(op, public, input)
+    fn = _FAMILY.function(op, input, public)
     q = _empty_q(input) if output_q is None else output_q
     if scale is None:
         s = _token_scales(input) if output_s is None else output_s
