@@ -63,7 +63,9 @@ struct WaitMarks {
 };
 
 // Pinned host memory in slabs, handed out in fixed-size pieces and never returned to CUDA (a piece may
-// still be the target of queued GPU operations when its owner is gone).
+// still be the target of queued GPU operations when its owner is gone). The slabs are mapped, and under
+// unified addressing their host address is also their device address (checked once per slab), so the
+// pieces are used on the GPU as they are, without a device_address() query per call.
 template <typename T>
 class PinnedPool {
  public:
@@ -78,6 +80,9 @@ class PinnedPool {
     if (m_slab == nullptr || m_used == kPerSlab) {
       void* slab = nullptr;
       host::RuntimeDeviceCheck(cudaHostAlloc(&slab, sizeof(T) * kPerSlab, cudaHostAllocPortable | cudaHostAllocMapped));
+      void* on_device = nullptr;
+      host::RuntimeDeviceCheck(cudaHostGetDevicePointer(&on_device, slab, 0));
+      host::RuntimeCheck(on_device == slab, "pinned memory is not at the same address on the GPU (no unified addressing)");
       m_slab = static_cast<T*>(slab), m_used = 0;
     }
     T* p = m_slab + m_used++;
@@ -140,7 +145,7 @@ struct StreamMemOps {
   }
 };
 
-// The GPU address of a host word (pinned, mapped) or of a GPU word.
+// The GPU address of a caller's word: pinned host memory (mapped) or GPU memory.
 inline const void* device_address(const void* p) {
   cudaPointerAttributes attr{};
   host::RuntimeDeviceCheck(cudaPointerGetAttributes(&attr, p));
@@ -235,25 +240,28 @@ void raise_if_timed_out(EventSlot* slot) {
 // loads it, and loading waits for kernels already running: a write_value_kernel launched for the first
 // time while a spin_wait_kernel waits for it would wait for that spin (it timed out on an H100). Once
 // per device (the current one).
+// After the first call per device, one atomic load (no lock).
 void load_kernels() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> loaded[kMaxDevices];
   static std::mutex mutex;
-  static std::vector<bool> loaded;
   int device = 0;
   host::RuntimeDeviceCheck(cudaGetDevice(&device));
+  host::RuntimeCheck(device >= 0 && device < kMaxDevices, "device ", device, " is beyond the ", kMaxDevices, " this module supports");
+  if (loaded[device].load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) < loaded.size() && loaded[device]) return;
+  if (loaded[device].load(std::memory_order_relaxed)) return;
   cudaFuncAttributes attributes{};
   host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, spin_wait_kernel));
   host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, write_value_kernel));
-  if (loaded.size() <= static_cast<size_t>(device)) loaded.resize(device + 1);
-  loaded[device] = true;
+  loaded[device].store(true, std::memory_order_release);
 }
 
+// `word`, `flag`: GPU addresses (device_address(), or a PinnedPool piece).
 void enqueue_write(cudaStream_t stream, int32_t* word, int32_t value, bool spin) {
   StreamMemOps& ops = StreamMemOps::get();
-  if (!spin && ops.usable() && ops.call(ops.write, stream, device_address(word), static_cast<uint32_t>(value), CU_STREAM_WRITE_VALUE_DEFAULT))
-    return;
-  host::LaunchKernel(1, 1, stream)(write_value_kernel, static_cast<int32_t*>(const_cast<void*>(device_address(word))), value);
+  if (!spin && ops.usable() && ops.call(ops.write, stream, word, static_cast<uint32_t>(value), CU_STREAM_WRITE_VALUE_DEFAULT)) return;
+  host::LaunchKernel(1, 1, stream)(write_value_kernel, word, value);
 }
 
 // Waits on `stream` until *flag == value (flag: a GPU word or a pinned host word). With timeout_ms > 0
@@ -265,12 +273,12 @@ void enqueue_wait(cudaStream_t stream, const int32_t* flag, int32_t value, int32
   const bool timed = timeout_ms > 0;
   if (!spin && ops.usable() && !(timed && capture != cudaStreamCaptureStatusNone)) {
     if (!timed) {
-      if (ops.call(ops.wait, stream, device_address(flag), static_cast<uint32_t>(value), CU_STREAM_WAIT_VALUE_EQ)) return;
+      if (ops.call(ops.wait, stream, flag, static_cast<uint32_t>(value), CU_STREAM_WAIT_VALUE_EQ)) return;
     } else {
       WaitMarks* marks = Watchdog::get().marks().take();
-      if (ops.call(ops.write, stream, device_address(&marks->arrived), 1, CU_STREAM_WRITE_VALUE_DEFAULT)) {
-        ops.call(ops.wait, stream, device_address(flag), static_cast<uint32_t>(value), CU_STREAM_WAIT_VALUE_EQ);
-        ops.call(ops.write, stream, device_address(&marks->passed), 1, CU_STREAM_WRITE_VALUE_DEFAULT);
+      if (ops.call(ops.write, stream, &marks->arrived, 1, CU_STREAM_WRITE_VALUE_DEFAULT)) {
+        ops.call(ops.wait, stream, flag, static_cast<uint32_t>(value), CU_STREAM_WAIT_VALUE_EQ);
+        ops.call(ops.write, stream, &marks->passed, 1, CU_STREAM_WRITE_VALUE_DEFAULT);
         Watchdog::get().watch(slot, marks, value, timeout_ms);
         return;
       }
@@ -278,9 +286,8 @@ void enqueue_wait(cudaStream_t stream, const int32_t* flag, int32_t value, int32
     }
   }
   if (timed) store_volatile(slot->timeout_ms, timeout_ms);
-  host::LaunchKernel(1, 1, stream)(spin_wait_kernel, static_cast<const int32_t*>(device_address(flag)), value,
-                                   static_cast<uint64_t>(timed ? timeout_ms : 0) * 1000000u,
-                                   timed ? static_cast<int32_t*>(const_cast<void*>(device_address(&slot->timed_out))) : nullptr);
+  host::LaunchKernel(1, 1, stream)(spin_wait_kernel, flag, value, static_cast<uint64_t>(timed ? timeout_ms : 0) * 1000000u,
+                                   timed ? &slot->timed_out : nullptr);
 }
 
 cudaStream_t as_stream(int64_t stream) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream)); }
@@ -300,7 +307,7 @@ void stream_wait_value(jitkern::TensorView flag, int64_t value) {
   if (d.device_type != kDLCUDA) RuntimeDeviceCheck(cudaGetDevice(&id));
   const cudaStream_t stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, id));
   load_kernels();
-  enqueue_wait(stream, static_cast<const int32_t*>(flag.data_ptr()), static_cast<int32_t>(value), 0, nullptr, false);
+  enqueue_wait(stream, static_cast<const int32_t*>(device_address(flag.data_ptr())), static_cast<int32_t>(value), 0, nullptr, false);
 }
 
 int64_t event_create() {
