@@ -34,16 +34,18 @@ constexpr int kQuantItems = 2;
 // portable size) holds the whole tensor in registers (kQuantClusterVecs vectors per thread, or
 // kQuantClusterWideVecs once that would need half the threads or more), agrees on the amax through
 // distributed shared memory, then quantizes. Tensors of at most kQuantOneCtaVecs vectors take one CTA
-// and no cluster. Measured at [T, 4096] bf16, graphs of 2000 launches: T = 4 1.83 us on one CTA against
-// 2.66 on the cluster; T = 32 3.70 at four vectors against 4.37 at two; 1, 2, 4 and 8 CTAs were no
-// faster at T = 16-64 (docs/benchmarks.md, "Design measurements"). Larger tensors take an amax pass
-// and a quantize pass.
+// and no cluster, those of at most kQuantSmallClusterVecs a cluster of kQuantPortableClusterCtas.
+// Measured at [T, 4096] bf16, graphs of 2000 launches: T = 4 1.83 us on one CTA against 2.66 on the
+// cluster; T = 8 2.69 on 8 CTAs against 2.89 on 16; T = 32 3.70 at four vectors against 4.37 at two;
+// 1, 2, 4 and 8 CTAs were no faster at T = 16-64 (docs/benchmarks.md, "Design measurements"). Larger
+// tensors take an amax pass and a quantize pass.
 constexpr int kQuantClusterCtas = 16;
 constexpr int kQuantPortableClusterCtas = 8;
 constexpr int kQuantClusterThreads = 1024;
 constexpr int kQuantClusterVecs = 2;
 constexpr int kQuantClusterWideVecs = 4;
 constexpr int kQuantOneCtaVecs = kQuantClusterThreads * kQuantClusterVecs;
+constexpr int kQuantSmallClusterVecs = 2 * kQuantOneCtaVecs;
 // Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
@@ -328,7 +330,9 @@ struct QuantOps {
       constexpr auto kWide = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kQuantClusterWideVecs, kOneRow>;
       const int ctas = cc >= 9 ? cluster_ctas<kWide, kTwo>(ops.device) : 0;
       if (!is_static && shape.total_vecs <= int64_t{ctas} * kQuantClusterThreads * kQuantClusterVecs) {
-        const int used = shape.total_vecs <= kQuantOneCtaVecs ? 1 : ctas;
+        const int used = shape.total_vecs <= kQuantOneCtaVecs         ? 1
+                         : shape.total_vecs <= kQuantSmallClusterVecs ? std::min(ctas, kQuantPortableClusterCtas)
+                                                                      : ctas;
         const bool wide = used > 1 && shape.total_vecs >= int64_t{used} * (kQuantClusterThreads / 2) * kQuantClusterVecs;
         const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{used} * (wide ? kQuantClusterWideVecs : kQuantClusterVecs)), 32) * 32;
         LaunchKernel launch(used, static_cast<unsigned>(threads), ops.device);

@@ -64,7 +64,7 @@ def _x(shape, dtype_name, seed=0):
 # ---- per-tensor ------------------------------------------------------------------------------------
 
 # (rows, H): decode sizes take the one-launch cluster path, larger ones two passes; odd widths the scalar path.
-PER_TENSOR_SHAPES = [(1, 4096), (4, 4096), (16, 4096), (32, 4096), (64, 4096), (65, 4096), (3, 1000), (1, 7), (4097, 4096), (2048, 2051)]
+PER_TENSOR_SHAPES = [(1, 4096), (4, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096), (65, 4096), (3, 1000), (1, 7), (4097, 4096), (2048, 2051)]
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
@@ -120,8 +120,9 @@ def test_per_tensor_strided_3d_huge_and_empty():
     assert qe.shape == (0, 4096) and se.item() == 0.0
 
 
-# One CTA (128 and 1024 threads), a 16-CTA cluster at two and at four vectors per thread, two passes.
-@pytest.mark.parametrize("shape", [(8, 256), (4, 4096), (16, 4096), (64, 4096), (65, 4096)])
+# One CTA (128 and 1024 threads), an 8-CTA cluster, a 16-CTA cluster at two and at four vectors per
+# thread, two passes.
+@pytest.mark.parametrize("shape", [(8, 256), (4, 4096), (8, 4096), (16, 4096), (64, 4096), (65, 4096)])
 def test_per_tensor_nan_inf_zero(shape):
     torch = _torch()
     from jitkern.ops import per_tensor_quant_fp8
