@@ -44,15 +44,14 @@ def warmup(*, dtypes=(), constants=()) -> None:
     """Builds (in parallel) and loads the modules these ops need before a CUDA graph capture or serving:
     the norm and quant families for each of `dtypes` (torch dtypes), the kv_transfer and wait_value modules,
     add_constant for each of `constants`."""
-    from ..jit import warmup as build_all
+    from concurrent.futures import ThreadPoolExecutor
 
     dtypes, constants = tuple(dtypes), tuple(constants)
-    build_all(*specs(dtypes=dtypes, constants=constants))  # every module in one parallel build; the loads below are memoised
-    _norm_family.warmup(dtypes)
-    _quant_family.warmup(dtypes)
-    _kv_transfer_family.warmup()
-    _wait_value_family.warmup()
-    _add_constant_family.warmup(constants)
+    families = (lambda: _norm_family.warmup(dtypes), lambda: _quant_family.warmup(dtypes), _kv_transfer_family.warmup,
+                _wait_value_family.warmup, lambda: _add_constant_family.warmup(constants))
+    with ThreadPoolExecutor(max_workers=len(families)) as pool:  # the families build side by side, not one after another
+        for future in [pool.submit(warm) for warm in families]:
+            future.result()
 
 
 __all__ = ["Event", "FAMILIES", "specs", "add_constant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant_fp8", "fused_inplace_qknorm",

@@ -15,7 +15,6 @@ from __future__ import annotations
 from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
 
-GROUP_SIZES = (32, 64, 128)
 _FAMILY = DtypeFamily("quant", "QuantOps", {
     "per_tensor_quant": "input, output_q, output_s, is_static",
     "per_token_quant": "input, output_q, output_s",
