@@ -11,10 +11,9 @@
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
+#include <jitkern/tensor_alloc.h>
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
-
-#include <cooperative_groups.h>
 
 #include <cstdint>
 
@@ -30,22 +29,21 @@ static_assert(kQuantScaleEps >= device::quant::kNormalScaleEps<fp8_e4m3_t>);
 constexpr int kQuantThreads = 512;
 // Elementwise kernels: vectors per thread, loaded together (more bytes in flight).
 constexpr int kQuantItems = 2;
-// Dynamic per-tensor in one launch: a cluster of 16 CTAs (8 where the GPU refuses clusters beyond the
-// portable size) holds the whole tensor in registers (kQuantClusterVecs vectors per thread, or
-// kQuantClusterWideVecs once that would need half the threads or more), agrees on the amax through
-// distributed shared memory, then quantizes. Tensors of at most kQuantOneCtaVecs vectors take one CTA
-// and no cluster, those of at most kQuantSmallClusterVecs a cluster of kQuantPortableClusterCtas.
-// Measured at [T, 4096] bf16, graphs of 2000 launches: T = 4 1.83 us on one CTA against 2.66 on the
-// cluster; T = 8 2.69 on 8 CTAs against 2.89 on 16; T = 32 3.70 at four vectors against 4.37 at two;
-// 1, 2, 4 and 8 CTAs were no faster at T = 16-64 (docs/benchmarks.md, "Design measurements"). Larger
-// tensors take an amax pass and a quantize pass.
-constexpr int kQuantClusterCtas = 16;
-constexpr int kQuantPortableClusterCtas = 8;
-constexpr int kQuantClusterThreads = 1024;
-constexpr int kQuantClusterVecs = 2;
-constexpr int kQuantClusterWideVecs = 4;
-constexpr int kQuantOneCtaVecs = kQuantClusterThreads * kQuantClusterVecs;
-constexpr int kQuantSmallClusterVecs = 2 * kQuantOneCtaVecs;
+// Dynamic per-tensor at decode sizes, without the memset and atomic max of the large path: a tensor of
+// at most kQuantOneCtaVecs vectors takes one CTA holding it in registers; one of at most a CTA per SM
+// in the split shapes below takes two launches, an amax per CTA into a scratch array, then a quantize
+// kernel that loads its input before its PDL wait (overlapping the first launch) and reduces the array
+// in every warp. Measured at [T, 4096] bf16, graphs of 2000 launches (docs/benchmarks.md, "Design
+// measurements"): T = 4 1.84 us on one CTA against 2.08-2.44 split; T = 8-64 2.28-2.43 split against
+// 2.70-4.79 on one cluster of 8 or 16 CTAs agreeing through distributed shared memory.
+constexpr int kQuantOneCtaThreads = 1024;
+constexpr int kQuantOneCtaRegVecs = 2;
+constexpr int kQuantOneCtaVecs = kQuantOneCtaThreads * kQuantOneCtaRegVecs;
+// Split shapes, in order of preference: (threads, vectors per thread); T = 128 2.82 us at 512 x 2
+// against 3.04 at 256 x 1.
+constexpr int kQuantSplitThreads = 256;
+constexpr int kQuantSplitWideThreads = 512;
+constexpr int kQuantSplitWideVecs = 2;
 // Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
@@ -123,54 +121,97 @@ __global__ void __launch_bounds__(kQuantThreads) tensor_scale_kernel(Rows<const 
   if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(scale), __float_as_int(quant::scale_for<Q>(amax, eps)));
 }
 
-// Dynamic per-tensor in one launch (see kQuantClusterCtas): thread t of the cluster holds vectors
-// t, t + T, t + 2T, ... (T: the cluster's threads). A launch without a cluster is one CTA.
-template <typename T, typename Q, int kVec, int kVecs, bool kOneRow>
-__global__ void __launch_bounds__(kQuantClusterThreads)
-    tensor_quant_cluster_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, float* scale, float eps) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  const unsigned ctas = cluster.num_blocks();
-  const int64_t step = int64_t{ctas} * blockDim.x;
-  const int64_t first = int64_t{cluster.block_rank()} * blockDim.x + threadIdx.x;
-  __shared__ float cta_amax;
+// kVecs vectors of a Shape2D per thread, at first, first + step, ..., held in registers.
+template <typename T, int kVec, int kVecs, bool kOneRow>
+struct HeldVectors {
   AlignedVector<T, kVec> x[kVecs];
   int64_t rows[kVecs], cols[kVecs];
+  int64_t first, step, total;
+  __device__ __forceinline__ HeldVectors(int64_t first_, int64_t step_, const Shape2D& shape) : first(first_), step(step_), total(shape.total_vecs) {
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k) split<kOneRow>(first + k * step, shape, rows[k], cols[k]);
-  device::pdl_wait_primary();
+    for (int k = 0; k < kVecs; ++k) split<kOneRow>(first + k * step, shape, rows[k], cols[k]);
+  }
+  __device__ __forceinline__ bool held(int k) const { return first + k * step < total; }
+  __device__ __forceinline__ void load(const Rows<const T>& in) {
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k)
-    if (first + k * step < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
-  const auto fold = [&](auto op) {
+    for (int k = 0; k < kVecs; ++k)
+      if (held(k)) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
+  }
+  // op(acc, v) over the held values from 0, vector by vector and combined (see dynamic_amax).
+  template <typename Op>
+  __device__ __forceinline__ float fold(const Op& op) const {
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k)
-      if (first + k * step < shape.total_vecs) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[k], op, 0.0f));
+      if (held(k)) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[k], op, 0.0f));
     return acc;
-  };
+  }
+  template <typename Q, bool kMaySlow>
+  __device__ __forceinline__ void store(const Rows<uint8_t>& q, const quant::Divider& s) const {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k)
+      if (held(k)) quant::store_quantized<Q, kMaySlow>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
+  }
+};
+
+// Dynamic per-tensor of at most kQuantOneCtaVecs vectors: one CTA.
+template <typename T, typename Q, int kVec, bool kOneRow>
+__global__ void __launch_bounds__(kQuantOneCtaThreads)
+    tensor_quant_one_cta_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, float* scale, float eps) {
+  HeldVectors<T, kVec, kQuantOneCtaRegVecs, kOneRow> v(threadIdx.x, blockDim.x, shape);
+  device::pdl_wait_primary();
+  v.load(in);
   const device::norm::CtaGroup<true> cta;
-  const auto reduce_max = [&](float amax) {
-    amax = cta.reduce_max(amax);
-    if (ctas == 1) return amax;
-    if (threadIdx.x == 0) cta_amax = amax;
-    cluster.sync();
-    for (unsigned r = 0; r < ctas; ++r) amax = fmaxf(amax, *cluster.map_shared_rank(&cta_amax, r));
-    cluster.sync();  // no CTA leaves (freeing its shared memory) or rewrites it before every CTA has read it
-    return amax;
-  };
   bool finite;
-  const float amax = quant::dynamic_amax(fold, reduce_max, [](bool b) { return b; }, finite);
+  const float amax = quant::dynamic_amax([&](auto op) { return v.fold(op); }, [&](float a) { return cta.reduce_max(a); },
+                                         [](bool b) { return b; }, finite);
   device::pdl_trigger_secondary();
   const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
-  if (first == 0) *scale = s.s;
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k)
-    if (first + k * step < shape.total_vecs) quant::store_quantized<Q, false>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
-#else
-  __trap();  // launched only on sm_90+
-#endif
+  if (threadIdx.x == 0) *scale = s.s;
+  v.template store<Q, false>(q, s);
+}
+
+// The split path's scratch entries: a CTA's finite amax a, stored as a, or as -1 - a where the CTA saw
+// +-inf (its quotients then need Divider's inf guard).
+__device__ __forceinline__ float amax_part(float amax, bool finite) { return finite ? amax : -1.0f - amax; }
+
+// Dynamic per-tensor, split, first launch: parts[CTA] = amax_part of the CTA's vectors (HeldVectors
+// layout over the grid). It lets the quantize kernel launch only after its own wait: that kernel reads
+// the input before waiting, which is safe once this kernel's predecessor has finished.
+template <typename T, int kVec, int kVecs, bool kOneRow>
+__global__ void __launch_bounds__(kQuantSplitWideThreads) tensor_amax_parts_kernel(Rows<const T> in, Shape2D shape, float* parts) {
+  HeldVectors<T, kVec, kVecs, kOneRow> v(int64_t{blockIdx.x} * blockDim.x + threadIdx.x, int64_t{gridDim.x} * blockDim.x, shape);
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  v.load(in);
+  const device::norm::CtaGroup<true> cta;
+  bool finite;
+  const float amax = quant::dynamic_amax([&](auto op) { return v.fold(op); }, [&](float a) { return cta.reduce_max(a); },
+                                         [](bool b) { return b; }, finite);
+  if (threadIdx.x == 0) parts[blockIdx.x] = amax_part(amax, finite);
+}
+
+// Dynamic per-tensor, split, second launch (same grid and layout): loads its vectors, waits for
+// tensor_amax_parts_kernel, reduces its gridDim.x parts in every warp (no barrier), quantizes.
+template <typename T, typename Q, int kVec, int kVecs, bool kOneRow>
+__global__ void __launch_bounds__(kQuantSplitWideThreads)
+    quantize_tensor_parts_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* parts, float* scale, float eps) {
+  device::pdl_trigger_secondary();
+  HeldVectors<T, kVec, kVecs, kOneRow> v(int64_t{blockIdx.x} * blockDim.x + threadIdx.x, int64_t{gridDim.x} * blockDim.x, shape);
+  v.load(in);
+  device::pdl_wait_primary();
+  float amax = 0.0f;
+  bool finite = true;
+  for (unsigned i = threadIdx.x % device::kWarpThreads; i < gridDim.x; i += device::kWarpThreads) {
+    const float part = parts[i];
+    finite = finite && part >= 0.0f;
+    amax = fmaxf(amax, part >= 0.0f ? part : -1.0f - part);
+  }
+  amax = device::warp::reduce_max_nonnegative(amax);
+  finite = __all_sync(0xffffffffu, finite);
+  const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s.s;
+  v.template store<Q, false>(q, s);
 }
 
 // One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kQuantRowRegVecs vectors
@@ -326,25 +367,26 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      constexpr auto kTwo = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kQuantClusterVecs, kOneRow>;
-      constexpr auto kWide = tensor_quant_cluster_kernel<T, fp8_e4m3_t, kVec, kQuantClusterWideVecs, kOneRow>;
-      const int ctas = cc >= 9 ? cluster_ctas<kWide, kTwo>(ops.device) : 0;
-      if (!is_static && shape.total_vecs <= int64_t{ctas} * kQuantClusterThreads * kQuantClusterVecs) {
-        const int used = shape.total_vecs <= kQuantOneCtaVecs         ? 1
-                         : shape.total_vecs <= kQuantSmallClusterVecs ? std::min(ctas, kQuantPortableClusterCtas)
-                                                                      : ctas;
-        const bool wide = used > 1 && shape.total_vecs >= int64_t{used} * (kQuantClusterThreads / 2) * kQuantClusterVecs;
-        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, int64_t{used} * (wide ? kQuantClusterWideVecs : kQuantClusterVecs)), 32) * 32;
-        LaunchKernel launch(used, static_cast<unsigned>(threads), ops.device);
-        if (used > 1) launch.with_cluster(used);
-        launch.enable_pdl();
-        if (wide) {
-          launch(kWide, in, q, shape, scale, kQuantScaleEps);
-        } else {
-          launch(kTwo, in, q, shape, scale, kQuantScaleEps);
-        }
+      if (!is_static && shape.total_vecs <= kQuantOneCtaVecs) {
+        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
+        LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
+            .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
         return;
       }
+      const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+      const auto split = [&](auto vecs_tag, int threads) {
+        constexpr int kVecs = decltype(vecs_tag)::value;
+        const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
+        const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
+        auto* p = static_cast<float*>(parts.view().data_ptr());
+        LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+            .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
+        LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+            .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+      };
+      if (!is_static && shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
+      if (!is_static && shape.total_vecs <= sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+        return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
       if (!is_static) {
         zero_float_async(scale, ops.device);
         const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads),
@@ -510,34 +552,6 @@ struct QuantOps {
     TokenRows<T>::check_rows(N, H, q_stride, q_name);
     return {static_cast<const T*>(input.data_ptr()), static_cast<uint8_t*>(output_q.data_ptr()), N.unwrap(), H.unwrap(),
             TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
-  }
-
-  // CTAs per cluster of the one-launch dynamic per-tensor kernels: 16 where one such cluster of full-size
-  // CTAs of the first kernel fits on this GPU (clusters beyond the portable 8 are opt-in, for each
-  // kernel), else 8. Asked once per set of kernels.
-  template <auto kernel, auto... others>
-  static int cluster_ctas(DLDevice device) {
-    static const int ctas = [&] {
-      for (const auto k : {kernel, others...}) {
-        if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-          cudaGetLastError();
-          return kQuantPortableClusterCtas;
-        }
-      }
-      cudaLaunchConfig_t config{};
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim = {static_cast<unsigned>(kQuantClusterCtas), 1, 1};
-      config.gridDim = kQuantClusterCtas, config.blockDim = kQuantClusterThreads, config.attrs = &attr, config.numAttrs = 1;
-      int previous = -1, clusters = 0;
-      cudaGetDevice(&previous);
-      if (previous != device.device_id) cudaSetDevice(device.device_id);
-      const cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-      if (previous != device.device_id) cudaSetDevice(previous);
-      if (status != cudaSuccess) cudaGetLastError();
-      return status == cudaSuccess && clusters >= 1 ? kQuantClusterCtas : kQuantPortableClusterCtas;
-    }();
-    return ctas;
   }
 
   static unsigned checked_grid(int64_t blocks) {

@@ -66,24 +66,16 @@ class LaunchKernel {
   // reading what the previous kernel wrote.
   LaunchKernel& enable_pdl(bool enable = true) & { return m_pdl = enable, *this; }
   LaunchKernel&& enable_pdl(bool enable = true) && { return m_pdl = enable, static_cast<LaunchKernel&&>(*this); }
-  // Thread-block clusters of `ctas` CTAs along x (sm_90+); the grid must be a multiple of it.
-  LaunchKernel& with_cluster(unsigned ctas) & { return m_cluster = ctas, *this; }
-  LaunchKernel&& with_cluster(unsigned ctas) && { return m_cluster = ctas, static_cast<LaunchKernel&&>(*this); }
 
   template <typename... KernelArgs, typename... Args>
   void operator()(void (*kernel)(KernelArgs...), Args&&... args) const {
     cudaLaunchConfig_t config = m_config;
-    cudaLaunchAttribute attr[2];
-    unsigned num_attrs = 0;
+    cudaLaunchAttribute attr;
     if (m_pdl) {
-      attr[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[num_attrs++].val.programmaticStreamSerializationAllowed = 1;
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = &attr, config.numAttrs = 1;
     }
-    if (m_cluster > 1) {
-      attr[num_attrs].id = cudaLaunchAttributeClusterDimension;
-      attr[num_attrs++].val.clusterDim = {m_cluster, 1, 1};
-    }
-    if (num_attrs > 0) config.attrs = attr, config.numAttrs = num_attrs;
     int previous = -1;
     if (m_device_id >= 0) {  // the stream belongs to the tensor's device, which may not be current
       RuntimeDeviceCheck(cudaGetDevice(&previous), m_where);
@@ -98,7 +90,6 @@ class LaunchKernel {
   cudaLaunchConfig_t m_config{};
   DebugInfo m_where;
   int m_device_id = -1;
-  unsigned m_cluster = 1;
   bool m_pdl = false;
 };
 

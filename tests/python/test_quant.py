@@ -63,8 +63,11 @@ def _x(shape, dtype_name, seed=0):
 
 # ---- per-tensor ------------------------------------------------------------------------------------
 
-# (rows, H): decode sizes take the one-launch cluster path, larger ones two passes; odd widths the scalar path.
-PER_TENSOR_SHAPES = [(1, 4096), (4, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096), (65, 4096), (3, 1000), (1, 7), (4097, 4096), (2048, 2051)]
+# (rows, H): up to 4 rows of 4096 one CTA; then, on an H100's 132 SMs, the split path (amax per CTA, then
+# quantize) at 256 x 1 up to 66 rows and 512 x 2 up to 264; larger ones memset + amax + quantize; odd
+# widths the scalar path.
+PER_TENSOR_SHAPES = [(1, 4096), (4, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096), (65, 4096), (130, 4096), (264, 4096),
+                     (3, 1000), (1, 7), (40, 1001), (4097, 4096), (2048, 2051)]
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
@@ -100,12 +103,13 @@ def test_per_tensor_strided_3d_huge_and_empty():
     torch = _torch()
     from jitkern.ops import per_tensor_quant_fp8
 
-    big = _x((300, 4096 + 8), "bfloat16")
-    x = big[:, 8:]  # strided rows, 16-byte aligned
-    q, s = per_tensor_quant_fp8(x)
-    es = _scale(_finite_amax(x), 1e-10)
-    assert torch.equal(s, es.reshape(1))
-    _assert_q_equal(q, _quantize(x, es))
+    for rows, offset in ((300, 8), (40, 8), (20, 1)):  # strided rows, 16-byte aligned or not: two passes, split, split scalar
+        big = _x((rows, 4096 + 8), "bfloat16")
+        x = big[:, offset : offset + 4096 - (offset % 8)]
+        q, s = per_tensor_quant_fp8(x)
+        es = _scale(_finite_amax(x), 1e-10)
+        assert torch.equal(s, es.reshape(1)), (rows, offset)
+        _assert_q_equal(q, _quantize(x, es))
     x3 = _x((2, 5, 96), "float16")
     q3, s3 = per_tensor_quant_fp8(x3)
     assert q3.shape == (2, 5, 96)
@@ -120,24 +124,62 @@ def test_per_tensor_strided_3d_huge_and_empty():
     assert qe.shape == (0, 4096) and se.item() == 0.0
 
 
-# One CTA (128 and 1024 threads), an 8-CTA cluster, a 16-CTA cluster at two and at four vectors per
-# thread, two passes.
-@pytest.mark.parametrize("shape", [(8, 256), (4, 4096), (8, 4096), (16, 4096), (64, 4096), (65, 4096)])
-def test_per_tensor_nan_inf_zero(shape):
+# One CTA (128 and 1024 threads), the split path at 256 x 1 and 512 x 2, two passes; the bad values in
+# the first rows, or only in the last row (the last CTA of a split launch).
+@pytest.mark.parametrize("shape", [(8, 256), (4, 4096), (8, 4096), (16, 4096), (64, 4096), (130, 4096), (300, 4096)])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_per_tensor_nan_inf_zero(shape, where):
     torch = _torch()
     from jitkern.ops import per_tensor_quant_fp8
 
     x = _x(shape, "bfloat16")
-    x[0, 0], x[1, 1], x[2, 2], x[3, 3] = float("nan"), float("inf"), float("-inf"), -0.0
+    rows = [0, 1, 2, 3] if where == "first" else [shape[0] - 1] * 4
+    x[rows[0], 0], x[rows[1], 1], x[rows[2], 2], x[rows[3], 3] = float("nan"), float("inf"), float("-inf"), -0.0
     q, s = per_tensor_quant_fp8(x)
-    assert q[3, 3].view(torch.uint8).item() == 0x80, "-0 must stay -0"
+    assert q[rows[3], 3].view(torch.uint8).item() == 0x80, "-0 must stay -0"
     es = _scale(_finite_amax(x), 1e-10)
     assert torch.equal(s, es.reshape(1)), "NaN/inf entered the amax"
     _assert_q_equal(q, _quantize(x, es))
-    assert torch.isnan(q[0, 0].float()) and q[1, 1].float().item() == 448.0 and q[2, 2].float().item() == -448.0
+    assert torch.isnan(q[rows[0], 0].float()) and q[rows[1], 1].float().item() == 448.0 and q[rows[2], 2].float().item() == -448.0
     z = torch.zeros(4, 512, dtype=torch.bfloat16, device="cuda")
     qz, sz = per_tensor_quant_fp8(z)
     assert sz.item() == pytest.approx(1e-10 / 448) and not torch.isnan(qz.float()).any() and (qz.float() == 0).all()
+
+
+@pytest.mark.parametrize("rows", [4, 32, 130])
+def test_per_tensor_reads_what_the_previous_kernel_wrote(rows):
+    """The split path's quantize kernel loads its input before its PDL wait: here that input is written by
+    the kernel just before it (jitkern's rmsnorm, itself launched with PDL), eagerly and from a CUDA graph."""
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8, rmsnorm
+
+    w = _x((4096,), "bfloat16", seed=100)
+    x = torch.empty(rows, 4096, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    q = torch.empty(rows, 4096, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(1, device="cuda")
+
+    def step():
+        rmsnorm(x, w, y, 1e-6)
+        per_tensor_quant_fp8(y, q, s)
+
+    def check(what):
+        es = _scale(_finite_amax(y), 1e-10)
+        assert torch.equal(s, es.reshape(1)), what
+        _assert_q_equal(q, _quantize(y, es))
+
+    for seed in range(3):
+        x.copy_(_x((rows, 4096), "bfloat16", seed=seed) * (seed + 1))
+        step()
+        check(f"eager, seed {seed}")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in range(3, 6):
+        x.copy_(_x((rows, 4096), "bfloat16", seed=seed) * (seed + 1))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(f"graph, seed {seed}")
 
 
 # ---- per-token -------------------------------------------------------------------------------------
@@ -409,8 +451,8 @@ def test_opcheck_quant_ops():
 
 
 def test_compiled_and_graph_captured_quant():
-    """torch.compile(fullgraph=True) gives the eager results; the dynamic per-tensor paths (one launch,
-    and memset + two launches) replay correctly from a CUDA graph."""
+    """torch.compile(fullgraph=True) gives the eager results; the dynamic per-tensor paths (one CTA, split,
+    memset + two launches) replay correctly from a CUDA graph."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit
 
@@ -434,7 +476,7 @@ def test_compiled_and_graph_captured_quant():
         else:
             assert torch.equal(a.contiguous(), b.contiguous())
 
-    for shape in ((16, 4096), (4097, 4096)):  # cluster path; memset + amax + quantize
+    for shape in ((4, 4096), (16, 4096), (4097, 4096)):  # one CTA; split; memset + amax + quantize
         xs = _x(shape, "bfloat16")
         q = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda")
         s = torch.empty(1, device="cuda")
