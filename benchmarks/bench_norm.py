@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
+from utils import (BATCH, BATCHES, after_matmuls_us, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
                    run_benchmark, yardstick_module)
 
 from jitkern.ops import (fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm,  # noqa: E402
@@ -209,27 +209,39 @@ def fused_add_pattern_table() -> None:
 
 
 def decode_floor_table() -> None:
-    """Decode sizes against the memory round trip under them: an in-place read and write-back of the
-    same [T, 4096] rows, launched like the norm kernels (PDL), in the same run."""
+    """Decode sizes against their dependency pattern, in the same run and GPU state (after_matmuls_us):
+    one CTA per [T, 4096] row at the norms' launch shape (128 threads of four vectors), the row read and
+    written back in place with 0, 1 or 2 CTA-wide reductions in series between the loads and the stores
+    (rmsnorm has one, dynamic rmsnorm_quant_fp8 two: the sum of squares, then the amax of the normalised
+    row)."""
     module = yardstick_module()
-    print("\n#### Decode sizes against a read and write-back of the same rows (us)\n")
-    print("| T | rmsnorm | fused_add_rmsnorm | rmsnorm_quant_fp8 dynamic | in-place rewrite of the [T, 4096] rows |")
-    print("|---|---|---|---|---|")
+    print("\n#### Decode sizes against their dependency pattern (us, each timed right after 30 large matmuls)\n")
+    print("| T | rmsnorm | rmsnorm_quant_fp8 static | rmsnorm_quant_fp8 dynamic | fused_add_rmsnorm | "
+          "rows rewritten, no reduction | one CTA reduction | two in series |")
+    print("|---|---|---|---|---|---|---|---|")
     for t in get_benchmark_range([1, 4, 16, 64], [1, 64]):
         x = torch.randn(t, 4096, dtype=DTYPE, device="cuda")
         r = torch.randn(t, 4096, dtype=DTYPE, device="cuda")
         w = torch.randn(4096, dtype=DTYPE, device="cuda")
+        scale = torch.tensor([0.01], device="cuda")
         out = torch.empty_like(x)
         as_int32 = x.view(torch.int32)
         before = as_int32.clone()
-        module.rewrite_columns(as_int32, 2048, 1)
-        assert torch.equal(as_int32[:, ::4], before[:, ::4] ^ 1), "rewrite_columns missed a vector"
-        module.rewrite_columns(as_int32, 2048, 1)
-        norm = run_benchmark(lambda: rmsnorm(x, w, out, EPS))["median"]
-        fused = run_benchmark(lambda: fused_add_rmsnorm(x, r, w, EPS))["median"]
-        quant = run_benchmark(lambda: rmsnorm_quant_fp8(x, w, EPS))["median"]
-        floor = run_benchmark(lambda: module.rewrite_columns(as_int32, 2048, 0))["median"]
-        print(f"| {t} | {norm:.2f} | {fused:.2f} | {quant:.2f} | {floor:.2f} |")
+        for reductions in range(3):
+            module.rewrite_rows(as_int32, reductions, 1)
+            assert torch.equal(as_int32[:, ::4], before[:, ::4] ^ 1), f"rewrite_rows({reductions}) missed a vector"
+            assert torch.equal(as_int32[:, 1::4], before[:, 1::4]), f"rewrite_rows({reductions}) changed a word it must keep"
+            module.rewrite_rows(as_int32, reductions, 1)
+        times = [after_matmuls_us(fn) for fn in (
+            lambda: rmsnorm(x, w, out, EPS),
+            lambda: rmsnorm_quant_fp8(x, w, EPS, scale=scale),
+            lambda: rmsnorm_quant_fp8(x, w, EPS),
+            lambda: fused_add_rmsnorm(x, r, w, EPS),
+            lambda: module.rewrite_rows(as_int32, 0, 0),
+            lambda: module.rewrite_rows(as_int32, 1, 0),
+            lambda: module.rewrite_rows(as_int32, 2, 0),
+        )]
+        print(f"| {t} | " + " | ".join(f"{v:.2f}" for v in times) + " |")
 
 
 def qknorm_pattern_table(ceiling: float) -> None:

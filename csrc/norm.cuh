@@ -39,8 +39,10 @@ constexpr int kNormManyRowsPerSm = 4;
 // PDL trigger placement: triggering at kernel start lets the next kernel launch earliest, but
 // back-to-back launches then pile up waiting on the SMs, which slows grids of more than a few CTAs
 // (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
-// wait; [1, 4096]: 1.15 against 1.23). Grids of at most this many CTAs trigger at start, larger ones
-// after their wait.
+// wait). Narrow-row grids (and the per-token and per-group quantization grids, csrc/quant.cuh) of at
+// most this many CTAs trigger at start, larger ones after their wait. Wide rows always trigger after
+// it: at 1 / 4 rows of 4096, rmsnorm 1.17 / 1.10 us against 1.15 / 1.20 at start, rmsnorm_quant_fp8
+// static 1.47 / 1.45 against 1.66 / 1.76.
 constexpr int64_t kNormEarlyTriggerMaxCtas = 8;
 inline bool early_trigger(int64_t grid) { return grid <= kNormEarlyTriggerMaxCtas; }
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
@@ -67,7 +69,7 @@ struct NormParams {
   int64_t hidden;
   float eps;
   int64_t hidden1;  // problem[1]'s row width in a two-width launch (launch_norm_two_widths), else unused
-  bool early_trigger;  // set by each launch: early_trigger(grid)
+  bool early_trigger;  // narrow rows: set by each launch, early_trigger(grid)
 };
 
 using device::norm::RowFit;
@@ -133,21 +135,18 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 }
 
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
-// after the wait they sit on the critical path. fused_add_rmsnorm lets the next kernel launch only
-// once this one has passed its own wait (fewer launches waiting on the SMs); rmsnorm triggers at once
-// on small grids (early_trigger). Both choices were measured (docs/benchmarks.md, "Design measurements").
+// after the wait they sit on the critical path. The next kernel may launch once this one has passed
+// its own wait (see kNormEarlyTriggerMaxCtas; docs/benchmarks.md, "Design measurements").
 // kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
                                                                      const __grid_constant__ Epi epi) {
   static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
-  const bool early = !kFusedAdd && p.early_trigger;
-  if (early) device::pdl_trigger_secondary();
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
   const auto row_epi = epi.template row<T, kVec>(row, blockIdx.x);
   const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
   device::pdl_wait_primary();
-  if (!early) device::pdl_trigger_secondary();
+  device::pdl_trigger_secondary();
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
 }
@@ -183,7 +182,6 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi>
 void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int threads = wide_threads(p.hidden / kVec, kRegVecs);
-  p.early_trigger = early_trigger(p.total_rows);
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
   launch.enable_pdl(pdl);
   const auto with_fit = [&](auto fit) {
@@ -298,7 +296,6 @@ bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   p.rows0 = static_cast<int32_t>(tokens);
   p.heads_per_token = 2;
   p.total_rows = static_cast<int32_t>(2 * tokens);
-  p.early_trigger = early_trigger(p.total_rows);
   LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, kNormTwoWidthsRegVecs), device)
       .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
           norm_wide_kernel<T, kVec, kNormTwoWidthsRegVecs, false, RowFit::kFits, device::norm::StoreOutput<T>, RowOrder::kProblemMajor, true>, p,

@@ -8,8 +8,11 @@
 // rewrite_pair: the same for an op that reads two buffers and writes both back (fused_add_rmsnorm).
 // halve: reads 16 bytes and writes 8, twice per thread (a 2-byte to 1-byte conversion: 8-bit quantization).
 // read_all: reads every byte and writes one word per CTA (an amax pass).
+// rewrite_rows: the dependency pattern of a wide-row norm at decode sizes and nothing else: one CTA per
+// row, four 16-byte vectors per thread read, 0, 1 or 2 CTA-wide reductions in series, written back.
 #pragma once
 
+#include <jitkern/cta.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/utils.cuh>
@@ -161,6 +164,54 @@ void read_all(jitkern::TensorView out, jitkern::TensorView src) {
   host::LaunchKernel(grid, kCopyCeilingThreads, device)
       .enable_pdl()(read_all_kernel, static_cast<unsigned*>(out.data_ptr()), static_cast<const uint4*>(src.data_ptr()),
                     int64_t{tiles} * kCopyCeilingThreads);
+}
+
+constexpr int kRewriteRowsVecs = 4;
+
+// Triggers after its wait, as the wide-row norm kernels do.
+template <int kReductions>
+__global__ void __launch_bounds__(kCopyCeilingThreads) rewrite_rows_kernel(uint4* buf, int64_t row_vecs, uint32_t flip) {
+  uint4* row = buf + int64_t{blockIdx.x} * row_vecs;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  uint4 v[kRewriteRowsVecs];
+#pragma unroll
+  for (int k = 0; k < kRewriteRowsVecs; ++k) v[k] = row[k * blockDim.x + threadIdx.x];
+  float stat = 0.0f;  // a value of the whole row that the stores depend on
+  if constexpr (kReductions >= 1) {
+    float part = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRewriteRowsVecs; ++k) part += static_cast<float>(v[k].x & 0xffu);
+    stat = device::cta::reduce_sum_once(part);
+    if constexpr (kReductions >= 2) stat = device::cta::reduce_max_nonnegative_once(fabsf(stat - static_cast<float>(v[0].y & 0xffu)));
+  }
+  const uint32_t f = stat != -1.0f ? flip : 0u;  // always flip; the compiler cannot know
+#pragma unroll
+  for (int k = 0; k < kRewriteRowsVecs; ++k) {
+    v[k].x ^= f;
+    row[k * blockDim.x + threadIdx.x] = v[k];
+  }
+}
+
+// buf: int32 [rows, width] contiguous (width / 16 threads of four vectors per row); every row read and written back XORed with `flip`, after `reductions` (0-2) CTA-wide
+// reductions the stores depend on.
+void rewrite_rows(jitkern::TensorView buf, int64_t reductions, int64_t flip) {
+  using namespace host;
+  SymbolicSize rows{"rows"}, width{"width"};
+  SymbolicDevice device;
+  TensorMatcher({rows, width}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(buf);
+  const int64_t row_vecs = width.unwrap() / 4;
+  RuntimeCheck(width.unwrap() % 512 == 0 && width.unwrap() <= 16 * kCopyCeilingThreads,  // whole warps of four vectors a thread
+               "rewrite_rows: width must be a multiple of 512 int32 words, at most ", 16 * kCopyCeilingThreads, ", got ", width.unwrap());
+  RuntimeCheck(reductions >= 0 && reductions <= 2, "rewrite_rows: reductions must be 0, 1 or 2, got ", reductions);
+  RuntimeCheck(reinterpret_cast<uintptr_t>(buf.data_ptr()) % 16 == 0, "rewrite_rows: buf must be 16-byte aligned");
+  if (rows.unwrap() == 0) return;
+  LaunchKernel launch(static_cast<unsigned>(rows.unwrap()), static_cast<unsigned>(row_vecs / kRewriteRowsVecs), device.unwrap());
+  launch.enable_pdl();
+  auto* p = static_cast<uint4*>(buf.data_ptr());
+  if (reductions == 0) launch(rewrite_rows_kernel<0>, p, row_vecs, static_cast<uint32_t>(flip));
+  if (reductions == 1) launch(rewrite_rows_kernel<1>, p, row_vecs, static_cast<uint32_t>(flip));
+  if (reductions == 2) launch(rewrite_rows_kernel<2>, p, row_vecs, static_cast<uint32_t>(flip));
 }
 
 }  // namespace
