@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (BATCH, BATCHES, after_matmuls_us, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
+from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
                    run_benchmark, yardstick_module)
 
 from jitkern.ops import (fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm,  # noqa: E402
@@ -209,13 +209,12 @@ def fused_add_pattern_table() -> None:
 
 
 def decode_floor_table() -> None:
-    """Decode sizes against their dependency pattern, in the same run and GPU state (after_matmuls_us):
-    one CTA per [T, 4096] row at the norms' launch shape (128 threads of four vectors), the row read and
-    written back in place with 0, 1 or 2 CTA-wide reductions in series between the loads and the stores
-    (rmsnorm has one, dynamic rmsnorm_quant_fp8 two: the sum of squares, then the amax of the normalised
-    row)."""
+    """Decode sizes against their dependency pattern, in the same run: one CTA per [T, 4096] row at the
+    norms' launch shape (128 threads of four vectors), the row read and written back in place with 0, 1
+    or 2 CTA-wide reductions in series between the loads and the stores (rmsnorm has one, dynamic
+    rmsnorm_quant_fp8 two: the sum of squares, then the amax of the normalised row)."""
     module = yardstick_module()
-    print("\n#### Decode sizes against their dependency pattern (us, each timed right after 30 large matmuls)\n")
+    print("\n#### Decode sizes against their dependency pattern (us)\n")
     print("| T | rmsnorm | rmsnorm_quant_fp8 static | rmsnorm_quant_fp8 dynamic | fused_add_rmsnorm | "
           "rows rewritten, no reduction | one CTA reduction | two in series |")
     print("|---|---|---|---|---|---|---|---|")
@@ -232,7 +231,7 @@ def decode_floor_table() -> None:
             assert torch.equal(as_int32[:, ::4], before[:, ::4] ^ 1), f"rewrite_rows({reductions}) missed a vector"
             assert torch.equal(as_int32[:, 1::4], before[:, 1::4]), f"rewrite_rows({reductions}) changed a word it must keep"
             module.rewrite_rows(as_int32, reductions, 1)
-        times = [after_matmuls_us(fn) for fn in (
+        times = [run_benchmark(fn)["median"] for fn in (
             lambda: rmsnorm(x, w, out, EPS),
             lambda: rmsnorm_quant_fp8(x, w, EPS, scale=scale),
             lambda: rmsnorm_quant_fp8(x, w, EPS),

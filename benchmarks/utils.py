@@ -55,20 +55,6 @@ def run_benchmark(fn, *, quantiles=(0.5, 0.2, 0.8), use_cudagraph: bool = True) 
     return {"median": median, "p20": p20, "p80": p80}
 
 
-def after_matmuls_us(fn) -> float:
-    """run_benchmark's median for fn, timed right after 30 [8192, 8192] bf16 matmuls. Microsecond kernels
-    on the H100 run in two states about 0.2 us apart (same tensors, consecutive captures: rmsnorm
-    [1, 4096] 1.17 or 1.39 us, at an SM clock of 1980 MHz either way); after heavy work they reliably
-    take the slower one, so tables that set kernels against each other time them all there."""
-    import torch
-
-    a = torch.ones(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    for _ in range(30):
-        a @ a
-    torch.cuda.synchronize()
-    return run_benchmark(fn)["median"]
-
-
 def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict[str, float]:
     """Measured device-to-device copy bandwidth (bytes read + written), two ways: torch's copy_ and a plain
     16-byte-vector copy kernel (benchmarks/kernels/copy_ceiling.cuh). The higher one is the ceiling.
