@@ -41,8 +41,8 @@ constexpr int kNormManyRowsPerSm = 4;
 // (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
 // wait). Narrow-row grids (and the per-token and per-group quantization grids, csrc/quant.cuh) of at
 // most this many CTAs trigger at start, larger ones after their wait. Wide rows always trigger after
-// it: at 1 / 4 rows of 4096, rmsnorm 1.17 / 1.10 us against 1.15 / 1.20 at start, rmsnorm_quant_fp8
-// static 1.47 / 1.45 against 1.66 / 1.76.
+// it: at 1 / 4 rows of 4096, rmsnorm 1.16 / 1.13 us against 1.19 / 1.23 at start, rmsnorm_quant_fp8
+// static 1.47 / 1.45 against 1.66 / 1.76 (docs/benchmarks.md, "Design measurements").
 constexpr int64_t kNormEarlyTriggerMaxCtas = 8;
 inline bool early_trigger(int64_t grid) { return grid <= kNormEarlyTriggerMaxCtas; }
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
