@@ -64,9 +64,9 @@ class Tensor {
         why[n] = '\0';
         TVMFFIObjectDecRef(error);
       }
-      host::detail::panic_with(where, "jitkern::Tensor", "cannot allocate an output tensor through the caller's framework (",
+      host::detail::panic_with(where, "jitkern::Tensor", "cannot allocate a tensor through the caller's framework (",
                                static_cast<const char*>(why),
-                               "). Call with framework tensors (e.g. torch.Tensor) or pass a preallocated output.");
+                               "). Call with framework tensors (e.g. torch.Tensor), or pass preallocated outputs where the op takes them.");
     }
     return t;
   }

@@ -115,8 +115,8 @@ def test_returned_tensor_needs_a_framework_allocator(cache_dir):
     so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see
     test_tensor_allocated_in_cpp_is_returned_as_torch_tensor in test_device_primitives.py)."""
     m = jitkern.load_jit("alloc_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("doubled", "doubled")])
-    with pytest.raises(RuntimeError, match=r"jitkern::Tensor.*cannot allocate an output tensor through the caller's framework"
-                                           r".*allocator is nullptr.*pass a preallocated output"):
+    with pytest.raises(RuntimeError, match=r"jitkern::Tensor.*cannot allocate a tensor through the caller's framework"
+                                           r".*allocator is nullptr.*pass preallocated outputs where the op takes them"):
         m.doubled(np.ones(4, dtype=np.float32))
     with pytest.raises(TypeError, match=r"DType mismatch"):  # validation still comes first
         m.doubled(np.ones(4, dtype=np.int32))
