@@ -146,6 +146,12 @@ struct HeldVectors {
       if (held(k)) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[k], op, 0.0f));
     return acc;
   }
+  // The finite amax over the whole CTA's held values (dynamic_amax; `finite`: none was +-inf).
+  __device__ __forceinline__ float cta_amax(bool& finite) const {
+    const device::norm::CtaGroup<true> cta;
+    return quant::dynamic_amax([&](auto op) { return fold(op); }, [&](float a) { return cta.reduce_max(a); }, [](bool b) { return b; },
+                               finite);
+  }
   template <typename Q, bool kMaySlow>
   __device__ __forceinline__ void store(const Rows<uint8_t>& q, const quant::Divider& s) const {
 #pragma unroll
@@ -161,10 +167,8 @@ __global__ void __launch_bounds__(kQuantOneCtaThreads)
   HeldVectors<T, kVec, kQuantOneCtaRegVecs, kOneRow> v(threadIdx.x, blockDim.x, shape);
   device::pdl_wait_primary();
   v.load(in);
-  const device::norm::CtaGroup<true> cta;
   bool finite;
-  const float amax = quant::dynamic_amax([&](auto op) { return v.fold(op); }, [&](float a) { return cta.reduce_max(a); },
-                                         [](bool b) { return b; }, finite);
+  const float amax = v.cta_amax(finite);
   device::pdl_trigger_secondary();
   const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
   if (threadIdx.x == 0) *scale = s.s;
@@ -172,8 +176,10 @@ __global__ void __launch_bounds__(kQuantOneCtaThreads)
 }
 
 // The split path's scratch entries: a CTA's finite amax a, stored as a, or as -1 - a where the CTA saw
-// +-inf (its quotients then need Divider's inf guard).
+// +-inf (its quotients then need Divider's inf guard); part_amax / part_finite read one back.
 __device__ __forceinline__ float amax_part(float amax, bool finite) { return finite ? amax : -1.0f - amax; }
+__device__ __forceinline__ float part_amax(float part) { return part >= 0.0f ? part : -1.0f - part; }
+__device__ __forceinline__ bool part_finite(float part) { return part >= 0.0f; }
 
 // Dynamic per-tensor, split, first launch: parts[CTA] = amax_part of the CTA's vectors (HeldVectors
 // layout over the grid). It lets the quantize kernel launch only after its own wait: that kernel reads
@@ -184,10 +190,8 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads) tensor_amax_parts_kern
   device::pdl_wait_primary();
   device::pdl_trigger_secondary();
   v.load(in);
-  const device::norm::CtaGroup<true> cta;
   bool finite;
-  const float amax = quant::dynamic_amax([&](auto op) { return v.fold(op); }, [&](float a) { return cta.reduce_max(a); },
-                                         [](bool b) { return b; }, finite);
+  const float amax = v.cta_amax(finite);
   if (threadIdx.x == 0) parts[blockIdx.x] = amax_part(amax, finite);
 }
 
@@ -204,8 +208,8 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads)
   bool finite = true;
   for (unsigned i = threadIdx.x % device::kWarpThreads; i < gridDim.x; i += device::kWarpThreads) {
     const float part = parts[i];
-    finite = finite && part >= 0.0f;
-    amax = fmaxf(amax, part >= 0.0f ? part : -1.0f - part);
+    finite = finite && part_finite(part);
+    amax = fmaxf(amax, part_amax(part));
   }
   amax = device::warp::reduce_max_nonnegative(amax);
   finite = __all_sync(0xffffffffu, finite);
