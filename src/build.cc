@@ -1,16 +1,16 @@
-// jitkern::build: the cache protocol around a plan. Warm path: read the manifest, check it and the
-// files it names, no lock and no subprocess. Cold path: take the key's lock, compile in a scratch
-// directory, check the library, record what the compiler read, publish by rename. See DESIGN.md,
-// "Cache: correct first, then fast".
-#include <dirent.h>
+// jitkern::build: a request's way through the cache store. Warm path: the prebuilt layers, then the
+// writable cache under the entry's load lock; no compiler runs. Cold path: the entry's build lock,
+// compile in a scratch directory, record what the compiler read, publish through the store. The store
+// (store.h) owns every file and lock; this file owns compiling and what a build's outcome means.
 #include <dlfcn.h>
-#include <elf.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -27,6 +27,7 @@
 #include "settings.h"
 #include "sha256.h"
 #include "text.h"
+#include "toolchain.h"
 
 namespace jitkern {
 namespace {
@@ -52,12 +53,14 @@ std::string format_seconds(double s) {
 }
 
 double compile_timeout_s() {
+  constexpr double kMax = 1e6;  // beyond this a "limit" is a typo, and it must stay a representable deadline
   const std::string v = settings::get("JITKERN_COMPILE_TIMEOUT");
   if (v.empty()) return 900;
   char* end = nullptr;
   const double s = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !(s > 0))
-    throw std::invalid_argument("jitkern: JITKERN_COMPILE_TIMEOUT must be a positive number of seconds, got '" + v + "'");
+  if (end == v.c_str() || *end != '\0' || !std::isfinite(s) || !(s > 0) || s > kMax)
+    throw std::invalid_argument("jitkern: JITKERN_COMPILE_TIMEOUT must be a positive number of seconds, got '" + v +
+                                "' (a finite number up to 1000000)");
   return s;
 }
 
@@ -77,94 +80,16 @@ std::string current_dir() {
   return buf;
 }
 
-// The library a manifest names, if safe to load (private to us; in a read-only prebuilt cache, ours or
-// root's and writable by no one else) and intact: one lstat, a rehash only on a changed size or mtime.
-bool library_intact(const std::string& lib, const Manifest& m, bool read_only) {
-  fs::FileSig now;
-  if (!(read_only ? fs::trusted_file_sig(lib, &now) : fs::private_file_sig(lib, "cached library", &now))) return false;
-  if (now == m.lib_sig) return true;
-  std::string sha;
-  return sha256_file(lib, &sha) && sha == m.lib_sha;
+bool under_any(const std::string& path, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& pre) { return path.rfind(pre, 0) == 0; });
 }
 
-// The warm path: a complete manifest for this request, built by this machine's toolchain (by any, when
-// `local_toolchain` is empty: no compiler here), whose dependencies and library are unchanged. A
-// read-only (prebuilt) entry is never written.
-bool lookup_published(const plan::Plan& p, const std::string& entry_dir, bool read_only, const std::string& local_toolchain,
-                      std::string* lib_path) {
-  std::string text;
-  Manifest m;
-  if (!fs::read_file(entry_dir + "/manifest", &text) || !manifest::parse(text, &m) || m.request_key != p.request_key) return false;
-  if (!local_toolchain.empty() && m.toolchain != local_toolchain) return false;
-  if (read_only) {
-    if (!fs::trusted_dir(entry_dir)) return false;
-  } else {
-    fs::ensure_private_dir(entry_dir, "cache entry directory");
-  }
-  std::vector<Dep> here = m.deps;  // recorded under root tokens; this machine's paths
-  for (auto& d : here) d.path = plan::local(p, d.path);
-  bool refreshed = false;
-  if (!manifest::deps_unchanged(here, &refreshed)) return false;
-  const std::string lib = entry_dir + "/" + m.lib_name;
-  if (!library_intact(lib, m, read_only)) return false;
-  if (!read_only) {
-    // A touched but unchanged header: record its new mtime, so that the next load need not rehash it.
-    if (refreshed) {
-      for (std::size_t i = 0; i < here.size(); ++i) m.deps[i].sig = here[i].sig;
-      try {
-        fs::write_file_atomic(entry_dir + "/manifest", manifest::serialize(m));
-      } catch (const std::exception&) {
-        // an unwritable cache: the rehash repeats next time, nothing else is lost
-      }
-    }
-    fs::mark_used(entry_dir + "/manifest");  // for `jitkern cache prune`'s least-recently-used order
-  }
-  *lib_path = lib;
-  return true;
-}
-
-// A shared object as far as its headers tell: ELF, 64-bit, ET_DYN, section table within the file.
-// Catches a truncated or bogus output that a compiler reported as success.
-bool plausible_shared_object(const std::string& path, std::string* why) {
-  std::string data;
-  if (!fs::read_file(path, &data)) return *why = "cannot read it", false;
-  if (data.size() < sizeof(Elf64_Ehdr) || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0)
-    return *why = "not an ELF file (" + std::to_string(data.size()) + " bytes)", false;
-  Elf64_Ehdr eh;
-  std::memcpy(&eh, data.data(), sizeof eh);
-  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN) return *why = "not a 64-bit shared object", false;
-  if (eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize > data.size()) return *why = "truncated (its section table lies past its end)", false;
-  return true;
-}
-
-void remove_stale_scratch(const std::string& entry_dir, double timeout_s) {
-  DIR* dir = ::opendir(entry_dir.c_str());
-  if (dir == nullptr) return;
-  std::vector<std::string> stale;
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  while (const dirent* e = ::readdir(dir)) {
-    const std::string name = e->d_name;
-    const bool scratch = name.rfind("build-", 0) == 0, temp = name.find(".tmp.") != std::string::npos;
-    if (!scratch && !temp) continue;
-    const std::string path = entry_dir + "/" + name;
-    // Holding the key's lock, no build of ours is running here: a scratch directory whose process is
-    // gone, or older than a compile may take, is a leftover.
-    const int pid = scratch ? std::atoi(name.c_str() + 6) : std::atoi(name.substr(name.find(".tmp.") + 5).c_str());
-    fs::FileSig sig;
-    const bool old = fs::stat_sig(path, &sig) &&
-                     std::chrono::nanoseconds(now).count() - sig.mtime_ns > static_cast<int64_t>(timeout_s * 1e9);
-    const bool dead = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
-    if (old || dead) stale.push_back(path);
-  }
-  ::closedir(dir);
-  for (const auto& path : stale) fs::remove_tree(path), ::unlink(path.c_str());
-}
-
-std::vector<Dep> hash_files(const std::vector<std::string>& paths) {
+std::vector<Dep> hash_files(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<Dep> deps;
-  for (const auto& path : paths) {
+  for (const auto& [path, resolved] : files) {
     Dep d;
     d.path = path;
+    d.resolved = resolved;
     if (fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha)) deps.push_back(d);
   }
   return deps;
@@ -175,24 +100,36 @@ struct Depfile {
   std::string path, base;
 };
 
-// Every file the compiler read according to its dependency output, outside the generated sources
-// and the toolchain's own headers.
-std::vector<std::string> dependency_paths(const plan::Plan& p, const std::vector<Depfile>& depfiles, const std::string& scratch) {
-  std::map<std::string, bool> unique;
+// "a//b/./c" -> "a/b/c"; ".." stays (through a symbolic link it is not the lexical parent).
+std::string clean_path(const std::string& path) {
+  std::string out;
+  for (const auto& part : text::split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    out += "/" + part;
+  }
+  return out.empty() ? "/" : out;
+}
+
+// Every file the compiler read according to its dependency output, as the compiler opened it, with
+// where that led when elsewhere (a symbolic link, ".."), outside the generated sources and the
+// toolchain's own files: (path, resolved or "").
+std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Plan& p, const std::vector<Depfile>& depfiles,
+                                                                  const std::string& scratch) {
+  const std::string scratch_real = fs::realpath_or(scratch);
+  std::map<std::string, std::string> unique;
   for (const auto& df : depfiles) {
     std::string text;
     if (!fs::read_file(df.path, &text)) continue;
     for (const auto& raw : manifest::parse_depfile(text)) {
-      const std::string path = fs::realpath_or(raw[0] == '/' ? raw : df.base + "/" + raw);
-      if (path.rfind(scratch + "/", 0) == 0) continue;  // the generated source: its text is in the key
-      bool excluded = false;
-      for (const auto& prefix : p.dep_exclude_prefixes) excluded = excluded || path.rfind(prefix, 0) == 0;
-      if (!excluded) unique.emplace(path, true);
+      const std::string used = clean_path(raw[0] == '/' ? raw : df.base + "/" + raw);
+      const std::string resolved = fs::realpath_or(used);
+      // the generated source (its text is in the key) and the toolchain's own headers
+      if (used.rfind(scratch + "/", 0) == 0 || resolved.rfind(scratch_real + "/", 0) == 0) continue;
+      if (under_any(used, p.dep_exclude_prefixes) || under_any(resolved, p.dep_exclude_prefixes)) continue;
+      unique.emplace(used, resolved == used ? "" : resolved);
     }
   }
-  std::vector<std::string> out;
-  for (const auto& [path, _] : unique) out.push_back(path);
-  return out;
+  return {unique.begin(), unique.end()};
 }
 
 std::string read_log(const std::string& path) {
@@ -201,18 +138,6 @@ std::string read_log(const std::string& path) {
   constexpr std::size_t kMax = 20000;
   if (text.size() > kMax) text = text.substr(0, kMax) + "\n[... compiler output truncated ...]\n";
   return text;
-}
-
-// True when the file system under `dir` has no room left (the usual cause of a failure with no log).
-bool disk_full(const std::string& dir) {
-  const std::string probe = dir + "/space-probe";
-  try {
-    fs::write_file_atomic(probe, std::string(64 * 1024, '\0'));
-  } catch (const std::exception&) {
-    return errno == ENOSPC || errno == EDQUOT;
-  }
-  ::unlink(probe.c_str());
-  return false;
 }
 
 class Compile {
@@ -296,7 +221,11 @@ class Compile {
     m_cuda_lib = toolchain::cuda_lib_dir(m_p.nvcc);
     const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
     depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
-    if (settings::get("JITKERN_NVCC_PIPELINE") != "0") {
+    // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
+    // ($, `, ", \) takes nvcc's own single command instead.
+    const bool shell_safe = std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
+                                         [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
+    if (shell_safe && settings::get("JITKERN_NVCC_PIPELINE") != "0") {
       ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
       auto dry = m_p.cuda_compile;
       dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
@@ -328,15 +257,16 @@ class Compile {
   double m_timeout;
 };
 
-// Directories a missing header could appear in: a failure is remembered only while they are
-// unchanged too (creating a file changes its directory's mtime).
+
+// The directories a missing header would have been looked for in (a failure is retried when a
+// file appears in one).
 std::vector<Dep> search_directories(const plan::Plan& p) {
   std::vector<Dep> dirs;
-  auto add = [&](const std::string& d) {
+  auto add = [&](const std::string& dir) {
     Dep dep;
-    dep.path = fs::realpath_or(d);
+    dep.path = dir;
     dep.sha = manifest::kDirectory;
-    if (dep.path[0] == '/' && fs::stat_sig(dep.path, &dep.sig) &&
+    if (fs::stat_sig(dir, &dep.sig) &&
         std::none_of(dirs.begin(), dirs.end(), [&](const Dep& e) { return e.path == dep.path; }))
       dirs.push_back(dep);
   };
@@ -347,24 +277,16 @@ std::vector<Dep> search_directories(const plan::Plan& p) {
   return dirs;
 }
 
-
-// Throws the remembered failure of this request if its inputs are unchanged since.
-void throw_if_remembered(const plan::Plan& p) {
-  std::string text;
-  Failure failure;
-  if (!settings::flag("JITKERN_RETRY_FAILED") && fs::read_file(p.entry_dir + "/failed", &text) && manifest::parse(text, &failure) &&
-      failure.request_key == p.request_key && manifest::deps_unchanged(failure.deps)) {
-    throw BuildError(failure.message +
-                     "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
-                     "JITKERN_RETRY_FAILED=1 to try again.)");
-  }
-}
-
 // A manifest for `p` with its descriptive fields filled in (the caller adds the library and deps).
-Manifest new_manifest(const plan::Plan& p, double build_seconds) {
+Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler>& compilers, double build_seconds) {
   Manifest m;
   m.request_key = p.request_key;
   m.toolchain = p.toolchain_id;
+  for (const auto& c : compilers) {
+    Dep stamp;
+    stamp.path = c.real, stamp.sig = c.sig;
+    m.compilers.push_back(stamp);
+  }
   m.module = p.name;
   m.arch = p.has_cuda ? p.cuda_arch : "-";
   m.built_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -372,7 +294,6 @@ Manifest new_manifest(const plan::Plan& p, double build_seconds) {
   return m;
 }
 
-// JITKERN_ON_MISS=error: CacheMissError before any compiler is looked for.
 // JITKERN_ON_MISS, checked (a bad value is a ValueError on every load, not only on a miss).
 enum class OnMiss { kCompile, kWarn, kError };
 OnMiss on_miss() {
@@ -383,46 +304,13 @@ OnMiss on_miss() {
   throw std::invalid_argument("jitkern: JITKERN_ON_MISS must be compile, warn or error, got '" + mode + "'");
 }
 
-void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& prebuilt) {
+// `misses`: where the module was looked for and why each place could not serve it.
+void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& misses) {
   if (on_miss() != OnMiss::kError) return;
-  std::string where = p.entry_dir;
-  for (const auto& dir : prebuilt) where += ", " + dir + "/" + p.stem;
-  throw CacheMissError("jitkern: module '" + p.name + "' is not cached in " + where +
-                       " (or not intact there) and JITKERN_ON_MISS=error forbids compiling it; prebuild it into the cache "
-                       "(jitkern prebuild) or set JITKERN_ON_MISS=compile");
-}
-
-// Content addressing across edits: a header edited and then reverted maps back to the library already
-// built for that content. Returns that library's path, or empty. `before` gets the previous build's
-// inputs as they are now, to tell whether one changes during the compile.
-std::string reuse_built_content(const plan::Plan& p, std::map<std::string, std::string>* before) {
-  std::string text;
-  Manifest old;
-  if (!fs::read_file(p.entry_dir + "/manifest", &text) || !manifest::parse(text, &old) || old.request_key != p.request_key) return {};
-  std::vector<Dep> now = old.deps;
-  bool readable = true;
-  for (auto& d : now) {
-    const std::string path = plan::local(p, d.path);
-    readable = readable && fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha);
-    if (!d.sha.empty()) (*before)[path] = d.sha;
-  }
-  if (!readable) return {};
-  Manifest m = new_manifest(p, 0);
-  m.full_key = manifest::full_key_of(p.request_key, m.toolchain, now);
-  m.lib_name = manifest::library_name(m.full_key);
-  const std::string candidate = p.entry_dir + "/" + m.lib_name;
-  std::string record;
-  if (!fs::stat_sig(candidate, &m.lib_sig) || !sha256_file(candidate, &m.lib_sha) || !fs::read_file(candidate + ".sha256", &record) ||
-      record != manifest::library_record(m.full_key, m.lib_sha))
-    return {};
-  fs::check_private_file(candidate, "cached library");
-  m.deps = now;
-  fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
-  return candidate;
-}
-
-bool under_any(const std::string& path, const std::vector<std::string>& prefixes) {
-  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& pre) { return path.rfind(pre, 0) == 0; });
+  std::string where;
+  for (const auto& m : misses) where += "\n  " + m;
+  throw CacheMissError("jitkern: module '" + p.name + "' is not cached (or not intact) where jitkern looked, and JITKERN_ON_MISS=error "
+                       "forbids compiling it; prebuild it into the cache (jitkern prebuild) or set JITKERN_ON_MISS=compile." + where);
 }
 
 // The compiler's first "file:line: error" (gcc and clang "path:line:col: error: ...", nvcc "path(line):
@@ -444,71 +332,71 @@ std::string first_error(const std::string& log, const plan::Plan& p, const std::
   return !outside.empty() ? outside : any;
 }
 
+// Whether a compiler's output blames the disk (the linker's "No space left on device").
+bool blames_the_disk(const std::string& log) {
+  return log.find("No space left on device") != std::string::npos || log.find("Disk quota exceeded") != std::string::npos;
+}
+
 // A failed compile: remembered (BuildError) when the compiler ran to completion and rejected the
 // sources, reported without remembering (Transient) otherwise. The message leads with the module and
 // the first error, then the compiler's output, the commands, and where the full log is kept.
-[[noreturn]] void fail_build(const plan::Plan& p, const Compile& compile, int rc, const std::string& scratch, double timeout_s) {
+[[noreturn]] void fail_build(const plan::Plan& p, const store::Entry& entry, const Compile& compile, int rc, const std::string& scratch,
+                             double timeout_s) {
   std::string full_log;
   fs::read_file(compile.log(), &full_log);
-  const bool full = disk_full(p.entry_dir);
+  const bool full = blames_the_disk(full_log) || entry.out_of_space();  // checked after the failure: the link may have filled it
   std::string cause = first_error(full_log, p, scratch);
   if (rc == fs::kTimedOut)
     cause = "took longer than JITKERN_COMPILE_TIMEOUT=" + std::to_string(static_cast<long>(timeout_s)) + " s; its processes were killed";
   else if (full)
-    cause = "No space left on device in " + p.entry_dir + " (the compiler's output may be cut short)";
+    cause = "No space left on device for " + entry.dir() + " (the compiler's output may be cut short)";
   else if (cause.empty())
     cause = "the compiler ended with " + fs::describe_status(rc);
   if (cause.find("Unsupported gpu architecture") != std::string::npos)
     cause += " (this nvcc cannot target " + p.cuda_arch + ": point CUDA_HOME at a newer CUDA toolkit, or set JITKERN_CUDA_ARCH to an arch it supports)";
   std::string commands;
   for (const auto& c : compile.commands) commands += "command: " + c + "\n";
-  const std::string log_path = p.entry_dir + "/failed.log";
-  bool kept = false;
-  try {
-    fs::write_file_atomic(log_path, full_log + "\n" + commands + "generated source:\n" + p.cpp_source + p.cuda_source);
-    kept = true;
-  } catch (const std::exception&) {
-    // a full disk or a read-only cache: the message below still has everything but the untruncated output
-  }
+  const std::string kept_log = full_log + "\n" + commands + "generated source:\n" + p.cpp_source + p.cuda_source;
   std::string msg = "jitkern: module '" + p.name + "' failed to compile: " + cause + "\ncompiler output (" +
                     fs::describe_status(rc) + "):\n" + read_log(compile.log()) + commands;
-  msg += kept ? "full log, commands and generated source: " + log_path + "\n" : "generated source:\n" + p.cpp_source + p.cuda_source;
-  if (rc < 0 || full) throw Transient(msg);
+  const bool transient = rc < 0 || full;
+  if (transient) {
+    const bool kept = entry.keep_failure_log(kept_log);
+    msg += kept ? "full log, commands and generated source: " + entry.failure_log_path() + "\n" : "generated source:\n" + p.cpp_source + p.cuda_source;
+    throw Transient(msg);
+  }
+  msg += "full log, commands and generated source: " + entry.failure_log_path() + "\n";
   Failure f;
   f.request_key = p.request_key;
+  f.config_key = p.config_key;
   f.message = msg;
   f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
-  for (const auto& d : hash_files(p.sources))
-    if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == d.path; })) f.deps.push_back(d);
+  for (const auto& s : p.sources)
+    if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == s; })) {
+      auto d = hash_files({{s, ""}});
+      f.deps.insert(f.deps.end(), d.begin(), d.end());
+    }
   for (const auto& d : search_directories(p)) f.deps.push_back(d);
-  fs::write_file_atomic(p.entry_dir + "/failed", manifest::serialize(f));
+  try {
+    entry.remember_failure(f, kept_log);
+  } catch (const std::exception&) {
+    // a read-only or full cache: reported, not remembered
+  }
   throw BuildError(msg);
 }
 
-// Moves the built library into the entry under its content key, then its record and the manifest.
-std::string publish(const plan::Plan& p, const std::string& out, Manifest m) {
-  m.full_key = manifest::full_key_of(p.request_key, m.toolchain, m.deps);
-  m.lib_name = manifest::library_name(m.full_key);
-  const std::string final_path = p.entry_dir + "/" + m.lib_name;
-  if (!sha256_file(out, &m.lib_sha)) throw Transient("jitkern: cannot read the built library " + out);
-  fs::fsync_path(out);
-  if (::rename(out.c_str(), final_path.c_str()) != 0) throw Transient("jitkern: cannot publish " + final_path + ": " + std::strerror(errno));
-  fs::stat_sig(final_path, &m.lib_sig);
-  fs::write_file_atomic(final_path + ".sha256", manifest::library_record(m.full_key, m.lib_sha));
-  fs::write_file_atomic(p.entry_dir + "/manifest", manifest::serialize(m));
-  ::unlink((p.entry_dir + "/failed").c_str());
-  ::unlink((p.entry_dir + "/failed.log").c_str());
-  return final_path;
-}
-
-std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) {
-  std::string lib_path;
-  if (lookup_published(p, p.entry_dir, false, p.toolchain_id, &lib_path)) return lib_path;  // published while we waited
-  remove_stale_scratch(p.entry_dir, timeout_s);
-  throw_if_remembered(p);
+store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const std::vector<toolchain::Compiler>& compilers,
+                          const store::ToolchainCheck& toolchain_ok, double timeout_s, bool* compiled) {
+  std::string why;
+  if (auto found = entry.lookup(p, toolchain_ok, &why)) return std::move(*found);  // published while we waited
+  entry.remove_stale_scratch(timeout_s);
+  Failure failure;
+  if (!settings::flag("JITKERN_RETRY_FAILED") && entry.remembered_failure(p.request_key, p.config_key, &failure))
+    throw BuildError(failure.message +
+                     "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
+                     "JITKERN_RETRY_FAILED=1 to try again.)");
   std::map<std::string, std::string> before;  // path -> hash of the previous build's inputs
-  lib_path = reuse_built_content(p, &before);
-  if (!lib_path.empty()) return lib_path;
+  if (auto found = entry.reuse(p, new_manifest(p, compilers, 0), &before)) return std::move(*found);
 
   if (on_miss() == OnMiss::kWarn)
     log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
@@ -517,7 +405,7 @@ std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) 
   log::emit(log::kInfo, "compiling " + p.name + (p.has_cuda ? " for " + p.cuda_arch : "") + " ...");
   // An input edited while the compiler runs may or may not be in the library: compile again.
   for (int attempt = 0;; ++attempt) {
-    const std::string scratch = fs::make_temp_dir(p.entry_dir, "build-");
+    const std::string scratch = entry.new_scratch();
     struct Cleanup {
       std::string dir;
       ~Cleanup() { fs::remove_tree(dir); }
@@ -529,14 +417,9 @@ std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) 
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count() - 10'000'000;
     Compile compile(p, scratch, cwd, timeout_s);
     const int rc = compile.run(out);
-    if (rc != 0) fail_build(p, compile, rc, scratch, timeout_s);
-    std::string why;
-    if (!plausible_shared_object(out, &why))
-      throw Transient("jitkern: the compiler reported success for module '" + p.name + "' but its output " + out + " is " + why +
-                      "\ncommand: " + (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" +
-                      read_log(compile.log()));
+    if (rc != 0) fail_build(p, entry, compile, rc, scratch, timeout_s);
 
-    Manifest m = new_manifest(p, seconds_since(t0));
+    Manifest m = new_manifest(p, compilers, seconds_since(t0));
     m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
     // Changed while the compiler ran: modified at or after its start, or hashed differently before it.
     const bool changed_meanwhile = std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) {
@@ -551,42 +434,31 @@ std::string build_locked(const plan::Plan& p, double timeout_s, bool* compiled) 
     }
     if (changed_meanwhile)
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
-    for (auto& d : m.deps) d.path = plan::portable(p, d.path);  // valid wherever the roots are
-    lib_path = publish(p, out, m);
+    for (auto& d : m.deps) {  // valid wherever the roots are
+      d.path = plan::portable(p, d.path);
+      if (!d.resolved.empty()) d.resolved = plan::portable(p, d.resolved);
+    }
+    store::Found found;
+    try {
+      found = entry.publish(p, out, m);
+    } catch (const std::runtime_error& e) {
+      throw Transient("jitkern: the compiler reported success for module '" + p.name + "' but " + e.what() + "\ncommand: " +
+                      (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" + read_log(compile.log()));
+    }
     *compiled = true;
     log::emit(log::kInfo, "compiled " + p.name + " in " + format_seconds(seconds_since(t0)) + " (" + compile.phases + ")");
-    return lib_path;
+    return found;
   }
-}
-
-// The versions of the compilers this machine would use, or empty when one is missing: a machine with
-// no compiler serves whatever a prebuilt cache holds.
-std::string local_toolchain_id(const plan::Plan& p, const plan::Config& cfg) {
-  try {
-    plan::Toolchain tc;
-    tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
-    if (p.has_cuda) tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");
-    return plan::toolchain_id(tc, p.has_cuda);
-  } catch (const std::exception&) {
-    return {};
-  }
-}
-
-std::vector<std::string> prebuilt_dirs() {
-  std::vector<std::string> out;
-  for (auto& dir : text::split(settings::get("JITKERN_PREBUILT_DIRS"), ':'))
-    if (!dir.empty()) out.push_back(std::move(dir));
-  return out;
 }
 
 }  // namespace
 
-std::string build(const BuildRequest& request, const EngineConfig& config) { return build_holding(request, config, nullptr); }
+std::string build(const BuildRequest& request, const EngineConfig& config) {
+  bool compiled = false;
+  return find_or_build(request, config, &compiled).path;
+}
 
-std::string build_holding(const BuildRequest& request, const EngineConfig& config, std::unique_ptr<fs::FileLock>* hold,
-                          bool* compiled) {
-  bool ignored = false;
-  compiled = compiled != nullptr ? compiled : &ignored;
+store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled) {
   *compiled = false;
   on_miss();  // validates the setting
   const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
@@ -596,37 +468,59 @@ std::string build_holding(const BuildRequest& request, const EngineConfig& confi
   if (!request.cuda_files.empty()) tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device);
   const std::string cwd = current_dir();
   const plan::Plan lookup = plan::make(request, cfg, tc, cwd);
-  std::string lib_path;
-  // Warm path, never a compiler or a subprocess: read-only prebuilt caches, then the writable cache
-  // under its entry's lock taken shared (prune never removes an entry someone holds). Readers never
-  // see a partial file: publishing is by rename.
-  fs::ensure_private_dir(cfg.cache_dir, "cache directory");
-  const std::string here = local_toolchain_id(lookup, cfg);
-  const std::vector<std::string> prebuilt = prebuilt_dirs();
-  for (const auto& dir : prebuilt)
-    if (lookup_published(lookup, dir + "/" + lookup.stem, true, here, &lib_path)) return lib_path;
-  if (auto shared = fs::FileLock::try_lock(lookup.lock_path, true);
-      shared && lookup_published(lookup, lookup.entry_dir, false, here, &lib_path)) {
-    if (hold != nullptr) *hold = std::move(shared);
-    return lib_path;
+  const store::Store cache = store::Store::writable(cfg);
+  const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, lookup.has_cuda); };
+  // Warm path, never a compiler or a subprocess: the read-only prebuilt layers, then the writable
+  // cache under the entry's load lock (no removal while it is held; a build or removal in progress
+  // is waited for). Readers never see a partial file: publishing is by rename.
+  std::vector<std::string> misses;
+  for (const store::Store& layer : store::Store::prebuilt_layers()) {
+    if (const std::string why = layer.layer_distrust(); !why.empty()) {
+      misses.push_back(layer.root() + ": " + why);
+      continue;
+    }
+    const store::Entry entry = layer.entry(lookup);
+    std::string why;
+    if (auto found = entry.lookup(lookup, toolchain_ok, &why)) return std::move(*found);
+    misses.push_back(entry.dir() + ": " + why);
   }
-  refuse_miss_if_strict(lookup, prebuilt);
-  tc.cxx = toolchain::identify(toolchain::cxx_program(), cfg.cache_dir, "C++ compiler");
+  cache.ensure_writable(false);
+  const store::Entry entry = cache.entry(lookup);
+  struct stat st;
+  if (::lstat(entry.dir().c_str(), &st) == 0) {
+    auto lock = entry.lock_for_load();
+    std::string why;
+    if (auto found = entry.lookup(lookup, toolchain_ok, &why)) {
+      found->lock = std::move(lock);
+      return std::move(*found);
+    }
+    misses.push_back(entry.dir() + ": " + why);
+  } else {
+    misses.push_back(entry.dir() + ": not cached");
+  }
+  refuse_miss_if_strict(lookup, misses);
+
+  const std::vector<toolchain::Compiler> compilers = [&] {
+    std::vector<toolchain::Compiler> out = {toolchain::identify(toolchain::cxx_program(), cache, "C++ compiler")};
+    if (!request.cuda_files.empty()) out.push_back(toolchain::identify(toolchain::nvcc_program(), cache, "CUDA compiler"));
+    return out;
+  }();
+  tc.cxx = compilers[0];
   tc.cxx_from_env = !settings::get("CXX").empty();
-  if (!request.cuda_files.empty()) tc.nvcc = toolchain::identify(toolchain::nvcc_program(), cfg.cache_dir, "CUDA compiler");
+  if (compilers.size() > 1) tc.nvcc = compilers[1];
   const plan::Plan p = plan::make(request, cfg, tc, cwd);  // the same key, now with the commands
   const double timeout_s = compile_timeout_s();
-  fs::ensure_private_dir(cfg.lock_dir, "lock directory");
   fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
-  auto lock = std::make_unique<fs::FileLock>(p.lock_path, "waiting for another process that is compiling " + p.name + " ...");
-  fs::ensure_private_dir(p.entry_dir, "cache entry directory");  // under the lock: `cache prune` may have removed it
+  cache.ensure_writable(true);  // before the lock directory inside it
+  auto lock = entry.lock_for_build("waiting for another process that is compiling " + p.name + " ...");
+  entry.prepare();  // under the lock: `cache prune` may have removed it
   try {
-    lib_path = build_locked(p, timeout_s, compiled);
+    store::Found found = build_locked(p, entry, compilers, toolchain_ok, timeout_s, compiled);
+    found.lock = std::move(lock);
+    return found;
   } catch (const Transient& e) {
     throw BuildError(std::string(e.what()) + "\n(not remembered: the next call compiles again)");
   }
-  if (hold != nullptr) *hold = std::move(lock);
-  return lib_path;
 }
 
 std::vector<std::string> export_names(const BuildRequest& request) {

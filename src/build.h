@@ -1,20 +1,15 @@
-// The engine's build entry point with the cache entry's lock kept: load() maps the library while
-// holding it, so that `jitkern cache prune` cannot remove the file between lookup and dlopen.
+// The engine's build entry point for the loader: the library found or built, open on the checked
+// file and with the entry's lock held until it is mapped (so that `jitkern cache prune` cannot remove
+// it between lookup and dlopen).
 #pragma once
 
 #include <jitkern/jit.h>
 
-#include <memory>
-#include <string>
-
-#include "fs_util.h"
+#include "store.h"
 
 namespace jitkern {
 
-// build(), and `*hold` (if given) receives the entry's lock (shared after a cache hit, exclusive after a
-// compile), to be released once the library is loaded; `*compiled` (if given): whether this call ran
-// the compiler.
-std::string build_holding(const BuildRequest& request, const EngineConfig& config, std::unique_ptr<fs::FileLock>* hold,
-                          bool* compiled = nullptr);
+// build(), returning the store's Found; `*compiled`: whether this call ran the compiler.
+store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled);
 
 }  // namespace jitkern

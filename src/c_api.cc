@@ -22,6 +22,7 @@
 #include "log.h"
 #include "plan.h"
 #include "settings.h"
+#include "store.h"
 #include "toolchain.h"
 
 namespace {
@@ -154,7 +155,7 @@ std::string json_string(const std::string& s) {
 }
 
 // `jitkern cache ...`: fields op (ls, verify, prune, clear), cache_dir, lock_dir (empty: the usual
-// defaults), max_bytes, older_than_s (prune; -1: no limit), dry_run. Returns a JSON object:
+// defaults), max_bytes, older_than_s (prune; -1: no limit), dry_run (prune, clear). Returns a JSON object:
 // {"cache_dir", "lock_dir", "entries": [...]} for ls, {"cache_dir", "lock_dir", "outcomes": [...]} otherwise.
 std::string cache_command(const std::string& text) {
   std::string op, build_dir;
@@ -172,11 +173,12 @@ std::string cache_command(const std::string& text) {
     else throw std::invalid_argument("jitkern: unknown cache request key '" + key + "'");
   }
   const auto dirs = jitkern::plan::resolve_cache(cfg, build_dir);
+  const auto store = jitkern::store::Store::writable(dirs);
   std::string out = "{\"cache_dir\": " + json_string(dirs.cache_dir) + ", \"lock_dir\": " + json_string(dirs.lock_dir);
   if (op == "ls") {
     out += ", \"entries\": [";
     bool first = true;
-    for (const auto& e : jitkern::cache::list(dirs.cache_dir)) {
+    for (const auto& e : jitkern::cache::list(store)) {
       out += std::string(first ? "" : ", ") + "{\"stem\": " + json_string(e.stem) + ", \"status\": " + json_string(e.status) +
              ", \"module\": " + json_string(e.module) + ", \"arch\": " + json_string(e.arch) + ", \"bytes\": " +
              std::to_string(e.bytes) + ", \"built_unix\": " + std::to_string(e.built_unix) + ", \"build_ms\": " +
@@ -186,9 +188,9 @@ std::string cache_command(const std::string& text) {
     return out + "]}";
   }
   std::vector<jitkern::cache::Outcome> outcomes;
-  if (op == "verify") outcomes = jitkern::cache::verify(dirs.cache_dir, dirs.lock_dir);
-  else if (op == "prune") outcomes = jitkern::cache::prune(dirs.cache_dir, dirs.lock_dir, max_bytes, older_than_s, dry_run);
-  else if (op == "clear") outcomes = jitkern::cache::clear(dirs.cache_dir, dirs.lock_dir);
+  if (op == "verify") outcomes = jitkern::cache::verify(store);
+  else if (op == "prune") outcomes = jitkern::cache::prune(store, max_bytes, older_than_s, dry_run);
+  else if (op == "clear") outcomes = jitkern::cache::clear(store, dry_run);
   else throw std::invalid_argument("jitkern: unknown cache operation '" + op + "'");
   out += ", \"outcomes\": [";
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
@@ -219,7 +221,7 @@ __attribute__((visibility("default"))) int jitkern_build(const char* request, si
     parse_request(text, &req, &cfg);
     if (load == 2) {
       bool compiled = false;
-      const std::string path = jitkern::build_holding(req, cfg, nullptr, &compiled);
+      const std::string path = jitkern::find_or_build(req, cfg, &compiled).path;
       *out_result = dup(path + (compiled ? "\ncompiled" : "\ncached"));
     } else {
       *out_result = dup(load ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
@@ -271,10 +273,10 @@ __attribute__((visibility("default"))) int jitkern_find_compiler(int cuda, char*
   *out_result = nullptr;
   *out_error = nullptr;
   try {
-    const std::string cache_dir = jitkern::plan::resolve_cache({}, "").cache_dir;
-    jitkern::fs::ensure_private_dir(cache_dir, "cache directory");
-    const auto c = cuda ? jitkern::toolchain::identify(jitkern::toolchain::nvcc_program(), cache_dir, "CUDA compiler")
-                        : jitkern::toolchain::identify(jitkern::toolchain::cxx_program(), cache_dir, "C++ compiler");
+    const auto store = jitkern::store::Store::writable(jitkern::plan::resolve_cache({}, ""));
+    store.ensure_writable(false);
+    const auto c = cuda ? jitkern::toolchain::identify(jitkern::toolchain::nvcc_program(), store, "CUDA compiler")
+                        : jitkern::toolchain::identify(jitkern::toolchain::cxx_program(), store, "C++ compiler");
     *out_result = dup(c.path + "\n" + c.version);
     return 0;
   } catch (const std::exception& e) {

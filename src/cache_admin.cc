@@ -1,147 +1,73 @@
 #include "cache_admin.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
-#include <memory>
 
 #include "fs_util.h"
-#include "manifest.h"
-#include "plan.h"
-#include "sha256.h"
 
 namespace jitkern::cache {
 namespace {
-
-std::vector<std::string> names_in(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (const dirent* e = ::readdir(d))
-      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.push_back(e->d_name);
-    ::closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// Bytes under `path` (not following links) and the newest modification time in it.
-void measure(const std::string& path, int64_t* bytes, int64_t* newest_unix) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return;
-  *newest_unix = std::max<int64_t>(*newest_unix, st.st_mtim.tv_sec);
-  if (!S_ISDIR(st.st_mode)) {
-    *bytes += st.st_size;
-    return;
-  }
-  for (const auto& n : names_in(path)) measure(path + "/" + n, bytes, newest_unix);
-}
-
-// Reads without touching the access time (which records the entry's last load).
-bool read_manifest(const std::string& entry_dir, manifest::Manifest* m) {
-  std::string text;
-  return fs::read_file(entry_dir + "/manifest", &text, true) && manifest::parse(text, m);
-}
-
-Entry describe(const std::string& cache_dir, const std::string& stem) {
-  Entry e;
-  e.stem = stem;
-  const std::string dir = cache_dir + "/" + stem;
-  measure(dir, &e.bytes, &e.last_use_unix);
-  struct stat st {};
-  const bool has_manifest = ::stat((dir + "/manifest").c_str(), &st) == 0;
-  manifest::Manifest m;
-  if (has_manifest && read_manifest(dir, &m)) {
-    e.status = "ok";
-    e.module = m.module, e.arch = m.arch, e.built_unix = m.built_unix, e.build_ms = m.build_ms;
-    e.last_use_unix = st.st_atim.tv_sec > 0 ? st.st_atim.tv_sec : m.built_unix;  // set by every load (fs::mark_used)
-    return e;
-  }
-  std::string text;
-  manifest::Failure f;
-  e.status = fs::read_file(dir + "/failed", &text) && manifest::parse(text, &f) ? "failed" : "incomplete";
-  return e;
-}
-
-std::vector<std::string> entry_stems(const std::string& cache_dir) {
-  std::vector<std::string> out;
-  for (const auto& n : names_in(cache_dir)) {
-    struct stat st {};
-    if (plan::is_entry_stem(n) && ::lstat((cache_dir + "/" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) out.push_back(n);
-  }
-  return out;
-}
-
-std::unique_ptr<fs::FileLock> lock_entry(const std::string& lock_dir, const std::string& stem) {
-  return fs::FileLock::try_lock(plan::lock_path(lock_dir, stem), false);
-}
-
-Outcome remove_entry(const std::string& cache_dir, const Entry& e, const std::string& why) {
-  fs::remove_tree(cache_dir + "/" + e.stem);
-  return {e.stem, "removed", why, e.bytes};
-}
 
 int64_t now_unix() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+const char* removed(bool dry_run) { return dry_run ? "would remove" : "removed"; }
+
 }  // namespace
 
-std::vector<Entry> list(const std::string& cache_dir) {
+std::vector<Entry> list(const store::Store& store) {
   std::vector<Entry> out;
-  for (const auto& stem : entry_stems(cache_dir)) out.push_back(describe(cache_dir, stem));
-  return out;
-}
-
-std::vector<Outcome> verify(const std::string& cache_dir, const std::string& lock_dir) {
-  fs::ensure_private_dir(lock_dir, "lock directory");
-  std::vector<Outcome> out;
-  for (const auto& stem : entry_stems(cache_dir)) {
-    const auto lock = lock_entry(lock_dir, stem);
-    const Entry e = describe(cache_dir, stem);
-    if (!lock) {
-      out.push_back({stem, "busy", "being built or loaded; not checked", e.bytes});
-      continue;
-    }
-    const std::string dir = cache_dir + "/" + stem;
-    manifest::Manifest m;
-    if (!read_manifest(dir, &m)) {
-      if (e.status == "failed") out.push_back({stem, "kept", "a remembered failed build", e.bytes});
-      else out.push_back(remove_entry(cache_dir, e, "no complete manifest"));
-      continue;
-    }
-    std::string sha, record;
-    const std::string lib = dir + "/" + m.lib_name;
-    if (!sha256_file(lib, &sha)) out.push_back(remove_entry(cache_dir, e, "library " + m.lib_name + " is missing"));
-    else if (sha != m.lib_sha) out.push_back(remove_entry(cache_dir, e, "library " + m.lib_name + " does not match its manifest's hash"));
-    else if (!fs::read_file(lib + ".sha256", &record) || record != manifest::library_record(m.full_key, sha))
-      out.push_back(remove_entry(cache_dir, e, "library record missing or not this library's"));
-    else out.push_back({stem, "kept", "library hash verified", e.bytes});
+  for (const auto& stem : store.stems()) {
+    Entry e;
+    static_cast<store::Summary&>(e) = store.entry(stem).summary();
+    e.stem = stem;
+    out.push_back(e);
   }
   return out;
 }
 
-std::vector<Outcome> prune(const std::string& cache_dir, const std::string& lock_dir, int64_t max_bytes, double older_than_s,
-                           bool dry_run) {
-  fs::ensure_private_dir(lock_dir, "lock directory");
+std::vector<Outcome> verify(const store::Store& store) {
   std::vector<Outcome> out;
-  std::vector<Entry> entries = list(cache_dir);
+  for (const auto& e : list(store)) {
+    const store::Entry entry = store.entry(e.stem);
+    std::string problem;
+    {
+      const auto shared = entry.try_lock(true);  // beside loaders; only a build holds it exclusively
+      if (!shared) {
+        out.push_back({e.stem, "busy", "being built; not checked", e.bytes});
+        continue;
+      }
+      problem = entry.verify();
+    }
+    if (problem.empty()) {
+      out.push_back({e.stem, "kept", "library hash verified", e.bytes});
+    } else if (e.status == "failed") {
+      out.push_back({e.stem, "kept", "a remembered failed build", e.bytes});
+    } else if (const auto exclusive = entry.try_lock(false); !exclusive) {
+      out.push_back({e.stem, "busy", "in use; not removed although " + problem, e.bytes});
+    } else if (const std::string now = entry.verify(); now.empty()) {
+      out.push_back({e.stem, "kept", "library hash verified (rebuilt meanwhile)", e.bytes});
+    } else {
+      entry.remove();
+      out.push_back({e.stem, "removed", now, e.bytes});
+    }
+  }
+  return out;
+}
+
+std::vector<Outcome> prune(const store::Store& store, int64_t max_bytes, double older_than_s, bool dry_run) {
+  std::vector<Outcome> out;
+  std::vector<Entry> entries = list(store);
   // 1. Libraries of earlier contents, which no manifest names any more.
   for (auto& e : entries) {
-    manifest::Manifest m;
-    const std::string dir = cache_dir + "/" + e.stem;
-    if (e.status != "ok" || !read_manifest(dir, &m)) continue;
-    for (const auto& n : names_in(dir)) {
-      const bool library = n.size() > 3 && (n.compare(n.size() - 3, 3, ".so") == 0 || n.find(".so.sha256") != std::string::npos);
-      if (!library || n == m.lib_name || n == m.lib_name + ".sha256") continue;
-      const auto lock = lock_entry(lock_dir, e.stem);
+    const store::Entry entry = store.entry(e.stem);
+    for (const auto& [name, bytes] : entry.superseded_libraries()) {
+      const auto lock = entry.try_lock(false);
       if (!lock) break;
-      int64_t bytes = 0, newest = 0;
-      measure(dir + "/" + n, &bytes, &newest);
-      if (!dry_run) ::unlink((dir + "/" + n).c_str());
+      if (!dry_run) entry.remove_file(name);
       e.bytes -= bytes;
-      out.push_back({e.stem + "/" + n, dry_run ? "would remove" : "removed", "superseded by a later build", bytes});
+      out.push_back({e.stem + "/" + name, removed(dry_run), "superseded by a later build", bytes});
     }
   }
   // 2. By age, then least recently used first until the size fits.
@@ -154,33 +80,34 @@ std::vector<Outcome> prune(const std::string& cache_dir, const std::string& lock
     const bool over = max_bytes >= 0 && total > max_bytes;
     if (!old && !over) continue;
     const std::string why = old ? "unused for more than the age limit" : "least recently used, over the size limit";
-    if (dry_run) {
-      out.push_back({e.stem, "would remove", why, e.bytes});
-      total -= e.bytes;
-      continue;
-    }
-    const auto lock = lock_entry(lock_dir, e.stem);
+    const auto lock = store.entry(e.stem).try_lock(false);
     if (!lock) {
       out.push_back({e.stem, "busy", "being built or loaded; kept", e.bytes});
       continue;
     }
-    out.push_back(remove_entry(cache_dir, e, why));
+    if (!dry_run) store.entry(e.stem).remove();
+    out.push_back({e.stem, removed(dry_run), why, e.bytes});
     total -= e.bytes;
   }
   return out;
 }
 
-std::vector<Outcome> clear(const std::string& cache_dir, const std::string& lock_dir) {
-  fs::ensure_private_dir(lock_dir, "lock directory");
+std::vector<Outcome> clear(const store::Store& store, bool dry_run) {
   std::vector<Outcome> out;
-  for (const auto& e : list(cache_dir)) {
-    const auto lock = lock_entry(lock_dir, e.stem);
-    if (!lock) out.push_back({e.stem, "busy", "being built or loaded; kept", e.bytes});
-    else out.push_back(remove_entry(cache_dir, e, "cleared"));
+  for (const auto& e : list(store)) {
+    const auto lock = store.entry(e.stem).try_lock(false);
+    if (!lock) {
+      out.push_back({e.stem, "busy", "being built or loaded; kept", e.bytes});
+      continue;
+    }
+    if (!dry_run) store.entry(e.stem).remove();
+    out.push_back({e.stem, removed(dry_run), "cleared", e.bytes});
   }
-  int64_t bytes = 0, newest = 0;
-  measure(cache_dir + "/toolchains", &bytes, &newest);
-  if (bytes > 0) fs::remove_tree(cache_dir + "/toolchains"), out.push_back({"toolchains", "removed", "compiler identity records", bytes});
+  int64_t bytes = store.toolchain_records_bytes();
+  if (bytes > 0) {
+    if (!dry_run) store.remove_toolchain_records();
+    out.push_back({"toolchains", removed(dry_run), "compiler identity records", bytes});
+  }
   return out;
 }
 

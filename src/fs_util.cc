@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -30,36 +31,47 @@ extern char** environ;
 namespace jitkern::fs {
 namespace {
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error("jitkern: " + what + ": " + std::strerror(errno)); }
-
-std::string mode_text(mode_t mode) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
-}
 }  // namespace
+
+FileSig sig_of(const struct stat& st) { return {st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}; }
 
 bool stat_sig(const std::string& path, FileSig* sig) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return false;
-  sig->size = st.st_size;
-  sig->mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  *sig = sig_of(st);
   return true;
+}
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    if (m_fd >= 0) ::close(m_fd);
+    m_fd = o.release();
+  }
+  return *this;
+}
+
+Fd::~Fd() {
+  if (m_fd >= 0) ::close(m_fd);
+}
+
+bool read_fd(int fd, std::string* out) {
+  out->clear();
+  char buf[1 << 14];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out->append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
 }
 
 bool read_file(const std::string& path, std::string* out, bool keep_atime) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (keep_atime ? O_NOATIME : 0));
   if (fd < 0 && keep_atime && errno == EPERM) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // not our file
   if (fd < 0) return false;
-  out->clear();
-  char buf[1 << 14];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) return ::close(fd), false;
-    if (n == 0) break;
-    out->append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return true;
+  return read_fd(Fd(fd).get(), out);
 }
 
 void fsync_path(const std::string& path) {
@@ -78,10 +90,16 @@ std::string unique_name(const std::string& prefix) {
   return prefix + buf;
 }
 
-void write_file_atomic(const std::string& path, const std::string& data) {
+int temp_name_pid(const std::string& name) {
+  const auto at = name.find(".tmp.");
+  return at == std::string::npos ? 0 : std::max(1, std::atoi(name.c_str() + at + 5));
+}
+
+void write_file_atomic(const std::string& path, const std::string& data, mode_t mode) {
   const std::string tmp = unique_name(path + ".tmp");
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) fail("cannot create " + tmp);
+  ::fchmod(fd, mode);
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -138,73 +156,18 @@ std::string which(const std::string& program) {
   return "";
 }
 
-void ensure_private_dir(const std::string& path, const char* what) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno != ENOENT) fail(std::string("cannot access ") + what + " " + path);
-    const std::string parent = dirname(path);
-    if (parent != path && ::access(parent.c_str(), F_OK) != 0) {
-      // Intermediate directories (e.g. ~/.cache) are created with the usual permissions.
-      std::string cmd_parent = parent;
-      std::vector<std::string> missing;
-      while (::access(cmd_parent.c_str(), F_OK) != 0 && cmd_parent != "/" && cmd_parent != ".") {
-        missing.push_back(cmd_parent);
-        cmd_parent = dirname(cmd_parent);
-      }
-      for (auto it = missing.rbegin(); it != missing.rend(); ++it)
-        if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create directory " + *it);
+void make_dirs(const std::string& path, mode_t mode, const char* what) {
+  if (::access(path.c_str(), F_OK) == 0) return;
+  std::vector<std::string> missing;
+  for (std::string p = path; ::access(p.c_str(), F_OK) != 0 && p != "/" && p != "."; p = dirname(p)) missing.push_back(p);
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    const bool last = *it == path;
+    if (::mkdir(it->c_str(), last ? mode : 0755) != 0) {
+      if (errno == EEXIST) continue;
+      fail(std::string("cannot create ") + (last ? std::string(what) + " " : "directory ") + *it);
     }
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) fail(std::string("cannot create ") + what + " " + path);
-    if (::lstat(path.c_str(), &st) != 0) fail(std::string("cannot access ") + what + " " + path);
+    ::chmod(it->c_str(), last ? mode : 0755);  // exactly, whatever the umask
   }
-  if (S_ISLNK(st.st_mode))
-    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": it is a symbolic link (to " + realpath_or(path) +
-                             "), which another user could redirect; give the real directory instead");
-  if (!S_ISDIR(st.st_mode))
-    throw std::runtime_error(std::string("jitkern: ") + what + " " + path + " is not a directory");
-  if (st.st_uid != ::geteuid())
-    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": it is owned by uid " +
-                             std::to_string(st.st_uid) + ", not by the current user (uid " + std::to_string(::geteuid()) +
-                             "); loading shared objects from it would run someone else's code");
-  if (st.st_mode & 022)
-    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": it is writable by group/others (mode " +
-                             mode_text(st.st_mode) + "), so anyone could plant code in it; run `chmod go-w " + path +
-                             "` or point JITKERN_CACHE_DIR elsewhere");
-}
-
-void check_private_file(const std::string& path, const char* what) {
-  FileSig sig;
-  if (!private_file_sig(path, what, &sig)) fail(std::string("cannot access ") + what + " " + path);
-}
-
-bool private_file_sig(const std::string& path, const char* what, FileSig* sig) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return false;
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": not a regular file");
-  if (st.st_uid != ::geteuid() || (st.st_mode & 022))
-    throw std::runtime_error(std::string("jitkern: refusing ") + what + " " + path + ": owned by uid " + std::to_string(st.st_uid) +
-                             " with mode " + mode_text(st.st_mode) + "; it must belong to the current user and not be writable by others");
-  sig->size = st.st_size;
-  sig->mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return true;
-}
-
-namespace {
-// Ours or root's, and writable by no one else: what a read-only prebuilt cache may hold.
-bool trusted_stat(const struct stat& st) { return (st.st_uid == ::geteuid() || st.st_uid == 0) && !(st.st_mode & 022); }
-}  // namespace
-
-bool trusted_file_sig(const std::string& path, FileSig* sig) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || !trusted_stat(st)) return false;
-  sig->size = st.st_size;
-  sig->mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return true;
-}
-
-bool trusted_dir(const std::string& path) {
-  struct stat st;
-  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && trusted_stat(st);
 }
 
 void remove_tree(const std::string& path) {
@@ -376,41 +339,30 @@ std::string join_command(const std::vector<std::string>& argv) {
   return out;
 }
 
-FileLock::FileLock(const std::string& path, const std::string& waiting_message) {
-  m_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (m_fd < 0) fail("cannot open lock file " + path);
-  if (::flock(m_fd, LOCK_EX | LOCK_NB) == 0) return;
-  if (errno != EWOULDBLOCK) fail("cannot lock " + path);
-  if (!waiting_message.empty()) log::emit(log::kInfo, waiting_message);
-  while (::flock(m_fd, LOCK_EX) != 0) {
-    if (errno != EINTR) fail("cannot lock " + path);
-    if (cancel_requested()) {
-      ::close(m_fd);
-      throw std::runtime_error("jitkern: interrupted while waiting for " + path);
-    }
-  }
-}
-
-void mark_used(const std::string& path) {
-  struct stat st {};
-  // An hour's resolution is plenty for eviction and spares a metadata write on most loads.
-  if (::stat(path.c_str(), &st) == 0 && st.st_atim.tv_sec + 3600 > ::time(nullptr)) return;
-  const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-  ::utimensat(AT_FDCWD, path.c_str(), times, 0);
-}
-
-std::unique_ptr<FileLock> FileLock::try_lock(const std::string& path, bool shared) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return nullptr;
-  if (::flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
-    ::close(fd);
+std::unique_ptr<FileLock> FileLock::acquire(const std::string& path, Kind kind, bool wait, const std::string& waiting_message,
+                                            Outcome* outcome) {
+  int raw = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (raw < 0 && (errno == EROFS || errno == EACCES)) raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (raw < 0) {
+    *outcome = kUnavailable;
     return nullptr;
   }
-  return std::unique_ptr<FileLock>(new FileLock(fd));
-}
-
-FileLock::~FileLock() {
-  if (m_fd >= 0) ::close(m_fd);  // closing drops the flock
+  Fd fd(raw);
+  const int op = kind == kShared ? LOCK_SH : LOCK_EX;
+  if (::flock(fd.get(), op | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) fail("cannot lock " + path);
+    if (!wait) {
+      *outcome = kBusy;
+      return nullptr;
+    }
+    if (!waiting_message.empty()) log::emit(log::kInfo, waiting_message);
+    while (::flock(fd.get(), op) != 0) {
+      if (errno != EINTR) fail("cannot lock " + path);
+      if (cancel_requested()) throw std::runtime_error("jitkern: interrupted while waiting for " + path);
+    }
+  }
+  *outcome = kLocked;
+  return std::unique_ptr<FileLock>(new FileLock(std::move(fd)));
 }
 
 }  // namespace jitkern::fs

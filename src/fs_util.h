@@ -16,35 +16,50 @@ struct FileSig {
   bool operator==(const FileSig&) const = default;
 };
 
+FileSig sig_of(const struct stat& st);
 bool stat_sig(const std::string& path, FileSig* sig);
+
+// An owned file descriptor (closed on destruction; -1: none).
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : m_fd(fd) {}
+  Fd(Fd&& o) noexcept : m_fd(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  ~Fd();
+  int get() const { return m_fd; }
+  explicit operator bool() const { return m_fd >= 0; }
+  int release() {
+    const int fd = m_fd;
+    m_fd = -1;
+    return fd;
+  }
+
+ private:
+  int m_fd = -1;
+};
+// Reads all of an open file from offset 0.
+bool read_fd(int fd, std::string* out);
 // `keep_atime`: leave the access time alone (O_NOATIME where permitted), for readers that are not a use.
 bool read_file(const std::string& path, std::string* out, bool keep_atime = false);
 // Writes via a temporary name in the same directory, fsync, rename, fsync of the directory. The
 // temporary name is unique per call (threads of one process and processes in other PID namespaces
 // sharing the directory never collide).
-void write_file_atomic(const std::string& path, const std::string& data);
+// `mode` is set exactly (the umask does not apply).
+void write_file_atomic(const std::string& path, const std::string& data, mode_t mode = 0600);
 // A name no other thread or process will pick: "<prefix>.<pid>.<tid>.<counter>.<random>".
 std::string unique_name(const std::string& prefix);
+// Whether a directory entry's name is write_file_atomic's temporary name, and the pid in it (0: none).
+int temp_name_pid(const std::string& name);
 void fsync_path(const std::string& path);
 std::string dirname(const std::string& path);
 std::string realpath_or(const std::string& path);
 bool is_executable_file(const std::string& path);
 std::string which(const std::string& program);  // PATH lookup; empty if not found
-// Creates `path` (and missing parents) with mode 0700 and refuses an existing directory that is
-// not ours or is writable by group/others: loading a shared object from it is running code.
-void ensure_private_dir(const std::string& path, const char* what);
-// Refuses a file that is not ours or is writable by group/others.
-void check_private_file(const std::string& path, const char* what);
-// The same check and the file's signature from one lstat; false (nothing thrown) when it is missing.
-bool private_file_sig(const std::string& path, const char* what, FileSig* sig);
-// For read-only prebuilt caches: a regular file (a directory) that belongs to us or to root and is
-// writable by no one else; false (nothing thrown) otherwise.
-bool trusted_file_sig(const std::string& path, FileSig* sig);
-bool trusted_dir(const std::string& path);
+// Creates `path` and its missing parents (parents 0755, `path` itself `mode`, whatever the umask);
+// an existing directory is left as it is. Throws naming `what` on failure.
+void make_dirs(const std::string& path, mode_t mode, const char* what);
 void remove_tree(const std::string& path);
-// Sets the file's access time to now (its modification time stays) unless it is less than an hour
-// old: a cache entry's last use. Best effort: a read-only cache stays as it is.
-void mark_used(const std::string& path);
 std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 
 // Runs argv in its own process group with stdout+stderr appended to log_path.
@@ -78,23 +93,25 @@ class CancelScope {
   CancelScope& operator=(const CancelScope&) = delete;
 };
 
-// An advisory lock (flock) held until destruction; the kernel drops it if we die. Builds hold a key's
-// lock exclusively; loads hold it shared from the cache lookup until the library is mapped, so that
-// `jitkern cache prune` (exclusive, never waiting) cannot remove a library being loaded.
+// An advisory lock (flock) held until destruction; the kernel drops it if we die. The store decides
+// who takes which kind when (src/store.h).
 class FileLock {
  public:
-  // Exclusive; logs `waiting_message` (if any) and waits while another holder has it.
-  FileLock(const std::string& path, const std::string& waiting_message);
-  // Shared or exclusive without waiting: nullptr if another process holds it incompatibly or the
-  // lock file cannot be opened.
-  static std::unique_ptr<FileLock> try_lock(const std::string& path, bool shared);
-  ~FileLock();
+  enum Kind { kShared, kExclusive };
+  enum Outcome { kLocked, kBusy, kUnavailable };
+  // Opens `path` (creating it where it can; read-only where it cannot: flock works on either) and
+  // locks it. `wait`: blocks while an incompatible holder has it, logging `waiting_message` once
+  // (Ctrl-C ends the wait). Returns nullptr with *outcome kBusy (not waiting and held) or
+  // kUnavailable (the file can be neither opened nor created, e.g. a read-only file system).
+  static std::unique_ptr<FileLock> acquire(const std::string& path, Kind kind, bool wait, const std::string& waiting_message,
+                                           Outcome* outcome);
+  ~FileLock() = default;
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
  private:
-  explicit FileLock(int fd) : m_fd(fd) {}
-  int m_fd = -1;
+  explicit FileLock(Fd fd) : m_fd(std::move(fd)) {}
+  Fd m_fd;
 };
 
 }  // namespace jitkern::fs

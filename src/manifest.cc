@@ -10,8 +10,8 @@
 namespace jitkern::manifest {
 namespace {
 
-constexpr const char* kManifestMagic = "jitkern-manifest 4";
-constexpr const char* kFailureMagic = "jitkern-failure 2";
+constexpr const char* kManifestMagic = "jitkern-manifest 5";
+constexpr const char* kFailureMagic = "jitkern-failure 3";
 
 std::string sig_text(const fs::FileSig& g) { return std::to_string(g.size) + " " + std::to_string(g.mtime_ns) + " "; }
 
@@ -41,13 +41,18 @@ bool is_hex_key(const std::string& s) {
   return true;
 }
 
+bool is_recorded_path(const std::string& p) { return !p.empty() && (p[0] == '/' || p[0] == '@'); }
+
 std::string serialize_deps(const std::vector<Dep>& deps) {
   std::string out;
-  for (const auto& d : deps) out += "dep " + sig_text(d.sig) + d.sha + " " + d.path + "\n";
+  for (const auto& d : deps) {
+    out += "dep " + sig_text(d.sig) + d.sha + " " + d.path + "\n";
+    if (!d.resolved.empty()) out += "link " + d.resolved + "\n";
+  }
   return out;
 }
 
-// Parses the lines between the magic and "end"; calls on_line for lines other than dep lines.
+// Parses the lines between the magic and "end"; calls on_line for lines other than dep and link lines.
 template <typename OnLine>
 bool parse_body(const std::vector<std::string>& lines, std::size_t first, std::size_t last, std::vector<Dep>* deps,
                 OnLine on_line) {
@@ -55,8 +60,11 @@ bool parse_body(const std::vector<std::string>& lines, std::size_t first, std::s
     const std::string& line = lines[i];
     if (line.rfind("dep ", 0) == 0) {
       Dep d;
-      if (!parse_sig_line(line.substr(4), &d.sig, &d.sha, &d.path) || (d.path[0] != '/' && d.path[0] != '@')) return false;
+      if (!parse_sig_line(line.substr(4), &d.sig, &d.sha, &d.path) || !is_recorded_path(d.path)) return false;
       deps->push_back(d);
+    } else if (line.rfind("link ", 0) == 0) {
+      if (deps->empty() || !deps->back().resolved.empty() || !is_recorded_path(line.substr(5))) return false;
+      deps->back().resolved = line.substr(5);
     } else if (!on_line(line)) {
       return false;
     }
@@ -79,10 +87,31 @@ std::string library_record(const std::string& full_key, const std::string& lib_s
   return Sha256().field("jitkern-library").field(full_key).field(lib_sha).hex();
 }
 
+namespace {
+// "compiler <size> <mtime_ns> <real path>" per compiler.
+std::string compilers_text(const std::vector<Dep>& compilers) {
+  std::string out;
+  for (const auto& c : compilers) out += "compiler " + sig_text(c.sig) + c.path + "\n";
+  return out;
+}
+
+bool parse_compiler(const std::string& s, Dep* c) {
+  char* end = nullptr;
+  errno = 0;
+  c->sig.size = std::strtoll(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != ' ' || errno != 0) return false;
+  const char* p = end + 1;
+  c->sig.mtime_ns = std::strtoll(p, &end, 10);
+  if (end == p || *end != ' ' || errno != 0) return false;
+  c->path = end + 1;
+  return c->path.size() > 1 && c->path[0] == '/';
+}
+}  // namespace
+
 std::string serialize(const Manifest& m) {
   return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\ntoolchain " + m.toolchain + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
          m.lib_sha + " " + m.lib_name + "\ninfo " + std::to_string(m.built_unix) + " " + std::to_string(m.build_ms) + " " +
-         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + serialize_deps(m.deps) + "end\n";
+         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + compilers_text(m.compilers) + serialize_deps(m.deps) + "end\n";
 }
 
 bool parse(const std::string& text, Manifest* m) {
@@ -105,6 +134,12 @@ bool parse(const std::string& text, Manifest* m) {
     if (line.rfind("lib ", 0) == 0 && !has_lib) {
       return has_lib = parse_sig_line(line.substr(4), &m->lib_sig, &m->lib_sha, &m->lib_name);
     }
+    if (line.rfind("compiler ", 0) == 0 && m->deps.empty() && m->compilers.size() < 2) {
+      Dep compiler;
+      if (!parse_compiler(line.substr(9), &compiler)) return false;
+      m->compilers.push_back(compiler);
+      return true;
+    }
     if (line.rfind("info ", 0) == 0 && !has_info) {
       char arch[64] = {0};
       int used = 0;
@@ -120,7 +155,8 @@ bool parse(const std::string& text, Manifest* m) {
 }
 
 std::string serialize(const Failure& f) {
-  return std::string(kFailureMagic) + "\nrequest " + f.request_key + "\n" + serialize_deps(f.deps) + "end\n" + f.message;
+  return std::string(kFailureMagic) + "\nrequest " + f.request_key + "\nconfig " + f.config_key + "\n" + serialize_deps(f.deps) + "end\n" +
+         f.message;
 }
 
 bool parse(const std::string& text, Failure* f) {
@@ -128,31 +164,39 @@ bool parse(const std::string& text, Failure* f) {
   if (end == std::string::npos) return false;
   const auto lines = text::split_lines(text.substr(0, end + 1));
   if (lines.size() < 2 || lines[0] != kFailureMagic) return false;
-  bool has_request = false;
+  bool has_request = false, has_config = false;
   const bool ok = parse_body(lines, 1, lines.size(), &f->deps, [&](const std::string& line) {
-    if (line.rfind("request ", 0) != 0 || has_request) return false;
-    f->request_key = line.substr(8);
-    return has_request = is_hex_key(f->request_key);
+    if (line.rfind("request ", 0) == 0 && !has_request) {
+      f->request_key = line.substr(8);
+      return has_request = is_hex_key(f->request_key);
+    }
+    if (line.rfind("config ", 0) == 0 && !has_config) {
+      f->config_key = line.substr(7);
+      return has_config = is_hex_key(f->config_key);
+    }
+    return false;
   });
   f->message = text.substr(end + 5);
-  return ok && has_request;
+  return ok && has_request && has_config;
 }
 
 bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed) {
   for (auto& d : deps) {
     fs::FileSig now;
     if (!fs::stat_sig(d.path, &now)) return false;
-    if (now == d.sig) continue;
+    // Only a path recorded as leading elsewhere pays for a realpath: the rest cannot be retargeted.
+    const std::string resolved = d.resolved.empty() ? std::string() : fs::realpath_or(d.path);
+    if (now == d.sig && resolved == d.resolved) continue;
     if (d.sha == kDirectory) return false;  // a directory is compared by its signature alone
     std::string sha;
     if (!sha256_file(d.path, &sha) || sha != d.sha) return false;
-    if (refreshed != nullptr) d.sig = now, *refreshed = true;
+    if (refreshed != nullptr) d.sig = now, d.resolved = resolved, *refreshed = true;
   }
   return true;
 }
 
 std::vector<std::string> parse_depfile(const std::string& raw) {
-  std::string text;
+  std::string text;  // logical lines: continuations joined, carriage returns dropped
   for (std::size_t i = 0; i < raw.size(); ++i) {
     if (raw[i] == '\\' && i + 1 < raw.size() && raw[i + 1] == '\n') {
       text += ' ', ++i;
@@ -164,25 +208,40 @@ std::vector<std::string> parse_depfile(const std::string& raw) {
   }
   std::vector<std::string> out;
   for (const std::string& line : text::split_lines(text)) {
-    std::size_t colon = std::string::npos;
-    for (std::size_t i = 0; i < line.size(); ++i)
-      if (line[i] == ':' && (i + 1 == line.size() || line[i + 1] == ' ' || line[i + 1] == '\t')) {
-        colon = i;
-        break;
-      }
-    if (colon == std::string::npos) continue;
+    std::vector<std::string> words;
     std::string cur;
-    for (std::size_t i = colon + 1; i <= line.size(); ++i) {
-      const char c = i < line.size() ? line[i] : ' ';
-      if (c == '\\' && i + 1 < line.size() && line[i + 1] == ' ') {
-        cur += ' ', ++i;
+    bool in_word = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (c == '\\') {
+        std::size_t n = 0;
+        while (i + n < line.size() && line[i + n] == '\\') ++n;
+        const char next = i + n < line.size() ? line[i + n] : '\0';
+        if (next == ' ' || next == '\t') {
+          cur.append(n / 2, '\\');
+          in_word = true;
+          if (n % 2 == 1) cur += next, i += n;  // an escaped blank belongs to the name
+          else i += n - 1;                      // the blank after them ends the name
+        } else if (next == '#' && n == 1) {
+          cur += '#', i += 1, in_word = true;
+        } else {
+          cur.append(n, '\\'), i += n - 1, in_word = true;
+        }
+      } else if (c == '$' && i + 1 < line.size() && line[i + 1] == '$') {
+        cur += '$', ++i, in_word = true;
       } else if (c == ' ' || c == '\t') {
-        if (!cur.empty()) out.push_back(cur);
-        cur.clear();
+        if (in_word) words.push_back(cur);
+        cur.clear(), in_word = false;
       } else {
-        cur += c;
+        cur += c, in_word = true;
       }
     }
+    if (in_word) words.push_back(cur);
+    // The targets end at the first word that ends in ':' (or is ':'); the rest are prerequisites.
+    std::size_t first = words.size();
+    for (std::size_t w = 0; w < words.size() && first == words.size(); ++w)
+      if (!words[w].empty() && words[w].back() == ':') first = w + 1;
+    for (std::size_t w = first; w < words.size(); ++w) out.push_back(words[w]);
   }
   return out;
 }

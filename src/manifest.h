@@ -11,7 +11,9 @@
 namespace jitkern::manifest {
 
 struct Dep {
-  std::string path, sha;  // path: absolute, or "@token/..." under a relocatable root (plan::portable)  // sha: the content's SHA-256, or kDirectory for a directory (compared by its signature)
+  std::string path;      // as the compiler opened it: absolute, or "@token/..." under a relocatable root (plan::portable)
+  std::string resolved;  // where `path` led through symbolic links or "..", when elsewhere; empty otherwise
+  std::string sha;       // the content's SHA-256, or kDirectory for a directory (compared by its signature)
   fs::FileSig sig;
 };
 inline constexpr const char* kDirectory = "directory";
@@ -23,6 +25,9 @@ struct Manifest {
   std::string lib_name, lib_sha;
   fs::FileSig lib_sig;
   std::vector<Dep> deps;
+  // The compilers that built it, by real path and signature: a machine whose compilers are these
+  // (or that has none) serves the library without running them (toolchain::same_compilers).
+  std::vector<Dep> compilers;  // path and sig only
   // For people and `jitkern cache ls` (no part of any check): the module's name, its CUDA arch ("-"
   // for host code), when it was built (Unix seconds) and how long the build took (ms).
   std::string module, arch = "-";
@@ -46,19 +51,25 @@ bool parse(const std::string& text, Manifest* m);
 // A failed build: the compiler's message and the inputs it was built from (a failure is remembered
 // only while they are unchanged).
 struct Failure {
-  std::string request_key, message;
+  std::string request_key;
+  std::string config_key;  // the commands as run (real directories) and the toolchain: what produced it
+  std::string message;
   std::vector<Dep> deps;
 };
 std::string serialize(const Failure& f);
 bool parse(const std::string& text, Failure* f);
 
-// True when every dependency still has the recorded content: stat first, rehash on change (a
-// kDirectory entry only compares its signature: a file created or removed in it changes it). With
-// `refreshed`, the dependencies whose content matched after a rehash get their new signature there
-// (and it is set to true if any did), so the caller can record it and skip the rehash next time.
+// True when every dependency still has the recorded content: stat first (following links), rehash on
+// change; a dependency recorded with `resolved` is also rehashed when its path now leads elsewhere
+// (a retargeted symbolic link). A kDirectory entry only compares its signature. With `refreshed`,
+// dependencies whose content matched after a rehash get their new signature and resolution there
+// (and it is set to true if any did), so the caller can record them and skip the rehash next time.
 bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed = nullptr);
 
-// Make-style dependency output ("target: dep dep \\\n dep", spaces in names escaped): the deps.
+// Make-style dependency output as gcc, clang and nvcc write it: the prerequisites of every rule,
+// with make's escapes undone: 2n+1 backslashes before a space or tab are n backslashes and a
+// character of the name (2n: n backslashes, then a separator), "\#" is '#', "$$" is '$', and a
+// backslash-newline continues the line.
 std::vector<std::string> parse_depfile(const std::string& text);
 
 }  // namespace jitkern::manifest

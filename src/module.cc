@@ -1,6 +1,9 @@
 // Loading a built module and looking up its exports.
 #include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -16,6 +19,17 @@ Module::Module(const std::string& path) : m_path(path) {
   if (m_handle == nullptr) throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());
 }
 
+Module::Module(const std::string& path, int fd) : m_path(path) {
+  // The file the cache checked, whatever its path names now; /proc/self/fd is how glibc maps an fd.
+  const std::string via_fd = "/proc/self/fd/" + std::to_string(fd);
+  const bool have_proc = ::access(via_fd.c_str(), F_OK) == 0;
+  m_handle = ::dlopen(have_proc ? via_fd.c_str() : path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (m_handle == nullptr) throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());
+  link_map* lm = nullptr;
+  if (have_proc && ::dlinfo(m_handle, RTLD_DI_LINKMAP, &lm) == 0 && lm != nullptr && std::strcmp(lm->l_name, via_fd.c_str()) == 0)
+    lm->l_name = ::strdup(path.c_str());  // debuggers and profilers read the library's name here
+}
+
 Module::~Module() {
   // Kernel modules stay mapped: CUDA may still run their kernels asynchronously.
 }
@@ -29,13 +43,13 @@ TVMFFISafeCallType Module::function(const std::string& name) const {
 void* Module::symbol(const std::string& name) const { return ::dlsym(m_handle, name.c_str()); }
 
 std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& config) {
-  std::unique_ptr<fs::FileLock> hold;  // released once the library is mapped
-  const std::string path = build_holding(request, config, &hold);
+  bool compiled = false;
+  const store::Found found = find_or_build(request, config, &compiled);  // its lock is released once mapped
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<Module>> loaded;
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = loaded[path];
-  if (!slot) slot = std::make_shared<Module>(path);
+  auto& slot = loaded[found.path];
+  if (!slot) slot = std::make_shared<Module>(found.path, found.fd.get());
   return slot;
 }
 

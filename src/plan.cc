@@ -1,5 +1,6 @@
 #include "plan.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,10 @@ std::string resolve_source(const std::string& file, const std::string& csrc_dir)
   if (::access(path.c_str(), R_OK) != 0)
     throw std::invalid_argument("jitkern: kernel source '" + file + "' not found (looked at " + path +
                                 "; relative names are resolved against the package's csrc/, give an absolute path for your own files)");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::invalid_argument("jitkern: kernel source '" + file + "' (" + path + ") is " +
+                                (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") + "; give the kernel file itself");
   return path;
 }
 
@@ -199,7 +204,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     if (dir.size() > 1 && std::none_of(p.roots.begin(), p.roots.end(), [&](const auto& r) { return r.second == dir; }))
       p.roots.emplace_back(token, dir);
   std::sort(p.roots.begin(), p.roots.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
-  p.toolchain_id = tc.cxx.path.empty() ? "" : toolchain_id(tc, p.has_cuda);
+  p.toolchain_id = tc.cxx.path.empty() ? "" : toolchain::id(tc.cxx, p.has_cuda ? &tc.nvcc : nullptr);
 
   // Everything that changes the library, with root directories as tokens and without the compilers'
   // paths (their versions are in the content key, see toolchain_id).
@@ -236,11 +241,10 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.cuda_compile.insert(p.cuda_compile.end(), flags.begin(), flags.end());
     key.field("cuda").field(portable(p, p.cuda_source));
     key_args(p.cuda_compile);
-    // The toolkit's own headers are covered by the compiler identity.
-    if (!tc.nvcc.real.empty()) p.dep_exclude_prefixes.push_back(fs::dirname(fs::dirname(tc.nvcc.real)) + "/");
+    p.dep_exclude_prefixes = tc.nvcc.own_dirs;  // covered by the compiler's version
   }
-  p.dep_exclude_prefixes.push_back("/usr/include/");
-  p.dep_exclude_prefixes.push_back("/usr/lib/gcc/");
+  p.dep_exclude_prefixes.insert(p.dep_exclude_prefixes.end(), tc.cxx.own_dirs.begin(), tc.cxx.own_dirs.end());
+  p.dep_exclude_prefixes.push_back("/usr/include/");  // the system's headers (libc, -dev packages): the platform's, not tracked
   // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
   // -z noseparate-code: two loadable segments instead of four, so loading a module maps less.
   p.link = {"-shared", "-Wl,-z,noseparate-code", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
@@ -253,9 +257,13 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   // The CUDA runtime's location follows from the nvcc identity already in the key; the build adds it.
 
   p.request_key = key.hex();
-  p.stem = entry_stem(p.name, p.request_key);
-  p.entry_dir = cfg.cache_dir + "/" + p.stem;
-  p.lock_path = lock_path(cfg.lock_dir, p.stem);
+  Sha256 config;
+  config.field(p.toolchain_id);
+  for (const auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.link}) {
+    config.field("argv");
+    for (const auto& a : *argv) config.field(a);
+  }
+  p.config_key = config.hex();
   return p;
 }
 
@@ -281,24 +289,5 @@ std::string local(const Plan& p, const std::string& path) {
       return dir + path.substr(token.size());
   return path;  // a token this machine does not have: the file "does not exist" here
 }
-
-std::string toolchain_id(const Toolchain& tc, bool cuda) {
-  Sha256 h;
-  h.field("cxx").field(tc.cxx.version);
-  if (cuda) h.field("nvcc").field(tc.nvcc.version);
-  return h.hex();
-}
-
-std::string entry_stem(const std::string& name, const std::string& request_key) {
-  return text::sanitize(name) + "-" + request_key.substr(0, 20);
-}
-
-bool is_entry_stem(const std::string& dir_name) {
-  const std::size_t dash = dir_name.rfind('-');
-  if (dash == std::string::npos || dash == 0 || dir_name.size() - dash - 1 != 20) return false;
-  return dir_name.find_first_not_of("0123456789abcdef", dash + 1) == std::string::npos;
-}
-
-std::string lock_path(const std::string& lock_dir, const std::string& stem) { return lock_dir + "/" + stem + ".lock"; }
 
 }  // namespace jitkern::plan

@@ -45,9 +45,12 @@ struct Toolchain {
 };
 
 struct Plan {
-  std::string name, stem, entry_dir, lock_path, request_key;
+  std::string name, request_key;
   // The toolchain's versions (hashed; empty when the plan was made without compilers, for a lookup).
   std::string toolchain_id;
+  // The commands as they run here (real directories, compilers' paths) and the toolchain: what a
+  // failure is remembered against (a broken JITKERN_INCLUDE_DIR fails other commands than a good one).
+  std::string config_key;
   // Directories that may sit elsewhere on another machine (the package's include/, csrc/, lib/,
   // tvm-ffi's): (token, directory), longest directory first. Keys and recorded dependencies name
   // files under them by token, so a cache built in one tree is valid in another.
@@ -71,14 +74,6 @@ std::string wrapper_source(const std::vector<std::string>& resolved_files, const
 // `text` with every root directory replaced by its token, and back.
 std::string portable(const Plan& plan, const std::string& text);
 std::string local(const Plan& plan, const std::string& path);
-// What identifies a toolchain across machines: its compilers' --version output.
-std::string toolchain_id(const Toolchain& toolchain, bool cuda);
-
-// A cache entry's directory name ("<sanitized name>-<20 hex digits of the request key>"), whether a
-// directory name is one, and the entry's lock file.
-std::string entry_stem(const std::string& name, const std::string& request_key);
-bool is_entry_stem(const std::string& dir_name);
-std::string lock_path(const std::string& lock_dir, const std::string& stem);
 
 // The bump of this number is what invalidates cached kernels when the runtime library's ABI (what
 // kernel modules call) changes; the engine's own code is not part of any key.

@@ -11,8 +11,10 @@
 #include <unordered_map>
 
 #include "fs_util.h"
+#include "manifest.h"
 #include "settings.h"
 #include "sha256.h"
+#include "store.h"
 #include "text.h"
 
 namespace jitkern::toolchain {
@@ -20,60 +22,101 @@ namespace {
 std::mutex g_mutex;  // guards the memo tables below
 }  // namespace
 
-Compiler identify(const std::string& program, const std::string& cache_dir, const char* role) {
+namespace {
+// The directories whose files are the compiler's own (see Compiler::own_dirs).
+std::vector<std::string> own_directories(const std::string& real, bool cuda) {
+  const std::string root = fs::dirname(fs::dirname(real));
+  if (!cuda) return {root + "/lib/gcc/", root + "/include/c++/"};
+  std::vector<std::string> dirs = {root + "/targets/", root + "/nvvm/"};
+  // include/ is the toolkit's own in a toolkit's tree (/usr/local/cuda-13.0, /opt/cuda), not in a
+  // shared prefix (a conda environment, /usr/local) where it also holds other packages' headers.
+  const std::string base = root.substr(root.rfind('/') + 1);
+  if (base.rfind("cuda", 0) == 0 || ::access((root + "/version.json").c_str(), F_OK) == 0) dirs.push_back(root + "/include/");
+  return dirs;
+}
+}  // namespace
+
+Compiler locate(const std::string& program) {
   static std::unordered_map<std::string, Compiler> memo;
-  const std::string memo_key = program + "\n" + cache_dir + "\n" + settings::get("PATH");
+  const std::string memo_key = program + '\0' + settings::get("PATH");
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = memo.find(memo_key);
-    if (it != memo.end()) return it->second;
+    if (auto it = memo.find(memo_key); it != memo.end()) return it->second;
   }
-  // A record per (program, PATH): where the program resolved to, its size and mtime, and its
-  // --version output. The record names the program that gets run, so its directory and the record
-  // itself must be as private as the cache.
-  const std::string dir = cache_dir + "/toolchains";
-  const std::string record = dir + "/" + sha256_hex(program + '\0' + settings::get("PATH")).substr(0, 24) + ".txt";
-  fs::ensure_private_dir(dir, "toolchain cache directory");
   Compiler c;
-  std::string text;
-  if (fs::read_file(record, &text)) {
-    fs::check_private_file(record, "toolchain record");
-    const auto lines = text::split_lines(text);
-    fs::FileSig now;
-    // stat() follows the program's symbolic links: a link retargeted to another compiler changes the signature.
-    if (lines.size() >= 4 && fs::stat_sig(lines[0], &now) && std::to_string(now.size) == lines[2] &&
-        std::to_string(now.mtime_ns) == lines[3]) {
-      c.path = lines[0];
-      c.real = lines[1];
-      const std::size_t head = lines[0].size() + lines[1].size() + lines[2].size() + lines[3].size() + 4;
-      c.version = text.substr(std::min(text.size(), head));
-      c.identity = lines[1] + "|" + lines[2] + "|" + lines[3] + "\n" + c.version;
-    }
-  }
-  if (c.path.empty()) {
-    c.path = fs::which(program);
-    if (c.path.empty())
-      throw std::runtime_error(std::string("jitkern: ") + role + " '" + program + "' was not found; " +
-                               (std::string(role) == "CUDA compiler"
-                                    ? "install the CUDA toolkit and set CUDA_HOME (e.g. export CUDA_HOME=/usr/local/cuda)"
-                                    : "install one (e.g. apt install g++) or set CXX to a working compiler"));
-    const std::string real = c.real = fs::realpath_or(c.path);
-    fs::FileSig sig;
-    fs::stat_sig(real, &sig);
-    const std::string scratch = fs::make_temp_dir(dir, "probe-");
-    const std::string log = scratch + "/version.txt";
-    const int rc = fs::wait(fs::spawn({c.path, "--version"}, log), 60);
-    std::string version;
-    fs::read_file(log, &version);
-    fs::remove_tree(scratch);
-    if (rc != 0) throw std::runtime_error("jitkern: '" + c.path + " --version' failed (" + fs::describe_status(rc) + "): " + version);
-    const std::string head = real + "\n" + std::to_string(sig.size) + "\n" + std::to_string(sig.mtime_ns) + "\n";
-    fs::write_file_atomic(record, c.path + "\n" + head + version);
-    c.version = version;
-    c.identity = real + "|" + std::to_string(sig.size) + "|" + std::to_string(sig.mtime_ns) + "\n" + version;
+  c.path = fs::which(program);
+  if (!c.path.empty()) {
+    c.real = fs::realpath_or(c.path);
+    fs::stat_sig(c.real, &c.sig);
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   return memo.emplace(memo_key, c).first->second;
+}
+
+Compiler identify(const std::string& program, const store::Store& store, const char* role) {
+  Compiler c = locate(program);
+  if (c.path.empty())
+    throw std::runtime_error(std::string("jitkern: ") + role + " '" + program + "' was not found; " +
+                             (std::string(role) == "CUDA compiler"
+                                  ? "install the CUDA toolkit and set CUDA_HOME (e.g. export CUDA_HOME=/usr/local/cuda)"
+                                  : "install one (e.g. apt install g++) or set CXX to a working compiler"));
+  const bool cuda = std::string(role) == "CUDA compiler";
+  c.own_dirs = own_directories(c.real, cuda);
+  static std::unordered_map<std::string, std::string> memo;  // the record's text -> version
+  // The record names what was run and what it said: (real path, size, mtime), then --version.
+  const std::string head = c.real + "\n" + std::to_string(c.sig.size) + "\n" + std::to_string(c.sig.mtime_ns) + "\n";
+  const std::string name = sha256_hex(program + '\0' + settings::get("PATH")).substr(0, 24) + ".txt";
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (auto it = memo.find(head); it != memo.end()) return c.version = it->second, c;
+  }
+  std::string text;
+  if (store.read_toolchain_record(name, &text) && text.rfind(head, 0) == 0) {
+    c.version = text.substr(head.size());
+  } else {
+    const std::string scratch = fs::make_temp_dir("/tmp", "jitkern-probe-");
+    const std::string log = scratch + "/version.txt";
+    const int rc = fs::wait(fs::spawn({c.path, "--version"}, log), 60);
+    fs::read_file(log, &c.version);
+    fs::remove_tree(scratch);
+    if (rc != 0) throw std::runtime_error("jitkern: '" + c.path + " --version' failed (" + fs::describe_status(rc) + "): " + c.version);
+    store.write_toolchain_record(name, head + c.version);
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  memo.emplace(head, c.version);
+  return c;
+}
+
+std::string id(const Compiler& cxx, const Compiler* nvcc) {
+  Sha256 h;
+  h.field("cxx").field(cxx.version);
+  if (nvcc != nullptr) h.field("nvcc").field(nvcc->version);
+  return h.hex();
+}
+
+bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda) {
+  Compiler cxx = locate(cxx_program()), nvcc;
+  try {
+    if (cuda) nvcc = locate(nvcc_program());
+  } catch (const std::exception&) {
+    return true;  // a CUDA_HOME without nvcc: no CUDA compiler here
+  }
+  if (cxx.path.empty() || (cuda && nvcc.path.empty())) return true;  // a serving machine without compilers
+  std::vector<manifest::Dep> here(cuda ? 2 : 1);
+  here[0].path = cxx.real, here[0].sig = cxx.sig;
+  if (cuda) here[1].path = nvcc.real, here[1].sig = nvcc.sig;
+  const bool same_files = here.size() == m.compilers.size() &&
+                          std::equal(here.begin(), here.end(), m.compilers.begin(), [](const auto& a, const auto& b) {
+                            return a.path == b.path && a.sig == b.sig;
+                          });
+  if (same_files) return true;
+  try {
+    cxx = identify(cxx_program(), store, "C++ compiler");
+    if (cuda) nvcc = identify(nvcc_program(), store, "CUDA compiler");
+  } catch (const std::exception&) {
+    return true;  // a compiler that cannot run here builds nothing either
+  }
+  return id(cxx, cuda ? &nvcc : nullptr) == m.toolchain;
 }
 
 std::string cxx_program() {

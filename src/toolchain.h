@@ -3,20 +3,44 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "fs_util.h"
+
+namespace jitkern::store {
+class Store;
+}
+namespace jitkern::manifest {
+struct Manifest;
+}
 
 namespace jitkern::toolchain {
 
 struct Compiler {
   std::string path;      // as found (absolute, or as named when it contains a '/')
   std::string real;      // its realpath
-  std::string identity;  // realpath, size, mtime and --version output
-  std::string version;   // the --version output alone: what a cache entry records (the same compiler
+  fs::FileSig sig;       // the real file's size and mtime
+  std::string version;   // the --version output: what a cache entry records (the same compiler
                          // installed elsewhere, or at another time, has the same)
+  // Directories holding the compiler's own files (its headers): not tracked as dependencies,
+  // because its version covers them. Never a whole prefix that also holds other packages.
+  std::vector<std::string> own_dirs;
 };
 
-// Finds `program` and identifies it; the --version output is remembered on disk under
-// <cache_dir>/toolchains by (program, PATH, size, mtime), so warm loads run no subprocess.
-Compiler identify(const std::string& program, const std::string& cache_dir, const char* role);
+// Where `program` resolves here (PATH lookup, realpath, stat; no subprocess), memoised per process
+// on (program, PATH); an empty path when it is not found.
+Compiler locate(const std::string& program);
+// locate(), then the --version output: remembered in `store`'s toolchain records by (program, PATH,
+// real path, size, mtime), so that only a new or changed compiler is run. Throws naming `role`
+// (with the fix) when the program is missing.
+Compiler identify(const std::string& program, const store::Store& store, const char* role);
+
+// Whether a library built by the compilers `m` records may be served here: this machine's compilers
+// are those very files (real path, size, mtime: no subprocess), or it has none (a serving machine),
+// or they report the same versions (identify: runs each new compiler once).
+bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda);
+// What identifies a toolchain across machines: the C++ compiler's and (for CUDA) nvcc's --version.
+std::string id(const Compiler& cxx, const Compiler* nvcc);
 
 // The host compiler: $CXX or c++.
 std::string cxx_program();

@@ -15,7 +15,9 @@ namespace {
 Manifest sample() {
   Manifest m;
   m.request_key = jitkern::sha256_hex("request");
-  m.deps = {{"/src/a.cuh", jitkern::sha256_hex("a"), {10, 111}}, {"/src/dir with space/b.h", jitkern::sha256_hex("b"), {20, 222}}};
+  m.deps = {{"/src/a.cuh", "", jitkern::sha256_hex("a"), {10, 111}},
+            {"/deploy/current/dir with space/b.h", "/deploy/v2/dir with space/b.h", jitkern::sha256_hex("b"), {20, 222}}};
+  m.compilers = {{"/usr/bin/g++-12", "", "", {7, 8}}, {"/opt/cuda 13/bin/nvcc", "", "", {9, 10}}};
   m.toolchain = jitkern::sha256_hex("toolchain");
   m.full_key = full_key_of(m.request_key, m.toolchain, m.deps);
   m.lib_name = library_name(m.full_key);
@@ -40,8 +42,13 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(back.lib_sha, m.lib_sha);
   EXPECT_EQ(back.lib_sig, m.lib_sig);
   ASSERT_EQ(back.deps.size(), 2u);
-  EXPECT_EQ(back.deps[1].path, "/src/dir with space/b.h");
+  EXPECT_EQ(back.deps[1].path, "/deploy/current/dir with space/b.h");
+  EXPECT_EQ(back.deps[1].resolved, "/deploy/v2/dir with space/b.h") << "where a symbolic link led";
+  EXPECT_EQ(back.deps[0].resolved, "");
   EXPECT_EQ(back.deps[1].sig, (jitkern::fs::FileSig{20, 222}));
+  ASSERT_EQ(back.compilers.size(), 2u);
+  EXPECT_EQ(back.compilers[1].path, "/opt/cuda 13/bin/nvcc");
+  EXPECT_EQ(back.compilers[1].sig, (jitkern::fs::FileSig{9, 10}));
   EXPECT_EQ(back.module, "norm_bf16 t");
   EXPECT_EQ(back.arch, "sm_90a");
   EXPECT_EQ(back.built_unix, 1763856000);
@@ -83,6 +90,9 @@ TEST(Manifest, TamperingIsRejected) {
   std::string relative = serialize(good);
   relative.replace(relative.find("/src/a.cuh"), 10, "src/a.cuhh");
   EXPECT_FALSE(parse(relative, &(m = Manifest{}))) << "relative dependency path";
+  std::string orphan = serialize(good);
+  orphan.insert(orphan.find("dep "), "link /nowhere\n");
+  EXPECT_FALSE(parse(orphan, &(m = Manifest{}))) << "a link line before any dependency";
   std::string garbage = serialize(good);
   garbage.replace(garbage.find("lib 4096"), 8, "lib 4x96");
   EXPECT_FALSE(parse(garbage, &(m = Manifest{})));
@@ -98,12 +108,14 @@ TEST(Manifest, LibraryRecordIsBoundToTheContentKey) {
 TEST(Failure, RoundTripsAndRejectsCorruption) {
   Failure f;
   f.request_key = jitkern::sha256_hex("r");
+  f.config_key = jitkern::sha256_hex("the commands as run");
   f.deps = sample().deps;
   f.message = "error: something\nend\nmore lines\n";
   Failure back;
   ASSERT_TRUE(parse(serialize(f), &back));
   EXPECT_EQ(back.message, f.message);
   EXPECT_EQ(back.request_key, f.request_key);
+  EXPECT_EQ(back.config_key, f.config_key) << "a failure is remembered against the configuration that produced it";
   EXPECT_EQ(back.deps.size(), 2u);
   const std::string text = serialize(f);
   const std::size_t body = text.find("\nend\n");
@@ -133,4 +145,22 @@ TEST(Depfile, ParsesContinuationsEscapesAndSeveralRules) {
   EXPECT_TRUE(parse_depfile("").empty());
   EXPECT_TRUE(parse_depfile("no rule here\n").empty());
   EXPECT_EQ(parse_depfile("t: a \\").size(), 2u) << "a dangling backslash at the end is a name character, not a crash";
+}
+
+TEST(Depfile, UndoesEveryEscapeOfMake) {
+  // What gcc writes for /x/issue#42/k.h, /x/my$proj/k.h, /x/a:b/k.h, "/x/with space/k.h" and a name
+  // ending in a backslash before a space: '#' as \#, '$' as $$, ' ' as \ , N backslashes before a
+  // blank doubled plus one.
+  const std::string text =
+      "/c/cache\\ dir/build-1/host.o: /x/issue\\#42/k.h /x/my$$proj/k.h \\\n /x/a:b/k.h /x/with\\ space/k.h "
+      "/x/back\\\\\\ slash.h /x/trailing\\\\ next.h\n";
+  const auto deps = parse_depfile(text);
+  ASSERT_EQ(deps.size(), 7u);
+  EXPECT_EQ(deps[0], "/x/issue#42/k.h");
+  EXPECT_EQ(deps[1], "/x/my$proj/k.h");
+  EXPECT_EQ(deps[2], "/x/a:b/k.h") << "a colon inside a prerequisite is part of its name";
+  EXPECT_EQ(deps[3], "/x/with space/k.h");
+  EXPECT_EQ(deps[4], "/x/back\\ slash.h") << "3 backslashes and a space: one backslash, then a space in the name";
+  EXPECT_EQ(deps[5], "/x/trailing\\") << "2 backslashes then a space: one backslash ending the name";
+  EXPECT_EQ(deps[6], "next.h");
 }

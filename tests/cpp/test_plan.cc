@@ -34,8 +34,8 @@ plan::Config config() {
 
 plan::Toolchain toolchain_() {
   plan::Toolchain t;
-  t.cxx = {"/usr/bin/c++", "/usr/bin/g++-12", "g++-12|1|2\ng++ 12.2"};
-  t.nvcc = {"/cuda/bin/nvcc", "/cuda/bin/nvcc", "nvcc|3|4\nrelease 13.0"};
+  t.cxx = {"/usr/bin/c++", "/usr/bin/g++-12", {1, 2}, "g++ 12.2", {"/usr/lib/gcc/", "/usr/include/c++/"}};
+  t.nvcc = {"/cuda/bin/nvcc", "/cuda/bin/nvcc", {3, 4}, "release 13.0", {"/cuda/targets/", "/cuda/nvvm/", "/cuda/include/"}};
   t.cuda_arch = "sm_90a";
   return t;
 }
@@ -174,17 +174,16 @@ TEST(Plan, RelativeIncludePathsResolveAgainstTheCallersDirectory) {
   EXPECT_NE(key(r, "/work/project"), key(r, "/work/other")) << "the same relative path elsewhere is other headers";
 }
 
-TEST(Plan, CudaCommandAndEntryLayout) {
+TEST(Plan, CudaCommand) {
   BuildRequest r;
   r.name_parts = {"add_constant", "5"};
   r.cuda_files = {"add_constant.cuh"};
   r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
   const plan::Plan p = plan::make(r, config(), toolchain_(), "/work");
   EXPECT_EQ(p.name, "add_constant_5");
-  EXPECT_EQ(p.entry_dir, "/cache/add_constant_5-" + p.request_key.substr(0, 20));
-  EXPECT_EQ(p.lock_path, "/cache/locks/add_constant_5-" + p.request_key.substr(0, 20) + ".lock");
   EXPECT_NE(std::find(p.cuda_compile.begin(), p.cuda_compile.end(), "-gencode=arch=compute_90a,code=sm_90a"), p.cuda_compile.end());
   EXPECT_NE(p.cuda_source.find("JITKERN_EXPORT(add_constant, add_constant<5>)"), std::string::npos);
-  EXPECT_EQ(p.dep_exclude_prefixes.front(), "/cuda/");
+  EXPECT_EQ(p.dep_exclude_prefixes.front(), "/cuda/targets/") << "the toolkit's own directories, never its whole prefix";
+  EXPECT_EQ(std::count(p.dep_exclude_prefixes.begin(), p.dep_exclude_prefixes.end(), "/cuda/"), 0);
   EXPECT_EQ(plan::export_names(r), std::vector<std::string>{"add_constant"});
 }

@@ -65,6 +65,9 @@ std::vector<std::string> export_names(const BuildRequest& request);
 class Module {
  public:
   explicit Module(const std::string& path);
+  // Maps the library open at `fd` (the file the cache checked; a rename of `path` since cannot swap
+  // it); `path` names it in messages and to debuggers.
+  Module(const std::string& path, int fd);
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;

@@ -1,0 +1,549 @@
+#include "store.h"
+
+#include <dirent.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "log.h"
+#include "settings.h"
+#include "sha256.h"
+#include "text.h"
+
+namespace jitkern::store {
+namespace {
+
+using manifest::Dep;
+using manifest::Failure;
+using manifest::Manifest;
+
+constexpr const char* kManifest = "manifest";
+constexpr const char* kFailure = "failed";
+constexpr const char* kFailureLog = "failed.log";
+constexpr const char* kRecordSuffix = ".sha256";
+constexpr const char* kScratchPrefix = "build-";
+constexpr const char* kLockSuffix = ".lock";
+// Published files are readable by everyone (a prebuilt cache serves other users) and writable by
+// their owner alone, whatever the umask; the writable cache's top directory keeps it private.
+constexpr mode_t kFileMode = 0644, kEntryDirMode = 0755;
+// Below this much free space a failed build is blamed on the disk, not on the sources.
+constexpr uint64_t kMinFreeBytes = 64ull << 20;
+
+#if defined(__x86_64__)
+constexpr uint16_t kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr uint16_t kHostMachine = EM_AARCH64;
+#else
+#error "jitkern: unknown host machine"
+#endif
+static_assert(sizeof(void*) == 8, "jitkern's engine is 64-bit only");
+
+std::string mode_text(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+// Who may own a file of a store, and that no one else may write it: ours in the writable cache; ours
+// or root's in a prebuilt layer.
+bool trusted_owner(const struct stat& st, bool read_only) {
+  return (st.st_uid == ::geteuid() || (read_only && st.st_uid == 0)) && !(st.st_mode & 022);
+}
+
+std::string distrust_text(const std::string& what, const std::string& path, const struct stat& st, bool read_only) {
+  return what + " " + path + " is owned by uid " + std::to_string(st.st_uid) + " with mode " + mode_text(st.st_mode) +
+         "; it must belong to " + (read_only ? "root or the current user" : "the current user") + " (uid " +
+         std::to_string(::geteuid()) + ") and be writable by no one else";
+}
+
+// Why the first bytes of a file (the whole file is `size` bytes) are not a shared object this
+// process can load, or "".
+std::string elf_problem(const std::string& head, int64_t size) {
+  if (head.size() < sizeof(Elf64_Ehdr) || std::memcmp(head.data(), ELFMAG, SELFMAG) != 0)
+    return "not an ELF file (" + std::to_string(size) + " bytes)";
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, head.data(), sizeof eh);
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64) return "a 32-bit ELF file; this machine loads 64-bit shared objects";
+  if (eh.e_ident[EI_DATA] != ELFDATA2LSB) return "a big-endian ELF file; this machine is little-endian";
+  if (eh.e_type != ET_DYN) return "not a shared object (ELF type " + std::to_string(eh.e_type) + ")";
+  if (eh.e_machine != kHostMachine)
+    return "built for another machine (ELF machine " + std::to_string(eh.e_machine) + ", this one is " + std::to_string(kHostMachine) + ")";
+  if (eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize > static_cast<uint64_t>(size))
+    return "truncated (its section table lies past its end)";
+  return "";
+}
+
+std::string elf_problem_of(int fd, int64_t size) {
+  std::string head(sizeof(Elf64_Ehdr), '\0');
+  const ssize_t n = ::pread(fd, head.data(), head.size(), 0);
+  head.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return elf_problem(head, size);
+}
+
+bool sha256_fd(int fd, std::string* hex) {
+  std::string data;
+  if (!fs::read_fd(fd, &data)) return false;
+  *hex = sha256_hex(data);
+  return true;
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) out.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Bytes under `path` (not following links) and the newest modification time in it.
+void measure(const std::string& path, int64_t* bytes, int64_t* newest_unix) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;
+  *newest_unix = std::max<int64_t>(*newest_unix, st.st_mtim.tv_sec);
+  if (!S_ISDIR(st.st_mode)) {
+    *bytes += st.st_size;
+    return;
+  }
+  for (const auto& n : names_in(path)) measure(path + "/" + n, bytes, newest_unix);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool read_manifest_fd(int fd, Manifest* m) {
+  std::string text;
+  return fs::read_fd(fd, &text) && manifest::parse(text, m);
+}
+
+// The entry's last use, for `jitkern cache prune`: the manifest's access time, set at most hourly.
+void mark_used(int manifest_fd) {
+  struct stat st {};
+  if (::fstat(manifest_fd, &st) == 0 && st.st_atim.tv_sec + 3600 > ::time(nullptr)) return;
+  const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  ::futimens(manifest_fd, times);  // best effort: a read-only cache stays as it is
+}
+
+// Dependencies recorded under root tokens, as paths of this machine.
+std::vector<Dep> localized(const plan::Plan& p, std::vector<Dep> deps) {
+  for (auto& d : deps) {
+    d.path = plan::local(p, d.path);
+    if (!d.resolved.empty()) d.resolved = plan::local(p, d.resolved);
+  }
+  return deps;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------- Store
+
+Store::Store(std::string root, std::string lock_dir, bool read_only)
+    : m_root(std::move(root)), m_lock_dir(std::move(lock_dir)), m_read_only(read_only) {}
+
+Store Store::writable(const plan::Config& config) { return Store(config.cache_dir, config.lock_dir, false); }
+
+Store Store::prebuilt(const std::string& dir) { return Store(dir, "", true); }
+
+std::vector<Store> Store::prebuilt_layers() {
+  std::vector<Store> out;
+  for (const auto& dir : text::split(settings::get("JITKERN_PREBUILT_DIRS"), ':'))
+    if (!dir.empty()) out.push_back(prebuilt(dir));
+  return out;
+}
+
+std::string Store::stem_of(const std::string& name, const std::string& request_key) {
+  return text::sanitize(name) + "-" + request_key.substr(0, 20);
+}
+
+bool Store::is_stem(const std::string& name) {
+  const std::size_t dash = name.rfind('-');
+  if (dash == std::string::npos || dash == 0 || name.size() - dash - 1 != 20) return false;
+  return name.find_first_not_of("0123456789abcdef", dash + 1) == std::string::npos;
+}
+
+std::vector<std::string> Store::stems() const {
+  std::vector<std::string> out;
+  for (const auto& n : names_in(m_root)) {
+    struct stat st {};
+    if (is_stem(n) && ::lstat((m_root + "/" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) out.push_back(n);
+  }
+  return out;
+}
+
+void Store::ensure_writable(bool create) const {
+  struct stat st;
+  if (::lstat(m_root.c_str(), &st) != 0) {
+    if (errno != ENOENT || !create) {
+      if (errno == ENOENT) return;
+      throw std::runtime_error("jitkern: cannot access cache directory " + m_root + ": " + std::strerror(errno));
+    }
+    fs::make_dirs(m_root, 0700, "cache directory");
+    if (::lstat(m_root.c_str(), &st) != 0) throw std::runtime_error("jitkern: cannot access cache directory " + m_root);
+  }
+  if (S_ISLNK(st.st_mode))
+    throw std::runtime_error("jitkern: refusing cache directory " + m_root + ": it is a symbolic link (to " + fs::realpath_or(m_root) +
+                             "), which another user could redirect; give the real directory instead");
+  if (!S_ISDIR(st.st_mode)) throw std::runtime_error("jitkern: cache directory " + m_root + " is not a directory");
+  if (st.st_uid != ::geteuid())
+    throw std::runtime_error("jitkern: refusing cache directory " + m_root + ": it is owned by uid " + std::to_string(st.st_uid) +
+                             ", not by the current user (uid " + std::to_string(::geteuid()) +
+                             "); loading shared objects from it would run someone else's code");
+  if (st.st_mode & 022)
+    throw std::runtime_error("jitkern: refusing cache directory " + m_root + ": it is writable by group/others (mode " +
+                             mode_text(st.st_mode) + "), so anyone could plant code in it; run `chmod go-w " + m_root +
+                             "` or point JITKERN_CACHE_DIR elsewhere");
+}
+
+std::string Store::layer_distrust() const {
+  // Checked once per process and layer: a few lstat calls up to /.
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::string> memo;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = memo.find(m_root); it != memo.end()) return it->second;
+  }
+  std::string why;
+  const std::string real = fs::realpath_or(m_root);
+  struct stat st;
+  if (::stat(real.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    why = "it does not exist";
+  } else {
+    // The layer and every directory above it: a directory someone else may write could have its
+    // entries swapped. A root-owned sticky directory (/tmp) protects what others own in it.
+    for (std::string dir = real;; dir = fs::dirname(dir)) {
+      const bool top = dir == real;
+      if (::lstat(dir.c_str(), &st) != 0) {
+        why = "cannot read " + dir;
+        break;
+      }
+      const bool sticky_root = !top && st.st_uid == 0 && (st.st_mode & S_ISVTX);
+      if (!((st.st_uid == ::geteuid() || st.st_uid == 0) && (!(st.st_mode & 022) || sticky_root))) {
+        why = distrust_text(top ? "its directory" : "its parent directory", dir, st, true);
+        break;
+      }
+      if (dir == "/") break;
+    }
+  }
+  if (!why.empty() && why != "it does not exist")
+    log::emit(log::kWarning, "ignoring prebuilt cache " + m_root + ": " + why + " (see JITKERN_PREBUILT_DIRS)");
+  std::lock_guard<std::mutex> lock(mutex);
+  return memo.emplace(m_root, why).first->second;
+}
+
+bool Store::read_toolchain_record(const std::string& name, std::string* text) const {
+  if (m_read_only) return false;
+  const std::string dir = toolchain_dir(), path = dir + "/" + name;
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return false;
+  if (!S_ISDIR(st.st_mode) || !trusted_owner(st, false))
+    throw std::runtime_error("jitkern: refusing toolchain cache directory " + dir + ": " +
+                             (S_ISDIR(st.st_mode) ? "it is writable by group/others or not ours (mode " + mode_text(st.st_mode) + ")"
+                                                  : std::string("not a directory")) +
+                             "; it names the compilers jitkern runs");
+  fs::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return false;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !trusted_owner(st, false))
+    throw std::runtime_error("jitkern: refusing toolchain record " + path + ": owned by uid " + std::to_string(st.st_uid) + " with mode " +
+                             mode_text(st.st_mode) + "; it must belong to the current user and not be writable by others");
+  return fs::read_fd(fd.get(), text);
+}
+
+void Store::write_toolchain_record(const std::string& name, const std::string& text) const {
+  if (m_read_only) return;
+  ensure_writable(true);
+  fs::make_dirs(toolchain_dir(), 0700, "toolchain cache directory");
+  std::string ignored;
+  read_toolchain_record(name, &ignored);  // the directory's checks
+  try {
+    fs::write_file_atomic(toolchain_dir() + "/" + name, text, 0600);
+  } catch (const std::exception&) {
+    // a full disk or a read-only cache: the next process probes the compiler again
+  }
+}
+
+int64_t Store::toolchain_records_bytes() const {
+  int64_t bytes = 0, newest = 0;
+  measure(toolchain_dir(), &bytes, &newest);
+  return bytes;
+}
+
+void Store::remove_toolchain_records() const { fs::remove_tree(toolchain_dir()); }
+
+std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool wait, const std::string& waiting_message) const {
+  if (m_read_only) return std::make_unique<Lock>(nullptr);
+  try {
+    fs::make_dirs(m_lock_dir, 0700, "lock directory");  // gone after a reboot (/tmp), or never shipped
+  } catch (const std::exception&) {
+    return std::make_unique<Lock>(nullptr);  // a read-only cache: no one can remove its entries either
+  }
+  fs::FileLock::Outcome outcome;
+  std::unique_ptr<fs::FileLock> held;
+  {
+    std::optional<fs::CancelScope> cancel;  // Ctrl-C ends a wait
+    if (wait) cancel.emplace();
+    held = fs::FileLock::acquire(m_lock_dir + "/" + e.stem() + kLockSuffix, kind, wait, waiting_message, &outcome);
+  }
+  if (outcome == fs::FileLock::kBusy) return nullptr;
+  return std::make_unique<Lock>(std::move(held));
+}
+
+// ------------------------------------------------------------------------------------------- Entry
+
+Entry::Entry(const Store& store, std::string stem) : m_store(&store), m_stem(std::move(stem)), m_dir(store.root() + "/" + m_stem) {}
+
+std::unique_ptr<Lock> Entry::lock_for_load() const {
+  return m_store->lock(*this, fs::FileLock::kShared, true, "waiting for another process that holds " + m_stem + " ...");
+}
+
+std::unique_ptr<Lock> Entry::lock_for_build(const std::string& waiting_message) const {
+  struct stat st;
+  if (::lstat(m_store->lock_dir().c_str(), &st) == 0 && (!S_ISDIR(st.st_mode) || !trusted_owner(st, false)))
+    throw std::runtime_error("jitkern: refusing lock directory " + m_store->lock_dir() + ": " +
+                             distrust_text("it", m_store->lock_dir(), st, false) + "; point JITKERN_LOCK_DIR elsewhere");
+  auto lock = m_store->lock(*this, fs::FileLock::kExclusive, true, waiting_message);
+  return lock;
+}
+
+std::unique_ptr<Lock> Entry::try_lock(bool shared) const {
+  return m_store->lock(*this, shared ? fs::FileLock::kShared : fs::FileLock::kExclusive, false, "");
+}
+
+std::optional<Found> Entry::open_library(const Manifest& m, bool rehash, std::string* why_not) const {
+  const bool ro = m_store->read_only();
+  const std::string path = m_dir + "/" + m.lib_name;
+  fs::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!fd || ::fstat(fd.get(), &st) != 0) return *why_not = "its library " + m.lib_name + " is missing", std::nullopt;
+  if (!S_ISREG(st.st_mode)) return *why_not = "its library " + path + " is not a regular file", std::nullopt;
+  if (!trusted_owner(st, ro)) return *why_not = distrust_text("its library", path, st, ro), std::nullopt;
+  if (const std::string elf = elf_problem_of(fd.get(), st.st_size); !elf.empty())
+    return *why_not = "its library " + m.lib_name + " is " + elf, std::nullopt;
+  if (rehash || fs::sig_of(st) != m.lib_sig) {
+    std::string sha, record;
+    if (!sha256_fd(fd.get(), &sha) || sha != m.lib_sha)
+      return *why_not = "its library " + m.lib_name + " does not match its manifest's hash", std::nullopt;
+    if (rehash && (!fs::read_file(path + kRecordSuffix, &record, true) || record != manifest::library_record(m.full_key, sha)))
+      return *why_not = "its library record is missing or not this library's", std::nullopt;
+  }
+  Found found;
+  found.path = path;
+  found.fd = std::move(fd);
+  return found;
+}
+
+std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& toolchain_ok, std::string* why_not) const {
+  const bool ro = m_store->read_only();
+  fs::Fd dir(::open(m_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!dir || ::fstat(dir.get(), &st) != 0) return *why_not = "not cached", std::nullopt;
+  if (!trusted_owner(st, ro)) {
+    if (!ro) throw std::runtime_error("jitkern: refusing cache entry directory: " + distrust_text("it", m_dir, st, false));
+    return *why_not = distrust_text("its directory", m_dir, st, true), std::nullopt;
+  }
+  fs::Fd mfd(::openat(dir.get(), kManifest, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  Manifest m;
+  if (!mfd || ::fstat(mfd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !read_manifest_fd(mfd.get(), &m))
+    return *why_not = "no complete manifest", std::nullopt;
+  if (!trusted_owner(st, ro)) return *why_not = distrust_text("its manifest", m_dir + "/" + kManifest, st, ro), std::nullopt;
+  if (m.request_key != p.request_key) return *why_not = "its manifest names another request", std::nullopt;
+  if (!toolchain_ok(m)) return *why_not = "it was built by other compilers than this machine's", std::nullopt;
+  std::vector<Dep> here = localized(p, m.deps);
+  bool refreshed = false;
+  if (!manifest::deps_unchanged(here, &refreshed)) return *why_not = "a file it was built from changed", std::nullopt;
+  auto found = open_library(m, false, why_not);
+  if (!found) return std::nullopt;
+  if (!ro) {
+    if (refreshed) {  // a touched but unchanged header: record it, so that the next load need not rehash it
+      for (std::size_t i = 0; i < here.size(); ++i) {
+        m.deps[i].sig = here[i].sig;
+        if (!m.deps[i].resolved.empty()) m.deps[i].resolved = plan::portable(p, here[i].resolved);
+      }
+      try {
+        fs::write_file_atomic(m_dir + "/" + kManifest, manifest::serialize(m), kFileMode);
+      } catch (const std::exception&) {
+        // an unwritable cache: the rehash repeats next time, nothing else is lost
+      }
+    }
+    mark_used(mfd.get());
+  }
+  return found;
+}
+
+std::string Entry::verify() const {
+  const bool ro = m_store->read_only();
+  struct stat st;
+  if (::lstat(m_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "not a directory";
+  if (!trusted_owner(st, ro)) return distrust_text("its directory", m_dir, st, ro);
+  Manifest m;
+  fs::Fd mfd(::open((m_dir + "/" + kManifest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME));
+  if (!mfd && errno == EPERM) mfd = fs::Fd(::open((m_dir + "/" + kManifest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!mfd || ::fstat(mfd.get(), &st) != 0 || !read_manifest_fd(mfd.get(), &m)) return "no complete manifest";
+  if (!trusted_owner(st, ro)) return distrust_text("its manifest", m_dir + "/" + kManifest, st, ro);
+  // A lookup computes the request key from the request; the entry's name holds its first digits.
+  if (Store::stem_of(m.module, m.request_key) != m_stem) return "its manifest names another request (copied from another entry?)";
+  std::string why;
+  return open_library(m, true, &why) ? "" : why;
+}
+
+void Entry::prepare() const {
+  m_store->ensure_writable(true);
+  struct stat st;
+  if (::lstat(m_dir.c_str(), &st) != 0) {
+    if (::mkdir(m_dir.c_str(), kEntryDirMode) != 0 && errno != EEXIST)
+      throw std::runtime_error("jitkern: cannot create cache entry directory " + m_dir + ": " + std::strerror(errno));
+    ::chmod(m_dir.c_str(), kEntryDirMode);
+    if (::lstat(m_dir.c_str(), &st) != 0) throw std::runtime_error("jitkern: cannot access cache entry directory " + m_dir);
+  }
+  if (!S_ISDIR(st.st_mode) || !trusted_owner(st, false))
+    throw std::runtime_error("jitkern: refusing cache entry directory: " + distrust_text("it", m_dir, st, false));
+}
+
+void Entry::remove_stale_scratch(double max_age_s) const {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  for (const auto& name : names_in(m_dir)) {
+    const bool scratch = name.rfind(kScratchPrefix, 0) == 0;
+    const int pid = scratch ? std::atoi(name.c_str() + std::strlen(kScratchPrefix)) : fs::temp_name_pid(name);
+    if (!scratch && pid == 0) continue;
+    const std::string path = m_dir + "/" + name;
+    // Holding the build lock, no build of ours is running here: a scratch whose process is gone, or
+    // older than a compile may take, is a leftover.
+    fs::FileSig sig;
+    const bool old = fs::stat_sig(path, &sig) &&
+                     std::chrono::nanoseconds(now).count() - sig.mtime_ns > static_cast<int64_t>(max_age_s * 1e9);
+    const bool dead = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (old || dead) fs::remove_tree(path), ::unlink(path.c_str());
+  }
+}
+
+std::string Entry::new_scratch() const { return fs::make_temp_dir(m_dir, kScratchPrefix); }
+
+bool Entry::remembered_failure(const std::string& request_key, const std::string& config_key, Failure* out) const {
+  std::string text;
+  if (!fs::read_file(m_dir + "/" + kFailure, &text) || !manifest::parse(text, out)) return false;
+  return out->request_key == request_key && out->config_key == config_key && manifest::deps_unchanged(out->deps);
+}
+
+void Entry::remember_failure(const Failure& failure, const std::string& full_log) const {
+  keep_failure_log(full_log);
+  fs::write_file_atomic(m_dir + "/" + kFailure, manifest::serialize(failure), kFileMode);
+}
+
+bool Entry::keep_failure_log(const std::string& full_log) const {
+  try {
+    fs::write_file_atomic(failure_log_path(), full_log, kFileMode);
+    return true;
+  } catch (const std::exception&) {
+    return false;  // a full disk or a read-only cache
+  }
+}
+
+bool Entry::out_of_space() const {
+  struct statvfs v {};
+  if (::statvfs(m_dir.c_str(), &v) != 0) return false;
+  return uint64_t{v.f_bavail} * v.f_frsize < kMinFreeBytes || (v.f_files > 0 && v.f_favail == 0);
+}
+
+std::optional<Found> Entry::reuse(const plan::Plan& p, const Manifest& fresh, std::map<std::string, std::string>* before) const {
+  std::string text;
+  Manifest old;
+  if (!fs::read_file(m_dir + "/" + kManifest, &text) || !manifest::parse(text, &old) || old.request_key != p.request_key) return std::nullopt;
+  std::vector<Dep> now = old.deps;  // recorded under root tokens; hashed where they are here
+  bool readable = true;
+  for (auto& d : now) {
+    const std::string path = plan::local(p, d.path);
+    readable = readable && fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha);
+    if (!d.resolved.empty()) d.resolved = plan::portable(p, fs::realpath_or(path));
+    if (!d.sha.empty()) (*before)[path] = d.sha;
+  }
+  if (!readable) return std::nullopt;
+  Manifest m = fresh;
+  m.deps = now;
+  m.full_key = manifest::full_key_of(p.request_key, m.toolchain, m.deps);
+  m.lib_name = manifest::library_name(m.full_key);
+  std::string why;
+  struct stat st;
+  fs::Fd probe(::open((m_dir + "/" + m.lib_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!probe || ::fstat(probe.get(), &st) != 0 || !sha256_fd(probe.get(), &m.lib_sha)) return std::nullopt;
+  m.lib_sig = fs::sig_of(st);
+  auto found = open_library(m, true, &why);  // the record binds it to this content key
+  if (!found) return std::nullopt;
+  fs::write_file_atomic(m_dir + "/" + kManifest, manifest::serialize(m), kFileMode);
+  return found;
+}
+
+Found Entry::publish(const plan::Plan& p, const std::string& built, Manifest m) const {
+  m.full_key = manifest::full_key_of(p.request_key, m.toolchain, m.deps);
+  m.lib_name = manifest::library_name(m.full_key);
+  fs::Fd fd(::open(built.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!fd || ::fstat(fd.get(), &st) != 0) throw std::runtime_error("cannot read the built library " + built);
+  if (const std::string elf = elf_problem_of(fd.get(), st.st_size); !elf.empty())
+    throw std::runtime_error("its output " + built + " is " + elf);
+  if (!sha256_fd(fd.get(), &m.lib_sha)) throw std::runtime_error("cannot read the built library " + built);
+  ::fchmod(fd.get(), kFileMode);  // the linker's mode follows the umask (0775 under umask 002)
+  ::fsync(fd.get());
+  const std::string final_path = m_dir + "/" + m.lib_name;
+  if (::rename(built.c_str(), final_path.c_str()) != 0)
+    throw std::runtime_error("cannot publish " + final_path + ": " + std::strerror(errno));
+  ::fstat(fd.get(), &st);
+  m.lib_sig = fs::sig_of(st);
+  fs::write_file_atomic(final_path + kRecordSuffix, manifest::library_record(m.full_key, m.lib_sha), kFileMode);
+  fs::write_file_atomic(m_dir + "/" + kManifest, manifest::serialize(m), kFileMode);
+  ::unlink((m_dir + "/" + kFailure).c_str());
+  ::unlink(failure_log_path().c_str());
+  Found found;
+  found.path = final_path;
+  found.fd = std::move(fd);
+  return found;
+}
+
+void Entry::remove() const { fs::remove_tree(m_dir); }
+
+std::vector<std::pair<std::string, int64_t>> Entry::superseded_libraries() const {
+  std::string text;
+  Manifest m;
+  if (!fs::read_file(m_dir + "/" + kManifest, &text, true) || !manifest::parse(text, &m)) return {};
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& n : names_in(m_dir)) {
+    const bool library = ends_with(n, ".so") || ends_with(n, std::string(".so") + kRecordSuffix);
+    int64_t bytes = 0, newest = 0;
+    if (library && n != m.lib_name && n != m.lib_name + kRecordSuffix) measure(m_dir + "/" + n, &bytes, &newest), out.emplace_back(n, bytes);
+  }
+  return out;
+}
+
+Summary Entry::summary() const {
+  Summary s;
+  measure(m_dir, &s.bytes, &s.last_use_unix);
+  std::string text;
+  Manifest m;
+  struct stat st {};
+  // Read without touching the access time, which records the entry's last load.
+  if (::stat((m_dir + "/" + kManifest).c_str(), &st) == 0 && fs::read_file(m_dir + "/" + kManifest, &text, true) && manifest::parse(text, &m)) {
+    s.status = "ok";
+    s.module = m.module, s.arch = m.arch, s.built_unix = m.built_unix, s.build_ms = m.build_ms;
+    s.last_use_unix = st.st_atim.tv_sec > 0 ? st.st_atim.tv_sec : m.built_unix;
+    return s;
+  }
+  Failure f;
+  s.status = fs::read_file(m_dir + "/" + kFailure, &text, true) && manifest::parse(text, &f) ? "failed" : "incomplete";
+  return s;
+}
+
+void Entry::remove_file(const std::string& name) const { ::unlink((m_dir + "/" + name).c_str()); }
+
+}  // namespace jitkern::store
