@@ -19,19 +19,24 @@ Module::Module(const std::string& path) : m_path(path) {
   if (m_handle == nullptr) throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());
 }
 
-Module::Module(const std::string& path, int fd) : m_path(path) {
+Module::Module(const std::string& path, int fd) : m_path(path), m_fd(fd) {
   // The file the cache checked, whatever its path names now; /proc/self/fd is how glibc maps an fd.
+  // The fd stays open while the module lives: glibc matches a later dlopen by this name, so the
+  // number must not be reused for another file.
   const std::string via_fd = "/proc/self/fd/" + std::to_string(fd);
   const bool have_proc = ::access(via_fd.c_str(), F_OK) == 0;
   m_handle = ::dlopen(have_proc ? via_fd.c_str() : path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (m_handle == nullptr) throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());
+  if (m_handle == nullptr) {
+    ::close(m_fd);
+    throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());
+  }
   link_map* lm = nullptr;
   if (have_proc && ::dlinfo(m_handle, RTLD_DI_LINKMAP, &lm) == 0 && lm != nullptr && std::strcmp(lm->l_name, via_fd.c_str()) == 0)
     lm->l_name = ::strdup(path.c_str());  // debuggers and profilers read the library's name here
 }
 
 Module::~Module() {
-  // Kernel modules stay mapped: CUDA may still run their kernels asynchronously.
+  // Kernel modules stay mapped (CUDA may still run their kernels asynchronously), so their fd stays open.
 }
 
 TVMFFISafeCallType Module::function(const std::string& name) const {
@@ -44,12 +49,15 @@ void* Module::symbol(const std::string& name) const { return ::dlsym(m_handle, n
 
 std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& config) {
   bool compiled = false;
-  const store::Found found = find_or_build(request, config, &compiled);  // its lock is released once mapped
+  store::Found found = find_or_build(request, config, &compiled);  // its lock is released once mapped
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<Module>> loaded;
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = loaded[found.path];
-  if (!slot) slot = std::make_shared<Module>(found.path, found.fd.get());
+  if (!slot) {
+    slot = std::make_shared<Module>(found.path, found.fd.get());
+    found.fd.release();  // the Module keeps it
+  }
   return slot;
 }
 

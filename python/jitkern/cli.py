@@ -176,6 +176,9 @@ def prebuild_specs(args) -> list:
         for i, fields in enumerate(json.loads(Path(args.spec_file).read_text())):
             if not isinstance(fields, dict) or not isinstance(fields.get("args"), list):
                 raise ValueError(f"{args.spec_file}: entry {i} must be an object with an \"args\" list (the JitSpec's fields)")
+            if fields.get("build_directory"):
+                raise ValueError(f"{args.spec_file}: entry {i} sets \"build_directory\"; prebuild writes every module into "
+                                 "--cache-dir (or JITKERN_CACHE_DIR): drop it, or prebuild that module with its own --cache-dir")
             fields = dict(fields)
             specs.append(JitSpec(*fields.pop("args"), **fields))
     if args.ops or not args.spec_file:
@@ -221,7 +224,13 @@ class Progress:
 
 def cmd_prebuild(args) -> int:
     if args.cache_dir:
-        os.environ["JITKERN_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
+        target = Path(args.cache_dir).resolve()
+        if not target.exists():  # readable by all: a prebuilt cache serves other users (JITKERN_PREBUILT_DIRS)
+            target.mkdir(mode=0o755, parents=True)
+            target.chmod(0o755)
+        os.environ["JITKERN_CACHE_DIR"] = str(target)
+    # Every module goes into the target, also those a prebuilt layer already holds.
+    os.environ.pop("JITKERN_PREBUILT_DIRS", None)
     try:
         specs = prebuild_specs(args)
     except (ValueError, TypeError, OSError) as e:

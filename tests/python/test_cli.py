@@ -172,7 +172,7 @@ def test_prebuild_reports_a_failure_and_bad_arguments(tmp_path):
 def test_strict_mode(cache_dir, caplog, monkeypatch):
     spec = scale_spec(31)
     monkeypatch.setenv("JITKERN_ON_MISS", "error")
-    with pytest.raises(jitkern.CacheMissError, match=r"module 'scale_31' is not cached in .* JITKERN_ON_MISS=error forbids compiling"):
+    with pytest.raises(jitkern.CacheMissError, match=r"module 'scale_31' is not cached .* JITKERN_ON_MISS=error forbids compiling"):
         spec.load()
     assert issubclass(jitkern.CacheMissError, jitkern.BuildError)
     monkeypatch.setenv("JITKERN_ON_MISS", "warn")

@@ -266,8 +266,10 @@ def test_foreign_writable_cache_is_refused(cache_dir, workdir):
     cache_dir.chmod(0o700)
     (lib,) = cache_dir.glob("factor-*/*.so")
     lib.chmod(0o666)
-    refused = run_child(workdir, check=False)
-    assert refused.returncode != 0 and "must belong to the current user and not be writable by others" in refused.stderr
+    strict = run_child(workdir, check=False, env_extra={"JITKERN_ON_MISS": "error"})
+    assert strict.returncode != 0 and "with mode 0666; it must belong to the current user" in strict.stderr, strict.stderr
+    assert compiles(run_child(workdir)) == 1, "a library anyone could have written is never loaded: it is rebuilt"
+    assert stat.S_IMODE(lib.stat().st_mode) == 0o644
 
 
 def test_separate_lock_directory(cache_dir, workdir, tmp_path):
