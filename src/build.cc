@@ -125,7 +125,7 @@ std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Pl
       const std::string resolved = fs::realpath_or(used);
       // the generated source (its text is in the key) and the toolchain's own headers
       if (used.rfind(scratch + "/", 0) == 0 || resolved.rfind(scratch_real + "/", 0) == 0) continue;
-      if (under_any(used, p.dep_exclude_prefixes) || under_any(resolved, p.dep_exclude_prefixes)) continue;
+      if (under_any(resolved, p.dep_exclude_prefixes)) continue;  // where the file really is decides
       unique.emplace(used, resolved == used ? "" : resolved);
     }
   }
@@ -152,7 +152,7 @@ class Compile {
     if (m_p.has_cpp) fs::write_file_atomic(m_scratch + "/host.cc", m_p.cpp_source);
     if (m_p.has_cpp && !m_p.has_cuda) {  // host code alone: compile and link in one command
       auto cmd = m_p.cpp_compile;
-      cmd.insert(cmd.end(), {"-MMD", "-MF", m_scratch + "/host.d", m_scratch + "/host.cc", "-o", out});
+      cmd.insert(cmd.end(), {"-MD", "-MF", m_scratch + "/host.d", m_scratch + "/host.cc", "-o", out});
       cmd.insert(cmd.end(), m_p.link.begin(), m_p.link.end());
       depfiles.push_back({m_scratch + "/host.d", m_cwd});
       const auto t0 = std::chrono::steady_clock::now();
@@ -165,7 +165,7 @@ class Compile {
     std::vector<std::string> objects;
     if (m_p.has_cpp) {
       auto cpp = m_p.cpp_compile;
-      cpp.insert(cpp.end(), {"-MMD", "-MF", m_scratch + "/host.d", "-c", m_scratch + "/host.cc", "-o", m_scratch + "/host.o"});
+      cpp.insert(cpp.end(), {"-MD", "-MF", m_scratch + "/host.d", "-c", m_scratch + "/host.cc", "-o", m_scratch + "/host.o"});
       record(fs::join_command(cpp));
       depfiles.push_back({m_scratch + "/host.d", m_cwd});
       objects.push_back(m_scratch + "/host.o");
@@ -248,7 +248,7 @@ class Compile {
       }
     }
     auto cmd = m_p.cuda_compile;
-    cmd.insert(cmd.end(), {"-MMD", "-MF", depfile, "-c", src, "-o", obj});
+    cmd.insert(cmd.end(), {"-MD", "-MF", depfile, "-c", src, "-o", obj});
     return run_argv(cmd, m_scratch);
   }
 
@@ -422,9 +422,12 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
     Manifest m = new_manifest(p, compilers, seconds_since(t0));
     m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
     // Changed while the compiler ran: modified at or after its start, or hashed differently before it.
+    // The status-change time too: an edit that back-dates the mtime (cp -p, rsync -a, tar x) sets it.
     const bool changed_meanwhile = std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) {
       const auto b = before.find(d.path);
-      return d.sig.mtime_ns >= started_ns || (b != before.end() && b->second != d.sha);
+      struct stat st {};
+      const bool touched = ::stat(d.path.c_str(), &st) == 0 && int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec >= started_ns;
+      return d.sig.mtime_ns >= started_ns || touched || (b != before.end() && b->second != d.sha);
     });
     if (changed_meanwhile && attempt < 3) {
       for (const auto& d : m.deps) before[d.path] = d.sha;  // what the next attempt starts from
@@ -435,8 +438,8 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
     if (changed_meanwhile)
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
     for (auto& d : m.deps) {  // valid wherever the roots are
-      d.path = plan::portable(p, d.path);
-      if (!d.resolved.empty()) d.resolved = plan::portable(p, d.resolved);
+      d.path = plan::portable_path(p, d.path);
+      if (!d.resolved.empty()) d.resolved = plan::portable_path(p, d.resolved);
     }
     store::Found found;
     try {

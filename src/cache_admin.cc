@@ -62,9 +62,9 @@ std::vector<Outcome> prune(const store::Store& store, int64_t max_bytes, double 
   // 1. Libraries of earlier contents, which no manifest names any more.
   for (auto& e : entries) {
     const store::Entry entry = store.entry(e.stem);
+    const auto lock = entry.try_lock(false);  // listed under the lock: a reverted edit may reuse one meanwhile
+    if (!lock) continue;
     for (const auto& [name, bytes] : entry.superseded_libraries()) {
-      const auto lock = entry.try_lock(false);
-      if (!lock) break;
       if (!dry_run) entry.remove_file(name);
       e.bytes -= bytes;
       out.push_back({e.stem + "/" + name, removed(dry_run), "superseded by a later build", bytes});

@@ -171,6 +171,12 @@ void make_dirs(const std::string& path, mode_t mode, const char* what) {
 }
 
 void remove_tree(const std::string& path) {
+  struct stat top;
+  if (::lstat(path.c_str(), &top) != 0) return;
+  if (!S_ISDIR(top.st_mode)) {  // a file or a symbolic link: never what it points to
+    ::unlink(path.c_str());
+    return;
+  }
   DIR* dir = ::opendir(path.c_str());
   if (dir != nullptr) {
     while (const dirent* e = ::readdir(dir)) {
@@ -190,7 +196,7 @@ void remove_tree(const std::string& path) {
 }
 
 std::string make_temp_dir(const std::string& parent, const std::string& prefix) {
-  std::string templ = parent + "/" + prefix + std::to_string(::getpid()) + "-XXXXXX";
+  std::string templ = parent + "/" + prefix + "XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) fail("cannot create a temporary directory in " + parent);

@@ -59,6 +59,7 @@ std::string which(const std::string& program);  // PATH lookup; empty if not fou
 // Creates `path` and its missing parents (parents 0755, `path` itself `mode`, whatever the umask);
 // an existing directory is left as it is. Throws naming `what` on failure.
 void make_dirs(const std::string& path, mode_t mode, const char* what);
+// Removes `path` and, when it is a directory (not a link to one), everything in it.
 void remove_tree(const std::string& path);
 std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 

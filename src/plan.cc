@@ -282,6 +282,13 @@ std::string portable(const Plan& p, const std::string& text) {
   return out;
 }
 
+std::string portable_path(const Plan& p, const std::string& path) {
+  for (const auto& [token, dir] : p.roots)  // longest first
+    if (path.compare(0, dir.size(), dir) == 0 && (path.size() == dir.size() || path[dir.size()] == '/'))
+      return token + path.substr(dir.size());
+  return path;
+}
+
 std::string local(const Plan& p, const std::string& path) {
   if (path.empty() || path[0] != '@') return path;
   for (const auto& [token, dir] : p.roots)

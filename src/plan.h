@@ -73,6 +73,8 @@ std::string wrapper_source(const std::vector<std::string>& resolved_files, const
 
 // `text` with every root directory replaced by its token, and back.
 std::string portable(const Plan& plan, const std::string& text);
+// A path starting with a root directory, with that prefix replaced by its token (nothing else).
+std::string portable_path(const Plan& plan, const std::string& path);
 std::string local(const Plan& plan, const std::string& path);
 
 // The bump of this number is what invalidates cached kernels when the runtime library's ABI (what

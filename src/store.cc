@@ -32,7 +32,7 @@ constexpr const char* kManifest = "manifest";
 constexpr const char* kFailure = "failed";
 constexpr const char* kFailureLog = "failed.log";
 constexpr const char* kRecordSuffix = ".sha256";
-constexpr const char* kScratchPrefix = "build-";
+constexpr const char* kScratchPrefix = "build-";  // build-<pid>@<host>-XXXXXX
 constexpr const char* kLockSuffix = ".lock";
 // Published files are readable by everyone (a prebuilt cache serves other users) and writable by
 // their owner alone, whatever the umask; the writable cache's top directory keeps it private.
@@ -125,6 +125,18 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// This host's name as scratch names carry it (no '-' or '/').
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buf[256] = {0};
+    ::gethostname(buf, sizeof buf - 1);
+    std::string n = text::sanitize(buf);
+    std::replace(n.begin(), n.end(), '-', '_');
+    return n.empty() ? std::string("host") : n;
+  }();
+  return name;
+}
+
 bool read_manifest_fd(int fd, Manifest* m) {
   std::string text;
   return fs::read_fd(fd, &text) && manifest::parse(text, m);
@@ -179,7 +191,7 @@ std::vector<std::string> Store::stems() const {
   std::vector<std::string> out;
   for (const auto& n : names_in(m_root)) {
     struct stat st {};
-    if (is_stem(n) && ::lstat((m_root + "/" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) out.push_back(n);
+    if (is_stem(n) && ::lstat((m_root + "/" + n).c_str(), &st) == 0) out.push_back(n);  // a stray file too: verify removes it
   }
   return out;
 }
@@ -263,15 +275,16 @@ bool Store::read_toolchain_record(const std::string& name, std::string* text) co
 }
 
 void Store::write_toolchain_record(const std::string& name, const std::string& text) const {
-  if (m_read_only) return;
-  ensure_writable(true);
-  fs::make_dirs(toolchain_dir(), 0700, "toolchain cache directory");
-  std::string ignored;
-  read_toolchain_record(name, &ignored);  // the directory's checks
+  struct stat st;
+  if (m_read_only || ::lstat(m_root.c_str(), &st) != 0) return;  // a lookup never creates the cache
   try {
+    ensure_writable(false);
+    fs::make_dirs(toolchain_dir(), 0700, "toolchain cache directory");
+    std::string ignored;
+    read_toolchain_record(name, &ignored);  // the directory's checks
     fs::write_file_atomic(toolchain_dir() + "/" + name, text, 0600);
   } catch (const std::exception&) {
-    // a full disk or a read-only cache: the next process probes the compiler again
+    // a full disk, a read-only or refused cache: the next process probes the compiler again
   }
 }
 
@@ -290,6 +303,14 @@ std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool 
   } catch (const std::exception&) {
     return std::make_unique<Lock>(nullptr);  // a read-only cache: no one can remove its entries either
   }
+  // Someone else's lock directory could hold our locks forever.
+  struct stat st;
+  if (::lstat(m_lock_dir.c_str(), &st) == 0 && (!S_ISDIR(st.st_mode) || !trusted_owner(st, false)))
+    throw std::runtime_error("jitkern: refusing lock directory " + m_lock_dir + ": " +
+                             (S_ISLNK(st.st_mode)  ? std::string("it is a symbolic link")
+                              : !S_ISDIR(st.st_mode) ? std::string("it is not a directory")
+                                                     : distrust_text("it", m_lock_dir, st, false)) +
+                             "; point JITKERN_LOCK_DIR at a directory of your own");
   fs::FileLock::Outcome outcome;
   std::unique_ptr<fs::FileLock> held;
   {
@@ -310,12 +331,7 @@ std::unique_ptr<Lock> Entry::lock_for_load() const {
 }
 
 std::unique_ptr<Lock> Entry::lock_for_build(const std::string& waiting_message) const {
-  struct stat st;
-  if (::lstat(m_store->lock_dir().c_str(), &st) == 0 && (!S_ISDIR(st.st_mode) || !trusted_owner(st, false)))
-    throw std::runtime_error("jitkern: refusing lock directory " + m_store->lock_dir() + ": " +
-                             distrust_text("it", m_store->lock_dir(), st, false) + "; point JITKERN_LOCK_DIR elsewhere");
-  auto lock = m_store->lock(*this, fs::FileLock::kExclusive, true, waiting_message);
-  return lock;
+  return m_store->lock(*this, fs::FileLock::kExclusive, true, waiting_message);
 }
 
 std::unique_ptr<Lock> Entry::try_lock(bool shared) const {
@@ -349,7 +365,10 @@ std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& to
   const bool ro = m_store->read_only();
   fs::Fd dir(::open(m_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
-  if (!dir || ::fstat(dir.get(), &st) != 0) return *why_not = "not cached", std::nullopt;
+  if (!dir || ::fstat(dir.get(), &st) != 0) {
+    const bool odd = errno == ELOOP || errno == ENOTDIR;
+    return *why_not = odd ? "its entry is not a directory (a symbolic link or a file: refused)" : "not cached", std::nullopt;
+  }
   if (!trusted_owner(st, ro)) {
     if (!ro) throw std::runtime_error("jitkern: refusing cache entry directory: " + distrust_text("it", m_dir, st, false));
     return *why_not = distrust_text("its directory", m_dir, st, true), std::nullopt;
@@ -370,7 +389,7 @@ std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& to
     if (refreshed) {  // a touched but unchanged header: record it, so that the next load need not rehash it
       for (std::size_t i = 0; i < here.size(); ++i) {
         m.deps[i].sig = here[i].sig;
-        if (!m.deps[i].resolved.empty()) m.deps[i].resolved = plan::portable(p, here[i].resolved);
+        if (!m.deps[i].resolved.empty()) m.deps[i].resolved = plan::portable_path(p, here[i].resolved);
       }
       try {
         fs::write_file_atomic(m_dir + "/" + kManifest, manifest::serialize(m), kFileMode);
@@ -402,6 +421,7 @@ std::string Entry::verify() const {
 void Entry::prepare() const {
   m_store->ensure_writable(true);
   struct stat st;
+  if (::lstat(m_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) ::unlink(m_dir.c_str());  // a stray file or link in our cache
   if (::lstat(m_dir.c_str(), &st) != 0) {
     if (::mkdir(m_dir.c_str(), kEntryDirMode) != 0 && errno != EEXIST)
       throw std::runtime_error("jitkern: cannot create cache entry directory " + m_dir + ": " + std::strerror(errno));
@@ -419,17 +439,20 @@ void Entry::remove_stale_scratch(double max_age_s) const {
     const int pid = scratch ? std::atoi(name.c_str() + std::strlen(kScratchPrefix)) : fs::temp_name_pid(name);
     if (!scratch && pid == 0) continue;
     const std::string path = m_dir + "/" + name;
-    // Holding the build lock, no build of ours is running here: a scratch whose process is gone, or
-    // older than a compile may take, is a leftover.
+    // Holding the build lock, no build on this host is running here: a scratch directory whose process
+    // is gone, or older than a compile may take, is a leftover. Another host's (a cache shared over
+    // NFS with local locks) goes by age alone; so does a temporary file less than a minute old.
     fs::FileSig sig;
-    const bool old = fs::stat_sig(path, &sig) &&
-                     std::chrono::nanoseconds(now).count() - sig.mtime_ns > static_cast<int64_t>(max_age_s * 1e9);
-    const bool dead = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+    const int64_t age_ns = fs::stat_sig(path, &sig) ? std::chrono::nanoseconds(now).count() - sig.mtime_ns : 0;
+    const bool old = age_ns > static_cast<int64_t>(max_age_s * 1e9);
+    const bool ours = scratch ? name.find('@') == std::string::npos || name.find("@" + host_name() + "-") != std::string::npos
+                              : age_ns > 60'000'000'000;
+    const bool dead = ours && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
     if (old || dead) fs::remove_tree(path), ::unlink(path.c_str());
   }
 }
 
-std::string Entry::new_scratch() const { return fs::make_temp_dir(m_dir, kScratchPrefix); }
+std::string Entry::new_scratch() const { return fs::make_temp_dir(m_dir, kScratchPrefix + std::to_string(::getpid()) + "@" + host_name() + "-"); }
 
 bool Entry::remembered_failure(const std::string& request_key, const std::string& config_key, Failure* out) const {
   std::string text;
@@ -466,7 +489,7 @@ std::optional<Found> Entry::reuse(const plan::Plan& p, const Manifest& fresh, st
   for (auto& d : now) {
     const std::string path = plan::local(p, d.path);
     readable = readable && fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha);
-    if (!d.resolved.empty()) d.resolved = plan::portable(p, fs::realpath_or(path));
+    if (!d.resolved.empty()) d.resolved = plan::portable_path(p, fs::realpath_or(path));
     if (!d.sha.empty()) (*before)[path] = d.sha;
   }
   if (!readable) return std::nullopt;

@@ -9,7 +9,7 @@
 //       <24 hex>.so               the library, named by its content key
 //       <24 hex>.so.sha256        its hash bound to its content key
 //       failed, failed.log        a remembered compile failure, and its full log
-//       build-<pid>-XXXXXX/       a build's scratch directory
+//       build-<pid>@<host>-XXXXXX/  a build's scratch directory
 //       *.tmp.<pid>.<tid>.*       a file being written (published by rename)
 //     toolchains/<24 hex>.txt     compiler identity records (toolchain.cc writes their contents)
 //   <lock dir>/<stem>.lock        the entry's lock (writable store only)

@@ -139,8 +139,8 @@ def build(request: bytes, mode: int) -> str:
 
 
 def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_than_s: float = -1, dry_run: bool = False) -> dict:
-    """Cache administration (src/cache_admin.h): op is ls, verify, prune or clear; returns the engine's
-    JSON answer as a dict."""
+    """Cache administration (src/cache_admin.h): op is ls, verify, prune or clear (dry_run: prune and
+    clear); returns the engine's JSON answer as a dict."""
     fields = [("op", op), ("max_bytes", str(max_bytes)), ("older_than_s", repr(float(older_than_s))), ("dry_run", "1" if dry_run else "0")]
     if cache_dir:
         fields.append(("cache_dir", cache_dir))

@@ -117,9 +117,18 @@ def _when(unix: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix)) if unix else "-"
 
 
+# Which `jitkern cache` actions take which options (anything else is refused, never silently ignored).
+_CACHE_OPTIONS = {"dry_run": ("prune", "clear"), "max_size": ("prune",), "older_than": ("prune",), "json": ("ls",)}
+
+
 def cmd_cache(args) -> int:
     from ._engine import cache
 
+    for option, actions in _CACHE_OPTIONS.items():
+        if getattr(args, option) not in (None, False) and args.action not in actions:
+            flag = "--" + option.replace("_", "-")
+            print(f"jitkern cache {args.action}: {flag} applies only to {' and '.join(actions)}", file=sys.stderr)
+            return 2
     if args.action in ("ls", "du"):
         answer = cache("ls", args.cache_dir)
         entries = answer["entries"]
@@ -148,6 +157,8 @@ def cmd_cache(args) -> int:
     if args.action == "prune":
         kwargs = dict(max_bytes=-1 if args.max_size is None else args.max_size,
                       older_than_s=-1 if args.older_than is None else args.older_than, dry_run=args.dry_run)
+    elif args.action == "clear":
+        kwargs = dict(dry_run=args.dry_run)
     answer = cache(args.action, args.cache_dir, **kwargs)
     outcomes = answer["outcomes"]
     for o in outcomes:
@@ -157,7 +168,8 @@ def cmd_cache(args) -> int:
     verb = "would free" if kwargs.get("dry_run") else "freed"
     kept = sum(o["action"] == "kept" for o in outcomes)
     busy = sum(o["action"] == "busy" for o in outcomes)
-    print(f"{answer['cache_dir']}: {verb} {human_size(freed)}; {kept} entries verified and kept, {busy} busy")
+    kept_text = f"{kept} entries verified and kept, " if args.action == "verify" else ""
+    print(f"{answer['cache_dir']}: {verb} {human_size(freed)}; {kept_text}{busy} busy")
     return 0
 
 
@@ -229,8 +241,9 @@ def cmd_prebuild(args) -> int:
             target.mkdir(mode=0o755, parents=True)
             target.chmod(0o755)
         os.environ["JITKERN_CACHE_DIR"] = str(target)
-    # Every module goes into the target, also those a prebuilt layer already holds.
+    # Every module goes into the target, also those a prebuilt layer already holds; building is the point.
     os.environ.pop("JITKERN_PREBUILT_DIRS", None)
+    os.environ["JITKERN_ON_MISS"] = "compile"
     try:
         specs = prebuild_specs(args)
     except (ValueError, TypeError, OSError) as e:
@@ -432,7 +445,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--cache-dir", help="the cache directory (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
     c.add_argument("--max-size", type=parse_size, help="prune: evict least recently used entries until the cache fits (e.g. 5G)")
     c.add_argument("--older-than", type=parse_duration, help="prune: evict entries unused for this long (e.g. 30d, 12h)")
-    c.add_argument("--dry-run", action="store_true", help="prune: say what would be removed, remove nothing")
+    c.add_argument("--dry-run", action="store_true", help="prune, clear: say what would be removed, remove nothing")
     c.add_argument("--json", action="store_true", help="ls: the engine's JSON")
     c.add_argument("-v", "--verbose", action="store_true", help="also list the entries that were kept")
     c.set_defaults(func=cmd_cache)

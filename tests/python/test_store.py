@@ -822,3 +822,108 @@ def test_case16_cache_verify_removes_what_a_load_refuses(cache_dir, damage):
     assert not entry.exists() or strict.returncode == 0, \
         f"after `cache verify` the entry is still there and a strict load fails: {error_line(strict)}"
     assert entry.name in proc.stdout, f"`cache verify` must report {entry.name}; it said:\n{proc.stdout}"
+
+
+# ---------------------------------------------------------------------------------------------- found in review
+
+
+def factor_project(root: Path, factor: int) -> Path:
+    """A kernel dir and an include dir with factor_value.h = `factor`: returns the include dir."""
+    write(root / "kernel" / "factor_cpu.h", FACTOR_CPU)
+    return write(root / "inc" / "factor_value.h", f"#define FACTOR {factor}\n").parent
+
+
+@pytest.mark.parametrize("how", ["spelled under /usr/include", "-isystem"])
+def test_review_user_header_is_tracked_however_it_is_found(cache_dir, tmp_path, how):
+    """A header is exempt only where it really is: an include dir spelled through /usr/include/../..,
+    or given with -isystem (which -MMD would leave out of the dependencies), is tracked."""
+    inc = factor_project(tmp_path, 3)
+    fields = factor_fields("spelled", tmp_path / "kernel" / "factor_cpu.h")
+    if how == "-isystem":
+        fields["extra_cflags"] = ["-isystem", str(inc)]
+    else:
+        fields["extra_include_paths"] = ["/usr/include/../.." + str(inc)]
+    assert result(load(fields, clean_env())) == 3.0
+    write(inc / "factor_value.h", "#define FACTOR 7\n")
+    assert result(load(fields, clean_env())) == 7.0, "the edited header must be served"
+
+
+def test_review_clear_dry_run_removes_nothing(cache_dir):
+    """`cache clear --dry-run` says what it would remove and removes nothing; an option an action does
+    not take (verify --dry-run) is refused, never ignored."""
+    env = clean_env()
+    assert result(load(scale_fields("dry", 2), env)) == 2.0
+    proc = run_cli("cache", "clear", "--dry-run", "--cache-dir", cache_dir, env=env)
+    assert proc.returncode == 0 and "would remove" in proc.stdout, proc.stdout + proc.stderr
+    assert set(listed(cache_dir, env)) == {"dry"}
+    proc = run_cli("cache", "verify", "--dry-run", "--cache-dir", cache_dir, env=env)
+    assert proc.returncode == 2 and "--dry-run applies only to prune and clear" in proc.stderr, proc.stderr
+    assert set(listed(cache_dir, env)) == {"dry"}
+
+
+def test_review_scratch_of_another_host_is_kept(cache_dir, tmp_path):
+    """On a cache shared between hosts (NFS, local locks) a scratch directory named after another host is
+    not removed because its pid is unknown here; this host's dead builds' scratch is."""
+    inc = factor_project(tmp_path, 2)
+    fields = factor_fields("hosts", tmp_path / "kernel" / "factor_cpu.h", [inc])
+    assert result(load(fields, clean_env())) == 2.0
+    entry = entry_of(cache_dir, "hosts")
+    here = re.sub(r"[^A-Za-z0-9_.]", "_", os.uname().nodename)[:80]
+    other, mine = entry / "build-999999@some_other_host-abcdef", entry / f"build-999999@{here}-abcdef"
+    other.mkdir()
+    mine.mkdir()
+    write(inc / "factor_value.h", "#define FACTOR 4\n")
+    assert result(load(fields, clean_env())) == 4.0
+    assert other.exists(), "another host's build may still be running"
+    assert not mine.exists(), "a dead build of this host is a leftover"
+
+
+def test_review_stray_link_at_an_entry_name(cache_dir, tmp_path):
+    """A symbolic link (or file) where an entry's directory should be is replaced by the next build and
+    removed by `cache clear`, never followed: the directory it points at keeps its files."""
+    env = clean_env()
+    assert result(load(scale_fields("stray", 2), env)) == 2.0
+    entry = entry_of(cache_dir, "stray")
+    victim = write(tmp_path / "victim" / "keep.txt", "precious").parent
+    shutil.rmtree(entry)
+    entry.symlink_to(victim)
+    assert result(load(scale_fields("stray", 2), env)) == 2.0
+    assert entry.is_dir() and not entry.is_symlink()
+    shutil.rmtree(entry)
+    entry.symlink_to(victim)
+    proc = run_cli("cache", "clear", "--cache-dir", cache_dir, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not entry.is_symlink() and (victim / "keep.txt").read_text() == "precious"
+
+
+def test_review_foreign_lock_directory_is_refused_not_waited_on(cache_dir, tmp_path):
+    """A lock directory someone else owns (made first in /tmp by another user) could hold our locks
+    forever: a load refuses it with the fix instead of waiting."""
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to make a directory owned by another user")
+    assert result(load(scale_fields("locks", 2), clean_env())) == 2.0
+    locks = tmp_path / "foreign-locks"
+    locks.mkdir()
+    os.chown(locks, NOBODY, NOBODY)
+    proc = load(scale_fields("locks", 2), clean_env(JITKERN_LOCK_DIR=locks), timeout=60)
+    assert proc.returncode != 0 and "refusing lock directory" in proc.stderr and "JITKERN_LOCK_DIR" in proc.stderr, proc.stderr
+
+
+def test_review_prebuild_in_strict_mode_builds(tmp_path):
+    """`jitkern prebuild` compiles although the environment says JITKERN_ON_MISS=error (for serving)."""
+    spec_file = write(tmp_path / "specs.json", json.dumps([scale_fields("strict_prebuild", 3)]))
+    proc = run_cli("prebuild", "--spec-file", spec_file, "--cache-dir", tmp_path / "X", env=clean_env(JITKERN_ON_MISS="error"))
+    assert proc.returncode == 0 and "1 built" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_review_other_compiler_version_is_a_miss_where_nothing_can_be_recorded(tmp_path, prebuilt):
+    """A compiler reporting another version is not taken for the one that built a prebuilt entry, also
+    where its version cannot be remembered (no writable cache): strict mode raises CacheMissError."""
+    require_read_only_mounts()
+    cxx = script(tmp_path / "bin" / "c++", f'case "$1" in --version) echo "fake c++ 99.0"; exit 0;; esac\nexec {shlex.quote(real_cxx())} "$@"')
+    home = tmp_path / "home"
+    home.mkdir()
+    env = clean_env(HOME=home, JITKERN_CACHE_DIR=None, JITKERN_PREBUILT_DIRS=prebuilt, JITKERN_ON_MISS="error", CXX=cxx)
+    proc = load(PREBUILT[0], env, read_only=[home])
+    assert proc.returncode != 0 and "ERROR CacheMissError" in proc.stdout, proc.stdout + proc.stderr
+    assert "built by other compilers" in proc.stderr
