@@ -284,7 +284,7 @@ Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler
   m.toolchain = p.toolchain_id;
   for (const auto& c : compilers) {
     Dep stamp;
-    stamp.path = c.real, stamp.sig = c.sig;
+    stamp.path = c.path, stamp.sig = c.sig;
     m.compilers.push_back(stamp);
   }
   m.module = p.name;

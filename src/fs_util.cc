@@ -64,6 +64,7 @@ bool read_fd(int fd, std::string* out) {
     if (n == 0) return true;
     out->append(buf, static_cast<std::size_t>(n));
     at += n;
+    if (static_cast<std::size_t>(n) < sizeof buf) return true;  // a regular file's short read is its end
   }
 }
 

@@ -38,7 +38,7 @@ class Fd {
  private:
   int m_fd = -1;
 };
-// Reads all of an open file from offset 0.
+// Reads all of an open regular file from offset 0.
 bool read_fd(int fd, std::string* out);
 // `keep_atime`: leave the access time alone (O_NOATIME where permitted), for readers that are not a use.
 bool read_file(const std::string& path, std::string* out, bool keep_atime = false);

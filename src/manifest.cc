@@ -88,7 +88,7 @@ std::string library_record(const std::string& full_key, const std::string& lib_s
 }
 
 namespace {
-// "compiler <size> <mtime_ns> <real path>" per compiler.
+// "compiler <size> <mtime_ns> <path>" per compiler.
 std::string compilers_text(const std::vector<Dep>& compilers) {
   std::string out;
   for (const auto& c : compilers) out += "compiler " + sig_text(c.sig) + c.path + "\n";

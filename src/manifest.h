@@ -25,8 +25,9 @@ struct Manifest {
   std::string lib_name, lib_sha;
   fs::FileSig lib_sig;
   std::vector<Dep> deps;
-  // The compilers that built it, by real path and signature: a machine whose compilers are these
-  // (or that has none) serves the library without running them (toolchain::same_compilers).
+  // The compilers that built it, by the path they were found at and the signature of the file it
+  // leads to: a machine whose compilers are these (or that has none) serves the library without
+  // running them (toolchain::accepts).
   std::vector<Dep> compilers;  // path and sig only
   // For people and `jitkern cache ls` (no part of any check): the module's name, its CUDA arch ("-"
   // for host code), when it was built (Unix seconds) and how long the build took (ms).

@@ -143,9 +143,8 @@ bool read_manifest_fd(int fd, Manifest* m) {
 }
 
 // The entry's last use, for `jitkern cache prune`: the manifest's access time, set at most hourly.
-void mark_used(int manifest_fd) {
-  struct stat st {};
-  if (::fstat(manifest_fd, &st) == 0 && st.st_atim.tv_sec + 3600 > ::time(nullptr)) return;
+void mark_used(int manifest_fd, const struct stat& st) {
+  if (st.st_atim.tv_sec + 3600 > ::time(nullptr)) return;
   const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
   ::futimens(manifest_fd, times);  // best effort: a read-only cache stays as it is
 }
@@ -311,12 +310,12 @@ std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool 
                               : !S_ISDIR(st.st_mode) ? std::string("it is not a directory")
                                                      : distrust_text("it", m_lock_dir, st, false)) +
                              "; point JITKERN_LOCK_DIR at a directory of your own");
+  const std::string path = m_lock_dir + "/" + e.stem() + kLockSuffix;
   fs::FileLock::Outcome outcome;
-  std::unique_ptr<fs::FileLock> held;
-  {
-    std::optional<fs::CancelScope> cancel;  // Ctrl-C ends a wait
-    if (wait) cancel.emplace();
-    held = fs::FileLock::acquire(m_lock_dir + "/" + e.stem() + kLockSuffix, kind, wait, waiting_message, &outcome);
+  std::unique_ptr<fs::FileLock> held = fs::FileLock::acquire(path, kind, false, "", &outcome);
+  if (outcome == fs::FileLock::kBusy && wait) {
+    fs::CancelScope cancel;  // Ctrl-C ends the wait
+    held = fs::FileLock::acquire(path, kind, true, waiting_message, &outcome);
   }
   if (outcome == fs::FileLock::kBusy) return nullptr;
   return std::make_unique<Lock>(std::move(held));
@@ -363,21 +362,21 @@ std::optional<Found> Entry::open_library(const Manifest& m, bool rehash, std::st
 
 std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& toolchain_ok, std::string* why_not) const {
   const bool ro = m_store->read_only();
-  fs::Fd dir(::open(m_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
-  if (!dir || ::fstat(dir.get(), &st) != 0) {
-    const bool odd = errno == ELOOP || errno == ENOTDIR;
-    return *why_not = odd ? "its entry is not a directory (a symbolic link or a file: refused)" : "not cached", std::nullopt;
-  }
+  if (::lstat(m_dir.c_str(), &st) != 0) return *why_not = "not cached", std::nullopt;
+  if (!S_ISDIR(st.st_mode)) return *why_not = "its entry is not a directory (a symbolic link or a file: refused)", std::nullopt;
   if (!trusted_owner(st, ro)) {
     if (!ro) throw std::runtime_error("jitkern: refusing cache entry directory: " + distrust_text("it", m_dir, st, false));
     return *why_not = distrust_text("its directory", m_dir, st, true), std::nullopt;
   }
-  fs::Fd mfd(::openat(dir.get(), kManifest, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // Every directory up to the entry is its owner's alone (checked above and by the store), so the
+  // path cannot be redirected between these steps.
+  fs::Fd mfd(::open((m_dir + "/" + kManifest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   Manifest m;
   if (!mfd || ::fstat(mfd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !read_manifest_fd(mfd.get(), &m))
     return *why_not = "no complete manifest", std::nullopt;
   if (!trusted_owner(st, ro)) return *why_not = distrust_text("its manifest", m_dir + "/" + kManifest, st, ro), std::nullopt;
+  const struct stat manifest_stat = st;
   if (m.request_key != p.request_key) return *why_not = "its manifest names another request", std::nullopt;
   if (!toolchain_ok(m)) return *why_not = "it was built by other compilers than this machine's", std::nullopt;
   std::vector<Dep> here = localized(p, m.deps);
@@ -397,7 +396,7 @@ std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& to
         // an unwritable cache: the rehash repeats next time, nothing else is lost
       }
     }
-    mark_used(mfd.get());
+    mark_used(mfd.get(), manifest_stat);
   }
   return found;
 }

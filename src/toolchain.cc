@@ -46,8 +46,7 @@ Compiler locate(const std::string& program) {
   Compiler c;
   c.path = fs::which(program);
   if (!c.path.empty()) {
-    c.real = fs::realpath_or(c.path);
-    fs::stat_sig(c.real, &c.sig);
+    fs::stat_sig(c.path, &c.sig);  // follows its links: the file that runs
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   return memo.emplace(memo_key, c).first->second;
@@ -61,6 +60,7 @@ Compiler identify(const std::string& program, const store::Store& store, const c
                                   ? "install the CUDA toolkit and set CUDA_HOME (e.g. export CUDA_HOME=/usr/local/cuda)"
                                   : "install one (e.g. apt install g++) or set CXX to a working compiler"));
   const bool cuda = std::string(role) == "CUDA compiler";
+  c.real = fs::realpath_or(c.path);
   c.own_dirs = own_directories(c.real, cuda);
   static std::unordered_map<std::string, std::string> memo;  // the record's text -> version
   // The record names what was run and what it said: (real path, size, mtime), then --version.
@@ -103,8 +103,8 @@ bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda) 
   }
   if (cxx.path.empty() || (cuda && nvcc.path.empty())) return true;  // a serving machine without compilers
   std::vector<manifest::Dep> here(cuda ? 2 : 1);
-  here[0].path = cxx.real, here[0].sig = cxx.sig;
-  if (cuda) here[1].path = nvcc.real, here[1].sig = nvcc.sig;
+  here[0].path = cxx.path, here[0].sig = cxx.sig;
+  if (cuda) here[1].path = nvcc.path, here[1].sig = nvcc.sig;
   const bool same_files = here.size() == m.compilers.size() &&
                           std::equal(here.begin(), here.end(), m.compilers.begin(), [](const auto& a, const auto& b) {
                             return a.path == b.path && a.sig == b.sig;

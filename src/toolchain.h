@@ -18,8 +18,8 @@ namespace jitkern::toolchain {
 
 struct Compiler {
   std::string path;      // as found (absolute, or as named when it contains a '/')
-  std::string real;      // its realpath
-  fs::FileSig sig;       // the real file's size and mtime
+  std::string real;      // its realpath (identify() fills it)
+  fs::FileSig sig;       // the size and mtime of the file it leads to
   std::string version;   // the --version output: what a cache entry records (the same compiler
                          // installed elsewhere, or at another time, has the same)
   // Directories holding the compiler's own files (its headers): not tracked as dependencies,
@@ -27,8 +27,8 @@ struct Compiler {
   std::vector<std::string> own_dirs;
 };
 
-// Where `program` resolves here (PATH lookup, realpath, stat; no subprocess), memoised per process
-// on (program, PATH); an empty path when it is not found.
+// Where `program` resolves here (PATH lookup and a stat; no subprocess), memoised per process on
+// (program, PATH); an empty path when it is not found.
 Compiler locate(const std::string& program);
 // locate(), then the --version output: remembered in `store`'s toolchain records by (program, PATH,
 // real path, size, mtime), so that only a new or changed compiler is run. Throws naming `role`
@@ -36,8 +36,8 @@ Compiler locate(const std::string& program);
 Compiler identify(const std::string& program, const store::Store& store, const char* role);
 
 // Whether a library built by the compilers `m` records may be served here: this machine's compilers
-// are those very files (real path, size, mtime: no subprocess), or it has none (a serving machine),
-// or they report the same versions (identify: runs each new compiler once).
+// are found at the same paths and lead to files of the same size and mtime (no subprocess), or it has
+// none (a serving machine), or they report the same versions (identify: runs each new compiler once).
 bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda);
 // What identifies a toolchain across machines: the C++ compiler's and (for CUDA) nvcc's --version.
 std::string id(const Compiler& cxx, const Compiler* nvcc);
