@@ -503,6 +503,7 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   }
   refuse_miss_if_strict(lookup, misses);
 
+  cache.ensure_writable(true);  // a build creates the cache: before the compilers' records and the lock directory
   const std::vector<toolchain::Compiler> compilers = [&] {
     std::vector<toolchain::Compiler> out = {toolchain::identify(toolchain::cxx_program(), cache, "C++ compiler")};
     if (!request.cuda_files.empty()) out.push_back(toolchain::identify(toolchain::nvcc_program(), cache, "CUDA compiler"));
@@ -514,7 +515,6 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   const plan::Plan p = plan::make(request, cfg, tc, cwd);  // the same key, now with the commands
   const double timeout_s = compile_timeout_s();
   fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
-  cache.ensure_writable(true);  // before the lock directory inside it
   auto lock = entry.lock_for_build("waiting for another process that is compiling " + p.name + " ...");
   entry.prepare();  // under the lock: `cache prune` may have removed it
   try {

@@ -62,13 +62,13 @@ Compiler identify(const std::string& program, const store::Store& store, const c
   const bool cuda = std::string(role) == "CUDA compiler";
   c.real = fs::realpath_or(c.path);
   c.own_dirs = own_directories(c.real, cuda);
-  static std::unordered_map<std::string, std::string> memo;  // the record's text -> version
+  static std::unordered_map<std::string, std::string> memo;  // (store, record head) -> version
   // The record names what was run and what it said: (real path, size, mtime), then --version.
   const std::string head = c.real + "\n" + std::to_string(c.sig.size) + "\n" + std::to_string(c.sig.mtime_ns) + "\n";
   const std::string name = sha256_hex(program + '\0' + settings::get("PATH")).substr(0, 24) + ".txt";
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (auto it = memo.find(head); it != memo.end()) return c.version = it->second, c;
+    if (auto it = memo.find(store.root() + '\0' + head); it != memo.end()) return c.version = it->second, c;
   }
   std::string text;
   if (store.read_toolchain_record(name, &text) && text.rfind(head, 0) == 0) {
@@ -83,7 +83,7 @@ Compiler identify(const std::string& program, const store::Store& store, const c
     store.write_toolchain_record(name, head + c.version);
   }
   std::lock_guard<std::mutex> lock(g_mutex);
-  memo.emplace(head, c.version);
+  memo.emplace(store.root() + '\0' + head, c.version);
   return c;
 }
 
