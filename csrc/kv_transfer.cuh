@@ -1,4 +1,4 @@
-// KV-cache transfer (the seed's HiCache): for each i, row indices_src[i] of every source buffer (K and V,
+// KV-cache transfer (the HiCache kernels of the reference framework, SGLang): for each i, row indices_src[i] of every source buffer (K and V,
 // or the one MLA buffer) is copied to row indices_dst[i] of the destination buffer, for one layer or for
 // all layers in one launch. Buffers on the GPU or in pinned host memory, in any direction; layer-first
 // ([rows, *row] per layer) or page-first ([pages, page_size, *row] for one layer, [pages, layers,
@@ -296,7 +296,7 @@ struct KvTransfer {
       RuntimeCheck(dst.row_bytes == src.row_bytes, "rows differ: ", dst.row_bytes, " bytes in k_dst, ", src.row_bytes,
                    " in k_src");
     const int64_t known = dst.row_bytes >= 0 ? dst.row_bytes : src.row_bytes;
-    if (row_bytes < 0) {  // two pointer tables: rows as long as their (equal) strides, as the seed assumes
+    if (row_bytes < 0) {  // two pointer tables: rows as long as their (equal) strides, as the reference assumes
       RuntimeCheck(known >= 0 || dst.side.row_stride == src.side.row_stride,
                    "give row_bytes: both sides are pointer tables and their row strides differ (", dst.side.row_stride, " and ",
                    src.side.row_stride, " bytes)");

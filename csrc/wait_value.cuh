@@ -1,4 +1,4 @@
-// Stream signalling (the seed's cuda_wait_value): a stream waits until a 32-bit flag equals a value that
+// Stream signalling (the reference framework's (SGLang's) cuda_wait_value): a stream waits until a 32-bit flag equals a value that
 // another stream writes (record) or the host writes (set).
 //
 // Waiting uses the driver's stream memory operations (cuStreamWaitValue32/cuStreamWriteValue32), which
@@ -294,7 +294,7 @@ cudaStream_t as_stream(int64_t stream) { return reinterpret_cast<cudaStream_t>(s
 
 // ---- exported ----
 
-// The seed's op: the current stream waits until flag[0] == value (flag: int32, on the GPU or pinned).
+// The reference framework's op: the current stream waits until flag[0] == value (flag: int32, on the GPU or pinned).
 void stream_wait_value(jitkern::TensorView flag, int64_t value) {
   using namespace host;
   SymbolicSize length{"length"};

@@ -68,11 +68,15 @@ bool read_fd(int fd, std::string* out) {
   }
 }
 
+Fd open_for_reading(const std::string& path, bool keep_atime) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (keep_atime ? O_NOATIME : 0));
+  if (fd < 0 && keep_atime && errno == EPERM) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // not our file
+  return Fd(fd);
+}
+
 bool read_file(const std::string& path, std::string* out, bool keep_atime) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (keep_atime ? O_NOATIME : 0));
-  if (fd < 0 && keep_atime && errno == EPERM) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // not our file
-  if (fd < 0) return false;
-  return read_fd(Fd(fd).get(), out);
+  const Fd fd = open_for_reading(path, keep_atime);
+  return fd && read_fd(fd.get(), out);
 }
 
 void fsync_path(const std::string& path) {

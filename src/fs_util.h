@@ -40,6 +40,8 @@ class Fd {
 };
 // Reads all of an open regular file from offset 0.
 bool read_fd(int fd, std::string* out);
+// Opens a file for reading without following a final symbolic link; `keep_atime` as read_file's.
+Fd open_for_reading(const std::string& path, bool keep_atime);
 // `keep_atime`: leave the access time alone (O_NOATIME where permitted), for readers that are not a use.
 bool read_file(const std::string& path, std::string* out, bool keep_atime = false);
 // Writes via a temporary name in the same directory, fsync, rename, fsync of the directory. The

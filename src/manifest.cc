@@ -1,8 +1,10 @@
 #include "manifest.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "sha256.h"
 #include "text.h"
@@ -39,6 +41,29 @@ bool is_hex_key(const std::string& s) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
+}
+
+// The "<prefix><64 hex digits>" lines of a record, each allowed once.
+struct KeyField {
+  const char* prefix;
+  std::string* value;
+  bool seen = false;
+};
+
+// If `line` is one of `fields` (not seen before), stores it and returns whether it is well formed;
+// nullopt when it is none of them.
+std::optional<bool> take_key(const std::string& line, std::vector<KeyField>& fields) {
+  for (auto& f : fields) {
+    const std::size_t n = std::strlen(f.prefix);
+    if (f.seen || line.compare(0, n, f.prefix) != 0) continue;
+    *f.value = line.substr(n);
+    return f.seen = is_hex_key(*f.value);
+  }
+  return std::nullopt;
+}
+
+bool all_seen(const std::vector<KeyField>& fields) {
+  return std::all_of(fields.begin(), fields.end(), [](const KeyField& f) { return f.seen; });
 }
 
 bool is_recorded_path(const std::string& p) { return !p.empty() && (p[0] == '/' || p[0] == '@'); }
@@ -117,20 +142,10 @@ std::string serialize(const Manifest& m) {
 bool parse(const std::string& text, Manifest* m) {
   const auto lines = text::split_lines(text);
   if (lines.size() < 7 || lines[0] != kManifestMagic || lines.back() != "end" || text.back() != '\n') return false;
-  bool has_request = false, has_toolchain = false, has_key = false, has_lib = false, has_info = false;
+  std::vector<KeyField> keys = {{"request ", &m->request_key}, {"toolchain ", &m->toolchain}, {"key ", &m->full_key}};
+  bool has_lib = false, has_info = false;
   const bool ok = parse_body(lines, 1, lines.size() - 1, &m->deps, [&](const std::string& line) {
-    if (line.rfind("request ", 0) == 0 && !has_request) {
-      m->request_key = line.substr(8);
-      return has_request = is_hex_key(m->request_key);
-    }
-    if (line.rfind("toolchain ", 0) == 0 && !has_toolchain) {
-      m->toolchain = line.substr(10);
-      return has_toolchain = is_hex_key(m->toolchain);
-    }
-    if (line.rfind("key ", 0) == 0 && !has_key) {
-      m->full_key = line.substr(4);
-      return has_key = is_hex_key(m->full_key);
-    }
+    if (const auto key = take_key(line, keys)) return *key;
     if (line.rfind("lib ", 0) == 0 && !has_lib) {
       return has_lib = parse_sig_line(line.substr(4), &m->lib_sig, &m->lib_sha, &m->lib_name);
     }
@@ -150,7 +165,7 @@ bool parse(const std::string& text, Manifest* m) {
     }
     return false;
   });
-  return ok && has_request && has_toolchain && has_key && has_lib && has_info && m->lib_name == library_name(m->full_key) &&
+  return ok && all_seen(keys) && has_lib && has_info && m->lib_name == library_name(m->full_key) &&
          m->full_key == full_key_of(m->request_key, m->toolchain, m->deps);
 }
 
@@ -164,20 +179,10 @@ bool parse(const std::string& text, Failure* f) {
   if (end == std::string::npos) return false;
   const auto lines = text::split_lines(text.substr(0, end + 1));
   if (lines.size() < 2 || lines[0] != kFailureMagic) return false;
-  bool has_request = false, has_config = false;
-  const bool ok = parse_body(lines, 1, lines.size(), &f->deps, [&](const std::string& line) {
-    if (line.rfind("request ", 0) == 0 && !has_request) {
-      f->request_key = line.substr(8);
-      return has_request = is_hex_key(f->request_key);
-    }
-    if (line.rfind("config ", 0) == 0 && !has_config) {
-      f->config_key = line.substr(7);
-      return has_config = is_hex_key(f->config_key);
-    }
-    return false;
-  });
+  std::vector<KeyField> keys = {{"request ", &f->request_key}, {"config ", &f->config_key}};
+  const bool ok = parse_body(lines, 1, lines.size(), &f->deps, [&](const std::string& line) { return take_key(line, keys).value_or(false); });
   f->message = text.substr(end + 5);
-  return ok && has_request && has_config;
+  return ok && all_seen(keys);
 }
 
 bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed) {

@@ -1,5 +1,7 @@
 #include "sha256.h"
 
+#include <cerrno>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -143,20 +145,27 @@ std::string Sha256::hex() {
 
 std::string sha256_hex(std::string_view data) { return Sha256().update(data).hex(); }
 
+bool sha256_fd(int fd, std::string* hex) {
+  Sha256 h;
+  char buf[1 << 16];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) break;
+    h.update(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+  *hex = h.hex();
+  return true;
+}
+
 bool sha256_file(const std::string& path, std::string* hex) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  Sha256 h;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) return ::close(fd), false;
-    if (n == 0) break;
-    h.update(buf, static_cast<std::size_t>(n));
-  }
+  const bool ok = sha256_fd(fd, hex);
   ::close(fd);
-  *hex = h.hex();
-  return true;
+  return ok;
 }
 
 }  // namespace jitkern

@@ -28,6 +28,8 @@ class Sha256 {
 std::string sha256_hex(std::string_view data);
 // Hash of a file's contents; returns false if it cannot be read.
 bool sha256_file(const std::string& path, std::string* hex);
+// The same for an open file, from its start (its offset is left alone).
+bool sha256_fd(int fd, std::string* hex);
 
 namespace detail {
 // The compression function over whole 64-byte blocks: portable, and with the x86 SHA extensions

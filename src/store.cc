@@ -91,13 +91,6 @@ std::string elf_problem_of(int fd, int64_t size) {
   return elf_problem(head, size);
 }
 
-bool sha256_fd(int fd, std::string* hex) {
-  std::string data;
-  if (!fs::read_fd(fd, &data)) return false;
-  *hex = sha256_hex(data);
-  return true;
-}
-
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> out;
   if (DIR* d = ::opendir(dir.c_str())) {
@@ -297,14 +290,17 @@ void Store::remove_toolchain_records() const { fs::remove_tree(toolchain_dir());
 
 std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool wait, const std::string& waiting_message) const {
   if (m_read_only) return std::make_unique<Lock>(nullptr);
-  try {
-    fs::make_dirs(m_lock_dir, 0700, "lock directory");  // gone after a reboot (/tmp), or never shipped
-  } catch (const std::exception&) {
-    return std::make_unique<Lock>(nullptr);  // a read-only cache: no one can remove its entries either
+  struct stat st;
+  if (::lstat(m_lock_dir.c_str(), &st) != 0) {
+    try {
+      fs::make_dirs(m_lock_dir, 0700, "lock directory");  // gone after a reboot (/tmp), or never shipped
+    } catch (const std::exception&) {
+      return std::make_unique<Lock>(nullptr);  // a read-only cache: no one can remove its entries either
+    }
+    ::lstat(m_lock_dir.c_str(), &st);
   }
   // Someone else's lock directory could hold our locks forever.
-  struct stat st;
-  if (::lstat(m_lock_dir.c_str(), &st) == 0 && (!S_ISDIR(st.st_mode) || !trusted_owner(st, false)))
+  if (!S_ISDIR(st.st_mode) || !trusted_owner(st, false))
     throw std::runtime_error("jitkern: refusing lock directory " + m_lock_dir + ": " +
                              (S_ISLNK(st.st_mode)  ? std::string("it is a symbolic link")
                               : !S_ISDIR(st.st_mode) ? std::string("it is not a directory")
@@ -407,8 +403,7 @@ std::string Entry::verify() const {
   if (::lstat(m_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "not a directory";
   if (!trusted_owner(st, ro)) return distrust_text("its directory", m_dir, st, ro);
   Manifest m;
-  fs::Fd mfd(::open((m_dir + "/" + kManifest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME));
-  if (!mfd && errno == EPERM) mfd = fs::Fd(::open((m_dir + "/" + kManifest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  fs::Fd mfd = fs::open_for_reading(m_dir + "/" + kManifest, true);
   if (!mfd || ::fstat(mfd.get(), &st) != 0 || !read_manifest_fd(mfd.get(), &m)) return "no complete manifest";
   if (!trusted_owner(st, ro)) return distrust_text("its manifest", m_dir + "/" + kManifest, st, ro);
   // A lookup computes the request key from the request; the entry's name holds its first digits.

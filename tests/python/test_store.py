@@ -559,7 +559,8 @@ def test_case06b_read_only_home_with_everything_prebuilt(open_dir, prebuilt):
     env = clean_env(HOME=home, JITKERN_CACHE_DIR=None, JITKERN_PREBUILT_DIRS=prebuilt, JITKERN_ON_MISS="error")
     proc = load(PREBUILT[0], env, read_only=[home])
     assert result(proc) == 2.0, "a fully prebuilt module must serve with a read-only HOME"
-    assert list(home.iterdir()) == []
+    assert result(load(PREBUILT[0], env)) == 2.0
+    assert list(home.iterdir()) == [], "serving from a prebuilt layer creates nothing under a writable HOME either"
 
 
 # ---------------------------------------------------------------------------------------------- 7

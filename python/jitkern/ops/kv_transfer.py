@@ -1,4 +1,4 @@
-"""KV-cache transfer (csrc/kv_transfer.cuh), the seed's HiCache kernels: for each i, row indices_src[i] of
+"""KV-cache transfer (csrc/kv_transfer.cuh), the HiCache kernels of the reference framework (SGLang): for each i, row indices_src[i] of
 each source buffer goes to row indices_dst[i] of the destination buffer, for one layer or all layers.
 
 - Buffers on the GPU or in pinned host memory, either direction, or GPU to GPU. Pageable host memory is
@@ -14,7 +14,7 @@ each source buffer goes to row indices_dst[i] of the destination buffer, for one
 - Out-of-range indices are skipped; `validate=True` raises IndexError naming the first one before anything
   moves (it synchronises).
 
-Each op is a torch custom op (torch.ops.jitkern.*); the seed's names and keywords
+Each op is a torch custom op (torch.ops.jitkern.*); the reference's names and keywords
 (`transfer_hicache_one_layer`, `transfer_hicache_all_layer`) work too."""
 
 from __future__ import annotations
@@ -96,10 +96,10 @@ def transfer_kv_all_layers_mla(ptrs_dst, indices_dst, ptrs_src, indices_src, **o
     transfer_kv_all_layers(ptrs_dst, None, indices_dst, ptrs_src, None, indices_src, **options)
 
 
-# The seed's names and keywords. `unroll` is accepted and ignored: the kernel picks its own shape.
+# The reference framework's (SGLang's) names and keywords. `unroll` is accepted and ignored: the kernel picks its own shape.
 def transfer_hicache_one_layer(k_cache_dst, v_cache_dst, indices_dst, k_cache_src, v_cache_src, indices_src, *,
                                element_dim: int | None = None, unroll: int | None = None, block_quota: int | None = None) -> None:
-    """The seed's one-layer transfer: the caches are viewed as [-1, element_dim] (default: their last dimension)."""
+    """The reference's one-layer transfer: the caches are viewed as [-1, element_dim] (default: their last dimension)."""
     element_dim = element_dim or k_cache_dst.size(-1)
     k_cache_dst, v_cache_dst, k_cache_src, v_cache_src = (t.view(-1, element_dim) for t in (k_cache_dst, v_cache_dst, k_cache_src, v_cache_src))
     transfer_kv_one_layer(k_cache_dst, v_cache_dst, indices_dst, k_cache_src, v_cache_src, indices_src, block_quota=block_quota)
@@ -108,7 +108,7 @@ def transfer_hicache_one_layer(k_cache_dst, v_cache_dst, indices_dst, k_cache_sr
 def transfer_hicache_all_layer(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_ptr_src, indices_src, *, kv_cache_src_stride_bytes: int,
                                kv_cache_dst_stride_bytes: int, element_size: int | None = None, unroll: int | None = None,
                                block_quota: int | None = None) -> None:
-    """The seed's all-layer transfer over pointer tables; the row is `element_size` bytes (default: the stride,
+    """The reference's all-layer transfer over pointer tables; the row is `element_size` bytes (default: the stride,
     when both sides have the same)."""
     transfer_kv_all_layers(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_ptr_src, indices_src,
                            src_row_stride_bytes=kv_cache_src_stride_bytes, dst_row_stride_bytes=kv_cache_dst_stride_bytes,

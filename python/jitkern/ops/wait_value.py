@@ -1,4 +1,4 @@
-"""Stream signalling (csrc/wait_value.cuh), the seed's cuda_wait_value: one stream waits for a value that
+"""Stream signalling (csrc/wait_value.cuh), the reference framework's (SGLang's) cuda_wait_value: one stream waits for a value that
 another stream or the host writes.
 
 - `stream_wait_value(flag, value)`: the current stream waits until flag[0] == value (flag: int32, on the
