@@ -287,6 +287,7 @@ Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler
     stamp.path = c.path, stamp.sig = c.sig;
     m.compilers.push_back(stamp);
   }
+  m.compiler_search = toolchain::search_key(p.has_cuda);
   m.module = p.name;
   m.arch = p.has_cuda ? p.cuda_arch : "-";
   m.built_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -113,9 +113,9 @@ std::string library_record(const std::string& full_key, const std::string& lib_s
 }
 
 namespace {
-// "compiler <size> <mtime_ns> <path>" per compiler.
-std::string compilers_text(const std::vector<Dep>& compilers) {
-  std::string out;
+// "search <key>", then "compiler <size> <mtime_ns> <path>" per compiler.
+std::string compilers_text(const std::vector<Dep>& compilers, const std::string& search) {
+  std::string out = search.empty() ? "" : "search " + search + "\n";
   for (const auto& c : compilers) out += "compiler " + sig_text(c.sig) + c.path + "\n";
   return out;
 }
@@ -136,7 +136,7 @@ bool parse_compiler(const std::string& s, Dep* c) {
 std::string serialize(const Manifest& m) {
   return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\ntoolchain " + m.toolchain + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
          m.lib_sha + " " + m.lib_name + "\ninfo " + std::to_string(m.built_unix) + " " + std::to_string(m.build_ms) + " " +
-         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + compilers_text(m.compilers) + serialize_deps(m.deps) + "end\n";
+         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + compilers_text(m.compilers, m.compiler_search) + serialize_deps(m.deps) + "end\n";
 }
 
 bool parse(const std::string& text, Manifest* m) {
@@ -148,6 +148,10 @@ bool parse(const std::string& text, Manifest* m) {
     if (const auto key = take_key(line, keys)) return *key;
     if (line.rfind("lib ", 0) == 0 && !has_lib) {
       return has_lib = parse_sig_line(line.substr(4), &m->lib_sig, &m->lib_sha, &m->lib_name);
+    }
+    if (line.rfind("search ", 0) == 0 && m->compiler_search.empty() && m->compilers.empty()) {
+      m->compiler_search = line.substr(7);
+      return !m->compiler_search.empty();
     }
     if (line.rfind("compiler ", 0) == 0 && m->deps.empty() && m->compilers.size() < 2) {
       Dep compiler;

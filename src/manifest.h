@@ -29,6 +29,8 @@ struct Manifest {
   // leads to: a machine whose compilers are these (or that has none) serves the library without
   // running them (toolchain::accepts).
   std::vector<Dep> compilers;  // path and sig only
+  // What the compilers were searched with (toolchain::search_key); empty in older manifests.
+  std::string compiler_search;
   // For people and `jitkern cache ls` (no part of any check): the module's name, its CUDA arch ("-"
   // for host code), when it was built (Unix seconds) and how long the build took (ms).
   std::string module, arch = "-";

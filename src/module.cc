@@ -24,7 +24,7 @@ Module::Module(const std::string& path, int fd) : m_path(path), m_fd(fd) {
   // The fd stays open while the module lives: glibc matches a later dlopen by this name, so the
   // number must not be reused for another file.
   const std::string via_fd = "/proc/self/fd/" + std::to_string(fd);
-  const bool have_proc = ::access(via_fd.c_str(), F_OK) == 0;
+  static const bool have_proc = ::access("/proc/self/fd", F_OK) == 0;  // a container may lack /proc
   m_handle = ::dlopen(have_proc ? via_fd.c_str() : path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (m_handle == nullptr) {
     ::close(m_fd);

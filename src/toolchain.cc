@@ -94,7 +94,21 @@ std::string id(const Compiler& cxx, const Compiler* nvcc) {
   return h.hex();
 }
 
+std::string search_key(bool cuda) {
+  Sha256 h;
+  for (const char* var : {"CXX", "PATH"}) h.field(var).field(settings::get(var));
+  if (cuda)
+    for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) h.field(var).field(settings::get(var));
+  return h.hex();
+}
+
 bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda) {
+  if (!m.compiler_search.empty() && m.compiler_search == search_key(cuda) && m.compilers.size() == (cuda ? 2u : 1u) &&
+      std::all_of(m.compilers.begin(), m.compilers.end(), [](const manifest::Dep& c) {
+        fs::FileSig now;
+        return fs::stat_sig(c.path, &now) && now == c.sig;
+      }))
+    return true;
   Compiler cxx = locate(cxx_program()), nvcc;
   try {
     if (cuda) nvcc = locate(nvcc_program());

@@ -35,9 +35,13 @@ Compiler locate(const std::string& program);
 // (with the fix) when the program is missing.
 Compiler identify(const std::string& program, const store::Store& store, const char* role);
 
+// What the compilers are searched with: the settings that name them and PATH.
+std::string search_key(bool cuda);
 // Whether a library built by the compilers `m` records may be served here: this machine's compilers
-// are found at the same paths and lead to files of the same size and mtime (no subprocess), or it has
-// none (a serving machine), or they report the same versions (identify: runs each new compiler once).
+// are found at the same paths and lead to files of the same size and mtime (no subprocess; with the
+// same search_key as the build, the recorded files are stat'ed instead of searching PATH again), or
+// it has none (a serving machine), or they report the same versions (identify: runs each new
+// compiler once).
 bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda);
 // What identifies a toolchain across machines: the C++ compiler's and (for CUDA) nvcc's --version.
 std::string id(const Compiler& cxx, const Compiler* nvcc);

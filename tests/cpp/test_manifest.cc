@@ -18,6 +18,7 @@ Manifest sample() {
   m.deps = {{"/src/a.cuh", "", jitkern::sha256_hex("a"), {10, 111}},
             {"/deploy/current/dir with space/b.h", "/deploy/v2/dir with space/b.h", jitkern::sha256_hex("b"), {20, 222}}};
   m.compilers = {{"/usr/bin/g++-12", "", "", {7, 8}}, {"/opt/cuda 13/bin/nvcc", "", "", {9, 10}}};
+  m.compiler_search = jitkern::sha256_hex("search");
   m.toolchain = jitkern::sha256_hex("toolchain");
   m.full_key = full_key_of(m.request_key, m.toolchain, m.deps);
   m.lib_name = library_name(m.full_key);
@@ -49,6 +50,7 @@ TEST(Manifest, RoundTrips) {
   ASSERT_EQ(back.compilers.size(), 2u);
   EXPECT_EQ(back.compilers[1].path, "/opt/cuda 13/bin/nvcc");
   EXPECT_EQ(back.compilers[1].sig, (jitkern::fs::FileSig{9, 10}));
+  EXPECT_EQ(back.compiler_search, m.compiler_search);
   EXPECT_EQ(back.module, "norm_bf16 t");
   EXPECT_EQ(back.arch, "sm_90a");
   EXPECT_EQ(back.built_unix, 1763856000);
@@ -152,4 +154,14 @@ TEST(Depfile, UndoesEveryEscapeOfMake) {
   // space in the name; 2 backslashes and a space are one backslash ending the name.
   EXPECT_EQ(parse_depfile(text), (std::vector<std::string>{"/x/issue#42/k.h", "/x/my$proj/k.h", "/x/a:b/k.h", "/x/with space/k.h",
                                                           "/x/back\\ slash.h", "/x/trailing\\", "next.h"}));
+}
+
+TEST(Manifest, WithoutACompilerSearchLineStillParses) {
+  Manifest m = sample();
+  m.compiler_search.clear();
+  const std::string text = serialize(m);
+  EXPECT_EQ(text.find("\nsearch "), std::string::npos);
+  Manifest back;
+  ASSERT_TRUE(parse(text, &back)) << "manifests written before the search line are read (their lookup searches PATH)";
+  EXPECT_EQ(back.compiler_search, "");
 }

@@ -928,3 +928,27 @@ def test_review_other_compiler_version_is_a_miss_where_nothing_can_be_recorded(t
     proc = load(PREBUILT[0], env, read_only=[home])
     assert proc.returncode != 0 and "ERROR CacheMissError" in proc.stdout, proc.stdout + proc.stderr
     assert "built by other compilers" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------ compiler search
+
+
+def test_a_compiler_found_first_on_a_new_path_is_identified_before_serving(tmp_path):
+    """A lookup stats the recorded compilers instead of searching PATH only while PATH and CXX are what
+    the build searched with: put a c++ reporting another version first on PATH and the entry is a miss."""
+    cache = tmp_path / "cache"
+    assert result(load(scale_fields("search", 5), clean_env(JITKERN_CACHE_DIR=cache, CXX=None))) == 5.0
+    other = script(tmp_path / "bin" / "c++", f'case "$1" in --version) echo "fake c++ 98.0"; exit 0;; esac\nexec {shlex.quote(real_cxx())} "$@"')
+    env = clean_env(JITKERN_CACHE_DIR=cache, CXX=None, JITKERN_ON_MISS="error", PATH=f"{other.parent}:{os.environ['PATH']}")
+    proc = load(scale_fields("search", 5), env)
+    assert proc.returncode != 0 and "ERROR CacheMissError" in proc.stdout and "built by other compilers" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_compiler_touched_in_place_is_identified_again_and_served(tmp_path):
+    """The recorded compiler's file changed (same search): the lookup asks it for its version once, and
+    the same version serves the entry without a rebuild."""
+    cxx = script(tmp_path / "bin" / "c++", f'exec {shlex.quote(real_cxx())} "$@"')
+    cache = tmp_path / "cache"
+    assert result(load(scale_fields("touched", 6), clean_env(JITKERN_CACHE_DIR=cache, CXX=cxx))) == 6.0
+    os.utime(cxx, ns=(cxx.stat().st_atime_ns, cxx.stat().st_mtime_ns + 10**9))
+    assert result(load(scale_fields("touched", 6), clean_env(JITKERN_CACHE_DIR=cache, CXX=cxx, JITKERN_ON_MISS="error"))) == 6.0
