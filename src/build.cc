@@ -52,27 +52,8 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-double compile_timeout_s() {
-  constexpr double kMax = 1e6;  // beyond this a "limit" is a typo, and it must stay a representable deadline
-  const std::string v = settings::get("JITKERN_COMPILE_TIMEOUT");
-  if (v.empty()) return 900;
-  char* end = nullptr;
-  const double s = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !std::isfinite(s) || !(s > 0) || s > kMax)
-    throw std::invalid_argument("jitkern: JITKERN_COMPILE_TIMEOUT must be a positive number of seconds, got '" + v +
-                                "' (a finite number up to 1000000)");
-  return s;
-}
+double compile_timeout_s() { return settings::seconds("JITKERN_COMPILE_TIMEOUT", 900); }
 
-const std::string& engine_lib_dir() {
-  static const std::string dir = [] {
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname)
-      return fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
-    return std::string(".");
-  }();
-  return dir;
-}
 
 std::string current_dir() {
   char buf[PATH_MAX];
@@ -225,7 +206,7 @@ class Compile {
     // ($, `, ", \) takes nvcc's own single command instead.
     const bool shell_safe = std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
                                          [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
-    if (shell_safe && settings::get("JITKERN_NVCC_PIPELINE") != "0") {
+    if (shell_safe && settings::flag("JITKERN_NVCC_PIPELINE")) {
       ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
       auto dry = m_p.cuda_compile;
       dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
@@ -295,14 +276,10 @@ Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler
   return m;
 }
 
-// JITKERN_ON_MISS, checked (a bad value is a ValueError on every load, not only on a miss).
 enum class OnMiss { kCompile, kWarn, kError };
 OnMiss on_miss() {
-  const std::string mode = settings::get("JITKERN_ON_MISS");
-  if (mode.empty() || mode == "compile") return OnMiss::kCompile;
-  if (mode == "warn") return OnMiss::kWarn;
-  if (mode == "error") return OnMiss::kError;
-  throw std::invalid_argument("jitkern: JITKERN_ON_MISS must be compile, warn or error, got '" + mode + "'");
+  const std::string mode = settings::choice("JITKERN_ON_MISS");
+  return mode == "error" ? OnMiss::kError : mode == "warn" ? OnMiss::kWarn : OnMiss::kCompile;
 }
 
 // `misses`: where the module was looked for and why each place could not serve it.
@@ -457,6 +434,16 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
 
 }  // namespace
 
+const std::string& engine_lib_dir() {
+  static const std::string dir = [] {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname)
+      return fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+    return std::string(".");
+  }();
+  return dir;
+}
+
 std::string build(const BuildRequest& request, const EngineConfig& config) {
   bool compiled = false;
   return find_or_build(request, config, &compiled).path;
@@ -464,7 +451,7 @@ std::string build(const BuildRequest& request, const EngineConfig& config) {
 
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled) {
   *compiled = false;
-  on_miss();  // validates the setting
+  settings::check();  // every setting, so that a bad one is a ValueError on every load, not only on a miss
   const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
   plan::validate(request);
   plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)

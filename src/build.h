@@ -10,6 +10,9 @@
 namespace jitkern {
 
 // build(), returning the store's Found; `*compiled`: whether this call ran the compiler.
+// The directory of the engine's library (the package's lib/ when installed).
+const std::string& engine_lib_dir();
+
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled);
 
 }  // namespace jitkern

@@ -201,6 +201,77 @@ std::string cache_command(const std::string& text) {
   return out + "]}";
 }
 
+// `jitkern config`: every setting's value as set, the value that applies and where it comes from,
+// what is wrong with it, and the JITKERN_* variables that are no setting. A JSON object.
+std::string config_json() {
+  namespace settings = jitkern::settings;
+  namespace toolchain = jitkern::toolchain;
+  const auto attempt = [](auto&& f) -> std::pair<std::string, std::string> {  // (value, problem)
+    try {
+      return {f(), ""};
+    } catch (const std::exception& e) {
+      return {"", std::string(e.what()).substr(std::string(e.what()).rfind("jitkern: ", 0) == 0 ? 9 : 0)};
+    }
+  };
+  const auto cache = attempt([] { return jitkern::plan::resolve_cache({}, "").cache_dir; });
+  const auto locks = attempt([] { return jitkern::plan::resolve_cache({}, "").lock_dir; });
+  jitkern::plan::Config resolved;
+  const auto paths = attempt([&] { return (resolved = jitkern::plan::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
+  std::string out = "{\"settings\": [";
+  for (std::size_t i = 0; i < settings::kCount; ++i) {
+    const settings::Setting& s = settings::kAll[i];
+    const std::string name = s.name, raw = settings::get(s.name);
+    std::pair<std::string, std::string> effective;
+    if (name == "JITKERN_CACHE_DIR") effective = cache;
+    else if (name == "JITKERN_LOCK_DIR") effective = locks;
+    else if (name == "JITKERN_INCLUDE_DIR") effective = {resolved.include_dir, paths.second};
+    else if (name == "JITKERN_CSRC_DIR") effective = {resolved.csrc_dir, paths.second};
+    else if (name == "JITKERN_TVM_FFI_INCLUDE") effective = {resolved.tvm_ffi_include_dir, paths.second};
+    else if (name == "JITKERN_TVM_FFI_LIB") effective = {resolved.tvm_ffi_lib_dir, paths.second};
+    else if (name == "CXX") effective = attempt([] { return toolchain::locate(toolchain::cxx_program()).path; });
+    else if (name == "CUDA_HOME" || name == "CUDA_PATH")
+      effective = attempt([&] { return raw.empty() ? std::string() : settings::path(s.name); });
+    else if (s.kind == settings::Kind::kPathList)
+      effective = attempt([&] {
+        std::string joined;
+        for (const auto& d : settings::path_list(s.name)) joined += (joined.empty() ? "" : ":") + d;
+        return joined;
+      });
+    else if (s.kind == settings::Kind::kFlag) effective = attempt([&] { return std::string(settings::flag(s.name) ? "on" : "off"); });
+    else if (s.kind == settings::Kind::kSeconds)
+      effective = attempt([&] {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", settings::seconds(s.name, std::strtod(s.fallback, nullptr)));
+        return std::string(buf);
+      });
+    else if (s.kind == settings::Kind::kChoice) effective = attempt([&] { return settings::choice(s.name); });
+    else if (s.kind == settings::Kind::kArch) effective = attempt([&] { return raw.empty() ? raw : toolchain::validate_arch(raw); });
+    else effective = {raw, ""};
+    // A path setting's own problem wins over the resolution's (which names the first bad one anyway).
+    if (!raw.empty() && s.kind == settings::Kind::kPath) {
+      const auto own = attempt([&] { return settings::path(s.name); });
+      if (!own.second.empty()) effective = own;
+    }
+    out += std::string(i ? ", " : "") + "{\"name\": " + json_string(name) + ", \"value\": " + (std::getenv(s.name) ? json_string(raw) : "null") +
+           ", \"effective\": " + json_string(effective.first) + ", \"source\": " + json_string(std::getenv(s.name) ? "environment" : "default") +
+           ", \"problem\": " + json_string(effective.second) + ", \"fallback\": " + json_string(s.fallback) +
+           ", \"meaning\": " + json_string(s.meaning) + "}";
+  }
+  out += "], \"unknown\": [";
+  const auto unknown = settings::unknown();
+  for (std::size_t i = 0; i < unknown.size(); ++i) out += std::string(i ? ", " : "") + json_string(unknown[i]);
+  out += "], \"prebuilt\": [";
+  const auto layers = attempt([] { return std::to_string(jitkern::store::Store::prebuilt_layers().size()); });
+  if (layers.second.empty()) {
+    bool first = true;
+    for (const auto& layer : jitkern::store::Store::prebuilt_layers()) {
+      out += std::string(first ? "" : ", ") + "{\"dir\": " + json_string(layer.root()) + ", \"problem\": " + json_string(layer.layer_distrust()) + "}";
+      first = false;
+    }
+  }
+  return out + "]}";
+}
+
 }  // namespace
 
 extern "C" {
@@ -258,7 +329,7 @@ __attribute__((visibility("default"))) int jitkern_cache(const char* request, si
   }
 }
 
-// settings::flag(name): 1 or 0; -1 for a name that is not a setting.
+// settings::flag(name): 1 or 0; -1 for a name that is not a flag or a value that is invalid.
 __attribute__((visibility("default"))) int jitkern_setting_flag(const char* name) {
   try {
     return jitkern::settings::flag(name) ? 1 : 0;
@@ -289,6 +360,9 @@ __attribute__((visibility("default"))) int jitkern_find_compiler(int cuda, char*
 __attribute__((visibility("default"))) char* jitkern_arch_for_capability(int major, int minor) {
   return dup(jitkern::toolchain::arch_for_capability(major, minor));
 }
+
+// config_json(); never fails (what cannot be resolved is reported in the object).
+__attribute__((visibility("default"))) char* jitkern_config() { return dup(config_json()); }
 
 // The table of environment variables (jitkern::settings), as Markdown.
 __attribute__((visibility("default"))) char* jitkern_settings_markdown() { return dup(jitkern::settings::markdown()); }

@@ -1,5 +1,7 @@
 #include "fs_util.h"
 
+#include "settings.h"
+
 #include "log.h"
 #include "text.h"
 
@@ -153,8 +155,8 @@ bool is_executable_file(const std::string& path) {
 
 std::string which(const std::string& program) {
   if (program.find('/') != std::string::npos) return is_executable_file(program) ? program : "";
-  const char* path = std::getenv("PATH");
-  for (const auto& dir : text::split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
+  const std::string path = settings::get("PATH");
+  for (const auto& dir : text::split(!path.empty() ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
     const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;  // an empty entry is the current directory
     if (is_executable_file(candidate)) return candidate;
   }

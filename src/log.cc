@@ -14,8 +14,8 @@ void set_sink(Sink sink) { g_sink.store(sink); }
 
 void emit(Level level, const std::string& message) {
   if (Sink sink = g_sink.load()) return sink(level, message.c_str());
-  if (settings::flag("JITKERN_QUIET")) return;
-  if (level < kInfo && !settings::flag("JITKERN_VERBOSE")) return;
+  if (settings::flag_or_false("JITKERN_QUIET")) return;  // an invalid value is the request's ValueError
+  if (level < kInfo && !settings::flag_or_false("JITKERN_VERBOSE")) return;
   std::fprintf(stderr, "jitkern: %s\n", message.c_str());
 }
 

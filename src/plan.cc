@@ -75,12 +75,12 @@ Config resolve_cache(const EngineConfig& c, const std::string& build_directory) 
     // A shared /tmp/.cache would mix users' caches (and be refused as not private).
     home = "/tmp/jitkern-" + std::to_string(::geteuid());
   }
-  const std::string env_cache = settings::get("JITKERN_CACHE_DIR");
+  const std::string env_cache = settings::path("JITKERN_CACHE_DIR");
   r.cache_dir = !build_directory.empty() ? build_directory
                 : !c.cache_dir.empty()   ? c.cache_dir
                 : !env_cache.empty()     ? env_cache
                                          : home + "/.cache/jitkern";
-  const std::string env_lock = settings::get("JITKERN_LOCK_DIR");
+  const std::string env_lock = settings::path("JITKERN_LOCK_DIR");
   r.lock_dir = !c.lock_dir.empty() ? c.lock_dir : !env_lock.empty() ? env_lock : r.cache_dir + "/locks";
   return r;
 }
@@ -89,12 +89,12 @@ Config resolve(const EngineConfig& c, const std::string& build_directory, const 
   Config r = resolve_cache(c, build_directory);
   r.runtime_lib_dir = engine_lib_dir;
   const std::string package = !c.package_dir.empty() ? c.package_dir : fs::dirname(engine_lib_dir);
-  const std::string include = settings::get("JITKERN_INCLUDE_DIR"), csrc = settings::get("JITKERN_CSRC_DIR");
+  const std::string include = settings::path("JITKERN_INCLUDE_DIR"), csrc = settings::path("JITKERN_CSRC_DIR");
   r.include_dir = !include.empty() ? include : package + "/include";
   r.csrc_dir = !csrc.empty() ? csrc : package + "/csrc";
   // tvm-ffi: the configuration, else the environment, else the libtvm_ffi.so loaded in this process.
-  r.tvm_ffi_include_dir = !c.tvm_ffi_include_dir.empty() ? c.tvm_ffi_include_dir : settings::get("JITKERN_TVM_FFI_INCLUDE");
-  r.tvm_ffi_lib_dir = !c.tvm_ffi_lib_dir.empty() ? c.tvm_ffi_lib_dir : settings::get("JITKERN_TVM_FFI_LIB");
+  r.tvm_ffi_include_dir = !c.tvm_ffi_include_dir.empty() ? c.tvm_ffi_include_dir : settings::path("JITKERN_TVM_FFI_INCLUDE");
+  r.tvm_ffi_lib_dir = !c.tvm_ffi_lib_dir.empty() ? c.tvm_ffi_lib_dir : settings::path("JITKERN_TVM_FFI_LIB");
   std::string loaded_lib, loaded_include;
   if ((r.tvm_ffi_include_dir.empty() || r.tvm_ffi_lib_dir.empty()) && toolchain::loaded_tvm_ffi_dirs(&loaded_lib, &loaded_include)) {
     if (r.tvm_ffi_include_dir.empty()) r.tvm_ffi_include_dir = loaded_include;

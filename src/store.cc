@@ -164,7 +164,7 @@ Store Store::prebuilt(const std::string& dir) { return Store(dir, "", true); }
 
 std::vector<Store> Store::prebuilt_layers() {
   std::vector<Store> out;
-  for (const auto& dir : text::split(settings::get("JITKERN_PREBUILT_DIRS"), ':'))
+  for (const auto& dir : settings::path_list("JITKERN_PREBUILT_DIRS"))
     if (!dir.empty()) out.push_back(prebuilt(dir));
   return out;
 }

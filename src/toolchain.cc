@@ -140,7 +140,7 @@ std::string cxx_program() {
 
 std::string nvcc_program() {
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    const std::string home = settings::get(var);
+    const std::string home = settings::path(var);
     if (home.empty()) continue;
     if (!fs::is_executable_file(home + "/bin/nvcc"))
       throw std::runtime_error(std::string("jitkern: ") + var + "=" + home + " has no bin/nvcc; point it at a CUDA toolkit or unset it");

@@ -33,6 +33,7 @@ def _load() -> ctypes.CDLL:
                                   ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_build.restype = ctypes.c_int
     lib.jitkern_settings_markdown.restype = ctypes.c_void_p
+    lib.jitkern_config.restype = ctypes.c_void_p
     lib.jitkern_free.argtypes = [ctypes.c_void_p]
     lib.jitkern_free.restype = None
     lib.jitkern_version.restype = ctypes.c_char_p
@@ -150,6 +151,12 @@ def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_t
     if rc == 0:
         return json.loads(_take(result.value))
     raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
+
+
+def config() -> dict:
+    """Every setting as set, as it applies and from where, with what is wrong with it; the unknown
+    JITKERN_* variables; the prebuilt layers and why one would be ignored (src/c_api.cc config_json)."""
+    return json.loads(_take(_LIB.jitkern_config()))
 
 
 def settings_markdown() -> str:

@@ -60,29 +60,30 @@ def cmd_clangd(args) -> int:
 # ---------------------------------------------------------------------------------------------- config
 
 
-def settings_rows() -> list[tuple[str, str, str]]:
-    """(name, default in words, meaning) for every setting (src/settings.cc)."""
-    from ._engine import settings_markdown
-
-    rows = []
-    for line in settings_markdown().splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        rows.append((cells[0].strip("`"), cells[1], cells[2]))
-    return rows
-
-
 def cmd_config(args) -> int:
-    if args.markdown:
-        from ._engine import settings_markdown
+    from ._engine import config, settings_markdown
 
+    if args.markdown:
         print(settings_markdown(), end="")
         return 0
-    for name, default, meaning in settings_rows():
-        value = os.environ.get(name)
-        print(f"{name}={value}  (from the environment)" if value is not None else f"{name} unset  (default: {default})")
-        if args.verbose:
-            print(f"    {meaning}")
-    return 0
+    report = config()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for s in report["settings"]:
+            origin = "from the environment" if s["value"] is not None else f"default: {s['fallback']}"
+            shown = s["effective"] or ("unset" if s["value"] is None else repr(s["value"]))
+            line = f"{s['name']}={shown}  ({origin}"
+            if s["value"] is not None and s["value"] != s["effective"] and s["effective"]:
+                line += f", set as {s['value']!r}"
+            print(line + ")")
+            if s["problem"]:
+                print(f"    INVALID: {s['problem']}")
+            if args.verbose:
+                print(f"    {s['meaning']}")
+        for name in report["unknown"]:
+            print(f"{name}: not a jitkern setting (ignored)")
+    return 1 if report["unknown"] or any(s["problem"] for s in report["settings"]) else 0
 
 
 # ---------------------------------------------------------------------------------------------- cache
@@ -311,29 +312,48 @@ def fs_type(path: Path) -> str:
 
 
 class Doctor:
-    def __init__(self):
+    def __init__(self, as_json: bool):
         self.problems = 0
+        self.items: list[dict] = []
+        self.as_json = as_json
 
     def report(self, status: str, what: str, detail: str, fix: str = "") -> None:
         self.problems += status == "FAIL"
-        print(f"[{status:4}] {what}: {detail}")
-        if fix:
-            print(f"       fix: {fix}")
+        self.items.append({"status": status, "what": what, "detail": detail, "fix": fix})
+        if not self.as_json:
+            print(f"[{status:4}] {what}: {detail}")
+            if fix:
+                print(f"       fix: {fix}")
 
 
-def _check_dir(doc: Doctor, what: str, path: Path, lock: bool) -> None:
+def _writable(path: Path) -> bool:
+    """Whether this process could create files in `path`, or create `path` (its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool) -> None:
+    kind = fs_type(path)
+    if not _writable(path):
+        if strict:
+            doc.report("ok", what, f"{path} is read-only: loads serve what it and JITKERN_PREBUILT_DIRS hold (JITKERN_ON_MISS=error)")
+        else:
+            doc.report("FAIL", what, f"{path} is not writable: a module that is not cached cannot be built",
+                       f"export {setting}=<a writable directory of yours>, or serve prebuilt modules: JITKERN_PREBUILT_DIRS=... "
+                       "JITKERN_ON_MISS=error")
+        return
     if not path.exists():
         doc.report("ok", what, f"{path} (not created yet; jitkern creates it with mode 0700)")
         return
     st = path.stat()
-    kind = fs_type(path)
     if st.st_uid != os.geteuid():
         doc.report("FAIL", what, f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})",
-                   f"use a directory of your own: export {'JITKERN_LOCK_DIR' if lock else 'JITKERN_CACHE_DIR'}=$HOME/...")
+                   f"use a directory of your own: export {setting}=$HOME/...")
     elif st.st_mode & 0o022:
         doc.report("FAIL", what, f"{path} is writable by others (mode {st.st_mode & 0o777:o}); jitkern refuses to load code from it",
                    f"chmod 700 {path}")
-    elif lock and kind in _NETWORK_FS:
+    elif setting == "JITKERN_LOCK_DIR" and kind in _NETWORK_FS:
         doc.report("WARN", what, f"{path} is on {kind}: file locks on network file systems can be slow or unreliable",
                    "keep locks local: export JITKERN_LOCK_DIR=/tmp/jitkern-locks-$USER")
     else:
@@ -342,39 +362,49 @@ def _check_dir(doc: Doctor, what: str, path: Path, lock: bool) -> None:
 
 def cmd_doctor(args) -> int:
     from . import __version__
-    from ._engine import arch_for_capability, cache, find_compiler
+    from ._engine import arch_for_capability, config, find_compiler
 
     import logging
 
-    logging.getLogger("jitkern").setLevel(logging.WARNING)  # the doctor's own lines say what happened
-    doc = Doctor()
-    print(f"jitkern {__version__}, Python {sys.version.split()[0]}")
+    logging.getLogger("jitkern").setLevel(logging.ERROR)  # the doctor's own lines say what happened
+    doc = Doctor(args.json)
+    if not args.json:
+        print(f"jitkern {__version__}, Python {sys.version.split()[0]}")
+    report = config()
+    settings = {s["name"]: s for s in report["settings"]}
+    for s in report["settings"]:
+        if s["problem"]:
+            doc.report("FAIL", s["name"], s["problem"], f"fix or unset {s['name']} (`jitkern config -v` says what it takes)")
+    for name in report["unknown"]:
+        doc.report("WARN", name, "not a jitkern setting: ignored", "unset it, or correct its name")
+    strict = settings["JITKERN_ON_MISS"]["effective"] == "error"
     # The engine finds the compilers (its rules, its one-line reasons with the fix after "; ").
-    have_cxx = False
+    have = {}
     for role, cuda in (("C++ compiler", False), ("CUDA compiler", True)):
         try:
             path, version_text = find_compiler(cuda)
         except RuntimeError as e:
             detail, _, fix = str(e).removeprefix("jitkern: ").partition("; ")
-            # no C++ compiler or a broken CUDA_HOME is a failure; no CUDA toolkit at all only limits this machine
-            cuda_home_set = bool(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
-            status = "WARN" if cuda and not cuda_home_set else "FAIL"
+            # no CUDA toolkit at all only limits this machine; a serving node needs no compiler
+            cuda_home_set = bool(settings["CUDA_HOME"]["value"] or settings["CUDA_PATH"]["value"])
+            status = "WARN" if strict or (cuda and not cuda_home_set) else "FAIL"
             doc.report(status, role, detail + " (a prebuilt cache still loads)", fix)
             continue
         lines = version_text.strip().splitlines() or ["?"]
         shown = next((line.strip() for line in lines if "release" in line), lines[0]) if cuda else lines[0]
         doc.report("ok", role, f"{path}: {shown}")
-        have_cxx = have_cxx or not cuda
-    arch_env = os.environ.get("JITKERN_CUDA_ARCH")
+        have[cuda] = True
+    arch = settings["JITKERN_CUDA_ARCH"]["effective"]
     gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
                           text=True) if shutil.which("nvidia-smi") else None
     if gpus is not None and gpus.returncode == 0 and gpus.stdout.strip():
         for i, line in enumerate(gpus.stdout.strip().splitlines()):
             name, cap = (c.strip() for c in line.rsplit(",", 1))
             major, minor = (int(x) for x in cap.split("."))
-            doc.report("ok", f"GPU {i}", f"{name}, compute capability {cap}: kernels target {arch_env or arch_for_capability(major, minor)}")
-    elif arch_env:
-        doc.report("ok", "GPU", f"none visible; CUDA kernels target JITKERN_CUDA_ARCH={arch_env}")
+            arch = arch or arch_for_capability(major, minor)
+            doc.report("ok", f"GPU {i}", f"{name}, compute capability {cap}: kernels target {arch}")
+    elif arch:
+        doc.report("ok", "GPU", f"none visible; CUDA kernels target JITKERN_CUDA_ARCH={arch}")
     else:
         doc.report("WARN", "GPU", "none visible (no nvidia-smi answer) and JITKERN_CUDA_ARCH unset: CUDA builds need a target",
                    "export JITKERN_CUDA_ARCH=sm_90a (or the arch you serve on) to build without a GPU")
@@ -387,31 +417,57 @@ def cmd_doctor(args) -> int:
         doc.report("ok", "torch", f"{torch.__version__} (CUDA {torch.version.cuda})")
     except ImportError:
         doc.report("WARN", "torch", "not installed: jitkern.ops needs it (load_jit does not)", "pip install torch")
-    dirs = cache("ls")
-    _check_dir(doc, "cache directory", Path(dirs["cache_dir"]), lock=False)
-    _check_dir(doc, "lock directory", Path(dirs["lock_dir"]), lock=True)
-    if have_cxx:
-        _timed_compile(doc)
+    if not settings["JITKERN_CACHE_DIR"]["problem"]:
+        _check_dir(doc, "cache directory", Path(settings["JITKERN_CACHE_DIR"]["effective"]), "JITKERN_CACHE_DIR", strict)
+        _check_dir(doc, "lock directory", Path(settings["JITKERN_LOCK_DIR"]["effective"]), "JITKERN_LOCK_DIR", strict)
+    for layer in report["prebuilt"]:
+        if layer["problem"]:
+            doc.report("FAIL", "prebuilt cache", f"{layer['dir']}: {layer['problem']}; loads skip it",
+                       "fix its ownership and modes (root's or yours, writable by no one else), or drop it from JITKERN_PREBUILT_DIRS")
+        else:
+            doc.report("ok", "prebuilt cache", f"{layer['dir']}: trusted")
+    if strict:
+        doc.report("ok", "serving", "JITKERN_ON_MISS=error: loads never compile; a module in no cache raises CacheMissError "
+                   "(`jitkern cache ls` lists what is cached)")
+    elif not doc.problems:
+        for cuda in (False, True):
+            if have.get(cuda) and (not cuda or arch):
+                _tiny_build(doc, cuda, arch)
+    if args.json:
+        print(json.dumps({"ok": doc.problems == 0, "checks": doc.items}, indent=2))
     return 1 if doc.problems else 0
 
 
-def _timed_compile(doc: Doctor) -> None:
+_TINY = {False: ("doctor.cc", "#include <jitkern/tensor.h>\ninline int doctor_answer(int x) { return x + 1; }\n"),
+         True: ("doctor.cuh", "#include <jitkern/tensor.h>\n__global__ void doctor_kernel(int* x) { *x += 1; }\n"
+                              "inline int doctor_answer(int x) { return x + 1; }\n")}
+
+
+def _tiny_build(doc: Doctor, cuda: bool, arch: str) -> None:
+    """A tiny module built and loaded through the real configuration (cache, locks, compilers): compiled
+    on the first run, loaded from the cache after."""
     from .jit import JitSpec
 
-    with tempfile.TemporaryDirectory(prefix="jitkern-doctor-") as tmp:
-        src = Path(tmp) / "doctor.cc"
-        src.write_text("#include <jitkern/tensor.h>\ninline int doctor_answer(int x) { return x + 1; }\n")
+    kind = "CUDA" if cuda else "C++"
+    name, text = _TINY[cuda]
+    source = Path(tempfile.gettempdir()) / f"jitkern-doctor-{os.geteuid()}" / name
+    source.parent.mkdir(mode=0o700, exist_ok=True)
+    if not source.exists() or source.read_text() != text:
+        source.write_text(text)
         past = time.time() - 2  # a file written at the compile's start counts as changed during it (src/build.cc)
-        os.utime(src, (past, past))
-        spec = JitSpec("doctor", cpp_files=[str(src)], cpp_wrappers=[("answer", "doctor_answer")], build_directory=str(Path(tmp) / "cache"))
-        t0 = time.perf_counter()
-        try:
-            answer = spec.load().answer(41)
-        except Exception as e:  # noqa: BLE001 - the doctor reports it
-            doc.report("FAIL", "tiny compile", str(e).splitlines()[0], "see the lines above; `jitkern doctor` again after fixing them")
-            return
-        seconds = time.perf_counter() - t0
-        doc.report("ok" if answer == 42 else "FAIL", "tiny compile", f"a C++ module built and loaded in {seconds:.2f} s, returned {answer}")
+        os.utime(source, (past, past))
+    files = {"cuda_files" if cuda else "cpp_files": [str(source)], "cuda_wrappers" if cuda else "cpp_wrappers": [("answer", "doctor_answer")]}
+    spec = JitSpec("doctor", kind.lower().replace("+", "p"), **files, cuda_arch=arch if cuda else None)
+    t0 = time.perf_counter()
+    try:
+        path, compiled = spec._build_reporting()
+        answer = spec.load().answer(41) if not cuda else 42  # a CUDA module needs no GPU to build; loading it may
+    except Exception as e:  # noqa: BLE001 - the doctor reports it
+        doc.report("FAIL", f"{kind} build", str(e).splitlines()[0], "see the lines above; `jitkern doctor` again after fixing them")
+        return
+    seconds = time.perf_counter() - t0
+    how = "compiled" if compiled else "found in the cache"
+    doc.report("ok" if answer == 42 else "FAIL", f"{kind} build", f"a tiny {kind} module {how} and ready in {seconds:.2f} s ({path})")
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -436,6 +492,7 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="every JITKERN_* setting, its value and where it came from")
     c.add_argument("--markdown", action="store_true", help="print the table of settings (as in the README)")
     c.add_argument("-v", "--verbose", action="store_true", help="also say what each setting does")
+    c.add_argument("--json", action="store_true", help="the engine's JSON: value, effective value, origin and problem of each")
     c.set_defaults(func=cmd_config)
 
     c = sub.add_parser("cache", help="list, measure, verify, prune or clear the cache (safe beside running processes)")
@@ -460,7 +517,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-j", "--jobs", type=int, default=0, help="modules built at once (default: the number of CPUs)")
     c.set_defaults(func=cmd_prebuild)
 
-    c = sub.add_parser("doctor", help="check compilers, GPU, versions, cache and lock directories; a timed tiny compile")
+    c = sub.add_parser("doctor", help="check settings, compilers, GPU, versions, cache, lock and prebuilt directories; a tiny build")
+    c.add_argument("--json", action="store_true", help="the checks as JSON")
     c.set_defaults(func=cmd_doctor)
     return top
 
