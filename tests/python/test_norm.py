@@ -264,7 +264,9 @@ def test_bad_inputs_rejected(path):
     rejects(ValueError, "eps must be a finite non-negative", rmsnorm, x, w, eps=-1.0)
     rejects(TypeError, "argument 'eps' \\(the 4th\\) must be a float, got bool True", rmsnorm, x, w, eps=True)
     rejects(TypeError, "argument 'eps' \\(the 4th\\) must be a float, got a str", rmsnorm, x, w, eps="1e-6")
-    rejects(ValueError, "input: Dimension mismatch: expected 2 dimensions but got 3", rmsnorm, x.view(2, 2, 64), w)
+    rejects(ValueError, "input must have at least 1 dimension", rmsnorm, x[0, 0], w)
+    rejects(ValueError, "output of shape \\(2, 2, 64\\) .* cannot be seen as rows", rmsnorm, x.view(2, 2, 64), w,
+            poisoned.view(2, 2, 64).transpose(0, 1))
     rejects(ValueError, r"output: Size mismatch for shape#0\('num_tokens'\)", rmsnorm, x, w, poisoned[:2])
     rejects(ValueError, "output: Device mismatch", rmsnorm, x, w, poisoned.cpu())
     residual = x.clone()
@@ -359,3 +361,37 @@ def test_second_gpu_while_the_first_is_current():
         rmsnorm(x, w.to("cuda:0"))
     with pytest.raises(ValueError, match=r"residual: Device mismatch: expected cuda:1 \(resolved earlier\) but got cuda:0"):
         fused_add_rmsnorm(x, r.to("cuda:0"), w)
+
+
+@pytest.mark.parametrize("shape", [(64,), (5, 64), (2, 3, 64), (2, 2, 3, 64)])
+def test_every_op_takes_the_shapes_models_pass(shape):
+    """[..., hidden] (and [..., heads, head_dim] for the per-head norm): leading dimensions are flattened,
+    outputs keep the input's shape, in-place ops write through to the caller's tensors."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm
+
+    x = torch.randn(shape, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(shape[-1], dtype=torch.bfloat16, device="cuda")
+    out = rmsnorm(x, w)
+    assert out.shape == x.shape
+    _assert_close(out, _reference(x, w, 1e-6), "bfloat16")
+    given = torch.full_like(x, float("nan"))
+    assert rmsnorm(x, w, given) is given
+    _assert_close(given, _reference(x, w, 1e-6), "bfloat16")
+
+    inp, residual = x.clone(), torch.randn_like(x)
+    expected_residual = (residual.double() + x.double()).to(x.dtype)
+    fused_add_rmsnorm(inp, residual, w)
+    torch.testing.assert_close(residual, expected_residual, rtol=0, atol=0)
+    _assert_close(inp, _reference(expected_residual, w, 1e-6), "bfloat16")
+
+    q, k = x.clone(), x.clone()[..., :32].contiguous()
+    fused_inplace_qknorm_across_heads(q, k, w, w[:32])
+    _assert_close(q, _reference(x, w, 1e-6), "bfloat16")
+    _assert_close(k, _reference(x[..., :32], w[:32], 1e-6), "bfloat16")
+
+    if len(shape) >= 3:  # [..., heads, head_dim]
+        q, k = x.clone(), x.clone()
+        fused_inplace_qknorm(q, k, w, w)
+        _assert_close(q, _reference(x, w, 1e-6), "bfloat16")
+        _assert_close(k, _reference(x, w, 1e-6), "bfloat16")

@@ -1,5 +1,6 @@
-"""A kernel family built once per input element type: one JIT module per dtype (fp16/bf16/fp32) exporting
-the same C++ entry points, and the exported functions memoised per (op, dtype) for the hot path."""
+"""A kernel family instantiated per input element type and per op: one JIT module per (op, dtype)
+(fp16/bf16/fp32), each exporting one C++ entry point, so that an op's first call compiles only its own
+kernels; the exported functions are memoised per (op, dtype) for the hot path."""
 
 from __future__ import annotations
 
@@ -10,19 +11,29 @@ from ..jit import JitSpec, cpp_type
 class DtypeFamily:
     DTYPES = ("float16", "bfloat16", "float32")
 
-    def __init__(self, name: str, cpp_class: str, ops: dict[str, str]):
-        """name: the module name and its csrc/<name>.cuh; cpp_class: the class template whose static
-        members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they
-        name the arguments in errors)."""
-        self.name, self.cpp_class, self.ops = name, cpp_class, ops
+    def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict[str, str]):
+        """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
+        members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they name the
+        arguments in errors); public: the Python op -> the export it calls."""
+        self.name, self.cpp_class, self.ops, self.public = name, cpp_class, ops, public
         self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
-        self.specs = tuple(self.spec(d) for d in self.DTYPES)
+        self.specs = tuple(self.spec(d, op) for d in self.DTYPES for op in ops)
 
-    def spec(self, dtype) -> JitSpec:
-        """The module for one element type (a torch dtype or its name)."""
+    def spec(self, dtype, op: str) -> JitSpec:
+        """The module of one export for one element type (a torch dtype or its name)."""
         t = cpp_type(dtype)
-        return JitSpec(self.name, t, cuda_files=[f"{self.name}.cuh"],
-                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", args) for op, args in self.ops.items()])
+        return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
+                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])])
+
+    def specs_for(self, public_ops, dtypes) -> list[JitSpec]:
+        """The modules these Python ops (None: all) need for these dtypes (None: all the family supports)."""
+        exports = dict.fromkeys(self.public[p] for p in (self.public if public_ops is None else public_ops))
+        return [self.spec(d, op) for d in (self.DTYPES if dtypes is None else dtypes) for op in exports]
+
+    def exports(self, dtype) -> "_Exports":
+        """The family's exported functions for one dtype, as attributes, each module loaded on first use
+        (for tests and benchmarks that call the C++ entry points directly)."""
+        return _Exports(self, dtype)
 
     def function(self, op: str, x, public: str, name: str = "input"):
         """The exported `op` for x's dtype; the first call per op and dtype checks x and loads the module
@@ -34,14 +45,25 @@ class DtypeFamily:
             raise TypeError(f"{public}(): {name} must be a torch.Tensor, got {type(x).__name__}")
         if str(x.dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"{public}(): {name} must be float16, bfloat16 or float32, got {x.dtype}")
-        check_not_capturing(f"the {self.name} module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
-        return self.functions.setdefault((op, x.dtype), getattr(self.spec(x.dtype).load(), op))
+        check_not_capturing(f"the {self.name}_{op} module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
+        return self.functions.setdefault((op, x.dtype), getattr(self.spec(x.dtype, op).load(), op))
 
-    def warmup(self, dtypes) -> None:
-        """Loads (building in parallel where needed) the family's module for these dtypes."""
+    def warmup(self, dtypes, public_ops=None) -> None:
+        """Loads (building in parallel where needed) the modules of these Python ops (None: all) for these dtypes."""
         from ..jit import warmup as build_all
 
         dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
-        for dtype, module in zip(dtypes, build_all(*(self.spec(d) for d in dtypes))):
-            for op in self.ops:
-                self.functions.setdefault((op, dtype), getattr(module, op))
+        exports = list(dict.fromkeys(self.public[p] for p in (self.public if public_ops is None else public_ops)))
+        pairs = [(dtype, op) for dtype in dtypes for op in exports]
+        for (dtype, op), module in zip(pairs, build_all(*(self.spec(d, op) for d, op in pairs))):
+            self.functions.setdefault((op, dtype), getattr(module, op))
+
+
+class _Exports:
+    def __init__(self, family: DtypeFamily, dtype):
+        self._family, self._dtype = family, dtype
+
+    def __getattr__(self, op: str):
+        if op not in self._family.ops:
+            raise AttributeError(f"the {self._family.name} family exports no {op!r}; it has {', '.join(self._family.ops)}")
+        return getattr(self._family.spec(self._dtype, op).load(), op)

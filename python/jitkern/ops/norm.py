@@ -1,5 +1,6 @@
 """The RMSNorm family (csrc/norm.cuh): rmsnorm, fused_add_rmsnorm, fused_inplace_qknorm,
-fused_inplace_qknorm_across_heads. fp16/bf16/fp32 CUDA tensors, fp32 accumulation, any hidden size,
+fused_inplace_qknorm_across_heads. fp16/bf16/fp32 CUDA tensors [..., H] (leading
+dimensions are flattened: a view for tensors written in place), fp32 accumulation, any hidden size,
 rows may be strided (the last dimension must be contiguous).
 
 The C++ entry points check every argument before they launch and name the bad one (TypeError for a
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
+from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("norm", "NormOps", {
     "rmsnorm": "input, weight, output, eps",
     "fused_add_rmsnorm": "input, residual, weight, eps",
     "qknorm": "q, k, q_weight, k_weight, eps, head_dim",
     "qknorm_across_heads": "q, k, q_weight, k_weight, eps",
-})
+}, public={"rmsnorm": "rmsnorm", "fused_add_rmsnorm": "fused_add_rmsnorm", "fused_inplace_qknorm": "qknorm",
+           "fused_inplace_qknorm_across_heads": "qknorm_across_heads"})
 DTYPES = _FAMILY.DTYPES
 SPECS = _FAMILY.specs
 spec = _FAMILY.spec
@@ -25,12 +28,12 @@ warmup = _FAMILY.warmup
 _FUNCTIONS = _FAMILY.functions
 
 
-def _norm_module(dtype):
-    return spec(dtype).load()  # the engine memoises loads
+_norm_module = _FAMILY.exports
 
 
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    """output = input * rsqrt(mean(input^2, -1) + eps) * weight over [T, H] (pass output=input for in place)."""
+    """output = input * rsqrt(mean(input^2, -1) + eps) * weight over the last dimension of [..., H] (pass output=input
+    for in place)."""
     if compiling():
         if output is None:
             return torch.ops.jitkern.rmsnorm(input, weight, eps)
@@ -39,36 +42,45 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | No
     fn = _FUNCTIONS.get(("rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("rmsnorm", input, "rmsnorm")
     if output is None:
         output = torch.empty_like(input)
-    fn(input, weight, output, eps)
+    if input.dim() == 2:
+        fn(input, weight, output, eps)
+    else:
+        fn(as_rows(input, "rmsnorm", "input", writes=output is input), weight, as_rows(output, "rmsnorm", "output", writes=True), eps)
     return output
 
 
 def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
-    """residual += input; input = rmsnorm(residual) * weight (both in place)."""
+    """residual += input; input = rmsnorm(residual) * weight (both in place, [..., H])."""
     if compiling():
         return torch.ops.jitkern.fused_add_rmsnorm(input, residual, weight, eps)
     fn = _FUNCTIONS.get(("fused_add_rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("fused_add_rmsnorm", input,
                                                                                                         "fused_add_rmsnorm")
+    if getattr(input, "dim", lambda: 2)() != 2:
+        input, residual = (as_rows(t, "fused_add_rmsnorm", n, writes=True) for t, n in ((input, "input"), (residual, "residual")))
     fn(input, residual, weight, eps)
 
 
 def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                          eps: float = 1e-6, *, head_dim: int = 0) -> None:
-    """Per-head RMSNorm of q [N, Hq, D] and k [N, Hk, D] in place; with head_dim, q and k may also be
+    """Per-head RMSNorm of q [..., Hq, D] and k [..., Hk, D] in place; with head_dim, q and k may also be
     2-D [N, H * D] (e.g. column slices of a fused qkv buffer)."""
     if compiling():
         return torch.ops.jitkern.qknorm(q, k, q_weight, k_weight, eps, head_dim)
     fn = _FUNCTIONS.get(("qknorm", getattr(q, "dtype", None))) or _FAMILY.function("qknorm", q, "fused_inplace_qknorm", "q")
+    if getattr(q, "dim", lambda: 3)() > 3:
+        q, k = (as_rows(t, "fused_inplace_qknorm", n, writes=True, trailing=2) for t, n in ((q, "q"), (k, "k")))
     fn(q, k, q_weight, k_weight, eps, head_dim)
 
 
 def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                                       eps: float = 1e-6) -> None:
-    """RMSNorm of every row of q [N, Wq] and k [N, Wk] over the whole row, in place."""
+    """RMSNorm of every row of q [..., Wq] and k [..., Wk] over the whole row, in place."""
     if compiling():
         return torch.ops.jitkern.qknorm_across_heads(q, k, q_weight, k_weight, eps)
     fn = _FUNCTIONS.get(("qknorm_across_heads", getattr(q, "dtype", None))) or _FAMILY.function(
         "qknorm_across_heads", q, "fused_inplace_qknorm_across_heads", "q")
+    if getattr(q, "dim", lambda: 2)() != 2:
+        q, k = (as_rows(t, "fused_inplace_qknorm_across_heads", n, writes=True) for t, n in ((q, "q"), (k, "k")))
     fn(q, k, q_weight, k_weight, eps)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
+from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("quant", "QuantOps", {
     "per_tensor_quant": "input, output_q, output_s, is_static",
@@ -21,7 +22,9 @@ _FAMILY = DtypeFamily("quant", "QuantOps", {
     "per_token_group_quant": "input, output_q, output_s, group_size, eps",
     "rmsnorm_quant": "input, weight, output_q, scale, eps, dynamic",
     "fused_add_rmsnorm_quant": "input, residual, weight, output_q, scale, eps, dynamic",
-})
+}, public={"per_tensor_quant_fp8": "per_tensor_quant", "per_token_quant_fp8": "per_token_quant",
+           "per_token_group_quant_8bit": "per_token_group_quant", "rmsnorm_quant_fp8": "rmsnorm_quant",
+           "fused_add_rmsnorm_quant_fp8": "fused_add_rmsnorm_quant"})
 DTYPES = _FAMILY.DTYPES
 SPECS = _FAMILY.specs
 spec = _FAMILY.spec
@@ -32,9 +35,7 @@ def _rows(x, public: str):
     """x as [rows, H] (a view where the strides allow); 1-D is one row."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{public}(): input must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() == 0:
-        raise ValueError(f"{public}(): input must have at least one dimension")
-    return x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    return as_rows(x, public, "input", writes=False)
 
 
 def _bytes(q, name: str, public: str, allow_int8: bool = False):
@@ -166,7 +167,7 @@ def _norm_quant(op: str, public: str, input, residual, weight, eps, scale, outpu
         scales = s.view(-1)
     else:
         s = scales = _check_scale(scale, public)
-    head = (_rows(input, public),) if residual is None else (_rows(input, public), _rows(residual, public))
+    head = (_rows(input, public),) if residual is None else (_rows(input, public), as_rows(residual, public, "residual", writes=True))
     fn(*head, weight, _bytes(q, "output_q", public), scales, eps, scale is None)
     return q, s
 

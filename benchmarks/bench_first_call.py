@@ -1,0 +1,150 @@
+"""First call of each op in a fresh process and an empty cache (bf16, the current GPU): compile, load and
+run, jitkern beside the reference framework where it has the op. Also `jitkern.ops.warmup` of every op
+for bf16 and `jitkern prebuild` of every op for three dtypes, each into an empty cache.
+
+The reference runs from its wheel (REFERENCE_WHEEL=/path/to/sglang-*.whl, or installed): only its
+jit_kernel modules are imported (its package __init__ is bypassed). Without it, its column says so.
+Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from utils import environment, is_in_ci  # noqa: E402
+
+TRIALS = 1 if is_in_ci() else 2
+JOBS = os.cpu_count() or 1
+
+# Inputs every op below uses: x [16, 4096] bf16, its weight, fp8 outputs, a KV layer.
+SETUP = """
+import torch, time
+torch.cuda.init()
+x = torch.randn(16, 4096, dtype=torch.bfloat16, device="cuda"); w = torch.randn(4096, dtype=torch.bfloat16, device="cuda")
+q8 = torch.empty(16, 4096, dtype=torch.float8_e4m3fn, device="cuda"); s1 = torch.ones(1, dtype=torch.float32, device="cuda")
+qkv = torch.randn(16, 48, 128, dtype=torch.bfloat16, device="cuda"); hw = torch.randn(128, dtype=torch.bfloat16, device="cuda")
+kv_src = torch.randn(64, 1024, dtype=torch.bfloat16, device="cuda"); kv_dst = torch.empty_like(kv_src)
+idx = torch.arange(64, device="cuda")
+torch.cuda.synchronize()
+"""
+
+# op -> (jitkern call, reference call or None); both run after SETUP, names `ops` and `ref` imported.
+OPS = {
+    "rmsnorm": ("ops.rmsnorm(x, w)", "ref_norm.rmsnorm(x, w, torch.empty_like(x))"),
+    "fused_add_rmsnorm": ("ops.fused_add_rmsnorm(x, x.clone(), w)", "ref_norm.fused_add_rmsnorm(x, x.clone(), w)"),
+    "fused_inplace_qknorm": ("ops.fused_inplace_qknorm(qkv[:, :32], qkv[:, 32:40], hw, hw)",
+                             "ref_norm.fused_inplace_qknorm(qkv[:, :32], qkv[:, 32:40], hw, hw)"),
+    "per_tensor_quant_fp8": ("ops.per_tensor_quant_fp8(x, q8, s1, is_static=True)", "ref_quant.per_tensor_quant_fp8(x, q8, s1, True)"),
+    "per_token_quant_fp8": ("ops.per_token_quant_fp8(x)", None),
+    "per_token_group_quant_8bit": ("ops.per_token_group_quant_8bit(x, 128)", None),
+    "rmsnorm_quant_fp8": ("ops.rmsnorm_quant_fp8(x, w, scale=s1)", None),
+    "fused_add_rmsnorm_quant_fp8": ("ops.fused_add_rmsnorm_quant_fp8(x, x.clone(), w, scale=s1)", None),
+    "transfer_hicache_one_layer": ("ops.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)",
+                                   "ref_hicache.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)"),
+}
+
+JITKERN = "import jitkern.ops as ops\n" + SETUP + """
+t0 = time.perf_counter()
+{call}
+torch.cuda.synchronize()
+print("SECONDS", time.perf_counter() - t0)
+"""
+
+# Imports the reference's jit_kernel modules without running its package __init__ (which needs the
+# whole serving stack): the packages on the way are bare namespace modules.
+REFERENCE = """
+import importlib.util, sys, types
+for name in ("sglang", "sglang.srt", "sglang.srt.utils"):
+    found = importlib.util.find_spec(name)
+    pkg = types.ModuleType(name); pkg.__path__ = list(found.submodule_search_locations); sys.modules[name] = pkg
+import sglang.jit_kernel.norm as ref_norm, sglang.jit_kernel.hicache as ref_hicache
+import sglang.jit_kernel.per_tensor_quant_fp8 as ref_quant
+""" + SETUP + """
+t0 = time.perf_counter()
+{call}
+torch.cuda.synchronize()
+print("SECONDS", time.perf_counter() - t0)
+"""
+
+
+def reference_path() -> str | None:
+    """A directory from which `sglang` imports (the wheel unpacked), or None."""
+    wheel = os.environ.get("REFERENCE_WHEEL")
+    if wheel:
+        target = Path(tempfile.mkdtemp(prefix="reference-"))
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(target, [n for n in z.namelist() if n.startswith("sglang/")])
+        return str(target)
+    return "" if importlib.util.find_spec("sglang") else None
+
+
+def run(code: str, env: dict) -> float:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return float(out.stdout.split("SECONDS")[-1])
+
+
+def fresh_env(cache: str, extra_path: str | None = None) -> dict:
+    env = dict(os.environ, JITKERN_CACHE_DIR=cache, TVM_FFI_CACHE_DIR=cache, JITKERN_QUIET="1", JITKERN_PREBUILT_DIRS="")
+    if extra_path:
+        env["PYTHONPATH"] = extra_path + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def timed(code: str, extra_path: str | None = None) -> list[float]:
+    out = []
+    for _ in range(TRIALS):
+        with tempfile.TemporaryDirectory() as cache:
+            os.chmod(cache, 0o700)
+            out.append(run(code, fresh_env(cache, extra_path)))
+    return out
+
+
+def fmt(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} s" + (f" [{min(xs):.2f}-{max(xs):.2f}]" if len(xs) > 1 else "")
+
+
+def main() -> None:
+    ref = reference_path()
+    print(f"\n### First call of each op, empty cache, bf16 ({environment()}, {JOBS} CPUs, {TRIALS} trials)\n")
+    print("| op | jitkern | reference | jitkern / reference |")
+    print("|---|---|---|---|")
+    for op, (mine, theirs) in OPS.items():
+        jk = timed(JITKERN.format(call=mine))
+        if theirs is None or ref is None:
+            print(f"| {op} | {fmt(jk)} | {'no such op' if theirs is None else 'not run: no reference wheel'} | |", flush=True)
+            continue
+        try:
+            rf = timed(REFERENCE.format(call=theirs), ref)
+        except RuntimeError as e:
+            print(f"| {op} | {fmt(jk)} | not run: {str(e).strip().splitlines()[-1][:80]} | |", flush=True)
+            continue
+        print(f"| {op} | {fmt(jk)} | {fmt(rf)} | {statistics.median(jk) / statistics.median(rf):.2f}x |", flush=True)
+
+    print("\n| build into an empty cache | seconds |")
+    print("|---|---|")
+    warm = timed("import jitkern.ops as ops, torch, time\nt0 = time.perf_counter()\nops.warmup(dtypes=[torch.bfloat16])\n"
+                 "print('SECONDS', time.perf_counter() - t0)")
+    print(f"| `jitkern.ops.warmup(dtypes=[torch.bfloat16])` (every op, {len(__import__('jitkern.ops').ops.specs(dtypes=['bfloat16']))} modules) | {fmt(warm)} |")
+    arch = os.environ.get("JITKERN_CUDA_ARCH", "sm_90a")
+    with tempfile.TemporaryDirectory() as cache:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "jitkern", "prebuild", "--ops", "norm,quant,kv_transfer,wait_value", "--arch", arch,
+                        "--dtypes", "float16,bfloat16,float32", "-j", str(JOBS), "--cache-dir", cache + "/c"],
+                       check=True, capture_output=True, env=fresh_env(cache))
+        print(f"| `jitkern prebuild` of every op for fp16, bf16, fp32 ({arch}, -j {JOBS}) | {time.perf_counter() - t0:.2f} s |")
+
+
+if __name__ == "__main__":
+    main()
