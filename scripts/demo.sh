@@ -3,4 +3,5 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 source "$repo/scripts/setup.sh"
+echo "running the demo (python -m jitkern.demo) ..."
 cd /tmp && python -m jitkern.demo

@@ -2,7 +2,7 @@
 page-first, one layer and 61, K/V and MLA, row sizes from 4 bytes to 4 KiB, int32/int64 indices with
 duplicate sources and permuted destinations, strided caches, 0 indices, out-of-range indices (skipped, or
 IndexError with validate=True), pageable host memory refused, host indices (copy engines), CUDA graph
-capture, the seed's names. Every result is compared byte for byte with a torch reference."""
+capture, the `transfer_hicache_*` names (SGLang's keywords). Every result is compared byte for byte with a torch reference."""
 
 import pytest
 
