@@ -76,7 +76,7 @@ Config resolve_cache(const EngineConfig& c, const std::string& build_directory) 
     home = "/tmp/jitkern-" + std::to_string(::geteuid());
   }
   const std::string env_cache = settings::path("JITKERN_CACHE_DIR");
-  r.cache_dir = !build_directory.empty() ? build_directory
+  r.cache_dir = !build_directory.empty() ? settings::absolute_path(build_directory, "build_directory")
                 : !c.cache_dir.empty()   ? c.cache_dir
                 : !env_cache.empty()     ? env_cache
                                          : home + "/.cache/jitkern";

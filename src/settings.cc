@@ -60,13 +60,15 @@ std::string raw(const Setting& s) {
   return v != nullptr ? std::string(v) : std::string();
 }
 
-[[noreturn]] void invalid(const Setting& s, const std::string& value, const std::string& expected) {
-  throw std::invalid_argument(std::string("jitkern: ") + s.name + "='" + value + "': " + expected);
+[[noreturn]] void invalid(const char* name, const std::string& value, const std::string& expected) {
+  throw std::invalid_argument(std::string("jitkern: ") + name + "='" + value + "': " + expected);
 }
+
+[[noreturn]] void invalid(const Setting& s, const std::string& value, const std::string& expected) { invalid(s.name, value, expected); }
 
 // `value` as an absolute path: "~" and "~/..." are the home directory, "~user/..." that user's;
 // a relative path is taken from the working directory.
-std::string absolute(const Setting& s, const std::string& value) {
+std::string absolute(const char* name, const std::string& value) {
   std::string out = value;
   if (!out.empty() && out[0] == '~') {
     const std::size_t slash = out.find('/');
@@ -79,14 +81,14 @@ std::string absolute(const Setting& s, const std::string& value) {
       char buf[4096];
       const int rc = user.empty() ? ::getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &found)
                                   : ::getpwnam_r(user.c_str(), &pw, buf, sizeof buf, &found);
-      if (rc != 0 || found == nullptr || pw.pw_dir == nullptr) invalid(s, value, "no home directory for '~" + user + "'");
+      if (rc != 0 || found == nullptr || pw.pw_dir == nullptr) invalid(name, value, "no home directory for '~" + user + "'");
       home = pw.pw_dir;
     }
     out = home + (slash == std::string::npos ? "" : out.substr(slash));
   }
   if (!out.empty() && out[0] != '/') {
     char buf[PATH_MAX];
-    if (::getcwd(buf, sizeof buf) == nullptr) invalid(s, value, "a relative path, and the working directory cannot be read");
+    if (::getcwd(buf, sizeof buf) == nullptr) invalid(name, value, "a relative path, and the working directory cannot be read");
     out = std::string(buf) + "/" + out;
   }
   return out;
@@ -125,10 +127,10 @@ std::string parse_choice(const Setting& s, const std::string& value) {
 // Checks `value` for `s` by reading it as its kind.
 void validate(const Setting& s, const std::string& value) {
   switch (s.kind) {
-    case Kind::kPath: absolute(s, value); break;
+    case Kind::kPath: absolute(s.name, value); break;
     case Kind::kPathList:
       for (const auto& entry : text::split(value, ':'))
-        if (!entry.empty()) absolute(s, entry);
+        if (!entry.empty()) absolute(s.name, entry);
       break;
     case Kind::kFlag: parse_flag(s, value); break;
     case Kind::kSeconds: parse_seconds(s, value); break;
@@ -163,17 +165,19 @@ std::size_t distance(const std::string& a, const std::string& b) {
 
 std::string get(const char* name) { return raw(find(name)); }
 
+std::string absolute_path(const std::string& value, const char* what) { return value.empty() ? value : absolute(what, value); }
+
 std::string path(const char* name) {
   const Setting& s = find(name, Kind::kPath);
   const std::string v = raw(s);
-  return v.empty() ? v : absolute(s, v);
+  return v.empty() ? v : absolute(s.name, v);
 }
 
 std::vector<std::string> path_list(const char* name) {
   const Setting& s = find(name, Kind::kPathList);
   std::vector<std::string> out;
   for (const auto& entry : text::split(raw(s), ':'))
-    if (!entry.empty()) out.push_back(absolute(s, entry));
+    if (!entry.empty()) out.push_back(absolute(s.name, entry));
   return out;
 }
 

@@ -27,6 +27,9 @@ std::string get(const char* name);
 // A kPath setting as an absolute path ("" when unset); std::invalid_argument naming the variable
 // when it cannot be made absolute.
 std::string path(const char* name);
+// `value` made absolute as path() makes a setting ("~" expanded, a relative path taken from the working
+// directory); `what` names it in errors.
+std::string absolute_path(const std::string& value, const char* what);
 // A kPathList setting: its ':'-separated entries, each as path() makes it (empty entries dropped).
 std::vector<std::string> path_list(const char* name);
 // A kFlag setting: 1/true/yes/on or 0/false/no/off in any case; unset or empty is false. Anything

@@ -154,3 +154,12 @@ def test_doctor_fails_on_a_cache_it_cannot_write(tmp_path):
     assert "JITKERN_CACHE_DIR" in checks["cache directory"]["fix"]
     strict = run(["unshare", "-m", "sh", "-c", script], env_with(JITKERN_CACHE_DIR=cache, JITKERN_ON_MISS="error"))
     assert strict.returncode == 0, strict.stdout
+
+
+def test_a_relative_build_directory_is_taken_from_the_working_directory(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    code = LOADER.replace('cpp_wrappers=[("f", "scale<3>")])', 'cpp_wrappers=[("f", "scale<3>")], build_directory="own-cache")')
+    proc = run([sys.executable, "-c", code], env_with(JITKERN_CACHE_DIR=tmp_path / "unused"), cwd=work)
+    assert "RESULT 3.0" in proc.stdout, proc.stdout + proc.stderr
+    assert any((work / "own-cache").glob("settings_scale_3-*/manifest"))
