@@ -177,3 +177,27 @@ def test_runtime_queries():
     assert m.runtime(2, 0) >= 12000
     assert 1 <= m.runtime(3, 0) <= 2
     assert m.runtime(4, 0) > 0
+
+
+def test_compat_python_names(cache_dir, monkeypatch):
+    """jitkern.compat: relative files resolve against set_csrc_dir, template arguments come from
+    make_cpp_args, and kernel check failures are RuntimeError while staying ValueError/TypeError."""
+    np = pytest.importorskip("numpy")
+    from jitkern import compat
+
+    monkeypatch.setattr(compat, "_csrc_dir", None)
+    compat.set_csrc_dir(KERNELS)
+    args = compat.make_cpp_args(3)
+    assert isinstance(args, compat.CPPArgList) and str(args) == "3"
+    m = compat.load_jit("compat_scale", *args, cpp_files=["scale_cpu.h"], cpp_wrappers=[("scale", f"scale<{args}>"), ("fails", "always_fails")])
+    a = np.arange(4, dtype=np.float32)
+    b = np.empty_like(a)
+    m.scale(b, a)
+    assert b.tolist() == [0, 3, 6, 9]
+    with pytest.raises(RuntimeError, match=r"value must exceed 100, got 5") as e:
+        m.fails(5)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(RuntimeError, match=r"scale\(\) takes 2 arguments") as e:
+        m.scale(a)
+    assert isinstance(e.value, TypeError)
+    assert compat.cache_once is jitkern.cache_once
