@@ -15,20 +15,27 @@
 #include <jitkern/optional.h>
 #include <jitkern/tensor_view.h>
 
+// The exported expression may be any constant that names one function: `f`, `&f`, `f<3>`,
+// `&Kernel<3>::run` (a static member), or a capture-less lambda; it is held in a constant first.
+#define JITKERN_EXPORT_FUNCTION_(NAME, ...) \
+  static constexpr auto jitkern_export_fn_##NAME = ::jitkern::ffi::function_pointer(__VA_ARGS__);
+
 #define JITKERN_EXPORT(NAME, ...)                                                                          \
+  JITKERN_EXPORT_FUNCTION_(NAME, __VA_ARGS__)                                                              \
   extern "C" __attribute__((visibility("default"))) int __tvm_ffi_##NAME(                                  \
       void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {                                 \
-    return ::jitkern::ffi::safe_call<&__VA_ARGS__>(#NAME, nullptr, args, num_args, result);               \
+    return ::jitkern::ffi::safe_call<jitkern_export_fn_##NAME>(#NAME, nullptr, args, num_args, result);   \
   }
 
 // ARG_NAMES: a string literal, the parameters' names separated by commas (checked against the arity).
 #define JITKERN_EXPORT_NAMED(NAME, ARG_NAMES, ...)                                                         \
+  JITKERN_EXPORT_FUNCTION_(NAME, __VA_ARGS__)                                                              \
   static_assert(::jitkern::ffi::count_names(ARG_NAMES) ==                                                  \
-                    ::jitkern::ffi::Signature<decltype(&__VA_ARGS__)>::kArity,                              \
+                    ::jitkern::ffi::Signature<std::remove_cv_t<decltype(jitkern_export_fn_##NAME)>>::kArity,  \
                 "JITKERN_EXPORT_NAMED(" #NAME "): the number of argument names differs from the arity");   \
   extern "C" __attribute__((visibility("default"))) int __tvm_ffi_##NAME(                                  \
       void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {                                 \
-    return ::jitkern::ffi::safe_call<&__VA_ARGS__>(#NAME, ARG_NAMES, args, num_args, result);             \
+    return ::jitkern::ffi::safe_call<jitkern_export_fn_##NAME>(#NAME, ARG_NAMES, args, num_args, result); \
   }
 
 #endif  // JITKERN_EXPORT_H_

@@ -12,6 +12,7 @@
 // The header only records the pattern; matching and message formatting are in the runtime library.
 #pragma once
 
+#include <jitkern/optional.h>
 #include <jitkern/tensor_view.h>
 #include <jitkern/utils.h>
 
@@ -66,6 +67,13 @@ struct SymbolicSize {
   int64_t unwrap(DebugInfo where = {}) const;
   void set_value(int64_t value) { m_value = value, m_resolved = true; }
   const char* annotation() const { return m_annotation; }
+  const char* get_name() const { return m_annotation ? m_annotation : "(unnamed)"; }
+  jitkern::Optional<int64_t> get_value() const { return m_resolved ? jitkern::Optional<int64_t>(m_value) : jitkern::Optional<int64_t>(); }
+  // Resolves the symbol to `value`, or checks `value` against it; `prefix` and `dim` say where it came from.
+  void verify(int64_t value, const char* prefix = "", int64_t dim = -1, DebugInfo where = {}) {
+    if (!m_resolved) return set_value(value);
+    RuntimeCheck(where, m_value == value, prefix, ": size mismatch for ", get_name(), " at dim ", dim, ": expected ", m_value, " but got ", value);
+  }
 
   // Library-private state, public to keep the type a simple aggregate-like struct.
   const char* m_annotation;
@@ -81,9 +89,26 @@ struct SymbolicDType {
 
   bool has_value() const { return m_resolved; }
   DLDataType unwrap(DebugInfo where = {}) const;
+  void set_value(DLDataType value) { m_value = value, m_resolved = true; }
+  jitkern::Optional<DLDataType> get_value() const { return m_resolved ? jitkern::Optional<DLDataType>(m_value) : jitkern::Optional<DLDataType>(); }
   template <typename T>
   bool is_type() const {
     return m_resolved && dtype_equal(m_value, dtype_trait<T>::value);
+  }
+  // The allowed dtypes; `options` (anything with data() and size(), e.g. a span) must outlive the symbol.
+  template <typename Span>
+  void set_options(const Span& options) {
+    m_options = options.data(), m_num_options = options.size();
+  }
+  template <typename... Ts>
+  void set_options();  // defined after detail::kDTypeList
+  // Resolves the symbol to `value` (one of its options), or checks `value` against it.
+  void verify(DLDataType value, DebugInfo where = {}) {
+    bool allowed = m_options == nullptr;
+    for (std::size_t i = 0; i < m_num_options; ++i) allowed = allowed || dtype_equal(m_options[i], value);
+    RuntimeCheck(where, allowed, "SymbolicDType: dtype ", value, " is not one of the options");
+    if (!m_resolved) return set_value(value);
+    RuntimeCheck(where, dtype_equal(m_value, value), "SymbolicDType: dtype ", value, " differs from the resolved ", m_value);
   }
 
   const DLDataType* m_options = nullptr;  // static storage; null = any dtype
@@ -101,6 +126,22 @@ struct SymbolicDevice {
   bool has_value() const { return m_resolved; }
   DLDevice unwrap(DebugInfo where = {}) const;
   void set_value(DLDevice value) { m_value = value, m_resolved = true; }
+  jitkern::Optional<DLDevice> get_value() const { return m_resolved ? jitkern::Optional<DLDevice>(m_value) : jitkern::Optional<DLDevice>(); }
+  template <typename Span>
+  void set_options(const Span& device_types) {
+    m_allowed_mask = 0;
+    for (std::size_t i = 0; i < device_types.size(); ++i) m_allowed_mask |= uint64_t{1} << static_cast<unsigned>(device_types.data()[i]);
+  }
+  template <DLDeviceType... Codes>
+  void set_options();  // defined after detail::kDeviceMask
+  // Resolves the symbol to `value` (of an allowed type), or checks `value` against it.
+  void verify(DLDevice value, DebugInfo where = {}) {
+    RuntimeCheck(where, m_allowed_mask == 0 || (m_allowed_mask >> static_cast<unsigned>(value.device_type) & 1),
+                 "SymbolicDevice: device ", value, " is not of the allowed types");
+    if (!m_resolved) return set_value(value);
+    RuntimeCheck(where, m_value.device_type == value.device_type && m_value.device_id == value.device_id, "SymbolicDevice: device ",
+                 value, " differs from the resolved ", m_value);
+  }
 
   uint64_t m_allowed_mask = 0;  // bit per DLDeviceType; 0 = any device
   DLDevice m_value = {};
@@ -124,6 +165,15 @@ template <DLDeviceType... Codes>
 inline constexpr uint64_t kDeviceMask = ((uint64_t{1} << static_cast<unsigned>(Codes)) | ... | 0);
 
 }  // namespace detail
+
+template <typename... Ts>
+void SymbolicDType::set_options() {
+  m_options = detail::kDTypeList<Ts...>, m_num_options = sizeof...(Ts);
+}
+template <DLDeviceType... Codes>
+void SymbolicDevice::set_options() {
+  m_allowed_mask = detail::kDeviceMask<Codes...>;
+}
 
 // with_dtype(dtype_v<Ts...>) and with_device(device_v<Codes...>): the value forms of
 // with_dtype<Ts...>() and with_device<Codes...>(), which need no `.template` inside templates.

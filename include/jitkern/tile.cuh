@@ -14,9 +14,15 @@ struct Memory {
   int rank;
   int size;
 
+  // Participant `rank` of `size`; any integer types (the reference framework passes uint32_t).
+  template <typename R, typename S>
+  JITKERN_DEVICE constexpr Memory(R rank, S size) : rank(static_cast<int>(rank)), size(static_cast<int>(size)) {}
+
   static JITKERN_DEVICE Memory thread() { return {0, 1}; }
-  static JITKERN_DEVICE Memory warp() { return {static_cast<int>(threadIdx.x % kWarpThreads), kWarpThreads}; }
-  static JITKERN_DEVICE Memory cta() { return {static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
+  // `n` lanes per group (default: the whole warp).
+  static JITKERN_DEVICE Memory warp(int n = kWarpThreads) { return {static_cast<int>(threadIdx.x % n), n}; }
+  static JITKERN_DEVICE Memory cta() { return {threadIdx.x, blockDim.x}; }
+  static JITKERN_DEVICE Memory cta(int n) { return {threadIdx.x, n}; }
 
   // dst[k] = src[rank + k * size] for k < N, or `fill` past the end `n`.
   template <int N>
@@ -35,6 +41,12 @@ struct Memory {
       if (i < n) dst[i] = src[k];
     }
   }
+
+  // One element, unchecked: element rank + k * size of `ptr` (the reference framework's form; pair
+  // it with in_bound).
+  JITKERN_DEVICE T load(const void* ptr, int64_t k = 0) const { return static_cast<const T*>(ptr)[rank + k * size]; }
+  JITKERN_DEVICE void store(void* ptr, T value, int64_t k = 0) const { static_cast<T*>(ptr)[rank + k * size] = value; }
+  JITKERN_DEVICE bool in_bound(int64_t count, int64_t k = 0) const { return rank + k * size < count; }
 };
 
 }  // namespace device::tile

@@ -2,6 +2,11 @@
 // have 256-bit loads, sm_100+).
 #pragma once
 
+#ifdef SGL_KERNEL_VEC_CUH_
+#error "<jitkern/vec.cuh> and <sgl_kernel/vec.cuh> define device::AlignedVector differently; include one per translation unit"
+#endif
+#define JITKERN_VEC_CUH_
+
 #include <jitkern/utils.cuh>
 
 #include <cstddef>

@@ -50,7 +50,7 @@ def wheel(tmp_path_factory):
 def test_wheel_is_manylinux_and_carries_headers_kernels_and_libraries(wheel):
     assert "manylinux_" in wheel.name, wheel.name
     names = zipfile.ZipFile(wheel).namelist()
-    for required in ("jitkern/lib/libjitkern_engine.so", "jitkern/lib/libjitkern_runtime.so", "jitkern/include/jitkern/tensor.h",
+    for required in ("jitkern/lib/libjitkern_engine.so", "jitkern/lib/libjitkern_runtime.so", "jitkern/include/jitkern/tensor.h", "jitkern/include/sgl_kernel/utils.cuh",
                      "jitkern/csrc/norm.cuh", "jitkern/engine-include/jitkern/jit.h", "jitkern/cli.py"):
         assert required in names, required
     assert not any("libtvm_ffi" in n for n in names), "tvm-ffi must come from its own wheel, not be vendored"

@@ -205,6 +205,14 @@ inline void set_result(TVMFFIAny* result, R value) {
   }
 }
 
+// The function pointer an export expression names: a function or function pointer as it is, a
+// capture-less lambda through its conversion (unary +).
+template <typename F>
+constexpr auto function_pointer(F f) {
+  if constexpr (std::is_pointer_v<F>) return f;
+  else return +f;
+}
+
 template <typename F>
 struct Signature;
 template <typename R, typename... A>
