@@ -19,8 +19,10 @@ class DtypeFamily:
         self.specs = tuple(self.spec(d) for d in self.DTYPES)
 
     def spec(self, dtype) -> JitSpec:
-        """The module for one element type (a torch dtype or its name)."""
+        """The module for one element type (a torch dtype or its name; TypeError for one the family has no kernels for)."""
         t = cpp_type(dtype)
+        if str(dtype).removeprefix("torch.") not in self.DTYPES:
+            raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return JitSpec(self.name, t, cuda_files=[f"{self.name}.cuh"],
                        cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", args) for op, args in self.ops.items()])
 
