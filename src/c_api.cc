@@ -154,11 +154,31 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-// `jitkern cache ...`: fields op (ls, verify, prune, clear), cache_dir, lock_dir (empty: the usual
-// defaults), max_bytes, older_than_s (prune; -1: no limit), dry_run (prune, clear). Returns a JSON object:
-// {"cache_dir", "lock_dir", "entries": [...]} for ls, {"cache_dir", "lock_dir", "outcomes": [...]} otherwise.
+std::string summary_json(const jitkern::store::Summary& e, const std::string& stem) {
+  return "{\"stem\": " + json_string(stem) + ", \"status\": " + json_string(e.status) + ", \"module\": " + json_string(e.module) +
+         ", \"arch\": " + json_string(e.arch) + ", \"key\": " + json_string(e.key) + ", \"bytes\": " + std::to_string(e.bytes) +
+         ", \"built_unix\": " + std::to_string(e.built_unix) + ", \"build_ms\": " + std::to_string(e.build_ms) +
+         ", \"last_use_unix\": " + std::to_string(e.last_use_unix);
+}
+
+std::string stats_json(const jitkern::store::Store& store) {
+  const auto s = jitkern::cache::stats(store);
+  const auto used = [](int64_t n) { return n < 0 ? std::string("null") : std::to_string(n); };
+  return "{\"cache_dir\": " + json_string(store.root()) + ", \"prebuilt\": " + (store.read_only() ? "true" : "false") +
+         ", \"entries\": " + std::to_string(s.entries) + ", \"bytes\": " + std::to_string(s.bytes) + ", \"compiles\": " +
+         std::to_string(s.compiles) + ", \"build_ms\": " + std::to_string(s.build_ms) + ", \"failures\": " + std::to_string(s.failures) +
+         ", \"incomplete\": " + std::to_string(s.incomplete) + ", \"used_day\": " + used(s.used_day) + ", \"used_week\": " +
+         used(s.used_week) + "}";
+}
+
+// `jitkern cache ...`: fields op (ls, show, stats, verify, prune, clear, rm), cache_dir (empty: the
+// usual default; given, it must exist), lock_dir, max_bytes, older_than_s (prune; -1: no limit),
+// dry_run (prune, clear, rm), match (show, rm; repeated). Returns a JSON object {"cache_dir",
+// "lock_dir", ...}: "entries": [...] for ls and show (show adds the manifest's facts), "caches":
+// [...] for stats (the cache, then each JITKERN_PREBUILT_DIRS layer), "outcomes": [...] otherwise.
 std::string cache_command(const std::string& text) {
   std::string op, build_dir;
+  std::vector<std::string> match;
   jitkern::EngineConfig cfg;
   long long max_bytes = -1;
   double older_than_s = -1;
@@ -170,27 +190,48 @@ std::string cache_command(const std::string& text) {
     else if (key == "max_bytes") max_bytes = std::stoll(value);
     else if (key == "older_than_s") older_than_s = std::stod(value);
     else if (key == "dry_run") dry_run = value == "1";
+    else if (key == "match") match.push_back(value);
     else throw std::invalid_argument("jitkern: unknown cache request key '" + key + "'");
   }
   const auto dirs = jitkern::plan::resolve_cache(cfg, build_dir);
   const auto store = jitkern::store::Store::writable(dirs);
+  if (!build_dir.empty() && !store.exists()) throw std::invalid_argument("jitkern: cache directory " + build_dir + " does not exist");
   std::string out = "{\"cache_dir\": " + json_string(dirs.cache_dir) + ", \"lock_dir\": " + json_string(dirs.lock_dir);
   if (op == "ls") {
     out += ", \"entries\": [";
     bool first = true;
     for (const auto& e : jitkern::cache::list(store)) {
-      out += std::string(first ? "" : ", ") + "{\"stem\": " + json_string(e.stem) + ", \"status\": " + json_string(e.status) +
-             ", \"module\": " + json_string(e.module) + ", \"arch\": " + json_string(e.arch) + ", \"bytes\": " +
-             std::to_string(e.bytes) + ", \"built_unix\": " + std::to_string(e.built_unix) + ", \"build_ms\": " +
-             std::to_string(e.build_ms) + ", \"last_use_unix\": " + std::to_string(e.last_use_unix) + "}";
+      out += std::string(first ? "" : ", ") + summary_json(e, e.stem) + "}";
       first = false;
     }
+    return out + "]}";
+  }
+  if (op == "show") {
+    out += ", \"entries\": [";
+    bool first = true;
+    for (const auto& e : jitkern::cache::find(store, match)) {
+      const auto d = store.entry(e.stem).details();
+      std::string compilers;
+      for (const auto& c : d.compilers) compilers += std::string(compilers.empty() ? "" : ", ") + json_string(c);
+      out += std::string(first ? "" : ", ") + summary_json(d, e.stem) + ", \"content_key\": " + json_string(d.content_key) +
+             ", \"toolchain\": " + json_string(d.toolchain) + ", \"library\": " + json_string(d.library) +
+             ", \"library_bytes\": " + std::to_string(d.library_bytes) + ", \"compilers\": [" + compilers +
+             "], \"dependencies\": " + std::to_string(d.dependencies) + ", \"failure\": " + json_string(d.failure) + "}";
+      first = false;
+    }
+    return out + "]}";
+  }
+  if (op == "stats") {
+    out += ", \"caches\": [" + stats_json(store);
+    if (build_dir.empty())
+      for (const auto& layer : jitkern::store::Store::prebuilt_layers()) out += ", " + stats_json(layer);
     return out + "]}";
   }
   std::vector<jitkern::cache::Outcome> outcomes;
   if (op == "verify") outcomes = jitkern::cache::verify(store);
   else if (op == "prune") outcomes = jitkern::cache::prune(store, max_bytes, older_than_s, dry_run);
   else if (op == "clear") outcomes = jitkern::cache::clear(store, dry_run);
+  else if (op == "rm") outcomes = jitkern::cache::remove(store, match, dry_run);
   else throw std::invalid_argument("jitkern: unknown cache operation '" + op + "'");
   out += ", \"outcomes\": [";
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
@@ -326,6 +367,34 @@ __attribute__((visibility("default"))) int jitkern_cache(const char* request, si
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
     return 3;
+  }
+}
+
+// Checks a build request as a build would before compiling (plan::validate: names, files, wrappers,
+// cuda_arch) and builds nothing: 0, or 2 with *out_error naming the field. For `jitkern prebuild`.
+__attribute__((visibility("default"))) int jitkern_check_request(const char* request, size_t length, char** out_error) {
+  *out_error = nullptr;
+  try {
+    jitkern::BuildRequest req;
+    jitkern::EngineConfig cfg;
+    parse_request(std::string(request, length), &req, &cfg);
+    jitkern::plan::validate(req);
+    return 0;
+  } catch (const std::exception& e) {
+    *out_error = dup(e.what());
+    return 2;
+  }
+}
+
+// toolchain::validate_arch: 0, or 2 with *out_error saying which forms are valid.
+__attribute__((visibility("default"))) int jitkern_check_arch(const char* arch, char** out_error) {
+  *out_error = nullptr;
+  try {
+    jitkern::toolchain::validate_arch(arch);
+    return 0;
+  } catch (const std::exception& e) {
+    *out_error = dup(e.what());
+    return 2;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #include "fs_util.h"
 
@@ -13,6 +14,14 @@ int64_t now_unix() {
 }
 
 const char* removed(bool dry_run) { return dry_run ? "would remove" : "removed"; }
+
+// Removes one entry unless someone holds its lock (never waits: a build or load in progress wins).
+Outcome remove_unless_busy(const store::Store& store, const Entry& e, const std::string& why, bool dry_run) {
+  const auto lock = store.entry(e.stem).try_lock(false);
+  if (!lock) return {e.stem, "busy", "being built or loaded; kept", e.bytes};
+  if (!dry_run) store.entry(e.stem).remove();
+  return {e.stem, removed(dry_run), why, e.bytes};
+}
 
 }  // namespace
 
@@ -80,35 +89,65 @@ std::vector<Outcome> prune(const store::Store& store, int64_t max_bytes, double 
     const bool over = max_bytes >= 0 && total > max_bytes;
     if (!old && !over) continue;
     const std::string why = old ? "unused for more than the age limit" : "least recently used, over the size limit";
-    const auto lock = store.entry(e.stem).try_lock(false);
-    if (!lock) {
-      out.push_back({e.stem, "busy", "being built or loaded; kept", e.bytes});
-      continue;
-    }
-    if (!dry_run) store.entry(e.stem).remove();
-    out.push_back({e.stem, removed(dry_run), why, e.bytes});
-    total -= e.bytes;
+    const Outcome o = remove_unless_busy(store, e, why, dry_run);
+    if (o.action != "busy") total -= e.bytes;
+    out.push_back(o);
   }
   return out;
 }
 
 std::vector<Outcome> clear(const store::Store& store, bool dry_run) {
   std::vector<Outcome> out;
-  for (const auto& e : list(store)) {
-    const auto lock = store.entry(e.stem).try_lock(false);
-    if (!lock) {
-      out.push_back({e.stem, "busy", "being built or loaded; kept", e.bytes});
-      continue;
-    }
-    if (!dry_run) store.entry(e.stem).remove();
-    out.push_back({e.stem, removed(dry_run), "cleared", e.bytes});
-  }
+  for (const auto& e : list(store)) out.push_back(remove_unless_busy(store, e, "cleared", dry_run));
   int64_t bytes = store.toolchain_records_bytes();
   if (bytes > 0) {
     if (!dry_run) store.remove_toolchain_records();
     out.push_back({"toolchains", removed(dry_run), "compiler identity records", bytes});
   }
   return out;
+}
+
+std::vector<Entry> find(const store::Store& store, const std::vector<std::string>& what) {
+  const std::vector<Entry> all = list(store);
+  std::vector<Entry> out;
+  for (const auto& w : what) {
+    const bool key_prefix = w.size() >= kMinKeyPrefix && w.find_first_not_of("0123456789abcdef") == std::string::npos;
+    bool any = false;
+    for (const auto& e : all) {
+      // A module's entries are named after it (the store's rule), also those without a manifest.
+      const bool named = e.module == w || e.stem == w || store::Store::stem_of(w, e.key) == e.stem;
+      if (!named && !(key_prefix && e.key.rfind(w, 0) == 0)) continue;
+      any = true;
+      if (std::none_of(out.begin(), out.end(), [&](const Entry& o) { return o.stem == e.stem; })) out.push_back(e);
+    }
+    if (!any)
+      throw std::invalid_argument("jitkern: no entry of " + store.root() + " is named by '" + w + "' (give a module name, an entry's name or at least " +
+                                  std::to_string(kMinKeyPrefix) + " hex digits of its key, as `jitkern cache ls` shows them)");
+  }
+  return out;
+}
+
+std::vector<Outcome> remove(const store::Store& store, const std::vector<std::string>& what, bool dry_run) {
+  std::vector<Outcome> out;
+  for (const auto& e : find(store, what)) out.push_back(remove_unless_busy(store, e, "removed on request", dry_run));
+  return out;
+}
+
+Stats stats(const store::Store& store) {
+  Stats s;
+  const int64_t now = now_unix();
+  if (!store.read_only()) s.used_day = s.used_week = 0;
+  for (const auto& e : list(store)) {
+    ++s.entries;
+    s.bytes += e.bytes;
+    s.failures += e.status == "failed";
+    s.incomplete += e.status == "incomplete";
+    if (e.status == "ok") ++s.compiles, s.build_ms += e.build_ms;
+    if (store.read_only() || e.status != "ok") continue;
+    s.used_day += now - e.last_use_unix <= 86400;
+    s.used_week += now - e.last_use_unix <= 7 * 86400;
+  }
+  return s;
 }
 
 }  // namespace jitkern::cache

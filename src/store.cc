@@ -179,6 +179,11 @@ bool Store::is_stem(const std::string& name) {
   return name.find_first_not_of("0123456789abcdef", dash + 1) == std::string::npos;
 }
 
+bool Store::exists() const {
+  struct stat st {};
+  return ::stat(m_root.c_str(), &st) == 0;
+}
+
 std::vector<std::string> Store::stems() const {
   std::vector<std::string> out;
   for (const auto& n : names_in(m_root)) {
@@ -543,21 +548,30 @@ std::vector<std::pair<std::string, int64_t>> Entry::superseded_libraries() const
   return out;
 }
 
-Summary Entry::summary() const {
-  Summary s;
+Summary Entry::summary() const { return details(); }
+
+Details Entry::details() const {
+  Details s;
   measure(m_dir, &s.bytes, &s.last_use_unix);
+  s.key = m_stem.substr(m_stem.rfind('-') + 1);
   std::string text;
   Manifest m;
   struct stat st {};
   // Read without touching the access time, which records the entry's last load.
   if (::stat((m_dir + "/" + kManifest).c_str(), &st) == 0 && fs::read_file(m_dir + "/" + kManifest, &text, true) && manifest::parse(text, &m)) {
     s.status = "ok";
-    s.module = m.module, s.arch = m.arch, s.built_unix = m.built_unix, s.build_ms = m.build_ms;
+    s.module = m.module, s.arch = m.arch, s.built_unix = m.built_unix, s.build_ms = m.build_ms, s.key = m.request_key;
     s.last_use_unix = st.st_atim.tv_sec > 0 ? st.st_atim.tv_sec : m.built_unix;
+    s.content_key = m.full_key, s.toolchain = m.toolchain, s.library = m_dir + "/" + m.lib_name;
+    s.library_bytes = ::stat(s.library.c_str(), &st) == 0 ? st.st_size : 0;
+    for (const auto& c : m.compilers) s.compilers.push_back(c.path);
+    s.dependencies = m.deps.size();
     return s;
   }
   Failure f;
-  s.status = fs::read_file(m_dir + "/" + kFailure, &text, true) && manifest::parse(text, &f) ? "failed" : "incomplete";
+  const bool failed = fs::read_file(m_dir + "/" + kFailure, &text, true) && manifest::parse(text, &f);
+  s.status = failed ? "failed" : "incomplete";
+  if (failed) s.key = f.request_key, s.failure = f.message, s.dependencies = f.deps.size();
   return s;
 }
 

@@ -55,8 +55,18 @@ class Store;
 struct Summary {
   std::string status;  // "ok" (a published library), "failed" (a remembered failure), "incomplete"
   std::string module, arch;
+  std::string key;  // the request key (the manifest's or failure's; else the digits the entry's name holds)
   int64_t bytes = 0, built_unix = 0, build_ms = 0;
   int64_t last_use_unix = 0;  // the last load (the manifest's access time), else the newest file
+};
+
+// What `jitkern cache show` adds: the manifest's facts (empty where the entry has no manifest).
+struct Details : Summary {
+  std::string content_key, toolchain, library;  // library: its path
+  int64_t library_bytes = 0;
+  std::vector<std::string> compilers;  // the paths they were found at
+  std::size_t dependencies = 0;
+  std::string failure;  // a remembered failure's message
 };
 
 class Entry {
@@ -109,6 +119,7 @@ class Entry {
 
   // ---- administration ----
   Summary summary() const;
+  Details details() const;
   // Removes the whole entry (hold try_lock(false)).
   void remove() const;
   // Libraries (and their records) that the manifest no longer names: (file name, bytes).
@@ -133,6 +144,8 @@ class Store {
   static std::vector<Store> prebuilt_layers();
 
   const std::string& root() const { return m_root; }
+  // Whether the store's directory exists (a nonexistent one named by an operator is a mistake).
+  bool exists() const;
   const std::string& lock_dir() const { return m_lock_dir; }
   bool read_only() const { return m_read_only; }
 

@@ -39,6 +39,10 @@ def _load() -> ctypes.CDLL:
     lib.jitkern_version.restype = ctypes.c_char_p
     lib.jitkern_cache.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_cache.restype = ctypes.c_int
+    lib.jitkern_check_request.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_check_request.restype = ctypes.c_int
+    lib.jitkern_check_arch.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_check_arch.restype = ctypes.c_int
     lib.jitkern_arch_for_capability.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.jitkern_arch_for_capability.restype = ctypes.c_void_p
     lib.jitkern_setting_flag.argtypes = [ctypes.c_char_p]
@@ -139,10 +143,13 @@ def build(request: bytes, mode: int) -> str:
     raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
 
 
-def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_than_s: float = -1, dry_run: bool = False) -> dict:
-    """Cache administration (src/cache_admin.h): op is ls, verify, prune or clear (dry_run: prune and
-    clear); returns the engine's JSON answer as a dict."""
+def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_than_s: float = -1, dry_run: bool = False,
+          match: Iterable[str] = ()) -> dict:
+    """Cache administration (src/cache_admin.h): op is ls, show, stats, verify, prune, clear or rm
+    (dry_run: prune, clear and rm; match: the entries show and rm name); returns the engine's JSON
+    answer as a dict (cache_command in src/c_api.cc). A cache_dir given must exist (else ValueError)."""
     fields = [("op", op), ("max_bytes", str(max_bytes)), ("older_than_s", repr(float(older_than_s))), ("dry_run", "1" if dry_run else "0")]
+    fields += [("match", m) for m in match]
     if cache_dir:
         fields.append(("cache_dir", cache_dir))
     request = _encode(fields)
@@ -157,6 +164,20 @@ def config() -> dict:
     """Every setting as set, as it applies and from where, with what is wrong with it; the unknown
     JITKERN_* variables; the prebuilt layers and why one would be ignored (src/c_api.cc config_json)."""
     return json.loads(_take(_LIB.jitkern_config()))
+
+
+def check_request(request: bytes) -> None:
+    """ValueError naming the field for what a build of `request` would refuse before compiling; builds nothing."""
+    error = ctypes.c_void_p()
+    if _LIB.jitkern_check_request(request, len(request), ctypes.byref(error)) != 0:
+        raise ValueError(_take(error.value))
+
+
+def check_arch(arch: str) -> None:
+    """ValueError saying the valid forms when `arch` is no CUDA target jitkern accepts."""
+    error = ctypes.c_void_p()
+    if _LIB.jitkern_check_arch(arch.encode(), ctypes.byref(error)) != 0:
+        raise ValueError(_take(error.value))
 
 
 def settings_markdown() -> str:

@@ -1,6 +1,6 @@
 """The `jitkern` command (also `python -m jitkern`): clangd, config, cache, prebuild, doctor.
 
-With no subcommand it writes a .clangd, as `jitkern clangd` does. Every subcommand has --help."""
+Every subcommand has --help; options go after the subcommand they belong to."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -119,38 +120,57 @@ def _when(unix: int) -> str:
 
 
 # Which `jitkern cache` actions take which options (anything else is refused, never silently ignored).
-_CACHE_OPTIONS = {"dry_run": ("prune", "clear"), "max_size": ("prune",), "older_than": ("prune",), "json": ("ls",)}
+_CACHE_OPTIONS = {"dry_run": ("--dry-run", ("prune", "clear", "rm")), "max_size": ("--max-size", ("prune",)),
+                  "older_than": ("--older-than", ("prune",)), "json": ("--json", ("ls", "show", "stats")),
+                  "entries": ("naming entries", ("show", "rm"))}
+
+
+def _cache_table(entries: list) -> None:
+    print(f"{'module':32} {'key':12} {'arch':8} {'size':>10} {'built':16} {'build s':>7} {'last use':16} status")
+    for e in sorted(entries, key=lambda e: -e["last_use_unix"]):
+        module = e["module"] or e["stem"].rpartition("-")[0]
+        print(f"{module[:32]:32} {e['key'][:12]:12} {e['arch'] or '-':8} {human_size(e['bytes']):>10} {_when(e['built_unix']):16} "
+              f"{e['build_ms'] / 1000:7.2f} {_when(e['last_use_unix']):16} {e['status']}")
+
+
+def _cache_show(entries: list) -> None:
+    for i, e in enumerate(entries):
+        print(("\n" if i else "") + f"{e['module'] or e['stem']} ({e['status']})")
+        rows = [("entry", e["stem"]), ("arch", e["arch"] or "-"), ("key", e["key"]), ("content key", e["content_key"] or "-"),
+                ("library", f"{e['library']} ({human_size(e['library_bytes'])})" if e["library"] else "-"),
+                ("built", f"{_when(e['built_unix'])} in {e['build_ms'] / 1000:.2f} s" if e["built_unix"] else "-"),
+                ("last use", _when(e["last_use_unix"])), ("entry size", human_size(e["bytes"])),
+                ("compilers", ", ".join(e["compilers"]) or "-"), ("dependencies", f"{e['dependencies']} files")]
+        if e["failure"]:
+            rows.append(("failure", e["failure"].strip().splitlines()[0]))
+        for name, value in rows:
+            print(f"  {name:13} {value}")
+
+
+def _cache_stats(caches: list) -> None:
+    for c in caches:
+        mean = f", mean {c['build_ms'] / c['compiles'] / 1000:.2f} s" if c["compiles"] else ""
+        print(f"{c['cache_dir']}{' (prebuilt)' if c['prebuilt'] else ''}: {c['entries']} entries, {human_size(c['bytes'])}")
+        print(f"  compiles:  {c['compiles']} ({c['build_ms'] / 1000:.1f} s in all{mean})")
+        print(f"  failures:  {c['failures']} remembered; {c['incomplete']} incomplete entries")
+        if c["used_day"] is None:
+            print("  used:      not recorded (a load never writes a prebuilt cache)")
+        else:
+            print(f"  used:      {c['used_day']} entries in the last day, {c['used_week']} in the last week")
 
 
 def cmd_cache(args) -> int:
     from ._engine import cache
 
-    for option, actions in _CACHE_OPTIONS.items():
-        if getattr(args, option) not in (None, False) and args.action not in actions:
-            flag = "--" + option.replace("_", "-")
-            print(f"jitkern cache {args.action}: {flag} applies only to {' and '.join(actions)}", file=sys.stderr)
+    for option, (flag, actions) in _CACHE_OPTIONS.items():
+        if getattr(args, option) not in (None, False, []) and args.action not in actions:
+            names = f"{', '.join(actions[:-1])} and {actions[-1]}" if len(actions) > 1 else actions[0]
+            print(f"jitkern cache {args.action}: {flag} applies only to {names}", file=sys.stderr)
             return 2
-    if args.action in ("ls", "du"):
-        answer = cache("ls", args.cache_dir)
-        entries = answer["entries"]
-        if args.action == "du":
-            by_status: dict[str, list[int]] = {}
-            for e in entries:
-                by_status.setdefault(e["status"], []).append(e["bytes"])
-            print(f"{answer['cache_dir']}: {len(entries)} entries, {human_size(sum(e['bytes'] for e in entries))}")
-            for status, sizes in sorted(by_status.items()):
-                print(f"  {status}: {len(sizes)} entries, {human_size(sum(sizes))}")
-            return 0
-        if args.json:
-            print(json.dumps(answer, indent=1))
-            return 0
-        print(f"{answer['cache_dir']} ({len(entries)} entries)")
-        print(f"{'module':40} {'arch':8} {'size':>10} {'built':16} {'build s':>7} {'last use':16} status")
-        for e in sorted(entries, key=lambda e: -e["last_use_unix"]):
-            module = e["module"] or e["stem"]
-            print(f"{module[:40]:40} {e['arch'] or '-':8} {human_size(e['bytes']):>10} {_when(e['built_unix']):16} "
-                  f"{e['build_ms'] / 1000:7.2f} {_when(e['last_use_unix']):16} {e['status']}")
-        return 0
+    if args.action in _CACHE_OPTIONS["entries"][1] and not args.entries:
+        print(f"jitkern cache {args.action}: name the entries: a module name, or at least 4 hex digits of a key "
+              "(as `jitkern cache ls` shows them)", file=sys.stderr)
+        return 2
     if args.action == "prune" and args.max_size is None and args.older_than is None:
         print("jitkern cache prune: give --max-size and/or --older-than", file=sys.stderr)
         return 2
@@ -158,9 +178,35 @@ def cmd_cache(args) -> int:
     if args.action == "prune":
         kwargs = dict(max_bytes=-1 if args.max_size is None else args.max_size,
                       older_than_s=-1 if args.older_than is None else args.older_than, dry_run=args.dry_run)
-    elif args.action == "clear":
-        kwargs = dict(dry_run=args.dry_run)
-    answer = cache(args.action, args.cache_dir, **kwargs)
+    elif args.action in ("clear", "rm", "show"):
+        kwargs = dict(dry_run=args.dry_run, match=args.entries)
+    try:
+        answer = cache({"du": "ls"}.get(args.action, args.action), args.cache_dir, **kwargs)
+    except (ValueError, RuntimeError) as e:  # the engine's message names the directory or the argument
+        print(f"jitkern cache {args.action}: {str(e).removeprefix('jitkern: ')}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+    if args.json:
+        print(json.dumps(answer, indent=1))
+        return 0
+    if args.action == "du":
+        entries = answer["entries"]
+        by_status: dict[str, list[int]] = {}
+        for e in entries:
+            by_status.setdefault(e["status"], []).append(e["bytes"])
+        print(f"{answer['cache_dir']}: {len(entries)} entries, {human_size(sum(e['bytes'] for e in entries))}")
+        for status, sizes in sorted(by_status.items()):
+            print(f"  {status}: {len(sizes)} entries, {human_size(sum(sizes))}")
+        return 0
+    if args.action == "ls":
+        print(f"{answer['cache_dir']} ({len(answer['entries'])} entries)")
+        _cache_table(answer["entries"])
+        return 0
+    if args.action == "show":
+        _cache_show(answer["entries"])
+        return 0
+    if args.action == "stats":
+        _cache_stats(answer["caches"])
+        return 0
     outcomes = answer["outcomes"]
     for o in outcomes:
         if o["action"] != "kept" or args.verbose:
@@ -181,31 +227,96 @@ def _split(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
-def prebuild_specs(args) -> list:
+class UsageError(ValueError):
+    """A prebuild argument that cannot work; raised before anything is built (exit status 2)."""
+
+    def __init__(self, argument: str, problem: object):
+        super().__init__(f"{argument}: {str(problem).removeprefix('jitkern: ')}")
+
+
+def _spec_file_specs(path: str) -> list:
     from .jit import JitSpec
 
+    try:
+        entries = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--spec-file {path}", e) from None
+    if not isinstance(entries, list):
+        raise UsageError(f"--spec-file {path}", "must hold a JSON list of JitSpec fields")
     specs = []
-    if args.spec_file:
-        for i, fields in enumerate(json.loads(Path(args.spec_file).read_text())):
-            if not isinstance(fields, dict) or not isinstance(fields.get("args"), list):
-                raise ValueError(f"{args.spec_file}: entry {i} must be an object with an \"args\" list (the JitSpec's fields)")
-            if fields.get("build_directory"):
-                raise ValueError(f"{args.spec_file}: entry {i} sets \"build_directory\"; prebuild writes every module into "
-                                 "--cache-dir (or JITKERN_CACHE_DIR): drop it, or prebuild that module with its own --cache-dir")
-            fields = dict(fields)
-            specs.append(JitSpec(*fields.pop("args"), **fields))
-    if args.ops or not args.spec_file:
-        from . import ops
+    for i, fields in enumerate(entries):
+        args = fields.get("args") if isinstance(fields, dict) else None
+        where = f"--spec-file {path}: entry {i}" + (f" ({'_'.join(map(str, args))})" if isinstance(args, list) and args else "")
+        if not isinstance(args, list):
+            raise UsageError(where, "must be an object with an \"args\" list (the JitSpec's fields)")
+        if fields.get("build_directory"):
+            raise UsageError(where, "sets \"build_directory\"; prebuild writes every module into --cache-dir (or "
+                             "JITKERN_CACHE_DIR): drop it, or prebuild that module with its own --cache-dir")
+        try:
+            spec = JitSpec(*args, **{k: v for k, v in fields.items() if k != "args"})
+            spec._check()
+        except (TypeError, ValueError) as e:
+            raise UsageError(where, e) from None
+        specs.append(spec)
+    return specs
 
-        families = None if args.ops in (None, "all") else _split(args.ops)
-        constants = [int(c) for c in _split(args.constants)]
-        specs += ops.specs(families, dtypes=_split(args.dtypes) or None, constants=constants)
-    archs = _split(args.arch) or [a for a in [os.environ.get("JITKERN_CUDA_ARCH", "")] if a]
+
+def _ops_specs(args) -> list:
+    from . import ops
+
+    families = list(ops.FAMILIES) if args.ops in (None, "all") else _split(args.ops)
+    try:
+        ops.specs(families)
+    except ValueError as e:
+        raise UsageError("--ops", e) from None
+    dtypes, constants = _split(args.dtypes) or None, []
+    for c in _split(args.constants):
+        try:
+            constants.append(int(c))
+        except ValueError:
+            raise UsageError("--constants", f"not an integer: {c!r}") from None
+    if dtypes and not {"norm", "quant"} & set(families):
+        raise UsageError("--dtypes", "applies only to the norm and quant families; add one of them to --ops")
+    if constants and "add_constant" not in families:
+        raise UsageError("--constants", "applies only to add_constant; add it to --ops")
+    if not constants and "add_constant" in families:
+        if args.ops not in (None, "all"):
+            raise UsageError("--ops add_constant", "is built once per constant: add --constants (e.g. --constants 1,5)")
+        print("jitkern prebuild: add_constant is built once per constant, so it is left out: add --constants (e.g. "
+              "--constants 1,5) to build it", file=sys.stderr)
+    try:
+        return ops.specs(families, dtypes=dtypes, constants=constants)
+    except (TypeError, ValueError) as e:
+        raise UsageError("--dtypes", e) from None
+
+
+def _archs(args) -> list[str]:
+    from ._engine import check_arch, config
+
+    given = _split(args.arch)
+    source = "--arch" if given else "JITKERN_CUDA_ARCH"
+    setting = next(s for s in config()["settings"] if s["name"] == "JITKERN_CUDA_ARCH")
+    archs = given or [a for a in [setting["value"] or ""] if a]
+    for a in archs:
+        try:
+            check_arch(a)
+        except ValueError as e:
+            raise UsageError(source, e) from None
+    return archs
+
+
+def prebuild_specs(args) -> list:
+    """Every module to build, each checked as a build would check it; UsageError naming the argument
+    (and the spec file's entry) before anything is built."""
+    archs = _archs(args)
+    specs = _spec_file_specs(args.spec_file) if args.spec_file else []
+    if args.ops or not args.spec_file:
+        specs += _ops_specs(args)
     out = []
     for spec in specs:
         if spec.cuda_files and not spec.cuda_arch:
             if not archs:
-                raise ValueError("jitkern prebuild: CUDA modules need a target: give --arch (e.g. sm_90a,sm_100a) or set JITKERN_CUDA_ARCH")
+                raise UsageError("--arch", "CUDA modules need a target: give --arch (e.g. sm_90a,sm_100a) or set JITKERN_CUDA_ARCH")
             out += [spec.replace(cuda_arch=a) for a in archs]
         else:
             out.append(spec)
@@ -236,6 +347,14 @@ class Progress:
 
 
 def cmd_prebuild(args) -> int:
+    try:
+        specs = prebuild_specs(args)
+    except UsageError as e:
+        print(f"jitkern prebuild: {e}", file=sys.stderr)
+        return 2
+    if not specs:
+        print("jitkern prebuild: nothing to build", file=sys.stderr)
+        return 2
     if args.cache_dir:
         target = Path(args.cache_dir).resolve()
         if not target.exists():  # readable by all: a prebuilt cache serves other users (JITKERN_PREBUILT_DIRS)
@@ -245,14 +364,6 @@ def cmd_prebuild(args) -> int:
     # Every module goes into the target, also those a prebuilt layer already holds; building is the point.
     os.environ.pop("JITKERN_PREBUILT_DIRS", None)
     os.environ["JITKERN_ON_MISS"] = "compile"
-    try:
-        specs = prebuild_specs(args)
-    except (ValueError, TypeError, OSError) as e:
-        print(f"jitkern prebuild: {e}", file=sys.stderr)
-        return 2
-    if not specs:
-        print("jitkern prebuild: nothing to build", file=sys.stderr)
-        return 2
     jobs = args.jobs or os.cpu_count() or 1
     import logging
 
@@ -473,20 +584,31 @@ def _tiny_build(doc: Doctor, cuda: bool, arch: str) -> None:
 # ---------------------------------------------------------------------------------------------- main
 
 
+class _Version(argparse.Action):
+    """--version: the package's version and the engine's (read only when asked: it loads the engine)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from ._engine import runtime_version
+
+        print(f"jitkern {__version__} (engine {runtime_version()})")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="jitkern", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = top.add_subparsers(dest="command")
+    top.add_argument("--version", action=_Version, help="print jitkern's version and its engine's, then exit")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add_clangd_options(p):
-        p.add_argument("--output", default=".clangd", help="where to write the clangd configuration (default: .clangd)")
-        p.add_argument("--force", action="store_true", help="overwrite an existing file")
-        p.add_argument("--arch", default="sm_80", help="GPU arch clangd should assume (clang must know it; default sm_80)")
-        p.add_argument("--kernels", action="append", default=[], metavar="DIR",
-                       help="a directory of kernel files (*.cu, *.cuh) for compile_commands.json (repeatable; default: ./csrc if present)")
-
-    add_clangd_options(top)
     c = sub.add_parser("clangd", help="write .clangd and compile_commands.json for kernel files")
-    add_clangd_options(c)
+    c.add_argument("--output", default=".clangd", help="where to write the clangd configuration (default: .clangd)")
+    c.add_argument("--force", action="store_true", help="overwrite an existing file")
+    c.add_argument("--arch", default="sm_80", help="GPU arch clangd should assume (clang must know it; default sm_80)")
+    c.add_argument("--kernels", action="append", default=[], metavar="DIR",
+                   help="a directory of kernel files (*.cu, *.cuh) for compile_commands.json (repeatable; default: ./csrc if present)")
     c.set_defaults(func=cmd_clangd)
 
     c = sub.add_parser("config", help="every JITKERN_* setting, its value and where it came from")
@@ -495,39 +617,81 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="the engine's JSON: value, effective value, origin and problem of each")
     c.set_defaults(func=cmd_config)
 
-    c = sub.add_parser("cache", help="list, measure, verify, prune or clear the cache (safe beside running processes)")
-    c.add_argument("action", choices=["ls", "du", "verify", "prune", "clear"],
-                   help="ls: entries; du: sizes; verify: rehash every library, remove corrupt entries; prune: evict "
-                        "(--max-size, --older-than); clear: remove every entry")
-    c.add_argument("--cache-dir", help="the cache directory (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
+    c = sub.add_parser("cache", help="list, show, measure, verify, prune or remove cache entries (safe beside running processes)")
+    c.add_argument("action", choices=["ls", "du", "show", "stats", "verify", "prune", "clear", "rm"],
+                   help="ls: entries; du: sizes; show ENTRY...: an entry's manifest facts; stats: counts, compile times and "
+                        "use per cache; verify: rehash every library, remove corrupt entries; prune: evict (--max-size, "
+                        "--older-than); clear: remove every entry; rm ENTRY...: remove these entries")
+    c.add_argument("entries", nargs="*", metavar="ENTRY",
+                   help="show, rm: a module name (all its entries) or at least 4 hex digits of an entry's key (ls's key column)")
+    c.add_argument("--cache-dir", help="the cache directory, which must exist (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
     c.add_argument("--max-size", type=parse_size, help="prune: evict least recently used entries until the cache fits (e.g. 5G)")
     c.add_argument("--older-than", type=parse_duration, help="prune: evict entries unused for this long (e.g. 30d, 12h)")
-    c.add_argument("--dry-run", action="store_true", help="prune, clear: say what would be removed, remove nothing")
-    c.add_argument("--json", action="store_true", help="ls: the engine's JSON")
+    c.add_argument("--dry-run", action="store_true", help="prune, clear, rm: say what would be removed, remove nothing")
+    c.add_argument("--json", action="store_true", help="ls, show, stats: the engine's JSON")
     c.add_argument("-v", "--verbose", action="store_true", help="also list the entries that were kept")
     c.set_defaults(func=cmd_cache)
 
     c = sub.add_parser("prebuild", help="build kernel modules into a cache ahead of time (no GPU needed)")
-    c.add_argument("--ops", help="jitkern's own kernel families, comma-separated, or 'all' (the default without --spec-file)")
-    c.add_argument("--dtypes", help="element types for the norm family (default: all it supports), e.g. bfloat16,float16")
+    c.add_argument("--ops", help="jitkern's own kernel families, comma-separated, or 'all' (the default without --spec-file; "
+                                 "add_constant only with --constants)")
+    c.add_argument("--dtypes", help="element types for the norm and quant families (default: all they support), e.g. bfloat16,float16")
     c.add_argument("--constants", help="constants for add_constant, e.g. 1,5")
     c.add_argument("--spec-file", help="a JSON list of JitSpec fields ({\"args\": [...], \"cuda_files\": [...], ...}) to build too")
     c.add_argument("--arch", help="CUDA targets, comma-separated, e.g. sm_90a,sm_100a (default: JITKERN_CUDA_ARCH)")
     c.add_argument("--cache-dir", help="the cache to fill (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
-    c.add_argument("-j", "--jobs", type=int, default=0, help="modules built at once (default: the number of CPUs)")
+    c.add_argument("-j", "--jobs", type=_jobs, default=0, help="modules built at once (default: the number of CPUs)")
     c.set_defaults(func=cmd_prebuild)
 
     c = sub.add_parser("doctor", help="check settings, compilers, GPU, versions, cache, lock and prebuilt directories; a tiny build")
     c.add_argument("--json", action="store_true", help="the checks as JSON")
     c.set_defaults(func=cmd_doctor)
+    top.commands = tuple(sub.choices)  # for _misplaced_option
     return top
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive number of jobs: {text!r}")
+    return int(text)
+
+
+def _misplaced_option(argv: list[str], commands) -> str:
+    """Why an option given before the subcommand is refused ("" when none is): each option belongs to one subcommand."""
+    for i, arg in enumerate(argv):
+        if arg in commands:
+            return ""
+        if arg.startswith("-") and arg not in ("-h", "--help", "--version"):
+            command = next((a for a in argv[i:] if a in commands), "COMMAND")
+            return f"{arg} is an option of a subcommand: give it after the subcommand (jitkern {command} {arg} ...)"
+    return ""
+
+
+def _run(argv: list[str]) -> int:
+    top = parser()
+    misplaced = _misplaced_option(argv, top.commands)
+    if misplaced:
+        top.error(misplaced)
+    args = top.parse_args(argv)
     if args.command is None:
-        return cmd_clangd(args)
+        top.print_usage(sys.stderr)
+        print("jitkern: name a command (jitkern --help says what each does)", file=sys.stderr)
+        return 2
     return args.func(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            status = _run(sys.argv[1:] if argv is None else argv)
+        except SystemExit as e:  # argparse's --help, --version and usage errors: their output is flushed below too
+            status = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        sys.stdout.flush()  # here, not at interpreter exit: a reader that went away (`| head`) shows as BrokenPipeError
+        return status
+    except BrokenPipeError:
+        # The reader has what it wanted: end quietly, with the status of a process that SIGPIPE ended.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

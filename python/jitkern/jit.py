@@ -154,6 +154,10 @@ class JitSpec:
         """Compiles the module (or finds it in the cache) and returns its library's path; loads nothing."""
         return _engine.build(self._wire(), _engine.BUILD)
 
+    def _check(self) -> None:
+        """ValueError naming the field for anything a build would refuse before compiling; builds nothing."""
+        _engine.check_request(self._request)
+
     def _build_reporting(self) -> tuple[str, bool]:
         """build(), and whether this call ran the compiler (for `jitkern prebuild`)."""
         path, outcome = _engine.build(self._wire(), _engine.BUILD_REPORTING).splitlines()

@@ -1,5 +1,5 @@
-"""The `jitkern` command and the operations behaviour behind it: cache ls/du/verify/prune/clear (also
-beside running loaders), prebuild, doctor, config, clangd, strict mode (JITKERN_ON_MISS), logging.
+"""The `jitkern` command and the operations behaviour behind it: cache ls/du/show/stats/verify/prune/clear/rm
+(also beside running loaders), prebuild, doctor, config, clangd, --version, strict mode (JITKERN_ON_MISS), logging.
 CPU only (C++ kernels through the host compiler)."""
 
 import fcntl
@@ -240,3 +240,108 @@ def test_clangd_writes_config_and_compile_commands(tmp_path):
     db = json.loads((tmp_path / "compile_commands.json").read_text())
     assert [Path(e["file"]).name for e in db] == ["a.cuh"] and f"-I{jitkern.INCLUDE_DIR}" in db[0]["arguments"]
     assert run_cli("clangd", cwd=tmp_path).returncode == 1  # never overwrites without --force
+
+
+def test_version_bare_command_and_misplaced_options(tmp_path):
+    from jitkern._engine import runtime_version
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"jitkern {jitkern.__version__} (engine {runtime_version()})", proc.stdout
+    bare = run_cli(cwd=tmp_path)
+    assert bare.returncode == 2 and "usage: jitkern" in bare.stderr and list(tmp_path.iterdir()) == []  # no .clangd written
+    shadowed = run_cli("--arch", "sm_90a", "prebuild", cwd=tmp_path)
+    assert shadowed.returncode == 2 and "give it after the subcommand (jitkern prebuild --arch ...)" in shadowed.stderr, shadowed.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(cache_dir):
+    scale_spec(41).build()
+    proc = subprocess.Popen([sys.executable, "-m", "jitkern", "cache", "ls"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `| head` does once it has its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 128 + 13 and err == "", err  # the status of a process ended by SIGPIPE
+
+
+def test_cache_ls_show_stats_and_rm(cache_dir):
+    scale_spec(42).build()
+    scale_spec(43).build()
+    listed = entries(cache_dir)
+    key42 = listed["scale_42"]["key"]
+    assert len(key42) == 64 and listed["scale_42"]["stem"].endswith(key42[:20])
+    table = run_cli("cache", "ls", "--cache-dir", str(cache_dir)).stdout
+    assert any(line.startswith("scale_42") and key42[:12] in line for line in table.splitlines()), table
+
+    shown = json.loads(run_cli("cache", "show", key42[:6], "--json", "--cache-dir", str(cache_dir)).stdout)["entries"]
+    assert [e["module"] for e in shown] == ["scale_42"]
+    (e,) = shown
+    assert e["key"] == key42 and e["library"] == scale_spec(42).build() and e["library_bytes"] == os.path.getsize(e["library"])
+    assert e["dependencies"] > 0 and e["compilers"] and e["build_ms"] > 0 and e["arch"] == "-"
+    text = run_cli("cache", "show", "scale_43", "--cache-dir", str(cache_dir)).stdout
+    assert text.startswith("scale_43 (ok)") and "dependencies" in text and "compilers" in text
+
+    stats = json.loads(run_cli("cache", "stats", "--json", "--cache-dir", str(cache_dir)).stdout)["caches"]
+    assert len(stats) == 1 and stats[0]["entries"] == 2 and stats[0]["compiles"] == 2 and stats[0]["failures"] == 0
+    assert stats[0]["build_ms"] == listed["scale_42"]["build_ms"] + listed["scale_43"]["build_ms"]
+    assert stats[0]["used_day"] == 2 and stats[0]["used_week"] == 2
+    assert "2 entries in the last day" in run_cli("cache", "stats", "--cache-dir", str(cache_dir)).stdout
+
+    dry = run_cli("cache", "rm", "scale_42", "--dry-run", "--cache-dir", str(cache_dir))
+    assert dry.returncode == 0 and "would remove" in dry.stdout and set(entries(cache_dir)) == {"scale_42", "scale_43"}
+    missing = run_cli("cache", "rm", "scale_42", "nonesuch", "--cache-dir", str(cache_dir))
+    assert missing.returncode == 2 and "'nonesuch'" in missing.stderr and set(entries(cache_dir)) == {"scale_42", "scale_43"}
+    with open(cache_dir / "locks" / f"{listed['scale_43']['stem']}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # a loader holds it: rm does not wait, it skips the entry
+        busy = run_cli("cache", "rm", key42[:8], "scale_42", "scale_43", "--cache-dir", str(cache_dir))
+    assert busy.returncode == 0 and "busy" in busy.stdout and set(entries(cache_dir)) == {"scale_43"}, busy.stdout
+
+    for args in (("rm",), ("show",)):
+        proc = run_cli("cache", *args, "--cache-dir", str(cache_dir))
+        assert proc.returncode == 2 and "name the entries" in proc.stderr
+    proc = run_cli("cache", "ls", "scale_43", "--cache-dir", str(cache_dir))
+    assert proc.returncode == 2 and "naming entries applies only to show and rm" in proc.stderr
+    proc = run_cli("cache", "stats", "--dry-run", "--cache-dir", str(cache_dir))
+    assert proc.returncode == 2 and "--dry-run applies only to prune, clear and rm" in proc.stderr
+
+
+def test_a_nonexistent_cache_dir_is_an_error(tmp_path):
+    for action in ("ls", "stats", "verify", "clear"):
+        proc = run_cli("cache", action, "--cache-dir", str(tmp_path / "nope"))
+        assert proc.returncode == 2 and f"cache directory {tmp_path / 'nope'} does not exist" in proc.stderr, proc.stderr
+    assert not (tmp_path / "nope").exists()
+
+
+def test_prebuild_checks_every_argument_before_building(tmp_path):
+    target = tmp_path / "prebuilt"
+    good = {"args": ["scale", "44"], "cpp_files": [str(KERNELS / "scale_cpu.h")], "cpp_wrappers": [["scale", "scale<44>"]]}
+    spec_file = tmp_path / "specs.json"
+    cases = [
+        (["--ops", "norm", "--arch", "sm_90a,sm_9x"], "--arch: invalid CUDA architecture 'sm_9x'"),
+        (["--ops", "norm", "--dtypes", "int8", "--arch", "sm_90a"], "--dtypes: the norm family is built for float16, bfloat16, float32"),
+        (["--ops", "nonesuch", "--arch", "sm_90a"], "--ops: unknown kernel family nonesuch"),
+        (["--ops", "add_constant", "--arch", "sm_90a"], "--ops add_constant: is built once per constant: add --constants"),
+        (["--ops", "norm", "--constants", "1", "--arch", "sm_90a"], "--constants: applies only to add_constant"),
+        (["--ops", "add_constant", "--constants", "one", "--arch", "sm_90a"], "--constants: not an integer: 'one'"),
+        (["--spec-file", str(spec_file)], f"--spec-file {spec_file}: entry 1 (bad_1): cpp_wrappers: export name '1x' is not a C identifier"),
+    ]
+    spec_file.write_text(json.dumps([good, dict(good, args=["bad", "1"], cpp_wrappers=[["1x", "scale<1>"]])]))
+    for args, message in cases:
+        proc = run_cli("prebuild", *args, "--cache-dir", str(target))
+        assert proc.returncode == 2 and f"jitkern prebuild: {message}" in proc.stderr, (args, proc.stderr)
+        assert not target.exists(), args  # nothing built, not even the cache directory
+    spec_file.write_text(json.dumps([good, dict(good, args=["typo"], cpp_wraper=[])]))
+    proc = run_cli("prebuild", "--spec-file", str(spec_file), "--cache-dir", str(target))
+    assert proc.returncode == 2 and f"--spec-file {spec_file}: entry 1 (typo): " in proc.stderr and "cpp_wraper" in proc.stderr
+    spec_file.write_text("[{")
+    proc = run_cli("prebuild", "--spec-file", str(spec_file), "--cache-dir", str(target))
+    assert proc.returncode == 2 and f"--spec-file {spec_file}: " in proc.stderr and not target.exists()
+
+
+def test_prebuild_ops_all_says_why_add_constant_is_left_out(tmp_path):
+    """Without --constants, `--ops all` builds every family but add_constant and says so; with them it
+    builds add_constant too (the count says it; no CUDA compiler is needed to plan them)."""
+    env = {"CUDA_HOME": str(tmp_path / "no-cuda")}  # every CUDA build fails at once: only the plan is looked at
+    without = run_cli("prebuild", "--ops", "all", "--arch", "sm_90a", "--cache-dir", str(tmp_path / "a"), env=env)
+    assert "add_constant is built once per constant, so it is left out: add --constants" in without.stderr, without.stderr
+    with_constants = run_cli("prebuild", "--ops", "all", "--constants", "1,5", "--arch", "sm_90a", "--cache-dir", str(tmp_path / "b"), env=env)
+    count = lambda proc: int(proc.stdout.split("prebuilding ")[1].split()[0])  # noqa: E731
+    assert count(with_constants) == count(without) + 2 and "FAILED add_constant_1 sm_90a" in with_constants.stdout, with_constants.stdout

@@ -64,7 +64,7 @@ def test_cache_once_runs_once_per_key_across_threads():
 
 def test_clangd_generation(tmp_path):
     out = tmp_path / ".clangd"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "jitkern", "--output", str(out), *a], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "jitkern", "clangd", "--output", str(out), *a], capture_output=True, text=True)
     first = run()
     assert first.returncode == 0, first.stderr
     text = out.read_text()

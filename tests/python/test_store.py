@@ -858,7 +858,7 @@ def test_review_clear_dry_run_removes_nothing(cache_dir):
     assert proc.returncode == 0 and "would remove" in proc.stdout, proc.stdout + proc.stderr
     assert set(listed(cache_dir, env)) == {"dry"}
     proc = run_cli("cache", "verify", "--dry-run", "--cache-dir", cache_dir, env=env)
-    assert proc.returncode == 2 and "--dry-run applies only to prune and clear" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "--dry-run applies only to prune, clear and rm" in proc.stderr, proc.stderr
     assert set(listed(cache_dir, env)) == {"dry"}
 
 

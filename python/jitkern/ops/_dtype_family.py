@@ -20,8 +20,11 @@ class DtypeFamily:
         self.specs = tuple(self.spec(d, op) for d in self.DTYPES for op in ops)
 
     def spec(self, dtype, op: str) -> JitSpec:
-        """The module of one export for one element type (a torch dtype or its name)."""
+        """The module of one export for one element type (a torch dtype or its name; TypeError for one the
+        family has no kernels for)."""
         t = cpp_type(dtype)
+        if str(dtype).removeprefix("torch.") not in self.DTYPES:
+            raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
                        cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])])
 

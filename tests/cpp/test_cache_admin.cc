@@ -1,0 +1,71 @@
+// Cache administration's entry selection, removal and counts (src/cache_admin.h) on a store whose
+// entries are made by hand: an incomplete entry and a remembered failure need no compiler.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "cache_admin.h"
+
+namespace {
+
+using jitkern::cache::Outcome;
+
+struct AdminStore : ::testing::Test {
+  std::string root;
+  void SetUp() override {
+    char templ[] = "/tmp/jitkern-admin-XXXXXX";
+    root = mkdtemp(templ);
+    ::mkdir((root + "/cache").c_str(), 0700);
+    for (const char* stem : {"scale_2-0123456789abcdef0123", "scale_2-89abcdef0123456789ab", "other-0123ffffffffffffffff"})
+      ::mkdir((root + "/cache/" + stem).c_str(), 0755);
+  }
+  jitkern::store::Store store() const {
+    jitkern::plan::Config config;
+    config.cache_dir = root + "/cache", config.lock_dir = root + "/locks";
+    return jitkern::store::Store::writable(config);
+  }
+  static std::vector<std::string> stems(const std::vector<jitkern::cache::Entry>& entries) {
+    std::vector<std::string> out;
+    for (const auto& e : entries) out.push_back(e.stem);
+    return out;
+  }
+};
+
+TEST_F(AdminStore, FindsEntriesByModuleNameEntryNameOrKeyPrefix) {
+  const auto s = store();
+  EXPECT_EQ(stems(jitkern::cache::find(s, {"scale_2"})),
+            (std::vector<std::string>{"scale_2-0123456789abcdef0123", "scale_2-89abcdef0123456789ab"}));
+  EXPECT_EQ(stems(jitkern::cache::find(s, {"0123"})), (std::vector<std::string>{"other-0123ffffffffffffffff", "scale_2-0123456789abcdef0123"}));
+  EXPECT_EQ(stems(jitkern::cache::find(s, {"89ab", "scale_2-89abcdef0123456789ab"})), (std::vector<std::string>{"scale_2-89abcdef0123456789ab"}));
+  EXPECT_THROW(jitkern::cache::find(s, {"012"}), std::invalid_argument);  // fewer than kMinKeyPrefix digits name nothing
+  EXPECT_THROW(jitkern::cache::find(s, {"scale"}), std::invalid_argument);
+}
+
+TEST_F(AdminStore, RemovesWhatItNamesAndNothingWhenOneNamesNothing) {
+  const auto s = store();
+  EXPECT_THROW(jitkern::cache::remove(s, {"other", "nonesuch"}, false), std::invalid_argument);
+  EXPECT_EQ(s.stems().size(), 3u);
+  const std::vector<Outcome> dry = jitkern::cache::remove(s, {"other"}, true);
+  ASSERT_EQ(dry.size(), 1u);
+  EXPECT_EQ(dry[0].action, "would remove");
+  EXPECT_EQ(s.stems().size(), 3u);
+  const std::vector<Outcome> done = jitkern::cache::remove(s, {"other", "0123ffff"}, false);
+  ASSERT_EQ(done.size(), 1u);  // named twice, removed once
+  EXPECT_EQ(done[0].action, "removed");
+  EXPECT_EQ(s.stems(), (std::vector<std::string>{"scale_2-0123456789abcdef0123", "scale_2-89abcdef0123456789ab"}));
+}
+
+TEST_F(AdminStore, CountsEntriesByStatus) {
+  const auto stats = jitkern::cache::stats(store());
+  EXPECT_EQ(stats.entries, 3);
+  EXPECT_EQ(stats.incomplete, 3);
+  EXPECT_EQ(stats.compiles, 0);
+  EXPECT_EQ(stats.used_day, 0);  // only published libraries are loaded
+  EXPECT_EQ(jitkern::cache::stats(jitkern::store::Store::prebuilt(root + "/cache")).used_week, -1);  // not recorded there
+}
+
+}  // namespace
