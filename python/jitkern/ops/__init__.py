@@ -1,6 +1,7 @@
 """Kernels shipped with jitkern (need torch). Each op is also a torch custom op in the `jitkern`
 namespace (torch.ops.jitkern.*), which is what torch.compile traces."""
 
+from .._torch import require_torch
 from . import add_constant as _add_constant_family
 from . import kv_transfer as _kv_transfer_family
 from . import norm as _norm_family
@@ -46,6 +47,7 @@ def warmup(*, dtypes=(), constants=()) -> None:
     add_constant for each of `constants`."""
     from concurrent.futures import ThreadPoolExecutor
 
+    require_torch()
     dtypes, constants = tuple(dtypes), tuple(constants)
     families = (lambda: _norm_family.warmup(dtypes), lambda: _quant_family.warmup(dtypes), _kv_transfer_family.warmup,
                 _wait_value_family.warmup, lambda: _add_constant_family.warmup(constants))
