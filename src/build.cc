@@ -113,12 +113,24 @@ std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Pl
   return {unique.begin(), unique.end()};
 }
 
-std::string read_log(const std::string& path) {
-  std::string text;
-  fs::read_file(path, &text);
+// A compiler's output, cut to what a message can carry.
+std::string truncated(std::string text) {
   constexpr std::size_t kMax = 20000;
   if (text.size() > kMax) text = text.substr(0, kMax) + "\n[... compiler output truncated ...]\n";
   return text;
+}
+
+std::string erase_all(std::string text, const std::string& part) {
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at)) text.erase(at, part.size());
+  return text;
+}
+
+// The generated sources under the names the compiler's output gives them, for a failure's log.
+std::string generated_sources(const plan::Plan& p) {
+  std::string out;
+  if (p.has_cpp) out += "generated source: host.cc (the cpp_wrappers)\n" + p.cpp_source;
+  if (p.has_cuda) out += "generated source: device.cu (the cuda_wrappers)\n" + p.cuda_source;
+  return out;
 }
 
 class Compile {
@@ -171,6 +183,14 @@ class Compile {
   }
 
   std::string log() const { return m_scratch + "/build.log"; }
+  // Everything the compilers printed. nvcc's host and device phases parse the same source, so an error
+  // both report is shown once: the device phases' output only where it adds something.
+  std::string output() const {
+    std::string text, device;
+    fs::read_file(log(), &text);
+    if (fs::read_file(device_log(), &device) && text.find(device) == std::string::npos) text += device;
+    return text;
+  }
   std::vector<std::string> commands;
   std::vector<Depfile> depfiles;
   std::string phases;  // "CUDA 4.10 s, C++ 4.12 s, link 0.08 s": the INFO line's detail
@@ -188,9 +208,11 @@ class Compile {
     return fs::wait(fs::spawn(argv, log(), {}, cwd), m_timeout);
   }
 
-  int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env) {
+  std::string device_log() const { return m_scratch + "/device.log"; }
+
+  int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env, const std::string& log_path) {
     for (const auto& c : cmds) {
-      const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log(), env, m_scratch), m_timeout);
+      const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log_path, env, m_scratch), m_timeout);
       if (rc != 0) return rc;
     }
     return 0;
@@ -221,11 +243,11 @@ class Compile {
         for (const auto* chain : {&pipe.host_chain, &pipe.device_chain, &pipe.finish})
           for (const auto& c : *chain) record("(cd " + fs::shell_quote(m_scratch) + " && " + c + ")");
         int device_rc = 0;
-        std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env); });
-        const int host_rc = run_shell_chain(pipe.host_chain, pipe.env);
+        std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env, device_log()); });
+        const int host_rc = run_shell_chain(pipe.host_chain, pipe.env, log());
         device.join();
         if (host_rc != 0 || device_rc != 0) return first_failure(host_rc, device_rc);
-        return run_shell_chain(pipe.finish, pipe.env);
+        return run_shell_chain(pipe.finish, pipe.env, log());
       }
     }
     auto cmd = m_p.cuda_compile;
@@ -291,23 +313,52 @@ void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& 
                        "forbids compiling it; prebuild it into the cache (jitkern prebuild) or set JITKERN_ON_MISS=compile." + where);
 }
 
-// The compiler's first "file:line: error" (gcc and clang "path:line:col: error: ...", nvcc "path(line):
-// error: ..."), preferring the request's own sources, then any file outside the generated wrapper and
-// the toolchain; empty if there is none.
+// The wrapper that a diagnostic at `file`:`line` is about, if that is a wrapper's line of a generated
+// source (host.cc holds cpp_wrappers, device.cu cuda_wrappers); nullptr otherwise.
+const plan::Plan::WrapperLine* wrapper_at(const plan::Plan& p, const std::string& scratch, const std::string& file, int line) {
+  const char* field = file == scratch + "/host.cc" ? "cpp_wrappers" : file == scratch + "/device.cu" ? "cuda_wrappers" : nullptr;
+  if (field == nullptr) return nullptr;
+  for (const auto& w : p.wrapper_lines)
+    if (w.field == field && w.line == line) return &w;
+  return nullptr;
+}
+
+// The cause a failed compile's message leads with, in the user's terms: the compiler's first error in
+// the request's own sources ("path:line:col: error: ..." from gcc and clang, "path(line): error: ..."
+// from nvcc), else its first error about a wrapper, named by its field, export name and expression
+// (gcc reports an error in a wrapper's expression inside export.h's macro, with the wrapper's line in
+// a note beside it), else its first error outside the generated sources and the toolchain, else its
+// first error; empty if there is none.
 std::string first_error(const std::string& log, const plan::Plan& p, const std::string& scratch) {
-  static const std::regex gcc(R"(^(.+?):(\d+)(:\d+)?: (fatal )?error\b.*$)");
-  static const std::regex edg(R"(^(.+?)\((\d+)\): (catastrophic )?error\b.*$)");
-  std::string outside, any;
-  for (const auto& line : text::split_lines(log)) {
-    if (line.rfind("nvcc fatal", 0) == 0) return line;  // nvcc refused the command itself (an arch, a flag)
+  static const std::regex gcc(R"(^(.+?):(\d+)(?::\d+)?: ((?:fatal )?error\b.*)$)");
+  static const std::regex edg(R"(^(.+?)\((\d+)\): ((?:catastrophic )?error\b.*)$)");
+  static const std::regex context(R"(^(.+?):(\d+):\d+:? +(?:note: in expansion of macro|required from)\b.*$)");
+  const auto lines = text::split_lines(log);
+  const auto absolute = [&](const std::string& file) { return file[0] == '/' ? file : scratch + "/" + file; };
+  const auto line_of = [](const std::ssub_match& digits) { return static_cast<int>(std::strtol(digits.str().c_str(), nullptr, 10)); };
+  std::vector<std::size_t> errors;
+  std::vector<std::smatch> found;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("nvcc fatal", 0) == 0) return lines[i];  // nvcc refused the command itself (an arch, a flag)
     std::smatch m;
-    if (!std::regex_match(line, m, gcc) && !std::regex_match(line, m, edg)) continue;
-    const std::string file = m[1].str()[0] == '/' ? m[1].str() : scratch + "/" + m[1].str();
-    if (std::find(p.sources.begin(), p.sources.end(), file) != p.sources.end()) return line;
-    if (outside.empty() && file.rfind(scratch + "/", 0) != 0 && !under_any(file, p.dep_exclude_prefixes)) outside = line;
-    if (any.empty()) any = line;
+    if (std::regex_match(lines[i], m, gcc) || std::regex_match(lines[i], m, edg)) errors.push_back(i), found.push_back(m);
   }
-  return !outside.empty() ? outside : any;
+  std::string wrapper, outside, any;
+  for (std::size_t k = 0; k < errors.size(); ++k) {
+    const std::smatch& m = found[k];
+    const std::string file = absolute(m[1].str());
+    if (std::find(p.sources.begin(), p.sources.end(), file) != p.sources.end()) return lines[errors[k]];
+    const plan::Plan::WrapperLine* w = wrapper_at(p, scratch, file, line_of(m[2]));
+    // The notes between the previous error and the next name the wrapper line it came from.
+    for (std::size_t i = k == 0 ? 0 : errors[k - 1] + 1, end = k + 1 < errors.size() ? errors[k + 1] : lines.size(); !w && i < end; ++i) {
+      std::smatch c;
+      if (std::regex_match(lines[i], c, context)) w = wrapper_at(p, scratch, absolute(c[1].str()), line_of(c[2]));
+    }
+    if (w != nullptr && wrapper.empty()) wrapper = w->field + " '" + w->name + "' (" + w->expr + "): " + m[3].str();
+    if (outside.empty() && file.rfind(scratch + "/", 0) != 0 && !under_any(file, p.dep_exclude_prefixes)) outside = lines[errors[k]];
+    if (any.empty()) any = lines[errors[k]];
+  }
+  return !wrapper.empty() ? wrapper : !outside.empty() ? outside : any;
 }
 
 // Whether a compiler's output blames the disk (the linker's "No space left on device").
@@ -320,8 +371,7 @@ bool blames_the_disk(const std::string& log) {
 // the first error, then the compiler's output, the commands, and where the full log is kept.
 [[noreturn]] void fail_build(const plan::Plan& p, const store::Entry& entry, const Compile& compile, int rc, const std::string& scratch,
                              double timeout_s) {
-  std::string full_log;
-  fs::read_file(compile.log(), &full_log);
+  const std::string full_log = compile.output();
   const bool full = blames_the_disk(full_log) || entry.out_of_space();  // checked after the failure: the link may have filled it
   std::string cause = first_error(full_log, p, scratch);
   if (rc == fs::kTimedOut)
@@ -334,13 +384,15 @@ bool blames_the_disk(const std::string& log) {
     cause += " (this nvcc cannot target " + p.cuda_arch + ": point CUDA_HOME at a newer CUDA toolkit, or set JITKERN_CUDA_ARCH to an arch it supports)";
   std::string commands;
   for (const auto& c : compile.commands) commands += "command: " + c + "\n";
-  const std::string kept_log = full_log + "\n" + commands + "generated source:\n" + p.cpp_source + p.cuda_source;
+  const std::string kept_log = full_log + "\n" + commands + generated_sources(p);
+  // The scratch directory is gone when the message is read: the generated sources go by their names
+  // (host.cc, device.cu), under which the kept log holds them.
   std::string msg = "jitkern: module '" + p.name + "' failed to compile: " + cause + "\ncompiler output (" +
-                    fs::describe_status(rc) + "):\n" + read_log(compile.log()) + commands;
+                    fs::describe_status(rc) + "):\n" + erase_all(truncated(full_log), scratch + "/") + commands;
   const bool transient = rc < 0 || full;
   if (transient) {
     const bool kept = entry.keep_failure_log(kept_log);
-    msg += kept ? "full log, commands and generated source: " + entry.failure_log_path() + "\n" : "generated source:\n" + p.cpp_source + p.cuda_source;
+    msg += kept ? "full log, commands and generated source: " + entry.failure_log_path() + "\n" : generated_sources(p);
     throw Transient(msg);
   }
   msg += "full log, commands and generated source: " + entry.failure_log_path() + "\n";
@@ -424,7 +476,7 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
       found = entry.publish(p, out, m);
     } catch (const std::runtime_error& e) {
       throw Transient("jitkern: the compiler reported success for module '" + p.name + "' but " + e.what() + "\ncommand: " +
-                      (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" + read_log(compile.log()));
+                      (compile.commands.empty() ? "" : compile.commands.back()) + "\ncompiler output:\n" + truncated(compile.output()));
     }
     *compiled = true;
     log::emit(log::kInfo, "compiled " + p.name + " in " + format_seconds(seconds_since(t0)) + " (" + compile.phases + ")");

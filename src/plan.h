@@ -25,7 +25,7 @@ Config resolve_cache(const EngineConfig& config, const std::string& build_direct
 Config resolve(const EngineConfig& config, const std::string& build_directory, const std::string& engine_lib_dir);
 
 // Throws std::invalid_argument naming the field for anything a build cannot use: no name or sources,
-// wrappers without sources, export names that are not C identifiers or are reserved, expressions
+// no wrappers (nothing to export), wrappers without sources, export names that are not C identifiers or are reserved, expressions
 // that are not one line, NUL bytes or newlines in names, files or flags.
 void validate(const BuildRequest& request);
 
@@ -61,6 +61,12 @@ struct Plan {
   std::vector<std::string> sources;                          // the kernel files, resolved
   bool has_cpp = false, has_cuda = false;
   std::string host_cxx, nvcc, cuda_arch;  // cuda_arch: "sm_90a", or empty without CUDA sources
+  // Each wrapper's line in its generated source: a compiler's diagnostic there is about that wrapper.
+  struct WrapperLine {
+    std::string field, name, expr;  // field: "cpp_wrappers" (host.cc) or "cuda_wrappers" (device.cu)
+    int line = 0;
+  };
+  std::vector<WrapperLine> wrapper_lines;
 };
 
 // `request` must have passed validate(). `cwd`: the directory relative include paths are resolved
@@ -68,8 +74,10 @@ struct Plan {
 // `toolchain` names them at all (a lookup needs none; toolchain_id goes into the content key).
 Plan make(const BuildRequest& request, const Config& config, const Toolchain& toolchain, const std::string& cwd);
 
-// The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper.
-std::string wrapper_source(const std::vector<std::string>& resolved_files, const std::vector<Wrapper>& wrappers);
+// The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper;
+// `lines` (if given) receives each wrapper's line number.
+std::string wrapper_source(const std::vector<std::string>& resolved_files, const std::vector<Wrapper>& wrappers,
+                           std::vector<int>* lines = nullptr);
 
 // `text` with every root directory replaced by its token, and back.
 std::string portable(const Plan& plan, const std::string& text);

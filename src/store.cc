@@ -151,6 +151,13 @@ std::vector<Dep> localized(const plan::Plan& p, std::vector<Dep> deps) {
   return deps;
 }
 
+// What to do about a cache that a build cannot write: one wording wherever that is found.
+std::string unwritable_advice() {
+  return "; a build needs a cache it can write: set JITKERN_CACHE_DIR to a writable directory of your own, serve modules prebuilt "
+         "elsewhere from a read-only cache through JITKERN_PREBUILT_DIRS (with JITKERN_ON_MISS=error), or, where only the locks "
+         "cannot be written, move JITKERN_LOCK_DIR to a writable directory";
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------- Store
@@ -198,9 +205,13 @@ void Store::ensure_writable(bool create) const {
   if (::lstat(m_root.c_str(), &st) != 0) {
     if (errno != ENOENT || !create) {
       if (errno == ENOENT) return;
-      throw std::runtime_error("jitkern: cannot access cache directory " + m_root + ": " + std::strerror(errno));
+      throw std::runtime_error("jitkern: cannot access cache directory " + m_root + ": " + std::strerror(errno) + unwritable_advice());
     }
-    fs::make_dirs(m_root, 0700, "cache directory");
+    try {
+      fs::make_dirs(m_root, 0700, "cache directory");
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(e.what() + unwritable_advice());
+    }
     if (::lstat(m_root.c_str(), &st) != 0) throw std::runtime_error("jitkern: cannot access cache directory " + m_root);
   }
   if (S_ISLNK(st.st_mode))
@@ -215,6 +226,9 @@ void Store::ensure_writable(bool create) const {
     throw std::runtime_error("jitkern: refusing cache directory " + m_root + ": it is writable by group/others (mode " +
                              mode_text(st.st_mode) + "), so anyone could plant code in it; run `chmod go-w " + m_root +
                              "` or point JITKERN_CACHE_DIR elsewhere");
+  // A read-only mount or a directory of ours without write permission: found here, not at the first file written.
+  if (create && ::access(m_root.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error("jitkern: cannot write cache directory " + m_root + ": " + std::strerror(errno) + unwritable_advice());
 }
 
 std::string Store::layer_distrust() const {
@@ -295,12 +309,15 @@ void Store::remove_toolchain_records() const { fs::remove_tree(toolchain_dir());
 
 std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool wait, const std::string& waiting_message) const {
   if (m_read_only) return std::make_unique<Lock>(nullptr);
+  // A build must hold its lock; a load from a read-only cache goes without (no one can remove its entries either).
+  const bool required = kind == fs::FileLock::kExclusive && wait;
   struct stat st;
   if (::lstat(m_lock_dir.c_str(), &st) != 0) {
     try {
       fs::make_dirs(m_lock_dir, 0700, "lock directory");  // gone after a reboot (/tmp), or never shipped
-    } catch (const std::exception&) {
-      return std::make_unique<Lock>(nullptr);  // a read-only cache: no one can remove its entries either
+    } catch (const std::runtime_error& e) {
+      if (required) throw std::runtime_error(e.what() + unwritable_advice());
+      return std::make_unique<Lock>(nullptr);
     }
     ::lstat(m_lock_dir.c_str(), &st);
   }
@@ -319,6 +336,8 @@ std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool 
     held = fs::FileLock::acquire(path, kind, true, waiting_message, &outcome);
   }
   if (outcome == fs::FileLock::kBusy) return nullptr;
+  if (outcome == fs::FileLock::kUnavailable && required)
+    throw std::runtime_error("jitkern: cannot create lock file " + path + ": " + std::strerror(errno) + unwritable_advice());
   return std::make_unique<Lock>(std::move(held));
 }
 

@@ -174,12 +174,15 @@ std::string arch_for_capability(int major, int minor) {
   return "sm_" + std::to_string(major) + std::to_string(minor) + (major >= 9 ? "a" : "");
 }
 
-const std::string& validate_arch(const std::string& arch) {
+const std::string& validate_arch(const std::string& arch, const std::string& origin) {
   bool ok = arch.size() >= 5 && arch.rfind("sm_", 0) == 0;
   std::size_t i = 3;
   while (ok && i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i]))) ++i;
   ok = ok && i >= 5 && (i == arch.size() || (i + 1 == arch.size() && (arch[i] == 'a' || arch[i] == 'f')));
-  if (!ok) throw std::invalid_argument("jitkern: invalid CUDA architecture '" + arch + "': expected the form sm_90a, sm_90 or sm_80");
+  if (!ok)
+    throw std::invalid_argument("jitkern: invalid CUDA architecture '" + arch + "' (from " + origin +
+                                "): expected sm_ and the compute capability's digits, optionally followed by a (architecture-specific) or "
+                                "f (family-specific): sm_80, sm_90, sm_90a, sm_100a, sm_100f");
   return arch;
 }
 
@@ -215,10 +218,11 @@ std::string probe(int device) {
 }  // namespace
 
 std::string cuda_arch(const std::string& requested, int device) {
-  if (!requested.empty()) return validate_arch(requested);
+  if (!requested.empty()) return validate_arch(requested, kSpecArch);
   const std::string env = settings::get("JITKERN_CUDA_ARCH");
-  if (!env.empty()) return validate_arch(env);
-  return probe(device < 0 ? 0 : device);
+  if (!env.empty()) return validate_arch(env, "JITKERN_CUDA_ARCH");
+  const int d = device < 0 ? 0 : device;
+  return validate_arch(probe(d), "the compute capability of CUDA device " + std::to_string(d));
 }
 
 }  // namespace jitkern::toolchain

@@ -61,8 +61,11 @@ bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir);
 // The target for a compute capability: sm_XY, with the 'a' suffix from sm_90 on (wgmma,
 // setmaxnreg, ... need the architecture-specific target).
 std::string arch_for_capability(int major, int minor);
-// Throws std::invalid_argument unless `arch` has the form sm_XY, sm_XYa or sm_XYf.
-const std::string& validate_arch(const std::string& arch);
+// Throws std::invalid_argument unless `arch` has the form sm_XY, sm_XYa or sm_XYf; the message names
+// `origin`, where the value came from (JITKERN_CUDA_ARCH, the spec's cuda_arch, the device).
+const std::string& validate_arch(const std::string& arch, const std::string& origin);
+// validate_arch's origin for a request's own cuda_arch.
+inline constexpr const char* kSpecArch = "the spec's cuda_arch";
 // The target for a build: `requested` if given, else $JITKERN_CUDA_ARCH, else device `device`'s (a
 // driver query, memoised; -1 means device 0).
 std::string cuda_arch(const std::string& requested, int device);

@@ -9,13 +9,20 @@ except ImportError:  # the specs import without torch; the ops need it
     torch = None
 
 
-def _needs_torch() -> bool:
-    raise ImportError("jitkern.ops needs torch (pip install torch)")
+# What every entry point that needs torch raises without it (the ops, jitkern.ops.warmup, torch_op, Event).
+TORCH_MISSING = ("jitkern.ops, jitkern.ops.warmup, jitkern.torch_op and jitkern.Event need PyTorch, which is not installed "
+                 "(pip install torch); load_jit and JitSpec work without it")
+
+
+def require_torch() -> None:
+    """Raises ImportError (TORCH_MISSING) when torch is not installed."""
+    if torch is None:
+        raise ImportError(TORCH_MISSING, name="torch")
 
 
 # True while torch.compile traces (Dynamo folds the call to a constant). Bound here rather than wrapped,
 # to keep a Python call level off the eager path.
-compiling = torch.compiler.is_compiling if torch is not None else _needs_torch
+compiling = torch.compiler.is_compiling if torch is not None else require_torch
 
 
 def returns_nothing(*args) -> None:
@@ -26,6 +33,7 @@ def returns_nothing(*args) -> None:
 def check_not_capturing(what: str, warmup: str) -> None:
     """Raises if a CUDA graph is being captured: loading a module (or compiling it) inside a capture
     would break it. Called only where an op's function is not loaded yet."""
+    require_torch()
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
             f"jitkern: {what} is not loaded yet and a CUDA graph is being captured on the current stream; "
@@ -42,6 +50,7 @@ def define_op(qualname: str, schema: str, implementation, fake=None):
     and `fake` as what tracing runs (default: returns None, right for ops that return nothing). Registered
     through torch.library.Library, whose dispatcher calls `implementation` directly: torch.library.custom_op
     adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks.md)."""
+    require_torch()
     namespace, _, name = qualname.partition("::")
     if not namespace or not name:
         raise ValueError(f"qualname must be 'namespace::name', got {qualname!r}")

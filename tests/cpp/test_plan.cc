@@ -6,6 +6,7 @@
 #include <string>
 
 #include "plan.h"
+#include "text.h"
 #include "toolchain.h"
 
 using namespace jitkern;
@@ -61,8 +62,45 @@ TEST(Plan, ArchRule) {
   EXPECT_EQ(toolchain::arch_for_capability(10, 0), "sm_100a");
   EXPECT_EQ(toolchain::arch_for_capability(8, 9), "sm_89");
   EXPECT_EQ(toolchain::arch_for_capability(8, 0), "sm_80");
-  for (const char* ok : {"sm_90a", "sm_90", "sm_80", "sm_100f", "sm_120a"}) EXPECT_NO_THROW(toolchain::validate_arch(ok)) << ok;
-  for (const char* bad : {"sm90", "sm_9", "sm_90b", "compute_90", "sm_90aa", ""}) EXPECT_THROW(toolchain::validate_arch(bad), std::invalid_argument) << bad;
+  for (const char* ok : {"sm_90a", "sm_90", "sm_80", "sm_100f", "sm_120a"}) EXPECT_NO_THROW(toolchain::validate_arch(ok, "test")) << ok;
+  for (const char* bad : {"sm90", "sm_9", "sm_90b", "compute_90", "sm_90aa", ""})
+    EXPECT_THROW(toolchain::validate_arch(bad, "test"), std::invalid_argument) << bad;
+}
+
+TEST(Plan, InvalidArchNamesWhereItCameFromAndTheValidForms) {
+  try {
+    toolchain::validate_arch("hopper", "JITKERN_CUDA_ARCH");
+    ADD_FAILURE() << "accepted 'hopper'";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("invalid CUDA architecture 'hopper' (from JITKERN_CUDA_ARCH)"), std::string::npos) << what;
+    for (const char* form : {"sm_80", "sm_90a", "sm_100f"}) EXPECT_NE(what.find(form), std::string::npos) << form << ": " << what;
+  }
+  BuildRequest r = cpu_request();
+  r.cuda_files = {"add_constant.cuh"};
+  r.cuda_arch = "sm_9x";
+  expect_invalid(r, "invalid CUDA architecture 'sm_9x' (from the spec's cuda_arch)");
+}
+
+TEST(Plan, WrapperLinesPointAtEachWrappersExport) {
+  BuildRequest r = cpu_request();
+  r.cpp_wrappers = {{"axpy", "saxpy<3>"}, {"named", "saxpy<4>", "y, x"}};
+  r.cuda_files = {"add_constant.cuh"};
+  r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
+  plan::validate(r);
+  const plan::Plan p = plan::make(r, config(), toolchain_(), "/work");
+  ASSERT_EQ(p.wrapper_lines.size(), 3u);
+  for (const auto& w : p.wrapper_lines) {
+    const auto lines = text::split_lines(w.field == "cpp_wrappers" ? p.cpp_source : p.cuda_source);
+    ASSERT_GE(w.line, 1);
+    ASSERT_LE(w.line, static_cast<int>(lines.size()));
+    const std::string& at = lines[w.line - 1];
+    EXPECT_EQ(at.rfind("JITKERN_EXPORT", 0), 0u) << at;
+    EXPECT_NE(at.find("(" + w.name + ", "), std::string::npos) << at;
+    EXPECT_NE(at.find(w.expr + ")"), std::string::npos) << at;
+  }
+  EXPECT_EQ(p.wrapper_lines[0].field, "cpp_wrappers");
+  EXPECT_EQ(p.wrapper_lines[2].field, "cuda_wrappers");
 }
 
 TEST(Plan, ValidationNamesTheField) {
@@ -94,6 +132,11 @@ TEST(Plan, ValidationNamesTheField) {
   r = cpu_request();
   r.cuda_wrappers = {{"f", "f"}};
   expect_invalid(r, "cuda_wrappers were given without cuda_files");
+  r = cpu_request();
+  r.cpp_wrappers.clear();
+  expect_invalid(r, "a module needs at least one export: give cpp_wrappers or cuda_wrappers");
+  r.cuda_files = {"add_constant.cuh"};
+  expect_invalid(r, "a module needs at least one export: give cpp_wrappers or cuda_wrappers");
   r = cpu_request();
   r.cuda_arch = "sm_9x";
   EXPECT_THROW(plan::validate(r), std::invalid_argument);

@@ -307,7 +307,7 @@ def test_small_things_from_the_review(cache_dir, monkeypatch, tmp_path):
 
 def test_cache_without_home_is_private_to_the_user(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("HOME", "JITKERN_CACHE_DIR")}
-    code = f"import jitkern; print(jitkern.JitSpec('nohome', cpp_files=[{str(KERNELS / 'scale_cpu.h')!r}]).build())"
+    code = f"import jitkern; print(jitkern.JitSpec('nohome', cpp_files=[{str(KERNELS / 'scale_cpu.h')!r}], cpp_wrappers=[('scale', 'scale<2>')]).build())"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith(f"/tmp/jitkern-{os.geteuid()}/.cache/jitkern/nohome-")

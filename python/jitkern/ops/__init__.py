@@ -1,6 +1,7 @@
 """Kernels shipped with jitkern (need torch). Each op is also a torch custom op in the `jitkern`
 namespace (torch.ops.jitkern.*), which is what torch.compile traces."""
 
+from .._torch import require_torch
 from . import add_constant as _add_constant_family
 from . import kv_transfer as _kv_transfer_family
 from . import norm as _norm_family
@@ -67,6 +68,7 @@ def warmup(*, dtypes=(), constants=(), ops=None) -> None:
     modules, add_constant for each of `constants`."""
     from concurrent.futures import ThreadPoolExecutor
 
+    require_torch()
     dtypes, constants = tuple(dtypes), tuple(constants)
     warm = {"norm": lambda wanted: _norm_family.warmup(dtypes, wanted), "quant": lambda wanted: _quant_family.warmup(dtypes, wanted),
             "kv_transfer": lambda wanted: _kv_transfer_family.warmup(), "wait_value": lambda wanted: _wait_value_family.warmup(),
