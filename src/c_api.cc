@@ -286,7 +286,7 @@ std::string config_json() {
         return std::string(buf);
       });
     else if (s.kind == settings::Kind::kChoice) effective = attempt([&] { return settings::choice(s.name); });
-    else if (s.kind == settings::Kind::kArch) effective = attempt([&] { return raw.empty() ? raw : toolchain::validate_arch(raw); });
+    else if (s.kind == settings::Kind::kArch) effective = attempt([&] { return raw.empty() ? raw : toolchain::validate_arch(raw, s.name); });
     else effective = {raw, ""};
     // A path setting's own problem wins over the resolution's (which names the first bad one anyway).
     if (!raw.empty() && s.kind == settings::Kind::kPath) {
@@ -387,10 +387,10 @@ __attribute__((visibility("default"))) int jitkern_check_request(const char* req
 }
 
 // toolchain::validate_arch: 0, or 2 with *out_error saying which forms are valid.
-__attribute__((visibility("default"))) int jitkern_check_arch(const char* arch, char** out_error) {
+__attribute__((visibility("default"))) int jitkern_check_arch(const char* arch, const char* origin, char** out_error) {
   *out_error = nullptr;
   try {
-    jitkern::toolchain::validate_arch(arch);
+    jitkern::toolchain::validate_arch(arch, origin);
     return 0;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());

@@ -136,11 +136,7 @@ void validate(const Setting& s, const std::string& value) {
     case Kind::kSeconds: parse_seconds(s, value); break;
     case Kind::kChoice: parse_choice(s, value); break;
     case Kind::kArch:
-      try {
-        toolchain::validate_arch(value);
-      } catch (const std::invalid_argument& e) {
-        invalid(s, value, std::string(e.what()).substr(std::string(e.what()).find(": ") + 2));
-      }
+      toolchain::validate_arch(value, s.name);
       break;
     case Kind::kText: break;
   }

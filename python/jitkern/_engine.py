@@ -41,7 +41,7 @@ def _load() -> ctypes.CDLL:
     lib.jitkern_cache.restype = ctypes.c_int
     lib.jitkern_check_request.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_check_request.restype = ctypes.c_int
-    lib.jitkern_check_arch.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.jitkern_check_arch.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_check_arch.restype = ctypes.c_int
     lib.jitkern_arch_for_capability.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.jitkern_arch_for_capability.restype = ctypes.c_void_p
@@ -173,10 +173,10 @@ def check_request(request: bytes) -> None:
         raise ValueError(_take(error.value))
 
 
-def check_arch(arch: str) -> None:
+def check_arch(arch: str, origin: str) -> None:
     """ValueError saying the valid forms when `arch` is no CUDA target jitkern accepts."""
     error = ctypes.c_void_p()
-    if _LIB.jitkern_check_arch(arch.encode(), ctypes.byref(error)) != 0:
+    if _LIB.jitkern_check_arch(arch.encode(), origin.encode(), ctypes.byref(error)) != 0:
         raise ValueError(_take(error.value))
 
 

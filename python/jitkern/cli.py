@@ -299,7 +299,7 @@ def _archs(args) -> list[str]:
     archs = given or [a for a in [setting["value"] or ""] if a]
     for a in archs:
         try:
-            check_arch(a)
+            check_arch(a, source)
         except ValueError as e:
             raise UsageError(source, e) from None
     return archs
