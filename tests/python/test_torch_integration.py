@@ -202,7 +202,7 @@ def test_capture_guard_and_warmup():
     after jitkern.ops.warmup the same capture works (fresh process: nothing loaded before)."""
     proc = subprocess.run([sys.executable, "-c", CAPTURE], capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "REFUSED jitkern: the norm module for torch.float16 is not loaded yet and a CUDA graph is being captured" in proc.stdout, proc.stdout
+    assert "REFUSED jitkern: the norm_rmsnorm module for torch.float16 is not loaded yet and a CUDA graph is being captured" in proc.stdout, proc.stdout
     assert "jitkern.ops.warmup(dtypes=[torch.float16])" in proc.stdout
     assert "CAPTURED AFTER WARMUP" in proc.stdout
 

@@ -20,5 +20,6 @@ def as_rows(x, public: str, name: str, *, writes: bool, trailing: int = 1):
     try:
         return x.view(shape)
     except RuntimeError:
-        raise ValueError(f"{public}(): {name} of shape {tuple(x.shape)} and strides {x.stride()} cannot be seen as rows of its last "
-                         f"dimension{'s' if trailing > 1 else ''} without a copy; pass a contiguous tensor") from None
+        pass  # raised below, outside the handler, so that the error carries no unrelated context
+    raise ValueError(f"{public}(): {name} of shape {tuple(x.shape)} and strides {x.stride()} cannot be seen as rows of its last "
+                     f"dimension{'s' if trailing > 1 else ''} without a copy; pass a contiguous tensor")
