@@ -18,6 +18,9 @@ struct IntArrayView {
   constexpr int64_t operator[](int64_t i) const { return ptr[i]; }
   constexpr const int64_t* begin() const { return ptr; }
   constexpr const int64_t* end() const { return ptr + len; }
+  constexpr bool empty() const { return len == 0; }
+  constexpr int64_t front() const { return ptr[0]; }
+  constexpr int64_t back() const { return ptr[len - 1]; }
 };
 
 namespace detail {

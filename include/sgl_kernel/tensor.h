@@ -1,10 +1,29 @@
 // <sgl_kernel/tensor.h> for kernels written against the reference framework: jitkern's TensorMatcher and
-// symbols, tvm::ffi::TensorView (tvm-ffi's own header), and operator== on devices.
+// symbols, operator== on devices, and tvm::ffi::TensorView / tvm::ffi::Optional.
+//
+// Those two are tvm-ffi's own classes when its <tvm/ffi/container/tensor.h> came first, or when
+// SGL_KERNEL_TVM_FFI_TENSOR is defined (e.g. -DSGL_KERNEL_TVM_FFI_TENSOR for a kernel that uses more of
+// tvm-ffi's C++ API). Otherwise they are jitkern's lean TensorView and Optional (the members kernels use:
+// data_ptr, shape, strides, size, stride, ndim, dtype, device, numel, is_contiguous; has_value, value),
+// and a later #include <tvm/ffi/container/tensor.h>, as the reference's kernels write it, adds nothing:
+// parsing tvm-ffi's C++ headers costs more than the rest of a typical kernel's compile.
 #pragma once
 
-#include <jitkern/export.h>
 #include <jitkern/tensor.h>
+
+#if defined(TVM_FFI_CONTAINER_TENSOR_H_) || defined(SGL_KERNEL_TVM_FFI_TENSOR)
 #include <tvm/ffi/container/tensor.h>
+#else
+#define TVM_FFI_CONTAINER_TENSOR_H_  // tvm-ffi's include guard: its tensor header is skipped from here on
+#define JITKERN_EXPORT_TVM_COMPAT_H_  // the export glue's tvm-ffi casters: these names are jitkern's own types
+namespace tvm::ffi {
+using TensorView = ::jitkern::TensorView;
+template <typename T>
+using Optional = ::jitkern::Optional<T>;
+}  // namespace tvm::ffi
+#endif
+
+#include <jitkern/export.h>
 
 namespace host {
 inline bool operator==(DLDevice a, DLDevice b) { return a.device_type == b.device_type && a.device_id == b.device_id; }

@@ -17,7 +17,7 @@ namespace device {
 
 template <typename T, std::size_t N>
 struct alignas(sizeof(T) * N) AlignedStorage {
-  T values[N];
+  T data[N];
 };
 
 template <typename T, std::size_t N>
@@ -38,12 +38,12 @@ struct AlignedVector {
   }
   SGL_DEVICE void fill(T value) {
 #pragma unroll
-    for (std::size_t i = 0; i < N; ++i) m_storage.values[i] = value;
+    for (std::size_t i = 0; i < N; ++i) m_storage.data[i] = value;
   }
-  SGL_DEVICE T& operator[](std::size_t i) { return m_storage.values[i]; }
-  SGL_DEVICE const T& operator[](std::size_t i) const { return m_storage.values[i]; }
-  SGL_DEVICE T* data() { return m_storage.values; }
-  SGL_DEVICE const T* data() const { return m_storage.values; }
+  SGL_DEVICE T& operator[](std::size_t i) { return m_storage.data[i]; }
+  SGL_DEVICE const T& operator[](std::size_t i) const { return m_storage.data[i]; }
+  SGL_DEVICE T* data() { return m_storage.data; }
+  SGL_DEVICE const T* data() const { return m_storage.data; }
 
  private:
   AlignedStorage<T, N> m_storage;

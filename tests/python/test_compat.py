@@ -31,7 +31,7 @@ def test_wrappers_take_any_expression_naming_one_function(cache_dir):
 # way the reference's Python files write their wrappers.
 COMPAT_FILES = ["add_constant.cuh", "symbols.cuh", "pdl_launch.cuh", "vec_copy.cuh", "tile_copy.cuh", "reductions.cuh",
                 "math_types.cuh", "rmsnorm.cuh", "runtime_query.cuh"]
-COMPAT_WRAPPERS = [("add_constant", "compat_add_constant<5>"), ("symbols", "compat_symbols"), ("panic", "&compat_panic"),
+COMPAT_WRAPPERS = [("add_constant", "compat_add_constant<5>"), ("symbols", "compat_symbols"), ("panic", "&compat_panic"), ("root_cause", "compat_root_cause"),
                    ("pdl_pair", "compat_pdl_pair<true>"), ("plain_pair", "compat_pdl_pair<false>"),
                    ("vec_add_one_fp16", "compat_vec_add_one_run<fp16_t, 8>"), ("vec_add_one_fp32", "compat_vec_add_one_run<fp32_t, 4>"),
                    ("tile_scale", "compat_tile_scale_run"), ("row_reductions", "compat_row_reductions_run"), ("runtime", "compat_runtime")]
@@ -75,7 +75,19 @@ def test_host_checks_run_on_cpu_tensors(cache_dir, monkeypatch):
         m.symbols(x, np.zeros((4, 5), np.float32))
     with pytest.raises(RuntimeError, match=r"compat panic with code 7"):
         m.panic(7)
+    assert (m.root_cause(7), m.root_cause(8)) == (True, False)
 
+
+
+@pytest.mark.parametrize("flags,lean", [([], True), (["-DTVM_HEADER_FIRST"], False), (["-DSGL_KERNEL_TVM_FFI_TENSOR"], False)])
+def test_tensor_view_is_lean_unless_tvm_ffi_is_asked_for(cache_dir, flags, lean):
+    """<sgl_kernel/tensor.h> gives jitkern's TensorView/Optional unless tvm-ffi's header came first or
+    SGL_KERNEL_TVM_FFI_TENSOR is defined; either way the export glue takes tensors and None."""
+    np = pytest.importorskip("numpy")
+    m = jitkern.load_jit("compat_view_modes", *[f.lstrip("-D") for f in flags], cpp_files=[str(COMPAT / "tensor_view_modes.h")],
+                         cpp_wrappers=[("view_kind", "view_kind")], extra_cflags=flags)
+    x = np.zeros((2, 3), np.float32)
+    assert (m.view_kind(x, None), m.view_kind(x, np.zeros(4, np.int32))) == (1000 * lean + 20, 1000 * lean + 21)
 
 @pytest.mark.gpu
 def test_add_constant_and_pdl_pair():

@@ -76,16 +76,18 @@ SGL_DEVICE Storage apply_norm_warp(const Storage& input, const Storage& weight, 
   return detail::scale(input, weight, math::rsqrt(sum / kDim + eps));
 }
 
-// The same for the row a CTA holds; `smem` holds kSmemBufferSize floats (every thread calls it).
+// The same for the row a CTA of `num_warps` warps holds; `smem` holds kSmemBufferSize floats (every
+// thread calls it).
 template <int64_t kDim, typename Storage>
-SGL_DEVICE Storage apply_norm_cta(const Storage& input, const Storage& weight, float eps, float* smem) {
+SGL_DEVICE Storage apply_norm_cta(const Storage& input, const Storage& weight, float eps, float* smem,
+                                  uint32_t num_warps = blockDim.x / kWarpThreads) {
   static_assert(kDim > 256, "apply_norm_cta: rows of more than 256 elements (use apply_norm_warp)");
   const unsigned lane = threadIdx.x % kWarpThreads, warp_id = threadIdx.x / kWarpThreads;
   const float partial = warp::reduce_sum(detail::sum_of_squares(input));
   if (lane == 0) smem[warp_id] = partial;
   __syncthreads();
   if (warp_id == 0) {
-    const float sum = warp::reduce_sum(lane < blockDim.x / kWarpThreads ? smem[lane] : 0.0f);
+    const float sum = warp::reduce_sum(lane < num_warps ? smem[lane] : 0.0f);
     if (lane == 0) smem[kSmemBufferSize - 1] = math::rsqrt(sum / kDim + eps);
   }
   __syncthreads();

@@ -47,3 +47,13 @@ inline int64_t compat_symbols(tvm::ffi::TensorView x, tvm::ffi::TensorView y) {
 
 // Panic's message reaches Python as a RuntimeError.
 inline void compat_panic(int64_t code) { host::Panic("compat panic with code ", code); }
+
+// PanicError::root_cause() is the message without the location prefix.
+inline bool compat_root_cause(int64_t code) {
+  try {
+    host::Panic("compat panic with code ", code);
+  } catch (const host::PanicError& e) {
+    return e.root_cause() == "compat panic with code 7";
+  }
+  return false;
+}
