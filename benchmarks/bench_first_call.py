@@ -4,7 +4,7 @@ for bf16 and `jitkern prebuild` of every op for three dtypes, each into an empty
 
 The reference runs from its wheel (REFERENCE_WHEEL=/path/to/sglang-*.whl, or installed): only its
 jit_kernel modules are imported (its package __init__ is bypassed). Without it, its column says so.
-Prints markdown tables.
+Prints markdown tables. Arguments, if any, name the ops to time (and skip the build table).
 """
 
 from __future__ import annotations
@@ -38,22 +38,25 @@ idx = torch.arange(64, device="cuda")
 torch.cuda.synchronize()
 """
 
-# op -> (jitkern call, reference call or None); both run after SETUP, names `ops` and `ref` imported.
+# op -> (jitkern call, reference call or None); both run after SETUP with `ops` (jitkern.ops) or `ref` (the
+# reference's module of the op, REF_MODULES) imported.
 OPS = {
-    "rmsnorm": ("ops.rmsnorm(x, w)", "ref_norm.rmsnorm(x, w, torch.empty_like(x))"),
-    "fused_add_rmsnorm": ("ops.fused_add_rmsnorm(x, x.clone(), w)", "ref_norm.fused_add_rmsnorm(x, x.clone(), w)"),
+    "rmsnorm": ("ops.rmsnorm(x, w)", "ref.rmsnorm(x, w, torch.empty_like(x))"),
+    "fused_add_rmsnorm": ("ops.fused_add_rmsnorm(x, x.clone(), w)", "ref.fused_add_rmsnorm(x, x.clone(), w)"),
     "fused_inplace_qknorm": ("ops.fused_inplace_qknorm(qkv[:, :32], qkv[:, 32:40], hw, hw)",
-                             "ref_norm.fused_inplace_qknorm(qkv[:, :32], qkv[:, 32:40], hw, hw)"),
+                             "ref.fused_inplace_qknorm(qkv[:, :32], qkv[:, 32:40], hw, hw)"),
     # the reference's op registers itself with torch through its serving stack at its first call: its module is called directly
     "per_tensor_quant_fp8": ("ops.per_tensor_quant_fp8(x, q8, s1, is_static=True)",
-                             "ref_quant._jit_per_tensor_quant_fp8_module(True, x.dtype).per_tensor_quant_fp8(x.view(-1), q8.view(-1), s1)"),
+                             "ref._jit_per_tensor_quant_fp8_module(True, x.dtype).per_tensor_quant_fp8(x.view(-1), q8.view(-1), s1)"),
     "per_token_quant_fp8": ("ops.per_token_quant_fp8(x)", None),
     "per_token_group_quant_8bit": ("ops.per_token_group_quant_8bit(x, 128)", None),
     "rmsnorm_quant_fp8": ("ops.rmsnorm_quant_fp8(x, w, scale=s1)", None),
     "fused_add_rmsnorm_quant_fp8": ("ops.fused_add_rmsnorm_quant_fp8(x, x.clone(), w, scale=s1)", None),
     "transfer_hicache_one_layer": ("ops.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)",
-                                   "ref_hicache.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)"),
+                                   "ref.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)"),
 }
+
+REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache"}  # else norm
 
 JITKERN = "import jitkern.ops as ops\n" + SETUP + """
 t0 = time.perf_counter()
@@ -70,7 +73,7 @@ for name in ("sglang", "sglang.srt", "sglang.srt.utils"):
     found = importlib.util.find_spec(name)
     pkg = types.ModuleType(name); pkg.__path__ = list(found.submodule_search_locations); sys.modules[name] = pkg
 import importlib
-ref_norm, ref_hicache, ref_quant = (importlib.import_module("sglang.jit_kernel." + m) for m in ("norm", "hicache", "per_tensor_quant_fp8"))
+ref = importlib.import_module("sglang.jit_kernel.{module}")
 """ + SETUP + """
 t0 = time.perf_counter()
 {call}
@@ -123,18 +126,21 @@ def main() -> None:
     print(f"\n### First call of each op, empty cache, bf16 ({environment()}, {JOBS} CPUs, {TRIALS} trials)\n")
     print("| op | jitkern | reference | jitkern / reference |")
     print("|---|---|---|---|")
-    for op, (mine, theirs) in OPS.items():
+    wanted = sys.argv[1:] or list(OPS)
+    for op, (mine, theirs) in ((op, OPS[op]) for op in wanted):
         jk = timed(JITKERN.format(call=mine))
         if theirs is None or ref is None:
             print(f"| {op} | {fmt(jk)} | {'no such op' if theirs is None else 'not run: no reference wheel'} | |", flush=True)
             continue
         try:
-            rf = timed(REFERENCE.format(call=theirs), ref)
+            rf = timed(REFERENCE.format(call=theirs, module=REF_MODULES.get(op, "norm")), ref)
         except RuntimeError as e:
             print(f"| {op} | {fmt(jk)} | not run: {str(e)[-200:]} | |", flush=True)
             continue
         print(f"| {op} | {fmt(jk)} | {fmt(rf)} | {statistics.median(jk) / statistics.median(rf):.2f}x |", flush=True)
 
+    if sys.argv[1:]:
+        return
     print("\n| build into an empty cache | seconds |")
     print("|---|---|")
     warm = timed("import jitkern.ops as ops, torch, time\nt0 = time.perf_counter()\nops.warmup(dtypes=[torch.bfloat16])\n"
