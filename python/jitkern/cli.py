@@ -121,7 +121,7 @@ def _when(unix: int) -> str:
 
 # Which `jitkern cache` actions take which options (anything else is refused, never silently ignored).
 _CACHE_OPTIONS = {"dry_run": ("--dry-run", ("prune", "clear", "rm")), "max_size": ("--max-size", ("prune",)),
-                  "older_than": ("--older-than", ("prune",)), "json": ("--json", ("ls", "show", "stats")),
+                  "older_than": ("--older-than", ("prune",)), "json": ("--json", ("ls", "du", "show", "stats", "verify", "prune", "clear", "rm")),
                   "entries": ("naming entries", ("show", "rm"))}
 
 
@@ -185,17 +185,20 @@ def cmd_cache(args) -> int:
     except (ValueError, RuntimeError) as e:  # the engine's message names the directory or the argument
         print(f"jitkern cache {args.action}: {str(e).removeprefix('jitkern: ')}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
-    if args.json:
-        print(json.dumps(answer, indent=1))
-        return 0
     if args.action == "du":
         entries = answer["entries"]
         by_status: dict[str, list[int]] = {}
         for e in entries:
             by_status.setdefault(e["status"], []).append(e["bytes"])
-        print(f"{answer['cache_dir']}: {len(entries)} entries, {human_size(sum(e['bytes'] for e in entries))}")
-        for status, sizes in sorted(by_status.items()):
-            print(f"  {status}: {len(sizes)} entries, {human_size(sum(sizes))}")
+        answer = {"cache_dir": answer["cache_dir"], "entries": len(entries), "bytes": sum(e["bytes"] for e in entries),
+                  "by_status": {status: {"entries": len(sizes), "bytes": sum(sizes)} for status, sizes in sorted(by_status.items())}}
+        if not args.json:
+            print(f"{answer['cache_dir']}: {answer['entries']} entries, {human_size(answer['bytes'])}")
+            for status, totals in answer["by_status"].items():
+                print(f"  {status}: {totals['entries']} entries, {human_size(totals['bytes'])}")
+            return 0
+    if args.json:
+        print(json.dumps(answer, indent=1))
         return 0
     if args.action == "ls":
         print(f"{answer['cache_dir']} ({len(answer['entries'])} entries)")
@@ -628,7 +631,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--max-size", type=parse_size, help="prune: evict least recently used entries until the cache fits (e.g. 5G)")
     c.add_argument("--older-than", type=parse_duration, help="prune: evict entries unused for this long (e.g. 30d, 12h)")
     c.add_argument("--dry-run", action="store_true", help="prune, clear, rm: say what would be removed, remove nothing")
-    c.add_argument("--json", action="store_true", help="ls, show, stats: the engine's JSON")
+    c.add_argument("--json", action="store_true", help="the answer as JSON (du: totals per status; the others: the engine's)")
     c.add_argument("-v", "--verbose", action="store_true", help="also list the entries that were kept")
     c.set_defaults(func=cmd_cache)
 

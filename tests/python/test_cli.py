@@ -284,6 +284,10 @@ def test_cache_ls_show_stats_and_rm(cache_dir):
     assert stats[0]["build_ms"] == listed["scale_42"]["build_ms"] + listed["scale_43"]["build_ms"]
     assert stats[0]["used_day"] == 2 and stats[0]["used_week"] == 2
     assert "2 entries in the last day" in run_cli("cache", "stats", "--cache-dir", str(cache_dir)).stdout
+    du = json.loads(run_cli("cache", "du", "--json", "--cache-dir", str(cache_dir)).stdout)
+    assert du["entries"] == 2 and du["bytes"] == listed["scale_42"]["bytes"] + listed["scale_43"]["bytes"] and du["by_status"]["ok"]["entries"] == 2
+    verified = json.loads(run_cli("cache", "verify", "--json", "--cache-dir", str(cache_dir)).stdout)["outcomes"]
+    assert sorted(o["action"] for o in verified) == ["kept", "kept"]
 
     dry = run_cli("cache", "rm", "scale_42", "--dry-run", "--cache-dir", str(cache_dir))
     assert dry.returncode == 0 and "would remove" in dry.stdout and set(entries(cache_dir)) == {"scale_42", "scale_43"}
