@@ -1,0 +1,74 @@
+"""Forward latency of a transformers Llama with Llama-3-8B's layer shape (4 decoder layers, random bf16
+weights), unpatched and patched by jitkern.integrations.transformers.apply, eager and under torch.compile,
+at 1, 16 and 2048 tokens (batch 1). Wall time per forward (host included), median of the timed calls.
+Prints a markdown table. Needs transformers.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from utils import environment, is_in_ci  # noqa: E402
+
+TOKENS = [1, 16] if is_in_ci() else [1, 16, 2048]
+CALLS = 10 if is_in_ci() else 50
+
+
+def build_model():
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=4, num_attention_heads=32,
+                                      num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rms_norm_eps=1e-5)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
+
+
+def wall_ms(fn, ids) -> float:
+    import torch
+
+    with torch.no_grad():
+        for _ in range(3):
+            fn(ids)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(CALLS):
+            t0 = time.perf_counter()
+            fn(ids)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    import torch
+
+    from jitkern.integrations.transformers import apply, revert
+
+    model = build_model()
+    rows = []
+    for mode in ("eager", "compiled"):
+        torch._dynamo.reset()
+        run = model if mode == "eager" else torch.compile(model)
+        for tokens in TOKENS:
+            ids = torch.randint(0, 128256, (1, tokens), device="cuda")
+            revert(model)
+            plain = wall_ms(run, ids)
+            apply(model)
+            patched = wall_ms(run, ids)
+            revert(model)
+            rows.append((mode, tokens, plain, patched))
+            print(f"{mode} T={tokens}: {plain:.3f} / {patched:.3f} ms", file=sys.stderr, flush=True)
+    print(f"\n### Llama (4 layers of Llama-3-8B's shape, bf16), forward wall time ({environment()}, median of {CALLS})\n")
+    print("| mode | tokens | unpatched | patched by jitkern | unpatched / patched |")
+    print("|---|---|---|---|---|")
+    for mode, tokens, plain, patched in rows:
+        print(f"| {mode} | {tokens} | {plain:.3f} ms | {patched:.3f} ms | {plain / patched:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
