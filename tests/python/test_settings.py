@@ -59,6 +59,9 @@ def test_a_relative_cache_directory_is_taken_from_the_working_directory(tmp_path
     assert load(env_with(JITKERN_CACHE_DIR="relative-cache"), cwd=work) == "RESULT 3.0"
     assert any((work / "relative-cache").glob("settings_scale_3-*/manifest")), "the module is cached under the working directory"
     assert load(env_with(JITKERN_CACHE_DIR="relative-cache", JITKERN_ON_MISS="error"), cwd=work) == "RESULT 3.0"
+    code = LOADER.split("try:")[0] + "print('PATH', spec.build())"
+    path = run([sys.executable, "-c", code], env_with(JITKERN_CACHE_DIR="relative-cache"), cwd=work).stdout.split("PATH ")[-1].strip()
+    assert path.startswith(str(work / "relative-cache") + "/"), f"the library's path must not depend on the working directory: {path}"
 
 
 def test_a_tilde_in_a_path_setting_is_the_home_directory(tmp_path):
