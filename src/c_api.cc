@@ -302,14 +302,10 @@ std::string config_json() {
   const auto unknown = settings::unknown();
   for (std::size_t i = 0; i < unknown.size(); ++i) out += std::string(i ? ", " : "") + json_string(unknown[i]);
   out += "], \"prebuilt\": [";
-  const auto layers = attempt([] { return std::to_string(jitkern::store::Store::prebuilt_layers().size()); });
-  if (layers.second.empty()) {
-    bool first = true;
-    for (const auto& layer : jitkern::store::Store::prebuilt_layers()) {
-      out += std::string(first ? "" : ", ") + "{\"dir\": " + json_string(layer.root()) + ", \"problem\": " + json_string(layer.layer_distrust()) + "}";
-      first = false;
-    }
-  }
+  std::vector<jitkern::store::Store> layers;
+  attempt([&] { return layers = jitkern::store::Store::prebuilt_layers(), std::string(); });  // an invalid setting shows above
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    out += std::string(i ? ", " : "") + "{\"dir\": " + json_string(layers[i].root()) + ", \"problem\": " + json_string(layers[i].layer_distrust()) + "}";
   return out + "]}";
 }
 

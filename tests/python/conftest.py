@@ -17,6 +17,18 @@ PRIMITIVES_WRAPPERS += [(f"packed_max_{t}", f"packed_max<{t}>") for t in ("fp16x
 PRIMITIVES_WRAPPERS += [(f"vector_copy_via_shared_{t}", f"vector_copy_via_shared<{t}>") for t in ("uint8_t", "fp16_t", "fp32_t")]
 
 
+def child_env(without=(), **overrides) -> dict:
+    """os.environ for a child process without the variables in `without`, plus `overrides` (a None value
+    removes the variable)."""
+    env = {k: v for k, v in os.environ.items() if k not in without}
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
 def _cuda_available() -> bool:
     try:
         import torch

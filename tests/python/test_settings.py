@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KERNELS
+from conftest import KERNELS, child_env
 
 SETTINGS = ("JITKERN_CACHE_DIR", "JITKERN_LOCK_DIR", "JITKERN_PREBUILT_DIRS", "JITKERN_ON_MISS", "JITKERN_VERBOSE", "JITKERN_QUIET")
 
@@ -30,13 +30,7 @@ a = np.arange(4, dtype=np.float32); out = np.zeros_like(a); m.f(out, a); print("
 
 
 def env_with(**values) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
-    for k, v in values.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = str(v)
-    return env
+    return child_env(SETTINGS, **values)
 
 
 def run(argv, env, cwd=None) -> subprocess.CompletedProcess:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import jitkern
-from conftest import KERNELS
+from conftest import KERNELS, child_env
 
 NOBODY = 65534
 FACTOR_CPU = (KERNELS / "factor_cpu.h").read_text()
@@ -117,13 +117,7 @@ VERIFY_LOOP = textwrap.dedent(
 
 def clean_env(**overrides) -> dict:
     """os.environ without the settings that change serving, plus `overrides` (a None value removes the variable)."""
-    env = {k: v for k, v in os.environ.items() if k not in SERVING_SETTINGS}
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = str(value)
-    return env
+    return child_env(SERVING_SETTINGS, **overrides)
 
 
 def run(argv, env, *, as_nobody=False, read_only=(), umask=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:

@@ -55,7 +55,7 @@ def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch
         return torch.ops.jitkern.fused_add_rmsnorm(input, residual, weight, eps)
     fn = _FUNCTIONS.get(("fused_add_rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("fused_add_rmsnorm", input,
                                                                                                         "fused_add_rmsnorm")
-    if getattr(input, "dim", lambda: 2)() != 2:
+    if isinstance(input, torch.Tensor) and input.dim() != 2:
         input, residual = (as_rows(t, "fused_add_rmsnorm", n, writes=True) for t, n in ((input, "input"), (residual, "residual")))
     fn(input, residual, weight, eps)
 
@@ -67,7 +67,7 @@ def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tenso
     if compiling():
         return torch.ops.jitkern.qknorm(q, k, q_weight, k_weight, eps, head_dim)
     fn = _FUNCTIONS.get(("qknorm", getattr(q, "dtype", None))) or _FAMILY.function("qknorm", q, "fused_inplace_qknorm", "q")
-    if getattr(q, "dim", lambda: 3)() > 3:
+    if isinstance(q, torch.Tensor) and q.dim() > 3:
         q, k = (as_rows(t, "fused_inplace_qknorm", n, writes=True, trailing=2) for t, n in ((q, "q"), (k, "k")))
     fn(q, k, q_weight, k_weight, eps, head_dim)
 
@@ -79,7 +79,7 @@ def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight
         return torch.ops.jitkern.qknorm_across_heads(q, k, q_weight, k_weight, eps)
     fn = _FUNCTIONS.get(("qknorm_across_heads", getattr(q, "dtype", None))) or _FAMILY.function(
         "qknorm_across_heads", q, "fused_inplace_qknorm_across_heads", "q")
-    if getattr(q, "dim", lambda: 2)() != 2:
+    if isinstance(q, torch.Tensor) and q.dim() != 2:
         q, k = (as_rows(t, "fused_inplace_qknorm_across_heads", n, writes=True) for t, n in ((q, "q"), (k, "k")))
     fn(q, k, q_weight, k_weight, eps)
 

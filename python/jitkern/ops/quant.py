@@ -35,7 +35,7 @@ def _rows(x, public: str):
     """x as [rows, H] (a view where the strides allow); 1-D is one row."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{public}(): input must be a torch.Tensor, got {type(x).__name__}")
-    return as_rows(x, public, "input", writes=False)
+    return x if x.dim() == 2 else as_rows(x, public, "input", writes=False)  # the common case without a call
 
 
 def _bytes(q, name: str, public: str, allow_int8: bool = False):
