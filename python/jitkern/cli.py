@@ -278,8 +278,8 @@ def _ops_specs(args) -> list:
             constants.append(int(c))
         except ValueError:
             raise UsageError("--constants", f"not an integer: {c!r}") from None
-    if dtypes and not {"norm", "quant"} & set(families):
-        raise UsageError("--dtypes", "applies only to the norm and quant families; add one of them to --ops")
+    if dtypes and not set(ops.DTYPE_FAMILIES) & set(families):
+        raise UsageError("--dtypes", f"applies only to the {', '.join(ops.DTYPE_FAMILIES)} families; add one of them to --ops")
     if constants and "add_constant" not in families:
         raise UsageError("--constants", "applies only to add_constant; add it to --ops")
     if not constants and "add_constant" in families:
@@ -638,7 +638,7 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("prebuild", help="build kernel modules into a cache ahead of time (no GPU needed)")
     c.add_argument("--ops", help="jitkern's own kernel families, comma-separated, or 'all' (the default without --spec-file; "
                                  "add_constant only with --constants)")
-    c.add_argument("--dtypes", help="element types for the norm and quant families (default: all they support), e.g. bfloat16,float16")
+    c.add_argument("--dtypes", help="element types for the families built per dtype (default: all they support), e.g. bfloat16,float16")
     c.add_argument("--constants", help="constants for add_constant, e.g. 1,5")
     c.add_argument("--spec-file", help="a JSON list of JitSpec fields ({\"args\": [...], \"cuda_files\": [...], ...}) to build too")
     c.add_argument("--arch", help="CUDA targets, comma-separated, e.g. sm_90a,sm_100a (default: JITKERN_CUDA_ARCH)")

@@ -16,12 +16,13 @@ from .quant import (fused_add_rmsnorm_quant_fp8, group_scales_like, per_tensor_q
 from .wait_value import Event, stream_wait_value
 
 
-FAMILIES = ("norm", "quant", "kv_transfer", "wait_value", "add_constant")
-# Each op's family; the norm and quant families build one module per op and dtype, the others one module.
-OPS = {**{op: "norm" for op in _norm_family._FAMILY.public}, **{op: "quant" for op in _quant_family._FAMILY.public},
-       **{op: "kv_transfer" for op in ("transfer_hicache_all_layer", "transfer_hicache_one_layer", "transfer_kv_all_layers",
-                                       "transfer_kv_all_layers_mla", "transfer_kv_one_layer", "transfer_kv_one_layer_mla")},
-       "stream_wait_value": "wait_value", "Event": "wait_value", "add_constant": "add_constant"}
+# Every family module offers OPS (its public op names), specs(ops, dtypes, constants) (the JitSpecs those ops
+# need) and warmup(ops, dtypes, constants); a new family is one import and one entry here.
+_FAMILY_MODULES = {"norm": _norm_family, "quant": _quant_family, "kv_transfer": _kv_transfer_family,
+                   "wait_value": _wait_value_family, "add_constant": _add_constant_family}
+FAMILIES = tuple(_FAMILY_MODULES)
+OPS = {op: family for family, module in _FAMILY_MODULES.items() for op in module.OPS}  # each op's family
+DTYPE_FAMILIES = tuple(f for f, module in _FAMILY_MODULES.items() if hasattr(module, "DTYPES"))  # built per dtype
 
 
 def _selection(families, ops) -> dict:
@@ -49,17 +50,10 @@ def specs(families=None, *, ops=None, dtypes=None, constants=()) -> list:
     """The JitSpecs these ops need: by `ops` (Python op names, e.g. ["rmsnorm", "per_token_quant_fp8"]) or
     by kernel `families` (default: every op). The norm and quant ops need one module per op and each of
     `dtypes` (names or torch dtypes; default: every dtype they support); the kv_transfer and wait_value
-    ops one module each (every dtype); add_constant one per value in `constants`. What
-    `jitkern prebuild` and `warmup` build."""
-    out = []
-    for family, wanted in _selection(families, ops).items():
-        if family in ("norm", "quant"):
-            out += (_norm_family if family == "norm" else _quant_family)._FAMILY.specs_for(wanted, dtypes)
-        elif family == "add_constant":
-            out += [_add_constant_family.spec(c) for c in constants]
-        else:
-            out.append((_kv_transfer_family if family == "kv_transfer" else _wait_value_family).spec())
-    return out
+    ops one module each (every dtype); add_constant one per value in `constants`; each family's own
+    `specs` says what it needs. What `jitkern prebuild` and `warmup` build."""
+    return [spec for family, wanted in _selection(families, ops).items()
+            for spec in _FAMILY_MODULES[family].specs(wanted, dtypes, constants)]
 
 
 def warmup(*, dtypes=(), constants=(), ops=None) -> None:
@@ -70,16 +64,13 @@ def warmup(*, dtypes=(), constants=(), ops=None) -> None:
 
     require_torch()
     dtypes, constants = tuple(dtypes), tuple(constants)
-    warm = {"norm": lambda wanted: _norm_family.warmup(dtypes, wanted), "quant": lambda wanted: _quant_family.warmup(dtypes, wanted),
-            "kv_transfer": lambda wanted: _kv_transfer_family.warmup(), "wait_value": lambda wanted: _wait_value_family.warmup(),
-            "add_constant": lambda wanted: _add_constant_family.warmup(constants)}
     selection = _selection(None, ops)
     with ThreadPoolExecutor(max_workers=len(selection)) as pool:  # the families build side by side, not one after another
-        for future in [pool.submit(warm[family], wanted) for family, wanted in selection.items()]:
+        for future in [pool.submit(_FAMILY_MODULES[family].warmup, wanted, dtypes, constants) for family, wanted in selection.items()]:
             future.result()
 
 
-__all__ = ["Event", "FAMILIES", "OPS", "specs", "add_constant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant_fp8", "fused_inplace_qknorm",
+__all__ = ["DTYPE_FAMILIES", "Event", "FAMILIES", "OPS", "specs", "add_constant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant_fp8", "fused_inplace_qknorm",
            "fused_inplace_qknorm_across_heads", "group_scales_like", "per_tensor_quant_fp8", "per_token_group_quant_8bit",
            "per_token_quant_fp8", "rmsnorm", "rmsnorm_quant_fp8", "stream_wait_value", "transfer_hicache_all_layer",
            "transfer_hicache_one_layer", "transfer_kv_all_layers", "transfer_kv_all_layers_mla", "transfer_kv_one_layer",

@@ -28,8 +28,9 @@ class DtypeFamily:
         return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
                        cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])])
 
-    def specs_for(self, public_ops, dtypes) -> list[JitSpec]:
-        """The modules these Python ops (None: all) need for these dtypes (None: all the family supports)."""
+    def specs_for(self, public_ops=None, dtypes=None, constants=()) -> list[JitSpec]:
+        """The modules these Python ops (None: all) need for these dtypes (None: all the family supports);
+        the family has no constants."""
         exports = dict.fromkeys(self.public[p] for p in (self.public if public_ops is None else public_ops))
         return [self.spec(d, op) for d in (self.DTYPES if dtypes is None else dtypes) for op in exports]
 
@@ -51,7 +52,7 @@ class DtypeFamily:
         check_not_capturing(f"the {self.name}_{op} module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
         return self.functions.setdefault((op, x.dtype), getattr(self.spec(x.dtype, op).load(), op))
 
-    def warmup(self, dtypes, public_ops=None) -> None:
+    def warmup(self, public_ops=None, dtypes=(), constants=()) -> None:
         """Loads (building in parallel where needed) the modules of these Python ops (None: all) for these dtypes."""
         from ..jit import warmup as build_all
 

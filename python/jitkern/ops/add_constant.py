@@ -26,7 +26,15 @@ def _add_constant_function(constant: int):
 _FUNCTIONS: dict[int, object] = {}  # constant -> exported function
 
 
-def warmup(constants) -> None:
+OPS = ("add_constant",)
+
+
+def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
+    """One module per constant."""
+    return [spec(c) for c in constants]
+
+
+def warmup(ops=None, dtypes=(), constants=()) -> None:
     """Loads (building in parallel where needed) add_constant for these constants."""
     from ..jit import warmup as build_all
 

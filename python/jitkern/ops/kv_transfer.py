@@ -39,7 +39,16 @@ def spec() -> JitSpec:
 _function = ModuleExports(spec, _OPS, "kv_transfer")
 
 
-def warmup() -> None:
+OPS = ("transfer_hicache_all_layer", "transfer_hicache_one_layer", "transfer_kv_all_layers", "transfer_kv_all_layers_mla",
+       "transfer_kv_one_layer", "transfer_kv_one_layer_mla")
+
+
+def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
+    """Every transfer op needs the one module (any dtype)."""
+    return [spec()]
+
+
+def warmup(ops=None, dtypes=(), constants=()) -> None:
     """Loads (building where needed) the transfer module."""
     _function.warmup()
 

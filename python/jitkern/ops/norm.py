@@ -23,7 +23,9 @@ _FAMILY = DtypeFamily("norm", "NormOps", {
            "fused_inplace_qknorm_across_heads": "qknorm_across_heads"})
 DTYPES = _FAMILY.DTYPES
 SPECS = _FAMILY.specs
+OPS = tuple(_FAMILY.public)
 spec = _FAMILY.spec
+specs = _FAMILY.specs_for
 warmup = _FAMILY.warmup
 _FUNCTIONS = _FAMILY.functions
 

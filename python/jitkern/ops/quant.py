@@ -27,7 +27,9 @@ _FAMILY = DtypeFamily("quant", "QuantOps", {
            "fused_add_rmsnorm_quant_fp8": "fused_add_rmsnorm_quant"})
 DTYPES = _FAMILY.DTYPES
 SPECS = _FAMILY.specs
+OPS = tuple(_FAMILY.public)
 spec = _FAMILY.spec
+specs = _FAMILY.specs_for
 warmup = _FAMILY.warmup
 
 

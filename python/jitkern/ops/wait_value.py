@@ -34,7 +34,15 @@ def spec() -> JitSpec:
 _function = ModuleExports(spec, _OPS, "wait_value")
 
 
-def warmup() -> None:
+OPS = ("stream_wait_value", "Event")
+
+
+def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
+    """Every signalling op needs the one module."""
+    return [spec()]
+
+
+def warmup(ops=None, dtypes=(), constants=()) -> None:
     """Loads (building where needed) the signalling module."""
     _function.warmup()
 
