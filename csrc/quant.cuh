@@ -71,26 +71,27 @@ __device__ __forceinline__ void split(int64_t v, const Shape2D& shape, int64_t& 
   col = v - row * shape.row_vecs;
 }
 
-// q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor).
+// q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor), kItems
+// vectors per thread in CTAs of kThreads.
 // kLastFirst: CTAs take the tensor from its end, which the amax pass read last and L2 may still hold.
-template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst>
-__global__ void __launch_bounds__(kQuantThreads)
+template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst, int kThreads = kQuantThreads, int kItems = kQuantItems>
+__global__ void __launch_bounds__(kThreads)
     quantize_tensor_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale) {
   device::pdl_trigger_secondary();
   const unsigned block = kLastFirst ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t first = int64_t{block} * kQuantThreads * kQuantItems + threadIdx.x;
-  int64_t rows[kQuantItems], cols[kQuantItems];
+  const int64_t first = int64_t{block} * kThreads * kItems + threadIdx.x;
+  int64_t rows[kItems], cols[kItems];
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k) split<kOneRow>(first + k * kQuantThreads, shape, rows[k], cols[k]);
+  for (int k = 0; k < kItems; ++k) split<kOneRow>(first + k * kThreads, shape, rows[k], cols[k]);
   device::pdl_wait_primary();
-  AlignedVector<T, kVec> x[kQuantItems];
+  AlignedVector<T, kVec> x[kItems];
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k)
-    if (first + k * kQuantThreads < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
+  for (int k = 0; k < kItems; ++k)
+    if (first + k * kThreads < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
   const quant::Divider s(*scale);
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k)
-    if (first + k * kQuantThreads < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
+  for (int k = 0; k < kItems; ++k)
+    if (first + k * kThreads < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
 }
 
 // scale = max of scale_for<Q>(amax of each CTA's part): *scale must be 0 before the launch.
