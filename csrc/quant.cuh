@@ -72,18 +72,20 @@ __device__ __forceinline__ void split(int64_t v, const Shape2D& shape, int64_t& 
 }
 
 // q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor), kItems
-// vectors per thread in CTAs of kThreads.
+// vectors per thread in CTAs of kThreads; kEarly: the next launch may start at once, else after the wait.
 // kLastFirst: CTAs take the tensor from its end, which the amax pass read last and L2 may still hold.
-template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst, int kThreads = kQuantThreads, int kItems = kQuantItems>
+template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst, int kThreads = kQuantThreads, int kItems = kQuantItems,
+          bool kEarly = true>
 __global__ void __launch_bounds__(kThreads)
     quantize_tensor_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale) {
-  device::pdl_trigger_secondary();
+  if constexpr (kEarly) device::pdl_trigger_secondary();
   const unsigned block = kLastFirst ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int64_t first = int64_t{block} * kThreads * kItems + threadIdx.x;
   int64_t rows[kItems], cols[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) split<kOneRow>(first + k * kThreads, shape, rows[k], cols[k]);
   device::pdl_wait_primary();
+  if constexpr (!kEarly) device::pdl_trigger_secondary();
   AlignedVector<T, kVec> x[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k)
@@ -372,7 +374,8 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      if (!is_static && shape.total_vecs <= kQuantOneCtaVecs) {
+      if (is_static) return static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device, cc >= 9);
+      if (shape.total_vecs <= kQuantOneCtaVecs) {
         const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
         LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
             .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
@@ -389,23 +392,15 @@ struct QuantOps {
         LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
             .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
       };
-      if (!is_static && shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
-      if (!is_static && shape.total_vecs <= sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+      if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
+      if (shape.total_vecs <= sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
         return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
-      if (!is_static) {
-        zero_float_async(scale, ops.device);
-        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads),
-                                               int64_t{runtime::get_sm_count(ops.device.device_id)} * (2048 / kQuantThreads));
-        LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
-            .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
-      }
-      LaunchKernel launch(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device);
-      launch.enable_pdl(cc >= 9);
-      if (is_static) {
-        launch(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, false>, in, q, shape, scale);
-      } else {
-        launch(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
-      }
+      zero_float_async(scale, ops.device);
+      const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
+      LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
+          .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+      LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
+          .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
     });
   }
 
@@ -557,6 +552,32 @@ struct QuantOps {
     TokenRows<T>::check_rows(N, H, q_stride, q_name);
     return {static_cast<const T*>(input.data_ptr()), static_cast<uint8_t*>(output_q.data_ptr()), N.unwrap(), H.unwrap(),
             TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
+  }
+
+  // Static per-tensor of a contiguous tensor: the launch shape by size, in vectors per SM. Up to
+  // kStaticSmallVecsPerSm 128-thread CTAs of two vectors per thread, triggering the next launch at once; up
+  // to kStaticMidVecsPerSm 128-thread CTAs of one, triggering after their wait (many small CTAs queued
+  // early crowd the SMs); up to kStaticLargeVecsPerSm 512 threads of one; beyond, 512 of two. bf16
+  // [T, 4096] on an H100, graphs of back-to-back launches: T = 32-256 0.97-1.53 us against 2.2-2.7 us
+  // at 512 x 2 (docs/benchmarks.md, "Per-tensor static quantization").
+  static constexpr int64_t kStaticSmallVecsPerSm = 128, kStaticMidVecsPerSm = 1024, kStaticLargeVecsPerSm = 2048;
+  template <int kVec, bool kOneRow>
+  static void static_launch(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale, DLDevice device, bool pdl) {
+    using host::div_ceil;
+    const auto go = [&](auto kernel, int threads, int items) {
+      host::LaunchKernel(checked_grid(div_ceil(shape.total_vecs, int64_t{threads} * items)), threads, device).enable_pdl(pdl)(
+          kernel, in, q, shape, scale);
+    };
+    const int64_t sms = host::runtime::get_sm_count(device.device_id);
+    if constexpr (kOneRow && kVec > 1) {  // the common case; other layouts take the large shape
+      if (shape.total_vecs <= kStaticSmallVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 128, 2, true>, 128, 2);
+      if (shape.total_vecs <= kStaticMidVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 128, 1, false>, 128, 1);
+      if (shape.total_vecs <= kStaticLargeVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 512, 1, true>, 512, 1);
+    }
+    go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, false>, kQuantThreads, kQuantItems);
   }
 
   static unsigned checked_grid(int64_t blocks) {
