@@ -557,10 +557,11 @@ struct QuantOps {
   // Static per-tensor of a contiguous tensor: the launch shape by size, in vectors per SM. Up to
   // kStaticSmallVecsPerSm 128-thread CTAs of two vectors per thread, triggering the next launch at once; up
   // to kStaticMidVecsPerSm 128-thread CTAs of one, triggering after their wait (many small CTAs queued
-  // early crowd the SMs); up to kStaticLargeVecsPerSm 512 threads of one; beyond, 512 of two. bf16
-  // [T, 4096] on an H100, graphs of back-to-back launches: T = 32-256 0.97-1.53 us against 2.2-2.7 us
-  // at 512 x 2 (docs/benchmarks.md, "Per-tensor static quantization").
-  static constexpr int64_t kStaticSmallVecsPerSm = 128, kStaticMidVecsPerSm = 1024, kStaticLargeVecsPerSm = 2048;
+  // early crowd the SMs); up to kStaticLargeVecsPerSm 512 threads of one; up to kStaticHugeVecsPerSm 512
+  // of two; beyond, 256 of one. bf16 [T, 4096] on an H100, graphs of back-to-back launches: T = 32-256
+  // 0.94-1.53 us against 2.2-2.7 at 512 x 2; T = 16384 / 32768 66.2 / 130.9 us against 67.0 / 132.3.
+  static constexpr int64_t kStaticSmallVecsPerSm = 128, kStaticMidVecsPerSm = 1024, kStaticLargeVecsPerSm = 2048,
+                           kStaticHugeVecsPerSm = 16384;
   template <int kVec, bool kOneRow>
   static void static_launch(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale, DLDevice device, bool pdl) {
     using host::div_ceil;
@@ -576,6 +577,8 @@ struct QuantOps {
         return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 128, 1, false>, 128, 1);
       if (shape.total_vecs <= kStaticLargeVecsPerSm * sms)
         return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 512, 1, true>, 512, 1);
+      if (shape.total_vecs > kStaticHugeVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 256, 1, true>, 256, 1);
     }
     go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, false>, kQuantThreads, kQuantItems);
   }
