@@ -40,10 +40,13 @@ constexpr int kQuantOneCtaThreads = 1024;
 constexpr int kQuantOneCtaRegVecs = 2;
 constexpr int kQuantOneCtaVecs = kQuantOneCtaThreads * kQuantOneCtaRegVecs;
 // Split shapes: CTAs of kQuantSplitThreads holding one vector each while that needs at most a CTA per
-// SM, then kQuantSplitWideThreads holding kQuantSplitWideVecs (T = 128: 2.82 us against 3.04 at 256 x 1).
+// SM, then kQuantSplitWideThreads holding kQuantSplitWideVecs (T = 128: 2.82 us against 3.04 at 256 x 1)
+// up to kQuantSplitWideCtasPerSm CTAs per SM (T = 512 / 1024: 5.4 / 7.3 us against 7.3 / 8.7 at one CTA
+// per SM); larger tensors take the memset, atomic-max and quantize launches.
 constexpr int kQuantSplitThreads = 256;
 constexpr int kQuantSplitWideThreads = 512;
 constexpr int kQuantSplitWideVecs = 2;
+constexpr int kQuantSplitWideCtasPerSm = 4;
 // Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
@@ -393,7 +396,7 @@ struct QuantOps {
             .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
       };
       if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
-      if (shape.total_vecs <= sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+      if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
         return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
       zero_float_async(scale, ops.device);
       const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
