@@ -378,26 +378,29 @@ struct QuantOps {
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
       if (is_static) return static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device, cc >= 9);
-      if (shape.total_vecs <= kQuantOneCtaVecs) {
-        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
-        LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
-            .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
-        return;
-      }
       const int64_t sms = runtime::get_sm_count(ops.device.device_id);
-      const auto split = [&](auto vecs_tag, int threads) {
-        constexpr int kVecs = decltype(vecs_tag)::value;
-        const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
-        const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
-        auto* p = static_cast<float*>(parts.view().data_ptr());
-        LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-            .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
-        LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-            .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
-      };
-      if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
-      if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
-        return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
+      // Unaligned rows (kVec == 1) are rare: they take the general launches only, which keeps the module small.
+      if constexpr (kVec > 1) {
+        if (shape.total_vecs <= kQuantOneCtaVecs) {
+          const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
+          LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
+              .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+          return;
+        }
+        const auto split = [&](auto vecs_tag, int threads) {
+          constexpr int kVecs = decltype(vecs_tag)::value;
+          const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
+          const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
+          auto* p = static_cast<float*>(parts.view().data_ptr());
+          LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+              .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
+          LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+              .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+        };
+        if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
+        if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+          return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
+      }
       zero_float_async(scale, ops.device);
       const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
       LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
