@@ -50,12 +50,10 @@ def _act_and_mul(op: str, out, input):
         getattr(torch.ops.jitkern, op + "_out")(input, out)
         return out
     fn = _FUNCTIONS.get((op, getattr(input, "dtype", None))) or _FAMILY.function(op, input, op)
+    rows = input if input.dim() == 2 else as_rows(input, op, "input", writes=False)
     if out is None:
         out = _half_like(input)
-    if input.dim() == 2 and out.dim() == 2:
-        fn(input, out)
-    else:
-        fn(as_rows(input, op, "input", writes=False), as_rows(out, op, "out", writes=True))
+    fn(rows, as_rows(out, op, "out", writes=True))
     return out
 
 
