@@ -160,24 +160,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
   }
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
-  const auto fold = [&](auto op) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (valid) acc = op(acc, device::norm::VecMath<T, kVec>::fold(y[j], op, 0.0f));
-    return acc;
-  };
-  // Groups never straddle warps (kLanes divides 32): the whole warp votes for a second look.
-  bool finite;
-  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
-                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
-  uint32_t exponent = 0;
-  const float scale = quant::group_scale<fp8_e4m3_t, kUE8M0>(amax, eps, exponent);
-  if (!valid) return;
-  const quant::Divider s(scale, finite);
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) quant::store_quantized<fp8_e4m3_t>(out + j * kLanes * kVec, y[j], s);
-  if (lane == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
+  quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(y, valid, out, eps, scales, group, groups_per_row, total_groups);
 }
 
 inline unsigned act_grid(int64_t blocks) {

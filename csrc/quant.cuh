@@ -289,25 +289,7 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
-  const auto fold = [&](auto op) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (valid) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
-    return acc;
-  };
-  // Every lane of the warp takes part in the reductions (groups never straddle warps: kLanes divides
-  // 32), so a second look is voted for by the whole warp.
-  bool finite;
-  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
-                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
-  uint32_t exponent = 0;
-  const float scale = quant::group_scale<Q, kUE8M0>(amax, eps, exponent);
-  if (!valid) return;
-  const quant::Divider s(scale, finite);
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) quant::store_quantized<Q>(q.base + q_at + j * kLanes * kVec, x[j], s);
-  if (lane == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
+  quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
 }
 
 inline void zero_float_async(float* ptr, DLDevice device) {

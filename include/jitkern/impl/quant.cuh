@@ -7,6 +7,8 @@
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
 //                                    it is stored (the layouts FP8 GEMMs read);
+//   device::quant::quantize_group    a group of values held by a few lanes of a warp, quantized with its
+//                                    dynamic scale, which is stored;
 //   device::quant::QuantizeRows      the norm kernels' epilogue that writes a row as 8-bit values
 //                                    (impl/norm.cuh), with a static or a per-row dynamic scale.
 //
@@ -188,6 +190,34 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
   } else {
     encode([&](float v) { return s.fast(v); });
   }
+}
+
+// One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps;
+// every lane of the warp calls this), kPerLane vectors each: the lane's vector j goes to out + j * kLanes *
+// kVec. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and lane 0 stores the scale
+// for flat group `group` (GroupScales). `valid`: the lane's group exists (the others only take part in the
+// warp's votes and shuffles).
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, typename T, int kVec>
+JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
+                                   int64_t group, int64_t groups_per_row, int64_t total_groups) {
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (valid) acc = op(acc, norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
+    return acc;
+  };
+  // A second look (a group holding +-inf) is voted for by the whole warp.
+  bool finite;
+  const float amax = dynamic_amax(fold, [](float v) { return warp::reduce_max_nonnegative<kLanes>(v); },
+                                  [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  uint32_t exponent = 0;
+  const float scale = group_scale<Q, kUE8M0>(amax, eps, exponent);
+  if (!valid) return;
+  const Divider s(scale, finite);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec, x[j], s);
+  if (threadIdx.x % kLanes == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
 }
 
 template <typename T, int kVec>
