@@ -269,14 +269,7 @@ __global__ void __launch_bounds__(kQuantRowThreads)
   if (rank == 0) scales[blockIdx.x] = s.s;
 }
 
-// Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
-// the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride]. `flat`: fp32 scales whose
-// index is the group's flat number r * groups_per_row + g (row-major, contiguous).
-struct GroupScales {
-  void* base;
-  int64_t row_stride, group_stride;
-  bool flat;
-};
+using quant::GroupScales;
 
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
 // <= 32; lane l holds vectors l, l + kLanes, ...). kFlat: input and output rows are contiguous, so group
@@ -290,12 +283,9 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t group = int64_t{blockIdx.x} * (kQuantGroupThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
-  const auto row_of = [&](int64_t v) {
-    return total_groups <= UINT32_MAX ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(groups_per_row)} : v / groups_per_row;
-  };
   int64_t in_at = group * kGroup + lane * kVec, q_at = in_at;
   if constexpr (!kFlat) {
-    const int64_t row = row_of(group), g = group - row * groups_per_row;
+    const int64_t row = quant::group_row(group, groups_per_row, total_groups), g = group - row * groups_per_row;
     in_at = row * in.row_stride + g * kGroup + lane * kVec;
     q_at = row * q.row_stride + g * kGroup + lane * kVec;
   }
@@ -305,42 +295,7 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
-  const auto fold = [&](auto op) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (valid) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
-    return acc;
-  };
-  // Every lane of the warp takes part in the reductions (groups never straddle warps: kLanes divides
-  // 32), so a second look is voted for by the whole warp.
-  bool finite;
-  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
-                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
-  float scale = quant::scale_for<Q>(amax, eps);
-  uint32_t exponent = 0;
-  if constexpr (kUE8M0) {
-    exponent = quant::ue8m0_exponent(scale);
-    scale = __uint_as_float(exponent << 23);
-  }
-  if (!valid) return;
-  const quant::Divider s(scale, finite);
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) quant::store_quantized<Q>(q.base + q_at + j * kLanes * kVec, x[j], s);
-  if (lane != 0) return;
-  if (!kUE8M0 && scales.flat) {
-    static_cast<float*>(scales.base)[group] = scale;
-    return;
-  }
-  const int64_t row = row_of(group), g = group - row * groups_per_row;
-  if constexpr (kUE8M0) {
-    uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row * scales.row_stride + g / 4 * scales.group_stride);
-    word[g % 4] = static_cast<uint8_t>(exponent);
-    if (g == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
-      for (int64_t b = g % 4 + 1; b < 4; ++b) word[b] = 0;
-  } else {
-    static_cast<float*>(scales.base)[row * scales.row_stride + g * scales.group_stride] = scale;
-  }
+  quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
 }
 
 inline void zero_float_async(float* ptr, DLDevice device) {
