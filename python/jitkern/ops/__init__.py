@@ -3,11 +3,13 @@ namespace (torch.ops.jitkern.*), which is what torch.compile traces."""
 
 from .._torch import require_torch
 from . import add_constant as _add_constant_family
+from . import all_reduce as _all_reduce_family
 from . import kv_transfer as _kv_transfer_family
 from . import norm as _norm_family
 from . import quant as _quant_family
 from . import wait_value as _wait_value_family
 from .add_constant import add_constant
+from .all_reduce import AllReduce
 from .kv_transfer import (transfer_hicache_all_layer, transfer_hicache_one_layer, transfer_kv_all_layers, transfer_kv_all_layers_mla,
                           transfer_kv_one_layer, transfer_kv_one_layer_mla)
 from .norm import fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm
@@ -19,7 +21,7 @@ from .wait_value import Event, stream_wait_value
 # Every family module offers OPS (its public op names), specs(ops, dtypes, constants) (the JitSpecs those ops
 # need) and warmup(ops, dtypes, constants); a new family is one import and one entry here.
 _FAMILY_MODULES = {"norm": _norm_family, "quant": _quant_family, "kv_transfer": _kv_transfer_family,
-                   "wait_value": _wait_value_family, "add_constant": _add_constant_family}
+                   "wait_value": _wait_value_family, "add_constant": _add_constant_family, "all_reduce": _all_reduce_family}
 FAMILIES = tuple(_FAMILY_MODULES)
 OPS = {op: family for family, module in _FAMILY_MODULES.items() for op in module.OPS}  # each op's family
 DTYPE_FAMILIES = tuple(f for f, module in _FAMILY_MODULES.items() if hasattr(module, "DTYPES"))  # built per dtype
@@ -70,7 +72,7 @@ def warmup(*, dtypes=(), constants=(), ops=None) -> None:
             future.result()
 
 
-__all__ = ["DTYPE_FAMILIES", "Event", "FAMILIES", "OPS", "specs", "add_constant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant_fp8", "fused_inplace_qknorm",
+__all__ = ["AllReduce", "DTYPE_FAMILIES", "Event", "FAMILIES", "OPS", "specs", "add_constant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant_fp8", "fused_inplace_qknorm",
            "fused_inplace_qknorm_across_heads", "group_scales_like", "per_tensor_quant_fp8", "per_token_group_quant_8bit",
            "per_token_quant_fp8", "rmsnorm", "rmsnorm_quant_fp8", "stream_wait_value", "transfer_hicache_all_layer",
            "transfer_hicache_one_layer", "transfer_kv_all_layers", "transfer_kv_all_layers_mla", "transfer_kv_one_layer",
