@@ -1,11 +1,11 @@
-"""AllReduce (jitkern.ops.all_reduce) on 2 GPUs: us per call in CUDA graphs, bf16, 512 B to 64 MiB, against
+"""AllReduce (jitkern.ops.all_reduce) on every GPU of the machine (2 to 8, one rank each): us per call in CUDA graphs, bf16, 512 B to 64 MiB, against
 NCCL (torch.distributed.all_reduce) and torch's symmetric-memory all-reduce (one-shot and two-shot, where
 this torch has them) in the same run; jitkern by size (its default choice) and with each kernel forced;
 then all_reduce_add_rmsnorm against the unfused pairs. Prints markdown tables (rank 0).
 
 Run as `python bench_allreduce.py`: it starts one process per rank itself (NVLink multicast off). Every
-rank captures the same graph of CALLS calls and replays it back to back; a call's time is the median
-replay over CALLS, the slower rank's."""
+rank captures the same graph of 100 calls (20 above 1 MiB) and replays it back to back; a call's time is
+the median replay divided by the calls, the slowest rank's."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-WORLD = 2
+MAX_WORLD = 8
 SIZES = [512] + [8 << 10 << k for k in range(14)]  # bytes: 512 B, 8 KiB .. 64 MiB
 FUSED_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128]  # rows of 4096 bf16 (8 KiB each)
 HIDDEN = 4096
@@ -32,8 +32,9 @@ def calls_for(nbytes: int) -> int:
 def _launch() -> int:
     import torch
 
-    if torch.cuda.device_count() < WORLD:
-        print(f"NOT RUN: bench_allreduce needs {WORLD} GPUs, this machine has {torch.cuda.device_count()}")
+    world = min(torch.cuda.device_count(), MAX_WORLD)
+    if world < 2:
+        print(f"NOT RUN: bench_allreduce needs 2 GPUs or more, this machine has {torch.cuda.device_count()}")
         return 0
     import jitkern
     from jitkern.ops import all_reduce, norm
@@ -43,7 +44,7 @@ def _launch() -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, **NO_MULTICAST}
-    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(port)], env=env) for rank in range(WORLD)]
+    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(world), str(port)], env=env) for rank in range(world)]
     rc = 0
     for p in procs:
         try:
@@ -55,7 +56,7 @@ def _launch() -> int:
     return rc
 
 
-def _worker(rank: int, port: int) -> None:
+def _worker(rank: int, world: int, port: int) -> None:
     os.environ.update(NO_MULTICAST)
     import torch
     import torch.distributed as dist
@@ -64,7 +65,7 @@ def _worker(rank: int, port: int) -> None:
     from utils import environment
 
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from jitkern.ops import AllReduce, fused_add_rmsnorm
 
     device = torch.device("cuda", rank)
@@ -73,7 +74,7 @@ def _worker(rank: int, port: int) -> None:
     default_one_shot = comm.one_shot_max_bytes
 
     def graph_us(fn, calls) -> float:
-        """us per call: the slower rank's median replay of a graph of `calls` calls."""
+        """us per call: the slowest rank's median replay of a graph of `calls` calls."""
         fn()
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
@@ -90,10 +91,10 @@ def _worker(rank: int, port: int) -> None:
             e.record()
         torch.cuda.synchronize()
         mine = statistics.median(a.elapsed_time(b) for a, b in zip(events, events[1:])) * 1000 / calls
-        both = [None] * WORLD
-        dist.all_gather_object(both, mine)
+        every = [None] * world
+        dist.all_gather_object(every, mine)
         del g
-        return max(both)
+        return max(every)
 
     symm = None
     try:
@@ -173,8 +174,8 @@ def _worker(rank: int, port: int) -> None:
     comm.check()
 
     if rank == 0:
-        print(f"## bench_allreduce: {WORLD} ranks, {environment()}\n")
-        print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slower rank's median); jitkern one-shot up to "
+        print(f"## bench_allreduce: {world} ranks, {environment()}\n")
+        print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slowest rank's median); jitkern one-shot up to "
               f"{default_one_shot >> 10} KiB by default\n")
         names = list(dict.fromkeys(name for _, times in rows for name in times))
         print("| bytes | " + " | ".join(names) + " | jitkern / NCCL |")
@@ -200,7 +201,7 @@ def _worker(rank: int, port: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3:
-        _worker(int(sys.argv[1]), int(sys.argv[2]))
+    if len(sys.argv) == 4:
+        _worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
     else:
         sys.exit(_launch())

@@ -44,7 +44,7 @@ _function = ModuleExports(spec, _EXPORTS, "all_reduce")
 OPS = ("AllReduce",)
 MAX_RANKS = 8
 DEFAULT_MAX_BYTES = 8 << 20
-DEFAULT_TIMEOUT_MS = 30_000
+DEFAULT_TIMEOUT_MS = 600_000  # torch.distributed's default for NCCL: a peer still compiling is not taken for a dead one
 
 
 def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
@@ -95,6 +95,8 @@ class AllReduce:
             _positive_int(one_shot_max_bytes, "one_shot_max_bytes", zero=True)
         require_torch()
         import torch.distributed as dist
+
+        _function.warmup()  # every export looked up now: none is loaded later, e.g. inside a CUDA graph capture
 
         if not dist.is_initialized():
             raise ValueError("AllReduce: torch.distributed is not initialised (call torch.distributed.init_process_group first)")
