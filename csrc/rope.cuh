@@ -176,13 +176,29 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   const int heads = p.q_heads + p.k_heads;
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
+  // The position, the location and the first heads do not depend on each other: loaded together, so
+  // that a decode step waits for one round trip before its cos/sin and v loads, not three.
   const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
+  [[maybe_unused]] int64_t slot = -1;
+  if constexpr (kStore) slot = load_slot(s.loc, s.loc64, token * s.loc_stride, s.k_cache.slots);
+  Vec a[kRopeUnroll], b[kRopeUnroll];
+  const auto load_heads = [&](int h0) {
+#pragma unroll
+    for (int i = 0; i < kRopeUnroll; ++i) {
+      const int h = h0 + i * p.groups;
+      if (h < heads) {
+        const T* src = h < p.q_heads ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
+        a[i].load(src + col0);
+        b[i].load(src + col1);
+      }
+    }
+  };
+  load_heads(group);
   if (position < 0 || position >= p.max_position) return;
   char* k_row = nullptr;
   char* v_row = nullptr;
   [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
   if constexpr (kStore) {
-    const int64_t slot = load_slot(s.loc, s.loc64, token * s.loc_stride, s.k_cache.slots);
     if (slot >= 0) k_row = s.k_cache.row(slot), v_row = s.v_cache.row(slot);
     if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
   }
@@ -230,16 +246,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   }
 
   for (int h0 = group; h0 < heads; h0 += kRopeUnroll * p.groups) {
-    Vec a[kRopeUnroll], b[kRopeUnroll];
-#pragma unroll
-    for (int i = 0; i < kRopeUnroll; ++i) {
-      const int h = h0 + i * p.groups;
-      if (h < heads) {
-        const T* src = h < p.q_heads ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
-        a[i].load(src + col0);
-        b[i].load(src + col1);
-      }
-    }
+    if (h0 != group) load_heads(h0);
 #pragma unroll
     for (int i = 0; i < kRopeUnroll; ++i) {
       const int h = h0 + i * p.groups;
