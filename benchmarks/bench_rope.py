@@ -22,6 +22,7 @@ from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment
 
 from jitkern.ops import (FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace, concat_mla_absorb_q, concat_mla_k,  # noqa: E402
                          rotary_embedding, store_cache, warmup)
+from jitkern.ops.rope import _rope_module  # noqa: E402
 
 HQ, HK, D, PAGE = 32, 8, 128, 16
 DTYPE = torch.bfloat16
@@ -38,7 +39,9 @@ def cos_sin_cache():
 
 
 def eager_rope_store(q, k, v, pos, cs, kc, vc, loc):
-    """The same math in torch: NeoX RoPE on q and k in place (fp32), then the k and v rows to the cache."""
+    """The same math in torch: NeoX RoPE on q and k in place (fp32), then the k and v rows to the cache
+    (kc, vc: the caches seen as [slots, HK * D], made outside, so that torch.compile writes the rows in
+    place instead of copying whole caches)."""
     t = q.shape[0]
     cos, sin = cs[pos].chunk(2, dim=-1)
     cos, sin = cos[:, None, :], sin[:, None, :]
@@ -50,27 +53,43 @@ def eager_rope_store(q, k, v, pos, cs, kc, vc, loc):
 
     q.copy_(rot(q, HQ))
     k.copy_(rot(k, HK))
-    kc.view(-1, HK * D)[loc] = k
-    vc.view(-1, HK * D)[loc] = v
+    kc.index_put_((loc,), k)
+    vc.index_put_((loc,), v)
 
 
 compiled_rope_store = torch.compile(eager_rope_store)
+
+
+def import_reference(module: str):
+    """sglang.jit_kernel.<module> without running the package __init__s on the way (they need the whole
+    serving stack): those packages become bare namespace modules, as bench_first_call.py does."""
+    import importlib
+    import importlib.util
+    import types
+
+    for name in ("sglang", "sglang.srt", "sglang.srt.utils"):
+        if name not in sys.modules:
+            found = importlib.util.find_spec(name)
+            pkg = types.ModuleType(name)
+            pkg.__path__ = list(found.submodule_search_locations)
+            sys.modules[name] = pkg
+    return importlib.import_module(f"sglang.jit_kernel.{module}")
 
 
 def reference_kernels():
     """The reference's kernels that import here: {name: callable(q, k, v, pos, cs, cs_bf16, kc, vc, loc)}, and why the others do not."""
     found, missing = {}, []
     try:
-        from sglang.jit_kernel.rope import FusedSetKVBufferArg as RefArg
-        from sglang.jit_kernel.rope import apply_rope_with_cos_sin_cache_inplace as ref_fused
+        ref = import_reference("rope")
+        RefArg, ref_fused = ref.FusedSetKVBufferArg, ref.apply_rope_with_cos_sin_cache_inplace
 
         found["reference fused rope (flashinfer-based)"] = lambda q, k, v, pos, cs, cs16, kc, vc, loc: ref_fused(
             pos, q, k, D, cs, True, RefArg(v, kc.view(-1, HK * D), vc.view(-1, HK * D), None, None, loc))
     except Exception as e:  # noqa: BLE001 - reported, not fatal
         missing.append(f"reference fused rope (sglang.jit_kernel.rope): {type(e).__name__}: {e}")
     try:
-        from sglang.jit_kernel.kvcache import store_cache as ref_store
-        from sglang.jit_kernel.pos_enc import rotary_embedding as ref_rope
+        ref_store = import_reference("kvcache").store_cache
+        ref_rope = import_reference("pos_enc").rotary_embedding
 
         def ref_pair(q, k, v, pos, cs, cs16, kc, vc, loc):
             ref_rope(pos, q, k, D, cs16, True)
@@ -101,6 +120,7 @@ def moved_bytes(t):
 
 
 def providers(cs, cs16, kc, vc, refs):
+    kc_rows, vc_rows = kc.view(-1, HK * D), vc.view(-1, HK * D)
     fused = lambda q, k, v, pos, loc: apply_rope_with_cos_sin_cache_inplace(  # noqa: E731
         pos, q, k, D, cs, True, FusedSetKVBufferArg(v, kc, vc, None, None, loc))
 
@@ -109,23 +129,37 @@ def providers(cs, cs16, kc, vc, refs):
         store_cache(k, v, kc, vc, loc)
 
     out = {"jitkern fused": fused, "jitkern rope then store_cache": unfused,
-           "torch eager": lambda q, k, v, pos, loc: eager_rope_store(q, k, v, pos, cs, kc, vc, loc),
-           "torch.compile": lambda q, k, v, pos, loc: compiled_rope_store(q, k, v, pos, cs, kc, vc, loc)}
+           "torch eager": lambda q, k, v, pos, loc: eager_rope_store(q, k, v, pos, cs, kc_rows, vc_rows, loc),
+           "torch.compile": lambda q, k, v, pos, loc: compiled_rope_store(q, k, v, pos, cs, kc_rows, vc_rows, loc)}
     for name, fn in refs.items():
         out[name] = lambda q, k, v, pos, loc, fn=fn: fn(q, k, v, pos, cs, cs16, kc, vc, loc)
     return out
 
 
-def check(cs, kc, vc):
-    """The fused op and the torch math agree before anything is timed (a wrong kernel is not benchmarked)."""
+def check(cs, cs16, kc, vc, refs):
+    """The fused op, the torch math and the reference's kernels agree before anything is timed (a wrong
+    kernel is not benchmarked)."""
     q, k, v, pos, loc = inputs(64, True)
     q2, k2 = q.clone(), k.clone()
     kc2, vc2 = kc.clone(), vc.clone()
     apply_rope_with_cos_sin_cache_inplace(pos, q, k, D, cs, True, FusedSetKVBufferArg(v, kc, vc, None, None, loc))
-    eager_rope_store(q2, k2, v, pos, cs, kc2, vc2, loc)
+    eager_rope_store(q2, k2, v, pos, cs, kc2.view(-1, HK * D), vc2.view(-1, HK * D), loc)
     torch.testing.assert_close(q, q2, rtol=1.6e-2, atol=1.6e-2)
     torch.testing.assert_close(kc.view(-1, HK * D)[loc], kc2.view(-1, HK * D)[loc], rtol=1.6e-2, atol=1.6e-2)
     assert torch.equal(vc.view(-1, HK * D)[loc], v)
+    for name, fn in refs.items():
+        q3, k3 = q2.clone(), k2.clone()
+        kc3 = torch.zeros_like(kc)
+        try:
+            fn(q3, k3, v, pos, cs, cs16, kc3, torch.zeros_like(vc), loc)
+        except Exception as e:  # noqa: BLE001 - reported by the timing loop
+            print(f"<!-- {name} failed its check call: {type(e).__name__}: {str(e)[:300]} -->")
+            continue
+        # Both rotate q2/k2 once more; they must agree with each other.
+        q4, k4 = q2.clone(), k2.clone()
+        rotary_embedding(pos, q4, k4, D, cs16 if "rotary_embedding" in name else cs, True)
+        print(f"<!-- {name}: max |q - jitkern| = {(q3.float() - q4.float()).abs().max().item():.3g}, "
+              f"k cache rows equal to its k: {torch.equal(kc3.view(-1, HK * D)[loc], k3)} -->")
 
 
 def main() -> None:
@@ -134,8 +168,8 @@ def main() -> None:
     cs = cos_sin_cache()
     cs16 = cs.to(DTYPE)
     kc, vc = (torch.zeros(PAGES, PAGE, HK, D, dtype=DTYPE, device="cuda") for _ in range(2))
-    check(cs, kc, vc)
     refs, missing = reference_kernels()
+    check(cs, cs16, kc, vc, refs)
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
     print(f"\n### RoPE + KV-cache write, q {HQ} / kv {HK} heads, d {D}, bf16, paged cache of {PAGE}-token pages ({environment()})\n")
@@ -161,6 +195,7 @@ def main() -> None:
             ratio = res["jitkern rope then store_cache"]["median"] / fused
             print(f"| {phase} | {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratio:.2f}x |")
     launch_floor(cs, kc, vc)
+    launch_shapes(cs, kc, vc, ceiling)
     mla_table()
     per_call_table(cs, kc, vc)
 
@@ -177,6 +212,28 @@ def launch_floor(cs, kc, vc) -> None:
         store = run_benchmark(lambda: store_cache(k, v, kc, vc, loc))["median"]
         rope = run_benchmark(lambda: rotary_embedding(pos, q, k, D, cs, True))["median"]
         print(f"| {t} | {fused:.2f} | {store:.2f} | {rope:.2f} |")
+
+
+def launch_shapes(cs, kc, vc, ceiling) -> None:
+    """The fused kernel at launch shapes the exported function takes for tuning: thread groups per CTA
+    (each group 8 threads: one per 16-byte pair unit of a head) and CTAs per token; (0, 0) is the default."""
+    m = _rope_module(DTYPE)
+    shapes = {"decode": [(0, 0), (40, 1), (16, 3), (8, 5), (4, 10)], "prefill": [(0, 0), (8, 1), (16, 1), (20, 1), (40, 1), (8, 5)]}
+    columns = list(dict.fromkeys(shapes["decode"] + shapes["prefill"]))
+    print("\n#### Launch shapes of the fused kernel (us; groups x CTAs per token; prefill: % of the copy ceiling)\n")
+    print("| phase | T | " + " | ".join(f"{g}x{s}" if g else "default" for g, s in columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for phase, sizes in (("decode", get_benchmark_range([1, 8, 64], [1])), ("prefill", get_benchmark_range([4096, 32768], [4096]))):
+        for t in sizes:
+            q, k, v, pos, loc = inputs(t, phase == "decode")
+            cells = []
+            for g, s in columns:
+                if (g, s) not in shapes[phase]:
+                    cells.append("")
+                    continue
+                us = run_benchmark(lambda g=g, s=s: m.apply_store(pos, q, k, q, k, cs, D, True, v, kc, vc, loc, 1.0, 1.0, g, s))["median"]
+                cells.append(f"{us:.2f}" + (f" ({100 * moved_bytes(t) / (us * 1e-6) / 1e9 / ceiling:.1f}%)" if phase == "prefill" else ""))
+            print(f"| {phase} | {t} | " + " | ".join(cells) + " |")
 
 
 def mla_table() -> None:

@@ -283,6 +283,30 @@ def test_reference_forms_out_of_place(full, interleave):
     assert torch.equal(kb[loc], k_rope) and torch.equal(vb[loc], v)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups,splits", [(1, 1), (3, 7), (40, 1), (8, 5), (5, 100), (0, 3)])
+def test_every_launch_shape_gives_the_same_result(groups, splits):
+    """The launch shapes the exported functions take for tuning (thread groups per CTA, CTAs per token)
+    all rotate every head and write every cache row."""
+    torch = _torch()
+    from jitkern.ops import rope
+
+    m = rope._rope_module(torch.bfloat16)
+    tokens, d = 70, 128
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=11)
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(d)
+    kc, vc = _caches("paged", 128, HK, d, torch.bfloat16)
+    loc = _locations(tokens, 128, torch.int32)
+    eq, ek = _reference(q.view(tokens, HQ, d), pos, cs, True), _reference(k.view(tokens, HK, d), pos, cs, True)
+    kc0, vc0 = _bytes(kc, 128).clone(), _bytes(vc, 128).clone()
+    m.apply_store(pos, q, k, q, k, cs, d, True, v, kc, vc, loc, 1.0, 1.0, groups, splits)
+    _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
+    _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
+    assert torch.equal(_bytes(kc, 128), _expected_cache(kc0, _bytes(k, tokens), loc))
+    assert torch.equal(_bytes(vc, 128), _expected_cache(vc0, _bytes(v, tokens), loc))
+
+
 STORE_CASES = [("bfloat16", (8, 128), "flat"), ("bfloat16", (8, 128), "paged"), ("float32", (3,), "flat"), ("float16", (6,), "paged"),
                ("bfloat16", (1, 576), "flat"), ("float8_e4m3fn", (8, 128), "paged"), ("int32", (5,), "flat")]
 
@@ -376,7 +400,7 @@ def test_bad_inputs_rejected_before_launch():
 
     apply = ops.apply_rope_with_cos_sin_cache_inplace
     rejects(TypeError, "query must be float16, bfloat16 or float32, got torch.float64", apply, pos, q.double(), k.double(), d, cs)
-    rejects(TypeError, "cos_sin_cache: DType mismatch", apply, pos, q, k, d, cs.bfloat16())
+    rejects(TypeError, "cos_sin_cache: DType mismatch", apply, pos, q, k, d, cs.half())  # fp32 or the inputs' dtype
     rejects(TypeError, "positions: DType mismatch", apply, pos.float(), q, k, d, cs)
     rejects(TypeError, "k: DType mismatch", apply, pos, q, k.half(), d, cs)
     rejects(ValueError, "q width 128 is not a multiple of head_size 48", apply, pos, q, k, 48, _cos_sin(48))
@@ -406,7 +430,8 @@ def test_bad_inputs_rejected_before_launch():
     rejects(ValueError, "v width 32 is not a multiple of head_size 64", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(value=v[:, :32]))
     assert torch.equal(q, q0) and torch.equal(k, k0) and not kc.any(), "a rejected call wrote"
     m = rope._rope_module(torch.bfloat16)
-    rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True)
+    rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True, 0, 0)
+    rejects(ValueError, "head_groups and head_splits must be 0 \\(automatic\\) or positive", m.apply, pos, q, k, q, k, cs, d, True, -1, 0)
     rejects(TypeError, "apply_store", m.apply_store, pos, q, k, q, k, cs, d, True)
     rejects(TypeError, "k_cache must have k's dtype", ops.store_cache, k, v, kc.half(), vc.half(), loc)
     rejects(ValueError, "rows must be a positive multiple of 4 bytes", ops.store_cache, k[:, :3], v[:, :3], kc[..., :3], vc[..., :3], loc)

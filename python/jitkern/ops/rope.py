@@ -34,8 +34,9 @@ from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("rope", "RopeOps", {
-    "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox",
-    "apply_store": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale",
+    "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, head_groups, head_splits",
+    "apply_store": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
+                   "head_groups, head_splits",
 }, public={"apply": "apply", "apply_store": "apply_store"})
 DTYPES = _FAMILY.DTYPES
 _FUNCTIONS = _FAMILY.functions
@@ -141,7 +142,7 @@ def _rope(positions, query, key, head_size, cos_sin_cache, is_neox, public):
         query = _tokens(query, tokens, public, "query")
     if isinstance(key, torch.Tensor) and key.dim() > 2:
         key = _tokens(key, tokens, public, "key")
-    fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox))
+    fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), 0, 0)
 
 
 def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value, k_cache, v_cache, cache_loc, k_scale, v_scale, public):
@@ -150,7 +151,7 @@ def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value,
     tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
     query, key, value = (_tokens(t, tokens, public, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
     fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), value, _cache(k_cache), _cache(v_cache), cache_loc,
-       _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"))
+       _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
 
 
 def rotary_embedding(positions, query, key, head_size: int, cos_sin_cache, is_neox: bool = True):
@@ -192,7 +193,7 @@ def apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q, k, q_rope, k_rope, cos_
     if compiling():
         return torch.ops.jitkern.rope_out(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave)
     fn = _function("apply", q, "apply_rope_pos_ids_cos_sin_cache_without_kv_cache")
-    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave)
+    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, 0, 0)
 
 
 def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer, kv_cache_loc,
@@ -202,7 +203,8 @@ def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin
     if compiling():
         return torch.ops.jitkern.rope_out_store_kv(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc)
     fn = _function("apply_store", q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
-    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0)
+    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
+       0, 0)
 
 
 def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_split: int = 0) -> None:
