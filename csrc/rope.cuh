@@ -33,13 +33,13 @@ using device::AlignedVector;
 using jitkern::Optional;
 using jitkern::TensorView;
 
-// A token's heads go to `groups` groups of threads in each of `splits` CTAs. Many tokens: one CTA of
-// kRopeThreads per token, its threads taking the heads in turn. Few tokens (at most one per SM): a
-// token's heads spread over CTAs of kRopeFewTokensThreads, so that its loads and stores pass through
-// several SMs (one SM moving a whole decode token measured 2.26 us against 1.41-1.54 for the cache
-// write or the rotation alone).
-constexpr int kRopeThreads = 128;
-constexpr int kRopeFewTokensThreads = 64;
+// A token's heads go to `groups` groups of threads (units * groups = kRopeThreads threads) in each of
+// `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in turn; with few
+// tokens (at most one per SM) as many CTAs as the heads fill. Measured on H100 (docs/benchmarks.md,
+// RoPE, launch shapes; q 32 / kv 8 heads, d 128, bf16, fused cache write): T = 32768, 64 threads per
+// CTA 325.7 us against 345.0 at 128 and 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in
+// one CTA of 320.
+constexpr int kRopeThreads = 64;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
 // Grids of at most this many CTAs trigger the next launch at their start, larger ones after their
@@ -503,7 +503,7 @@ struct RopeOps {
       const int64_t units = p.rot_half / kVec, heads = p.q_heads + p.k_heads;
       RuntimeCheck(units <= kRopeMaxThreads, "the rotary dim is too large for this alignment: ", 2 * p.rot_half);
       const bool few = tokens <= runtime::get_sm_count(device.device_id);
-      const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, (few ? kRopeFewTokensThreads : kRopeThreads) / units);
+      const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
       const int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
       const int64_t splits = std::min(host::div_ceil(heads, groups), splits_hint > 0 ? splits_hint : few ? heads : 1);
       RopeParams<T> c = p;

@@ -149,7 +149,12 @@ def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value,
     fn = _function("apply_store", query, public)
     positions = _positions(positions)
     tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
-    query, key, value = (_tokens(t, tokens, public, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
+    if isinstance(query, torch.Tensor) and query.dim() > 2:
+        query = _tokens(query, tokens, public, "query")
+    if isinstance(key, torch.Tensor) and key.dim() > 2:
+        key = _tokens(key, tokens, public, "key")
+    if isinstance(value, torch.Tensor) and value.dim() > 2:
+        value = _tokens(value, tokens, public, "value")
     fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), value, _cache(k_cache), _cache(v_cache), cache_loc,
        _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
 
