@@ -5,7 +5,7 @@
   first R columns of each head, R being the cos/sin cache's width (partial rotary when R < head_size).
   q/k are [T, H * D] or [T, H, D] (leading dimensions beyond T are flattened), rows and heads may be
   strided (column slices of one fused qkv buffer); fp16/bf16/fp32; positions int32/int64 [T];
-  cos_sin_cache fp32 [max_position, R], R/2 cosines then R/2 sines per position.
+  cos_sin_cache fp32 (or the inputs' dtype) [max_position, R], R/2 cosines then R/2 sines per position.
 - With `fused_set_kv_buffer_arg` (value, k_buffer, v_buffer, cache_loc, k_scale, v_scale), the same
   kernel writes the rotated k and the value rows to k_buffer[cache_loc[i]] and v_buffer[cache_loc[i]]:
   caches flat [slots, H, D] (or [slots, H * D]) or paged [pages, page_size, H, D] (location = page *
