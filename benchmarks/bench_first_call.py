@@ -9,7 +9,6 @@ Prints markdown tables. Arguments, if any, name the ops to time (and skip the bu
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -17,11 +16,10 @@ import sys
 import tempfile
 import textwrap
 import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, is_in_ci  # noqa: E402
+from utils import environment, is_in_ci, reference_path  # noqa: E402
 
 TRIALS = 1 if is_in_ci() else 2
 JOBS = os.cpu_count() or 1
@@ -65,32 +63,18 @@ torch.cuda.synchronize()
 print("SECONDS", time.perf_counter() - t0)
 """
 
-# Imports the reference's jit_kernel modules without running its package __init__ (which needs the
-# whole serving stack): the packages on the way are bare namespace modules.
-REFERENCE = """
-import importlib.util, sys, types
-for name in ("sglang", "sglang.srt", "sglang.srt.utils"):
-    found = importlib.util.find_spec(name)
-    pkg = types.ModuleType(name); pkg.__path__ = list(found.submodule_search_locations); sys.modules[name] = pkg
-import importlib
-ref = importlib.import_module("sglang.jit_kernel.{module}")
+# The reference's op in a fresh process, its module imported through benchmarks/utils.py.
+REFERENCE = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from utils import reference_module
+ref = reference_module("{{module}}")
 """ + SETUP + """
 t0 = time.perf_counter()
 {call}
 torch.cuda.synchronize()
 print("SECONDS", time.perf_counter() - t0)
 """
-
-
-def reference_path() -> str | None:
-    """A directory from which `sglang` imports (the wheel unpacked), or None."""
-    wheel = os.environ.get("REFERENCE_WHEEL")
-    if wheel:
-        target = Path(tempfile.mkdtemp(prefix="reference-"))
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(target, [n for n in z.namelist() if n.startswith("sglang/")])
-        return str(target)
-    return "" if importlib.util.find_spec("sglang") else None
 
 
 def run(code: str, env: dict) -> float:

@@ -1,6 +1,8 @@
 """KV-cache transfer (jitkern.ops.transfer_kv_*): bandwidth host <-> GPU and GPU <-> GPU by mechanism (SM kernel
 at a CTA quota, copy engines through cudaMemcpyBatchAsync) against a contiguous copy of the same bytes, all
-61 layers in one launch, row sizes, and how much a bf16 GEMM beside a transfer slows down. Prints markdown.
+61 layers in one launch, row sizes, scattered rows over host pools up to 16x the transfer (beside the reference
+framework's kernel where its wheel is installed or REFERENCE_WHEEL names it), and how much a bf16 GEMM beside a
+transfer slows down. Prints markdown; `bench_kv_transfer.py pool`: only the host-pool table.
 
 GB/s counts the bytes transferred (K and V rows, one way). Indices: random sources and a random permutation
 of destinations (no two adjacent), so no copy can be merged unless a row says so."""
@@ -14,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_module, run_benchmark  # noqa: E402
 
 from jitkern.ops import transfer_kv_all_layers, transfer_kv_one_layer, warmup  # noqa: E402
 
@@ -170,11 +172,40 @@ def interference():
         print(f"| {name} | {ms:.3f} | {100 * (ms / alone - 1):+.1f}% |")
 
 
+def host_pools():
+    """One layer's K and V rows to and from random rows of a host pool 1-16x the transfer (a hierarchical
+    cache's host pool is several times the GPU's), default settings, beside the reference's kernel."""
+    ref = reference_module("hicache")
+    n = TOKENS
+    moved = 2 * n * ROW
+    print(f"\n### Scattered rows over a large host pool: {n} tokens x {ROW} B rows x (K, V), random rows of the pool, default settings\n")
+    print("| direction | host pool (K + V) | jitkern us | GB/s | reference us | GB/s |")
+    print("|---|---|---|---|---|---|")
+    gpu = [_cache(2 * n, ROW, "gpu") for _ in range(2)]
+    g_idx = torch.randperm(2 * n, device="cuda")[:n]
+    for times in (1, 4, 8, 16):
+        pool = [torch.empty(n * times, ROW // 2, dtype=torch.bfloat16, pin_memory=True) for _ in range(2)]
+        h_idx = torch.randperm(n * times, device="cuda")[:n]
+        for direction in ("gpu->host", "host->gpu"):
+            dst, dst_idx, src, src_idx = (pool, h_idx, gpu, g_idx) if direction == "gpu->host" else (gpu, g_idx, pool, h_idx)
+            us = _time(lambda: transfer_kv_one_layer(dst[0], dst[1], dst_idx, src[0], src[1], src_idx))
+            theirs = "not run: no reference wheel" if ref is None else None
+            if ref is not None:
+                ref_us = _time(lambda: ref.transfer_hicache_one_layer(dst[0], dst[1], dst_idx, src[0], src[1], src_idx))
+                theirs = f"{ref_us:.1f} | {_gbps(moved, ref_us):.1f}"
+            print(f"| {direction} | {2 * pool[0].nbytes / 2**30:.2f} GiB ({times}x) | {us:.1f} | {_gbps(moved, us):.1f} | {theirs} |",
+                  flush=True)
+        del pool
+
+
 def main():
     print(f"# bench_kv_transfer: {environment()}")
+    if sys.argv[1:] == ["pool"]:
+        return host_pools()
     warmup()
     one_layer()
     all_layers()
+    host_pools()
     row_sizes()
     interference()
 

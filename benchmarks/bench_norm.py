@@ -1,6 +1,7 @@
 """The RMSNorm family: jitkern vs torch eager vs torch.compile (bf16), time, GB/s and % of a measured
-copy ceiling, over decode (T = 1..64) and prefill sizes. Prints markdown tables; writes a plot to
-$OUT/bench_norm.png (or ./bench_norm.png)."""
+copy ceiling, over decode (T = 1..64) and prefill sizes, and at decode sizes beside the reference framework's kernels
+(where its wheel is installed or REFERENCE_WHEEL names it). Prints markdown tables; writes a plot to
+$OUT/bench_norm.png (or ./bench_norm.png). `bench_norm.py reference`: only the table beside the reference."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
-                   run_benchmark, yardstick_module)
+                   interleaved, reference_module, run_benchmark, yardstick_module)
 
 from jitkern.ops import (fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm,  # noqa: E402
                          rmsnorm_quant_fp8)
@@ -103,7 +104,39 @@ def compile_everything() -> None:
     torch.cuda.synchronize()
 
 
+def reference_table() -> None:
+    """Decode sizes, jitkern beside the reference framework's own JIT kernels (SGLang, from its wheel),
+    same inputs, same process."""
+    ref = reference_module("norm")
+    print(f"\n#### Decode sizes beside the reference (us, CUDA-graph medians, median of 3 interleaved rounds; {environment()})\n")
+    if ref is None:
+        print("not run: the reference is not installed (REFERENCE_WHEEL=/path/to/sglang-*.whl)")
+        return
+    print("| op | T | jitkern | reference | reference / jitkern |")
+    print("|---|---|---|---|---|")
+    h, d = 4096, 128
+    for t in (1, 2, 4, 8, 16, 32, 64):
+        x, w = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(h, dtype=DTYPE, device="cuda")
+        out, r = torch.empty_like(x), torch.randn_like(x)
+        q, k = torch.randn(t, 32, d, dtype=DTYPE, device="cuda"), torch.randn(t, 8, d, dtype=DTYPE, device="cuda")
+        qw, kw = torch.randn(d, dtype=DTYPE, device="cuda"), torch.randn(d, dtype=DTYPE, device="cuda")
+        qa, ka = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(t, h, dtype=DTYPE, device="cuda")  # the reference: equal widths
+        cases = {
+            "rmsnorm [T, 4096]": (lambda: rmsnorm(x, w, out), lambda: ref.rmsnorm(x, w, out)),
+            "fused_add_rmsnorm [T, 4096]": (lambda: fused_add_rmsnorm(x, r, w), lambda: ref.fused_add_rmsnorm(x, r, w)),
+            "fused_inplace_qknorm (32 + 8 heads of 128)": (lambda: fused_inplace_qknorm(q, k, qw, kw),
+                                                           lambda: ref.fused_inplace_qknorm(q, k, qw, kw)),
+            "fused_inplace_qknorm_across_heads (q, k [T, 4096])": (lambda: fused_inplace_qknorm_across_heads(qa, ka, w, w),
+                                                                   lambda: ref.fused_inplace_qknorm_across_heads(qa, ka, w, w)),
+        }
+        for op, (mine, theirs) in cases.items():
+            m = interleaved({"jitkern": mine, "reference": theirs})
+            print(f"| {op} | {t} | {m['jitkern']:.3f} | {m['reference']:.3f} | {m['reference'] / m['jitkern']:.2f}x |", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["reference"]:
+        return reference_table()
     compile_everything()
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
@@ -138,6 +171,7 @@ def main() -> None:
     qknorm_pattern_table(ceiling)
     fused_add_pattern_table()
     decode_floor_table()
+    reference_table()
     per_call_table()
     plot(rows, ceiling)
 

@@ -1,5 +1,7 @@
 """The 8-bit quantization family (bf16 input): jitkern vs torch eager vs torch.compile of the same math, time,
-GB/s and % of the op's access-pattern ceiling, measured in the same run. Prints markdown tables.
+GB/s and % of the op's access-pattern ceiling, measured in the same run, and per-tensor fp8 beside the
+reference framework's kernel (where its wheel is installed or REFERENCE_WHEEL names it). Prints markdown
+tables; `bench_quant.py reference`: only the table beside the reference.
 
 Pattern ceilings (benchmarks/kernels/copy_ceiling.cuh): `halve` reads 16 bytes and writes 8 per thread,
 the traffic of a 2-byte to 1-byte conversion; dynamic per-tensor adds one read of the input (`read_all`)."""
@@ -12,7 +14,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_module, run_benchmark,  # noqa: E402
+                   yardstick_module)
 
 from jitkern.ops import (fused_add_rmsnorm, fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit,  # noqa: E402
                          per_token_quant_fp8, rmsnorm, rmsnorm_quant_fp8, warmup)
@@ -199,7 +202,31 @@ def norm_quant(module) -> None:
           lines)
 
 
+def reference_table() -> None:
+    """Per-tensor fp8 at every size beside the reference framework's kernel (SGLang, from its wheel): same
+    inputs, same process."""
+    ref = reference_module("per_tensor_quant_fp8")
+    print(f"\n#### Per-tensor fp8 beside the reference, bf16 [T, {H}] (us, CUDA-graph medians, median of 3 interleaved "
+          f"rounds; {environment()})\n")
+    if ref is None:
+        print("not run: the reference is not installed (REFERENCE_WHEEL=/path/to/sglang-*.whl)")
+        return
+    print("| T | static: jitkern | static: reference | reference / jitkern | dynamic: jitkern | dynamic: reference | reference / jitkern |")
+    print("|---|---|---|---|---|---|---|")
+    for t in get_benchmark_range([1, 4, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 4096, 16384, 32768], [1, 64, 4096]):
+        x = torch.randn(t, H, dtype=DTYPE, device="cuda")
+        q, s = torch.empty(t, H, dtype=FP8, device="cuda"), torch.tensor([0.02], device="cuda")
+        static = interleaved({"jitkern": lambda: per_tensor_quant_fp8(x, q, s, is_static=True),
+                              "reference": lambda: ref.per_tensor_quant_fp8(x, q, s, True)})
+        dynamic = interleaved({"jitkern": lambda: per_tensor_quant_fp8(x, q, s), "reference": lambda: ref.per_tensor_quant_fp8(x, q, s, False)})
+        print(f"| {t} | {static['jitkern']:.3f} | {static['reference']:.3f} | {static['reference'] / static['jitkern']:.2f}x | "
+              f"{dynamic['jitkern']:.3f} | {dynamic['reference']:.3f} | {dynamic['reference'] / dynamic['jitkern']:.2f}x |", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["reference"]:
+        warmup(dtypes=[DTYPE], ops=["per_tensor_quant_fp8"])
+        return reference_table()
     warmup(dtypes=[DTYPE])
     module = yardstick_module()
     x = torch.randn(64, H, dtype=DTYPE, device="cuda")
@@ -217,6 +244,7 @@ def main() -> None:
     large_shapes(module, ceilings)
     decode_shapes()
     norm_quant(module)
+    reference_table()
 
 
 if __name__ == "__main__":

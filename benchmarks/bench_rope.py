@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
-                   run_benchmark)
+                   reference_module, run_benchmark)
 
 from jitkern.ops import (FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace, concat_mla_absorb_q, concat_mla_k,  # noqa: E402
                          rotary_embedding, store_cache, warmup)
@@ -61,23 +61,15 @@ compiled_rope_store = torch.compile(eager_rope_store)
 
 
 def import_reference(module: str):
-    """sglang.jit_kernel.<module> without running the package __init__s on the way (they need the whole
-    serving stack): those packages become bare namespace modules, as bench_first_call.py does."""
-    import importlib
-    import importlib.util
-    import types
-
-    for name in ("sglang", "sglang.srt", "sglang.srt.utils"):
-        if name not in sys.modules:
-            found = importlib.util.find_spec(name)
-            pkg = types.ModuleType(name)
-            pkg.__path__ = list(found.submodule_search_locations)
-            sys.modules[name] = pkg
-    return importlib.import_module(f"sglang.jit_kernel.{module}")
+    ref = reference_module(module)
+    if ref is None:
+        raise ImportError("the reference framework is not installed")
+    return ref
 
 
 def reference_kernels():
-    """The reference's kernels that import here: {name: callable(q, k, v, pos, cs, cs_bf16, kc, vc, loc)}, and why the others do not."""
+    """The reference's kernels that import here: {name: callable(q, k, v, pos, cs, cs_bf16, kc, vc, loc)}, and why the others do not
+    (its fused rope JIT-builds against flashinfer's headers, which a stand-in module does not provide)."""
     found, missing = {}, []
     try:
         ref = import_reference("rope")

@@ -30,7 +30,7 @@ REPS = get_benchmark_range(200, 30)
 
 
 def stream_to_stream(kind: str, a, b) -> float:
-    event = Event(spin_kernel=kind == "spin") if kind != "torch" else None
+    event = Event(spin_kernel=kind == "spin", device_flag=kind == "device flag") if kind != "torch" else None
     samples = []
     for i in range(1, REPS + 1):
         before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -85,7 +85,7 @@ def main():
     print("\n| signal | mechanism | median us |")
     print("|---|---|---|")
     for kind, name in (("torch", "torch.cuda.Event + wait_event"), ("driver", "jitkern.Event (driver wait/write value)"),
-                       ("spin", "jitkern.Event (spin kernel)")):
+                       ("device flag", "jitkern.Event(device_flag=True) (driver wait/write value)"), ("spin", "jitkern.Event (spin kernel)")):
         print(f"| record on stream A -> next kernel on stream B | {name} | {stream_to_stream(kind, a, b):.2f} |")
     for kind, name in (("driver", "Event.set -> stream B (driver wait value)"), ("spin", "Event.set -> stream B (spin kernel)"),
                        ("no wait", "the same write launched on an idle stream (no wait)")):

@@ -55,6 +55,16 @@ def run_benchmark(fn, *, quantiles=(0.5, 0.2, 0.8), use_cudagraph: bool = True) 
     return {"median": median, "p20": p20, "p80": p80}
 
 
+def interleaved(fns: dict, rounds: int = 3) -> dict:
+    """Median over `rounds` of each function's CUDA-graph median, the functions taking turns (so that a slow
+    phase of the GPU does not fall on one of them only)."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(run_benchmark(fn)["median"])
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict[str, float]:
     """Measured device-to-device copy bandwidth (bytes read + written), two ways: torch's copy_ and a plain
     16-byte-vector copy kernel (benchmarks/kernels/copy_ceiling.cuh). The higher one is the ceiling.
@@ -110,3 +120,61 @@ def reference_ldflags() -> list[str]:
 
     lib = str(jitkern.PACKAGE_DIR / "lib")
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
+
+
+def reference_path() -> str | None:
+    """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
+    (REFERENCE_WHEEL=/path/to/sglang-*.whl), "" where it is installed, or None where it is absent."""
+    import importlib.util
+    import tempfile
+    import zipfile
+
+    wheel = os.environ.get("REFERENCE_WHEEL")
+    if wheel:
+        target = Path(tempfile.mkdtemp(prefix="reference-"))
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(target, [n for n in z.namelist() if n.startswith("sglang/")])
+        return str(target)
+    return "" if importlib.util.find_spec("sglang") else None
+
+
+def reference_module(name: str):
+    """The reference's `sglang.jit_kernel.<name>` module, or None where the reference is absent. Its
+    package __init__ needs the whole serving stack, so the packages on the way are bare namespace
+    modules, and the few third-party modules its helpers import but its kernels never use get empty
+    stand-ins where they are missing."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    path = reference_path()
+    if path is None:
+        return None
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    for package in ("sglang", "sglang.srt", "sglang.srt.utils"):
+        if package not in sys.modules:
+            found = importlib.util.find_spec(package)
+            stub = types.ModuleType(package)
+            stub.__path__ = list(found.submodule_search_locations)
+            sys.modules[package] = stub
+
+    def absent(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return lambda *args, **kwargs: None
+
+    for _ in range(20):
+        try:
+            return importlib.import_module(f"sglang.jit_kernel.{name}")
+        except ModuleNotFoundError as e:
+            if e.name is None or e.name.startswith("sglang"):
+                raise
+            stand_in = types.ModuleType(e.name)
+            stand_in.__getattr__ = absent
+            stand_in.__path__ = []
+            sys.modules[e.name] = stand_in
+            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils."))]:
+                del sys.modules[partial]
+    raise ImportError(f"the reference's sglang.jit_kernel.{name} needs too many absent modules")

@@ -5,7 +5,7 @@
 // page_size, *row] for all). A row is any multiple of 4 bytes, contiguous; rows may be strided.
 //
 // Mechanism: with the indices on the GPU, an SM kernel (block_quota CTAs at most; a host transfer
-// defaults to kHostBlockQuota). With the indices on the host, rows adjacent on both sides merge into one
+// defaults to kHostBlockQuota, or kHostWideBlockQuota over a large host pool). With the indices on the host, rows adjacent on both sides merge into one
 // copy; a host transfer whose copies are long enough goes to the copy engines (cudaMemcpyBatchAsync, no
 // SM), anything else to the SM kernel with the indices copied to the GPU. Out-of-range indices are skipped; validate=true raises
 // IndexError for the first one instead, before anything is copied.
@@ -25,8 +25,14 @@ namespace {
 constexpr int kTransferThreads = 1024;
 constexpr int kTransferUnroll = 4;   // vectors per buffer each thread has in flight
 // CTAs of a transfer that touches host memory, unless block_quota says: 2 already reach PCIe's ~51 GB/s on
-// an H100 and slow a GEMM beside them half as much as 4 (docs/benchmarks.md).
+// an H100 and slow a GEMM beside them half as much as 4 (docs/benchmarks.md) -- while one layer's rows lie
+// in at most kHostNarrowSpanBytes of host memory. Rows scattered over more miss the GPU's address
+// translation caches on most rows, and only more CTAs (on more of the GPU's translation units) keep enough
+// writes in flight: H100, 32K random rows of 2 KiB (K and V) over host pools of 1 GiB, GPU to host: 2 CTAs
+// 34.8 GB/s, 4 CTAs 52.2; pools of 2 GiB: 26.3 and 50.0 (docs/benchmarks.md).
 constexpr int kHostBlockQuota = 2;
+constexpr int kHostWideBlockQuota = 4;
+constexpr uint64_t kHostNarrowSpanBytes = uint64_t{512} << 20;
 // Host indices go to the copy engines when their copies average this much (H100: runs of 128 KiB beat the
 // SM kernel, single 2 KiB rows ran at 1-3 GB/s; docs/benchmarks.md); otherwise to the SM kernel.
 constexpr size_t kCopyEngineMinBytes = 64 << 10;
@@ -114,6 +120,7 @@ struct SideInfo {
   bool aligned16 = true;
   DLDataType dtype{};
   int device_id = -1;      // the CUDA device of GPU memory, -1 for host memory
+  uint64_t layer_span = 0;  // bytes of memory one layer's rows lie in, K and V together (kNoLimit: unknown)
 };
 
 using jitkern::Optional;
@@ -215,6 +222,8 @@ struct KvTransfer {
     s.layer_stride = with_layers ? k.stride(1) * elem : 0;
     s.rows = static_cast<uint64_t>(k.size(0)) * s.page_size;
     info.layers = with_layers ? k.size(1) : 1;
+    info.layer_span = static_cast<uint64_t>(k.size(0)) * static_cast<uint64_t>(s.page_stride) / static_cast<uint64_t>(info.layers) *
+                      (v.has_value() ? 2 : 1);
     for (int b = 0; b < 2; ++b)
       info.aligned16 &= reinterpret_cast<uintptr_t>(s.bases[b]) % 16 == 0;
     info.aligned16 &= s.page_stride % 16 == 0 && s.row_stride % 16 == 0 && s.layer_stride % 16 == 0;
@@ -248,6 +257,7 @@ struct KvTransfer {
     s.page_size = 1;
     s.page_stride = s.row_stride = row_stride_bytes;
     s.rows = rows < 0 ? kNoLimit : static_cast<uint64_t>(rows);
+    info.layer_span = rows < 0 ? kNoLimit : s.rows * static_cast<uint64_t>(row_stride_bytes) * (v.has_value() ? 2 : 1);
     info.aligned16 = row_stride_bytes % 16 == 0;  // the table's addresses are taken to be 16-byte aligned
     return info;
   }
@@ -364,8 +374,13 @@ struct KvTransfer {
     const int64_t workers_per_block = kTransferThreads / (lanes32 ? 32 : 8);
     int64_t blocks = div_ceil(n * layers, workers_per_block);
     const bool host_side = dst.on_host || src.on_host || dst.row_bytes < 0 || src.row_bytes < 0;
+    // Pointer tables may point at host memory: their span counts as a host side's.
+    uint64_t host_span = 0;
+    for (const SideInfo* s : {&dst, &src})
+      if (s->on_host || s->row_bytes < 0) host_span = kNoLimit - host_span <= s->layer_span ? kNoLimit : host_span + s->layer_span;
+    const int64_t host_quota = host_span > kHostNarrowSpanBytes ? kHostWideBlockQuota : kHostBlockQuota;
     const int64_t limit = block_quota > 0 ? block_quota
-                                          : host_side ? kHostBlockQuota
+                                          : host_side ? host_quota
                                                       : int64_t{runtime::get_sm_count(device)} *
                                                             runtime::get_blocks_per_sm(kernel, kTransferThreads);
     if (blocks > limit) blocks = limit;

@@ -13,6 +13,7 @@
 #include <jitkern/utils.cuh>
 
 #include <bit>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 
@@ -23,6 +24,11 @@ namespace {
 // holding up to kNormWideRegVecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
 // than that re-read their remainder from L2).
 constexpr int kNormNarrowThreads = 256;
+// Small narrow-row grids (kNormNarrowSmallMinCtas to kNormNarrowSmallMaxCtas CTAs of kNormNarrowThreads)
+// take CTAs of kNormNarrowSmallThreads instead, four times as many: qknorm (32 + 8 heads of 128, bf16) at
+// 2-32 tokens 1.06-1.14 us against 1.14-1.22; at 1 token (3 CTAs) 1.25 against 1.15.
+constexpr int kNormNarrowSmallThreads = 64;
+constexpr int64_t kNormNarrowSmallMinCtas = 4, kNormNarrowSmallMaxCtas = 80;
 constexpr int kNormWideThreads = 1024;
 // Four vectors a thread (128 threads a row at bf16 [*, 4096]) against two: rmsnorm 2998 vs 2971 GB/s
 // at [32768, 4096] and 0.02-0.18 us faster at 1-64 rows, rmsnorm_quant_fp8 dynamic 71.4 vs 78.5 us
@@ -40,10 +46,13 @@ constexpr int kNormManyRowsPerSm = 4;
 // back-to-back launches then pile up waiting on the SMs, which slows grids of more than a few CTAs
 // (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
 // wait). Narrow-row grids (and the per-token and per-group quantization grids, csrc/quant.cuh) of at
-// most this many CTAs trigger at start, larger ones after their wait. Wide rows always trigger after
-// it: at 1 / 4 rows of 4096, rmsnorm 1.16 / 1.13 us against 1.19 / 1.23 at start, rmsnorm_quant_fp8
-// static 1.47 / 1.45 against 1.66 / 1.76 (docs/benchmarks.md, "Design measurements").
+// most this many CTAs trigger at start, larger ones after their wait. Wide rows of plain rmsnorm trigger
+// at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
+// after the wait; [64, 4096]: 2.34 against 1.45); the fused and quantizing epilogues always after it
+// (fused_add_rmsnorm [8-16, 4096]: 1.63-1.91 us at start against 1.50-1.51; rmsnorm_quant_fp8 static
+// [1 / 4, 4096]: 1.66 / 1.76 against 1.47 / 1.45) (docs/benchmarks.md, "Design measurements").
 constexpr int64_t kNormEarlyTriggerMaxCtas = 8;
+constexpr int64_t kNormWideEarlyTriggerMaxCtas = 32;
 inline bool early_trigger(int64_t grid) { return grid <= kNormEarlyTriggerMaxCtas; }
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
 constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
@@ -69,7 +78,7 @@ struct NormParams {
   int64_t hidden;
   float eps;
   int64_t hidden1;  // problem[1]'s row width in a two-width launch (launch_norm_two_widths), else unused
-  bool early_trigger;  // narrow rows: set by each launch, early_trigger(grid)
+  bool early_trigger;  // set by each launch: trigger the next launch at start, else after the wait
 };
 
 using device::norm::RowFit;
@@ -114,16 +123,16 @@ __device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int
 template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, typename Epi, RowOrder kOrder>
 __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p,
                                                                          const __grid_constant__ Epi epi) {
-  constexpr int kGroups = kNormNarrowThreads / kWidth;
+  const int groups = static_cast<int>(blockDim.x) / kWidth;  // CTAs of kNormNarrowThreads or kNormNarrowSmallThreads
   if (p.early_trigger) device::pdl_trigger_secondary();
   // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
-  const int64_t first = int64_t{blockIdx.x} * kGroups * kRows + threadIdx.x / kWidth;
+  const int64_t first = int64_t{blockIdx.x} * groups * kRows + threadIdx.x / kWidth;
   RowPointers<T> rows[kRows];
   typename Epi::template Row<T, kVec> epis[kRows];
   bool valid[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
-    const int64_t row = first + int64_t{k} * kGroups;
+    const int64_t row = first + int64_t{k} * groups;
     valid[k] = row < p.total_rows;
     const int32_t r = static_cast<int32_t>(valid[k] ? row : 0);
     rows[k] = locate_row<T, kOrder>(p, r);
@@ -145,8 +154,9 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
   const auto row_epi = epi.template row<T, kVec>(row, blockIdx.x);
   const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
+  if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
 }
@@ -167,9 +177,12 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
     host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
         .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
-    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
+    int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
+    int threads = kNormNarrowThreads;
+    if (grid >= kNormNarrowSmallMinCtas && grid <= kNormNarrowSmallMaxCtas)
+      threads = kNormNarrowSmallThreads, grid = host::div_ceil(int64_t{p.total_rows}, kNormNarrowSmallThreads / kWidth);
     p.early_trigger = early_trigger(grid);
-    host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
+    host::LaunchKernel(static_cast<unsigned>(grid), threads, device)
         .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd, Epi, RowOrder::kProblemMajor>, p, epi);
   }
 }
@@ -182,6 +195,7 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi>
 void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int threads = wide_threads(p.hidden / kVec, kRegVecs);
+  p.early_trigger = !kFusedAdd && std::is_same_v<Epi, device::norm::StoreOutput<T>> && p.total_rows <= kNormWideEarlyTriggerMaxCtas;
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
   launch.enable_pdl(pdl);
   const auto with_fit = [&](auto fit) {

@@ -40,10 +40,13 @@ constexpr int kQuantOneCtaThreads = 1024;
 constexpr int kQuantOneCtaRegVecs = 2;
 constexpr int kQuantOneCtaVecs = kQuantOneCtaThreads * kQuantOneCtaRegVecs;
 // Split shapes: CTAs of kQuantSplitThreads holding one vector each while that needs at most a CTA per
-// SM, then kQuantSplitWideThreads holding kQuantSplitWideVecs (T = 128: 2.82 us against 3.04 at 256 x 1).
+// SM, then kQuantSplitWideThreads holding kQuantSplitWideVecs (T = 128: 2.82 us against 3.04 at 256 x 1)
+// up to kQuantSplitWideCtasPerSm CTAs per SM (T = 512 / 1024: 5.4 / 7.3 us against 7.3 / 8.7 at one CTA
+// per SM); larger tensors take the memset, atomic-max and quantize launches.
 constexpr int kQuantSplitThreads = 256;
 constexpr int kQuantSplitWideThreads = 512;
 constexpr int kQuantSplitWideVecs = 2;
+constexpr int kQuantSplitWideCtasPerSm = 4;
 // Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
@@ -71,26 +74,29 @@ __device__ __forceinline__ void split(int64_t v, const Shape2D& shape, int64_t& 
   col = v - row * shape.row_vecs;
 }
 
-// q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor).
+// q = x / *scale for every element (static per-tensor; the second pass of dynamic per-tensor), kItems
+// vectors per thread in CTAs of kThreads; kEarly: the next launch may start at once, else after the wait.
 // kLastFirst: CTAs take the tensor from its end, which the amax pass read last and L2 may still hold.
-template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst>
-__global__ void __launch_bounds__(kQuantThreads)
+template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst, int kThreads = kQuantThreads, int kItems = kQuantItems,
+          bool kEarly = true>
+__global__ void __launch_bounds__(kThreads)
     quantize_tensor_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale) {
-  device::pdl_trigger_secondary();
+  if constexpr (kEarly) device::pdl_trigger_secondary();
   const unsigned block = kLastFirst ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t first = int64_t{block} * kQuantThreads * kQuantItems + threadIdx.x;
-  int64_t rows[kQuantItems], cols[kQuantItems];
+  const int64_t first = int64_t{block} * kThreads * kItems + threadIdx.x;
+  int64_t rows[kItems], cols[kItems];
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k) split<kOneRow>(first + k * kQuantThreads, shape, rows[k], cols[k]);
+  for (int k = 0; k < kItems; ++k) split<kOneRow>(first + k * kThreads, shape, rows[k], cols[k]);
   device::pdl_wait_primary();
-  AlignedVector<T, kVec> x[kQuantItems];
+  if constexpr (!kEarly) device::pdl_trigger_secondary();
+  AlignedVector<T, kVec> x[kItems];
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k)
-    if (first + k * kQuantThreads < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
+  for (int k = 0; k < kItems; ++k)
+    if (first + k * kThreads < shape.total_vecs) x[k].load(in.base + rows[k] * in.row_stride + cols[k] * kVec);
   const quant::Divider s(*scale);
 #pragma unroll
-  for (int k = 0; k < kQuantItems; ++k)
-    if (first + k * kQuantThreads < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
+  for (int k = 0; k < kItems; ++k)
+    if (first + k * kThreads < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
 }
 
 // scale = max of scale_for<Q>(amax of each CTA's part): *scale must be 0 before the launch.
@@ -263,14 +269,7 @@ __global__ void __launch_bounds__(kQuantRowThreads)
   if (rank == 0) scales[blockIdx.x] = s.s;
 }
 
-// Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
-// the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride]. `flat`: fp32 scales whose
-// index is the group's flat number r * groups_per_row + g (row-major, contiguous).
-struct GroupScales {
-  void* base;
-  int64_t row_stride, group_stride;
-  bool flat;
-};
+using quant::GroupScales;
 
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
 // <= 32; lane l holds vectors l, l + kLanes, ...). kFlat: input and output rows are contiguous, so group
@@ -284,12 +283,9 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t group = int64_t{blockIdx.x} * (kQuantGroupThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
-  const auto row_of = [&](int64_t v) {
-    return total_groups <= UINT32_MAX ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(groups_per_row)} : v / groups_per_row;
-  };
   int64_t in_at = group * kGroup + lane * kVec, q_at = in_at;
   if constexpr (!kFlat) {
-    const int64_t row = row_of(group), g = group - row * groups_per_row;
+    const int64_t row = quant::group_row(group, groups_per_row, total_groups), g = group - row * groups_per_row;
     in_at = row * in.row_stride + g * kGroup + lane * kVec;
     q_at = row * q.row_stride + g * kGroup + lane * kVec;
   }
@@ -299,42 +295,7 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
-  const auto fold = [&](auto op) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (valid) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
-    return acc;
-  };
-  // Every lane of the warp takes part in the reductions (groups never straddle warps: kLanes divides
-  // 32), so a second look is voted for by the whole warp.
-  bool finite;
-  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
-                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
-  float scale = quant::scale_for<Q>(amax, eps);
-  uint32_t exponent = 0;
-  if constexpr (kUE8M0) {
-    exponent = quant::ue8m0_exponent(scale);
-    scale = __uint_as_float(exponent << 23);
-  }
-  if (!valid) return;
-  const quant::Divider s(scale, finite);
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) quant::store_quantized<Q>(q.base + q_at + j * kLanes * kVec, x[j], s);
-  if (lane != 0) return;
-  if (!kUE8M0 && scales.flat) {
-    static_cast<float*>(scales.base)[group] = scale;
-    return;
-  }
-  const int64_t row = row_of(group), g = group - row * groups_per_row;
-  if constexpr (kUE8M0) {
-    uint8_t* word = static_cast<uint8_t*>(scales.base) + 4 * (row * scales.row_stride + g / 4 * scales.group_stride);
-    word[g % 4] = static_cast<uint8_t>(exponent);
-    if (g == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
-      for (int64_t b = g % 4 + 1; b < 4; ++b) word[b] = 0;
-  } else {
-    static_cast<float*>(scales.base)[row * scales.row_stride + g * scales.group_stride] = scale;
-  }
+  quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
 }
 
 inline void zero_float_async(float* ptr, DLDevice device) {
@@ -371,40 +332,36 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      if (!is_static && shape.total_vecs <= kQuantOneCtaVecs) {
-        const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
-        LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
-            .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
-        return;
-      }
+      if (is_static) return static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device, cc >= 9);
       const int64_t sms = runtime::get_sm_count(ops.device.device_id);
-      const auto split = [&](auto vecs_tag, int threads) {
-        constexpr int kVecs = decltype(vecs_tag)::value;
-        const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
-        const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
-        auto* p = static_cast<float*>(parts.view().data_ptr());
-        LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-            .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
-        LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-            .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
-      };
-      if (!is_static && shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
-      if (!is_static && shape.total_vecs <= sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
-        return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
-      if (!is_static) {
-        zero_float_async(scale, ops.device);
-        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads),
-                                               int64_t{runtime::get_sm_count(ops.device.device_id)} * (2048 / kQuantThreads));
-        LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
-            .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+      // Unaligned rows (kVec == 1) are rare: they take the general launches only, which keeps the module small.
+      if constexpr (kVec > 1) {
+        if (shape.total_vecs <= kQuantOneCtaVecs) {
+          const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
+          LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
+              .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+          return;
+        }
+        const auto split = [&](auto vecs_tag, int threads) {
+          constexpr int kVecs = decltype(vecs_tag)::value;
+          const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
+          const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
+          auto* p = static_cast<float*>(parts.view().data_ptr());
+          LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+              .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
+          LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+              .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+        };
+        if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
+        if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+          return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
       }
-      LaunchKernel launch(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device);
-      launch.enable_pdl(cc >= 9);
-      if (is_static) {
-        launch(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, false>, in, q, shape, scale);
-      } else {
-        launch(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
-      }
+      zero_float_async(scale, ops.device);
+      const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
+      LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
+          .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+      LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
+          .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
     });
   }
 
@@ -556,6 +513,35 @@ struct QuantOps {
     TokenRows<T>::check_rows(N, H, q_stride, q_name);
     return {static_cast<const T*>(input.data_ptr()), static_cast<uint8_t*>(output_q.data_ptr()), N.unwrap(), H.unwrap(),
             TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
+  }
+
+  // Static per-tensor of a contiguous tensor: the launch shape by size, in vectors per SM. Up to
+  // kStaticSmallVecsPerSm 128-thread CTAs of two vectors per thread, triggering the next launch at once; up
+  // to kStaticMidVecsPerSm 128-thread CTAs of one, triggering after their wait (many small CTAs queued
+  // early crowd the SMs); up to kStaticLargeVecsPerSm 512 threads of one; up to kStaticHugeVecsPerSm 512
+  // of two; beyond, 256 of one. bf16 [T, 4096] on an H100, graphs of back-to-back launches: T = 32-256
+  // 0.94-1.53 us against 2.2-2.7 at 512 x 2; T = 16384 / 32768 66.2 / 130.9 us against 67.0 / 132.3.
+  static constexpr int64_t kStaticSmallVecsPerSm = 128, kStaticMidVecsPerSm = 1024, kStaticLargeVecsPerSm = 2048,
+                           kStaticHugeVecsPerSm = 16384;
+  template <int kVec, bool kOneRow>
+  static void static_launch(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale, DLDevice device, bool pdl) {
+    using host::div_ceil;
+    const auto go = [&](auto kernel, int threads, int items) {
+      host::LaunchKernel(checked_grid(div_ceil(shape.total_vecs, int64_t{threads} * items)), threads, device).enable_pdl(pdl)(
+          kernel, in, q, shape, scale);
+    };
+    const int64_t sms = host::runtime::get_sm_count(device.device_id);
+    if constexpr (kOneRow && kVec > 1) {  // the common case; other layouts take the large shape
+      if (shape.total_vecs <= kStaticSmallVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 128, 2, true>, 128, 2);
+      if (shape.total_vecs <= kStaticMidVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 128, 1, false>, 128, 1);
+      if (shape.total_vecs <= kStaticLargeVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 512, 1, true>, 512, 1);
+      if (shape.total_vecs > kStaticHugeVecsPerSm * sms)
+        return go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, true, false, 256, 1, true>, 256, 1);
+    }
+    go(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, false>, kQuantThreads, kQuantItems);
   }
 
   static unsigned checked_grid(int64_t blocks) {

@@ -85,6 +85,35 @@ def test_one_layer_every_direction_and_row_size(direction, row_bytes, index_dtyp
     assert torch.equal(_bytes(k_dst), ek) and torch.equal(_bytes(v_dst), ev)
 
 
+@pytest.mark.parametrize("to_host", [True, False])
+def test_scattered_rows_over_a_large_host_pool(to_host):
+    # K and V pools of 320 MiB each: past the span where the default quota changes (csrc/kv_transfer.cuh).
+    torch = _torch()
+    pool_rows, gpu_rows, n, row = 163840, 8192, 8192, 2048
+    host = [torch.zeros(pool_rows, row, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+    gpu = [torch.randint(1, 256, (gpu_rows, row), dtype=torch.uint8, device="cuda") for _ in range(2)]
+    if not to_host:
+        for h, g in zip(host, gpu):
+            h.copy_(torch.randint(1, 256, (pool_rows, row), dtype=torch.uint8, device="cuda"))
+            g.zero_()
+    g_idx = torch.randperm(gpu_rows, device="cuda")[:n]
+    h_idx = torch.randperm(pool_rows, device="cuda")[:n]
+    if to_host:
+        expected = [g[g_idx].cpu() for g in gpu]
+        _ops().transfer_kv_one_layer(host[0], host[1], h_idx, gpu[0], gpu[1], g_idx)
+        torch.cuda.synchronize()
+        for h, e in zip(host, expected):
+            assert torch.equal(h[h_idx.cpu()], e)
+            assert int((h != 0).any(dim=1).sum()) == n, "rows outside the indices were written"
+    else:
+        expected = [h[h_idx.cpu()].cuda() for h in host]
+        _ops().transfer_kv_one_layer(gpu[0], gpu[1], g_idx, host[0], host[1], h_idx)
+        torch.cuda.synchronize()
+        for g, e in zip(gpu, expected):
+            assert torch.equal(g[g_idx], e)
+            assert int((g != 0).any(dim=1).sum()) == n, "rows outside the indices were written"
+
+
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("row_bytes,extra", [(12, 4), (48, 16), (2048, 512), (576, 8)])
 def test_strided_caches(direction, row_bytes, extra):

@@ -12,6 +12,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 MECHANISMS = ["driver", "spin"]
+FLAGS = ["host", "device"]  # where an Event's flag lives (device_flag=False / True)
 
 
 def _torch():
@@ -79,10 +80,11 @@ def test_stream_wait_value_on_a_gpu_flag():
     assert torch.equal(out, data)
 
 
+@pytest.mark.parametrize("flag", FLAGS)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_record_and_wait_across_two_streams(mechanism):
+def test_record_and_wait_across_two_streams(mechanism, flag):
     torch = _torch()
-    event = _ops().Event(spin_kernel=mechanism == "spin")
+    event = _ops().Event(spin_kernel=mechanism == "spin", device_flag=flag == "device")
     producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
     data = torch.zeros(1 << 20, device="cuda")
     out = torch.empty_like(data)
@@ -127,10 +129,11 @@ def test_a_wait_queued_before_the_first_record_of_a_fresh_process(mechanism):
     assert done.returncode == 0 and "released" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("flag", FLAGS)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_host_set_releases_a_waiting_stream(mechanism):
+def test_host_set_releases_a_waiting_stream(mechanism, flag):
     torch = _torch()
-    event = _ops().Event(spin_kernel=mechanism == "spin")
+    event = _ops().Event(spin_kernel=mechanism == "spin", device_flag=flag == "device")
     stream = torch.cuda.Stream()
     out = torch.zeros(16, device="cuda")
     torch.cuda.synchronize()
@@ -148,10 +151,11 @@ def test_host_set_releases_a_waiting_stream(mechanism):
     assert torch.all(out == 1.0)
 
 
+@pytest.mark.parametrize("flag", FLAGS)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_a_timed_out_wait_lets_the_stream_go_on_and_the_next_call_raises(mechanism):
+def test_a_timed_out_wait_lets_the_stream_go_on_and_the_next_call_raises(mechanism, flag):
     torch = _torch()
-    event = _ops().Event(spin_kernel=mechanism == "spin")
+    event = _ops().Event(spin_kernel=mechanism == "spin", device_flag=flag == "device")
     stream = torch.cuda.Stream()
     out = torch.zeros(16, device="cuda")
     torch.cuda.synchronize()
@@ -188,10 +192,11 @@ def test_a_timeout_counts_from_when_the_stream_reaches_the_wait():
     event.record(1)  # no timeout to report: this does not raise
 
 
+@pytest.mark.parametrize("flag", FLAGS)
 @pytest.mark.parametrize("timed", [False, True])
-def test_wait_inside_a_cuda_graph(timed):
+def test_wait_inside_a_cuda_graph(timed, flag):
     torch = _torch()
-    event = _ops().Event()
+    event = _ops().Event(device_flag=flag == "device")
     stream = torch.cuda.Stream()
     out = torch.zeros(16, device="cuda")
     event.set(0)
@@ -211,6 +216,51 @@ def test_wait_inside_a_cuda_graph(timed):
         event.set(3)
         stream.synchronize()
     assert torch.all(out == 1.0)
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_record_and_wait_captured_in_two_graphs(flag):
+    # The producer's graph records, the consumer's waits, on two streams; the consumer's replays first.
+    torch = _torch()
+    event = _ops().Event(device_flag=flag == "device")
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    data, out = torch.zeros(1 << 16, device="cuda"), torch.zeros(1 << 16, device="cuda")
+    with torch.cuda.stream(producer):
+        event.record(0)  # loads the module before the captures
+    torch.cuda.synchronize()
+    produce, consume = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(produce, stream=producer):
+        data.add_(1.0)
+        event.record(11)
+    with torch.cuda.graph(consume, stream=consumer):
+        event.wait(11)
+        out.copy_(data)
+    torch.cuda.synchronize()
+    assert event.value == 0, "capturing must not run the record"
+    with _watchdog(lambda: event.set(11)):
+        with torch.cuda.stream(consumer):
+            consume.replay()
+        time.sleep(0.05)
+        assert not consumer.query(), "the consumer's graph went on before the record"
+        _busy(producer, 20)
+        with torch.cuda.stream(producer):
+            produce.replay()
+        consumer.synchronize()
+    assert torch.all(out == 1.0)
+    assert event.value == 11
+
+
+def test_a_device_flag_lives_on_the_current_device():
+    torch = _torch()
+    event = _ops().Event(device_flag=True)
+    assert event.value == 0
+    event.set(-7)
+    assert event.value == -7
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        event.record(12)
+    stream.synchronize()
+    assert event.value == 12
 
 
 def test_bad_arguments():

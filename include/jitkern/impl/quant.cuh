@@ -5,6 +5,10 @@
 //                                    instruction per value where none is +-inf;
 //   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value;
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
+//   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
+//                                    it is stored (the layouts FP8 GEMMs read);
+//   device::quant::quantize_group    a group of values held by a few lanes of a warp, quantized with its
+//                                    dynamic scale, which is stored;
 //   device::quant::QuantizeRows      the norm kernels' epilogue that writes a row as 8-bit values
 //                                    (impl/norm.cuh), with a static or a per-row dynamic scale.
 //
@@ -60,6 +64,48 @@ JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
   const uint32_t bits = __float_as_uint(s);
   return (bits >> 23) + ((bits & 0x7fffffu) != 0 ? 1u : 0u);
 }
+
+// The row of flat group `group` (groups_per_row groups a row), with 32-bit division where it fits.
+JITKERN_DEVICE int64_t group_row(int64_t group, int64_t groups_per_row, int64_t total_groups) {
+  return total_groups <= UINT32_MAX ? int64_t{static_cast<uint32_t>(group) / static_cast<uint32_t>(groups_per_row)} : group / groups_per_row;
+}
+
+// A group's dynamic scale scale_for<Q>(amax, eps); kUE8M0: rounded up to a power of two, whose biased
+// exponent is also returned in `exponent`.
+template <typename Q, bool kUE8M0>
+JITKERN_DEVICE float group_scale(float amax, float eps, uint32_t& exponent) {
+  const float scale = scale_for<Q>(amax, eps);
+  if constexpr (!kUE8M0) return scale;
+  exponent = ue8m0_exponent(scale);
+  return __uint_as_float(exponent << 23);
+}
+
+// Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
+// the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride]. `flat`: fp32 scales whose
+// index is the group's flat number r * groups_per_row + g (row-major, contiguous).
+struct GroupScales {
+  void* base;
+  int64_t row_stride, group_stride;
+  bool flat;
+
+  // Stores flat group `group`'s scale (group_scale's result and exponent); one thread per group.
+  template <bool kUE8M0>
+  JITKERN_DEVICE void store(int64_t group, int64_t groups_per_row, int64_t total_groups, float scale, uint32_t exponent) const {
+    if (!kUE8M0 && flat) {
+      static_cast<float*>(base)[group] = scale;
+      return;
+    }
+    const int64_t row = group_row(group, groups_per_row, total_groups), g = group - row * groups_per_row;
+    if constexpr (kUE8M0) {
+      uint8_t* word = static_cast<uint8_t*>(base) + 4 * (row * row_stride + g / 4 * group_stride);
+      word[g % 4] = static_cast<uint8_t>(exponent);
+      if (g == groups_per_row - 1)  // the last word's unused bytes: 0, not whatever the buffer held
+        for (int64_t b = g % 4 + 1; b < 4; ++b) word[b] = 0;
+    } else {
+      static_cast<float*>(base)[row * row_stride + g * group_stride] = scale;
+    }
+  }
+};
 
 // The dynamic amax of the values a group of threads holds. fold(op) folds op(acc, v) over this thread's
 // values from 0 (both ops below also combine two partial folds); reduce_max(v) combines the group's
@@ -144,6 +190,34 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
   } else {
     encode([&](float v) { return s.fast(v); });
   }
+}
+
+// One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps;
+// every lane of the warp calls this), kPerLane vectors each: the lane's vector j goes to out + j * kLanes *
+// kVec. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and lane 0 stores the scale
+// for flat group `group` (GroupScales). `valid`: the lane's group exists (the others only take part in the
+// warp's votes and shuffles).
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, typename T, int kVec>
+JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
+                                   int64_t group, int64_t groups_per_row, int64_t total_groups) {
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (valid) acc = op(acc, norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
+    return acc;
+  };
+  // A second look (a group holding +-inf) is voted for by the whole warp.
+  bool finite;
+  const float amax = dynamic_amax(fold, [](float v) { return warp::reduce_max_nonnegative<kLanes>(v); },
+                                  [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  uint32_t exponent = 0;
+  const float scale = group_scale<Q, kUE8M0>(amax, eps, exponent);
+  if (!valid) return;
+  const Divider s(scale, finite);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec, x[j], s);
+  if (threadIdx.x % kLanes == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
 }
 
 template <typename T, int kVec>

@@ -8,7 +8,8 @@ each source buffer goes to row indices_dst[i] of the destination buffer, for one
   all: one contiguous chunk per page across the layers).
 - K and V (`v_*` given) or one MLA buffer (`v_*` None, or the `_mla` forms).
 - Mechanism: indices on the GPU run an SM kernel on the current stream (a transfer touching host memory uses
-  `block_quota` CTAs, default 2; GPU to GPU runs on the whole GPU unless `block_quota` says). Indices on the
+  `block_quota` CTAs, default 2, or 4 when one layer's host rows lie in more than 512 MiB (rows scattered
+  that widely need more CTAs to keep PCIe busy); GPU to GPU runs on the whole GPU unless `block_quota` says). Indices on the
   host: runs of rows adjacent on both sides merge into one copy, and a host transfer whose copies average
   64 KiB or more goes to the copy engines (cudaMemcpyBatchAsync, no SM); anything else to the SM kernel.
 - Out-of-range indices are skipped; `validate=True` raises IndexError naming the first one before anything

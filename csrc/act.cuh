@@ -1,0 +1,302 @@
+// The gated activation family: out = act(x[:, :d]) * x[:, d:] for SiLU, GeLU (erf) and GeLU (tanh
+// approximation), fp16/bf16/fp32 with fp32 math and the product rounded to the input's type, any d,
+// strided rows; and SiLU-and-mul written straight to fp8 e4m3, with one static scale or with dynamic
+// per-token-group scales (groups of 128) in per_token_group_quant_8bit's layouts. The fused forms
+// round the product to T first and quantize it with quant's helpers (include/jitkern/impl/quant.cuh),
+// so they are bit-equal to silu_and_mul followed by per_tensor_quant_fp8 (static) or
+// per_token_group_quant_8bit (dynamic).
+#pragma once
+
+#include <jitkern/impl/quant.cuh>
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/type.cuh>
+#include <jitkern/utils.cuh>
+#include <jitkern/vec.cuh>
+#include <jitkern/warp.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+using device::AlignedVector;
+namespace quant = device::quant;
+
+// Elementwise kernels: CTAs of kActThreads, kActItems vectors of the output per thread (each needs a
+// gate and an up vector: four 16-byte loads in flight per thread), one pass over the tensor while the
+// grid stays under kActMaxWaves resident waves, a grid-stride loop beyond.
+constexpr int kActThreads = 256;
+constexpr int kActItems = 2;
+constexpr int64_t kActMaxWaves = 16;
+// Grids of at most this many CTAs let the next kernel launch at their start, larger ones after their
+// PDL wait (the norm family's measured rule, csrc/norm.cuh kNormEarlyTriggerMaxCtas).
+constexpr int64_t kActEarlyTriggerMaxCtas = 8;
+// The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, two vectors per
+// lane (quant's per-group layout), CTAs of kActGroupThreads.
+constexpr int kActGroupThreads = 128;
+constexpr int kActGroupSize = 128;
+
+// The activations, in fp32.
+struct Silu {
+  static JITKERN_DEVICE float apply(float x) { return x / (1.0f + expf(-x)); }
+};
+struct Gelu {
+  static JITKERN_DEVICE float apply(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+};
+struct GeluTanh {
+  static JITKERN_DEVICE float apply(float x) {
+    constexpr float kBeta = 0.79788456080286536f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.0f + tanhf(kBeta * (x + 0.044715f * x * x * x)));
+  }
+};
+
+// act(gate) * up, element by element, rounded to T.
+template <typename Act, typename T, int kVec>
+__device__ __forceinline__ AlignedVector<T, kVec> gated(const AlignedVector<T, kVec>& gate, const AlignedVector<T, kVec>& up) {
+  AlignedVector<T, kVec> y;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(Act::apply(device::cast<float>(gate[j])) * device::cast<float>(up[j]));
+  return y;
+}
+
+// The rows of an act-and-mul problem: input [rows, 2d] at in (row stride in elements), output [rows, d],
+// seen as vectors of kVec elements (d a multiple of kVec).
+template <typename T>
+struct GatedInput {
+  const T* in;
+  int64_t in_stride, d, row_vecs, total_vecs;
+};
+
+// The elementwise kernels' outputs: act-and-mul's T rows, or fp8 bytes divided by a static scale.
+template <typename T>
+struct StoreGated {
+  T* out;
+  int64_t out_stride;
+  struct Ready {};
+  __device__ __forceinline__ Ready ready() const { return {}; }
+  template <int kVec>
+  __device__ __forceinline__ void store(const Ready&, const AlignedVector<T, kVec>& y, int64_t row, int64_t col) const {
+    y.store(out + row * out_stride + col);
+  }
+};
+
+struct StoreStaticFp8 {
+  uint8_t* q;
+  int64_t q_stride;
+  const float* scale;  // read after the kernel's PDL wait: a previous kernel may have written it
+  __device__ __forceinline__ quant::Divider ready() const { return quant::Divider(*scale); }
+  template <typename T, int kVec>
+  __device__ __forceinline__ void store(const quant::Divider& s, const AlignedVector<T, kVec>& y, int64_t row, int64_t col) const {
+    quant::store_quantized<fp8_e4m3_t>(q + row * q_stride + col, y, s);
+  }
+};
+
+template <int kVec>
+__device__ __forceinline__ void locate(int64_t v, int64_t row_vecs, bool small, int64_t& row, int64_t& col) {
+  row = small ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(row_vecs)} : v / row_vecs;
+  col = (v - row * row_vecs) * kVec;
+}
+
+// Vector v of the output (row-major over [rows, d / kVec]): kActItems per thread, kActThreads apart
+// (coalesced), the grid striding over the rest. Addresses are computed before the PDL wait.
+template <typename Act, typename T, int kVec, typename Out>
+__global__ void __launch_bounds__(kActThreads) act_and_mul_kernel(const GatedInput<T> p, const Out out, bool trigger_at_start) {
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const bool small = p.total_vecs <= UINT32_MAX;
+  const int64_t step = int64_t{gridDim.x} * kActThreads * kActItems;
+  int64_t v0 = int64_t{blockIdx.x} * kActThreads * kActItems + threadIdx.x;
+  int64_t rows[kActItems], cols[kActItems];
+#pragma unroll
+  for (int k = 0; k < kActItems; ++k) locate<kVec>(v0 + k * kActThreads, p.row_vecs, small, rows[k], cols[k]);
+  device::pdl_wait_primary();
+  if (!trigger_at_start) device::pdl_trigger_secondary();
+  const auto ready = out.ready();
+  while (v0 < p.total_vecs) {
+    AlignedVector<T, kVec> gate[kActItems], up[kActItems];
+#pragma unroll
+    for (int k = 0; k < kActItems; ++k) {
+      if (v0 + k * kActThreads < p.total_vecs) {
+        const T* at = p.in + rows[k] * p.in_stride + cols[k];
+        gate[k].load(at);
+        up[k].load(at + p.d);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kActItems; ++k)
+      if (v0 + k * kActThreads < p.total_vecs) out.store(ready, gated<Act>(gate[k], up[k]), rows[k], cols[k]);
+    v0 += step;
+#pragma unroll
+    for (int k = 0; k < kActItems; ++k) locate<kVec>(v0 + k * kActThreads, p.row_vecs, small, rows[k], cols[k]);
+  }
+}
+
+// SiLU-and-mul quantized per group of kActGroupSize outputs of a row: kLanes lanes per group, kPerLane
+// vectors each (lane l holds vectors l, l + kLanes, ...), as csrc/quant.cuh's per_group_kernel does
+// for per_token_group_quant_8bit, so scales and codes are the same bits.
+template <typename T, int kVec, int kLanes, int kPerLane, bool kUE8M0>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_kernel(const GatedInput<T> p, uint8_t* q, int64_t q_stride, quant::GroupScales scales, int64_t groups_per_row,
+                                    int64_t total_groups, float eps, bool trigger_at_start) {
+  static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
+  const int64_t group = int64_t{blockIdx.x} * (kActGroupThreads / kLanes) + threadIdx.x / kLanes;
+  const bool valid = group < total_groups;
+  const int64_t row = quant::group_row(group, groups_per_row, total_groups), g = group - row * groups_per_row;
+  const int64_t col = g * kActGroupSize + lane * kVec;
+  const T* in = p.in + row * p.in_stride + col;
+  uint8_t* out = q + row * q_stride + col;
+  device::pdl_wait_primary();
+  if (!trigger_at_start) device::pdl_trigger_secondary();
+  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane], y[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (valid) {
+      gate[j].load(in + j * kLanes * kVec);
+      up[j].load(in + p.d + j * kLanes * kVec);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
+  quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(y, valid, out, eps, scales, group, groups_per_row, total_groups);
+}
+
+inline unsigned act_grid(int64_t blocks) {
+  host::RuntimeCheck(blocks <= 0x7fffffff, "the input is too large for one launch (", blocks, " blocks)");
+  return static_cast<unsigned>(blocks);
+}
+
+template <typename T>
+struct ActOps {
+  // out [N, d] = act(input[:, :d]) * input[:, d:], input [N, 2d]; rows may be strided.
+  static void silu_and_mul(jitkern::TensorView input, jitkern::TensorView out) { act_and_mul<Silu>(input, out); }
+  static void gelu_and_mul(jitkern::TensorView input, jitkern::TensorView out) { act_and_mul<Gelu>(input, out); }
+  static void gelu_tanh_and_mul(jitkern::TensorView input, jitkern::TensorView out) { act_and_mul<GeluTanh>(input, out); }
+
+  // output_q [N, d] (fp8 e4m3) = fp8(silu_and_mul(input) / scale), scale: fp32 [1].
+  static void silu_and_mul_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView scale) {
+    using namespace host;
+    auto device = SymbolicDevice{};
+    const Operands ops = operands(input, output_q, "output_q", host::DTypeList<uint8_t, fp8_e4m3_t>{}, device);
+    TensorMatcher({1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(scale, "scale");
+    const StoreStaticFp8 store{static_cast<uint8_t*>(output_q.data_ptr()), ops.out_stride, static_cast<const float*>(scale.data_ptr())};
+    launch_elementwise<Silu>(ops, store, ops.vector_width(16 / sizeof(T), 16 / sizeof(T)));
+  }
+
+  // output_q [N, d] (fp8 e4m3) = silu_and_mul(input) quantized per group of group_size (128) outputs of
+  // a row, scale = max(amax, eps) / 448: output_s fp32 [N, d / 128] (any strides: row-major,
+  // column-major, TMA-aligned column-major) or int32 [N, ceil(d / 128 / 4)] of packed UE8M0 exponents.
+  static void silu_and_mul_group_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                       int64_t group_size, double eps) {
+    using namespace host;
+    RuntimeCheck(group_size == kActGroupSize, "group_size must be ", kActGroupSize, ", got ", group_size);
+    RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
+    auto device = SymbolicDevice{};
+    const Operands ops = operands(input, output_q, "output_q", host::DTypeList<uint8_t, fp8_e4m3_t>{}, device);
+    RuntimeCheck(ops.d % kActGroupSize == 0, "d, the last dimension of output_q (half of input's), must be a multiple of group_size (",
+                 kActGroupSize, "), got ", ops.d);
+    const int64_t groups = ops.d / kActGroupSize;
+    const bool ue8m0 = is_type<int32_t>(output_s.dtype());
+    auto s_rows = SymbolicSize{"output_s_row_stride"}, s_groups = SymbolicSize{"output_s_group_stride"};
+    TensorMatcher({ops.rows, ue8m0 ? div_ceil(groups, 4) : groups})
+        .with_strides({s_rows, s_groups})
+        .with_dtype<float, int32_t>()
+        .with_device(device_v<kDLCUDA>, device)
+        .verify(output_s, "output_s");
+    if (ops.rows * groups == 0) return;
+    const int64_t s_row = s_rows.has_value() ? s_rows.unwrap() : 0, s_group = s_groups.has_value() ? s_groups.unwrap() : 0;
+    const bool flat = !ue8m0 && (groups <= 1 || s_group == 1) && (ops.rows <= 1 || s_row == groups);
+    const quant::GroupScales scales{output_s.data_ptr(), s_row, s_group, flat};
+    const int64_t total_groups = ops.rows * groups;
+    auto* q = static_cast<uint8_t*>(output_q.data_ptr());
+    const auto launch = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag) {
+      constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
+      const unsigned grid = act_grid(div_ceil(total_groups, kActGroupThreads / kLanes));
+      const GatedInput<T> p{ops.in, ops.in_stride, ops.d, 0, 0};
+      LaunchKernel run(grid, kActGroupThreads, ops.device);
+      run.enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9);
+      const bool early = grid <= kActEarlyTriggerMaxCtas;
+      const float e = static_cast<float>(eps);
+      if (ue8m0) {
+        run(silu_and_mul_group_quant_kernel<T, kVec, kLanes, kPerLane, true>, p, q, ops.out_stride, scales, groups, total_groups, e, early);
+      } else {
+        run(silu_and_mul_group_quant_kernel<T, kVec, kLanes, kPerLane, false>, p, q, ops.out_stride, scales, groups, total_groups, e, early);
+      }
+    };
+    constexpr int kVec = 16 / sizeof(T);
+    if (ops.vector_width(kVec, kVec) == kVec) {
+      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec / 2>{}, std::integral_constant<int, 2>{});
+    } else {  // unaligned rows: a warp per group, element by element
+      launch(std::integral_constant<int, 1>{}, std::integral_constant<int, 32>{}, std::integral_constant<int, kActGroupSize / 32>{});
+    }
+  }
+
+ private:
+  struct Operands {
+    const T* in;
+    void* out;
+    int64_t rows, d, in_stride, out_stride;
+    DLDevice device;
+
+    // vec elements per access where d, both base pointers and both row strides allow, else 1 (an
+    // output vector is vec * out_bytes bytes; `out_align` is the alignment it needs).
+    int vector_width(int vec, int out_align) const {
+      const bool ok = d % vec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % out_align == 0 &&
+                      (rows <= 1 || (in_stride % vec == 0 && out_stride % vec == 0));
+      return ok ? vec : 1;
+    }
+  };
+
+  // input [N, 2d] of T, out [N, d] of one of OutTypes; both with strided rows.
+  template <typename OutTypes>
+  static Operands operands(jitkern::TensorView input, jitkern::TensorView out, const char* out_name, OutTypes out_types,
+                           host::SymbolicDevice& device) {
+    using namespace host;
+    auto N = SymbolicSize{"num_tokens"}, W = SymbolicSize{"input_width"}, D = SymbolicSize{"d"};
+    auto in_stride = SymbolicSize{"input_row_stride"}, out_stride = SymbolicSize{"out_row_stride"};
+    TensorMatcher({N, W}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
+    RuntimeCheck(W.unwrap() % 2 == 0, "the last dimension of input must be even (2 * d), got ", W.unwrap());
+    D.set_value(W.unwrap() / 2);
+    TensorMatcher({N, D}).with_strides({out_stride, 1}).with_dtype(out_types).with_device(device_v<kDLCUDA>, device).verify(out, out_name);
+    const int64_t rows = N.unwrap();
+    const int64_t is = in_stride.has_value() ? in_stride.unwrap() : 0, os = out_stride.has_value() ? out_stride.unwrap() : 0;
+    if (rows > 1) {
+      RuntimeCheck(is >= W.unwrap(), "input rows overlap: row stride ", is, " is smaller than the row width ", W.unwrap());
+      RuntimeCheck(os >= D.unwrap(), out_name, " rows overlap: row stride ", os, " is smaller than the row width ", D.unwrap());
+    }
+    return {static_cast<const T*>(input.data_ptr()), out.data_ptr(), rows, D.unwrap(), is, os, device.unwrap()};
+  }
+
+  template <typename Act>
+  static void act_and_mul(jitkern::TensorView input, jitkern::TensorView out) {
+    auto device = host::SymbolicDevice{};
+    const Operands ops = operands(input, out, "out", host::DTypeList<T>{}, device);
+    const StoreGated<T> store{static_cast<T*>(out.data_ptr()), ops.out_stride};
+    launch_elementwise<Act>(ops, store, ops.vector_width(16 / sizeof(T), 16));
+  }
+
+  template <typename Act, typename Out>
+  static void launch_elementwise(const Operands& ops, const Out& out, int vec) {
+    using namespace host;
+    if (ops.rows * ops.d == 0) return;
+    const auto launch = [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      const GatedInput<T> p{ops.in, ops.in_stride, ops.d, ops.d / kVec, ops.rows * (ops.d / kVec)};
+      const int sms = runtime::get_sm_count(ops.device.device_id);
+      const int64_t grid = std::min(div_ceil(p.total_vecs, int64_t{kActThreads} * kActItems),
+                                    int64_t{sms} * (2048 / kActThreads) * kActMaxWaves);
+      LaunchKernel(act_grid(grid), kActThreads, ops.device)
+          .enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9)(act_and_mul_kernel<Act, T, kVec, Out>, p, out,
+                                                                        grid <= kActEarlyTriggerMaxCtas);
+    };
+    if (vec == 16 / static_cast<int>(sizeof(T))) {
+      launch(std::integral_constant<int, 16 / sizeof(T)>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
+  }
+};
+
+}  // namespace
