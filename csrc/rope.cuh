@@ -1,0 +1,740 @@
+// Rotary position embedding and the KV-cache write, for fp16/bf16/fp32 q/k/v and a cos/sin cache in fp32
+// (or the inputs' dtype, as the reference's rotary_embedding takes it):
+//   RopeOps<T>::apply        q and k rotated (NeoX half-split or GPT-J interleaved, partial rotary), in
+//                            place or into outputs;
+//   RopeOps<T>::apply_store  the same, with the rotated k and v written to k_cache[loc], v_cache[loc]
+//                            (flat or paged, T or fp8 e4m3 with a per-tensor scale) in the same kernel;
+//   KvRows::store_cache      the plain KV write (any row of a multiple of 4 bytes);
+//   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
+//
+// The cos/sin cache is [max_position, R]: R/2 cosines then R/2 sines; columns [R, D) are not rotated.
+// A token whose position is outside [0, max_position) is skipped entirely (nothing of it is read or
+// written); a cache location outside the cache's slots skips that token's cache write only.
+#pragma once
+
+#include <jitkern/impl/quant.cuh>
+#include <jitkern/optional.h>
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/type.cuh>
+#include <jitkern/utils.cuh>
+#include <jitkern/utils.h>
+#include <jitkern/vec.cuh>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+namespace {
+
+using device::AlignedVector;
+using jitkern::Optional;
+using jitkern::TensorView;
+
+// A token's heads go to `groups` groups of threads (units * groups = kRopeThreads threads) in each of
+// `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in turn; with few
+// tokens (at most one per SM) as many CTAs as the heads fill. Measured on H100 (docs/benchmarks.md,
+// RoPE, launch shapes; q 32 / kv 8 heads, d 128, bf16, fused cache write): T = 32768, 64 threads per
+// CTA 325.7 us against 345.0 at 128 and 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in
+// one CTA of 320.
+constexpr int kRopeThreads = 64;
+constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
+constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
+// Grids of at most this many CTAs trigger the next launch at their start, larger ones after their
+// wait (the norm family's rule, csrc/norm.cuh).
+constexpr int64_t kRopeEarlyTriggerMaxCtas = 8;
+// The row copies (store_cache, concat): CTAs of kRowThreads, a power-of-two group of lanes per row.
+constexpr int kRowThreads = 256;
+
+// Where row `slot` of a KV cache starts, in bytes: flat [slots, *row] or paged [pages, page_size, *row]
+// (slot = page * page_size + offset in the page).
+struct CacheLayout {
+  char* base;
+  int64_t page_stride;  // bytes from one page to the next (flat: one row to the next)
+  int64_t row_stride;   // bytes from one row of a page to the next
+  int64_t page_size;    // 1 when flat
+  int64_t slots;        // locations outside [0, slots) are skipped
+
+  __device__ __forceinline__ char* row(int64_t slot) const {
+    if (page_size == 1) return base + slot * page_stride;
+    const int64_t page = slot / page_size;
+    return base + page * page_stride + (slot - page * page_size) * row_stride;
+  }
+};
+
+__device__ __forceinline__ int64_t load_index(const void* ptr, bool wide, int64_t i) {
+  return wide ? static_cast<const int64_t*>(ptr)[i] : static_cast<int64_t>(static_cast<const int32_t*>(ptr)[i]);
+}
+
+// The slot of token `i`, or -1 when it is outside the cache.
+__device__ __forceinline__ int64_t load_slot(const void* ptr, bool wide, int64_t i, int64_t slots) {
+  const int64_t slot = load_index(ptr, wide, i);
+  return slot >= 0 && slot < slots ? slot : -1;
+}
+
+template <typename T>
+struct RopeParams {
+  const void* positions;
+  int64_t positions_stride;
+  const void* cos_sin;  // fp32, or T (cos_sin_t)
+  int64_t cos_sin_stride;
+  int64_t max_position;
+  const T* q;
+  T* q_out;
+  const T* k;
+  T* k_out;
+  int64_t q_token, q_head, qo_token, qo_head, k_token, k_head, ko_token, ko_head;  // elements
+  int32_t q_heads, k_heads, head_dim, rot_half;
+  int32_t units;   // pair units per head: rot_half / kVec
+  int32_t groups;  // head groups per CTA: a CTA is units * groups threads; gridDim.y CTAs per token
+  bool positions64;
+  bool cos_sin_t;
+  bool q_tail, k_tail;  // out of place: copy the unrotated columns [R, D) to q_out / k_out
+  bool early_trigger;
+};
+
+// The fused KV write (apply_store).
+struct KvStoreParams {
+  const void* v;
+  int64_t v_token, v_head;  // elements
+  CacheLayout k_cache, v_cache;
+  const void* loc;
+  int64_t loc_stride;
+  float k_scale, v_scale;  // fp8 caches: q = saturate(rne(x / scale))
+  bool loc64;
+};
+
+// Writes kVec values at `at` elements into a cache row: as T, or as fp8 e4m3 bytes divided by the
+// scale (include/jitkern/impl/quant.cuh rounds).
+template <bool kFp8, typename T, int kVec>
+__device__ __forceinline__ void store_cache_values(char* row, int64_t at, const AlignedVector<T, kVec>& x, const device::quant::Divider& d) {
+  if constexpr (kFp8) {
+    device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(row) + at, x, d);
+  } else {
+    x.store(reinterpret_cast<T*>(row) + at);
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void load_floats(float (&dst)[kVec], const float* src) {
+  constexpr int kW = kVec < 4 ? kVec : 4;  // 16-byte loads at most
+#pragma unroll
+  for (int i = 0; i < kVec; i += kW) {
+    AlignedVector<float, kW> v;
+    v.load(src + i);
+#pragma unroll
+    for (int j = 0; j < kW; ++j) dst[i + j] = v[j];
+  }
+}
+
+// kVec cos or sin values of a cache row stored as T.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_converted(float (&dst)[kVec], const T* src) {
+  AlignedVector<T, kVec> v;
+  v.load(src);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) dst[j] = device::cast<float>(v[j]);
+}
+
+// (x, y) -> (x cos - y sin, y cos + x sin) in fp32. NeoX (and any style at kVec = 1): element j of a
+// pairs with element j of b, frequency j. GPT-J: a and b hold kVec consecutive pairs (2m, 2m + 1),
+// frequencies 0 .. kVec/2 - 1 in a and kVec/2 .. kVec - 1 in b.
+template <bool kInterleaved, typename T, int kVec>
+__device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&c)[kVec], const float (&s)[kVec]) {
+  const auto turn = [&](T& x, T& y, float cf, float sf) {
+    const float fx = device::cast<float>(x), fy = device::cast<float>(y);
+    x = device::cast<T>(fmaf(fx, cf, -fy * sf));
+    y = device::cast<T>(fmaf(fy, cf, fx * sf));
+  };
+  if constexpr (kInterleaved) {
+#pragma unroll
+    for (int m = 0; m < kVec / 2; ++m) {
+      turn(a[2 * m], a[2 * m + 1], c[m], s[m]);
+      turn(b[2 * m], b[2 * m + 1], c[kVec / 2 + m], s[kVec / 2 + m]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) turn(a[j], b[j], c[j], s[j]);
+  }
+}
+
+// gridDim.y CTAs per token (blockIdx.x). Thread (group g of all the token's CTAs, unit u) rotates unit u (NeoX: columns [u kVec, +kVec) with
+// [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec, +2 kVec)) of heads g, g + groups, ... over the q heads
+// then the k heads, with the token's cos/sin of its unit loaded once. kStore: the rotated k and the
+// token's v also go to the cache row of its location; v and the unrotated columns are copied by all
+// threads in turn.
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
+__global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
+  using Vec = AlignedVector<T, kVec>;
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  const int64_t token = blockIdx.x;
+  const int unit = static_cast<int>(threadIdx.x) % p.units, group = static_cast<int>(threadIdx.x) / p.units;
+  const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
+  const int col1 = kNeox ? col0 + p.rot_half : col0 + kVec;
+  const T* q = p.q + token * p.q_token;
+  T* q_out = p.q_out + token * p.qo_token;
+  const T* k = p.k + token * p.k_token;
+  T* k_out = p.k_out + token * p.ko_token;
+  const int heads = p.q_heads + p.k_heads;
+  const int first_head = static_cast<int>(blockIdx.y) * p.groups + group, head_step = kRopeUnroll * p.groups * static_cast<int>(gridDim.y);
+  const int first_item = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), item_step = static_cast<int>(blockDim.x * gridDim.y);
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  // The position, the location and the first heads do not depend on each other: loaded together, so
+  // that a decode step waits for one round trip before its cos/sin and v loads, not three.
+  const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
+  [[maybe_unused]] int64_t slot = -1;
+  if constexpr (kStore) slot = load_slot(s.loc, s.loc64, token * s.loc_stride, s.k_cache.slots);
+  Vec a[kRopeUnroll], b[kRopeUnroll];
+  const auto load_heads = [&](int h0) {
+#pragma unroll
+    for (int i = 0; i < kRopeUnroll; ++i) {
+      const int h = h0 + i * (head_step / kRopeUnroll);
+      if (h < heads) {
+        const T* src = h < p.q_heads ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
+        a[i].load(src + col0);
+        b[i].load(src + col1);
+      }
+    }
+  };
+  load_heads(first_head);
+  if (position < 0 || position >= p.max_position) return;
+  char* k_row = nullptr;
+  char* v_row = nullptr;
+  [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
+  if constexpr (kStore) {
+    if (slot >= 0) k_row = s.k_cache.row(slot), v_row = s.v_cache.row(slot);
+    if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
+  }
+  float c[kVec], sn[kVec];
+  const int64_t cs = position * p.cos_sin_stride + unit * kVec;
+  if (p.cos_sin_t) {
+    load_converted(c, static_cast<const T*>(p.cos_sin) + cs);
+    load_converted(sn, static_cast<const T*>(p.cos_sin) + cs + p.rot_half);
+  } else {
+    load_floats(c, static_cast<const float*>(p.cos_sin) + cs);
+    load_floats(sn, static_cast<const float*>(p.cos_sin) + cs + p.rot_half);
+  }
+
+  // v, then the unrotated columns: they need no cos/sin.
+  if constexpr (kStore) {
+    if (v_row != nullptr) {
+      const int row_vecs = p.head_dim / kVec;
+      const T* v = static_cast<const T*>(s.v) + token * s.v_token;
+      for (int i = first_item; i < p.k_heads * row_vecs; i += item_step) {
+        const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
+        Vec x;
+        x.load(v + h * s.v_head + col);
+        store_cache_values<kFp8>(v_row, int64_t{h} * p.head_dim + col, x, v_div);
+      }
+    }
+  }
+  const int tail_vecs = (p.head_dim - 2 * p.rot_half) / kVec;
+  if (tail_vecs > 0) {
+    const int q_items = p.q_tail ? p.q_heads * tail_vecs : 0;
+    const int k_items = p.k_tail || k_row != nullptr ? p.k_heads * tail_vecs : 0;
+    for (int i = first_item; i < q_items + k_items; i += item_step) {
+      const bool is_q = i < q_items;
+      const int j = is_q ? i : i - q_items, h = j / tail_vecs, col = 2 * p.rot_half + (j - h * tail_vecs) * kVec;
+      Vec x;
+      if (is_q) {
+        x.load(q + h * p.q_head + col);
+        x.store(q_out + h * p.qo_head + col);
+      } else {
+        x.load(k + h * p.k_head + col);
+        if (p.k_tail) x.store(k_out + h * p.ko_head + col);
+        if constexpr (kStore)
+          if (k_row != nullptr) store_cache_values<kFp8>(k_row, int64_t{h} * p.head_dim + col, x, k_div);
+      }
+    }
+  }
+
+  for (int h0 = first_head; h0 < heads; h0 += head_step) {
+    if (h0 != first_head) load_heads(h0);
+#pragma unroll
+    for (int i = 0; i < kRopeUnroll; ++i) {
+      const int h = h0 + i * (head_step / kRopeUnroll);
+      if (h >= heads) continue;
+      rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn);
+      const bool is_q = h < p.q_heads;
+      T* dst = is_q ? q_out + h * p.qo_head : k_out + (h - p.q_heads) * p.ko_head;
+      a[i].store(dst + col0);
+      b[i].store(dst + col1);
+      if constexpr (kStore) {
+        if (!is_q && k_row != nullptr) {
+          const int64_t at = int64_t{h - p.q_heads} * p.head_dim;
+          store_cache_values<kFp8>(k_row, at + col0, a[i], k_div);
+          store_cache_values<kFp8>(k_row, at + col1, b[i], k_div);
+        }
+      }
+    }
+  }
+}
+
+// A q/k/v argument: [N, H, D] or [N, H * D], the last dimension contiguous.
+struct HeadsArg {
+  void* ptr = nullptr;
+  int64_t token_stride = 0, head_stride = 0;
+};
+
+struct HeadsNames {
+  const char *tensor, *token_stride, *head_stride, *width;
+};
+
+inline int64_t stride_of(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
+
+template <typename T>
+HeadsArg heads_arg(TensorView t, host::SymbolicSize& N, host::SymbolicSize& H, int64_t D, host::SymbolicDevice& device,
+                   const HeadsNames& names) {
+  using namespace host;
+  auto token = SymbolicSize{names.token_stride};
+  if (t.dim() == 2) {
+    auto W = SymbolicSize{names.width};
+    TensorMatcher({N, W}).with_strides({token, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, names.tensor);
+    RuntimeCheck(W.unwrap() % D == 0, names.tensor, " width ", W.unwrap(), " is not a multiple of head_size ", D);
+    const int64_t heads = W.unwrap() / D;
+    RuntimeCheck(!H.has_value() || H.unwrap() == heads, names.tensor, " holds ", heads, " heads of head_size ", D, " but ", H.get_name(), " is ",
+                 H.has_value() ? H.unwrap() : 0);
+    H.set_value(heads);
+    return {t.data_ptr(), stride_of(token), D};
+  }
+  auto head = SymbolicSize{names.head_stride};
+  TensorMatcher({N, H, D}).with_strides({token, head, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(t, names.tensor);
+  return {t.data_ptr(), stride_of(token), stride_of(head)};
+}
+
+inline bool same_view(const HeadsArg& a, const HeadsArg& b) {
+  return a.ptr == b.ptr && a.token_stride == b.token_stride && a.head_stride == b.head_stride;
+}
+
+// Whether the dimensions from `first` on are contiguous (size-1 dimensions may have any stride).
+inline bool row_is_compact(TensorView t, int first) {
+  int64_t expected = 1;
+  for (int d = t.dim() - 1; d >= first; --d) {
+    if (t.size(d) != 1 && t.stride(d) != expected) return false;
+    expected *= t.size(d);
+  }
+  return true;
+}
+
+// `cache` (dtype checked by the caller) as rows of `row_elems` contiguous elements on `device`: flat
+// [slots, *row] when its dimensions after the first hold one row, else paged [pages, page_size, *row].
+inline CacheLayout cache_layout(TensorView cache, int64_t row_elems, int device, const char* name) {
+  using namespace host;
+  RuntimeCheck(cache.device().device_type == kDLCUDA && cache.device().device_id == device, name, " must be on cuda:", device, ", got ",
+               cache.device());
+  const auto elems_from = [&](int first) {
+    int64_t n = 1;
+    for (int d = first; d < cache.dim(); ++d) n *= cache.size(d);
+    return n;
+  };
+  int first = 0;
+  if (cache.dim() >= 2 && elems_from(1) == row_elems) first = 1;
+  else if (cache.dim() >= 3 && elems_from(2) == row_elems) first = 2;
+  RuntimeCheck(first > 0, name, " must be [slots, *row] or [pages, page_size, *row] with rows of ", row_elems, " elements; its ",
+               cache.dim(), " dimensions hold ", elems_from(1), " elements after the first");
+  RuntimeCheck(row_is_compact(cache, first), name, ": each row (the dimensions after the first ", first, ") must be contiguous");
+  const int64_t elem = static_cast<int64_t>(dtype_bytes(cache.dtype()));
+  CacheLayout c{};
+  c.base = static_cast<char*>(cache.data_ptr());
+  c.page_size = first == 2 ? cache.size(1) : 1;
+  c.page_stride = cache.stride(0) * elem;
+  c.row_stride = first == 2 ? cache.stride(1) * elem : c.page_stride;
+  c.slots = cache.size(0) * c.page_size;
+  return c;
+}
+
+inline void check_same_shape(TensorView a, TensorView b, const char* a_name, const char* b_name) {
+  host::RuntimeCheck(a.dim() == b.dim(), b_name, " must have ", a_name, "'s shape: ", b.dim(), " dimensions, not ", a.dim());
+  for (int d = 0; d < a.dim(); ++d)
+    host::RuntimeCheck(a.size(d) == b.size(d), b_name, " must have ", a_name, "'s shape: dimension ", d, " is ", b.size(d), ", not ", a.size(d));
+}
+
+// Whether every byte quantity (addresses, strides) is a multiple of `bytes`.
+inline bool all_multiples(std::initializer_list<int64_t> quantities, int64_t bytes) {
+  for (int64_t q : quantities)
+    if (q % bytes != 0) return false;
+  return true;
+}
+
+inline int64_t address(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+template <typename T>
+struct RopeOps {
+  // q [N, Hq, D] or [N, Hq * D] (and k, [N, Hk, ...], optional) rotated into q_out and k_out, which may
+  // be q and k (in place). positions [N] int32/int64; cos_sin_cache [max_position, R] fp32 or T.
+  // head_groups, head_splits: the launch shape (thread groups per CTA, CTAs per token; 0: chosen here),
+  // for tuning.
+  static void apply(TensorView positions, TensorView q, Optional<TensorView> k, TensorView q_out, Optional<TensorView> k_out,
+                    TensorView cos_sin_cache, int64_t head_size, bool is_neox, int64_t head_groups, int64_t head_splits) {
+    host::RuntimeCheck(k.has_value() == k_out.has_value(), "k and k_out must be given together");
+    Setup setup(positions, q, k.has_value() ? &*k : nullptr, q_out, k_out.has_value() ? &*k_out : nullptr, cos_sin_cache, head_size,
+                head_groups, head_splits);
+    setup.template launch<false, false>(is_neox, KvStoreParams{}, {});
+  }
+
+  // apply, with the rotated k and v [N, Hk, D] written to k_cache[cache_loc[i]], v_cache[cache_loc[i]]
+  // (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape; T, or fp8 e4m3 as
+  // float8_e4m3fn or its bytes as uint8, with k_scale and v_scale). Locations outside the cache are skipped.
+  static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_out, TensorView k_out, TensorView cos_sin_cache,
+                          int64_t head_size, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc,
+                          double k_scale, double v_scale, int64_t head_groups, int64_t head_splits) {
+    using namespace host;
+    Setup setup(positions, q, &k, q_out, &k_out, cos_sin_cache, head_size, head_groups, head_splits);
+    auto N = SymbolicSize{"num_tokens"};
+    N.set_value(setup.tokens);
+    auto Hk = SymbolicSize{"num_kv_heads"};
+    Hk.set_value(setup.p.k_heads);
+    auto dev = SymbolicDevice{};
+    dev.set_value(setup.device);
+    const HeadsArg va = heads_arg<T>(v, N, Hk, head_size, dev, {"v", "v_token_stride", "v_head_stride", "v_width"});
+    auto loc_stride = SymbolicSize{"cache_loc_stride"};
+    TensorMatcher({N}).with_strides({loc_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(cache_loc, "cache_loc");
+    const bool fp8 = is_type<uint8_t>(k_cache.dtype()) || is_type<fp8_e4m3_t>(k_cache.dtype());
+    if (!fp8 && !is_type<T>(k_cache.dtype()))
+      Raise(ErrorKind::kType, "k_cache must have the inputs' dtype ", dtype_trait<T>::value, " or be float8_e4m3fn (or its bytes as uint8), got ",
+            k_cache.dtype());
+    if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
+      Raise(ErrorKind::kType, "v_cache must have k_cache's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
+    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+    RuntimeCheck(std::isfinite(k_scale) && k_scale > 0 && std::isfinite(v_scale) && v_scale > 0,
+                 "k_scale and v_scale must be finite and positive, got ", k_scale, " and ", v_scale);
+    RuntimeCheck(fp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_cache is ",
+                 k_cache.dtype());
+    const int64_t row = setup.p.k_heads * head_size;
+    KvStoreParams s{};
+    s.v = va.ptr, s.v_token = va.token_stride, s.v_head = va.head_stride;
+    s.k_cache = cache_layout(k_cache, row, setup.device.device_id, "k_cache");
+    s.v_cache = cache_layout(v_cache, row, setup.device.device_id, "v_cache");
+    s.loc = cache_loc.data_ptr(), s.loc_stride = stride_of(loc_stride), s.loc64 = is_type<int64_t>(cache_loc.dtype());
+    s.k_scale = static_cast<float>(k_scale), s.v_scale = static_cast<float>(v_scale);
+    const int64_t cb = fp8 ? 1 : sizeof(T), e = sizeof(T);
+    const std::initializer_list<int64_t> bytes = {address(s.k_cache.base), address(s.v_cache.base), s.k_cache.page_stride, s.k_cache.row_stride,
+                                                  s.v_cache.page_stride, s.v_cache.row_stride};
+    const int64_t vec = setup.vec;
+    const bool wide = vec > 1 && all_multiples(bytes, vec * cb) && all_multiples({address(va.ptr), va.token_stride * e, va.head_stride * e}, vec * e);
+    if (fp8) {
+      setup.template launch<true, true>(is_neox, s, wide);
+    } else {
+      setup.template launch<false, true>(is_neox, s, wide);
+    }
+  }
+
+ private:
+  static constexpr int kWideVec = 16 / sizeof(T);
+
+  // The verified arguments shared by both ops, as kernel parameters.
+  struct Setup {
+    RopeParams<T> p{};
+    int64_t tokens = 0;
+    DLDevice device{};
+    int vec = 1;  // kWideVec when q, k, their outputs and the cos/sin rows allow it, else 1
+    int64_t groups_hint = 0, splits_hint = 0;
+
+    Setup(TensorView positions, TensorView q, const TensorView* k, TensorView q_out, const TensorView* k_out, TensorView cos_sin_cache,
+          int64_t head_size, int64_t head_groups, int64_t head_splits)
+        : groups_hint(head_groups), splits_hint(head_splits) {
+      using namespace host;
+      RuntimeCheck(head_size > 0, "head_size must be positive, got ", head_size);
+      RuntimeCheck(head_groups >= 0 && head_splits >= 0 && head_splits < 65536, "head_groups and head_splits must be 0 (automatic) or positive, got ",
+                   head_groups, " and ", head_splits);
+      auto N = SymbolicSize{"num_tokens"};
+      auto Hq = SymbolicSize{"num_q_heads"}, Hk = SymbolicSize{"num_kv_heads"};
+      auto P = SymbolicSize{"max_position"}, R = SymbolicSize{"rotary_dim"};
+      auto pos_stride = SymbolicSize{"positions_stride"}, cs_stride = SymbolicSize{"cos_sin_cache_stride"};
+      auto dev = SymbolicDevice{};
+      TensorMatcher({N}).with_strides({pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(positions,
+                                                                                                                           "positions");
+      const HeadsArg qa = heads_arg<T>(q, N, Hq, head_size, dev, {"q", "q_token_stride", "q_head_stride", "q_width"});
+      const HeadsArg qo = heads_arg<T>(q_out, N, Hq, head_size, dev, {"q_out", "q_out_token_stride", "q_out_head_stride", "q_out_width"});
+      HeadsArg ka, ko;
+      if (k != nullptr) {
+        ka = heads_arg<T>(*k, N, Hk, head_size, dev, {"k", "k_token_stride", "k_head_stride", "k_width"});
+        ko = heads_arg<T>(*k_out, N, Hk, head_size, dev, {"k_out", "k_out_token_stride", "k_out_head_stride", "k_out_width"});
+      }
+      TensorMatcher({P, R}).with_strides({cs_stride, 1}).with_dtype(dtype_v<float, T>).with_device(device_v<kDLCUDA>, dev).verify(cos_sin_cache,
+                                                                                                                               "cos_sin_cache");
+      const int64_t rot = R.unwrap();
+      RuntimeCheck(rot >= 2 && rot % 2 == 0 && rot <= head_size, "cos_sin_cache width (the rotary dim) must be even and within [2, head_size ",
+                   head_size, "], got ", rot);
+      const int64_t heads = Hq.unwrap() + (k != nullptr ? Hk.unwrap() : 0);
+      RuntimeCheck(heads < (int64_t{1} << 24) && head_size < (int64_t{1} << 24), "too many heads (", heads, ") or head_size too large (",
+                   head_size, ")");
+      RuntimeCheck(N.unwrap() < (int64_t{1} << 31), "at most 2^31 - 1 tokens per call, got ", N.unwrap());
+      tokens = N.unwrap();
+      device = dev.unwrap();
+      p.positions = positions.data_ptr(), p.positions_stride = stride_of(pos_stride), p.positions64 = is_type<int64_t>(positions.dtype());
+      p.cos_sin = cos_sin_cache.data_ptr(), p.cos_sin_stride = stride_of(cs_stride), p.max_position = P.unwrap();
+      p.cos_sin_t = !is_type<float>(cos_sin_cache.dtype());
+      p.q = static_cast<const T*>(qa.ptr), p.q_out = static_cast<T*>(qo.ptr);
+      p.q_token = qa.token_stride, p.q_head = qa.head_stride, p.qo_token = qo.token_stride, p.qo_head = qo.head_stride;
+      p.k = static_cast<const T*>(ka.ptr), p.k_out = static_cast<T*>(ko.ptr);
+      p.k_token = ka.token_stride, p.k_head = ka.head_stride, p.ko_token = ko.token_stride, p.ko_head = ko.head_stride;
+      p.q_heads = static_cast<int32_t>(Hq.unwrap()), p.k_heads = static_cast<int32_t>(k != nullptr ? Hk.unwrap() : 0);
+      p.head_dim = static_cast<int32_t>(head_size), p.rot_half = static_cast<int32_t>(rot / 2);
+      p.q_tail = !same_view(qa, qo), p.k_tail = k != nullptr && !same_view(ka, ko);
+      const int64_t e = sizeof(T);
+      const bool wide = p.rot_half % kWideVec == 0 && head_size % kWideVec == 0 &&
+                        all_multiples({address(qa.ptr), address(qo.ptr), address(ka.ptr), address(ko.ptr), qa.token_stride * e, qa.head_stride * e,
+                                       qo.token_stride * e, qo.head_stride * e, ka.token_stride * e, ka.head_stride * e, ko.token_stride * e,
+                                       ko.head_stride * e},
+                                      int64_t{16}) &&
+                        (p.cos_sin_t ? all_multiples({address(p.cos_sin), p.cos_sin_stride * e}, 16)
+                                     : all_multiples({address(p.cos_sin), p.cos_sin_stride * 4}, 4 * std::min(kWideVec, 4)));
+      vec = wide ? kWideVec : 1;
+    }
+
+    // wide_store: the store operands (v, the caches) allow kWideVec as well.
+    template <bool kFp8, bool kStore>
+    void launch(bool neox, const KvStoreParams& s, bool wide_store) {
+      if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
+      if (vec == kWideVec && (!kStore || wide_store)) {
+        neox ? run<kFp8, true, kWideVec, kStore>(s) : run<kFp8, false, kWideVec, kStore>(s);
+      } else {
+        neox ? run<kFp8, true, 1, kStore>(s) : run<kFp8, false, 1, kStore>(s);
+      }
+    }
+
+    template <bool kFp8, bool kNeox, int kVec, bool kStore>
+    void run(const KvStoreParams& s) {
+      using namespace host;
+      const int64_t units = p.rot_half / kVec, heads = p.q_heads + p.k_heads;
+      RuntimeCheck(units <= kRopeMaxThreads, "the rotary dim is too large for this alignment: ", 2 * p.rot_half);
+      const bool few = tokens <= runtime::get_sm_count(device.device_id);
+      const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
+      const int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
+      const int64_t splits = std::min(host::div_ceil(heads, groups), splits_hint > 0 ? splits_hint : few ? heads : 1);
+      RopeParams<T> c = p;
+      c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups);
+      c.early_trigger = tokens * splits <= kRopeEarlyTriggerMaxCtas;
+      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(splits)), static_cast<unsigned>(units * groups), device)
+          .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+    }
+  };
+};
+
+// Row copies: out row r = [x row r | y row (r, broadcast)] (concat) or cache[index[r]] = row r (store).
+struct RowCopyParams {
+  char* out[2];  // store: the k and v caches' base (unused for concat)
+  const char* x[2];
+  int64_t x_token[2];  // bytes from one token to the next
+  CacheLayout caches[2];
+  const void* indices;
+  int64_t indices_stride;
+  int64_t rows;
+  int32_t vecs;  // vectors per row
+  int32_t lanes;  // threads per row, a power of two
+  int32_t buffers;
+  bool indices64;
+};
+
+// store_cache: row r of each buffer (k, v) goes to its cache's row indices[r]; out-of-range rows skipped.
+template <typename Vec>
+__global__ void __launch_bounds__(kRowThreads) store_rows_kernel(const __grid_constant__ RowCopyParams p) {
+  const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
+  const int lane = threadIdx.x % p.lanes;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (r >= p.rows) return;
+  const int64_t slot = load_slot(p.indices, p.indices64, r * p.indices_stride, p.caches[0].slots);
+  if (slot < 0) return;
+  const Vec* src[2] = {reinterpret_cast<const Vec*>(p.x[0] + r * p.x_token[0]), reinterpret_cast<const Vec*>(p.x[1] + r * p.x_token[1])};
+  Vec* dst[2] = {reinterpret_cast<Vec*>(p.caches[0].row(slot)), reinterpret_cast<Vec*>(p.caches[1].row(slot))};
+  for (int c = lane; c < p.vecs; c += 2 * p.lanes) {
+    Vec v[2][2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (b < p.buffers && c + u * p.lanes < p.vecs) v[b][u] = src[b][c + u * p.lanes];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (b < p.buffers && c + u * p.lanes < p.vecs) dst[b][c + u * p.lanes] = v[b][u];
+  }
+}
+
+struct ConcatParams {
+  char* out;
+  const char* x;
+  const char* y;
+  int64_t out_s0, out_s1, x_s0, x_s1, y_s0, y_s1;  // bytes
+  int64_t rows;
+  int32_t dim1;              // rows are (i0, i1), i1 < dim1
+  int32_t x_vecs, y_vecs;    // vectors of each part of a row
+  int32_t lanes;
+};
+
+// out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1).
+template <typename Vec>
+__global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
+  const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
+  const int lane = threadIdx.x % p.lanes;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (r >= p.rows) return;
+  const int64_t i0 = r / p.dim1, i1 = r - i0 * p.dim1;
+  Vec* out = reinterpret_cast<Vec*>(p.out + i0 * p.out_s0 + i1 * p.out_s1);
+  const Vec* x = reinterpret_cast<const Vec*>(p.x + i0 * p.x_s0 + i1 * p.x_s1);
+  const Vec* y = reinterpret_cast<const Vec*>(p.y + i0 * p.y_s0 + i1 * p.y_s1);
+  const int total = p.x_vecs + p.y_vecs;
+  for (int c = lane; c < total; c += 2 * p.lanes) {
+    Vec v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int i = c + u * p.lanes;
+      if (i < total) v[u] = i < p.x_vecs ? x[i] : y[i - p.x_vecs];
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (c + u * p.lanes < total) out[c + u * p.lanes] = v[u];
+  }
+}
+
+// Lanes per row: enough for one vector each, at most kRowThreads.
+inline int32_t row_lanes(int64_t vecs) {
+  return static_cast<int32_t>(std::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(vecs, 1)))));
+}
+
+struct KvRows {
+  // k, v [N, *row] (each row contiguous; rows strided) -> k_cache, v_cache [slots, *row] or [pages,
+  // page_size, *row], row indices[i] (int32/int64 [N]); a row is any multiple of 4 bytes; out-of-range
+  // indices are skipped.
+  static void store_cache(TensorView k, TensorView v, TensorView k_cache, TensorView v_cache, TensorView indices) {
+    using namespace host;
+    RuntimeCheck(k.dim() >= 1, "k must be [num_tokens, *row], got a scalar");
+    RuntimeCheck(k.device().device_type == kDLCUDA, "k must be on a CUDA device, got ", k.device());
+    check_same_shape(k, v, "k", "v");
+    for (const auto& [t, name] : {std::pair{v, "v"}, std::pair{k_cache, "k_cache"}, std::pair{v_cache, "v_cache"}})
+      if (!dtype_equal(t.dtype(), k.dtype())) Raise(ErrorKind::kType, name, " must have k's dtype ", k.dtype(), ", got ", t.dtype());
+    RuntimeCheck(v.device().device_type == kDLCUDA && v.device().device_id == k.device().device_id, "v must be on k's device ", k.device(),
+                 ", got ", v.device());
+    RuntimeCheck(row_is_compact(k, 1), "k: each row (the dimensions after the first) must be contiguous");
+    RuntimeCheck(row_is_compact(v, 1), "v: each row (the dimensions after the first) must be contiguous");
+    const int64_t elem = static_cast<int64_t>(dtype_bytes(k.dtype()));
+    int64_t row_elems = 1;
+    for (int d = 1; d < k.dim(); ++d) row_elems *= k.size(d);
+    const int64_t row_bytes = row_elems * elem;
+    RuntimeCheck(row_bytes % 4 == 0 && row_bytes > 0, "rows must be a positive multiple of 4 bytes, got ", row_bytes);
+    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+    auto N = SymbolicSize{"num_tokens"};
+    N.set_value(k.size(0));
+    auto stride = SymbolicSize{"indices_stride"};
+    auto dev = SymbolicDevice{};
+    dev.set_value(k.device());
+    TensorMatcher({N}).with_strides({stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(indices, "indices");
+    RowCopyParams p{};
+    p.caches[0] = cache_layout(k_cache, row_elems, k.device().device_id, "k_cache");
+    p.caches[1] = cache_layout(v_cache, row_elems, k.device().device_id, "v_cache");
+    p.x[0] = static_cast<const char*>(k.data_ptr()), p.x[1] = static_cast<const char*>(v.data_ptr());
+    p.x_token[0] = k.size(0) > 1 ? k.stride(0) * elem : 0, p.x_token[1] = v.size(0) > 1 ? v.stride(0) * elem : 0;
+    p.indices = indices.data_ptr(), p.indices_stride = stride_of(stride), p.indices64 = is_type<int64_t>(indices.dtype());
+    p.rows = k.size(0);
+    p.buffers = 2;
+    if (p.rows == 0) return;
+    const bool wide = all_multiples({address(p.x[0]), address(p.x[1]), p.x_token[0], p.x_token[1], row_bytes, address(p.caches[0].base),
+                                     address(p.caches[1].base), p.caches[0].page_stride, p.caches[0].row_stride, p.caches[1].page_stride,
+                                     p.caches[1].row_stride},
+                                    16);
+    RuntimeCheck(wide || all_multiples({address(p.x[0]), address(p.x[1]), p.x_token[0], p.x_token[1], address(p.caches[0].base),
+                                        address(p.caches[1].base), p.caches[0].page_stride, p.caches[0].row_stride, p.caches[1].page_stride,
+                                        p.caches[1].row_stride},
+                                       4),
+                 "store_cache: every tensor's address and row strides must be multiples of 4 bytes");
+    p.vecs = static_cast<int32_t>(row_bytes / (wide ? 16 : 4));
+    p.lanes = row_lanes(p.vecs);
+    launch_rows(wide ? store_rows_kernel<int4> : store_rows_kernel<int>, p, p.rows, p.lanes, k.device());
+  }
+
+  // k [N, H, Dn + Dr] = [k_nope [N, H, Dn] | k_rope [N, 1, Dr] (or [N, Dr]) broadcast over the heads,
+  // or [N, H, Dr]]; last dimensions contiguous.
+  static void concat_mla_k(TensorView k, TensorView k_nope, TensorView k_rope) {
+    using namespace host;
+    auto N = SymbolicSize{"num_tokens"}, H = SymbolicSize{"num_heads"}, Dn = SymbolicSize{"nope_dim"}, Dr = SymbolicSize{"rope_dim"},
+         D = SymbolicSize{"k_head_dim"};
+    auto ks0 = SymbolicSize{"k_token_stride"}, ks1 = SymbolicSize{"k_head_stride"}, ns0 = SymbolicSize{"k_nope_token_stride"},
+         ns1 = SymbolicSize{"k_nope_head_stride"}, rs0 = SymbolicSize{"k_rope_token_stride"}, rs1 = SymbolicSize{"k_rope_head_stride"};
+    auto dtype = SymbolicDType{};
+    auto dev = SymbolicDevice{};
+    TensorMatcher({N, H, D}).with_strides({ks0, ks1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k, "k");
+    TensorMatcher({N, H, Dn}).with_strides({ns0, ns1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_nope, "k_nope");
+    int64_t rope_head_stride = 0;
+    if (k_rope.dim() == 2) {
+      TensorMatcher({N, Dr}).with_strides({rs0, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
+    } else {
+      auto Hr = SymbolicSize{"k_rope_heads"};
+      TensorMatcher({N, Hr, Dr}).with_strides({rs0, rs1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
+      RuntimeCheck(Hr.unwrap() == 1 || Hr.unwrap() == H.unwrap(), "k_rope must have 1 head (broadcast) or k's ", H.unwrap(), ", got ",
+                   Hr.unwrap());
+      if (Hr.unwrap() != 1) rope_head_stride = stride_of(rs1);
+    }
+    RuntimeCheck(D.unwrap() == Dn.unwrap() + Dr.unwrap(), "k's head dim ", D.unwrap(), " must be k_nope's ", Dn.unwrap(), " + k_rope's ",
+                 Dr.unwrap());
+    const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
+    ConcatParams p{};
+    p.out = static_cast<char*>(k.data_ptr()), p.x = static_cast<const char*>(k_nope.data_ptr()), p.y = static_cast<const char*>(k_rope.data_ptr());
+    p.out_s0 = stride_of(ks0) * e, p.out_s1 = stride_of(ks1) * e, p.x_s0 = stride_of(ns0) * e, p.x_s1 = stride_of(ns1) * e;
+    p.y_s0 = stride_of(rs0) * e, p.y_s1 = rope_head_stride * e;
+    concat(p, N.unwrap(), H.unwrap(), Dn.unwrap() * e, Dr.unwrap() * e, dev.unwrap());
+  }
+
+  // out [A, B, Da + Db] = [a [A, B, Da] | b [A, B, Db]]; last dimensions contiguous.
+  static void concat_mla_absorb_q(TensorView a, TensorView b, TensorView out) {
+    using namespace host;
+    auto A = SymbolicSize{"dim_0"}, B = SymbolicSize{"dim_1"}, Da = SymbolicSize{"a_last_dim"}, Db = SymbolicSize{"b_last_dim"},
+         Do = SymbolicSize{"out_last_dim"};
+    auto as0 = SymbolicSize{"a_stride_0"}, as1 = SymbolicSize{"a_stride_1"}, bs0 = SymbolicSize{"b_stride_0"}, bs1 = SymbolicSize{"b_stride_1"},
+         os0 = SymbolicSize{"out_stride_0"}, os1 = SymbolicSize{"out_stride_1"};
+    auto dtype = SymbolicDType{};
+    auto dev = SymbolicDevice{};
+    TensorMatcher({A, B, Da}).with_strides({as0, as1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(a, "a");
+    TensorMatcher({A, B, Db}).with_strides({bs0, bs1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(b, "b");
+    TensorMatcher({A, B, Do}).with_strides({os0, os1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(out, "out");
+    RuntimeCheck(Do.unwrap() == Da.unwrap() + Db.unwrap(), "out's last dimension ", Do.unwrap(), " must be a's ", Da.unwrap(), " + b's ",
+                 Db.unwrap());
+    const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
+    ConcatParams p{};
+    p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
+    p.out_s0 = stride_of(os0) * e, p.out_s1 = stride_of(os1) * e, p.x_s0 = stride_of(as0) * e, p.x_s1 = stride_of(as1) * e;
+    p.y_s0 = stride_of(bs0) * e, p.y_s1 = stride_of(bs1) * e;
+    concat(p, A.unwrap(), B.unwrap(), Da.unwrap() * e, Db.unwrap() * e, dev.unwrap());
+  }
+
+ private:
+  static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
+    using namespace host;
+    RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
+    p.rows = dim0 * dim1, p.dim1 = static_cast<int32_t>(dim1);
+    if (p.rows == 0 || x_bytes + y_bytes == 0) return;
+    const auto fits = [&](int64_t w) {
+      return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
+    };
+    const auto go = [&](auto vec) {
+      using Vec = decltype(vec);
+      p.x_vecs = static_cast<int32_t>(x_bytes / sizeof(Vec)), p.y_vecs = static_cast<int32_t>(y_bytes / sizeof(Vec));
+      p.lanes = row_lanes(p.x_vecs + p.y_vecs);
+      launch_rows(concat_rows_kernel<Vec>, p, p.rows, p.lanes, device);
+    };
+    if (fits(16)) {
+      go(int4{});
+    } else if (fits(2)) {
+      go(uint16_t{});
+    } else {
+      go(uint8_t{});
+    }
+  }
+
+  template <typename Params>
+  static void launch_rows(void (*kernel)(Params), const Params& p, int64_t rows, int32_t lanes, DLDevice device) {
+    const int64_t per_cta = kRowThreads / lanes;
+    const int64_t grid = host::div_ceil(rows, per_cta);
+    host::RuntimeCheck(grid < (int64_t{1} << 31), "too many rows: ", rows);
+    host::LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(std::min<int64_t>(kRowThreads, per_cta * lanes)), device)
+        .enable_pdl(host::runtime::get_cc_major(device.device_id) >= 9)(kernel, p);
+  }
+};
+
+}  // namespace

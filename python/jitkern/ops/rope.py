@@ -1,0 +1,272 @@
+"""Rotary position embedding and the KV-cache write (csrc/rope.cuh).
+
+- `apply_rope_with_cos_sin_cache_inplace` and `rotary_embedding`: q and k rotated in place, NeoX style
+  (`is_neox=True`: column i pairs with i + R/2) or GPT-J style (interleaved: 2i with 2i + 1), over the
+  first R columns of each head, R being the cos/sin cache's width (partial rotary when R < head_size).
+  q/k are [T, H * D] or [T, H, D] (leading dimensions beyond T are flattened), rows and heads may be
+  strided (column slices of one fused qkv buffer); fp16/bf16/fp32; positions int32/int64 [T];
+  cos_sin_cache fp32 (or the inputs' dtype) [max_position, R], R/2 cosines then R/2 sines per position.
+- With `fused_set_kv_buffer_arg` (value, k_buffer, v_buffer, cache_loc, k_scale, v_scale), the same
+  kernel writes the rotated k and the value rows to k_buffer[cache_loc[i]] and v_buffer[cache_loc[i]]:
+  caches flat [slots, H, D] (or [slots, H * D]) or paged [pages, page_size, H, D] (location = page *
+  page_size + offset), in the inputs' dtype or float8_e4m3fn with per-tensor scales (q = saturate(
+  round_to_nearest_even(x / scale)), the division in fp32, as the quantization ops round).
+- `store_cache(k, v, k_cache, v_cache, indices)`: the plain write of k and v rows (any dtype, rows of a
+  multiple of 4 bytes) to the same cache layouts.
+- `concat_mla_k`, `concat_mla_absorb_q`: the MLA (DeepSeek) concatenations.
+
+Locations outside the cache are skipped (that token's cache write only). A token whose position is
+outside [0, max_position) is skipped entirely: its q and k stay as they were (out of place: its output
+rows are not written) and nothing of it reaches the cache. No check costs a synchronisation.
+
+The C++ entry points check every argument before they launch and name the bad one (TypeError for a
+dtype, ValueError for a shape, stride, device or value). Each op is a torch custom op
+(torch.ops.jitkern.*); the reference framework's (SGLang's) names and keywords work unchanged."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .._torch import ModuleExports, compiling, define_op, torch
+from ..jit import JitSpec
+from ._dtype_family import DtypeFamily
+from ._shapes import as_rows
+
+_FAMILY = DtypeFamily("rope", "RopeOps", {
+    "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, head_groups, head_splits",
+    "apply_store": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
+                   "head_groups, head_splits",
+}, public={"apply": "apply", "apply_store": "apply_store"})
+DTYPES = _FAMILY.DTYPES
+_FUNCTIONS = _FAMILY.functions
+_rope_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
+
+# The dtype-independent row copies: one module each, so that a first call compiles only its own.
+_ROWS = {"store_cache": {"store_cache": "k, v, k_cache, v_cache, indices"},
+         "concat_mla": {"concat_mla_k": "k, k_nope, k_rope", "concat_mla_absorb_q": "a, b, out"}}
+
+
+def rows_spec(module: str) -> JitSpec:
+    """The module of the dtype-independent row copies: "store_cache" or "concat_mla"."""
+    return JitSpec(f"rope_{module}", cuda_files=["rope.cuh"],
+                   cuda_wrappers=[(op, f"KvRows::{op}", args) for op, args in _ROWS[module].items()])
+
+
+_store_function = ModuleExports(lambda: rows_spec("store_cache"), _ROWS["store_cache"], "rope_store_cache")
+_concat_function = ModuleExports(lambda: rows_spec("concat_mla"), _ROWS["concat_mla"], "rope_concat_mla")
+
+# Python op -> (the per-dtype exports it may call, the row-copy modules it may call).
+_NEEDS = {
+    "apply_rope_with_cos_sin_cache_inplace": (("apply", "apply_store"), ()),
+    "rotary_embedding": (("apply",), ()),
+    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (("apply_store",), ()),
+    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (("apply",), ()),
+    "store_cache": ((), ("store_cache",)),
+    "concat_mla_k": ((), ("concat_mla",)),
+    "concat_mla_absorb_q": ((), ("concat_mla",)),
+}
+OPS = tuple(_NEEDS)
+
+
+def _needed(ops):
+    ops = OPS if ops is None else ops
+    exports = list(dict.fromkeys(e for op in ops for e in _NEEDS[op][0]))
+    rows = list(dict.fromkeys(m for op in ops for m in _NEEDS[op][1]))
+    return exports, rows
+
+
+def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
+    """The modules these ops (None: all) need: one per RoPE export and dtype (None: fp16, bf16, fp32),
+    and the dtype-independent store_cache and concat_mla modules."""
+    exports, rows = _needed(ops)
+    return [_FAMILY.spec(d, e) for d in (DTYPES if dtypes is None else dtypes) for e in exports] + [rows_spec(m) for m in rows]
+
+
+def warmup(ops=None, dtypes=(), constants=()) -> None:
+    """Loads (building in parallel where needed) the modules of these ops (None: all) for these dtypes."""
+    exports, rows = _needed(ops)
+    _FAMILY.warmup(exports, dtypes)
+    for m in rows:
+        (_store_function if m == "store_cache" else _concat_function).warmup()
+
+
+@dataclass
+class FusedSetKVBufferArg:
+    """The KV-cache write fused into apply_rope_with_cos_sin_cache_inplace (the reference's dataclass of
+    the same name works too): value [T, Hk * D] or [T, Hk, D]; k_buffer and v_buffer the caches;
+    cache_loc [T] int32/int64; k_scale and v_scale for a float8_e4m3fn cache (None: 1)."""
+
+    value: "torch.Tensor"
+    k_buffer: "torch.Tensor"
+    v_buffer: "torch.Tensor"
+    k_scale: float | None
+    v_scale: float | None
+    cache_loc: "torch.Tensor"
+
+
+def _tokens(x, tokens: int, public: str, name: str):
+    """q, k or v as [T, H * D] or [T, H, D]: a view that flattens leading dimensions (e.g. [B, S, H * D])."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 2 or (x.dim() == 3 and x.shape[0] == tokens):
+        return x
+    trailing = 2 if x.dim() >= 3 and math.prod(x.shape[:-2]) == tokens else 1
+    return as_rows(x, public, name, writes=True, trailing=trailing)
+
+
+def _positions(positions):
+    return positions.reshape(-1) if isinstance(positions, torch.Tensor) and positions.dim() != 1 else positions
+
+
+def _cache(cache):
+    """An fp8 cache as its bytes (DLPack has no fp8 type in every torch/tvm-ffi pair)."""
+    return cache.view(torch.uint8) if isinstance(cache, torch.Tensor) and cache.dtype == torch.float8_e4m3fn else cache
+
+
+def _scale(value, name: str) -> float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float or None, got {type(value).__name__}")
+    return float(value)
+
+
+def _function(export: str, query, public: str):
+    return _FUNCTIONS.get((export, getattr(query, "dtype", None))) or _FAMILY.function(export, query, public, "query")
+
+
+def _rope(positions, query, key, head_size, cos_sin_cache, is_neox, public):
+    fn = _function("apply", query, public)
+    positions = _positions(positions)
+    tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
+    if isinstance(query, torch.Tensor) and query.dim() > 2:
+        query = _tokens(query, tokens, public, "query")
+    if isinstance(key, torch.Tensor) and key.dim() > 2:
+        key = _tokens(key, tokens, public, "key")
+    fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), 0, 0)
+
+
+def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value, k_cache, v_cache, cache_loc, k_scale, v_scale, public):
+    fn = _function("apply_store", query, public)
+    positions = _positions(positions)
+    tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
+    if isinstance(query, torch.Tensor) and query.dim() > 2:
+        query = _tokens(query, tokens, public, "query")
+    if isinstance(key, torch.Tensor) and key.dim() > 2:
+        key = _tokens(key, tokens, public, "key")
+    if isinstance(value, torch.Tensor) and value.dim() > 2:
+        value = _tokens(value, tokens, public, "value")
+    fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), value, _cache(k_cache), _cache(v_cache), cache_loc,
+       _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
+
+
+def rotary_embedding(positions, query, key, head_size: int, cos_sin_cache, is_neox: bool = True):
+    """Rotates query and key (None: query only) in place; returns (query, key)."""
+    if compiling():
+        if key is None:
+            torch.ops.jitkern.rope_query(positions, query, head_size, cos_sin_cache, is_neox)
+        else:
+            torch.ops.jitkern.rope(positions, query, key, head_size, cos_sin_cache, is_neox)
+        return query, key
+    _rope(positions, query, key, head_size, cos_sin_cache, is_neox, "rotary_embedding")
+    return query, key
+
+
+def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size: int, cos_sin_cache, is_neox: bool = True,
+                                          fused_set_kv_buffer_arg=None, enable_pdl: bool | None = None) -> None:
+    """Rotates query and key in place; with `fused_set_kv_buffer_arg` (FusedSetKVBufferArg or the
+    reference's), also writes the rotated key and the value to the cache rows at its cache_loc.
+    `enable_pdl` is accepted for compatibility: the kernel uses PDL wherever the GPU has it."""
+    a = fused_set_kv_buffer_arg
+    if compiling():
+        if a is None:
+            torch.ops.jitkern.rope(positions, query, key, head_size, cos_sin_cache, is_neox)
+        else:
+            torch.ops.jitkern.rope_store_kv(positions, query, key, head_size, cos_sin_cache, is_neox, a.value, a.k_buffer, a.v_buffer,
+                                            a.cache_loc, _scale(a.k_scale, "k_scale"), _scale(a.v_scale, "v_scale"))
+        return
+    if a is None:
+        _rope(positions, query, key, head_size, cos_sin_cache, is_neox, "apply_rope_with_cos_sin_cache_inplace")
+    else:
+        _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, a.value, a.k_buffer, a.v_buffer, a.cache_loc, a.k_scale,
+                    a.v_scale, "apply_rope_with_cos_sin_cache_inplace")
+
+
+def apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, interleave: bool = False,
+                                                      enable_pdl: bool = False) -> None:
+    """The reference's form: q [T, Hq, D], k [T, Hk, D] rotated into q_rope, k_rope (which may be q, k);
+    `interleave`: GPT-J style."""
+    if compiling():
+        return torch.ops.jitkern.rope_out(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave)
+    fn = _function("apply", q, "apply_rope_pos_ids_cos_sin_cache_without_kv_cache")
+    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, 0, 0)
+
+
+def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer, kv_cache_loc,
+                                                   interleave: bool = False, enable_pdl: bool = False) -> None:
+    """The reference's form with the KV-cache write: k_rope and v also go to k_buffer[kv_cache_loc],
+    v_buffer[kv_cache_loc]."""
+    if compiling():
+        return torch.ops.jitkern.rope_out_store_kv(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc)
+    fn = _function("apply_store", q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
+    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
+       0, 0)
+
+
+def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_split: int = 0) -> None:
+    """k_cache[indices[i]] = k[i], v_cache[indices[i]] = v[i]: k, v [T, *row]; caches [slots, *row] or
+    [pages, page_size, *row]; any dtype (the caches' must match), rows of a multiple of 4 bytes;
+    out-of-range indices are skipped. `row_bytes` and `num_split` (the reference's tuning knobs) are
+    accepted and ignored."""
+    if compiling():
+        return torch.ops.jitkern.store_cache(k, v, k_cache, v_cache, indices)
+    _store_function("store_cache")(k, v, k_cache, v_cache, indices)
+
+
+def concat_mla_k(k, k_nope, k_rope) -> None:
+    """k [T, H, Dn + Dr] = [k_nope [T, H, Dn] | k_rope [T, 1, Dr] broadcast over the heads]."""
+    if compiling():
+        return torch.ops.jitkern.concat_mla_k(k, k_nope, k_rope)
+    _concat_function("concat_mla_k")(k, k_nope, k_rope)
+
+
+def _absorb_q_out(a, b):
+    return torch.empty((*a.shape[:-1], a.shape[-1] + b.shape[-1]), dtype=a.dtype, device=a.device)
+
+
+def concat_mla_absorb_q(a, b):
+    """[a | b] over the last dimension: a [A, B, Da], b [A, B, Db] -> a new [A, B, Da + Db]."""
+    if compiling():
+        return torch.ops.jitkern.concat_mla_absorb_q(a, b)
+    fn = _concat_function("concat_mla_absorb_q")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"concat_mla_absorb_q(): a and b must be torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
+    out = _absorb_q_out(a, b)
+    fn(a, b, out)
+    return out
+
+
+# The torch custom ops: what torch.compile traces (their implementations are the eager paths above).
+if torch is not None:
+    define_op("jitkern::rope", "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
+              lambda positions, query, key, head_size, cos_sin_cache, is_neox: _rope(positions, query, key, head_size, cos_sin_cache, is_neox,
+                                                                                     "rotary_embedding"))
+    define_op("jitkern::rope_query", "(Tensor positions, Tensor(a!) query, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
+              lambda positions, query, head_size, cos_sin_cache, is_neox: _rope(positions, query, None, head_size, cos_sin_cache, is_neox,
+                                                                                "rotary_embedding"))
+    define_op("jitkern::rope_store_kv",
+              "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox, Tensor value, "
+              "Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor cache_loc, float k_scale, float v_scale) -> ()",
+              lambda *args: _rope_store(*args, "apply_rope_with_cos_sin_cache_inplace"))
+    define_op("jitkern::rope_out",
+              "(Tensor pos_ids, Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, Tensor cos_sin_cache, bool interleave) -> ()",
+              lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave: apply_rope_pos_ids_cos_sin_cache_without_kv_cache(
+                  q, k, q_rope, k_rope, cos_sin_cache, pos_ids, interleave))
+    define_op("jitkern::rope_out_store_kv",
+              "(Tensor pos_ids, Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, Tensor cos_sin_cache, bool interleave, Tensor v, "
+              "Tensor(c!) k_buffer, Tensor(d!) v_buffer, Tensor kv_cache_loc) -> ()",
+              lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc:
+                  apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer,
+                                                                 kv_cache_loc, interleave))
+    define_op("jitkern::store_cache", "(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices) -> ()", store_cache)
+    define_op("jitkern::concat_mla_k", "(Tensor(a!) k, Tensor k_nope, Tensor k_rope) -> ()", concat_mla_k)
+    define_op("jitkern::concat_mla_absorb_q", "(Tensor a, Tensor b) -> Tensor", concat_mla_absorb_q, _absorb_q_out)

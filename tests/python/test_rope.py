@@ -1,0 +1,564 @@
+"""The RoPE + KV-cache family on the GPU against a float64 torch reference, the fp8 cache against the
+quantization family's rounding, store_cache and the MLA concatenations against torch indexing."""
+
+import random
+
+import pytest
+
+TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float32": (1e-5, 1e-5)}
+DTYPES = ["float16", "bfloat16", "float32"]
+HEAD_DIMS = [64, 80, 96, 128, 256]
+MAX_POS = 4096
+HQ, HK = 32, 8
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _ops():
+    import jitkern.ops
+
+    return jitkern.ops
+
+
+def _cos_sin(rot, max_pos=MAX_POS, device="cuda"):
+    torch = _torch()
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    freqs = torch.outer(torch.arange(max_pos, dtype=torch.float64), inv_freq)
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1).float().to(device)
+
+
+def _reference(x, positions, cos_sin, neox):
+    """x [T, H, D] rotated over its first R columns, in float64."""
+    torch = _torch()
+    rot = cos_sin.shape[1]
+    half = rot // 2
+    cs = cos_sin.double()[positions.long()]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    out = x.double().clone()
+    r = out[..., :rot]
+    if neox:
+        x1, x2 = r[..., :half], r[..., half:]
+        out[..., :rot] = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        out[..., :rot] = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return out
+
+
+def _assert_close(actual, expected, dtype_name):
+    torch = _torch()
+    rtol, atol = TOL[dtype_name]
+    assert not torch.isnan(actual).any(), "NaN (an unwritten or poisoned element)"
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol)
+
+
+def _qkv(tokens, d, dtype, seed=0):
+    """One fused qkv buffer [T, (HQ + 2 HK) * D] and its q, k, v column slices ([T, H * D], strided)."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    qkv = torch.randn(tokens, (HQ + 2 * HK) * d, dtype=dtype, device="cuda", generator=g)
+    return qkv, qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
+
+
+def _positions(tokens, index_dtype, max_pos=MAX_POS, seed=0):
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(0, max_pos, (tokens,), device="cuda", generator=g).to(index_dtype)
+
+
+ROPE_CASES = [(dt, d, full, neox, t) for dt in DTYPES for d in HEAD_DIMS for full in (True, False) for neox in (True, False)
+              for t in (1, 7, 300)]
+ROPE_CASES += [("bfloat16", 128, True, neox, 8192) for neox in (True, False)] + [("float16", 64, False, True, 4097)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name,head_dim,full,neox,tokens", ROPE_CASES)
+def test_rope_in_place_on_fused_qkv(dtype_name, head_dim, full, neox, tokens):
+    """q, k column slices of one qkv buffer (GQA 32/8), rotary dim = head dim or half of it, both styles;
+    v and the unrotated columns are left alone."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    rot = head_dim if full else head_dim // 2
+    qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=tokens)
+    before = qkv.clone()
+    pos = _positions(tokens, torch.int64 if tokens % 2 else torch.int32, seed=head_dim)
+    cs = _cos_sin(rot)
+    eq = _reference(q.view(tokens, HQ, head_dim), pos, cs, neox)
+    ek = _reference(k.view(tokens, HK, head_dim), pos, cs, neox)
+    if tokens % 2:
+        ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, head_size=head_dim, cos_sin_cache=cs, is_neox=neox)
+    else:  # the [T, H, D] form
+        q3, k3 = q.view(tokens, HQ, head_dim), k.view(tokens, HK, head_dim)
+        assert ops.rotary_embedding(pos, q3, k3, head_dim, cs, neox) == (q3, k3)
+    _assert_close(q.view(tokens, HQ, head_dim), eq, dtype_name)
+    _assert_close(k.view(tokens, HK, head_dim), ek, dtype_name)
+    assert torch.equal(v, before[:, (HQ + HK) * head_dim :]), "v changed"
+    if not full:
+        assert torch.equal(q.view(tokens, HQ, head_dim)[..., rot:], before[:, : HQ * head_dim].view(tokens, HQ, head_dim)[..., rot:])
+
+
+@pytest.mark.gpu
+def test_rope_query_only_and_batched_shapes():
+    """key None rotates q alone; [B, S, H * D] with positions [B, S] is flattened as the reference allows."""
+    torch = _torch()
+    ops = _ops()
+    q = torch.randn(2, 5, 4 * 64, dtype=torch.bfloat16, device="cuda")
+    pos = _positions(10, torch.int64).view(2, 5)
+    cs = _cos_sin(64)
+    expected = _reference(q.view(10, 4, 64), pos.view(-1), cs, True)
+    out_q, out_k = ops.rotary_embedding(pos, q, None, 64, cs)
+    assert out_q is q and out_k is None
+    _assert_close(q.view(10, 4, 64), expected, "bfloat16")
+    k4 = torch.randn(2, 5, 2, 64, dtype=torch.bfloat16, device="cuda")
+    q4 = torch.randn(2, 5, 4, 64, dtype=torch.bfloat16, device="cuda")
+    eq, ek = _reference(q4.view(10, 4, 64), pos.view(-1), cs, False), _reference(k4.view(10, 2, 64), pos.view(-1), cs, False)
+    ops.rotary_embedding(pos, q4, k4, 64, cs, False)
+    _assert_close(q4.view(10, 4, 64), eq, "bfloat16")
+    _assert_close(k4.view(10, 2, 64), ek, "bfloat16")
+    cs16 = cs.bfloat16()  # a cache in the inputs' dtype, as the reference's rotary_embedding takes it
+    q = torch.randn(10, 4 * 64, dtype=torch.bfloat16, device="cuda")
+    expected = _reference(q.view(10, 4, 64), pos.view(-1), cs16.float(), True)
+    ops.rotary_embedding(pos.view(-1), q, None, 64, cs16)
+    _assert_close(q.view(10, 4, 64), expected, "bfloat16")
+
+
+def _caches(layout, slots, heads, d, dtype, page_size=16, seed=1):
+    """Poisoned caches of `slots` rows of [heads, d]: flat [slots, H, D] / [slots, H * D] or paged [P, page_size, H, D]."""
+    torch = _torch()
+    shape = {"flat": (slots, heads, d), "flat2d": (slots, heads * d), "paged": (slots // page_size, page_size, heads, d)}[layout]
+    if dtype == torch.float8_e4m3fn:
+        return tuple(torch.full(shape, 0x7F, dtype=torch.uint8, device="cuda").view(dtype) for _ in range(2))  # 0x7f: fp8 NaN
+    return tuple(torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2))
+
+
+def _bytes(x, rows):
+    """x as `rows` rows of bytes (comparable whatever the dtype, NaN included)."""
+    return x.contiguous().view(-1).view(_torch().uint8).view(rows, -1)
+
+
+def _locations(tokens, slots, index_dtype, seed=0, out_of_range=True):
+    """Distinct slots for the tokens, with some out of range (-1, slots, a large value) when asked."""
+    torch = _torch()
+    rng = random.Random(seed)
+    loc = rng.sample(range(slots), tokens)
+    if out_of_range and tokens >= 4:
+        loc[1], loc[2], loc[-1] = -1, slots, 2**31 - 1
+    return torch.tensor(loc, dtype=index_dtype, device="cuda")
+
+
+def _expected_cache(cache_rows, values, loc):
+    """cache rows with values[i] at loc[i] for in-range locations."""
+    out = cache_rows.clone()
+    ok = (loc >= 0) & (loc < cache_rows.shape[0])
+    out[loc[ok].long()] = values[ok]
+    return out
+
+
+def _fp8(x, scale):
+    """The quantization family's rounding of x [rows, W] with a static scale."""
+    torch = _torch()
+    q, _ = _ops().per_tensor_quant_fp8(x.contiguous(), output_s=torch.tensor([scale], device="cuda"), is_static=True)
+    return q
+
+
+KV_CASES = [(dt, layout, cache, neox, t, d) for dt in DTYPES for layout in ("flat", "flat2d", "paged") for cache in ("same", "fp8")
+            for neox in (True, False) for t, d in ((1, 128), (37, 128), (300, 80))]
+KV_CASES += [("bfloat16", "paged", "same", True, 8192, 128), ("bfloat16", "paged", "fp8", True, 2048, 128),
+             ("float16", "flat", "same", False, 64, 256), ("bfloat16", "paged", "same", False, 33, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name,layout,cache_kind,neox,tokens,head_dim", KV_CASES)
+def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
+    """q, k rotated in place as without the cache; k_cache[loc] = rotated k and v_cache[loc] = v (fp8:
+    bit for bit the quantization family's static per-tensor rounding); other rows, and rows of
+    out-of-range locations, untouched."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    rot = head_dim if tokens % 2 else head_dim // 2  # partial rotary: the unrotated columns reach the cache too
+    slots = 16 * ((tokens + 40) // 16 + 1)
+    cdtype = torch.float8_e4m3fn if cache_kind == "fp8" else dtype
+    kc, vc = _caches(layout, slots, HK, head_dim, cdtype)
+    loc = _locations(tokens, slots, torch.int64 if tokens % 2 else torch.int32, seed=tokens)
+    qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=7)
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(rot)
+    eq = _reference(q.view(tokens, HQ, head_dim), pos, cs, neox)
+    ek = _reference(k.view(tokens, HK, head_dim), pos, cs, neox)
+    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    scales = (0.05, 0.02) if cache_kind == "fp8" else (None, None)
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=scales[0], v_scale=scales[1], cache_loc=loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, head_dim, cs, is_neox=neox, fused_set_kv_buffer_arg=arg)
+    _assert_close(q.view(tokens, HQ, head_dim), eq, dtype_name)
+    _assert_close(k.view(tokens, HK, head_dim), ek, dtype_name)
+    k_rows, v_rows = k, v
+    if cache_kind == "fp8":
+        k_rows, v_rows = _fp8(k, scales[0]), _fp8(v, scales[1])
+    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k_rows, tokens), loc))
+    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v_rows, tokens), loc))
+
+
+@pytest.mark.gpu
+def test_fp8_cache_saturates_and_rounds_like_quant():
+    """Values beyond 448 * scale saturate, ties round to even, NaN stays NaN: the same bytes as
+    per_tensor_quant_fp8 with the same static scale."""
+    torch = _torch()
+    ops = _ops()
+    tokens, d = 4, 64
+    q = torch.randn(tokens, 2 * d, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(tokens, d, dtype=torch.bfloat16, device="cuda") * 1000
+    v = torch.tensor([1e6, -1e6, 17.0, float("nan")], dtype=torch.bfloat16, device="cuda").repeat(tokens, d // 4)
+    kc, vc = (torch.zeros(8, 1, d, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn) for _ in range(2))
+    pos = torch.arange(tokens, device="cuda")
+    loc = torch.tensor([3, 0, 7, 5], device="cuda")
+    cs = _cos_sin(d)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(v, kc, vc, 0.5, 2.0, loc))
+    assert torch.equal(_bytes(kc, 8)[loc], _bytes(_fp8(k, 0.5), tokens))
+    assert torch.equal(_bytes(vc, 8)[loc], _bytes(_fp8(v, 2.0), tokens))
+    assert _bytes(vc, 8)[loc][0, :2].view(torch.float8_e4m3fn).float().tolist() == [448.0, -448.0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache):
+    """A token whose position is negative or at least max_position is left as it was and not cached."""
+    torch = _torch()
+    ops = _ops()
+    tokens, d = 6, 64
+    q = torch.randn(tokens, 4 * d, dtype=torch.float16, device="cuda")
+    k = torch.randn(tokens, 2 * d, dtype=torch.float16, device="cuda")
+    v = torch.randn(tokens, 2 * d, dtype=torch.float16, device="cuda")
+    pos = torch.tensor([0, -1, 5, 64, 63, 1 << 40], device="cuda")
+    cs = _cos_sin(d, max_pos=64)
+    good = torch.tensor([True, False, True, False, True, False], device="cuda")
+    eq = _reference(q.view(tokens, 4, d), pos.clamp(0, 63), cs, True)
+    ek = _reference(k.view(tokens, 2, d), pos.clamp(0, 63), cs, True)
+    q0, k0 = q.clone(), k.clone()
+    kc, vc = (torch.zeros(16, 2, d, dtype=torch.float16, device="cuda") for _ in range(2))
+    loc = torch.arange(tokens, device="cuda") + 3
+    if with_cache:
+        ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc))
+    else:
+        ops.rotary_embedding(pos, q, k, d, cs)
+    _assert_close(q.view(tokens, 4, d)[good], eq[good], "float16")
+    _assert_close(k.view(tokens, 2, d)[good], ek[good], "float16")
+    assert torch.equal(q[~good], q0[~good]) and torch.equal(k[~good], k0[~good])
+    if with_cache:
+        assert torch.equal(kc.view(16, -1)[loc[good]], k[good]) and torch.equal(vc.view(16, -1)[loc[good]], v[good])
+        assert not kc.view(16, -1)[loc[~good]].any() and not vc.view(16, -1)[loc[~good]].any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("interleave", [False, True])
+def test_reference_forms_out_of_place(full, interleave):
+    """apply_rope_pos_ids_cos_sin_cache_{without,with}_kv_cache: q, k rotated into q_rope, k_rope (the
+    unrotated columns copied), q and k untouched; with the cache, k_rope and v reach it."""
+    torch = _torch()
+    ops = _ops()
+    tokens, d = 19, 128
+    rot = d if full else d // 2
+    q = torch.randn(tokens, HQ, d, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(tokens, HK, d, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(tokens, HK, d, dtype=torch.bfloat16, device="cuda")
+    q0, k0 = q.clone(), k.clone()
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(rot)
+    q_rope, k_rope = torch.full_like(q, float("nan")), torch.full_like(k, float("nan"))
+    ops.apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q, k, q_rope, k_rope, cs, pos, interleave=interleave)
+    _assert_close(q_rope, _reference(q, pos, cs, not interleave), "bfloat16")
+    _assert_close(k_rope, _reference(k, pos, cs, not interleave), "bfloat16")
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+    kb, vb = (torch.zeros(64, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = _locations(tokens, 64, torch.int64, out_of_range=False)
+    k_rope2 = torch.full_like(k, float("nan"))
+    ops.apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope2, cs, pos, v, kb, vb, loc, interleave=interleave)
+    assert torch.equal(k_rope2, k_rope)
+    assert torch.equal(kb[loc], k_rope) and torch.equal(vb[loc], v)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups,splits", [(1, 1), (3, 7), (40, 1), (8, 5), (5, 100), (0, 3)])
+def test_every_launch_shape_gives_the_same_result(groups, splits):
+    """The launch shapes the exported functions take for tuning (thread groups per CTA, CTAs per token)
+    all rotate every head and write every cache row."""
+    torch = _torch()
+    from jitkern.ops import rope
+
+    m = rope._rope_module(torch.bfloat16)
+    tokens, d = 70, 128
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=11)
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(d)
+    kc, vc = _caches("paged", 128, HK, d, torch.bfloat16)
+    loc = _locations(tokens, 128, torch.int32)
+    eq, ek = _reference(q.view(tokens, HQ, d), pos, cs, True), _reference(k.view(tokens, HK, d), pos, cs, True)
+    kc0, vc0 = _bytes(kc, 128).clone(), _bytes(vc, 128).clone()
+    m.apply_store(pos, q, k, q, k, cs, d, True, v, kc, vc, loc, 1.0, 1.0, groups, splits)
+    _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
+    _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
+    assert torch.equal(_bytes(kc, 128), _expected_cache(kc0, _bytes(k, tokens), loc))
+    assert torch.equal(_bytes(vc, 128), _expected_cache(vc0, _bytes(v, tokens), loc))
+
+
+STORE_CASES = [("bfloat16", (8, 128), "flat"), ("bfloat16", (8, 128), "paged"), ("float32", (3,), "flat"), ("float16", (6,), "paged"),
+               ("bfloat16", (1, 576), "flat"), ("float8_e4m3fn", (8, 128), "paged"), ("int32", (5,), "flat")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name,row,layout", STORE_CASES)
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("tokens", [1, 61, 1000])
+def test_store_cache(dtype_name, row, layout, index_dtype, tokens):
+    """k_cache[indices[i]] = k[i], v likewise, any dtype and row of a multiple of 4 bytes (16-byte and
+    4-byte paths), strided k rows, flat or paged; out-of-range indices skipped."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    slots = 16 * (tokens // 16 + 4)
+    width = 1
+    for r in row:
+        width *= r
+    g = torch.Generator(device="cuda").manual_seed(tokens)
+    big = torch.randint(-100, 100, (tokens, 2 * width + 4), device="cuda", generator=g).to(torch.float32)
+    big = big.to(dtype) if dtype != torch.float8_e4m3fn else (big / 8).to(dtype)
+    k = big[:, :width].view(tokens, *row)  # strided rows
+    v = big[:, width + 4 : 2 * width + 4].reshape(tokens, *row).clone()
+    shape = (slots, *row) if layout == "flat" else (slots // 16, 16, *row)
+    kc = torch.zeros(shape, dtype=torch.float32, device="cuda").to(dtype)
+    vc = torch.zeros(shape, dtype=torch.float32, device="cuda").to(dtype)
+    loc = _locations(tokens, slots, getattr(torch, index_dtype), seed=tokens)
+    ek = _expected_cache(_bytes(kc, slots), _bytes(k, tokens), loc)
+    ev = _expected_cache(_bytes(vc, slots), _bytes(v, tokens), loc)
+    ops.store_cache(k, v, kc, vc, loc)
+    assert torch.equal(_bytes(kc, slots), ek) and torch.equal(_bytes(vc, slots), ev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 5, 1000])
+@pytest.mark.parametrize("rope_heads", [1, 128])
+def test_concat_mla_k(tokens, rope_heads):
+    torch = _torch()
+    ops = _ops()
+    big = torch.randn(tokens, 128, 256, dtype=torch.bfloat16, device="cuda")
+    k_nope = big[:, :, :128]  # strided
+    k_rope = torch.randn(tokens, rope_heads, 64, dtype=torch.bfloat16, device="cuda")
+    k = torch.full((tokens, 128, 192), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ops.concat_mla_k(k, k_nope, k_rope)
+    assert torch.equal(k, torch.cat([k_nope, k_rope.expand(tokens, 128, 64)], dim=-1))
+    k2 = torch.full((tokens, 128, 192), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ops.concat_mla_k(k2, k_nope, k_rope[:, 0])  # [T, Dr] broadcasts too
+    assert torch.equal(k2[:, :, 128:], k_rope[:, :1].expand(tokens, 128, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,da,db,dtype_name", [((1, 128), 512, 64, "bfloat16"), ((77, 16), 512, 64, "bfloat16"),
+                                                    ((3, 5), 7, 3, "float16"), ((4, 2), 5, 3, "float8_e4m3fn")])
+def test_concat_mla_absorb_q(shape, da, db, dtype_name):
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    a = torch.randn(*shape, da + 2, device="cuda").to(dtype)[..., 1 : da + 1]  # strided, and misaligned by one element
+    b = torch.randn(*shape, db, device="cuda").to(dtype)
+    out = ops.concat_mla_absorb_q(a, b)
+    assert out.shape == (*shape, da + db) and out.dtype == dtype
+    rows = out.numel() // (da + db)
+    assert torch.equal(_bytes(out, rows), torch.cat([_bytes(a, rows), _bytes(b, rows)], dim=-1))
+
+
+@pytest.mark.gpu
+def test_bad_inputs_rejected_before_launch():
+    torch = _torch()
+    ops = _ops()
+    from jitkern.ops import rope
+
+    d = 64
+    q = torch.randn(4, 2 * d, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(4, d, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(4, d, dtype=torch.bfloat16, device="cuda")
+    pos = torch.arange(4, device="cuda")
+    cs = _cos_sin(d)
+    kc, vc = (torch.zeros(8, 1, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = torch.arange(4, device="cuda")
+    q0, k0 = q.clone(), k.clone()
+
+    def rejects(error, match, fn, *args, **kwargs):
+        with pytest.raises(error, match=match) as info:
+            fn(*args, **kwargs)
+        assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+
+    def fused(**changes):
+        parts = dict(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
+        parts.update(changes)
+        return ops.FusedSetKVBufferArg(**parts)
+
+    apply = ops.apply_rope_with_cos_sin_cache_inplace
+    rejects(TypeError, "query must be float16, bfloat16 or float32, got torch.float64", apply, pos, q.double(), k.double(), d, cs)
+    rejects(TypeError, "cos_sin_cache: DType mismatch", apply, pos, q, k, d, cs.half())  # fp32 or the inputs' dtype
+    rejects(TypeError, "positions: DType mismatch", apply, pos.float(), q, k, d, cs)
+    rejects(TypeError, "k: DType mismatch", apply, pos, q, k.half(), d, cs)
+    rejects(ValueError, "q width 128 is not a multiple of head_size 48", apply, pos, q, k, 48, _cos_sin(48))
+    rejects(ValueError, r"the rotary dim\) must be even and within \[2, head_size 64\], got 128", apply, pos, q, k, d, _cos_sin(128))
+    rejects(ValueError, r"k: Size mismatch for shape#0\('num_tokens'\)", apply, pos, q, k[:3], d, cs)
+    rejects(ValueError, "positions: Device mismatch", apply, pos.cpu(), q, k, d, cs)
+    rejects(ValueError, "head_size must be positive", apply, pos, q, k, -64, cs)
+    rejects(ValueError, "q: Stride mismatch", apply, pos, q.view(4, d, 2).transpose(1, 2), k.view(4, 1, d), d, cs)
+    rejects(TypeError, "k_cache must have the inputs' dtype", apply, pos, q, k, d, cs,
+            fused_set_kv_buffer_arg=fused(k_buffer=kc.half(), v_buffer=vc.half()))
+    rejects(TypeError, "v_cache must have k_cache's dtype", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=vc.half()))
+    rejects(ValueError, "k_scale and v_scale apply to a float8_e4m3fn cache only", apply, pos, q, k, d, cs,
+            fused_set_kv_buffer_arg=fused(k_scale=0.5))
+    rejects(ValueError, "k_scale and v_scale must be finite and positive", apply, pos, q, k, d, cs,
+            fused_set_kv_buffer_arg=fused(k_buffer=kc.view(torch.uint8)[..., :d].view(torch.float8_e4m3fn),
+                                          v_buffer=vc.view(torch.uint8)[..., :d].view(torch.float8_e4m3fn), k_scale=0.0))
+    rejects(TypeError, "k_scale must be a float or None, got Tensor", apply, pos, q, k, d, cs,
+            fused_set_kv_buffer_arg=fused(k_scale=torch.ones(1)))
+    rejects(ValueError, "k_cache must be .* with rows of 64 elements", apply, pos, q, k, d, cs,
+            fused_set_kv_buffer_arg=fused(k_buffer=torch.zeros(8, 2 * d, dtype=torch.bfloat16, device="cuda"),
+                                          v_buffer=torch.zeros(8, 2 * d, dtype=torch.bfloat16, device="cuda")))
+    rejects(ValueError, "v_cache must have k_cache's shape", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=vc[:4]))
+    rejects(ValueError, "k_cache: each row .* must be contiguous", apply, pos, q, k, d, cs,
+            fused_set_kv_buffer_arg=fused(k_buffer=torch.zeros(8, 2 * d, dtype=torch.bfloat16, device="cuda")[:, ::2],
+                                          v_buffer=torch.zeros(8, d, dtype=torch.bfloat16, device="cuda")))
+    rejects(TypeError, "cache_loc: DType mismatch", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(cache_loc=loc.float()))
+    rejects(ValueError, "v width 32 is not a multiple of head_size 64", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(value=v[:, :32]))
+    assert torch.equal(q, q0) and torch.equal(k, k0) and not kc.any(), "a rejected call wrote"
+    m = rope._rope_module(torch.bfloat16)
+    rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True, 0, 0)
+    rejects(ValueError, "head_groups and head_splits must be 0 \\(automatic\\) or positive", m.apply, pos, q, k, q, k, cs, d, True, -1, 0)
+    rejects(TypeError, "apply_store", m.apply_store, pos, q, k, q, k, cs, d, True)
+    rejects(TypeError, "k_cache must have k's dtype", ops.store_cache, k, v, kc.half(), vc.half(), loc)
+    rejects(ValueError, "rows must be a positive multiple of 4 bytes", ops.store_cache, k[:, :3], v[:, :3], kc[..., :3], vc[..., :3], loc)
+    rejects(ValueError, r"indices: Size mismatch", ops.store_cache, k, v, kc, vc, loc[:2])
+    rejects(ValueError, "k's head dim 192 must be k_nope's 128 \\+ k_rope's 32", ops.concat_mla_k,
+            torch.empty(2, 4, 192, dtype=torch.bfloat16, device="cuda"), torch.empty(2, 4, 128, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(2, 1, 32, dtype=torch.bfloat16, device="cuda"))
+    rejects(TypeError, "b: DType mismatch", ops.concat_mla_absorb_q, torch.empty(2, 4, 8, device="cuda"),
+            torch.empty(2, 4, 8, dtype=torch.half, device="cuda"))
+    assert not kc.any(), "a rejected store_cache wrote"
+
+
+@pytest.mark.gpu
+def test_opcheck():
+    torch = _torch()
+    import jitkern.ops  # noqa: F401  (registers torch.ops.jitkern)
+
+    d, t = 64, 5
+    pos = torch.arange(t, device="cuda")
+    cs = _cos_sin(d)
+    q, k, v = (torch.randn(t, h * d, dtype=torch.bfloat16, device="cuda") for h in (4, 2, 2))
+    kc, vc = (torch.zeros(16, 2, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = torch.arange(t, device="cuda") * 2
+    torch.library.opcheck(torch.ops.jitkern.rope, (pos, q.clone(), k.clone(), d, cs, True))
+    torch.library.opcheck(torch.ops.jitkern.rope_query, (pos, q.clone(), d, cs, False))
+    torch.library.opcheck(torch.ops.jitkern.rope_store_kv, (pos, q.clone(), k.clone(), d, cs, True, v, kc, vc, loc, 1.0, 1.0))
+    q3, k3 = q.view(t, 4, d), k.view(t, 2, d)
+    torch.library.opcheck(torch.ops.jitkern.rope_out, (pos, q3, k3, torch.empty_like(q3), torch.empty_like(k3), cs, False))
+    torch.library.opcheck(torch.ops.jitkern.rope_out_store_kv, (pos, q3, k3, torch.empty_like(q3), torch.empty_like(k3), cs, True,
+                                                                v.view(t, 2, d), kc, vc, loc))
+    torch.library.opcheck(torch.ops.jitkern.store_cache, (k, v, kc, vc, loc))
+    torch.library.opcheck(torch.ops.jitkern.concat_mla_k, (torch.empty(t, 4, 96, dtype=torch.bfloat16, device="cuda"),
+                                                           torch.randn(t, 4, 64, dtype=torch.bfloat16, device="cuda"),
+                                                           torch.randn(t, 1, 32, dtype=torch.bfloat16, device="cuda")))
+    torch.library.opcheck(torch.ops.jitkern.concat_mla_absorb_q, (torch.randn(t, 4, 64, device="cuda"), torch.randn(t, 4, 32, device="cuda")))
+
+
+@pytest.mark.gpu
+def test_traced_by_torch_compile_fullgraph():
+    """A decode step (RoPE + fused fp8 KV write, store_cache, the absorb-q concat) traced without graph breaks."""
+    torch = _torch()
+    ops = _ops()
+    d, t = 128, 9
+    cs = _cos_sin(d)
+    kc, vc = (torch.zeros(4, 16, HK, d, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn) for _ in range(2))
+    kc2, vc2 = (torch.zeros(64, HK * d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+
+    def step(qkv, pos, loc):
+        q, k, v = qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
+        ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, True, ops.FusedSetKVBufferArg(v, kc, vc, 0.1, 0.1, loc))
+        ops.store_cache(k, v, kc2, vc2, loc)
+        return ops.concat_mla_absorb_q(q.view(-1, HQ, d), k.view(-1, HK, d)[:, :1].expand(-1, HQ, d)) * 2
+
+    qkv, pos, loc = torch.randn(t, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda"), _positions(t, torch.int64), _locations(t, 64, torch.int64)
+    eager_qkv = qkv.clone()
+    expected = step(eager_qkv, pos, loc)
+    ek, ekc, ekc2 = eager_qkv.clone(), kc.view(torch.uint8).clone(), kc2.clone()
+    kc.view(torch.uint8).zero_(), vc.view(torch.uint8).zero_(), kc2.zero_(), vc2.zero_()
+    got = torch.compile(step, fullgraph=True)(qkv, pos, loc)
+    torch.cuda.synchronize()
+    assert torch.equal(got, expected) and torch.equal(qkv, ek)
+    assert torch.equal(kc.view(torch.uint8), ekc) and torch.equal(kc2, ekc2)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_replay():
+    """A captured decode step follows new positions and locations written into its input buffers."""
+    torch = _torch()
+    ops = _ops()
+    d, t = 128, 16
+    cs = _cos_sin(d)
+    kc, vc = (torch.zeros(8, 16, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    qkv = torch.randn(t, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda")
+    pos, loc = _positions(t, torch.int64), _locations(t, 128, torch.int64)
+    q, k, v = qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
+    arg = ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=arg)  # loads the module before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=arg)
+    fresh = torch.randn_like(qkv)
+    qkv.copy_(fresh)
+    pos.copy_(_positions(t, torch.int64, seed=3))
+    loc.copy_(_locations(t, 128, torch.int64, seed=3, out_of_range=False))
+    kc.zero_(), vc.zero_()
+    eq, ek = _reference(fresh[:, : HQ * d].view(t, HQ, d), pos, cs, True), _reference(fresh[:, HQ * d : (HQ + HK) * d].view(t, HK, d), pos, cs, True)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_close(q.view(t, HQ, d), eq, "bfloat16")
+    _assert_close(k.view(t, HK, d), ek, "bfloat16")
+    assert torch.equal(kc.view(128, -1)[loc], k) and torch.equal(vc.view(128, -1)[loc], v)
+
+
+@pytest.mark.gpu
+def test_matches_the_reference_framework_where_it_runs():
+    """Against the reference's own JIT kernels (its rotary_embedding and store_cache), where its wheel imports."""
+    torch = _torch()
+    ops = _ops()
+    try:
+        from sglang.jit_kernel.kvcache import store_cache as ref_store
+        from sglang.jit_kernel.pos_enc import rotary_embedding as ref_rope
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"NOT RUN: the reference's kernels do not import here: {type(e).__name__}: {e}")
+    d, t = 128, 33
+    cs = _cos_sin(d).bfloat16()  # the reference's rotary_embedding takes the cache in q's dtype
+    for neox in (True, False):
+        qkv, q, k, _ = _qkv(t, d, torch.bfloat16, seed=5)
+        q2, k2 = q.clone(), k.clone()
+        pos = _positions(t, torch.int64)
+        ops.rotary_embedding(pos, q, k, d, cs, neox)
+        ref_rope(pos, q2, k2, d, cs, neox)
+        _assert_close(q, q2.double(), "bfloat16")
+        _assert_close(k, k2.double(), "bfloat16")
+    k, v = (torch.randn(t, HK * d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    caches = [torch.zeros(128, HK * d, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    loc = _locations(t, 128, torch.int64, out_of_range=False)
+    ops.store_cache(k, v, caches[0], caches[1], loc)
+    ref_store(k, v, caches[2], caches[3], loc)
+    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+
+
+def test_specs_name_each_ops_modules():
+    """Without a GPU: each op lists only the modules it calls."""
+    from jitkern import ops
+
+    assert [(s.name, s.args[1:]) for s in ops.specs(ops=["rotary_embedding"], dtypes=["bfloat16"])] == [("rope_apply", ("bf16_t",))]
+    assert [s.name for s in ops.specs(ops=["apply_rope_with_cos_sin_cache_inplace"], dtypes=["float16"])] == ["rope_apply", "rope_apply_store"]
+    assert [s.name for s in ops.specs(ops=["store_cache", "concat_mla_k", "concat_mla_absorb_q"])] == ["rope_store_cache", "rope_concat_mla"]
+    assert len(ops.specs(families=["rope"])) == 3 * 2 + 2
