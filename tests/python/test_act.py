@@ -227,7 +227,7 @@ def test_cpp_entry_points_validate_before_launch():
 
     m = act._FAMILY.exports(torch.bfloat16)
     x = torch.randn(4, 256, dtype=torch.bfloat16, device="cuda")
-    overlapping = torch.empty(300, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
+    overlapping = torch.empty(320, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
     with pytest.raises(ValueError, match="out rows overlap: row stride 64 is smaller than the row width 128"):
         m.silu_and_mul(x, overlapping)
     with pytest.raises(ValueError, match="input: Dimension mismatch"):
