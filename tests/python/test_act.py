@@ -232,7 +232,7 @@ def test_cpp_entry_points_validate_before_launch():
         m.silu_and_mul(x, overlapping)
     with pytest.raises(ValueError, match="input: Dimension mismatch"):
         m.gelu_and_mul(x.view(4, 2, 128), torch.empty(4, 128, dtype=torch.bfloat16, device="cuda"))
-    with pytest.raises(TypeError, match=r"silu_and_mul\(input, out\) takes 2 arguments but 1 were given"):
+    with pytest.raises(TypeError, match=r"silu_and_mul\(input, out\) takes 2 arguments but 1 was given"):
         m.silu_and_mul(x)
 
 
