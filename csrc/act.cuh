@@ -30,9 +30,6 @@ namespace quant = device::quant;
 constexpr int kActThreads = 256;
 constexpr int kActItems = 2;
 constexpr int64_t kActMaxWaves = 16;
-// Grids of at most this many CTAs let the next kernel launch at their start, larger ones after their
-// PDL wait (the norm family's measured rule, csrc/norm.cuh kNormEarlyTriggerMaxCtas).
-constexpr int64_t kActEarlyTriggerMaxCtas = 8;
 // The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, two vectors per
 // lane (quant's per-group layout), CTAs of kActGroupThreads.
 constexpr int kActGroupThreads = 128;
@@ -217,7 +214,7 @@ struct ActOps {
       const GatedInput<T> p{ops.in, ops.in_stride, ops.d, 0, 0};
       LaunchKernel run(grid, kActGroupThreads, ops.device);
       run.enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9);
-      const bool early = grid <= kActEarlyTriggerMaxCtas;
+      const bool early = host::pdl_early_trigger(grid);
       const float e = static_cast<float>(eps);
       if (ue8m0) {
         run(silu_and_mul_group_quant_kernel<T, kVec, kLanes, kPerLane, true>, p, q, ops.out_stride, scales, groups, total_groups, e, early);
@@ -289,7 +286,7 @@ struct ActOps {
                                     int64_t{sms} * (2048 / kActThreads) * kActMaxWaves);
       LaunchKernel(act_grid(grid), kActThreads, ops.device)
           .enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9)(act_and_mul_kernel<Act, T, kVec, Out>, p, out,
-                                                                        grid <= kActEarlyTriggerMaxCtas);
+                                                                        host::pdl_early_trigger(grid));
     };
     if (vec == 16 / static_cast<int>(sizeof(T))) {
       launch(std::integral_constant<int, 16 / sizeof(T)>{});

@@ -42,18 +42,13 @@ constexpr int kNormTwoWidthsRegVecs = 2;
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
 // "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
 constexpr int kNormManyRowsPerSm = 4;
-// PDL trigger placement: triggering at kernel start lets the next kernel launch earliest, but
-// back-to-back launches then pile up waiting on the SMs, which slows grids of more than a few CTAs
-// (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
-// wait). Narrow-row grids (and the per-token and per-group quantization grids, csrc/quant.cuh) of at
-// most this many CTAs trigger at start, larger ones after their wait. Wide rows of plain rmsnorm trigger
+// PDL trigger placement: narrow-row grids (and the per-token and per-group quantization grids,
+// csrc/quant.cuh) follow host::pdl_early_trigger (<jitkern/utils.cuh>). Wide rows of plain rmsnorm trigger
 // at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
 // after the wait; [64, 4096]: 2.34 against 1.45); the fused and quantizing epilogues always after it
 // (fused_add_rmsnorm [8-16, 4096]: 1.63-1.91 us at start against 1.50-1.51; rmsnorm_quant_fp8 static
 // [1 / 4, 4096]: 1.66 / 1.76 against 1.47 / 1.45) (docs/benchmarks.md, "Design measurements").
-constexpr int64_t kNormEarlyTriggerMaxCtas = 8;
 constexpr int64_t kNormWideEarlyTriggerMaxCtas = 32;
-inline bool early_trigger(int64_t grid) { return grid <= kNormEarlyTriggerMaxCtas; }
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
 constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
 
@@ -145,7 +140,7 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
 // after the wait they sit on the critical path. The next kernel may launch once this one has passed
-// its own wait (see kNormEarlyTriggerMaxCtas; docs/benchmarks.md, "Design measurements").
+// its own wait (see host::pdl_early_trigger; docs/benchmarks.md, "Design measurements").
 // kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
@@ -173,7 +168,7 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
   // Many rows: two rows per group (more bytes in flight per thread), taken in memory order.
   if (host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
     const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * 2);
-    p.early_trigger = early_trigger(grid);
+    p.early_trigger = host::pdl_early_trigger(grid);
     host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
         .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
@@ -181,7 +176,7 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
     int threads = kNormNarrowThreads;
     if (grid >= kNormNarrowSmallMinCtas && grid <= kNormNarrowSmallMaxCtas)
       threads = kNormNarrowSmallThreads, grid = host::div_ceil(int64_t{p.total_rows}, kNormNarrowSmallThreads / kWidth);
-    p.early_trigger = early_trigger(grid);
+    p.early_trigger = host::pdl_early_trigger(grid);
     host::LaunchKernel(static_cast<unsigned>(grid), threads, device)
         .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd, Epi, RowOrder::kProblemMajor>, p, epi);
   }

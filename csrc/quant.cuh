@@ -387,7 +387,7 @@ struct QuantOps {
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       using device::norm::RowFit;
       const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
-      const bool early = early_trigger(ops.rows);
+      const bool early = host::pdl_early_trigger(ops.rows);
       if (fit == RowFit::kExact) {
         launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.hidden, kQuantScaleEps, early);
       } else if (fit == RowFit::kFits) {
@@ -431,7 +431,7 @@ struct QuantOps {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
       constexpr bool kFlat = decltype(flat_tag)::value;
       const unsigned grid = checked_grid(div_ceil(total_groups, kQuantGroupThreads / kLanes));
-      const bool early = early_trigger(grid);
+      const bool early = host::pdl_early_trigger(grid);
       LaunchKernel launch(grid, kQuantGroupThreads, ops.device);
       launch.enable_pdl(pdl);
       const Rows<const T> in{ops.in, ops.in_stride};

@@ -42,9 +42,6 @@ using jitkern::TensorView;
 constexpr int kRopeThreads = 64;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
-// Grids of at most this many CTAs trigger the next launch at their start, larger ones after their
-// wait (the norm family's rule, csrc/norm.cuh).
-constexpr int64_t kRopeEarlyTriggerMaxCtas = 8;
 // The row copies (store_cache, concat): CTAs of kRowThreads, a power-of-two group of lanes per row.
 constexpr int kRowThreads = 256;
 
@@ -508,7 +505,7 @@ struct RopeOps {
       const int64_t splits = std::min(host::div_ceil(heads, groups), splits_hint > 0 ? splits_hint : few ? heads : 1);
       RopeParams<T> c = p;
       c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups);
-      c.early_trigger = tokens * splits <= kRopeEarlyTriggerMaxCtas;
+      c.early_trigger = host::pdl_early_trigger(tokens * splits);
       LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(splits)), static_cast<unsigned>(units * groups), device)
           .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
     }

@@ -11,6 +11,7 @@
 #include <tvm/ffi/extra/c_env_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace device {
 // Programmatic dependent launch (sm_90+): let the next kernel in the stream start its prologue
@@ -28,6 +29,16 @@ JITKERN_DEVICE void store_as(void* ptr, const T& value) {
 }
 
 }  // namespace device
+
+namespace host {
+// PDL trigger placement for kernels launched back to back: triggering at kernel start lets the next
+// launch start earliest, but queued launches then crowd the SMs, which slows grids of more than a few
+// CTAs (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
+// wait; docs/benchmarks.md, "Design measurements"). Grids of at most kPdlEarlyTriggerMaxCtas CTAs
+// trigger at start, larger ones after their wait.
+inline constexpr int64_t kPdlEarlyTriggerMaxCtas = 8;
+inline bool pdl_early_trigger(int64_t grid) { return grid <= kPdlEarlyTriggerMaxCtas; }
+}  // namespace host
 
 namespace host {
 

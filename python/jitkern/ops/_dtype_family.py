@@ -28,6 +28,10 @@ class DtypeFamily:
         return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
                        cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])])
 
+    def module_api(self) -> tuple:
+        """(DTYPES, SPECS, OPS, spec, specs, warmup): what a family module offers ops/__init__ and the tests."""
+        return self.DTYPES, self.specs, tuple(self.public), self.spec, self.specs_for, self.warmup
+
     def specs_for(self, public_ops=None, dtypes=None, constants=()) -> list[JitSpec]:
         """The modules these Python ops (None: all) need for these dtypes (None: all the family supports);
         the family has no constants."""

@@ -24,12 +24,7 @@ _FAMILY = DtypeFamily("act", "ActOps", {
     "silu_and_mul_group_quant": "input, output_q, output_s, group_size, eps",
 }, public={**{op: op for op in _ACTIVATIONS}, "silu_and_mul_quant_fp8": "silu_and_mul_quant",
            "silu_and_mul_per_token_group_quant_fp8": "silu_and_mul_group_quant"})
-DTYPES = _FAMILY.DTYPES
-SPECS = _FAMILY.specs
-OPS = tuple(_FAMILY.public)
-spec = _FAMILY.spec
-specs = _FAMILY.specs_for
-warmup = _FAMILY.warmup
+DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
 _FUNCTIONS = _FAMILY.functions
 
 

@@ -21,12 +21,7 @@ _FAMILY = DtypeFamily("norm", "NormOps", {
     "qknorm_across_heads": "q, k, q_weight, k_weight, eps",
 }, public={"rmsnorm": "rmsnorm", "fused_add_rmsnorm": "fused_add_rmsnorm", "fused_inplace_qknorm": "qknorm",
            "fused_inplace_qknorm_across_heads": "qknorm_across_heads"})
-DTYPES = _FAMILY.DTYPES
-SPECS = _FAMILY.specs
-OPS = tuple(_FAMILY.public)
-spec = _FAMILY.spec
-specs = _FAMILY.specs_for
-warmup = _FAMILY.warmup
+DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
 _FUNCTIONS = _FAMILY.functions
 
 

@@ -25,12 +25,7 @@ _FAMILY = DtypeFamily("quant", "QuantOps", {
 }, public={"per_tensor_quant_fp8": "per_tensor_quant", "per_token_quant_fp8": "per_token_quant",
            "per_token_group_quant_8bit": "per_token_group_quant", "rmsnorm_quant_fp8": "rmsnorm_quant",
            "fused_add_rmsnorm_quant_fp8": "fused_add_rmsnorm_quant"})
-DTYPES = _FAMILY.DTYPES
-SPECS = _FAMILY.specs
-OPS = tuple(_FAMILY.public)
-spec = _FAMILY.spec
-specs = _FAMILY.specs_for
-warmup = _FAMILY.warmup
+DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
 
 
 def _rows(x, public: str):

@@ -117,6 +117,14 @@ def _positions(positions):
     return positions.reshape(-1) if isinstance(positions, torch.Tensor) and positions.dim() != 1 else positions
 
 
+def _token_views(positions, public: str, **tensors) -> list:
+    """positions flattened, then each of `tensors` (q, k, v) as [T, H * D] or [T, H, D] (_tokens)."""
+    positions = _positions(positions)
+    tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
+    return [positions, *(_tokens(x, tokens, public, name) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
+                         for name, x in tensors.items())]
+
+
 def _cache(cache):
     """An fp8 cache as its bytes (DLPack has no fp8 type in every torch/tvm-ffi pair)."""
     return cache.view(torch.uint8) if isinstance(cache, torch.Tensor) and cache.dtype == torch.float8_e4m3fn else cache
@@ -136,25 +144,13 @@ def _function(export: str, query, public: str):
 
 def _rope(positions, query, key, head_size, cos_sin_cache, is_neox, public):
     fn = _function("apply", query, public)
-    positions = _positions(positions)
-    tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
-    if isinstance(query, torch.Tensor) and query.dim() > 2:
-        query = _tokens(query, tokens, public, "query")
-    if isinstance(key, torch.Tensor) and key.dim() > 2:
-        key = _tokens(key, tokens, public, "key")
+    positions, query, key = _token_views(positions, public, query=query, key=key)
     fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), 0, 0)
 
 
 def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value, k_cache, v_cache, cache_loc, k_scale, v_scale, public):
     fn = _function("apply_store", query, public)
-    positions = _positions(positions)
-    tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
-    if isinstance(query, torch.Tensor) and query.dim() > 2:
-        query = _tokens(query, tokens, public, "query")
-    if isinstance(key, torch.Tensor) and key.dim() > 2:
-        key = _tokens(key, tokens, public, "key")
-    if isinstance(value, torch.Tensor) and value.dim() > 2:
-        value = _tokens(value, tokens, public, "value")
+    positions, query, key, value = _token_views(positions, public, query=query, key=key, value=value)
     fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), value, _cache(k_cache), _cache(v_cache), cache_loc,
        _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
 
