@@ -1,0 +1,121 @@
+"""The MoE routing family: topk_softmax, the grouped sigmoid router and moe_align_block_size at T = 1, 64, 4096
+tokens with 64/128/256 experts (k = 8), against a torch implementation and torch.compile of it, next to
+a one-CTA launch floor. Prints markdown tables (us, CUDA-graph medians)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from utils import environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
+
+from jitkern.ops import moe_align_block_size, topk_sigmoid, topk_softmax  # noqa: E402
+from jitkern.ops.moe import align_sizes  # noqa: E402
+
+TOKENS = get_benchmark_range([1, 64, 4096], [1, 4096])
+EXPERTS = [64, 128, 256]
+K = 8
+BLOCK = 64
+
+
+def torch_topk_softmax(logits):
+    w, ids = torch.topk(torch.softmax(logits.float(), dim=-1), K, dim=-1)
+    return w / w.sum(-1, keepdim=True), ids.int()
+
+
+def torch_grouped_sigmoid(logits, bias, groups, topk_group):
+    scores = logits.float().sigmoid()
+    choice = scores + bias
+    t, e = choice.shape
+    group_scores = choice.view(t, groups, -1).topk(2, dim=-1)[0].sum(-1)
+    chosen = torch.topk(group_scores, topk_group, dim=-1)[1]
+    mask = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, chosen, True)
+    ids = torch.topk(choice.masked_fill(~mask.repeat_interleave(e // groups, dim=1), float("-inf")), K, dim=-1)[1]
+    w = scores.gather(1, ids)
+    return w / w.sum(-1, keepdim=True), ids.int()
+
+
+def torch_align(ids, experts, block):
+    flat = ids.view(-1).long()
+    n = flat.numel()
+    size, blocks = align_sizes(n, experts, block)
+    counts = torch.bincount(flat, minlength=experts)
+    padded = (counts + block - 1) // block * block
+    ends = padded.cumsum(0)
+    starts = ends - padded
+    order = torch.sort(flat, stable=True)[1]
+    by_expert = flat[order]
+    rank = torch.arange(n, device=ids.device) - (counts.cumsum(0) - counts)[by_expert]
+    sorted_ids = torch.full((size,), n, dtype=torch.int32, device=ids.device)
+    sorted_ids[starts[by_expert] + rank] = order.int()
+    first = torch.arange(blocks, device=ids.device) * block
+    expert_ids = torch.searchsorted(ends, first, right=True).int()
+    expert_ids = torch.where(first < ends[-1], expert_ids, -1)
+    return sorted_ids, expert_ids, ends[-1:].int()
+
+
+compiled = {"softmax": torch.compile(torch_topk_softmax), "sigmoid": torch.compile(torch_grouped_sigmoid),
+            "align": torch.compile(torch_align)}
+
+
+def fmt(r):
+    return "n/a" if r is None else f"{r['median']:.2f}"
+
+
+def bench(fn):
+    try:
+        return run_benchmark(fn)
+    except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
+        print(f"<!-- failed: {type(e).__name__}: {str(e)[:200]} -->")
+        return None
+
+
+def ratio(base, j):
+    return "n/a" if base is None else f"{base['median'] / j['median']:.2f}x"
+
+
+def main() -> None:
+    module = yardstick_module()
+    src = torch.zeros(4096, dtype=torch.int32, device="cuda")
+    dst = torch.empty_like(src)
+    module.copy(dst, src)
+    floor = run_benchmark(lambda: module.copy(dst, src))["median"]
+    print(f"\n### MoE routing ({environment()})\n")
+    print(f"Times in us, CUDA-graph medians; k = {K}; launch floor (one CTA copying 16 KiB): {floor:.2f} us.\n")
+    print("| op | T | experts | jitkern | torch | torch.compile | vs torch | vs compile | gating read GB/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for e in EXPERTS:
+        groups = e // 32
+        bias = torch.randn(e, device="cuda") * 0.1
+        for t in TOKENS:
+            logits = torch.randn(t, e, dtype=torch.bfloat16, device="cuda")
+            w = torch.empty(t, K, device="cuda")
+            ids = torch.empty(t, K, dtype=torch.int32, device="cuda")
+            topk_softmax(w, ids, logits, True)
+            cases = {
+                "topk_softmax (bf16, renormalize)": (lambda: topk_softmax(w, ids, logits, True), lambda: torch_topk_softmax(logits),
+                                                     lambda: compiled["softmax"](logits)),
+                f"topk_sigmoid grouped ({groups} groups, top {groups // 2})": (
+                    lambda: topk_sigmoid(w, ids, logits, True, bias, num_expert_group=groups, topk_group=groups // 2),
+                    lambda: torch_grouped_sigmoid(logits, bias, groups, groups // 2),
+                    lambda: compiled["sigmoid"](logits, bias, groups, groups // 2)),
+            }
+            for name, (j_fn, t_fn, c_fn) in cases.items():
+                j_fn(), c_fn()
+                j, tt, c = bench(j_fn), bench(t_fn), bench(c_fn)
+                gb = t * e * 2 / (j["median"] * 1e-6) / 1e9
+                print(f"| {name} | {t} | {e} | {fmt(j)} | {fmt(tt)} | {fmt(c)} | {ratio(tt, j)} | {ratio(c, j)} | {gb:.1f} |")
+            route = torch.randint(0, e, (t, K), dtype=torch.int32, device="cuda")
+            outs = moe_align_block_size(route, e, BLOCK)
+            compiled["align"](route, e, BLOCK)
+            j = bench(lambda: moe_align_block_size(route, e, BLOCK, *outs))
+            tt = bench(lambda: torch_align(route, e, BLOCK))
+            c = bench(lambda: compiled["align"](route, e, BLOCK))
+            print(f"| moe_align_block_size (block {BLOCK}) | {t} | {e} | {fmt(j)} | {fmt(tt)} | {fmt(c)} | {ratio(tt, j)} | {ratio(c, j)} | - |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,439 @@
+// The MoE routing family: a router's top-k (softmax, or sigmoid with a correction bias and DeepSeek-V3's
+// grouped selection) and the token sort by expert that grouped GEMMs read (moe_align_block_size).
+//
+// Top-k: one warp per token, 8-512 experts (lane l holds experts l, l + 32, ...), k <= 8 rounds of a
+// warp arg-max. Experts are ranked by their logit (softmax) or biased score (sigmoid); ties go to the
+// lowest expert index, as torch.topk; NaN ranks below every number (selected only when fewer than k
+// other experts remain). Weights are fp32.
+//
+// Alignment: one CTA, stable (the entries of an expert keep the order of topk_ids), so the output is
+// deterministic; ids outside [0, num_experts) (expert parallelism's -1) are left out.
+#pragma once
+
+#include <jitkern/optional.h>
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/type.cuh>
+#include <jitkern/utils.cuh>
+#include <jitkern/warp.cuh>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+constexpr int kMoeTopkWarps = 4;  // tokens per CTA
+constexpr int kMoeMaxExperts = 512;
+constexpr int kMoeMaxTopk = 8;
+constexpr int kMoeMaxGroups = 32;  // a lane per group
+constexpr float kMoeInf = __builtin_huge_valf();
+
+// A candidate for the arg-max: larger value first, then the lower key. Keys are the expert index,
+// + E for NaN (below every number), + 2E for experts outside the selected groups, INT_MAX for none.
+struct Candidate {
+  float value;
+  int key;
+};
+
+__device__ __forceinline__ bool better(const Candidate& a, const Candidate& b) {
+  return a.value > b.value || (a.value == b.value && a.key < b.key);
+}
+
+__device__ __forceinline__ Candidate warp_best(Candidate c) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Candidate o{__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.key, offset)};
+    if (better(o, c)) c = o;
+  }
+  return c;
+}
+
+struct TopkParams {
+  const void* gating;
+  int64_t gating_stride;
+  float* weights;
+  int64_t weights_stride;
+  void* ids;
+  int64_t ids_stride;
+  bool ids64;
+  int64_t tokens;
+  int experts, k;
+  bool renormalize;
+  // sigmoid only
+  const float* bias;  // null: none
+  int groups, topk_group;
+  float scaling;
+};
+
+// kV = ceil(experts / 32) rounded up to a power of two (the values a lane holds).
+template <typename T, int kV, bool kSigmoid>
+__global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_kernel(const __grid_constant__ TopkParams p) {
+  __shared__ float choice_smem[kSigmoid ? kMoeTopkWarps : 1][kSigmoid ? kMoeMaxExperts : 1];
+  device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
+  if (token >= p.tokens) return;  // whole warps leave: no shuffle misses a lane
+  const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
+  const int E = p.experts;
+  device::pdl_wait_primary();
+  float x[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int e = j * 32 + lane;
+    x[j] = e < E ? device::cast<float>(row[e]) : -kMoeInf;
+  }
+  float weight[kV];  // what a selected expert's weight is
+  Candidate c[kV];
+  if constexpr (!kSigmoid) {
+    float m = -kMoeInf;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) m = fmaxf(m, x[j]);  // NaN left out
+    m = device::warp::reduce_max(m);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      // x == m: 1 (also for +-inf maxima, where x - m is NaN); NaN logits weigh 0.
+      weight[j] = j * 32 + lane >= E || x[j] != x[j] ? 0.0f : x[j] == m ? 1.0f : expf(x[j] - m);
+      sum += weight[j];
+    }
+    sum = device::warp::reduce_sum(sum);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // 0: every logit NaN
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      weight[j] *= inv;
+      c[j] = {x[j], j * 32 + lane};
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int e = j * 32 + lane;
+      weight[j] = 1.0f / (1.0f + expf(-x[j]));
+      c[j] = {e < E ? weight[j] + (p.bias != nullptr ? p.bias[e] : 0.0f) : -kMoeInf, e};
+    }
+    if (p.groups > 1) {  // keep the experts of the topk_group groups whose two best scores sum highest
+      float* smem = choice_smem[warp];
+#pragma unroll
+      for (int j = 0; j < kV; ++j)
+        if (j * 32 + lane < E) smem[j * 32 + lane] = c[j].value != c[j].value ? -kMoeInf : c[j].value;
+      __syncwarp();
+      const int per_group = E / p.groups;
+      Candidate group{-kMoeInf, INT_MAX};
+      if (lane < p.groups) {
+        float first = -kMoeInf, second = -kMoeInf;
+        for (int i = 0; i < per_group; ++i) {
+          const float v = smem[lane * per_group + i];
+          if (v > first) {
+            second = first, first = v;
+          } else if (v > second) {
+            second = v;
+          }
+        }
+        group = {first + second, lane};
+      }
+      uint32_t chosen = 0;
+      for (int i = 0; i < p.topk_group; ++i) {
+        const Candidate best = warp_best(group);
+        chosen |= 1u << best.key;
+        if (lane == best.key) group = {-kMoeInf, INT_MAX};
+      }
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const int e = j * 32 + lane;
+        if (e < E && !((chosen >> (e / per_group)) & 1u)) c[j] = {-kMoeInf, e + 2 * E};
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int e = j * 32 + lane;
+    if (e >= E) c[j] = {-kMoeInf, INT_MAX};
+    else if (c[j].value != c[j].value) c[j] = {-kMoeInf, e + E};
+  }
+  // k rounds: the best remaining expert; lane i keeps round i's expert and weight.
+  int my_id = 0;
+  float my_weight = 0.0f;
+  for (int i = 0; i < p.k; ++i) {
+    Candidate local = c[0];
+    float local_weight = weight[0];
+    int local_j = 0;
+#pragma unroll
+    for (int j = 1; j < kV; ++j) {
+      if (better(c[j], local)) local = c[j], local_weight = weight[j], local_j = j;
+    }
+    const Candidate best = warp_best(local);
+    const int e = best.key % E;  // keys of NaN and masked experts carry E or 2E more
+    const float w = __shfl_sync(0xffffffffu, local_weight, e % 32);
+#pragma unroll
+    for (int j = 0; j < kV; ++j)
+      if (j == local_j && local.key == best.key) c[j] = {-kMoeInf, INT_MAX};  // taken
+    if (lane == i) my_id = e, my_weight = w;
+  }
+  if (p.renormalize) {
+    const float total = device::warp::reduce_sum(lane < p.k ? my_weight : 0.0f);
+    if (total > 0.0f) my_weight /= total;
+  }
+  if (lane < p.k) {
+    p.weights[token * p.weights_stride + lane] = kSigmoid ? my_weight * p.scaling : my_weight;
+    if (p.ids64) {
+      static_cast<int64_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
+    } else {
+      static_cast<int32_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
+    }
+  }
+}
+
+// ---- moe_align_block_size ---------------------------------------------------------------------------
+
+constexpr int kAlignThreads = 1024;
+constexpr int kAlignWarps = kAlignThreads / 32;
+constexpr int kAlignRounds = 4;  // ids per lane per chunk (a chunk: kAlignThreads * kAlignRounds ids)
+
+struct AlignParams {
+  const void* ids;
+  bool ids64;
+  int32_t n;  // ids
+  int experts, block_size;
+  int32_t* sorted;
+  int64_t sorted_len;
+  int32_t* expert_ids;
+  int64_t expert_ids_len;
+  int32_t* total_out;
+};
+
+__device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
+  const int64_t v = p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
+  return v >= 0 && v < p.experts ? static_cast<int>(v) : -1;
+}
+
+// Exclusive prefix sum of v over the CTA (kAlignThreads threads); `total` gets the sum.
+__device__ __forceinline__ int cta_exclusive_scan(int v, int* warp_sums, int& total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int inclusive = v;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int o = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += o;
+  }
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int s = warp_sums[lane];
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int o = __shfl_up_sync(0xffffffffu, s, offset);
+      if (lane >= offset) s += o;
+    }
+    warp_sums[lane] = s;  // inclusive over warps
+  }
+  __syncthreads();
+  total = warp_sums[kAlignWarps - 1];
+  return inclusive - v + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
+
+// Counts per expert, their padded offsets, the padding and expert_ids, then the ids scattered chunk by
+// chunk: each warp ranks its ids by expert (match_any), a thread per expert turns the warps' counts into
+// offsets, and every id lands at its expert's cursor + the offsets before it (the order of topk_ids).
+__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
+  __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], cursor[kMoeMaxExperts];
+  __shared__ int warp_sums[kAlignWarps];
+  __shared__ uint16_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: ids in the chunk, then their offset
+  device::pdl_trigger_secondary();
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
+  for (int e = tid; e < E; e += kAlignThreads) count[e] = 0;
+  for (int i = tid; i < kAlignWarps * kMoeMaxExperts; i += kAlignThreads) (&table[0][0])[i] = 0;
+  device::pdl_wait_primary();
+  __syncthreads();
+  for (int32_t i = tid; i < p.n; i += kAlignThreads) {
+    const int e = expert_of(p, i);
+    if (e >= 0) atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  const int padded = tid < E ? (count[tid] + p.block_size - 1) / p.block_size * p.block_size : 0;
+  int total;
+  const int first = cta_exclusive_scan(padded, warp_sums, total);
+  if (tid < E) start[tid] = cursor[tid] = first;
+  if (tid == 0) *p.total_out = total;
+  __syncthreads();
+  // Padding: each expert's slots after its ids, and everything after the last expert.
+  if (tid < E)
+    for (int s = first + count[tid]; s < first + padded; ++s) p.sorted[s] = p.n;
+  for (int64_t s = total + tid; s < p.sorted_len; s += kAlignThreads) p.sorted[s] = p.n;
+  // Block b belongs to the last expert starting at or before b * block_size (-1 past the total).
+  for (int64_t b = tid; b < p.expert_ids_len; b += kAlignThreads) {
+    const int64_t at = b * p.block_size;
+    int e = -1;
+    if (at < total) {
+      int lo = 0, hi = E - 1;
+      while (lo < hi) {  // the last e with start[e] <= at; empty experts share their successor's start
+        const int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= at) lo = mid;
+        else hi = mid - 1;
+      }
+      e = lo;
+    }
+    p.expert_ids[b] = e;
+  }
+  constexpr int kChunk = kAlignThreads * kAlignRounds;
+  const unsigned lanes_below = (1u << lane) - 1;
+  for (int32_t chunk = 0; chunk < p.n; chunk += kChunk) {
+    int experts[kAlignRounds], ranks[kAlignRounds];
+#pragma unroll
+    for (int r = 0; r < kAlignRounds; ++r) {
+      const int64_t i = int64_t{chunk} + warp * 32 * kAlignRounds + r * 32 + lane;
+      const int e = i < p.n ? expert_of(p, static_cast<int32_t>(i)) : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, e);
+      const int before = e >= 0 ? table[warp][e] : 0;  // this warp's earlier rounds
+      __syncwarp();
+      if (e >= 0 && (peers & lanes_below) == 0) table[warp][e] = static_cast<uint16_t>(before + __popc(peers));
+      __syncwarp();
+      experts[r] = e, ranks[r] = before + __popc(peers & lanes_below);
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += kAlignThreads) {
+      int offset = 0;
+      for (int w = 0; w < kAlignWarps; ++w) {
+        const int c = table[w][e];
+        table[w][e] = static_cast<uint16_t>(offset);
+        offset += c;
+      }
+      start[e] = cursor[e];  // the chunk's base (start[] is not needed after expert_ids)
+      cursor[e] += offset;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kAlignRounds; ++r) {
+      const int e = experts[r];
+      if (e >= 0) p.sorted[start[e] + table[warp][e] + ranks[r]] = chunk + warp * 32 * kAlignRounds + r * 32 + lane;
+    }
+    __syncwarp();
+    // The whole row: the offset pass above wrote every expert's entry, also those this warp has no ids of.
+    for (int e = lane; e < E; e += 32) table[warp][e] = 0;  // only this warp reads its row
+    __syncthreads();  // start[] and cursor[] are rewritten by the next chunk
+  }
+}
+
+template <typename T>
+struct MoeOps {
+  // topk_weights [T, k] fp32, topk_ids [T, k] int32/int64 <- the k experts of highest softmax(gating_output)
+  // [T, E] per token (renormalize: the k weights divided by their sum).
+  static void topk_softmax(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
+                           bool renormalize) {
+    DLDevice device;
+    const TopkParams p = params(topk_weights, topk_ids, gating_output, renormalize, device);
+    launch<false>(p, device);
+  }
+
+  // The sigmoid form: scores s = sigmoid(gating_output), ranked by s + correction_bias (fp32 [E], optional);
+  // with num_expert_group > 1 only the experts of the topk_group groups (contiguous runs of E / groups)
+  // whose two best biased scores sum highest; weights s of the chosen experts (renormalized: divided by
+  // their sum), times routed_scaling_factor.
+  static void topk_sigmoid(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
+                           jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group,
+                           int64_t topk_group, double routed_scaling_factor) {
+    using namespace host;
+    DLDevice dev;
+    TopkParams p = params(topk_weights, topk_ids, gating_output, renormalize, dev);
+    if (correction_bias.has_value()) {
+      auto device = SymbolicDevice{};
+      device.set_value(dev);
+      TensorMatcher({p.experts}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(*correction_bias, "correction_bias");
+      p.bias = static_cast<const float*>(correction_bias->data_ptr());
+    }
+    RuntimeCheck(num_expert_group >= 1 && num_expert_group <= kMoeMaxGroups && p.experts % num_expert_group == 0,
+                 "num_expert_group must be 1-", kMoeMaxGroups, " and divide the number of experts (", p.experts, "), got ", num_expert_group);
+    const int64_t per_group = p.experts / num_expert_group;
+    RuntimeCheck(num_expert_group == 1 || per_group >= 2, "grouped selection needs at least 2 experts per group, got ", per_group);
+    RuntimeCheck(topk_group >= 1 && topk_group <= num_expert_group, "topk_group must be 1-", num_expert_group, ", got ", topk_group);
+    RuntimeCheck(p.k <= topk_group * per_group, "k (", p.k, ") exceeds the experts of topk_group groups (", topk_group * per_group, ")");
+    RuntimeCheck(std::isfinite(routed_scaling_factor), "routed_scaling_factor must be finite, got ", routed_scaling_factor);
+    p.groups = static_cast<int>(num_expert_group);
+    p.topk_group = static_cast<int>(topk_group);
+    p.scaling = static_cast<float>(routed_scaling_factor);
+    launch<true>(p, dev);
+  }
+
+ private:
+  static TopkParams params(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
+                           bool renormalize, DLDevice& device_out) {
+    using namespace host;
+    auto N = SymbolicSize{"num_tokens"}, E = SymbolicSize{"num_experts"}, K = SymbolicSize{"topk"};
+    auto gs = SymbolicSize{"gating_output_row_stride"}, ws = SymbolicSize{"topk_weights_row_stride"}, is = SymbolicSize{"topk_ids_row_stride"};
+    auto device = SymbolicDevice{};
+    TensorMatcher({N, E}).with_strides({gs, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(gating_output,
+                                                                                                                   "gating_output");
+    TensorMatcher({N, K}).with_strides({ws, 1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(topk_weights, "topk_weights");
+    TensorMatcher({N, K}).with_strides({is, 1}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, device).verify(topk_ids,
+                                                                                                                          "topk_ids");
+    RuntimeCheck(E.unwrap() >= 1 && E.unwrap() <= kMoeMaxExperts, "the number of experts must be 1-", kMoeMaxExperts, ", got ", E.unwrap());
+    RuntimeCheck(K.unwrap() >= 1 && K.unwrap() <= kMoeMaxTopk && K.unwrap() <= E.unwrap(), "topk must be 1-", kMoeMaxTopk,
+                 " and at most the number of experts (", E.unwrap(), "), got ", K.unwrap());
+    const auto stride = [](const SymbolicSize& s) { return s.has_value() ? s.unwrap() : int64_t{0}; };
+    TopkParams p{};
+    p.gating = gating_output.data_ptr();
+    p.gating_stride = stride(gs);
+    p.weights = static_cast<float*>(topk_weights.data_ptr());
+    p.weights_stride = stride(ws);
+    p.ids = topk_ids.data_ptr();
+    p.ids_stride = stride(is);
+    p.ids64 = is_type<int64_t>(topk_ids.dtype());
+    p.tokens = N.unwrap();
+    p.experts = static_cast<int>(E.unwrap());
+    p.k = static_cast<int>(K.unwrap());
+    p.renormalize = renormalize;
+    p.groups = p.topk_group = 1;
+    p.scaling = 1.0f;
+    if (p.tokens > 1) {
+      RuntimeCheck(p.gating_stride >= p.experts, "gating_output rows overlap: row stride ", p.gating_stride, " is smaller than ", p.experts);
+      RuntimeCheck(p.weights_stride >= p.k && p.ids_stride >= p.k, "topk_weights and topk_ids rows must not overlap");
+    }
+    device_out = device.unwrap();
+    return p;
+  }
+
+  template <bool kSigmoid>
+  static void launch(const TopkParams& p, DLDevice device) {
+    using namespace host;
+    if (p.tokens == 0) return;
+    const int64_t grid = div_ceil(p.tokens, kMoeTopkWarps);
+    RuntimeCheck(grid <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
+    LaunchKernel run(static_cast<unsigned>(grid), kMoeTopkWarps * 32, device);
+    run.enable_pdl(runtime::get_cc_major(device.device_id) >= 9);
+    if (p.experts <= 32) run(topk_kernel<T, 1, kSigmoid>, p);
+    else if (p.experts <= 64) run(topk_kernel<T, 2, kSigmoid>, p);
+    else if (p.experts <= 128) run(topk_kernel<T, 4, kSigmoid>, p);
+    else if (p.experts <= 256) run(topk_kernel<T, 8, kSigmoid>, p);
+    else run(topk_kernel<T, 16, kSigmoid>, p);
+  }
+};
+
+// topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
+// (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
+// a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
+// block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
+inline void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+                                 jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+  using namespace host;
+  auto n = SymbolicSize{"num_ids"}, S = SymbolicSize{"sorted_token_ids_size"}, B = SymbolicSize{"expert_ids_size"};
+  auto device = SymbolicDevice{};
+  TensorMatcher({n}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, device).verify(topk_ids, "topk_ids");
+  TensorMatcher({S}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(sorted_token_ids, "sorted_token_ids");
+  TensorMatcher({B}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(expert_ids, "expert_ids");
+  TensorMatcher({1}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(num_tokens_post_pad, "num_tokens_post_pad");
+  RuntimeCheck(num_experts >= 1 && num_experts <= kMoeMaxExperts, "num_experts must be 1-", kMoeMaxExperts, ", got ", num_experts);
+  RuntimeCheck(block_size >= 1 && block_size <= 65536, "block_size must be 1-65536, got ", block_size);
+  const int64_t ids = n.unwrap();
+  const int64_t need = ids + std::min(ids, num_experts) * (block_size - 1);
+  RuntimeCheck(need <= INT32_MAX, "too many ids: ", ids);
+  RuntimeCheck(S.unwrap() >= need, "sorted_token_ids must hold at least topk_ids.numel() + min(topk_ids.numel(), num_experts) * "
+               "(block_size - 1) = ", need, " entries, got ", S.unwrap());
+  RuntimeCheck(B.unwrap() >= div_ceil(need, block_size), "expert_ids must hold at least ", div_ceil(need, block_size), " entries, got ",
+               B.unwrap());
+  const AlignParams p{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
+                      static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
+                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
+  const DLDevice dev = device.unwrap();
+  LaunchKernel(1, kAlignThreads, dev).enable_pdl(runtime::get_cc_major(dev.device_id) >= 9)(moe_align_kernel, p);
+}
+
+}  // namespace

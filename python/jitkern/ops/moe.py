@@ -1,0 +1,154 @@
+"""The MoE routing family (csrc/moe.cuh): topk_softmax, topk_sigmoid (a correction bias and DeepSeek-V3's
+grouped selection) and moe_align_block_size, with the argument orders of sgl-kernel and vLLM.
+
+Top-k: gating_output [T, E] fp16/bf16/fp32 (rows may be strided), 1 <= E <= 512 experts, 1 <= k <= 8;
+topk_weights [T, k] fp32 and topk_ids [T, k] int32 or int64. Experts are ranked by logit (softmax) or
+by sigmoid + correction_bias (sigmoid); ties go to the lowest expert index, as torch.topk; a NaN logit
+ranks below every number, so it is selected only when fewer than k other experts remain, and weighs 0 in
+the softmax.
+
+moe_align_block_size: the ids of each expert (their flat positions in topk_ids, in order: the output is
+deterministic) padded to a multiple of block_size with topk_ids.numel(), experts in order; ids outside
+[0, num_experts) are left out (expert parallelism's -1).
+
+The C++ entry points check every argument and name the bad one. Each op is also a torch custom op
+(torch.ops.jitkern.*), which is what torch.compile traces."""
+
+from __future__ import annotations
+
+from .._torch import ModuleExports, compiling, define_op, torch
+from ..jit import JitSpec
+from ._dtype_family import DtypeFamily
+
+_FAMILY = DtypeFamily("moe", "MoeOps", {
+    "topk_softmax": "topk_weights, topk_ids, gating_output, renormalize",
+    "topk_sigmoid": "topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group, "
+                    "routed_scaling_factor",
+}, public={"topk_softmax": "topk_softmax", "topk_sigmoid": "topk_sigmoid"})
+DTYPES = _FAMILY.DTYPES
+OPS = (*_FAMILY.public, "moe_align_block_size")
+_FUNCTIONS = _FAMILY.functions
+_ALIGN_ARGS = "topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad"
+
+
+def align_spec() -> JitSpec:
+    """The module of moe_align_block_size (one for every id dtype)."""
+    return JitSpec("moe_align", cuda_files=["moe.cuh"], cuda_wrappers=[("moe_align_block_size", "moe_align_block_size", _ALIGN_ARGS)])
+
+
+_align = ModuleExports(align_spec, ("moe_align_block_size",), "moe_align")
+
+
+def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
+    """The top-k modules per gating dtype, and the alignment module where moe_align_block_size is wanted."""
+    topk = None if ops is None else [op for op in ops if op in _FAMILY.public]
+    out = _FAMILY.specs_for(topk, dtypes) if topk is None or topk else []
+    return out + ([align_spec()] if ops is None or "moe_align_block_size" in ops else [])
+
+
+def warmup(ops=None, dtypes=(), constants=()) -> None:
+    """Loads (building where needed) the top-k modules for `dtypes` and the alignment module."""
+    topk = None if ops is None else [op for op in ops if op in _FAMILY.public]
+    if topk is None or topk:
+        _FAMILY.warmup(topk, dtypes)
+    if ops is None or "moe_align_block_size" in ops:
+        _align.warmup()
+
+
+def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_output: torch.Tensor, renormalize: bool = False):
+    """topk_weights, topk_ids <- the k = topk_ids.shape[-1] experts of highest softmax(gating_output) per token
+    and their probabilities (renormalize: divided by the sum of the k). Returns (topk_weights, topk_ids)."""
+    if compiling():
+        torch.ops.jitkern.topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
+        return topk_weights, topk_ids
+    fn = _FUNCTIONS.get(("topk_softmax", getattr(gating_output, "dtype", None))) or _FAMILY.function(
+        "topk_softmax", gating_output, "topk_softmax", "gating_output")
+    fn(topk_weights, topk_ids, gating_output, renormalize)
+    return topk_weights, topk_ids
+
+
+def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_output: torch.Tensor, renormalize: bool = False,
+                 correction_bias: torch.Tensor | None = None, *, num_expert_group: int = 1, topk_group: int = 1,
+                 routed_scaling_factor: float = 1.0):
+    """The sigmoid router (DeepSeek-V3 with num_expert_group/topk_group): scores s = sigmoid(gating_output),
+    experts ranked by s + correction_bias (fp32 [E]); with num_expert_group > 1 only among the topk_group
+    groups (E / num_expert_group consecutive experts each) whose two best biased scores sum highest.
+    Weights: s of the chosen experts (renormalize: divided by their sum), times routed_scaling_factor.
+    Returns (topk_weights, topk_ids)."""
+    if compiling():
+        torch.ops.jitkern.topk_sigmoid(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group,
+                                       routed_scaling_factor)
+        return topk_weights, topk_ids
+    fn = _FUNCTIONS.get(("topk_sigmoid", getattr(gating_output, "dtype", None))) or _FAMILY.function(
+        "topk_sigmoid", gating_output, "topk_sigmoid", "gating_output")
+    fn(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group, float(routed_scaling_factor))
+    return topk_weights, topk_ids
+
+
+def align_sizes(num_ids: int, num_experts: int, block_size: int) -> tuple[int, int]:
+    """The sizes of sorted_token_ids and expert_ids that moe_align_block_size needs for num_ids ids
+    (enough for any assignment: at most min(num_ids, num_experts) experts are padded)."""
+    padded = num_ids + min(num_ids, num_experts) * (block_size - 1)
+    return padded, -(-padded // block_size)
+
+
+def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: int, sorted_token_ids: torch.Tensor | None = None,
+                         expert_ids: torch.Tensor | None = None, num_tokens_post_pad: torch.Tensor | None = None):
+    """Sorts the ids of topk_ids (int32/int64, contiguous) by expert for a grouped GEMM of block_size rows:
+    sorted_token_ids (int32) holds each expert's ids (flat positions in topk_ids) padded with
+    topk_ids.numel() to a multiple of block_size, experts in order, then topk_ids.numel() to its end;
+    expert_ids (int32) the expert of each block (-1 after the last); num_tokens_post_pad (int32 [1]) the
+    padded total. Outputs not given are allocated with align_sizes. Returns the three."""
+    if compiling():
+        if sorted_token_ids is None or expert_ids is None or num_tokens_post_pad is None:
+            return torch.ops.jitkern.moe_align_block_size(topk_ids, num_experts, block_size)
+        torch.ops.jitkern.moe_align_block_size_out(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
+        return sorted_token_ids, expert_ids, num_tokens_post_pad
+    fn = _align("moe_align_block_size")
+    if sorted_token_ids is None or expert_ids is None or num_tokens_post_pad is None:
+        sorted_token_ids, expert_ids, num_tokens_post_pad = _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids,
+                                                                           num_tokens_post_pad)
+    flat = topk_ids.view(-1) if isinstance(topk_ids, torch.Tensor) and topk_ids.dim() != 1 and topk_ids.is_contiguous() else topk_ids
+    if isinstance(flat, torch.Tensor) and flat.dim() != 1:
+        raise ValueError(f"moe_align_block_size(): topk_ids must be contiguous, got strides {topk_ids.stride()}")
+    fn(flat, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
+    return sorted_token_ids, expert_ids, num_tokens_post_pad
+
+
+def _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids=None, expert_ids=None, num_tokens_post_pad=None):
+    if not isinstance(topk_ids, torch.Tensor):
+        raise TypeError(f"moe_align_block_size(): topk_ids must be a torch.Tensor, got {type(topk_ids).__name__}")
+    for name, v in (("num_experts", num_experts), ("block_size", block_size)):
+        if type(v) is not int:
+            raise TypeError(f"moe_align_block_size(): {name} must be an int, got {type(v).__name__}")
+    if block_size < 1:
+        raise ValueError(f"moe_align_block_size(): block_size must be positive, got {block_size}")
+    padded, blocks = align_sizes(topk_ids.numel(), num_experts, block_size)
+    new = lambda size: torch.empty(size, dtype=torch.int32, device=topk_ids.device)  # noqa: E731
+    return (new(padded) if sorted_token_ids is None else sorted_token_ids, new(blocks) if expert_ids is None else expert_ids,
+            new(1) if num_tokens_post_pad is None else num_tokens_post_pad)
+
+
+if torch is not None:
+
+    def _align_out(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad):
+        moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
+
+    def _topk_softmax(topk_weights, topk_ids, gating_output, renormalize):
+        topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
+
+    def _topk_sigmoid(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group,
+                      routed_scaling_factor):
+        topk_sigmoid(topk_weights, topk_ids, gating_output, renormalize, correction_bias, num_expert_group=num_expert_group,
+                     topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)
+
+    define_op("jitkern::topk_softmax", "(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, bool renormalize) -> ()",
+              _topk_softmax)
+    define_op("jitkern::topk_sigmoid",
+              "(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, Tensor? correction_bias, bool renormalize, "
+              "int num_expert_group, int topk_group, float routed_scaling_factor) -> ()", _topk_sigmoid)
+    define_op("jitkern::moe_align_block_size", "(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor)",
+              lambda ids, e, bs: moe_align_block_size(ids, e, bs), _align_outputs)
+    define_op("jitkern::moe_align_block_size_out",
+              "(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, "
+              "Tensor(c!) num_tokens_post_pad) -> ()", _align_out)

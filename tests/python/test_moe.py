@@ -1,0 +1,271 @@
+"""The MoE routing family on the GPU: top-k against torch.topk (ties, NaN), the grouped sigmoid router
+against a torch implementation, moe_align_block_size against a torch implementation for every expert count
+and block size, bad input, and the torch custom ops."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _stable_topk(keys, k):
+    """torch.topk's ranking with ties to the lowest index (stable descending sorts), NaN after every number."""
+    torch = _torch()
+    keys = keys.double()
+    nan = keys.isnan()
+    order = torch.sort(keys.masked_fill(nan, float("-inf")), dim=-1, descending=True, stable=True)[1]
+    numbers_first = torch.sort(nan.gather(1, order).int(), dim=-1, stable=True)[1]
+    return order.gather(1, numbers_first)[:, :k]
+
+
+def _outputs(tokens, k, ids_dtype=None):
+    torch = _torch()
+    return (torch.full((tokens, k), float("nan"), device="cuda"),
+            torch.full((tokens, k), -7, dtype=ids_dtype or torch.int32, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("experts", [8, 16, 60, 64, 128, 160, 256, 512])
+@pytest.mark.parametrize("k", [1, 2, 6, 8])
+@pytest.mark.parametrize("tokens", [1, 7, 4096])
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_topk_softmax_against_torch_topk(dtype_name, experts, k, tokens, renormalize):
+    torch = _torch()
+    from jitkern.ops import topk_softmax
+
+    if tokens == 4096 and (dtype_name == "float16" or k in (2, 6)):
+        pytest.skip("covered by the other sizes")  # keeps the GPU run short; the kernel path does not depend on it
+    logits = torch.randn(tokens, experts, device="cuda").to(getattr(torch, dtype_name))
+    w, ids = _outputs(tokens, k)
+    topk_softmax(w, ids, logits, renormalize)
+    probs = torch.softmax(logits.float(), dim=-1)
+    ref_ids = _stable_topk(probs, k)  # bf16/fp16 logits tie often; torch.topk orders ties arbitrarily
+    ref_w = probs.gather(1, ref_ids)
+    assert torch.equal(ids.long(), ref_ids), "ids differ from torch.topk's ranking"
+    if renormalize:
+        ref_w = ref_w / ref_w.sum(-1, keepdim=True)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-6)
+
+
+def test_topk_softmax_ties_nan_int64_and_strided_rows():
+    torch = _torch()
+    from jitkern.ops import topk_softmax
+
+    experts, k = 64, 8
+    logits = torch.randint(-3, 3, (1000, experts), device="cuda").float()  # many ties
+    logits[::3, ::5] = float("nan")
+    logits[5, :60] = float("nan")  # 4 numbers left: 4 NaN experts must fill the rest, lowest index first
+    buf = torch.randn(1000, experts + 8, device="cuda")
+    buf[:, 8:] = logits
+    w, ids = _outputs(1000, k, torch.int64)
+    topk_softmax(w, ids, buf[:, 8:], False)
+    assert torch.equal(ids, _stable_topk(logits, k)), "ties must go to the lowest index and NaN last"
+    probs = torch.softmax(logits.nan_to_num(nan=float("-inf")), dim=-1)
+    torch.testing.assert_close(w, probs.gather(1, ids), rtol=0, atol=1e-6)
+    assert not torch.isnan(logits[0:1].gather(1, ids[0:1])).any(), "a NaN logit was chosen over a number"
+
+
+def _grouped_reference(logits, bias, k, groups, topk_group, renormalize, scaling):
+    """DeepSeek-V3's biased grouped top-k in torch (ties to the lowest index)."""
+    torch = _torch()
+    scores = logits.float().sigmoid()
+    choice = scores + bias if bias is not None else scores.clone()
+    t, e = choice.shape
+    if groups > 1:
+        group_scores = choice.view(t, groups, -1).topk(2, dim=-1)[0].sum(-1)
+        chosen = _stable_topk(group_scores, topk_group)
+        mask = torch.zeros(t, groups, dtype=torch.bool, device=logits.device).scatter_(1, chosen, True)
+        choice = choice.masked_fill(~mask.repeat_interleave(e // groups, dim=1), float("-inf"))
+    ids = _stable_topk(choice, k)
+    w = scores.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return w * scaling, ids
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+@pytest.mark.parametrize("experts,groups,topk_group,k", [(256, 8, 4, 8), (64, 1, 1, 6), (128, 4, 2, 4), (160, 32, 3, 1), (512, 16, 4, 8),
+                                                         (8, 1, 1, 1)])
+@pytest.mark.parametrize("tokens", [1, 63, 4096])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_topk_sigmoid_grouped_against_torch(dtype_name, experts, groups, topk_group, k, tokens, with_bias):
+    torch = _torch()
+    from jitkern.ops import topk_sigmoid
+
+    logits = torch.randn(tokens, experts, device="cuda").to(getattr(torch, dtype_name))
+    bias = torch.randn(experts, device="cuda") * 0.1 if with_bias else None
+    w, ids = _outputs(tokens, k)
+    topk_sigmoid(w, ids, logits, True, bias, num_expert_group=groups, topk_group=topk_group, routed_scaling_factor=2.5)
+    ref_w, ref_ids = _grouped_reference(logits, bias, k, groups, topk_group, True, 2.5)
+    assert torch.equal(ids.long(), ref_ids)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-5)  # 2.5 times a weight within 1e-6
+    w2, ids2 = _outputs(tokens, k)
+    topk_sigmoid(w2, ids2, logits, False, bias, num_expert_group=groups, topk_group=topk_group)
+    ref_w, ref_ids = _grouped_reference(logits, bias, k, groups, topk_group, False, 1.0)
+    assert torch.equal(ids2.long(), ref_ids)
+    torch.testing.assert_close(w2, ref_w, rtol=0, atol=1e-6)
+
+
+def test_topk_sigmoid_ties_and_nan():
+    torch = _torch()
+    from jitkern.ops import topk_sigmoid
+
+    logits = torch.randint(-2, 2, (500, 256), device="cuda").float()
+    logits[::2, ::7] = float("nan")
+    w, ids = _outputs(500, 8)
+    topk_sigmoid(w, ids, logits, False, torch.zeros(256, device="cuda"), num_expert_group=8, topk_group=4)
+    ref_w, ref_ids = _grouped_reference(logits.nan_to_num(nan=float("-inf")), torch.zeros(256, device="cuda"), 8, 8, 4, False, 1.0)
+    assert torch.equal(ids.long(), ref_ids)
+    assert not torch.isnan(logits.gather(1, ids.long())).any()
+
+
+def _align_reference(ids, experts, block_size):
+    torch = _torch()
+    flat = ids.view(-1).long()
+    n = flat.numel()
+    sorted_ids, expert_ids = [], []
+    for e in range(experts):
+        mine = torch.nonzero(flat == e).view(-1).tolist()
+        if not mine:
+            continue
+        padded = -(-len(mine) // block_size) * block_size
+        sorted_ids += mine + [n] * (padded - len(mine))
+        expert_ids += [e] * (padded // block_size)
+    return sorted_ids, expert_ids
+
+
+@pytest.mark.parametrize("experts", [8, 16, 64, 128, 256, 512])
+@pytest.mark.parametrize("block_size", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("tokens,k", [(1, 1), (1, 8), (64, 8), (333, 2), (4096, 8)])
+def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
+    torch = _torch()
+    from jitkern.ops import moe_align_block_size
+    from jitkern.ops.moe import align_sizes
+
+    if tokens == 4096 and experts not in (64, 256):
+        pytest.skip("covered by the other sizes")  # the Python reference is slow at 32768 ids
+    gen = torch.Generator(device="cuda").manual_seed(experts * 1000 + block_size + tokens)
+    # Skewed: half of the experts never chosen (empty experts), the rest unevenly.
+    probs = torch.rand(experts, device="cuda", generator=gen) ** 4
+    probs[1::2] = 0
+    ids = torch.multinomial(probs.expand(tokens, -1), k, replacement=False, generator=gen).int() \
+        if k <= (experts + 1) // 2 else torch.randint(0, experts, (tokens, k), device="cuda", dtype=torch.int32, generator=gen)
+    size, blocks = align_sizes(ids.numel(), experts, block_size)
+    sorted_ids = torch.full((size + 5,), -9, dtype=torch.int32, device="cuda")
+    expert_ids = torch.full((blocks + 2,), -9, dtype=torch.int32, device="cuda")
+    total = torch.full((1,), -9, dtype=torch.int32, device="cuda")
+    moe_align_block_size(ids, experts, block_size, sorted_ids, expert_ids, total)
+    ref_sorted, ref_experts = _align_reference(ids, experts, block_size)
+    t = total.item()
+    assert t == len(ref_sorted)
+    assert sorted_ids[:t].tolist() == ref_sorted, "each expert's ids in order, padded with numel"
+    assert (sorted_ids[t:] == ids.numel()).all(), "the tail is padding"
+    assert expert_ids[: t // block_size].tolist() == ref_experts
+    assert (expert_ids[t // block_size :] == -1).all()
+    # The allocating form, int64 ids and out-of-range ids (expert parallelism's -1) left out.
+    ids64 = ids.long()
+    ids64[0, 0] = -1
+    s2, e2, t2 = moe_align_block_size(ids64, experts, block_size)
+    ref_sorted, ref_experts = _align_reference(ids64, experts, block_size)  # the reference skips -1 as well
+    assert t2.item() == len(ref_sorted) and s2[: t2.item()].tolist() == ref_sorted
+    assert e2[: len(ref_experts)].tolist() == ref_experts
+
+
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+def test_moe_align_block_size_over_many_chunks(ids_dtype):
+    """ids in runs of 128 (one expert per warp and chunk of 4096), then shuffled: every chunk after the
+    first must start from clean per-warp counts, whatever experts the warps saw before."""
+    torch = _torch()
+    from jitkern.ops import moe_align_block_size
+
+    experts, block_size = 64, 16
+    runs = torch.arange(3 * 4096, device="cuda") // 128 % experts
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    shuffled = torch.randint(0, experts, (2 * 4096 + 77,), device="cuda", generator=gen)
+    ids = torch.cat([runs, shuffled]).to(getattr(torch, ids_dtype))
+    sorted_ids, expert_ids, total = moe_align_block_size(ids, experts, block_size)
+    ref_sorted, ref_experts = _align_reference(ids, experts, block_size)
+    assert total.item() == len(ref_sorted)
+    assert sorted_ids[: len(ref_sorted)].tolist() == ref_sorted
+    assert expert_ids[: len(ref_experts)].tolist() == ref_experts
+
+
+def test_bad_inputs_rejected():
+    torch = _torch()
+    from jitkern.ops import moe, moe_align_block_size, topk_sigmoid, topk_softmax
+
+    g = torch.randn(4, 64, device="cuda")
+    w, ids = _outputs(4, 2)
+
+    def rejects(error, match, fn, *args, **kwargs):
+        with pytest.raises(error, match=match) as info:
+            fn(*args, **kwargs)
+        assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+
+    rejects(TypeError, "gating_output must be float16, bfloat16 or float32", topk_softmax, w, ids, g.double())
+    rejects(TypeError, "topk_weights: DType mismatch", topk_softmax, w.half(), ids, g)
+    rejects(TypeError, "topk_ids: DType mismatch", topk_softmax, w, ids.short(), g)
+    rejects(ValueError, r"topk_ids: Size mismatch for shape#1\('topk'\)", topk_softmax, w, ids[:, :1], g)
+    rejects(ValueError, r"topk_weights: Size mismatch for shape#0\('num_tokens'\)", topk_softmax, w[:2], ids, g)
+    rejects(ValueError, "topk must be 1-8", topk_softmax, *_outputs(4, 9), g)
+    rejects(ValueError, "the number of experts must be 1-512", topk_softmax, w, ids, torch.randn(4, 513, device="cuda"))
+    rejects(ValueError, "gating_output: Device mismatch", topk_softmax, w, ids, g.cpu())
+    assert torch.isnan(w).all() and (ids == -7).all(), "a rejected call wrote its outputs"
+    rejects(ValueError, "num_expert_group must be 1-32 and divide", topk_sigmoid, w, ids, g, True, None, num_expert_group=3)
+    rejects(ValueError, "topk_group must be 1-8", topk_sigmoid, w, ids, g, True, None, num_expert_group=8, topk_group=9)
+    rejects(ValueError, r"k \(8\) exceeds the experts of topk_group groups \(4\)", topk_sigmoid, *_outputs(4, 8), torch.randn(4, 16, device="cuda"),
+            True, None, num_expert_group=8, topk_group=2)
+    rejects(ValueError, r"correction_bias: Size mismatch", topk_sigmoid, w, ids, g, True, torch.zeros(32, device="cuda"))
+    rejects(TypeError, r"correction_bias: DType mismatch", topk_sigmoid, w, ids, g, True, torch.zeros(64, device="cuda").half())
+    topk_ids = torch.randint(0, 8, (16, 2), dtype=torch.int32, device="cuda")
+    sorted_ids, expert_ids, total = moe._align_outputs(topk_ids, 8, 16)
+    rejects(ValueError, "sorted_token_ids must hold at least", moe_align_block_size, topk_ids, 8, 16, sorted_ids[:10], expert_ids, total)
+    rejects(ValueError, "expert_ids must hold at least", moe_align_block_size, topk_ids, 8, 16, sorted_ids, expert_ids[:1], total)
+    rejects(ValueError, "num_experts must be 1-512", moe_align_block_size, topk_ids, 600, 16, sorted_ids, expert_ids, total)
+    rejects(TypeError, "topk_ids: DType mismatch", moe_align_block_size, topk_ids.float(), 8, 16, sorted_ids, expert_ids, total)
+    rejects(ValueError, "topk_ids must be contiguous", moe_align_block_size, topk_ids.t(), 8, 16, sorted_ids, expert_ids, total)
+    rejects(ValueError, "block_size must be positive", moe_align_block_size, topk_ids, 8, 0)
+    rejects(TypeError, "block_size must be an int", moe_align_block_size, topk_ids, 8, 16.0)
+
+
+def test_torch_custom_ops():
+    torch = _torch()
+    from jitkern.ops import moe_align_block_size, topk_sigmoid, topk_softmax
+
+    g = torch.randn(9, 256, device="cuda")
+    bias = torch.randn(256, device="cuda")
+    torch.library.opcheck(torch.ops.jitkern.topk_softmax, (*_outputs(9, 8), g, True))
+    torch.library.opcheck(torch.ops.jitkern.topk_sigmoid, (*_outputs(9, 8), g, bias, True, 8, 4, 2.5))
+    ids = torch.randint(0, 256, (9, 8), dtype=torch.int32, device="cuda")
+    torch.library.opcheck(torch.ops.jitkern.moe_align_block_size, (ids, 256, 64))
+
+    def route(logits):
+        w, i = topk_sigmoid(*_outputs(logits.shape[0], 8), logits, True, bias, num_expert_group=8, topk_group=4)
+        ws, is_ = topk_softmax(*_outputs(logits.shape[0], 2), logits, False)
+        return w, i, ws, is_, *moe_align_block_size(i, 256, 64)
+
+    compiled = torch.compile(route, fullgraph=True, dynamic=True)
+    for tokens in (5, 33):
+        logits = torch.randn(tokens, 256, device="cuda")
+        for a, b in zip(compiled(logits), route(logits)):
+            assert torch.equal(a, b)
+    logits = torch.randn(64, 256, device="cuda")
+    w, i = _outputs(64, 8)
+    topk_sigmoid(w, i, logits, True, bias, num_expert_group=8, topk_group=4)
+    outs = moe_align_block_size(i, 256, 64)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        topk_sigmoid(w, i, logits, True, bias, num_expert_group=8, topk_group=4)
+        moe_align_block_size(i, 256, 64, *outs)
+    logits.copy_(torch.randn_like(logits))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_w, ref_ids = _grouped_reference(logits, bias, 8, 8, 4, True, 1.0)
+    assert torch.equal(i.long(), ref_ids)
+    ref_sorted, _ = _align_reference(ref_ids, 256, 64)
+    assert outs[0][: outs[2].item()].tolist() == ref_sorted
