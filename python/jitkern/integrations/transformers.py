@@ -182,6 +182,8 @@ def _patched_forwards(exact_rounding: bool) -> dict:
         return residual
 
     def mlp_forward(self, x):
+        if not _mlp_fusable(self):  # checked again: adapters may have wrapped the projections since apply()
+            return getattr(self, _ORIGINAL)(x)
         gate, up = self.gate_proj.weight, self.up_proj.weight
         if not _runs_kernels(x, gate, up):
             return getattr(self, _ORIGINAL)(x)
@@ -217,8 +219,9 @@ def _unpatch(module) -> bool:
 def apply(model, *, exact_rounding: bool = False) -> int:
     """Patches every recognised RMSNorm, decoder layer and gated MLP of `model` (a torch.nn.Module) in
     place; returns how many modules it patched. Applying twice changes nothing more (a second call with
-    another `exact_rounding` switches the mode). A model with no RMSNorm of a supported family is left
-    as it is, with a warning naming its norm classes, if any."""
+    another `exact_rounding` switches the mode; another call after replacing submodules of a patched
+    model brings the patch up to date). A model with no RMSNorm of a supported family is left as it is,
+    with a warning naming its norm classes, if any."""
     require_torch()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"apply(): model must be a torch.nn.Module, got {type(model).__name__}")
