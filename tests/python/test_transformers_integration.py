@@ -1,12 +1,66 @@
-"""jitkern.integrations.transformers on a small Llama of transformers (random weights, bf16): the patched
-model gives the unpatched logits, eager, compiled and captured in a CUDA graph; the patch is idempotent
-and reversible; a model without a supported norm is left alone with a warning."""
+"""jitkern.integrations.transformers on small models of transformers (random weights, bf16): the patched
+model gives the unpatched logits, eager, compiled and captured in a CUDA graph, and runs the fused
+residual-add norms and the fused MLP; it never writes a tensor its caller holds; the patch is idempotent
+and reversible; a model without a supported norm is left alone with a warning. The first tests need
+neither torch nor a GPU."""
 
 import warnings
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+from jitkern.integrations import transformers as integration
+
+# --- without torch: how modules are recognised and how a layer's positional arguments are named ------
+
+
+class LlamaRMSNorm:
+    def __init__(self):
+        self.weight, self.variance_epsilon = None, 1e-6
+
+
+class LlamaDecoderLayer:
+    input_layernorm = self_attn = post_attention_layernorm = mlp = None
+
+
+class Qwen3MLP:
+    gate_proj = up_proj = down_proj = act_fn = None
+
+
+class GemmaRMSNorm(LlamaRMSNorm):
+    pass
+
+
+def test_modules_are_recognised_by_class_name_and_attributes():
+    assert integration.module_kind(LlamaRMSNorm()) == "norm"
+    assert integration.module_kind(LlamaDecoderLayer()) == "layer"
+    assert integration.module_kind(Qwen3MLP()) == "mlp"
+    assert integration.module_kind(GemmaRMSNorm()) is None, "another family's norm (out = (1 + weight) * x) is not patched"
+    norm = LlamaRMSNorm()
+    del norm.variance_epsilon
+    assert integration.module_kind(norm) is None, "a norm without variance_epsilon is not the one patched"
+
+
+def test_a_layers_positional_arguments_are_named_from_its_forward():
+    def forward(hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False, position_embeddings=None,
+                **kwargs) -> "torch.Tensor":
+        pass
+
+    assert integration.positional_names(forward) == ("attention_mask", "position_ids", "cache", "use_cache", "position_embeddings")
+
+    def returns_a_tuple(hidden_states, attention_mask=None, **kwargs) -> "tuple[torch.Tensor]":
+        pass
+
+    assert integration.positional_names(returns_a_tuple) is None, "a transformers 4.x layer (returning a tuple) is not patched"
+
+    def undeclared(hidden_states, attention_mask=None):
+        pass
+
+    assert integration.positional_names(undeclared) is None
+
+
+# --- on a GPU, with transformers ---------------------------------------------------------------------
+
+FAMILIES = ("Llama", "Qwen2", "Mistral")
 
 
 @pytest.fixture(scope="module")
@@ -16,89 +70,205 @@ def torch():
     return torch
 
 
-def small_llama(torch):
+def small_model(torch, family="Llama"):
     transformers = pytest.importorskip("transformers", reason="NOT RUN: transformers is not installed")
-    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=1000, max_position_embeddings=128)
+    config = getattr(transformers, f"{family}Config")(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                                                      num_key_value_heads=2, vocab_size=1000, max_position_embeddings=128)
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(device="cuda", dtype=torch.bfloat16).eval()
     for module in model.modules():  # norm weights other than ones, so that a misapplied weight shows
-        if type(module).__name__ == "LlamaRMSNorm":
+        if integration.module_kind(module) == "norm":
             module.weight.data.normal_(1.0, 0.3)
     return model
 
 
-def logits(model, ids, torch):
+def logits(model, ids, torch, **kwargs):
     with torch.no_grad():
-        return model(ids).logits.float()
+        return model(ids, **kwargs).logits.float()
 
 
-def test_patched_llama_gives_the_unpatched_logits_and_runs_the_kernel(torch):
-    from jitkern.integrations.transformers import apply, revert
-    from jitkern.ops import rmsnorm
+def kinds(model):
+    """How many modules of each kind are patched."""
+    count = {}
+    for module in model.modules():
+        if "forward" in module.__dict__:
+            kind = integration.module_kind(module)
+            count[kind] = count.get(kind, 0) + 1
+    return count
 
-    model = small_llama(torch)
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Counts the calls of jitkern.ops.fused_add_rmsnorm (which still runs)."""
+    from jitkern.ops import norm
+
+    calls = []
+    real = norm.fused_add_rmsnorm
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(norm, "fused_add_rmsnorm", counting)
+    return calls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+def test_patched_model_gives_the_unpatched_logits_and_runs_the_kernels(torch, family, fused_calls):
+    from jitkern.ops import rmsnorm, silu_and_mul
+
+    model = small_model(torch, family)
     ids = torch.randint(0, 1000, (2, 17), device="cuda")
     expected = logits(model, ids, torch)
-    assert apply(model) == 2 * 2 + 1  # two per decoder layer and the final norm
-    torch.testing.assert_close(logits(model, ids, torch), expected, rtol=0.05, atol=0.05)
+    assert integration.apply(model) == 5 + 2 + 2
+    assert kinds(model) == {"norm": 5, "layer": 2, "mlp": 2}  # two norms per layer and the final one; layers; MLPs
+    patched = logits(model, ids, torch)
+    torch.testing.assert_close(patched, expected, rtol=0.05, atol=0.05)
+    # layer 0 adds into attention's output (its input is the embeddings), then fuses its last add with layer 1's
+    # input norm; layer 1 fuses its post-attention add and its last add with the final norm
+    assert len(fused_calls) == 3 and all(shape == (2, 17, 256) for shape in fused_calls)
+
     norm = model.model.norm
     x = torch.randn(2, 17, 256, dtype=torch.bfloat16, device="cuda")
-    assert torch.equal(norm(x), rmsnorm(x, norm.weight, eps=norm.variance_epsilon)), "the patched norm is jitkern's kernel"
+    with torch.no_grad():
+        assert torch.equal(norm(x), rmsnorm(x, norm.weight, eps=norm.variance_epsilon)), "the patched norm is jitkern's kernel"
+        mlp = model.model.layers[0].mlp
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        assert torch.equal(mlp(x), mlp.down_proj(silu_and_mul(torch.nn.functional.linear(x, gate_up)))), "one GEMM, then silu_and_mul"
 
-    assert apply(model) == 5 and torch.equal(norm(x), rmsnorm(x, norm.weight, eps=norm.variance_epsilon)), "applying twice changes nothing"
-    assert revert(model) == 5 and "forward" not in norm.__dict__
+    assert integration.apply(model) == 9 and kinds(model) == {"norm": 5, "layer": 2, "mlp": 2}, "applying twice changes nothing"
+    assert torch.equal(logits(model, ids, torch), patched)
+    assert integration.revert(model) == 9
+    leftovers = [(type(m).__name__, a) for m in model.modules() for a in m.__dict__ if a.startswith("_jitkern") or a == "forward"]
+    assert leftovers == []
     torch.testing.assert_close(logits(model, ids, torch), expected, rtol=0, atol=0)
-    assert revert(model) == 0
+    assert integration.revert(model) == 0
 
 
+@pytest.mark.gpu
+def test_the_fused_mlp_weight_follows_the_weights(torch):
+    model = small_model(torch)
+    integration.apply(model)
+    mlp = model.model.layers[0].mlp
+    x = torch.randn(5, 256, dtype=torch.bfloat16, device="cuda")
+    with torch.no_grad():
+        before = mlp(x)
+        mlp.up_proj.weight.mul_(2)  # in place: the version counter moves
+        after = mlp(x)
+        expected = type(mlp).forward(mlp, x)
+    assert not torch.equal(after, before)
+    torch.testing.assert_close(after, expected, rtol=0.02, atol=0.02)
+    assert "_jitkern_gate_up" in mlp.__dict__
+    integration.revert(model)
+    assert "_jitkern_gate_up" not in mlp.__dict__
+
+
+@pytest.mark.gpu
+def test_a_tensor_the_caller_holds_is_never_written(torch, fused_calls):
+    model = small_model(torch)
+    ids = torch.randint(0, 1000, (1, 9), device="cuda")
+    with torch.no_grad():
+        embeds = model.model.embed_tokens(ids)
+        held = embeds.clone()
+        expected = model(inputs_embeds=embeds).logits.float()
+        integration.apply(model)
+        got = model(inputs_embeds=embeds).logits.float()
+        assert len(fused_calls) == 3
+        assert torch.equal(embeds, held), "the first layer adds into attention's output, not into its input"
+        torch.testing.assert_close(got, expected, rtol=0.05, atol=0.05)
+
+        # output_hidden_states hooks the layers (for good): they run their original forward, as a hook may keep a
+        # tensor that the fused path writes
+        fused_calls.clear()
+        hidden = model(inputs_embeds=embeds, output_hidden_states=True).hidden_states
+        assert fused_calls == []
+        integration.revert(model)
+        unpatched = model(inputs_embeds=embeds, output_hidden_states=True).hidden_states
+    assert torch.equal(hidden[0], held) and len(hidden) == len(unpatched) == 3
+    for mine, theirs in zip(hidden, unpatched):
+        torch.testing.assert_close(mine, theirs, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.gpu
+def test_with_grad_the_original_forward_runs(torch, fused_calls):
+    model = small_model(torch)
+    ids = torch.randint(0, 1000, (1, 9), device="cuda")
+    expected = model(ids).logits.float()
+    expected.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    integration.apply(model)
+    out = model(ids).logits.float()
+    assert out.requires_grad and fused_calls == []
+    assert torch.equal(out, expected), "every module ran its original forward"
+    out.sum().backward()
+    for p, want in zip(model.parameters(), grads):  # the backward kernels' atomics may sum in another order
+        torch.testing.assert_close(p.grad, want, rtol=0.05, atol=0.05 * float(want.abs().max()))
+
+
+@pytest.mark.gpu
 def test_exact_rounding_keeps_transformers_rounding_order(torch):
-    from jitkern.integrations.transformers import apply
-
-    model = small_llama(torch)
+    model = small_model(torch)
     norm = model.model.norm
     x = torch.randn(64, 256, dtype=torch.bfloat16, device="cuda") * 3
+    ids = torch.randint(0, 1000, (2, 17), device="cuda")
     with torch.no_grad():
         original = norm(x)
-        apply(model, exact_rounding=True)
+        expected = logits(model, ids, torch)
+        assert integration.apply(model, exact_rounding=True) == 5 + 2, "the MLPs keep their own rounding"
+        assert kinds(model) == {"norm": 5, "layer": 2}
         exact = norm(x)
-        apply(model)
+        torch.testing.assert_close(logits(model, ids, torch), expected, rtol=0.05, atol=0.05)
+        # a layer's last add and the next norm, fused: the normalised sum is rounded before the weight multiplies it
+        layer, following = model.model.layers
+        out = layer(torch.randn(2, 17, 256, dtype=torch.bfloat16, device="cuda"),
+                    position_embeddings=model.model.rotary_emb(x, torch.arange(17, device="cuda")[None]))
+        fused = following.input_layernorm.__dict__["_jitkern_prenormed"][1]
+        reference = type(following.input_layernorm).forward(following.input_layernorm, out)
+        integration.apply(model)
         once = norm(x)
     assert (exact == original).float().mean() > 0.99, "rounded to bf16 before the weight, as transformers does"
     torch.testing.assert_close(exact, original, rtol=2**-7, atol=1e-6)
     torch.testing.assert_close(once, original, rtol=2**-6, atol=1e-3)
+    assert (fused == reference).float().mean() > 0.99
+    torch.testing.assert_close(fused, reference, rtol=2**-7, atol=1e-6)
 
 
-def test_compiled_and_captured(torch):
-    from jitkern.integrations.transformers import apply
-
-    model = small_llama(torch)
+@pytest.mark.gpu
+def test_compiled_and_captured(torch, fused_calls):
+    model = small_model(torch)
     ids = torch.randint(0, 1000, (1, 8), device="cuda")
     compiled = torch.compile(model, fullgraph=False)
     expected = logits(compiled, ids, torch)
-    apply(model)
+    integration.apply(model)
+    fused_calls.clear()
     torch.testing.assert_close(logits(compiled, ids, torch), expected, rtol=1e-3, atol=1e-3)  # recompiled on the patch
+    assert fused_calls == [], "compiled, the patched modules run their original forward"
 
-    norm = model.model.norm
-    x = torch.randn(4, 256, dtype=torch.bfloat16, device="cuda")
-    norm(x)  # loads the module before the capture
+    static = ids.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # loads the modules and makes the fused MLP weights before the capture
+        logits(model, static, torch, use_cache=False)
+    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = norm(x)
-    x.copy_(torch.randn_like(x))
+    fused_calls.clear()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        captured = model(static, use_cache=False).logits
+    assert len(fused_calls) == 3, "the capture holds the fused kernels"
+    static.copy_(torch.randint(0, 1000, (1, 8), device="cuda"))
     graph.replay()
-    from jitkern.ops import rmsnorm
+    integration.revert(model)
+    torch.testing.assert_close(captured.float(), logits(model, static, torch, use_cache=False), rtol=0.05, atol=0.05)
 
-    assert torch.equal(y, rmsnorm(x, norm.weight, eps=norm.variance_epsilon))
 
-
+@pytest.mark.gpu
 def test_a_model_without_a_supported_norm_is_left_alone(torch):
-    from jitkern.integrations.transformers import apply
-
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert apply(model) == 0
+        assert integration.apply(model) == 0
     assert any("left unpatched" in str(w.message) for w in caught)
     with pytest.raises(TypeError, match="must be a torch.nn.Module"):
-        apply("not a model")
+        integration.apply("not a model")

@@ -1,20 +1,54 @@
-"""jitkern's kernels in a `transformers` model, in one call: `apply(model)` swaps the forward of every
-RMSNorm of the Llama, Qwen2, Qwen3 and Mistral families for `jitkern.ops.rmsnorm`; `revert(model)`
-restores them. transformers itself is not imported (the modules are recognised by their class names).
+"""jitkern's kernels in a `transformers` (5.x) model, in one call: `apply(model)` patches the modules of
+the Llama, Qwen2, Qwen3 and Mistral families in place; `revert(model)` restores them. transformers itself
+is not imported (the modules are recognised by their class names).
 
-- Eager, the patched norms run jitkern's kernel. Under torch.compile they run their original forward,
-  so that Inductor fuses them with the residual add around them (an opaque custom op would stop that,
-  and the compiled model would be slower); the compiled patched model is the compiled unpatched model.
-- `exact_rounding=True` keeps transformers' rounding order (the normalised value is rounded to the
-  input's dtype before the weight multiplies it), as two steps: the kernel with a weight of ones, then
-  the multiplication. The default rounds once, after the weight (one kernel, and closer to the exact
-  result).
-- A norm whose weight dtype differs from its input's (fp32 weights under autocast) or whose input is
-  not on a CUDA device runs its original forward.
+What runs jitkern's kernels, eager:
+- Every RMSNorm (RMSNORM_CLASSES): `jitkern.ops.rmsnorm`.
+- Every decoder layer (DECODER_LAYER_CLASSES): the residual add after attention and the
+  post-attention norm are one `fused_add_rmsnorm`; so are the layer's last residual add and the norm
+  that follows it (the next layer's input norm, or the model's final norm after the last layer). The
+  layer leaves that normalised value on the next norm, which hands it out when it is called with the
+  layer's output; the next layer then adds into that output in place instead of copying it. A patched
+  layer's output is thus overwritten once it has been passed on to the next layer, as the model's own
+  loop does. A layer input that did not come from the previous patched layer (the embeddings, a
+  caller's tensor) is never written.
+- Every gated MLP (MLP_CLASSES) with SiLU and no bias on gate_proj and up_proj: one GEMM with the gate
+  and up weights concatenated, then `jitkern.ops.silu_and_mul`, then down_proj. The concatenated
+  weight (one more copy of gate and up while patched) is made at the first call, made again when
+  either weight is replaced or changed in place (its data_ptr or version counter; a write through
+  `.data` is not seen), and freed by `revert`.
+
+What runs its original forward:
+- Everything under torch.compile (Inductor fuses the original code with what surrounds it; an opaque
+  custom op would stop that, and the compiled model would be slower): the compiled patched model is the
+  compiled unpatched model.
+- A module whose input is not a CUDA tensor of fp16, bf16 or fp32, or whose weights' dtype differs from
+  it (fp32 weights under autocast); with grad enabled, a module whose input or parameters require grad.
+- A decoder layer with forward hooks (or pre-hooks) on itself or any of its submodules, or
+  with global module hooks: a hook may keep a tensor the fused path overwrites (transformers'
+  `output_hidden_states` and `output_attentions` install such hooks the first time they are asked for,
+  and they stay).
+
+Not patched: attention and its rotary embedding. transformers calls its module-level
+`apply_rotary_pos_emb` from inside each attention's forward (no per-module hook to swap), with cos and
+sin already gathered per token in the activation dtype; jitkern's rope kernel takes positions and an fp32
+cache by position, so patching it means replacing the whole attention forward (projections, KV cache
+update, attention backend) for the rotation alone.
+
+`exact_rounding=True` keeps transformers' rounding order: a norm's normalised value is rounded to the
+input's dtype before the weight multiplies it (the kernel with a weight of ones, then the
+multiplication), and the MLPs are left unpatched (transformers rounds the SiLU and then the product;
+silu_and_mul rounds once, and a GEMM of the concatenated weights need not round as the two GEMMs do).
+The residual adds round as transformers' do in either mode (fused_add_rmsnorm rounds the sum to the
+input's dtype and normalises that rounded sum). Bit-equality with the unpatched model is still not
+guaranteed: the kernels sum the squares in another order than torch's mean, which can move a
+normalised value by one unit in the last place. The default mode rounds a norm once, after the weight
+(one kernel, and closer to the exact result).
 """
 
 from __future__ import annotations
 
+import inspect
 import types
 import warnings
 
@@ -22,61 +56,228 @@ from .._torch import require_torch, torch
 
 # transformers' RMSNorm classes with `weight` and `variance_epsilon` and out = weight * normalised(x).
 RMSNORM_CLASSES = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Qwen3MoeRMSNorm", "MistralRMSNorm", "MixtralRMSNorm")
+# Decoder layers whose forward is x + attn(input_layernorm(x)), then h + mlp(post_attention_layernorm(h)).
+DECODER_LAYER_CLASSES = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer")
+# Gated MLPs: down_proj(act_fn(gate_proj(x)) * up_proj(x)).
+MLP_CLASSES = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP")
+_SILU_CLASSES = ("SiLUActivation", "SiLU")
+
 _ORIGINAL = "_jitkern_original_forward"
+_ONES = "_jitkern_ones"  # a norm's weight of ones (exact_rounding)
+_NEXT_NORM = "_jitkern_next_norm"  # a layer's next norm (the next layer's input norm or the final norm)
+_PRENORMED = "_jitkern_prenormed"  # on a norm: (the previous layer's output, its normalised value)
+_GATE_UP = "_jitkern_gate_up"  # on an MLP: (key of the weights, the concatenated weight)
+_ARG_NAMES = "_jitkern_arg_names"  # on a layer: the names of its original forward's positional arguments
+_WATCHED = "_jitkern_watched"  # on a layer: itself and its submodules, whose hooks send it to its original forward
+_ADDED = (_ORIGINAL, _ONES, _NEXT_NORM, _PRENORMED, _GATE_UP, _ARG_NAMES, _WATCHED)  # every attribute apply may add
 
 
-def _patched_forward(exact_rounding: bool):
+def module_kind(module) -> str | None:
+    """"norm", "layer" or "mlp" for a module apply() recognises by its class name and attributes, else None."""
+    name = type(module).__name__
+    if name in RMSNORM_CLASSES and hasattr(module, "weight") and hasattr(module, "variance_epsilon"):
+        return "norm"
+    if name in DECODER_LAYER_CLASSES and all(hasattr(module, a) for a in ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")):
+        return "layer"
+    if name in MLP_CLASSES and all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+        return "mlp"
+    return None
+
+
+def positional_names(forward) -> tuple[str, ...] | None:
+    """The names of `forward`'s arguments after the first (hidden_states) that a caller may pass by
+    position, or None when its signature cannot be read or it does not return a tensor (a transformers
+    4.x layer returns a tuple)."""
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+    if signature.return_annotation not in ("torch.Tensor", getattr(torch, "Tensor", None)):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in signature.parameters.values() if p.kind in kinds)[1:]
+
+
+def _hooked(modules) -> bool:
+    """Whether a forward hook could see a tensor that the fused path overwrites."""
+    nn_module = torch.nn.modules.module
+    return bool(getattr(nn_module, "_global_forward_hooks", None) or getattr(nn_module, "_global_forward_pre_hooks", None)) or \
+        any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+
+
+def _runs_kernels(x, *weights) -> bool:
+    """Whether the kernels may run on input x with these weights (eager, CUDA, a kernel dtype, weights of
+    x's dtype, nothing for autograd to track)."""
+    if torch.compiler.is_compiling() or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return False
+    if any(w.dtype != x.dtype for w in weights):
+        return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
+
+
+def _version(t) -> int:
+    return -1 if t.is_inference() else t._version  # an inference tensor has no version counter
+
+
+def _take_prenormed(norm, x):
+    """The normalised x that the previous layer left on `norm`, or None when it left none for x."""
+    stash = norm.__dict__.pop(_PRENORMED, None)
+    return stash[1] if stash is not None and stash[0] is x else None
+
+
+def _patched_forwards(exact_rounding: bool) -> dict:
+    """The patched forwards by module kind ("mlp" missing in exact_rounding mode)."""
     require_torch()
-    from ..ops import rmsnorm
+    from ..ops import act, norm as norm_ops
 
-    def forward(self, hidden_states):
-        weight = self.weight
-        if (torch.compiler.is_compiling() or not hidden_states.is_cuda or weight.dtype != hidden_states.dtype
-                or hidden_states.dtype not in (torch.float16, torch.bfloat16, torch.float32)):
+    def ones_like(norm):
+        weight = norm.weight
+        ones = norm.__dict__.get(_ONES)
+        if ones is None or ones.shape != weight.shape or ones.dtype != weight.dtype or ones.device != weight.device:
+            ones = norm.__dict__[_ONES] = torch.ones_like(weight)
+        return ones
+
+    def add_norm(norm, x, residual):
+        """residual += x, returns norm(residual) (written into x)."""
+        if exact_rounding:
+            norm_ops.fused_add_rmsnorm(x, residual, ones_like(norm), norm.variance_epsilon)
+            return norm.weight * x
+        norm_ops.fused_add_rmsnorm(x, residual, norm.weight, norm.variance_epsilon)
+        return x
+
+    def norm_forward(self, hidden_states):
+        if torch.compiler.is_compiling():
+            return getattr(self, _ORIGINAL)(hidden_states)
+        prenormed = _take_prenormed(self, hidden_states)
+        if prenormed is not None:
+            return prenormed
+        if not _runs_kernels(hidden_states, self.weight):
             return getattr(self, _ORIGINAL)(hidden_states)
         if exact_rounding:
-            ones = getattr(self, "_jitkern_ones", None)
-            if ones is None or ones.shape != weight.shape or ones.dtype != weight.dtype or ones.device != weight.device:
-                ones = torch.ones_like(weight)
-                self._jitkern_ones = ones
-            return weight * rmsnorm(hidden_states, ones, eps=self.variance_epsilon)
-        return rmsnorm(hidden_states, weight, eps=self.variance_epsilon)
+            return self.weight * norm_ops.rmsnorm(hidden_states, ones_like(self), eps=self.variance_epsilon)
+        return norm_ops.rmsnorm(hidden_states, self.weight, eps=self.variance_epsilon)
 
-    return forward
+    def layer_forward(self, hidden_states, *args, **kwargs):
+        first, second = self.input_layernorm, self.post_attention_layernorm
+        if not _runs_kernels(hidden_states, first.weight, second.weight) or \
+                (torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())) or \
+                _hooked(self.__dict__[_WATCHED]):
+            return getattr(self, _ORIGINAL)(hidden_states, *args, **kwargs)
+        kwargs.update(zip(self.__dict__[_ARG_NAMES], args))
+        normed = _take_prenormed(first, hidden_states)
+        owned = normed is not None  # hidden_states is the previous patched layer's own sum: ours to write
+        if not owned:
+            normed = first(hidden_states)
+        attn, _ = self.self_attn(hidden_states=normed, **kwargs)
+        if owned:
+            residual, normed = hidden_states, add_norm(second, attn, hidden_states)
+        else:  # the sum goes to attention's fresh output, so that the caller's tensor stays as it was
+            residual = attn.add_(hidden_states)
+            normed = second(residual)
+        out = self.mlp(normed)
+        following = self.__dict__.get(_NEXT_NORM)
+        if following is None or following.weight.dtype != residual.dtype:
+            return residual.add_(out)
+        following.__dict__[_PRENORMED] = (residual, add_norm(following, out, residual))
+        return residual
+
+    def mlp_forward(self, x):
+        if not _mlp_fusable(self):  # checked again: adapters may have wrapped the projections since apply()
+            return getattr(self, _ORIGINAL)(x)
+        gate, up = self.gate_proj.weight, self.up_proj.weight
+        if not _runs_kernels(x, gate, up):
+            return getattr(self, _ORIGINAL)(x)
+        key = (gate.data_ptr(), up.data_ptr(), _version(gate), _version(up), gate.shape, up.shape)
+        cached = self.__dict__.get(_GATE_UP)
+        if cached is None or cached[0] != key:
+            self.__dict__.pop(_GATE_UP, None)  # the stale copy goes before the new one is made
+            cached = self.__dict__[_GATE_UP] = (key, torch.cat([gate, up]))
+        return self.down_proj(act.silu_and_mul(torch.nn.functional.linear(x, cached[1])))
+
+    forwards = {"norm": norm_forward, "layer": layer_forward}
+    if not exact_rounding:
+        forwards["mlp"] = mlp_forward
+    return forwards
+
+
+def _mlp_fusable(mlp) -> bool:
+    linear = torch.nn.Linear
+    return (type(mlp.act_fn).__name__ in _SILU_CLASSES and type(mlp.gate_proj) is linear and type(mlp.up_proj) is linear
+            and mlp.gate_proj.bias is None and mlp.up_proj.bias is None)
+
+
+def _unpatch(module) -> bool:
+    original = module.__dict__.get(_ORIGINAL)
+    for name in _ADDED:
+        module.__dict__.pop(name, None)
+    if original is None:
+        return False
+    del module.forward  # the instance attribute: the class's forward applies again
+    return True
 
 
 def apply(model, *, exact_rounding: bool = False) -> int:
-    """Patches every recognised RMSNorm of `model` (a torch.nn.Module) in place; returns how many. Applying
-    twice changes nothing more (a second call with another `exact_rounding` switches the mode). A model
-    with none is left as it is, with a warning naming its norm classes, if any."""
+    """Patches every recognised RMSNorm, decoder layer and gated MLP of `model` (a torch.nn.Module) in
+    place; returns how many modules it patched. Applying twice changes nothing more (a second call with
+    another `exact_rounding` switches the mode; another call after replacing submodules of a patched
+    model brings the patch up to date). A model with no RMSNorm of a supported family is left as it is,
+    with a warning naming its norm classes, if any."""
     require_torch()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"apply(): model must be a torch.nn.Module, got {type(model).__name__}")
-    forward = _patched_forward(bool(exact_rounding))
-    patched, unknown = 0, set()
+    forwards = _patched_forwards(bool(exact_rounding))
+    patched, unknown = [], set()
     for module in model.modules():
-        name = type(module).__name__
-        if name in RMSNORM_CLASSES and hasattr(module, "weight") and hasattr(module, "variance_epsilon"):
-            if _ORIGINAL not in module.__dict__:
-                module.__dict__[_ORIGINAL] = module.forward
-            module.forward = types.MethodType(forward, module)
-            patched += 1
-        elif "norm" in name.lower() and "RMS" in name:
-            unknown.add(name)
-    if not patched:
+        kind = module_kind(module)
+        if kind == "layer":
+            names = positional_names(module.__dict__.get(_ORIGINAL, module.forward))
+            kind = kind if names is not None else None
+        if kind == "mlp" and not _mlp_fusable(module):
+            kind = None
+        if kind is None or kind not in forwards:
+            _unpatch(module)
+            if kind is None and "norm" in type(module).__name__.lower() and "RMS" in type(module).__name__:
+                unknown.add(type(module).__name__)
+            continue
+        if _ORIGINAL not in module.__dict__:
+            module.__dict__[_ORIGINAL] = module.forward
+        if kind == "layer":
+            module.__dict__[_ARG_NAMES] = names
+            module.__dict__[_WATCHED] = tuple(module.modules())
+        module.__dict__.pop(_PRENORMED, None)
+        module.forward = types.MethodType(forwards[kind], module)
+        patched.append(module)
+    _link_layers(model)
+    if not any(module_kind(m) == "norm" for m in patched):
         warnings.warn(f"jitkern.integrations.transformers.apply: no RMSNorm of a supported family in {type(model).__name__} "
                       f"(supported: {', '.join(RMSNORM_CLASSES)}{'; found ' + ', '.join(sorted(unknown)) if unknown else ''}); "
                       "the model is left unpatched", stacklevel=2)
-    return patched
+    return len(patched)
+
+
+def _link_layers(model) -> None:
+    """Gives each patched decoder layer of a `layers` list its next norm: the next layer's input norm, or
+    after the last layer the `norm` beside the list (the model's final norm), where that is patched."""
+    def patched(module, kind):
+        return module is not None and module_kind(module) == kind and _ORIGINAL in module.__dict__
+
+    for parent in model.modules():
+        layers = getattr(parent, "layers", None)
+        if not isinstance(layers, torch.nn.ModuleList):
+            continue
+        final = getattr(parent, "norm", None)
+        for i, layer in enumerate(layers):
+            if not patched(layer, "layer"):
+                continue
+            following = layers[i + 1].input_layernorm if i + 1 < len(layers) and patched(layers[i + 1], "layer") else \
+                final if i + 1 == len(layers) else None
+            if patched(following, "norm"):
+                layer.__dict__[_NEXT_NORM] = following
+            else:
+                layer.__dict__.pop(_NEXT_NORM, None)
 
 
 def revert(model) -> int:
-    """Restores every norm apply() patched; returns how many."""
-    restored = 0
-    for module in model.modules():
-        original = module.__dict__.pop(_ORIGINAL, None)
-        if original is not None:
-            del module.forward  # the instance attribute: the class's forward applies again
-            module.__dict__.pop("_jitkern_ones", None)
-            restored += 1
-    return restored
+    """Restores every module apply() patched and drops what it added (the fused MLP weights included);
+    returns how many modules it restored."""
+    return sum(_unpatch(module) for module in model.modules())
