@@ -147,21 +147,35 @@ def test_patched_model_gives_the_unpatched_logits_and_runs_the_kernels(torch, fa
 
 
 @pytest.mark.gpu
-def test_the_fused_mlp_weight_follows_the_weights(torch):
+def test_the_mlp_weights_become_one_buffer_without_a_copy(torch):
     model = small_model(torch)
     integration.apply(model)
     mlp = model.model.layers[0].mlp
+    gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
+    original = (gate.detach().clone(), up.detach().clone())
     x = torch.randn(5, 256, dtype=torch.bfloat16, device="cuda")
     with torch.no_grad():
         before = mlp(x)
-        mlp.up_proj.weight.mul_(2)  # in place: the version counter moves
+        allocated = torch.cuda.memory_allocated()
+        mlp(x)
+        assert torch.cuda.memory_allocated() == allocated, "the fused weight is the parameters' own storage"
+    assert mlp.gate_proj.weight is gate and mlp.up_proj.weight is up, "the Parameter objects stay"
+    assert gate.untyped_storage().data_ptr() == up.untyped_storage().data_ptr()
+    assert up.storage_offset() == gate.storage_offset() + gate.numel()
+    assert torch.equal(gate, original[0]) and torch.equal(up, original[1])
+    with torch.no_grad():
+        up.mul_(2)  # in place: the next call sees it
         after = mlp(x)
         expected = type(mlp).forward(mlp, x)
-    assert not torch.equal(after, before)
-    torch.testing.assert_close(after, expected, rtol=0.02, atol=0.02)
-    assert "_jitkern_gate_up" in mlp.__dict__
+        assert not torch.equal(after, before)
+        torch.testing.assert_close(after, expected, rtol=0.02, atol=0.02)
+        mlp.gate_proj.weight = torch.nn.Parameter(original[0] * 3)  # replaced: moved into one buffer again
+        torch.testing.assert_close(mlp(x), type(mlp).forward(mlp, x), rtol=0.02, atol=0.02)
+    gate = mlp.gate_proj.weight
+    assert gate.untyped_storage().data_ptr() == up.untyped_storage().data_ptr()
     integration.revert(model)
-    assert "_jitkern_gate_up" not in mlp.__dict__
+    assert gate.untyped_storage().data_ptr() != up.untyped_storage().data_ptr(), "revert gives each weight its own storage"
+    assert torch.equal(gate, original[0] * 3) and torch.equal(up, original[1] * 2)
 
 
 @pytest.mark.gpu

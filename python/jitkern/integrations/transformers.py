@@ -13,10 +13,12 @@ What runs jitkern's kernels, eager:
   loop does. A layer input that did not come from the previous patched layer (the embeddings, a
   caller's tensor) is never written.
 - Every gated MLP (MLP_CLASSES) with SiLU and no bias on gate_proj and up_proj: one GEMM with the gate
-  and up weights concatenated, then `jitkern.ops.silu_and_mul`, then down_proj. The concatenated
-  weight (one more copy of gate and up while patched) is made at the first call, made again when
-  either weight is replaced or changed in place (its data_ptr or version counter; a write through
-  `.data` is not seen), and freed by `revert`.
+  and up weights as one matrix, then `jitkern.ops.silu_and_mul`, then down_proj. At its first call the
+  MLP moves the two weights into one buffer (gate rows, then up rows) and points both parameters at
+  their halves (`.data`; the Parameter objects stay), so the patch costs no memory and an in-place
+  change of either weight is seen at once; a weight replaced since is moved again at the next call.
+  `revert` gives each weight its own storage again (tensors that share a storage cannot be saved with
+  safetensors).
 
 What runs its original forward:
 - Everything under torch.compile (Inductor fuses the original code with what surrounds it; an opaque
@@ -66,10 +68,9 @@ _ORIGINAL = "_jitkern_original_forward"
 _ONES = "_jitkern_ones"  # a norm's weight of ones (exact_rounding)
 _NEXT_NORM = "_jitkern_next_norm"  # a layer's next norm (the next layer's input norm or the final norm)
 _PRENORMED = "_jitkern_prenormed"  # on a norm: (the previous layer's output, its normalised value)
-_GATE_UP = "_jitkern_gate_up"  # on an MLP: (key of the weights, the concatenated weight)
 _ARG_NAMES = "_jitkern_arg_names"  # on a layer: the names of its original forward's positional arguments
 _WATCHED = "_jitkern_watched"  # on a layer: itself and its submodules, whose hooks send it to its original forward
-_ADDED = (_ORIGINAL, _ONES, _NEXT_NORM, _PRENORMED, _GATE_UP, _ARG_NAMES, _WATCHED)  # every attribute apply may add
+_ADDED = (_ORIGINAL, _ONES, _NEXT_NORM, _PRENORMED, _ARG_NAMES, _WATCHED)  # every attribute apply may add
 
 
 def module_kind(module) -> str | None:
@@ -115,8 +116,26 @@ def _runs_kernels(x, *weights) -> bool:
     return not (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
 
 
-def _version(t) -> int:
-    return -1 if t.is_inference() else t._version  # an inference tensor has no version counter
+def _gate_up_weight(gate, up):
+    """gate's and up's weights as one [gate rows + up rows, hidden] view: where they are not already the
+    two halves of one buffer, they are moved into one and both parameters point at their halves."""
+    rows, hidden = gate.shape[0], gate.shape[1]
+    adjacent = (gate.is_contiguous() and up.is_contiguous() and up.shape[1] == hidden and up.dtype == gate.dtype
+                and up.untyped_storage().data_ptr() == gate.untyped_storage().data_ptr()
+                and up.storage_offset() == gate.storage_offset() + gate.numel())
+    if not adjacent:
+        with torch.inference_mode(False), torch.no_grad():  # parameters must not become inference tensors
+            fused = torch.cat([gate.detach(), up.detach()])
+            gate.data, up.data = fused[:rows], fused[rows:]  # the old storages are freed with their last reference
+    return gate.detach().as_strided((rows + up.shape[0], hidden), (hidden, 1))
+
+
+def _separate_gate_up(mlp) -> None:
+    """Gives gate's and up's weights their own storage again (undoes _gate_up_weight)."""
+    gate, up = getattr(mlp.gate_proj, "weight", None), getattr(mlp.up_proj, "weight", None)
+    if isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor) and gate.untyped_storage().data_ptr() == up.untyped_storage().data_ptr():
+        with torch.inference_mode(False), torch.no_grad():
+            gate.data, up.data = gate.detach().clone(), up.detach().clone()
 
 
 def _take_prenormed(norm, x):
@@ -187,12 +206,7 @@ def _patched_forwards(exact_rounding: bool) -> dict:
         gate, up = self.gate_proj.weight, self.up_proj.weight
         if not _runs_kernels(x, gate, up):
             return getattr(self, _ORIGINAL)(x)
-        key = (gate.data_ptr(), up.data_ptr(), _version(gate), _version(up), gate.shape, up.shape)
-        cached = self.__dict__.get(_GATE_UP)
-        if cached is None or cached[0] != key:
-            self.__dict__.pop(_GATE_UP, None)  # the stale copy goes before the new one is made
-            cached = self.__dict__[_GATE_UP] = (key, torch.cat([gate, up]))
-        return self.down_proj(act.silu_and_mul(torch.nn.functional.linear(x, cached[1])))
+        return self.down_proj(act.silu_and_mul(torch.nn.functional.linear(x, _gate_up_weight(gate, up))))
 
     forwards = {"norm": norm_forward, "layer": layer_forward}
     if not exact_rounding:
@@ -208,6 +222,8 @@ def _mlp_fusable(mlp) -> bool:
 
 def _unpatch(module) -> bool:
     original = module.__dict__.get(_ORIGINAL)
+    if original is not None and module_kind(module) == "mlp":
+        _separate_gate_up(module)
     for name in _ADDED:
         module.__dict__.pop(name, None)
     if original is None:
