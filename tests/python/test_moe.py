@@ -126,7 +126,7 @@ def test_topk_sigmoid_ties_and_nan():
 
 def _align_reference(ids, experts, block_size):
     torch = _torch()
-    flat = ids.view(-1).long()
+    flat = ids.reshape(-1).long()
     n = flat.numel()
     sorted_ids, expert_ids = [], []
     for e in range(experts):
