@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <regex>
 #include <stdexcept>
@@ -170,6 +171,7 @@ class Compile {
     for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
     if (!host.empty()) phases += ", C++ " + format_seconds(seconds_since(t0));
     objects.push_back(cuda_obj);
+    objects.insert(objects.end(), m_cuda_objects.begin(), m_cuda_objects.end());
     if (rc != 0) return rc;
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<std::string> link = {m_p.host_cxx};
@@ -186,9 +188,10 @@ class Compile {
   // Everything the compilers printed. nvcc's host and device phases parse the same source, so an error
   // both report is shown once: the device phases' output only where it adds something.
   std::string output() const {
-    std::string text, device;
+    std::string text, other;
     fs::read_file(log(), &text);
-    if (fs::read_file(device_log(), &device) && text.find(device) == std::string::npos) text += device;
+    for (const auto& path : {device_log(), stub_log()})
+      if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += other;
     return text;
   }
   std::vector<std::string> commands;
@@ -209,6 +212,8 @@ class Compile {
   }
 
   std::string device_log() const { return m_scratch + "/device.log"; }
+  std::string stub_log() const { return m_scratch + "/stub.log"; }
+  std::string in_dir(const std::string& command) const { return "(cd " + fs::shell_quote(m_scratch) + " && " + command + ")"; }
 
   int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env, const std::string& log_path) {
     for (const auto& c : cmds) {
@@ -238,16 +243,34 @@ class Compile {
       if (fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text) &&
           nvcc::plan(text, depfile, &pipe)) {
         // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
-        const std::string id_path = pipe.module_id_path[0] == '/' ? pipe.module_id_path : m_scratch + "/" + pipe.module_id_path;
-        fs::write_file_atomic(id_path, "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
-        for (const auto* chain : {&pipe.host_chain, &pipe.device_chain, &pipe.finish})
-          for (const auto& c : *chain) record("(cd " + fs::shell_quote(m_scratch) + " && " + c + ")");
-        int device_rc = 0;
-        std::thread device([&] { device_rc = run_shell_chain(pipe.device_chain, pipe.env, device_log()); });
-        const int host_rc = run_shell_chain(pipe.host_chain, pipe.env, log());
+        const auto in_scratch = [&](const std::string& path) { return path[0] == '/' ? path : m_scratch + "/" + path; };
+        fs::write_file_atomic(in_scratch(pipe.module_id_path), "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
+        fs::write_file_atomic(in_scratch(pipe.embedded_fatbin_path), nvcc::fatbin_declaration());
+        fs::write_file_atomic(m_scratch + "/fatbin.s", nvcc::fatbin_assembly(pipe.fatbin_path));
+        const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "fatbin.s", "-o", "fatbin.o"};
+        for (const auto& c : pipe.host_chain) record(in_dir(c));
+        for (const auto* c : {&pipe.device_preprocess, &pipe.stub}) record(in_dir(*c));
+        for (const auto& c : pipe.device_compile) record(in_dir(c));
+        record(in_dir(pipe.host_compile));
+        record(in_dir(fs::join_command(embed)));
+        std::promise<int> preprocessed;
+        int device_rc = 0, stub_rc = 0;
+        std::thread device([&] {
+          device_rc = run_shell_chain({pipe.device_preprocess}, pipe.env, device_log());
+          preprocessed.set_value(device_rc);
+          if (device_rc == 0) device_rc = run_shell_chain(pipe.device_compile, pipe.env, device_log());
+          if (device_rc == 0) device_rc = fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+        });
+        std::thread stub([&, done = preprocessed.get_future()]() mutable {
+          stub_rc = done.get();
+          if (stub_rc == 0) stub_rc = run_shell_chain({pipe.stub}, pipe.env, stub_log());
+        });
+        int host_rc = run_shell_chain(pipe.host_chain, pipe.env, log());
+        stub.join();
+        if (host_rc == 0 && stub_rc == 0) host_rc = run_shell_chain({pipe.host_compile}, pipe.env, log());
         device.join();
-        if (host_rc != 0 || device_rc != 0) return first_failure(host_rc, device_rc);
-        return run_shell_chain(pipe.finish, pipe.env, log());
+        m_cuda_objects.push_back(m_scratch + "/fatbin.o");
+        return first_failure(first_failure(device_rc, host_rc), stub_rc);
       }
     }
     auto cmd = m_p.cuda_compile;
@@ -257,6 +280,7 @@ class Compile {
 
   const plan::Plan& m_p;
   std::string m_scratch, m_cwd, m_cuda_lib;
+  std::vector<std::string> m_cuda_objects;  // linked beside device.o (the pipeline's fatbin)
   double m_timeout;
 };
 

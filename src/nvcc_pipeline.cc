@@ -5,6 +5,59 @@
 
 namespace jitkern::nvcc {
 
+namespace {
+
+// The quoted value after `open` (an option up to its opening quote: nvcc quotes every path it prints)
+// in `cmd`: its position and length in `*at` and `*len`.
+bool find_value(const std::string& cmd, const std::string& open, std::size_t* at, std::size_t* len) {
+  const auto o = cmd.find(open);
+  if (o == std::string::npos) return false;
+  const auto end = cmd.find('"', o + open.size());
+  if (end == std::string::npos) return false;
+  *at = o + open.size(), *len = end - *at;
+  return true;
+}
+
+bool value_of(const std::string& cmd, const std::string& open, std::string* value) {
+  std::size_t at, len;
+  if (!find_value(cmd, open, &at, &len)) return false;
+  *value = cmd.substr(at, len);
+  return true;
+}
+
+// Appends `suffix` to the quoted value after `open`.
+bool suffix_value(std::string& cmd, const std::string& open, const std::string& suffix) {
+  std::size_t at, len;
+  if (!find_value(cmd, open, &at, &len)) return false;
+  cmd.insert(at + len, suffix);
+  return true;
+}
+
+// Removes the option `open`...`"` and the blank before it.
+bool erase_option(std::string& cmd, const std::string& open) {
+  std::size_t at, len;
+  if (!find_value(cmd, open, &at, &len)) return false;
+  std::size_t from = at - open.size();
+  if (from > 0 && cmd[from - 1] == ' ') --from;
+  cmd.erase(from, at + len + 1 - from);
+  return true;
+}
+
+constexpr const char* kFatbinSymbol = "jitkern_fatbin_data";
+
+// From cicc's command, the front-end-only run that writes the stub where nvcc planned it (and its
+// other outputs beside their planned names); the full run's stub goes to a side file instead.
+bool split_cicc(const std::string& cicc, std::string* stub, std::string* full) {
+  const auto space = cicc.find(' ');
+  if (space == std::string::npos) return false;
+  *stub = cicc.substr(0, space) + " --device-syntax-only" + cicc.substr(space);
+  *full = cicc;
+  return suffix_value(*stub, "--gen_c_file_name \"", ".frontend") && suffix_value(*stub, "--gen_device_file_name \"", ".frontend") &&
+         suffix_value(*stub, " -o \"", ".frontend") && suffix_value(*full, "--stub_file_name \"", ".unused");
+}
+
+}  // namespace
+
 bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) {
   *out = Pipeline{};
   for (const auto& line : text::split_lines(dryrun)) {
@@ -18,33 +71,57 @@ bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) 
       if (name != "INCLUDES" && name != "SYSTEM_INCLUDES" && name != "LIBRARIES") out->env.push_back(cmd);
       continue;
     }
+    const bool preprocess = cmd.find(" -E ") != std::string::npos;
     if (first.find("cudafe++") != std::string::npos) {
       const std::string gen = " --gen_module_id_file";
       const auto g = cmd.find(gen);
-      if (g == std::string::npos) return false;
+      if (g == std::string::npos || !value_of(cmd, "--module_id_file_name \"", &out->module_id_path)) return false;
       cmd.erase(g, gen.size());
-      const std::string key = "--module_id_file_name \"";
-      const auto m = cmd.find(key);
-      if (m == std::string::npos) return false;
-      const auto end = cmd.find('"', m + key.size());
-      if (end == std::string::npos) return false;
-      out->module_id_path = cmd.substr(m + key.size(), end - m - key.size());
       out->host_chain.push_back(cmd);
-    } else if (cmd.find(" -E ") != std::string::npos && cmd.find(".cpp4.ii\"") != std::string::npos) {
+    } else if (preprocess && cmd.find(".cpp4.ii\"") != std::string::npos) {
       out->host_chain.insert(out->host_chain.begin(), cmd + " -MD -MF " + fs::shell_quote(depfile));
-    } else if (cmd.find(" -E ") != std::string::npos && cmd.find(".cpp1.ii\"") != std::string::npos) {
-      out->device_chain.insert(out->device_chain.begin(), cmd);
-    } else if (first.find("cicc") != std::string::npos || first == "ptxas" || first == "fatbinary") {
-      out->device_chain.push_back(cmd);
-    } else if (cmd.find(" -c ") != std::string::npos && cmd.find(".cudafe1.cpp") != std::string::npos) {
-      out->finish.push_back(cmd);
-    } else if (first == "rm") {
-      out->finish.push_back(cmd);
+    } else if (preprocess && cmd.find(".cpp1.ii\"") != std::string::npos && out->device_preprocess.empty()) {
+      out->device_preprocess = cmd;
+    } else if (first.find("cicc") != std::string::npos && out->device_compile.empty()) {
+      std::string full;
+      if (!split_cicc(cmd, &out->stub, &full)) return false;
+      out->device_compile.push_back(full);
+    } else if (first == "ptxas" && out->device_compile.size() == 1) {
+      out->device_compile.push_back(cmd);
+    } else if (first == "fatbinary" && out->device_compile.size() == 2) {
+      if (!value_of(cmd, "--create=\"", &out->fatbin_path) || !value_of(cmd, "--embedded-fatbin=\"", &out->embedded_fatbin_path) ||
+          !erase_option(cmd, "--embedded-fatbin=\""))
+        return false;
+      out->device_compile.push_back(cmd);
+    } else if (cmd.find(" -c ") != std::string::npos && cmd.find(".cudafe1.cpp") != std::string::npos && out->host_compile.empty()) {
+      out->host_compile = cmd;
     } else {
       return false;  // a phase we do not know how to order
     }
   }
-  return out->host_chain.size() == 2 && out->device_chain.size() == 4 && !out->finish.empty() && !out->module_id_path.empty();
+  return out->host_chain.size() == 2 && !out->device_preprocess.empty() && out->device_compile.size() == 3 &&
+         !out->host_compile.empty() && !out->module_id_path.empty();
+}
+
+std::string fatbin_declaration() {
+  return std::string("// written by jitkern in place of nvcc's embedded fatbin (the data is linked in from its own object)\n"
+                     "#include \"fatbinary_section.h\"\n"
+                     "#define __CUDAFATBINSECTION FATBIN_CONTROL_SECTION_NAME\n"
+                     "#define __CUDAFATBINDATASECTION FATBIN_DATA_SECTION_NAME\n"
+                     "extern \"C\" const unsigned long long ") + kFatbinSymbol + "[];\n"
+         "extern \"C\" { static const __fatBinC_Wrapper_t __fatDeviceText __attribute__((aligned(8))) "
+         "__attribute__((section(__CUDAFATBINSECTION))) = {FATBINC_MAGIC, FATBINC_VERSION, " + kFatbinSymbol + ", 0}; }\n";
+}
+
+std::string fatbin_assembly(const std::string& fatbin_path) {
+  std::string path;
+  for (const char c : fatbin_path) {
+    if (c == '"' || c == '\\') path += '\\';
+    path += c;
+  }
+  const std::string sym = kFatbinSymbol;
+  return ".section .nv_fatbin, \"a\"\n.balign 8\n.globl " + sym + "\n.hidden " + sym + "\n" + sym + ":\n.incbin \"" + path +
+         "\"\n.section .note.GNU-stack, \"\", %progbits\n";
 }
 
 }  // namespace jitkern::nvcc

@@ -1,8 +1,15 @@
 // nvcc runs its phases one after another: host preprocessing and cudafe++, then device
-// preprocessing, cicc, ptxas and fatbinary, then the host compile of the generated code. The device
-// chain needs from cudafe++ only the module id, so the engine writes that id itself and runs the two
-// chains in parallel. The commands come from `nvcc --dryrun`, so flags and paths are nvcc's own;
-// anything unexpected in the dry run means a plain nvcc invocation instead.
+// preprocessing, cicc, ptxas and fatbinary, then the host compile of the generated code. The engine
+// runs them as three chains instead:
+//   host:   preprocessing and cudafe++ (which needs from the device side only the module id: the
+//           engine writes it itself), then the host compile;
+//   stub:   after the device preprocessing, cicc's front end alone (--device-syntax-only), which
+//           writes the host stub of the kernels that the host compile includes;
+//   device: preprocessing, cicc, ptxas, fatbinary, in parallel with the host compile.
+// nvcc's host compile also includes the fatbin as data, which would make it wait for ptxas; the
+// engine writes that included file as a declaration instead (fatbin_declaration) and links the fatbin
+// in from an object of its own (fatbin_assembly). The commands come from `nvcc --dryrun`, so flags
+// and paths are nvcc's own; anything unexpected in the dry run means a plain nvcc invocation instead.
 #pragma once
 
 #include <string>
@@ -11,14 +18,28 @@
 namespace jitkern::nvcc {
 
 struct Pipeline {
-  std::vector<std::string> env;                                // NAME=value
-  std::vector<std::string> host_chain, device_chain, finish;  // shell command lines
+  std::vector<std::string> env;             // NAME=value
+  std::vector<std::string> host_chain;      // preprocessing, cudafe++
+  std::string device_preprocess;            // its output feeds `stub` and `device_compile`
+  std::string stub;                         // cicc's front end: writes the host stub, nothing else that is used
+  std::vector<std::string> device_compile;  // cicc (its stub goes to a side file), ptxas, fatbinary (the fatbin only)
+  std::string host_compile;                 // after host_chain and stub
   std::string module_id_path;
+  std::string fatbin_path;                  // the fatbin fatbinary creates
+  std::string embedded_fatbin_path;         // the file the stub includes (fatbin_declaration())
 };
 
 // Plans the pipeline from `nvcc --dryrun --keep` output; the host preprocessing step also writes
 // make-style dependencies to `depfile`. False when the dry run has a shape this parser does not know
 // (the caller then runs nvcc as one command).
 bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out);
+
+// The file the host stub includes in place of nvcc's embedded fatbin: the runtime's wrapper around a
+// fatbin that fatbin_assembly() defines.
+std::string fatbin_declaration();
+
+// Assembler source that embeds the fatbin at `fatbin_path` (relative to the assembler's directory or
+// absolute) under the symbol fatbin_declaration() refers to.
+std::string fatbin_assembly(const std::string& fatbin_path);
 
 }  // namespace jitkern::nvcc

@@ -17,21 +17,31 @@ std::string recorded(const std::string& name) {
   return s.str();
 }
 
-void expect_two_chains(const std::string& dryrun) {
+void expect_three_chains(const std::string& dryrun) {
   jitkern::nvcc::Pipeline p;
   ASSERT_FALSE(dryrun.empty());
   ASSERT_TRUE(jitkern::nvcc::plan(dryrun, "/tmp/scratch/it's.d", &p));
   ASSERT_EQ(p.host_chain.size(), 2u);
-  ASSERT_EQ(p.device_chain.size(), 4u);
   EXPECT_NE(p.host_chain[0].find(".cpp4.ii\""), std::string::npos);
   EXPECT_NE(p.host_chain[0].find(" -MD -MF '/tmp/scratch/it'\\''s.d'"), std::string::npos) << "the depfile is shell-quoted";
   EXPECT_EQ(p.host_chain[1].find("--gen_module_id_file"), std::string::npos) << "cudafe++ must read the id, not write it";
-  EXPECT_NE(p.device_chain[0].find(".cpp1.ii\""), std::string::npos);
-  EXPECT_NE(p.device_chain[1].find("cicc"), std::string::npos);
-  EXPECT_EQ(p.device_chain[2].rfind("ptxas", 0), 0u);
-  EXPECT_EQ(p.device_chain[3].rfind("fatbinary", 0), 0u);
-  ASSERT_FALSE(p.finish.empty());
-  EXPECT_NE(p.finish[0].find(".cudafe1.cpp"), std::string::npos);
+  EXPECT_NE(p.device_preprocess.find(".cpp1.ii\""), std::string::npos);
+  ASSERT_EQ(p.device_compile.size(), 3u);
+  // The front-end run writes the stub the host compile includes, and nothing else under a used name.
+  EXPECT_EQ(p.stub.rfind("\"$CICC_PATH/cicc\" --device-syntax-only ", 0), 0u) << p.stub;
+  EXPECT_NE(p.stub.find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c\""), std::string::npos);
+  EXPECT_NE(p.stub.find("-o \"/tmp/scratch/nvcc/device.ptx.frontend\""), std::string::npos);
+  EXPECT_NE(p.stub.find("--gen_c_file_name \"/tmp/scratch/nvcc/device.cudafe1.c.frontend\""), std::string::npos);
+  // The full cicc run leaves the stub alone (it writes a side file) and writes the PTX ptxas reads.
+  EXPECT_NE(p.device_compile[0].find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c.unused\""), std::string::npos);
+  EXPECT_EQ(p.device_compile[0].find("--device-syntax-only"), std::string::npos);
+  EXPECT_NE(p.device_compile[0].find("-o \"/tmp/scratch/nvcc/device.ptx\""), std::string::npos);
+  EXPECT_EQ(p.device_compile[1].rfind("ptxas", 0), 0u);
+  EXPECT_EQ(p.device_compile[2].rfind("fatbinary", 0), 0u);
+  EXPECT_EQ(p.device_compile[2].find("--embedded-fatbin"), std::string::npos) << "the fatbin is linked, not included";
+  EXPECT_EQ(p.fatbin_path, "/tmp/scratch/nvcc/device.fatbin");
+  EXPECT_EQ(p.embedded_fatbin_path, "/tmp/scratch/nvcc/device.fatbin.c");
+  EXPECT_NE(p.host_compile.find(".cudafe1.cpp"), std::string::npos);
   EXPECT_EQ(p.module_id_path, "/tmp/scratch/nvcc/device.module_id");
   bool has_cicc_path = false;
   for (const auto& e : p.env) has_cicc_path = has_cicc_path || e.rfind("CICC_PATH=", 0) == 0;
@@ -41,7 +51,17 @@ void expect_two_chains(const std::string& dryrun) {
 
 }  // namespace
 
-TEST(NvccPipeline, PlansCuda13DryRun) { expect_two_chains(recorded("nvcc-13.0-dryrun.txt")); }
+TEST(NvccPipeline, PlansCuda13DryRun) { expect_three_chains(recorded("nvcc-13.0-dryrun.txt")); }
+
+TEST(NvccPipeline, FatbinAssemblyQuotesItsPathAndDeclaresTheSymbolTheStubUses) {
+  const std::string s = jitkern::nvcc::fatbin_assembly("nvcc/a\"b\\c.fatbin");
+  EXPECT_NE(s.find(".incbin \"nvcc/a\\\"b\\\\c.fatbin\""), std::string::npos) << s;
+  EXPECT_NE(s.find(".section .note.GNU-stack"), std::string::npos) << "no executable stack";
+  const std::string d = jitkern::nvcc::fatbin_declaration();
+  EXPECT_NE(d.find("jitkern_fatbin_data[]"), std::string::npos);
+  EXPECT_NE(s.find("jitkern_fatbin_data:"), std::string::npos);
+  EXPECT_NE(d.find("__fatDeviceText"), std::string::npos) << "the name the stub registers";
+}
 
 TEST(NvccPipeline, UnknownPhaseOrTruncatedDryRunFallsBack) {
   const std::string text = recorded("nvcc-13.0-dryrun.txt");
@@ -52,4 +72,7 @@ TEST(NvccPipeline, UnknownPhaseOrTruncatedDryRunFallsBack) {
   std::string no_id = text;
   no_id.erase(no_id.find(" --gen_module_id_file"), 21);
   EXPECT_FALSE(jitkern::nvcc::plan(no_id, "/d", &p));
+  std::string no_embedded = text;
+  no_embedded.erase(no_embedded.find(" --embedded-fatbin="), 19);
+  EXPECT_FALSE(jitkern::nvcc::plan(no_embedded, "/d", &p)) << "a fatbinary without --embedded-fatbin=\"...\" is not ours to split";
 }
