@@ -61,7 +61,7 @@ def run(code: str, site: str, cache: str, cpu: int | None = None) -> dict[str, f
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []  # one core: process-to-process placement noise out
     out = subprocess.run([*pin, sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
     if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
+        raise RuntimeError(f"{site}: " + out.stderr[-3000:])
     results = {}
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):

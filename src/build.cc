@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <climits>
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 #include <cstring>
 #include <future>
 #include <map>
-#include <regex>
 #include <stdexcept>
 #include <thread>
 
@@ -347,6 +347,82 @@ const plan::Plan::WrapperLine* wrapper_at(const plan::Plan& p, const std::string
   return nullptr;
 }
 
+// A compiler diagnostic's location and message. The parsers below take the shortest file name that
+// lets the rest of the line match, as the regular expressions in their comments would (std::regex is
+// not used: constructing one crashed the process on a GPU host whose GCC 13 built the engine).
+struct Diagnostic {
+  std::string file;
+  int line = 0;
+  std::string message;
+};
+
+// The end of the digits at `at` (== at where there are none).
+std::size_t digits_end(const std::string& s, std::size_t at) {
+  while (at < s.size() && s[at] >= '0' && s[at] <= '9') ++at;
+  return at;
+}
+
+// `word` at `at`, not followed by a word character.
+bool word_at(const std::string& s, std::size_t at, const std::string& word) {
+  if (s.compare(at, word.size(), word) != 0) return false;
+  const std::size_t end = at + word.size();
+  return end == s.size() || !(std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '_');
+}
+
+// "error..." or "<prefix>error..." at `at`.
+bool error_at(const std::string& s, std::size_t at, const std::string& prefix) {
+  return word_at(s, at, "error") || (s.compare(at, prefix.size(), prefix) == 0 && word_at(s, at + prefix.size(), "error"));
+}
+
+Diagnostic diagnostic(const std::string& s, std::size_t file_end, std::size_t line_begin, std::size_t line_end, std::size_t message) {
+  return {s.substr(0, file_end), static_cast<int>(std::strtol(s.substr(line_begin, line_end - line_begin).c_str(), nullptr, 10)),
+          message < s.size() ? s.substr(message) : std::string()};
+}
+
+// gcc and clang: ^(.+?):(\d+)(?::\d+)?: ((?:fatal )?error\b.*)$
+bool gcc_error(const std::string& s, Diagnostic* out) {
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    const std::size_t line_end = s[i] == ':' ? digits_end(s, i + 1) : i + 1;
+    if (line_end == i + 1) continue;
+    const std::size_t col_end = line_end < s.size() && s[line_end] == ':' ? digits_end(s, line_end + 1) : line_end + 1;
+    for (const std::size_t at : {col_end > line_end + 1 ? col_end : std::string::npos, line_end}) {
+      if (at == std::string::npos || s.compare(at, 2, ": ") != 0 || !error_at(s, at + 2, "fatal ")) continue;
+      *out = diagnostic(s, i, i + 1, line_end, at + 2);
+      return true;
+    }
+  }
+  return false;
+}
+
+// nvcc's front ends: ^(.+?)\((\d+)\): ((?:catastrophic )?error\b.*)$
+bool edg_error(const std::string& s, Diagnostic* out) {
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    const std::size_t line_end = s[i] == '(' ? digits_end(s, i + 1) : i + 1;
+    if (line_end == i + 1 || s.compare(line_end, 3, "): ") != 0 || !error_at(s, line_end + 3, "catastrophic ")) continue;
+    *out = diagnostic(s, i, i + 1, line_end, line_end + 3);
+    return true;
+  }
+  return false;
+}
+
+// gcc's notes that name where a macro was expanded or a template required:
+// ^(.+?):(\d+):\d+:? +(?:note: in expansion of macro|required from)\b.*$
+bool macro_context(const std::string& s, Diagnostic* out) {
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    const std::size_t line_end = s[i] == ':' ? digits_end(s, i + 1) : i + 1;
+    if (line_end == i + 1 || line_end >= s.size() || s[line_end] != ':') continue;
+    std::size_t at = digits_end(s, line_end + 1);
+    if (at == line_end + 1) continue;
+    if (at < s.size() && s[at] == ':') ++at;
+    const std::size_t blanks = at;
+    while (at < s.size() && s[at] == ' ') ++at;
+    if (at == blanks || !(word_at(s, at, "note: in expansion of macro") || word_at(s, at, "required from"))) continue;
+    *out = diagnostic(s, i, i + 1, line_end, at);
+    return true;
+  }
+  return false;
+}
+
 // The cause a failed compile's message leads with, in the user's terms: the compiler's first error in
 // the request's own sources ("path:line:col: error: ..." from gcc and clang, "path(line): error: ..."
 // from nvcc), else its first error about a wrapper, named by its field, export name and expression
@@ -354,31 +430,27 @@ const plan::Plan::WrapperLine* wrapper_at(const plan::Plan& p, const std::string
 // a note beside it), else its first error outside the generated sources and the toolchain, else its
 // first error; empty if there is none.
 std::string first_error(const std::string& log, const plan::Plan& p, const std::string& scratch) {
-  static const std::regex gcc(R"(^(.+?):(\d+)(?::\d+)?: ((?:fatal )?error\b.*)$)");
-  static const std::regex edg(R"(^(.+?)\((\d+)\): ((?:catastrophic )?error\b.*)$)");
-  static const std::regex context(R"(^(.+?):(\d+):\d+:? +(?:note: in expansion of macro|required from)\b.*$)");
   const auto lines = text::split_lines(log);
   const auto absolute = [&](const std::string& file) { return file[0] == '/' ? file : scratch + "/" + file; };
-  const auto line_of = [](const std::ssub_match& digits) { return static_cast<int>(std::strtol(digits.str().c_str(), nullptr, 10)); };
   std::vector<std::size_t> errors;
-  std::vector<std::smatch> found;
+  std::vector<Diagnostic> found;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].rfind("nvcc fatal", 0) == 0) return lines[i];  // nvcc refused the command itself (an arch, a flag)
-    std::smatch m;
-    if (std::regex_match(lines[i], m, gcc) || std::regex_match(lines[i], m, edg)) errors.push_back(i), found.push_back(m);
+    Diagnostic d;
+    if (gcc_error(lines[i], &d) || edg_error(lines[i], &d)) errors.push_back(i), found.push_back(d);
   }
   std::string wrapper, outside, any;
   for (std::size_t k = 0; k < errors.size(); ++k) {
-    const std::smatch& m = found[k];
-    const std::string file = absolute(m[1].str());
+    const Diagnostic& d = found[k];
+    const std::string file = absolute(d.file);
     if (std::find(p.sources.begin(), p.sources.end(), file) != p.sources.end()) return lines[errors[k]];
-    const plan::Plan::WrapperLine* w = wrapper_at(p, scratch, file, line_of(m[2]));
+    const plan::Plan::WrapperLine* w = wrapper_at(p, scratch, file, d.line);
     // The notes between the previous error and the next name the wrapper line it came from.
     for (std::size_t i = k == 0 ? 0 : errors[k - 1] + 1, end = k + 1 < errors.size() ? errors[k + 1] : lines.size(); !w && i < end; ++i) {
-      std::smatch c;
-      if (std::regex_match(lines[i], c, context)) w = wrapper_at(p, scratch, absolute(c[1].str()), line_of(c[2]));
+      Diagnostic c;
+      if (macro_context(lines[i], &c)) w = wrapper_at(p, scratch, absolute(c.file), c.line);
     }
-    if (w != nullptr && wrapper.empty()) wrapper = w->field + " '" + w->name + "' (" + w->expr + "): " + m[3].str();
+    if (w != nullptr && wrapper.empty()) wrapper = w->field + " '" + w->name + "' (" + w->expr + "): " + d.message;
     if (outside.empty() && file.rfind(scratch + "/", 0) != 0 && !under_any(file, p.dep_exclude_prefixes)) outside = lines[errors[k]];
     if (any.empty()) any = lines[errors[k]];
   }

@@ -10,7 +10,7 @@ import jitkern
 from jitkern import BuildError, JitSpec
 from jitkern.ops.add_constant import spec as add_constant_spec
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed"), pytest.mark.toolchain]
 
 
 @pytest.mark.parametrize("constant", CONSTANTS)

@@ -13,6 +13,8 @@ import pytest
 import jitkern
 from test_store import clean_env, open_dir, require_read_only_mounts, run  # noqa: F401 (open_dir: a fixture)
 
+pytestmark = pytest.mark.toolchain
+
 KERNEL_CPU = "#include <cstdint>\ntemplate <int N> inline int64_t affine_cpu(int64_t x) { return N * x + 1; }\n"
 KERNEL_CUDA = ("#include <jitkern/utils.cuh>\ntemplate <int N> __global__ void fill(int* p) { *p = N; }\n"
                "template <int N> inline void affine_cuda(int64_t ptr) {\n"
