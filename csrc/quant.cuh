@@ -313,8 +313,16 @@ struct QuantOps {
   using QDTypes = host::DTypeList<uint8_t, fp8_e4m3_t, int8_t>;
 
   // input [N, H] -> output_q [N, H] (fp8), output_s [1] (fp32): read (static) or written (dynamic, whatever
-  // it held before).
-  static void per_tensor_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s, bool is_static) {
+  // it held before). Static and dynamic are separate exports (modules), so that a call compiles only its own.
+  static void per_tensor_quant_static(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+    per_tensor_quant<true>(input, output_q, output_s);
+  }
+  static void per_tensor_quant_dynamic(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+    per_tensor_quant<false>(input, output_q, output_s);
+  }
+
+  template <bool kStatic>
+  static void per_tensor_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s) {
     using namespace host;
     auto device = SymbolicDevice{};
     Operands ops = operands(input, output_q, device);
@@ -322,7 +330,7 @@ struct QuantOps {
     RuntimeCheck(!is_type<int8_t>(output_q.dtype()), "per_tensor_quant: output_q must be float8_e4m3fn, got int8");
     auto* scale = static_cast<float*>(output_s.data_ptr());
     if (ops.rows * ops.hidden == 0) {
-      if (!is_static) zero_float_async(scale, ops.device);  // the amax of nothing
+      if (!kStatic) zero_float_async(scale, ops.device);  // the amax of nothing
       return;
     }
     dispatch_vec(ops, [&](auto vec_tag, auto one_row_tag) {
@@ -332,36 +340,39 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
       const int cc = runtime::get_cc_major(ops.device.device_id);
-      if (is_static) return static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device, cc >= 9);
-      const int64_t sms = runtime::get_sm_count(ops.device.device_id);
-      // Unaligned rows (kVec == 1) are rare: they take the general launches only, which keeps the module small.
-      if constexpr (kVec > 1) {
-        if (shape.total_vecs <= kQuantOneCtaVecs) {
-          const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
-          LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
-              .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
-          return;
+      if constexpr (kStatic) {
+        static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device, cc >= 9);
+      } else {
+        const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+        // Unaligned rows (kVec == 1) are rare: they take the general launches only, which keeps the module small.
+        if constexpr (kVec > 1) {
+          if (shape.total_vecs <= kQuantOneCtaVecs) {
+            const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
+            LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
+                .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+            return;
+          }
+          const auto split = [&](auto vecs_tag, int threads) {
+            constexpr int kVecs = decltype(vecs_tag)::value;
+            const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
+            const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
+            auto* p = static_cast<float*>(parts.view().data_ptr());
+            LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+                .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
+            LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
+                .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+          };
+          if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
+          if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+            return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
         }
-        const auto split = [&](auto vecs_tag, int threads) {
-          constexpr int kVecs = decltype(vecs_tag)::value;
-          const int64_t grid = div_ceil(shape.total_vecs, int64_t{threads} * kVecs);
-          const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
-          auto* p = static_cast<float*>(parts.view().data_ptr());
-          LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-              .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
-          LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-              .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
-        };
-        if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
-        if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
-          return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
+        zero_float_async(scale, ops.device);
+        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
+        LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
+            .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+        LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
+            .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
       }
-      zero_float_async(scale, ops.device);
-      const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
-      LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
-          .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
-      LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
-          .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
     });
   }
 
@@ -467,19 +478,25 @@ struct QuantOps {
     }
   }
 
-  // output_q = fp8(rmsnorm(input) * weight / s): static (scales [1], read) or dynamic per token (scales [N],
-  // written). The normalised values are rounded to T first, as rmsnorm writes them.
-  static void rmsnorm_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
-                            jitkern::TensorView scales, double eps, bool dynamic) {
-    const TokenRows<T> rows(input, weight, nullptr, nullptr, eps);
-    norm_quant<false>(rows, output_q, scales, dynamic);
+  // output_q = fp8(rmsnorm(input) * weight / s): static (scale [1], read) or dynamic per token (output_s [N],
+  // written), one export each. The normalised values are rounded to T first, as rmsnorm writes them.
+  static void rmsnorm_quant_static(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
+                                   jitkern::TensorView scale, double eps) {
+    norm_quant<false, false>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, scale);
+  }
+  static void rmsnorm_quant_dynamic(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
+                                    jitkern::TensorView output_s, double eps) {
+    norm_quant<false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s);
   }
 
   // residual += input; output_q = fp8(rmsnorm(residual) * weight / s) (input is left as it was).
-  static void fused_add_rmsnorm_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
-                                      jitkern::TensorView output_q, jitkern::TensorView scales, double eps, bool dynamic) {
-    const TokenRows<T> rows(input, weight, nullptr, &residual, eps);
-    norm_quant<true>(rows, output_q, scales, dynamic);
+  static void fused_add_rmsnorm_quant_static(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
+                                             jitkern::TensorView output_q, jitkern::TensorView scale, double eps) {
+    norm_quant<true, false>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, scale);
+  }
+  static void fused_add_rmsnorm_quant_dynamic(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
+                                              jitkern::TensorView output_q, jitkern::TensorView output_s, double eps) {
+    norm_quant<true, true>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s);
   }
 
  private:
@@ -571,8 +588,8 @@ struct QuantOps {
     }
   }
 
-  template <bool kFusedAdd>
-  static void norm_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView scales, bool dynamic) {
+  template <bool kFusedAdd, bool kDynamic>
+  static void norm_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView scales) {
     using namespace host;
     auto q_stride = SymbolicSize{"output_q_row_stride"};
     auto device = SymbolicDevice{};
@@ -584,13 +601,13 @@ struct QuantOps {
         .verify(output_q, "output_q");
     TokenRows<T>::check_rows(rows.tokens, rows.params.hidden, q_stride, "output_q");
     auto s_stride = SymbolicSize{"scale_stride"};
-    TensorMatcher({dynamic ? rows.tokens : 1}).with_strides({s_stride}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(
-        scales, dynamic ? "output_s" : "scale");
-    RuntimeCheck(!dynamic || rows.tokens <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous");
+    TensorMatcher({kDynamic ? rows.tokens : 1}).with_strides({s_stride}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(
+        scales, kDynamic ? "output_s" : "scale");
+    RuntimeCheck(!kDynamic || rows.tokens <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous");
     auto* q = static_cast<uint8_t*>(output_q.data_ptr());
     auto* s = static_cast<float*>(scales.data_ptr());
     const int64_t qs = TokenRows<T>::stride_of(q_stride);
-    if (dynamic) {
+    if constexpr (kDynamic) {
       launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, kQuantScaleEps});
     } else {
       launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, false>{q, qs, nullptr, s, 0.0f});

@@ -3,6 +3,7 @@
 // compile in a scratch directory, record what the compiler read, publish through the store. The store
 // (store.h) owns every file and lock; this file owns compiling and what a build's outcome means.
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <climits>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -134,6 +136,26 @@ std::string generated_sources(const plan::Plan& p) {
   return out;
 }
 
+// This process's CUDA compiles share its CPUs: each takes (CPUs it may run on) / (compiles running)
+// for its own parallelism (split compilation, a front-end run of its own).
+class CpuShare {
+ public:
+  CpuShare() : cpus(std::max(1, usable_cpus() / (s_running.fetch_add(1) + 1))) {}
+  ~CpuShare() { s_running.fetch_sub(1); }
+  CpuShare(const CpuShare&) = delete;
+  CpuShare& operator=(const CpuShare&) = delete;
+  const int cpus;
+
+ private:
+  static int usable_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  static inline std::atomic<int> s_running{0};
+};
+
 class Compile {
  public:
   Compile(const plan::Plan& p, const std::string& scratch, const std::string& cwd, double timeout_s)
@@ -227,6 +249,8 @@ class Compile {
   // no cache path (quotes, spaces, $) ever reaches a command line.
   int compile_cuda() {
     m_cuda_lib = toolchain::cuda_lib_dir(m_p.nvcc);
+    const CpuShare share;
+    const int cpus = share.cpus;
     const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
     depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
     // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
@@ -236,6 +260,8 @@ class Compile {
     if (shell_safe && settings::flag("JITKERN_NVCC_PIPELINE")) {
       ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
       auto dry = m_p.cuda_compile;
+      // cicc and ptxas split their work over this compile's share of the CPUs (the code is the same).
+      if (cpus > 1) dry.push_back("--split-compile=" + std::to_string(cpus));
       dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
       const std::string dry_log = m_scratch + "/dryrun.txt";
       nvcc::Pipeline pipe;
@@ -248,25 +274,35 @@ class Compile {
         fs::write_file_atomic(in_scratch(pipe.embedded_fatbin_path), nvcc::fatbin_declaration());
         fs::write_file_atomic(m_scratch + "/fatbin.s", nvcc::fatbin_assembly(pipe.fatbin_path));
         const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "fatbin.s", "-o", "fatbin.o"};
-        for (const auto& c : pipe.host_chain) record(in_dir(c));
-        for (const auto* c : {&pipe.device_preprocess, &pipe.stub}) record(in_dir(*c));
-        for (const auto& c : pipe.device_compile) record(in_dir(c));
-        record(in_dir(pipe.host_compile));
-        record(in_dir(fs::join_command(embed)));
-        std::promise<int> preprocessed;
-        int device_rc = 0, stub_rc = 0;
+        // A front-end run of its own for the stub pays where CPUs would otherwise idle (one compile
+        // takes about three at a time); among parallel builds it only adds work.
+        const bool frontend = cpus >= 3;
+        const std::vector<std::string> ciccs = frontend ? std::vector<std::string>{pipe.cicc_frontend, pipe.cicc_ptx} : std::vector<std::string>{pipe.cicc};
+        std::vector<std::string> all = pipe.host_chain;
+        all.push_back(pipe.device_preprocess);
+        all.insert(all.end(), ciccs.begin(), ciccs.end());
+        all.insert(all.end(), pipe.device_back.begin(), pipe.device_back.end());
+        all.insert(all.end(), {pipe.host_compile, fs::join_command(embed)});
+        for (const auto& c : all) record(in_dir(c));
+        std::promise<int> preprocessed, stub_written;
+        int device_rc = 0;
         std::thread device([&] {
           device_rc = run_shell_chain({pipe.device_preprocess}, pipe.env, device_log());
           preprocessed.set_value(device_rc);
-          if (device_rc == 0) device_rc = run_shell_chain(pipe.device_compile, pipe.env, device_log());
+          if (device_rc == 0) device_rc = run_shell_chain({frontend ? pipe.cicc_ptx : pipe.cicc}, pipe.env, device_log());
+          if (!frontend) stub_written.set_value(device_rc);
+          if (device_rc == 0) device_rc = run_shell_chain(pipe.device_back, pipe.env, device_log());
           if (device_rc == 0) device_rc = fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
         });
-        std::thread stub([&, done = preprocessed.get_future()]() mutable {
-          stub_rc = done.get();
-          if (stub_rc == 0) stub_rc = run_shell_chain({pipe.stub}, pipe.env, stub_log());
-        });
+        std::thread stub;
+        if (frontend)
+          stub = std::thread([&, done = preprocessed.get_future()]() mutable {
+            const int rc = done.get();
+            stub_written.set_value(rc != 0 ? rc : run_shell_chain({pipe.cicc_frontend}, pipe.env, stub_log()));
+          });
         int host_rc = run_shell_chain(pipe.host_chain, pipe.env, log());
-        stub.join();
+        const int stub_rc = stub_written.get_future().get();
+        if (stub.joinable()) stub.join();
         if (host_rc == 0 && stub_rc == 0) host_rc = run_shell_chain({pipe.host_compile}, pipe.env, log());
         device.join();
         m_cuda_objects.push_back(m_scratch + "/fatbin.o");

@@ -46,14 +46,14 @@ bool erase_option(std::string& cmd, const std::string& open) {
 constexpr const char* kFatbinSymbol = "jitkern_fatbin_data";
 
 // From cicc's command, the front-end-only run that writes the stub where nvcc planned it (and its
-// other outputs beside their planned names); the full run's stub goes to a side file instead.
-bool split_cicc(const std::string& cicc, std::string* stub, std::string* full) {
+// other outputs beside their planned names), and the full run with its stub written to a side file.
+bool split_cicc(const std::string& cicc, std::string* frontend, std::string* ptx) {
   const auto space = cicc.find(' ');
   if (space == std::string::npos) return false;
-  *stub = cicc.substr(0, space) + " --device-syntax-only" + cicc.substr(space);
-  *full = cicc;
-  return suffix_value(*stub, "--gen_c_file_name \"", ".frontend") && suffix_value(*stub, "--gen_device_file_name \"", ".frontend") &&
-         suffix_value(*stub, " -o \"", ".frontend") && suffix_value(*full, "--stub_file_name \"", ".unused");
+  *frontend = cicc.substr(0, space) + " --device-syntax-only" + cicc.substr(space);
+  *ptx = cicc;
+  return suffix_value(*frontend, "--gen_c_file_name \"", ".frontend") && suffix_value(*frontend, "--gen_device_file_name \"", ".frontend") &&
+         suffix_value(*frontend, " -o \"", ".frontend") && suffix_value(*ptx, "--stub_file_name \"", ".unused");
 }
 
 }  // namespace
@@ -82,24 +82,23 @@ bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) 
       out->host_chain.insert(out->host_chain.begin(), cmd + " -MD -MF " + fs::shell_quote(depfile));
     } else if (preprocess && cmd.find(".cpp1.ii\"") != std::string::npos && out->device_preprocess.empty()) {
       out->device_preprocess = cmd;
-    } else if (first.find("cicc") != std::string::npos && out->device_compile.empty()) {
-      std::string full;
-      if (!split_cicc(cmd, &out->stub, &full)) return false;
-      out->device_compile.push_back(full);
-    } else if (first == "ptxas" && out->device_compile.size() == 1) {
-      out->device_compile.push_back(cmd);
-    } else if (first == "fatbinary" && out->device_compile.size() == 2) {
+    } else if (first.find("cicc") != std::string::npos && out->cicc.empty()) {
+      out->cicc = cmd;
+      if (!split_cicc(cmd, &out->cicc_frontend, &out->cicc_ptx)) return false;
+    } else if (first == "ptxas" && !out->cicc.empty() && out->device_back.empty()) {
+      out->device_back.push_back(cmd);
+    } else if (first == "fatbinary" && out->device_back.size() == 1) {
       if (!value_of(cmd, "--create=\"", &out->fatbin_path) || !value_of(cmd, "--embedded-fatbin=\"", &out->embedded_fatbin_path) ||
           !erase_option(cmd, "--embedded-fatbin=\""))
         return false;
-      out->device_compile.push_back(cmd);
+      out->device_back.push_back(cmd);
     } else if (cmd.find(" -c ") != std::string::npos && cmd.find(".cudafe1.cpp") != std::string::npos && out->host_compile.empty()) {
       out->host_compile = cmd;
     } else {
       return false;  // a phase we do not know how to order
     }
   }
-  return out->host_chain.size() == 2 && !out->device_preprocess.empty() && out->device_compile.size() == 3 &&
+  return out->host_chain.size() == 2 && !out->device_preprocess.empty() && out->device_back.size() == 2 &&
          !out->host_compile.empty() && !out->module_id_path.empty();
 }
 

@@ -1,11 +1,11 @@
 // nvcc runs its phases one after another: host preprocessing and cudafe++, then device
 // preprocessing, cicc, ptxas and fatbinary, then the host compile of the generated code. The engine
-// runs them as three chains instead:
+// runs them as parallel chains instead:
 //   host:   preprocessing and cudafe++ (which needs from the device side only the module id: the
-//           engine writes it itself), then the host compile;
-//   stub:   after the device preprocessing, cicc's front end alone (--device-syntax-only), which
-//           writes the host stub of the kernels that the host compile includes;
-//   device: preprocessing, cicc, ptxas, fatbinary, in parallel with the host compile.
+//           engine writes it itself), then, once the host stub of the kernels exists, the host compile;
+//   device: preprocessing, cicc (which writes the stub), ptxas, fatbinary, in parallel with the host
+//           compile. Where CPUs are free, cicc's front end alone (--device-syntax-only) writes the stub
+//           in a process of its own, so that the host compile need not wait for cicc's code generation.
 // nvcc's host compile also includes the fatbin as data, which would make it wait for ptxas; the
 // engine writes that included file as a declaration instead (fatbin_declaration) and links the fatbin
 // in from an object of its own (fatbin_assembly). The commands come from `nvcc --dryrun`, so flags
@@ -20,10 +20,12 @@ namespace jitkern::nvcc {
 struct Pipeline {
   std::vector<std::string> env;             // NAME=value
   std::vector<std::string> host_chain;      // preprocessing, cudafe++
-  std::string device_preprocess;            // its output feeds `stub` and `device_compile`
-  std::string stub;                         // cicc's front end: writes the host stub, nothing else that is used
-  std::vector<std::string> device_compile;  // cicc (its stub goes to a side file), ptxas, fatbinary (the fatbin only)
-  std::string host_compile;                 // after host_chain and stub
+  std::string device_preprocess;            // its output feeds every cicc run
+  std::string cicc;                         // nvcc's: the PTX and the host stub
+  std::string cicc_frontend;                // the host stub alone (and side files nothing reads)
+  std::string cicc_ptx;                     // `cicc` with its stub written to a side file (beside cicc_frontend)
+  std::vector<std::string> device_back;     // ptxas, fatbinary (the fatbin file only)
+  std::string host_compile;                 // after host_chain and the stub
   std::string module_id_path;
   std::string fatbin_path;                  // the fatbin fatbinary creates
   std::string embedded_fatbin_path;         // the file the stub includes (fatbin_declaration())

@@ -244,7 +244,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.nvcc = tc.nvcc.path;
     const std::string& arch = p.cuda_arch = tc.cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
-    p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=0", "-gencode=arch=" + compute + ",code=" + arch,
+    p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "-gencode=arch=" + compute + ",code=" + arch,
                       "-Xcompiler", "-fPIC,-fvisibility=hidden"};
     if (tc.cxx_from_env) p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", tc.cxx.path});
     p.cuda_compile.insert(p.cuda_compile.end(), includes.begin(), includes.end());

@@ -17,7 +17,7 @@ std::string recorded(const std::string& name) {
   return s.str();
 }
 
-void expect_three_chains(const std::string& dryrun) {
+void expect_pipeline(const std::string& dryrun) {
   jitkern::nvcc::Pipeline p;
   ASSERT_FALSE(dryrun.empty());
   ASSERT_TRUE(jitkern::nvcc::plan(dryrun, "/tmp/scratch/it's.d", &p));
@@ -26,19 +26,20 @@ void expect_three_chains(const std::string& dryrun) {
   EXPECT_NE(p.host_chain[0].find(" -MD -MF '/tmp/scratch/it'\\''s.d'"), std::string::npos) << "the depfile is shell-quoted";
   EXPECT_EQ(p.host_chain[1].find("--gen_module_id_file"), std::string::npos) << "cudafe++ must read the id, not write it";
   EXPECT_NE(p.device_preprocess.find(".cpp1.ii\""), std::string::npos);
-  ASSERT_EQ(p.device_compile.size(), 3u);
-  // The front-end run writes the stub the host compile includes, and nothing else under a used name.
-  EXPECT_EQ(p.stub.rfind("\"$CICC_PATH/cicc\" --device-syntax-only ", 0), 0u) << p.stub;
-  EXPECT_NE(p.stub.find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c\""), std::string::npos);
-  EXPECT_NE(p.stub.find("-o \"/tmp/scratch/nvcc/device.ptx.frontend\""), std::string::npos);
-  EXPECT_NE(p.stub.find("--gen_c_file_name \"/tmp/scratch/nvcc/device.cudafe1.c.frontend\""), std::string::npos);
-  // The full cicc run leaves the stub alone (it writes a side file) and writes the PTX ptxas reads.
-  EXPECT_NE(p.device_compile[0].find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c.unused\""), std::string::npos);
-  EXPECT_EQ(p.device_compile[0].find("--device-syntax-only"), std::string::npos);
-  EXPECT_NE(p.device_compile[0].find("-o \"/tmp/scratch/nvcc/device.ptx\""), std::string::npos);
-  EXPECT_EQ(p.device_compile[1].rfind("ptxas", 0), 0u);
-  EXPECT_EQ(p.device_compile[2].rfind("fatbinary", 0), 0u);
-  EXPECT_EQ(p.device_compile[2].find("--embedded-fatbin"), std::string::npos) << "the fatbin is linked, not included";
+  ASSERT_EQ(p.device_back.size(), 2u);
+  // nvcc's cicc writes the stub the host compile includes; so does the front-end run, and nothing else
+  // under a name that is read; the PTX run then sends its stub to a side file.
+  EXPECT_NE(p.cicc.find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c\""), std::string::npos);
+  EXPECT_EQ(p.cicc_frontend.rfind("\"$CICC_PATH/cicc\" --device-syntax-only ", 0), 0u) << p.cicc_frontend;
+  EXPECT_NE(p.cicc_frontend.find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c\""), std::string::npos);
+  EXPECT_NE(p.cicc_frontend.find("-o \"/tmp/scratch/nvcc/device.ptx.frontend\""), std::string::npos);
+  EXPECT_NE(p.cicc_frontend.find("--gen_c_file_name \"/tmp/scratch/nvcc/device.cudafe1.c.frontend\""), std::string::npos);
+  EXPECT_NE(p.cicc_ptx.find("--stub_file_name \"/tmp/scratch/nvcc/device.cudafe1.stub.c.unused\""), std::string::npos);
+  EXPECT_EQ(p.cicc_ptx.find("--device-syntax-only"), std::string::npos);
+  EXPECT_NE(p.cicc_ptx.find("-o \"/tmp/scratch/nvcc/device.ptx\""), std::string::npos);
+  EXPECT_EQ(p.device_back[0].rfind("ptxas", 0), 0u);
+  EXPECT_EQ(p.device_back[1].rfind("fatbinary", 0), 0u);
+  EXPECT_EQ(p.device_back[1].find("--embedded-fatbin"), std::string::npos) << "the fatbin is linked, not included";
   EXPECT_EQ(p.fatbin_path, "/tmp/scratch/nvcc/device.fatbin");
   EXPECT_EQ(p.embedded_fatbin_path, "/tmp/scratch/nvcc/device.fatbin.c");
   EXPECT_NE(p.host_compile.find(".cudafe1.cpp"), std::string::npos);
@@ -51,7 +52,7 @@ void expect_three_chains(const std::string& dryrun) {
 
 }  // namespace
 
-TEST(NvccPipeline, PlansCuda13DryRun) { expect_three_chains(recorded("nvcc-13.0-dryrun.txt")); }
+TEST(NvccPipeline, PlansCuda13DryRun) { expect_pipeline(recorded("nvcc-13.0-dryrun.txt")); }
 
 TEST(NvccPipeline, FatbinAssemblyQuotesItsPathAndDeclaresTheSymbolTheStubUses) {
   const std::string s = jitkern::nvcc::fatbin_assembly("nvcc/a\"b\\c.fatbin");

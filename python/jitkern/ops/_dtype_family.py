@@ -14,7 +14,8 @@ class DtypeFamily:
     def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict[str, str]):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
         members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they name the
-        arguments in errors); public: the Python op -> the export it calls."""
+        arguments in errors); public: the Python op -> the export it calls, or the exports it chooses from by
+        its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses)."""
         self.name, self.cpp_class, self.ops, self.public = name, cpp_class, ops, public
         self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
         self.specs = tuple(self.spec(d, op) for d in self.DTYPES for op in ops)
@@ -35,8 +36,12 @@ class DtypeFamily:
     def specs_for(self, public_ops=None, dtypes=None, constants=()) -> list[JitSpec]:
         """The modules these Python ops (None: all) need for these dtypes (None: all the family supports);
         the family has no constants."""
-        exports = dict.fromkeys(self.public[p] for p in (self.public if public_ops is None else public_ops))
-        return [self.spec(d, op) for d in (self.DTYPES if dtypes is None else dtypes) for op in exports]
+        return [self.spec(d, op) for d in (self.DTYPES if dtypes is None else dtypes) for op in self._exports_of(public_ops)]
+
+    def _exports_of(self, public_ops) -> list[str]:
+        """The exports these Python ops (None: all) may call, each once, in order."""
+        wanted = (self.public[p] for p in (self.public if public_ops is None else public_ops))
+        return list(dict.fromkeys(e for w in wanted for e in ((w,) if isinstance(w, str) else w)))
 
     def exports(self, dtype) -> "_Exports":
         """The family's exported functions for one dtype, as attributes, each module loaded on first use
@@ -61,8 +66,7 @@ class DtypeFamily:
         from ..jit import warmup as build_all
 
         dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
-        exports = list(dict.fromkeys(self.public[p] for p in (self.public if public_ops is None else public_ops)))
-        pairs = [(dtype, op) for dtype in dtypes for op in exports]
+        pairs = [(dtype, op) for dtype in dtypes for op in self._exports_of(public_ops)]
         for (dtype, op), module in zip(pairs, build_all(*(self.spec(d, op) for d, op in pairs))):
             self.functions.setdefault((op, dtype), getattr(module, op))
 

@@ -17,14 +17,18 @@ from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("quant", "QuantOps", {
-    "per_tensor_quant": "input, output_q, output_s, is_static",
+    "per_tensor_quant_static": "input, output_q, output_s",
+    "per_tensor_quant_dynamic": "input, output_q, output_s",
     "per_token_quant": "input, output_q, output_s",
     "per_token_group_quant": "input, output_q, output_s, group_size, eps",
-    "rmsnorm_quant": "input, weight, output_q, scale, eps, dynamic",
-    "fused_add_rmsnorm_quant": "input, residual, weight, output_q, scale, eps, dynamic",
-}, public={"per_tensor_quant_fp8": "per_tensor_quant", "per_token_quant_fp8": "per_token_quant",
-           "per_token_group_quant_8bit": "per_token_group_quant", "rmsnorm_quant_fp8": "rmsnorm_quant",
-           "fused_add_rmsnorm_quant_fp8": "fused_add_rmsnorm_quant"})
+    "rmsnorm_quant_static": "input, weight, output_q, scale, eps",
+    "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
+    "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
+    "fused_add_rmsnorm_quant_dynamic": "input, residual, weight, output_q, output_s, eps",
+}, public={"per_tensor_quant_fp8": ("per_tensor_quant_static", "per_tensor_quant_dynamic"), "per_token_quant_fp8": "per_token_quant",
+           "per_token_group_quant_8bit": "per_token_group_quant",
+           "rmsnorm_quant_fp8": ("rmsnorm_quant_static", "rmsnorm_quant_dynamic"),
+           "fused_add_rmsnorm_quant_fp8": ("fused_add_rmsnorm_quant_static", "fused_add_rmsnorm_quant_dynamic")})
 DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
 
 
@@ -67,11 +71,10 @@ def per_tensor_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = No
     if compiling():
         q, s = torch.ops.jitkern.per_tensor_quant_fp8(input, output_s if is_static else None)
         return _into(q, s, output_q, None if is_static else output_s)
-    fn = _FAMILY.function("per_tensor_quant", input, "per_tensor_quant_fp8")
+    fn = _FAMILY.function("per_tensor_quant_static" if is_static else "per_tensor_quant_dynamic", input, "per_tensor_quant_fp8")
     q = _empty_q(input) if output_q is None else output_q
     s = torch.empty(1, dtype=torch.float32, device=input.device) if output_s is None else output_s
-    fn(_rows(input, "per_tensor_quant_fp8"), _bytes(q, "output_q", "per_tensor_quant_fp8"), _check_scale(s, "per_tensor_quant_fp8", "output_s"),
-       bool(is_static))
+    fn(_rows(input, "per_tensor_quant_fp8"), _bytes(q, "output_q", "per_tensor_quant_fp8"), _check_scale(s, "per_tensor_quant_fp8", "output_s"))
     return q, s
 
 
@@ -157,7 +160,7 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
 
 def _norm_quant(op: str, public: str, input, residual, weight, eps, scale, output_q, output_s):
-    fn = _FAMILY.function(op, input, public)
+    fn = _FAMILY.function(op + ("_dynamic" if scale is None else "_static"), input, public)
     q = _empty_q(input) if output_q is None else output_q
     if scale is None:
         s = _token_scales(input) if output_s is None else output_s
@@ -165,7 +168,7 @@ def _norm_quant(op: str, public: str, input, residual, weight, eps, scale, outpu
     else:
         s = scales = _check_scale(scale, public)
     head = (_rows(input, public),) if residual is None else (_rows(input, public), as_rows(residual, public, "residual", writes=True))
-    fn(*head, weight, _bytes(q, "output_q", public), scales, eps, scale is None)
+    fn(*head, weight, _bytes(q, "output_q", public), scales, eps)
     return q, s
 
 
