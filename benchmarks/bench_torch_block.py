@@ -131,6 +131,36 @@ def main() -> None:
     print("\n".join(device))
     skips = counters["inductor"]["cudagraph_skips"] - skips_before
     print(f"\nInductor skipped CUDA graphs {skips} times while compiling these (0: every reduce-overhead step is a graph replay).")
+    print_replay_host_work({n: fn for n, (fn, graphs) in variants.items() if graphs})
+
+
+def print_replay_host_work(graphed: dict, steps: int = 20) -> None:
+    """What one CUDA-graph step runs on the host (torch profiler, T = 1): us per step of the costliest
+    host events, and how many of them are jitkern's (a replay should call none)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ids = torch.randint(0, VOCAB, (1,), device="cuda")
+    rows = {}
+    with torch.no_grad():
+        for name, fn in graphed.items():
+            for _ in range(3):
+                torch.compiler.cudagraph_mark_step_begin()
+                fn(ids)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(steps):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    fn(ids)
+                torch.cuda.synchronize()
+            rows[name] = {e.key: e.self_cpu_time_total / steps for e in prof.key_averages()}
+    names = list(rows)
+    top = sorted({k for r in rows.values() for k in r}, key=lambda k: -max(r.get(k, 0.0) for r in rows.values()))[:6]
+    print(f"\n#### Host work per CUDA-graph step, T = 1 (torch profiler, self CPU us per step over {steps} steps)\n")
+    print("| event | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for k in top:
+        print(f"| {k[:60]} | " + " | ".join(f"{rows[n].get(k, 0.0):.1f}" for n in names) + " |")
+    print("| events of jitkern's ops | " + " | ".join(str(sum(1 for k in rows[n] if "jitkern" in k)) for n in names) + " |")
 
 
 if __name__ == "__main__":
