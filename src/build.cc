@@ -284,27 +284,28 @@ class Compile {
         all.insert(all.end(), pipe.device_back.begin(), pipe.device_back.end());
         all.insert(all.end(), {pipe.host_compile, fs::join_command(embed)});
         for (const auto& c : all) record(in_dir(c));
-        std::promise<int> preprocessed, stub_written;
-        int device_rc = 0;
-        std::thread device([&] {
-          device_rc = run_shell_chain({pipe.device_preprocess}, pipe.env, device_log());
-          preprocessed.set_value(device_rc);
-          if (device_rc == 0) device_rc = run_shell_chain({frontend ? pipe.cicc_ptx : pipe.cicc}, pipe.env, device_log());
-          if (!frontend) stub_written.set_value(device_rc);
-          if (device_rc == 0) device_rc = run_shell_chain(pipe.device_back, pipe.env, device_log());
-          if (device_rc == 0) device_rc = fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+        // Each step a task; a failed step's status flows to the steps after it, and std::async's futures
+        // wait for their task when destroyed (an exception here never leaves a compiler step running).
+        const auto chain = [&](const std::vector<std::string>& cmds, const std::string& log_path) {
+          return run_shell_chain(cmds, pipe.env, log_path);
+        };
+        const auto after = [](const std::shared_future<int>& before, auto step) {
+          return std::async(std::launch::async, [before, step] { const int rc = before.get(); return rc != 0 ? rc : step(); });
+        };
+        const std::shared_future<int> preprocessed =
+            std::async(std::launch::async, [&] { return chain({pipe.device_preprocess}, device_log()); }).share();
+        const std::shared_future<int> cicc =
+            after(preprocessed, [&] { return chain({frontend ? pipe.cicc_ptx : pipe.cicc}, device_log()); }).share();
+        const std::shared_future<int> stub_written =
+            frontend ? after(preprocessed, [&] { return chain({pipe.cicc_frontend}, stub_log()); }).share() : cicc;
+        std::future<int> device = after(cicc, [&] {
+          const int rc = chain(pipe.device_back, device_log());
+          return rc != 0 ? rc : fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
         });
-        std::thread stub;
-        if (frontend)
-          stub = std::thread([&, done = preprocessed.get_future()]() mutable {
-            const int rc = done.get();
-            stub_written.set_value(rc != 0 ? rc : run_shell_chain({pipe.cicc_frontend}, pipe.env, stub_log()));
-          });
-        int host_rc = run_shell_chain(pipe.host_chain, pipe.env, log());
-        const int stub_rc = stub_written.get_future().get();
-        if (stub.joinable()) stub.join();
-        if (host_rc == 0 && stub_rc == 0) host_rc = run_shell_chain({pipe.host_compile}, pipe.env, log());
-        device.join();
+        int host_rc = chain(pipe.host_chain, log());
+        const int stub_rc = stub_written.get();
+        if (host_rc == 0 && stub_rc == 0) host_rc = chain({pipe.host_compile}, log());
+        const int device_rc = device.get();
         m_cuda_objects.push_back(m_scratch + "/fatbin.o");
         return first_failure(first_failure(device_rc, host_rc), stub_rc);
       }
