@@ -157,16 +157,20 @@ std::string cuda_lib_dir(const std::string& nvcc_path) {
 }
 
 bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir) {
-  static const std::pair<std::string, std::string> dirs = [] {
+  // Found once, then remembered; not found is asked again (tvm-ffi may be loaded after the engine).
+  static std::mutex mutex;
+  static std::string found;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (found.empty()) {
     void* lib = ::dlopen("libtvm_ffi.so", RTLD_NOW | RTLD_NOLOAD);
     void* sym = lib ? ::dlsym(lib, "TVMFFIFunctionCreate") : nullptr;
     Dl_info info{};
-    if (sym == nullptr || !::dladdr(sym, &info) || info.dli_fname == nullptr) return std::pair<std::string, std::string>{};
-    const std::string dir = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
-    return std::pair<std::string, std::string>{dir, fs::dirname(dir) + "/include"};
-  }();
-  if (dirs.first.empty() || ::access((dirs.second + "/tvm/ffi/c_api.h").c_str(), R_OK) != 0) return false;
-  *lib_dir = dirs.first, *include_dir = dirs.second;
+    if (sym == nullptr || !::dladdr(sym, &info) || info.dli_fname == nullptr) return false;
+    found = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+  }
+  const std::string include = fs::dirname(found) + "/include";
+  if (::access((include + "/tvm/ffi/c_api.h").c_str(), R_OK) != 0) return false;
+  *lib_dir = found, *include_dir = include;
   return true;
 }
 

@@ -25,9 +25,27 @@ class CacheMissError(BuildError):
     """The module is not cached and JITKERN_ON_MISS=error forbids compiling it."""
 
 
+def _preload_tvm_ffi() -> None:
+    """Loads tvm-ffi's library as its package does, but not the package (which imports torch where it is
+    installed): the engine finds tvm-ffi's headers and library beside the loaded library from its first
+    call on. A tvm-ffi laid out otherwise is found once its package is imported."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tvm_ffi")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(location) / "lib" / "libtvm_ffi.so"
+        if path.is_file():
+            try:
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass
+            return
+
+
 def _load() -> ctypes.CDLL:
     if not LIBRARY_PATH.exists():
         raise ImportError(f"jitkern's engine library is missing ({LIBRARY_PATH}); install the package with `pip install .`")
+    _preload_tvm_ffi()
     lib = ctypes.CDLL(str(LIBRARY_PATH))
     lib.jitkern_build.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                   ctypes.POINTER(ctypes.c_void_p)]

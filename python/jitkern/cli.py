@@ -265,7 +265,16 @@ def _spec_file_specs(path: str) -> list:
 
 
 def _ops_specs(args) -> list:
-    from . import ops
+    # The specs are data: the op modules import without torch (which would add seconds to every prebuild),
+    # and this process never runs an op.
+    block_torch = "torch" not in sys.modules and "jitkern.ops" not in sys.modules
+    if block_torch:
+        sys.modules["torch"] = None  # `import torch` raises ImportError: the op modules' torch-less path
+    try:
+        from . import ops
+    finally:
+        if block_torch:
+            del sys.modules["torch"]
 
     families = list(ops.FAMILIES) if args.ops in (None, "all") else _split(args.ops)
     try:
