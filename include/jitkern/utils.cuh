@@ -42,9 +42,13 @@ inline bool pdl_early_trigger(int64_t grid) { return grid <= kPdlEarlyTriggerMax
 
 namespace host {
 
+// The runtime also keeps a failed call's error as the thread's last error; it is cleared before raising,
+// or the caller's next CUDA operation (a torch kernel's launch check) would fail with it.
 inline void RuntimeDeviceCheck(cudaError_t error, DebugInfo where = {}) {
-  if (error != cudaSuccess) [[unlikely]]
+  if (error != cudaSuccess) [[unlikely]] {
+    (void)cudaGetLastError();
     detail::panic_with(where, "CUDA error", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+  }
 }
 inline void RuntimeDeviceCheck(DebugInfo where = {}) { RuntimeDeviceCheck(cudaGetLastError(), where); }
 

@@ -1,6 +1,7 @@
 """Compile-checks (nvcc, sm_90a) every CUDA instantiation the GPU tests use; runs without a GPU."""
 
 import shutil
+import sys
 
 import pytest
 import tvm_ffi
@@ -77,8 +78,14 @@ def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp
         "}\n"
     )
     module = jitkern.load_jit("bad_launch", cuda_files=[str(kernel)], cuda_wrappers=[("bad_launch", "bad_launch")])
+    torch = sys.modules.get("torch")
+    gpu = torch is not None and torch.cuda.is_available()
+    if gpu:
+        torch.ones(1, device="cuda")  # CUDA up before the failing launch
     with pytest.raises(RuntimeError, match=r"CUDA error at \S*bad_launch\.cuh:4 in void bad_launch\(\): cuda\w+: \S"):
         module.bad_launch()
+    if gpu:  # reported once: not left as the runtime's last error for torch's next launch check
+        assert float(torch.ones(3, device="cuda").sum()) == 3.0
 
 
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):
