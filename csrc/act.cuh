@@ -195,17 +195,10 @@ struct ActOps {
     RuntimeCheck(ops.d % kActGroupSize == 0, "d, the last dimension of output_q (half of input's), must be a multiple of group_size (",
                  kActGroupSize, "), got ", ops.d);
     const int64_t groups = ops.d / kActGroupSize;
-    const bool ue8m0 = is_type<int32_t>(output_s.dtype());
-    auto s_rows = SymbolicSize{"output_s_row_stride"}, s_groups = SymbolicSize{"output_s_group_stride"};
-    TensorMatcher({ops.rows, ue8m0 ? div_ceil(groups, 4) : groups})
-        .with_strides({s_rows, s_groups})
-        .with_dtype<float, int32_t>()
-        .with_device(device_v<kDLCUDA>, device)
-        .verify(output_s, "output_s");
+    const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, ops.rows, groups, device);
+    const quant::GroupScales scales = checked.scales;
+    const bool ue8m0 = checked.ue8m0;
     if (ops.rows * groups == 0) return;
-    const int64_t s_row = s_rows.has_value() ? s_rows.unwrap() : 0, s_group = s_groups.has_value() ? s_groups.unwrap() : 0;
-    const bool flat = !ue8m0 && (groups <= 1 || s_group == 1) && (ops.rows <= 1 || s_row == groups);
-    const quant::GroupScales scales{output_s.data_ptr(), s_row, s_group, flat};
     const int64_t total_groups = ops.rows * groups;
     auto* q = static_cast<uint8_t*>(output_q.data_ptr());
     const auto launch = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag) {

@@ -422,19 +422,12 @@ struct QuantOps {
     RuntimeCheck(ops.hidden % group_size == 0, "the last dimension of input (", ops.hidden, ") must be a multiple of group_size (",
                  group_size, ")");
     const int64_t groups = ops.hidden / group_size;
-    const bool ue8m0 = is_type<int32_t>(output_s.dtype());
     const bool to_int8 = is_type<int8_t>(output_q.dtype());
-    auto s_rows = SymbolicSize{"output_s_row_stride"}, s_groups = SymbolicSize{"output_s_group_stride"};
-    TensorMatcher({ops.rows, ue8m0 ? div_ceil(groups, 4) : groups})
-        .with_strides({s_rows, s_groups})
-        .with_dtype<float, int32_t>()
-        .with_device(device_v<kDLCUDA>, device)
-        .verify(output_s, "output_s");
+    const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, ops.rows, groups, device);
+    const GroupScales scales = checked.scales;
+    const bool ue8m0 = checked.ue8m0;
     RuntimeCheck(!(ue8m0 && to_int8), "UE8M0 scales (int32 output_s) are for fp8 output only, got an int8 output_q");
     if (ops.rows * groups == 0) return;
-    const int64_t s_row = s_rows.has_value() ? s_rows.unwrap() : 0, s_group = s_groups.has_value() ? s_groups.unwrap() : 0;
-    const bool flat_scales = !ue8m0 && (groups <= 1 || s_group == 1) && (ops.rows <= 1 || s_row == groups);
-    const GroupScales scales{output_s.data_ptr(), s_row, s_group, flat_scales};
     const int64_t total_groups = ops.rows * groups;
     const bool pdl = runtime::get_cc_major(ops.device.device_id) >= 9;
     const float e = static_cast<float>(eps);

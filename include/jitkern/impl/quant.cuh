@@ -10,7 +10,8 @@
 //   device::quant::quantize_group    a group of values held by a few lanes of a warp, quantized with its
 //                                    dynamic scale, which is stored;
 //   device::quant::QuantizeRows      the norm kernels' epilogue that writes a row as 8-bit values
-//                                    (impl/norm.cuh), with a static or a per-row dynamic scale.
+//                                    (impl/norm.cuh), with a static or a per-row dynamic scale;
+//   host::quant::verify_group_scales a per-group quantization's output_s checked, and its GroupScales.
 //
 // Rules (README, the quantization ops): q = saturate(round_to_nearest_even(x / s)), the division in
 // fp32; fp8 saturates to +-448 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic
@@ -18,6 +19,7 @@
 #pragma once
 
 #include <jitkern/impl/norm.cuh>
+#include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
 #include <jitkern/vec.cuh>
 
@@ -281,3 +283,28 @@ struct QuantizeRows {
 };
 
 }  // namespace device::quant
+
+namespace host::quant {
+
+struct CheckedGroupScales {
+  device::quant::GroupScales scales;
+  bool ue8m0;  // int32 words of four UE8M0 exponents, else fp32 scales
+};
+
+// output_s of a per-group quantization of `rows` rows of `groups` groups: fp32 [rows, groups] with any
+// strides (row-major, column-major, TMA-aligned column-major) or int32 [rows, ceil(groups / 4)] of
+// packed UE8M0 exponents, on `device`.
+inline CheckedGroupScales verify_group_scales(jitkern::TensorView output_s, int64_t rows, int64_t groups, SymbolicDevice& device) {
+  const bool ue8m0 = is_type<int32_t>(output_s.dtype());
+  auto s_rows = SymbolicSize{"output_s_row_stride"}, s_groups = SymbolicSize{"output_s_group_stride"};
+  TensorMatcher({rows, ue8m0 ? div_ceil(groups, 4) : groups})
+      .with_strides({s_rows, s_groups})
+      .with_dtype<float, int32_t>()
+      .with_device(device_v<kDLCUDA>, device)
+      .verify(output_s, "output_s");
+  const int64_t s_row = s_rows.has_value() ? s_rows.unwrap() : 0, s_group = s_groups.has_value() ? s_groups.unwrap() : 0;
+  const bool flat = !ue8m0 && (groups <= 1 || s_group == 1) && (rows <= 1 || s_row == groups);
+  return {{output_s.data_ptr(), s_row, s_group, flat}, ue8m0};
+}
+
+}  // namespace host::quant
