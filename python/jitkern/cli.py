@@ -265,9 +265,9 @@ def _spec_file_specs(path: str) -> list:
 
 
 def _ops_specs(args) -> list:
-    # The specs are data: the op modules import without torch (which would add seconds to every prebuild),
-    # and this process never runs an op.
-    block_torch = "torch" not in sys.modules and "jitkern.ops" not in sys.modules
+    # The specs are data: in the command's own process, which never runs an op, the op modules import
+    # without torch (which would add seconds to every prebuild). A program that calls main() keeps its ops.
+    block_torch = _OWN_PROCESS and "torch" not in sys.modules and "jitkern.ops" not in sys.modules
     if block_torch:
         sys.modules["torch"] = None  # `import torch` raises ImportError: the op modules' torch-less path
     try:
@@ -692,7 +692,12 @@ def _run(argv: list[str]) -> int:
     return args.func(args)
 
 
+_OWN_PROCESS = False  # main() runs as the `jitkern` command (argv from the command line), not called by a program
+
+
 def main(argv: list[str] | None = None) -> int:
+    global _OWN_PROCESS
+    _OWN_PROCESS = argv is None
     try:
         try:
             status = _run(sys.argv[1:] if argv is None else argv)

@@ -74,3 +74,22 @@ def test_clangd_generation(tmp_path):
     assert refused.returncode == 1 and "not overwriting" in refused.stderr and out.read_text() == "mine"
     forced = run("--force", "--arch", "sm_86")
     assert forced.returncode == 0 and "--cuda-gpu-arch=sm_86" in out.read_text()
+
+
+def test_import_loads_neither_tvm_ffi_nor_torch_until_used(cache_dir):
+    """`import jitkern` (and so the `jitkern` command) stays light: tvm-ffi (which imports torch where it
+    is installed) loads with the first attribute that needs it; the engine finds tvm-ffi's headers and
+    library from its first call, before that."""
+    code = (
+        "import sys, jitkern, jitkern._engine as engine\n"
+        "assert 'tvm_ffi' not in sys.modules and 'torch' not in sys.modules, sorted(m for m in sys.modules if m.split('.')[0] in ('tvm_ffi', 'torch'))\n"
+        "names = {s['name']: s for s in engine.config()['settings']}\n"
+        "assert not names['JITKERN_TVM_FFI_INCLUDE'].get('problem'), names['JITKERN_TVM_FFI_INCLUDE']\n"
+        "assert 'tvm_ffi' not in sys.modules\n"
+        "spec = jitkern.JitSpec\n"
+        "assert 'tvm_ffi' in sys.modules and jitkern.JitSpec is spec and 'load_jit' in dir(jitkern)\n"
+        "try:\n    jitkern.no_such_name\nexcept AttributeError as e:\n    assert 'no_such_name' in str(e)\nelse:\n    raise AssertionError('no AttributeError')\n"
+        "print('OK')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr
