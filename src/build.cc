@@ -307,7 +307,7 @@ class Compile {
         if (host_rc == 0 && stub_rc == 0) host_rc = chain({pipe.host_compile}, log());
         const int device_rc = device.get();
         m_cuda_objects.push_back(m_scratch + "/fatbin.o");
-        return first_failure(first_failure(device_rc, host_rc), stub_rc);
+        return first_failure(first_failure(host_rc, device_rc), stub_rc);
       }
     }
     auto cmd = m_p.cuda_compile;
