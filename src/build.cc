@@ -137,7 +137,7 @@ std::string generated_sources(const plan::Plan& p) {
 }
 
 // This process's CUDA compiles share its CPUs: each takes (CPUs it may run on) / (compiles running)
-// for its own parallelism (split compilation, a front-end run of its own).
+// for parallelism of its own (a front-end run for the host stub, which changes no output).
 class CpuShare {
  public:
   CpuShare() : cpus(std::max(1, usable_cpus() / (s_running.fetch_add(1) + 1))) {}
@@ -260,14 +260,16 @@ class Compile {
     if (shell_safe && settings::flag("JITKERN_NVCC_PIPELINE")) {
       ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
       auto dry = m_p.cuda_compile;
-      // cicc and ptxas split their work over this compile's share of the CPUs (the code is the same).
-      if (cpus > 1) dry.push_back("--split-compile=" + std::to_string(cpus));
       dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
       const std::string dry_log = m_scratch + "/dryrun.txt";
       nvcc::Pipeline pipe;
       std::string text;
-      if (fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text) &&
-          nvcc::plan(text, depfile, &pipe)) {
+      // nvcc names the source by its absolute path too (--orig_src_path_name): relative, as every other
+      // name, so that no part of the cache path reaches the shell (a backtick or $ in it would run).
+      const bool planned = fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text) &&
+                           (text = erase_all(text, m_scratch + "/"), text.find(m_scratch) == std::string::npos) &&
+                           nvcc::plan(text, depfile, &pipe);
+      if (planned) {
         // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
         const auto in_scratch = [&](const std::string& path) { return path[0] == '/' ? path : m_scratch + "/" + path; };
         fs::write_file_atomic(in_scratch(pipe.module_id_path), "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
@@ -385,7 +387,8 @@ const plan::Plan::WrapperLine* wrapper_at(const plan::Plan& p, const std::string
 }
 
 // A compiler diagnostic's location and message. The parsers below take the shortest file name that
-// lets the rest of the line match, as the regular expressions in their comments would (std::regex is
+// lets the rest of the line match, as the regular expressions in their comments would (except that a
+// '\r', which `.` would not match, is taken as any other character; std::regex is
 // not used: constructing one crashed the process on a GPU host whose GCC 13 built the engine).
 struct Diagnostic {
   std::string file;

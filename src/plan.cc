@@ -18,6 +18,9 @@
 namespace jitkern::plan {
 namespace {
 
+// cicc's and ptxas's threads per CUDA compile (--split-compile); see where it is used.
+constexpr int kSplitCompileThreads = 4;
+
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("jitkern: " + what); }
 
 void check_text(const char* field, const std::string& value, bool allow_empty = false) {
@@ -244,7 +247,11 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.nvcc = tc.nvcc.path;
     const std::string& arch = p.cuda_arch = tc.cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
-    p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "-gencode=arch=" + compute + ",code=" + arch,
+    // Host code at -O2: as fast per call as -O3, compiled in less time (docs/benchmarks.md). cicc and
+    // ptxas split their work over a fixed number of threads: the machine code depends on the count, so it
+    // is the same on every machine (and part of the key), never the number of CPUs.
+    p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=" + std::to_string(kSplitCompileThreads),
+                      "-gencode=arch=" + compute + ",code=" + arch,
                       "-Xcompiler", "-fPIC,-fvisibility=hidden"};
     if (tc.cxx_from_env) p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", tc.cxx.path});
     p.cuda_compile.insert(p.cuda_compile.end(), includes.begin(), includes.end());

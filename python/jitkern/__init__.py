@@ -13,6 +13,10 @@ _LAZY = {"CPPArgList": "jit", "DTYPES": "jit", "JitSpec": "jit", "Module": "jit"
 
 
 def __getattr__(name: str):
+    if name == "ops":  # the op modules (they need torch)
+        import importlib
+
+        return importlib.import_module(".ops", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'jitkern' has no attribute {name!r}")
@@ -23,7 +27,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "ops"})
 
 
 __all__ = ["BuildError", "CacheMissError", "CPPArgList", "DTYPES", "JitSpec", "Module", "cache_once", "cpp_type", "load_jit", "make_cpp_args",

@@ -692,12 +692,17 @@ def _run(argv: list[str]) -> int:
     return args.func(args)
 
 
-_OWN_PROCESS = False  # main() runs as the `jitkern` command (argv from the command line), not called by a program
+_OWN_PROCESS = False  # set by command(): this process is the `jitkern` command, not a program that calls main()
+
+
+def command() -> int:
+    """The `jitkern` command's entry point (console script and `python -m jitkern`)."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+    return main()
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _OWN_PROCESS
-    _OWN_PROCESS = argv is None
     try:
         try:
             status = _run(sys.argv[1:] if argv is None else argv)
@@ -712,4 +717,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

@@ -349,3 +349,22 @@ def test_prebuild_ops_all_says_why_add_constant_is_left_out(tmp_path):
     with_constants = run_cli("prebuild", "--ops", "all", "--constants", "1,5", "--arch", "sm_90a", "--cache-dir", str(tmp_path / "b"), env=env)
     count = lambda proc: int(proc.stdout.split("prebuilding ")[1].split()[0])  # noqa: E731
     assert count(with_constants) == count(without) + 2 and "FAILED add_constant_1 sm_90a" in with_constants.stdout, with_constants.stdout
+
+
+def test_prebuild_reads_specs_without_torch_only_as_the_command(tmp_path):
+    """The `jitkern` command's own process reads the op specs without importing torch (seconds on a GPU
+    host); a program that calls cli.main() (whatever its argv) imports torch as usual, so its ops keep it.
+    The stand-in torch records each import attempt and then fails as a missing torch would."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    attempts = tmp_path / "attempts"
+    (fake / "__init__.py").write_text(f"open({str(attempts)!r}, 'a').write('x')\nraise ImportError('stand-in torch')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = ["prebuild", "--ops", "no_such_family", "--arch", "sm_90a"]
+    command = subprocess.run([sys.executable, "-m", "jitkern", *argv], capture_output=True, text=True, env=env, timeout=120)
+    assert command.returncode == 2 and "no_such_family" in command.stderr, command.stderr
+    assert not attempts.exists(), "the command imported torch"
+    program = f"import sys\nsys.argv = ['jitkern', *{argv!r}]\nfrom jitkern import cli\nassert cli.main() == 2\n"
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert attempts.exists(), "a program's jitkern.ops must import torch as usual"

@@ -113,3 +113,16 @@ def test_cache_path_with_shell_characters(tmp_path, monkeypatch, pipeline):
     path = spec.build()
     assert path.startswith(str(cache)) and b"__tvm_ffi_add_constant\0" in open(path, "rb").read()
     assert spec.build() == path
+
+
+def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch):
+    """nvcc's phases run through /bin/sh: no part of the cache path may reach it (nvcc names the source by
+    its absolute path too), or a backtick in it would run a command."""
+    marker = tmp_path / "ran"
+    cache = tmp_path / f"c`touch {marker}`d"
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", "1")
+    path = add_constant_spec(4).build()
+    assert path.startswith(str(cache)) and not marker.exists()
+
