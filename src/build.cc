@@ -250,7 +250,6 @@ class Compile {
   int compile_cuda() {
     m_cuda_lib = toolchain::cuda_lib_dir(m_p.nvcc);
     const CpuShare share;
-    const int cpus = share.cpus;
     const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
     depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
     // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
@@ -266,9 +265,11 @@ class Compile {
       std::string text;
       // nvcc names the source by its absolute path too (--orig_src_path_name): relative, as every other
       // name, so that no part of the cache path reaches the shell (a backtick or $ in it would run).
-      const bool planned = fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text) &&
-                           (text = erase_all(text, m_scratch + "/"), text.find(m_scratch) == std::string::npos) &&
-                           nvcc::plan(text, depfile, &pipe);
+      bool planned = fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text);
+      if (planned) {
+        text = erase_all(text, m_scratch + "/");
+        planned = text.find(m_scratch) == std::string::npos && nvcc::plan(text, depfile, &pipe);
+      }
       if (planned) {
         // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
         const auto in_scratch = [&](const std::string& path) { return path[0] == '/' ? path : m_scratch + "/" + path; };
@@ -278,7 +279,7 @@ class Compile {
         const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "fatbin.s", "-o", "fatbin.o"};
         // A front-end run of its own for the stub pays where CPUs would otherwise idle (one compile
         // takes about three at a time); among parallel builds it only adds work.
-        const bool frontend = cpus >= 3;
+        const bool frontend = share.cpus >= 3;
         const std::vector<std::string> ciccs = frontend ? std::vector<std::string>{pipe.cicc_frontend, pipe.cicc_ptx} : std::vector<std::string>{pipe.cicc};
         std::vector<std::string> all = pipe.host_chain;
         all.push_back(pipe.device_preprocess);
@@ -402,6 +403,13 @@ std::size_t digits_end(const std::string& s, std::size_t at) {
   return at;
 }
 
+// Where a line number that follows `sep` at `i` ends ("file:12" or "file(12"), or npos.
+std::size_t line_number_end(const std::string& s, std::size_t i, char sep) {
+  if (s[i] != sep) return std::string::npos;
+  const std::size_t end = digits_end(s, i + 1);
+  return end == i + 1 ? std::string::npos : end;
+}
+
 // `word` at `at`, not followed by a word character.
 bool word_at(const std::string& s, std::size_t at, const std::string& word) {
   if (s.compare(at, word.size(), word) != 0) return false;
@@ -422,8 +430,8 @@ Diagnostic diagnostic(const std::string& s, std::size_t file_end, std::size_t li
 // gcc and clang: ^(.+?):(\d+)(?::\d+)?: ((?:fatal )?error\b.*)$
 bool gcc_error(const std::string& s, Diagnostic* out) {
   for (std::size_t i = 1; i < s.size(); ++i) {
-    const std::size_t line_end = s[i] == ':' ? digits_end(s, i + 1) : i + 1;
-    if (line_end == i + 1) continue;
+    const std::size_t line_end = line_number_end(s, i, ':');
+    if (line_end == std::string::npos) continue;
     const std::size_t col_end = line_end < s.size() && s[line_end] == ':' ? digits_end(s, line_end + 1) : line_end + 1;
     for (const std::size_t at : {col_end > line_end + 1 ? col_end : std::string::npos, line_end}) {
       if (at == std::string::npos || s.compare(at, 2, ": ") != 0 || !error_at(s, at + 2, "fatal ")) continue;
@@ -437,8 +445,8 @@ bool gcc_error(const std::string& s, Diagnostic* out) {
 // nvcc's front ends: ^(.+?)\((\d+)\): ((?:catastrophic )?error\b.*)$
 bool edg_error(const std::string& s, Diagnostic* out) {
   for (std::size_t i = 1; i < s.size(); ++i) {
-    const std::size_t line_end = s[i] == '(' ? digits_end(s, i + 1) : i + 1;
-    if (line_end == i + 1 || s.compare(line_end, 3, "): ") != 0 || !error_at(s, line_end + 3, "catastrophic ")) continue;
+    const std::size_t line_end = line_number_end(s, i, '(');
+    if (line_end == std::string::npos || s.compare(line_end, 3, "): ") != 0 || !error_at(s, line_end + 3, "catastrophic ")) continue;
     *out = diagnostic(s, i, i + 1, line_end, line_end + 3);
     return true;
   }
@@ -449,10 +457,10 @@ bool edg_error(const std::string& s, Diagnostic* out) {
 // ^(.+?):(\d+):\d+:? +(?:note: in expansion of macro|required from)\b.*$
 bool macro_context(const std::string& s, Diagnostic* out) {
   for (std::size_t i = 1; i < s.size(); ++i) {
-    const std::size_t line_end = s[i] == ':' ? digits_end(s, i + 1) : i + 1;
-    if (line_end == i + 1 || line_end >= s.size() || s[line_end] != ':') continue;
-    std::size_t at = digits_end(s, line_end + 1);
-    if (at == line_end + 1) continue;
+    const std::size_t line_end = line_number_end(s, i, ':');
+    if (line_end == std::string::npos || line_end >= s.size()) continue;
+    std::size_t at = line_number_end(s, line_end, ':');  // the column
+    if (at == std::string::npos) continue;
     if (at < s.size() && s[at] == ':') ++at;
     const std::size_t blanks = at;
     while (at < s.size() && s[at] == ' ') ++at;

@@ -1,5 +1,7 @@
 """jitkern: just-in-time CUDA/C++ kernels, compiled on first use, cached, called through tvm-ffi."""
 
+import importlib
+
 from ._engine import PACKAGE_DIR, BuildError, CacheMissError
 
 __version__ = "0.1.0"
@@ -14,14 +16,10 @@ _LAZY = {"CPPArgList": "jit", "DTYPES": "jit", "JitSpec": "jit", "Module": "jit"
 
 def __getattr__(name: str):
     if name == "ops":  # the op modules (they need torch)
-        import importlib
-
         return importlib.import_module(".ops", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'jitkern' has no attribute {name!r}")
-    import importlib
-
     value = globals()[name] = getattr(importlib.import_module(f".{module}", __name__), name)
     return value
 

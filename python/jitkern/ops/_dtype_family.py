@@ -11,12 +11,14 @@ from ..jit import JitSpec, cpp_type
 class DtypeFamily:
     DTYPES = ("float16", "bfloat16", "float32")
 
-    def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict[str, str]):
+    def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict | None = None):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
         members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they name the
         arguments in errors); public: the Python op -> the export it calls, or the exports it chooses from by
-        its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses)."""
-        self.name, self.cpp_class, self.ops, self.public = name, cpp_class, ops, public
+        its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses); default: each
+        export under its own name."""
+        self.name, self.cpp_class, self.ops = name, cpp_class, ops
+        self.public = {op: op for op in ops} if public is None else public
         self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
         self.specs = tuple(self.spec(d, op) for d in self.DTYPES for op in ops)
 

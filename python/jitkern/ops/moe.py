@@ -24,7 +24,7 @@ _FAMILY = DtypeFamily("moe", "MoeOps", {
     "topk_softmax": "topk_weights, topk_ids, gating_output, renormalize",
     "topk_sigmoid": "topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group, "
                     "routed_scaling_factor",
-}, public={"topk_softmax": "topk_softmax", "topk_sigmoid": "topk_sigmoid"})
+})
 DTYPES = _FAMILY.DTYPES
 OPS = (*_FAMILY.public, "moe_align_block_size")
 _FUNCTIONS = _FAMILY.functions

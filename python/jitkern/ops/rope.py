@@ -37,7 +37,7 @@ _FAMILY = DtypeFamily("rope", "RopeOps", {
     "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, head_groups, head_splits",
     "apply_store": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
                    "head_groups, head_splits",
-}, public={"apply": "apply", "apply_store": "apply_store"})
+})
 DTYPES = _FAMILY.DTYPES
 _FUNCTIONS = _FAMILY.functions
 _rope_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
