@@ -24,16 +24,17 @@ namespace {
 using device::AlignedVector;
 namespace quant = device::quant;
 
-// Elementwise kernels: CTAs of kActThreads, kActItems vectors of the output per thread (each needs a
-// gate and an up vector: four 16-byte loads in flight per thread), one pass over the tensor while the
-// grid stays under kActMaxWaves resident waves, a grid-stride loop beyond.
+// Elementwise kernels: one vector of the output per thread (a gate and an up load in flight), CTAs of
+// kActThreads, one pass over the tensor. Against two vectors per thread and a grid-stride loop: 1.36
+// against 2.0 us at T = 1, 30.4 against 31.2-35.7 at T = 1024, level from T = 4096 (d = 14336;
+// docs/benchmarks.md, "Design measurements").
 constexpr int kActThreads = 256;
-constexpr int kActItems = 2;
-constexpr int64_t kActMaxWaves = 16;
-// The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, two vectors per
-// lane (quant's per-group layout), CTAs of kActGroupThreads.
+// The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, one or two
+// vectors per lane (one while that takes at most kActGroupDecodeWaves CTAs per SM), CTAs of
+// kActGroupThreads.
 constexpr int kActGroupThreads = 128;
 constexpr int kActGroupSize = 128;
+constexpr int kActGroupDecodeWaves = 4;
 
 // The activations, in fp32.
 struct Silu {
@@ -90,48 +91,27 @@ struct StoreStaticFp8 {
   }
 };
 
-template <int kVec>
-__device__ __forceinline__ void locate(int64_t v, int64_t row_vecs, bool small, int64_t& row, int64_t& col) {
-  row = small ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(row_vecs)} : v / row_vecs;
-  col = (v - row * row_vecs) * kVec;
-}
-
-// Vector v of the output (row-major over [rows, d / kVec]): kActItems per thread, kActThreads apart
-// (coalesced), the grid striding over the rest. Addresses are computed before the PDL wait.
+// Vector v of the output (row-major over [rows, d / kVec]) per thread, kActThreads consecutive ones per
+// CTA (coalesced). Addresses are computed before the PDL wait.
 template <typename Act, typename T, int kVec, typename Out>
 __global__ void __launch_bounds__(kActThreads) act_and_mul_kernel(const GatedInput<T> p, const Out out, bool trigger_at_start) {
   if (trigger_at_start) device::pdl_trigger_secondary();
-  const bool small = p.total_vecs <= UINT32_MAX;
-  const int64_t step = int64_t{gridDim.x} * kActThreads * kActItems;
-  int64_t v0 = int64_t{blockIdx.x} * kActThreads * kActItems + threadIdx.x;
-  int64_t rows[kActItems], cols[kActItems];
-#pragma unroll
-  for (int k = 0; k < kActItems; ++k) locate<kVec>(v0 + k * kActThreads, p.row_vecs, small, rows[k], cols[k]);
+  const int64_t v = int64_t{blockIdx.x} * kActThreads + threadIdx.x;
+  const int64_t row = p.total_vecs <= UINT32_MAX ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(p.row_vecs)} : v / p.row_vecs;
+  const int64_t col = (v - row * p.row_vecs) * kVec;
+  const T* at = p.in + row * p.in_stride + col;
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
-  const auto ready = out.ready();
-  while (v0 < p.total_vecs) {
-    AlignedVector<T, kVec> gate[kActItems], up[kActItems];
-#pragma unroll
-    for (int k = 0; k < kActItems; ++k) {
-      if (v0 + k * kActThreads < p.total_vecs) {
-        const T* at = p.in + rows[k] * p.in_stride + cols[k];
-        gate[k].load(at);
-        up[k].load(at + p.d);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kActItems; ++k)
-      if (v0 + k * kActThreads < p.total_vecs) out.store(ready, gated<Act>(gate[k], up[k]), rows[k], cols[k]);
-    v0 += step;
-#pragma unroll
-    for (int k = 0; k < kActItems; ++k) locate<kVec>(v0 + k * kActThreads, p.row_vecs, small, rows[k], cols[k]);
-  }
+  if (v >= p.total_vecs) return;
+  AlignedVector<T, kVec> gate, up;
+  gate.load(at);
+  up.load(at + p.d);
+  out.store(out.ready(), gated<Act>(gate, up), row, col);
 }
 
 // SiLU-and-mul quantized per group of kActGroupSize outputs of a row: kLanes lanes per group, kPerLane
-// vectors each (lane l holds vectors l, l + kLanes, ...), as csrc/quant.cuh's per_group_kernel does
-// for per_token_group_quant_8bit, so scales and codes are the same bits.
+// vectors each (lane l holds vectors l, l + kLanes, ...). The scale comes from the group's amax and each
+// code from its own value, so they are per_token_group_quant_8bit's bits whatever the lanes hold.
 template <typename T, int kVec, int kLanes, int kPerLane, bool kUE8M0>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_kernel(const GatedInput<T> p, uint8_t* q, int64_t q_stride, quant::GroupScales scales, int64_t groups_per_row,
@@ -217,7 +197,14 @@ struct ActOps {
     };
     constexpr int kVec = 16 / sizeof(T);
     if (ops.vector_width(kVec, kVec) == kVec) {
-      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec / 2>{}, std::integral_constant<int, 2>{});
+      // Decode sizes: a vector per lane, so more SMs share the loads (T = 1: 1.50 against 2.14 us);
+      // beyond, two per lane, so fewer lanes reduce each group (T = 1024: 27.9 against 32.2 us).
+      const int sms = runtime::get_sm_count(ops.device.device_id);
+      if (div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec)) <= int64_t{kActGroupDecodeWaves} * sms) {
+        launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec>{}, std::integral_constant<int, 1>{});
+      } else {
+        launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec / 2>{}, std::integral_constant<int, 2>{});
+      }
     } else {  // unaligned rows: a warp per group, element by element
       launch(std::integral_constant<int, 1>{}, std::integral_constant<int, 32>{}, std::integral_constant<int, kActGroupSize / 32>{});
     }
@@ -274,9 +261,7 @@ struct ActOps {
     const auto launch = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
       const GatedInput<T> p{ops.in, ops.in_stride, ops.d, ops.d / kVec, ops.rows * (ops.d / kVec)};
-      const int sms = runtime::get_sm_count(ops.device.device_id);
-      const int64_t grid = std::min(div_ceil(p.total_vecs, int64_t{kActThreads} * kActItems),
-                                    int64_t{sms} * (2048 / kActThreads) * kActMaxWaves);
+      const int64_t grid = div_ceil(p.total_vecs, int64_t{kActThreads});
       LaunchKernel(act_grid(grid), kActThreads, ops.device)
           .enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9)(act_and_mul_kernel<Act, T, kVec, Out>, p, out,
                                                                         host::pdl_early_trigger(grid));
