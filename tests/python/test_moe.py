@@ -52,22 +52,33 @@ def test_topk_softmax_against_torch_topk(dtype_name, experts, k, tokens, renorma
     torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-6)
 
 
-def test_topk_softmax_ties_nan_int64_and_strided_rows():
+@pytest.mark.parametrize("experts", [64, 160])
+def test_topk_softmax_ties_nan_int64_and_strided_rows(experts):
     torch = _torch()
     from jitkern.ops import topk_softmax
 
-    experts, k = 64, 8
-    logits = torch.randint(-3, 3, (1000, experts), device="cuda").float()  # many ties
+    tokens, k = 1000, 8
+    logits = torch.randint(-3, 3, (tokens, experts), device="cuda").float()  # many ties
     logits[::3, ::5] = float("nan")
-    logits[5, :60] = float("nan")  # 4 numbers left: 4 NaN experts must fill the rest, lowest index first
-    buf = torch.randn(1000, experts + 8, device="cuda")
+    logits[5, 4:] = float("nan")  # 4 numbers left: 4 NaN experts must fill the rest, lowest index first
+    logits[7] = float("nan")  # nothing but NaN: the lowest indices, weight 0
+    logits[8] = float("-inf")  # every logit -inf: the lowest indices, equal weights
+    buf = torch.randn(tokens, experts + 8, device="cuda")
     buf[:, 8:] = logits
-    w, ids = _outputs(1000, k, torch.int64)
+    w, ids = _outputs(tokens, k, torch.int64)
     topk_softmax(w, ids, buf[:, 8:], False)
     assert torch.equal(ids, _stable_topk(logits, k)), "ties must go to the lowest index and NaN last"
     probs = torch.softmax(logits.nan_to_num(nan=float("-inf")), dim=-1)
+    probs[7] = 0.0  # no number to weigh
+    probs[8] = 1.0 / experts
     torch.testing.assert_close(w, probs.gather(1, ids), rtol=0, atol=1e-6)
     assert not torch.isnan(logits[0:1].gather(1, ids[0:1])).any(), "a NaN logit was chosen over a number"
+    w2, ids2 = _outputs(tokens, k, torch.int64)
+    topk_softmax(w2, ids2, buf[:, 8:], True)
+    assert torch.equal(ids2, ids)
+    chosen = probs.gather(1, ids)
+    total = chosen.sum(-1, keepdim=True)
+    torch.testing.assert_close(w2, torch.where(total > 0, chosen / total, chosen), rtol=0, atol=1e-6)
 
 
 def _grouped_reference(logits, bias, k, groups, topk_group, renormalize, scaling):
