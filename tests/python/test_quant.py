@@ -491,3 +491,47 @@ def test_compiled_and_graph_captured_quant():
         es = _scale(_finite_amax(xs), 1e-10)
         assert torch.equal(s, es.reshape(1))
         _assert_q_equal(q, _quantize(xs, es))
+
+
+@pytest.mark.parametrize("shape", [(256,), (3, 256), (2, 3, 256), (2, 2, 3, 256)])
+def test_every_op_takes_the_shapes_models_pass(shape):
+    """[..., hidden]: each op on a 1-4-D input gives the bits it gives on the [rows, hidden] view, and
+    its outputs keep the input's leading dimensions."""
+    torch = _torch()
+    from jitkern.ops import (fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit, per_token_quant_fp8,
+                             rmsnorm_quant_fp8)
+
+    x = _x(shape, "bfloat16")
+    flat = x.reshape(-1, shape[-1])
+    lead = shape[:-1]
+    w = _x((shape[-1],), "bfloat16")
+    scale = torch.full((1,), 0.02, device="cuda")
+
+    def same(got, expected, got_shape):
+        assert got.shape == got_shape, (got.shape, got_shape)
+        assert torch.equal(got.reshape(expected.shape).view(torch.uint8) if got.dtype == torch.float8_e4m3fn else got.reshape(expected.shape),
+                           expected.view(torch.uint8) if expected.dtype == torch.float8_e4m3fn else expected)
+
+    q, s = per_tensor_quant_fp8(x)
+    fq, fs = per_tensor_quant_fp8(flat)
+    same(q, fq, shape)
+    assert torch.equal(s, fs)
+    q, s = per_token_quant_fp8(x)
+    fq, fs = per_token_quant_fp8(flat)
+    same(q, fq, shape)
+    same(s, fs, (*lead, 1))
+    q, s = per_token_group_quant_8bit(x, 128)
+    fq, fs = per_token_group_quant_8bit(flat, 128)
+    same(q, fq, shape)
+    same(s, fs, (*lead, 2))
+    for static in (None, scale):
+        q, s = rmsnorm_quant_fp8(x, w, scale=static)
+        fq, fs = rmsnorm_quant_fp8(flat, w, scale=static)
+        same(q, fq, shape)
+        same(s, fs, (*lead, 1) if static is None else (1,))
+        residual = _x(shape, "bfloat16", seed=1)
+        flat_residual = residual.reshape(-1, shape[-1]).clone()
+        q, s = fused_add_rmsnorm_quant_fp8(x, residual, w, scale=static)
+        fq, fs = fused_add_rmsnorm_quant_fp8(flat, flat_residual, w, scale=static)
+        same(q, fq, shape)
+        same(residual, flat_residual, shape)
