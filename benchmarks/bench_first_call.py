@@ -25,7 +25,7 @@ from utils import environment, is_in_ci, reference_path  # noqa: E402
 TRIALS = 1 if is_in_ci() else 2
 JOBS = os.cpu_count() or 1
 
-# Inputs every op below uses: x [16, 4096] bf16, its weight, fp8 outputs, a KV layer.
+# Inputs the ops below use: x [16, 4096] bf16, its weight, fp8 outputs, a KV layer, q/k heads, top-k outputs, a cos/sin cache.
 SETUP = """
 import torch, time
 torch.cuda.init()
@@ -34,6 +34,8 @@ q8 = torch.empty(16, 4096, dtype=torch.float8_e4m3fn, device="cuda"); s1 = torch
 qkv = torch.randn(16, 48, 128, dtype=torch.bfloat16, device="cuda"); hw = torch.randn(128, dtype=torch.bfloat16, device="cuda")
 kv_src = torch.randn(64, 1024, dtype=torch.bfloat16, device="cuda"); kv_dst = torch.empty_like(kv_src)
 idx = torch.arange(64, device="cuda")
+tw = torch.empty(16, 8, device="cuda"); tid = torch.randint(0, 64, (16, 8), dtype=torch.int32, device="cuda")
+cos_sin = torch.randn(4096, 128, device="cuda")
 torch.cuda.synchronize()
 """
 
@@ -53,7 +55,15 @@ OPS = {
     "fused_add_rmsnorm_quant_fp8": ("ops.fused_add_rmsnorm_quant_fp8(x, x.clone(), w, scale=s1)", None),
     "transfer_hicache_one_layer": ("ops.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)",
                                    "ref.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)"),
+    "silu_and_mul": ("ops.silu_and_mul(x)", None),
+    "silu_and_mul_per_token_group_quant_fp8": ("ops.silu_and_mul_per_token_group_quant_fp8(x)", None),
+    "topk_softmax": ("ops.topk_softmax(tw, tid, x[:, :64], True)", None),
+    "moe_align_block_size": ("ops.moe_align_block_size(tid, 64, 64)", None),
+    "apply_rope_with_cos_sin_cache_inplace": ("ops.apply_rope_with_cos_sin_cache_inplace(idx[:16], qkv[:, :32], qkv[:, 32:40], 128, cos_sin)",
+                                              None),
 }
+# Reference ops that exist but cannot run from its wheel alone, and why.
+REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": "not run: its rope module imports flashinfer"}
 
 REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache"}  # else norm
 
@@ -115,7 +125,8 @@ def main() -> None:
     for op, (mine, theirs) in ((op, OPS[op]) for op in wanted):
         jk = timed(JITKERN.format(call=mine))
         if theirs is None or ref is None:
-            print(f"| {op} | {fmt(jk)} | {'no such op' if theirs is None else 'not run: no reference wheel'} | |", flush=True)
+            why = REF_UNAVAILABLE.get(op, "no such JIT op") if theirs is None else "not run: no reference wheel"
+            print(f"| {op} | {fmt(jk)} | {why} | |", flush=True)
             continue
         try:
             rf = timed(REFERENCE.format(call=theirs, module=REF_MODULES.get(op, "norm")), ref)
