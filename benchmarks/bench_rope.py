@@ -7,7 +7,8 @@ token per request (random positions, each token in its own random page); prefill
 
 Bytes moved (fused): q and k read and written back, v read, the k and v cache rows written, positions,
 locations and the cos/sin rows read. GB/s and % of the measured copy ceiling use those bytes for every
-provider (the unfused pair moves more: it reads k and v again)."""
+provider (the unfused pair moves more: it reads k and v again). The pattern ceiling is a kernel that moves
+the q, k, v and cache bytes alone (benchmarks/kernels/copy_ceiling.cuh, rewrite_to_cache)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
-                   reference_module, run_benchmark)
+                   reference_module, run_benchmark, yardstick_module)
 
 from jitkern.ops import (FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace, concat_mla_absorb_q, concat_mla_k,  # noqa: E402
                          rotary_embedding, store_cache, warmup)
@@ -169,8 +170,11 @@ def main() -> None:
     for line in missing:
         print(f"- not run: {line}")
     names = list(providers(cs, cs16, kc, vc, refs))
-    print("\n| phase | T | " + " | ".join(f"{n} us" for n in names) + " | fused GB/s | fused % of copy ceiling | unfused / fused |")
-    print("|---|---|" + "---|" * (len(names) + 3))
+    print("\n| phase | T | " + " | ".join(f"{n} us" for n in names) + " | fused GB/s | fused % of copy ceiling | pattern ceiling us | "
+          "fused % of pattern | unfused / fused |")
+    print("|---|---|" + "---|" * (len(names) + 5))
+    yard = yardstick_module()
+    kc32, vc32 = kc.view(torch.int32).view(-1), vc.view(torch.int32).view(-1)
     for phase, sizes in (("decode", DECODE), ("prefill", PREFILL)):
         for t in sizes:
             q, k, v, pos, loc = inputs(t, phase == "decode")
@@ -185,7 +189,11 @@ def main() -> None:
             gbps = moved_bytes(t) / (fused * 1e-6) / 1e9
             cells = " | ".join("n/a" if r is None else f"{r['median']:.2f} [{r['p20']:.2f}-{r['p80']:.2f}]" for r in res.values())
             ratio = res["jitkern rope then store_cache"]["median"] / fused
-            print(f"| {phase} | {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratio:.2f}x |")
+            # The same bytes without the math: q, k read and written back, v read, k and v cache rows written.
+            rows = torch.as_strided(q, (t, (HQ + 2 * HK) * D), q.stride()).view(torch.int32)
+            pattern = run_benchmark(lambda: yard.rewrite_to_cache(rows, loc, kc32, vc32, (HQ + HK) * D * 2 // 16, HK * D * 2 // 16, 0))
+            print(f"| {phase} | {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {pattern['median']:.2f} | "
+                  f"{100 * pattern['median'] / fused:.1f}% | {ratio:.2f}x |")
     launch_floor(cs, kc, vc)
     launch_shapes(cs, kc, vc, ceiling)
     mla_table()

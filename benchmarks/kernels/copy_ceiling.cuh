@@ -8,6 +8,8 @@
 // rewrite_pair: the same for an op that reads two buffers and writes both back (fused_add_rmsnorm).
 // halve: reads 16 bytes and writes 8, twice per thread (a 2-byte to 1-byte conversion: 8-bit quantization).
 // read_all: reads every byte and writes one word per CTA (an amax pass).
+// rewrite_to_cache: the memory traffic of RoPE fused with the KV-cache write and nothing else: per token,
+// its q and k read and written back in place, its v read, k and v written to its cache rows.
 // rewrite_rows: the dependency pattern of a wide-row norm at decode sizes and nothing else: one CTA per
 // row, four 16-byte vectors per thread read, 0, 1 or 2 CTA-wide reductions in series, written back.
 #pragma once
@@ -167,6 +169,59 @@ void read_all(jitkern::TensorView out, jitkern::TensorView src) {
 }
 
 constexpr int kRewriteRowsVecs = 4;
+
+// One CTA per token: its first `rewrite` 16-byte vectors (q, then k) read and written back XORed with
+// `flip`, the last `cached` of them also written to the token's k cache row, the next `cached` (v) read
+// and written to its v cache row; every load of a token in flight before its stores (256 threads, 4
+// vectors each: a whole 12 KiB row of q, k and v of 32 / 8 / 8 heads of 128).
+constexpr int kRowCacheThreads = 256, kRowCacheItems = 4;
+__global__ void __launch_bounds__(kRowCacheThreads) rewrite_to_cache_kernel(uint4* rows, int64_t row_vecs, int rewrite, int cached,
+                                                                            const int64_t* loc, uint4* kc, uint4* vc, uint32_t flip) {
+  device::pdl_trigger_secondary();
+  uint4* row = rows + int64_t{blockIdx.x} * row_vecs;
+  device::pdl_wait_primary();
+  const int64_t slot = loc[blockIdx.x];
+  uint4* k_row = kc + slot * cached;
+  uint4* v_row = vc + slot * cached;
+  const int total = rewrite + cached, k_first = rewrite - cached;
+  for (int base = threadIdx.x; base < total; base += kRowCacheThreads * kRowCacheItems) {
+    uint4 x[kRowCacheItems];
+#pragma unroll
+    for (int u = 0; u < kRowCacheItems; ++u)
+      if (base + u * kRowCacheThreads < total) x[u] = row[base + u * kRowCacheThreads];
+#pragma unroll
+    for (int u = 0; u < kRowCacheItems; ++u) {
+      const int i = base + u * kRowCacheThreads;
+      if (i >= total) continue;
+      if (i < rewrite) {
+        x[u].x ^= flip;
+        row[i] = x[u];
+        if (i >= k_first) k_row[i - k_first] = x[u];
+      } else {
+        v_row[i - rewrite] = x[u];
+      }
+    }
+  }
+}
+
+// rows: int32 [tokens, >= (rewrite + cached) * 4] (a fused qkv buffer seen as int32), loc: int64 [tokens],
+// kc, vc: int32 caches of rows of `cached` vectors; rewrite, cached in 16-byte vectors.
+void rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView kc, jitkern::TensorView vc,
+                      int64_t rewrite, int64_t cached, int64_t flip) {
+  using namespace host;
+  SymbolicSize tokens{"tokens"}, width{"width"}, stride{"row_stride"}, slots{"cache_words"};
+  SymbolicDevice device;
+  TensorMatcher({tokens, width}).with_strides({stride, 1}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(rows);
+  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>(device).verify(loc);
+  TensorMatcher({slots}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(kc);
+  TensorMatcher({slots}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(vc);
+  RuntimeCheck(rewrite > cached && cached > 0 && (rewrite + cached) * 4 <= width.unwrap(), "rewrite_to_cache: bad row split");
+  if (tokens.unwrap() == 0) return;
+  LaunchKernel(static_cast<unsigned>(tokens.unwrap()), kRowCacheThreads, device.unwrap())
+      .enable_pdl()(rewrite_to_cache_kernel, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite),
+                    static_cast<int>(cached), static_cast<const int64_t*>(loc.data_ptr()), static_cast<uint4*>(kc.data_ptr()),
+                    static_cast<uint4*>(vc.data_ptr()), static_cast<uint32_t>(flip));
+}
 
 // Triggers after its wait, as the wide-row norm kernels do.
 template <int kReductions>
