@@ -173,13 +173,16 @@ constexpr int kRewriteRowsVecs = 4;
 // One CTA per token: its first `rewrite` 16-byte vectors (q, then k) read and written back XORed with
 // `flip`, the last `cached` of them also written to the token's k cache row, the next `cached` (v) read
 // and written to its v cache row; every load of a token in flight before its stores (256 threads, 4
-// vectors each: a whole 12 KiB row of q, k and v of 32 / 8 / 8 heads of 128).
+// vectors each: a whole 12 KiB row of q, k and v of 32 / 8 / 8 heads of 128). It triggers the next
+// launch where the RoPE kernel does (host::pdl_early_trigger), so back-to-back launches overlap alike.
 constexpr int kRowCacheThreads = 256, kRowCacheItems = 4;
 __global__ void __launch_bounds__(kRowCacheThreads) rewrite_to_cache_kernel(uint4* rows, int64_t row_vecs, int rewrite, int cached,
-                                                                            const int64_t* loc, uint4* kc, uint4* vc, uint32_t flip) {
-  device::pdl_trigger_secondary();
+                                                                            const int64_t* loc, uint4* kc, uint4* vc, uint32_t flip,
+                                                                            bool early_trigger) {
+  if (early_trigger) device::pdl_trigger_secondary();
   uint4* row = rows + int64_t{blockIdx.x} * row_vecs;
   device::pdl_wait_primary();
+  if (!early_trigger) device::pdl_trigger_secondary();
   const int64_t slot = loc[blockIdx.x];
   uint4* k_row = kc + slot * cached;
   uint4* v_row = vc + slot * cached;
@@ -220,7 +223,7 @@ void rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern
   LaunchKernel(static_cast<unsigned>(tokens.unwrap()), kRowCacheThreads, device.unwrap())
       .enable_pdl()(rewrite_to_cache_kernel, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite),
                     static_cast<int>(cached), static_cast<const int64_t*>(loc.data_ptr()), static_cast<uint4*>(kc.data_ptr()),
-                    static_cast<uint4*>(vc.data_ptr()), static_cast<uint32_t>(flip));
+                    static_cast<uint4*>(vc.data_ptr()), static_cast<uint32_t>(flip), pdl_early_trigger(tokens.unwrap()));
 }
 
 // Triggers after its wait, as the wide-row norm kernels do.
