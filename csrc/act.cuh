@@ -15,7 +15,6 @@
 #include <jitkern/vec.cuh>
 #include <jitkern/warp.cuh>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 

@@ -427,48 +427,51 @@ Diagnostic diagnostic(const std::string& s, std::size_t file_end, std::size_t li
           message < s.size() ? s.substr(message) : std::string()};
 }
 
-// gcc and clang: ^(.+?):(\d+)(?::\d+)?: ((?:fatal )?error\b.*)$
-bool gcc_error(const std::string& s, Diagnostic* out) {
+// The first "<file><sep><line>" in s after which `rest(line_end)` finds the message (its start, or npos
+// where the line does not match).
+template <typename Rest>
+bool first_match(const std::string& s, char sep, Rest rest, Diagnostic* out) {
   for (std::size_t i = 1; i < s.size(); ++i) {
-    const std::size_t line_end = line_number_end(s, i, ':');
+    const std::size_t line_end = line_number_end(s, i, sep);
     if (line_end == std::string::npos) continue;
-    const std::size_t col_end = line_end < s.size() && s[line_end] == ':' ? digits_end(s, line_end + 1) : line_end + 1;
-    for (const std::size_t at : {col_end > line_end + 1 ? col_end : std::string::npos, line_end}) {
-      if (at == std::string::npos || s.compare(at, 2, ": ") != 0 || !error_at(s, at + 2, "fatal ")) continue;
-      *out = diagnostic(s, i, i + 1, line_end, at + 2);
-      return true;
-    }
+    const std::size_t message = rest(line_end);
+    if (message == std::string::npos) continue;
+    *out = diagnostic(s, i, i + 1, line_end, message);
+    return true;
   }
   return false;
 }
 
+// gcc and clang: ^(.+?):(\d+)(?::\d+)?: ((?:fatal )?error\b.*)$
+bool gcc_error(const std::string& s, Diagnostic* out) {
+  return first_match(s, ':', [&](std::size_t line_end) {
+    const std::size_t col_end = line_end < s.size() && s[line_end] == ':' ? digits_end(s, line_end + 1) : line_end + 1;
+    for (const std::size_t at : {col_end > line_end + 1 ? col_end : std::string::npos, line_end})
+      if (at != std::string::npos && s.compare(at, 2, ": ") == 0 && error_at(s, at + 2, "fatal ")) return at + 2;
+    return std::string::npos;
+  }, out);
+}
+
 // nvcc's front ends: ^(.+?)\((\d+)\): ((?:catastrophic )?error\b.*)$
 bool edg_error(const std::string& s, Diagnostic* out) {
-  for (std::size_t i = 1; i < s.size(); ++i) {
-    const std::size_t line_end = line_number_end(s, i, '(');
-    if (line_end == std::string::npos || s.compare(line_end, 3, "): ") != 0 || !error_at(s, line_end + 3, "catastrophic ")) continue;
-    *out = diagnostic(s, i, i + 1, line_end, line_end + 3);
-    return true;
-  }
-  return false;
+  return first_match(s, '(', [&](std::size_t line_end) {
+    return s.compare(line_end, 3, "): ") == 0 && error_at(s, line_end + 3, "catastrophic ") ? line_end + 3 : std::string::npos;
+  }, out);
 }
 
 // gcc's notes that name where a macro was expanded or a template required:
 // ^(.+?):(\d+):\d+:? +(?:note: in expansion of macro|required from)\b.*$
 bool macro_context(const std::string& s, Diagnostic* out) {
-  for (std::size_t i = 1; i < s.size(); ++i) {
-    const std::size_t line_end = line_number_end(s, i, ':');
-    if (line_end == std::string::npos || line_end >= s.size()) continue;
+  return first_match(s, ':', [&](std::size_t line_end) {
+    if (line_end >= s.size()) return std::string::npos;
     std::size_t at = line_number_end(s, line_end, ':');  // the column
-    if (at == std::string::npos) continue;
+    if (at == std::string::npos) return std::string::npos;
     if (at < s.size() && s[at] == ':') ++at;
     const std::size_t blanks = at;
     while (at < s.size() && s[at] == ' ') ++at;
-    if (at == blanks || !(word_at(s, at, "note: in expansion of macro") || word_at(s, at, "required from"))) continue;
-    *out = diagnostic(s, i, i + 1, line_end, at);
-    return true;
-  }
-  return false;
+    if (at == blanks || !(word_at(s, at, "note: in expansion of macro") || word_at(s, at, "required from"))) return std::string::npos;
+    return at;
+  }, out);
 }
 
 // The cause a failed compile's message leads with, in the user's terms: the compiler's first error in

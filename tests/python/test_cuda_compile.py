@@ -125,4 +125,3 @@ def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("JITKERN_NVCC_PIPELINE", "1")
     path = add_constant_spec(4).build()
     assert path.startswith(str(cache)) and not marker.exists()
-
