@@ -67,6 +67,7 @@ def _worker(rank: int, world: int, port: int) -> None:
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from jitkern.ops import AllReduce, fused_add_rmsnorm
+    from jitkern.ops.all_reduce import PUSH_MAX_BYTES
 
     device = torch.device("cuda", rank)
     comm = AllReduce(max_bytes=SIZES[-1])
@@ -118,13 +119,13 @@ def _worker(rank: int, world: int, port: int) -> None:
         return {"torch symm one-shot": lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name),
                 "torch symm two-shot": lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name)}
 
-    def forced(limit, fn):
+    def forced(one_shot, push, fn):
         def call():
-            comm.one_shot_max_bytes = limit
+            comm.one_shot_max_bytes, comm.push_max_bytes = one_shot, push
             try:
                 return fn()
             finally:
-                comm.one_shot_max_bytes = default_one_shot
+                comm.one_shot_max_bytes, comm.push_max_bytes = default_one_shot, PUSH_MAX_BYTES
         return call
 
     rows = []
@@ -136,8 +137,10 @@ def _worker(rank: int, world: int, port: int) -> None:
         nccl_buf = x.clone()
         fns = {"NCCL": lambda: dist.all_reduce(nccl_buf),
                "jitkern": lambda: comm.all_reduce(x, out=out),
-               "jitkern one-shot": forced(SIZES[-1], lambda: comm.all_reduce(x, out=out)),
-               "jitkern two-shot": forced(0, lambda: comm.all_reduce(x, out=out))}
+               "jitkern one-shot": forced(SIZES[-1], 0, lambda: comm.all_reduce(x, out=out)),
+               "jitkern two-shot": forced(0, 0, lambda: comm.all_reduce(x, out=out))}
+        if nbytes <= PUSH_MAX_BYTES:
+            fns["jitkern push"] = forced(SIZES[-1], PUSH_MAX_BYTES, lambda: comm.all_reduce(x, out=out))
         if symm is not None:
             try:
                 fns.update(symm_fns(n))
@@ -175,8 +178,8 @@ def _worker(rank: int, world: int, port: int) -> None:
 
     if rank == 0:
         print(f"## bench_allreduce: {world} ranks, {environment()}\n")
-        print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slowest rank's median); jitkern one-shot up to "
-              f"{default_one_shot >> 10} KiB by default\n")
+        print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slowest rank's median); jitkern by default: push up to "
+              f"{PUSH_MAX_BYTES >> 10} KiB, one-shot up to {default_one_shot >> 10} KiB, two-shot above\n")
         names = list(dict.fromkeys(name for _, times in rows for name in times))
         print("| bytes | " + " | ".join(names) + " | jitkern / NCCL |")
         print("|---|" + "---|" * (len(names) + 1))

@@ -2,12 +2,15 @@
 // host, and the same fused with a residual add and RMSNorm.
 //
 // Every rank owns one buffer of GPU memory that every other rank maps (cudaIpcOpenMemHandle): a flag per
-// (CTA, peer) followed by the data. A launch copies its input into its own buffer, then every CTA meets the
-// same CTA of every other rank at barriers: it writes the barrier's number into its flag in each peer's
-// buffer (st.release.sys) and waits until each peer's flag in its own buffer has reached it (ld.acquire.sys).
-// The numbers only grow (each CTA keeps its count in its own buffer, and every rank makes the same calls),
-// so no flag is ever reset. A CTA copies in exactly the elements that the peers' same CTA reads, so one
-// barrier per CTA orders the copy before the reads.
+// (CTA, peer), then the push slots, then the pull data. Every CTA meets the same CTA of every other rank at
+// barriers: it writes the barrier's number into its flag in each peer's buffer (st.release.sys) and waits
+// until each peer's flag in its own buffer has reached it (ld.acquire.sys). The numbers only grow (each CTA
+// keeps its count in its own buffer, and every rank makes the same calls), so no flag is ever reset. A CTA
+// writes exactly the elements that the peers' same CTA reads, so one barrier per CTA orders the two.
+//   push (small messages): each rank writes its input into its slot in every rank's buffer, barrier, each
+//             rank sums the slots of its own buffer. Two sets of slots, alternating by launch: a rank
+//             starts launch n + 2 only after every peer has started launch n + 1, so after every peer
+//             has read the slots of launch n. One barrier, local reads.
 //   one-shot: copy in, barrier, each rank sums every rank's copy, barrier (the buffers may be reused);
 //   two-shot: copy in, barrier, rank r sums chunk r of every copy into its own buffer (reduce-scatter),
 //             barrier, each rank gathers every chunk from its owner (all-gather), barrier.
@@ -35,22 +38,33 @@ constexpr int kMaxRanks = 8;
 constexpr int kMaxBlocks = 64;  // CTAs per launch: each has one flag per peer
 constexpr int kThreads = 512;   // CTA size of the one-shot and two-shot kernels (and the fused kernel's most)
 // A rank's buffer: flags[kMaxBlocks][kMaxRanks] (flag [b][q]: how many barriers CTA b of rank q has
-// reached), then each CTA's own barrier count, then the data.
+// reached), each CTA's own barrier count, the push launch count and its CTA tally; then the push slots
+// [2][world][slot_bytes] (slot [s][q]: rank q's message in the launches of parity s); then the pull data.
 constexpr int64_t kCountersOffset = int64_t{kMaxBlocks} * kMaxRanks * 4;
-constexpr int64_t kDataOffset = 4096;
-static_assert(kCountersOffset + kMaxBlocks * 4 <= kDataOffset, "the flags and counters fit before the data");
+constexpr int64_t kEpochOffset = kCountersOffset + kMaxBlocks * 4;
+constexpr int64_t kSlotsOffset = 4096;
+constexpr int64_t kPushSlotBytes = 512 << 10;  // the largest message of the push kernels
+static_assert(kEpochOffset + 8 <= kSlotsOffset, "the flags and counters fit before the slots");
 
 // What every kernel needs to reach the ranks' buffers.
 struct Params {
   char* base[kMaxRanks];  // each rank's buffer in this process (this rank's own at [rank])
   int32_t rank, world;
+  int64_t slot_bytes;   // the size of a push slot: the largest message of the push kernels
+  int64_t data_offset;  // where the pull data starts in every buffer
   uint64_t timeout_ns;
   volatile int32_t* status;  // pinned host word: 0, or 1 + the peer a wait gave up on
 };
 
 template <typename T>
-__device__ __forceinline__ T* data_of(char* base) {
-  return reinterpret_cast<T*>(base + kDataOffset);
+__device__ __forceinline__ T* data_of(const Params& p, int rank) {
+  return reinterpret_cast<T*>(p.base[rank] + p.data_offset);
+}
+
+// Rank `from`'s slot of parity `phase` in `owner`'s buffer.
+template <typename T>
+__device__ __forceinline__ T* push_slot(const Params& p, int owner, uint32_t phase, int from) {
+  return reinterpret_cast<T*>(p.base[owner] + kSlotsOffset + (int64_t{phase} * p.world + from) * p.slot_bytes);
 }
 
 __device__ __forceinline__ uint64_t global_time_ns() {
@@ -77,12 +91,15 @@ __device__ __forceinline__ bool reached(uint32_t v, uint32_t target) { return st
 class Rendezvous {
  public:
   __device__ explicit Rendezvous(const Params& p) : m_p(p) {
-    __shared__ uint32_t count;
+    __shared__ uint32_t count, epoch;
     __shared__ int failed;
-    if (threadIdx.x == 0) count = *counter(), failed = 0;
+    if (threadIdx.x == 0) count = *counter(), epoch = *epoch_word(), failed = 0;
     __syncthreads();
-    m_count = count, m_failed = &failed;
+    m_count = count, m_epoch = epoch, m_failed = &failed;
   }
+
+  // The push slots this launch uses (the same on every rank: the ranks make the same push launches).
+  __device__ uint32_t phase() const { return m_epoch & 1u; }
 
   // Arrives at the next barrier and waits until every rank's CTA has; what this CTA wrote (and read)
   // before is then visible to (and done for) the peers. False in every thread when a peer did not
@@ -115,22 +132,32 @@ class Rendezvous {
     if (threadIdx.x == 0) *counter() = m_count;
   }
 
+  // finish() for a push launch: the last CTA to finish also moves the launch count on (the next launch,
+  // which starts after this one has completed, takes the other slots).
+  __device__ void finish_push() const {
+    if (threadIdx.x != 0) return;
+    *counter() = m_count;
+    uint32_t* tally = epoch_word() + 1;
+    if (atomicAdd(tally, 1u) == gridDim.x - 1) *tally = 0, *epoch_word() = m_epoch + 1;
+  }
+
  private:
   __device__ uint32_t* flag(char* base, int from) const { return reinterpret_cast<uint32_t*>(base) + blockIdx.x * kMaxRanks + from; }
   __device__ uint32_t* counter() const { return reinterpret_cast<uint32_t*>(m_p.base[m_p.rank] + kCountersOffset) + blockIdx.x; }
+  __device__ uint32_t* epoch_word() const { return reinterpret_cast<uint32_t*>(m_p.base[m_p.rank] + kEpochOffset); }
 
   const Params& m_p;
-  uint32_t m_count;
+  uint32_t m_count, m_epoch;
   int* m_failed;
 };
 
-// The fp32 sum, in rank order, of vector i of every rank's data, rounded to T.
-template <typename T, int kVec>
-__device__ __forceinline__ AlignedVector<T, kVec> sum_ranks(const Params& p, int64_t i) {
+// The fp32 sum, in rank order, of vector i of every rank's copy (source(q): rank q's copy), rounded to T.
+template <typename T, int kVec, typename Source>
+__device__ __forceinline__ AlignedVector<T, kVec> sum_ranks(const Params& p, Source source, int64_t i) {
   AlignedVector<T, kVec> v[kMaxRanks];
 #pragma unroll
   for (int q = 0; q < kMaxRanks; ++q)
-    if (q < p.world) v[q].load(data_of<T>(p.base[q]) + i * kVec);  // every load issued before the sums
+    if (q < p.world) v[q].load(source(q) + i * kVec);  // every load issued before the sums
   float acc[kVec];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) acc[j] = device::cast<float>(v[0][j]);
@@ -151,7 +178,7 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constant__ Params p, const T* in, T* out, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
-  T* mine = data_of<T>(p.base[p.rank]);
+  T* mine = data_of<T>(p, p.rank);
   device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   Rendezvous meet(p);
@@ -161,9 +188,32 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constan
     v.store(mine + i * kVec);
   }
   if (!meet.sync()) return;
-  for (int64_t i = first; i < nvec; i += stride) sum_ranks<T, kVec>(p, i).store(out + i * kVec);
+  const auto copy = [&](int q) { return data_of<T>(p, q); };
+  for (int64_t i = first; i < nvec; i += stride) sum_ranks<T, kVec>(p, copy, i).store(out + i * kVec);
   if (!meet.sync()) return;
   meet.finish();
+}
+
+// Push: each CTA writes, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ Params p, const T* in, T* out, int64_t nvec) {
+  using Vec = AlignedVector<T, kVec>;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
+  device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  Rendezvous meet(p);
+  const uint32_t phase = meet.phase();
+  for (int64_t i = first; i < nvec; i += stride) {
+    Vec v;
+    v.load(in + i * kVec);
+#pragma unroll
+    for (int q = 0; q < kMaxRanks; ++q)
+      if (q < p.world) v.store(push_slot<T>(p, q, phase, p.rank) + i * kVec);
+  }
+  if (!meet.sync()) return;
+  const auto slot = [&](int q) { return push_slot<T>(p, p.rank, phase, q); };
+  for (int64_t i = first; i < nvec; i += stride) sum_ranks<T, kVec>(p, slot, i).store(out + i * kVec);
+  meet.finish_push();
 }
 
 // Two-shot: the vectors are cut into world chunks of `chunk`; each CTA takes the same positions i within
@@ -174,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t chunk = (nvec + p.world - 1) / p.world;
-  T* mine = data_of<T>(p.base[p.rank]);
+  T* mine = data_of<T>(p, p.rank);
   device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   Rendezvous meet(p);
@@ -188,8 +238,9 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
       if (q < p.world && q * chunk + i < nvec) v[q].store(mine + (q * chunk + i) * kVec);
   }
   if (!meet.sync()) return;
+  const auto copy = [&](int q) { return data_of<T>(p, q); };
   for (int64_t i = first, at = p.rank * chunk + first; i < chunk && at < nvec; i += stride, at += stride) {
-    const Vec s = sum_ranks<T, kVec>(p, at);
+    const Vec s = sum_ranks<T, kVec>(p, copy, at);
     s.store(mine + at * kVec);
     s.store(out + at * kVec);
   }
@@ -198,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
     Vec v[kMaxRanks];
 #pragma unroll
     for (int q = 0; q < kMaxRanks; ++q)
-      if (q < p.world && q != p.rank && q * chunk + i < nvec) v[q].load(data_of<T>(p.base[q]) + (q * chunk + i) * kVec);
+      if (q < p.world && q != p.rank && q * chunk + i < nvec) v[q].load(data_of<T>(p, q) + (q * chunk + i) * kVec);
 #pragma unroll
     for (int q = 0; q < kMaxRanks; ++q)
       if (q < p.world && q != p.rank && q * chunk + i < nvec) v[q].store(out + (q * chunk + i) * kVec);
@@ -207,30 +258,33 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   meet.finish();
 }
 
-// One-shot all-reduce of x [rows, hidden], then residual += the sum (rounded to T) and x = RMSNorm of the
+// Push all-reduce of x [rows, hidden], then residual += the sum (rounded to T) and x = RMSNorm of the
 // new residual * weight, as fused_add_rmsnorm computes it. Each CTA takes whole rows (row = blockIdx.x mod
 // gridDim.x); each thread re-reads in the second pass the residual vectors it wrote in the first.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads) fused_add_rmsnorm_kernel(const __grid_constant__ Params p, T* x, T* residual, const T* weight,
                                                                      int64_t rows, int64_t hvec, float eps) {
   using Vec = AlignedVector<T, kVec>;
-  T* mine = data_of<T>(p.base[p.rank]);
   const float inv_hidden = 1.0f / static_cast<float>(hvec * kVec);
   device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   Rendezvous meet(p);
+  const uint32_t phase = meet.phase();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x)
     for (int64_t j = threadIdx.x; j < hvec; j += blockDim.x) {
       Vec v;
       v.load(x + (row * hvec + j) * kVec);
-      v.store(mine + (row * hvec + j) * kVec);
+#pragma unroll
+      for (int q = 0; q < kMaxRanks; ++q)
+        if (q < p.world) v.store(push_slot<T>(p, q, phase, p.rank) + (row * hvec + j) * kVec);
     }
   if (!meet.sync()) return;
+  const auto slot = [&](int q) { return push_slot<T>(p, p.rank, phase, q); };
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float squares = 0.0f;
     for (int64_t j = threadIdx.x; j < hvec; j += blockDim.x) {
       const int64_t i = row * hvec + j;
-      const Vec s = sum_ranks<T, kVec>(p, i);
+      const Vec s = sum_ranks<T, kVec>(p, slot, i);
       Vec r;
       r.load(residual + i * kVec);
 #pragma unroll
@@ -252,17 +306,17 @@ __global__ void __launch_bounds__(kThreads) fused_add_rmsnorm_kernel(const __gri
       y.store(x + i * kVec);
     }
   }
-  if (!meet.sync()) return;
-  meet.finish();
+  meet.finish_push();
 }
 
 // ---- host ----
 
 struct Comm {
   int32_t device, rank, world;
-  int64_t capacity;      // data bytes of each rank's buffer
-  int64_t one_shot_max;  // messages up to this many bytes take the one-shot kernel
+  int64_t capacity;      // pull data bytes of each rank's buffer
+  int64_t one_shot_max;  // messages up to this many bytes take the push or the one-shot kernel
   uint64_t timeout_ns;
+  int64_t push_max = 0;  // ... the push kernel up to the smaller of this and one_shot_max
   char* own = nullptr;   // this rank's buffer (cudaMalloc)
   bool opened = false;   // the peers' buffers are mapped
   Params params{};
@@ -322,14 +376,18 @@ bool vectorizable(int64_t n, std::initializer_list<const void*> pointers) {
   return true;
 }
 
+// Whether a message of `bytes` takes a push kernel (the plain or the fused one).
+bool pushes(const Comm* c, int64_t bytes) { return bytes <= std::min(c->one_shot_max, c->push_max); }
+
 template <typename T, int kVec>
 void launch_all_reduce(const Comm* c, const void* in, void* out, int64_t nvec, DLDevice device) {
-  const bool one_shot = nvec * kVec * static_cast<int64_t>(sizeof(T)) <= c->one_shot_max;
-  const int64_t per_rank = one_shot ? nvec : (nvec + c->world - 1) / c->world;  // vectors each rank's CTAs walk
+  const int64_t bytes = nvec * kVec * static_cast<int64_t>(sizeof(T));
+  const auto kernel = pushes(c, bytes) ? push_kernel<T, kVec> : bytes <= c->one_shot_max ? one_shot_kernel<T, kVec> : two_shot_kernel<T, kVec>;
+  const int64_t per_rank = bytes <= c->one_shot_max ? nvec : (nvec + c->world - 1) / c->world;  // vectors each rank's CTAs walk
   const int64_t grid = std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, host::div_ceil(per_rank, kThreads)));
   host::LaunchKernel launch(static_cast<unsigned>(grid), kThreads, device);
   launch.enable_pdl(host::runtime::get_cc_major(c->device) >= 9);
-  launch(one_shot ? one_shot_kernel<T, kVec> : two_shot_kernel<T, kVec>, c->params, static_cast<const T*>(in), static_cast<T*>(out), nvec);
+  launch(kernel, c->params, static_cast<const T*>(in), static_cast<T*>(out), nvec);
 }
 
 template <typename T>
@@ -367,8 +425,9 @@ void with_type(DLDataType t, F&& f) {
 
 // ---- exported ----
 
-// A communicator for `rank` of `world` on `device`, with a buffer of `capacity` data bytes (zeroed, so
-// every barrier count starts at 0). timeout_ms: how long a kernel waits for a peer.
+// A communicator for `rank` of `world` on `device`, with a buffer of the push slots and `capacity` pull
+// data bytes (the counts zeroed: every barrier count starts at 0). timeout_ms: how long a kernel waits for
+// a peer.
 int64_t create(int64_t device, int64_t rank, int64_t world, int64_t capacity, int64_t one_shot_max, int64_t timeout_ms) {
   host::RuntimeCheck(world >= 1 && world <= kMaxRanks, "world must be 1 to ", kMaxRanks, ", got ", world);
   host::RuntimeCheck(rank >= 0 && rank < world, "rank must be in [0, world), got ", rank);
@@ -378,9 +437,12 @@ int64_t create(int64_t device, int64_t rank, int64_t world, int64_t capacity, in
   DeviceScope scope(static_cast<int>(device));
   auto* c = new Comm{static_cast<int32_t>(device), static_cast<int32_t>(rank), static_cast<int32_t>(world), capacity, one_shot_max,
                      static_cast<uint64_t>(timeout_ms) * 1000000u};
+  c->params.slot_bytes = world > 1 ? std::min(kPushSlotBytes, capacity) : 0;
+  c->params.data_offset = kSlotsOffset + 2 * world * c->params.slot_bytes;
+  c->push_max = c->params.slot_bytes;
   void* status = nullptr;
   if (cudaHostAlloc(&status, sizeof(int32_t), cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess ||
-      cudaMalloc(&c->own, kDataOffset + capacity) != cudaSuccess || cudaMemset(c->own, 0, kDataOffset + capacity) != cudaSuccess ||
+      cudaMalloc(&c->own, c->params.data_offset + capacity) != cudaSuccess || cudaMemset(c->own, 0, kSlotsOffset) != cudaSuccess ||
       cudaDeviceSynchronize() != cudaSuccess) {
     const cudaError_t error = cudaGetLastError();
     if (status != nullptr) cudaFreeHost(status);
@@ -455,6 +517,12 @@ void set_one_shot_max(int64_t comm, int64_t bytes) {
   comm_of(comm)->one_shot_max = bytes;
 }
 
+void set_push_max(int64_t comm, int64_t bytes) {
+  Comm* c = comm_of(comm);
+  host::RuntimeCheck(bytes >= 0 && bytes <= kPushSlotBytes, "push_max_bytes must be in [0, ", kPushSlotBytes, "], got ", bytes);
+  c->push_max = std::min(bytes, c->params.slot_bytes);
+}
+
 // Raises TimeoutError if a kernel of this communicator gave up waiting for a peer.
 void check(int64_t comm) { raise_if_failed(comm_of(comm)); }
 
@@ -478,9 +546,9 @@ bool all_reduce(int64_t comm, jitkern::TensorView x, jitkern::TensorView out) {
 }
 
 // residual += the sum of x over the ranks; x = RMSNorm(residual) * weight (x, residual: [rows, hidden],
-// contiguous). Returns false without launching where the one-shot kernel does not apply (peers not
-// mapped, more bytes than the one-shot limit or the buffer): the caller then all-reduces and normalises
-// in two steps.
+// contiguous). Returns false without launching where the push kernel does not apply (peers not mapped,
+// more bytes than the one-shot limit or a push slot): the caller then all-reduces and normalises in two
+// steps.
 bool all_reduce_add_rmsnorm(int64_t comm, jitkern::TensorView x, jitkern::TensorView residual, jitkern::TensorView weight, double eps) {
   using namespace host;
   const Comm* c = comm_of(comm);
@@ -494,7 +562,7 @@ bool all_reduce_add_rmsnorm(int64_t comm, jitkern::TensorView x, jitkern::Tensor
   check_placement(c, x, "x");
   RuntimeCheck(eps >= 0, "eps must not be negative, got ", eps);
   const int64_t bytes = rows.unwrap() * hidden.unwrap() * (dtype.unwrap().bits / 8);
-  if (!c->opened || bytes > c->one_shot_max || bytes > c->capacity) return false;
+  if (!c->opened || !pushes(c, bytes)) return false;
   if (bytes == 0) return true;
   with_type(dtype.unwrap(), [&](auto t) {
     dispatch_fused<decltype(t)>(c, x.data_ptr(), residual.data_ptr(), weight.data_ptr(), rows.unwrap(), hidden.unwrap(), static_cast<float>(eps),

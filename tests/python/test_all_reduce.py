@@ -1,5 +1,5 @@
 """AllReduce (jitkern.ops.all_reduce): the argument checks on the CPU; on every GPU of the machine (2 to
-8, one rank each), against NCCL.
+8, one rank each), against the exact sum of every rank's input (one rounding from it) and against NCCL.
 
 The GPU checks run in one set of worker processes (this file run as a script, rank r on cuda:r), which
 write each check's outcome as it finishes; each GPU test asserts one check on every rank. NVLink multicast stays off in the workers (NCCL_NVLS_ENABLE=0 and the torch/NVSHMEM switches)."""
@@ -19,14 +19,14 @@ import pytest
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 DTYPES = ("float16", "bfloat16", "float32")
-TOL = {"float16": (1e-3, 1e-3), "bfloat16": (8e-3, 8e-3), "float32": (1e-6, 1e-6)}
+TOL = {"float16": (1e-3, 1e-3), "bfloat16": (8e-3, 8e-3), "float32": (1e-6, 1e-6)}  # one rounding (the fused op's normalisation)
 MAX_BYTES = 64 << 20
 # Elements, 1 to 64 MiB: odd counts take the element-wise kernels, the rest 16-byte vectors; with the
 # default one-shot limit (512 KiB at 2 ranks, less at more) the larger ones take the two-shot kernel.
 SIZES = [1, 7, 8, 1000, 4096, 4099, 65536, 131072, 262144, 262147, 1 << 20, 3_000_001, 1 << 22]
 FUSED_SHAPES = [(1, 4096), (3, 1000), (7, 5120), (2, 4095), (64, 4096), (200, 4096)]  # the last is above the one-shot limit
-CHECKS = ([f"sizes[{d}]" for d in DTYPES] + ["max_bytes[float32]", "max_bytes[bfloat16]", "forced_one_shot", "forced_two_shot", "nccl_fallback",
-          "in_place", "single_rank_group"] + [f"fused[{d}]" for d in DTYPES] + ["graph", "compile", "errors", "timeout"])
+CHECKS = ([f"sizes[{d}]" for d in DTYPES] + ["max_bytes[float32]", "max_bytes[bfloat16]", "forced_push", "forced_one_shot", "forced_two_shot", "nccl_fallback",
+          "in_place", "single_rank_group"] + [f"fused[{d}]" for d in DTYPES] + ["back_to_back", "graph", "compile", "errors", "timeout"])
 WORKER_DEADLINE_S = 150
 
 
@@ -52,7 +52,7 @@ def test_family_is_registered():
     assert ops.OPS["AllReduce"] == "all_reduce"
     assert [s.name for s in ops.specs(ops=["AllReduce"])] == ["all_reduce"]
     assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"all_reduce", "all_reduce_add_rmsnorm", "open_peers", "check"}
-    assert [all_reduce.default_one_shot_max_bytes(w) for w in (2, 4, 8)] == [512 << 10, 256 << 10, 128 << 10]
+    assert [all_reduce.default_one_shot_max_bytes(w) for w in (2, 4, 8)] == [8 << 20, 512 << 10, 128 << 10]
 
 
 # ---- GPU: two ranks against NCCL ----
@@ -110,6 +110,32 @@ def test_ranks(ranks, check):
 class Problems(list):
     """A check's mismatches, collected rather than raised, so that both ranks go through the same collectives."""
 
+    def exact(self, torch, got, parts, what):
+        """got must be the exact sum of every rank's part rounded once to its dtype (the kernels add in
+        fp32): within one unit in the last place of the sum, plus fp32's error on the magnitudes added.
+        NCCL, which rounds every partial sum of its ring to the dtype, can be further off at 3 ranks or
+        more."""
+        stacked = torch.stack([q.double() for q in parts])
+        exact, magnitude = stacked.sum(0), stacked.abs().sum(0)
+        info = torch.finfo(got.dtype)
+        bound = info.eps * exact.abs() + len(parts) * 2.0**-23 * magnitude + info.smallest_normal * info.eps
+        error = (got.double() - exact).abs()
+        bad = ~(error <= bound)  # NaN counts as bad
+        if bad.any():
+            i = int(bad.nonzero()[0, 0]) if bad.dim() else 0
+            flat = lambda t: t.reshape(-1)[i].item() if t.dim() else t.item()  # noqa: E731
+            self.append(f"{what}: {int(bad.sum())} of {bad.numel()} elements off the exact sum by more than a rounding; first at flat "
+                        f"index {i}: got {flat(got)}, exact {flat(exact)}, bound {flat(bound):.3g}")
+
+    def near_nccl(self, torch, got, nccl, parts, what):
+        """got and NCCL's result differ by no more than NCCL's roundings of its partial sums allow."""
+        magnitude = torch.stack([q.double().abs() for q in parts]).sum(0)
+        info = torch.finfo(got.dtype)
+        bound = len(parts) * info.eps * magnitude + info.smallest_normal * info.eps
+        bad = ~((got.double() - nccl.double()).abs() <= bound)
+        if bad.any():
+            self.append(f"{what}: {int(bad.sum())} of {bad.numel()} elements further from NCCL's result than its roundings allow")
+
     def close(self, torch, got, expected, dtype_name, what):
         rtol, atol = TOL[dtype_name]
         if torch.isnan(got).any():
@@ -166,18 +192,33 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
         dist.all_reduce(expected)
         return expected
 
+    def parts_of(x):
+        """Every rank's x, in rank order."""
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous())
+        return parts
+
+    def rounded_sum(x):
+        """The exact sum of every rank's x, rounded once to x's dtype."""
+        return torch.stack([q.double() for q in parts_of(x)]).sum(0).to(x.dtype)
+
     comm = AllReduce(max_bytes=MAX_BYTES, timeout_ms=20_000)
     if not comm.enabled:
         raise RuntimeError(f"the kernels are not in use: {comm.reason}")
 
-    def compare_sizes(p, dtype_name, sizes, what):
+    def compare_sizes(p, dtype_name, sizes, what, *, nccl=False):
+        """nccl: the message goes to NCCL, whose bits it must have."""
         dtype = getattr(torch, dtype_name)
         for i, n in enumerate(sizes):
             x = inputs(n, dtype, i)
             before = x.clone()
-            expected = nccl_sum(x)
+            parts = parts_of(x)
             got = comm.all_reduce(x)
-            p.close(torch, got, expected, dtype_name, f"{what} {dtype_name} n={n}")
+            if nccl:
+                p.expect(torch.equal(got, nccl_sum(x)), f"{what} {dtype_name} n={n}: not NCCL's bits")
+            else:
+                p.exact(torch, got, parts, f"{what} {dtype_name} n={n}")
+                p.near_nccl(torch, got, nccl_sum(x), parts, f"{what} {dtype_name} n={n}")
             p.expect(torch.equal(x, before), f"{what} n={n}: x was changed")
             p.same_on_every_rank(torch, dist, got, f"{what} n={n}")
 
@@ -186,20 +227,22 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
     record("max_bytes[float32]", lambda p: compare_sizes(p, "float32", [MAX_BYTES // 4], "64 MiB"))
     record("max_bytes[bfloat16]", lambda p: compare_sizes(p, "bfloat16", [MAX_BYTES // 2 - 8], "64 MiB - 16 B"))
 
-    def forced(p, limit, sizes, what):
-        default = comm.one_shot_max_bytes
-        comm.one_shot_max_bytes = limit
+    def forced(p, one_shot, push, sizes, what):
+        defaults = comm.one_shot_max_bytes, comm.push_max_bytes
+        comm.one_shot_max_bytes, comm.push_max_bytes = one_shot, push
         try:
             for d in DTYPES:
                 compare_sizes(p, d, sizes, what)
         finally:
-            comm.one_shot_max_bytes = default
+            comm.one_shot_max_bytes, comm.push_max_bytes = defaults
 
-    record("forced_one_shot", lambda p: forced(p, MAX_BYTES, [1, 4099, 262144, (1 << 20) + 3, 1 << 22], "one-shot"))
-    record("forced_two_shot", lambda p: forced(p, 0, [1, 3, 8, 24, 4099, 262147, 1 << 20], "two-shot"))
+    push_max = comm.push_max_bytes
+    record("forced_push", lambda p: forced(p, MAX_BYTES, push_max, [1, 7, 4099, 65536, 131072 - 1, 131072], "push"))
+    record("forced_one_shot", lambda p: forced(p, MAX_BYTES, 0, [1, 4099, 262144, (1 << 20) + 3, 1 << 22], "one-shot"))
+    record("forced_two_shot", lambda p: forced(p, 0, 0, [1, 3, 8, 24, 4099, 262147, 1 << 20], "two-shot"))
 
     def nccl_fallback(p):
-        compare_sizes(p, "bfloat16", [MAX_BYTES // 2 + 8], "above max_bytes")
+        compare_sizes(p, "bfloat16", [MAX_BYTES // 2 + 8], "above max_bytes", nccl=True)
         for dtype in (torch.int32, torch.float64):
             x = (inputs(1001, torch.float32, 7) * 100).to(dtype)
             p.expect(torch.equal(comm.all_reduce(x), nccl_sum(x)), f"{dtype}: differs from NCCL")
@@ -209,13 +252,14 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
     def in_place(p):
         for n in (4096, 1 << 20, 4099):
             x = inputs(n, torch.bfloat16, n)
-            expected = nccl_sum(x)
+            parts = parts_of(x)
             p.expect(comm.all_reduce(x, out=x) is x, "out=x: x is not returned")
-            p.close(torch, x, expected, "bfloat16", f"in place n={n}")
+            p.exact(torch, x, parts, f"in place n={n}")
         x = inputs(6 * 1000, torch.float16, 3).view(2, 3, 1000)
         out = torch.full_like(x, float("nan"))
+        parts = parts_of(x)
         p.expect(comm.all_reduce(x, out=out) is out, "out is not returned")
-        p.close(torch, out, nccl_sum(x), "float16", "3-D x with out=")
+        p.exact(torch, out, parts, "3-D x with out=")
 
     record("in_place", in_place)
 
@@ -238,7 +282,7 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
             g = torch.Generator(device=device).manual_seed(1000 + i)  # the same residual and weight on every rank
             residual = torch.randn(t, h, generator=g, device=device).to(dtype)
             weight = torch.randn(h, generator=g, device=device).to(dtype)
-            x_ref, r_ref = nccl_sum(x), residual.clone()
+            x_ref, r_ref = rounded_sum(x), residual.clone()
             fused_add_rmsnorm(x_ref, r_ref, weight, 1e-6)
             comm.all_reduce_add_rmsnorm(x, residual, weight, 1e-6)
             p.close(torch, residual, r_ref, dtype_name, f"fused residual [{t}, {h}]")
@@ -247,7 +291,7 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
         x3 = inputs(2 * 3 * 512, dtype, 9).view(2, 3, 512)  # leading dimensions are flattened
         r3 = torch.ones_like(x3)
         w = torch.ones(512, device=device, dtype=dtype)
-        x_ref, r_ref = nccl_sum(x3).view(6, 512), r3.clone().view(6, 512)
+        x_ref, r_ref = rounded_sum(x3).view(6, 512), r3.clone().view(6, 512)
         fused_add_rmsnorm(x_ref, r_ref, w, 1e-5)
         comm.all_reduce_add_rmsnorm(x3, r3, w, 1e-5)
         p.close(torch, x3.view(6, 512), x_ref, dtype_name, "fused 3-D x")
@@ -276,18 +320,50 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
         for replay in range(3):
             for t, seed in ((small, 10), (large, 11), (x, 12), (residual, 13)):
                 t.copy_(inputs(t.numel(), t.dtype, seed + 10 * replay).view_as(t))
-            x_ref, r_ref = nccl_sum(x), residual.clone()
+            x_ref, r_ref = rounded_sum(x), residual.clone()
             fused_add_rmsnorm(x_ref, r_ref, weight, 1e-6)
-            e_small, e_large = nccl_sum(small), nccl_sum(large)
+            p_small, p_large = parts_of(small), parts_of(large)
             g.replay()
             torch.cuda.synchronize()
-            p.close(torch, out_small, e_small, "bfloat16", f"graph replay {replay}: one-shot")
-            p.close(torch, out_large, e_large, "bfloat16", f"graph replay {replay}: two-shot")
+            p.exact(torch, out_small, p_small, f"graph replay {replay}: push")
+            p.exact(torch, out_large, p_large, f"graph replay {replay}: two-shot")
             p.close(torch, x, x_ref, "bfloat16", f"graph replay {replay}: fused x")
             p.close(torch, residual, r_ref, "bfloat16", f"graph replay {replay}: fused residual")
         comm.check()
 
     record("graph", graph)
+
+    def back_to_back(p):
+        """Push launches of different grid sizes, the fused push kernel, one-shot and two-shot, queued
+        with nothing between them: each push launch must take the slots its peers' same launch writes."""
+        sizes = [8, 1 << 17, 4096, 200_000 - 8, 1 << 21, 24, 1 << 18, 3 << 20]  # 16 B .. 6 MiB of bf16
+        plain = [inputs(n, torch.bfloat16, 70 + i) for i, n in enumerate(sizes)]
+        outs = [torch.full_like(x, float("nan")) for x in plain]
+        parts = [parts_of(x) for x in plain]
+        xs = [inputs(3 * 4096, torch.bfloat16, 80 + k).view(3, 4096) for k in range(len(sizes))]
+        g = torch.Generator(device=device).manual_seed(90)
+        residuals = [torch.randn(3, 4096, generator=g, device=device).to(torch.bfloat16) for _ in xs]
+        weight = torch.randn(4096, generator=g, device=device).to(torch.bfloat16)
+        refs = []
+        for x, r in zip(xs, residuals):
+            x_ref, r_ref = rounded_sum(x), r.clone()
+            fused_add_rmsnorm(x_ref, r_ref, weight, 1e-6)
+            refs.append((x_ref, r_ref))
+        torch.cuda.synchronize()
+        dist.barrier()
+        for rounds in range(3):
+            for k, (x, out) in enumerate(zip(plain, outs)):
+                comm.all_reduce(x, out=out)
+                if rounds == 0:
+                    comm.all_reduce_add_rmsnorm(xs[k], residuals[k], weight, 1e-6)
+        torch.cuda.synchronize()
+        for n, out, ps in zip(sizes, outs, parts):
+            p.exact(torch, out, ps, f"back to back n={n}")
+        for k, (x, r, (x_ref, r_ref)) in enumerate(zip(xs, residuals, refs)):
+            p.close(torch, r, r_ref, "bfloat16", f"back to back fused residual {k}")
+            p.close(torch, x, x_ref, "bfloat16", f"back to back fused x {k}")
+
+    record("back_to_back", back_to_back)
 
     def compile_(p):
         def f(a, x, residual, weight):

@@ -3,9 +3,10 @@ and the same fused with the residual add and RMSNorm that follow it in a decoder
 
 `AllReduce(group)` is made collectively from an initialised torch.distributed process group: each rank
 allocates a buffer, the ranks swap its CUDA IPC handle through the group and map each other's. Then
-`all_reduce(x)` sums fp16/bf16/fp32 tensors up to `max_bytes` with jitkern's kernels (one-shot up to
-`one_shot_max_bytes`, two-shot above), and hands everything else (other dtypes, larger messages, GPUs
-that cannot map each other's memory, a single rank) to NCCL through torch.distributed.all_reduce. The
+`all_reduce(x)` sums fp16/bf16/fp32 tensors up to `max_bytes` with jitkern's kernels (push up to 512 KiB,
+one-shot up to `one_shot_max_bytes`, two-shot above), and hands everything else (other dtypes, larger
+messages, GPUs that cannot map each other's memory, a single rank) to NCCL through
+torch.distributed.all_reduce. The
 kernels copy the input into the buffer themselves, so any tensor can be reduced, inside CUDA graphs too,
 and nothing synchronises with the host. Every rank must make the same calls with the same sizes.
 
@@ -28,6 +29,7 @@ _EXPORTS = {
     "close_peers": "comm",
     "destroy": "comm",
     "set_one_shot_max": "comm, bytes",
+    "set_push_max": "comm, bytes",
     "check": "comm",
     "all_reduce": "comm, x, out",
     "all_reduce_add_rmsnorm": "comm, x, residual, weight, eps",
@@ -44,6 +46,7 @@ _function = ModuleExports(spec, _EXPORTS, "all_reduce")
 OPS = ("AllReduce",)
 MAX_RANKS = 8
 DEFAULT_MAX_BYTES = 8 << 20
+PUSH_MAX_BYTES = 512 << 10  # the push kernel's largest message (csrc/all_reduce.cuh, kPushSlotBytes)
 DEFAULT_TIMEOUT_MS = 600_000  # torch.distributed's default for NCCL: a peer still compiling is not taken for a dead one
 
 
@@ -59,8 +62,9 @@ def warmup(ops=None, dtypes=(), constants=()) -> None:
 
 def default_one_shot_max_bytes(world: int) -> int:
     """Where the two-shot kernel takes over: one-shot reads every rank's whole message on every rank, so
-    its traffic grows with the ranks."""
-    return 512 << 10 if world <= 2 else 256 << 10 if world <= 4 else 128 << 10
+    its traffic grows with the ranks (measured on H100/H200 NVLink hosts at 2 and 4 ranks; the limit for
+    5-8 ranks is not measured)."""
+    return 8 << 20 if world <= 2 else 512 << 10 if world <= 4 else 128 << 10
 
 
 _COMMS: dict = {}  # the C++ handle -> its open AllReduce, for the torch custom ops
@@ -79,8 +83,10 @@ class AllReduce:
 
     Collective: every rank of the group constructs it with the same arguments (checked). `device`: this
     rank's GPU (default: the current one). `max_bytes`: the largest message the kernels take (each rank
-    allocates that much GPU memory); larger ones go to NCCL. `one_shot_max_bytes`: where the two-shot
-    kernel takes over (default by world size: 512 KiB at 2 ranks, 256 KiB at 4, 128 KiB at 8).
+    allocates that much GPU memory, and world MiB for the push kernel's slots); larger ones go to
+    NCCL. `one_shot_max_bytes`: where the two-shot kernel takes over (default by world size: 8 MiB at 2
+    ranks, 512 KiB at 4, 128 KiB at 5 to 8); messages up to the smaller of it and 512 KiB take the push
+    kernel (each rank writes its message into every rank's buffer, one barrier).
     `timeout_ms`: how long a kernel waits for a peer before giving up (then this rank raises TimeoutError).
 
     `enabled` says whether the kernels are in use; where they are not (a single rank, ranks on several
@@ -132,6 +138,7 @@ class AllReduce:
         if not self._handle:
             self._handle = _function("create")(device.index, 0, 1, 16, 0, timeout_ms)
         self._one_shot_max = one_shot_max_bytes
+        self._push_cap = self._push_max = min(PUSH_MAX_BYTES, max_bytes)
         self._reduce = _function("all_reduce")
         self._fused = _function("all_reduce_add_rmsnorm")
         _COMMS[self._handle] = self
@@ -150,6 +157,17 @@ class AllReduce:
         if all(everyone):
             return ""
         return f"ranks {[r for r, ok in enumerate(everyone) if not ok]} could not map their peers' GPU memory (CUDA IPC)"
+
+    @property
+    def push_max_bytes(self) -> int:
+        return self._push_max
+
+    @push_max_bytes.setter
+    def push_max_bytes(self, value: int) -> None:
+        """Messages up to the smaller of this and one_shot_max_bytes take the push kernel (0 to 512 KiB,
+        the default; every rank must set the same value; a CUDA graph keeps the kernel it captured)."""
+        _function("set_push_max")(self._handle, _positive_int(value, "push_max_bytes", zero=True))
+        self._push_max = min(value, self._push_cap)
 
     @property
     def one_shot_max_bytes(self) -> int:
@@ -181,7 +199,7 @@ class AllReduce:
 
     def all_reduce_add_rmsnorm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
         """residual += the sum of x over the ranks; x = RMSNorm(residual) * weight (both in place, [..., H],
-        contiguous): one kernel up to one_shot_max_bytes, else all_reduce then fused_add_rmsnorm."""
+        contiguous): one kernel up to the push kernel's limit, else all_reduce then fused_add_rmsnorm."""
         if compiling():
             return torch.ops.jitkern.all_reduce_add_rmsnorm(x, residual, weight, eps, self._handle)
         if isinstance(x, torch.Tensor) and x.dim() != 2:
