@@ -24,7 +24,9 @@ MAX_BYTES = 64 << 20
 # Elements, 1 to 64 MiB: odd counts take the element-wise kernels, the rest 16-byte vectors; with the
 # default one-shot limit (512 KiB at 2 ranks, less at more) the larger ones take the two-shot kernel.
 SIZES = [1, 7, 8, 1000, 4096, 4099, 65536, 131072, 262144, 262147, 1 << 20, 3_000_001, 1 << 22]
-FUSED_SHAPES = [(1, 4096), (3, 1000), (7, 5120), (2, 4095), (64, 4096), (200, 4096)]  # the last is above the one-shot limit
+# Rows of 16-byte vectors and of single elements (odd widths), one or several per thread; the last is
+# above the push limit (all_reduce, then fused_add_rmsnorm).
+FUSED_SHAPES = [(1, 4096), (3, 1000), (7, 5120), (5, 2047), (64, 4096), (1, 16384), (2, 4095), (2, 16392), (200, 4096)]
 CHECKS = ([f"sizes[{d}]" for d in DTYPES] + ["max_bytes[float32]", "max_bytes[bfloat16]", "forced_push", "forced_one_shot", "forced_two_shot", "nccl_fallback",
           "in_place", "single_rank_group"] + [f"fused[{d}]" for d in DTYPES] + ["back_to_back", "graph", "compile", "errors", "timeout"])
 WORKER_DEADLINE_S = 150
