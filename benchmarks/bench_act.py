@@ -110,8 +110,10 @@ def decode_floor() -> None:
 def quant_tables() -> None:
     print(f"\n#### SiLU-and-mul to fp8, bf16 input [T, {2 * D}]: fused against the two ops in sequence\n")
     print("| T | fused group-quant us | silu_and_mul + per_token_group_quant_8bit us | speed-up | torch.compile (same math) us | "
-          "fused static us | silu_and_mul + per_tensor_quant_fp8 (static) us | speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
+          "fused static us | silu_and_mul + per_tensor_quant_fp8 (static) us | speed-up | pattern ceiling us (quarter, same bytes) | "
+          "fused group-quant % of pattern |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    module = yardstick_module()
     for t in TOKENS:
         x = torch.randn(t, 2 * D, dtype=DTYPE, device="cuda")
         y = torch.empty(t, D, dtype=DTYPE, device="cuda")
@@ -125,8 +127,13 @@ def quant_tables() -> None:
         comp = bench(lambda: compiled["silu_group_quant"](x))
         fused_static = bench(lambda: silu_and_mul_quant_fp8(x, scale, output_q=q))
         pair_static = bench(lambda: (silu_and_mul(y, x), per_tensor_quant_fp8(y, output_q=qs, output_s=scale, is_static=True)))
+        pattern = "n/a | n/a"
+        if t % 4 == 0:  # quarter needs pairs of 16 KiB tiles
+            src, dst = x.view(torch.int32).reshape(-1), torch.empty(t * D // 4, dtype=torch.int32, device="cuda")
+            p = run_benchmark(lambda: module.quarter(dst, src))["median"]
+            pattern = f"{p:.2f} | {100 * p / fused['median']:.1f}%"
         print(f"| {t} | {fmt(fused)} | {fmt(pair)} | {pair['median'] / fused['median']:.2f}x | {fmt(comp)} | {fmt(fused_static)} | "
-              f"{fmt(pair_static)} | {pair_static['median'] / fused_static['median']:.2f}x |")
+              f"{fmt(pair_static)} | {pair_static['median'] / fused_static['median']:.2f}x | {pattern} |")
 
 
 def main() -> None:

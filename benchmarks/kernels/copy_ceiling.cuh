@@ -7,6 +7,7 @@
 // and k columns of a fused qkv buffer) and nothing else, as the ceiling for that access pattern.
 // rewrite_pair: the same for an op that reads two buffers and writes both back (fused_add_rmsnorm).
 // halve: reads 16 bytes and writes 8, twice per thread (a 2-byte to 1-byte conversion: 8-bit quantization).
+// quarter: reads 32 bytes and writes 8 per thread (act-and-mul to 8 bits).
 // read_all: reads every byte and writes one word per CTA (an amax pass).
 // rewrite_to_cache: the memory traffic of RoPE fused with the KV-cache write and nothing else: per token,
 // its q and k read and written back in place, its v read, k and v written to its cache rows.
@@ -136,6 +137,32 @@ void halve(jitkern::TensorView dst, jitkern::TensorView src) {
   LaunchKernel(static_cast<unsigned>(div_ceil(tiles, 2)), kCopyCeilingThreads, device.unwrap())
       .enable_pdl()(halve_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()),
                     tiles * kCopyCeilingThreads);
+}
+
+// Two 16-byte reads per thread and one 8-byte write (a pair of 2-byte values to one byte: act-and-mul
+// to fp8).
+__global__ void __launch_bounds__(kCopyCeilingThreads) quarter_kernel(uint2* dst, const uint4* src, int64_t n) {
+  device::pdl_trigger_secondary();
+  const int64_t i = int64_t{blockIdx.x} * 2 * kCopyCeilingThreads + threadIdx.x, j = i + kCopyCeilingThreads;
+  device::pdl_wait_primary();
+  const uint4 a = src[i];
+  const uint4 b = j < n ? src[j] : make_uint4(0, 0, 0, 0);
+  dst[int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x] = make_uint2(a.x ^ a.y ^ b.x ^ b.y, a.z ^ a.w ^ b.z ^ b.w);
+}
+
+// src: int32, a multiple of 32 KiB; dst: int32, a quarter of src's elements.
+void quarter(jitkern::TensorView dst, jitkern::TensorView src) {
+  using namespace host;
+  SymbolicSize n{"num_elements"}, quarter{"quarter_elements"};
+  SymbolicDevice device;
+  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(src, "src");
+  TensorMatcher({quarter}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst, "dst");
+  RuntimeCheck(n.unwrap() * 4 % (2 * kCopyCeilingTileBytes) == 0 && quarter.unwrap() * 4 == n.unwrap(),
+               "quarter: src must be a multiple of 32 KiB and dst a quarter of it");
+  const int64_t tiles = n.unwrap() * 4 / kCopyCeilingTileBytes;
+  if (tiles == 0) return;
+  LaunchKernel(static_cast<unsigned>(tiles / 2), kCopyCeilingThreads, device.unwrap())
+      .enable_pdl()(quarter_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()), tiles * kCopyCeilingThreads);
 }
 
 // Each thread reads four 16-byte vectors per step of a grid-stride loop (loads in flight), folds them
