@@ -1,7 +1,7 @@
 """A/B of two jitkern installs on the same GPU, in alternating fresh processes: per-call host time of
 every op at decode size, and the warm load (first load_jit of a cached module in a fresh process).
 
-    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 5] [--cpu 3]
+    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 5] [--cpu 3] [--warm-load-only]
 
 Each NAME=DIR is a --target install directory (put first on PYTHONPATH). Prints Markdown tables."""
 
@@ -76,17 +76,19 @@ def main() -> int:
     parser.add_argument("installs", nargs="+", help="NAME=SITE_DIR")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cpu", type=int, default=None, help="pin every process to this CPU core")
+    parser.add_argument("--warm-load-only", action="store_true", help="only the warm load (no torch import, seconds per round)")
     args = parser.parse_args()
+    codes = [WARM_LOAD] if args.warm_load_only else [PER_CALL.format(here=str(HERE)), WARM_LOAD]
     installs = dict(item.split("=", 1) for item in args.installs)
     samples: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         caches = {name: os.path.join(tmp, name) for name in installs}
         for name, site in installs.items():  # compile everything once, outside the timings
-            for code in (PER_CALL.format(here=str(HERE)), WARM_LOAD):
+            for code in codes:
                 run(code, site, caches[name])
         for _ in range(args.rounds):
             for name, site in installs.items():
-                for code in (PER_CALL.format(here=str(HERE)), WARM_LOAD):
+                for code in codes:
                     for case, value in run(code, site, caches[name], args.cpu).items():
                         samples.setdefault((case, name), []).append(value)
     names = list(installs)
