@@ -635,10 +635,13 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
 
 const std::string& engine_lib_dir() {
   static const std::string dir = [] {
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname)
-      return fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
-    return std::string(".");
+    std::string d = fs::loaded_object_dir(reinterpret_cast<const void*>(&engine_lib_dir));
+    if (d.empty()) {  // linked into the main program
+      Dl_info info{};
+      if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname && *info.dli_fname)
+        d = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+    }
+    return d.empty() ? std::string(".") : d;
   }();
   return dir;
 }

@@ -6,8 +6,10 @@
 #include "text.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <spawn.h>
 #include <sys/file.h>
 #include <poll.h>
@@ -146,6 +148,21 @@ std::string dirname(const std::string& path) {
 std::string realpath_or(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+std::string loaded_object_dir(const void* addr) {
+  const char* name = nullptr;
+#if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)
+  // A lookup in the loader's sorted table: dladdr and dl_iterate_phdr visit every loaded object
+  // (hundreds in a process that imported torch), cold on a process's first load.
+  dl_find_object found{};
+  if (::_dl_find_object(const_cast<void*>(addr), &found) == 0 && found.dlfo_link_map != nullptr) name = found.dlfo_link_map->l_name;
+#else
+  Dl_info info{};
+  if (::dladdr(addr, &info) != 0) name = info.dli_fname;
+#endif
+  if (name == nullptr || *name == '\0') return "";
+  return dirname(name[0] == '/' ? std::string(name) : realpath_or(name));
 }
 
 bool is_executable_file(const std::string& path) {

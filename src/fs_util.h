@@ -56,6 +56,9 @@ int temp_name_pid(const std::string& name);
 void fsync_path(const std::string& path);
 std::string dirname(const std::string& path);
 std::string realpath_or(const std::string& path);
+// The directory of the loaded shared object whose code or data holds `addr` ("" for none, or for the
+// main program).
+std::string loaded_object_dir(const void* addr);
 bool is_executable_file(const std::string& path);
 std::string which(const std::string& program);  // PATH lookup; empty if not found
 // Creates `path` and its missing parents (parents 0755, `path` itself `mode`, whatever the umask);

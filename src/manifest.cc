@@ -159,12 +159,21 @@ bool parse(const std::string& text, Manifest* m) {
       m->compilers.push_back(compiler);
       return true;
     }
-    if (line.rfind("info ", 0) == 0 && !has_info) {
-      char arch[64] = {0};
-      int used = 0;
-      long long built = 0, ms = 0;
-      if (std::sscanf(line.c_str() + 5, "%lld %lld %63s %n", &built, &ms, arch, &used) < 3 || used == 0) return false;
-      m->built_unix = built, m->build_ms = ms, m->arch = arch, m->module = line.substr(5 + used);
+    if (line.rfind("info ", 0) == 0 && !has_info) {  // "info <built_unix> <build_ms> <arch> <module>"
+      // Parsed by hand: sscanf's code is 4 KB that a load otherwise runs cold, once per process.
+      const char* p = line.c_str() + 5;
+      char* end = nullptr;
+      errno = 0;
+      m->built_unix = std::strtoll(p, &end, 10);
+      if (end == p || *end != ' ' || errno != 0) return false;
+      p = end + 1;
+      m->build_ms = std::strtoll(p, &end, 10);
+      if (end == p || *end != ' ' || errno != 0) return false;
+      const char* arch = end + 1;
+      const char* arch_end = std::strchr(arch, ' ');
+      if (arch_end == nullptr || arch_end == arch || arch_end - arch > 63) return false;
+      m->arch = std::string(arch, arch_end);
+      m->module = std::string(arch_end + 1);
       return has_info = !m->module.empty();
     }
     return false;

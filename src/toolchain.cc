@@ -157,20 +157,28 @@ std::string cuda_lib_dir(const std::string& nvcc_path) {
 }
 
 bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir) {
-  // Found once, then remembered; not found is asked again (tvm-ffi may be loaded after the engine).
+  // Found once (a loaded library with its headers beside it), then remembered: the warm path asks on
+  // every load. Not found is asked again (tvm-ffi may be loaded after the engine).
   static std::mutex mutex;
-  static std::string found;
+  static std::string found_lib, found_include;
   std::lock_guard<std::mutex> lock(mutex);
-  if (found.empty()) {
-    void* lib = ::dlopen("libtvm_ffi.so", RTLD_NOW | RTLD_NOLOAD);
-    void* sym = lib ? ::dlsym(lib, "TVMFFIFunctionCreate") : nullptr;
-    Dl_info info{};
-    if (sym == nullptr || !::dladdr(sym, &info) || info.dli_fname == nullptr) return false;
-    found = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+  if (found_lib.empty()) {
+    // The directory of the library defining `sym`, if its headers are beside it.
+    const auto with_headers = [](void* sym) -> std::string {
+      const std::string dir = sym != nullptr ? fs::loaded_object_dir(sym) : "";
+      return !dir.empty() && ::access((fs::dirname(dir) + "/include/tvm/ffi/c_api.h").c_str(), R_OK) == 0 ? dir : "";
+    };
+    // The global scope (Python loads tvm-ffi RTLD_GLOBAL) first: cheaper than dlopen's comparison of
+    // the name with every loaded object, which it falls back to.
+    std::string dir = with_headers(::dlsym(RTLD_DEFAULT, "TVMFFIFunctionCreate"));
+    if (dir.empty()) {
+      void* lib = ::dlopen("libtvm_ffi.so", RTLD_NOW | RTLD_NOLOAD);
+      dir = with_headers(lib != nullptr ? ::dlsym(lib, "TVMFFIFunctionCreate") : nullptr);
+    }
+    if (dir.empty()) return false;
+    found_lib = dir, found_include = fs::dirname(dir) + "/include";
   }
-  const std::string include = fs::dirname(found) + "/include";
-  if (::access((include + "/tvm/ffi/c_api.h").c_str(), R_OK) != 0) return false;
-  *lib_dir = found, *include_dir = include;
+  *lib_dir = found_lib, *include_dir = found_include;
   return true;
 }
 

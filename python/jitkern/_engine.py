@@ -112,30 +112,34 @@ def _take(ptr: int | None) -> str:
     return text
 
 
+def _field(key: str, value: str) -> str:
+    # The length is in bytes: str.isascii() is a flag check, so only non-ASCII values are encoded twice.
+    return f"{key} {len(value) if value.isascii() else len(value.encode())}:{value}\n"
+
+
 def _encode(fields: Iterable[tuple[str, str]]) -> bytes:
-    parts = []
-    for key, value in fields:
-        data = value.encode()
-        parts.append(b"%s %d:%s\n" % (key.encode(), len(data), data))
-    return b"".join(parts)
+    return "".join([_field(key, value) for key, value in fields]).encode()
 
 
 def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, extra_cflags, extra_cuda_cflags, extra_ldflags,
                    extra_include_paths, build_directory, cuda_arch) -> bytes:
-    """A JitSpec's fields as the engine's request (validated there)."""
-    request = [("name", a) for a in args]
-    request += [("cpp_file", f) for f in cpp_files] + [("cuda_file", f) for f in cuda_files]
+    """A JitSpec's fields as the engine's request (validated there). Built in one pass: it runs on
+    every load_jit, cold in a fresh process."""
+    parts = [_field("name", a) for a in args]
+    parts += [_field("cpp_file", f) for f in cpp_files]
+    parts += [_field("cuda_file", f) for f in cuda_files]
     for kind, wrappers in (("cpp", cpp_wrappers), ("cuda", cuda_wrappers)):
         for n, e, *names in wrappers:
-            request += [(f"{kind}_wrapper_name", n), (f"{kind}_wrapper_expr", e)]
-            request += [(f"{kind}_wrapper_args", a) for a in names]
-    request += [("cflag", f) for f in extra_cflags] + [("cuda_cflag", f) for f in extra_cuda_cflags]
-    request += [("ldflag", f) for f in extra_ldflags] + [("include", f) for f in extra_include_paths]
+            parts += [_field(kind + "_wrapper_name", n), _field(kind + "_wrapper_expr", e)]
+            parts += [_field(kind + "_wrapper_args", a) for a in names]
+    for key, values in (("cflag", extra_cflags), ("cuda_cflag", extra_cuda_cflags), ("ldflag", extra_ldflags),
+                        ("include", extra_include_paths)):
+        parts += [_field(key, v) for v in values]
     if build_directory:
-        request.append(("build_directory", build_directory))
+        parts.append(_field("build_directory", build_directory))
     if cuda_arch:
-        request.append(("cuda_arch", cuda_arch))
-    return _encode(request)
+        parts.append(_field("cuda_arch", cuda_arch))
+    return "".join(parts).encode()
 
 
 def encode_context(cuda_device: int | None, tvm_ffi_version: str) -> bytes:
