@@ -17,22 +17,31 @@ constexpr const char* kFailureMagic = "jitkern-failure 3";
 
 std::string sig_text(const fs::FileSig& g) { return std::to_string(g.size) + " " + std::to_string(g.mtime_ns) + " "; }
 
-// "<size> <mtime_ns> <sha> <rest of line>"
-bool parse_sig_line(const std::string& s, fs::FileSig* sig, std::string* sha, std::string* rest) {
+// "<int> <int> <word> <rest of line>", single spaces, a non-empty rest (parsed by hand: sscanf's code
+// is 4 KB that a warm load would run cold once per process).
+bool parse_ints_word_rest(const std::string& s, long long* a, long long* b, std::string* word, std::string* rest) {
   const char* p = s.c_str();
   char* end = nullptr;
   errno = 0;
-  sig->size = std::strtoll(p, &end, 10);
+  *a = std::strtoll(p, &end, 10);
   if (end == p || *end != ' ' || errno != 0) return false;
   p = end + 1;
-  sig->mtime_ns = std::strtoll(p, &end, 10);
+  *b = std::strtoll(p, &end, 10);
   if (end == p || *end != ' ' || errno != 0) return false;
   p = end + 1;
   const char* space = std::strchr(p, ' ');
-  if (space == nullptr || space[1] == '\0') return false;
-  if (space - p != 64 && std::string(p, space) != kDirectory) return false;
-  *sha = std::string(p, space);
+  if (space == nullptr || space == p || space[1] == '\0') return false;
+  *word = std::string(p, space);
   *rest = std::string(space + 1);
+  return true;
+}
+
+// "<size> <mtime_ns> <sha> <rest of line>"
+bool parse_sig_line(const std::string& s, fs::FileSig* sig, std::string* sha, std::string* rest) {
+  long long size = 0, mtime_ns = 0;
+  if (!parse_ints_word_rest(s, &size, &mtime_ns, sha, rest)) return false;
+  if (sha->size() != 64 && *sha != kDirectory) return false;
+  sig->size = size, sig->mtime_ns = mtime_ns;
   return true;
 }
 
@@ -160,20 +169,9 @@ bool parse(const std::string& text, Manifest* m) {
       return true;
     }
     if (line.rfind("info ", 0) == 0 && !has_info) {  // "info <built_unix> <build_ms> <arch> <module>"
-      // Parsed by hand: sscanf's code is 4 KB that a load otherwise runs cold, once per process.
-      const char* p = line.c_str() + 5;
-      char* end = nullptr;
-      errno = 0;
-      m->built_unix = std::strtoll(p, &end, 10);
-      if (end == p || *end != ' ' || errno != 0) return false;
-      p = end + 1;
-      m->build_ms = std::strtoll(p, &end, 10);
-      if (end == p || *end != ' ' || errno != 0) return false;
-      const char* arch = end + 1;
-      const char* arch_end = std::strchr(arch, ' ');
-      if (arch_end == nullptr || arch_end == arch || arch_end - arch > 63) return false;
-      m->arch = std::string(arch, arch_end);
-      m->module = std::string(arch_end + 1);
+      long long built = 0, ms = 0;
+      if (!parse_ints_word_rest(line.substr(5), &built, &ms, &m->arch, &m->module) || m->arch.size() > 63) return false;
+      m->built_unix = built, m->build_ms = ms;
       return has_info = !m->module.empty();
     }
     return false;
