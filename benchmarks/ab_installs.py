@@ -55,7 +55,7 @@ t1 = time.perf_counter()
 m = load_jit("add_constant", "5", cuda_files=["add_constant.cuh"], cuda_wrappers=[("add_constant", "add_constant<5>")])
 m.add_constant
 t2 = time.perf_counter()
-print("RESULT import jitkern (ms) |", (t1 - t0) * 1e3)
+print("RESULT import jitkern and tvm-ffi (ms) |", (t1 - t0) * 1e3)
 print("RESULT warm load_jit, fresh process (ms) |", (t2 - t1) * 1e3)
 """
 
