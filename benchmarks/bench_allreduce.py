@@ -179,7 +179,7 @@ def _worker(rank: int, world: int, port: int) -> None:
     if rank == 0:
         print(f"## bench_allreduce: {world} ranks, {environment()}\n")
         print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slowest rank's median); jitkern by default: push up to "
-              f"{PUSH_MAX_BYTES >> 10} KiB, one-shot up to {default_one_shot >> 10} KiB, two-shot above\n")
+              f"{min(PUSH_MAX_BYTES, default_one_shot) >> 10} KiB, one-shot up to {default_one_shot >> 10} KiB, two-shot above\n")
         names = list(dict.fromkeys(name for _, times in rows for name in times))
         print("| bytes | " + " | ".join(names) + " | jitkern / NCCL |")
         print("|---|" + "---|" * (len(names) + 1))

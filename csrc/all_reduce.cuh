@@ -173,9 +173,30 @@ __device__ __forceinline__ AlignedVector<T, kVec> sum_ranks(const Params& p, Sou
   return s;
 }
 
+// The caller's input and output, seen as vectors of kVec elements: 16-byte accesses where both are
+// aligned, element by element where not. The vector width (and with it each CTA's share of the message)
+// follows from the length alone, so it is the same on every rank whatever each rank's alignment.
+template <typename T, int kVec>
+struct Local {
+  const T* in;
+  T* out;
+  bool aligned;
+
+  __device__ __forceinline__ void load(AlignedVector<T, kVec>& v, int64_t i) const {
+    if (aligned) return v.load(in + i * kVec);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = in[i * kVec + j];
+  }
+  __device__ __forceinline__ void store(const AlignedVector<T, kVec>& v, int64_t i) const {
+    if (aligned) return v.store(out + i * kVec);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out[i * kVec + j] = v[j];
+  }
+};
+
 // One-shot: each CTA copies in, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constant__ Params p, const T* in, T* out, int64_t nvec) {
+__global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec> io, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   T* mine = data_of<T>(p, p.rank);
@@ -184,19 +205,19 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constan
   Rendezvous meet(p);
   for (int64_t i = first; i < nvec; i += stride) {
     Vec v;
-    v.load(in + i * kVec);
+    io.load(v, i);
     v.store(mine + i * kVec);
   }
   if (!meet.sync()) return;
   const auto copy = [&](int q) { return data_of<T>(p, q); };
-  for (int64_t i = first; i < nvec; i += stride) sum_ranks<T, kVec>(p, copy, i).store(out + i * kVec);
+  for (int64_t i = first; i < nvec; i += stride) io.store(sum_ranks<T, kVec>(p, copy, i), i);
   if (!meet.sync()) return;
   meet.finish();
 }
 
 // Push: each CTA writes, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ Params p, const T* in, T* out, int64_t nvec) {
+__global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ Params p, const Local<T, kVec> io, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   device::pdl_trigger_secondary();
@@ -205,14 +226,14 @@ __global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ 
   const uint32_t phase = meet.phase();
   for (int64_t i = first; i < nvec; i += stride) {
     Vec v;
-    v.load(in + i * kVec);
+    io.load(v, i);
 #pragma unroll
     for (int q = 0; q < kMaxRanks; ++q)
       if (q < p.world) v.store(push_slot<T>(p, q, phase, p.rank) + i * kVec);
   }
   if (!meet.sync()) return;
   const auto slot = [&](int q) { return push_slot<T>(p, p.rank, phase, q); };
-  for (int64_t i = first; i < nvec; i += stride) sum_ranks<T, kVec>(p, slot, i).store(out + i * kVec);
+  for (int64_t i = first; i < nvec; i += stride) io.store(sum_ranks<T, kVec>(p, slot, i), i);
   meet.finish_push();
 }
 
@@ -220,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ 
 // every chunk (i / blockDim.x = blockIdx.x mod gridDim.x). Rank r owns chunk r: it sums it from every
 // rank's copy into its own buffer, from which the others gather it.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constant__ Params p, const T* in, T* out, int64_t nvec) {
+__global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec> io, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t chunk = (nvec + p.world - 1) / p.world;
@@ -232,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
     Vec v[kMaxRanks];
 #pragma unroll
     for (int q = 0; q < kMaxRanks; ++q)
-      if (q < p.world && q * chunk + i < nvec) v[q].load(in + (q * chunk + i) * kVec);
+      if (q < p.world && q * chunk + i < nvec) io.load(v[q], q * chunk + i);
 #pragma unroll
     for (int q = 0; q < kMaxRanks; ++q)
       if (q < p.world && q * chunk + i < nvec) v[q].store(mine + (q * chunk + i) * kVec);
@@ -242,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   for (int64_t i = first, at = p.rank * chunk + first; i < chunk && at < nvec; i += stride, at += stride) {
     const Vec s = sum_ranks<T, kVec>(p, copy, at);
     s.store(mine + at * kVec);
-    s.store(out + at * kVec);
+    io.store(s, at);
   }
   if (!meet.sync()) return;
   for (int64_t i = first; i < chunk; i += stride) {
@@ -252,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
       if (q < p.world && q != p.rank && q * chunk + i < nvec) v[q].load(data_of<T>(p, q) + (q * chunk + i) * kVec);
 #pragma unroll
     for (int q = 0; q < kMaxRanks; ++q)
-      if (q < p.world && q != p.rank && q * chunk + i < nvec) v[q].store(out + (q * chunk + i) * kVec);
+      if (q < p.world && q != p.rank && q * chunk + i < nvec) io.store(v[q], q * chunk + i);
   }
   if (!meet.sync()) return;
   meet.finish();
@@ -364,16 +385,19 @@ void check_placement(const Comm* c, const jitkern::TensorView& t, const char* na
   host::RuntimeCheck(t.is_contiguous(), name, " must be contiguous");
 }
 
-// Vectors of 16 bytes where every pointer and the length allow, else single elements.
+// Vectors of 16 bytes where the length allows (and, for the fused kernel, every pointer), else single elements.
 template <typename T>
 constexpr int kVecOf = 16 / sizeof(T);
 
-template <typename T>
-bool vectorizable(int64_t n, std::initializer_list<const void*> pointers) {
-  if (n % kVecOf<T> != 0) return false;
+bool aligned16(std::initializer_list<const void*> pointers) {
   for (const void* ptr : pointers)
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   return true;
+}
+
+template <typename T>
+bool vectorizable(int64_t n, std::initializer_list<const void*> pointers) {
+  return n % kVecOf<T> == 0 && aligned16(pointers);
 }
 
 // Whether a message of `bytes` takes a push kernel (the plain or the fused one).
@@ -387,12 +411,12 @@ void launch_all_reduce(const Comm* c, const void* in, void* out, int64_t nvec, D
   const int64_t grid = std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, host::div_ceil(per_rank, kThreads)));
   host::LaunchKernel launch(static_cast<unsigned>(grid), kThreads, device);
   launch.enable_pdl(host::runtime::get_cc_major(c->device) >= 9);
-  launch(kernel, c->params, static_cast<const T*>(in), static_cast<T*>(out), nvec);
+  launch(kernel, c->params, Local<T, kVec>{static_cast<const T*>(in), static_cast<T*>(out), aligned16({in, out})}, nvec);
 }
 
 template <typename T>
 void dispatch_all_reduce(const Comm* c, const void* in, void* out, int64_t n, DLDevice device) {
-  if (vectorizable<T>(n, {in, out}))
+  if (n % kVecOf<T> == 0)  // from the length alone: every rank splits the message alike (Local)
     launch_all_reduce<T, kVecOf<T>>(c, in, out, n / kVecOf<T>, device);
   else
     launch_all_reduce<T, 1>(c, in, out, n, device);

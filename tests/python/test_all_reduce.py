@@ -21,14 +21,14 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 DTYPES = ("float16", "bfloat16", "float32")
 TOL = {"float16": (1e-3, 1e-3), "bfloat16": (8e-3, 8e-3), "float32": (1e-6, 1e-6)}  # one rounding (the fused op's normalisation)
 MAX_BYTES = 64 << 20
-# Elements, 1 to 64 MiB: odd counts take the element-wise kernels, the rest 16-byte vectors; with the
-# default one-shot limit (512 KiB at 2 ranks, less at more) the larger ones take the two-shot kernel.
+# Elements, 1 to 16 MiB: odd counts take the element-wise kernels, the rest 16-byte vectors; by the
+# default limits, push up to 512 KiB, one-shot up to 8 MiB at 2 ranks (512 KiB at 4), two-shot above.
 SIZES = [1, 7, 8, 1000, 4096, 4099, 65536, 131072, 262144, 262147, 1 << 20, 3_000_001, 1 << 22]
 # Rows of 16-byte vectors and of single elements (odd widths), one or several per thread; the last is
 # above the push limit (all_reduce, then fused_add_rmsnorm).
 FUSED_SHAPES = [(1, 4096), (3, 1000), (7, 5120), (5, 2047), (64, 4096), (1, 16384), (2, 4095), (2, 16392), (200, 4096)]
 CHECKS = ([f"sizes[{d}]" for d in DTYPES] + ["max_bytes[float32]", "max_bytes[bfloat16]", "forced_push", "forced_one_shot", "forced_two_shot", "nccl_fallback",
-          "in_place", "single_rank_group"] + [f"fused[{d}]" for d in DTYPES] + ["back_to_back", "graph", "compile", "errors", "timeout"])
+          "in_place", "single_rank_group"] + [f"fused[{d}]" for d in DTYPES] + ["back_to_back", "mixed_alignment", "graph", "compile", "errors", "timeout"])
 WORKER_DEADLINE_S = 150
 
 
@@ -47,13 +47,26 @@ def test_arguments_are_checked_before_anything_else():
         AllReduce(max_bytes=True)
 
 
+def test_limits_are_checked_before_the_engine():
+    from jitkern.ops.all_reduce import AllReduce
+
+    comm = AllReduce.__new__(AllReduce)  # no process group here: the Python checks run before any engine call
+    for name in ("push_max_bytes", "one_shot_max_bytes"):
+        with pytest.raises(ValueError, match=f"{name} must be non-negative"):
+            setattr(comm, name, -1)
+        with pytest.raises(TypeError, match=f"{name} must be an int"):
+            setattr(comm, name, 1.5)
+        with pytest.raises(TypeError, match=f"{name} must be an int"):
+            setattr(comm, name, True)
+
+
 def test_family_is_registered():
     from jitkern import ops
     from jitkern.ops import all_reduce
 
     assert ops.OPS["AllReduce"] == "all_reduce"
     assert [s.name for s in ops.specs(ops=["AllReduce"])] == ["all_reduce"]
-    assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"all_reduce", "all_reduce_add_rmsnorm", "open_peers", "check"}
+    assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"all_reduce", "all_reduce_add_rmsnorm", "open_peers", "check", "set_push_max"}
     assert [all_reduce.default_one_shot_max_bytes(w) for w in (2, 4, 8)] == [8 << 20, 512 << 10, 128 << 10]
 
 
@@ -303,7 +316,7 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
         record(f"fused[{d}]", lambda p, d=d: fused(p, d))
 
     def graph(p):
-        small, large = inputs(4096 * 16, torch.bfloat16, 1), inputs(1 << 21, torch.bfloat16, 2)  # 128 KiB one-shot, 4 MiB two-shot
+        small, large = inputs(4096 * 16, torch.bfloat16, 1), inputs(9 << 20, torch.bfloat16, 2)  # 128 KiB push, 18 MiB two-shot
         x = inputs(8 * 4096, torch.bfloat16, 3).view(8, 4096)
         residual = torch.zeros_like(x)
         weight = inputs(4096, torch.bfloat16, 4)
@@ -337,34 +350,55 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
 
     def back_to_back(p):
         """Push launches of different grid sizes, the fused push kernel, one-shot and two-shot, queued
-        with nothing between them: each push launch must take the slots its peers' same launch writes."""
-        sizes = [8, 1 << 17, 4096, 200_000 - 8, 1 << 21, 24, 1 << 18, 3 << 20]  # 16 B .. 6 MiB of bf16
-        plain = [inputs(n, torch.bfloat16, 70 + i) for i, n in enumerate(sizes)]
-        outs = [torch.full_like(x, float("nan")) for x in plain]
-        parts = [parts_of(x) for x in plain]
-        xs = [inputs(3 * 4096, torch.bfloat16, 80 + k).view(3, 4096) for k in range(len(sizes))]
+        with nothing between them, three rounds of fresh inputs into NaN-filled outputs, each round with
+        an odd number of push launches (so a message's slots alternate between rounds): each push
+        launch must read the slots its peers' same launch wrote."""
+        sizes = [8, 1 << 17, 4096, 200_000 - 8, 1 << 21, 24, 1 << 18, 1000, 9 << 20]  # 16 B .. 18 MiB of bf16
         g = torch.Generator(device=device).manual_seed(90)
-        residuals = [torch.randn(3, 4096, generator=g, device=device).to(torch.bfloat16) for _ in xs]
         weight = torch.randn(4096, generator=g, device=device).to(torch.bfloat16)
-        refs = []
-        for x, r in zip(xs, residuals):
-            x_ref, r_ref = rounded_sum(x), r.clone()
-            fused_add_rmsnorm(x_ref, r_ref, weight, 1e-6)
-            refs.append((x_ref, r_ref))
-        torch.cuda.synchronize()
-        dist.barrier()
-        for rounds in range(3):
+        for round_ in range(3):
+            plain = [inputs(n, torch.bfloat16, 70 + 10 * round_ + i) for i, n in enumerate(sizes)]
+            outs = [torch.full_like(x, float("nan")) for x in plain]
+            parts = [parts_of(x) for x in plain]
+            fused = round_ == 0  # 8 more push launches: 15 in this round, 7 in the others
+            xs = [inputs(3 * 4096, torch.bfloat16, 200 + k).view(3, 4096) for k in range(len(sizes) - 1)] if fused else []
+            residuals = [torch.randn(3, 4096, generator=g, device=device).to(torch.bfloat16) for _ in xs]
+            refs = []
+            for x, r in zip(xs, residuals):
+                x_ref, r_ref = rounded_sum(x), r.clone()
+                fused_add_rmsnorm(x_ref, r_ref, weight, 1e-6)
+                refs.append((x_ref, r_ref))
+            torch.cuda.synchronize()
+            dist.barrier()
             for k, (x, out) in enumerate(zip(plain, outs)):
                 comm.all_reduce(x, out=out)
-                if rounds == 0:
+                if k < len(xs):
                     comm.all_reduce_add_rmsnorm(xs[k], residuals[k], weight, 1e-6)
-        torch.cuda.synchronize()
-        for n, out, ps in zip(sizes, outs, parts):
-            p.exact(torch, out, ps, f"back to back n={n}")
-        for k, (x, r, (x_ref, r_ref)) in enumerate(zip(xs, residuals, refs)):
-            p.close(torch, r, r_ref, "bfloat16", f"back to back fused residual {k}")
-            p.close(torch, x, x_ref, "bfloat16", f"back to back fused x {k}")
+            torch.cuda.synchronize()
+            for n, out, ps in zip(sizes, outs, parts):
+                p.exact(torch, out, ps, f"back to back, round {round_}, n={n}")
+            for k, (x, r, (x_ref, r_ref)) in enumerate(zip(xs, residuals, refs)):
+                p.close(torch, r, r_ref, "bfloat16", f"back to back fused residual {k}")
+                p.close(torch, x, x_ref, "bfloat16", f"back to back fused x {k}")
 
+    def mixed_alignment(p):
+        """Rank r reduces a slice starting r elements into its buffer (16-byte aligned on rank 0 only):
+        every rank must still split the message alike."""
+        for limits, what in (((MAX_BYTES, comm.push_max_bytes), "push"), ((MAX_BYTES, 0), "one-shot"), ((0, 0), "two-shot")):
+            defaults = comm.one_shot_max_bytes, comm.push_max_bytes
+            comm.one_shot_max_bytes, comm.push_max_bytes = limits
+            try:
+                for n in (4096, 1 << 16, 262144 + 8):
+                    buf = inputs(n + 8, torch.bfloat16, 300 + n)
+                    x = buf[rank % 8: rank % 8 + n]
+                    parts = parts_of(x)
+                    out = torch.full((n + 8,), float("nan"), device=device, dtype=torch.bfloat16)[1: n + 1]
+                    comm.all_reduce(x, out=out)
+                    p.exact(torch, out, parts, f"{what}, rank {rank} at offset {rank % 8}, n={n}")
+            finally:
+                comm.one_shot_max_bytes, comm.push_max_bytes = defaults
+
+    record("mixed_alignment", mixed_alignment)
     record("back_to_back", back_to_back)
 
     def compile_(p):
@@ -400,13 +434,16 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
             (TypeError, "residual", lambda: comm.all_reduce_add_rmsnorm(rows, zeros.float(), ones)),
             (ValueError, "x", lambda: comm.all_reduce_add_rmsnorm(x.view(64, 64).t(), zeros.view(64, 64), ones[:64])),
             (ValueError, "eps must not be negative", lambda: comm.all_reduce_add_rmsnorm(rows, zeros, ones, -1.0)),
+            (ValueError, "push_max_bytes must be in [0, 524288]", lambda: setattr(comm, "push_max_bytes", (512 << 10) + 16)),
         ]
+        push_max = comm.push_max_bytes
         for kind, text, call in cases:
             try:
                 call()
                 p.append(f"no {kind.__name__} ({text})")
             except kind as e:
                 p.expect(text in str(e), f"{kind.__name__} without {text!r}: {e}")
+        p.expect(comm.push_max_bytes == push_max, f"a refused push_max_bytes changed it: {comm.push_max_bytes}")
         try:
             AllReduce(max_bytes=MAX_BYTES + 16 * rank)
             p.append("ranks with different max_bytes were not refused")

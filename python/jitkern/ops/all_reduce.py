@@ -3,12 +3,12 @@ and the same fused with the residual add and RMSNorm that follow it in a decoder
 
 `AllReduce(group)` is made collectively from an initialised torch.distributed process group: each rank
 allocates a buffer, the ranks swap its CUDA IPC handle through the group and map each other's. Then
-`all_reduce(x)` sums fp16/bf16/fp32 tensors up to `max_bytes` with jitkern's kernels (push up to 512 KiB,
-one-shot up to `one_shot_max_bytes`, two-shot above), and hands everything else (other dtypes, larger
-messages, GPUs that cannot map each other's memory, a single rank) to NCCL through
-torch.distributed.all_reduce. The
-kernels copy the input into the buffer themselves, so any tensor can be reduced, inside CUDA graphs too,
-and nothing synchronises with the host. Every rank must make the same calls with the same sizes.
+`all_reduce(x)` sums fp16/bf16/fp32 tensors up to `max_bytes` with jitkern's kernels (push up to the
+smaller of `push_max_bytes` (512 KiB) and `one_shot_max_bytes`, one-shot up to `one_shot_max_bytes`,
+two-shot above), and hands everything else (other dtypes, larger messages, GPUs that cannot map each
+other's memory, a single rank) to NCCL through torch.distributed.all_reduce. The kernels copy the input
+into the buffer themselves, so any tensor can be reduced, inside CUDA graphs too, and nothing
+synchronises with the host. Every rank must make the same calls with the same sizes.
 
 A kernel waits at most `timeout_ms` for a peer; past that it gives up, and the next call (or `check()`)
 raises TimeoutError on that rank. Both ops are torch custom ops (torch.ops.jitkern.all_reduce,
@@ -83,10 +83,11 @@ class AllReduce:
 
     Collective: every rank of the group constructs it with the same arguments (checked). `device`: this
     rank's GPU (default: the current one). `max_bytes`: the largest message the kernels take (each rank
-    allocates that much GPU memory, and world MiB for the push kernel's slots); larger ones go to
+    allocates that much GPU memory, and 2 x world x min(max_bytes, 512 KiB) for the push kernel's
+    slots); larger ones go to
     NCCL. `one_shot_max_bytes`: where the two-shot kernel takes over (default by world size: 8 MiB at 2
-    ranks, 512 KiB at 4, 128 KiB at 5 to 8); messages up to the smaller of it and 512 KiB take the push
-    kernel (each rank writes its message into every rank's buffer, one barrier).
+    ranks, 512 KiB at 4, 128 KiB at 5 to 8); messages up to the smaller of it and `push_max_bytes`
+    (512 KiB) take the push kernel (each rank writes its message into every rank's buffer, one barrier).
     `timeout_ms`: how long a kernel waits for a peer before giving up (then this rank raises TimeoutError).
 
     `enabled` says whether the kernels are in use; where they are not (a single rank, ranks on several
@@ -133,8 +134,12 @@ class AllReduce:
             else:
                 self.reason = self._map_buffers(dist, max_bytes, one_shot_max_bytes, timeout_ms)
         self.enabled = not self.reason
-        if not self.enabled and self._handle:  # the argument checks stay; the kernels are never launched
+        if not self.enabled and self._handle:  # only the argument checks stay: the buffer goes, once no rank maps it
             _function("close_peers")(self._handle)
+            with torch.cuda.device(device):
+                dist.barrier(group=group)
+            _function("destroy")(self._handle)
+            self._handle = 0
         if not self._handle:
             self._handle = _function("create")(device.index, 0, 1, 16, 0, timeout_ms)
         self._one_shot_max = one_shot_max_bytes
@@ -160,24 +165,28 @@ class AllReduce:
 
     @property
     def push_max_bytes(self) -> int:
+        """Messages up to the smaller of this and one_shot_max_bytes take the push kernel, the fused op
+        included (settable, 0 to 512 KiB, the default, at most max_bytes; every rank must set the same
+        value; a CUDA graph keeps the kernel it captured)."""
         return self._push_max
 
     @push_max_bytes.setter
     def push_max_bytes(self, value: int) -> None:
-        """Messages up to the smaller of this and one_shot_max_bytes take the push kernel (0 to 512 KiB,
-        the default; every rank must set the same value; a CUDA graph keeps the kernel it captured)."""
-        _function("set_push_max")(self._handle, _positive_int(value, "push_max_bytes", zero=True))
+        value = _positive_int(value, "push_max_bytes", zero=True)  # before the module loads: a bad value loses nothing
+        _function("set_push_max")(self._handle, value)
         self._push_max = min(value, self._push_cap)
 
     @property
     def one_shot_max_bytes(self) -> int:
+        """Where the two-shot kernel takes over (settable; every rank must set the same value; a CUDA
+        graph keeps the kernel it captured). 0 sends every message to two-shot, and the fused op to
+        all_reduce then fused_add_rmsnorm."""
         return self._one_shot_max
 
     @one_shot_max_bytes.setter
     def one_shot_max_bytes(self, value: int) -> None:
-        """Where the two-shot kernel takes over from now on (every rank must set the same value; a CUDA
-        graph keeps the kernel it captured)."""
-        _function("set_one_shot_max")(self._handle, _positive_int(value, "one_shot_max_bytes", zero=True))
+        value = _positive_int(value, "one_shot_max_bytes", zero=True)  # before the module loads: a bad value loses nothing
+        _function("set_one_shot_max")(self._handle, value)
         self._one_shot_max = value
 
     def all_reduce(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
