@@ -112,58 +112,45 @@ void rewrite_pair(jitkern::TensorView a, jitkern::TensorView b, int64_t flip) {
       .enable_pdl()(rewrite_pair_kernel, static_cast<uint4*>(a.data_ptr()), static_cast<uint4*>(b.data_ptr()), static_cast<uint32_t>(flip));
 }
 
-// Two 16-byte reads per thread, issued together (as the quantization kernels do).
-__global__ void __launch_bounds__(kCopyCeilingThreads) halve_kernel(uint2* dst, const uint4* src, int64_t n) {
+// Two 16-byte reads per thread, issued together (as the quantization kernels do), and kWrites 8-byte
+// writes: 2 for halve (2 bytes to 1: 8-bit quantization), 1 for quarter (a pair of 2-byte values to one
+// byte: act-and-mul to fp8).
+template <int kWrites>
+__global__ void __launch_bounds__(kCopyCeilingThreads) shrink_kernel(uint2* dst, const uint4* src, int64_t n) {
   device::pdl_trigger_secondary();
   const int64_t i = int64_t{blockIdx.x} * 2 * kCopyCeilingThreads + threadIdx.x, j = i + kCopyCeilingThreads;
   device::pdl_wait_primary();
   const uint4 a = src[i];
   const uint4 b = j < n ? src[j] : make_uint4(0, 0, 0, 0);
-  dst[i] = make_uint2(a.x ^ a.y, a.z ^ a.w);
-  if (j < n) dst[j] = make_uint2(b.x ^ b.y, b.z ^ b.w);
+  if constexpr (kWrites == 2) {
+    dst[i] = make_uint2(a.x ^ a.y, a.z ^ a.w);
+    if (j < n) dst[j] = make_uint2(b.x ^ b.y, b.z ^ b.w);
+  } else {
+    dst[int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x] = make_uint2(a.x ^ a.y ^ b.x ^ b.y, a.z ^ a.w ^ b.z ^ b.w);
+  }
 }
 
-// src: int32, a multiple of 16 KiB; dst: int32, half of src's elements.
-void halve(jitkern::TensorView dst, jitkern::TensorView src) {
+// src: int32, a multiple of 16 KiB (halve) or 32 KiB (quarter); dst: int32, src's elements / (4 / kWrites).
+template <int kWrites>
+void shrink(jitkern::TensorView dst, jitkern::TensorView src, const char* name) {
   using namespace host;
-  SymbolicSize n{"num_elements"}, half{"half_elements"};
+  constexpr int kRatio = 4 / kWrites;
+  const int64_t unit = kCopyCeilingTileBytes * (kWrites == 2 ? 1 : 2);
+  SymbolicSize n{"num_elements"}, m{"dst_elements"};
   SymbolicDevice device;
   TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(src, "src");
-  TensorMatcher({half}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst, "dst");
-  RuntimeCheck(n.unwrap() * 4 % kCopyCeilingTileBytes == 0 && half.unwrap() * 2 == n.unwrap(),
-               "halve: src must be a multiple of 16 KiB and dst half of it");
+  TensorMatcher({m}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst, "dst");
+  RuntimeCheck(n.unwrap() * 4 % unit == 0 && m.unwrap() * kRatio == n.unwrap(), name, ": src must be a multiple of ", unit / 1024,
+               " KiB and dst 1/", kRatio, " of it");
   const int64_t tiles = n.unwrap() * 4 / kCopyCeilingTileBytes;
   if (tiles == 0) return;
   LaunchKernel(static_cast<unsigned>(div_ceil(tiles, 2)), kCopyCeilingThreads, device.unwrap())
-      .enable_pdl()(halve_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()),
+      .enable_pdl()(shrink_kernel<kWrites>, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()),
                     tiles * kCopyCeilingThreads);
 }
 
-// Two 16-byte reads per thread and one 8-byte write (a pair of 2-byte values to one byte: act-and-mul
-// to fp8).
-__global__ void __launch_bounds__(kCopyCeilingThreads) quarter_kernel(uint2* dst, const uint4* src, int64_t n) {
-  device::pdl_trigger_secondary();
-  const int64_t i = int64_t{blockIdx.x} * 2 * kCopyCeilingThreads + threadIdx.x, j = i + kCopyCeilingThreads;
-  device::pdl_wait_primary();
-  const uint4 a = src[i];
-  const uint4 b = j < n ? src[j] : make_uint4(0, 0, 0, 0);
-  dst[int64_t{blockIdx.x} * kCopyCeilingThreads + threadIdx.x] = make_uint2(a.x ^ a.y ^ b.x ^ b.y, a.z ^ a.w ^ b.z ^ b.w);
-}
-
-// src: int32, a multiple of 32 KiB; dst: int32, a quarter of src's elements.
-void quarter(jitkern::TensorView dst, jitkern::TensorView src) {
-  using namespace host;
-  SymbolicSize n{"num_elements"}, quarter{"quarter_elements"};
-  SymbolicDevice device;
-  TensorMatcher({n}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(src, "src");
-  TensorMatcher({quarter}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(dst, "dst");
-  RuntimeCheck(n.unwrap() * 4 % (2 * kCopyCeilingTileBytes) == 0 && quarter.unwrap() * 4 == n.unwrap(),
-               "quarter: src must be a multiple of 32 KiB and dst a quarter of it");
-  const int64_t tiles = n.unwrap() * 4 / kCopyCeilingTileBytes;
-  if (tiles == 0) return;
-  LaunchKernel(static_cast<unsigned>(tiles / 2), kCopyCeilingThreads, device.unwrap())
-      .enable_pdl()(quarter_kernel, static_cast<uint2*>(dst.data_ptr()), static_cast<const uint4*>(src.data_ptr()), tiles * kCopyCeilingThreads);
-}
+void halve(jitkern::TensorView dst, jitkern::TensorView src) { shrink<2>(dst, src, "halve"); }
+void quarter(jitkern::TensorView dst, jitkern::TensorView src) { shrink<1>(dst, src, "quarter"); }
 
 // Each thread reads four 16-byte vectors per step of a grid-stride loop (loads in flight), folds them
 // with XOR and adds one atomic per warp at the end.
