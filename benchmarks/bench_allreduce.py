@@ -67,12 +67,11 @@ def _worker(rank: int, world: int, port: int) -> None:
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     from jitkern.ops import AllReduce, fused_add_rmsnorm
-    from jitkern.ops.all_reduce import PUSH_MAX_BYTES
 
     device = torch.device("cuda", rank)
     comm = AllReduce(max_bytes=SIZES[-1])
     assert comm.enabled, comm.reason
-    default_one_shot = comm.one_shot_max_bytes
+    default_one_shot, default_push = comm.one_shot_max_bytes, comm.push_max_bytes
 
     def graph_us(fn, calls) -> float:
         """us per call: the slowest rank's median replay of a graph of `calls` calls."""
@@ -125,7 +124,7 @@ def _worker(rank: int, world: int, port: int) -> None:
             try:
                 return fn()
             finally:
-                comm.one_shot_max_bytes, comm.push_max_bytes = default_one_shot, PUSH_MAX_BYTES
+                comm.one_shot_max_bytes, comm.push_max_bytes = default_one_shot, default_push
         return call
 
     rows = []
@@ -139,8 +138,8 @@ def _worker(rank: int, world: int, port: int) -> None:
                "jitkern": lambda: comm.all_reduce(x, out=out),
                "jitkern one-shot": forced(SIZES[-1], 0, lambda: comm.all_reduce(x, out=out)),
                "jitkern two-shot": forced(0, 0, lambda: comm.all_reduce(x, out=out))}
-        if nbytes <= PUSH_MAX_BYTES:
-            fns["jitkern push"] = forced(SIZES[-1], PUSH_MAX_BYTES, lambda: comm.all_reduce(x, out=out))
+        if nbytes <= default_push:
+            fns["jitkern push"] = forced(SIZES[-1], default_push, lambda: comm.all_reduce(x, out=out))
         if symm is not None:
             try:
                 fns.update(symm_fns(n))
@@ -179,7 +178,7 @@ def _worker(rank: int, world: int, port: int) -> None:
     if rank == 0:
         print(f"## bench_allreduce: {world} ranks, {environment()}\n")
         print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slowest rank's median); jitkern by default: push up to "
-              f"{min(PUSH_MAX_BYTES, default_one_shot) >> 10} KiB, one-shot up to {default_one_shot >> 10} KiB, two-shot above\n")
+              f"{min(default_push, default_one_shot) >> 10} KiB, one-shot up to {default_one_shot >> 10} KiB, two-shot above\n")
         names = list(dict.fromkeys(name for _, times in rows for name in times))
         print("| bytes | " + " | ".join(names) + " | jitkern / NCCL |")
         print("|---|" + "---|" * (len(names) + 1))

@@ -547,6 +547,9 @@ void set_push_max(int64_t comm, int64_t bytes) {
   c->push_max = std::min(bytes, c->params.slot_bytes);
 }
 
+// The push kernel's limit in effect: set_push_max's value, at most the slot size (0 without peers).
+int64_t push_max(int64_t comm) { return comm_of(comm)->push_max; }
+
 // Raises TimeoutError if a kernel of this communicator gave up waiting for a peer.
 void check(int64_t comm) { raise_if_failed(comm_of(comm)); }
 

@@ -66,7 +66,7 @@ def test_family_is_registered():
 
     assert ops.OPS["AllReduce"] == "all_reduce"
     assert [s.name for s in ops.specs(ops=["AllReduce"])] == ["all_reduce"]
-    assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"all_reduce", "all_reduce_add_rmsnorm", "open_peers", "check", "set_push_max"}
+    assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"all_reduce", "all_reduce_add_rmsnorm", "open_peers", "check", "set_push_max", "push_max"}
     assert [all_reduce.default_one_shot_max_bytes(w) for w in (2, 4, 8)] == [8 << 20, 512 << 10, 128 << 10]
 
 

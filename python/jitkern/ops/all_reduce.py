@@ -30,6 +30,7 @@ _EXPORTS = {
     "destroy": "comm",
     "set_one_shot_max": "comm, bytes",
     "set_push_max": "comm, bytes",
+    "push_max": "comm",
     "check": "comm",
     "all_reduce": "comm, x, out",
     "all_reduce_add_rmsnorm": "comm, x, residual, weight, eps",
@@ -46,7 +47,6 @@ _function = ModuleExports(spec, _EXPORTS, "all_reduce")
 OPS = ("AllReduce",)
 MAX_RANKS = 8
 DEFAULT_MAX_BYTES = 8 << 20
-PUSH_MAX_BYTES = 512 << 10  # the push kernel's largest message (csrc/all_reduce.cuh, kPushSlotBytes)
 DEFAULT_TIMEOUT_MS = 600_000  # torch.distributed's default for NCCL: a peer still compiling is not taken for a dead one
 
 
@@ -84,8 +84,7 @@ class AllReduce:
     Collective: every rank of the group constructs it with the same arguments (checked). `device`: this
     rank's GPU (default: the current one). `max_bytes`: the largest message the kernels take (each rank
     allocates that much GPU memory, and 2 x world x min(max_bytes, 512 KiB) for the push kernel's
-    slots); larger ones go to
-    NCCL. `one_shot_max_bytes`: where the two-shot kernel takes over (default by world size: 8 MiB at 2
+    slots); larger ones go to NCCL. `one_shot_max_bytes`: where the two-shot kernel takes over (default by world size: 8 MiB at 2
     ranks, 512 KiB at 4, 128 KiB at 5 to 8); messages up to the smaller of it and `push_max_bytes`
     (512 KiB) take the push kernel (each rank writes its message into every rank's buffer, one barrier).
     `timeout_ms`: how long a kernel waits for a peer before giving up (then this rank raises TimeoutError).
@@ -143,7 +142,6 @@ class AllReduce:
         if not self._handle:
             self._handle = _function("create")(device.index, 0, 1, 16, 0, timeout_ms)
         self._one_shot_max = one_shot_max_bytes
-        self._push_cap = self._push_max = min(PUSH_MAX_BYTES, max_bytes)
         self._reduce = _function("all_reduce")
         self._fused = _function("all_reduce_add_rmsnorm")
         _COMMS[self._handle] = self
@@ -166,15 +164,14 @@ class AllReduce:
     @property
     def push_max_bytes(self) -> int:
         """Messages up to the smaller of this and one_shot_max_bytes take the push kernel, the fused op
-        included (settable, 0 to 512 KiB, the default, at most max_bytes; every rank must set the same
-        value; a CUDA graph keeps the kernel it captured)."""
-        return self._push_max
+        included (settable, 0 to 512 KiB, the default, at most max_bytes; 0 where the kernels are not in
+        use; every rank must set the same value; a CUDA graph keeps the kernel it captured)."""
+        return _function("push_max")(self._handle)
 
     @push_max_bytes.setter
     def push_max_bytes(self, value: int) -> None:
         value = _positive_int(value, "push_max_bytes", zero=True)  # before the module loads: a bad value loses nothing
         _function("set_push_max")(self._handle, value)
-        self._push_max = min(value, self._push_cap)
 
     @property
     def one_shot_max_bytes(self) -> int:
