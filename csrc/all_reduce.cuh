@@ -175,28 +175,34 @@ __device__ __forceinline__ AlignedVector<T, kVec> sum_ranks(const Params& p, Sou
 
 // The caller's input and output, seen as vectors of kVec elements: 16-byte accesses where both are
 // aligned, element by element where not. The vector width (and with it each CTA's share of the message)
-// follows from the length alone, so it is the same on every rank whatever each rank's alignment.
-template <typename T, int kVec>
+// follows from the length alone, so it is the same on every rank whatever each rank's alignment. The
+// alignment is a template argument so that the aligned kernels carry no per-access branch.
+template <typename T, int kVec, bool kAligned>
 struct Local {
   const T* in;
   T* out;
-  bool aligned;
 
   __device__ __forceinline__ void load(AlignedVector<T, kVec>& v, int64_t i) const {
-    if (aligned) return v.load(in + i * kVec);
+    if constexpr (kAligned) {
+      v.load(in + i * kVec);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = in[i * kVec + j];
+      for (int j = 0; j < kVec; ++j) v[j] = in[i * kVec + j];
+    }
   }
   __device__ __forceinline__ void store(const AlignedVector<T, kVec>& v, int64_t i) const {
-    if (aligned) return v.store(out + i * kVec);
+    if constexpr (kAligned) {
+      v.store(out + i * kVec);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) out[i * kVec + j] = v[j];
+      for (int j = 0; j < kVec; ++j) out[i * kVec + j] = v[j];
+    }
   }
 };
 
 // One-shot: each CTA copies in, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec> io, int64_t nvec) {
+template <typename T, int kVec, bool kAligned>
+__global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec, kAligned> io, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   T* mine = data_of<T>(p, p.rank);
@@ -216,8 +222,8 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constan
 }
 
 // Push: each CTA writes, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ Params p, const Local<T, kVec> io, int64_t nvec) {
+template <typename T, int kVec, bool kAligned>
+__global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ Params p, const Local<T, kVec, kAligned> io, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   device::pdl_trigger_secondary();
@@ -240,8 +246,8 @@ __global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ 
 // Two-shot: the vectors are cut into world chunks of `chunk`; each CTA takes the same positions i within
 // every chunk (i / blockDim.x = blockIdx.x mod gridDim.x). Rank r owns chunk r: it sums it from every
 // rank's copy into its own buffer, from which the others gather it.
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec> io, int64_t nvec) {
+template <typename T, int kVec, bool kAligned>
+__global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec, kAligned> io, int64_t nvec) {
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t chunk = (nvec + p.world - 1) / p.world;
@@ -403,23 +409,26 @@ bool vectorizable(int64_t n, std::initializer_list<const void*> pointers) {
 // Whether a message of `bytes` takes a push kernel (the plain or the fused one).
 bool pushes(const Comm* c, int64_t bytes) { return bytes <= std::min(c->one_shot_max, c->push_max); }
 
-template <typename T, int kVec>
+template <typename T, int kVec, bool kAligned>
 void launch_all_reduce(const Comm* c, const void* in, void* out, int64_t nvec, DLDevice device) {
   const int64_t bytes = nvec * kVec * static_cast<int64_t>(sizeof(T));
-  const auto kernel = pushes(c, bytes) ? push_kernel<T, kVec> : bytes <= c->one_shot_max ? one_shot_kernel<T, kVec> : two_shot_kernel<T, kVec>;
+  const auto kernel = pushes(c, bytes) ? push_kernel<T, kVec, kAligned>
+                      : bytes <= c->one_shot_max ? one_shot_kernel<T, kVec, kAligned> : two_shot_kernel<T, kVec, kAligned>;
   const int64_t per_rank = bytes <= c->one_shot_max ? nvec : (nvec + c->world - 1) / c->world;  // vectors each rank's CTAs walk
   const int64_t grid = std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, host::div_ceil(per_rank, kThreads)));
   host::LaunchKernel launch(static_cast<unsigned>(grid), kThreads, device);
   launch.enable_pdl(host::runtime::get_cc_major(c->device) >= 9);
-  launch(kernel, c->params, Local<T, kVec>{static_cast<const T*>(in), static_cast<T*>(out), aligned16({in, out})}, nvec);
+  launch(kernel, c->params, Local<T, kVec, kAligned>{static_cast<const T*>(in), static_cast<T*>(out)}, nvec);
 }
 
 template <typename T>
 void dispatch_all_reduce(const Comm* c, const void* in, void* out, int64_t n, DLDevice device) {
-  if (n % kVecOf<T> == 0)  // from the length alone: every rank splits the message alike (Local)
-    launch_all_reduce<T, kVecOf<T>>(c, in, out, n / kVecOf<T>, device);
+  if (n % kVecOf<T> != 0)  // the width from the length alone: every rank splits the message alike (Local)
+    launch_all_reduce<T, 1, true>(c, in, out, n, device);
+  else if (aligned16({in, out}))
+    launch_all_reduce<T, kVecOf<T>, true>(c, in, out, n / kVecOf<T>, device);
   else
-    launch_all_reduce<T, 1>(c, in, out, n, device);
+    launch_all_reduce<T, kVecOf<T>, false>(c, in, out, n / kVecOf<T>, device);
 }
 
 template <typename T, int kVec>
