@@ -39,7 +39,13 @@ constexpr int kActGroupDecodeWaves = 4;
 // few-ulp fp32 error is far below their rounding.
 struct Silu {
   static JITKERN_DEVICE float apply(float x) { return x / (1.0f + expf(-x)); }
-  static JITKERN_DEVICE float apply_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+  // exp(-x) as 2^(-x log2 e) with subnormal results flushed to zero: 1 + exp(-x) is the same float, and
+  // the flush saves __expf's three instructions of subnormal handling per element.
+  static JITKERN_DEVICE float apply_fast(float x) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504088896341f));
+    return __fdividef(x, 1.0f + e);
+  }
 };
 struct Gelu {
   static JITKERN_DEVICE float apply(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }

@@ -296,6 +296,64 @@ def test_per_token_group_scale_layouts(dtype_name, group_size, layout, rows):
         assert torch.equal(s, es)
 
 
+def _boundary_dividends(s, count, qdtype, seed):
+    """count fp32 dividends per scale s [G] (fp32) whose quotients x / s fall within two ulps of an fp32
+    rounding midpoint beside a rounding boundary of the 8-bit type (fp8: the midpoints between its
+    values, 1.mmm1 x 2^e for normal ones and odd multiples of 2^-10 below 2^-6; int8: the half-integers):
+    where a division that is not correctly rounded gives another code."""
+    torch = _torch()
+    dev = "cuda"
+    if qdtype == torch.int8:
+        m = torch.arange(127, dtype=torch.float64, device=dev) + 0.5
+    else:
+        odd = torch.arange(1, 16, 2, dtype=torch.float64, device=dev)
+        normal = ((16 + odd[None, :]) / 16 * torch.pow(2.0, torch.arange(-6, 9, dtype=torch.float64, device=dev))[:, None]).reshape(-1)
+        m = torch.cat([odd * 2.0**-10, normal[normal < 448]])
+    g = torch.Generator(device=dev).manual_seed(seed)
+    pick = m[torch.randint(len(m), (len(s), count), generator=g, device=dev)]
+    half_ulp = torch.pow(2.0, torch.floor(torch.log2(pick)) - 24)
+    side = torch.randint(2, pick.shape, generator=g, device=dev) * 2 - 1
+    x = ((pick + side * half_ulp) * s.double()[:, None]).float()
+    steps = torch.randint(-2, 3, pick.shape, generator=g, device=dev)
+    for step in (1, 2):
+        x = torch.where(steps >= step, torch.nextafter(x, torch.full_like(x, float("inf"))), x)
+        x = torch.where(steps <= -step, torch.nextafter(x, torch.full_like(x, float("-inf"))), x)
+    sign = torch.randint(2, pick.shape, generator=g, device=dev) * 2 - 1
+    return x * sign
+
+
+@pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "int8"])
+def test_quotients_next_to_rounding_boundaries(qdtype):
+    """The quantizers divide by the scale with a reciprocal and one correction, not a division per
+    element: dividends placed where only a correctly rounded quotient gives the reference's code."""
+    torch = _torch()
+    from jitkern.ops import per_tensor_quant_fp8, per_token_group_quant_8bit
+
+    qd = getattr(torch, qdtype)
+    groups, g = torch.Generator(device="cuda").manual_seed(7), 128
+    amax = (1 + torch.rand(8192, generator=groups, device="cuda")) * torch.pow(2.0, torch.randint(-40, 40, (8192,), generator=groups,
+                                                                                               device="cuda").float())
+    s = _scale(amax, 1e-10, 127.0 if qd == torch.int8 else 448.0)
+    body = _boundary_dividends(s, g - 1, qd, seed=8)
+    body = torch.where(body.abs() <= amax[:, None], body, body / 2)  # each group's amax stays its first element
+    x = torch.cat([amax[:, None], body], dim=1).reshape(64, -1)
+    quotients = body / s[:, None]
+    up, down = (torch.nextafter(quotients, torch.full_like(quotients, v)) for v in (float("inf"), float("-inf")))
+    code = (lambda v: v.round()) if qd == torch.int8 else (lambda v: v.clamp(-448, 448).to(qd).float())
+    sensitive = (code(up) != code(quotients)) | (code(down) != code(quotients))
+    share = sensitive.float().mean().item()
+    assert share > 0.2, f"the dividends must sit where one ulp changes the code ({share:.3f} do)"
+    q, got_s = per_token_group_quant_8bit(x, g, qd)
+    eq, es, _ = _group_reference(x, g, qd, 1e-10, False)
+    assert torch.equal(got_s, es), "group scales"
+    _assert_q_equal(q, eq)
+    if qd == torch.float8_e4m3fn:  # one static scale, dividends placed for it
+        scale = torch.tensor([0.0123], dtype=torch.float32, device="cuda")
+        y = _boundary_dividends(scale.expand(512), 1024, qd, seed=9).reshape(256, -1)
+        q, _ = per_tensor_quant_fp8(y, output_s=scale, is_static=True)
+        _assert_q_equal(q, _quantize(y, scale))
+
+
 def test_per_token_group_misaligned_3d_and_errors():
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit

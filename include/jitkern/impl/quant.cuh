@@ -124,23 +124,26 @@ JITKERN_DEVICE float dynamic_amax(const Fold& fold, const ReduceMax& reduce_max,
   return finite ? plain : amax;
 }
 
-// x / s, correctly rounded as an IEEE fp32 division, without a division per element: with inv =
-// RN(1 / s), x * inv is within 1.5 ulp of x / s; one FMA residual correction makes it faithful (within
-// an ulp) and a second rounds it correctly (Markstein's theorem needs the faithful start). The residuals
-// are formed as q * s - x and subtracted, which keeps the sign of a zero quotient (x = -0 gives -0).
-// x = +-inf makes the residuals NaN: fast() then returns x * inv, which is what x / s gives. A scale whose
-// reciprocal overflows (`slow`) divides the slow way. `simple`: neither case can occur (the dividends
-// are known to be finite), so every element takes fast_finite() (no test per element).
+// x / s, correctly rounded as an IEEE fp32 division, without a division per element: q0 = x * inv with
+// inv = RN(1 / s), then one FMA residual correction, q0 - (q0 * s - x) * inv. Its error against x / s is
+// (1 - s * inv)(q0 - x / s), under 2^-23 ulp, and a quotient of two floats is never that close to a
+// rounding midpoint (an exhaustive search over every divisor mantissa, dividends next to the midpoints
+// beside each 5-bit value, found no miss; docs/benchmarks.md, "Design measurements"). The residual is
+// exact while |x| >= 2^-101, and for s >= 2^-64 a smaller x gives |x / s| < 2^-37, a zero code either
+// way; s <= 2^126 keeps inv normal. A scale outside [2^-64, 2^126] (or NaN, or negative) divides the slow
+// way (`slow`). The residual is formed as q0 * s - x and subtracted, which keeps the sign of a zero
+// quotient (x = -0 gives -0). x = +-inf makes the residual NaN: fast() then returns x * inv, which is
+// what x / s gives. `simple`: the dividends are known to be finite, so every element takes fast_finite()
+// (no test per element).
 struct Divider {
   float s, inv;
   bool slow, simple;
   JITKERN_DEVICE explicit Divider(float scale, bool finite_dividends = false)
-      : s(scale), inv(1.0f / scale), slow(!(fabsf(inv) < kInf)), simple(finite_dividends && !slow) {}
+      : s(scale), inv(1.0f / scale), slow(!(scale >= 0x1p-64f && scale <= 0x1p126f)), simple(finite_dividends && !slow) {}
   // Only where !slow, and x is not +-inf.
   JITKERN_DEVICE float fast_finite(float x) const {
     const float q0 = x * inv;
-    const float q1 = fmaf(-fmaf(q0, s, -x), inv, q0);
-    return fmaf(-fmaf(q1, s, -x), inv, q1);
+    return fmaf(-fmaf(q0, s, -x), inv, q0);
   }
   // Only where !slow.
   JITKERN_DEVICE float fast(float x) const {
@@ -150,10 +153,10 @@ struct Divider {
   JITKERN_DEVICE float operator()(float x) const { return slow ? x / s : fast(x); }
 };
 
-// The smallest eps for which no dynamic scale scale_for<Q>(amax, eps) is below FLT_MIN, so its
-// reciprocal never overflows (Divider::slow is false).
+// The smallest eps for which every dynamic scale scale_for<Q>(amax, eps) is in Divider's fast range
+// (Divider::slow is false: at least 2^-64, and at most FLT_MAX / Q's largest value < 2^126).
 template <typename Q>
-inline constexpr float kNormalScaleEps = Format<Q>::kMax * 1.17549435e-38f;
+inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
 
 // kVec values of T divided by s and written as kVec bytes with one store (ptr aligned to kVec bytes);
 // fp8 converts two values per instruction. kMaySlow = false: the caller guarantees !s.slow (a dynamic
