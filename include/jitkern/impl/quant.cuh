@@ -124,17 +124,18 @@ JITKERN_DEVICE float dynamic_amax(const Fold& fold, const ReduceMax& reduce_max,
   return finite ? plain : amax;
 }
 
-// x / s, correctly rounded as an IEEE fp32 division, without a division per element: q0 = x * inv with
-// inv = RN(1 / s), then one FMA residual correction, q0 - (q0 * s - x) * inv. Its error against x / s is
-// (1 - s * inv)(q0 - x / s), under 2^-23 ulp, and a quotient of two floats is never that close to a
-// rounding midpoint (an exhaustive search over every divisor mantissa, dividends next to the midpoints
-// beside each 5-bit value, found no miss; docs/benchmarks.md, "Design measurements"). The residual is
-// exact while |x| >= 2^-101, and for s >= 2^-64 a smaller x gives |x / s| < 2^-37, a zero code either
-// way; s <= 2^126 keeps inv normal. A scale outside [2^-64, 2^126] (or NaN, or negative) divides the slow
-// way (`slow`). The residual is formed as q0 * s - x and subtracted, which keeps the sign of a zero
-// quotient (x = -0 gives -0). x = +-inf makes the residual NaN: fast() then returns x * inv, which is
-// what x / s gives. `simple`: the dividends are known to be finite, so every element takes fast_finite()
-// (no test per element).
+// x / s for an 8-bit code, which equals the code of the IEEE fp32 division, without a division per element:
+// q0 = x * inv with inv = RN(1 / s), then one FMA residual correction, q0 - (q0 * s - x) * inv. Its error
+// against x / s is (1 - s * inv)(q0 - x / s), under 2^-23 ulp: the fp32 result can differ from the IEEE
+// quotient only where x / s is that close to an fp32 rounding midpoint, and the 8-bit code only where that
+// midpoint is beside one of the type's rounding boundaries (values of at most 8 significant bits); an
+// exhaustive host search of those cases over every divisor mantissa found none (docs/benchmarks.md, "Design
+// measurements"). The residual is exact while |x| >= 2^-101, and for s >= 2^-64 a smaller x gives |x / s| <
+// 2^-37, a zero code either way; s <= 2^126 keeps inv normal. A scale outside [2^-64, 2^126] (or NaN, or
+// negative) divides the slow way (`slow`). The residual is formed as q0 * s - x and subtracted, which keeps
+// the sign of a zero quotient (x = -0 gives -0). x = +-inf makes the residual NaN: fast() then returns x *
+// inv, which is what x / s gives. `simple`: the dividends are known to be finite, so every element takes
+// fast_finite() (no test per element).
 struct Divider {
   float s, inv;
   bool slow, simple;
