@@ -57,20 +57,53 @@ struct GeluTanh {
   }
 };
 
-// act(gate) * up, element by element, rounded to T.
+// A vector's values as floats, one instruction a value: bf16 pairs by their bits (a shift for the low
+// half, a mask for the high one; one at a time the high half takes two), fp16 a pair per conversion.
+template <typename T, int kVec>
+__device__ __forceinline__ void widen(const AlignedVector<T, kVec>& v, float (&f)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if constexpr (std::is_same_v<T, bf16_t> && kVec % 2 == 0) {
+      if (j % 2 == 0) {
+        const uint32_t bits = *reinterpret_cast<const uint32_t*>(&v.data[j]);
+        f[j] = __uint_as_float(bits << 16), f[j + 1] = __uint_as_float(bits & 0xffff0000u);
+      }
+    } else if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+      if (j % 2 == 0) {
+        const fp32x2_t pair = device::cast<fp32x2_t>(device::packed_t<T>{v[j], v[j + 1]});
+        f[j] = pair.x, f[j + 1] = pair.y;
+      }
+    } else {
+      f[j] = device::cast<float>(v[j]);
+    }
+  }
+}
+
+// act(gate) * up, element by element in fp32, rounded to T (16-bit types a pair per conversion).
 template <typename Act, typename T, int kVec>
 __device__ __forceinline__ AlignedVector<T, kVec> gated(const AlignedVector<T, kVec>& gate, const AlignedVector<T, kVec>& up) {
+  float g[kVec], u[kVec], a[kVec];
+  widen(gate, g);
+  widen(up, u);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if constexpr (sizeof(T) < sizeof(float) && requires { Act::apply_fast(g[j]); }) {
+      a[j] = Act::apply_fast(g[j]) * u[j];
+    } else {
+      a[j] = Act::apply(g[j]) * u[j];
+    }
+  }
   AlignedVector<T, kVec> y;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
-    const float g = device::cast<float>(gate[j]);
-    float a;
-    if constexpr (sizeof(T) < sizeof(float) && requires { Act::apply_fast(g); }) {
-      a = Act::apply_fast(g);
+    if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+      if (j % 2 == 0) {
+        const device::packed_t<T> pair = device::cast<device::packed_t<T>>(fp32x2_t{a[j], a[j + 1]});
+        y[j] = pair.x, y[j + 1] = pair.y;
+      }
     } else {
-      a = Act::apply(g);
+      y[j] = device::cast<T>(a[j]);
     }
-    y[j] = device::cast<T>(a * device::cast<float>(up[j]));
   }
   return y;
 }
@@ -143,7 +176,8 @@ __global__ void __launch_bounds__(kActGroupThreads)
   uint8_t* out = q + row * q_stride + col;
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
-  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane], y[kPerLane];
+  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
+  AlignedVector<float, kVec> y[kPerLane];  // the products as silu_and_mul rounds them, kept as floats for the amax and the division
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     if (valid) {
@@ -152,7 +186,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
     }
   }
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
+  for (int j = 0; j < kPerLane; ++j) widen(gated<Silu>(gate[j], up[j]), y[j].data);
   quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(y, valid, out, eps, scales, group, groups_per_row, total_groups);
 }
 
