@@ -34,6 +34,9 @@ constexpr int kActThreads = 256;
 constexpr int kActGroupThreads = 128;
 constexpr int kActGroupSize = 128;
 constexpr int kActGroupDecodeWaves = 4;
+// Two vectors per lane would take more than the first and at most the second of these CTAs per SM (most
+// of one wave at 10 resident): one vector per lane instead.
+constexpr int kActGroupMostOfAWave[2] = {6, 11};
 
 // The activations, in fp32. apply_fast, where an activation has one, serves 16-bit outputs: its
 // few-ulp fp32 error is far below their rounding.
@@ -248,9 +251,14 @@ struct ActOps {
     constexpr int kVec = 16 / sizeof(T);
     if (ops.vector_width(kVec, kVec) == kVec) {
       // Decode sizes: a vector per lane, so more SMs share the loads (T = 1: 1.50 against 2.14 us);
-      // beyond, two per lane, so fewer lanes reduce each group (T = 1024: 27.9 against 32.2 us).
+      // beyond, two per lane, so fewer lanes reduce each group (T = 1024: 27.9 against 32.2 us), but
+      // where two per lane would fill most of one wave (T = 128-192 at d = 14336: 3.50-4.08 against
+      // 4.07-4.35 us; docs/benchmarks.md, "Design measurements").
       const int sms = runtime::get_sm_count(ops.device.device_id);
-      if (div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec)) <= int64_t{kActGroupDecodeWaves} * sms) {
+      const int64_t one_per_lane = div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec));
+      const int64_t two_per_lane = div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec / 2));
+      if (one_per_lane <= int64_t{kActGroupDecodeWaves} * sms ||
+          (two_per_lane > int64_t{kActGroupMostOfAWave[0]} * sms && two_per_lane <= int64_t{kActGroupMostOfAWave[1]} * sms)) {
         launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec>{}, std::integral_constant<int, 1>{});
       } else {
         launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec / 2>{}, std::integral_constant<int, 2>{});
