@@ -68,7 +68,8 @@ __device__ __forceinline__ void widen(const AlignedVector<T, kVec>& v, float (&f
   for (int j = 0; j < kVec; ++j) {
     if constexpr (std::is_same_v<T, bf16_t> && kVec % 2 == 0) {
       if (j % 2 == 0) {
-        const uint32_t bits = *reinterpret_cast<const uint32_t*>(&v.data[j]);
+        uint32_t bits;
+        __builtin_memcpy(&bits, &v.data[j], sizeof(bits));
         f[j] = __uint_as_float(bits << 16), f[j + 1] = __uint_as_float(bits & 0xffff0000u);
       }
     } else if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
