@@ -3,6 +3,8 @@ compute the same way (fp32 division, round to nearest even, saturation), for eve
 group size and scale layout; NaN/inf/zero rows; garbage in output_s; strided, 3-D, empty and huge
 shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the same quantization."""
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -311,8 +313,9 @@ def _boundary_dividends(s, count, qdtype, seed):
         m = torch.cat([odd * 2.0**-10, normal[normal < 448]])
     g = torch.Generator(device=dev).manual_seed(seed)
     pick = m[torch.randint(len(m), (len(s), count), generator=g, device=dev)]
-    half_ulp = torch.pow(2.0, torch.floor(torch.log2(pick)) - 24)
+    binade = torch.pow(2.0, torch.floor(torch.log2(pick)))
     side = torch.randint(2, pick.shape, generator=g, device=dev) * 2 - 1
+    half_ulp = torch.where((side < 0) & (pick == binade), binade * 2.0**-25, binade * 2.0**-24)  # below a power of two: the finer binade
     x = ((pick + side * half_ulp) * s.double()[:, None]).float()
     steps = torch.randint(-2, 3, pick.shape, generator=g, device=dev)
     for step in (1, 2):
@@ -352,6 +355,64 @@ def test_quotients_next_to_rounding_boundaries(qdtype):
         y = _boundary_dividends(scale.expand(512), 1024, qd, seed=9).reshape(256, -1)
         q, _ = per_tensor_quant_fp8(y, output_s=scale, is_static=True)
         _assert_q_equal(q, _quantize(y, scale))
+
+
+def _near_midpoints():
+    """(B, s, x) rows of quant_near_midpoints.txt: every scale in [1, 2) and dividend whose quotient is within
+    2^-24 ulp of an fp32 rounding midpoint beside B / 2^floor(log2 B)."""
+    text = (Path(__file__).parent / "quant_near_midpoints.txt").read_text()
+    rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    return [(int(b), float.fromhex(s), float.fromhex(x)) for b, s, x in rows]
+
+
+@pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "int8"])
+def test_quotients_nearest_to_rounding_midpoints(qdtype):
+    """Every pair of the exhaustive search whose quotient comes closest to a midpoint beside an 8-bit
+    code's value or boundary, shifted by powers of two onto fp8's binades (normal and subnormal) or
+    int8's half-integers, each in a group whose amax gives exactly that scale."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    qd = getattr(torch, qdtype)
+    qmax = 127.0 if qd == torch.int8 else 448.0
+    scales, dividends = [], []
+    for b, s, x in _near_midpoints():
+        e = b.bit_length() - 1  # x / s is next to b / 2^e, in [1, 2)
+        if qd == torch.int8:
+            shifts = [e - 1] if b <= 253 else []  # next to b / 2: a half-integer, inside the clamp
+        else:
+            shifts = [-8, -6, 0, 4, 7] if b < 32 else []  # at most 5 significant bits: fp8 values and boundaries
+        for k in shifts:
+            scales.append(s)
+            dividends.append(x * 2.0**k)
+    s = torch.tensor(scales, dtype=torch.float32, device="cuda")
+    x = torch.tensor(dividends, dtype=torch.float32, device="cuda")
+    assert len(s) >= 90, len(s)  # 19 pairs x 5 binades for fp8, 159 for int8
+    # The amax whose scale max(amax, 1e-10) / qmax is exactly s: a float next to s * qmax.
+    cands = [(s.double() * qmax).float()]
+    for step in (float("inf"), float("-inf")):
+        c = cands[0]
+        for _ in range(4):
+            c = torch.nextafter(c, torch.full_like(c, step))
+            cands.append(c)
+    cands = torch.stack(cands, dim=1)
+    hits = cands / torch.full_like(cands, qmax) == s[:, None]
+    found = hits.any(dim=1)
+    assert found.float().mean() > 0.9, "an amax giving each scale exactly"
+    amax = cands.gather(1, hits.int().argmax(dim=1, keepdim=True))[:, 0]
+    x, s, amax = x[found], s[found], amax[found]
+    groups = torch.zeros(len(x), 32, device="cuda")
+    groups[:, 0], groups[:, 1], groups[:, 2] = amax, x, -x
+    q, got_s = per_token_group_quant_8bit(groups, 32, qd)
+    eq, es, _ = _group_reference(groups, 32, qd, 1e-10, False)
+    assert torch.equal(es[:, 0], s), "the groups' scales are the searched ones"
+    assert torch.equal(got_s, es), "group scales"
+    _assert_q_equal(q, eq)
+    quotients = x / s
+    code = (lambda v: v.round()) if qd == torch.int8 else (lambda v: v.clamp(-448, 448).to(qd).float())
+    up, down = (torch.nextafter(quotients, torch.full_like(quotients, v)) for v in (float("inf"), float("-inf")))
+    share = ((code(up) != code(quotients)) | (code(down) != code(quotients))).float().mean().item()
+    assert share > 0.2, f"one ulp must change the code of many of these quotients ({share:.3f} do)"
 
 
 def test_per_token_group_misaligned_3d_and_errors():

@@ -134,7 +134,8 @@ JITKERN_DEVICE float dynamic_amax(const Fold& fold, const ReduceMax& reduce_max,
 // 2^-37, a zero code either way; s <= 2^126 keeps inv normal. A scale outside [2^-64, 2^126] (or NaN, or
 // negative) divides the slow way (`slow`). The residual is formed as q0 * s - x and subtracted, which keeps
 // the sign of a zero quotient (x = -0 gives -0). x = +-inf makes the residual NaN: fast() then returns x *
-// inv, which is what x / s gives. `simple`: the dividends are known to be finite, so every element takes
+// inv, which is what x / s gives. `simple`: the dividends are known to be finite and x * inv not to
+// overflow (a dynamic scale from their own amax keeps |x / s| <= Q's largest value), so every element takes
 // fast_finite() (no test per element).
 struct Divider {
   float s, inv;
