@@ -29,8 +29,8 @@ namespace quant = device::quant;
 // docs/benchmarks.md, "Design measurements").
 constexpr int kActThreads = 256;
 // The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, one or two
-// vectors per lane (one while that takes at most kActGroupDecodeWaves CTAs per SM), CTAs of
-// kActGroupThreads.
+// vectors per lane (one while that takes at most kActGroupDecodeWaves CTAs per SM, or where two would
+// fill most of one wave), CTAs of kActGroupThreads.
 constexpr int kActGroupThreads = 128;
 constexpr int kActGroupSize = 128;
 constexpr int kActGroupDecodeWaves = 4;
