@@ -64,22 +64,22 @@ struct GeluTanh {
 // half, a mask for the high one; one at a time the high half takes two), fp16 a pair per conversion.
 template <typename T, int kVec>
 __device__ __forceinline__ void widen(const AlignedVector<T, kVec>& v, float (&f)[kVec]) {
+  if constexpr (std::is_same_v<T, bf16_t> && kVec % 2 == 0) {
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    if constexpr (std::is_same_v<T, bf16_t> && kVec % 2 == 0) {
-      if (j % 2 == 0) {
-        uint32_t bits;
-        __builtin_memcpy(&bits, &v.data[j], sizeof(bits));
-        f[j] = __uint_as_float(bits << 16), f[j + 1] = __uint_as_float(bits & 0xffff0000u);
-      }
-    } else if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
-      if (j % 2 == 0) {
-        const fp32x2_t pair = device::cast<fp32x2_t>(device::packed_t<T>{v[j], v[j + 1]});
-        f[j] = pair.x, f[j + 1] = pair.y;
-      }
-    } else {
-      f[j] = device::cast<float>(v[j]);
+    for (int j = 0; j < kVec; j += 2) {
+      uint32_t bits;
+      __builtin_memcpy(&bits, &v.data[j], sizeof(bits));
+      f[j] = __uint_as_float(bits << 16), f[j + 1] = __uint_as_float(bits & 0xffff0000u);
     }
+  } else if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+#pragma unroll
+    for (int j = 0; j < kVec; j += 2) {
+      const fp32x2_t pair = device::cast<fp32x2_t>(device::packed_t<T>{v[j], v[j + 1]});
+      f[j] = pair.x, f[j + 1] = pair.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = device::cast<float>(v[j]);
   }
 }
 
@@ -98,16 +98,15 @@ __device__ __forceinline__ AlignedVector<T, kVec> gated(const AlignedVector<T, k
     }
   }
   AlignedVector<T, kVec> y;
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
-      if (j % 2 == 0) {
-        const device::packed_t<T> pair = device::cast<device::packed_t<T>>(fp32x2_t{a[j], a[j + 1]});
-        y[j] = pair.x, y[j + 1] = pair.y;
-      }
-    } else {
-      y[j] = device::cast<T>(a[j]);
+    for (int j = 0; j < kVec; j += 2) {
+      const device::packed_t<T> pair = device::cast<device::packed_t<T>>(fp32x2_t{a[j], a[j + 1]});
+      y[j] = pair.x, y[j + 1] = pair.y;
     }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(a[j]);
   }
   return y;
 }

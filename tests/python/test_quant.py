@@ -298,6 +298,14 @@ def test_per_token_group_scale_layouts(dtype_name, group_size, layout, rows):
         assert torch.equal(s, es)
 
 
+def _one_ulp_share(quotients, qdtype):
+    """The share of these fp32 quotients whose 8-bit code a one-ulp error (up or down) would change."""
+    torch = _torch()
+    code = (lambda v: v.round()) if qdtype == torch.int8 else (lambda v: v.clamp(-448, 448).to(qdtype).float())
+    up, down = (torch.nextafter(quotients, torch.full_like(quotients, v)) for v in (float("inf"), float("-inf")))
+    return ((code(up) != code(quotients)) | (code(down) != code(quotients))).float().mean().item()
+
+
 def _boundary_dividends(s, count, qdtype, seed):
     """count fp32 dividends per scale s [G] (fp32) whose quotients x / s fall within two ulps of an fp32
     rounding midpoint beside a rounding boundary of the 8-bit type (fp8: the midpoints between its
@@ -340,11 +348,7 @@ def test_quotients_next_to_rounding_boundaries(qdtype):
     body = _boundary_dividends(s, g - 1, qd, seed=8)
     body = torch.where(body.abs() <= amax[:, None], body, body / 2)  # each group's amax stays its first element
     x = torch.cat([amax[:, None], body], dim=1).reshape(64, -1)
-    quotients = body / s[:, None]
-    up, down = (torch.nextafter(quotients, torch.full_like(quotients, v)) for v in (float("inf"), float("-inf")))
-    code = (lambda v: v.round()) if qd == torch.int8 else (lambda v: v.clamp(-448, 448).to(qd).float())
-    sensitive = (code(up) != code(quotients)) | (code(down) != code(quotients))
-    share = sensitive.float().mean().item()
+    share = _one_ulp_share(body / s[:, None], qd)
     assert share > 0.2, f"the dividends must sit where one ulp changes the code ({share:.3f} do)"
     q, got_s = per_token_group_quant_8bit(x, g, qd)
     eq, es, _ = _group_reference(x, g, qd, 1e-10, False)
@@ -408,10 +412,7 @@ def test_quotients_nearest_to_rounding_midpoints(qdtype):
     assert torch.equal(es[:, 0], s), "the groups' scales are the searched ones"
     assert torch.equal(got_s, es), "group scales"
     _assert_q_equal(q, eq)
-    quotients = x / s
-    code = (lambda v: v.round()) if qd == torch.int8 else (lambda v: v.clamp(-448, 448).to(qd).float())
-    up, down = (torch.nextafter(quotients, torch.full_like(quotients, v)) for v in (float("inf"), float("-inf")))
-    share = ((code(up) != code(quotients)) | (code(down) != code(quotients))).float().mean().item()
+    share = _one_ulp_share(x / s, qd)
     assert share > 0.2, f"one ulp must change the code of many of these quotients ({share:.3f} do)"
 
 
