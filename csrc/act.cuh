@@ -60,22 +60,17 @@ struct GeluTanh {
   }
 };
 
-// A vector's values as floats, one instruction a value: bf16 pairs by their bits (a shift for the low
-// half, a mask for the high one; one at a time the high half takes two), fp16 a pair per conversion.
+// A vector's values as floats, 16-bit types a pair at a time (one instruction a value: bf16 by its bits,
+// fp16 a pair per conversion).
 template <typename T, int kVec>
 __device__ __forceinline__ void widen(const AlignedVector<T, kVec>& v, float (&f)[kVec]) {
-  if constexpr (std::is_same_v<T, bf16_t> && kVec % 2 == 0) {
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
 #pragma unroll
     for (int j = 0; j < kVec; j += 2) {
-      uint32_t bits;
-      __builtin_memcpy(&bits, &v.data[j], sizeof(bits));
-      f[j] = __uint_as_float(bits << 16), f[j + 1] = __uint_as_float(bits & 0xffff0000u);
-    }
-  } else if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
-#pragma unroll
-    for (int j = 0; j < kVec; j += 2) {
-      const fp32x2_t pair = device::cast<fp32x2_t>(device::packed_t<T>{v[j], v[j + 1]});
-      f[j] = pair.x, f[j + 1] = pair.y;
+      device::packed_t<T> pair;
+      __builtin_memcpy(&pair, &v.data[j], sizeof(pair));
+      const fp32x2_t f2 = device::cast<fp32x2_t>(pair);
+      f[j] = f2.x, f[j + 1] = f2.y;
     }
   } else {
 #pragma unroll
@@ -83,9 +78,14 @@ __device__ __forceinline__ void widen(const AlignedVector<T, kVec>& v, float (&f
   }
 }
 
+// gated's result: kVec values of T, 16-bit types as packed pairs (as one conversion writes them, so the
+// group amax reads them packed: quant::fold_pairs).
+template <typename T, int kVec>
+using Gated = std::conditional_t<sizeof(T) == 2 && kVec % 2 == 0, AlignedVector<device::packed_t<T>, kVec / 2>, AlignedVector<T, kVec>>;
+
 // act(gate) * up, element by element in fp32, rounded to T (16-bit types a pair per conversion).
 template <typename Act, typename T, int kVec>
-__device__ __forceinline__ AlignedVector<T, kVec> gated(const AlignedVector<T, kVec>& gate, const AlignedVector<T, kVec>& up) {
+__device__ __forceinline__ Gated<T, kVec> gated(const AlignedVector<T, kVec>& gate, const AlignedVector<T, kVec>& up) {
   float g[kVec], u[kVec], a[kVec];
   widen(gate, g);
   widen(up, u);
@@ -97,13 +97,10 @@ __device__ __forceinline__ AlignedVector<T, kVec> gated(const AlignedVector<T, k
       a[j] = Act::apply(g[j]) * u[j];
     }
   }
-  AlignedVector<T, kVec> y;
+  Gated<T, kVec> y;
   if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
 #pragma unroll
-    for (int j = 0; j < kVec; j += 2) {
-      const device::packed_t<T> pair = device::cast<device::packed_t<T>>(fp32x2_t{a[j], a[j + 1]});
-      y[j] = pair.x, y[j + 1] = pair.y;
-    }
+    for (int j = 0; j < kVec; j += 2) y[j / 2] = device::cast<device::packed_t<T>>(fp32x2_t{a[j], a[j + 1]});
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(a[j]);
@@ -126,9 +123,9 @@ struct StoreGated {
   int64_t out_stride;
   struct Ready {};
   __device__ __forceinline__ Ready ready() const { return {}; }
-  template <int kVec>
-  __device__ __forceinline__ void store(const Ready&, const AlignedVector<T, kVec>& y, int64_t row, int64_t col) const {
-    y.store(out + row * out_stride + col);
+  template <typename V, int kN>  // gated's result
+  __device__ __forceinline__ void store(const Ready&, const AlignedVector<V, kN>& y, int64_t row, int64_t col) const {
+    y.store(reinterpret_cast<V*>(out + row * out_stride + col));
   }
 };
 
@@ -137,8 +134,8 @@ struct StoreStaticFp8 {
   int64_t q_stride;
   const float* scale;  // read after the kernel's PDL wait: a previous kernel may have written it
   __device__ __forceinline__ quant::Divider ready() const { return quant::Divider(*scale); }
-  template <typename T, int kVec>
-  __device__ __forceinline__ void store(const quant::Divider& s, const AlignedVector<T, kVec>& y, int64_t row, int64_t col) const {
+  template <typename V, int kN>  // gated's result
+  __device__ __forceinline__ void store(const quant::Divider& s, const AlignedVector<V, kN>& y, int64_t row, int64_t col) const {
     quant::store_quantized<fp8_e4m3_t>(q + row * q_stride + col, y, s);
   }
 };
@@ -180,7 +177,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
   AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
-  AlignedVector<float, kVec> y[kPerLane];  // the products as silu_and_mul rounds them, kept as floats for the amax and the division
+  Gated<T, kVec> y[kPerLane];  // the products as silu_and_mul rounds them
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     if (valid) {
@@ -189,7 +186,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
     }
   }
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) widen(gated<Silu>(gate[j], up[j]), y[j].data);
+  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
   quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(y, valid, out, eps, scales, group, groups_per_row, total_groups);
 }
 

@@ -148,6 +148,40 @@ def test_group_quant_bit_equal_to_the_pair(dtype_name, tokens, d, layout):
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("tokens", [1, 40, 4096])  # one vector per lane (1, 40), two (4096)
+def test_group_quant_amax_from_every_position(dtype_name, tokens):
+    """Each group's largest magnitude sits at another of its 128 places, positive or negative, so every lane,
+    vector and half of a packed pair must reach the amax; plus groups of only NaN, of -0, and of +-inf."""
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_per_token_group_quant_fp8
+
+    dtype = getattr(torch, dtype_name)
+    d = 1024
+    gate = torch.rand(tokens, d, device="cuda") + 0.5
+    up = torch.rand(tokens, d, device="cuda") * 2 - 1  # products of magnitude < 2
+    groups = torch.arange(tokens * d // 128, device="cuda").view(tokens, d // 128)
+    place = (groups * 37) % 128
+    cols = groups % (d // 128) * 128 + place
+    rows = torch.arange(tokens, device="cuda")[:, None].expand_as(cols)
+    gate[rows, cols] = 4.0
+    up[rows, cols] = torch.where(groups % 2 == 0, 40.0, -40.0)  # the group's largest product, ~ +-157
+    if tokens >= 40:
+        gate[1, 128:256] = float("nan")  # every product NaN: the eps scale, NaN codes
+        gate[2, :128], up[2, :128] = 0.0, -1.0  # every product -0
+        up[3, 300], up[3, 400] = float("inf"), float("-inf")  # a group of +inf and one of -inf
+    x = torch.cat([gate, up], dim=1).to(dtype)
+    q_ref, s_ref = _group_quant_pair(x)
+    q, s = silu_and_mul_per_token_group_quant_fp8(x, eps=1e-10)
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), "fp8 codes differ from silu_and_mul + per_token_group_quant_8bit"
+    assert torch.equal(s.view(torch.int32), s_ref.view(torch.int32)), "scales differ from silu_and_mul + per_token_group_quant_8bit"
+    big = s_ref.view(-1)[groups.view(-1)]
+    ordinary = torch.ones_like(big, dtype=torch.bool)
+    if tokens >= 40:
+        ordinary.view(tokens, -1)[1:4] = False
+    assert (big[ordinary] > 100 / 448).all(), "the test's largest products did not set the scales"
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
 def test_group_quant_strided_unaligned_and_3d(dtype_name):
     torch = _torch()
     from jitkern.ops import silu_and_mul_per_token_group_quant_fp8

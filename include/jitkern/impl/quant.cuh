@@ -2,7 +2,8 @@
 //   device::quant::Format<Q>         fp8 e4m3 or int8: the largest magnitude and the rounding of one value;
 //   device::quant::finite_amax       the running amax that NaN and +-inf do not enter;
 //   device::quant::dynamic_amax      the finite amax of the values a group of threads holds, at one
-//                                    instruction per value where none is +-inf;
+//                                    instruction per value where none is +-inf (half of one for
+//                                    16-bit values held as packed pairs: fold_pairs);
 //   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value;
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
@@ -52,6 +53,43 @@ struct Format<int8_t> {
 JITKERN_DEVICE float finite_amax(float acc, float v) {
   const float a = fabsf(v);
   return a < kInf ? fmaxf(acc, a) : acc;  // false for NaN and inf
+}
+
+// The plain amax step (NaN left out by fmaxf) and the one that also leaves out +-inf, as fold operations.
+struct AbsMax {
+  JITKERN_DEVICE float operator()(float acc, float v) const { return fmaxf(acc, fabsf(v)); }
+};
+struct FiniteAbsMax {
+  JITKERN_DEVICE float operator()(float acc, float v) const { return finite_amax(acc, v); }
+};
+
+// 16-bit values held as packed pairs (bf16x2_t, fp16x2_t: what a pair conversion writes).
+template <typename V>
+inline constexpr bool kIsPacked16 = std::is_same_v<V, bf16x2_t> || std::is_same_v<V, fp16x2_t>;
+// Values in an AlignedVector of V.
+template <typename V>
+inline constexpr int kValuesPer = kIsPacked16<V> ? 2 : 1;
+
+// op(acc, v) folded over the values of kM vectors of packed 16-bit pairs, from acc. AbsMax takes a packed
+// max and a packed min (ptxas joins them three operands at a time; NaN is left out, as fmaxf does) and
+// max(max, -min) of their halves: under half an instruction a value against a widening and a max.
+template <typename V, int kN, int kM, typename Op>
+  requires kIsPacked16<V>
+JITKERN_DEVICE float fold_pairs(const AlignedVector<V, kN> (&x)[kM], const Op& op, float acc) {
+  if constexpr (std::is_same_v<Op, AbsMax>) {
+    V hi = x[0][0], lo = x[0][0];
+#pragma unroll
+    for (int i = 1; i < kM * kN; ++i) hi = __hmax2(hi, x[i / kN][i % kN]), lo = __hmin2(lo, x[i / kN][i % kN]);
+    const fp32x2_t h = cast<fp32x2_t>(hi), l = cast<fp32x2_t>(lo);
+    return op(acc, fmaxf(fmaxf(h.x, h.y), -fminf(l.x, l.y)));  // all NaN: NaN, which op leaves out
+  } else {
+#pragma unroll
+    for (int i = 0; i < kM * kN; ++i) {
+      const fp32x2_t v = cast<fp32x2_t>(x[i / kN][i % kN]);
+      acc = op(op(acc, v.x), v.y);
+    }
+    return acc;
+  }
 }
 
 // The dynamic scale of a row, group or tensor. Monotonic in amax, so the largest scale of parts is
@@ -117,10 +155,10 @@ struct GroupScales {
 // +-inf, so its divisions may skip Divider's inf guard.
 template <typename Fold, typename ReduceMax, typename Any>
 JITKERN_DEVICE float dynamic_amax(const Fold& fold, const ReduceMax& reduce_max, const Any& any, bool& finite) {
-  const float plain = reduce_max(fold([](float acc, float v) { return fmaxf(acc, fabsf(v)); }));
+  const float plain = reduce_max(fold(AbsMax{}));
   finite = plain < kInf;
   if (!any(!finite)) return plain;
-  const float amax = reduce_max(fold([](float acc, float v) { return finite_amax(acc, v); }));
+  const float amax = reduce_max(fold(FiniteAbsMax{}));
   return finite ? plain : amax;
 }
 
@@ -160,11 +198,12 @@ struct Divider {
 template <typename Q>
 inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
 
-// kVec values of T divided by s and written as kVec bytes with one store (ptr aligned to kVec bytes);
-// fp8 converts two values per instruction. kMaySlow = false: the caller guarantees !s.slow (a dynamic
-// scale whose eps is at least kNormalScaleEps), which leaves one branch per vector instead of two (4% of
-// rmsnorm_quant_fp8's time in a same-run comparison).
+// kVec values of T (or kVec packed pairs of 16-bit values) divided by s and written as bytes with one
+// store (ptr aligned to their count); fp8 converts two values per instruction. kMaySlow = false: the
+// caller guarantees !s.slow (a dynamic scale whose eps is at least kNormalScaleEps), which leaves one
+// branch per vector instead of two (4% of rmsnorm_quant_fp8's time in a same-run comparison).
 template <typename Q, bool kMaySlow = true, typename T, int kVec>
+  requires(!kIsPacked16<T>)
 JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
   const auto encode = [&](auto divide) {
     if constexpr (kVec % 4 == 0) {  // assembled as 32-bit words: a byte array costs ~2 instructions a byte to pack
@@ -198,20 +237,36 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
     encode([&](float v) { return s.fast(v); });
   }
 }
+// Packed pairs: widened to floats by their bits.
+template <typename Q, bool kMaySlow = true, typename T, int kVec>
+  requires kIsPacked16<T>
+JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
+  AlignedVector<float, 2 * kVec> f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const fp32x2_t v = cast<fp32x2_t>(x[k]);
+    f[2 * k] = v.x, f[2 * k + 1] = v.y;
+  }
+  store_quantized<Q, kMaySlow>(ptr, f, s);
+}
 
 // One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps;
-// every lane of the warp calls this), kPerLane vectors each: the lane's vector j goes to out + j * kLanes *
-// kVec. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and lane 0 stores the scale
-// for flat group `group` (GroupScales). `valid`: the lane's group exists (the others only take part in the
-// warp's votes and shuffles).
+// every lane of the warp calls this), kPerLane vectors each (of T, or of packed 16-bit pairs): the lane's
+// vector j goes to out + j * kLanes * (its count of values). Its dynamic scale group_scale<Q, kUE8M0>(finite
+// amax, eps) divides it, and lane 0 stores the scale for flat group `group` (GroupScales). `valid`: the
+// lane's group exists (the others only take part in the warp's votes and shuffles).
 template <typename Q, int kLanes, int kPerLane, bool kUE8M0, typename T, int kVec>
 JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
                                    int64_t group, int64_t groups_per_row, int64_t total_groups) {
   const auto fold = [&](auto op) {
     float acc = 0.0f;
+    if constexpr (kIsPacked16<T>) {
+      if (valid) acc = fold_pairs(x, op, acc);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (valid) acc = op(acc, norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
+      for (int j = 0; j < kPerLane; ++j)
+        if (valid) acc = op(acc, norm::VecMath<T, kVec>::fold(x[j], op, 0.0f));
+    }
     return acc;
   };
   // A second look (a group holding +-inf) is voted for by the whole warp.
@@ -223,7 +278,7 @@ JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], 
   if (!valid) return;
   const Divider s(scale, finite);
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec, x[j], s);
+  for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec * kValuesPer<T>, x[j], s);
   if (threadIdx.x % kLanes == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
 }
 
