@@ -40,6 +40,9 @@ using jitkern::TensorView;
 // CTA 325.7 us against 345.0 at 128 and 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in
 // one CTA of 320.
 constexpr int kRopeThreads = 64;
+// Fewer CTAs than this for the whole launch (one token): the groups per CTA are halved until there are as
+// many (T = 1: 10 CTAs of 32 threads 1.98-2.02 us against 2.14-2.15 in 5 of 64; at T >= 2 level).
+constexpr int kRopeMinCtas = 8;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
 // The row copies (store_cache, concat): CTAs of kRowThreads, a power-of-two group of lanes per row.
@@ -501,8 +504,10 @@ struct RopeOps {
       RuntimeCheck(units <= kRopeMaxThreads, "the rotary dim is too large for this alignment: ", 2 * p.rot_half);
       const bool few = tokens <= runtime::get_sm_count(device.device_id);
       const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
-      const int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
-      const int64_t splits = std::min(host::div_ceil(heads, groups), splits_hint > 0 ? splits_hint : few ? heads : 1);
+      int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
+      const auto splits_for = [&](int64_t g) { return std::min(host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1); };
+      while (groups_hint <= 0 && groups > 1 && tokens * splits_for(groups) < kRopeMinCtas) groups /= 2;
+      const int64_t splits = splits_for(groups);
       RopeParams<T> c = p;
       c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups);
       c.early_trigger = host::pdl_early_trigger(tokens * splits);
