@@ -72,7 +72,8 @@ inline constexpr int kValuesPer = kIsPacked16<V> ? 2 : 1;
 
 // op(acc, v) folded over the values of kM vectors of packed 16-bit pairs, from acc. AbsMax takes a packed
 // max and a packed min (ptxas joins them three operands at a time; NaN is left out, as fmaxf does) and
-// max(max, -min) of their halves: under half an instruction a value against a widening and a max.
+// max(max, -min) of their halves: half an instruction a value and a few to finish, against a widening
+// and a max a value.
 template <typename V, int kN, int kM, typename Op>
   requires kIsPacked16<V>
 JITKERN_DEVICE float fold_pairs(const AlignedVector<V, kN> (&x)[kM], const Op& op, float acc) {
