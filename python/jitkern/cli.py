@@ -376,7 +376,9 @@ def cmd_prebuild(args) -> int:
     # Every module goes into the target, also those a prebuilt layer already holds; building is the point.
     os.environ.pop("JITKERN_PREBUILT_DIRS", None)
     os.environ["JITKERN_ON_MISS"] = "compile"
-    jobs = args.jobs or os.cpu_count() or 1
+    from .jit import usable_cpus
+
+    jobs = args.jobs or usable_cpus()
     import logging
 
     logging.getLogger("jitkern").setLevel(logging.WARNING)  # the per-module lines below say it
@@ -652,7 +654,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--spec-file", help="a JSON list of JitSpec fields ({\"args\": [...], \"cuda_files\": [...], ...}) to build too")
     c.add_argument("--arch", help="CUDA targets, comma-separated, e.g. sm_90a,sm_100a (default: JITKERN_CUDA_ARCH)")
     c.add_argument("--cache-dir", help="the cache to fill (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
-    c.add_argument("-j", "--jobs", type=_jobs, default=0, help="modules built at once (default: the number of CPUs)")
+    c.add_argument("-j", "--jobs", type=_jobs, default=0, help="modules built at once (default: the CPUs this process may run on)")
     c.set_defaults(func=cmd_prebuild)
 
     c = sub.add_parser("doctor", help="check settings, compilers, GPU, versions, cache, lock and prebuilt directories; a tiny build")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 import sys
 import threading
 from typing import Any, Callable, Sequence, TypeVar
@@ -173,16 +174,23 @@ class JitSpec:
         return module
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's count): parallel builds' default."""
+    return len(os.sched_getaffinity(0))
+
+
 def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
-    """Builds the given specs in parallel threads (each compile runs its own processes), then loads them
-    in order; returns the modules. Use it before capturing CUDA graphs or serving, so that no call
-    compiles. The engine's builds are thread- and process-safe; a failure raises after every build ends."""
+    """Builds the given specs in parallel threads (each compile runs its own processes; `workers` default:
+    one build per usable CPU), then loads them in order; returns the modules. Use it before capturing CUDA
+    graphs or serving, so that no call compiles. The engine's builds are thread- and process-safe; a
+    failure raises after every build ends."""
     from concurrent.futures import ThreadPoolExecutor
 
     for spec in specs:
         if not isinstance(spec, JitSpec):
             raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
-    with ThreadPoolExecutor(max_workers=workers or min(8, max(1, len(specs)))) as pool:
+    workers = workers or min(usable_cpus(), max(1, len(specs)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         for future in [pool.submit(spec.build) for spec in specs]:
             future.result()
     return [spec.load() for spec in specs]

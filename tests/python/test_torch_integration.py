@@ -221,6 +221,31 @@ def test_warmup_builds_specs_in_parallel(tmp_path, monkeypatch):
     torch.testing.assert_close(out, src + 102)
 
 
+def test_ops_warmup_builds_every_family_in_one_parallel_build(tmp_path, monkeypatch):
+    """ops.warmup hands every module of the selection, of all its families, to one parallel build (a family
+    never waits for another's modules), and the families' own warmups then only load them."""
+    torch = _torch()
+    import jitkern.jit
+    import jitkern.ops as ops
+
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "cache"))
+    calls, build_all = [], jitkern.jit.warmup
+
+    def recording(*specs, **kwargs):
+        calls.append([spec.args for spec in specs])
+        return build_all(*specs, **kwargs)
+
+    monkeypatch.setattr(jitkern.jit, "warmup", recording)
+    wanted = ["rmsnorm", "moe_align_block_size", "store_cache"]
+    ops.warmup(dtypes=[torch.bfloat16], ops=wanted)
+    assert calls and sorted(calls[0]) == sorted(spec.args for spec in ops.specs(ops=wanted, dtypes=[torch.bfloat16])), calls
+    assert len(calls[0]) == 3
+    monkeypatch.setenv("JITKERN_ON_MISS", "error")  # everything is cached now: a compile would raise
+    x = torch.randn(4, 256, dtype=torch.bfloat16, device="cuda")
+    torch.testing.assert_close(ops.rmsnorm(x, torch.ones(256, dtype=torch.bfloat16, device="cuda")).float(),
+                               x.float() * x.float().pow(2).mean(-1, keepdim=True).add(1e-6).rsqrt(), rtol=2e-2, atol=2e-2)
+
+
 def test_user_kernel_becomes_a_torch_op(tmp_path):
     """jitkern.torch_op: a user's JitSpec export as a torch op, loaded lazily, traced with fullgraph=True."""
     torch = _torch()

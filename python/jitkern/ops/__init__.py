@@ -71,14 +71,13 @@ def warmup(*, dtypes=(), constants=(), ops=None) -> None:
     """Builds (in parallel) and loads the modules these ops (default: all) need before a CUDA graph capture
     or serving: the norm and quant ops for each of `dtypes` (torch dtypes), the kv_transfer and wait_value
     modules, add_constant for each of `constants`."""
-    from concurrent.futures import ThreadPoolExecutor
+    from ..jit import warmup as build_all
 
     require_torch()
     dtypes, constants = tuple(dtypes), tuple(constants)
-    selection = _selection(None, ops)
-    with ThreadPoolExecutor(max_workers=len(selection)) as pool:  # the families build side by side, not one after another
-        for future in [pool.submit(_FAMILY_MODULES[family].warmup, wanted, dtypes, constants) for family, wanted in selection.items()]:
-            future.result()
+    build_all(*specs(ops=ops, dtypes=dtypes, constants=constants))  # one parallel build: no family waits on another's
+    for family, wanted in _selection(None, ops).items():
+        _FAMILY_MODULES[family].warmup(wanted, dtypes, constants)  # loads the modules just built and keeps their functions
 
 
 __all__ = ["AllReduce", "DTYPE_FAMILIES", "Event", "FAMILIES", "FusedSetKVBufferArg", "OPS", "specs", "add_constant", "apply_rope_pos_ids_cos_sin_cache_with_kv_cache",
