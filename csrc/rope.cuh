@@ -56,11 +56,22 @@ struct CacheLayout {
   int64_t row_stride;   // bytes from one row of a page to the next
   int64_t page_size;    // 1 when flat
   int64_t slots;        // locations outside [0, slots) are skipped
+  int32_t page_shift;   // log2(page_size) for a power of two, else -1
 
+  // slot in [0, slots). The page comes from a shift or a 32-bit division, not a 64-bit one (a long
+  // dependent chain: H200, one token, the fused write 1.94 -> 1.87-1.90 us, store_cache 1.38 -> 1.32-1.33).
   __device__ __forceinline__ char* row(int64_t slot) const {
     if (page_size == 1) return base + slot * page_stride;
-    const int64_t page = slot / page_size;
-    return base + page * page_stride + (slot - page * page_size) * row_stride;
+    int64_t page, offset;
+    if (page_shift >= 0) {
+      page = slot >> page_shift, offset = slot & (page_size - 1);
+    } else if (slots <= int64_t{UINT32_MAX}) {
+      const uint32_t s32 = static_cast<uint32_t>(slot), size32 = static_cast<uint32_t>(page_size), p32 = s32 / size32;
+      page = p32, offset = s32 - p32 * size32;
+    } else {
+      page = slot / page_size, offset = slot - page * page_size;
+    }
+    return base + page * page_stride + offset * row_stride;
   }
 };
 
@@ -343,6 +354,7 @@ inline CacheLayout cache_layout(TensorView cache, int64_t row_elems, int device,
   c.page_stride = cache.stride(0) * elem;
   c.row_stride = first == 2 ? cache.stride(1) * elem : c.page_stride;
   c.slots = cache.size(0) * c.page_size;
+  c.page_shift = std::has_single_bit(static_cast<uint64_t>(c.page_size)) ? std::countr_zero(static_cast<uint64_t>(c.page_size)) : -1;
   return c;
 }
 

@@ -205,6 +205,34 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [3, 24, 64, 100])
+def test_cache_pages_of_any_size(page_size):
+    """Paged caches whose page size is a power of two (the page found by a shift) or not (by a division):
+    the fused write and store_cache reach exactly the rows of their locations."""
+    torch = _torch()
+    ops = _ops()
+    tokens, d = 37, 128
+    slots = page_size * max(4, (tokens + 40) // page_size + 1)
+    loc = _locations(tokens, slots, torch.int64, seed=page_size)
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=3)
+    pos = _positions(tokens, torch.int32)
+    cs = _cos_sin(d)
+    ek = _reference(k.view(tokens, HK, d), pos, cs, True)
+    kc, vc = _caches("paged", slots, HK, d, torch.bfloat16, page_size=page_size)
+    assert kc.shape[1] == page_size
+    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, is_neox=True, fused_set_kv_buffer_arg=arg)
+    _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
+    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
+    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+    kc2, vc2 = _caches("paged", slots, HK, d, torch.bfloat16, page_size=page_size)
+    ops.store_cache(k, v, kc2, vc2, loc)
+    assert torch.equal(_bytes(kc2, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
+    assert torch.equal(_bytes(vc2, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+
+
+@pytest.mark.gpu
 def test_fp8_cache_saturates_and_rounds_like_quant():
     """Values beyond 448 * scale saturate, ties round to even, NaN stays NaN: the same bytes as
     per_tensor_quant_fp8 with the same static scale."""
