@@ -223,7 +223,7 @@ def test_warmup_builds_specs_in_parallel(tmp_path, monkeypatch):
 
 def test_ops_warmup_builds_every_family_in_one_parallel_build(tmp_path, monkeypatch):
     """ops.warmup hands every module of the selection, of all its families, to one parallel build (a family
-    never waits for another's modules), and the families' own warmups then only load them."""
+    never waits for another's modules); the ops then run without compiling."""
     torch = _torch()
     import jitkern.jit
     import jitkern.ops as ops

@@ -68,9 +68,9 @@ def specs(families=None, *, ops=None, dtypes=None, constants=()) -> list:
 
 
 def warmup(*, dtypes=(), constants=(), ops=None) -> None:
-    """Builds (in parallel) and loads the modules these ops (default: all) need before a CUDA graph capture
-    or serving: the norm and quant ops for each of `dtypes` (torch dtypes), the kv_transfer and wait_value
-    modules, add_constant for each of `constants`."""
+    """Builds (in one parallel build) and loads the modules these ops (default: all) need before a CUDA graph
+    capture or serving: the per-dtype ops (norm, quant, act, MoE top-k, RoPE) for each of `dtypes` (torch
+    dtypes), the dtype-independent modules, add_constant for each of `constants` (the list `specs` gives)."""
     from ..jit import warmup as build_all
 
     require_torch()
