@@ -254,21 +254,23 @@ def test_fp8_cache_saturates_and_rounds_like_quant():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("with_cache", [False, True])
-def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache):
+@pytest.mark.parametrize("repeats", [1, 100])  # 6 tokens: several CTAs a token; 600: one CTA a token
+def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats):
     """A token whose position is negative or at least max_position is left as it was and not cached."""
     torch = _torch()
     ops = _ops()
-    tokens, d = 6, 64
+    tokens, d = 6 * repeats, 64
     q = torch.randn(tokens, 4 * d, dtype=torch.float16, device="cuda")
     k = torch.randn(tokens, 2 * d, dtype=torch.float16, device="cuda")
     v = torch.randn(tokens, 2 * d, dtype=torch.float16, device="cuda")
-    pos = torch.tensor([0, -1, 5, 64, 63, 1 << 40], device="cuda")
+    pos = torch.tensor([0, -1, 5, 64, 63, 1 << 40], device="cuda").repeat(repeats)
     cs = _cos_sin(d, max_pos=64)
-    good = torch.tensor([True, False, True, False, True, False], device="cuda")
+    good = torch.tensor([True, False, True, False, True, False], device="cuda").repeat(repeats)
     eq = _reference(q.view(tokens, 4, d), pos.clamp(0, 63), cs, True)
     ek = _reference(k.view(tokens, 2, d), pos.clamp(0, 63), cs, True)
     q0, k0 = q.clone(), k.clone()
-    kc, vc = (torch.zeros(16, 2, d, dtype=torch.float16, device="cuda") for _ in range(2))
+    slots = tokens + 10
+    kc, vc = (torch.zeros(slots, 2, d, dtype=torch.float16, device="cuda") for _ in range(2))
     loc = torch.arange(tokens, device="cuda") + 3
     if with_cache:
         ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc))
@@ -278,8 +280,8 @@ def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache):
     _assert_close(k.view(tokens, 2, d)[good], ek[good], "float16")
     assert torch.equal(q[~good], q0[~good]) and torch.equal(k[~good], k0[~good])
     if with_cache:
-        assert torch.equal(kc.view(16, -1)[loc[good]], k[good]) and torch.equal(vc.view(16, -1)[loc[good]], v[good])
-        assert not kc.view(16, -1)[loc[~good]].any() and not vc.view(16, -1)[loc[~good]].any()
+        assert torch.equal(kc.view(slots, -1)[loc[good]], k[good]) and torch.equal(vc.view(slots, -1)[loc[good]], v[good])
+        assert not kc.view(slots, -1)[loc[~good]].any() and not vc.view(slots, -1)[loc[~good]].any()
 
 
 @pytest.mark.gpu
