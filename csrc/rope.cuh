@@ -8,8 +8,8 @@
 //   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
 //
 // The cos/sin cache is [max_position, R]: R/2 cosines then R/2 sines; columns [R, D) are not rotated.
-// A token whose position is outside [0, max_position) is skipped entirely (nothing of it is read or
-// written); a cache location outside the cache's slots skips that token's cache write only.
+// A token whose position is outside [0, max_position) is skipped entirely (nothing of it is written);
+// a cache location outside the cache's slots skips that token's cache write only.
 #pragma once
 
 #include <jitkern/impl/quant.cuh>
