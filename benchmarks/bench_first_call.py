@@ -25,7 +25,8 @@ from utils import environment, is_in_ci, reference_path  # noqa: E402
 TRIALS = 1 if is_in_ci() else 2
 JOBS = os.cpu_count() or 1
 
-# Inputs the ops below use: x [16, 4096] bf16, its weight, fp8 outputs, a KV layer, q/k heads, top-k outputs, a cos/sin cache.
+# Inputs the ops below use: x [16, 4096] bf16, its weight, fp8 outputs, a KV layer, q/k heads, top-k outputs, a cos/sin cache,
+# a KV cache.
 SETUP = """
 import torch, time
 torch.cuda.init()
@@ -36,6 +37,7 @@ kv_src = torch.randn(64, 1024, dtype=torch.bfloat16, device="cuda"); kv_dst = to
 idx = torch.arange(64, device="cuda")
 tw = torch.empty(16, 8, device="cuda"); tid = torch.randint(0, 64, (16, 8), dtype=torch.int32, device="cuda")
 cos_sin = torch.randn(4096, 128, device="cuda")
+k_cache = torch.zeros(64, 8, 128, dtype=torch.bfloat16, device="cuda"); v_cache = torch.zeros_like(k_cache)
 torch.cuda.synchronize()
 """
 
@@ -61,9 +63,13 @@ OPS = {
     "moe_align_block_size": ("ops.moe_align_block_size(tid, 64, 64)", None),
     "apply_rope_with_cos_sin_cache_inplace": ("ops.apply_rope_with_cos_sin_cache_inplace(idx[:16], qkv[:, :32], qkv[:, 32:40], 128, cos_sin)",
                                               None),
+    "apply_rope_with_cos_sin_cache_inplace, KV write": (
+        "ops.apply_rope_with_cos_sin_cache_inplace(idx[:16], qkv[:, :32], qkv[:, 32:40], 128, cos_sin, "
+        "fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(qkv[:, 40:], k_cache, v_cache, None, None, idx[:16]))", None),
 }
 # Reference ops that exist but cannot run from its wheel alone, and why.
-REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": "not run: its rope module imports flashinfer"}
+REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": "not run: its rope module imports flashinfer",
+                   "apply_rope_with_cos_sin_cache_inplace, KV write": "not run: its rope module imports flashinfer"}
 
 REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache"}  # else norm
 

@@ -234,6 +234,8 @@ __device__ __forceinline__ int cta_exclusive_scan(int v, int* warp_sums, int& to
 // Counts per expert, their padded offsets, the padding and expert_ids, then the ids scattered chunk by
 // chunk: each warp ranks its ids by expert (match_any), a thread per expert turns the warps' counts into
 // offsets, and every id lands at its expert's cursor + the offsets before it (the order of topk_ids).
+// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
+template <typename = void>
 __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
   __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], cursor[kMoeMaxExperts];
   __shared__ int warp_sums[kAlignWarps];
@@ -411,7 +413,8 @@ struct MoeOps {
 // (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
 // a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
 // block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
-inline void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+template <typename = void>
+void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
                                  jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   using namespace host;
   auto n = SymbolicSize{"num_ids"}, S = SymbolicSize{"sorted_token_ids_size"}, B = SymbolicSize{"expert_ids_size"};
@@ -433,7 +436,7 @@ inline void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_exper
                       static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
                       static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
   const DLDevice dev = device.unwrap();
-  LaunchKernel(1, kAlignThreads, dev).enable_pdl(runtime::get_cc_major(dev.device_id) >= 9)(moe_align_kernel, p);
+  LaunchKernel(1, kAlignThreads, dev).enable_pdl(runtime::get_cc_major(dev.device_id) >= 9)(moe_align_kernel<>, p);
 }
 
 }  // namespace

@@ -33,9 +33,9 @@ using device::AlignedVector;
 using jitkern::Optional;
 using jitkern::TensorView;
 
-// A token's heads go to `groups` groups of threads (units * groups = kRopeThreads threads) in each of
-// `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in turn; with few
-// tokens (at most one per SM) as many CTAs as the heads fill. Measured on H100 (docs/benchmarks.md,
+// rope_kernel: a token's heads go to `groups` groups of threads (units * groups = kRopeThreads threads)
+// in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in turn;
+// with few tokens (at most one per SM) as many CTAs as the heads fill. Measured on H100 (docs/benchmarks.md,
 // RoPE, launch shapes; q 32 / kv 8 heads, d 128, bf16, fused cache write): T = 32768, 64 threads per
 // CTA 325.7 us against 345.0 at 128 and 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in
 // one CTA of 320.
@@ -45,6 +45,13 @@ constexpr int kRopeThreads = 64;
 constexpr int kRopeMinCtas = 8;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
+// rope_staged_kernel (more tokens than SMs, 16-byte vectors, no launch shape given): CTAs of
+// kStagedThreads, at most kStagedMaxBytes of a token's heads in shared memory (the default limit; larger
+// tokens take rope_kernel). H100, same shapes, fused write, T = 4096 / 8192 / 32768: 128 threads 40.0-40.2
+// / 78.4 / 305.3-306.1 us, 64 40.3 / 79.4-79.7 / 308.1-308.8, 256 45.3-45.7 / 87.2-87.5 / 338.2-338.5;
+// rope_kernel 44.3-44.4 / 83.2 / 319.5.
+constexpr int kStagedThreads = 128;
+constexpr int64_t kStagedMaxBytes = 48 * 1024;
 // The row copies (store_cache, concat): CTAs of kRowThreads, a power-of-two group of lanes per row.
 constexpr int kRowThreads = 256;
 
@@ -170,6 +177,76 @@ __device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<
   }
 }
 
+// A token's k and v cache rows (null without the write or where its location is outside the cache) and the
+// dividers of an fp8 cache.
+struct TokenRows {
+  char* k_row;
+  char* v_row;
+  device::quant::Divider k_div, v_div;
+};
+template <bool kFp8, bool kStore>
+__device__ __forceinline__ TokenRows token_rows(const KvStoreParams& s, int64_t slot) {
+  TokenRows r{nullptr, nullptr, device::quant::Divider(1.0f), device::quant::Divider(1.0f)};
+  if constexpr (kStore) {
+    if (s.k_cache.holds(slot)) r.k_row = s.k_cache.row(slot), r.v_row = s.v_cache.row(slot);
+    if constexpr (kFp8) r.k_div = device::quant::Divider(s.k_scale), r.v_div = device::quant::Divider(s.v_scale);
+  }
+  return r;
+}
+
+// The cos and sin of `unit`'s kVec frequencies at `position`, as floats.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_cos_sin(float (&c)[kVec], float (&sn)[kVec], const RopeParams<T>& p, int64_t position, int unit) {
+  const int64_t cs = position * p.cos_sin_stride + unit * kVec;
+  if (p.cos_sin_t) {
+    load_converted(c, static_cast<const T*>(p.cos_sin) + cs);
+    load_converted(sn, static_cast<const T*>(p.cos_sin) + cs + p.rot_half);
+  } else {
+    load_floats(c, static_cast<const float*>(p.cos_sin) + cs);
+    load_floats(sn, static_cast<const float*>(p.cos_sin) + cs + p.rot_half);
+  }
+}
+
+// Head h's rotated vectors (columns col0 and col1) to its output row and, for a k head, to the cache row
+// (if any).
+template <bool kFp8, typename T, int kVec>
+__device__ __forceinline__ void store_rotated(const RopeParams<T>& p, T* q_out, T* k_out, char* k_row, const device::quant::Divider& k_div,
+                                              int h, int col0, int col1, const AlignedVector<T, kVec>& a, const AlignedVector<T, kVec>& b) {
+  const bool is_q = h < p.q_heads;
+  T* dst = is_q ? q_out + h * p.qo_head : k_out + (h - p.q_heads) * p.ko_head;
+  a.store(dst + col0);
+  b.store(dst + col1);
+  if (!is_q && k_row != nullptr) {
+    const int64_t at = int64_t{h - p.q_heads} * p.head_dim;
+    store_cache_values<kFp8>(k_row, at + col0, a, k_div);
+    store_cache_values<kFp8>(k_row, at + col1, b, k_div);
+  }
+}
+
+// The unrotated columns [R, D) where they are written: q's to q_out and k's to k_out (out of place), k's
+// to the cache row (if any); items first, first + step, ...; `head_row(is_q, h)` is where q or k head h
+// is read from.
+template <bool kFp8, typename T, int kVec, typename HeadRow>
+__device__ __forceinline__ void copy_tails(const RopeParams<T>& p, T* q_out, T* k_out, char* k_row, const device::quant::Divider& k_div,
+                                           int first, int step, HeadRow head_row) {
+  const int tail_vecs = (p.head_dim - 2 * p.rot_half) / kVec;
+  if (tail_vecs <= 0) return;
+  const int q_items = p.q_tail ? p.q_heads * tail_vecs : 0;
+  const int k_items = p.k_tail || k_row != nullptr ? p.k_heads * tail_vecs : 0;
+  for (int i = first; i < q_items + k_items; i += step) {
+    const bool is_q = i < q_items;
+    const int j = is_q ? i : i - q_items, h = j / tail_vecs, col = 2 * p.rot_half + (j - h * tail_vecs) * kVec;
+    AlignedVector<T, kVec> x;
+    x.load(head_row(is_q, h) + col);
+    if (is_q) {
+      x.store(q_out + h * p.qo_head + col);
+    } else {
+      if (p.k_tail) x.store(k_out + h * p.ko_head + col);
+      if (k_row != nullptr) store_cache_values<kFp8>(k_row, int64_t{h} * p.head_dim + col, x, k_div);
+    }
+  }
+}
+
 // gridDim.y CTAs per token (blockIdx.x). Thread (group g of all the token's CTAs, unit u) rotates unit u (NeoX: columns [u kVec, +kVec) with
 // [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec, +2 kVec)) of heads g, g + groups, ... over the q heads
 // then the k heads, with the token's cos/sin of its unit loaded once. kStore: the rotated k and the
@@ -211,22 +288,9 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   };
   load_heads(first_head);
   if (position < 0 || position >= p.max_position) return;
-  char* k_row = nullptr;
-  char* v_row = nullptr;
-  [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
-  if constexpr (kStore) {
-    if (s.k_cache.holds(slot)) k_row = s.k_cache.row(slot), v_row = s.v_cache.row(slot);
-    if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
-  }
+  [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
   float c[kVec], sn[kVec];
-  const int64_t cs = position * p.cos_sin_stride + unit * kVec;
-  if (p.cos_sin_t) {
-    load_converted(c, static_cast<const T*>(p.cos_sin) + cs);
-    load_converted(sn, static_cast<const T*>(p.cos_sin) + cs + p.rot_half);
-  } else {
-    load_floats(c, static_cast<const float*>(p.cos_sin) + cs);
-    load_floats(sn, static_cast<const float*>(p.cos_sin) + cs + p.rot_half);
-  }
+  load_cos_sin(c, sn, p, position, unit);
 
   // v, then the unrotated columns: they need no cos/sin.
   if constexpr (kStore) {
@@ -241,25 +305,8 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
       }
     }
   }
-  const int tail_vecs = (p.head_dim - 2 * p.rot_half) / kVec;
-  if (tail_vecs > 0) {
-    const int q_items = p.q_tail ? p.q_heads * tail_vecs : 0;
-    const int k_items = p.k_tail || k_row != nullptr ? p.k_heads * tail_vecs : 0;
-    for (int i = first_item; i < q_items + k_items; i += item_step) {
-      const bool is_q = i < q_items;
-      const int j = is_q ? i : i - q_items, h = j / tail_vecs, col = 2 * p.rot_half + (j - h * tail_vecs) * kVec;
-      Vec x;
-      if (is_q) {
-        x.load(q + h * p.q_head + col);
-        x.store(q_out + h * p.qo_head + col);
-      } else {
-        x.load(k + h * p.k_head + col);
-        if (p.k_tail) x.store(k_out + h * p.ko_head + col);
-        if constexpr (kStore)
-          if (k_row != nullptr) store_cache_values<kFp8>(k_row, int64_t{h} * p.head_dim + col, x, k_div);
-      }
-    }
-  }
+  copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, first_item, item_step,
+                            [&](bool is_q, int h) { return is_q ? q + h * p.q_head : k + h * p.k_head; });
 
   for (int h0 = first_head; h0 < heads; h0 += head_step) {
     if (h0 != first_head) load_heads(h0);
@@ -268,19 +315,82 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
       const int h = h0 + i * (head_step / kRopeUnroll);
       if (h >= heads) continue;
       rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn);
-      const bool is_q = h < p.q_heads;
-      T* dst = is_q ? q_out + h * p.qo_head : k_out + (h - p.q_heads) * p.ko_head;
-      a[i].store(dst + col0);
-      b[i].store(dst + col1);
-      if constexpr (kStore) {
-        if (!is_q && k_row != nullptr) {
-          const int64_t at = int64_t{h - p.q_heads} * p.head_dim;
-          store_cache_values<kFp8>(k_row, at + col0, a[i], k_div);
-          store_cache_values<kFp8>(k_row, at + col1, b[i], k_div);
-        }
+      store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1, a[i], b[i]);
+    }
+  }
+}
+
+// With more tokens than SMs and 16-byte vectors: one CTA a token that first copies the token's q, k
+// (and v) heads into shared memory with cp.async, so that all its loads are in flight at once without
+// holding registers, then rotates them from there. Rows in shared memory: q heads, k heads, v heads,
+// head_dim elements each; only the columns the token's writes need are copied.
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
+__global__ void __launch_bounds__(kStagedThreads) rope_staged_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
+  using Vec = AlignedVector<T, kVec>;
+  extern __shared__ int4 staged[];
+  T* const rows = reinterpret_cast<T*>(staged);
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  const int64_t token = blockIdx.x;
+  const int heads = p.q_heads + p.k_heads, v_heads = kStore ? p.k_heads : 0;
+  const int row_vecs = p.head_dim / kVec, rot_vecs = 2 * p.rot_half / kVec;
+  const int q_vecs = p.q_tail ? row_vecs : rot_vecs, k_vecs = p.k_tail || kStore ? row_vecs : rot_vecs;
+  const T* q = p.q + token * p.q_token;
+  const T* k = p.k + token * p.k_token;
+  [[maybe_unused]] const T* v = kStore ? static_cast<const T*>(s.v) + token * s.v_token : nullptr;
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
+  [[maybe_unused]] int64_t slot = -1;
+  if constexpr (kStore) slot = load_index(s.loc, s.loc64, token * s.loc_stride);
+  for (int i = static_cast<int>(threadIdx.x); i < (heads + v_heads) * row_vecs; i += static_cast<int>(blockDim.x)) {
+    const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
+    const T* src;
+    if (h < p.q_heads) {
+      if (col >= q_vecs * kVec) continue;
+      src = q + h * p.q_head;
+    } else if (h < heads) {
+      if (col >= k_vecs * kVec) continue;
+      src = k + (h - p.q_heads) * p.k_head;
+    } else {
+      src = v + (h - heads) * s.v_head;
+    }
+    device::ptx::cp_async_16(rows + h * p.head_dim + col, src + col);
+  }
+  if (position < 0 || position >= p.max_position) {
+    device::ptx::cp_async_wait_all();  // the copies land before the CTA's shared memory is released
+    return;
+  }
+  const int unit = static_cast<int>(threadIdx.x) % p.units, group = static_cast<int>(threadIdx.x) / p.units;
+  const int groups = static_cast<int>(blockDim.x) / p.units;
+  const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
+  const int col1 = kNeox ? col0 + p.rot_half : col0 + kVec;
+  float c[kVec], sn[kVec];
+  load_cos_sin(c, sn, p, position, unit);
+  [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
+  device::ptx::cp_async_wait_all();
+  __syncthreads();
+
+  T* q_out = p.q_out + token * p.qo_token;
+  T* k_out = p.k_out + token * p.ko_token;
+  for (int h = group; h < heads; h += groups) {
+    Vec a, b;
+    a.load(rows + h * p.head_dim + col0);
+    b.load(rows + h * p.head_dim + col1);
+    rotate<!kNeox && (kVec > 1)>(a, b, c, sn);
+    store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1, a, b);
+  }
+  // v, and the unrotated columns where they are written (out of place, or k to the cache).
+  if constexpr (kStore) {
+    if (v_row != nullptr) {
+      for (int i = static_cast<int>(threadIdx.x); i < v_heads * row_vecs; i += static_cast<int>(blockDim.x)) {
+        Vec x;
+        x.load(rows + (heads * row_vecs + i) * kVec);
+        store_cache_values<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
       }
     }
   }
+  copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
+                            [&](bool is_q, int h) -> const T* { return rows + (is_q ? h : p.q_heads + h) * p.head_dim; });
 }
 
 // A q/k/v argument: [N, H, D] or [N, H * D], the last dimension contiguous.
@@ -514,6 +624,18 @@ struct RopeOps {
       const int64_t units = p.rot_half / kVec, heads = p.q_heads + p.k_heads;
       RuntimeCheck(units <= kRopeMaxThreads, "the rotary dim is too large for this alignment: ", 2 * p.rot_half);
       const bool few = tokens <= runtime::get_sm_count(device.device_id);
+      if constexpr (kVec * sizeof(T) == 16) {
+        const int64_t staged_bytes = (heads + (kStore ? p.k_heads : 0)) * p.head_dim * static_cast<int64_t>(sizeof(T));
+        if (!few && groups_hint <= 0 && splits_hint <= 0 && units <= kStagedThreads && staged_bytes <= kStagedMaxBytes) {
+          RopeParams<T> c = p;
+          c.units = static_cast<int32_t>(units);
+          c.groups = static_cast<int32_t>(kStagedThreads / units);
+          c.early_trigger = host::pdl_early_trigger(tokens);
+          LaunchKernel(static_cast<unsigned>(tokens), static_cast<unsigned>(c.groups * units), device, static_cast<std::size_t>(staged_bytes))
+              .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_staged_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+          return;
+        }
+      }
       const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
       int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
       const auto splits_for = [&](int64_t g) { return std::min(host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1); };
@@ -617,7 +739,9 @@ inline int32_t row_lanes(int64_t vecs) {
   return static_cast<int32_t>(std::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(vecs, 1)))));
 }
 
-struct KvRows {
+// A class template so that a module instantiates only the kernels of the functions it exports.
+template <typename = void>
+struct KvRowsImpl {
   // k, v [N, *row] (each row contiguous; rows strided) -> k_cache, v_cache [slots, *row] or [pages,
   // page_size, *row], row indices[i] (int32/int64 [N]); a row is any multiple of 4 bytes; out-of-range
   // indices are skipped.
@@ -754,5 +878,6 @@ struct KvRows {
         .enable_pdl(host::runtime::get_cc_major(device.device_id) >= 9)(kernel, p);
   }
 };
+using KvRows = KvRowsImpl<>;
 
 }  // namespace

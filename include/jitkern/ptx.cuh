@@ -23,4 +23,20 @@ JITKERN_DEVICE void st_v4_b32(void* ptr, unsigned int w0, unsigned int w1, unsig
   asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(w0), "r"(w1), "r"(w2), "r"(w3) : "memory");
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; below,
+// an ordinary copy); both addresses 16-byte aligned. cp_async_wait_all waits for this thread's copies.
+JITKERN_DEVICE void cp_async_16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned int>(__cvta_generic_to_shared(smem))), "l"(gmem)
+               : "memory");
+#else
+  *static_cast<int4*>(smem) = *static_cast<const int4*>(gmem);
+#endif
+}
+JITKERN_DEVICE void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 }  // namespace device::ptx

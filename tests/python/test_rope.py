@@ -287,12 +287,13 @@ def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats)
 @pytest.mark.gpu
 @pytest.mark.parametrize("full", [True, False])
 @pytest.mark.parametrize("interleave", [False, True])
-def test_reference_forms_out_of_place(full, interleave):
+@pytest.mark.parametrize("tokens", [19, 300])  # 300: more tokens than SMs, the staged kernel
+def test_reference_forms_out_of_place(full, interleave, tokens):
     """apply_rope_pos_ids_cos_sin_cache_{without,with}_kv_cache: q, k rotated into q_rope, k_rope (the
     unrotated columns copied), q and k untouched; with the cache, k_rope and v reach it."""
     torch = _torch()
     ops = _ops()
-    tokens, d = 19, 128
+    d = 128
     rot = d if full else d // 2
     q = torch.randn(tokens, HQ, d, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(tokens, HK, d, dtype=torch.bfloat16, device="cuda")
@@ -305,8 +306,9 @@ def test_reference_forms_out_of_place(full, interleave):
     _assert_close(q_rope, _reference(q, pos, cs, not interleave), "bfloat16")
     _assert_close(k_rope, _reference(k, pos, cs, not interleave), "bfloat16")
     assert torch.equal(q, q0) and torch.equal(k, k0)
-    kb, vb = (torch.zeros(64, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    loc = _locations(tokens, 64, torch.int64, out_of_range=False)
+    slots = 64 if tokens < 64 else 2 * tokens
+    kb, vb = (torch.zeros(slots, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = _locations(tokens, slots, torch.int64, out_of_range=False)
     k_rope2 = torch.full_like(k, float("nan"))
     ops.apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope2, cs, pos, v, kb, vb, loc, interleave=interleave)
     assert torch.equal(k_rope2, k_rope)
