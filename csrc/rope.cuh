@@ -105,7 +105,8 @@ struct RopeParams {
   int64_t q_token, q_head, qo_token, qo_head, k_token, k_head, ko_token, ko_head;  // elements
   int32_t q_heads, k_heads, head_dim, rot_half;
   int32_t units;   // pair units per head: rot_half / kVec
-  int32_t groups;  // head groups per CTA: a CTA is units * groups threads; gridDim.y CTAs per token
+  int32_t groups;  // head groups per CTA: a CTA is units * groups threads
+  int32_t splits;  // CTAs per token that rotate heads (rope_kernel: gridDim.y, less the v CTA if any)
   bool positions64;
   bool cos_sin_t;
   bool q_tail, k_tail;  // out of place: copy the unrotated columns [R, D) to q_out / k_out
@@ -121,6 +122,7 @@ struct KvStoreParams {
   int64_t loc_stride;
   float k_scale, v_scale;  // fp8 caches: q = saturate(rne(x / scale))
   bool loc64;
+  bool v_cta;  // rope_kernel: a token's last CTA copies its v row, the others do not
 };
 
 // Writes kVec values at `at` elements into a cache row: as T, or as fp8 e4m3 bytes divided by the
@@ -247,11 +249,37 @@ __device__ __forceinline__ void copy_tails(const RopeParams<T>& p, T* q_out, T* 
   }
 }
 
-// gridDim.y CTAs per token (blockIdx.x). Thread (group g of all the token's CTAs, unit u) rotates unit u (NeoX: columns [u kVec, +kVec) with
-// [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec, +2 kVec)) of heads g, g + groups, ... over the q heads
-// then the k heads, with the token's cos/sin of its unit loaded once. kStore: the rotated k and the
-// token's v also go to the cache row of its location; v and the unrotated columns are copied by all
-// threads in turn.
+// A token's v CTA (few tokens): its v row to the cache, loaded with the position and location, so that
+// the CTAs rotating its heads do not wait for v.
+template <bool kFp8, typename T, int kVec>
+__device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStoreParams& s, int64_t token) {
+  constexpr int kPerThread = 2;
+  const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
+  const int64_t slot = load_index(s.loc, s.loc64, token * s.loc_stride);
+  const int row_vecs = p.head_dim / kVec, n = p.k_heads * row_vecs, step = static_cast<int>(blockDim.x);
+  const T* v = static_cast<const T*>(s.v) + token * s.v_token;
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kPerThread * step) {
+    AlignedVector<T, kVec> x[kPerThread];
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      const int i = i0 + u * step, h = i / row_vecs;
+      if (i < n) x[u].load(v + h * s.v_head + (i - h * row_vecs) * kVec);
+    }
+    if (position < 0 || position >= p.max_position || !s.v_cache.holds(slot)) return;
+    char* row = s.v_cache.row(slot);
+    const device::quant::Divider div(kFp8 ? s.v_scale : 1.0f);
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u)
+      if (i0 + u * step < n) store_cache_values<kFp8>(row, int64_t{i0 + u * step} * kVec, x[u], div);
+  }
+}
+
+// p.splits CTAs per token (blockIdx.x) rotate its heads. Thread (group g of all those CTAs, unit u)
+// rotates unit u (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec,
+// +2 kVec)) of heads g, g + groups, ... over the q heads then the k heads, with the token's cos/sin of its
+// unit loaded once. kStore: the rotated k and the
+// token's v also go to the cache row of its location; v is copied by a CTA of its own with few tokens
+// (copy_v_row), else by all threads in turn, as are the unrotated columns.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
   using Vec = AlignedVector<T, kVec>;
@@ -265,10 +293,13 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   const T* k = p.k + token * p.k_token;
   T* k_out = p.k_out + token * p.ko_token;
   const int heads = p.q_heads + p.k_heads;
-  const int first_head = static_cast<int>(blockIdx.y) * p.groups + group, head_step = kRopeUnroll * p.groups * static_cast<int>(gridDim.y);
-  const int first_item = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), item_step = static_cast<int>(blockDim.x * gridDim.y);
+  const int first_head = static_cast<int>(blockIdx.y) * p.groups + group, head_step = kRopeUnroll * p.groups * p.splits;
+  const int first_item = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), item_step = static_cast<int>(blockDim.x) * p.splits;
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
+  if constexpr (kStore) {
+    if (s.v_cta && static_cast<int>(blockIdx.y) == p.splits) return copy_v_row<kFp8, T, kVec>(p, s, token);
+  }
   // The position, the location and the first heads do not depend on each other: loaded together, so
   // that a decode step waits for one round trip before its cos/sin and v loads, not three.
   const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
@@ -292,9 +323,9 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   float c[kVec], sn[kVec];
   load_cos_sin(c, sn, p, position, unit);
 
-  // v, then the unrotated columns: they need no cos/sin.
+  // v (without a v CTA), then the unrotated columns: they need no cos/sin.
   if constexpr (kStore) {
-    if (v_row != nullptr) {
+    if (!s.v_cta && v_row != nullptr) {
       const int row_vecs = p.head_dim / kVec;
       const T* v = static_cast<const T*>(s.v) + token * s.v_token;
       for (int i = first_item; i < p.k_heads * row_vecs; i += item_step) {
@@ -629,7 +660,7 @@ struct RopeOps {
         if (!few && groups_hint <= 0 && splits_hint <= 0 && units <= kStagedThreads && staged_bytes <= kStagedMaxBytes) {
           RopeParams<T> c = p;
           c.units = static_cast<int32_t>(units);
-          c.groups = static_cast<int32_t>(kStagedThreads / units);
+          c.groups = static_cast<int32_t>(kStagedThreads / units), c.splits = 1;
           c.early_trigger = host::pdl_early_trigger(tokens);
           LaunchKernel(static_cast<unsigned>(tokens), static_cast<unsigned>(c.groups * units), device, static_cast<std::size_t>(staged_bytes))
               .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_staged_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
@@ -638,14 +669,19 @@ struct RopeOps {
       }
       const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
       int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
-      const auto splits_for = [&](int64_t g) { return std::min(host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1); };
+      const auto splits_for = [&](int64_t g) {  // at most 65534, so that a v CTA still fits gridDim.y
+        return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
+      };
       while (groups_hint <= 0 && groups > 1 && tokens * splits_for(groups) < kRopeMinCtas) groups /= 2;
       const int64_t splits = splits_for(groups);
       RopeParams<T> c = p;
-      c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups);
-      c.early_trigger = host::pdl_early_trigger(tokens * splits);
-      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(splits)), static_cast<unsigned>(units * groups), device)
-          .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+      c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups), c.splits = static_cast<int32_t>(splits);
+      KvStoreParams cs = s;
+      cs.v_cta = kStore && few;
+      const int64_t ctas = splits + (cs.v_cta ? 1 : 0);
+      c.early_trigger = host::pdl_early_trigger(tokens * ctas);
+      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), static_cast<unsigned>(units * groups), device)
+          .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, cs);
     }
   };
 };
