@@ -1,4 +1,4 @@
-// Every inline PTX instruction the headers use, in one place (device::ptx).
+// Every inline PTX instruction the headers and kernels use, in one place (device::ptx).
 #pragma once
 
 #define JITKERN_DEVICE __forceinline__ __device__
