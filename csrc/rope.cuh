@@ -33,15 +33,17 @@ using device::AlignedVector;
 using jitkern::Optional;
 using jitkern::TensorView;
 
-// rope_kernel: a token's heads go to `groups` groups of threads (units * groups = kRopeThreads threads)
-// in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in turn;
-// with few tokens (at most one per SM) as many CTAs as the heads fill. Measured on H100 (docs/benchmarks.md,
-// RoPE, launch shapes; q 32 / kv 8 heads, d 128, bf16, fused cache write): T = 32768, 64 threads per
-// CTA 325.7 us against 345.0 at 128 and 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in
-// one CTA of 320.
+// rope_kernel (decode; prefill with narrow vectors, a launch shape given, or rows too large for
+// rope_staged_kernel): a token's heads go to `groups` groups of threads (units * groups = kRopeThreads
+// threads) in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in
+// turn; with few tokens (at most one per SM) as many CTAs as the heads fill, and with the cache write one
+// more for the token's v row. Measured on H100 (docs/benchmarks.md, RoPE, launch shapes; q 32 / kv 8
+// heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 325.7 us against 345.0 at 128 and
+// 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in one CTA of 320.
 constexpr int kRopeThreads = 64;
-// Fewer CTAs than this for the whole launch (one token): the groups per CTA are halved until there are as
-// many (T = 1: 10 CTAs of 32 threads 1.98-2.02 us against 2.14-2.15 in 5 of 64; at T >= 2 level).
+// Fewer rotating CTAs than this for the whole launch (one token; the v CTA not counted): the groups per
+// CTA are halved until there are as many (T = 1: 10 CTAs of 32 threads 1.98-2.02 us against 2.14-2.15 in
+// 5 of 64; at T >= 2 level).
 constexpr int kRopeMinCtas = 8;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
@@ -354,9 +356,11 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
 // With more tokens than SMs and 16-byte vectors: one CTA a token that first copies the token's q, k
 // (and v) heads into shared memory with cp.async, so that all its loads are in flight at once without
 // holding registers, then rotates them from there. Rows in shared memory: q heads, k heads, v heads,
-// head_dim elements each; only the columns the token's writes need are copied.
+// head_dim elements each; the unrotated columns of q are copied only out of place, those of k out of
+// place or with the cache write.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
-__global__ void __launch_bounds__(kStagedThreads) rope_staged_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
+__global__ void __launch_bounds__(kStagedThreads)
+    rope_staged_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
   using Vec = AlignedVector<T, kVec>;
   extern __shared__ int4 staged[];
   T* const rows = reinterpret_cast<T*>(staged);
@@ -590,8 +594,9 @@ struct RopeOps {
         : groups_hint(head_groups), splits_hint(head_splits) {
       using namespace host;
       RuntimeCheck(head_size > 0, "head_size must be positive, got ", head_size);
-      RuntimeCheck(head_groups >= 0 && head_splits >= 0 && head_splits < 65536, "head_groups and head_splits must be 0 (automatic) or positive, got ",
-                   head_groups, " and ", head_splits);
+      RuntimeCheck(head_groups >= 0 && head_splits >= 0 && head_splits < 65535,
+                   "head_groups and head_splits must be 0 (automatic) or positive (head_splits at most 65534), got ", head_groups, " and ",
+                   head_splits);
       auto N = SymbolicSize{"num_tokens"};
       auto Hq = SymbolicSize{"num_q_heads"}, Hk = SymbolicSize{"num_kv_heads"};
       auto P = SymbolicSize{"max_position"}, R = SymbolicSize{"rotary_dim"};
@@ -614,6 +619,8 @@ struct RopeOps {
       const int64_t heads = Hq.unwrap() + (k != nullptr ? Hk.unwrap() : 0);
       RuntimeCheck(heads < (int64_t{1} << 24) && head_size < (int64_t{1} << 24), "too many heads (", heads, ") or head_size too large (",
                    head_size, ")");
+      const int64_t row_elems = (heads + (k != nullptr ? Hk.unwrap() : 0)) * head_size;  // q, k and the fused write's v
+      RuntimeCheck(row_elems < (int64_t{1} << 31), "a token's q, k and v heads must hold fewer than 2^31 elements, got ", row_elems);
       RuntimeCheck(N.unwrap() < (int64_t{1} << 31), "at most 2^31 - 1 tokens per call, got ", N.unwrap());
       tokens = N.unwrap();
       device = dev.unwrap();
@@ -669,7 +676,7 @@ struct RopeOps {
       }
       const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
       int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
-      const auto splits_for = [&](int64_t g) {  // at most 65534, so that a v CTA still fits gridDim.y
+      const auto splits_for = [&](int64_t g) {  // at most 65534 (gridDim.y): room for the v CTA
         return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
       };
       while (groups_hint <= 0 && groups > 1 && tokens * splits_for(groups) < kRopeMinCtas) groups /= 2;

@@ -121,10 +121,12 @@ def test_rope_query_only_and_batched_shapes():
     _assert_close(q4.view(10, 4, 64), eq, "bfloat16")
     _assert_close(k4.view(10, 2, 64), ek, "bfloat16")
     cs16 = cs.bfloat16()  # a cache in the inputs' dtype, as the reference's rotary_embedding takes it
-    q = torch.randn(10, 4 * 64, dtype=torch.bfloat16, device="cuda")
-    expected = _reference(q.view(10, 4, 64), pos.view(-1), cs16.float(), True)
-    ops.rotary_embedding(pos.view(-1), q, None, 64, cs16)
-    _assert_close(q.view(10, 4, 64), expected, "bfloat16")
+    for tokens in (10, 300):  # 300: more tokens than SMs, the staged kernel
+        q = torch.randn(tokens, 4 * 64, dtype=torch.bfloat16, device="cuda")
+        positions = _positions(tokens, torch.int64)
+        expected = _reference(q.view(tokens, 4, 64), positions, cs16.float(), True)
+        ops.rotary_embedding(positions, q, None, 64, cs16)
+        _assert_close(q.view(tokens, 4, 64), expected, "bfloat16")
 
 
 def _caches(layout, slots, heads, d, dtype, page_size=16, seed=1):
@@ -169,7 +171,9 @@ def _fp8(x, scale):
 KV_CASES = [(dt, layout, cache, neox, t, d) for dt in DTYPES for layout in ("flat", "flat2d", "paged") for cache in ("same", "fp8")
             for neox in (True, False) for t, d in ((1, 128), (37, 128), (300, 80))]
 KV_CASES += [("bfloat16", "paged", "same", True, 8192, 128), ("bfloat16", "paged", "fp8", True, 2048, 128),
-             ("float16", "flat", "same", False, 64, 256), ("bfloat16", "paged", "same", False, 33, 64)]
+             ("float16", "flat", "same", False, 64, 256), ("bfloat16", "paged", "same", False, 33, 64),
+             # more tokens than SMs with 16-byte vectors (the staged kernel): GPT-J, fp8 and partial; fp16 full
+             ("bfloat16", "paged", "fp8", False, 2048, 128), ("float16", "flat", "same", False, 1001, 128)]
 
 
 @pytest.mark.gpu
@@ -206,12 +210,13 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [3, 24, 64, 100])
-def test_cache_pages_of_any_size(page_size):
+@pytest.mark.parametrize("tokens", [37, 300])  # 300: more tokens than SMs, the staged kernel
+def test_cache_pages_of_any_size(page_size, tokens):
     """Paged caches whose page size is a power of two (the page found by a shift) or not (by a division):
     the fused write and store_cache reach exactly the rows of their locations."""
     torch = _torch()
     ops = _ops()
-    tokens, d = 37, 128
+    d = 128
     slots = page_size * max(4, (tokens + 40) // page_size + 1)
     loc = _locations(tokens, slots, torch.int64, seed=page_size)
     qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=3)
@@ -230,6 +235,32 @@ def test_cache_pages_of_any_size(page_size):
     ops.store_cache(k, v, kc2, vc2, loc)
     assert torch.equal(_bytes(kc2, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
     assert torch.equal(_bytes(vc2, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("q_heads", [64, 65])
+def test_tokens_at_and_beyond_the_staged_kernels_shared_memory(q_heads):
+    """q 64 / kv 16 heads of 256 bf16 columns with the cache write fill exactly the staged kernel's 48 KiB
+    of shared memory; one more q head takes the register kernel. Both rotate and write the same rows."""
+    torch = _torch()
+    ops = _ops()
+    tokens, hk, d = 300, 16, 256
+    q = torch.randn(tokens, q_heads, d, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(tokens, hk, d, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(tokens, hk, d, dtype=torch.bfloat16, device="cuda")
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(d)
+    eq, ek = _reference(q, pos, cs, True), _reference(k, pos, cs, True)
+    slots = 2 * tokens
+    kc, vc = _caches("flat", slots, hk, d, torch.bfloat16)
+    loc = _locations(tokens, slots, torch.int64, seed=q_heads)
+    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, is_neox=True, fused_set_kv_buffer_arg=arg)
+    _assert_close(q, eq, "bfloat16")
+    _assert_close(k, ek, "bfloat16")
+    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
+    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
 
 
 @pytest.mark.gpu
@@ -464,6 +495,7 @@ def test_bad_inputs_rejected_before_launch():
     m = rope._rope_module(torch.bfloat16)
     rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True, 0, 0)
     rejects(ValueError, "head_groups and head_splits must be 0 \\(automatic\\) or positive", m.apply, pos, q, k, q, k, cs, d, True, -1, 0)
+    rejects(ValueError, "head_splits at most 65534", m.apply, pos, q, k, q, k, cs, d, True, 0, 65535)
     rejects(TypeError, "apply_store", m.apply_store, pos, q, k, q, k, cs, d, True)
     rejects(TypeError, "k_cache must have k's dtype", ops.store_cache, k, v, kc.half(), vc.half(), loc)
     rejects(ValueError, "rows must be a positive multiple of 4 bytes", ops.store_cache, k[:, :3], v[:, :3], kc[..., :3], vc[..., :3], loc)
