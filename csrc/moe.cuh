@@ -415,7 +415,7 @@ struct MoeOps {
 // block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
 template <typename = void>
 void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
-                                 jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+                          jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   using namespace host;
   auto n = SymbolicSize{"num_ids"}, S = SymbolicSize{"sorted_token_ids_size"}, B = SymbolicSize{"expert_ids_size"};
   auto device = SymbolicDevice{};

@@ -279,9 +279,9 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
 // p.splits CTAs per token (blockIdx.x) rotate its heads. Thread (group g of all those CTAs, unit u)
 // rotates unit u (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec,
 // +2 kVec)) of heads g, g + groups, ... over the q heads then the k heads, with the token's cos/sin of its
-// unit loaded once. kStore: the rotated k and the
-// token's v also go to the cache row of its location; v is copied by a CTA of its own with few tokens
-// (copy_v_row), else by all threads in turn, as are the unrotated columns.
+// unit loaded once. kStore: the rotated k and the token's v also go to the cache row of its location; v
+// is copied by a CTA of its own with few tokens (copy_v_row), else by all threads in turn, as are the
+// unrotated columns.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
   using Vec = AlignedVector<T, kVec>;
