@@ -662,7 +662,7 @@ struct RopeOps {
       const int64_t units = p.rot_half / kVec, heads = p.q_heads + p.k_heads;
       RuntimeCheck(units <= kRopeMaxThreads, "the rotary dim is too large for this alignment: ", 2 * p.rot_half);
       const bool few = tokens <= runtime::get_sm_count(device.device_id);
-      if constexpr (kVec * sizeof(T) == 16) {
+      if constexpr (kVec == kWideVec) {
         const int64_t staged_bytes = (heads + (kStore ? p.k_heads : 0)) * p.head_dim * static_cast<int64_t>(sizeof(T));
         if (!few && groups_hint <= 0 && splits_hint <= 0 && units <= kStagedThreads && staged_bytes <= kStagedMaxBytes) {
           RopeParams<T> c = p;

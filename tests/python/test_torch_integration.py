@@ -240,6 +240,7 @@ def test_ops_warmup_builds_every_family_in_one_parallel_build(tmp_path, monkeypa
     ops.warmup(dtypes=[torch.bfloat16], ops=wanted)
     assert calls and sorted(calls[0]) == sorted(spec.args for spec in ops.specs(ops=wanted, dtypes=[torch.bfloat16])), calls
     assert len(calls[0]) == 3
+    assert not [spec.name for spec in ops.specs(ops=wanted, dtypes=[torch.bfloat16]) if spec._build_reporting()[1]], "a module was left unbuilt"
     monkeypatch.setenv("JITKERN_ON_MISS", "error")  # everything is cached now: a compile would raise
     x = torch.randn(4, 256, dtype=torch.bfloat16, device="cuda")
     torch.testing.assert_close(ops.rmsnorm(x, torch.ones(256, dtype=torch.bfloat16, device="cuda")).float(),
