@@ -36,8 +36,8 @@ using jitkern::TensorView;
 // rope_kernel (decode; prefill with narrow vectors, a launch shape given, or rows too large for
 // rope_staged_kernel): a token's heads go to `groups` groups of threads (units * groups = kRopeThreads
 // threads) in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in
-// turn; with few tokens (at most one per SM) as many CTAs as the heads fill, and with the cache write one
-// more for the token's v row. Measured on H100 (docs/benchmarks.md, RoPE, launch shapes; q 32 / kv 8
+// turn; with few tokens (at most one per SM) as many CTAs as the heads fill; with the cache write, one
+// more CTA per token copies its v row. Measured on H100 (docs/benchmarks.md, RoPE, launch shapes; q 32 / kv 8
 // heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 325.7 us against 345.0 at 128 and
 // 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in one CTA of 320.
 constexpr int kRopeThreads = 64;
@@ -65,27 +65,21 @@ struct CacheLayout {
   int64_t row_stride;   // bytes from one row of a page to the next
   int64_t page_size;    // 1 when flat
   int64_t slots;        // locations outside [0, slots) are skipped
-  int32_t page_shift;   // log2(page_size) for a power of two, else -1
+  uint64_t page_magic;  // floor((2^64 - 1) / page_size): the page by a multiply, not a division
 
   // Checked where the row is first needed, not where the location loads: a check at the load makes the
   // warp wait for it before issuing the loads that follow (H200, T = 1: fused write 1.87 -> 1.80 us,
   // store_cache 1.29 -> 1.08).
   __device__ __forceinline__ bool holds(int64_t slot) const { return slot >= 0 && slot < slots; }
 
-  // slot in [0, slots). The page comes from a shift or a 32-bit division, not a 64-bit one (a long
-  // dependent chain: H200, one token, the fused write 1.94 -> 1.87-1.90 us, store_cache 1.38 -> 1.32-1.33).
+  // slot in [0, slots). One branch-free path for every layout: the high half of slot * page_magic is the
+  // page or one less (slot < 2^63), so one correction. Branches on the page size and a 64-bit division
+  // cost the fused write 0.15-0.24 us a decode step (H100, T = 1-64, docs/benchmarks.md).
   __device__ __forceinline__ char* row(int64_t slot) const {
-    if (page_size == 1) return base + slot * page_stride;
-    int64_t page, offset;
-    if (page_shift >= 0) {
-      page = slot >> page_shift, offset = slot & (page_size - 1);
-    } else if (slots <= int64_t{UINT32_MAX}) {
-      const uint32_t s32 = static_cast<uint32_t>(slot), size32 = static_cast<uint32_t>(page_size), p32 = s32 / size32;
-      page = p32, offset = s32 - p32 * size32;
-    } else {
-      page = slot / page_size, offset = slot - page * page_size;
-    }
-    return base + page * page_stride + offset * row_stride;
+    const uint64_t n = static_cast<uint64_t>(slot), size = static_cast<uint64_t>(page_size);
+    uint64_t page = __umul64hi(n, page_magic), offset = n - page * size;
+    if (offset >= size) ++page, offset -= size;
+    return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(offset) * row_stride;
   }
 };
 
@@ -124,7 +118,6 @@ struct KvStoreParams {
   int64_t loc_stride;
   float k_scale, v_scale;  // fp8 caches: q = saturate(rne(x / scale))
   bool loc64;
-  bool v_cta;  // rope_kernel: a token's last CTA copies its v row, the others do not
 };
 
 // Writes kVec values at `at` elements into a cache row: as T, or as fp8 e4m3 bytes divided by the
@@ -251,16 +244,18 @@ __device__ __forceinline__ void copy_tails(const RopeParams<T>& p, T* q_out, T* 
   }
 }
 
-// A token's v CTA (few tokens): its v row to the cache, loaded with the position and location, so that
-// the CTAs rotating its heads do not wait for v.
+// A token's v CTA (rope_kernel with the cache write): its v row to the cache, loaded with the position and
+// location, so that the CTAs rotating its heads do not wait for v.
 template <bool kFp8, typename T, int kVec>
 __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStoreParams& s, int64_t token) {
-  constexpr int kPerThread = 2;
+  // Four loads in flight per thread: a CTA of 32 threads (one token) loads a 128-vector row before it
+  // stores any (H100, T = 1: 1.55-1.59 us with two, 1.42-1.45 with four).
+  constexpr int kPerThread = 4;
   const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
   const int64_t slot = load_index(s.loc, s.loc64, token * s.loc_stride);
-  const int row_vecs = p.head_dim / kVec, n = p.k_heads * row_vecs, step = static_cast<int>(blockDim.x);
+  const int row_vecs = p.head_dim / kVec, n = p.k_heads * row_vecs, step = static_cast<int>(blockDim.x * blockDim.y);
   const T* v = static_cast<const T*>(s.v) + token * s.v_token;
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kPerThread * step) {
+  for (int i0 = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x); i0 < n; i0 += kPerThread * step) {
     AlignedVector<T, kVec> x[kPerThread];
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
@@ -276,34 +271,36 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
   }
 }
 
-// p.splits CTAs per token (blockIdx.x) rotate its heads. Thread (group g of all those CTAs, unit u)
-// rotates unit u (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec,
-// +2 kVec)) of heads g, g + groups, ... over the q heads then the k heads, with the token's cos/sin of its
-// unit loaded once. kStore: the rotated k and the token's v also go to the cache row of its location; v
-// is copied by a CTA of its own with few tokens (copy_v_row), else by all threads in turn, as are the
-// unrotated columns.
+// p.splits CTAs per token (blockIdx.x) rotate its heads, in CTAs of p.units x p.groups threads. Thread
+// (group g = threadIdx.y of all those CTAs, unit u = threadIdx.x) rotates unit u (NeoX: columns [u kVec,
+// +kVec) with [R/2 + u kVec, +kVec); GPT-J: columns [2 u kVec, +2 kVec)) of heads g, g + groups, ... over
+// the q heads then the k heads, with the token's cos/sin of its unit loaded once. kStore: the rotated k
+// also goes to the cache row of its location, and one more CTA per token (blockIdx.y == p.splits) copies
+// its v row (copy_v_row), so that the rotating CTAs never wait for v. The unrotated columns are copied by
+// all threads in turn.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
   using Vec = AlignedVector<T, kVec>;
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int64_t token = blockIdx.x;
-  const int unit = static_cast<int>(threadIdx.x) % p.units, group = static_cast<int>(threadIdx.x) / p.units;
+  const int unit = static_cast<int>(threadIdx.x), group = static_cast<int>(threadIdx.y);
   const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
   const int col1 = kNeox ? col0 + p.rot_half : col0 + kVec;
   const T* q = p.q + token * p.q_token;
   T* q_out = p.q_out + token * p.qo_token;
   const T* k = p.k + token * p.k_token;
   T* k_out = p.k_out + token * p.ko_token;
-  const int heads = p.q_heads + p.k_heads;
+  const int heads = p.q_heads + p.k_heads, threads = static_cast<int>(blockDim.x * blockDim.y);
   const int first_head = static_cast<int>(blockIdx.y) * p.groups + group, head_step = kRopeUnroll * p.groups * p.splits;
-  const int first_item = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), item_step = static_cast<int>(blockDim.x) * p.splits;
+  const int first_item = static_cast<int>(blockIdx.y) * threads + group * p.units + unit, item_step = threads * p.splits;
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   if constexpr (kStore) {
-    if (s.v_cta && static_cast<int>(blockIdx.y) == p.splits) return copy_v_row<kFp8, T, kVec>(p, s, token);
+    if (static_cast<int>(blockIdx.y) == p.splits) return copy_v_row<kFp8, T, kVec>(p, s, token);
   }
   // The position, the location and the first heads do not depend on each other: loaded together, so
-  // that a decode step waits for one round trip before its cos/sin and v loads, not three.
+  // that a decode step waits for one round trip before its cos/sin loads, not three; the cos/sin loads
+  // issue before the cache rows are worked out.
   const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
   [[maybe_unused]] int64_t slot = -1;
   if constexpr (kStore) slot = load_index(s.loc, s.loc64, token * s.loc_stride);
@@ -321,23 +318,9 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   };
   load_heads(first_head);
   if (position < 0 || position >= p.max_position) return;
-  [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
   float c[kVec], sn[kVec];
   load_cos_sin(c, sn, p, position, unit);
-
-  // v (without a v CTA), then the unrotated columns: they need no cos/sin.
-  if constexpr (kStore) {
-    if (!s.v_cta && v_row != nullptr) {
-      const int row_vecs = p.head_dim / kVec;
-      const T* v = static_cast<const T*>(s.v) + token * s.v_token;
-      for (int i = first_item; i < p.k_heads * row_vecs; i += item_step) {
-        const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
-        Vec x;
-        x.load(v + h * s.v_head + col);
-        store_cache_values<kFp8>(v_row, int64_t{h} * p.head_dim + col, x, v_div);
-      }
-    }
-  }
+  [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
   copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, first_item, item_step,
                             [&](bool is_q, int h) { return is_q ? q + h * p.q_head : k + h * p.k_head; });
 
@@ -498,7 +481,7 @@ inline CacheLayout cache_layout(TensorView cache, int64_t row_elems, int device,
   c.page_stride = cache.stride(0) * elem;
   c.row_stride = first == 2 ? cache.stride(1) * elem : c.page_stride;
   c.slots = cache.size(0) * c.page_size;
-  c.page_shift = std::has_single_bit(static_cast<uint64_t>(c.page_size)) ? std::countr_zero(static_cast<uint64_t>(c.page_size)) : -1;
+  c.page_magic = UINT64_MAX / static_cast<uint64_t>(std::max<int64_t>(c.page_size, 1));  // [pages, 0, *row]: no slots
   return c;
 }
 
@@ -683,12 +666,11 @@ struct RopeOps {
       const int64_t splits = splits_for(groups);
       RopeParams<T> c = p;
       c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups), c.splits = static_cast<int32_t>(splits);
-      KvStoreParams cs = s;
-      cs.v_cta = kStore && few;
-      const int64_t ctas = splits + (cs.v_cta ? 1 : 0);
+      const int64_t ctas = splits + (kStore ? 1 : 0);
       c.early_trigger = host::pdl_early_trigger(tokens * ctas);
-      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), static_cast<unsigned>(units * groups), device)
-          .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, cs);
+      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(units), static_cast<unsigned>(groups)),
+                   device)
+          .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
     }
   };
 };

@@ -209,11 +209,11 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("page_size", [3, 24, 64, 100])
+@pytest.mark.parametrize("page_size", [1, 3, 16, 24, 64, 100])
 @pytest.mark.parametrize("tokens", [37, 300])  # 300: more tokens than SMs, the staged kernel
 def test_cache_pages_of_any_size(page_size, tokens):
-    """Paged caches whose page size is a power of two (the page found by a shift) or not (by a division):
-    the fused write and store_cache reach exactly the rows of their locations."""
+    """Paged caches of any page size (the page is found by one multiply and a correction, whatever the
+    size): the fused write and store_cache reach exactly the rows of their locations."""
     torch = _torch()
     ops = _ops()
     d = 128
@@ -235,6 +235,28 @@ def test_cache_pages_of_any_size(page_size, tokens):
     ops.store_cache(k, v, kc2, vc2, loc)
     assert torch.equal(_bytes(kc2, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
     assert torch.equal(_bytes(vc2, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [5, 300])
+def test_a_cache_of_empty_pages_has_no_slots(tokens):
+    """A paged cache [pages, 0, H, D] holds no rows: every location is outside it, so q and k are rotated
+    and nothing is written (no division by its page size anywhere)."""
+    torch = _torch()
+    ops = _ops()
+    d = 128
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=5)
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(d)
+    eq, ek = _reference(q.view(tokens, HQ, d), pos, cs, True), _reference(k.view(tokens, HK, d), pos, cs, True)
+    kc, vc = (torch.empty(4, 0, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = torch.arange(tokens, device="cuda")
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, is_neox=True, fused_set_kv_buffer_arg=arg)
+    ops.store_cache(k, v, kc, vc, loc)
+    torch.cuda.synchronize()
+    _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
+    _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
 
 
 @pytest.mark.gpu
@@ -348,26 +370,28 @@ def test_reference_forms_out_of_place(full, interleave, tokens):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("groups,splits", [(1, 1), (3, 7), (40, 1), (8, 5), (5, 100), (0, 3)])
-def test_every_launch_shape_gives_the_same_result(groups, splits):
+@pytest.mark.parametrize("tokens", [70, 300])  # 300: more tokens than SMs (prefill), each token's v by a CTA of its own
+def test_every_launch_shape_gives_the_same_result(groups, splits, tokens):
     """The launch shapes the exported functions take for tuning (thread groups per CTA, CTAs per token)
     all rotate every head and write every cache row."""
     torch = _torch()
     from jitkern.ops import rope
 
     m = rope._rope_module(torch.bfloat16)
-    tokens, d = 70, 128
+    d = 128
     qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=11)
     pos = _positions(tokens, torch.int64)
     cs = _cos_sin(d)
-    kc, vc = _caches("paged", 128, HK, d, torch.bfloat16)
-    loc = _locations(tokens, 128, torch.int32)
+    slots = 16 * (2 * tokens // 16 + 1)
+    kc, vc = _caches("paged", slots, HK, d, torch.bfloat16)
+    loc = _locations(tokens, slots, torch.int32)
     eq, ek = _reference(q.view(tokens, HQ, d), pos, cs, True), _reference(k.view(tokens, HK, d), pos, cs, True)
-    kc0, vc0 = _bytes(kc, 128).clone(), _bytes(vc, 128).clone()
+    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
     m.apply_store(pos, q, k, q, k, cs, d, True, v, kc, vc, loc, 1.0, 1.0, groups, splits)
     _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
     _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
-    assert torch.equal(_bytes(kc, 128), _expected_cache(kc0, _bytes(k, tokens), loc))
-    assert torch.equal(_bytes(vc, 128), _expected_cache(vc0, _bytes(v, tokens), loc))
+    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
+    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
 
 
 STORE_CASES = [("bfloat16", (8, 128), "flat"), ("bfloat16", (8, 128), "paged"), ("float32", (3,), "flat"), ("float16", (6,), "paged"),
