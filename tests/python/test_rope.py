@@ -208,22 +208,39 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
     assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v_rows, tokens), loc))
 
 
+def _padded_pages(slots, page_size, d):
+    """Poisoned paged caches whose pages are not contiguous: [pages, page_size] of [pages, page_size + 1]."""
+    torch = _torch()
+    return tuple(torch.full((slots // page_size, page_size + 1, HK, d), float("nan"), dtype=torch.bfloat16, device="cuda")[:, :page_size]
+                 for _ in range(2))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [1, 3, 16, 24, 64, 100])
 @pytest.mark.parametrize("tokens", [37, 300])  # 300: more tokens than SMs, the staged kernel
-def test_cache_pages_of_any_size(page_size, tokens):
-    """Paged caches of any page size (the page is found by one multiply and a correction, whatever the
-    size): the fused write and store_cache reach exactly the rows of their locations."""
+@pytest.mark.parametrize("padded", [False, True])
+def test_cache_pages_of_any_size(page_size, tokens, padded):
+    """Paged caches of any page size, their pages contiguous or apart (the page is found by one multiply
+    and a correction, whatever the size; a wrong page is only visible where pages are apart): the fused
+    write and store_cache reach exactly the rows of their locations."""
     torch = _torch()
     ops = _ops()
     d = 128
     slots = page_size * max(4, (tokens + 40) // page_size + 1)
-    loc = _locations(tokens, slots, torch.int64, seed=page_size)
+    slot_list = _locations(tokens, slots, torch.int64, seed=page_size).tolist()
+    for i, wanted in ((3, 0), (4, 2 * page_size)):  # offset 0 of a page: there the multiply alone gives the page before
+        if wanted in slot_list:
+            j = slot_list.index(wanted)
+            slot_list[i], slot_list[j] = slot_list[j], slot_list[i]
+        else:
+            slot_list[i] = wanted
+    loc = torch.tensor(slot_list, dtype=torch.int64, device="cuda")
     qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=3)
     pos = _positions(tokens, torch.int32)
     cs = _cos_sin(d)
     ek = _reference(k.view(tokens, HK, d), pos, cs, True)
-    kc, vc = _caches("paged", slots, HK, d, torch.bfloat16, page_size=page_size)
+    caches = (lambda: _padded_pages(slots, page_size, d)) if padded else (lambda: _caches("paged", slots, HK, d, torch.bfloat16, page_size=page_size))
+    kc, vc = caches()
     assert kc.shape[1] == page_size
     kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
     arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
@@ -231,7 +248,7 @@ def test_cache_pages_of_any_size(page_size, tokens):
     _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
     assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
     assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
-    kc2, vc2 = _caches("paged", slots, HK, d, torch.bfloat16, page_size=page_size)
+    kc2, vc2 = caches()
     ops.store_cache(k, v, kc2, vc2, loc)
     assert torch.equal(_bytes(kc2, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
     assert torch.equal(_bytes(vc2, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
