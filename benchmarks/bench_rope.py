@@ -1,6 +1,8 @@
 """RoPE fused with the KV-cache write (jitkern.ops.apply_rope_with_cos_sin_cache_inplace with
 fused_set_kv_buffer_arg) against RoPE then store_cache, torch eager and torch.compile of the same math, and
-the reference framework's (SGLang's) kernels where they import. q 32 heads, kv 8 heads, head dim 128, bf16,
+the reference framework's (SGLang's) kernels where they import (REFERENCE_WHEEL, see utils.reference_path; its
+fused rope also needs an importable `flashinfer` package with its headers under data/include, as the
+flashinfer-python wheel installs them). q 32 heads, kv 8 heads, head dim 128, bf16,
 q/k/v column slices of one fused qkv buffer, NeoX style, a paged cache of 16-token pages. Decode: one
 token per request (random positions, each token in its own random page); prefill: one sequence
 (positions 0..T-1, its pages a random permutation). Prints markdown tables.
@@ -70,7 +72,8 @@ def import_reference(module: str):
 
 def reference_kernels():
     """The reference's kernels that import here: {name: callable(q, k, v, pos, cs, cs_bf16, kc, vc, loc)}, and why the others do not
-    (its fused rope JIT-builds against flashinfer's headers, which a stand-in module does not provide)."""
+    (its fused rope JIT-builds against the headers of the installed flashinfer package, which a stand-in
+    module does not provide)."""
     found, missing = {}, []
     try:
         ref = import_reference("rope")

@@ -42,8 +42,8 @@ using jitkern::TensorView;
 // 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in one CTA of 320.
 constexpr int kRopeThreads = 64;
 // Fewer rotating CTAs than this for the whole launch (one token; the v CTA not counted): the groups per
-// CTA are halved until there are as many (T = 1: 10 CTAs of 32 threads 1.98-2.02 us against 2.14-2.15 in
-// 5 of 64; at T >= 2 level).
+// CTA are halved until there are as many (H100, T = 1: 10 CTAs of 32 threads 1.44-1.45 us against 1.67 in
+// 5 of 64, 2.22 in 20 of 16; at T >= 2 level).
 constexpr int kRopeMinCtas = 8;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
