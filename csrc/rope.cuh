@@ -38,8 +38,8 @@ using jitkern::TensorView;
 // threads) in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in
 // turn; with few tokens (at most one per SM) as many CTAs as the heads fill; with the cache write, one
 // more CTA per token copies its v row. Measured on H100 (docs/benchmarks.md, RoPE, launch shapes; q 32 / kv 8
-// heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 325.7 us against 345.0 at 128 and
-// 431.8 at 320; T = 1, 2.14 us in 5 CTAs of 64 against 2.25 in one CTA of 320.
+// heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 315.7 us against 339.6 at 128 and
+// 512.0 at 320; T = 1, 1.67 us in 5 CTAs of 64 against 1.76 in one CTA of 320.
 constexpr int kRopeThreads = 64;
 // Fewer rotating CTAs than this for the whole launch (one token; the v CTA not counted): the groups per
 // CTA are halved until there are as many (H100, T = 1: 10 CTAs of 32 threads 1.44-1.45 us against 1.67 in
@@ -51,7 +51,7 @@ constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it s
 // kStagedThreads, at most kStagedMaxBytes of a token's heads in shared memory (the default limit; larger
 // tokens take rope_kernel). H100, same shapes, fused write, T = 4096 / 8192 / 32768: 128 threads 40.0-40.2
 // / 78.4 / 305.3-306.1 us, 64 40.3 / 79.4-79.7 / 308.1-308.8, 256 45.3-45.7 / 87.2-87.5 / 338.2-338.5;
-// rope_kernel 44.3-44.4 / 83.2 / 319.5.
+// rope_kernel 44.3-44.4 / 83.2 / 319.5 (its v copied by the rotating threads then).
 constexpr int kStagedThreads = 128;
 constexpr int64_t kStagedMaxBytes = 48 * 1024;
 // The row copies (store_cache, concat): CTAs of kRowThreads, a power-of-two group of lanes per row.

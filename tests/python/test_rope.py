@@ -228,7 +228,7 @@ def test_cache_pages_of_any_size(page_size, tokens, padded):
     d = 128
     slots = page_size * max(4, (tokens + 40) // page_size + 1)
     slot_list = _locations(tokens, slots, torch.int64, seed=page_size).tolist()
-    for i, wanted in ((3, 0), (4, 2 * page_size)):  # offset 0 of a page: there the multiply alone gives the page before
+    for i, wanted in ((3, page_size), (4, slots - page_size)):  # offset 0 of a page: there the multiply alone gives the page before
         if wanted in slot_list:
             j = slot_list.index(wanted)
             slot_list[i], slot_list[j] = slot_list[j], slot_list[i]
@@ -325,14 +325,14 @@ def test_fp8_cache_saturates_and_rounds_like_quant():
 @pytest.mark.gpu
 @pytest.mark.parametrize("with_cache", [False, True])
 @pytest.mark.parametrize("repeats", [1, 100])  # 6 tokens: several CTAs a token; 600: one CTA a token
-def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats):
+@pytest.mark.parametrize("aligned", [True, False])  # False: 2 bytes off, narrow vectors (at 600 tokens the register kernel and its v CTA)
+def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats, aligned):
     """A token whose position is negative or at least max_position is left as it was and not cached."""
     torch = _torch()
     ops = _ops()
     tokens, d = 6 * repeats, 64
-    q = torch.randn(tokens, 4 * d, dtype=torch.float16, device="cuda")
-    k = torch.randn(tokens, 2 * d, dtype=torch.float16, device="cuda")
-    v = torch.randn(tokens, 2 * d, dtype=torch.float16, device="cuda")
+    skip = 0 if aligned else 1
+    q, k, v = (torch.randn(tokens, w + skip, dtype=torch.float16, device="cuda")[:, skip:] for w in (4 * d, 2 * d, 2 * d))
     pos = torch.tensor([0, -1, 5, 64, 63, 1 << 40], device="cuda").repeat(repeats)
     cs = _cos_sin(d, max_pos=64)
     good = torch.tensor([True, False, True, False, True, False], device="cuda").repeat(repeats)
