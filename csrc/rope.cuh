@@ -74,7 +74,7 @@ struct CacheLayout {
 
   // slot in [0, slots). One branch-free path for every layout: the high half of slot * page_magic is the
   // page or one less (slot < 2^63), so one correction. Branches on the page size and a 64-bit division
-  // cost the fused write 0.15-0.24 us a decode step (H100, T = 1-64, docs/benchmarks.md).
+  // cost the fused write 0.13-0.24 us a decode step (H100, T = 1-64, docs/benchmarks.md).
   __device__ __forceinline__ char* row(int64_t slot) const {
     const uint64_t n = static_cast<uint64_t>(slot), size = static_cast<uint64_t>(page_size);
     uint64_t page = __umul64hi(n, page_magic), offset = n - page * size;
