@@ -152,25 +152,80 @@ __device__ __forceinline__ void load_converted(float (&dst)[kVec], const T* src)
   for (int j = 0; j < kVec; ++j) dst[j] = device::cast<float>(v[j]);
 }
 
+// Two 2-byte elements of one 32-bit word as floats, and two floats as such a word (bf16: a shift and a
+// mask; fp16: the half2 conversions).
+template <typename T>
+__device__ __forceinline__ float2 unpack_word(uint32_t w) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  } else {
+    __half2 h;
+    __builtin_memcpy(&h, &w, 4);
+    return __half22float2(h);
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack_word(float lo, float hi) {
+  uint32_t w;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    __builtin_memcpy(&w, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    __builtin_memcpy(&w, &v, 4);
+  }
+  return w;
+}
+
 // (x, y) -> (x cos - y sin, y cos + x sin) in fp32. NeoX (and any style at kVec = 1): element j of a
 // pairs with element j of b, frequency j. GPT-J: a and b hold kVec consecutive pairs (2m, 2m + 1),
-// frequencies 0 .. kVec/2 - 1 in a and kVec/2 .. kVec - 1 in b.
+// frequencies 0 .. kVec/2 - 1 in a and kVec/2 .. kVec - 1 in b. 2-byte elements are handled two to a
+// 32-bit word: element by element, nvcc split every word into halves and joined them again (56 more
+// instructions in the bf16 decode kernel, most of them after the cos/sin loads return).
 template <bool kInterleaved, typename T, int kVec>
 __device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&c)[kVec], const float (&s)[kVec]) {
-  const auto turn = [&](T& x, T& y, float cf, float sf) {
-    const float fx = device::cast<float>(x), fy = device::cast<float>(y);
-    x = device::cast<T>(fmaf(fx, cf, -fy * sf));
-    y = device::cast<T>(fmaf(fy, cf, fx * sf));
+  const auto turn = [](float& x, float& y, float cf, float sf) {
+    const float fx = x, fy = y;
+    x = fmaf(fx, cf, -fy * sf);
+    y = fmaf(fy, cf, fx * sf);
   };
-  if constexpr (kInterleaved) {
+  if constexpr (sizeof(T) == 2 && kVec >= 2) {
+    constexpr int kWords = kVec / 2;
+    uint32_t wa[kWords], wb[kWords];
+    __builtin_memcpy(wa, a.data, sizeof wa);
+    __builtin_memcpy(wb, b.data, sizeof wb);
 #pragma unroll
-    for (int m = 0; m < kVec / 2; ++m) {
-      turn(a[2 * m], a[2 * m + 1], c[m], s[m]);
-      turn(b[2 * m], b[2 * m + 1], c[kVec / 2 + m], s[kVec / 2 + m]);
+    for (int m = 0; m < kWords; ++m) {
+      float2 x = unpack_word<T>(wa[m]), y = unpack_word<T>(wb[m]);
+      if constexpr (kInterleaved) {
+        turn(x.x, x.y, c[m], s[m]);
+        turn(y.x, y.y, c[kWords + m], s[kWords + m]);
+      } else {
+        turn(x.x, y.x, c[2 * m], s[2 * m]);
+        turn(x.y, y.y, c[2 * m + 1], s[2 * m + 1]);
+      }
+      wa[m] = pack_word<T>(x.x, x.y);
+      wb[m] = pack_word<T>(y.x, y.y);
     }
+    __builtin_memcpy(a.data, wa, sizeof wa);
+    __builtin_memcpy(b.data, wb, sizeof wb);
   } else {
+    const auto turn_t = [&](T& x, T& y, float cf, float sf) {
+      float fx = device::cast<float>(x), fy = device::cast<float>(y);
+      turn(fx, fy, cf, sf);
+      x = device::cast<T>(fx);
+      y = device::cast<T>(fy);
+    };
+    if constexpr (kInterleaved) {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) turn(a[j], b[j], c[j], s[j]);
+      for (int m = 0; m < kVec / 2; ++m) {
+        turn_t(a[2 * m], a[2 * m + 1], c[m], s[m]);
+        turn_t(b[2 * m], b[2 * m + 1], c[kVec / 2 + m], s[kVec / 2 + m]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) turn_t(a[j], b[j], c[j], s[j]);
+    }
   }
 }
 
@@ -253,21 +308,29 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
   constexpr int kPerThread = 4;
   const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
   const int64_t slot = load_index(s.loc, s.loc64, token * s.loc_stride);
-  const int row_vecs = p.head_dim / kVec, n = p.k_heads * row_vecs, step = static_cast<int>(blockDim.x * blockDim.y);
+  // Vector c of head h is kept as (h, c) and advanced by the step: a division per vector (h = i / row_vecs)
+  // put ~40 instructions before each of its loads.
+  const unsigned row_vecs = static_cast<unsigned>(p.head_dim / kVec), heads = static_cast<unsigned>(p.k_heads);
+  const unsigned step = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const unsigned dh = step / row_vecs, dc = step - dh * row_vecs;
+  unsigned h = tid / row_vecs, c = tid - h * row_vecs;
   const T* v = static_cast<const T*>(s.v) + token * s.v_token;
-  for (int i0 = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x); i0 < n; i0 += kPerThread * step) {
+  while (h < heads) {
     AlignedVector<T, kVec> x[kPerThread];
+    int64_t at[kPerThread];
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
-      const int i = i0 + u * step, h = i / row_vecs;
-      if (i < n) x[u].load(v + h * s.v_head + (i - h * row_vecs) * kVec);
+      at[u] = -1;
+      if (h < heads) x[u].load(v + h * s.v_head + c * kVec), at[u] = int64_t{h} * p.head_dim + c * kVec;
+      c += dc, h += dh;
+      if (c >= row_vecs) c -= row_vecs, ++h;
     }
     if (position < 0 || position >= p.max_position || !s.v_cache.holds(slot)) return;
     char* row = s.v_cache.row(slot);
     const device::quant::Divider div(kFp8 ? s.v_scale : 1.0f);
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u)
-      if (i0 + u * step < n) store_cache_values<kFp8>(row, int64_t{i0 + u * step} * kVec, x[u], div);
+      if (at[u] >= 0) store_cache_values<kFp8>(row, at[u], x[u], div);
   }
 }
 
