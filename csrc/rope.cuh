@@ -153,26 +153,28 @@ __device__ __forceinline__ void load_converted(float (&dst)[kVec], const T* src)
 }
 
 // Two 2-byte elements of one 32-bit word as floats, and two floats as such a word (bf16: a shift and a
-// mask; fp16: the half2 conversions).
+// mask; fp16: the half2 conversions). The words pass through the raw (trivially copyable) types.
 template <typename T>
 __device__ __forceinline__ float2 unpack_word(uint32_t w) {
   if constexpr (std::is_same_v<T, bf16_t>) {
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
   } else {
-    __half2 h;
-    __builtin_memcpy(&h, &w, 4);
-    return __half22float2(h);
+    static_assert(std::is_same_v<T, fp16_t>, "unpack_word: bf16 or fp16");
+    __half2_raw raw;
+    __builtin_memcpy(&raw, &w, 4);
+    return __half22float2(__half2(raw));
   }
 }
 template <typename T>
 __device__ __forceinline__ uint32_t pack_word(float lo, float hi) {
   uint32_t w;
   if constexpr (std::is_same_v<T, bf16_t>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    __builtin_memcpy(&w, &v, 4);
+    const __nv_bfloat162_raw raw = __floats2bfloat162_rn(lo, hi);
+    __builtin_memcpy(&w, &raw, 4);
   } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    __builtin_memcpy(&w, &v, 4);
+    static_assert(std::is_same_v<T, fp16_t>, "pack_word: bf16 or fp16");
+    const __half2_raw raw = __floats2half2_rn(lo, hi);
+    __builtin_memcpy(&w, &raw, 4);
   }
   return w;
 }
