@@ -276,18 +276,22 @@ def _ops_specs(args) -> list:
         if block_torch:
             del sys.modules["torch"]
 
-    families = list(ops.FAMILIES) if args.ops in (None, "all") else _split(args.ops)
-    try:
-        ops.specs(families)
-    except ValueError as e:
-        raise UsageError("--ops", e) from None
+    # --ops names kernel families and single ops alike: an op builds only its own modules.
+    names = list(ops.FAMILIES) if args.ops in (None, "all") else _split(args.ops)
+    unknown = [n for n in names if n not in ops.FAMILIES and n not in ops.OPS]
+    if unknown:
+        raise UsageError("--ops", f"unknown kernel famil{'y' if len(unknown) == 1 else 'ies'} or op{'s' if len(unknown) > 1 else ''} "
+                                  f"{', '.join(unknown)}; the families: {', '.join(ops.FAMILIES)}; the ops: {', '.join(ops.OPS)}")
+    families = [n for n in names if n in ops.FAMILIES]
+    op_names = [n for n in names if n not in ops.FAMILIES and ops.OPS[n] not in families]
+    families_built = families + [ops.OPS[n] for n in op_names]
     dtypes, constants = _split(args.dtypes) or None, []
     for c in _split(args.constants):
         try:
             constants.append(int(c))
         except ValueError:
             raise UsageError("--constants", f"not an integer: {c!r}") from None
-    if dtypes and not set(ops.DTYPE_FAMILIES) & set(families):
+    if dtypes and not set(ops.DTYPE_FAMILIES) & set(families_built):
         raise UsageError("--dtypes", f"applies only to the {', '.join(ops.DTYPE_FAMILIES)} families; add one of them to --ops")
     if constants and "add_constant" not in families:
         raise UsageError("--constants", "applies only to add_constant; add it to --ops")
@@ -297,9 +301,11 @@ def _ops_specs(args) -> list:
         print("jitkern prebuild: add_constant is built once per constant, so it is left out: add --constants (e.g. "
               "--constants 1,5) to build it", file=sys.stderr)
     try:
-        return ops.specs(families, dtypes=dtypes, constants=constants)
+        specs = ops.specs(families, dtypes=dtypes, constants=constants) if families else []
+        specs += ops.specs(ops=op_names, dtypes=dtypes) if op_names else []
     except (TypeError, ValueError) as e:
         raise UsageError("--dtypes", e) from None
+    return list(dict.fromkeys(specs))  # two ops of one module build it once
 
 
 def _archs(args) -> list[str]:
@@ -647,8 +653,9 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_cache)
 
     c = sub.add_parser("prebuild", help="build kernel modules into a cache ahead of time (no GPU needed)")
-    c.add_argument("--ops", help="jitkern's own kernel families, comma-separated, or 'all' (the default without --spec-file; "
-                                 "add_constant only with --constants)")
+    c.add_argument("--ops", help="jitkern's own kernel families and ops, comma-separated (e.g. norm,apply_rope_with_cos_sin_cache_inplace: "
+                                 "an op builds only its own modules), or 'all' (the default without --spec-file; add_constant only "
+                                 "with --constants)")
     c.add_argument("--dtypes", help="element types for the families built per dtype (default: all they support), e.g. bfloat16,float16")
     c.add_argument("--constants", help="constants for add_constant, e.g. 1,5")
     c.add_argument("--spec-file", help="a JSON list of JitSpec fields ({\"args\": [...], \"cuda_files\": [...], ...}) to build too")

@@ -166,7 +166,7 @@ def test_prebuild_reports_a_failure_and_bad_arguments(tmp_path):
     proc = run_cli("prebuild", "--ops", "norm", "--cache-dir", str(tmp_path / "c"), env={"JITKERN_CUDA_ARCH": ""})
     assert proc.returncode == 2 and "give --arch" in proc.stderr
     proc = run_cli("prebuild", "--ops", "nonesuch", "--arch", "sm_90a", "--cache-dir", str(tmp_path / "c"))
-    assert proc.returncode == 2 and "unknown kernel family nonesuch" in proc.stderr
+    assert proc.returncode == 2 and "unknown kernel family or op nonesuch; the families: norm, " in proc.stderr
 
 
 def test_strict_mode(cache_dir, caplog, monkeypatch):
@@ -321,7 +321,8 @@ def test_prebuild_checks_every_argument_before_building(tmp_path):
     cases = [
         (["--ops", "norm", "--arch", "sm_90a,sm_9x"], "--arch: invalid CUDA architecture 'sm_9x'"),
         (["--ops", "norm", "--dtypes", "int8", "--arch", "sm_90a"], "--dtypes: the norm family is built for float16, bfloat16, float32"),
-        (["--ops", "nonesuch", "--arch", "sm_90a"], "--ops: unknown kernel family nonesuch"),
+        (["--ops", "nonesuch", "--arch", "sm_90a"], "--ops: unknown kernel family or op nonesuch"),
+        (["--ops", "rmsnorm,nonesuch,nor_m", "--arch", "sm_90a"], "--ops: unknown kernel families or ops nonesuch, nor_m"),
         (["--ops", "add_constant", "--arch", "sm_90a"], "--ops add_constant: is built once per constant: add --constants"),
         (["--ops", "norm", "--constants", "1", "--arch", "sm_90a"], "--constants: applies only to add_constant"),
         (["--ops", "add_constant", "--constants", "one", "--arch", "sm_90a"], "--constants: not an integer: 'one'"),
@@ -349,6 +350,22 @@ def test_prebuild_ops_all_says_why_add_constant_is_left_out(tmp_path):
     with_constants = run_cli("prebuild", "--ops", "all", "--constants", "1,5", "--arch", "sm_90a", "--cache-dir", str(tmp_path / "b"), env=env)
     count = lambda proc: int(proc.stdout.split("prebuilding ")[1].split()[0])  # noqa: E731
     assert count(with_constants) == count(without) + 2 and "FAILED add_constant_1 sm_90a" in with_constants.stdout, with_constants.stdout
+
+
+def test_prebuild_ops_takes_op_names(tmp_path):
+    """--ops takes single ops beside families: an op builds only its own modules, and a module two names
+    share is built once (no CUDA compiler is needed to plan them)."""
+    env = {"CUDA_HOME": str(tmp_path / "no-cuda")}  # every CUDA build fails at once: only the plan is looked at
+
+    def planned(ops, cache):
+        proc = run_cli("prebuild", "--ops", ops, "--dtypes", "bfloat16", "--arch", "sm_90a", "--cache-dir", str(tmp_path / cache), env=env)
+        assert proc.returncode == 1 and "prebuilding " in proc.stdout, proc.stderr
+        return sorted(line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("FAILED"))
+
+    assert planned("rmsnorm,per_token_quant_fp8,store_cache", "a") == ["norm_rmsnorm_bf16_t", "quant_per_token_quant_bf16_t", "rope_store_cache"]
+    norm = planned("norm", "b")
+    assert len(norm) == 4 and "norm_rmsnorm_bf16_t" in norm
+    assert planned("rmsnorm,norm,fused_add_rmsnorm", "c") == norm
 
 
 def test_prebuild_reads_specs_without_torch_only_as_the_command(tmp_path):
