@@ -5,6 +5,7 @@ Every subcommand has --help; options go after the subcommand they belong to."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -277,11 +278,18 @@ def _ops_specs(args) -> list:
             del sys.modules["torch"]
 
     # --ops names kernel families and single ops alike: an op builds only its own modules.
-    names = list(ops.FAMILIES) if args.ops in (None, "all") else _split(args.ops)
+    names = _split(args.ops) if args.ops is not None else ["all"]
+    if "all" in names:
+        if len(names) > 1:
+            raise UsageError("--ops", "'all' means every family: give it alone")
+        names = list(ops.FAMILIES)
     unknown = [n for n in names if n not in ops.FAMILIES and n not in ops.OPS]
     if unknown:
+        known = {n.lower(): n for n in (*ops.FAMILIES, *ops.OPS)}
+        hint = lambda n: "".join(f" (did you mean {known[m]}?)" for m in difflib.get_close_matches(n.lower(), known, n=1))  # noqa: E731
         raise UsageError("--ops", f"unknown kernel famil{'y' if len(unknown) == 1 else 'ies'} or op{'s' if len(unknown) > 1 else ''} "
-                                  f"{', '.join(unknown)}; the families: {', '.join(ops.FAMILIES)}; the ops: {', '.join(ops.OPS)}")
+                                  f"{', '.join(n + hint(n) for n in unknown)}; the families: {', '.join(ops.FAMILIES)}; "
+                                  f"the ops: {', '.join(ops.OPS)}")
     families = [n for n in names if n in ops.FAMILIES]
     op_names = [n for n in names if n not in ops.FAMILIES and ops.OPS[n] not in families]
     families_built = families + [ops.OPS[n] for n in op_names]
@@ -300,12 +308,18 @@ def _ops_specs(args) -> list:
             raise UsageError("--ops add_constant", "is built once per constant: add --constants (e.g. --constants 1,5)")
         print("jitkern prebuild: add_constant is built once per constant, so it is left out: add --constants (e.g. "
               "--constants 1,5) to build it", file=sys.stderr)
-    try:
-        specs = ops.specs(families, dtypes=dtypes, constants=constants) if families else []
-        specs += ops.specs(ops=op_names, dtypes=dtypes) if op_names else []
-    except (TypeError, ValueError) as e:
-        raise UsageError("--dtypes", e) from None
-    return list(dict.fromkeys(specs))  # two ops of one module build it once
+    if dtypes:  # checked by every family built per dtype, also where the ops picked build one module for all
+        try:
+            ops.specs([f for f in dict.fromkeys(families_built) if f in ops.DTYPE_FAMILIES], dtypes=dtypes)
+        except (TypeError, ValueError) as e:
+            raise UsageError("--dtypes", e) from None
+    if constants:
+        try:
+            ops.specs(["add_constant"], constants=constants)
+        except (TypeError, ValueError) as e:
+            raise UsageError("--constants", e) from None
+    return (ops.specs(families, dtypes=dtypes, constants=constants) if families else []) + \
+        (ops.specs(ops=op_names, dtypes=dtypes) if op_names else [])
 
 
 def _archs(args) -> list[str]:
@@ -338,7 +352,7 @@ def prebuild_specs(args) -> list:
             out += [spec.replace(cuda_arch=a) for a in archs]
         else:
             out.append(spec)
-    return out
+    return list(dict.fromkeys(out))  # a module two names (or two --arch entries) share is built once
 
 
 class Progress:

@@ -29,9 +29,15 @@ _FUNCTIONS: dict[int, object] = {}  # constant -> exported function
 OPS = ("add_constant",)
 
 
+def _checked(constant):
+    if type(constant) is not int or not _INT32_MIN <= constant <= _INT32_MAX:
+        raise TypeError(f"add_constant(): constant must be an int in the int32 range, got {constant!r}")
+    return constant
+
+
 def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
     """One module per constant."""
-    return [spec(c) for c in constants]
+    return [spec(_checked(c)) for c in constants]
 
 
 def warmup(ops=None, dtypes=(), constants=()) -> None:
@@ -51,8 +57,7 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
         return out
     fn = _FUNCTIONS.get(constant) if type(constant) is int else None
     if fn is None:
-        if type(constant) is not int or not _INT32_MIN <= constant <= _INT32_MAX:
-            raise TypeError(f"add_constant(): constant must be an int in the int32 range, got {constant!r}")
+        _checked(constant)
         check_not_capturing(f"add_constant for constant {constant}", f"jitkern.ops.warmup(constants=[{constant}])")
         fn = _FUNCTIONS.setdefault(constant, _add_constant_function(constant))
     if out is None:
