@@ -291,7 +291,7 @@ def _ops_specs(args) -> list:
                                   f"{', '.join(n + hint(n) for n in unknown)}; the families: {', '.join(ops.FAMILIES)}; "
                                   f"the ops: {', '.join(ops.OPS)}")
     families = [n for n in names if n in ops.FAMILIES]
-    op_names = [n for n in names if n not in ops.FAMILIES and ops.OPS[n] not in families]
+    op_names = [n for n in names if n not in ops.FAMILIES]  # prebuild_specs drops what a family listed also builds
     families_built = families + [ops.OPS[n] for n in op_names]
     dtypes, constants = _split(args.dtypes) or None, []
     for c in _split(args.constants):
