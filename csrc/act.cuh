@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace {
+namespace jitkern_act {
 
 using device::AlignedVector;
 namespace quant = device::quant;
@@ -144,6 +144,7 @@ struct StoreStaticFp8 {
 // CTA (coalesced). Addresses are computed before the PDL wait.
 template <typename Act, typename T, int kVec, typename Out>
 __global__ void __launch_bounds__(kActThreads) act_and_mul_kernel(const GatedInput<T> p, const Out out, bool trigger_at_start) {
+#ifdef __CUDACC__
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t v = int64_t{blockIdx.x} * kActThreads + threadIdx.x;
   const int64_t row = p.total_vecs <= UINT32_MAX ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(p.row_vecs)} : v / p.row_vecs;
@@ -156,6 +157,7 @@ __global__ void __launch_bounds__(kActThreads) act_and_mul_kernel(const GatedInp
   gate.load(at);
   up.load(at + p.d);
   out.store(out.ready(), gated<Act>(gate, up), row, col);
+#endif
 }
 
 // SiLU-and-mul quantized per group of kActGroupSize outputs of a row: kLanes lanes per group, kPerLane
@@ -165,6 +167,7 @@ template <typename T, int kVec, int kLanes, int kPerLane, bool kUE8M0>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_kernel(const GatedInput<T> p, uint8_t* q, int64_t q_stride, quant::GroupScales scales, int64_t groups_per_row,
                                     int64_t total_groups, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % kLanes);
@@ -188,6 +191,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
   quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(y, valid, out, eps, scales, group, groups_per_row, total_groups);
+#endif
 }
 
 inline unsigned act_grid(int64_t blocks) {
@@ -329,4 +333,4 @@ struct ActOps {
   }
 };
 
-}  // namespace
+}  // namespace jitkern_act

@@ -30,7 +30,7 @@
 #include <cstdint>
 #include <initializer_list>
 
-namespace {
+namespace jitkern_all_reduce {
 
 using device::AlignedVector;
 
@@ -203,6 +203,7 @@ struct Local {
 // One-shot: each CTA copies in, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
 template <typename T, int kVec, bool kAligned>
 __global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec, kAligned> io, int64_t nvec) {
+#ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   T* mine = data_of<T>(p, p.rank);
@@ -219,11 +220,13 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const __grid_constan
   for (int64_t i = first; i < nvec; i += stride) io.store(sum_ranks<T, kVec>(p, copy, i), i);
   if (!meet.sync()) return;
   meet.finish();
+#endif
 }
 
 // Push: each CTA writes, and then sums, the vectors i with i / blockDim.x = blockIdx.x mod gridDim.x.
 template <typename T, int kVec, bool kAligned>
 __global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ Params p, const Local<T, kVec, kAligned> io, int64_t nvec) {
+#ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   device::pdl_trigger_secondary();
@@ -241,6 +244,7 @@ __global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ 
   const auto slot = [&](int q) { return push_slot<T>(p, p.rank, phase, q); };
   for (int64_t i = first; i < nvec; i += stride) io.store(sum_ranks<T, kVec>(p, slot, i), i);
   meet.finish_push();
+#endif
 }
 
 // Two-shot: the vectors are cut into world chunks of `chunk`; each CTA takes the same positions i within
@@ -248,6 +252,7 @@ __global__ void __launch_bounds__(kThreads) push_kernel(const __grid_constant__ 
 // rank's copy into its own buffer, from which the others gather it.
 template <typename T, int kVec, bool kAligned>
 __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constant__ Params p, const Local<T, kVec, kAligned> io, int64_t nvec) {
+#ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t chunk = (nvec + p.world - 1) / p.world;
@@ -283,6 +288,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
   }
   if (!meet.sync()) return;
   meet.finish();
+#endif
 }
 
 // Push all-reduce of x [rows, hidden], then residual += the sum (rounded to T) and x = RMSNorm of the
@@ -291,6 +297,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const __grid_constan
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads) fused_add_rmsnorm_kernel(const __grid_constant__ Params p, T* x, T* residual, const T* weight,
                                                                      int64_t rows, int64_t hvec, float eps) {
+#ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   const float inv_hidden = 1.0f / static_cast<float>(hvec * kVec);
   device::pdl_trigger_secondary();
@@ -334,6 +341,7 @@ __global__ void __launch_bounds__(kThreads) fused_add_rmsnorm_kernel(const __gri
     }
   }
   meet.finish_push();
+#endif
 }
 
 // ---- host ----
@@ -475,7 +483,7 @@ int64_t create(int64_t device, int64_t rank, int64_t world, int64_t capacity, in
   c->push_max = c->params.slot_bytes;
   void* status = nullptr;
   if (cudaHostAlloc(&status, sizeof(int32_t), cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess ||
-      cudaMalloc(&c->own, c->params.data_offset + capacity) != cudaSuccess || cudaMemset(c->own, 0, kSlotsOffset) != cudaSuccess ||
+      cudaMalloc(reinterpret_cast<void**>(&c->own), c->params.data_offset + capacity) != cudaSuccess || cudaMemset(c->own, 0, kSlotsOffset) != cudaSuccess ||
       cudaDeviceSynchronize() != cudaSuccess) {
     const cudaError_t error = cudaGetLastError();
     if (status != nullptr) cudaFreeHost(status);
@@ -607,4 +615,4 @@ bool all_reduce_add_rmsnorm(int64_t comm, jitkern::TensorView x, jitkern::Tensor
   return true;
 }
 
-}  // namespace
+}  // namespace jitkern_all_reduce

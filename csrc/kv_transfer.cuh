@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace {
+namespace jitkern_kv_transfer {
 
 constexpr int kTransferThreads = 1024;
 constexpr int kTransferUnroll = 4;   // vectors per buffer each thread has in flight
@@ -74,6 +74,7 @@ struct TransferParams {
 // every buffer before it stores any, so that enough bytes are in flight to cover PCIe's latency.
 template <typename Index, typename Vec, int kLanes>
 __global__ void __launch_bounds__(kTransferThreads) transfer_rows_kernel(const __grid_constant__ TransferParams p) {
+#ifdef __CUDACC__
   const uint32_t lane = threadIdx.x % kLanes;
   const uint32_t workers = gridDim.x * (kTransferThreads / kLanes);
   const uint32_t tasks = p.n * p.layers;
@@ -102,13 +103,16 @@ __global__ void __launch_bounds__(kTransferThreads) transfer_rows_kernel(const _
           if (b < p.buffers && c + u * kLanes < p.vectors) __stcs(to[b] + c + u * kLanes, v[b][u]);
     }
   }
+#endif
 }
 
 // The first position i whose index is out of [0, rows) (atomic minimum into *first).
 template <typename Index>
 __global__ void first_out_of_range_kernel(const Index* indices, uint32_t n, uint64_t rows, unsigned long long* first) {
+#ifdef __CUDACC__
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     if (indices[i] < 0 || static_cast<uint64_t>(indices[i]) >= rows) atomicMin(first, static_cast<unsigned long long>(i));
+#endif
 }
 
 // What a tensor argument says about one side, before it becomes a CacheSide.
@@ -460,4 +464,4 @@ struct KvTransfer {
   }
 };
 
-}  // namespace
+}  // namespace jitkern_kv_transfer

@@ -21,7 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace {
+namespace jitkern_moe {
 
 constexpr int kMoeTopkWarps = 4;  // tokens per CTA
 constexpr int kMoeMaxExperts = 512;
@@ -69,6 +69,7 @@ struct TopkParams {
 // kV = ceil(experts / 32) rounded up to a power of two (the values a lane holds).
 template <typename T, int kV, bool kSigmoid>
 __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_kernel(const __grid_constant__ TopkParams p) {
+#ifdef __CUDACC__
   __shared__ float choice_smem[kSigmoid ? kMoeTopkWarps : 1][kSigmoid ? kMoeMaxExperts : 1];
   device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -181,6 +182,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_kernel(const __grid_c
       static_cast<int32_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
     }
   }
+#endif
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
@@ -237,6 +239,7 @@ __device__ __forceinline__ int cta_exclusive_scan(int v, int* warp_sums, int& to
 // Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
 template <typename = void>
 __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
   __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], cursor[kMoeMaxExperts];
   __shared__ int warp_sums[kAlignWarps];
   __shared__ uint16_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: ids in the chunk, then their offset
@@ -313,6 +316,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_c
     for (int e = lane; e < E; e += 32) table[warp][e] = 0;  // only this warp reads its row
     __syncthreads();  // start[] and cursor[] are rewritten by the next chunk
   }
+#endif
 }
 
 template <typename T>
@@ -439,4 +443,4 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
   LaunchKernel(1, kAlignThreads, dev).enable_pdl(runtime::get_cc_major(dev.device_id) >= 9)(moe_align_kernel<>, p);
 }
 
-}  // namespace
+}  // namespace jitkern_moe

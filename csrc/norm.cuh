@@ -17,7 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace {
+namespace jitkern_norm {
 
 // Narrow rows (at most 32 vectors) take a group of lanes of a warp each, one vector per lane, in
 // CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most kNormWideThreads threads
@@ -118,6 +118,7 @@ __device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int
 template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, typename Epi, RowOrder kOrder>
 __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p,
                                                                          const __grid_constant__ Epi epi) {
+#ifdef __CUDACC__
   const int groups = static_cast<int>(blockDim.x) / kWidth;  // CTAs of kNormNarrowThreads or kNormNarrowSmallThreads
   if (p.early_trigger) device::pdl_trigger_secondary();
   // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
@@ -136,6 +137,7 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, epis, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
+#endif
 }
 
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
@@ -145,6 +147,7 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
 __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
                                                                      const __grid_constant__ Epi epi) {
+#ifdef __CUDACC__
   static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
   const auto row_epi = epi.template row<T, kVec>(row, blockIdx.x);
@@ -154,6 +157,7 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
   if (!p.early_trigger) device::pdl_trigger_secondary();
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
+#endif
 }
 
 // Threads of a wide-row CTA: kRegVecs vectors each over a row of `nvec` vectors, whole warps, at most
@@ -480,4 +484,4 @@ struct NormOps {
   }
 };
 
-}  // namespace
+}  // namespace jitkern_norm

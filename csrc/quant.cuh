@@ -17,9 +17,11 @@
 
 #include <cstdint>
 
-namespace {
+namespace jitkern_quant {
 
 using device::AlignedVector;
+using jitkern_norm::TokenRows;  // the norm family's row operands and launch widths
+using jitkern_norm::wide_threads;
 namespace quant = device::quant;
 
 // The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant): their
@@ -81,6 +83,7 @@ template <typename T, typename Q, int kVec, bool kOneRow, bool kLastFirst, int k
           bool kEarly = true>
 __global__ void __launch_bounds__(kThreads)
     quantize_tensor_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale) {
+#ifdef __CUDACC__
   if constexpr (kEarly) device::pdl_trigger_secondary();
   const unsigned block = kLastFirst ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int64_t first = int64_t{block} * kThreads * kItems + threadIdx.x;
@@ -97,11 +100,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kItems; ++k)
     if (first + k * kThreads < shape.total_vecs) quant::store_quantized<Q>(q.base + rows[k] * q.row_stride + cols[k] * kVec, x[k], s);
+#endif
 }
 
 // scale = max of scale_for<Q>(amax of each CTA's part): *scale must be 0 before the launch.
 template <typename T, typename Q, int kVec, bool kOneRow>
 __global__ void __launch_bounds__(kQuantThreads) tensor_scale_kernel(Rows<const T> in, Shape2D shape, float* scale, float eps) {
+#ifdef __CUDACC__
   constexpr int kUnroll = 4;  // independent loads in flight per thread
   const int64_t step = int64_t{gridDim.x} * kQuantThreads;
   device::pdl_wait_primary();
@@ -125,6 +130,7 @@ __global__ void __launch_bounds__(kQuantThreads) tensor_scale_kernel(Rows<const 
   device::pdl_trigger_secondary();
   // Positive floats order like their bits as ints.
   if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(scale), __float_as_int(quant::scale_for<Q>(amax, eps)));
+#endif
 }
 
 // kVecs vectors of a Shape2D per thread, at first, first + step, ..., held in registers.
@@ -170,6 +176,7 @@ struct HeldVectors {
 template <typename T, typename Q, int kVec, bool kOneRow>
 __global__ void __launch_bounds__(kQuantOneCtaThreads)
     tensor_quant_one_cta_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, float* scale, float eps) {
+#ifdef __CUDACC__
   HeldVectors<T, kVec, kQuantOneCtaRegVecs, kOneRow> v(threadIdx.x, blockDim.x, shape);
   device::pdl_wait_primary();
   v.load(in);
@@ -179,6 +186,7 @@ __global__ void __launch_bounds__(kQuantOneCtaThreads)
   const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
   if (threadIdx.x == 0) *scale = s.s;
   v.template store<Q, false>(q, s);
+#endif
 }
 
 // The split path's scratch entries: a CTA's finite amax a, stored as a, or as -1 - a where the CTA saw
@@ -192,6 +200,7 @@ __device__ __forceinline__ bool part_finite(float part) { return part >= 0.0f; }
 // the input before waiting, which is safe once this kernel's predecessor has finished.
 template <typename T, int kVec, int kVecs, bool kOneRow>
 __global__ void __launch_bounds__(kQuantSplitWideThreads) tensor_amax_parts_kernel(Rows<const T> in, Shape2D shape, float* parts) {
+#ifdef __CUDACC__
   HeldVectors<T, kVec, kVecs, kOneRow> v(int64_t{blockIdx.x} * blockDim.x + threadIdx.x, int64_t{gridDim.x} * blockDim.x, shape);
   device::pdl_wait_primary();
   device::pdl_trigger_secondary();
@@ -199,6 +208,7 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads) tensor_amax_parts_kern
   bool finite;
   const float amax = v.cta_amax(finite);
   if (threadIdx.x == 0) parts[blockIdx.x] = amax_part(amax, finite);
+#endif
 }
 
 // Dynamic per-tensor, split, second launch (same grid and layout): loads its vectors, waits for
@@ -206,6 +216,7 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads) tensor_amax_parts_kern
 template <typename T, typename Q, int kVec, int kVecs, bool kOneRow>
 __global__ void __launch_bounds__(kQuantSplitWideThreads)
     quantize_tensor_parts_kernel(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* parts, float* scale, float eps) {
+#ifdef __CUDACC__
   device::pdl_trigger_secondary();
   HeldVectors<T, kVec, kVecs, kOneRow> v(int64_t{blockIdx.x} * blockDim.x + threadIdx.x, int64_t{gridDim.x} * blockDim.x, shape);
   v.load(in);
@@ -222,6 +233,7 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads)
   const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s.s;
   v.template store<Q, false>(q, s);
+#endif
 }
 
 // One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kQuantRowRegVecs vectors
@@ -230,6 +242,7 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads)
 template <typename T, typename Q, int kVec, device::norm::RowFit kFit>
 __global__ void __launch_bounds__(kQuantRowThreads)
     per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
   constexpr bool kWider = kFit == device::norm::RowFit::kWider;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const T* src = in.base + int64_t{blockIdx.x} * in.row_stride;
@@ -267,6 +280,7 @@ __global__ void __launch_bounds__(kQuantRowThreads)
     quant::store_quantized<Q, false>(dst + i * kVec, y, s);
   }
   if (rank == 0) scales[blockIdx.x] = s.s;
+#endif
 }
 
 using quant::GroupScales;
@@ -278,6 +292,7 @@ template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M
 __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
                                                                         int64_t groups_per_row, int64_t total_groups, float eps,
                                                                         bool trigger_at_start) {
+#ifdef __CUDACC__
   constexpr int kGroup = kLanes * kPerLane * kVec;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % kLanes);
@@ -296,6 +311,7 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
   quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+#endif
 }
 
 inline void zero_float_async(float* ptr, DLDevice device) {
@@ -608,4 +624,4 @@ struct QuantOps {
   }
 };
 
-}  // namespace
+}  // namespace jitkern_quant

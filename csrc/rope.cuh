@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace {
+namespace jitkern_rope {
 
 using device::AlignedVector;
 using jitkern::Optional;
@@ -345,6 +345,7 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
 // all threads in turn.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
+#ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int64_t token = blockIdx.x;
@@ -399,6 +400,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
       store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1, a[i], b[i]);
     }
   }
+#endif
 }
 
 // With more tokens than SMs and 16-byte vectors: one CTA a token that first copies the token's q, k
@@ -409,6 +411,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kStagedThreads)
     rope_staged_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
+#ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   extern __shared__ int4 staged[];
   T* const rows = reinterpret_cast<T*>(staged);
@@ -474,6 +477,7 @@ __global__ void __launch_bounds__(kStagedThreads)
   }
   copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
                             [&](bool is_q, int h) -> const T* { return rows + (is_q ? h : p.q_heads + h) * p.head_dim; });
+#endif
 }
 
 // A q/k/v argument: [N, H, D] or [N, H * D], the last dimension contiguous.
@@ -758,6 +762,7 @@ struct RowCopyParams {
 // store_cache: row r of each buffer (k, v) goes to its cache's row indices[r]; out-of-range rows skipped.
 template <typename Vec>
 __global__ void __launch_bounds__(kRowThreads) store_rows_kernel(const __grid_constant__ RowCopyParams p) {
+#ifdef __CUDACC__
   const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
   const int lane = threadIdx.x % p.lanes;
   device::pdl_wait_primary();
@@ -785,6 +790,7 @@ __global__ void __launch_bounds__(kRowThreads) store_rows_kernel(const __grid_co
       for (int b = 0; b < 2; ++b)
         if (b < p.buffers && c + u * p.lanes < p.vecs) dst[b][c + u * p.lanes] = v[b][u];
   }
+#endif
 }
 
 struct ConcatParams {
@@ -801,6 +807,7 @@ struct ConcatParams {
 // out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1).
 template <typename Vec>
 __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
+#ifdef __CUDACC__
   const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
   const int lane = threadIdx.x % p.lanes;
   device::pdl_wait_primary();
@@ -822,6 +829,7 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
     for (int u = 0; u < 2; ++u)
       if (c + u * p.lanes < total) out[c + u * p.lanes] = v[u];
   }
+#endif
 }
 
 // Lanes per row: enough for one vector each, at most kRowThreads.
@@ -970,4 +978,4 @@ struct KvRowsImpl {
 };
 using KvRows = KvRowsImpl<>;
 
-}  // namespace
+}  // namespace jitkern_rope

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace jitkern_wait_value {
 
 __device__ __forceinline__ uint64_t global_time_ns() {
   uint64_t t;
@@ -34,6 +34,7 @@ __device__ __forceinline__ uint64_t global_time_ns() {
 
 // Spins until *flag == value; with timeout_ns > 0, gives up after that long and reports it in *timed_out.
 __global__ void spin_wait_kernel(const volatile int32_t* flag, int32_t value, uint64_t timeout_ns, volatile int32_t* timed_out) {
+#ifdef __CUDACC__
   const uint64_t start = timeout_ns > 0 ? global_time_ns() : 0;
   while (*flag != value) {
     if (timeout_ns > 0 && global_time_ns() - start > timeout_ns) {
@@ -43,11 +44,14 @@ __global__ void spin_wait_kernel(const volatile int32_t* flag, int32_t value, ui
     }
     __nanosleep(256);
   }
+#endif
 }
 
 __global__ void write_value_kernel(volatile int32_t* flag, int32_t value) {
+#ifdef __CUDACC__
   __threadfence_system();  // what the stream wrote before is visible before the flag
   *flag = value;
+#endif
 }
 
 // An Event's words, in pinned host memory.
@@ -306,8 +310,8 @@ void load_kernels() {
   std::lock_guard<std::mutex> lock(mutex);
   if (loaded[device].load(std::memory_order_relaxed)) return;
   cudaFuncAttributes attributes{};
-  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, spin_wait_kernel));
-  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, write_value_kernel));
+  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, host::kernel_handle(spin_wait_kernel)));
+  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&attributes, host::kernel_handle(write_value_kernel)));
   loaded[device].store(true, std::memory_order_release);
 }
 
@@ -413,4 +417,4 @@ bool stream_mem_ops_available() {
   return ops.usable();
 }
 
-}  // namespace
+}  // namespace jitkern_wait_value

@@ -249,6 +249,7 @@ class Compile {
   // no cache path (quotes, spaces, $) ever reaches a command line.
   int compile_cuda() {
     m_cuda_lib = toolchain::cuda_lib_dir(m_p.nvcc);
+    if (!m_p.host_pass.empty()) return compile_host_and_image();
     const CpuShare share;
     const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
     depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
@@ -316,6 +317,26 @@ class Compile {
     auto cmd = m_p.cuda_compile;
     cmd.insert(cmd.end(), {"-MD", "-MF", depfile, "-c", src, "-o", obj});
     return run_argv(cmd, m_scratch);
+  }
+
+  // host_without_nvcc: the host pass (the host compiler alone, into device.o) beside nvcc's device
+  // image, linked in as data that the module's launches look their kernels up in.
+  int compile_host_and_image() {
+    const std::string src = "device.cu";
+    auto host = m_p.host_pass;
+    host.insert(host.end(), {"-I" + toolchain::cuda_include_dir(m_p.nvcc), "-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
+    auto image = m_p.cuda_compile;
+    image.insert(image.end(), {"-MD", "-MF", "device.d", "-fatbin", src, "-o", "device.fatbin"});
+    for (const auto* dep : {"host_pass.d", "device.d"}) depfiles.push_back({m_scratch + "/" + dep, m_scratch});
+    fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.fatbin"));
+    const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"};
+    for (const auto& argv : {host, image, embed}) record(in_dir(fs::join_command(argv)));
+    fs::Process device = fs::spawn(image, device_log(), {}, m_scratch);
+    int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    int device_rc = fs::wait(device, m_timeout);
+    if (device_rc == 0) device_rc = fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+    m_cuda_objects.push_back(m_scratch + "/image.o");
+    return first_failure(rc, device_rc);
   }
 
   const plan::Plan& m_p;

@@ -1,5 +1,7 @@
 #include "nvcc_pipeline.h"
 
+#include <jitkern/detail/device_image.h>
+
 #include "fs_util.h"
 #include "text.h"
 
@@ -112,15 +114,26 @@ std::string fatbin_declaration() {
          "__attribute__((section(__CUDAFATBINSECTION))) = {FATBINC_MAGIC, FATBINC_VERSION, " + kFatbinSymbol + ", 0}; }\n";
 }
 
-std::string fatbin_assembly(const std::string& fatbin_path) {
-  std::string path;
-  for (const char c : fatbin_path) {
-    if (c == '"' || c == '\\') path += '\\';
-    path += c;
+namespace {
+
+// `path`'s bytes as the hidden, 8-byte aligned data symbol `sym`.
+std::string data_assembly(const std::string& sym, const std::string& path) {
+  std::string quoted;
+  for (const char c : path) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
   }
-  const std::string sym = kFatbinSymbol;
-  return ".section .nv_fatbin, \"a\"\n.balign 8\n.globl " + sym + "\n.hidden " + sym + "\n" + sym + ":\n.incbin \"" + path +
+  return ".section .nv_fatbin, \"a\"\n.balign 8\n.globl " + sym + "\n.hidden " + sym + "\n" + sym + ":\n.incbin \"" + quoted +
          "\"\n.section .note.GNU-stack, \"\", %progbits\n";
 }
+
+#define JITKERN_STRINGIFY_(x) #x
+#define JITKERN_STRINGIFY(x) JITKERN_STRINGIFY_(x)
+
+}  // namespace
+
+std::string fatbin_assembly(const std::string& fatbin_path) { return data_assembly(kFatbinSymbol, fatbin_path); }
+
+std::string image_assembly(const std::string& fatbin_path) { return data_assembly(JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL), fatbin_path); }
 
 }  // namespace jitkern::nvcc

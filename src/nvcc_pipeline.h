@@ -43,5 +43,7 @@ std::string fatbin_declaration();
 // Assembler source that embeds the fatbin at `fatbin_path` (relative to the assembler's directory or
 // absolute) under the symbol fatbin_declaration() refers to.
 std::string fatbin_assembly(const std::string& fatbin_path);
+// The same for a host_without_nvcc module's device image, under JITKERN_DEVICE_IMAGE_SYMBOL.
+std::string image_assembly(const std::string& fatbin_path);
 
 }  // namespace jitkern::nvcc

@@ -126,6 +126,7 @@ void validate(const BuildRequest& req) {
   if (req.cpp_files.empty() && req.cuda_files.empty()) bad("a module needs at least one of cpp_files or cuda_files");
   if (req.cpp_files.empty() && !req.cpp_wrappers.empty()) bad("cpp_wrappers were given without cpp_files");
   if (req.cuda_files.empty() && !req.cuda_wrappers.empty()) bad("cuda_wrappers were given without cuda_files");
+  if (req.cuda_files.empty() && req.host_without_nvcc) bad("host_without_nvcc was given without cuda_files");
   // A module without exports would compile and then have nothing for the loader to find.
   if (req.cpp_wrappers.empty() && req.cuda_wrappers.empty())
     bad("a module needs at least one export: give cpp_wrappers or cuda_wrappers, a list of (export_name, cpp_expression) "
@@ -259,6 +260,14 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.cuda_compile.insert(p.cuda_compile.end(), flags.begin(), flags.end());
     key.field("cuda").field(portable(p, p.cuda_source));
     key_args(p.cuda_compile);
+    if (req.host_without_nvcc) {
+      p.host_pass = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
+      p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());
+      const auto host_flags = absolute_include_flags(req.extra_cflags, cwd);
+      p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
+      key.field("host-without-nvcc");
+      key_args(p.host_pass);
+    }
     p.dep_exclude_prefixes = tc.nvcc.own_dirs;  // covered by the compiler's version
   }
   p.dep_exclude_prefixes.insert(p.dep_exclude_prefixes.end(), tc.cxx.own_dirs.begin(), tc.cxx.own_dirs.end());
@@ -277,7 +286,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   p.request_key = key.hex();
   Sha256 config;
   config.field(p.toolchain_id);
-  for (const auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.link}) {
+  for (const auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.host_pass, &p.link}) {
     config.field("argv");
     for (const auto& a : *argv) config.field(a);
   }

@@ -57,6 +57,9 @@ struct Plan {
   std::vector<std::pair<std::string, std::string>> roots;
   std::string cpp_source, cuda_source;
   std::vector<std::string> cpp_compile, cuda_compile, link;  // without inputs and outputs
+  // host_without_nvcc: the CUDA source's host pass (the host compiler, CUDA's include directory added
+  // by the build); cuda_compile then makes the device image.
+  std::vector<std::string> host_pass;
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
   std::vector<std::string> sources;                          // the kernel files, resolved
   bool has_cpp = false, has_cuda = false;

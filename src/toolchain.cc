@@ -156,6 +156,14 @@ std::string cuda_lib_dir(const std::string& nvcc_path) {
   return root + "/lib64";
 }
 
+std::string cuda_include_dir(const std::string& nvcc_path) {
+  const std::string root = fs::dirname(fs::dirname(fs::realpath_or(nvcc_path)));
+  // nvcc's own include directory first: under targets/, one of the toolkit's own directories (own_directories).
+  for (const std::string& d : {root + "/targets/x86_64-linux/include", root + "/targets/sbsa-linux/include", root + "/include"})
+    if (::access((d + "/cuda_runtime_api.h").c_str(), F_OK) == 0) return d;
+  return root + "/include";
+}
+
 bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir) {
   // Found once (a loaded library with its headers beside it), then remembered: the warm path asks on
   // every load. Not found is asked again (tvm-ffi may be loaded after the engine).

@@ -53,6 +53,8 @@ std::string cxx_program();
 std::string nvcc_program();
 // The CUDA runtime library directory of the toolkit that `nvcc_path` belongs to.
 std::string cuda_lib_dir(const std::string& nvcc_path);
+// Its headers' directory (cuda_runtime_api.h): a host pass's include path.
+std::string cuda_include_dir(const std::string& nvcc_path);
 
 // tvm-ffi's library and include directories, from the libtvm_ffi.so loaded in this process (the
 // Python package loads it; its headers sit in ../include beside lib/). False when none is loaded.

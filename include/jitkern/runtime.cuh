@@ -45,7 +45,7 @@ inline int get_runtime_version(DebugInfo where = {}) {
 template <typename Kernel>
 inline int get_blocks_per_sm(Kernel kernel, int block_size, std::size_t dynamic_smem = 0, DebugInfo where = {}) {
   int blocks = 0;
-  RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_size, dynamic_smem), where);
+  RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_handle(kernel, where), block_size, dynamic_smem), where);
   return blocks;
 }
 

@@ -3,9 +3,27 @@
 //
 // The fp16/bf16/fp8 element types live in <jitkern/type.cuh>, not here: CUDA's half-precision headers
 // add about 0.9 s to every nvcc compile (docs/benchmarks.md, "Design measurements").
+//
+// A module built with host_without_nvcc compiles this file twice: nvcc makes its kernels (__CUDACC__
+// defined), the host compiler alone its host code, where a kernel is a stub whose symbol (the
+// kernel's mangled name) LaunchKernel looks the kernel up by in the module's device image.
 #pragma once
 
+#ifdef __CUDACC__
 #include <cuda_runtime.h>
+#else
+#include <cuda_runtime_api.h>
+#include <jitkern/detail/device_image.h>
+#include <jitkern/detail/host_pass.h>
+#include <pthread.h>
+// A stub per kernel, never inlined, merged or cloned: its symbol names the kernel.
+#undef __global__
+#if defined(__clang__)
+#define __global__ __attribute__((noinline))
+#else
+#define __global__ __attribute__((noipa))
+#endif
+#endif
 #include <jitkern/ptx.cuh>
 #include <jitkern/utils.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -52,6 +70,78 @@ inline void RuntimeDeviceCheck(cudaError_t error, DebugInfo where = {}) {
 }
 inline void RuntimeDeviceCheck(DebugInfo where = {}) { RuntimeDeviceCheck(cudaGetLastError(), where); }
 
+#ifndef __CUDACC__
+extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
+
+namespace detail {
+// This module's device image, loaded once per process (each device loads a kernel at its first launch
+// there).
+inline cudaLibrary_t device_image(DebugInfo where) {
+  static const cudaLibrary_t library = [&] {
+    cudaLibrary_t loaded = nullptr;
+    RuntimeDeviceCheck(cudaLibraryLoadData(&loaded, JITKERN_DEVICE_IMAGE_SYMBOL, nullptr, nullptr, 0, nullptr, nullptr, 0), where);
+    return loaded;
+  }();
+  return library;
+}
+
+// The kernel that `stub` stands for, found once per stub: a lock-free table of what was found (GCC's
+// atomic built-ins: <atomic> and <mutex> would double the host pass's parsing), a lock for the first
+// lookups.
+inline const void* kernel_in_image(const void* stub, DebugInfo where) {
+  constexpr std::size_t kSlots = 256;
+  static const void* stubs[kSlots];
+  static const void* kernels[kSlots];
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  const std::size_t home = (reinterpret_cast<std::uintptr_t>(stub) >> 4) % kSlots;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const std::size_t slot = (home + i) % kSlots;
+    const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_ACQUIRE);
+    if (seen == stub) return kernels[slot];
+    if (seen == nullptr) break;
+  }
+  struct Locked {
+    explicit Locked(pthread_mutex_t* m) : m(m) { pthread_mutex_lock(m); }
+    ~Locked() { pthread_mutex_unlock(m); }
+    pthread_mutex_t* m;
+  } locked(&mutex);
+  char name[kMaxSymbolName];
+  if (!function_symbol(stub, name))
+    panic_with(where, "LaunchKernel", "found no symbol for a kernel stub of this module (a stripped library?)");
+  cudaKernel_t kernel = nullptr;
+  const cudaError_t status = cudaLibraryGetKernel(&kernel, device_image(where), name);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    panic_with(where, "LaunchKernel", "kernel ", static_cast<const char*>(name), " is not in this module's device image (", cudaGetErrorName(status),
+               "): is it, or a type it is instantiated with, in an anonymous namespace?");
+  }
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const std::size_t slot = (home + i) % kSlots;
+    const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_RELAXED);
+    if (seen == stub) return kernels[slot];
+    if (seen == nullptr) {
+      kernels[slot] = kernel;
+      __atomic_store_n(&stubs[slot], stub, __ATOMIC_RELEASE);
+      break;
+    }
+  }
+  return kernel;  // a full table only costs the lookup again
+}
+}  // namespace detail
+#endif
+
+// What the runtime API takes as a kernel (launches, attributes, occupancy): the kernel itself when nvcc
+// compiles the host code, its handle in the device image otherwise.
+template <typename... KernelArgs>
+inline const void* kernel_handle(void (*kernel)(KernelArgs...), DebugInfo where = {}) {
+#ifdef __CUDACC__
+  (void)where;
+  return reinterpret_cast<const void*>(kernel);
+#else
+  return detail::kernel_in_image(reinterpret_cast<const void*>(kernel), where);
+#endif
+}
+
 class LaunchKernel {
  public:
   // Launch on the caller's current stream for `device` (torch's current stream when called from
@@ -96,12 +186,24 @@ class LaunchKernel {
       RuntimeDeviceCheck(cudaGetDevice(&previous), m_where);
       if (previous != m_device_id) RuntimeDeviceCheck(cudaSetDevice(m_device_id), m_where);
     }
+#ifdef __CUDACC__
     const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+#else
+    const cudaError_t status = launch_by_handle<KernelArgs...>(config, kernel_handle(kernel, m_where), static_cast<KernelArgs>(args)...);
+#endif
     if (previous >= 0 && previous != m_device_id) cudaSetDevice(previous);
     RuntimeDeviceCheck(status, m_where);
   }
 
  private:
+#ifndef __CUDACC__
+  // The arguments as the kernel's parameter types, by value: what the runtime copies from.
+  template <typename... KernelArgs>
+  static cudaError_t launch_by_handle(const cudaLaunchConfig_t& config, const void* kernel, KernelArgs... values) {
+    void* pointers[] = {static_cast<void*>(&values)..., nullptr};
+    return cudaLaunchKernelExC(&config, kernel, pointers);
+  }
+#endif
   cudaLaunchConfig_t m_config{};
   DebugInfo m_where;
   int m_device_id = -1;

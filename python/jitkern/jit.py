@@ -75,6 +75,10 @@ class JitSpec:
     """Everything that defines a kernel module, as a frozen value: the module name and template
     arguments (`args`), kernel files, exported wrappers, flags, include paths, build directory and,
     optionally, a fixed CUDA target (`cuda_arch`, e.g. "sm_90a"; by default the current device's).
+    `host_without_nvcc=True` compiles the CUDA sources' host code with the host compiler alone and their
+    kernels into a device image that launches go through by name (host::LaunchKernel does it): about
+    half the compile work; the sources must keep device code under `#ifdef __CUDACC__`
+    (docs/add-a-kernel.md).
 
     `build()` compiles (or finds in the cache) and returns the library's path without loading it;
     `load()` returns the loaded module. Equal specs are equal values (usable as dictionary keys). The
@@ -82,7 +86,7 @@ class JitSpec:
     """
 
     __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
-                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "_request")
+                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "_request")
 
     def __init__(
         self,
@@ -97,6 +101,7 @@ class JitSpec:
         extra_include_paths: Sequence[str] | None = None,
         build_directory: str | None = None,
         cuda_arch: str | None = None,
+        host_without_nvcc: bool = False,
     ) -> None:
         owner = "JitSpec"
         if not args:
@@ -107,6 +112,8 @@ class JitSpec:
         for name, value in (("build_directory", build_directory), ("cuda_arch", cuda_arch)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
+        if not isinstance(host_without_nvcc, bool):
+            raise TypeError(f"{owner}: host_without_nvcc must be a bool, got {type(host_without_nvcc).__name__}")
         setattr_ = object.__setattr__
         setattr_(self, "args", args)
         setattr_(self, "cpp_files", _strings(owner, "cpp_files", cpp_files))
@@ -119,9 +126,11 @@ class JitSpec:
         setattr_(self, "extra_include_paths", _strings(owner, "extra_include_paths", extra_include_paths))
         setattr_(self, "build_directory", build_directory or None)
         setattr_(self, "cuda_arch", cuda_arch or None)
+        setattr_(self, "host_without_nvcc", host_without_nvcc)
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
-            self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch))
+            self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
+            host_without_nvcc))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")

@@ -140,6 +140,9 @@ TEST(Plan, ValidationNamesTheField) {
   r = cpu_request();
   r.cuda_arch = "sm_9x";
   EXPECT_THROW(plan::validate(r), std::invalid_argument);
+  r = cpu_request();
+  r.host_without_nvcc = true;
+  expect_invalid(r, "host_without_nvcc was given without cuda_files");
 }
 
 TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
@@ -229,4 +232,14 @@ TEST(Plan, CudaCommand) {
   EXPECT_EQ(p.dep_exclude_prefixes.front(), "/cuda/targets/") << "the toolkit's own directories, never its whole prefix";
   EXPECT_EQ(std::count(p.dep_exclude_prefixes.begin(), p.dep_exclude_prefixes.end(), "/cuda/"), 0);
   EXPECT_EQ(plan::export_names(r), std::vector<std::string>{"add_constant"});
+  EXPECT_TRUE(p.host_pass.empty()) << "nvcc compiles the host code unless the request says otherwise";
+
+  r.host_without_nvcc = true;
+  const plan::Plan split = plan::make(r, config(), toolchain_(), "/work");
+  EXPECT_NE(split.request_key, p.request_key) << "another library";
+  EXPECT_EQ(split.cuda_compile, p.cuda_compile) << "the same device code";
+  ASSERT_FALSE(split.host_pass.empty());
+  EXPECT_EQ(split.host_pass.front(), toolchain_().cxx.path);
+  for (const char* flag : {"-x", "c++", "-fvisibility=hidden"})
+    EXPECT_NE(std::find(split.host_pass.begin(), split.host_pass.end(), flag), split.host_pass.end()) << flag;
 }

@@ -354,6 +354,16 @@ def test_jitspec_is_a_value_that_builds_without_loading(cache_dir):
         jitkern.JitSpec("spec_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>", "out, 1in")]).build()
 
 
+def test_host_without_nvcc_is_part_of_the_spec(cache_dir):
+    cuda = jitkern.JitSpec("hwn_test", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")])
+    split = cuda.replace(host_without_nvcc=True)
+    assert split.host_without_nvcc and not cuda.host_without_nvcc and split != cuda and hash(split) != hash(cuda)
+    with pytest.raises(TypeError, match="host_without_nvcc must be a bool, got str"):
+        cuda.replace(host_without_nvcc="yes")
+    with pytest.raises(ValueError, match="host_without_nvcc was given without cuda_files"):
+        jitkern.JitSpec("hwn_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], host_without_nvcc=True).build()
+
+
 def test_load_is_memoised_on_everything_that_changes_the_result(cache_dir, tmp_path, monkeypatch):
     spec = jitkern.JitSpec("memo_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")])
     first = spec.load()

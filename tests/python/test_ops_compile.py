@@ -1,7 +1,10 @@
 """Compile-checks (nvcc, sm_90a) the CUDA modules the GPU tests use, from the specs their op modules
 declare; runs without a GPU."""
 
+import re
 import shutil
+import struct
+import subprocess
 
 import pytest
 
@@ -19,11 +22,49 @@ def _build(spec: JitSpec) -> str:
     return path
 
 
+def _elf_symbols(data: bytes, at: int = 0) -> list[tuple[str, int, int, int]]:
+    """(name, type, st_other, value) of every symbol in the static symbol tables of the ELF64 object at `at`."""
+    shoff, = struct.unpack_from("<Q", data, at + 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, at + 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, at + shoff + i * shentsize) for i in range(shnum)]
+    out = []
+    for _, kind, _, _, offset, size, link, *_ in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = sections[link][4]
+        for i in range(size // 24):
+            name, info, other, _, value, _ = struct.unpack_from("<IBBHQQ", data, at + offset + i * 24)
+            out.append((data[at + strings + name:].split(b"\0", 1)[0].decode(), info & 0xF, other, value))
+    return out
+
+
+def _kernel_names(mangled: set[str]) -> set[str]:
+    """The mangled names among `mangled` of functions named *_kernel (every kernel of jitkern's families is)."""
+    names = sorted(mangled)
+    demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout.splitlines()
+    return {m for m, d in zip(names, demangled) if re.search(r"\w+_kernel(<|\()", d.split("(")[0] + "(")}
+
+
+def _check_device_image(path: str) -> None:
+    """host_without_nvcc: every kernel stub of the host code names an entry of the device image (the launch
+    looks the kernel up by the stub's symbol) and every entry has its stub."""
+    data = open(path, "rb").read()
+    functions = {name for name, kind, _, _ in _elf_symbols(data) if kind == 2}  # STT_FUNC
+    entries = set()
+    for m in re.finditer(rb"\x7fELF", data):
+        if m.start() and struct.unpack_from("<H", data, m.start() + 0x12)[0] == 190:  # EM_CUDA: a cubin of the image
+            entries |= {name for name, kind, other, _ in _elf_symbols(data, m.start()) if kind == 2 and other & 0x10}  # STO_CUDA_ENTRY
+    stubs = _kernel_names(functions)
+    assert entries and stubs == entries, (sorted(stubs - entries), sorted(entries - stubs))
+
+
 @pytest.mark.parametrize("spec", ops.specs(),  # every family's modules (add_constant's: test_cuda_compile.py)
                          ids=lambda s: "-".join([s.name, *s.args[1:]]))
 def test_op_module_compiles(cache_dir, monkeypatch, spec):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    _build(spec)
+    path = _build(spec)
+    assert spec.host_without_nvcc, "jitkern's own families build their host code without nvcc"
+    _check_device_image(path)
 
 
 def test_primitives_module_compiles(cache_dir, monkeypatch):

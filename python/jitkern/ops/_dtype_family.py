@@ -16,7 +16,8 @@ class DtypeFamily:
         members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they name the
         arguments in errors); public: the Python op -> the export it calls, or the exports it chooses from by
         its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses); default: each
-        export under its own name."""
+        export under its own name. The modules build with host_without_nvcc (csrc/<name>.cuh keeps its kernel
+        bodies under #ifdef __CUDACC__)."""
         self.name, self.cpp_class, self.ops = name, cpp_class, ops
         self.public = {op: op for op in ops} if public is None else public
         self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
@@ -29,7 +30,7 @@ class DtypeFamily:
         if str(dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
-                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])])
+                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])], host_without_nvcc=True)
 
     def module_api(self) -> tuple:
         """(DTYPES, SPECS, OPS, spec, specs, warmup): what a family module offers ops/__init__ and the tests."""

@@ -18,7 +18,7 @@ from ._shapes import as_rows
 from .quant import _bytes, _check_scale, group_scales_like
 
 _ACTIVATIONS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
-_FAMILY = DtypeFamily("act", "ActOps", {
+_FAMILY = DtypeFamily("act", "jitkern_act::ActOps", {
     **{op: "input, out" for op in _ACTIVATIONS},
     "silu_and_mul_quant": "input, output_q, scale",
     "silu_and_mul_group_quant": "input, output_q, output_s, group_size, eps",

@@ -39,7 +39,8 @@ _EXPORTS = {
 
 def spec() -> JitSpec:
     """The module of the all-reduce kernels (every dtype)."""
-    return JitSpec("all_reduce", cuda_files=["all_reduce.cuh"], cuda_wrappers=[(op, op, args) for op, args in _EXPORTS.items()])
+    return JitSpec("all_reduce", cuda_files=["all_reduce.cuh"], cuda_wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
+                   host_without_nvcc=True)
 
 
 _function = ModuleExports(spec, _EXPORTS, "all_reduce")

@@ -20,7 +20,7 @@ from .._torch import ModuleExports, compiling, define_op, torch
 from ..jit import JitSpec
 from ._dtype_family import DtypeFamily
 
-_FAMILY = DtypeFamily("moe", "MoeOps", {
+_FAMILY = DtypeFamily("moe", "jitkern_moe::MoeOps", {
     "topk_softmax": "topk_weights, topk_ids, gating_output, renormalize",
     "topk_sigmoid": "topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group, "
                     "routed_scaling_factor",
@@ -33,7 +33,8 @@ _ALIGN_ARGS = "topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, 
 
 def align_spec() -> JitSpec:
     """The module of moe_align_block_size (one for every id dtype)."""
-    return JitSpec("moe_align", cuda_files=["moe.cuh"], cuda_wrappers=[("moe_align_block_size", "moe_align_block_size<>", _ALIGN_ARGS)])
+    return JitSpec("moe_align", cuda_files=["moe.cuh"], cuda_wrappers=[("moe_align_block_size", "jitkern_moe::moe_align_block_size<>", _ALIGN_ARGS)],
+                   host_without_nvcc=True)
 
 
 _align = ModuleExports(align_spec, ("moe_align_block_size",), "moe_align")

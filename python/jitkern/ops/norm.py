@@ -14,7 +14,7 @@ from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
-_FAMILY = DtypeFamily("norm", "NormOps", {
+_FAMILY = DtypeFamily("norm", "jitkern_norm::NormOps", {
     "rmsnorm": "input, weight, output, eps",
     "fused_add_rmsnorm": "input, residual, weight, eps",
     "qknorm": "q, k, q_weight, k_weight, eps, head_dim",

@@ -16,7 +16,7 @@ from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
-_FAMILY = DtypeFamily("quant", "QuantOps", {
+_FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "per_tensor_quant_static": "input, output_q, output_s",
     "per_tensor_quant_dynamic": "input, output_q, output_s",
     "per_token_quant": "input, output_q, output_s",

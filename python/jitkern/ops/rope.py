@@ -33,7 +33,7 @@ from ..jit import JitSpec
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
-_FAMILY = DtypeFamily("rope", "RopeOps", {
+_FAMILY = DtypeFamily("rope", "jitkern_rope::RopeOps", {
     "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, head_groups, head_splits",
     "apply_store": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
                    "head_groups, head_splits",
@@ -50,7 +50,7 @@ _ROWS = {"store_cache": {"store_cache": "k, v, k_cache, v_cache, indices"},
 def rows_spec(module: str) -> JitSpec:
     """The module of the dtype-independent row copies: "store_cache" or "concat_mla"."""
     return JitSpec(f"rope_{module}", cuda_files=["rope.cuh"],
-                   cuda_wrappers=[(op, f"KvRows::{op}", args) for op, args in _ROWS[module].items()])
+                   cuda_wrappers=[(op, f"jitkern_rope::KvRows::{op}", args) for op, args in _ROWS[module].items()], host_without_nvcc=True)
 
 
 _store_function = ModuleExports(lambda: rows_spec("store_cache"), _ROWS["store_cache"], "rope_store_cache")

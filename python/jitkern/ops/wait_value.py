@@ -28,7 +28,8 @@ _OPS = {
 
 def spec() -> JitSpec:
     """The module of the signalling ops."""
-    return JitSpec("wait_value", cuda_files=["wait_value.cuh"], cuda_wrappers=[(op, op, args) if args else (op, op) for op, args in _OPS.items()])
+    return JitSpec("wait_value", cuda_files=["wait_value.cuh"], host_without_nvcc=True,
+                   cuda_wrappers=[(op, f"jitkern_wait_value::{op}", args) if args else (op, f"jitkern_wait_value::{op}") for op, args in _OPS.items()])
 
 
 _function = ModuleExports(spec, _OPS, "wait_value")

@@ -41,6 +41,10 @@ struct BuildRequest {
   std::string build_directory;  // empty: the cache directory
   std::string cuda_arch;        // empty: $JITKERN_CUDA_ARCH, else the current device's (e.g. "sm_90a")
   int cuda_device = -1;         // device whose arch to use when probing (-1: device 0)
+  // The CUDA source's host code compiled by the host compiler alone (device code under #ifdef
+  // __CUDACC__), its kernels by nvcc into a device image they launch from by name: no CUDA front end
+  // parses the host code.
+  bool host_without_nvcc = false;
 };
 
 // Where things are. Empty fields are filled from the environment and the installed package:

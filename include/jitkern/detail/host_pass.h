@@ -1,0 +1,119 @@
+// What a host pass (host_without_nvcc: the host compiler alone, no __CUDACC__) needs: CUDA's device
+// built-ins, declared for the host and defined nowhere, to parse device code it never compiles (device
+// functions are inline and kernel bodies under #ifdef __CUDACC__, so none is called; a built-in
+// missing here fails the host pass with its name, "was not declared": add it), and the lookup of a
+// kernel stub's symbol.
+#pragma once
+
+#ifndef __CUDACC__
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace host::detail {
+inline constexpr std::size_t kMaxSymbolName = 4096;
+
+// The name of the function at `address` (a kernel stub: its mangled name is the kernel's) from the
+// static symbol table of the object that holds it: the stubs are hidden, and dladdr reads only the
+// dynamic one. False if the object has no such symbol (stripped) or the name does not fit.
+inline bool function_symbol(const void* address, char (&name)[kMaxSymbolName]) {
+  Dl_info info{};
+  if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return false;
+  const int fd = open(info.dli_fname, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  void* map = fstat(fd, &st) == 0 && st.st_size > 0 ? mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (map == MAP_FAILED) return false;
+  const auto* bytes = static_cast<const unsigned char*>(map);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  const auto offset = static_cast<Elf64_Addr>(static_cast<const char*>(address) - static_cast<const char*>(info.dli_fbase));
+  const auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(bytes);
+  bool found = false;
+  if (size >= sizeof(Elf64_Ehdr) && std::memcmp(ehdr->e_ident, ELFMAG, SELFMAG) == 0 && ehdr->e_ident[EI_CLASS] == ELFCLASS64 &&
+      ehdr->e_shoff + std::size_t{ehdr->e_shnum} * sizeof(Elf64_Shdr) <= size) {
+    const auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes + ehdr->e_shoff);
+    for (unsigned s = 0; s < ehdr->e_shnum && !found; ++s) {
+      const Elf64_Shdr& symtab = sections[s];
+      if (symtab.sh_type != SHT_SYMTAB || symtab.sh_link >= ehdr->e_shnum || symtab.sh_offset + symtab.sh_size > size) continue;
+      const Elf64_Shdr& strtab = sections[symtab.sh_link];
+      if (strtab.sh_offset + strtab.sh_size > size) continue;
+      const auto* syms = reinterpret_cast<const Elf64_Sym*>(bytes + symtab.sh_offset);
+      for (std::size_t i = 0; i < symtab.sh_size / sizeof(Elf64_Sym); ++i) {
+        if (ELF64_ST_TYPE(syms[i].st_info) != STT_FUNC || syms[i].st_value != offset || syms[i].st_name >= strtab.sh_size) continue;
+        const char* sym = reinterpret_cast<const char*>(bytes + strtab.sh_offset + syms[i].st_name);
+        const std::size_t room = strtab.sh_size - syms[i].st_name, len = strnlen(sym, room);
+        if (len == 0 || len == room || len >= kMaxSymbolName) continue;
+        std::memcpy(name, sym, len + 1);
+        found = true;
+        break;
+      }
+    }
+  }
+  munmap(map, size);
+  return found;
+}
+}  // namespace host::detail
+
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+extern const uint3 threadIdx, blockIdx;
+extern const dim3 blockDim, gridDim;
+extern const int warpSize;
+
+void __syncthreads();
+void __syncwarp(unsigned mask = 0xffffffffu);
+void __threadfence();
+void __threadfence_block();
+void __threadfence_system();
+void __nanosleep(unsigned ns);
+long long clock64();
+unsigned __activemask();
+int __any_sync(unsigned mask, int predicate);
+int __all_sync(unsigned mask, int predicate);
+unsigned __ballot_sync(unsigned mask, int predicate);
+template <typename T>
+T __shfl_sync(unsigned mask, T value, int lane, int width = 32);
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32);
+template <typename T>
+T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32);
+template <typename T>
+T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32);
+
+float __fdividef(float x, float y);
+float __expf(float x);
+float __logf(float x);
+float __frcp_rn(float x);
+float __saturatef(float x);
+float rsqrtf(float x);
+unsigned __float_as_uint(float x);
+float __uint_as_float(unsigned x);
+int __float_as_int(float x);
+float __int_as_float(int x);
+int __float2int_rn(float x);
+unsigned long long __umul64hi(unsigned long long a, unsigned long long b);
+int __popc(unsigned x);
+template <typename T, typename U>
+T atomicAdd(T* address, U value);
+template <typename T, typename U>
+T atomicMax(T* address, U value);
+template <typename T, typename U>
+T atomicMin(T* address, U value);
+template <typename T, typename U>
+T atomicExch(T* address, U value);
+template <typename T, typename U>
+T atomicCAS(T* address, U compare, U value);
+int __clz(int x);
+int __ffs(int x);
+#endif
