@@ -427,9 +427,33 @@ struct QuantOps {
 
   // input [N, H] -> output_q [N, H] (fp8 or int8), one scale per group of group_size elements of a row:
   // output_s fp32 [N, H / group_size] (any strides: row-major, column-major, TMA-aligned column-major),
-  // or int32 [N, ceil(H / group_size / 4)] of packed UE8M0 exponents (fp8 only).
+  // or int32 [N, ceil(H / group_size / 4)] of packed UE8M0 exponents (fp8 only). One export per output
+  // format, so that a first call compiles a third of the kernels: fp8 with fp32 scales, fp8 with UE8M0
+  // scales, int8.
   static void per_token_group_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                     int64_t group_size, double eps) {
+    per_token_group_quant_as<GroupFormat::kFp8>(input, output_q, output_s, group_size, eps);
+  }
+  static void per_token_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                          int64_t group_size, double eps) {
+    per_token_group_quant_as<GroupFormat::kFp8Ue8m0>(input, output_q, output_s, group_size, eps);
+  }
+  static void per_token_group_quant_int8(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                         int64_t group_size, double eps) {
+    per_token_group_quant_as<GroupFormat::kInt8>(input, output_q, output_s, group_size, eps);
+  }
+
+ private:
+  enum class GroupFormat { kFp8, kFp8Ue8m0, kInt8 };
+  static constexpr const char* group_export(GroupFormat f) {
+    return f == GroupFormat::kFp8 ? "per_token_group_quant (fp8 output, fp32 scales)"
+           : f == GroupFormat::kFp8Ue8m0 ? "per_token_group_quant_ue8m0 (fp8 output, int32 UE8M0 scales)"
+                                        : "per_token_group_quant_int8 (int8 output, fp32 scales)";
+  }
+
+  template <GroupFormat kFormat>
+  static void per_token_group_quant_as(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                       int64_t group_size, double eps) {
     using namespace host;
     RuntimeCheck(group_size == 32 || group_size == 64 || group_size == 128, "group_size must be 32, 64 or 128, got ", group_size);
     RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
@@ -443,6 +467,8 @@ struct QuantOps {
     const GroupScales scales = checked.scales;
     const bool ue8m0 = checked.ue8m0;
     RuntimeCheck(!(ue8m0 && to_int8), "UE8M0 scales (int32 output_s) are for fp8 output only, got an int8 output_q");
+    const GroupFormat format = to_int8 ? GroupFormat::kInt8 : ue8m0 ? GroupFormat::kFp8Ue8m0 : GroupFormat::kFp8;
+    RuntimeCheck(format == kFormat, "output_q and output_s are for ", group_export(format), ", not ", group_export(kFormat));
     if (ops.rows * groups == 0) return;
     const int64_t total_groups = ops.rows * groups;
     const bool pdl = runtime::get_cc_major(ops.device.device_id) >= 9;
@@ -456,12 +482,11 @@ struct QuantOps {
       launch.enable_pdl(pdl);
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{ops.q, ops.q_stride};
-      if (to_int8) {
+      if constexpr (kFormat == GroupFormat::kInt8) {
         launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
-      } else if (ue8m0) {
-        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, true, kFlat>, in, q, scales, groups, total_groups, e, early);
       } else {
-        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
+        constexpr bool kUE8M0 = kFormat == GroupFormat::kFp8Ue8m0;
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early);
       }
     };
     constexpr int kVec = 16 / sizeof(T);
@@ -486,6 +511,8 @@ struct QuantOps {
       if (group_size == 128) by_format(I{}, W{}, std::integral_constant<int, 4>{}, std::false_type{});
     }
   }
+
+ public:
 
   // output_q = fp8(rmsnorm(input) * weight / s): static (scale [1], read) or dynamic per token (output_s [N],
   // written), one export each. The normalised values are rounded to T first, as rmsnorm writes them.

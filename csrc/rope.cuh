@@ -584,11 +584,27 @@ struct RopeOps {
   }
 
   // apply, with the rotated k and v [N, Hk, D] written to k_cache[cache_loc[i]], v_cache[cache_loc[i]]
-  // (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape; T, or fp8 e4m3 as
-  // float8_e4m3fn or its bytes as uint8, with k_scale and v_scale). Locations outside the cache are skipped.
+  // (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape; T, or, through
+  // apply_store_fp8, fp8 e4m3 as float8_e4m3fn or its bytes as uint8, with k_scale and v_scale: one export
+  // per cache type, so that a first call compiles half the kernels). Locations outside the cache are skipped.
   static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_out, TensorView k_out, TensorView cos_sin_cache,
                           int64_t head_size, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc,
                           double k_scale, double v_scale, int64_t head_groups, int64_t head_splits) {
+    apply_store_as<false>(positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale,
+                          head_groups, head_splits);
+  }
+  static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_out, TensorView k_out, TensorView cos_sin_cache,
+                              int64_t head_size, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc,
+                              double k_scale, double v_scale, int64_t head_groups, int64_t head_splits) {
+    apply_store_as<true>(positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale,
+                         head_groups, head_splits);
+  }
+
+ private:
+  template <bool kFp8>
+  static void apply_store_as(TensorView positions, TensorView q, TensorView k, TensorView q_out, TensorView k_out, TensorView cos_sin_cache,
+                             int64_t head_size, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc,
+                             double k_scale, double v_scale, int64_t head_groups, int64_t head_splits) {
     using namespace host;
     Setup setup(positions, q, &k, q_out, &k_out, cos_sin_cache, head_size, head_groups, head_splits);
     auto N = SymbolicSize{"num_tokens"};
@@ -604,6 +620,9 @@ struct RopeOps {
     if (!fp8 && !is_type<T>(k_cache.dtype()))
       Raise(ErrorKind::kType, "k_cache must have the inputs' dtype ", dtype_trait<T>::value, " or be float8_e4m3fn (or its bytes as uint8), got ",
             k_cache.dtype());
+    if (fp8 != kFp8)
+      Raise(ErrorKind::kType, "k_cache is ", k_cache.dtype(), ": its cache write is ", fp8 ? "apply_store_fp8" : "apply_store", ", not ",
+            kFp8 ? "apply_store_fp8" : "apply_store");
     if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
       Raise(ErrorKind::kType, "v_cache must have k_cache's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
     check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
@@ -623,14 +642,9 @@ struct RopeOps {
                                                   s.v_cache.page_stride, s.v_cache.row_stride};
     const int64_t vec = setup.vec;
     const bool wide = vec > 1 && all_multiples(bytes, vec * cb) && all_multiples({address(va.ptr), va.token_stride * e, va.head_stride * e}, vec * e);
-    if (fp8) {
-      setup.template launch<true, true>(is_neox, s, wide);
-    } else {
-      setup.template launch<false, true>(is_neox, s, wide);
-    }
+    setup.template launch<kFp8, true>(is_neox, s, wide);
   }
 
- private:
   static constexpr int kWideVec = 16 / sizeof(T);
 
   // The verified arguments shared by both ops, as kernel parameters.

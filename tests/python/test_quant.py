@@ -438,6 +438,18 @@ def test_per_token_group_misaligned_3d_and_errors():
         per_token_group_quant_8bit(_x((2, 256), "bfloat16"), 64, torch.int8, scale_ue8m0=True)
     with pytest.raises(TypeError, match="input"):
         per_token_group_quant_8bit(_x((2, 256), "bfloat16").int(), 64)
+    # One export per output format; each refuses the others' outputs, naming the one they need.
+    from jitkern.ops import quant
+
+    m = quant._FAMILY.exports(torch.bfloat16)
+    x2 = _x((2, 256), "bfloat16")
+    q8, s32 = torch.empty(2, 256, dtype=torch.int8, device="cuda"), torch.empty(2, 4, device="cuda")
+    with pytest.raises(ValueError, match=r"are for per_token_group_quant_int8 \(int8 output, fp32 scales\), not per_token_group_quant \("):
+        m.per_token_group_quant(x2, q8, s32, 64, 1e-10)
+    with pytest.raises(ValueError, match=r"are for per_token_group_quant \(fp8 output, fp32 scales\), not per_token_group_quant_ue8m0"):
+        m.per_token_group_quant_ue8m0(x2, torch.empty(2, 256, dtype=torch.uint8, device="cuda"), s32, 64, 1e-10)
+    q_int8, s_int8 = per_token_group_quant_8bit(x2, 64, torch.int8, output_q=q8, output_s=s32)
+    assert q_int8 is q8 and s_int8 is s32 and q8.any(), "the op picks the int8 export from its outputs"
 
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------

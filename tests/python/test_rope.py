@@ -538,6 +538,11 @@ def test_bad_inputs_rejected_before_launch():
     rejects(ValueError, "head_groups and head_splits must be 0 \\(automatic\\) or positive", m.apply, pos, q, k, q, k, cs, d, True, -1, 0)
     rejects(ValueError, "head_splits at most 65534", m.apply, pos, q, k, q, k, cs, d, True, 0, 65535)
     rejects(TypeError, "apply_store", m.apply_store, pos, q, k, q, k, cs, d, True)
+    kc8, vc8 = torch.zeros_like(kc, dtype=torch.uint8), torch.zeros_like(vc, dtype=torch.uint8)  # an fp8 cache's bytes
+    rejects(TypeError, "its cache write is apply_store_fp8, not apply_store", m.apply_store, pos, q, k, q, k, cs, d, True, v, kc8, vc8, loc,
+            1.0, 1.0, 0, 0)
+    rejects(TypeError, "its cache write is apply_store, not apply_store_fp8", m.apply_store_fp8, pos, q, k, q, k, cs, d, True, v, kc, vc, loc,
+            1.0, 1.0, 0, 0)
     rejects(TypeError, "k_cache must have k's dtype", ops.store_cache, k, v, kc.half(), vc.half(), loc)
     rejects(ValueError, "rows must be a positive multiple of 4 bytes", ops.store_cache, k[:, :3], v[:, :3], kc[..., :3], vc[..., :3], loc)
     rejects(ValueError, r"indices: Size mismatch", ops.store_cache, k, v, kc, vc, loc[:2])
@@ -664,6 +669,7 @@ def test_specs_name_each_ops_modules():
     from jitkern import ops
 
     assert [(s.name, s.args[1:]) for s in ops.specs(ops=["rotary_embedding"], dtypes=["bfloat16"])] == [("rope_apply", ("bf16_t",))]
-    assert [s.name for s in ops.specs(ops=["apply_rope_with_cos_sin_cache_inplace"], dtypes=["float16"])] == ["rope_apply", "rope_apply_store"]
+    assert [s.name for s in ops.specs(ops=["apply_rope_with_cos_sin_cache_inplace"], dtypes=["float16"])] == \
+        ["rope_apply", "rope_apply_store", "rope_apply_store_fp8"]
     assert [s.name for s in ops.specs(ops=["store_cache", "concat_mla_k", "concat_mla_absorb_q"])] == ["rope_store_cache", "rope_concat_mla"]
     assert len(ops.specs(families=["rope"])) == 3 * 2 + 2

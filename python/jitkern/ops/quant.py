@@ -20,13 +20,14 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "per_tensor_quant_static": "input, output_q, output_s",
     "per_tensor_quant_dynamic": "input, output_q, output_s",
     "per_token_quant": "input, output_q, output_s",
-    "per_token_group_quant": "input, output_q, output_s, group_size, eps",
+    **{op: "input, output_q, output_s, group_size, eps"
+       for op in ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8")},
     "rmsnorm_quant_static": "input, weight, output_q, scale, eps",
     "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
     "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
     "fused_add_rmsnorm_quant_dynamic": "input, residual, weight, output_q, output_s, eps",
 }, public={"per_tensor_quant_fp8": ("per_tensor_quant_static", "per_tensor_quant_dynamic"), "per_token_quant_fp8": "per_token_quant",
-           "per_token_group_quant_8bit": "per_token_group_quant",
+           "per_token_group_quant_8bit": ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8"),
            "rmsnorm_quant_fp8": ("rmsnorm_quant_static", "rmsnorm_quant_dynamic"),
            "fused_add_rmsnorm_quant_fp8": ("fused_add_rmsnorm_quant_static", "fused_add_rmsnorm_quant_dynamic")})
 DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
@@ -146,7 +147,10 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
         q, s = torch.ops.jitkern.per_token_group_quant_8bit(input, group_size, dtype == torch.int8, eps, column_major_scales,
                                                             scale_tma_aligned, scale_ue8m0)
         return _into(q, s, output_q, output_s)
-    fn = _FAMILY.function("per_token_group_quant", input, public)
+    # The export of the outputs' format (C++ checks the outputs against it): each compiles only its own kernels.
+    int8 = (dtype if output_q is None else getattr(output_q, "dtype", None)) == torch.int8
+    ue8m0 = scale_ue8m0 if output_s is None else getattr(output_s, "dtype", None) == torch.int32
+    fn = _FAMILY.function("per_token_group_quant" + ("_int8" if int8 else "_ue8m0" if ue8m0 else ""), input, public)
     if type(group_size) is not int:
         raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
     q = _empty_q(input, dtype) if output_q is None else output_q

@@ -35,8 +35,8 @@ from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("rope", "jitkern_rope::RopeOps", {
     "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, head_groups, head_splits",
-    "apply_store": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
-                   "head_groups, head_splits",
+    **{op: "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
+           "head_groups, head_splits" for op in ("apply_store", "apply_store_fp8")},
 })
 DTYPES = _FAMILY.DTYPES
 _FUNCTIONS = _FAMILY.functions
@@ -58,9 +58,9 @@ _concat_function = ModuleExports(lambda: rows_spec("concat_mla"), _ROWS["concat_
 
 # Python op -> (the per-dtype exports it may call, the row-copy modules it may call).
 _NEEDS = {
-    "apply_rope_with_cos_sin_cache_inplace": (("apply", "apply_store"), ()),
+    "apply_rope_with_cos_sin_cache_inplace": (("apply", "apply_store", "apply_store_fp8"), ()),
     "rotary_embedding": (("apply",), ()),
-    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (("apply_store",), ()),
+    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (("apply_store", "apply_store_fp8"), ()),
     "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (("apply",), ()),
     "store_cache": ((), ("store_cache",)),
     "concat_mla_k": ((), ("concat_mla",)),
@@ -130,6 +130,12 @@ def _cache(cache):
     return cache.view(torch.uint8) if isinstance(cache, torch.Tensor) and cache.dtype == torch.float8_e4m3fn else cache
 
 
+def _store_export(k_cache) -> str:
+    """The cache write's export for k_cache's type (C++ checks the caches against it): fp8 caches (or their
+    bytes) have their own, so that a first call compiles only its own kernels."""
+    return "apply_store_fp8" if getattr(k_cache, "dtype", None) in (torch.float8_e4m3fn, torch.uint8) else "apply_store"
+
+
 def _scale(value, name: str) -> float:
     if value is None:
         return 1.0
@@ -149,7 +155,7 @@ def _rope(positions, query, key, head_size, cos_sin_cache, is_neox, public):
 
 
 def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value, k_cache, v_cache, cache_loc, k_scale, v_scale, public):
-    fn = _function("apply_store", query, public)
+    fn = _function(_store_export(k_cache), query, public)
     positions, query, key, value = _token_views(positions, public, query=query, key=key, value=value)
     fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), value, _cache(k_cache), _cache(v_cache), cache_loc,
        _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
@@ -203,7 +209,7 @@ def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin
     v_buffer[kv_cache_loc]."""
     if compiling():
         return torch.ops.jitkern.rope_out_store_kv(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc)
-    fn = _function("apply_store", q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
+    fn = _function(_store_export(k_buffer), q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
     fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
        0, 0)
 
