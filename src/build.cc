@@ -331,10 +331,13 @@ class Compile {
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.fatbin"));
     const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"};
     for (const auto& argv : {host, image, embed}) record(in_dir(fs::join_command(argv)));
-    fs::Process device = fs::spawn(image, device_log(), {}, m_scratch);
-    int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
-    int device_rc = fs::wait(device, m_timeout);
-    if (device_rc == 0) device_rc = fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+    // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
+    std::future<int> device = std::async(std::launch::async, [&] {
+      const int rc = fs::wait(fs::spawn(image, device_log(), {}, m_scratch), m_timeout);
+      return rc != 0 ? rc : fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+    });
+    const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    const int device_rc = device.get();
     m_cuda_objects.push_back(m_scratch + "/image.o");
     return first_failure(rc, device_rc);
   }

@@ -69,6 +69,24 @@ std::vector<std::string> absolute_include_flags(const std::vector<std::string>& 
   return out;
 }
 
+// The preprocessor's flags among `flags` (-D, -U, include paths, -include), with their separate
+// arguments: what the host pass of a host_without_nvcc module takes from extra_cuda_cflags, so that both
+// passes see the same source.
+std::vector<std::string> preprocessor_flags(const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    const std::string& f = flags[i];
+    for (const std::string prefix : {"-D", "-U", "-I", "-isystem", "-iquote", "-idirafter", "-include"}) {
+      if (f.rfind(prefix, 0) != 0) continue;
+      if (prefix.size() > 2 && f.size() > prefix.size()) break;  // -includefoo is not -include
+      out.push_back(f);
+      if (f.size() == prefix.size() && i + 1 < flags.size()) out.push_back(flags[++i]);
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Config resolve_cache(const EngineConfig& c, const std::string& build_directory) {
@@ -127,6 +145,11 @@ void validate(const BuildRequest& req) {
   if (req.cpp_files.empty() && !req.cpp_wrappers.empty()) bad("cpp_wrappers were given without cpp_files");
   if (req.cuda_files.empty() && !req.cuda_wrappers.empty()) bad("cuda_wrappers were given without cuda_files");
   if (req.cuda_files.empty() && req.host_without_nvcc) bad("host_without_nvcc was given without cuda_files");
+  if (req.host_without_nvcc)
+    for (const auto& f : req.extra_ldflags)
+      for (const char* strip : {"-s", "-Wl,-s", "-Wl,--strip-all", "-Wl,-x", "-Wl,--discard-all"})
+        if (f == strip)
+          bad("extra_ldflags: " + f + " removes the symbol table that a host_without_nvcc module finds its kernels in");
   // A module without exports would compile and then have nothing for the loader to find.
   if (req.cpp_wrappers.empty() && req.cuda_wrappers.empty())
     bad("a module needs at least one export: give cpp_wrappers or cuda_wrappers, a list of (export_name, cpp_expression) "
@@ -263,8 +286,10 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     if (req.host_without_nvcc) {
       p.host_pass = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());
-      const auto host_flags = absolute_include_flags(req.extra_cflags, cwd);
-      p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
+      for (const auto* flags : {&req.extra_cflags, &req.extra_cuda_cflags}) {
+        const auto host_flags = absolute_include_flags(flags == &req.extra_cflags ? *flags : preprocessor_flags(*flags), cwd);
+        p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
+      }
       key.field("host-without-nvcc");
       key_args(p.host_pass);
     }

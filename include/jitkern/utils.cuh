@@ -76,7 +76,9 @@ extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: t
 namespace detail {
 // This module's device image, loaded once per process (each device loads a kernel at its first launch
 // there).
-inline cudaLibrary_t device_image(DebugInfo where) {
+// Hidden, with its statics: each module has its own image (a default visibility would make them
+// process-wide unique symbols, shared by every module).
+[[gnu::visibility("hidden")]] inline cudaLibrary_t device_image(DebugInfo where) {
   static const cudaLibrary_t library = [&] {
     cudaLibrary_t loaded = nullptr;
     RuntimeDeviceCheck(cudaLibraryLoadData(&loaded, JITKERN_DEVICE_IMAGE_SYMBOL, nullptr, nullptr, 0, nullptr, nullptr, 0), where);
@@ -88,7 +90,7 @@ inline cudaLibrary_t device_image(DebugInfo where) {
 // The kernel that `stub` stands for, found once per stub: a lock-free table of what was found (GCC's
 // atomic built-ins: <atomic> and <mutex> would double the host pass's parsing), a lock for the first
 // lookups.
-inline const void* kernel_in_image(const void* stub, DebugInfo where) {
+[[gnu::visibility("hidden")]] inline const void* kernel_in_image(const void* stub, DebugInfo where) {
   constexpr std::size_t kSlots = 256;
   static const void* stubs[kSlots];
   static const void* kernels[kSlots];
@@ -105,16 +107,21 @@ inline const void* kernel_in_image(const void* stub, DebugInfo where) {
     ~Locked() { pthread_mutex_unlock(m); }
     pthread_mutex_t* m;
   } locked(&mutex);
-  char name[kMaxSymbolName];
-  if (!function_symbol(stub, name))
-    panic_with(where, "LaunchKernel", "found no symbol for a kernel stub of this module (a stripped library?)");
+  const char* why = nullptr;
+  char* name = function_symbol(stub, &why);
+  if (name == nullptr) panic_with(where, "LaunchKernel", "cannot name a kernel of this module: ", why);
   cudaKernel_t kernel = nullptr;
   const cudaError_t status = cudaLibraryGetKernel(&kernel, device_image(where), name);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
+    struct Freed {
+      ~Freed() { std::free(p); }
+      char* p;
+    } freed{name};
     panic_with(where, "LaunchKernel", "kernel ", static_cast<const char*>(name), " is not in this module's device image (", cudaGetErrorName(status),
-               "): is it, or a type it is instantiated with, in an anonymous namespace?");
+               "): is it static, or in an anonymous namespace, or instantiated with a type that is?");
   }
+  std::free(name);
   for (std::size_t i = 0; i < kSlots; ++i) {
     const std::size_t slot = (home + i) % kSlots;
     const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_RELAXED);

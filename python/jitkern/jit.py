@@ -76,9 +76,8 @@ class JitSpec:
     arguments (`args`), kernel files, exported wrappers, flags, include paths, build directory and,
     optionally, a fixed CUDA target (`cuda_arch`, e.g. "sm_90a"; by default the current device's).
     `host_without_nvcc=True` compiles the CUDA sources' host code with the host compiler alone and their
-    kernels into a device image that launches go through by name (host::LaunchKernel does it): about
-    half the compile work; the sources must keep device code under `#ifdef __CUDACC__`
-    (docs/add-a-kernel.md).
+    kernels into a device image that launches go through by name (host::LaunchKernel does it): a quarter
+    less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__` (docs/add-a-kernel.md).
 
     `build()` compiles (or finds in the cache) and returns the library's path without loading it;
     `load()` returns the loaded module. Equal specs are equal values (usable as dictionary keys). The

@@ -143,6 +143,9 @@ TEST(Plan, ValidationNamesTheField) {
   r = cpu_request();
   r.host_without_nvcc = true;
   expect_invalid(r, "host_without_nvcc was given without cuda_files");
+  r.cuda_files = {"add_constant.cuh"};
+  r.extra_ldflags = {"-Wl,-s"};
+  expect_invalid(r, "extra_ldflags: -Wl,-s removes the symbol table that a host_without_nvcc module finds its kernels in");
 }
 
 TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
@@ -242,4 +245,10 @@ TEST(Plan, CudaCommand) {
   EXPECT_EQ(split.host_pass.front(), toolchain_().cxx.path);
   for (const char* flag : {"-x", "c++", "-fvisibility=hidden"})
     EXPECT_NE(std::find(split.host_pass.begin(), split.host_pass.end(), flag), split.host_pass.end()) << flag;
+
+  // Both passes see the same source: the host pass takes extra_cuda_cflags' preprocessor flags.
+  r.extra_cuda_cflags = {"-DBLOCK=512", "-U", "NDEBUG", "-Xptxas", "-v", "-include", "/work/pre.h", "-includeX"};
+  const plan::Plan flags = plan::make(r, config(), toolchain_(), "/work");
+  const std::vector<std::string> tail(flags.host_pass.end() - 5, flags.host_pass.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"-DBLOCK=512", "-U", "NDEBUG", "-include", "/work/pre.h"}));
 }

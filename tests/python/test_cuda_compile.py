@@ -1,5 +1,6 @@
 """Compile-checks (nvcc, sm_90a) every CUDA instantiation the GPU tests use; runs without a GPU."""
 
+import os
 import shutil
 import sys
 
@@ -86,6 +87,38 @@ def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp
         module.bad_launch()
     if gpu:  # reported once: not left as the runtime's last error for torch's next launch check
         assert float(torch.ones(3, device="cuda").sum()) == 3.0
+
+
+def test_host_without_nvcc_fails_early_and_launches_by_name(cache_dir, monkeypatch, tmp_path):
+    """host_without_nvcc: a kernel body left where the host pass compiles it fails the build, naming the
+    built-in (not a library that cannot load); a module's kernels launch by name, also the first launch
+    of a kernel after the cache lost the module's file (jitkern cache clear beside a running process)."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    unguarded = tmp_path / "unguarded.cuh"
+    unguarded.write_text("#include <jitkern/utils.cuh>\n__global__ void fill_kernel(int* p) { p[threadIdx.x] = 1; }\n"
+                         "inline void fill() { host::LaunchKernel(1, 32, cudaStream_t{})(fill_kernel, nullptr); }\n")
+    with pytest.raises(BuildError, match="threadIdx"):
+        JitSpec("unguarded", cuda_files=[str(unguarded)], cuda_wrappers=[("fill", "fill")], host_without_nvcc=True).build()
+    kernels = tmp_path / "two_kernels.cuh"
+    kernels.write_text(
+        "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n"
+        "namespace two {\n"
+        "template <int kValue>\n__global__ void fill_kernel(int* p) {\n#ifdef __CUDACC__\n  p[threadIdx.x] = kValue;\n#endif\n}\n"
+        "inline void fill(jitkern::TensorView out, int64_t which) {\n"
+        "  auto* p = static_cast<int*>(out.data_ptr());\n"
+        "  if (which == 1) host::LaunchKernel(1, 4, out.device())(fill_kernel<1>, p);\n"
+        "  else host::LaunchKernel(1, 4, out.device())(fill_kernel<2>, p);\n"
+        "}\n}  // namespace two\n")
+    module = JitSpec("two_kernels", cuda_files=[str(kernels)], cuda_wrappers=[("fill", "two::fill", "out, which")], host_without_nvcc=True).load()
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("NOT RUN (the launches): needs a CUDA GPU and torch")
+    out = torch.zeros(4, dtype=torch.int32, device="cuda")
+    module.fill(out, 1)
+    assert out.tolist() == [1] * 4
+    os.remove(module.path)
+    module.fill(out, 2)
+    assert out.tolist() == [2] * 4
 
 
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):

@@ -16,32 +16,43 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace host::detail {
-inline constexpr std::size_t kMaxSymbolName = 4096;
-
-// The name of the function at `address` (a kernel stub: its mangled name is the kernel's) from the
-// static symbol table of the object that holds it: the stubs are hidden, and dladdr reads only the
-// dynamic one. False if the object has no such symbol (stripped) or the name does not fit.
-inline bool function_symbol(const void* address, char (&name)[kMaxSymbolName]) {
+// This module's file, opened as the module loads: the kernel lookups read its static symbol table
+// through it, so they work after the cache has removed the file (jitkern cache clear beside a server).
+[[gnu::visibility("hidden")]] inline int module_file = -1;
+[[gnu::constructor, gnu::visibility("hidden")]] inline void open_module_file() {
   Dl_info info{};
-  if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return false;
-  const int fd = open(info.dli_fname, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (module_file < 0 && dladdr(reinterpret_cast<const void*>(&open_module_file), &info) != 0 && info.dli_fname != nullptr)
+    module_file = open(info.dli_fname, O_RDONLY | O_CLOEXEC);
+}
+
+// The name of the function at `address` (a kernel stub: its mangled name is the kernel's), from this
+// module's static symbol table (the stubs are hidden; dladdr reads only the dynamic one), in memory
+// from malloc; null with `*why` set if the module has no symbol table (stripped), no function there,
+// or two (stubs folded into one by identical-code folding: a launch could run the wrong kernel).
+inline char* function_symbol(const void* address, const char** why) {
+  Dl_info info{};
+  *why = "the module's symbol table cannot be read (was it stripped? build it without -s)";
+  if (module_file < 0 || dladdr(address, &info) == 0) return nullptr;
   struct stat st {};
-  void* map = fstat(fd, &st) == 0 && st.st_size > 0 ? mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-  close(fd);
-  if (map == MAP_FAILED) return false;
+  void* map = fstat(module_file, &st) == 0 && st.st_size > 0
+                  ? mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, module_file, 0)
+                  : MAP_FAILED;
+  if (map == MAP_FAILED) return nullptr;
   const auto* bytes = static_cast<const unsigned char*>(map);
   const auto size = static_cast<std::size_t>(st.st_size);
   const auto offset = static_cast<Elf64_Addr>(static_cast<const char*>(address) - static_cast<const char*>(info.dli_fbase));
   const auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(bytes);
-  bool found = false;
+  const char* found = nullptr;
+  std::size_t found_len = 0;
+  bool folded = false;
   if (size >= sizeof(Elf64_Ehdr) && std::memcmp(ehdr->e_ident, ELFMAG, SELFMAG) == 0 && ehdr->e_ident[EI_CLASS] == ELFCLASS64 &&
       ehdr->e_shoff + std::size_t{ehdr->e_shnum} * sizeof(Elf64_Shdr) <= size) {
     const auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes + ehdr->e_shoff);
-    for (unsigned s = 0; s < ehdr->e_shnum && !found; ++s) {
+    for (unsigned s = 0; s < ehdr->e_shnum; ++s) {
       const Elf64_Shdr& symtab = sections[s];
       if (symtab.sh_type != SHT_SYMTAB || symtab.sh_link >= ehdr->e_shnum || symtab.sh_offset + symtab.sh_size > size) continue;
       const Elf64_Shdr& strtab = sections[symtab.sh_link];
@@ -51,15 +62,22 @@ inline bool function_symbol(const void* address, char (&name)[kMaxSymbolName]) {
         if (ELF64_ST_TYPE(syms[i].st_info) != STT_FUNC || syms[i].st_value != offset || syms[i].st_name >= strtab.sh_size) continue;
         const char* sym = reinterpret_cast<const char*>(bytes + strtab.sh_offset + syms[i].st_name);
         const std::size_t room = strtab.sh_size - syms[i].st_name, len = strnlen(sym, room);
-        if (len == 0 || len == room || len >= kMaxSymbolName) continue;
-        std::memcpy(name, sym, len + 1);
-        found = true;
-        break;
+        if (len == 0 || len == room) continue;
+        if (found != nullptr && (len != found_len || std::memcmp(sym, found, len) != 0)) folded = true;
+        found = sym, found_len = len;
       }
     }
   }
+  char* name = nullptr;
+  if (folded) {
+    *why = "two kernel stubs share one address (identical-code folding, e.g. -Wl,--icf): build the module without it";
+  } else if (found == nullptr) {
+    *why = "the module's symbol table has no function at the stub's address (was it stripped? build it without -s)";
+  } else if ((name = static_cast<char*>(std::malloc(found_len + 1))) != nullptr) {
+    std::memcpy(name, found, found_len + 1);
+  }
   munmap(map, size);
-  return found;
+  return name;
 }
 }  // namespace host::detail
 
@@ -67,6 +85,9 @@ inline bool function_symbol(const void* address, char (&name)[kMaxSymbolName]) {
 #define __launch_bounds__(...)
 #endif
 
+// Hidden: a kernel body the host pass compiles by mistake (outside #ifdef __CUDACC__) fails the link,
+// naming the built-in, instead of building a library that cannot load.
+#pragma GCC visibility push(hidden)
 extern const uint3 threadIdx, blockIdx;
 extern const dim3 blockDim, gridDim;
 extern const int warpSize;
@@ -114,6 +135,7 @@ template <typename T, typename U>
 T atomicExch(T* address, U value);
 template <typename T, typename U>
 T atomicCAS(T* address, U compare, U value);
+#pragma GCC visibility pop
 int __clz(int x);
 int __ffs(int x);
 #endif
