@@ -362,7 +362,7 @@ std::vector<Dep> search_directories(const plan::Plan& p) {
       dirs.push_back(dep);
   };
   for (const auto& s : p.sources) add(fs::dirname(s));
-  for (const auto* cmd : {&p.cpp_compile, &p.cuda_compile})
+  for (const auto* cmd : {&p.cpp_compile, &p.cuda_compile, &p.host_pass})
     for (const auto& a : *cmd)
       if (a.rfind("-I", 0) == 0 && a.size() > 2) add(a.substr(2));
   return dirs;
