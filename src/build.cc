@@ -255,9 +255,7 @@ class Compile {
     depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
     // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
     // ($, `, ", \) takes nvcc's own single command instead.
-    const bool shell_safe = std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
-                                         [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
-    if (shell_safe && settings::flag("JITKERN_NVCC_PIPELINE")) {
+    if (shell_safe() && settings::flag("JITKERN_NVCC_PIPELINE")) {
       ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
       auto dry = m_p.cuda_compile;
       dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
@@ -319,21 +317,45 @@ class Compile {
     return run_argv(cmd, m_scratch);
   }
 
+  // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
+  // ($, `, ", \) takes nvcc's own single command instead.
+  bool shell_safe() const {
+    return std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
+                        [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
+  }
+
   // host_without_nvcc: the host pass (the host compiler alone, into device.o) beside nvcc's device
-  // image, linked in as data that the module's launches look their kernels up in.
+  // image, linked in as data that the module's launches look their kernels up in. nvcc's steps run from
+  // its dry run with relative names, as compile_cuda's: no part of the cache path reaches a shell.
   int compile_host_and_image() {
     const std::string src = "device.cu";
     auto host = m_p.host_pass;
     host.insert(host.end(), {"-I" + toolchain::cuda_include_dir(m_p.nvcc), "-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
     auto image = m_p.cuda_compile;
-    image.insert(image.end(), {"-MD", "-MF", "device.d", "-fatbin", src, "-o", "device.fatbin"});
+    image.insert(image.end(), {"-fatbin", src, "-o", "device.fatbin"});
+    std::vector<std::string> env, steps;
+    if (shell_safe() && settings::flag("JITKERN_NVCC_PIPELINE")) {
+      ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
+      auto dry = image;
+      dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
+      const std::string dry_log = m_scratch + "/dryrun.txt";
+      std::string text;
+      if (fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text)) {
+        text = erase_all(text, m_scratch + "/");
+        if (text.find(m_scratch) != std::string::npos || !nvcc::fatbin_commands(text, "device.d", &env, &steps)) steps.clear();
+      }
+    }
+    if (steps.empty()) image.insert(image.end(), {"-MD", "-MF", "device.d"});
     for (const auto* dep : {"host_pass.d", "device.d"}) depfiles.push_back({m_scratch + "/" + dep, m_scratch});
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.fatbin"));
     const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"};
-    for (const auto& argv : {host, image, embed}) record(in_dir(fs::join_command(argv)));
+    record(in_dir(fs::join_command(host)));
+    if (steps.empty()) record(in_dir(fs::join_command(image)));
+    for (const auto& step : steps) record(in_dir(step));
+    record(in_dir(fs::join_command(embed)));
     // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
     std::future<int> device = std::async(std::launch::async, [&] {
-      const int rc = fs::wait(fs::spawn(image, device_log(), {}, m_scratch), m_timeout);
+      const int rc = steps.empty() ? fs::wait(fs::spawn(image, device_log(), {}, m_scratch), m_timeout) : run_shell_chain(steps, env, device_log());
       return rc != 0 ? rc : fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
     });
     const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);

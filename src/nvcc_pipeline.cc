@@ -58,7 +58,38 @@ bool split_cicc(const std::string& cicc, std::string* frontend, std::string* ptx
          suffix_value(*frontend, " -o \"", ".frontend") && suffix_value(*ptx, "--stub_file_name \"", ".unused");
 }
 
+// A dry run's variable assignment (NAME=value): true, and kept in `env` unless it is one of nvcc's
+// list-valued variables, already expanded into the commands.
+bool variable(const std::string& cmd, std::vector<std::string>* env) {
+  const std::string first = cmd.substr(0, cmd.find(' '));
+  const auto eq = first.find('=');
+  if (eq == std::string::npos || eq == 0 || !text::is_identifier(first.substr(0, eq))) return false;
+  const std::string name = first.substr(0, eq);
+  if (name != "INCLUDES" && name != "SYSTEM_INCLUDES" && name != "LIBRARIES") env->push_back(cmd);
+  return true;
+}
+
 }  // namespace
+
+bool fatbin_commands(const std::string& dryrun, const std::string& depfile, std::vector<std::string>* env, std::vector<std::string>* cmds) {
+  env->clear(), cmds->clear();
+  bool preprocessed = false;
+  for (const auto& line : text::split_lines(dryrun)) {
+    if (line.rfind("#$ ", 0) != 0) continue;
+    const std::string cmd = line.substr(3);
+    if (variable(cmd, env)) continue;
+    const std::string first = cmd.substr(0, cmd.find(' '));
+    if (!preprocessed && cmd.find(" -E ") != std::string::npos) {
+      cmds->push_back(cmd + " -MD -MF " + fs::shell_quote(depfile));
+      preprocessed = true;
+    } else if (preprocessed && (first.find("cicc") != std::string::npos || first == "ptxas" || first == "fatbinary")) {
+      cmds->push_back(cmd);
+    } else {
+      return false;  // a step we do not know
+    }
+  }
+  return preprocessed && cmds->size() == 4;
+}
 
 bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) {
   *out = Pipeline{};
@@ -66,13 +97,7 @@ bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) 
     if (line.rfind("#$ ", 0) != 0) continue;
     std::string cmd = line.substr(3);
     const std::string first = cmd.substr(0, cmd.find(' '));
-    const auto eq = first.find('=');
-    if (eq != std::string::npos && eq > 0 && text::is_identifier(first.substr(0, eq))) {
-      const std::string name = first.substr(0, eq);
-      // List-valued variables are nvcc-internal and already expanded into the commands.
-      if (name != "INCLUDES" && name != "SYSTEM_INCLUDES" && name != "LIBRARIES") out->env.push_back(cmd);
-      continue;
-    }
+    if (variable(cmd, &out->env)) continue;
     const bool preprocess = cmd.find(" -E ") != std::string::npos;
     if (first.find("cudafe++") != std::string::npos) {
       const std::string gen = " --gen_module_id_file";

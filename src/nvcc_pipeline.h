@@ -36,6 +36,11 @@ struct Pipeline {
 // (the caller then runs nvcc as one command).
 bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out);
 
+// The steps of `nvcc -fatbin --dryrun --keep` (device preprocessing, which also writes make-style
+// dependencies to `depfile`, cicc, ptxas, fatbinary) in `cmds`, its variables in `env`: what the engine
+// runs for a host_without_nvcc module's device image. False for any other shape.
+bool fatbin_commands(const std::string& dryrun, const std::string& depfile, std::vector<std::string>* env, std::vector<std::string>* cmds);
+
 // The file the host stub includes in place of nvcc's embedded fatbin: the runtime's wrapper around a
 // fatbin that fatbin_assembly() defines.
 std::string fatbin_declaration();

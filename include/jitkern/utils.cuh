@@ -75,9 +75,8 @@ extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: t
 
 namespace detail {
 // This module's device image, loaded once per process (each device loads a kernel at its first launch
-// there).
-// Hidden, with its statics: each module has its own image (a default visibility would make them
-// process-wide unique symbols, shared by every module).
+// there). Hidden, with its statics, as kernel_in_image: each module has its own (a default visibility
+// would make them process-wide unique symbols, shared by every module).
 [[gnu::visibility("hidden")]] inline cudaLibrary_t device_image(DebugInfo where) {
   static const cudaLibrary_t library = [&] {
     cudaLibrary_t loaded = nullptr;
@@ -188,6 +187,9 @@ class LaunchKernel {
       attr.val.programmaticStreamSerializationAllowed = 1;
       config.attrs = &attr, config.numAttrs = 1;
     }
+#ifndef __CUDACC__
+    const void* handle = kernel_handle(kernel, m_where);  // before the device switch: a failed lookup throws
+#endif
     int previous = -1;
     if (m_device_id >= 0) {  // the stream belongs to the tensor's device, which may not be current
       RuntimeDeviceCheck(cudaGetDevice(&previous), m_where);
@@ -196,7 +198,7 @@ class LaunchKernel {
 #ifdef __CUDACC__
     const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 #else
-    const cudaError_t status = launch_by_handle<KernelArgs...>(config, kernel_handle(kernel, m_where), static_cast<KernelArgs>(args)...);
+    const cudaError_t status = launch_by_handle<KernelArgs...>(config, handle, static_cast<KernelArgs>(args)...);
 #endif
     if (previous >= 0 && previous != m_device_id) cudaSetDevice(previous);
     RuntimeDeviceCheck(status, m_where);

@@ -2,6 +2,7 @@
 // CUDA 13.0, the toolkit of the dev machines and the H100s; no 12.x toolkit was reachable to record one).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,6 +54,21 @@ void expect_pipeline(const std::string& dryrun) {
 }  // namespace
 
 TEST(NvccPipeline, PlansCuda13DryRun) { expect_pipeline(recorded("nvcc-13.0-dryrun.txt")); }
+
+TEST(NvccPipeline, FatbinDryRunGivesItsFourSteps) {
+  std::vector<std::string> env, steps;
+  ASSERT_TRUE(jitkern::nvcc::fatbin_commands(recorded("nvcc-13.0-fatbin-dryrun.txt"), "it's.d", &env, &steps));
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_NE(steps[0].find(" -E "), std::string::npos);
+  EXPECT_NE(steps[0].find(" -MD -MF 'it'\\''s.d'"), std::string::npos) << "the device preprocessing writes the depfile, shell-quoted";
+  EXPECT_NE(steps[1].find("cicc"), std::string::npos);
+  EXPECT_EQ(steps[2].rfind("ptxas", 0), 0u);
+  EXPECT_EQ(steps[3].rfind("fatbinary", 0), 0u);
+  EXPECT_TRUE(std::any_of(env.begin(), env.end(), [](const std::string& e) { return e.rfind("CICC_PATH=", 0) == 0; }));
+  EXPECT_TRUE(std::none_of(env.begin(), env.end(), [](const std::string& e) { return e.rfind("INCLUDES=", 0) == 0; }));
+  EXPECT_FALSE(jitkern::nvcc::fatbin_commands("#$ gcc -E x.cu\n#$ cudafe++ x\n", "d", &env, &steps)) << "an unknown step";
+  EXPECT_FALSE(jitkern::nvcc::fatbin_commands("#$ gcc -E x.cu\n#$ cicc x\n", "d", &env, &steps)) << "truncated";
+}
 
 TEST(NvccPipeline, FatbinAssemblyQuotesItsPathAndDeclaresTheSymbolTheStubUses) {
   const std::string s = jitkern::nvcc::fatbin_assembly("nvcc/a\"b\\c.fatbin");

@@ -146,6 +146,9 @@ def test_cache_path_with_shell_characters(tmp_path, monkeypatch, pipeline):
     path = spec.build()
     assert path.startswith(str(cache)) and b"__tvm_ffi_add_constant\0" in open(path, "rb").read()
     assert spec.build() == path
+    split = jitkern.ops.act.spec("bfloat16", "silu_and_mul")  # host_without_nvcc: nvcc -fatbin's steps
+    path = split.build()
+    assert path.startswith(str(cache)) and b"act_and_mul_kernel" in open(path, "rb").read() and split.build() == path
 
 
 def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch):
@@ -157,4 +160,6 @@ def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     monkeypatch.setenv("JITKERN_NVCC_PIPELINE", "1")
     path = add_constant_spec(4).build()
+    assert path.startswith(str(cache)) and not marker.exists()
+    path = jitkern.ops.act.spec("bfloat16", "gelu_and_mul").build()  # host_without_nvcc: nvcc -fatbin's steps
     assert path.startswith(str(cache)) and not marker.exists()
