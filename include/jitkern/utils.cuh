@@ -147,6 +147,8 @@ inline const void* kernel_handle(void (*kernel)(KernelArgs...), DebugInfo where 
   return detail::kernel_in_image(reinterpret_cast<const void*>(kernel), where);
 #endif
 }
+// A kernel as the runtime API takes it already (nvcc's kernel as a pointer, a cudaKernel_t): unchanged.
+inline const void* kernel_handle(const void* kernel, DebugInfo = {}) { return kernel; }
 
 class LaunchKernel {
  public:
