@@ -253,23 +253,12 @@ class Compile {
     const CpuShare share;
     const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
     depfiles.push_back({m_scratch + "/" + depfile, m_scratch});
-    // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
-    // ($, `, ", \) takes nvcc's own single command instead.
-    if (shell_safe() && settings::flag("JITKERN_NVCC_PIPELINE")) {
-      ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
-      auto dry = m_p.cuda_compile;
-      dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc", "-c", src, "-o", obj});
-      const std::string dry_log = m_scratch + "/dryrun.txt";
+    auto dry = m_p.cuda_compile;
+    dry.insert(dry.end(), {"-c", src, "-o", obj});
+    std::string text;
+    if (dry_run(dry, &text)) {
       nvcc::Pipeline pipe;
-      std::string text;
-      // nvcc names the source by its absolute path too (--orig_src_path_name): relative, as every other
-      // name, so that no part of the cache path reaches the shell (a backtick or $ in it would run).
-      bool planned = fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text);
-      if (planned) {
-        text = erase_all(text, m_scratch + "/");
-        planned = text.find(m_scratch) == std::string::npos && nvcc::plan(text, depfile, &pipe);
-      }
-      if (planned) {
+      if (nvcc::plan(text, depfile, &pipe)) {
         // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
         const auto in_scratch = [&](const std::string& path) { return path[0] == '/' ? path : m_scratch + "/" + path; };
         fs::write_file_atomic(in_scratch(pipe.module_id_path), "_" + m_p.request_key.substr(0, 8) + "_9_device_cu_" + m_p.request_key.substr(8, 8));
@@ -317,11 +306,21 @@ class Compile {
     return run_argv(cmd, m_scratch);
   }
 
-  // The phases run through /bin/sh as nvcc prints them: an argument that the shell would expand
-  // ($, `, ", \) takes nvcc's own single command instead.
-  bool shell_safe() const {
-    return std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
-                        [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
+  // `nvcc --dryrun --keep` of `argv` (intermediates in nvcc/), with every name relative to the scratch
+  // directory: nvcc names the source by its absolute path too (--orig_src_path_name), and the phases run
+  // through /bin/sh, so no part of the cache path may stay (a backtick or $ in it would run). False
+  // where the phases must not run that way: JITKERN_NVCC_PIPELINE=0, an argument the shell would expand
+  // ($, `, ", \), a failed dry run; the caller then runs nvcc's own single command.
+  bool dry_run(std::vector<std::string> argv, std::string* text) {
+    const bool shell_safe = std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
+                                         [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
+    if (!shell_safe || !settings::flag("JITKERN_NVCC_PIPELINE")) return false;
+    ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
+    argv.insert(argv.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
+    const std::string log_path = m_scratch + "/dryrun.txt";
+    if (fs::wait(fs::spawn(argv, log_path, {}, m_scratch), m_timeout) != 0 || !fs::read_file(log_path, text)) return false;
+    *text = erase_all(*text, m_scratch + "/");
+    return text->find(m_scratch) == std::string::npos;
   }
 
   // host_without_nvcc: the host pass (the host compiler alone, into device.o) beside nvcc's device
@@ -334,17 +333,8 @@ class Compile {
     auto image = m_p.cuda_compile;
     image.insert(image.end(), {"-fatbin", src, "-o", "device.fatbin"});
     std::vector<std::string> env, steps;
-    if (shell_safe() && settings::flag("JITKERN_NVCC_PIPELINE")) {
-      ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
-      auto dry = image;
-      dry.insert(dry.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
-      const std::string dry_log = m_scratch + "/dryrun.txt";
-      std::string text;
-      if (fs::wait(fs::spawn(dry, dry_log, {}, m_scratch), m_timeout) == 0 && fs::read_file(dry_log, &text)) {
-        text = erase_all(text, m_scratch + "/");
-        if (text.find(m_scratch) != std::string::npos || !nvcc::fatbin_commands(text, "device.d", &env, &steps)) steps.clear();
-      }
-    }
+    std::string text;
+    if (dry_run(image, &text) && !nvcc::fatbin_commands(text, "device.d", &env, &steps)) steps.clear();
     if (steps.empty()) image.insert(image.end(), {"-MD", "-MF", "device.d"});
     for (const auto* dep : {"host_pass.d", "device.d"}) depfiles.push_back({m_scratch + "/" + dep, m_scratch});
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.fatbin"));

@@ -152,10 +152,10 @@ std::string data_assembly(const std::string& sym, const std::string& path) {
          "\"\n.section .note.GNU-stack, \"\", %progbits\n";
 }
 
+}  // namespace
+
 #define JITKERN_STRINGIFY_(x) #x
 #define JITKERN_STRINGIFY(x) JITKERN_STRINGIFY_(x)
-
-}  // namespace
 
 std::string fatbin_assembly(const std::string& fatbin_path) { return data_assembly(kFatbinSymbol, fatbin_path); }
 

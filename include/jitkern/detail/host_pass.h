@@ -135,7 +135,7 @@ template <typename T, typename U>
 T atomicExch(T* address, U value);
 template <typename T, typename U>
 T atomicCAS(T* address, U compare, U value);
-#pragma GCC visibility pop
 int __clz(int x);
 int __ffs(int x);
+#pragma GCC visibility pop
 #endif

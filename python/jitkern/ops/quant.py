@@ -20,8 +20,7 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "per_tensor_quant_static": "input, output_q, output_s",
     "per_tensor_quant_dynamic": "input, output_q, output_s",
     "per_token_quant": "input, output_q, output_s",
-    **{op: "input, output_q, output_s, group_size, eps"
-       for op in ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8")},
+    **{op: "input, output_q, output_s, group_size, eps" for op in ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8")},
     "rmsnorm_quant_static": "input, weight, output_q, scale, eps",
     "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
     "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
@@ -148,9 +147,13 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
                                                             scale_tma_aligned, scale_ue8m0)
         return _into(q, s, output_q, output_s)
     # The export of the outputs' format (C++ checks the outputs against it): each compiles only its own kernels.
-    int8 = (dtype if output_q is None else getattr(output_q, "dtype", None)) == torch.int8
-    ue8m0 = scale_ue8m0 if output_s is None else getattr(output_s, "dtype", None) == torch.int32
-    fn = _FAMILY.function("per_token_group_quant" + ("_int8" if int8 else "_ue8m0" if ue8m0 else ""), input, public)
+    if (dtype if output_q is None else getattr(output_q, "dtype", None)) == torch.int8:
+        export = "per_token_group_quant_int8"
+    elif scale_ue8m0 if output_s is None else getattr(output_s, "dtype", None) == torch.int32:
+        export = "per_token_group_quant_ue8m0"
+    else:
+        export = "per_token_group_quant"
+    fn = _FAMILY.function(export, input, public)
     if type(group_size) is not int:
         raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
     q = _empty_q(input, dtype) if output_q is None else output_q
