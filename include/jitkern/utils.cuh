@@ -86,10 +86,29 @@ namespace detail {
   return library;
 }
 
-// The kernel that `stub` stands for, found once per stub: a lock-free table of what was found (GCC's
-// atomic built-ins: <atomic> and <mutex> would double the host pass's parsing), a lock for the first
-// lookups.
-[[gnu::visibility("hidden")]] inline const void* kernel_in_image(const void* stub, DebugInfo where) {
+// Refuses a kernel whose parameters, as its device code lays them out, differ in size from what the host
+// code passes (`sizes`, `count` of them): a type the two passes see differently (a member under
+// #ifdef __CUDACC__) would otherwise launch with bytes of the wrong layout. (A different count fails
+// nvcc's compile of the launch.) A runtime that cannot tell lets it pass.
+[[gnu::visibility("hidden")]] inline void check_parameters(cudaKernel_t kernel, const char* name, const std::size_t* sizes, std::size_t count,
+                                                         DebugInfo where) {
+  for (std::size_t i = 0; i < count; ++i) {
+    std::size_t offset = 0, size = 0;
+    const cudaError_t status = cudaFuncGetParamInfo(reinterpret_cast<const void*>(kernel), i, &offset, &size);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (size != sizes[i])
+      panic_with(where, "LaunchKernel", "kernel ", name, ": parameter ", i, " is ", size, " bytes in its device code but ", sizes[i],
+                 " in the host code: a type the two passes see differently (a member under #ifdef __CUDACC__?)");
+  }
+}
+
+// The kernel that `stub` stands for, found once per stub (its parameters checked against `sizes`, see
+// check_parameters): a lock-free table of what was found (GCC's atomic built-ins: <atomic> and <mutex>
+// would double the host pass's parsing), a lock for the first lookups.
+[[gnu::visibility("hidden")]] inline const void* kernel_in_image(const void* stub, const std::size_t* sizes, std::size_t count, DebugInfo where) {
   constexpr std::size_t kSlots = 256;
   static const void* stubs[kSlots];
   static const void* kernels[kSlots];
@@ -109,18 +128,18 @@ namespace detail {
   const char* why = nullptr;
   char* name = function_symbol(stub, &why);
   if (name == nullptr) panic_with(where, "LaunchKernel", "cannot name a kernel of this module: ", why);
+  struct Freed {
+    ~Freed() { std::free(p); }
+    char* p;
+  } freed{name};
   cudaKernel_t kernel = nullptr;
   const cudaError_t status = cudaLibraryGetKernel(&kernel, device_image(where), name);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    struct Freed {
-      ~Freed() { std::free(p); }
-      char* p;
-    } freed{name};
     panic_with(where, "LaunchKernel", "kernel ", static_cast<const char*>(name), " is not in this module's device image (", cudaGetErrorName(status),
                "): is it static, or in an anonymous namespace, or instantiated with a type that is?");
   }
-  std::free(name);
+  check_parameters(kernel, name, sizes, count, where);
   for (std::size_t i = 0; i < kSlots; ++i) {
     const std::size_t slot = (home + i) % kSlots;
     const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_RELAXED);
@@ -144,7 +163,8 @@ inline const void* kernel_handle(void (*kernel)(KernelArgs...), DebugInfo where 
   (void)where;
   return reinterpret_cast<const void*>(kernel);
 #else
-  return detail::kernel_in_image(reinterpret_cast<const void*>(kernel), where);
+  constexpr std::size_t sizes[] = {sizeof(KernelArgs)..., 0};
+  return detail::kernel_in_image(reinterpret_cast<const void*>(kernel), sizes, sizeof...(KernelArgs), where);
 #endif
 }
 // A kernel as the runtime API takes it already (nvcc's kernel as a pointer, a cudaKernel_t): unchanged.

@@ -121,6 +121,43 @@ def test_host_without_nvcc_fails_early_and_launches_by_name(cache_dir, monkeypat
     assert out.tolist() == [2] * 4
 
 
+def test_host_without_nvcc_refuses_parameters_the_passes_lay_out_differently(cache_dir, monkeypatch, tmp_path):
+    """host_without_nvcc: a kernel parameter whose type differs between the two passes (a member under
+    #ifdef __CUDACC__) is refused at the first launch, naming the kernel, the parameter and both sizes,
+    instead of launching with bytes of the wrong layout; a matching kernel of the same module launches,
+    and kernel_handle passes an already-resolved kernel through."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    source = tmp_path / "layouts.cuh"
+    source.write_text(
+        "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n"
+        "namespace layouts {\n"
+        "struct Args {\n  int* out;\n#ifdef __CUDACC__\n  int device_only;\n#endif\n};\n"
+        "__global__ void skewed_kernel(const __grid_constant__ Args a) {\n#ifdef __CUDACC__\n  a.out[threadIdx.x] = 7;\n#endif\n}\n"
+        "__global__ void plain_kernel(int* out, int value) {\n#ifdef __CUDACC__\n  out[threadIdx.x] = value;\n#endif\n}\n"
+        "inline void skewed(jitkern::TensorView out) {\n"
+        "  host::LaunchKernel(1, 4, out.device())(skewed_kernel, Args{static_cast<int*>(out.data_ptr())});\n}\n"
+        "inline void plain(jitkern::TensorView out, int64_t value) {\n"
+        "  host::LaunchKernel(1, 4, out.device())(plain_kernel, static_cast<int*>(out.data_ptr()), static_cast<int>(value));\n}\n"
+        "inline int64_t plain_threads() {\n  cudaFuncAttributes a{};\n"
+        "  host::RuntimeDeviceCheck(cudaFuncGetAttributes(&a, host::kernel_handle(host::kernel_handle(plain_kernel))));\n"
+        "  return a.maxThreadsPerBlock;\n}\n"
+        "}  // namespace layouts\n")
+    module = JitSpec("layouts", cuda_files=[str(source)], host_without_nvcc=True,
+                     cuda_wrappers=[("skewed", "layouts::skewed", "out"),
+                                    ("plain", "layouts::plain", "out, value"), ("plain_threads", "layouts::plain_threads", "")]).load()
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("NOT RUN (the launches): needs a CUDA GPU and torch")
+    out = torch.zeros(4, dtype=torch.int32, device="cuda")
+    with pytest.raises(RuntimeError, match=r"skewed_kernel.*parameter 0 is 16 bytes in its device code but 8 in the host code"):
+        module.skewed(out)
+    torch.cuda.synchronize()
+    assert out.tolist() == [0] * 4  # nothing launched
+    module.plain(out, 5)
+    assert out.tolist() == [5] * 4
+    assert module.plain_threads() >= 32
+
+
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):
     """Every row of jitkern.DTYPES: the C++ alias's DLPack dtype is the one tvm-ffi parses from the torch name."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
