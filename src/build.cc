@@ -329,7 +329,11 @@ class Compile {
   int compile_host_and_image() {
     const std::string src = "device.cu";
     auto host = m_p.host_pass;
-    host.insert(host.end(), {"-I" + toolchain::cuda_include_dir(m_p.nvcc), "-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
+    // CUDA's include directories as nvcc gives them to its host compiler (CUDA 13 keeps CCCL apart).
+    const std::string cuda_include = toolchain::cuda_include_dir(m_p.nvcc);
+    host.push_back("-I" + cuda_include);
+    if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) host.insert(host.end(), {"-isystem", cuda_include + "/cccl"});
+    host.insert(host.end(), {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
     auto image = m_p.cuda_compile;
     image.insert(image.end(), {"-fatbin", src, "-o", "device.fatbin"});
     std::vector<std::string> env, steps;

@@ -69,18 +69,63 @@ std::vector<std::string> absolute_include_flags(const std::vector<std::string>& 
   return out;
 }
 
-// The preprocessor's flags among `flags` (-D, -U, include paths, -include), with their separate
-// arguments: what the host pass of a host_without_nvcc module takes from extra_cuda_cflags, so that both
-// passes see the same source.
-std::vector<std::string> preprocessor_flags(const std::vector<std::string>& flags) {
+// What nvcc would give its host compiler from `flags` (extra_cuda_cflags), for the host pass of a
+// host_without_nvcc module, so that both passes see the same source and the host code compiles as it
+// would under nvcc: the preprocessor's flags (-D, -U, include paths, -include, in short or nvcc's long
+// forms, attached, after '=' or separate; a value's comma list split as nvcc splits it) and the values
+// of -Xcompiler / --compiler-options (comma lists).
+std::vector<std::string> host_pass_flags(const std::vector<std::string>& flags) {
+  struct Form {
+    const char* spelling;
+    const char* host;  // the host compiler's flag for each value
+    bool split;        // nvcc reads the value as a comma list
+  };
+  static const Form kForms[] = {
+      {"--define-macro", "-D", true},   {"--undefine-macro", "-U", true}, {"--include-path", "-I", true},
+      {"--system-include", "-isystem", true}, {"--pre-include", "-include", true}, {"--compiler-options", "", true},
+      {"-Xcompiler", "", true},         {"-isystem", "-isystem", true},   {"-idirafter", "-idirafter", false},
+      {"-iquote", "-iquote", false},    {"-include", "-include", true},   {"-D", "-D", true},
+      {"-U", "-U", true},               {"-I", "-I", true},
+  };
+  const auto comma_list = [](const std::string& value, bool split) {
+    std::vector<std::string> parts;
+    if (!split) return std::vector<std::string>{value};
+    std::size_t start = 0;
+    for (std::size_t at = value.find(','); ; at = value.find(',', start)) {
+      parts.push_back(value.substr(start, at == std::string::npos ? std::string::npos : at - start));
+      if (at == std::string::npos) break;
+      start = at + 1;
+    }
+    return parts;
+  };
   std::vector<std::string> out;
   for (std::size_t i = 0; i < flags.size(); ++i) {
     const std::string& f = flags[i];
-    for (const std::string prefix : {"-D", "-U", "-I", "-isystem", "-iquote", "-idirafter", "-include"}) {
-      if (f.rfind(prefix, 0) != 0) continue;
-      if (prefix.size() > 2 && f.size() > prefix.size()) break;  // -includefoo is not -include
-      out.push_back(f);
-      if (f.size() == prefix.size() && i + 1 < flags.size()) out.push_back(flags[++i]);
+    for (const Form& form : kForms) {
+      const std::string spelling = form.spelling;
+      if (f.rfind(spelling, 0) != 0) continue;
+      const bool long_form = spelling.size() > 2;
+      std::string value;
+      if (f.size() == spelling.size()) {
+        if (i + 1 >= flags.size()) break;
+        value = flags[++i];
+      } else if (f[spelling.size()] == '=') {
+        value = f.substr(spelling.size() + 1);
+      } else if (!long_form || spelling == "-isystem" || spelling == "-iquote" || spelling == "-idirafter") {
+        value = f.substr(spelling.size());  // -DX, -I/dir, -isystem/dir
+      } else {
+        continue;  // -includefoo, --define-macros: another flag
+      }
+      for (const auto& part : comma_list(value, form.split)) {
+        if (part.empty()) continue;
+        if (*form.host == '\0') {
+          out.push_back(part);  // a host compiler flag
+        } else if (std::string(form.host).size() > 2) {
+          out.insert(out.end(), {form.host, part});
+        } else {
+          out.push_back(form.host + part);
+        }
+      }
       break;
     }
   }
@@ -145,11 +190,28 @@ void validate(const BuildRequest& req) {
   if (req.cpp_files.empty() && !req.cpp_wrappers.empty()) bad("cpp_wrappers were given without cpp_files");
   if (req.cuda_files.empty() && !req.cuda_wrappers.empty()) bad("cuda_wrappers were given without cuda_files");
   if (req.cuda_files.empty() && req.host_without_nvcc) bad("host_without_nvcc was given without cuda_files");
-  if (req.host_without_nvcc)
-    for (const auto& f : req.extra_ldflags)
-      for (const char* strip : {"-s", "-Wl,-s", "-Wl,--strip-all", "-Wl,-x", "-Wl,--discard-all"})
-        if (f == strip)
-          bad("extra_ldflags: " + f + " removes the symbol table that a host_without_nvcc module finds its kernels in");
+  if (req.host_without_nvcc) {
+    // The linker's arguments among extra_ldflags (-Wl, comma lists, -Xlinker's next flag, the driver's -s).
+    const auto& ld = req.extra_ldflags;
+    for (std::size_t i = 0; i < ld.size(); ++i) {
+      std::vector<std::string> args;
+      if (ld[i].rfind("-Wl,", 0) == 0) {
+        std::size_t start = 4;
+        for (std::size_t at = ld[i].find(',', start);; at = ld[i].find(',', start)) {
+          args.push_back(ld[i].substr(start, at == std::string::npos ? std::string::npos : at - start));
+          if (at == std::string::npos) break;
+          start = at + 1;
+        }
+      } else if (ld[i] == "-Xlinker" && i + 1 < ld.size()) {
+        args.push_back(ld[++i]);
+      } else if (ld[i] == "-s") {
+        args.push_back("-s");
+      }
+      for (const auto& a : args)
+        if (a == "-s" || a == "--strip-all" || a == "-x" || a == "--discard-all")
+          bad("extra_ldflags: " + ld[i] + " removes the symbol table that a host_without_nvcc module finds its kernels in");
+    }
+  }
   // A module without exports would compile and then have nothing for the loader to find.
   if (req.cpp_wrappers.empty() && req.cuda_wrappers.empty())
     bad("a module needs at least one export: give cpp_wrappers or cuda_wrappers, a list of (export_name, cpp_expression) "
@@ -286,10 +348,8 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     if (req.host_without_nvcc) {
       p.host_pass = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());
-      for (const auto* flags : {&req.extra_cflags, &req.extra_cuda_cflags}) {
-        const auto host_flags = absolute_include_flags(flags == &req.extra_cflags ? *flags : preprocessor_flags(*flags), cwd);
-        p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
-      }
+      const auto host_flags = absolute_include_flags(host_pass_flags(req.extra_cuda_cflags), cwd);
+      p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
       key.field("host-without-nvcc");
       key_args(p.host_pass);
     }

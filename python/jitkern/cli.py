@@ -575,34 +575,41 @@ def cmd_doctor(args) -> int:
         doc.report("ok", "serving", "JITKERN_ON_MISS=error: loads never compile; a module in no cache raises CacheMissError "
                    "(`jitkern cache ls` lists what is cached)")
     elif not doc.problems:
-        for cuda in (False, True):
+        for kind in _TINY:
+            cuda = kind != "C++"
             if have.get(cuda) and (not cuda or arch):
-                _tiny_build(doc, cuda, arch)
+                _tiny_build(doc, kind, arch)
     if args.json:
         print(json.dumps({"ok": doc.problems == 0, "checks": doc.items}, indent=2))
     return 1 if doc.problems else 0
 
 
-_TINY = {False: ("doctor.cc", "#include <jitkern/tensor.h>\ninline int doctor_answer(int x) { return x + 1; }\n"),
-         True: ("doctor.cuh", "#include <jitkern/tensor.h>\n__global__ void doctor_kernel(int* x) { *x += 1; }\n"
-                              "inline int doctor_answer(int x) { return x + 1; }\n")}
+# The tiny modules the doctor builds: (file, source, JitSpec options) by kind. The host_without_nvcc one is
+# how every built-in op builds (the host compiler alone compiles its host code).
+_TINY = {"C++": ("doctor.cc", "#include <jitkern/tensor.h>\ninline int doctor_answer(int x) { return x + 1; }\n", {}),
+         "CUDA": ("doctor.cuh", "#include <jitkern/tensor.h>\n__global__ void doctor_kernel(int* x) { *x += 1; }\n"
+                                "inline int doctor_answer(int x) { return x + 1; }\n", {}),
+         "CUDA host pass": ("doctor_host_pass.cuh", "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n"
+                            "namespace jitkern_doctor {\n__global__ void doctor_kernel(int* x) {\n#ifdef __CUDACC__\n  *x += 1;\n#endif\n}\n"
+                            "inline int doctor_answer(int x) { return x + 1; }\n}  // namespace jitkern_doctor\n", {"host_without_nvcc": True})}
 
 
-def _tiny_build(doc: Doctor, cuda: bool, arch: str) -> None:
+def _tiny_build(doc: Doctor, kind: str, arch: str) -> None:
     """A tiny module built and loaded through the real configuration (cache, locks, compilers): compiled
     on the first run, loaded from the cache after."""
     from .jit import JitSpec
 
-    kind = "CUDA" if cuda else "C++"
-    name, text = _TINY[cuda]
+    cuda = kind != "C++"
+    name, text, options = _TINY[kind]
     source = Path(tempfile.gettempdir()) / f"jitkern-doctor-{os.geteuid()}" / name
     source.parent.mkdir(mode=0o700, exist_ok=True)
     if not source.exists() or source.read_text() != text:
         source.write_text(text)
         past = time.time() - 2  # a file written at the compile's start counts as changed during it (src/build.cc)
         os.utime(source, (past, past))
-    files = {"cuda_files" if cuda else "cpp_files": [str(source)], "cuda_wrappers" if cuda else "cpp_wrappers": [("answer", "doctor_answer")]}
-    spec = JitSpec("doctor", kind.lower().replace("+", "p"), **files, cuda_arch=arch if cuda else None)
+    answer_expr = "jitkern_doctor::doctor_answer" if options else "doctor_answer"
+    files = {"cuda_files" if cuda else "cpp_files": [str(source)], "cuda_wrappers" if cuda else "cpp_wrappers": [("answer", answer_expr)]}
+    spec = JitSpec("doctor", kind.lower().replace("+", "p").replace(" ", "_"), **files, cuda_arch=arch if cuda else None, **options)
     t0 = time.perf_counter()
     try:
         path, compiled = spec._build_reporting()

@@ -146,6 +146,13 @@ TEST(Plan, ValidationNamesTheField) {
   r.cuda_files = {"add_constant.cuh"};
   r.extra_ldflags = {"-Wl,-s"};
   expect_invalid(r, "extra_ldflags: -Wl,-s removes the symbol table that a host_without_nvcc module finds its kernels in");
+  for (const std::vector<std::string>& strip : std::vector<std::vector<std::string>>{
+           {"-s"}, {"-Wl,-O1,-s"}, {"-Wl,--strip-all,--as-needed"}, {"-Xlinker", "-x"}, {"-Wl,--discard-all"}}) {
+    r.extra_ldflags = strip;
+    expect_invalid(r, "removes the symbol table that a host_without_nvcc module finds its kernels in");
+  }
+  r.extra_ldflags = {"-Wl,-O1,--as-needed", "-Xlinker", "--gc-sections", "-Wl,--strip-debug"};
+  EXPECT_NO_THROW(plan::validate(r));
 }
 
 TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
@@ -246,9 +253,17 @@ TEST(Plan, CudaCommand) {
   for (const char* flag : {"-x", "c++", "-fvisibility=hidden"})
     EXPECT_NE(std::find(split.host_pass.begin(), split.host_pass.end(), flag), split.host_pass.end()) << flag;
 
-  // Both passes see the same source: the host pass takes extra_cuda_cflags' preprocessor flags.
-  r.extra_cuda_cflags = {"-DBLOCK=512", "-U", "NDEBUG", "-Xptxas", "-v", "-include", "/work/pre.h", "-includeX"};
+  // The host pass compiles as nvcc's host compile would: extra_cuda_cflags' preprocessor flags in every
+  // spelling nvcc takes (comma lists split as nvcc splits them) and -Xcompiler's values; not extra_cflags
+  // (cpp_files' flags, which nvcc never gives a CUDA source either).
+  r.extra_cuda_cflags = {"-DBLOCK=512", "-U", "NDEBUG", "-Xptxas", "-v", "-include", "/work/pre.h", "-includeX",
+                         "--define-macro=VAL=1", "--define-macro", "W=2", "-DA=a,b", "-Xcompiler", "-fopenmp,-fwrapv",
+                         "--compiler-options=-ffast-math", "--include-path=inc", "--system-include", "/sys", "-I/a,/b",
+                         "--pre-include=/p.h", "--define-macros-not"};
+  r.extra_cflags = {"-DCPP_FILES_ONLY"};
   const plan::Plan flags = plan::make(r, config(), toolchain_(), "/work");
-  const std::vector<std::string> tail(flags.host_pass.end() - 5, flags.host_pass.end());
-  EXPECT_EQ(tail, (std::vector<std::string>{"-DBLOCK=512", "-U", "NDEBUG", "-include", "/work/pre.h"}));
+  const std::vector<std::string> tail(flags.host_pass.end() - 18, flags.host_pass.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"-DBLOCK=512", "-UNDEBUG", "-include", "/work/pre.h", "-DVAL=1", "-DW=2", "-DA=a", "-Db", "-fopenmp",
+                                            "-fwrapv", "-ffast-math", "-I/work/inc", "-isystem", "/sys", "-I/a", "-I/b", "-include", "/p.h"}));
+  EXPECT_EQ(std::count(flags.host_pass.begin(), flags.host_pass.end(), "-DCPP_FILES_ONLY"), 0);
 }

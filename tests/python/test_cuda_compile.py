@@ -158,6 +158,29 @@ def test_host_without_nvcc_refuses_parameters_the_passes_lay_out_differently(cac
     assert module.plain_threads() >= 32
 
 
+def test_host_without_nvcc_compiles_host_code_as_nvcc_would(cache_dir, monkeypatch, tmp_path):
+    """The host pass takes what nvcc gives its host compiler: -Xcompiler's flags, the preprocessor flags in
+    nvcc's long spellings, CUDA's CCCL headers; both passes see one macro value (a static_assert in each), and
+    the host code behaves the same with or without host_without_nvcc."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "only_here.h").write_text("#define ONLY_HERE 4\n")
+    source = tmp_path / "flags.cuh"
+    source.write_text(
+        "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n#include <cuda/std/limits>\n#include <only_here.h>\n"
+        "static_assert(VAL == 7, \"both passes see VAL=7\");\n"
+        "namespace flags {\n__global__ void flags_kernel(int* p) {\n#ifdef __CUDACC__\n  p[0] = VAL;\n#endif\n}\n"
+        "inline int64_t host_flags() {\n  int64_t r = ONLY_HERE + cuda::std::numeric_limits<int>::digits;\n"
+        "#ifdef __FAST_MATH__\n  r += 100;\n#endif\n  return r;\n}\n}  // namespace flags\n")
+    flags = ["--define-macro", "VAL=7", "-Xcompiler", "-ffast-math,-fwrapv", f"--include-path={tmp_path / 'inc'}"]
+    results = []
+    for split in (False, True):
+        module = JitSpec("flags", cuda_files=[str(source)], cuda_wrappers=[("host_flags", "flags::host_flags", "")],
+                         extra_cuda_cflags=flags, host_without_nvcc=split).load()
+        results.append(module.host_flags())
+    assert results == [4 + 31 + 100] * 2
+
+
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):
     """Every row of jitkern.DTYPES: the C++ alias's DLPack dtype is the one tvm-ffi parses from the torch name."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")

@@ -123,6 +123,15 @@ def test_doctor_fails_on_an_invalid_setting_and_an_untrusted_prebuilt_cache(tmp_
     assert rc == 1 and checks["prebuilt cache"]["status"] == "FAIL" and "writable" in checks["prebuilt cache"]["detail"], checks
 
 
+@pytest.mark.toolchain
+def test_doctor_builds_the_way_the_ops_build(tmp_path):
+    """With a CUDA target, the doctor's tiny builds include one with host_without_nvcc, as every op builds."""
+    rc, checks = doctor(env_with(JITKERN_CACHE_DIR=tmp_path / "c", JITKERN_CUDA_ARCH="sm_90a"))
+    assert rc == 0, checks
+    for build in ("C++ build", "CUDA build", "CUDA host pass build"):
+        assert checks[build]["status"] == "ok" and "compiled" in checks[build]["detail"], checks
+
+
 def test_doctor_builds_through_the_real_cache_then_finds_it_there(tmp_path):
     env = env_with(JITKERN_CACHE_DIR=tmp_path / "c", JITKERN_CUDA_ARCH=None)
     rc, checks = doctor(env)
