@@ -107,21 +107,35 @@ std::vector<Outcome> clear(const store::Store& store, bool dry_run) {
   return out;
 }
 
+// The entry that `path` lies in (an entry's directory or a file in it, as the library path that a build
+// returns), or "" where it names none of the store's.
+std::string stem_of_path(const store::Store& store, const std::string& path) {
+  if (path.find('/') == std::string::npos) return "";
+  for (const std::string& root : {store.root(), fs::realpath_or(store.root())})
+    for (const std::string& p : {path, fs::realpath_or(path)})
+      if (p.size() > root.size() + 1 && p.compare(0, root.size(), root) == 0 && p[root.size()] == '/') {
+        const std::string rest = p.substr(root.size() + 1);
+        return rest.substr(0, rest.find('/'));
+      }
+  return "";
+}
+
 std::vector<Entry> find(const store::Store& store, const std::vector<std::string>& what) {
   const std::vector<Entry> all = list(store);
   std::vector<Entry> out;
   for (const auto& w : what) {
     const bool key_prefix = w.size() >= kMinKeyPrefix && w.find_first_not_of("0123456789abcdef") == std::string::npos;
+    const std::string path_stem = stem_of_path(store, w);
     bool any = false;
     for (const auto& e : all) {
       // A module's entries are named after it (the store's rule), also those without a manifest.
-      const bool named = e.module == w || e.stem == w || store::Store::stem_of(w, e.key) == e.stem;
+      const bool named = e.module == w || e.stem == w || store::Store::stem_of(w, e.key) == e.stem || (!path_stem.empty() && path_stem == e.stem);
       if (!named && !(key_prefix && e.key.rfind(w, 0) == 0)) continue;
       any = true;
       if (std::none_of(out.begin(), out.end(), [&](const Entry& o) { return o.stem == e.stem; })) out.push_back(e);
     }
     if (!any)
-      throw std::invalid_argument("jitkern: no entry of " + store.root() + " is named by '" + w + "' (give a module name, an entry's name or at least " +
+      throw std::invalid_argument("jitkern: no entry of " + store.root() + " is named by '" + w + "' (give a module name, an entry's name, a path in it or at least " +
                                   std::to_string(kMinKeyPrefix) + " hex digits of its key, as `jitkern cache ls` shows them)");
   }
   return out;

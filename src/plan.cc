@@ -359,7 +359,10 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   p.dep_exclude_prefixes.push_back("/usr/include/");  // the system's headers (libc, -dev packages): the platform's, not tracked
   // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
   // -z noseparate-code: two loadable segments instead of four, so loading a module maps less.
-  p.link = {"-shared", "-Wl,-z,noseparate-code", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
+  // (gold has no such option: a module linked by it keeps gold's layout.)
+  const bool gold = std::find(req.extra_ldflags.begin(), req.extra_ldflags.end(), "-fuse-ld=gold") != req.extra_ldflags.end();
+  p.link = {"-shared", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
+  if (!gold) p.link.insert(p.link.begin() + 1, "-Wl,-z,noseparate-code");
   for (const auto& r : {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir}) p.link.push_back("-Wl,-rpath," + r);
   p.link.insert(p.link.end(), req.extra_ldflags.begin(), req.extra_ldflags.end());
   key.field("link");

@@ -109,7 +109,7 @@ namespace detail {
 // check_parameters): a lock-free table of what was found (GCC's atomic built-ins: <atomic> and <mutex>
 // would double the host pass's parsing), a lock for the first lookups.
 [[gnu::visibility("hidden")]] inline const void* kernel_in_image(const void* stub, const std::size_t* sizes, std::size_t count, DebugInfo where) {
-  constexpr std::size_t kSlots = 256;
+  constexpr std::size_t kSlots = 1024;  // beyond, a kernel's launches repeat the lookup
   static const void* stubs[kSlots];
   static const void* kernels[kSlots];
   static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;

@@ -278,6 +278,8 @@ def test_cache_ls_show_stats_and_rm(cache_dir):
     assert e["dependencies"] > 0 and e["compilers"] and e["build_ms"] > 0 and e["arch"] == "-"
     text = run_cli("cache", "show", "scale_43", "--cache-dir", str(cache_dir)).stdout
     assert text.startswith("scale_43 (ok)") and "dependencies" in text and "compilers" in text
+    by_path = json.loads(run_cli("cache", "show", scale_spec(43).build(), "--json", "--cache-dir", str(cache_dir)).stdout)["entries"]
+    assert [e["module"] for e in by_path] == ["scale_43"], "the library path a build returns names its entry"
 
     stats = json.loads(run_cli("cache", "stats", "--json", "--cache-dir", str(cache_dir)).stdout)["caches"]
     assert len(stats) == 1 and stats[0]["entries"] == 2 and stats[0]["compiles"] == 2 and stats[0]["failures"] == 0

@@ -92,7 +92,8 @@ def test_launch_error_is_reported_at_the_launch_site(cache_dir, monkeypatch, tmp
 def test_host_without_nvcc_fails_early_and_launches_by_name(cache_dir, monkeypatch, tmp_path):
     """host_without_nvcc: a kernel body left where the host pass compiles it fails the build, naming the
     built-in (not a library that cannot load); a module's kernels launch by name, also the first launch
-    of a kernel after the cache lost the module's file (jitkern cache clear beside a running process)."""
+    of a kernel after the process reused the module's descriptor or the cache lost the module's file
+    (jitkern cache clear beside a running process), and a clear error once both are gone."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     unguarded = tmp_path / "unguarded.cuh"
     unguarded.write_text("#include <jitkern/utils.cuh>\n__global__ void fill_kernel(int* p) { p[threadIdx.x] = 1; }\n"
@@ -107,7 +108,9 @@ def test_host_without_nvcc_fails_early_and_launches_by_name(cache_dir, monkeypat
         "inline void fill(jitkern::TensorView out, int64_t which) {\n"
         "  auto* p = static_cast<int*>(out.data_ptr());\n"
         "  if (which == 1) host::LaunchKernel(1, 4, out.device())(fill_kernel<1>, p);\n"
-        "  else host::LaunchKernel(1, 4, out.device())(fill_kernel<2>, p);\n"
+        "  else if (which == 2) host::LaunchKernel(1, 4, out.device())(fill_kernel<2>, p);\n"
+        "  else if (which == 3) host::LaunchKernel(1, 4, out.device())(fill_kernel<3>, p);\n"
+        "  else host::LaunchKernel(1, 4, out.device())(fill_kernel<4>, p);\n"
         "}\n}  // namespace two\n")
     module = JitSpec("two_kernels", cuda_files=[str(kernels)], cuda_wrappers=[("fill", "two::fill", "out, which")], host_without_nvcc=True).load()
     torch = sys.modules.get("torch")
@@ -116,9 +119,25 @@ def test_host_without_nvcc_fails_early_and_launches_by_name(cache_dir, monkeypat
     out = torch.zeros(4, dtype=torch.int32, device="cuda")
     module.fill(out, 1)
     assert out.tolist() == [1] * 4
-    os.remove(module.path)
+
+    def module_descriptor() -> int:
+        return next(int(f) for f in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{f}") == os.path.realpath(module.path))
+
+    # A process that closes descriptors it did not open and reuses the number (a daemon): the lookup notices
+    # and opens the module's file again by its path.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, module_descriptor())
     module.fill(out, 2)
     assert out.tolist() == [2] * 4
+    reopened = module_descriptor()
+    os.remove(module.path)  # jitkern cache clear beside the process: the open file serves
+    module.fill(out, 3)
+    assert out.tolist() == [3] * 4
+    os.dup2(null, reopened)  # and now neither the descriptor nor the path is the module's
+    os.close(null)
+    with pytest.raises(RuntimeError, match="the module's file is no longer open in this process"):
+        module.fill(out, 4)
+    assert out.tolist() == [3] * 4
 
 
 def test_host_without_nvcc_refuses_parameters_the_passes_lay_out_differently(cache_dir, monkeypatch, tmp_path):

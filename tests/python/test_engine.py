@@ -89,6 +89,17 @@ def test_cpu_kernel_on_numpy_arrays(cache_dir):
                             cpp_wrappers=[("scale", "scale<3>"), ("sum_ints", "sum_ints")]) is m
 
 
+@pytest.mark.skipif(shutil.which("ld.gold") is None, reason="NOT RUN: no gold linker here")
+def test_a_module_links_with_gold(cache_dir):
+    """extra_ldflags=["-fuse-ld=gold"] links (gold lacks the -z noseparate-code that other links get)."""
+    m = jitkern.load_jit("scale_gold", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<5>")],
+                         extra_ldflags=["-fuse-ld=gold"])
+    a = np.arange(7, dtype=np.float32)
+    b = np.full_like(a, np.nan)
+    m.scale(b, a)
+    np.testing.assert_array_equal(b, a * 5)
+
+
 def test_cpp_errors_reach_python_with_messages(cache_dir):
     m = jitkern.load_jit("errors_test", cpp_files=[str(KERNELS / "scale_cpu.h")],
                          cpp_wrappers=[("always_fails", "always_fails"), ("scale", "scale<2>")])

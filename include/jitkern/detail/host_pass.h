@@ -22,11 +22,32 @@
 namespace host::detail {
 // This module's file, opened as the module loads: the kernel lookups read its static symbol table
 // through it, so they work after the cache has removed the file (jitkern cache clear beside a server).
+// Its identity (device, inode) is kept to tell that the descriptor still refers to it: a process that
+// closes descriptors it did not open (a daemon) may have reused the number for another file.
 [[gnu::visibility("hidden")]] inline int module_file = -1;
+[[gnu::visibility("hidden")]] inline dev_t module_device = 0;
+[[gnu::visibility("hidden")]] inline ino_t module_inode = 0;
 [[gnu::constructor, gnu::visibility("hidden")]] inline void open_module_file() {
   Dl_info info{};
-  if (module_file < 0 && dladdr(reinterpret_cast<const void*>(&open_module_file), &info) != 0 && info.dli_fname != nullptr)
+  struct stat st {};
+  if (module_file < 0 && dladdr(reinterpret_cast<const void*>(&open_module_file), &info) != 0 && info.dli_fname != nullptr) {
     module_file = open(info.dli_fname, O_RDONLY | O_CLOEXEC);
+    if (module_file >= 0 && fstat(module_file, &st) == 0) module_device = st.st_dev, module_inode = st.st_ino;
+  }
+}
+
+// The descriptor of this module's file: the one opened at load if it still refers to the file, else the
+// file reopened by its path if that is still the same file; -1 otherwise.
+inline int module_file_now(const char* path) {
+  struct stat st {};
+  if (module_file >= 0 && fstat(module_file, &st) == 0 && st.st_dev == module_device && st.st_ino == module_inode) return module_file;
+  const int reopened = path != nullptr ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (reopened >= 0 && fstat(reopened, &st) == 0 && st.st_dev == module_device && st.st_ino == module_inode && module_inode != 0) {
+    module_file = reopened;  // the old number is no longer ours to close
+    return module_file;
+  }
+  if (reopened >= 0) close(reopened);
+  return -1;
 }
 
 // The name of the function at `address` (a kernel stub: its mangled name is the kernel's), from this
@@ -36,11 +57,16 @@ namespace host::detail {
 inline char* function_symbol(const void* address, const char** why) {
   Dl_info info{};
   *why = "the module's symbol table cannot be read (was it stripped? build it without -s)";
-  if (module_file < 0 || dladdr(address, &info) == 0) return nullptr;
+  if (dladdr(address, &info) == 0) return nullptr;
+  const int file = module_file_now(info.dli_fname);
+  if (file < 0) {
+    *why = "the module's file is no longer open in this process (its descriptor was closed, and the cache no longer holds it at "
+           "the path it was loaded from): load the module again";
+    return nullptr;
+  }
   struct stat st {};
-  void* map = fstat(module_file, &st) == 0 && st.st_size > 0
-                  ? mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, module_file, 0)
-                  : MAP_FAILED;
+  void* map = fstat(file, &st) == 0 && st.st_size > 0 ? mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, file, 0)
+                                                      : MAP_FAILED;
   if (map == MAP_FAILED) return nullptr;
   const auto* bytes = static_cast<const unsigned char*>(map);
   const auto size = static_cast<std::size_t>(st.st_size);
