@@ -194,6 +194,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 inline unsigned act_grid(int64_t blocks) {
   host::RuntimeCheck(blocks <= 0x7fffffff, "the input is too large for one launch (", blocks, " blocks)");
   return static_cast<unsigned>(blocks);
@@ -332,5 +333,6 @@ struct ActOps {
     }
   }
 };
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_act

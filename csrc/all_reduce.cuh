@@ -346,6 +346,7 @@ __global__ void __launch_bounds__(kThreads) fused_add_rmsnorm_kernel(const __gri
 
 // ---- host ----
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 struct Comm {
   int32_t device, rank, world;
   int64_t capacity;      // pull data bytes of each rank's buffer
@@ -614,5 +615,6 @@ bool all_reduce_add_rmsnorm(int64_t comm, jitkern::TensorView x, jitkern::Tensor
   });
   return true;
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_all_reduce

@@ -18,7 +18,9 @@
 #include <jitkern/utils.h>
 
 #include <cstdint>
+#ifndef __CUDACC_RTC__
 #include <vector>
+#endif
 
 namespace jitkern_kv_transfer {
 
@@ -115,6 +117,7 @@ __global__ void first_out_of_range_kernel(const Index* indices, uint32_t n, uint
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 // What a tensor argument says about one side, before it becomes a CacheSide.
 struct SideInfo {
   CacheSide side{};
@@ -463,5 +466,6 @@ struct KvTransfer {
     host::RuntimeDeviceCheck(status);
   }
 };
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_kv_transfer

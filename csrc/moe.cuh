@@ -319,6 +319,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_c
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 template <typename T>
 struct MoeOps {
   // topk_weights [T, k] fp32, topk_ids [T, k] int32/int64 <- the k experts of highest softmax(gating_output)
@@ -442,5 +443,6 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
   const DLDevice dev = device.unwrap();
   LaunchKernel(1, kAlignThreads, dev).enable_pdl(runtime::get_cc_major(dev.device_id) >= 9)(moe_align_kernel<>, p);
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_moe

@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 // Threads of a wide-row CTA: kRegVecs vectors each over a row of `nvec` vectors, whole warps, at most
 // kNormWideThreads (wider rows re-read their remainder).
 inline int wide_threads(int64_t nvec, int reg_vecs) {
@@ -483,5 +484,6 @@ struct NormOps {
             static_cast<int32_t>(heads)};
   }
 };
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_norm

@@ -20,8 +20,10 @@
 namespace jitkern_quant {
 
 using device::AlignedVector;
+#ifndef __CUDACC_RTC__
 using jitkern_norm::TokenRows;  // the norm family's row operands and launch widths
 using jitkern_norm::wide_threads;
+#endif
 namespace quant = device::quant;
 
 // The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant): their
@@ -314,6 +316,7 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 inline void zero_float_async(float* ptr, DLDevice device) {
   int previous = -1;
   host::RuntimeDeviceCheck(cudaGetDevice(&previous));
@@ -650,5 +653,6 @@ struct QuantOps {
     }
   }
 };
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_quant

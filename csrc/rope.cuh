@@ -30,8 +30,10 @@
 namespace jitkern_rope {
 
 using device::AlignedVector;
+#ifndef __CUDACC_RTC__
 using jitkern::Optional;
 using jitkern::TensorView;
+#endif
 
 // rope_kernel (decode; prefill with narrow vectors, a launch shape given, or rows too large for
 // rope_staged_kernel): a token's heads go to `groups` groups of threads (units * groups = kRopeThreads
@@ -480,6 +482,7 @@ __global__ void __launch_bounds__(kStagedThreads)
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 // A q/k/v argument: [N, H, D] or [N, H * D], the last dimension contiguous.
 struct HeadsArg {
   void* ptr = nullptr;
@@ -757,6 +760,7 @@ struct RopeOps {
     }
   };
 };
+#endif  // __CUDACC_RTC__
 
 // Row copies: out row r = [x row r | y row (r, broadcast)] (concat) or cache[index[r]] = row r (store).
 struct RowCopyParams {
@@ -846,6 +850,7 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 // Lanes per row: enough for one vector each, at most kRowThreads.
 inline int32_t row_lanes(int64_t vecs) {
   return static_cast<int32_t>(std::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(vecs, 1)))));
@@ -991,5 +996,6 @@ struct KvRowsImpl {
   }
 };
 using KvRows = KvRowsImpl<>;
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_rope

@@ -11,18 +11,21 @@
 // timed wait inside a CUDA graph capture, where no watchdog can know when the graph runs) times itself.
 #pragma once
 
-#include <cuda.h>  // CUresult and the stream memory operation flags; the functions come through the runtime
 #include <jitkern/tensor.h>
 #include <jitkern/utils.cuh>
 #include <jitkern/utils.h>
 
+#include <cstdint>
+#ifndef __CUDACC_RTC__  // host-only headers
+#include <cuda.h>  // CUresult and the stream memory operation flags; the functions come through the runtime
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
+#endif
 
 namespace jitkern_wait_value {
 
@@ -54,6 +57,7 @@ __global__ void write_value_kernel(volatile int32_t* flag, int32_t value) {
 #endif
 }
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 // An Event's words, in pinned host memory.
 struct EventSlot {
   int32_t flag;         // the flag, unless it is in GPU memory
@@ -416,5 +420,6 @@ bool stream_mem_ops_available() {
   StreamMemOps& ops = StreamMemOps::get();
   return ops.usable();
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_wait_value

@@ -2,6 +2,7 @@
 // writable cache under the entry's load lock; no compiler runs. Cold path: the entry's build lock,
 // compile in a scratch directory, record what the compiler read, publish through the store. The store
 // (store.h) owns every file and lock; this file owns compiling and what a build's outcome means.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include "fs_util.h"
 #include "log.h"
 #include "manifest.h"
+#include "nvrtc.h"
 #include "nvcc_pipeline.h"
 #include "plan.h"
 #include "settings.h"
@@ -334,6 +336,7 @@ class Compile {
     host.push_back("-I" + cuda_include);
     if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) host.insert(host.end(), {"-isystem", cuda_include + "/cccl"});
     host.insert(host.end(), {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
+    if (!m_p.nvrtc_options.empty()) return compile_host_then_nvrtc(host, cuda_include);
     auto image = m_p.cuda_compile;
     image.insert(image.end(), {"-fatbin", src, "-o", "device.fatbin"});
     std::vector<std::string> env, steps;
@@ -356,6 +359,43 @@ class Compile {
     const int device_rc = device.get();
     m_cuda_objects.push_back(m_scratch + "/image.o");
     return first_failure(rc, device_rc);
+  }
+
+  // JITKERN_DEVICE_COMPILER=nvrtc: the host pass, then NVRTC in this process on the module's kernel
+  // files, instantiating the kernels whose stubs the host pass made (src/nvrtc.h).
+  int compile_host_then_nvrtc(const std::vector<std::string>& host, const std::string& cuda_include) {
+    depfiles.push_back({m_scratch + "/host_pass.d", m_scratch});
+    record(in_dir(fs::join_command(host)));
+    const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    if (rc != 0) return rc;
+    auto options = m_p.nvrtc_options;
+    options.push_back("-I" + cuda_include);
+    record("nvrtc " + fs::join_command(options) + " (" + m_p.nvrtc_library + ", in this process)");
+    std::vector<std::string> stubs;
+    std::string why;
+    nvrtc::Result r;
+    if (!nvrtc::kernel_stubs(m_scratch + "/device.o", &stubs, &why)) r.log = why;
+    else r = nvrtc::compile(m_p.nvrtc_library, m_p.nvrtc_source, "device.cu", options, stubs);
+    if (!r.log.empty() || !r.ok) fs::write_file_atomic(device_log(), r.log + "\n");
+    if (!r.ok) return 1;
+    fs::write_file_atomic(m_scratch + "/device.cubin", r.cubin);
+    // What NVRTC reads besides the host pass's files: the standard-library stand-ins (no depfile of its own).
+    const auto escaped = [](const std::string& path) {  // make's escapes (manifest::parse_depfile undoes them)
+      std::string out;
+      for (const char c : path) out += c == ' ' ? std::string("\\ ") : c == '#' ? std::string("\\#") : c == '$' ? std::string("$$") : std::string(1, c);
+      return out;
+    };
+    std::string deps = "device.cubin: " + escaped(fs::dirname(m_p.nvrtc_std_dir) + "/rtc_std.h");
+    if (DIR* dir = ::opendir(m_p.nvrtc_std_dir.c_str())) {
+      while (const dirent* e = ::readdir(dir))
+        if (e->d_name[0] != '.') deps += " " + escaped(m_p.nvrtc_std_dir + "/" + e->d_name);
+      ::closedir(dir);
+    }
+    fs::write_file_atomic(m_scratch + "/device.d", deps + "\n");
+    depfiles.push_back({m_scratch + "/device.d", m_scratch});
+    fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.cubin"));
+    m_cuda_objects.push_back(m_scratch + "/image.o");
+    return run_argv({m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"}, m_scratch);
   }
 
   const plan::Plan& m_p;

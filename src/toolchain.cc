@@ -164,6 +164,14 @@ std::string cuda_include_dir(const std::string& nvcc_path) {
   return root + "/include";
 }
 
+std::string nvrtc_library(const std::string& nvcc_path) {
+  const std::string root = fs::dirname(fs::dirname(fs::realpath_or(nvcc_path)));
+  for (const std::string& d : {root + "/lib64", root + "/targets/x86_64-linux/lib", root + "/targets/sbsa-linux/lib", root + "/lib"})
+    for (const char* name : {"/libnvrtc.so", "/libnvrtc.so.13", "/libnvrtc.so.12"})
+      if (::access((d + name).c_str(), R_OK) == 0) return d + name;
+  return "";
+}
+
 bool loaded_tvm_ffi_dirs(std::string* lib_dir, std::string* include_dir) {
   // Found once (a loaded library with its headers beside it), then remembered: the warm path asks on
   // every load. Not found is asked again (tvm-ffi may be loaded after the engine).

@@ -2,6 +2,8 @@
 // Optional<TensorView> bias. Include it without the export glue in kernel files.
 #pragma once
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
+
 #include <jitkern/utils.h>
 
 namespace jitkern {
@@ -30,3 +32,4 @@ class Optional {
 };
 
 }  // namespace jitkern
+#endif  // __CUDACC_RTC__

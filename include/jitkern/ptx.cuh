@@ -1,6 +1,10 @@
 // Every inline PTX instruction the headers and kernels use, in one place (device::ptx).
 #pragma once
 
+#ifdef __CUDACC_RTC__
+#include <jitkern/detail/rtc_std.h>  // NVRTC has no standard library
+#endif
+
 #define JITKERN_DEVICE __forceinline__ __device__
 
 namespace device::ptx {

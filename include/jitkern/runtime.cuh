@@ -1,6 +1,8 @@
 // host::runtime: CUDA device queries, cached per device, errors checked.
 #pragma once
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
+
 #include <jitkern/utils.cuh>
 
 namespace host::runtime {
@@ -50,3 +52,4 @@ inline int get_blocks_per_sm(Kernel kernel, int block_size, std::size_t dynamic_
 }
 
 }  // namespace host::runtime
+#endif  // __CUDACC_RTC__

@@ -12,6 +12,8 @@
 // The header only records the pattern; matching and message formatting are in the runtime library.
 #pragma once
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
+
 #include <jitkern/optional.h>
 #include <jitkern/tensor_view.h>
 #include <jitkern/utils.h>
@@ -294,3 +296,4 @@ class TensorMatcher {
 };
 
 }  // namespace host
+#endif  // __CUDACC_RTC__

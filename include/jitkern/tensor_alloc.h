@@ -6,6 +6,8 @@
 // Only a module links tvm-ffi (the runtime library does not), so everything here is inline.
 #pragma once
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
+
 #include <jitkern/tensor_view.h>
 #include <jitkern/utils.h>
 #include <tvm/ffi/c_api.h>
@@ -81,3 +83,4 @@ class Tensor {
 };
 
 }  // namespace jitkern
+#endif  // __CUDACC_RTC__

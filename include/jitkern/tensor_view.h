@@ -3,6 +3,8 @@
 // triple nvcc's compile time.
 #pragma once
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
+
 #include <jitkern/utils.h>
 
 #include <cstdint>
@@ -95,3 +97,4 @@ class TensorView {
 };
 
 }  // namespace jitkern
+#endif  // __CUDACC_RTC__

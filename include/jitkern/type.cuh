@@ -5,7 +5,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#ifndef __CUDACC_RTC__
 #include <jitkern/tensor.h>
+#endif
 #include <jitkern/utils.cuh>
 
 using fp32_t = float;
@@ -19,6 +21,7 @@ using bf16x2_t = __nv_bfloat162;
 using fp8x2_e4m3_t = __nv_fp8x2_e4m3;
 using fp8x2_e5m2_t = __nv_fp8x2_e5m2;
 
+#ifndef __CUDACC_RTC__
 template <>
 struct host::dtype_trait<fp16_t> {
   static constexpr DLDataType value = {kDLFloat, 16, 1};
@@ -35,6 +38,7 @@ template <>
 struct host::dtype_trait<fp8_e5m2_t> {
   static constexpr DLDataType value = {kDLFloat8_e5m2, 8, 1};
 };
+#endif
 
 namespace device {
 

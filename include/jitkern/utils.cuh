@@ -9,24 +9,30 @@
 // kernel's mangled name) LaunchKernel looks the kernel up by in the module's device image.
 #pragma once
 
-#ifdef __CUDACC__
+#if defined(__CUDACC_RTC__)
+// NVRTC: the device code below only.
+#elif defined(__CUDACC__)
 #include <cuda_runtime.h>
 #else
 #include <cuda_runtime_api.h>
 #include <jitkern/detail/device_image.h>
 #include <jitkern/detail/host_pass.h>
 #include <pthread.h>
-// A stub per kernel, never inlined, merged or cloned: its symbol names the kernel.
+// A stub per kernel, never inlined, merged or cloned: its symbol names the kernel. Internal visibility
+// (local in the module, as hidden) marks the stubs in the host pass's object, where the engine finds
+// the kernels to give NVRTC (JITKERN_DEVICE_COMPILER=nvrtc).
 #undef __global__
 #if defined(__clang__)
 #define __global__ __attribute__((noinline))
 #else
-#define __global__ __attribute__((noipa))
+#define __global__ __attribute__((noipa, visibility("internal")))
 #endif
 #endif
 #include <jitkern/ptx.cuh>
+#ifndef __CUDACC_RTC__
 #include <jitkern/utils.h>
 #include <tvm/ffi/extra/c_env_api.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +54,7 @@ JITKERN_DEVICE void store_as(void* ptr, const T& value) {
 
 }  // namespace device
 
+#ifndef __CUDACC_RTC__
 namespace host {
 // PDL trigger placement for kernels launched back to back: triggering at kernel start lets the next
 // launch start earliest, but queued launches then crowd the SMs, which slows grids of more than a few
@@ -242,3 +249,4 @@ class LaunchKernel {
 };
 
 }  // namespace host
+#endif  // __CUDACC_RTC__

@@ -6,6 +6,8 @@
 // construction live in the precompiled runtime library (src/diagnostics.cc).
 #pragma once
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
+
 #include <dlpack/dlpack.h>
 #include <jitkern/source_location.h>
 
@@ -142,3 +144,4 @@ constexpr auto dtype_bytes(DLDataType dtype) -> std::size_t {
 }
 
 }  // namespace host
+#endif  // __CUDACC_RTC__

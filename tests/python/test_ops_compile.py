@@ -14,6 +14,9 @@ from jitkern import JitSpec, ops
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
 
 
+FATBIN_MAGIC = b"\x50\xed\x55\xba"  # a fatbin's header, as nvcc writes it
+
+
 def _build(spec: JitSpec) -> str:
     path = spec.build()
     data = open(path, "rb").read()
@@ -65,6 +68,18 @@ def test_op_module_compiles(cache_dir, monkeypatch, spec):
     path = _build(spec)
     assert spec.host_without_nvcc, "jitkern's own families build their host code without nvcc"
     _check_device_image(path)
+    assert FATBIN_MAGIC in open(path, "rb").read(), "nvcc's fatbin (JITKERN_DEVICE_COMPILER's default)"
+
+
+@pytest.mark.parametrize("spec", ops.specs(dtypes=["bfloat16"]), ids=lambda s: "-".join([s.name, *s.args[1:]]))
+def test_op_module_compiles_with_nvrtc(cache_dir, monkeypatch, spec):
+    """JITKERN_DEVICE_COMPILER=nvrtc: every family's kernels compile in-process after the host pass (their
+    host code is under #ifndef __CUDACC_RTC__), named as the host pass's stubs name them."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
+    path = _build(spec)
+    _check_device_image(path)
+    assert FATBIN_MAGIC not in open(path, "rb").read(), "NVRTC's image is a cubin, not nvcc's fatbin"
 
 
 def test_primitives_module_compiles(cache_dir, monkeypatch):

@@ -285,6 +285,7 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 
 }  // namespace device::norm
 
+#ifndef __CUDACC_RTC__
 namespace host::norm {
 
 // How a row of `nvec` vectors fits `threads` threads holding `reg_vecs` vectors each (device::norm::RowFit).
@@ -307,3 +308,4 @@ inline int vector_width(int64_t hidden, std::initializer_list<const void*> point
 }
 
 }  // namespace host::norm
+#endif  // __CUDACC_RTC__

@@ -20,7 +20,9 @@
 #pragma once
 
 #include <jitkern/impl/norm.cuh>
+#ifndef __CUDACC_RTC__
 #include <jitkern/tensor.h>
+#endif
 #include <jitkern/type.cuh>
 #include <jitkern/vec.cuh>
 
@@ -345,6 +347,7 @@ struct QuantizeRows {
 
 }  // namespace device::quant
 
+#ifndef __CUDACC_RTC__
 namespace host::quant {
 
 struct CheckedGroupScales {
@@ -369,3 +372,4 @@ inline CheckedGroupScales verify_group_scales(jitkern::TensorView output_s, int6
 }
 
 }  // namespace host::quant
+#endif  // __CUDACC_RTC__
