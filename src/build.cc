@@ -2,7 +2,6 @@
 // writable cache under the entry's load lock; no compiler runs. Cold path: the entry's build lock,
 // compile in a scratch directory, record what the compiler read, publish through the store. The store
 // (store.h) owns every file and lock; this file owns compiling and what a build's outcome means.
-#include <dirent.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <stdexcept>
@@ -336,66 +336,85 @@ class Compile {
     host.push_back("-I" + cuda_include);
     if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) host.insert(host.end(), {"-isystem", cuda_include + "/cccl"});
     host.insert(host.end(), {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
-    if (!m_p.nvrtc_options.empty()) return compile_host_then_nvrtc(host, cuda_include);
+    depfiles.push_back({m_scratch + "/host_pass.d", m_scratch});
+    if (!m_p.nvrtc_unused.empty())
+      log::emit(log::kInfo, m_p.name + ": JITKERN_DEVICE_COMPILER=nvrtc, but nvcc compiles its kernels: " + m_p.nvrtc_unused);
+    if (!m_p.nvrtc_options.empty()) {  // the host pass first: its stubs name the kernels NVRTC instantiates
+      record(in_dir(fs::join_command(host)));
+      const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+      if (rc != 0) return rc;
+      std::string why;
+      if (nvrtc_image(cuda_include, &why)) return 0;
+      log::emit(log::kWarning, m_p.name + ": NVRTC could not compile its kernels, so nvcc compiles them: " + why);
+      return nvcc_image()();
+    }
+    // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
+    auto image = nvcc_image();
+    record(in_dir(fs::join_command(host)));
+    std::future<int> device = std::async(std::launch::async, image);
+    const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    return first_failure(rc, device.get());
+  }
+
+  // nvcc's device image of the module (its steps from its dry run with relative names, as compile_cuda's:
+  // no part of the cache path reaches a shell), linked in as data that the launches look kernels up in.
+  // Prepared here, run by the returned task.
+  std::function<int()> nvcc_image() {
     auto image = m_p.cuda_compile;
-    image.insert(image.end(), {"-fatbin", src, "-o", "device.fatbin"});
+    image.insert(image.end(), {"-fatbin", "device.cu", "-o", "device.fatbin"});
     std::vector<std::string> env, steps;
     std::string text;
     if (dry_run(image, &text) && !nvcc::fatbin_commands(text, "device.d", &env, &steps)) steps.clear();
     if (steps.empty()) image.insert(image.end(), {"-MD", "-MF", "device.d"});
-    for (const auto* dep : {"host_pass.d", "device.d"}) depfiles.push_back({m_scratch + "/" + dep, m_scratch});
+    depfiles.push_back({m_scratch + "/device.d", m_scratch});
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.fatbin"));
     const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"};
-    record(in_dir(fs::join_command(host)));
     if (steps.empty()) record(in_dir(fs::join_command(image)));
     for (const auto& step : steps) record(in_dir(step));
     record(in_dir(fs::join_command(embed)));
-    // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
-    std::future<int> device = std::async(std::launch::async, [&] {
+    m_cuda_objects.push_back(m_scratch + "/image.o");
+    return [this, image, env, steps, embed] {
       const int rc = steps.empty() ? fs::wait(fs::spawn(image, device_log(), {}, m_scratch), m_timeout) : run_shell_chain(steps, env, device_log());
       return rc != 0 ? rc : fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
-    });
-    const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
-    const int device_rc = device.get();
-    m_cuda_objects.push_back(m_scratch + "/image.o");
-    return first_failure(rc, device_rc);
+    };
   }
 
-  // JITKERN_DEVICE_COMPILER=nvrtc: the host pass, then NVRTC in this process on the module's kernel
-  // files, instantiating the kernels whose stubs the host pass made (src/nvrtc.h).
-  int compile_host_then_nvrtc(const std::vector<std::string>& host, const std::string& cuda_include) {
-    depfiles.push_back({m_scratch + "/host_pass.d", m_scratch});
-    record(in_dir(fs::join_command(host)));
-    const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
-    if (rc != 0) return rc;
+  // JITKERN_DEVICE_COMPILER=nvrtc, after the host pass: NVRTC, in this process, compiles the module's
+  // kernel files, instantiating the kernels whose stubs the host pass made (src/nvrtc.h); false with
+  // `*why` where it cannot (the caller has nvcc compile them). What NVRTC reads is listed by the host
+  // compiler's preprocessor run as NVRTC's (NVRTC writes no dependencies).
+  bool nvrtc_image(const std::string& cuda_include, std::string* why) {
     auto options = m_p.nvrtc_options;
     options.push_back("-I" + cuda_include);
+    std::string digits;  // sm_90a: __CUDA_ARCH__ 900
+    for (const char c : m_p.cuda_arch.substr(3))
+      if (std::isdigit(static_cast<unsigned char>(c))) digits += c;
+    std::vector<std::string> scan = {m_p.host_cxx, "-E", "-M", "-MF", "device.d", "-x", "c++", "-w", "-D__CUDACC__", "-D__CUDACC_RTC__",
+                                     "-D__CUDA_ARCH__=" + digits + "0"};
+    for (const auto& o : options) {
+      if (o.rfind("-I", 0) == 0 || o.rfind("-D", 0) == 0 || o.rfind("-U", 0) == 0 || o.rfind("-std=", 0) == 0) scan.push_back(o);
+      else if (o.rfind("--pre-include=", 0) == 0) scan.insert(scan.end(), {"-include", o.substr(14)});
+    }
+    scan.push_back("device_rtc.cu");
+    fs::write_file_atomic(m_scratch + "/device_rtc.cu", m_p.nvrtc_source);
+    if (run_argv(scan, m_scratch) != 0) return *why = "the host compiler could not list what NVRTC reads (" + log() + ")", false;
     record("nvrtc " + fs::join_command(options) + " (" + m_p.nvrtc_library + ", in this process)");
     std::vector<std::string> stubs;
-    std::string why;
     nvrtc::Result r;
-    if (!nvrtc::kernel_stubs(m_scratch + "/device.o", &stubs, &why)) r.log = why;
-    else r = nvrtc::compile(m_p.nvrtc_library, m_p.nvrtc_source, "device.cu", options, stubs);
-    if (!r.log.empty() || !r.ok) fs::write_file_atomic(device_log(), r.log + "\n");
-    if (!r.ok) return 1;
-    fs::write_file_atomic(m_scratch + "/device.cubin", r.cubin);
-    // What NVRTC reads besides the host pass's files: the standard-library stand-ins (no depfile of its own).
-    const auto escaped = [](const std::string& path) {  // make's escapes (manifest::parse_depfile undoes them)
-      std::string out;
-      for (const char c : path) out += c == ' ' ? std::string("\\ ") : c == '#' ? std::string("\\#") : c == '$' ? std::string("$$") : std::string(1, c);
-      return out;
-    };
-    std::string deps = "device.cubin: " + escaped(fs::dirname(m_p.nvrtc_std_dir) + "/rtc_std.h");
-    if (DIR* dir = ::opendir(m_p.nvrtc_std_dir.c_str())) {
-      while (const dirent* e = ::readdir(dir))
-        if (e->d_name[0] != '.') deps += " " + escaped(m_p.nvrtc_std_dir + "/" + e->d_name);
-      ::closedir(dir);
+    if (!nvrtc::kernel_stubs(m_scratch + "/device.o", &stubs, &r.log)) return *why = r.log, false;
+    r = nvrtc::compile(m_p.nvrtc_library, m_p.nvrtc_source, "device.cu", options, stubs);
+    fs::write_file_atomic(m_scratch + "/nvrtc.log", r.log + "\n");
+    if (!r.ok) {
+      const std::string first = r.log.substr(0, r.log.find('\n', r.log.find('\n') + 1));
+      return *why = first + " (NVRTC's log: " + m_scratch + "/nvrtc.log)", false;
     }
-    fs::write_file_atomic(m_scratch + "/device.d", deps + "\n");
+    fs::write_file_atomic(m_scratch + "/device.cubin", r.cubin);
     depfiles.push_back({m_scratch + "/device.d", m_scratch});
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.cubin"));
+    if (run_argv({m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"}, m_scratch) != 0)
+      return *why = "the assembler failed (" + log() + ")", false;
     m_cuda_objects.push_back(m_scratch + "/image.o");
-    return run_argv({m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"}, m_scratch);
+    return true;
   }
 
   const plan::Plan& m_p;

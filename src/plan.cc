@@ -136,24 +136,24 @@ std::vector<std::string> host_pass_flags(const std::vector<std::string>& flags, 
 }
 
 // NVRTC's options for the device code of a host_without_nvcc module from `flags` (extra_cuda_cflags):
-// the preprocessor's flags, --use_fast_math and -lineinfo (the host compiler's flags do not concern
-// it); false where a flag has no NVRTC equivalent here (nvcc then compiles the kernels).
+// the preprocessor's flags, also those among -Xcompiler's values (nvcc's host compiler preprocesses the
+// device code too), --use_fast_math and -lineinfo; false where a flag has no NVRTC equivalent here,
+// -Xcompiler's other flags included (-fopenmp defines _OPENMP for nvcc's device code): nvcc then
+// compiles the kernels.
 bool nvrtc_flags(const std::vector<std::string>& flags, std::vector<std::string>* out) {
   std::vector<std::string> rest, others;
-  for (std::size_t i = 0; i < flags.size(); ++i) {
-    const std::string& f = flags[i];
+  for (const auto& f : flags) {
     if (f == "--use_fast_math" || f == "-use_fast_math") out->push_back("--use_fast_math");
     else if (f == "-lineinfo" || f == "--generate-line-info") out->push_back("-lineinfo");
-    else if (f == "--expt-relaxed-constexpr" || f == "-expt-relaxed-constexpr") continue;  // -default-device covers it
-    else if ((f == "-Xcompiler" || f == "--compiler-options") && i + 1 < flags.size()) ++i;
-    else if (f.rfind("-Xcompiler=", 0) != 0 && f.rfind("--compiler-options=", 0) != 0) rest.push_back(f);
+    else if (f != "--expt-relaxed-constexpr" && f != "-expt-relaxed-constexpr") rest.push_back(f);  // -default-device covers it
   }
   const auto pre = host_pass_flags(rest, &others);
   for (std::size_t i = 0; i < pre.size(); ++i) {
     const std::string& f = pre[i];
     const bool separate = f == "-include" || f == "-isystem" || f == "-iquote" || f == "-idirafter";
     if (separate && i + 1 < pre.size()) out->push_back((f == "-include" ? "--pre-include=" : "-I") + pre[++i]);
-    else out->push_back(f);  // -D, -U, -I with their values attached
+    else if (f.size() > 2 && (f.rfind("-D", 0) == 0 || f.rfind("-U", 0) == 0 || f.rfind("-I", 0) == 0)) out->push_back(f);
+    else return false;  // a host compiler flag from -Xcompiler
   }
   return others.empty();
 }
@@ -384,23 +384,31 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
       p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
       key.field("host-without-nvcc");
       key_args(p.host_pass);
-      std::vector<std::string> device_flags;
-      // The stubs are marked by GCC's internal visibility (clang treats it as hidden): GCC only.
-      const bool gcc = tc.cxx.version.find("clang") == std::string::npos;
-      if (settings::choice("JITKERN_DEVICE_COMPILER") == "nvrtc" && gcc && nvrtc_flags(absolute_include_flags(req.extra_cuda_cflags, cwd), &device_flags) &&
-          !(p.nvrtc_library = toolchain::nvrtc_library(tc.nvcc.path)).empty()) {
-        // The same split of the optimizer's work as nvcc's (kSplitCompileThreads); -default-device: what
-        // NVRTC sees of the source is device code (its host code is under #ifndef __CUDACC_RTC__).
-        p.nvrtc_std_dir = cfg.include_dir + "/jitkern/detail/rtc";
-        p.nvrtc_options = {"-std=c++20", "-arch=" + arch, "-default-device", "-split-compile=" + std::to_string(kSplitCompileThreads),
-                           "-I" + p.nvrtc_std_dir};
-        p.nvrtc_options.insert(p.nvrtc_options.end(), includes.begin(), includes.end());
-        p.nvrtc_options.insert(p.nvrtc_options.end(), device_flags.begin(), device_flags.end());
-        p.nvrtc_source = kernel_includes(cuda_files);
+      // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether
+      // NVRTC can compile this module is the build's question (plan: its flags; build: its library).
+      if (settings::choice("JITKERN_DEVICE_COMPILER") == "nvrtc") {
         key.field("nvrtc");  // NVRTC's machine code can differ from nvcc's
-        std::vector<std::string> argv = {""};
-        argv.insert(argv.end(), p.nvrtc_options.begin(), p.nvrtc_options.end());
-        key_args(argv);
+        std::vector<std::string> device_flags;
+        if (nvrtc_flags(absolute_include_flags(req.extra_cuda_cflags, cwd), &device_flags)) {
+          // The same split of the optimizer's work as nvcc's (kSplitCompileThreads); -default-device: what
+          // NVRTC sees of the source is device code (its host code is under #ifndef __CUDACC_RTC__).
+          p.nvrtc_std_dir = cfg.include_dir + "/jitkern/detail/rtc";
+          p.nvrtc_options = {"-std=c++20", "-arch=" + arch, "-default-device", "-split-compile=" + std::to_string(kSplitCompileThreads),
+                             "-I" + p.nvrtc_std_dir};
+          p.nvrtc_options.insert(p.nvrtc_options.end(), includes.begin(), includes.end());
+          p.nvrtc_options.insert(p.nvrtc_options.end(), device_flags.begin(), device_flags.end());
+          p.nvrtc_source = kernel_includes(cuda_files);
+          std::vector<std::string> argv = {""};
+          argv.insert(argv.end(), p.nvrtc_options.begin(), p.nvrtc_options.end());
+          key_args(argv);
+        } else {
+          p.nvrtc_unused = "a flag of extra_cuda_cflags has no NVRTC equivalent here";
+        }
+        // The stubs are marked by GCC's internal visibility (clang treats it as hidden).
+        if (p.nvrtc_unused.empty() && tc.cxx.version.find("clang") != std::string::npos) p.nvrtc_unused = "the host compiler is clang";
+        if (p.nvrtc_unused.empty() && (p.nvrtc_library = toolchain::nvrtc_library(tc.nvcc.path)).empty())
+          p.nvrtc_unused = "the CUDA toolkit has no libnvrtc";
+        if (!p.nvrtc_unused.empty()) p.nvrtc_options.clear();
       }
     }
     p.dep_exclude_prefixes = tc.nvcc.own_dirs;  // covered by the compiler's version

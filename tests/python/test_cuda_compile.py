@@ -1,5 +1,6 @@
 """Compile-checks (nvcc, sm_90a) every CUDA instantiation the GPU tests use; runs without a GPU."""
 
+import logging
 import os
 import shutil
 import sys
@@ -198,6 +199,47 @@ def test_host_without_nvcc_compiles_host_code_as_nvcc_would(cache_dir, monkeypat
                          extra_cuda_cflags=flags, host_without_nvcc=split).load()
         results.append(module.host_flags())
     assert results == [4 + 31 + 100] * 2
+
+
+def test_nvrtc_device_compiler_tracks_its_inputs_and_falls_back_to_nvcc(cache_dir, monkeypatch, tmp_path, caplog):
+    """JITKERN_DEVICE_COMPILER=nvrtc: a header only the device code reads is a dependency (an edit
+    rebuilds); the module is found again in strict mode; -Xcompiler's -D reaches NVRTC as nvcc's device
+    preprocessing sees it; a kernel NVRTC cannot be told by name (overloaded) and a host-only
+    -Xcompiler flag leave the kernels to nvcc, saying so."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
+    fatbin = b"\x50\xed\x55\xba"
+    (tmp_path / "devonly.h").write_text("#define DEVICE_VALUE 11\n")
+    source = tmp_path / "rtc_user.cuh"
+    source.write_text(
+        "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n#ifdef __CUDACC__\n#include \"devonly.h\"\n#endif\n"
+        "#ifdef __CUDACC_RTC__\nstatic_assert(XC == 5, \"-Xcompiler's -D reaches NVRTC\");\n#endif\n"
+        "namespace rtc_user {\n__global__ void set_kernel(int* p) {\n#ifdef __CUDACC__\n  p[0] = DEVICE_VALUE;\n#endif\n}\n"
+        "#ifndef __CUDACC_RTC__\ninline void set(jitkern::TensorView out) {\n"
+        "  host::LaunchKernel(1, 1, out.device())(set_kernel, static_cast<int*>(out.data_ptr()));\n}\n#endif\n}  // namespace rtc_user\n")
+    spec = JitSpec("rtc_user", cuda_files=[str(source)], cuda_wrappers=[("set", "rtc_user::set", "out")], host_without_nvcc=True,
+                   extra_cuda_cflags=["-Xcompiler", "-DXC=5"])
+    first = spec.build()
+    assert fatbin not in open(first, "rb").read(), "NVRTC built it"
+    monkeypatch.setenv("JITKERN_ON_MISS", "error")
+    assert spec.build() == first, "found again by a lookup that runs no compiler"
+    monkeypatch.delenv("JITKERN_ON_MISS")
+    (tmp_path / "devonly.h").write_text("#define DEVICE_VALUE 12\n")
+    second = spec.build()
+    assert second != first, "an edit of a header only NVRTC reads rebuilds"
+
+    overloaded = tmp_path / "overloaded.cuh"
+    overloaded.write_text(
+        "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\nnamespace ov {\n"
+        "__global__ void k_kernel(int* p) {\n#ifdef __CUDACC__\n  p[0] = 1;\n#endif\n}\n"
+        "__global__ void k_kernel(float* p) {\n#ifdef __CUDACC__\n  p[0] = 1;\n#endif\n}\n"
+        "#ifndef __CUDACC_RTC__\ninline void run(jitkern::TensorView out) {\n"
+        "  host::LaunchKernel(1, 1, out.device())(static_cast<void (*)(int*)>(k_kernel), static_cast<int*>(out.data_ptr()));\n}\n#endif\n}  // namespace ov\n")
+    with caplog.at_level(logging.INFO, logger="jitkern"):
+        path = JitSpec("overloaded", cuda_files=[str(overloaded)], cuda_wrappers=[("run", "ov::run", "out")], host_without_nvcc=True).build()
+        assert fatbin in open(path, "rb").read() and "NVRTC could not compile its kernels, so nvcc compiles them" in caplog.text
+        path = spec.replace(extra_cuda_cflags=["-Xcompiler", "-DXC=5,-fopenmp"]).build()
+        assert fatbin in open(path, "rb").read() and "but nvcc compiles its kernels: a flag of extra_cuda_cflags" in caplog.text
 
 
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):

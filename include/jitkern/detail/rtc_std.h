@@ -22,10 +22,18 @@ using uintptr_t = unsigned long;
 #define __builtin_huge_valf() __builtin_bit_cast(float, 0x7f800000u)
 
 #define INT_MAX 2147483647
+#define INT_MIN (-2147483647 - 1)
+#define INT8_MIN (-128)
+#define INT8_MAX 127
+#define INT16_MIN (-32768)
+#define INT16_MAX 32767
+#define UINT8_MAX 255
+#define UINT16_MAX 65535
 #define INT32_MIN (-2147483647 - 1)
 #define INT32_MAX 2147483647
 #define UINT32_MAX 4294967295u
 #define INT64_MAX 9223372036854775807L
+#define INT64_MIN (-9223372036854775807L - 1)
 #define UINT64_MAX 18446744073709551615ul
 
 namespace std {
