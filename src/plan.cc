@@ -69,6 +69,17 @@ std::vector<std::string> absolute_include_flags(const std::vector<std::string>& 
   return out;
 }
 
+// "a,b,c" as {"a", "b", "c"}: nvcc's list values and the linker's -Wl, arguments.
+std::vector<std::string> comma_list(const std::string& value) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t at = value.find(',');; at = value.find(',', start)) {
+    parts.push_back(value.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return parts;
+    start = at + 1;
+  }
+}
+
 // What nvcc would give its host compiler from `flags` (extra_cuda_cflags), for the host pass of a
 // host_without_nvcc module, so that both passes see the same source and the host code compiles as it
 // would under nvcc: the preprocessor's flags (-D, -U, include paths, -include, in short or nvcc's long
@@ -86,17 +97,6 @@ std::vector<std::string> host_pass_flags(const std::vector<std::string>& flags, 
       {"-Xcompiler", "", true},         {"-isystem", "-isystem", true},   {"-idirafter", "-idirafter", false},
       {"-iquote", "-iquote", false},    {"-include", "-include", true},   {"-D", "-D", true},
       {"-U", "-U", true},               {"-I", "-I", true},
-  };
-  const auto comma_list = [](const std::string& value, bool split) {
-    std::vector<std::string> parts;
-    if (!split) return std::vector<std::string>{value};
-    std::size_t start = 0;
-    for (std::size_t at = value.find(','); ; at = value.find(',', start)) {
-      parts.push_back(value.substr(start, at == std::string::npos ? std::string::npos : at - start));
-      if (at == std::string::npos) break;
-      start = at + 1;
-    }
-    return parts;
   };
   std::vector<std::string> out;
   for (std::size_t i = 0; i < flags.size(); ++i) {
@@ -117,7 +117,7 @@ std::vector<std::string> host_pass_flags(const std::vector<std::string>& flags, 
       } else {
         continue;  // -includefoo, --define-macros: another flag
       }
-      for (const auto& part : comma_list(value, form.split)) {
+      for (const auto& part : form.split ? comma_list(value) : std::vector<std::string>{value}) {
         if (part.empty()) continue;
         if (*form.host == '\0') {
           out.push_back(part);  // a host compiler flag
@@ -222,12 +222,7 @@ void validate(const BuildRequest& req) {
     for (std::size_t i = 0; i < ld.size(); ++i) {
       std::vector<std::string> args;
       if (ld[i].rfind("-Wl,", 0) == 0) {
-        std::size_t start = 4;
-        for (std::size_t at = ld[i].find(',', start);; at = ld[i].find(',', start)) {
-          args.push_back(ld[i].substr(start, at == std::string::npos ? std::string::npos : at - start));
-          if (at == std::string::npos) break;
-          start = at + 1;
-        }
+        args = comma_list(ld[i].substr(4));
       } else if (ld[i] == "-Xlinker" && i + 1 < ld.size()) {
         args.push_back(ld[++i]);
       } else if (ld[i] == "-s") {

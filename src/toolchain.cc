@@ -149,15 +149,20 @@ std::string nvcc_program() {
   return "nvcc";
 }
 
+namespace {
+// The toolkit that `nvcc_path` (<root>/bin/nvcc) belongs to.
+std::string toolkit_root(const std::string& nvcc_path) { return fs::dirname(fs::dirname(fs::realpath_or(nvcc_path))); }
+}  // namespace
+
 std::string cuda_lib_dir(const std::string& nvcc_path) {
-  const std::string root = fs::dirname(fs::dirname(fs::realpath_or(nvcc_path)));
+  const std::string root = toolkit_root(nvcc_path);
   for (const std::string& d : {root + "/lib64", root + "/targets/x86_64-linux/lib", root + "/lib"})
     if (::access((d + "/libcudart.so").c_str(), F_OK) == 0) return d;
   return root + "/lib64";
 }
 
 std::string cuda_include_dir(const std::string& nvcc_path) {
-  const std::string root = fs::dirname(fs::dirname(fs::realpath_or(nvcc_path)));
+  const std::string root = toolkit_root(nvcc_path);
   // nvcc's own include directory first: under targets/, one of the toolkit's own directories (own_directories).
   for (const std::string& d : {root + "/targets/x86_64-linux/include", root + "/targets/sbsa-linux/include", root + "/include"})
     if (::access((d + "/cuda_runtime_api.h").c_str(), F_OK) == 0) return d;
@@ -165,10 +170,9 @@ std::string cuda_include_dir(const std::string& nvcc_path) {
 }
 
 std::string nvrtc_library(const std::string& nvcc_path) {
-  const std::string root = fs::dirname(fs::dirname(fs::realpath_or(nvcc_path)));
-  for (const std::string& d : {root + "/lib64", root + "/targets/x86_64-linux/lib", root + "/targets/sbsa-linux/lib", root + "/lib"})
-    for (const char* name : {"/libnvrtc.so", "/libnvrtc.so.13", "/libnvrtc.so.12"})
-      if (::access((d + name).c_str(), R_OK) == 0) return d + name;
+  const std::string dir = cuda_lib_dir(nvcc_path);  // beside the CUDA runtime the modules link
+  for (const char* name : {"/libnvrtc.so", "/libnvrtc.so.13"})
+    if (::access((dir + name).c_str(), R_OK) == 0) return dir + name;
   return "";
 }
 

@@ -55,7 +55,7 @@ std::string nvcc_program();
 std::string cuda_lib_dir(const std::string& nvcc_path);
 // Its headers' directory (cuda_runtime_api.h): a host pass's include path.
 std::string cuda_include_dir(const std::string& nvcc_path);
-// The toolkit's NVRTC library beside `nvcc_path` (lib64/, targets/*/lib/), or "" where it has none.
+// The toolkit's NVRTC library (in cuda_lib_dir), or "" where it has none.
 std::string nvrtc_library(const std::string& nvcc_path);
 
 // tvm-ffi's library and include directories, from the libtvm_ffi.so loaded in this process (the
