@@ -1,4 +1,4 @@
-// Kernels compiled in-process by NVRTC (JITKERN_DEVICE_COMPILER=nvrtc), for host_without_nvcc modules:
+// Kernels compiled by NVRTC (JITKERN_DEVICE_COMPILER=nvrtc, the default), for host_without_nvcc modules:
 // the host pass runs first, its kernel stubs (the host pass marks them with internal visibility, see
 // <jitkern/utils.cuh>) name the kernels to instantiate, and NVRTC compiles the module's source with its
 // host code preprocessed away (__CUDACC_RTC__) into a cubin. Each kernel's lowered name must be the

@@ -60,7 +60,7 @@ struct Plan {
   // host_without_nvcc: the CUDA source's host pass (the host compiler, CUDA's include directory added
   // by the build); cuda_compile then makes the device image.
   std::vector<std::string> host_pass;
-  // JITKERN_DEVICE_COMPILER=nvrtc: NVRTC's options for the kernels (after the host pass; CUDA's include
+  // JITKERN_DEVICE_COMPILER=nvrtc (the default): NVRTC's options for the kernels (after the host pass; CUDA's include
   // directory is added by the build) and its library; empty where nvcc compiles them.
   std::vector<std::string> nvrtc_options;
   std::string nvrtc_library, nvrtc_source;

@@ -396,7 +396,7 @@ def cmd_prebuild(args) -> int:
     # Every module goes into the target, also those a prebuilt layer already holds; building is the point.
     os.environ.pop("JITKERN_PREBUILT_DIRS", None)
     os.environ["JITKERN_ON_MISS"] = "compile"
-    from .jit import usable_cpus
+    from .jit import costliest_first, usable_cpus
 
     jobs = args.jobs or usable_cpus()
     import logging
@@ -414,7 +414,7 @@ def cmd_prebuild(args) -> int:
         return compiled, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(one, spec): spec for spec in specs}
+        futures = {pool.submit(one, spec): spec for spec in costliest_first(specs)}
         for future in as_completed(futures):
             spec = futures[future]
             label = "_".join(spec.args) + (f" {spec.cuda_arch}" if spec.cuda_arch else "")

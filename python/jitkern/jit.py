@@ -79,13 +79,17 @@ class JitSpec:
     kernels into a device image that launches go through by name (host::LaunchKernel does it): a quarter
     less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__` (docs/add-a-kernel.md).
 
+    `compile_seconds` estimates what its compile takes (jitkern's own modules give what they measured; 0:
+    unknown): parallel builds (`warmup`, `jitkern prebuild`) start the costliest first, so that no long
+    compile is left to run alone at the end. It is no part of the module's identity.
+
     `build()` compiles (or finds in the cache) and returns the library's path without loading it;
     `load()` returns the loaded module. Equal specs are equal values (usable as dictionary keys). The
     engine (C++) validates the contents and reports a bad one as ValueError naming the field.
     """
 
     __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
-                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "_request")
+                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "compile_seconds", "_request")
 
     def __init__(
         self,
@@ -101,6 +105,7 @@ class JitSpec:
         build_directory: str | None = None,
         cuda_arch: str | None = None,
         host_without_nvcc: bool = False,
+        compile_seconds: float = 0.0,
     ) -> None:
         owner = "JitSpec"
         if not args:
@@ -113,6 +118,8 @@ class JitSpec:
                 raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
         if not isinstance(host_without_nvcc, bool):
             raise TypeError(f"{owner}: host_without_nvcc must be a bool, got {type(host_without_nvcc).__name__}")
+        if type(compile_seconds) not in (int, float) or not 0 <= compile_seconds < float("inf"):
+            raise TypeError(f"{owner}: compile_seconds must be a finite number of seconds >= 0, got {compile_seconds!r}")
         setattr_ = object.__setattr__
         setattr_(self, "args", args)
         setattr_(self, "cpp_files", _strings(owner, "cpp_files", cpp_files))
@@ -126,6 +133,7 @@ class JitSpec:
         setattr_(self, "build_directory", build_directory or None)
         setattr_(self, "cuda_arch", cuda_arch or None)
         setattr_(self, "host_without_nvcc", host_without_nvcc)
+        setattr_(self, "compile_seconds", float(compile_seconds))
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
             self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
@@ -187,11 +195,18 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def costliest_first(specs: Sequence["JitSpec"]) -> list["JitSpec"]:
+    """The order parallel builds start in: the largest compile_seconds first (the makespan of a parallel
+    build is bounded below by its longest compile; started last, that one would run alone at the end);
+    specs of equal cost keep their order."""
+    return sorted(specs, key=lambda spec: -spec.compile_seconds)
+
+
 def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
-    """Builds the given specs in parallel threads (each compile runs its own processes; `workers` default:
-    one build per usable CPU), then loads them in order; returns the modules. Use it before capturing CUDA
-    graphs or serving, so that no call compiles. The engine's builds are thread- and process-safe; a
-    failure raises after every build ends."""
+    """Builds the given specs in parallel threads, the costliest first (each compile runs its own processes;
+    `workers` default: one build per usable CPU), then loads them in order; returns the modules. Use it
+    before capturing CUDA graphs or serving, so that no call compiles. The engine's builds are thread- and
+    process-safe; a failure raises after every build ends."""
     from concurrent.futures import ThreadPoolExecutor
 
     for spec in specs:
@@ -199,7 +214,7 @@ def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
             raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
     workers = workers or min(usable_cpus(), max(1, len(specs)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in [pool.submit(spec.build) for spec in specs]:
+        for future in [pool.submit(spec.build) for spec in costliest_first(specs)]:
             future.result()
     return [spec.load() for spec in specs]
 

@@ -375,6 +375,28 @@ def test_host_without_nvcc_is_part_of_the_spec(cache_dir):
         jitkern.JitSpec("hwn_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], host_without_nvcc=True).build()
 
 
+def test_parallel_builds_start_the_costliest_compile_first():
+    """compile_seconds orders parallel builds (warmup, prebuild) and is no part of the module's identity;
+    jitkern's own modules carry their measured costs, so their longest compiles start first."""
+    from jitkern.jit import costliest_first
+
+    cheap = jitkern.JitSpec("order_test", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")])
+    dear = cheap.replace(compile_seconds=4.5)
+    assert dear == cheap and hash(dear) == hash(cheap) and dear.compile_seconds == 4.5 and cheap.compile_seconds == 0
+    other = jitkern.JitSpec("order_other", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")], compile_seconds=2)
+    order = costliest_first([cheap, other, dear])
+    assert [s.compile_seconds for s in order] == [4.5, 2, 0] and order[0] is dear and order[2] is cheap
+    for bad in (-1, float("nan"), float("inf"), True, "3"):
+        with pytest.raises(TypeError, match="compile_seconds must be a finite number of seconds >= 0"):
+            cheap.replace(compile_seconds=bad)
+    import jitkern.ops as ops
+
+    specs = ops.specs(dtypes=["bfloat16"])
+    assert all(s.compile_seconds > 0 for s in specs), [s.name for s in specs if not s.compile_seconds]
+    first = costliest_first(specs)
+    assert first[0].compile_seconds == max(s.compile_seconds for s in specs) and specs[0] is not first[0]
+
+
 def test_load_is_memoised_on_everything_that_changes_the_result(cache_dir, tmp_path, monkeypatch):
     spec = jitkern.JitSpec("memo_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")])
     first = spec.load()

@@ -11,14 +11,16 @@ from ..jit import JitSpec, cpp_type
 class DtypeFamily:
     DTYPES = ("float16", "bfloat16", "float32")
 
-    def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict | None = None):
+    def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict | None = None,
+                 compile_seconds: dict[str, float] | None = None):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
         members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they name the
         arguments in errors); public: the Python op -> the export it calls, or the exports it chooses from by
         its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses); default: each
-        export under its own name. The modules build with host_without_nvcc (csrc/<name>.cuh keeps its kernel
-        bodies under #ifdef __CUDACC__)."""
-        self.name, self.cpp_class, self.ops = name, cpp_class, ops
+        export under its own name; compile_seconds: export -> its module's compile time (JitSpec's scheduling
+        estimate). The modules build with host_without_nvcc (csrc/<name>.cuh keeps its kernel bodies under
+        #ifdef __CUDACC__)."""
+        self.name, self.cpp_class, self.ops, self.compile_seconds = name, cpp_class, ops, compile_seconds or {}
         self.public = {op: op for op in ops} if public is None else public
         self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
         self.specs = tuple(self.spec(d, op) for d in self.DTYPES for op in ops)
@@ -30,7 +32,8 @@ class DtypeFamily:
         if str(dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
-                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])], host_without_nvcc=True)
+                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])], host_without_nvcc=True,
+                       compile_seconds=self.compile_seconds.get(op, 0.0))
 
     def module_api(self) -> tuple:
         """(DTYPES, SPECS, OPS, spec, specs, warmup): what a family module offers ops/__init__ and the tests."""
