@@ -190,7 +190,7 @@ class Compile {
     }
     const auto t0 = std::chrono::steady_clock::now();
     int rc = compile_cuda();
-    phases = "CUDA " + format_seconds(seconds_since(t0)) + m_cuda_steps;
+    phases = m_cuda_steps.empty() ? "CUDA " + format_seconds(seconds_since(t0)) : m_cuda_steps;
     for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
     if (!host.empty()) phases += ", C++ " + format_seconds(seconds_since(t0));
     objects.push_back(cuda_obj);
@@ -341,17 +341,20 @@ class Compile {
     if (!m_p.nvrtc_options.empty()) {  // the host pass first: its stubs name the kernels NVRTC instantiates
       record(in_dir(fs::join_command(host)));
       const auto t0 = std::chrono::steady_clock::now();
-      const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+      int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
       if (rc != 0) return rc;
       const auto t1 = std::chrono::steady_clock::now();
+      m_cuda_steps = "host pass " + format_seconds(std::chrono::duration<double>(t1 - t0).count()) + ", NVRTC ";
       std::string why;
-      if (nvrtc_image(cuda_include, &why)) {
-        m_cuda_steps = ": host pass " + format_seconds(std::chrono::duration<double>(t1 - t0).count()) + ", NVRTC " + format_seconds(seconds_since(t1));
-        return 0;
-      }
+      rc = nvrtc_image(cuda_include, &why);
+      m_cuda_steps += format_seconds(seconds_since(t1));
+      if (rc != kNvrtcCannot) return rc;  // compiled, or timed out / interrupted: no fallback for those
       log::emit(log::kWarning, m_p.name + ": NVRTC could not compile its kernels, so nvcc compiles them (JITKERN_DEVICE_COMPILER=nvcc "
                                            "skips the attempt): " + why);
-      return nvcc_image()();
+      const auto t2 = std::chrono::steady_clock::now();
+      rc = nvcc_image()();
+      m_cuda_steps += " (could not), nvcc " + format_seconds(seconds_since(t2));
+      return rc;
     }
     // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
     auto image = nvcc_image();
@@ -384,48 +387,81 @@ class Compile {
     };
   }
 
+  static constexpr int kNvrtcCannot = 1;  // nvrtc_image: NVRTC cannot compile these kernels, nvcc may
+
+  // A step's first error lines (else its first lines), for a message: the scratch directory is gone
+  // when it is read.
+  static std::string head_of(const std::string& path, int lines = 3) {
+    std::string text, out, errors;
+    fs::read_file(path, &text);
+    for (std::size_t at = 0, n = 0, e = 0; at < text.size();) {
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, end - at);
+      if (n++ < static_cast<std::size_t>(lines)) out += (out.empty() ? "" : "\n") + line;
+      if (line.find("error") != std::string::npos && e++ < 2) errors += (errors.empty() ? "" : "\n") + line;
+      at = end + 1;
+    }
+    return !errors.empty() ? errors : out.empty() ? "no output" : out;
+  }
+
   // JITKERN_DEVICE_COMPILER=nvrtc, after the host pass: NVRTC compiles the module's kernel files in a
   // process of its own (jitkern-nvrtc, beside the engine), instantiating the kernels whose stubs the host
-  // pass made (src/nvrtc.h); false with `*why` where it cannot (the caller has nvcc compile them). What
-  // NVRTC reads is listed by the host compiler's preprocessor run as NVRTC's (NVRTC writes no dependencies).
-  bool nvrtc_image(const std::string& cuda_include, std::string* why) {
+  // pass made (src/nvrtc.h). Returns 0; kNvrtcCannot with `*why` where NVRTC cannot compile them (the
+  // caller has nvcc do it); a timeout's or an interrupt's status as it is. A missing or broken helper is
+  // the install's failure, not the module's: Transient. What NVRTC reads is listed by the host compiler's
+  // preprocessor run as NVRTC's (NVRTC writes no dependencies).
+  int nvrtc_image(const std::string& cuda_include, std::string* why) {
+    const auto stopped = [](int rc) { return rc == fs::kTimedOut || rc == fs::kInterrupted; };
+    const std::string helper = engine_lib_dir() + "/jitkern-nvrtc";
+    if (!fs::is_executable_file(helper))
+      throw Transient("jitkern: module '" + m_p.name + "': JITKERN_DEVICE_COMPILER=nvrtc runs " + helper +
+                      ", which is missing or not executable (an incomplete install): reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc");
     auto options = m_p.nvrtc_options;
     options.push_back("-I" + cuda_include);
+    if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) options.push_back("-I" + cuda_include + "/cccl");
     std::string digits;  // sm_90a: __CUDA_ARCH__ 900
     for (const char c : m_p.cuda_arch.substr(3))
       if (std::isdigit(static_cast<unsigned char>(c))) digits += c;
     std::vector<std::string> scan = {m_p.host_cxx, "-E", "-M", "-MF", "device.d", "-x", "c++", "-w", "-D__CUDACC__", "-D__CUDACC_RTC__",
                                      "-D__CUDA_ARCH__=" + digits + "0"};
+    scan.insert(scan.end(), m_p.nvrtc_predefined.begin(), m_p.nvrtc_predefined.end());
+    scan.push_back("-D__NVCC__");  // else CCCL takes this GCC for the CUDA compiler and refuses the toolkit
     for (const auto& o : options) {
       if (o.rfind("-I", 0) == 0 || o.rfind("-D", 0) == 0 || o.rfind("-U", 0) == 0 || o.rfind("-std=", 0) == 0) scan.push_back(o);
       else if (o.rfind("--pre-include=", 0) == 0) scan.insert(scan.end(), {"-include", o.substr(14)});
     }
     scan.push_back("device_rtc.cu");
     fs::write_file_atomic(m_scratch + "/device_rtc.cu", m_p.nvrtc_source);
-    if (run_argv(scan, m_scratch) != 0) return *why = "the host compiler could not list what NVRTC reads (" + log() + ")", false;
-    std::vector<std::string> nvrtc = {engine_lib_dir() + "/jitkern-nvrtc", m_p.nvrtc_library, "device.o", "device_rtc.cu", "device.cubin"};
-    if (::access(nvrtc[0].c_str(), X_OK) != 0) return *why = nvrtc[0] + " is missing (an incomplete install)", false;
+    // Its own log: a failure here leaves the module to nvcc, whose errors are the ones to report.
+    const std::string scan_log = m_scratch + "/nvrtc_deps.log";
+    record(in_dir(fs::join_command(scan)));
+    int rc = fs::wait(fs::spawn(scan, scan_log, {}, m_scratch), m_timeout);
+    if (stopped(rc)) return rc;
+    if (rc != 0) return *why = "the host compiler, listing what NVRTC reads, failed: " + head_of(scan_log), kNvrtcCannot;
+    std::vector<std::string> nvrtc = {helper, m_p.nvrtc_library, "device.o", "device_rtc.cu", "device.cubin"};
     nvrtc.insert(nvrtc.end(), options.begin(), options.end());
     record(in_dir(fs::join_command(nvrtc)));
     const std::string nvrtc_log = m_scratch + "/nvrtc.log";
-    if (fs::wait(fs::spawn(nvrtc, nvrtc_log, {}, m_scratch), m_timeout) != 0) {
-      std::string text;
-      fs::read_file(nvrtc_log, &text);
-      const std::string first = text.substr(0, text.find('\n', text.find('\n') + 1));
-      return *why = first + " (NVRTC's log: " + nvrtc_log + ")", false;
+    try {
+      rc = fs::wait(fs::spawn(nvrtc, nvrtc_log, {}, m_scratch), m_timeout);
+    } catch (const std::exception& e) {
+      throw Transient("jitkern: module '" + m_p.name + "': " + e.what() + " (an incomplete install): reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc");
     }
+    if (stopped(rc)) return rc;
+    if (rc != 0) return *why = head_of(nvrtc_log) + (rc == 1 ? "" : " (jitkern-nvrtc: " + fs::describe_status(rc) + ")"), kNvrtcCannot;
     depfiles.push_back({m_scratch + "/device.d", m_scratch});
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.cubin"));
-    if (run_argv({m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"}, m_scratch) != 0)
-      return *why = "the assembler failed (" + log() + ")", false;
+    rc = run_argv({m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"}, m_scratch);
+    if (stopped(rc)) return rc;
+    if (rc != 0) return *why = "the assembler failed on NVRTC's cubin: " + head_of(log()), kNvrtcCannot;
     m_cuda_objects.push_back(m_scratch + "/image.o");
-    return true;
+    return 0;
   }
 
   const plan::Plan& m_p;
   std::string m_scratch, m_cwd, m_cuda_lib;
   std::vector<std::string> m_cuda_objects;  // linked beside device.o (the pipeline's fatbin)
-  std::string m_cuda_steps;                 // ": host pass 0.81 s, NVRTC 1.52 s" where they run in turn
+  std::string m_cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" where they run in turn
   double m_timeout;
 };
 

@@ -66,6 +66,7 @@ struct Plan {
   std::string nvrtc_library, nvrtc_source;
   std::string nvrtc_std_dir;  // the standard headers' stand-ins NVRTC reads (<jitkern/detail/rtc_std.h>)
   std::string nvrtc_unused;   // asked for NVRTC, but nvcc compiles the kernels: why
+  std::vector<std::string> nvrtc_predefined;  // NVRTC's version macros, as -D flags (for the dependency scan)
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
   std::vector<std::string> sources;                          // the kernel files, resolved
   bool has_cpp = false, has_cuda = false;

@@ -77,7 +77,8 @@ class JitSpec:
     optionally, a fixed CUDA target (`cuda_arch`, e.g. "sm_90a"; by default the current device's).
     `host_without_nvcc=True` compiles the CUDA sources' host code with the host compiler alone and their
     kernels into a device image that launches go through by name (host::LaunchKernel does it): a quarter
-    less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__` (docs/add-a-kernel.md).
+    less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__`, and host code under
+    `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels (else nvcc does, with a warning; docs/add-a-kernel.md).
 
     `compile_seconds` estimates what its compile takes (jitkern's own modules give what they measured; 0:
     unknown): parallel builds (`warmup`, `jitkern prebuild`) start the costliest first, so that no long
@@ -118,8 +119,14 @@ class JitSpec:
                 raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
         if not isinstance(host_without_nvcc, bool):
             raise TypeError(f"{owner}: host_without_nvcc must be a bool, got {type(host_without_nvcc).__name__}")
-        if type(compile_seconds) not in (int, float) or not 0 <= compile_seconds < float("inf"):
-            raise TypeError(f"{owner}: compile_seconds must be a finite number of seconds >= 0, got {compile_seconds!r}")
+        if not isinstance(compile_seconds, numbers.Real) or isinstance(compile_seconds, bool):
+            raise TypeError(f"{owner}: compile_seconds must be a number of seconds, got {type(compile_seconds).__name__}")
+        try:
+            seconds = float(compile_seconds)
+        except OverflowError:
+            seconds = math.inf
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"{owner}: compile_seconds must be finite and >= 0, got {compile_seconds!r}")
         setattr_ = object.__setattr__
         setattr_(self, "args", args)
         setattr_(self, "cpp_files", _strings(owner, "cpp_files", cpp_files))
@@ -133,7 +140,7 @@ class JitSpec:
         setattr_(self, "build_directory", build_directory or None)
         setattr_(self, "cuda_arch", cuda_arch or None)
         setattr_(self, "host_without_nvcc", host_without_nvcc)
-        setattr_(self, "compile_seconds", float(compile_seconds))
+        setattr_(self, "compile_seconds", seconds + 0.0)  # -0.0 as 0.0
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
             self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
@@ -214,8 +221,9 @@ def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
             raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
     workers = workers or min(usable_cpus(), max(1, len(specs)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in [pool.submit(spec.build) for spec in costliest_first(specs)]:
-            future.result()
+        futures = {spec: pool.submit(spec.build) for spec in dict.fromkeys(costliest_first(specs))}
+        for spec in specs:  # the first failure in the caller's order is the one raised
+            futures[spec].result()
     return [spec.load() for spec in specs]
 
 

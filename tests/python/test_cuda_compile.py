@@ -242,6 +242,67 @@ def test_nvrtc_device_compiler_tracks_its_inputs_and_falls_back_to_nvcc(cache_di
         assert fatbin in open(path, "rb").read() and "but nvcc compiles its kernels: a flag of extra_cuda_cflags" in caplog.text
 
 
+_RTC_USER = ("#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n#ifdef __CUDACC__\n#include <cuda/std/limits>\n#endif\n"
+             "namespace rtc_user {\n__global__ void set_kernel(int* p) {\n#ifdef __CUDACC__\n  p[0] = cuda::std::numeric_limits<int>::max();\n#endif\n}\n"
+             "#ifndef __CUDACC_RTC__\ninline void set(jitkern::TensorView out) {\n"
+             "  host::LaunchKernel(1, 1, out.device())(set_kernel, static_cast<int*>(out.data_ptr()));\n}\n#endif\n}  // namespace rtc_user\n")
+
+
+def test_a_module_nvrtc_cannot_compile_goes_to_nvcc_whose_errors_are_reported(cache_dir, monkeypatch, tmp_path, caplog):
+    """CCCL under NVRTC declares int64_t as long long, not as the host pass's long, so a kernel that includes it
+    goes to nvcc, the warning naming NVRTC's first error; when nvcc fails too, the error is nvcc's, not a step
+    of the NVRTC attempt's (whose dependency listing, reading CCCL, used to fail and fill the build's log)."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    source = tmp_path / "rtc_cccl.cuh"
+    source.write_text(_RTC_USER)
+    spec = JitSpec("rtc_cccl", cuda_files=[str(source)], cuda_wrappers=[("set", "rtc_user::set", "out")], host_without_nvcc=True)
+    with caplog.at_level(logging.INFO, logger="jitkern"):
+        path = spec.build()
+    assert b"\x50\xed\x55\xba" in open(path, "rb").read(), "nvcc's fatbin"
+    assert 'NVRTC could not compile its kernels, so nvcc compiles them' in caplog.text and 'redeclaration of type name "int64_t"' in caplog.text
+    source.write_text(_RTC_USER.replace("p[0] = cuda", "p[0] = no_such_symbol + cuda"))
+    with pytest.raises(BuildError, match="no_such_symbol") as error:
+        spec.build()
+    assert "No such file" not in str(error.value), str(error.value)[:3000]
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "sleeps"])
+def test_a_broken_nvrtc_helper_fails_the_build_unremembered(tmp_path, damage):
+    """jitkern-nvrtc missing or unrunnable is the install's failure: the build fails saying what to do, is not
+    remembered, and no nvcc build is cached in its place; a timeout or interrupt while NVRTC runs ends the
+    build (JITKERN_COMPILE_TIMEOUT), with no fallback to nvcc either. Run on a copy of the package."""
+    site = tmp_path / "site"
+    shutil.copytree(os.path.dirname(jitkern.__file__), site / "jitkern", symlinks=True)
+    helper = site / "jitkern" / "lib" / "jitkern-nvrtc"
+    helper.unlink()
+    if damage == "empty":
+        helper.write_bytes(b"")
+        helper.chmod(0o755)
+    elif damage == "sleeps":
+        helper.write_text("#!/bin/sh\nsleep 60\n")
+        helper.chmod(0o755)
+    source = tmp_path / "rtc_user.cuh"
+    source.write_text(_RTC_USER)
+    script = ("import sys, jitkern\ntry:\n    print(jitkern.JitSpec('rtc_user', cuda_files=[sys.argv[1]], cuda_wrappers=[('set', 'rtc_user::set', 'out')], "
+              "host_without_nvcc=True).build())\nexcept jitkern.BuildError as e:\n    print('BUILD ERROR', e)\n")
+    env = dict(os.environ, PYTHONPATH=str(site), JITKERN_CACHE_DIR=str(tmp_path / "cache"), JITKERN_CUDA_ARCH="sm_90a",
+               JITKERN_COMPILE_TIMEOUT="4", JITKERN_DEVICE_COMPILER="nvrtc")
+    for attempt in range(2):
+        import subprocess
+        import time
+
+        t0 = time.monotonic()
+        run = subprocess.run([sys.executable, "-c", script, str(source)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        out = run.stdout + run.stderr
+        assert "BUILD ERROR" in out and "NVRTC could not compile" not in out, out[-3000:]
+        assert "not remembered" in out and "remembered this failure" not in out, out[-3000:]
+        if damage == "sleeps":
+            assert "took longer than JITKERN_COMPILE_TIMEOUT=4 s" in out and time.monotonic() - t0 < 40, out[-3000:]
+        else:
+            assert "reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc" in out, out[-3000:]
+    assert not list((tmp_path / "cache").glob("rtc_user*/*.so")), "no module was cached in NVRTC's place"
+
+
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):
     """Every row of jitkern.DTYPES: the C++ alias's DLPack dtype is the one tvm-ffi parses from the torch name."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")

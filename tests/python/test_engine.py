@@ -386,15 +386,29 @@ def test_parallel_builds_start_the_costliest_compile_first():
     other = jitkern.JitSpec("order_other", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")], compile_seconds=2)
     order = costliest_first([cheap, other, dear])
     assert [s.compile_seconds for s in order] == [4.5, 2, 0] and order[0] is dear and order[2] is cheap
-    for bad in (-1, float("nan"), float("inf"), True, "3"):
-        with pytest.raises(TypeError, match="compile_seconds must be a finite number of seconds >= 0"):
+    for bad in (True, "3", None):
+        with pytest.raises(TypeError, match="compile_seconds must be a number of seconds"):
             cheap.replace(compile_seconds=bad)
+    for bad in (-1, float("nan"), float("inf"), 10**400):
+        with pytest.raises(ValueError, match="compile_seconds must be finite and >= 0"):
+            cheap.replace(compile_seconds=bad)
+    assert cheap.replace(compile_seconds=np.float64(2.5)).compile_seconds == 2.5 and str(cheap.replace(compile_seconds=-0.0).compile_seconds) == "0.0"
     import jitkern.ops as ops
 
     specs = ops.specs(dtypes=["bfloat16"])
     assert all(s.compile_seconds > 0 for s in specs), [s.name for s in specs if not s.compile_seconds]
     first = costliest_first(specs)
     assert first[0].compile_seconds == max(s.compile_seconds for s in specs) and specs[0] is not first[0]
+
+
+def test_warmup_raises_the_first_failure_in_the_callers_order(cache_dir, tmp_path):
+    """Builds start costliest first, but the failure raised is the first of the caller's list."""
+    specs = []
+    for name, cost in (("first_broken", 0), ("costly_broken", 9)):
+        (tmp_path / f"{name}.h").write_text(f"int {name}( {{\n")
+        specs.append(jitkern.JitSpec(name, cpp_files=[str(tmp_path / f"{name}.h")], cpp_wrappers=[("f", name)], compile_seconds=cost))
+    with pytest.raises(jitkern.BuildError, match="module 'first_broken' failed to compile"):
+        jitkern.warmup(*specs)
 
 
 def test_load_is_memoised_on_everything_that_changes_the_result(cache_dir, tmp_path, monkeypatch):
