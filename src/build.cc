@@ -159,8 +159,8 @@ class CpuShare {
 
 class Compile {
  public:
-  Compile(const plan::Plan& p, const std::string& scratch, const std::string& cwd, double timeout_s)
-      : m_p(p), m_scratch(scratch), m_cwd(cwd), m_timeout(timeout_s) {}
+  Compile(const plan::Plan& p, const std::string& scratch, const std::string& cwd, double timeout_s, bool parallel_build)
+      : m_p(p), m_scratch(scratch), m_cwd(cwd), m_timeout(timeout_s), m_nvrtc(!p.nvrtc_options.empty() && (p.nvrtc_asked || parallel_build)) {}
 
   // Runs every compile and the link; returns the first non-zero status (fs::wait's encoding).
   int run(const std::string& out) {
@@ -336,9 +336,9 @@ class Compile {
     if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) host.insert(host.end(), {"-isystem", cuda_include + "/cccl"});
     host.insert(host.end(), {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
     depfiles.push_back({m_scratch + "/host_pass.d", m_scratch});
-    if (!m_p.nvrtc_unused.empty())
+    if (!m_p.nvrtc_unused.empty() && m_p.nvrtc_asked)
       log::emit(log::kInfo, m_p.name + ": JITKERN_DEVICE_COMPILER=nvrtc, but nvcc compiles its kernels: " + m_p.nvrtc_unused);
-    if (!m_p.nvrtc_options.empty()) {  // the host pass first: its stubs name the kernels NVRTC instantiates
+    if (m_nvrtc) {  // the host pass first: its stubs name the kernels NVRTC instantiates
       record(in_dir(fs::join_command(host)));
       const auto t0 = std::chrono::steady_clock::now();
       int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
@@ -349,8 +349,8 @@ class Compile {
       rc = nvrtc_image(cuda_include, &why);
       m_cuda_steps += format_seconds(seconds_since(t1));
       if (rc != kNvrtcCannot) return rc;  // compiled, or timed out / interrupted: no fallback for those
-      log::emit(log::kWarning, m_p.name + ": NVRTC could not compile its kernels, so nvcc compiles them (JITKERN_DEVICE_COMPILER=nvcc "
-                                           "skips the attempt): " + why);
+      log::emit(m_p.nvrtc_asked ? log::kWarning : log::kInfo, m_p.name + ": NVRTC could not compile its kernels, so nvcc compiles them "
+                                                                        "(JITKERN_DEVICE_COMPILER=nvcc skips the attempt): " + why);
       const auto t2 = std::chrono::steady_clock::now();
       rc = nvcc_image()();
       m_cuda_steps += " (could not), nvcc " + format_seconds(seconds_since(t2));
@@ -463,6 +463,7 @@ class Compile {
   std::vector<std::string> m_cuda_objects;  // linked beside device.o (the pipeline's fatbin)
   std::string m_cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" where they run in turn
   double m_timeout;
+  bool m_nvrtc;  // NVRTC compiles the kernels (after the host pass), else nvcc beside it
 };
 
 
@@ -704,7 +705,7 @@ bool blames_the_disk(const std::string& log) {
 }
 
 store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const std::vector<toolchain::Compiler>& compilers,
-                          const store::ToolchainCheck& toolchain_ok, double timeout_s, bool* compiled) {
+                          const store::ToolchainCheck& toolchain_ok, double timeout_s, bool parallel_build, bool* compiled) {
   std::string why;
   if (auto found = entry.lookup(p, toolchain_ok, &why)) return std::move(*found);  // published while we waited
   entry.remove_stale_scratch(timeout_s);
@@ -733,7 +734,7 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
     // the file may have changed while it was being read.
     const int64_t started_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count() - 10'000'000;
-    Compile compile(p, scratch, cwd, timeout_s);
+    Compile compile(p, scratch, cwd, timeout_s, parallel_build);
     const int rc = compile.run(out);
     if (rc != 0) fail_build(p, entry, compile, rc, scratch, timeout_s);
 
@@ -849,7 +850,7 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   auto lock = entry.lock_for_build("waiting for another process that is compiling " + p.name + " ...");
   entry.prepare();  // under the lock: `cache prune` may have removed it
   try {
-    store::Found found = build_locked(p, entry, compilers, toolchain_ok, timeout_s, compiled);
+    store::Found found = build_locked(p, entry, compilers, toolchain_ok, timeout_s, config.parallel_build, compiled);
     found.lock = std::move(lock);
     return found;
   } catch (const Transient& e) {

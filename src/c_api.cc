@@ -328,6 +328,8 @@ __attribute__((visibility("default"))) int jitkern_build(const char* request, si
     jitkern::BuildRequest req;
     jitkern::EngineConfig cfg;
     parse_request(text, &req, &cfg);
+    cfg.parallel_build = (load & 4) != 0;  // jitkern_build's mode: 0 build, 1 load, 2 build and report; +4 one of many
+    load &= 3;
     if (load == 2) {
       bool compiled = false;
       const std::string path = jitkern::find_or_build(req, cfg, &compiled).path;

@@ -381,8 +381,9 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
       key_args(p.host_pass);
       // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether
       // NVRTC can compile this module is the build's question (plan: its flags; build: its library).
-      if (settings::choice("JITKERN_DEVICE_COMPILER") == "nvrtc") {
-        key.field("nvrtc");  // NVRTC's machine code can differ from nvcc's
+      if (const std::string compiler = settings::choice("JITKERN_DEVICE_COMPILER"); compiler != "nvcc") {
+        key.field(compiler == "nvrtc" ? "nvrtc" : "nvrtc-or-nvcc");  // NVRTC's machine code can differ from nvcc's
+        p.nvrtc_asked = compiler == "nvrtc";
         std::vector<std::string> device_flags;
         if (nvrtc_flags(absolute_include_flags(req.extra_cuda_cflags, cwd), &device_flags)) {
           // The same split of the optimizer's work as nvcc's (kSplitCompileThreads); -default-device: what

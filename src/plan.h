@@ -60,12 +60,13 @@ struct Plan {
   // host_without_nvcc: the CUDA source's host pass (the host compiler, CUDA's include directory added
   // by the build); cuda_compile then makes the device image.
   std::vector<std::string> host_pass;
-  // JITKERN_DEVICE_COMPILER=nvrtc (the default): NVRTC's options for the kernels (after the host pass; CUDA's include
+  // JITKERN_DEVICE_COMPILER=nvrtc or auto (the default): NVRTC's options for the kernels (after the host pass; CUDA's include
   // directory is added by the build) and its library; empty where nvcc compiles them.
   std::vector<std::string> nvrtc_options;
   std::string nvrtc_library, nvrtc_source;
   std::string nvrtc_std_dir;  // the standard headers' stand-ins NVRTC reads (<jitkern/detail/rtc_std.h>)
   std::string nvrtc_unused;   // asked for NVRTC, but nvcc compiles the kernels: why
+  bool nvrtc_asked = false;   // JITKERN_DEVICE_COMPILER=nvrtc (not auto: NVRTC only for builds run many at once)
   std::vector<std::string> nvrtc_predefined;  // NVRTC's version macros, as -D flags (for the dependency scan)
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
   std::vector<std::string> sources;                          // the kernel files, resolved

@@ -28,7 +28,7 @@ const Setting kAll[] = {
     {"JITKERN_ON_MISS", "compile", "what a load does when its module is not cached: compile; warn (log one line naming it, then compile); error (raise CacheMissError)", Kind::kChoice, "compile|warn|error"},
     {"JITKERN_QUIET", "0", "1: no 'compiling ...' lines on stderr (the `jitkern` logger's default handler)", Kind::kFlag, nullptr},
     {"JITKERN_VERBOSE", "0", "1: also log every compiler command (the `jitkern` logger at DEBUG)", Kind::kFlag, nullptr},
-    {"JITKERN_DEVICE_COMPILER", "nvrtc", "what compiles the kernels of host_without_nvcc modules (jitkern's ops): nvrtc (after the host pass, a process per module: a quarter less compile work than nvcc; a module NVRTC cannot compile falls back to nvcc with a warning); nvcc", Kind::kChoice, "nvrtc|nvcc"},
+    {"JITKERN_DEVICE_COMPILER", "auto", "what compiles the kernels of host_without_nvcc modules (jitkern's ops): nvrtc (after the host pass, a process per module: a quarter less compile work, a longer wait for one module; one NVRTC cannot compile goes to nvcc with a warning); nvcc (beside the host pass: the shortest wait for one module); auto: nvrtc for builds run many at once (warmup, jitkern prebuild), nvcc for one (a first call), their kernels measured alike", Kind::kChoice, "auto|nvrtc|nvcc"},
     {"JITKERN_NVCC_PIPELINE", "1", "0: run nvcc as one command instead of its host and device phases in parallel", Kind::kFlag, nullptr},
     {"JITKERN_INCLUDE_DIR", "the package's include/", "the kernel headers (point it at a checkout's include/ to edit them without reinstalling)", Kind::kPath, nullptr},
     {"JITKERN_CSRC_DIR", "the package's csrc/", "jitkern's kernel sources (point it at a checkout's csrc/ to edit them without reinstalling)", Kind::kPath, nullptr},

@@ -154,6 +154,7 @@ def encode_context(cuda_device: int | None, tvm_ffi_version: str) -> bytes:
 
 
 BUILD, LOAD, BUILD_REPORTING = 0, 1, 2  # jitkern_build's modes
+PARALLEL = 4  # added to a mode: one of many builds run at once (JITKERN_DEVICE_COMPILER=auto picks NVRTC)
 
 
 def build(request: bytes, mode: int) -> str:

@@ -410,7 +410,7 @@ def cmd_prebuild(args) -> int:
 
     def one(spec):
         t0 = time.perf_counter()
-        _, compiled = spec._build_reporting()
+        _, compiled = spec._build_reporting(parallel=len(specs) > 1 and jobs > 1)
         return compiled, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:

@@ -78,7 +78,8 @@ class JitSpec:
     `host_without_nvcc=True` compiles the CUDA sources' host code with the host compiler alone and their
     kernels into a device image that launches go through by name (host::LaunchKernel does it): a quarter
     less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__`, and host code under
-    `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels (else nvcc does, with a warning; docs/add-a-kernel.md).
+    `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels of builds run many at once (else nvcc does;
+    docs/add-a-kernel.md).
 
     `compile_seconds` estimates what its compile takes (jitkern's own modules give what they measured; 0:
     unknown): parallel builds (`warmup`, `jitkern prebuild`) start the costliest first, so that no long
@@ -182,9 +183,10 @@ class JitSpec:
         """ValueError naming the field for anything a build would refuse before compiling; builds nothing."""
         _engine.check_request(self._request)
 
-    def _build_reporting(self) -> tuple[str, bool]:
-        """build(), and whether this call ran the compiler (for `jitkern prebuild`)."""
-        path, outcome = _engine.build(self._wire(), _engine.BUILD_REPORTING).splitlines()
+    def _build_reporting(self, parallel: bool = False) -> tuple[str, bool]:
+        """build(), and whether this call ran the compiler; `parallel`: one of many builds run at once
+        (warmup, `jitkern prebuild`)."""
+        path, outcome = _engine.build(self._wire(), _engine.BUILD_REPORTING | (_engine.PARALLEL if parallel else 0)).splitlines()
         return path, outcome == "compiled"
 
     def load(self) -> "Module":
@@ -221,7 +223,8 @@ def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
             raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
     workers = workers or min(usable_cpus(), max(1, len(specs)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {spec: pool.submit(spec.build) for spec in dict.fromkeys(costliest_first(specs))}
+        unique = list(dict.fromkeys(costliest_first(specs)))
+        futures = {spec: pool.submit(spec._build_reporting, len(unique) > 1) for spec in unique}
         for spec in specs:  # the first failure in the caller's order is the one raised
             futures[spec].result()
     return [spec.load() for spec in specs]

@@ -253,6 +253,7 @@ def test_a_module_nvrtc_cannot_compile_goes_to_nvcc_whose_errors_are_reported(ca
     goes to nvcc, the warning naming NVRTC's first error; when nvcc fails too, the error is nvcc's, not a step
     of the NVRTC attempt's (whose dependency listing, reading CCCL, used to fail and fill the build's log)."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
     source = tmp_path / "rtc_cccl.cuh"
     source.write_text(_RTC_USER)
     spec = JitSpec("rtc_cccl", cuda_files=[str(source)], cuda_wrappers=[("set", "rtc_user::set", "out")], host_without_nvcc=True)

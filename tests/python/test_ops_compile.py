@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import KERNELS, PRIMITIVES_WRAPPERS
+import jitkern
 from jitkern import JitSpec, ops
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
@@ -68,21 +69,32 @@ def test_op_module_compiles(cache_dir, monkeypatch, spec):
     path = _build(spec)
     assert spec.host_without_nvcc, "jitkern's own families build their host code without nvcc"
     _check_device_image(path)
-    # JITKERN_DEVICE_COMPILER's default, NVRTC: every family's kernels compile after the host pass (their host
-    # code is under #ifndef __CUDACC_RTC__), named as the host pass's stubs name them, in a process of their
-    # own (NVRTC compiles sharing one process contend for its locks); a fallback to nvcc would be a fatbin.
+    assert FATBIN_MAGIC in open(path, "rb").read(), "a build alone: nvcc beside the host pass (JITKERN_DEVICE_COMPILER=auto)"
+
+
+@pytest.mark.parametrize("spec", ops.specs(dtypes=["bfloat16"]), ids=lambda s: "-".join([s.name, *s.args[1:]]))
+def test_op_module_compiles_with_nvrtc(cache_dir, monkeypatch, spec):
+    """JITKERN_DEVICE_COMPILER=nvrtc: every family's kernels compile after the host pass (their host code is
+    under #ifndef __CUDACC_RTC__), named as the host pass's stubs name them, in a process of their own
+    (NVRTC compiles sharing one process contend for its locks); a fallback to nvcc would be a fatbin."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
+    path = _build(spec)
+    _check_device_image(path)
     assert FATBIN_MAGIC not in open(path, "rb").read(), "NVRTC's image is a cubin, not nvcc's fatbin"
     assert "libnvrtc" not in open("/proc/self/maps").read(), "NVRTC ran in the engine's process"
 
 
-@pytest.mark.parametrize("spec", ops.specs(dtypes=["bfloat16"]), ids=lambda s: "-".join([s.name, *s.args[1:]]))
-def test_op_module_compiles_with_nvcc(cache_dir, monkeypatch, spec):
-    """JITKERN_DEVICE_COMPILER=nvcc: the same kernels as nvcc's fatbin."""
+def test_auto_device_compiler_takes_nvrtc_for_builds_run_many_at_once(cache_dir, monkeypatch):
+    """JITKERN_DEVICE_COMPILER=auto (the default): warmup's builds (many at once) go to NVRTC, the least compile
+    work; a build alone (a first call) to nvcc beside the host pass, the shortest wait."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
-    path = _build(spec)
-    _check_device_image(path)
-    assert FATBIN_MAGIC in open(path, "rb").read(), "nvcc's fatbin"
+    many = [ops.act.spec("bfloat16", "silu_and_mul"), ops.act.spec("bfloat16", "gelu_and_mul")]
+    jitkern.warmup(*many)  # loads too: no GPU is needed for that
+    for spec in many:
+        assert FATBIN_MAGIC not in open(spec.build(), "rb").read(), f"{spec.name}: NVRTC's cubin"
+    alone = ops.act.spec("bfloat16", "gelu_tanh_and_mul").build()
+    assert FATBIN_MAGIC in open(alone, "rb").read(), "a build alone: nvcc's fatbin"
 
 
 def test_primitives_module_compiles(cache_dir, monkeypatch):

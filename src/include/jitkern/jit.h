@@ -54,6 +54,9 @@ struct EngineConfig {
   std::string cache_dir, lock_dir;
   std::string package_dir;  // holds include/, csrc/, lib/
   std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
+  // This build is one of many run at once (a warmup, a prebuild): with JITKERN_DEVICE_COMPILER=auto its
+  // kernels go to NVRTC (the least compile work) rather than to nvcc beside the host pass (the shortest wait).
+  bool parallel_build = false;
 };
 
 // Returns the path of the up-to-date shared library for `request`, building it if needed.
