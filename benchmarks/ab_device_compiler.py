@@ -3,7 +3,7 @@ pointers), built both ways and timed in alternating fresh processes, each with i
 
     python3 benchmarks/ab_device_compiler.py [--rounds 2]
 
-Each process builds its modules with one JITKERN_DEVICE_COMPILER (nvrtc, the default, or nvcc) and times
+Each process builds its modules with one JITKERN_DEVICE_COMPILER (nvrtc or nvcc) and times
 every case as CUDA-graph replays of 100 calls (median of 7). Prints a Markdown table: mean over rounds."""
 
 from __future__ import annotations

@@ -408,14 +408,19 @@ class Compile {
   // process of its own (jitkern-nvrtc, beside the engine), instantiating the kernels whose stubs the host
   // pass made (src/nvrtc.h). Returns 0; kNvrtcCannot with `*why` where NVRTC cannot compile them (the
   // caller has nvcc do it); a timeout's or an interrupt's status as it is. A missing or broken helper is
-  // the install's failure, not the module's: Transient. What NVRTC reads is listed by the host compiler's
-  // preprocessor run as NVRTC's (NVRTC writes no dependencies).
+  // the install's failure, not the module's: Transient where nvrtc was asked for. What NVRTC reads is
+  // listed by the host compiler's preprocessor run as NVRTC's (NVRTC writes no dependencies).
   int nvrtc_image(const std::string& cuda_include, std::string* why) {
     const auto stopped = [](int rc) { return rc == fs::kTimedOut || rc == fs::kInterrupted; };
     const std::string helper = engine_lib_dir() + "/jitkern-nvrtc";
-    if (!fs::is_executable_file(helper))
-      throw Transient("jitkern: module '" + m_p.name + "': JITKERN_DEVICE_COMPILER=nvrtc runs " + helper +
-                      ", which is missing or not executable (an incomplete install): reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc");
+    // nvrtc's key promises NVRTC's image, so a broken install fails its builds; auto's may hold either.
+    const auto broken_install = [&](const std::string& what) {
+      const std::string text = what + " (an incomplete install): reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc";
+      if (m_p.nvrtc_asked) throw Transient("jitkern: module '" + m_p.name + "': JITKERN_DEVICE_COMPILER=nvrtc: " + text);
+      log::emit(log::kWarning, m_p.name + ": " + text);
+      return *why = what, kNvrtcCannot;
+    };
+    if (!fs::is_executable_file(helper)) return broken_install(helper + " is missing or not executable");
     auto options = m_p.nvrtc_options;
     options.push_back("-I" + cuda_include);
     if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) options.push_back("-I" + cuda_include + "/cccl");
@@ -445,7 +450,7 @@ class Compile {
     try {
       rc = fs::wait(fs::spawn(nvrtc, nvrtc_log, {}, m_scratch), m_timeout);
     } catch (const std::exception& e) {
-      throw Transient("jitkern: module '" + m_p.name + "': " + e.what() + " (an incomplete install): reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc");
+      return broken_install(e.what());
     }
     if (stopped(rc)) return rc;
     if (rc != 0) return *why = head_of(nvrtc_log) + (rc == 1 ? "" : " (jitkern-nvrtc: " + fs::describe_status(rc) + ")"), kNvrtcCannot;

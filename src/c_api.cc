@@ -316,7 +316,7 @@ extern "C" {
 
 // Builds (load == 0: result = the library path; load == 2: "<path>\n<compiled|cached>") or builds, loads
 // and registers (load == 1: result = "<path>\n<prefix>\n<export>\n..."; each export is the tvm-ffi
-// global "<prefix><export>").
+// global "<prefix><export>"); load + 4: one of many builds run at once (EngineConfig::parallel_build).
 // Returns 0 with *out_result set; else sets *out_error and returns 1 (the build failed), 2 (a bad
 // request: the message names the field), 3 (any other error) or 4 (not cached and JITKERN_ON_MISS=error). Strings are malloc'ed: jitkern_free.
 __attribute__((visibility("default"))) int jitkern_build(const char* request, size_t length, int load, char** out_result,

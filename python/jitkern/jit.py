@@ -224,7 +224,7 @@ def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
     workers = workers or min(usable_cpus(), max(1, len(specs)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         unique = list(dict.fromkeys(costliest_first(specs)))
-        futures = {spec: pool.submit(spec._build_reporting, len(unique) > 1) for spec in unique}
+        futures = {spec: pool.submit(spec._build_reporting, len(unique) > 1 and workers > 1) for spec in unique}
         for spec in specs:  # the first failure in the caller's order is the one raised
             futures[spec].result()
     return [spec.load() for spec in specs]

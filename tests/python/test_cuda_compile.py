@@ -302,6 +302,13 @@ def test_a_broken_nvrtc_helper_fails_the_build_unremembered(tmp_path, damage):
         else:
             assert "reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc" in out, out[-3000:]
     assert not list((tmp_path / "cache").glob("rtc_user*/*.so")), "no module was cached in NVRTC's place"
+    if damage != "sleeps":  # auto's key may hold either image: its builds run many at once go to nvcc, warning
+        auto = ("import sys, jitkern\nspecs = [jitkern.JitSpec(n, cuda_files=[sys.argv[1]], cuda_wrappers=[('set', 'rtc_user::set', 'out')], "
+                "host_without_nvcc=True) for n in ('rtc_a', 'rtc_b')]\njitkern.warmup(*specs)\nprint('BUILT', [s.build() for s in specs])\n")
+        run = subprocess.run([sys.executable, "-c", auto, str(source)], env=dict(env, JITKERN_DEVICE_COMPILER="auto"), capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0 and "BUILT" in out and "reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc" in out, out[-3000:]
 
 
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):

@@ -72,7 +72,7 @@ def test_op_module_compiles(cache_dir, monkeypatch, spec):
     assert FATBIN_MAGIC in open(path, "rb").read(), "a build alone: nvcc beside the host pass (JITKERN_DEVICE_COMPILER=auto)"
 
 
-@pytest.mark.parametrize("spec", ops.specs(dtypes=["bfloat16"]), ids=lambda s: "-".join([s.name, *s.args[1:]]))
+@pytest.mark.parametrize("spec", ops.specs(), ids=lambda s: "-".join([s.name, *s.args[1:]]))
 def test_op_module_compiles_with_nvrtc(cache_dir, monkeypatch, spec):
     """JITKERN_DEVICE_COMPILER=nvrtc: every family's kernels compile after the host pass (their host code is
     under #ifndef __CUDACC_RTC__), named as the host pass's stubs name them, in a process of their own

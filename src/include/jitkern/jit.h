@@ -42,8 +42,8 @@ struct BuildRequest {
   std::string cuda_arch;        // empty: $JITKERN_CUDA_ARCH, else the current device's (e.g. "sm_90a")
   int cuda_device = -1;         // device whose arch to use when probing (-1: device 0)
   // The CUDA source's host code compiled by the host compiler alone (device code under #ifdef
-  // __CUDACC__), its kernels by nvcc into a device image they launch from by name: no CUDA front end
-  // parses the host code.
+  // __CUDACC__), its kernels by nvcc or NVRTC (JITKERN_DEVICE_COMPILER) into a device image they launch
+  // from by name: no CUDA front end parses the host code.
   bool host_without_nvcc = false;
 };
 
@@ -56,6 +56,7 @@ struct EngineConfig {
   std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
   // This build is one of many run at once (a warmup, a prebuild): with JITKERN_DEVICE_COMPILER=auto its
   // kernels go to NVRTC (the least compile work) rather than to nvcc beside the host pass (the shortest wait).
+  // (This header and libjitkern_engine.so ship together: the struct's layout is theirs.)
   bool parallel_build = false;
 };
 
