@@ -404,8 +404,8 @@ class Compile {
     return !errors.empty() ? errors : out.empty() ? "no output" : out;
   }
 
-  // JITKERN_DEVICE_COMPILER=nvrtc, after the host pass: NVRTC compiles the module's kernel files in a
-  // process of its own (jitkern-nvrtc, beside the engine), instantiating the kernels whose stubs the host
+  // Where NVRTC compiles the kernels (JITKERN_DEVICE_COMPILER=nvrtc; auto for a build run among many), after
+  // the host pass: NVRTC compiles the module's kernel files in a process of its own (jitkern-nvrtc, beside the engine), instantiating the kernels whose stubs the host
   // pass made (src/nvrtc.h). Returns 0; kNvrtcCannot with `*why` where NVRTC cannot compile them (the
   // caller has nvcc do it); a timeout's or an interrupt's status as it is. A missing or broken helper is
   // the install's failure, not the module's: Transient where nvrtc was asked for. What NVRTC reads is

@@ -213,7 +213,8 @@ def costliest_first(specs: Sequence["JitSpec"]) -> list["JitSpec"]:
 
 def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
     """Builds the given specs in parallel threads, the costliest first (each compile runs its own processes;
-    `workers` default: one build per usable CPU), then loads them in order; returns the modules. Use it
+    `workers` default: one build per usable CPU; JITKERN_DEVICE_COMPILER=auto gives several builds' kernels
+    to NVRTC, the least compile work), then loads them in order; returns the modules. Use it
     before capturing CUDA graphs or serving, so that no call compiles. The engine's builds are thread- and
     process-safe; a failure raises after every build ends."""
     from concurrent.futures import ThreadPoolExecutor
