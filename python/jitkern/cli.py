@@ -577,7 +577,9 @@ def cmd_doctor(args) -> int:
     elif not doc.problems:
         for kind in _TINY:
             cuda = kind != "C++"
-            if have.get(cuda) and (not cuda or arch):
+            if kind == "CUDA through NVRTC" and settings["JITKERN_DEVICE_COMPILER"]["effective"] == "nvcc":
+                doc.report("ok", f"{kind} build", "not used: JITKERN_DEVICE_COMPILER=nvcc")
+            elif have.get(cuda) and (not cuda or arch):
                 _tiny_build(doc, kind, arch)
     if args.json:
         print(json.dumps({"ok": doc.problems == 0, "checks": doc.items}, indent=2))
@@ -591,7 +593,13 @@ _TINY = {"C++": ("doctor.cc", "#include <jitkern/tensor.h>\ninline int doctor_an
                                 "inline int doctor_answer(int x) { return x + 1; }\n", {}),
          "CUDA host pass": ("doctor_host_pass.cuh", "#include <jitkern/tensor.h>\n#include <jitkern/utils.cuh>\n"
                             "namespace jitkern_doctor {\n__global__ void doctor_kernel(int* x) {\n#ifdef __CUDACC__\n  *x += 1;\n#endif\n}\n"
-                            "inline int doctor_answer(int x) { return x + 1; }\n}  // namespace jitkern_doctor\n", {"host_without_nvcc": True})}
+                            "inline int doctor_answer(int x) { return x + 1; }\n}  // namespace jitkern_doctor\n", {"host_without_nvcc": True}),
+         # What warmups and prebuilds compile their kernels with (JITKERN_DEVICE_COMPILER=auto): NVRTC, through
+         # jitkern-nvrtc; built with nvrtc asked for, so that an install without it fails here.
+         "CUDA through NVRTC": ("doctor_nvrtc.cuh", "#include <jitkern/utils.cuh>\n#ifndef __CUDACC_RTC__\n#include <jitkern/tensor.h>\n#endif\n"
+                                "namespace jitkern_doctor {\n__global__ void doctor_kernel(int* x) {\n#ifdef __CUDACC__\n  *x += 1;\n#endif\n}\n"
+                                "#ifndef __CUDACC_RTC__\ninline int doctor_answer(int x) { return x + 1; }\n#endif\n}  // namespace jitkern_doctor\n",
+                                {"host_without_nvcc": True})}
 
 
 def _tiny_build(doc: Doctor, kind: str, arch: str) -> None:
@@ -610,15 +618,26 @@ def _tiny_build(doc: Doctor, kind: str, arch: str) -> None:
     answer_expr = "jitkern_doctor::doctor_answer" if options else "doctor_answer"
     files = {"cuda_files" if cuda else "cpp_files": [str(source)], "cuda_wrappers" if cuda else "cpp_wrappers": [("answer", answer_expr)]}
     spec = JitSpec("doctor", kind.lower().replace("+", "p").replace(" ", "_"), **files, cuda_arch=arch if cuda else None, **options)
+    nvrtc = kind == "CUDA through NVRTC"
+    saved = os.environ.get("JITKERN_DEVICE_COMPILER")
     t0 = time.perf_counter()
     try:
+        if nvrtc:
+            os.environ["JITKERN_DEVICE_COMPILER"] = "nvrtc"
         path, compiled = spec._build_reporting()
         answer = spec.load().answer(41) if not cuda else 42  # a CUDA module needs no GPU to build; loading it may
     except Exception as e:  # noqa: BLE001 - the doctor reports it
-        doc.report("FAIL", f"{kind} build", str(e).splitlines()[0], "see the lines above; `jitkern doctor` again after fixing them")
+        doc.report("FAIL", f"{kind} build", " ".join(str(e).splitlines()[:2]), "see the lines above; `jitkern doctor` again after fixing them")
         return
+    finally:
+        if nvrtc:
+            os.environ.pop("JITKERN_DEVICE_COMPILER") if saved is None else os.environ.__setitem__("JITKERN_DEVICE_COMPILER", saved)
     seconds = time.perf_counter() - t0
     how = "compiled" if compiled else "found in the cache"
+    if nvrtc and b"\x50\xed\x55\xba" in Path(path).read_bytes():  # nvcc's fatbin: NVRTC could not, or there is no libnvrtc
+        doc.report("WARN", f"{kind} build", f"nvcc compiled its kernels, not NVRTC ({path}): warmups and prebuilds take longer",
+                   "`JITKERN_VERBOSE=1 jitkern doctor` logs why; the CUDA toolkit's libnvrtc and jitkern-nvrtc beside the engine are needed")
+        return
     doc.report("ok" if answer == 42 else "FAIL", f"{kind} build", f"a tiny {kind} module {how} and ready in {seconds:.2f} s ({path})")
 
 

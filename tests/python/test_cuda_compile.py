@@ -1,5 +1,6 @@
 """Compile-checks (nvcc, sm_90a) every CUDA instantiation the GPU tests use; runs without a GPU."""
 
+import json
 import logging
 import os
 import shutil
@@ -309,6 +310,11 @@ def test_a_broken_nvrtc_helper_fails_the_build_unremembered(tmp_path, damage):
                              text=True, timeout=120, cwd=tmp_path)
         out = run.stdout + run.stderr
         assert run.returncode == 0 and "BUILT" in out and "reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc" in out, out[-3000:]
+        doctor = subprocess.run([sys.executable, "-m", "jitkern", "doctor", "--json"], env=dict(env, JITKERN_DEVICE_COMPILER="auto"),
+                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        checks = {c["what"]: c for c in json.loads(doctor.stdout)["checks"]}
+        assert doctor.returncode == 1 and checks["CUDA through NVRTC build"]["status"] == "FAIL", doctor.stdout[-3000:]
+        assert "reinstall jitkern" in checks["CUDA through NVRTC build"]["detail"], checks["CUDA through NVRTC build"]
 
 
 def test_dtype_table_agrees_with_the_headers(cache_dir, monkeypatch, tmp_path):

@@ -128,7 +128,7 @@ def test_doctor_builds_the_way_the_ops_build(tmp_path):
     """With a CUDA target, the doctor's tiny builds include one with host_without_nvcc, as every op builds."""
     rc, checks = doctor(env_with(JITKERN_CACHE_DIR=tmp_path / "c", JITKERN_CUDA_ARCH="sm_90a"))
     assert rc == 0, checks
-    for build in ("C++ build", "CUDA build", "CUDA host pass build"):
+    for build in ("C++ build", "CUDA build", "CUDA host pass build", "CUDA through NVRTC build"):
         assert checks[build]["status"] == "ok" and "compiled" in checks[build]["detail"], checks
 
 
