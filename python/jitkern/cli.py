@@ -630,8 +630,10 @@ def _tiny_build(doc: Doctor, kind: str, arch: str) -> None:
         doc.report("FAIL", f"{kind} build", " ".join(str(e).splitlines()[:2]), "see the lines above; `jitkern doctor` again after fixing them")
         return
     finally:
-        if nvrtc:
-            os.environ.pop("JITKERN_DEVICE_COMPILER") if saved is None else os.environ.__setitem__("JITKERN_DEVICE_COMPILER", saved)
+        if nvrtc and saved is None:
+            del os.environ["JITKERN_DEVICE_COMPILER"]
+        elif nvrtc:
+            os.environ["JITKERN_DEVICE_COMPILER"] = saved
     seconds = time.perf_counter() - t0
     how = "compiled" if compiled else "found in the cache"
     if nvrtc and b"\x50\xed\x55\xba" in Path(path).read_bytes():  # nvcc's fatbin: NVRTC could not, or there is no libnvrtc
