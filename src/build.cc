@@ -24,6 +24,7 @@
 
 #include "build.h"
 #include "fs_util.h"
+#include "host_prelude.h"
 #include "log.h"
 #include "manifest.h"
 #include "nvcc_pipeline.h"
@@ -83,6 +84,7 @@ std::vector<Dep> hash_files(const std::vector<std::pair<std::string, std::string
 // A dependency file and the directory its compiler ran in (what its relative names are relative to).
 struct Depfile {
   std::string path, base;
+  std::string own_dir = {};  // files under it are the build's own, not dependencies (the precompiled prelude's)
 };
 
 // "a//b/./c" -> "a/b/c"; ".." stays (through a symbolic link it is not the lexical parent).
@@ -110,6 +112,7 @@ std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Pl
       const std::string resolved = fs::realpath_or(used);
       // the generated source (its text is in the key) and the toolchain's own headers
       if (used.rfind(scratch + "/", 0) == 0 || resolved.rfind(scratch_real + "/", 0) == 0) continue;
+      if (!df.own_dir.empty() && used.rfind(df.own_dir + "/", 0) == 0) continue;
       if (under_any(resolved, p.dep_exclude_prefixes)) continue;  // where the file really is decides
       unique.emplace(used, resolved == used ? "" : resolved);
     }
@@ -160,7 +163,8 @@ class CpuShare {
 class Compile {
  public:
   Compile(const plan::Plan& p, const std::string& scratch, const std::string& cwd, double timeout_s, bool parallel_build)
-      : m_p(p), m_scratch(scratch), m_cwd(cwd), m_timeout(timeout_s), m_nvrtc(!p.nvrtc_options.empty() && (p.nvrtc_asked || parallel_build)) {}
+      : m_p(p), m_scratch(scratch), m_cwd(cwd), m_timeout(timeout_s), m_parallel(parallel_build),
+        m_nvrtc(!p.nvrtc_options.empty() && (p.nvrtc_asked || parallel_build)) {}
 
   // Runs every compile and the link; returns the first non-zero status (fs::wait's encoding).
   int run(const std::string& out) {
@@ -190,7 +194,7 @@ class Compile {
     }
     const auto t0 = std::chrono::steady_clock::now();
     int rc = compile_cuda();
-    phases = m_cuda_steps.empty() ? "CUDA " + format_seconds(seconds_since(t0)) : m_cuda_steps;
+    phases = m_cuda_steps.empty() ? "CUDA " + format_seconds(seconds_since(t0)) + m_prelude_note : m_cuda_steps;
     for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
     if (!host.empty()) phases += ", C++ " + format_seconds(seconds_since(t0));
     objects.push_back(cuda_obj);
@@ -334,6 +338,7 @@ class Compile {
     const std::string cuda_include = toolchain::cuda_include_dir(m_p.nvcc);
     host.push_back("-I" + cuda_include);
     if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) host.insert(host.end(), {"-isystem", cuda_include + "/cccl"});
+    const std::string prelude = use_precompiled_prelude(&host) ? " (prelude precompiled)" : "";
     host.insert(host.end(), {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
     depfiles.push_back({m_scratch + "/host_pass.d", m_scratch});
     if (!m_p.nvrtc_unused.empty() && m_p.nvrtc_asked)
@@ -344,7 +349,7 @@ class Compile {
       int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
       if (rc != 0) return rc;
       const auto t1 = std::chrono::steady_clock::now();
-      m_cuda_steps = "host pass " + format_seconds(std::chrono::duration<double>(t1 - t0).count()) + ", NVRTC ";
+      m_cuda_steps = "host pass " + format_seconds(std::chrono::duration<double>(t1 - t0).count()) + prelude + ", NVRTC ";
       std::string why;
       rc = nvrtc_image(cuda_include, &why);
       m_cuda_steps += format_seconds(seconds_since(t1));
@@ -361,7 +366,23 @@ class Compile {
     record(in_dir(fs::join_command(host)));
     std::future<int> device = std::async(std::launch::async, image);
     const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    m_prelude_note = prelude;
     return first_failure(rc, device.get());
+  }
+
+  // A host_prelude module's host pass -includes the prelude precompiled where one is ready for its flags
+  // (the same module, byte for byte); builds run many at once have it compiled. True where it does.
+  bool use_precompiled_prelude(std::vector<std::string>* host) {
+    if (m_p.host_prelude.empty()) return false;
+    const auto at = std::find(host->begin(), host->end(), m_p.host_prelude);
+    if (at == host->begin() || at == host->end() || *(at - 1) != "-include") return false;
+    std::vector<std::string> flags(host->begin(), at - 1);
+    flags.insert(flags.end(), at + 1, host->end());
+    const auto pch = host_prelude::find(flags, m_p.host_prelude, m_p.host_cxx_gcc, m_parallel, m_timeout);
+    if (!pch) return false;
+    *at = pch->header;
+    depfiles.push_back({pch->depfile, pch->dir, pch->dir});
+    return true;
   }
 
   // nvcc's device image of the module (its steps from its dry run with relative names, as compile_cuda's:
@@ -467,7 +488,9 @@ class Compile {
   std::string m_scratch, m_cwd, m_cuda_lib;
   std::vector<std::string> m_cuda_objects;  // linked beside device.o (the pipeline's fatbin)
   std::string m_cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" where they run in turn
+  std::string m_prelude_note;               // " (prelude precompiled)" where the host pass beside nvcc used it
   double m_timeout;
+  bool m_parallel;  // one of many builds run at once
   bool m_nvrtc;  // NVRTC compiles the kernels (after the host pass), else nvcc beside it
 };
 

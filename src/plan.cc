@@ -216,6 +216,7 @@ void validate(const BuildRequest& req) {
   if (req.cpp_files.empty() && !req.cpp_wrappers.empty()) bad("cpp_wrappers were given without cpp_files");
   if (req.cuda_files.empty() && !req.cuda_wrappers.empty()) bad("cuda_wrappers were given without cuda_files");
   if (req.cuda_files.empty() && req.host_without_nvcc) bad("host_without_nvcc was given without cuda_files");
+  if (req.host_prelude && !req.host_without_nvcc) bad("host_prelude was given without host_without_nvcc (it is the host pass's prelude)");
   if (req.host_without_nvcc) {
     // The linker's arguments among extra_ldflags (-Wl, comma lists, -Xlinker's next flag, the driver's -s).
     const auto& ld = req.extra_ldflags;
@@ -377,6 +378,12 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());
       const auto host_flags = absolute_include_flags(host_pass_flags(req.extra_cuda_cflags), cwd);
       p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
+      if (req.host_prelude) {
+        p.host_prelude = cfg.include_dir + "/jitkern/host_prelude.h";
+        p.host_pass.insert(p.host_pass.end(), {"-include", p.host_prelude});
+      }
+      // GCC's --version names its copyright holder; clang's and others' do not.
+      p.host_cxx_gcc = tc.cxx.version.find("Free Software Foundation") != std::string::npos;
       key.field("host-without-nvcc");
       key_args(p.host_pass);
       // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether

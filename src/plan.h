@@ -60,6 +60,8 @@ struct Plan {
   // host_without_nvcc: the CUDA source's host pass (the host compiler, CUDA's include directory added
   // by the build); cuda_compile then makes the device image.
   std::vector<std::string> host_pass;
+  std::string host_prelude;   // host_prelude: the header the host pass -includes (host_prelude.h)
+  bool host_cxx_gcc = false;  // the host compiler is GCC (whose precompiled headers the build may use)
   // JITKERN_DEVICE_COMPILER=nvrtc or auto (the default): NVRTC's options for the kernels (after the host pass; CUDA's include
   // directory is added by the build) and its library; empty where nvcc compiles them.
   std::vector<std::string> nvrtc_options;

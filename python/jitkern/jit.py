@@ -79,7 +79,8 @@ class JitSpec:
     kernels into a device image that launches go through by name (host::LaunchKernel does it): a quarter
     less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__`, and host code under
     `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels of builds run many at once (else nvcc does;
-    docs/add-a-kernel.md).
+    docs/add-a-kernel.md). With it, `host_prelude=True` starts the host pass with `<jitkern/host_prelude.h>`
+    (jitkern's headers), which builds run many at once compile once for all their host passes.
 
     `compile_seconds` estimates what its compile takes (jitkern's own modules give what they measured; 0:
     unknown): parallel builds (`warmup`, `jitkern prebuild`) start the costliest first, so that no long
@@ -91,7 +92,8 @@ class JitSpec:
     """
 
     __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
-                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "compile_seconds", "_request")
+                 "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "host_prelude",
+                 "compile_seconds", "_request")
 
     def __init__(
         self,
@@ -107,6 +109,7 @@ class JitSpec:
         build_directory: str | None = None,
         cuda_arch: str | None = None,
         host_without_nvcc: bool = False,
+        host_prelude: bool = False,
         compile_seconds: float = 0.0,
     ) -> None:
         owner = "JitSpec"
@@ -118,8 +121,9 @@ class JitSpec:
         for name, value in (("build_directory", build_directory), ("cuda_arch", cuda_arch)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
-        if not isinstance(host_without_nvcc, bool):
-            raise TypeError(f"{owner}: host_without_nvcc must be a bool, got {type(host_without_nvcc).__name__}")
+        for name, flag in (("host_without_nvcc", host_without_nvcc), ("host_prelude", host_prelude)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{owner}: {name} must be a bool, got {type(flag).__name__}")
         if not isinstance(compile_seconds, numbers.Real) or isinstance(compile_seconds, bool):
             raise TypeError(f"{owner}: compile_seconds must be a number of seconds, got {type(compile_seconds).__name__}")
         try:
@@ -141,11 +145,12 @@ class JitSpec:
         setattr_(self, "build_directory", build_directory or None)
         setattr_(self, "cuda_arch", cuda_arch or None)
         setattr_(self, "host_without_nvcc", host_without_nvcc)
+        setattr_(self, "host_prelude", host_prelude)
         setattr_(self, "compile_seconds", seconds + 0.0)  # -0.0 as 0.0
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
             self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
-            host_without_nvcc))
+            host_without_nvcc, host_prelude))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")

@@ -32,7 +32,7 @@ class DtypeFamily:
         if str(dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
-                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])], host_without_nvcc=True,
+                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])], host_without_nvcc=True, host_prelude=True,
                        compile_seconds=self.compile_seconds.get(op, 0.0))
 
     def module_api(self) -> tuple:

@@ -40,7 +40,7 @@ _EXPORTS = {
 def spec() -> JitSpec:
     """The module of the all-reduce kernels (every dtype)."""
     return JitSpec("all_reduce", cuda_files=["all_reduce.cuh"], cuda_wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
-                   host_without_nvcc=True, compile_seconds=4.9)  # H100 host, 16 builds at once: the order builds start in
+                   host_without_nvcc=True, host_prelude=True, compile_seconds=4.9)  # H100 host, 16 builds at once: the order builds start in
 
 
 _function = ModuleExports(spec, _EXPORTS, "all_reduce")

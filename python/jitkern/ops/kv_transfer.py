@@ -34,7 +34,7 @@ _OPS = {
 def spec() -> JitSpec:
     """The module of the transfer ops (one for every dtype, row size and layout)."""
     return JitSpec("kv_transfer", cuda_files=["kv_transfer.cuh"],
-                   cuda_wrappers=[(op, f"jitkern_kv_transfer::KvTransfer::{op}", args) for op, args in _OPS.items()], host_without_nvcc=True,
+                   cuda_wrappers=[(op, f"jitkern_kv_transfer::KvTransfer::{op}", args) for op, args in _OPS.items()], host_without_nvcc=True, host_prelude=True,
                    compile_seconds=2.8)  # H100 host, 16 builds at once: the order builds start in
 
 

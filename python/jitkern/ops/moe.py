@@ -34,7 +34,7 @@ _ALIGN_ARGS = "topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, 
 def align_spec() -> JitSpec:
     """The module of moe_align_block_size (one for every id dtype)."""
     return JitSpec("moe_align", cuda_files=["moe.cuh"], cuda_wrappers=[("moe_align_block_size", "jitkern_moe::moe_align_block_size<>", _ALIGN_ARGS)],
-                   host_without_nvcc=True, compile_seconds=1.8)
+                   host_without_nvcc=True, host_prelude=True, compile_seconds=1.8)
 
 
 _align = ModuleExports(align_spec, ("moe_align_block_size",), "moe_align")

@@ -51,7 +51,7 @@ _ROWS_COMPILE_SECONDS = {"store_cache": 2.0, "concat_mla": 1.8}  # H100 host, 16
 def rows_spec(module: str) -> JitSpec:
     """The module of the dtype-independent row copies: "store_cache" or "concat_mla"."""
     return JitSpec(f"rope_{module}", cuda_files=["rope.cuh"],
-                   cuda_wrappers=[(op, f"jitkern_rope::KvRows::{op}", args) for op, args in _ROWS[module].items()], host_without_nvcc=True,
+                   cuda_wrappers=[(op, f"jitkern_rope::KvRows::{op}", args) for op, args in _ROWS[module].items()], host_without_nvcc=True, host_prelude=True,
                    compile_seconds=_ROWS_COMPILE_SECONDS[module])
 
 

@@ -45,6 +45,9 @@ struct BuildRequest {
   // __CUDACC__), its kernels by nvcc or NVRTC (JITKERN_DEVICE_COMPILER) into a device image they launch
   // from by name: no CUDA front end parses the host code.
   bool host_without_nvcc = false;
+  // With host_without_nvcc: the host pass starts with <jitkern/host_prelude.h>, which builds run many at
+  // once compile once for all their host passes (a precompiled header) instead of parsing it in each.
+  bool host_prelude = false;
 };
 
 // Where things are. Empty fields are filled from the environment and the installed package:
