@@ -194,7 +194,7 @@ class Compile {
     }
     const auto t0 = std::chrono::steady_clock::now();
     int rc = compile_cuda();
-    phases = m_cuda_steps.empty() ? "CUDA " + format_seconds(seconds_since(t0)) + m_prelude_note : m_cuda_steps;
+    phases = m_cuda_steps.empty() ? "CUDA " + format_seconds(seconds_since(t0)) : m_cuda_steps;
     for (auto& pr : host) rc = first_failure(rc, fs::wait(pr, m_timeout));
     if (!host.empty()) phases += ", C++ " + format_seconds(seconds_since(t0));
     objects.push_back(cuda_obj);
@@ -364,10 +364,18 @@ class Compile {
     // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
     auto image = nvcc_image();
     record(in_dir(fs::join_command(host)));
-    std::future<int> device = std::async(std::launch::async, image);
+    const auto t0 = std::chrono::steady_clock::now();
+    double device_seconds = 0;
+    std::future<int> device = std::async(std::launch::async, [&image, &device_seconds, t0] {
+      const int rc = image();
+      device_seconds = seconds_since(t0);
+      return rc;
+    });
     const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
-    m_prelude_note = prelude;
-    return first_failure(rc, device.get());
+    const double host_seconds = seconds_since(t0);
+    const int device_rc = device.get();
+    m_cuda_steps = "host pass " + format_seconds(host_seconds) + prelude + " beside nvcc " + format_seconds(device_seconds);
+    return first_failure(rc, device_rc);
   }
 
   // A host_prelude module's host pass -includes the prelude precompiled where one is ready for its flags
@@ -487,8 +495,7 @@ class Compile {
   const plan::Plan& m_p;
   std::string m_scratch, m_cwd, m_cuda_lib;
   std::vector<std::string> m_cuda_objects;  // linked beside device.o (the pipeline's fatbin)
-  std::string m_cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" where they run in turn
-  std::string m_prelude_note;               // " (prelude precompiled)" where the host pass beside nvcc used it
+  std::string m_cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" or "host pass 0.81 s beside nvcc 1.70 s"
   double m_timeout;
   bool m_parallel;  // one of many builds run at once
   bool m_nvrtc;  // NVRTC compiles the kernels (after the host pass), else nvcc beside it
