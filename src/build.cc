@@ -84,7 +84,7 @@ std::vector<Dep> hash_files(const std::vector<std::pair<std::string, std::string
 // A dependency file and the directory its compiler ran in (what its relative names are relative to).
 struct Depfile {
   std::string path, base;
-  std::string own_dir = {};  // files under it are the build's own, not dependencies (the precompiled prelude's)
+  std::vector<std::string> paths = {};  // where path is empty: the files themselves (absolute)
 };
 
 // "a//b/./c" -> "a/b/c"; ".." stays (through a symbolic link it is not the lexical parent).
@@ -106,13 +106,12 @@ std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Pl
   std::map<std::string, std::string> unique;
   for (const auto& df : depfiles) {
     std::string text;
-    if (!fs::read_file(df.path, &text)) continue;
-    for (const auto& raw : manifest::parse_depfile(text)) {
+    if (!df.path.empty() && !fs::read_file(df.path, &text)) continue;
+    for (const auto& raw : df.path.empty() ? df.paths : manifest::parse_depfile(text)) {
       const std::string used = clean_path(raw[0] == '/' ? raw : df.base + "/" + raw);
       const std::string resolved = fs::realpath_or(used);
       // the generated source (its text is in the key) and the toolchain's own headers
       if (used.rfind(scratch + "/", 0) == 0 || resolved.rfind(scratch_real + "/", 0) == 0) continue;
-      if (!df.own_dir.empty() && used.rfind(df.own_dir + "/", 0) == 0) continue;
       if (under_any(resolved, p.dep_exclude_prefixes)) continue;  // where the file really is decides
       unique.emplace(used, resolved == used ? "" : resolved);
     }
@@ -338,15 +337,14 @@ class Compile {
     const std::string cuda_include = toolchain::cuda_include_dir(m_p.nvcc);
     host.push_back("-I" + cuda_include);
     if (::access((cuda_include + "/cccl").c_str(), F_OK) == 0) host.insert(host.end(), {"-isystem", cuda_include + "/cccl"});
-    const std::string prelude = use_precompiled_prelude(&host) ? " (prelude precompiled)" : "";
-    host.insert(host.end(), {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"});
+    const std::vector<std::string> io = {"-MD", "-MF", "host_pass.d", "-c", src, "-o", "device.o"};
     depfiles.push_back({m_scratch + "/host_pass.d", m_scratch});
     if (!m_p.nvrtc_unused.empty() && m_p.nvrtc_asked)
       log::emit(log::kInfo, m_p.name + ": JITKERN_DEVICE_COMPILER=nvrtc, but nvcc compiles its kernels: " + m_p.nvrtc_unused);
     if (m_nvrtc) {  // the host pass first: its stubs name the kernels NVRTC instantiates
-      record(in_dir(fs::join_command(host)));
       const auto t0 = std::chrono::steady_clock::now();
-      int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+      std::string prelude;
+      int rc = run_host_pass(host, io, &prelude);
       if (rc != 0) return rc;
       const auto t1 = std::chrono::steady_clock::now();
       m_cuda_steps = "host pass " + format_seconds(std::chrono::duration<double>(t1 - t0).count()) + prelude + ", NVRTC ";
@@ -363,7 +361,6 @@ class Compile {
     }
     // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
     auto image = nvcc_image();
-    record(in_dir(fs::join_command(host)));
     const auto t0 = std::chrono::steady_clock::now();
     double device_seconds = 0;
     std::future<int> device = std::async(std::launch::async, [&image, &device_seconds, t0] {
@@ -371,26 +368,46 @@ class Compile {
       device_seconds = seconds_since(t0);
       return rc;
     });
-    const int rc = fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    std::string prelude;
+    const int rc = run_host_pass(host, io, &prelude);
     const double host_seconds = seconds_since(t0);
     const int device_rc = device.get();
     m_cuda_steps = "host pass " + format_seconds(host_seconds) + prelude + " beside nvcc " + format_seconds(device_seconds);
     return first_failure(rc, device_rc);
   }
 
-  // A host_prelude module's host pass -includes the prelude precompiled where one is ready for its flags
-  // (the same module, byte for byte); builds run many at once have it compiled. True where it does.
-  bool use_precompiled_prelude(std::vector<std::string>* host) {
-    if (m_p.host_prelude.empty()) return false;
-    const auto at = std::find(host->begin(), host->end(), m_p.host_prelude);
-    if (at == host->begin() || at == host->end() || *(at - 1) != "-include") return false;
-    std::vector<std::string> flags(host->begin(), at - 1);
-    flags.insert(flags.end(), at + 1, host->end());
-    const auto pch = host_prelude::find(flags, m_p.host_prelude, m_p.host_cxx_gcc, m_parallel, m_timeout);
-    if (!pch) return false;
-    *at = pch->header;
-    depfiles.push_back({pch->depfile, pch->dir, pch->dir});
-    return true;
+  // The host pass. A host_prelude module's -includes the prelude precompiled where one is ready for its
+  // flags (the same object, byte for byte; builds run many at once have it compiled; GCC ignores it after
+  // another -include, so only where the prelude's is the first); `*note` then says so. A failure with it
+  // retires it and runs the pass again without: a precompiled header never fails a module.
+  int run_host_pass(const std::vector<std::string>& flags, const std::vector<std::string>& io, std::string* note) {
+    auto host = flags;
+    host.insert(host.end(), io.begin(), io.end());
+    const auto at = std::find(flags.begin(), flags.end(), m_p.host_prelude);
+    std::optional<host_prelude::Precompiled> pch;
+    if (!m_p.host_prelude.empty() && at != flags.begin() && at != flags.end() && *(at - 1) == "-include" &&
+        std::find(flags.begin(), at - 1, "-include") == at - 1) {
+      std::vector<std::string> rest(flags.begin(), at - 1);
+      rest.insert(rest.end(), at + 1, flags.end());
+      pch = host_prelude::find(rest, m_p.host_prelude, m_p.host_cxx_gcc, m_parallel, m_timeout);
+    }
+    if (pch) {
+      auto with = host;
+      with[at - flags.begin()] = pch->header;
+      record(in_dir(fs::join_command(with)));
+      const std::string attempt_log = m_scratch + "/host_pass_precompiled.log";
+      const int rc = fs::wait(fs::spawn(with, attempt_log, {}, m_scratch), m_timeout);
+      std::string text;
+      fs::read_file(attempt_log, &text);
+      if (rc == 0 || rc == fs::kTimedOut || rc == fs::kInterrupted) {
+        if (!text.empty()) fs::append_file(log(), text);  // its warnings
+        if (rc == 0) depfiles.push_back({"", "", pch->headers}), *note = " (prelude precompiled)";
+        return rc;
+      }
+      host_prelude::retire(*pch, m_p.name + "'s host pass failed with it: " + head_of(attempt_log));
+    }
+    record(in_dir(fs::join_command(host)));
+    return fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
   }
 
   // nvcc's device image of the module (its steps from its dry run with relative names, as compile_cuda's:

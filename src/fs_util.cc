@@ -219,6 +219,20 @@ void remove_tree(const std::string& path) {
   ::rmdir(path.c_str());
 }
 
+bool append_file(const std::string& path, const std::string& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return done == data.size();
+}
+
 std::string make_temp_dir(const std::string& parent, const std::string& prefix) {
   std::string templ = parent + "/" + prefix + "XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());

@@ -49,6 +49,8 @@ bool read_file(const std::string& path, std::string* out, bool keep_atime = fals
 // sharing the directory never collide).
 // `mode` is set exactly (the umask does not apply).
 void write_file_atomic(const std::string& path, const std::string& data, mode_t mode = 0600);
+// Appends `data` to `path` (created 0600 if missing); false where it cannot.
+bool append_file(const std::string& path, const std::string& data);
 // A name no other thread or process will pick: "<prefix>.<pid>.<tid>.<counter>.<random>".
 std::string unique_name(const std::string& prefix);
 // Whether a directory entry's name is write_file_atomic's temporary name, and the pid in it (0: none).

@@ -376,12 +376,12 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     if (req.host_without_nvcc) {
       p.host_pass = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());
-      const auto host_flags = absolute_include_flags(host_pass_flags(req.extra_cuda_cflags), cwd);
-      p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
-      if (req.host_prelude) {
+      if (req.host_prelude) {  // the first -include: GCC takes a precompiled header only there
         p.host_prelude = cfg.include_dir + "/jitkern/host_prelude.h";
         p.host_pass.insert(p.host_pass.end(), {"-include", p.host_prelude});
       }
+      const auto host_flags = absolute_include_flags(host_pass_flags(req.extra_cuda_cflags), cwd);
+      p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
       // GCC's --version names its copyright holder; clang's and others' do not.
       p.host_cxx_gcc = tc.cxx.version.find("Free Software Foundation") != std::string::npos;
       key.field("host-without-nvcc");

@@ -269,7 +269,7 @@ def test_a_module_nvrtc_cannot_compile_goes_to_nvcc_whose_errors_are_reported(ca
     assert "No such file" not in str(error.value), str(error.value)[:3000]
 
 
-def _prelude_probe_specs(tmp_path, round_):
+def _prelude_probe_specs(tmp_path, round_, flags=()):
     """Two tiny host_prelude modules, new names each round (each round compiles), exporting probe(): the
     value an inline function of the prelude returns (the host pass alone reads the prelude)."""
     source = tmp_path / "prelude_user.cuh"
@@ -277,14 +277,29 @@ def _prelude_probe_specs(tmp_path, round_):
                       "  p[0] = 1;\n#endif\n}\n#ifndef __CUDACC__\ninline int probe() { return jk_prelude_probe(); }\n"
                       "#else\ninline int probe() { return 0; }  // nvcc's device pass: no prelude\n#endif\n}\n")
     return [JitSpec(f"prelude_user_{round_}_{i}", cuda_files=[str(source)], cuda_wrappers=[("probe", "prelude_user::probe", "")],
-                    host_without_nvcc=True, host_prelude=True) for i in range(2)]
+                    host_without_nvcc=True, host_prelude=True, extra_cuda_cflags=list(flags)) for i in range(2)]
+
+
+def _until_precompiled(tmp_path, caplog, tag, flags=()):
+    """Parallel builds of new tiny modules until one used the precompiled prelude (the first starts its
+    compile in the background); returns that spec and the probes of every module built."""
+    probes = []
+    for round_ in range(40):
+        caplog.clear()
+        specs = _prelude_probe_specs(tmp_path, f"{tag}{round_}", flags)
+        probes += [m.probe() for m in jitkern.warmup(*specs, workers=2)]
+        for s in specs:
+            if any(f"compiled {s.name} in" in line and "(prelude precompiled)" in line for line in caplog.text.splitlines()):
+                return s, probes
+    raise AssertionError("no build ever used the precompiled prelude")
 
 
 def test_builds_run_at_once_share_the_host_prelude_precompiled_and_never_a_stale_one(cache_dir, monkeypatch, tmp_path, caplog):
     """host_prelude=True: the host pass -includes <jitkern/host_prelude.h>; builds run at once have it
-    precompiled once (in the background: later builds use it) and the module is the one the textual prelude
-    makes; a header of it edited afterwards is not served from the precompiled one (those builds parse it),
-    and a module built with it is rebuilt (the prelude's headers are its dependencies)."""
+    precompiled once (in the background: later builds use it) in $TMPDIR, where it sweeps away the
+    directories of dead processes; a header of it edited afterwards is not served from it (those builds
+    parse it), a module built with it is rebuilt then (the prelude's headers are its dependencies, and no
+    temporary path is, whatever the spelling of TMPDIR), and one whose files are gone fails no build."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     include = tmp_path / "include"
     shutil.copytree(os.path.join(os.path.dirname(jitkern.__file__), "include"), include)
@@ -292,32 +307,35 @@ def test_builds_run_at_once_share_the_host_prelude_precompiled_and_never_a_stale
     original = prelude.read_text()
     prelude.write_text(original + "inline int jk_prelude_probe() { return 1; }\n")
     monkeypatch.setenv("JITKERN_INCLUDE_DIR", str(include))
+    tmp = tmp_path / "tmp"
+    (tmp / "jitkern-prelude-999999-dead").mkdir(parents=True)
+    (tmp / "jitkern-prelude-999999-dead" / "lock").write_text("")  # nobody holds it: its process died
+    monkeypatch.setenv("TMPDIR", f"{tmp}//")
     with pytest.raises(ValueError, match="host_prelude was given without host_without_nvcc"):
         JitSpec("p", cuda_files=["x.cuh"], cuda_wrappers=[("a", "b")], host_prelude=True).build()
     with pytest.raises(TypeError, match="host_prelude must be a bool"):
         JitSpec("p", cuda_files=["x.cuh"], host_prelude=1)
-    used = None
     with caplog.at_level(logging.INFO, logger="jitkern"):
-        for round_ in range(40):  # the first round starts the precompile; a later one finds it ready
-            caplog.clear()
-            specs = _prelude_probe_specs(tmp_path, round_)
-            modules = jitkern.warmup(*specs, workers=2)
-            assert [m.probe() for m in modules] == [1, 1]
-            used = next((s for s in specs if f"compiled {s.name} in" in caplog.text and
-                         any(f"compiled {s.name} in" in line and "(prelude precompiled)" in line for line in caplog.text.splitlines())), None)
-            if used is not None:
-                break
-    assert used is not None, "no build ever used the precompiled prelude"
-    path = used.build()
-    time.sleep(0.02)  # past the timestamps' granularity
-    prelude.write_text(original + "inline int jk_prelude_probe() { return 2; }\n")
-    with caplog.at_level(logging.INFO, logger="jitkern"):
+        used, probes = _until_precompiled(tmp_path, caplog, "a")
+        assert set(probes) == {1}
+        assert [p.name for p in tmp.iterdir()] != [] and not (tmp / "jitkern-prelude-999999-dead").exists(), "a dead process's directory stays"
+        path = used.build()
+        manifest = next(cache_dir.glob(f"{used.name}-*/manifest")).read_text()
+        assert "host_prelude.h" in manifest and "jitkern-prelude-" not in manifest, manifest
+        time.sleep(0.02)  # past the timestamps' granularity
+        prelude.write_text(original + "inline int jk_prelude_probe() { return 2; }\n")
         caplog.clear()
         fresh = jitkern.warmup(*_prelude_probe_specs(tmp_path, "after"), workers=2)
         assert [m.probe() for m in fresh] == [2, 2], "a stale precompiled prelude served the old header"
-        assert "the precompiled host prelude is out of date" in caplog.text
-        assert "(prelude precompiled)" not in caplog.text
-    assert used.build() != path, "the prelude's headers are dependencies of a module built with it precompiled"
+        assert "the precompiled host prelude is out of date" in caplog.text and "(prelude precompiled)" not in caplog.text
+        assert used.build() != path, "the prelude's headers are dependencies of a module built with it precompiled"
+
+        _, probes = _until_precompiled(tmp_path, caplog, "b", ["-DVARIANT=1"])  # another flag set: another precompile
+        for d in tmp.glob("jitkern-prelude-*"):
+            shutil.rmtree(d)  # a tmp cleaner
+        caplog.clear()
+        gone = jitkern.warmup(*_prelude_probe_specs(tmp_path, "gone", ["-DVARIANT=1"]), workers=2)
+        assert [m.probe() for m in gone] == [2, 2] and "is gone" in caplog.text
 
 
 @pytest.mark.parametrize("damage", ["missing", "empty", "sleeps"])
