@@ -357,7 +357,8 @@ def test_a_broken_nvrtc_helper_fails_the_build_unremembered(tmp_path, damage):
     source.write_text(_RTC_USER)
     script = ("import sys, jitkern\ntry:\n    print(jitkern.JitSpec('rtc_user', cuda_files=[sys.argv[1]], cuda_wrappers=[('set', 'rtc_user::set', 'out')], "
               "host_without_nvcc=True).build())\nexcept jitkern.BuildError as e:\n    print('BUILD ERROR', e)\n")
-    env = dict(os.environ, PYTHONPATH=str(site), JITKERN_CACHE_DIR=str(tmp_path / "cache"), JITKERN_CUDA_ARCH="sm_90a",
+    # the copy first; tvm-ffi from where it is installed (beside jitkern or not)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.path.dirname(os.path.dirname(tvm_ffi.__file__))]), JITKERN_CACHE_DIR=str(tmp_path / "cache"), JITKERN_CUDA_ARCH="sm_90a",
                JITKERN_COMPILE_TIMEOUT="4", JITKERN_DEVICE_COMPILER="nvrtc")
     for attempt in range(2):
         import subprocess
