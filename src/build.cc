@@ -437,17 +437,10 @@ class Compile {
 
   // A step's first error lines (else its first lines), for a message: the scratch directory is gone
   // when it is read.
-  static std::string head_of(const std::string& path, int lines = 3) {
-    std::string text, out, errors;
+  static std::string head_of(const std::string& path) {
+    std::string text;
     fs::read_file(path, &text);
-    for (std::size_t at = 0, n = 0, e = 0; at < text.size();) {
-      const std::size_t end = std::min(text.find('\n', at), text.size());
-      const std::string line = text.substr(at, end - at);
-      if (n++ < static_cast<std::size_t>(lines)) out += (out.empty() ? "" : "\n") + line;
-      if (line.find("error") != std::string::npos && e++ < 2) errors += (errors.empty() ? "" : "\n") + line;
-      at = end + 1;
-    }
-    return !errors.empty() ? errors : out.empty() ? "no output" : out;
+    return text::error_lines(text);
   }
 
   // Where NVRTC compiles the kernels (JITKERN_DEVICE_COMPILER=nvrtc; auto for a build run among many), after

@@ -124,15 +124,6 @@ void sweep(const std::string& root) {
   ::closedir(d);
 }
 
-std::string first_error(const std::string& path) {
-  std::string text;
-  fs::read_file(path, &text);
-  const auto lines = text::split_lines(text);
-  for (const auto& line : lines)
-    if (line.find("error") != std::string::npos) return line;
-  return lines.empty() ? "no output" : lines.front();
-}
-
 // The compile, in a thread of its own; its outcome goes into the registry's entry `key`.
 void compile(std::string key, std::vector<std::string> argv, std::string prelude, double timeout_s) {
   Registry& r = registry();
@@ -163,7 +154,9 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
     const int rc = fs::wait(p, timeout_s);
     std::string deps;
     if (rc != 0) {
-      why = "the host compiler: " + fs::describe_status(rc) + ": " + first_error(dir + "/prelude.log");
+      std::string output;
+      fs::read_file(dir + "/prelude.log", &output);
+      why = "the host compiler: " + fs::describe_status(rc) + ": " + text::error_lines(output, 1);
     } else if (!fs::read_file(dir + "/prelude.d", &deps)) {
       why = "it wrote no list of the headers it read";
     } else {
@@ -215,7 +208,7 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
   std::string key = prelude;
   for (const auto& f : flags) key += '\0' + f;
   Registry& r = registry();
-  std::string say;
+  std::string command, say;  // logged after the lock: the command at DEBUG, the rest at INFO
   std::optional<Precompiled> found;
   {
     std::lock_guard lock(r.mutex);
@@ -228,7 +221,7 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
       for (std::size_t i = 0; i + 1 < argv.size(); ++i)
         if (argv[i] == "-x") argv[i + 1] = "c++-header";
       argv.insert(argv.end(), {"-MD", "-MF", "prelude.d", "host_prelude.h", "-o", "host_prelude.h.gch"});
-      say = "run, in a temporary directory beside the builds: " + fs::join_command(argv);
+      command = "run, in a temporary directory beside the builds: " + fs::join_command(argv);
       r.entries[key];
       ++r.compiling;
       static std::once_flag once;
@@ -261,7 +254,8 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
       }
     }
   }
-  for (const auto& line : text::split_lines(say)) log::emit(line.rfind("run, ", 0) == 0 ? log::kDebug : log::kInfo, line);
+  if (!command.empty()) log::emit(log::kDebug, command);
+  for (const auto& line : text::split_lines(say)) log::emit(log::kInfo, line);
   return found;
 }
 

@@ -17,6 +17,16 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
+std::string error_lines(const std::string& output, int lines) {
+  std::string out, errors;
+  int n = 0, e = 0;
+  for (const auto& line : split_lines(output)) {
+    if (n++ < lines) out += (out.empty() ? "" : "\n") + line;
+    if (line.find("error") != std::string::npos && e++ < 2) errors += (errors.empty() ? "" : "\n") + line;
+  }
+  return !errors.empty() ? errors : out.empty() ? "no output" : out;
+}
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   for (std::size_t start = 0;;) {

@@ -12,6 +12,9 @@ std::vector<std::string> split_lines(const std::string& text);
 std::vector<std::string> split(const std::string& s, char sep);
 // [A-Za-z_][A-Za-z0-9_]*
 bool is_identifier(const std::string& s);
+// A compiler's output cut for a message: its first two lines that say "error", else its first `lines`
+// lines ("no output" for none).
+std::string error_lines(const std::string& output, int lines = 3);
 // A file-name-safe, bounded spelling of `s`.
 std::string sanitize(const std::string& s);
 

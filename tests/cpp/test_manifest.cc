@@ -131,6 +131,13 @@ TEST(Text, SplitKeepsEmptyFields) {
   EXPECT_EQ(jitkern::text::split(":x", ':'), (std::vector<std::string>{"", "x"}));
 }
 
+TEST(Text, ErrorLinesPickTheErrorsElseTheFirstLines) {
+  const std::string output = "In file included from a.h:1,\nb.cu:3: error: x undeclared\nnote: here\nb.cu:4: error: y\nb.cu:5: error: z\n";
+  EXPECT_EQ(jitkern::text::error_lines(output), "b.cu:3: error: x undeclared\nb.cu:4: error: y");
+  EXPECT_EQ(jitkern::text::error_lines("one\ntwo\nthree\nfour\n", 2), "one\ntwo");
+  EXPECT_EQ(jitkern::text::error_lines(""), "no output");
+}
+
 TEST(Depfile, ParsesContinuationsEscapesAndSeveralRules) {
   const std::string text =
       "/tmp/x/device.o: /tmp/x/device.cu \\\n  /src/a.cuh /src/dir\\ with\\ space/b.h \\\r\n /usr/include/c++/12/cstdint\n"
