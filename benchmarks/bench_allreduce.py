@@ -39,7 +39,7 @@ def _launch() -> int:
     import jitkern
     from jitkern.ops import all_reduce, norm
 
-    jitkern.warmup(all_reduce.spec(), *norm.specs(["fused_add_rmsnorm"], ["bfloat16"]))
+    jitkern.warmup(*all_reduce.specs(), *norm.specs(["fused_add_rmsnorm"], ["bfloat16"]))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

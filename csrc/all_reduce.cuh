@@ -388,10 +388,6 @@ void raise_if_failed(const Comm* c) {
                 " ms for rank ", status - 1, " to reach the same all-reduce; the communicator is unusable: close it and create a new one");
 }
 
-bool is_reducible(DLDataType t) {
-  return t.lanes == 1 && ((t.code == kDLFloat && (t.bits == 16 || t.bits == 32)) || (t.code == kDLBfloat && t.bits == 16));
-}
-
 // Checks that `t` is a contiguous tensor on the communicator's GPU.
 void check_placement(const Comm* c, const jitkern::TensorView& t, const char* name) {
   const DLDevice d = t.device();
@@ -456,13 +452,6 @@ void dispatch_fused(const Comm* c, void* x, void* residual, const void* weight, 
     launch_fused<T, kVecOf<T>>(c, x, residual, weight, rows, hidden, eps, device);
   else
     launch_fused<T, 1>(c, x, residual, weight, rows, hidden, eps, device);
-}
-
-template <typename F>
-void with_type(DLDataType t, F&& f) {
-  if (t.code == kDLBfloat) return f(bf16_t{});
-  if (t.bits == 16) return f(fp16_t{});
-  return f(fp32_t{});
 }
 
 // ---- exported ----
@@ -571,50 +560,54 @@ int64_t push_max(int64_t comm) { return comm_of(comm)->push_max; }
 // Raises TimeoutError if a kernel of this communicator gave up waiting for a peer.
 void check(int64_t comm) { raise_if_failed(comm_of(comm)); }
 
-// out = the sum of x over the ranks (out may be x). Checks the arguments, then returns false without
-// launching where the kernels do not apply (peers not mapped, a dtype other than fp16/bf16/fp32, more
-// bytes than the buffer holds): the caller then uses NCCL.
-bool all_reduce(int64_t comm, jitkern::TensorView x, jitkern::TensorView out) {
-  const Comm* c = comm_of(comm);
-  raise_if_failed(c);
-  check_placement(c, x, "x");
-  check_placement(c, out, "out");
-  if (!host::dtype_equal(out.dtype(), x.dtype())) host::Raise(host::ErrorKind::kType, "out must have x's dtype ", x.dtype(), ", got ", out.dtype());
-  host::RuntimeCheck(out.ndim() == x.ndim(), "out must have x's shape: ", x.ndim(), " dimensions, got ", out.ndim());
-  for (int d = 0; d < x.ndim(); ++d)
-    host::RuntimeCheck(out.size(d) == x.size(d), "out must have x's shape: dimension ", d, " is ", out.size(d), ", x's is ", x.size(d));
-  const int64_t n = x.numel(), bytes = n * (x.dtype().bits / 8);
-  if (!c->opened || !is_reducible(x.dtype()) || bytes > c->capacity) return false;
-  if (n == 0) return true;
-  with_type(x.dtype(), [&](auto t) { dispatch_all_reduce<decltype(t)>(c, x.data_ptr(), out.data_ptr(), n, x.device()); });
-  return true;
-}
+// The kernels of one element type T (fp16_t, bf16_t or fp32_t), one module each, so that a build compiles
+// only that type's; the communicator (create, above) is plain data that every module shares by its handle.
+template <typename T>
+struct Reduce {
+  // out = the sum of x over the ranks (out may be x). Checks the arguments, then returns false without
+  // launching where the kernels do not apply (peers not mapped, a dtype other than T, more bytes than the
+  // buffer holds): the caller then uses NCCL.
+  static bool all_reduce(int64_t comm, jitkern::TensorView x, jitkern::TensorView out) {
+    const Comm* c = comm_of(comm);
+    raise_if_failed(c);
+    check_placement(c, x, "x");
+    check_placement(c, out, "out");
+    if (!host::dtype_equal(out.dtype(), x.dtype())) host::Raise(host::ErrorKind::kType, "out must have x's dtype ", x.dtype(), ", got ", out.dtype());
+    host::RuntimeCheck(out.ndim() == x.ndim(), "out must have x's shape: ", x.ndim(), " dimensions, got ", out.ndim());
+    for (int d = 0; d < x.ndim(); ++d)
+      host::RuntimeCheck(out.size(d) == x.size(d), "out must have x's shape: dimension ", d, " is ", out.size(d), ", x's is ", x.size(d));
+    const int64_t n = x.numel(), bytes = n * (x.dtype().bits / 8);
+    if (!c->opened || !host::is_type<T>(x.dtype()) || bytes > c->capacity) return false;
+    if (n == 0) return true;
+    dispatch_all_reduce<T>(c, x.data_ptr(), out.data_ptr(), n, x.device());
+    return true;
+  }
 
-// residual += the sum of x over the ranks; x = RMSNorm(residual) * weight (x, residual: [rows, hidden],
-// contiguous). Returns false without launching where the push kernel does not apply (peers not mapped,
-// more bytes than the one-shot limit or a push slot): the caller then all-reduces and normalises in two
-// steps.
-bool all_reduce_add_rmsnorm(int64_t comm, jitkern::TensorView x, jitkern::TensorView residual, jitkern::TensorView weight, double eps) {
-  using namespace host;
-  const Comm* c = comm_of(comm);
-  raise_if_failed(c);
-  SymbolicSize rows{"rows"}, hidden{"hidden"};
-  SymbolicDType dtype;
-  SymbolicDevice device;
-  TensorMatcher({rows, hidden}).with_strides({hidden, 1}).with_dtype<fp16_t, bf16_t, fp32_t>(dtype).with_device<kDLCUDA>(device).verify(x, "x").verify(
-      residual, "residual");
-  TensorMatcher({hidden}).with_strides({1}).with_dtype(dtype).with_device(device).verify(weight, "weight");
-  check_placement(c, x, "x");
-  RuntimeCheck(eps >= 0, "eps must not be negative, got ", eps);
-  const int64_t bytes = rows.unwrap() * hidden.unwrap() * (dtype.unwrap().bits / 8);
-  if (!c->opened || !pushes(c, bytes)) return false;
-  if (bytes == 0) return true;
-  with_type(dtype.unwrap(), [&](auto t) {
-    dispatch_fused<decltype(t)>(c, x.data_ptr(), residual.data_ptr(), weight.data_ptr(), rows.unwrap(), hidden.unwrap(), static_cast<float>(eps),
-                                device.unwrap());
-  });
-  return true;
-}
+  // residual += the sum of x over the ranks; x = RMSNorm(residual) * weight (x, residual: [rows, hidden],
+  // contiguous). Returns false without launching where the push kernel does not apply (peers not mapped,
+  // a dtype other than T, more bytes than the one-shot limit or a push slot): the caller then all-reduces
+  // and normalises in two steps.
+  static bool all_reduce_add_rmsnorm(int64_t comm, jitkern::TensorView x, jitkern::TensorView residual, jitkern::TensorView weight,
+                                     double eps) {
+    using namespace host;
+    const Comm* c = comm_of(comm);
+    raise_if_failed(c);
+    SymbolicSize rows{"rows"}, hidden{"hidden"};
+    SymbolicDType dtype;
+    SymbolicDevice device;
+    TensorMatcher({rows, hidden}).with_strides({hidden, 1}).with_dtype<fp16_t, bf16_t, fp32_t>(dtype).with_device<kDLCUDA>(device).verify(x, "x").verify(
+        residual, "residual");
+    TensorMatcher({hidden}).with_strides({1}).with_dtype(dtype).with_device(device).verify(weight, "weight");
+    check_placement(c, x, "x");
+    RuntimeCheck(eps >= 0, "eps must not be negative, got ", eps);
+    const int64_t bytes = rows.unwrap() * hidden.unwrap() * (dtype.unwrap().bits / 8);
+    if (!c->opened || !is_type<T>(dtype.unwrap()) || !pushes(c, bytes)) return false;
+    if (bytes == 0) return true;
+    dispatch_fused<T>(c, x.data_ptr(), residual.data_ptr(), weight.data_ptr(), rows.unwrap(), hidden.unwrap(), static_cast<float>(eps),
+                      device.unwrap());
+    return true;
+  }
+};
 #endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_all_reduce

@@ -65,8 +65,11 @@ def test_family_is_registered():
     from jitkern.ops import all_reduce
 
     assert ops.OPS["AllReduce"] == "all_reduce"
-    assert [s.name for s in ops.specs(ops=["AllReduce"])] == ["all_reduce"]
-    assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"all_reduce", "all_reduce_add_rmsnorm", "open_peers", "check", "set_push_max", "push_max"}
+    assert [(s.name, s.args[1:]) for s in ops.specs(ops=["AllReduce"], dtypes=["bfloat16"])] == [
+        ("all_reduce", ()), ("all_reduce_kernels", ("fp16_t",)), ("all_reduce_kernels", ("bf16_t",)), ("all_reduce_kernels", ("fp32_t",))], \
+        "the communicator's module and every dtype's kernels, whatever dtypes are asked for (AllReduce loads them all)"
+    assert {w[0] for w in all_reduce.spec().cuda_wrappers} >= {"create", "open_peers", "check", "set_push_max", "push_max"}
+    assert {w[0] for w in all_reduce.kernels_spec("bfloat16").cuda_wrappers} == {"all_reduce", "all_reduce_add_rmsnorm"}
     assert [all_reduce.default_one_shot_max_bytes(w) for w in (2, 4, 8)] == [8 << 20, 512 << 10, 128 << 10]
 
 
@@ -89,7 +92,7 @@ def ranks(tmp_path_factory):
     from jitkern.ops import all_reduce, norm
 
     # Built once here, so that the ranks only load them (a rank compiling while its peer waits in a kernel would time out).
-    jitkern.warmup(all_reduce.spec(), *norm.specs(["fused_add_rmsnorm"]))
+    jitkern.warmup(*all_reduce.specs(), *norm.specs(["fused_add_rmsnorm"]))
     out = tmp_path_factory.mktemp("all_reduce")
     port = _free_port()
     env = {**os.environ, **NO_MULTICAST}

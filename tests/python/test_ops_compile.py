@@ -59,7 +59,8 @@ def _check_device_image(path: str) -> None:
         if m.start() and struct.unpack_from("<H", data, m.start() + 0x12)[0] == 190:  # EM_CUDA: a cubin of the image
             entries |= {name for name, kind, other, _ in _elf_symbols(data, m.start()) if kind == 2 and other & 0x10}  # STO_CUDA_ENTRY
     stubs = _kernel_names(functions)
-    assert entries and stubs == entries, (sorted(stubs - entries), sorted(entries - stubs))
+    # (a module without kernels, all_reduce's communicator, has neither)
+    assert stubs == entries, (sorted(stubs - entries), sorted(entries - stubs))
 
 
 @pytest.mark.parametrize("spec", ops.specs(),  # every family's modules (add_constant's: test_cuda_compile.py)

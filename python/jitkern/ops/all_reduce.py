@@ -19,7 +19,7 @@ from __future__ import annotations
 import socket
 
 from .._torch import ModuleExports, compiling, define_op, require_torch, torch
-from ..jit import JitSpec
+from ..jit import JitSpec, cpp_type
 from ._shapes import as_rows
 
 _EXPORTS = {
@@ -32,18 +32,28 @@ _EXPORTS = {
     "set_push_max": "comm, bytes",
     "push_max": "comm",
     "check": "comm",
-    "all_reduce": "comm, x, out",
-    "all_reduce_add_rmsnorm": "comm, x, residual, weight, eps",
 }
+_KERNEL_EXPORTS = {"all_reduce": "comm, x, out", "all_reduce_add_rmsnorm": "comm, x, residual, weight, eps"}
+_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def spec() -> JitSpec:
-    """The module of the all-reduce kernels (every dtype)."""
+    """The module of the communicator (no kernels; every dtype's kernel module takes its handle)."""
     return JitSpec("all_reduce", cuda_files=["all_reduce.cuh"], cuda_wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
-                   host_without_nvcc=True, host_prelude=True, compile_seconds=4.9)  # H100 host, 16 builds at once: the order builds start in
+                   host_without_nvcc=True, host_prelude=True, compile_seconds=2.2)  # H100 host, 16 builds at once: the order builds start in
+
+
+def kernels_spec(dtype) -> JitSpec:
+    """The module of one element type's kernels (a torch dtype or its name among _DTYPES): one per type, so
+    that their compiles run side by side."""
+    t = cpp_type(dtype)
+    return JitSpec("all_reduce_kernels", t, cuda_files=["all_reduce.cuh"],
+                   cuda_wrappers=[(op, f"jitkern_all_reduce::Reduce<{t}>::{op}", args) for op, args in _KERNEL_EXPORTS.items()],
+                   host_without_nvcc=True, host_prelude=True, compile_seconds=3.0)  # H100 host, 16 builds at once: the order builds start in
 
 
 _function = ModuleExports(spec, _EXPORTS, "all_reduce")
+_KERNELS: dict = {}  # torch dtype -> (all_reduce, all_reduce_add_rmsnorm) of its module
 
 OPS = ("AllReduce",)
 MAX_RANKS = 8
@@ -52,13 +62,18 @@ DEFAULT_TIMEOUT_MS = 600_000  # torch.distributed's default for NCCL: a peer sti
 
 
 def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """AllReduce needs the one module."""
-    return [spec()]
+    """AllReduce needs the communicator's module and every dtype's kernels (it loads them all when made)."""
+    return [spec(), *(kernels_spec(d) for d in _DTYPES)]
 
 
 def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building where needed) the all-reduce module."""
+    """Loads (building where needed, side by side) the communicator's module and every dtype's kernels."""
+    from ..jit import warmup as build_all
+
+    _, *kernels = build_all(*specs())
     _function.warmup()
+    for d, module in zip(_DTYPES, kernels):
+        _KERNELS.setdefault(getattr(torch, d), (module.all_reduce, module.all_reduce_add_rmsnorm))
 
 
 def default_one_shot_max_bytes(world: int) -> int:
@@ -103,7 +118,7 @@ class AllReduce:
         require_torch()
         import torch.distributed as dist
 
-        _function.warmup()  # every export looked up now: none is loaded later, e.g. inside a CUDA graph capture
+        warmup()  # every export looked up now: none is loaded later, e.g. inside a CUDA graph capture
 
         if not dist.is_initialized():
             raise ValueError("AllReduce: torch.distributed is not initialised (call torch.distributed.init_process_group first)")
@@ -143,8 +158,8 @@ class AllReduce:
         if not self._handle:
             self._handle = _function("create")(device.index, 0, 1, 16, 0, timeout_ms)
         self._one_shot_max = one_shot_max_bytes
-        self._reduce = _function("all_reduce")
-        self._fused = _function("all_reduce_add_rmsnorm")
+        self._reduce = {dtype: fns[0] for dtype, fns in _KERNELS.items()}
+        self._fused = {dtype: fns[1] for dtype, fns in _KERNELS.items()}
         _COMMS[self._handle] = self
 
     def _map_buffers(self, dist, max_bytes: int, one_shot_max_bytes: int, timeout_ms: int) -> str:
@@ -198,7 +213,8 @@ class AllReduce:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"AllReduce.all_reduce(): x must be a torch.Tensor, got {type(x).__name__}")
             out = torch.empty_like(x)
-        if not self._reduce(self._handle, x, out):
+        # any module checks what no module's kernels take (a dtype, a non-tensor) and declines it alike
+        if not self._reduce.get(getattr(x, "dtype", None), self._reduce[torch.float32])(self._handle, x, out):
             if out is not x:
                 out.copy_(x)
             torch.distributed.all_reduce(out, group=self.group)
@@ -211,7 +227,7 @@ class AllReduce:
             return torch.ops.jitkern.all_reduce_add_rmsnorm(x, residual, weight, eps, self._handle)
         if isinstance(x, torch.Tensor) and x.dim() != 2:
             x, residual = (as_rows(t, "all_reduce_add_rmsnorm", n, writes=True) for t, n in ((x, "x"), (residual, "residual")))
-        if not self._fused(self._handle, x, residual, weight, eps):
+        if not self._fused.get(getattr(x, "dtype", None), self._fused[torch.float32])(self._handle, x, residual, weight, eps):
             from .norm import fused_add_rmsnorm
 
             self.all_reduce(x, out=x)
