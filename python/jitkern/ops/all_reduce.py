@@ -40,7 +40,7 @@ _DTYPES = ("float16", "bfloat16", "float32")
 def spec() -> JitSpec:
     """The module of the communicator (no kernels; every dtype's kernel module takes its handle)."""
     return JitSpec("all_reduce", cuda_files=["all_reduce.cuh"], cuda_wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
-                   host_without_nvcc=True, host_prelude=True, compile_seconds=2.2)  # H100 host, 16 builds at once: the order builds start in
+                   host_without_nvcc=True, host_prelude=True, compile_seconds=2.2)  # the order builds start in (measured: 1.1 s, H200 host on 16 CPUs)
 
 
 def kernels_spec(dtype) -> JitSpec:
@@ -49,7 +49,7 @@ def kernels_spec(dtype) -> JitSpec:
     t = cpp_type(dtype)
     return JitSpec("all_reduce_kernels", t, cuda_files=["all_reduce.cuh"],
                    cuda_wrappers=[(op, f"jitkern_all_reduce::Reduce<{t}>::{op}", args) for op, args in _KERNEL_EXPORTS.items()],
-                   host_without_nvcc=True, host_prelude=True, compile_seconds=3.0)  # H100 host, 16 builds at once: the order builds start in
+                   host_without_nvcc=True, host_prelude=True, compile_seconds=3.0)  # the order builds start in (measured: 2.8-3.8 s, H200 host on 16 CPUs, 16 builds at once)
 
 
 _function = ModuleExports(spec, _EXPORTS, "all_reduce")
