@@ -167,15 +167,22 @@ inline int wide_threads(int64_t nvec, int reg_vecs) {
   return static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
 }
 
+// The plain norms' epilogue gets every launch variant. Other epilogues (quantization, whose rows are model
+// widths) get fewer kernels, so that their modules compile sooner (a module compiles in about the time
+// its kernels take): narrow rows one row per group at any count, unaligned rows the wide kernel.
+template <typename T, typename Epi>
+inline constexpr bool kEveryNormVariant = std::is_same_v<Epi, device::norm::StoreOutput<T>>;
+
 template <typename T, int kVec, int kWidth, bool kFusedAdd, typename Epi>
 void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm_count, bool pdl) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
   // Many rows: two rows per group (more bytes in flight per thread), taken in memory order.
-  if (host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
+  if (kEveryNormVariant<T, Epi> && host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
     const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * 2);
     p.early_trigger = host::pdl_early_trigger(grid);
-    host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
-        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
+    if constexpr (kEveryNormVariant<T, Epi>)
+      host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
+          .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
     int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
     int threads = kNormNarrowThreads;
@@ -192,7 +199,8 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
 // understood, so it is used for many rows only (docs/benchmarks.md, "Design measurements").
 // kFits: the row fits in the threads' registers; it is then held exactly (RowFit::kExact) when its
 // vectors divide evenly among whole warps.
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi>
+// kManyTokenRows: the caller has found token rows, and many of them (the kTokenRows kernel alone is built).
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi, bool kManyTokenRows = false>
 void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
   const int threads = wide_threads(p.hidden / kVec, kRegVecs);
   p.early_trigger = !kFusedAdd && std::is_same_v<Epi, device::norm::StoreOutput<T>> && p.total_rows <= kNormWideEarlyTriggerMaxCtas;
@@ -200,7 +208,9 @@ void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, bool pdl
   launch.enable_pdl(pdl);
   const auto with_fit = [&](auto fit) {
     constexpr RowFit kFit = decltype(fit)::value;
-    if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
+    if constexpr (kManyTokenRows) {
+      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
+    } else if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
       launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
     } else {
       launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kProblemMajor>, p, epi);
@@ -222,29 +232,24 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
   const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
   const int64_t nvec = p.hidden / kVec;
   if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
+    if constexpr (kEveryNormVariant<T, Epi>) {
+      if (nvec <= 32) return launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
+    }
+    launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
+  } else {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
     if (nvec <= 32) {
-      launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
-    } else {
-      launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
+      // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
+      const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
+      if (width == 4) return launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count, pdl);
+      if (width == 8) return launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count, pdl);
+      if (width == 16) return launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count, pdl);
+      return launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
     }
-  } else if (nvec <= 32) {
-    // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
-    const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
-    if (width == 4) {
-      launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count, pdl);
-    } else if (width == 8) {
-      launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count, pdl);
-    } else if (width == 16) {
-      launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count, pdl);
-    } else {
-      launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
-    }
-  } else if (kFusedAdd && nvec <= kNormWideThreads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-    // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
-    if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, pdl, sm_count, token_rows);
-  } else {
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
-    if (nvec <= kRegVecs * kNormWideThreads) {
+    if (kFusedAdd && token_rows && nvec <= kNormWideThreads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
+      // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
+      if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true, Epi, true>(p, epi, device, pdl, sm_count, token_rows);
+    } else if (nvec <= kRegVecs * kNormWideThreads) {
       launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, true>(p, epi, device, pdl, sm_count, token_rows);
     } else {
       launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
