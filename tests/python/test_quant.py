@@ -454,7 +454,8 @@ def test_per_token_group_misaligned_3d_and_errors():
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
 
-NORM_SHAPES = [(1, 4096), (16, 4096), (64, 4096), (4097, 4096), (3, 1000), (5, 128), (2, 65536), (7, 20)]
+# (40000, 128): narrow rows, as many as the plain norms take two to a lane group for (the quantizing norms keep one)
+NORM_SHAPES = [(1, 4096), (16, 4096), (64, 4096), (4097, 4096), (3, 1000), (5, 128), (40000, 128), (2, 65536), (7, 20)]
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
