@@ -167,6 +167,7 @@ class Compile {
 
   // Runs every compile and the link; returns the first non-zero status (fs::wait's encoding).
   int run(const std::string& out) {
+    fs::make_dirs(m_scratch + "/tmp", 0700, "the compilers' temporary directory");
     const std::string cuda_src = m_scratch + "/device.cu", cuda_obj = m_scratch + "/device.o";
     if (m_p.has_cuda) fs::write_file_atomic(cuda_src, m_p.cuda_source);
     if (m_p.has_cpp) fs::write_file_atomic(m_scratch + "/host.cc", m_p.cpp_source);
@@ -189,7 +190,7 @@ class Compile {
       record(fs::join_command(cpp));
       depfiles.push_back({m_scratch + "/host.d", m_cwd});
       objects.push_back(m_scratch + "/host.o");
-      host.push_back(fs::spawn(cpp, log()));
+      host.push_back(start(cpp, log(), {}));
     }
     const auto t0 = std::chrono::steady_clock::now();
     int rc = compile_cuda();
@@ -234,7 +235,16 @@ class Compile {
 
   int run_argv(const std::vector<std::string>& argv, const std::string& cwd = {}) {
     record(cwd.empty() ? fs::join_command(argv) : "(cd " + fs::shell_quote(cwd) + " && " + fs::join_command(argv) + ")");
-    return fs::wait(fs::spawn(argv, log(), {}, cwd), m_timeout);
+    return fs::wait(start(argv, log(), cwd), m_timeout);
+  }
+
+  // Every compiler step runs with TMPDIR in the scratch directory: their temporary files go with it, and
+  // the process's TMPDIR (missing, full, cleaned under a build) is no part of a build, nor of a failure
+  // remembered against the sources.
+  fs::Process start(const std::vector<std::string>& argv, const std::string& log_path, const std::string& cwd,
+                    std::vector<std::string> env = {}) const {
+    env.push_back("TMPDIR=" + m_scratch + "/tmp");
+    return fs::spawn(argv, log_path, env, cwd);
   }
 
   std::string device_log() const { return m_scratch + "/device.log"; }
@@ -243,7 +253,7 @@ class Compile {
 
   int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env, const std::string& log_path) {
     for (const auto& c : cmds) {
-      const int rc = fs::wait(fs::spawn({"/bin/sh", "-c", c}, log_path, env, m_scratch), m_timeout);
+      const int rc = fs::wait(start({"/bin/sh", "-c", c}, log_path, m_scratch, env), m_timeout);
       if (rc != 0) return rc;
     }
     return 0;
@@ -295,7 +305,7 @@ class Compile {
             frontend ? after(preprocessed, [&] { return chain({pipe.cicc_frontend}, stub_log()); }).share() : cicc;
         std::future<int> device = after(cicc, [&] {
           const int rc = chain(pipe.device_back, device_log());
-          return rc != 0 ? rc : fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+          return rc != 0 ? rc : fs::wait(start(embed, device_log(), m_scratch), m_timeout);
         });
         int host_rc = chain(pipe.host_chain, log());
         const int stub_rc = stub_written.get();
@@ -322,7 +332,7 @@ class Compile {
     ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
     argv.insert(argv.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
     const std::string log_path = m_scratch + "/dryrun.txt";
-    if (fs::wait(fs::spawn(argv, log_path, {}, m_scratch), m_timeout) != 0 || !fs::read_file(log_path, text)) return false;
+    if (fs::wait(start(argv, log_path, m_scratch), m_timeout) != 0 || !fs::read_file(log_path, text)) return false;
     *text = erase_all(*text, m_scratch + "/");
     return text->find(m_scratch) == std::string::npos;
   }
@@ -396,7 +406,7 @@ class Compile {
       with[at - flags.begin()] = pch->header;
       record(in_dir(fs::join_command(with)));
       const std::string attempt_log = m_scratch + "/host_pass_precompiled.log";
-      const int rc = fs::wait(fs::spawn(with, attempt_log, {}, m_scratch), m_timeout);
+      const int rc = fs::wait(start(with, attempt_log, m_scratch), m_timeout);
       std::string text;
       fs::read_file(attempt_log, &text);
       if (rc == 0 || rc == fs::kTimedOut || rc == fs::kInterrupted) {
@@ -407,7 +417,7 @@ class Compile {
       host_prelude::retire(*pch, m_p.name + "'s host pass failed with it: " + head_of(attempt_log));
     }
     record(in_dir(fs::join_command(host)));
-    return fs::wait(fs::spawn(host, log(), {}, m_scratch), m_timeout);
+    return fs::wait(start(host, log(), m_scratch), m_timeout);
   }
 
   // nvcc's device image of the module (its steps from its dry run with relative names, as compile_cuda's:
@@ -428,8 +438,8 @@ class Compile {
     record(in_dir(fs::join_command(embed)));
     m_cuda_objects.push_back(m_scratch + "/image.o");
     return [this, image, env, steps, embed] {
-      const int rc = steps.empty() ? fs::wait(fs::spawn(image, device_log(), {}, m_scratch), m_timeout) : run_shell_chain(steps, env, device_log());
-      return rc != 0 ? rc : fs::wait(fs::spawn(embed, device_log(), {}, m_scratch), m_timeout);
+      const int rc = steps.empty() ? fs::wait(start(image, device_log(), m_scratch), m_timeout) : run_shell_chain(steps, env, device_log());
+      return rc != 0 ? rc : fs::wait(start(embed, device_log(), m_scratch), m_timeout);
     };
   }
 
@@ -479,7 +489,7 @@ class Compile {
     // Its own log: a failure here leaves the module to nvcc, whose errors are the ones to report.
     const std::string scan_log = m_scratch + "/nvrtc_deps.log";
     record(in_dir(fs::join_command(scan)));
-    int rc = fs::wait(fs::spawn(scan, scan_log, {}, m_scratch), m_timeout);
+    int rc = fs::wait(start(scan, scan_log, m_scratch), m_timeout);
     if (stopped(rc)) return rc;
     if (rc != 0) return *why = "the host compiler, listing what NVRTC reads, failed: " + head_of(scan_log), kNvrtcCannot;
     std::vector<std::string> nvrtc = {helper, m_p.nvrtc_library, "device.o", "device_rtc.cu", "device.cubin"};
@@ -487,7 +497,7 @@ class Compile {
     record(in_dir(fs::join_command(nvrtc)));
     const std::string nvrtc_log = m_scratch + "/nvrtc.log";
     try {
-      rc = fs::wait(fs::spawn(nvrtc, nvrtc_log, {}, m_scratch), m_timeout);
+      rc = fs::wait(start(nvrtc, nvrtc_log, m_scratch), m_timeout);
     } catch (const std::exception& e) {
       return broken_install(e.what());
     }

@@ -42,6 +42,13 @@ bool is_identifier(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
+std::string include_line(const std::string& path) {
+  if (path.find('\n') != std::string::npos) return "";
+  if (path.find('"') == std::string::npos) return "#include \"" + path + "\"\n";
+  if (path.find('>') == std::string::npos) return "#include <" + path + ">\n";
+  return "";
+}
+
 std::string sanitize(const std::string& s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';

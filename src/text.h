@@ -15,6 +15,9 @@ bool is_identifier(const std::string& s);
 // A compiler's output cut for a message: its first two lines that say "error", else its first `lines`
 // lines ("no output" for none).
 std::string error_lines(const std::string& output, int lines = 3);
+// The preprocessor line that includes the file at `path`: #include "path", or #include <path> where the
+// path holds a double quote (neither form can hold a newline, nor both '"' and '>': then "").
+std::string include_line(const std::string& path);
 // A file-name-safe, bounded spelling of `s`.
 std::string sanitize(const std::string& s);
 

@@ -138,6 +138,14 @@ TEST(Text, ErrorLinesPickTheErrorsElseTheFirstLines) {
   EXPECT_EQ(jitkern::text::error_lines(""), "no output");
 }
 
+TEST(Text, IncludeLineSpellsEveryPathTheHeaderNamesCanHold) {
+  EXPECT_EQ(jitkern::text::include_line("/a b/k.cuh"), "#include \"/a b/k.cuh\"\n");
+  EXPECT_EQ(jitkern::text::include_line("/a\"b/k.cuh"), "#include </a\"b/k.cuh>\n");
+  EXPECT_EQ(jitkern::text::include_line("/a>b/k.cuh"), "#include \"/a>b/k.cuh\"\n");
+  EXPECT_EQ(jitkern::text::include_line("/a\">b/k.cuh"), "");
+  EXPECT_EQ(jitkern::text::include_line("/a\nb/k.cuh"), "");
+}
+
 TEST(Depfile, ParsesContinuationsEscapesAndSeveralRules) {
   const std::string text =
       "/tmp/x/device.o: /tmp/x/device.cu \\\n  /src/a.cuh /src/dir\\ with\\ space/b.h \\\r\n /usr/include/c++/12/cstdint\n"

@@ -430,3 +430,41 @@ def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch):
     assert path.startswith(str(cache)) and not marker.exists()
     path = jitkern.ops.act.spec("bfloat16", "gelu_and_mul").build()  # host_without_nvcc: nvcc -fatbin's steps
     assert path.startswith(str(cache)) and not marker.exists()
+
+
+@pytest.mark.parametrize("mode", ["nvcc phases", "plain nvcc", "host pass beside nvcc", "host pass then NVRTC"])
+def test_a_missing_tmpdir_fails_no_build_and_leaves_nothing_remembered(cache_dir, monkeypatch, tmp_path, mode):
+    """The compilers keep their temporary files in the build's scratch directory: a TMPDIR that does not exist
+    (or is full, or is cleaned under a build) is no part of a build, so it neither fails one nor has a
+    failure remembered against the sources; nothing is left in the scratch directory's place."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", "0" if mode == "plain nvcc" else "1")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc" if mode == "host pass then NVRTC" else "nvcc")
+    missing = tmp_path / "no" / "such" / "tmp"
+    monkeypatch.setenv("TMPDIR", str(missing))
+    source = tmp_path / "tmp_user.cuh"
+    source.write_text(_RTC_USER.replace("#ifdef __CUDACC__\n#include <cuda/std/limits>\n#endif\n", "")
+                      .replace("cuda::std::numeric_limits<int>::max()", "7"))
+    spec = JitSpec("tmp_user", cuda_files=[str(source)], cuda_wrappers=[("set", "rtc_user::set", "out")],
+                   host_without_nvcc=mode.startswith("host pass"))
+    path = spec.build()
+    assert open(path, "rb").read()[:4] == b"\x7fELF" and not missing.exists()
+    entry = os.path.dirname(path)
+    assert sorted(os.listdir(entry)) == sorted(n for n in os.listdir(entry) if not n.startswith("build-")), os.listdir(entry)
+
+
+@pytest.mark.parametrize("directory", ['quote"d', "angle>d", "both\">d"])
+def test_kernel_files_in_directories_named_with_quotes_or_angle_brackets(cache_dir, monkeypatch, tmp_path, directory):
+    """A kernel file's path goes into the generated source's #include; a double quote or a '>' in it must
+    not break that (both in one path cannot be spelled there: a ValueError names the file)."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    (tmp_path / directory).mkdir()
+    kernel = tmp_path / directory / "k.cuh"
+    kernel.write_text('#include <jitkern/utils.cuh>\n__global__ void fill(int* p) { *p = 3; }\n'
+                      "inline void run(int64_t ptr) { host::LaunchKernel(1, 1, cudaStream_t{})(fill, reinterpret_cast<int*>(ptr)); }\n")
+    spec = JitSpec("quoted_dir", cuda_files=[str(kernel)], cuda_wrappers=[("run", "run")])
+    if '"' in directory and ">" in directory:
+        with pytest.raises(ValueError, match="cannot be #included"):
+            spec.build()
+        return
+    assert b"__tvm_ffi_run" in open(spec.build(), "rb").read()
