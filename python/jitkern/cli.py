@@ -436,6 +436,7 @@ def cmd_prebuild(args) -> int:
 
 # ---------------------------------------------------------------------------------------------- doctor
 
+FATBIN_MAGIC = b"\x50\xed\x55\xba"  # the header of nvcc's fatbin; NVRTC's image is a bare cubin
 _NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "lustre", "gpfs", "beegfs", "9p"}
 
 
@@ -636,7 +637,7 @@ def _tiny_build(doc: Doctor, kind: str, arch: str) -> None:
             os.environ["JITKERN_DEVICE_COMPILER"] = saved
     seconds = time.perf_counter() - t0
     how = "compiled" if compiled else "found in the cache"
-    if nvrtc and b"\x50\xed\x55\xba" in Path(path).read_bytes():  # nvcc's fatbin: NVRTC could not, or there is no libnvrtc
+    if nvrtc and FATBIN_MAGIC in Path(path).read_bytes():  # NVRTC could not, or there is no libnvrtc
         doc.report("WARN", f"{kind} build", f"nvcc compiled its kernels, not NVRTC ({path}): warmups and prebuilds take longer",
                    "`JITKERN_VERBOSE=1 jitkern doctor` logs why; the CUDA toolkit's libnvrtc and jitkern-nvrtc beside the engine are needed")
         return

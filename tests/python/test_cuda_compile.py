@@ -13,6 +13,7 @@ import tvm_ffi
 from add_constant_cases import CONSTANTS
 import jitkern
 from jitkern import BuildError, JitSpec
+from jitkern.cli import FATBIN_MAGIC
 from jitkern.ops.add_constant import spec as add_constant_spec
 
 pytestmark = [pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed"), pytest.mark.toolchain]
@@ -210,7 +211,7 @@ def test_nvrtc_device_compiler_tracks_its_inputs_and_falls_back_to_nvcc(cache_di
     -Xcompiler flag leave the kernels to nvcc, saying so."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
-    fatbin = b"\x50\xed\x55\xba"
+    fatbin = FATBIN_MAGIC
     (tmp_path / "devonly.h").write_text("#define DEVICE_VALUE 11\n")
     source = tmp_path / "rtc_user.cuh"
     source.write_text(
@@ -261,7 +262,7 @@ def test_a_module_nvrtc_cannot_compile_goes_to_nvcc_whose_errors_are_reported(ca
     spec = JitSpec("rtc_cccl", cuda_files=[str(source)], cuda_wrappers=[("set", "rtc_user::set", "out")], host_without_nvcc=True)
     with caplog.at_level(logging.INFO, logger="jitkern"):
         path = spec.build()
-    assert b"\x50\xed\x55\xba" in open(path, "rb").read(), "nvcc's fatbin"
+    assert FATBIN_MAGIC in open(path, "rb").read(), "nvcc's fatbin"
     assert 'NVRTC could not compile its kernels, so nvcc compiles them' in caplog.text and 'redeclaration of type name "int64_t"' in caplog.text
     source.write_text(_RTC_USER.replace("p[0] = cuda", "p[0] = no_such_symbol + cuda"))
     with pytest.raises(BuildError, match="no_such_symbol") as error:

@@ -11,11 +11,9 @@ import pytest
 from conftest import KERNELS, PRIMITIVES_WRAPPERS
 import jitkern
 from jitkern import JitSpec, ops
+from jitkern.cli import FATBIN_MAGIC
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
-
-
-FATBIN_MAGIC = b"\x50\xed\x55\xba"  # a fatbin's header, as nvcc writes it
 
 
 def _build(spec: JitSpec) -> str:
