@@ -169,7 +169,7 @@ inline int wide_threads(int64_t nvec, int reg_vecs) {
 
 // The plain norms' epilogue gets every launch variant. Other epilogues (quantization, whose rows are model
 // widths) get fewer kernels, so that their modules compile sooner (a module compiles in about the time
-// its kernels take): narrow rows one row per group at any count, unaligned rows the wide kernel.
+// its kernels take): narrow rows one row per group at any count.
 template <typename T, typename Epi>
 inline constexpr bool kEveryNormVariant = std::is_same_v<Epi, device::norm::StoreOutput<T>>;
 
@@ -232,9 +232,7 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
   const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
   const int64_t nvec = p.hidden / kVec;
   if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
-    if constexpr (kEveryNormVariant<T, Epi>) {
-      if (nvec <= 32) return launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
-    }
+    if (nvec <= 32) return launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
     launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
   } else {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
     if (nvec <= 32) {

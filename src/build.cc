@@ -70,13 +70,15 @@ bool under_any(const std::string& path, const std::vector<std::string>& prefixes
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& pre) { return path.rfind(pre, 0) == 0; });
 }
 
+// A file that cannot be read is kept as kMissing: the record it goes into is then never found valid.
 std::vector<Dep> hash_files(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<Dep> deps;
   for (const auto& [path, resolved] : files) {
     Dep d;
     d.path = path;
     d.resolved = resolved;
-    if (fs::stat_sig(path, &d.sig) && sha256_file(path, &d.sha)) deps.push_back(d);
+    if (!fs::stat_sig(path, &d.sig) || !sha256_file(path, &d.sha)) d.sig = {}, d.sha = manifest::kMissing;
+    deps.push_back(d);
   }
   return deps;
 }
@@ -99,7 +101,8 @@ std::string clean_path(const std::string& path) {
 
 // Every file the compiler read according to its dependency output, as the compiler opened it, with
 // where that led when elsewhere (a symbolic link, ".."), outside the generated sources and the
-// toolchain's own files: (path, resolved or "").
+// toolchain's own files, and the module's own files whatever the output says (nvcc's -MD misspells a
+// path holding '"' or '\\'): (path, resolved or "").
 std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Plan& p, const std::vector<Depfile>& depfiles,
                                                                   const std::string& scratch) {
   const std::string scratch_real = fs::realpath_or(scratch);
@@ -115,6 +118,10 @@ std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Pl
       if (under_any(resolved, p.dep_exclude_prefixes)) continue;  // where the file really is decides
       unique.emplace(used, resolved == used ? "" : resolved);
     }
+  }
+  for (const auto& source : p.sources) {
+    const std::string used = clean_path(source), resolved = fs::realpath_or(used);
+    unique.emplace(used, resolved == used ? "" : resolved);
   }
   return {unique.begin(), unique.end()};
 }
@@ -240,11 +247,22 @@ class Compile {
 
   // Every compiler step runs with TMPDIR in the scratch directory: their temporary files go with it, and
   // the process's TMPDIR (missing, full, cleaned under a build) is no part of a build, nor of a failure
-  // remembered against the sources.
+  // remembered against the sources. Relative where the step runs there: nvcc puts TMPDIR into the
+  // commands it runs through a shell, and the cache path may hold $ or `.
   fs::Process start(const std::vector<std::string>& argv, const std::string& log_path, const std::string& cwd,
                     std::vector<std::string> env = {}) const {
-    env.push_back("TMPDIR=" + m_scratch + "/tmp");
+    env.push_back(cwd == m_scratch ? "TMPDIR=tmp" : "TMPDIR=" + m_scratch + "/tmp");
     return fs::spawn(argv, log_path, env, cwd);
+  }
+
+  // nvcc run as one command passes the scratch directory's absolute path through its own shell (as the
+  // source's name): a path that would run a command there is refused, not run.
+  void refuse_a_path_a_shell_would_run() const {
+    if (m_scratch.find('`') == std::string::npos && m_scratch.find("$(") == std::string::npos && m_scratch.find("${") == std::string::npos)
+      return;
+    throw Transient("jitkern: module '" + m_p.name + "': nvcc compiles it as one command (JITKERN_NVCC_PIPELINE=0, or a CUDA flag " +
+                    "holding one of $ ` \" \\ !), which passes the cache path " + m_scratch + " through a shell, where its ` or $( or ${ " +
+                    "would run: use another JITKERN_CACHE_DIR, or leave JITKERN_NVCC_PIPELINE at 1 and such flags out");
   }
 
   std::string device_log() const { return m_scratch + "/device.log"; }
@@ -317,6 +335,7 @@ class Compile {
     }
     auto cmd = m_p.cuda_compile;
     cmd.insert(cmd.end(), {"-MD", "-MF", depfile, "-c", src, "-o", obj});
+    refuse_a_path_a_shell_would_run();
     return run_argv(cmd, m_scratch);
   }
 
@@ -433,7 +452,7 @@ class Compile {
     depfiles.push_back({m_scratch + "/device.d", m_scratch});
     fs::write_file_atomic(m_scratch + "/image.s", nvcc::image_assembly("device.fatbin"));
     const std::vector<std::string> embed = {m_p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"};
-    if (steps.empty()) record(in_dir(fs::join_command(image)));
+    if (steps.empty()) refuse_a_path_a_shell_would_run(), record(in_dir(fs::join_command(image)));
     for (const auto& step : steps) record(in_dir(step));
     record(in_dir(fs::join_command(embed)));
     m_cuda_objects.push_back(m_scratch + "/image.o");
@@ -745,11 +764,6 @@ bool blames_the_disk(const std::string& log) {
   f.config_key = p.config_key;
   f.message = msg;
   f.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
-  for (const auto& s : p.sources)
-    if (std::none_of(f.deps.begin(), f.deps.end(), [&](const Dep& e) { return e.path == s; })) {
-      auto d = hash_files({{s, ""}});
-      f.deps.insert(f.deps.end(), d.begin(), d.end());
-    }
   for (const auto& d : search_directories(p)) f.deps.push_back(d);
   try {
     entry.remember_failure(f, kept_log);
@@ -811,6 +825,11 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
     }
     if (changed_meanwhile)
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
+    for (const auto& d : m.deps)
+      if (d.sha == manifest::kMissing)
+        log::emit(log::kWarning, p.name + ": its compiler read " + d.path + ", which is not there now (nvcc run as one command " +
+                                     "misspells a path holding '\"' or '\\'): edits to it cannot be seen, so every process compiles the " +
+                                     "module again; move it to a plainer path, or leave JITKERN_NVCC_PIPELINE at 1");
     for (auto& d : m.deps) {  // valid wherever the roots are
       d.path = plan::portable_path(p, d.path);
       if (!d.resolved.empty()) d.resolved = plan::portable_path(p, d.resolved);

@@ -143,7 +143,9 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
       r.entries[key].dir = dir;
       r.entries[key].lock_fd = lock_fd;
     }
-    fs::write_file_atomic(dir + "/host_prelude.h", text::include_line(prelude));
+    const std::string forward = text::include_line(prelude);
+    if (forward.empty()) throw std::runtime_error("its path cannot be #included: " + prelude);
+    fs::write_file_atomic(dir + "/host_prelude.h", forward);
     // A header modified at or after this instant (less the timestamps' granularity) may have changed while it was read.
     const int64_t started_ns = now_ns() - 10'000'000;
     const fs::Process p = fs::spawn(argv, dir + "/prelude.log", {"TMPDIR=" + dir}, dir);  // GCC's temporaries in its directory too

@@ -40,7 +40,7 @@ bool parse_ints_word_rest(const std::string& s, long long* a, long long* b, std:
 bool parse_sig_line(const std::string& s, fs::FileSig* sig, std::string* sha, std::string* rest) {
   long long size = 0, mtime_ns = 0;
   if (!parse_ints_word_rest(s, &size, &mtime_ns, sha, rest)) return false;
-  if (sha->size() != 64 && *sha != kDirectory) return false;
+  if (sha->size() != 64 && *sha != kDirectory && *sha != kMissing) return false;
   sig->size = size, sig->mtime_ns = mtime_ns;
   return true;
 }
@@ -203,7 +203,7 @@ bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed) {
     // Only a path recorded as leading elsewhere pays for a realpath: the rest cannot be retargeted.
     const std::string resolved = d.resolved.empty() ? std::string() : fs::realpath_or(d.path);
     if (now == d.sig && resolved == d.resolved) continue;
-    if (d.sha == kDirectory) return false;  // a directory is compared by its signature alone
+    if (d.sha == kDirectory || d.sha == kMissing) return false;  // a directory is compared by its signature alone
     std::string sha;
     if (!sha256_file(d.path, &sha) || sha != d.sha) return false;
     if (refreshed != nullptr) d.sig = now, d.resolved = resolved, *refreshed = true;

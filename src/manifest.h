@@ -13,10 +13,12 @@ namespace jitkern::manifest {
 struct Dep {
   std::string path;      // as the compiler opened it: absolute, or "@token/..." under a relocatable root (plan::portable)
   std::string resolved;  // where `path` led through symbolic links or "..", when elsewhere; empty otherwise
-  std::string sha;       // the content's SHA-256, or kDirectory for a directory (compared by its signature)
+  std::string sha;       // the content's SHA-256, kDirectory for a directory (compared by its signature), or
+                         // kMissing for a file the compiler listed that was not there (never unchanged)
   fs::FileSig sig;
 };
 inline constexpr const char* kDirectory = "directory";
+inline constexpr const char* kMissing = "missing";
 
 struct Manifest {
   std::string request_key;  // the request (sources' text, flags, target): names the entry

@@ -39,8 +39,8 @@ std::string resolve_source(const std::string& file, const std::string& csrc_dir)
     throw std::invalid_argument("jitkern: kernel source '" + file + "' not found (looked at " + path +
                                 "; relative names are resolved against the package's csrc/, give an absolute path for your own files)");
   if (text::include_line(path).empty())
-    throw std::invalid_argument("jitkern: kernel source '" + file + "' (" + path +
-                                ") cannot be #included: its path holds both '\"' and '>'; move or link it elsewhere");
+    throw std::invalid_argument("jitkern: kernel source '" + file + "' (" + path + ") cannot be #included: its path holds " +
+                                (path.find('\n') != std::string::npos ? "a newline" : "both '\"' and '>'") + "; move or link it elsewhere");
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     throw std::invalid_argument("jitkern: kernel source '" + file + "' (" + path + ") is " +

@@ -57,6 +57,21 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(back.build_ms, 5140);
 }
 
+TEST(Manifest, AMissingDependencyRoundTripsAndIsNeverUnchanged) {
+  Manifest m = sample();
+  m.deps.push_back({"/src/gone \"q/c.h", "", kMissing, {}});
+  m.full_key = full_key_of(m.request_key, m.toolchain, m.deps);
+  m.lib_name = library_name(m.full_key);
+  Manifest back;
+  ASSERT_TRUE(parse(serialize(m), &back));
+  ASSERT_EQ(back.deps.size(), 3u);
+  EXPECT_EQ(back.deps[2].sha, kMissing);
+  std::vector<Dep> only_missing = {back.deps[2]};
+  EXPECT_FALSE(deps_unchanged(only_missing)) << "a module with a missing dependency is never found valid";
+  only_missing[0].path = "/";  // there now (a directory), still recorded as missing
+  EXPECT_FALSE(deps_unchanged(only_missing));
+}
+
 TEST(Manifest, EveryTruncationIsRejected) {
   const std::string text = serialize(sample());
   Manifest m;

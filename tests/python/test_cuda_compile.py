@@ -419,14 +419,22 @@ def test_cache_path_with_shell_characters(tmp_path, monkeypatch, pipeline):
     assert path.startswith(str(cache)) and b"act_and_mul_kernel" in open(path, "rb").read() and split.build() == path
 
 
-def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("pipeline", ["1", "0"])
+def test_a_backtick_in_the_cache_path_runs_nothing(tmp_path, monkeypatch, pipeline):
     """nvcc's phases run through /bin/sh: no part of the cache path may reach it (nvcc names the source by
-    its absolute path too), or a backtick in it would run a command."""
+    its absolute path too), or a backtick in it would run a command. Plain nvcc, which passes that path
+    through its own shell, refuses such a cache path (not remembered) instead of running it."""
     marker = tmp_path / "ran"
     cache = tmp_path / f"c`touch {marker}`d"
     monkeypatch.setenv("JITKERN_CACHE_DIR", str(cache))
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", "1")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", pipeline)
+    if pipeline == "0":
+        for spec in (add_constant_spec(4), add_constant_spec(4), jitkern.ops.act.spec("bfloat16", "gelu_and_mul")):
+            with pytest.raises(BuildError, match="would run: use another JITKERN_CACHE_DIR") as failure:
+                spec.build()
+            assert "remembered this failure" not in str(failure.value) and not marker.exists()
+        return
     path = add_constant_spec(4).build()
     assert path.startswith(str(cache)) and not marker.exists()
     path = jitkern.ops.act.spec("bfloat16", "gelu_and_mul").build()  # host_without_nvcc: nvcc -fatbin's steps
@@ -454,18 +462,46 @@ def test_a_missing_tmpdir_fails_no_build_and_leaves_nothing_remembered(cache_dir
     assert sorted(os.listdir(entry)) == sorted(n for n in os.listdir(entry) if not n.startswith("build-")), os.listdir(entry)
 
 
-@pytest.mark.parametrize("directory", ['quote"d', "angle>d", "both\">d"])
+@pytest.mark.parametrize("directory", ['quote"d', "angle>d", "both\">d", "new\nline"])
 def test_kernel_files_in_directories_named_with_quotes_or_angle_brackets(cache_dir, monkeypatch, tmp_path, directory):
     """A kernel file's path goes into the generated source's #include; a double quote or a '>' in it must
-    not break that (both in one path cannot be spelled there: a ValueError names the file)."""
+    not break that (both in one path, or a newline, cannot be spelled there: a ValueError names the file)."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     (tmp_path / directory).mkdir()
     kernel = tmp_path / directory / "k.cuh"
     kernel.write_text('#include <jitkern/utils.cuh>\n__global__ void fill(int* p) { *p = 3; }\n'
                       "inline void run(int64_t ptr) { host::LaunchKernel(1, 1, cudaStream_t{})(fill, reinterpret_cast<int*>(ptr)); }\n")
+    if "\n" in directory:  # (a cuda_files entry with a newline is refused as such; the csrc directory may hold one)
+        monkeypatch.setenv("JITKERN_CSRC_DIR", str(tmp_path / directory))
+        with pytest.raises(ValueError, match="cannot be #included: its path holds a newline"):
+            JitSpec("quoted_dir", cuda_files=["k.cuh"], cuda_wrappers=[("run", "run")]).build()
+        return
     spec = JitSpec("quoted_dir", cuda_files=[str(kernel)], cuda_wrappers=[("run", "run")])
     if '"' in directory and ">" in directory:
         with pytest.raises(ValueError, match="cannot be #included"):
             spec.build()
         return
     assert b"__tvm_ffi_run" in open(spec.build(), "rb").read()
+
+
+@pytest.mark.parametrize("directory", ['quote"d', "back\\slash"])
+def test_plain_nvcc_sees_edits_in_directories_its_dependency_output_misspells(cache_dir, monkeypatch, tmp_path, caplog, directory):
+    """nvcc run as one command writes a path holding '"' or '\\' wrongly into its -MD output: the module's own
+    files are its dependencies whatever that output says, and a header it names wrongly cannot be tracked,
+    so the module is compiled again by every process (a warning says so), never served stale."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", "0")
+    (tmp_path / directory).mkdir()
+    header, kernel = tmp_path / directory / "value.cuh", tmp_path / directory / "k.cuh"
+    kernel.write_text('#include <jitkern/utils.cuh>\n#include "value.cuh"\n__attribute__((used)) static const char tag[] = "TAG_A";\n'
+                      "__global__ void fill(int* p) { *p = VALUE; }\n"
+                      "inline void run(int64_t ptr) { host::LaunchKernel(1, 1, cudaStream_t{})(fill, reinterpret_cast<int*>(ptr)); }\n")
+    header.write_text("#define VALUE 3\n")
+    spec = JitSpec("misspelled_dir", cuda_files=[str(kernel)], cuda_wrappers=[("run", "run")])
+    with caplog.at_level(logging.WARNING, logger="jitkern"):
+        assert b"TAG_A" in open(spec.build(), "rb").read()
+    assert "which is not there now" in caplog.text and "every process compiles the module again" in caplog.text, caplog.text
+    kernel.write_text(kernel.read_text().replace("TAG_A", "TAG_B"))
+    assert b"TAG_B" in open(spec.build(), "rb").read(), "an edit of the kernel file itself is seen"
+    header.write_text('#define VALUE 4\n__attribute__((used)) static const char header_tag[] = "HEADER_B";\n')
+    assert b"HEADER_B" in open(spec.build(), "rb").read(), "an edit of a header beside it is seen"
