@@ -274,9 +274,11 @@ def _prelude_probe_specs(tmp_path, round_, flags=()):
     """Two tiny host_prelude modules, new names each round (each round compiles), exporting probe(): the
     value an inline function of the prelude returns (the host pass alone reads the prelude)."""
     source = tmp_path / "prelude_user.cuh"
-    source.write_text("#include <jitkern/utils.cuh>\nnamespace prelude_user {\n__global__ void noop_kernel(int* p) {\n#ifdef __CUDACC__\n"
-                      "  p[0] = 1;\n#endif\n}\n#ifndef __CUDACC__\ninline int probe() { return jk_prelude_probe(); }\n"
-                      "#else\ninline int probe() { return 0; }  // nvcc's device pass: no prelude\n#endif\n}\n")
+    if not source.exists():  # (rewritten just before a build, it would count as changed while that build ran)
+        source.write_text("#include <jitkern/utils.cuh>\nnamespace prelude_user {\n__global__ void noop_kernel(int* p) {\n#ifdef __CUDACC__\n"
+                          "  p[0] = 1;\n#endif\n}\n#ifndef __CUDACC__\ninline int probe() { return jk_prelude_probe(); }\n"
+                          "#else\ninline int probe() { return 0; }  // nvcc's device pass: no prelude\n#endif\n}\n")
+        time.sleep(0.05)
     return [JitSpec(f"prelude_user_{round_}_{i}", cuda_files=[str(source)], cuda_wrappers=[("probe", "prelude_user::probe", "")],
                     host_without_nvcc=True, host_prelude=True, extra_cuda_cflags=list(flags)) for i in range(2)]
 
@@ -307,6 +309,7 @@ def test_builds_run_at_once_share_the_host_prelude_precompiled_and_never_a_stale
     prelude = include / "jitkern" / "host_prelude.h"
     original = prelude.read_text()
     prelude.write_text(original + "inline int jk_prelude_probe() { return 1; }\n")
+    time.sleep(0.05)  # past the timestamps' granularity: else its first precompile sees it as changed while it ran
     monkeypatch.setenv("JITKERN_INCLUDE_DIR", str(include))
     tmp = tmp_path / "tmp"
     (tmp / "jitkern-prelude-999999-dead").mkdir(parents=True)
