@@ -827,8 +827,8 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
       throw Transient("jitkern: the inputs of module '" + p.name + "' kept changing while it compiled; not publishing it");
     for (const auto& d : m.deps)
       if (d.sha == manifest::kMissing)
-        log::emit(log::kWarning, p.name + ": its compiler read " + d.path + ", which is not there now (nvcc run as one command " +
-                                     "misspells a path holding '\"' or '\\'): edits to it cannot be seen, so every process compiles the " +
+        log::emit(log::kWarning, p.name + ": its compiler read " + d.path + ", which is not there now (removed since, or nvcc run as one " +
+                                     "command misspelled a path holding '\"' or '\\'): edits to it cannot be seen, so every process compiles the " +
                                      "module again; move it to a plainer path, or leave JITKERN_NVCC_PIPELINE at 1");
     for (auto& d : m.deps) {  // valid wherever the roots are
       d.path = plan::portable_path(p, d.path);

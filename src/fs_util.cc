@@ -104,22 +104,30 @@ int temp_name_pid(const std::string& name) {
   return at == std::string::npos ? 0 : std::max(1, std::atoi(name.c_str() + at + 5));
 }
 
+namespace {
+// Writes all of `data` to `fd` (retrying interrupted writes); false on an error, errno set.
+bool write_all(int fd, const std::string& data) {
+  for (std::size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& data, mode_t mode) {
   const std::string tmp = unique_name(path + ".tmp");
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) fail("cannot create " + tmp);
   ::fchmod(fd, mode);
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = err;
-      fail("cannot write " + tmp);
-    }
-    done += static_cast<std::size_t>(n);
+  if (!write_all(fd, data)) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = err;
+    fail("cannot write " + tmp);
   }
   if (::fsync(fd) != 0) {
     const int err = errno;
@@ -222,15 +230,9 @@ void remove_tree(const std::string& path) {
 bool append_file(const std::string& path, const std::string& data) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return false;
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
+  const bool written = write_all(fd, data);
   ::close(fd);
-  return done == data.size();
+  return written;
 }
 
 std::string make_temp_dir(const std::string& parent, const std::string& prefix) {

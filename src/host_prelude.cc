@@ -143,9 +143,7 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
       r.entries[key].dir = dir;
       r.entries[key].lock_fd = lock_fd;
     }
-    const std::string forward = text::include_line(prelude);
-    if (forward.empty()) throw std::runtime_error("its path cannot be #included: " + prelude);
-    fs::write_file_atomic(dir + "/host_prelude.h", forward);
+    fs::write_file_atomic(dir + "/host_prelude.h", text::include_line(prelude));
     // A header modified at or after this instant (less the timestamps' granularity) may have changed while it was read.
     const int64_t started_ns = now_ns() - 10'000'000;
     const fs::Process p = fs::spawn(argv, dir + "/prelude.log", {"TMPDIR=" + dir}, dir);  // GCC's temporaries in its directory too
@@ -205,8 +203,7 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
 
 std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
                                 double timeout_s) {
-  // A quote or a newline cannot be spelled in the forwarding header's #include.
-  if (!gcc || prelude.find_first_of("\"\n") != std::string::npos) return std::nullopt;
+  if (!gcc || text::include_line(prelude).empty()) return std::nullopt;  // (the forwarding header #includes it)
   std::string key = prelude;
   for (const auto& f : flags) key += '\0' + f;
   Registry& r = registry();
