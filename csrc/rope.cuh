@@ -85,9 +85,14 @@ struct CacheLayout {
   }
 };
 
-__device__ __forceinline__ int64_t load_index(const void* ptr, bool wide, int64_t i) {
-  return wide ? static_cast<const int64_t*>(ptr)[i] : static_cast<int64_t>(static_cast<const int32_t*>(ptr)[i]);
+// Index i of an int32 or int64 array: its address, and the value there.
+__device__ __forceinline__ const void* index_address(const void* ptr, bool wide, int64_t i) {
+  return static_cast<const char*>(ptr) + (i << (wide ? 3 : 2));
 }
+__device__ __forceinline__ int64_t load_index_at(const void* at, bool wide) {
+  return wide ? *static_cast<const int64_t*>(at) : static_cast<int64_t>(*static_cast<const int32_t*>(at));
+}
+__device__ __forceinline__ int64_t load_index(const void* ptr, bool wide, int64_t i) { return load_index_at(index_address(ptr, wide, i), wide); }
 
 template <typename T>
 struct RopeParams {
@@ -250,32 +255,57 @@ __device__ __forceinline__ TokenRows token_rows(const KvStoreParams& s, int64_t 
   return r;
 }
 
-// The cos and sin of `unit`'s kVec frequencies at `position`, as floats.
+// Where `unit`'s cos values are in the cache's row 0 (its sin values follow R/2 elements on), and the
+// bytes from one row to the next.
+struct CosSinAt {
+  const char* unit;
+  int64_t row_bytes;
+};
 template <typename T, int kVec>
-__device__ __forceinline__ void load_cos_sin(float (&c)[kVec], float (&sn)[kVec], const RopeParams<T>& p, int64_t position, int unit) {
-  const int64_t cs = position * p.cos_sin_stride + unit * kVec;
+__device__ __forceinline__ CosSinAt cos_sin_at(const RopeParams<T>& p, int unit) {
+  const int64_t elem = p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{sizeof(float)};
+  return {static_cast<const char*>(p.cos_sin) + unit * kVec * elem, p.cos_sin_stride * elem};
+}
+
+// The cos and sin of a unit's kVec frequencies at `position`, as floats.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_cos_sin(float (&c)[kVec], float (&sn)[kVec], const RopeParams<T>& p, const CosSinAt& at, int64_t position) {
+  const char* row = at.unit + position * at.row_bytes;
   if (p.cos_sin_t) {
-    load_converted(c, static_cast<const T*>(p.cos_sin) + cs);
-    load_converted(sn, static_cast<const T*>(p.cos_sin) + cs + p.rot_half);
+    load_converted(c, reinterpret_cast<const T*>(row));
+    load_converted(sn, reinterpret_cast<const T*>(row) + p.rot_half);
   } else {
-    load_floats(c, static_cast<const float*>(p.cos_sin) + cs);
-    load_floats(sn, static_cast<const float*>(p.cos_sin) + cs + p.rot_half);
+    load_floats(c, reinterpret_cast<const float*>(row));
+    load_floats(sn, reinterpret_cast<const float*>(row) + p.rot_half);
   }
 }
 
-// Head h's rotated vectors (columns col0 and col1) to its output row and, for a k head, to the cache row
-// (if any).
+// Where a thread's unit (first vector at column col0) of head h (the q heads, then the k heads) is read
+// and written (valid: h is a head); cache_at, elements into the token's cache row, -1 for a q head.
+template <typename T>
+struct HeadAt {
+  const T* src;
+  T* dst;
+  int64_t cache_at;
+  bool valid;
+};
+template <typename T>
+__device__ __forceinline__ HeadAt<T> head_at(const RopeParams<T>& p, const T* q, T* q_out, const T* k, T* k_out, int h, int col0) {
+  if (h < p.q_heads) return {q + h * p.q_head + col0, q_out + h * p.qo_head + col0, -1, true};
+  const int kh = h - p.q_heads;
+  return {k + kh * p.k_head + col0, k_out + kh * p.ko_head + col0, int64_t{kh} * p.head_dim + col0, kh < p.k_heads};
+}
+
+// A head's rotated vectors (a at its column col0, b `pair` elements on) to its output row and, for a k
+// head, to the cache row (if any).
 template <bool kFp8, typename T, int kVec>
-__device__ __forceinline__ void store_rotated(const RopeParams<T>& p, T* q_out, T* k_out, char* k_row, const device::quant::Divider& k_div,
-                                              int h, int col0, int col1, const AlignedVector<T, kVec>& a, const AlignedVector<T, kVec>& b) {
-  const bool is_q = h < p.q_heads;
-  T* dst = is_q ? q_out + h * p.qo_head : k_out + (h - p.q_heads) * p.ko_head;
-  a.store(dst + col0);
-  b.store(dst + col1);
-  if (!is_q && k_row != nullptr) {
-    const int64_t at = int64_t{h - p.q_heads} * p.head_dim;
-    store_cache_values<kFp8>(k_row, at + col0, a, k_div);
-    store_cache_values<kFp8>(k_row, at + col1, b, k_div);
+__device__ __forceinline__ void store_head(const HeadAt<T>& at, int pair, char* k_row, const device::quant::Divider& k_div,
+                                           const AlignedVector<T, kVec>& a, const AlignedVector<T, kVec>& b) {
+  a.store(at.dst);
+  b.store(at.dst + pair);
+  if (at.cache_at >= 0 && k_row != nullptr) {
+    store_cache_values<kFp8>(k_row, at.cache_at, a, k_div);
+    store_cache_values<kFp8>(k_row, at.cache_at + pair, b, k_div);
   }
 }
 
@@ -304,14 +334,12 @@ __device__ __forceinline__ void copy_tails(const RopeParams<T>& p, T* q_out, T* 
 }
 
 // A token's v CTA (rope_kernel with the cache write): its v row to the cache, loaded with the position and
-// location, so that the CTAs rotating its heads do not wait for v.
+// location, so that the CTAs rotating its heads do not wait for v. Waits for the kernel before itself.
 template <bool kFp8, typename T, int kVec>
 __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStoreParams& s, int64_t token) {
   // Four loads in flight per thread: a CTA of 32 threads (one token) loads a 128-vector row before it
   // stores any (H100, T = 1: 1.55-1.59 us with two, 1.42-1.45 with four).
   constexpr int kPerThread = 4;
-  const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
-  const int64_t slot = load_index(s.loc, s.loc64, token * s.loc_stride);
   // Vector c of head h is kept as (h, c) and advanced by the step: a division per vector (h = i / row_vecs)
   // put ~40 instructions before each of its loads.
   const unsigned row_vecs = static_cast<unsigned>(p.head_dim / kVec), heads = static_cast<unsigned>(p.k_heads);
@@ -319,22 +347,41 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
   const unsigned dh = step / row_vecs, dc = step - dh * row_vecs;
   unsigned h = tid / row_vecs, c = tid - h * row_vecs;
   const T* v = static_cast<const T*>(s.v) + token * s.v_token;
-  while (h < heads) {
-    AlignedVector<T, kVec> x[kPerThread];
-    int64_t at[kPerThread];
+  const T* src[kPerThread];
+  int64_t at[kPerThread];
+  const auto next_round = [&] {  // at -1 past the row (src then v: a null src made nvcc load through generic addresses)
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
-      at[u] = -1;
-      if (h < heads) x[u].load(v + h * s.v_head + c * kVec), at[u] = int64_t{h} * p.head_dim + c * kVec;
+      src[u] = v, at[u] = -1;
+      if (h < heads) src[u] = v + h * s.v_head + c * kVec, at[u] = int64_t{h} * p.head_dim + c * kVec;
       c += dc, h += dh;
       if (c >= row_vecs) c -= row_vecs, ++h;
     }
+  };
+  next_round();
+  const void* position_at = index_address(p.positions, p.positions64, token * p.positions_stride);
+  const void* slot_at = index_address(s.loc, s.loc64, token * s.loc_stride);
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u)
+    if (at[u] >= 0) device::prefetch_before_wait(src[u]);
+  device::prefetch_before_wait(position_at);
+  device::prefetch_before_wait(slot_at);
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  const int64_t position = load_index_at(position_at, p.positions64);
+  const int64_t slot = load_index_at(slot_at, s.loc64);
+  while (at[0] >= 0) {
+    AlignedVector<T, kVec> x[kPerThread];
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u)
+      if (at[u] >= 0) x[u].load(src[u]);
     if (position < 0 || position >= p.max_position || !s.v_cache.holds(slot)) return;
     char* row = s.v_cache.row(slot);
     const device::quant::Divider div(kFp8 ? s.v_scale : 1.0f);
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u)
       if (at[u] >= 0) store_cache_values<kFp8>(row, at[u], x[u], div);
+    next_round();
   }
 }
 
@@ -344,16 +391,20 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
 // the q heads then the k heads, with the token's cos/sin of its unit loaded once. kStore: the rotated k
 // also goes to the cache row of its location, and one more CTA per token (blockIdx.y == p.splits) copies
 // its v row (copy_v_row), so that the rotating CTAs never wait for v. The unrotated columns are copied by
-// all threads in turn.
+// all threads in turn. The addresses of a thread's first loads are worked out before the PDL wait, so
+// that they overlap the kernel before.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
 #ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int64_t token = blockIdx.x;
+  if constexpr (kStore) {
+    if (static_cast<int>(blockIdx.y) == p.splits) return copy_v_row<kFp8, T, kVec>(p, s, token);
+  }
   const int unit = static_cast<int>(threadIdx.x), group = static_cast<int>(threadIdx.y);
   const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
-  const int col1 = kNeox ? col0 + p.rot_half : col0 + kVec;
+  const int pair = kNeox ? p.rot_half : kVec;  // b's columns are a's plus this
   const T* q = p.q + token * p.q_token;
   T* q_out = p.q_out + token * p.qo_token;
   const T* k = p.k + token * p.k_token;
@@ -361,45 +412,55 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   const int heads = p.q_heads + p.k_heads, threads = static_cast<int>(blockDim.x * blockDim.y);
   const int first_head = static_cast<int>(blockIdx.y) * p.groups + group, head_step = kRopeUnroll * p.groups * p.splits;
   const int first_item = static_cast<int>(blockIdx.y) * threads + group * p.units + unit, item_step = threads * p.splits;
+  HeadAt<T> at[kRopeUnroll];
+  const auto heads_from = [&](int h0) {
+#pragma unroll
+    for (int i = 0; i < kRopeUnroll; ++i) at[i] = head_at(p, q, q_out, k, k_out, h0 + i * (head_step / kRopeUnroll), col0);
+  };
+  heads_from(first_head);
+  const void* position_at = index_address(p.positions, p.positions64, token * p.positions_stride);
+  [[maybe_unused]] const void* slot_at = kStore ? index_address(s.loc, s.loc64, token * s.loc_stride) : nullptr;
+  const CosSinAt cs = cos_sin_at<T, kVec>(p, unit);
+#pragma unroll
+  for (int i = 0; i < kRopeUnroll; ++i)
+    if (at[i].valid) device::prefetch_before_wait(at[i].src), device::prefetch_before_wait(at[i].src + pair);
+  device::prefetch_before_wait(position_at);
+  if constexpr (kStore) device::prefetch_before_wait(slot_at);
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  if constexpr (kStore) {
-    if (static_cast<int>(blockIdx.y) == p.splits) return copy_v_row<kFp8, T, kVec>(p, s, token);
-  }
   // The position, the location and the first heads do not depend on each other: loaded together, so
   // that a decode step waits for one round trip before its cos/sin loads, not three; the cos/sin loads
   // issue before the cache rows are worked out.
-  const int64_t position = load_index(p.positions, p.positions64, token * p.positions_stride);
+  const int64_t position = load_index_at(position_at, p.positions64);
   [[maybe_unused]] int64_t slot = -1;
-  if constexpr (kStore) slot = load_index(s.loc, s.loc64, token * s.loc_stride);
+  if constexpr (kStore) slot = load_index_at(slot_at, s.loc64);
   Vec a[kRopeUnroll], b[kRopeUnroll];
-  const auto load_heads = [&](int h0) {
+  const auto load_heads = [&] {
 #pragma unroll
-    for (int i = 0; i < kRopeUnroll; ++i) {
-      const int h = h0 + i * (head_step / kRopeUnroll);
-      if (h < heads) {
-        const T* src = h < p.q_heads ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
-        a[i].load(src + col0);
-        b[i].load(src + col1);
+    for (int i = 0; i < kRopeUnroll; ++i)
+      if (at[i].valid) {
+        __builtin_assume(__isGlobal(at[i].src));  // else nvcc loads through generic addresses here
+        a[i].load(at[i].src), b[i].load(at[i].src + pair);
       }
-    }
   };
-  load_heads(first_head);
-  if (position < 0 || position >= p.max_position) return;
+  load_heads();
+  // The cos/sin loads issue before the position is checked (from row 0 for a position outside the cache):
+  // with a return between them, ptxas put the head loads after it, a round trip later.
+  const bool in_range = position >= 0 && position < p.max_position;
   float c[kVec], sn[kVec];
-  load_cos_sin(c, sn, p, position, unit);
+  load_cos_sin(c, sn, p, cs, in_range ? position : 0);
+  if (!in_range) return;
   [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
   copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, first_item, item_step,
                             [&](bool is_q, int h) { return is_q ? q + h * p.q_head : k + h * p.k_head; });
 
   for (int h0 = first_head; h0 < heads; h0 += head_step) {
-    if (h0 != first_head) load_heads(h0);
+    if (h0 != first_head) heads_from(h0), load_heads();
 #pragma unroll
     for (int i = 0; i < kRopeUnroll; ++i) {
-      const int h = h0 + i * (head_step / kRopeUnroll);
-      if (h >= heads) continue;
+      if (!at[i].valid) continue;
       rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn);
-      store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1, a[i], b[i]);
+      store_head<kFp8>(at[i], pair, k_row, k_div, a[i], b[i]);
     }
   }
 #endif
@@ -453,7 +514,7 @@ __global__ void __launch_bounds__(kStagedThreads)
   const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
   const int col1 = kNeox ? col0 + p.rot_half : col0 + kVec;
   float c[kVec], sn[kVec];
-  load_cos_sin(c, sn, p, position, unit);
+  load_cos_sin(c, sn, p, cos_sin_at<T, kVec>(p, unit), position);
   [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
   device::ptx::cp_async_wait_all();
   __syncthreads();
@@ -465,7 +526,7 @@ __global__ void __launch_bounds__(kStagedThreads)
     a.load(rows + h * p.head_dim + col0);
     b.load(rows + h * p.head_dim + col1);
     rotate<!kNeox && (kVec > 1)>(a, b, c, sn);
-    store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1, a, b);
+    store_head<kFp8>(head_at(p, q, q_out, k, k_out, h, col0), col1 - col0, k_row, k_div, a, b);
   }
   // v, and the unrotated columns where they are written (out of place, or k to the cache).
   if constexpr (kStore) {
@@ -717,7 +778,9 @@ struct RopeOps {
     // wide_store: the store operands (v, the caches) allow kWideVec as well.
     template <bool kFp8, bool kStore>
     void launch(bool neox, const KvStoreParams& s, bool wide_store) {
-      if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
+      // No position is inside an empty cos/sin cache: every token is skipped (the kernels read its row 0 at
+      // positions outside it).
+      if (tokens == 0 || p.q_heads + p.k_heads == 0 || p.max_position == 0) return;
       if (vec == kWideVec && (!kStore || wide_store)) {
         neox ? run<kFp8, true, kWideVec, kStore>(s) : run<kFp8, false, kWideVec, kStore>(s);
       } else {

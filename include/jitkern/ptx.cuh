@@ -21,6 +21,13 @@ JITKERN_DEVICE void griddepcontrol_launch_dependents() {
 #endif
 }
 
+// Asks L2 for the line holding `ptr` (global memory); no registers wait for it.
+JITKERN_DEVICE void prefetch_global_l2(const void* ptr) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
+#endif
+}
+
 // One 16-byte store of four 32-bit words to a generic address (global or shared); the "memory"
 // clobber keeps it ordered with other accesses.
 JITKERN_DEVICE void st_v4_b32(void* ptr, unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {

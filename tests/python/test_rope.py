@@ -355,6 +355,30 @@ def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("with_cache", [False, True])
+@pytest.mark.parametrize("tokens", [6, 600])  # decode's register kernel, prefill's staged kernel
+def test_an_empty_cos_sin_cache_skips_every_token(with_cache, tokens):
+    """No position lies inside a cos/sin cache of no rows: q and k stay as they were, nothing is cached
+    and nothing is read from the empty cache (the decode kernel reads row 0 where a position is outside)."""
+    torch = _torch()
+    ops = _ops()
+    d = 64
+    q, k, v = (torch.randn(tokens, w, dtype=torch.bfloat16, device="cuda") for w in (4 * d, 2 * d, 2 * d))
+    pos = torch.arange(tokens, device="cuda")
+    cs = torch.empty(0, d, dtype=torch.float32, device="cuda")
+    q0, k0 = q.clone(), k.clone()
+    kc, vc = (torch.zeros(tokens, 2, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    if with_cache:
+        arg = ops.FusedSetKVBufferArg(v, kc, vc, None, None, torch.arange(tokens, device="cuda"))
+        ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=arg)
+    else:
+        ops.rotary_embedding(pos, q, k, d, cs)
+    torch.cuda.synchronize()
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+    assert not kc.any() and not vc.any()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("full", [True, False])
 @pytest.mark.parametrize("interleave", [False, True])
 @pytest.mark.parametrize("tokens", [19, 300])  # 300: more tokens than SMs, the staged kernel
