@@ -280,32 +280,20 @@ __device__ __forceinline__ void load_cos_sin(float (&c)[kVec], float (&sn)[kVec]
   }
 }
 
-// Where a thread's unit (first vector at column col0) of head h (the q heads, then the k heads) is read
-// and written (valid: h is a head); cache_at, elements into the token's cache row, -1 for a q head.
-template <typename T>
-struct HeadAt {
-  const T* src;
-  T* dst;
-  int64_t cache_at;
-  bool valid;
-};
-template <typename T>
-__device__ __forceinline__ HeadAt<T> head_at(const RopeParams<T>& p, const T* q, T* q_out, const T* k, T* k_out, int h, int col0) {
-  if (h < p.q_heads) return {q + h * p.q_head + col0, q_out + h * p.qo_head + col0, -1, true};
-  const int kh = h - p.q_heads;
-  return {k + kh * p.k_head + col0, k_out + kh * p.ko_head + col0, int64_t{kh} * p.head_dim + col0, kh < p.k_heads};
-}
-
-// A head's rotated vectors (a at its column col0, b `pair` elements on) to its output row and, for a k
-// head, to the cache row (if any).
+// Head h's rotated vectors (a at column col0, b `pair` columns on) to its output row and, for a k head,
+// to the cache row (if any). Its addresses are worked out here, not kept from the loads: held in
+// registers across the loads they cost the many-token launches occupancy.
 template <bool kFp8, typename T, int kVec>
-__device__ __forceinline__ void store_head(const HeadAt<T>& at, int pair, char* k_row, const device::quant::Divider& k_div,
-                                           const AlignedVector<T, kVec>& a, const AlignedVector<T, kVec>& b) {
-  a.store(at.dst);
-  b.store(at.dst + pair);
-  if (at.cache_at >= 0 && k_row != nullptr) {
-    store_cache_values<kFp8>(k_row, at.cache_at, a, k_div);
-    store_cache_values<kFp8>(k_row, at.cache_at + pair, b, k_div);
+__device__ __forceinline__ void store_rotated(const RopeParams<T>& p, T* q_out, T* k_out, char* k_row, const device::quant::Divider& k_div,
+                                              int h, int col0, int pair, const AlignedVector<T, kVec>& a, const AlignedVector<T, kVec>& b) {
+  const bool is_q = h < p.q_heads;
+  T* dst = (is_q ? q_out + h * p.qo_head : k_out + (h - p.q_heads) * p.ko_head) + col0;
+  a.store(dst);
+  b.store(dst + pair);
+  if (!is_q && k_row != nullptr) {
+    const int64_t at = int64_t{h - p.q_heads} * p.head_dim + col0;
+    store_cache_values<kFp8>(k_row, at, a, k_div);
+    store_cache_values<kFp8>(k_row, at + pair, b, k_div);
   }
 }
 
@@ -348,12 +336,12 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
   unsigned h = tid / row_vecs, c = tid - h * row_vecs;
   const T* v = static_cast<const T*>(s.v) + token * s.v_token;
   const T* src[kPerThread];
-  int64_t at[kPerThread];
+  int at[kPerThread];  // elements into the cache row (fewer than 2^31: the host checks)
   const auto next_round = [&] {  // at -1 past the row (src then v: a null src made nvcc load through generic addresses)
 #pragma unroll
     for (int u = 0; u < kPerThread; ++u) {
       src[u] = v, at[u] = -1;
-      if (h < heads) src[u] = v + h * s.v_head + c * kVec, at[u] = int64_t{h} * p.head_dim + c * kVec;
+      if (h < heads) src[u] = v + h * s.v_head + c * kVec, at[u] = static_cast<int>(h * p.head_dim + c * kVec);
       c += dc, h += dh;
       if (c >= row_vecs) c -= row_vecs, ++h;
     }
@@ -361,11 +349,13 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
   next_round();
   const void* position_at = index_address(p.positions, p.positions64, token * p.positions_stride);
   const void* slot_at = index_address(s.loc, s.loc64, token * s.loc_stride);
+  if constexpr (kVec > 1) {  // see rope_kernel
 #pragma unroll
-  for (int u = 0; u < kPerThread; ++u)
-    if (at[u] >= 0) device::prefetch_before_wait(src[u]);
-  device::prefetch_before_wait(position_at);
-  device::prefetch_before_wait(slot_at);
+    for (int u = 0; u < kPerThread; ++u)
+      if (at[u] >= 0) device::prefetch_before_wait(src[u]);
+    device::prefetch_before_wait(position_at);
+    device::prefetch_before_wait(slot_at);
+  }
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   const int64_t position = load_index_at(position_at, p.positions64);
@@ -412,20 +402,30 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   const int heads = p.q_heads + p.k_heads, threads = static_cast<int>(blockDim.x * blockDim.y);
   const int first_head = static_cast<int>(blockIdx.y) * p.groups + group, head_step = kRopeUnroll * p.groups * p.splits;
   const int first_item = static_cast<int>(blockIdx.y) * threads + group * p.units + unit, item_step = threads * p.splits;
-  HeadAt<T> at[kRopeUnroll];
+  // The unrolled heads h0 + i * (head_step / kRopeUnroll): where each is read (valid: it is a head).
+  const T* src[kRopeUnroll];
+  bool valid[kRopeUnroll];
   const auto heads_from = [&](int h0) {
 #pragma unroll
-    for (int i = 0; i < kRopeUnroll; ++i) at[i] = head_at(p, q, q_out, k, k_out, h0 + i * (head_step / kRopeUnroll), col0);
+    for (int i = 0; i < kRopeUnroll; ++i) {
+      const int h = h0 + i * (head_step / kRopeUnroll);
+      valid[i] = h < heads;
+      src[i] = (h < p.q_heads ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head) + col0;
+    }
   };
   heads_from(first_head);
   const void* position_at = index_address(p.positions, p.positions64, token * p.positions_stride);
   [[maybe_unused]] const void* slot_at = kStore ? index_address(s.loc, s.loc64, token * s.loc_stride) : nullptr;
   const CosSinAt cs = cos_sin_at<T, kVec>(p, unit);
+  // Not with narrow vectors: there the prefetches cost more than they save (H200, 64 tokens: 4.65 us with
+  // them, 3.91 without).
+  if constexpr (kVec > 1) {
 #pragma unroll
-  for (int i = 0; i < kRopeUnroll; ++i)
-    if (at[i].valid) device::prefetch_before_wait(at[i].src), device::prefetch_before_wait(at[i].src + pair);
-  device::prefetch_before_wait(position_at);
-  if constexpr (kStore) device::prefetch_before_wait(slot_at);
+    for (int i = 0; i < kRopeUnroll; ++i)
+      if (valid[i]) device::prefetch_before_wait(src[i]);
+    device::prefetch_before_wait(position_at);
+    if constexpr (kStore) device::prefetch_before_wait(slot_at);
+  }
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   // The position, the location and the first heads do not depend on each other: loaded together, so
@@ -438,18 +438,15 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   const auto load_heads = [&] {
 #pragma unroll
     for (int i = 0; i < kRopeUnroll; ++i)
-      if (at[i].valid) {
-        __builtin_assume(__isGlobal(at[i].src));  // else nvcc loads through generic addresses here
-        a[i].load(at[i].src), b[i].load(at[i].src + pair);
+      if (valid[i]) {
+        __builtin_assume(__isGlobal(src[i]));  // else nvcc loads through generic addresses here
+        a[i].load(src[i]), b[i].load(src[i] + pair);
       }
   };
   load_heads();
-  // The cos/sin loads issue before the position is checked (from row 0 for a position outside the cache):
-  // with a return between them, ptxas put the head loads after it, a round trip later.
-  const bool in_range = position >= 0 && position < p.max_position;
+  if (position < 0 || position >= p.max_position) return;
   float c[kVec], sn[kVec];
-  load_cos_sin(c, sn, p, cs, in_range ? position : 0);
-  if (!in_range) return;
+  load_cos_sin(c, sn, p, cs, position);
   [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
   copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, first_item, item_step,
                             [&](bool is_q, int h) { return is_q ? q + h * p.q_head : k + h * p.k_head; });
@@ -458,9 +455,9 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
     if (h0 != first_head) heads_from(h0), load_heads();
 #pragma unroll
     for (int i = 0; i < kRopeUnroll; ++i) {
-      if (!at[i].valid) continue;
+      if (!valid[i]) continue;
       rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn);
-      store_head<kFp8>(at[i], pair, k_row, k_div, a[i], b[i]);
+      store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h0 + i * (head_step / kRopeUnroll), col0, pair, a[i], b[i]);
     }
   }
 #endif
@@ -526,7 +523,7 @@ __global__ void __launch_bounds__(kStagedThreads)
     a.load(rows + h * p.head_dim + col0);
     b.load(rows + h * p.head_dim + col1);
     rotate<!kNeox && (kVec > 1)>(a, b, c, sn);
-    store_head<kFp8>(head_at(p, q, q_out, k, k_out, h, col0), col1 - col0, k_row, k_div, a, b);
+    store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1 - col0, a, b);
   }
   // v, and the unrotated columns where they are written (out of place, or k to the cache).
   if constexpr (kStore) {
@@ -778,9 +775,7 @@ struct RopeOps {
     // wide_store: the store operands (v, the caches) allow kWideVec as well.
     template <bool kFp8, bool kStore>
     void launch(bool neox, const KvStoreParams& s, bool wide_store) {
-      // No position is inside an empty cos/sin cache: every token is skipped (the kernels read its row 0 at
-      // positions outside it).
-      if (tokens == 0 || p.q_heads + p.k_heads == 0 || p.max_position == 0) return;
+      if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
       if (vec == kWideVec && (!kStore || wide_store)) {
         neox ? run<kFp8, true, kWideVec, kStore>(s) : run<kFp8, false, kWideVec, kStore>(s);
       } else {

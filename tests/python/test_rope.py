@@ -358,8 +358,8 @@ def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats,
 @pytest.mark.parametrize("with_cache", [False, True])
 @pytest.mark.parametrize("tokens", [6, 600])  # decode's register kernel, prefill's staged kernel
 def test_an_empty_cos_sin_cache_skips_every_token(with_cache, tokens):
-    """No position lies inside a cos/sin cache of no rows: q and k stay as they were, nothing is cached
-    and nothing is read from the empty cache (the decode kernel reads row 0 where a position is outside)."""
+    """No position lies inside a cos/sin cache of no rows: q and k stay as they were, nothing is cached,
+    and no kernel reads the empty cache (a read there faults, and the synchronize raises it)."""
     torch = _torch()
     ops = _ops()
     d = 64
