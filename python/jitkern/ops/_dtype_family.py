@@ -8,8 +8,19 @@ from .._torch import check_not_capturing, torch
 from ..jit import JitSpec, cpp_type
 
 
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # the element types the float kernel families are built for
+
+
+def package_spec(name: str, *args, cuda_file: str, wrappers: list, compile_seconds: float) -> JitSpec:
+    """A module of the package's own kernels (csrc/<cuda_file>): its headers keep the kernel bodies under
+    #ifdef __CUDACC__, so the host pass runs without nvcc, started by the precompiled prelude.
+    compile_seconds: the scheduling estimate parallel builds start in the order of."""
+    return JitSpec(name, *args, cuda_files=[cuda_file], cuda_wrappers=wrappers, host_without_nvcc=True, host_prelude=True,
+                   compile_seconds=compile_seconds)
+
+
 class DtypeFamily:
-    DTYPES = ("float16", "bfloat16", "float32")
+    DTYPES = FLOAT_DTYPES
 
     def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict | None = None,
                  compile_seconds: dict[str, float] | None = None):
@@ -18,8 +29,7 @@ class DtypeFamily:
         arguments in errors); public: the Python op -> the export it calls, or the exports it chooses from by
         its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses); default: each
         export under its own name; compile_seconds: export -> its module's compile time (JitSpec's scheduling
-        estimate). The modules build with host_without_nvcc (csrc/<name>.cuh keeps its kernel bodies under
-        #ifdef __CUDACC__)."""
+        estimate). The modules are package_spec modules of csrc/<name>.cuh."""
         self.name, self.cpp_class, self.ops, self.compile_seconds = name, cpp_class, ops, compile_seconds or {}
         self.public = {op: op for op in ops} if public is None else public
         self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
@@ -31,9 +41,8 @@ class DtypeFamily:
         t = cpp_type(dtype)
         if str(dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
-        return JitSpec(f"{self.name}_{op}", t, cuda_files=[f"{self.name}.cuh"],
-                       cuda_wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])], host_without_nvcc=True, host_prelude=True,
-                       compile_seconds=self.compile_seconds.get(op, 0.0))
+        return package_spec(f"{self.name}_{op}", t, cuda_file=f"{self.name}.cuh", wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])],
+                            compile_seconds=self.compile_seconds.get(op, 0.0))
 
     def module_api(self) -> tuple:
         """(DTYPES, SPECS, OPS, spec, specs, warmup): what a family module offers ops/__init__ and the tests."""

@@ -20,6 +20,7 @@ import socket
 
 from .._torch import ModuleExports, compiling, define_op, require_torch, torch
 from ..jit import JitSpec, cpp_type
+from ._dtype_family import FLOAT_DTYPES, package_spec
 from ._shapes import as_rows
 
 _EXPORTS = {
@@ -34,22 +35,21 @@ _EXPORTS = {
     "check": "comm",
 }
 _KERNEL_EXPORTS = {"all_reduce": "comm, x, out", "all_reduce_add_rmsnorm": "comm, x, residual, weight, eps"}
-_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def spec() -> JitSpec:
     """The module of the communicator (no kernels; every dtype's kernel module takes its handle)."""
-    return JitSpec("all_reduce", cuda_files=["all_reduce.cuh"], cuda_wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
-                   host_without_nvcc=True, host_prelude=True, compile_seconds=2.2)  # the order builds start in (measured: 1.1 s, H200 host on 16 CPUs)
+    return package_spec("all_reduce", cuda_file="all_reduce.cuh", wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
+                        compile_seconds=2.2)  # measured: 1.1 s, H200 host on 16 CPUs
 
 
 def kernels_spec(dtype) -> JitSpec:
-    """The module of one element type's kernels (a torch dtype or its name among _DTYPES): one per type, so
+    """The module of one element type's kernels (a torch dtype or its name among FLOAT_DTYPES): one per type, so
     that their compiles run side by side."""
     t = cpp_type(dtype)
-    return JitSpec("all_reduce_kernels", t, cuda_files=["all_reduce.cuh"],
-                   cuda_wrappers=[(op, f"jitkern_all_reduce::Reduce<{t}>::{op}", args) for op, args in _KERNEL_EXPORTS.items()],
-                   host_without_nvcc=True, host_prelude=True, compile_seconds=3.0)  # the order builds start in (measured: 2.8-3.8 s, H200 host on 16 CPUs, 16 builds at once)
+    return package_spec("all_reduce_kernels", t, cuda_file="all_reduce.cuh",
+                        wrappers=[(op, f"jitkern_all_reduce::Reduce<{t}>::{op}", args) for op, args in _KERNEL_EXPORTS.items()],
+                        compile_seconds=3.0)  # measured: 2.8-3.8 s, H200 host on 16 CPUs, 16 builds at once
 
 
 _function = ModuleExports(spec, _EXPORTS, "all_reduce")
@@ -63,7 +63,7 @@ DEFAULT_TIMEOUT_MS = 600_000  # torch.distributed's default for NCCL: a peer sti
 
 def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
     """AllReduce needs the communicator's module and every dtype's kernels (it loads them all when made)."""
-    return [spec(), *(kernels_spec(d) for d in _DTYPES)]
+    return [spec(), *(kernels_spec(d) for d in FLOAT_DTYPES)]
 
 
 def warmup(ops=None, dtypes=(), constants=()) -> None:
@@ -72,7 +72,7 @@ def warmup(ops=None, dtypes=(), constants=()) -> None:
 
     _, *kernels = build_all(*specs())
     _function.warmup()
-    for d, module in zip(_DTYPES, kernels):
+    for d, module in zip(FLOAT_DTYPES, kernels):
         _KERNELS.setdefault(getattr(torch, d), (module.all_reduce, module.all_reduce_add_rmsnorm))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .._torch import ModuleExports, compiling, define_op, torch
 from ..jit import JitSpec
+from ._dtype_family import package_spec
 
 LAYOUTS = {"layer_first": 0, "page_first": 1}  # csrc/kv_transfer.cuh's KvTransfer::Layout
 _OPS = {
@@ -33,9 +34,9 @@ _OPS = {
 
 def spec() -> JitSpec:
     """The module of the transfer ops (one for every dtype, row size and layout)."""
-    return JitSpec("kv_transfer", cuda_files=["kv_transfer.cuh"],
-                   cuda_wrappers=[(op, f"jitkern_kv_transfer::KvTransfer::{op}", args) for op, args in _OPS.items()], host_without_nvcc=True, host_prelude=True,
-                   compile_seconds=2.8)  # H100 host, 16 builds at once: the order builds start in
+    return package_spec("kv_transfer", cuda_file="kv_transfer.cuh",
+                        wrappers=[(op, f"jitkern_kv_transfer::KvTransfer::{op}", args) for op, args in _OPS.items()],
+                        compile_seconds=2.8)  # H100 host, 16 builds at once
 
 
 _function = ModuleExports(spec, _OPS, "kv_transfer")

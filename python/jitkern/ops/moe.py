@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .._torch import ModuleExports, compiling, define_op, torch
 from ..jit import JitSpec
-from ._dtype_family import DtypeFamily
+from ._dtype_family import DtypeFamily, package_spec
 
 _FAMILY = DtypeFamily("moe", "jitkern_moe::MoeOps", {
     "topk_softmax": "topk_weights, topk_ids, gating_output, renormalize",
@@ -33,8 +33,8 @@ _ALIGN_ARGS = "topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, 
 
 def align_spec() -> JitSpec:
     """The module of moe_align_block_size (one for every id dtype)."""
-    return JitSpec("moe_align", cuda_files=["moe.cuh"], cuda_wrappers=[("moe_align_block_size", "jitkern_moe::moe_align_block_size<>", _ALIGN_ARGS)],
-                   host_without_nvcc=True, host_prelude=True, compile_seconds=1.8)
+    return package_spec("moe_align", cuda_file="moe.cuh", wrappers=[("moe_align_block_size", "jitkern_moe::moe_align_block_size<>", _ALIGN_ARGS)],
+                        compile_seconds=1.8)
 
 
 _align = ModuleExports(align_spec, ("moe_align_block_size",), "moe_align")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .._torch import ModuleExports, compiling, define_op, torch
 from ..jit import JitSpec
-from ._dtype_family import DtypeFamily
+from ._dtype_family import DtypeFamily, package_spec
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("rope", "jitkern_rope::RopeOps", {
@@ -50,9 +50,8 @@ _ROWS_COMPILE_SECONDS = {"store_cache": 2.0, "concat_mla": 1.8}  # H100 host, 16
 
 def rows_spec(module: str) -> JitSpec:
     """The module of the dtype-independent row copies: "store_cache" or "concat_mla"."""
-    return JitSpec(f"rope_{module}", cuda_files=["rope.cuh"],
-                   cuda_wrappers=[(op, f"jitkern_rope::KvRows::{op}", args) for op, args in _ROWS[module].items()], host_without_nvcc=True, host_prelude=True,
-                   compile_seconds=_ROWS_COMPILE_SECONDS[module])
+    return package_spec(f"rope_{module}", cuda_file="rope.cuh", wrappers=[(op, f"jitkern_rope::KvRows::{op}", args) for op, args in _ROWS[module].items()],
+                        compile_seconds=_ROWS_COMPILE_SECONDS[module])
 
 
 _store_function = ModuleExports(lambda: rows_spec("store_cache"), _ROWS["store_cache"], "rope_store_cache")
