@@ -428,9 +428,10 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   }
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  // The position, the location and the first heads do not depend on each other: loaded together, so
-  // that a decode step waits for one round trip before its cos/sin loads, not three; the cos/sin loads
-  // issue before the cache rows are worked out.
+  // ptxas issues the location and head loads after the position's check, beside the cos/sin loads, which
+  // wait for the position anyway: a decode step waits for two round trips in series (a clamped cos/sin
+  // read instead of the early return keeps the loads together and measured slower, docs/benchmarks.md);
+  // the cos/sin loads issue before the cache rows are worked out.
   const int64_t position = load_index_at(position_at, p.positions64);
   [[maybe_unused]] int64_t slot = -1;
   if constexpr (kStore) slot = load_index_at(slot_at, s.loc64);

@@ -42,11 +42,17 @@ namespace device {
 // early, and wait for the previous kernel's memory before touching it. No-ops below sm_90.
 JITKERN_DEVICE void pdl_wait_primary() { ptx::griddepcontrol_wait(); }
 JITKERN_DEVICE void pdl_trigger_secondary() { ptx::griddepcontrol_launch_dependents(); }
-// Called before pdl_wait_primary() with an address the kernel reads after it: the address is then worked
-// out before the wait, where it overlaps the kernel before (ptxas otherwise moves address arithmetic after
-// the wait, next to the load), and L2 is asked for its line. Safe on memory the kernel before still
-// writes: L2 is where those writes land.
-JITKERN_DEVICE void prefetch_before_wait(const void* ptr) { ptx::prefetch_global_l2(ptr); }
+// Called before pdl_wait_primary() with an address of global memory the kernel reads after it: the
+// address is then worked out before the wait, where it overlaps the kernel before (ptxas otherwise moves
+// address arithmetic after the wait, next to the load), and L2 is asked for its line. Safe on memory the
+// kernel before still writes: L2 is where those writes land. Nothing below sm_90, whose wait is a no-op.
+JITKERN_DEVICE void prefetch_before_wait(const void* ptr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::prefetch_global_l2(ptr);
+#else
+  (void)ptr;
+#endif
+}
 // Reinterpret memory as T for one aligned load/store (e.g. 16-byte vector access).
 template <typename T>
 JITKERN_DEVICE T load_as(const void* ptr) {

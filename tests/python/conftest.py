@@ -29,6 +29,25 @@ def child_env(without=(), **overrides) -> dict:
     return env
 
 
+def eagerly_then_from_a_graph(prepare, step, check, rounds: int = 3) -> None:
+    """`prepare(seed)` then `step()` then `check(what)`, `rounds` times eagerly, then `rounds` times replaying
+    `step` captured in a CUDA graph (what: "eager, seed N" or "graph, seed N")."""
+    import torch
+
+    for seed in range(rounds):
+        prepare(seed)
+        step()
+        check(f"eager, seed {seed}")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in range(rounds, 2 * rounds):
+        prepare(seed)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(f"graph, seed {seed}")
+
+
 def _cuda_available() -> bool:
     try:
         import torch

@@ -6,6 +6,7 @@ shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the sam
 from pathlib import Path
 
 import pytest
+from conftest import eagerly_then_from_a_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -170,18 +171,7 @@ def test_per_tensor_reads_what_the_previous_kernel_wrote(rows):
         assert torch.equal(s, es.reshape(1)), what
         _assert_q_equal(q, _quantize(y, es))
 
-    for seed in range(3):
-        x.copy_(_x((rows, 4096), "bfloat16", seed=seed) * (seed + 1))
-        step()
-        check(f"eager, seed {seed}")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for seed in range(3, 6):
-        x.copy_(_x((rows, 4096), "bfloat16", seed=seed) * (seed + 1))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(f"graph, seed {seed}")
+    eagerly_then_from_a_graph(lambda seed: x.copy_(_x((rows, 4096), "bfloat16", seed=seed) * (seed + 1)), step, check)
 
 
 # ---- per-token -------------------------------------------------------------------------------------

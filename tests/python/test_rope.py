@@ -4,6 +4,7 @@ quantization family's rounding, store_cache and the MLA concatenations against t
 import random
 
 import pytest
+from conftest import eagerly_then_from_a_graph
 
 TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float32": (1e-5, 1e-5)}
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -352,6 +353,73 @@ def test_positions_outside_the_cos_sin_cache_skip_the_token(with_cache, repeats,
     if with_cache:
         assert torch.equal(kc.view(slots, -1)[loc[good]], k[good]) and torch.equal(vc.view(slots, -1)[loc[good]], v[good])
         assert not kc.view(slots, -1)[loc[~good]].any() and not vc.view(slots, -1)[loc[~good]].any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("tokens", [6, 300])  # decode's register kernel, prefill's staged kernel
+@pytest.mark.parametrize("aligned", [True, False])  # False: 2 bytes off, narrow vectors (the register kernel at 300 too)
+def test_strided_positions_and_locations(index_dtype, tokens, aligned):
+    """positions and cache_loc taken every second and every third element of larger tensors: each token
+    reads its own entries (the kernels address them by token * stride in bytes of the index type)."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, index_dtype)
+    d, skip = 64, 0 if aligned else 1
+    q, k, v = (torch.randn(tokens, w + skip, dtype=torch.bfloat16, device="cuda")[:, skip:] for w in (4 * d, 2 * d, 2 * d))
+    pos = _positions(2 * tokens, dtype, seed=tokens)[::2]
+    slots = 3 * tokens + 8
+    loc = _locations(3 * tokens, slots, dtype, seed=tokens, out_of_range=False)[::3]
+    assert pos.stride(0) == 2 and loc.stride(0) == 3
+    cs = _cos_sin(d)
+    eq, ek = _reference(q.view(tokens, 4, d), pos, cs, True), _reference(k.view(tokens, 2, d), pos, cs, True)
+    kc, vc = (torch.zeros(slots, 2, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    arg = ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=arg)
+    _assert_close(q.view(tokens, 4, d), eq, "bfloat16")
+    _assert_close(k.view(tokens, 2, d), ek, "bfloat16")
+    rows = loc.long()
+    assert torch.equal(kc.view(slots, -1)[rows], k) and torch.equal(vc.view(slots, -1)[rows], v)
+    written = torch.zeros(slots, dtype=torch.bool, device="cuda")
+    written[rows] = True
+    assert not kc.view(slots, -1)[~written].any() and not vc.view(slots, -1)[~written].any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 8, 64])
+def test_rope_reads_what_the_previous_kernel_wrote(tokens):
+    """The fused write works out its first addresses and prefetches them before its PDL wait: here q, k and
+    v are written by the kernel just before it (jitkern's rmsnorm over the fused qkv rows, itself launched
+    with PDL), eagerly and from a CUDA graph; the result is that of the two run apart."""
+    torch = _torch()
+    ops = _ops()
+    d, width = 128, (HQ + 2 * HK) * 128
+    w = torch.randn(width, dtype=torch.bfloat16, device="cuda")
+    x = torch.empty(tokens, width, dtype=torch.bfloat16, device="cuda")
+    qkv = torch.empty_like(x)
+    q, k, v = qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
+    pos = _positions(tokens, torch.int64, seed=tokens)
+    cs = _cos_sin(d)
+    slots = 2 * tokens + 16
+    loc = _locations(tokens, slots, torch.int64, seed=tokens, out_of_range=False)
+    kc, vc = (torch.zeros(slots, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    arg = ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc)
+
+    def step():
+        ops.rmsnorm(x, w, qkv, 1e-6)
+        ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=arg)
+
+    def check(what):
+        normed = ops.rmsnorm(x, w, None, 1e-6)  # the same kernel's bits, apart from the rope
+        torch.cuda.synchronize()
+        eq = _reference(normed[:, : HQ * d].view(tokens, HQ, d), pos, cs, True)
+        ek = _reference(normed[:, HQ * d : (HQ + HK) * d].view(tokens, HK, d), pos, cs, True)
+        _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
+        _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
+        assert torch.equal(kc.view(slots, -1)[loc], k), what
+        assert torch.equal(vc.view(slots, -1)[loc], normed[:, (HQ + HK) * d :]), what
+
+    eagerly_then_from_a_graph(lambda seed: x.copy_(torch.randn(tokens, width, dtype=torch.bfloat16, device="cuda") * (seed + 1)), step, check)
 
 
 @pytest.mark.gpu
