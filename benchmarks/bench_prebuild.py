@@ -52,7 +52,8 @@ def main() -> None:
         assert f"0 built, {modules} already cached" in out, out
         rows.append((f"jitkern prebuild -j {cpus} again (everything cached)", seconds))
     print(f"\n### Prebuild of jitkern's ops ({environment()}, {cpus} CPUs)\n")
-    print(f"{modules} modules (norm for fp16/bf16/fp32, add_constant for {CONSTANTS}) for {ARCH}, each into a fresh cache.\n")
+    print(f"{modules} modules (every op's for fp16/bf16/fp32, add_constant for {CONSTANTS}) for {ARCH}, each way into a fresh "
+          "cache.\n")
     print("| how | wall time, s | vs one by one |")
     print("|---|---|---|")
     base = rows[0][1]
