@@ -381,8 +381,8 @@ __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStore
 // the q heads then the k heads, with the token's cos/sin of its unit loaded once. kStore: the rotated k
 // also goes to the cache row of its location, and one more CTA per token (blockIdx.y == p.splits) copies
 // its v row (copy_v_row), so that the rotating CTAs never wait for v. The unrotated columns are copied by
-// all threads in turn. The addresses of a thread's first loads are worked out before the PDL wait, so
-// that they overlap the kernel before.
+// all threads in turn. With wide vectors the addresses of a thread's first loads are worked out before
+// the PDL wait, so that they overlap the kernel before.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_constant__ RopeParams<T> p, const __grid_constant__ KvStoreParams s) {
 #ifdef __CUDACC__
