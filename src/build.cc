@@ -814,7 +814,7 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
     const bool changed_meanwhile = std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) {
       const auto b = before.find(d.path);
       struct stat st {};
-      const bool touched = ::stat(d.path.c_str(), &st) == 0 && int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec >= started_ns;
+      const bool touched = ::stat(d.path.c_str(), &st) == 0 && fs::ns_of(st.st_ctim) >= started_ns;
       return d.sig.mtime_ns >= started_ns || touched || (b != before.end() && b->second != d.sha);
     });
     if (changed_meanwhile && attempt < 3) {

@@ -37,7 +37,7 @@ namespace {
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error("jitkern: " + what + ": " + std::strerror(errno)); }
 }  // namespace
 
-FileSig sig_of(const struct stat& st) { return {st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}; }
+FileSig sig_of(const struct stat& st) { return {st.st_size, ns_of(st.st_mtim)}; }
 
 bool stat_sig(const std::string& path, FileSig* sig) {
   struct stat st;

@@ -16,6 +16,9 @@ struct FileSig {
   bool operator==(const FileSig&) const = default;
 };
 
+// A file time (st_mtim, st_ctim) in nanoseconds since the epoch.
+inline int64_t ns_of(const struct timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
 FileSig sig_of(const struct stat& st);
 bool stat_sig(const std::string& path, FileSig* sig);
 

@@ -37,12 +37,10 @@ struct Sig {
   bool operator==(const Sig&) const = default;
 };
 
-int64_t ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
-
 bool sig_now(const std::string& path, Sig* out) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return false;
-  *out = {st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)};
+  *out = {st.st_dev, st.st_ino, st.st_size, fs::ns_of(st.st_mtim), fs::ns_of(st.st_ctim)};
   return true;
 }
 
