@@ -111,7 +111,7 @@ def environment() -> str:
     except ImportError:
         device = "no GPU (torch not installed)"
 
-    commit = os.environ.get("JITKERN_COMMIT") or subprocess.run(
+    commit = os.environ.get("BENCH_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip() or "unknown"
     return f"{date.today().isoformat()}, {device}, commit {commit}"

@@ -43,17 +43,19 @@ def clangd_config(arch: str) -> str:
 
 def cmd_clangd(args) -> int:
     out = Path(args.output)
-    if out.exists() and not args.force:
-        print(f"{out} already exists; not overwriting it (use --force)", file=sys.stderr)
+    dirs = [Path(d) for d in args.kernels] or ([Path("csrc")] if Path("csrc").is_dir() else [])
+    files = sorted({f.resolve() for d in dirs for pattern in ("*.cu", "*.cuh") for f in d.rglob(pattern)})
+    db = out.parent / "compile_commands.json"
+    existing = [p for p in (out, *([db] if files else [])) if p.exists()]
+    if existing and not args.force:  # nothing is written then
+        print(f"{' and '.join(map(str, existing))} already exist{'s' if len(existing) == 1 else ''}; not overwriting "
+              "(use --force)", file=sys.stderr)
         return 1
     out.write_text(clangd_config(args.arch))
     print(f"wrote {out}; restart clangd to pick it up")
-    dirs = [Path(d) for d in args.kernels] or ([Path("csrc")] if Path("csrc").is_dir() else [])
-    files = sorted({f.resolve() for d in dirs for pattern in ("*.cu", "*.cuh") for f in d.rglob(pattern)})
     if files:
         flags = ["clang++", *clangd_flags(args.arch)]
         entries = [{"directory": str(f.parent), "file": str(f), "arguments": [*flags, "-c", str(f)]} for f in files]
-        db = out.parent / "compile_commands.json"
         db.write_text(json.dumps(entries, indent=1) + "\n")
         print(f"wrote {db} ({len(entries)} kernel files under {', '.join(map(str, dirs))})")
     return 0

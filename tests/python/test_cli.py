@@ -242,6 +242,22 @@ def test_clangd_writes_config_and_compile_commands(tmp_path):
     assert run_cli("clangd", cwd=tmp_path).returncode == 1  # never overwrites without --force
 
 
+def test_clangd_keeps_an_existing_compile_commands_json(tmp_path):
+    """A compile_commands.json of the user's own is not replaced without --force, even where no .clangd
+    exists yet; nothing is written then."""
+    kernels = tmp_path / "csrc"
+    kernels.mkdir()
+    (kernels / "a.cuh").write_text("// a kernel\n")
+    db = tmp_path / "compile_commands.json"
+    db.write_text("[]  mine\n")
+    proc = run_cli("clangd", "--kernels", str(kernels), cwd=tmp_path)
+    assert proc.returncode == 1 and "compile_commands.json" in proc.stderr and "--force" in proc.stderr, proc.stderr
+    assert db.read_text() == "[]  mine\n" and not (tmp_path / ".clangd").exists()
+    forced = run_cli("clangd", "--kernels", str(kernels), "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert [Path(e["file"]).name for e in json.loads(db.read_text())] == ["a.cuh"]
+
+
 def test_version_bare_command_and_misplaced_options(tmp_path):
     from jitkern._engine import runtime_version
 
