@@ -280,6 +280,13 @@ __device__ __forceinline__ void load_cos_sin(float (&c)[kVec], float (&sn)[kVec]
   }
 }
 
+// How many columns after a thread's vector a its partner b starts: NeoX pairs column j with j + R/2, GPT-J
+// takes kVec consecutive (2m, 2m + 1) pairs in each of two adjacent vectors.
+template <bool kNeox, int kVec, typename T>
+__device__ __forceinline__ int pair_offset(const RopeParams<T>& p) {
+  return kNeox ? p.rot_half : kVec;
+}
+
 // Head h's rotated vectors (a at column col0, b `pair` columns on) to its output row and, for a k head,
 // to the cache row (if any). Its addresses are worked out here, not kept from the loads: held in
 // registers across the loads they cost the many-token launches occupancy.
@@ -394,7 +401,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   }
   const int unit = static_cast<int>(threadIdx.x), group = static_cast<int>(threadIdx.y);
   const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
-  const int pair = kNeox ? p.rot_half : kVec;  // b's columns are a's plus this
+  const int pair = pair_offset<kNeox, kVec>(p);
   const T* q = p.q + token * p.q_token;
   T* q_out = p.q_out + token * p.qo_token;
   const T* k = p.k + token * p.k_token;
@@ -510,7 +517,7 @@ __global__ void __launch_bounds__(kStagedThreads)
   const int unit = static_cast<int>(threadIdx.x) % p.units, group = static_cast<int>(threadIdx.x) / p.units;
   const int groups = static_cast<int>(blockDim.x) / p.units;
   const int col0 = kNeox ? unit * kVec : unit * 2 * kVec;
-  const int col1 = kNeox ? col0 + p.rot_half : col0 + kVec;
+  const int pair = pair_offset<kNeox, kVec>(p);
   float c[kVec], sn[kVec];
   load_cos_sin(c, sn, p, cos_sin_at<T, kVec>(p, unit), position);
   [[maybe_unused]] const auto [k_row, v_row, k_div, v_div] = token_rows<kFp8, kStore>(s, slot);
@@ -522,9 +529,9 @@ __global__ void __launch_bounds__(kStagedThreads)
   for (int h = group; h < heads; h += groups) {
     Vec a, b;
     a.load(rows + h * p.head_dim + col0);
-    b.load(rows + h * p.head_dim + col1);
+    b.load(rows + h * p.head_dim + col0 + pair);
     rotate<!kNeox && (kVec > 1)>(a, b, c, sn);
-    store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, col1 - col0, a, b);
+    store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, pair, a, b);
   }
   // v, and the unrotated columns where they are written (out of place, or k to the cache).
   if constexpr (kStore) {
