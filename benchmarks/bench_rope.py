@@ -10,7 +10,9 @@ token per request (random positions, each token in its own random page); prefill
 Bytes moved (fused): q and k read and written back, v read, the k and v cache rows written, positions,
 locations and the cos/sin rows read. GB/s and % of the measured copy ceiling use those bytes for every
 provider (the unfused pair moves more: it reads k and v again). The pattern ceiling is a kernel that moves
-the q, k, v and cache bytes alone (benchmarks/kernels/copy_ceiling.cuh, rewrite_to_cache)."""
+the q, k, v and cache bytes alone (benchmarks/kernels/copy_ceiling.cuh, rewrite_to_cache); the gathered
+pattern adds RoPE's one dependency on top: q and k are written back only after the cos/sin row at the
+token's position has arrived, which can be read only once the position has (rewrite_to_cache_gathered)."""
 
 from __future__ import annotations
 
@@ -193,10 +195,11 @@ def main() -> None:
         print(f"- not run: {line}")
     names = list(providers(cs, cs16, kc, vc, refs))
     print("\n| phase | T | " + " | ".join(f"{n} us" for n in names) + " | fused GB/s | fused % of copy ceiling | pattern ceiling us | "
-          "fused % of pattern | unfused / fused |")
-    print("|---|---|" + "---|" * (len(names) + 5))
+          "fused % of pattern | gathered pattern us | fused % of gathered | unfused / fused |")
+    print("|---|---|" + "---|" * (len(names) + 7))
     yard = yardstick_module()
     kc32, vc32 = kc.view(torch.int32).view(-1), vc.view(torch.int32).view(-1)
+    table = cs.view(torch.int32)
     for phase, sizes in (("decode", DECODE), ("prefill", PREFILL)):
         for t in sizes:
             q, k, v, pos, loc = inputs(t, phase == "decode")
@@ -204,14 +207,17 @@ def main() -> None:
             rows = torch.as_strided(q, (t, (HQ + 2 * HK) * D), q.stride()).view(torch.int32)
             fns = {name: (lambda fn=fn: fn(q, k, v, pos, loc)) for name, fn in providers(cs, cs16, kc, vc, refs).items()}
             fns["pattern"] = lambda: yard.rewrite_to_cache(rows, loc, kc32, vc32, (HQ + HK) * D * 2 // 16, HK * D * 2 // 16, 0)
+            fns["gathered"] = lambda: yard.rewrite_to_cache_gathered(rows, loc, pos, table, kc32, vc32, (HQ + HK) * D * 2 // 16,
+                                                                      HK * D * 2 // 16, 0)
             res = in_turns(fns, t)
-            pattern = res.pop("pattern")
+            pattern, gathered = res.pop("pattern"), res.pop("gathered")
             fused = res["jitkern fused"]["median"]
             gbps = moved_bytes(t) / (fused * 1e-6) / 1e9
             cells = " | ".join("n/a" if r is None else f"{r['median']:.2f} [{r['p20']:.2f}-{r['p80']:.2f}]" for r in res.values())
             ratio = res["jitkern rope then store_cache"]["median"] / fused
             print(f"| {phase} | {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {pattern['median']:.2f} | "
-                  f"{100 * pattern['median'] / fused:.1f}% | {ratio:.2f}x |")
+                  f"{100 * pattern['median'] / fused:.1f}% | {gathered['median']:.2f} | {100 * gathered['median'] / fused:.1f}% | "
+                  f"{ratio:.2f}x |")
     launch_floor(cs, kc, vc)
     launch_shapes(cs, kc, vc, ceiling)
     mla_table()
@@ -236,7 +242,7 @@ def launch_shapes(cs, kc, vc, ceiling) -> None:
     """The fused kernel at launch shapes the exported function takes for tuning: thread groups per CTA
     (each group 8 threads: one per 16-byte pair unit of a head) and CTAs per token; (0, 0) is the default."""
     m = _rope_module(DTYPE)
-    shapes = {"decode": [(0, 0), (40, 1), (16, 3), (8, 5), (4, 10)], "prefill": [(0, 0), (8, 1), (16, 1), (20, 1), (40, 1), (8, 5)]}
+    shapes = {"decode": [(0, 0), (40, 1), (16, 3), (8, 5), (4, 10), (2, 20)], "prefill": [(0, 0), (8, 1), (16, 1), (20, 1), (40, 1), (8, 5)]}
     columns = list(dict.fromkeys(shapes["decode"] + shapes["prefill"]))
     print("\n#### Launch shapes of the fused kernel (us; groups x CTAs per token; prefill: % of the copy ceiling)\n")
     print("| phase | T | " + " | ".join(f"{g}x{s}" if g else "default" for g, s in columns) + " |")

@@ -89,14 +89,16 @@ def copy_ceilings(num_bytes: int = 1 << 30, use_cudagraph: bool = False) -> dict
 def yardstick_module():
     """benchmarks/kernels/copy_ceiling.cuh: copy(dst, src), rewrite_columns(buf, width, flip), rewrite_pair(a, b, flip),
     rewrite_rows(buf, reductions, flip), halve(dst, src), quarter(dst, src), read_all(out, src),
-    rewrite_to_cache(rows, loc, kc, vc, rewrite, cached, flip)."""
+    rewrite_to_cache(rows, loc, kc, vc, rewrite, cached, flip),
+    rewrite_to_cache_gathered(rows, loc, positions, table, kc, vc, rewrite, cached, flip)."""
     import jitkern
 
     return jitkern.load_jit("bench_copy_ceiling", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "copy_ceiling.cuh")],
                             cuda_wrappers=[("copy", "copy_ceiling"), ("rewrite_columns", "rewrite_columns"), ("rewrite_pair", "rewrite_pair"),
                                            ("rewrite_rows", "rewrite_rows"), ("halve", "halve"), ("quarter", "quarter"),
                                            ("read_all", "read_all"),
-                                           ("rewrite_to_cache", "rewrite_to_cache")])
+                                           ("rewrite_to_cache", "rewrite_to_cache"),
+                                           ("rewrite_to_cache_gathered", "rewrite_to_cache_gathered")])
 
 
 def copy_ceiling_text(ceilings: dict[str, float]) -> str:

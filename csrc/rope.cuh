@@ -43,10 +43,13 @@ using jitkern::TensorView;
 // heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 315.7 us against 339.6 at 128 and
 // 512.0 at 320; T = 1, 1.67 us in 5 CTAs of 64 against 1.76 in one CTA of 320.
 constexpr int kRopeThreads = 64;
-// Fewer rotating CTAs than this for the whole launch (one token; the v CTA not counted): the groups per
-// CTA are halved until there are as many (H100, T = 1: 10 CTAs of 32 threads 1.44-1.45 us against 1.67 in
-// 5 of 64, 2.22 in 20 of 16; at T >= 2 level).
-constexpr int kRopeMinCtas = 8;
+// A launch that does not trigger the next one early (host::pdl_early_trigger) spreads its heads out: the
+// groups per CTA are halved, down to kRopeMinCtaThreads threads a CTA, while it has fewer rotating CTAs
+// than kRopeMinCtas. H100, q 32 / kv 8 heads, d 128, bf16, fused write, us: T = 2 / 4 / 8 in CTAs of 16
+// threads 1.37 / 1.28 / 1.33 against 1.42 / 1.40 / 1.40 in CTAs of 64; CTAs of 8 threads 1.81-2.03; T = 1
+// keeps its 5 CTAs of 64, which trigger early: 1.30 against 1.41 in 10 CTAs of 32.
+constexpr int kRopeMinCtas = 64;
+constexpr int kRopeMinCtaThreads = 16;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
 // rope_staged_kernel (more tokens than SMs, 16-byte vectors, no launch shape given): CTAs of
@@ -235,6 +238,22 @@ __device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<
 #pragma unroll
       for (int j = 0; j < kVec; ++j) turn_t(a[j], b[j], c[j], s[j]);
     }
+  }
+}
+
+// The vector at src where `pred` holds, else zeros. Loaded as 32-bit words where it is made of them: a
+// conditional load of 2-byte elements was merged into the registers one element at a time (64 more PRMT
+// instructions in the bf16 decode kernel, waiting for the loads).
+template <typename T, int kVec>
+__device__ __forceinline__ void load_or_zero(AlignedVector<T, kVec>& v, const T* src, bool pred) {
+  if constexpr (sizeof(T) * kVec % 4 == 0) {
+    AlignedVector<uint32_t, sizeof(T) * kVec / 4> words;
+    words.fill(0);
+    if (pred) words.load(reinterpret_cast<const uint32_t*>(src));
+    __builtin_memcpy(v.data, words.data, sizeof words);
+  } else {
+    v.fill(T{});
+    if (pred) v.load(src);
   }
 }
 
@@ -445,11 +464,10 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   Vec a[kRopeUnroll], b[kRopeUnroll];
   const auto load_heads = [&] {
 #pragma unroll
-    for (int i = 0; i < kRopeUnroll; ++i)
-      if (valid[i]) {
-        __builtin_assume(__isGlobal(src[i]));  // else nvcc loads through generic addresses here
-        a[i].load(src[i]), b[i].load(src[i] + pair);
-      }
+    for (int i = 0; i < kRopeUnroll; ++i) {
+      __builtin_assume(__isGlobal(src[i]));  // else nvcc loads through generic addresses here
+      load_or_zero(a[i], src[i], valid[i]), load_or_zero(b[i], src[i] + pair, valid[i]);
+    }
   };
   load_heads();
   if (position < 0 || position >= p.max_position) return;
@@ -459,14 +477,22 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   copy_tails<kFp8, T, kVec>(p, q_out, k_out, k_row, k_div, first_item, item_step,
                             [&](bool is_q, int h) { return is_q ? q + h * p.q_head : k + h * p.k_head; });
 
-  for (int h0 = first_head; h0 < heads; h0 += head_step) {
-    if (h0 != first_head) heads_from(h0), load_heads();
+  const auto rotate_heads = [&](int h0) {
 #pragma unroll
     for (int i = 0; i < kRopeUnroll; ++i) {
       if (!valid[i]) continue;
       rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn);
       store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h0 + i * (head_step / kRopeUnroll), col0, pair, a[i], b[i]);
     }
+  };
+  // Wide vectors rotate their first heads outside the loop, so that a decode step (one round) runs
+  // straight-line code to its stores (H100, T = 32: 1.41 us against 1.52 in the loop). Narrow vectors keep
+  // the one loop (H100, 4096 tokens: 59.9 us, with the first round apart 64.9).
+  int h0 = first_head;
+  if constexpr (kVec > 1) rotate_heads(h0), h0 += head_step;
+  for (; h0 < heads; h0 += head_step) {
+    if (kVec > 1 || h0 != first_head) heads_from(h0), load_heads();
+    rotate_heads(h0);
   }
 #endif
 }
@@ -814,11 +840,15 @@ struct RopeOps {
       const auto splits_for = [&](int64_t g) {  // at most 65534 (gridDim.y): room for the v CTA
         return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
       };
-      while (groups_hint <= 0 && groups > 1 && tokens * splits_for(groups) < kRopeMinCtas) groups /= 2;
+      const int64_t v_ctas = kStore ? 1 : 0;
+      if (groups_hint <= 0 && !host::pdl_early_trigger(tokens * (splits_for(groups) + v_ctas))) {
+        const int64_t fewest = std::max<int64_t>(1, kRopeMinCtaThreads / units);
+        while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) groups /= 2;
+      }
       const int64_t splits = splits_for(groups);
       RopeParams<T> c = p;
       c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups), c.splits = static_cast<int32_t>(splits);
-      const int64_t ctas = splits + (kStore ? 1 : 0);
+      const int64_t ctas = splits + v_ctas;
       c.early_trigger = host::pdl_early_trigger(tokens * ctas);
       LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(units), static_cast<unsigned>(groups)),
                    device)

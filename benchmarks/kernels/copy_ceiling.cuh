@@ -11,6 +11,9 @@
 // read_all: reads every byte and writes one word per CTA (an amax pass).
 // rewrite_to_cache: the memory traffic of RoPE fused with the KV-cache write and nothing else: per token,
 // its q and k read and written back in place, its v read, k and v written to its cache rows.
+// rewrite_to_cache_gathered: the same, with the dependency RoPE adds: q and k are written back only after
+// a 16-byte vector of the table row at the token's position (its cos/sin row) has arrived, which can be
+// read only once the position has.
 // rewrite_rows: the dependency pattern of a wide-row norm at decode sizes and nothing else: one CTA per
 // row, four 16-byte vectors per thread read, 0, 1 or 2 CTA-wide reductions in series, written back.
 #pragma once
@@ -189,15 +192,20 @@ constexpr int kRewriteRowsVecs = 4;
 // and written to its v cache row; every load of a token in flight before its stores (256 threads, 4
 // vectors each: a whole 12 KiB row of q, k and v of 32 / 8 / 8 heads of 128). It triggers the next
 // launch where the RoPE kernel does (host::pdl_early_trigger), so back-to-back launches overlap alike.
+// kGather: positions (int64, one per token) and table (rows of table_vecs vectors) are read too, and
+// what q and k are XORed with comes from the table row at the token's position.
 constexpr int kRowCacheThreads = 256, kRowCacheItems = 4;
+template <bool kGather>
 __global__ void __launch_bounds__(kRowCacheThreads) rewrite_to_cache_kernel(uint4* rows, int64_t row_vecs, int rewrite, int cached,
                                                                             const int64_t* loc, uint4* kc, uint4* vc, uint32_t flip,
-                                                                            bool early_trigger) {
+                                                                            bool early_trigger, const int64_t* positions,
+                                                                            const uint4* table, int table_vecs) {
   if (early_trigger) device::pdl_trigger_secondary();
   uint4* row = rows + int64_t{blockIdx.x} * row_vecs;
   device::pdl_wait_primary();
   if (!early_trigger) device::pdl_trigger_secondary();
   const int64_t slot = loc[blockIdx.x];
+  if constexpr (kGather) flip ^= table[positions[blockIdx.x] * table_vecs + threadIdx.x % table_vecs].x;
   uint4* k_row = kc + slot * cached;
   uint4* v_row = vc + slot * cached;
   const int total = rewrite + cached, k_first = rewrite - cached;
@@ -223,8 +231,10 @@ __global__ void __launch_bounds__(kRowCacheThreads) rewrite_to_cache_kernel(uint
 
 // rows: int32 [tokens, >= (rewrite + cached) * 4] (a fused qkv buffer seen as int32), loc: int64 [tokens],
 // kc, vc: int32 caches of rows of `cached` vectors; rewrite, cached in 16-byte vectors.
-void rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView kc, jitkern::TensorView vc,
-                      int64_t rewrite, int64_t cached, int64_t flip) {
+template <bool kGather>
+void launch_rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView kc, jitkern::TensorView vc,
+                             int64_t rewrite, int64_t cached, int64_t flip, const int64_t* positions, const uint4* table,
+                             int64_t table_vecs) {
   using namespace host;
   SymbolicSize tokens{"tokens"}, width{"width"}, stride{"row_stride"}, slots{"cache_words"};
   SymbolicDevice device;
@@ -235,9 +245,29 @@ void rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern
   RuntimeCheck(rewrite > cached && cached > 0 && (rewrite + cached) * 4 <= width.unwrap(), "rewrite_to_cache: bad row split");
   if (tokens.unwrap() == 0) return;
   LaunchKernel(static_cast<unsigned>(tokens.unwrap()), kRowCacheThreads, device.unwrap())
-      .enable_pdl()(rewrite_to_cache_kernel, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite),
+      .enable_pdl()(rewrite_to_cache_kernel<kGather>, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite),
                     static_cast<int>(cached), static_cast<const int64_t*>(loc.data_ptr()), static_cast<uint4*>(kc.data_ptr()),
-                    static_cast<uint4*>(vc.data_ptr()), static_cast<uint32_t>(flip), pdl_early_trigger(tokens.unwrap()));
+                    static_cast<uint4*>(vc.data_ptr()), static_cast<uint32_t>(flip), pdl_early_trigger(tokens.unwrap()), positions,
+                    table, static_cast<int>(table_vecs));
+}
+
+void rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView kc, jitkern::TensorView vc,
+                      int64_t rewrite, int64_t cached, int64_t flip) {
+  launch_rewrite_to_cache<false>(rows, loc, kc, vc, rewrite, cached, flip, nullptr, nullptr, 1);
+}
+
+// positions: int64 [tokens], each in [0, table rows); table: int32 [rows, words], words a multiple of 4.
+void rewrite_to_cache_gathered(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView positions, jitkern::TensorView table,
+                               jitkern::TensorView kc, jitkern::TensorView vc, int64_t rewrite, int64_t cached, int64_t flip) {
+  using namespace host;
+  SymbolicSize tokens{"tokens"}, table_rows{"table_rows"}, words{"table_words"};
+  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>().verify(positions);
+  TensorMatcher({table_rows, words}).with_dtype<int32_t>().with_device<kDLCUDA>().verify(table);
+  RuntimeCheck(words.unwrap() % 4 == 0 && words.unwrap() > 0 && reinterpret_cast<uintptr_t>(table.data_ptr()) % 16 == 0,
+               "rewrite_to_cache_gathered: table rows must be whole 16-byte vectors");
+  RuntimeCheck(tokens.unwrap() == loc.size(0), "rewrite_to_cache_gathered: one position per token");
+  launch_rewrite_to_cache<true>(rows, loc, kc, vc, rewrite, cached, flip, static_cast<const int64_t*>(positions.data_ptr()),
+                                static_cast<const uint4*>(table.data_ptr()), words.unwrap() / 4);
 }
 
 // Triggers after its wait, as the wide-row norm kernels do.
