@@ -241,19 +241,22 @@ __device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<
   }
 }
 
-// The vector at src where `pred` holds, else zeros. Loaded as 32-bit words where it is made of them: a
-// conditional load of 2-byte elements was merged into the registers one element at a time (64 more PRMT
-// instructions in the bf16 decode kernel, waiting for the loads).
+// The vector at global address src where `pred` holds. Vectors of whole 32-bit words are loaded as
+// words, zeros where `pred` fails: a conditional load of 2-byte elements was merged into the registers one
+// element at a time (64 more PRMT instructions in the bf16 decode kernel, waiting for the loads).
 template <typename T, int kVec>
-__device__ __forceinline__ void load_or_zero(AlignedVector<T, kVec>& v, const T* src, bool pred) {
+__device__ __forceinline__ void load_if(AlignedVector<T, kVec>& v, const T* src, bool pred) {
   if constexpr (sizeof(T) * kVec % 4 == 0) {
     AlignedVector<uint32_t, sizeof(T) * kVec / 4> words;
     words.fill(0);
-    if (pred) words.load(reinterpret_cast<const uint32_t*>(src));
+    if (pred) {
+      __builtin_assume(__isGlobal(src));  // else nvcc loads through generic addresses here
+      words.load(reinterpret_cast<const uint32_t*>(src));
+    }
     __builtin_memcpy(v.data, words.data, sizeof words);
-  } else {
-    v.fill(T{});
-    if (pred) v.load(src);
+  } else if (pred) {
+    __builtin_assume(__isGlobal(src));
+    v.load(src);
   }
 }
 
@@ -464,10 +467,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   Vec a[kRopeUnroll], b[kRopeUnroll];
   const auto load_heads = [&] {
 #pragma unroll
-    for (int i = 0; i < kRopeUnroll; ++i) {
-      __builtin_assume(__isGlobal(src[i]));  // else nvcc loads through generic addresses here
-      load_or_zero(a[i], src[i], valid[i]), load_or_zero(b[i], src[i] + pair, valid[i]);
-    }
+    for (int i = 0; i < kRopeUnroll; ++i) load_if(a[i], src[i], valid[i]), load_if(b[i], src[i] + pair, valid[i]);
   };
   load_heads();
   if (position < 0 || position >= p.max_position) return;
