@@ -190,7 +190,7 @@ def main() -> None:
     ceiling = max(ceilings.values())
     print(f"\n### RoPE + KV-cache write, q {HQ} / kv {HK} heads, d {D}, bf16, paged cache of {PAGE}-token pages ({environment()})\n")
     print(f"Measured copy ceiling: {copy_ceiling_text(ceilings)}. Times are CUDA-graph medians in us (p20-p80), each from the "
-          f"median one of {ROUNDS} rounds in which every column and the pattern kernel take turns.\n")
+          f"median one of {ROUNDS} rounds in which every column and both pattern kernels take turns.\n")
     for line in missing:
         print(f"- not run: {line}")
     names = list(providers(cs, cs16, kc, vc, refs))

@@ -44,12 +44,17 @@ using jitkern::TensorView;
 // 512.0 at 320; T = 1, 1.67 us in 5 CTAs of 64 against 1.76 in one CTA of 320.
 constexpr int kRopeThreads = 64;
 // A launch that does not trigger the next one early (host::pdl_early_trigger) spreads its heads out: the
-// groups per CTA are halved, down to kRopeMinCtaThreads threads a CTA, while it has fewer rotating CTAs
-// than kRopeMinCtas. H100, q 32 / kv 8 heads, d 128, bf16, fused write, us: T = 2 / 4 / 8 in CTAs of 16
-// threads 1.37 / 1.28 / 1.33 against 1.42 / 1.40 / 1.40 in CTAs of 64; CTAs of 8 threads 1.81-2.03; T = 1
-// keeps its 5 CTAs of 64, which trigger early: 1.30 against 1.41 in 10 CTAs of 32.
+// groups per CTA are halved while it has fewer rotating CTAs than kRopeMinCtas and halving adds CTAs,
+// keeping at least kRopeMinCtaThreads threads a CTA and at most two rounds of loads in the v CTA. H100,
+// q 32 / kv 8 heads, d 128, bf16, fused write, us: T = 2 / 4 in CTAs of 16 threads (two v rounds) 1.37 /
+// 1.28 against 1.42 / 1.40 in CTAs of 64, T = 8 in CTAs of 32 1.34-1.35 against 1.40; CTAs of 8 threads
+// (four v rounds) 1.81-2.03; T = 1 keeps its 5 CTAs of 64, which trigger early: 1.30 against 1.41 in 10
+// CTAs of 32.
 constexpr int kRopeMinCtas = 64;
 constexpr int kRopeMinCtaThreads = 16;
+// Vectors a thread of the v CTA (copy_v_row) has in flight: a CTA of 32 threads (one token) loads a
+// 128-vector row before it stores any (H100, T = 1: 1.55-1.59 us with two, 1.42-1.45 with four).
+constexpr int kVRowPerThread = 4;
 constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
 // rope_staged_kernel (more tokens than SMs, 16-byte vectors, no launch shape given): CTAs of
@@ -242,8 +247,8 @@ __device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<
 }
 
 // The vector at global address src where `pred` holds. Vectors of whole 32-bit words are loaded as
-// words, zeros where `pred` fails: a conditional load of 2-byte elements was merged into the registers one
-// element at a time (64 more PRMT instructions in the bf16 decode kernel, waiting for the loads).
+// words, zeros where `pred` fails: a conditional load of 2-byte elements merges them into the registers
+// one at a time (66 more PRMT instructions in the bf16 decode kernel, waiting for the loads).
 template <typename T, int kVec>
 __device__ __forceinline__ void load_if(AlignedVector<T, kVec>& v, const T* src, bool pred) {
   if constexpr (sizeof(T) * kVec % 4 == 0) {
@@ -354,9 +359,7 @@ __device__ __forceinline__ void copy_tails(const RopeParams<T>& p, T* q_out, T* 
 // location, so that the CTAs rotating its heads do not wait for v. Waits for the kernel before itself.
 template <bool kFp8, typename T, int kVec>
 __device__ __forceinline__ void copy_v_row(const RopeParams<T>& p, const KvStoreParams& s, int64_t token) {
-  // Four loads in flight per thread: a CTA of 32 threads (one token) loads a 128-vector row before it
-  // stores any (H100, T = 1: 1.55-1.59 us with two, 1.42-1.45 with four).
-  constexpr int kPerThread = 4;
+  constexpr int kPerThread = kVRowPerThread;
   // Vector c of head h is kept as (h, c) and advanced by the step: a division per vector (h = i / row_vecs)
   // put ~40 instructions before each of its loads.
   const unsigned row_vecs = static_cast<unsigned>(p.head_dim / kVec), heads = static_cast<unsigned>(p.k_heads);
@@ -485,10 +488,11 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
       store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h0 + i * (head_step / kRopeUnroll), col0, pair, a[i], b[i]);
     }
   };
-  // Wide vectors rotate their first heads outside the loop, so that a decode step (one round) runs
-  // straight-line code to its stores (H100, T = 32: 1.41 us against 1.52 in the loop). Narrow vectors keep
-  // the one loop (H100, 4096 tokens: 59.9 us, with the first round apart 64.9).
-  if constexpr (kVec > 1) {
+  // Wide vectors into a T cache (or none) rotate their first heads outside the loop, so that a decode step
+  // (one round) runs straight-line code to its stores (H100, T = 32: 1.41 us against 1.52 in the loop).
+  // Narrow vectors keep the one loop (H100, 4096 tokens: 59.9 us, with the first round apart 64.9), and so
+  // do fp8 caches: a second copy of the quantizing stores made the kernel spill.
+  if constexpr (kVec > 1 && !kFp8) {
     rotate_heads(first_head);
     for (int h0 = first_head + head_step; h0 < heads; h0 += head_step) heads_from(h0), load_heads(), rotate_heads(h0);
   } else {
@@ -845,8 +849,13 @@ struct RopeOps {
       };
       const int64_t v_ctas = kStore ? 1 : 0;
       if (groups_hint <= 0 && !host::pdl_early_trigger(tokens * (splits_for(groups) + v_ctas))) {
-        const int64_t fewest = std::max<int64_t>(1, kRopeMinCtaThreads / units);
-        while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) groups /= 2;
+        const int64_t two_v_rounds = kStore ? host::div_ceil(int64_t{p.k_heads} * (p.head_dim / kVec), 2 * kVRowPerThread) : 0;
+        const int64_t fewest = std::min(groups, host::div_ceil(std::max<int64_t>(kRopeMinCtaThreads, two_v_rounds), units));
+        while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) {
+          const int64_t half = std::max(fewest, groups / 2);
+          if (splits_for(half) == splits_for(groups)) break;  // capped (a hint, one CTA a token, gridDim.y)
+          groups = half;
+        }
       }
       const int64_t splits = splits_for(groups);
       RopeParams<T> c = p;

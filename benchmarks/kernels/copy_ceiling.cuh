@@ -261,8 +261,10 @@ void rewrite_to_cache_gathered(jitkern::TensorView rows, jitkern::TensorView loc
                                jitkern::TensorView kc, jitkern::TensorView vc, int64_t rewrite, int64_t cached, int64_t flip) {
   using namespace host;
   SymbolicSize tokens{"tokens"}, table_rows{"table_rows"}, words{"table_words"};
-  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>().verify(positions);
-  TensorMatcher({table_rows, words}).with_dtype<int32_t>().with_device<kDLCUDA>().verify(table);
+  SymbolicDevice device;
+  device.set_value(rows.device());
+  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>(device).verify(positions);
+  TensorMatcher({table_rows, words}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(table);
   RuntimeCheck(words.unwrap() % 4 == 0 && words.unwrap() > 0 && reinterpret_cast<uintptr_t>(table.data_ptr()) % 16 == 0,
                "rewrite_to_cache_gathered: table rows must be whole 16-byte vectors");
   RuntimeCheck(tokens.unwrap() == loc.size(0), "rewrite_to_cache_gathered: one position per token");
