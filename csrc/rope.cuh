@@ -671,6 +671,31 @@ inline bool all_multiples(std::initializer_list<int64_t> quantities, int64_t byt
 
 inline int64_t address(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
+// rope_kernel's launch for `tokens` tokens (few: at most one a SM) of `heads` q and k heads, each
+// `units` threads: thread groups per CTA and rotating CTAs per token (the v CTA, with the store, on top);
+// v_vecs: vectors of a token's v row; hints 0: automatic (see kRopeMinCtas).
+struct RopeLaunch {
+  int64_t groups, splits;
+};
+inline RopeLaunch rope_launch(int64_t units, int64_t heads, bool store, int64_t v_vecs, int64_t tokens, bool few, int64_t groups_hint,
+                              int64_t splits_hint) {
+  const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
+  int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
+  const auto splits_for = [&](int64_t g) {  // at most 65534 (gridDim.y): room for the v CTA
+    return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
+  };
+  if (groups_hint <= 0 && !host::pdl_early_trigger(tokens * (splits_for(groups) + (store ? 1 : 0)))) {
+    const int64_t two_v_rounds = store ? host::div_ceil(v_vecs, 2 * kVRowPerThread) : 0;
+    const int64_t fewest = std::min(groups, host::div_ceil(std::max<int64_t>(kRopeMinCtaThreads, two_v_rounds), units));
+    while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) {
+      const int64_t half = std::max(fewest, groups / 2);
+      if (splits_for(half) == splits_for(groups)) break;  // capped (a hint, one CTA a token, gridDim.y)
+      groups = half;
+    }
+  }
+  return {groups, splits_for(groups)};
+}
+
 template <typename T>
 struct RopeOps {
   // q [N, Hq, D] or [N, Hq * D] (and k, [N, Hk, ...], optional) rotated into q_out and k_out, which may
@@ -842,27 +867,12 @@ struct RopeOps {
           return;
         }
       }
-      const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
-      int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
-      const auto splits_for = [&](int64_t g) {  // at most 65534 (gridDim.y): room for the v CTA
-        return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
-      };
-      const int64_t v_ctas = kStore ? 1 : 0;
-      if (groups_hint <= 0 && !host::pdl_early_trigger(tokens * (splits_for(groups) + v_ctas))) {
-        const int64_t two_v_rounds = kStore ? host::div_ceil(int64_t{p.k_heads} * (p.head_dim / kVec), 2 * kVRowPerThread) : 0;
-        const int64_t fewest = std::min(groups, host::div_ceil(std::max<int64_t>(kRopeMinCtaThreads, two_v_rounds), units));
-        while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) {
-          const int64_t half = std::max(fewest, groups / 2);
-          if (splits_for(half) == splits_for(groups)) break;  // capped (a hint, one CTA a token, gridDim.y)
-          groups = half;
-        }
-      }
-      const int64_t splits = splits_for(groups);
+      const RopeLaunch shape = rope_launch(units, heads, kStore, int64_t{p.k_heads} * (p.head_dim / kVec), tokens, few, groups_hint, splits_hint);
       RopeParams<T> c = p;
-      c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(groups), c.splits = static_cast<int32_t>(splits);
-      const int64_t ctas = splits + v_ctas;
+      c.units = static_cast<int32_t>(units), c.groups = static_cast<int32_t>(shape.groups), c.splits = static_cast<int32_t>(shape.splits);
+      const int64_t ctas = shape.splits + (kStore ? 1 : 0);
       c.early_trigger = host::pdl_early_trigger(tokens * ctas);
-      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(units), static_cast<unsigned>(groups)),
+      LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(units), static_cast<unsigned>(shape.groups)),
                    device)
           .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
     }

@@ -765,3 +765,47 @@ def test_specs_name_each_ops_modules():
         ["rope_apply", "rope_apply_store", "rope_apply_store_fp8"]
     assert [s.name for s in ops.specs(ops=["store_cache", "concat_mla_k", "concat_mla_absorb_q"])] == ["rope_store_cache", "rope_concat_mla"]
     assert len(ops.specs(families=["rope"])) == 3 * 3 + 2, "apply, apply_store, apply_store_fp8 per dtype; the two row copies"
+
+
+@pytest.mark.toolchain
+def test_decode_launch_shapes(cache_dir, tmp_path, monkeypatch):
+    """Without a GPU: rope_kernel's automatic launch shape (thread groups per CTA, rotating CTAs per token).
+    A launch that does not trigger the next one early spreads out, but never below 16 threads a CTA or two
+    v rounds, and never where halving the groups adds no CTAs (a head_splits hint, one CTA a token)."""
+    import shutil
+
+    import jitkern
+    from jitkern import JitSpec
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("NOT RUN: nvcc is not installed")
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")  # host code only: any architecture serves
+    src = tmp_path / "rope_launch_shapes.cuh"
+    src.write_text(f'#include "{jitkern.PACKAGE_DIR / "csrc" / "rope.cuh"}"\n'
+                   "namespace shapes {\n"
+                   "inline int64_t launch(int64_t units, int64_t heads, int64_t v_vecs, int64_t tokens, int64_t few, int64_t groups_hint,\n"
+                   "                      int64_t splits_hint) {\n"
+                   "  const auto s = jitkern_rope::rope_launch(units, heads, v_vecs > 0, v_vecs, tokens, few != 0, groups_hint, splits_hint);\n"
+                   "  return s.groups * 100000 + s.splits;\n"
+                   "}\n}  // namespace shapes\n")
+    m = JitSpec("rope_launch_shapes", cuda_files=[str(src)], cuda_wrappers=[("launch", "shapes::launch")]).load()
+
+    def shape(units, heads, v_vecs, tokens, few=True, groups=0, splits=0):
+        code = m.launch(units, heads, v_vecs, tokens, int(few), groups, splits)
+        return code // 100000, code % 100000
+
+    # bf16, d 128, q 32 / kv 8 heads with the cache write (the decode benchmark): 8x5 at one token (6 CTAs,
+    # an early trigger), spread to 2x20 at 2 and 4 tokens, 4x10 at 8, 8x5 from 16.
+    assert [shape(8, 40, 128, t) for t in (1, 2, 4, 8, 16, 64)] == [(8, 5), (2, 20), (2, 20), (4, 10), (8, 5), (8, 5)]
+    # Halving that cannot add CTAs keeps the groups: a head_splits hint, one CTA a token with more tokens than SMs.
+    assert shape(8, 40, 128, 4, splits=2) == (8, 2)
+    assert shape(8, 384, 128, 60, few=False) == (8, 1)
+    assert shape(8, 40, 128, 2, groups=1) == (1, 40), "a groups hint is taken as given"
+    for units, v_vecs in ((6, 96), (5, 80), (9, 144), (12, 192), (16, 256), (4, 64), (1, 8), (64, 1024)):
+        for tokens in (1, 2, 3, 4, 8, 16, 64):
+            for heads in (1, 3, 40, 64):
+                groups, splits = shape(units, heads, v_vecs, tokens)
+                default = max(1, min(heads, 64 // units, 512 // units))
+                assert 1 <= groups <= default and 1 <= splits and splits * groups >= heads and splits + 1 <= 65535
+                if groups < default:  # spread out: at least 16 threads a CTA, and the v row (v_vecs) in two rounds of 4
+                    assert units * groups >= 16 and 2 * 4 * units * groups >= v_vecs, (units, heads, v_vecs, tokens, groups)
