@@ -685,8 +685,8 @@ inline RopeLaunch rope_launch(int64_t units, int64_t heads, bool store, int64_t 
     return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
   };
   if (groups_hint <= 0 && !host::pdl_early_trigger(tokens * (splits_for(groups) + (store ? 1 : 0)))) {
-    const int64_t two_v_rounds = store ? host::div_ceil(v_vecs, 2 * kVRowPerThread) : 0;
-    const int64_t fewest = std::min(groups, host::div_ceil(std::max<int64_t>(kRopeMinCtaThreads, two_v_rounds), units));
+    const int64_t v_threads = store ? host::div_ceil(v_vecs, 2 * kVRowPerThread) : 0;  // that copy the v row in two rounds
+    const int64_t fewest = std::min(groups, host::div_ceil(std::max<int64_t>(kRopeMinCtaThreads, v_threads), units));
     while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) {
       const int64_t half = std::max(fewest, groups / 2);
       if (splits_for(half) == splits_for(groups)) break;  // capped (a hint, one CTA a token, gridDim.y)
