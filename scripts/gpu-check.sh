@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU procedure: install jitkern (and the carried tvm-ffi wheel) into a private site dir, run the
 # GPU tests and the tests that exercise the compilers, then the benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
-#   scripts/gpu-check.sh [tests|bench|all] [name-pattern]   (default: all; the pattern picks test files
-#   tests/python/test_<pattern>.py and benchmarks benchmarks/bench_<pattern>.py, default every one)
+#   scripts/gpu-check.sh [tests|bench|all|wheel] [name-pattern]   (default: all; the pattern picks test files
+#   tests/python/test_<pattern>.py and benchmarks benchmarks/bench_<pattern>.py, default every one;
+#   wheel: `prebuild --ops all --wheel` for this GPU, installed and served strictly without a compiler: its size,
+#   the install time and the first call's, then every op module loaded from it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -36,5 +38,25 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
+fi
+if [ "$what" = wheel ]; then
+  w=/tmp/jitkern-wheel py=$(command -v python3)
+  rm -rf "$w" && mkdir -p "$w"
+  arch=$(python3 -c "import torch, jitkern._engine as e; print(e.arch_for_capability(*torch.cuda.get_device_capability()))")
+  python3 -m jitkern prebuild --ops all --arch "$arch" --cache-dir "$w/build" --wheel "$w/dist" 2>&1 | tail -2 | tee "$OUT/wheel.log"
+  t0=$(date +%s%N)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$w/site" "$w"/dist/*.whl || exit 1
+  echo "installed in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$OUT/wheel.log"
+  env -u CUDA_HOME -u CUDA_PATH CXX=/nonexistent PATH=/nonexistent PYTHONPATH="$site:$w/site" JITKERN_ON_MISS=error \
+    JITKERN_CACHE_DIR="$w/serving-cache" "$py" -c '
+import time; t0 = time.perf_counter()
+import torch, jitkern.ops
+x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16); w = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
+jitkern.ops.rmsnorm(x, w); torch.cuda.synchronize(); t1 = time.perf_counter()
+specs = jitkern.ops.specs()
+for s in specs: s.load()
+print(f"first call (rmsnorm, imports included) {t1 - t0:.2f} s; all {len(specs)} op modules loaded from the wheel in {time.perf_counter() - t1:.2f} s")
+' 2>&1 | tee -a "$OUT/wheel.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 exit $rc

@@ -19,6 +19,8 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -614,12 +616,32 @@ OnMiss on_miss() {
   return mode == "error" ? OnMiss::kError : mode == "warn" ? OnMiss::kWarn : OnMiss::kCompile;
 }
 
+// JITKERN_FORCE_REBUILD: "1" or "all" names every module, else a comma-separated list of module names.
+// A forced module is compiled once per process (then served as usual); JITKERN_ON_MISS=error never compiles.
+std::mutex forced_mutex;
+std::set<std::string> forced_keys;  // request keys compiled by force in this process
+
+bool force_rebuild(const plan::Plan& p) {
+  const std::string value = settings::get("JITKERN_FORCE_REBUILD");
+  if (value.empty() || value == "0" || on_miss() == OnMiss::kError) return false;
+  const std::vector<std::string> names = text::split(value, ',');
+  const bool named = value == "1" || value == "all" || std::find(names.begin(), names.end(), p.name) != names.end();
+  std::lock_guard<std::mutex> lock(forced_mutex);
+  return named && !forced_keys.count(p.request_key);
+}
+
+void forced_done(const plan::Plan& p) {
+  std::lock_guard<std::mutex> lock(forced_mutex);
+  forced_keys.insert(p.request_key);
+}
+
 // `misses`: where the module was looked for and why each place could not serve it.
 void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& misses) {
   if (on_miss() != OnMiss::kError) return;
   std::string where;
   for (const auto& m : misses) where += "\n  " + m;
-  throw CacheMissError("jitkern: module '" + p.name + "' is not cached (or not intact) where jitkern looked, and JITKERN_ON_MISS=error "
+  throw CacheMissError("jitkern: module '" + p.name + "'" + (p.has_cuda ? " for " + p.cuda_arch : "") +
+                       " is not cached (or not intact) where jitkern looked, and JITKERN_ON_MISS=error "
                        "forbids compiling it; prebuild it into the cache (jitkern prebuild) or set JITKERN_ON_MISS=compile." + where);
 }
 
@@ -804,23 +826,27 @@ bool blames_the_disk(const std::string& log) {
 }
 
 store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const std::vector<toolchain::Compiler>& compilers,
-                          const store::ToolchainCheck& toolchain_ok, double timeout_s, bool parallel_build, bool* compiled) {
-  std::string why;
-  if (auto found = entry.lookup(p, toolchain_ok, &why)) return std::move(*found);  // published while we waited
+                          const store::ToolchainCheck& toolchain_ok, double timeout_s, bool parallel_build, bool forced, bool* compiled) {
+  std::string why = "JITKERN_FORCE_REBUILD names it";
+  if (!forced)
+    if (auto found = entry.lookup(p, toolchain_ok, &why)) return std::move(*found);  // published while we waited
   entry.remove_stale_scratch(timeout_s);
   Failure failure;
-  if (!settings::flag("JITKERN_RETRY_FAILED") && entry.remembered_failure(p.request_key, p.config_key, &failure))
+  if (!forced && !settings::flag("JITKERN_RETRY_FAILED") && entry.remembered_failure(p.request_key, p.config_key, &failure))
     throw BuildError(failure.message +
                      "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
                      "JITKERN_RETRY_FAILED=1 to try again.)");
   std::map<std::string, std::string> before;  // path -> hash of the previous build's inputs
-  if (auto found = entry.reuse(p, new_manifest(p, compilers, 0), &before)) return std::move(*found);
+  if (!forced)
+    if (auto found = entry.reuse(p, new_manifest(p, compilers, 0), &before)) return std::move(*found);
 
   if (on_miss() == OnMiss::kWarn)
     log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
   const std::string cwd = current_dir();
   const auto t0 = std::chrono::steady_clock::now();
-  log::emit(log::kInfo, "compiling " + p.name + (p.has_cuda ? " for " + p.cuda_arch : "") + " ...");
+  // Why a module built before is compiled again (a changed dependency is named); a first build needs no reason.
+  const bool first = why == "not cached" || why == "no complete manifest";
+  log::emit(log::kInfo, "compiling " + p.name + (p.has_cuda ? " for " + p.cuda_arch : "") + (first ? "" : " (rebuilding: " + why + ")") + " ...");
   // An input edited while the compiler runs may or may not be in the library: compile again.
   for (int attempt = 0;; ++attempt) {
     const std::string scratch = entry.new_scratch();
@@ -918,20 +944,23 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   // cache under the entry's load lock (no removal while it is held; a build or removal in progress
   // is waited for). Readers never see a partial file: publishing is by rename.
   std::vector<std::string> misses;
-  for (const store::Store& layer : store::Store::prebuilt_layers()) {
+  const bool forced = force_rebuild(lookup);
+  for (const store::Store& layer : forced ? std::vector<store::Store>{} : store::Store::prebuilt_layers()) {
     if (const std::string why = layer.layer_distrust(); !why.empty()) {
-      misses.push_back(layer.root() + ": " + why);
+      misses.push_back(layer.describe() + ": " + why);
       continue;
     }
     const store::Entry entry = layer.entry(lookup);
     std::string why;
     if (auto found = entry.lookup(lookup, toolchain_ok, &why)) return std::move(*found);
-    misses.push_back(entry.dir() + ": " + why);
+    misses.push_back((layer.label().empty() ? "" : layer.label() + ": ") + entry.dir() + ": " + why);
   }
   cache.ensure_writable(false);
   const store::Entry entry = cache.entry(lookup);
   struct stat st;
-  if (::lstat(entry.dir().c_str(), &st) == 0) {
+  if (forced) {
+    misses.push_back(entry.dir() + ": JITKERN_FORCE_REBUILD names it");
+  } else if (::lstat(entry.dir().c_str(), &st) == 0) {
     auto lock = entry.lock_for_load();
     std::string why;
     if (auto found = entry.lookup(lookup, toolchain_ok, &why)) {
@@ -958,8 +987,9 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   auto lock = entry.lock_for_build("waiting for another process that is compiling " + p.name + " ...");
   entry.prepare();  // under the lock: `cache prune` may have removed it
   try {
-    store::Found found = build_locked(p, entry, compilers, toolchain_ok, timeout_s, config.parallel_build, compiled);
+    store::Found found = build_locked(p, entry, compilers, toolchain_ok, timeout_s, config.parallel_build, forced, compiled);
     found.lock = std::move(lock);
+    if (forced) forced_done(p);
     return found;
   } catch (const Transient& e) {
     throw BuildError(std::string(e.what()) + "\n(not remembered: the next call compiles again)");

@@ -2,6 +2,7 @@
 // each "<key> <byte length>:<value>\n", so that any value (even one holding a newline or a NUL byte)
 // reaches the C++ validation intact. This file is the only C++ code that knows the format;
 // python/jitkern/_engine.py is the only Python code.
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <jitkern/jit.h>
 #include <tvm/ffi/c_api.h>
@@ -24,6 +25,7 @@
 #include "plan.h"
 #include "settings.h"
 #include "store.h"
+#include "text.h"
 #include "toolchain.h"
 
 namespace {
@@ -123,7 +125,8 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
   static std::unordered_map<std::string, std::string> by_request;  // memo key -> result
   static std::unordered_map<std::string, std::string> by_path;     // library path -> registration prefix
   static std::atomic<int> counter{0};
-  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + current_dir();
+  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + current_dir() + '\0' +
+                               jitkern::store::Store::package_layers_text();
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = by_request.find(memo_key);
@@ -167,7 +170,8 @@ std::string summary_json(const jitkern::store::Summary& e, const std::string& st
 std::string stats_json(const jitkern::store::Store& store) {
   const auto s = jitkern::cache::stats(store);
   const auto used = [](int64_t n) { return n < 0 ? std::string("null") : std::to_string(n); };
-  return "{\"cache_dir\": " + json_string(store.root()) + ", \"prebuilt\": " + (store.read_only() ? "true" : "false") +
+  return "{\"cache_dir\": " + json_string(store.root()) + ", \"label\": " + json_string(store.label()) +
+         ", \"prebuilt\": " + (store.read_only() ? "true" : "false") +
          ", \"entries\": " + std::to_string(s.entries) + ", \"bytes\": " + std::to_string(s.bytes) + ", \"compiles\": " +
          std::to_string(s.compiles) + ", \"build_ms\": " + std::to_string(s.build_ms) + ", \"failures\": " + std::to_string(s.failures) +
          ", \"incomplete\": " + std::to_string(s.incomplete) + ", \"used_day\": " + used(s.used_day) + ", \"used_week\": " +
@@ -314,7 +318,8 @@ std::string config_json() {
   std::vector<jitkern::store::Store> layers;
   attempt([&] { return layers = jitkern::store::Store::prebuilt_layers(), std::string(); });  // an invalid setting shows above
   for (std::size_t i = 0; i < layers.size(); ++i)
-    out += std::string(i ? ", " : "") + "{\"dir\": " + json_string(layers[i].root()) + ", \"problem\": " + json_string(layers[i].layer_distrust()) + "}";
+    out += std::string(i ? ", " : "") + "{\"dir\": " + json_string(layers[i].root()) + ", \"label\": " + json_string(layers[i].label()) +
+           ", \"problem\": " + json_string(layers[i].layer_distrust()) + "}";
   return out + "]}";
 }
 
@@ -449,4 +454,34 @@ __attribute__((visibility("default"))) void jitkern_free(char* p) { std::free(p)
 __attribute__((visibility("default"))) void jitkern_set_log_sink(jitkern::log::Sink sink) { jitkern::log::set_sink(sink); }
 
 __attribute__((visibility("default"))) const char* jitkern_version() { return JITKERN_VERSION; }
+
+// The prebuilt layers installed as packages (python/jitkern/wheels.py finds them): one "label\tdir"
+// line each, searched after JITKERN_PREBUILT_DIRS. Replaces what a previous call set.
+__attribute__((visibility("default"))) void jitkern_set_package_layers(const char* text) {
+  std::vector<std::pair<std::string, std::string>> layers;
+  for (const auto& line : jitkern::text::split_lines(text ? text : "")) {
+    const std::size_t tab = line.find('\t');
+    if (tab != std::string::npos && tab + 1 < line.size()) layers.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  jitkern::store::Store::set_package_layers(std::move(layers));
+}
+
+// The tvm-ffi C ABI this engine and jitkern's runtime library were compiled against (its c_api.h) must be
+// the loaded libtvm_ffi's: 0 when it is (or no libtvm_ffi is loaded yet: C++ programs load it later),
+// else 2 with *out_error naming both versions. The C ABI is versioned by major.minor.
+__attribute__((visibility("default"))) int jitkern_check_tvm_ffi(char** out_error) {
+  *out_error = nullptr;
+  using GetVersionFn = void (*)(TVMFFIVersion*);
+  auto get_version = reinterpret_cast<GetVersionFn>(::dlsym(RTLD_DEFAULT, "TVMFFIGetVersion"));
+  if (get_version == nullptr) return 0;
+  TVMFFIVersion v{};
+  get_version(&v);
+  if (v.major == TVM_FFI_VERSION_MAJOR && v.minor == TVM_FFI_VERSION_MINOR) return 0;
+  const auto text = [](unsigned a, unsigned b, unsigned c) { return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c); };
+  *out_error = dup("jitkern: the loaded tvm-ffi library speaks C ABI " + text(v.major, v.minor, v.patch) + ", but jitkern " + JITKERN_VERSION +
+                   " was built against C ABI " + text(TVM_FFI_VERSION_MAJOR, TVM_FFI_VERSION_MINOR, TVM_FFI_VERSION_PATCH) +
+                   " (major.minor must match); install an apache-tvm-ffi " + std::to_string(TVM_FFI_VERSION_MAJOR) + "." + std::to_string(TVM_FFI_VERSION_MINOR) +
+                   ".x release within jitkern's requirement (`pip show jitkern` lists it), or rebuild jitkern against this one");
+  return 2;
+}
 }

@@ -196,16 +196,20 @@ bool parse(const std::string& text, Failure* f) {
   return ok && all_seen(keys);
 }
 
-bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed) {
+bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed, std::string* changed) {
+  const auto differs = [&](const Dep& d, const char* how) {
+    if (changed != nullptr) *changed = d.path + how;
+    return false;
+  };
   for (auto& d : deps) {
     fs::FileSig now;
-    if (!fs::stat_sig(d.path, &now)) return false;
+    if (!fs::stat_sig(d.path, &now)) return differs(d, d.sha == kMissing ? " is still missing" : " is gone");
     // Only a path recorded as leading elsewhere pays for a realpath: the rest cannot be retargeted.
     const std::string resolved = d.resolved.empty() ? std::string() : fs::realpath_or(d.path);
     if (now == d.sig && resolved == d.resolved) continue;
-    if (d.sha == kDirectory || d.sha == kMissing) return false;  // a directory is compared by its signature alone
+    if (d.sha == kDirectory || d.sha == kMissing) return differs(d, " changed");  // a directory is compared by its signature alone
     std::string sha;
-    if (!sha256_file(d.path, &sha) || sha != d.sha) return false;
+    if (!sha256_file(d.path, &sha) || sha != d.sha) return differs(d, " changed");
     if (refreshed != nullptr) d.sig = now, d.resolved = resolved, *refreshed = true;
   }
   return true;

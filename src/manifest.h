@@ -69,7 +69,8 @@ bool parse(const std::string& text, Failure* f);
 // (a retargeted symbolic link). A kDirectory entry only compares its signature. With `refreshed`,
 // dependencies whose content matched after a rehash get their new signature and resolution there
 // (and it is set to true if any did), so the caller can record them and skip the rehash next time.
-bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed = nullptr);
+// `changed` gets the first dependency that differs and how ("<path> changed", "<path> is gone").
+bool deps_unchanged(std::vector<Dep>& deps, bool* refreshed = nullptr, std::string* changed = nullptr);
 
 // Make-style dependency output as gcc, clang and nvcc write it: the prerequisites of every rule,
 // with make's escapes undone: 2n+1 backslashes before a space or tab are n backslashes and a

@@ -26,6 +26,7 @@ const Setting kAll[] = {
     {"JITKERN_RETRY_FAILED", "0", "1: retry a build whose failure was remembered although its inputs are unchanged", Kind::kFlag, nullptr},
     {"JITKERN_COMPILE_TIMEOUT", "900", "seconds after which a compile's processes are killed and the call fails (not remembered)", Kind::kSeconds, nullptr},
     {"JITKERN_ON_MISS", "compile", "what a load does when its module is not cached: compile; warn (log one line naming it, then compile); error (raise CacheMissError)", Kind::kChoice, "compile|warn|error"},
+    {"JITKERN_FORCE_REBUILD", "0", "modules to compile again although cached, once per process: 1 or all (every module), or comma-separated module names (as `jitkern cache ls` shows them); ignored with JITKERN_ON_MISS=error", Kind::kText, nullptr},
     {"JITKERN_QUIET", "0", "1: no 'compiling ...' lines on stderr (the `jitkern` logger's default handler)", Kind::kFlag, nullptr},
     {"JITKERN_VERBOSE", "0", "1: also log every compiler command (the `jitkern` logger at DEBUG)", Kind::kFlag, nullptr},
     {"JITKERN_DEVICE_COMPILER", "auto", "what compiles the kernels of host_without_nvcc modules (jitkern's ops but add_constant): nvrtc (after the host pass, a process per module: a quarter less compile work, a longer wait for one module; one NVRTC cannot compile goes to nvcc with a warning); nvcc (beside the host pass: the shortest wait for one module); auto: nvrtc for builds run many at once (warmup, jitkern prebuild), nvcc for one (a first call), their kernels measured alike", Kind::kChoice, "auto|nvrtc|nvcc"},

@@ -187,17 +187,36 @@ std::string unwritable_advice() {
 
 // ------------------------------------------------------------------------------------------- Store
 
-Store::Store(std::string root, std::string lock_dir, bool read_only)
-    : m_root(std::move(root)), m_lock_dir(std::move(lock_dir)), m_read_only(read_only) {}
+Store::Store(std::string root, std::string lock_dir, bool read_only, std::string label)
+    : m_root(std::move(root)), m_lock_dir(std::move(lock_dir)), m_label(std::move(label)), m_read_only(read_only) {}
 
 Store Store::writable(const plan::Config& config) { return Store(config.cache_dir, config.lock_dir, false); }
 
-Store Store::prebuilt(const std::string& dir) { return Store(dir, "", true); }
+Store Store::prebuilt(const std::string& dir, const std::string& label) { return Store(dir, "", true, label); }
+
+namespace {
+std::mutex package_layers_mutex;
+std::vector<std::pair<std::string, std::string>> package_layers;  // (label, dir)
+}  // namespace
+
+void Store::set_package_layers(std::vector<std::pair<std::string, std::string>> layers) {
+  std::lock_guard<std::mutex> lock(package_layers_mutex);
+  package_layers = std::move(layers);
+}
+
+std::string Store::package_layers_text() {
+  std::lock_guard<std::mutex> lock(package_layers_mutex);
+  std::string out;
+  for (const auto& [label, dir] : package_layers) out += label + "\t" + dir + "\n";
+  return out;
+}
 
 std::vector<Store> Store::prebuilt_layers() {
   std::vector<Store> out;
   for (const auto& dir : settings::path_list("JITKERN_PREBUILT_DIRS"))
     if (!dir.empty()) out.push_back(prebuilt(dir));
+  std::lock_guard<std::mutex> lock(package_layers_mutex);
+  for (const auto& [label, dir] : package_layers) out.push_back(prebuilt(dir, label));
   return out;
 }
 
@@ -279,7 +298,7 @@ std::string Store::layer_distrust() const {
     why = path_distrust(real, true);
   }
   if (!why.empty() && why != "it does not exist")
-    log::emit(log::kWarning, "ignoring prebuilt cache " + m_root + ": " + why + " (see JITKERN_PREBUILT_DIRS)");
+    log::emit(log::kWarning, "ignoring prebuilt cache " + describe() + ": " + why + (m_label.empty() ? " (see JITKERN_PREBUILT_DIRS)" : ""));
   std::lock_guard<std::mutex> lock(mutex);
   return memo.emplace(m_root, why).first->second;
 }
@@ -424,7 +443,8 @@ std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& to
   if (!toolchain_ok(m)) return *why_not = "it was built by other compilers than this machine's", std::nullopt;
   std::vector<Dep> here = localized(p, m.deps);
   bool refreshed = false;
-  if (!manifest::deps_unchanged(here, &refreshed)) return *why_not = "a file it was built from changed", std::nullopt;
+  if (std::string changed; !manifest::deps_unchanged(here, &refreshed, &changed))
+    return *why_not = "a file it was built from changed: " + changed, std::nullopt;
   auto found = open_library(m, false, why_not);
   if (!found) return std::nullopt;
   if (!ro) {

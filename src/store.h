@@ -138,12 +138,20 @@ class Store {
  public:
   // The writable cache of `config` (created on first build, never on a lookup).
   static Store writable(const plan::Config& config);
-  // A read-only prebuilt layer (never written, never locked).
-  static Store prebuilt(const std::string& dir);
-  // The layers of JITKERN_PREBUILT_DIRS, in order.
+  // A read-only prebuilt layer (never written, never locked); `label` names it in messages ("" for a
+  // JITKERN_PREBUILT_DIRS directory, which its path names).
+  static Store prebuilt(const std::string& dir, const std::string& label = "");
+  // The layers of JITKERN_PREBUILT_DIRS, in order, then the package layers.
   static std::vector<Store> prebuilt_layers();
+  // The prebuilt layers installed as packages (prebuilt wheels, found by the Python layer): (label, dir).
+  static void set_package_layers(std::vector<std::pair<std::string, std::string>> layers);
+  // What set_package_layers set, one "label\tdir" line each (part of the in-process memo key).
+  static std::string package_layers_text();
 
   const std::string& root() const { return m_root; }
+  const std::string& label() const { return m_label; }
+  // The label and directory, or the directory (for messages).
+  std::string describe() const { return m_label.empty() ? m_root : m_label + " (" + m_root + ")"; }
   // Whether the store's directory exists (a nonexistent one named by an operator is a mistake).
   bool exists() const;
   const std::string& lock_dir() const { return m_lock_dir; }
@@ -171,10 +179,10 @@ class Store {
 
  private:
   friend class Entry;
-  Store(std::string root, std::string lock_dir, bool read_only);
+  Store(std::string root, std::string lock_dir, bool read_only, std::string label = "");
   std::string toolchain_dir() const { return m_root + "/toolchains"; }
   std::unique_ptr<Lock> lock(const Entry& e, fs::FileLock::Kind kind, bool wait, const std::string& waiting_message) const;
-  std::string m_root, m_lock_dir;
+  std::string m_root, m_lock_dir, m_label;
   bool m_read_only;
 };
 

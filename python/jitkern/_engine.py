@@ -47,6 +47,10 @@ def _load() -> ctypes.CDLL:
         raise ImportError(f"jitkern's engine library is missing ({LIBRARY_PATH}); install the package with `pip install .`")
     _preload_tvm_ffi()
     lib = ctypes.CDLL(str(LIBRARY_PATH))
+    error = ctypes.c_void_p()
+    lib.jitkern_check_tvm_ffi.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    if lib.jitkern_check_tvm_ffi(ctypes.byref(error)) != 0:  # the loaded tvm-ffi speaks another C ABI than the engine
+        raise ImportError(ctypes.string_at(error.value).decode())
     lib.jitkern_build.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                   ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_build.restype = ctypes.c_int
@@ -67,6 +71,8 @@ def _load() -> ctypes.CDLL:
     lib.jitkern_setting_flag.restype = ctypes.c_int
     lib.jitkern_find_compiler.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_find_compiler.restype = ctypes.c_int
+    lib.jitkern_set_package_layers.argtypes = [ctypes.c_char_p]
+    lib.jitkern_set_package_layers.restype = None
     lib.jitkern_set_log_sink.argtypes = [_LOG_SINK]
     lib.jitkern_set_log_sink.restype = None
     return lib
@@ -159,15 +165,35 @@ BUILD, LOAD, BUILD_REPORTING = 0, 1, 2  # jitkern_build's modes
 PARALLEL = 4  # added to a mode: one of many builds run at once (JITKERN_DEVICE_COMPILER=auto picks NVRTC)
 
 
+_package_layers_set = False
+
+
+def package_layers(installed: bool = True) -> None:
+    """Hands the installed prebuilt wheels (jitkern.wheels) to the engine, once per process; with
+    installed=False, none (from then on: `jitkern prebuild` builds what a wheel holds)."""
+    global _package_layers_set
+    if not _package_layers_set or not installed:
+        from .wheels import layers_text
+
+        _LIB.jitkern_set_package_layers(layers_text().encode() if installed else b"")
+        _package_layers_set = True
+
+
 def build(request: bytes, mode: int) -> str:
     """Builds (or finds in the cache) the module `request` describes and returns the library path;
     LOAD also loads it and returns "<path>\\n<prefix>\\n<export>\\n...", BUILD_REPORTING returns
     "<path>\\n<compiled|cached>" (src/c_api.cc)."""
+    package_layers()
     result, error = ctypes.c_void_p(), ctypes.c_void_p()
     rc = _LIB.jitkern_build(request, len(request), mode, ctypes.byref(result), ctypes.byref(error))
     if rc == 0:
         return _take(result.value)
-    raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
+    message = _take(error.value)
+    if rc == 4:
+        from .wheels import miss_hint
+
+        message += miss_hint(message)
+    raise _ERRORS.get(rc, RuntimeError)(message)
 
 
 def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_than_s: float = -1, dry_run: bool = False,
@@ -177,6 +203,7 @@ def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_t
     answer as a dict (cache_command in src/c_api.cc). A cache_dir given must exist (else ValueError)."""
     fields = [("op", op), ("max_bytes", str(max_bytes)), ("older_than_s", repr(float(older_than_s))), ("dry_run", "1" if dry_run else "0")]
     fields += [("match", m) for m in match]
+    package_layers()
     if cache_dir:
         fields.append(("cache_dir", cache_dir))
     request = _encode(fields)
@@ -190,6 +217,7 @@ def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_t
 def config() -> dict:
     """Every setting as set, as it applies and from where, with what is wrong with it; the unknown
     JITKERN_* variables; the prebuilt layers and why one would be ignored (src/c_api.cc config_json)."""
+    package_layers()
     return json.loads(_take(_LIB.jitkern_config()))
 
 

@@ -150,10 +150,16 @@ def _cache_show(entries: list) -> None:
             print(f"  {name:13} {value}")
 
 
+def _layer_name(layer: dict) -> str:
+    """A prebuilt layer as messages name it: an installed wheel's name and directory, else its directory."""
+    where = layer.get("dir") or layer.get("cache_dir")
+    return f"{layer['label']}: {where}" if layer.get("label") else where
+
+
 def _cache_stats(caches: list) -> None:
     for c in caches:
         mean = f", mean {c['build_ms'] / c['compiles'] / 1000:.2f} s" if c["compiles"] else ""
-        print(f"{c['cache_dir']}{' (prebuilt)' if c['prebuilt'] else ''}: {c['entries']} entries, {human_size(c['bytes'])}")
+        print(f"{_layer_name(c)}{' (prebuilt)' if c['prebuilt'] else ''}: {c['entries']} entries, {human_size(c['bytes'])}")
         print(f"  compiles:  {c['compiles']} ({c['build_ms'] / 1000:.1f} s in all{mean})")
         print(f"  failures:  {c['failures']} remembered; {c['incomplete']} incomplete entries")
         if c["used_day"] is None:
@@ -200,12 +206,23 @@ def cmd_cache(args) -> int:
             for status, totals in answer["by_status"].items():
                 print(f"  {status}: {totals['entries']} entries, {human_size(totals['bytes'])}")
             return 0
+    layers = []  # ls without --cache-dir: the prebuilt layers too (JITKERN_PREBUILT_DIRS, installed wheels)
+    if args.action == "ls" and not args.cache_dir:
+        from ._engine import config
+
+        for layer in config()["prebuilt"]:
+            if not layer["problem"]:
+                layers.append({**layer, "entries": cache("ls", layer["dir"])["entries"]})
+        answer["prebuilt"] = layers
     if args.json:
         print(json.dumps(answer, indent=1))
         return 0
     if args.action == "ls":
         print(f"{answer['cache_dir']} ({len(answer['entries'])} entries)")
         _cache_table(answer["entries"])
+        for layer in layers:
+            print(f"\n{_layer_name(layer)} (prebuilt, read-only; {len(layer['entries'])} entries)")
+            _cache_table(layer["entries"])
         return 0
     if args.action == "show":
         _cache_show(answer["entries"])
@@ -398,6 +415,11 @@ def cmd_prebuild(args) -> int:
     # Every module goes into the target, also those a prebuilt layer already holds; building is the point.
     os.environ.pop("JITKERN_PREBUILT_DIRS", None)
     os.environ["JITKERN_ON_MISS"] = "compile"
+    if args.force:
+        os.environ["JITKERN_FORCE_REBUILD"] = "1"
+    from ._engine import package_layers
+
+    package_layers(installed=False)  # nor those an installed prebuilt wheel holds
     from .jit import costliest_first, usable_cpus
 
     jobs = args.jobs or usable_cpus()
@@ -410,9 +432,11 @@ def cmd_prebuild(args) -> int:
     failures, counts = [], {"built": 0, "cached": 0}
     t_all = time.perf_counter()
 
+    libraries = {}  # spec -> the library built or found
+
     def one(spec):
         t0 = time.perf_counter()
-        _, compiled = spec._build_reporting(parallel=len(specs) > 1 and jobs > 1)
+        libraries[spec], compiled = spec._build_reporting(parallel=len(specs) > 1 and jobs > 1)
         return compiled, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -433,7 +457,25 @@ def cmd_prebuild(args) -> int:
           f"{time.perf_counter() - t_all:.1f} s")
     for label, e in failures:
         print(f"\n--- {label}\n{e}", file=sys.stderr)
-    return 1 if failures else 0
+    if failures:
+        return 1
+    if args.wheel:
+        _write_wheels(Path(args.wheel), specs, libraries)
+    return 0
+
+
+def _write_wheels(out_dir: Path, specs: list, libraries: dict) -> None:
+    """One wheel per CUDA target, each with the host-only modules too (a node installs one wheel); one
+    host wheel when nothing targets CUDA."""
+    from . import wheels
+
+    archs = sorted({s.cuda_arch for s in specs if s.cuda_files}) or [None]
+    cuda_major = wheels.cuda_major_of_toolkit() if archs != [None] else None
+    for arch in archs:
+        libs = [Path(libraries[s]) for s in specs if not s.cuda_files or s.cuda_arch == arch]
+        path = wheels.write(out_dir, arch, libs, cuda_major)
+        unpacked = sum(f.stat().st_size for lib in libs for f in wheels.entry_files(lib))
+        print(f"wrote {path} ({len(libs)} modules, {human_size(path.stat().st_size)}; {human_size(unpacked)} installed)")
 
 
 # ---------------------------------------------------------------------------------------------- doctor
@@ -569,11 +611,19 @@ def cmd_doctor(args) -> int:
         _check_dir(doc, "cache directory", Path(settings["JITKERN_CACHE_DIR"]["effective"]), "JITKERN_CACHE_DIR", strict)
         _check_dir(doc, "lock directory", Path(settings["JITKERN_LOCK_DIR"]["effective"]), "JITKERN_LOCK_DIR", strict)
     for layer in report["prebuilt"]:
+        what = "prebuilt wheel" if layer["label"] else "prebuilt cache"
         if layer["problem"]:
-            doc.report("FAIL", "prebuilt cache", f"{layer['dir']}: {layer['problem']}; loads skip it",
-                       "fix its ownership and modes (root's or yours, writable by no one else), or drop it from JITKERN_PREBUILT_DIRS")
+            doc.report("FAIL", what, f"{_layer_name(layer)}: {layer['problem']}; loads skip it",
+                       "fix its ownership and modes (root's or yours, writable by no one else), or "
+                       + ("reinstall it" if layer["label"] else "drop it from JITKERN_PREBUILT_DIRS"))
         else:
-            doc.report("ok", "prebuilt cache", f"{layer['dir']}: trusted")
+            doc.report("ok", what, f"{_layer_name(layer)}: trusted")
+    from .wheels import installed
+
+    for wheel in installed():
+        if wheel.problem:
+            doc.report("WARN", "prebuilt wheel", f"{wheel.label}: left out: {wheel.problem}",
+                       "pip uninstall it, or install the one built for this jitkern (jitkern prebuild --wheel)")
     if strict:
         doc.report("ok", "serving", "JITKERN_ON_MISS=error: loads never compile; a module in no cache raises CacheMissError "
                    "(`jitkern cache ls` lists what is cached)")
@@ -707,6 +757,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--arch", help="CUDA targets, comma-separated, e.g. sm_90a,sm_100a (default: JITKERN_CUDA_ARCH)")
     c.add_argument("--cache-dir", help="the cache to fill (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
     c.add_argument("-j", "--jobs", type=_jobs, default=0, help="modules built at once (default: the CPUs this process may run on)")
+    c.add_argument("--force", action="store_true", help="compile every module again, also those already cached")
+    c.add_argument("--wheel", metavar="DIR", help="also write the modules as pip wheels into DIR, one per CUDA target "
+                                                  "(jitkern-prebuilt-sm90a, ...): installed, they are a prebuilt layer")
     c.set_defaults(func=cmd_prebuild)
 
     c = sub.add_parser("doctor", help="check settings, compilers, GPU, versions, cache, lock and prebuilt directories; a tiny build")

@@ -6,6 +6,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -409,3 +410,56 @@ def test_prebuild_reads_specs_without_torch_only_as_the_command(tmp_path):
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert attempts.exists(), "a program's jitkern.ops must import torch as usual"
+
+
+def compile_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling ")]
+
+
+def test_force_rebuild_compiles_the_named_module_once(cache_dir, caplog, monkeypatch):
+    forced, other = scale_spec(41), scale_spec(42)
+    forced.build(), other.build()
+    monkeypatch.setenv("JITKERN_FORCE_REBUILD", "scale_41")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="jitkern"):
+        forced.build(), other.build(), forced.build()  # once per process: the second build of scale_41 is served
+    assert compile_lines(caplog) == ["compiling scale_41 (rebuilding: JITKERN_FORCE_REBUILD names it) ..."], compile_lines(caplog)
+    check_scale(forced.load(), 41)
+    monkeypatch.setenv("JITKERN_ON_MISS", "error")  # strict mode never compiles: the switch is ignored
+    monkeypatch.setenv("JITKERN_FORCE_REBUILD", "all")
+    check_scale(scale_spec(42).load(), 42)
+
+
+def test_a_rebuild_names_the_dependency_that_changed(cache_dir, tmp_path, caplog):
+    header, source = tmp_path / "dep_value.h", tmp_path / "dep_user.h"
+    source.write_text('#include "dep_value.h"\ninline int64_t dep_value() { return DEP_VALUE; }\n')
+    spec = jitkern.JitSpec("dep_user", cpp_files=[str(source)], cpp_wrappers=[("value", "dep_value")])
+    for value in (1, 22):
+        header.write_text(f"#include <cstdint>\n#define DEP_VALUE {value}\n")
+        past = time.time() - 30 + value  # settled before the compile starts (src/build.cc), and a new mtime each time
+        os.utime(header, (past, past))
+        os.utime(source, (past, past))
+        time.sleep(0.05)  # the status change too (a change within 10 ms of the compile's start counts as during it)
+        with caplog.at_level(logging.INFO, logger="jitkern"):
+            spec.build()
+    assert compile_lines(caplog) == ["compiling dep_user ...",
+                                     f"compiling dep_user (rebuilding: a file it was built from changed: {header} changed) ..."], compile_lines(caplog)
+
+
+FAKE_TVM_FFI = """
+#include <stdint.h>
+typedef struct { uint32_t major, minor, patch; } TVMFFIVersion;
+void TVMFFIGetVersion(TVMFFIVersion* v) { v->major = 0; v->minor = 2; v->patch = 0; }
+"""
+
+
+def test_a_tvm_ffi_of_another_c_abi_is_refused_at_load(tmp_path):
+    """The engine was built against tvm-ffi 0.1's C ABI: a libtvm_ffi speaking 0.2 is an ImportError naming both."""
+    (tmp_path / "fake.c").write_text(FAKE_TVM_FFI)
+    subprocess.run([shutil.which("cc") or "c++", "-shared", "-fPIC", "-x", "c", "-o", str(tmp_path / "libfake.so"), str(tmp_path / "fake.c")],
+                   check=True)
+    code = f"import ctypes; ctypes.CDLL({str(tmp_path / 'libfake.so')!r}, mode=ctypes.RTLD_GLOBAL); import jitkern._engine"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "ImportError" in proc.stderr, proc.stderr[-2000:]
+    assert re.search(r"speaks C ABI 0\.2\.0, but jitkern \S+ was built against C ABI 0\.1\.\d+ \(major\.minor must match\)", proc.stderr), proc.stderr
+    assert subprocess.run([sys.executable, "-c", "import jitkern._engine"], timeout=120).returncode == 0

@@ -1,0 +1,201 @@
+"""Prebuilt modules as pip wheels: writing them (`jitkern prebuild --wheel`) and finding installed ones.
+
+A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>`; `jitkern-prebuilt-host` for
+host-only modules) holds one package, `jitkern_prebuilt_<arch>/`, whose `cache/` directory is a prebuilt
+layer (the engine's cache layout, docs/cache-store.md) and whose `layer.json` says what it was built for.
+Its entry point in the group `jitkern.prebuilt` names the package: an installed wheel is a layer that
+loads search after JITKERN_PREBUILT_DIRS, verified like any other and never written. A wheel built for
+another jitkern, tvm-ffi or machine is left out with a warning (its modules' keys could not match anyway).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import platform
+import re
+import stat
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+GROUP = "jitkern.prebuilt"
+LAYER_FILE = "layer.json"
+CACHE_DIR = "cache"
+_FORMAT = 1
+
+logger = logging.getLogger("jitkern")
+
+
+def _arch_part(arch: str | None) -> str:
+    return arch.replace("_", "") if arch else "host"
+
+
+def distribution(arch: str | None) -> str:
+    """The wheel's project name for a CUDA target (None: host-only modules), e.g. jitkern-prebuilt-sm90a."""
+    return f"jitkern-prebuilt-{_arch_part(arch)}"
+
+
+def package(arch: str | None) -> str:
+    return f"jitkern_prebuilt_{_arch_part(arch)}"
+
+
+def version(cuda_major: int | None) -> str:
+    """jitkern's version, with the CUDA major as the local label (as PyTorch's and FlashInfer's wheels)."""
+    from . import __version__
+
+    return f"{__version__}+cu{cuda_major}" if cuda_major else __version__
+
+
+def _machine() -> str:
+    return platform.machine()
+
+
+# ---------------------------------------------------------------------------------------------- finding
+
+
+@dataclass(frozen=True)
+class Layer:
+    label: str  # "jitkern-prebuilt-sm90a 0.1.0+cu13"
+    dir: str  # the cache directory
+    arch: str | None
+    modules: int
+    problem: str = ""  # why it is left out ("" when it is searched)
+
+
+_found: list[Layer] | None = None
+
+
+def installed() -> list[Layer]:
+    """Every installed prebuilt wheel (entry point group jitkern.prebuilt), in name order; those left out
+    carry `problem` (and were warned about once)."""
+    global _found
+    if _found is None:
+        _found = _discover()
+        for layer in _found:
+            if layer.problem:
+                logger.warning("ignoring prebuilt wheel %s: %s", layer.label, layer.problem)
+    return _found
+
+
+def _discover() -> list[Layer]:
+    from importlib.metadata import entry_points
+
+    from . import __version__
+
+    out = []
+    for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name):
+        dist = getattr(ep, "dist", None)
+        label = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ep.value
+        spec = importlib.util.find_spec(ep.value)  # the package's directory, without importing it
+        where = list(spec.submodule_search_locations or []) if spec is not None else []
+        if not where:
+            out.append(Layer(label, "", None, 0, f"its package {ep.value} is not importable"))
+            continue
+        root = Path(where[0])
+        try:
+            info = json.loads((root / LAYER_FILE).read_text())
+        except (OSError, ValueError) as e:
+            out.append(Layer(label, str(root / CACHE_DIR), None, 0, f"unreadable {LAYER_FILE}: {e}"))
+            continue
+        import tvm_ffi
+
+        problem = ""
+        if info.get("jitkern") != __version__:
+            problem = f"built for jitkern {info.get('jitkern')}, this is jitkern {__version__}; install the wheel built with this jitkern"
+        elif info.get("machine") != _machine():
+            problem = f"built for {info.get('machine')} machines, this is {_machine()}"
+        elif info.get("tvm_ffi") != tvm_ffi.__version__:
+            problem = (f"built with apache-tvm-ffi {info.get('tvm_ffi')}, this process has {tvm_ffi.__version__} "
+                       "(part of every module's key: none of its modules would match)")
+        out.append(Layer(label, str(root / CACHE_DIR), info.get("arch"), len(info.get("modules", [])), problem))
+    return out
+
+
+def layers_text() -> str:
+    """The usable wheels as the engine takes them: "label (arch)\\tdir" lines."""
+    return "".join(f"{layer.label} ({layer.arch or 'host'})\t{layer.dir}\n" for layer in installed() if not layer.problem)
+
+
+_MISS_TARGET = re.compile(r"^jitkern: module '[^']*' for (\w+) is not cached")
+
+
+def miss_hint(message: str) -> str:
+    """What a CacheMissError's message gains: the wheel that would hold the module."""
+    m = _MISS_TARGET.match(message)
+    arch = m.group(1) if m else None
+    return (f"\nA prebuilt wheel holding it: {distribution(arch)} (`jitkern prebuild --wheel DIR"
+            f"{' --arch ' + arch if arch else ''} ...` with this module, then pip install it).")
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def entry_files(library: Path) -> list[Path]:
+    """What a layer needs of the cache entry holding `library` (the path a build returned): the manifest,
+    the library and its hash record (no scratch, failure logs or superseded libraries)."""
+    entry = library.parent
+    return [entry / "manifest", library, library.with_name(library.name + ".sha256")]
+
+
+def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: int | None) -> Path:
+    """Writes the wheel holding the cache entries of `libraries` (as prebuild returned them) for `arch`
+    and returns its path."""
+    import tvm_ffi
+
+    from . import __version__
+
+    name, pkg, ver = distribution(arch), package(arch), version(cuda_major)
+    tag = f"py3-none-linux_{_machine()}"
+    stems = sorted({lib.parent.name for lib in libraries})
+    layer = {"format": _FORMAT, "jitkern": __version__, "machine": _machine(), "arch": arch, "cuda_major": cuda_major,
+             "tvm_ffi": tvm_ffi.__version__, "modules": stems}
+    dist_info = f"{name.replace('-', '_')}-{ver}.dist-info"
+    files: list[tuple[str, bytes]] = [  # (path in the wheel, contents)
+        (f"{pkg}/__init__.py", f'"""Prebuilt jitkern modules for {arch or "the host"} (jitkern.wheels)."""\n'.encode()),
+        (f"{pkg}/{LAYER_FILE}", (json.dumps(layer, indent=1) + "\n").encode())]
+    for lib in sorted(libraries):
+        files += [(f"{pkg}/{CACHE_DIR}/{lib.parent.name}/{f.name}", f.read_bytes()) for f in entry_files(lib)]
+    summary = f"Prebuilt jitkern {__version__} kernel modules for {arch or 'the host'}"
+    # pip refuses to pair it with another jitkern (the modules' keys hold jitkern's version).
+    metadata = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\nSummary: {summary}\nRequires-Python: >=3.10\n"
+                f"Requires-Dist: jitkern=={__version__}\n")
+    files += [(f"{dist_info}/METADATA", metadata.encode()),
+              (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: jitkern {__version__}\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()),
+              (f"{dist_info}/entry_points.txt", f"[{GROUP}]\n{_arch_part(arch)} = {pkg}\n".encode()),
+              (f"{dist_info}/top_level.txt", f"{pkg}\n".encode())]
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files) + f"{dist_info}/RECORD,,\n"
+    files.append((f"{dist_info}/RECORD", record.encode()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{name.replace('-', '_')}-{ver}-{tag}.whl"
+    partial = target.with_name(target.name + f".tmp.{os.getpid()}")
+    stamp = time.localtime(max(time.time(), 315532800))[:6]  # zip dates start in 1980
+    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        for path, data in files:
+            info = zipfile.ZipInfo(path, stamp)
+            info.external_attr = (0o644 | stat.S_IFREG) << 16  # pip installs it read-only to others; the engine checks that
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    os.replace(partial, target)
+    return target
+
+
+def cuda_major_of_toolkit() -> int | None:
+    """The CUDA major version of the toolkit builds use (nvcc's "release 13.0"), None without one."""
+    from ._engine import find_compiler
+
+    try:
+        text = find_compiler(True)[1]
+    except RuntimeError:
+        return None
+    m = re.search(r"release (\d+)\.", text)
+    return int(m.group(1)) if m else None
