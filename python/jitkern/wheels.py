@@ -3,28 +3,28 @@
 A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>`; `jitkern-prebuilt-host` for
 host-only modules) holds one package, `jitkern_prebuilt_<arch>/`, whose `cache/` directory is a prebuilt
 layer (the engine's cache layout, docs/cache-store.md) and whose `layer.json` says what it was built for.
-Its entry point in the group `jitkern.prebuilt` names the package: an installed wheel is a layer that
-loads search after JITKERN_PREBUILT_DIRS, verified like any other and never written. A wheel built for
-another jitkern, tvm-ffi or machine is left out with a warning (its modules' keys could not match anyway).
+An installed wheel is such a package on sys.path (found by its name, without importlib.metadata, whose
+import alone costs a first load tens of milliseconds): a layer that loads search after
+JITKERN_PREBUILT_DIRS, verified like any other and never written. A wheel built for another jitkern,
+tvm-ffi or machine is left out with a warning (its modules' keys could not match anyway).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import logging
 import os
-import platform
 import re
 import stat
+import sys
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-GROUP = "jitkern.prebuilt"
+PACKAGE_PREFIX = "jitkern_prebuilt_"
 LAYER_FILE = "layer.json"
 CACHE_DIR = "cache"
 _FORMAT = 1
@@ -42,7 +42,7 @@ def distribution(arch: str | None) -> str:
 
 
 def package(arch: str | None) -> str:
-    return f"jitkern_prebuilt_{_arch_part(arch)}"
+    return f"{PACKAGE_PREFIX}{_arch_part(arch)}"
 
 
 def version(cuda_major: int | None) -> str:
@@ -53,7 +53,7 @@ def version(cuda_major: int | None) -> str:
 
 
 def _machine() -> str:
-    return platform.machine()
+    return os.uname().machine
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -72,8 +72,8 @@ _found: list[Layer] | None = None
 
 
 def installed() -> list[Layer]:
-    """Every installed prebuilt wheel (entry point group jitkern.prebuilt), in name order; those left out
-    carry `problem` (and were warned about once)."""
+    """Every installed prebuilt wheel (a jitkern_prebuilt_* package with a layer.json on sys.path; the first
+    of a name, as an import would take), in name order; those left out carry `problem` (warned about once)."""
     global _found
     if _found is None:
         _found = _discover()
@@ -84,27 +84,27 @@ def installed() -> list[Layer]:
 
 
 def _discover() -> list[Layer]:
-    from importlib.metadata import entry_points
-
     from . import __version__
 
-    out = []
-    for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name):
-        dist = getattr(ep, "dist", None)
-        label = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ep.value
-        spec = importlib.util.find_spec(ep.value)  # the package's directory, without importing it
-        where = list(spec.submodule_search_locations or []) if spec is not None else []
-        if not where:
-            out.append(Layer(label, "", None, 0, f"its package {ep.value} is not importable"))
+    roots: dict[str, Path] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
             continue
-        root = Path(where[0])
+        for name in names:
+            if name.startswith(PACKAGE_PREFIX) and name not in roots and os.path.isfile(os.path.join(entry or ".", name, LAYER_FILE)):
+                roots[name] = Path(entry or ".").resolve() / name
+    out = []
+    for name, root in sorted(roots.items()):
         try:
             info = json.loads((root / LAYER_FILE).read_text())
         except (OSError, ValueError) as e:
-            out.append(Layer(label, str(root / CACHE_DIR), None, 0, f"unreadable {LAYER_FILE}: {e}"))
+            out.append(Layer(name, str(root / CACHE_DIR), None, 0, f"unreadable {root / LAYER_FILE}: {e}"))
             continue
         import tvm_ffi
 
+        label = f"{info.get('distribution', name)} {info.get('version', '?')}"
         problem = ""
         if info.get("jitkern") != __version__:
             problem = f"built for jitkern {info.get('jitkern')}, this is jitkern {__version__}; install the wheel built with this jitkern"
@@ -122,6 +122,7 @@ def layers_text() -> str:
     return "".join(f"{layer.label} ({layer.arch or 'host'})\t{layer.dir}\n" for layer in installed() if not layer.problem)
 
 
+# The first line of the engine's CacheMissError (src/build.cc, refuse_miss_if_strict) names a CUDA module's target.
 _MISS_TARGET = re.compile(r"^jitkern: module '[^']*' for (\w+) is not cached")
 
 
@@ -157,8 +158,8 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
     name, pkg, ver = distribution(arch), package(arch), version(cuda_major)
     tag = f"py3-none-linux_{_machine()}"
     stems = sorted({lib.parent.name for lib in libraries})
-    layer = {"format": _FORMAT, "jitkern": __version__, "machine": _machine(), "arch": arch, "cuda_major": cuda_major,
-             "tvm_ffi": tvm_ffi.__version__, "modules": stems}
+    layer = {"format": _FORMAT, "distribution": name, "version": ver, "jitkern": __version__, "machine": _machine(), "arch": arch,
+             "cuda_major": cuda_major, "tvm_ffi": tvm_ffi.__version__, "modules": stems}
     dist_info = f"{name.replace('-', '_')}-{ver}.dist-info"
     files: list[tuple[str, bytes]] = [  # (path in the wheel, contents)
         (f"{pkg}/__init__.py", f'"""Prebuilt jitkern modules for {arch or "the host"} (jitkern.wheels)."""\n'.encode()),
@@ -171,7 +172,6 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
                 f"Requires-Dist: jitkern=={__version__}\n")
     files += [(f"{dist_info}/METADATA", metadata.encode()),
               (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: jitkern {__version__}\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()),
-              (f"{dist_info}/entry_points.txt", f"[{GROUP}]\n{_arch_part(arch)} = {pkg}\n".encode()),
               (f"{dist_info}/top_level.txt", f"{pkg}\n".encode())]
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files) + f"{dist_info}/RECORD,,\n"
     files.append((f"{dist_info}/RECORD", record.encode()))

@@ -56,6 +56,11 @@ except jitkern.CacheMissError as e:
 """
 
 
+def snapshot(tree: Path) -> dict:
+    return {str(p.relative_to(tree)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(tree.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
 def run(cmd, **kw):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -114,9 +119,11 @@ def test_wheel_name_version_tags_and_contents_say_what_it_holds(built):
 
 def test_installed_wheel_serves_strict_loads_without_a_compiler(built, site, tmp_path):
     env = serving_env(site, tmp_path)
+    before = snapshot(site)
     out = run([sys.executable, "-c", SERVE, json.dumps(SPECS), str(site)], env=env, cwd="/").stdout
     assert out.count("SERVED") == len(SPECS), out
     assert not (tmp_path / "serving-cache").exists(), "serving from the wheel writes no cache"
+    assert snapshot(site) == before, "an installed wheel is never written"
 
 
 @pytest.mark.parametrize("arch", ["host", "sm_100a"])
