@@ -32,7 +32,7 @@
 #include "manifest.h"
 #include "nvcc_pipeline.h"
 #include "plan.h"
-#include "settings.h"
+#include "config.h"
 #include "sha256.h"
 #include "text.h"
 #include "toolchain.h"
@@ -60,7 +60,6 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-double compile_timeout_s() { return settings::seconds("JITKERN_COMPILE_TIMEOUT", 900); }
 
 
 std::string current_dir() {
@@ -175,8 +174,8 @@ class CpuShare {
 
 class Compile {
  public:
-  Compile(const plan::Plan& p, const std::string& scratch, const std::string& cwd, double timeout_s, bool parallel_build)
-      : m_p(p), m_scratch(scratch), m_cwd(cwd), m_timeout(timeout_s), m_parallel(parallel_build),
+  Compile(const plan::Plan& p, const config::Config& cfg, const std::string& scratch, bool parallel_build)
+      : m_p(p), m_cfg(cfg), m_env(compile_env::make(cfg)), m_scratch(scratch), m_timeout(cfg.compile_timeout_s), m_parallel(parallel_build),
         m_nvrtc(!p.nvrtc_options.empty() && (p.nvrtc_asked || parallel_build)) {}
 
   // Runs every compile and the link; returns the first non-zero status (fs::wait's encoding).
@@ -284,7 +283,7 @@ class Compile {
   fs::Process start(const std::vector<std::string>& argv, const std::string& log_path, const std::string& cwd,
                     std::vector<std::string> env = {}) const {
     env.push_back(cwd == m_scratch ? "TMPDIR=tmp" : "TMPDIR=" + m_scratch + "/tmp");
-    return fs::spawn(argv, log_path, compile_env::make(env), cwd);
+    return fs::spawn(argv, log_path, compile_env::with(m_env, env), cwd);
   }
 
   // nvcc run as one command passes the scratch directory's absolute path through its own shell (as the
@@ -379,7 +378,7 @@ class Compile {
   bool dry_run(std::vector<std::string> argv, std::string* text) {
     const bool shell_safe = std::none_of(m_p.cuda_compile.begin(), m_p.cuda_compile.end(),
                                          [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
-    if (!shell_safe || !settings::flag("JITKERN_NVCC_PIPELINE")) return false;
+    if (!shell_safe || !m_cfg.nvcc_pipeline) return false;
     ::mkdir((m_scratch + "/nvcc").c_str(), 0700);
     argv.insert(argv.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
     const std::string log_path = m_scratch + "/dryrun.txt";
@@ -450,7 +449,7 @@ class Compile {
         std::find(flags.begin(), at - 1, "-include") == at - 1) {
       std::vector<std::string> rest(flags.begin(), at - 1);
       rest.insert(rest.end(), at + 1, flags.end());
-      pch = host_prelude::find(rest, m_p.host_prelude, m_p.host_cxx_gcc, m_parallel, m_timeout);
+      pch = host_prelude::find(rest, m_p.host_prelude, m_p.host_cxx_gcc, m_parallel, m_timeout, m_env, m_cfg.temp_dir);
     }
     if (pch) {
       auto with = host;
@@ -564,7 +563,9 @@ class Compile {
   }
 
   const plan::Plan& m_p;
-  std::string m_scratch, m_cwd, m_cuda_lib;
+  const config::Config& m_cfg;
+  const std::vector<std::string> m_env;  // the compilers' environment (compile_env)
+  std::string m_scratch, m_cuda_lib;
   std::vector<std::string> m_cuda_objects;  // linked beside device.o (the pipeline's fatbin)
   std::string m_cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" or "host pass 0.81 s beside nvcc 1.70 s"
   double m_timeout;
@@ -593,7 +594,8 @@ std::vector<Dep> search_directories(const plan::Plan& p) {
 }
 
 // A manifest for `p` with its descriptive fields filled in (the caller adds the library and deps).
-Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler>& compilers, double build_seconds) {
+Manifest new_manifest(const plan::Plan& p, const config::Config& cfg, const std::vector<toolchain::Compiler>& compilers,
+                      double build_seconds) {
   Manifest m;
   m.request_key = p.request_key;
   m.toolchain = p.toolchain_id;
@@ -602,7 +604,7 @@ Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler
     stamp.path = c.path, stamp.sig = c.sig;
     m.compilers.push_back(stamp);
   }
-  m.compiler_search = toolchain::search_key(p.has_cuda);
+  m.compiler_search = toolchain::search_key(cfg, p.has_cuda);
   m.module = p.name;
   m.arch = p.has_cuda ? p.cuda_arch : "-";
   m.built_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -610,22 +612,13 @@ Manifest new_manifest(const plan::Plan& p, const std::vector<toolchain::Compiler
   return m;
 }
 
-enum class OnMiss { kCompile, kWarn, kError };
-OnMiss on_miss() {
-  const std::string mode = settings::choice("JITKERN_ON_MISS");
-  return mode == "error" ? OnMiss::kError : mode == "warn" ? OnMiss::kWarn : OnMiss::kCompile;
-}
-
-// JITKERN_FORCE_REBUILD: "1" or "all" names every module, else a comma-separated list of module names.
-// A forced module is compiled once per process (then served as usual); JITKERN_ON_MISS=error never compiles.
+// JITKERN_FORCE_REBUILD (config.h): a forced module is compiled once per process, then served as usual.
 std::mutex forced_mutex;
 std::set<std::string> forced_keys;  // request keys compiled by force in this process
 
-bool force_rebuild(const plan::Plan& p) {
-  const std::string value = settings::get("JITKERN_FORCE_REBUILD");
-  if (value.empty() || value == "0" || on_miss() == OnMiss::kError) return false;
-  const std::vector<std::string> names = text::split(value, ',');
-  const bool named = value == "1" || value == "all" || std::find(names.begin(), names.end(), p.name) != names.end();
+bool force_rebuild(const plan::Plan& p, const config::Config& cfg) {
+  const auto& names = cfg.force_rebuild;
+  const bool named = std::find(names.begin(), names.end(), "all") != names.end() || std::find(names.begin(), names.end(), p.name) != names.end();
   std::lock_guard<std::mutex> lock(forced_mutex);
   return named && !forced_keys.count(p.request_key);
 }
@@ -636,8 +629,8 @@ void forced_done(const plan::Plan& p) {
 }
 
 // `misses`: where the module was looked for and why each place could not serve it.
-void refuse_miss_if_strict(const plan::Plan& p, const std::vector<std::string>& misses) {
-  if (on_miss() != OnMiss::kError) return;
+void refuse_miss_if_strict(const plan::Plan& p, const config::Config& cfg, const std::vector<std::string>& misses) {
+  if (cfg.on_miss != config::OnMiss::kError) return;
   std::string where;
   for (const auto& m : misses) where += "\n  " + m;
   throw CacheMissError("jitkern: module '" + p.name + "'" + (p.has_cuda ? " for " + p.cuda_arch : "") +
@@ -825,24 +818,25 @@ bool blames_the_disk(const std::string& log) {
   throw BuildError(msg);
 }
 
-store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const std::vector<toolchain::Compiler>& compilers,
-                          const store::ToolchainCheck& toolchain_ok, double timeout_s, bool parallel_build, bool forced, bool* compiled) {
+store::Found build_locked(const plan::Plan& p, const config::Config& cfg, const store::Entry& entry,
+                          const std::vector<toolchain::Compiler>& compilers, const store::ToolchainCheck& toolchain_ok, bool parallel_build,
+                          bool forced, bool* compiled) {
+  const double timeout_s = cfg.compile_timeout_s;
   std::string why = "JITKERN_FORCE_REBUILD names it";
   if (!forced)
     if (auto found = entry.lookup(p, toolchain_ok, &why)) return std::move(*found);  // published while we waited
   entry.remove_stale_scratch(timeout_s);
   Failure failure;
-  if (!forced && !settings::flag("JITKERN_RETRY_FAILED") && entry.remembered_failure(p.request_key, p.config_key, &failure))
+  if (!forced && !cfg.retry_failed && entry.remembered_failure(p.request_key, p.config_key, &failure))
     throw BuildError(failure.message +
                      "\n(jitkern remembered this failure: the inputs have not changed since. Edit the sources or set "
                      "JITKERN_RETRY_FAILED=1 to try again.)");
   std::map<std::string, std::string> before;  // path -> hash of the previous build's inputs
   if (!forced)
-    if (auto found = entry.reuse(p, new_manifest(p, compilers, 0), &before)) return std::move(*found);
+    if (auto found = entry.reuse(p, new_manifest(p, cfg, compilers, 0), &before)) return std::move(*found);
 
-  if (on_miss() == OnMiss::kWarn)
+  if (cfg.on_miss == config::OnMiss::kWarn)
     log::emit(log::kWarning, "module '" + p.name + "' is not cached; compiling it (JITKERN_ON_MISS=warn)");
-  const std::string cwd = current_dir();
   const auto t0 = std::chrono::steady_clock::now();
   // Why a module built before is compiled again (a changed dependency is named); a first build needs no reason.
   const bool first = why == "not cached" || why == "no complete manifest";
@@ -859,11 +853,11 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
     // the file may have changed while it was being read.
     const int64_t started_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count() - 10'000'000;
-    Compile compile(p, scratch, cwd, timeout_s, parallel_build);
+    Compile compile(p, cfg, scratch, parallel_build);
     const int rc = compile.run(out);
     if (rc != 0) fail_build(p, entry, compile, rc, scratch, timeout_s);
 
-    Manifest m = new_manifest(p, compilers, seconds_since(t0));
+    Manifest m = new_manifest(p, cfg, compilers, seconds_since(t0));
     m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
     const int64_t hashed_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -929,23 +923,28 @@ std::string build(const BuildRequest& request, const EngineConfig& config) {
 
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled) {
   *compiled = false;
-  settings::check();  // every setting, so that a bad one is a ValueError on every load, not only on a miss
-  const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
+  const config::Config cfg = config::resolve(config, request.build_directory, engine_lib_dir());
   add_library_dirs({cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir});
   plan::validate(request);
   plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)
   tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
-  if (!request.cuda_files.empty()) tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device);
+  if (!request.cuda_files.empty()) {
+    tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
+    // The CUDA runtime modules link, for a process that has not loaded it (modules carry no RUNPATH).
+    if (cfg.nvcc_problem.empty())
+      if (const toolchain::Compiler nvcc = toolchain::locate(cfg.nvcc, cfg.path); !nvcc.path.empty())
+        add_library_dirs({toolchain::cuda_lib_dir(nvcc.path)});
+  }
   const std::string cwd = current_dir();
   const plan::Plan lookup = plan::make(request, cfg, tc, cwd);
   const store::Store cache = store::Store::writable(cfg);
-  const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, lookup.has_cuda); };
+  const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, cfg, lookup.has_cuda); };
   // Warm path, never a compiler or a subprocess: the read-only prebuilt layers, then the writable
   // cache under the entry's load lock (no removal while it is held; a build or removal in progress
   // is waited for). Readers never see a partial file: publishing is by rename.
   std::vector<std::string> misses;
-  const bool forced = force_rebuild(lookup);
-  for (const store::Store& layer : forced ? std::vector<store::Store>{} : store::Store::prebuilt_layers()) {
+  const bool forced = force_rebuild(lookup, cfg);
+  for (const store::Store& layer : forced ? std::vector<store::Store>{} : store::Store::prebuilt_layers(cfg.prebuilt_dirs)) {
     if (const std::string why = layer.layer_distrust(); !why.empty()) {
       misses.push_back(layer.describe() + ": " + why);
       continue;
@@ -971,23 +970,22 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   } else {
     misses.push_back(entry.dir() + ": not cached");
   }
-  refuse_miss_if_strict(lookup, misses);
+  refuse_miss_if_strict(lookup, cfg, misses);
 
   cache.ensure_writable(true);  // a build creates the cache: before the compilers' records and the lock directory
   const std::vector<toolchain::Compiler> compilers = [&] {
-    std::vector<toolchain::Compiler> out = {toolchain::identify(toolchain::cxx_program(), cache, "C++ compiler")};
-    if (!request.cuda_files.empty()) out.push_back(toolchain::identify(toolchain::nvcc_program(), cache, "CUDA compiler"));
+    std::vector<toolchain::Compiler> out = {toolchain::identify(cfg.cxx, cache, "C++ compiler", cfg)};
+    if (!request.cuda_files.empty()) out.push_back(toolchain::identify(toolchain::nvcc_program(cfg), cache, "CUDA compiler", cfg));
     return out;
   }();
   tc.cxx = compilers[0];
   if (compilers.size() > 1) tc.nvcc = compilers[1];
   const plan::Plan p = plan::make(request, cfg, tc, cwd);  // the same key, now with the commands
-  const double timeout_s = compile_timeout_s();
   fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
   auto lock = entry.lock_for_build("waiting for another process that is compiling " + p.name + " ...");
   entry.prepare();  // under the lock: `cache prune` may have removed it
   try {
-    store::Found found = build_locked(p, entry, compilers, toolchain_ok, timeout_s, config.parallel_build, forced, compiled);
+    store::Found found = build_locked(p, cfg, entry, compilers, toolchain_ok, config.parallel_build, forced, compiled);
     found.lock = std::move(lock);
     if (forced) forced_done(p);
     return found;

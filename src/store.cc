@@ -211,9 +211,9 @@ std::string Store::package_layers_text() {
   return out;
 }
 
-std::vector<Store> Store::prebuilt_layers() {
+std::vector<Store> Store::prebuilt_layers(const std::vector<std::string>& dirs) {
   std::vector<Store> out;
-  for (const auto& dir : settings::path_list("JITKERN_PREBUILT_DIRS"))
+  for (const auto& dir : dirs)
     if (!dir.empty()) out.push_back(prebuilt(dir));
   std::lock_guard<std::mutex> lock(package_layers_mutex);
   for (const auto& [label, dir] : package_layers) out.push_back(prebuilt(dir, label));

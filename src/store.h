@@ -141,8 +141,8 @@ class Store {
   // A read-only prebuilt layer (never written, never locked); `label` names it in messages ("" for a
   // JITKERN_PREBUILT_DIRS directory, which its path names).
   static Store prebuilt(const std::string& dir, const std::string& label = "");
-  // The layers of JITKERN_PREBUILT_DIRS, in order, then the package layers.
-  static std::vector<Store> prebuilt_layers();
+  // The layers of `dirs` (JITKERN_PREBUILT_DIRS), in order, then the package layers.
+  static std::vector<Store> prebuilt_layers(const std::vector<std::string>& dirs);
   // The prebuilt layers installed as packages (prebuilt wheels, found by the Python layer): (label, dir).
   static void set_package_layers(std::vector<std::pair<std::string, std::string>> layers);
   // What set_package_layers set, one "label\tdir" line each (part of the in-process memo key).

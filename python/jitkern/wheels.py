@@ -129,9 +129,11 @@ _MISS_TARGET = re.compile(r"^jitkern: module '[^']*' for (\w+) is not cached")
 def miss_hint(message: str) -> str:
     """What a CacheMissError's message gains: the wheel that would hold the module."""
     m = _MISS_TARGET.match(message)
-    arch = m.group(1) if m else None
-    return (f"\nA prebuilt wheel holding it: {distribution(arch)} (`jitkern prebuild --wheel DIR"
-            f"{' --arch ' + arch if arch else ''} ...` with this module, then pip install it).")
+    if m is None:  # a host-only module goes into every wheel prebuild writes
+        return ("\nA prebuilt wheel holding it: any jitkern-prebuilt-* wheel built with this module "
+                "(`jitkern prebuild --wheel DIR ...`, then pip install it).")
+    return (f"\nA prebuilt wheel holding it: {distribution(m.group(1))} (`jitkern prebuild --wheel DIR --arch {m.group(1)} ...` "
+            "with this module, then pip install it).")
 
 
 # ---------------------------------------------------------------------------------------------- writing
