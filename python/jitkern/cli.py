@@ -475,7 +475,8 @@ def _write_wheels(out_dir: Path, specs: list, libraries: dict) -> None:
         libs = [Path(libraries[s]) for s in specs if not s.cuda_files or s.cuda_arch == arch]
         path = wheels.write(out_dir, arch, libs, cuda_major)
         unpacked = sum(f.stat().st_size for lib in libs for f in wheels.entry_files(lib))
-        print(f"wrote {path} ({len(libs)} modules, {human_size(path.stat().st_size)}; {human_size(unpacked)} installed)")
+        print(f"wrote {path} ({len(libs)} module{'s' if len(libs) != 1 else ''}, {human_size(path.stat().st_size)}; "
+              f"{human_size(unpacked)} installed)")
 
 
 # ---------------------------------------------------------------------------------------------- doctor
