@@ -258,6 +258,19 @@ def test_clangd_takes_cpu_kernels_as_cpp(tmp_path):
     cpp, cuda = (tmp_path / ".clangd").read_text().split("\n---\n")
     assert "PathExclude: .*\\.(cu|cuh)$" in cpp and "-xcuda" not in cpp and "--cuda-gpu-arch" not in cpp, cpp
     assert "PathMatch: .*\\.(cu|cuh)$" in cuda and "-xcuda" in cuda and "--cuda-gpu-arch=sm_80" in cuda, cuda
+    assert "needs clangd 15 or newer" in cpp
+
+
+def test_clangd_names_the_clangd_it_needs(tmp_path):
+    fake = tmp_path / "bin" / "clangd"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'Debian clangd version 14.0.6'\n")
+    fake.chmod(0o755)
+    proc = run_cli("clangd", cwd=tmp_path, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert proc.returncode == 0 and proc.stderr.strip() == ("note: jitkern's headers need clangd 15 or newer (the clangd on PATH is 14); "
+                                                            "e.g. apt install clangd-15"), proc.stderr
+    fake.write_text("#!/bin/sh\necho 'Debian clangd version 19.1.7'\n")
+    assert run_cli("clangd", "--force", cwd=tmp_path, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"}).stderr == ""
 
 
 def test_cache_names_specs_lists_prebuilt_layers_and_failed_entries(tmp_path):
