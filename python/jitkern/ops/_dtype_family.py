@@ -93,4 +93,4 @@ class _Exports:
     def __getattr__(self, op: str):
         if op not in self._family.ops:
             raise AttributeError(f"the {self._family.name} family exports no {op!r}; it has {', '.join(self._family.ops)}")
-        return getattr(self._family.spec(self._dtype, op).load(), op)
+        return positional(self._family.spec(self._dtype, op).load(), op)
