@@ -103,7 +103,7 @@ def stats(reset: bool = False) -> dict[str, int]:
 def _fell_back(reason: str, module) -> None:
     """Counts a fallback; the first of each reason since the last reset is logged (INFO: the `jitkern` logger's default level)."""
     if reason not in _COUNTS:
-        _log.info("jitkern.integrations.transformers: %s runs its original forward: %s (stats() counts these calls)",
+        _log.info("transformers integration: %s runs its original forward: %s (stats() counts these calls)",
                   type(module).__name__, FALLBACK_REASONS[reason])
     _COUNTS[reason] = _COUNTS.get(reason, 0) + 1
 
