@@ -24,6 +24,7 @@
 
 #include "build.h"
 #include "compile_env.h"
+#include "compile_errors.h"
 #include "fs_util.h"
 #include "host_prelude.h"
 #include "log.h"
@@ -769,6 +770,8 @@ bool blames_the_disk(const std::string& log) {
     cause = "No space left on device for " + entry.dir() + " (the compiler's output may be cut short)";
   else if (cause.empty())
     cause = "the compiler ended with " + fs::describe_status(rc);
+  const std::string mistake = compile_errors::likely_mistake(full_log, p, cause);
+  if (!mistake.empty()) cause = cause.rfind("the compiler ended with", 0) == 0 ? mistake : cause + " (" + mistake + ")";
   if (cause.find("Unsupported gpu architecture") != std::string::npos)
     cause += " (this nvcc cannot target " + p.cuda_arch + ": point CUDA_HOME at a newer CUDA toolkit, or set JITKERN_CUDA_ARCH to an arch it supports)";
   std::string commands;
@@ -776,15 +779,16 @@ bool blames_the_disk(const std::string& log) {
   const std::string kept_log = full_log + "\n" + commands + generated_sources(p);
   // The scratch directory is gone when the message is read: the generated sources go by their names
   // (host.cc, device.cu), under which the kept log holds them.
+  // The message shows each diagnostic once; the commands are in the kept log, whose path ends it.
   std::string msg = "jitkern: module '" + p.name + "' failed to compile: " + cause + "\ncompiler output (" +
-                    fs::describe_status(rc) + "):\n" + erase_all(truncated(full_log), scratch + "/") + commands;
+                    fs::describe_status(rc) + "):\n" + erase_all(truncated(compile_errors::each_diagnostic_once(full_log)), scratch + "/");
   const bool transient = rc < 0 || full;
   if (transient) {
     const bool kept = entry.keep_failure_log(kept_log);
-    msg += kept ? "full log, commands and generated source: " + entry.failure_log_path() + "\n" : generated_sources(p);
+    msg += kept ? "the commands, their full output and the generated source: " + entry.failure_log_path() + "\n" : commands + generated_sources(p);
     throw Transient(msg);
   }
-  msg += "full log, commands and generated source: " + entry.failure_log_path() + "\n";
+  msg += "the commands, their full output and the generated source: " + entry.failure_log_path() + "\n";
   Failure f;
   f.request_key = p.request_key;
   f.config_key = p.config_key;

@@ -56,15 +56,24 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+_GPU_NOT_RUN = []  # the one skip reason of every GPU test on a machine without a GPU (set at collection)
+
+
 def pytest_collection_modifyitems(config, items):
-    # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as
-    # such ("not run"), never counted as passed.
+    # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
+    # never counted as passed, in one line of the summary (pytest_runtest_setup).
     if _cuda_available():
         return
-    skip = pytest.mark.skip(reason="NOT RUN: needs a CUDA GPU and torch (run `pytest -m gpu` on the GPU machine)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    count = sum("gpu" in item.keywords for item in items)
+    _GPU_NOT_RUN[:] = [f"NOT RUN here: {count} GPU test{'s' if count != 1 else ''} need a CUDA GPU and torch; on a GPU "
+                       "machine run them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # Skipped from this one line, so that `pytest -rs` folds every GPU test into one summary line.
+    if _GPU_NOT_RUN and "gpu" in item.keywords:
+        pytest.skip(_GPU_NOT_RUN[0])
 
 
 @pytest.fixture

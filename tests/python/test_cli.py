@@ -6,6 +6,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -240,6 +241,74 @@ def test_clangd_writes_config_and_compile_commands(tmp_path):
     db = json.loads((tmp_path / "compile_commands.json").read_text())
     assert [Path(e["file"]).name for e in db] == ["a.cuh"] and f"-I{jitkern.INCLUDE_DIR}" in db[0]["arguments"]
     assert run_cli("clangd", cwd=tmp_path).returncode == 1  # never overwrites without --force
+
+
+def test_clangd_takes_cpu_kernels_as_cpp(tmp_path):
+    """A CPU kernel's .h is C++ (no -xcuda) in compile_commands.json and in .clangd, whose CUDA flags apply to
+    .cu and .cuh files only."""
+    kernels = tmp_path / "csrc"
+    kernels.mkdir()
+    (kernels / "a.cuh").write_text("// a CUDA kernel\n")
+    (kernels / "b.h").write_text("// a CPU kernel\n")
+    proc = run_cli("clangd", "--kernels", str(kernels), cwd=tmp_path)
+    assert proc.returncode == 0 and "(1 CUDA and 1 C++ kernel files under" in proc.stdout, proc.stdout + proc.stderr
+    db = {Path(e["file"]).name: e["arguments"] for e in json.loads((tmp_path / "compile_commands.json").read_text())}
+    assert "-xcuda" in db["a.cuh"] and "-xcuda" not in db["b.h"] and "-xc++" in db["b.h"], db
+    assert not any(a.startswith("--cuda") for a in db["b.h"]), db["b.h"]
+    cpp, cuda = (tmp_path / ".clangd").read_text().split("\n---\n")
+    assert "PathExclude: .*\\.(cu|cuh)$" in cpp and "-xcuda" not in cpp and "--cuda-gpu-arch" not in cpp, cpp
+    assert "PathMatch: .*\\.(cu|cuh)$" in cuda and "-xcuda" in cuda and "--cuda-gpu-arch=sm_80" in cuda, cuda
+    assert "needs clangd 15 or newer" in cpp
+
+
+def test_clangd_names_the_clangd_it_needs(tmp_path):
+    fake = tmp_path / "bin" / "clangd"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'Debian clangd version 14.0.6'\n")
+    fake.chmod(0o755)
+    proc = run_cli("clangd", cwd=tmp_path, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert proc.returncode == 0 and proc.stderr.strip() == ("note: jitkern's headers need clangd 15 or newer (the clangd on PATH is 14); "
+                                                            "e.g. apt install clangd-15"), proc.stderr
+    fake.write_text("#!/bin/sh\necho 'Debian clangd version 19.1.7'\n")
+    assert run_cli("clangd", "--force", cwd=tmp_path, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"}).stderr == ""
+
+
+def test_cache_names_specs_lists_prebuilt_layers_and_failed_entries(tmp_path):
+    """show/rm take a JitSpec's name for its modules; ls lists the prebuilt layers too; a failed entry shows its
+    module and arch; --cache-dir must be a directory."""
+    src = tmp_path / "broken.h"
+    src.write_text("inline int broken() { return nope; }\n")
+    cache, layer = tmp_path / "cache", tmp_path / "prebuilt"
+    env = {"JITKERN_CACHE_DIR": str(cache)}
+    code = ("import jitkern\n"
+            f"jitkern.JitSpec('scale', '3', cpp_files=[{str(KERNELS / 'scale_cpu.h')!r}], cpp_wrappers=[('scale', 'scale<3>')]).build()\n"
+            "try:\n"
+            f"    jitkern.JitSpec('broken', cpp_files=[{str(src)!r}], cpp_wrappers=[('broken', 'broken')]).build()\n"
+            "except jitkern.BuildError:\n    pass\n")
+    assert subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True).returncode == 0
+    shown = run_cli("cache", "show", "scale", env=env)
+    assert shown.returncode == 0 and shown.stdout.startswith("scale_3 (ok)"), shown.stdout + shown.stderr
+    failed = run_cli("cache", "show", "broken", env=env)
+    assert "broken (failed)" in failed.stdout and re.search(r"^  arch +-$", failed.stdout, re.M), failed.stdout
+    layer.mkdir(mode=0o755)
+    listed = run_cli("cache", "ls", env=dict(env, JITKERN_PREBUILT_DIRS=str(layer)))
+    assert listed.returncode == 0 and f"{layer} (prebuilt: JITKERN_PREBUILT_DIRS, searched first) (0 entries)" in listed.stdout, listed.stdout
+    assert re.search(r"^broken +[0-9a-f]{12} -  ", listed.stdout, re.M), listed.stdout
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    wrong = run_cli("cache", "ls", "--cache-dir", str(not_a_dir))
+    assert wrong.returncode == 2 and wrong.stderr.strip() == f"jitkern cache ls: --cache-dir {not_a_dir} is not a directory", wrong.stderr
+    removed = run_cli("cache", "rm", "scale", env=env)
+    assert removed.returncode == 0 and "scale_3-" in removed.stdout, removed.stdout + removed.stderr
+
+
+def test_doctor_says_a_bad_arch_once_and_where_it_builds(tmp_path):
+    bad = run_cli("doctor", env={"JITKERN_CUDA_ARCH": "sm_xx", "JITKERN_CACHE_DIR": str(tmp_path / "cache")})
+    arch_lines = [line for line in bad.stdout.splitlines() if line.startswith("[") and "JITKERN_CUDA_ARCH" in line]
+    assert bad.returncode == 1 and len(arch_lines) == 1 and arch_lines[0].startswith("[FAIL] JITKERN_CUDA_ARCH: invalid"), bad.stdout
+    good = run_cli("doctor", env={"JITKERN_CACHE_DIR": str(tmp_path / "cache")})
+    assert f"tiny builds, into the cache above as any load's ({tmp_path / 'cache'})" in good.stdout, good.stdout
+    assert "jitkern: compiling doctor_cpp ..." in good.stderr, good.stderr
 
 
 def test_clangd_keeps_an_existing_compile_commands_json(tmp_path):
