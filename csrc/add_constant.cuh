@@ -67,7 +67,7 @@ void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice de
   const bool aligned = (reinterpret_cast<uintptr_t>(out) % 16 == 0) && (reinterpret_cast<uintptr_t>(in) % 16 == 0);
   const auto kernel = aligned ? add_constant_kernel<kConstant, true> : add_constant_kernel<kConstant, false>;
   LaunchKernel(static_cast<unsigned>(blocks), kAddConstantThreads, device)
-      .enable_pdl(pdl && runtime::get_cc_major(device.device_id) >= 9)(kernel, out, in, n);
+      .enable_pdl(pdl)(kernel, out, in, n);
 }
 
 // A contiguous tensor of any rank as 1-D (`numel` holds the 1-D shape).

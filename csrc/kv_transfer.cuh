@@ -457,13 +457,9 @@ struct KvTransfer {
     size_t first = 0;
     // The batch API refuses the legacy default stream; the per-thread default stream is ordered with it.
     if (stream == nullptr) stream = cudaStreamPerThread;
-    int previous = -1;
-    host::RuntimeDeviceCheck(cudaGetDevice(&previous));
-    if (previous != device) host::RuntimeDeviceCheck(cudaSetDevice(device));
-    const cudaError_t status =
-        cudaMemcpyBatchAsync(batch.dsts.data(), batch.srcs.data(), batch.sizes.data(), batch.sizes.size(), &attr, &first, 1, stream);
-    if (previous != device) cudaSetDevice(previous);
-    host::RuntimeDeviceCheck(status);
+    const host::DeviceGuard guard(device);
+    host::RuntimeDeviceCheck(
+        cudaMemcpyBatchAsync(batch.dsts.data(), batch.srcs.data(), batch.sizes.data(), batch.sizes.size(), &attr, &first, 1, stream));
   }
 };
 #endif  // __CUDACC_RTC__

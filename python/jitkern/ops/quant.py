@@ -34,6 +34,7 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
                     "per_token_group_quant_ue8m0": 2.6, "per_token_group_quant_int8": 3.0, "rmsnorm_quant_static": 3.3,
                     "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4})
 DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+HELPERS = ("group_scales_like",)  # public beside the ops
 
 
 def _rows(x, public: str):
