@@ -28,7 +28,7 @@ namespace quant = device::quant;
 // Elementwise kernels: one vector of the output per thread (a gate and an up load in flight), CTAs of
 // kActThreads, one pass over the tensor. Against two vectors per thread and a grid-stride loop: 1.36
 // against 2.0 us at T = 1, 30.4 against 31.2-35.7 at T = 1024, level from T = 4096 (d = 14336;
-// docs/benchmarks.md, "Design measurements").
+// docs/benchmarks/design.md).
 constexpr int kActThreads = host::kRowKernels.elementwise_threads;
 // The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, one or two
 // vectors per lane (one while that takes at most kActGroupDecodeWaves CTAs per SM, or where two would
@@ -257,7 +257,7 @@ struct ActOps {
       // Decode sizes: a vector per lane, so more SMs share the loads (T = 1: 1.50 against 2.14 us);
       // beyond, two per lane, so fewer lanes reduce each group (T = 1024: 27.9 against 32.2 us), but
       // where two per lane would fill most of one wave (T = 128-192 at d = 14336: 3.50-4.08 against
-      // 4.07-4.35 us; docs/benchmarks.md, "Design measurements").
+      // 4.07-4.35 us; docs/benchmarks/design.md).
       const int sms = runtime::get_sm_count(ops.device.device_id);
       const int64_t one_per_lane = div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec));
       const int64_t two_per_lane = div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec / 2));

@@ -13,8 +13,8 @@
 
 namespace {
 
-// The fastest of the block shapes and unrolls tried; streaming cache hints were slower (docs/benchmarks.md,
-// "Design measurements").
+// The fastest of the block shapes and unrolls tried; streaming cache hints were slower
+// (docs/benchmarks/design.md).
 constexpr int kAddConstantThreads = 1024;
 constexpr int kAddConstantUnroll = 1;  // 16-byte vectors in flight per thread
 constexpr int64_t kAddConstantTile = int64_t{kAddConstantThreads} * kAddConstantUnroll * 4;  // elements per block
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kAddConstantThreads) add_constant_kernel(int32
 }
 
 // pdl: launch with programmatic stream serialisation (sm_90+): the launch overlaps the previous kernel's
-// tail, and the driver queues it faster (docs/benchmarks.md). The reference-path benchmark passes
+// tail, and the driver queues it faster (docs/benchmarks/add_constant.md). The reference-path benchmark passes
 // false, as the tutorial launches.
 template <int32_t kConstant>
 void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice device, bool pdl = true) {

@@ -45,7 +45,7 @@ using namespace host::kv_cache;
 // rope_staged_kernel): a token's heads go to `groups` groups of threads (units * groups = kRopeThreads
 // threads) in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in
 // turn; with few tokens (at most one per SM) as many CTAs as the heads fill; with the cache write, one
-// more CTA per token copies its v row. Measured on H100 (docs/benchmarks.md, RoPE, launch shapes; q 32 / kv 8
+// more CTA per token copies its v row. Measured on H100 (docs/benchmarks/rope.md, launch shapes; q 32 / kv 8
 // heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 315.7 us against 339.6 at 128 and
 // 512.0 at 320; T = 1, 1.67 us in 5 CTAs of 64 against 1.76 in one CTA of 320.
 constexpr int kRopeThreads = 64;
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   if (!p.early_trigger) device::pdl_trigger_secondary();
   // ptxas issues the location and head loads after the position's check, beside the cos/sin loads, which
   // wait for the position anyway: a decode step waits for two round trips in series (a clamped cos/sin
-  // read instead of the early return keeps the loads together and measured slower, docs/benchmarks.md);
+  // read instead of the early return keeps the loads together and measured slower, docs/benchmarks/rope.md);
   // the cos/sin loads issue before the cache rows are worked out.
   const int64_t position = load_index_at(position_at, p.positions64);
   [[maybe_unused]] int64_t slot = -1;

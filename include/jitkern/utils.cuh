@@ -2,7 +2,7 @@
 // errors reported at the launch site) and RuntimeDeviceCheck; device-side PDL helpers, load_as/store_as.
 //
 // The fp16/bf16/fp8 element types live in <jitkern/type.cuh>, not here: CUDA's half-precision headers
-// add about 0.9 s to every nvcc compile (docs/benchmarks.md, "Design measurements").
+// add about 0.9 s to every nvcc compile (docs/benchmarks/design.md).
 //
 // A module built with host_without_nvcc compiles this file twice: nvcc makes its kernels (__CUDACC__
 // defined), the host compiler alone its host code, where a kernel is a stub whose symbol (the
@@ -72,7 +72,7 @@ namespace host {
 // PDL trigger placement for kernels launched back to back: triggering at kernel start lets the next
 // launch start earliest, but queued launches then crowd the SMs, which slows grids of more than a few
 // CTAs (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
-// wait; docs/benchmarks.md, "Design measurements"). Grids of at most kPdlEarlyTriggerMaxCtas CTAs
+// wait; docs/benchmarks/design.md). Grids of at most kPdlEarlyTriggerMaxCtas CTAs
 // trigger at start, larger ones after their wait.
 inline constexpr int64_t kPdlEarlyTriggerMaxCtas = 8;
 inline bool pdl_early_trigger(int64_t grid) { return grid <= kPdlEarlyTriggerMaxCtas; }

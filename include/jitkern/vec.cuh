@@ -67,7 +67,7 @@ struct alignas(sizeof(T) * N) AlignedVector {
   JITKERN_DEVICE void store(T* ptr) const {
     static_assert(sizeof(T) * N <= kMaxVectorBytes, "AlignedVector: wider than this GPU's vector stores");
     // 16 bytes go out as one st.v4.b32: nvcc split a plain struct copy of computed values into four
-    // 4-byte stores (docs/benchmarks.md, "Design measurements").
+    // 4-byte stores (docs/benchmarks/design.md).
     if constexpr (sizeof(T) * N == 16 && sizeof(T) <= 4) {
       constexpr int kPerWord = 4 / sizeof(T);
       unsigned int words[4];

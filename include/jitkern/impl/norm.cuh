@@ -22,7 +22,7 @@ namespace device::norm {
 //   kWider: the row may be wider (the remainder is re-read after the reduction);
 //   kFits:  hidden <= kRegVecs * kVec * group size (some threads hold fewer vectors);
 //   kExact: hidden == kRegVecs * kVec * group size, so no access needs a bounds check (the checks
-//           measured 7-10% of the time of an 8-bit quantizing row kernel, docs/benchmarks.md).
+//           measured 7-10% of the time of an 8-bit quantizing row kernel, docs/benchmarks/design.md).
 enum class RowFit { kWider, kFits, kExact };
 
 // Accumulation type: fp32 for every storage type.
