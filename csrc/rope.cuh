@@ -15,6 +15,7 @@
 #include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/optional.h>
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
@@ -48,7 +49,7 @@ using namespace host::kv_cache;
 // more CTA per token copies its v row. Measured on H100 (docs/benchmarks/rope.md, launch shapes; q 32 / kv 8
 // heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 315.7 us against 339.6 at 128 and
 // 512.0 at 320; T = 1, 1.67 us in 5 CTAs of 64 against 1.76 in one CTA of 320.
-constexpr int kRopeThreads = 64;
+constexpr int kRopeThreads = host::kRowKernels.rope_threads;
 // A launch that does not trigger the next one early (host::pdl_early_trigger) spreads its heads out: the
 // groups per CTA are halved while it has fewer rotating CTAs than kRopeMinCtas and halving adds CTAs,
 // keeping at least kRopeMinCtaThreads threads a CTA and at most two rounds of loads in the v CTA. H100,
@@ -61,14 +62,14 @@ constexpr int kRopeMinCtaThreads = 16;
 // Vectors a thread of the v CTA (copy_v_row) has in flight: a CTA of 32 threads (one token) loads a
 // 128-vector row before it stores any (H100, T = 1: 1.55-1.59 us with two, 1.42-1.45 with four).
 constexpr int kVRowPerThread = 4;
-constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
+constexpr int kRopeMaxThreads = host::kRowKernels.rope_max_threads;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
 // rope_staged_kernel (more tokens than SMs, 16-byte vectors, no launch shape given): CTAs of
 // kStagedThreads, at most kStagedMaxBytes of a token's heads in shared memory (the default limit; larger
 // tokens take rope_kernel). H100, same shapes, fused write, T = 4096 / 8192 / 32768: 128 threads 40.0-40.2
 // / 78.4 / 305.3-306.1 us, 64 40.3 / 79.4-79.7 / 308.1-308.8, 256 45.3-45.7 / 87.2-87.5 / 338.2-338.5;
 // rope_kernel 44.3-44.4 / 83.2 / 319.5 (its v copied by the rotating threads then).
-constexpr int kStagedThreads = 128;
+constexpr int kStagedThreads = host::kRowKernels.rope_staged_threads;
 constexpr int64_t kStagedMaxBytes = 48 * 1024;
 
 

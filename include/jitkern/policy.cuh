@@ -1,5 +1,5 @@
 // host::policy_for(arch): the tuning numbers of the row-wise kernel families (norm, quant, act, the KV
-// row copies) per GPU architecture, in the manner of CUB's per-arch policies.
+// row copies, RoPE's rows) per GPU architecture, in the manner of CUB's per-arch policies.
 //
 // The sm_90 entry holds the numbers measured on H100/H200 (docs/benchmarks/). The sm_80, sm_100 and
 // sm_120 entries are derived from the documented limits, not measured: resident threads per SM are
@@ -33,11 +33,14 @@ struct RowPolicy {
   int group_threads;        // CTAs of the per-group kernels (group quantization, fused SiLU + group quant)
   int elementwise_threads;  // CTAs of the gated activations
   int copy_threads;         // CTAs of the KV row copies (store_cache, concat_mla)
+  int rope_threads;         // a rotating CTA's threads, spread over a token's heads (rope_kernel)
+  int rope_max_threads;     // ... at most (its launch bound)
+  int rope_staged_threads;  // CTAs of the prefill kernel that stages a token's heads in shared memory
 };
 
 namespace detail {
 // The sm_90 entry: the measured numbers (each one's measurement is where its family uses it).
-inline constexpr RowPolicy kSm90Policy{90, 2048, 228 * 1024, 1024, 1024, 256, 2, 4, 2, 2, 2, 2, 512, 128, 256, 256};
+inline constexpr RowPolicy kSm90Policy{90, 2048, 228 * 1024, 1024, 1024, 256, 2, 4, 2, 2, 2, 2, 512, 128, 256, 256, 64, 512, 128};
 constexpr RowPolicy with_limits(int arch, int threads_per_sm, int smem_per_sm) {
   RowPolicy p = kSm90Policy;
   p.arch = arch, p.threads_per_sm = threads_per_sm, p.smem_per_sm = smem_per_sm;
@@ -51,7 +54,8 @@ constexpr bool same_kernels(const RowPolicy& a, const RowPolicy& b) {
          a.wide_reg_vecs == b.wide_reg_vecs && a.fused_reg_vecs == b.fused_reg_vecs && a.two_widths_reg_vecs == b.two_widths_reg_vecs &&
          a.token_quant_reg_vecs == b.token_quant_reg_vecs && a.tensor_quant_reg_vecs == b.tensor_quant_reg_vecs &&
          a.stream_threads == b.stream_threads && a.group_threads == b.group_threads && a.elementwise_threads == b.elementwise_threads &&
-         a.copy_threads == b.copy_threads && a.row_threads <= a.max_cta_threads;
+         a.copy_threads == b.copy_threads && a.rope_threads == b.rope_threads && a.rope_max_threads == b.rope_max_threads &&
+         a.rope_staged_threads == b.rope_staged_threads && a.row_threads <= a.max_cta_threads;
 }
 }  // namespace detail
 
