@@ -24,8 +24,8 @@
 namespace device::norm {
 
 // Narrow rows (at most 32 vectors) take a group of lanes of a warp each, one vector per lane, in
-// CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most kNormWideThreads threads
-// holding up to kNormWideRegVecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
+// CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most the device's
+// host::RowPolicy::row_threads threads holding up to kNormWideRegVecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
 // than that re-read their remainder from L2).
 constexpr int kNormNarrowThreads = host::kRowKernels.narrow_threads;
 // Small narrow-row grids (kNormNarrowSmallMinCtas to kNormNarrowSmallMaxCtas CTAs of kNormNarrowThreads)
@@ -42,13 +42,13 @@ constexpr int kNormFusedRegVecs = host::kRowKernels.fused_reg_vecs;
 // launch_norm_two_widths stays at two: at four the narrower problem's rows leave three quarters of
 // the threads idle (qknorm across heads, q 4096 + k 1024, 1-64 tokens: 1.55-1.76 us against 1.35-1.50).
 constexpr int kNormTwoWidthsRegVecs = host::kRowKernels.two_widths_reg_vecs;
-// Narrow rows: groups take two rows each once one-row groups would fill this many CTAs per SM.
+// Narrow rows: groups take host::RowPolicy::rows_per_group rows each once one-row groups would fill
+// this many CTAs per SM.
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
 // "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
 constexpr int kNormManyRowsPerSm = 4;
-// PDL trigger placement: narrow-row grids (and the per-token and per-group quantization grids,
-// the quantization family) follow host::pdl_early_trigger (<jitkern/utils.cuh>). Wide rows of plain rmsnorm trigger
-// at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
+// PDL trigger placement: narrow-row grids (and the quantization family's per-token and per-group
+// grids) follow host::pdl_early_trigger (<jitkern/utils.cuh>). Wide rows of plain rmsnorm trigger at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
 // after the wait; [64, 4096]: 2.34 against 1.45); the fused and quantizing epilogues always after it
 // (fused_add_rmsnorm [8-16, 4096]: 1.63-1.91 us at start against 1.50-1.51; rmsnorm_quant_fp8 static
 // [1 / 4, 4096]: 1.66 / 1.76 against 1.47 / 1.45) (docs/benchmarks/design.md).
