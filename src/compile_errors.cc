@@ -139,6 +139,16 @@ bool cuda_word_in(const std::string& text) {
   return false;
 }
 
+// A CUDA header the host compiler could not find ("fatal error: cuda_runtime_api.h: No such file"): on a
+// machine whose compiler does not search the toolkit's headers, CUDA code in cpp_files fails there first.
+bool missing_cuda_header(const std::string& output) {
+  for (const auto& line : text::split_lines(output)) {
+    const std::size_t at = line.find("fatal error: ");
+    if (at != std::string::npos && line.compare(at + 13, 4, "cuda") == 0 && line.find("No such file") != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream out;
@@ -187,7 +197,7 @@ std::string each_diagnostic_once(const std::string& output) {
 }
 
 std::string likely_mistake(const std::string& output, const plan::Plan& p, const std::string& cause) {
-  if (cuda_word_in(output) || cause.find("the compiler ended with") == 0) {
+  if (cuda_word_in(output) || missing_cuda_header(output) || cause.find("the compiler ended with") == 0) {
     for (const auto& file : host_only_files(p))
       if (cuda_word_in(read_file(file)))
         return base_name(file) + " holds CUDA code: list it in cuda_files (the host C++ compiler alone compiles cpp_files)";

@@ -2,6 +2,8 @@
 // which error a failed compile's message leads with.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "compile_errors.h"
 
 using namespace jitkern;
@@ -59,6 +61,26 @@ TEST(CompileErrors, NoErrorLineGivesNothing) {
   EXPECT_EQ(compile_errors::first_error("collect2: ld returned 1 exit status\n", plan_with_wrapper(), kScratch), "");
   EXPECT_TRUE(compile_errors::blames_the_disk("/usr/bin/ld: final link failed: No space left on device\n"));
   EXPECT_FALSE(compile_errors::blames_the_disk("error: expected ';'\n"));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CompileErrors, CudaCodeInCppFilesIsNamedWhereTheHostCompilerLacksCudaHeaders) {
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/relu_cpu_named.cuh";
+  FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("#include <jitkern/utils.cuh>\n__global__ void relu_kernel(float* y) { y[threadIdx.x] = 0; }\n", f);
+  std::fclose(f);
+  plan::Plan p;
+  p.sources = {file};
+  p.has_cpp = true;
+  p.cpp_source = "#include \"" + file + "\"\n";
+  const std::string log = "/pkg/include/jitkern/utils.cuh:17:10: fatal error: cuda_runtime_api.h: No such file or directory\n";
+  EXPECT_EQ(compile_errors::likely_mistake(log, p, compile_errors::first_error(log, p, kScratch)),
+            "relu_cpu_named.cuh holds CUDA code: list it in cuda_files (the host C++ compiler alone compiles cpp_files)");
 }
 
 }  // namespace
