@@ -92,6 +92,6 @@ std::string local(const Plan& plan, const std::string& path);
 
 // The bump of this number is what invalidates cached kernels when the runtime library's ABI (what
 // kernel modules call) changes; the engine's own code is not part of any key.
-inline constexpr int kRuntimeAbi = 1;
+inline constexpr int kRuntimeAbi = 2;  // 2: SymbolicSize records its source
 
 }  // namespace jitkern::plan

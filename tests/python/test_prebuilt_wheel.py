@@ -138,7 +138,7 @@ def test_a_missing_module_names_the_wheel_that_would_hold_it(site, tmp_path, arc
 def test_cache_ls_and_doctor_show_the_installed_wheel(site, tmp_path):
     env = serving_env(site, tmp_path)
     ls = run([sys.executable, "-m", "jitkern", "cache", "ls"], env=env, cwd="/").stdout
-    assert re.search(r"jitkern-prebuilt-sm90a \S+ \(sm_90a\): .*\(prebuilt, read-only; 3 entries\)", ls), ls
+    assert re.search(r"jitkern-prebuilt-sm90a \S+ \(sm_90a\): \S+ \(prebuilt wheel, searched after JITKERN_PREBUILT_DIRS\) \(3 entries\)", ls), ls
     assert "add_constant_cpu_5" in ls and "add_constant_3" in ls, ls
     doctor = subprocess.run([sys.executable, "-m", "jitkern", "doctor"], env=env, cwd="/", capture_output=True, text=True).stdout
     assert re.search(r"\[ok  \] prebuilt wheel: jitkern-prebuilt-sm90a \S+ \(sm_90a\): \S+: trusted", doctor), doctor
