@@ -270,7 +270,8 @@ std::string config_json() {
   const auto where = attempt([&] { return (cached = jitkern::config::resolve_cache({}, "")), std::string(); });
   const std::pair<std::string, std::string> cache = {cached.cache_dir, where.second}, locks = {cached.lock_dir, where.second};
   jitkern::config::Config resolved;
-  const auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
+  auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
+  if (!settings::problems().empty()) paths.second.clear();  // an invalid setting stops the resolution: it is reported on its own row
   std::string out = "{\"settings\": [";
   for (std::size_t i = 0; i < settings::kCount; ++i) {
     const settings::Setting& s = settings::kAll[i];
