@@ -64,7 +64,6 @@ class Layer:
     label: str  # "jitkern-prebuilt-sm90a 0.1.0+cu13"
     dir: str  # the cache directory
     arch: str | None
-    modules: int
     problem: str = ""  # why it is left out ("" when it is searched)
 
 
@@ -100,7 +99,7 @@ def _discover() -> list[Layer]:
         try:
             info = json.loads((root / LAYER_FILE).read_text())
         except (OSError, ValueError) as e:
-            out.append(Layer(name, str(root / CACHE_DIR), None, 0, f"unreadable {root / LAYER_FILE}: {e}"))
+            out.append(Layer(name, str(root / CACHE_DIR), None, f"unreadable {root / LAYER_FILE}: {e}"))
             continue
         import tvm_ffi
 
@@ -113,7 +112,7 @@ def _discover() -> list[Layer]:
         elif info.get("tvm_ffi") != tvm_ffi.__version__:
             problem = (f"built with apache-tvm-ffi {info.get('tvm_ffi')}, this process has {tvm_ffi.__version__} "
                        "(part of every module's key: none of its modules would match)")
-        out.append(Layer(label, str(root / CACHE_DIR), info.get("arch"), len(info.get("modules", [])), problem))
+        out.append(Layer(label, str(root / CACHE_DIR), info.get("arch"), problem))
     return out
 
 
