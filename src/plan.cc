@@ -303,7 +303,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.nvcc = tc.nvcc.path;
     const std::string& arch = p.cuda_arch = tc.cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
-    // Host code at -O2: as fast per call as -O3, compiled in less time (docs/benchmarks.md). cicc and
+    // Host code at -O2: as fast per call as -O3, compiled in less time (docs/benchmarks/framework.md). cicc and
     // ptxas split their work over a fixed number of threads: the machine code depends on the count, so it
     // is the same on every machine (and part of the key), never the number of CPUs.
     p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=" + std::to_string(kSplitCompileThreads),

@@ -60,7 +60,7 @@ def define_op(qualname: str, schema: str, implementation, fake=None):
     arguments and results, e.g. "(Tensor x, Tensor(a!) out) -> ()": `(a!)` marks a tensor the op writes)
     and `fake` as what tracing runs (default: returns None, right for ops that return nothing). Registered
     through torch.library.Library, whose dispatcher calls `implementation` directly: torch.library.custom_op
-    adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks.md)."""
+    adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks/design.md)."""
     require_torch()
     namespace, _, name = qualname.partition("::")
     if not namespace or not name:

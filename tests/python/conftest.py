@@ -10,7 +10,7 @@ KERNELS = HERE / "kernels"
 
 # The exports of kernels/primitives.cuh that the GPU tests call; the CPU-side compile check builds the same list.
 PRIMITIVES_WRAPPERS = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
-                       ("runtime_info", "runtime_info"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]
+                       ("runtime_info", "runtime_info"), ("launch_rules", "launch_rules"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]
 PRIMITIVES_WRAPPERS += [(f"math_{t}", f"math_ops<{t}>") for t in ("fp32_t", "fp16_t", "bf16_t")]
 PRIMITIVES_WRAPPERS += [(f"round_trip_{t}", f"round_trip<{t}>") for t in ("fp16_t", "bf16_t", "fp8_e4m3_t")]
 PRIMITIVES_WRAPPERS += [(f"packed_max_{t}", f"packed_max<{t}>") for t in ("fp16x2_t", "bf16x2_t")]

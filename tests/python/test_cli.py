@@ -412,7 +412,7 @@ def test_prebuild_checks_every_argument_before_building(tmp_path):
         (["--ops", "rmsnorm,nonesuch,nor_m", "--arch", "sm_90a"], "--ops: unknown kernel families or ops nonesuch, nor_m (did you mean norm?);"),
         (["--ops", "RMSNorm", "--arch", "sm_90a"], "--ops: unknown kernel family or op RMSNorm (did you mean rmsnorm?); the families: norm,"),
         (["--ops", "all,rmsnorm", "--arch", "sm_90a"], "--ops: 'all' means every family: give it alone"),
-        (["--ops", "store_cache", "--dtypes", "int8", "--arch", "sm_90a"], "--dtypes: the rope family is built for float16, bfloat16, float32, not int8"),
+        (["--ops", "rotary_embedding", "--dtypes", "int8", "--arch", "sm_90a"], "--dtypes: the rope family is built for float16, bfloat16, float32, not int8"),
         (["--ops", "add_constant", "--constants", "99999999999", "--arch", "sm_90a"],
          "--constants: add_constant(): constant must be an int in the int32 range, got 99999999999"),
         (["--ops", "add_constant", "--arch", "sm_90a"], "--ops add_constant: is built once per constant: add --constants"),
@@ -449,16 +449,16 @@ def test_prebuild_ops_takes_op_names(tmp_path):
     (or two --arch entries) share is built once (no CUDA compiler is needed to plan them)."""
     env = {"CUDA_HOME": str(tmp_path / "no-cuda")}  # every CUDA build fails at once: only the plan is looked at
 
-    def planned(ops, cache, arch="sm_90a"):
-        proc = run_cli("prebuild", "--ops", ops, "--dtypes", "bfloat16", "--arch", arch, "--cache-dir", str(tmp_path / cache), env=env)
+    def planned(ops, cache, arch="sm_90a", dtypes=("--dtypes", "bfloat16")):
+        proc = run_cli("prebuild", "--ops", ops, *dtypes, "--arch", arch, "--cache-dir", str(tmp_path / cache), env=env)
         assert proc.returncode == 1 and "prebuilding " in proc.stdout, proc.stderr
         return sorted(line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("FAILED"))
 
-    assert planned("rmsnorm,per_token_quant_fp8,store_cache", "a") == ["norm_rmsnorm_bf16_t", "quant_per_token_quant_bf16_t", "rope_store_cache"]
+    assert planned("rmsnorm,per_token_quant_fp8,store_cache", "a") == ["kv_rows_store_cache", "norm_rmsnorm_bf16_t", "quant_per_token_quant_bf16_t"]
     norm = planned("norm", "b")
     assert len(norm) == 4 and "norm_rmsnorm_bf16_t" in norm
     assert planned("rmsnorm,norm,fused_add_rmsnorm", "c") == norm
-    assert planned("concat_mla_k,concat_mla_absorb_q", "d", arch="sm_90a,sm_90a") == ["rope_concat_mla"]
+    assert planned("concat_mla_k,concat_mla_absorb_q", "d", arch="sm_90a,sm_90a", dtypes=()) == ["kv_rows_concat_mla"]
 
 
 def test_prebuild_reads_specs_without_torch_only_as_the_command(tmp_path):

@@ -64,7 +64,7 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
     if out is None:
         if not isinstance(src, torch.Tensor):
             raise TypeError(f"add_constant(): src must be a torch.Tensor, got {type(src).__name__}")
-        # torch.empty_like is cheaper than allocating in C++ through tvm-ffi's allocator (docs/benchmarks.md).
+        # torch.empty_like is cheaper than allocating in C++ through tvm-ffi's allocator (docs/benchmarks/add_constant.md).
         out = torch.empty_like(src, memory_format=torch.contiguous_format)
     fn(out, src)
     return out
