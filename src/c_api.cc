@@ -275,8 +275,7 @@ std::string config_json() {
     return problem.find(name) != std::string::npos ? problem : std::string();
   };
   jitkern::config::Config resolved;
-  auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
-  if (!settings::problems().empty()) paths.second.clear();  // an invalid setting stops the resolution: it is reported on its own row
+  const auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
   std::string out = "{\"settings\": [";
   for (std::size_t i = 0; i < settings::kCount; ++i) {
     const settings::Setting& s = settings::kAll[i];
