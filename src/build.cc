@@ -102,8 +102,7 @@ void refuse_miss_if_strict(const plan::Plan& p, const config::Config& cfg, const
     cause = "No space left on device for " + entry.dir() + " (the compiler's output may be cut short)";
   else if (cause.empty())
     cause = "the compiler ended with " + fs::describe_status(rc);
-  const std::string mistake = compile_errors::likely_mistake(full_log, p, cause);
-  if (!mistake.empty()) cause = cause.rfind("the compiler ended with", 0) == 0 ? mistake : cause + " (" + mistake + ")";
+  cause = compile_errors::leading_cause(full_log, p, cause);
   if (cause.find("Unsupported gpu architecture") != std::string::npos)
     cause += " (this nvcc cannot target " + p.cuda_arch + ": point CUDA_HOME at a newer CUDA toolkit, or set JITKERN_CUDA_ARCH to an arch it supports)";
   std::string commands;

@@ -141,6 +141,8 @@ bool cuda_word_in(const std::string& text) {
   return false;
 }
 
+const char* const kCudaInCppFiles = " holds CUDA code: list it in cuda_files (the host C++ compiler alone compiles cpp_files)";
+
 // A CUDA header the host compiler could not find ("fatal error: cuda_runtime_api.h: No such file"): on a
 // machine whose compiler does not search the toolkit's headers, CUDA code in cpp_files fails there first.
 bool missing_cuda_header(const std::string& output) {
@@ -205,7 +207,7 @@ std::string likely_mistake(const std::string& output, const plan::Plan& p, const
   if (cuda_word_in(output) || missing_cuda_header(output) || cause.find("the compiler ended with") == 0) {
     for (const auto& file : host_only_files(p))
       if (cuda_word_in(read_file(file)))
-        return base_name(file) + " holds CUDA code: list it in cuda_files (the host C++ compiler alone compiles cpp_files)";
+        return base_name(file) + kCudaInCppFiles;
   }
   for (const auto& w : p.wrapper_lines) {
     if (!starts_with(cause, w.field + " '" + w.name + "' (") || !is_identifier_path(w.expr)) continue;
@@ -261,6 +263,14 @@ std::string generated_sources(const plan::Plan& p) {
   if (p.has_cpp) out += "generated source: host.cc (the cpp_wrappers)\n" + p.cpp_source;
   if (p.has_cuda) out += "generated source: device.cu (the cuda_wrappers)\n" + p.cuda_source;
   return out;
+}
+
+std::string leading_cause(const std::string& output, const plan::Plan& p, const std::string& cause) {
+  const std::string mistake = likely_mistake(output, p, cause);
+  if (mistake.empty()) return cause;
+  const bool cuda_in_cpp_files = mistake.find(kCudaInCppFiles) != std::string::npos;
+  const bool no_error_line = cause.empty() || cause.rfind("the compiler ended with", 0) == 0;
+  return cuda_in_cpp_files || no_error_line ? mistake : cause + " (" + mistake + ")";
 }
 
 }  // namespace jitkern::compile_errors

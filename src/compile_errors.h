@@ -31,5 +31,10 @@ std::string each_diagnostic_once(const std::string& output);
 // host compiler alone compiles those), or a wrapper whose expression names a template without its
 // arguments. `cause`: the first error already found (a wrapper's starts with its field and export name).
 std::string likely_mistake(const std::string& output, const plan::Plan& p, const std::string& cause);
+// The cause a failed compile's message leads with: `cause` (first_error's, or "the compiler ended with ..."), with the likely
+// mistake behind it. CUDA code in cpp_files replaces it (the compiler's first error is only its
+// consequence: an undeclared blockIdx, a CUDA header the host compiler does not find); a template
+// named without arguments is added to it.
+std::string leading_cause(const std::string& output, const plan::Plan& p, const std::string& cause);
 
 }  // namespace jitkern::compile_errors

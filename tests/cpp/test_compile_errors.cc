@@ -79,7 +79,7 @@ TEST(CompileErrors, CudaCodeInCppFilesIsNamedWhereTheHostCompilerLacksCudaHeader
   p.has_cpp = true;
   p.cpp_source = "#include \"" + file + "\"\n";
   const std::string log = "/pkg/include/jitkern/utils.cuh:17:10: fatal error: cuda_runtime_api.h: No such file or directory\n";
-  EXPECT_EQ(compile_errors::likely_mistake(log, p, compile_errors::first_error(log, p, kScratch)),
+  EXPECT_EQ(compile_errors::leading_cause(log, p, compile_errors::first_error(log, p, kScratch)),
             "relu_cpu_named.cuh holds CUDA code: list it in cuda_files (the host C++ compiler alone compiles cpp_files)");
 }
 
