@@ -12,7 +12,7 @@ import functools
 import os
 from typing import Any
 
-from .jit import DTYPES, CPPArgList, JitSpec, cache_once, make_cpp_args
+from ..jit import DTYPES, CPPArgList, JitSpec, cache_once, make_cpp_args
 
 __all__ = ["CPP_DTYPE_MAP", "CPPArgList", "cache_once", "is_arch_support_pdl", "load_jit", "make_cpp_args", "set_csrc_dir"]
 
