@@ -171,8 +171,14 @@ def _literal_files(call: ast.Call) -> tuple:
     return tuple(files)
 
 
-def _arguments(fn: types.FunctionType, node: ast.FunctionDef) -> dict[str, Any]:
-    """Representative arguments for the op function `fn` (those without defaults)."""
+# Further tries when an op function refuses the first arguments: another dtype, larger or smaller
+# integers, flags set.
+VARIANTS = [{}, {"out": "float8_e4m3fn"}, {"dtype": "float16"}, {"dtype": "float32"}, {"dtype": "float64"}, {"scale": 4}, {"scale": 16}, {"flag": True},
+            {"scale": 1 / 128}]
+
+
+def _arguments(fn: types.FunctionType, node: ast.FunctionDef, variant: dict) -> dict[str, Any]:
+    """Representative arguments for the op function `fn` (those without defaults), as `variant` varies them."""
     code = fn.__code__
     names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
     defaults = dict(zip(code.co_varnames[code.co_argcount - len(fn.__defaults__ or ()):code.co_argcount], fn.__defaults__ or ()))
@@ -184,21 +190,54 @@ def _arguments(fn: types.FunctionType, node: ast.FunctionDef) -> dict[str, Any]:
             continue
         ann = annotations.get(name, "")
         if "dtype" in ann or "dtype" in name:
-            out[name] = _DType("int32" if "index" in name or "seq" in name else "bfloat16")
+            quantized = "out" in name or "quant" in name or "fp8" in name
+            out[name] = _DType("int32" if "index" in name or "seq" in name else
+                               variant["out"] if quantized and "out" in variant else variant.get("dtype", "bfloat16"))
         elif ann == "bool" or name.startswith(("use_", "is_", "has_", "do_", "apply_", "enable_", "skip_", "with_")):
-            out[name] = False
+            out[name] = variant.get("flag", False)
         elif ann == "float":
             out[name] = 1.0
         elif ann == "str":
             out[name] = ""
         else:
-            out[name] = INT_VALUES.get(name, DEFAULT_INT)
+            out[name] = max(1, int(INT_VALUES.get(name, DEFAULT_INT) * variant.get("scale", 1)))
     return out
+
+
+_NAMESPACES: dict[str, dict[str, Any]] = {}
+
+
+def _sibling(stmt: ast.ImportFrom, filename: str, kernel_root: pathlib.Path) -> dict[str, Any] | None:
+    """The namespace of an op module imported from another (relatively or as sglang.kernels.ops.*), run
+    the same way; None for anything else."""
+    ops = kernel_root.parent / "ops"
+    if stmt.level:
+        base = pathlib.Path(filename).parent
+        for _ in range(stmt.level - 1):
+            base = base.parent
+        parts = (stmt.module or "").split(".") if stmt.module else []
+    elif (stmt.module or "").startswith("sglang.kernels.ops."):
+        base, parts = ops, stmt.module.split(".")[3:]
+    else:
+        return None
+    target = base.joinpath(*parts)
+    path = target / "__init__.py" if target.is_dir() else target.with_suffix(".py")
+    if not path.is_file():
+        return None
+    key = str(path)
+    if key not in _NAMESPACES:
+        _NAMESPACES[key] = {}  # a cycle sees an empty module
+        try:
+            tree = ast.parse(path.read_text(errors="replace"))
+        except SyntaxError:
+            return None
+        _NAMESPACES[key] = _module_namespace(tree, kernel_root, key, "jitkern_check_" + path.stem)
+    return _NAMESPACES[key]
 
 
 def _module_namespace(tree: ast.Module, kernel_root: pathlib.Path, filename: str, modname: str) -> dict[str, Any]:
     """The op module's top level run statement by statement, imports replaced by stand-ins (torch, the
-    loader's names) or absorbers; a statement that fails is left out."""
+    loader's names, other op modules run the same way) or absorbers; a statement that fails is left out."""
     ns: dict[str, Any] = {"__name__": modname, "__file__": filename, "__builtins__": __builtins__}
     loader, torch = _loader_names(kernel_root), _fake_torch()
     for stmt in tree.body:
@@ -208,11 +247,17 @@ def _module_namespace(tree: ast.Module, kernel_root: pathlib.Path, filename: str
                 ns[top] = torch if alias.name == "torch" else _Anything()
             continue
         if isinstance(stmt, ast.ImportFrom):
+            sibling = _sibling(stmt, filename, kernel_root)
             for alias in stmt.names:
                 if alias.name == "*":
                     continue
                 name = alias.asname or alias.name
-                ns[name] = loader[alias.name] if alias.name in loader else (getattr(torch, alias.name) if stmt.module == "torch" else _Anything())
+                if alias.name in loader:
+                    ns[name] = loader[alias.name]
+                elif stmt.module == "torch":
+                    ns[name] = getattr(torch, alias.name)
+                else:
+                    ns[name] = sibling.get(alias.name, _Anything()) if sibling is not None else _Anything()
             continue
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             bare = ast.FunctionDef(name=stmt.name, args=stmt.args, body=stmt.body, decorator_list=[], returns=None,
@@ -258,16 +303,21 @@ def discover(kernel_root: pathlib.Path) -> list[Call]:
             if not isinstance(fn, types.FunctionType):
                 call.problem = "the function is not at the module's top level"
             else:
-                try:
-                    fn(**_arguments(fn, fn_node))
-                    call.problem = "the function returned without calling load_jit for these arguments"
-                except _Recorded as r:
-                    call.args, call.kwargs = tuple(str(a) for a in r.args_), r.kwargs
-                    call.files = tuple(list(r.kwargs.get("cuda_files") or []) + list(r.kwargs.get("cpp_files") or []))
-                    if "_Anything object" in repr((call.args, r.kwargs)):
-                        call.problem = "an argument comes from a name the check cannot evaluate without the reference's imports"
-                except Exception as e:  # noqa: BLE001
-                    call.problem = f"running it with representative arguments raised {type(e).__name__}: {e}"[:200]
+                for variant in VARIANTS:  # the first problem is the one reported
+                    try:
+                        fn(**_arguments(fn, fn_node, variant))
+                        problem = "the function returned without calling load_jit for these arguments"
+                    except _Recorded as r:
+                        call.args, call.kwargs = tuple(str(a) for a in r.args_), r.kwargs
+                        call.files = tuple(list(r.kwargs.get("cuda_files") or []) + list(r.kwargs.get("cpp_files") or []))
+                        unknown = "_Anything object" in repr((call.args, r.kwargs))
+                        problem = "an argument comes from a name the check cannot evaluate without the reference's imports" if unknown else ""
+                    except Exception as e:  # noqa: BLE001
+                        problem = f"running it with representative arguments raised {type(e).__name__}: {e}"[:200]
+                    call.problem = call.problem or problem
+                    if not problem:
+                        call.problem = ""
+                        break
             calls.append(call)
     return calls
 
