@@ -43,6 +43,8 @@ INT_VALUES = {"head_dim": 128, "rope_dim": 64, "hidden_size": 4096, "hidden_dim"
               "units": 4, "max_copies": 4, "num_single": 1, "nc": 4, "nv": 4, "swizzle": 128, "layout": 0, "top_k_block_size": 64,
               "channels_inner": 64, "w1": 128}
 DEFAULT_INT = 128
+# Flags that are set in the common configuration (others start unset).
+TRUE_FLAGS = {"aligned", "row_major", "use_pdl", "is_neox", "enable_pdl", "contiguous"}
 SKIP_PATH = [(re.compile(r"hip|rocm|gfx9|aiter|musa", re.I), "HIP/ROCm kernel"),
              (re.compile(r"sm_?100|sm_?103|sm_?120|blackwell|tcgen05|_b200", re.I), "written for sm_100/sm_120")]
 
@@ -194,7 +196,7 @@ def _arguments(fn: types.FunctionType, node: ast.FunctionDef, variant: dict) -> 
             out[name] = _DType("int32" if "index" in name or "seq" in name else
                                variant["out"] if quantized and "out" in variant else variant.get("dtype", "bfloat16"))
         elif ann == "bool" or name.startswith(("use_", "is_", "has_", "do_", "apply_", "enable_", "skip_", "with_")):
-            out[name] = variant.get("flag", False)
+            out[name] = variant.get("flag", name in TRUE_FLAGS)
         elif ann == "float":
             out[name] = 1.0
         elif ann == "str":
