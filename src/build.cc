@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "build.h"
+#include "compile_env.h"
 #include "fs_util.h"
 #include "host_prelude.h"
 #include "log.h"
@@ -119,6 +120,10 @@ std::vector<std::pair<std::string, std::string>> dependency_paths(const plan::Pl
       unique.emplace(used, resolved == used ? "" : resolved);
     }
   }
+  for (const auto& file : p.link_option_files) {
+    const std::string used = clean_path(file), resolved = fs::realpath_or(used);
+    unique.emplace(used, resolved == used ? "" : resolved);
+  }
   for (const auto& source : p.sources) {
     const std::string used = clean_path(source), resolved = fs::realpath_or(used);
     unique.emplace(used, resolved == used ? "" : resolved);
@@ -182,9 +187,9 @@ class Compile {
       auto cmd = m_p.cpp_compile;
       cmd.insert(cmd.end(), {"-MD", "-MF", m_scratch + "/host.d", m_scratch + "/host.cc", "-o", out});
       cmd.insert(cmd.end(), m_p.link.begin(), m_p.link.end());
-      depfiles.push_back({m_scratch + "/host.d", m_cwd});
+      depfiles.push_back({m_scratch + "/host.d", m_scratch});
       const auto t0 = std::chrono::steady_clock::now();
-      const int rc = run_argv(cmd);
+      const int rc = run_link(cmd);
       phases = "compile and link " + format_seconds(seconds_since(t0));
       return rc;
     }
@@ -195,9 +200,9 @@ class Compile {
       auto cpp = m_p.cpp_compile;
       cpp.insert(cpp.end(), {"-MD", "-MF", m_scratch + "/host.d", "-c", m_scratch + "/host.cc", "-o", m_scratch + "/host.o"});
       record(fs::join_command(cpp));
-      depfiles.push_back({m_scratch + "/host.d", m_cwd});
+      depfiles.push_back({m_scratch + "/host.d", m_scratch});
       objects.push_back(m_scratch + "/host.o");
-      host.push_back(start(cpp, log(), {}));
+      host.push_back(start(cpp, log(), m_scratch));
     }
     const auto t0 = std::chrono::steady_clock::now();
     int rc = compile_cuda();
@@ -212,8 +217,8 @@ class Compile {
     link.insert(link.end(), objects.begin(), objects.end());
     link.insert(link.end(), {"-o", out});
     link.insert(link.end(), m_p.link.begin(), m_p.link.end());
-    link.insert(link.end(), {"-L" + m_cuda_lib, "-lcudart", "-Wl,-rpath," + m_cuda_lib});
-    rc = run_argv(link);
+    link.insert(link.end(), {"-L" + m_cuda_lib, "-lcudart"});
+    rc = run_link(link);
     phases += ", link " + format_seconds(seconds_since(t1));
     return rc;
   }
@@ -245,6 +250,31 @@ class Compile {
     return fs::wait(start(argv, log(), cwd), m_timeout);
   }
 
+  // A link, with the linker listing every file it reads (--trace): the archives, objects and -l libraries
+  // it took are dependencies like headers (the platform's and the toolchain's are left out by
+  // dependency_paths). The list stays out of the build log.
+  int run_link(std::vector<std::string> argv) {
+    argv.push_back("-Wl,--trace");
+    record(in_dir(fs::join_command(argv)));
+    const std::string link_log = m_scratch + "/link.log";
+    const int rc = fs::wait(start(argv, link_log, m_scratch), m_timeout);
+    std::string text, rest;
+    fs::read_file(link_log, &text);
+    Depfile inputs{"", ""};
+    for (const auto& line : text::split_lines(text)) {
+      std::string path = line[0] == '/' ? line : m_scratch + "/" + line;
+      if (!line.empty() && line.back() == ')' && ::access(path.c_str(), F_OK) != 0) path = path.substr(0, path.rfind('('));  // gold: archive(member)
+      struct stat st;
+      if (!line.empty() && line.find(": ") == std::string::npos && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        inputs.paths.push_back(path);
+      else
+        rest += line + "\n";
+    }
+    if (!rest.empty()) fs::append_file(log(), rest);
+    depfiles.push_back(inputs);
+    return rc;
+  }
+
   // Every compiler step runs with TMPDIR in the scratch directory: their temporary files go with it, and
   // the process's TMPDIR (missing, full, cleaned under a build) is no part of a build, nor of a failure
   // remembered against the sources. Relative where the step runs there: nvcc puts TMPDIR into the
@@ -252,7 +282,7 @@ class Compile {
   fs::Process start(const std::vector<std::string>& argv, const std::string& log_path, const std::string& cwd,
                     std::vector<std::string> env = {}) const {
     env.push_back(cwd == m_scratch ? "TMPDIR=tmp" : "TMPDIR=" + m_scratch + "/tmp");
-    return fs::spawn(argv, log_path, env, cwd);
+    return fs::spawn(argv, log_path, compile_env::make(env), cwd);
   }
 
   // nvcc run as one command passes the scratch directory's absolute path through its own shell (as the
@@ -809,13 +839,17 @@ store::Found build_locked(const plan::Plan& p, const store::Entry& entry, const 
 
     Manifest m = new_manifest(p, compilers, seconds_since(t0));
     m.deps = hash_files(dependency_paths(p, compile.depfiles, scratch));
+    const int64_t hashed_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     // Changed while the compiler ran: modified at or after its start, or hashed differently before it.
     // The status-change time too: an edit that back-dates the mtime (cp -p, rsync -a, tar x) sets it.
     const bool changed_meanwhile = std::any_of(m.deps.begin(), m.deps.end(), [&](const Dep& d) {
       const auto b = before.find(d.path);
       struct stat st {};
       const bool touched = ::stat(d.path.c_str(), &st) == 0 && fs::ns_of(st.st_ctim) >= started_ns;
-      return d.sig.mtime_ns >= started_ns || touched || (b != before.end() && b->second != d.sha);
+      // A modification time past the hashing was set before the compile (ctime tells an edit during it).
+      const bool modified = d.sig.mtime_ns >= started_ns && d.sig.mtime_ns <= hashed_ns;
+      return modified || touched || (b != before.end() && b->second != d.sha);
     });
     if (changed_meanwhile && attempt < 3) {
       for (const auto& d : m.deps) before[d.path] = d.sha;  // what the next attempt starts from
@@ -871,6 +905,7 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   *compiled = false;
   settings::check();  // every setting, so that a bad one is a ValueError on every load, not only on a miss
   const plan::Config cfg = plan::resolve(config, request.build_directory, engine_lib_dir());
+  add_library_dirs({cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir});
   plan::validate(request);
   plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)
   tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
@@ -916,7 +951,6 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
     return out;
   }();
   tc.cxx = compilers[0];
-  tc.cxx_from_env = !settings::get("CXX").empty();
   if (compilers.size() > 1) tc.nvcc = compilers[1];
   const plan::Plan p = plan::make(request, cfg, tc, cwd);  // the same key, now with the commands
   const double timeout_s = compile_timeout_s();

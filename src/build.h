@@ -13,6 +13,10 @@ namespace jitkern {
 // The directory of the engine's library (the package's lib/ when installed).
 const std::string& engine_lib_dir();
 
+// Where the libraries modules link (jitkern's runtime, tvm-ffi) are for this process: module.cc loads
+// them from there when a module needs one the process has not loaded (modules carry no RUNPATH).
+void add_library_dirs(const std::vector<std::string>& dirs);
+
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled);
 
 }  // namespace jitkern

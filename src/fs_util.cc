@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <sys/file.h>
 #include <poll.h>
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <unordered_set>
 
 #include <chrono>
 #include <cstdio>
@@ -30,7 +32,6 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;
 
 namespace jitkern::fs {
 namespace {
@@ -244,7 +245,7 @@ std::string make_temp_dir(const std::string& parent, const std::string& prefix) 
 }
 
 Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
-              const std::vector<std::string>& env_overrides, const std::string& cwd) {
+              const std::vector<std::string>& env, const std::string& cwd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -259,15 +260,7 @@ Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    bool overridden = false;
-    for (const auto& o : env_overrides) overridden = overridden || o.substr(0, o.find('=')) == name;
-    if (!overridden) env_storage.push_back(entry);
-  }
-  env_storage.insert(env_storage.end(), env_overrides.begin(), env_overrides.end());
+  std::vector<std::string> env_storage = env;
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -385,6 +378,37 @@ std::string join_command(const std::vector<std::string>& argv) {
   return out;
 }
 
+namespace {
+// The descriptors of held locks. A flock belongs to the open file, which fork() shares: the child of a
+// fork during a build would hold the build's lock after the build released it. In the child each is
+// pointed at /dev/null (dropping the child's share; its FileLock objects later close that harmlessly).
+std::mutex g_lock_fds_mutex;
+std::unordered_set<int>* g_lock_fds = new std::unordered_set<int>;  // never destroyed: used at exit and in atfork
+
+void locks_prepare() { g_lock_fds_mutex.lock(); }
+void locks_parent() { g_lock_fds_mutex.unlock(); }
+void locks_child() {
+  const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  for (const int fd : *g_lock_fds)
+    if (null >= 0) ::dup3(null, fd, O_CLOEXEC);
+  if (null >= 0) ::close(null);
+  g_lock_fds->clear();
+  g_lock_fds_mutex.unlock();
+}
+
+void register_lock_fd(int fd) {
+  static const bool registered = (::pthread_atfork(locks_prepare, locks_parent, locks_child), true);
+  (void)registered;
+  std::lock_guard<std::mutex> lock(g_lock_fds_mutex);
+  g_lock_fds->insert(fd);
+}
+}  // namespace
+
+FileLock::~FileLock() {
+  std::lock_guard<std::mutex> lock(g_lock_fds_mutex);
+  g_lock_fds->erase(m_fd.get());
+}
+
 std::unique_ptr<FileLock> FileLock::acquire(const std::string& path, Kind kind, bool wait, const std::string& waiting_message,
                                             Outcome* outcome) {
   int raw = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -408,6 +432,7 @@ std::unique_ptr<FileLock> FileLock::acquire(const std::string& path, Kind kind, 
     }
   }
   *outcome = kLocked;
+  register_lock_fd(fd.get());
   return std::unique_ptr<FileLock>(new FileLock(std::move(fd)));
 }
 

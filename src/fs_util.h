@@ -77,10 +77,10 @@ std::string make_temp_dir(const std::string& parent, const std::string& prefix);
 struct Process {
   int pid = -1;
 };
-// `env_overrides` ("NAME=value") are added to (or replace entries of) the current environment.
-// `cwd`: the directory it runs in (empty: ours).
+// `env` ("NAME=value") is its whole environment (compile_env::make builds a compiler's); nothing of
+// this process's is inherited. `cwd`: the directory it runs in (empty: ours).
 Process spawn(const std::vector<std::string>& argv, const std::string& log_path,
-              const std::vector<std::string>& env_overrides = {}, const std::string& cwd = {});
+              const std::vector<std::string>& env, const std::string& cwd = {});
 // The exit status (0-255), -signal when killed by a signal, or kTimedOut after `timeout_s` seconds
 // (> 0), when the process group was killed. Also kills the group when interrupted (kInterrupted:
 // SIGINT or SIGTERM arrived while waiting, see CancelScope).
@@ -116,7 +116,7 @@ class FileLock {
   // kUnavailable (the file can be neither opened nor created, e.g. a read-only file system).
   static std::unique_ptr<FileLock> acquire(const std::string& path, Kind kind, bool wait, const std::string& waiting_message,
                                            Outcome* outcome);
-  ~FileLock() = default;
+  ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 

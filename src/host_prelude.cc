@@ -1,8 +1,11 @@
 #include "host_prelude.h"
 
+#include "compile_env.h"
+
 #include "fs_util.h"
 #include "log.h"
 #include "manifest.h"
+#include "settings.h"
 #include "text.h"
 
 #include <dirent.h>
@@ -99,10 +102,7 @@ void remove_at_exit() {
     if (e.state != State::kCompiling && !e.dir.empty()) fs::remove_tree(e.dir);
 }
 
-std::string temp_root() {
-  const char* tmp = std::getenv("TMPDIR");
-  return fs::realpath_or(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp");
-}
+std::string temp_root() { return fs::realpath_or(settings::temp_dir()); }
 
 // Removes the directories of processes that died without removing theirs (their lock is free).
 void sweep(const std::string& root) {
@@ -144,7 +144,7 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
     fs::write_file_atomic(dir + "/host_prelude.h", text::include_line(prelude));
     // A header modified at or after this instant (less the timestamps' granularity) may have changed while it was read.
     const int64_t started_ns = now_ns() - 10'000'000;
-    const fs::Process p = fs::spawn(argv, dir + "/prelude.log", {"TMPDIR=" + dir}, dir);  // GCC's temporaries in its directory too
+    const fs::Process p = fs::spawn(argv, dir + "/prelude.log", compile_env::make({"TMPDIR=" + dir}), dir);  // GCC's temporaries in its directory too
     {
       std::lock_guard lock(r.mutex);
       r.entries[key].pid = p.pid;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "command_line.h"
+#include "compile_env.h"
 #include "fs_util.h"
 #include "settings.h"
 #include "sha256.h"
@@ -49,28 +51,6 @@ std::string resolve_source(const std::string& file, const std::string& csrc_dir)
 }
 
 std::string absolute(const std::string& path, const std::string& cwd) { return path[0] == '/' ? path : cwd + "/" + path; }
-
-// -I<dir>, -isystem<dir>, -iquote<dir> and -idirafter<dir> with a relative <dir> become absolute (the
-// compiler runs elsewhere, and the key must not depend on where the caller happened to be).
-std::vector<std::string> absolute_include_flags(const std::vector<std::string>& flags, const std::string& cwd) {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < flags.size(); ++i) {
-    std::string f = flags[i];
-    bool done = false;
-    for (const std::string prefix : {"-I", "-isystem", "-iquote", "-idirafter"}) {
-      if (done || f.rfind(prefix, 0) != 0) continue;
-      if (f.size() > prefix.size()) {
-        f = prefix + absolute(f.substr(prefix.size()), cwd);
-      } else if (i + 1 < flags.size()) {  // "-I" "dir"
-        out.push_back(f);
-        f = absolute(flags[++i], cwd);
-      }
-      done = true;
-    }
-    out.push_back(f);
-  }
-  return out;
-}
 
 // "a,b,c" as {"a", "b", "c"}: nvcc's list values and the linker's -Wl, arguments.
 std::vector<std::string> comma_list(const std::string& value) {
@@ -166,6 +146,9 @@ bool nvrtc_flags(const std::vector<std::string>& flags, std::vector<std::string>
 Config resolve_cache(const EngineConfig& c, const std::string& build_directory) {
   Config r;
   std::string home = settings::get("HOME");
+  if (!home.empty() && home[0] != '/' && c.cache_dir.empty() && build_directory.empty() && settings::get("JITKERN_CACHE_DIR").empty())
+    throw std::invalid_argument("jitkern: HOME='" + home + "' is a relative path, so the default cache's place would depend on the "
+                                "working directory; set HOME to an absolute path or set JITKERN_CACHE_DIR");
   if (home.empty()) {
     // A shared /tmp/.cache would mix users' caches (and be refused as not private).
     home = "/tmp/jitkern-" + std::to_string(::geteuid());
@@ -187,6 +170,11 @@ Config resolve(const EngineConfig& c, const std::string& build_directory, const 
   const std::string include = settings::path("JITKERN_INCLUDE_DIR"), csrc = settings::path("JITKERN_CSRC_DIR");
   r.include_dir = !include.empty() ? include : package + "/include";
   r.csrc_dir = !csrc.empty() ? csrc : package + "/csrc";
+  for (const auto& [name, dir] : {std::pair{"JITKERN_INCLUDE_DIR", include}, std::pair{"JITKERN_CSRC_DIR", csrc}}) {
+    struct stat st;
+    if (!dir.empty() && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+      throw std::invalid_argument(std::string("jitkern: ") + name + "='" + dir + "': not a directory (unset it to use the package's own)");
+  }
   // tvm-ffi: the configuration, else the environment, else the libtvm_ffi.so loaded in this process.
   r.tvm_ffi_include_dir = !c.tvm_ffi_include_dir.empty() ? c.tvm_ffi_include_dir : settings::path("JITKERN_TVM_FFI_INCLUDE");
   r.tvm_ffi_lib_dir = !c.tvm_ffi_lib_dir.empty() ? c.tvm_ffi_lib_dir : settings::path("JITKERN_TVM_FFI_LIB");
@@ -358,12 +346,13 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   if (p.has_cpp) {
     p.cpp_compile = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"};
     p.cpp_compile.insert(p.cpp_compile.end(), includes.begin(), includes.end());
-    const auto flags = absolute_include_flags(req.extra_cflags, cwd);
+    const auto flags = command_line::resolve(req.extra_cflags, "extra_cflags", command_line::Tool::kHost, cwd);
     p.cpp_compile.insert(p.cpp_compile.end(), flags.begin(), flags.end());
     key.field("cpp").field(portable(p, p.cpp_source));
     key_args(p.cpp_compile);
   }
   if (p.has_cuda) {
+    const auto cuda_flags = command_line::resolve(req.extra_cuda_cflags, "extra_cuda_cflags", command_line::Tool::kNvcc, cwd);
     p.nvcc = tc.nvcc.path;
     const std::string& arch = p.cuda_arch = tc.cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
@@ -373,10 +362,10 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=" + std::to_string(kSplitCompileThreads),
                       "-gencode=arch=" + compute + ",code=" + arch,
                       "-Xcompiler", "-fPIC,-fvisibility=hidden"};
-    if (tc.cxx_from_env) p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", tc.cxx.path});
+    // Always the identified host compiler: else nvcc takes the first gcc on PATH, whose version is in no key.
+    if (!tc.cxx.path.empty()) p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", tc.cxx.path});
     p.cuda_compile.insert(p.cuda_compile.end(), includes.begin(), includes.end());
-    const auto flags = absolute_include_flags(req.extra_cuda_cflags, cwd);
-    p.cuda_compile.insert(p.cuda_compile.end(), flags.begin(), flags.end());
+    p.cuda_compile.insert(p.cuda_compile.end(), cuda_flags.begin(), cuda_flags.end());
     key.field("cuda").field(portable(p, p.cuda_source));
     key_args(p.cuda_compile);
     if (req.host_without_nvcc) {
@@ -386,7 +375,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
         p.host_prelude = cfg.include_dir + "/jitkern/host_prelude.h";
         p.host_pass.insert(p.host_pass.end(), {"-include", p.host_prelude});
       }
-      const auto host_flags = absolute_include_flags(host_pass_flags(req.extra_cuda_cflags), cwd);
+      const auto host_flags = host_pass_flags(cuda_flags);
       p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
       // GCC's --version names its copyright holder; clang's and others' do not.
       p.host_cxx_gcc = tc.cxx.version.find("Free Software Foundation") != std::string::npos;
@@ -398,7 +387,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
         key.field(compiler == "nvrtc" ? "nvrtc" : "nvrtc-or-nvcc");  // NVRTC's machine code can differ from nvcc's
         p.nvrtc_asked = compiler == "nvrtc";
         std::vector<std::string> device_flags;
-        if (nvrtc_flags(absolute_include_flags(req.extra_cuda_cflags, cwd), &device_flags)) {
+        if (nvrtc_flags(cuda_flags, &device_flags)) {
           // The same split of the optimizer's work as nvcc's (kSplitCompileThreads); -default-device: what
           // NVRTC sees of the source is device code (its host code is under #ifndef __CUDACC_RTC__).
           p.nvrtc_std_dir = cfg.include_dir + "/jitkern/detail/rtc";
@@ -433,15 +422,23 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.dep_exclude_prefixes = tc.nvcc.own_dirs;  // covered by the compiler's version
   }
   p.dep_exclude_prefixes.insert(p.dep_exclude_prefixes.end(), tc.cxx.own_dirs.begin(), tc.cxx.own_dirs.end());
-  p.dep_exclude_prefixes.push_back("/usr/include/");  // the system's headers (libc, -dev packages): the platform's, not tracked
+  // The system's headers and libraries (libc, -dev packages): the platform's, not tracked; the package's and
+  // tvm-ffi's libraries: covered by the jitkern and tvm-ffi versions and kRuntimeAbi in the key.
+  for (const char* dir : {"/usr/include/", "/usr/lib/", "/usr/lib64/", "/usr/lib32/", "/lib/", "/lib64/", "/lib32/"})
+    p.dep_exclude_prefixes.push_back(dir);
+  for (const auto& dir : {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir})
+    if (!dir.empty()) p.dep_exclude_prefixes.push_back(dir + "/");
   // The host compiler links (also for CUDA: objects compiled without -rdc need no device link).
   // -z noseparate-code: two loadable segments instead of four, so loading a module maps less.
   // (gold has no such option: a module linked by it keeps gold's layout.)
-  const bool gold = std::find(req.extra_ldflags.begin(), req.extra_ldflags.end(), "-fuse-ld=gold") != req.extra_ldflags.end();
+  const auto ldflags = command_line::resolve(req.extra_ldflags, "extra_ldflags", command_line::Tool::kLink, cwd);
+  const bool gold = std::find(ldflags.begin(), ldflags.end(), "-fuse-ld=gold") != ldflags.end();
   p.link = {"-shared", "-L" + cfg.runtime_lib_dir, "-ljitkern_runtime", "-L" + cfg.tvm_ffi_lib_dir, "-ltvm_ffi"};
   if (!gold) p.link.insert(p.link.begin() + 1, "-Wl,-z,noseparate-code");
-  for (const auto& r : {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir}) p.link.push_back("-Wl,-rpath," + r);
-  p.link.insert(p.link.end(), req.extra_ldflags.begin(), req.extra_ldflags.end());
+  // No RUNPATH: a relocated cache must not look in the build machine's directories (the loader supplies
+  // these libraries, module.cc).
+  p.link.insert(p.link.end(), ldflags.begin(), ldflags.end());
+  p.link_option_files = command_line::linker_option_files(ldflags);
   key.field("link");
   std::vector<std::string> link_argv = {""};  // key_args skips argv[0]
   link_argv.insert(link_argv.end(), p.link.begin(), p.link.end());
@@ -450,7 +447,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
 
   p.request_key = key.hex();
   Sha256 config;
-  config.field(p.toolchain_id);
+  config.field(p.toolchain_id).field(compile_env::key());
   for (const auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.host_pass, &p.nvrtc_options, &p.link}) {
     config.field("argv");
     for (const auto& a : *argv) config.field(a);

@@ -40,7 +40,6 @@ struct Toolchain {
   toolchain::Compiler cxx;
   toolchain::Compiler nvcc;  // empty path when the request has no CUDA sources
   std::string cuda_arch;     // likewise
-  bool cxx_from_env = false; // $CXX was set: nvcc gets it as -ccbin
   std::vector<std::string> sources;  // plan::sources(), when the caller resolved them already
 };
 
@@ -71,6 +70,7 @@ struct Plan {
   bool nvrtc_asked = false;   // JITKERN_DEVICE_COMPILER=nvrtc (not auto: NVRTC only for builds run many at once)
   std::vector<std::string> nvrtc_predefined;  // NVRTC's version macros, as -D flags (for the dependency scan)
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
+  std::vector<std::string> link_option_files;  // files linker options name (version scripts...): dependencies
   std::vector<std::string> sources;                          // the kernel files, resolved
   bool has_cpp = false, has_cuda = false;
   std::string host_cxx, nvcc, cuda_arch;  // cuda_arch: "sm_90a", or empty without CUDA sources

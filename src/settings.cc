@@ -36,9 +36,11 @@ const Setting kAll[] = {
     {"JITKERN_TVM_FFI_LIB", "the loaded libtvm_ffi.so's directory", "the directory of libtvm_ffi.so (likewise)", Kind::kPath, nullptr},
     {"CUDA_HOME", "CUDA_PATH, else nvcc on PATH", "the CUDA toolkit whose bin/nvcc compiles CUDA sources", Kind::kPath, nullptr},
     {"CUDA_PATH", "unset", "used when CUDA_HOME is unset", Kind::kPath, nullptr},
-    {"CXX", "c++ on PATH", "the host C++ compiler (also nvcc's -ccbin when set)", Kind::kText, nullptr},
+    {"CXX", "c++ on PATH", "the host C++ compiler (also nvcc's -ccbin)", Kind::kText, nullptr},
     {"PATH", "the process's", "where compilers named without a directory are found", Kind::kText, nullptr},
     {"HOME", "the user's", "the default cache's parent", Kind::kText, nullptr},
+    {"LD_LIBRARY_PATH", "unset", "forwarded to the compilers (whose environment is otherwise the engine's own: docs/cache-store.md)", Kind::kText, nullptr},
+    {"TMPDIR", "/tmp", "where the compiler probe and precompiled host preludes keep temporary files", Kind::kPath, nullptr},
 };
 const std::size_t kCount = sizeof(kAll) / sizeof(kAll[0]);
 
@@ -176,6 +178,11 @@ std::vector<std::string> path_list(const char* name) {
   for (const auto& entry : text::split(raw(s), ':'))
     if (!entry.empty()) out.push_back(absolute(s.name, entry));
   return out;
+}
+
+std::string temp_dir() {
+  const std::string tmp = path("TMPDIR");
+  return tmp.empty() ? "/tmp" : tmp;
 }
 
 bool flag(const char* name) {

@@ -57,6 +57,15 @@ std::string mode_text(mode_t mode) {
 
 // Who may own a file of a store, and that no one else may write it: ours in the writable cache; ours
 // or root's in a prebuilt layer.
+// An entry's file opened for reading; a process out of descriptors is an error saying so, never a miss.
+int open_entry_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+    throw std::runtime_error("jitkern: cannot open " + path + ": " + std::strerror(errno) +
+                             " (too many open files: raise the limit, e.g. ulimit -n, or close descriptors)");
+  return fd;
+}
+
 bool trusted_owner(const struct stat& st, bool read_only) {
   return (st.st_uid == ::geteuid() || (read_only && st.st_uid == 0)) && !(st.st_mode & 022);
 }
@@ -65,6 +74,22 @@ std::string distrust_text(const std::string& what, const std::string& path, cons
   return what + " " + path + " is owned by uid " + std::to_string(st.st_uid) + " with mode " + mode_text(st.st_mode) +
          "; it must belong to " + (read_only ? "root or the current user" : "the current user") + " (uid " +
          std::to_string(::geteuid()) + ") and be writable by no one else";
+}
+
+// Why directory `real` (a real path) and those above it could have their entries swapped by someone
+// else, or "": each must be ours or root's and writable by no one else, except a root-owned sticky
+// directory (/tmp) above it, which protects what others own in it. `check_top`: `real` itself too.
+std::string path_distrust(const std::string& real, bool check_top) {
+  struct stat st;
+  for (std::string dir = real;; dir = fs::dirname(dir)) {
+    const bool top = dir == real;
+    if (top && !check_top) continue;
+    if (::lstat(dir.c_str(), &st) != 0) return "cannot read " + dir;
+    const bool sticky_root = !top && st.st_uid == 0 && (st.st_mode & S_ISVTX);
+    if (!((st.st_uid == ::geteuid() || st.st_uid == 0) && (!(st.st_mode & 022) || sticky_root)))
+      return distrust_text(top ? "its directory" : "its parent directory", dir, st, true);
+    if (dir == "/") return "";
+  }
 }
 
 // Why the first bytes of a file (the whole file is `size` bytes) are not a shared object this
@@ -226,6 +251,12 @@ void Store::ensure_writable(bool create) const {
     throw std::runtime_error("jitkern: refusing cache directory " + m_root + ": it is writable by group/others (mode " +
                              mode_text(st.st_mode) + "), so anyone could plant code in it; run `chmod go-w " + m_root +
                              "` or point JITKERN_CACHE_DIR elsewhere");
+  // What a build publishes is loaded from here later: a parent someone else may write could swap it.
+  if (create)
+    if (const std::string why = path_distrust(fs::realpath_or(m_root), false); !why.empty())
+      throw std::runtime_error("jitkern: refusing cache directory " + m_root + ": " + why +
+                               ", so another user could replace what is built there; point JITKERN_CACHE_DIR at a directory of yours "
+                               "(under your home, or directly in /tmp)");
   // A read-only mount or a directory of ours without write permission: found here, not at the first file written.
   if (create && ::access(m_root.c_str(), W_OK | X_OK) != 0)
     throw std::runtime_error("jitkern: cannot write cache directory " + m_root + ": " + std::strerror(errno) + unwritable_advice());
@@ -245,21 +276,7 @@ std::string Store::layer_distrust() const {
   if (::stat(real.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     why = "it does not exist";
   } else {
-    // The layer and every directory above it: a directory someone else may write could have its
-    // entries swapped. A root-owned sticky directory (/tmp) protects what others own in it.
-    for (std::string dir = real;; dir = fs::dirname(dir)) {
-      const bool top = dir == real;
-      if (::lstat(dir.c_str(), &st) != 0) {
-        why = "cannot read " + dir;
-        break;
-      }
-      const bool sticky_root = !top && st.st_uid == 0 && (st.st_mode & S_ISVTX);
-      if (!((st.st_uid == ::geteuid() || st.st_uid == 0) && (!(st.st_mode & 022) || sticky_root))) {
-        why = distrust_text(top ? "its directory" : "its parent directory", dir, st, true);
-        break;
-      }
-      if (dir == "/") break;
-    }
+    why = path_distrust(real, true);
   }
   if (!why.empty() && why != "it does not exist")
     log::emit(log::kWarning, "ignoring prebuilt cache " + m_root + ": " + why + " (see JITKERN_PREBUILT_DIRS)");
@@ -321,13 +338,19 @@ std::unique_ptr<Lock> Store::lock(const Entry& e, fs::FileLock::Kind kind, bool 
     }
     ::lstat(m_lock_dir.c_str(), &st);
   }
-  // Someone else's lock directory could hold our locks forever.
-  if (!S_ISDIR(st.st_mode) || !trusted_owner(st, false))
-    throw std::runtime_error("jitkern: refusing lock directory " + m_lock_dir + ": " +
-                             (S_ISLNK(st.st_mode)  ? std::string("it is a symbolic link")
-                              : !S_ISDIR(st.st_mode) ? std::string("it is not a directory")
-                                                     : distrust_text("it", m_lock_dir, st, false)) +
-                             "; point JITKERN_LOCK_DIR at a directory of your own");
+  // Someone else's lock directory could hold our locks forever: go without locks, as for a read-only
+  // cache (builds publish by rename; only `cache prune` beside a load could then race it), and say so once.
+  if (!S_ISDIR(st.st_mode) || !trusted_owner(st, false)) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      log::emit(log::kWarning, "not locking: lock directory " + m_lock_dir + " is refused (" +
+                                   (S_ISLNK(st.st_mode)  ? std::string("it is a symbolic link")
+                                    : !S_ISDIR(st.st_mode) ? std::string("it is not a directory")
+                                                           : distrust_text("it", m_lock_dir, st, false)) +
+                                   "); point JITKERN_LOCK_DIR at a directory of your own");
+    });
+    return std::make_unique<Lock>(nullptr);
+  }
   const std::string path = m_lock_dir + "/" + e.stem() + kLockSuffix;
   fs::FileLock::Outcome outcome;
   std::unique_ptr<fs::FileLock> held = fs::FileLock::acquire(path, kind, false, "", &outcome);
@@ -360,7 +383,7 @@ std::unique_ptr<Lock> Entry::try_lock(bool shared) const {
 std::optional<Found> Entry::open_library(const Manifest& m, bool rehash, std::string* why_not) const {
   const bool ro = m_store->read_only();
   const std::string path = m_dir + "/" + m.lib_name;
-  fs::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  fs::Fd fd(open_entry_file(path));
   struct stat st;
   if (!fd || ::fstat(fd.get(), &st) != 0) return *why_not = "its library " + m.lib_name + " is missing", std::nullopt;
   if (!S_ISREG(st.st_mode)) return *why_not = "its library " + path + " is not a regular file", std::nullopt;
@@ -391,7 +414,7 @@ std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& to
   }
   // Every directory up to the entry is its owner's alone (checked above and by the store), so the
   // path cannot be redirected between these steps.
-  fs::Fd mfd(::open((m_dir + "/" + kManifest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  fs::Fd mfd(open_entry_file(m_dir + "/" + kManifest));
   Manifest m;
   if (!mfd || ::fstat(mfd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !read_manifest_fd(mfd.get(), &m))
     return *why_not = "no complete manifest", std::nullopt;

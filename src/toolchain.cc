@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "compile_env.h"
 #include "fs_util.h"
 #include "manifest.h"
 #include "settings.h"
@@ -74,9 +75,9 @@ Compiler identify(const std::string& program, const store::Store& store, const c
   if (store.read_toolchain_record(name, &text) && text.rfind(head, 0) == 0) {
     c.version = text.substr(head.size());
   } else {
-    const std::string scratch = fs::make_temp_dir("/tmp", "jitkern-probe-");
+    const std::string scratch = fs::make_temp_dir(settings::temp_dir(), "jitkern-probe-");
     const std::string log = scratch + "/version.txt";
-    const int rc = fs::wait(fs::spawn({c.path, "--version"}, log), 60);
+    const int rc = fs::wait(fs::spawn({c.path, "--version"}, log, compile_env::make({"TMPDIR=" + scratch}), scratch), 60);
     fs::read_file(log, &c.version);
     fs::remove_tree(scratch);
     if (rc != 0) throw std::runtime_error("jitkern: '" + c.path + " --version' failed (" + fs::describe_status(rc) + "): " + c.version);
@@ -135,7 +136,9 @@ bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda) 
 
 std::string cxx_program() {
   const std::string cxx = settings::get("CXX");
-  return cxx.empty() ? "c++" : cxx;
+  if (cxx.empty()) return "c++";
+  // A relative path names a file from here; compilers run in their scratch directory.
+  return cxx.find('/') != std::string::npos ? settings::absolute_path(cxx, "CXX") : cxx;
 }
 
 std::string nvcc_program() {

@@ -77,7 +77,7 @@ class Module {
  public:
   explicit Module(const std::string& path);
   // Maps the library open at `fd` (the file the cache checked; a rename of `path` since cannot swap
-  // it) and keeps `fd` open while it lives; `path` names it in messages and to debuggers.
+  // it), taking `fd` (closed once mapped); `path` names it in messages and to debuggers.
   Module(const std::string& path, int fd);
   ~Module();
   Module(const Module&) = delete;
@@ -90,7 +90,6 @@ class Module {
  private:
   void* m_handle = nullptr;
   std::string m_path;
-  int m_fd = -1;
 };
 
 // build() + load, memoised per process.
