@@ -169,14 +169,14 @@ def test_package_kernels_build_and_run_in_both_modes(package, cache_dir, monkeyp
     for mode in ("lean", "tvm-ffi"):
         spec, chosen, _ = compat.jit_spec("lean_kernel", "5", cuda_files=["lean.cuh"], cuda_wrappers=[("run", "Kernel<5>::run"), ("named", "named")], mode=mode)
         assert chosen == mode
-        module = tvm_ffi.load_module(spec.build())
+        module = tvm_ffi.load_module(spec.load().path)  # as load_jit returns it
         assert module.run(x, None, 4) == 523_900_000 + 15 + 4
         assert module.run(x, x, 4) == 523_900_000 + 15 + 104
         with pytest.raises(RuntimeError, match="rows: expected float32"):
             module.run(np.zeros((3, 2), np.int32), None, 0)
         assert module.named("silu", "a string longer than a small one") == 1000 + 32
     lean = compat.jit_spec("viewed", cuda_files=["lean.cuh"], cuda_wrappers=[("viewed", "viewed")], mode="lean")[0]
-    assert tvm_ffi.load_module(lean.build()).viewed("gelu_tanh") == 9
+    assert tvm_ffi.load_module(lean.load().path).viewed("gelu_tanh") == 9
     assert compat.jit_spec("lean_kernel", cuda_files=["lean.cuh"], cuda_wrappers=[("run", "Kernel<5>::run")])[1] == "lean"
     full = compat.load_jit("full_kernel", cuda_files=["full.cuh"], cuda_wrappers=[("total", "total")])
     assert full.total(x, None, [1, 2]) == 3 + 1000 + 3 + 900

@@ -371,16 +371,18 @@ def load_jit(*args: Any, cpp_files: Sequence[str] | None = None, cuda_files: Seq
                                default=str) + "\n")
     spec, mode, _ = jit_spec(*args, **kwargs)
     try:
-        path = spec.build()
+        loaded = spec.load()
     except BuildError as lean_error:
         if mode != "lean":
             raise
         logger.info("jitkern.compat.sglang: %s failed in lean mode, building it with tvm-ffi's headers: %s",
                     spec.name, str(lean_error).splitlines()[0])
-        path = jit_spec(*args, **kwargs, mode="tvm-ffi")[0].build()
+        loaded = jit_spec(*args, **kwargs, mode="tvm-ffi")[0].load()
     import tvm_ffi  # noqa: PLC0415
 
-    return tvm_ffi.load_module(path)
+    # The engine has loaded it (and what it needs: modules carry no RUNPATH); tvm-ffi's view of the same
+    # library is what the reference's callers expect (every export, its attribute and item access).
+    return tvm_ffi.load_module(loaded.path)
 
 
 def parallel_compile(builders: Sequence[Callable[[], Any]], max_workers: int | None = None) -> list[Any]:
