@@ -319,14 +319,16 @@ def test_check_compiles_and_tabulates(package, cache_dir):
              check.Call("b.py", "f", ("full",), {"cuda_files": ["full.cuh"], "cuda_wrappers": [("total", "total")]}, ("full.cuh",)),
              check.Call("c.py", "f", ("broken",), {"cuda_files": ["broken.cuh"], "cuda_wrappers": [("f", "f")]}, ("broken.cuh",)),
              check.Call("d.py", "f", ("r",), {"cuda_files": ["rocm_only_hip.cuh"]}, ("rocm_only_hip.cuh",)),
+             check.Call("f_sm100.py", "f", ("b",), {"cuda_files": ["lean.cuh"]}, ("lean.cuh", "x.cuh")),
              check.Call("e.py", "f", problem="no")]
     with compat.override_jit_cuda_arch(9, 0, "a"):
         rows = {r.file: r for r in check.run(calls, package, workers=2, time_budget=None)}
-    assert [rows[f].outcome for f in ("lean.cuh", "full.cuh", "broken.cuh", "rocm_only_hip.cuh", "?")] == [
-        "lean", "tvm-ffi", "fails", "skipped", "not instantiated"]
+    assert [rows[f].outcome for f in ("lean.cuh", "full.cuh", "broken.cuh", "rocm_only_hip.cuh", "lean.cuh, x.cuh", "?")] == [
+        "lean", "tvm-ffi", "fails", "skipped", "skipped", "not instantiated"]
+    assert rows["lean.cuh, x.cuh"].detail == "written for sm_100 (the target is sm_90a)"
     assert "undefined_name" in rows["broken.cuh"].detail and "full.cuh" in rows["full.cuh"].detail
     text = check.table(list(rows.values()))
-    assert text.startswith("5 kernel files: 2 compile (1 lean, 1 tvm-ffi), 1 fail, 1 skipped, 1 not instantiated, 0 not run; 67% of")
+    assert text.startswith("6 kernel files: 2 compile (1 lean, 1 tvm-ffi), 1 fail, 2 skipped, 1 not instantiated, 0 not run; 67% of")
 
 
 # The reference's own kernels, unchanged: an installed sglang, or REFERENCE_KERNELS=<its sglang/kernels/jit>.

@@ -13,7 +13,8 @@ calls instead (JSON lines of load_jit's arguments, from jitkern.compat.sglang.re
 
 Outcomes: "lean" and "tvm-ffi" (compiles, in that mode; tvm-ffi mode is the reference's own build:
 its headers, tvm-ffi's, its export macro), "fails" (both modes, first error shown), "skipped" (a HIP
-kernel, another arch than the target, a dependency that is not installed).
+kernel, another arch than the target, a dependency that is not installed), "not instantiated" (why),
+"not run" (the time budget was spent).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ INT_VALUES = {"head_dim": 128, "rope_dim": 64, "hidden_size": 4096, "hidden_dim"
 DEFAULT_INT = 128
 # Flags that are set in the common configuration (others start unset).
 TRUE_FLAGS = {"aligned", "row_major", "use_pdl", "is_neox", "enable_pdl", "contiguous"}
-SKIP_PATH = [(re.compile(r"hip|rocm|gfx9|aiter|musa", re.I), "HIP/ROCm kernel"),
-             (re.compile(r"sm_?100|sm_?103|sm_?120|blackwell|tcgen05|_b200", re.I), "written for sm_100/sm_120")]
+HIP_PATH = re.compile(r"hip|rocm|gfx9|aiter|musa", re.I)
+# An architecture a file or op is written for, by its name: sm90, sm_100, blackwell.
+ARCH_MARKER = re.compile(r"sm_?(\d{2,3})|(blackwell|tcgen05)|(hopper)", re.I)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -358,10 +360,14 @@ def _first_error(message: str) -> str:
 
 
 def _skip_reason(call: Call, kernel_root: pathlib.Path) -> str:
+    target = compat.get_jit_cuda_arch()
     for text in (call.op, *call.files, str(call.args)):
-        for pattern, reason in SKIP_PATH:
-            if pattern.search(text):
-                return reason
+        if HIP_PATH.search(text):
+            return "HIP/ROCm kernel"
+        for m in ARCH_MARKER.finditer(text):
+            sm = int(m.group(1)) if m.group(1) else 100 if m.group(2) else 90
+            if sm // 10 != target.major:
+                return f"written for sm_{sm} (the target is {target.sm})"
     try:
         compat._dependency_include_paths(list(call.kwargs.get("extra_dependencies") or []))
     except RuntimeError as e:
