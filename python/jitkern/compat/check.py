@@ -195,14 +195,16 @@ def _arguments(fn: types.FunctionType, node: ast.FunctionDef, variant: dict) -> 
         ann = annotations.get(name, "")
         if "dtype" in ann or "dtype" in name:
             quantized = "out" in name or "quant" in name or "fp8" in name
-            out[name] = _DType("int32" if "index" in name or "seq" in name else
-                               variant["out"] if quantized and "out" in variant else variant.get("dtype", "bfloat16"))
+            integral = "index" in name or "seq" in name or re.search(r"position|_ids", fn.__name__)
+            out[name] = _DType("int64" if integral else variant["out"] if quantized and "out" in variant else variant.get("dtype", "bfloat16"))
         elif ann == "bool" or name.startswith(("use_", "is_", "has_", "do_", "apply_", "enable_", "skip_", "with_")):
             out[name] = variant.get("flag", name in TRUE_FLAGS)
         elif ann == "float":
             out[name] = 1.0
         elif ann == "str":
             out[name] = ""
+        elif "mode" in name or "kind" in name:  # an enumeration: its first value
+            out[name] = 0
         else:
             out[name] = max(1, int(INT_VALUES.get(name, DEFAULT_INT) * variant.get("scale", 1)))
     return out
