@@ -74,6 +74,7 @@ PACKAGE = {
         template <int N>
         struct Kernel {
           static int64_t run(tvm::ffi::TensorView x, tvm::ffi::Optional<tvm::ffi::TensorView> y, int64_t z) {
+            host::check(x.IsContiguous() && x.sizes()[0] == x.size(0), "tvm-ffi's spellings");  // the lean view has them too
             return host::marker() * 1000000 + kArch * 1000 + host::rows(x) * N + (y.has_value() ? 100 : 0) + z;
           }
         };

@@ -16,11 +16,22 @@
 #define TVM_FFI_CONTAINER_TENSOR_H_
 #define TVM_FFI_DTYPE_H_
 #define TVM_FFI_OPTIONAL_H_
-#define JITKERN_EXPORT_TVM_COMPAT_H_  // the export glue's tvm-ffi casters: these names are jitkern's own types
 #define JITKERN_TVM_FFI_LEAN 1
 
+namespace jitkern::compat {
+// jitkern's view with the spellings tvm-ffi's view adds (kernels written against tvm-ffi call them); a
+// class of its own, so the export glue's casters for tvm::ffi::TensorView (<jitkern/export.h>) apply.
+class TvmTensorView : public ::jitkern::TensorView {
+ public:
+  using ::jitkern::TensorView::TensorView;
+  constexpr TvmTensorView(const ::jitkern::TensorView& view) : ::jitkern::TensorView(view) {}  // NOLINT(google-explicit-constructor)
+  bool IsContiguous() const { return is_contiguous(); }
+  IntArrayView sizes() const { return shape(); }
+};
+}  // namespace jitkern::compat
+
 namespace tvm::ffi {
-using TensorView = ::jitkern::TensorView;
+using TensorView = ::jitkern::compat::TvmTensorView;
 template <typename T>
 using Optional = ::jitkern::Optional<T>;
 }  // namespace tvm::ffi

@@ -20,6 +20,6 @@
 
 // 1000 when the view is jitkern's, plus 10 * x's rank and the rank of y (0 for None).
 inline int64_t view_kind(tvm::ffi::TensorView x, tvm::ffi::Optional<tvm::ffi::TensorView> y) {
-  constexpr bool lean = std::is_same_v<tvm::ffi::TensorView, jitkern::TensorView>;
+  constexpr bool lean = std::is_base_of_v<jitkern::TensorView, tvm::ffi::TensorView>;
   return lean * 1000 + x.ndim() * 10 + (y.has_value() ? y.value().ndim() : 0);
 }
