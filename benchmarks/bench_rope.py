@@ -25,8 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, is_in_ci,  # noqa: E402
                    per_call_us, reference_module, run_benchmark, yardstick_module)
 
-from jitkern.ops import (FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace, concat_mla_absorb_q, concat_mla_k,  # noqa: E402
-                         rotary_embedding, store_cache, warmup)
+from jitkern.ops import FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace, rotary_embedding, store_cache, warmup  # noqa: E402
 from jitkern.ops.rope import _rope_module  # noqa: E402
 
 HQ, HK, D, PAGE = 32, 8, 128, 16
@@ -179,7 +178,7 @@ def in_turns(fns: dict, t: int) -> dict:
 
 
 def main() -> None:
-    warmup(ops=["apply_rope_with_cos_sin_cache_inplace", "rotary_embedding", "store_cache", "concat_mla_k", "concat_mla_absorb_q"],
+    warmup(ops=["apply_rope_with_cos_sin_cache_inplace", "rotary_embedding", "store_cache"],
            dtypes=[DTYPE])
     cs = cos_sin_cache()
     cs16 = cs.to(DTYPE)
@@ -220,7 +219,6 @@ def main() -> None:
                   f"{ratio:.2f}x |")
     launch_floor(cs, kc, vc)
     launch_shapes(cs, kc, vc, ceiling)
-    mla_table()
     per_call_table(cs, kc, vc)
 
 
@@ -258,27 +256,6 @@ def launch_shapes(cs, kc, vc, ceiling) -> None:
                 us = run_benchmark(lambda g=g, s=s: m.apply_store(pos, q, k, q, k, cs, D, True, v, kc, vc, loc, 1.0, 1.0, g, s))["median"]
                 cells.append(f"{us:.2f}" + (f" ({100 * moved_bytes(t) / (us * 1e-6) / 1e9 / ceiling:.1f}%)" if phase == "prefill" else ""))
             print(f"| {phase} | {t} | " + " | ".join(cells) + " |")
-
-
-def mla_table() -> None:
-    """The MLA concatenations (DeepSeek shapes) against torch.cat, GB/s of the bytes they move."""
-    print("\n#### MLA concatenations (us, GB/s)\n")
-    print("| op | T | jitkern us | GB/s | torch us |")
-    print("|---|---|---|---|---|")
-    for t in get_benchmark_range([1, 64, 4096], [64]):
-        k_nope = torch.randn(t, 128, 128, dtype=DTYPE, device="cuda")
-        k_rope = torch.randn(t, 1, 64, dtype=DTYPE, device="cuda")
-        k = torch.empty(t, 128, 192, dtype=DTYPE, device="cuda")
-        j = run_benchmark(lambda: concat_mla_k(k, k_nope, k_rope))["median"]
-        tt = run_benchmark(lambda: k.copy_(torch.cat([k_nope, k_rope.expand(t, 128, 64)], dim=-1)))["median"]
-        num = (k.numel() + k_nope.numel() + k_rope.numel()) * 2
-        print(f"| concat_mla_k | {t} | {j:.2f} | {num / (j * 1e-6) / 1e9:.0f} | {tt:.2f} |")
-        a = torch.randn(t, 128, 512, dtype=DTYPE, device="cuda")
-        b = torch.randn(t, 128, 64, dtype=DTYPE, device="cuda")
-        j = run_benchmark(lambda: concat_mla_absorb_q(a, b))["median"]
-        tt = run_benchmark(lambda: torch.cat([a, b], dim=-1))["median"]
-        num = 2 * (a.numel() + b.numel()) * 2
-        print(f"| concat_mla_absorb_q | {t} | {j:.2f} | {num / (j * 1e-6) / 1e9:.0f} | {tt:.2f} |")
 
 
 def per_call_table(cs, kc, vc) -> None:

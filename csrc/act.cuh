@@ -8,6 +8,8 @@
 #pragma once
 
 #include <jitkern/impl/quant.cuh>
+#include <jitkern/impl/rows.cuh>
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
@@ -26,12 +28,12 @@ namespace quant = device::quant;
 // Elementwise kernels: one vector of the output per thread (a gate and an up load in flight), CTAs of
 // kActThreads, one pass over the tensor. Against two vectors per thread and a grid-stride loop: 1.36
 // against 2.0 us at T = 1, 30.4 against 31.2-35.7 at T = 1024, level from T = 4096 (d = 14336;
-// docs/benchmarks.md, "Design measurements").
-constexpr int kActThreads = 256;
+// docs/benchmarks/design.md).
+constexpr int kActThreads = host::kRowKernels.elementwise_threads;
 // The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, one or two
 // vectors per lane (one while that takes at most kActGroupDecodeWaves CTAs per SM, or where two would
 // fill most of one wave), CTAs of kActGroupThreads.
-constexpr int kActGroupThreads = 128;
+constexpr int kActGroupThreads = host::kRowKernels.group_threads;
 constexpr int kActGroupSize = 128;
 constexpr int kActGroupDecodeWaves = 4;
 // Two vectors per lane would take more than the first and at most the second of these CTAs per SM (most
@@ -214,7 +216,7 @@ struct ActOps {
     const Operands ops = operands(input, output_q, "output_q", host::DTypeList<uint8_t, fp8_e4m3_t>{}, device);
     TensorMatcher({1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(scale, "scale");
     const StoreStaticFp8 store{static_cast<uint8_t*>(output_q.data_ptr()), ops.out_stride, static_cast<const float*>(scale.data_ptr())};
-    launch_elementwise<Silu>(ops, store, ops.vector_width(16 / sizeof(T), 16 / sizeof(T)));
+    launch_elementwise<Silu>(ops, store, ops.vector_width(device::kVec16<T>));
   }
 
   // output_q [N, d] (fp8 e4m3) = silu_and_mul(input) quantized per group of group_size (128) outputs of
@@ -227,9 +229,9 @@ struct ActOps {
     RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
     auto device = SymbolicDevice{};
     const Operands ops = operands(input, output_q, "output_q", host::DTypeList<uint8_t, fp8_e4m3_t>{}, device);
-    RuntimeCheck(ops.d % kActGroupSize == 0, "d, the last dimension of output_q (half of input's), must be a multiple of group_size (",
-                 kActGroupSize, "), got ", ops.d);
-    const int64_t groups = ops.d / kActGroupSize;
+    RuntimeCheck(ops.width % kActGroupSize == 0, "d, the last dimension of output_q (half of input's), must be a multiple of group_size (",
+                 kActGroupSize, "), got ", ops.width);
+    const int64_t groups = ops.width / kActGroupSize;
     const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, ops.rows, groups, device);
     const quant::GroupScales scales = checked.scales;
     const bool ue8m0 = checked.ue8m0;
@@ -239,9 +241,9 @@ struct ActOps {
     const auto launch = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
       const unsigned grid = act_grid(div_ceil(total_groups, kActGroupThreads / kLanes));
-      const GatedInput<T> p{ops.in, ops.in_stride, ops.d, 0, 0};
+      const GatedInput<T> p{ops.in, ops.in_stride, ops.width, 0, 0};
       LaunchKernel run(grid, kActGroupThreads, ops.device);
-      run.enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9);
+      run.enable_pdl();
       const bool early = host::pdl_early_trigger(grid);
       const float e = static_cast<float>(eps);
       if (ue8m0) {
@@ -250,12 +252,12 @@ struct ActOps {
         run(silu_and_mul_group_quant_kernel<T, kVec, kLanes, kPerLane, false>, p, q, ops.out_stride, scales, groups, total_groups, e, early);
       }
     };
-    constexpr int kVec = 16 / sizeof(T);
-    if (ops.vector_width(kVec, kVec) == kVec) {
+    constexpr int kVec = device::kVec16<T>;
+    if (ops.vector_width(kVec) == kVec) {
       // Decode sizes: a vector per lane, so more SMs share the loads (T = 1: 1.50 against 2.14 us);
       // beyond, two per lane, so fewer lanes reduce each group (T = 1024: 27.9 against 32.2 us), but
       // where two per lane would fill most of one wave (T = 128-192 at d = 14336: 3.50-4.08 against
-      // 4.07-4.35 us; docs/benchmarks.md, "Design measurements").
+      // 4.07-4.35 us; docs/benchmarks/design.md).
       const int sms = runtime::get_sm_count(ops.device.device_id);
       const int64_t one_per_lane = div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec));
       const int64_t two_per_lane = div_ceil(total_groups, kActGroupThreads / (kActGroupSize / kVec / 2));
@@ -271,20 +273,7 @@ struct ActOps {
   }
 
  private:
-  struct Operands {
-    const T* in;
-    void* out;
-    int64_t rows, d, in_stride, out_stride;
-    DLDevice device;
-
-    // vec elements per access where d, both base pointers and both row strides allow, else 1 (an
-    // output vector is vec * out_bytes bytes; `out_align` is the alignment it needs).
-    int vector_width(int vec, int out_align) const {
-      const bool ok = d % vec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % out_align == 0 &&
-                      (rows <= 1 || (in_stride % vec == 0 && out_stride % vec == 0));
-      return ok ? vec : 1;
-    }
-  };
+  using Operands = host::RowOperands<T>;  // width: d, the output's; in: the [rows, 2d] input
 
   // input [N, 2d] of T, out [N, d] of one of OutTypes; both with strided rows.
   template <typename OutTypes>
@@ -303,7 +292,7 @@ struct ActOps {
       RuntimeCheck(is >= W.unwrap(), "input rows overlap: row stride ", is, " is smaller than the row width ", W.unwrap());
       RuntimeCheck(os >= D.unwrap(), out_name, " rows overlap: row stride ", os, " is smaller than the row width ", D.unwrap());
     }
-    return {static_cast<const T*>(input.data_ptr()), out.data_ptr(), rows, D.unwrap(), is, os, device.unwrap()};
+    return {static_cast<const T*>(input.data_ptr()), out.data_ptr(), (out.dtype().bits + 7) / 8, rows, D.unwrap(), is, os, device.unwrap()};
   }
 
   template <typename Act>
@@ -311,23 +300,22 @@ struct ActOps {
     auto device = host::SymbolicDevice{};
     const Operands ops = operands(input, out, "out", host::DTypeList<T>{}, device);
     const StoreGated<T> store{static_cast<T*>(out.data_ptr()), ops.out_stride};
-    launch_elementwise<Act>(ops, store, ops.vector_width(16 / sizeof(T), 16));
+    launch_elementwise<Act>(ops, store, ops.vector_width(device::kVec16<T>));
   }
 
   template <typename Act, typename Out>
   static void launch_elementwise(const Operands& ops, const Out& out, int vec) {
     using namespace host;
-    if (ops.rows * ops.d == 0) return;
+    if (ops.rows * ops.width == 0) return;
     const auto launch = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      const GatedInput<T> p{ops.in, ops.in_stride, ops.d, ops.d / kVec, ops.rows * (ops.d / kVec)};
+      const GatedInput<T> p{ops.in, ops.in_stride, ops.width, ops.width / kVec, ops.rows * (ops.width / kVec)};
       const int64_t grid = div_ceil(p.total_vecs, int64_t{kActThreads});
       LaunchKernel(act_grid(grid), kActThreads, ops.device)
-          .enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9)(act_and_mul_kernel<Act, T, kVec, Out>, p, out,
-                                                                        host::pdl_early_trigger(grid));
+          .enable_pdl()(act_and_mul_kernel<Act, T, kVec, Out>, p, out, host::pdl_early_trigger(grid));
     };
-    if (vec == 16 / static_cast<int>(sizeof(T))) {
-      launch(std::integral_constant<int, 16 / sizeof(T)>{});
+    if (vec == device::kVec16<T>) {
+      launch(std::integral_constant<int, device::kVec16<T>>{});
     } else {
       launch(std::integral_constant<int, 1>{});
     }

@@ -13,8 +13,8 @@
 
 namespace {
 
-// The fastest of the block shapes and unrolls tried; streaming cache hints were slower (docs/benchmarks.md,
-// "Design measurements").
+// The fastest of the block shapes and unrolls tried; streaming cache hints were slower
+// (docs/benchmarks/design.md).
 constexpr int kAddConstantThreads = 1024;
 constexpr int kAddConstantUnroll = 1;  // 16-byte vectors in flight per thread
 constexpr int64_t kAddConstantTile = int64_t{kAddConstantThreads} * kAddConstantUnroll * 4;  // elements per block
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kAddConstantThreads) add_constant_kernel(int32
 }
 
 // pdl: launch with programmatic stream serialisation (sm_90+): the launch overlaps the previous kernel's
-// tail, and the driver queues it faster (docs/benchmarks.md). The reference-path benchmark passes
+// tail, and the driver queues it faster (docs/benchmarks/add_constant.md). The reference-path benchmark passes
 // false, as the tutorial launches.
 template <int32_t kConstant>
 void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice device, bool pdl = true) {
@@ -67,7 +67,7 @@ void launch_add_constant(int32_t* out, const int32_t* in, int64_t n, DLDevice de
   const bool aligned = (reinterpret_cast<uintptr_t>(out) % 16 == 0) && (reinterpret_cast<uintptr_t>(in) % 16 == 0);
   const auto kernel = aligned ? add_constant_kernel<kConstant, true> : add_constant_kernel<kConstant, false>;
   LaunchKernel(static_cast<unsigned>(blocks), kAddConstantThreads, device)
-      .enable_pdl(pdl && runtime::get_cc_major(device.device_id) >= 9)(kernel, out, in, n);
+      .enable_pdl(pdl)(kernel, out, in, n);
 }
 
 // A contiguous tensor of any rank as 1-D (`numel` holds the 1-D shape).

@@ -363,21 +363,6 @@ Comm* comm_of(int64_t handle) {
   return reinterpret_cast<Comm*>(static_cast<uintptr_t>(handle));
 }
 
-// Makes the communicator's device current for the scope (the caller's device may be another).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    host::RuntimeDeviceCheck(cudaGetDevice(&m_previous));
-    if (m_previous != device) host::RuntimeDeviceCheck(cudaSetDevice(device));
-    m_device = device;
-  }
-  ~DeviceScope() {
-    if (m_previous != m_device) cudaSetDevice(m_previous);
-  }
-
- private:
-  int m_previous = -1, m_device = -1;
-};
 
 // TimeoutError if a kernel of this communicator gave up waiting (it stays unusable: its ranks no longer
 // agree on the barrier counts).
@@ -398,18 +383,8 @@ void check_placement(const Comm* c, const jitkern::TensorView& t, const char* na
 
 // Vectors of 16 bytes where the length allows (and, for the fused kernel, every pointer), else single elements.
 template <typename T>
-constexpr int kVecOf = 16 / sizeof(T);
+constexpr int kVecOf = device::kVec16<T>;
 
-bool aligned16(std::initializer_list<const void*> pointers) {
-  for (const void* ptr : pointers)
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  return true;
-}
-
-template <typename T>
-bool vectorizable(int64_t n, std::initializer_list<const void*> pointers) {
-  return n % kVecOf<T> == 0 && aligned16(pointers);
-}
 
 // Whether a message of `bytes` takes a push kernel (the plain or the fused one).
 bool pushes(const Comm* c, int64_t bytes) { return bytes <= std::min(c->one_shot_max, c->push_max); }
@@ -422,7 +397,7 @@ void launch_all_reduce(const Comm* c, const void* in, void* out, int64_t nvec, D
   const int64_t per_rank = bytes <= c->one_shot_max ? nvec : (nvec + c->world - 1) / c->world;  // vectors each rank's CTAs walk
   const int64_t grid = std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, host::div_ceil(per_rank, kThreads)));
   host::LaunchKernel launch(static_cast<unsigned>(grid), kThreads, device);
-  launch.enable_pdl(host::runtime::get_cc_major(c->device) >= 9);
+  launch.enable_pdl();
   launch(kernel, c->params, Local<T, kVec, kAligned>{static_cast<const T*>(in), static_cast<T*>(out)}, nvec);
 }
 
@@ -430,7 +405,7 @@ template <typename T>
 void dispatch_all_reduce(const Comm* c, const void* in, void* out, int64_t n, DLDevice device) {
   if (n % kVecOf<T> != 0)  // the width from the length alone: every rank splits the message alike (Local)
     launch_all_reduce<T, 1, true>(c, in, out, n, device);
-  else if (aligned16({in, out}))
+  else if (host::vector_width(kVecOf<T>, n, {{in, sizeof(T)}, {out, sizeof(T)}}, {}) == kVecOf<T>)
     launch_all_reduce<T, kVecOf<T>, true>(c, in, out, n / kVecOf<T>, device);
   else
     launch_all_reduce<T, kVecOf<T>, false>(c, in, out, n / kVecOf<T>, device);
@@ -441,14 +416,14 @@ void launch_fused(const Comm* c, void* x, void* residual, const void* weight, in
   const int64_t hvec = hidden / kVec;
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, host::div_ceil(hvec, 32) * 32));
   host::LaunchKernel launch(static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks)), threads, device);
-  launch.enable_pdl(host::runtime::get_cc_major(c->device) >= 9);
+  launch.enable_pdl();
   launch(fused_add_rmsnorm_kernel<T, kVec>, c->params, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), rows,
          hvec, eps);
 }
 
 template <typename T>
 void dispatch_fused(const Comm* c, void* x, void* residual, const void* weight, int64_t rows, int64_t hidden, float eps, DLDevice device) {
-  if (vectorizable<T>(hidden, {x, residual, weight}))
+  if (host::vector_width(kVecOf<T>, hidden, {{x, sizeof(T)}, {residual, sizeof(T)}, {weight, sizeof(T)}}, {}) == kVecOf<T>)
     launch_fused<T, kVecOf<T>>(c, x, residual, weight, rows, hidden, eps, device);
   else
     launch_fused<T, 1>(c, x, residual, weight, rows, hidden, eps, device);
@@ -465,7 +440,7 @@ int64_t create(int64_t device, int64_t rank, int64_t world, int64_t capacity, in
   host::RuntimeCheck(capacity > 0 && capacity % 16 == 0, "capacity must be a positive multiple of 16 bytes, got ", capacity);
   host::RuntimeCheck(timeout_ms > 0 && timeout_ms <= int64_t{1} << 40, "timeout_ms must be positive, got ", timeout_ms);
   host::RuntimeCheck(one_shot_max >= 0, "one_shot_max must not be negative, got ", one_shot_max);
-  DeviceScope scope(static_cast<int>(device));
+  const host::DeviceGuard scope(static_cast<int>(device));
   auto* c = new Comm{static_cast<int32_t>(device), static_cast<int32_t>(rank), static_cast<int32_t>(world), capacity, one_shot_max,
                      static_cast<uint64_t>(timeout_ms) * 1000000u};
   c->params.slot_bytes = world > 1 ? std::min(kPushSlotBytes, capacity) : 0;
@@ -495,7 +470,7 @@ int64_t create(int64_t device, int64_t rank, int64_t world, int64_t capacity, in
 void ipc_handle(int64_t comm, jitkern::TensorView handle) {
   Comm* c = comm_of(comm);
   host::TensorMatcher({int64_t{sizeof(cudaIpcMemHandle_t)}}).with_dtype<uint8_t>().with_device<kDLCPU>().verify(handle, "handle");
-  DeviceScope scope(c->device);
+  const host::DeviceGuard scope(c->device);
   host::RuntimeDeviceCheck(cudaIpcGetMemHandle(static_cast<cudaIpcMemHandle_t*>(handle.data_ptr()), c->own));
 }
 
@@ -506,7 +481,7 @@ bool open_peers(int64_t comm, jitkern::TensorView handles) {
   host::TensorMatcher({int64_t{c->world}, int64_t{sizeof(cudaIpcMemHandle_t)}}).with_dtype<uint8_t>().with_device<kDLCPU>().verify(handles,
                                                                                                                                   "handles");
   host::RuntimeCheck(!c->opened, "the peers are already open");
-  DeviceScope scope(c->device);
+  const host::DeviceGuard scope(c->device);
   const auto* rows = static_cast<const cudaIpcMemHandle_t*>(handles.data_ptr());
   for (int q = 0; q < c->world; ++q) {
     if (q == c->rank) continue;
@@ -526,7 +501,7 @@ bool open_peers(int64_t comm, jitkern::TensorView handles) {
 // Unmaps the peers' buffers (every rank must do this before any rank calls destroy).
 void close_peers(int64_t comm) {
   Comm* c = comm_of(comm);
-  DeviceScope scope(c->device);
+  const host::DeviceGuard scope(c->device);
   host::RuntimeDeviceCheck(cudaDeviceSynchronize());
   for (int q = 0; q < c->world; ++q)
     if (q != c->rank && c->params.base[q] != nullptr) cudaIpcCloseMemHandle(c->params.base[q]), c->params.base[q] = nullptr;
@@ -537,7 +512,7 @@ void close_peers(int64_t comm) {
 void destroy(int64_t comm) {
   Comm* c = comm_of(comm);
   close_peers(comm);
-  DeviceScope scope(c->device);
+  const host::DeviceGuard scope(c->device);
   cudaFree(c->own);
   cudaFreeHost(const_cast<int32_t*>(c->params.status));
   delete c;

@@ -27,16 +27,16 @@ namespace jitkern_kv_transfer {
 constexpr int kTransferThreads = 1024;
 constexpr int kTransferUnroll = 4;   // vectors per buffer each thread has in flight
 // CTAs of a transfer that touches host memory, unless block_quota says: 2 already reach PCIe's ~51 GB/s on
-// an H100 and slow a GEMM beside them half as much as 4 (docs/benchmarks.md) -- while one layer's rows lie
+// an H100 and slow a GEMM beside them half as much as 4 (docs/benchmarks/kv_transfer.md) -- while one layer's rows lie
 // in at most kHostNarrowSpanBytes of host memory. Rows scattered over more miss the GPU's address
 // translation caches on most rows, and only more CTAs (on more of the GPU's translation units) keep enough
 // writes in flight: H100, 32K random rows of 2 KiB (K and V) over host pools of 1 GiB, GPU to host: 2 CTAs
-// 34.8 GB/s, 4 CTAs 52.2; pools of 2 GiB: 26.3 and 50.0 (docs/benchmarks.md).
+// 34.8 GB/s, 4 CTAs 52.2; pools of 2 GiB: 26.3 and 50.0 (docs/benchmarks/kv_transfer.md).
 constexpr int kHostBlockQuota = 2;
 constexpr int kHostWideBlockQuota = 4;
 constexpr uint64_t kHostNarrowSpanBytes = uint64_t{512} << 20;
 // Host indices go to the copy engines when their copies average this much (H100: runs of 128 KiB beat the
-// SM kernel, single 2 KiB rows ran at 1-3 GB/s; docs/benchmarks.md); otherwise to the SM kernel.
+// SM kernel, single 2 KiB rows ran at 1-3 GB/s; docs/benchmarks/kv_transfer.md); otherwise to the SM kernel.
 constexpr size_t kCopyEngineMinBytes = 64 << 10;
 constexpr uint64_t kNoLimit = ~uint64_t{0};
 
@@ -457,13 +457,9 @@ struct KvTransfer {
     size_t first = 0;
     // The batch API refuses the legacy default stream; the per-thread default stream is ordered with it.
     if (stream == nullptr) stream = cudaStreamPerThread;
-    int previous = -1;
-    host::RuntimeDeviceCheck(cudaGetDevice(&previous));
-    if (previous != device) host::RuntimeDeviceCheck(cudaSetDevice(device));
-    const cudaError_t status =
-        cudaMemcpyBatchAsync(batch.dsts.data(), batch.srcs.data(), batch.sizes.data(), batch.sizes.size(), &attr, &first, 1, stream);
-    if (previous != device) cudaSetDevice(previous);
-    host::RuntimeDeviceCheck(status);
+    const host::DeviceGuard guard(device);
+    host::RuntimeDeviceCheck(
+        cudaMemcpyBatchAsync(batch.dsts.data(), batch.srcs.data(), batch.sizes.data(), batch.sizes.size(), &attr, &first, 1, stream));
   }
 };
 #endif  // __CUDACC_RTC__

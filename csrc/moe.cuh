@@ -405,7 +405,7 @@ struct MoeOps {
     const int64_t grid = div_ceil(p.tokens, kMoeTopkWarps);
     RuntimeCheck(grid <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
     LaunchKernel run(static_cast<unsigned>(grid), kMoeTopkWarps * 32, device);
-    run.enable_pdl(runtime::get_cc_major(device.device_id) >= 9);
+    run.enable_pdl();
     if (p.experts <= 32) run(topk_kernel<T, 1, kSigmoid>, p);
     else if (p.experts <= 64) run(topk_kernel<T, 2, kSigmoid>, p);
     else if (p.experts <= 128) run(topk_kernel<T, 4, kSigmoid>, p);
@@ -441,7 +441,7 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                       static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
                       static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
   const DLDevice dev = device.unwrap();
-  LaunchKernel(1, kAlignThreads, dev).enable_pdl(runtime::get_cc_major(dev.device_id) >= 9)(moe_align_kernel<>, p);
+  LaunchKernel(1, kAlignThreads, dev).enable_pdl()(moe_align_kernel<>, p);
 }
 #endif  // __CUDACC_RTC__
 

@@ -1,381 +1,49 @@
 // The RMSNorm family: rmsnorm, fused_add_rmsnorm, per-head QK-norm and QK-norm across heads, for
-// fp16/bf16/fp32 (fp32 accumulation), any hidden size, strided rows, in place or not.
-//
-// Every op is one or two "row problems" (tokens x heads rows, each normalised over `hidden` elements
-// with one weight vector). Narrow rows (<= 32 vectors) take a group of lanes of a warp each; wider
-// rows take one CTA each. 16-byte vectors are used whenever every pointer and stride allows.
+// fp16/bf16/fp32 (fp32 accumulation), any hidden size, strided rows, in place or not. The kernels and
+// their launch rules: <jitkern/impl/norm_launch.cuh> (the quantization family normalises rows with them too).
 #pragma once
 
-#include <jitkern/impl/norm.cuh>
+#include <jitkern/impl/norm_launch.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
 
-#include <bit>
-#include <type_traits>
-#include <cmath>
+#include <algorithm>
 #include <cstdint>
 
 namespace jitkern_norm {
 
-// Narrow rows (at most 32 vectors) take a group of lanes of a warp each, one vector per lane, in
-// CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most kNormWideThreads threads
-// holding up to kNormWideRegVecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
-// than that re-read their remainder from L2).
-constexpr int kNormNarrowThreads = 256;
-// Small narrow-row grids (kNormNarrowSmallMinCtas to kNormNarrowSmallMaxCtas CTAs of kNormNarrowThreads)
-// take CTAs of kNormNarrowSmallThreads instead, four times as many: qknorm (32 + 8 heads of 128, bf16) at
-// 2-32 tokens 1.06-1.14 us against 1.14-1.22; at 1 token (3 CTAs) 1.25 against 1.15.
-constexpr int kNormNarrowSmallThreads = 64;
-constexpr int64_t kNormNarrowSmallMinCtas = 4, kNormNarrowSmallMaxCtas = 80;
-constexpr int kNormWideThreads = 1024;
-// Four vectors a thread (128 threads a row at bf16 [*, 4096]) against two: rmsnorm 2998 vs 2971 GB/s
-// at [32768, 4096] and 0.02-0.18 us faster at 1-64 rows, rmsnorm_quant_fp8 dynamic 71.4 vs 78.5 us
-// at [16384, 4096]; fused_add_rmsnorm, holding the residual as well, was 2.6x slower at four.
-constexpr int kNormWideRegVecs = 4;
-constexpr int kNormFusedRegVecs = 2;
-// launch_norm_two_widths stays at two: at four the narrower problem's rows leave three quarters of
-// the threads idle (qknorm across heads, q 4096 + k 1024, 1-64 tokens: 1.55-1.76 us against 1.35-1.50).
-constexpr int kNormTwoWidthsRegVecs = 2;
-// Narrow rows: groups take two rows each once one-row groups would fill this many CTAs per SM.
-constexpr int kNormNarrowRowsPerGroupThreshold = 16;
-// "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
-constexpr int kNormManyRowsPerSm = 4;
-// PDL trigger placement: narrow-row grids (and the per-token and per-group quantization grids,
-// csrc/quant.cuh) follow host::pdl_early_trigger (<jitkern/utils.cuh>). Wide rows of plain rmsnorm trigger
-// at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
-// after the wait; [64, 4096]: 2.34 against 1.45); the fused and quantizing epilogues always after it
-// (fused_add_rmsnorm [8-16, 4096]: 1.63-1.91 us at start against 1.50-1.51; rmsnorm_quant_fp8 static
-// [1 / 4, 4096]: 1.66 / 1.76 against 1.47 / 1.45) (docs/benchmarks.md, "Design measurements").
-constexpr int64_t kNormWideEarlyTriggerMaxCtas = 32;
-// Rows are indexed with 32-bit integers on the device; the host splits larger problems.
-constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
-
-// Row r of a problem is head (r % heads) of token (r / heads), at token * *_token + head * *_head
-// elements from its base pointer.
-template <typename T>
-struct RowProblem {
-  T* out;
-  const T* in;
-  T* residual;  // fused_add_rmsnorm only
-  const T* weight;
-  int64_t out_token, out_head, in_token, in_head, res_token, res_head;
-  int32_t heads;
-};
-
-template <typename T>
-struct NormParams {
-  RowProblem<T> problem[2];
-  int32_t rows0;            // rows of problem[0] (problem-major order)
-  int32_t heads_per_token;  // rows of both problems per token (token-major order)
-  int32_t total_rows;
-  int64_t hidden;
-  float eps;
-  int64_t hidden1;  // problem[1]'s row width in a two-width launch (launch_norm_two_widths), else unused
-  bool early_trigger;  // set by each launch: trigger the next launch at start, else after the wait
-};
-
-using device::norm::RowFit;
-using device::norm::RowPointers;
-
-// How row numbers map to (problem, token, head):
-//   kProblemMajor: every row of problem[0], then every row of problem[1];
-//   kTokenMajor:   token by token, problem[0]'s heads then problem[1]'s: a fused qkv buffer in memory
-//                  order; faster with many rows, slower on small grids, so only the many-row launch
-//                  uses it (docs/benchmarks.md, "Design measurements");
-//   kTokenRows:    one problem with one row per token (rmsnorm, fused_add_rmsnorm): no problem select
-//                  and no head division (see launch_norm_wide for where that pays).
-enum class RowOrder { kProblemMajor, kTokenMajor, kTokenRows };
-
-template <typename T>
-__device__ __forceinline__ RowPointers<T> row_at(const RowProblem<T>& q, uint32_t token, uint32_t head) {
-  return {q.out + token * q.out_token + head * q.out_head, q.in + token * q.in_token + head * q.in_head,
-          q.residual + token * q.res_token + head * q.res_head, q.weight};
-}
-
-template <typename T, RowOrder kOrder>
-__device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int32_t row) {
-  const uint32_t r = static_cast<uint32_t>(row);
-  if constexpr (kOrder == RowOrder::kTokenRows) {
-    return row_at(p.problem[0], r, 0);
-  } else if constexpr (kOrder == RowOrder::kTokenMajor) {
-    const uint32_t heads = static_cast<uint32_t>(p.heads_per_token), heads0 = static_cast<uint32_t>(p.problem[0].heads);
-    const uint32_t token = heads == 1 ? r : r / heads, head = r - token * heads;
-    return head < heads0 ? row_at(p.problem[0], token, head) : row_at(p.problem[1], token, head - heads0);
-  } else {
-    const bool second = row >= p.rows0;
-    const RowProblem<T>& q = p.problem[second ? 1 : 0];
-    const uint32_t rq = second ? r - static_cast<uint32_t>(p.rows0) : r;
-    const uint32_t heads = static_cast<uint32_t>(q.heads);
-    const uint32_t token = heads == 1 ? rq : rq / heads;
-    return row_at(q, token, rq - token * heads);
-  }
-}
-
-// PDL: the next kernel may launch at once; its own pdl_wait_primary() still waits for this grid to
-// finish and its memory to be visible, so triggering first only hides the next launch's latency.
-template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, typename Epi, RowOrder kOrder>
-__global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const __grid_constant__ NormParams<T> p,
-                                                                         const __grid_constant__ Epi epi) {
-#ifdef __CUDACC__
-  const int groups = static_cast<int>(blockDim.x) / kWidth;  // CTAs of kNormNarrowThreads or kNormNarrowSmallThreads
-  if (p.early_trigger) device::pdl_trigger_secondary();
-  // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
-  const int64_t first = int64_t{blockIdx.x} * groups * kRows + threadIdx.x / kWidth;
-  RowPointers<T> rows[kRows];
-  typename Epi::template Row<T, kVec> epis[kRows];
-  bool valid[kRows];
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int64_t row = first + int64_t{k} * groups;
-    valid[k] = row < p.total_rows;
-    const int32_t r = static_cast<int32_t>(valid[k] ? row : 0);
-    rows[k] = locate_row<T, kOrder>(p, r);
-    epis[k] = epi.template row<T, kVec>(rows[k], static_cast<uint32_t>(r));
-  }
-  device::pdl_wait_primary();
-  if (!p.early_trigger) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, epis, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
-#endif
-}
-
-// The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
-// after the wait they sit on the critical path. The next kernel may launch once this one has passed
-// its own wait (see host::pdl_early_trigger; docs/benchmarks.md, "Design measurements").
-// kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
-__global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
-                                                                     const __grid_constant__ Epi epi) {
-#ifdef __CUDACC__
-  static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
-  const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
-  const auto row_epi = epi.template row<T, kVec>(row, blockIdx.x);
-  const int64_t hidden = kTwoWidths && static_cast<int32_t>(blockIdx.x) >= p.rows0 ? p.hidden1 : p.hidden;
-  if (p.early_trigger) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (!p.early_trigger) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
-                                                                     device::norm::CtaGroup<true>{});
-#endif
-}
-
-#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
-// Threads of a wide-row CTA: kRegVecs vectors each over a row of `nvec` vectors, whole warps, at most
-// kNormWideThreads (wider rows re-read their remainder).
-inline int wide_threads(int64_t nvec, int reg_vecs) {
-  return static_cast<int>(std::min<int64_t>(kNormWideThreads, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
-}
-
-// The plain norms' epilogue gets every launch variant. Other epilogues (quantization, whose rows are model
-// widths) get fewer kernels, so that their modules compile sooner (a module compiles in about the time
-// its kernels take): narrow rows one row per group at any count.
-template <typename T, typename Epi>
-inline constexpr bool kEveryNormVariant = std::is_same_v<Epi, device::norm::StoreOutput<T>>;
-
-template <typename T, int kVec, int kWidth, bool kFusedAdd, typename Epi>
-void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm_count, bool pdl) {
-  constexpr int kGroups = kNormNarrowThreads / kWidth;
-  // Many rows: two rows per group (more bytes in flight per thread), taken in memory order.
-  if (kEveryNormVariant<T, Epi> && host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
-    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * 2);
-    p.early_trigger = host::pdl_early_trigger(grid);
-    if constexpr (kEveryNormVariant<T, Epi>)
-      host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
-          .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 2, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
-  } else {
-    int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
-    int threads = kNormNarrowThreads;
-    if (grid >= kNormNarrowSmallMinCtas && grid <= kNormNarrowSmallMaxCtas)
-      threads = kNormNarrowSmallThreads, grid = host::div_ceil(int64_t{p.total_rows}, kNormNarrowSmallThreads / kWidth);
-    p.early_trigger = host::pdl_early_trigger(grid);
-    host::LaunchKernel(static_cast<unsigned>(grid), threads, device)
-        .enable_pdl(pdl)(norm_narrow_kernel<T, kVec, kWidth, 1, kFusedAdd, Epi, RowOrder::kProblemMajor>, p, epi);
-  }
-}
-
-// token_rows: one problem, one row per token. That kernel needs fewer registers (five CTAs per SM
-// instead of four for bf16 [*, 4096]): faster with many rows, slower on small grids for a reason not
-// understood, so it is used for many rows only (docs/benchmarks.md, "Design measurements").
-// kFits: the row fits in the threads' registers; it is then held exactly (RowFit::kExact) when its
-// vectors divide evenly among whole warps.
-// kManyTokenRows: the caller has found token rows, and many of them (the kTokenRows kernel alone is built).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi, bool kManyTokenRows = false>
-void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, bool pdl, int sm_count, bool token_rows) {
-  const int threads = wide_threads(p.hidden / kVec, kRegVecs);
-  p.early_trigger = !kFusedAdd && std::is_same_v<Epi, device::norm::StoreOutput<T>> && p.total_rows <= kNormWideEarlyTriggerMaxCtas;
-  host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
-  launch.enable_pdl(pdl);
-  const auto with_fit = [&](auto fit) {
-    constexpr RowFit kFit = decltype(fit)::value;
-    if constexpr (kManyTokenRows) {
-      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
-    } else if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
-    } else {
-      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kProblemMajor>, p, epi);
-    }
-  };
-  if constexpr (!kFits) {
-    with_fit(std::integral_constant<RowFit, RowFit::kWider>{});
-  } else if (host::norm::row_fit(p.hidden / kVec, kRegVecs, threads) == RowFit::kExact) {
-    with_fit(std::integral_constant<RowFit, RowFit::kExact>{});
-  } else {
-    with_fit(std::integral_constant<RowFit, RowFit::kFits>{});
-  }
-}
-
-template <typename T, int kVec, bool kFusedAdd, typename Epi>
-void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bool token_rows) {
-  using namespace host;
-  const int sm_count = runtime::get_sm_count(device.device_id);
-  const bool pdl = runtime::get_cc_major(device.device_id) >= 9;
-  const int64_t nvec = p.hidden / kVec;
-  if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
-    if (nvec <= 32) return launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
-    launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
-  } else {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
-    if (nvec <= 32) {
-      // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
-      const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
-      if (width == 4) return launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count, pdl);
-      if (width == 8) return launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count, pdl);
-      if (width == 16) return launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count, pdl);
-      return launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count, pdl);
-    }
-    constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
-    if (kFusedAdd && token_rows && nvec <= kNormWideThreads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-      // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
-      if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true, Epi, true>(p, epi, device, pdl, sm_count, token_rows);
-    } else if (nvec <= kRegVecs * kNormWideThreads) {
-      launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, true>(p, epi, device, pdl, sm_count, token_rows);
-    } else {
-      launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, pdl, sm_count, token_rows);
-    }
-  }
-}
-
-// Normalises `tokens` tokens of one or two problems (problem[1] is ignored when num_problems is 1),
-// in launches of at most kNormMaxRowsPerLaunch rows, handing each row to the epilogue `epi`
-// (device::norm::StoreOutput: the problem's `out`).
-template <typename T, bool kFusedAdd, typename Epi = device::norm::StoreOutput<T>>
-void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice device, const Epi& epi = {}) {
-  if (num_problems == 1) p.problem[1] = p.problem[0], p.problem[1].heads = 0;
-  const int64_t heads0 = p.problem[0].heads, heads = heads0 + p.problem[1].heads;
-  if (tokens == 0 || heads == 0 || p.hidden == 0) return;
-  host::RuntimeCheck(p.hidden <= kNormMaxRowsPerLaunch, "rows wider than ", kNormMaxRowsPerLaunch, " elements are not supported, got ", p.hidden);
-  int vec = 16 / sizeof(T);
-  for (int k = 0; k < num_problems; ++k) {
-    const RowProblem<T>& q = p.problem[k];
-    vec = std::min(vec, host::norm::vector_width<T>(p.hidden, {q.out, q.in, q.residual, q.weight},
-                                                    {q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
-  }
-  if (!epi.allows_vector(vec)) vec = 1;
-  const bool token_rows = num_problems == 1 && heads0 == 1;
-  const int64_t chunk = std::max<int64_t>(1, kNormMaxRowsPerLaunch / heads);
-  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-    const int64_t n = std::min(chunk, tokens - t0);
-    NormParams<T> c = p;
-    for (RowProblem<T>& q : c.problem) {
-      q.out += t0 * q.out_token;
-      q.in += t0 * q.in_token;
-      if (q.residual != nullptr) q.residual += t0 * q.res_token;
-    }
-    c.rows0 = static_cast<int32_t>(n * heads0);
-    c.heads_per_token = static_cast<int32_t>(heads);
-    c.total_rows = static_cast<int32_t>(n * heads);
-    if (vec == 16 / static_cast<int>(sizeof(T))) {
-      launch_norm_vec<T, 16 / sizeof(T), kFusedAdd>(c, epi.shifted(t0), device, token_rows);
-    } else {
-      launch_norm_vec<T, 1, kFusedAdd>(c, epi.shifted(t0), device, token_rows);
-    }
-  }
-}
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels (impl/norm_launch.cuh) only
+using namespace host::norm;
 
 // One token-wise problem per width (p.hidden for problem[0], p.hidden1 for problem[1]; one row per
 // token each), normalised in a single launch instead of one per width, where the grid is small enough
 // for launch latency to dominate and both widths take the wide path with 16-byte vectors and rows that
-// fit in registers. Returns false (nothing launched) where that does not hold (docs/benchmarks.md,
-// "Design measurements").
+// fit in registers. Returns false (nothing launched) where that does not hold (docs/benchmarks/design.md).
 template <typename T>
 bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   using namespace host;
-  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kVec = device::kVec16<T>;
   if (tokens == 0) return true;
   const int64_t widest = std::max(p.hidden, p.hidden1) / kVec, narrowest = std::min(p.hidden, p.hidden1) / kVec;
   const int sm_count = runtime::get_sm_count(device.device_id);
-  if (narrowest <= 32 || widest > kNormTwoWidthsRegVecs * kNormWideThreads || 2 * tokens >= int64_t{kNormManyRowsPerSm} * sm_count) return false;
+  const int row_threads = row_policy(device).row_threads;
+  if (narrowest <= 32 || widest > kNormTwoWidthsRegVecs * row_threads || 2 * tokens >= int64_t{kNormManyRowsPerSm} * sm_count) return false;
   const int64_t widths[2] = {p.hidden, p.hidden1};
   for (int k = 0; k < 2; ++k) {
     const RowProblem<T>& q = p.problem[k];
-    if (norm::vector_width<T>(widths[k], {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
+    if (vector_width(kVec, widths[k], {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
   }
   p.rows0 = static_cast<int32_t>(tokens);
   p.heads_per_token = 2;
   p.total_rows = static_cast<int32_t>(2 * tokens);
-  LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, kNormTwoWidthsRegVecs), device)
-      .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(
+  LaunchKernel(static_cast<unsigned>(2 * tokens), wide_threads(widest, kNormTwoWidthsRegVecs, row_threads), device)
+      .enable_pdl()(
           norm_wide_kernel<T, kVec, kNormTwoWidthsRegVecs, false, RowFit::kFits, device::norm::StoreOutput<T>, RowOrder::kProblemMajor, true>, p,
           device::norm::StoreOutput<T>{});
   return true;
 }
-
-inline float checked_eps(double eps) {
-  host::RuntimeCheck(std::isfinite(eps) && eps >= 0.0, "eps must be a finite non-negative number, got ", eps);
-  return static_cast<float>(eps);
-}
-
-// The row problem of rmsnorm-like ops (one row of `hidden` elements per token), with its arguments
-// verified: input [N, H] and, where given, output and residual [N, H] (strided rows), weight [H].
-template <typename T>
-struct TokenRows {
-  NormParams<T> params{};
-  int64_t tokens = 0;
-  DLDevice device{};
-
-  TokenRows(jitkern::TensorView input, jitkern::TensorView weight, const jitkern::TensorView* output,
-            const jitkern::TensorView* residual, double eps) {
-    using namespace host;
-    auto N = SymbolicSize{"num_tokens"};
-    auto H = SymbolicSize{"hidden_size"};
-    auto in_stride = SymbolicSize{"input_row_stride"};
-    auto out_stride = SymbolicSize{"output_row_stride"};
-    auto res_stride = SymbolicSize{"residual_row_stride"};
-    auto dev = SymbolicDevice{};
-    TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(input, "input");
-    if (output != nullptr)
-      TensorMatcher({N, H}).with_strides({out_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*output, "output");
-    if (residual != nullptr)
-      TensorMatcher({N, H}).with_strides({res_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*residual, "residual");
-    TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(weight, "weight");
-    check_rows(N, H, in_stride, "input");
-    if (output != nullptr) check_rows(N, H, out_stride, "output");
-    if (residual != nullptr) check_rows(N, H, res_stride, "residual");
-    params.hidden = H.unwrap();
-    params.eps = checked_eps(eps);
-    auto* in = static_cast<T*>(input.data_ptr());
-    T* out = residual != nullptr ? in : output != nullptr ? static_cast<T*>(output->data_ptr()) : nullptr;
-    const int64_t out_rows = residual != nullptr ? stride_of(in_stride) : output != nullptr ? stride_of(out_stride) : 0;
-    params.problem[0] = {out, in, residual != nullptr ? static_cast<T*>(residual->data_ptr()) : nullptr,
-                         static_cast<const T*>(weight.data_ptr()), out_rows, 0, stride_of(in_stride), 0,
-                         residual != nullptr ? stride_of(res_stride) : 0, 0, 1};
-    tokens = N.unwrap();
-    device = dev.unwrap();
-  }
-
-  // A size-1 dimension leaves its stride symbol unresolved when nothing else fixes it.
-  static int64_t stride_of(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
-
-  static void check_rows(int64_t rows, int64_t width, const host::SymbolicSize& stride, const char* name) {
-    if (rows > 1)
-      host::RuntimeCheck(stride.unwrap() >= width, name, " rows overlap: row stride ", stride.unwrap(), " is smaller than the row width ",
-                         width);
-  }
-  static void check_rows(const host::SymbolicSize& rows, const host::SymbolicSize& width, const host::SymbolicSize& stride,
-                         const char* name) {
-    check_rows(rows.unwrap(), width.unwrap(), stride, name);
-  }
-};
 
 template <typename T>
 struct NormOps {

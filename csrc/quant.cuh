@@ -1,14 +1,15 @@
 // The 8-bit quantization family: per-tensor fp8 (static or dynamic scale), per-token fp8, per-token-group
 // fp8/int8 with the scale layouts FP8 GEMMs read, and RMSNorm (optionally after a residual add) written
-// straight to fp8 through the norm kernels' quantizing epilogue. Inputs fp16/bf16/fp32 [N, H] with
+// straight to fp8 through the norm kernels' quantizing epilogue (<jitkern/impl/norm_launch.cuh>). Inputs fp16/bf16/fp32 [N, H] with
 // strided rows; outputs are written as bytes (fp8 tensors travel as uint8: DLPack has no fp8 type in
 // every torch/tvm-ffi pair). Rules of rounding, saturation, NaN and scales: include/jitkern/impl/quant.cuh.
 #pragma once
 
-#include "norm.cuh"
-
 #include <jitkern/cta.cuh>
+#include <jitkern/impl/norm_launch.cuh>
 #include <jitkern/impl/quant.cuh>
+#include <jitkern/impl/rows.cuh>
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -21,8 +22,8 @@ namespace jitkern_quant {
 
 using device::AlignedVector;
 #ifndef __CUDACC_RTC__
-using jitkern_norm::TokenRows;  // the norm family's row operands and launch widths
-using jitkern_norm::wide_threads;
+using host::norm::TokenRows;  // the norm kernels' row operands and launch widths
+using host::norm::wide_threads;
 #endif
 namespace quant = device::quant;
 
@@ -30,34 +31,32 @@ namespace quant = device::quant;
 // dynamic scales' reciprocals never overflow, so their stores skip that case (store_quantized).
 constexpr float kQuantScaleEps = 1e-10f;
 static_assert(kQuantScaleEps >= device::quant::kNormalScaleEps<fp8_e4m3_t>);
-constexpr int kQuantThreads = 512;
+constexpr int kQuantThreads = host::kRowKernels.stream_threads;
 // Elementwise kernels: vectors per thread, loaded together (more bytes in flight).
 constexpr int kQuantItems = 2;
 // Dynamic per-tensor at decode sizes, without the memset and atomic max of the large path: a tensor of
 // at most kQuantOneCtaVecs vectors takes one CTA holding it in registers; one of at most a CTA per SM
 // in the split shapes below takes two launches, an amax per CTA into a scratch array, then a quantize
 // kernel that loads its input before its PDL wait (overlapping the first launch) and reduces the array
-// in every warp. Measured at [T, 4096] bf16, graphs of 2000 launches (docs/benchmarks.md, "Design
-// measurements"): T = 4 1.84 us on one CTA against 2.08-2.44 split; T = 8-64 2.28-2.43 split against
+// in every warp. Measured at [T, 4096] bf16, graphs of 2000 launches (docs/benchmarks/design.md): T = 4 1.84 us on one CTA against 2.08-2.44 split; T = 8-64 2.28-2.43 split against
 // 2.70-4.79 on one cluster of 8 or 16 CTAs agreeing through distributed shared memory.
-constexpr int kQuantOneCtaThreads = 1024;
-constexpr int kQuantOneCtaRegVecs = 2;
+constexpr int kQuantOneCtaThreads = host::kRowKernels.max_cta_threads;
+constexpr int kQuantOneCtaRegVecs = host::kRowKernels.tensor_quant_reg_vecs;
 constexpr int kQuantOneCtaVecs = kQuantOneCtaThreads * kQuantOneCtaRegVecs;
 // Split shapes: CTAs of kQuantSplitThreads holding one vector each while that needs at most a CTA per
 // SM, then kQuantSplitWideThreads holding kQuantSplitWideVecs (T = 128: 2.82 us against 3.04 at 256 x 1)
-// up to kQuantSplitWideCtasPerSm CTAs per SM (T = 512 / 1024: 5.4 / 7.3 us against 7.3 / 8.7 at one CTA
-// per SM); larger tensors take the memset, atomic-max and quantize launches.
+// up to as many CTAs per SM as it holds (T = 512 / 1024: 5.4 / 7.3 us against 7.3 / 8.7 at one CTA per
+// SM); larger tensors take the memset, atomic-max and quantize launches.
 constexpr int kQuantSplitThreads = 256;
 constexpr int kQuantSplitWideThreads = 512;
 constexpr int kQuantSplitWideVecs = 2;
-constexpr int kQuantSplitWideCtasPerSm = 4;
 // Per-group kernels: CTAs of kQuantGroupThreads threads, one group per kLanes lanes, two vectors per
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
-constexpr int kQuantGroupThreads = 128;
+constexpr int kQuantGroupThreads = host::kRowKernels.group_threads;
 // Per-token rows: one CTA per row, two vectors per thread held in registers.
-constexpr int kQuantRowRegVecs = 2;
-constexpr int kQuantRowThreads = 1024;
+constexpr int kQuantRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
+constexpr int kQuantRowThreads = host::kRowKernels.max_cta_threads;  // the launch bound; at launch host::RowPolicy::row_threads
 
 // An [N, H] operand with strided rows, seen as vectors of kVec elements: vector v of row r is at
 // base + r * row_stride + v * kVec. Contiguous inputs are passed as one row (no division per vector).
@@ -318,12 +317,8 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 inline void zero_float_async(float* ptr, DLDevice device) {
-  int previous = -1;
-  host::RuntimeDeviceCheck(cudaGetDevice(&previous));
-  if (previous != device.device_id) host::RuntimeDeviceCheck(cudaSetDevice(device.device_id));
-  const cudaError_t status = cudaMemsetAsync(ptr, 0, sizeof(float), host::LaunchKernel::resolve_device(device));
-  if (previous != device.device_id) cudaSetDevice(previous);
-  host::RuntimeDeviceCheck(status);
+  const host::DeviceGuard guard(device.device_id);
+  host::RuntimeDeviceCheck(cudaMemsetAsync(ptr, 0, sizeof(float), host::LaunchKernel::resolve_device(device)));
 }
 
 template <typename T>
@@ -348,27 +343,27 @@ struct QuantOps {
     TensorMatcher({1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(output_s, "output_s");
     RuntimeCheck(!is_type<int8_t>(output_q.dtype()), "per_tensor_quant: output_q must be float8_e4m3fn, got int8");
     auto* scale = static_cast<float*>(output_s.data_ptr());
-    if (ops.rows * ops.hidden == 0) {
+    if (ops.rows * ops.width == 0) {
       if (!kStatic) zero_float_async(scale, ops.device);  // the amax of nothing
       return;
     }
     dispatch_vec(ops, [&](auto vec_tag, auto one_row_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
       constexpr bool kOneRow = decltype(one_row_tag)::value;
-      const Shape2D shape = ops.shape(kVec, kOneRow);
+      const Shape2D shape = shape_of(ops, kVec, kOneRow);
       const Rows<const T> in{ops.in, ops.in_stride};
-      const Rows<uint8_t> q{ops.q, ops.q_stride};
-      const int cc = runtime::get_cc_major(ops.device.device_id);
+      const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       if constexpr (kStatic) {
-        static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device, cc >= 9);
+        static_launch<kVec, kOneRow>(in, q, shape, scale, ops.device);
       } else {
         const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+        const int64_t threads_per_sm = row_policy(ops.device).threads_per_sm;
         // Unaligned rows (kVec == 1) are rare: they take the general launches only, which keeps the module small.
         if constexpr (kVec > 1) {
           if (shape.total_vecs <= kQuantOneCtaVecs) {
             const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
             LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
-                .enable_pdl(cc >= 9)(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+                .enable_pdl()(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
             return;
           }
           const auto split = [&](auto vecs_tag, int threads) {
@@ -377,20 +372,20 @@ struct QuantOps {
             const jitkern::Tensor parts = jitkern::Tensor::empty({grid}, DLDataType{kDLFloat, 32, 1}, ops.device);
             auto* p = static_cast<float*>(parts.view().data_ptr());
             LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-                .enable_pdl(cc >= 9)(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
+                .enable_pdl()(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
             LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-                .enable_pdl(cc >= 9)(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+                .enable_pdl()(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
           };
           if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
-          if (shape.total_vecs <= kQuantSplitWideCtasPerSm * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
+          if (shape.total_vecs <= threads_per_sm / kQuantSplitWideThreads * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
             return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
         }
         zero_float_async(scale, ops.device);
-        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (2048 / kQuantThreads));
+        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (threads_per_sm / kQuantThreads));
         LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
-            .enable_pdl(cc >= 9)(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+            .enable_pdl()(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
         LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
-            .enable_pdl(cc >= 9)(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
+            .enable_pdl()(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
       }
     });
   }
@@ -404,26 +399,26 @@ struct QuantOps {
     auto s_stride = SymbolicSize{"output_s_stride"};
     TensorMatcher({ops.rows}).with_strides({s_stride}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(output_s, "output_s");
     RuntimeCheck(ops.rows <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous, got stride ", ops.rows <= 1 ? 1 : s_stride.unwrap());
-    if (ops.rows * ops.hidden == 0) return;
+    if (ops.rows * ops.width == 0) return;
     RuntimeCheck(ops.rows <= 0x7fffffff, "at most 2^31 - 1 rows are supported, got ", ops.rows);
     auto* scales = static_cast<float*>(output_s.data_ptr());
     dispatch_vec(ops, [&](auto vec_tag, auto) {
       constexpr int kVec = decltype(vec_tag)::value;
-      const int64_t nvec = ops.hidden / kVec;
-      const int threads = wide_threads(nvec, kQuantRowRegVecs);
+      const int64_t nvec = ops.width / kVec;
+      const int threads = wide_threads(nvec, kQuantRowRegVecs, row_policy(ops.device).row_threads);
       LaunchKernel launch(static_cast<unsigned>(ops.rows), threads, ops.device);
-      launch.enable_pdl(runtime::get_cc_major(ops.device.device_id) >= 9);
+      launch.enable_pdl();
       const Rows<const T> in{ops.in, ops.in_stride};
-      const Rows<uint8_t> q{ops.q, ops.q_stride};
+      const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       using device::norm::RowFit;
       const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
       const bool early = host::pdl_early_trigger(ops.rows);
       if (fit == RowFit::kExact) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.hidden, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, kQuantScaleEps, early);
       } else if (fit == RowFit::kFits) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.hidden, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, kQuantScaleEps, early);
       } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.hidden, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, kQuantScaleEps, early);
       }
     }, /*flatten=*/false);
   }
@@ -462,9 +457,9 @@ struct QuantOps {
     RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
     auto device = SymbolicDevice{};
     Operands ops = operands(input, output_q, device);
-    RuntimeCheck(ops.hidden % group_size == 0, "the last dimension of input (", ops.hidden, ") must be a multiple of group_size (",
+    RuntimeCheck(ops.width % group_size == 0, "the last dimension of input (", ops.width, ") must be a multiple of group_size (",
                  group_size, ")");
-    const int64_t groups = ops.hidden / group_size;
+    const int64_t groups = ops.width / group_size;
     const bool to_int8 = is_type<int8_t>(output_q.dtype());
     const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, ops.rows, groups, device);
     const GroupScales scales = checked.scales;
@@ -474,7 +469,6 @@ struct QuantOps {
     RuntimeCheck(format == kFormat, "output_q and output_s are for ", group_export(format), ", not ", group_export(kFormat));
     if (ops.rows * groups == 0) return;
     const int64_t total_groups = ops.rows * groups;
-    const bool pdl = runtime::get_cc_major(ops.device.device_id) >= 9;
     const float e = static_cast<float>(eps);
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
@@ -482,9 +476,9 @@ struct QuantOps {
       const unsigned grid = checked_grid(div_ceil(total_groups, kQuantGroupThreads / kLanes));
       const bool early = host::pdl_early_trigger(grid);
       LaunchKernel launch(grid, kQuantGroupThreads, ops.device);
-      launch.enable_pdl(pdl);
+      launch.enable_pdl();
       const Rows<const T> in{ops.in, ops.in_stride};
-      const Rows<uint8_t> q{ops.q, ops.q_stride};
+      const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       if constexpr (kFormat == GroupFormat::kInt8) {
         launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
       } else {
@@ -492,7 +486,7 @@ struct QuantOps {
         launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early);
       }
     };
-    constexpr int kVec = 16 / sizeof(T);
+    constexpr int kVec = device::kVec16<T>;
     using I = std::integral_constant<int, 1>;
     using Two = std::integral_constant<int, 2>;
     if (ops.vector_width(kVec) == kVec) {  // two vectors per lane
@@ -539,24 +533,12 @@ struct QuantOps {
   }
 
  private:
-  struct Operands {
-    const T* in;
-    uint8_t* q;
-    int64_t rows, hidden, in_stride, q_stride;
-    DLDevice device;
+  using Operands = host::RowOperands<T>;  // out: the 8-bit output (its bytes)
 
-    // 16-byte input vectors where the width, both base pointers and both row strides allow, else 1.
-    int vector_width(int vec) const {
-      const bool ok = hidden % vec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(q) % vec == 0 &&
-                      (rows <= 1 || (in_stride % vec == 0 && q_stride % vec == 0));
-      return ok ? vec : 1;
-    }
-    bool contiguous() const { return rows <= 1 || (in_stride == hidden && q_stride == hidden); }
-    Shape2D shape(int vec, bool one_row) const {
-      const int64_t total = rows * hidden / vec;
-      return {one_row ? total : hidden / vec, total};
-    }
-  };
+  static Shape2D shape_of(const Operands& ops, int vec, bool one_row) {
+    const int64_t total = ops.rows * ops.width / vec;
+    return {one_row ? total : ops.width / vec, total};
+  }
 
   static Operands operands(jitkern::TensorView input, jitkern::TensorView output_q, host::SymbolicDevice& device) {
     using namespace host;
@@ -567,8 +549,8 @@ struct QuantOps {
     TensorMatcher({N, H}).with_strides({q_stride, 1}).with_dtype(QDTypes{}).with_device(device_v<kDLCUDA>, device).verify(output_q, q_name);
     TokenRows<T>::check_rows(N, H, in_stride, "input");
     TokenRows<T>::check_rows(N, H, q_stride, q_name);
-    return {static_cast<const T*>(input.data_ptr()), static_cast<uint8_t*>(output_q.data_ptr()), N.unwrap(), H.unwrap(),
-            TokenRows<T>::stride_of(in_stride), TokenRows<T>::stride_of(q_stride), device.unwrap()};
+    return {static_cast<const T*>(input.data_ptr()), output_q.data_ptr(), 1, N.unwrap(), H.unwrap(), TokenRows<T>::stride_of(in_stride),
+            TokenRows<T>::stride_of(q_stride), device.unwrap()};
   }
 
   // Static per-tensor of a contiguous tensor: the launch shape by size, in vectors per SM. Up to
@@ -580,10 +562,10 @@ struct QuantOps {
   static constexpr int64_t kStaticSmallVecsPerSm = 128, kStaticMidVecsPerSm = 1024, kStaticLargeVecsPerSm = 2048,
                            kStaticHugeVecsPerSm = 16384;
   template <int kVec, bool kOneRow>
-  static void static_launch(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale, DLDevice device, bool pdl) {
+  static void static_launch(Rows<const T> in, Rows<uint8_t> q, Shape2D shape, const float* scale, DLDevice device) {
     using host::div_ceil;
     const auto go = [&](auto kernel, int threads, int items) {
-      host::LaunchKernel(checked_grid(div_ceil(shape.total_vecs, int64_t{threads} * items)), threads, device).enable_pdl(pdl)(
+      host::LaunchKernel(checked_grid(div_ceil(shape.total_vecs, int64_t{threads} * items)), threads, device).enable_pdl()(
           kernel, in, q, shape, scale);
     };
     const int64_t sms = host::runtime::get_sm_count(device.device_id);
@@ -609,14 +591,14 @@ struct QuantOps {
   // flatten = false, rows are never merged (per-row ops).
   template <typename F>
   static void dispatch_vec(const Operands& ops, F&& f, bool flatten = true) {
-    constexpr int kVec = 16 / sizeof(T);
+    constexpr int kVec = device::kVec16<T>;
     using Wide = std::integral_constant<int, kVec>;
     using Scalar = std::integral_constant<int, 1>;
     const bool one_row = flatten && ops.contiguous();
     // A contiguous tensor whose width does not divide into vectors still does as one row.
-    const int64_t width = one_row ? ops.rows * ops.hidden : ops.hidden;
+    const int64_t width = one_row ? ops.rows * ops.width : ops.width;
     Operands as_vectors = ops;
-    as_vectors.hidden = width, as_vectors.rows = one_row ? 1 : ops.rows;
+    as_vectors.width = width, as_vectors.rows = one_row ? 1 : ops.rows;
     const bool wide = as_vectors.vector_width(kVec) == kVec;
     if (one_row) {
       if (wide) f(Wide{}, std::true_type{});
@@ -647,9 +629,9 @@ struct QuantOps {
     auto* s = static_cast<float*>(scales.data_ptr());
     const int64_t qs = TokenRows<T>::stride_of(q_stride);
     if constexpr (kDynamic) {
-      launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, kQuantScaleEps});
+      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, kQuantScaleEps});
     } else {
-      launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, false>{q, qs, nullptr, s, 0.0f});
+      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, false>{q, qs, nullptr, s, 0.0f});
     }
   }
 };

@@ -3,17 +3,19 @@
 //   RopeOps<T>::apply        q and k rotated (NeoX half-split or GPT-J interleaved, partial rotary), in
 //                            place or into outputs;
 //   RopeOps<T>::apply_store  the same, with the rotated k and v written to k_cache[loc], v_cache[loc]
-//                            (flat or paged, T or fp8 e4m3 with a per-tensor scale) in the same kernel;
-//   KvRows::store_cache      the plain KV write (any row of a multiple of 4 bytes);
-//   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
+//                            (flat or paged, T or fp8 e4m3 with a per-tensor scale) in the same kernel.
+// The plain KV write and the MLA concatenations are the KV row copies (csrc/kv_rows.cuh); the cache
+// layouts both write: <jitkern/impl/kv_cache.cuh>.
 //
 // The cos/sin cache is [max_position, R]: R/2 cosines then R/2 sines; columns [R, D) are not rotated.
 // A token whose position is outside [0, max_position) is skipped entirely (nothing of it is written);
 // a cache location outside the cache's slots skips that token's cache write only.
 #pragma once
 
+#include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/optional.h>
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
@@ -30,19 +32,24 @@
 namespace jitkern_rope {
 
 using device::AlignedVector;
+using device::kv_cache::CacheLayout;
+using device::kv_cache::index_address;
+using device::kv_cache::load_index;
+using device::kv_cache::load_index_at;
 #ifndef __CUDACC_RTC__
 using jitkern::Optional;
 using jitkern::TensorView;
+using namespace host::kv_cache;
 #endif
 
 // rope_kernel (decode; prefill with narrow vectors, a launch shape given, or rows too large for
 // rope_staged_kernel): a token's heads go to `groups` groups of threads (units * groups = kRopeThreads
 // threads) in each of `splits` CTAs: one CTA per token with many tokens, its threads taking the heads in
 // turn; with few tokens (at most one per SM) as many CTAs as the heads fill; with the cache write, one
-// more CTA per token copies its v row. Measured on H100 (docs/benchmarks.md, RoPE, launch shapes; q 32 / kv 8
+// more CTA per token copies its v row. Measured on H100 (docs/benchmarks/rope.md, launch shapes; q 32 / kv 8
 // heads, d 128, bf16, fused cache write): T = 32768, 64 threads per CTA 315.7 us against 339.6 at 128 and
 // 512.0 at 320; T = 1, 1.67 us in 5 CTAs of 64 against 1.76 in one CTA of 320.
-constexpr int kRopeThreads = 64;
+constexpr int kRopeThreads = host::kRowKernels.rope_threads;
 // A launch that does not trigger the next one early (host::pdl_early_trigger) spreads its heads out: the
 // groups per CTA are halved while it has fewer rotating CTAs than kRopeMinCtas and halving adds CTAs,
 // keeping at least kRopeMinCtaThreads threads a CTA and at most two rounds of loads in the v CTA. H100,
@@ -55,52 +62,16 @@ constexpr int kRopeMinCtaThreads = 16;
 // Vectors a thread of the v CTA (copy_v_row) has in flight: a CTA of 32 threads (one token) loads a
 // 128-vector row before it stores any (H100, T = 1: 1.55-1.59 us with two, 1.42-1.45 with four).
 constexpr int kVRowPerThread = 4;
-constexpr int kRopeMaxThreads = 512;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
+constexpr int kRopeMaxThreads = host::kRowKernels.rope_max_threads;  // 128 registers a thread: at 1024 (64) the wide kernels spilled
 constexpr int kRopeUnroll = 2;  // heads whose loads a thread issues before it stores any
 // rope_staged_kernel (more tokens than SMs, 16-byte vectors, no launch shape given): CTAs of
 // kStagedThreads, at most kStagedMaxBytes of a token's heads in shared memory (the default limit; larger
 // tokens take rope_kernel). H100, same shapes, fused write, T = 4096 / 8192 / 32768: 128 threads 40.0-40.2
 // / 78.4 / 305.3-306.1 us, 64 40.3 / 79.4-79.7 / 308.1-308.8, 256 45.3-45.7 / 87.2-87.5 / 338.2-338.5;
 // rope_kernel 44.3-44.4 / 83.2 / 319.5 (its v copied by the rotating threads then).
-constexpr int kStagedThreads = 128;
+constexpr int kStagedThreads = host::kRowKernels.rope_staged_threads;
 constexpr int64_t kStagedMaxBytes = 48 * 1024;
-// The row copies (store_cache, concat): CTAs of kRowThreads, a power-of-two group of lanes per row.
-constexpr int kRowThreads = 256;
 
-// Where row `slot` of a KV cache starts, in bytes: flat [slots, *row] or paged [pages, page_size, *row]
-// (slot = page * page_size + offset in the page).
-struct CacheLayout {
-  char* base;
-  int64_t page_stride;  // bytes from one page to the next (flat: one row to the next)
-  int64_t row_stride;   // bytes from one row of a page to the next
-  int64_t page_size;    // 1 when flat
-  int64_t slots;        // locations outside [0, slots) are skipped
-  uint64_t page_magic;  // floor((2^64 - 1) / page_size): the page by a multiply, not a division
-
-  // Checked where the row is first needed, not where the location loads: a check at the load makes the
-  // warp wait for it before issuing the loads that follow (H200, T = 1: fused write 1.87 -> 1.80 us,
-  // store_cache 1.29 -> 1.08).
-  __device__ __forceinline__ bool holds(int64_t slot) const { return slot >= 0 && slot < slots; }
-
-  // slot in [0, slots). One branch-free path for every layout: the high half of slot * page_magic is the
-  // page or one less (slot < 2^63), so one correction. Branches on the page size and a 64-bit division
-  // cost the fused write 0.13-0.24 us a decode step (H100, T = 1-64, docs/benchmarks.md).
-  __device__ __forceinline__ char* row(int64_t slot) const {
-    const uint64_t n = static_cast<uint64_t>(slot), size = static_cast<uint64_t>(page_size);
-    uint64_t page = __umul64hi(n, page_magic), offset = n - page * size;
-    if (offset >= size) ++page, offset -= size;
-    return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(offset) * row_stride;
-  }
-};
-
-// Index i of an int32 or int64 array: its address, and the value there.
-__device__ __forceinline__ const void* index_address(const void* ptr, bool wide, int64_t i) {
-  return static_cast<const char*>(ptr) + (i << (wide ? 3 : 2));
-}
-__device__ __forceinline__ int64_t load_index_at(const void* at, bool wide) {
-  return wide ? *static_cast<const int64_t*>(at) : static_cast<int64_t>(*static_cast<const int32_t*>(at));
-}
-__device__ __forceinline__ int64_t load_index(const void* ptr, bool wide, int64_t i) { return load_index_at(index_address(ptr, wide, i), wide); }
 
 template <typename T>
 struct RopeParams {
@@ -462,7 +433,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
   if (!p.early_trigger) device::pdl_trigger_secondary();
   // ptxas issues the location and head loads after the position's check, beside the cos/sin loads, which
   // wait for the position anyway: a decode step waits for two round trips in series (a clamped cos/sin
-  // read instead of the early return keeps the loads together and measured slower, docs/benchmarks.md);
+  // read instead of the early return keeps the loads together and measured slower, docs/benchmarks/rope.md);
   // the cos/sin loads issue before the cache rows are worked out.
   const int64_t position = load_index_at(position_at, p.positions64);
   [[maybe_unused]] int64_t slot = -1;
@@ -592,7 +563,6 @@ struct HeadsNames {
   const char *tensor, *token_stride, *head_stride, *width;
 };
 
-inline int64_t stride_of(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
 
 template <typename T>
 HeadsArg heads_arg(TensorView t, host::SymbolicSize& N, host::SymbolicSize& H, int64_t D, host::SymbolicDevice& device,
@@ -618,58 +588,6 @@ inline bool same_view(const HeadsArg& a, const HeadsArg& b) {
   return a.ptr == b.ptr && a.token_stride == b.token_stride && a.head_stride == b.head_stride;
 }
 
-// Whether the dimensions from `first` on are contiguous (size-1 dimensions may have any stride).
-inline bool row_is_compact(TensorView t, int first) {
-  int64_t expected = 1;
-  for (int d = t.dim() - 1; d >= first; --d) {
-    if (t.size(d) != 1 && t.stride(d) != expected) return false;
-    expected *= t.size(d);
-  }
-  return true;
-}
-
-// `cache` (dtype checked by the caller) as rows of `row_elems` contiguous elements on `device`: flat
-// [slots, *row] when its dimensions after the first hold one row, else paged [pages, page_size, *row].
-inline CacheLayout cache_layout(TensorView cache, int64_t row_elems, int device, const char* name) {
-  using namespace host;
-  RuntimeCheck(cache.device().device_type == kDLCUDA && cache.device().device_id == device, name, " must be on cuda:", device, ", got ",
-               cache.device());
-  const auto elems_from = [&](int first) {
-    int64_t n = 1;
-    for (int d = first; d < cache.dim(); ++d) n *= cache.size(d);
-    return n;
-  };
-  int first = 0;
-  if (cache.dim() >= 2 && elems_from(1) == row_elems) first = 1;
-  else if (cache.dim() >= 3 && elems_from(2) == row_elems) first = 2;
-  RuntimeCheck(first > 0, name, " must be [slots, *row] or [pages, page_size, *row] with rows of ", row_elems, " elements; its ",
-               cache.dim(), " dimensions hold ", elems_from(1), " elements after the first");
-  RuntimeCheck(row_is_compact(cache, first), name, ": each row (the dimensions after the first ", first, ") must be contiguous");
-  const int64_t elem = static_cast<int64_t>(dtype_bytes(cache.dtype()));
-  CacheLayout c{};
-  c.base = static_cast<char*>(cache.data_ptr());
-  c.page_size = first == 2 ? cache.size(1) : 1;
-  c.page_stride = cache.stride(0) * elem;
-  c.row_stride = first == 2 ? cache.stride(1) * elem : c.page_stride;
-  c.slots = cache.size(0) * c.page_size;
-  c.page_magic = UINT64_MAX / static_cast<uint64_t>(std::max<int64_t>(c.page_size, 1));  // [pages, 0, *row]: no slots
-  return c;
-}
-
-inline void check_same_shape(TensorView a, TensorView b, const char* a_name, const char* b_name) {
-  host::RuntimeCheck(a.dim() == b.dim(), b_name, " must have ", a_name, "'s shape: ", b.dim(), " dimensions, not ", a.dim());
-  for (int d = 0; d < a.dim(); ++d)
-    host::RuntimeCheck(a.size(d) == b.size(d), b_name, " must have ", a_name, "'s shape: dimension ", d, " is ", b.size(d), ", not ", a.size(d));
-}
-
-// Whether every byte quantity (addresses, strides) is a multiple of `bytes`.
-inline bool all_multiples(std::initializer_list<int64_t> quantities, int64_t bytes) {
-  for (int64_t q : quantities)
-    if (q % bytes != 0) return false;
-  return true;
-}
-
-inline int64_t address(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
 // rope_kernel's launch for `tokens` tokens (few: at most one a SM) of `heads` q and k heads, each
 // `units` threads: thread groups per CTA and rotating CTAs per token (the v CTA, with the store, on top);
@@ -772,7 +690,7 @@ struct RopeOps {
     setup.template launch<kFp8, true>(is_neox, s, wide);
   }
 
-  static constexpr int kWideVec = 16 / sizeof(T);
+  static constexpr int kWideVec = device::kVec16<T>;
 
   // The verified arguments shared by both ops, as kernel parameters.
   struct Setup {
@@ -863,7 +781,7 @@ struct RopeOps {
           c.groups = static_cast<int32_t>(kStagedThreads / units), c.splits = 1;
           c.early_trigger = host::pdl_early_trigger(tokens);
           LaunchKernel(static_cast<unsigned>(tokens), static_cast<unsigned>(c.groups * units), device, static_cast<std::size_t>(staged_bytes))
-              .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_staged_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+              .enable_pdl()(rope_staged_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
           return;
         }
       }
@@ -874,246 +792,10 @@ struct RopeOps {
       c.early_trigger = host::pdl_early_trigger(tokens * ctas);
       LaunchKernel(dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(units), static_cast<unsigned>(shape.groups)),
                    device)
-          .enable_pdl(runtime::get_cc_major(device.device_id) >= 9)(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+          .enable_pdl()(rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
     }
   };
 };
-#endif  // __CUDACC_RTC__
-
-// Row copies: out row r = [x row r | y row (r, broadcast)] (concat) or cache[index[r]] = row r (store).
-struct RowCopyParams {
-  char* out[2];  // store: the k and v caches' base (unused for concat)
-  const char* x[2];
-  int64_t x_token[2];  // bytes from one token to the next
-  CacheLayout caches[2];
-  const void* indices;
-  int64_t indices_stride;
-  int64_t rows;
-  int32_t vecs;  // vectors per row
-  int32_t lanes;  // threads per row, a power of two
-  int32_t buffers;
-  bool indices64;
-};
-
-// store_cache: row r of each buffer (k, v) goes to its cache's row indices[r]; out-of-range rows skipped.
-template <typename Vec>
-__global__ void __launch_bounds__(kRowThreads) store_rows_kernel(const __grid_constant__ RowCopyParams p) {
-#ifdef __CUDACC__
-  const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
-  const int lane = threadIdx.x % p.lanes;
-  device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
-  if (r >= p.rows) return;
-  // The row's first vectors load before the location is checked (CacheLayout::holds).
-  const int64_t slot = load_index(p.indices, p.indices64, r * p.indices_stride);
-  const Vec* src[2] = {reinterpret_cast<const Vec*>(p.x[0] + r * p.x_token[0]), reinterpret_cast<const Vec*>(p.x[1] + r * p.x_token[1])};
-  Vec v[2][2];
-  const auto load = [&](int c) {
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int b = 0; b < 2; ++b)
-        if (b < p.buffers && c + u * p.lanes < p.vecs) v[b][u] = src[b][c + u * p.lanes];
-  };
-  load(lane);
-  if (!p.caches[0].holds(slot)) return;
-  Vec* dst[2] = {reinterpret_cast<Vec*>(p.caches[0].row(slot)), reinterpret_cast<Vec*>(p.caches[1].row(slot))};
-  for (int c = lane; c < p.vecs; c += 2 * p.lanes) {
-    if (c != lane) load(c);
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int b = 0; b < 2; ++b)
-        if (b < p.buffers && c + u * p.lanes < p.vecs) dst[b][c + u * p.lanes] = v[b][u];
-  }
-#endif
-}
-
-struct ConcatParams {
-  char* out;
-  const char* x;
-  const char* y;
-  int64_t out_s0, out_s1, x_s0, x_s1, y_s0, y_s1;  // bytes
-  int64_t rows;
-  int32_t dim1;              // rows are (i0, i1), i1 < dim1
-  int32_t x_vecs, y_vecs;    // vectors of each part of a row
-  int32_t lanes;
-};
-
-// out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1).
-template <typename Vec>
-__global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
-#ifdef __CUDACC__
-  const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
-  const int lane = threadIdx.x % p.lanes;
-  device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
-  if (r >= p.rows) return;
-  const int64_t i0 = r / p.dim1, i1 = r - i0 * p.dim1;
-  Vec* out = reinterpret_cast<Vec*>(p.out + i0 * p.out_s0 + i1 * p.out_s1);
-  const Vec* x = reinterpret_cast<const Vec*>(p.x + i0 * p.x_s0 + i1 * p.x_s1);
-  const Vec* y = reinterpret_cast<const Vec*>(p.y + i0 * p.y_s0 + i1 * p.y_s1);
-  const int total = p.x_vecs + p.y_vecs;
-  for (int c = lane; c < total; c += 2 * p.lanes) {
-    Vec v[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int i = c + u * p.lanes;
-      if (i < total) v[u] = i < p.x_vecs ? x[i] : y[i - p.x_vecs];
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (c + u * p.lanes < total) out[c + u * p.lanes] = v[u];
-  }
-#endif
-}
-
-#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
-// Lanes per row: enough for one vector each, at most kRowThreads.
-inline int32_t row_lanes(int64_t vecs) {
-  return static_cast<int32_t>(std::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(vecs, 1)))));
-}
-
-// A class template so that a module instantiates only the kernels of the functions it exports.
-template <typename = void>
-struct KvRowsImpl {
-  // k, v [N, *row] (each row contiguous; rows strided) -> k_cache, v_cache [slots, *row] or [pages,
-  // page_size, *row], row indices[i] (int32/int64 [N]); a row is any multiple of 4 bytes; out-of-range
-  // indices are skipped.
-  static void store_cache(TensorView k, TensorView v, TensorView k_cache, TensorView v_cache, TensorView indices) {
-    using namespace host;
-    RuntimeCheck(k.dim() >= 1, "k must be [num_tokens, *row], got a scalar");
-    RuntimeCheck(k.device().device_type == kDLCUDA, "k must be on a CUDA device, got ", k.device());
-    check_same_shape(k, v, "k", "v");
-    for (const auto& [t, name] : {std::pair{v, "v"}, std::pair{k_cache, "k_cache"}, std::pair{v_cache, "v_cache"}})
-      if (!dtype_equal(t.dtype(), k.dtype())) Raise(ErrorKind::kType, name, " must have k's dtype ", k.dtype(), ", got ", t.dtype());
-    RuntimeCheck(v.device().device_type == kDLCUDA && v.device().device_id == k.device().device_id, "v must be on k's device ", k.device(),
-                 ", got ", v.device());
-    RuntimeCheck(row_is_compact(k, 1), "k: each row (the dimensions after the first) must be contiguous");
-    RuntimeCheck(row_is_compact(v, 1), "v: each row (the dimensions after the first) must be contiguous");
-    const int64_t elem = static_cast<int64_t>(dtype_bytes(k.dtype()));
-    int64_t row_elems = 1;
-    for (int d = 1; d < k.dim(); ++d) row_elems *= k.size(d);
-    const int64_t row_bytes = row_elems * elem;
-    RuntimeCheck(row_bytes % 4 == 0 && row_bytes > 0, "rows must be a positive multiple of 4 bytes, got ", row_bytes);
-    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
-    auto N = SymbolicSize{"num_tokens"};
-    N.set_value(k.size(0));
-    auto stride = SymbolicSize{"indices_stride"};
-    auto dev = SymbolicDevice{};
-    dev.set_value(k.device());
-    TensorMatcher({N}).with_strides({stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(indices, "indices");
-    RowCopyParams p{};
-    p.caches[0] = cache_layout(k_cache, row_elems, k.device().device_id, "k_cache");
-    p.caches[1] = cache_layout(v_cache, row_elems, k.device().device_id, "v_cache");
-    p.x[0] = static_cast<const char*>(k.data_ptr()), p.x[1] = static_cast<const char*>(v.data_ptr());
-    p.x_token[0] = k.size(0) > 1 ? k.stride(0) * elem : 0, p.x_token[1] = v.size(0) > 1 ? v.stride(0) * elem : 0;
-    p.indices = indices.data_ptr(), p.indices_stride = stride_of(stride), p.indices64 = is_type<int64_t>(indices.dtype());
-    p.rows = k.size(0);
-    p.buffers = 2;
-    if (p.rows == 0) return;
-    const bool wide = all_multiples({address(p.x[0]), address(p.x[1]), p.x_token[0], p.x_token[1], row_bytes, address(p.caches[0].base),
-                                     address(p.caches[1].base), p.caches[0].page_stride, p.caches[0].row_stride, p.caches[1].page_stride,
-                                     p.caches[1].row_stride},
-                                    16);
-    RuntimeCheck(wide || all_multiples({address(p.x[0]), address(p.x[1]), p.x_token[0], p.x_token[1], address(p.caches[0].base),
-                                        address(p.caches[1].base), p.caches[0].page_stride, p.caches[0].row_stride, p.caches[1].page_stride,
-                                        p.caches[1].row_stride},
-                                       4),
-                 "store_cache: every tensor's address and row strides must be multiples of 4 bytes");
-    p.vecs = static_cast<int32_t>(row_bytes / (wide ? 16 : 4));
-    p.lanes = row_lanes(p.vecs);
-    launch_rows(wide ? store_rows_kernel<int4> : store_rows_kernel<int>, p, p.rows, p.lanes, k.device());
-  }
-
-  // k [N, H, Dn + Dr] = [k_nope [N, H, Dn] | k_rope [N, 1, Dr] (or [N, Dr]) broadcast over the heads,
-  // or [N, H, Dr]]; last dimensions contiguous.
-  static void concat_mla_k(TensorView k, TensorView k_nope, TensorView k_rope) {
-    using namespace host;
-    auto N = SymbolicSize{"num_tokens"}, H = SymbolicSize{"num_heads"}, Dn = SymbolicSize{"nope_dim"}, Dr = SymbolicSize{"rope_dim"},
-         D = SymbolicSize{"k_head_dim"};
-    auto ks0 = SymbolicSize{"k_token_stride"}, ks1 = SymbolicSize{"k_head_stride"}, ns0 = SymbolicSize{"k_nope_token_stride"},
-         ns1 = SymbolicSize{"k_nope_head_stride"}, rs0 = SymbolicSize{"k_rope_token_stride"}, rs1 = SymbolicSize{"k_rope_head_stride"};
-    auto dtype = SymbolicDType{};
-    auto dev = SymbolicDevice{};
-    TensorMatcher({N, H, D}).with_strides({ks0, ks1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k, "k");
-    TensorMatcher({N, H, Dn}).with_strides({ns0, ns1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_nope, "k_nope");
-    int64_t rope_head_stride = 0;
-    if (k_rope.dim() == 2) {
-      TensorMatcher({N, Dr}).with_strides({rs0, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
-    } else {
-      auto Hr = SymbolicSize{"k_rope_heads"};
-      TensorMatcher({N, Hr, Dr}).with_strides({rs0, rs1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
-      RuntimeCheck(Hr.unwrap() == 1 || Hr.unwrap() == H.unwrap(), "k_rope must have 1 head (broadcast) or k's ", H.unwrap(), ", got ",
-                   Hr.unwrap());
-      if (Hr.unwrap() != 1) rope_head_stride = stride_of(rs1);
-    }
-    RuntimeCheck(D.unwrap() == Dn.unwrap() + Dr.unwrap(), "k's head dim ", D.unwrap(), " must be k_nope's ", Dn.unwrap(), " + k_rope's ",
-                 Dr.unwrap());
-    const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
-    ConcatParams p{};
-    p.out = static_cast<char*>(k.data_ptr()), p.x = static_cast<const char*>(k_nope.data_ptr()), p.y = static_cast<const char*>(k_rope.data_ptr());
-    p.out_s0 = stride_of(ks0) * e, p.out_s1 = stride_of(ks1) * e, p.x_s0 = stride_of(ns0) * e, p.x_s1 = stride_of(ns1) * e;
-    p.y_s0 = stride_of(rs0) * e, p.y_s1 = rope_head_stride * e;
-    concat(p, N.unwrap(), H.unwrap(), Dn.unwrap() * e, Dr.unwrap() * e, dev.unwrap());
-  }
-
-  // out [A, B, Da + Db] = [a [A, B, Da] | b [A, B, Db]]; last dimensions contiguous.
-  static void concat_mla_absorb_q(TensorView a, TensorView b, TensorView out) {
-    using namespace host;
-    auto A = SymbolicSize{"dim_0"}, B = SymbolicSize{"dim_1"}, Da = SymbolicSize{"a_last_dim"}, Db = SymbolicSize{"b_last_dim"},
-         Do = SymbolicSize{"out_last_dim"};
-    auto as0 = SymbolicSize{"a_stride_0"}, as1 = SymbolicSize{"a_stride_1"}, bs0 = SymbolicSize{"b_stride_0"}, bs1 = SymbolicSize{"b_stride_1"},
-         os0 = SymbolicSize{"out_stride_0"}, os1 = SymbolicSize{"out_stride_1"};
-    auto dtype = SymbolicDType{};
-    auto dev = SymbolicDevice{};
-    TensorMatcher({A, B, Da}).with_strides({as0, as1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(a, "a");
-    TensorMatcher({A, B, Db}).with_strides({bs0, bs1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(b, "b");
-    TensorMatcher({A, B, Do}).with_strides({os0, os1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(out, "out");
-    RuntimeCheck(Do.unwrap() == Da.unwrap() + Db.unwrap(), "out's last dimension ", Do.unwrap(), " must be a's ", Da.unwrap(), " + b's ",
-                 Db.unwrap());
-    const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
-    ConcatParams p{};
-    p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
-    p.out_s0 = stride_of(os0) * e, p.out_s1 = stride_of(os1) * e, p.x_s0 = stride_of(as0) * e, p.x_s1 = stride_of(as1) * e;
-    p.y_s0 = stride_of(bs0) * e, p.y_s1 = stride_of(bs1) * e;
-    concat(p, A.unwrap(), B.unwrap(), Da.unwrap() * e, Db.unwrap() * e, dev.unwrap());
-  }
-
- private:
-  static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
-    using namespace host;
-    RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
-    p.rows = dim0 * dim1, p.dim1 = static_cast<int32_t>(dim1);
-    if (p.rows == 0 || x_bytes + y_bytes == 0) return;
-    const auto fits = [&](int64_t w) {
-      return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
-    };
-    const auto go = [&](auto vec) {
-      using Vec = decltype(vec);
-      p.x_vecs = static_cast<int32_t>(x_bytes / sizeof(Vec)), p.y_vecs = static_cast<int32_t>(y_bytes / sizeof(Vec));
-      p.lanes = row_lanes(p.x_vecs + p.y_vecs);
-      launch_rows(concat_rows_kernel<Vec>, p, p.rows, p.lanes, device);
-    };
-    if (fits(16)) {
-      go(int4{});
-    } else if (fits(2)) {
-      go(uint16_t{});
-    } else {
-      go(uint8_t{});
-    }
-  }
-
-  template <typename Params>
-  static void launch_rows(void (*kernel)(Params), const Params& p, int64_t rows, int32_t lanes, DLDevice device) {
-    const int64_t per_cta = kRowThreads / lanes;
-    const int64_t grid = host::div_ceil(rows, per_cta);
-    host::RuntimeCheck(grid < (int64_t{1} << 31), "too many rows: ", rows);
-    host::LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(std::min<int64_t>(kRowThreads, per_cta * lanes)), device)
-        .enable_pdl(host::runtime::get_cc_major(device.device_id) >= 9)(kernel, p);
-  }
-};
-using KvRows = KvRowsImpl<>;
 #endif  // __CUDACC_RTC__
 
 }  // namespace jitkern_rope

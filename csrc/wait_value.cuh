@@ -138,14 +138,12 @@ cudaError_t copy_flag(int device, void* to, const void* from, cudaMemcpyKind kin
   static cudaStream_t streams[kMaxDevices];
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);  // also keeps one device switch at a time
-  int previous = -1;
-  cudaError_t status = cudaGetDevice(&previous);
-  if (status == cudaSuccess && previous != device) status = cudaSetDevice(device);
+  const host::DeviceGuard guard(device, std::nothrow);
+  cudaError_t status = guard.status();
   if (status != cudaSuccess) return status;
   if (streams[device] == nullptr) status = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
   if (status == cudaSuccess) status = cudaMemcpyAsync(to, from, bytes, kind, streams[device]);
   if (status == cudaSuccess) status = cudaStreamSynchronize(streams[device]);
-  if (previous != device) cudaSetDevice(previous);
   return status;
 }
 

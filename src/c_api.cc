@@ -3,6 +3,7 @@
 // reaches the C++ validation intact. This file is the only C++ code that knows the format;
 // python/jitkern/_engine.py is the only Python code.
 #include <sys/stat.h>
+#include <jitkern/engine_abi.h>
 #include <jitkern/jit.h>
 #include <tvm/ffi/c_api.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "cache_admin.h"
 #include "fs_util.h"
 #include "log.h"
+#include "config.h"
 #include "plan.h"
 #include "settings.h"
 #include "store.h"
@@ -77,9 +79,6 @@ void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::
     else if (key == "host_without_nvcc") req->host_without_nvcc = value == "1";
     else if (key == "host_prelude") req->host_prelude = value == "1";
     else if (key == "cuda_device") req->cuda_device = std::atoi(value.c_str());
-    else if (key == "tvm_ffi_include") cfg->tvm_ffi_include_dir = value;
-    else if (key == "dlpack_include") cfg->dlpack_include_dir = value;
-    else if (key == "tvm_ffi_lib") cfg->tvm_ffi_lib_dir = value;
     else if (key == "tvm_ffi_version") cfg->tvm_ffi_version = value;
     else throw std::invalid_argument("jitkern: unknown engine request key '" + key + "'");
   }
@@ -196,7 +195,7 @@ std::string cache_command(const std::string& text) {
     else if (key == "match") match.push_back(value);
     else throw std::invalid_argument("jitkern: unknown cache request key '" + key + "'");
   }
-  const auto dirs = jitkern::plan::resolve_cache(cfg, build_dir);
+  const auto dirs = jitkern::config::resolve_cache(cfg, build_dir);
   const auto store = jitkern::store::Store::writable(dirs);
   if (!build_dir.empty() && !store.exists()) throw std::invalid_argument("jitkern: cache directory " + build_dir + " does not exist");
   std::string out = "{\"cache_dir\": " + json_string(dirs.cache_dir) + ", \"lock_dir\": " + json_string(dirs.lock_dir);
@@ -227,7 +226,7 @@ std::string cache_command(const std::string& text) {
   if (op == "stats") {
     out += ", \"caches\": [" + stats_json(store);
     if (build_dir.empty())
-      for (const auto& layer : jitkern::store::Store::prebuilt_layers()) out += ", " + stats_json(layer);
+      for (const auto& layer : jitkern::store::Store::prebuilt_layers(dirs.prebuilt_dirs)) out += ", " + stats_json(layer);
     return out + "]}";
   }
   std::vector<jitkern::cache::Outcome> outcomes;
@@ -263,10 +262,11 @@ std::string config_json() {
       return {"", std::string(e.what()).substr(std::string(e.what()).rfind("jitkern: ", 0) == 0 ? 9 : 0)};
     }
   };
-  const auto cache = attempt([] { return jitkern::plan::resolve_cache({}, "").cache_dir; });
-  const auto locks = attempt([] { return jitkern::plan::resolve_cache({}, "").lock_dir; });
-  jitkern::plan::Config resolved;
-  const auto paths = attempt([&] { return (resolved = jitkern::plan::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
+  jitkern::config::Config cached;
+  const auto where = attempt([&] { return (cached = jitkern::config::resolve_cache({}, "")), std::string(); });
+  const std::pair<std::string, std::string> cache = {cached.cache_dir, where.second}, locks = {cached.lock_dir, where.second};
+  jitkern::config::Config resolved;
+  const auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
   std::string out = "{\"settings\": [";
   for (std::size_t i = 0; i < settings::kCount; ++i) {
     const settings::Setting& s = settings::kAll[i];
@@ -278,7 +278,7 @@ std::string config_json() {
     else if (name == "JITKERN_CSRC_DIR") effective = {resolved.csrc_dir, paths.second};
     else if (name == "JITKERN_TVM_FFI_INCLUDE") effective = {resolved.tvm_ffi_include_dir, paths.second};
     else if (name == "JITKERN_TVM_FFI_LIB") effective = {resolved.tvm_ffi_lib_dir, paths.second};
-    else if (name == "CXX") effective = attempt([] { return toolchain::locate(toolchain::cxx_program()).path; });
+    else if (name == "CXX") effective = attempt([&] { return toolchain::locate(cached.cxx, cached.path).path; });
     else if (name == "CUDA_HOME" || name == "CUDA_PATH")
       effective = attempt([&] { return raw.empty() ? std::string() : settings::path(s.name); });
     else if (s.kind == settings::Kind::kPathList)
@@ -312,7 +312,7 @@ std::string config_json() {
   for (std::size_t i = 0; i < unknown.size(); ++i) out += std::string(i ? ", " : "") + json_string(unknown[i]);
   out += "], \"prebuilt\": [";
   std::vector<jitkern::store::Store> layers;
-  attempt([&] { return layers = jitkern::store::Store::prebuilt_layers(), std::string(); });  // an invalid setting shows above
+  layers = jitkern::store::Store::prebuilt_layers(cached.prebuilt_dirs);  // an invalid setting shows above
   for (std::size_t i = 0; i < layers.size(); ++i)
     out += std::string(i ? ", " : "") + "{\"dir\": " + json_string(layers[i].root()) + ", \"problem\": " + json_string(layers[i].layer_distrust()) + "}";
   return out + "]}";
@@ -322,13 +322,12 @@ std::string config_json() {
 
 extern "C" {
 
-// Builds (load == 0: result = the library path; load == 2: "<path>\n<compiled|cached>") or builds, loads
-// and registers (load == 1: result = "<path>\n<prefix>\n<export>\n..."; each export is the tvm-ffi
-// global "<prefix><export>"); load + 4: one of many builds run at once (EngineConfig::parallel_build).
-// Returns 0 with *out_result set; else sets *out_error and returns 1 (the build failed), 2 (a bad
-// request: the message names the field), 3 (any other error) or 4 (not cached and JITKERN_ON_MISS=error). Strings are malloc'ed: jitkern_free.
-__attribute__((visibility("default"))) int jitkern_build(const char* request, size_t length, int load, char** out_result,
-                                                         char** out_error) {
+// Exported as declared in <jitkern/engine_abi.h>, which says what each returns.
+#define JITKERN_ABI __attribute__((visibility("default")))
+
+// The modes and status codes are engine_abi.h's; each export of a module is registered as the tvm-ffi
+// global "<prefix><export>".
+JITKERN_ABI int jitkern_build(const char* request, size_t length, int mode, char** out_result, char** out_error) {
   *out_result = nullptr;
   *out_error = nullptr;
   try {
@@ -336,77 +335,77 @@ __attribute__((visibility("default"))) int jitkern_build(const char* request, si
     jitkern::BuildRequest req;
     jitkern::EngineConfig cfg;
     parse_request(text, &req, &cfg);
-    cfg.parallel_build = (load & 4) != 0;  // jitkern_build's mode: 0 build, 1 load, 2 build and report; +4 one of many
-    load &= 3;
-    if (load == 2) {
+    cfg.parallel_build = (mode & JITKERN_MODE_PARALLEL) != 0;
+    mode &= ~JITKERN_MODE_PARALLEL;
+    if (mode == JITKERN_MODE_BUILD_REPORTING) {
       bool compiled = false;
       const std::string path = jitkern::find_or_build(req, cfg, &compiled).path;
       *out_result = dup(path + (compiled ? "\ncompiled" : "\ncached"));
     } else {
-      *out_result = dup(load ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
+      *out_result = dup(mode == JITKERN_MODE_LOAD ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
     }
-    return 0;
+    return JITKERN_OK;
   } catch (const jitkern::CacheMissError& e) {
     *out_error = dup(e.what());
-    return 4;
+    return JITKERN_CACHE_MISS;
   } catch (const jitkern::BuildError& e) {
     *out_error = dup(e.what());
-    return 1;
+    return JITKERN_BUILD_ERROR;
   } catch (const std::invalid_argument& e) {
     *out_error = dup(e.what());
-    return 2;
+    return JITKERN_VALUE_ERROR;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
-    return 3;
+    return JITKERN_RUNTIME_ERROR;
   }
 }
 
 // Cache administration (see cache_command); same return convention as jitkern_build.
-__attribute__((visibility("default"))) int jitkern_cache(const char* request, size_t length, char** out_result, char** out_error) {
+JITKERN_ABI int jitkern_cache(const char* request, size_t length, char** out_result, char** out_error) {
   *out_result = nullptr;
   *out_error = nullptr;
   try {
     *out_result = dup(cache_command(std::string(request, length)));
-    return 0;
+    return JITKERN_OK;
   } catch (const std::invalid_argument& e) {
     *out_error = dup(e.what());
-    return 2;
+    return JITKERN_VALUE_ERROR;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
-    return 3;
+    return JITKERN_RUNTIME_ERROR;
   }
 }
 
 // Checks a build request as a build would before compiling (plan::validate: names, files, wrappers,
 // cuda_arch) and builds nothing: 0, or 2 with *out_error naming the field. For `jitkern prebuild`.
-__attribute__((visibility("default"))) int jitkern_check_request(const char* request, size_t length, char** out_error) {
+JITKERN_ABI int jitkern_check_request(const char* request, size_t length, char** out_error) {
   *out_error = nullptr;
   try {
     jitkern::BuildRequest req;
     jitkern::EngineConfig cfg;
     parse_request(std::string(request, length), &req, &cfg);
     jitkern::plan::validate(req);
-    return 0;
+    return JITKERN_OK;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
-    return 2;
+    return JITKERN_VALUE_ERROR;
   }
 }
 
 // toolchain::validate_arch: 0, or 2 with *out_error saying which forms are valid.
-__attribute__((visibility("default"))) int jitkern_check_arch(const char* arch, const char* origin, char** out_error) {
+JITKERN_ABI int jitkern_check_arch(const char* arch, const char* origin, char** out_error) {
   *out_error = nullptr;
   try {
     jitkern::toolchain::validate_arch(arch, origin);
-    return 0;
+    return JITKERN_OK;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
-    return 2;
+    return JITKERN_VALUE_ERROR;
   }
 }
 
 // settings::flag(name): 1 or 0; -1 for a name that is not a flag or a value that is invalid.
-__attribute__((visibility("default"))) int jitkern_setting_flag(const char* name) {
+JITKERN_ABI int jitkern_setting_flag(const char* name) {
   try {
     return jitkern::settings::flag(name) ? 1 : 0;
   } catch (const std::exception&) {
@@ -416,37 +415,38 @@ __attribute__((visibility("default"))) int jitkern_setting_flag(const char* name
 
 // The compiler a build would use (cuda == 0: the C++ compiler, else nvcc): result "<path>\n<--version
 // output>", or the engine's one-line error (with its fix) and 3. Same convention as jitkern_build.
-__attribute__((visibility("default"))) int jitkern_find_compiler(int cuda, char** out_result, char** out_error) {
+JITKERN_ABI int jitkern_find_compiler(int cuda, char** out_result, char** out_error) {
   *out_result = nullptr;
   *out_error = nullptr;
   try {
-    const auto store = jitkern::store::Store::writable(jitkern::plan::resolve_cache({}, ""));
+    const auto cfg = jitkern::config::resolve_cache({}, "");
+    const auto store = jitkern::store::Store::writable(cfg);
     store.ensure_writable(false);
-    const auto c = cuda ? jitkern::toolchain::identify(jitkern::toolchain::nvcc_program(), store, "CUDA compiler")
-                        : jitkern::toolchain::identify(jitkern::toolchain::cxx_program(), store, "C++ compiler");
+    const auto c = cuda ? jitkern::toolchain::identify(jitkern::toolchain::nvcc_program(cfg), store, "CUDA compiler", cfg)
+                        : jitkern::toolchain::identify(cfg.cxx, store, "C++ compiler", cfg);
     *out_result = dup(c.path + "\n" + c.version);
-    return 0;
+    return JITKERN_OK;
   } catch (const std::exception& e) {
     *out_error = dup(e.what());
-    return 3;
+    return JITKERN_RUNTIME_ERROR;
   }
 }
 
 // The CUDA target jitkern compiles for on a device of this compute capability (e.g. "sm_90a").
-__attribute__((visibility("default"))) char* jitkern_arch_for_capability(int major, int minor) {
+JITKERN_ABI char* jitkern_arch_for_capability(int major, int minor) {
   return dup(jitkern::toolchain::arch_for_capability(major, minor));
 }
 
 // config_json(); never fails (what cannot be resolved is reported in the object).
-__attribute__((visibility("default"))) char* jitkern_config() { return dup(config_json()); }
+JITKERN_ABI char* jitkern_config() { return dup(config_json()); }
 
 // The table of environment variables (jitkern::settings), as Markdown.
-__attribute__((visibility("default"))) char* jitkern_settings_markdown() { return dup(jitkern::settings::markdown()); }
+JITKERN_ABI char* jitkern_settings_markdown() { return dup(jitkern::settings::markdown()); }
 
-__attribute__((visibility("default"))) void jitkern_free(char* p) { std::free(p); }
+JITKERN_ABI void jitkern_free(char* p) { std::free(p); }
 
 // Routes the engine's messages to `sink(level, message)` (levels as Python logging's); NULL: stderr.
-__attribute__((visibility("default"))) void jitkern_set_log_sink(jitkern::log::Sink sink) { jitkern::log::set_sink(sink); }
+JITKERN_ABI void jitkern_set_log_sink(jitkern_log_sink sink) { jitkern::log::set_sink(sink); }
 
-__attribute__((visibility("default"))) const char* jitkern_version() { return JITKERN_VERSION; }
+JITKERN_ABI const char* jitkern_version() { return JITKERN_VERSION; }
 }

@@ -1,6 +1,7 @@
 #include "compile_env.h"
 
-#include "settings.h"
+#include <algorithm>
+
 #include "sha256.h"
 
 namespace jitkern::compile_env {
@@ -12,27 +13,37 @@ const Variable kDeclared[] = {
 };
 const std::size_t kDeclaredCount = sizeof(kDeclared) / sizeof(kDeclared[0]);
 
-std::vector<std::string> make(const std::vector<std::string>& step) {
-  std::vector<std::string> env;
-  const auto overridden = [&](const std::string& name) {
-    for (const auto& s : step)
-      if (s.compare(0, s.find('='), name) == 0 && s.find('=') == name.size()) return true;
-    return false;
-  };
-  for (const Variable& v : kDeclared) {
-    if (overridden(v.name)) continue;
-    const std::string value = v.value != nullptr ? std::string(v.value) : settings::get(v.name);
-    if (v.value != nullptr || !value.empty()) env.push_back(std::string(v.name) + "=" + value);
+namespace {
+// A forwarded variable's value, as the configuration resolved it.
+const std::string& forwarded(const config::Config& c, const char* name) {
+  static const std::string none;
+  return std::string(name) == "PATH" ? c.path : std::string(name) == "LD_LIBRARY_PATH" ? c.ld_library_path : none;
+}
+}  // namespace
+
+std::vector<std::string> with(std::vector<std::string> env, const std::vector<std::string>& step) {
+  for (const auto& s : step) {
+    const std::string name = s.substr(0, s.find('=') + 1);  // "NAME="
+    env.erase(std::remove_if(env.begin(), env.end(), [&](const std::string& e) { return e.compare(0, name.size(), name) == 0; }), env.end());
+    env.push_back(s);
   }
-  env.insert(env.end(), step.begin(), step.end());
   return env;
 }
 
-std::string key() {
+std::vector<std::string> make(const config::Config& c, const std::vector<std::string>& step) {
+  std::vector<std::string> env;
+  for (const Variable& v : kDeclared) {
+    const std::string value = v.value != nullptr ? std::string(v.value) : forwarded(c, v.name);
+    if (v.value != nullptr || !value.empty()) env.push_back(std::string(v.name) + "=" + value);
+  }
+  return with(std::move(env), step);
+}
+
+std::string key(const config::Config& c) {
   Sha256 h;
   h.field("compile-env-1");
   for (const Variable& v : kDeclared)
-    if (v.value == nullptr) h.field(v.name).field(settings::get(v.name));
+    if (v.value == nullptr) h.field(v.name).field(forwarded(c, v.name));
   return h.hex();
 }
 

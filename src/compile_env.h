@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
+
 namespace jitkern::compile_env {
 
 struct Variable {
   const char* name;
-  const char* value;  // the engine's fixed value, or nullptr: forwarded from the process's environment
+  const char* value;  // the engine's fixed value, or nullptr: forwarded (the configuration's value)
   const char* why;
 };
 
@@ -21,10 +23,13 @@ extern const std::size_t kDeclaredCount;
 
 // "NAME=value" for each declared variable (forwarded ones only where set), then `step` entries
 // ("NAME=value", replacing a declared one of the same name).
-std::vector<std::string> make(const std::vector<std::string>& step = {});
+std::vector<std::string> make(const config::Config& config, const std::vector<std::string>& step = {});
+
+// `env` (a make() result) with `step` entries added or replacing.
+std::vector<std::string> with(std::vector<std::string> env, const std::vector<std::string>& step);
 
 // The forwarded variables' values: what a remembered failure is keyed with besides the commands (a
 // library's content key holds the compilers' versions, which PATH picks, not PATH itself).
-std::string key();
+std::string key(const config::Config& config);
 
 }  // namespace jitkern::compile_env

@@ -153,8 +153,16 @@ std::string symbol_name(const char* kind, std::size_t dim, const host::SymbolicS
               kind);
 }
 
-// Resolves or checks one size/stride entry; returns a non-empty cause on mismatch.
-std::string check_ref(const host::SizeRef& ref, int64_t actual, const char* kind, std::size_t dim) {
+// Where a symbol's value came from, for a mismatch message: "; n = 5 from y (shape#0)", or "" when unknown.
+std::string source_text(const host::SymbolicSize& sym) {
+  if (sym.m_source[0] == '\0') return {};
+  const std::string value = std::to_string(sym.m_value);
+  return "; " + (sym.m_annotation ? std::string(sym.m_annotation) + " = " + value + " from " : value + " came from ") + sym.m_source +
+         " (" + sym.m_source_kind + "#" + std::to_string(sym.m_source_dim) + ")";
+}
+
+// Resolves or checks one size/stride entry of tensor `name`; returns a non-empty cause on mismatch.
+std::string check_ref(const host::SizeRef& ref, int64_t actual, const char* kind, std::size_t dim, const char* name) {
   if (ref.m_symbol == nullptr) {
     if (ref.m_literal < 0 || ref.m_literal == actual) return {};
     return std::string(kind == std::string("shape") ? "Size" : "Stride") + " mismatch for " + symbol_name(kind, dim, nullptr) +
@@ -163,11 +171,13 @@ std::string check_ref(const host::SizeRef& ref, int64_t actual, const char* kind
   host::SymbolicSize& sym = *ref.m_symbol;
   if (!sym.m_resolved) {
     sym.set_value(actual);
+    std::snprintf(sym.m_source, sizeof sym.m_source, "%s", name ? name : "");
+    sym.m_source_kind = kind, sym.m_source_dim = static_cast<int64_t>(dim);
     return {};
   }
   if (sym.m_value == actual) return {};
   return std::string(kind == std::string("shape") ? "Size" : "Stride") + " mismatch for " + symbol_name(kind, dim, &sym) +
-         ": expected " + std::to_string(sym.m_value) + " (resolved earlier) but got " + std::to_string(actual);
+         ": expected " + std::to_string(sym.m_value) + " (resolved earlier) but got " + std::to_string(actual) + source_text(sym);
 }
 
 bool dtype_in(DLDataType t, const DLDataType* opts, std::size_t n) {
@@ -210,7 +220,7 @@ void match_tensor(const MatcherSpec& spec, const DLTensor* t, const char* name, 
   };
   auto check = [&](const SizeRef& ref, int64_t actual, const char* kind, std::size_t dim) {
     const bool was_resolved = ref.m_symbol && ref.m_symbol->m_resolved;
-    std::string cause = check_ref(ref, actual, kind, dim);
+    std::string cause = check_ref(ref, actual, kind, dim, name);
     if (ref.m_symbol && !was_resolved && num_new < 32) newly_resolved[num_new++] = ref.m_symbol;
     if (!cause.empty()) fail(cause);
   };

@@ -1,6 +1,5 @@
 #include "fs_util.h"
 
-#include "settings.h"
 
 #include "log.h"
 #include "text.h"
@@ -179,9 +178,8 @@ bool is_executable_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-std::string which(const std::string& program) {
+std::string which(const std::string& program, const std::string& path) {
   if (program.find('/') != std::string::npos) return is_executable_file(program) ? program : "";
-  const std::string path = settings::get("PATH");
   for (const auto& dir : text::split(!path.empty() ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
     const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;  // an empty entry is the current directory
     if (is_executable_file(candidate)) return candidate;

@@ -65,7 +65,8 @@ std::string realpath_or(const std::string& path);
 // main program).
 std::string loaded_object_dir(const void* addr);
 bool is_executable_file(const std::string& path);
-std::string which(const std::string& program);  // PATH lookup; empty if not found
+// `program` looked up in `path` (a PATH value; empty: the default path); empty if not found.
+std::string which(const std::string& program, const std::string& path);
 // Creates `path` and its missing parents (parents 0755, `path` itself `mode`, whatever the umask);
 // an existing directory is left as it is. Throws naming `what` on failure.
 void make_dirs(const std::string& path, mode_t mode, const char* what);

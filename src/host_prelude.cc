@@ -5,7 +5,6 @@
 #include "fs_util.h"
 #include "log.h"
 #include "manifest.h"
-#include "settings.h"
 #include "text.h"
 
 #include <dirent.h>
@@ -102,7 +101,6 @@ void remove_at_exit() {
     if (e.state != State::kCompiling && !e.dir.empty()) fs::remove_tree(e.dir);
 }
 
-std::string temp_root() { return fs::realpath_or(settings::temp_dir()); }
 
 // Removes the directories of processes that died without removing theirs (their lock is free).
 void sweep(const std::string& root) {
@@ -123,12 +121,13 @@ void sweep(const std::string& root) {
 }
 
 // The compile, in a thread of its own; its outcome goes into the registry's entry `key`.
-void compile(std::string key, std::vector<std::string> argv, std::string prelude, double timeout_s) {
+void compile(std::string key, std::vector<std::string> argv, std::string prelude, double timeout_s, std::vector<std::string> env,
+             std::string temp_dir) {
   Registry& r = registry();
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir, why;
   std::vector<std::pair<std::string, Sig>> files;
-  const std::string root = temp_root();
+  const std::string root = fs::realpath_or(temp_dir);
   try {
     sweep(root);
     char name[64];
@@ -144,7 +143,7 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
     fs::write_file_atomic(dir + "/host_prelude.h", text::include_line(prelude));
     // A header modified at or after this instant (less the timestamps' granularity) may have changed while it was read.
     const int64_t started_ns = now_ns() - 10'000'000;
-    const fs::Process p = fs::spawn(argv, dir + "/prelude.log", compile_env::make({"TMPDIR=" + dir}), dir);  // GCC's temporaries in its directory too
+    const fs::Process p = fs::spawn(argv, dir + "/prelude.log", compile_env::with(env, {"TMPDIR=" + dir}), dir);  // GCC's temporaries in its directory too
     {
       std::lock_guard lock(r.mutex);
       r.entries[key].pid = p.pid;
@@ -200,7 +199,7 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
 }  // namespace
 
 std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
-                                double timeout_s) {
+                                double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir) {
   if (!gcc || text::include_line(prelude).empty()) return std::nullopt;  // (the forwarding header #includes it)
   std::string key = prelude;
   for (const auto& f : flags) key += '\0' + f;
@@ -227,7 +226,7 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
         ::pthread_atfork(fork_prepare, fork_parent, fork_child);
       });
       try {
-        std::thread(compile, key, std::move(argv), prelude, timeout_s).detach();
+        std::thread(compile, key, std::move(argv), prelude, timeout_s, env, temp_dir).detach();
       } catch (const std::exception&) {  // no thread to be had: the host passes parse the prelude
         r.entries[key].state = State::kUnusable;
         --r.compiling;

@@ -23,8 +23,9 @@ struct Precompiled {
 // its inputs and outputs), if one is ready, its files are there and every header it read is unchanged.
 // Otherwise none; with `start`, one is compiled in the background (a build does not wait for it), one at
 // a time and for a few flag sets at most. Only for GCC (`gcc`): clang has other rules for precompiled headers.
+// `env`: the compilers' environment (compile_env); `temp_dir`: where the precompiled prelude goes.
 std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
-                                double timeout_s);
+                                double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir);
 
 // Stops using it (a host pass failed with it), saying why.
 void retire(const Precompiled& precompiled, const std::string& why);

@@ -3,19 +3,23 @@
 #include <atomic>
 #include <cstdio>
 
-#include "settings.h"
-
 namespace jitkern::log {
 namespace {
 std::atomic<Sink> g_sink{nullptr};
-}
+std::atomic<bool> g_quiet{false}, g_verbose{false};
+}  // namespace
 
 void set_sink(Sink sink) { g_sink.store(sink); }
 
+void configure(bool quiet, bool verbose) {
+  g_quiet.store(quiet);
+  g_verbose.store(verbose);
+}
+
 void emit(Level level, const std::string& message) {
   if (Sink sink = g_sink.load()) return sink(level, message.c_str());
-  if (settings::flag_or_false("JITKERN_QUIET")) return;  // an invalid value is the request's ValueError
-  if (level < kInfo && !settings::flag_or_false("JITKERN_VERBOSE")) return;
+  if (g_quiet.load()) return;
+  if (level < kInfo && !g_verbose.load()) return;
   std::fprintf(stderr, "jitkern: %s\n", message.c_str());
 }
 

@@ -40,12 +40,6 @@ bool preload_missing_library(const std::string& dlerror_text) {
   }
   std::string tvm_lib, tvm_include;
   if (toolchain::loaded_tvm_ffi_dirs(&tvm_lib, &tvm_include)) dirs.push_back(tvm_lib);
-  try {
-    const toolchain::Compiler nvcc = toolchain::locate(toolchain::nvcc_program());
-    if (!nvcc.path.empty()) dirs.push_back(toolchain::cuda_lib_dir(nvcc.path));
-  } catch (const std::exception&) {
-    // no CUDA toolkit here: the library must come from the process (torch) or the system's paths
-  }
   for (const auto& dir : dirs)
     if (::access((dir + "/" + name).c_str(), R_OK) == 0 && ::dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return true;
   return false;

@@ -9,7 +9,6 @@
 #include "command_line.h"
 #include "compile_env.h"
 #include "fs_util.h"
-#include "settings.h"
 #include "sha256.h"
 #include "text.h"
 
@@ -142,55 +141,6 @@ bool nvrtc_flags(const std::vector<std::string>& flags, std::vector<std::string>
 }
 
 }  // namespace
-
-Config resolve_cache(const EngineConfig& c, const std::string& build_directory) {
-  Config r;
-  std::string home = settings::get("HOME");
-  if (!home.empty() && home[0] != '/' && c.cache_dir.empty() && build_directory.empty() && settings::get("JITKERN_CACHE_DIR").empty())
-    throw std::invalid_argument("jitkern: HOME='" + home + "' is a relative path, so the default cache's place would depend on the "
-                                "working directory; set HOME to an absolute path or set JITKERN_CACHE_DIR");
-  if (home.empty()) {
-    // A shared /tmp/.cache would mix users' caches (and be refused as not private).
-    home = "/tmp/jitkern-" + std::to_string(::geteuid());
-  }
-  const std::string env_cache = settings::path("JITKERN_CACHE_DIR");
-  r.cache_dir = !build_directory.empty() ? settings::absolute_path(build_directory, "build_directory")
-                : !c.cache_dir.empty()   ? c.cache_dir
-                : !env_cache.empty()     ? env_cache
-                                         : home + "/.cache/jitkern";
-  const std::string env_lock = settings::path("JITKERN_LOCK_DIR");
-  r.lock_dir = !c.lock_dir.empty() ? c.lock_dir : !env_lock.empty() ? env_lock : r.cache_dir + "/locks";
-  return r;
-}
-
-Config resolve(const EngineConfig& c, const std::string& build_directory, const std::string& engine_lib_dir) {
-  Config r = resolve_cache(c, build_directory);
-  r.runtime_lib_dir = engine_lib_dir;
-  const std::string package = !c.package_dir.empty() ? c.package_dir : fs::dirname(engine_lib_dir);
-  const std::string include = settings::path("JITKERN_INCLUDE_DIR"), csrc = settings::path("JITKERN_CSRC_DIR");
-  r.include_dir = !include.empty() ? include : package + "/include";
-  r.csrc_dir = !csrc.empty() ? csrc : package + "/csrc";
-  for (const auto& [name, dir] : {std::pair{"JITKERN_INCLUDE_DIR", include}, std::pair{"JITKERN_CSRC_DIR", csrc}}) {
-    struct stat st;
-    if (!dir.empty() && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
-      throw std::invalid_argument(std::string("jitkern: ") + name + "='" + dir + "': not a directory (unset it to use the package's own)");
-  }
-  // tvm-ffi: the configuration, else the environment, else the libtvm_ffi.so loaded in this process.
-  r.tvm_ffi_include_dir = !c.tvm_ffi_include_dir.empty() ? c.tvm_ffi_include_dir : settings::path("JITKERN_TVM_FFI_INCLUDE");
-  r.tvm_ffi_lib_dir = !c.tvm_ffi_lib_dir.empty() ? c.tvm_ffi_lib_dir : settings::path("JITKERN_TVM_FFI_LIB");
-  std::string loaded_lib, loaded_include;
-  if ((r.tvm_ffi_include_dir.empty() || r.tvm_ffi_lib_dir.empty()) && toolchain::loaded_tvm_ffi_dirs(&loaded_lib, &loaded_include)) {
-    if (r.tvm_ffi_include_dir.empty()) r.tvm_ffi_include_dir = loaded_include;
-    if (r.tvm_ffi_lib_dir.empty()) r.tvm_ffi_lib_dir = loaded_lib;
-  }
-  r.dlpack_include_dir = !c.dlpack_include_dir.empty() ? c.dlpack_include_dir : r.tvm_ffi_include_dir;
-  r.tvm_ffi_version = c.tvm_ffi_version;
-  if (r.tvm_ffi_include_dir.empty() || r.tvm_ffi_lib_dir.empty())
-    throw std::runtime_error(
-        "jitkern: tvm-ffi's include and library directories are unknown (no libtvm_ffi.so with headers in ../include is "
-        "loaded); set JITKERN_TVM_FFI_INCLUDE and JITKERN_TVM_FFI_LIB, or EngineConfig::tvm_ffi_include_dir/tvm_ffi_lib_dir");
-  return r;
-}
 
 void validate(const BuildRequest& req) {
   if (req.name_parts.empty()) bad("a module needs a name (load_jit's first positional argument)");
@@ -356,7 +306,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     p.nvcc = tc.nvcc.path;
     const std::string& arch = p.cuda_arch = tc.cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
-    // Host code at -O2: as fast per call as -O3, compiled in less time (docs/benchmarks.md). cicc and
+    // Host code at -O2: as fast per call as -O3, compiled in less time (docs/benchmarks/framework.md). cicc and
     // ptxas split their work over a fixed number of threads: the machine code depends on the count, so it
     // is the same on every machine (and part of the key), never the number of CPUs.
     p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=" + std::to_string(kSplitCompileThreads),
@@ -383,9 +333,10 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
       key_args(p.host_pass);
       // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether
       // NVRTC can compile this module is the build's question (plan: its flags; build: its library).
-      if (const std::string compiler = settings::choice("JITKERN_DEVICE_COMPILER"); compiler != "nvcc") {
-        key.field(compiler == "nvrtc" ? "nvrtc" : "nvrtc-or-nvcc");  // NVRTC's machine code can differ from nvcc's
-        p.nvrtc_asked = compiler == "nvrtc";
+      if (cfg.device_compiler != config::DeviceCompiler::kNvcc) {
+        const bool nvrtc = cfg.device_compiler == config::DeviceCompiler::kNvrtc;
+        key.field(nvrtc ? "nvrtc" : "nvrtc-or-nvcc");  // NVRTC's machine code can differ from nvcc's
+        p.nvrtc_asked = nvrtc;
         std::vector<std::string> device_flags;
         if (nvrtc_flags(cuda_flags, &device_flags)) {
           // The same split of the optimizer's work as nvcc's (kSplitCompileThreads); -default-device: what
@@ -447,7 +398,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
 
   p.request_key = key.hex();
   Sha256 config;
-  config.field(p.toolchain_id).field(compile_env::key());
+  config.field(p.toolchain_id).field(compile_env::key(cfg));
   for (const auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.host_pass, &p.nvrtc_options, &p.link}) {
     config.field("argv");
     for (const auto& a : *argv) config.field(a);

@@ -8,21 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
 #include "toolchain.h"
 
 namespace jitkern::plan {
 
-// Where things are, after the EngineConfig's empty fields were filled from the environment.
-struct Config {
-  std::string cache_dir, lock_dir, include_dir, csrc_dir, runtime_lib_dir;
-  std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
-};
-// Only the cache and lock directories (all that cache administration needs): the build directory,
-// else the configuration, else JITKERN_CACHE_DIR / JITKERN_LOCK_DIR, else ~/.cache/jitkern[/locks].
-Config resolve_cache(const EngineConfig& config, const std::string& build_directory);
-// Everything. `engine_lib_dir`: where the engine's (and the runtime's) library lives; the package is
-// its parent.
-Config resolve(const EngineConfig& config, const std::string& build_directory, const std::string& engine_lib_dir);
+// The configuration stage's result (config.h): where things are and every setting's value.
+using Config = config::Config;
 
 // Throws std::invalid_argument naming the field for anything a build cannot use: no name or sources,
 // no wrappers (nothing to export), wrappers without sources, export names that are not C identifiers or are reserved, expressions
@@ -100,6 +92,6 @@ std::string local(const Plan& plan, const std::string& path);
 
 // The bump of this number is what invalidates cached kernels when the runtime library's ABI (what
 // kernel modules call) changes; the engine's own code is not part of any key.
-inline constexpr int kRuntimeAbi = 1;
+inline constexpr int kRuntimeAbi = 2;  // 2: SymbolicSize records its source
 
 }  // namespace jitkern::plan

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -181,8 +182,10 @@ std::vector<std::string> path_list(const char* name) {
 }
 
 std::string temp_dir() {
+  // A TMPDIR that is missing or not writable is no part of a build: /tmp serves instead.
   const std::string tmp = path("TMPDIR");
-  return tmp.empty() ? "/tmp" : tmp;
+  struct stat st;
+  return !tmp.empty() && ::stat(tmp.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(tmp.c_str(), W_OK | X_OK) == 0 ? tmp : "/tmp";
 }
 
 bool flag(const char* name) {

@@ -194,9 +194,9 @@ Store Store::writable(const plan::Config& config) { return Store(config.cache_di
 
 Store Store::prebuilt(const std::string& dir) { return Store(dir, "", true); }
 
-std::vector<Store> Store::prebuilt_layers() {
+std::vector<Store> Store::prebuilt_layers(const std::vector<std::string>& dirs) {
   std::vector<Store> out;
-  for (const auto& dir : settings::path_list("JITKERN_PREBUILT_DIRS"))
+  for (const auto& dir : dirs)
     if (!dir.empty()) out.push_back(prebuilt(dir));
   return out;
 }

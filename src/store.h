@@ -141,7 +141,7 @@ class Store {
   // A read-only prebuilt layer (never written, never locked).
   static Store prebuilt(const std::string& dir);
   // The layers of JITKERN_PREBUILT_DIRS, in order.
-  static std::vector<Store> prebuilt_layers();
+  static std::vector<Store> prebuilt_layers(const std::vector<std::string>& dirs);
 
   const std::string& root() const { return m_root; }
   // Whether the store's directory exists (a nonexistent one named by an operator is a mistake).

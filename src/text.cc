@@ -55,4 +55,9 @@ std::string sanitize(const std::string& s) {
   return out.substr(0, 80);
 }
 
+std::string erase_all(std::string text, const std::string& part) {
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at)) text.erase(at, part.size());
+  return text;
+}
+
 }  // namespace jitkern::text

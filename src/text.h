@@ -18,6 +18,8 @@ std::string error_lines(const std::string& output, int lines = 3);
 // The preprocessor line that includes the file at `path`: #include "path", or #include <path> where the
 // path holds a double quote (neither form can hold a newline, nor both '"' and '>': then "").
 std::string include_line(const std::string& path);
+// `text` without any occurrence of `part`.
+std::string erase_all(std::string text, const std::string& part);
 // A file-name-safe, bounded spelling of `s`.
 std::string sanitize(const std::string& s);
 

@@ -13,7 +13,6 @@
 #include "compile_env.h"
 #include "fs_util.h"
 #include "manifest.h"
-#include "settings.h"
 #include "sha256.h"
 #include "store.h"
 #include "text.h"
@@ -37,15 +36,15 @@ std::vector<std::string> own_directories(const std::string& real, bool cuda) {
 }
 }  // namespace
 
-Compiler locate(const std::string& program) {
+Compiler locate(const std::string& program, const std::string& path) {
   static std::unordered_map<std::string, Compiler> memo;
-  const std::string memo_key = program + '\0' + settings::get("PATH");
+  const std::string memo_key = program + '\0' + path;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (auto it = memo.find(memo_key); it != memo.end()) return it->second;
   }
   Compiler c;
-  c.path = fs::which(program);
+  c.path = fs::which(program, path);
   if (!c.path.empty()) {
     fs::stat_sig(c.path, &c.sig);  // follows its links: the file that runs
   }
@@ -53,8 +52,8 @@ Compiler locate(const std::string& program) {
   return memo.emplace(memo_key, c).first->second;
 }
 
-Compiler identify(const std::string& program, const store::Store& store, const char* role) {
-  Compiler c = locate(program);
+Compiler identify(const std::string& program, const store::Store& store, const char* role, const config::Config& config) {
+  Compiler c = locate(program, config.path);
   if (c.path.empty())
     throw std::runtime_error(std::string("jitkern: ") + role + " '" + program + "' was not found; " +
                              (std::string(role) == "CUDA compiler"
@@ -66,7 +65,7 @@ Compiler identify(const std::string& program, const store::Store& store, const c
   static std::unordered_map<std::string, std::string> memo;  // (store, record head) -> version
   // The record names what was run and what it said: (real path, size, mtime), then --version.
   const std::string head = c.real + "\n" + std::to_string(c.sig.size) + "\n" + std::to_string(c.sig.mtime_ns) + "\n";
-  const std::string name = sha256_hex(program + '\0' + settings::get("PATH")).substr(0, 24) + ".txt";
+  const std::string name = sha256_hex(program + '\0' + config.path).substr(0, 24) + ".txt";
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (auto it = memo.find(store.root() + '\0' + head); it != memo.end()) return c.version = it->second, c;
@@ -75,9 +74,9 @@ Compiler identify(const std::string& program, const store::Store& store, const c
   if (store.read_toolchain_record(name, &text) && text.rfind(head, 0) == 0) {
     c.version = text.substr(head.size());
   } else {
-    const std::string scratch = fs::make_temp_dir(settings::temp_dir(), "jitkern-probe-");
+    const std::string scratch = fs::make_temp_dir(config.temp_dir, "jitkern-probe-");
     const std::string log = scratch + "/version.txt";
-    const int rc = fs::wait(fs::spawn({c.path, "--version"}, log, compile_env::make({"TMPDIR=" + scratch}), scratch), 60);
+    const int rc = fs::wait(fs::spawn({c.path, "--version"}, log, compile_env::make(config, {"TMPDIR=" + scratch}), scratch), 60);
     fs::read_file(log, &c.version);
     fs::remove_tree(scratch);
     if (rc != 0) throw std::runtime_error("jitkern: '" + c.path + " --version' failed (" + fs::describe_status(rc) + "): " + c.version);
@@ -95,24 +94,23 @@ std::string id(const Compiler& cxx, const Compiler* nvcc) {
   return h.hex();
 }
 
-std::string search_key(bool cuda) {
+std::string search_key(const config::Config& config, bool cuda) {
   Sha256 h;
-  for (const char* var : {"CXX", "PATH"}) h.field(var).field(settings::get(var));
-  if (cuda)
-    for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) h.field(var).field(settings::get(var));
+  h.field("CXX").field(config.cxx_env).field("PATH").field(config.path);
+  if (cuda) h.field("CUDA_HOME").field(config.cuda_home).field("CUDA_PATH").field(config.cuda_path);
   return h.hex();
 }
 
-bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda) {
-  if (!m.compiler_search.empty() && m.compiler_search == search_key(cuda) && m.compilers.size() == (cuda ? 2u : 1u) &&
+bool accepts(const manifest::Manifest& m, const store::Store& store, const config::Config& config, bool cuda) {
+  if (!m.compiler_search.empty() && m.compiler_search == search_key(config, cuda) && m.compilers.size() == (cuda ? 2u : 1u) &&
       std::all_of(m.compilers.begin(), m.compilers.end(), [](const manifest::Dep& c) {
         fs::FileSig now;
         return fs::stat_sig(c.path, &now) && now == c.sig;
       }))
     return true;
-  Compiler cxx = locate(cxx_program()), nvcc;
+  Compiler cxx = locate(config.cxx, config.path), nvcc;
   try {
-    if (cuda) nvcc = locate(nvcc_program());
+    if (cuda) nvcc = locate(nvcc_program(config), config.path);
   } catch (const std::exception&) {
     return true;  // a CUDA_HOME without nvcc: no CUDA compiler here
   }
@@ -126,30 +124,17 @@ bool accepts(const manifest::Manifest& m, const store::Store& store, bool cuda) 
                           });
   if (same_files) return true;
   try {
-    cxx = identify(cxx_program(), store, "C++ compiler");
-    if (cuda) nvcc = identify(nvcc_program(), store, "CUDA compiler");
+    cxx = identify(config.cxx, store, "C++ compiler", config);
+    if (cuda) nvcc = identify(nvcc_program(config), store, "CUDA compiler", config);
   } catch (const std::exception&) {
     return true;  // a compiler that cannot run here builds nothing either
   }
   return id(cxx, cuda ? &nvcc : nullptr) == m.toolchain;
 }
 
-std::string cxx_program() {
-  const std::string cxx = settings::get("CXX");
-  if (cxx.empty()) return "c++";
-  // A relative path names a file from here; compilers run in their scratch directory.
-  return cxx.find('/') != std::string::npos ? settings::absolute_path(cxx, "CXX") : cxx;
-}
-
-std::string nvcc_program() {
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    const std::string home = settings::path(var);
-    if (home.empty()) continue;
-    if (!fs::is_executable_file(home + "/bin/nvcc"))
-      throw std::runtime_error(std::string("jitkern: ") + var + "=" + home + " has no bin/nvcc; point it at a CUDA toolkit or unset it");
-    return home + "/bin/nvcc";
-  }
-  return "nvcc";
+std::string nvcc_program(const config::Config& config) {
+  if (!config.nvcc_problem.empty()) throw std::runtime_error(config.nvcc_problem);
+  return config.nvcc;
 }
 
 namespace {
@@ -252,10 +237,9 @@ std::string probe(int device) {
 }
 }  // namespace
 
-std::string cuda_arch(const std::string& requested, int device) {
+std::string cuda_arch(const std::string& requested, int device, const config::Config& config) {
   if (!requested.empty()) return validate_arch(requested, kSpecArch);
-  const std::string env = settings::get("JITKERN_CUDA_ARCH");
-  if (!env.empty()) return validate_arch(env, "JITKERN_CUDA_ARCH");
+  if (!config.cuda_arch.empty()) return config.cuda_arch;
   const int d = device < 0 ? 0 : device;
   return validate_arch(probe(d), "the compute capability of CUDA device " + std::to_string(d));
 }

@@ -1,7 +1,7 @@
 // Bandwidth yardsticks for the benchmarks.
 // copy_ceiling: a plain device-to-device copy, the second yardstick of the bandwidth ceiling (next to
 // torch's copy_): 16-byte vectors, 1024 threads of one vector each. On the H100 it measured 3030 GB/s
-// against 2964 for torch's copy_ (docs/benchmarks.md), so "% of the copy ceiling" is not flattered by a
+// against 2964 for torch's copy_ (docs/benchmarks/README.md), so "% of the copy ceiling" is not flattered by a
 // slow reference copy.
 // rewrite_columns: the memory traffic of an in-place row op on a slice of a wider buffer (qknorm's q
 // and k columns of a fused qkv buffer) and nothing else, as the ceiling for that access pattern.

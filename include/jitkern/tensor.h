@@ -67,7 +67,7 @@ struct SymbolicSize {
 
   bool has_value() const { return m_resolved; }
   int64_t unwrap(DebugInfo where = {}) const;
-  void set_value(int64_t value) { m_value = value, m_resolved = true; }
+  void set_value(int64_t value) { m_value = value, m_resolved = true, m_source[0] = '\0'; }
   const char* annotation() const { return m_annotation; }
   const char* get_name() const { return m_annotation ? m_annotation : "(unnamed)"; }
   jitkern::Optional<int64_t> get_value() const { return m_resolved ? jitkern::Optional<int64_t>(m_value) : jitkern::Optional<int64_t>(); }
@@ -81,6 +81,11 @@ struct SymbolicSize {
   const char* m_annotation;
   int64_t m_value = 0;
   bool m_resolved = false;
+  // Where a verify() resolved the value, for messages: the tensor's name (a copy: the caller's string may be a
+  // temporary), "shape" or "stride", and the dimension.
+  char m_source[32] = {};
+  const char* m_source_kind = nullptr;
+  int64_t m_source_dim = -1;
 };
 
 // A dtype that must be equal wherever the symbol is used, optionally restricted to options.

@@ -2,7 +2,7 @@
 // errors reported at the launch site) and RuntimeDeviceCheck; device-side PDL helpers, load_as/store_as.
 //
 // The fp16/bf16/fp8 element types live in <jitkern/type.cuh>, not here: CUDA's half-precision headers
-// add about 0.9 s to every nvcc compile (docs/benchmarks.md, "Design measurements").
+// add about 0.9 s to every nvcc compile (docs/benchmarks/design.md).
 //
 // A module built with host_without_nvcc compiles this file twice: nvcc makes its kernels (__CUDACC__
 // defined), the host compiler alone its host code, where a kernel is a stub whose symbol (the
@@ -32,6 +32,8 @@
 #ifndef __CUDACC_RTC__
 #include <jitkern/utils.h>
 #include <tvm/ffi/extra/c_env_api.h>
+
+#include <new>  // std::nothrow
 #endif
 
 #include <cstddef>
@@ -70,7 +72,7 @@ namespace host {
 // PDL trigger placement for kernels launched back to back: triggering at kernel start lets the next
 // launch start earliest, but queued launches then crowd the SMs, which slows grids of more than a few
 // CTAs (rmsnorm [32, 4096] in a CUDA graph of 2000 launches: 1.87 us triggering at start, 1.32 after the
-// wait; docs/benchmarks.md, "Design measurements"). Grids of at most kPdlEarlyTriggerMaxCtas CTAs
+// wait; docs/benchmarks/design.md). Grids of at most kPdlEarlyTriggerMaxCtas CTAs
 // trigger at start, larger ones after their wait.
 inline constexpr int64_t kPdlEarlyTriggerMaxCtas = 8;
 inline bool pdl_early_trigger(int64_t grid) { return grid <= kPdlEarlyTriggerMaxCtas; }
@@ -87,6 +89,80 @@ inline void RuntimeDeviceCheck(cudaError_t error, DebugInfo where = {}) {
   }
 }
 inline void RuntimeDeviceCheck(DebugInfo where = {}) { RuntimeDeviceCheck(cudaGetLastError(), where); }
+
+// host::runtime: CUDA device queries, cached per device, errors checked (LaunchKernel asks the capability
+// for PDL, so they live here; <jitkern/runtime.cuh> adds the occupancy queries).
+namespace runtime {
+namespace detail {
+inline constexpr int kMaxDevices = 64;
+template <cudaDeviceAttr kAttr>
+inline int cached_attribute(int device, DebugInfo where) {
+  static int cache[kMaxDevices] = {};  // value + 1; 0 = unknown
+  if (device < 0 || device >= kMaxDevices) Panic("host::runtime: device index ", device, " out of range");
+  if (cache[device] == 0) {
+    int value = 0;
+    RuntimeDeviceCheck(cudaDeviceGetAttribute(&value, kAttr, device), where);
+    cache[device] = value + 1;
+  }
+  return cache[device] - 1;
+}
+inline int current_device(DebugInfo where) {
+  int device = 0;
+  RuntimeDeviceCheck(cudaGetDevice(&device), where);
+  return device;
+}
+}  // namespace detail
+
+inline int get_sm_count(int device = -1, DebugInfo where = {}) {
+  return detail::cached_attribute<cudaDevAttrMultiProcessorCount>(device < 0 ? detail::current_device(where) : device, where);
+}
+inline int get_cc_major(int device = -1, DebugInfo where = {}) {
+  return detail::cached_attribute<cudaDevAttrComputeCapabilityMajor>(device < 0 ? detail::current_device(where) : device, where);
+}
+inline int get_cc_minor(int device = -1, DebugInfo where = {}) {
+  return detail::cached_attribute<cudaDevAttrComputeCapabilityMinor>(device < 0 ? detail::current_device(where) : device, where);
+}
+// The compute capability as one number, major * 10 + minor (90 for sm_90): what host::policy_for takes.
+inline int get_arch(int device = -1, DebugInfo where = {}) {
+  if (device < 0) device = detail::current_device(where);
+  return get_cc_major(device, where) * 10 + get_cc_minor(device, where);
+}
+// Largest dynamic shared memory a block may opt into (cudaFuncSetAttribute raises the 48 KB default).
+inline int get_available_dynamic_smem_per_block(int device = -1, DebugInfo where = {}) {
+  return detail::cached_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device < 0 ? detail::current_device(where) : device,
+                                                                           where);
+}
+inline int get_runtime_version(DebugInfo where = {}) {
+  static int version = 0;
+  if (version == 0) RuntimeDeviceCheck(cudaRuntimeGetVersion(&version), where);
+  return version;
+}
+// Programmatic dependent launch needs sm_90 or newer.
+inline bool has_pdl(int device = -1, DebugInfo where = {}) { return get_cc_major(device, where) >= 9; }
+}  // namespace runtime
+
+// Makes `device` current for the guard's lifetime and then restores the device that was current (no
+// switch where it is current already; a negative device leaves the current one as it is).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device, DebugInfo where = {}) : DeviceGuard(device, std::nothrow) { RuntimeDeviceCheck(m_status, where); }
+  // For code that must not throw (a watchdog thread): the switch's outcome is status().
+  DeviceGuard(int device, const std::nothrow_t&) noexcept : m_device(device) {
+    if (device < 0) return;
+    m_status = cudaGetDevice(&m_previous);
+    if (m_status == cudaSuccess && m_previous != device) m_status = cudaSetDevice(device);
+  }
+  ~DeviceGuard() {
+    if (m_previous >= 0 && m_previous != m_device) cudaSetDevice(m_previous);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  cudaError_t status() const noexcept { return m_status; }
+
+ private:
+  int m_device, m_previous = -1;
+  cudaError_t m_status = cudaSuccess;
+};
 
 #ifndef __CUDACC__
 extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
@@ -213,8 +289,8 @@ class LaunchKernel {
     return static_cast<cudaStream_t>(TVMFFIEnvGetStream(device.device_type, device.device_id));
   }
 
-  // Programmatic dependent launch; the kernel should call device::pdl_wait_primary() before
-  // reading what the previous kernel wrote.
+  // Programmatic dependent launch where the device has it (sm_90+; elsewhere the launch is a plain one);
+  // the kernel should call device::pdl_wait_primary() before reading what the previous kernel wrote.
   LaunchKernel& enable_pdl(bool enable = true) & { return m_pdl = enable, *this; }
   LaunchKernel&& enable_pdl(bool enable = true) && { return m_pdl = enable, static_cast<LaunchKernel&&>(*this); }
 
@@ -222,7 +298,7 @@ class LaunchKernel {
   void operator()(void (*kernel)(KernelArgs...), Args&&... args) const {
     cudaLaunchConfig_t config = m_config;
     cudaLaunchAttribute attr;
-    if (m_pdl) {
+    if (m_pdl && runtime::has_pdl(m_device_id, m_where)) {
       attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr.val.programmaticStreamSerializationAllowed = 1;
       config.attrs = &attr, config.numAttrs = 1;
@@ -230,17 +306,15 @@ class LaunchKernel {
 #ifndef __CUDACC__
     const void* handle = kernel_handle(kernel, m_where);  // before the device switch: a failed lookup throws
 #endif
-    int previous = -1;
-    if (m_device_id >= 0) {  // the stream belongs to the tensor's device, which may not be current
-      RuntimeDeviceCheck(cudaGetDevice(&previous), m_where);
-      if (previous != m_device_id) RuntimeDeviceCheck(cudaSetDevice(m_device_id), m_where);
-    }
+    cudaError_t status;
+    {
+      const DeviceGuard guard(m_device_id, m_where);  // the stream belongs to the tensor's device, which may not be current
 #ifdef __CUDACC__
-    const cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+      status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 #else
-    const cudaError_t status = launch_by_handle<KernelArgs...>(config, handle, static_cast<KernelArgs>(args)...);
+      status = launch_by_handle<KernelArgs...>(config, handle, static_cast<KernelArgs>(args)...);
 #endif
-    if (previous >= 0 && previous != m_device_id) cudaSetDevice(previous);
+    }
     RuntimeDeviceCheck(status, m_where);
   }
 

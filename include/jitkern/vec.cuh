@@ -1,5 +1,6 @@
 // AlignedVector<T, N>: N elements moved with one vector access (16 bytes; 32 bytes only on GPUs that
-// have 256-bit loads, sm_100+).
+// have 256-bit loads, sm_100+); device::kVec16<T>, the kernels' vector width, and host::vector_width,
+// the widest vector an operand set allows.
 #pragma once
 
 #ifdef SGL_KERNEL_VEC_CUH_
@@ -10,6 +11,10 @@
 #include <jitkern/utils.cuh>
 
 #include <cstddef>
+#include <cstdint>
+#ifndef __CUDACC_RTC__
+#include <initializer_list>
+#endif
 
 namespace device {
 
@@ -19,6 +24,11 @@ inline constexpr std::size_t kMaxVectorBytes =
 #else
     16;
 #endif
+
+// Elements of T in one 16-byte access: the vector the kernels move where pointers and strides allow it
+// (host and device agree on it, unlike kMaxVectorBytes, which the device pass alone sees per GPU).
+template <typename T>
+inline constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
 
 namespace detail {
 // Bits of one element as an unsigned integer of the same size.
@@ -57,7 +67,7 @@ struct alignas(sizeof(T) * N) AlignedVector {
   JITKERN_DEVICE void store(T* ptr) const {
     static_assert(sizeof(T) * N <= kMaxVectorBytes, "AlignedVector: wider than this GPU's vector stores");
     // 16 bytes go out as one st.v4.b32: nvcc split a plain struct copy of computed values into four
-    // 4-byte stores (docs/benchmarks.md, "Design measurements").
+    // 4-byte stores (docs/benchmarks/design.md).
     if constexpr (sizeof(T) * N == 16 && sizeof(T) <= 4) {
       constexpr int kPerWord = 4 / sizeof(T);
       unsigned int words[4];
@@ -80,3 +90,27 @@ struct alignas(sizeof(T) * N) AlignedVector {
 };
 
 }  // namespace device
+
+#ifndef __CUDACC_RTC__
+namespace host {
+// One operand of a vector_width question: its base pointer (null: not used) and its elements' bytes.
+struct VecOperand {
+  template <typename E>
+  VecOperand(const E* p) : ptr(p), elem_bytes(sizeof(E)) {}
+  VecOperand(const void* p, int bytes) : ptr(p), elem_bytes(bytes) {}
+  const void* ptr;
+  int elem_bytes;
+};
+
+// `vec` elements per access where the row width, every operand's base (aligned to vec of its elements)
+// and every row stride (in elements; 0 where a single row makes it irrelevant) allow it, else 1.
+inline int vector_width(int vec, int64_t width, std::initializer_list<VecOperand> operands, std::initializer_list<int64_t> strides) {
+  if (width % vec != 0) return 1;
+  for (const VecOperand& o : operands)
+    if (o.ptr != nullptr && reinterpret_cast<uintptr_t>(o.ptr) % (static_cast<uintptr_t>(vec) * o.elem_bytes) != 0) return 1;
+  for (int64_t s : strides)
+    if (s % vec != 0) return 1;
+  return vec;
+}
+}  // namespace host
+#endif  // __CUDACC_RTC__

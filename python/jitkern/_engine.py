@@ -1,4 +1,5 @@
-"""ctypes binding to the C++ engine (lib/libjitkern_engine.so, entry points in src/c_api.cc).
+"""ctypes binding to the C++ engine (lib/libjitkern_engine.so): the C ABI that src/include/jitkern/engine_abi.h
+declares (tests/python/test_engine_abi.py checks this binding against it).
 
 The only Python code that knows the request's wire format: fields "<key> <byte length>:<value>\\n".
 """
@@ -101,7 +102,8 @@ if logger.level == logging.NOTSET:
 _handler = _StderrUnlessConfigured()
 _handler.setFormatter(logging.Formatter("jitkern: %(message)s"))
 logger.addHandler(_handler)
-_ERRORS = {1: BuildError, 2: ValueError, 3: RuntimeError, 4: CacheMissError}
+OK, BUILD_ERROR, VALUE_ERROR, RUNTIME_ERROR, CACHE_MISS = 0, 1, 2, 3, 4  # engine_abi.h's status codes
+_ERRORS = {BUILD_ERROR: BuildError, VALUE_ERROR: ValueError, RUNTIME_ERROR: RuntimeError, CACHE_MISS: CacheMissError}
 
 
 def _take(ptr: int | None) -> str:
@@ -155,7 +157,7 @@ def encode_context(cuda_device: int | None, tvm_ffi_version: str) -> bytes:
     return _encode(fields)
 
 
-BUILD, LOAD, BUILD_REPORTING = 0, 1, 2  # jitkern_build's modes
+BUILD, LOAD, BUILD_REPORTING = 0, 1, 2  # jitkern_build's modes (engine_abi.h's JITKERN_MODE_*)
 PARALLEL = 4  # added to a mode: one of many builds run at once (JITKERN_DEVICE_COMPILER=auto picks NVRTC)
 
 
@@ -165,7 +167,7 @@ def build(request: bytes, mode: int) -> str:
     "<path>\\n<compiled|cached>" (src/c_api.cc)."""
     result, error = ctypes.c_void_p(), ctypes.c_void_p()
     rc = _LIB.jitkern_build(request, len(request), mode, ctypes.byref(result), ctypes.byref(error))
-    if rc == 0:
+    if rc == OK:
         return _take(result.value)
     raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
 
@@ -182,7 +184,7 @@ def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_t
     request = _encode(fields)
     result, error = ctypes.c_void_p(), ctypes.c_void_p()
     rc = _LIB.jitkern_cache(request, len(request), ctypes.byref(result), ctypes.byref(error))
-    if rc == 0:
+    if rc == OK:
         return json.loads(_take(result.value))
     raise _ERRORS.get(rc, RuntimeError)(_take(error.value))
 
@@ -196,14 +198,14 @@ def config() -> dict:
 def check_request(request: bytes) -> None:
     """ValueError naming the field for what a build of `request` would refuse before compiling; builds nothing."""
     error = ctypes.c_void_p()
-    if _LIB.jitkern_check_request(request, len(request), ctypes.byref(error)) != 0:
+    if _LIB.jitkern_check_request(request, len(request), ctypes.byref(error)) != OK:
         raise ValueError(_take(error.value))
 
 
 def check_arch(arch: str, origin: str) -> None:
     """ValueError saying the valid forms when `arch` is no CUDA target jitkern accepts."""
     error = ctypes.c_void_p()
-    if _LIB.jitkern_check_arch(arch.encode(), origin.encode(), ctypes.byref(error)) != 0:
+    if _LIB.jitkern_check_arch(arch.encode(), origin.encode(), ctypes.byref(error)) != OK:
         raise ValueError(_take(error.value))
 
 
@@ -216,7 +218,7 @@ def find_compiler(cuda: bool) -> tuple[str, str]:
     """(path, --version output) of the compiler a build would use; RuntimeError with the engine's
     one-line reason and fix when there is none."""
     result, error = ctypes.c_void_p(), ctypes.c_void_p()
-    if _LIB.jitkern_find_compiler(int(cuda), ctypes.byref(result), ctypes.byref(error)) != 0:
+    if _LIB.jitkern_find_compiler(int(cuda), ctypes.byref(result), ctypes.byref(error)) != OK:
         raise RuntimeError(_take(error.value))
     path, _, version = _take(result.value).partition("\n")
     return path, version

@@ -3,6 +3,8 @@ custom op, so the graph keeps it) and the guard against loading a module inside 
 
 from __future__ import annotations
 
+from .jit import positional
+
 try:
     import torch
 except ImportError:  # the specs import without torch; the ops need it
@@ -41,6 +43,15 @@ def check_not_capturing(what: str, warmup: str) -> None:
             f"capture, or warm it up: {warmup}")
 
 
+def check_cuda_tensor(public: str, name: str, x) -> None:
+    """Raises TypeError unless x is a tensor and ValueError unless it is on a CUDA device: checked before an op
+    loads its module, so that a tensor the kernels cannot take costs no compile."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{public}(): {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cuda":
+        raise ValueError(f"{public}(): {name} must be a CUDA tensor, got {x.device.type}")
+
+
 _LIBRARIES: dict = {}  # namespace -> torch.library.Library
 
 
@@ -49,7 +60,7 @@ def define_op(qualname: str, schema: str, implementation, fake=None):
     arguments and results, e.g. "(Tensor x, Tensor(a!) out) -> ()": `(a!)` marks a tensor the op writes)
     and `fake` as what tracing runs (default: returns None, right for ops that return nothing). Registered
     through torch.library.Library, whose dispatcher calls `implementation` directly: torch.library.custom_op
-    adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks.md)."""
+    adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks/design.md)."""
     require_torch()
     namespace, _, name = qualname.partition("::")
     if not namespace or not name:
@@ -72,7 +83,7 @@ def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None):
     def implementation(*args):
         if not loaded:
             check_not_capturing(f"the module of {qualname} ({spec!r})", "jitkern.warmup(spec)")
-            loaded.append(getattr(spec.load(), export))
+            loaded.append(positional(spec.load(), export))
         return loaded[0](*args)
 
     return define_op(qualname, schema, implementation, fake)
@@ -89,10 +100,10 @@ class ModuleExports:
         fn = self._functions.get(op)
         if fn is None:
             check_not_capturing(f"the {self._what} module", "jitkern.ops.warmup()")
-            fn = self._functions.setdefault(op, getattr(self._spec().load(), op))
+            fn = self._functions.setdefault(op, positional(self._spec().load(), op))
         return fn
 
     def warmup(self) -> None:
         module = self._spec().load()
         for op in self._ops:
-            self._functions.setdefault(op, getattr(module, op))
+            self._functions.setdefault(op, positional(module, op))

@@ -200,8 +200,12 @@ class JitSpec:
         module = _MODULES.get(prefix)
         if module is None:
             with _MODULES_LOCK:
-                module = _MODULES.setdefault(prefix, Module(path, exports, prefix))
+                module = _MODULES.setdefault(prefix, Module(path, exports, prefix, self._parameters()))
         return module
+
+    def _parameters(self) -> dict[str, tuple[str, ...]]:
+        """export -> its parameter names, where its wrapper names them (the third element)."""
+        return {w[0]: tuple(n.strip() for n in w[2].split(",") if n.strip()) for w in (*self.cpp_wrappers, *self.cuda_wrappers) if len(w) == 3}
 
 
 def usable_cpus() -> int:
@@ -247,15 +251,48 @@ def load_jit(*args: str, **kwargs: Any) -> "Module":
     return JitSpec(*args, **kwargs).load()
 
 
-class Module:
-    """A loaded kernel module: one attribute per exported function (a tvm_ffi.Function), plus `path`
-    and `exports` (export names that would shadow these are refused by the engine)."""
+def _keyword_call(function: Any, name: str, parameters: tuple[str, ...] | None) -> Any:
+    """`function` (positional only, as tvm-ffi calls) made callable with keywords by its parameter names."""
+    signature = f"{name}({', '.join(parameters)})" if parameters else f"{name}()"
 
-    def __init__(self, path: str, exports: list[str], prefix: str) -> None:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            args = _bind(args, kwargs)
+        return function(*args)
+
+    def _bind(args: tuple, kwargs: dict) -> tuple:
+        if not parameters:
+            raise TypeError(f"{name}() takes positional arguments only: its parameters are not named (name them in "
+                            f"its wrapper's third element, e.g. (\"{name}\", \"<expression>\", \"x, y\"))")
+        bound = dict(zip(parameters, args))
+        for key, value in kwargs.items():
+            if key not in parameters:
+                raise TypeError(f"{signature} got an unexpected keyword argument {key!r}")
+            if key in bound:
+                raise TypeError(f"{signature} got multiple values for argument {key!r}")
+            bound[key] = value
+        missing = [p for p in parameters if p not in bound]
+        if missing:
+            raise TypeError(f"{signature} missing argument{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+        return tuple(bound[p] for p in parameters) + args[len(parameters):]
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{signature}: the module's export (positional or keyword arguments)"
+    return call
+
+
+class Module:
+    """A loaded kernel module: one attribute per exported function, callable with positional arguments or
+    with keywords by the parameter names its wrapper gives, plus `path` and `exports` (export names that
+    would shadow these are refused by the engine). positional(module, name) gives an export's
+    tvm_ffi.Function itself, for hot paths."""
+
+    def __init__(self, path: str, exports: list[str], prefix: str, parameters: dict[str, tuple[str, ...]] | None = None) -> None:
         self.path = path
         self.exports = tuple(exports)
-        for name in exports:
-            setattr(self, name, tvm_ffi.get_global_func(prefix + name))
+        functions = self.__dict__["__functions__"] = {name: tvm_ffi.get_global_func(prefix + name) for name in exports}
+        for name, function in functions.items():
+            setattr(self, name, _keyword_call(function, name, (parameters or {}).get(name)))
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.exports:
@@ -268,6 +305,12 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<jitkern.Module {self.path} exports={list(self.exports)}>"
+
+
+def positional(module: Module, name: str) -> Any:
+    """`module`'s export `name` as the tvm_ffi.Function itself: positional arguments only, one Python call
+    level less than the module's attribute (what the ops' hot paths call)."""
+    return module.__dict__["__functions__"][name]
 
 
 def cache_once(fn: F) -> F:

@@ -21,7 +21,7 @@ BuildRequest cpu_request() {
   return r;
 }
 
-plan::Config config() {
+plan::Config test_config() {
   plan::Config c;
   c.cache_dir = "/cache";
   c.lock_dir = "/cache/locks";
@@ -43,7 +43,7 @@ plan::Toolchain toolchain_() {
 
 std::string key(const BuildRequest& r, const std::string& cwd = "/work") {
   plan::validate(r);
-  return plan::make(r, config(), toolchain_(), cwd).request_key;
+  return plan::make(r, test_config(), toolchain_(), cwd).request_key;
 }
 
 void expect_invalid(const BuildRequest& r, const std::string& needle) {
@@ -88,7 +88,7 @@ TEST(Plan, WrapperLinesPointAtEachWrappersExport) {
   r.cuda_files = {"add_constant.cuh"};
   r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
   plan::validate(r);
-  const plan::Plan p = plan::make(r, config(), toolchain_(), "/work");
+  const plan::Plan p = plan::make(r, test_config(), toolchain_(), "/work");
   ASSERT_EQ(p.wrapper_lines.size(), 3u);
   for (const auto& w : p.wrapper_lines) {
     const auto lines = text::split_lines(w.field == "cpp_wrappers" ? p.cpp_source : p.cuda_source);
@@ -159,7 +159,7 @@ TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
   BuildRequest r = cpu_request();
   r.cpp_files = {"no_such_kernel.h"};
   try {
-    plan::make(r, config(), toolchain_(), "/work");
+    plan::make(r, test_config(), toolchain_(), "/work");
     ADD_FAILURE();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("kernel source 'no_such_kernel.h' not found (looked at " JITKERN_SOURCE_DIR "/csrc/no_such_kernel.h"),
@@ -179,49 +179,49 @@ TEST(Plan, KeyFollowsEverythingThatChangesTheLibrary) {
   EXPECT_NE(key(r), key(base));
   plan::Toolchain other = toolchain_();
   other.cxx.version = "g++ 13.1";
-  const plan::Plan p = plan::make(base, config(), toolchain_(), "/work"), q = plan::make(base, config(), other, "/work");
+  const plan::Plan p = plan::make(base, test_config(), toolchain_(), "/work"), q = plan::make(base, test_config(), other, "/work");
   EXPECT_EQ(q.request_key, p.request_key) << "the compiler is not in the entry's name";
   EXPECT_NE(q.toolchain_id, p.toolchain_id) << "but its version is in the content key (manifest::full_key_of)";
   EXPECT_FALSE(p.toolchain_id.empty());
   plan::Toolchain none = toolchain_();
   none.cxx = {};
-  EXPECT_EQ(plan::make(base, config(), none, "/work").request_key, p.request_key) << "a lookup needs no compiler";
+  EXPECT_EQ(plan::make(base, test_config(), none, "/work").request_key, p.request_key) << "a lookup needs no compiler";
 }
 
 TEST(Plan, KeyIsTheSameInAnotherTree) {
   const BuildRequest base = cpu_request();
-  plan::Config moved = config();
+  plan::Config moved = test_config();
   for (std::string* dir : {&moved.include_dir, &moved.csrc_dir, &moved.runtime_lib_dir, &moved.tvm_ffi_include_dir,
                            &moved.dlpack_include_dir, &moved.tvm_ffi_lib_dir})
     *dir = "/elsewhere" + *dir;
   plan::Toolchain tc = toolchain_();
   tc.cxx.path = "/opt/other/bin/g++";
-  const plan::Plan here = plan::make(base, config(), toolchain_(), "/work"), there = plan::make(base, moved, tc, "/work");
+  const plan::Plan here = plan::make(base, test_config(), toolchain_(), "/work"), there = plan::make(base, moved, tc, "/work");
   EXPECT_EQ(there.request_key, here.request_key) << "package, tvm-ffi and compiler paths are not in the key";
-  const std::string header = config().include_dir + "/jitkern/tensor.h";
+  const std::string header = test_config().include_dir + "/jitkern/tensor.h";
   EXPECT_EQ(plan::portable(here, header), "@jitkern-include/jitkern/tensor.h");
   EXPECT_EQ(plan::local(there, plan::portable(here, header)), moved.include_dir + "/jitkern/tensor.h");
-  EXPECT_EQ(plan::portable(here, config().include_dir + "2/x.h"), config().include_dir + "2/x.h") << "whole directory names only";
+  EXPECT_EQ(plan::portable(here, test_config().include_dir + "2/x.h"), test_config().include_dir + "2/x.h") << "whole directory names only";
   EXPECT_EQ(plan::local(here, "/abs/user.h"), "/abs/user.h");
 }
 
 TEST(Plan, KeyIgnoresWhatDoesNotChangeTheLibrary) {
   const BuildRequest base = cpu_request();
   EXPECT_EQ(key(base, "/work"), key(base, "/somewhere/else")) << "the caller's directory, with no relative paths";
-  plan::Config other = config();
+  plan::Config other = test_config();
   other.lock_dir = "/locks";
   EXPECT_EQ(plan::make(base, other, toolchain_(), "/work").request_key, key(base));
   plan::Toolchain tc = toolchain_();
   tc.nvcc = {};
   tc.cuda_arch.clear();
-  EXPECT_EQ(plan::make(base, config(), tc, "/work").request_key, key(base)) << "nvcc does not matter to a C++-only module";
+  EXPECT_EQ(plan::make(base, test_config(), tc, "/work").request_key, key(base)) << "nvcc does not matter to a C++-only module";
 }
 
 TEST(Plan, RelativeIncludePathsResolveAgainstTheCallersDirectory) {
   BuildRequest r = cpu_request();
   r.extra_include_paths = {"inc"};
   r.extra_cflags = {"-Iinc2", "-isystem", "sys", "-I/abs"};
-  const plan::Plan p = plan::make(r, config(), toolchain_(), "/work/project");
+  const plan::Plan p = plan::make(r, test_config(), toolchain_(), "/work/project");
   auto has = [&](const std::string& arg) { return std::find(p.cpp_compile.begin(), p.cpp_compile.end(), arg) != p.cpp_compile.end(); };
   EXPECT_TRUE(has("-I/work/project/inc"));
   EXPECT_TRUE(has("-I/work/project/inc2"));
@@ -235,7 +235,7 @@ TEST(Plan, CudaCommand) {
   r.name_parts = {"add_constant", "5"};
   r.cuda_files = {"add_constant.cuh"};
   r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
-  const plan::Plan p = plan::make(r, config(), toolchain_(), "/work");
+  const plan::Plan p = plan::make(r, test_config(), toolchain_(), "/work");
   EXPECT_EQ(p.name, "add_constant_5");
   EXPECT_NE(std::find(p.cuda_compile.begin(), p.cuda_compile.end(), "-gencode=arch=compute_90a,code=sm_90a"), p.cuda_compile.end());
   EXPECT_NE(p.cuda_source.find("JITKERN_EXPORT(add_constant, add_constant<5>)"), std::string::npos);
@@ -245,7 +245,7 @@ TEST(Plan, CudaCommand) {
   EXPECT_TRUE(p.host_pass.empty()) << "nvcc compiles the host code unless the request says otherwise";
 
   r.host_without_nvcc = true;
-  const plan::Plan split = plan::make(r, config(), toolchain_(), "/work");
+  const plan::Plan split = plan::make(r, test_config(), toolchain_(), "/work");
   EXPECT_NE(split.request_key, p.request_key) << "another library";
   EXPECT_EQ(split.cuda_compile, p.cuda_compile) << "the same device code";
   ASSERT_FALSE(split.host_pass.empty());
@@ -261,7 +261,7 @@ TEST(Plan, CudaCommand) {
                          "--compiler-options=-ffast-math", "--include-path=inc", "--system-include", "/sys", "-I/a,/b",
                          "--pre-include=/p.h", "--define-macros-not"};
   r.extra_cflags = {"-DCPP_FILES_ONLY"};
-  const plan::Plan flags = plan::make(r, config(), toolchain_(), "/work");
+  const plan::Plan flags = plan::make(r, test_config(), toolchain_(), "/work");
   const std::vector<std::string> tail(flags.host_pass.end() - 18, flags.host_pass.end());
   EXPECT_EQ(tail, (std::vector<std::string>{"-DBLOCK=512", "-UNDEBUG", "-include", "/work/pre.h", "-DVAL=1", "-DW=2", "-DA=a", "-Db", "-fopenmp",
                                             "-fwrapv", "-ffast-math", "-I/work/inc", "-isystem", "/sys", "-I/a", "-I/b", "-include", "/p.h"}));

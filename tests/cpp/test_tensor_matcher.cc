@@ -116,6 +116,27 @@ TEST(TensorMatcher, StridesLiteralSymbolicAndWildcard) {
   EXPECT_NO_THROW(TensorMatcher({-1, 3}).with_strides({-1, 1}).verify(c.view()));
 }
 
+TEST(TensorMatcher, MismatchNamesWhereTheEarlierValueCameFrom) {
+  FakeTensor y({5, 3}, {8, 1}), x({4, 3}, {9, 1});
+  auto N = SymbolicSize{"n"};
+  auto S = SymbolicSize{"row_stride"};
+  auto unnamed = SymbolicSize{};
+  std::string msg = failure([&] { TensorMatcher({N, 3}).verify(y.view(), std::string("y").c_str()); });
+  EXPECT_CONTAINS(msg, "not contiguous");  // a failed match resolves nothing
+  EXPECT_FALSE(N.has_value());
+  msg = failure([&] { TensorMatcher({N, 3}).with_strides({S, 1}).verify(y.view(), std::string("y").c_str()).verify(x.view(), "x"); });
+  EXPECT_CONTAINS(msg, "Size mismatch for shape#0('n'): expected 5 (resolved earlier) but got 4; n = 5 from y (shape#0)");
+  msg = failure([&] { TensorMatcher({-1, 3}).with_strides({S, 1}).verify(x.view(), "x"); });
+  EXPECT_CONTAINS(msg, "Stride mismatch for stride#0('row_stride'): expected 8 (resolved earlier) but got 9; row_stride = 8 from y (stride#0)");
+  msg = failure([&] { TensorMatcher({-1, unnamed}).verify(FakeTensor({2, 3}).view(), "a").verify(FakeTensor({2, 7}).view(), "b"); });
+  EXPECT_CONTAINS(msg, "expected 3 (resolved earlier) but got 7; 3 came from a (shape#1)");
+  auto M = SymbolicSize{"m"};
+  M.set_value(6);  // set by hand: no source to name
+  msg = failure([&] { TensorMatcher({M}).verify(FakeTensor({7}).view(), "z"); });
+  EXPECT_CONTAINS(msg, "expected 6 (resolved earlier) but got 7");
+  EXPECT_EQ(msg.find("; m = "), std::string::npos) << msg;
+}
+
 TEST(TensorMatcher, SizeOneDimensionsSkipStrideCheck) {
   FakeTensor a({1, 3}, {12345, 1});  // torch gives arbitrary strides to size-1 dims
   EXPECT_NO_THROW(TensorMatcher({1, 3}).verify(a.view()));

@@ -10,7 +10,7 @@ KERNELS = HERE / "kernels"
 
 # The exports of kernels/primitives.cuh that the GPU tests call; the CPU-side compile check builds the same list.
 PRIMITIVES_WRAPPERS = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
-                       ("runtime_info", "runtime_info"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]
+                       ("runtime_info", "runtime_info"), ("launch_rules", "launch_rules"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]
 PRIMITIVES_WRAPPERS += [(f"math_{t}", f"math_ops<{t}>") for t in ("fp32_t", "fp16_t", "bf16_t")]
 PRIMITIVES_WRAPPERS += [(f"round_trip_{t}", f"round_trip<{t}>") for t in ("fp16_t", "bf16_t", "fp8_e4m3_t")]
 PRIMITIVES_WRAPPERS += [(f"packed_max_{t}", f"packed_max<{t}>") for t in ("fp16x2_t", "bf16x2_t")]
@@ -56,15 +56,24 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+_GPU_NOT_RUN = []  # the one skip reason of every GPU test on a machine without a GPU (set at collection)
+
+
 def pytest_collection_modifyitems(config, items):
-    # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as
-    # such ("not run"), never counted as passed.
+    # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
+    # never counted as passed, in one line of the summary (pytest_runtest_setup).
     if _cuda_available():
         return
-    skip = pytest.mark.skip(reason="NOT RUN: needs a CUDA GPU and torch (run `pytest -m gpu` on the GPU machine)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    count = sum("gpu" in item.keywords for item in items)
+    _GPU_NOT_RUN[:] = [f"NOT RUN here: {count} GPU test{'s' if count != 1 else ''} need a CUDA GPU and torch; on a GPU "
+                       "machine run them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # Skipped from this one line, so that `pytest -rs` folds every GPU test into one summary line.
+    if _GPU_NOT_RUN and "gpu" in item.keywords:
+        pytest.skip(_GPU_NOT_RUN[0])
 
 
 @pytest.fixture

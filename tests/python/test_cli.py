@@ -6,6 +6,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -242,6 +243,74 @@ def test_clangd_writes_config_and_compile_commands(tmp_path):
     assert run_cli("clangd", cwd=tmp_path).returncode == 1  # never overwrites without --force
 
 
+def test_clangd_takes_cpu_kernels_as_cpp(tmp_path):
+    """A CPU kernel's .h is C++ (no -xcuda) in compile_commands.json and in .clangd, whose CUDA flags apply to
+    .cu and .cuh files only."""
+    kernels = tmp_path / "csrc"
+    kernels.mkdir()
+    (kernels / "a.cuh").write_text("// a CUDA kernel\n")
+    (kernels / "b.h").write_text("// a CPU kernel\n")
+    proc = run_cli("clangd", "--kernels", str(kernels), cwd=tmp_path)
+    assert proc.returncode == 0 and "(1 CUDA and 1 C++ kernel files under" in proc.stdout, proc.stdout + proc.stderr
+    db = {Path(e["file"]).name: e["arguments"] for e in json.loads((tmp_path / "compile_commands.json").read_text())}
+    assert "-xcuda" in db["a.cuh"] and "-xcuda" not in db["b.h"] and "-xc++" in db["b.h"], db
+    assert not any(a.startswith("--cuda") for a in db["b.h"]), db["b.h"]
+    cpp, cuda = (tmp_path / ".clangd").read_text().split("\n---\n")
+    assert "PathExclude: .*\\.(cu|cuh)$" in cpp and "-xcuda" not in cpp and "--cuda-gpu-arch" not in cpp, cpp
+    assert "PathMatch: .*\\.(cu|cuh)$" in cuda and "-xcuda" in cuda and "--cuda-gpu-arch=sm_80" in cuda, cuda
+    assert "needs clangd 15 or newer" in cpp
+
+
+def test_clangd_names_the_clangd_it_needs(tmp_path):
+    fake = tmp_path / "bin" / "clangd"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'Debian clangd version 14.0.6'\n")
+    fake.chmod(0o755)
+    proc = run_cli("clangd", cwd=tmp_path, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert proc.returncode == 0 and proc.stderr.strip() == ("note: jitkern's headers need clangd 15 or newer (the clangd on PATH is 14); "
+                                                            "e.g. apt install clangd-15"), proc.stderr
+    fake.write_text("#!/bin/sh\necho 'Debian clangd version 19.1.7'\n")
+    assert run_cli("clangd", "--force", cwd=tmp_path, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"}).stderr == ""
+
+
+def test_cache_names_specs_lists_prebuilt_layers_and_failed_entries(tmp_path):
+    """show/rm take a JitSpec's name for its modules; ls lists the prebuilt layers too; a failed entry shows its
+    module and arch; --cache-dir must be a directory."""
+    src = tmp_path / "broken.h"
+    src.write_text("inline int broken() { return nope; }\n")
+    cache, layer = tmp_path / "cache", tmp_path / "prebuilt"
+    env = {"JITKERN_CACHE_DIR": str(cache)}
+    code = ("import jitkern\n"
+            f"jitkern.JitSpec('scale', '3', cpp_files=[{str(KERNELS / 'scale_cpu.h')!r}], cpp_wrappers=[('scale', 'scale<3>')]).build()\n"
+            "try:\n"
+            f"    jitkern.JitSpec('broken', cpp_files=[{str(src)!r}], cpp_wrappers=[('broken', 'broken')]).build()\n"
+            "except jitkern.BuildError:\n    pass\n")
+    assert subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True).returncode == 0
+    shown = run_cli("cache", "show", "scale", env=env)
+    assert shown.returncode == 0 and shown.stdout.startswith("scale_3 (ok)"), shown.stdout + shown.stderr
+    failed = run_cli("cache", "show", "broken", env=env)
+    assert "broken (failed)" in failed.stdout and re.search(r"^  arch +-$", failed.stdout, re.M), failed.stdout
+    layer.mkdir(mode=0o755)
+    listed = run_cli("cache", "ls", env=dict(env, JITKERN_PREBUILT_DIRS=str(layer)))
+    assert listed.returncode == 0 and f"{layer} (prebuilt: JITKERN_PREBUILT_DIRS, searched first) (0 entries)" in listed.stdout, listed.stdout
+    assert re.search(r"^broken +[0-9a-f]{12} -  ", listed.stdout, re.M), listed.stdout
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    wrong = run_cli("cache", "ls", "--cache-dir", str(not_a_dir))
+    assert wrong.returncode == 2 and wrong.stderr.strip() == f"jitkern cache ls: --cache-dir {not_a_dir} is not a directory", wrong.stderr
+    removed = run_cli("cache", "rm", "scale", env=env)
+    assert removed.returncode == 0 and "scale_3-" in removed.stdout, removed.stdout + removed.stderr
+
+
+def test_doctor_says_a_bad_arch_once_and_where_it_builds(tmp_path):
+    bad = run_cli("doctor", env={"JITKERN_CUDA_ARCH": "sm_xx", "JITKERN_CACHE_DIR": str(tmp_path / "cache")})
+    arch_lines = [line for line in bad.stdout.splitlines() if line.startswith("[") and "JITKERN_CUDA_ARCH" in line]
+    assert bad.returncode == 1 and len(arch_lines) == 1 and arch_lines[0].startswith("[FAIL] JITKERN_CUDA_ARCH: invalid"), bad.stdout
+    good = run_cli("doctor", env={"JITKERN_CACHE_DIR": str(tmp_path / "cache")})
+    assert f"tiny builds, into the cache above as any load's ({tmp_path / 'cache'})" in good.stdout, good.stdout
+    assert "jitkern: compiling doctor_cpp ..." in good.stderr, good.stderr
+
+
 def test_clangd_keeps_an_existing_compile_commands_json(tmp_path):
     """A compile_commands.json of the user's own is not replaced without --force, even where no .clangd
     exists yet; nothing is written then."""
@@ -343,7 +412,7 @@ def test_prebuild_checks_every_argument_before_building(tmp_path):
         (["--ops", "rmsnorm,nonesuch,nor_m", "--arch", "sm_90a"], "--ops: unknown kernel families or ops nonesuch, nor_m (did you mean norm?);"),
         (["--ops", "RMSNorm", "--arch", "sm_90a"], "--ops: unknown kernel family or op RMSNorm (did you mean rmsnorm?); the families: norm,"),
         (["--ops", "all,rmsnorm", "--arch", "sm_90a"], "--ops: 'all' means every family: give it alone"),
-        (["--ops", "store_cache", "--dtypes", "int8", "--arch", "sm_90a"], "--dtypes: the rope family is built for float16, bfloat16, float32, not int8"),
+        (["--ops", "rotary_embedding", "--dtypes", "int8", "--arch", "sm_90a"], "--dtypes: the rope family is built for float16, bfloat16, float32, not int8"),
         (["--ops", "add_constant", "--constants", "99999999999", "--arch", "sm_90a"],
          "--constants: add_constant(): constant must be an int in the int32 range, got 99999999999"),
         (["--ops", "add_constant", "--arch", "sm_90a"], "--ops add_constant: is built once per constant: add --constants"),
@@ -380,16 +449,16 @@ def test_prebuild_ops_takes_op_names(tmp_path):
     (or two --arch entries) share is built once (no CUDA compiler is needed to plan them)."""
     env = {"CUDA_HOME": str(tmp_path / "no-cuda")}  # every CUDA build fails at once: only the plan is looked at
 
-    def planned(ops, cache, arch="sm_90a"):
-        proc = run_cli("prebuild", "--ops", ops, "--dtypes", "bfloat16", "--arch", arch, "--cache-dir", str(tmp_path / cache), env=env)
+    def planned(ops, cache, arch="sm_90a", dtypes=("--dtypes", "bfloat16")):
+        proc = run_cli("prebuild", "--ops", ops, *dtypes, "--arch", arch, "--cache-dir", str(tmp_path / cache), env=env)
         assert proc.returncode == 1 and "prebuilding " in proc.stdout, proc.stderr
         return sorted(line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("FAILED"))
 
-    assert planned("rmsnorm,per_token_quant_fp8,store_cache", "a") == ["norm_rmsnorm_bf16_t", "quant_per_token_quant_bf16_t", "rope_store_cache"]
+    assert planned("rmsnorm,per_token_quant_fp8,store_cache", "a") == ["kv_rows_store_cache", "norm_rmsnorm_bf16_t", "quant_per_token_quant_bf16_t"]
     norm = planned("norm", "b")
     assert len(norm) == 4 and "norm_rmsnorm_bf16_t" in norm
     assert planned("rmsnorm,norm,fused_add_rmsnorm", "c") == norm
-    assert planned("concat_mla_k,concat_mla_absorb_q", "d", arch="sm_90a,sm_90a") == ["rope_concat_mla"]
+    assert planned("concat_mla_k,concat_mla_absorb_q", "d", arch="sm_90a,sm_90a", dtypes=()) == ["kv_rows_concat_mla"]
 
 
 def test_prebuild_reads_specs_without_torch_only_as_the_command(tmp_path):

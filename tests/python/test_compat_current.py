@@ -345,7 +345,7 @@ def _reference_root():
 REFERENCE = _reference_root()
 needs_reference = pytest.mark.skipif(REFERENCE is None, reason="NOT RUN: set REFERENCE_KERNELS to the reference's sglang/kernels/jit")
 
-# Hot-path kernel files: the subset CI compiles (two cores: a full run is in docs/benchmarks.md).
+# Hot-path kernel files: the subset CI compiles (two cores: a full run is in docs/benchmarks/compat.md).
 HOT = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementwise/qknorm.cuh", "elementwise/activation.cuh",
        "elementwise/kvcache.cuh", "gemm/per_token_group_quant.cuh", "moe/moe_topk_softmax.cuh", "distributed/custom_all_reduce.cuh"]
 

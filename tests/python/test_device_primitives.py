@@ -170,6 +170,22 @@ def test_vector_store_through_shared_memory(prim, dtype_name, cpp_type, elements
         prim.vector_copy_via_shared_fp32_t(torch.empty(6, device="cuda"), torch.empty(6, device="cuda"))
 
 
+def test_launch_rules(prim):
+    """The device guard, the PDL capability, the per-arch policy and the operand-width rule, from C++."""
+    import torch
+
+    out = torch.zeros(16, dtype=torch.int64)
+    prim.launch_rules(out)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    assert out[0] == props.major * 10 + props.minor
+    assert out[1] == (props.major >= 9), "PDL where the GPU has it (sm_90+)"
+    assert out[2] == 1, "the guard leaves the current device current"
+    assert out[3] == (768 if props.max_threads_per_multi_processor == 1536 else 1024), "two one-row CTAs fill an SM"
+    assert out[4:8].tolist() == [2048, 1536, 768, 100]
+    assert out[8:13].tolist() == [8, 1, 1, 1, 1]
+    assert out[13:16].tolist() == [4, 16, 1024]
+
+
 def test_runtime_queries(prim):
     import torch
 

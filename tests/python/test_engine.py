@@ -121,6 +121,43 @@ def test_cpp_errors_reach_python_with_messages(cache_dir):
         m.scale(a, np.zeros(8, dtype=np.float32)[::2])
 
 
+SCALE_ADD = """#include <jitkern/tensor.h>
+inline void scale_add(jitkern::TensorView y, jitkern::TensorView x, double b) {
+  host::SymbolicSize n{"n"};
+  host::TensorMatcher({n}).with_dtype<float>().with_device<kDLCPU>().verify(y, "y").verify(x, "x");
+  auto* out = static_cast<float*>(y.data_ptr());
+  for (int64_t i = 0; i < n.unwrap(); ++i) out[i] += static_cast<const float*>(x.data_ptr())[i] * static_cast<float>(b);
+}
+"""
+
+
+def test_exports_take_keywords_by_their_parameter_names(cache_dir, tmp_path):
+    """An export whose wrapper names its parameters is called like a Python function; one whose wrapper does
+    not says the call is positional-only and how to name them. A size mismatch names where the earlier size
+    came from."""
+    (tmp_path / "scale_add.h").write_text(SCALE_ADD)
+    m = jitkern.load_jit("keywords_test", cpp_files=[str(KERNELS / "scale_cpu.h"), str(tmp_path / "scale_add.h")],
+                         cpp_wrappers=[("sum_ints", "sum_ints", "a, b, negate"), ("scale_add", "scale_add", ["y", "x", "b"]),
+                                       ("unnamed", "sum_ints")])
+    assert m.sum_ints(b=2, negate=True, a=1) == -3 and m.sum_ints(1, negate=False, b=5) == 6 and m.sum_ints(1, 2, False) == 3
+    with pytest.raises(TypeError, match=r"^sum_ints\(a, b, negate\) got an unexpected keyword argument 'c'$"):
+        m.sum_ints(1, 2, c=3)
+    with pytest.raises(TypeError, match=r"^sum_ints\(a, b, negate\) got multiple values for argument 'a'$"):
+        m.sum_ints(1, a=2, negate=False)
+    with pytest.raises(TypeError, match=r"^sum_ints\(a, b, negate\) missing argument 'negate'$"):
+        m.sum_ints(1, b=2)
+    with pytest.raises(TypeError, match=r"^unnamed\(\) takes positional arguments only: its parameters are not named \(name them in its "
+                                        r"wrapper's third element"):
+        m.unnamed(a=1, b=2, negate=False)
+    assert m.unnamed(1, 2, True) == -3
+    y = np.ones(3, dtype=np.float32)
+    m.scale_add(x=np.arange(3, dtype=np.float32), b=2.0, y=y)
+    np.testing.assert_array_equal(y, [1, 3, 5])
+    with pytest.raises(ValueError, match=r"Size mismatch for shape#0\('n'\): expected 3 \(resolved earlier\) but got 5; n = 3 from y \(shape#0\)"):
+        m.scale_add(y, np.zeros(5, dtype=np.float32), 1.0)
+    assert jitkern.jit.positional(m, "sum_ints")(1, 2, False) == 3  # the tvm_ffi.Function itself, for hot paths
+
+
 def test_returned_tensor_needs_a_framework_allocator(cache_dir):
     """A function returning jitkern::Tensor allocates through the caller's framework; numpy has none,
     so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see
@@ -248,11 +285,12 @@ def test_compile_error_shows_location_and_is_remembered(cache_dir, tmp_path):
     with pytest.raises(jitkern.BuildError) as failure:
         jitkern.load_jit("broken", **args)
     first, rest = str(failure.value).split("\n", 1)
-    # the cause first: the module, then the user's file:line: error; then output, command, the kept log
+    # the cause first: the module, then the user's file:line: error; then the output, and the kept log with the commands
     assert re.fullmatch(rf"jitkern: module 'broken' failed to compile: {re.escape(str(src))}:4:\d+: error: .*undefined_symbol.*", first), first
-    assert rest.index("compiler output (exit status 1):") < rest.index("command: ") < rest.index("full log, commands and generated source: ")
-    log = Path(rest.rsplit("full log, commands and generated source: ", 1)[1].strip())
-    assert "undefined_symbol" in log.read_text() and "generated source:" in log.read_text()
+    assert rest.index("compiler output (exit status 1):") < rest.index("the commands, their full output and the generated source: ")
+    assert "command: " not in rest, "the commands are in the kept log, not the message"
+    log = Path(rest.rsplit("the commands, their full output and the generated source: ", 1)[1].strip())
+    assert "undefined_symbol" in log.read_text() and "generated source:" in log.read_text() and "command: " in log.read_text()
     t0 = time.time()
     with pytest.raises(jitkern.BuildError, match=r"remembered this failure"):
         jitkern.load_jit("broken", **args)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,69 @@ def test_without_torch_every_torch_entry_point_raises_the_same_import_error(cach
     (outcome,) = set(results.values())
     assert outcome.startswith("ImportError | ") and "pip install torch" in outcome, outcome
     assert "compiling" not in proc.stderr, "nothing is compiled for a call that cannot run"
+
+
+RELU = """#include <jitkern/tensor.h>
+#include <jitkern/utils.cuh>
+
+__global__ void relu_kernel(float* y, const float* x, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{256} + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0 ? x[i] : 0;
+}
+
+inline void relu(jitkern::TensorView y, jitkern::TensorView x) {
+  using namespace host;
+  auto N = SymbolicSize{"n"};
+  auto device = SymbolicDevice{};
+  TensorMatcher({N}).with_dtype<float>().with_device<kDLCUDA>(device).verify(y, "y").verify(x, "x");
+  LaunchKernel(div_ceil(N.unwrap(), 256), 256, device.unwrap())(relu_kernel, static_cast<float*>(y.data_ptr()),
+                                                                static_cast<const float*>(x.data_ptr()), N.unwrap());
+}
+"""
+KEPT_LOG = "the commands, their full output and the generated source: "
+
+
+@needs_nvcc
+@pytest.mark.parametrize("pipeline", ["1", "0"])
+def test_a_cuda_syntax_error_is_shown_once_and_the_commands_are_in_the_kept_log(cache_dir, monkeypatch, tmp_path, pipeline):
+    """nvcc's host and device passes print the same diagnostic: the message shows it once, and leaves the
+    commands to the kept log, whose path ends it."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_NVCC_PIPELINE", pipeline)
+    src = tmp_path / "relu.cuh"
+    src.write_text(RELU.replace("threadIdx.x;", "threadIdx.x"))
+    message = build_error(cuda_files=[str(src)], cuda_wrappers=[("relu", "relu")])
+    first, rest = message.split("\n", 1)
+    assert first.endswith(f'{src}(6): error: expected a ";"'), first
+    assert rest.count('error: expected a ";"') == 1, rest
+    assert rest.count("detected in the compilation of") <= 1, rest
+    assert "command: " not in rest and len(rest.splitlines()) <= 14, rest  # 33 lines before: twice the error, 8 commands
+    log = Path(rest.split(KEPT_LOG, 1)[1].strip())
+    assert log.read_text().count("command: ") >= 1 and 'error: expected a ";"' in log.read_text()
+
+
+@needs_nvcc
+def test_cuda_code_in_cpp_files_is_named(cache_dir, tmp_path):
+    src = tmp_path / "relu.cuh"
+    src.write_text(RELU)
+    first = build_error(cpp_files=[str(src)], cpp_wrappers=[("relu", "relu")]).split("\n", 1)[0]
+    assert first == ("jitkern: module 'wrapper_error' failed to compile: relu.cuh holds CUDA code: list it in cuda_files "
+                     "(the host C++ compiler alone compiles cpp_files)"), first
+
+
+def test_a_template_wrapper_without_arguments_suggests_them(cache_dir, tmp_path):
+    src = tmp_path / "k.h"
+    src.write_text(KERNEL_CPU)
+    first = build_error(cpp_files=[str(src)], cpp_wrappers=[("affine", "affine_cpu")]).split("\n", 1)[0]
+    assert first.startswith("jitkern: module 'wrapper_error' failed to compile: cpp_wrappers 'affine' (affine_cpu): error: ") and \
+        first.endswith("(affine_cpu names a template: give its template arguments (affine_cpu<...>))"), first
+
+
+@needs_nvcc
+def test_a_cuda_template_wrapper_without_arguments_suggests_them(cache_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    src = tmp_path / "k.cuh"
+    src.write_text(KERNEL_CUDA)
+    first = build_error(cuda_files=[str(src)], cuda_wrappers=[("affine", "affine_cuda")]).split("\n", 1)[0]
+    assert first.startswith("jitkern: module 'wrapper_error' failed to compile: cuda_wrappers 'affine' (affine_cuda): error: ") and \
+        first.endswith("(affine_cuda names a template: give its template arguments (affine_cuda<...>))"), first

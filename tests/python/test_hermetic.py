@@ -349,6 +349,8 @@ FORK_DURING_BUILD = textwrap.dedent(
     def fork_soon():
         time.sleep(0.5)
         if os.fork() == 0:
+            null = os.open("/dev/null", os.O_WRONLY)
+            os.dup2(null, 1), os.dup2(null, 2)  # the test's pipes close when the parent exits
             time.sleep(60)
             os._exit(0)
     threading.Thread(target=fork_soon).start()

@@ -100,6 +100,20 @@ def test_primitives_module_compiles(cache_dir, monkeypatch):
     _build(JitSpec("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=PRIMITIVES_WRAPPERS))
 
 
+def test_every_family_is_four_files_and_includes_no_other():
+    """A kernel family is csrc/<f>.cuh, python/jitkern/ops/<f>.py, tests/python/test_<f>.py and
+    benchmarks/bench_<f>.py; a family's .cuh includes no other family's (shared pieces live in
+    include/jitkern/impl/); jitkern.ops exports every op of every family."""
+    repo = KERNELS.parents[2]
+    for family in ops.FAMILIES:
+        for path in (f"csrc/{family}.cuh", f"python/jitkern/ops/{family}.py", f"tests/python/test_{family}.py",
+                     f"benchmarks/bench_{family}.py"):
+            assert (repo / path).is_file(), f"the {family} family has no {path}"
+        local = re.findall(r'^#include\s+"([^"]+)"', (repo / f"csrc/{family}.cuh").read_text(), re.M)
+        assert not [f for f in local if f.removesuffix(".cuh") in ops.FAMILIES], f"csrc/{family}.cuh includes {local}"
+    assert set(ops.OPS) <= set(ops.__all__) and all(getattr(ops, op) is not None for op in ops.OPS)
+
+
 def test_specs_by_op_name_list_only_what_each_op_needs():
     """ops.specs(ops=...) names each op's own modules: one per dtype for the norm and quant ops (each
     exporting that op alone), the shared module for the others; every public op is covered."""

@@ -1,10 +1,9 @@
-"""The RoPE + KV-cache family on the GPU against a float64 torch reference, the fp8 cache against the
-quantization family's rounding, store_cache and the MLA concatenations against torch indexing."""
-
-import random
+"""The RoPE family (with its fused KV-cache write) on the GPU against a float64 torch reference, the fp8
+cache against the quantization family's rounding."""
 
 import pytest
 from conftest import eagerly_then_from_a_graph
+from kv_cache_cases import cache_bytes, expected_cache, locations, reference_kernel
 
 TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float32": (1e-5, 1e-5)}
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -139,29 +138,6 @@ def _caches(layout, slots, heads, d, dtype, page_size=16, seed=1):
     return tuple(torch.full(shape, float("nan"), dtype=dtype, device="cuda") for _ in range(2))
 
 
-def _bytes(x, rows):
-    """x as `rows` rows of bytes (comparable whatever the dtype, NaN included)."""
-    return x.contiguous().view(-1).view(_torch().uint8).view(rows, -1)
-
-
-def _locations(tokens, slots, index_dtype, seed=0, out_of_range=True):
-    """Distinct slots for the tokens, with some out of range (-1, slots, a large value) when asked."""
-    torch = _torch()
-    rng = random.Random(seed)
-    loc = rng.sample(range(slots), tokens)
-    if out_of_range and tokens >= 4:
-        loc[1], loc[2], loc[-1] = -1, slots, 2**31 - 1
-    return torch.tensor(loc, dtype=index_dtype, device="cuda")
-
-
-def _expected_cache(cache_rows, values, loc):
-    """cache rows with values[i] at loc[i] for in-range locations."""
-    out = cache_rows.clone()
-    ok = (loc >= 0) & (loc < cache_rows.shape[0])
-    out[loc[ok].long()] = values[ok]
-    return out
-
-
 def _fp8(x, scale):
     """The quantization family's rounding of x [rows, W] with a static scale."""
     torch = _torch()
@@ -190,13 +166,13 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
     slots = 16 * ((tokens + 40) // 16 + 1)
     cdtype = torch.float8_e4m3fn if cache_kind == "fp8" else dtype
     kc, vc = _caches(layout, slots, HK, head_dim, cdtype)
-    loc = _locations(tokens, slots, torch.int64 if tokens % 2 else torch.int32, seed=tokens)
+    loc = locations(tokens, slots, torch.int64 if tokens % 2 else torch.int32, seed=tokens)
     qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=7)
     pos = _positions(tokens, torch.int64)
     cs = _cos_sin(rot)
     eq = _reference(q.view(tokens, HQ, head_dim), pos, cs, neox)
     ek = _reference(k.view(tokens, HK, head_dim), pos, cs, neox)
-    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    kc0, vc0 = cache_bytes(kc, slots).clone(), cache_bytes(vc, slots).clone()
     scales = (0.05, 0.02) if cache_kind == "fp8" else (None, None)
     arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=scales[0], v_scale=scales[1], cache_loc=loc)
     ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, head_dim, cs, is_neox=neox, fused_set_kv_buffer_arg=arg)
@@ -205,8 +181,8 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim):
     k_rows, v_rows = k, v
     if cache_kind == "fp8":
         k_rows, v_rows = _fp8(k, scales[0]), _fp8(v, scales[1])
-    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k_rows, tokens), loc))
-    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v_rows, tokens), loc))
+    assert torch.equal(cache_bytes(kc, slots), expected_cache(kc0, cache_bytes(k_rows, tokens), loc))
+    assert torch.equal(cache_bytes(vc, slots), expected_cache(vc0, cache_bytes(v_rows, tokens), loc))
 
 
 def _padded_pages(slots, page_size, d):
@@ -228,7 +204,7 @@ def test_cache_pages_of_any_size(page_size, tokens, padded):
     ops = _ops()
     d = 128
     slots = page_size * max(4, (tokens + 40) // page_size + 1)
-    slot_list = _locations(tokens, slots, torch.int64, seed=page_size).tolist()
+    slot_list = locations(tokens, slots, torch.int64, seed=page_size).tolist()
     for i, wanted in ((3, page_size), (4, slots - page_size)):  # offset 0 of a page: there the multiply alone gives the page before
         if wanted in slot_list:
             j = slot_list.index(wanted)
@@ -243,16 +219,16 @@ def test_cache_pages_of_any_size(page_size, tokens, padded):
     caches = (lambda: _padded_pages(slots, page_size, d)) if padded else (lambda: _caches("paged", slots, HK, d, torch.bfloat16, page_size=page_size))
     kc, vc = caches()
     assert kc.shape[1] == page_size
-    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    kc0, vc0 = cache_bytes(kc, slots).clone(), cache_bytes(vc, slots).clone()
     arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
     ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, is_neox=True, fused_set_kv_buffer_arg=arg)
     _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
-    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
-    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+    assert torch.equal(cache_bytes(kc, slots), expected_cache(kc0, cache_bytes(k, tokens), loc))
+    assert torch.equal(cache_bytes(vc, slots), expected_cache(vc0, cache_bytes(v, tokens), loc))
     kc2, vc2 = caches()
     ops.store_cache(k, v, kc2, vc2, loc)
-    assert torch.equal(_bytes(kc2, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
-    assert torch.equal(_bytes(vc2, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+    assert torch.equal(cache_bytes(kc2, slots), expected_cache(kc0, cache_bytes(k, tokens), loc))
+    assert torch.equal(cache_bytes(vc2, slots), expected_cache(vc0, cache_bytes(v, tokens), loc))
 
 
 @pytest.mark.gpu
@@ -293,14 +269,14 @@ def test_tokens_at_and_beyond_the_staged_kernels_shared_memory(q_heads):
     eq, ek = _reference(q, pos, cs, True), _reference(k, pos, cs, True)
     slots = 2 * tokens
     kc, vc = _caches("flat", slots, hk, d, torch.bfloat16)
-    loc = _locations(tokens, slots, torch.int64, seed=q_heads)
-    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    loc = locations(tokens, slots, torch.int64, seed=q_heads)
+    kc0, vc0 = cache_bytes(kc, slots).clone(), cache_bytes(vc, slots).clone()
     arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
     ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, is_neox=True, fused_set_kv_buffer_arg=arg)
     _assert_close(q, eq, "bfloat16")
     _assert_close(k, ek, "bfloat16")
-    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
-    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
+    assert torch.equal(cache_bytes(kc, slots), expected_cache(kc0, cache_bytes(k, tokens), loc))
+    assert torch.equal(cache_bytes(vc, slots), expected_cache(vc0, cache_bytes(v, tokens), loc))
 
 
 @pytest.mark.gpu
@@ -318,9 +294,9 @@ def test_fp8_cache_saturates_and_rounds_like_quant():
     loc = torch.tensor([3, 0, 7, 5], device="cuda")
     cs = _cos_sin(d)
     ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(v, kc, vc, 0.5, 2.0, loc))
-    assert torch.equal(_bytes(kc, 8)[loc], _bytes(_fp8(k, 0.5), tokens))
-    assert torch.equal(_bytes(vc, 8)[loc], _bytes(_fp8(v, 2.0), tokens))
-    assert _bytes(vc, 8)[loc][0, :2].view(torch.float8_e4m3fn).float().tolist() == [448.0, -448.0]
+    assert torch.equal(cache_bytes(kc, 8)[loc], cache_bytes(_fp8(k, 0.5), tokens))
+    assert torch.equal(cache_bytes(vc, 8)[loc], cache_bytes(_fp8(v, 2.0), tokens))
+    assert cache_bytes(vc, 8)[loc][0, :2].view(torch.float8_e4m3fn).float().tolist() == [448.0, -448.0]
 
 
 @pytest.mark.gpu
@@ -369,7 +345,7 @@ def test_strided_positions_and_locations(index_dtype, tokens, aligned):
     q, k, v = (torch.randn(tokens, w + skip, dtype=torch.bfloat16, device="cuda")[:, skip:] for w in (4 * d, 2 * d, 2 * d))
     pos = _positions(2 * tokens, dtype, seed=tokens)[::2]
     slots = 3 * tokens + 8
-    loc = _locations(3 * tokens, slots, dtype, seed=tokens, out_of_range=False)[::3]
+    loc = locations(3 * tokens, slots, dtype, seed=tokens, out_of_range=False)[::3]
     assert pos.stride(0) == 2 and loc.stride(0) == 3
     cs = _cos_sin(d)
     eq, ek = _reference(q.view(tokens, 4, d), pos, cs, True), _reference(k.view(tokens, 2, d), pos, cs, True)
@@ -401,7 +377,7 @@ def test_rope_reads_what_the_previous_kernel_wrote(tokens):
     pos = _positions(tokens, torch.int64, seed=tokens)
     cs = _cos_sin(d)
     slots = 2 * tokens + 16
-    loc = _locations(tokens, slots, torch.int64, seed=tokens, out_of_range=False)
+    loc = locations(tokens, slots, torch.int64, seed=tokens, out_of_range=False)
     kc, vc = (torch.zeros(slots, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     arg = ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc)
 
@@ -470,7 +446,7 @@ def test_reference_forms_out_of_place(full, interleave, tokens):
     assert torch.equal(q, q0) and torch.equal(k, k0)
     slots = 64 if tokens < 64 else 2 * tokens
     kb, vb = (torch.zeros(slots, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    loc = _locations(tokens, slots, torch.int64, out_of_range=False)
+    loc = locations(tokens, slots, torch.int64, out_of_range=False)
     k_rope2 = torch.full_like(k, float("nan"))
     ops.apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope2, cs, pos, v, kb, vb, loc, interleave=interleave)
     assert torch.equal(k_rope2, k_rope)
@@ -493,79 +469,14 @@ def test_every_launch_shape_gives_the_same_result(groups, splits, tokens):
     cs = _cos_sin(d)
     slots = 16 * (2 * tokens // 16 + 1)
     kc, vc = _caches("paged", slots, HK, d, torch.bfloat16)
-    loc = _locations(tokens, slots, torch.int32)
+    loc = locations(tokens, slots, torch.int32)
     eq, ek = _reference(q.view(tokens, HQ, d), pos, cs, True), _reference(k.view(tokens, HK, d), pos, cs, True)
-    kc0, vc0 = _bytes(kc, slots).clone(), _bytes(vc, slots).clone()
+    kc0, vc0 = cache_bytes(kc, slots).clone(), cache_bytes(vc, slots).clone()
     m.apply_store(pos, q, k, q, k, cs, d, True, v, kc, vc, loc, 1.0, 1.0, groups, splits)
     _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
     _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
-    assert torch.equal(_bytes(kc, slots), _expected_cache(kc0, _bytes(k, tokens), loc))
-    assert torch.equal(_bytes(vc, slots), _expected_cache(vc0, _bytes(v, tokens), loc))
-
-
-STORE_CASES = [("bfloat16", (8, 128), "flat"), ("bfloat16", (8, 128), "paged"), ("float32", (3,), "flat"), ("float16", (6,), "paged"),
-               ("bfloat16", (1, 576), "flat"), ("float8_e4m3fn", (8, 128), "paged"), ("int32", (5,), "flat")]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype_name,row,layout", STORE_CASES)
-@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-@pytest.mark.parametrize("tokens", [1, 61, 1000])
-def test_store_cache(dtype_name, row, layout, index_dtype, tokens):
-    """k_cache[indices[i]] = k[i], v likewise, any dtype and row of a multiple of 4 bytes (16-byte and
-    4-byte paths), strided k rows, flat or paged; out-of-range indices skipped."""
-    torch = _torch()
-    ops = _ops()
-    dtype = getattr(torch, dtype_name)
-    slots = 16 * (tokens // 16 + 4)
-    width = 1
-    for r in row:
-        width *= r
-    g = torch.Generator(device="cuda").manual_seed(tokens)
-    big = torch.randint(-100, 100, (tokens, 2 * width + 4), device="cuda", generator=g).to(torch.float32)
-    big = big.to(dtype) if dtype != torch.float8_e4m3fn else (big / 8).to(dtype)
-    k = big[:, :width].view(tokens, *row)  # strided rows
-    v = big[:, width + 4 : 2 * width + 4].reshape(tokens, *row).clone()
-    shape = (slots, *row) if layout == "flat" else (slots // 16, 16, *row)
-    kc = torch.zeros(shape, dtype=torch.float32, device="cuda").to(dtype)
-    vc = torch.zeros(shape, dtype=torch.float32, device="cuda").to(dtype)
-    loc = _locations(tokens, slots, getattr(torch, index_dtype), seed=tokens)
-    ek = _expected_cache(_bytes(kc, slots), _bytes(k, tokens), loc)
-    ev = _expected_cache(_bytes(vc, slots), _bytes(v, tokens), loc)
-    ops.store_cache(k, v, kc, vc, loc)
-    assert torch.equal(_bytes(kc, slots), ek) and torch.equal(_bytes(vc, slots), ev)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 5, 1000])
-@pytest.mark.parametrize("rope_heads", [1, 128])
-def test_concat_mla_k(tokens, rope_heads):
-    torch = _torch()
-    ops = _ops()
-    big = torch.randn(tokens, 128, 256, dtype=torch.bfloat16, device="cuda")
-    k_nope = big[:, :, :128]  # strided
-    k_rope = torch.randn(tokens, rope_heads, 64, dtype=torch.bfloat16, device="cuda")
-    k = torch.full((tokens, 128, 192), float("nan"), dtype=torch.bfloat16, device="cuda")
-    ops.concat_mla_k(k, k_nope, k_rope)
-    assert torch.equal(k, torch.cat([k_nope, k_rope.expand(tokens, 128, 64)], dim=-1))
-    k2 = torch.full((tokens, 128, 192), float("nan"), dtype=torch.bfloat16, device="cuda")
-    ops.concat_mla_k(k2, k_nope, k_rope[:, 0])  # [T, Dr] broadcasts too
-    assert torch.equal(k2[:, :, 128:], k_rope[:, :1].expand(tokens, 128, 64))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape,da,db,dtype_name", [((1, 128), 512, 64, "bfloat16"), ((77, 16), 512, 64, "bfloat16"),
-                                                    ((3, 5), 7, 3, "float16"), ((4, 2), 5, 3, "float8_e4m3fn")])
-def test_concat_mla_absorb_q(shape, da, db, dtype_name):
-    torch = _torch()
-    ops = _ops()
-    dtype = getattr(torch, dtype_name)
-    a = torch.randn(*shape, da + 2, device="cuda").to(dtype)[..., 1 : da + 1]  # strided, and misaligned by one element
-    b = torch.randn(*shape, db, device="cuda").to(dtype)
-    out = ops.concat_mla_absorb_q(a, b)
-    assert out.shape == (*shape, da + db) and out.dtype == dtype
-    rows = out.numel() // (da + db)
-    assert torch.equal(_bytes(out, rows), torch.cat([_bytes(a, rows), _bytes(b, rows)], dim=-1))
+    assert torch.equal(cache_bytes(kc, slots), expected_cache(kc0, cache_bytes(k, tokens), loc))
+    assert torch.equal(cache_bytes(vc, slots), expected_cache(vc0, cache_bytes(v, tokens), loc))
 
 
 @pytest.mark.gpu
@@ -635,15 +546,6 @@ def test_bad_inputs_rejected_before_launch():
             1.0, 1.0, 0, 0)
     rejects(TypeError, "its cache write is apply_store, not apply_store_fp8", m.apply_store_fp8, pos, q, k, q, k, cs, d, True, v, kc, vc, loc,
             1.0, 1.0, 0, 0)
-    rejects(TypeError, "k_cache must have k's dtype", ops.store_cache, k, v, kc.half(), vc.half(), loc)
-    rejects(ValueError, "rows must be a positive multiple of 4 bytes", ops.store_cache, k[:, :3], v[:, :3], kc[..., :3], vc[..., :3], loc)
-    rejects(ValueError, r"indices: Size mismatch", ops.store_cache, k, v, kc, vc, loc[:2])
-    rejects(ValueError, "k's head dim 192 must be k_nope's 128 \\+ k_rope's 32", ops.concat_mla_k,
-            torch.empty(2, 4, 192, dtype=torch.bfloat16, device="cuda"), torch.empty(2, 4, 128, dtype=torch.bfloat16, device="cuda"),
-            torch.empty(2, 1, 32, dtype=torch.bfloat16, device="cuda"))
-    rejects(TypeError, "b: DType mismatch", ops.concat_mla_absorb_q, torch.empty(2, 4, 8, device="cuda"),
-            torch.empty(2, 4, 8, dtype=torch.half, device="cuda"))
-    assert not kc.any(), "a rejected store_cache wrote"
 
 
 @pytest.mark.gpu
@@ -664,11 +566,6 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.jitkern.rope_out, (pos, q3, k3, torch.empty_like(q3), torch.empty_like(k3), cs, False))
     torch.library.opcheck(torch.ops.jitkern.rope_out_store_kv, (pos, q3, k3, torch.empty_like(q3), torch.empty_like(k3), cs, True,
                                                                 v.view(t, 2, d), kc, vc, loc))
-    torch.library.opcheck(torch.ops.jitkern.store_cache, (k, v, kc, vc, loc))
-    torch.library.opcheck(torch.ops.jitkern.concat_mla_k, (torch.empty(t, 4, 96, dtype=torch.bfloat16, device="cuda"),
-                                                           torch.randn(t, 4, 64, dtype=torch.bfloat16, device="cuda"),
-                                                           torch.randn(t, 1, 32, dtype=torch.bfloat16, device="cuda")))
-    torch.library.opcheck(torch.ops.jitkern.concat_mla_absorb_q, (torch.randn(t, 4, 64, device="cuda"), torch.randn(t, 4, 32, device="cuda")))
 
 
 @pytest.mark.gpu
@@ -687,7 +584,7 @@ def test_traced_by_torch_compile_fullgraph():
         ops.store_cache(k, v, kc2, vc2, loc)
         return ops.concat_mla_absorb_q(q.view(-1, HQ, d), k.view(-1, HK, d)[:, :1].expand(-1, HQ, d)) * 2
 
-    qkv, pos, loc = torch.randn(t, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda"), _positions(t, torch.int64), _locations(t, 64, torch.int64)
+    qkv, pos, loc = torch.randn(t, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda"), _positions(t, torch.int64), locations(t, 64, torch.int64)
     eager_qkv = qkv.clone()
     expected = step(eager_qkv, pos, loc)
     ek, ekc, ekc2 = eager_qkv.clone(), kc.view(torch.uint8).clone(), kc2.clone()
@@ -707,7 +604,7 @@ def test_cuda_graph_capture_and_replay():
     cs = _cos_sin(d)
     kc, vc = (torch.zeros(8, 16, HK, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     qkv = torch.randn(t, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda")
-    pos, loc = _positions(t, torch.int64), _locations(t, 128, torch.int64)
+    pos, loc = _positions(t, torch.int64), locations(t, 128, torch.int64)
     q, k, v = qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
     arg = ops.FusedSetKVBufferArg(v, kc, vc, None, None, loc)
     ops.apply_rope_with_cos_sin_cache_inplace(pos, q, k, d, cs, fused_set_kv_buffer_arg=arg)  # loads the module before the capture
@@ -718,7 +615,7 @@ def test_cuda_graph_capture_and_replay():
     fresh = torch.randn_like(qkv)
     qkv.copy_(fresh)
     pos.copy_(_positions(t, torch.int64, seed=3))
-    loc.copy_(_locations(t, 128, torch.int64, seed=3, out_of_range=False))
+    loc.copy_(locations(t, 128, torch.int64, seed=3, out_of_range=False))
     kc.zero_(), vc.zero_()
     eq, ek = _reference(fresh[:, : HQ * d].view(t, HQ, d), pos, cs, True), _reference(fresh[:, HQ * d : (HQ + HK) * d].view(t, HK, d), pos, cs, True)
     graph.replay()
@@ -730,14 +627,10 @@ def test_cuda_graph_capture_and_replay():
 
 @pytest.mark.gpu
 def test_matches_the_reference_framework_where_it_runs():
-    """Against the reference's own JIT kernels (its rotary_embedding and store_cache), where its wheel imports."""
+    """Against the reference's own JIT kernel (its rotary_embedding), where its wheel imports."""
     torch = _torch()
     ops = _ops()
-    try:
-        from sglang.jit_kernel.kvcache import store_cache as ref_store
-        from sglang.jit_kernel.pos_enc import rotary_embedding as ref_rope
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"NOT RUN: the reference's kernels do not import here: {type(e).__name__}: {e}")
+    ref_rope = reference_kernel("pos_enc", "rotary_embedding")
     d, t = 128, 33
     cs = _cos_sin(d).bfloat16()  # the reference's rotary_embedding takes the cache in q's dtype
     for neox in (True, False):
@@ -748,12 +641,6 @@ def test_matches_the_reference_framework_where_it_runs():
         ref_rope(pos, q2, k2, d, cs, neox)
         _assert_close(q, q2.double(), "bfloat16")
         _assert_close(k, k2.double(), "bfloat16")
-    k, v = (torch.randn(t, HK * d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    caches = [torch.zeros(128, HK * d, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
-    loc = _locations(t, 128, torch.int64, out_of_range=False)
-    ops.store_cache(k, v, caches[0], caches[1], loc)
-    ref_store(k, v, caches[2], caches[3], loc)
-    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
 
 
 def test_specs_name_each_ops_modules():
@@ -763,8 +650,7 @@ def test_specs_name_each_ops_modules():
     assert [(s.name, s.args[1:]) for s in ops.specs(ops=["rotary_embedding"], dtypes=["bfloat16"])] == [("rope_apply", ("bf16_t",))]
     assert [s.name for s in ops.specs(ops=["apply_rope_with_cos_sin_cache_inplace"], dtypes=["float16"])] == \
         ["rope_apply", "rope_apply_store", "rope_apply_store_fp8"]
-    assert [s.name for s in ops.specs(ops=["store_cache", "concat_mla_k", "concat_mla_absorb_q"])] == ["rope_store_cache", "rope_concat_mla"]
-    assert len(ops.specs(families=["rope"])) == 3 * 3 + 2, "apply, apply_store, apply_store_fp8 per dtype; the two row copies"
+    assert len(ops.specs(families=["rope"])) == 3 * 3, "apply, apply_store, apply_store_fp8 per dtype"
 
 
 @pytest.mark.toolchain

@@ -277,3 +277,28 @@ def test_user_kernel_becomes_a_torch_op(tmp_path):
     torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), 2 * x + 1)
     with pytest.raises(ValueError, match=r"x: Size mismatch|out: Size mismatch"):
         op(x, torch.empty(10, device="cuda"))
+
+
+def test_ops_refuse_a_cpu_tensor_before_building_anything(tmp_path):
+    """A tensor the kernels cannot take (here on the CPU) is refused by the op's first call, naming the op and
+    the argument, before any module is built (JITKERN_ON_MISS=error would raise CacheMissError for a build)."""
+    code = textwrap.dedent("""
+        import torch
+        from jitkern.ops import add_constant, per_token_quant_fp8, rmsnorm, silu_and_mul
+        x = torch.randn(4, 64)
+        for call in (lambda: rmsnorm(x, torch.ones(64)), lambda: silu_and_mul(x), lambda: per_token_quant_fp8(x),
+                     lambda: add_constant(torch.zeros(4, dtype=torch.int32), 5)):
+            try:
+                call()
+                print("no error")
+            except Exception as e:
+                print(type(e).__name__, e)
+    """)
+    env = dict(os.environ, JITKERN_CACHE_DIR=str(tmp_path / "cache"), JITKERN_ON_MISS="error")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["ValueError rmsnorm(): input must be a CUDA tensor, got cpu",
+                                       "ValueError silu_and_mul(): input must be a CUDA tensor, got cpu",
+                                       "ValueError per_token_quant_fp8(): input must be a CUDA tensor, got cpu",
+                                       "ValueError add_constant(): src must be a CUDA tensor, got cpu"], run.stdout
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir()), "nothing may be built"

@@ -58,6 +58,24 @@ def test_a_layers_positional_arguments_are_named_from_its_forward():
     assert integration.positional_names(undeclared) is None
 
 
+def test_each_fallback_reason_is_counted_and_logged_once(caplog):
+    integration.stats(reset=True)
+    norm = LlamaRMSNorm()
+    with caplog.at_level("INFO", logger="jitkern"):
+        for _ in range(3):
+            integration._fell_back("not_cuda", norm)
+        integration._fell_back("grad", norm)
+        integration._ran_kernels()
+    assert integration.stats(reset=True) == {"not_cuda": 3, "grad": 1, "kernel": 1}
+    assert integration.stats() == {}, "reset starts counting anew"
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("jitkern")]
+    assert lines == ["transformers integration: LlamaRMSNorm runs its original forward: its input is not on a CUDA device "
+                     "(stats() counts these calls)",
+                     "transformers integration: LlamaRMSNorm runs its original forward: grad is enabled and its input or "
+                     "parameters require grad (run under torch.no_grad() or torch.inference_mode()) (stats() counts these calls)"], lines
+    integration.stats(reset=True)
+
+
 # --- on a GPU, with transformers ---------------------------------------------------------------------
 
 FAMILIES = ("Llama", "Qwen2", "Mistral")
@@ -286,3 +304,41 @@ def test_a_model_without_a_supported_norm_is_left_alone(torch):
     assert any("left unpatched" in str(w.message) for w in caught)
     with pytest.raises(TypeError, match="must be a torch.nn.Module"):
         integration.apply("not a model")
+
+
+@pytest.mark.gpu
+def test_the_fallbacks_are_counted_by_reason(torch, caplog):
+    """A CPU model, grad with parameters that require it (the default after loading) and a transformers 4.x
+    layer each run the original code, counted by reason and logged once per reason; a CUDA model under
+    no_grad runs the kernels."""
+    model = small_model(torch)
+    integration.apply(model)
+    ids = torch.randint(0, 1000, (1, 8), device="cuda")
+    integration.stats(reset=True)
+    logits(model, ids, torch)
+    counted = integration.stats(reset=True)
+    assert counted.get("kernel", 0) > 0 and set(counted) == {"kernel"}, counted
+    with caplog.at_level("INFO", logger="jitkern"):
+        model(ids)  # grad enabled, parameters require grad
+        counted = integration.stats(reset=True)
+        assert counted.get("grad", 0) > 0 and "kernel" not in counted, counted
+        model.to("cpu")
+        logits(model, ids.cpu(), torch)
+        counted = integration.stats(reset=True)
+        assert counted.get("not_cuda", 0) > 0 and "kernel" not in counted, counted
+        lines = [r.getMessage() for r in caplog.records if "runs its original forward" in r.getMessage()]
+        assert len(lines) == 2 and "require grad" in lines[0] and "not on a CUDA device" in lines[1], lines
+    integration.revert(model)
+
+    class LlamaDecoderLayer(torch.nn.Module):  # transformers 4.x: a layer returns a tuple
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm = self.self_attn = self.post_attention_layernorm = self.mlp = torch.nn.Identity()
+
+        def forward(self, hidden_states, attention_mask=None) -> "tuple[torch.Tensor]":
+            return (hidden_states,)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no RMSNorm in this model
+        integration.apply(torch.nn.Sequential(LlamaDecoderLayer()))
+    assert integration.stats(reset=True) == {"layer_returns_tuple": 1}

@@ -1,4 +1,4 @@
-// RMSNorm building blocks shared by the norm kernels (csrc/norm.cuh):
+// RMSNorm building blocks of the norm kernels (<jitkern/impl/norm_launch.cuh>):
 //   device::norm::rmsnorm_row          one row per group of threads (a warp group or a whole CTA),
 //                                      up to kRegVecs vectors per thread kept in registers and any
 //                                      remainder re-read, so any width works;
@@ -6,7 +6,7 @@
 //   device::norm::WarpGroup / CtaGroup the groups; VecMath the per-vector arithmetic; RowPointers;
 //   device::norm::StoreOutput          the epilogue that writes the normalised row to the row's `out`
 //                                      (others, e.g. 8-bit quantization, live in impl/quant.cuh);
-//   host::norm::vector_width           the widest vector every pointer and stride of a problem allows.
+//   host::norm::row_fit                how a row fits the vectors a CTA's threads hold.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -22,7 +22,7 @@ namespace device::norm {
 //   kWider: the row may be wider (the remainder is re-read after the reduction);
 //   kFits:  hidden <= kRegVecs * kVec * group size (some threads hold fewer vectors);
 //   kExact: hidden == kRegVecs * kVec * group size, so no access needs a bounds check (the checks
-//           measured 7-10% of the time of an 8-bit quantizing row kernel, docs/benchmarks.md).
+//           measured 7-10% of the time of an 8-bit quantizing row kernel, docs/benchmarks/design.md).
 enum class RowFit { kWider, kFits, kExact };
 
 // Accumulation type: fp32 for every storage type.
@@ -292,19 +292,6 @@ namespace host::norm {
 inline device::norm::RowFit row_fit(int64_t nvec, int reg_vecs, int threads) {
   const int64_t held = int64_t{reg_vecs} * threads;
   return nvec == held ? device::norm::RowFit::kExact : nvec < held ? device::norm::RowFit::kFits : device::norm::RowFit::kWider;
-}
-
-// Elements per vector access for a row problem: 16 bytes when the width, every base pointer and
-// every row stride allow it, else 1.
-template <typename T>
-inline int vector_width(int64_t hidden, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {
-  constexpr int kVec = 16 / sizeof(T);
-  if (hidden % kVec != 0) return 1;
-  for (const void* p : pointers)
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
-  for (int64_t s : strides)
-    if (s % kVec != 0) return 1;
-  return kVec;
 }
 
 }  // namespace host::norm

@@ -170,8 +170,8 @@ JITKERN_DEVICE float dynamic_amax(const Fold& fold, const ReduceMax& reduce_max,
 // against x / s is (1 - s * inv)(q0 - x / s), under 2^-23 ulp: the fp32 result can differ from the IEEE
 // quotient only where x / s is that close to an fp32 rounding midpoint, and the 8-bit code only where that
 // midpoint is beside one of the type's rounding boundaries (values of at most 8 significant bits); an
-// exhaustive host search of those cases over every divisor mantissa found none (docs/benchmarks.md, "Design
-// measurements"). The residual is exact while |x| >= 2^-101, and for s >= 2^-64 a smaller x gives |x / s| <
+// exhaustive host search of those cases over every divisor mantissa found none (docs/benchmarks/design.md).
+// The residual is exact while |x| >= 2^-101, and for s >= 2^-64 a smaller x gives |x / s| <
 // 2^-37, a zero code either way; s <= 2^126 keeps inv normal. A scale outside [2^-64, 2^126] (or NaN, or
 // negative) divides the slow way (`slow`). The residual is formed as q0 * s - x and subtracted, which keeps
 // the sign of a zero quotient (x = -0 gives -0). x = +-inf makes the residual NaN: fast() then returns x *

@@ -20,7 +20,8 @@ What runs jitkern's kernels, eager:
   `revert` gives each weight its own storage again (tensors that share a storage cannot be saved with
   safetensors).
 
-What runs its original forward:
+What runs its original forward (`stats()` counts the calls by reason, and the `jitkern` logger says each
+reason once, at INFO):
 - Everything under torch.compile (Inductor fuses the original code with what surrounds it; an opaque
   custom op would stop that, and the compiled model would be slower): the compiled patched model is the
   compiled unpatched model.
@@ -51,6 +52,7 @@ normalised value by one unit in the last place. The default mode rounds a norm o
 from __future__ import annotations
 
 import inspect
+import logging
 import types
 import warnings
 
@@ -71,6 +73,43 @@ _PRENORMED = "_jitkern_prenormed"  # on a norm: (the previous layer's output, it
 _ARG_NAMES = "_jitkern_arg_names"  # on a layer: the names of its original forward's positional arguments
 _WATCHED = "_jitkern_watched"  # on a layer: itself and its submodules, whose hooks send it to its original forward
 _ADDED = (_ORIGINAL, _ONES, _NEXT_NORM, _PRENORMED, _ARG_NAMES, _WATCHED)  # every attribute apply may add
+
+
+# Why a patched module ran its original forward (or a module was left unpatched): stats() counts by these keys.
+FALLBACK_REASONS = {
+    "not_cuda": "its input is not on a CUDA device",
+    "dtype": "its input is not float16, bfloat16 or float32",
+    "weight_dtype": "its weights' dtype differs from its input's (fp32 weights under autocast?)",
+    "grad": "grad is enabled and its input or parameters require grad (run under torch.no_grad() or torch.inference_mode())",
+    "hooks": "forward hooks are installed on it, its submodules or all modules (output_hidden_states and output_attentions install them)",
+    "mlp_changed": "its projections are no longer plain bias-free nn.Linear modules (an adapter wrapped them?)",
+    "layer_returns_tuple": "its forward is not declared to return a tensor (transformers 4.x layers return a tuple), so apply() "
+                           "left it unpatched; its norms and MLP are patched",
+}
+_log = logging.getLogger("jitkern.integrations.transformers")
+_COUNTS: dict[str, int] = {}  # "kernel" (calls that ran jitkern's kernels) and FALLBACK_REASONS keys -> calls
+
+
+def stats(reset: bool = False) -> dict[str, int]:
+    """How many calls of patched modules ran jitkern's kernels ("kernel") and how many ran their original
+    forward, by reason (FALLBACK_REASONS' keys; "layer_returns_tuple" counts modules apply() left unpatched).
+    Calls under torch.compile are not counted. `reset`: start counting anew."""
+    counts = dict(_COUNTS)
+    if reset:
+        _COUNTS.clear()
+    return counts
+
+
+def _fell_back(reason: str, module) -> None:
+    """Counts a fallback; the first of each reason since the last reset is logged (INFO: the `jitkern` logger's default level)."""
+    if reason not in _COUNTS:
+        _log.info("transformers integration: %s runs its original forward: %s (stats() counts these calls)",
+                  type(module).__name__, FALLBACK_REASONS[reason])
+    _COUNTS[reason] = _COUNTS.get(reason, 0) + 1
+
+
+def _ran_kernels() -> None:
+    _COUNTS["kernel"] = _COUNTS.get("kernel", 0) + 1
 
 
 def module_kind(module) -> str | None:
@@ -106,14 +145,16 @@ def _hooked(modules) -> bool:
         any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
-def _runs_kernels(x, *weights) -> bool:
-    """Whether the kernels may run on input x with these weights (eager, CUDA, a kernel dtype, weights of
-    x's dtype, nothing for autograd to track)."""
-    if torch.compiler.is_compiling() or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        return False
+def _fallback_reason(x, *weights) -> str | None:
+    """Why the kernels may not run on input x with these weights (a FALLBACK_REASONS key), or None when they
+    may (CUDA, a kernel dtype, weights of x's dtype, nothing for autograd to track); eager calls only."""
+    if not x.is_cuda:
+        return "not_cuda"
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return "dtype"
     if any(w.dtype != x.dtype for w in weights):
-        return False
-    return not (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
+        return "weight_dtype"
+    return "grad" if torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)) else None
 
 
 def _gate_up_weight(gate, up):
@@ -170,18 +211,26 @@ def _patched_forwards(exact_rounding: bool) -> dict:
         prenormed = _take_prenormed(self, hidden_states)
         if prenormed is not None:
             return prenormed
-        if not _runs_kernels(hidden_states, self.weight):
+        reason = _fallback_reason(hidden_states, self.weight)
+        if reason is not None:
+            _fell_back(reason, self)
             return getattr(self, _ORIGINAL)(hidden_states)
+        _ran_kernels()
         if exact_rounding:
             return self.weight * norm_ops.rmsnorm(hidden_states, ones_like(self), eps=self.variance_epsilon)
         return norm_ops.rmsnorm(hidden_states, self.weight, eps=self.variance_epsilon)
 
     def layer_forward(self, hidden_states, *args, **kwargs):
         first, second = self.input_layernorm, self.post_attention_layernorm
-        if not _runs_kernels(hidden_states, first.weight, second.weight) or \
-                (torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())) or \
-                _hooked(self.__dict__[_WATCHED]):
+        if torch.compiler.is_compiling():
             return getattr(self, _ORIGINAL)(hidden_states, *args, **kwargs)
+        reason = _fallback_reason(hidden_states, first.weight, second.weight) or \
+            ("grad" if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()) else None) or \
+            ("hooks" if _hooked(self.__dict__[_WATCHED]) else None)
+        if reason is not None:
+            _fell_back(reason, self)
+            return getattr(self, _ORIGINAL)(hidden_states, *args, **kwargs)
+        _ran_kernels()
         kwargs.update(zip(self.__dict__[_ARG_NAMES], args))
         normed = _take_prenormed(first, hidden_states)
         owned = normed is not None  # hidden_states is the previous patched layer's own sum: ours to write
@@ -201,11 +250,17 @@ def _patched_forwards(exact_rounding: bool) -> dict:
         return residual
 
     def mlp_forward(self, x):
+        if torch.compiler.is_compiling():
+            return getattr(self, _ORIGINAL)(x)
         if not _mlp_fusable(self):  # checked again: adapters may have wrapped the projections since apply()
+            _fell_back("mlp_changed", self)
             return getattr(self, _ORIGINAL)(x)
         gate, up = self.gate_proj.weight, self.up_proj.weight
-        if not _runs_kernels(x, gate, up):
+        reason = _fallback_reason(x, gate, up)
+        if reason is not None:
+            _fell_back(reason, self)
             return getattr(self, _ORIGINAL)(x)
+        _ran_kernels()
         return self.down_proj(act.silu_and_mul(torch.nn.functional.linear(x, _gate_up_weight(gate, up))))
 
     forwards = {"norm": norm_forward, "layer": layer_forward}
@@ -247,7 +302,9 @@ def apply(model, *, exact_rounding: bool = False) -> int:
         kind = module_kind(module)
         if kind == "layer":
             names = positional_names(module.__dict__.get(_ORIGINAL, module.forward))
-            kind = kind if names is not None else None
+            if names is None:
+                _fell_back("layer_returns_tuple", module)
+                kind = None
         if kind == "mlp" and not _mlp_fusable(module):
             kind = None
         if kind is None or kind not in forwards:

@@ -4,8 +4,8 @@ kernels; the exported functions are memoised per (op, dtype) for the hot path.""
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, torch
-from ..jit import JitSpec, cpp_type
+from .._torch import check_cuda_tensor, check_not_capturing, torch
+from ..jit import JitSpec, cpp_type, positional
 
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # the element types the float kernel families are built for
@@ -64,17 +64,17 @@ class DtypeFamily:
         return _Exports(self, dtype)
 
     def function(self, op: str, x, public: str, name: str = "input"):
-        """The exported `op` for x's dtype; the first call per op and dtype checks x and loads the module
+        """The exported `op` for x's dtype; the first call per op and dtype checks x (a CUDA tensor of a
+        family dtype, before anything is built) and loads the module
         (`public`: the Python op named in errors, `name`: the argument x is)."""
         fn = self.functions.get((op, getattr(x, "dtype", None)))
         if fn is not None:
             return fn
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{public}(): {name} must be a torch.Tensor, got {type(x).__name__}")
+        check_cuda_tensor(public, name, x)
         if str(x.dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"{public}(): {name} must be float16, bfloat16 or float32, got {x.dtype}")
         check_not_capturing(f"the {self.name}_{op} module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
-        return self.functions.setdefault((op, x.dtype), getattr(self.spec(x.dtype, op).load(), op))
+        return self.functions.setdefault((op, x.dtype), positional(self.spec(x.dtype, op).load(), op))
 
     def warmup(self, public_ops=None, dtypes=(), constants=()) -> None:
         """Loads (building in parallel where needed) the modules of these Python ops (None: all) for these dtypes."""
@@ -83,7 +83,7 @@ class DtypeFamily:
         dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
         pairs = [(dtype, op) for dtype in dtypes for op in self._exports_of(public_ops)]
         for (dtype, op), module in zip(pairs, build_all(*(self.spec(d, op) for d, op in pairs))):
-            self.functions.setdefault((op, dtype), getattr(module, op))
+            self.functions.setdefault((op, dtype), positional(module, op))
 
 
 class _Exports:
@@ -93,4 +93,4 @@ class _Exports:
     def __getattr__(self, op: str):
         if op not in self._family.ops:
             raise AttributeError(f"the {self._family.name} family exports no {op!r}; it has {', '.join(self._family.ops)}")
-        return getattr(self._family.spec(self._dtype, op).load(), op)
+        return positional(self._family.spec(self._dtype, op).load(), op)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
+from ._fp8 import _bytes, _check_scale, group_scales_like
 from ._shapes import as_rows
-from .quant import _bytes, _check_scale, group_scales_like
 
 _ACTIVATIONS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
 _FAMILY = DtypeFamily("act", "jitkern_act::ActOps", {

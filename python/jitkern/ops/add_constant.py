@@ -6,8 +6,8 @@ torch custom op (torch.ops.jitkern.add_constant), which is what torch.compile tr
 
 from __future__ import annotations
 
-from .._torch import check_not_capturing, compiling, define_op, torch
-from ..jit import JitSpec, make_cpp_args
+from .._torch import check_cuda_tensor, check_not_capturing, compiling, define_op, torch
+from ..jit import JitSpec, make_cpp_args, positional
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -20,7 +20,7 @@ def spec(constant: int) -> JitSpec:
 
 
 def _add_constant_function(constant: int):
-    return spec(constant).load().add_constant  # the engine memoises loads
+    return positional(spec(constant).load(), "add_constant")  # the engine memoises loads
 
 
 _FUNCTIONS: dict[int, object] = {}  # constant -> exported function
@@ -45,7 +45,7 @@ def warmup(ops=None, dtypes=(), constants=()) -> None:
     from ..jit import warmup as build_all
 
     for constant, module in zip(constants, build_all(*(spec(c) for c in constants))):
-        _FUNCTIONS.setdefault(constant, module.add_constant)
+        _FUNCTIONS.setdefault(constant, positional(module, "add_constant"))
 
 
 def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -58,12 +58,13 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
     fn = _FUNCTIONS.get(constant) if type(constant) is int else None
     if fn is None:
         _checked(constant)
+        check_cuda_tensor("add_constant", "src", src)
         check_not_capturing(f"add_constant for constant {constant}", f"jitkern.ops.warmup(constants=[{constant}])")
         fn = _FUNCTIONS.setdefault(constant, _add_constant_function(constant))
     if out is None:
         if not isinstance(src, torch.Tensor):
             raise TypeError(f"add_constant(): src must be a torch.Tensor, got {type(src).__name__}")
-        # torch.empty_like is cheaper than allocating in C++ through tvm-ffi's allocator (docs/benchmarks.md).
+        # torch.empty_like is cheaper than allocating in C++ through tvm-ffi's allocator (docs/benchmarks/add_constant.md).
         out = torch.empty_like(src, memory_format=torch.contiguous_format)
     fn(out, src)
     return out

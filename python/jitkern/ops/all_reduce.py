@@ -19,7 +19,7 @@ from __future__ import annotations
 import socket
 
 from .._torch import ModuleExports, compiling, define_op, require_torch, torch
-from ..jit import JitSpec, cpp_type
+from ..jit import JitSpec, cpp_type, positional
 from ._dtype_family import FLOAT_DTYPES, package_spec
 from ._shapes import as_rows
 
@@ -73,7 +73,7 @@ def warmup(ops=None, dtypes=(), constants=()) -> None:
     _, *kernels = build_all(*specs())
     _function.warmup()
     for d, module in zip(FLOAT_DTYPES, kernels):
-        _KERNELS.setdefault(getattr(torch, d), (module.all_reduce, module.all_reduce_add_rmsnorm))
+        _KERNELS.setdefault(getattr(torch, d), (positional(module, "all_reduce"), positional(module, "all_reduce_add_rmsnorm")))
 
 
 def default_one_shot_max_bytes(world: int) -> int:

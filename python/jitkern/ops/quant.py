@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .._torch import compiling, define_op, torch
 from ._dtype_family import DtypeFamily
+from ._fp8 import _bytes, _check_scale, group_scales_like
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
@@ -34,6 +35,7 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
                     "per_token_group_quant_ue8m0": 2.6, "per_token_group_quant_int8": 3.0, "rmsnorm_quant_static": 3.3,
                     "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4})
 DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+HELPERS = ("group_scales_like",)  # public beside the ops
 
 
 def _rows(x, public: str):
@@ -43,25 +45,8 @@ def _rows(x, public: str):
     return x if x.dim() == 2 else as_rows(x, public, "input", writes=False)  # the common case without a call
 
 
-def _bytes(q, name: str, public: str, allow_int8: bool = False):
-    """The output tensor q as [rows, H] for C++: fp8 as its bytes (uint8), int8 as it is. A view, so that
-    what C++ writes lands in q."""
-    allowed = (torch.float8_e4m3fn, torch.int8) if allow_int8 else (torch.float8_e4m3fn,)
-    if not isinstance(q, torch.Tensor) or q.dtype not in allowed:
-        got = q.dtype if isinstance(q, torch.Tensor) else type(q).__name__
-        raise TypeError(f"{public}(): {name} must be a float8_e4m3fn{' or int8' if allow_int8 else ''} tensor, got {got}")
-    q2 = q.view(-1, q.shape[-1]) if q.dim() != 2 else q
-    return q2.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q2
-
-
 def _empty_q(x, dtype=None):
     return torch.empty(x.shape, dtype=dtype or torch.float8_e4m3fn, device=x.device)
-
-
-def _check_scale(scale, public: str, name: str = "scale"):
-    if not isinstance(scale, torch.Tensor):
-        raise TypeError(f"{public}(): {name} must be a float32 tensor of one element, got {type(scale).__name__}")
-    return scale.reshape(1) if scale.dim() != 1 else scale
 
 
 # ---- per-tensor ------------------------------------------------------------------------------------
@@ -112,26 +97,6 @@ def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = Non
 
 
 # ---- per-token-group -------------------------------------------------------------------------------
-
-def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, scale_tma_aligned: bool = False,
-                      scale_ue8m0: bool = False):
-    """An uninitialised scale tensor for per_token_group_quant_8bit of x [..., H]:
-    fp32 [rows, H / group_size] (row-major: [..., H / group_size]), or with scale_ue8m0 int32
-    [rows, ceil(H / group_size / 4)], four UE8M0 exponents per int32 (group 4k + b in byte b).
-    column_major_scales: stored column by column (a [groups, rows] buffer, transposed); scale_tma_aligned:
-    each column padded to a multiple of 16 bytes (what TMA loads need)."""
-    if scale_tma_aligned and not column_major_scales:
-        raise ValueError("per_token_group_quant_8bit(): scale_tma_aligned applies to column_major_scales=True only")
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    groups = x.shape[-1] // group_size
-    dtype = torch.int32 if scale_ue8m0 else torch.float32
-    cols = -(-groups // 4) if scale_ue8m0 else groups
-    if not column_major_scales:
-        shape = (*x.shape[:-1], cols) if not scale_ue8m0 else (rows, cols)
-        return torch.empty(shape, dtype=dtype, device=x.device)
-    padded = -(-rows // 4) * 4 if scale_tma_aligned else rows  # 4 four-byte scales = 16 bytes
-    return torch.empty((cols, padded), dtype=dtype, device=x.device)[:, :rows].t()
-
 
 def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None, eps: float = 1e-10, *,
                                column_major_scales: bool = False, scale_tma_aligned: bool = False, scale_ue8m0: bool = False,

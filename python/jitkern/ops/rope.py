@@ -1,4 +1,4 @@
-"""Rotary position embedding and the KV-cache write (csrc/rope.cuh).
+"""Rotary position embedding and the fused KV-cache write (csrc/rope.cuh).
 
 - `apply_rope_with_cos_sin_cache_inplace` and `rotary_embedding`: q and k rotated in place, NeoX style
   (`is_neox=True`: column i pairs with i + R/2) or GPT-J style (interleaved: 2i with 2i + 1), over the
@@ -11,9 +11,8 @@
   caches flat [slots, H, D] (or [slots, H * D]) or paged [pages, page_size, H, D] (location = page *
   page_size + offset), in the inputs' dtype or float8_e4m3fn with per-tensor scales (q = saturate(
   round_to_nearest_even(x / scale)), the division in fp32, as the quantization ops round).
-- `store_cache(k, v, k_cache, v_cache, indices)`: the plain write of k and v rows (any dtype, rows of a
-  multiple of 4 bytes) to the same cache layouts.
-- `concat_mla_k`, `concat_mla_absorb_q`: the MLA (DeepSeek) concatenations.
+The plain write of k and v rows to the same cache layouts (`store_cache`) and the MLA concatenations are
+the KV row copies (jitkern.ops.kv_rows).
 
 Locations outside the cache are skipped (that token's cache write only). A token whose position is
 outside [0, max_position) is skipped entirely: its q and k stay as they were (out of place: its output
@@ -28,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._torch import ModuleExports, compiling, define_op, torch
+from .._torch import compiling, define_op, torch
 from ..jit import JitSpec
-from ._dtype_family import DtypeFamily, package_spec
+from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("rope", "jitkern_rope::RopeOps", {
@@ -42,54 +41,29 @@ DTYPES = _FAMILY.DTYPES
 _FUNCTIONS = _FAMILY.functions
 _rope_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
 
-# The dtype-independent row copies: one module each, so that a first call compiles only its own.
-_ROWS = {"store_cache": {"store_cache": "k, v, k_cache, v_cache, indices"},
-         "concat_mla": {"concat_mla_k": "k, k_nope, k_rope", "concat_mla_absorb_q": "a, b, out"}}
-_ROWS_COMPILE_SECONDS = {"store_cache": 2.0, "concat_mla": 1.8}  # H100 host, 16 builds at once: the order builds start in
-
-
-def rows_spec(module: str) -> JitSpec:
-    """The module of the dtype-independent row copies: "store_cache" or "concat_mla"."""
-    return package_spec(f"rope_{module}", cuda_file="rope.cuh", wrappers=[(op, f"jitkern_rope::KvRows::{op}", args) for op, args in _ROWS[module].items()],
-                        compile_seconds=_ROWS_COMPILE_SECONDS[module])
-
-
-_store_function = ModuleExports(lambda: rows_spec("store_cache"), _ROWS["store_cache"], "rope_store_cache")
-_concat_function = ModuleExports(lambda: rows_spec("concat_mla"), _ROWS["concat_mla"], "rope_concat_mla")
-
-# Python op -> (the per-dtype exports it may call, the row-copy modules it may call).
+# Python op -> the per-dtype exports it may call.
 _NEEDS = {
-    "apply_rope_with_cos_sin_cache_inplace": (("apply", "apply_store", "apply_store_fp8"), ()),
-    "rotary_embedding": (("apply",), ()),
-    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (("apply_store", "apply_store_fp8"), ()),
-    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (("apply",), ()),
-    "store_cache": ((), ("store_cache",)),
-    "concat_mla_k": ((), ("concat_mla",)),
-    "concat_mla_absorb_q": ((), ("concat_mla",)),
+    "apply_rope_with_cos_sin_cache_inplace": ("apply", "apply_store", "apply_store_fp8"),
+    "rotary_embedding": ("apply",),
+    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": ("apply_store", "apply_store_fp8"),
+    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": ("apply",),
 }
 OPS = tuple(_NEEDS)
+HELPERS = ("FusedSetKVBufferArg",)  # public beside the ops
 
 
-def _needed(ops):
-    ops = OPS if ops is None else ops
-    exports = list(dict.fromkeys(e for op in ops for e in _NEEDS[op][0]))
-    rows = list(dict.fromkeys(m for op in ops for m in _NEEDS[op][1]))
-    return exports, rows
+def _exports(ops) -> list[str]:
+    return list(dict.fromkeys(e for op in (OPS if ops is None else ops) for e in _NEEDS[op]))
 
 
 def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """The modules these ops (None: all) need: one per RoPE export and dtype (None: fp16, bf16, fp32),
-    and the dtype-independent store_cache and concat_mla modules."""
-    exports, rows = _needed(ops)
-    return [_FAMILY.spec(d, e) for d in (DTYPES if dtypes is None else dtypes) for e in exports] + [rows_spec(m) for m in rows]
+    """The modules these ops (None: all) need: one per RoPE export and dtype (None: fp16, bf16, fp32)."""
+    return [_FAMILY.spec(d, e) for d in (DTYPES if dtypes is None else dtypes) for e in _exports(ops)]
 
 
 def warmup(ops=None, dtypes=(), constants=()) -> None:
     """Loads (building in parallel where needed) the modules of these ops (None: all) for these dtypes."""
-    exports, rows = _needed(ops)
-    _FAMILY.warmup(exports, dtypes)
-    for m in rows:
-        (_store_function if m == "store_cache" else _concat_function).warmup()
+    _FAMILY.warmup(_exports(ops), dtypes)
 
 
 @dataclass
@@ -215,39 +189,6 @@ def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin
        0, 0)
 
 
-def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_split: int = 0) -> None:
-    """k_cache[indices[i]] = k[i], v_cache[indices[i]] = v[i]: k, v [T, *row]; caches [slots, *row] or
-    [pages, page_size, *row]; any dtype (the caches' must match), rows of a multiple of 4 bytes;
-    out-of-range indices are skipped. `row_bytes` and `num_split` (the reference's tuning knobs) are
-    accepted and ignored."""
-    if compiling():
-        return torch.ops.jitkern.store_cache(k, v, k_cache, v_cache, indices)
-    _store_function("store_cache")(k, v, k_cache, v_cache, indices)
-
-
-def concat_mla_k(k, k_nope, k_rope) -> None:
-    """k [T, H, Dn + Dr] = [k_nope [T, H, Dn] | k_rope [T, 1, Dr] broadcast over the heads]."""
-    if compiling():
-        return torch.ops.jitkern.concat_mla_k(k, k_nope, k_rope)
-    _concat_function("concat_mla_k")(k, k_nope, k_rope)
-
-
-def _absorb_q_out(a, b):
-    return torch.empty((*a.shape[:-1], a.shape[-1] + b.shape[-1]), dtype=a.dtype, device=a.device)
-
-
-def concat_mla_absorb_q(a, b):
-    """[a | b] over the last dimension: a [A, B, Da], b [A, B, Db] -> a new [A, B, Da + Db]."""
-    if compiling():
-        return torch.ops.jitkern.concat_mla_absorb_q(a, b)
-    fn = _concat_function("concat_mla_absorb_q")
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        raise TypeError(f"concat_mla_absorb_q(): a and b must be torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
-    out = _absorb_q_out(a, b)
-    fn(a, b, out)
-    return out
-
-
 # The torch custom ops: what torch.compile traces (their implementations are the eager paths above).
 if torch is not None:
     define_op("jitkern::rope", "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
@@ -270,6 +211,3 @@ if torch is not None:
               lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc:
                   apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer,
                                                                  kv_cache_loc, interleave))
-    define_op("jitkern::store_cache", "(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices) -> ()", store_cache)
-    define_op("jitkern::concat_mla_k", "(Tensor(a!) k, Tensor k_nope, Tensor k_rope) -> ()", concat_mla_k)
-    define_op("jitkern::concat_mla_absorb_q", "(Tensor a, Tensor b) -> Tensor", concat_mla_absorb_q, _absorb_q_out)

@@ -5,6 +5,7 @@
 #include <jitkern/atomic.cuh>
 #include <jitkern/cta.cuh>
 #include <jitkern/math.cuh>
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -199,6 +200,38 @@ void runtime_info(TensorView out) {
   o[2] = runtime::get_runtime_version();
   o[3] = runtime::get_available_dynamic_smem_per_block();
   o[4] = runtime::get_blocks_per_sm(reductions_kernel, 256);
+}
+
+// The launch rules of <jitkern/utils.cuh>, <jitkern/vec.cuh> and <jitkern/policy.cuh>, as numbers.
+void launch_rules(TensorView out) {
+  using namespace host;
+  TensorMatcher({16}).with_dtype<int64_t>().with_device<kDLCPU>().verify(out);
+  auto* o = static_cast<int64_t*>(out.data_ptr());
+  o[0] = runtime::get_arch();
+  o[1] = runtime::has_pdl();
+  int before = -1, inside = -1, after = -1;
+  RuntimeDeviceCheck(cudaGetDevice(&before));
+  {
+    const DeviceGuard guard(before);  // the current device: no switch
+    RuntimeDeviceCheck(cudaGetDevice(&inside));
+  }
+  RuntimeDeviceCheck(cudaGetDevice(&after));
+  o[2] = before == inside && inside == after;
+  o[3] = row_policy(DLDevice{kDLCUDA, before}).row_threads;
+  o[4] = policy_for(80).threads_per_sm;
+  o[5] = policy_for(89).threads_per_sm;
+  o[6] = policy_for(120).row_threads;
+  o[7] = policy_for(103).arch;
+  alignas(16) static fp16_t row[16];
+  const auto* base = reinterpret_cast<const char*>(row);
+  o[8] = vector_width(device::kVec16<fp16_t>, 4096, {row, {base + 8, 1}}, {4096, 0});  // 8 fp16, an 8-byte vector of bytes
+  o[9] = vector_width(device::kVec16<fp16_t>, 4096, {reinterpret_cast<const fp16_t*>(base + 2)}, {});  // 2 bytes off
+  o[10] = vector_width(device::kVec16<fp16_t>, 4096, {row}, {4100});  // a stride of half a vector
+  o[11] = vector_width(device::kVec16<fp16_t>, 4100, {row, static_cast<const fp16_t*>(nullptr)}, {});  // the width
+  o[12] = vector_width(device::kVec16<fp16_t>, 4096, {{base + 4, 1}}, {});  // bytes 4 off an 8-byte vector
+  o[13] = device::kVec16<float>;
+  o[14] = device::kVec16<fp8_e4m3_t>;
+  o[15] = kRowKernels.max_cta_threads;
 }
 
 }  // namespace

@@ -3,7 +3,7 @@ NCCL (torch.distributed.all_reduce) and torch's symmetric-memory all-reduce (one
 this torch has them) in the same run; jitkern by size (its default choice) and with each kernel forced;
 then all_reduce_add_rmsnorm against the unfused pairs. Prints markdown tables (rank 0).
 
-Run as `python bench_allreduce.py`: it starts one process per rank itself (NVLink multicast off). Every
+Run as `python bench_all_reduce.py`: it starts one process per rank itself (NVLink multicast off). Every
 rank captures the same graph of 100 calls (20 above 1 MiB) and replays it back to back; a call's time is
 the median replay divided by the calls, the slowest rank's."""
 
@@ -34,7 +34,7 @@ def _launch() -> int:
 
     world = min(torch.cuda.device_count(), MAX_WORLD)
     if world < 2:
-        print(f"NOT RUN: bench_allreduce needs 2 GPUs or more, this machine has {torch.cuda.device_count()}")
+        print(f"NOT RUN: bench_all_reduce needs 2 GPUs or more, this machine has {torch.cuda.device_count()}")
         return 0
     import jitkern
     from jitkern.ops import all_reduce, norm
@@ -51,7 +51,7 @@ def _launch() -> int:
             rc |= p.wait(timeout=DEADLINE_S)
         except subprocess.TimeoutExpired:
             p.kill()
-            print(f"bench_allreduce: a rank did not finish within {DEADLINE_S} s")
+            print(f"bench_all_reduce: a rank did not finish within {DEADLINE_S} s")
             rc = 1
     return rc
 
@@ -176,7 +176,7 @@ def _worker(rank: int, world: int, port: int) -> None:
     comm.check()
 
     if rank == 0:
-        print(f"## bench_allreduce: {world} ranks, {environment()}\n")
+        print(f"## bench_all_reduce: {world} ranks, {environment()}\n")
         print(f"all-reduce (sum) of bf16, us per call in CUDA graphs (the slowest rank's median); jitkern by default: push up to "
               f"{min(default_push, default_one_shot) >> 10} KiB, one-shot up to {default_one_shot >> 10} KiB, two-shot above\n")
         names = list(dict.fromkeys(name for _, times in rows for name in times))

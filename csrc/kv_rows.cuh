@@ -1,0 +1,280 @@
+// The KV row copies, for rows of any dtype (moved as bytes):
+//   KvRows::store_cache          k and v rows written to k_cache[indices[i]], v_cache[indices[i]] (flat or
+//                                paged caches; any row of a multiple of 4 bytes);
+//   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
+// A group of lanes (a power of two) per row, 16-byte vectors where every address and stride allows.
+// The cache layouts (shared with RoPE's fused cache write): <jitkern/impl/kv_cache.cuh>.
+#pragma once
+
+#include <jitkern/impl/kv_cache.cuh>
+#include <jitkern/policy.cuh>
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/utils.cuh>
+#include <jitkern/utils.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <utility>
+
+namespace jitkern_kv_rows {
+
+using device::kv_cache::CacheLayout;
+using device::kv_cache::load_index;
+#ifndef __CUDACC_RTC__
+using jitkern::TensorView;
+using namespace host::kv_cache;
+#endif
+
+// CTAs of kRowThreads, a power-of-two group of lanes per row.
+constexpr int kRowThreads = host::kRowKernels.copy_threads;
+
+// Row copies: out row r = [x row r | y row (r, broadcast)] (concat) or cache[index[r]] = row r (store).
+struct RowCopyParams {
+  char* out[2];  // store: the k and v caches' base (unused for concat)
+  const char* x[2];
+  int64_t x_token[2];  // bytes from one token to the next
+  CacheLayout caches[2];
+  const void* indices;
+  int64_t indices_stride;
+  int64_t rows;
+  int32_t vecs;  // vectors per row
+  int32_t lanes;  // threads per row, a power of two
+  int32_t buffers;
+  bool indices64;
+};
+
+// The row a group of `lanes` lanes copies and this thread's lane in it, then the PDL wait (the row's
+// number needs nothing the previous kernel writes).
+struct RowLane {
+  int64_t row;
+  int lane;
+};
+__device__ __forceinline__ RowLane row_and_lane(int32_t lanes) {
+  const RowLane at{int64_t{blockIdx.x} * (blockDim.x / lanes) + threadIdx.x / lanes, static_cast<int>(threadIdx.x % lanes)};
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  return at;
+}
+
+// store_cache: row r of each buffer (k, v) goes to its cache's row indices[r]; out-of-range rows skipped.
+template <typename Vec>
+__global__ void __launch_bounds__(kRowThreads) store_rows_kernel(const __grid_constant__ RowCopyParams p) {
+#ifdef __CUDACC__
+  const auto [r, lane] = row_and_lane(p.lanes);
+  if (r >= p.rows) return;
+  // The row's first vectors load before the location is checked (CacheLayout::holds).
+  const int64_t slot = load_index(p.indices, p.indices64, r * p.indices_stride);
+  const Vec* src[2] = {reinterpret_cast<const Vec*>(p.x[0] + r * p.x_token[0]), reinterpret_cast<const Vec*>(p.x[1] + r * p.x_token[1])};
+  Vec v[2][2];
+  const auto load = [&](int c) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (b < p.buffers && c + u * p.lanes < p.vecs) v[b][u] = src[b][c + u * p.lanes];
+  };
+  load(lane);
+  if (!p.caches[0].holds(slot)) return;
+  Vec* dst[2] = {reinterpret_cast<Vec*>(p.caches[0].row(slot)), reinterpret_cast<Vec*>(p.caches[1].row(slot))};
+  for (int c = lane; c < p.vecs; c += 2 * p.lanes) {
+    if (c != lane) load(c);
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+        if (b < p.buffers && c + u * p.lanes < p.vecs) dst[b][c + u * p.lanes] = v[b][u];
+  }
+#endif
+}
+
+struct ConcatParams {
+  char* out;
+  const char* x;
+  const char* y;
+  int64_t out_s0, out_s1, x_s0, x_s1, y_s0, y_s1;  // bytes
+  int64_t rows;
+  int32_t dim1;              // rows are (i0, i1), i1 < dim1
+  int32_t x_vecs, y_vecs;    // vectors of each part of a row
+  int32_t lanes;
+};
+
+// out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1).
+template <typename Vec>
+__global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
+#ifdef __CUDACC__
+  // Not row_and_lane: written out, ptxas schedules this kernel's index arithmetic as it was measured.
+  const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
+  const int lane = threadIdx.x % p.lanes;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (r >= p.rows) return;
+  const int64_t i0 = r / p.dim1, i1 = r - i0 * p.dim1;
+  Vec* out = reinterpret_cast<Vec*>(p.out + i0 * p.out_s0 + i1 * p.out_s1);
+  const Vec* x = reinterpret_cast<const Vec*>(p.x + i0 * p.x_s0 + i1 * p.x_s1);
+  const Vec* y = reinterpret_cast<const Vec*>(p.y + i0 * p.y_s0 + i1 * p.y_s1);
+  const int total = p.x_vecs + p.y_vecs;
+  for (int c = lane; c < total; c += 2 * p.lanes) {
+    Vec v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int i = c + u * p.lanes;
+      if (i < total) v[u] = i < p.x_vecs ? x[i] : y[i - p.x_vecs];
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (c + u * p.lanes < total) out[c + u * p.lanes] = v[u];
+  }
+#endif
+}
+
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
+// Lanes per row: enough for one vector each, at most kRowThreads.
+inline int32_t row_lanes(int64_t vecs) {
+  return static_cast<int32_t>(std::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(vecs, 1)))));
+}
+
+// A class template so that a module instantiates only the kernels of the functions it exports.
+template <typename = void>
+struct KvRowsImpl {
+  // k, v [N, *row] (each row contiguous; rows strided) -> k_cache, v_cache [slots, *row] or [pages,
+  // page_size, *row], row indices[i] (int32/int64 [N]); a row is any multiple of 4 bytes; out-of-range
+  // indices are skipped.
+  static void store_cache(TensorView k, TensorView v, TensorView k_cache, TensorView v_cache, TensorView indices) {
+    using namespace host;
+    RuntimeCheck(k.dim() >= 1, "k must be [num_tokens, *row], got a scalar");
+    RuntimeCheck(k.device().device_type == kDLCUDA, "k must be on a CUDA device, got ", k.device());
+    check_same_shape(k, v, "k", "v");
+    for (const auto& [t, name] : {std::pair{v, "v"}, std::pair{k_cache, "k_cache"}, std::pair{v_cache, "v_cache"}})
+      if (!dtype_equal(t.dtype(), k.dtype())) Raise(ErrorKind::kType, name, " must have k's dtype ", k.dtype(), ", got ", t.dtype());
+    RuntimeCheck(v.device().device_type == kDLCUDA && v.device().device_id == k.device().device_id, "v must be on k's device ", k.device(),
+                 ", got ", v.device());
+    RuntimeCheck(row_is_compact(k, 1), "k: each row (the dimensions after the first) must be contiguous");
+    RuntimeCheck(row_is_compact(v, 1), "v: each row (the dimensions after the first) must be contiguous");
+    const int64_t elem = static_cast<int64_t>(dtype_bytes(k.dtype()));
+    int64_t row_elems = 1;
+    for (int d = 1; d < k.dim(); ++d) row_elems *= k.size(d);
+    const int64_t row_bytes = row_elems * elem;
+    RuntimeCheck(row_bytes % 4 == 0 && row_bytes > 0, "rows must be a positive multiple of 4 bytes, got ", row_bytes);
+    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+    auto N = SymbolicSize{"num_tokens"};
+    N.set_value(k.size(0));
+    auto stride = SymbolicSize{"indices_stride"};
+    auto dev = SymbolicDevice{};
+    dev.set_value(k.device());
+    TensorMatcher({N}).with_strides({stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(indices, "indices");
+    RowCopyParams p{};
+    p.caches[0] = cache_layout(k_cache, row_elems, k.device().device_id, "k_cache");
+    p.caches[1] = cache_layout(v_cache, row_elems, k.device().device_id, "v_cache");
+    p.x[0] = static_cast<const char*>(k.data_ptr()), p.x[1] = static_cast<const char*>(v.data_ptr());
+    p.x_token[0] = k.size(0) > 1 ? k.stride(0) * elem : 0, p.x_token[1] = v.size(0) > 1 ? v.stride(0) * elem : 0;
+    p.indices = indices.data_ptr(), p.indices_stride = stride_of(stride), p.indices64 = is_type<int64_t>(indices.dtype());
+    p.rows = k.size(0);
+    p.buffers = 2;
+    if (p.rows == 0) return;
+    const bool wide = all_multiples({address(p.x[0]), address(p.x[1]), p.x_token[0], p.x_token[1], row_bytes, address(p.caches[0].base),
+                                     address(p.caches[1].base), p.caches[0].page_stride, p.caches[0].row_stride, p.caches[1].page_stride,
+                                     p.caches[1].row_stride},
+                                    16);
+    RuntimeCheck(wide || all_multiples({address(p.x[0]), address(p.x[1]), p.x_token[0], p.x_token[1], address(p.caches[0].base),
+                                        address(p.caches[1].base), p.caches[0].page_stride, p.caches[0].row_stride, p.caches[1].page_stride,
+                                        p.caches[1].row_stride},
+                                       4),
+                 "store_cache: every tensor's address and row strides must be multiples of 4 bytes");
+    p.vecs = static_cast<int32_t>(row_bytes / (wide ? 16 : 4));
+    p.lanes = row_lanes(p.vecs);
+    launch_rows(wide ? store_rows_kernel<int4> : store_rows_kernel<int>, p, p.rows, p.lanes, k.device());
+  }
+
+  // k [N, H, Dn + Dr] = [k_nope [N, H, Dn] | k_rope [N, 1, Dr] (or [N, Dr]) broadcast over the heads,
+  // or [N, H, Dr]]; last dimensions contiguous.
+  static void concat_mla_k(TensorView k, TensorView k_nope, TensorView k_rope) {
+    using namespace host;
+    auto N = SymbolicSize{"num_tokens"}, H = SymbolicSize{"num_heads"}, Dn = SymbolicSize{"nope_dim"}, Dr = SymbolicSize{"rope_dim"},
+         D = SymbolicSize{"k_head_dim"};
+    auto ks0 = SymbolicSize{"k_token_stride"}, ks1 = SymbolicSize{"k_head_stride"}, ns0 = SymbolicSize{"k_nope_token_stride"},
+         ns1 = SymbolicSize{"k_nope_head_stride"}, rs0 = SymbolicSize{"k_rope_token_stride"}, rs1 = SymbolicSize{"k_rope_head_stride"};
+    auto dtype = SymbolicDType{};
+    auto dev = SymbolicDevice{};
+    TensorMatcher({N, H, D}).with_strides({ks0, ks1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k, "k");
+    TensorMatcher({N, H, Dn}).with_strides({ns0, ns1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_nope, "k_nope");
+    int64_t rope_head_stride = 0;
+    if (k_rope.dim() == 2) {
+      TensorMatcher({N, Dr}).with_strides({rs0, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
+    } else {
+      auto Hr = SymbolicSize{"k_rope_heads"};
+      TensorMatcher({N, Hr, Dr}).with_strides({rs0, rs1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
+      RuntimeCheck(Hr.unwrap() == 1 || Hr.unwrap() == H.unwrap(), "k_rope must have 1 head (broadcast) or k's ", H.unwrap(), ", got ",
+                   Hr.unwrap());
+      if (Hr.unwrap() != 1) rope_head_stride = stride_of(rs1);
+    }
+    RuntimeCheck(D.unwrap() == Dn.unwrap() + Dr.unwrap(), "k's head dim ", D.unwrap(), " must be k_nope's ", Dn.unwrap(), " + k_rope's ",
+                 Dr.unwrap());
+    const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
+    ConcatParams p{};
+    p.out = static_cast<char*>(k.data_ptr()), p.x = static_cast<const char*>(k_nope.data_ptr()), p.y = static_cast<const char*>(k_rope.data_ptr());
+    p.out_s0 = stride_of(ks0) * e, p.out_s1 = stride_of(ks1) * e, p.x_s0 = stride_of(ns0) * e, p.x_s1 = stride_of(ns1) * e;
+    p.y_s0 = stride_of(rs0) * e, p.y_s1 = rope_head_stride * e;
+    concat(p, N.unwrap(), H.unwrap(), Dn.unwrap() * e, Dr.unwrap() * e, dev.unwrap());
+  }
+
+  // out [A, B, Da + Db] = [a [A, B, Da] | b [A, B, Db]]; last dimensions contiguous.
+  static void concat_mla_absorb_q(TensorView a, TensorView b, TensorView out) {
+    using namespace host;
+    auto A = SymbolicSize{"dim_0"}, B = SymbolicSize{"dim_1"}, Da = SymbolicSize{"a_last_dim"}, Db = SymbolicSize{"b_last_dim"},
+         Do = SymbolicSize{"out_last_dim"};
+    auto as0 = SymbolicSize{"a_stride_0"}, as1 = SymbolicSize{"a_stride_1"}, bs0 = SymbolicSize{"b_stride_0"}, bs1 = SymbolicSize{"b_stride_1"},
+         os0 = SymbolicSize{"out_stride_0"}, os1 = SymbolicSize{"out_stride_1"};
+    auto dtype = SymbolicDType{};
+    auto dev = SymbolicDevice{};
+    TensorMatcher({A, B, Da}).with_strides({as0, as1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(a, "a");
+    TensorMatcher({A, B, Db}).with_strides({bs0, bs1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(b, "b");
+    TensorMatcher({A, B, Do}).with_strides({os0, os1, 1}).with_dtype(dtype).with_device(device_v<kDLCUDA>, dev).verify(out, "out");
+    RuntimeCheck(Do.unwrap() == Da.unwrap() + Db.unwrap(), "out's last dimension ", Do.unwrap(), " must be a's ", Da.unwrap(), " + b's ",
+                 Db.unwrap());
+    const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
+    ConcatParams p{};
+    p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
+    p.out_s0 = stride_of(os0) * e, p.out_s1 = stride_of(os1) * e, p.x_s0 = stride_of(as0) * e, p.x_s1 = stride_of(as1) * e;
+    p.y_s0 = stride_of(bs0) * e, p.y_s1 = stride_of(bs1) * e;
+    concat(p, A.unwrap(), B.unwrap(), Da.unwrap() * e, Db.unwrap() * e, dev.unwrap());
+  }
+
+ private:
+  static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
+    using namespace host;
+    RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
+    p.rows = dim0 * dim1, p.dim1 = static_cast<int32_t>(dim1);
+    if (p.rows == 0 || x_bytes + y_bytes == 0) return;
+    const auto fits = [&](int64_t w) {
+      return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
+    };
+    const auto go = [&](auto vec) {
+      using Vec = decltype(vec);
+      p.x_vecs = static_cast<int32_t>(x_bytes / sizeof(Vec)), p.y_vecs = static_cast<int32_t>(y_bytes / sizeof(Vec));
+      p.lanes = row_lanes(p.x_vecs + p.y_vecs);
+      launch_rows(concat_rows_kernel<Vec>, p, p.rows, p.lanes, device);
+    };
+    if (fits(16)) {
+      go(int4{});
+    } else if (fits(2)) {
+      go(uint16_t{});
+    } else {
+      go(uint8_t{});
+    }
+  }
+
+  template <typename Params>
+  static void launch_rows(void (*kernel)(Params), const Params& p, int64_t rows, int32_t lanes, DLDevice device) {
+    const int64_t per_cta = kRowThreads / lanes;
+    const int64_t grid = host::div_ceil(rows, per_cta);
+    host::RuntimeCheck(grid < (int64_t{1} << 31), "too many rows: ", rows);
+    host::LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(std::min<int64_t>(kRowThreads, per_cta * lanes)), device)
+        .enable_pdl()(kernel, p);
+  }
+};
+using KvRows = KvRowsImpl<>;
+#endif  // __CUDACC_RTC__
+
+}  // namespace jitkern_kv_rows

@@ -1,0 +1,43 @@
+"""The 8-bit outputs' conventions shared by the families that write them (quant, act): fp8 tensors passed
+to C++ as their bytes, the one-element scale, and the per-group scale layouts FP8 GEMMs read."""
+
+from __future__ import annotations
+
+from .._torch import torch
+
+
+def _bytes(q, name: str, public: str, allow_int8: bool = False):
+    """The output tensor q as [rows, H] for C++: fp8 as its bytes (uint8), int8 as it is. A view, so that
+    what C++ writes lands in q."""
+    allowed = (torch.float8_e4m3fn, torch.int8) if allow_int8 else (torch.float8_e4m3fn,)
+    if not isinstance(q, torch.Tensor) or q.dtype not in allowed:
+        got = q.dtype if isinstance(q, torch.Tensor) else type(q).__name__
+        raise TypeError(f"{public}(): {name} must be a float8_e4m3fn{' or int8' if allow_int8 else ''} tensor, got {got}")
+    q2 = q.view(-1, q.shape[-1]) if q.dim() != 2 else q
+    return q2.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q2
+
+
+def _check_scale(scale, public: str, name: str = "scale"):
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{public}(): {name} must be a float32 tensor of one element, got {type(scale).__name__}")
+    return scale.reshape(1) if scale.dim() != 1 else scale
+
+
+def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, scale_tma_aligned: bool = False,
+                      scale_ue8m0: bool = False):
+    """An uninitialised scale tensor for per_token_group_quant_8bit of x [..., H]:
+    fp32 [rows, H / group_size] (row-major: [..., H / group_size]), or with scale_ue8m0 int32
+    [rows, ceil(H / group_size / 4)], four UE8M0 exponents per int32 (group 4k + b in byte b).
+    column_major_scales: stored column by column (a [groups, rows] buffer, transposed); scale_tma_aligned:
+    each column padded to a multiple of 16 bytes (what TMA loads need)."""
+    if scale_tma_aligned and not column_major_scales:
+        raise ValueError("per_token_group_quant_8bit(): scale_tma_aligned applies to column_major_scales=True only")
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    groups = x.shape[-1] // group_size
+    dtype = torch.int32 if scale_ue8m0 else torch.float32
+    cols = -(-groups // 4) if scale_ue8m0 else groups
+    if not column_major_scales:
+        shape = (*x.shape[:-1], cols) if not scale_ue8m0 else (rows, cols)
+        return torch.empty(shape, dtype=dtype, device=x.device)
+    padded = -(-rows // 4) * 4 if scale_tma_aligned else rows  # 4 four-byte scales = 16 bytes
+    return torch.empty((cols, padded), dtype=dtype, device=x.device)[:, :rows].t()

@@ -1,0 +1,44 @@
+// The configuration stage: every setting's effective value, resolved once per request (absolute paths,
+// enums, numbers), with the compilers' environment. Only this stage reads settings (settings.h); the
+// stages after it (plan, toolchain, store, build) read this struct.
+#pragma once
+
+#include <jitkern/jit.h>
+
+#include <string>
+#include <vector>
+
+namespace jitkern::config {
+
+enum class OnMiss { kCompile, kWarn, kError };
+enum class DeviceCompiler { kAuto, kNvrtc, kNvcc };
+
+struct Config {
+  // Where things are.
+  std::string cache_dir, lock_dir, include_dir, csrc_dir, runtime_lib_dir;
+  std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
+  std::vector<std::string> prebuilt_dirs;  // JITKERN_PREBUILT_DIRS, in order
+  std::string temp_dir = "/tmp";           // TMPDIR: the compiler probe's and the precompiled preludes' parent
+  // The compilers: the programs as a build runs them (a CXX naming a path is made absolute) and what
+  // they are searched with.
+  std::string cxx = "c++";
+  std::string nvcc = "nvcc";
+  std::string nvcc_problem;  // a CUDA_HOME / CUDA_PATH without bin/nvcc: the error a CUDA build raises
+  std::string cxx_env, path, ld_library_path, cuda_home, cuda_path;  // the raw values (search keys, compilers' environment)
+  std::string cuda_arch;  // JITKERN_CUDA_ARCH, validated ("" when unset)
+  // Behaviour.
+  OnMiss on_miss = OnMiss::kCompile;
+  DeviceCompiler device_compiler = DeviceCompiler::kAuto;
+  bool retry_failed = false, nvcc_pipeline = true;
+  double compile_timeout_s = 900;
+};
+
+// Only the cache and lock directories and what cache administration reads (no tvm-ffi): the build
+// directory, else the EngineConfig's, else JITKERN_CACHE_DIR / JITKERN_LOCK_DIR, else
+// ~/.cache/jitkern[/locks]. std::invalid_argument names a setting that is invalid.
+Config resolve_cache(const EngineConfig& config, const std::string& build_directory);
+// Everything; `engine_lib_dir`: where the engine's (and the runtime's) library lives (the package is
+// its parent). Validates every setting (a bad one is a ValueError on every load, not only on a miss).
+Config resolve(const EngineConfig& config, const std::string& build_directory, const std::string& engine_lib_dir);
+
+}  // namespace jitkern::config

@@ -1,0 +1,86 @@
+// The compiler-output parser (src/compile_errors.h) against recorded gcc, clang and nvcc (EDG) logs:
+// which error a failed compile's message leads with.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "compile_errors.h"
+
+using namespace jitkern;
+
+namespace {
+
+const std::string kScratch = "/cache/m-0123/build-1@host-abc";
+
+plan::Plan plan_with_wrapper() {
+  plan::Plan p;
+  p.sources = {"/work/kernels/scale.cuh"};
+  p.wrapper_lines = {{"cuda_wrappers", "scale", "scale<4, float>", 3}};
+  p.dep_exclude_prefixes = {"/usr/include/", "/usr/local/cuda/targets/"};
+  return p;
+}
+
+TEST(CompileErrors, GccErrorInTheRequestsOwnSourceWins) {
+  const std::string log =
+      "In file included from " + kScratch + "/host.cc:2:\n"
+      "/usr/include/c++/12/bits/stl_vector.h:10:3: error: something in the library\n"
+      "/work/kernels/scale.cuh:12:5: error: 'blockIdx' was not declared in this scope\n"
+      "   12 |     blockIdx.x;\n";
+  EXPECT_EQ(compile_errors::first_error(log, plan_with_wrapper(), kScratch),
+            "/work/kernels/scale.cuh:12:5: error: 'blockIdx' was not declared in this scope");
+}
+
+TEST(CompileErrors, NvccFrontEndErrorInTheSource) {
+  const std::string log = "/work/kernels/scale.cuh(7): error: identifier \"kBlok\" is undefined\n      int x = kBlok;\n\n"
+                          "1 error detected in the compilation of \"device.cu\".\n";
+  EXPECT_EQ(compile_errors::first_error(log, plan_with_wrapper(), kScratch),
+            "/work/kernels/scale.cuh(7): error: identifier \"kBlok\" is undefined");
+}
+
+TEST(CompileErrors, GccErrorInsideExportMacroIsNamedByItsWrapper) {
+  const std::string log =
+      "/pkg/include/jitkern/export.h:40:5: error: no matching function for call to 'scale<4, float>'\n"
+      "device.cu:3:1: note: in expansion of macro 'JITKERN_EXPORT'\n";
+  EXPECT_EQ(compile_errors::first_error(log, plan_with_wrapper(), kScratch),
+            "cuda_wrappers 'scale' (scale<4, float>): error: no matching function for call to 'scale<4, float>'");
+}
+
+TEST(CompileErrors, ClangFatalErrorOutsideTheGeneratedSources) {
+  const std::string log = kScratch + "/host.cc:1:10: fatal error: 'missing.h' file not found\n"
+                          "/opt/project/include/util.h:4:10: fatal error: 'other.h' file not found\n";
+  EXPECT_EQ(compile_errors::first_error(log, plan_with_wrapper(), kScratch),
+            "/opt/project/include/util.h:4:10: fatal error: 'other.h' file not found");
+}
+
+TEST(CompileErrors, NvccRefusingItsCommandLeads) {
+  const std::string log = "warning: something\nnvcc fatal   : Unsupported gpu architecture 'compute_999'\n";
+  EXPECT_EQ(compile_errors::first_error(log, plan_with_wrapper(), kScratch), "nvcc fatal   : Unsupported gpu architecture 'compute_999'");
+}
+
+TEST(CompileErrors, NoErrorLineGivesNothing) {
+  EXPECT_EQ(compile_errors::first_error("collect2: ld returned 1 exit status\n", plan_with_wrapper(), kScratch), "");
+  EXPECT_TRUE(compile_errors::blames_the_disk("/usr/bin/ld: final link failed: No space left on device\n"));
+  EXPECT_FALSE(compile_errors::blames_the_disk("error: expected ';'\n"));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CompileErrors, CudaCodeInCppFilesIsNamedWhereTheHostCompilerLacksCudaHeaders) {
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/relu_cpu_named.cuh";
+  FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("#include <jitkern/utils.cuh>\n__global__ void relu_kernel(float* y) { y[threadIdx.x] = 0; }\n", f);
+  std::fclose(f);
+  plan::Plan p;
+  p.sources = {file};
+  p.has_cpp = true;
+  p.cpp_source = "#include \"" + file + "\"\n";
+  const std::string log = "/pkg/include/jitkern/utils.cuh:17:10: fatal error: cuda_runtime_api.h: No such file or directory\n";
+  EXPECT_EQ(compile_errors::likely_mistake(log, p, compile_errors::first_error(log, p, kScratch)),
+            "relu_cpu_named.cuh holds CUDA code: list it in cuda_files (the host C++ compiler alone compiles cpp_files)");
+}
+
+}  // namespace

@@ -1,0 +1,149 @@
+"""The KV row copies (store_cache, the MLA concatenations) on the GPU against torch indexing, compared
+byte for byte."""
+
+import pytest
+from kv_cache_cases import cache_bytes, expected_cache, locations, reference_kernel
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _ops():
+    import jitkern.ops
+
+    return jitkern.ops
+
+
+STORE_CASES = [("bfloat16", (8, 128), "flat"), ("bfloat16", (8, 128), "paged"), ("float32", (3,), "flat"), ("float16", (6,), "paged"),
+               ("bfloat16", (1, 576), "flat"), ("float8_e4m3fn", (8, 128), "paged"), ("int32", (5,), "flat")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name,row,layout", STORE_CASES)
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("tokens", [1, 61, 1000])
+def test_store_cache(dtype_name, row, layout, index_dtype, tokens):
+    """k_cache[indices[i]] = k[i], v likewise, any dtype and row of a multiple of 4 bytes (16-byte and
+    4-byte paths), strided k rows, flat or paged; out-of-range indices skipped."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    slots = 16 * (tokens // 16 + 4)
+    width = 1
+    for r in row:
+        width *= r
+    g = torch.Generator(device="cuda").manual_seed(tokens)
+    big = torch.randint(-100, 100, (tokens, 2 * width + 4), device="cuda", generator=g).to(torch.float32)
+    big = big.to(dtype) if dtype != torch.float8_e4m3fn else (big / 8).to(dtype)
+    k = big[:, :width].view(tokens, *row)  # strided rows
+    v = big[:, width + 4 : 2 * width + 4].reshape(tokens, *row).clone()
+    shape = (slots, *row) if layout == "flat" else (slots // 16, 16, *row)
+    kc = torch.zeros(shape, dtype=torch.float32, device="cuda").to(dtype)
+    vc = torch.zeros(shape, dtype=torch.float32, device="cuda").to(dtype)
+    loc = locations(tokens, slots, getattr(torch, index_dtype), seed=tokens)
+    ek = expected_cache(cache_bytes(kc, slots), cache_bytes(k, tokens), loc)
+    ev = expected_cache(cache_bytes(vc, slots), cache_bytes(v, tokens), loc)
+    ops.store_cache(k, v, kc, vc, loc)
+    assert torch.equal(cache_bytes(kc, slots), ek) and torch.equal(cache_bytes(vc, slots), ev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 5, 1000])
+@pytest.mark.parametrize("rope_heads", [1, 128])
+def test_concat_mla_k(tokens, rope_heads):
+    torch = _torch()
+    ops = _ops()
+    big = torch.randn(tokens, 128, 256, dtype=torch.bfloat16, device="cuda")
+    k_nope = big[:, :, :128]  # strided
+    k_rope = torch.randn(tokens, rope_heads, 64, dtype=torch.bfloat16, device="cuda")
+    k = torch.full((tokens, 128, 192), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ops.concat_mla_k(k, k_nope, k_rope)
+    assert torch.equal(k, torch.cat([k_nope, k_rope.expand(tokens, 128, 64)], dim=-1))
+    k2 = torch.full((tokens, 128, 192), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ops.concat_mla_k(k2, k_nope, k_rope[:, 0])  # [T, Dr] broadcasts too
+    assert torch.equal(k2[:, :, 128:], k_rope[:, :1].expand(tokens, 128, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,da,db,dtype_name", [((1, 128), 512, 64, "bfloat16"), ((77, 16), 512, 64, "bfloat16"),
+                                                    ((3, 5), 7, 3, "float16"), ((4, 2), 5, 3, "float8_e4m3fn")])
+def test_concat_mla_absorb_q(shape, da, db, dtype_name):
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    a = torch.randn(*shape, da + 2, device="cuda").to(dtype)[..., 1 : da + 1]  # strided, and misaligned by one element
+    b = torch.randn(*shape, db, device="cuda").to(dtype)
+    out = ops.concat_mla_absorb_q(a, b)
+    assert out.shape == (*shape, da + db) and out.dtype == dtype
+    rows = out.numel() // (da + db)
+    assert torch.equal(cache_bytes(out, rows), torch.cat([cache_bytes(a, rows), cache_bytes(b, rows)], dim=-1))
+
+
+@pytest.mark.gpu
+def test_bad_inputs_rejected_before_launch():
+    torch = _torch()
+    ops = _ops()
+    d = 64
+    k = torch.randn(4, d, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(4, d, dtype=torch.bfloat16, device="cuda")
+    kc, vc = (torch.zeros(8, 1, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = torch.arange(4, device="cuda")
+
+    def rejects(error, match, fn, *args, **kwargs):
+        with pytest.raises(error, match=match) as info:
+            fn(*args, **kwargs)
+        assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+
+    rejects(TypeError, "k_cache must have k's dtype", ops.store_cache, k, v, kc.half(), vc.half(), loc)
+    rejects(ValueError, "rows must be a positive multiple of 4 bytes", ops.store_cache, k[:, :3], v[:, :3], kc[..., :3], vc[..., :3], loc)
+    rejects(ValueError, r"indices: Size mismatch", ops.store_cache, k, v, kc, vc, loc[:2])
+    rejects(ValueError, "k's head dim 192 must be k_nope's 128 \\+ k_rope's 32", ops.concat_mla_k,
+            torch.empty(2, 4, 192, dtype=torch.bfloat16, device="cuda"), torch.empty(2, 4, 128, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(2, 1, 32, dtype=torch.bfloat16, device="cuda"))
+    rejects(TypeError, "b: DType mismatch", ops.concat_mla_absorb_q, torch.empty(2, 4, 8, device="cuda"),
+            torch.empty(2, 4, 8, dtype=torch.half, device="cuda"))
+    assert not kc.any(), "a rejected store_cache wrote"
+
+
+@pytest.mark.gpu
+def test_opcheck():
+    torch = _torch()
+    import jitkern.ops  # noqa: F401  (registers torch.ops.jitkern)
+
+    d, t = 64, 5
+    k, v = (torch.randn(t, 2 * d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    kc, vc = (torch.zeros(16, 2, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    loc = torch.arange(t, device="cuda") * 2
+    torch.library.opcheck(torch.ops.jitkern.store_cache, (k, v, kc, vc, loc))
+    torch.library.opcheck(torch.ops.jitkern.concat_mla_k, (torch.empty(t, 4, 96, dtype=torch.bfloat16, device="cuda"),
+                                                           torch.randn(t, 4, 64, dtype=torch.bfloat16, device="cuda"),
+                                                           torch.randn(t, 1, 32, dtype=torch.bfloat16, device="cuda")))
+    torch.library.opcheck(torch.ops.jitkern.concat_mla_absorb_q, (torch.randn(t, 4, 64, device="cuda"), torch.randn(t, 4, 32, device="cuda")))
+
+
+@pytest.mark.gpu
+def test_matches_the_reference_framework_where_it_runs():
+    """Against the reference's own JIT kernel (its store_cache), where its wheel imports."""
+    torch = _torch()
+    ops = _ops()
+    ref_store = reference_kernel("kvcache", "store_cache")
+    d, t, heads = 128, 33, 8
+    k, v = (torch.randn(t, heads * d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    caches = [torch.zeros(128, heads * d, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
+    loc = locations(t, 128, torch.int64, out_of_range=False)
+    ops.store_cache(k, v, caches[0], caches[1], loc)
+    ref_store(k, v, caches[2], caches[3], loc)
+    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+
+
+def test_specs_name_each_ops_modules():
+    """Without a GPU: store_cache and the two concatenations take one dtype-independent module each."""
+    from jitkern import ops
+
+    assert [s.name for s in ops.specs(ops=["store_cache"])] == ["kv_rows_store_cache"]
+    assert [s.name for s in ops.specs(ops=["store_cache", "concat_mla_k", "concat_mla_absorb_q"])] == ["kv_rows_store_cache", "kv_rows_concat_mla"]
+    assert [s.name for s in ops.specs(families=["kv_rows"], dtypes=["bfloat16"])] == ["kv_rows_store_cache", "kv_rows_concat_mla"]
+    assert ops.OPS["concat_mla_k"] == "kv_rows"

@@ -1,0 +1,28 @@
+"""The README is a front page: what jitkern is, how to install it, a first kernel and links; users of
+SGLang's JIT kernels are pointed to docs/migrating.md near the top, which shows the switch; the op
+reference is docs/ops.md; the developer commands CI runs are still there."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_is_a_front_page_with_its_links():
+    top = "\n".join(README.splitlines()[:15])
+    assert "SGLang" in top and "(docs/migrating.md)" in top, top
+    assert "## Install" in README and "pip install /path/to/jitkern" in README
+    assert len(README.splitlines()) < 260, "the op reference belongs in docs/ops.md"
+    for link in re.findall(r"\]\((docs/[^)#]+)", README):
+        assert (ROOT / link).is_file(), f"README links {link}, which does not exist"
+    assert "(docs/ops.md)" in README and "| `rmsnorm(input, weight, output=None, eps=1e-6)` |" in (ROOT / "docs" / "ops.md").read_text()
+    assert "scripts/test.sh" in README and "scripts/demo.sh" in README  # CI runs .ci/run -> scripts/test.sh
+    assert "| `cuda_wrappers`" in README or "`cpp_wrappers`, `cuda_wrappers` |" in README, "load_jit's keywords are a table"
+    assert "Without `HOME`" in README and "/tmp/jitkern-<uid>/.cache/jitkern" in README
+
+
+def test_migrating_names_sglang_and_shows_the_switch():
+    text = (ROOT / "docs" / "migrating.md").read_text()
+    head = "\n".join(text.splitlines()[:12])
+    assert "SGLang" in head and "from sglang.jit_kernel.utils import" in head and "from jitkern.compat import" in head, head
