@@ -265,6 +265,11 @@ std::string config_json() {
   jitkern::config::Config cached;
   const auto where = attempt([&] { return (cached = jitkern::config::resolve_cache({}, "")), std::string(); });
   const std::pair<std::string, std::string> cache = {cached.cache_dir, where.second}, locks = {cached.lock_dir, where.second};
+  // The resolution stops at its first bad setting: its problem is that setting's only (one bad
+  // JITKERN_CUDA_ARCH is one problem, not one per path setting).
+  const auto problem_of = [](const std::string& name, const std::string& problem) {
+    return problem.find(name) != std::string::npos ? problem : std::string();
+  };
   jitkern::config::Config resolved;
   const auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
   std::string out = "{\"settings\": [";
@@ -274,10 +279,10 @@ std::string config_json() {
     std::pair<std::string, std::string> effective;
     if (name == "JITKERN_CACHE_DIR") effective = cache;
     else if (name == "JITKERN_LOCK_DIR") effective = locks;
-    else if (name == "JITKERN_INCLUDE_DIR") effective = {resolved.include_dir, paths.second};
-    else if (name == "JITKERN_CSRC_DIR") effective = {resolved.csrc_dir, paths.second};
-    else if (name == "JITKERN_TVM_FFI_INCLUDE") effective = {resolved.tvm_ffi_include_dir, paths.second};
-    else if (name == "JITKERN_TVM_FFI_LIB") effective = {resolved.tvm_ffi_lib_dir, paths.second};
+    else if (name == "JITKERN_INCLUDE_DIR") effective = {resolved.include_dir, problem_of(name, paths.second)};
+    else if (name == "JITKERN_CSRC_DIR") effective = {resolved.csrc_dir, problem_of(name, paths.second)};
+    else if (name == "JITKERN_TVM_FFI_INCLUDE") effective = {resolved.tvm_ffi_include_dir, problem_of(name, paths.second)};
+    else if (name == "JITKERN_TVM_FFI_LIB") effective = {resolved.tvm_ffi_lib_dir, problem_of(name, paths.second)};
     else if (name == "CXX") effective = attempt([&] { return toolchain::locate(cached.cxx, cached.path).path; });
     else if (name == "CUDA_HOME" || name == "CUDA_PATH")
       effective = attempt([&] { return raw.empty() ? std::string() : settings::path(s.name); });

@@ -114,10 +114,11 @@ bool macro_context(const std::string& s, Diagnostic* out) {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
-// Whether `line` opens a diagnostic: "<file>(<line>): <word>" (nvcc's front ends) or
-// "<file>:<line>:<col>: <word>" (gcc, clang), the word being error, warning, note or remark.
-bool opens_diagnostic(const std::string& line) {
-  if (line.empty() || line[0] == ' ') return false;
+// What `line` opens: a diagnostic, "<file>(<line>): <kind>" (nvcc's front ends) or
+// "<file>:<line>:<col>: <kind>" (gcc, clang); kNone for any other line.
+enum class Opens { kNone, kProblem, kNote };  // kProblem: an error or warning; kNote: a note or remark about one
+Opens opens(const std::string& line) {
+  if (line.empty() || line[0] == ' ') return Opens::kNone;
   for (const char* kind : {": error", ": warning", ": note", ": remark", ": catastrophic error", ": fatal error"}) {
     const std::size_t at = line.find(kind);
     if (at == std::string::npos || at == 0) continue;
@@ -125,9 +126,10 @@ bool opens_diagnostic(const std::string& line) {
     if (line[i - 1] == ')') --i;  // file(12)
     std::size_t digits = i;
     while (digits > 0 && std::isdigit(static_cast<unsigned char>(line[digits - 1]))) --digits;
-    if (digits < i && digits > 0 && (line[digits - 1] == '(' || line[digits - 1] == ':')) return true;
+    if (digits < i && digits > 0 && (line[digits - 1] == '(' || line[digits - 1] == ':'))
+      return kind == std::string(": note") || kind == std::string(": remark") ? Opens::kNote : Opens::kProblem;
   }
-  return false;
+  return Opens::kNone;
 }
 
 // "1 error detected in the compilation of ..." and its plural: one per nvcc pass.
@@ -182,14 +184,17 @@ std::string each_diagnostic_once(const std::string& output) {
   const auto lines = text::split_lines(output);
   std::set<std::string> seen;
   std::string out;
+  bool dropping = false;  // the notes after a repeated error or warning go with it
   for (std::size_t i = 0; i < lines.size();) {
+    const Opens kind = opens(lines[i]);
     std::size_t end = i + 1;
-    if (opens_diagnostic(lines[i]))  // its indented lines (source, caret, "argument types are") and the blank after
+    if (kind != Opens::kNone)  // its indented lines (source, caret, "argument types are") and the blank after
       while (end < lines.size() && (lines[end].empty() || lines[end][0] == ' ')) ++end;
     std::string block;
     for (std::size_t k = i; k < end; ++k) block += lines[k] + "\n";
-    const bool repeatable = opens_diagnostic(lines[i]) || counts_errors(lines[i]);
-    if (!repeatable || seen.insert(block).second) out += block;
+    if (kind == Opens::kProblem) dropping = !seen.insert(block).second;
+    else if (kind == Opens::kNone) dropping = counts_errors(lines[i]) && !seen.insert(block).second;
+    if (!dropping) out += block;
     i = end;
   }
   if (!output.empty() && output.back() != '\n' && !out.empty()) out.pop_back();

@@ -23,8 +23,8 @@ std::string generated_sources(const plan::Plan& p);
 bool blames_the_disk(const std::string& log);
 
 // The compiler's output with each diagnostic shown once: nvcc's host and device passes print the same
-// diagnostic (a "file(line): error" or "file:line:col: error" line and its indented lines) and the same
-// "N errors detected" line, once per pass.
+// diagnostic (a "file(line): error" or "file:line:col: error" line and its indented lines, with the notes
+// after it) and the same "N errors detected" line, once per pass. A note repeated after another error stays.
 std::string each_diagnostic_once(const std::string& output);
 
 // A sentence naming a mistake the output points to, or "": a file of cpp_files that holds CUDA code (the

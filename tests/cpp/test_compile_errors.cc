@@ -84,3 +84,17 @@ TEST(CompileErrors, CudaCodeInCppFilesIsNamedWhereTheHostCompilerLacksCudaHeader
 }
 
 }  // namespace
+
+TEST(CompileErrors, OutputShowsEachDiagnosticOnce) {
+  const std::string error = "k.cuh(6): error: expected a \";\"\n    if (i < n) y[i] = 0;\n    ^\n\n";
+  const std::string note = "host.cc:4:1: note: in expansion of macro 'JITKERN_EXPORT'\n    4 | JITKERN_EXPORT(a, f)\n";
+  const std::string count = "1 error detected in the compilation of \"device.cu\".\n";
+  const std::string warning = "k.cuh(5): warning #177-D: variable \"i\" was declared but never referenced\n    int i;\n";
+  // nvcc's two passes: the same error and count twice, a warning only once
+  EXPECT_EQ(jitkern::compile_errors::each_diagnostic_once(error + count + error + warning + count), error + count + warning);
+  // gcc: the same note after two different errors is kept after each; a repeated error takes its notes with it
+  const std::string other = "k.h:2:3: error: 'x' was not declared in this scope\n";
+  EXPECT_EQ(jitkern::compile_errors::each_diagnostic_once(other + note + error + note + other + note), other + note + error + note);
+  EXPECT_EQ(jitkern::compile_errors::each_diagnostic_once("ld: cannot find -lfoo\nld: cannot find -lfoo\n"),
+            "ld: cannot find -lfoo\nld: cannot find -lfoo\n");  // only diagnostics and counts are folded
+}

@@ -26,3 +26,16 @@ def test_migrating_names_sglang_and_shows_the_switch():
     text = (ROOT / "docs" / "migrating.md").read_text()
     head = "\n".join(text.splitlines()[:12])
     assert "SGLang" in head and "from sglang.jit_kernel.utils import" in head and "from jitkern.compat import" in head, head
+
+
+def test_what_the_readme_says_of_an_unset_home_holds():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "JITKERN_CACHE_DIR")}
+    code = ("from jitkern._engine import config\n"
+            "print(next(s['effective'] for s in config()['settings'] if s['name'] == 'JITKERN_CACHE_DIR'))")
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd="/")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == f"/tmp/jitkern-{os.getuid()}/.cache/jitkern"

@@ -14,7 +14,7 @@ import functools
 import os
 from typing import Any
 
-from ..jit import DTYPES, CPPArgList, JitSpec, cache_once, make_cpp_args
+from ..jit import DTYPES, CPPArgList, JitSpec, cache_once, make_cpp_args, positional
 
 __all__ = ["CPP_DTYPE_MAP", "CPPArgList", "cache_once", "is_arch_support_pdl", "load_jit", "make_cpp_args", "set_csrc_dir"]
 
@@ -58,7 +58,7 @@ class _CompatModule:
     def __init__(self, module: Any) -> None:
         self.module = module
         for name in module.exports:
-            setattr(self, name, _raising_runtime_errors(getattr(module, name)))
+            setattr(self, name, _raising_runtime_errors(positional(module, name)))  # positional, as the reference's
 
 
 def load_jit(*args: Any, cpp_files: list[str] | None = None, cuda_files: list[str] | None = None, **kwargs: Any) -> _CompatModule:
