@@ -10,6 +10,9 @@ echo "building the C++ tests ..."
 cmake --build "$repo/build" -j "$(nproc)"
 echo "running the C++ tests (ctest) ..."
 ctest --test-dir "$repo/build" --output-on-failure
+# The pinned reference release's kernels, for the compatibility tests (cached outside the repository).
+REFERENCE_KERNELS=${REFERENCE_KERNELS:-$("$repo/scripts/fetch_reference.sh")}
+export REFERENCE_KERNELS
 echo "running the Python tests (pytest) ..."
 # From outside the source tree, so that the installed package (with its built library) is tested.
 cd /tmp && python -m pytest -q -rs "$repo/tests/python" "$@"

@@ -263,9 +263,12 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   }
 
   p.host_cxx = tc.cxx.path;
-  std::vector<std::string> includes = {"-I" + cfg.include_dir, "-I" + cfg.tvm_ffi_include_dir};
-  if (cfg.dlpack_include_dir != cfg.tvm_ffi_include_dir) includes.push_back("-I" + cfg.dlpack_include_dir);
+  // The request's include paths first: a package's own headers win over same-named ones of jitkern's
+  // (e.g. an installed reference package's <sgl_kernel/...> over jitkern's compatibility copies).
+  std::vector<std::string> includes;
   for (const auto& d : req.extra_include_paths) includes.push_back("-I" + absolute(d, cwd));
+  includes.insert(includes.end(), {"-I" + cfg.include_dir, "-I" + cfg.tvm_ffi_include_dir});
+  if (cfg.dlpack_include_dir != cfg.tvm_ffi_include_dir) includes.push_back("-I" + cfg.dlpack_include_dir);
 
   for (const auto& [token, dir] : std::vector<std::pair<std::string, std::string>>{
            {"@jitkern-include", cfg.include_dir}, {"@jitkern-csrc", cfg.csrc_dir}, {"@jitkern-lib", cfg.runtime_lib_dir},

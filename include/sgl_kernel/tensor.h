@@ -11,17 +11,10 @@
 
 #include <jitkern/tensor.h>
 
-#if defined(TVM_FFI_CONTAINER_TENSOR_H_) || defined(SGL_KERNEL_TVM_FFI_TENSOR)
+#ifdef SGL_KERNEL_TVM_FFI_TENSOR
 #include <tvm/ffi/container/tensor.h>
-#else
-#define TVM_FFI_CONTAINER_TENSOR_H_  // tvm-ffi's include guard: its tensor header is skipped from here on
-#define JITKERN_EXPORT_TVM_COMPAT_H_  // the export glue's tvm-ffi casters: these names are jitkern's own types
-namespace tvm::ffi {
-using TensorView = ::jitkern::TensorView;
-template <typename T>
-using Optional = ::jitkern::Optional<T>;
-}  // namespace tvm::ffi
 #endif
+#include <jitkern/compat/tvm_ffi_lean.h>  // adds nothing when tvm-ffi's header came first
 
 #include <jitkern/export.h>
 

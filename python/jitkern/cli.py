@@ -846,6 +846,11 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("doctor", help="check settings, compilers, GPU, versions, cache, lock and prebuilt directories; a tiny build")
     c.add_argument("--json", action="store_true", help="the checks as JSON")
     c.set_defaults(func=cmd_doctor)
+
+    # Its options are the check's own (python -m jitkern.compat.check); `jitkern compat-check --help` lists them.
+    c = sub.add_parser("compat-check", add_help=False,
+                       help="compile an installed SGLang's JIT kernels through jitkern for one target (no GPU needed); print a table")
+    c.set_defaults(func=lambda args: __import__("jitkern.compat.check", fromlist=["main"]).main(args.rest, prog="jitkern compat-check"))
     top.commands = tuple(sub.choices)  # for _misplaced_option
     return top
 
@@ -872,7 +877,9 @@ def _run(argv: list[str]) -> int:
     misplaced = _misplaced_option(argv, top.commands)
     if misplaced:
         top.error(misplaced)
-    args = top.parse_args(argv)
+    args, args.rest = top.parse_known_args(argv)
+    if args.rest and args.command != "compat-check":  # the one command whose options another parser reads
+        top.error(f"unrecognized arguments: {' '.join(args.rest)}")
     if args.command is None:
         top.print_usage(sys.stderr)
         print("jitkern: name a command (jitkern --help says what each does)", file=sys.stderr)

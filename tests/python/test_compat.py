@@ -79,10 +79,12 @@ def test_host_checks_run_on_cpu_tensors(cache_dir, monkeypatch):
 
 
 
-@pytest.mark.parametrize("flags,lean", [([], True), (["-DTVM_HEADER_FIRST"], False), (["-DSGL_KERNEL_TVM_FFI_TENSOR"], False)])
+@pytest.mark.parametrize("flags,lean", [([], True), (["-DTVM_HEADER_FIRST"], False), (["-DTVM_OPTIONAL_FIRST"], False),
+                                        (["-DSGL_KERNEL_TVM_FFI_TENSOR"], False)])
 def test_tensor_view_is_lean_unless_tvm_ffi_is_asked_for(cache_dir, flags, lean):
-    """<sgl_kernel/tensor.h> gives jitkern's TensorView/Optional unless tvm-ffi's header came first or
-    SGL_KERNEL_TVM_FFI_TENSOR is defined; either way the export glue takes tensors and None."""
+    """<sgl_kernel/tensor.h> gives jitkern's TensorView/Optional unless tvm-ffi's tensor or optional header
+    came first or SGL_KERNEL_TVM_FFI_TENSOR is defined; tvm-ffi's optional and dtype headers after it add
+    nothing; either way the export glue takes tensors and None."""
     np = pytest.importorskip("numpy")
     m = jitkern.load_jit("compat_view_modes", *[f.lstrip("-D") for f in flags], cpp_files=[str(COMPAT / "tensor_view_modes.h")],
                          cpp_wrappers=[("view_kind", "view_kind")], extra_cflags=flags)

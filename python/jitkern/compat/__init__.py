@@ -1,6 +1,8 @@
-"""The reference framework's kernel-loading names on jitkern: a package written for it switches with
-one import line (`from jitkern.compat import load_jit, cache_once, make_cpp_args, ...`) and one call
-saying where its relative kernel files live (`set_csrc_dir`).
+"""The reference framework's 0.5.9 kernel-loading names on jitkern: a package written for that interface
+switches with one import line (`from jitkern.compat import load_jit, cache_once, make_cpp_args, ...`) and
+one call saying where its relative kernel files live (`set_csrc_dir`); its kernels compile against
+jitkern's <sgl_kernel/...> headers. The reference's current kernel package (sglang/kernels/jit) runs on
+jitkern through jitkern.compat.sglang instead, with its own headers; jitkern.compat.check checks it.
 
 Kernel errors raised through modules loaded here are still jitkern's TypeError/ValueError, in classes
 that also derive from RuntimeError, which is what the reference's callers catch.
@@ -12,7 +14,7 @@ import functools
 import os
 from typing import Any
 
-from .jit import DTYPES, CPPArgList, JitSpec, cache_once, make_cpp_args, positional
+from ..jit import DTYPES, CPPArgList, JitSpec, cache_once, make_cpp_args, positional
 
 __all__ = ["CPP_DTYPE_MAP", "CPPArgList", "cache_once", "is_arch_support_pdl", "load_jit", "make_cpp_args", "set_csrc_dir"]
 

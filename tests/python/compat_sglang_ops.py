@@ -1,0 +1,113 @@
+"""Runs hot ops of the installed reference framework (SGLang) through its own Python wrappers, on the
+GPU, with fixed inputs, and saves their outputs and the seconds each first call took:
+`python compat_sglang_ops.py {reference,jitkern} OUT.pt [OP ...]` (default: every op).
+With "jitkern", jitkern.compat.sglang.install() makes jitkern the engine first, and the file also
+records which ops jitkern built. test_compat_current.py runs it once per engine and compares;
+benchmarks/bench_compat_sglang.py times the first calls."""
+
+import sys
+import time
+import traceback
+
+import torch
+
+engine, out_path = sys.argv[1], sys.argv[2]
+built: list[str] = []
+if engine == "jitkern":
+    from jitkern.compat import sglang as compat
+
+    compat.install()
+    spec_of = compat.jit_spec
+
+    def counting_jit_spec(*args, **kwargs):  # every jitkern build goes through it
+        built.append(str(args[0]) if args else "?")
+        return spec_of(*args, **kwargs)
+
+    compat.jit_spec = counting_jit_spec
+
+dev = "cuda"
+BF16 = torch.bfloat16
+
+
+def gen(seed, *shape, dtype=BF16):
+    g = torch.Generator(device=dev).manual_seed(seed)
+    return torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(dtype)
+
+
+def rmsnorm():
+    from sglang.kernels.ops.layernorm.norm import rmsnorm
+
+    outs = []
+    for d in (128, 4096, 8192):
+        x, w = gen(1, 64, d), gen(2, d)
+        out = torch.empty_like(x)
+        rmsnorm(x, w, out, 1e-6)
+        outs.append(out)
+    return outs
+
+
+def fused_add_rmsnorm():
+    from sglang.kernels.ops.layernorm.norm import fused_add_rmsnorm
+
+    x, r, w = gen(3, 64, 4096), gen(4, 64, 4096), gen(5, 4096)
+    fused_add_rmsnorm(x, r, w, 1e-6)
+    return [x, r]
+
+
+def qknorm():
+    from sglang.kernels.ops.layernorm.norm import fused_inplace_qknorm
+
+    q, k, qw, kw = gen(6, 16, 8, 128), gen(7, 16, 2, 128), gen(8, 128), gen(9, 128)
+    fused_inplace_qknorm(q, k, qw, kw, 1e-6)
+    return [q, k]
+
+
+def activations():
+    from sglang.kernels.ops.activation.activation import gelu_and_mul, silu_and_mul
+
+    x = gen(10, 64, 2 * 4096)
+    return [silu_and_mul(x), gelu_and_mul(x)]
+
+
+def store_cache():
+    from sglang.kernels.ops.kvcache.kvcache import store_cache
+
+    k, v = gen(11, 32, 8 * 128), gen(12, 32, 8 * 128)
+    kc, vc = torch.zeros(256, 8 * 128, device=dev, dtype=BF16), torch.zeros(256, 8 * 128, device=dev, dtype=BF16)
+    idx = torch.randperm(256, generator=torch.Generator().manual_seed(13))[:32].to(dev)
+    store_cache(k, v, kc, vc, idx)
+    return [kc, vc]
+
+
+def per_token_group_quant():
+    from sglang.kernels.ops.quantization.per_token_group_quant import per_token_group_quant
+
+    q, s = per_token_group_quant(gen(14, 64, 4096), group_size=128)
+    return [q.view(torch.uint8), s]
+
+
+def topk_softmax():
+    from sglang.kernels.ops.moe import topk_softmax
+
+    weights, ids = torch.empty(64, 8, device=dev), torch.empty(64, 8, device=dev, dtype=torch.int32)
+    topk_softmax(weights, ids, gen(15, 64, 64, dtype=torch.float32), True)
+    return [weights, ids]
+
+
+OPS = [rmsnorm, fused_add_rmsnorm, qknorm, activations, store_cache, per_token_group_quant, topk_softmax]
+chosen = sys.argv[3:] or [op.__name__ for op in OPS]
+torch.zeros(1, device=dev)  # CUDA context first: not part of any op's first call
+results = {}
+for op in OPS:
+    if op.__name__ not in chosen:
+        continue
+    before = len(built)
+    try:
+        start = time.perf_counter()
+        outs = op()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        results[op.__name__] = {"outputs": [t.cpu() for t in outs], "built": built[before:], "seconds": seconds}
+    except Exception:  # noqa: BLE001
+        results[op.__name__] = {"error": traceback.format_exc(limit=3)}
+torch.save(results, out_path)
