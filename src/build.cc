@@ -240,17 +240,11 @@ std::string build(const BuildRequest& request, const EngineConfig& config) {
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled) {
   *compiled = false;
   const config::Config cfg = config::resolve(config, request.build_directory, engine_lib_dir());
-  add_library_dirs({cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir});
+  note_library_sources(cfg);
   plan::validate(request);
   plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)
   tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
-  if (!request.cuda_files.empty()) {
-    tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
-    // The CUDA runtime modules link, for a process that has not loaded it (modules carry no RUNPATH).
-    if (cfg.nvcc_problem.empty())
-      if (const toolchain::Compiler nvcc = toolchain::locate(cfg.nvcc, cfg.path); !nvcc.path.empty())
-        add_library_dirs({toolchain::cuda_lib_dir(nvcc.path)});
-  }
+  if (!request.cuda_files.empty()) tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
   const std::string cwd = current_dir();
   const plan::Plan lookup = plan::make(request, cfg, tc, cwd);
   const store::Store cache = store::Store::writable(cfg);

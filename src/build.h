@@ -13,9 +13,11 @@ namespace jitkern {
 // The directory of the engine's library (the package's lib/ when installed).
 const std::string& engine_lib_dir();
 
-// Where the libraries modules link (jitkern's runtime, tvm-ffi) are for this process: module.cc loads
-// them from there when a module needs one the process has not loaded (modules carry no RUNPATH).
-void add_library_dirs(const std::vector<std::string>& dirs);
+// Where the libraries modules link are for this process (jitkern's runtime and tvm-ffi: the configuration's
+// directories; the CUDA runtime: beside the configuration's nvcc, looked up only when needed). module.cc
+// loads one from there when a module needs it and the process has not loaded it (modules carry no
+// RUNPATH). Cheap on the warm path: it records the configuration's values.
+void note_library_sources(const config::Config& config);
 
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled);
 

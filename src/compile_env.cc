@@ -7,19 +7,11 @@
 namespace jitkern::compile_env {
 
 const Variable kDeclared[] = {
-    {"PATH", nullptr, "where nvcc finds its host compiler and the compilers find as and ld"},
-    {"LD_LIBRARY_PATH", nullptr, "the shared libraries a compiler installed outside the system's paths runs with"},
-    {"LC_ALL", "C", "diagnostics in one language and quoting, which the engine parses"},
+    {"PATH", nullptr, &config::Config::path, "where the compilers find as, ld and nvcc's own programs"},
+    {"LD_LIBRARY_PATH", nullptr, &config::Config::ld_library_path, "the shared libraries a compiler installed outside the system's paths runs with"},
+    {"LC_ALL", "C", nullptr, "diagnostics in one language and quoting, which the engine parses"},
 };
 const std::size_t kDeclaredCount = sizeof(kDeclared) / sizeof(kDeclared[0]);
-
-namespace {
-// A forwarded variable's value, as the configuration resolved it.
-const std::string& forwarded(const config::Config& c, const char* name) {
-  static const std::string none;
-  return std::string(name) == "PATH" ? c.path : std::string(name) == "LD_LIBRARY_PATH" ? c.ld_library_path : none;
-}
-}  // namespace
 
 std::vector<std::string> with(std::vector<std::string> env, const std::vector<std::string>& step) {
   for (const auto& s : step) {
@@ -33,7 +25,7 @@ std::vector<std::string> with(std::vector<std::string> env, const std::vector<st
 std::vector<std::string> make(const config::Config& c, const std::vector<std::string>& step) {
   std::vector<std::string> env;
   for (const Variable& v : kDeclared) {
-    const std::string value = v.value != nullptr ? std::string(v.value) : forwarded(c, v.name);
+    const std::string value = v.value != nullptr ? std::string(v.value) : c.*v.forwarded;
     if (v.value != nullptr || !value.empty()) env.push_back(std::string(v.name) + "=" + value);
   }
   return with(std::move(env), step);
@@ -43,7 +35,7 @@ std::string key(const config::Config& c) {
   Sha256 h;
   h.field("compile-env-1");
   for (const Variable& v : kDeclared)
-    if (v.value == nullptr) h.field(v.name).field(forwarded(c, v.name));
+    if (v.value == nullptr) h.field(v.name).field(c.*v.forwarded);
   return h.hex();
 }
 

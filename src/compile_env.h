@@ -13,7 +13,8 @@ namespace jitkern::compile_env {
 
 struct Variable {
   const char* name;
-  const char* value;  // the engine's fixed value, or nullptr: forwarded (the configuration's value)
+  const char* value;                      // the engine's fixed value, or nullptr: forwarded
+  std::string config::Config::*forwarded;  // a forwarded variable's value, as the configuration resolved it
   const char* why;
 };
 

@@ -27,13 +27,19 @@ void resolve_compilers(Config* r) {
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
     const std::string home = settings::path(var);
     if (home.empty()) continue;
-    if (fs::is_executable_file(home + "/bin/nvcc")) r->nvcc = home + "/bin/nvcc";
-    else r->nvcc_problem = std::string("jitkern: ") + var + "=" + home + " has no bin/nvcc; point it at a CUDA toolkit or unset it";
+    r->nvcc = home + "/bin/nvcc";
+    r->nvcc_home_setting = var;
     break;
   }
 }
 
 }  // namespace
+
+std::string temp_dir(const Config& c) {
+  struct stat st;
+  const bool usable = !c.tmpdir.empty() && ::stat(c.tmpdir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(c.tmpdir.c_str(), W_OK | X_OK) == 0;
+  return usable ? c.tmpdir : "/tmp";
+}
 
 Config resolve_cache(const EngineConfig& c, const std::string& build_directory) {
   Config r;
@@ -50,7 +56,7 @@ Config resolve_cache(const EngineConfig& c, const std::string& build_directory) 
   const std::string env_lock = settings::path("JITKERN_LOCK_DIR");
   r.lock_dir = !c.lock_dir.empty() ? c.lock_dir : !env_lock.empty() ? env_lock : r.cache_dir + "/locks";
   r.prebuilt_dirs = settings::path_list("JITKERN_PREBUILT_DIRS");
-  r.temp_dir = settings::temp_dir();
+  r.tmpdir = settings::path("TMPDIR");
   resolve_compilers(&r);
   // An invalid value is the request's ValueError (resolve); logging goes on without it.
   log::configure(settings::flag_or_false("JITKERN_QUIET"), settings::flag_or_false("JITKERN_VERBOSE"));

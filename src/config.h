@@ -18,12 +18,12 @@ struct Config {
   std::string cache_dir, lock_dir, include_dir, csrc_dir, runtime_lib_dir;
   std::string tvm_ffi_include_dir, dlpack_include_dir, tvm_ffi_lib_dir, tvm_ffi_version;
   std::vector<std::string> prebuilt_dirs;  // JITKERN_PREBUILT_DIRS, in order
-  std::string temp_dir = "/tmp";           // TMPDIR: the compiler probe's and the precompiled preludes' parent
+  std::string tmpdir;  // TMPDIR made absolute ("" unset): see temp_dir()
   // The compilers: the programs as a build runs them (a CXX naming a path is made absolute) and what
   // they are searched with.
   std::string cxx = "c++";
   std::string nvcc = "nvcc";
-  std::string nvcc_problem;  // a CUDA_HOME / CUDA_PATH without bin/nvcc: the error a CUDA build raises
+  std::string nvcc_home_setting;  // "CUDA_HOME" or "CUDA_PATH" where one named nvcc's toolkit (checked when nvcc is needed)
   std::string cxx_env, path, ld_library_path, cuda_home, cuda_path;  // the raw values (search keys, compilers' environment)
   std::string cuda_arch;  // JITKERN_CUDA_ARCH, validated ("" when unset)
   // Behaviour.
@@ -35,6 +35,10 @@ struct Config {
   // with JITKERN_ON_MISS=error, which never compiles.
   std::vector<std::string> force_rebuild;
 };
+
+// The compiler probe's and the precompiled preludes' parent: TMPDIR where it is a writable directory,
+// else /tmp (a missing TMPDIR is no part of a build). Looked at only by the cold path.
+std::string temp_dir(const Config& config);
 
 // Only the cache and lock directories and what cache administration reads (no tvm-ffi): the build
 // directory, else the EngineConfig's, else JITKERN_CACHE_DIR / JITKERN_LOCK_DIR, else

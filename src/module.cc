@@ -24,8 +24,9 @@ namespace {
 // Modules carry no RUNPATH (a relocated cache must not look for libraries in the build machine's
 // directories): what one needs and the process has not loaded yet is loaded here from where this
 // machine has it (the engine's lib/, tvm-ffi's, the CUDA toolkit's), then the load is tried again.
-std::mutex g_dirs_mutex;
-std::vector<std::string> g_library_dirs;  // add_library_dirs()
+std::mutex g_sources_mutex;
+std::vector<std::string> g_library_dirs;                          // note_library_sources()
+std::vector<std::pair<std::string, std::string>> g_nvcc_programs;  // (nvcc, PATH): the CUDA runtime is beside it
 
 bool preload_missing_library(const std::string& dlerror_text) {
   const std::size_t end = dlerror_text.find(": cannot open shared object file");
@@ -34,10 +35,14 @@ bool preload_missing_library(const std::string& dlerror_text) {
   const std::string name = dlerror_text.substr(begin == std::string::npos ? 0 : begin + 2, end - (begin == std::string::npos ? 0 : begin + 2));
   if (name.empty() || name.find('/') != std::string::npos) return false;
   std::vector<std::string> dirs = {engine_lib_dir()};
+  std::vector<std::pair<std::string, std::string>> nvccs;
   {
-    std::lock_guard<std::mutex> lock(g_dirs_mutex);
+    std::lock_guard<std::mutex> lock(g_sources_mutex);
     dirs.insert(dirs.end(), g_library_dirs.begin(), g_library_dirs.end());
+    nvccs = g_nvcc_programs;
   }
+  for (const auto& [program, path] : nvccs)
+    if (const toolchain::Compiler nvcc = toolchain::locate(program, path); !nvcc.path.empty()) dirs.push_back(toolchain::cuda_lib_dir(nvcc.path));
   std::string tvm_lib, tvm_include;
   if (toolchain::loaded_tvm_ffi_dirs(&tvm_lib, &tvm_include)) dirs.push_back(tvm_lib);
   for (const auto& dir : dirs)
@@ -62,10 +67,14 @@ void* open_library(const std::string& name, const std::string& path) {
 
 }  // namespace
 
-void add_library_dirs(const std::vector<std::string>& dirs) {
-  std::lock_guard<std::mutex> lock(g_dirs_mutex);
-  for (const auto& d : dirs)
-    if (!d.empty() && std::find(g_library_dirs.begin(), g_library_dirs.end(), d) == g_library_dirs.end()) g_library_dirs.push_back(d);
+void note_library_sources(const config::Config& cfg) {
+  const auto add = [](auto& list, const auto& value) {
+    if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+  };
+  std::lock_guard<std::mutex> lock(g_sources_mutex);
+  for (const auto& d : {cfg.runtime_lib_dir, cfg.tvm_ffi_lib_dir})
+    if (!d.empty()) add(g_library_dirs, d);
+  add(g_nvcc_programs, std::pair{cfg.nvcc, cfg.path});
 }
 
 Module::Module(const std::string& path) : m_path(path) { m_handle = open_library(path, path); }

@@ -182,13 +182,6 @@ std::vector<std::string> path_list(const char* name) {
   return out;
 }
 
-std::string temp_dir() {
-  // A TMPDIR that is missing or not writable is no part of a build: /tmp serves instead.
-  const std::string tmp = path("TMPDIR");
-  struct stat st;
-  return !tmp.empty() && ::stat(tmp.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(tmp.c_str(), W_OK | X_OK) == 0 ? tmp : "/tmp";
-}
-
 bool flag(const char* name) {
   const Setting& s = find(name, Kind::kFlag);
   const std::string v = raw(s);

@@ -30,8 +30,6 @@ std::string path(const char* name);
 // `value` made absolute as path() makes a setting ("~" expanded, a relative path taken from the working
 // directory); `what` names it in errors.
 std::string absolute_path(const std::string& value, const char* what);
-// TMPDIR made absolute where it is a writable directory, else /tmp: the engine's temporary files outside a cache.
-std::string temp_dir();
 // A kPathList setting: its ':'-separated entries, each as path() makes it (empty entries dropped).
 std::vector<std::string> path_list(const char* name);
 // A kFlag setting: 1/true/yes/on or 0/false/no/off in any case; unset or empty is false. Anything

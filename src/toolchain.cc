@@ -74,7 +74,7 @@ Compiler identify(const std::string& program, const store::Store& store, const c
   if (store.read_toolchain_record(name, &text) && text.rfind(head, 0) == 0) {
     c.version = text.substr(head.size());
   } else {
-    const std::string scratch = fs::make_temp_dir(config.temp_dir, "jitkern-probe-");
+    const std::string scratch = fs::make_temp_dir(config::temp_dir(config), "jitkern-probe-");
     const std::string log = scratch + "/version.txt";
     const int rc = fs::wait(fs::spawn({c.path, "--version"}, log, compile_env::make(config, {"TMPDIR=" + scratch}), scratch), 60);
     fs::read_file(log, &c.version);
@@ -133,7 +133,9 @@ bool accepts(const manifest::Manifest& m, const store::Store& store, const confi
 }
 
 std::string nvcc_program(const config::Config& config) {
-  if (!config.nvcc_problem.empty()) throw std::runtime_error(config.nvcc_problem);
+  if (!config.nvcc_home_setting.empty() && !fs::is_executable_file(config.nvcc))
+    throw std::runtime_error("jitkern: " + config.nvcc_home_setting + "=" + fs::dirname(fs::dirname(config.nvcc)) +
+                             " has no bin/nvcc; point it at a CUDA toolkit or unset it");
   return config.nvcc;
 }
 

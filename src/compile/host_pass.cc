@@ -27,7 +27,7 @@ int run_host_pass(Steps& s, const std::vector<std::string>& flags, const std::ve
       std::find(flags.begin(), at - 1, "-include") == at - 1) {
     std::vector<std::string> rest(flags.begin(), at - 1);
     rest.insert(rest.end(), at + 1, flags.end());
-    pch = host_prelude::find(rest, s.p.host_prelude, s.p.host_cxx_gcc, s.parallel, s.timeout, s.env, s.cfg.temp_dir);
+    pch = host_prelude::find(rest, s.p.host_prelude, s.p.host_cxx_gcc, s.parallel, s.timeout, s.env, config::temp_dir(s.cfg));
   }
   if (pch) {
     auto with = host;
