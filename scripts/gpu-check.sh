@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 what=${1:-all}
 pattern=${2:-*}
 export PYTHONUNBUFFERED=1 JITKERN_CACHE_DIR=${JITKERN_CACHE_DIR:-/tmp/jitkern-cache}
-site=/tmp/jitkern-site
+site=${JITKERN_GPU_SITE:-/tmp/jitkern-site}   # where this tree is installed (one per tree checked)
 if [ ! -f "$site/.installed" ]; then
   rm -rf "$site" && mkdir -p "$site"
   if ls .whl/*.whl >/dev/null 2>&1; then
