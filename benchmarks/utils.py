@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -127,6 +128,7 @@ def reference_ldflags() -> list[str]:
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
 
 
+@functools.lru_cache(maxsize=None)
 def reference_path() -> str | None:
     """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
     (REFERENCE_WHEEL=/path/to/sglang-*.whl), "" where it is installed, or None where it is absent."""
@@ -144,8 +146,33 @@ def reference_path() -> str | None:
 
 
 def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module, or None where the reference is absent. Its
-    package __init__ needs the whole serving stack, so the packages on the way are bare namespace
+    """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9), or None where the
+    reference is absent."""
+    return _import_reference(f"sglang.jit_kernel.{name}")
+
+
+def reference_ops(path: str):
+    """The reference's `sglang.kernels.ops.<path>` op module (its newer releases, e.g. "layernorm.norm"),
+    or None where the reference is absent."""
+    return _import_reference(f"sglang.kernels.ops.{path}")
+
+
+def reference_version() -> str:
+    """The version of the reference: its wheel's (REFERENCE_WHEEL) or the installed package's, or "absent"."""
+    import importlib.metadata
+
+    wheel = os.environ.get("REFERENCE_WHEEL")
+    if wheel:
+        return Path(wheel).name.split("-")[1]
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _import_reference(module: str):
+    """The reference's module `module`. Its package __init__ files need the whole serving stack, so the
+    packages on the way (and sglang.srt.utils, whose helpers the kernels import) are bare namespace
     modules, and the few third-party modules its helpers import but its kernels never use get empty
     stand-ins where they are missing."""
     import importlib
@@ -158,12 +185,21 @@ def reference_module(name: str):
         return None
     if path and path not in sys.path:
         sys.path.insert(0, path)
-    for package in ("sglang", "sglang.srt", "sglang.srt.utils"):
+    parts = module.split(".")
+    for package in [".".join(parts[:i]) for i in range(1, len(parts))] + ["sglang.srt", "sglang.srt.utils"]:
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
+            if found is None:  # not in this release's layout
+                return None
             stub = types.ModuleType(package)
             stub.__path__ = list(found.submodule_search_locations)
             sys.modules[package] = stub
+
+    if "sglang.srt.utils.common" not in sys.modules:  # the two helpers its JIT loader takes from the server's utilities
+        common = types.ModuleType("sglang.srt.utils.common")
+        common.is_cuda = lambda: __import__("torch").version.cuda is not None and __import__("torch").cuda.is_available()
+        common.get_cuda_version = lambda: tuple(int(v) for v in (__import__("torch").version.cuda or "0.0").split("."))
+        sys.modules["sglang.srt.utils.common"] = common
 
     def absent(attr):
         if attr.startswith("__"):
@@ -172,7 +208,7 @@ def reference_module(name: str):
 
     for _ in range(20):
         try:
-            return importlib.import_module(f"sglang.jit_kernel.{name}")
+            return importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name is None or e.name.startswith("sglang"):
                 raise
@@ -180,6 +216,6 @@ def reference_module(name: str):
             stand_in.__getattr__ = absent
             stand_in.__path__ = []
             sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils."))]:
+            for partial in [m for m in sys.modules if m.startswith((module.rsplit(".", 1)[0] + ".", "sglang.srt.utils.", "sglang.kernels.jit."))]:
                 del sys.modules[partial]
-    raise ImportError(f"the reference's sglang.jit_kernel.{name} needs too many absent modules")
+    raise ImportError(f"the reference's {module} needs too many absent modules")
