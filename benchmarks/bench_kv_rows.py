@@ -12,16 +12,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (BATCH, BATCHES, environment, get_benchmark_range, interleaved, per_call_us, reference_ops,  # noqa: E402
+from utils import (BATCH, call_each, BATCHES, environment, get_benchmark_range, interleaved, per_call_us, reference_ops_or_none,  # noqa: E402
                    reference_version, run_benchmark, yardstick_module)
 
 from jitkern.ops import concat_mla_absorb_q, concat_mla_k, store_cache, warmup  # noqa: E402
 
 HK, D, PAGE = 8, 128, 16
+POOL = 65536  # slots of the flat cache
 DTYPE = torch.bfloat16
-
-
-POOL = 65536
 
 
 def ratio(ref, j):
@@ -34,7 +32,7 @@ def us(t):
 
 def store_table() -> None:
     """store_cache against the reference's (flat pool only: its layout) and torch's index_copy_ of the same rows."""
-    ref = reference_ops("kvcache.kvcache")
+    ref = reference_ops_or_none("kvcache.kvcache")
     print("\n#### store_cache (us, GB/s)\n")
     print("| cache | T | jitkern us | GB/s | reference us | reference / jitkern | torch index_copy_ us |")
     print("|---|---|---|---|---|---|---|")
@@ -50,7 +48,7 @@ def store_table() -> None:
                    "torch": lambda: (flat_k.index_copy_(0, loc, k), flat_v.index_copy_(0, loc, v))}
             if ref is not None and layout == "flat":
                 fns["reference"] = lambda: ref.store_cache(k, v, kc, vc, loc)
-            times = interleaved(fns)
+            times = interleaved(call_each(fns))
             j, r = times["jitkern"], times.get("reference")
             num = 4 * k.numel() * 2 + loc.numel() * 8
             print(f"| {layout} | {t} | {j:.2f} | {num / (j * 1e-6) / 1e9:.0f} | {us(r)} | {ratio(r, j)} | {times['torch']:.2f} |", flush=True)
@@ -59,7 +57,7 @@ def store_table() -> None:
 def mla_table() -> None:
     """The MLA concatenations (DeepSeek shapes) against the reference's and torch.cat, GB/s of the bytes they
     move; the copy kernel's time for the same bytes is the access pattern's ceiling."""
-    ref = reference_ops("attention.concat_mla")
+    ref = reference_ops_or_none("attention.concat_mla")
     copy = yardstick_module().copy
     print("\n#### MLA concatenations (us, GB/s)\n")
     print("| op | T | jitkern us | GB/s | reference us | reference / jitkern | torch us | copy kernel us (same bytes) |")
@@ -83,7 +81,7 @@ def mla_table() -> None:
         for name, (fns, num, ref_fn) in cases.items():
             if ref is not None:
                 fns["reference"] = ref_fn
-            times = interleaved(fns)
+            times = interleaved(call_each(fns))
             j, r = times["jitkern"], times.get("reference")
             c = us(times["copy"]) if "copy" in times else "-"
             print(f"| {name} | {t} | {j:.2f} | {num / (j * 1e-6) / 1e9:.0f} | {us(r)} | {ratio(r, j)} | {times['torch']:.2f} | {c} |", flush=True)

@@ -219,3 +219,26 @@ def _import_reference(module: str):
             for partial in [m for m in sys.modules if m.startswith((module.rsplit(".", 1)[0] + ".", "sglang.srt.utils.", "sglang.kernels.jit."))]:
                 del sys.modules[partial]
     raise ImportError(f"the reference's {module} needs too many absent modules")
+
+
+def reference_ops_or_none(path: str):
+    """reference_ops(path), or None (with a note in the output) where it is absent or does not load, so that
+    a table is printed without its reference column rather than not at all."""
+    try:
+        return reference_ops(path)
+    except Exception as e:  # noqa: BLE001 - any failure of the reference's import or build
+        print(f"<!-- the reference's {path} did not load: {type(e).__name__}: {str(e)[:300]} -->")
+        return None
+
+
+def call_each(fns: dict) -> dict:
+    """Calls each function once (builds, warm-up); a "reference" entry that fails is left out with a note."""
+    for name, fn in list(fns.items()):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the reference's JIT build or launch
+            if name != "reference":
+                raise
+            print(f"<!-- the reference failed: {type(e).__name__}: {str(e)[:300]} -->")
+            del fns[name]
+    return fns
