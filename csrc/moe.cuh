@@ -178,7 +178,6 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
   const float row_max = Keys::is_number(top) ? Keys::value(top) : 0.0f;  // no number: every weight is 0
   uint32_t my_key = kGoneKey;
   int my_id = 0;
-  float chosen_sum = 0.0f;  // the k chosen terms (warp-uniform)
   for (int i = 0;;) {
     int expert;
     if constexpr (Keys::kPacked) {
@@ -187,30 +186,27 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
       for (int j = 0; j < kV; ++j) key[j] = key[j] == m ? kGoneKey : key[j];
     } else {
       const int winner = __ffs(__ballot_sync(0xffffffffu, local == m)) - 1;
-      unsigned equal = 0;
+      int slot = 0;  // the winner's first slot holding m
 #pragma unroll
-      for (int j = 0; j < kV; ++j) equal |= (key[j] == m ? 1u : 0u) << j;
-      const int slot = __ffs(equal) - 1;  // the winner's first slot holding m
+      for (int j = kV - 1; j >= 0; --j) slot = key[j] == m ? j : slot;
 #pragma unroll
       for (int j = 0; j < kV; ++j) key[j] = lane == winner && j == slot ? kGoneKey : key[j];
       expert = __shfl_sync(0xffffffffu, first + slot, winner);
     }
-    chosen_sum += softmax_term(Keys::value(m), row_max);
     if (lane == i) my_key = m, my_id = expert;
     if (++i == p.k) break;
     local = max_of(key), m = warp_max_key(local);
   }
   const float term = lane < p.k ? softmax_term(Keys::value(my_key), row_max) : 0.0f;
-  float weight;
+  float sum = 0.0f;  // of the chosen terms (lanes 0 to k - 1), or of every term
   if (p.renormalize) {
-    weight = chosen_sum > 0.0f ? term / chosen_sum : 0.0f;  // 0: nothing but NaN
+    sum = device::warp::reduce_sum<kMoeMaxTopk>(term);
   } else {
-    float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kV; ++j) sum += first + j < E ? softmax_term(device::cast<float>(v[j]), row_max) : 0.0f;
     sum = device::warp::reduce_sum(sum);
-    weight = sum > 0.0f ? term / sum : 0.0f;
   }
+  const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
   if (lane < p.k) {
     p.weights[token * p.weights_stride + lane] = weight;
     if (p.ids64) {
