@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "plan.h"
-#include "text.h"
-#include "toolchain.h"
+#include "plan/plan.h"
+#include "base/text.h"
+#include "compile/toolchain.h"
 
 using namespace jitkern;
 
