@@ -242,37 +242,35 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   const config::Config cfg = config::resolve(config, request.build_directory, engine_lib_dir());
   note_library_sources(cfg);
   plan::validate(request);
-  plan::Toolchain tc;  // for the lookup: no compilers (the key does not depend on them)
-  tc.sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
-  if (!request.cuda_files.empty()) tc.cuda_arch = toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
-  const std::string cwd = current_dir();
-  const plan::Plan lookup = plan::make(request, cfg, tc, cwd);
+  const auto sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
+  const std::string arch = request.cuda_files.empty() ? "" : toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
+  plan::Plan p = plan::make(request, cfg, sources, arch, current_dir());  // the key, without compilers: a lookup runs none
   const store::Store cache = store::Store::writable(cfg);
-  const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, cfg, lookup.has_cuda); };
+  const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, cfg, p.has_cuda); };
   // Warm path, never a compiler or a subprocess: the read-only prebuilt layers, then the writable
   // cache under the entry's load lock (no removal while it is held; a build or removal in progress
   // is waited for). Readers never see a partial file: publishing is by rename.
   std::vector<std::string> misses;
-  const bool forced = force_rebuild(lookup, cfg);
+  const bool forced = force_rebuild(p, cfg);
   for (const store::Store& layer : forced ? std::vector<store::Store>{} : store::Store::prebuilt_layers(cfg.prebuilt_dirs)) {
     if (const std::string why = layer.layer_distrust(); !why.empty()) {
       misses.push_back(layer.describe() + ": " + why);
       continue;
     }
-    const store::Entry entry = layer.entry(lookup);
+    const store::Entry entry = layer.entry(p);
     std::string why;
-    if (auto found = entry.lookup(lookup, toolchain_ok, &why)) return std::move(*found);
+    if (auto found = entry.lookup(p, toolchain_ok, &why)) return std::move(*found);
     misses.push_back((layer.label().empty() ? "" : layer.label() + ": ") + entry.dir() + ": " + why);
   }
   cache.ensure_writable(false);
-  const store::Entry entry = cache.entry(lookup);
+  const store::Entry entry = cache.entry(p);
   struct stat st;
   if (forced) {
     misses.push_back(entry.dir() + ": JITKERN_FORCE_REBUILD names it");
   } else if (::lstat(entry.dir().c_str(), &st) == 0) {
     auto lock = entry.lock_for_load();
     std::string why;
-    if (auto found = entry.lookup(lookup, toolchain_ok, &why)) {
+    if (auto found = entry.lookup(p, toolchain_ok, &why)) {
       found->lock = std::move(lock);
       return std::move(*found);
     }
@@ -280,17 +278,14 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   } else {
     misses.push_back(entry.dir() + ": not cached");
   }
-  refuse_miss_if_strict(lookup, cfg, misses);
+  refuse_miss_if_strict(p, cfg, misses);
 
   cache.ensure_writable(true);  // a build creates the cache: before the compilers' records and the lock directory
-  const std::vector<toolchain::Compiler> compilers = [&] {
-    std::vector<toolchain::Compiler> out = {toolchain::identify(cfg.cxx, cache, "C++ compiler", cfg)};
-    if (!request.cuda_files.empty()) out.push_back(toolchain::identify(toolchain::nvcc_program(cfg), cache, "CUDA compiler", cfg));
-    return out;
-  }();
-  tc.cxx = compilers[0];
-  if (compilers.size() > 1) tc.nvcc = compilers[1];
-  const plan::Plan p = plan::make(request, cfg, tc, cwd);  // the same key, now with the commands
+  plan::Toolchain tc;
+  tc.cxx = toolchain::identify(cfg.cxx, cache, "C++ compiler", cfg);
+  if (p.has_cuda) tc.nvcc = toolchain::identify(toolchain::nvcc_program(cfg), cache, "CUDA compiler", cfg);
+  plan::bind(p, cfg, tc);  // the same commands and key, with the compilers named
+  const std::vector<toolchain::Compiler> compilers = p.has_cuda ? std::vector{tc.cxx, tc.nvcc} : std::vector{tc.cxx};
   fs::CancelScope cancel;  // Ctrl-C and SIGTERM end the compile (and its compilers) at once
   auto lock = entry.lock_for_build("waiting for another process that is compiling " + p.name + " ...");
   entry.prepare();  // under the lock: `cache prune` may have removed it

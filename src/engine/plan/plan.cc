@@ -245,12 +245,13 @@ std::vector<std::string> sources(const BuildRequest& req, const Config& cfg) {
   return out;
 }
 
-Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const std::string& cwd) {
+Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::string>& resolved_sources, const std::string& cuda_arch,
+          const std::string& cwd) {
   Plan p;
   for (const auto& part : req.name_parts) p.name += (p.name.empty() ? "" : "_") + part;
   p.has_cpp = !req.cpp_files.empty();
   p.has_cuda = !req.cuda_files.empty();
-  p.sources = tc.sources.empty() ? sources(req, cfg) : tc.sources;
+  p.sources = resolved_sources;
   const std::vector<std::string> cpp_files(p.sources.begin(), p.sources.begin() + req.cpp_files.size());
   const std::vector<std::string> cuda_files(p.sources.begin() + req.cpp_files.size(), p.sources.end());
   for (const bool cuda : {false, true}) {
@@ -262,7 +263,6 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
       p.wrapper_lines.push_back({cuda ? "cuda_wrappers" : "cpp_wrappers", wrappers[i].name, wrappers[i].expr, lines[i]});
   }
 
-  p.host_cxx = tc.cxx.path;
   // The request's include paths first: a package's own headers win over same-named ones of jitkern's
   // (e.g. an installed reference package's <sgl_kernel/...> over jitkern's compatibility copies).
   std::vector<std::string> includes;
@@ -276,25 +276,18 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     if (dir.size() > 1 && std::none_of(p.roots.begin(), p.roots.end(), [&](const auto& r) { return r.second == dir; }))
       p.roots.emplace_back(token, dir);
   std::sort(p.roots.begin(), p.roots.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
-  p.toolchain_id = tc.cxx.path.empty() ? "" : toolchain::id(tc.cxx, p.has_cuda ? &tc.nvcc : nullptr);
 
-  // Everything that changes the library, with root directories as tokens and without the compilers'
-  // paths (their versions are in the content key, see toolchain_id).
+  // Everything that changes the library: the commands as they will run, with root directories as tokens
+  // and the compilers as kCxx / kNvcc (their versions are in the content key, see toolchain_id).
   Sha256 key;
-  key.field("jitkern-engine-4").field(JITKERN_VERSION).field(p.name);
+  key.field("jitkern-engine-5").field(JITKERN_VERSION).field(p.name);
   key.field(cfg.tvm_ffi_version).field("runtime-abi").field(std::to_string(kRuntimeAbi));
   auto key_args = [&](const std::vector<std::string>& argv) {
-    for (std::size_t i = 1; i < argv.size(); ++i) {
-      if (argv[i] == "-ccbin") {
-        ++i;  // the host compiler's path; its version is in the toolchain id
-        continue;
-      }
-      key.field(portable(p, argv[i]));
-    }
+    for (const auto& a : argv) key.field(portable(p, a));
   };
 
   if (p.has_cpp) {
-    p.cpp_compile = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"};
+    p.cpp_compile = {kCxx, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"};
     p.cpp_compile.insert(p.cpp_compile.end(), includes.begin(), includes.end());
     const auto flags = command_line::resolve(req.extra_cflags, "extra_cflags", command_line::Tool::kHost, cwd);
     p.cpp_compile.insert(p.cpp_compile.end(), flags.begin(), flags.end());
@@ -303,23 +296,22 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   }
   if (p.has_cuda) {
     const auto cuda_flags = command_line::resolve(req.extra_cuda_cflags, "extra_cuda_cflags", command_line::Tool::kNvcc, cwd);
-    p.nvcc = tc.nvcc.path;
-    const std::string& arch = p.cuda_arch = tc.cuda_arch;
+    const std::string& arch = p.cuda_arch = cuda_arch;
     const std::string compute = "compute_" + arch.substr(3);
     // Host code at -O2: as fast per call as -O3, compiled in less time (docs/benchmarks/framework.md). cicc and
     // ptxas split their work over a fixed number of threads: the machine code depends on the count, so it
     // is the same on every machine (and part of the key), never the number of CPUs.
-    p.cuda_compile = {tc.nvcc.path, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=" + std::to_string(kSplitCompileThreads),
+    p.cuda_compile = {kNvcc, "-std=c++20", "-O2", "--expt-relaxed-constexpr", "--split-compile=" + std::to_string(kSplitCompileThreads),
                       "-gencode=arch=" + compute + ",code=" + arch,
                       "-Xcompiler", "-fPIC,-fvisibility=hidden"};
     // Always the identified host compiler: else nvcc takes the first gcc on PATH, whose version is in no key.
-    if (!tc.cxx.path.empty()) p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", tc.cxx.path});
+    p.cuda_compile.insert(p.cuda_compile.end(), {"-ccbin", kCxx});
     p.cuda_compile.insert(p.cuda_compile.end(), includes.begin(), includes.end());
     p.cuda_compile.insert(p.cuda_compile.end(), cuda_flags.begin(), cuda_flags.end());
     key.field("cuda").field(portable(p, p.cuda_source));
     key_args(p.cuda_compile);
     if (req.host_without_nvcc) {
-      p.host_pass = {tc.cxx.path, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
+      p.host_pass = {kCxx, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());
       if (req.host_prelude) {  // the first -include: GCC takes a precompiled header only there
         p.host_prelude = cfg.include_dir + "/jitkern/host_prelude.h";
@@ -327,8 +319,6 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
       }
       const auto host_flags = host_pass_flags(cuda_flags);
       p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
-      // GCC's --version names its copyright holder; clang's and others' do not.
-      p.host_cxx_gcc = tc.cxx.version.find("Free Software Foundation") != std::string::npos;
       key.field("host-without-nvcc");
       key_args(p.host_pass);
       // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether
@@ -347,32 +337,14 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
           p.nvrtc_options.insert(p.nvrtc_options.end(), includes.begin(), includes.end());
           p.nvrtc_options.insert(p.nvrtc_options.end(), device_flags.begin(), device_flags.end());
           p.nvrtc_source = kernel_includes(cuda_files);
-          std::vector<std::string> argv = {""};
-          argv.insert(argv.end(), p.nvrtc_options.begin(), p.nvrtc_options.end());
-          key_args(argv);
+          key_args(p.nvrtc_options);
         } else {
           p.nvrtc_unused = "a flag of extra_cuda_cflags has no NVRTC equivalent here";
-        }
-        // The build's questions, of this machine's compilers (a lookup's plan has none, and its key needs
-        // no answer): the stubs are marked by GCC's internal visibility (clang treats it as hidden).
-        if (!tc.nvcc.path.empty()) {
-          if (p.nvrtc_unused.empty() && tc.cxx.version.find("clang") != std::string::npos) p.nvrtc_unused = "the host compiler is clang";
-          if (p.nvrtc_unused.empty() && (p.nvrtc_library = toolchain::nvrtc_library(tc.nvcc.path)).empty())
-            p.nvrtc_unused = "the CUDA toolkit has no libnvrtc";
-          // The version macros NVRTC predefines, for the host preprocessor that lists what NVRTC reads (CCCL
-          // checks them against the toolkit's headers): "release 13.0, V13.0.88" in nvcc's --version.
-          const auto at = tc.nvcc.version.find(", V");
-          int major = 0, minor = 0, build = 0;
-          if (at != std::string::npos && std::sscanf(tc.nvcc.version.c_str() + at + 3, "%d.%d.%d", &major, &minor, &build) >= 2)
-            p.nvrtc_predefined = {"-D__CUDACC_VER_MAJOR__=" + std::to_string(major), "-D__CUDACC_VER_MINOR__=" + std::to_string(minor),
-                                  "-D__CUDACC_VER_BUILD__=" + std::to_string(build), "-DCUDART_VERSION=" + std::to_string(major * 1000 + minor * 10)};
         }
         if (!p.nvrtc_unused.empty()) p.nvrtc_options.clear();
       }
     }
-    p.dep_exclude_prefixes = tc.nvcc.own_dirs;  // covered by the compiler's version
   }
-  p.dep_exclude_prefixes.insert(p.dep_exclude_prefixes.end(), tc.cxx.own_dirs.begin(), tc.cxx.own_dirs.end());
   // The system's headers and libraries (libc, -dev packages): the platform's, not tracked; the package's and
   // tvm-ffi's libraries: covered by the jitkern and tvm-ffi versions and kRuntimeAbi in the key.
   for (const char* dir : {"/usr/include/", "/usr/lib/", "/usr/lib64/", "/usr/lib32/", "/lib/", "/lib64/", "/lib32/"})
@@ -391,12 +363,41 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
   p.link.insert(p.link.end(), ldflags.begin(), ldflags.end());
   p.link_option_files = command_line::linker_option_files(ldflags);
   key.field("link");
-  std::vector<std::string> link_argv = {""};  // key_args skips argv[0]
-  link_argv.insert(link_argv.end(), p.link.begin(), p.link.end());
-  key_args(link_argv);
+  key_args(p.link);
   // The CUDA runtime's location follows from the nvcc identity already in the key; the build adds it.
 
   p.request_key = key.hex();
+  return p;
+}
+
+void bind(Plan& p, const Config& cfg, const Toolchain& tc) {
+  p.host_cxx = tc.cxx.path;
+  if (p.has_cuda) p.nvcc = tc.nvcc.path;
+  for (auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.host_pass})
+    for (auto& a : *argv)
+      if (a == kCxx) a = p.host_cxx;
+      else if (a == kNvcc) a = p.nvcc;
+  p.toolchain_id = toolchain::id(tc.cxx, p.has_cuda ? &tc.nvcc : nullptr);
+  // GCC's --version names its copyright holder; clang's and others' do not.
+  p.host_cxx_gcc = tc.cxx.version.find("Free Software Foundation") != std::string::npos;
+  if (!p.nvrtc_options.empty()) {
+    // NVRTC's stubs are marked by GCC's internal visibility (clang treats it as hidden).
+    if (p.nvrtc_unused.empty() && tc.cxx.version.find("clang") != std::string::npos) p.nvrtc_unused = "the host compiler is clang";
+    if (p.nvrtc_unused.empty() && (p.nvrtc_library = toolchain::nvrtc_library(tc.nvcc.path)).empty())
+      p.nvrtc_unused = "the CUDA toolkit has no libnvrtc";
+    // The version macros NVRTC predefines, for the host preprocessor that lists what NVRTC reads (CCCL
+    // checks them against the toolkit's headers): "release 13.0, V13.0.88" in nvcc's --version.
+    const auto at = tc.nvcc.version.find(", V");
+    int major = 0, minor = 0, build = 0;
+    if (at != std::string::npos && std::sscanf(tc.nvcc.version.c_str() + at + 3, "%d.%d.%d", &major, &minor, &build) >= 2)
+      p.nvrtc_predefined = {"-D__CUDACC_VER_MAJOR__=" + std::to_string(major), "-D__CUDACC_VER_MINOR__=" + std::to_string(minor),
+                            "-D__CUDACC_VER_BUILD__=" + std::to_string(build), "-DCUDART_VERSION=" + std::to_string(major * 1000 + minor * 10)};
+    if (!p.nvrtc_unused.empty()) p.nvrtc_options.clear();
+  }
+  // The compilers' own files are covered by their versions.
+  std::vector<std::string> own = p.has_cuda ? tc.nvcc.own_dirs : std::vector<std::string>{};
+  own.insert(own.end(), tc.cxx.own_dirs.begin(), tc.cxx.own_dirs.end());
+  p.dep_exclude_prefixes.insert(p.dep_exclude_prefixes.begin(), own.begin(), own.end());
   Sha256 config;
   config.field(p.toolchain_id).field(compile_env::key(cfg));
   for (const auto* argv : {&p.cpp_compile, &p.cuda_compile, &p.host_pass, &p.nvrtc_options, &p.link}) {
@@ -404,7 +405,6 @@ Plan make(const BuildRequest& req, const Config& cfg, const Toolchain& tc, const
     for (const auto& a : *argv) config.field(a);
   }
   p.config_key = config.hex();
-  return p;
 }
 
 std::string portable(const Plan& p, const std::string& text) {

@@ -28,26 +28,32 @@ std::vector<std::string> sources(const BuildRequest& request, const Config& conf
 // The export names of a request, in the order of its wrappers (C++ ones first).
 std::vector<std::string> export_names(const BuildRequest& request);
 
+// The compilers in the plan's commands until bind() names them: the key is computed once, before any
+// compiler is looked for (a warm lookup runs none), from commands that differ from the ones a build runs
+// only in these two words.
+inline constexpr const char* kCxx = "@cxx";
+inline constexpr const char* kNvcc = "@nvcc";
+
 struct Toolchain {
   toolchain::Compiler cxx;
   toolchain::Compiler nvcc;  // empty path when the request has no CUDA sources
-  std::string cuda_arch;     // likewise
-  std::vector<std::string> sources;  // plan::sources(), when the caller resolved them already
 };
 
 struct Plan {
   std::string name, request_key;
-  // The toolchain's versions (hashed; empty when the plan was made without compilers, for a lookup).
+  // The toolchain's versions (hashed; bind() sets it: the lookup needs none).
   std::string toolchain_id;
-  // The commands as they run here (real directories, compilers' paths) and the toolchain: what a
-  // failure is remembered against (a broken JITKERN_INCLUDE_DIR fails other commands than a good one).
+  // The commands as they run here (real directories, compilers' paths), the toolchain and the compilers'
+  // environment: what a failure is remembered against (a broken JITKERN_INCLUDE_DIR fails other commands
+  // than a good one). bind() sets it.
   std::string config_key;
   // Directories that may sit elsewhere on another machine (the package's include/, csrc/, lib/,
   // tvm-ffi's): (token, directory), longest directory first. Keys and recorded dependencies name
   // files under them by token, so a cache built in one tree is valid in another.
   std::vector<std::pair<std::string, std::string>> roots;
   std::string cpp_source, cuda_source;
-  std::vector<std::string> cpp_compile, cuda_compile, link;  // without inputs and outputs
+  // Without inputs and outputs; argv[0] (and nvcc's -ccbin) is kCxx / kNvcc until bind().
+  std::vector<std::string> cpp_compile, cuda_compile, link;
   // host_without_nvcc: the CUDA source's host pass (the host compiler, CUDA's include directory added
   // by the build); cuda_compile then makes the device image.
   std::vector<std::string> host_pass;
@@ -74,10 +80,17 @@ struct Plan {
   std::vector<WrapperLine> wrapper_lines;
 };
 
-// `request` must have passed validate(). `cwd`: the directory relative include paths are resolved
-// against (the caller's). The key does not depend on where the compilers are, or on whether
-// `toolchain` names them at all (a lookup needs none; toolchain_id goes into the content key).
-Plan make(const BuildRequest& request, const Config& config, const Toolchain& toolchain, const std::string& cwd);
+// `request` must have passed validate(). `sources`: plan::sources() (the caller resolved them, so a
+// missing file is reported before anything else); `cuda_arch`: the target ("" without CUDA sources);
+// `cwd`: the directory relative paths are resolved against (the caller's). Made once per request: the
+// key follows from the commands, and binding the compilers (bind) changes neither.
+Plan make(const BuildRequest& request, const Config& config, const std::vector<std::string>& sources, const std::string& cuda_arch,
+          const std::string& cwd);
+
+// The compilers a miss identified, bound into `plan`: their paths in place of kCxx / kNvcc, what they
+// allow (NVRTC, GCC's precompiled headers), their own directories (no dependencies), the toolchain id and
+// the config key. `toolchain.nvcc` is ignored without CUDA sources.
+void bind(Plan& plan, const Config& config, const Toolchain& toolchain);
 
 // The generated translation unit: the kernel files, the export header, one JITKERN_EXPORT per wrapper;
 // `lines` (if given) receives each wrapper's line number.
