@@ -145,10 +145,16 @@ def reference_path() -> str | None:
     return "" if importlib.util.find_spec("sglang") else None
 
 
+# The modules of the reference's releases up to 0.5.9 (sglang.jit_kernel.<name>) in its newer layout.
+_NEWER_LAYOUT = {"norm": "layernorm.norm", "per_tensor_quant_fp8": "quantization.per_tensor_quant_fp8", "pos_enc": "attention.rope",
+                 "rope": "attention.rope", "kvcache": "kvcache.kvcache"}
+
+
 def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9), or None where the
-    reference is absent."""
-    return _import_reference(f"sglang.jit_kernel.{name}")
+    """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9; in a newer release the
+    op module that took its place), or None where the reference is absent."""
+    old = _import_reference(f"sglang.jit_kernel.{name}")
+    return old if old is not None or name not in _NEWER_LAYOUT else reference_ops(_NEWER_LAYOUT[name])
 
 
 def reference_ops(path: str):
@@ -195,6 +201,8 @@ def _import_reference(module: str):
             stub.__path__ = list(found.submodule_search_locations)
             sys.modules[package] = stub
 
+    if "msgspec" not in sys.modules and importlib.util.find_spec("msgspec") is None:
+        sys.modules["msgspec"] = _msgspec_stand_in()
     if "sglang.srt.utils.common" not in sys.modules:  # the two helpers its JIT loader takes from the server's utilities
         common = types.ModuleType("sglang.srt.utils.common")
         common.is_cuda = lambda: __import__("torch").version.cuda is not None and __import__("torch").cuda.is_available()
@@ -216,19 +224,72 @@ def _import_reference(module: str):
             stand_in.__getattr__ = absent
             stand_in.__path__ = []
             sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith((module.rsplit(".", 1)[0] + ".", "sglang.srt.utils.", "sglang.kernels.jit."))]:
+            for partial in [m for m in sys.modules if m.startswith((module.rsplit(".", 1)[0] + ".", "sglang.srt.utils.", "sglang.kernels.jit."))
+                            and m != "sglang.srt.utils.common"]:
                 del sys.modules[partial]
     raise ImportError(f"the reference's {module} needs too many absent modules")
 
 
+def _msgspec_stand_in():
+    """What the reference's JIT loader uses of msgspec, where it is not installed: frozen Struct classes
+    (array_like ones encode as lists) and msgspec.json's encode / decode of a list of them."""
+    import dataclasses
+    import json
+    import types
+    import typing
+
+    class Struct:
+        def __init_subclass__(cls, frozen=False, array_like=False, **kwargs):
+            super().__init_subclass__(**kwargs)
+            cls._array_like = array_like
+            dataclasses.dataclass(frozen=frozen)(cls)
+
+    class DecodeError(ValueError):
+        pass
+
+    def plain(value):
+        if dataclasses.is_dataclass(value):
+            fields = [getattr(value, f.name) for f in dataclasses.fields(value)]
+            return [plain(v) for v in fields] if value._array_like else {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    def decode(raw, type=None):
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise DecodeError(str(e)) from e
+        args = typing.get_args(type)
+        if args and dataclasses.is_dataclass(args[0]):
+            try:
+                return [args[0](*row) if isinstance(row, list) else args[0](**row) for row in data]
+            except TypeError as e:
+                raise DecodeError(str(e)) from e
+        return data
+
+    module = types.ModuleType("msgspec")
+    module.Struct, module.DecodeError = Struct, DecodeError
+    module.json = types.SimpleNamespace(encode=lambda value: json.dumps(plain(value)).encode(), decode=decode)
+    return module
+
+
 def reference_ops_or_none(path: str):
     """reference_ops(path), or None (with a note in the output) where it is absent or does not load, so that
-    a table is printed without its reference column rather than not at all."""
+    a table is printed without its reference column rather than not at all. Where its own JIT loader cannot
+    build (it needs the `ninja` executable), jitkern.compat.sglang builds its kernels from the same sources."""
+    import shutil
+
     try:
-        return reference_ops(path)
-    except Exception as e:  # noqa: BLE001 - any failure of the reference's import or build
+        module = reference_ops(path)
+    except Exception as e:  # noqa: BLE001 - any failure of the reference's import
         print(f"<!-- the reference's {path} did not load: {type(e).__name__}: {str(e)[:300]} -->")
         return None
+    if module is not None and shutil.which("ninja") is None:
+        from jitkern.compat import sglang as compat
+
+        compat.install()
+    return module
 
 
 def call_each(fns: dict) -> dict:
