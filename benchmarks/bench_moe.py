@@ -89,7 +89,7 @@ def launch_floor() -> float:
     return run_benchmark(lambda: module.copy(dst, src))["median"]
 
 
-REF_TOKENS = get_benchmark_range([1, 16, 64, 256, 4096, 32768], [1, 64, 4096])
+REF_TOKENS = get_benchmark_range([1, 16, 64, 256, 4096, 32768], [1, 64, 256, 4096])
 
 
 def reference_table(floor: float) -> None:
