@@ -107,13 +107,13 @@ def test_bad_input_names_the_argument():
         moe_sum(x[0])
     with pytest.raises(ValueError, match="output"):
         moe_sum(x, torch.empty(4, 128, dtype=torch.bfloat16, device="cuda"))
-    with pytest.raises(ValueError, match="output"):
+    with pytest.raises(TypeError, match="output: DType mismatch"):
         moe_sum(x, torch.empty(4, 256, dtype=torch.float16, device="cuda"))
-    with pytest.raises(ValueError, match="topk_weights"):
+    with pytest.raises(TypeError, match="topk_weights: DType mismatch"):
         moe_weighted_sum(x, w.to(torch.bfloat16))
     with pytest.raises(ValueError, match="topk_weights"):
         moe_weighted_sum(x, torch.rand(4, 3, device="cuda"))
-    with pytest.raises(ValueError, match="topk_ids"):
+    with pytest.raises(TypeError, match="topk_ids: DType mismatch"):
         moe_weighted_sum(x, w, torch.zeros(4, 2, dtype=torch.float32, device="cuda"))
     with pytest.raises(ValueError, match="shared_output"):
         moe_weighted_sum(x, w, None, torch.randn(4, 255, dtype=torch.bfloat16, device="cuda"))
