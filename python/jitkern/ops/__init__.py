@@ -6,14 +6,15 @@ from importlib import import_module
 from .._torch import require_torch
 
 # The kernel families, each four files: csrc/<family>.cuh, python/jitkern/ops/<family>.py,
-# tests/python/test_<family>.py and benchmarks/bench_<family>.py. A family module offers OPS (its public
-# ops), HELPERS (other public names, optional), specs(ops, dtypes, constants) (the JitSpecs those ops
-# need) and warmup(ops, dtypes, constants), and declares its torch custom ops; a new family is one entry here.
+# tests/python/test_<family>.py and benchmarks/bench_<family>.py. A family module declares its ops in
+# FAMILY (ops/_declare.py), from which everything here follows; a new family is one entry in FAMILIES.
 FAMILIES = ("norm", "quant", "act", "moe", "kv_transfer", "rope", "kv_rows", "wait_value", "add_constant", "all_reduce")
 _FAMILY_MODULES = {family: import_module(f".{family}", __name__) for family in FAMILIES}
-OPS = {op: family for family, module in _FAMILY_MODULES.items() for op in module.OPS}  # each op's family
-DTYPE_FAMILIES = tuple(f for f, module in _FAMILY_MODULES.items() if hasattr(module, "DTYPES"))  # built per dtype
-_PUBLIC = {name: getattr(module, name) for module in _FAMILY_MODULES.values() for name in (*module.OPS, *getattr(module, "HELPERS", ()))}
+_DECLARED = {family: module.FAMILY for family, module in _FAMILY_MODULES.items()}
+OPS = {op: family for family, declared in _DECLARED.items() for op in declared.ops}  # each op's family
+DTYPE_FAMILIES = tuple(f for f, declared in _DECLARED.items() if declared.dtypes)  # built per dtype
+_PUBLIC = {**{op: declared.ops[op].function for declared in _DECLARED.values() for op in declared.ops},
+           **{name: getattr(_FAMILY_MODULES[f], name) for f, declared in _DECLARED.items() for name in declared.helpers}}
 globals().update(_PUBLIC)
 
 
@@ -45,7 +46,7 @@ def specs(families=None, *, ops=None, dtypes=None, constants=()) -> list:
     ops one module each (every dtype); add_constant one per value in `constants`; each family's own
     `specs` says what it needs. What `jitkern prebuild` and `warmup` build."""
     return [spec for family, wanted in _selection(families, ops).items()
-            for spec in _FAMILY_MODULES[family].specs(wanted, dtypes, constants)]
+            for spec in _DECLARED[family].specs(wanted, dtypes, constants)]
 
 
 def warmup(*, dtypes=(), constants=(), ops=None) -> None:
@@ -58,7 +59,7 @@ def warmup(*, dtypes=(), constants=(), ops=None) -> None:
     dtypes, constants = tuple(dtypes), tuple(constants)
     build_all(*specs(ops=ops, dtypes=dtypes, constants=constants))  # one parallel build: no family waits on another's
     for family, wanted in _selection(None, ops).items():
-        _FAMILY_MODULES[family].warmup(wanted, dtypes, constants)  # loads the modules just built and keeps their functions
+        _DECLARED[family].warmup(wanted, dtypes, constants)  # loads the modules just built and keeps their functions
 
 
 __all__ = sorted([*_PUBLIC, "DTYPE_FAMILIES", "FAMILIES", "OPS", "specs", "warmup"])
