@@ -1,4 +1,4 @@
-"""The `jitkern` command (also `python -m jitkern`): clangd, config, cache, prebuild, doctor.
+"""The `jitkern` command (also `python -m jitkern`): clangd, config, cache, prebuild, doctor, compat-check.
 
 Every subcommand has --help; options go after the subcommand they belong to."""
 
