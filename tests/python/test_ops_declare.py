@@ -37,7 +37,19 @@ def test_every_op_is_its_declared_function_and_calls_declared_exports():
         assert getattr(ops, op) is declared.function is getattr(module, op) and declared.function.__name__ == op
         sources = {e for s in module.FAMILY.sources for e in s.params}
         assert declared.exports and set(declared.exports) <= sources, (op, declared.exports)
-    assert ops.DTYPE_FAMILIES == ("norm", "quant", "act", "moe", "rope")
+
+
+
+def test_dtypes_pick_the_modules_of_the_families_built_per_dtype():
+    """DTYPE_FAMILIES are the families whose modules `dtypes` picks among; the others build the same either way."""
+    assert {"norm", "quant", "act", "moe", "rope"} <= set(ops.DTYPE_FAMILIES) < set(ops.FAMILIES)
+    for family in ops.FAMILIES:
+        bf16, every = ops.specs([family], dtypes=["bfloat16"], constants=[1]), ops.specs([family], constants=[1])
+        if family in ops.DTYPE_FAMILIES:
+            assert {s for s in bf16 if "bf16_t" in s.args} and set(bf16) < set(every), family
+            assert not {s for s in bf16 if {"fp16_t", "fp32_t"} & set(s.args)}, family
+        else:
+            assert bf16 == every, family
 
 
 def test_specs_by_op_name_list_only_what_each_op_needs():

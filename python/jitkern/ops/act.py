@@ -131,4 +131,3 @@ def silu_and_mul_per_token_group_quant_fp8(input: torch.Tensor, group_size: int 
     s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
     fn(_rows(input, public, "input", False), _bytes(q, "output_q", public), s2, group_size, float(eps))
     return q, s
-

@@ -59,7 +59,8 @@ def _add_constant_out(src, constant, out):
 
 
 @FAMILY.op("add_constant", torch=(
-    TorchOp("add_constant", "(Tensor src, int constant) -> Tensor", None, lambda src, constant: torch.empty_like(src, memory_format=torch.contiguous_format)),
+    TorchOp("add_constant", "(Tensor src, int constant) -> Tensor", None,
+            lambda src, constant: torch.empty_like(src, memory_format=torch.contiguous_format)),
     TorchOp("add_constant_out", "(Tensor src, int constant, Tensor(a!) out) -> ()", _add_constant_out)))
 def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Returns src + constant (int32, wrapping on overflow like torch); writes into `out` if given."""
@@ -81,4 +82,3 @@ def add_constant(src: torch.Tensor, constant: int, out: torch.Tensor | None = No
         out = torch.empty_like(src, memory_format=torch.contiguous_format)
     fn(out, src)
     return out
-

@@ -40,7 +40,8 @@ _KERNEL_EXPORTS = {"all_reduce": "comm, x, out", "all_reduce_add_rmsnorm": "comm
 
 def spec() -> JitSpec:
     """The module of the communicator (no kernels; every dtype's kernel module takes its handle)."""
-    return package_spec("all_reduce", cuda_file="all_reduce.cuh", wrappers=[wrapper(op, f"jitkern_all_reduce::{op}", params) for op, params in _EXPORTS.items()],
+    return package_spec("all_reduce", cuda_file="all_reduce.cuh",
+                        wrappers=[wrapper(op, f"jitkern_all_reduce::{op}", params) for op, params in _EXPORTS.items()],
                         compile_seconds=2.2)  # measured: 1.1 s, H200 host on 16 CPUs
 
 
@@ -99,7 +100,6 @@ def _positive_int(value, name: str, *, zero: bool = False) -> int:
     if value < 0 or (value == 0 and not zero):
         raise ValueError(f"AllReduce: {name} must be {'non-negative' if zero else 'positive'}, got {value}")
     return value
-
 
 
 def _comm(handle: int) -> "AllReduce":
@@ -283,4 +283,3 @@ class AllReduce:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

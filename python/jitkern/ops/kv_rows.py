@@ -69,4 +69,3 @@ def concat_mla_absorb_q(a, b):
     out = _absorb_q_out(a, b)
     fn(a, b, out)
     return out
-

@@ -62,7 +62,8 @@ def _count(value, name: str, default: int = -1) -> int:
 
 
 # The torch custom ops take the exports' arguments (layouts as their codes) and call them as they are.
-@FAMILY.op("one_layer", torch=(TorchOp("transfer_kv_one_layer", implementation=lambda *args: _function("one_layer")(*args), export="one_layer"),))
+@FAMILY.op("one_layer", torch=(TorchOp("transfer_kv_one_layer", implementation=lambda *args: _function("one_layer")(*args),
+                                        export="one_layer"),))
 def transfer_kv_one_layer(k_dst, v_dst, indices_dst, k_src, v_src, indices_src, *, block_quota: int | None = None,
                           dst_layout: str = "layer_first", src_layout: str = "layer_first", validate: bool = False) -> None:
     """Copies row indices_src[i] of k_src/v_src to row indices_dst[i] of k_dst/v_dst, for every i (one layer;
@@ -123,4 +124,3 @@ def transfer_hicache_all_layer(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_p
     transfer_kv_all_layers(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_ptr_src, indices_src,
                            src_row_stride_bytes=kv_cache_src_stride_bytes, dst_row_stride_bytes=kv_cache_dst_stride_bytes,
                            row_bytes=element_size, block_quota=block_quota)
-

@@ -119,4 +119,3 @@ def _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids=None, exp
     new = lambda size: torch.empty(size, dtype=torch.int32, device=topk_ids.device)  # noqa: E731
     return (new(padded) if sorted_token_ids is None else sorted_token_ids, new(blocks) if expert_ids is None else expert_ids,
             new(1) if num_tokens_post_pad is None else num_tokens_post_pad)
-

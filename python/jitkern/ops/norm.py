@@ -88,4 +88,3 @@ def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight
     if isinstance(q, torch.Tensor) and q.dim() != 2:
         q, k = (as_rows(t, "fused_inplace_qknorm_across_heads", n, writes=True) for t, n in ((q, "q"), (k, "k")))
     fn(q, k, q_weight, k_weight, eps)
-

@@ -196,4 +196,3 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
         q, s = torch.ops.jitkern.fused_add_rmsnorm_quant_fp8(input, residual, weight, eps, scale)
         return _into(q, s, output_q, None if scale is not None else output_s)
     return _norm_quant("fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps, scale, output_q, output_s)
-

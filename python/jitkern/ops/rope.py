@@ -185,4 +185,3 @@ def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin
     fn = _function(_store_export(k_buffer), q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
     fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
        0, 0)
-

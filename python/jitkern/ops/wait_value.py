@@ -83,4 +83,3 @@ class Event:
     def value(self) -> int:
         """The flag as the host reads it now."""
         return int(_function("event_value")(self._handle))
-
