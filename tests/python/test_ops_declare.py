@@ -183,3 +183,19 @@ def test_the_op_table_shows_every_op_with_its_signature():
         first = re.match(r"\| `(\w+)\(", line).group(1)
         assert first in ops.OPS, f"docs/ops.md's op table shows {first}, which jitkern.ops does not have"
     assert not wrong, "docs/ops.md shows these ops otherwise than their signatures:\n" + "\n".join(wrong)
+
+
+def test_every_export_names_the_parameters_of_its_cpp_entry_point():
+    """An export's declared parameters are its C++ entry point's, in order (they name the arguments in errors
+    and in the torch schemas built from them): read from the definition in the module's csrc/ file."""
+    wrong = []
+    for spec in dict.fromkeys(ops.specs(constants=[1])):
+        text = "\n".join((ROOT / "csrc" / f).read_text() for f in spec.cuda_files)
+        for export, expression, *names in spec.cuda_wrappers:
+            declared = param_names(names[0]) if names else ()
+            function = re.sub(r"<[^<>]*>", "", expression).split("::")[-1]
+            definitions = re.findall(r"\b" + function + r"\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*(?:const\s*)?(?:noexcept\s*)?\{", text)
+            defined = [tuple(re.sub(r"\s*=.*$", "", p).split()[-1].lstrip("*&") for p in d.split(",") if p.strip()) for d in definitions]
+            if declared not in defined:
+                wrong.append(f"{spec.name}.{export}: declared {declared}, C++ {function} has {defined}")
+    assert not wrong, "\n".join(wrong)
