@@ -93,6 +93,7 @@ def test_a_torch_op_of_an_export_calls_the_function_by_its_parameter_names():
     assert _calling(in_order, ("a", "b", "c"))(1, 2, 3) is None and calls[-1] == (1, 2, 3)
     assert _calling(reordered, ("a", "b", "c"))(1, 2, 3) is None and calls[-1] == (1, 2, 3)
     assert _calling(reordered, ("b", "a"))(4, 5) is None and calls[-1] == (5, 4, 0)
+    assert list(inspect.signature(_calling(reordered, ("a", "b", "c"))).parameters) == ["a", "b", "c"]  # the schema's, as a lambda's
     with pytest.raises(TypeError, match=r"in_order\(\) has no parameter d of its torch op"):
         _calling(in_order, ("a", "d"))
 

@@ -40,23 +40,20 @@ class TorchOp:
 
 def _calling(function, names: tuple[str, ...]):
     """An implementation that calls `function` with arguments named `names` (positionally where its
-    signature has them in that order) and returns nothing."""
+    signature has them in that order, by keyword after) and returns nothing: written out as a function of
+    those parameters, so that it costs what a hand-written lambda costs."""
     signature = inspect.signature(function)
     missing = [n for n in names if n not in signature.parameters]
     if missing:
         raise TypeError(f"{function.__name__}() has no parameter {', '.join(missing)} of its torch op")
     order = [n for n, p in signature.parameters.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
     leading = next((i for i, n in enumerate(names) if i >= len(order) or order[i] != n), len(names))
-    keywords = names[leading:]
-    if not keywords and signature.return_annotation in (None, "None"):
+    if leading == len(names) and signature.return_annotation in (None, "None"):
         return function  # no call level more on the path compiled code takes
-    if not keywords:
-        def implementation(*args):
-            function(*args)
-    else:
-        def implementation(*args):
-            function(*args[:leading], **dict(zip(keywords, args[leading:])))
-    return implementation
+    call = ", ".join([*names[:leading], *(f"{n}={n}" for n in names[leading:])])
+    namespace = {"_declared": function}
+    exec(f"def implementation({', '.join(names)}):\n    _declared({call})\n", namespace)  # names: parameters of function
+    return namespace["implementation"]
 
 
 class Op:
