@@ -143,6 +143,10 @@ def test_a_family_builds_what_its_declared_ops_need():
         @family.op("y", torch=(TorchOp("third_out", export="y"),))
         def third(a):
             pass
+    with pytest.raises(TypeError, match=r"torch op fourth_out: the parameters of export z need their types \('flag'\)"):
+        @family.op("z", torch=(TorchOp("fourth_out", export="z"),))
+        def fourth(flag):
+            pass
     with pytest.raises(TypeError, match="give schema or export"):
         TorchOp("both", "(Tensor a) -> ()", export="y")
 

@@ -34,7 +34,7 @@ class TorchOp:
 
     def __init__(self, name: str, schema: str | None = None, implementation=None, fake=None, *, export: str | None = None):
         if (schema is None) == (export is None):
-            raise TypeError(f"TorchOp {name!r}: give schema or export, not both")
+            raise TypeError(f"TorchOp {name!r}: give schema or export, one of them")
         self.name, self.schema, self.implementation, self.fake, self.export = name, schema, implementation, fake, export
 
 
@@ -99,6 +99,8 @@ class Family:
             schema, implementation = t.schema, t.implementation or function
         else:
             params = self._source[t.export].params[t.export]
+            if any(len(p.split()) < 2 for p in params.split(",")):
+                raise TypeError(f"torch op {t.name}: the parameters of export {t.export} need their types ({params!r})")
             schema, implementation = f"({params}) -> ()", t.implementation or _calling(function, param_names(params))
         if torch is not None:  # the specs import without torch; nothing traces then
             define_op(f"jitkern::{t.name}", schema, implementation, t.fake)
