@@ -40,9 +40,11 @@ def test_every_op_is_its_declared_function_and_calls_declared_exports():
 
 
 
-def test_dtypes_pick_the_modules_of_the_families_built_per_dtype():
-    """DTYPE_FAMILIES are the families whose modules `dtypes` picks among; the others build the same either way."""
+def test_dtypes_and_constants_pick_the_modules_of_the_families_built_per_dtype_or_constant():
+    """DTYPE_FAMILIES are the families whose modules `dtypes` picks among, CONSTANT_FAMILIES those built once per
+    constant (nothing without one); the others build the same either way. `jitkern prebuild` reads both."""
     assert {"norm", "quant", "act", "moe", "rope"} <= set(ops.DTYPE_FAMILIES) < set(ops.FAMILIES)
+    assert ops.CONSTANT_FAMILIES == ("add_constant",)
     for family in ops.FAMILIES:
         bf16, every = ops.specs([family], dtypes=["bfloat16"], constants=[1]), ops.specs([family], constants=[1])
         if family in ops.DTYPE_FAMILIES:
@@ -50,6 +52,11 @@ def test_dtypes_pick_the_modules_of_the_families_built_per_dtype():
             assert not {s for s in bf16 if {"fp16_t", "fp32_t"} & set(s.args)}, family
         else:
             assert bf16 == every, family
+        two = ops.specs([family], constants=[1, 2])
+        if family in ops.CONSTANT_FAMILIES:
+            assert not ops.specs([family]) and len(two) == 2 * len(every) and {"1", "2"} <= {a for s in two for a in s.args}, family
+        else:
+            assert two == every == ops.specs([family]), family
 
 
 def test_specs_by_op_name_list_only_what_each_op_needs():

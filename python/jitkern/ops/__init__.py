@@ -13,6 +13,7 @@ _FAMILY_MODULES = {family: import_module(f".{family}", __name__) for family in F
 _DECLARED = {family: module.FAMILY for family, module in _FAMILY_MODULES.items()}
 OPS = {op: family for family, declared in _DECLARED.items() for op in declared.ops}  # each op's family
 DTYPE_FAMILIES = tuple(f for f, declared in _DECLARED.items() if declared.dtypes)  # built per dtype
+CONSTANT_FAMILIES = tuple(f for f, declared in _DECLARED.items() if declared.constants)  # built per constant
 _PUBLIC = {**{op: declared.ops[op].function for declared in _DECLARED.values() for op in declared.ops},
            **{name: getattr(_FAMILY_MODULES[f], name) for f, declared in _DECLARED.items() for name in declared.helpers}}
 globals().update(_PUBLIC)
@@ -62,4 +63,4 @@ def warmup(*, dtypes=(), constants=(), ops=None) -> None:
         _DECLARED[family].warmup(wanted, dtypes, constants)  # loads the modules just built and keeps their functions
 
 
-__all__ = sorted([*_PUBLIC, "DTYPE_FAMILIES", "FAMILIES", "OPS", "specs", "warmup"])
+__all__ = sorted([*_PUBLIC, "CONSTANT_FAMILIES", "DTYPE_FAMILIES", "FAMILIES", "OPS", "specs", "warmup"])

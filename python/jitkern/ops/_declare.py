@@ -69,7 +69,8 @@ class Op:
 class Family:
     """A kernel family's declarations. `sources`: where its exports' modules come from, each offering
     `params` (export -> typed parameters), `specs(exports, dtypes, constants)` and `warmup(exports, dtypes,
-    constants)` (exports None: all of its own); e.g. a DtypeFamily (a module per export and dtype) or a
+    constants)` (exports None: all of its own), and `DTYPES` where `dtypes=` picks its modules, `PER_CONSTANT`
+    where `constants=` does; e.g. a DtypeFamily (a module per export and dtype) or a
     ModuleExports (one module). `helpers`: other public names of the family's module (jitkern.ops exports
     them too)."""
 
@@ -79,6 +80,7 @@ class Family:
         self._source = {e: s for s in sources for e in s.params}  # export -> its source
         # the dtypes `dtypes=` picks among: those of its source built per dtype (None: its modules take any)
         self.dtypes = next((s.DTYPES for s in sources if hasattr(s, "DTYPES")), None)
+        self.constants = any(getattr(s, "PER_CONSTANT", False) for s in sources)  # its modules are built per constant
 
     def op(self, *exports: str, torch: tuple[TorchOp, ...] = ()):
         """Declares the decorated function (or class) as a public op calling `exports` of the sources,

@@ -36,7 +36,7 @@ def _checked(constant):
 
 class _PerConstant:
     """The family's modules: one per constant."""
-    params = _EXPORTS
+    params, PER_CONSTANT = _EXPORTS, True
 
     @staticmethod
     def specs(exports=None, dtypes=None, constants=()) -> list[JitSpec]:
