@@ -1,6 +1,6 @@
 """The README is a front page: what jitkern is, how to install it, a first kernel and links; users of
 SGLang's JIT kernels are pointed to docs/migrating.md near the top, which shows the switch; the op
-reference is docs/ops.md; the developer commands CI runs are still there."""
+reference is docs/ops.md; the developer commands CI runs are still there; its settings table is the engine's."""
 
 import re
 from pathlib import Path
