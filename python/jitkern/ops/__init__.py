@@ -41,19 +41,19 @@ def _selection(families, ops) -> dict:
 
 
 def specs(families=None, *, ops=None, dtypes=None, constants=()) -> list:
-    """The JitSpecs these ops need: by `ops` (Python op names, e.g. ["rmsnorm", "per_token_quant_fp8"]) or
-    by kernel `families` (default: every op). The norm and quant ops need one module per op and each of
-    `dtypes` (names or torch dtypes; default: every dtype they support); the kv_transfer and wait_value
-    ops one module each (every dtype); add_constant one per value in `constants`; each family's own
-    `specs` says what it needs. What `jitkern prebuild` and `warmup` build."""
+    """The JitSpecs these ops need, as their families declare them: by `ops` (Python op names, e.g.
+    ["rmsnorm", "per_token_quant_fp8"]) or by kernel `families` (default: every op). The families of
+    DTYPE_FAMILIES build a module per export for each of `dtypes` (names or torch dtypes; default: every
+    dtype they support), those of CONSTANT_FAMILIES one per value in `constants`, the others their modules
+    for any dtype. What `jitkern prebuild` and `warmup` build."""
     return [spec for family, wanted in _selection(families, ops).items()
             for spec in _DECLARED[family].specs(wanted, dtypes, constants)]
 
 
 def warmup(*, dtypes=(), constants=(), ops=None) -> None:
     """Builds (in one parallel build) and loads the modules these ops (default: all) need before a CUDA graph
-    capture or serving: the per-dtype ops (norm, quant, act, MoE top-k, RoPE) for each of `dtypes` (torch
-    dtypes), the dtype-independent modules, add_constant for each of `constants` (the list `specs` gives)."""
+    capture or serving: those `specs` lists for these `dtypes` (torch dtypes; none: the families of
+    DTYPE_FAMILIES load nothing) and `constants`."""
     from ..jit import warmup as build_all
 
     require_torch()
