@@ -12,14 +12,17 @@ torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
 
 from __future__ import annotations
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 
 _FAMILY = DtypeFamily("moe_combine", "jitkern_moe_combine::MoeCombineOps", {
-    "moe_sum": "input, output",
-    "moe_weighted_sum": "input, output, topk_weights, topk_ids, shared_output, routed_scaling_factor",
+    "moe_sum": "Tensor input, Tensor(a!) output",
+    "moe_weighted_sum": "Tensor input, Tensor(a!) output, Tensor topk_weights, Tensor? topk_ids, Tensor? shared_output, "
+                        "float routed_scaling_factor",
 }, compile_seconds={"moe_sum": 1.5, "moe_weighted_sum": 1.7})  # estimates (the order parallel builds start in)
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+FAMILY = Family(_FAMILY)
+spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions
 
 
@@ -30,6 +33,9 @@ def _output_for(input, public: str):
     return torch.empty((input.shape[0], input.shape[2]), dtype=input.dtype, device=input.device)
 
 
+@FAMILY.op("moe_sum", torch=(TorchOp("moe_sum", "(Tensor input) -> Tensor", lambda input: moe_sum(input),
+                                     lambda input: _output_for(input, "moe_sum")),
+                             TorchOp("moe_sum_out", export="moe_sum")))
 def moe_sum(input: torch.Tensor, output: torch.Tensor | None = None) -> torch.Tensor:
     """output [T, H] = input [T, k, H] summed over k (fp32 accumulation, one rounding); returns output
     (allocated when not given). moe_sum(input, output) is vLLM's order."""
@@ -45,6 +51,10 @@ def moe_sum(input: torch.Tensor, output: torch.Tensor | None = None) -> torch.Te
     return output
 
 
+@FAMILY.op("moe_weighted_sum", torch=(TorchOp(
+    "moe_weighted_sum", "(Tensor input, Tensor topk_weights, Tensor? topk_ids, Tensor? shared_output, float routed_scaling_factor) -> Tensor",
+    lambda input, w, ids, shared, scale: moe_weighted_sum(input, w, ids, shared, routed_scaling_factor=scale),
+    lambda input, w, ids, shared, scale: _output_for(input, "moe_weighted_sum")),))
 def moe_weighted_sum(input: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor | None = None,
                      shared_output: torch.Tensor | None = None, *, routed_scaling_factor: float = 1.0,
                      output: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,16 +69,3 @@ def moe_weighted_sum(input: torch.Tensor, topk_weights: torch.Tensor, topk_ids: 
         output = _output_for(input, "moe_weighted_sum")
     fn(input, output, topk_weights, topk_ids, shared_output, float(routed_scaling_factor))
     return output
-
-
-# The torch custom ops: what torch.compile traces; their fake implementations only describe outputs.
-if torch is not None:
-    define_op("jitkern::moe_sum", "(Tensor input) -> Tensor", lambda input: moe_sum(input), lambda input: _output_for(input, "moe_sum"))
-    def _moe_sum_out(input, output):
-        moe_sum(input, output)
-
-    define_op("jitkern::moe_sum_out", "(Tensor input, Tensor(a!) output) -> ()", _moe_sum_out)
-    define_op("jitkern::moe_weighted_sum",
-              "(Tensor input, Tensor topk_weights, Tensor? topk_ids, Tensor? shared_output, float routed_scaling_factor) -> Tensor",
-              lambda input, w, ids, shared, scale: moe_weighted_sum(input, w, ids, shared, routed_scaling_factor=scale),
-              lambda input, w, ids, shared, scale: _output_for(input, "moe_weighted_sum"))
