@@ -73,10 +73,9 @@ struct TopkParams {
 // ---- topk_softmax: integer keys, one warp-wide max a round ----------------------------------------------
 // Softmax is monotonic, so experts are ranked by their logit. Each logit becomes an unsigned key in the
 // logits' order (sign-magnitude flipped to two's order), so a round is one warp max of integers
-// (redux.sync) instead of five shuffle steps of (value, index) pairs. Lane l holds the kV consecutive
-// experts from l * kV, so among equal keys the lowest lane, then its lowest slot, holds the lowest expert.
-// 16-bit logits fit in the key's upper half with 0xffff - expert below: every key is unique and names its
-// expert. fp32 logits take the whole key; a ballot then finds the lowest lane holding the maximum.
+// (redux.sync) instead of five shuffle steps of (value, index) pairs. 16-bit logits fit in the key's upper
+// half with 0xffff - expert below: every key is unique and names its expert. fp32 logits take the whole
+// key; a warp-wide minimum of the experts holding the maximum then picks the lowest (torch.topk's tie rule).
 constexpr uint32_t kGoneKey = 0;  // padding and experts already chosen
 constexpr uint32_t kNanKey = 1;   // NaN: below every number
 
@@ -119,11 +118,18 @@ struct SoftmaxKeys {
   static __device__ __forceinline__ bool is_number(uint32_t key) { return (kPacked ? key >> 16 : key) > kNanKey; }
 };
 
-__device__ __forceinline__ uint32_t warp_max_key(uint32_t key) {
+__device__ __forceinline__ uint32_t warp_max(uint32_t x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(0xffffffffu, key);
+  return __reduce_max_sync(0xffffffffu, x);
 #else
-  return device::warp::reduce_max(key);
+  return device::warp::reduce_max(x);
+#endif
+}
+__device__ __forceinline__ uint32_t warp_min(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(0xffffffffu, x);
+#else
+  return ~warp_max(~x);
 #endif
 }
 
@@ -143,59 +149,66 @@ __device__ __forceinline__ uint32_t max_of(const uint32_t (&key)[kN]) {  // a tr
 // NaN); NaN logits weigh 0.
 __device__ __forceinline__ float softmax_term(float x, float max) { return x != x ? 0.0f : x == max ? 1.0f : expf(x - max); }
 
-// kV = ceil(experts / 32) rounded up to a power of two.
+// kV = ceil(experts / 32) rounded up to a power of two: the experts a lane holds, in chunks of
+// kTopkChunk<T, kV> consecutive ones (a vector load each where the rows are aligned for it); chunk c of
+// lane l holds experts from (c * 32 + l) * kChunk, so that each chunk's loads cover consecutive bytes
+// across the warp.
+template <typename T, int kV>
+constexpr int kTopkChunk = kV < device::kVec16<T> ? kV : device::kVec16<T>;
+
 template <typename T, int kV>
 __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
   using Keys = SoftmaxKeys<T>;
+  constexpr int kChunk = kTopkChunk<T, kV>;
+  constexpr uint32_t kNone = 0xffffffffu;  // no expert
   device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, first = lane * kV, E = p.experts;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
+  const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
   if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
-  const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride + first;
-  device::prefetch_before_wait(first < E ? row : row - first);  // lanes past the experts: the row's start
+  const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
+  device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
   device::pdl_wait_primary();
   T v[kV];
-  if (p.vector_rows && first + kV <= E) {
-    constexpr int kChunk = kV < device::kVec16<T> ? kV : device::kVec16<T>;
 #pragma unroll
-    for (int c = 0; c < kV; c += kChunk) {
+  for (int s = 0; s < kV; s += kChunk) {
+    if (p.vector_rows && expert_of(s) + kChunk <= E) {
       device::AlignedVector<T, kChunk> vec;
-      vec.load(row + c);
+      vec.load(row + expert_of(s));
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) v[c + j] = vec[j];
+      for (int j = 0; j < kChunk; ++j) v[s + j] = vec[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) v[s + j] = expert_of(s + j) < E ? row[expert_of(s + j)] : T{};
     }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kV; ++j) v[j] = first + j < E ? row[j] : T{};
   }
   uint32_t key[kV];
 #pragma unroll
-  for (int j = 0; j < kV; ++j) key[j] = first + j < E ? Keys::key(v[j], first + j) : kGoneKey;
+  for (int s = 0; s < kV; ++s) key[s] = expert_of(s) < E ? Keys::key(v[s], expert_of(s)) : kGoneKey;
   // k rounds: the largest key left; lane i keeps round i's key and expert.
-  uint32_t local = max_of(key), m = warp_max_key(local);
+  uint32_t m = warp_max(max_of(key));
   const uint32_t top = m;
   const float row_max = Keys::is_number(top) ? Keys::value(top) : 0.0f;  // no number: every weight is 0
   uint32_t my_key = kGoneKey;
   int my_id = 0;
   for (int i = 0;;) {
-    int expert;
+    uint32_t expert;
     if constexpr (Keys::kPacked) {
-      expert = 0xffff - static_cast<int>(m & 0xffffu);
+      expert = 0xffffu - (m & 0xffffu);
 #pragma unroll
-      for (int j = 0; j < kV; ++j) key[j] = key[j] == m ? kGoneKey : key[j];
-    } else {
-      const int winner = __ffs(__ballot_sync(0xffffffffu, local == m)) - 1;
-      int slot = 0;  // the winner's first slot holding m
+      for (int s = 0; s < kV; ++s) key[s] = key[s] == m ? kGoneKey : key[s];
+    } else {  // the lowest expert holding m: each lane's lowest, then the warp's
+      uint32_t mine = kNone;
 #pragma unroll
-      for (int j = kV - 1; j >= 0; --j) slot = key[j] == m ? j : slot;
+      for (int s = kV - 1; s >= 0; --s) mine = key[s] == m ? static_cast<uint32_t>(expert_of(s)) : mine;
+      expert = warp_min(mine);
 #pragma unroll
-      for (int j = 0; j < kV; ++j) key[j] = lane == winner && j == slot ? kGoneKey : key[j];
-      expert = __shfl_sync(0xffffffffu, first + slot, winner);
+      for (int s = 0; s < kV; ++s) key[s] = static_cast<uint32_t>(expert_of(s)) == expert ? kGoneKey : key[s];
     }
-    if (lane == i) my_key = m, my_id = expert;
+    if (lane == i) my_key = m, my_id = static_cast<int>(expert);
     if (++i == p.k) break;
-    local = max_of(key), m = warp_max_key(local);
+    m = warp_max(max_of(key));
   }
   const float term = lane < p.k ? softmax_term(Keys::value(my_key), row_max) : 0.0f;
   float sum = 0.0f;  // of the chosen terms (lanes 0 to k - 1), or of every term
@@ -203,7 +216,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
     sum = device::warp::reduce_sum<kMoeMaxTopk>(term);
   } else {
 #pragma unroll
-    for (int j = 0; j < kV; ++j) sum += first + j < E ? softmax_term(device::cast<float>(v[j]), row_max) : 0.0f;
+    for (int s = 0; s < kV; ++s) sum += expert_of(s) < E ? softmax_term(device::cast<float>(v[s]), row_max) : 0.0f;
     sum = device::warp::reduce_sum(sum);
   }
   const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
@@ -543,8 +556,8 @@ struct MoeOps {
       if constexpr (kSigmoid) {
         run(topk_sigmoid_kernel<T, kV>, p);
       } else {
-        // A lane's kV experts load as vectors where every row starts at a multiple of the vector.
-        constexpr int64_t kChunkBytes = sizeof(T) * std::min<int>(kV, device::kVec16<T>);
+        // A lane's experts load as vectors where every row starts at a multiple of the vector.
+        constexpr int64_t kChunkBytes = sizeof(T) * kTopkChunk<T, kV>;
         TopkParams q = p;
         q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
         run(topk_softmax_kernel<T, kV>, q);
