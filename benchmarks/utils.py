@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -127,6 +128,7 @@ def reference_ldflags() -> list[str]:
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
 
 
+@functools.lru_cache(maxsize=None)
 def reference_path() -> str | None:
     """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
     (REFERENCE_WHEEL=/path/to/sglang-*.whl), "" where it is installed, or None where it is absent."""
@@ -143,9 +145,40 @@ def reference_path() -> str | None:
     return "" if importlib.util.find_spec("sglang") else None
 
 
+# The modules of the reference's releases up to 0.5.9 (sglang.jit_kernel.<name>) in its newer layout.
+_NEWER_LAYOUT = {"norm": "layernorm.norm", "per_tensor_quant_fp8": "quantization.per_tensor_quant_fp8", "pos_enc": "attention.rope",
+                 "rope": "attention.rope", "kvcache": "kvcache.kvcache"}
+
+
 def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module, or None where the reference is absent. Its
-    package __init__ needs the whole serving stack, so the packages on the way are bare namespace
+    """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9; in a newer release the
+    op module that took its place), or None where the reference is absent."""
+    old = _import_reference(f"sglang.jit_kernel.{name}")
+    return old if old is not None or name not in _NEWER_LAYOUT else reference_ops(_NEWER_LAYOUT[name])
+
+
+def reference_ops(path: str):
+    """The reference's `sglang.kernels.ops.<path>` op module (its newer releases, e.g. "layernorm.norm"),
+    or None where the reference is absent."""
+    return _import_reference(f"sglang.kernels.ops.{path}")
+
+
+def reference_version() -> str:
+    """The version of the reference: its wheel's (REFERENCE_WHEEL) or the installed package's, or "absent"."""
+    import importlib.metadata
+
+    wheel = os.environ.get("REFERENCE_WHEEL")
+    if wheel:
+        return Path(wheel).name.split("-")[1]
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _import_reference(module: str):
+    """The reference's module `module`. Its package __init__ files need the whole serving stack, so the
+    packages on the way (and sglang.srt.utils, whose helpers the kernels import) are bare namespace
     modules, and the few third-party modules its helpers import but its kernels never use get empty
     stand-ins where they are missing."""
     import importlib
@@ -158,12 +191,23 @@ def reference_module(name: str):
         return None
     if path and path not in sys.path:
         sys.path.insert(0, path)
-    for package in ("sglang", "sglang.srt", "sglang.srt.utils"):
+    parts = module.split(".")
+    for package in [".".join(parts[:i]) for i in range(1, len(parts))] + ["sglang.srt", "sglang.srt.utils"]:
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
+            if found is None:  # not in this release's layout
+                return None
             stub = types.ModuleType(package)
             stub.__path__ = list(found.submodule_search_locations)
             sys.modules[package] = stub
+
+    if importlib.util.find_spec("msgspec") is None and "msgspec" not in sys.modules:
+        sys.modules["msgspec"] = _msgspec_stand_in()
+    if "sglang.srt.utils.common" not in sys.modules:  # the two helpers its JIT loader takes from the server's utilities
+        common = types.ModuleType("sglang.srt.utils.common")
+        common.is_cuda = lambda: __import__("torch").version.cuda is not None and __import__("torch").cuda.is_available()
+        common.get_cuda_version = lambda: tuple(int(v) for v in (__import__("torch").version.cuda or "0.0").split("."))
+        sys.modules["sglang.srt.utils.common"] = common
 
     def absent(attr):
         if attr.startswith("__"):
@@ -172,7 +216,7 @@ def reference_module(name: str):
 
     for _ in range(20):
         try:
-            return importlib.import_module(f"sglang.jit_kernel.{name}")
+            return importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name is None or e.name.startswith("sglang"):
                 raise
@@ -180,6 +224,51 @@ def reference_module(name: str):
             stand_in.__getattr__ = absent
             stand_in.__path__ = []
             sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils."))]:
+            for partial in [m for m in sys.modules if m.startswith((module.rsplit(".", 1)[0] + ".", "sglang.srt.utils.", "sglang.kernels.jit."))
+                            and m != "sglang.srt.utils.common"]:
                 del sys.modules[partial]
-    raise ImportError(f"the reference's sglang.jit_kernel.{name} needs too many absent modules")
+    raise ImportError(f"the reference's {module} needs too many absent modules")
+
+
+def _msgspec_stand_in():
+    """What the reference's JIT loader uses of msgspec, where it is not installed: frozen Struct classes
+    (array_like ones encode as lists) and msgspec.json's encode / decode of a list of them."""
+    import dataclasses
+    import json
+    import types
+    import typing
+
+    class Struct:
+        def __init_subclass__(cls, frozen=False, array_like=False, **kwargs):
+            super().__init_subclass__(**kwargs)
+            cls._array_like = array_like
+            dataclasses.dataclass(frozen=frozen)(cls)
+
+    class DecodeError(ValueError):
+        pass
+
+    def plain(value):
+        if dataclasses.is_dataclass(value):
+            fields = [getattr(value, f.name) for f in dataclasses.fields(value)]
+            return [plain(v) for v in fields] if value._array_like else {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    def decode(raw, type=None):
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise DecodeError(str(e)) from e
+        args = typing.get_args(type)
+        if args and dataclasses.is_dataclass(args[0]):
+            try:
+                return [args[0](*row) if isinstance(row, list) else args[0](**row) for row in data]
+            except TypeError as e:
+                raise DecodeError(str(e)) from e
+        return data
+
+    module = types.ModuleType("msgspec")
+    module.Struct, module.DecodeError = Struct, DecodeError
+    module.json = types.SimpleNamespace(encode=lambda value: json.dumps(plain(value)).encode(), decode=decode)
+    return module

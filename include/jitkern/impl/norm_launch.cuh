@@ -115,6 +115,28 @@ __device__ __forceinline__ RowPointers<T> locate_row(const NormParams<T>& p, int
   }
 }
 
+// The rows of batch `batch` of narrow rows, groups of `width` lanes taking kRows rows each: the batch's
+// k-th rows are contiguous across its groups (coalesced between groups).
+template <typename T, int kVec, int kRows, typename Epi>
+struct NarrowBatch {
+  RowPointers<T> rows[kRows];
+  typename Epi::template Row<T, kVec> epis[kRows];
+  bool valid[kRows];
+
+  template <RowOrder kOrder>
+  __device__ __forceinline__ void locate(const NormParams<T>& p, const Epi& epi, int64_t batch, int groups, int width) {
+    const int64_t first = batch * groups * kRows + threadIdx.x / width;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int64_t row = first + int64_t{k} * groups;
+      valid[k] = row < p.total_rows;
+      const int32_t r = static_cast<int32_t>(valid[k] ? row : 0);
+      rows[k] = locate_row<T, kOrder>(p, r);
+      epis[k] = epi.template row<T, kVec>(rows[k], static_cast<uint32_t>(r));
+    }
+  }
+};
+
 // PDL: the next kernel may launch at once; its own pdl_wait_primary() still waits for this grid to
 // finish and its memory to be visible, so triggering first only hides the next launch's latency.
 template <typename T, int kVec, int kWidth, int kRows, bool kFusedAdd, typename Epi, RowOrder kOrder>
@@ -123,22 +145,11 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 #ifdef __CUDACC__
   const int groups = static_cast<int>(blockDim.x) / kWidth;  // CTAs of kNormNarrowThreads or kNormNarrowSmallThreads
   if (p.early_trigger) device::pdl_trigger_secondary();
-  // The CTA's k-th batch of rows is contiguous across its groups (coalesced between groups).
-  const int64_t first = int64_t{blockIdx.x} * groups * kRows + threadIdx.x / kWidth;
-  RowPointers<T> rows[kRows];
-  typename Epi::template Row<T, kVec> epis[kRows];
-  bool valid[kRows];
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int64_t row = first + int64_t{k} * groups;
-    valid[k] = row < p.total_rows;
-    const int32_t r = static_cast<int32_t>(valid[k] ? row : 0);
-    rows[k] = locate_row<T, kOrder>(p, r);
-    epis[k] = epi.template row<T, kVec>(rows[k], static_cast<uint32_t>(r));
-  }
+  NarrowBatch<T, kVec, kRows, Epi> b;
+  b.template locate<kOrder>(p, epi, blockIdx.x, groups, kWidth);
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(rows, epis, valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
+  device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(b.rows, b.epis, b.valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
 #endif
 }
 

@@ -1,0 +1,124 @@
+"""Launch schedules of the norm and fp8 group-quantization kernels (benchmarks/kernels/schedules.cuh) beside
+the product op and the reference's newest kernel, same inputs, one process: CUDA-graph replay medians,
+median of 3 interleaved rounds, bf16. What the launch rules (include/jitkern/policy.cuh, impl/norm_launch.cuh,
+csrc/quant.cuh) are chosen from. Prints markdown tables, fastest first per shape."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_reference import rand, reference_modules  # noqa: E402
+from utils import environment, interleaved, reference_version  # noqa: E402
+
+import jitkern  # noqa: E402
+from jitkern import ops  # noqa: E402
+
+TRIGGER = {0: "start", 1: "after wait", 2: "end"}
+
+
+def module():
+    return jitkern.load_jit("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
+                            cuda_wrappers=[("rmsnorm", "rmsnorm_schedule"), ("qknorm", "qknorm_schedule"),
+                                           ("group_quant", "group_quant_schedule")],
+                            host_without_nvcc=True)
+
+
+def table(title: str, shapes) -> None:
+    """shapes: (shape label, {variant: fn}, check): check() compares every variant's output with the product's."""
+    print(f"\n#### {title}\n")
+    for label, fns, check in shapes:
+        check()
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+        ranked = sorted(interleaved(fns).items(), key=lambda kv: kv[1])
+        print(f"| {label} | " + " | ".join(f"{name} {t:.2f}" for name, t in ranked) + " |", flush=True)
+
+
+def rmsnorm_shapes(m, ref):
+    for t, h in [(1, 4096), (16, 4096), (128, 4096), (256, 4096), (1, 8192), (64, 8192), (64, 2048), (4096, 4096)]:
+        x, w = rand(t, h), rand(h)
+        out, expected = torch.empty_like(x), torch.empty_like(x)
+        variants = {"product": lambda x=x, w=w, out=out: ops.rmsnorm(x, w, out), "reference": lambda x=x, w=w, out=out: ref.rmsnorm(x, w, out)}
+        for r, trig, rows in [(4, 0, 0), (4, 1, 0), (4, 2, 0), (4, 0, 1), (2, 0, 0), (2, 1, 0), (2, 2, 0), (1, 2, 0)]:
+            if (h // 8) % (32 * r) == 0 and h // 8 // r <= 1024:
+                variants[f"{h // 8 // r}x{r} {TRIGGER[trig]}{' token-rows' if rows else ''}"] = (
+                    lambda x=x, w=w, out=out, r=r, trig=trig, rows=rows: m.rmsnorm(x, w, out, r, trig, rows))
+
+        def check(x=x, w=w, out=out, expected=expected, variants=variants):
+            ops.rmsnorm(x, w, expected)
+            for name, fn in variants.items():
+                if name == "reference":
+                    continue
+                out.fill_(0)
+                fn()
+                assert torch.equal(out, expected), f"rmsnorm variant {name} differs from the product"
+        yield f"[{t}, {h}]", variants, check
+
+
+def qknorm_shapes(m, ref):
+    for t in (256, 8192, 32768):
+        q, k, qw, kw = rand(t, 32, 128), rand(t, 8, 128), rand(128), rand(128)
+        variants = {"product": lambda q=q, k=k, qw=qw, kw=kw: ops.fused_inplace_qknorm(q, k, qw, kw),
+                    "reference": lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)}
+        for rows, threads, pers, trig in [(2, 256, 0, 1), (2, 256, 0, 2), (1, 256, 0, 1), (2, 256, 1, 1), (2, 256, 1, 2), (1, 128, 1, 2),
+                                          (2, 128, 1, 2), (4, 256, 0, 1)]:
+            variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}"] = (
+                lambda q=q, k=k, qw=qw, kw=kw, rows=rows, threads=threads, pers=pers, trig=trig: m.qknorm(q, k, qw, kw, rows, threads, pers, trig))
+
+        def check(q=q, k=k, qw=qw, kw=kw, variants=variants):
+            q0, k0 = q.clone(), k.clone()
+            eq, ek = q.clone(), k.clone()
+            ops.fused_inplace_qknorm(eq, ek, qw, kw)
+            for name, fn in variants.items():
+                if name == "reference":
+                    continue
+                q.copy_(q0), k.copy_(k0)
+                fn()
+                assert torch.equal(q, eq) and torch.equal(k, ek), f"qknorm variant {name} differs from the product"
+        yield f"T={t}", variants, check
+
+
+def group_quant_shapes(m, ref):
+    for t in (1, 16, 256, 4096):
+        x = rand(t, 7168)
+        q = torch.empty(t, 7168, device="cuda", dtype=torch.float8_e4m3fn)
+        s = torch.empty(t, 56, device="cuda", dtype=torch.float32)
+        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s),
+                    "reference": lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)}
+        for threads, trig in [(256, 0), (256, 1), (256, 2), (128, 1), (128, 2), (512, 1), (512, 2)]:
+            variants[f"{threads}t {TRIGGER[trig]}"] = lambda x=x, q=q, s=s, threads=threads, trig=trig: m.group_quant(x, q.view(torch.uint8), s,
+                                                                                                                   threads, trig)
+
+        def check(x=x, q=q, s=s, variants=variants):
+            eq, es = ops.per_token_group_quant_8bit(x, 128)
+            for name, fn in variants.items():
+                if name == "reference":
+                    continue
+                q.view(torch.uint8).fill_(0), s.fill_(0)
+                fn()
+                assert torch.equal(q.view(torch.uint8), eq.view(torch.uint8)) and torch.equal(s, es), f"group quant variant {name} differs"
+        yield f"[{t}, 7168]", variants, check
+
+
+def main() -> None:
+    modules, builder = reference_modules(["layernorm.norm", "quantization.per_token_group_quant"])
+    if any(v is None for v in modules.values()):
+        print("not run: the reference is not installed (REFERENCE_WHEEL=/path/to/sglang-*.whl)")
+        return
+    m = module()
+    norm, quant = modules["layernorm.norm"], modules["quantization.per_token_group_quant"]
+    print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
+    print("\nus, fastest first; NxR: N threads of R 16-byte vectors; trigger: where the PDL trigger is (start, after the wait, after "
+          "the last store).")
+    table("rmsnorm, bf16", rmsnorm_shapes(m, norm))
+    table("fp8 group quantization, group 128, bf16 [T, 7168]", group_quant_shapes(m, quant))
+    table("qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes(m, norm))
+
+
+if __name__ == "__main__":
+    main()
