@@ -91,9 +91,10 @@ def group_quant_shapes(m, ref):
         s = torch.empty(t, 56, device="cuda", dtype=torch.float32)
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s),
                     "reference": lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)}
-        for threads, trig in [(256, 0), (256, 1), (256, 2), (128, 1), (128, 2), (512, 1), (512, 2)]:
-            variants[f"{threads}t {TRIGGER[trig]}"] = lambda x=x, q=q, s=s, threads=threads, trig=trig: m.group_quant(x, q.view(torch.uint8), s,
-                                                                                                                   threads, trig)
+        for threads, trig, contiguous in [(256, 0, 0), (256, 1, 0), (256, 2, 0), (128, 1, 0), (128, 2, 0), (512, 2, 0), (256, 1, 1), (256, 2, 1),
+                                          (128, 2, 1)]:
+            variants[f"{threads}t {TRIGGER[trig]}{' contiguous' if contiguous else ''}"] = (
+                lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
 
         def check(x=x, q=q, s=s, variants=variants):
             eq, es = ops.per_token_group_quant_8bit(x, 128)

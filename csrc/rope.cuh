@@ -165,9 +165,9 @@ __device__ __forceinline__ uint32_t pack_word(float lo, float hi) {
   return w;
 }
 
-// (x, y) -> (x cos - y sin, y cos + x sin). With an fp32 cos/sin cache, in fp32 and rounded once; with a
-// cache in T (`in_t`, the reference's rotary_embedding form) in T's arithmetic, as the reference and its
-// torch reference round: each product rounded to T, then the sum (an fp32 product of two T values is
+// (x, y) -> (x cos - y sin, y cos + x sin). With an fp32 cos/sin cache in fp32; with a 16-bit cache in T
+// (`in_t`, the reference's rotary_embedding form) in T's arithmetic, as the reference and its torch
+// reference round: each product rounded to T, then the sum (an fp32 product of two 16-bit values is
 // exact, so rounding it to T is T's multiply). NeoX (and any style at kVec = 1): element j of a
 // pairs with element j of b, frequency j. GPT-J: a and b hold kVec consecutive pairs (2m, 2m + 1),
 // frequencies 0 .. kVec/2 - 1 in a and kVec/2 .. kVec - 1 in b. 2-byte elements are handled two to a
@@ -178,10 +178,10 @@ __device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<
                                        bool in_t) {
   const auto turn = [in_t](float& x, float& y, float cf, float sf) {
     const float fx = x, fy = y;
-    if (in_t) {  // _rn: no contraction into an fma, which would skip a rounding
-      const auto product = [](float u, float v) { return device::cast<float>(device::cast<T>(__fmul_rn(u, v))); };
-      x = __fsub_rn(product(fx, cf), product(fy, sf));
-      y = __fadd_rn(product(fy, cf), product(fx, sf));
+    if (in_t) {  // (a product passing through T cannot be contracted into an FMA with the sum)
+      const auto product = [](float u, float v) { return device::cast<float>(device::cast<T>(u * v)); };
+      x = product(fx, cf) - product(fy, sf);
+      y = product(fy, cf) + product(fx, sf);
     } else {
       x = fmaf(fx, cf, -fy * sf);
       y = fmaf(fy, cf, fx * sf);

@@ -137,29 +137,32 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
 }
 #endif  // __CUDACC_RTC__
 
-// fp8 group quantization, group 128: 8 lanes a group, two vectors a lane (vectors l and l + 8 of its group),
-// CTAs of `threads`; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
-template <int kTrigger>
+// fp8 group quantization, group 128, 8 lanes a group of two 16-byte vectors each: vectors l and l + 8 of its
+// group (strided, the product's layout, two 8-byte stores), or 2l and 2l + 1 (contiguous, one 16-byte
+// store); CTAs of `threads`; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
+template <int kTrigger, bool kContiguous>
 __global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, uint8_t* q, device::quant::GroupScales scales,
                                                               int64_t groups_per_row, int64_t total_groups) {
 #ifdef __CUDACC__
-  constexpr int kLanes = 8, kPerLane = 2, kGroup = 128;
+  constexpr int kLanes = 8, kPerLane = 2, kGroup = 128, kStep = kContiguous ? kV : kLanes * kV;
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
-  const int64_t at = group * kGroup + lane * kV;
+  const int64_t at = group * kGroup + lane * (kContiguous ? kPerLane * kV : kV);
   device::AlignedVector<bf16, kV> x[kPerLane];
   wait_and_trigger<kTrigger>();
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
-    if (valid) x[j].load(in + at + j * kLanes * kV);
-  device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(x, valid, q + at, 1e-10f, scales, group, groups_per_row, total_groups);
+    if (valid) x[j].load(in + at + j * kStep);
+  device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(x, valid, q + at, 1e-10f, scales, group, groups_per_row,
+                                                                                   total_groups);
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
 }
 
 #ifndef __CUDACC_RTC__
-void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t threads, int64_t trigger) {
+void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t threads, int64_t trigger,
+                          int64_t contiguous) {
   using namespace host;
   RuntimeCheck(x.dim() == 2 && x.size(1) % 128 == 0, "group_quant_schedule: [N, H], H a multiple of 128");
   const int64_t groups = x.size(1) / 128, total = x.size(0) * groups;
@@ -169,9 +172,17 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   launch.enable_pdl();
   const auto* in = static_cast<const bf16*>(x.data_ptr());
   auto* out = static_cast<uint8_t*>(q.data_ptr());
-  if (trigger == 0) launch(group_schedule_kernel<0>, in, out, scales, groups, total);
-  if (trigger == 1) launch(group_schedule_kernel<1>, in, out, scales, groups, total);
-  if (trigger == 2) launch(group_schedule_kernel<2>, in, out, scales, groups, total);
+  const auto go = [&](auto t) {
+    constexpr int kT = decltype(t)::value;
+    if (contiguous) {
+      launch(group_schedule_kernel<kT, true>, in, out, scales, groups, total);
+    } else {
+      launch(group_schedule_kernel<kT, false>, in, out, scales, groups, total);
+    }
+  };
+  if (trigger == 0) go(std::integral_constant<int, 0>{});
+  if (trigger == 1) go(std::integral_constant<int, 1>{});
+  if (trigger == 2) go(std::integral_constant<int, 2>{});
 }
 #endif  // __CUDACC_RTC__
 
