@@ -201,7 +201,7 @@ def _import_reference(module: str):
             stub.__path__ = list(found.submodule_search_locations)
             sys.modules[package] = stub
 
-    if importlib.util.find_spec("msgspec") is None and "msgspec" not in sys.modules:
+    if "msgspec" not in sys.modules and importlib.util.find_spec("msgspec") is None:
         sys.modules["msgspec"] = _msgspec_stand_in()
     if "sglang.srt.utils.common" not in sys.modules:  # the two helpers its JIT loader takes from the server's utilities
         common = types.ModuleType("sglang.srt.utils.common")
