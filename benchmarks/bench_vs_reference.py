@@ -125,19 +125,19 @@ def concat_mla_absorb_q_cases(ref):
         yield "concat_mla_absorb_q", f"[{t}, 128, 512 + 64]", bound(ops.concat_mla_absorb_q, a, b), bound(ref.concat_mla_absorb_q, a, b)
 
 
-# op group -> (the reference's op module under sglang.kernels.ops, its cases)
+# op -> (the reference's op module under sglang.kernels.ops, its cases, jitkern's ops they call)
 OPS = {
-    "rmsnorm": ("layernorm.norm", rmsnorm_cases),
-    "fused_add_rmsnorm": ("layernorm.norm", fused_add_rmsnorm_cases),
-    "qknorm": ("layernorm.norm", qknorm_cases),
-    "per_token_group_quant": ("quantization.per_token_group_quant", group_quant_cases),
-    "per_token_quant_fp8": ("quantization.per_token_quant_fp8", per_token_quant_cases),
-    "per_tensor_quant_fp8": ("quantization.per_tensor_quant_fp8", per_tensor_quant_cases),
-    "silu_and_mul": ("activation.activation", silu_and_mul_cases),
-    "rotary_embedding": ("attention.rope", rotary_embedding_cases),
-    "store_cache": ("kvcache.kvcache", store_cache_cases),
-    "topk_softmax": ("moe.moe_topk_softmax", topk_softmax_cases),
-    "concat_mla_absorb_q": ("attention.concat_mla", concat_mla_absorb_q_cases),
+    "rmsnorm": ("layernorm.norm", rmsnorm_cases, ["rmsnorm"]),
+    "fused_add_rmsnorm": ("layernorm.norm", fused_add_rmsnorm_cases, ["fused_add_rmsnorm"]),
+    "qknorm": ("layernorm.norm", qknorm_cases, ["fused_inplace_qknorm"]),
+    "per_token_group_quant": ("quantization.per_token_group_quant", group_quant_cases, ["per_token_group_quant_8bit"]),
+    "per_token_quant_fp8": ("quantization.per_token_quant_fp8", per_token_quant_cases, ["per_token_quant_fp8"]),
+    "per_tensor_quant_fp8": ("quantization.per_tensor_quant_fp8", per_tensor_quant_cases, ["per_tensor_quant_fp8"]),
+    "silu_and_mul": ("activation.activation", silu_and_mul_cases, ["silu_and_mul"]),
+    "rotary_embedding": ("attention.rope", rotary_embedding_cases, ["rotary_embedding"]),
+    "store_cache": ("kvcache.kvcache", store_cache_cases, ["store_cache"]),
+    "topk_softmax": ("moe.moe_topk_softmax", topk_softmax_cases, ["topk_softmax"]),
+    "concat_mla_absorb_q": ("attention.concat_mla", concat_mla_absorb_q_cases, ["concat_mla_absorb_q"]),
 }
 
 
@@ -188,9 +188,10 @@ def main() -> None:
     if any(m is None for m in modules.values()):
         print("not run: the reference is not installed (REFERENCE_WHEEL=/path/to/sglang-*.whl)")
         return
-    ops.warmup(dtypes=[DTYPE, torch.float32], ops=["rmsnorm", "fused_add_rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit",
-                                                  "per_token_quant_fp8", "per_tensor_quant_fp8", "silu_and_mul", "rotary_embedding",
-                                                  "store_cache", "topk_softmax", "concat_mla_absorb_q"])
+    needed = [op for name in wanted for op in OPS[name][2]]
+    for dtype, names in ((DTYPE, [op for op in needed if op != "topk_softmax"]), (torch.float32, [op for op in needed if op == "topk_softmax"])):
+        if names:  # (the gating logits are fp32)
+            ops.warmup(dtypes=[dtype], ops=names)
     cases = first_calls([c for name in wanted for c in OPS[name][1](modules[OPS[name][0]])])
     print(f"\n### jitkern {jitkern.__version__} beside the reference (SGLang {reference_version()}, built by {builder})\n")
     print(f"{environment()}; us, CUDA-graph replay medians, median of 3 interleaved rounds; bf16 unless named.\n")
