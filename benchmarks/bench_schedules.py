@@ -57,9 +57,9 @@ def rmsnorm_shapes(m, ref):
         variants = {"product": lambda x=x, w=w, out=out: ops.rmsnorm(x, w, out)}
         if ref is not None:
             variants["reference"] = lambda x=x, w=w, out=out: ref.rmsnorm(x, w, out)
-        for r, trig, rows in [(4, 0, 0), (4, 1, 0), (4, 2, 0), (4, 0, 1), (2, 0, 0), (2, 1, 0), (2, 2, 0)]:
+        for r, trig, rows in [(4, 0, 0), (4, 1, 0), (4, 2, 0), (4, 0, 1), (2, 0, 0), (2, 1, 0), (2, 2, 0), (2, 2, 2), (4, 0, 2)]:
             if (h // 8) % (32 * r) == 0 and h // 8 // r <= 1024:
-                variants[f"{h // 8 // r}x{r} {TRIGGER[trig]}{' token-rows' if rows else ''}"] = (
+                variants[f"{h // 8 // r}x{r} {TRIGGER[trig]}{['', ' token-rows', ' slim'][rows]}"] = (
                     lambda x=x, w=w, out=out, r=r, trig=trig, rows=rows: m.rmsnorm(x, w, out, r, trig, rows))
 
         def check(x=x, w=w, out=out, expected=expected, variants=variants):
@@ -104,14 +104,14 @@ def group_quant_shapes(m, ref):
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for threads, trig, contiguous in [(256, 0, 0), (256, 1, 0), (256, 2, 0), (128, 2, 0), (256, 1, 1), (256, 2, 1)]:
-            variants[f"{threads}t {TRIGGER[trig]}{' contiguous' if contiguous else ''}"] = (
+        for threads, trig, contiguous in [(256, 0, 0), (256, 1, 0), (256, 2, 0), (128, 2, 0), (256, 1, 1), (256, 2, 1), (256, 2, 2)]:
+            variants[f"{threads}t {TRIGGER[trig]}{['', ' contiguous', ' multiply (not exact: diagnostic)'][contiguous]}"] = (
                 lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
 
         def check(x=x, q=q, s=s, variants=variants):
             eq, es = ops.per_token_group_quant_8bit(x, 128)
             for name, fn in variants.items():
-                if name == "reference":
+                if name == "reference" or "diagnostic" in name:
                     continue
                 q.view(torch.uint8).fill_(0), s.fill_(0)
                 fn()

@@ -41,6 +41,19 @@ __global__ void __launch_bounds__(1024) wide_schedule_kernel(const __grid_consta
 #endif
 }
 
+// The same with the row's pointers as the only parameters (the reference's parameter block is 48 bytes,
+// NormParams over 200).
+template <int kRegVecs, int kTrigger>
+__global__ void __launch_bounds__(1024) slim_schedule_kernel(const bf16* in, const bf16* weight, bf16* out, int64_t hidden, float eps) {
+#ifdef __CUDACC__
+  const int64_t row = blockIdx.x;
+  const auto epi = StoreOutput<bf16>{}.template row<bf16, kV>(RowPointers<bf16>{out + row * hidden, nullptr, nullptr, nullptr}, blockIdx.x);
+  wait_and_trigger<kTrigger>();
+  rmsnorm_row<bf16, kV, kRegVecs, false, RowFit::kExact>(epi, in + row * hidden, nullptr, weight, hidden, eps, CtaGroup<true>{});
+  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 // rmsnorm of x [N, H] (bf16, contiguous, H a multiple of 256 * reg_vecs... held exactly) into out.
 void rmsnorm_schedule(jitkern::TensorView x, jitkern::TensorView w, jitkern::TensorView out, int64_t reg_vecs, int64_t trigger,
@@ -57,7 +70,10 @@ void rmsnorm_schedule(jitkern::TensorView x, jitkern::TensorView w, jitkern::Ten
   launch.enable_pdl();
   const auto by_order = [&](auto r, auto t) {
     constexpr int kR = decltype(r)::value, kT = decltype(t)::value;
-    if (token_rows) {
+    if (token_rows == 2) {  // contiguous rows, the slim kernel
+      launch(slim_schedule_kernel<kR, kT>, static_cast<const bf16*>(x.data_ptr()), static_cast<const bf16*>(w.data_ptr()),
+             static_cast<bf16*>(out.data_ptr()), p.hidden, p.eps);
+    } else if (token_rows) {
       launch(wide_schedule_kernel<kR, kT, RowOrder::kTokenRows>, p);
     } else {
       launch(wide_schedule_kernel<kR, kT, RowOrder::kProblemMajor>, p);
@@ -160,6 +176,44 @@ __global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, ui
 #endif
 }
 
+// A diagnostic, not a product schedule: the contiguous layout quantized with x * (448 / amax) (the
+// reference's arithmetic; jitkern divides exactly), to see what the exact division costs.
+template <int kTrigger>
+__global__ void __launch_bounds__(1024) group_multiply_kernel(const bf16* in, uint8_t* q, float* scales, int64_t total_groups) {
+#ifdef __CUDACC__
+  constexpr int kLanes = 8;
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
+  const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
+  const bool valid = group < total_groups;
+  const int64_t at = group * 128 + lane * 2 * kV;
+  device::AlignedVector<bf16, kV> x[2];
+  wait_and_trigger<kTrigger>();
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if (valid) x[j].load(in + at + j * kV);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) amax = valid ? fmaxf(amax, fabsf(device::cast<float>(x[j][e]))) : amax;
+  }
+  amax = fmaxf(device::warp::reduce_max_nonnegative<kLanes>(amax, 0xffffffffu), 1e-10f);
+  const float inv = 448.0f / amax;
+  if (!valid) return;
+  device::AlignedVector<uint32_t, 4> words;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const auto pair = [&](int k) {
+      const bf16* v = &x[k / kV][k % kV];
+      return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(device::cast<float>(v[0]) * inv, device::cast<float>(v[1]) * inv),
+                                                            __NV_SATFINITE, __NV_E4M3));
+    };
+    words[w] = pair(4 * w) | (pair(4 * w + 2) << 16);
+  }
+  words.store(reinterpret_cast<uint32_t*>(q + at));
+  if (lane == 0) scales[group] = amax / 448.0f;
+  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t threads, int64_t trigger,
                           int64_t contiguous) {
@@ -174,7 +228,9 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   auto* out = static_cast<uint8_t*>(q.data_ptr());
   const auto go = [&](auto t) {
     constexpr int kT = decltype(t)::value;
-    if (contiguous) {
+    if (contiguous == 2) {
+      launch(group_multiply_kernel<kT>, in, out, static_cast<float*>(s.data_ptr()), total);
+    } else if (contiguous) {
       launch(group_schedule_kernel<kT, true>, in, out, scales, groups, total);
     } else {
       launch(group_schedule_kernel<kT, false>, in, out, scales, groups, total);
