@@ -27,8 +27,8 @@ def module():
     """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16) and
     those of the RoPE ops (for a GPU test run after this script)."""
     spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
-                           cuda_wrappers=[("rmsnorm", "rmsnorm_schedule"), ("qknorm", "qknorm_schedule"),
-                                          ("group_quant", "group_quant_schedule")],
+                           cuda_wrappers=[("rmsnorm", "bench_schedules::rmsnorm_schedule"), ("qknorm", "bench_schedules::qknorm_schedule"),
+                                          ("group_quant", "bench_schedules::group_quant_schedule")],
                            host_without_nvcc=True)
     products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "rotary_embedding",
                               "apply_rope_with_cos_sin_cache_inplace"], dtypes=["bfloat16"])

@@ -203,11 +203,8 @@ def _import_reference(module: str):
 
     if "msgspec" not in sys.modules and importlib.util.find_spec("msgspec") is None:
         sys.modules["msgspec"] = _msgspec_stand_in()
-    if "sglang.srt.utils.common" not in sys.modules:  # the two helpers its JIT loader takes from the server's utilities
-        common = types.ModuleType("sglang.srt.utils.common")
-        common.is_cuda = lambda: __import__("torch").version.cuda is not None and __import__("torch").cuda.is_available()
-        common.get_cuda_version = lambda: tuple(int(v) for v in (__import__("torch").version.cuda or "0.0").split("."))
-        sys.modules["sglang.srt.utils.common"] = common
+    if "sglang.srt.utils.common" not in sys.modules:  # the helpers its JIT loader and op registration take from the server's
+        sys.modules["sglang.srt.utils.common"] = _server_utils_stand_in()
 
     def absent(attr):
         if attr.startswith("__"):
@@ -271,4 +268,31 @@ def _msgspec_stand_in():
     module = types.ModuleType("msgspec")
     module.Struct, module.DecodeError = Struct, DecodeError
     module.json = types.SimpleNamespace(encode=lambda value: json.dumps(plain(value)).encode(), decode=decode)
+    return module
+
+
+def _server_utils_stand_in():
+    """What the reference's kernel modules use of its server's sglang.srt.utils.common (whose own imports
+    need the serving stack): is_cuda, get_cuda_version and direct_register_custom_op (its op modules
+    register each op as torch.ops.sglang.<name>, dispatched to CUDA)."""
+    import types
+
+    import torch
+
+    module = types.ModuleType("sglang.srt.utils.common")
+    module.is_cuda = lambda: torch.version.cuda is not None and torch.cuda.is_available()
+    module.get_cuda_version = lambda: tuple(int(v) for v in (torch.version.cuda or "0.0").split("."))
+    library = torch.library.Library("sglang", "FRAGMENT")
+
+    def direct_register_custom_op(op_name, op_func, mutates_args, fake_impl=None, target_lib=None):
+        if hasattr(torch.ops.sglang, op_name):
+            return
+        lib = target_lib or library
+        lib.define(op_name + torch.library.infer_schema(op_func, mutates_args=mutates_args))
+        lib.impl(op_name, op_func, "CUDA")
+        if fake_impl is not None:
+            lib._register_fake(op_name, fake_impl)
+
+    module.direct_register_custom_op = direct_register_custom_op
+    module._library = library  # the ops live as long as it does
     return module

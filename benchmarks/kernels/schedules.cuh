@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace {
+// A named namespace: a host_without_nvcc module launches its kernels by their symbols, which an anonymous
+// namespace would keep out of its device image.
+namespace bench_schedules {
 
 using namespace device::norm;
 using bf16 = bf16_t;
@@ -242,4 +244,4 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
 }
 #endif  // __CUDACC_RTC__
 
-}  // namespace
+}  // namespace bench_schedules
