@@ -111,11 +111,6 @@ void register_exports(const jitkern::Module& module, const std::vector<std::stri
   }
 }
 
-std::string current_dir() {
-  char buf[4096];
-  return ::getcwd(buf, sizeof buf) ? buf : "";
-}
-
 // The one in-process memo of loaded modules: keyed on the request and everything else that changes
 // its result (every setting the engine reads, the working directory relative paths resolve against).
 // A hit returns "<path>\n<prefix>\n<export>\n...": the same prefix, so Python reuses its Module object.
@@ -124,7 +119,7 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
   static std::unordered_map<std::string, std::string> by_request;  // memo key -> result
   static std::unordered_map<std::string, std::string> by_path;     // library path -> registration prefix
   static std::atomic<int> counter{0};
-  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + current_dir() + '\0' +
+  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + jitkern::fs::current_dir() + '\0' +
                                jitkern::store::Store::package_layers_text();
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -255,73 +250,21 @@ std::string cache_command(const std::string& text) {
 }
 
 // `jitkern config`: every setting's value as set, the value that applies and where it comes from,
-// what is wrong with it, and the JITKERN_* variables that are no setting. A JSON object.
+// what is wrong with it (config::report), the JITKERN_* variables that are no setting, the prebuilt layers.
 std::string config_json() {
-  namespace settings = jitkern::settings;
-  namespace toolchain = jitkern::toolchain;
-  const auto attempt = [](auto&& f) -> std::pair<std::string, std::string> {  // (value, problem)
-    try {
-      return {f(), ""};
-    } catch (const std::exception& e) {
-      return {"", std::string(e.what()).substr(std::string(e.what()).rfind("jitkern: ", 0) == 0 ? 9 : 0)};
-    }
-  };
-  jitkern::config::Config cached;
-  const auto where = attempt([&] { return (cached = jitkern::config::resolve_cache({}, "")), std::string(); });
-  const std::pair<std::string, std::string> cache = {cached.cache_dir, where.second}, locks = {cached.lock_dir, where.second};
-  // The resolution stops at its first bad setting: its problem is that setting's only (one bad
-  // JITKERN_CUDA_ARCH is one problem, not one per path setting).
-  const auto problem_of = [](const std::string& name, const std::string& problem) {
-    return problem.find(name) != std::string::npos ? problem : std::string();
-  };
-  jitkern::config::Config resolved;
-  const auto paths = attempt([&] { return (resolved = jitkern::config::resolve({}, "", jitkern::engine_lib_dir())), std::string(); });
   std::string out = "{\"settings\": [";
-  for (std::size_t i = 0; i < settings::kCount; ++i) {
-    const settings::Setting& s = settings::kAll[i];
-    const std::string name = s.name, raw = settings::get(s.name);
-    std::pair<std::string, std::string> effective;
-    if (name == "JITKERN_CACHE_DIR") effective = cache;
-    else if (name == "JITKERN_LOCK_DIR") effective = locks;
-    else if (name == "JITKERN_INCLUDE_DIR") effective = {resolved.include_dir, problem_of(name, paths.second)};
-    else if (name == "JITKERN_CSRC_DIR") effective = {resolved.csrc_dir, problem_of(name, paths.second)};
-    else if (name == "JITKERN_TVM_FFI_INCLUDE") effective = {resolved.tvm_ffi_include_dir, problem_of(name, paths.second)};
-    else if (name == "JITKERN_TVM_FFI_LIB") effective = {resolved.tvm_ffi_lib_dir, problem_of(name, paths.second)};
-    else if (name == "CXX") effective = attempt([&] { return toolchain::locate(cached.cxx, cached.path).path; });
-    else if (name == "CUDA_HOME" || name == "CUDA_PATH")
-      effective = attempt([&] { return raw.empty() ? std::string() : settings::path(s.name); });
-    else if (s.kind == settings::Kind::kPathList)
-      effective = attempt([&] {
-        std::string joined;
-        for (const auto& d : settings::path_list(s.name)) joined += (joined.empty() ? "" : ":") + d;
-        return joined;
-      });
-    else if (s.kind == settings::Kind::kFlag) effective = attempt([&] { return std::string(settings::flag(s.name) ? "on" : "off"); });
-    else if (s.kind == settings::Kind::kSeconds)
-      effective = attempt([&] {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%g", settings::seconds(s.name, std::strtod(s.fallback, nullptr)));
-        return std::string(buf);
-      });
-    else if (s.kind == settings::Kind::kChoice) effective = attempt([&] { return settings::choice(s.name); });
-    else if (s.kind == settings::Kind::kArch) effective = attempt([&] { return raw.empty() ? raw : toolchain::validate_arch(raw, s.name); });
-    else effective = {raw, ""};
-    // A path setting's own problem wins over the resolution's (which names the first bad one anyway).
-    if (!raw.empty() && s.kind == settings::Kind::kPath) {
-      const auto own = attempt([&] { return settings::path(s.name); });
-      if (!own.second.empty()) effective = own;
-    }
-    out += std::string(i ? ", " : "") + "{\"name\": " + json_string(name) + ", \"value\": " + (std::getenv(s.name) ? json_string(raw) : "null") +
-           ", \"effective\": " + json_string(effective.first) + ", \"source\": " + json_string(std::getenv(s.name) ? "environment" : "default") +
-           ", \"problem\": " + json_string(effective.second) + ", \"fallback\": " + json_string(s.fallback) +
-           ", \"meaning\": " + json_string(s.meaning) + "}";
+  const auto report = jitkern::config::report(jitkern::config::engine_lib_dir());
+  for (std::size_t i = 0; i < report.settings.size(); ++i) {
+    const auto& r = report.settings[i];
+    out += std::string(i ? ", " : "") + "{\"name\": " + json_string(r.setting->name) + ", \"value\": " + (r.set ? json_string(r.value) : "null") +
+           ", \"effective\": " + json_string(r.effective) + ", \"source\": " + json_string(r.set ? "environment" : "default") +
+           ", \"problem\": " + json_string(r.problem) + ", \"fallback\": " + json_string(r.setting->fallback) +
+           ", \"meaning\": " + json_string(r.setting->meaning) + "}";
   }
   out += "], \"unknown\": [";
-  const auto unknown = settings::unknown();
-  for (std::size_t i = 0; i < unknown.size(); ++i) out += std::string(i ? ", " : "") + json_string(unknown[i]);
+  for (std::size_t i = 0; i < report.unknown.size(); ++i) out += std::string(i ? ", " : "") + json_string(report.unknown[i]);
   out += "], \"prebuilt\": [";
-  std::vector<jitkern::store::Store> layers;
-  layers = jitkern::store::Store::prebuilt_layers(cached.prebuilt_dirs);  // an invalid setting shows above
+  const auto layers = jitkern::store::Store::prebuilt_layers(report.prebuilt_dirs);  // an invalid setting shows above
   for (std::size_t i = 0; i < layers.size(); ++i)
     out += std::string(i ? ", " : "") + "{\"dir\": " + json_string(layers[i].root()) + ", \"label\": " + json_string(layers[i].label()) +
            ", \"problem\": " + json_string(layers[i].layer_distrust()) + "}";

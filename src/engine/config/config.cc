@@ -1,8 +1,11 @@
 #include "config/config.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "base/fs_util.h"
@@ -34,6 +37,19 @@ void resolve_compilers(Config* r) {
 }
 
 }  // namespace
+
+const std::string& engine_lib_dir() {
+  static const std::string dir = [] {
+    std::string d = fs::loaded_object_dir(reinterpret_cast<const void*>(&engine_lib_dir));
+    if (d.empty()) {  // linked into the main program
+      Dl_info info{};
+      if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname && *info.dli_fname)
+        d = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+    }
+    return d.empty() ? std::string(".") : d;
+  }();
+  return dir;
+}
 
 std::string temp_dir(const Config& c) {
   struct stat st;
@@ -104,6 +120,66 @@ Config resolve(const EngineConfig& c, const std::string& build_directory, const 
     for (const auto& name : force == "1" ? std::vector<std::string>{"all"} : text::split(force, ','))
       if (!name.empty()) r.force_rebuild.push_back(name);
   return r;
+}
+
+Report report(const std::string& engine_lib_dir) {
+  const auto attempt = [](auto&& f) -> std::pair<std::string, std::string> {  // (value, problem)
+    try {
+      return {f(), ""};
+    } catch (const std::exception& e) {
+      return {"", std::string(e.what()).substr(std::string(e.what()).rfind("jitkern: ", 0) == 0 ? 9 : 0)};
+    }
+  };
+  Config cached;
+  const auto where = attempt([&] { return (cached = resolve_cache({}, "")), std::string(); });
+  const std::pair<std::string, std::string> cache = {cached.cache_dir, where.second}, locks = {cached.lock_dir, where.second};
+  // The resolution stops at its first bad setting: its problem is that setting's only (one bad
+  // JITKERN_CUDA_ARCH is one problem, not one per path setting).
+  const auto problem_of = [](const std::string& name, const std::string& problem) {
+    return problem.find(name) != std::string::npos ? problem : std::string();
+  };
+  Config resolved;
+  const auto paths = attempt([&] { return (resolved = resolve({}, "", engine_lib_dir)), std::string(); });
+  Report out;
+  for (std::size_t i = 0; i < settings::kCount; ++i) {
+    const settings::Setting& s = settings::kAll[i];
+    const std::string name = s.name, raw = settings::get(s.name);
+    std::pair<std::string, std::string> effective;
+    if (name == "JITKERN_CACHE_DIR") effective = cache;
+    else if (name == "JITKERN_LOCK_DIR") effective = locks;
+    else if (name == "JITKERN_INCLUDE_DIR") effective = {resolved.include_dir, problem_of(name, paths.second)};
+    else if (name == "JITKERN_CSRC_DIR") effective = {resolved.csrc_dir, problem_of(name, paths.second)};
+    else if (name == "JITKERN_TVM_FFI_INCLUDE") effective = {resolved.tvm_ffi_include_dir, problem_of(name, paths.second)};
+    else if (name == "JITKERN_TVM_FFI_LIB") effective = {resolved.tvm_ffi_lib_dir, problem_of(name, paths.second)};
+    else if (name == "CXX") effective = attempt([&] { return toolchain::locate(cached.cxx, cached.path).path; });
+    else if (name == "CUDA_HOME" || name == "CUDA_PATH")
+      effective = attempt([&] { return raw.empty() ? std::string() : settings::path(s.name); });
+    else if (s.kind == settings::Kind::kPathList)
+      effective = attempt([&] {
+        std::string joined;
+        for (const auto& d : settings::path_list(s.name)) joined += (joined.empty() ? "" : ":") + d;
+        return joined;
+      });
+    else if (s.kind == settings::Kind::kFlag) effective = attempt([&] { return std::string(settings::flag(s.name) ? "on" : "off"); });
+    else if (s.kind == settings::Kind::kSeconds)
+      effective = attempt([&] {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", settings::seconds(s.name, std::strtod(s.fallback, nullptr)));
+        return std::string(buf);
+      });
+    else if (s.kind == settings::Kind::kChoice) effective = attempt([&] { return settings::choice(s.name); });
+    else if (s.kind == settings::Kind::kArch) effective = attempt([&] { return raw.empty() ? raw : toolchain::validate_arch(raw, s.name); });
+    else effective = {raw, ""};
+    // A path setting's own problem wins over the resolution's (which names the first bad one anyway).
+    if (!raw.empty() && s.kind == settings::Kind::kPath) {
+      const auto own = attempt([&] { return settings::path(s.name); });
+      if (!own.second.empty()) effective = own;
+    }
+    out.settings.push_back({&s, std::getenv(s.name) != nullptr, raw, effective.first, effective.second});
+  }
+  out.unknown = settings::unknown();
+  out.prebuilt_dirs = cached.prebuilt_dirs;
+  return out;
 }
 
 }  // namespace jitkern::config

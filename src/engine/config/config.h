@@ -5,6 +5,8 @@
 
 #include <jitkern/jit.h>
 
+#include "config/settings.h"
+
 #include <string>
 #include <vector>
 
@@ -36,6 +38,10 @@ struct Config {
   std::vector<std::string> force_rebuild;
 };
 
+// The directory of the engine's library (the package's lib/ when installed): where the package's
+// include/, csrc/ and the runtime library are found.
+const std::string& engine_lib_dir();
+
 // The compiler probe's and the precompiled preludes' parent: TMPDIR where it is a writable directory,
 // else /tmp (a missing TMPDIR is no part of a build). Looked at only by the cold path.
 std::string temp_dir(const Config& config);
@@ -47,5 +53,20 @@ Config resolve_cache(const EngineConfig& config, const std::string& build_direct
 // Everything; `engine_lib_dir`: where the engine's (and the runtime's) library lives (the package is
 // its parent). Validates every setting (a bad one is a ValueError on every load, not only on a miss).
 Config resolve(const EngineConfig& config, const std::string& build_directory, const std::string& engine_lib_dir);
+
+// What `jitkern config` and `jitkern doctor` show: each setting as set and as it applies (the value this
+// stage resolves it to), with what is wrong with it; each setting judged on its own, so one bad value
+// does not hide the others.
+struct SettingReport {
+  const settings::Setting* setting;
+  bool set = false;  // in the environment (possibly empty)
+  std::string value, effective, problem;
+};
+struct Report {
+  std::vector<SettingReport> settings;
+  std::vector<std::string> unknown;        // JITKERN_* variables that are no setting (settings::unknown)
+  std::vector<std::string> prebuilt_dirs;  // JITKERN_PREBUILT_DIRS as resolved (empty when invalid)
+};
+Report report(const std::string& engine_lib_dir);
 
 }  // namespace jitkern::config
