@@ -8,7 +8,6 @@ executable), by jitkern.compat.sglang from the same sources; the table says whic
 
 from __future__ import annotations
 
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, interleaved, reference_ops, reference_version  # noqa: E402
+from utils import environment, interleaved, reference_builder, reference_ops, reference_version  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern import ops  # noqa: E402
@@ -174,12 +173,7 @@ def reference_modules(paths) -> tuple[dict, str]:
     its own JIT loader, or jitkern.compat.sglang (the same sources) where the loader's build tool, the
     `ninja` executable, is missing."""
     modules = {path: reference_ops(path) for path in paths}
-    if shutil.which("ninja") is not None:
-        return modules, "its own JIT loader"
-    from jitkern.compat import sglang as compat
-
-    compat.install()
-    return modules, "jitkern.compat.sglang from its sources (its own loader needs ninja, absent here)"
+    return modules, reference_builder()
 
 
 def main() -> None:

@@ -302,18 +302,27 @@ def reference_ops_or_none(path: str):
     """reference_ops(path), or None (with a note in the output) where it is absent or does not load, so that
     a table is printed without its reference column rather than not at all. Where its own JIT loader cannot
     build (it needs the `ninja` executable), jitkern.compat.sglang builds its kernels from the same sources."""
-    import shutil
-
     try:
         module = reference_ops(path)
     except Exception as e:  # noqa: BLE001 - any failure of the reference's import
         print(f"<!-- the reference's {path} did not load: {type(e).__name__}: {str(e)[:300]} -->")
         return None
-    if module is not None and shutil.which("ninja") is None:
-        from jitkern.compat import sglang as compat
-
-        compat.install()
+    if module is not None:
+        reference_builder()
     return module
+
+
+def reference_builder() -> str:
+    """What builds the reference's kernels here: its own JIT loader, or, where that loader's build tool (the
+    `ninja` executable) is missing, jitkern.compat.sglang from the same sources (installed by this call)."""
+    import shutil
+
+    if shutil.which("ninja") is not None:
+        return "its own JIT loader"
+    from jitkern.compat import sglang as compat
+
+    compat.install()
+    return "jitkern.compat.sglang from its sources (its own loader needs ninja, absent here)"
 
 
 def call_each(fns: dict) -> dict:
