@@ -144,7 +144,8 @@ def reference_path() -> str | None:
 
 
 def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module, or None where the reference is absent. Its
+    """The reference's `sglang.jit_kernel.<name>` module (a name starting "sglang.": that module, e.g. one of
+    sglang.kernels.ops), or None where the reference is absent. Its
     package __init__ needs the whole serving stack, so the packages on the way are bare namespace
     modules, and the few third-party modules its helpers import but its kernels never use get empty
     stand-ins where they are missing."""
@@ -158,7 +159,9 @@ def reference_module(name: str):
         return None
     if path and path not in sys.path:
         sys.path.insert(0, path)
-    for package in ("sglang", "sglang.srt", "sglang.srt.utils"):
+    full = name if name.startswith("sglang.") else f"sglang.jit_kernel.{name}"
+    parents = [full.rsplit(".", n)[0] for n in range(full.count("."), 0, -1)] if full == name else []
+    for package in dict.fromkeys(["sglang", "sglang.srt", "sglang.srt.utils", *parents]):
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
             stub = types.ModuleType(package)
@@ -172,7 +175,7 @@ def reference_module(name: str):
 
     for _ in range(20):
         try:
-            return importlib.import_module(f"sglang.jit_kernel.{name}")
+            return importlib.import_module(full)
         except ModuleNotFoundError as e:
             if e.name is None or e.name.startswith("sglang"):
                 raise
@@ -180,6 +183,6 @@ def reference_module(name: str):
             stand_in.__getattr__ = absent
             stand_in.__path__ = []
             sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils."))]:
+            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils.", full))]:
                 del sys.modules[partial]
-    raise ImportError(f"the reference's sglang.jit_kernel.{name} needs too many absent modules")
+    raise ImportError(f"the reference's {full} needs too many absent modules")
