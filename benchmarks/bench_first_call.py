@@ -66,12 +66,18 @@ OPS = {
     "apply_rope_with_cos_sin_cache_inplace, KV write": (
         "ops.apply_rope_with_cos_sin_cache_inplace(idx[:16], qkv[:, :32], qkv[:, 32:40], 128, cos_sin, "
         "fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(qkv[:, 40:], k_cache, v_cache, None, None, idx[:16]))", None),
+    "fused_qknorm_rope": ("ops.fused_qknorm_rope(idx[:16], qkv[:, :32], qkv[:, 32:40], hw, hw, cos_sin)",
+                          "ref.fused_qk_norm_rope(qkv.view(16, -1), 32, 8, 8, 128, 1e-6, hw, hw, 1e6, True, idx[:16].int(), 1.0, 0.0, 0.0, 1.0)"),
+    "fused_qknorm_rope, KV write": (
+        "ops.fused_qknorm_rope(idx[:16], qkv[:, :32], qkv[:, 32:40], hw, hw, cos_sin, 1e-6, True, "
+        "ops.FusedSetKVBufferArg(qkv[:, 40:], k_cache, v_cache, None, None, idx[:16]))", None),
 }
 # Reference ops that exist but cannot run from its wheel alone, and why.
 _NO_FLASHINFER = "not timed here: its rope module builds against an installed flashinfer's headers (bench_rope times its kernel where they import)"
 REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": _NO_FLASHINFER, "apply_rope_with_cos_sin_cache_inplace, KV write": _NO_FLASHINFER}
 
-REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache"}  # else norm
+REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache",
+               "fused_qknorm_rope": "sglang.kernels.ops.attention.fused_qknorm_rope"}  # else norm
 
 JITKERN = "import jitkern.ops as ops\n" + SETUP + """
 t0 = time.perf_counter()

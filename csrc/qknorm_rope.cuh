@@ -7,8 +7,11 @@
 //                                    k_cache[loc], v_cache[loc] (flat or paged, <jitkern/impl/kv_cache.cuh>);
 //   QkNormRopeOps<T>::apply_store_fp8  into float8_e4m3 caches (q = saturate(rne(x / scale)), per-tensor
 //                                    scales, as <jitkern/impl/quant.cuh> rounds).
-// The cos/sin cache is [max_position, R]: R/2 cosines then R/2 sines. A token whose position is outside
-// [0, max_position) is skipped entirely; a location outside the cache skips that token's cache write only.
+// The cos/sin cache is [max_position, R]: R/2 cosines then R/2 sines. mRoPE (vision-language models):
+// positions [3, N] (t, h, w), each frequency taking the cos/sin of one of its token's three positions by its
+// section (mrope_t, mrope_h, mrope_w frequencies in turn, or interleaved: f % 3 == 1 below 3 mrope_h takes
+// h, f % 3 == 2 below 3 mrope_w takes w, the rest t). A token with a position outside [0, max_position) is
+// skipped entirely; a location outside the cache skips that token's cache write only.
 #pragma once
 
 #include <jitkern/impl/kv_cache.cuh>
@@ -49,6 +52,8 @@ template <typename T>
 struct Params {
   const void* positions;
   int64_t positions_stride;
+  int64_t section_stride;  // mRoPE: elements from the t positions to the h ones, and from those to the w ones
+  int32_t mrope_t, mrope_h, mrope_w;
   const void* cos_sin;  // fp32, or T (cos_sin_t)
   int64_t cos_sin_stride;
   int64_t max_position;
@@ -63,8 +68,15 @@ struct Params {
   int32_t width_log2;    // lanes per head: 1 << width_log2
   int32_t token_heads;   // heads a token has work for: q, k and, with the cache write, v
   int32_t items;         // tokens * token_heads
-  bool positions64, cos_sin_t, early_trigger;
+  bool positions64, cos_sin_t, mrope, mrope_interleaved, early_trigger;
 };
+
+// mRoPE: which of a token's three positions (0: t, 1: h, 2: w) frequency f takes.
+template <typename T>
+__device__ __forceinline__ int mrope_section(const Params<T>& p, int f) {
+  if (p.mrope_interleaved) return f % 3 == 1 && f < 3 * p.mrope_h ? 1 : f % 3 == 2 && f < 3 * p.mrope_w ? 2 : 0;
+  return f < p.mrope_t ? 0 : f < p.mrope_t + p.mrope_h ? 1 : 2;
+}
 
 // The cache write (apply_store).
 struct Store {
@@ -150,11 +162,25 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   const auto has_unit = [&](int i) { return rank + i * width < p.pairs; };
   const auto has_tail = [&](int i) { return rank + i * width < p.tails; };
 
+  const void* position_at = device::kv_cache::index_address(p.positions, p.positions64, token * p.positions_stride);
+  [[maybe_unused]] const void* slot_at = kStore ? device::kv_cache::index_address(s.loc, s.loc64, token * s.loc_stride) : nullptr;
+  // Keeps the first addresses' arithmetic before the wait (see docs/add-a-kernel.md); not for one-element
+  // vectors, whose many loads make the held addresses cost more than they save.
+  if constexpr (kVec > 1) {
+    if (has_unit(0)) device::prefetch_before_wait(x + col_of_unit(rank));
+    device::prefetch_before_wait(position_at);
+    if constexpr (kStore) device::prefetch_before_wait(slot_at);
+  }
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  const int64_t position = device::kv_cache::load_index(p.positions, p.positions64, token * p.positions_stride);
+  const int64_t position = device::kv_cache::load_index_at(position_at, p.positions64);
+  int64_t position_h = position, position_w = position;
+  if (p.mrope) {
+    position_h = device::kv_cache::load_index(p.positions, p.positions64, p.section_stride + token * p.positions_stride);
+    position_w = device::kv_cache::load_index(p.positions, p.positions64, 2 * p.section_stride + token * p.positions_stride);
+  }
   [[maybe_unused]] int64_t slot = -1;
-  if constexpr (kStore) slot = device::kv_cache::load_index(s.loc, s.loc64, token * s.loc_stride);
+  if constexpr (kStore) slot = device::kv_cache::load_index_at(slot_at, s.loc64);
   Vec a[kN], b[kN], t[kN], wa[kN], wb[kN], wt[kN];
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
@@ -168,7 +194,8 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
       if (!is_v) wt[i].load(w + col_of_tail(u));
     }
   }
-  if (position < 0 || position >= p.max_position) return;  // the whole group: one token
+  const auto outside = [&](int64_t at) { return at < 0 || at >= p.max_position; };
+  if (outside(position) || outside(position_h) || outside(position_w)) return;  // the whole group: one token
   [[maybe_unused]] char* row = nullptr;
   [[maybe_unused]] device::quant::Divider div(1.0f);
   if constexpr (kStore) {
@@ -189,13 +216,27 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
     }
   }
   // The cos/sin loads issue before the reduction, which their latency then hides.
-  const char* cs_row = static_cast<const char*>(p.cos_sin) + position * p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
+  const int64_t cs_row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
+  const char* cs_row = static_cast<const char*>(p.cos_sin) + position * cs_row_bytes;
+  const auto cos_sin_at = [&](const char* row, int f) {  // one frequency's (cos, sin)
+    return p.cos_sin_t ? make_float2(device::cast<float>(reinterpret_cast<const T*>(row)[f]),
+                                     device::cast<float>(reinterpret_cast<const T*>(row)[p.rot_half + f]))
+                       : make_float2(reinterpret_cast<const float*>(row)[f], reinterpret_cast<const float*>(row)[p.rot_half + f]);
+  };
   float cs[kN][kVec], sn[kN][kVec];
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int at = (rank + i * width) * kVec;
     if (!has_unit(i)) continue;
-    if (p.cos_sin_t) {
+    if (p.mrope) {  // element by element, each from the row of its section's position
+#pragma unroll
+      for (int f = 0; f < kVec; ++f) {
+        const int section = mrope_section(p, at + f);
+        const int64_t pos = section == 0 ? position : section == 1 ? position_h : position_w;
+        const float2 c = cos_sin_at(static_cast<const char*>(p.cos_sin) + pos * cs_row_bytes, at + f);
+        cs[i][f] = c.x, sn[i][f] = c.y;
+      }
+    } else if (p.cos_sin_t) {
       load_as_floats(cs[i], reinterpret_cast<const T*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const T*>(cs_row) + p.rot_half + at);
     } else {
       load_as_floats(cs[i], reinterpret_cast<const float*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const float*>(cs_row) + p.rot_half + at);
@@ -236,11 +277,12 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 template <typename T>
 struct QkNormRopeOps {
   // q [N, Hq, D] and k [N, Hk, D] (last dimension contiguous; rows and heads may be strided), normalised
-  // with q_weight / k_weight [D] and rotated in place. positions [N] int32/int64; cos_sin_cache
-  // [max_position, R] fp32 or T, R even in [2, D].
+  // with q_weight / k_weight [D] and rotated in place. positions [N] or, for mRoPE, [3, N] int32/int64 with
+  // mrope_t + mrope_h + mrope_w = R/2 (ignored with positions [N]); cos_sin_cache [max_position, R] fp32 or
+  // T, R even in [2, D].
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
-                    double eps, bool is_neox) {
-    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps);
+                    double eps, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
+    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
     setup.template launch<false, false>(is_neox, Store{}, {});
   }
 
@@ -249,26 +291,33 @@ struct QkNormRopeOps {
   // T here, float8_e4m3fn or its bytes as uint8 through apply_store_fp8 with k_scale and v_scale: one
   // export per cache type, so that a first call compiles only its own kernels).
   static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
-                          double eps, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
-                          double v_scale) {
-    store_as<false>(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+                          double eps, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView v,
+                          TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale, double v_scale) {
+    store_as<false>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
+                    k_cache, v_cache, cache_loc, k_scale, v_scale);
   }
   static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight,
-                              TensorView cos_sin_cache, double eps, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache,
-                              TensorView cache_loc, double k_scale, double v_scale) {
-    store_as<true>(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+                              TensorView cos_sin_cache, double eps, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w,
+                              bool mrope_interleaved, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
+                              double v_scale) {
+    store_as<true>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
+                   k_cache, v_cache, cache_loc, k_scale, v_scale);
   }
 
  private:
   static constexpr int kWideVec = device::kVec16<T>;
 
+  struct Sections {
+    int64_t t, h, w;
+    bool interleaved;
+  };
+  struct Setup;
+
   template <bool kFp8>
-  static void store_as(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
-                       double eps, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
+  static void store_as(Setup setup, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
                        double v_scale) {
     using namespace host;
     using namespace host::kv_cache;
-    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps);
     auto N = SymbolicSize{"num_tokens"}, Hk = SymbolicSize{"num_kv_heads"}, D = SymbolicSize{"head_size"};
     N.set_value(setup.tokens), Hk.set_value(setup.p.k_heads), D.set_value(setup.p.head_dim);
     auto v_token = SymbolicSize{"v_token_stride"}, v_head = SymbolicSize{"v_head_stride"}, loc_stride = SymbolicSize{"cache_loc_stride"};
@@ -311,17 +360,25 @@ struct QkNormRopeOps {
     DLDevice device{};
     bool wide = false;  // 16-byte vectors: every q/k/weight/cos-sin operand allows them
 
-    Setup(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache, double eps) {
+    Setup(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache, double eps,
+          const Sections& mrope) {
       using namespace host;
       using host::kv_cache::stride_of;
       auto N = SymbolicSize{"num_tokens"}, Hq = SymbolicSize{"num_q_heads"}, Hk = SymbolicSize{"num_kv_heads"}, D = SymbolicSize{"head_size"};
       auto P = SymbolicSize{"max_position"}, R = SymbolicSize{"rotary_dim"};
-      auto pos_stride = SymbolicSize{"positions_stride"}, cs_stride = SymbolicSize{"cos_sin_cache_stride"};
+      auto pos_stride = SymbolicSize{"positions_stride"}, section_stride = SymbolicSize{"positions_section_stride"};
+      auto cs_stride = SymbolicSize{"cos_sin_cache_stride"};
       auto q_token = SymbolicSize{"q_token_stride"}, q_head = SymbolicSize{"q_head_stride"};
       auto k_token = SymbolicSize{"k_token_stride"}, k_head = SymbolicSize{"k_head_stride"};
       auto dev = SymbolicDevice{};
-      TensorMatcher({N}).with_strides({pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(positions,
-                                                                                                                           "positions");
+      p.mrope = positions.dim() == 2;
+      if (p.mrope) {
+        TensorMatcher({3, N}).with_strides({section_stride, pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(
+            positions, "positions");
+      } else {
+        TensorMatcher({N}).with_strides({pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(positions,
+                                                                                                                             "positions");
+      }
       TensorMatcher({N, Hq, D}).with_strides({q_token, q_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(q, "q");
       TensorMatcher({N, Hk, D}).with_strides({k_token, k_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k, "k");
       TensorMatcher({D}).with_strides({1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(q_weight, "q_weight");
@@ -335,6 +392,14 @@ struct QkNormRopeOps {
       const int64_t heads = Hq.unwrap() + 2 * Hk.unwrap();  // q, k and the cache write's v
       RuntimeCheck(N.unwrap() * heads * 32 < (int64_t{1} << 31), "num_tokens * (num_q_heads + 2 num_kv_heads) must be below 2^26, got ",
                    N.unwrap(), " * ", heads);
+      if (p.mrope) {
+        RuntimeCheck(mrope.t >= 0 && mrope.h >= 0 && mrope.w >= 0 && mrope.t + mrope.h + mrope.w == rot / 2,
+                     "mrope_section must be three non-negative frequency counts summing to half the rotary dim ", rot / 2, ", got [", mrope.t,
+                     ", ", mrope.h, ", ", mrope.w, "]");
+        p.section_stride = stride_of(section_stride);
+        p.mrope_t = static_cast<int32_t>(mrope.t), p.mrope_h = static_cast<int32_t>(mrope.h), p.mrope_w = static_cast<int32_t>(mrope.w);
+        p.mrope_interleaved = mrope.interleaved;
+      }
       tokens = N.unwrap();
       device = dev.unwrap();
       p.positions = positions.data_ptr(), p.positions_stride = stride_of(pos_stride), p.positions64 = is_type<int64_t>(positions.dtype());

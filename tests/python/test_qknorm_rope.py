@@ -277,8 +277,10 @@ def test_torch_compile_fullgraph_and_opcheck():
     for a, e in zip(actual, expected):
         assert torch.equal(a, e)
     qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=2)
-    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (pos, q, k, qw, kw, cs, EPS, True))
-    torch.library.opcheck(torch.ops.jitkern.qknorm_rope_store_kv, (pos, q, k, qw, kw, cs, EPS, True, v, kc, vc, loc, 1.0, 1.0))
+    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (pos, q, k, qw, kw, cs, EPS, True, [], False))
+    torch.library.opcheck(torch.ops.jitkern.qknorm_rope_store_kv, (pos, q, k, qw, kw, cs, EPS, True, [], False, v, kc, vc, loc, 1.0, 1.0))
+    mrope_pos = torch.stack([pos, pos.flip(0), pos // 2])
+    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (mrope_pos, q, k, qw, kw, cs, EPS, False, [24, 20, 20], True))
 
 
 @pytest.mark.gpu
@@ -315,7 +317,11 @@ def test_bad_arguments_are_named():
     before = qkv.clone()
     fn = ops.qknorm_rope._qknorm_rope_module(torch.bfloat16).apply  # the export itself checks too
     with pytest.raises(ValueError, match="q_weight"):
-        fn(pos, q.view(tokens, HQ, d), k.view(tokens, HK, d), qw[:64], kw, cs, EPS, True)
+        fn(pos, q.view(tokens, HQ, d), k.view(tokens, HK, d), qw[:64], kw, cs, EPS, True, 0, 0, 0, False)
+    with pytest.raises(ValueError, match=r"mrope_section must be three non-negative frequency counts summing to half the rotary dim 64"):
+        ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[20, 20, 20])
+    with pytest.raises(ValueError, match="mrope_section must be three ints"):
+        ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[64])
     assert torch.equal(qkv, before), "a refused call wrote"
 
 
@@ -326,3 +332,65 @@ def test_cpu_tensors_are_refused_before_anything_is_built():
     q = torch.zeros(2, 4 * 64, dtype=torch.bfloat16)
     with pytest.raises((TypeError, ValueError), match="q"):
         ops.fused_qknorm_rope(torch.zeros(2, dtype=torch.int64), q, q, torch.ones(64), torch.ones(64), torch.zeros(8, 64), EPS)
+
+
+def _mrope_table(cos_sin, positions, section, interleaved):
+    """Per token, the cos/sin row mRoPE uses: each frequency's column from the row of its section's position."""
+    torch = _torch()
+    half = cos_sin.shape[1] // 2
+    t, h, w = section
+    f = torch.arange(half, device="cuda")
+    if interleaved:
+        sec = torch.where((f % 3 == 1) & (f < 3 * h), 1, torch.where((f % 3 == 2) & (f < 3 * w), 2, 0))
+    else:
+        sec = (f >= t).long() + (f >= t + h).long()
+    rows = cos_sin[positions.long()]  # [3, T, R]
+    index = sec.repeat(2)[None, None, :].expand(1, rows.shape[1], rows.shape[2])
+    return rows.gather(0, index)[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("tokens,store", [(1, True), (7, False), (300, True)])
+def test_mrope_sections(interleaved, neox, tokens, store):
+    """positions [3, T] (t, h, w): each frequency rotates by its section's position (Qwen2-VL's contiguous
+    sections, Qwen3-VL's interleaved ones); positions [T] with the sections rotate as plain RoPE."""
+    torch = _torch()
+    ops = _ops()
+    d, section = 128, (24, 20, 20)
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=21)
+    qw, kw = _weights(d, torch.bfloat16, seed=4)
+    pos = torch.stack([_positions(tokens, torch.int64, seed=s) for s in range(3)]).to(torch.int32 if tokens % 2 else torch.int64)
+    cs = _cos_sin(d)
+    table = _mrope_table(cs, pos, section, interleaved)
+    ids = torch.arange(tokens, device="cuda")
+    eq = _reference(q.view(tokens, HQ, d), qw, ids, table, neox)
+    ek = _reference(k.view(tokens, HK, d), kw, ids, table, neox)
+    kc, vc = _caches("flat", tokens + 3, d, torch.bfloat16)
+    loc = torch.arange(tokens, device="cuda") + 3
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc) if store else None
+    ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, neox, arg, mrope_section=section, mrope_interleaved=interleaved)
+    _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
+    _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
+    if store:
+        assert torch.equal(kc[3:].view(tokens, -1), k) and torch.equal(vc[3:].view(tokens, -1), v)
+    qkv2, q2, k2, _ = _qkv(tokens, d, torch.bfloat16, seed=22)
+    eq2 = _reference(q2.view(tokens, HQ, d), qw, pos[0], cs, neox)
+    ops.fused_qknorm_rope(pos[0], q2, k2, qw, kw, cs, EPS, neox, mrope_section=section, mrope_interleaved=interleaved)
+    _assert_close(q2.view(tokens, HQ, d), eq2, "bfloat16")
+
+
+@pytest.mark.gpu
+def test_mrope_token_with_a_section_position_outside_is_skipped():
+    torch = _torch()
+    ops = _ops()
+    d, tokens = 128, 4
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=23)
+    before = qkv.clone()
+    qw, kw = _weights(d, torch.bfloat16)
+    pos = torch.stack([_positions(tokens, torch.int64, seed=s) for s in range(3)])
+    pos[1, 2] = MAX_POS  # token 2's h position
+    ops.fused_qknorm_rope(pos, q, k, qw, kw, _cos_sin(d), EPS, True, mrope_section=(16, 24, 24))
+    assert torch.equal(qkv[2], before[2])
+    assert not torch.equal(qkv[1], before[1])
