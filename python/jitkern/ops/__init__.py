@@ -9,7 +9,7 @@ from .._torch import require_torch
 # tests/python/test_<family>.py and benchmarks/bench_<family>.py. A family module offers OPS (its public
 # ops), HELPERS (other public names, optional), specs(ops, dtypes, constants) (the JitSpecs those ops
 # need) and warmup(ops, dtypes, constants), and declares its torch custom ops; a new family is one entry here.
-FAMILIES = ("norm", "quant", "act", "moe", "kv_transfer", "rope", "qknorm_rope", "kv_rows", "mla_cache", "wait_value", "add_constant", "all_reduce")
+FAMILIES = ("norm", "quant", "act", "moe", "kv_transfer", "rope", "qknorm_rope", "kv_rows", "mla_cache", "norm_variants", "wait_value", "add_constant", "all_reduce")
 _FAMILY_MODULES = {family: import_module(f".{family}", __name__) for family in FAMILIES}
 OPS = {op: family for family, module in _FAMILY_MODULES.items() for op in module.OPS}  # each op's family
 DTYPE_FAMILIES = tuple(f for f, module in _FAMILY_MODULES.items() if hasattr(module, "DTYPES"))  # built per dtype
