@@ -38,6 +38,7 @@ idx = torch.arange(64, device="cuda")
 tw = torch.empty(16, 8, device="cuda"); tid = torch.randint(0, 64, (16, 8), dtype=torch.int32, device="cuda")
 cos_sin = torch.randn(4096, 128, device="cuda")
 k_cache = torch.zeros(64, 8, 128, dtype=torch.bfloat16, device="cuda"); v_cache = torch.zeros_like(k_cache)
+mla_cache = torch.zeros(64, 576, dtype=torch.bfloat16, device="cuda")
 torch.cuda.synchronize()
 """
 
@@ -71,13 +72,18 @@ OPS = {
     "fused_qknorm_rope, KV write": (
         "ops.fused_qknorm_rope(idx[:16], qkv[:, :32], qkv[:, 32:40], hw, hw, cos_sin, 1e-6, True, "
         "ops.FusedSetKVBufferArg(qkv[:, 40:], k_cache, v_cache, None, None, idx[:16]))", None),
+    "set_mla_kv_buffer": ("ops.set_mla_kv_buffer(mla_cache, idx[:16], x[:, :512], x[:, 512:576])",
+                          "ref.set_mla_kv_buffer(mla_cache, idx[:16], x[:, :512], x[:, 512:576])"),
+    "gemma_rmsnorm": ("ops.gemma_rmsnorm(x, w)", None),
+    "rmsnorm_hf": ("ops.rmsnorm_hf(x, w)", "ref.rmsnorm_hf(x, w)"),
 }
 # Reference ops that exist but cannot run from its wheel alone, and why.
 _NO_FLASHINFER = "not timed here: its rope module builds against an installed flashinfer's headers (bench_rope times its kernel where they import)"
 REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": _NO_FLASHINFER, "apply_rope_with_cos_sin_cache_inplace, KV write": _NO_FLASHINFER}
 
 REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache",
-               "fused_qknorm_rope": "sglang.kernels.ops.attention.fused_qknorm_rope"}  # else norm
+               "fused_qknorm_rope": "sglang.kernels.ops.attention.fused_qknorm_rope",
+               "set_mla_kv_buffer": "sglang.kernels.ops.kvcache.set_mla_kv_buffer", "rmsnorm_hf": "sglang.kernels.ops.layernorm.rmsnorm_hf"}  # else norm
 
 JITKERN = "import jitkern.ops as ops\n" + SETUP + """
 t0 = time.perf_counter()
