@@ -1,7 +1,8 @@
 // Per-head RMSNorm of q and k fused with RoPE (Qwen3-, GLM-style attention), in place, for fp16/bf16/fp32
 // q/k and a cos/sin cache in fp32 (or the inputs' dtype):
 //   QkNormRopeOps<T>::apply          each q head normalised with q_weight, each k head with k_weight
-//                                    (fp32 math, rounded to T as the norm family rounds), then rotated
+//                                    (fp32 math, rounded to T as the norm family rounds; the weight plus
+//                                    weight_offset: 1 for Gemma's (1 + w) norms), then rotated
 //                                    (NeoX half-split or GPT-J interleaved) over the cache's first R columns;
 //   QkNormRopeOps<T>::apply_store    the same, with the normalised, rotated k and the v rows written to
 //                                    k_cache[loc], v_cache[loc] (flat or paged, <jitkern/impl/kv_cache.cuh>);
@@ -63,6 +64,7 @@ struct Params {
   const T* k_weight;
   int64_t q_token, q_head, k_token, k_head;  // elements
   float eps, inv_dim;
+  float weight_offset;  // the norm multiplies by weight + weight_offset (Gemma: 1)
   int32_t q_heads, k_heads, head_dim, rot_half;
   int32_t pairs, tails;  // a head's rotated pair units (rot_half / kVec) and unrotated vectors ((D - R) / kVec)
   int32_t width_log2;    // lanes per head: 1 << width_log2
@@ -250,11 +252,18 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   }
   for (int offset = width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(lanes, sumsq, offset);
   const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
+  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T.
+  const auto normalized = [&](const Vec& x, const Vec& w) {
+    Vec y;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(device::cast<float>(x[j]) * scale * (device::cast<float>(w[j]) + p.weight_offset));
+    return y;
+  };
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int u = rank + i * width;
     if (has_unit(i)) {
-      a[i] = Math::normalized(a[i], wa[i], scale), b[i] = Math::normalized(b[i], wb[i], scale);
+      a[i] = normalized(a[i], wa[i]), b[i] = normalized(b[i], wb[i]);
       rotate_unit<!kNeox && (kVec > 1)>(a[i], b[i], cs[i], sn[i]);
       a[i].store(x + col_of_unit(u)), b[i].store(x + col_of_unit(u) + pair);
       if constexpr (kStore) {
@@ -262,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
       }
     }
     if (has_tail(i)) {
-      t[i] = Math::normalized(t[i], wt[i], scale);
+      t[i] = normalized(t[i], wt[i]);
       t[i].store(x + col_of_tail(u));
       if constexpr (kStore) {
         if (row != nullptr) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
@@ -281,8 +290,8 @@ struct QkNormRopeOps {
   // mrope_t + mrope_h + mrope_w = R/2 (ignored with positions [N]); cos_sin_cache [max_position, R] fp32 or
   // T, R even in [2, D].
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
-                    double eps, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
-    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
+                    double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
+    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
     setup.template launch<false, false>(is_neox, Store{}, {});
   }
 
@@ -291,16 +300,16 @@ struct QkNormRopeOps {
   // T here, float8_e4m3fn or its bytes as uint8 through apply_store_fp8 with k_scale and v_scale: one
   // export per cache type, so that a first call compiles only its own kernels).
   static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
-                          double eps, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView v,
+                          double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView v,
                           TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale, double v_scale) {
-    store_as<false>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
+    store_as<false>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
                     k_cache, v_cache, cache_loc, k_scale, v_scale);
   }
   static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight,
-                              TensorView cos_sin_cache, double eps, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w,
+                              TensorView cos_sin_cache, double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w,
                               bool mrope_interleaved, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
                               double v_scale) {
-    store_as<true>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
+    store_as<true>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
                    k_cache, v_cache, cache_loc, k_scale, v_scale);
   }
 
@@ -361,7 +370,7 @@ struct QkNormRopeOps {
     bool wide = false;  // 16-byte vectors: every q/k/weight/cos-sin operand allows them
 
     Setup(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache, double eps,
-          const Sections& mrope) {
+          double weight_offset, const Sections& mrope) {
       using namespace host;
       using host::kv_cache::stride_of;
       auto N = SymbolicSize{"num_tokens"}, Hq = SymbolicSize{"num_q_heads"}, Hk = SymbolicSize{"num_kv_heads"}, D = SymbolicSize{"head_size"};
@@ -409,6 +418,8 @@ struct QkNormRopeOps {
       p.q_token = stride_of(q_token), p.q_head = stride_of(q_head), p.k_token = stride_of(k_token), p.k_head = stride_of(k_head);
       p.q_weight = static_cast<const T*>(q_weight.data_ptr()), p.k_weight = static_cast<const T*>(k_weight.data_ptr());
       p.eps = host::norm::checked_eps(eps), p.inv_dim = 1.0f / static_cast<float>(head_dim);
+      RuntimeCheck(std::isfinite(weight_offset), "weight_offset must be finite, got ", weight_offset);
+      p.weight_offset = static_cast<float>(weight_offset);
       p.q_heads = static_cast<int32_t>(Hq.unwrap()), p.k_heads = static_cast<int32_t>(Hk.unwrap());
       p.head_dim = static_cast<int32_t>(head_dim), p.rot_half = static_cast<int32_t>(rot / 2);
       const int cs_bytes = p.cos_sin_t ? static_cast<int>(sizeof(T)) : 4;

@@ -280,10 +280,10 @@ def test_torch_compile_fullgraph_and_opcheck():
     for a, e in zip(actual, expected):
         assert torch.equal(a, e)
     qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=2)
-    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (pos, q, k, qw, kw, cs, EPS, True, [], False))
-    torch.library.opcheck(torch.ops.jitkern.qknorm_rope_store_kv, (pos, q, k, qw, kw, cs, EPS, True, [], False, v, kc, vc, loc, 1.0, 1.0))
+    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (pos, q, k, qw, kw, cs, EPS, True, [], False, 0.0))
+    torch.library.opcheck(torch.ops.jitkern.qknorm_rope_store_kv, (pos, q, k, qw, kw, cs, EPS, True, [], False, 1.0, v, kc, vc, loc, 1.0, 1.0))
     mrope_pos = torch.stack([pos, pos.flip(0), pos // 2])
-    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (mrope_pos, q, k, qw, kw, cs, EPS, False, [24, 20, 20], True))
+    torch.library.opcheck(torch.ops.jitkern.qknorm_rope, (mrope_pos, q, k, qw, kw, cs, EPS, False, [24, 20, 20], True, 0.0))
 
 
 @pytest.mark.gpu
@@ -320,7 +320,9 @@ def test_bad_arguments_are_named():
     before = qkv.clone()
     fn = ops.qknorm_rope._qknorm_rope_module(torch.bfloat16).apply  # the export itself checks too
     with pytest.raises(ValueError, match="q_weight"):
-        fn(pos, q.view(tokens, HQ, d), k.view(tokens, HK, d), qw[:64], kw, cs, EPS, True, 0, 0, 0, False)
+        fn(pos, q.view(tokens, HQ, d), k.view(tokens, HK, d), qw[:64], kw, cs, EPS, 0.0, True, 0, 0, 0, False)
+    with pytest.raises(ValueError, match="weight_offset must be finite"):
+        ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, weight_offset=float("inf"))
     with pytest.raises(ValueError, match=r"mrope_section must be three non-negative frequency counts summing to half the rotary dim 64"):
         ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[20, 20, 20])
     with pytest.raises(ValueError, match="mrope_section must be three ints"):
@@ -397,3 +399,26 @@ def test_mrope_token_with_a_section_position_outside_is_skipped():
     ops.fused_qknorm_rope(pos, q, k, qw, kw, _cos_sin(d), EPS, True, mrope_section=(16, 24, 24))
     assert torch.equal(qkv[2], before[2])
     assert not torch.equal(qkv[1], before[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("store", [False, True])
+def test_gemma_weight_offset(store):
+    """weight_offset=1: the heads are normalised by (1 + w), as Gemma's q and k norms."""
+    torch = _torch()
+    ops = _ops()
+    d, tokens = 256, 9
+    qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=31)
+    qw, kw = (w - 1 for w in _weights(d, torch.bfloat16, seed=6))
+    pos = _positions(tokens, torch.int64)
+    cs = _cos_sin(d)
+    eq = _reference(q.view(tokens, HQ, d), qw.double() + 1, pos, cs, True)
+    ek = _reference(k.view(tokens, HK, d), kw.double() + 1, pos, cs, True)
+    kc, vc = _caches("flat", tokens, d, torch.bfloat16)
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None,
+                                  cache_loc=torch.arange(tokens, device="cuda")) if store else None
+    ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, True, arg, weight_offset=1.0)
+    _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
+    _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
+    if store:
+        assert torch.equal(kc.view(tokens, -1), k)

@@ -4,7 +4,8 @@ cache write.
 
 `fused_qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, fused_set_kv_buffer_arg)`:
 - each q head is normalised with q_weight and each k head with k_weight over the head's D columns (D is
-  the weights' size; fp32 math, the result rounded to the inputs' dtype as `rmsnorm` rounds it), then
+  the weights' size; fp32 math, the result rounded to the inputs' dtype as `rmsnorm` rounds it; with
+  `weight_offset=1.0`, by 1 + weight as Gemma's norms), then
   rotated in place over its first R columns, R being the cos/sin cache's width (partial rotary when R < D),
   NeoX style (`is_neox=True`: column i pairs with i + R/2) or GPT-J style (interleaved: 2i with 2i + 1);
 - q/k are [T, H * D] or [T, H, D] (leading dimensions beyond T are flattened), rows and heads may be
@@ -33,7 +34,7 @@ from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 from .rope import _cache, _scale, _store_export
 
-_ARGS = "positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope_t, mrope_h, mrope_w, mrope_interleaved"
+_ARGS = "positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, is_neox, mrope_t, mrope_h, mrope_w, mrope_interleaved"
 _STORE_ARGS = f"{_ARGS}, v, k_cache, v_cache, cache_loc, k_scale, v_scale"
 _FAMILY = DtypeFamily("qknorm_rope", "jitkern_qknorm_rope::QkNormRopeOps", {
     "apply": _ARGS,
@@ -71,7 +72,7 @@ def _sections(mrope_section) -> tuple:
     return tuple(mrope_section)
 
 
-def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope_section, mrope_interleaved, store,
+def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope_section, mrope_interleaved, weight_offset, store,
                  public="fused_qknorm_rope"):
     """The eager path; store: None or (value, k_cache, v_cache, cache_loc, k_scale, v_scale)."""
     export = "apply" if store is None else _store_export(store[1])
@@ -86,39 +87,42 @@ def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neo
     d = q_weight.shape[-1] if isinstance(q_weight, torch.Tensor) and q_weight.dim() == 1 else None
     q, k = _heads(q, tokens, d, public, "q"), _heads(k, tokens, d, public, "k")
     if store is None:
-        fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, bool(is_neox), *mrope, bool(mrope_interleaved))
+        fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, float(weight_offset), bool(is_neox), *mrope, bool(mrope_interleaved))
         return
     value, k_cache, v_cache, cache_loc, k_scale, v_scale = store
-    fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, bool(is_neox), *mrope, bool(mrope_interleaved),
+    fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, float(weight_offset), bool(is_neox), *mrope, bool(mrope_interleaved),
        _heads(value, tokens, d, public, "value"), _cache(k_cache),
        _cache(v_cache), cache_loc, _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"))
 
 
 def fused_qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps: float = 1e-6, is_neox: bool = True,
-                      fused_set_kv_buffer_arg=None, *, mrope_section=None, mrope_interleaved: bool = False) -> None:
+                      fused_set_kv_buffer_arg=None, *, mrope_section=None, mrope_interleaved: bool = False,
+                      weight_offset: float = 0.0) -> None:
     """Per-head RMSNorm of q (q_weight) and k (k_weight), then RoPE, in place; with `fused_set_kv_buffer_arg`,
     also writes the resulting k and the value rows to the cache rows at its cache_loc. mRoPE: positions
     [3, T] (t, h, w) and mrope_section (t, h, w frequency counts summing to R/2), contiguous sections or
-    `mrope_interleaved`; positions [T] with mrope_section rotate as plain RoPE (text tokens)."""
+    `mrope_interleaved`; positions [T] with mrope_section rotate as plain RoPE (text tokens). The norm
+    multiplies by weight + weight_offset (1.0 for Gemma's (1 + w) norms)."""
     a = fused_set_kv_buffer_arg
     mrope = list(mrope_section or ())
     if compiling():
         if a is None:
-            torch.ops.jitkern.qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved)
+            torch.ops.jitkern.qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved,
+                                          weight_offset)
         else:
             torch.ops.jitkern.qknorm_rope_store_kv(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved,
-                                                   a.value, a.k_buffer, a.v_buffer, a.cache_loc, _scale(a.k_scale, "k_scale"),
+                                                   weight_offset, a.value, a.k_buffer, a.v_buffer, a.cache_loc, _scale(a.k_scale, "k_scale"),
                                                    _scale(a.v_scale, "v_scale"))
         return
     store = None if a is None else (a.value, a.k_buffer, a.v_buffer, a.cache_loc, a.k_scale, a.v_scale)
-    _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved, store)
+    _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved, weight_offset, store)
 
 
 # The torch custom ops: what torch.compile traces (their implementations are the eager path above).
 if torch is not None:
     _SCHEMA = ("Tensor positions, Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, float eps, "
-               "bool is_neox, int[] mrope_section, bool mrope_interleaved")
+               "bool is_neox, int[] mrope_section, bool mrope_interleaved, float weight_offset")
     define_op("jitkern::qknorm_rope", f"({_SCHEMA}) -> ()", lambda *args: _qknorm_rope(*args, None))
     define_op("jitkern::qknorm_rope_store_kv",
               f"({_SCHEMA}, Tensor value, Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor cache_loc, float k_scale, float v_scale) -> ()",
-              lambda *args: _qknorm_rope(*args[:10], args[10:]))
+              lambda *args: _qknorm_rope(*args[:11], args[11:]))
