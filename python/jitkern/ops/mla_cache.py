@@ -18,15 +18,16 @@ here). The C++ entry points check every argument and name the bad one. Each op i
 
 from __future__ import annotations
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from .rope import _cache, _scale
 
 _ARGS = "kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale"
 _FAMILY = DtypeFamily("mla_cache", "jitkern_mla_cache::MlaCacheOps", {"store": _ARGS, "store_fp8": _ARGS},
-                      public={"set_mla_kv_buffer": ("store", "store_fp8"), "set_mla_kv_concat_q": ("store", "store_fp8")},
                       compile_seconds={"store": 2.5, "store_fp8": 3.0})  # estimates: the order parallel builds start in
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+FAMILY = Family(_FAMILY)
+spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions
 _mla_cache_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
 
@@ -49,6 +50,11 @@ def _store(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_
        _scale(k_scale, "k_scale"), _scale(q_scale, "q_scale"))
 
 
+@FAMILY.op("store", "store_fp8", torch=(TorchOp(
+    "set_mla_kv_buffer",
+    "(Tensor(a!) kv_buffer, Tensor loc, Tensor cache_k_nope, Tensor cache_k_rope, int reserved_skip_index, float k_scale) -> ()",
+    lambda kv_buffer, loc, k_nope, k_rope, skip, k_scale: _store(kv_buffer, loc, k_nope, k_rope, None, None, None, skip, k_scale, None,
+                                                                 "set_mla_kv_buffer")),))
 def set_mla_kv_buffer(kv_buffer, loc, cache_k_nope, cache_k_rope, num_warps: int = 0, *, reserved_skip_index: int = 0,
                       k_scale: float | None = None) -> None:
     """kv_buffer[loc[i]] = [cache_k_nope[i] | cache_k_rope[i]] (fp8 caches: divided by k_scale)."""
@@ -62,6 +68,17 @@ def _query_out(kv_buffer, q_nope, q_rope):
     return torch.empty((*q_nope.shape[:-1], q_nope.shape[-1] + q_rope.shape[-1]), dtype=dtype, device=q_nope.device)
 
 
+def _concat_q(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, skip, k_scale, q_scale):
+    q_out = _query_out(kv_buffer, q_nope, q_rope)
+    _store(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, skip, k_scale, q_scale, "set_mla_kv_concat_q")
+    return q_out
+
+
+@FAMILY.op("store", "store_fp8", torch=(TorchOp(
+    "set_mla_kv_concat_q",
+    "(Tensor(a!) kv_buffer, Tensor loc, Tensor cache_k_nope, Tensor cache_k_rope, Tensor q_nope, Tensor q_rope, int reserved_skip_index, "
+    "float k_scale, float q_scale) -> Tensor",
+    _concat_q, lambda kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, *rest: _query_out(kv_buffer, q_nope, q_rope)),))
 def set_mla_kv_concat_q(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, num_warps: int = 0, *, reserved_skip_index: int = -1,
                         k_scale: float | None = None, q_scale: float | None = None):
     """set_mla_kv_buffer, and returns [q_nope | q_rope] (float8_e4m3fn, divided by q_scale, with an fp8 cache)."""
@@ -71,21 +88,3 @@ def set_mla_kv_concat_q(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_ro
     q_out = _query_out(kv_buffer, q_nope, q_rope) if isinstance(q_nope, torch.Tensor) and isinstance(q_rope, torch.Tensor) else None
     _store(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale, "set_mla_kv_concat_q")
     return q_out
-
-
-# The torch custom ops: what torch.compile traces (their implementations are the eager paths above).
-if torch is not None:
-    define_op("jitkern::set_mla_kv_buffer",
-              "(Tensor(a!) kv_buffer, Tensor loc, Tensor cache_k_nope, Tensor cache_k_rope, int reserved_skip_index, float k_scale) -> ()",
-              lambda kv_buffer, loc, k_nope, k_rope, skip, k_scale: _store(kv_buffer, loc, k_nope, k_rope, None, None, None, skip, k_scale,
-                                                                           None, "set_mla_kv_buffer"))
-
-    def _concat_q(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, skip, k_scale, q_scale):
-        q_out = _query_out(kv_buffer, q_nope, q_rope)
-        _store(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, skip, k_scale, q_scale, "set_mla_kv_concat_q")
-        return q_out
-
-    define_op("jitkern::set_mla_kv_concat_q",
-              "(Tensor(a!) kv_buffer, Tensor loc, Tensor cache_k_nope, Tensor cache_k_rope, Tensor q_nope, Tensor q_rope, "
-              "int reserved_skip_index, float k_scale, float q_scale) -> Tensor",
-              _concat_q, lambda kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, *rest: _query_out(kv_buffer, q_nope, q_rope))

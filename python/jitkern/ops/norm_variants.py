@@ -16,16 +16,18 @@ torch custom op."""
 
 from __future__ import annotations
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("norm_variants", "jitkern_norm_variants::NormVariants", {
-    "gemma_rmsnorm": "input, weight, output, eps",
-    "gemma_fused_add_rmsnorm": "input, residual, weight, eps",
-    "rmsnorm_hf": "input, weight, output, eps",
+    "gemma_rmsnorm": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
+    "gemma_fused_add_rmsnorm": "Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps",
+    "rmsnorm_hf": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
 }, compile_seconds={"gemma_rmsnorm": 3.3, "gemma_fused_add_rmsnorm": 3.3, "rmsnorm_hf": 3.3})  # as rmsnorm's: the same kernels
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+FAMILY = Family(_FAMILY)
+spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions
 _norm_variants_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
 
@@ -47,11 +49,22 @@ def _normed(export: str, input, weight, out, eps):
     return out
 
 
+def _traced_as(name: str, op):
+    """An out-of-place op's torch custom ops: `name` (returns the output) and `name`_out (fills `out`)."""
+    def into(input, weight, out, eps):
+        op(input, weight, eps, out)
+    return (TorchOp(name, "(Tensor input, Tensor weight, float eps) -> Tensor", lambda input, weight, eps: op(input, weight, eps),
+                    lambda input, weight, eps: torch.empty_like(input)),
+            TorchOp(f"{name}_out", "(Tensor input, Tensor weight, Tensor(a!) out, float eps) -> ()", into))
+
+
+@FAMILY.op("gemma_rmsnorm", torch=_traced_as("gemma_rmsnorm", lambda *args: gemma_rmsnorm(*args)))
 def gemma_rmsnorm(input, weight, eps: float = 1e-6, out=None, enable_pdl: bool | None = None):
     """out = input * rsqrt(mean(input^2, -1) + eps) * (1 + weight) over the last dimension (out=input: in place)."""
     return _normed("gemma_rmsnorm", input, weight, out, eps)
 
 
+@FAMILY.op("gemma_fused_add_rmsnorm", torch=(TorchOp("gemma_fused_add_rmsnorm", export="gemma_fused_add_rmsnorm"),))
 def gemma_fused_add_rmsnorm(input, residual, weight, eps: float = 1e-6, enable_pdl: bool | None = None) -> None:
     """residual += input; input = gemma_rmsnorm(residual, weight) (both in place, [..., H])."""
     if compiling():
@@ -63,23 +76,7 @@ def gemma_fused_add_rmsnorm(input, residual, weight, eps: float = 1e-6, enable_p
     fn(input, residual, weight, eps)
 
 
+@FAMILY.op("rmsnorm_hf", torch=_traced_as("rmsnorm_hf", lambda *args: rmsnorm_hf(*args)))
 def rmsnorm_hf(input, weight, eps: float = 1e-6, out=None):
     """out = weight * dtype(input * rsqrt(mean(input^2, -1) + eps)) (out=input: in place)."""
     return _normed("rmsnorm_hf", input, weight, out, eps)
-
-
-# The torch custom ops: what torch.compile traces (their implementations are the eager paths above; the
-# fake ones only describe outputs, so tracing never builds a module).
-if torch is not None:
-
-    def _into(op):
-        def implementation(input, weight, out, eps):
-            op(input, weight, eps, out)
-        return implementation
-
-    for _name, _op in (("gemma_rmsnorm", gemma_rmsnorm), ("rmsnorm_hf", rmsnorm_hf)):
-        define_op(f"jitkern::{_name}", "(Tensor input, Tensor weight, float eps) -> Tensor",
-                  lambda input, weight, eps, _op=_op: _op(input, weight, eps), lambda input, weight, eps: torch.empty_like(input))
-        define_op(f"jitkern::{_name}_out", "(Tensor input, Tensor weight, Tensor(a!) out, float eps) -> ()", _into(_op))
-    define_op("jitkern::gemma_fused_add_rmsnorm", "(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
-              gemma_fused_add_rmsnorm)

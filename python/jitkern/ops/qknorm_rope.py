@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 from .rope import _cache, _scale, _store_export
@@ -39,10 +40,9 @@ _STORE_ARGS = f"{_ARGS}, v, k_cache, v_cache, cache_loc, k_scale, v_scale"
 _FAMILY = DtypeFamily("qknorm_rope", "jitkern_qknorm_rope::QkNormRopeOps", {
     "apply": _ARGS,
     "apply_store": _STORE_ARGS,
-    "apply_store_fp8": _STORE_ARGS,
-}, public={"fused_qknorm_rope": ("apply", "apply_store", "apply_store_fp8")},
-   compile_seconds={"apply": 3.0, "apply_store": 3.2, "apply_store_fp8": 4.0})  # estimates: the order parallel builds start in
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+    "apply_store_fp8": _STORE_ARGS,}, compile_seconds={"apply": 3.0, "apply_store": 3.2, "apply_store_fp8": 4.0})  # estimates: the order parallel builds start in
+FAMILY = Family(_FAMILY)
+spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions
 _qknorm_rope_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
 
@@ -95,6 +95,16 @@ def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neo
        _cache(v_cache), cache_loc, _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"))
 
 
+# The torch custom ops torch.compile traces the op as (their implementations are the eager path).
+_SCHEMA = ("Tensor positions, Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, float eps, "
+           "bool is_neox, int[] mrope_section, bool mrope_interleaved, float weight_offset")
+
+
+@FAMILY.op("apply", "apply_store", "apply_store_fp8", torch=(
+    TorchOp("qknorm_rope", f"({_SCHEMA}) -> ()", lambda *args: _qknorm_rope(*args, None)),
+    TorchOp("qknorm_rope_store_kv",
+            f"({_SCHEMA}, Tensor value, Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor cache_loc, float k_scale, float v_scale) -> ()",
+            lambda *args: _qknorm_rope(*args[:11], args[11:]))))
 def fused_qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps: float = 1e-6, is_neox: bool = True,
                       fused_set_kv_buffer_arg=None, *, mrope_section=None, mrope_interleaved: bool = False,
                       weight_offset: float = 0.0) -> None:
@@ -116,13 +126,3 @@ def fused_qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps: f
         return
     store = None if a is None else (a.value, a.k_buffer, a.v_buffer, a.cache_loc, a.k_scale, a.v_scale)
     _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved, weight_offset, store)
-
-
-# The torch custom ops: what torch.compile traces (their implementations are the eager path above).
-if torch is not None:
-    _SCHEMA = ("Tensor positions, Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, float eps, "
-               "bool is_neox, int[] mrope_section, bool mrope_interleaved, float weight_offset")
-    define_op("jitkern::qknorm_rope", f"({_SCHEMA}) -> ()", lambda *args: _qknorm_rope(*args, None))
-    define_op("jitkern::qknorm_rope_store_kv",
-              f"({_SCHEMA}, Tensor value, Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor cache_loc, float k_scale, float v_scale) -> ()",
-              lambda *args: _qknorm_rope(*args[:11], args[11:]))
