@@ -45,7 +45,8 @@ constexpr int kThreads = 128;
 
 // Vectors per thread of each kind (rotated pair units, unrotated vectors) kept in registers: a 32-lane
 // group holds rotary dims up to 512 and as many unrotated columns (fp32: 256 and 256); heads too wide for
-// 16-byte vectors take the one-element kernel. bf16 at 2 a thread: 150 registers, against ~80 at 1.
+// 16-byte vectors take the one-element kernel. bf16 at 2 a thread (one head a group): 150 registers
+// against ~80 at 1.
 template <int kVec>
 inline constexpr int kItems = kVec >= 8 ? 1 : 8 / kVec;
 
