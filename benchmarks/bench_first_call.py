@@ -82,8 +82,9 @@ _NO_FLASHINFER = "not timed here: its rope module builds against an installed fl
 REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": _NO_FLASHINFER, "apply_rope_with_cos_sin_cache_inplace, KV write": _NO_FLASHINFER}
 
 REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache",
-               "fused_qknorm_rope": "sglang.kernels.ops.attention.fused_qknorm_rope",
-               "set_mla_kv_buffer": "sglang.kernels.ops.kvcache.set_mla_kv_buffer", "rmsnorm_hf": "sglang.kernels.ops.layernorm.rmsnorm_hf"}  # else norm
+               # ops of the reference's newer layout only: "ops:" and their sglang.kernels.ops module
+               "fused_qknorm_rope": "ops:attention.fused_qknorm_rope", "set_mla_kv_buffer": "ops:kvcache.set_mla_kv_buffer",
+               "rmsnorm_hf": "ops:layernorm.rmsnorm_hf"}  # else norm
 
 JITKERN = "import jitkern.ops as ops\n" + SETUP + """
 t0 = time.perf_counter()
@@ -96,8 +97,8 @@ print("SECONDS", time.perf_counter() - t0)
 REFERENCE = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-from utils import reference_module
-ref = reference_module("{{module}}")
+from utils import reference_module, reference_ops
+ref = reference_ops("{{module}}"[4:]) if "{{module}}".startswith("ops:") else reference_module("{{module}}")
 """ + SETUP + """
 t0 = time.perf_counter()
 {call}

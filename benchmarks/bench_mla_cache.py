@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_rope  # noqa: E402
 from bench_rope import in_turns  # noqa: E402
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_module  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_ops  # noqa: E402
 
 from jitkern.ops import concat_mla_absorb_q, set_mla_kv_buffer, set_mla_kv_concat_q, warmup  # noqa: E402
 
@@ -29,10 +29,10 @@ SLOTS = 2 * max(PREFILL)
 def references():
     """{name: fn(buf, loc, kn, kr, qn, qr)} of the reference's kernels that import here, and why the others do not."""
     found, missing = {}, []
-    for name, module, attr in (("reference set_mla_kv_buffer", "sglang.kernels.ops.kvcache.set_mla_kv_buffer", "set_mla_kv_buffer"),
-                               ("reference set_mla_kv_concat_q", "sglang.kernels.ops.attention.set_mla_kv_concat_q", "set_mla_kv_concat_q")):
+    for name, module, attr in (("reference set_mla_kv_buffer", "kvcache.set_mla_kv_buffer", "set_mla_kv_buffer"),
+                               ("reference set_mla_kv_concat_q", "attention.set_mla_kv_concat_q", "set_mla_kv_concat_q")):
         try:
-            fn = getattr(reference_module(module), attr)
+            fn = getattr(reference_ops(module), attr)
             found[name] = ((lambda b, loc, kn, kr, qn, qr, fn=fn: fn(b.view(-1, NOPE + ROPE), loc, kn, kr)) if "buffer" in name else
                            (lambda b, loc, kn, kr, qn, qr, fn=fn: fn(b.view(-1, NOPE + ROPE), loc, kn, kr, qn, qr)))
         except Exception as e:  # noqa: BLE001 - reported, not fatal

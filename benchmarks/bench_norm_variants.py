@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_rope  # noqa: E402
 from bench_rope import in_turns  # noqa: E402
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_module  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_ops  # noqa: E402
 
 from jitkern.ops import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, rmsnorm, rmsnorm_hf, warmup  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> None:
         "torch.compile llama": lambda x, r, out: compiled_llama(x, w),
     }
     try:
-        ref = reference_module("sglang.kernels.ops.layernorm.rmsnorm_hf").rmsnorm_hf
+        ref = reference_ops("layernorm.rmsnorm_hf").rmsnorm_hf
         fns["reference rmsnorm_hf"] = lambda x, r, out: ref(x, w, EPS, out=out)
     except Exception as e:  # noqa: BLE001 - reported, not fatal
         print(f"- not run: the reference's rmsnorm_hf: {type(e).__name__}: {str(e)[:200]}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us, reference_module,  # noqa: E402
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us, reference_ops,  # noqa: E402
                    yardstick_module)
 
 import bench_rope  # noqa: E402
@@ -44,7 +44,7 @@ def cos_sin_cache():
 def reference_fused():
     """The reference's fused_qk_norm_rope(qkv, ...) as fn(qkv, pos32, qw, kw), or (None, why not)."""
     try:
-        ref = reference_module("sglang.kernels.ops.attention.fused_qknorm_rope")
+        ref = reference_ops("attention.fused_qknorm_rope")
         if ref is None:
             return None, "the reference framework is not installed (REFERENCE_WHEEL)"
         fn = ref.fused_qk_norm_rope
