@@ -353,25 +353,6 @@ struct QkNormRopeOps {
     int64_t t, h, w;
     bool interleaved;
   };
-
-  // q, k or v: [N, H, D], or [N, H * D] (the heads side by side, e.g. columns of a fused qkv buffer; D known
-  // from the weights), the last dimension contiguous.
-  static void verify_heads(TensorView t, host::SymbolicSize& N, host::SymbolicSize& H, host::SymbolicSize& D, host::SymbolicSize& token,
-                           host::SymbolicSize& head, host::SymbolicDevice& dev, const char* name) {
-    using namespace host;
-    if (t.dim() != 2) {
-      TensorMatcher({N, H, D}).with_strides({token, head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(t, name);
-      return;
-    }
-    auto W = SymbolicSize{"width"};
-    TensorMatcher({N, W}).with_strides({token, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(t, name);
-    const int64_t width = W.unwrap(), d = D.unwrap();
-    RuntimeCheck(d > 0 && width % d == 0, name, " width ", width, " is not a multiple of head_size ", d, " (the weights' size)");
-    RuntimeCheck(!H.has_value() || H.unwrap() == width / d, name, " holds ", width / d, " heads of ", d, " but ", H.get_name(), " is ",
-                 H.has_value() ? H.unwrap() : 0);
-    H.set_value(width / d);
-    head.set_value(d);
-  }
   struct Setup;
 
   template <bool kFp8>
@@ -384,7 +365,7 @@ struct QkNormRopeOps {
     auto v_token = SymbolicSize{"v_token_stride"}, v_head = SymbolicSize{"v_head_stride"}, loc_stride = SymbolicSize{"cache_loc_stride"};
     auto dev = SymbolicDevice{};
     dev.set_value(setup.device);
-    verify_heads(v, N, Hk, D, v_token, v_head, dev, "v");
+    TensorMatcher({N, Hk, D}).with_strides({v_token, v_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(v, "v");
     TensorMatcher({N}).with_strides({loc_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(cache_loc, "cache_loc");
     const bool fp8 = is_type<uint8_t>(k_cache.dtype()) || is_type<fp8_e4m3_t>(k_cache.dtype());
     if (kFp8 && !fp8) Raise(ErrorKind::kType, "k_cache must be float8_e4m3fn (or its bytes as uint8) for apply_store_fp8, got ", k_cache.dtype());
@@ -440,10 +421,10 @@ struct QkNormRopeOps {
         TensorMatcher({N}).with_strides({pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(positions,
                                                                                                                              "positions");
       }
+      TensorMatcher({N, Hq, D}).with_strides({q_token, q_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(q, "q");
+      TensorMatcher({N, Hk, D}).with_strides({k_token, k_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k, "k");
       TensorMatcher({D}).with_strides({1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(q_weight, "q_weight");
       TensorMatcher({D}).with_strides({1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k_weight, "k_weight");
-      verify_heads(q, N, Hq, D, q_token, q_head, dev, "q");
-      verify_heads(k, N, Hk, D, k_token, k_head, dev, "k");
       TensorMatcher({P, R}).with_strides({cs_stride, 1}).with_dtype(dtype_v<float, T>).with_device(device_v<kDLCUDA>, dev).verify(cos_sin_cache,
                                                                                                                                "cos_sin_cache");
       const int64_t head_dim = D.unwrap(), rot = R.unwrap();

@@ -305,7 +305,7 @@ def test_bad_arguments_are_named():
         ops.fused_qknorm_rope(pos[:3], q, k, qw, kw, cs, EPS)
     with pytest.raises(ValueError, match="eps"):
         ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, float("nan"))
-    with pytest.raises(ValueError, match=r"q width 385 is not a multiple of head_size 128 \(the weights' size\)"):
+    with pytest.raises(ValueError, match="q of shape"):
         ops.fused_qknorm_rope(pos, q[:, : 3 * d + 1], k, qw, kw, cs, EPS)
     big = torch.randn(tokens, 3 * 1024, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="head_size 1024 with rotary dim 1024 is too large"):
@@ -319,8 +319,8 @@ def test_bad_arguments_are_named():
                               ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc.half(), k_scale=None, v_scale=None, cache_loc=pos))
     before = qkv.clone()
     fn = ops.qknorm_rope._qknorm_rope_module(torch.bfloat16).apply  # the export itself checks too
-    with pytest.raises(ValueError, match="k_weight: Size mismatch"):
-        fn(pos, q.view(tokens, HQ, d), k.view(tokens, HK, d), qw, kw[:64], cs, EPS, 0.0, True, 0, 0, 0, False)
+    with pytest.raises(ValueError, match="q_weight"):
+        fn(pos, q.view(tokens, HQ, d), k.view(tokens, HK, d), qw[:64], kw, cs, EPS, 0.0, True, 0, 0, 0, False)
     with pytest.raises(ValueError, match="weight_offset must be finite"):
         ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, weight_offset=float("inf"))
     with pytest.raises(ValueError, match=r"mrope_section must be three non-negative frequency counts summing to half the rotary dim 64"):

@@ -27,10 +27,13 @@ ValueError for a shape, stride, device or value). The op is a torch custom op (t
 
 from __future__ import annotations
 
+import math
+
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from .rope import _cache, _scale, _store_export, _tokens
+from ._shapes import as_rows
+from .rope import _cache, _scale, _store_export
 
 _ARGS = "positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, is_neox, mrope_t, mrope_h, mrope_w, mrope_interleaved"
 _STORE_ARGS = f"{_ARGS}, v, k_cache, v_cache, cache_loc, k_scale, v_scale"
@@ -42,6 +45,22 @@ FAMILY = Family(_FAMILY)
 spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions
 _qknorm_rope_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
+
+
+def _heads(x, tokens: int, head_size: int, public: str, name: str):
+    """q, k or v as the [T, H, D] view the kernels take: [T, H * D] and [..., H * D] split their last
+    dimension, [..., H, D] flatten their leading ones. Non-tensors pass (C++ names them)."""
+    if not isinstance(x, torch.Tensor) or not isinstance(head_size, int) or head_size <= 0:
+        return x
+    if x.dim() == 3 and x.shape[0] == tokens and x.shape[2] == head_size:
+        return x
+    if x.dim() >= 3 and x.shape[-1] == head_size and math.prod(x.shape[:-2]) == tokens:
+        return as_rows(x, public, name, writes=True, trailing=2)
+    rows = as_rows(x, public, name, writes=True)
+    if rows.dim() != 2 or rows.shape[1] % head_size != 0:
+        raise ValueError(f"{public}(): {name} of shape {tuple(x.shape)} is not [T, H * D] or [T, H, D] with D = {head_size} "
+                         f"(q_weight's size)")
+    return rows.view(rows.shape[0], rows.shape[1] // head_size, head_size)
 
 
 def _sections(mrope_section) -> tuple:
@@ -65,13 +84,14 @@ def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neo
         elif positions.dim() != 1:
             positions = positions.reshape(-1)
     tokens = positions.shape[-1] if isinstance(positions, torch.Tensor) and positions.dim() > 0 else -1
-    q, k = _tokens(q, tokens, public, "q"), _tokens(k, tokens, public, "k")
+    d = q_weight.shape[-1] if isinstance(q_weight, torch.Tensor) and q_weight.dim() == 1 else None
+    q, k = _heads(q, tokens, d, public, "q"), _heads(k, tokens, d, public, "k")
     if store is None:
         fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, float(weight_offset), bool(is_neox), *mrope, bool(mrope_interleaved))
         return
     value, k_cache, v_cache, cache_loc, k_scale, v_scale = store
     fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, float(weight_offset), bool(is_neox), *mrope, bool(mrope_interleaved),
-       _tokens(value, tokens, public, "value"), _cache(k_cache),
+       _heads(value, tokens, d, public, "value"), _cache(k_cache),
        _cache(v_cache), cache_loc, _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"))
 
 
