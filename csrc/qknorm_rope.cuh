@@ -70,8 +70,7 @@ struct Params {
   int32_t pairs, tails;  // a head's rotated pair units (rot_half / kVec) and unrotated vectors ((D - R) / kVec)
   int32_t width_log2;    // lanes per head: 1 << width_log2
   int32_t token_heads;   // heads a token has work for: q, k and, with the cache write, v
-  int32_t rows;          // consecutive heads per group of lanes (1, or up to kMaxRows with many tokens)
-  int32_t groups;        // tokens * token_heads / rows
+  int32_t items;         // tokens * token_heads
   bool positions64, cos_sin_t, mrope, mrope_interleaved, early_trigger;
 };
 
@@ -135,40 +134,29 @@ __device__ __forceinline__ void to_cache(char* row, int64_t at, const AlignedVec
   }
 }
 
-// Heads per group of lanes kept in flight at once with many tokens (16-byte vectors of 2-byte elements):
-// one head a thread left the loads of one round trip per thread in flight, which bounded a prefill to
-// the bytes a thread holds (H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write: 47.9 us, 60% of
-// the access pattern's ceiling); the heads of a group share the token's position, cos/sin and weight.
-template <int kVec>
-inline constexpr int kMaxRows = kVec >= 8 ? 4 : 1;
-
-// p.rows consecutive heads (token, h) (heads in order q, k, (v) of each token; p.rows divides the q and
-// the k heads, so they are of one kind) per group of 2^width_log2 lanes. Lane r holds pair units r,
-// r + width, ... (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: [2 u kVec, +2 kVec))
-// and the unrotated vectors r, r + width, ... from column R of each of them. A q or k head is normalised
-// (its lanes' sums of squares combined by shuffles), rotated and stored in place, a k head also to its
-// cache row; a v head is only copied to its cache row. Every load of the group's heads is issued before
-// any of them is used.
+// One head per group of 2^width_log2 lanes: heads (token, h) in order q, k, (v) of each token. Lane r
+// holds pair units r, r + width, ... (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J:
+// [2 u kVec, +2 kVec)) and the unrotated vectors r, r + width, ... from column R. A q or k head is
+// normalised (its lanes' sums of squares combined by shuffles), rotated and stored in place, a k head also
+// to its cache row; a v head is only copied to its cache row.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
 #ifdef __CUDACC__
   using Vec = AlignedVector<T, kVec>;
   using Math = device::norm::VecMath<T, kVec>;
-  constexpr int kN = kItems<kVec>, kR = kMaxRows<kVec>;
+  constexpr int kN = kItems<kVec>;
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int width = 1 << p.width_log2;
   const int tid = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  const int group = tid >> p.width_log2, rank = tid & (width - 1);
-  if (group >= p.groups) return;  // whole groups leave: the others' shuffles name only their own lanes
+  const int item = tid >> p.width_log2, rank = tid & (width - 1);
+  if (item >= p.items) return;  // whole groups leave: the others' shuffles name only their own lanes
   const unsigned lanes = width == 32 ? 0xffffffffu : ((1u << width) - 1) << (threadIdx.x % 32 & ~static_cast<unsigned>(width - 1));
-  const int first = group * p.rows;
-  const int token = first / p.token_heads, h = first - token * p.token_heads;
+  const int token = item / p.token_heads, h = item - token * p.token_heads;
   const bool is_q = h < p.q_heads, is_v = kStore && h >= p.q_heads + p.k_heads;
   const int kh = h - p.q_heads;  // k (or, past the k heads, v) head
   T* x = is_q ? p.q + token * p.q_token + h * p.q_head : p.k + token * p.k_token + kh * p.k_head;
-  int64_t head_step = is_q ? p.q_head : p.k_head;  // elements from one of the group's heads to the next
   if constexpr (kStore) {
-    if (is_v) x = const_cast<T*>(static_cast<const T*>(s.v)) + token * s.v_token + (kh - p.k_heads) * s.v_head, head_step = s.v_head;
+    if (is_v) x = const_cast<T*>(static_cast<const T*>(s.v)) + token * s.v_token + (kh - p.k_heads) * s.v_head;
   }
   const T* w = is_q ? p.q_weight : p.k_weight;
   const int pair = kNeox ? p.rot_half : kVec;
@@ -176,7 +164,6 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   const auto col_of_tail = [&](int t) { return 2 * p.rot_half + t * kVec; };
   const auto has_unit = [&](int i) { return rank + i * width < p.pairs; };
   const auto has_tail = [&](int i) { return rank + i * width < p.tails; };
-  const auto has_row = [&](int r) { return r == 0 || r < p.rows; };
 
   const void* position_at = device::kv_cache::index_address(p.positions, p.positions64, token * p.positions_stride);
   [[maybe_unused]] const void* slot_at = kStore ? device::kv_cache::index_address(s.loc, s.loc64, token * s.loc_stride) : nullptr;
@@ -197,54 +184,41 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   }
   [[maybe_unused]] int64_t slot = -1;
   if constexpr (kStore) slot = device::kv_cache::load_index_at(slot_at, s.loc64);
-  Vec a[kR][kN], b[kR][kN], t[kR][kN], wa[kN], wb[kN], wt[kN];
+  Vec a[kN], b[kN], t[kN], wa[kN], wb[kN], wt[kN];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    if (!has_row(r)) continue;
-    const T* xr = x + r * head_step;
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const int u = rank + i * width;
-      if (has_unit(i)) a[r][i].load(xr + col_of_unit(u)), b[r][i].load(xr + col_of_unit(u) + pair);
-      if (has_tail(i)) t[r][i].load(xr + col_of_tail(u));
+  for (int i = 0; i < kN; ++i) {
+    const int u = rank + i * width;
+    if (has_unit(i)) {
+      a[i].load(x + col_of_unit(u)), b[i].load(x + col_of_unit(u) + pair);
+      if (!is_v) wa[i].load(w + col_of_unit(u)), wb[i].load(w + col_of_unit(u) + pair);
     }
-  }
-  if (!is_v) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const int u = rank + i * width;
-      if (has_unit(i)) wa[i].load(w + col_of_unit(u)), wb[i].load(w + col_of_unit(u) + pair);
-      if (has_tail(i)) wt[i].load(w + col_of_tail(u));
+    if (has_tail(i)) {
+      t[i].load(x + col_of_tail(u));
+      if (!is_v) wt[i].load(w + col_of_tail(u));
     }
   }
   const auto outside = [&](int64_t at) { return at < 0 || at >= p.max_position; };
   if (outside(position) || outside(position_h) || outside(position_w)) return;  // the whole group: one token
-  [[maybe_unused]] char* row = nullptr;  // the first head's cache row; the next heads' follow head_dim on
+  [[maybe_unused]] char* row = nullptr;
   [[maybe_unused]] device::quant::Divider div(1.0f);
-  constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
   if constexpr (kStore) {
     if (!is_q && s.k_cache.holds(slot)) {
       const CacheLayout& cache = is_v ? s.v_cache : s.k_cache;
-      row = cache.row(slot) + kCacheBytes * (is_v ? kh - p.k_heads : kh) * p.head_dim;
+      row = cache.row(slot) + (kFp8 ? 1 : int64_t{sizeof(T)}) * (is_v ? kh - p.k_heads : kh) * p.head_dim;
       if constexpr (kFp8) div = device::quant::Divider(is_v ? s.v_scale : s.k_scale);
     }
     if (is_v) {
       if (row == nullptr) return;
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (!has_row(r)) continue;
-        char* row_r = row + r * kCacheBytes * p.head_dim;
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          const int u = rank + i * width;
-          if (has_unit(i)) to_cache<kFp8>(row_r, col_of_unit(u), a[r][i], div), to_cache<kFp8>(row_r, col_of_unit(u) + pair, b[r][i], div);
-          if (has_tail(i)) to_cache<kFp8>(row_r, col_of_tail(u), t[r][i], div);
-        }
+      for (int i = 0; i < kN; ++i) {
+        const int u = rank + i * width;
+        if (has_unit(i)) to_cache<kFp8>(row, col_of_unit(u), a[i], div), to_cache<kFp8>(row, col_of_unit(u) + pair, b[i], div);
+        if (has_tail(i)) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
       }
       return;
     }
   }
-  // The cos/sin loads issue before the reductions, which their latency then hides.
+  // The cos/sin loads issue before the reduction, which their latency then hides.
   const int64_t cs_row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
   const char* cs_row = static_cast<const char*>(p.cos_sin) + position * cs_row_bytes;
   const auto cos_sin_at = [&](const char* row, int f) {  // one frequency's (cos, sin)
@@ -271,43 +245,37 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
       load_as_floats(cs[i], reinterpret_cast<const float*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const float*>(cs_row) + p.rot_half + at);
     }
   }
+  float sumsq = 0.0f;
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    if (!has_row(r)) continue;
-    float sumsq = 0.0f;
+  for (int i = 0; i < kN; ++i) {
+    if (has_unit(i)) sumsq += Math::sum_squares(a[i]) + Math::sum_squares(b[i]);
+    if (has_tail(i)) sumsq += Math::sum_squares(t[i]);
+  }
+  for (int offset = width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(lanes, sumsq, offset);
+  const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
+  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T.
+  const auto normalized = [&](const Vec& x, const Vec& w) {
+    Vec y;
 #pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      if (has_unit(i)) sumsq += Math::sum_squares(a[r][i]) + Math::sum_squares(b[r][i]);
-      if (has_tail(i)) sumsq += Math::sum_squares(t[r][i]);
-    }
-    for (int offset = width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(lanes, sumsq, offset);
-    const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
-    // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T.
-    const auto normalized = [&](const Vec& v, const Vec& wv) {
-      Vec y;
+    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(device::cast<float>(x[j]) * scale * (device::cast<float>(w[j]) + p.weight_offset));
+    return y;
+  };
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(device::cast<float>(v[j]) * scale * (device::cast<float>(wv[j]) + p.weight_offset));
-      return y;
-    };
-    T* xr = x + r * head_step;
-    [[maybe_unused]] char* row_r = row == nullptr ? nullptr : row + r * kCacheBytes * p.head_dim;
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const int u = rank + i * width;
-      if (has_unit(i)) {
-        a[r][i] = normalized(a[r][i], wa[i]), b[r][i] = normalized(b[r][i], wb[i]);
-        rotate_unit<!kNeox && (kVec > 1)>(a[r][i], b[r][i], cs[i], sn[i]);
-        a[r][i].store(xr + col_of_unit(u)), b[r][i].store(xr + col_of_unit(u) + pair);
-        if constexpr (kStore) {
-          if (row_r != nullptr) to_cache<kFp8>(row_r, col_of_unit(u), a[r][i], div), to_cache<kFp8>(row_r, col_of_unit(u) + pair, b[r][i], div);
-        }
+  for (int i = 0; i < kN; ++i) {
+    const int u = rank + i * width;
+    if (has_unit(i)) {
+      a[i] = normalized(a[i], wa[i]), b[i] = normalized(b[i], wb[i]);
+      rotate_unit<!kNeox && (kVec > 1)>(a[i], b[i], cs[i], sn[i]);
+      a[i].store(x + col_of_unit(u)), b[i].store(x + col_of_unit(u) + pair);
+      if constexpr (kStore) {
+        if (row != nullptr) to_cache<kFp8>(row, col_of_unit(u), a[i], div), to_cache<kFp8>(row, col_of_unit(u) + pair, b[i], div);
       }
-      if (has_tail(i)) {
-        t[r][i] = normalized(t[r][i], wt[i]);
-        t[r][i].store(xr + col_of_tail(u));
-        if constexpr (kStore) {
-          if (row_r != nullptr) to_cache<kFp8>(row_r, col_of_tail(u), t[r][i], div);
-        }
+    }
+    if (has_tail(i)) {
+      t[i] = normalized(t[i], wt[i]);
+      t[i].store(x + col_of_tail(u));
+      if constexpr (kStore) {
+        if (row != nullptr) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
       }
     }
   }
@@ -491,11 +459,8 @@ struct QkNormRopeOps {
       c.width_log2 = 0;  // the fewest lanes that hold the head, or one lane a vector where that is more
       while ((1 << c.width_log2) < kMaxLanes && (1 << c.width_log2) < std::max(c.pairs, c.tails)) ++c.width_log2;
       c.token_heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
-      c.rows = 1;  // few tokens: the most groups (and CTAs) for the heads
-      if (tokens > runtime::get_sm_count(device.device_id))
-        while (c.rows < kMaxRows<kVec> && p.q_heads % (2 * c.rows) == 0 && p.k_heads % (2 * c.rows) == 0) c.rows *= 2;
-      c.groups = static_cast<int32_t>(tokens * c.token_heads / c.rows);
-      const int64_t ctas = div_ceil(int64_t{c.groups} << c.width_log2, int64_t{kThreads});
+      c.items = static_cast<int32_t>(tokens * c.token_heads);
+      const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
       c.early_trigger = pdl_early_trigger(ctas);
       LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
           .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
