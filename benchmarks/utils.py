@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -127,9 +128,11 @@ def reference_ldflags() -> list[str]:
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
 
 
+@functools.cache
 def reference_path() -> str | None:
     """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
-    (REFERENCE_WHEEL=/path/to/sglang-*.whl), "" where it is installed, or None where it is absent."""
+    (REFERENCE_WHEEL=/path/to/sglang-*.whl; once per process), "" where it is installed, or None where
+    it is absent."""
     import importlib.util
     import tempfile
     import zipfile
@@ -143,15 +146,17 @@ def reference_path() -> str | None:
     return "" if importlib.util.find_spec("sglang") else None
 
 
-def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module, or None where the reference is absent. Its
-    package __init__ needs the whole serving stack, so the packages on the way are bare namespace
-    modules, and the few third-party modules its helpers import but its kernels never use get empty
-    stand-ins where they are missing."""
+def reference_import(module: str):
+    """The reference's module `module` (e.g. sglang.kernels.ops.layernorm.norm), or None where the
+    reference is absent. Its package __init__ needs the whole serving stack, so the packages on the way
+    are bare namespace modules, and the third-party modules its helpers import but its kernels never use
+    get reference_stand_ins' where they are missing."""
     import importlib
     import importlib.util
     import sys
     import types
+
+    import reference_stand_ins
 
     path = reference_path()
     if path is None:
@@ -162,24 +167,26 @@ def reference_module(name: str):
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
             stub = types.ModuleType(package)
-            stub.__path__ = list(found.submodule_search_locations)
+            stub.__path__, stub.__spec__ = list(found.submodule_search_locations), found
             sys.modules[package] = stub
-
-    def absent(attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return lambda *args, **kwargs: None
-
-    for _ in range(20):
+    before = set(sys.modules)
+    for _ in range(40):
         try:
-            return importlib.import_module(f"sglang.jit_kernel.{name}")
+            return importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name is None or e.name.startswith("sglang"):
                 raise
-            stand_in = types.ModuleType(e.name)
-            stand_in.__getattr__ = absent
-            stand_in.__path__ = []
-            sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils."))]:
+            if e.name in ("msgspec", "msgspec.structs"):
+                sys.modules["msgspec"] = reference_stand_ins.msgspec_module()
+                sys.modules["msgspec.structs"] = sys.modules["msgspec"].structs
+            else:
+                sys.modules[e.name] = reference_stand_ins.absent_module(e.name)
+            for partial in [m for m in sys.modules if m.startswith("sglang.") and m not in before]:
                 del sys.modules[partial]
-    raise ImportError(f"the reference's sglang.jit_kernel.{name} needs too many absent modules")
+    raise ImportError(f"the reference's {module} needs too many absent modules")
+
+
+def reference_module(name: str):
+    """The reference's `sglang.jit_kernel.<name>` module (its 0.5.9 layout), or None where the reference
+    is absent."""
+    return reference_import(f"sglang.jit_kernel.{name}")

@@ -14,7 +14,6 @@ import textwrap
 import pytest
 import tvm_ffi
 
-from conftest import child_env
 from jitkern.compat import check
 from jitkern.compat import sglang as compat
 
@@ -375,32 +374,28 @@ def test_reference_ops_are_discovered():
     assert sum(not c.problem for c in calls) >= 0.8 * len(calls)
 
 
-HERE = pathlib.Path(__file__).resolve().parent
-
-
 @pytest.mark.gpu
 def test_reference_ops_give_the_same_outputs_on_jitkern(tmp_path):
     """The reference's own op wrappers (norms, activations, KV store, quantization, MoE routing), run
-    once with its engine and once with jitkern installed under it: the ops jitkern built give outputs
-    equal to the reference's build, bit for bit (same sources, same device flags)."""
-    if importlib.util.find_spec("sglang") is None:
-        pytest.skip("NOT RUN: the reference (sglang) is not installed")
-    import subprocess
-
+    once with its engine and once with jitkern installed under it (the reference installed or its wheel
+    named by REFERENCE_WHEEL): the ops jitkern built give outputs equal to the reference's build, bit for
+    bit (same sources, same device flags)."""
+    import compat_sglang_ops
     import torch
 
     results = {}
     for engine in ("reference", "jitkern"):
         out = tmp_path / f"{engine}.pt"
-        env = child_env(JITKERN_CACHE_DIR=tmp_path / "jitkern-cache", SGLANG_JIT_CACHE_DIR=tmp_path / f"{engine}-sglang-cache")
-        proc = subprocess.run([sys.executable, str(HERE / "compat_sglang_ops.py"), engine, str(out)], env=env, capture_output=True,
-                              text=True, timeout=1800)
+        proc = compat_sglang_ops.run(engine, str(out), cache_root=str(tmp_path / "caches"))
+        if proc is None:
+            pytest.skip("NOT RUN: the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
         assert proc.returncode == 0, proc.stderr[-4000:]
         results[engine] = torch.load(out)
     ours, theirs = results["jitkern"], results["reference"]
     compared = []
     for op, ref in theirs.items():
         if "error" in ref:
+            print(f"{op}: fails with the reference's engine:\n{ref['error']}")
             continue  # not available in this reference build / on this GPU
         assert "error" not in ours[op], f"{op} fails on jitkern but not on the reference:\n{ours[op]['error']}"
         for a, b in zip(ours[op]["outputs"], ref["outputs"], strict=True):
