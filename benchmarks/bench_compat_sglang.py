@@ -27,7 +27,7 @@ TRIALS = 1 if is_in_ci() else 3
 
 
 def first_calls(engine: str) -> dict:
-    """{op: seconds or the error} of one fresh process."""
+    """compat_sglang_ops' results of one fresh process: {op: {"seconds": ...} or {"error": ...}}."""
     import compat_sglang_ops
     import torch
 
@@ -37,26 +37,19 @@ def first_calls(engine: str) -> dict:
             sys.exit("not run: the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-3000:])
-        return {op: r.get("seconds", r.get("error")) for op, r in torch.load(f"{d}/out.pt").items()}
+        return torch.load(f"{d}/out.pt")
 
 
 def main(trials: int) -> None:
+    import compat_sglang_ops
+
     print(environment())
     runs = {engine: [first_calls(engine) for _ in range(trials)] for engine in ("reference", "jitkern")}
-    ops = list(runs["reference"][0])
-    print("\n| op | reference s | jitkern s | jitkern / reference |\n|---|---|---|---|")
-    seconds = {}
-    for op in ops + ["all (cold start)"]:
-        for engine, trials_of in runs.items():
-            values = [sum(r.values()) if op.startswith("all") else r[op] for r in trials_of]
-            seconds[engine] = statistics.median(values) if all(isinstance(v, float) for v in values) else None
-        ref, ours = seconds["reference"], seconds["jitkern"]
-        fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
-        print(f"| {op} | {fmt(ref)} | {fmt(ours)} | {f'{ours / ref:.2f}' if ref and ours else 'n/a'} |", flush=True)
-    for engine, trials_of in runs.items():
-        for op, v in trials_of[0].items():
-            if not isinstance(v, float):
-                print(f"\n{engine}, {op}:\n{v}")
+    print(compat_sglang_ops.timing_table(runs))
+    for engine, results in runs.items():
+        for op, r in results[0].items():
+            if "error" in r:
+                print(f"\n{engine}, {op}:\n{r['error']}")
 
 
 def compile_only(kernels: str, trials: int) -> None:

@@ -34,6 +34,27 @@ def run(engine: str, out_path: str, ops=(), cache_root: str = "", timeout: float
     return subprocess.run([sys.executable, __file__, engine, out_path, *ops], env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def timing_table(runs: dict) -> str:
+    """Markdown: each op's first-call seconds per engine and jitkern / reference, and their sum (the cold
+    start of all of them); `runs` maps "reference"/"jitkern" to a list of run results (median taken)."""
+    import statistics
+
+    def total(res: dict):
+        return None if any("error" in r for r in res.values()) else sum(r["seconds"] for r in res.values())
+
+    every = "all (cold start)"
+    lines = ["| op | reference s | jitkern s | jitkern / reference |", "|---|---|---|---|"]
+    for op in list(runs["reference"][0]) + [every]:
+        seconds = {}
+        for engine, results in runs.items():
+            values = [total(res) if op == every else res.get(op, {}).get("seconds") for res in results]
+            seconds[engine] = statistics.median(values) if values and None not in values else None
+        ref, ours = seconds["reference"], seconds["jitkern"]
+        fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
+        lines.append(f"| {op} | {fmt(ref)} | {fmt(ours)} | {f'{ours / ref:.2f}' if ref and ours else 'n/a'} |")
+    return "\n".join(lines)
+
+
 import torch  # noqa: E402
 
 dev = "cuda"

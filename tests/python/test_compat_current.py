@@ -391,6 +391,7 @@ def test_reference_ops_give_the_same_outputs_on_jitkern(tmp_path):
             pytest.skip("NOT RUN: the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
         assert proc.returncode == 0, proc.stderr[-4000:]
         results[engine] = torch.load(out)
+    print(compat_sglang_ops.timing_table({engine: [r] for engine, r in results.items()}))  # first calls, as bench_compat_sglang
     ours, theirs = results["jitkern"], results["reference"]
     compared = []
     for op, ref in theirs.items():
