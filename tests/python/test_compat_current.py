@@ -303,6 +303,8 @@ def test_check_discovers_calls_with_representative_arguments(package):
     thing = calls["_jit_thing_module"]
     assert (thing.op, thing.args, thing.files) == ("norm/thing.py", ("thing", "128", "true", "bf16_t", "true"), ("lean.cuh",))
     assert thing.kwargs["cuda_wrappers"] == [("run", "ThingBf<128, true, bf16_t, true>::run")]
+    # the other argument sets it takes, distinct, for a retry: float16, larger and smaller sizes
+    assert [a for a, _ in thing.others][:2] == [("thing", "128", "true", "fp16_t", "true"), ("thing", "512", "true", "bf16_t", "true")]
     picky = calls["_jit_picky"]  # refuses bfloat16, takes the next try; a name from a sibling op module
     assert (picky.problem, picky.args, picky.kwargs["cuda_wrappers"]) == ("", ("picky", "fp16_t"), [("total", "full_total")])
     never = calls["_jit_never"]
@@ -314,21 +316,27 @@ def test_check_discovers_calls_with_representative_arguments(package):
 def test_check_compiles_and_tabulates(package, cache_dir):
     write(package.parent, OPS)
     write(package, {"csrc/broken.cuh": "namespace sglang { int f() { return undefined_name; } }\n",
-                    "csrc/rocm_only_hip.cuh": "#include <hip/hip_runtime.h>\n"})
+                    "csrc/rocm_only_hip.cuh": "#include <hip/hip_runtime.h>\n",
+                    "csrc/sized.h": "#include <cstdint>\nnamespace sglang { template <int N> struct Sized { static_assert(N < 256, \"N too large\"); "
+                                    "static int64_t run(int64_t x) { return x + N; } }; }\n"})
+    sized = [(("sized", str(n)), {"cpp_files": ["sized.h"], "cpp_wrappers": [("run", f"Sized<{n}>::run")]}) for n in (512, 1024, 64)]
     calls = [check.Call("a.py", "f", ("lean_kernel", "5"), {"cuda_files": ["lean.cuh"], "cuda_wrappers": [("run", "Kernel<5>::run")]}, ("lean.cuh",)),
              check.Call("b.py", "f", ("full",), {"cuda_files": ["full.cuh"], "cuda_wrappers": [("total", "total")]}, ("full.cuh",)),
              check.Call("c.py", "f", ("broken",), {"cuda_files": ["broken.cuh"], "cuda_wrappers": [("f", "f")]}, ("broken.cuh",)),
              check.Call("d.py", "f", ("r",), {"cuda_files": ["rocm_only_hip.cuh"]}, ("rocm_only_hip.cuh",)),
              check.Call("f_sm100.py", "f", ("b",), {"cuda_files": ["lean.cuh"]}, ("lean.cuh", "x.cuh")),
-             check.Call("e.py", "f", problem="no")]
+             check.Call("e.py", "f", problem="no"),
+             # the first two argument sets fail in both modes (a size the kernel refuses): the next one is compiled
+             check.Call("g.py", "f", *sized[0], files=("sized.h",), others=sized[1:])]
     with compat.override_jit_cuda_arch(9, 0, "a"):
         rows = {r.file: r for r in check.run(calls, package, workers=2, time_budget=None)}
-    assert [rows[f].outcome for f in ("lean.cuh", "full.cuh", "broken.cuh", "rocm_only_hip.cuh", "lean.cuh, x.cuh", "?")] == [
-        "lean", "tvm-ffi", "fails", "skipped", "skipped", "not instantiated"]
+    assert [rows[f].outcome for f in ("lean.cuh", "full.cuh", "broken.cuh", "rocm_only_hip.cuh", "lean.cuh, x.cuh", "?", "sized.h")] == [
+        "lean", "tvm-ffi", "fails", "skipped", "skipped", "not instantiated", "lean"]
     assert rows["lean.cuh, x.cuh"].detail == "written for sm_100 (the target is sm_90a)"
     assert "undefined_name" in rows["broken.cuh"].detail and "full.cuh" in rows["full.cuh"].detail
+    assert rows["sized.h"].detail.startswith("as <64>; <512> failed in both modes: ") and "N too large" in rows["sized.h"].detail
     text = check.table(list(rows.values()))
-    assert text.startswith("6 kernel files: 2 compile (1 lean, 1 tvm-ffi), 1 fail, 2 skipped, 1 not instantiated, 0 not run; 67% of")
+    assert text.startswith("7 kernel files: 3 compile (2 lean, 1 tvm-ffi), 1 fail, 2 skipped, 1 not instantiated, 0 not run; 75% of")
 
 
 # The reference's own kernels, unchanged: an installed sglang, or REFERENCE_KERNELS=<its sglang/kernels/jit>.
