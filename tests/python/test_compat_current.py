@@ -339,6 +339,30 @@ def test_check_compiles_and_tabulates(package, cache_dir):
     assert text.startswith("7 kernel files: 3 compile (2 lean, 1 tvm-ffi), 1 fail, 2 skipped, 1 not instantiated, 0 not run; 75% of")
 
 
+def test_check_stops_waiting_for_builds_after_the_time_budget(monkeypatch):
+    """A build still running LATE seconds after the budget is listed as not run, and run() returns."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def compile_call(call, kernel_root):
+        if call.op == "slow.py":
+            release.wait(60)
+        return check.Row(call.files[0], call.op, "lean")
+
+    monkeypatch.setattr(check, "compile_call", compile_call)
+    monkeypatch.setattr(check, "LATE", 0.2)
+    calls = [check.Call(op, "f", files=(f"{op}.cuh",)) for op in ("fast.py", "slow.py", "next.py")]
+    start = time.monotonic()
+    try:
+        rows = check.run(calls, pathlib.Path("/nonexistent"), workers=2, time_budget=0.3)
+    finally:
+        release.set()
+    assert time.monotonic() - start < 30
+    assert [(r.outcome, r.detail) for r in rows] == [("lean", ""), ("not run", check.STILL_COMPILING), ("lean", "")]
+
+
 # The reference's own kernels, unchanged: an installed sglang, or REFERENCE_KERNELS=<its sglang/kernels/jit>.
 def _reference_root():
     env = os.environ.get("REFERENCE_KERNELS")

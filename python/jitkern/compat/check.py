@@ -32,7 +32,7 @@ import re
 import sys
 import time
 import types
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from . import sglang as compat
@@ -457,7 +457,15 @@ def representative(calls: Sequence[Call]) -> list[Call]:
     return list(chosen.values())
 
 
+# Seconds after the time budget that the builds already started are waited for.
+LATE = 60.0
+STILL_COMPILING = f"still compiling {LATE:.0f} s after the time budget"
+
+
 def run(calls: Sequence[Call], kernel_root: pathlib.Path, workers: int, time_budget: float | None) -> list[Row]:
+    """The calls compiled `workers` at a time. With a time budget, builds not started within it are not
+    run, and those still compiling LATE seconds after it are listed as not run (STILL_COMPILING) and left
+    running: the caller then ends the process without waiting for them (main does)."""
     deadline = time.monotonic() + time_budget if time_budget else None
 
     def one(call: Call) -> Row:
@@ -465,8 +473,11 @@ def run(calls: Sequence[Call], kernel_root: pathlib.Path, workers: int, time_bud
             return Row(", ".join(call.files) or "?", call.op, "not run", "time budget spent")
         return compile_call(call, kernel_root)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(one, calls))
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futures = [pool.submit(one, c) for c in calls]
+    done, pending = wait(futures, timeout=None if deadline is None else time_budget + LATE)
+    pool.shutdown(wait=not pending, cancel_futures=True)
+    return [f.result() if f in done else Row(", ".join(c.files) or "?", c.op, "not run", STILL_COMPILING) for f, c in zip(futures, calls)]
 
 
 OUTCOMES = ("lean", "tvm-ffi", "fails", "skipped", "not instantiated", "not run")
@@ -492,7 +503,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m jitkern.compa
     p.add_argument("--only", nargs="*", default=[], help="regular expressions: check only kernel files matching one")
     p.add_argument("--calls", help="recorded load_jit calls (JSON lines) instead of reading the op modules")
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="builds at once (default: usable CPUs)")
-    p.add_argument("--time-budget", type=float, help="seconds; builds not started by then are listed as not run")
+    p.add_argument("--time-budget", type=float, help="seconds; builds not started by then, or still compiling a minute later, are listed as "
+                   "not run")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--list", action="store_true", help="list the calls found, compile nothing")
     a = p.parse_args(argv)
@@ -509,11 +521,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m jitkern.compa
         return 0
     with compat.override_jit_cuda_arch(arch.major, arch.minor, arch.suffix):
         rows = run(calls, root, a.workers, a.time_budget)
-    print(table(rows))
+    print(table(rows), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([dataclasses.asdict(r) for r in rows], f, indent=1)
-    return 1 if any(r.outcome == "fails" for r in rows) else 0
+    status = 1 if any(r.outcome == "fails" for r in rows) else 0
+    if any(r.detail == STILL_COMPILING for r in rows):
+        os._exit(status)  # the builds left running would hold the interpreter's exit
+    return status
 
 
 if __name__ == "__main__":
