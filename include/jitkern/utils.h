@@ -3,7 +3,7 @@
 //
 // Kept deliberately lean (no <string>, <sstream>, <ranges>): every JIT translation unit includes
 // it, and header parsing is what dominates nvcc's compile time. Message formatting and exception
-// construction live in the precompiled runtime library (src/diagnostics.cc).
+// construction live in the precompiled runtime library (src/runtime/diagnostics.cc).
 #pragma once
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only

@@ -103,7 +103,7 @@ def _log_sink(level: int, message: bytes) -> None:
 _LIB = _load()
 _LIB.jitkern_set_log_sink(_log_sink)
 if logger.level == logging.NOTSET:
-    flag = lambda name: _LIB.jitkern_setting_flag(name.encode()) == 1  # noqa: E731  (the engine's rule, src/settings.cc)
+    flag = lambda name: _LIB.jitkern_setting_flag(name.encode()) == 1  # noqa: E731  (the engine's rule, src/engine/config/settings.cc)
     logger.setLevel(logging.DEBUG if flag("JITKERN_VERBOSE") else logging.WARNING if flag("JITKERN_QUIET") else logging.INFO)
 _handler = _StderrUnlessConfigured()
 _handler.setFormatter(logging.Formatter("jitkern: %(message)s"))
@@ -184,7 +184,7 @@ def package_layers(installed: bool = True) -> None:
 def build(request: bytes, mode: int) -> str:
     """Builds (or finds in the cache) the module `request` describes and returns the library path;
     LOAD also loads it and returns "<path>\\n<prefix>\\n<export>\\n...", BUILD_REPORTING returns
-    "<path>\\n<compiled|cached>" (src/c_api.cc)."""
+    "<path>\\n<compiled|cached>" (src/engine/api/c_api.cc)."""
     package_layers()
     result, error = ctypes.c_void_p(), ctypes.c_void_p()
     rc = _LIB.jitkern_build(request, len(request), mode, ctypes.byref(result), ctypes.byref(error))
@@ -200,9 +200,9 @@ def build(request: bytes, mode: int) -> str:
 
 def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_than_s: float = -1, dry_run: bool = False,
           match: Iterable[str] = ()) -> dict:
-    """Cache administration (src/cache_admin.h): op is ls, show, stats, verify, prune, clear or rm
+    """Cache administration (src/engine/store/cache_admin.h): op is ls, show, stats, verify, prune, clear or rm
     (dry_run: prune, clear and rm; match: the entries show and rm name); returns the engine's JSON
-    answer as a dict (cache_command in src/c_api.cc). A cache_dir given must exist (else ValueError)."""
+    answer as a dict (cache_command in src/engine/api/c_api.cc). A cache_dir given must exist (else ValueError)."""
     fields = [("op", op), ("max_bytes", str(max_bytes)), ("older_than_s", repr(float(older_than_s))), ("dry_run", "1" if dry_run else "0")]
     fields += [("match", m) for m in match]
     package_layers()
@@ -218,9 +218,18 @@ def cache(op: str, cache_dir: str | None = None, *, max_bytes: int = -1, older_t
 
 def config() -> dict:
     """Every setting as set, as it applies and from where, with what is wrong with it; the unknown
-    JITKERN_* variables; the prebuilt layers and why one would be ignored (src/c_api.cc config_json)."""
+    JITKERN_* variables; the prebuilt layers and why one would be ignored (src/engine/api/c_api.cc config_json)."""
     package_layers()
     return json.loads(_take(_LIB.jitkern_config()))
+
+
+def effective(name: str) -> str:
+    """A setting's value as the engine applies it ("" where it is unset without a default); ValueError
+    saying what is wrong with an invalid value."""
+    setting = next(s for s in config()["settings"] if s["name"] == name)
+    if setting["problem"]:
+        raise ValueError(f"jitkern: {setting['problem']}")
+    return setting["effective"]
 
 
 def check_request(request: bytes) -> None:
@@ -253,7 +262,7 @@ def find_compiler(cuda: bool) -> tuple[str, str]:
 
 
 def arch_for_capability(major: int, minor: int) -> str:
-    """The CUDA target jitkern compiles for on a device of this compute capability (src/toolchain.cc)."""
+    """The CUDA target jitkern compiles for on a device of this compute capability (src/engine/compile/toolchain.cc)."""
     return _take(_LIB.jitkern_arch_for_capability(major, minor))
 
 

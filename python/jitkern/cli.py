@@ -744,7 +744,7 @@ def _tiny_build(doc: Doctor, kind: str, arch: str) -> None:
     source.parent.mkdir(mode=0o700, exist_ok=True)
     if not source.exists() or source.read_text() != text:
         source.write_text(text)
-        past = time.time() - 2  # a file written at the compile's start counts as changed during it (src/build.cc)
+        past = time.time() - 2  # a file written at the compile's start counts as changed during it (src/engine/build.cc)
         os.utime(source, (past, past))
     answer_expr = "jitkern_doctor::doctor_answer" if options else "doctor_answer"
     files = {"cuda_files" if cuda else "cpp_files": [str(source)], "cuda_wrappers" if cuda else "cpp_wrappers": [("answer", answer_expr)]}

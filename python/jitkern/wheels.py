@@ -121,7 +121,7 @@ def layers_text() -> str:
     return "".join(f"{layer.label} ({layer.arch or 'host'})\t{layer.dir}\n" for layer in installed() if not layer.problem)
 
 
-# The first line of the engine's CacheMissError (src/build.cc, refuse_miss_if_strict) names a CUDA module's target.
+# The first line of the engine's CacheMissError (src/engine/build.cc, refuse_miss_if_strict) names a CUDA module's target.
 _MISS_TARGET = re.compile(r"^jitkern: module '[^']*' for (\w+) is not cached")
 
 

@@ -1,4 +1,4 @@
-// Cache administration's entry selection, removal and counts (src/cache_admin.h) on a store whose
+// Cache administration's entry selection, removal and counts (src/engine/store/cache_admin.h) on a store whose
 // entries are made by hand: an incomplete entry and a remembered failure need no compiler.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cache_admin.h"
+#include "store/cache_admin.h"
 
 namespace {
 

@@ -1,10 +1,10 @@
-// The compiler-output parser (src/compile_errors.h) against recorded gcc, clang and nvcc (EDG) logs:
+// The compiler-output parser (src/engine/compile/compile_errors.h) against recorded gcc, clang and nvcc (EDG) logs:
 // which error a failed compile's message leads with.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "compile_errors.h"
+#include "compile/compile_errors.h"
 
 using namespace jitkern;
 

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "manifest.h"
-#include "sha256.h"
-#include "text.h"
+#include "store/manifest.h"
+#include "base/sha256.h"
+#include "base/text.h"
 
 using namespace jitkern::manifest;
 

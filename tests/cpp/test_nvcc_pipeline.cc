@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "nvcc_pipeline.h"
+#include "compile/nvcc_pipeline.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "nvrtc.h"
+#include "compile/nvrtc.h"
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "plan.h"
-#include "text.h"
-#include "toolchain.h"
+#include "plan/plan.h"
+#include "base/text.h"
+#include "compile/toolchain.h"
 
 using namespace jitkern;
 
@@ -37,13 +37,19 @@ plan::Toolchain toolchain_() {
   plan::Toolchain t;
   t.cxx = {"/usr/bin/c++", "/usr/bin/g++-12", {1, 2}, "g++ 12.2", {"/usr/lib/gcc/", "/usr/include/c++/"}};
   t.nvcc = {"/cuda/bin/nvcc", "/cuda/bin/nvcc", {3, 4}, "release 13.0", {"/cuda/targets/", "/cuda/nvvm/", "/cuda/include/"}};
-  t.cuda_arch = "sm_90a";
   return t;
+}
+
+// The plan a build makes (once) and binds after a miss.
+plan::Plan plan_of(const BuildRequest& r, const plan::Config& cfg, const plan::Toolchain& tc, const std::string& cwd) {
+  plan::Plan p = plan::make(r, cfg, plan::sources(r, cfg), r.cuda_files.empty() ? "" : "sm_90a", cwd);
+  plan::bind(p, cfg, tc);
+  return p;
 }
 
 std::string key(const BuildRequest& r, const std::string& cwd = "/work") {
   plan::validate(r);
-  return plan::make(r, test_config(), toolchain_(), cwd).request_key;
+  return plan_of(r, test_config(), toolchain_(), cwd).request_key;
 }
 
 void expect_invalid(const BuildRequest& r, const std::string& needle) {
@@ -88,7 +94,7 @@ TEST(Plan, WrapperLinesPointAtEachWrappersExport) {
   r.cuda_files = {"add_constant.cuh"};
   r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
   plan::validate(r);
-  const plan::Plan p = plan::make(r, test_config(), toolchain_(), "/work");
+  const plan::Plan p = plan_of(r, test_config(), toolchain_(), "/work");
   ASSERT_EQ(p.wrapper_lines.size(), 3u);
   for (const auto& w : p.wrapper_lines) {
     const auto lines = text::split_lines(w.field == "cpp_wrappers" ? p.cpp_source : p.cuda_source);
@@ -159,7 +165,7 @@ TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
   BuildRequest r = cpu_request();
   r.cpp_files = {"no_such_kernel.h"};
   try {
-    plan::make(r, test_config(), toolchain_(), "/work");
+    plan_of(r, test_config(), toolchain_(), "/work");
     ADD_FAILURE();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("kernel source 'no_such_kernel.h' not found (looked at " JITKERN_SOURCE_DIR "/csrc/no_such_kernel.h"),
@@ -179,13 +185,14 @@ TEST(Plan, KeyFollowsEverythingThatChangesTheLibrary) {
   EXPECT_NE(key(r), key(base));
   plan::Toolchain other = toolchain_();
   other.cxx.version = "g++ 13.1";
-  const plan::Plan p = plan::make(base, test_config(), toolchain_(), "/work"), q = plan::make(base, test_config(), other, "/work");
+  const plan::Plan p = plan_of(base, test_config(), toolchain_(), "/work"), q = plan_of(base, test_config(), other, "/work");
   EXPECT_EQ(q.request_key, p.request_key) << "the compiler is not in the entry's name";
   EXPECT_NE(q.toolchain_id, p.toolchain_id) << "but its version is in the content key (manifest::full_key_of)";
   EXPECT_FALSE(p.toolchain_id.empty());
-  plan::Toolchain none = toolchain_();
-  none.cxx = {};
-  EXPECT_EQ(plan::make(base, test_config(), none, "/work").request_key, p.request_key) << "a lookup needs no compiler";
+  const plan::Plan lookup = plan::make(base, test_config(), plan::sources(base, test_config()), "", "/work");
+  EXPECT_EQ(lookup.request_key, p.request_key) << "a lookup needs no compiler";
+  EXPECT_EQ(lookup.cpp_compile.front(), plan::kCxx) << "the commands name the compiler's role until bound";
+  EXPECT_TRUE(lookup.toolchain_id.empty());
 }
 
 TEST(Plan, KeyIsTheSameInAnotherTree) {
@@ -196,7 +203,7 @@ TEST(Plan, KeyIsTheSameInAnotherTree) {
     *dir = "/elsewhere" + *dir;
   plan::Toolchain tc = toolchain_();
   tc.cxx.path = "/opt/other/bin/g++";
-  const plan::Plan here = plan::make(base, test_config(), toolchain_(), "/work"), there = plan::make(base, moved, tc, "/work");
+  const plan::Plan here = plan_of(base, test_config(), toolchain_(), "/work"), there = plan_of(base, moved, tc, "/work");
   EXPECT_EQ(there.request_key, here.request_key) << "package, tvm-ffi and compiler paths are not in the key";
   const std::string header = test_config().include_dir + "/jitkern/tensor.h";
   EXPECT_EQ(plan::portable(here, header), "@jitkern-include/jitkern/tensor.h");
@@ -210,18 +217,17 @@ TEST(Plan, KeyIgnoresWhatDoesNotChangeTheLibrary) {
   EXPECT_EQ(key(base, "/work"), key(base, "/somewhere/else")) << "the caller's directory, with no relative paths";
   plan::Config other = test_config();
   other.lock_dir = "/locks";
-  EXPECT_EQ(plan::make(base, other, toolchain_(), "/work").request_key, key(base));
+  EXPECT_EQ(plan_of(base, other, toolchain_(), "/work").request_key, key(base));
   plan::Toolchain tc = toolchain_();
   tc.nvcc = {};
-  tc.cuda_arch.clear();
-  EXPECT_EQ(plan::make(base, test_config(), tc, "/work").request_key, key(base)) << "nvcc does not matter to a C++-only module";
+  EXPECT_EQ(plan_of(base, test_config(), tc, "/work").request_key, key(base)) << "nvcc does not matter to a C++-only module";
 }
 
 TEST(Plan, RelativeIncludePathsResolveAgainstTheCallersDirectory) {
   BuildRequest r = cpu_request();
   r.extra_include_paths = {"inc"};
   r.extra_cflags = {"-Iinc2", "-isystem", "sys", "-I/abs"};
-  const plan::Plan p = plan::make(r, test_config(), toolchain_(), "/work/project");
+  const plan::Plan p = plan_of(r, test_config(), toolchain_(), "/work/project");
   auto has = [&](const std::string& arg) { return std::find(p.cpp_compile.begin(), p.cpp_compile.end(), arg) != p.cpp_compile.end(); };
   EXPECT_TRUE(has("-I/work/project/inc"));
   EXPECT_TRUE(has("-I/work/project/inc2"));
@@ -235,7 +241,7 @@ TEST(Plan, CudaCommand) {
   r.name_parts = {"add_constant", "5"};
   r.cuda_files = {"add_constant.cuh"};
   r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
-  const plan::Plan p = plan::make(r, test_config(), toolchain_(), "/work");
+  const plan::Plan p = plan_of(r, test_config(), toolchain_(), "/work");
   EXPECT_EQ(p.name, "add_constant_5");
   EXPECT_NE(std::find(p.cuda_compile.begin(), p.cuda_compile.end(), "-gencode=arch=compute_90a,code=sm_90a"), p.cuda_compile.end());
   EXPECT_NE(p.cuda_source.find("JITKERN_EXPORT(add_constant, add_constant<5>)"), std::string::npos);
@@ -245,7 +251,7 @@ TEST(Plan, CudaCommand) {
   EXPECT_TRUE(p.host_pass.empty()) << "nvcc compiles the host code unless the request says otherwise";
 
   r.host_without_nvcc = true;
-  const plan::Plan split = plan::make(r, test_config(), toolchain_(), "/work");
+  const plan::Plan split = plan_of(r, test_config(), toolchain_(), "/work");
   EXPECT_NE(split.request_key, p.request_key) << "another library";
   EXPECT_EQ(split.cuda_compile, p.cuda_compile) << "the same device code";
   ASSERT_FALSE(split.host_pass.empty());
@@ -261,9 +267,38 @@ TEST(Plan, CudaCommand) {
                          "--compiler-options=-ffast-math", "--include-path=inc", "--system-include", "/sys", "-I/a,/b",
                          "--pre-include=/p.h", "--define-macros-not"};
   r.extra_cflags = {"-DCPP_FILES_ONLY"};
-  const plan::Plan flags = plan::make(r, test_config(), toolchain_(), "/work");
+  const plan::Plan flags = plan_of(r, test_config(), toolchain_(), "/work");
   const std::vector<std::string> tail(flags.host_pass.end() - 18, flags.host_pass.end());
   EXPECT_EQ(tail, (std::vector<std::string>{"-DBLOCK=512", "-UNDEBUG", "-include", "/work/pre.h", "-DVAL=1", "-DW=2", "-DA=a", "-Db", "-fopenmp",
                                             "-fwrapv", "-ffast-math", "-I/work/inc", "-isystem", "/sys", "-I/a", "-I/b", "-include", "/p.h"}));
   EXPECT_EQ(std::count(flags.host_pass.begin(), flags.host_pass.end(), "-DCPP_FILES_ONLY"), 0);
+}
+
+TEST(Plan, BindingTheCompilersChangesOnlyTheirNames) {
+  BuildRequest r;
+  r.name_parts = {"add_constant", "5"};
+  r.cuda_files = {"add_constant.cuh"};
+  r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
+  r.host_without_nvcc = true;
+  const plan::Config cfg = test_config();
+  const plan::Plan unbound = plan::make(r, cfg, plan::sources(r, cfg), "sm_90a", "/work");
+  const plan::Plan bound = plan_of(r, cfg, toolchain_(), "/work");
+  EXPECT_EQ(bound.request_key, unbound.request_key);
+  for (const auto member : {&plan::Plan::cuda_compile, &plan::Plan::host_pass, &plan::Plan::link}) {
+    const auto &before = unbound.*member, &after = bound.*member;
+    ASSERT_EQ(before.size(), after.size());
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      if (before[i] == plan::kCxx) EXPECT_EQ(after[i], toolchain_().cxx.path);
+      else if (before[i] == plan::kNvcc) EXPECT_EQ(after[i], toolchain_().nvcc.path);
+      else EXPECT_EQ(after[i], before[i]);
+    }
+  }
+  const auto ccbin = std::find(bound.cuda_compile.begin(), bound.cuda_compile.end(), "-ccbin");
+  ASSERT_NE(ccbin, bound.cuda_compile.end()) << "nvcc always gets the identified host compiler";
+  EXPECT_EQ(*(ccbin + 1), toolchain_().cxx.path);
+  EXPECT_TRUE(unbound.config_key.empty());
+  EXPECT_FALSE(bound.config_key.empty());
+  plan::Toolchain other = toolchain_();
+  other.cxx.path = "/opt/gcc/bin/g++";
+  EXPECT_NE(plan_of(r, cfg, other, "/work").config_key, bound.config_key) << "a failure is remembered against the commands that ran";
 }

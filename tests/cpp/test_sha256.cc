@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 namespace {
 

@@ -504,7 +504,7 @@ def test_a_rebuild_names_the_dependency_that_changed(cache_dir, tmp_path, caplog
     spec = jitkern.JitSpec("dep_user", cpp_files=[str(source)], cpp_wrappers=[("value", "dep_value")])
     for value in (1, 22):
         header.write_text(f"#include <cstdint>\n#define DEP_VALUE {value}\n")
-        past = time.time() - 30 + value  # settled before the compile starts (src/build.cc), and a new mtime each time
+        past = time.time() - 30 + value  # settled before the compile starts (src/engine/build.cc), and a new mtime each time
         os.utime(header, (past, past))
         os.utime(source, (past, past))
         time.sleep(0.05)  # the status change too (a change within 10 ms of the compile's start counts as during it)

@@ -459,7 +459,7 @@ def test_load_is_memoised_on_everything_that_changes_the_result(cache_dir, tmp_p
 
 
 def test_readme_lists_every_setting():
-    """The README's table of environment variables is the engine's own (src/settings.cc), verbatim."""
+    """The README's table of environment variables is the engine's own (src/engine/config/settings.cc), verbatim."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = jitkern._engine.settings_markdown()
     assert "JITKERN_COMPILE_TIMEOUT" in table and "JITKERN_CACHE_DIR" in table

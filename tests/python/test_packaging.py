@@ -66,7 +66,7 @@ def test_sdist_builds_installs_and_runs(tmp_path):
     (sdist,) = (tmp_path / "dist").glob("jitkern-*.tar.gz")
     names = tarfile.open(sdist).getnames()
     root = names[0].split("/")[0]
-    for required in ("CMakeLists.txt", "src/build.cc", "include/jitkern/tensor.h", "csrc/norm.cuh", "python/jitkern/cli.py"):
+    for required in ("CMakeLists.txt", "src/engine/build.cc", "include/jitkern/tensor.h", "csrc/norm.cuh", "python/jitkern/cli.py"):
         assert f"{root}/{required}" in names, required
     assert "WORKS" in install_and_use(sdist, tmp_path / "site", tmp_path / "cache")
 

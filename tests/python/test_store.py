@@ -246,7 +246,7 @@ def real_nvcc() -> str:
 
 
 def sha256_field(*values: str) -> str:
-    """Sha256 over length-prefixed fields, as src/sha256.cc's Sha256::field (a native 64-bit length, then the bytes)."""
+    """Sha256 over length-prefixed fields, as src/engine/base/sha256.cc's Sha256::field (a native 64-bit length, then the bytes)."""
     h = hashlib.sha256()
     for v in values:
         data = v.encode()

@@ -1,5 +1,5 @@
 // Internals of host::Panic / RuntimeCheck: FmtArg packs message arguments in the header, the runtime
-// library formats them (src/diagnostics.cc). Not for kernel authors; include <jitkern/utils.h>.
+// library formats them (src/runtime/diagnostics.cc). Not for kernel authors; include <jitkern/utils.h>.
 #pragma once
 
 #include <dlpack/dlpack.h>

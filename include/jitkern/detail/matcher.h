@@ -1,5 +1,5 @@
 // Internals of TensorMatcher: the pattern it records and the runtime library's matcher
-// (src/diagnostics.cc). Not for kernel authors; include <jitkern/tensor.h>.
+// (src/runtime/diagnostics.cc). Not for kernel authors; include <jitkern/tensor.h>.
 #pragma once
 
 #include <dlpack/dlpack.h>

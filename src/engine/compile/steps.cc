@@ -1,0 +1,109 @@
+#include "compile/steps.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "config/compile_env.h"
+#include "base/log.h"
+#include "base/text.h"
+
+namespace jitkern::compile {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+Steps::Steps(const plan::Plan& plan, const config::Config& config, const std::string& scratch_dir, bool parallel_build)
+    : p(plan), cfg(config), env(compile_env::make(config)), scratch(scratch_dir), timeout(config.compile_timeout_s), parallel(parallel_build),
+      nvrtc(!plan.nvrtc_options.empty() && (plan.nvrtc_asked || parallel_build)) {}
+
+std::string Steps::output() const {
+  std::string text, other;
+  fs::read_file(log(), &text);
+  for (const auto& path : {device_log(), stub_log()})
+    if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += other;
+  return text;
+}
+
+void Steps::record(const std::string& command) {
+  commands.push_back(command);
+  log::emit(log::kDebug, "run: " + command);
+}
+
+int Steps::run_argv(const std::vector<std::string>& argv, const std::string& cwd) {
+  record(cwd.empty() ? fs::join_command(argv) : "(cd " + fs::shell_quote(cwd) + " && " + fs::join_command(argv) + ")");
+  return fs::wait(start(argv, log(), cwd), timeout);
+}
+
+int Steps::run_link(std::vector<std::string> argv) {
+  argv.push_back("-Wl,--trace");
+  record(in_dir(fs::join_command(argv)));
+  const std::string link_log = scratch + "/link.log";
+  const int rc = fs::wait(start(argv, link_log, scratch), timeout);
+  std::string text, rest;
+  fs::read_file(link_log, &text);
+  Depfile inputs{"", ""};
+  for (const auto& line : text::split_lines(text)) {
+    std::string path = line[0] == '/' ? line : scratch + "/" + line;
+    if (!line.empty() && line.back() == ')' && ::access(path.c_str(), F_OK) != 0) path = path.substr(0, path.rfind('('));  // gold: archive(member)
+    struct stat st;
+    if (!line.empty() && line.find(": ") == std::string::npos && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      inputs.paths.push_back(path);
+    else
+      rest += line + "\n";
+  }
+  if (!rest.empty()) fs::append_file(log(), rest);
+  depfiles.push_back(inputs);
+  return rc;
+}
+
+fs::Process Steps::start(const std::vector<std::string>& argv, const std::string& log_path, const std::string& cwd,
+                          std::vector<std::string> step_env) const {
+  step_env.push_back(cwd == scratch ? "TMPDIR=tmp" : "TMPDIR=" + scratch + "/tmp");
+  return fs::spawn(argv, log_path, compile_env::with(env, step_env), cwd);
+}
+
+void Steps::refuse_a_path_a_shell_would_run() const {
+  if (scratch.find('`') == std::string::npos && scratch.find("$(") == std::string::npos && scratch.find("${") == std::string::npos)
+    return;
+  throw Transient("jitkern: module '" + p.name + "': nvcc compiles it as one command (JITKERN_NVCC_PIPELINE=0, or a CUDA flag " +
+                  "holding one of $ ` \" \\ !), which passes the cache path " + scratch + " through a shell, where its ` or $( or ${ " +
+                  "would run: use another JITKERN_CACHE_DIR, or leave JITKERN_NVCC_PIPELINE at 1 and such flags out");
+}
+
+int Steps::run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& step_env, const std::string& log_path) {
+  for (const auto& c : cmds) {
+    const int rc = fs::wait(start({"/bin/sh", "-c", c}, log_path, scratch, step_env), timeout);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+bool Steps::dry_run(std::vector<std::string> argv, std::string* text) {
+  const bool shell_safe = std::none_of(p.cuda_compile.begin(), p.cuda_compile.end(),
+                                       [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
+  if (!shell_safe || !cfg.nvcc_pipeline) return false;
+  ::mkdir((scratch + "/nvcc").c_str(), 0700);
+  argv.insert(argv.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
+  const std::string log_path = scratch + "/dryrun.txt";
+  if (fs::wait(start(argv, log_path, scratch), timeout) != 0 || !fs::read_file(log_path, text)) return false;
+  *text = jitkern::text::erase_all(*text, scratch + "/");
+  return text->find(scratch) == std::string::npos;
+}
+
+std::string Steps::head_of(const std::string& path) {
+  std::string text;
+  fs::read_file(path, &text);
+  return text::error_lines(text);
+}
+
+}  // namespace jitkern::compile
