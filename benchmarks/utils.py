@@ -146,11 +146,11 @@ def reference_path() -> str | None:
     return "" if importlib.util.find_spec("sglang") else None
 
 
-def reference_import(module: str):
+def reference_import(module: str, bare: tuple = ("sglang",)):
     """The reference's module `module` (e.g. sglang.kernels.ops.layernorm.norm), or None where the
-    reference is absent. Its package __init__ needs the whole serving stack, so the packages on the way
-    are bare namespace modules, and the third-party modules its helpers import but its kernels never use
-    get reference_stand_ins' where they are missing."""
+    reference is absent. Its package __init__ needs the whole serving stack, so the packages named in
+    `bare` are bare namespace modules, and the third-party modules its helpers import but its kernels
+    never use get reference_stand_ins' where they are missing."""
     import importlib
     import importlib.util
     import sys
@@ -163,7 +163,7 @@ def reference_import(module: str):
         return None
     if path and path not in sys.path:
         sys.path.insert(0, path)
-    for package in ("sglang", "sglang.srt", "sglang.srt.utils"):
+    for package in bare:
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
             stub = types.ModuleType(package)
@@ -189,4 +189,4 @@ def reference_import(module: str):
 def reference_module(name: str):
     """The reference's `sglang.jit_kernel.<name>` module (its 0.5.9 layout), or None where the reference
     is absent."""
-    return reference_import(f"sglang.jit_kernel.{name}")
+    return reference_import(f"sglang.jit_kernel.{name}", bare=("sglang", "sglang.srt", "sglang.srt.utils"))

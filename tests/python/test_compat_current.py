@@ -406,6 +406,56 @@ def test_reference_ops_are_discovered():
     assert sum(not c.problem for c in calls) >= 0.8 * len(calls)
 
 
+def test_reference_import_from_a_wheel_alone(tmp_path, monkeypatch):
+    """benchmarks/utils.reference_import, through which the GPU test and bench_compat_sglang import the
+    reference's op modules where only its wheel is there: sglang's own __init__ (the serving stack) is
+    skipped, but not its srt.utils package's (ops import names re-exported there), a missing third-party
+    module gets a stand-in, and msgspec a working one (the reference's build cache reads and writes it)."""
+    write(tmp_path, {
+        "sglang/__init__.py": "raise ImportError('the serving stack')\n",
+        "sglang/srt/utils/__init__.py": "from sglang.srt.utils.common import *\n",
+        "sglang/srt/utils/common.py": """
+            import jitkern_test_absent_module
+            from jitkern_test_absent_package.sub import Base
+            class Thing(Base):
+                pass
+            def ceil_align(x, a):
+                return (x + a - 1) // a * a
+            """,
+        "sglang/kernels/ops/thing.py": """
+            from typing import List
+            import msgspec
+            from sglang.srt.utils.common import Thing  # at import, as the reference's arch.py
+            class Entry(msgspec.Struct, frozen=True, array_like=True):
+                root: str
+                size: int
+            def round_trip(entries):
+                from sglang.srt.utils import ceil_align
+                raw = msgspec.json.encode(entries)
+                return raw, msgspec.json.decode(raw, type=List[Entry]), ceil_align(5, 4)
+            """,
+    })
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("REFERENCE_WHEEL", raising=False)
+    import utils as bench_utils
+
+    bench_utils.reference_path.cache_clear()
+    before = set(sys.modules)
+    try:
+        thing = bench_utils.reference_import("sglang.kernels.ops.thing")
+        entries = [thing.Entry("kernels", 1), thing.Entry("sys", 2)]
+        raw, decoded, aligned = thing.round_trip(entries)
+        assert (decoded, aligned, hash(decoded[0]) == hash(entries[0])) == (entries, 8, True)
+        if "msgspec" not in before:
+            assert raw == b'[["kernels", 1], ["sys", 2]]'  # the stand-in: msgspec's array-like layout, as JSON
+        assert not sys.modules["jitkern_test_absent_module"].is_available()  # a stand-in: its calls are false as conditions
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+        bench_utils.reference_path.cache_clear()
+
+
 @pytest.mark.gpu
 def test_reference_ops_give_the_same_outputs_on_jitkern(tmp_path):
     """The reference's own op wrappers (norms, activations, KV store, quantization, MoE routing), run
