@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import shutil
 import sys
@@ -48,6 +49,18 @@ def eagerly_then_from_a_graph(prepare, step, check, rounds: int = 3) -> None:
         check(f"graph, seed {seed}")
 
 
+def cuda_runtime_version() -> int:
+    """cudaRuntimeGetVersion of the CUDA runtime loaded in this process (the one modules linking libcudart use:
+    the loader shares a library by its soname), e.g. 13000."""
+    import ctypes
+
+    import torch
+
+    version = ctypes.c_int()
+    assert ctypes.CDLL(f"libcudart.so.{torch.version.cuda.split('.')[0]}").cudaRuntimeGetVersion(ctypes.byref(version)) == 0
+    return version.value
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -57,11 +70,16 @@ def _cuda_available() -> bool:
 
 
 _GPU_NOT_RUN = []  # the one skip reason of every GPU test on a machine without a GPU (set at collection)
+_TORCH_NOT_RUN = []  # likewise for the tests that need torch but no GPU, on a machine without torch
 
 
 def pytest_collection_modifyitems(config, items):
     # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
-    # never counted as passed, in one line of the summary (pytest_runtest_setup).
+    # never counted as passed, in one line of the summary (pytest_runtest_setup); torch tests without torch alike.
+    if importlib.util.find_spec("torch") is None:
+        count = sum(bool(item.get_closest_marker("torch")) for item in items)
+        _TORCH_NOT_RUN[:] = [f"NOT RUN here: {count} test{'s' if count != 1 else ''} need torch (no GPU); "
+                             "`scripts/gpu-check.sh tests` runs them on the GPU machine (or `pytest -m torch` where torch is installed)"]
     if _cuda_available():
         return
     count = sum("gpu" in item.keywords for item in items)
@@ -74,6 +92,8 @@ def pytest_runtest_setup(item):
     # Skipped from this one line, so that `pytest -rs` folds every GPU test into one summary line.
     if _GPU_NOT_RUN and "gpu" in item.keywords:
         pytest.skip(_GPU_NOT_RUN[0])
+    if _TORCH_NOT_RUN and item.get_closest_marker("torch"):
+        pytest.skip(_TORCH_NOT_RUN[0])
 
 
 @pytest.fixture
