@@ -438,6 +438,8 @@ def test_reference_import_from_a_wheel_alone(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("REFERENCE_WHEEL", raising=False)
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:  # another test's stand-in package
+        monkeypatch.delitem(sys.modules, name)
     import utils as bench_utils
 
     bench_utils.reference_path.cache_clear()
