@@ -146,6 +146,52 @@ def reference_path() -> str | None:
     return "" if importlib.util.find_spec("sglang") else None
 
 
+# The modules of the reference's releases up to 0.5.9 (sglang.jit_kernel.<name>) in its newer layout.
+_NEWER_LAYOUT = {"norm": "layernorm.norm", "per_tensor_quant_fp8": "quantization.per_tensor_quant_fp8", "pos_enc": "attention.rope",
+                 "rope": "attention.rope", "kvcache": "kvcache.kvcache"}
+
+
+def reference_module(name: str):
+    """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9; in a newer release the
+    op module that took its place), or None where the reference is absent."""
+    if _reference_has("jit_kernel"):
+        return reference_import(f"sglang.jit_kernel.{name}", bare=("sglang", "sglang.srt", "sglang.srt.utils"))
+    return reference_ops(_NEWER_LAYOUT[name]) if name in _NEWER_LAYOUT else None
+
+
+def reference_ops(path: str):
+    """The reference's `sglang.kernels.ops.<path>` op module (its newer releases, e.g. "layernorm.norm"),
+    or None where the reference is absent."""
+    return reference_import(f"sglang.kernels.ops.{path}") if _reference_has("kernels") else None
+
+
+def _reference_has(package: str) -> bool:
+    """Whether the reference's sglang package has the subpackage (found without importing sglang)."""
+    import importlib.util
+    import sys
+
+    path = reference_path()
+    if path is None:
+        return False
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    found = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else sys.modules["sglang"].__spec__
+    return found is not None and any((Path(p) / package).is_dir() for p in found.submodule_search_locations or [])
+
+
+def reference_version() -> str:
+    """The version of the reference: its wheel's (REFERENCE_WHEEL) or the installed package's, or "absent"."""
+    import importlib.metadata
+
+    wheel = os.environ.get("REFERENCE_WHEEL")
+    if wheel:
+        return Path(wheel).name.split("-")[1]
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
 def reference_import(module: str, bare: tuple = ("sglang",)):
     """The reference's module `module` (e.g. sglang.kernels.ops.layernorm.norm), or None where the
     reference is absent. Its package __init__ needs the whole serving stack, so the packages named in
@@ -186,7 +232,41 @@ def reference_import(module: str, bare: tuple = ("sglang",)):
     raise ImportError(f"the reference's {module} needs too many absent modules")
 
 
-def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module (its 0.5.9 layout), or None where the reference
-    is absent."""
-    return reference_import(f"sglang.jit_kernel.{name}", bare=("sglang", "sglang.srt", "sglang.srt.utils"))
+def reference_ops_or_none(path: str):
+    """reference_ops(path), or None (with a note in the output) where it is absent or does not load, so that
+    a table is printed without its reference column rather than not at all. Where its own JIT loader cannot
+    build (it needs the `ninja` executable), jitkern.compat.sglang builds its kernels from the same sources."""
+    try:
+        module = reference_ops(path)
+    except Exception as e:  # noqa: BLE001 - any failure of the reference's import
+        print(f"<!-- the reference's {path} did not load: {type(e).__name__}: {str(e)[:300]} -->")
+        return None
+    if module is not None:
+        reference_builder()
+    return module
+
+
+def reference_builder() -> str:
+    """What builds the reference's kernels here: its own JIT loader, or, where that loader's build tool (the
+    `ninja` executable) is missing, jitkern.compat.sglang from the same sources (installed by this call)."""
+    import shutil
+
+    if shutil.which("ninja") is not None:
+        return "its own JIT loader"
+    from jitkern.compat import sglang as compat
+
+    compat.install()
+    return "jitkern.compat.sglang from its sources (its own loader needs ninja, absent here)"
+
+
+def call_each(fns: dict) -> dict:
+    """Calls each function once (builds, warm-up); a "reference" entry that fails is left out with a note."""
+    for name, fn in list(fns.items()):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the reference's JIT build or launch
+            if name != "reference":
+                raise
+            print(f"<!-- the reference failed: {type(e).__name__}: {str(e)[:300]} -->")
+            del fns[name]
+    return fns
