@@ -128,10 +128,11 @@ def reference_ldflags() -> list[str]:
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference_path() -> str | None:
     """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
-    (REFERENCE_WHEEL=/path/to/sglang-*.whl), "" where it is installed, or None where it is absent."""
+    (REFERENCE_WHEEL=/path/to/sglang-*.whl; once per process), "" where it is installed, or None where
+    it is absent."""
     import importlib.util
     import tempfile
     import zipfile
@@ -153,14 +154,29 @@ _NEWER_LAYOUT = {"norm": "layernorm.norm", "per_tensor_quant_fp8": "quantization
 def reference_module(name: str):
     """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9; in a newer release the
     op module that took its place), or None where the reference is absent."""
-    old = _import_reference(f"sglang.jit_kernel.{name}")
-    return old if old is not None or name not in _NEWER_LAYOUT else reference_ops(_NEWER_LAYOUT[name])
+    if _reference_has("jit_kernel"):
+        return reference_import(f"sglang.jit_kernel.{name}", bare=("sglang", "sglang.srt", "sglang.srt.utils"))
+    return reference_ops(_NEWER_LAYOUT[name]) if name in _NEWER_LAYOUT else None
 
 
 def reference_ops(path: str):
     """The reference's `sglang.kernels.ops.<path>` op module (its newer releases, e.g. "layernorm.norm"),
     or None where the reference is absent."""
-    return _import_reference(f"sglang.kernels.ops.{path}")
+    return reference_import(f"sglang.kernels.ops.{path}") if _reference_has("kernels") else None
+
+
+def _reference_has(package: str) -> bool:
+    """Whether the reference's sglang package has the subpackage (found without importing sglang)."""
+    import importlib.util
+    import sys
+
+    path = reference_path()
+    if path is None:
+        return False
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    found = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else sys.modules["sglang"].__spec__
+    return found is not None and any((Path(p) / package).is_dir() for p in found.submodule_search_locations or [])
 
 
 def reference_version() -> str:
@@ -176,126 +192,44 @@ def reference_version() -> str:
         return "absent"
 
 
-def _import_reference(module: str):
-    """The reference's module `module`. Its package __init__ files need the whole serving stack, so the
-    packages on the way (and sglang.srt.utils, whose helpers the kernels import) are bare namespace
-    modules, and the few third-party modules its helpers import but its kernels never use get empty
-    stand-ins where they are missing."""
+def reference_import(module: str, bare: tuple = ("sglang",)):
+    """The reference's module `module` (e.g. sglang.kernels.ops.layernorm.norm), or None where the
+    reference is absent. Its package __init__ needs the whole serving stack, so the packages named in
+    `bare` are bare namespace modules, and the third-party modules its helpers import but its kernels
+    never use get reference_stand_ins' where they are missing."""
     import importlib
     import importlib.util
     import sys
     import types
+
+    import reference_stand_ins
 
     path = reference_path()
     if path is None:
         return None
     if path and path not in sys.path:
         sys.path.insert(0, path)
-    parts = module.split(".")
-    for package in [".".join(parts[:i]) for i in range(1, len(parts))] + ["sglang.srt", "sglang.srt.utils"]:
+    for package in bare:
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
-            if found is None:  # not in this release's layout
-                return None
             stub = types.ModuleType(package)
-            stub.__path__ = list(found.submodule_search_locations)
+            stub.__path__, stub.__spec__ = list(found.submodule_search_locations), found
             sys.modules[package] = stub
-
-    if "msgspec" not in sys.modules and importlib.util.find_spec("msgspec") is None:
-        sys.modules["msgspec"] = _msgspec_stand_in()
-    if "sglang.srt.utils.common" not in sys.modules:  # the helpers its JIT loader and op registration take from the server's
-        sys.modules["sglang.srt.utils.common"] = _server_utils_stand_in()
-
-    def absent(attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return lambda *args, **kwargs: None
-
-    for _ in range(20):
+    before = set(sys.modules)
+    for _ in range(40):
         try:
             return importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name is None or e.name.startswith("sglang"):
                 raise
-            stand_in = types.ModuleType(e.name)
-            stand_in.__getattr__ = absent
-            stand_in.__path__ = []
-            sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith((module.rsplit(".", 1)[0] + ".", "sglang.srt.utils.", "sglang.kernels.jit."))
-                            and m != "sglang.srt.utils.common"]:
+            if e.name in ("msgspec", "msgspec.structs"):
+                sys.modules["msgspec"] = reference_stand_ins.msgspec_module()
+                sys.modules["msgspec.structs"] = sys.modules["msgspec"].structs
+            else:
+                sys.modules[e.name] = reference_stand_ins.absent_module(e.name)
+            for partial in [m for m in sys.modules if m.startswith("sglang.") and m not in before]:
                 del sys.modules[partial]
     raise ImportError(f"the reference's {module} needs too many absent modules")
-
-
-def _msgspec_stand_in():
-    """What the reference's JIT loader uses of msgspec, where it is not installed: frozen Struct classes
-    (array_like ones encode as lists) and msgspec.json's encode / decode of a list of them."""
-    import dataclasses
-    import json
-    import types
-    import typing
-
-    class Struct:
-        def __init_subclass__(cls, frozen=False, array_like=False, **kwargs):
-            super().__init_subclass__(**kwargs)
-            cls._array_like = array_like
-            dataclasses.dataclass(frozen=frozen)(cls)
-
-    class DecodeError(ValueError):
-        pass
-
-    def plain(value):
-        if dataclasses.is_dataclass(value):
-            fields = [getattr(value, f.name) for f in dataclasses.fields(value)]
-            return [plain(v) for v in fields] if value._array_like else {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-
-    def decode(raw, type=None):
-        try:
-            data = json.loads(raw)
-        except ValueError as e:
-            raise DecodeError(str(e)) from e
-        args = typing.get_args(type)
-        if args and dataclasses.is_dataclass(args[0]):
-            try:
-                return [args[0](*row) if isinstance(row, list) else args[0](**row) for row in data]
-            except TypeError as e:
-                raise DecodeError(str(e)) from e
-        return data
-
-    module = types.ModuleType("msgspec")
-    module.Struct, module.DecodeError = Struct, DecodeError
-    module.json = types.SimpleNamespace(encode=lambda value: json.dumps(plain(value)).encode(), decode=decode)
-    return module
-
-
-def _server_utils_stand_in():
-    """What the reference's kernel modules use of its server's sglang.srt.utils.common (whose own imports
-    need the serving stack): is_cuda, get_cuda_version and direct_register_custom_op (its op modules
-    register each op as torch.ops.sglang.<name>, dispatched to CUDA)."""
-    import types
-
-    import torch
-
-    module = types.ModuleType("sglang.srt.utils.common")
-    module.is_cuda = lambda: torch.version.cuda is not None and torch.cuda.is_available()
-    module.get_cuda_version = lambda: tuple(int(v) for v in (torch.version.cuda or "0.0").split("."))
-    library = torch.library.Library("sglang", "FRAGMENT")
-
-    def direct_register_custom_op(op_name, op_func, mutates_args, fake_impl=None, target_lib=None):
-        if hasattr(torch.ops.sglang, op_name):
-            return
-        lib = target_lib or library
-        lib.define(op_name + torch.library.infer_schema(op_func, mutates_args=mutates_args))
-        lib.impl(op_name, op_func, "CUDA")
-        if fake_impl is not None:
-            lib._register_fake(op_name, fake_impl)
-
-    module.direct_register_custom_op = direct_register_custom_op
-    module._library = library  # the ops live as long as it does
-    return module
 
 
 def reference_ops_or_none(path: str):
