@@ -35,6 +35,7 @@ import types
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
+from .._engine import effective
 from . import sglang as compat
 
 # Representative values of the op modules' integer parameters, by name (a parameter with a default
@@ -499,7 +500,7 @@ def table(rows: Sequence[Row]) -> str:
 def main(argv: Sequence[str] | None = None, prog: str = "python -m jitkern.compat.check") -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--kernels", help="the reference's sglang/kernels/jit directory (default: the installed sglang's)")
-    p.add_argument("--arch", default=os.environ.get("JITKERN_CUDA_ARCH") or "sm_90a", help="CUDA target (default sm_90a)")
+    p.add_argument("--arch", default=effective("JITKERN_CUDA_ARCH") or "sm_90a", help="CUDA target (default sm_90a)")
     p.add_argument("--only", nargs="*", default=[], help="regular expressions: check only kernel files matching one")
     p.add_argument("--calls", help="recorded load_jit calls (JSON lines) instead of reading the op modules")
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="builds at once (default: usable CPUs)")
