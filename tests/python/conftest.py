@@ -56,31 +56,59 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-_GPU_NOT_RUN = []  # the one skip reason of every GPU test on a machine without a GPU (set at collection)
+_NOT_RUN = {}  # marker -> the one skip reason of its tests on a machine without a GPU (set at collection)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
-    # never counted as passed, in one line of the summary (pytest_runtest_setup).
-    if _cuda_available():
-        return
-    count = sum("gpu" in item.keywords for item in items)
-    _GPU_NOT_RUN[:] = [f"NOT RUN here: {count} GPU test{'s' if count != 1 else ''} need a CUDA GPU and torch; on a GPU "
-                       "machine run them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)"]
+    # never counted as passed, in one line of the summary (pytest_runtest_setup); so is the part of the
+    # compile matrix that runs on the GPU machine only.
+    if not _cuda_available():
+        gpu = sum("gpu" in item.keywords for item in items)
+        _NOT_RUN["gpu"] = (f"NOT RUN here: {gpu} GPU test{'s' if gpu != 1 else ''} need a CUDA GPU and torch; on a GPU machine run "
+                           "them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)")
+        matrix = sum("full_matrix" in item.keywords for item in items)
+        _NOT_RUN["full_matrix"] = f"NOT RUN here: {matrix} test{'s' if matrix != 1 else ''} of the full compile matrix (the GPU machine's: `scripts/gpu-check.sh tests`)"
+    # Under pytest-xdist (--dist loadgroup), the tests of a file that use a module-scoped fixture run on one
+    # worker, so that the fixture (a wheel built, a cache prebuilt) is made once.
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
+        for item in items:
+            defs = getattr(item, "_fixtureinfo", None)
+            if defs and any(d[-1].scope == "module" for d in defs.name2fixturedefs.values()):
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    # Skipped from this one line, so that `pytest -rs` folds every GPU test into one summary line.
-    if _GPU_NOT_RUN and "gpu" in item.keywords:
-        pytest.skip(_GPU_NOT_RUN[0])
+    # Skipped from this one line, so that `pytest -rs` folds every such test into one summary line.
+    for marker, reason in _NOT_RUN.items():
+        if marker in item.keywords:
+            pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("markexpr") == "not slow":  # pyproject.toml's default for the edit-test loop
+        terminalreporter.write_line("slow tests (packaging, every op module compiled) were left out: scripts/test.sh, "
+                                    "or pytest -m '' (everything) or -m slow, runs them")
+
+
+def _use_cache(monkeypatch, d: Path) -> Path:
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(d))  # the engine reads it per call
+    monkeypatch.delenv("JITKERN_LOCK_DIR", raising=False)
+    monkeypatch.delenv("JITKERN_RETRY_FAILED", raising=False)
+    return d
+
+
+@pytest.fixture
+def shared_cache_dir(tmp_path_factory, monkeypatch):
+    """A jitkern cache shared by every test of the run that uses it (every pytest-xdist worker's too: the
+    engine's builds are process-safe), for tests that only need their modules built, not a fresh cache."""
+    base = tmp_path_factory.getbasetemp()
+    return _use_cache(monkeypatch, (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-cache")
 
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    """A fresh, private jitkern cache for the test (the engine reads JITKERN_CACHE_DIR per call)."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("JITKERN_CACHE_DIR", str(d))
-    monkeypatch.delenv("JITKERN_LOCK_DIR", raising=False)
-    monkeypatch.delenv("JITKERN_RETRY_FAILED", raising=False)
-    return d
+    """A fresh, private jitkern cache for the test."""
+    return _use_cache(monkeypatch, tmp_path / "cache")

@@ -131,6 +131,7 @@ inline void scale_add(jitkern::TensorView y, jitkern::TensorView x, double b) {
 """
 
 
+@pytest.mark.tvm_ffi
 def test_exports_take_keywords_by_their_parameter_names(cache_dir, tmp_path):
     """An export whose wrapper names its parameters is called like a Python function; one whose wrapper does
     not says the call is positional-only and how to name them. A size mismatch names where the earlier size
@@ -158,6 +159,7 @@ def test_exports_take_keywords_by_their_parameter_names(cache_dir, tmp_path):
     assert jitkern.jit.positional(m, "sum_ints")(1, 2, False) == 3  # the tvm_ffi.Function itself, for hot paths
 
 
+@pytest.mark.tvm_ffi
 def test_returned_tensor_needs_a_framework_allocator(cache_dir):
     """A function returning jitkern::Tensor allocates through the caller's framework; numpy has none,
     so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see
@@ -179,6 +181,7 @@ def test_module_lists_its_exports(cache_dir):
         m["tripled"]
 
 
+@pytest.mark.tvm_ffi
 def test_tvm_ffi_tensorview_kernel_compiles_unchanged(cache_dir):
     m = jitkern.load_jit("tvm_compat", cpp_files=[str(KERNELS / "tvm_compat_cpu.h")], cpp_wrappers=[("copy_rows", "copy_rows")])
     rng = np.random.default_rng()

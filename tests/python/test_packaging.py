@@ -1,5 +1,6 @@
-"""The package as a fleet installs it: a manylinux wheel (auditwheel repair passes) and an sdist, each
-installed into a fresh directory and used there (a C++ module compiled, cached and loaded). CPU only."""
+"""The package as a fleet installs it: an sdist, the wheel pip builds from it and that wheel made manylinux
+(auditwheel repair passes), each installed into a fresh directory and used there (a C++ module compiled,
+cached and loaded). CPU only."""
 
 import hashlib
 import json
@@ -12,6 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # the engine compiled from the sdist: minutes on two cores
 
 REPO = Path(__file__).resolve().parents[2]
 USE = """
@@ -37,13 +40,28 @@ def install_and_use(artifact: Path, target: Path, cache: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("wheel")
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out / "raw"), str(REPO)])
-    (raw,) = (out / "raw").glob("*.whl")
+def sdist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sdist")
+    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(out), str(REPO)])
+    (sdist,) = out.glob("jitkern-*.tar.gz")
+    return sdist
+
+
+@pytest.fixture(scope="module")
+def raw_wheel(sdist, tmp_path_factory):
+    """The wheel pip builds from the sdist (as `pip install` of the sdist does): the one compile of the engine here."""
+    out = tmp_path_factory.mktemp("raw")
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(sdist)])
+    (raw,) = out.glob("*.whl")
     assert raw.name.startswith("jitkern-") and "-py3-none-linux_x86_64" in raw.name, raw.name
-    run([sys.executable, "-m", "auditwheel", "repair", "-w", str(out / "repaired"), str(raw)])
-    (repaired,) = (out / "repaired").glob("*.whl")
+    return raw
+
+
+@pytest.fixture(scope="module")
+def wheel(raw_wheel, tmp_path_factory):
+    out = tmp_path_factory.mktemp("repaired")
+    run([sys.executable, "-m", "auditwheel", "repair", "-w", str(out), str(raw_wheel)])
+    (repaired,) = out.glob("*.whl")
     return repaired
 
 
@@ -61,14 +79,12 @@ def test_repaired_wheel_installs_and_runs_elsewhere(wheel, tmp_path):
     assert "WORKS" in out and str(tmp_path / "site") in out
 
 
-def test_sdist_builds_installs_and_runs(tmp_path):
-    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path / "dist"), str(REPO)])
-    (sdist,) = (tmp_path / "dist").glob("jitkern-*.tar.gz")
+def test_sdist_builds_installs_and_runs(sdist, raw_wheel, tmp_path):
     names = tarfile.open(sdist).getnames()
     root = names[0].split("/")[0]
     for required in ("CMakeLists.txt", "src/engine/build.cc", "include/jitkern/tensor.h", "csrc/norm.cuh", "python/jitkern/cli.py"):
         assert f"{root}/{required}" in names, required
-    assert "WORKS" in install_and_use(sdist, tmp_path / "site", tmp_path / "cache")
+    assert "WORKS" in install_and_use(raw_wheel, tmp_path / "site", tmp_path / "cache")
 
 
 SERVE = """
