@@ -13,7 +13,7 @@ stage() {
   local cpu
   times >"$times_file"  # here, not in a subshell: the CPU time of this shell's finished children
   cpu=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$times_file")
-  [ -z "$stage_name" ] || breakdown+=("$(printf '  %-44s %5d s  (CPU %5d s)' "$stage_name" $((SECONDS - stage_started)) $((cpu - stage_cpu)))")
+  [ -z "$stage_name" ] || breakdown+=("$(printf '  %-52s %5d s  (CPU %5d s)' "$stage_name" $((SECONDS - stage_started)) $((cpu - stage_cpu)))")
   stage_name=$1 stage_started=$SECONDS stage_cpu=$cpu
   [ -z "$1" ] || { stage_number=$((stage_number + 1)); printf '\n== [%d/%d] %s  (%d:%02d elapsed)\n' "$stage_number" "$stages" "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
 }
@@ -25,34 +25,34 @@ finish() {
   echo
   echo "== time per stage (wall; CPU: user+sys of its processes; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
   printf '%s\n' "${breakdown[@]}"
-  printf '  %-44s %5d s\n' total "$SECONDS"
+  printf '  %-52s %5d s\n' total "$SECONDS"
   exit "$rc"
 }
 trap finish EXIT
 
-stage "setting up .venv (jitkern built in build/cmake)"
+stage "set-up: .venv, jitkern built in build/cmake"
 # shellcheck source=setup.sh
 source "$repo/scripts/setup.sh"
 
-stage "building the C++ tests (build/cmake)"
+stage "C++ tests: build (build/cmake)"
 cmake -S "$repo" -B "$repo/build/cmake" -DJITKERN_BUILD_TESTS=ON >/dev/null
 cmake --build "$repo/build/cmake" -j "$(nproc)"
 
-stage "running the C++ tests (ctest)"
+stage "C++ tests: run (ctest)"
 ctest --test-dir "$repo/build/cmake" --output-on-failure -j "$(nproc)"
 
-stage "fetching the reference release's kernels (cached)"
+stage "the reference release's kernels (fetched once)"
 # The pinned reference release's kernels, for the compatibility tests (cached outside the repository).
 REFERENCE_KERNELS=${REFERENCE_KERNELS:-$("$repo/scripts/fetch_reference.sh")}
 export REFERENCE_KERNELS
 
-stage "running the Python tests (pytest, $(nproc) workers, slow tests included)"
+stage "Python tests: pytest on $(nproc) workers, slow ones too"
 # From outside the source tree, so that the installed package (with its built library) is tested. -m "":
 # every test (pyproject.toml leaves the slow ones out of a plain `pytest`).
 rc=0
 (cd /tmp && python -m pytest -q -rs -n auto --dist loadgroup -m "" --durations=10 "$repo/tests/python" "$@") || rc=$?
 
-stage "the tvm_ffi tests with the oldest apache-tvm-ffi allowed"
+stage "tvm_ffi tests, the oldest apache-tvm-ffi allowed"
 pin=$(jitkern_requirements run | grep '^apache-tvm-ffi')
 # The oldest release (not pre-release) the pin allows, from the package index.
 oldest=$(python - "$pin" <<'PY'

@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -59,7 +60,6 @@ def _cuda_available() -> bool:
 _NOT_RUN = {}  # marker -> the one skip reason of its tests on a machine without a GPU (set at collection)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
     # never counted as passed, in one line of the summary (pytest_runtest_setup); so is the part of the
@@ -70,13 +70,29 @@ def pytest_collection_modifyitems(config, items):
                            "them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)")
         matrix = sum("full_matrix" in item.keywords for item in items)
         _NOT_RUN["full_matrix"] = f"NOT RUN here: {matrix} test{'s' if matrix != 1 else ''} of the full compile matrix (the GPU machine's: `scripts/gpu-check.sh tests`)"
-    # Under pytest-xdist (--dist loadgroup), the tests of a file that use a module-scoped fixture run on one
-    # worker, so that the fixture (a wheel built, a cache prebuilt) is made once.
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
-        for item in items:
-            defs = getattr(item, "_fixtureinfo", None)
-            if defs and any(d[-1].scope == "module" for d in defs.name2fixturedefs.values()):
-                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's --dist loadgroup, here: the tests of a file that defines a module-scoped fixture (a wheel
+    built, a cache prebuilt) run on one worker, so that the fixture is made once; every other test goes to
+    whichever worker is free. (xdist_group marks cannot do it: pytest-xdist 3.8 groups them through node ids,
+    which pytest 9 no longer lets it change.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = {}
+
+    class ModuleFixtureFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::")[0]
+            if path not in grouped:
+                file = config.rootpath / path
+                grouped[path] = file.suffix == ".py" and re.search(r"@pytest\.fixture\([^)]*scope=.module.", file.read_text()) is not None
+            return path if grouped[path] else nodeid
+
+    return ModuleFixtureFiles(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
