@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs jitkern with its test dependencies into it: the C++
-# engine/runtime library is built by CMake through scikit-build-core, in build/cmake (kept: a rebuild
-# compiles only what changed, and scripts/test.sh builds the C++ tests in the same directory). Source
-# this file. The install is skipped when the package's sources are what the last install built (a stamp
-# in .venv). The wheel installed stays in build/dist (scripts/test.sh installs it beside other tvm-ffi
-# versions).
+# engine/runtime library is built by CMake through scikit-build-core, in build/cmake (pyproject.toml's
+# build-dir). Source this file. The install is skipped when the package's sources are what the last
+# install built (a stamp in .venv).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ ! -x "$repo/.venv/bin/python" ]; then
@@ -58,9 +56,7 @@ else
   python -m pip install "${pip_quiet[@]}" --upgrade --pre "$(jitkern_requirements run | grep '^apache-tvm-ffi')"
   echo "building jitkern (C++ engine; 1-2 min the first time, then only what changed) ..."
   # No build isolation: the build directory is kept, and it must name this venv's tvm-ffi, not a temporary one's.
-  rm -rf "$repo/build/dist"
-  python -m pip wheel "${pip_quiet[@]}" --no-build-isolation --no-deps -C build-dir="$repo/build/cmake" -w "$repo/build/dist" "$repo"
-  python -m pip install "${pip_quiet[@]}" --no-deps --force-reinstall "$repo"/build/dist/jitkern-*.whl
+  python -m pip install "${pip_quiet[@]}" --no-build-isolation --no-deps --force-reinstall "$repo"
   echo "$sources_hash" >"$stamp"
   echo "installed jitkern $(python -c 'import jitkern; print(jitkern.__version__)') with apache-tvm-ffi $(python -c 'import importlib.metadata as m; print(m.version("apache-tvm-ffi"))')"
 fi

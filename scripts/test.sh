@@ -35,11 +35,12 @@ stage "set-up: .venv, jitkern built in build/cmake"
 source "$repo/scripts/setup.sh"
 
 stage "C++ tests: build (build/cmake)"
-cmake -S "$repo" -B "$repo/build/cmake" -DJITKERN_BUILD_TESTS=ON >/dev/null
-cmake --build "$repo/build/cmake" -j "$(nproc)"
+build="$repo/build/cmake"  # the package's build directory (pyproject.toml's build-dir): only the tests compile
+cmake -S "$repo" -B "$build" -DJITKERN_BUILD_TESTS=ON >/dev/null
+cmake --build "$build" -j "$(nproc)"
 
 stage "C++ tests: run (ctest)"
-ctest --test-dir "$repo/build/cmake" --output-on-failure -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
 
 stage "the reference release's kernels (fetched once)"
 # The pinned reference release's kernels, for the compatibility tests (cached outside the repository).
@@ -73,16 +74,12 @@ if [ -z "$oldest" ]; then
 elif [ "$oldest" = "$newest" ]; then
   echo "apache-tvm-ffi $oldest, the oldest allowed, is the newest too: the run above tested it"
 else
-  venv="$repo/build/tvm-ffi-$oldest"
-  wheel=$(ls "$repo"/build/dist/jitkern-*.whl)
-  stamp=$(sha256sum "$wheel" | cut -d' ' -f1)
-  if [ "$(cat "$venv/installed" 2>/dev/null)" != "$stamp" ]; then
-    echo "installing jitkern's wheel with apache-tvm-ffi $oldest into $venv ..."
-    rm -rf "$venv" && python -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "apache-tvm-ffi==$oldest" "$wheel[test]"
-    echo "$stamp" >"$venv/installed"
-  fi
-  echo "apache-tvm-ffi $oldest (the run above: $newest)"
-  (cd /tmp && "$venv/bin/python" -m pytest -q -rs -m tvm_ffi "$repo/tests/python" "$@") || rc=$?
+  # The same .venv, its tvm-ffi shadowed by the oldest one (first on PYTHONPATH, in child processes too).
+  site="$repo/build/apache-tvm-ffi-$oldest"
+  [ -d "$site" ] || python -m pip install -q --disable-pip-version-check --no-deps --target "$site" "apache-tvm-ffi==$oldest"
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  python -c "import importlib.metadata as m, tvm_ffi; assert tvm_ffi.__file__.startswith('$site/') and m.version('apache-tvm-ffi') == '$oldest'"
+  echo "apache-tvm-ffi $oldest, shadowing .venv's $newest"
+  (cd /tmp && python -m pytest -q -rs -m tvm_ffi "$repo/tests/python" "$@") || rc=$?
 fi
 exit "$rc"

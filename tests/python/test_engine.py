@@ -196,6 +196,19 @@ def test_tvm_ffi_tensorview_kernel_compiles_unchanged(cache_dir):
         m.copy_rows(dst, src, np.zeros(4, dtype=np.float32))
 
 
+@pytest.mark.tvm_ffi
+def test_a_module_built_under_another_tvm_ffi_is_not_served(cache_dir, monkeypatch):
+    """tvm-ffi's version is part of a request's key: the same spec under another tvm-ffi has its own entry."""
+    import tvm_ffi
+
+    spec = jitkern.JitSpec("tvm_ffi_keyed", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("doubled", "doubled")])
+    here = spec.build()
+    monkeypatch.setattr(jitkern.jit, "_ENV", None)  # (the request's context, made once per process)
+    monkeypatch.setattr(tvm_ffi, "__version__", tvm_ffi.__version__ + ".other")
+    other = spec.build()
+    assert other != here and os.path.isfile(here) and os.path.isfile(other), (here, other)
+
+
 def test_header_edit_forces_rebuild_and_revert_reuses(cache_dir, workdir):
     first = run_child(workdir)
     assert result_of(first) == 2.0 and compiles(first) == 1
