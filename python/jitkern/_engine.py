@@ -223,6 +223,15 @@ def config() -> dict:
     return json.loads(_take(_LIB.jitkern_config()))
 
 
+def effective(name: str) -> str:
+    """A setting's value as the engine applies it ("" where it is unset without a default); ValueError
+    saying what is wrong with an invalid value."""
+    setting = next(s for s in config()["settings"] if s["name"] == name)
+    if setting["problem"]:
+        raise ValueError(f"jitkern: {setting['problem']}")
+    return setting["effective"]
+
+
 def check_request(request: bytes) -> None:
     """ValueError naming the field for what a build of `request` would refuse before compiling; builds nothing."""
     error = ctypes.c_void_p()

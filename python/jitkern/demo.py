@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 
-from . import load_jit, make_cpp_args
+from . import _engine, load_jit, make_cpp_args
 
 
 def _gpu_available() -> bool:
@@ -59,7 +59,7 @@ def cpu_demo() -> None:
     if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
         print("nvcc not found: skipped the CUDA compile-check")
         return
-    arch = os.environ.get("JITKERN_CUDA_ARCH", "sm_90a")
+    arch = _engine.effective("JITKERN_CUDA_ARCH") or "sm_90a"
     from .ops.add_constant import spec
 
     path = _timed(f"compile-check add_constant.cuh for {arch}", lambda: spec(42).replace(cuda_arch=arch).build())

@@ -2,7 +2,6 @@
 // writable cache under the entry's load lock; no compiler runs. Cold path: the entry's build lock,
 // compile in a scratch directory, record what the compiler read, publish through the store. The store
 // (store.h) owns every file and lock; this file owns compiling and what a build's outcome means.
-#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,13 +34,6 @@ using compile::Transient;
 using manifest::Dep;
 using manifest::Failure;
 using manifest::Manifest;
-
-std::string current_dir() {
-  char buf[PATH_MAX];
-  if (::getcwd(buf, sizeof buf) == nullptr) throw std::runtime_error("jitkern: cannot read the current directory");
-  return buf;
-}
-
 
 // A manifest for `p` with its descriptive fields filled in (the caller adds the library and deps).
 Manifest new_manifest(const plan::Plan& p, const config::Config& cfg, const std::vector<toolchain::Compiler>& compilers,
@@ -219,19 +211,6 @@ store::Found build_locked(const plan::Plan& p, const config::Config& cfg, const 
 
 }  // namespace
 
-const std::string& engine_lib_dir() {
-  static const std::string dir = [] {
-    std::string d = fs::loaded_object_dir(reinterpret_cast<const void*>(&engine_lib_dir));
-    if (d.empty()) {  // linked into the main program
-      Dl_info info{};
-      if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname && *info.dli_fname)
-        d = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
-    }
-    return d.empty() ? std::string(".") : d;
-  }();
-  return dir;
-}
-
 std::string build(const BuildRequest& request, const EngineConfig& config) {
   bool compiled = false;
   return find_or_build(request, config, &compiled).path;
@@ -239,12 +218,12 @@ std::string build(const BuildRequest& request, const EngineConfig& config) {
 
 store::Found find_or_build(const BuildRequest& request, const EngineConfig& config, bool* compiled) {
   *compiled = false;
-  const config::Config cfg = config::resolve(config, request.build_directory, engine_lib_dir());
+  const config::Config cfg = config::resolve(config, request.build_directory, config::engine_lib_dir());
   note_library_sources(cfg);
   plan::validate(request);
   const auto sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
   const std::string arch = request.cuda_files.empty() ? "" : toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
-  plan::Plan p = plan::make(request, cfg, sources, arch, current_dir());  // the key, without compilers: a lookup runs none
+  plan::Plan p = plan::make(request, cfg, sources, arch, fs::current_dir());  // the key, without compilers: a lookup runs none
   const store::Store cache = store::Store::writable(cfg);
   const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, cfg, p.has_cuda); };
   // Warm path, never a compiler or a subprocess: the read-only prebuilt layers, then the writable

@@ -10,8 +10,6 @@
 namespace jitkern {
 
 // build(), returning the store's Found; `*compiled`: whether this call ran the compiler.
-// The directory of the engine's library (the package's lib/ when installed).
-const std::string& engine_lib_dir();
 
 // Where the libraries modules link are for this process (jitkern's runtime and tvm-ffi: the configuration's
 // directories; the CUDA runtime: beside the configuration's nvcc, looked up only when needed). module.cc

@@ -347,7 +347,8 @@ FORK_DURING_BUILD = textwrap.dedent(
     import json, os, sys, threading, time, jitkern
     fields = json.loads(sys.argv[1])
     def fork_soon():
-        time.sleep(0.5)
+        while not os.path.exists(os.environ["JK_COMPILING"]):  # the compile step has begun, under the build lock
+            time.sleep(0.05)
         if os.fork() == 0:
             null = os.open("/dev/null", os.O_WRONLY)
             os.dup2(null, 1), os.dup2(null, 2)  # the test's pipes close when the parent exits
@@ -360,16 +361,19 @@ FORK_DURING_BUILD = textwrap.dedent(
 
 
 def test_a_fork_during_a_build_does_not_keep_its_lock(tmp_path, env):
-    cxx = script(tmp_path / "bin" / "c++", f'[ "$1" = --version ] || sleep 2\nexec {real_cxx()} "$@"')
+    marker = tmp_path / "compiling"
+    cxx = script(tmp_path / "bin" / "c++", f'case " $* " in *" -o "*) touch {marker}; sleep 2;; esac\nexec {real_cxx()} "$@"')
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
     fields = cpu_fields("forked", kernel)
-    slow = {**env, "CXX": str(cxx)}
+    slow = {**env, "CXX": str(cxx), "JK_COMPILING": str(marker)}
     proc = subprocess_popen([sys.executable, "-c", FORK_DURING_BUILD, json.dumps(fields)], slow)
     try:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-2000:]
-        again = load(fields, slow, mode="value", timeout=20)  # the forked child still lives (60 s)
-        assert result(again) == 7
+        # An edit rebuilds the same entry, under its build lock, while the forked child still lives (60 s).
+        write(kernel, PROBE_CPU.replace("#define VALUE 7", "#define VALUE 8"))
+        again = load(fields, slow, mode="value", timeout=20)
+        assert result(again) == 8
     finally:
         run(["pkill", "-f", "time.sleep\\(60\\)"], os.environ)
 

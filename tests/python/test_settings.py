@@ -108,6 +108,15 @@ def test_config_shows_effective_values_origins_and_problems(tmp_path):
     assert report["unknown"] == ["JITKERN_CAHCE_DIR (did you mean JITKERN_CACHE_DIR?)"]
 
 
+EFFECTIVE = "import jitkern._engine as e\ntry:\n    print(repr(e.effective('JITKERN_CUDA_ARCH')))\nexcept ValueError as x:\n    print('ValueError', x)\n"
+
+
+@pytest.mark.parametrize("value, shown", [(None, "''"), ("sm_100a", "'sm_100a'"), ("hopper", "ValueError jitkern: invalid CUDA architecture 'hopper'")])
+def test_python_reads_a_setting_as_the_engine_applies_it(value, shown):
+    proc = subprocess.run([sys.executable, "-c", EFFECTIVE], env=env_with(JITKERN_CUDA_ARCH=value), capture_output=True, text=True)
+    assert proc.stdout.startswith(shown), proc.stdout + proc.stderr
+
+
 def doctor(env) -> tuple[int, dict]:
     proc = cli("doctor", "--json", env=env)
     return proc.returncode, {c["what"]: c for c in json.loads(proc.stdout)["checks"]}

@@ -111,11 +111,6 @@ void register_exports(const jitkern::Module& module, const std::vector<std::stri
   }
 }
 
-std::string current_dir() {
-  char buf[4096];
-  return ::getcwd(buf, sizeof buf) ? buf : "";
-}
-
 // The one in-process memo of loaded modules: keyed on the request and everything else that changes
 // its result (every setting the engine reads, the working directory relative paths resolve against).
 // A hit returns "<path>\n<prefix>\n<export>\n...": the same prefix, so Python reuses its Module object.
@@ -124,7 +119,7 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
   static std::unordered_map<std::string, std::string> by_request;  // memo key -> result
   static std::unordered_map<std::string, std::string> by_path;     // library path -> registration prefix
   static std::atomic<int> counter{0};
-  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + current_dir() + '\0' +
+  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + jitkern::fs::current_dir() + '\0' +
                                jitkern::store::Store::package_layers_text();
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -258,7 +253,7 @@ std::string cache_command(const std::string& text) {
 // what is wrong with it (config::report), the JITKERN_* variables that are no setting, the prebuilt layers.
 std::string config_json() {
   std::string out = "{\"settings\": [";
-  const auto report = jitkern::config::report(jitkern::engine_lib_dir());
+  const auto report = jitkern::config::report(jitkern::config::engine_lib_dir());
   for (std::size_t i = 0; i < report.settings.size(); ++i) {
     const auto& r = report.settings[i];
     out += std::string(i ? ", " : "") + "{\"name\": " + json_string(r.setting->name) + ", \"value\": " + (r.set ? json_string(r.value) : "null") +

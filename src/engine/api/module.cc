@@ -15,6 +15,7 @@
 #include <jitkern/jit.h>
 
 #include "build.h"
+#include "config/config.h"
 #include "base/fs_util.h"
 #include "compile/toolchain.h"
 
@@ -34,7 +35,7 @@ bool preload_missing_library(const std::string& dlerror_text) {
   const std::size_t begin = dlerror_text.rfind(": ", end - 1);
   const std::string name = dlerror_text.substr(begin == std::string::npos ? 0 : begin + 2, end - (begin == std::string::npos ? 0 : begin + 2));
   if (name.empty() || name.find('/') != std::string::npos) return false;
-  std::vector<std::string> dirs = {engine_lib_dir()};
+  std::vector<std::string> dirs = {config::engine_lib_dir()};
   std::vector<std::pair<std::string, std::string>> nvccs;
   {
     std::lock_guard<std::mutex> lock(g_sources_mutex);

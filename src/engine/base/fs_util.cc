@@ -158,6 +158,12 @@ std::string realpath_or(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
+std::string current_dir() {
+  char buf[PATH_MAX];
+  if (::getcwd(buf, sizeof buf) == nullptr) throw std::runtime_error("jitkern: cannot read the current directory");
+  return buf;
+}
+
 std::string loaded_object_dir(const void* addr) {
   const char* name = nullptr;
 #if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)

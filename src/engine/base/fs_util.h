@@ -61,6 +61,8 @@ int temp_name_pid(const std::string& name);
 void fsync_path(const std::string& path);
 std::string dirname(const std::string& path);
 std::string realpath_or(const std::string& path);
+// The working directory; std::runtime_error where it cannot be read (removed, too long).
+std::string current_dir();
 // The directory of the loaded shared object whose code or data holds `addr` ("" for none, or for the
 // main program).
 std::string loaded_object_dir(const void* addr);

@@ -2,7 +2,7 @@
 // the host pass whose stubs name them.
 #include <cctype>
 
-#include "build.h"
+#include "config/config.h"
 #include "base/log.h"
 #include "compile/nvcc_pipeline.h"
 #include "compile/steps.h"
@@ -17,7 +17,7 @@ namespace jitkern::compile {
 // listed by the host compiler's preprocessor run as NVRTC's (NVRTC writes no dependencies).
 int nvrtc_image(Steps& s, const std::string& cuda_include, std::string* why) {
   const auto stopped = [](int rc) { return rc == fs::kTimedOut || rc == fs::kInterrupted; };
-  const std::string helper = engine_lib_dir() + "/jitkern-nvrtc";
+  const std::string helper = config::engine_lib_dir() + "/jitkern-nvrtc";
   // nvrtc's key promises NVRTC's image, so a broken install fails its builds; auto's may hold either.
   const auto broken_install = [&](const std::string& what) {
     const std::string text = what + " (an incomplete install): reinstall jitkern, or set JITKERN_DEVICE_COMPILER=nvcc";

@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,19 @@ void resolve_compilers(Config* r) {
 }
 
 }  // namespace
+
+const std::string& engine_lib_dir() {
+  static const std::string dir = [] {
+    std::string d = fs::loaded_object_dir(reinterpret_cast<const void*>(&engine_lib_dir));
+    if (d.empty()) {  // linked into the main program
+      Dl_info info{};
+      if (::dladdr(reinterpret_cast<void*>(&engine_lib_dir), &info) && info.dli_fname && *info.dli_fname)
+        d = fs::dirname(info.dli_fname[0] == '/' ? std::string(info.dli_fname) : fs::realpath_or(info.dli_fname));
+    }
+    return d.empty() ? std::string(".") : d;
+  }();
+  return dir;
+}
 
 std::string temp_dir(const Config& c) {
   struct stat st;

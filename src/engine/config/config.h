@@ -38,6 +38,10 @@ struct Config {
   std::vector<std::string> force_rebuild;
 };
 
+// The directory of the engine's library (the package's lib/ when installed): where the package's
+// include/, csrc/ and the runtime library are found.
+const std::string& engine_lib_dir();
+
 // The compiler probe's and the precompiled preludes' parent: TMPDIR where it is a writable directory,
 // else /tmp (a missing TMPDIR is no part of a build). Looked at only by the cold path.
 std::string temp_dir(const Config& config);
