@@ -37,9 +37,9 @@ def _launch() -> int:
         print(f"NOT RUN: bench_all_reduce needs 2 GPUs or more, this machine has {torch.cuda.device_count()}")
         return 0
     import jitkern
-    from jitkern.ops import all_reduce, norm
+    import jitkern.ops
 
-    jitkern.warmup(*all_reduce.specs(), *norm.specs(["fused_add_rmsnorm"], ["bfloat16"]))
+    jitkern.warmup(*jitkern.ops.specs(ops=["AllReduce", "fused_add_rmsnorm"], dtypes=["bfloat16"]))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

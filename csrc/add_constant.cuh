@@ -87,20 +87,20 @@ inline DLTensor as_flat(jitkern::TensorView t, const char* name, int64_t* numel)
   return flat;
 }
 
-// dst = src + kConstant (the tutorial's form: the caller allocates dst); contiguous tensors of any
+// out = src + kConstant (the tutorial's form: the caller allocates out); contiguous tensors of any
 // (equal) shape.
 template <int32_t kConstant>
-void add_constant(jitkern::TensorView dst, jitkern::TensorView src) {
+void add_constant(jitkern::TensorView out, jitkern::TensorView src) {
   using namespace host;
-  int64_t src_numel = 0, dst_numel = 0;
-  const DLTensor flat_src = as_flat(src, "src", &src_numel), flat_dst = as_flat(dst, "out", &dst_numel);
+  int64_t src_numel = 0, out_numel = 0;
+  const DLTensor flat_src = as_flat(src, "src", &src_numel), flat_out = as_flat(out, "out", &out_numel);
   SymbolicSize N{"num_elements"};
   SymbolicDevice device;
-  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(&flat_src, "src").verify(&flat_dst, "out");
-  RuntimeCheck(dst.dim() == src.dim(), "out must have src's shape: got ", dst.dim(), " dimensions for ", src.dim());
+  TensorMatcher({N}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(&flat_src, "src").verify(&flat_out, "out");
+  RuntimeCheck(out.dim() == src.dim(), "out must have src's shape: got ", out.dim(), " dimensions for ", src.dim());
   for (int64_t d = 0; d < src.dim(); ++d)
-    RuntimeCheck(dst.size(d) == src.size(d), "out must have src's shape: dimension ", d, " is ", dst.size(d), ", not ", src.size(d));
-  launch_add_constant<kConstant>(static_cast<int32_t*>(dst.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
+    RuntimeCheck(out.size(d) == src.size(d), "out must have src's shape: dimension ", d, " is ", out.size(d), ", not ", src.size(d));
+  launch_add_constant<kConstant>(static_cast<int32_t*>(out.data_ptr()), static_cast<const int32_t*>(src.data_ptr()), N.unwrap(),
                                  device.unwrap());
 }
 

@@ -91,10 +91,11 @@ def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None):
 
 class ModuleExports:
     """The exports of one module that takes no template arguments, each looked up once: loaded at the
-    first call (never inside a CUDA graph capture) or by warmup()."""
+    first call (never inside a CUDA graph capture) or by warmup(). `params`: export -> its parameters
+    (as the module's wrappers name them)."""
 
-    def __init__(self, spec, ops, what: str) -> None:
-        self._spec, self._ops, self._what, self._functions = spec, tuple(ops), what, {}
+    def __init__(self, spec, params: dict, what: str) -> None:
+        self._spec, self.params, self._what, self._functions = spec, params, what, {}
 
     def __call__(self, op: str):
         fn = self._functions.get(op)
@@ -103,7 +104,11 @@ class ModuleExports:
             fn = self._functions.setdefault(op, positional(self._spec().load(), op))
         return fn
 
-    def warmup(self) -> None:
+    def specs(self, exports=None, dtypes=None, constants=()) -> list:
+        """The one module (any dtype)."""
+        return [self._spec()]
+
+    def warmup(self, exports=None, dtypes=(), constants=()) -> None:
         module = self._spec().load()
-        for op in self._ops:
+        for op in self.params:
             self._functions.setdefault(op, positional(module, op))

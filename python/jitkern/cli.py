@@ -1,4 +1,4 @@
-"""The `jitkern` command (also `python -m jitkern`): clangd, config, cache, prebuild, doctor.
+"""The `jitkern` command (also `python -m jitkern`): clangd, config, cache, prebuild, doctor, compat-check.
 
 Every subcommand has --help; options go after the subcommand they belong to."""
 
@@ -391,12 +391,13 @@ def _ops_specs(args) -> list:
             raise UsageError("--constants", f"not an integer: {c!r}") from None
     if dtypes and not set(ops.DTYPE_FAMILIES) & set(families_built):
         raise UsageError("--dtypes", f"applies only to the {', '.join(ops.DTYPE_FAMILIES)} families; add one of them to --ops")
-    if constants and "add_constant" not in families:
-        raise UsageError("--constants", "applies only to add_constant; add it to --ops")
-    if not constants and "add_constant" in families:
+    per_constant = [f for f in families if f in ops.CONSTANT_FAMILIES]
+    if constants and not per_constant:
+        raise UsageError("--constants", f"applies only to {', '.join(ops.CONSTANT_FAMILIES)}; add it to --ops")
+    if not constants and per_constant:
         if args.ops not in (None, "all"):
-            raise UsageError("--ops add_constant", "is built once per constant: add --constants (e.g. --constants 1,5)")
-        print("jitkern prebuild: add_constant is built once per constant, so it is left out: add --constants (e.g. "
+            raise UsageError(f"--ops {per_constant[0]}", "is built once per constant: add --constants (e.g. --constants 1,5)")
+        print(f"jitkern prebuild: {', '.join(per_constant)} is built once per constant, so it is left out: add --constants (e.g. "
               "--constants 1,5) to build it", file=sys.stderr)
     if dtypes:  # checked by every family built per dtype, also where the ops picked build one module for all
         try:
@@ -405,7 +406,7 @@ def _ops_specs(args) -> list:
             raise UsageError("--dtypes", e) from None
     if constants:
         try:
-            ops.specs(["add_constant"], constants=constants)
+            ops.specs(per_constant, constants=constants)
         except (TypeError, ValueError) as e:
             raise UsageError("--constants", e) from None
     return (ops.specs(families, dtypes=dtypes, constants=constants) if families else []) + \

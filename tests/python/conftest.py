@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import re
 import shutil
@@ -49,6 +50,18 @@ def eagerly_then_from_a_graph(prepare, step, check, rounds: int = 3) -> None:
         check(f"graph, seed {seed}")
 
 
+def cuda_runtime_version() -> int:
+    """cudaRuntimeGetVersion of the CUDA runtime loaded in this process (the one modules linking libcudart use:
+    the loader shares a library by its soname), e.g. 13000."""
+    import ctypes
+
+    import torch
+
+    version = ctypes.c_int()
+    assert ctypes.CDLL(f"libcudart.so.{torch.version.cuda.split('.')[0]}").cudaRuntimeGetVersion(ctypes.byref(version)) == 0
+    return version.value
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -57,19 +70,24 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-_NOT_RUN = {}  # marker -> the one skip reason of its tests on a machine without a GPU (set at collection)
+_NOT_RUN = {}  # marker -> the one skip reason of its tests where they cannot run (set at collection)
 
 
 def pytest_collection_modifyitems(config, items):
     # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
-    # never counted as passed, in one line of the summary (pytest_runtest_setup); so is the part of the
-    # compile matrix that runs on the GPU machine only.
+    # never counted as passed, in one line of the summary (pytest_runtest_setup); torch tests without torch
+    # alike, and the part of the compile matrix that runs on the GPU machine only.
+    def tests(marker: str) -> str:
+        count = sum(bool(item.get_closest_marker(marker)) for item in items)
+        return f"{count} {'GPU ' if marker == 'gpu' else ''}test{'s' if count != 1 else ''}"
+
     if not _cuda_available():
-        gpu = sum("gpu" in item.keywords for item in items)
-        _NOT_RUN["gpu"] = (f"NOT RUN here: {gpu} GPU test{'s' if gpu != 1 else ''} need a CUDA GPU and torch; on a GPU machine run "
-                           "them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)")
-        matrix = sum("full_matrix" in item.keywords for item in items)
-        _NOT_RUN["full_matrix"] = f"NOT RUN here: {matrix} test{'s' if matrix != 1 else ''} of the full compile matrix (the GPU machine's: `scripts/gpu-check.sh tests`)"
+        _NOT_RUN["gpu"] = (f"NOT RUN here: {tests('gpu')} need a CUDA GPU and torch; on a GPU machine run them with "
+                           "`scripts/gpu-check.sh tests` (or `pytest -m gpu`)")
+        _NOT_RUN["full_matrix"] = f"NOT RUN here: {tests('full_matrix')} of the full compile matrix (the GPU machine's: `scripts/gpu-check.sh tests`)"
+    if importlib.util.find_spec("torch") is None:
+        _NOT_RUN["torch"] = (f"NOT RUN here: {tests('torch')} need torch (no GPU); `scripts/gpu-check.sh tests` runs them on the GPU "
+                             "machine (or `pytest -m torch` where torch is installed)")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -99,12 +117,12 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_runtest_setup(item):
     # Skipped from this one line, so that `pytest -rs` folds every such test into one summary line.
     for marker, reason in _NOT_RUN.items():
-        if marker in item.keywords:
+        if item.get_closest_marker(marker):
             pytest.skip(reason)
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if config.getoption("markexpr") == "not slow":  # pyproject.toml's default for the edit-test loop
+    if config.getoption("markexpr") == "not slow" and terminalreporter.stats.get("deselected"):  # pyproject.toml's default
         terminalreporter.write_line("slow tests (packaging, every op module compiled) were left out: scripts/test.sh, "
                                     "or pytest -m '' (everything) or -m slow, runs them")
 

@@ -89,10 +89,9 @@ def ranks(tmp_path_factory):
     if world < 2:
         pytest.skip(f"NOT RUN: needs 2 GPUs or more, this machine has {torch.cuda.device_count()}")
     import jitkern
-    from jitkern.ops import all_reduce, norm
 
     # Built once here, so that the ranks only load them (a rank compiling while its peer waits in a kernel would time out).
-    jitkern.warmup(*all_reduce.specs(), *norm.specs(["fused_add_rmsnorm"]))
+    jitkern.warmup(*jitkern.ops.specs(ops=["AllReduce", "fused_add_rmsnorm"]))
     out = tmp_path_factory.mktemp("all_reduce")
     port = _free_port()
     env = {**os.environ, **NO_MULTICAST}

@@ -287,11 +287,18 @@ def test_symlinked_cache_directory_is_refused_with_the_reason(tmp_path, monkeypa
         jitkern.JitSpec("symlinked", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")]).build()
 
 
-def test_small_things_from_the_review(cache_dir, monkeypatch, tmp_path):
+def test_an_empty_numpy_array_is_contiguous(cache_dir):
+    """numpy gives empty arrays stride 0; they still pass as contiguous."""
     m = scale_module("empty_numpy", 2)
     empty = np.zeros(0, dtype=np.float32)
-    m.scale(np.zeros(0, dtype=np.float32), empty)  # numpy gives empty arrays stride 0: still contiguous
+    m.scale(np.zeros(0, dtype=np.float32), empty)
+
+
+def test_numpy_scalars_are_template_arguments():
     assert jitkern.make_cpp_args(np.float64(0.1), np.int64(3), np.float32(0.5)) == ["0.1", "3", "0.5"]
+
+
+def test_reserved_export_names_nul_bytes_and_newlines_are_refused(cache_dir):
     for reserved in ("path", "exports", "__dict__"):
         with pytest.raises(ValueError, match=f"export name '{reserved}' is reserved"):
             jitkern.load_jit("reserved", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[(reserved, "scale<2>")])
@@ -299,6 +306,9 @@ def test_small_things_from_the_review(cache_dir, monkeypatch, tmp_path):
         jitkern.load_jit("nul", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], extra_cflags=["-DX\0Y"])
     with pytest.raises(ValueError, match="name entry 'a\nb' contains a newline"):
         jitkern.load_jit("a\nb", cpp_files=[str(KERNELS / "scale_cpu.h")])
+
+
+def test_a_cuda_home_without_nvcc_is_named(cache_dir, monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     with pytest.raises(RuntimeError, match=f"CUDA_HOME={tmp_path} has no bin/nvcc"):

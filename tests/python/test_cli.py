@@ -41,10 +41,36 @@ def entries(cache_dir) -> dict:
     return {e["module"] or e["stem"]: e for e in json.loads(run_cli("cache", "ls", "--json", "--cache-dir", str(cache_dir)).stdout)["entries"]}
 
 
-def test_every_subcommand_has_help():
-    for args in ([], ["clangd"], ["config"], ["cache"], ["prebuild"], ["doctor"]):
-        proc = run_cli(*args, "--help")
-        assert proc.returncode == 0 and "usage: jitkern" in proc.stdout, (args, proc.stderr)
+# Each subcommand's options, as its --help must list them (and no other's).
+OPTIONS = {
+    "clangd": {"--output", "--force", "--arch", "--kernels"},
+    "config": {"--markdown", "-v", "--verbose", "--json"},
+    "cache": {"--cache-dir", "--max-size", "--older-than", "--dry-run", "--json", "-v", "--verbose"},
+    "prebuild": {"--ops", "--dtypes", "--constants", "--spec-file", "--arch", "--cache-dir", "-j", "--jobs", "--force", "--wheel"},
+    "doctor": {"--json"},
+    "compat-check": {"--arch", "--calls", "--json", "--kernels", "--list", "--only", "--time-budget", "--workers"},
+}
+
+
+def help_options(text: str) -> set:
+    """The options a --help lists: the flags before the description on each line of its options section."""
+    found = set()
+    for line in text.splitlines():
+        if re.match(r"\s+-", line):
+            found.update(re.findall(r"(?<![\w-])--?[a-z][\w-]*", re.split(r"\s{2,}", line.strip())[0]))
+    return found - {"-h", "--help"}
+
+
+def test_every_subcommand_has_help_listing_its_own_options():
+    top = run_cli("--help")
+    assert top.returncode == 0 and "usage: jitkern" in top.stdout, top.stderr
+    assert help_options(top.stdout) == {"--version"}
+    assert set(re.findall(r"^    ([a-z][\w-]*)", top.stdout, re.M)) == set(OPTIONS), "a subcommand without its row in OPTIONS"
+    assert all(command in top.stdout.split("\n\n")[1] for command in OPTIONS), "the description names every subcommand"
+    for command, options in OPTIONS.items():
+        proc = run_cli(command, "--help")
+        assert proc.returncode == 0 and f"usage: jitkern {command}" in proc.stdout, (command, proc.stdout, proc.stderr)
+        assert help_options(proc.stdout) == options, (command, proc.stdout)
 
 
 def test_cache_ls_and_du_describe_entries(cache_dir):

@@ -472,11 +472,3 @@ def test_load_is_memoised_on_everything_that_changes_the_result(cache_dir, tmp_p
     monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "other-cache"))
     other = spec.load()
     assert other is not first and other.path.startswith(str(tmp_path / "other-cache"))
-
-
-def test_readme_lists_every_setting():
-    """The README's table of environment variables is the engine's own (src/engine/config/settings.cc), verbatim."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = jitkern._engine.settings_markdown()
-    assert "JITKERN_COMPILE_TIMEOUT" in table and "JITKERN_CACHE_DIR" in table
-    assert table in readme, "README.md's settings table differs from `python -m jitkern config --markdown`:\n" + table

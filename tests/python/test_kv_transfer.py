@@ -339,7 +339,8 @@ def test_capture_in_a_cuda_graph(direction):
     assert torch.equal(_bytes(k_dst), ek) and torch.equal(_bytes(v_dst), ev)
 
 
-def test_seed_names_and_keywords():
+def test_the_reference_frameworks_names_and_keywords():
+    """transfer_hicache_one_layer and transfer_hicache_all_layer, with SGLang's keywords, move what the transfer ops move."""
     torch = _torch()
     heads, dim = 8, 128
     k_src, v_src = (torch.randn(300, heads, dim, dtype=torch.bfloat16, device="cuda") for _ in range(2))

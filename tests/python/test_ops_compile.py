@@ -132,32 +132,3 @@ def test_auto_device_compiler_takes_nvrtc_for_builds_run_many_at_once(cache_dir,
 def test_primitives_module_compiles(cache_dir, monkeypatch):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     _build(JitSpec("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=PRIMITIVES_WRAPPERS))
-
-
-def test_every_family_is_four_files_and_includes_no_other():
-    """A kernel family is csrc/<f>.cuh, python/jitkern/ops/<f>.py, tests/python/test_<f>.py and
-    benchmarks/bench_<f>.py; a family's .cuh includes no other family's (shared pieces live in
-    include/jitkern/impl/); jitkern.ops exports every op of every family."""
-    repo = KERNELS.parents[2]
-    for family in ops.FAMILIES:
-        for path in (f"csrc/{family}.cuh", f"python/jitkern/ops/{family}.py", f"tests/python/test_{family}.py",
-                     f"benchmarks/bench_{family}.py"):
-            assert (repo / path).is_file(), f"the {family} family has no {path}"
-        local = re.findall(r'^#include\s+"([^"]+)"', (repo / f"csrc/{family}.cuh").read_text(), re.M)
-        assert not [f for f in local if f.removesuffix(".cuh") in ops.FAMILIES], f"csrc/{family}.cuh includes {local}"
-    assert set(ops.OPS) <= set(ops.__all__) and all(getattr(ops, op) is not None for op in ops.OPS)
-
-
-def test_specs_by_op_name_list_only_what_each_op_needs():
-    """ops.specs(ops=...) names each op's own modules: one per dtype for the norm and quant ops (each
-    exporting that op alone), the shared module for the others; every public op is covered."""
-
-    one = ops.specs(ops=["per_token_quant_fp8"], dtypes=["bfloat16"])
-    assert [(s.name, s.args[1:], [w[0] for w in s.cuda_wrappers]) for s in one] == [("quant_per_token_quant", ("bf16_t",), ["per_token_quant"])]
-    both = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "transfer_kv_one_layer", "transfer_kv_all_layers"], dtypes=["float16"])
-    assert [s.name for s in both] == ["norm_rmsnorm", "norm_qknorm", "kv_transfer"]
-    every = ops.specs(ops=list(ops.OPS), constants=[1])
-    assert set(every) == set(ops.specs(constants=[1])), "the ops, all named, need what every family needs"
-    assert {s.name for s in every} >= {f"norm_{op}" for op in ops.norm._FAMILY.ops} | {f"quant_{op}" for op in ops.quant._FAMILY.ops}
-    with pytest.raises(ValueError, match="unknown op rms_norm"):
-        ops.specs(ops=["rms_norm"])

@@ -31,7 +31,7 @@ def test_make_cpp_args_rejects_non_finite(bad):
         make_cpp_args(bad)
 
 
-@pytest.mark.gpu
+@pytest.mark.torch
 def test_make_cpp_args_torch_dtypes():
     import torch
 

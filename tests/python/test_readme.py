@@ -1,6 +1,6 @@
 """The README is a front page: what jitkern is, how to install it, a first kernel and links; users of
 SGLang's JIT kernels are pointed to docs/migrating.md near the top, which shows the switch; the op
-reference is docs/ops.md; the developer commands CI runs are still there."""
+reference is docs/ops.md; the developer commands CI runs are still there; its settings table is the engine's."""
 
 import re
 from pathlib import Path
@@ -39,3 +39,12 @@ def test_what_the_readme_says_of_an_unset_home_holds():
     shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd="/")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == f"/tmp/jitkern-{os.getuid()}/.cache/jitkern"
+
+
+def test_readme_lists_every_setting():
+    """The README's table of environment variables is the engine's own (src/engine/config/settings.cc), verbatim."""
+    import jitkern._engine
+
+    table = jitkern._engine.settings_markdown()
+    assert "JITKERN_COMPILE_TIMEOUT" in table and "JITKERN_CACHE_DIR" in table
+    assert table in README, "README.md's settings table differs from `python -m jitkern config --markdown`:\n" + table

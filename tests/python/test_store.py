@@ -819,7 +819,7 @@ def test_case16_cache_verify_removes_what_a_load_refuses(cache_dir, damage):
     assert entry.name in proc.stdout, f"`cache verify` must report {entry.name}; it said:\n{proc.stdout}"
 
 
-# ---------------------------------------------------------------------------------------------- found in review
+# ------------------------------------------- header spellings, scratch of other hosts, stray links, strict mode
 
 
 def factor_project(root: Path, factor: int) -> Path:
@@ -829,7 +829,7 @@ def factor_project(root: Path, factor: int) -> Path:
 
 
 @pytest.mark.parametrize("how", ["spelled under /usr/include", "-isystem"])
-def test_review_user_header_is_tracked_however_it_is_found(cache_dir, tmp_path, how):
+def test_a_user_header_is_tracked_however_it_is_found(cache_dir, tmp_path, how):
     """A header is exempt only where it really is: an include dir spelled through /usr/include/../..,
     or given with -isystem (which -MMD would leave out of the dependencies), is tracked."""
     inc = factor_project(tmp_path, 3)
@@ -843,7 +843,7 @@ def test_review_user_header_is_tracked_however_it_is_found(cache_dir, tmp_path, 
     assert result(load(fields, clean_env())) == 7.0, "the edited header must be served"
 
 
-def test_review_clear_dry_run_removes_nothing(cache_dir):
+def test_clear_dry_run_removes_nothing(cache_dir):
     """`cache clear --dry-run` says what it would remove and removes nothing; an option an action does
     not take (verify --dry-run) is refused, never ignored."""
     env = clean_env()
@@ -856,7 +856,7 @@ def test_review_clear_dry_run_removes_nothing(cache_dir):
     assert set(listed(cache_dir, env)) == {"dry"}
 
 
-def test_review_scratch_of_another_host_is_kept(cache_dir, tmp_path):
+def test_scratch_of_another_host_is_kept(cache_dir, tmp_path):
     """On a cache shared between hosts (NFS, local locks) a scratch directory named after another host is
     not removed because its pid is unknown here; this host's dead builds' scratch is."""
     inc = factor_project(tmp_path, 2)
@@ -873,7 +873,7 @@ def test_review_scratch_of_another_host_is_kept(cache_dir, tmp_path):
     assert not mine.exists(), "a dead build of this host is a leftover"
 
 
-def test_review_stray_link_at_an_entry_name(cache_dir, tmp_path):
+def test_a_stray_link_at_an_entry_name_is_replaced_never_followed(cache_dir, tmp_path):
     """A symbolic link (or file) where an entry's directory should be is replaced by the next build and
     removed by `cache clear`, never followed: the directory it points at keeps its files."""
     env = clean_env()
@@ -891,14 +891,14 @@ def test_review_stray_link_at_an_entry_name(cache_dir, tmp_path):
     assert not entry.is_symlink() and (victim / "keep.txt").read_text() == "precious"
 
 
-def test_review_prebuild_in_strict_mode_builds(tmp_path):
+def test_prebuild_builds_in_strict_mode(tmp_path):
     """`jitkern prebuild` compiles although the environment says JITKERN_ON_MISS=error (for serving)."""
     spec_file = write(tmp_path / "specs.json", json.dumps([scale_fields("strict_prebuild", 3)]))
     proc = run_cli("prebuild", "--spec-file", spec_file, "--cache-dir", tmp_path / "X", env=clean_env(JITKERN_ON_MISS="error"))
     assert proc.returncode == 0 and "1 built" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_review_other_compiler_version_is_a_miss_where_nothing_can_be_recorded(tmp_path, prebuilt):
+def test_another_compiler_version_is_a_miss_where_nothing_can_be_recorded(tmp_path, prebuilt):
     """A compiler reporting another version is not taken for the one that built a prebuilt entry, also
     where its version cannot be remembered (no writable cache): strict mode raises CacheMissError."""
     require_read_only_mounts()

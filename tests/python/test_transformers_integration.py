@@ -295,7 +295,7 @@ def test_compiled_and_captured(torch, fused_calls):
     torch.testing.assert_close(captured.float(), logits(model, static, torch, use_cache=False), rtol=0.05, atol=0.05)
 
 
-@pytest.mark.gpu
+@pytest.mark.torch
 def test_a_model_without_a_supported_norm_is_left_alone(torch):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with warnings.catch_warnings(record=True) as caught:

@@ -6,14 +6,16 @@ from importlib import import_module
 from .._torch import require_torch
 
 # The kernel families, each four files: csrc/<family>.cuh, python/jitkern/ops/<family>.py,
-# tests/python/test_<family>.py and benchmarks/bench_<family>.py. A family module offers OPS (its public
-# ops), HELPERS (other public names, optional), specs(ops, dtypes, constants) (the JitSpecs those ops
-# need) and warmup(ops, dtypes, constants), and declares its torch custom ops; a new family is one entry here.
-FAMILIES = ("norm", "quant", "act", "moe", "kv_transfer", "rope", "kv_rows", "wait_value", "add_constant", "all_reduce")
+# tests/python/test_<family>.py and benchmarks/bench_<family>.py. A family module declares its ops in
+# FAMILY (ops/_declare.py), from which everything here follows; a new family is one entry in FAMILIES.
+FAMILIES = ("norm", "quant", "act", "moe", "moe_combine", "kv_transfer", "rope", "kv_rows", "wait_value", "add_constant", "all_reduce")
 _FAMILY_MODULES = {family: import_module(f".{family}", __name__) for family in FAMILIES}
-OPS = {op: family for family, module in _FAMILY_MODULES.items() for op in module.OPS}  # each op's family
-DTYPE_FAMILIES = tuple(f for f, module in _FAMILY_MODULES.items() if hasattr(module, "DTYPES"))  # built per dtype
-_PUBLIC = {name: getattr(module, name) for module in _FAMILY_MODULES.values() for name in (*module.OPS, *getattr(module, "HELPERS", ()))}
+_DECLARED = {family: module.FAMILY for family, module in _FAMILY_MODULES.items()}
+OPS = {op: family for family, declared in _DECLARED.items() for op in declared.ops}  # each op's family
+DTYPE_FAMILIES = tuple(f for f, declared in _DECLARED.items() if declared.dtypes)  # built per dtype
+CONSTANT_FAMILIES = tuple(f for f, declared in _DECLARED.items() if declared.constants)  # built per constant
+_PUBLIC = {**{op: declared.ops[op].function for declared in _DECLARED.values() for op in declared.ops},
+           **{name: getattr(_FAMILY_MODULES[f], name) for f, declared in _DECLARED.items() for name in declared.helpers}}
 globals().update(_PUBLIC)
 
 
@@ -39,26 +41,26 @@ def _selection(families, ops) -> dict:
 
 
 def specs(families=None, *, ops=None, dtypes=None, constants=()) -> list:
-    """The JitSpecs these ops need: by `ops` (Python op names, e.g. ["rmsnorm", "per_token_quant_fp8"]) or
-    by kernel `families` (default: every op). The norm and quant ops need one module per op and each of
-    `dtypes` (names or torch dtypes; default: every dtype they support); the kv_transfer and wait_value
-    ops one module each (every dtype); add_constant one per value in `constants`; each family's own
-    `specs` says what it needs. What `jitkern prebuild` and `warmup` build."""
+    """The JitSpecs these ops need, as their families declare them: by `ops` (Python op names, e.g.
+    ["rmsnorm", "per_token_quant_fp8"]) or by kernel `families` (default: every op). The families of
+    DTYPE_FAMILIES build a module per export for each of `dtypes` (names or torch dtypes; default: every
+    dtype they support), those of CONSTANT_FAMILIES one per value in `constants`, the others their modules
+    for any dtype. What `jitkern prebuild` and `warmup` build."""
     return [spec for family, wanted in _selection(families, ops).items()
-            for spec in _FAMILY_MODULES[family].specs(wanted, dtypes, constants)]
+            for spec in _DECLARED[family].specs(wanted, dtypes, constants)]
 
 
 def warmup(*, dtypes=(), constants=(), ops=None) -> None:
     """Builds (in one parallel build) and loads the modules these ops (default: all) need before a CUDA graph
-    capture or serving: the per-dtype ops (norm, quant, act, MoE top-k, RoPE) for each of `dtypes` (torch
-    dtypes), the dtype-independent modules, add_constant for each of `constants` (the list `specs` gives)."""
+    capture or serving: those `specs` lists for these `dtypes` (torch dtypes; none: the families of
+    DTYPE_FAMILIES load nothing) and `constants`."""
     from ..jit import warmup as build_all
 
     require_torch()
     dtypes, constants = tuple(dtypes), tuple(constants)
     build_all(*specs(ops=ops, dtypes=dtypes, constants=constants))  # one parallel build: no family waits on another's
     for family, wanted in _selection(None, ops).items():
-        _FAMILY_MODULES[family].warmup(wanted, dtypes, constants)  # loads the modules just built and keeps their functions
+        _DECLARED[family].warmup(wanted, dtypes, constants)  # loads the modules just built and keeps their functions
 
 
-__all__ = sorted([*_PUBLIC, "DTYPE_FAMILIES", "FAMILIES", "OPS", "specs", "warmup"])
+__all__ = sorted([*_PUBLIC, "CONSTANT_FAMILIES", "DTYPE_FAMILIES", "FAMILIES", "OPS", "specs", "warmup"])

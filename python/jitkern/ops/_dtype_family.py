@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .._torch import check_cuda_tensor, check_not_capturing, torch
 from ..jit import JitSpec, cpp_type, positional
+from ._declare import wrapper
 
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # the element types the float kernel families are built for
@@ -22,18 +23,14 @@ def package_spec(name: str, *args, cuda_file: str, wrappers: list, compile_secon
 class DtypeFamily:
     DTYPES = FLOAT_DTYPES
 
-    def __init__(self, name: str, cpp_class: str, ops: dict[str, str], public: dict | None = None,
-                 compile_seconds: dict[str, float] | None = None):
+    def __init__(self, name: str, cpp_class: str, params: dict[str, str], compile_seconds: dict[str, float] | None = None):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
-        members are exported (cpp_class<T>::op); ops: export -> its C++ parameters, in order (they name the
-        arguments in errors); public: the Python op -> the export it calls, or the exports it chooses from by
-        its arguments (e.g. static and dynamic quantization: a call compiles only the one it uses); default: each
-        export under its own name; compile_seconds: export -> its module's compile time (JitSpec's scheduling
-        estimate). The modules are package_spec modules of csrc/<name>.cuh."""
-        self.name, self.cpp_class, self.ops, self.compile_seconds = name, cpp_class, ops, compile_seconds or {}
-        self.public = {op: op for op in ops} if public is None else public
-        self.functions: dict = {}  # (op, dtype) -> exported function; the hot path is this lookup and the call
-        self.specs = tuple(self.spec(d, op) for d in self.DTYPES for op in ops)
+        members are exported (cpp_class<T>::export); params: export -> its C++ parameters, in order, typed as
+        in a torch schema where a torch op takes them as they are (they name the arguments in errors);
+        compile_seconds: export -> its module's compile time (JitSpec's scheduling estimate). The modules are
+        package_spec modules of csrc/<name>.cuh, one per export and dtype."""
+        self.name, self.cpp_class, self.params, self.compile_seconds = name, cpp_class, params, compile_seconds or {}
+        self.functions: dict = {}  # (export, dtype) -> exported function; the hot path is this lookup and the call
 
     def spec(self, dtype, op: str) -> JitSpec:
         """The module of one export for one element type (a torch dtype or its name; TypeError for one the
@@ -41,22 +38,13 @@ class DtypeFamily:
         t = cpp_type(dtype)
         if str(dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
-        return package_spec(f"{self.name}_{op}", t, cuda_file=f"{self.name}.cuh", wrappers=[(op, f"{self.cpp_class}<{t}>::{op}", self.ops[op])],
+        return package_spec(f"{self.name}_{op}", t, cuda_file=f"{self.name}.cuh",
+                            wrappers=[wrapper(op, f"{self.cpp_class}<{t}>::{op}", self.params[op])],
                             compile_seconds=self.compile_seconds.get(op, 0.0))
 
-    def module_api(self) -> tuple:
-        """(DTYPES, SPECS, OPS, spec, specs, warmup): what a family module offers ops/__init__ and the tests."""
-        return self.DTYPES, self.specs, tuple(self.public), self.spec, self.specs_for, self.warmup
-
-    def specs_for(self, public_ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-        """The modules these Python ops (None: all) need for these dtypes (None: all the family supports);
-        the family has no constants."""
-        return [self.spec(d, op) for d in (self.DTYPES if dtypes is None else dtypes) for op in self._exports_of(public_ops)]
-
-    def _exports_of(self, public_ops) -> list[str]:
-        """The exports these Python ops (None: all) may call, each once, in order."""
-        wanted = (self.public[p] for p in (self.public if public_ops is None else public_ops))
-        return list(dict.fromkeys(e for w in wanted for e in ((w,) if isinstance(w, str) else w)))
+    def specs(self, exports=None, dtypes=None, constants=()) -> list[JitSpec]:
+        """The modules of these exports (None: all) for these dtypes (None: all the family supports)."""
+        return [self.spec(d, op) for d in (self.DTYPES if dtypes is None else dtypes) for op in (self.params if exports is None else exports)]
 
     def exports(self, dtype) -> "_Exports":
         """The family's exported functions for one dtype, as attributes, each module loaded on first use
@@ -76,12 +64,12 @@ class DtypeFamily:
         check_not_capturing(f"the {self.name}_{op} module for {x.dtype}", f"jitkern.ops.warmup(dtypes=[{x.dtype}])")
         return self.functions.setdefault((op, x.dtype), positional(self.spec(x.dtype, op).load(), op))
 
-    def warmup(self, public_ops=None, dtypes=(), constants=()) -> None:
-        """Loads (building in parallel where needed) the modules of these Python ops (None: all) for these dtypes."""
+    def warmup(self, exports=None, dtypes=(), constants=()) -> None:
+        """Loads (building in parallel where needed) the modules of these exports (None: all) for these dtypes."""
         from ..jit import warmup as build_all
 
         dtypes = [getattr(torch, d) if isinstance(d, str) else d for d in dtypes]
-        pairs = [(dtype, op) for dtype in dtypes for op in self._exports_of(public_ops)]
+        pairs = [(dtype, op) for dtype in dtypes for op in (self.params if exports is None else exports)]
         for (dtype, op), module in zip(pairs, build_all(*(self.spec(d, op) for d, op in pairs))):
             self.functions.setdefault((op, dtype), positional(module, op))
 
@@ -91,6 +79,6 @@ class _Exports:
         self._family, self._dtype = family, dtype
 
     def __getattr__(self, op: str):
-        if op not in self._family.ops:
-            raise AttributeError(f"the {self._family.name} family exports no {op!r}; it has {', '.join(self._family.ops)}")
+        if op not in self._family.params:
+            raise AttributeError(f"the {self._family.name} family exports no {op!r}; it has {', '.join(self._family.params)}")
         return positional(self._family.spec(self._dtype, op).load(), op)

@@ -12,21 +12,21 @@ what torch.compile traces."""
 
 from __future__ import annotations
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, _check_scale, group_scales_like
 from ._shapes import as_rows
 
 _ACTIVATIONS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
 _FAMILY = DtypeFamily("act", "jitkern_act::ActOps", {
-    **{op: "input, out" for op in _ACTIVATIONS},
+    **{op: "Tensor input, Tensor(a!) out" for op in _ACTIVATIONS},
     "silu_and_mul_quant": "input, output_q, scale",
     "silu_and_mul_group_quant": "input, output_q, output_s, group_size, eps",
-}, public={**{op: op for op in _ACTIVATIONS}, "silu_and_mul_quant_fp8": "silu_and_mul_quant",
-           "silu_and_mul_per_token_group_quant_fp8": "silu_and_mul_group_quant"},
-   # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
+},  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
    compile_seconds={"silu_and_mul": 1.6, "gelu_and_mul": 1.6, "gelu_tanh_and_mul": 2.1, "silu_and_mul_quant": 2.2, "silu_and_mul_group_quant": 2.9})
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+FAMILY = Family(_FAMILY)
+spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions
 
 
@@ -54,6 +54,14 @@ def _act_and_mul(op: str, out, input):
     return out
 
 
+def _activation(op: str):
+    """The declaration of an activation: the returning torch op and the one writing `out` (what torch.compile
+    traces; their implementations are the eager path, their fakes only describe outputs)."""
+    return FAMILY.op(op, torch=(TorchOp(op, "(Tensor input) -> Tensor", lambda input: _act_and_mul(op, input, None), _half_like),
+                                TorchOp(op + "_out", export=op)))
+
+
+@_activation("silu_and_mul")
 def silu_and_mul(out: torch.Tensor, input: torch.Tensor | None = None) -> torch.Tensor:
     """out[..., :] = silu(input[..., :d]) * input[..., d:] for input [..., 2d], out [..., d]; returns out.
     silu_and_mul(out, input) is vLLM's order; silu_and_mul(input) allocates and returns the output; two
@@ -61,11 +69,13 @@ def silu_and_mul(out: torch.Tensor, input: torch.Tensor | None = None) -> torch.
     return _act_and_mul("silu_and_mul", out, input)
 
 
+@_activation("gelu_and_mul")
 def gelu_and_mul(out: torch.Tensor, input: torch.Tensor | None = None) -> torch.Tensor:
     """gelu(input[..., :d]) * input[..., d:] with the exact (erf) GeLU; arguments as silu_and_mul."""
     return _act_and_mul("gelu_and_mul", out, input)
 
 
+@_activation("gelu_tanh_and_mul")
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor | None = None) -> torch.Tensor:
     """gelu(input[..., :d], approximate="tanh") * input[..., d:]; arguments as silu_and_mul."""
     return _act_and_mul("gelu_tanh_and_mul", out, input)
@@ -77,6 +87,8 @@ def _rows(x, public: str, name: str, writes: bool):
     return x if x.dim() == 2 else as_rows(x, public, name, writes=writes)
 
 
+@FAMILY.op("silu_and_mul_quant", torch=(TorchOp("silu_and_mul_quant_fp8", "(Tensor input, Tensor scale) -> Tensor", None,
+                                                   lambda input, scale: _half_like(input, torch.float8_e4m3fn)),))
 def silu_and_mul_quant_fp8(input: torch.Tensor, scale: torch.Tensor, *, output_q: torch.Tensor | None = None) -> torch.Tensor:
     """Returns q [..., d] (float8_e4m3fn) = fp8(silu_and_mul(input) / scale) with one static fp32 scale
     (one element), in one pass: the bits of per_tensor_quant_fp8(silu_and_mul(input), scale, is_static=True)."""
@@ -90,6 +102,14 @@ def silu_and_mul_quant_fp8(input: torch.Tensor, scale: torch.Tensor, *, output_q
     return q
 
 
+@FAMILY.op("silu_and_mul_group_quant", torch=(TorchOp(
+    "silu_and_mul_per_token_group_quant_fp8",
+    "(Tensor input, int group_size, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0) -> (Tensor, Tensor)",
+    lambda input, group_size, eps, cm, tma, ue8m0: silu_and_mul_per_token_group_quant_fp8(
+        input, group_size, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0),
+    lambda input, group_size, eps, cm, tma, ue8m0: (
+        _half_like(input, torch.float8_e4m3fn),
+        group_scales_like(_half_like(input), group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0))),))
 def silu_and_mul_per_token_group_quant_fp8(input: torch.Tensor, group_size: int = 128, eps: float = 1e-10, *,
                                            column_major_scales: bool = False, scale_tma_aligned: bool = False,
                                            scale_ue8m0: bool = False, output_q: torch.Tensor | None = None,
@@ -111,26 +131,3 @@ def silu_and_mul_per_token_group_quant_fp8(input: torch.Tensor, group_size: int 
     s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
     fn(_rows(input, public, "input", False), _bytes(q, "output_q", public), s2, group_size, float(eps))
     return q, s
-
-
-# The torch custom ops: what torch.compile traces. Their implementations are the eager paths above; their
-# fake implementations only describe outputs, so tracing never builds a module.
-if torch is not None:
-    def _define_activation(op: str) -> None:
-        def write(input, out):
-            _act_and_mul(op, out, input)
-
-        define_op(f"jitkern::{op}", "(Tensor input) -> Tensor", lambda input: _act_and_mul(op, input, None), lambda input: _half_like(input))
-        define_op(f"jitkern::{op}_out", "(Tensor input, Tensor(a!) out) -> ()", write)
-
-    for _op in _ACTIVATIONS:
-        _define_activation(_op)
-    define_op("jitkern::silu_and_mul_quant_fp8", "(Tensor input, Tensor scale) -> Tensor", silu_and_mul_quant_fp8,
-              lambda input, scale: _half_like(input, torch.float8_e4m3fn))
-    define_op("jitkern::silu_and_mul_per_token_group_quant_fp8",
-              "(Tensor input, int group_size, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0) -> (Tensor, Tensor)",
-              lambda input, group_size, eps, cm, tma, ue8m0: silu_and_mul_per_token_group_quant_fp8(
-                  input, group_size, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0),
-              lambda input, group_size, eps, cm, tma, ue8m0: (
-                  _half_like(input, torch.float8_e4m3fn),
-                  group_scales_like(_half_like(input), group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0)))

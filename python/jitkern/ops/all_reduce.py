@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import socket
 
-from .._torch import ModuleExports, compiling, define_op, require_torch, torch
+from .._torch import ModuleExports, compiling, require_torch, torch
 from ..jit import JitSpec, cpp_type, positional
+from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import FLOAT_DTYPES, package_spec
 from ._shapes import as_rows
 
@@ -39,7 +40,8 @@ _KERNEL_EXPORTS = {"all_reduce": "comm, x, out", "all_reduce_add_rmsnorm": "comm
 
 def spec() -> JitSpec:
     """The module of the communicator (no kernels; every dtype's kernel module takes its handle)."""
-    return package_spec("all_reduce", cuda_file="all_reduce.cuh", wrappers=[(op, f"jitkern_all_reduce::{op}", args) for op, args in _EXPORTS.items()],
+    return package_spec("all_reduce", cuda_file="all_reduce.cuh",
+                        wrappers=[wrapper(op, f"jitkern_all_reduce::{op}", params) for op, params in _EXPORTS.items()],
                         compile_seconds=2.2)  # measured: 1.1 s, H200 host on 16 CPUs
 
 
@@ -48,32 +50,38 @@ def kernels_spec(dtype) -> JitSpec:
     that their compiles run side by side."""
     t = cpp_type(dtype)
     return package_spec("all_reduce_kernels", t, cuda_file="all_reduce.cuh",
-                        wrappers=[(op, f"jitkern_all_reduce::Reduce<{t}>::{op}", args) for op, args in _KERNEL_EXPORTS.items()],
+                        wrappers=[wrapper(op, f"jitkern_all_reduce::Reduce<{t}>::{op}", params) for op, params in _KERNEL_EXPORTS.items()],
                         compile_seconds=3.0)  # measured: 2.8-3.8 s, H200 host on 16 CPUs, 16 builds at once
 
 
 _function = ModuleExports(spec, _EXPORTS, "all_reduce")
 _KERNELS: dict = {}  # torch dtype -> (all_reduce, all_reduce_add_rmsnorm) of its module
 
-OPS = ("AllReduce",)
 MAX_RANKS = 8
 DEFAULT_MAX_BYTES = 8 << 20
 DEFAULT_TIMEOUT_MS = 600_000  # torch.distributed's default for NCCL: a peer still compiling is not taken for a dead one
 
 
-def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """AllReduce needs the communicator's module and every dtype's kernels (it loads them all when made)."""
-    return [spec(), *(kernels_spec(d) for d in FLOAT_DTYPES)]
+class _Modules:
+    """The family's modules: the communicator's and every dtype's kernels, all loaded when an AllReduce is made."""
+    params = {**_EXPORTS, **_KERNEL_EXPORTS}
+
+    @staticmethod
+    def specs(exports=None, dtypes=None, constants=()) -> list[JitSpec]:
+        return [spec(), *(kernels_spec(d) for d in FLOAT_DTYPES)]
+
+    @staticmethod
+    def warmup(exports=None, dtypes=(), constants=()) -> None:
+        """Loads (building where needed, side by side) the communicator's module and every dtype's kernels."""
+        from ..jit import warmup as build_all
+
+        _, *kernels = build_all(*_Modules.specs())
+        _function.warmup()
+        for d, module in zip(FLOAT_DTYPES, kernels):
+            _KERNELS.setdefault(getattr(torch, d), (positional(module, "all_reduce"), positional(module, "all_reduce_add_rmsnorm")))
 
 
-def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building where needed, side by side) the communicator's module and every dtype's kernels."""
-    from ..jit import warmup as build_all
-
-    _, *kernels = build_all(*specs())
-    _function.warmup()
-    for d, module in zip(FLOAT_DTYPES, kernels):
-        _KERNELS.setdefault(getattr(torch, d), (positional(module, "all_reduce"), positional(module, "all_reduce_add_rmsnorm")))
+FAMILY = Family(_Modules)
 
 
 def default_one_shot_max_bytes(world: int) -> int:
@@ -94,6 +102,23 @@ def _positive_int(value, name: str, *, zero: bool = False) -> int:
     return value
 
 
+def _comm(handle: int) -> "AllReduce":
+    comm = _COMMS.get(handle)
+    if comm is None:
+        raise ValueError(f"no open jitkern AllReduce has the id {handle}")
+    return comm
+
+
+def _all_reduce_out(x, out, comm):
+    _comm(comm).all_reduce(x, out)
+
+
+# The torch custom ops (what torch.compile traces) take the communicator as its id.
+@FAMILY.op(*_Modules.params, torch=(
+    TorchOp("all_reduce", "(Tensor x, int comm) -> Tensor", lambda x, comm: _comm(comm).all_reduce(x), lambda x, comm: torch.empty_like(x)),
+    TorchOp("all_reduce_out", "(Tensor x, Tensor(a!) out, int comm) -> ()", _all_reduce_out),
+    TorchOp("all_reduce_add_rmsnorm", "(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps, int comm) -> ()",
+            lambda x, residual, weight, eps, comm: _comm(comm).all_reduce_add_rmsnorm(x, residual, weight, eps))))
 class AllReduce:
     """A custom all-reduce for the ranks of `group` (default: the world), each on its own GPU of one host.
 
@@ -118,7 +143,7 @@ class AllReduce:
         require_torch()
         import torch.distributed as dist
 
-        warmup()  # every export looked up now: none is loaded later, e.g. inside a CUDA graph capture
+        _Modules.warmup()  # every export looked up now: none is loaded later, e.g. inside a CUDA graph capture
 
         if not dist.is_initialized():
             raise ValueError("AllReduce: torch.distributed is not initialised (call torch.distributed.init_process_group first)")
@@ -258,21 +283,3 @@ class AllReduce:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _comm(handle: int) -> AllReduce:
-    comm = _COMMS.get(handle)
-    if comm is None:
-        raise ValueError(f"no open jitkern AllReduce has the id {handle}")
-    return comm
-
-
-if torch is not None:
-    define_op("jitkern::all_reduce", "(Tensor x, int comm) -> Tensor", lambda x, comm: _comm(comm).all_reduce(x),
-              lambda x, comm: torch.empty_like(x))
-    def _all_reduce_out(x, out, comm):
-        _comm(comm).all_reduce(x, out)
-
-    define_op("jitkern::all_reduce_out", "(Tensor x, Tensor(a!) out, int comm) -> ()", _all_reduce_out)
-    define_op("jitkern::all_reduce_add_rmsnorm", "(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps, int comm) -> ()",
-              lambda x, residual, weight, eps, comm: _comm(comm).all_reduce_add_rmsnorm(x, residual, weight, eps))

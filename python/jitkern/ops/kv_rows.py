@@ -12,43 +12,30 @@ dtype, ValueError for a shape, stride, device or value). Each op is a torch cust
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, compiling, define_op, torch
+from .._torch import ModuleExports, compiling, torch
 from ..jit import JitSpec
+from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import package_spec
 
 # One module each (dtype-independent), so that a first call compiles only its own.
-_MODULES = {"store_cache": {"store_cache": "k, v, k_cache, v_cache, indices"},
-            "concat_mla": {"concat_mla_k": "k, k_nope, k_rope", "concat_mla_absorb_q": "a, b, out"}}
+_MODULES = {"store_cache": {"store_cache": "Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices"},
+            "concat_mla": {"concat_mla_k": "Tensor(a!) k, Tensor k_nope, Tensor k_rope", "concat_mla_absorb_q": "a, b, out"}}
 _COMPILE_SECONDS = {"store_cache": 2.0, "concat_mla": 1.8}  # H100 host, 16 builds at once: the order builds start in
-_MODULE_OF = {op: module for module, exports in _MODULES.items() for op in exports}  # Python op -> its module
-OPS = tuple(_MODULE_OF)
 
 
 def spec(module: str) -> JitSpec:
     """The module "store_cache" or "concat_mla"."""
     return package_spec(f"kv_rows_{module}", cuda_file="kv_rows.cuh",
-                        wrappers=[(op, f"jitkern_kv_rows::KvRows::{op}", args) for op, args in _MODULES[module].items()],
+                        wrappers=[wrapper(op, f"jitkern_kv_rows::KvRows::{op}", params) for op, params in _MODULES[module].items()],
                         compile_seconds=_COMPILE_SECONDS[module])
 
 
 _FUNCTIONS = {module: ModuleExports(lambda m=module: spec(m), exports, f"kv_rows_{module}") for module, exports in _MODULES.items()}
+FAMILY = Family(*_FUNCTIONS.values())
 
 
-def _modules(ops) -> list[str]:
-    return list(dict.fromkeys(_MODULE_OF[op] for op in (OPS if ops is None else ops)))
-
-
-def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """The modules these ops (None: all) need (any dtype)."""
-    return [spec(m) for m in _modules(ops)]
-
-
-def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building where needed) the modules of these ops (None: all)."""
-    for m in _modules(ops):
-        _FUNCTIONS[m].warmup()
-
-
+# The torch custom ops are what torch.compile traces (their implementations are the eager paths).
+@FAMILY.op("store_cache", torch=(TorchOp("store_cache", export="store_cache"),))
 def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_split: int = 0) -> None:
     """k_cache[indices[i]] = k[i], v_cache[indices[i]] = v[i]: k, v [T, *row]; caches [slots, *row] or
     [pages, page_size, *row]; any dtype (the caches' must match), rows of a multiple of 4 bytes;
@@ -59,6 +46,7 @@ def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_spli
     _FUNCTIONS["store_cache"]("store_cache")(k, v, k_cache, v_cache, indices)
 
 
+@FAMILY.op("concat_mla_k", torch=(TorchOp("concat_mla_k", export="concat_mla_k"),))
 def concat_mla_k(k, k_nope, k_rope) -> None:
     """k [T, H, Dn + Dr] = [k_nope [T, H, Dn] | k_rope [T, 1, Dr] broadcast over the heads]."""
     if compiling():
@@ -70,6 +58,7 @@ def _absorb_q_out(a, b):
     return torch.empty((*a.shape[:-1], a.shape[-1] + b.shape[-1]), dtype=a.dtype, device=a.device)
 
 
+@FAMILY.op("concat_mla_absorb_q", torch=(TorchOp("concat_mla_absorb_q", "(Tensor a, Tensor b) -> Tensor", None, _absorb_q_out),))
 def concat_mla_absorb_q(a, b):
     """[a | b] over the last dimension: a [A, B, Da], b [A, B, Db] -> a new [A, B, Da + Db]."""
     if compiling():
@@ -80,10 +69,3 @@ def concat_mla_absorb_q(a, b):
     out = _absorb_q_out(a, b)
     fn(a, b, out)
     return out
-
-
-# The torch custom ops: what torch.compile traces (their implementations are the eager paths above).
-if torch is not None:
-    define_op("jitkern::store_cache", "(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor indices) -> ()", store_cache)
-    define_op("jitkern::concat_mla_k", "(Tensor(a!) k, Tensor k_nope, Tensor k_rope) -> ()", concat_mla_k)
-    define_op("jitkern::concat_mla_absorb_q", "(Tensor a, Tensor b) -> Tensor", concat_mla_absorb_q, _absorb_q_out)

@@ -20,40 +20,30 @@ Each op is a torch custom op (torch.ops.jitkern.*); the reference's names and ke
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, compiling, define_op, torch
+from .._torch import ModuleExports, compiling, torch
 from ..jit import JitSpec
+from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import package_spec
 
 LAYOUTS = {"layer_first": 0, "page_first": 1}  # csrc/kv_transfer.cuh's KvTransfer::Layout
-_OPS = {
-    "one_layer": "k_dst, v_dst, indices_dst, k_src, v_src, indices_src, dst_layout, src_layout, block_quota, validate",
-    "all_layers": "k_dst, v_dst, indices_dst, k_src, v_src, indices_src, dst_row_stride_bytes, src_row_stride_bytes, "
-                  "row_bytes, dst_rows, src_rows, block_quota, validate",
+_EXPORTS = {
+    "one_layer": "Tensor(a!) k_dst, Tensor(b!)? v_dst, Tensor indices_dst, Tensor k_src, Tensor? v_src, Tensor indices_src, "
+                 "int dst_layout, int src_layout, int block_quota, bool validate",
+    "all_layers": "Tensor(a!) k_dst, Tensor(b!)? v_dst, Tensor indices_dst, Tensor k_src, Tensor? v_src, Tensor indices_src, "
+                  "int dst_row_stride_bytes, int src_row_stride_bytes, int row_bytes, int dst_rows, int src_rows, int block_quota, "
+                  "bool validate",
 }
 
 
 def spec() -> JitSpec:
     """The module of the transfer ops (one for every dtype, row size and layout)."""
     return package_spec("kv_transfer", cuda_file="kv_transfer.cuh",
-                        wrappers=[(op, f"jitkern_kv_transfer::KvTransfer::{op}", args) for op, args in _OPS.items()],
+                        wrappers=[wrapper(op, f"jitkern_kv_transfer::KvTransfer::{op}", params) for op, params in _EXPORTS.items()],
                         compile_seconds=2.8)  # H100 host, 16 builds at once
 
 
-_function = ModuleExports(spec, _OPS, "kv_transfer")
-
-
-OPS = ("transfer_hicache_all_layer", "transfer_hicache_one_layer", "transfer_kv_all_layers", "transfer_kv_all_layers_mla",
-       "transfer_kv_one_layer", "transfer_kv_one_layer_mla")
-
-
-def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """Every transfer op needs the one module (any dtype)."""
-    return [spec()]
-
-
-def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building where needed) the transfer module."""
-    _function.warmup()
+_function = ModuleExports(spec, _EXPORTS, "kv_transfer")
+FAMILY = Family(_function)
 
 
 def _layout(value: str, name: str) -> int:
@@ -71,6 +61,9 @@ def _count(value, name: str, default: int = -1) -> int:
     return value
 
 
+# The torch custom ops take the exports' arguments (layouts as their codes) and call them as they are.
+@FAMILY.op("one_layer", torch=(TorchOp("transfer_kv_one_layer", implementation=lambda *args: _function("one_layer")(*args),
+                                        export="one_layer"),))
 def transfer_kv_one_layer(k_dst, v_dst, indices_dst, k_src, v_src, indices_src, *, block_quota: int | None = None,
                           dst_layout: str = "layer_first", src_layout: str = "layer_first", validate: bool = False) -> None:
     """Copies row indices_src[i] of k_src/v_src to row indices_dst[i] of k_dst/v_dst, for every i (one layer;
@@ -82,6 +75,8 @@ def transfer_kv_one_layer(k_dst, v_dst, indices_dst, k_src, v_src, indices_src, 
     _function("one_layer")(*args)
 
 
+@FAMILY.op("all_layers", torch=(TorchOp("transfer_kv_all_layers", implementation=lambda *args: _function("all_layers")(*args),
+                                          export="all_layers"),))
 def transfer_kv_all_layers(k_ptrs_dst, v_ptrs_dst, indices_dst, k_ptrs_src, v_ptrs_src, indices_src, *,
                            src_row_stride_bytes: int | None = None, dst_row_stride_bytes: int | None = None,
                            row_bytes: int | None = None, src_rows: int | None = None, dst_rows: int | None = None,
@@ -98,17 +93,20 @@ def transfer_kv_all_layers(k_ptrs_dst, v_ptrs_dst, indices_dst, k_ptrs_src, v_pt
     _function("all_layers")(*args)
 
 
+@FAMILY.op("one_layer")
 def transfer_kv_one_layer_mla(dst, indices_dst, src, indices_src, **options) -> None:
     """transfer_kv_one_layer for one buffer per layer (MLA's latent cache)."""
     transfer_kv_one_layer(dst, None, indices_dst, src, None, indices_src, **options)
 
 
+@FAMILY.op("all_layers")
 def transfer_kv_all_layers_mla(ptrs_dst, indices_dst, ptrs_src, indices_src, **options) -> None:
     """transfer_kv_all_layers for one buffer per layer (MLA's latent cache)."""
     transfer_kv_all_layers(ptrs_dst, None, indices_dst, ptrs_src, None, indices_src, **options)
 
 
 # The reference framework's (SGLang's) names and keywords. `unroll` is accepted and ignored: the kernel picks its own shape.
+@FAMILY.op("one_layer")
 def transfer_hicache_one_layer(k_cache_dst, v_cache_dst, indices_dst, k_cache_src, v_cache_src, indices_src, *,
                                element_dim: int | None = None, unroll: int | None = None, block_quota: int | None = None) -> None:
     """The reference's one-layer transfer: the caches are viewed as [-1, element_dim] (default: their last dimension)."""
@@ -117,6 +115,7 @@ def transfer_hicache_one_layer(k_cache_dst, v_cache_dst, indices_dst, k_cache_sr
     transfer_kv_one_layer(k_cache_dst, v_cache_dst, indices_dst, k_cache_src, v_cache_src, indices_src, block_quota=block_quota)
 
 
+@FAMILY.op("all_layers")
 def transfer_hicache_all_layer(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_ptr_src, indices_src, *, kv_cache_src_stride_bytes: int,
                                kv_cache_dst_stride_bytes: int, element_size: int | None = None, unroll: int | None = None,
                                block_quota: int | None = None) -> None:
@@ -125,15 +124,3 @@ def transfer_hicache_all_layer(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_p
     transfer_kv_all_layers(k_ptr_dst, v_ptr_dst, indices_dst, k_ptr_src, v_ptr_src, indices_src,
                            src_row_stride_bytes=kv_cache_src_stride_bytes, dst_row_stride_bytes=kv_cache_dst_stride_bytes,
                            row_bytes=element_size, block_quota=block_quota)
-
-
-if torch is not None:
-    define_op("jitkern::transfer_kv_one_layer",
-              "(Tensor(a!) k_dst, Tensor(b!)? v_dst, Tensor indices_dst, Tensor k_src, Tensor? v_src, Tensor indices_src, "
-              "int dst_layout, int src_layout, int block_quota, bool validate) -> ()",
-              lambda *args: _function("one_layer")(*args))
-    define_op("jitkern::transfer_kv_all_layers",
-              "(Tensor(a!) k_dst, Tensor(b!)? v_dst, Tensor indices_dst, Tensor k_src, Tensor? v_src, Tensor indices_src, "
-              "int dst_row_stride_bytes, int src_row_stride_bytes, int row_bytes, int dst_rows, int src_rows, int block_quota, "
-              "bool validate) -> ()",
-              lambda *args: _function("all_layers")(*args))

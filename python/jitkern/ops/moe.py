@@ -16,46 +16,32 @@ The C++ entry points check every argument and name the bad one. Each op is also 
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, compiling, define_op, torch
+from .._torch import ModuleExports, compiling, torch
 from ..jit import JitSpec
+from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import DtypeFamily, package_spec
 
 _FAMILY = DtypeFamily("moe", "jitkern_moe::MoeOps", {
-    "topk_softmax": "topk_weights, topk_ids, gating_output, renormalize",
-    "topk_sigmoid": "topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group, "
-                    "routed_scaling_factor",
+    "topk_softmax": "Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, bool renormalize",
+    "topk_sigmoid": "Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, Tensor? correction_bias, bool renormalize, "
+                    "int num_expert_group, int topk_group, float routed_scaling_factor",
 }, compile_seconds={"topk_softmax": 2.5, "topk_sigmoid": 2.6})  # bf16 on an H100 host, 16 builds at once: the order builds start in
-DTYPES = _FAMILY.DTYPES
-OPS = (*_FAMILY.public, "moe_align_block_size")
 _FUNCTIONS = _FAMILY.functions
-_ALIGN_ARGS = "topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad"
+_ALIGN = {"moe_align_block_size": "Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, "
+                                  "Tensor(c!) num_tokens_post_pad"}
 
 
 def align_spec() -> JitSpec:
     """The module of moe_align_block_size (one for every id dtype)."""
-    return package_spec("moe_align", cuda_file="moe.cuh", wrappers=[("moe_align_block_size", "jitkern_moe::moe_align_block_size<>", _ALIGN_ARGS)],
+    return package_spec("moe_align", cuda_file="moe.cuh", wrappers=[wrapper(e, f"jitkern_moe::{e}<>", p) for e, p in _ALIGN.items()],
                         compile_seconds=1.8)
 
 
-_align = ModuleExports(align_spec, ("moe_align_block_size",), "moe_align")
+_align = ModuleExports(align_spec, _ALIGN, "moe_align")
+FAMILY = Family(_FAMILY, _align)
 
 
-def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """The top-k modules per gating dtype, and the alignment module where moe_align_block_size is wanted."""
-    topk = None if ops is None else [op for op in ops if op in _FAMILY.public]
-    out = _FAMILY.specs_for(topk, dtypes) if topk is None or topk else []
-    return out + ([align_spec()] if ops is None or "moe_align_block_size" in ops else [])
-
-
-def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building where needed) the top-k modules for `dtypes` and the alignment module."""
-    topk = None if ops is None else [op for op in ops if op in _FAMILY.public]
-    if topk is None or topk:
-        _FAMILY.warmup(topk, dtypes)
-    if ops is None or "moe_align_block_size" in ops:
-        _align.warmup()
-
-
+@FAMILY.op("topk_softmax", torch=(TorchOp("topk_softmax", export="topk_softmax"),))
 def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_output: torch.Tensor, renormalize: bool = False):
     """topk_weights, topk_ids <- the k = topk_ids.shape[-1] experts of highest softmax(gating_output) per token
     and their probabilities (renormalize: divided by the sum of the k). Returns (topk_weights, topk_ids)."""
@@ -68,6 +54,7 @@ def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_outp
     return topk_weights, topk_ids
 
 
+@FAMILY.op("topk_sigmoid", torch=(TorchOp("topk_sigmoid", export="topk_sigmoid"),))
 def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_output: torch.Tensor, renormalize: bool = False,
                  correction_bias: torch.Tensor | None = None, *, num_expert_group: int = 1, topk_group: int = 1,
                  routed_scaling_factor: float = 1.0):
@@ -93,6 +80,10 @@ def align_sizes(num_ids: int, num_experts: int, block_size: int) -> tuple[int, i
     return padded, -(-padded // block_size)
 
 
+@FAMILY.op("moe_align_block_size", torch=(
+    TorchOp("moe_align_block_size", "(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor)",
+            lambda ids, e, bs: moe_align_block_size(ids, e, bs), lambda *args: _align_outputs(*args)),
+    TorchOp("moe_align_block_size_out", export="moe_align_block_size")))
 def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: int, sorted_token_ids: torch.Tensor | None = None,
                          expert_ids: torch.Tensor | None = None, num_tokens_post_pad: torch.Tensor | None = None):
     """Sorts the ids of topk_ids (int32/int64, contiguous) by expert for a grouped GEMM of block_size rows:
@@ -128,28 +119,3 @@ def _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids=None, exp
     new = lambda size: torch.empty(size, dtype=torch.int32, device=topk_ids.device)  # noqa: E731
     return (new(padded) if sorted_token_ids is None else sorted_token_ids, new(blocks) if expert_ids is None else expert_ids,
             new(1) if num_tokens_post_pad is None else num_tokens_post_pad)
-
-
-if torch is not None:
-
-    def _align_out(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad):
-        moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
-
-    def _topk_softmax(topk_weights, topk_ids, gating_output, renormalize):
-        topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
-
-    def _topk_sigmoid(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group,
-                      routed_scaling_factor):
-        topk_sigmoid(topk_weights, topk_ids, gating_output, renormalize, correction_bias, num_expert_group=num_expert_group,
-                     topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)
-
-    define_op("jitkern::topk_softmax", "(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, bool renormalize) -> ()",
-              _topk_softmax)
-    define_op("jitkern::topk_sigmoid",
-              "(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, Tensor? correction_bias, bool renormalize, "
-              "int num_expert_group, int topk_group, float routed_scaling_factor) -> ()", _topk_sigmoid)
-    define_op("jitkern::moe_align_block_size", "(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor)",
-              lambda ids, e, bs: moe_align_block_size(ids, e, bs), _align_outputs)
-    define_op("jitkern::moe_align_block_size_out",
-              "(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, "
-              "Tensor(c!) num_tokens_post_pad) -> ()", _align_out)

@@ -10,26 +10,30 @@ what torch.compile traces; eager calls go straight to the exported function."""
 
 from __future__ import annotations
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("norm", "jitkern_norm::NormOps", {
-    "rmsnorm": "input, weight, output, eps",
-    "fused_add_rmsnorm": "input, residual, weight, eps",
-    "qknorm": "q, k, q_weight, k_weight, eps, head_dim",
-    "qknorm_across_heads": "q, k, q_weight, k_weight, eps",
-}, public={"rmsnorm": "rmsnorm", "fused_add_rmsnorm": "fused_add_rmsnorm", "fused_inplace_qknorm": "qknorm",
-           "fused_inplace_qknorm_across_heads": "qknorm_across_heads"},
-   # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
+    "rmsnorm": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
+    "fused_add_rmsnorm": "Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps",
+    "qknorm": "Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps, int head_dim",
+    "qknorm_across_heads": "Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps",
+},  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
    compile_seconds={"rmsnorm": 3.3, "fused_add_rmsnorm": 3.3, "qknorm": 3.3, "qknorm_across_heads": 3.1})
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
+FAMILY = Family(_FAMILY)
 _FUNCTIONS = _FAMILY.functions
-
-
+spec = _FAMILY.spec
 _norm_module = _FAMILY.exports
 
 
+# The torch custom ops are what torch.compile traces: their implementations are the eager paths below;
+# their fake implementations only describe outputs, so tracing never builds a module.
+@FAMILY.op("rmsnorm", torch=(TorchOp("rmsnorm", "(Tensor input, Tensor weight, float eps) -> Tensor",
+                                     lambda input, weight, eps: rmsnorm(input, weight, None, eps),
+                                     lambda input, weight, eps: torch.empty_like(input)),
+                             TorchOp("rmsnorm_out", export="rmsnorm")))
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """output = input * rsqrt(mean(input^2, -1) + eps) * weight over the last dimension of [..., H] (pass output=input
     for in place)."""
@@ -48,6 +52,7 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | No
     return output
 
 
+@FAMILY.op("fused_add_rmsnorm", torch=(TorchOp("fused_add_rmsnorm", export="fused_add_rmsnorm"),))
 def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
     """residual += input; input = rmsnorm(residual) * weight (both in place, [..., H])."""
     if compiling():
@@ -59,6 +64,7 @@ def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch
     fn(input, residual, weight, eps)
 
 
+@FAMILY.op("qknorm", torch=(TorchOp("qknorm", export="qknorm"),))
 def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                          eps: float = 1e-6, *, head_dim: int = 0) -> None:
     """Per-head RMSNorm of q [..., Hq, D] and k [..., Hk, D] in place; with head_dim, q and k may also be
@@ -71,6 +77,7 @@ def fused_inplace_qknorm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tenso
     fn(q, k, q_weight, k_weight, eps, head_dim)
 
 
+@FAMILY.op("qknorm_across_heads", torch=(TorchOp("qknorm_across_heads", export="qknorm_across_heads"),))
 def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                                       eps: float = 1e-6) -> None:
     """RMSNorm of every row of q [..., Wq] and k [..., Wk] over the whole row, in place."""
@@ -81,21 +88,3 @@ def fused_inplace_qknorm_across_heads(q: torch.Tensor, k: torch.Tensor, q_weight
     if isinstance(q, torch.Tensor) and q.dim() != 2:
         q, k = (as_rows(t, "fused_inplace_qknorm_across_heads", n, writes=True) for t, n in ((q, "q"), (k, "k")))
     fn(q, k, q_weight, k_weight, eps)
-
-
-# The torch custom ops: what torch.compile traces. Their implementations are the eager paths above;
-# their fake implementations only describe outputs, so tracing never builds a module.
-if torch is not None:
-
-    def _rmsnorm_out(input, weight, output, eps):
-        rmsnorm(input, weight, output, eps)
-
-    define_op("jitkern::rmsnorm", "(Tensor input, Tensor weight, float eps) -> Tensor",
-              lambda input, weight, eps: rmsnorm(input, weight, None, eps), lambda input, weight, eps: torch.empty_like(input))
-    define_op("jitkern::rmsnorm_out", "(Tensor input, Tensor weight, Tensor(a!) output, float eps) -> ()", _rmsnorm_out)
-    define_op("jitkern::fused_add_rmsnorm", "(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
-              fused_add_rmsnorm)
-    define_op("jitkern::qknorm", "(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps, int head_dim) -> ()",
-              lambda q, k, q_weight, k_weight, eps, head_dim: fused_inplace_qknorm(q, k, q_weight, k_weight, eps, head_dim=head_dim))
-    define_op("jitkern::qknorm_across_heads", "(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps) -> ()",
-              fused_inplace_qknorm_across_heads)

@@ -12,7 +12,8 @@ torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
 
 from __future__ import annotations
 
-from .._torch import compiling, define_op, torch
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, _check_scale, group_scales_like
 from ._shapes import as_rows
@@ -26,16 +27,12 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
     "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
     "fused_add_rmsnorm_quant_dynamic": "input, residual, weight, output_q, output_s, eps",
-}, public={"per_tensor_quant_fp8": ("per_tensor_quant_static", "per_tensor_quant_dynamic"), "per_token_quant_fp8": "per_token_quant",
-           "per_token_group_quant_8bit": ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8"),
-           "rmsnorm_quant_fp8": ("rmsnorm_quant_static", "rmsnorm_quant_dynamic"),
-           "fused_add_rmsnorm_quant_fp8": ("fused_add_rmsnorm_quant_static", "fused_add_rmsnorm_quant_dynamic")},
-   # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
+},  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
    compile_seconds={"per_tensor_quant_static": 2.3, "per_tensor_quant_dynamic": 2.9, "per_token_quant": 2.0, "per_token_group_quant": 2.8,
                     "per_token_group_quant_ue8m0": 2.6, "per_token_group_quant_int8": 3.0, "rmsnorm_quant_static": 3.3,
                     "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4})
-DTYPES, SPECS, OPS, spec, specs, warmup = _FAMILY.module_api()
-HELPERS = ("group_scales_like",)  # public beside the ops
+FAMILY = Family(_FAMILY, helpers=("group_scales_like",))
+spec = _FAMILY.spec
 
 
 def _rows(x, public: str):
@@ -51,6 +48,12 @@ def _empty_q(x, dtype=None):
 
 # ---- per-tensor ------------------------------------------------------------------------------------
 
+# The torch custom ops are functional forms (fused_add_rmsnorm_quant_fp8's also writes residual); their fakes
+# allocate what the eager paths allocate.
+@FAMILY.op("per_tensor_quant_static", "per_tensor_quant_dynamic", torch=(TorchOp(
+    "per_tensor_quant_fp8", "(Tensor input, Tensor? scale) -> (Tensor, Tensor)",
+    lambda input, scale: per_tensor_quant_fp8(input, None, None if scale is None else scale.clone(), scale is not None),
+    lambda input, scale: (_empty_q(input), torch.empty(1, dtype=torch.float32, device=input.device))),))
 def per_tensor_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None,
                          is_static: bool = False):
     """Returns (q, s): q = fp8(input / s) with one fp32 scale s ([1]). Static: s is output_s, as given.
@@ -84,6 +87,8 @@ def _token_scales(x):
     return torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
 
 
+@FAMILY.op("per_token_quant", torch=(TorchOp("per_token_quant_fp8", "(Tensor input) -> (Tensor, Tensor)", None,
+                                                lambda input: (_empty_q(input), _token_scales(input))),))
 def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
     """Returns (q, s): one dynamic scale per row, s[..., 0] = max(amax(|row|), 1e-10) / 448, s of shape
     [..., 1] (fp32); q = fp8(row / s)."""
@@ -98,6 +103,14 @@ def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = Non
 
 # ---- per-token-group -------------------------------------------------------------------------------
 
+@FAMILY.op("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8", torch=(TorchOp(
+    "per_token_group_quant_8bit",
+    "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0) -> (Tensor, Tensor)",
+    lambda input, group_size, int8, eps, cm, tma, ue8m0: per_token_group_quant_8bit(
+        input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0),
+    lambda input, group_size, int8, eps, cm, tma, ue8m0: (
+        _empty_q(input, torch.int8 if int8 else None),
+        group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0))),))
 def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None, eps: float = 1e-10, *,
                                column_major_scales: bool = False, scale_tma_aligned: bool = False, scale_ue8m0: bool = False,
                                output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
@@ -148,6 +161,16 @@ def _norm_quant(op: str, public: str, input, residual, weight, eps, scale, outpu
     return q, s
 
 
+def _fake_norm_quant(input, *args):
+    scale = args[-1]
+    return _empty_q(input), (_token_scales(input) if scale is None else torch.empty(1, dtype=torch.float32, device=input.device))
+
+
+@FAMILY.op("rmsnorm_quant_static", "rmsnorm_quant_dynamic", torch=(TorchOp(
+    "rmsnorm_quant_fp8", "(Tensor input, Tensor weight, float eps, Tensor? scale) -> (Tensor, Tensor)",
+    lambda input, weight, eps, scale: _norm_quant("rmsnorm_quant", "rmsnorm_quant_fp8", input, None, weight, eps,
+                                                  None if scale is None else scale.clone(), None, None),
+    _fake_norm_quant),))
 def rmsnorm_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, scale: torch.Tensor | None = None,
                       output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
     """Returns (q, s): y = rmsnorm(input) * weight (rounded to input's dtype, as rmsnorm writes it),
@@ -158,6 +181,12 @@ def rmsnorm_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e
     return _norm_quant("rmsnorm_quant", "rmsnorm_quant_fp8", input, None, weight, eps, scale, output_q, output_s)
 
 
+@FAMILY.op("fused_add_rmsnorm_quant_static", "fused_add_rmsnorm_quant_dynamic", torch=(TorchOp(
+    "fused_add_rmsnorm_quant_fp8", "(Tensor input, Tensor(a!) residual, Tensor weight, float eps, Tensor? scale) -> (Tensor, Tensor)",
+    lambda input, residual, weight, eps, scale: _norm_quant(
+        "fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps,
+        None if scale is None else scale.clone(), None, None),
+    _fake_norm_quant),))
 def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                                 scale: torch.Tensor | None = None, output_q: torch.Tensor | None = None,
                                 output_s: torch.Tensor | None = None):
@@ -167,36 +196,3 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
         q, s = torch.ops.jitkern.fused_add_rmsnorm_quant_fp8(input, residual, weight, eps, scale)
         return _into(q, s, output_q, None if scale is not None else output_s)
     return _norm_quant("fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps, scale, output_q, output_s)
-
-
-# The torch custom ops (functional forms; fused_add_rmsnorm_quant_fp8 also writes residual). Their fakes
-# allocate what the eager paths allocate.
-if torch is not None:
-
-    def _fake_norm_quant(input, *args):
-        scale = args[-1]
-        return _empty_q(input), (_token_scales(input) if scale is None else torch.empty(1, dtype=torch.float32, device=input.device))
-
-    define_op("jitkern::per_tensor_quant_fp8", "(Tensor input, Tensor? scale) -> (Tensor, Tensor)",
-              lambda input, scale: per_tensor_quant_fp8(input, None, None if scale is None else scale.clone(), scale is not None),
-              lambda input, scale: (_empty_q(input), torch.empty(1, dtype=torch.float32, device=input.device)))
-    define_op("jitkern::per_token_quant_fp8", "(Tensor input) -> (Tensor, Tensor)", per_token_quant_fp8,
-              lambda input: (_empty_q(input), _token_scales(input)))
-    define_op("jitkern::per_token_group_quant_8bit",
-              "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, "
-              "bool scale_ue8m0) -> (Tensor, Tensor)",
-              lambda input, group_size, int8, eps, cm, tma, ue8m0: per_token_group_quant_8bit(
-                  input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0),
-              lambda input, group_size, int8, eps, cm, tma, ue8m0: (
-                  _empty_q(input, torch.int8 if int8 else None),
-                  group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0)))
-    define_op("jitkern::rmsnorm_quant_fp8", "(Tensor input, Tensor weight, float eps, Tensor? scale) -> (Tensor, Tensor)",
-              lambda input, weight, eps, scale: _norm_quant("rmsnorm_quant", "rmsnorm_quant_fp8", input, None, weight, eps,
-                                                            None if scale is None else scale.clone(), None, None),
-              _fake_norm_quant)
-    define_op("jitkern::fused_add_rmsnorm_quant_fp8",
-              "(Tensor input, Tensor(a!) residual, Tensor weight, float eps, Tensor? scale) -> (Tensor, Tensor)",
-              lambda input, residual, weight, eps, scale: _norm_quant(
-                  "fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps,
-                  None if scale is None else scale.clone(), None, None),
-              _fake_norm_quant)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._torch import compiling, define_op, torch
-from ..jit import JitSpec
+from .._torch import compiling, torch
+from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._shapes import as_rows
 
@@ -37,33 +37,9 @@ _FAMILY = DtypeFamily("rope", "jitkern_rope::RopeOps", {
     **{op: "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
            "head_groups, head_splits" for op in ("apply_store", "apply_store_fp8")},
 }, compile_seconds={"apply": 2.8, "apply_store": 2.9, "apply_store_fp8": 4.1})  # bf16 on an H100 host, 16 builds at once: the order builds start in
-DTYPES = _FAMILY.DTYPES
+FAMILY = Family(_FAMILY, helpers=("FusedSetKVBufferArg",))
 _FUNCTIONS = _FAMILY.functions
 _rope_module = _FAMILY.exports  # the per-dtype exports, for tests and benchmarks
-
-# Python op -> the per-dtype exports it may call.
-_NEEDS = {
-    "apply_rope_with_cos_sin_cache_inplace": ("apply", "apply_store", "apply_store_fp8"),
-    "rotary_embedding": ("apply",),
-    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": ("apply_store", "apply_store_fp8"),
-    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": ("apply",),
-}
-OPS = tuple(_NEEDS)
-HELPERS = ("FusedSetKVBufferArg",)  # public beside the ops
-
-
-def _exports(ops) -> list[str]:
-    return list(dict.fromkeys(e for op in (OPS if ops is None else ops) for e in _NEEDS[op]))
-
-
-def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """The modules these ops (None: all) need: one per RoPE export and dtype (None: fp16, bf16, fp32)."""
-    return [_FAMILY.spec(d, e) for d in (DTYPES if dtypes is None else dtypes) for e in _exports(ops)]
-
-
-def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building in parallel where needed) the modules of these ops (None: all) for these dtypes."""
-    _FAMILY.warmup(_exports(ops), dtypes)
 
 
 @dataclass
@@ -136,6 +112,14 @@ def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value,
        _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
 
 
+# The torch custom ops: what torch.compile traces (their implementations are the eager paths).
+@FAMILY.op("apply", torch=(
+    TorchOp("rope", "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
+            lambda positions, query, key, head_size, cos_sin_cache, is_neox: _rope(positions, query, key, head_size, cos_sin_cache, is_neox,
+                                                                                   "rotary_embedding")),
+    TorchOp("rope_query", "(Tensor positions, Tensor(a!) query, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
+            lambda positions, query, head_size, cos_sin_cache, is_neox: _rope(positions, query, None, head_size, cos_sin_cache, is_neox,
+                                                                              "rotary_embedding"))))
 def rotary_embedding(positions, query, key, head_size: int, cos_sin_cache, is_neox: bool = True):
     """Rotates query and key (None: query only) in place; returns (query, key)."""
     if compiling():
@@ -148,6 +132,10 @@ def rotary_embedding(positions, query, key, head_size: int, cos_sin_cache, is_ne
     return query, key
 
 
+@FAMILY.op("apply", "apply_store", "apply_store_fp8", torch=(TorchOp(
+    "rope_store_kv", "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox, Tensor value, "
+                     "Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor cache_loc, float k_scale, float v_scale) -> ()",
+    lambda *args: _rope_store(*args, "apply_rope_with_cos_sin_cache_inplace")),))
 def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size: int, cos_sin_cache, is_neox: bool = True,
                                           fused_set_kv_buffer_arg=None, enable_pdl: bool | None = None) -> None:
     """Rotates query and key in place; with `fused_set_kv_buffer_arg` (FusedSetKVBufferArg or the
@@ -168,6 +156,10 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size: int,
                     a.v_scale, "apply_rope_with_cos_sin_cache_inplace")
 
 
+@FAMILY.op("apply", torch=(TorchOp(
+    "rope_out", "(Tensor pos_ids, Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, Tensor cos_sin_cache, bool interleave) -> ()",
+    lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave: apply_rope_pos_ids_cos_sin_cache_without_kv_cache(
+        q, k, q_rope, k_rope, cos_sin_cache, pos_ids, interleave)),))
 def apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, interleave: bool = False,
                                                       enable_pdl: bool = False) -> None:
     """The reference's form: q [T, Hq, D], k [T, Hk, D] rotated into q_rope, k_rope (which may be q, k);
@@ -178,6 +170,12 @@ def apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q, k, q_rope, k_rope, cos_
     fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, 0, 0)
 
 
+@FAMILY.op("apply_store", "apply_store_fp8", torch=(TorchOp(
+    "rope_out_store_kv", "(Tensor pos_ids, Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, Tensor cos_sin_cache, bool interleave, "
+                         "Tensor v, Tensor(c!) k_buffer, Tensor(d!) v_buffer, Tensor kv_cache_loc) -> ()",
+    lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc:
+        apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer, kv_cache_loc,
+                                                       interleave)),))
 def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer, kv_cache_loc,
                                                    interleave: bool = False, enable_pdl: bool = False) -> None:
     """The reference's form with the KV-cache write: k_rope and v also go to k_buffer[kv_cache_loc],
@@ -187,27 +185,3 @@ def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin
     fn = _function(_store_export(k_buffer), q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
     fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
        0, 0)
-
-
-# The torch custom ops: what torch.compile traces (their implementations are the eager paths above).
-if torch is not None:
-    define_op("jitkern::rope", "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
-              lambda positions, query, key, head_size, cos_sin_cache, is_neox: _rope(positions, query, key, head_size, cos_sin_cache, is_neox,
-                                                                                     "rotary_embedding"))
-    define_op("jitkern::rope_query", "(Tensor positions, Tensor(a!) query, int head_size, Tensor cos_sin_cache, bool is_neox) -> ()",
-              lambda positions, query, head_size, cos_sin_cache, is_neox: _rope(positions, query, None, head_size, cos_sin_cache, is_neox,
-                                                                                "rotary_embedding"))
-    define_op("jitkern::rope_store_kv",
-              "(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, Tensor cos_sin_cache, bool is_neox, Tensor value, "
-              "Tensor(c!) k_cache, Tensor(d!) v_cache, Tensor cache_loc, float k_scale, float v_scale) -> ()",
-              lambda *args: _rope_store(*args, "apply_rope_with_cos_sin_cache_inplace"))
-    define_op("jitkern::rope_out",
-              "(Tensor pos_ids, Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, Tensor cos_sin_cache, bool interleave) -> ()",
-              lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave: apply_rope_pos_ids_cos_sin_cache_without_kv_cache(
-                  q, k, q_rope, k_rope, cos_sin_cache, pos_ids, interleave))
-    define_op("jitkern::rope_out_store_kv",
-              "(Tensor pos_ids, Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, Tensor cos_sin_cache, bool interleave, Tensor v, "
-              "Tensor(c!) k_buffer, Tensor(d!) v_buffer, Tensor kv_cache_loc) -> ()",
-              lambda pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc:
-                  apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, v, k_buffer, v_buffer,
-                                                                 kv_cache_loc, interleave))

@@ -12,11 +12,12 @@ another stream or the host writes.
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, compiling, define_op, torch
+from .._torch import ModuleExports, compiling, torch
 from ..jit import JitSpec
+from ._declare import Family, TorchOp, wrapper
 
-_OPS = {
-    "stream_wait_value": "flag, value",
+_EXPORTS = {
+    "stream_wait_value": "Tensor(a!) flag, int value",
     "event_create": "device_flag",
     "event_record": "handle, value, stream, spin",
     "event_wait": "handle, value, timeout_ms, stream, spin",
@@ -29,25 +30,14 @@ _OPS = {
 def spec() -> JitSpec:
     """The module of the signalling ops."""
     return JitSpec("wait_value", cuda_files=["wait_value.cuh"], host_without_nvcc=True, compile_seconds=3.2,  # H100 host, 16 at once
-                   cuda_wrappers=[(op, f"jitkern_wait_value::{op}", args) if args else (op, f"jitkern_wait_value::{op}") for op, args in _OPS.items()])
+                   cuda_wrappers=[wrapper(op, f"jitkern_wait_value::{op}", params) for op, params in _EXPORTS.items()])
 
 
-_function = ModuleExports(spec, _OPS, "wait_value")
+_function = ModuleExports(spec, _EXPORTS, "wait_value")
+FAMILY = Family(_function)
 
 
-OPS = ("stream_wait_value", "Event")
-
-
-def specs(ops=None, dtypes=None, constants=()) -> list[JitSpec]:
-    """Every signalling op needs the one module."""
-    return [spec()]
-
-
-def warmup(ops=None, dtypes=(), constants=()) -> None:
-    """Loads (building where needed) the signalling module."""
-    _function.warmup()
-
-
+@FAMILY.op("stream_wait_value", torch=(TorchOp("stream_wait_value", export="stream_wait_value"),))
 def stream_wait_value(flag: torch.Tensor, value: int) -> None:
     """The current stream waits until flag[0] == value (int32 flag on the GPU or in pinned host memory)."""
     if compiling():
@@ -60,6 +50,7 @@ def stream_mem_ops_available() -> bool:
     return bool(_function("stream_mem_ops_available")())
 
 
+@FAMILY.op("event_create", "event_record", "event_wait", "event_set", "event_value")
 class Event:
     """A 32-bit flag that streams and the host write and streams wait on.
 
@@ -92,7 +83,3 @@ class Event:
     def value(self) -> int:
         """The flag as the host reads it now."""
         return int(_function("event_value")(self._handle))
-
-
-if torch is not None:
-    define_op("jitkern::stream_wait_value", "(Tensor(a!) flag, int value) -> ()", lambda flag, value: _function("stream_wait_value")(flag, value))

@@ -1,0 +1,195 @@
+// The MoE combine family: each token's top-k expert outputs summed into one row. moe_sum adds them;
+// moe_weighted_sum multiplies each by its router weight (times routed_scaling_factor), skips the experts
+// whose id is negative (expert parallelism's experts of other ranks) and adds the shared expert's row.
+// fp16/bf16/fp32 rows, fp32 accumulation, one rounding to the output's type (torch's sum and its
+// float32 weighted sum round the same way).
+#pragma once
+
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/type.cuh>
+#include <jitkern/utils.cuh>
+#include <jitkern/vec.cuh>
+
+#include <cmath>
+#include <cstdint>
+
+namespace jitkern_moe_combine {
+
+using device::AlignedVector;
+
+// One vector of the output row per thread; a CTA covers kThreads vectors of one token's row, so a decode
+// step's few tokens still spread their rows over many SMs.
+constexpr int kThreads = 128;
+constexpr int kMaxTopk = 64;
+
+// input [tokens, k, hidden] (element strides per token and per expert), out [tokens, hidden].
+template <typename T>
+struct Combine {
+  const T* in;
+  int64_t in_token_stride, in_k_stride;
+  T* out;
+  int64_t out_stride;
+  const float* weights;  // [tokens, k] with row stride weights_stride, or null (moe_sum)
+  int64_t weights_stride;
+  const void* ids;  // [tokens, k] int32 or int64 (ids64), or null: an expert with a negative id is skipped
+  int64_t ids_stride;
+  bool ids64;
+  const T* shared;  // [tokens, hidden], or null
+  int64_t shared_stride;
+  float scale;  // routed_scaling_factor
+  int k;
+  int64_t tokens, hidden, row_vecs;  // row_vecs: hidden / kVec
+};
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const Combine<T> p) {
+#ifdef __CUDACC__
+  // The token's weights and skips, loaded once per CTA: the loop over the experts then has only its rows'
+  // loads, several in flight, instead of a weight's latency before each.
+  __shared__ float weight[kMaxTopk];
+  __shared__ bool skip[kMaxTopk];
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
+  const int64_t col = v * kVec;
+  const bool weighted = p.weights != nullptr || p.ids != nullptr;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (weighted) {
+    if (threadIdx.x < p.k) {
+      const int j = threadIdx.x;
+      weight[j] = p.weights != nullptr ? p.weights[token * p.weights_stride + j] * p.scale : 1.0f;
+      bool skipped = false;
+      if (p.ids != nullptr) {
+        const int64_t at = token * p.ids_stride + j;
+        skipped = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) < 0;
+      }
+      skip[j] = skipped;
+    }
+    __syncthreads();
+  }
+  if (v >= p.row_vecs) return;
+  float acc[kVec] = {};
+  const T* row = p.in + token * p.in_token_stride + col;
+#pragma unroll 4
+  for (int j = 0; j < p.k; ++j) {
+    if (weighted && skip[j]) continue;  // another rank's expert: its row is never read
+    const float w = weighted ? weight[j] : 1.0f;
+    AlignedVector<T, kVec> x;
+    x.load(row + j * p.in_k_stride);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
+  }
+  if (p.shared != nullptr) {
+    AlignedVector<T, kVec> s;
+    s.load(p.shared + token * p.shared_stride + col);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] += device::cast<float>(s[e]);
+  }
+  AlignedVector<T, kVec> y;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) y[e] = device::cast<T>(acc[e]);
+  y.store(p.out + token * p.out_stride + col);
+#endif
+}
+
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
+template <typename T>
+struct MoeCombineOps {
+  // output [T, H] = sum over k of input [T, k, H].
+  static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) {
+    auto device = host::SymbolicDevice{};
+    Combine<T> p = rows(input, output, device);
+    launch(p, device.unwrap());
+  }
+
+  // output [T, H] = routed_scaling_factor * sum_j topk_weights[t, j] * input[t, j, :] over the experts
+  // whose topk_ids are >= 0 (all, without topk_ids), + shared_output[t, :] where given.
+  static void moe_weighted_sum(jitkern::TensorView input, jitkern::TensorView output, jitkern::TensorView topk_weights,
+                               jitkern::Optional<jitkern::TensorView> topk_ids, jitkern::Optional<jitkern::TensorView> shared_output,
+                               double routed_scaling_factor) {
+    using namespace host;
+    auto device = SymbolicDevice{};
+    Combine<T> p = rows(input, output, device);
+    RuntimeCheck(std::isfinite(routed_scaling_factor), "routed_scaling_factor must be finite, got ", routed_scaling_factor);
+    p.scale = static_cast<float>(routed_scaling_factor);
+    auto N = SymbolicSize{"num_tokens"}, K = SymbolicSize{"topk"};
+    N.set_value(static_cast<int64_t>(input.size(0)));
+    K.set_value(static_cast<int64_t>(input.size(1)));
+    auto ws = SymbolicSize{"topk_weights_row_stride"};
+    TensorMatcher({N, K}).with_strides({ws, 1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(topk_weights, "topk_weights");
+    p.weights = static_cast<const float*>(topk_weights.data_ptr());
+    p.weights_stride = ws.has_value() ? ws.unwrap() : 0;
+    if (topk_ids.has_value()) {
+      auto is = SymbolicSize{"topk_ids_row_stride"};
+      TensorMatcher({N, K}).with_strides({is, 1}).with_dtype(DTypeList<int32_t, int64_t>{}).with_device(device_v<kDLCUDA>, device)
+          .verify(*topk_ids, "topk_ids");
+      p.ids = topk_ids->data_ptr();
+      p.ids64 = topk_ids->dtype().bits == 64;
+      p.ids_stride = is.has_value() ? is.unwrap() : 0;
+    }
+    if (shared_output.has_value()) {
+      auto H = SymbolicSize{"hidden_size"}, ss = SymbolicSize{"shared_output_row_stride"};
+      H.set_value(static_cast<int64_t>(input.size(2)));
+      TensorMatcher({N, H}).with_strides({ss, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(*shared_output,
+                                                                                                                      "shared_output");
+      p.shared = static_cast<const T*>(shared_output->data_ptr());
+      p.shared_stride = ss.has_value() ? ss.unwrap() : 0;
+    }
+    launch(p, device.unwrap());
+  }
+
+ private:
+  static Combine<T> rows(jitkern::TensorView input, jitkern::TensorView output, host::SymbolicDevice& device) {
+    using namespace host;
+    auto N = SymbolicSize{"num_tokens"}, K = SymbolicSize{"topk"}, H = SymbolicSize{"hidden_size"};
+    auto ts = SymbolicSize{"input_token_stride"}, ks = SymbolicSize{"input_expert_stride"}, os = SymbolicSize{"output_row_stride"};
+    TensorMatcher({N, K, H}).with_strides({ts, ks, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(input, "input");
+    TensorMatcher({N, H}).with_strides({os, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(output, "output");
+    RuntimeCheck(K.unwrap() >= 1 && K.unwrap() <= kMaxTopk, "topk (input's second dimension) must be 1-", kMaxTopk, ", got ", K.unwrap());
+    Combine<T> p{};
+    p.in = static_cast<const T*>(input.data_ptr());
+    p.in_token_stride = ts.has_value() ? ts.unwrap() : 0;
+    p.in_k_stride = ks.has_value() ? ks.unwrap() : 0;
+    p.out = static_cast<T*>(output.data_ptr());
+    p.out_stride = os.has_value() ? os.unwrap() : 0;
+    p.scale = 1.0f;
+    p.k = static_cast<int>(K.unwrap());
+    p.tokens = N.unwrap();
+    p.hidden = H.unwrap();
+    return p;
+  }
+
+  // The widest vector every row start allows (16 bytes where the hidden size, strides and pointers are aligned).
+  static bool vectors_fit(const Combine<T>& p) {
+    constexpr int kVec = device::kVec16<T>;
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    bool ok = p.hidden % kVec == 0 && p.in_token_stride % kVec == 0 && p.in_k_stride % kVec == 0 && p.out_stride % kVec == 0 &&
+              aligned(p.in) && aligned(p.out);
+    if (p.shared != nullptr) ok = ok && p.shared_stride % kVec == 0 && aligned(p.shared);
+    return ok;
+  }
+
+  // Grid: a token per x, kThreads vectors of its row per y.
+  static void launch(Combine<T> p, DLDevice device) {
+    using namespace host;
+    if (p.tokens * p.hidden == 0) return;
+    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
+    const auto run = [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      p.row_vecs = p.hidden / kVec;
+      const int64_t blocks = div_ceil(p.row_vecs, int64_t{kThreads});
+      RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
+      LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, device)
+          .enable_pdl()(combine_kernel<T, kVec>, p);
+    };
+    if (vectors_fit(p)) {
+      run(std::integral_constant<int, device::kVec16<T>>{});
+    } else {
+      run(std::integral_constant<int, 1>{});
+    }
+  }
+};
+#endif  // __CUDACC_RTC__
+
+}  // namespace jitkern_moe_combine

@@ -1,0 +1,174 @@
+"""The MoE combine family on the GPU: moe_sum and moe_weighted_sum against a float64 torch reference (strided
+rows, unaligned hidden sizes, skipped experts, the shared expert, NaN), bad input, and the torch custom ops
+(opcheck, torch.compile, CUDA graphs)."""
+
+import pytest
+
+from conftest import eagerly_then_from_a_graph
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["float16", "bfloat16", "float32"]
+# One rounding of an fp32 sum: a unit in the last place of the dtype, with an absolute floor near 0.
+TOL = {"float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2), "float32": (1e-5, 1e-5)}
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _close(actual, expected, dtype):
+    torch = _torch()
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol)
+
+
+def _weighted_reference(x, w, ids=None, shared=None, scale=1.0):
+    """float64: scale * sum_j w[t, j] x[t, j] over ids >= 0, + shared, rounded to x's dtype."""
+    keep = (ids >= 0).double() if ids is not None else 1.0
+    y = ((w.double() * scale * keep).unsqueeze(-1) * x.double()).sum(1)
+    if shared is not None:
+        y = y + shared.double()
+    return y.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (7, 2, 4096), (64, 1, 2048), (300, 6, 100), (0, 8, 512), (3, 64, 24)])
+def test_moe_sum_matches_float64(dtype, tokens, topk, hidden):
+    torch = _torch()
+    from jitkern.ops import moe_sum
+
+    x = torch.randn(tokens, topk, hidden, dtype=getattr(torch, dtype), device="cuda")
+    out = moe_sum(x)
+    assert out.shape == (tokens, hidden) and out.dtype == x.dtype
+    _close(out, x.double().sum(1).to(x.dtype), dtype)
+
+
+def test_moe_sum_writes_strided_rows_and_vllm_order():
+    torch = _torch()
+    from jitkern.ops import moe_sum
+
+    big = torch.randn(9, 4, 2 * 1024, dtype=torch.bfloat16, device="cuda")
+    x = big[:, :, 1024:]  # strided per token and per expert
+    out_big = torch.full((9, 3000), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = out_big[:, 8:8 + 1024]
+    assert moe_sum(x, out) is out
+    _close(out, x.double().sum(1).to(torch.bfloat16), "bfloat16")
+    assert torch.isnan(out_big[:, :8]).all() and torch.isnan(out_big[:, 8 + 1024:]).all(), "wrote outside the output's rows"
+    odd = torch.randn(5, 3, 4099, dtype=torch.float16, device="cuda")[:, :, 3:]  # rows not 16-byte aligned
+    _close(moe_sum(odd), odd.double().sum(1).to(torch.float16), "float16")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64", None])
+@pytest.mark.parametrize("shared", [False, True])
+def test_moe_weighted_sum_matches_float64(dtype, ids_dtype, shared):
+    torch = _torch()
+    from jitkern.ops import moe_weighted_sum
+
+    tokens, topk, hidden = 33, 8, 7168
+    t = getattr(torch, dtype)
+    x = torch.randn(tokens, topk, hidden, dtype=t, device="cuda")
+    w = torch.rand(tokens, topk, device="cuda")
+    ids = None
+    if ids_dtype is not None:
+        ids = torch.randint(0, 256, (tokens, topk), dtype=getattr(torch, ids_dtype), device="cuda")
+        ids[::3, 1] = -1  # experts of another rank
+        x[::3, 1] = float("nan")  # never read: a skipped expert's row may hold anything
+    s = torch.randn(tokens, hidden, dtype=t, device="cuda") if shared else None
+    out = moe_weighted_sum(x, w, ids, s, routed_scaling_factor=2.5)
+    expected = _weighted_reference(torch.nan_to_num(x), w, ids, s, 2.5)
+    _close(out, expected, dtype)
+
+
+def test_nan_and_inf_propagate():
+    torch = _torch()
+    from jitkern.ops import moe_sum, moe_weighted_sum
+
+    x = torch.randn(4, 2, 256, dtype=torch.bfloat16, device="cuda")
+    x[1, 0, 5] = float("nan")
+    x[2, 1, 7] = float("inf")
+    out = moe_sum(x)
+    assert torch.isnan(out[1, 5]) and torch.isinf(out[2, 7])
+    assert torch.isfinite(out[0]).all() and torch.isfinite(out[3]).all()
+    y = moe_weighted_sum(x, torch.ones(4, 2, device="cuda"))
+    assert torch.isnan(y[1, 5]) and torch.isinf(y[2, 7])
+
+
+def test_bad_input_names_the_argument():
+    torch = _torch()
+    from jitkern.ops import moe_sum, moe_weighted_sum
+
+    x = torch.randn(4, 2, 256, dtype=torch.bfloat16, device="cuda")
+    w = torch.rand(4, 2, device="cuda")
+    with pytest.raises(ValueError, match="input must be a \\[num_tokens, topk, hidden_size\\] tensor"):
+        moe_sum(x[0])
+    with pytest.raises(ValueError, match="output"):
+        moe_sum(x, torch.empty(4, 128, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(TypeError, match="output: DType mismatch"):
+        moe_sum(x, torch.empty(4, 256, dtype=torch.float16, device="cuda"))
+    with pytest.raises(TypeError, match="topk_weights: DType mismatch"):
+        moe_weighted_sum(x, w.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="topk_weights"):
+        moe_weighted_sum(x, torch.rand(4, 3, device="cuda"))
+    with pytest.raises(TypeError, match="topk_ids: DType mismatch"):
+        moe_weighted_sum(x, w, torch.zeros(4, 2, dtype=torch.float32, device="cuda"))
+    with pytest.raises(ValueError, match="shared_output"):
+        moe_weighted_sum(x, w, None, torch.randn(4, 255, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match="routed_scaling_factor must be finite"):
+        moe_weighted_sum(x, w, routed_scaling_factor=float("inf"))
+    with pytest.raises(ValueError, match="topk .* must be 1-64"):
+        moe_sum(torch.randn(2, 65, 8, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        moe_sum(x.to(torch.int32))
+    with pytest.raises(ValueError, match="input"):
+        moe_sum(x.cpu())
+
+
+def test_torch_custom_ops_opcheck_compile_and_graphs():
+    torch = _torch()
+    import jitkern.ops  # noqa: F401  (registers torch.ops.jitkern)
+    from jitkern.ops import moe_sum, moe_weighted_sum
+
+    x = torch.randn(5, 4, 512, dtype=torch.bfloat16, device="cuda")
+    w = torch.rand(5, 4, device="cuda")
+    ids = torch.randint(-1, 8, (5, 4), dtype=torch.int32, device="cuda")
+    shared = torch.randn(5, 512, dtype=torch.bfloat16, device="cuda")
+    torch.library.opcheck(torch.ops.jitkern.moe_sum, (x,))
+    torch.library.opcheck(torch.ops.jitkern.moe_sum_out, (x, torch.empty(5, 512, dtype=torch.bfloat16, device="cuda")))
+    torch.library.opcheck(torch.ops.jitkern.moe_weighted_sum, (x, w, ids, shared, 1.5))
+    torch.library.opcheck(torch.ops.jitkern.moe_weighted_sum, (x, w, None, None, 1.0))
+
+    def combine(x, w, ids, shared):
+        return moe_sum(x), moe_weighted_sum(x, w, ids, shared, routed_scaling_factor=2.0)
+
+    compiled = torch.compile(combine, fullgraph=True, dynamic=True)
+    for tokens in (3, 17):
+        args = (torch.randn(tokens, 4, 512, dtype=torch.bfloat16, device="cuda"), torch.rand(tokens, 4, device="cuda"),
+                torch.randint(-1, 8, (tokens, 4), dtype=torch.int64, device="cuda"),
+                torch.randn(tokens, 512, dtype=torch.bfloat16, device="cuda"))
+        got, ref = compiled(*args), combine(*args)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+    state = {}
+    out = torch.empty(64, 7168, dtype=torch.bfloat16, device="cuda")
+
+    def prepare(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        state["x"] = state.get("x", torch.empty(64, 8, 7168, dtype=torch.bfloat16, device="cuda"))
+        state["w"] = state.get("w", torch.empty(64, 8, device="cuda"))
+        state["x"].copy_(torch.randn(64, 8, 7168, generator=g, device="cuda"))
+        state["w"].copy_(torch.rand(64, 8, generator=g, device="cuda"))
+        out.fill_(float("nan"))
+
+    def step():
+        moe_weighted_sum(state["x"], state["w"], output=out)
+
+    def check(what):
+        _close(out, _weighted_reference(state["x"], state["w"]), "bfloat16")
+
+    prepare(0)
+    step()  # loads the module outside the capture
+    eagerly_then_from_a_graph(prepare, step, check)
