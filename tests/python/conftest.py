@@ -92,8 +92,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's --dist loadgroup, here: the tests of a file that defines a module-scoped fixture (a wheel
-    built, a cache prebuilt) run on one worker, so that the fixture is made once; every other test goes to
+    """pytest-xdist's --dist loadgroup, here: the tests of a file that defines a module-scoped (or wider) fixture
+    (a wheel built, a cache prebuilt) run on one worker, so that the fixture is made once; every other test goes to
     whichever worker is free. (xdist_group marks cannot do it: pytest-xdist 3.8 groups them through node ids,
     which pytest 9 no longer lets it change.)"""
     if config.getvalue("dist") != "loadgroup":
@@ -107,7 +107,7 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::")[0]
             if path not in grouped:
                 file = config.rootpath / path
-                grouped[path] = file.suffix == ".py" and re.search(r"@pytest\.fixture\([^)]*scope=.module.", file.read_text()) is not None
+                grouped[path] = file.suffix == ".py" and re.search(r"@pytest\.fixture\([^)]*scope=.(module|package|session).", file.read_text()) is not None
             return path if grouped[path] else nodeid
 
     return ModuleFixtureFiles(config, log)
