@@ -1,7 +1,9 @@
 """First call of the reference framework's (SGLang's) hot ops with its own JIT engine against with jitkern
-installed under it (jitkern.compat.sglang.install()): each op in a fresh process with empty caches (both
-engines' caches), then a cold start that calls all of them in one process. Needs the reference installed
-and a GPU. Prints a markdown table of seconds (median of TRIALS) and the ratio jitkern / reference.
+installed under it (jitkern.compat.sglang.install()): per engine, one fresh process with empty caches
+(both engines' caches) calls each op once (tests/python/compat_sglang_ops.py; the op modules are imported
+before the clock starts); each op's first call and their sum (the cold start of all of them) are timed.
+Needs the reference (installed, or its wheel named by REFERENCE_WHEEL) and a GPU. Prints a markdown table
+of seconds (median of --trials processes) and the ratio jitkern / reference.
 
 `--compile-only KERNELS_DIR` (no GPU, no torch): cold compile of the hot-path kernel files of the
 reference package at KERNELS_DIR (its sglang/kernels/jit) through jitkern, lean mode against tvm-ffi mode
@@ -10,54 +12,47 @@ reference package at KERNELS_DIR (its sglang/kernels/jit) through jitkern, lean 
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 from utils import environment, is_in_ci  # noqa: E402
 
 TRIALS = 1 if is_in_ci() else 3
-SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "python" / "compat_sglang_ops.py"
-OPS = ["rmsnorm", "fused_add_rmsnorm", "qknorm", "activations", "store_cache", "per_token_group_quant", "topk_softmax"]
 
 
-def run(engine: str, ops: list[str]) -> dict:
+def first_calls(engine: str) -> dict:
+    """compat_sglang_ops' results of one fresh process: {op: {"seconds": ...} or {"error": ...}}."""
+    import compat_sglang_ops
     import torch
 
     with tempfile.TemporaryDirectory() as d:
-        env = dict(__import__("os").environ, JITKERN_CACHE_DIR=f"{d}/jitkern", SGLANG_JIT_CACHE_DIR=f"{d}/sglang")
-        out = f"{d}/out.pt"
-        proc = subprocess.run([sys.executable, str(SCRIPT), engine, out, *ops], env=env, capture_output=True, text=True)
+        proc = compat_sglang_ops.run(engine, f"{d}/out.pt", cache_root=d)
+        if proc is None:
+            sys.exit("not run: the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-3000:])
-        return torch.load(out)
+        return torch.load(f"{d}/out.pt")
 
 
-def main() -> None:
+def main(trials: int) -> None:
+    import compat_sglang_ops
+
     print(environment())
-    print("| op | reference s | jitkern s | jitkern / reference |\n|---|---|---|---|")
-    for op in OPS + ["all (cold start)"]:
-        ops = OPS if op.startswith("all") else [op]
-        seconds = {}
-        for engine in ("reference", "jitkern"):
-            trials = []
-            for _ in range(TRIALS):
-                res = run(engine, ops)
-                if any("error" in r for r in res.values()):
-                    trials = None
-                    break
-                trials.append(sum(r["seconds"] for r in res.values()))
-            seconds[engine] = statistics.median(trials) if trials else None
-        ref, ours = seconds["reference"], seconds["jitkern"]
-        ratio = f"{ours / ref:.2f}" if ref and ours else "n/a"
-        fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
-        print(f"| {op} | {fmt(ref)} | {fmt(ours)} | {ratio} |", flush=True)
+    runs = {engine: [first_calls(engine) for _ in range(trials)] for engine in ("reference", "jitkern")}
+    print(compat_sglang_ops.timing_table(runs))
+    for engine, results in runs.items():
+        for op, r in results[0].items():
+            if "error" in r:
+                print(f"\n{engine}, {op}:\n{r['error']}")
 
 
-def compile_only(kernels: str) -> None:
+def compile_only(kernels: str, trials: int) -> None:
     import time
 
     from jitkern.compat import check
@@ -73,20 +68,24 @@ def compile_only(kernels: str) -> None:
         for f in hot:
             call, seconds = found[f], {}
             for mode in ("lean", "tvm-ffi"):
-                trials = []
-                for _ in range(TRIALS):
+                times = []
+                for _ in range(trials):
                     with tempfile.TemporaryDirectory() as d:
-                        __import__("os").environ["JITKERN_CACHE_DIR"] = d
+                        os.environ["JITKERN_CACHE_DIR"] = d
                         spec = compat.jit_spec(*call.args, **{k: v for k, v in call.kwargs.items() if k != "header_only"}, mode=mode)[0]
                         start = time.perf_counter()
                         spec.build()
-                        trials.append(time.perf_counter() - start)
-                seconds[mode] = statistics.median(trials)
+                        times.append(time.perf_counter() - start)
+                seconds[mode] = statistics.median(times)
             print(f"| {f} | {seconds['lean']:.2f} | {seconds['tvm-ffi']:.2f} | {seconds['lean'] / seconds['tvm-ffi']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--compile-only":
-        compile_only(sys.argv[2])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trials", type=int, default=TRIALS, help="fresh processes per engine (median)")
+    p.add_argument("--compile-only", metavar="KERNELS_DIR", help="lean against tvm-ffi cold compiles, no GPU")
+    a = p.parse_args()
+    if a.compile_only:
+        compile_only(a.compile_only, a.trials)
     else:
-        main()
+        main(a.trials)

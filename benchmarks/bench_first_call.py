@@ -38,6 +38,7 @@ idx = torch.arange(64, device="cuda")
 tw = torch.empty(16, 8, device="cuda"); tid = torch.randint(0, 64, (16, 8), dtype=torch.int32, device="cuda")
 cos_sin = torch.randn(4096, 128, device="cuda")
 k_cache = torch.zeros(64, 8, 128, dtype=torch.bfloat16, device="cuda"); v_cache = torch.zeros_like(k_cache)
+mla_cache = torch.zeros(64, 576, dtype=torch.bfloat16, device="cuda")
 torch.cuda.synchronize()
 """
 
@@ -66,12 +67,24 @@ OPS = {
     "apply_rope_with_cos_sin_cache_inplace, KV write": (
         "ops.apply_rope_with_cos_sin_cache_inplace(idx[:16], qkv[:, :32], qkv[:, 32:40], 128, cos_sin, "
         "fused_set_kv_buffer_arg=ops.FusedSetKVBufferArg(qkv[:, 40:], k_cache, v_cache, None, None, idx[:16]))", None),
+    "fused_qknorm_rope": ("ops.fused_qknorm_rope(idx[:16], qkv[:, :32], qkv[:, 32:40], hw, hw, cos_sin)",
+                          "ref.fused_qk_norm_rope(qkv.view(16, -1), 32, 8, 8, 128, 1e-6, hw, hw, 1e6, True, idx[:16].int(), 1.0, 0.0, 0.0, 1.0)"),
+    "fused_qknorm_rope, KV write": (
+        "ops.fused_qknorm_rope(idx[:16], qkv[:, :32], qkv[:, 32:40], hw, hw, cos_sin, 1e-6, True, "
+        "ops.FusedSetKVBufferArg(qkv[:, 40:], k_cache, v_cache, None, None, idx[:16]))", None),
+    "set_mla_kv_buffer": ("ops.set_mla_kv_buffer(mla_cache, idx[:16], x[:, :512], x[:, 512:576])",
+                          "ref.set_mla_kv_buffer(mla_cache, idx[:16], x[:, :512], x[:, 512:576])"),
+    "gemma_rmsnorm": ("ops.gemma_rmsnorm(x, w)", None),
+    "rmsnorm_hf": ("ops.rmsnorm_hf(x, w)", "ref.rmsnorm_hf(x, w)"),
 }
 # Reference ops that exist but cannot run from its wheel alone, and why.
 _NO_FLASHINFER = "not timed here: its rope module builds against an installed flashinfer's headers (bench_rope times its kernel where they import)"
 REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": _NO_FLASHINFER, "apply_rope_with_cos_sin_cache_inplace, KV write": _NO_FLASHINFER}
 
-REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache"}  # else norm
+REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache",
+               # ops of the reference's newer layout only: "ops:" and their sglang.kernels.ops module
+               "fused_qknorm_rope": "ops:attention.fused_qknorm_rope", "set_mla_kv_buffer": "ops:kvcache.set_mla_kv_buffer",
+               "rmsnorm_hf": "ops:layernorm.rmsnorm_hf"}  # else norm
 
 JITKERN = "import jitkern.ops as ops\n" + SETUP + """
 t0 = time.perf_counter()
@@ -84,8 +97,8 @@ print("SECONDS", time.perf_counter() - t0)
 REFERENCE = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-from utils import reference_module
-ref = reference_module("{{module}}")
+from utils import reference_module, reference_ops
+ref = reference_ops("{{module}}"[4:]) if "{{module}}".startswith("ops:") else reference_module("{{module}}")
 """ + SETUP + """
 t0 = time.perf_counter()
 {call}

@@ -1,6 +1,9 @@
-"""The MoE routing family: topk_softmax, the grouped sigmoid router and moe_align_block_size at T = 1, 64, 4096
-tokens with 64/128/256 experts (k = 8), against a torch implementation and torch.compile of it, next to
-a one-CTA launch floor. Prints markdown tables (us, CUDA-graph medians)."""
+"""The MoE routing family. Two tables (us, CUDA-graph medians), next to a one-CTA launch floor:
+- `reference`: topk_softmax against the reference framework's (SGLang's) newest topk_softmax, side by side in
+  one process (REFERENCE_WHEEL), fp32 and bf16 gating, 64/128/256 experts, k = 1-8, 1 to 32768 tokens;
+- `routing`: topk_softmax, the grouped sigmoid router and moe_align_block_size at T = 1, 64, 4096 tokens
+  with 64/128/256 experts (k = 8), against a torch implementation and torch.compile of it.
+`python bench_moe.py [reference] [routing]` (default: both)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
+from utils import (call_each, environment, get_benchmark_range, interleaved, reference_ops_or_none, reference_version, run_benchmark,  # noqa: E402
+                   yardstick_module)
 
 from jitkern.ops import moe_align_block_size, topk_sigmoid, topk_softmax  # noqa: E402
 from jitkern.ops.moe import align_sizes  # noqa: E402
@@ -77,12 +81,45 @@ def ratio(base, j):
     return "n/a" if base is None else f"{base['median'] / j['median']:.2f}x"
 
 
-def main() -> None:
+def launch_floor() -> float:
     module = yardstick_module()
     src = torch.zeros(4096, dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
     module.copy(dst, src)
-    floor = run_benchmark(lambda: module.copy(dst, src))["median"]
+    return run_benchmark(lambda: module.copy(dst, src))["median"]
+
+
+REF_TOKENS = get_benchmark_range([1, 16, 64, 256, 4096, 32768], [1, 64, 256, 4096])
+
+
+def reference_table(floor: float) -> None:
+    """topk_softmax (int32 ids) against the reference's, each shape timed in turns."""
+    ref = reference_ops_or_none("moe.moe_topk_softmax")
+    print(f"\n### topk_softmax against the reference {reference_version()} ({environment()})\n")
+    print(f"CUDA-graph medians (us) of 3 interleaved runs; launch floor (one CTA copying 16 KiB): {floor:.2f} us.\n")
+    print("| gating | experts | k | renormalize | T | jitkern | reference | reference / jitkern | tokens routed differently |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    cases = [(d, e, 8, False, t) for d in (torch.float32, torch.bfloat16) for e in EXPERTS for t in REF_TOKENS]
+    cases += [(torch.float32, 128, k, False, t) for k in (1, 2, 4) for t in (1, 4096)]
+    cases += [(torch.float32, 128, 8, True, t) for t in (1, 64, 4096)]
+    for dtype, e, k, renormalize, t in cases:
+        logits = torch.randn(t, e, device="cuda").to(dtype)
+        w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
+        fns = {"jitkern": lambda: topk_softmax(w, ids, logits, renormalize)}
+        if ref is not None:
+            rw, rids = torch.empty_like(w), torch.empty_like(ids)
+            fns["reference"] = lambda: ref.topk_softmax(rw, rids, logits, renormalize)
+        call_each(fns)
+        # The reference ranks its probabilities (ties of rounding, and of bf16 logits, may order differently).
+        differ = int((ids != rids).any(-1).sum()) if "reference" in fns else "n/a"
+        times = interleaved(fns)
+        j, r = times["jitkern"], times.get("reference")
+        r_text, ratio_text = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        print(f"| {str(dtype).replace('torch.', '')} | {e} | {k} | {renormalize} | {t} | {j:.2f} | {r_text} | {ratio_text} | {differ} |",
+              flush=True)
+
+
+def routing_table(floor: float) -> None:
     print(f"\n### MoE routing ({environment()})\n")
     print(f"Times in us, CUDA-graph medians except the align rows; k = {K}; launch floor (one CTA copying 16 KiB): {floor:.2f} us.\n")
     print("| op | T | experts | jitkern | torch | torch.compile | vs torch | vs compile | gating read GB/s |")
@@ -119,6 +156,15 @@ def main() -> None:
             c = bench(lambda: compiled["align"](route, e, BLOCK), use_cudagraph=False)
             print(f"| moe_align_block_size (block {BLOCK}), launched | {t} | {e} | {fmt(j)} ({fmt(g)}) | {fmt(tt)} | {fmt(c)} | "
                   f"{ratio(tt, j)} | {ratio(c, j)} | - |")
+
+
+def main() -> None:
+    tables = sys.argv[1:] or ["reference", "routing"]
+    floor = launch_floor()
+    if "reference" in tables:
+        reference_table(floor)
+    if "routing" in tables:
+        routing_table(floor)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -127,9 +128,11 @@ def reference_ldflags() -> list[str]:
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
 
 
+@functools.cache
 def reference_path() -> str | None:
     """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
-    (REFERENCE_WHEEL=/path/to/sglang-*.whl), "" where it is installed, or None where it is absent."""
+    (REFERENCE_WHEEL=/path/to/sglang-*.whl; once per process), "" where it is installed, or None where
+    it is absent."""
     import importlib.util
     import tempfile
     import zipfile
@@ -143,43 +146,127 @@ def reference_path() -> str | None:
     return "" if importlib.util.find_spec("sglang") else None
 
 
+# The modules of the reference's releases up to 0.5.9 (sglang.jit_kernel.<name>) in its newer layout.
+_NEWER_LAYOUT = {"norm": "layernorm.norm", "per_tensor_quant_fp8": "quantization.per_tensor_quant_fp8", "pos_enc": "attention.rope",
+                 "rope": "attention.rope", "kvcache": "kvcache.kvcache"}
+
+
 def reference_module(name: str):
-    """The reference's `sglang.jit_kernel.<name>` module, or None where the reference is absent. Its
-    package __init__ needs the whole serving stack, so the packages on the way are bare namespace
-    modules, and the few third-party modules its helpers import but its kernels never use get empty
-    stand-ins where they are missing."""
+    """The reference's `sglang.jit_kernel.<name>` module (its releases up to 0.5.9; in a newer release the
+    op module that took its place), or None where the reference is absent."""
+    if _reference_has("jit_kernel"):
+        return reference_import(f"sglang.jit_kernel.{name}", bare=("sglang", "sglang.srt", "sglang.srt.utils"))
+    return reference_ops(_NEWER_LAYOUT[name]) if name in _NEWER_LAYOUT else None
+
+
+def reference_ops(path: str):
+    """The reference's `sglang.kernels.ops.<path>` op module (its newer releases, e.g. "layernorm.norm"),
+    or None where the reference is absent."""
+    return reference_import(f"sglang.kernels.ops.{path}") if _reference_has("kernels") else None
+
+
+def _reference_has(package: str) -> bool:
+    """Whether the reference's sglang package has the subpackage (found without importing sglang)."""
+    import importlib.util
+    import sys
+
+    path = reference_path()
+    if path is None:
+        return False
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    found = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else sys.modules["sglang"].__spec__
+    return found is not None and any((Path(p) / package).is_dir() for p in found.submodule_search_locations or [])
+
+
+def reference_version() -> str:
+    """The version of the reference: its wheel's (REFERENCE_WHEEL) or the installed package's, or "absent"."""
+    import importlib.metadata
+
+    wheel = os.environ.get("REFERENCE_WHEEL")
+    if wheel:
+        return Path(wheel).name.split("-")[1]
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def reference_import(module: str, bare: tuple = ("sglang",)):
+    """The reference's module `module` (e.g. sglang.kernels.ops.layernorm.norm), or None where the
+    reference is absent. Its package __init__ needs the whole serving stack, so the packages named in
+    `bare` are bare namespace modules, and the third-party modules its helpers import but its kernels
+    never use get reference_stand_ins' where they are missing."""
     import importlib
     import importlib.util
     import sys
     import types
+
+    import reference_stand_ins
 
     path = reference_path()
     if path is None:
         return None
     if path and path not in sys.path:
         sys.path.insert(0, path)
-    for package in ("sglang", "sglang.srt", "sglang.srt.utils"):
+    for package in bare:
         if package not in sys.modules:
             found = importlib.util.find_spec(package)
             stub = types.ModuleType(package)
-            stub.__path__ = list(found.submodule_search_locations)
+            stub.__path__, stub.__spec__ = list(found.submodule_search_locations), found
             sys.modules[package] = stub
-
-    def absent(attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return lambda *args, **kwargs: None
-
-    for _ in range(20):
+    before = set(sys.modules)
+    for _ in range(40):
         try:
-            return importlib.import_module(f"sglang.jit_kernel.{name}")
+            return importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name is None or e.name.startswith("sglang"):
                 raise
-            stand_in = types.ModuleType(e.name)
-            stand_in.__getattr__ = absent
-            stand_in.__path__ = []
-            sys.modules[e.name] = stand_in
-            for partial in [m for m in sys.modules if m.startswith(("sglang.jit_kernel.", "sglang.srt.utils."))]:
+            if e.name in ("msgspec", "msgspec.structs"):
+                sys.modules["msgspec"] = reference_stand_ins.msgspec_module()
+                sys.modules["msgspec.structs"] = sys.modules["msgspec"].structs
+            else:
+                sys.modules[e.name] = reference_stand_ins.absent_module(e.name)
+            for partial in [m for m in sys.modules if m.startswith("sglang.") and m not in before]:
                 del sys.modules[partial]
-    raise ImportError(f"the reference's sglang.jit_kernel.{name} needs too many absent modules")
+    raise ImportError(f"the reference's {module} needs too many absent modules")
+
+
+def reference_ops_or_none(path: str):
+    """reference_ops(path), or None (with a note in the output) where it is absent or does not load, so that
+    a table is printed without its reference column rather than not at all. Where its own JIT loader cannot
+    build (it needs the `ninja` executable), jitkern.compat.sglang builds its kernels from the same sources."""
+    try:
+        module = reference_ops(path)
+    except Exception as e:  # noqa: BLE001 - any failure of the reference's import
+        print(f"<!-- the reference's {path} did not load: {type(e).__name__}: {str(e)[:300]} -->")
+        return None
+    if module is not None:
+        reference_builder()
+    return module
+
+
+def reference_builder() -> str:
+    """What builds the reference's kernels here: its own JIT loader, or, where that loader's build tool (the
+    `ninja` executable) is missing, jitkern.compat.sglang from the same sources (installed by this call)."""
+    import shutil
+
+    if shutil.which("ninja") is not None:
+        return "its own JIT loader"
+    from jitkern.compat import sglang as compat
+
+    compat.install()
+    return "jitkern.compat.sglang from its sources (its own loader needs ninja, absent here)"
+
+
+def call_each(fns: dict) -> dict:
+    """Calls each function once (builds, warm-up); a "reference" entry that fails is left out with a note."""
+    for name, fn in list(fns.items()):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the reference's JIT build or launch
+            if name != "reference":
+                raise
+            print(f"<!-- the reference failed: {type(e).__name__}: {str(e)[:300]} -->")
+            del fns[name]
+    return fns

@@ -2,7 +2,8 @@
 //   KvRows::store_cache          k and v rows written to k_cache[indices[i]], v_cache[indices[i]] (flat or
 //                                paged caches; any row of a multiple of 4 bytes);
 //   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
-// A group of lanes (a power of two) per row, 16-byte vectors where every address and stride allows.
+// store_cache: a group of lanes (a power of two) per row; the concatenations: the output's vectors in
+// order, a thread per kConcatUnroll of them. 16-byte vectors where every address and stride allows.
 // The cache layouts (shared with RoPE's fused cache write): <jitkern/impl/kv_cache.cuh>.
 #pragma once
 
@@ -27,8 +28,9 @@ using jitkern::TensorView;
 using namespace host::kv_cache;
 #endif
 
-// CTAs of kRowThreads, a power-of-two group of lanes per row.
+// CTAs of at most kRowThreads (narrower where that spreads the work over more SMs).
 constexpr int kRowThreads = host::kRowKernels.copy_threads;
+constexpr int kConcatUnroll = 2;  // vectors a concatenating thread loads before it stores
 
 // Row copies: out row r = [x row r | y row (r, broadcast)] (concat) or cache[index[r]] = row r (store).
 struct RowCopyParams {
@@ -45,14 +47,15 @@ struct RowCopyParams {
   bool indices64;
 };
 
-// The row a group of `lanes` lanes copies and this thread's lane in it, then the PDL wait (the row's
-// number needs nothing the previous kernel writes).
+// The row a group of `lanes` lanes (a power of two; a group may span CTAs) copies and this thread's lane
+// in it, then the PDL wait (the row's number needs nothing the previous kernel writes).
 struct RowLane {
   int64_t row;
   int lane;
 };
 __device__ __forceinline__ RowLane row_and_lane(int32_t lanes) {
-  const RowLane at{int64_t{blockIdx.x} * (blockDim.x / lanes) + threadIdx.x / lanes, static_cast<int>(threadIdx.x % lanes)};
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const RowLane at{t >> (__ffs(lanes) - 1), static_cast<int>(t & (lanes - 1))};
   device::pdl_wait_primary();
   device::pdl_trigger_secondary();
   return at;
@@ -94,38 +97,40 @@ struct ConcatParams {
   const char* x;
   const char* y;
   int64_t out_s0, out_s1, x_s0, x_s1, y_s0, y_s1;  // bytes
-  int64_t rows;
-  int32_t dim1;              // rows are (i0, i1), i1 < dim1
-  int32_t x_vecs, y_vecs;    // vectors of each part of a row
-  int32_t lanes;
+  int64_t vectors;  // of the output: rows * (x_vecs + y_vecs)
+  device::kv_cache::Divisor row_vecs;  // x_vecs + y_vecs
+  device::kv_cache::Divisor dim1;      // rows are (i0, i1), i1 < dim1
+  int32_t x_vecs;
 };
 
-// out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1).
+// out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1). The output's vectors
+// in order, so no lane idles whatever the row's width (a power-of-two group of lanes per row left 56
+// of 128 idle on MLA's 72-vector q rows).
 template <typename Vec>
 __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
 #ifdef __CUDACC__
-  // Not row_and_lane: written out, ptxas schedules this kernel's index arithmetic as it was measured.
-  const int64_t r = int64_t{blockIdx.x} * (blockDim.x / p.lanes) + threadIdx.x / p.lanes;
-  const int lane = threadIdx.x % p.lanes;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x * kConcatUnroll + threadIdx.x;
   device::pdl_wait_primary();
   device::pdl_trigger_secondary();
-  if (r >= p.rows) return;
-  const int64_t i0 = r / p.dim1, i1 = r - i0 * p.dim1;
-  Vec* out = reinterpret_cast<Vec*>(p.out + i0 * p.out_s0 + i1 * p.out_s1);
-  const Vec* x = reinterpret_cast<const Vec*>(p.x + i0 * p.x_s0 + i1 * p.x_s1);
-  const Vec* y = reinterpret_cast<const Vec*>(p.y + i0 * p.y_s0 + i1 * p.y_s1);
-  const int total = p.x_vecs + p.y_vecs;
-  for (int c = lane; c < total; c += 2 * p.lanes) {
-    Vec v[2];
+  Vec v[kConcatUnroll];
+  Vec* out[kConcatUnroll];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int i = c + u * p.lanes;
-      if (i < total) v[u] = i < p.x_vecs ? x[i] : y[i - p.x_vecs];
+  for (int u = 0; u < kConcatUnroll; ++u) {
+    const int64_t g = first + int64_t{u} * blockDim.x;
+    if (g < p.vectors) {
+      uint64_t col, i1;
+      const uint64_t row = p.row_vecs.divide(static_cast<uint64_t>(g), col);
+      const int64_t i0 = static_cast<int64_t>(p.dim1.divide(row, i1));
+      const int64_t c = static_cast<int64_t>(col), h = static_cast<int64_t>(i1);
+      const char* src = c < p.x_vecs ? p.x + i0 * p.x_s0 + h * p.x_s1 + c * int64_t{sizeof(Vec)}
+                                     : p.y + i0 * p.y_s0 + h * p.y_s1 + (c - p.x_vecs) * int64_t{sizeof(Vec)};
+      v[u] = *reinterpret_cast<const Vec*>(src);
+      out[u] = reinterpret_cast<Vec*>(p.out + i0 * p.out_s0 + h * p.out_s1 + c * int64_t{sizeof(Vec)});
     }
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (c + u * p.lanes < total) out[c + u * p.lanes] = v[u];
   }
+#pragma unroll
+  for (int u = 0; u < kConcatUnroll; ++u)
+    if (first + int64_t{u} * blockDim.x < p.vectors) *out[u] = v[u];
 #endif
 }
 
@@ -184,7 +189,7 @@ struct KvRowsImpl {
                  "store_cache: every tensor's address and row strides must be multiples of 4 bytes");
     p.vecs = static_cast<int32_t>(row_bytes / (wide ? 16 : 4));
     p.lanes = row_lanes(p.vecs);
-    launch_rows(wide ? store_rows_kernel<int4> : store_rows_kernel<int>, p, p.rows, p.lanes, k.device());
+    launch_threads(wide ? store_rows_kernel<int4> : store_rows_kernel<int>, p, p.rows * p.lanes, k.device());
   }
 
   // k [N, H, Dn + Dr] = [k_nope [N, H, Dn] | k_rope [N, 1, Dr] (or [N, Dr]) broadcast over the heads,
@@ -245,16 +250,20 @@ struct KvRowsImpl {
   static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
     using namespace host;
     RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
-    p.rows = dim0 * dim1, p.dim1 = static_cast<int32_t>(dim1);
-    if (p.rows == 0 || x_bytes + y_bytes == 0) return;
+    const int64_t rows = dim0 * dim1;
+    if (rows == 0 || x_bytes + y_bytes == 0) return;
+    p.dim1 = divisor(dim1);
     const auto fits = [&](int64_t w) {
       return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
     };
     const auto go = [&](auto vec) {
       using Vec = decltype(vec);
-      p.x_vecs = static_cast<int32_t>(x_bytes / sizeof(Vec)), p.y_vecs = static_cast<int32_t>(y_bytes / sizeof(Vec));
-      p.lanes = row_lanes(p.x_vecs + p.y_vecs);
-      launch_rows(concat_rows_kernel<Vec>, p, p.rows, p.lanes, device);
+      const int64_t row_vecs = (x_bytes + y_bytes) / int64_t{sizeof(Vec)};
+      p.x_vecs = static_cast<int32_t>(x_bytes / int64_t{sizeof(Vec)});
+      p.row_vecs = divisor(row_vecs);
+      p.vectors = rows * row_vecs;
+      RuntimeCheck(p.vectors < (int64_t{1} << 62), "concat: too many elements: ", p.vectors);
+      launch_threads(concat_rows_kernel<Vec>, p, div_ceil(p.vectors, kConcatUnroll), device);
     };
     if (fits(16)) {
       go(int4{});
@@ -265,13 +274,21 @@ struct KvRowsImpl {
     }
   }
 
+  // `threads` threads in CTAs of 32-kRowThreads: the narrowest that leave at most one warp per SM (then
+  // two, four) where the work is small, so that it spreads over every SM; kRowThreads once it is large.
   template <typename Params>
-  static void launch_rows(void (*kernel)(Params), const Params& p, int64_t rows, int32_t lanes, DLDevice device) {
-    const int64_t per_cta = kRowThreads / lanes;
-    const int64_t grid = host::div_ceil(rows, per_cta);
-    host::RuntimeCheck(grid < (int64_t{1} << 31), "too many rows: ", rows);
-    host::LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(std::min<int64_t>(kRowThreads, per_cta * lanes)), device)
-        .enable_pdl()(kernel, p);
+  static void launch_threads(void (*kernel)(Params), const Params& p, int64_t threads, DLDevice device) {
+    using namespace host;
+    const int64_t warps = div_ceil(threads, 32), sms = runtime::get_sm_count(device.device_id);
+    int64_t cta = kRowThreads;
+    for (int64_t w = 1; w * 32 < kRowThreads; w *= 2)
+      if (warps <= sms * w) {
+        cta = w * 32;
+        break;
+      }
+    const int64_t grid = div_ceil(threads, cta);
+    RuntimeCheck(grid < (int64_t{1} << 31), "too many rows for one launch");
+    LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(cta), device).enable_pdl()(kernel, p);
   }
 };
 using KvRows = KvRowsImpl<>;

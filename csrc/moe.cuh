@@ -1,8 +1,8 @@
 // The MoE routing family: a router's top-k (softmax, or sigmoid with a correction bias and DeepSeek-V3's
 // grouped selection) and the token sort by expert that grouped GEMMs read (moe_align_block_size).
 //
-// Top-k: one warp per token, 8-512 experts (lane l holds experts l, l + 32, ...), k <= 8 rounds of a
-// warp arg-max. Experts are ranked by their logit (softmax) or biased score (sigmoid); ties go to the
+// Top-k: one warp per token, 1-512 experts, k <= 8 rounds of a warp-wide maximum (the schedules are
+// described at each kernel). Experts are ranked by their logit (softmax) or biased score (sigmoid); ties go to the
 // lowest expert index, as torch.topk; NaN ranks below every number (selected only when fewer than k
 // other experts remain). Weights are fp32.
 //
@@ -15,11 +15,14 @@
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
+#include <jitkern/vec.cuh>
 #include <jitkern/warp.cuh>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace jitkern_moe {
 
@@ -60,17 +63,180 @@ struct TopkParams {
   int64_t tokens;
   int experts, k;
   bool renormalize;
+  bool vector_rows;  // softmax: a lane's experts load as vectors (every row aligned for them)
   // sigmoid only
   const float* bias;  // null: none
   int groups, topk_group;
   float scaling;
 };
 
-// kV = ceil(experts / 32) rounded up to a power of two (the values a lane holds).
-template <typename T, int kV, bool kSigmoid>
-__global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_kernel(const __grid_constant__ TopkParams p) {
+// ---- topk_softmax: integer keys, one warp-wide max a round ----------------------------------------------
+// Softmax is monotonic, so experts are ranked by their logit. Each logit becomes an unsigned key in the
+// logits' order (sign-magnitude flipped to two's order), so a round is one warp max of integers
+// (redux.sync) instead of five shuffle steps of (value, index) pairs. 16-bit logits fit in the key's upper
+// half with 0xffff - expert below: every key is unique and names its expert. fp32 logits take the whole
+// key; a warp-wide minimum of the experts holding the maximum then picks the lowest (torch.topk's tie rule).
+constexpr uint32_t kGoneKey = 0;  // padding and experts already chosen
+constexpr uint32_t kNanKey = 1;   // NaN: below every number
+
+// The order key of a 32- or 16-bit float's bits (-0 ranks with +0: they tie, as in torch.topk).
+template <int kBits>
+__device__ __forceinline__ uint32_t order_key(uint32_t bits, bool nan) {
+  constexpr uint32_t kSign = 1u << (kBits - 1), kAll = kBits == 32 ? 0xffffffffu : (1u << kBits) - 1;
+  if (bits == kSign) bits = 0;
+  return nan ? kNanKey : bits ^ (bits & kSign ? kAll : kSign);
+}
+template <int kBits>
+__device__ __forceinline__ uint32_t key_bits(uint32_t key) {  // order_key's inverse (NaN: a NaN)
+  constexpr uint32_t kSign = 1u << (kBits - 1), kAll = kBits == 32 ? 0xffffffffu : (1u << kBits) - 1;
+  return key ^ (key & kSign ? kSign : kAll);
+}
+
+template <typename T>
+struct SoftmaxKeys {
+  static constexpr bool kPacked = sizeof(T) == 2;  // the key names its expert
+  static __device__ __forceinline__ uint32_t key(T v, int expert) {
+    const float x = device::cast<float>(v);
+    if constexpr (kPacked) {
+      uint16_t bits;
+      __builtin_memcpy(&bits, &v, 2);
+      return order_key<16>(bits, x != x) << 16 | (0xffffu - expert);
+    } else {
+      return order_key<32>(__float_as_uint(x), x != x);
+    }
+  }
+  static __device__ __forceinline__ float value(uint32_t key) {
+    if constexpr (kPacked) {
+      const uint16_t bits = static_cast<uint16_t>(key_bits<16>(key >> 16));
+      T v;
+      __builtin_memcpy(&v, &bits, 2);
+      return device::cast<float>(v);
+    } else {
+      return __uint_as_float(key_bits<32>(key));
+    }
+  }
+  static __device__ __forceinline__ bool is_number(uint32_t key) { return (kPacked ? key >> 16 : key) > kNanKey; }
+};
+
+__device__ __forceinline__ uint32_t warp_max(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, x);
+#else
+  return device::warp::reduce_max(x);
+#endif
+}
+__device__ __forceinline__ uint32_t warp_min(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(0xffffffffu, x);
+#else
+  return ~warp_max(~x);
+#endif
+}
+
+template <int kN>
+__device__ __forceinline__ uint32_t max_of(const uint32_t (&key)[kN]) {  // a tree: log2(kN) dependent steps
+  uint32_t m[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) m[j] = key[j];
+#pragma unroll
+  for (int w = 1; w < kN; w *= 2)
+#pragma unroll
+    for (int j = 0; j + w < kN; j += 2 * w) m[j] = max(m[j], m[j + w]);
+  return m[0];
+}
+
+// A softmax weight before normalisation: x == max weighs 1 (also for +-inf maxima, where x - max is
+// NaN); NaN logits weigh 0.
+__device__ __forceinline__ float softmax_term(float x, float max) { return x != x ? 0.0f : x == max ? 1.0f : expf(x - max); }
+
+// kV = ceil(experts / 32) rounded up to a power of two: the experts a lane holds, in chunks of
+// kTopkChunk<T, kV> consecutive ones (a vector load each where the rows are aligned for it); chunk c of
+// lane l holds experts from (c * 32 + l) * kChunk, so that each chunk's loads cover consecutive bytes
+// across the warp.
+template <typename T, int kV>
+constexpr int kTopkChunk = kV < device::kVec16<T> ? kV : device::kVec16<T>;
+
+template <typename T, int kV>
+__global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
-  __shared__ float choice_smem[kSigmoid ? kMoeTopkWarps : 1][kSigmoid ? kMoeMaxExperts : 1];
+  using Keys = SoftmaxKeys<T>;
+  constexpr int kChunk = kTopkChunk<T, kV>;
+  constexpr uint32_t kNone = 0xffffffffu;  // no expert
+  device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
+  const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
+  const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
+  if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
+  const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
+  device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
+  device::pdl_wait_primary();
+  T v[kV];
+#pragma unroll
+  for (int s = 0; s < kV; s += kChunk) {
+    if (p.vector_rows && expert_of(s) + kChunk <= E) {
+      device::AlignedVector<T, kChunk> vec;
+      vec.load(row + expert_of(s));
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) v[s + j] = vec[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) v[s + j] = expert_of(s + j) < E ? row[expert_of(s + j)] : T{};
+    }
+  }
+  uint32_t key[kV];
+#pragma unroll
+  for (int s = 0; s < kV; ++s) key[s] = expert_of(s) < E ? Keys::key(v[s], expert_of(s)) : kGoneKey;
+  // k rounds: the largest key left; lane i keeps round i's key and expert.
+  uint32_t m = warp_max(max_of(key));
+  const uint32_t top = m;
+  const float row_max = Keys::is_number(top) ? Keys::value(top) : 0.0f;  // no number: every weight is 0
+  uint32_t my_key = kGoneKey;
+  int my_id = 0;
+  for (int i = 0;;) {
+    uint32_t expert;
+    if constexpr (Keys::kPacked) {
+      expert = 0xffffu - (m & 0xffffu);
+#pragma unroll
+      for (int s = 0; s < kV; ++s) key[s] = key[s] == m ? kGoneKey : key[s];
+    } else {  // the lowest expert holding m: each lane's lowest, then the warp's
+      uint32_t mine = kNone;
+#pragma unroll
+      for (int s = kV - 1; s >= 0; --s) mine = key[s] == m ? static_cast<uint32_t>(expert_of(s)) : mine;
+      expert = warp_min(mine);
+#pragma unroll
+      for (int s = 0; s < kV; ++s) key[s] = static_cast<uint32_t>(expert_of(s)) == expert ? kGoneKey : key[s];
+    }
+    if (lane == i) my_key = m, my_id = static_cast<int>(expert);
+    if (++i == p.k) break;
+    m = warp_max(max_of(key));
+  }
+  const float term = lane < p.k ? softmax_term(Keys::value(my_key), row_max) : 0.0f;
+  float sum = 0.0f;  // of the chosen terms (lanes 0 to k - 1), or of every term
+  if (p.renormalize) {
+    sum = device::warp::reduce_sum<kMoeMaxTopk>(term);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kV; ++s) sum += expert_of(s) < E ? softmax_term(device::cast<float>(v[s]), row_max) : 0.0f;
+    sum = device::warp::reduce_sum(sum);
+  }
+  const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
+  if (lane < p.k) {
+    p.weights[token * p.weights_stride + lane] = weight;
+    if (p.ids64) {
+      static_cast<int64_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
+    } else {
+      static_cast<int32_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
+    }
+  }
+#endif
+}
+
+// ---- topk_sigmoid: one warp per token, lane l holds experts l, l + 32, ... (kV of them: ceil(experts / 32)
+// rounded up to a power of two); k rounds of a warp arg-max of (score, expert) pairs.
+template <typename T, int kV>
+__global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const __grid_constant__ TopkParams p) {
+#ifdef __CUDACC__
+  __shared__ float choice_smem[kMoeTopkWarps][kMoeMaxExperts];
   device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
@@ -86,63 +252,42 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_kernel(const __grid_c
   }
   float weight[kV];  // what a selected expert's weight is
   Candidate c[kV];
-  if constexpr (!kSigmoid) {
-    float m = -kMoeInf;
 #pragma unroll
-    for (int j = 0; j < kV; ++j) m = fmaxf(m, x[j]);  // NaN left out
-    m = device::warp::reduce_max(m);
-    float sum = 0.0f;
+  for (int j = 0; j < kV; ++j) {
+    const int e = j * 32 + lane;
+    weight[j] = 1.0f / (1.0f + expf(-x[j]));
+    c[j] = {e < E ? weight[j] + (p.bias != nullptr ? p.bias[e] : 0.0f) : -kMoeInf, e};
+  }
+  if (p.groups > 1) {  // keep the experts of the topk_group groups whose two best scores sum highest
+    float* smem = choice_smem[warp];
 #pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      // x == m: 1 (also for +-inf maxima, where x - m is NaN); NaN logits weigh 0.
-      weight[j] = j * 32 + lane >= E || x[j] != x[j] ? 0.0f : x[j] == m ? 1.0f : expf(x[j] - m);
-      sum += weight[j];
+    for (int j = 0; j < kV; ++j)
+      if (j * 32 + lane < E) smem[j * 32 + lane] = c[j].value != c[j].value ? -kMoeInf : c[j].value;
+    __syncwarp();
+    const int per_group = E / p.groups;
+    Candidate group{-kMoeInf, INT_MAX};
+    if (lane < p.groups) {
+      float first = -kMoeInf, second = -kMoeInf;
+      for (int i = 0; i < per_group; ++i) {
+        const float v = smem[lane * per_group + i];
+        if (v > first) {
+          second = first, first = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      group = {first + second, lane};
     }
-    sum = device::warp::reduce_sum(sum);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // 0: every logit NaN
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      weight[j] *= inv;
-      c[j] = {x[j], j * 32 + lane};
+    uint32_t chosen = 0;
+    for (int i = 0; i < p.topk_group; ++i) {
+      const Candidate best = warp_best(group);
+      chosen |= 1u << best.key;
+      if (lane == best.key) group = {-kMoeInf, INT_MAX};
     }
-  } else {
 #pragma unroll
     for (int j = 0; j < kV; ++j) {
       const int e = j * 32 + lane;
-      weight[j] = 1.0f / (1.0f + expf(-x[j]));
-      c[j] = {e < E ? weight[j] + (p.bias != nullptr ? p.bias[e] : 0.0f) : -kMoeInf, e};
-    }
-    if (p.groups > 1) {  // keep the experts of the topk_group groups whose two best scores sum highest
-      float* smem = choice_smem[warp];
-#pragma unroll
-      for (int j = 0; j < kV; ++j)
-        if (j * 32 + lane < E) smem[j * 32 + lane] = c[j].value != c[j].value ? -kMoeInf : c[j].value;
-      __syncwarp();
-      const int per_group = E / p.groups;
-      Candidate group{-kMoeInf, INT_MAX};
-      if (lane < p.groups) {
-        float first = -kMoeInf, second = -kMoeInf;
-        for (int i = 0; i < per_group; ++i) {
-          const float v = smem[lane * per_group + i];
-          if (v > first) {
-            second = first, first = v;
-          } else if (v > second) {
-            second = v;
-          }
-        }
-        group = {first + second, lane};
-      }
-      uint32_t chosen = 0;
-      for (int i = 0; i < p.topk_group; ++i) {
-        const Candidate best = warp_best(group);
-        chosen |= 1u << best.key;
-        if (lane == best.key) group = {-kMoeInf, INT_MAX};
-      }
-#pragma unroll
-      for (int j = 0; j < kV; ++j) {
-        const int e = j * 32 + lane;
-        if (e < E && !((chosen >> (e / per_group)) & 1u)) c[j] = {-kMoeInf, e + 2 * E};
-      }
+      if (e < E && !((chosen >> (e / per_group)) & 1u)) c[j] = {-kMoeInf, e + 2 * E};
     }
   }
 #pragma unroll
@@ -175,7 +320,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_kernel(const __grid_c
     if (total > 0.0f) my_weight /= total;
   }
   if (lane < p.k) {
-    p.weights[token * p.weights_stride + lane] = kSigmoid ? my_weight * p.scaling : my_weight;
+    p.weights[token * p.weights_stride + lane] = my_weight * p.scaling;
     if (p.ids64) {
       static_cast<int64_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
     } else {
@@ -406,11 +551,23 @@ struct MoeOps {
     RuntimeCheck(grid <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
     LaunchKernel run(static_cast<unsigned>(grid), kMoeTopkWarps * 32, device);
     run.enable_pdl();
-    if (p.experts <= 32) run(topk_kernel<T, 1, kSigmoid>, p);
-    else if (p.experts <= 64) run(topk_kernel<T, 2, kSigmoid>, p);
-    else if (p.experts <= 128) run(topk_kernel<T, 4, kSigmoid>, p);
-    else if (p.experts <= 256) run(topk_kernel<T, 8, kSigmoid>, p);
-    else run(topk_kernel<T, 16, kSigmoid>, p);
+    const auto go = [&](auto v) {
+      constexpr int kV = decltype(v)::value;
+      if constexpr (kSigmoid) {
+        run(topk_sigmoid_kernel<T, kV>, p);
+      } else {
+        // A lane's experts load as vectors where every row starts at a multiple of the vector.
+        constexpr int64_t kChunkBytes = sizeof(T) * kTopkChunk<T, kV>;
+        TopkParams q = p;
+        q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
+        run(topk_softmax_kernel<T, kV>, q);
+      }
+    };
+    if (p.experts <= 32) go(std::integral_constant<int, 1>{});
+    else if (p.experts <= 64) go(std::integral_constant<int, 2>{});
+    else if (p.experts <= 128) go(std::integral_constant<int, 4>{});
+    else if (p.experts <= 256) go(std::integral_constant<int, 8>{});
+    else go(std::integral_constant<int, 16>{});
   }
 };
 

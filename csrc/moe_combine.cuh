@@ -45,36 +45,22 @@ struct Combine {
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const Combine<T> p) {
 #ifdef __CUDACC__
-  // The token's weights and skips, loaded once per CTA: the loop over the experts then has only its rows'
-  // loads, several in flight, instead of a weight's latency before each.
-  __shared__ float weight[kMaxTopk];
-  __shared__ bool skip[kMaxTopk];
   const int64_t token = blockIdx.x;
   const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
   const int64_t col = v * kVec;
-  const bool weighted = p.weights != nullptr || p.ids != nullptr;
   device::pdl_wait_primary();
   device::pdl_trigger_secondary();
-  if (weighted) {
-    if (threadIdx.x < p.k) {
-      const int j = threadIdx.x;
-      weight[j] = p.weights != nullptr ? p.weights[token * p.weights_stride + j] * p.scale : 1.0f;
-      bool skipped = false;
-      if (p.ids != nullptr) {
-        const int64_t at = token * p.ids_stride + j;
-        skipped = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) < 0;
-      }
-      skip[j] = skipped;
-    }
-    __syncthreads();
-  }
   if (v >= p.row_vecs) return;
   float acc[kVec] = {};
   const T* row = p.in + token * p.in_token_stride + col;
-#pragma unroll 4
   for (int j = 0; j < p.k; ++j) {
-    if (weighted && skip[j]) continue;  // another rank's expert: its row is never read
-    const float w = weighted ? weight[j] : 1.0f;
+    float w = 1.0f;
+    if (p.weights != nullptr) w = p.weights[token * p.weights_stride + j] * p.scale;
+    if (p.ids != nullptr) {
+      const int64_t at = token * p.ids_stride + j;
+      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
+      if (id < 0) continue;
+    }
     AlignedVector<T, kVec> x;
     x.load(row + j * p.in_k_stride);
 #pragma unroll

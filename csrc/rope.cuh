@@ -165,17 +165,27 @@ __device__ __forceinline__ uint32_t pack_word(float lo, float hi) {
   return w;
 }
 
-// (x, y) -> (x cos - y sin, y cos + x sin) in fp32. NeoX (and any style at kVec = 1): element j of a
+// (x, y) -> (x cos - y sin, y cos + x sin). With an fp32 cos/sin cache in fp32; with a 16-bit cache in T
+// (`in_t`, the reference's rotary_embedding form) in T's arithmetic, as the reference and its torch
+// reference round: each product rounded to T, then the sum (an fp32 product of two 16-bit values is
+// exact, so rounding it to T is T's multiply). NeoX (and any style at kVec = 1): element j of a
 // pairs with element j of b, frequency j. GPT-J: a and b hold kVec consecutive pairs (2m, 2m + 1),
 // frequencies 0 .. kVec/2 - 1 in a and kVec/2 .. kVec - 1 in b. 2-byte elements are handled two to a
 // 32-bit word: element by element, nvcc split every word into halves and joined them again (56 more
 // instructions in the bf16 decode kernel, most of them after the cos/sin loads return).
 template <bool kInterleaved, typename T, int kVec>
-__device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&c)[kVec], const float (&s)[kVec]) {
-  const auto turn = [](float& x, float& y, float cf, float sf) {
+__device__ __forceinline__ void rotate(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&c)[kVec], const float (&s)[kVec],
+                                       bool in_t) {
+  const auto turn = [in_t](float& x, float& y, float cf, float sf) {
     const float fx = x, fy = y;
-    x = fmaf(fx, cf, -fy * sf);
-    y = fmaf(fy, cf, fx * sf);
+    if (in_t) {  // (a product passing through T cannot be contracted into an FMA with the sum)
+      const auto product = [](float u, float v) { return device::cast<float>(device::cast<T>(u * v)); };
+      x = product(fx, cf) - product(fy, sf);
+      y = product(fy, cf) + product(fx, sf);
+    } else {
+      x = fmaf(fx, cf, -fy * sf);
+      y = fmaf(fy, cf, fx * sf);
+    }
   };
   if constexpr (sizeof(T) == 2 && kVec >= 2) {
     constexpr int kWords = kVec / 2;
@@ -455,7 +465,7 @@ __global__ void __launch_bounds__(kRopeMaxThreads) rope_kernel(const __grid_cons
 #pragma unroll
     for (int i = 0; i < kRopeUnroll; ++i) {
       if (!valid[i]) continue;
-      rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn);
+      rotate<!kNeox && (kVec > 1)>(a[i], b[i], c, sn, p.cos_sin_t);
       store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h0 + i * (head_step / kRopeUnroll), col0, pair, a[i], b[i]);
     }
   };
@@ -534,7 +544,7 @@ __global__ void __launch_bounds__(kStagedThreads)
     Vec a, b;
     a.load(rows + h * p.head_dim + col0);
     b.load(rows + h * p.head_dim + col0 + pair);
-    rotate<!kNeox && (kVec > 1)>(a, b, c, sn);
+    rotate<!kNeox && (kVec > 1)>(a, b, c, sn, p.cos_sin_t);
     store_rotated<kFp8>(p, q_out, k_out, k_row, k_div, h, col0, pair, a, b);
   }
   // v, and the unrotated columns where they are written (out of place, or k to the cache).

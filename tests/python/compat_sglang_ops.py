@@ -1,32 +1,65 @@
-"""Runs hot ops of the installed reference framework (SGLang) through its own Python wrappers, on the
-GPU, with fixed inputs, and saves their outputs and the seconds each first call took:
-`python compat_sglang_ops.py {reference,jitkern} OUT.pt [OP ...]` (default: every op).
-With "jitkern", jitkern.compat.sglang.install() makes jitkern the engine first, and the file also
-records which ops jitkern built. test_compat_current.py runs it once per engine and compares;
+"""Runs hot ops of the reference framework (SGLang) through its own Python wrappers, on the GPU, with
+fixed inputs, and saves their outputs and the seconds each first call took:
+`python compat_sglang_ops.py {reference,jitkern} OUT.pt [OP ...]` (default: every op), or `run(...)` from
+another process (empty caches, the reference from REFERENCE_WHEEL or installed). The op modules are
+imported before any timing, through benchmarks/utils.py's reference_import (a wheel alone suffices).
+With "jitkern", jitkern.compat.sglang.install() makes jitkern the engine first, and the file also records
+which ops jitkern built. test_compat_current.py runs it once per engine and compares;
 benchmarks/bench_compat_sglang.py times the first calls."""
 
+import os
+import subprocess
 import sys
 import time
 import traceback
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from utils import reference_import, reference_path  # noqa: E402
 
-engine, out_path = sys.argv[1], sys.argv[2]
-built: list[str] = []
-if engine == "jitkern":
-    from jitkern.compat import sglang as compat
+MODULES = ["sglang.kernels.jit.utils", "sglang.kernels.ops.layernorm.norm", "sglang.kernels.ops.activation.activation",
+           "sglang.kernels.ops.kvcache.kvcache", "sglang.kernels.ops.quantization.per_token_group_quant", "sglang.kernels.ops.moe"]
 
-    compat.install()
-    spec_of = compat.jit_spec
 
-    def counting_jit_spec(*args, **kwargs):  # every jitkern build goes through it
-        built.append(str(args[0]) if args else "?")
-        return spec_of(*args, **kwargs)
+def run(engine: str, out_path: str, ops=(), cache_root: str = "", timeout: float = 1800) -> subprocess.CompletedProcess:
+    """This file in a child process for `engine`, with empty caches under `cache_root` and the reference
+    (unpacked once here) on its path; None where the reference is absent."""
+    path = reference_path()
+    if path is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "REFERENCE_WHEEL"}
+    env.update(JITKERN_CACHE_DIR=f"{cache_root}/jitkern", SGLANG_JIT_CACHE_DIR=f"{cache_root}/sglang-{engine}", TVM_FFI_CACHE_DIR=f"{cache_root}/tvm-ffi-{engine}")
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, __file__, engine, out_path, *ops], env=env, capture_output=True, text=True, timeout=timeout)
 
-    compat.jit_spec = counting_jit_spec
+
+def timing_table(runs: dict) -> str:
+    """Markdown: each op's first-call seconds per engine and jitkern / reference, and their sum (the cold
+    start of all of them); `runs` maps "reference"/"jitkern" to a list of run results (median taken)."""
+    import statistics
+
+    def total(res: dict):
+        return None if any("error" in r for r in res.values()) else sum(r["seconds"] for r in res.values())
+
+    every = "all (cold start)"
+    lines = ["| op | reference s | jitkern s | jitkern / reference |", "|---|---|---|---|"]
+    for op in list(runs["reference"][0]) + [every]:
+        seconds = {}
+        for engine, results in runs.items():
+            values = [total(res) if op == every else res.get(op, {}).get("seconds") for res in results]
+            seconds[engine] = statistics.median(values) if values and None not in values else None
+        ref, ours = seconds["reference"], seconds["jitkern"]
+        fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
+        lines.append(f"| {op} | {fmt(ref)} | {fmt(ours)} | {f'{ours / ref:.2f}' if ref and ours else 'n/a'} |")
+    return "\n".join(lines)
+
+
+import torch  # noqa: E402
 
 dev = "cuda"
 BF16 = torch.bfloat16
+built: list[str] = []
 
 
 def gen(seed, *shape, dtype=BF16):
@@ -95,19 +128,39 @@ def topk_softmax():
 
 
 OPS = [rmsnorm, fused_add_rmsnorm, qknorm, activations, store_cache, per_token_group_quant, topk_softmax]
-chosen = sys.argv[3:] or [op.__name__ for op in OPS]
-torch.zeros(1, device=dev)  # CUDA context first: not part of any op's first call
-results = {}
-for op in OPS:
-    if op.__name__ not in chosen:
-        continue
-    before = len(built)
-    try:
-        start = time.perf_counter()
-        outs = op()
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        results[op.__name__] = {"outputs": [t.cpu() for t in outs], "built": built[before:], "seconds": seconds}
-    except Exception:  # noqa: BLE001
-        results[op.__name__] = {"error": traceback.format_exc(limit=3)}
-torch.save(results, out_path)
+
+
+def main(engine: str, out_path: str, chosen: list[str]) -> None:
+    for module in MODULES:  # imported before any timing, with either engine
+        if reference_import(module) is None:
+            sys.exit("the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
+    if engine == "jitkern":
+        from jitkern.compat import sglang as compat
+
+        compat.install()
+        spec_of = compat.jit_spec
+
+        def counting_jit_spec(*args, **kwargs):  # every jitkern build goes through it
+            built.append(str(args[0]) if args else "?")
+            return spec_of(*args, **kwargs)
+
+        compat.jit_spec = counting_jit_spec
+    torch.zeros(1, device=dev)  # CUDA context first: not part of any op's first call
+    results = {}
+    for op in OPS:
+        if chosen and op.__name__ not in chosen:
+            continue
+        before = len(built)
+        try:
+            start = time.perf_counter()
+            outs = op()
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            results[op.__name__] = {"outputs": [t.cpu() for t in outs], "built": built[before:], "seconds": seconds}
+        except Exception:  # noqa: BLE001
+            results[op.__name__] = {"error": traceback.format_exc(limit=3)}
+    torch.save(results, out_path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

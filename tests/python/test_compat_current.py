@@ -14,7 +14,6 @@ import textwrap
 import pytest
 import tvm_ffi
 
-from conftest import child_env
 from jitkern.compat import check
 from jitkern.compat import sglang as compat
 
@@ -304,6 +303,8 @@ def test_check_discovers_calls_with_representative_arguments(package):
     thing = calls["_jit_thing_module"]
     assert (thing.op, thing.args, thing.files) == ("norm/thing.py", ("thing", "128", "true", "bf16_t", "true"), ("lean.cuh",))
     assert thing.kwargs["cuda_wrappers"] == [("run", "ThingBf<128, true, bf16_t, true>::run")]
+    # the other argument sets it takes, distinct, for a retry: float16, larger and smaller sizes
+    assert [a for a, _ in thing.others][:2] == [("thing", "128", "true", "fp16_t", "true"), ("thing", "512", "true", "bf16_t", "true")]
     picky = calls["_jit_picky"]  # refuses bfloat16, takes the next try; a name from a sibling op module
     assert (picky.problem, picky.args, picky.kwargs["cuda_wrappers"]) == ("", ("picky", "fp16_t"), [("total", "full_total")])
     never = calls["_jit_never"]
@@ -315,21 +316,51 @@ def test_check_discovers_calls_with_representative_arguments(package):
 def test_check_compiles_and_tabulates(package, cache_dir):
     write(package.parent, OPS)
     write(package, {"csrc/broken.cuh": "namespace sglang { int f() { return undefined_name; } }\n",
-                    "csrc/rocm_only_hip.cuh": "#include <hip/hip_runtime.h>\n"})
+                    "csrc/rocm_only_hip.cuh": "#include <hip/hip_runtime.h>\n",
+                    "csrc/sized.h": "#include <cstdint>\nnamespace sglang { template <int N> struct Sized { static_assert(N < 256, \"N too large\"); "
+                                    "static int64_t run(int64_t x) { return x + N; } }; }\n"})
+    sized = [(("sized", str(n)), {"cpp_files": ["sized.h"], "cpp_wrappers": [("run", f"Sized<{n}>::run")]}) for n in (512, 1024, 64)]
     calls = [check.Call("a.py", "f", ("lean_kernel", "5"), {"cuda_files": ["lean.cuh"], "cuda_wrappers": [("run", "Kernel<5>::run")]}, ("lean.cuh",)),
              check.Call("b.py", "f", ("full",), {"cuda_files": ["full.cuh"], "cuda_wrappers": [("total", "total")]}, ("full.cuh",)),
              check.Call("c.py", "f", ("broken",), {"cuda_files": ["broken.cuh"], "cuda_wrappers": [("f", "f")]}, ("broken.cuh",)),
              check.Call("d.py", "f", ("r",), {"cuda_files": ["rocm_only_hip.cuh"]}, ("rocm_only_hip.cuh",)),
              check.Call("f_sm100.py", "f", ("b",), {"cuda_files": ["lean.cuh"]}, ("lean.cuh", "x.cuh")),
-             check.Call("e.py", "f", problem="no")]
+             check.Call("e.py", "f", problem="no"),
+             # the first two argument sets fail in both modes (a size the kernel refuses): the next one is compiled
+             check.Call("g.py", "f", *sized[0], files=("sized.h",), others=sized[1:])]
     with compat.override_jit_cuda_arch(9, 0, "a"):
         rows = {r.file: r for r in check.run(calls, package, workers=2, time_budget=None)}
-    assert [rows[f].outcome for f in ("lean.cuh", "full.cuh", "broken.cuh", "rocm_only_hip.cuh", "lean.cuh, x.cuh", "?")] == [
-        "lean", "tvm-ffi", "fails", "skipped", "skipped", "not instantiated"]
+    assert [rows[f].outcome for f in ("lean.cuh", "full.cuh", "broken.cuh", "rocm_only_hip.cuh", "lean.cuh, x.cuh", "?", "sized.h")] == [
+        "lean", "tvm-ffi", "fails", "skipped", "skipped", "not instantiated", "lean"]
     assert rows["lean.cuh, x.cuh"].detail == "written for sm_100 (the target is sm_90a)"
     assert "undefined_name" in rows["broken.cuh"].detail and "full.cuh" in rows["full.cuh"].detail
+    assert rows["sized.h"].detail.startswith("as <64>; <512> failed in both modes: ") and "N too large" in rows["sized.h"].detail
     text = check.table(list(rows.values()))
-    assert text.startswith("6 kernel files: 2 compile (1 lean, 1 tvm-ffi), 1 fail, 2 skipped, 1 not instantiated, 0 not run; 67% of")
+    assert text.startswith("7 kernel files: 3 compile (2 lean, 1 tvm-ffi), 1 fail, 2 skipped, 1 not instantiated, 0 not run; 75% of")
+
+
+def test_check_stops_waiting_for_builds_after_the_time_budget(monkeypatch):
+    """A build still running LATE seconds after the budget is listed as not run, and run() returns."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def compile_call(call, kernel_root):
+        if call.op == "slow.py":
+            release.wait(60)
+        return check.Row(call.files[0], call.op, "lean")
+
+    monkeypatch.setattr(check, "compile_call", compile_call)
+    monkeypatch.setattr(check, "LATE", 0.2)
+    calls = [check.Call(op, "f", files=(f"{op}.cuh",)) for op in ("fast.py", "slow.py", "next.py")]
+    start = time.monotonic()
+    try:
+        rows = check.run(calls, pathlib.Path("/nonexistent"), workers=2, time_budget=0.3)
+    finally:
+        release.set()
+    assert time.monotonic() - start < 30
+    assert [(r.outcome, r.detail) for r in rows] == [("lean", ""), ("not run", check.STILL_COMPILING), ("lean", "")]
 
 
 # The reference's own kernels, unchanged: an installed sglang, or REFERENCE_KERNELS=<its sglang/kernels/jit>.
@@ -376,32 +407,81 @@ def test_reference_ops_are_discovered():
     assert sum(not c.problem for c in calls) >= 0.8 * len(calls)
 
 
-HERE = pathlib.Path(__file__).resolve().parent
+def test_reference_import_from_a_wheel_alone(tmp_path, monkeypatch):
+    """benchmarks/utils.reference_import, through which the GPU test and bench_compat_sglang import the
+    reference's op modules where only its wheel is there: sglang's own __init__ (the serving stack) is
+    skipped, but not its srt.utils package's (ops import names re-exported there), a missing third-party
+    module gets a stand-in, and msgspec a working one (the reference's build cache reads and writes it)."""
+    write(tmp_path, {
+        "sglang/__init__.py": "raise ImportError('the serving stack')\n",
+        "sglang/srt/utils/__init__.py": "from sglang.srt.utils.common import *\n",
+        "sglang/srt/utils/common.py": """
+            import jitkern_test_absent_module
+            from jitkern_test_absent_package.sub import Base
+            class Thing(Base):
+                pass
+            def ceil_align(x, a):
+                return (x + a - 1) // a * a
+            """,
+        "sglang/kernels/ops/thing.py": """
+            from typing import List
+            import msgspec
+            from sglang.srt.utils.common import Thing  # at import, as the reference's arch.py
+            class Entry(msgspec.Struct, frozen=True, array_like=True):
+                root: str
+                size: int
+            def round_trip(entries):
+                from sglang.srt.utils import ceil_align
+                raw = msgspec.json.encode(entries)
+                return raw, msgspec.json.decode(raw, type=List[Entry]), ceil_align(5, 4)
+            """,
+    })
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("REFERENCE_WHEEL", raising=False)
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:  # another test's stand-in package
+        monkeypatch.delitem(sys.modules, name)
+    import utils as bench_utils
+
+    bench_utils.reference_path.cache_clear()
+    before = set(sys.modules)
+    try:
+        thing = bench_utils.reference_import("sglang.kernels.ops.thing")
+        entries = [thing.Entry("kernels", 1), thing.Entry("sys", 2)]
+        raw, decoded, aligned = thing.round_trip(entries)
+        assert (decoded, aligned, hash(decoded[0]) == hash(entries[0])) == (entries, 8, True)
+        if "msgspec" not in before:
+            assert raw == b'[["kernels", 1], ["sys", 2]]'  # the stand-in: msgspec's array-like layout, as JSON
+        assert not sys.modules["jitkern_test_absent_module"].is_available()  # a stand-in: its calls are false as conditions
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+        bench_utils.reference_path.cache_clear()
 
 
 @pytest.mark.gpu
 def test_reference_ops_give_the_same_outputs_on_jitkern(tmp_path):
     """The reference's own op wrappers (norms, activations, KV store, quantization, MoE routing), run
-    once with its engine and once with jitkern installed under it: the ops jitkern built give outputs
-    equal to the reference's build, bit for bit (same sources, same device flags)."""
-    if importlib.util.find_spec("sglang") is None:
-        pytest.skip("NOT RUN: the reference (sglang) is not installed")
-    import subprocess
-
+    once with its engine and once with jitkern installed under it (the reference installed or its wheel
+    named by REFERENCE_WHEEL): the ops jitkern built give outputs equal to the reference's build, bit for
+    bit (same sources, same device flags)."""
+    import compat_sglang_ops
     import torch
 
     results = {}
     for engine in ("reference", "jitkern"):
         out = tmp_path / f"{engine}.pt"
-        env = child_env(JITKERN_CACHE_DIR=tmp_path / "jitkern-cache", SGLANG_JIT_CACHE_DIR=tmp_path / f"{engine}-sglang-cache")
-        proc = subprocess.run([sys.executable, str(HERE / "compat_sglang_ops.py"), engine, str(out)], env=env, capture_output=True,
-                              text=True, timeout=1800)
+        proc = compat_sglang_ops.run(engine, str(out), cache_root=str(tmp_path / "caches"))
+        if proc is None:
+            pytest.skip("NOT RUN: the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
         assert proc.returncode == 0, proc.stderr[-4000:]
         results[engine] = torch.load(out)
+    print(compat_sglang_ops.timing_table({engine: [r] for engine, r in results.items()}))  # first calls, as bench_compat_sglang
     ours, theirs = results["jitkern"], results["reference"]
     compared = []
     for op, ref in theirs.items():
         if "error" in ref:
+            print(f"{op}: fails with the reference's engine:\n{ref['error']}")
             continue  # not available in this reference build / on this GPU
         assert "error" not in ours[op], f"{op} fails on jitkern but not on the reference:\n{ours[op]['error']}"
         for a, b in zip(ours[op]["outputs"], ref["outputs"], strict=True):

@@ -69,6 +69,7 @@ def test_concat_mla_k(tokens, rope_heads):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,da,db,dtype_name", [((1, 128), 512, 64, "bfloat16"), ((77, 16), 512, 64, "bfloat16"),
+                                                    ((301, 128), 512, 64, "bfloat16"),
                                                     ((3, 5), 7, 3, "float16"), ((4, 2), 5, 3, "float8_e4m3fn")])
 def test_concat_mla_absorb_q(shape, da, db, dtype_name):
     torch = _torch()

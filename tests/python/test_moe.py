@@ -81,6 +81,36 @@ def test_topk_softmax_ties_nan_int64_and_strided_rows(experts):
     torch.testing.assert_close(w2, torch.where(total > 0, chosen / total, chosen), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("experts", [24, 128, 512])
+def test_topk_softmax_unaligned_rows_and_signed_zeros(dtype_name, experts):
+    """Rows one element off the vector alignment (the kernel then loads element by element), and -0.0
+    against +0.0: equal logits, so the lower expert goes first whatever the sign bit (the kernel ranks
+    integer keys of the logits' bits)."""
+    torch = _torch()
+    from jitkern.ops import topk_softmax
+
+    dtype = getattr(torch, dtype_name)
+    tokens, k = 300, 8
+    logits = -torch.rand(tokens, experts, device="cuda") - 1  # every logit below the zeros
+    logits[:, 3::5] = 0.0
+    logits[::2, 3::10] = -0.0
+    logits[7, 1] = 5.0
+    buf = torch.zeros(tokens, experts + 1, device="cuda", dtype=dtype)
+    buf[:, 1:] = logits.to(dtype)
+    gating = buf[:, 1:]
+    assert gating.data_ptr() % 16 != 0
+    for renormalize in (False, True):
+        w, ids = _outputs(tokens, k)
+        topk_softmax(w, ids, gating, renormalize)
+        ref_ids = _stable_topk(gating.float(), k)
+        assert torch.equal(ids.long(), ref_ids), "-0.0 and +0.0 tie: the lower expert first"
+        ref_w = torch.softmax(gating.float(), dim=-1).gather(1, ref_ids)
+        if renormalize:
+            ref_w = ref_w / ref_w.sum(-1, keepdim=True)
+        torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-6)
+
+
 def _grouped_reference(logits, bias, k, groups, topk_group, renormalize, scaling):
     """DeepSeek-V3's biased grouped top-k in torch (ties to the lowest index)."""
     torch = _torch()

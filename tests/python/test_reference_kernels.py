@@ -22,7 +22,10 @@ def jit_kernel(tmp_path_factory):
     """The wheel's sglang/jit_kernel directory, unpacked (kernel sources under csrc/, headers under include/)."""
     root = tmp_path_factory.mktemp("reference")
     with zipfile.ZipFile(WHEEL) as wheel:
-        wheel.extractall(root, [n for n in wheel.namelist() if n.startswith("sglang/jit_kernel/")])
+        names = [n for n in wheel.namelist() if n.startswith("sglang/jit_kernel/")]
+        if not names:  # a current release (sglang/kernels/jit): test_compat_current.py checks those
+            pytest.skip(f"NOT RUN: {os.path.basename(WHEEL)} has no sglang/jit_kernel/ (the 0.5.9 layout these cases name)")
+        wheel.extractall(root, names)
     return root / "sglang" / "jit_kernel"
 
 

@@ -49,6 +49,23 @@ def _reference(x, positions, cos_sin, neox):
     return out
 
 
+def _reference_in_dtype(x, positions, cos_sin, neox):
+    """x [T, H, D] rotated over its first R columns the way the reference framework's torch reference for
+    rotary_embedding computes it: in x's dtype, every product rounded, then the sum (cos_sin in x's dtype)."""
+    torch = _torch()
+    half = cos_sin.shape[1] // 2
+    cs = cos_sin.index_select(0, positions.flatten().long())
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    r, rest = x[..., : 2 * half], x[..., 2 * half :]
+    if neox:
+        x1, x2 = r[..., :half], r[..., half:]
+        rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        rotated = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return torch.cat([rotated, rest], dim=-1)
+
+
 def _assert_close(actual, expected, dtype_name):
     torch = _torch()
     rtol, atol = TOL[dtype_name]
@@ -124,9 +141,50 @@ def test_rope_query_only_and_batched_shapes():
     for tokens in (10, 300):  # 300: more tokens than SMs, the staged kernel
         q = torch.randn(tokens, 4 * 64, dtype=torch.bfloat16, device="cuda")
         positions = _positions(tokens, torch.int64)
-        expected = _reference(q.view(tokens, 4, 64), positions, cs16.float(), True)
+        expected = _reference_in_dtype(q.view(tokens, 4, 64), positions, cs16, True)
         ops.rotary_embedding(positions, q, None, 64, cs16)
-        _assert_close(q.view(tokens, 4, 64), expected, "bfloat16")
+        assert torch.equal(q.view(tokens, 4, 64), expected)
+
+
+# The reference framework's rotary_embedding test shapes (head size, rotary dim, max position, base, NeoX,
+# batch, sequence length, q heads, kv heads), in bf16 and fp16.
+REFERENCE_ROPE_SHAPES = [(64, 64, 32, 8000, 32, 32, 1, 1), (256, 128, 4096, 10000, 2, 512, 4, 2), (512, 128, 311, 10000, 3, 39, 4, 2),
+                         (128, 128, 2048, 10000, 2, 512, 32, 8), (128, 128, 2048, 10000, 2, 512, 16, 4), (128, 64, 8192, 1000000, 1, 1, 32, 8)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", REFERENCE_ROPE_SHAPES)
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+def test_cache_in_the_inputs_dtype_rounds_like_the_reference(shape, neox, dtype_name):
+    """With the cos/sin cache in the inputs' dtype, rotary_embedding (and the fused cache write) passes the
+    reference's own test, its torch reference at atol = rtol = 1e-2, and more: bit for bit, because each
+    product is rounded to the inputs' dtype before the sum, as there (a single rounding of the fp32
+    result differs by a unit in a few elements, or leaves a non-zero where the reference gives 0)."""
+    torch = _torch()
+    ops = _ops()
+    head, rot, max_pos, base, batch, seq, hq, hk = shape
+    dtype = getattr(torch, dtype_name)
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.float, device="cuda") / rot))
+    freqs = torch.outer(torch.arange(max_pos, dtype=torch.float, device="cuda"), inv_freq)
+    cs = torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    pos = torch.randint(0, max_pos, (batch, seq), device="cuda", generator=g)
+    q = torch.randn(batch, seq, hq * head, dtype=dtype, device="cuda", generator=g)
+    k = torch.randn(batch, seq, hk * head, dtype=dtype, device="cuda", generator=g)
+    t = batch * seq
+    eq, ek = _reference_in_dtype(q.view(t, hq, head), pos, cs, neox), _reference_in_dtype(k.view(t, hk, head), pos, cs, neox)
+    v = torch.randn(t, hk, head, dtype=dtype, device="cuda", generator=g)
+    q2, k2 = q.view(t, hq, head).clone(), k.view(t, hk, head).clone()
+    ops.rotary_embedding(pos, q, k, head, cs, neox)
+    torch.testing.assert_close(q.view(t, hq, head), eq, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(k.view(t, hk, head), ek, atol=1e-2, rtol=1e-2)
+    assert torch.equal(q.view(t, hq, head), eq) and torch.equal(k.view(t, hk, head), ek)
+    kb, vb = _caches("flat", t + 1, hk, head, dtype)
+    loc = torch.arange(1, t + 1, device="cuda")
+    arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kb, v_buffer=vb, k_scale=None, v_scale=None, cache_loc=loc)
+    ops.apply_rope_with_cos_sin_cache_inplace(pos.view(-1), q2, k2, head, cs, neox, arg)
+    assert torch.equal(q2, eq) and torch.equal(k2, ek) and torch.equal(kb[loc], ek) and torch.equal(vb[loc], v)
 
 
 def _caches(layout, slots, heads, d, dtype, page_size=16, seed=1):

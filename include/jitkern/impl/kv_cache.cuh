@@ -1,6 +1,7 @@
 // KV-cache rows, shared by the families that write them (RoPE's fused cache write, csrc/rope.cuh; the KV
 // row copies, csrc/kv_rows.cuh):
 //   device::kv_cache::CacheLayout  where row `slot` of a flat or paged cache starts;
+//   device::kv_cache::Divisor      a quotient by a multiply (host::kv_cache::divisor makes one);
 //   device::kv_cache::load_index   index i of an int32 or int64 array (positions, cache locations);
 //   host::kv_cache::cache_layout   a cache tensor checked and seen as a CacheLayout; row_is_compact,
 //                                  check_same_shape, all_multiples (the byte alignment rule), address,
@@ -20,28 +21,38 @@
 
 namespace device::kv_cache {
 
+// n / d by a multiply: the high half of n * floor((2^64 - 1) / d) is the quotient or one less (n < 2^63),
+// so one correction: branches on the page size and a 64-bit division cost RoPE's fused cache write
+// 0.13-0.24 us a decode step (H100, T = 1-64, docs/benchmarks/rope.md).
+struct Divisor {
+  uint64_t d;      // >= 1
+  uint64_t magic;  // floor((2^64 - 1) / d)
+  __device__ __forceinline__ uint64_t divide(uint64_t n, uint64_t& remainder) const {
+    uint64_t q = __umul64hi(n, magic), r = n - q * d;
+    if (r >= d) ++q, r -= d;
+    remainder = r;
+    return q;
+  }
+};
+
 // Where row `slot` of a KV cache starts, in bytes: flat [slots, *row] or paged [pages, page_size, *row]
 // (slot = page * page_size + offset in the page).
 struct CacheLayout {
   char* base;
   int64_t page_stride;  // bytes from one page to the next (flat: one row to the next)
   int64_t row_stride;   // bytes from one row of a page to the next
-  int64_t page_size;    // 1 when flat
+  Divisor page_size;    // 1 when flat
   int64_t slots;        // locations outside [0, slots) are skipped
-  uint64_t page_magic;  // floor((2^64 - 1) / page_size): the page by a multiply, not a division
 
   // Checked where the row is first needed, not where the location loads: a check at the load makes the
   // warp wait for it before issuing the loads that follow (H200, T = 1: fused write 1.87 -> 1.80 us,
   // store_cache 1.29 -> 1.08).
   __device__ __forceinline__ bool holds(int64_t slot) const { return slot >= 0 && slot < slots; }
 
-  // slot in [0, slots). One branch-free path for every layout: the high half of slot * page_magic is the
-  // page or one less (slot < 2^63), so one correction. Branches on the page size and a 64-bit division
-  // cost the fused write 0.13-0.24 us a decode step (H100, T = 1-64, docs/benchmarks/rope.md).
+  // slot in [0, slots). One branch-free path for every layout.
   __device__ __forceinline__ char* row(int64_t slot) const {
-    const uint64_t n = static_cast<uint64_t>(slot), size = static_cast<uint64_t>(page_size);
-    uint64_t page = __umul64hi(n, page_magic), offset = n - page * size;
-    if (offset >= size) ++page, offset -= size;
+    uint64_t offset;
+    const uint64_t page = page_size.divide(static_cast<uint64_t>(slot), offset);
     return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(offset) * row_stride;
   }
 };
@@ -73,6 +84,8 @@ inline bool row_is_compact(jitkern::TensorView t, int first) {
   return true;
 }
 
+inline device::kv_cache::Divisor divisor(int64_t d) { return {static_cast<uint64_t>(d), UINT64_MAX / static_cast<uint64_t>(d)}; }
+
 // `cache` (dtype checked by the caller) as rows of `row_elems` contiguous elements on `device`: flat
 // [slots, *row] when its dimensions after the first hold one row, else paged [pages, page_size, *row].
 inline device::kv_cache::CacheLayout cache_layout(jitkern::TensorView cache, int64_t row_elems, int device, const char* name) {
@@ -93,11 +106,11 @@ inline device::kv_cache::CacheLayout cache_layout(jitkern::TensorView cache, int
   const int64_t elem = static_cast<int64_t>(dtype_bytes(cache.dtype()));
   device::kv_cache::CacheLayout c{};
   c.base = static_cast<char*>(cache.data_ptr());
-  c.page_size = first == 2 ? cache.size(1) : 1;
+  const int64_t page_size = first == 2 ? cache.size(1) : 1;
+  c.page_size = divisor(std::max<int64_t>(page_size, 1));  // [pages, 0, *row]: no slots
   c.page_stride = cache.stride(0) * elem;
   c.row_stride = first == 2 ? cache.stride(1) * elem : c.page_stride;
-  c.slots = cache.size(0) * c.page_size;
-  c.page_magic = UINT64_MAX / static_cast<uint64_t>(std::max<int64_t>(c.page_size, 1));  // [pages, 0, *row]: no slots
+  c.slots = cache.size(0) * page_size;
   return c;
 }
 

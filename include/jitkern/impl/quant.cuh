@@ -201,43 +201,60 @@ struct Divider {
 template <typename Q>
 inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
 
-// kVec values of T (or kVec packed pairs of 16-bit values) divided by s and written as bytes with one
-// store (ptr aligned to their count); fp8 converts two values per instruction. kMaySlow = false: the
-// caller guarantees !s.slow (a dynamic scale whose eps is at least kNormalScaleEps), which leaves one
-// branch per vector instead of two (4% of rmsnorm_quant_fp8's time in a same-run comparison).
-template <typename Q, bool kMaySlow = true, typename T, int kVec>
-  requires(!kIsPacked16<T>)
-JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
-  const auto encode = [&](auto divide) {
-    if constexpr (kVec % 4 == 0) {  // assembled as 32-bit words: a byte array costs ~2 instructions a byte to pack
-      AlignedVector<uint32_t, kVec / 4> words;
-#pragma unroll
-      for (int j = 0; j < kVec; j += 4) {
-        if constexpr (std::is_same_v<Q, fp8_e4m3_t>) {  // two values per conversion, RNE, NaN kept
-          const auto pair = [&](int k) {
-            return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(divide(cast<float>(x[k])), divide(cast<float>(x[k + 1]))),
-                                                                  __NV_SATFINITE, __NV_E4M3));
-          };
-          words[j / 4] = pair(j) | (pair(j + 2) << 16);
-        } else {
-          const auto byte = [&](int k) { return static_cast<uint32_t>(Format<Q>::encode(divide(cast<float>(x[k])))); };
-          words[j / 4] = __byte_perm(__byte_perm(byte(j), byte(j + 1), 0x0040), __byte_perm(byte(j + 2), byte(j + 3), 0x0040), 0x5410);
-        }
-      }
-      words.store(reinterpret_cast<uint32_t*>(ptr));
-    } else {
-      AlignedVector<uint8_t, kVec> q;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(divide(cast<float>(x[j])));
-      q.store(ptr);
-    }
-  };
-  if (s.simple) {  // decided once per vector, not per element
+// encode(divide) with the division x / s that s allows, decided once per vector, not per element.
+template <bool kMaySlow, typename Encode>
+JITKERN_DEVICE void with_division(const Divider& s, const Encode& encode) {
+  if (s.simple) {
     encode([&](float v) { return s.fast_finite(v); });
   } else if (kMaySlow && s.slow) {
     encode([&](float v) { return v / s.s; });
   } else {
     encode([&](float v) { return s.fast(v); });
+  }
+}
+
+// kVec values of T (kVec a multiple of 4) divided by s, as 8-bit codes four to a 32-bit word, into
+// words[0, kVec / 4): assembled as words, since a byte array costs ~2 instructions a byte to pack; fp8
+// converts two values per instruction. kMaySlow = false: the caller guarantees !s.slow (a dynamic scale
+// whose eps is at least kNormalScaleEps), which leaves one branch per vector instead of two (4% of
+// rmsnorm_quant_fp8's time in a same-run comparison).
+template <typename Q, bool kMaySlow = true, typename T, int kVec>
+  requires(!kIsPacked16<T> && kVec % 4 == 0)
+JITKERN_DEVICE void quantized_words(uint32_t* words, const AlignedVector<T, kVec>& x, const Divider& s) {
+  const auto encode = [&](auto divide) {
+#pragma unroll
+    for (int j = 0; j < kVec; j += 4) {
+      if constexpr (std::is_same_v<Q, fp8_e4m3_t>) {  // two values per conversion, RNE, NaN kept
+        const auto pair = [&](int k) {
+          return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(divide(cast<float>(x[k])), divide(cast<float>(x[k + 1]))),
+                                                                __NV_SATFINITE, __NV_E4M3));
+        };
+        words[j / 4] = pair(j) | (pair(j + 2) << 16);
+      } else {
+        const auto byte = [&](int k) { return static_cast<uint32_t>(Format<Q>::encode(divide(cast<float>(x[k])))); };
+        words[j / 4] = __byte_perm(__byte_perm(byte(j), byte(j + 1), 0x0040), __byte_perm(byte(j + 2), byte(j + 3), 0x0040), 0x5410);
+      }
+    }
+  };
+  with_division<kMaySlow>(s, encode);
+}
+
+// kVec values of T (or kVec packed pairs of 16-bit values) divided by s and written as bytes with one
+// store (ptr aligned to their count); kMaySlow: as quantized_words.
+template <typename Q, bool kMaySlow = true, typename T, int kVec>
+  requires(!kIsPacked16<T>)
+JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
+  if constexpr (kVec % 4 == 0) {
+    AlignedVector<uint32_t, kVec / 4> words;
+    quantized_words<Q, kMaySlow>(words.data, x, s);
+    words.store(reinterpret_cast<uint32_t*>(ptr));
+  } else {
+    with_division<kMaySlow>(s, [&](auto divide) {
+      AlignedVector<uint8_t, kVec> q;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(divide(cast<float>(x[j])));
+      q.store(ptr);
+    });
   }
 }
 // Packed pairs: widened to floats by their bits.
@@ -255,10 +272,11 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
 
 // One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps;
 // every lane of the warp calls this), kPerLane vectors each (of T, or of packed 16-bit pairs): the lane's
-// vector j goes to out + j * kLanes * (its count of values). Its dynamic scale group_scale<Q, kUE8M0>(finite
+// vector j goes to out + j * kLanes * (its count of values), or with kContiguous (vectors of T, at most 16
+// codes a lane) to out + j * kVec, all of them with one store. Its dynamic scale group_scale<Q, kUE8M0>(finite
 // amax, eps) divides it, and lane 0 stores the scale for flat group `group` (GroupScales). `valid`: the
 // lane's group exists (the others only take part in the warp's votes and shuffles).
-template <typename Q, int kLanes, int kPerLane, bool kUE8M0, typename T, int kVec>
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, typename T, int kVec>
 JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
                                    int64_t group, int64_t groups_per_row, int64_t total_groups) {
   const auto fold = [&](auto op) {
@@ -280,8 +298,16 @@ JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], 
   const float scale = group_scale<Q, kUE8M0>(amax, eps, exponent);
   if (!valid) return;
   const Divider s(scale, finite);
+  if constexpr (kContiguous) {
+    static_assert(!kIsPacked16<T> && kVec % 4 == 0 && kPerLane * kVec <= 16, "contiguous: at most 16 codes a lane, whole words");
+    AlignedVector<uint32_t, kPerLane * kVec / 4> words;
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec * kValuesPer<T>, x[j], s);
+    for (int j = 0; j < kPerLane; ++j) quantized_words<Q>(words.data + j * kVec / 4, x[j], s);
+    words.store(reinterpret_cast<uint32_t*>(out));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec * kValuesPer<T>, x[j], s);
+  }
   if (threadIdx.x % kLanes == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
 }
 

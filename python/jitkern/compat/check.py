@@ -11,6 +11,9 @@ call instead of building. One instantiation per kernel file is compiled. A file 
 reproduced that way is listed as "not instantiated" with the reason; `--calls FILE` takes recorded
 calls instead (JSON lines of load_jit's arguments, from jitkern.compat.sglang.record_calls).
 
+An instantiation that fails in both modes (a size or type the kernel does not take) is followed by up
+to RETRIES other argument sets the function accepted; the row names the one that compiled.
+
 Outcomes: "lean" and "tvm-ffi" (compiles, in that mode; tvm-ffi mode is the reference's own build:
 its headers, tvm-ffi's, its export macro), "fails" (both modes, first error shown), "skipped" (a HIP
 kernel, another arch than the target, a dependency that is not installed), "not instantiated" (why),
@@ -29,9 +32,10 @@ import re
 import sys
 import time
 import types
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
+from .._engine import effective
 from . import sglang as compat
 
 # Representative values of the op modules' integer parameters, by name (a parameter with a default
@@ -161,6 +165,7 @@ class Call:
     kwargs: dict = dataclasses.field(default_factory=dict)
     files: tuple = ()  # kernel files, relative to csrc/ (or absolute)
     problem: str = ""  # why it could not be reproduced
+    others: list = dataclasses.field(default_factory=list)  # further (args, kwargs) the op function gave, for a retry
 
 
 def _is_load_jit(node: ast.AST) -> bool:
@@ -309,21 +314,28 @@ def discover(kernel_root: pathlib.Path) -> list[Call]:
             if not isinstance(fn, types.FunctionType):
                 call.problem = "the function is not at the module's top level"
             else:
+                found: list[tuple] = []  # (args, kwargs) of every variant that reproduced the call, distinct
                 for variant in VARIANTS:  # the first problem is the one reported
                     try:
                         fn(**_arguments(fn, fn_node, variant))
                         problem = "the function returned without calling load_jit for these arguments"
                     except _Recorded as r:
-                        call.args, call.kwargs = tuple(str(a) for a in r.args_), r.kwargs
-                        call.files = tuple(list(r.kwargs.get("cuda_files") or []) + list(r.kwargs.get("cpp_files") or []))
-                        unknown = "_Anything object" in repr((call.args, r.kwargs))
+                        args = tuple(str(a) for a in r.args_)
+                        unknown = "_Anything object" in repr((args, r.kwargs))
                         problem = "an argument comes from a name the check cannot evaluate without the reference's imports" if unknown else ""
+                        if not found or unknown:
+                            call.args, call.kwargs = args, r.kwargs
+                            call.files = tuple(list(r.kwargs.get("cuda_files") or []) + list(r.kwargs.get("cpp_files") or []))
+                        if not unknown and all(args != a or r.kwargs != k for a, k in found):
+                            found.append((args, r.kwargs))
                     except Exception as e:  # noqa: BLE001
                         problem = f"running it with representative arguments raised {type(e).__name__}: {e}"[:200]
-                    call.problem = call.problem or problem
-                    if not problem:
-                        call.problem = ""
-                        break
+                    if not found:
+                        call.problem = call.problem or problem
+                if found:
+                    call.problem = ""
+                    (call.args, call.kwargs), call.others = found[0], found[1:]
+                    call.files = tuple(list(call.kwargs.get("cuda_files") or []) + list(call.kwargs.get("cpp_files") or []))
             calls.append(call)
     return calls
 
@@ -386,6 +398,10 @@ def _skip_reason(call: Call, kernel_root: pathlib.Path) -> str:
     return ""
 
 
+# Further instantiations tried when the first fails in both modes (a size or type the kernel does not take).
+RETRIES = 2
+
+
 def compile_call(call: Call, kernel_root: pathlib.Path) -> Row:
     file = ", ".join(call.files) or "?"
     if call.problem:
@@ -393,26 +409,39 @@ def compile_call(call: Call, kernel_root: pathlib.Path) -> Row:
     skip = _skip_reason(call, kernel_root)
     if skip:
         return Row(file, call.op, "skipped", skip)
-    kwargs = {k: v for k, v in call.kwargs.items() if k in ("cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags",
+    start = time.monotonic()
+    first_failure = ""
+    for args, kwargs in [(call.args, call.kwargs), *call.others[:RETRIES]]:
+        outcome, detail = _compile_one(args, kwargs, kernel_root)
+        if outcome != "fails":
+            if first_failure:
+                detail = f"as <{', '.join(args[1:])}>; <{', '.join(call.args[1:])}> failed in both modes: {first_failure}"
+            return Row(file, call.op, outcome, detail, time.monotonic() - start)
+        first_failure = first_failure or detail
+    return Row(file, call.op, "fails", first_failure, time.monotonic() - start)
+
+
+def _compile_one(args: tuple, call_kwargs: dict, kernel_root: pathlib.Path) -> tuple[str, str]:
+    """(mode it compiles in, why that mode) or ("fails", the first error of both modes)."""
+    kwargs = {k: v for k, v in call_kwargs.items() if k in ("cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags",
                                                           "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
                                                           "extra_dependencies", "header_only")}
-    start = time.monotonic()
     try:
-        spec, mode, reason = compat.jit_spec(*call.args, **kwargs)
+        spec, mode, reason = compat.jit_spec(*args, **kwargs)
     except Exception as e:  # noqa: BLE001
-        return Row(file, call.op, "fails", f"{type(e).__name__}: {e}"[:240])
+        return "fails", f"{type(e).__name__}: {e}"[:240]
     try:
         spec.build()
-        return Row(file, call.op, mode, "" if mode == "lean" else _short_reason(reason, kernel_root), time.monotonic() - start)
+        return mode, "" if mode == "lean" else _short_reason(reason, kernel_root)
     except Exception as e:  # noqa: BLE001
         first = _first_error(str(e))
         if mode != "lean":
-            return Row(file, call.op, "fails", first, time.monotonic() - start)
+            return "fails", first
     try:
-        compat.jit_spec(*call.args, **kwargs, mode="tvm-ffi")[0].build()
-        return Row(file, call.op, "tvm-ffi", f"lean failed: {first}", time.monotonic() - start)
+        compat.jit_spec(*args, **kwargs, mode="tvm-ffi")[0].build()
+        return "tvm-ffi", f"lean failed: {first}"
     except Exception as e:  # noqa: BLE001
-        return Row(file, call.op, "fails", _first_error(str(e)), time.monotonic() - start)
+        return "fails", _first_error(str(e))
 
 
 def _short_reason(reason: str, kernel_root: pathlib.Path) -> str:
@@ -429,7 +458,15 @@ def representative(calls: Sequence[Call]) -> list[Call]:
     return list(chosen.values())
 
 
+# Seconds after the time budget that the builds already started are waited for.
+LATE = 60.0
+STILL_COMPILING = f"still compiling {LATE:.0f} s after the time budget"
+
+
 def run(calls: Sequence[Call], kernel_root: pathlib.Path, workers: int, time_budget: float | None) -> list[Row]:
+    """The calls compiled `workers` at a time. With a time budget, builds not started within it are not
+    run, and those still compiling LATE seconds after it are listed as not run (STILL_COMPILING) and left
+    running: the caller then ends the process without waiting for them (main does)."""
     deadline = time.monotonic() + time_budget if time_budget else None
 
     def one(call: Call) -> Row:
@@ -437,8 +474,11 @@ def run(calls: Sequence[Call], kernel_root: pathlib.Path, workers: int, time_bud
             return Row(", ".join(call.files) or "?", call.op, "not run", "time budget spent")
         return compile_call(call, kernel_root)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(one, calls))
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futures = [pool.submit(one, c) for c in calls]
+    done, pending = wait(futures, timeout=None if deadline is None else time_budget + LATE)
+    pool.shutdown(wait=not pending, cancel_futures=True)
+    return [f.result() if f in done else Row(", ".join(c.files) or "?", c.op, "not run", STILL_COMPILING) for f, c in zip(futures, calls)]
 
 
 OUTCOMES = ("lean", "tvm-ffi", "fails", "skipped", "not instantiated", "not run")
@@ -460,11 +500,12 @@ def table(rows: Sequence[Row]) -> str:
 def main(argv: Sequence[str] | None = None, prog: str = "python -m jitkern.compat.check") -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--kernels", help="the reference's sglang/kernels/jit directory (default: the installed sglang's)")
-    p.add_argument("--arch", default=os.environ.get("JITKERN_CUDA_ARCH") or "sm_90a", help="CUDA target (default sm_90a)")
+    p.add_argument("--arch", default=effective("JITKERN_CUDA_ARCH") or "sm_90a", help="CUDA target (default sm_90a)")
     p.add_argument("--only", nargs="*", default=[], help="regular expressions: check only kernel files matching one")
     p.add_argument("--calls", help="recorded load_jit calls (JSON lines) instead of reading the op modules")
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="builds at once (default: usable CPUs)")
-    p.add_argument("--time-budget", type=float, help="seconds; builds not started by then are listed as not run")
+    p.add_argument("--time-budget", type=float, help="seconds; builds not started by then, or still compiling a minute later, are listed as "
+                   "not run")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--list", action="store_true", help="list the calls found, compile nothing")
     a = p.parse_args(argv)
@@ -481,11 +522,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m jitkern.compa
         return 0
     with compat.override_jit_cuda_arch(arch.major, arch.minor, arch.suffix):
         rows = run(calls, root, a.workers, a.time_budget)
-    print(table(rows))
+    print(table(rows), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([dataclasses.asdict(r) for r in rows], f, indent=1)
-    return 1 if any(r.outcome == "fails" for r in rows) else 0
+    status = 1 if any(r.outcome == "fails" for r in rows) else 0
+    if any(r.detail == STILL_COMPILING for r in rows):
+        os._exit(status)  # the builds left running would hold the interpreter's exit
+    return status
 
 
 if __name__ == "__main__":

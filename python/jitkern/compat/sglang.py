@@ -30,7 +30,7 @@ import re
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
-from .._engine import PACKAGE_DIR, BuildError
+from .._engine import BuildError, effective
 from ..jit import CPPArgList, JitSpec, cache_once
 
 __all__ = ["ArchInfo", "CPPArgList", "CPP_DTYPE_MAP", "KERNEL_PATH", "build_mode", "cache_once", "get_jit_cuda_arch", "install",
@@ -183,7 +183,7 @@ def get_jit_cuda_arch() -> ArchInfo:
     CUDA device's."""
     if _arch_override:
         return _arch_override[-1]
-    env = os.environ.get("JITKERN_CUDA_ARCH")
+    env = effective("JITKERN_CUDA_ARCH")
     if env:
         return ArchInfo.parse(env, "JITKERN_CUDA_ARCH")
     if _installed:
@@ -270,7 +270,7 @@ def build_mode(files: Sequence[str], include_dirs: Sequence[str]) -> tuple[str, 
 
 
 def _jitkern_include_dir() -> str:
-    return os.environ.get("JITKERN_INCLUDE_DIR") or str(PACKAGE_DIR / "include")
+    return effective("JITKERN_INCLUDE_DIR")
 
 
 def _dependency_include_paths(names: Sequence[str]) -> list[str]:

@@ -56,11 +56,15 @@ class FusedSetKVBufferArg:
     cache_loc: "torch.Tensor"
 
 
-def _tokens(x, tokens: int, public: str, name: str):
-    """q, k or v as [T, H * D] or [T, H, D]: a view that flattens leading dimensions (e.g. [B, S, H * D])."""
-    if not isinstance(x, torch.Tensor) or x.dim() == 2 or (x.dim() == 3 and x.shape[0] == tokens):
+def _tokens(x, tokens: int, batched: bool, public: str, name: str):
+    """q, k or v as [T, H * D] or [T, H, D]: a view that flattens leading dimensions (e.g. [B, S, H * D]).
+    `batched`: the positions are [B, S], so x is [B, S, H * D] or [B, S, H, D] (also where B or S is 1)."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 2 or (not batched and x.dim() == 3 and x.shape[0] == tokens):
         return x
-    trailing = 2 if x.dim() >= 3 and math.prod(x.shape[:-2]) == tokens else 1
+    if batched:
+        trailing = x.dim() - 2
+    else:
+        trailing = 2 if x.dim() >= 3 and math.prod(x.shape[:-2]) == tokens else 1
     return as_rows(x, public, name, writes=True, trailing=trailing)
 
 
@@ -70,9 +74,10 @@ def _positions(positions):
 
 def _token_views(positions, public: str, **tensors) -> list:
     """positions flattened, then each of `tensors` (q, k, v) as [T, H * D] or [T, H, D] (_tokens)."""
+    batched = isinstance(positions, torch.Tensor) and positions.dim() == 2
     positions = _positions(positions)
     tokens = positions.numel() if isinstance(positions, torch.Tensor) else -1
-    return [positions, *(_tokens(x, tokens, public, name) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
+    return [positions, *(_tokens(x, tokens, batched, public, name) if isinstance(x, torch.Tensor) and x.dim() > 2 else x
                          for name, x in tensors.items())]
 
 

@@ -1,0 +1,161 @@
+"""Launch schedules of the norm and fp8 group-quantization kernels (benchmarks/kernels/schedules.cuh) beside
+the product op and the reference's newest kernel, same inputs, one process: CUDA-graph replay medians,
+median of 3 interleaved rounds, bf16. What the launch rules (include/jitkern/policy.cuh, impl/norm_launch.cuh,
+csrc/quant.cuh) are chosen from. Prints markdown tables, fastest first per shape."""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_reference import rand, reference_modules  # noqa: E402
+from utils import environment, interleaved, reference_version  # noqa: E402
+
+import jitkern  # noqa: E402
+from jitkern import ops  # noqa: E402
+from jitkern.jit import warmup as build_all  # noqa: E402
+
+TRIGGER = {0: "start", 1: "after wait", 2: "end"}
+
+
+def module():
+    """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16) and
+    those of the RoPE ops (for a GPU test run after this script)."""
+    spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
+                           cuda_wrappers=[("rmsnorm", "bench_schedules::rmsnorm_schedule"), ("qknorm", "bench_schedules::qknorm_schedule"),
+                                          ("group_quant", "bench_schedules::group_quant_schedule")],
+                           host_without_nvcc=True)
+    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "rotary_embedding",
+                              "apply_rope_with_cos_sin_cache_inplace"], dtypes=["bfloat16"])
+    return build_all(spec, *products)[0]
+
+
+def table(title: str, shapes) -> None:
+    """shapes: (shape label, {variant: fn}, check): check() compares every variant's output with the product's."""
+    print(f"\n#### {title}\n")
+    for label, fns, check in shapes:
+        try:
+            check()
+        except AssertionError as e:  # reported; the timing still says what the schedule costs
+            print(f"<!-- {label}: {e} -->")
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+        ranked = sorted(interleaved(fns).items(), key=lambda kv: kv[1])
+        print(f"| {label} | " + " | ".join(f"{name} {t:.2f}" for name, t in ranked) + " |", flush=True)
+
+
+def rmsnorm_shapes(m, ref):
+    for t, h in [(1, 4096), (16, 4096), (128, 4096), (256, 4096), (64, 8192), (4096, 4096)]:
+        x, w = rand(t, h), rand(h)
+        out, expected = torch.empty_like(x), torch.empty_like(x)
+        variants = {"product": lambda x=x, w=w, out=out: ops.rmsnorm(x, w, out)}
+        if ref is not None:
+            variants["reference"] = lambda x=x, w=w, out=out: ref.rmsnorm(x, w, out)
+        for r, trig, rows in [(4, 0, 0), (4, 1, 0), (4, 2, 0), (4, 0, 1), (2, 0, 0), (2, 1, 0), (2, 2, 0), (2, 2, 2), (4, 0, 2)]:
+            if (h // 8) % (32 * r) == 0 and h // 8 // r <= 1024:
+                variants[f"{h // 8 // r}x{r} {TRIGGER[trig]}{['', ' token-rows', ' slim'][rows]}"] = (
+                    lambda x=x, w=w, out=out, r=r, trig=trig, rows=rows: m.rmsnorm(x, w, out, r, trig, rows))
+
+        def check(x=x, w=w, out=out, expected=expected, variants=variants):
+            ops.rmsnorm(x, w, expected)
+            for name, fn in variants.items():
+                if name == "reference":
+                    continue
+                out.fill_(0)
+                fn()
+                assert torch.equal(out, expected), f"rmsnorm variant {name} differs from the product"
+        yield f"[{t}, {h}]", variants, check
+
+
+def qknorm_shapes(m, ref):
+    for t in (8192, 32768):
+        q, k, qw, kw = rand(t, 32, 128), rand(t, 8, 128), rand(128), rand(128)
+        variants = {"product": lambda q=q, k=k, qw=qw, kw=kw: ops.fused_inplace_qknorm(q, k, qw, kw)}
+        if ref is not None:
+            variants["reference"] = lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)
+        for rows, threads, pers, trig in [(2, 256, 0, 1), (2, 256, 1, 1), (2, 256, 1, 2), (1, 128, 1, 2), (2, 128, 1, 2)]:
+            variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}"] = (
+                lambda q=q, k=k, qw=qw, kw=kw, rows=rows, threads=threads, pers=pers, trig=trig: m.qknorm(q, k, qw, kw, rows, threads, pers, trig))
+
+        def check(q=q, k=k, qw=qw, kw=kw, variants=variants):
+            q0, k0 = q.clone(), k.clone()
+            eq, ek = q.clone(), k.clone()
+            ops.fused_inplace_qknorm(eq, ek, qw, kw)
+            for name, fn in variants.items():
+                if name == "reference":
+                    continue
+                q.copy_(q0), k.copy_(k0)
+                fn()
+                assert torch.equal(q, eq) and torch.equal(k, ek), f"qknorm variant {name} differs from the product"
+        yield f"T={t}", variants, check
+
+
+def group_quant_shapes(m, ref):
+    for t in (1, 16, 256, 4096):
+        x = rand(t, 7168)
+        q = torch.empty(t, 7168, device="cuda", dtype=torch.float8_e4m3fn)
+        s = torch.empty(t, 56, device="cuda", dtype=torch.float32)
+        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
+        if ref is not None:
+            variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
+        for threads, trig, contiguous in [(256, 0, 0), (256, 1, 0), (256, 2, 0), (128, 2, 0), (256, 1, 1), (256, 2, 1), (256, 2, 2)]:
+            variants[f"{threads}t {TRIGGER[trig]}{['', ' contiguous', ' multiply (not exact: diagnostic)'][contiguous]}"] = (
+                lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
+
+        def check(x=x, q=q, s=s, variants=variants):
+            eq, es = ops.per_token_group_quant_8bit(x, 128)
+            for name, fn in variants.items():
+                if name == "reference" or "diagnostic" in name:
+                    continue
+                q.view(torch.uint8).fill_(0), s.fill_(0)
+                fn()
+                assert torch.equal(q.view(torch.uint8), eq.view(torch.uint8)) and torch.equal(s, es), f"group quant variant {name} differs"
+        yield f"[{t}, 7168]", variants, check
+
+
+def main() -> None:
+    start = time.perf_counter()
+    try:
+        modules, builder = reference_modules(["layernorm.norm", "quantization.per_token_group_quant"])
+    except Exception as e:  # noqa: BLE001 - the schedules are still compared with the product
+        modules, builder = {}, f"nothing: {type(e).__name__}: {e}"
+    m = module()
+    norm, quant = modules.get("layernorm.norm"), modules.get("quantization.per_token_group_quant")
+    print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
+    print("\nus, fastest first; NxR: N threads of R 16-byte vectors; trigger: where the PDL trigger is (start, after the wait, after "
+          "the last store).")
+    tables = {"rmsnorm, bf16": list(rmsnorm_shapes(m, norm)),
+              "fp8 group quantization, group 128, bf16 [T, 7168]": list(group_quant_shapes(m, quant)),
+              "qknorm, 32 q + 8 k heads x 128, bf16": list(qknorm_shapes(m, norm))}
+
+    def first_call(fns):
+        try:
+            fns["reference"]()
+        except Exception as e:  # noqa: BLE001 - the table goes on without the reference
+            print(f"<!-- reference left out: {type(e).__name__}: {str(e)[:300]} -->")
+            del fns["reference"]
+
+    # The reference's builds at once, one call per module it builds (rmsnorm: one per hidden size), then the rest.
+    firsts = {}
+    for title, shapes in tables.items():
+        for label, fns, _ in shapes:
+            if "reference" in fns:
+                firsts.setdefault((title, label.split(", ")[-1] if label.startswith("[") and title.startswith("rmsnorm") else ""), fns)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(first_call, firsts.values()))
+    for fns in [fns for shapes in tables.values() for _, fns, _ in shapes if "reference" in fns]:
+        first_call(fns)
+    print(f"<!-- built in {time.perf_counter() - start:.0f} s -->")
+    for title, shapes in tables.items():
+        table(title, shapes)
+    print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+// Per-head RMSNorm of q and k fused with RoPE (Qwen3-, GLM-style attention), in place, for fp16/bf16/fp32
+// q/k and a cos/sin cache in fp32 (or the inputs' dtype):
+//   QkNormRopeOps<T>::apply          each q head normalised with q_weight, each k head with k_weight
+//                                    (fp32 math, rounded to T as the norm family rounds; the weight plus
+//                                    weight_offset: 1 for Gemma's (1 + w) norms), then rotated
+//                                    (NeoX half-split or GPT-J interleaved) over the cache's first R columns;
+//   QkNormRopeOps<T>::apply_store    the same, with the normalised, rotated k and the v rows written to
+//                                    k_cache[loc], v_cache[loc] (flat or paged, <jitkern/impl/kv_cache.cuh>);
+//   QkNormRopeOps<T>::apply_store_fp8  into float8_e4m3 caches (q = saturate(rne(x / scale)), per-tensor
+//                                    scales, as <jitkern/impl/quant.cuh> rounds).
+// The cos/sin cache is [max_position, R]: R/2 cosines then R/2 sines. mRoPE (vision-language models):
+// positions [3, N] (t, h, w), each frequency taking the cos/sin of one of its token's three positions by its
+// section (mrope_t, mrope_h, mrope_w frequencies in turn, or interleaved: f % 3 == 1 below 3 mrope_h takes
+// h, f % 3 == 2 below 3 mrope_w takes w, the rest t). A token with a position outside [0, max_position) is
+// skipped entirely; a location outside the cache skips that token's cache write only.
+#pragma once
+
+#include <jitkern/impl/kv_cache.cuh>
+#include <jitkern/impl/norm.cuh>
+#include <jitkern/impl/quant.cuh>
+#include <jitkern/runtime.cuh>
+#include <jitkern/type.cuh>
+#include <jitkern/utils.cuh>
+#include <jitkern/vec.cuh>
+#ifndef __CUDACC_RTC__
+#include <jitkern/impl/norm_launch.cuh>
+#include <jitkern/tensor.h>
+#include <jitkern/utils.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+namespace jitkern_qknorm_rope {
+
+using device::AlignedVector;
+using device::kv_cache::CacheLayout;
+#ifndef __CUDACC_RTC__
+using jitkern::TensorView;
+#endif
+
+// CTAs of kThreads threads; each head is worked by a group of lanes (a power of two <= 32, at most one
+// warp, so its sum of squares needs only shuffles).
+constexpr int kThreads = 128;
+
+// Vectors per thread of each kind (rotated pair units, unrotated vectors) kept in registers: a 32-lane
+// group holds rotary dims up to 512 and as many unrotated columns (fp32: 256 and 256); heads too wide for
+// 16-byte vectors take the one-element kernel. bf16 at 2 a thread (one head a group): 150 registers
+// against ~80 at 1.
+template <int kVec>
+inline constexpr int kItems = kVec >= 8 ? 1 : 8 / kVec;
+
+template <typename T>
+struct Params {
+  const void* positions;
+  int64_t positions_stride;
+  int64_t section_stride;  // mRoPE: elements from the t positions to the h ones, and from those to the w ones
+  int32_t mrope_t, mrope_h, mrope_w;
+  const void* cos_sin;  // fp32, or T (cos_sin_t)
+  int64_t cos_sin_stride;
+  int64_t max_position;
+  T* q;
+  T* k;
+  const T* q_weight;
+  const T* k_weight;
+  int64_t q_token, q_head, k_token, k_head;  // elements
+  float eps, inv_dim;
+  float weight_offset;  // the norm multiplies by weight + weight_offset (Gemma: 1)
+  int32_t q_heads, k_heads, head_dim, rot_half;
+  int32_t pairs, tails;  // a head's rotated pair units (rot_half / kVec) and unrotated vectors ((D - R) / kVec)
+  int32_t width_log2;    // lanes per head: 1 << width_log2
+  int32_t token_heads;   // heads a token has work for: q, k and, with the cache write, v
+  int32_t items;         // tokens * token_heads
+  bool positions64, cos_sin_t, mrope, mrope_interleaved, early_trigger;
+};
+
+// mRoPE: which of a token's three positions (0: t, 1: h, 2: w) frequency f takes.
+template <typename T>
+__device__ __forceinline__ int mrope_section(const Params<T>& p, int f) {
+  if (p.mrope_interleaved) return f % 3 == 1 && f < 3 * p.mrope_h ? 1 : f % 3 == 2 && f < 3 * p.mrope_w ? 2 : 0;
+  return f < p.mrope_t ? 0 : f < p.mrope_t + p.mrope_h ? 1 : 2;
+}
+
+// The cache write (apply_store).
+struct Store {
+  const void* v;
+  int64_t v_token, v_head;  // elements
+  CacheLayout k_cache, v_cache;
+  const void* loc;
+  int64_t loc_stride;
+  float k_scale, v_scale;
+  bool loc64;
+};
+
+// kVec values of a cos/sin row (fp32 or T) as floats, in loads of at most 16 bytes.
+template <typename C, int kVec>
+__device__ __forceinline__ void load_as_floats(float (&dst)[kVec], const C* src) {
+  constexpr int kChunk = kVec * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : kVec;
+#pragma unroll
+  for (int i = 0; i < kVec; i += kChunk) {
+    AlignedVector<C, kChunk> v;
+    v.load(src + i);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) dst[i + j] = device::cast<float>(v[j]);
+  }
+}
+
+// The pair unit's two vectors a, b (already normalised and rounded to T) rotated in fp32. Seen as one
+// run x = a ++ b of 2 kVec values: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
+// pairs x[j] with x[kVec + j], frequency j.
+template <bool kInterleaved, typename T, int kVec>
+__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&cs)[kVec], const float (&sn)[kVec]) {
+  float x[2 * kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) x[j] = device::cast<float>(a[j]), x[kVec + j] = device::cast<float>(b[j]);
+#pragma unroll
+  for (int f = 0; f < kVec; ++f) {
+    const int i = kInterleaved ? 2 * f : f, j = kInterleaved ? 2 * f + 1 : kVec + f;
+    const float xi = x[i], xj = x[j];
+    x[i] = fmaf(xi, cs[f], -xj * sn[f]);
+    x[j] = fmaf(xj, cs[f], xi * sn[f]);
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) a[j] = device::cast<T>(x[j]), b[j] = device::cast<T>(x[kVec + j]);
+}
+
+// kVec values at element `at` of a cache row: as T, or quantized to fp8 e4m3 bytes.
+template <bool kFp8, typename T, int kVec>
+__device__ __forceinline__ void to_cache(char* row, int64_t at, const AlignedVector<T, kVec>& x, const device::quant::Divider& d) {
+  if constexpr (kFp8) {
+    device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(row) + at, x, d);
+  } else {
+    x.store(reinterpret_cast<T*>(row) + at);
+  }
+}
+
+// One head per group of 2^width_log2 lanes: heads (token, h) in order q, k, (v) of each token. Lane r
+// holds pair units r, r + width, ... (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J:
+// [2 u kVec, +2 kVec)) and the unrotated vectors r, r + width, ... from column R. A q or k head is
+// normalised (its lanes' sums of squares combined by shuffles), rotated and stored in place, a k head also
+// to its cache row; a v head is only copied to its cache row.
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
+__global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
+#ifdef __CUDACC__
+  using Vec = AlignedVector<T, kVec>;
+  using Math = device::norm::VecMath<T, kVec>;
+  constexpr int kN = kItems<kVec>;
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  const int width = 1 << p.width_log2;
+  const int tid = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  const int item = tid >> p.width_log2, rank = tid & (width - 1);
+  if (item >= p.items) return;  // whole groups leave: the others' shuffles name only their own lanes
+  const unsigned lanes = width == 32 ? 0xffffffffu : ((1u << width) - 1) << (threadIdx.x % 32 & ~static_cast<unsigned>(width - 1));
+  const int token = item / p.token_heads, h = item - token * p.token_heads;
+  const bool is_q = h < p.q_heads, is_v = kStore && h >= p.q_heads + p.k_heads;
+  const int kh = h - p.q_heads;  // k (or, past the k heads, v) head
+  T* x = is_q ? p.q + token * p.q_token + h * p.q_head : p.k + token * p.k_token + kh * p.k_head;
+  if constexpr (kStore) {
+    if (is_v) x = const_cast<T*>(static_cast<const T*>(s.v)) + token * s.v_token + (kh - p.k_heads) * s.v_head;
+  }
+  const T* w = is_q ? p.q_weight : p.k_weight;
+  const int pair = kNeox ? p.rot_half : kVec;
+  const auto col_of_unit = [&](int u) { return kNeox ? u * kVec : 2 * u * kVec; };
+  const auto col_of_tail = [&](int t) { return 2 * p.rot_half + t * kVec; };
+  const auto has_unit = [&](int i) { return rank + i * width < p.pairs; };
+  const auto has_tail = [&](int i) { return rank + i * width < p.tails; };
+
+  const void* position_at = device::kv_cache::index_address(p.positions, p.positions64, token * p.positions_stride);
+  [[maybe_unused]] const void* slot_at = kStore ? device::kv_cache::index_address(s.loc, s.loc64, token * s.loc_stride) : nullptr;
+  // Keeps the first addresses' arithmetic before the wait (see docs/add-a-kernel.md); not for one-element
+  // vectors, whose many loads make the held addresses cost more than they save.
+  if constexpr (kVec > 1) {
+    if (has_unit(0)) device::prefetch_before_wait(x + col_of_unit(rank));
+    device::prefetch_before_wait(position_at);
+    if constexpr (kStore) device::prefetch_before_wait(slot_at);
+  }
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  const int64_t position = device::kv_cache::load_index_at(position_at, p.positions64);
+  int64_t position_h = position, position_w = position;
+  if (p.mrope) {
+    position_h = device::kv_cache::load_index(p.positions, p.positions64, p.section_stride + token * p.positions_stride);
+    position_w = device::kv_cache::load_index(p.positions, p.positions64, 2 * p.section_stride + token * p.positions_stride);
+  }
+  [[maybe_unused]] int64_t slot = -1;
+  if constexpr (kStore) slot = device::kv_cache::load_index_at(slot_at, s.loc64);
+  Vec a[kN], b[kN], t[kN], wa[kN], wb[kN], wt[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int u = rank + i * width;
+    if (has_unit(i)) {
+      a[i].load(x + col_of_unit(u)), b[i].load(x + col_of_unit(u) + pair);
+      if (!is_v) wa[i].load(w + col_of_unit(u)), wb[i].load(w + col_of_unit(u) + pair);
+    }
+    if (has_tail(i)) {
+      t[i].load(x + col_of_tail(u));
+      if (!is_v) wt[i].load(w + col_of_tail(u));
+    }
+  }
+  const auto outside = [&](int64_t at) { return at < 0 || at >= p.max_position; };
+  if (outside(position) || outside(position_h) || outside(position_w)) return;  // the whole group: one token
+  [[maybe_unused]] char* row = nullptr;
+  [[maybe_unused]] device::quant::Divider div(1.0f);
+  if constexpr (kStore) {
+    if (!is_q && s.k_cache.holds(slot)) {
+      const CacheLayout& cache = is_v ? s.v_cache : s.k_cache;
+      row = cache.row(slot) + (kFp8 ? 1 : int64_t{sizeof(T)}) * (is_v ? kh - p.k_heads : kh) * p.head_dim;
+      if constexpr (kFp8) div = device::quant::Divider(is_v ? s.v_scale : s.k_scale);
+    }
+    if (is_v) {
+      if (row == nullptr) return;
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const int u = rank + i * width;
+        if (has_unit(i)) to_cache<kFp8>(row, col_of_unit(u), a[i], div), to_cache<kFp8>(row, col_of_unit(u) + pair, b[i], div);
+        if (has_tail(i)) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
+      }
+      return;
+    }
+  }
+  // The cos/sin loads issue before the reduction, which their latency then hides.
+  const int64_t cs_row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
+  const char* cs_row = static_cast<const char*>(p.cos_sin) + position * cs_row_bytes;
+  const auto cos_sin_at = [&](const char* row, int f) {  // one frequency's (cos, sin)
+    return p.cos_sin_t ? make_float2(device::cast<float>(reinterpret_cast<const T*>(row)[f]),
+                                     device::cast<float>(reinterpret_cast<const T*>(row)[p.rot_half + f]))
+                       : make_float2(reinterpret_cast<const float*>(row)[f], reinterpret_cast<const float*>(row)[p.rot_half + f]);
+  };
+  float cs[kN][kVec], sn[kN][kVec];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int at = (rank + i * width) * kVec;
+    if (!has_unit(i)) continue;
+    if (p.mrope) {  // element by element, each from the row of its section's position
+#pragma unroll
+      for (int f = 0; f < kVec; ++f) {
+        const int section = mrope_section(p, at + f);
+        const int64_t pos = section == 0 ? position : section == 1 ? position_h : position_w;
+        const float2 c = cos_sin_at(static_cast<const char*>(p.cos_sin) + pos * cs_row_bytes, at + f);
+        cs[i][f] = c.x, sn[i][f] = c.y;
+      }
+    } else if (p.cos_sin_t) {
+      load_as_floats(cs[i], reinterpret_cast<const T*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const T*>(cs_row) + p.rot_half + at);
+    } else {
+      load_as_floats(cs[i], reinterpret_cast<const float*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const float*>(cs_row) + p.rot_half + at);
+    }
+  }
+  float sumsq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    if (has_unit(i)) sumsq += Math::sum_squares(a[i]) + Math::sum_squares(b[i]);
+    if (has_tail(i)) sumsq += Math::sum_squares(t[i]);
+  }
+  for (int offset = width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(lanes, sumsq, offset);
+  const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
+  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T.
+  const auto normalized = [&](const Vec& x, const Vec& w) {
+    Vec y;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(device::cast<float>(x[j]) * scale * (device::cast<float>(w[j]) + p.weight_offset));
+    return y;
+  };
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int u = rank + i * width;
+    if (has_unit(i)) {
+      a[i] = normalized(a[i], wa[i]), b[i] = normalized(b[i], wb[i]);
+      rotate_unit<!kNeox && (kVec > 1)>(a[i], b[i], cs[i], sn[i]);
+      a[i].store(x + col_of_unit(u)), b[i].store(x + col_of_unit(u) + pair);
+      if constexpr (kStore) {
+        if (row != nullptr) to_cache<kFp8>(row, col_of_unit(u), a[i], div), to_cache<kFp8>(row, col_of_unit(u) + pair, b[i], div);
+      }
+    }
+    if (has_tail(i)) {
+      t[i] = normalized(t[i], wt[i]);
+      t[i].store(x + col_of_tail(u));
+      if constexpr (kStore) {
+        if (row != nullptr) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
+      }
+    }
+  }
+#endif
+}
+
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
+
+template <typename T>
+struct QkNormRopeOps {
+  // q [N, Hq, D] and k [N, Hk, D] (last dimension contiguous; rows and heads may be strided), normalised
+  // with q_weight / k_weight [D] and rotated in place. positions [N] or, for mRoPE, [3, N] int32/int64 with
+  // mrope_t + mrope_h + mrope_w = R/2 (ignored with positions [N]); cos_sin_cache [max_position, R] fp32 or
+  // T, R even in [2, D].
+  static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
+                    double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
+    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
+    setup.template launch<false, false>(is_neox, Store{}, {});
+  }
+
+  // apply, with k (normalised and rotated) and v [N, Hk, D] written to k_cache[cache_loc[i]] and
+  // v_cache[cache_loc[i]] (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape;
+  // T here, float8_e4m3fn or its bytes as uint8 through apply_store_fp8 with k_scale and v_scale: one
+  // export per cache type, so that a first call compiles only its own kernels).
+  static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
+                          double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView v,
+                          TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale, double v_scale) {
+    store_as<false>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
+                    k_cache, v_cache, cache_loc, k_scale, v_scale);
+  }
+  static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight,
+                              TensorView cos_sin_cache, double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w,
+                              bool mrope_interleaved, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
+                              double v_scale) {
+    store_as<true>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
+                   k_cache, v_cache, cache_loc, k_scale, v_scale);
+  }
+
+ private:
+  static constexpr int kWideVec = device::kVec16<T>;
+
+  struct Sections {
+    int64_t t, h, w;
+    bool interleaved;
+  };
+  struct Setup;
+
+  template <bool kFp8>
+  static void store_as(Setup setup, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
+                       double v_scale) {
+    using namespace host;
+    using namespace host::kv_cache;
+    auto N = SymbolicSize{"num_tokens"}, Hk = SymbolicSize{"num_kv_heads"}, D = SymbolicSize{"head_size"};
+    N.set_value(setup.tokens), Hk.set_value(setup.p.k_heads), D.set_value(setup.p.head_dim);
+    auto v_token = SymbolicSize{"v_token_stride"}, v_head = SymbolicSize{"v_head_stride"}, loc_stride = SymbolicSize{"cache_loc_stride"};
+    auto dev = SymbolicDevice{};
+    dev.set_value(setup.device);
+    TensorMatcher({N, Hk, D}).with_strides({v_token, v_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(v, "v");
+    TensorMatcher({N}).with_strides({loc_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(cache_loc, "cache_loc");
+    const bool fp8 = is_type<uint8_t>(k_cache.dtype()) || is_type<fp8_e4m3_t>(k_cache.dtype());
+    if (kFp8 && !fp8) Raise(ErrorKind::kType, "k_cache must be float8_e4m3fn (or its bytes as uint8) for apply_store_fp8, got ", k_cache.dtype());
+    if (!kFp8 && !is_type<T>(k_cache.dtype()))
+      Raise(ErrorKind::kType, "k_cache must have the inputs' dtype ", dtype_trait<T>::value, " for apply_store (fp8 caches: apply_store_fp8), got ",
+            k_cache.dtype());
+    if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
+      Raise(ErrorKind::kType, "v_cache must have k_cache's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
+    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+    RuntimeCheck(std::isfinite(k_scale) && k_scale > 0 && std::isfinite(v_scale) && v_scale > 0,
+                 "k_scale and v_scale must be finite and positive, got ", k_scale, " and ", v_scale);
+    RuntimeCheck(kFp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_cache is ",
+                 k_cache.dtype());
+    const int64_t row = int64_t{setup.p.k_heads} * setup.p.head_dim;
+    Store s{};
+    s.v = v.data_ptr(), s.v_token = stride_of(v_token), s.v_head = stride_of(v_head);
+    s.k_cache = cache_layout(k_cache, row, setup.device.device_id, "k_cache");
+    s.v_cache = cache_layout(v_cache, row, setup.device.device_id, "v_cache");
+    s.loc = cache_loc.data_ptr(), s.loc_stride = stride_of(loc_stride), s.loc64 = is_type<int64_t>(cache_loc.dtype());
+    s.k_scale = static_cast<float>(k_scale), s.v_scale = static_cast<float>(v_scale);
+    const int cb = kFp8 ? 1 : static_cast<int>(sizeof(T));
+    const bool cache_aligned = all_multiples({s.k_cache.page_stride, s.k_cache.row_stride, s.v_cache.page_stride, s.v_cache.row_stride}, cb * kWideVec);
+    const int vec = cache_aligned ? vector_width(kWideVec, setup.p.rot_half,
+                                                 {VecOperand(s.v, sizeof(T)), VecOperand(s.k_cache.base, cb), VecOperand(s.v_cache.base, cb)},
+                                                 {s.v_token, s.v_head})
+                                  : 1;
+    setup.template launch<kFp8, true>(is_neox, s, vec == kWideVec);
+  }
+
+  // The verified arguments shared by the ops, as kernel parameters.
+  struct Setup {
+    Params<T> p{};
+    int64_t tokens = 0;
+    DLDevice device{};
+    bool wide = false;  // 16-byte vectors: every q/k/weight/cos-sin operand allows them
+
+    Setup(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache, double eps,
+          double weight_offset, const Sections& mrope) {
+      using namespace host;
+      using host::kv_cache::stride_of;
+      auto N = SymbolicSize{"num_tokens"}, Hq = SymbolicSize{"num_q_heads"}, Hk = SymbolicSize{"num_kv_heads"}, D = SymbolicSize{"head_size"};
+      auto P = SymbolicSize{"max_position"}, R = SymbolicSize{"rotary_dim"};
+      auto pos_stride = SymbolicSize{"positions_stride"}, section_stride = SymbolicSize{"positions_section_stride"};
+      auto cs_stride = SymbolicSize{"cos_sin_cache_stride"};
+      auto q_token = SymbolicSize{"q_token_stride"}, q_head = SymbolicSize{"q_head_stride"};
+      auto k_token = SymbolicSize{"k_token_stride"}, k_head = SymbolicSize{"k_head_stride"};
+      auto dev = SymbolicDevice{};
+      p.mrope = positions.dim() == 2;
+      if (p.mrope) {
+        TensorMatcher({3, N}).with_strides({section_stride, pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(
+            positions, "positions");
+      } else {
+        TensorMatcher({N}).with_strides({pos_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(positions,
+                                                                                                                             "positions");
+      }
+      TensorMatcher({N, Hq, D}).with_strides({q_token, q_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(q, "q");
+      TensorMatcher({N, Hk, D}).with_strides({k_token, k_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k, "k");
+      TensorMatcher({D}).with_strides({1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(q_weight, "q_weight");
+      TensorMatcher({D}).with_strides({1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k_weight, "k_weight");
+      TensorMatcher({P, R}).with_strides({cs_stride, 1}).with_dtype(dtype_v<float, T>).with_device(device_v<kDLCUDA>, dev).verify(cos_sin_cache,
+                                                                                                                               "cos_sin_cache");
+      const int64_t head_dim = D.unwrap(), rot = R.unwrap();
+      RuntimeCheck(head_dim > 0, "head_size (q's last dimension) must be positive");
+      RuntimeCheck(rot >= 2 && rot % 2 == 0 && rot <= head_dim, "cos_sin_cache width (the rotary dim) must be even and within [2, head_size ",
+                   head_dim, "], got ", rot);
+      const int64_t heads = Hq.unwrap() + 2 * Hk.unwrap();  // q, k and the cache write's v
+      RuntimeCheck(N.unwrap() * heads * 32 < (int64_t{1} << 31), "num_tokens * (num_q_heads + 2 num_kv_heads) must be below 2^26, got ",
+                   N.unwrap(), " * ", heads);
+      if (p.mrope) {
+        RuntimeCheck(mrope.t >= 0 && mrope.h >= 0 && mrope.w >= 0 && mrope.t + mrope.h + mrope.w == rot / 2,
+                     "mrope_section must be three non-negative frequency counts summing to half the rotary dim ", rot / 2, ", got [", mrope.t,
+                     ", ", mrope.h, ", ", mrope.w, "]");
+        p.section_stride = stride_of(section_stride);
+        p.mrope_t = static_cast<int32_t>(mrope.t), p.mrope_h = static_cast<int32_t>(mrope.h), p.mrope_w = static_cast<int32_t>(mrope.w);
+        p.mrope_interleaved = mrope.interleaved;
+      }
+      tokens = N.unwrap();
+      device = dev.unwrap();
+      p.positions = positions.data_ptr(), p.positions_stride = stride_of(pos_stride), p.positions64 = is_type<int64_t>(positions.dtype());
+      p.cos_sin = cos_sin_cache.data_ptr(), p.cos_sin_stride = stride_of(cs_stride), p.max_position = P.unwrap();
+      p.cos_sin_t = !is_type<float>(cos_sin_cache.dtype());
+      p.q = static_cast<T*>(q.data_ptr()), p.k = static_cast<T*>(k.data_ptr());
+      p.q_token = stride_of(q_token), p.q_head = stride_of(q_head), p.k_token = stride_of(k_token), p.k_head = stride_of(k_head);
+      p.q_weight = static_cast<const T*>(q_weight.data_ptr()), p.k_weight = static_cast<const T*>(k_weight.data_ptr());
+      p.eps = host::norm::checked_eps(eps), p.inv_dim = 1.0f / static_cast<float>(head_dim);
+      RuntimeCheck(std::isfinite(weight_offset), "weight_offset must be finite, got ", weight_offset);
+      p.weight_offset = static_cast<float>(weight_offset);
+      p.q_heads = static_cast<int32_t>(Hq.unwrap()), p.k_heads = static_cast<int32_t>(Hk.unwrap());
+      p.head_dim = static_cast<int32_t>(head_dim), p.rot_half = static_cast<int32_t>(rot / 2);
+      const int cs_bytes = p.cos_sin_t ? static_cast<int>(sizeof(T)) : 4;
+      wide = head_dim % kWideVec == 0 &&
+             vector_width(kWideVec, p.rot_half,
+                          {VecOperand(p.q), VecOperand(p.k), VecOperand(p.q_weight), VecOperand(p.k_weight), VecOperand(p.cos_sin, cs_bytes)},
+                          {p.q_token, p.q_head, p.k_token, p.k_head, p.cos_sin_stride}) == kWideVec;
+    }
+
+    // wide_store: the cache write's operands allow 16-byte vectors too.
+    template <bool kFp8, bool kStore>
+    void launch(bool neox, const Store& s, bool wide_store) {
+      if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
+      if (wide && (!kStore || wide_store) && fits<kWideVec>()) {
+        neox ? run<kFp8, true, kWideVec, kStore>(s) : run<kFp8, false, kWideVec, kStore>(s);
+      } else {
+        host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
+                           2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
+        neox ? run<kFp8, true, 1, kStore>(s) : run<kFp8, false, 1, kStore>(s);
+      }
+    }
+
+    static constexpr int kMaxLanes = 32;
+    // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
+    template <int kVec>
+    bool fits() const {
+      const int64_t held = int64_t{kMaxLanes} * kItems<kVec>;
+      return p.rot_half / kVec <= held && (p.head_dim - 2 * p.rot_half) / kVec <= held;
+    }
+
+    template <bool kFp8, bool kNeox, int kVec, bool kStore>
+    void run(const Store& s) {
+      using namespace host;
+      Params<T> c = p;
+      c.pairs = p.rot_half / kVec, c.tails = (p.head_dim - 2 * p.rot_half) / kVec;
+      c.width_log2 = 0;  // the fewest lanes that hold the head, or one lane a vector where that is more
+      while ((1 << c.width_log2) < kMaxLanes && (1 << c.width_log2) < std::max(c.pairs, c.tails)) ++c.width_log2;
+      c.token_heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
+      c.items = static_cast<int32_t>(tokens * c.token_heads);
+      const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
+      c.early_trigger = pdl_early_trigger(ctas);
+      LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
+          .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+    }
+  };
+};
+#endif  // __CUDACC_RTC__
+
+}  // namespace jitkern_qknorm_rope

@@ -1,0 +1,154 @@
+"""The MLA cache write family on the GPU: rows bit for bit [k_nope | k_rope] at their locations (fp8: the
+quantization family's static rounding of them), the query concatenation likewise."""
+
+import pytest
+from conftest import eagerly_then_from_a_graph
+from kv_cache_cases import cache_bytes, expected_cache, locations
+
+DTYPES = ["float16", "bfloat16", "float32"]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _ops():
+    import jitkern.ops
+
+    return jitkern.ops
+
+
+def _fp8(x, scale):
+    """The quantization family's rounding of x [rows, W] with a static scale."""
+    torch = _torch()
+    q, _ = _ops().per_tensor_quant_fp8(x.contiguous(), output_s=torch.tensor([scale], device="cuda"), is_static=True)
+    return q
+
+
+def _buffer(layout, slots, width, dtype, page_size=16):
+    """A poisoned kv_buffer of `slots` rows: [slots, W], [slots, 1, W] or paged [P, page_size, 1, W]."""
+    torch = _torch()
+    shape = {"flat": (slots, width), "flat3d": (slots, 1, width), "paged": (slots // page_size, page_size, 1, width)}[layout]
+    if dtype == torch.float8_e4m3fn:
+        return torch.full(shape, 0x7F, dtype=torch.uint8, device="cuda").view(dtype)  # fp8 NaN
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def _halves(tokens, nope, rope, dtype, heads=0, seed=0, offset=0):
+    """k_nope [T, Dn], k_rope [T, Dr] as column slices of one buffer (strided rows; an odd offset leaves them
+    unaligned), and with heads, q_nope [T, H, Dn], q_rope [T, H, Dr] likewise."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kv = torch.randn(tokens, offset + nope + rope + 3, dtype=dtype, device="cuda", generator=g)
+    out = [kv[:, offset : offset + nope], kv[:, offset + nope : offset + nope + rope]]
+    if heads:
+        q = torch.randn(tokens, heads, offset + nope + rope, dtype=dtype, device="cuda", generator=g)
+        out += [q[..., offset : offset + nope], q[..., offset + nope :]]
+    return out
+
+
+CASES = [(dt, layout, fp8, t, nope, rope, off) for dt in DTYPES for layout in ("flat", "flat3d", "paged") for fp8 in (False, True)
+         for t, nope, rope, off in ((1, 512, 64, 0), (37, 512, 64, 0), (300, 128, 64, 1), (5, 64, 8, 0))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name,layout,fp8,tokens,nope,rope,offset", CASES)
+def test_kv_rows_and_query(dtype_name, layout, fp8, tokens, nope, rope, offset):
+    """kv_buffer[loc] = [k_nope | k_rope] (out-of-range locations and the reserved slot skipped, other rows
+    untouched); the query [q_nope | q_rope] returned, in the cache's kind (fp8 with its own scale)."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    slots = 16 * ((tokens + 40) // 16 + 1)
+    buf = _buffer(layout, slots, nope + rope, torch.float8_e4m3fn if fp8 else dtype)
+    loc = locations(tokens, slots, torch.int64 if tokens % 2 else torch.int32, seed=tokens)
+    k_nope, k_rope, q_nope, q_rope = _halves(tokens, nope, rope, dtype, heads=4, seed=tokens, offset=offset)
+    before = cache_bytes(buf, slots).clone()
+    k_scale, q_scale = (0.05, 0.1) if fp8 else (None, None)
+    skip = int(loc[0]) if tokens > 1 else -5  # a location of the batch as the reserved one
+    ops.set_mla_kv_buffer(buf, loc, k_nope, k_rope, reserved_skip_index=skip, k_scale=k_scale)
+    rows = torch.cat([k_nope, k_rope], dim=-1)
+    if fp8:
+        rows = _fp8(rows, k_scale)
+    kept = loc != skip
+    assert torch.equal(cache_bytes(buf, slots), expected_cache(before, cache_bytes(rows, tokens)[kept], loc[kept]))
+    buf2 = _buffer(layout, slots, nope + rope, torch.float8_e4m3fn if fp8 else dtype)
+    q = ops.set_mla_kv_concat_q(buf2, loc, k_nope[:, None], k_rope[:, None], q_nope, q_rope, k_scale=k_scale, q_scale=q_scale)
+    assert torch.equal(cache_bytes(buf2, slots), expected_cache(before, cache_bytes(rows, tokens), loc))
+    expected_q = torch.cat([q_nope, q_rope], dim=-1)
+    if fp8:
+        expected_q = _fp8(expected_q.reshape(tokens * 4, -1), q_scale).view(tokens, 4, -1)
+    assert q.dtype == expected_q.dtype and q.shape == (tokens, 4, nope + rope) and torch.equal(q.view(torch.uint8), expected_q.view(torch.uint8))
+
+
+@pytest.mark.gpu
+def test_empty_and_cuda_graph_replay():
+    torch = _torch()
+    ops = _ops()
+    buf = _buffer("paged", 64, 576, torch.bfloat16)
+    empty = torch.empty(0, 512, dtype=torch.bfloat16, device="cuda")
+    ops.set_mla_kv_buffer(buf, torch.empty(0, dtype=torch.int64, device="cuda"), empty, empty[:, :64])
+    torch.cuda.synchronize()
+    assert torch.isnan(buf).all()
+    tokens = 6
+    k_nope, k_rope, q_nope, q_rope = (torch.zeros_like(x) for x in _halves(tokens, 512, 64, torch.bfloat16, heads=16))
+    loc = torch.zeros(tokens, dtype=torch.int64, device="cuda")
+    state = {}
+    ops.warmup(ops=["set_mla_kv_concat_q"], dtypes=[torch.bfloat16])
+
+    def prepare(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        for x in (k_nope, k_rope, q_nope, q_rope):
+            x.copy_(torch.randn(x.shape, generator=g, device="cuda"))
+        loc.copy_(torch.randperm(64, generator=g, device="cuda")[:tokens])
+
+    def step():
+        state["q"] = ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope, q_rope)
+
+    def check(what):
+        assert torch.equal(buf.view(64, -1)[loc], torch.cat([k_nope, k_rope], -1)), what
+        assert torch.equal(state["q"], torch.cat([q_nope, q_rope], -1)), what
+
+    eagerly_then_from_a_graph(prepare, step, check)
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph():
+    torch = _torch()
+    ops = _ops()
+    buf = _buffer("flat", 32, 576, torch.bfloat16)
+    k_nope, k_rope, q_nope, q_rope = _halves(4, 512, 64, torch.bfloat16, heads=8)
+    loc = torch.arange(4, device="cuda") + 1
+
+    def step(q_nope):
+        ops.set_mla_kv_buffer(buf, loc, k_nope, k_rope)
+        return ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope * 2, q_rope) + 1
+
+    out = torch.compile(step, fullgraph=True)(q_nope)
+    assert torch.equal(out, torch.cat([q_nope * 2, q_rope], -1) + 1)
+    assert torch.equal(buf[loc], torch.cat([k_nope, k_rope], -1))
+    torch.library.opcheck(torch.ops.jitkern.set_mla_kv_concat_q, (buf, loc, k_nope, k_rope, q_nope, q_rope, -1, 1.0, 1.0))
+
+
+@pytest.mark.gpu
+def test_bad_arguments_are_named():
+    torch = _torch()
+    ops = _ops()
+    buf = _buffer("flat", 8, 576, torch.bfloat16)
+    k_nope, k_rope, q_nope, q_rope = _halves(4, 512, 64, torch.bfloat16, heads=2)
+    loc = torch.arange(4, device="cuda")
+    with pytest.raises(TypeError, match="k_rope"):
+        ops.set_mla_kv_buffer(buf, loc, k_nope, k_rope.half())
+    with pytest.raises(ValueError, match="kv_buffer must be"):
+        ops.set_mla_kv_buffer(buf[:, :500], loc, k_nope, k_rope)
+    with pytest.raises(ValueError, match=r"loc: Size mismatch"):
+        ops.set_mla_kv_buffer(buf, loc[:3], k_nope, k_rope)
+    with pytest.raises(TypeError, match="kv_buffer must have the inputs' dtype"):
+        ops.set_mla_kv_buffer(buf.half(), loc, k_nope, k_rope)
+    with pytest.raises(ValueError, match="k_scale and q_scale apply to float8_e4m3fn outputs only"):
+        ops.set_mla_kv_buffer(buf, loc, k_nope, k_rope, k_scale=2.0)
+    with pytest.raises(ValueError, match="q_rope"):
+        ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope, q_rope[:, :1])
+    assert torch.isnan(buf).all(), "a refused call wrote"
