@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -69,38 +70,79 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-_GPU_NOT_RUN = []  # the one skip reason of every GPU test on a machine without a GPU (set at collection)
-_TORCH_NOT_RUN = []  # likewise for the tests that need torch but no GPU, on a machine without torch
+_NOT_RUN = {}  # marker -> the one skip reason of its tests where they cannot run (set at collection)
 
 
 def pytest_collection_modifyitems(config, items):
     # GPU tests never pass silently on a machine without a GPU: they are skipped and reported as not run,
-    # never counted as passed, in one line of the summary (pytest_runtest_setup); torch tests without torch alike.
+    # never counted as passed, in one line of the summary (pytest_runtest_setup); torch tests without torch
+    # alike, and the part of the compile matrix that runs on the GPU machine only.
+    def tests(marker: str) -> str:
+        count = sum(bool(item.get_closest_marker(marker)) for item in items)
+        return f"{count} {'GPU ' if marker == 'gpu' else ''}test{'s' if count != 1 else ''}"
+
+    if not _cuda_available():
+        _NOT_RUN["gpu"] = (f"NOT RUN here: {tests('gpu')} need a CUDA GPU and torch; on a GPU machine run them with "
+                           "`scripts/gpu-check.sh tests` (or `pytest -m gpu`)")
+        _NOT_RUN["full_matrix"] = f"NOT RUN here: {tests('full_matrix')} of the full compile matrix (the GPU machine's: `scripts/gpu-check.sh tests`)"
     if importlib.util.find_spec("torch") is None:
-        count = sum(bool(item.get_closest_marker("torch")) for item in items)
-        _TORCH_NOT_RUN[:] = [f"NOT RUN here: {count} test{'s' if count != 1 else ''} need torch (no GPU); "
-                             "`scripts/gpu-check.sh tests` runs them on the GPU machine (or `pytest -m torch` where torch is installed)"]
-    if _cuda_available():
-        return
-    count = sum("gpu" in item.keywords for item in items)
-    _GPU_NOT_RUN[:] = [f"NOT RUN here: {count} GPU test{'s' if count != 1 else ''} need a CUDA GPU and torch; on a GPU "
-                       "machine run them with `scripts/gpu-check.sh tests` (or `pytest -m gpu`)"]
+        _NOT_RUN["torch"] = (f"NOT RUN here: {tests('torch')} need torch (no GPU); `scripts/gpu-check.sh tests` runs them on the GPU "
+                             "machine (or `pytest -m torch` where torch is installed)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's --dist loadgroup, here: the tests of a file that defines a module-scoped (or wider) fixture
+    (a wheel built, a cache prebuilt) run on one worker, so that the fixture is made once; every other test goes to
+    whichever worker is free. (xdist_group marks cannot do it: pytest-xdist 3.8 groups them through node ids,
+    which pytest 9 no longer lets it change.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = {}
+
+    class ModuleFixtureFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::")[0]
+            if path not in grouped:
+                file = config.rootpath / path
+                grouped[path] = file.suffix == ".py" and re.search(r"@pytest\.fixture\([^)]*scope=.(module|package|session).", file.read_text()) is not None
+            return path if grouped[path] else nodeid
+
+    return ModuleFixtureFiles(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    # Skipped from this one line, so that `pytest -rs` folds every GPU test into one summary line.
-    if _GPU_NOT_RUN and "gpu" in item.keywords:
-        pytest.skip(_GPU_NOT_RUN[0])
-    if _TORCH_NOT_RUN and item.get_closest_marker("torch"):
-        pytest.skip(_TORCH_NOT_RUN[0])
+    # Skipped from this one line, so that `pytest -rs` folds every such test into one summary line.
+    for marker, reason in _NOT_RUN.items():
+        if item.get_closest_marker(marker):
+            pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("markexpr") == "not slow" and terminalreporter.stats.get("deselected"):  # pyproject.toml's default
+        terminalreporter.write_line("slow tests (packaging, every op module compiled) were left out: scripts/test.sh, "
+                                    "or pytest -m '' (everything) or -m slow, runs them")
+
+
+def _use_cache(monkeypatch, d: Path) -> Path:
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(d))  # the engine reads it per call
+    monkeypatch.delenv("JITKERN_LOCK_DIR", raising=False)
+    monkeypatch.delenv("JITKERN_RETRY_FAILED", raising=False)
+    return d
+
+
+@pytest.fixture
+def shared_cache_dir(tmp_path_factory, monkeypatch):
+    """A jitkern cache shared by every test of the run that uses it (every pytest-xdist worker's too: the
+    engine's builds are process-safe), for tests that only need their modules built, not a fresh cache."""
+    base = tmp_path_factory.getbasetemp()
+    return _use_cache(monkeypatch, (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-cache")
 
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    """A fresh, private jitkern cache for the test (the engine reads JITKERN_CACHE_DIR per call)."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("JITKERN_CACHE_DIR", str(d))
-    monkeypatch.delenv("JITKERN_LOCK_DIR", raising=False)
-    monkeypatch.delenv("JITKERN_RETRY_FAILED", raising=False)
-    return d
+    """A fresh, private jitkern cache for the test."""
+    return _use_cache(monkeypatch, tmp_path / "cache")

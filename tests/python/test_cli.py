@@ -547,6 +547,7 @@ void TVMFFIGetVersion(TVMFFIVersion* v) { v->major = 0; v->minor = 2; v->patch =
 """
 
 
+@pytest.mark.tvm_ffi
 def test_a_tvm_ffi_of_another_c_abi_is_refused_at_load(tmp_path):
     """The engine was built against tvm-ffi 0.1's C ABI: a libtvm_ffi speaking 0.2 is an ImportError naming both."""
     (tmp_path / "fake.c").write_text(FAKE_TVM_FFI)

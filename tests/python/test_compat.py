@@ -79,6 +79,7 @@ def test_host_checks_run_on_cpu_tensors(cache_dir, monkeypatch):
 
 
 
+@pytest.mark.tvm_ffi
 @pytest.mark.parametrize("flags,lean", [([], True), (["-DTVM_HEADER_FIRST"], False), (["-DTVM_OPTIONAL_FIRST"], False),
                                         (["-DSGL_KERNEL_TVM_FFI_TENSOR"], False)])
 def test_tensor_view_is_lean_unless_tvm_ffi_is_asked_for(cache_dir, flags, lean):

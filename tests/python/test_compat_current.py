@@ -381,6 +381,7 @@ HOT = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementw
        "elementwise/kvcache.cuh", "gemm/per_token_group_quant.cuh", "moe/moe_topk_softmax.cuh", "distributed/custom_all_reduce.cuh"]
 
 
+@pytest.mark.slow  # eight of the reference's kernel files through nvcc
 @needs_reference
 @needs_nvcc
 def test_reference_hot_kernels_compile_unchanged(cache_dir):

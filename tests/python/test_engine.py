@@ -131,6 +131,7 @@ inline void scale_add(jitkern::TensorView y, jitkern::TensorView x, double b) {
 """
 
 
+@pytest.mark.tvm_ffi
 def test_exports_take_keywords_by_their_parameter_names(cache_dir, tmp_path):
     """An export whose wrapper names its parameters is called like a Python function; one whose wrapper does
     not says the call is positional-only and how to name them. A size mismatch names where the earlier size
@@ -158,6 +159,7 @@ def test_exports_take_keywords_by_their_parameter_names(cache_dir, tmp_path):
     assert jitkern.jit.positional(m, "sum_ints")(1, 2, False) == 3  # the tvm_ffi.Function itself, for hot paths
 
 
+@pytest.mark.tvm_ffi
 def test_returned_tensor_needs_a_framework_allocator(cache_dir):
     """A function returning jitkern::Tensor allocates through the caller's framework; numpy has none,
     so the call fails with a clear error instead of crashing (with torch tensors it succeeds, see
@@ -179,6 +181,7 @@ def test_module_lists_its_exports(cache_dir):
         m["tripled"]
 
 
+@pytest.mark.tvm_ffi
 def test_tvm_ffi_tensorview_kernel_compiles_unchanged(cache_dir):
     m = jitkern.load_jit("tvm_compat", cpp_files=[str(KERNELS / "tvm_compat_cpu.h")], cpp_wrappers=[("copy_rows", "copy_rows")])
     rng = np.random.default_rng()
@@ -191,6 +194,19 @@ def test_tvm_ffi_tensorview_kernel_compiles_unchanged(cache_dir):
     np.testing.assert_allclose(dst, src + bias, rtol=1e-6)
     with pytest.raises(ValueError, match=r"Size mismatch for shape#0\('cols'\)"):
         m.copy_rows(dst, src, np.zeros(4, dtype=np.float32))
+
+
+@pytest.mark.tvm_ffi
+def test_a_module_built_under_another_tvm_ffi_is_not_served(cache_dir, monkeypatch):
+    """tvm-ffi's version is part of a request's key: the same spec under another tvm-ffi has its own entry."""
+    import tvm_ffi
+
+    spec = jitkern.JitSpec("tvm_ffi_keyed", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("doubled", "doubled")])
+    here = spec.build()
+    monkeypatch.setattr(jitkern.jit, "_ENV", None)  # (the request's context, made once per process)
+    monkeypatch.setattr(tvm_ffi, "__version__", tvm_ffi.__version__ + ".other")
+    other = spec.build()
+    assert other != here and os.path.isfile(here) and os.path.isfile(other), (here, other)
 
 
 def test_header_edit_forces_rebuild_and_revert_reuses(cache_dir, workdir):

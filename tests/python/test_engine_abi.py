@@ -12,6 +12,8 @@ import pytest
 
 from jitkern import _engine
 
+pytestmark = pytest.mark.tvm_ffi
+
 HEADER = Path(__file__).resolve().parents[2] / "src" / "include" / "jitkern" / "engine_abi.h"
 
 # C types as the binding declares them: strings the engine allocates come back as void pointers (freed with jitkern_free).

@@ -76,6 +76,7 @@ def test_clangd_generation(tmp_path):
     assert forced.returncode == 0 and "--cuda-gpu-arch=sm_86" in out.read_text()
 
 
+@pytest.mark.tvm_ffi
 def test_import_loads_neither_tvm_ffi_nor_torch_until_used(cache_dir):
     """`import jitkern` (and so the `jitkern` command) stays light: tvm-ffi (which imports torch where it
     is installed) loads with the first attribute that needs it; the engine finds tvm-ffi's headers and
