@@ -1,9 +1,9 @@
 """Prebuilt modules as pip wheels: writing them (`jitkern prebuild --wheel`) and finding installed ones.
 
 A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>`; `jitkern-prebuilt-host` for
-host-only modules) holds one package, `jitkern_prebuilt_<arch>/`, whose `cache/` directory is a prebuilt
+host-only modules) holds one directory, `jitkern_prebuilt/<arch>/`, whose `cache/` directory is a prebuilt
 layer (the engine's cache layout, docs/cache-store.md) and whose `layer.json` says what it was built for.
-An installed wheel is such a package on sys.path (found by its name, without importlib.metadata, whose
+An installed wheel is such a directory on sys.path (found by its path, without importlib.metadata, whose
 import alone costs a first load tens of milliseconds): a layer that loads search after
 JITKERN_PREBUILT_DIRS, verified like any other and never written. A wheel built for another jitkern,
 tvm-ffi or machine is left out with a warning (its modules' keys could not match anyway).
@@ -24,7 +24,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE_PREFIX = "jitkern_prebuilt_"
+# Every wheel installs its layer as PACKAGE_DIR/<arch>/: finding them all is one failed lookup per sys.path
+# entry without any, not a listing of every site-packages directory (the first load of a process pays it).
+PACKAGE_DIR = "jitkern_prebuilt"
 LAYER_FILE = "layer.json"
 CACHE_DIR = "cache"
 _FORMAT = 1
@@ -42,7 +44,7 @@ def distribution(arch: str | None) -> str:
 
 
 def package(arch: str | None) -> str:
-    return f"{PACKAGE_PREFIX}{_arch_part(arch)}"
+    return f"{PACKAGE_DIR}/{_arch_part(arch)}"
 
 
 def version(cuda_major: int | None) -> str:
@@ -71,7 +73,7 @@ _found: list[Layer] | None = None
 
 
 def installed() -> list[Layer]:
-    """Every installed prebuilt wheel (a jitkern_prebuilt_* package with a layer.json on sys.path; the first
+    """Every installed prebuilt wheel (a jitkern_prebuilt/<arch> directory with a layer.json on sys.path; the first
     of a name, as an import would take), in name order; those left out carry `problem` (warned about once)."""
     global _found
     if _found is None:
@@ -87,13 +89,14 @@ def _discover() -> list[Layer]:
 
     roots: dict[str, Path] = {}
     for entry in sys.path:
+        top = os.path.join(entry or ".", PACKAGE_DIR)
         try:
-            names = os.listdir(entry or ".")
+            names = os.listdir(top)
         except OSError:
             continue
         for name in names:
-            if name.startswith(PACKAGE_PREFIX) and name not in roots and os.path.isfile(os.path.join(entry or ".", name, LAYER_FILE)):
-                roots[name] = Path(entry or ".").resolve() / name
+            if name not in roots and os.path.isfile(os.path.join(top, name, LAYER_FILE)):
+                roots[name] = Path(top).resolve() / name
     out = []
     for name, root in sorted(roots.items()):
         try:
@@ -173,7 +176,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
                 f"Requires-Dist: jitkern=={__version__}\n")
     files += [(f"{dist_info}/METADATA", metadata.encode()),
               (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: jitkern {__version__}\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()),
-              (f"{dist_info}/top_level.txt", f"{pkg}\n".encode())]
+              (f"{dist_info}/top_level.txt", f"{PACKAGE_DIR}\n".encode())]
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files) + f"{dist_info}/RECORD,,\n"
     files.append((f"{dist_info}/RECORD", record.encode()))
     out_dir.mkdir(parents=True, exist_ok=True)

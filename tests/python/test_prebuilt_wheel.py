@@ -104,7 +104,7 @@ def test_wheel_name_version_tags_and_contents_say_what_it_holds(built):
     assert f"wrote {wheel} (3 modules" in out, out
     z = zipfile.ZipFile(wheel)
     names = z.namelist()
-    layer = json.loads(z.read("jitkern_prebuilt_sm90a/layer.json"))
+    layer = json.loads(z.read("jitkern_prebuilt/sm90a/layer.json"))
     assert layer["jitkern"] == jitkern.__version__ and layer["arch"] == "sm_90a" and len(layer["modules"]) == 3, layer
     assert f"cu{layer['cuda_major']}" in m.group(1)
     metadata = z.read(f"jitkern_prebuilt_sm90a-{m.group(1)}.dist-info/METADATA").decode()
@@ -149,7 +149,7 @@ def test_cache_ls_and_doctor_show_the_installed_wheel(site, tmp_path):
 def test_a_wheel_for_another_jitkern_is_left_out_with_a_warning(site, tmp_path):
     other = tmp_path / "site"
     shutil.copytree(site, other)
-    layer_file = other / "jitkern_prebuilt_sm90a" / "layer.json"
+    layer_file = other / "jitkern_prebuilt" / "sm90a" / "layer.json"
     layer_file.write_text(layer_file.read_text().replace(f'"jitkern": "{jitkern.__version__}"', '"jitkern": "0.0.1"'))
     proc = subprocess.run([sys.executable, "-c", SERVE, json.dumps(SPECS[:1]), str(other)], env=serving_env(other, tmp_path), cwd="/",
                           capture_output=True, text=True)
