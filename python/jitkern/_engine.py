@@ -223,13 +223,21 @@ def config() -> dict:
     return json.loads(_take(_LIB.jitkern_config()))
 
 
+_EFFECTIVE: dict = {}  # (name, the variable's raw value) -> the engine's value for it
+
+
 def effective(name: str) -> str:
     """A setting's value as the engine applies it ("" where it is unset without a default); ValueError
-    saying what is wrong with an invalid value."""
-    setting = next(s for s in config()["settings"] if s["name"] == name)
-    if setting["problem"]:
-        raise ValueError(f"jitkern: {setting['problem']}")
-    return setting["effective"]
+    saying what is wrong with an invalid value. Resolved by the engine once per value the variable takes:
+    callers on a per-call path (compat's is_arch_support_pdl) pay a dictionary lookup."""
+    key = (name, os.environ.get(name))
+    value = _EFFECTIVE.get(key)
+    if value is None:
+        setting = next(s for s in config()["settings"] if s["name"] == name)
+        if setting["problem"]:
+            raise ValueError(f"jitkern: {setting['problem']}")
+        value = _EFFECTIVE[key] = setting["effective"]
+    return value
 
 
 def check_request(request: bytes) -> None:
