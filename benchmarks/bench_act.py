@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark, yardstick_module  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, run_benchmark, run_benchmark_or_none, yardstick_module  # noqa: E402
 
 from jitkern.ops import (gelu_and_mul, gelu_tanh_and_mul, per_tensor_quant_fp8, per_token_group_quant_8bit, silu_and_mul,  # noqa: E402
                          silu_and_mul_per_token_group_quant_fp8, silu_and_mul_quant_fp8)
@@ -66,14 +66,6 @@ def fmt(r):
     return "n/a" if r is None else f"{r['median']:.2f} [{r['p20']:.2f}-{r['p80']:.2f}]"
 
 
-def bench(fn):
-    try:
-        return run_benchmark(fn)
-    except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-        print(f"<!-- failed: {type(e).__name__}: {e} -->")
-        return None
-
-
 def act_tables(ceiling: float) -> None:
     module = yardstick_module()
     for name, op in OPS.items():
@@ -85,9 +77,9 @@ def act_tables(ceiling: float) -> None:
             x = torch.randn(t, 2 * D, dtype=DTYPE, device="cuda")
             out = torch.empty(t, D, dtype=DTYPE, device="cuda")
             num_bytes = 3 * t * D * 2
-            j = bench(lambda: op(out, x))
-            e = bench(lambda: EAGER[name](x, out))
-            c = bench(lambda: compiled[name](x, out))
+            j = run_benchmark_or_none(lambda: op(out, x))
+            e = run_benchmark_or_none(lambda: EAGER[name](x, out))
+            c = run_benchmark_or_none(lambda: compiled[name](x, out))
             pattern, pct = "n/a", "n/a"
             if t % 2 == 0:  # halve needs whole 16 KiB tiles
                 src, dst = x.view(-1).view(torch.int32), out.view(-1).view(torch.int32)
@@ -122,11 +114,11 @@ def quant_tables() -> None:
         qs = torch.empty_like(q)
         sq = torch.empty_like(s)
         scale = torch.tensor([0.05], device="cuda")
-        fused = bench(lambda: silu_and_mul_per_token_group_quant_fp8(x, output_q=q, output_s=s))
-        pair = bench(lambda: (silu_and_mul(y, x), per_token_group_quant_8bit(y, 128, output_q=qs, output_s=sq)))
-        comp = bench(lambda: compiled["silu_group_quant"](x))
-        fused_static = bench(lambda: silu_and_mul_quant_fp8(x, scale, output_q=q))
-        pair_static = bench(lambda: (silu_and_mul(y, x), per_tensor_quant_fp8(y, output_q=qs, output_s=scale, is_static=True)))
+        fused = run_benchmark_or_none(lambda: silu_and_mul_per_token_group_quant_fp8(x, output_q=q, output_s=s))
+        pair = run_benchmark_or_none(lambda: (silu_and_mul(y, x), per_token_group_quant_8bit(y, 128, output_q=qs, output_s=sq)))
+        comp = run_benchmark_or_none(lambda: compiled["silu_group_quant"](x))
+        fused_static = run_benchmark_or_none(lambda: silu_and_mul_quant_fp8(x, scale, output_q=q))
+        pair_static = run_benchmark_or_none(lambda: (silu_and_mul(y, x), per_tensor_quant_fp8(y, output_q=qs, output_s=scale, is_static=True)))
         pattern = "n/a | n/a"
         if t % 4 == 0:  # quarter needs pairs of 16 KiB tiles
             src, dst = x.view(torch.int32).reshape(-1), torch.empty(t * D // 4, dtype=torch.int32, device="cuda")

@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_path, run_benchmark, yardstick_module  # noqa: E402
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_path, run_benchmark,  # noqa: E402
+                   run_benchmark_or_none, yardstick_module)
 
 from jitkern.ops import moe_sum, moe_weighted_sum  # noqa: E402
 
@@ -51,14 +52,6 @@ def fmt(r):
     return "n/a" if r is None else f"{r['median']:.2f}"
 
 
-def bench(fn):
-    try:
-        return run_benchmark(fn)
-    except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-        print(f"<!-- failed: {type(e).__name__}: {e} -->")
-        return None
-
-
 def main() -> None:
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
@@ -78,16 +71,16 @@ def main() -> None:
         shared = torch.randn(t, H, dtype=DTYPE, device="cuda")
         out = torch.empty(t, H, dtype=DTYPE, device="cuda")
         moe_sum(x, out), moe_weighted_sum(x, w, None, shared, output=out), compiled_sum(x, out), compiled_weighted(x, w, shared, 2.5)
-        s = bench(lambda: moe_sum(x, out))
-        es = bench(lambda: eager_sum(x, out))
-        cs = bench(lambda: compiled_sum(x, out))
-        ws = bench(lambda: moe_weighted_sum(x, w, None, shared, routed_scaling_factor=2.5, output=out))
-        ew = bench(lambda: eager_weighted(x, w, shared, 2.5))
-        cw = bench(lambda: compiled_weighted(x, w, shared, 2.5))
+        s = run_benchmark_or_none(lambda: moe_sum(x, out))
+        es = run_benchmark_or_none(lambda: eager_sum(x, out))
+        cs = run_benchmark_or_none(lambda: compiled_sum(x, out))
+        ws = run_benchmark_or_none(lambda: moe_weighted_sum(x, w, None, shared, routed_scaling_factor=2.5, output=out))
+        ew = run_benchmark_or_none(lambda: eager_weighted(x, w, shared, 2.5))
+        cw = run_benchmark_or_none(lambda: compiled_weighted(x, w, shared, 2.5))
         ref = None
         if reference is not None:
             ref_out = torch.empty(t, H, dtype=DTYPE, device="cuda")
-            ref = bench(lambda: reference(x, w, ref_out, routed_scaling_factor=2.5))
+            ref = run_benchmark_or_none(lambda: reference(x, w, ref_out, routed_scaling_factor=2.5))
         sum_bytes, weighted_bytes = (t * K * H + t * H) * 2, (t * K * H + 2 * t * H) * 2
         gs = sum_bytes / (s["median"] * 1e-6) / 1e9
         gw = weighted_bytes / (ws["median"] * 1e-6) / 1e9

@@ -56,6 +56,15 @@ def run_benchmark(fn, *, quantiles=(0.5, 0.2, 0.8), use_cudagraph: bool = True) 
     return {"median": median, "p20": p20, "p80": p80}
 
 
+def run_benchmark_or_none(fn) -> dict[str, float] | None:
+    """run_benchmark(fn), or None with a note in the output: a baseline that cannot run is reported, not fatal."""
+    try:
+        return run_benchmark(fn)
+    except Exception as e:  # noqa: BLE001 - any failure of the baseline
+        print(f"<!-- failed: {type(e).__name__}: {e} -->")
+        return None
+
+
 def interleaved(fns: dict, rounds: int = 3) -> dict:
     """Median over `rounds` of each function's CUDA-graph median, the functions taking turns (so that a slow
     phase of the GPU does not fall on one of them only)."""
