@@ -405,21 +405,26 @@ def test_a_cache_under_a_directory_another_user_may_write_is_refused(tmp_path, e
     assert str(shared) in proc.stdout + proc.stderr and "JITKERN_CACHE_DIR" in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("op", [["verify"], ["prune", "--max-size", "0"], ["clear"]])
-def test_cache_administration_of_another_users_cache_is_refused(tmp_path, env, op):
+@pytest.mark.parametrize("locks", ["elsewhere", "in_the_cache"])
+@pytest.mark.parametrize("op", [["verify"], ["prune", "--max-size", "0"], ["clear"], ["rm", "owned"]], ids=["verify", "prune", "clear", "rm"])
+def test_cache_administration_of_another_users_cache_is_refused(tmp_path, env, op, locks):
+    """Root acting on a cache of uid 65534 removes none of its entries and leaves nothing of root's there, whether
+    its owner keeps the locks elsewhere (JITKERN_LOCK_DIR: the cache has no lock directory) or in the cache."""
     if os.geteuid() != 0:
         pytest.skip("NOT RUN: needs root to act on another user's cache")
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
-    built(build(cpu_fields("owned", kernel), env))
+    owner_env = {**env, "JITKERN_LOCK_DIR": str(tmp_path / "owners-locks")} if locks == "elsewhere" else env
+    built(build(cpu_fields("owned", kernel), owner_env))
     cache = tmp_path / "cache"
+    assert (cache / "locks").is_dir() == (locks == "in_the_cache")
     for dirpath, dirnames, filenames in os.walk(cache):
         for name in dirnames + filenames:
             os.chown(os.path.join(dirpath, name), 65534, 65534, follow_symlinks=False)
     os.chown(cache, 65534, 65534)
-    before = sorted(p.name for p in cache.iterdir())
+    before = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
     proc = run([sys.executable, "-m", "jitkern", "cache", *op, "--cache-dir", cache], env)
-    assert proc.returncode != 0 and "uid 65534" in proc.stderr, proc.stderr
-    assert sorted(p.name for p in cache.iterdir()) == before
+    assert proc.returncode != 0 and "uid 65534" in proc.stderr, proc.stdout + proc.stderr
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == before
     assert all(p.stat().st_uid == 65534 for p in cache.rglob("*"))
 
 
