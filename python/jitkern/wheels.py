@@ -97,7 +97,7 @@ def _discover() -> list[Layer]:
     for name, root in sorted(roots.items()):
         try:
             info = json.loads((root / LAYER_FILE).read_text())
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply for json's parser
             out.append(Layer(name, str(root / CACHE_DIR), None, f"unreadable {root / LAYER_FILE}: {e}"))
             continue
         import tvm_ffi

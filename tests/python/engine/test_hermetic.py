@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import jitkern
-from test_store import clean_env, compiles, error_line, load, real_cxx, real_nvcc, result, run, script, write
+from test_store import LOADER, clean_env, compiles, error_line, load, open_dir, real_cxx, real_nvcc, require_nobody, result, run, script, write
 
 # A C++ module whose value() is VALUE; a variable or file that should not reach the compiler makes it #error.
 PROBE_CPU = textwrap.dedent(
@@ -441,3 +441,52 @@ def test_a_relative_home_is_refused_for_the_default_cache(tmp_path, env):
                 mode="value", cwd=tmp_path)
     assert "ERROR ValueError" in error_line(proc) and "HOME" in error_line(proc), error_line(proc)
     assert not (tmp_path / "relative").exists()
+
+
+def test_cache_rm_takes_options_among_its_entries(tmp_path, env):
+    kernel = write(tmp_path / "probe.h", PROBE_CPU)
+    built(build(cpu_fields("removable", kernel), env))
+    cache = tmp_path / "cache"
+    dry = run([sys.executable, "-m", "jitkern", "cache", "rm", "-v", "removable", "--dry-run", "--cache-dir", cache], env)
+    assert dry.returncode == 0 and "would remove  removable-" in dry.stdout, dry.stdout + dry.stderr
+    done = run([sys.executable, "-m", "jitkern", "cache", "rm", "--cache-dir", cache, "-v", "removable"], env)
+    assert done.returncode == 0 and "removed       removable-" in done.stdout, done.stdout + done.stderr
+    assert not list(cache.glob("removable-*"))
+
+
+def test_a_deeply_nested_spec_file_is_a_one_line_error(tmp_path, env):
+    specs = write(tmp_path / "deep.json", "[" * 100_000 + "]" * 100_000)
+    proc = run([sys.executable, "-m", "jitkern", "prebuild", "--spec-file", specs, "--cache-dir", tmp_path / "cache"], env)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"jitkern prebuild: --spec-file {specs}: nested too deeply to read (it must hold a JSON list of JitSpec fields)"], proc.stderr[-2000:]
+
+
+def test_a_cache_on_a_noexec_mount_is_named_as_such(tmp_path, env):
+    """A module built into a cache that no library can be mapped from fails to load saying why, and doctor says it."""
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to mount a file system")
+    mount = tmp_path / "noexec"
+    mount.mkdir()
+    noexec = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o noexec tmpfs {mount} && chmod 700 {mount} && exec "$@"', "sh"]
+    kernel = write(tmp_path / "probe.h", PROBE_CPU)
+    here = {**env, "JITKERN_CACHE_DIR": str(mount / "cache")}
+    proc = run([*noexec, sys.executable, "-c", LOADER, json.dumps(cpu_fields("noexec", kernel)), "value"], here)
+    assert proc.returncode != 0 and "mounted noexec" in error_line(proc), error_line(proc)
+    doctor = run([*noexec, sys.executable, "-m", "jitkern", "doctor"], here)
+    assert doctor.returncode == 1 and f"[FAIL] cache directory: {mount / 'cache'} is on a file system mounted noexec" in doctor.stdout, \
+        doctor.stdout[-3000:]
+
+
+def test_doctor_names_an_unreadable_prebuilt_layer(open_dir, env):
+    """A prebuilt layer the user cannot read (under a directory only root may enter) is reported as
+    unreadable, not as missing."""
+    require_nobody()
+    private = open_dir / "private"
+    (private / "layer").mkdir(parents=True)
+    private.chmod(0o700)
+    home = open_dir / "home"
+    home.mkdir(mode=0o700)
+    os.chown(home, 65534, 65534)
+    nobody = {**env, "JITKERN_PREBUILT_DIRS": str(private / "layer"), "JITKERN_CACHE_DIR": str(home / "cache"), "HOME": str(home)}
+    doctor = run([sys.executable, "-m", "jitkern", "doctor"], nobody, as_nobody=True, cwd=open_dir)
+    assert f"[FAIL] prebuilt cache: {private / 'layer'}: cannot read it: Permission denied" in doctor.stdout, doctor.stdout[-3000:]
