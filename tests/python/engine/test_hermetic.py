@@ -7,6 +7,7 @@ CPU only: C++ modules are loaded and run in child processes, CUDA modules are on
 
 import json
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -350,6 +351,8 @@ FORK_DURING_BUILD = textwrap.dedent(
         while not os.path.exists(os.environ["JK_COMPILING"]):  # the compile step has begun, under the build lock
             time.sleep(0.05)
         if os.fork() == 0:
+            with open(os.environ["JK_CHILD_PID"], "w") as f:  # the test ends this process by its id
+                f.write(str(os.getpid()))
             null = os.open("/dev/null", os.O_WRONLY)
             os.dup2(null, 1), os.dup2(null, 2)  # the test's pipes close when the parent exits
             time.sleep(60)
@@ -365,7 +368,8 @@ def test_a_fork_during_a_build_does_not_keep_its_lock(tmp_path, env):
     cxx = script(tmp_path / "bin" / "c++", f'case " $* " in *" -o "*) touch {marker}; sleep 2;; esac\nexec {real_cxx()} "$@"')
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
     fields = cpu_fields("forked", kernel)
-    slow = {**env, "CXX": str(cxx), "JK_COMPILING": str(marker)}
+    child_pid = tmp_path / "child.pid"
+    slow = {**env, "CXX": str(cxx), "JK_COMPILING": str(marker), "JK_CHILD_PID": str(child_pid)}
     proc = subprocess_popen([sys.executable, "-c", FORK_DURING_BUILD, json.dumps(fields)], slow)
     try:
         out, err = proc.communicate(timeout=120)
@@ -375,7 +379,11 @@ def test_a_fork_during_a_build_does_not_keep_its_lock(tmp_path, env):
         again = load(fields, slow, mode="value", timeout=20)
         assert result(again) == 8
     finally:
-        run(["pkill", "-f", "time.sleep\\(60\\)"], os.environ)
+        if child_pid.exists():
+            try:
+                os.kill(int(child_pid.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def subprocess_popen(argv, env):
