@@ -207,7 +207,7 @@ def build(request: bytes, mode: int) -> str:
     if rc == OK:
         return _take(result.value)
     message = _take(error.value)
-    if rc == 4:
+    if rc == CACHE_MISS:
         from .wheels import miss_hint
 
         message += miss_hint(message)
