@@ -278,6 +278,8 @@ def test_a_warm_load_imports_nothing_and_generates_no_code(cache_dir, workdir, t
 
     import tvm_ffi
 
+    if jitkern._engine.prebuilt_packages():
+        pytest.skip("NOT RUN: a prebuilt wheel is installed in this environment (the test installs its own)")
     assert compiles(run_child(workdir)) == 1
     env = dict(os.environ)
     if wheel:  # an installed wheel's layer (with no entries): its layer.json is read, its cache searched first
