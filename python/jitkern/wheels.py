@@ -135,7 +135,7 @@ def miss_hint(message: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- writing
-# (its modules are imported where used: a process's first load imports this module to find wheels)
+# (its modules are imported where used: the first load of a process with a wheel installed imports this module)
 
 
 def _record_hash(data: bytes) -> str:
