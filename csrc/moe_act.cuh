@@ -10,7 +10,8 @@
 // (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
 //
 // The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows) and the GPU, each
-// CTA reading the count of computed rows after its PDL wait and striding over them.
+// CTA striding over the rows it visits after its PDL wait (sorted: all P, each checked against its id and
+// the count; masked: the computed rows, counted from masked_m).
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -53,7 +54,13 @@ struct RowAt {
   int64_t in, out, scale;
 };
 
-// The sorted layout: row f is row f of the [P, ...] tensors.
+// The rows a kernel visits, [0, rows), and the bound below which a row may be computed (`limit`).
+struct Visit {
+  int64_t rows, limit;
+};
+
+// The sorted layout: row f is row f of the [P, ...] tensors. Every one of the P rows is visited, so that
+// the loop does not wait for *num_post_pad: its load and a row's id load are in flight together.
 struct SortedRows {
   const int32_t* sorted_ids;
   const int32_t* num_post_pad;
@@ -61,14 +68,11 @@ struct SortedRows {
   uint32_t num_ids;
   int64_t in_stride, out_stride, scale_stride;
   struct Shared {};
-  // The rows to look at: *num_post_pad within [0, P].
-  __device__ __forceinline__ int64_t count(Shared&) const {
-    const int64_t n = *num_post_pad;
-    return n <= 0 ? 0 : (n < capacity ? n : capacity);
-  }
-  // Negative ids compare as large unsigned ones: padding too.
-  __device__ __forceinline__ RowAt at(const Shared&, int64_t f) const {
-    return {static_cast<uint32_t>(sorted_ids[f]) < num_ids, f * in_stride, f * out_stride, f * scale_stride};
+  __device__ __forceinline__ Visit visit(Shared&) const { return {capacity, *num_post_pad}; }
+  // Computed: below *num_post_pad, and an id in [0, num_ids) (negative ids compare as large unsigned ones).
+  __device__ __forceinline__ RowAt at(const Shared&, int64_t f, int64_t limit) const {
+    const bool id_valid = static_cast<uint32_t>(sorted_ids[f]) < num_ids;
+    return {id_valid & (f < limit), f * in_stride, f * out_stride, f * scale_stride};
   }
 };
 
@@ -85,8 +89,9 @@ struct MaskedRows {
     const int32_t m = masked_m[e];
     return m <= 0 ? 0 : (m < m_max ? m : m_max);
   }
-  // Every thread of the CTA takes part: a few consecutive experts each, one prefix sum.
-  __device__ __forceinline__ int64_t count(Shared& s) const {
+  // The computed rows, counted: every thread of the CTA takes part (a few consecutive experts each, one
+  // prefix sum).
+  __device__ __forceinline__ Visit visit(Shared& s) const {
     const int per = (experts + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int first = static_cast<int>(threadIdx.x) * per;
     int32_t sum = 0;
@@ -97,9 +102,9 @@ struct MaskedRows {
     for (int k = 0; k < per; ++k)
       if (first + k < experts) s.ends[first + k] = end += rows_of(first + k);  // masked_m again: an L1 hit
     __syncthreads();
-    return total;
+    return {total, total};
   }
-  __device__ __forceinline__ RowAt at(const Shared& s, int64_t f) const {
+  __device__ __forceinline__ RowAt at(const Shared& s, int64_t f, int64_t) const {
     int lo = 0, hi = experts - 1;  // the first expert whose rows end after f
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
@@ -125,11 +130,12 @@ __global__ void __launch_bounds__(kActThreads)
   if (trigger_at_start) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
-  const int64_t row_vecs = d / kVec, total = rows.count(shared) * row_vecs;
+  const Visit visit = rows.visit(shared);
+  const int64_t row_vecs = d / kVec, total = visit.rows * row_vecs;
   const bool narrow = total <= UINT32_MAX;
   for (int64_t v = int64_t{blockIdx.x} * kActThreads + threadIdx.x; v < total; v += int64_t{gridDim.x} * kActThreads) {
     const int64_t f = quotient(v, row_vecs, narrow), col = (v - f * row_vecs) * kVec;
-    const RowAt r = rows.at(shared, f);
+    const RowAt r = rows.at(shared, f, visit.limit);
     if (!r.valid) continue;
     AlignedVector<T, kVec> gate, up;
     gate.load(in + r.in + col);
@@ -154,7 +160,8 @@ __global__ void __launch_bounds__(kActGroupThreads)
   if (trigger_at_start) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
-  const int64_t groups_per_row = d / kActGroupSize, total = rows.count(shared) * groups_per_row;
+  const Visit visit = rows.visit(shared);
+  const int64_t groups_per_row = d / kActGroupSize, total = visit.rows * groups_per_row;
   const bool narrow = total <= UINT32_MAX;
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   for (int64_t first = int64_t{blockIdx.x} * kGroupsPerCta; first < total; first += int64_t{gridDim.x} * kGroupsPerCta) {
@@ -162,7 +169,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
     bool valid = group < total;
     const int64_t f = valid ? quotient(group, groups_per_row, narrow) : 0, g = group - f * groups_per_row;
     RowAt r{false, 0, 0, 0};
-    if (valid) r = rows.at(shared, f);
+    if (valid) r = rows.at(shared, f, visit.limit);
     valid = valid && r.valid;
     const int64_t col = g * kActGroupSize + lane * kVec;
     AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
@@ -208,12 +215,12 @@ __global__ void __launch_bounds__(kRowThreadsBound)
   if (trigger_at_start) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
-  const int64_t count = rows.count(shared);
+  const Visit visit = rows.visit(shared);
   const int nvec = static_cast<int>(d / kVec), rank = threadIdx.x, size = blockDim.x;
   const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
   const device::norm::CtaGroup<false> cta;
-  for (int64_t f = blockIdx.x; f < count; f += gridDim.x) {
-    const RowAt r = rows.at(shared, f);  // the same for every thread: the CTA skips or computes the row
+  for (int64_t f = blockIdx.x; f < visit.rows; f += gridDim.x) {
+    const RowAt r = rows.at(shared, f, visit.limit);  // the same for every thread: the CTA skips or computes the row
     if (!r.valid) continue;
     const T* src = in + r.in;
     uint8_t* dst = q + r.out;
