@@ -24,9 +24,9 @@ from jitkern.ops import (moe_align_block_size, per_token_group_quant_8bit, per_t
 
 DTYPE = torch.bfloat16
 EXPERTS, TOPK, D = 256, 8, 2048
-SORTED_TOKENS = get_benchmark_range([1, 4, 16, 64, 128, 256, 1024, 4096, 16384, 32768], [1, 64, 4096])
+SORTED_TOKENS = get_benchmark_range([1, 4, 16, 64, 256, 1024, 4096, 16384], [1, 64, 4096])
 LOCAL_EXPERTS, M_MAX = 32, 1024
-MASKED_TOKENS = get_benchmark_range([1, 4, 16, 64, 128, 256], [1, 64])
+MASKED_TOKENS = get_benchmark_range([1, 16, 64, 256], [1, 64])
 
 
 def fmt(r):

@@ -430,14 +430,19 @@ def test_torch_custom_ops_opcheck_and_compile():
     m = torch.tensor([8, 0, 3, 1], dtype=torch.int32, device="cuda")
     f8 = lambda *shape: torch.zeros(shape, dtype=torch.float8_e4m3fn, device="cuda")  # noqa: E731
     ops = torch.ops.jitkern
+    # test_schema compares a written fp8 tensor with allclose, which torch does not implement for fp8: left out
+    # for the fp8 ops (their writes are checked against the dense ops above).
+    fp8_checks = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
     torch.library.opcheck(ops.silu_and_mul_sorted, (x, sorted_ids, post_pad, 10, torch.zeros(P, 256, dtype=torch.bfloat16, device="cuda")))
-    torch.library.opcheck(ops.silu_and_mul_sorted_per_token_quant_fp8, (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 1, device="cuda")))
+    torch.library.opcheck(ops.silu_and_mul_sorted_per_token_quant_fp8, (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 1, device="cuda")),
+                          test_utils=fp8_checks)
     torch.library.opcheck(ops.silu_and_mul_sorted_per_token_group_quant_fp8,
-                          (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 2, device="cuda"), 128, 1e-10))
+                          (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 2, device="cuda"), 128, 1e-10), test_utils=fp8_checks)
     torch.library.opcheck(ops.silu_and_mul_masked, (xm, m, torch.zeros(4, 8, 256, dtype=torch.bfloat16, device="cuda")))
-    torch.library.opcheck(ops.silu_and_mul_masked_per_token_quant_fp8, (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 1, device="cuda")))
+    torch.library.opcheck(ops.silu_and_mul_masked_per_token_quant_fp8, (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 1, device="cuda")),
+                          test_utils=fp8_checks)
     torch.library.opcheck(ops.silu_and_mul_masked_per_token_group_quant_fp8,
-                          (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 2, device="cuda"), 128, 1e-10))
+                          (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 2, device="cuda"), 128, 1e-10), test_utils=fp8_checks)
 
     def layer(x, sorted_ids, post_pad, xm, m, out):
         a = silu_and_mul_sorted(x, sorted_ids, post_pad, 10)
