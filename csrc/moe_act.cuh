@@ -25,7 +25,6 @@
 #include <jitkern/utils.cuh>
 #include <jitkern/vec.cuh>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -45,8 +44,6 @@ namespace quant = device::quant;
 // The per-token kernel: a CTA per row, kRowRegVecs vectors of the row per thread held in registers.
 constexpr int kRowThreadsBound = host::kRowKernels.max_cta_threads;
 constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
-// The elementwise kernel's vectors per thread and turn.
-constexpr int kRowItems = 4;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA.
 constexpr int kMaxExperts = 1024;
 
@@ -92,20 +89,20 @@ struct MaskedRows {
     const int32_t m = masked_m[e];
     return m <= 0 ? 0 : (m < m_max ? m : m_max);
   }
-  // The computed rows, counted: every thread of the CTA takes part, one expert each per round of
-  // blockDim.x experts (a prefix sum per round).
+  // The computed rows, counted: every thread of the CTA takes part (a few consecutive experts each, one
+  // prefix sum).
   __device__ __forceinline__ Visit visit(Shared& s) const {
-    int32_t carry = 0;
-    for (int first = 0; first < experts; first += static_cast<int>(blockDim.x)) {
-      const int e = first + static_cast<int>(threadIdx.x);
-      const int32_t m = e < experts ? rows_of(e) : 0;
-      int32_t round_total;
-      const int32_t before = device::cta::exclusive_sum_once(m, round_total);
-      if (e < experts) s.ends[e] = carry + before + m;
-      carry += round_total;
-      __syncthreads();  // the prefix sum's buffer, before the next round writes it
-    }
-    return {carry, carry};
+    const int per = (experts + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+    const int first = static_cast<int>(threadIdx.x) * per;
+    int32_t sum = 0;
+    for (int k = 0; k < per; ++k)
+      if (first + k < experts) sum += rows_of(first + k);
+    int32_t total;
+    int32_t end = device::cta::exclusive_sum_once(sum, total);
+    for (int k = 0; k < per; ++k)
+      if (first + k < experts) s.ends[first + k] = end += rows_of(first + k);  // masked_m again: an L1 hit
+    __syncthreads();
+    return {total, total};
   }
   __device__ __forceinline__ RowAt at(const Shared& s, int64_t f, int64_t) const {
     int lo = 0, hi = experts - 1;  // the first expert whose rows end after f
@@ -124,45 +121,27 @@ __device__ __forceinline__ int64_t quotient(int64_t v, int64_t n, bool narrow) {
   return narrow ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(n)} : v / n;
 }
 
-// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows: kItems vectors per thread and turn
-// (kActThreads apart), every row id of a turn loaded before its data, so that the turns spent on padding
-// rows cost one load latency for kItems of them.
-template <typename Rows, typename T, int kVec, int kItems>
+// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows, a vector per thread and turn.
+template <typename Rows, typename T, int kVec>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
-  constexpr int64_t kTile = int64_t{kActThreads} * kItems;
   __shared__ typename Rows::Shared shared;
   if (trigger_at_start) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
   const Visit visit = rows.visit(shared);
   const int64_t row_vecs = d / kVec, total = visit.rows * row_vecs;
-  const bool narrow = total + kTile <= UINT32_MAX;
-  for (int64_t first = int64_t{blockIdx.x} * kTile + threadIdx.x; first < total; first += int64_t{gridDim.x} * kTile) {
-    RowAt r[kItems];
-    int64_t col[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int64_t v = first + k * kActThreads, f = quotient(v, row_vecs, narrow);
-      col[k] = (v - f * row_vecs) * kVec;
-      r[k] = v < total ? rows.at(shared, f, visit.limit) : RowAt{false, 0, 0, 0};
-    }
-    AlignedVector<T, kVec> gate[kItems], up[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (r[k].valid) {
-        gate[k].load(in + r[k].in + col[k]);
-        up[k].load(in + r[k].in + d + col[k]);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (r[k].valid) {
-        const Gated<T, kVec> y = gated<Silu>(gate[k], up[k]);
-        y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r[k].out + col[k]));
-      }
-    }
+  const bool narrow = total <= UINT32_MAX;
+  for (int64_t v = int64_t{blockIdx.x} * kActThreads + threadIdx.x; v < total; v += int64_t{gridDim.x} * kActThreads) {
+    const int64_t f = quotient(v, row_vecs, narrow), col = (v - f * row_vecs) * kVec;
+    const RowAt r = rows.at(shared, f, visit.limit);
+    if (!r.valid) continue;
+    AlignedVector<T, kVec> gate, up;
+    gate.load(in + r.in + col);
+    up.load(in + r.in + d + col);
+    const Gated<T, kVec> y = gated<Silu>(gate, up);
+    y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r.out + col));
   }
 #endif
 }
@@ -286,21 +265,12 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 
-// A persistent grid of kKernel at `threads` a CTA: enough CTAs for `items` at `per_cta` each, at most as
-// many as the GPU holds at once (the occupancy API's CTAs per SM, asked once per kernel and width: a module
-// is built for one architecture).
-template <auto kKernel>
+// A persistent grid: enough CTAs for `items` (the capacity's) at `per_cta` each, at most as many as the GPU
+// holds at once.
 inline unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, DLDevice device) {
-  static std::atomic<int> per_sm[kRowThreadsBound / device::kWarpThreads + 1];
-  std::atomic<int>& slot = per_sm[threads / device::kWarpThreads];
-  int ctas = slot.load(std::memory_order_relaxed);
-  if (ctas == 0) {
-    const host::DeviceGuard guard(device.device_id);
-    ctas = host::runtime::get_blocks_per_sm(kKernel, threads);
-    host::RuntimeCheck(ctas > 0, "a kernel of the MoE activations cannot run with ", threads, " threads a CTA");
-    slot.store(ctas, std::memory_order_relaxed);
-  }
-  const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
+  const host::RowPolicy policy = host::row_policy(device);
+  const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * (policy.threads_per_sm / threads);
+  const int64_t needed = host::div_ceil(items, per_cta);
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
@@ -473,9 +443,9 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, kRowItems>;
-      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), kActThreads * kRowItems, kActThreads, op.device);
-      LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
+      const unsigned grid = persistent_grid(op.capacity * (op.d / kVec), kActThreads, kActThreads, op.device);
+      LaunchKernel(grid, kActThreads, op.device)
+          .enable_pdl()(silu_and_mul_rows_kernel<Rows, T, kVec>, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
     };
     if (op.vec == device::kVec16<T>) {
       launch(std::integral_constant<int, device::kVec16<T>>{});
@@ -491,11 +461,10 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto lanes_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = kActGroupSize / kLanes / kVec;
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane>;
-      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes, kActGroupThreads, op.device);
+      const unsigned grid = persistent_grid(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes, kActGroupThreads, op.device);
       LaunchKernel(grid, kActGroupThreads, op.device)
-          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
-                        host::pdl_early_trigger(grid));
+          .enable_pdl()(silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane>, rows, op.in, static_cast<uint8_t*>(op.out), scales,
+                        group_stride, op.d, static_cast<float>(eps), host::pdl_early_trigger(grid));
     };
     constexpr int kVec = device::kVec16<T>;
     if (op.vec == kVec) {
@@ -514,19 +483,18 @@ struct MoeActOps {
       constexpr int kVec = decltype(vec_tag)::value;
       const int64_t nvec = op.d / kVec;
       const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
-      const auto run = [&](auto kernel_tag) {
-        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(kernel_tag)::value>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity, 1, threads, op.device);
-        LaunchKernel(grid, threads, op.device)
-            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
-      };
+      const unsigned grid = persistent_grid(op.capacity, 1, threads, op.device);
+      LaunchKernel run(grid, threads, op.device);
+      run.enable_pdl();
+      const bool early = host::pdl_early_trigger(grid);
+      auto* q = static_cast<uint8_t*>(op.out);
       const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
       if (fit == RowFit::kExact) {
-        run(std::integral_constant<RowFit, RowFit::kExact>{});
+        run(silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, RowFit::kExact>, rows, op.in, q, scales, op.d, early);
       } else if (fit == RowFit::kFits) {
-        run(std::integral_constant<RowFit, RowFit::kFits>{});
+        run(silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, RowFit::kFits>, rows, op.in, q, scales, op.d, early);
       } else {
-        run(std::integral_constant<RowFit, RowFit::kWider>{});
+        run(silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, RowFit::kWider>, rows, op.in, q, scales, op.d, early);
       }
     };
     if (op.vec == device::kVec16<T>) {
