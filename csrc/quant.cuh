@@ -27,10 +27,6 @@ using host::norm::wide_threads;
 #endif
 namespace quant = device::quant;
 
-// The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant): their
-// dynamic scales' reciprocals never overflow, so their stores skip that case (store_quantized).
-constexpr float kQuantScaleEps = 1e-10f;
-static_assert(kQuantScaleEps >= device::quant::kNormalScaleEps<fp8_e4m3_t>);
 constexpr int kQuantThreads = host::kRowKernels.stream_threads;
 // Elementwise kernels: vectors per thread, loaded together (more bytes in flight).
 constexpr int kQuantItems = 2;
@@ -363,7 +359,7 @@ struct QuantOps {
           if (shape.total_vecs <= kQuantOneCtaVecs) {
             const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
             LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
-                .enable_pdl()(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+                .enable_pdl()(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, quant::kDefaultScaleEps);
             return;
           }
           const auto split = [&](auto vecs_tag, int threads) {
@@ -374,7 +370,7 @@ struct QuantOps {
             LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
                 .enable_pdl()(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
             LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-                .enable_pdl()(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+                .enable_pdl()(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, quant::kDefaultScaleEps);
           };
           if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
           if (shape.total_vecs <= threads_per_sm / kQuantSplitWideThreads * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
@@ -383,7 +379,7 @@ struct QuantOps {
         zero_float_async(scale, ops.device);
         const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (threads_per_sm / kQuantThreads));
         LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
-            .enable_pdl()(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+            .enable_pdl()(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, quant::kDefaultScaleEps);
         LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
             .enable_pdl()(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
       }
@@ -414,11 +410,11 @@ struct QuantOps {
       const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
       const bool early = host::pdl_early_trigger(ops.rows);
       if (fit == RowFit::kExact) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
       } else if (fit == RowFit::kFits) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
       } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
       }
     }, /*flatten=*/false);
   }
@@ -629,7 +625,7 @@ struct QuantOps {
     auto* s = static_cast<float*>(scales.data_ptr());
     const int64_t qs = TokenRows<T>::stride_of(q_stride);
     if constexpr (kDynamic) {
-      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, kQuantScaleEps});
+      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, quant::kDefaultScaleEps});
     } else {
       host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, false>{q, qs, nullptr, s, 0.0f});
     }

@@ -6,7 +6,7 @@
 //   device::norm::WarpGroup / CtaGroup the groups; VecMath the per-vector arithmetic; RowPointers;
 //   device::norm::StoreOutput          the epilogue that writes the normalised row to the row's `out`
 //                                      (others, e.g. 8-bit quantization, live in impl/quant.cuh);
-//   host::norm::row_fit                how a row fits the vectors a CTA's threads hold.
+//   host::norm::row_fit, wide_threads  how a row fits the vectors a CTA's threads hold; a wide row's CTA width.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -286,7 +286,17 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 }  // namespace device::norm
 
 #ifndef __CUDACC_RTC__
+#include <jitkern/utils.h>
+
+#include <algorithm>
+
 namespace host::norm {
+
+// Threads of a wide-row CTA: reg_vecs vectors each over a row of `nvec` vectors, whole warps, at most
+// `cap` (the device's host::RowPolicy::row_threads; wider rows re-read their remainder).
+inline int wide_threads(int64_t nvec, int reg_vecs, int cap) {
+  return static_cast<int>(std::min<int64_t>(cap, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
+}
 
 // How a row of `nvec` vectors fits `threads` threads holding `reg_vecs` vectors each (device::norm::RowFit).
 inline device::norm::RowFit row_fit(int64_t nvec, int reg_vecs, int threads) {

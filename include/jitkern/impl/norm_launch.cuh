@@ -186,12 +186,6 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
 namespace host::norm {
 using namespace device::norm;
 
-// Threads of a wide-row CTA: reg_vecs vectors each over a row of `nvec` vectors, whole warps, at most
-// `cap` (the device's host::RowPolicy::row_threads; wider rows re-read their remainder).
-inline int wide_threads(int64_t nvec, int reg_vecs, int cap) {
-  return static_cast<int>(std::min<int64_t>(cap, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
-}
-
 // The plain norms' epilogue gets every launch variant. Other epilogues (quantization, whose rows are model
 // widths) get fewer kernels, so that their modules compile sooner (a module compiles in about the time
 // its kernels take): narrow rows one row per group at any count.

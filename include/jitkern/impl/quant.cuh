@@ -4,7 +4,8 @@
 //   device::quant::dynamic_amax      the finite amax of the values a group of threads holds, at one
 //                                    instruction per value where none is +-inf (half of one for
 //                                    16-bit values held as packed pairs: fold_pairs);
-//   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value;
+//   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value
+//                                    (kDefaultScaleEps: eps of the ops that take none);
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
 //                                    it is stored (the layouts FP8 GEMMs read);
@@ -200,6 +201,11 @@ struct Divider {
 // (Divider::slow is false: at least 2^-64, and at most FLT_MAX / Q's largest value < 2^126).
 template <typename Q>
 inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
+
+// The scale floor of the dynamic ops without an eps argument (per-tensor, per-token, norm + quant, the
+// MoE activations' per-token form): their scales' reciprocals never overflow, so their stores skip that case.
+inline constexpr float kDefaultScaleEps = 1e-10f;
+static_assert(kDefaultScaleEps >= kNormalScaleEps<fp8_e4m3_t>);
 
 // encode(divide) with the division x / s that s allows, decided once per vector, not per element.
 template <bool kMaySlow, typename Encode>
