@@ -621,8 +621,9 @@ def _uncertain_codes(y64, dtype, s, group_size, rel):
     return codes
 
 
-# fp32 rmsnorm against the exact one: the sum of squares, rsqrt and two products stay well within 2^-14.
-REL = 2.0**-14
+# fp32 rmsnorm against the exact one: the sum of squares (a few dozen terms a thread, then a tree), rsqrtf
+# (2 ulp) and two products stay within about 2^-21; 2^-17 leaves a margin and few fp16 values ambiguous.
+REL = 2.0**-17
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
