@@ -554,10 +554,11 @@ def test_quant_ops_type_errors():
 
 # ---- RMSNorm + per-group quantization --------------------------------------------------------------
 
-# Wide rows held exactly (2048, 4096, 7168 bf16), held in part with warps half-held (1536 bf16: 48 threads'
-# worth on 64), wider than the registers (65536); narrow rows (128, 256: a lane group per row); many rows
-# (5000: the token-rows kernel); 640: 5 groups of 128, 10 of 64 (UE8M0 words with padding bytes).
-GROUP_NORM_SHAPES = [(1, 2048), (7, 4096), (33, 7168), (9, 1536), (2, 65536), (5, 128), (300, 256), (5000, 4096), (3, 640)]
+# Wide rows held exactly (2048, 4096, 7168 bf16), held in part with a warp half-held (1152 bf16: 144 vectors
+# on 64 threads, the third vector of lanes 0-15 only), wider than the registers (65536); narrow rows (128,
+# 256: a lane group per row); many rows (5000: the token-rows kernel); 640: 5 groups of 128, 10 of 64
+# (UE8M0 words with padding bytes).
+GROUP_NORM_SHAPES = [(1, 2048), (7, 4096), (33, 7168), (9, 1152), (2, 65536), (5, 128), (300, 256), (5000, 4096), (3, 640)]
 GROUP_LAYOUTS = {"row_major": {}, "column_major": dict(column_major_scales=True),
                  "tma_aligned": dict(column_major_scales=True, scale_tma_aligned=True),
                  "ue8m0": dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True),
