@@ -419,10 +419,17 @@ struct QuantizeGroups {
     }
     JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float) const {
       if constexpr (kLanes <= kWarpThreads) {  // else never launched (kVectorsOnly)
-        const AlignedVector<T, kVec> x[1] = {y};
-        quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, norm::WarpGroup<kLanes>::lanes(), [&](float s, uint32_t e) {
-          scales.template store_at<kUE8M0>(row, at / kGroup, groups_per_row, s, e);
-        });
+        const auto store_scale = [&](float s, uint32_t e) { scales.template store_at<kUE8M0>(row, at / kGroup, groups_per_row, s, e); };
+        const unsigned lanes = norm::WarpGroup<kLanes>::lanes();
+        if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
+          AlignedVector<packed_t<T>, kVec / 2> x[1];
+#pragma unroll
+          for (int k = 0; k < kVec / 2; ++k) x[0][k] = packed_t<T>(y[2 * k], y[2 * k + 1]);
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, lanes, store_scale);
+        } else {
+          const AlignedVector<T, kVec> x[1] = {y};
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, lanes, store_scale);
+        }
       }
     }
     JITKERN_DEVICE void finish(float) const {}
