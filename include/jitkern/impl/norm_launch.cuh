@@ -256,6 +256,17 @@ void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, int row_
   }
 }
 
+// Epilogues whose rows must be read in 16-byte vectors declare kVectorsOnly = true; their callers check
+// norm_vector_width first (launch_norm builds no element-by-element kernels for them).
+template <typename Epi>
+inline constexpr bool kVectorsOnly = requires { requires Epi::kVectorsOnly; };
+
+// Epilogues that reduce across lanes at each vector's store declare kOneVectorPerThread = true: a thread's
+// vectors would take their reductions in turn, so wide rows that fit one vector a thread take it (more
+// warps a row), and wider ones the registers' share with the remainder re-read.
+template <typename Epi>
+inline constexpr bool kOneVectorPerThread = requires { requires Epi::kOneVectorPerThread; };
+
 template <typename T, int kVec, bool kFusedAdd, typename Epi>
 void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bool token_rows) {
   using namespace host;
@@ -275,7 +286,10 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
       return launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count);
     }
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
-    if (kFusedAdd && token_rows && nvec <= row_threads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
+    if constexpr (kOneVectorPerThread<Epi>) {
+      if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, row_threads, sm_count, token_rows);
+      return launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
+    } else if (kFusedAdd && token_rows && nvec <= row_threads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
       // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
       if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true, Epi, true>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (nvec <= kRegVecs * row_threads) {
@@ -285,11 +299,6 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
     }
   }
 }
-
-// Epilogues whose rows must be read in 16-byte vectors declare kVectorsOnly = true; their callers check
-// norm_vector_width first (launch_norm builds no element-by-element kernels for them).
-template <typename Epi>
-inline constexpr bool kVectorsOnly = requires { requires Epi::kVectorsOnly; };
 
 // The elements per access of launch_norm's kernels: device::kVec16<T> where every operand's base and
 // row strides allow it, else 1.

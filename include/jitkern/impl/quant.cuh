@@ -398,6 +398,7 @@ struct QuantizeRows {
 template <int kGroup, bool kUE8M0>
 struct QuantizeGroups {
   static constexpr bool kVectorsOnly = true;
+  static constexpr bool kOneVectorPerThread = true;  // a group reduction per store
   uint8_t* q;
   int64_t q_row_stride;  // elements
   GroupScales scales;

@@ -580,6 +580,7 @@ def _norm_group_unfused(x, residual, w, eps, group_size, flags):
 
 
 def _assert_scales_equal(s, expected):
+    torch = _torch()
     assert s.shape == expected.shape and s.dtype == expected.dtype and s.stride() == expected.stride(), (s.shape, s.stride(), expected.stride())
     # UE8M0: packed words, whose padding bytes (0) are compared too.
     assert torch.equal(s, expected), f"{(s != expected).sum().item()} scales differ"
