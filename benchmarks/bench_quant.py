@@ -212,7 +212,8 @@ GROUP_FLAGS = dict(column_major_scales=True, scale_tma_aligned=True)
 
 def norm_group_decode() -> None:
     """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
-    per_token_group_quant_8bit) at decode sizes, 1x128 groups."""
+    per_token_group_quant_8bit) at decode sizes, 1x128 groups, and against the norm alone (the floor a
+    fused op of one launch shares with it)."""
     lines = []
     for h in (2048, 4096, 7168):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
@@ -227,13 +228,16 @@ def norm_group_decode() -> None:
                 "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
                 "unfused add": lambda: (fused_add_rmsnorm(x, r0, w, EPS),
                                         per_token_group_quant_8bit(x, 128, output_q=q, output_s=s, **GROUP_FLAGS)),
+                "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
+                "fused_add_rmsnorm": lambda: fused_add_rmsnorm(x, r0, w, EPS),
             })
-            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | "
-                         f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x |")
+            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {m['rmsnorm']:.2f} | "
+                         f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | "
+                         f"{m['fused_add_rmsnorm']:.2f} |")
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
           "median of 3 interleaved rounds)",
-          "| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | fused_add_rmsnorm_group_quant_fp8 | "
-          "fused_add_rmsnorm + per_token_group_quant | speed-up |", lines)
+          "| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | rmsnorm alone | fused_add_rmsnorm_group_quant_fp8 | "
+          "fused_add_rmsnorm + per_token_group_quant | speed-up | fused_add_rmsnorm alone |", lines)
 
 
 def norm_group_large(module, ceilings: dict) -> None:
