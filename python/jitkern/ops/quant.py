@@ -248,9 +248,11 @@ def rmsnorm_group_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: floa
                             output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
     """Returns (q, s): y = rmsnorm(input) * weight (rounded to input's dtype, as rmsnorm writes it), quantized
     to fp8 e4m3 in groups of group_size (64 or 128) consecutive elements of a row, each with its dynamic
-    scale max(amax(|group|), 1e-10) / 448, in one pass: the bits of rmsnorm then per_token_group_quant_8bit,
-    in its scale layouts (the flags: group_scales_like; scale_ue8m0: powers of two as packed exponents).
-    The last dimension must be a multiple of group_size; input, weight and q must allow 16-byte vectors."""
+    scale max(amax(|group|), 1e-10) / 448, in one pass, as per_token_group_quant_8bit quantizes the row and
+    in its scale layouts (the flags: group_scales_like; scale_ue8m0: powers of two as packed exponents);
+    against rmsnorm then per_token_group_quant_8bit, the row's sum of squares may round an ulp apart
+    (docs/ops.md says where and what it changes). The last dimension must be a multiple of group_size;
+    input, weight and q must allow 16-byte vectors."""
     if compiling():
         q, s = torch.ops.jitkern.rmsnorm_group_quant_fp8(input, weight, eps, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0)
         return _into(q, s, output_q, output_s)
