@@ -56,6 +56,8 @@ OPS = {
     "per_token_group_quant_8bit": ("ops.per_token_group_quant_8bit(x, 128)", None),
     "rmsnorm_quant_fp8": ("ops.rmsnorm_quant_fp8(x, w, scale=s1)", None),
     "fused_add_rmsnorm_quant_fp8": ("ops.fused_add_rmsnorm_quant_fp8(x, x.clone(), w, scale=s1)", None),
+    "rmsnorm_group_quant_fp8": ("ops.rmsnorm_group_quant_fp8(x, w)", None),
+    "fused_add_rmsnorm_group_quant_fp8": ("ops.fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)", None),
     "transfer_hicache_one_layer": ("ops.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)",
                                    "ref.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)"),
     "silu_and_mul": ("ops.silu_and_mul(x)", None),

@@ -35,16 +35,13 @@ struct WarpGroup {
   static_assert(kWidth >= 1 && kWidth <= kWarpThreads && (kWidth & (kWidth - 1)) == 0, "kWidth: power of two <= 32");
   JITKERN_DEVICE int rank() const { return threadIdx.x % kWidth; }
   static constexpr JITKERN_DEVICE int size() { return kWidth; }
-  // Only this group's lanes take part: the other groups of the warp may already be done.
-  JITKERN_DEVICE float reduce_sum(float v) const {
-    const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
-    return warp::reduce_sum<kWidth>(v, lanes);
+  // The mask of this thread's group: only its lanes take part, the other groups of the warp may already be done.
+  static JITKERN_DEVICE unsigned lanes() {
+    return kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
   }
+  JITKERN_DEVICE float reduce_sum(float v) const { return warp::reduce_sum<kWidth>(v, lanes()); }
   // v >= 0 (an amax).
-  JITKERN_DEVICE float reduce_max(float v) const {
-    const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
-    return warp::reduce_max_nonnegative<kWidth>(v, lanes);
-  }
+  JITKERN_DEVICE float reduce_max(float v) const { return warp::reduce_max_nonnegative<kWidth>(v, lanes()); }
 };
 
 // The whole CTA working on one row. kOneRowPerCta: the CTA normalises a single row in its lifetime,

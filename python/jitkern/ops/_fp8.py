@@ -33,7 +33,7 @@ def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, 
     if scale_tma_aligned and not column_major_scales:
         raise ValueError("per_token_group_quant_8bit(): scale_tma_aligned applies to column_major_scales=True only")
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    groups = x.shape[-1] // group_size
+    groups = x.shape[-1] // group_size if group_size > 0 else 0  # a bad group_size is the op's to refuse, by name
     dtype = torch.int32 if scale_ue8m0 else torch.float32
     cols = -(-groups // 4) if scale_ue8m0 else groups
     if not column_major_scales:
