@@ -676,7 +676,7 @@ struct QuantOps {
     if (rows.tokens * hidden == 0) return;
     const auto go = [&](auto group_tag) {
       constexpr int kGroup = decltype(group_tag)::value;
-      const quant::QuantizeGroups<kGroup, kUE8M0> epi{q, qs, checked.scales, groups, 0, kQuantScaleEps};
+      const quant::QuantizeGroups<kGroup, kUE8M0> epi{q, qs, checked.scales, groups, 0, quant::kDefaultScaleEps};
       // Groups are reduced among the lanes holding their vectors: rows are read in 16-byte vectors only.
       constexpr int kVec = device::kVec16<T>;
       RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
