@@ -25,16 +25,14 @@ TRIGGER = {0: "start", 1: "after wait", 2: "end"}
 
 
 def module():
-    """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16) and
-    those of the RoPE ops (for a GPU test run after this script)."""
+    """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16)."""
     spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
                            cuda_wrappers=[("rmsnorm", "bench_schedules::rmsnorm_schedule"), ("qknorm", "bench_schedules::qknorm_schedule"),
                                           ("group_quant", "bench_schedules::group_quant_schedule"),
                                           ("rmsnorm_static", "bench_schedules::rmsnorm_static"), ("store", "bench_schedules::store_schedule"),
                                           ("floor", "bench_schedules::launch_floor")],
                            host_without_nvcc=True)
-    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "store_cache", "rotary_embedding",
-                              "apply_rope_with_cos_sin_cache_inplace"], dtypes=["bfloat16"])
+    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "store_cache"], dtypes=["bfloat16"])
     return build_all(spec, *products)[0]
 
 
