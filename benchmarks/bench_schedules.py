@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_reference import DTYPE, rand  # noqa: E402
-from utils import environment, interleaved, reference_builder, reference_ops_or_none, reference_version  # noqa: E402
+from utils import environment, interleaved, overhead_module, reference_builder, reference_ops_or_none, reference_version  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern import ops  # noqa: E402
@@ -29,8 +29,7 @@ def module():
     spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
                            cuda_wrappers=[("rmsnorm", "bench_schedules::rmsnorm_schedule"), ("qknorm", "bench_schedules::qknorm_schedule"),
                                           ("group_quant", "bench_schedules::group_quant_schedule"),
-                                          ("rmsnorm_static", "bench_schedules::rmsnorm_static"), ("store", "bench_schedules::store_schedule"),
-                                          ("floor", "bench_schedules::launch_floor")],
+                                          ("rmsnorm_static", "bench_schedules::rmsnorm_static"), ("store", "bench_schedules::store_schedule")],
                            host_without_nvcc=True)
     products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "store_cache"], dtypes=["bfloat16"])
     return build_all(spec, *products)[0]
@@ -54,10 +53,10 @@ def table(title: str, shapes) -> None:
 FLOOR = "floor: empty kernel"
 
 
-def with_floor(m, variants: dict, x) -> dict:
-    """The launch floor beside the variants: an empty one-warp kernel (PDL wait only; and after a trigger at start)."""
-    variants[FLOOR] = lambda: m.floor(x, 1)
-    variants[FLOOR + ", trigger at start"] = lambda: m.floor(x, 0)
+def with_floor(variants: dict) -> dict:
+    """The launch floor beside the variants: an empty one-warp kernel launched as the ops are (PDL wait only)."""
+    empty, i = overhead_module().launch_empty_pdl, torch.zeros(16, device="cuda", dtype=torch.int32)
+    variants[FLOOR] = lambda: empty(i, i)
     return variants
 
 
@@ -76,7 +75,7 @@ def rmsnorm_shapes(m, ref):
             if h // 8 // r <= 1024:
                 variants[f"static {h // 8 // r}x{r} {TRIGGER[trig]}"] = (
                     lambda x=x, w=w, out=out, r=r, trig=trig: m.rmsnorm_static(x, w, out, r, trig))
-        with_floor(m, variants, x)
+        with_floor(variants)
 
         def check(x=x, w=w, out=out, expected=expected, variants=variants):
             ops.rmsnorm(x, w, expected)
@@ -127,7 +126,7 @@ def group_quant_shapes(m, ref):
         for threads, trig, contiguous in [(256, 2, 0), (256, 2, 1), (256, 2, 2), (256, 2, 3), (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
             variants[f"{threads}t {TRIGGER[trig]}{GROUP_LAYOUT[contiguous]}"] = (
                 lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
-        with_floor(m, variants, x)
+        with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
             eq, es = ops.per_token_group_quant_8bit(x, 128)
@@ -155,7 +154,7 @@ def store_shapes(m, ref):
         for trig, layout in [(1, 0), (3, 0), (3, 1), (2, 0), (0, 0)]:
             variants[f"static {STORE_TRIGGER[trig]}{' layout' if layout else ''}"] = (
                 lambda k=k, v=v, kc=kc, vc=vc, loc=loc, trig=trig, layout=layout: m.store(k, v, kc, vc, loc, trig, layout))
-        with_floor(m, variants, k)
+        with_floor(variants)
 
         def check(k=k, v=v, kc=kc, vc=vc, loc=loc, variants=variants):
             for name, fn in variants.items():

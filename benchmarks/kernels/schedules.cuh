@@ -218,23 +218,6 @@ void store_schedule(jitkern::TensorView k, jitkern::TensorView v, jitkern::Tenso
 }
 #endif  // __CUDACC_RTC__
 
-// The launch floor: one CTA of one warp that does nothing but the PDL wait (trigger 0: after a trigger at start).
-template <int kTrigger>
-__global__ void floor_kernel() {
-#ifdef __CUDACC__
-  if constexpr (kTrigger == 0) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-#endif
-}
-
-#ifndef __CUDACC_RTC__
-void launch_floor(jitkern::TensorView x, int64_t trigger) {
-  host::LaunchKernel launch(1, 32, x.device());
-  launch.enable_pdl();
-  with_constant<0, 1>(trigger, [&](auto t) { launch(floor_kernel<decltype(t)::value>); });
-}
-#endif  // __CUDACC_RTC__
-
 // Narrow rows of 16 vectors (head_dim 128), a 16-lane group taking kRows rows a batch; persistent: the
 // CTAs loop over the batches (grid-stride), else one batch a CTA.
 template <int kRows, int kTrigger, bool kPersistent>
