@@ -95,7 +95,7 @@ struct Store {
 // kVec values of a cos/sin row (fp32 or T) as floats, in loads of at most 16 bytes.
 template <typename C, int kVec>
 __device__ __forceinline__ void load_as_floats(float (&dst)[kVec], const C* src) {
-  constexpr int kChunk = kVec * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : kVec;
+  constexpr int kChunk = kVec < device::kVec16<C> ? kVec : device::kVec16<C>;
 #pragma unroll
   for (int i = 0; i < kVec; i += kChunk) {
     AlignedVector<C, kChunk> v;

@@ -2,7 +2,7 @@
 # The GPU procedure: install jitkern (and the carried tvm-ffi wheel) into a private site dir, run the
 # GPU tests, the tests that need torch and those that exercise the compilers, then the benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
 #   scripts/gpu-check.sh [tests|bench|all|wheel] [name-pattern]   (default: all; the pattern picks test files
-#   tests/python/test_<pattern>.py and benchmarks benchmarks/bench_<pattern>.py, default every one;
+#   tests/python/*/test_<pattern>.py and benchmarks benchmarks/bench_<pattern>.py, default every one;
 #   wheel: `prebuild --ops all --wheel` for this GPU, installed and served strictly without a compiler: its size,
 #   the install time and the first call's, then every op module loaded from it)
 set -uo pipefail
@@ -28,7 +28,7 @@ rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   repo=$PWD
   tests=("$repo/tests/python")
-  [ "$pattern" = "*" ] || tests=($repo/tests/python/test_${pattern}.py)
+  [ "$pattern" = "*" ] || tests=($repo/tests/python/*/test_${pattern}.py)
   (cd /tmp && python3 -m pytest -q -m "gpu or toolchain or torch" -rs "${tests[@]}" 2>&1) | tee "$OUT/gpu-tests.log"
   rc=${PIPESTATUS[0]}
 fi

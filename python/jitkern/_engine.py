@@ -1,5 +1,5 @@
 """ctypes binding to the C++ engine (lib/libjitkern_engine.so): the C ABI that src/include/jitkern/engine_abi.h
-declares (tests/python/test_engine_abi.py checks this binding against it).
+declares (tests/python/engine/test_engine_abi.py checks this binding against it).
 
 The only Python code that knows the request's wire format: fields "<key> <byte length>:<value>\\n".
 """

@@ -346,7 +346,7 @@ class CPPArgList(list):
 
 
 # The one table of element types: torch dtype name -> C++ alias of <jitkern/type.cuh> (integers are
-# the standard types). tests/python/test_cuda_compile.py checks every row against the headers.
+# the standard types). tests/python/compile/test_cuda_compile.py checks every row against the headers.
 DTYPES = {
     "float32": "fp32_t",
     "float16": "fp16_t",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 KERNELS = HERE / "kernels"
 
 # The exports of kernels/primitives.cuh that the GPU tests call; the CPU-side compile check builds the same list.

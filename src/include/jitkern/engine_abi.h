@@ -1,5 +1,5 @@
 /* The engine's C ABI (lib/libjitkern_engine.so): what python/jitkern/_engine.py binds with ctypes.
- * tests/python/test_engine_abi.py checks the binding (functions, argument and result types, modes and
+ * tests/python/engine/test_engine_abi.py checks the binding (functions, argument and result types, modes and
  * status codes) against this header. Strings the engine returns are malloc'ed: free them with
  * jitkern_free. A request is a sequence of fields "<key> <byte length>:<value>\n" (src/engine/api/c_api.cc). */
 #ifndef JITKERN_ENGINE_ABI_H_

@@ -6,7 +6,7 @@ shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the sam
 from pathlib import Path
 
 import pytest
-from conftest import eagerly_then_from_a_graph
+from conftest import HERE, eagerly_then_from_a_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -354,7 +354,7 @@ def test_quotients_next_to_rounding_boundaries(qdtype):
 def _near_midpoints():
     """(B, s, x) rows of quant_near_midpoints.txt: every scale in [1, 2) and dividend whose quotient is within
     2^-24 ulp of an fp32 rounding midpoint beside B / 2^floor(log2 B)."""
-    text = (Path(__file__).parent / "quant_near_midpoints.txt").read_text()
+    text = (HERE / "quant_near_midpoints.txt").read_text()
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     return [(int(b), float.fromhex(s), float.fromhex(x)) for b, s, x in rows]
 

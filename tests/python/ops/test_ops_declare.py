@@ -11,19 +11,19 @@ import pytest
 
 from jitkern import ops
 from jitkern.ops._declare import Family, TorchOp, _calling, param_names, wrapper
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_family_is_four_files_and_includes_no_other():
-    """A kernel family is csrc/<f>.cuh, python/jitkern/ops/<f>.py, tests/python/test_<f>.py and
+    """A kernel family is csrc/<f>.cuh, python/jitkern/ops/<f>.py, tests/python/ops/test_<f>.py and
     benchmarks/bench_<f>.py; a family's .cuh includes no other family's (shared pieces live in
     include/jitkern/impl/); jitkern.ops exports every op of every family."""
     for family in ops.FAMILIES:
-        for path in (f"csrc/{family}.cuh", f"python/jitkern/ops/{family}.py", f"tests/python/test_{family}.py",
+        for path in (f"csrc/{family}.cuh", f"python/jitkern/ops/{family}.py", f"tests/python/ops/test_{family}.py",
                      f"benchmarks/bench_{family}.py"):
-            assert (ROOT / path).is_file(), f"the {family} family has no {path}"
-        local = re.findall(r'^#include\s+"([^"]+)"', (ROOT / f"csrc/{family}.cuh").read_text(), re.M)
+            assert (REPO / path).is_file(), f"the {family} family has no {path}"
+        local = re.findall(r'^#include\s+"([^"]+)"', (REPO / f"csrc/{family}.cuh").read_text(), re.M)
         assert not [f for f in local if f.removesuffix(".cuh") in ops.FAMILIES], f"csrc/{family}.cuh includes {local}"
     assert set(ops.OPS) <= set(ops.__all__) and all(getattr(ops, op) is not None for op in ops.OPS)
 
@@ -180,7 +180,7 @@ def _shown(fn) -> str:
 def test_the_op_table_shows_every_op_with_its_signature():
     """docs/ops.md's op table names every op of jitkern.ops, and where it shows an op's call, it is the op's
     signature exactly; the table names no op that is not there."""
-    table = [line for line in (ROOT / "docs" / "ops.md").read_text().splitlines() if line.startswith("| `")]
+    table = [line for line in (REPO / "docs" / "ops.md").read_text().splitlines() if line.startswith("| `")]
     text = "\n".join(table)
     missing = [op for op in ops.OPS if f"`{op}`" not in text and f"`{op}(" not in text]
     assert not missing, f"docs/ops.md's op table does not name {missing}"
@@ -202,7 +202,7 @@ def test_every_export_names_the_parameters_of_its_cpp_entry_point():
     and in the torch schemas built from them): read from the definition in the module's csrc/ file."""
     wrong = []
     for spec in dict.fromkeys(ops.specs(constants=[1])):
-        text = "\n".join((ROOT / "csrc" / f).read_text() for f in spec.cuda_files)
+        text = "\n".join((REPO / "csrc" / f).read_text() for f in spec.cuda_files)
         for export, expression, *names in spec.cuda_wrappers:
             declared = param_names(names[0]) if names else ()
             function = re.sub(r"<[^<>]*>", "", expression).split("::")[-1]

@@ -3,10 +3,9 @@ SGLang's JIT kernels are pointed to docs/migrating.md near the top, which shows 
 reference is docs/ops.md; the developer commands CI runs are still there; its settings table is the engine's."""
 
 import re
-from pathlib import Path
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = (REPO / "README.md").read_text()
 
 
 def test_readme_is_a_front_page_with_its_links():
@@ -15,15 +14,15 @@ def test_readme_is_a_front_page_with_its_links():
     assert "## Install" in README and "pip install /path/to/jitkern" in README
     assert len(README.splitlines()) < 260, "the op reference belongs in docs/ops.md"
     for link in re.findall(r"\]\((docs/[^)#]+)", README):
-        assert (ROOT / link).is_file(), f"README links {link}, which does not exist"
-    assert "(docs/ops.md)" in README and "| `rmsnorm(input, weight, output=None, eps=1e-6)` |" in (ROOT / "docs" / "ops.md").read_text()
+        assert (REPO / link).is_file(), f"README links {link}, which does not exist"
+    assert "(docs/ops.md)" in README and "| `rmsnorm(input, weight, output=None, eps=1e-6)` |" in (REPO / "docs" / "ops.md").read_text()
     assert "scripts/test.sh" in README and "scripts/demo.sh" in README  # CI runs .ci/run -> scripts/test.sh
     assert "| `cuda_wrappers`" in README or "`cpp_wrappers`, `cuda_wrappers` |" in README, "load_jit's keywords are a table"
     assert "Without `HOME`" in README and "/tmp/jitkern-<uid>/.cache/jitkern" in README
 
 
 def test_migrating_names_sglang_and_shows_the_switch():
-    text = (ROOT / "docs" / "migrating.md").read_text()
+    text = (REPO / "docs" / "migrating.md").read_text()
     head = "\n".join(text.splitlines()[:12])
     assert "SGLang" in head and "from sglang.jit_kernel.utils import" in head and "from jitkern.compat import" in head, head
 

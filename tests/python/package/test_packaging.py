@@ -12,10 +12,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 pytestmark = pytest.mark.slow  # the engine compiled from the sdist: a minute or more on two cores
 
-REPO = Path(__file__).resolve().parents[2]
 USE = """
 import sys, numpy as np, jitkern
 assert jitkern.__file__.startswith(sys.argv[1]), jitkern.__file__

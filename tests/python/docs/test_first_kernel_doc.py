@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "first-kernel.md"
+PAGE = REPO / "docs" / "first-kernel.md"
 SHOWN_DIR = "/home/me/first-kernel"  # the page's project directory
 SHOWN_CACHE = "/home/me/.cache/jitkern"
 FENCE = re.compile(r"(?:<!-- test: (?P<mode>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from jitkern import _engine
+from conftest import REPO
 
 pytestmark = pytest.mark.tvm_ffi
 
-HEADER = Path(__file__).resolve().parents[2] / "src" / "include" / "jitkern" / "engine_abi.h"
+HEADER = REPO / "src" / "include" / "jitkern" / "engine_abi.h"
 
 # C types as the binding declares them: strings the engine allocates come back as void pointers (freed with jitkern_free).
 ARG_TYPES = {"const char*": ctypes.c_char_p, "size_t": ctypes.c_size_t, "int": ctypes.c_int, "char**": ctypes.POINTER(ctypes.c_void_p),

@@ -16,6 +16,7 @@ import tvm_ffi
 
 from jitkern.compat import check
 from jitkern.compat import sglang as compat
+from conftest import REPO
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="NOT RUN: nvcc is not installed")
 
@@ -436,7 +437,7 @@ def test_reference_import_from_a_wheel_alone(tmp_path, monkeypatch):
                 return raw, msgspec.json.decode(raw, type=List[Entry]), ceil_align(5, 4)
             """,
     })
-    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("REFERENCE_WHEEL", raising=False)
     for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:  # another test's stand-in package

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 import jitkern
-from conftest import child_env
+from conftest import REPO, child_env
 
 pytestmark = pytest.mark.slow  # compiles three modules and installs wheels with pip
 
-REPO = Path(__file__).resolve().parents[2]
 CPU_SPEC = {"cpp_files": ["add_constant_cpu.h"], "cpp_wrappers": [["add", "add_constant_cpu<{c}>"]]}
 CUDA_SPEC = {"cuda_files": ["add_constant.cuh"], "cuda_wrappers": [["add_constant", "add_constant<{c}>", "out, src"]]}
 
