@@ -67,7 +67,7 @@ def rmsnorm_shapes(m, ref):
         variants = {"product": lambda x=x, w=w, out=out: ops.rmsnorm(x, w, out)}
         if ref is not None:
             variants["reference"] = lambda x=x, w=w, out=out: ref.rmsnorm(x, w, out)
-        for r, trig, rows in [(4, 0, 0), (2, 2, 2)]:  # the product's kernel as launched now; the reference's shape
+        for r, trig, rows in [(4, 0, 0), (4, 2, 0), (2, 2, 0), (2, 2, 2)]:  # the product's kernel as launched now, then other shapes
             if (h // 8) % (32 * r) == 0 and h // 8 // r <= 1024:
                 variants[f"{h // 8 // r}x{r} {TRIGGER[trig]}{['', ' token-rows', ' slim'][rows]}"] = (
                     lambda x=x, w=w, out=out, r=r, trig=trig, rows=rows: m.rmsnorm(x, w, out, r, trig, rows))
