@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, per_call_us, reference_ldflags, run_benchmark  # noqa: E402
+from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, overhead_module, per_call_us, reference_ldflags,  # noqa: E402
+                   run_benchmark)
 
 import jitkern  # noqa: E402
 from jitkern.ops import add_constant  # noqa: E402
@@ -52,20 +53,11 @@ def reference_add_constant(src: torch.Tensor, constant: int) -> torch.Tensor:
     return dst
 
 
-@jitkern.cache_once
-def _overhead_module():
-    return jitkern.load_jit("overhead", cuda_files=[str(HERE / "kernels/overhead.cuh")],
-                            cuda_wrappers=[("call_only", "call_only"), ("verify_only", "verify_only"),
-                                           ("verify_and_stream", "verify_and_stream"), ("launch_empty", "launch_empty"),
-                                           ("launch_empty_bare", "launch_empty_bare"), ("launch_empty_pdl", "launch_empty_pdl"),
-                                           ("allocate_only", "allocate_only")])
-
-
 def overhead_table() -> None:
     src = torch.randint(-100, 100, (16,), dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
     raw = _add_constant_function(5)
-    ovh = _overhead_module()
+    ovh = overhead_module()
     # the exported functions themselves (positional only), as the ops call theirs
     call_only, verify_only, verify_and_stream, launch_empty, launch_empty_bare, launch_empty_pdl, allocate_only = (
         positional(ovh, name) for name in ("call_only", "verify_only", "verify_and_stream", "launch_empty", "launch_empty_bare",

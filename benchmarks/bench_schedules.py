@@ -1,7 +1,8 @@
-"""Launch schedules of the norm and fp8 group-quantization kernels (benchmarks/kernels/schedules.cuh) beside
-the product op and the reference's newest kernel, same inputs, one process: CUDA-graph replay medians,
-median of 3 interleaved rounds, bf16. What the launch rules (include/jitkern/policy.cuh, impl/norm_launch.cuh,
-csrc/quant.cuh) are chosen from. Prints markdown tables, fastest first per shape."""
+"""Launch schedules of the norm, fp8 group-quantization and KV-store kernels (benchmarks/kernels/schedules.cuh)
+beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
+one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
+(include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
+Prints markdown tables, fastest first per shape."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_reference import rand, reference_modules  # noqa: E402
-from utils import environment, interleaved, reference_version  # noqa: E402
+from bench_vs_reference import DTYPE, rand  # noqa: E402
+from utils import environment, interleaved, overhead_module, reference_builder, reference_ops_or_none, reference_version  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern import ops  # noqa: E402
@@ -24,14 +25,13 @@ TRIGGER = {0: "start", 1: "after wait", 2: "end"}
 
 
 def module():
-    """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16) and
-    those of the RoPE ops (for a GPU test run after this script)."""
+    """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16)."""
     spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
                            cuda_wrappers=[("rmsnorm", "bench_schedules::rmsnorm_schedule"), ("qknorm", "bench_schedules::qknorm_schedule"),
-                                          ("group_quant", "bench_schedules::group_quant_schedule")],
+                                          ("group_quant", "bench_schedules::group_quant_schedule"),
+                                          ("rmsnorm_static", "bench_schedules::rmsnorm_static"), ("store", "bench_schedules::store_schedule")],
                            host_without_nvcc=True)
-    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "rotary_embedding",
-                              "apply_rope_with_cos_sin_cache_inplace"], dtypes=["bfloat16"])
+    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "store_cache"], dtypes=["bfloat16"])
     return build_all(spec, *products)[0]
 
 
@@ -50,22 +50,37 @@ def table(title: str, shapes) -> None:
         print(f"| {label} | " + " | ".join(f"{name} {t:.2f}" for name, t in ranked) + " |", flush=True)
 
 
+FLOOR = "floor: empty kernel"
+
+
+def with_floor(variants: dict) -> dict:
+    """The launch floor beside the variants: an empty one-warp kernel launched as the ops are (PDL wait only)."""
+    empty, i = overhead_module().launch_empty_pdl, torch.zeros(16, device="cuda", dtype=torch.int32)
+    variants[FLOOR] = lambda: empty(i, i)
+    return variants
+
+
 def rmsnorm_shapes(m, ref):
-    for t, h in [(1, 4096), (16, 4096), (128, 4096), (256, 4096), (64, 8192), (4096, 4096)]:
+    for t, h in [(1, 4096), (16, 4096), (128, 4096), (1, 2048), (64, 8192), (4096, 4096)]:
         x, w = rand(t, h), rand(h)
         out, expected = torch.empty_like(x), torch.empty_like(x)
         variants = {"product": lambda x=x, w=w, out=out: ops.rmsnorm(x, w, out)}
         if ref is not None:
             variants["reference"] = lambda x=x, w=w, out=out: ref.rmsnorm(x, w, out)
-        for r, trig, rows in [(4, 0, 0), (4, 1, 0), (4, 2, 0), (4, 0, 1), (2, 0, 0), (2, 1, 0), (2, 2, 0), (2, 2, 2), (4, 0, 2)]:
+        for r, trig, rows in [(4, 0, 0), (4, 2, 0), (2, 2, 0), (2, 2, 2)]:  # the product's kernel as launched now, then other shapes
             if (h // 8) % (32 * r) == 0 and h // 8 // r <= 1024:
                 variants[f"{h // 8 // r}x{r} {TRIGGER[trig]}{['', ' token-rows', ' slim'][rows]}"] = (
                     lambda x=x, w=w, out=out, r=r, trig=trig, rows=rows: m.rmsnorm(x, w, out, r, trig, rows))
+        for r, trig in [(1, 2), (2, 0), (2, 2), (4, 0), (4, 2)]:
+            if h // 8 // r <= 1024:
+                variants[f"static {h // 8 // r}x{r} {TRIGGER[trig]}"] = (
+                    lambda x=x, w=w, out=out, r=r, trig=trig: m.rmsnorm_static(x, w, out, r, trig))
+        with_floor(variants)
 
         def check(x=x, w=w, out=out, expected=expected, variants=variants):
             ops.rmsnorm(x, w, expected)
             for name, fn in variants.items():
-                if name == "reference":
+                if name == "reference" or name.startswith(FLOOR):
                     continue
                 out.fill_(0)
                 fn()
@@ -74,12 +89,12 @@ def rmsnorm_shapes(m, ref):
 
 
 def qknorm_shapes(m, ref):
-    for t in (8192, 32768):
+    for t in (8192,):
         q, k, qw, kw = rand(t, 32, 128), rand(t, 8, 128), rand(128), rand(128)
         variants = {"product": lambda q=q, k=k, qw=qw, kw=kw: ops.fused_inplace_qknorm(q, k, qw, kw)}
         if ref is not None:
             variants["reference"] = lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)
-        for rows, threads, pers, trig in [(2, 256, 0, 1), (2, 256, 1, 1), (2, 256, 1, 2), (1, 128, 1, 2), (2, 128, 1, 2)]:
+        for rows, threads, pers, trig in [(2, 256, 1, 2), (2, 128, 1, 2)]:
             variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}"] = (
                 lambda q=q, k=k, qw=qw, kw=kw, rows=rows, threads=threads, pers=pers, trig=trig: m.qknorm(q, k, qw, kw, rows, threads, pers, trig))
 
@@ -96,6 +111,10 @@ def qknorm_shapes(m, ref):
         yield f"T={t}", variants, check
 
 
+GROUP_LAYOUT = ["", " contiguous", " multiply (not exact: diagnostic)", " lean (packed amax, finite only)",
+                " lean 2-op division (packed amax, finite only)"]
+
+
 def group_quant_shapes(m, ref):
     for t in (1, 16, 256, 4096):
         x = rand(t, 7168)
@@ -104,14 +123,15 @@ def group_quant_shapes(m, ref):
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for threads, trig, contiguous in [(256, 0, 0), (256, 1, 0), (256, 2, 0), (128, 2, 0), (256, 1, 1), (256, 2, 1), (256, 2, 2)]:
-            variants[f"{threads}t {TRIGGER[trig]}{['', ' contiguous', ' multiply (not exact: diagnostic)'][contiguous]}"] = (
+        for threads, trig, contiguous in [(256, 2, 0), (256, 2, 1), (256, 2, 2), (256, 2, 3), (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
+            variants[f"{threads}t {TRIGGER[trig]}{GROUP_LAYOUT[contiguous]}"] = (
                 lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
+        with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
             eq, es = ops.per_token_group_quant_8bit(x, 128)
             for name, fn in variants.items():
-                if name == "reference" or "diagnostic" in name:
+                if name == "reference" or "diagnostic" in name or name.startswith(FLOOR):
                     continue
                 q.view(torch.uint8).fill_(0), s.fill_(0)
                 fn()
@@ -119,20 +139,48 @@ def group_quant_shapes(m, ref):
         yield f"[{t}, 7168]", variants, check
 
 
+STORE_TRIGGER = {0: "start", 1: "after wait", 2: "end", 3: "after loads"}
+
+
+def store_shapes(m, ref):
+    for t in (16, 256, 1024):
+        k, v = rand(t, 8, 128), rand(t, 8, 128)
+        kc, vc = torch.zeros(65536, 8, 128, device="cuda", dtype=DTYPE), torch.zeros(65536, 8, 128, device="cuda", dtype=DTYPE)
+        loc = torch.randperm(65536, device="cuda")[:t]
+        variants = {"product": lambda k=k, v=v, kc=kc, vc=vc, loc=loc: ops.store_cache(k, v, kc, vc, loc)}
+        if ref is not None:
+            variants["reference"] = lambda k=k, v=v, kc=kc, vc=vc, loc=loc, t=t: ref.store_cache(k.view(t, -1), v.view(t, -1), kc.view(65536, -1),
+                                                                                               vc.view(65536, -1), loc)
+        for trig, layout in [(1, 0), (3, 0), (3, 1), (2, 0), (0, 0)]:
+            variants[f"static {STORE_TRIGGER[trig]}{' layout' if layout else ''}"] = (
+                lambda k=k, v=v, kc=kc, vc=vc, loc=loc, trig=trig, layout=layout: m.store(k, v, kc, vc, loc, trig, layout))
+        with_floor(variants)
+
+        def check(k=k, v=v, kc=kc, vc=vc, loc=loc, variants=variants):
+            for name, fn in variants.items():
+                if name in ("product", "reference") or name.startswith(FLOOR):
+                    continue
+                kc.zero_(), vc.zero_()
+                fn()
+                assert torch.equal(kc[loc], k) and torch.equal(vc[loc], v), f"store variant {name} misplaces rows"
+        yield f"T={t}", variants, check
+
+
 def main() -> None:
     start = time.perf_counter()
-    try:
-        modules, builder = reference_modules(["layernorm.norm", "quantization.per_token_group_quant"])
-    except Exception as e:  # noqa: BLE001 - the schedules are still compared with the product
-        modules, builder = {}, f"nothing: {type(e).__name__}: {e}"
+    # Each of the reference's op modules that loads (the schedules are still compared with the product without it).
+    modules = {path: reference_ops_or_none(path) for path in ["layernorm.norm", "quantization.per_token_group_quant", "kvcache.kvcache"]}
+    builder = reference_builder() if any(modules.values()) else "nothing"
     m = module()
     norm, quant = modules.get("layernorm.norm"), modules.get("quantization.per_token_group_quant")
+    kv = modules.get("kvcache.kvcache")
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
-    print("\nus, fastest first; NxR: N threads of R 16-byte vectors; trigger: where the PDL trigger is (start, after the wait, after "
-          "the last store).")
+    print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
+          "the PDL trigger is (start, after the wait, after the loads, after the last store).")
     tables = {"rmsnorm, bf16": list(rmsnorm_shapes(m, norm)),
               "fp8 group quantization, group 128, bf16 [T, 7168]": list(group_quant_shapes(m, quant)),
-              "qknorm, 32 q + 8 k heads x 128, bf16": list(qknorm_shapes(m, norm))}
+              "qknorm, 32 q + 8 k heads x 128, bf16": list(qknorm_shapes(m, norm)),
+              "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered": list(store_shapes(m, kv))}
 
     def first_call(fns):
         try:

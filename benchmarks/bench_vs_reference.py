@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, interleaved, reference_builder, reference_ops, reference_version  # noqa: E402
+from utils import environment, interleaved, overhead_module, reference_builder, reference_ops, reference_version  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern import ops  # noqa: E402
@@ -191,9 +191,19 @@ def main() -> None:
     print(f"{environment()}; us, CUDA-graph replay medians, median of 3 interleaved rounds; bf16 unless named.\n")
     print("| op | shape | reference us | jitkern us | reference / jitkern |")
     print("|---|---|---|---|---|")
+    floor()
     for op, shape, mine, theirs in cases:
         m = interleaved({"jitkern": mine, "reference": theirs})
         print(f"| {op} | {shape} | {m['reference']:.2f} | {m['jitkern']:.2f} | {m['reference'] / m['jitkern']:.2f}x |", flush=True)
+    floor()
+
+
+def floor() -> None:
+    """The launch floor, a row of the table: an empty one-warp kernel launched as the ops are (PDL), same timing."""
+    x = torch.zeros(16, device="cuda", dtype=torch.int32)
+    empty = overhead_module().launch_empty_pdl
+    print(f"| launch floor: an empty kernel (PDL wait only) | 1 x 32 threads | | {interleaved({'floor': lambda: empty(x, x)})['floor']:.2f} | |",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,19 @@ def yardstick_module():
                                            ("rewrite_to_cache_gathered", "rewrite_to_cache_gathered")])
 
 
+@functools.cache
+def overhead_module():
+    """benchmarks/kernels/overhead.cuh: the stages of a call (call_only, verify_only, verify_and_stream, allocate_only)
+    and the launch floor (launch_empty, launch_empty_bare, launch_empty_pdl: an empty one-warp kernel)."""
+    import jitkern
+
+    return jitkern.load_jit("overhead", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "overhead.cuh")],
+                            cuda_wrappers=[("call_only", "call_only"), ("verify_only", "verify_only"),
+                                           ("verify_and_stream", "verify_and_stream"), ("launch_empty", "launch_empty"),
+                                           ("launch_empty_bare", "launch_empty_bare"), ("launch_empty_pdl", "launch_empty_pdl"),
+                                           ("allocate_only", "allocate_only")])
+
+
 def copy_ceiling_text(ceilings: dict[str, float]) -> str:
     return f"{max(ceilings.values()):.0f} GB/s (" + ", ".join(f"{k} {v:.0f}" for k, v in ceilings.items()) + ")"
 

@@ -4,6 +4,7 @@
 //   trigger: 0 at kernel start, 1 right after the PDL wait, 2 after the last store.
 #pragma once
 
+#include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/norm_launch.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/runtime.cuh>
@@ -23,6 +24,14 @@ namespace bench_schedules {
 using namespace device::norm;
 using bf16 = bf16_t;
 constexpr int kV = 8;  // bf16 elements of a 16-byte vector
+
+#ifndef __CUDACC_RTC__
+// f(std::integral_constant<int, k>{}) for the k of kValues equal to v (nothing where none is).
+template <int... kValues, typename F>
+void with_constant(int64_t v, F&& f) {
+  ((v == kValues ? f(std::integral_constant<int, kValues>{}) : void()), ...);
+}
+#endif  // __CUDACC_RTC__
 
 template <int kTrigger>
 __device__ __forceinline__ void wait_and_trigger() {
@@ -81,14 +90,131 @@ void rmsnorm_schedule(jitkern::TensorView x, jitkern::TensorView w, jitkern::Ten
       launch(wide_schedule_kernel<kR, kT, RowOrder::kProblemMajor>, p);
     }
   };
-  const auto by_trigger = [&](auto r) {
-    if (trigger == 0) by_order(r, std::integral_constant<int, 0>{});
-    if (trigger == 1) by_order(r, std::integral_constant<int, 1>{});
-    if (trigger == 2) by_order(r, std::integral_constant<int, 2>{});
+  with_constant<1, 2, 4>(reg_vecs, [&](auto r) { with_constant<0, 1, 2>(trigger, [&](auto t) { by_order(r, t); }); });
+}
+#endif  // __CUDACC_RTC__
+
+// A CTA of exactly kThreads threads, its width known when compiled: every thread sums the warps'
+// partials from shared memory (one barrier, no second round of shuffles).
+template <int kThreads>
+struct FixedCta {
+  static constexpr int kWarps = kThreads / 32;
+  JITKERN_DEVICE int rank() const { return threadIdx.x; }
+  static constexpr JITKERN_DEVICE int size() { return kThreads; }
+  JITKERN_DEVICE float reduce_sum(float v) const {
+    __shared__ alignas(16) float partial[kWarps];
+    v = device::warp::reduce_sum(v);
+    if constexpr (kWarps == 1) {
+      return v;
+    } else {
+      if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+      __syncthreads();
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) s += partial[i];
+      return s;
+    }
+  }
+  JITKERN_DEVICE float reduce_max(float v) const { return device::cta::reduce_max_nonnegative(v); }  // (no epilogue here asks)
+};
+
+// One row per CTA, the row's width a compile-time constant (kHidden bf16, kHidden / 8 / kRegVecs threads,
+// the row held exactly), the row's pointers as the only parameters.
+template <int kHidden, int kRegVecs, int kTrigger>
+__global__ void __launch_bounds__(kHidden / kV / kRegVecs) static_schedule_kernel(const bf16* in, const bf16* weight, bf16* out,
+                                                                                   int64_t in_stride, int64_t out_stride, float eps) {
+#ifdef __CUDACC__
+  const auto epi = StoreOutput<bf16>::Row<bf16, kV>{out + blockIdx.x * out_stride};
+  wait_and_trigger<kTrigger>();
+  rmsnorm_row<bf16, kV, kRegVecs, false, RowFit::kExact>(epi, in + blockIdx.x * in_stride, nullptr, weight, kHidden, eps,
+                                                         FixedCta<kHidden / kV / kRegVecs>{});
+  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
+#endif
+}
+
+#ifndef __CUDACC_RTC__
+// rmsnorm of x [N, H] (bf16, rows contiguous, H 2048 / 4096 / 8192) into out, the static kernel.
+void rmsnorm_static(jitkern::TensorView x, jitkern::TensorView w, jitkern::TensorView out, int64_t reg_vecs, int64_t trigger) {
+  using namespace host;
+  const host::norm::TokenRows<bf16> rows(x, w, &out, nullptr, 1e-6);
+  const int64_t hidden = rows.params.hidden;
+  RuntimeCheck((hidden == 2048 || hidden == 4096 || hidden == 8192) && (reg_vecs == 1 || reg_vecs == 2 || reg_vecs == 4) &&
+                   (trigger == 0 || trigger == 2),
+               "rmsnorm_static: hidden 2048 / 4096 / 8192, reg_vecs 1 / 2 / 4, trigger 0 / 2");
+  RuntimeCheck(hidden / kV / reg_vecs <= 1024, "rmsnorm_static: at most 1024 threads");
+  const auto& q = rows.params.problem[0];
+  const auto go = [&](auto h, auto r, auto t) {
+    constexpr int kH = decltype(h)::value, kR = decltype(r)::value, kT = decltype(t)::value;
+    if constexpr (kH / kV / kR <= 1024)
+      LaunchKernel(static_cast<unsigned>(rows.tokens), kH / kV / kR, rows.device)
+          .enable_pdl()(static_schedule_kernel<kH, kR, kT>, q.in, q.weight, q.out, q.in_token, q.out_token, rows.params.eps);
   };
-  if (reg_vecs == 1) by_trigger(std::integral_constant<int, 1>{});
-  if (reg_vecs == 2) by_trigger(std::integral_constant<int, 2>{});
-  if (reg_vecs == 4) by_trigger(std::integral_constant<int, 4>{});
+  with_constant<2048, 4096, 8192>(hidden, [&](auto h) {
+    with_constant<1, 2, 4>(reg_vecs, [&](auto r) { with_constant<0, 2>(trigger, [&](auto t) { go(h, r, t); }); });
+  });
+}
+#endif  // __CUDACC_RTC__
+
+// store_cache of k, v [N, kRowBytes] (contiguous) into k_cache, v_cache [slots, kRowBytes] at loc[i] (int64):
+// a thread per 16-byte vector of each row; trigger 0 at start, 1 after the wait, 3 after the loads (before
+// the stores), 2 after the stores. kLayout: the slot's row through the product's CacheLayout (bounds check,
+// the page divisor), else slot * row bytes.
+template <int kRowBytes, int kTrigger, bool kLayout>
+__global__ void __launch_bounds__(256) store_schedule_kernel(const char* k, const char* v, device::kv_cache::CacheLayout kc,
+                                                             device::kv_cache::CacheLayout vc, const int64_t* loc, int64_t rows) {
+#ifdef __CUDACC__
+  constexpr int kLanes = kRowBytes / 16;
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int64_t r = t / kLanes;
+  const int lane = static_cast<int>(t % kLanes);
+  if (r >= rows) return;
+  if constexpr (kTrigger == 0) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
+  const int64_t slot = loc[r];
+  const int4 a = reinterpret_cast<const int4*>(k + r * kRowBytes)[lane];
+  const int4 b = reinterpret_cast<const int4*>(v + r * kRowBytes)[lane];
+  if constexpr (kTrigger == 3) device::pdl_trigger_secondary();
+  if constexpr (kLayout) {
+    if (!kc.holds(slot)) return;
+    reinterpret_cast<int4*>(kc.row(slot))[lane] = a;
+    reinterpret_cast<int4*>(vc.row(slot))[lane] = b;
+  } else {
+    reinterpret_cast<int4*>(kc.base + slot * kRowBytes)[lane] = a;
+    reinterpret_cast<int4*>(vc.base + slot * kRowBytes)[lane] = b;
+  }
+  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
+#endif
+}
+
+#ifndef __CUDACC_RTC__
+// k, v [N, 8, 128] bf16 into k_cache, v_cache [slots, 8, 128] at loc (int64 [N]); CTAs as the product's rule.
+void store_schedule(jitkern::TensorView k, jitkern::TensorView v, jitkern::TensorView kc, jitkern::TensorView vc, jitkern::TensorView loc,
+                    int64_t trigger, int64_t layout) {
+  using namespace host;
+  constexpr int kRowBytes = 8 * 128 * 2;
+  RuntimeCheck(k.size(1) * k.size(2) * 2 == kRowBytes && is_type<int64_t>(loc.dtype()), "store_schedule: rows of 8 x 128 bf16, int64 loc");
+  const int64_t rows = k.size(0), threads = rows * (kRowBytes / 16), warps = div_ceil(threads, 32);
+  const int64_t sms = runtime::get_sm_count(k.device().device_id);
+  int64_t cta = 256;
+  for (int64_t w = 1; w * 32 < 256; w *= 2)
+    if (warps <= sms * w) {
+      cta = w * 32;
+      break;
+    }
+  const auto layout_of = [&](jitkern::TensorView c) {
+    return host::kv_cache::cache_layout(c, 8 * 128, k.device().device_id, "cache");
+  };
+  const auto kl = layout_of(kc), vl = layout_of(vc);
+  LaunchKernel launch(static_cast<unsigned>(div_ceil(threads, cta)), static_cast<unsigned>(cta), k.device());
+  launch.enable_pdl();
+  const auto go = [&](auto t, auto l) {
+    constexpr int kT = decltype(t)::value;
+    constexpr bool kL = decltype(l)::value != 0;
+    launch(store_schedule_kernel<kRowBytes, kT, kL>, static_cast<const char*>(k.data_ptr()), static_cast<const char*>(v.data_ptr()), kl, vl,
+           static_cast<const int64_t*>(loc.data_ptr()), rows);
+  };
+  with_constant<0, 1, 2, 3>(trigger, [&](auto t) { with_constant<0, 1>(layout, [&](auto l) { go(t, l); }); });
 }
 #endif  // __CUDACC_RTC__
 
@@ -131,27 +257,15 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
   const int64_t batches = div_ceil(int64_t{p.total_rows}, threads / 16 * rows_per_group);
   const auto go = [&](auto r, auto t, auto pers) {
     constexpr int kR = decltype(r)::value, kT = decltype(t)::value;
-    constexpr bool kP = decltype(pers)::value;
+    constexpr bool kP = decltype(pers)::value != 0;
     const auto kernel = narrow_schedule_kernel<kR, kT, kP>;
     int64_t grid = batches;
     if (kP) grid = std::min<int64_t>(grid, int64_t{runtime::get_sm_count(device.device_id)} * runtime::get_blocks_per_sm(kernel, threads));
     LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(threads), device).enable_pdl()(kernel, p);
   };
-  const auto by_trigger = [&](auto r, auto pers) {
-    if (trigger == 0) go(r, std::integral_constant<int, 0>{}, pers);
-    if (trigger == 1) go(r, std::integral_constant<int, 1>{}, pers);
-    if (trigger == 2) go(r, std::integral_constant<int, 2>{}, pers);
-  };
-  const auto by_rows = [&](auto pers) {
-    if (rows_per_group == 1) by_trigger(std::integral_constant<int, 1>{}, pers);
-    if (rows_per_group == 2) by_trigger(std::integral_constant<int, 2>{}, pers);
-    if (rows_per_group == 4) by_trigger(std::integral_constant<int, 4>{}, pers);
-  };
-  if (persistent) {
-    by_rows(std::true_type{});
-  } else {
-    by_rows(std::false_type{});
-  }
+  with_constant<1, 2, 4>(rows_per_group, [&](auto r) {
+    with_constant<0, 1, 2>(trigger, [&](auto t) { with_constant<0, 1>(persistent, [&](auto pers) { go(r, t, pers); }); });
+  });
 }
 #endif  // __CUDACC_RTC__
 
@@ -178,40 +292,50 @@ __global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, ui
 #endif
 }
 
-// A diagnostic, not a product schedule: the contiguous layout quantized with x * (448 / amax) (the
-// reference's arithmetic; jitkern divides exactly), to see what the exact division costs.
-template <int kTrigger>
-__global__ void __launch_bounds__(1024) group_multiply_kernel(const bf16* in, uint8_t* q, float* scales, int64_t total_groups) {
+// Contiguous lanes (32 bytes each, one 16-byte store of codes), the amax over packed bf16 pairs, and the
+// quotient x / s as kDivide: 0 the product's Divider (x * inv and one FMA residual correction, 3 operations
+// a value), 1 fma(x, inv, x * err) with err = (1 - s * inv) * inv, the reciprocal's error (2 operations),
+// 2 x * (448 / amax), the reference's arithmetic (not x / s: a diagnostic of what exactness costs).
+// Finite inputs only (no second look for +-inf): the arithmetic's cost.
+template <int kTrigger, int kDivide>
+__global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_t* q, float* scales, int64_t total_groups) {
 #ifdef __CUDACC__
   constexpr int kLanes = 8;
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
   const int64_t at = group * 128 + lane * 2 * kV;
-  device::AlignedVector<bf16, kV> x[2];
+  device::AlignedVector<bf16x2_t, 4> x[2];
   wait_and_trigger<kTrigger>();
-  float amax = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    if (valid) x[j].load(in + at + j * kV);
-#pragma unroll
-    for (int e = 0; e < kV; ++e) amax = valid ? fmaxf(amax, fabsf(device::cast<float>(x[j][e]))) : amax;
-  }
-  amax = fmaxf(device::warp::reduce_max_nonnegative<kLanes>(amax, 0xffffffffu), 1e-10f);
-  const float inv = 448.0f / amax;
+  for (int j = 0; j < 2; ++j)
+    if (valid) x[j].load(reinterpret_cast<const bf16x2_t*>(in + at + j * kV));
+  float amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
+  amax = device::warp::reduce_max_nonnegative<kLanes>(amax);
+  const float scale = device::quant::scale_for<fp8_e4m3_t>(amax, 1e-10f);
+  const device::quant::Divider d(scale, true);
+  const float err = fmaf(-scale, d.inv, 1.0f) * d.inv;
+  const float multiplier = 448.0f / fmaxf(amax, 1e-10f);
   if (!valid) return;
   device::AlignedVector<uint32_t, 4> words;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     const auto pair = [&](int k) {
-      const bf16* v = &x[k / kV][k % kV];
-      return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(device::cast<float>(v[0]) * inv, device::cast<float>(v[1]) * inv),
-                                                            __NV_SATFINITE, __NV_E4M3));
+      const fp32x2_t v = device::cast<fp32x2_t>(x[k / 4][k % 4]);
+      float2 r;
+      if constexpr (kDivide == 0) {
+        r = make_float2(d.fast_finite(v.x), d.fast_finite(v.y));
+      } else if constexpr (kDivide == 2) {
+        r = make_float2(v.x * multiplier, v.y * multiplier);
+      } else {
+        r = make_float2(fmaf(v.x, d.inv, v.x * err), fmaf(v.y, d.inv, v.y * err));
+      }
+      return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
     };
-    words[w] = pair(4 * w) | (pair(4 * w + 2) << 16);
+    words[w] = pair(2 * w) | (pair(2 * w + 1) << 16);
   }
   words.store(reinterpret_cast<uint32_t*>(q + at));
-  if (lane == 0) scales[group] = amax / 448.0f;
+  if (lane == 0) scales[group] = scale;
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
 }
@@ -230,17 +354,17 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   auto* out = static_cast<uint8_t*>(q.data_ptr());
   const auto go = [&](auto t) {
     constexpr int kT = decltype(t)::value;
-    if (contiguous == 2) {
-      launch(group_multiply_kernel<kT>, in, out, static_cast<float*>(s.data_ptr()), total);
+    if (contiguous >= 2) {  // 2: multiply, 3: lean, 4: lean with the 2-operation division
+      with_constant<2, 0, 1>(contiguous == 2 ? 2 : contiguous - 3, [&](auto d) {
+        launch(group_lean_kernel<kT, decltype(d)::value>, in, out, static_cast<float*>(s.data_ptr()), total);
+      });
     } else if (contiguous) {
       launch(group_schedule_kernel<kT, true>, in, out, scales, groups, total);
     } else {
       launch(group_schedule_kernel<kT, false>, in, out, scales, groups, total);
     }
   };
-  if (trigger == 0) go(std::integral_constant<int, 0>{});
-  if (trigger == 1) go(std::integral_constant<int, 1>{});
-  if (trigger == 2) go(std::integral_constant<int, 2>{});
+  with_constant<0, 1, 2>(trigger, go);
 }
 #endif  // __CUDACC_RTC__
 

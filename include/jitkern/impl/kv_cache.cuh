@@ -1,6 +1,7 @@
 // KV-cache rows, shared by the families that write them (RoPE's fused cache write, csrc/rope.cuh; the KV
 // row copies, csrc/kv_rows.cuh):
-//   device::kv_cache::CacheLayout  where row `slot` of a flat or paged cache starts;
+//   device::kv_cache::CacheLayout  where row `slot` of a flat or paged cache starts (CachePlace: its page
+//                                  and offset);
 //   device::kv_cache::Divisor      a quotient by a multiply (host::kv_cache::divisor makes one);
 //   device::kv_cache::load_index   index i of an int32 or int64 array (positions, cache locations);
 //   host::kv_cache::cache_layout   a cache tensor checked and seen as a CacheLayout; row_is_compact,
@@ -35,6 +36,11 @@ struct Divisor {
   }
 };
 
+// A slot's page and its offset in the page (flat caches: the slot and 0).
+struct CachePlace {
+  int64_t page, offset;
+};
+
 // Where row `slot` of a KV cache starts, in bytes: flat [slots, *row] or paged [pages, page_size, *row]
 // (slot = page * page_size + offset in the page).
 struct CacheLayout {
@@ -50,11 +56,16 @@ struct CacheLayout {
   __device__ __forceinline__ bool holds(int64_t slot) const { return slot >= 0 && slot < slots; }
 
   // slot in [0, slots). One branch-free path for every layout.
-  __device__ __forceinline__ char* row(int64_t slot) const {
+  __device__ __forceinline__ char* row(int64_t slot) const { return at(place(slot)); }
+
+  // row() in two steps, so that caches of one page size (k and v) divide once: the slot's page and its
+  // place in the page (slot in [0, slots)), and the row at such a place.
+  __device__ __forceinline__ CachePlace place(int64_t slot) const {
     uint64_t offset;
     const uint64_t page = page_size.divide(static_cast<uint64_t>(slot), offset);
-    return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(offset) * row_stride;
+    return {static_cast<int64_t>(page), static_cast<int64_t>(offset)};
   }
+  __device__ __forceinline__ char* at(CachePlace p) const { return base + p.page * page_stride + p.offset * row_stride; }
 };
 
 // Index i of an int32 or int64 array: its address, and the value there.

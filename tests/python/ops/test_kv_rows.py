@@ -17,8 +17,10 @@ def _ops():
     return jitkern.ops
 
 
+# Rows of at most 256 vectors take one vector a lane; the wider last two take several, in turn (16-byte and 4-byte vectors).
 STORE_CASES = [("bfloat16", (8, 128), "flat"), ("bfloat16", (8, 128), "paged"), ("float32", (3,), "flat"), ("float16", (6,), "paged"),
-               ("bfloat16", (1, 576), "flat"), ("float8_e4m3fn", (8, 128), "paged"), ("int32", (5,), "flat")]
+               ("bfloat16", (1, 576), "flat"), ("float8_e4m3fn", (8, 128), "paged"), ("int32", (5,), "flat"), ("float32", (8, 256), "paged"),
+               ("int32", (1030,), "flat")]
 
 
 @pytest.mark.gpu
