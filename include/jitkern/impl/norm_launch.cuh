@@ -13,11 +13,9 @@
 #include <jitkern/utils.cuh>
 #include <jitkern/vec.cuh>
 #ifndef __CUDACC_RTC__
-#include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #endif
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -152,11 +150,6 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(b.rows, b.epis, b.valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
-  // A grid of fewer CTAs than batches (launch_norm_narrow's many-row launch) takes the rest in turn.
-  for (int64_t batch = int64_t{blockIdx.x} + gridDim.x; batch * groups * kRows < p.total_rows; batch += gridDim.x) {
-    b.template locate<kOrder>(p, epi, batch, groups, kWidth);
-    device::norm::rmsnorm_narrow_rows<T, kVec, kRows, kFusedAdd>(b.rows, b.epis, b.valid, p.hidden, p.eps, device::norm::WarpGroup<kWidth>{});
-  }
 #endif
 }
 
@@ -197,17 +190,11 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
   constexpr int kGroups = kNormNarrowThreads / kWidth;
   // Many rows: rows_per_group rows per group (more bytes in flight per thread), taken in memory order.
   if (kEveryNormVariant<T, Epi> && host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
-    if constexpr (kEveryNormVariant<T, Epi>) {
-      constexpr auto kernel = norm_narrow_kernel<T, kVec, kWidth, host::kRowKernels.rows_per_group, kFusedAdd, Epi, RowOrder::kTokenMajor>;
-      // At most the CTAs the SMs hold at once, each taking batches in turn (persistent), as the reference's
-      // qknorm does (44.3 us against jitkern's 46.9 at 8192 tokens of 32 + 8 heads on an H200, one batch a
-      // CTA then): no CTAs retiring and launching in their place. bench_schedules.py times both.
-      static const int resident = host::runtime::get_blocks_per_sm(kernel, kNormNarrowThreads);
-      const int64_t grid = std::min(host::div_ceil(int64_t{p.total_rows}, kGroups * host::kRowKernels.rows_per_group),
-                                    int64_t{resident} * sm_count);
-      p.early_trigger = host::pdl_early_trigger(grid);
-      host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device).enable_pdl()(kernel, p, epi);
-    }
+    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * host::kRowKernels.rows_per_group);
+    p.early_trigger = host::pdl_early_trigger(grid);
+    if constexpr (kEveryNormVariant<T, Epi>)
+      host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
+          .enable_pdl()(norm_narrow_kernel<T, kVec, kWidth, host::kRowKernels.rows_per_group, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
     int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
     int threads = kNormNarrowThreads;
