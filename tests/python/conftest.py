@@ -135,12 +135,17 @@ def _use_cache(monkeypatch, d: Path) -> Path:
     return d
 
 
+def shared_cache_path(tmp_path_factory) -> Path:
+    """The jitkern cache shared by every test of the run that uses it (every pytest-xdist worker's too: the
+    engine's builds are process-safe)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-cache"
+
+
 @pytest.fixture
 def shared_cache_dir(tmp_path_factory, monkeypatch):
-    """A jitkern cache shared by every test of the run that uses it (every pytest-xdist worker's too: the
-    engine's builds are process-safe), for tests that only need their modules built, not a fresh cache."""
-    base = tmp_path_factory.getbasetemp()
-    return _use_cache(monkeypatch, (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-cache")
+    """The shared cache (shared_cache_path), for tests that only need their modules built, not a fresh cache."""
+    return _use_cache(monkeypatch, shared_cache_path(tmp_path_factory))
 
 
 @pytest.fixture

@@ -97,6 +97,22 @@ struct remove_cv<const volatile T> {
 };
 template <typename T>
 using remove_cv_t = typename remove_cv<T>::type;
+template <typename T>
+struct remove_reference {
+  using type = T;
+};
+template <typename T>
+struct remove_reference<T&> {
+  using type = T;
+};
+template <typename T>
+struct remove_reference<T&&> {
+  using type = T;
+};
+template <typename T>
+using remove_reference_t = typename remove_reference<T>::type;
+template <typename T>
+using remove_cvref_t = remove_cv_t<remove_reference_t<T>>;
 
 template <typename T>
 __host__ __device__ constexpr const T& min(const T& a, const T& b) {

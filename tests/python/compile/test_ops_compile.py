@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import KERNELS, PRIMITIVES_WRAPPERS
+from conftest import KERNELS, PRIMITIVES_WRAPPERS, shared_cache_path
 import jitkern
 from jitkern import JitSpec, ops
 from jitkern.cli import FATBIN_MAGIC
@@ -64,10 +64,12 @@ def _spec_id(spec: JitSpec) -> str:
     return "-".join([spec.name, *spec.args[1:]])
 
 
-# NVRTC's representative subset on every machine: one module per family (its last, the families list
-# their fused variants last); the rest of the matrix in one parallel build on the GPU machine.
-_NVRTC_SUBSET = [specs[-1] for specs in (ops.specs([f]) for f in ops.FAMILIES) if specs]
-_NVRTC_REST = [s for s in ops.specs() if s not in _NVRTC_SUBSET]
+# Every op module is built once with the default pipeline as warmup and prebuild run it (builds many at once:
+# NVRTC after each module's host pass, the host prelude precompiled once); nvcc beside the host pass (a
+# first call's build, one alone) takes one module per family here (its last: the families list their fused
+# variants last) and the rest of the matrix in one build on the GPU machine.
+_NVCC_SUBSET = [specs[-1] for specs in (ops.specs([f]) for f in ops.FAMILIES) if specs]
+_NVCC_REST = [s for s in ops.specs() if s not in _NVCC_SUBSET]
 
 
 def _nvrtc_libraries() -> set[str]:
@@ -75,46 +77,63 @@ def _nvrtc_libraries() -> set[str]:
     return {line.split()[-1] for line in open("/proc/self/maps") if "libnvrtc" in line}
 
 
-def _build_with_nvrtc(*specs: JitSpec) -> None:
-    """Builds `specs` (in parallel) with JITKERN_DEVICE_COMPILER=nvrtc and checks each one's image."""
-    before = _nvrtc_libraries()
+@pytest.fixture(scope="module")
+def built_together(tmp_path_factory):
+    """Every op module built at once into the shared cache (jitkern.warmup, JITKERN_DEVICE_COMPILER=auto),
+    in their own NVRTC processes; the failure, if one module failed (its test builds it again, alone, to
+    show it), else None."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JITKERN_CACHE_DIR", str(shared_cache_path(tmp_path_factory)))
+        mp.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+        for name in ("JITKERN_DEVICE_COMPILER", "JITKERN_LOCK_DIR", "JITKERN_RETRY_FAILED"):
+            mp.delenv(name, raising=False)
+        before = _nvrtc_libraries()
+        try:
+            jitkern.warmup(*ops.specs())
+            failure = None
+        except jitkern.BuildError as e:
+            failure = e
+        assert _nvrtc_libraries() == before, "NVRTC ran in the engine's process"
+        yield failure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ops.specs(), ids=_spec_id)  # every family's modules (add_constant's: test_cuda_compile.py)
+def test_op_module_compiles(built_together, spec):
+    """Built with the others (built_together): the host pass, then NVRTC's image of the family's kernels
+    (their host code is under #ifndef __CUDACC_RTC__), named as the host pass's stubs name them."""
+    path = _build(spec)  # from the cache; a module the batch could not build is built here, alone, and its error raised
+    assert spec.host_without_nvcc, "jitkern's own families build their host code without nvcc"
+    _check_device_image(path, has_kernels=spec.name != "all_reduce")  # (the communicator's module has none)
+    assert FATBIN_MAGIC not in open(path, "rb").read(), f"{_spec_id(spec)}: built with others, NVRTC's cubin, not nvcc's fatbin"
+
+
+def _build_alone_with_nvcc(*specs: JitSpec) -> None:
+    """Builds `specs` as a first call does, nvcc beside the host pass (JITKERN_DEVICE_COMPILER=nvcc: several
+    at once where there are several), and checks each one's image."""
     if len(specs) > 1:
         jitkern.warmup(*specs)
     for spec in specs:
         path = _build(spec)
         _check_device_image(path, has_kernels=spec.name != "all_reduce")  # (the communicator's module has none)
-        assert FATBIN_MAGIC not in open(path, "rb").read(), f"{_spec_id(spec)}: NVRTC's image is a cubin, not nvcc's fatbin"
-    assert _nvrtc_libraries() == before, "NVRTC ran in the engine's process"
+        assert FATBIN_MAGIC in open(path, "rb").read(), f"{_spec_id(spec)}: nvcc's fatbin"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ops.specs(), ids=_spec_id)  # every family's modules (add_constant's: test_cuda_compile.py)
-def test_op_module_compiles(shared_cache_dir, monkeypatch, spec):
+@pytest.mark.parametrize("spec", _NVCC_SUBSET, ids=_spec_id)
+def test_op_module_compiles_alone_with_nvcc(cache_dir, monkeypatch, spec):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    path = _build(spec)
-    assert spec.host_without_nvcc, "jitkern's own families build their host code without nvcc"
-    _check_device_image(path, has_kernels=spec.name != "all_reduce")  # (the communicator's module has none)
-    assert FATBIN_MAGIC in open(path, "rb").read(), "a build alone: nvcc beside the host pass (JITKERN_DEVICE_COMPILER=auto)"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("spec", _NVRTC_SUBSET, ids=_spec_id)
-def test_op_module_compiles_with_nvrtc(shared_cache_dir, monkeypatch, spec):
-    """JITKERN_DEVICE_COMPILER=nvrtc: the family's kernels compile after the host pass (their host code is
-    under #ifndef __CUDACC_RTC__), named as the host pass's stubs name them, in a process of their own
-    (NVRTC compiles sharing one process contend for its locks); a fallback to nvcc would be a fatbin."""
-    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
-    _build_with_nvrtc(spec)
+    monkeypatch.delenv("JITKERN_DEVICE_COMPILER", raising=False)  # auto: a build alone goes to nvcc
+    _build_alone_with_nvcc(spec)
 
 
 @pytest.mark.toolchain
 @pytest.mark.full_matrix
-def test_every_other_op_module_compiles_with_nvrtc(shared_cache_dir, monkeypatch):
-    """The rest of NVRTC's matrix (every op module not in the subset above), in one parallel build."""
+def test_every_other_op_module_compiles_with_nvcc(cache_dir, monkeypatch):
+    """The rest of nvcc's matrix (every op module not in the subset above), in one parallel build."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
-    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvrtc")
-    _build_with_nvrtc(*_NVRTC_REST)
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
+    _build_alone_with_nvcc(*_NVCC_REST)
 
 
 def test_auto_device_compiler_takes_nvrtc_for_builds_run_many_at_once(cache_dir, monkeypatch):
