@@ -30,14 +30,20 @@ def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, 
     [rows, ceil(H / group_size / 4)], four UE8M0 exponents per int32 (group 4k + b in byte b).
     column_major_scales: stored column by column (a [groups, rows] buffer, transposed); scale_tma_aligned:
     each column padded to a multiple of 16 bytes (what TMA loads need)."""
-    if scale_tma_aligned and not column_major_scales:
-        raise ValueError("per_token_group_quant_8bit(): scale_tma_aligned applies to column_major_scales=True only")
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    padded = scale_column_rows(rows, column_major_scales, scale_tma_aligned, "per_token_group_quant_8bit")
     groups = x.shape[-1] // group_size if group_size > 0 else 0  # a bad group_size is the op's to refuse, by name
     dtype = torch.int32 if scale_ue8m0 else torch.float32
     cols = -(-groups // 4) if scale_ue8m0 else groups
     if not column_major_scales:
         shape = (*x.shape[:-1], cols) if not scale_ue8m0 else (rows, cols)
         return torch.empty(shape, dtype=dtype, device=x.device)
-    padded = -(-rows // 4) * 4 if scale_tma_aligned else rows  # 4 four-byte scales = 16 bytes
     return torch.empty((cols, padded), dtype=dtype, device=x.device)[:, :rows].t()
+
+
+def scale_column_rows(rows: int, column_major_scales: bool, scale_tma_aligned: bool, public: str) -> int:
+    """The length of a column-major scale tensor's columns for `rows` rows: padded to 16 bytes (4 four-byte
+    scales) with scale_tma_aligned, which applies to column-major scales only."""
+    if scale_tma_aligned and not column_major_scales:
+        raise ValueError(f"{public}(): scale_tma_aligned applies to column_major_scales=True only")
+    return -(-rows // 4) * 4 if scale_tma_aligned else rows

@@ -25,7 +25,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from ._fp8 import _bytes
+from ._fp8 import _bytes, scale_column_rows
 
 _SORTED = "Tensor input, Tensor sorted_token_ids, Tensor num_tokens_post_pad, int num_ids"
 _MASKED = "Tensor input, Tensor masked_m"
@@ -64,13 +64,11 @@ def _group_scales(q, group_size: int, column_major_scales: bool, scale_tma_align
     (a [..., groups, rows] buffer transposed), each column padded to 16 bytes with scale_tma_aligned."""
     if type(group_size) is not int:
         raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
-    if scale_tma_aligned and not column_major_scales:
-        raise ValueError(f"{public}(): scale_tma_aligned applies to column_major_scales=True only")
     *lead, rows, d = q.shape
+    padded = scale_column_rows(rows, column_major_scales, scale_tma_aligned, public)
     groups = d // group_size if group_size > 0 else 0
     if not column_major_scales:
         return torch.empty((*lead, rows, groups), dtype=torch.float32, device=q.device)
-    padded = -(-rows // 4) * 4 if scale_tma_aligned else rows  # 4 four-byte scales = 16 bytes
     return torch.empty((*lead, groups, padded), dtype=torch.float32, device=q.device)[..., :rows].transpose(-1, -2)
 
 
