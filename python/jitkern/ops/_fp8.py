@@ -41,6 +41,12 @@ def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, 
     return torch.empty((cols, padded), dtype=dtype, device=x.device)[:, :rows].t()
 
 
+def check_group_size(group_size, public: str) -> None:
+    """A group size is a Python int (its value is the C++ entry point's to check, by name)."""
+    if type(group_size) is not int:
+        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+
+
 def scale_column_rows(rows: int, column_major_scales: bool, scale_tma_aligned: bool, public: str) -> int:
     """The length of a column-major scale tensor's columns for `rows` rows: padded to 16 bytes (4 four-byte
     scales) with scale_tma_aligned, which applies to column-major scales only."""

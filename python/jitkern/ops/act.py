@@ -15,7 +15,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from ._fp8 import _bytes, _check_scale, group_scales_like
+from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
 from ._shapes import as_rows
 
 _ACTIVATIONS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
@@ -123,8 +123,7 @@ def silu_and_mul_per_token_group_quant_fp8(input: torch.Tensor, group_size: int 
                                                                          scale_ue8m0)
         return (q if output_q is None else output_q.copy_(q)), (s if output_s is None else output_s.copy_(s))
     fn = _FAMILY.function("silu_and_mul_group_quant", input, public)
-    if type(group_size) is not int:
-        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+    check_group_size(group_size, public)
     q = _half_like(input, torch.float8_e4m3fn) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
         q, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)

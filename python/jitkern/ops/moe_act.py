@@ -25,7 +25,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from ._fp8 import _bytes, scale_column_rows
+from ._fp8 import _bytes, check_group_size, scale_column_rows
 
 _SORTED = "Tensor input, Tensor sorted_token_ids, Tensor num_tokens_post_pad, int num_ids"
 _MASKED = "Tensor input, Tensor masked_m"
@@ -62,8 +62,7 @@ def _half(input, public: str, dtype=None):
 def _group_scales(q, group_size: int, column_major_scales: bool, scale_tma_aligned: bool, public: str):
     """fp32 scales [..., rows, d / group_size] for q [..., rows, d]: row-major, or column-major over the rows
     (a [..., groups, rows] buffer transposed), each column padded to 16 bytes with scale_tma_aligned."""
-    if type(group_size) is not int:
-        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+    check_group_size(group_size, public)
     *lead, rows, d = q.shape
     padded = scale_column_rows(rows, column_major_scales, scale_tma_aligned, public)
     groups = d // group_size if group_size > 0 else 0

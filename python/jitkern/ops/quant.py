@@ -21,7 +21,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from ._fp8 import _bytes, _check_scale, group_scales_like
+from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
@@ -152,8 +152,7 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
     else:
         export = "per_token_group_quant" + _ue8m0_suffix(scale_ue8m0, output_s)
     fn = _FAMILY.function(export, input, public)
-    if type(group_size) is not int:
-        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+    check_group_size(group_size, public)
     q = _empty_q(input, dtype) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
         input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
@@ -218,8 +217,7 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
 
 def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
                       scale_ue8m0, output_q, output_s):
-    if type(group_size) is not int:
-        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+    check_group_size(group_size, public)
     fn = _FAMILY.function(op + _ue8m0_suffix(scale_ue8m0, output_s), input, public)
     q = _empty_q(input) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
