@@ -4,19 +4,27 @@ expert-parallel dispatch (32 local experts, 1024 rows each), plain and fused wit
 per group of 128), against the unfused sequences (jitkern's silu_and_mul over the whole buffer; the computed
 rows gathered, silu_and_mul, scattered back; + the quantizer), torch, and the reference framework's masked
 kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
-% of the measured copy ceiling. Prints markdown tables."""
+% of the measured copy ceiling. Prints markdown tables.
+
+--schedules: the launch schedules instead (benchmarks/kernels/moe_act_schedules.cuh), each kernel under
+each, same inputs, one process, median of 2 interleaved rounds, the reference's DeepSeek-V4 kernel beside
+the masked group form; every schedule's output is compared with the product schedule's first."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_ops_or_none, reference_version,  # noqa: E402
-                   run_benchmark, run_benchmark_or_none, yardstick_module)
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_ops_or_none,  # noqa: E402
+                   reference_version, run_benchmark, run_benchmark_or_none, yardstick_module)
+
+import jitkern  # noqa: E402
+from jitkern.jit import warmup as build_all  # noqa: E402
 
 from jitkern.ops import (moe_align_block_size, per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul,  # noqa: E402
                          silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8,
@@ -135,6 +143,110 @@ def masked_tables(ceiling: float) -> None:
               f"{ratio(group_pair, group)} | {fmt(ref_quant)} | {ratio(ref_quant, group)} | {fmt(ref_dsv4)} | {ratio(ref_dsv4, group)} |")
 
 
+# ---- launch schedules (--schedules) ---------------------------------------------------------------
+
+# (scan, CTAs per SM, items, group items, load-all bytes): bench_moe_act::Sched's arguments; the first of each
+# kind is the product's Schedule.
+PRODUCT = (0, -1, 1, 1, 0)
+SCHEDULES = {
+    "masked_group": [PRODUCT, (0, 0, 1, 1, 0), (0, 2, 1, 1, 0), (1, -1, 1, 1, 0), (1, 0, 1, 1, 0), (1, 4, 1, 1, 0), (1, 2, 1, 1, 0),
+                     (1, 2, 1, 2, 0), (1, 1, 1, 2, 0), (2, 0, 1, 1, 0), (2, 2, 1, 1, 0)],
+    "masked_act": [PRODUCT, (1, -1, 1, 1, 0), (1, 4, 2, 1, 0), (1, 2, 4, 1, 0), (1, 2, 2, 1, 0), (0, 2, 4, 1, 0), (1, 1, 4, 1, 0),
+                   (2, 2, 4, 1, 0)],
+    "masked_token": [PRODUCT, (0, 0, 1, 1, 0), (1, -1, 1, 1, 0), (1, 4, 1, 1, 0), (1, 2, 1, 1, 0), (2, -1, 1, 1, 0)],
+    "sorted_act": [PRODUCT, (0, -1, 4, 1, 0), (0, 4, 4, 1, 0), (0, -1, 2, 1, 0), (0, 2, 4, 1, 0), (0, 0, 1, 1, 0),
+                   (0, -1, 1, 1, 1 << 21), (0, -1, 4, 1, 1 << 21)],
+    "sorted_group": [PRODUCT, (0, -1, 1, 2, 0), (0, 0, 1, 1, 0), (0, 4, 1, 2, 0), (0, 2, 1, 2, 0)],
+    "sorted_token": [PRODUCT, (0, 0, 1, 1, 0), (0, 4, 1, 1, 0)],
+}
+ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
+         "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
+         "sorted_group": "silu_and_mul_sorted_per_token_group_quant_fp8", "sorted_token": "silu_and_mul_sorted_per_token_quant_fp8"}
+SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait"]
+
+
+def schedule_name(kind, sched) -> str:
+    scan, per_sm, items, group_items, load_all = sched
+    parts = [] if kind.startswith("sorted") else [SCAN[scan]]
+    parts.append({-1: "threads/SM grid", 0: "occupancy grid"}.get(per_sm, f"{per_sm} CTAs/SM"))
+    if kind.endswith("act"):
+        parts.append(f"{items} vec/turn")
+    if kind.endswith("group"):
+        parts.append(f"{group_items} groups/turn")
+    if load_all:
+        parts.append("load all <= 2 MiB")
+    return ("product: " if sched == PRODUCT else "") + ", ".join(parts)
+
+
+def export_name(kind, sched) -> str:
+    return kind + "_" + "_".join(str(v).replace("-", "m") for v in sched)
+
+
+def schedule_modules():
+    """One module per kind (built at once): export_name(kind, sched) -> the entry point under that Sched."""
+    here = Path(__file__).resolve().parent
+    specs = [jitkern.JitSpec(f"bench_moe_act_{kind}", cuda_files=[str(here / "kernels" / "moe_act_schedules.cuh")],
+                             extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
+                             cuda_wrappers=[(export_name(kind, s), f"bench_moe_act::Ops<{', '.join(map(str, s))}>::{ENTRY[kind]}")
+                                            for s in scheds])
+             for kind, scheds in SCHEDULES.items()]
+    return dict(zip(SCHEDULES, build_all(*specs)))
+
+
+def schedule_table(kind, label, module, args, outputs, extra=None) -> None:
+    """Every schedule of `kind` on args + outputs (+ group size and eps for the group forms), the outputs
+    compared with the product schedule's."""
+    tail = (128, 1e-10) if kind.endswith("group") else ()
+    fns = {schedule_name(kind, s): (lambda s=s: module[export_name(kind, s)](*args, *outputs, *tail)) for s in SCHEDULES[kind]}
+    expected = None
+    for name, fn in fns.items():
+        for o in outputs:
+            o.view(torch.uint8).fill_(0x55)
+        fn()
+        got = [o.view(torch.uint8).clone() for o in outputs]
+        if expected is None:
+            expected = got
+        elif not all(torch.equal(a, b) for a, b in zip(got, expected)):
+            print(f"<!-- {kind} {label}: {name} differs from the product schedule -->")
+    fns.update(extra or {})
+    ranked = sorted(interleaved(fns, rounds=2).items(), key=lambda kv: kv[1])
+    print(f"| {kind} | {label} | " + " | ".join(f"{name} {t:.2f}" for name, t in ranked) + " |", flush=True)
+
+
+def schedules() -> None:
+    start = time.perf_counter()
+    dsv4 = reference_ops_or_none("moe.dsv4")
+    modules = schedule_modules()
+    print(f"\n### MoE activation schedules ({environment()}; reference {reference_version()})\n")
+    print(f"us, fastest first; bf16, d = {D}; built in {time.perf_counter() - start:.0f} s.\n")
+    x = torch.randn(LOCAL_EXPERTS, M_MAX, 2 * D, dtype=DTYPE, device="cuda")
+    out = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=DTYPE, device="cuda")
+    q = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=torch.float8_e4m3fn, device="cuda")
+    s1 = torch.empty(LOCAL_EXPERTS, M_MAX, 1, device="cuda")
+    sg = torch.empty(LOCAL_EXPERTS, M_MAX, D // 128, device="cuda")
+    for t in (1, 64, 4096):
+        masked_m = masked_counts(t)
+        label = f"masked T={t} ({int(masked_m.sum())} rows)"
+        extra = None
+        if dsv4 is not None:
+            extra = {"reference (CUDA, dsv4)": lambda m=masked_m: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=TOPK)}
+        schedule_table("masked_group", label, modules["masked_group"], (x, masked_m), (q, sg, ), extra)
+        schedule_table("masked_act", label, modules["masked_act"], (x, masked_m), (out,))
+        schedule_table("masked_token", label, modules["masked_token"], (x, masked_m), (q, s1))
+    for t in (1, 64, 4096):
+        sorted_ids, post_pad, n, idx = sorted_layout(t)
+        P = sorted_ids.numel()
+        xs = torch.randn(P, 2 * D, dtype=DTYPE, device="cuda")
+        label = f"sorted T={t} ({idx.numel()} / {P} rows)"
+        schedule_table("sorted_act", label, modules["sorted_act"], (xs, sorted_ids, post_pad, n),
+                       (torch.empty(P, D, dtype=DTYPE, device="cuda"),))
+        qs = torch.empty(P, D, dtype=torch.float8_e4m3fn, device="cuda")
+        schedule_table("sorted_group", label, modules["sorted_group"], (xs, sorted_ids, post_pad, n),
+                       (qs, torch.empty(P, D // 128, device="cuda")))
+        schedule_table("sorted_token", label, modules["sorted_token"], (xs, sorted_ids, post_pad, n), (qs, torch.empty(P, 1, device="cuda")))
+    print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
+
+
 def main() -> None:
     ceilings = copy_ceilings(use_cudagraph=True)
     module = yardstick_module()
@@ -149,4 +261,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    schedules() if "--schedules" in sys.argv[1:] else main()
