@@ -25,10 +25,12 @@
 #include <jitkern/utils.cuh>
 #include <jitkern/vec.cuh>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#ifndef __CUDACC_RTC__
+#include <atomic>  // the occupancy cache (host code)
+#endif
 
 namespace jitkern_moe_act {
 
