@@ -145,19 +145,20 @@ def masked_tables(ceiling: float) -> None:
 
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
-# (scan, CTAs per SM, items, group items, load-all bytes): bench_moe_act::Sched's arguments; the first of each
-# kind is the product's Schedule.
-PRODUCT = (0, -1, 1, 1, 0)
+# (scan, CTAs per SM, items, group items, load-all bytes, warp rows): bench_moe_act::Sched's arguments; the first of
+# each kind is the product's Schedule.
+PRODUCT = (0, -1, 1, 1, 0, 0)
 SCHEDULES = {
-    "masked_group": [PRODUCT, (0, 0, 1, 1, 0), (0, 2, 1, 1, 0), (1, -1, 1, 1, 0), (1, 0, 1, 1, 0), (1, 4, 1, 1, 0), (1, 2, 1, 1, 0),
-                     (1, 2, 1, 2, 0), (1, 4, 1, 2, 0), (1, 1, 1, 1, 0), (1, 1, 1, 2, 0), (2, 0, 1, 1, 0), (2, 2, 1, 1, 0)],
-    "masked_act": [PRODUCT, (1, -1, 1, 1, 0), (1, 0, 1, 1, 0), (1, 4, 2, 1, 0), (1, 2, 4, 1, 0), (1, 2, 2, 1, 0), (0, 2, 4, 1, 0), (1, 1, 4, 1, 0),
-                   (2, 2, 4, 1, 0)],
-    "masked_token": [PRODUCT, (1, -1, 1, 1, 0), (1, 4, 1, 1, 0), (1, 2, 1, 1, 0)],
-    "sorted_act": [PRODUCT, (0, -1, 4, 1, 0), (0, 4, 4, 1, 0), (0, -1, 2, 1, 0), (0, 2, 4, 1, 0), (0, 1, 4, 1, 0), (0, 0, 1, 1, 0),
-                   (0, -1, 1, 1, 1 << 21), (0, -1, 4, 1, 1 << 21)],
-    "sorted_group": [PRODUCT, (0, -1, 1, 2, 0), (0, 4, 1, 2, 0), (0, 2, 1, 2, 0)],
-    "sorted_token": [PRODUCT, (0, 4, 1, 1, 0)],
+    "masked_group": [PRODUCT, (0, 2, 1, 1, 0, 0), (1, -1, 1, 1, 0, 0), (1, 0, 1, 1, 0, 0), (1, 4, 1, 1, 0, 0), (1, 2, 1, 1, 0, 0),
+                     (1, 2, 1, 2, 0, 0), (1, 1, 1, 2, 0, 0), (1, -1, 1, 1, 0, 1), (1, 2, 1, 2, 0, 1), (1, 4, 1, 4, 0, 1), (2, 0, 1, 1, 0, 0),
+                     (2, 2, 1, 1, 0, 0)],
+    "masked_act": [PRODUCT, (1, -1, 1, 1, 0, 0), (1, 4, 2, 1, 0, 0), (1, 2, 4, 1, 0, 0), (0, 2, 4, 1, 0, 0), (1, 1, 4, 1, 0, 0),
+                   (1, -1, 1, 1, 0, 4), (1, 2, 1, 1, 0, 8), (1, 4, 1, 1, 0, 4), (2, 2, 4, 1, 0, 0)],
+    "masked_token": [PRODUCT, (1, -1, 1, 1, 0, 0), (1, 4, 1, 1, 0, 0)],
+    "sorted_act": [PRODUCT, (0, -1, 4, 1, 0, 0), (0, 4, 4, 1, 0, 0), (0, 2, 4, 1, 0, 0), (0, 0, 1, 1, 0, 0), (0, -1, 1, 1, 1 << 21, 0),
+                   (0, -1, 1, 1, 0, 4), (0, -1, 1, 1, 0, 8), (0, 4, 1, 1, 0, 4), (0, 2, 1, 1, 0, 8)],
+    "sorted_group": [PRODUCT, (0, -1, 1, 2, 0, 0), (0, 4, 1, 2, 0, 0), (0, -1, 1, 1, 0, 1), (0, -1, 1, 2, 0, 1), (0, 4, 1, 4, 0, 1)],
+    "sorted_token": [PRODUCT, (0, 4, 1, 1, 0, 0)],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
@@ -166,13 +167,13 @@ SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait"]
 
 
 def schedule_name(kind, sched) -> str:
-    scan, per_sm, items, group_items, load_all = sched
+    scan, per_sm, items, group_items, load_all, warp = sched
     parts = [] if kind.startswith("sorted") else [SCAN[scan]]
     parts.append({-1: "threads/SM grid", 0: "occupancy grid"}.get(per_sm, f"{per_sm} CTAs/SM"))
     if kind.endswith("act"):
-        parts.append(f"{items} vec/turn")
+        parts.append(f"warp rows, {warp} vec/lane" if warp else f"{items} vec/turn")
     if kind.endswith("group"):
-        parts.append(f"{group_items} groups/turn")
+        parts.append(("warp rows, " if warp else "") + f"{group_items} groups/turn")
     if load_all:
         parts.append("load all <= 2 MiB")
     return ("product: " if sched == PRODUCT else "") + ", ".join(parts)
