@@ -9,9 +9,10 @@
 // rounded product with one dynamic scale per row (per_token_quant_fp8's) or per group of 128 outputs
 // (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
 //
-// The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows) and the GPU, each
-// CTA striding over the rows it visits after its PDL wait (sorted: all P, each checked against its id and
-// the count; masked: the computed rows, counted from masked_m).
+// The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows), at most the CTAs
+// the GPU holds at once, each CTA striding over the rows it visits after its PDL wait (sorted: all P, each
+// checked against its id and the count; masked: the computed rows, counted from masked_m by each warp for
+// up to 32 experts, else by the CTA in shared memory).
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -47,7 +48,7 @@ namespace quant = device::quant;
 // The per-token kernel: a CTA per row, kRowRegVecs vectors of the row per thread held in registers.
 constexpr int kRowThreadsBound = host::kRowKernels.max_cta_threads;
 constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
-// Experts of the masked layout: their row counts are scanned into shared memory by every CTA.
+// Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
@@ -224,43 +225,6 @@ __global__ void __launch_bounds__(kActThreads)
 #endif
 }
 
-// silu_and_mul_rows_kernel's work with a warp per row and turn: the row located once by the whole warp,
-// then its vectors, kUnroll per lane in flight; a row not computed costs its warp one lookup.
-template <typename Rows, typename T, int kVec, int kUnroll>
-__global__ void __launch_bounds__(kActThreads)
-    silu_and_mul_warp_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr int kWarps = kActThreads / device::kWarpThreads;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
-  const int64_t row_vecs = d / kVec;
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  // Turns the warp takes together (at() may shuffle across it).
-  for (int64_t f = int64_t{blockIdx.x} * kWarps + threadIdx.x / device::kWarpThreads; f < state.rows; f += int64_t{gridDim.x} * kWarps) {
-    const RowAt r = rows.at(state, f);
-    if (!r.valid) continue;
-    for (int64_t first = lane; first < row_vecs; first += int64_t{device::kWarpThreads} * kUnroll) {
-      AlignedVector<T, kVec> gate[kUnroll], up[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t col = (first + u * device::kWarpThreads) * kVec;
-        if (col < d) {
-          gate[u].load(in + r.in + col);
-          up[u].load(in + r.in + d + col);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t col = (first + u * device::kWarpThreads) * kVec;
-        if (col >= d) continue;
-        const Gated<T, kVec> y = gated<Silu>(gate[u], up[u]);
-        y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r.out + col));
-      }
-    }
-  }
-#endif
-}
-
 // The computed rows' products quantized per group of kActGroupSize outputs: kLanes lanes per group, kPerLane
 // vectors each (lane l holds vectors l, l + kLanes, ...), scales[row's offset + g * group_stride]; kItems
 // groups per lane set and turn, their rows located before any data is loaded. Every CTA takes the same
@@ -310,52 +274,6 @@ __global__ void __launch_bounds__(kActGroupThreads)
       const quant::GroupScales row_scales{scales + r[k].scale, 0, group_stride, false};
       quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kVec, eps,
                                                                   row_scales, g[k], groups_per_row, groups_per_row);
-    }
-  }
-#endif
-}
-
-// silu_and_mul_group_quant_rows_kernel's work with a warp per row and turn: the row located once by the
-// whole warp, then its groups, kItems per lane set in flight; a row not computed costs its warp one lookup.
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems>
-__global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_warp_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
-                                              int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
-  constexpr int kWarps = kActGroupThreads / device::kWarpThreads, kSets = device::kWarpThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
-  const int64_t groups_per_row = d / kActGroupSize;
-  const int lane = static_cast<int>(threadIdx.x % kLanes), set = static_cast<int>(threadIdx.x % device::kWarpThreads / kLanes);
-  // Turns the warp takes together (at(), the group's votes and shuffles need the whole warp).
-  for (int64_t f = int64_t{blockIdx.x} * kWarps + threadIdx.x / device::kWarpThreads; f < state.rows; f += int64_t{gridDim.x} * kWarps) {
-    const RowAt r = rows.at(state, f);
-    if (!r.valid) continue;
-    const quant::GroupScales row_scales{scales + r.scale, 0, group_stride, false};  // the row's scales as a row of their own
-    for (int64_t first = set; first < groups_per_row + set; first += int64_t{kSets} * kItems) {
-      AlignedVector<T, kVec> gate[kItems][kPerLane], up[kItems][kPerLane];
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t g = first + k * kSets, col = g * kActGroupSize + lane * kVec;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          if (g < groups_per_row) {
-            gate[k][j].load(in + r.in + col + j * kLanes * kVec);
-            up[k][j].load(in + r.in + d + col + j * kLanes * kVec);
-          }
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t g = first + k * kSets;
-        const bool valid = g < groups_per_row;
-        Gated<T, kVec> y[kPerLane];
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[k][j], up[k][j]);
-        quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, valid, q + r.out + (valid ? g : 0) * kActGroupSize + lane * kVec, eps,
-                                                                    row_scales, valid ? g : 0, groups_per_row, groups_per_row);
-      }
     }
   }
 #endif
@@ -460,19 +378,22 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
-// How the kernels are launched (docs/benchmarks/moe_act.md measures the alternatives side by side:
-// benchmarks/bench_moe_act.py --schedules).
+// How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
+// benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
+// not fit the GPU at once runs its count scan in two waves.
 struct Schedule {
-  static constexpr int kItems = 1;          // silu_and_mul: vectors per thread and turn
-  static constexpr int kWarpRows = 0;       // silu_and_mul: a warp per row, this many vectors per lane in flight (0: kItems' kernel)
-  static constexpr int kGroupItems = 1;     // group quantization: groups per lane set and turn
-  static constexpr bool kGroupWarpRows = false;  // group quantization: a warp per row (kGroupItems groups per lane set in flight)
-  static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size
-  static constexpr int kCtasPerSm = -1;     // persistent_grid's per_sm
-  // The masked layout's rows type for `layout`, passed to f.
+  static constexpr int kItems = 1;             // silu_and_mul: vectors per thread and turn
+  static constexpr int kGroupItems = 1;        // group quantization: groups per lane set and turn
+  static constexpr int64_t kLoadAllBytes = 1 << 20;  // sorted silu_and_mul: every row's data loaded with its id up to this input size
+  static constexpr int kCtasPerSm = 0;         // persistent_grid's per_sm: as many as the occupancy API fits
+  // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
-    f(MaskedRows{layout});
+    if (layout.experts <= MaskedRowsWarp::kMaxWarpExperts) {
+      f(MaskedRowsWarp{layout});
+    } else {
+      f(MaskedRows{layout});
+    }
   }
 };
 
@@ -641,36 +562,24 @@ struct MoeActOps {
             m_max};
   }
 
-  // load_all: the kernel that loads every visited row's data with its lookup (built where S allows it).
+  // load_all: the kernel that loads every visited row's data with its lookup (built where S allows it, for
+  // aligned rows).
   template <typename Rows>
   static void elementwise(const Rows& rows, const Operands& op, bool load_all) {
     using namespace host;
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto load_all_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      if constexpr (S::kWarpRows > 0) {
-        constexpr auto kernel = silu_and_mul_warp_rows_kernel<Rows, T, kVec, S::kWarpRows>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity, kActThreads / device::kWarpThreads, kActThreads, S::kCtasPerSm, op.device);
-        LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
-      } else {
-        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * S::kItems, kActThreads,
-                                                      S::kCtasPerSm, op.device);
-        LaunchKernel(grid, kActThreads, op.device)
-            .enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
-      }
+      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value>;
+      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * S::kItems, kActThreads, S::kCtasPerSm,
+                                                    op.device);
+      LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
     };
-    const auto with_vec = [&](auto load_all_tag) {
-      if (op.vec == device::kVec16<T>) {
-        launch(std::integral_constant<int, device::kVec16<T>>{}, load_all_tag);
-      } else {
-        launch(std::integral_constant<int, 1>{}, load_all_tag);
-      }
-    };
+    if (op.vec != device::kVec16<T>) return launch(std::integral_constant<int, 1>{}, std::false_type{});
     if constexpr (S::kLoadAllBytes > 0) {
-      if (load_all) return with_vec(std::true_type{});
+      if (load_all) return launch(std::integral_constant<int, device::kVec16<T>>{}, std::true_type{});
     }
-    with_vec(std::false_type{});
+    launch(std::integral_constant<int, device::kVec16<T>>{}, std::false_type{});
   }
 
   template <typename Rows>
@@ -680,19 +589,12 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto lanes_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = kActGroupSize / kLanes / kVec;
-      const auto go = [&](auto kernel, unsigned grid) {
-        LaunchKernel(grid, kActGroupThreads, op.device)
-            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
-                          host::pdl_early_trigger(grid));
-      };
-      if constexpr (S::kGroupWarpRows) {
-        constexpr auto kernel = silu_and_mul_group_quant_warp_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems>;
-        go(kernel, persistent_grid<kernel>(op.capacity, kActGroupThreads / device::kWarpThreads, kActGroupThreads, S::kCtasPerSm, op.device));
-      } else {
-        constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems>;
-        go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * S::kGroupItems, kActGroupThreads,
-                                           S::kCtasPerSm, op.device));
-      }
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems>;
+      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * S::kGroupItems,
+                                                    kActGroupThreads, S::kCtasPerSm, op.device);
+      LaunchKernel(grid, kActGroupThreads, op.device)
+          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
+                        host::pdl_early_trigger(grid));
     };
     constexpr int kVec = device::kVec16<T>;
     if (op.vec == kVec) {

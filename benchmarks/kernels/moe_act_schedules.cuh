@@ -1,11 +1,11 @@
 // Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
-// points (csrc/moe_act.cuh) under other Schedules, bf16. Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kWarp>:
+// points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
+// kGroupItems, kLoadAll>:
 //   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
 //          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
 //          reading early is worth; wrong where the previous kernel writes masked_m);
 //   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k);
-//   kItems, kGroupItems, kLoadAll: Schedule's kItems, kGroupItems, kLoadAllBytes;
-//   kWarp: Schedule's kWarpRows, and kGroupWarpRows where it is not 0.
+//   kItems, kGroupItems, kLoadAll: Schedule's kItems, kGroupItems, kLoadAllBytes.
 #pragma once
 
 #include <moe_act.cuh>
@@ -26,10 +26,9 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
 };
 
 #ifndef __CUDACC_RTC__
-template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll, int kWarp>
+template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll>
 struct Sched {
-  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kPerSm, kWarpRows = kWarp;
-  static constexpr bool kGroupWarpRows = kWarp != 0;
+  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kPerSm;
   static constexpr int64_t kLoadAllBytes = kLoadAll;
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
@@ -46,8 +45,9 @@ struct Sched {
   }
 };
 
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kWarp>
-using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kWarp>>;
+template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll>
+using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll>>;
+using ProductOps = MoeActOps<bf16_t>;
 #endif  // __CUDACC_RTC__
 
 }  // namespace bench_moe_act
