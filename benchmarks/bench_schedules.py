@@ -94,7 +94,7 @@ def qknorm_shapes(m, ref):
         variants = {"product": lambda q=q, k=k, qw=qw, kw=kw: ops.fused_inplace_qknorm(q, k, qw, kw)}
         if ref is not None:
             variants["reference"] = lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)
-        for rows, threads, pers, trig in [(2, 256, 1, 2), (2, 128, 1, 2)]:
+        for rows, threads, pers, trig in [(2, 256, 1, 2), (1, 256, 1, 2), (1, 128, 1, 2), (4, 256, 1, 2)]:
             variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}"] = (
                 lambda q=q, k=k, qw=qw, kw=kw, rows=rows, threads=threads, pers=pers, trig=trig: m.qknorm(q, k, qw, kw, rows, threads, pers, trig))
 
@@ -123,7 +123,7 @@ def group_quant_shapes(m, ref):
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for threads, trig, contiguous in [(256, 2, 0), (256, 2, 1), (256, 2, 2), (256, 2, 3), (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
+        for threads, trig, contiguous in [(128, 2, 0), (256, 2, 0), (256, 2, 2), (256, 2, 3), (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
             variants[f"{threads}t {TRIGGER[trig]}{GROUP_LAYOUT[contiguous]}"] = (
                 lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
         with_floor(variants)

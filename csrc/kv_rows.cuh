@@ -63,9 +63,8 @@ __device__ __forceinline__ RowLane row_and_lane(int32_t lanes) {
 // store of each, no loop: after the location arrives only its check and the row's address stand between it
 // and the stores (a loop and a division for each cache there cost 0.2-0.4 us at 16-256 tokens on an H200).
 // The PDL wait comes first (the rows and locations may come from the kernel before). The next launch is
-// triggered once the loads are issued while the grid needs at most one CTA of kRowThreads per SM, else once
-// the location has arrived (H200, 8 x 128 bf16 rows: 16 / 256 tokens 0.78 / 0.97 us against 0.97 / 1.07;
-// 1024 tokens 2.07 against 1.71).
+// triggered once the loads are issued, or on large grids once the location has arrived
+// (host::pdl_late_trigger; 16 / 256 tokens of 8 x 128 bf16 on an H200: 0.78 / 0.97 us against 0.97 / 1.07).
 template <typename Vec, bool kPaged, bool kOneVector>
 __global__ void __launch_bounds__(kRowThreads) store_rows_kernel(const __grid_constant__ RowCopyParams p) {
 #ifdef __CUDACC__
@@ -198,7 +197,7 @@ struct KvRowsImpl {
                  "store_cache: every tensor's address and row strides must be multiples of 4 bytes");
     p.vecs = static_cast<int32_t>(row_bytes / (wide ? 16 : 4));
     p.lanes = row_lanes(p.vecs);
-    p.early_trigger = p.rows * p.lanes <= int64_t{kRowThreads} * runtime::get_sm_count(k.device().device_id);
+    p.early_trigger = !pdl_late_trigger(p.rows * p.lanes, runtime::get_sm_count(k.device().device_id));
     const auto by_shape = [&](auto vec) {
       using Vec = decltype(vec);
       const bool paged = p.caches[0].page_size.d != 1, one = p.vecs <= p.lanes;

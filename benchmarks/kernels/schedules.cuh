@@ -282,11 +282,14 @@ __global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_
   const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
   const int64_t at = group * 128 + lane * 2 * kV;
+  device::AlignedVector<bf16, kV> raw[2];
   device::AlignedVector<bf16x2_t, 4> x[2];
   wait_and_trigger<kTrigger>();
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
-    if (valid) x[j].load(reinterpret_cast<const bf16x2_t*>(in + at + j * kV));
+  for (int j = 0; j < 2; ++j) {
+    if (valid) raw[j].load(in + at + j * kV);  // 16-byte loads (a vector of pairs loads as four 4-byte words)
+    __builtin_memcpy(&x[j], &raw[j], sizeof(raw[j]));
+  }
   float amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
   amax = device::warp::reduce_max_nonnegative<kLanes>(amax);
   const float scale = device::quant::scale_for<fp8_e4m3_t>(amax, 1e-10f);
