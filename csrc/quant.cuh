@@ -312,7 +312,14 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
-  quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+    // As packed pairs (the same registers): the amax by packed max and min, half an instruction a value.
+    AlignedVector<device::packed_t<T>, kVec / 2> pairs[kPerLane];
+    __builtin_memcpy(pairs, x, sizeof(x));
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(pairs, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  } else {
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  }
   if (trigger_at_end) device::pdl_trigger_secondary();
 #endif
 }
