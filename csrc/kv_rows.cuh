@@ -197,7 +197,7 @@ struct KvRowsImpl {
                  "store_cache: every tensor's address and row strides must be multiples of 4 bytes");
     p.vecs = static_cast<int32_t>(row_bytes / (wide ? 16 : 4));
     p.lanes = row_lanes(p.vecs);
-    p.early_trigger = !pdl_late_trigger(p.rows * p.lanes, runtime::get_sm_count(k.device().device_id));
+    p.early_trigger = !pdl_late_trigger(p.rows * p.lanes, runtime::get_sm_count(k.device().device_id), row_policy(k.device()).threads_per_sm);
     const auto by_shape = [&](auto vec) {
       using Vec = decltype(vec);
       const bool paged = p.caches[0].page_size.d != 1, one = p.vecs <= p.lanes;

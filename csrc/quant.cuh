@@ -484,7 +484,8 @@ struct QuantOps {
       constexpr bool kFlat = decltype(flat_tag)::value;
       const unsigned grid = checked_grid(div_ceil(total_groups, kQuantGroupThreads / kLanes));
       const bool early = host::pdl_early_trigger(grid);
-      const bool late = host::pdl_late_trigger(int64_t{grid} * kQuantGroupThreads, runtime::get_sm_count(ops.device.device_id));
+      const bool late = host::pdl_late_trigger(int64_t{grid} * kQuantGroupThreads, runtime::get_sm_count(ops.device.device_id),
+                                               row_policy(ops.device).threads_per_sm);
       LaunchKernel launch(grid, kQuantGroupThreads, ops.device);
       launch.enable_pdl();
       const Rows<const T> in{ops.in, ops.in_stride};
