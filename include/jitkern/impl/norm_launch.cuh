@@ -15,16 +15,15 @@
 #ifndef __CUDACC_RTC__
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
+
+#include <utility>
 #endif
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <type_traits>
-#include <utility>
 
 namespace device::norm {
 
@@ -440,7 +439,7 @@ bool launch_norm_static(const TokenRows<T>& rows) {
     if (rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id)) return false;
     const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, rows.tokens <= kNormStaticEarlyTriggerMaxRows};
     bool launched = false;
-    const auto launch = [&]<size_t... kI>(std::index_sequence<kI...>) {
+    const auto launch = [&]<std::size_t... kI>(std::index_sequence<kI...>) {
       const auto one = [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
         host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<T, kWidth>, rows.device)
@@ -449,7 +448,7 @@ bool launch_norm_static(const TokenRows<T>& rows) {
       };
       ((p.hidden == kNormStaticWidths[kI] ? one(std::integral_constant<int, kNormStaticWidths[kI]>{}) : void()), ...);
     };
-    launch(std::make_index_sequence<std::size(kNormStaticWidths)>{});
+    launch(std::make_index_sequence<sizeof(kNormStaticWidths) / sizeof(kNormStaticWidths[0])>{});
     return launched;
   }
 }
