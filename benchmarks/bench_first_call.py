@@ -56,12 +56,20 @@ OPS = {
     "per_token_group_quant_8bit": ("ops.per_token_group_quant_8bit(x, 128)", None),
     "rmsnorm_quant_fp8": ("ops.rmsnorm_quant_fp8(x, w, scale=s1)", None),
     "fused_add_rmsnorm_quant_fp8": ("ops.fused_add_rmsnorm_quant_fp8(x, x.clone(), w, scale=s1)", None),
+    "rmsnorm_group_quant_fp8": ("ops.rmsnorm_group_quant_fp8(x, w)", None),
+    "fused_add_rmsnorm_group_quant_fp8": ("ops.fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)", None),
     "transfer_hicache_one_layer": ("ops.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)",
                                    "ref.transfer_hicache_one_layer(kv_dst, kv_dst, idx, kv_src, kv_src, idx)"),
     "silu_and_mul": ("ops.silu_and_mul(x)", None),
     "silu_and_mul_per_token_group_quant_fp8": ("ops.silu_and_mul_per_token_group_quant_fp8(x)", None),
     "topk_softmax": ("ops.topk_softmax(tw, tid, x[:, :64], True)", None),
     "moe_align_block_size": ("ops.moe_align_block_size(tid, 64, 64)", None),
+    "silu_and_mul_sorted": ("ops.silu_and_mul_sorted(x, idx[:16].int(), idx[16:17].int(), 16)", None),
+    "silu_and_mul_sorted_per_token_quant_fp8": ("ops.silu_and_mul_sorted_per_token_quant_fp8(x, idx[:16].int(), idx[16:17].int(), 16)", None),
+    "silu_and_mul_masked_per_token_group_quant_fp8": (
+        "ops.silu_and_mul_masked_per_token_group_quant_fp8(x.view(4, 4, 4096), idx[:4].int())",
+        "ref.silu_and_mul_masked_post_quant(x.view(4, 4, 4096), q8.view(-1)[:16 * 2048].view(4, 4, 2048), torch.empty(4, 4, 16, device='cuda'), "
+        "128, idx[:4].int())"),
     "apply_rope_with_cos_sin_cache_inplace": ("ops.apply_rope_with_cos_sin_cache_inplace(idx[:16], qkv[:, :32], qkv[:, 32:40], 128, cos_sin)",
                                               None),
     "apply_rope_with_cos_sin_cache_inplace, KV write": (
@@ -84,7 +92,7 @@ REF_UNAVAILABLE = {"apply_rope_with_cos_sin_cache_inplace": _NO_FLASHINFER, "app
 REF_MODULES = {"per_tensor_quant_fp8": "per_tensor_quant_fp8", "transfer_hicache_one_layer": "hicache",
                # ops of the reference's newer layout only: "ops:" and their sglang.kernels.ops module
                "fused_qknorm_rope": "ops:attention.fused_qknorm_rope", "set_mla_kv_buffer": "ops:kvcache.set_mla_kv_buffer",
-               "rmsnorm_hf": "ops:layernorm.rmsnorm_hf"}  # else norm
+               "rmsnorm_hf": "ops:layernorm.rmsnorm_hf", "silu_and_mul_masked_per_token_group_quant_fp8": "ops:moe.dsv4"}  # else norm
 
 JITKERN = "import jitkern.ops as ops\n" + SETUP + """
 t0 = time.perf_counter()

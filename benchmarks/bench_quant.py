@@ -1,10 +1,13 @@
 """The 8-bit quantization family (bf16 input): jitkern vs torch eager vs torch.compile of the same math, time,
-GB/s and % of the op's access-pattern ceiling, measured in the same run, and per-tensor fp8 beside the
-reference framework's kernel (where its wheel is installed or REFERENCE_WHEEL names it). Prints markdown
-tables; `bench_quant.py reference`: only the table beside the reference.
+GB/s and % of the op's access-pattern ceiling, measured in the same run; per-tensor fp8 beside the
+reference framework's kernel, and RMSNorm + 1x128 group quantization beside the reference's closest op
+(where its wheel is installed or REFERENCE_WHEEL names it). Prints markdown tables; `bench_quant.py
+reference`: only the tables beside the reference; `bench_quant.py group`: only the norm + group tables.
 
 Pattern ceilings (benchmarks/kernels/copy_ceiling.cuh): `halve` reads 16 bytes and writes 8 per thread,
-the traffic of a 2-byte to 1-byte conversion; dynamic per-tensor adds one read of the input (`read_all`)."""
+the traffic of a 2-byte to 1-byte conversion; dynamic per-tensor adds one read of the input (`read_all`).
+fused_add_rmsnorm + quantization moves 7 bytes an element (input and residual read, residual and q
+written): its ceiling is the measured copy bandwidth."""
 
 from __future__ import annotations
 
@@ -14,11 +17,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_module, run_benchmark,  # noqa: E402
-                   yardstick_module)
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_module,  # noqa: E402
+                   reference_ops_or_none, run_benchmark, yardstick_module)
 
-from jitkern.ops import (fused_add_rmsnorm, fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit,  # noqa: E402
-                         per_token_quant_fp8, rmsnorm, rmsnorm_quant_fp8, warmup)
+from jitkern.ops import (fused_add_rmsnorm, fused_add_rmsnorm_group_quant_fp8, fused_add_rmsnorm_quant_fp8, group_scales_like,  # noqa: E402
+                         per_tensor_quant_fp8, per_token_group_quant_8bit, per_token_quant_fp8, rmsnorm, rmsnorm_group_quant_fp8,
+                         rmsnorm_quant_fp8, warmup)
 
 DTYPE = torch.bfloat16
 FP8 = torch.float8_e4m3fn
@@ -86,9 +90,9 @@ def timed(providers: dict) -> dict:
     return out
 
 
-def pattern_us(module, rows: int, with_read: bool = False) -> float:
-    """The ceiling of reading rows x H bf16 and writing rows x H bytes (plus, with_read, one more read)."""
-    src = torch.randint(-(2**31), 2**31 - 1, (rows * H // 2,), dtype=torch.int32, device="cuda")
+def pattern_us(module, rows: int, with_read: bool = False, h: int = H) -> float:
+    """The ceiling of reading rows x h bf16 and writing rows x h bytes (plus, with_read, one more read)."""
+    src = torch.randint(-(2**31), 2**31 - 1, (rows * h // 2,), dtype=torch.int32, device="cuda")
     dst = torch.empty(src.numel() // 2, dtype=torch.int32, device="cuda")
     module.halve(dst, src)
     assert torch.equal(dst, (src.view(-1, 2)[:, 0] ^ src.view(-1, 2)[:, 1])), "halve did not do its work"
@@ -202,6 +206,95 @@ def norm_quant(module) -> None:
           lines)
 
 
+# DeepSeek-V3-style operands of fp8 block-scaled GEMMs: fp32 scales, column-major, TMA-aligned.
+GROUP_FLAGS = dict(column_major_scales=True, scale_tma_aligned=True)
+
+
+def norm_group_decode() -> None:
+    """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
+    per_token_group_quant_8bit) at decode sizes, 1x128 groups, and against the norm alone (the floor a
+    fused op of one launch shares with it)."""
+    lines = []
+    for h in (2048, 4096, 7168):
+        w = torch.randn(h, dtype=DTYPE, device="cuda")
+        for t in DECODE:
+            x, r0 = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(t, h, dtype=DTYPE, device="cuda")
+            y = torch.empty_like(x)
+            q = torch.empty(t, h, dtype=FP8, device="cuda")
+            s = group_scales_like(x, 128, **GROUP_FLAGS)
+            m = interleaved({
+                "fused": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
+                "unfused": lambda: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, output_s=s, **GROUP_FLAGS),
+                "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
+                "unfused add": lambda: (fused_add_rmsnorm(x, r0, w, EPS),
+                                        per_token_group_quant_8bit(x, 128, output_q=q, output_s=s, **GROUP_FLAGS)),
+                "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
+                "fused_add_rmsnorm": lambda: fused_add_rmsnorm(x, r0, w, EPS),
+            })
+            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {m['rmsnorm']:.2f} | "
+                         f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | "
+                         f"{m['fused_add_rmsnorm']:.2f} |")
+    table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
+          "median of 3 interleaved rounds)",
+          "| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | rmsnorm alone | fused_add_rmsnorm_group_quant_fp8 | "
+          "fused_add_rmsnorm + per_token_group_quant | speed-up | fused_add_rmsnorm alone |", lines)
+
+
+def norm_group_large(module, ceilings: dict) -> None:
+    """The fused ops at prefill sizes: GB/s against the `halve` pattern (rmsnorm: 3 bytes an element) and
+    the copy ceiling (fused add: 7 bytes an element)."""
+    copy = max(ceilings.values())
+    h = 7168
+    w = torch.randn(h, dtype=DTYPE, device="cuda")
+    lines = []
+    for t in get_benchmark_range([4096, 8192, 16384, 32768], [4096]):
+        x, r0 = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(t, h, dtype=DTYPE, device="cuda")
+        y = torch.empty_like(x)
+        q = torch.empty(t, h, dtype=FP8, device="cuda")
+        scale_bytes = 4 * t * (h // 128)
+        res = timed({
+            "fused": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, **GROUP_FLAGS),
+            "unfused": lambda: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, **GROUP_FLAGS),
+            "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, **GROUP_FLAGS),
+        })
+        f, fa = res["fused"]["median"], res["fused add"]["median"]
+        halve = pattern_us(module, t, h=h)
+        gbs = (3 * t * h + scale_bytes) / (f * 1e-6) / 1e9
+        gbs_add = (7 * t * h + scale_bytes) / (fa * 1e-6) / 1e9
+        lines.append(f"| {t} | {fmt(res['fused'])} | {gbs:.0f} | {100 * halve / f:.1f}% | {100 * gbs / copy:.1f}% | {fmt(res['unfused'])} | "
+                     f"{fmt(res['fused add'])} | {gbs_add:.0f} | {100 * gbs_add / copy:.1f}% |")
+    table(f"RMSNorm + 1x128 group fp8 at prefill sizes, [T, {h}] bf16 (us, CUDA-graph medians)",
+          "| T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | % of copy ceiling | rmsnorm + per_token_group_quant | "
+          "fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling |", lines)
+    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}.")
+
+
+def norm_group_reference_table() -> None:
+    """Beside the reference's closest op: SGLang 0.5.23 has no fused rmsnorm + 1x128 quantization with fp32
+    scales; its rmsnorm_fp8_e8m0_quant (Triton) quantizes with UE8M0 scales (one byte each, column-major)
+    and also writes the bf16 normalised row, 2 bytes an element more. jitkern's op runs with UE8M0
+    column-major scales (packed four to an int32)."""
+    ref = reference_ops_or_none("layernorm.rmsnorm_fp8_e8m0")
+    print(f"\n#### RMSNorm + 1x128 fp8 with UE8M0 scales beside the reference's rmsnorm_fp8_e8m0_quant, bf16 [T, H] (us, CUDA-graph "
+          f"medians, median of 3 interleaved rounds; {environment()})\n")
+    if ref is None:
+        print("not run: the reference is not installed (REFERENCE_WHEEL=/path/to/sglang-*.whl)")
+        return
+    print("The reference's op also writes the normalised bf16 row (5 bytes an element against jitkern's 3).\n")
+    print("| H | T | jitkern | reference | reference / jitkern |")
+    print("|---|---|---|---|---|")
+    for h in (2048, 7168):
+        w = torch.randn(h, dtype=DTYPE, device="cuda")
+        for t in get_benchmark_range([1, 4, 16, 64, 128, 256, 4096, 16384, 32768], [1, 64, 4096]):
+            x = torch.randn(t, h, dtype=DTYPE, device="cuda")
+            q = torch.empty(t, h, dtype=FP8, device="cuda")
+            s = group_scales_like(x, 128, column_major_scales=True, scale_ue8m0=True)
+            m = interleaved({"jitkern": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, output_s=s, column_major_scales=True,
+                                                                        scale_ue8m0=True),
+                             "reference": lambda: ref.rmsnorm_fp8_e8m0_quant(x, w, EPS, 128)})
+            print(f"| {h} | {t} | {m['jitkern']:.3f} | {m['reference']:.3f} | {m['reference'] / m['jitkern']:.2f}x |", flush=True)
+
+
 def reference_table() -> None:
     """Per-tensor fp8 at every size beside the reference framework's kernel (SGLang, from its wheel): same
     inputs, same process."""
@@ -225,8 +318,16 @@ def reference_table() -> None:
 
 def main() -> None:
     if sys.argv[1:] == ["reference"]:
-        warmup(dtypes=[DTYPE], ops=["per_tensor_quant_fp8"])
-        return reference_table()
+        warmup(dtypes=[DTYPE], ops=["per_tensor_quant_fp8", "rmsnorm_group_quant_fp8"])
+        reference_table()
+        return norm_group_reference_table()
+    if sys.argv[1:] == ["group"]:
+        warmup(dtypes=[DTYPE], ops=["rmsnorm", "fused_add_rmsnorm", "per_token_group_quant_8bit", "rmsnorm_group_quant_fp8",
+                                    "fused_add_rmsnorm_group_quant_fp8"])
+        print(f"\n### RMSNorm + group fp8 ({environment()})")
+        norm_group_decode()
+        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
+        return norm_group_reference_table()
     warmup(dtypes=[DTYPE])
     module = yardstick_module()
     x = torch.randn(64, H, dtype=DTYPE, device="cuda")
@@ -244,7 +345,10 @@ def main() -> None:
     large_shapes(module, ceilings)
     decode_shapes()
     norm_quant(module)
+    norm_group_decode()
+    norm_group_large(module, ceilings)
     reference_table()
+    norm_group_reference_table()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 // per_token_group_quant_8bit (dynamic).
 #pragma once
 
+#include <jitkern/impl/act.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/impl/rows.cuh>
 #include <jitkern/policy.cuh>
@@ -23,92 +24,27 @@
 namespace jitkern_act {
 
 using device::AlignedVector;
+using device::act::Gated;
+using device::act::Gelu;
+using device::act::GeluTanh;
+using device::act::gated;
+using device::act::Silu;
+using device::act::kActGroupSize;
+using device::act::kActGroupThreads;
+using device::act::kActThreads;
 namespace quant = device::quant;
 
 // Elementwise kernels: one vector of the output per thread (a gate and an up load in flight), CTAs of
 // kActThreads, one pass over the tensor. Against two vectors per thread and a grid-stride loop: 1.36
 // against 2.0 us at T = 1, 30.4 against 31.2-35.7 at T = 1024, level from T = 4096 (d = 14336;
 // docs/benchmarks/design.md).
-constexpr int kActThreads = host::kRowKernels.elementwise_threads;
 // The fused group quantization: one group of kActGroupSize outputs per kLanes lanes, one or two
 // vectors per lane (one while that takes at most kActGroupDecodeWaves CTAs per SM, or where two would
 // fill most of one wave), CTAs of kActGroupThreads.
-constexpr int kActGroupThreads = host::kRowKernels.group_threads;
-constexpr int kActGroupSize = 128;
 constexpr int kActGroupDecodeWaves = 4;
 // Two vectors per lane would take more than the first and at most the second of these CTAs per SM (most
 // of one wave at 10 resident): one vector per lane instead.
 constexpr int kActGroupMostOfAWave[2] = {6, 11};
-
-// The activations, in fp32. apply_fast, where an activation has one, serves 16-bit outputs: its
-// few-ulp fp32 error is far below their rounding.
-struct Silu {
-  static JITKERN_DEVICE float apply(float x) { return x / (1.0f + expf(-x)); }
-  // exp(-x) as 2^(-x log2 e) with subnormal results flushed to zero: 1 + exp(-x) is the same float, and
-  // the flush saves __expf's three instructions of subnormal handling per element.
-  static JITKERN_DEVICE float apply_fast(float x) {
-    float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504088896341f));
-    return __fdividef(x, 1.0f + e);
-  }
-};
-struct Gelu {
-  static JITKERN_DEVICE float apply(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-};
-struct GeluTanh {
-  static JITKERN_DEVICE float apply(float x) {
-    constexpr float kBeta = 0.79788456080286536f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.0f + tanhf(kBeta * (x + 0.044715f * x * x * x)));
-  }
-};
-
-// A vector's values as floats, 16-bit types a pair at a time (one instruction a value: bf16 by its bits,
-// fp16 a pair per conversion).
-template <typename T, int kVec>
-__device__ __forceinline__ void widen(const AlignedVector<T, kVec>& v, float (&f)[kVec]) {
-  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
-#pragma unroll
-    for (int j = 0; j < kVec; j += 2) {
-      device::packed_t<T> pair;
-      __builtin_memcpy(&pair, &v.data[j], sizeof(pair));
-      const fp32x2_t f2 = device::cast<fp32x2_t>(pair);
-      f[j] = f2.x, f[j + 1] = f2.y;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) f[j] = device::cast<float>(v[j]);
-  }
-}
-
-// gated's result: kVec values of T, 16-bit types as packed pairs (as one conversion writes them, so the
-// group amax reads them packed: quant::fold_pairs).
-template <typename T, int kVec>
-using Gated = std::conditional_t<sizeof(T) == 2 && kVec % 2 == 0, AlignedVector<device::packed_t<T>, kVec / 2>, AlignedVector<T, kVec>>;
-
-// act(gate) * up, element by element in fp32, rounded to T (16-bit types a pair per conversion).
-template <typename Act, typename T, int kVec>
-__device__ __forceinline__ Gated<T, kVec> gated(const AlignedVector<T, kVec>& gate, const AlignedVector<T, kVec>& up) {
-  float g[kVec], u[kVec], a[kVec];
-  widen(gate, g);
-  widen(up, u);
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    if constexpr (sizeof(T) < sizeof(float) && requires { Act::apply_fast(g[j]); }) {
-      a[j] = Act::apply_fast(g[j]) * u[j];
-    } else {
-      a[j] = Act::apply(g[j]) * u[j];
-    }
-  }
-  Gated<T, kVec> y;
-  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
-#pragma unroll
-    for (int j = 0; j < kVec; j += 2) y[j / 2] = device::cast<device::packed_t<T>>(fp32x2_t{a[j], a[j + 1]});
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(a[j]);
-  }
-  return y;
-}
 
 // The rows of an act-and-mul problem: input [rows, 2d] at in (row stride in elements), output [rows, d],
 // seen as vectors of kVec elements (d a multiple of kVec).

@@ -10,6 +10,7 @@
 // deterministic; ids outside [0, num_experts) (expert parallelism's -1) are left out.
 #pragma once
 
+#include <jitkern/cta.cuh>
 #include <jitkern/optional.h>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
@@ -353,31 +354,6 @@ __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
   return v >= 0 && v < p.experts ? static_cast<int>(v) : -1;
 }
 
-// Exclusive prefix sum of v over the CTA (kAlignThreads threads); `total` gets the sum.
-__device__ __forceinline__ int cta_exclusive_scan(int v, int* warp_sums, int& total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int inclusive = v;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const int o = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += o;
-  }
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int s = warp_sums[lane];
-#pragma unroll
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const int o = __shfl_up_sync(0xffffffffu, s, offset);
-      if (lane >= offset) s += o;
-    }
-    warp_sums[lane] = s;  // inclusive over warps
-  }
-  __syncthreads();
-  total = warp_sums[kAlignWarps - 1];
-  return inclusive - v + (warp > 0 ? warp_sums[warp - 1] : 0);
-}
-
 // Counts per expert, their padded offsets, the padding and expert_ids, then the ids scattered chunk by
 // chunk: each warp ranks its ids by expert (match_any), a thread per expert turns the warps' counts into
 // offsets, and every id lands at its expert's cursor + the offsets before it (the order of topk_ids).
@@ -386,7 +362,6 @@ template <typename = void>
 __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
   __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], cursor[kMoeMaxExperts];
-  __shared__ int warp_sums[kAlignWarps];
   __shared__ uint16_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: ids in the chunk, then their offset
   device::pdl_trigger_secondary();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
@@ -401,7 +376,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_c
   __syncthreads();
   const int padded = tid < E ? (count[tid] + p.block_size - 1) / p.block_size * p.block_size : 0;
   int total;
-  const int first = cta_exclusive_scan(padded, warp_sums, total);
+  const int first = device::cta::exclusive_sum_once(padded, total);
   if (tid < E) start[tid] = cursor[tid] = first;
   if (tid == 0) *p.total_out = total;
   __syncthreads();

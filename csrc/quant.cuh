@@ -17,6 +17,7 @@
 #include <jitkern/utils.cuh>
 
 #include <cstdint>
+#include <utility>
 
 namespace jitkern_quant {
 
@@ -27,10 +28,6 @@ using host::norm::wide_threads;
 #endif
 namespace quant = device::quant;
 
-// The scale floor of the ops without an eps argument (per-tensor, per-token, norm + quant): their
-// dynamic scales' reciprocals never overflow, so their stores skip that case (store_quantized).
-constexpr float kQuantScaleEps = 1e-10f;
-static_assert(kQuantScaleEps >= device::quant::kNormalScaleEps<fp8_e4m3_t>);
 constexpr int kQuantThreads = host::kRowKernels.stream_threads;
 // Elementwise kernels: vectors per thread, loaded together (more bytes in flight).
 constexpr int kQuantItems = 2;
@@ -372,7 +369,7 @@ struct QuantOps {
           if (shape.total_vecs <= kQuantOneCtaVecs) {
             const int64_t threads = div_ceil(div_ceil(shape.total_vecs, kQuantOneCtaRegVecs), 32) * 32;
             LaunchKernel(1, static_cast<unsigned>(threads), ops.device)
-                .enable_pdl()(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, kQuantScaleEps);
+                .enable_pdl()(tensor_quant_one_cta_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, q, shape, scale, quant::kDefaultScaleEps);
             return;
           }
           const auto split = [&](auto vecs_tag, int threads) {
@@ -383,7 +380,7 @@ struct QuantOps {
             LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
                 .enable_pdl()(tensor_amax_parts_kernel<T, kVec, kVecs, kOneRow>, in, shape, p);
             LaunchKernel(static_cast<unsigned>(grid), threads, ops.device)
-                .enable_pdl()(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, kQuantScaleEps);
+                .enable_pdl()(quantize_tensor_parts_kernel<T, fp8_e4m3_t, kVec, kVecs, kOneRow>, in, q, shape, p, scale, quant::kDefaultScaleEps);
           };
           if (shape.total_vecs <= sms * kQuantSplitThreads) return split(std::integral_constant<int, 1>{}, kQuantSplitThreads);
           if (shape.total_vecs <= threads_per_sm / kQuantSplitWideThreads * sms * kQuantSplitWideThreads * kQuantSplitWideVecs)
@@ -392,7 +389,7 @@ struct QuantOps {
         zero_float_async(scale, ops.device);
         const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (threads_per_sm / kQuantThreads));
         LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
-            .enable_pdl()(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, kQuantScaleEps);
+            .enable_pdl()(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, quant::kDefaultScaleEps);
         LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)
             .enable_pdl()(quantize_tensor_kernel<T, fp8_e4m3_t, kVec, kOneRow, true>, in, q, shape, scale);
       }
@@ -423,11 +420,11 @@ struct QuantOps {
       const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
       const bool early = host::pdl_early_trigger(ops.rows);
       if (fit == RowFit::kExact) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
       } else if (fit == RowFit::kFits) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
       } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, kQuantScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
       }
     }, /*flatten=*/false);
   }
@@ -533,6 +530,29 @@ struct QuantOps {
     norm_quant<false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s);
   }
 
+  // output_q = fp8(rmsnorm(input) * weight) in groups of group_size (64 or 128) elements of a row, each
+  // divided by its own dynamic scale max(finite amax, 1e-10) / 448: per_token_group_quant's rule and
+  // output_s layouts (host::quant::verify_group_scales), fp32 or (the _ue8m0 exports) int32 words of packed
+  // UE8M0 exponents. The normalised values are rounded to T first, as rmsnorm writes them. One pass: the
+  // row stays in registers (device::quant::QuantizeGroups).
+  static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
+                                  jitkern::TensorView output_s, int64_t group_size, double eps) {
+    norm_group_quant<false, false>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
+  }
+  static void rmsnorm_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
+                                        jitkern::TensorView output_s, int64_t group_size, double eps) {
+    norm_group_quant<false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
+  }
+  // residual += input, then rmsnorm_group_quant of residual (input is left as it was).
+  static void fused_add_rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
+                                            jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
+    norm_group_quant<true, false>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
+  }
+  static void fused_add_rmsnorm_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
+                                                  jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
+    norm_group_quant<true, true>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
+  }
+
   // residual += input; output_q = fp8(rmsnorm(residual) * weight / s) (input is left as it was).
   static void fused_add_rmsnorm_quant_static(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
                                              jitkern::TensorView output_q, jitkern::TensorView scale, double eps) {
@@ -620,11 +640,11 @@ struct QuantOps {
     }
   }
 
-  template <bool kFusedAdd, bool kDynamic>
-  static void norm_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView scales) {
+  // The fp8 output of a norm + quantization op, [tokens, hidden] with strided rows on the rows' device: its
+  // bytes and row stride (elements).
+  static std::pair<uint8_t*, int64_t> norm_output_q(const TokenRows<T>& rows, jitkern::TensorView output_q, host::SymbolicDevice& device) {
     using namespace host;
     auto q_stride = SymbolicSize{"output_q_row_stride"};
-    auto device = SymbolicDevice{};
     device.set_value(rows.device);
     TensorMatcher({rows.tokens, rows.params.hidden})
         .with_strides({q_stride, 1})
@@ -632,17 +652,53 @@ struct QuantOps {
         .with_device(device_v<kDLCUDA>, device)
         .verify(output_q, "output_q");
     TokenRows<T>::check_rows(rows.tokens, rows.params.hidden, q_stride, "output_q");
+    return {static_cast<uint8_t*>(output_q.data_ptr()), TokenRows<T>::stride_of(q_stride)};
+  }
+
+  template <bool kFusedAdd, bool kDynamic>
+  static void norm_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView scales) {
+    using namespace host;
+    auto device = SymbolicDevice{};
+    const auto [q, qs] = norm_output_q(rows, output_q, device);
     auto s_stride = SymbolicSize{"scale_stride"};
     TensorMatcher({kDynamic ? rows.tokens : 1}).with_strides({s_stride}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(
         scales, kDynamic ? "output_s" : "scale");
     RuntimeCheck(!kDynamic || rows.tokens <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous");
-    auto* q = static_cast<uint8_t*>(output_q.data_ptr());
     auto* s = static_cast<float*>(scales.data_ptr());
-    const int64_t qs = TokenRows<T>::stride_of(q_stride);
     if constexpr (kDynamic) {
-      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, kQuantScaleEps});
+      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, true>{q, qs, s, nullptr, quant::kDefaultScaleEps});
     } else {
       host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, quant::QuantizeRows<fp8_e4m3_t, false>{q, qs, nullptr, s, 0.0f});
+    }
+  }
+
+  template <bool kFusedAdd, bool kUE8M0>
+  static void norm_group_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size) {
+    using namespace host;
+    RuntimeCheck(group_size == 64 || group_size == 128, "group_size must be 64 or 128, got ", group_size);
+    const int64_t hidden = rows.params.hidden;
+    RuntimeCheck(hidden % group_size == 0, "the last dimension of input (", hidden, ") must be a multiple of group_size (", group_size, ")");
+    auto device = SymbolicDevice{};
+    const auto [q, qs] = norm_output_q(rows, output_q, device);
+    const int64_t groups = hidden / group_size;
+    const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, rows.tokens, groups, device);
+    RuntimeCheck(checked.ue8m0 == kUE8M0, "output_s must be ", kUE8M0 ? "int32 (packed UE8M0 exponents)" : "float32",
+                 " for this export, got ", kUE8M0 ? "float32" : "int32");
+    if (rows.tokens * hidden == 0) return;
+    const auto go = [&](auto group_tag) {
+      constexpr int kGroup = decltype(group_tag)::value;
+      const quant::QuantizeGroups<kGroup, kUE8M0> epi{q, qs, checked.scales, groups, 0, quant::kDefaultScaleEps};
+      // Groups are reduced among the lanes holding their vectors: rows are read in 16-byte vectors only.
+      constexpr int kVec = device::kVec16<T>;
+      RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
+                   kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
+                   " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
+      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
+    };
+    if (group_size == 64) {
+      go(std::integral_constant<int, 64>{});
+    } else {
+      go(std::integral_constant<int, 128>{});
     }
   }
 };

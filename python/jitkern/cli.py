@@ -335,6 +335,8 @@ def _spec_file_specs(path: str) -> list:
         entries = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise UsageError(f"--spec-file {path}", e) from None
+    except RecursionError:  # json's parser recurses per level
+        raise UsageError(f"--spec-file {path}", "nested too deeply to read (it must hold a JSON list of JitSpec fields)") from None
     if not isinstance(entries, list):
         raise UsageError(f"--spec-file {path}", "must hold a JSON list of JitSpec fields")
     specs = []
@@ -589,11 +591,16 @@ class Doctor:
                 print(f"       fix: {fix}")
 
 
-def _writable(path: Path) -> bool:
-    """Whether this process could create files in `path`, or create `path` (its nearest existing parent)."""
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest existing parent (what a directory created there will be on)."""
     while not path.exists() and path != path.parent:
         path = path.parent
-    return os.access(path, os.W_OK | os.X_OK)
+    return path
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process could create files in `path`, or create `path` (its nearest existing parent)."""
+    return os.access(_existing(path), os.W_OK | os.X_OK)
 
 
 def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool) -> None:
@@ -605,6 +612,10 @@ def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool) -
             doc.report("FAIL", what, f"{path} is not writable: a module that is not cached cannot be built",
                        f"export {setting}=<a writable directory of yours>, or serve prebuilt modules: JITKERN_PREBUILT_DIRS=... "
                        "JITKERN_ON_MISS=error")
+        return
+    if setting == "JITKERN_CACHE_DIR" and os.statvfs(_existing(path)).f_flag & os.ST_NOEXEC:
+        doc.report("FAIL", what, f"{path} is on a file system mounted noexec: no module built there can be loaded",
+                   f"export {setting}=<a directory on a file system that allows executing>, or remount it without noexec")
         return
     if not path.exists():
         doc.report("ok", what, f"{path} (not created yet; jitkern creates it with mode 0700)")
@@ -853,6 +864,9 @@ def parser() -> argparse.ArgumentParser:
                        help="compile an installed SGLang's JIT kernels through jitkern for one target (no GPU needed); print a table")
     c.set_defaults(func=lambda args: __import__("jitkern.compat.check", fromlist=["main"]).main(args.rest, prog="jitkern compat-check"))
     top.commands = tuple(sub.choices)  # for _misplaced_option
+    # Commands with a list of positionals take options anywhere among them (`cache rm -v ENTRY`): argparse
+    # alone ends the list at the first option.
+    top.intermixed = {"cache": sub.choices["cache"]}
     return top
 
 
@@ -879,6 +893,9 @@ def _run(argv: list[str]) -> int:
     if misplaced:
         top.error(misplaced)
     args, args.rest = top.parse_known_args(argv)
+    if args.command in top.intermixed:
+        args = top.intermixed[args.command].parse_intermixed_args(argv[argv.index(args.command) + 1:], argparse.Namespace(command=args.command))
+        args.rest = []
     if args.rest and args.command != "compat-check":  # the one command whose options another parser reads
         top.error(f"unrecognized arguments: {' '.join(args.rest)}")
     if args.command is None:

@@ -11,22 +11,14 @@ tvm-ffi or machine is left out with a warning (its modules' keys could not match
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import os
 import re
-import stat
-import sys
-import time
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-# Every wheel installs its layer as PACKAGE_DIR/<arch>/: finding them all is one failed lookup per sys.path
-# entry without any, not a listing of every site-packages directory (the first load of a process pays it).
-PACKAGE_DIR = "jitkern_prebuilt"
+from ._engine import PREBUILT_PACKAGE, prebuilt_packages
+
 LAYER_FILE = "layer.json"
 CACHE_DIR = "cache"
 _FORMAT = 1
@@ -44,7 +36,7 @@ def distribution(arch: str | None) -> str:
 
 
 def package(arch: str | None) -> str:
-    return f"{PACKAGE_DIR}/{_arch_part(arch)}"
+    return f"{PREBUILT_PACKAGE}/{_arch_part(arch)}"
 
 
 def version(cuda_major: int | None) -> str:
@@ -61,12 +53,17 @@ def _machine() -> str:
 # ---------------------------------------------------------------------------------------------- finding
 
 
-@dataclass(frozen=True)
 class Layer:
-    label: str  # "jitkern-prebuilt-sm90a 0.1.0+cu13"
-    dir: str  # the cache directory
-    arch: str | None
-    problem: str = ""  # why it is left out ("" when it is searched)
+    """An installed wheel's layer. A plain class: a dataclass compiles its methods from text at import,
+    about a millisecond of the first load of a process with a wheel installed (which imports this module)."""
+
+    __slots__ = ("label", "dir", "arch", "problem")
+
+    def __init__(self, label: str, dir: str, arch: str | None, problem: str = "") -> None:
+        self.label = label  # "jitkern-prebuilt-sm90a 0.1.0+cu13"
+        self.dir = dir  # the cache directory
+        self.arch = arch
+        self.problem = problem  # why it is left out ("" when it is searched)
 
 
 _found: list[Layer] | None = None
@@ -88,8 +85,7 @@ def _discover() -> list[Layer]:
     from . import __version__
 
     roots: dict[str, Path] = {}
-    for entry in sys.path:
-        top = os.path.join(entry or ".", PACKAGE_DIR)
+    for top in prebuilt_packages():
         try:
             names = os.listdir(top)
         except OSError:
@@ -101,7 +97,7 @@ def _discover() -> list[Layer]:
     for name, root in sorted(roots.items()):
         try:
             info = json.loads((root / LAYER_FILE).read_text())
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply for json's parser
             out.append(Layer(name, str(root / CACHE_DIR), None, f"unreadable {root / LAYER_FILE}: {e}"))
             continue
         import tvm_ffi
@@ -125,12 +121,12 @@ def layers_text() -> str:
 
 
 # The first line of the engine's CacheMissError (src/engine/build.cc, refuse_miss_if_strict) names a CUDA module's target.
-_MISS_TARGET = re.compile(r"^jitkern: module '[^']*' for (\w+) is not cached")
+_MISS_TARGET = r"^jitkern: module '[^']*' for (\w+) is not cached"
 
 
 def miss_hint(message: str) -> str:
     """What a CacheMissError's message gains: the wheel that would hold the module."""
-    m = _MISS_TARGET.match(message)
+    m = re.match(_MISS_TARGET, message)
     if m is None:  # a host-only module goes into every wheel prebuild writes
         return ("\nA prebuilt wheel holding it: any jitkern-prebuilt-* wheel built with this module "
                 "(`jitkern prebuild --wheel DIR ...`, then pip install it).")
@@ -139,9 +135,13 @@ def miss_hint(message: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- writing
+# (its modules are imported where used: the first load of a process with a wheel installed imports this module)
 
 
 def _record_hash(data: bytes) -> str:
+    import base64
+    import hashlib
+
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
@@ -155,6 +155,10 @@ def entry_files(library: Path) -> list[Path]:
 def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: int | None) -> Path:
     """Writes the wheel holding the cache entries of `libraries` (as prebuild returned them) for `arch`
     and returns its path."""
+    import stat
+    import time
+    import zipfile
+
     import tvm_ffi
 
     from . import __version__
@@ -176,7 +180,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
                 f"Requires-Dist: jitkern=={__version__}\n")
     files += [(f"{dist_info}/METADATA", metadata.encode()),
               (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: jitkern {__version__}\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()),
-              (f"{dist_info}/top_level.txt", f"{PACKAGE_DIR}\n".encode())]
+              (f"{dist_info}/top_level.txt", f"{PREBUILT_PACKAGE}\n".encode())]
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files) + f"{dist_info}/RECORD,,\n"
     files.append((f"{dist_info}/RECORD", record.encode()))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <stdexcept>
@@ -57,6 +58,29 @@ TEST_F(AdminStore, RemovesWhatItNamesAndNothingWhenOneNamesNothing) {
   ASSERT_EQ(done.size(), 1u);  // named twice, removed once
   EXPECT_EQ(done[0].action, "removed");
   EXPECT_EQ(s.stems(), (std::vector<std::string>{"scale_2-0123456789abcdef0123", "scale_2-89abcdef0123456789ab"}));
+}
+
+TEST_F(AdminStore, RefusesToChangeAnotherUsersCache) {
+  if (::geteuid() != 0) GTEST_SKIP() << "NOT RUN: needs root to give the cache to another user";
+  ASSERT_EQ(::chown((root + "/cache").c_str(), 65534, 65534), 0);
+  const auto s = store();
+  const auto refused = [&](const char* op, const auto& f) {
+    try {
+      f();
+      ADD_FAILURE() << op << " acted on uid 65534's cache";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("belongs to uid 65534"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("`jitkern cache ") + op + "`"), std::string::npos) << e.what();
+    }
+  };
+  refused("verify", [&] { jitkern::cache::verify(s); });  // its entries, having no manifest, would be removed
+  refused("prune", [&] { jitkern::cache::prune(s, 0, -1, false); });
+  refused("clear", [&] { jitkern::cache::clear(s, false); });
+  refused("rm", [&] { jitkern::cache::remove(s, {"other"}, false); });
+  EXPECT_EQ(s.stems().size(), 3u);
+  struct stat st;
+  EXPECT_NE(::lstat((root + "/locks").c_str(), &st), 0) << "a lock directory of root's was created";
+  EXPECT_EQ(jitkern::cache::list(s).size(), 3u);  // reading it is not refused
 }
 
 TEST_F(AdminStore, CountsEntriesByStatus) {

@@ -7,7 +7,7 @@
 //                                      RowPointers;
 //   device::norm::StoreOutput          the epilogue that writes the normalised row to the row's `out`
 //                                      (others, e.g. 8-bit quantization, live in impl/quant.cuh);
-//   host::norm::row_fit                how a row fits the vectors a CTA's threads hold.
+//   host::norm::row_fit, wide_threads  how a row fits the vectors a CTA's threads hold; a wide row's CTA width.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -36,16 +36,13 @@ struct WarpGroup {
   static_assert(kWidth >= 1 && kWidth <= kWarpThreads && (kWidth & (kWidth - 1)) == 0, "kWidth: power of two <= 32");
   JITKERN_DEVICE int rank() const { return threadIdx.x % kWidth; }
   static constexpr JITKERN_DEVICE int size() { return kWidth; }
-  // Only this group's lanes take part: the other groups of the warp may already be done.
-  JITKERN_DEVICE float reduce_sum(float v) const {
-    const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
-    return warp::reduce_sum<kWidth>(v, lanes);
+  // The mask of this thread's group: only its lanes take part, the other groups of the warp may already be done.
+  static JITKERN_DEVICE unsigned lanes() {
+    return kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
   }
+  JITKERN_DEVICE float reduce_sum(float v) const { return warp::reduce_sum<kWidth>(v, lanes()); }
   // v >= 0 (an amax).
-  JITKERN_DEVICE float reduce_max(float v) const {
-    const unsigned lanes = kWidth == 32 ? 0xffffffffu : ((1u << kWidth) - 1) << (threadIdx.x % kWarpThreads / kWidth * kWidth);
-    return warp::reduce_max_nonnegative<kWidth>(v, lanes);
-  }
+  JITKERN_DEVICE float reduce_max(float v) const { return warp::reduce_max_nonnegative<kWidth>(v, lanes()); }
 };
 
 // The whole CTA working on one row. kOneRowPerCta: the CTA normalises a single row in its lifetime,
@@ -321,7 +318,17 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 }  // namespace device::norm
 
 #ifndef __CUDACC_RTC__
+#include <jitkern/utils.h>
+
+#include <algorithm>
+
 namespace host::norm {
+
+// Threads of a wide-row CTA: reg_vecs vectors each over a row of `nvec` vectors, whole warps, at most
+// `cap` (the device's host::RowPolicy::row_threads; wider rows re-read their remainder).
+inline int wide_threads(int64_t nvec, int reg_vecs, int cap) {
+  return static_cast<int>(std::min<int64_t>(cap, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
+}
 
 // How a row of `nvec` vectors fits `threads` threads holding `reg_vecs` vectors each (device::norm::RowFit).
 inline device::norm::RowFit row_fit(int64_t nvec, int reg_vecs, int threads) {

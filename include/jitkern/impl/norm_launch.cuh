@@ -228,12 +228,6 @@ __global__ void __launch_bounds__(kNormStaticThreads<T, kHidden>) norm_static_ke
 namespace host::norm {
 using namespace device::norm;
 
-// Threads of a wide-row CTA: reg_vecs vectors each over a row of `nvec` vectors, whole warps, at most
-// `cap` (the device's host::RowPolicy::row_threads; wider rows re-read their remainder).
-inline int wide_threads(int64_t nvec, int reg_vecs, int cap) {
-  return static_cast<int>(std::min<int64_t>(cap, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
-}
-
 // The plain norms' epilogue gets every launch variant. Other epilogues (quantization, whose rows are model
 // widths) get fewer kernels, so that their modules compile sooner (a module compiles in about the time
 // its kernels take): narrow rows one row per group at any count.
@@ -300,6 +294,17 @@ void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, int row_
   }
 }
 
+// Epilogues whose rows must be read in 16-byte vectors declare kVectorsOnly = true; their callers check
+// norm_vector_width first (launch_norm builds no element-by-element kernels for them).
+template <typename Epi>
+inline constexpr bool kVectorsOnly = requires { requires Epi::kVectorsOnly; };
+
+// Epilogues that reduce across lanes at each vector's store declare kOneVectorPerThread = true: a thread's
+// vectors would take their reductions in turn, so wide rows that fit one vector a thread take it (more
+// warps a row), and wider ones the registers' share with the remainder re-read.
+template <typename Epi>
+inline constexpr bool kOneVectorPerThread = requires { requires Epi::kOneVectorPerThread; };
+
 template <typename T, int kVec, bool kFusedAdd, typename Epi>
 void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bool token_rows) {
   using namespace host;
@@ -319,7 +324,10 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
       return launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count);
     }
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
-    if (kFusedAdd && token_rows && nvec <= row_threads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
+    if constexpr (kOneVectorPerThread<Epi>) {
+      if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, row_threads, sm_count, token_rows);
+      return launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
+    } else if (kFusedAdd && token_rows && nvec <= row_threads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
       // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
       if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true, Epi, true>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (nvec <= kRegVecs * row_threads) {
@@ -328,6 +336,19 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
       launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
     }
   }
+}
+
+// The elements per access of launch_norm's kernels: device::kVec16<T> where every operand's base and
+// row strides allow it, else 1.
+template <typename T, typename Epi>
+int norm_vector_width(const NormParams<T>& p, int num_problems, const Epi& epi) {
+  int vec = device::kVec16<T>;
+  for (int k = 0; k < num_problems; ++k) {
+    const RowProblem<T>& q = p.problem[k];
+    vec = std::min(vec, host::vector_width(device::kVec16<T>, p.hidden, {q.out, q.in, q.residual, q.weight},
+                                            {q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
+  }
+  return epi.allows_vector(vec) ? vec : 1;
 }
 
 // Normalises `tokens` tokens of one or two problems (problem[1] is ignored when num_problems is 1),
@@ -339,13 +360,8 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
   const int64_t heads0 = p.problem[0].heads, heads = heads0 + p.problem[1].heads;
   if (tokens == 0 || heads == 0 || p.hidden == 0) return;
   host::RuntimeCheck(p.hidden <= kNormMaxRowsPerLaunch, "rows wider than ", kNormMaxRowsPerLaunch, " elements are not supported, got ", p.hidden);
-  int vec = device::kVec16<T>;
-  for (int k = 0; k < num_problems; ++k) {
-    const RowProblem<T>& q = p.problem[k];
-    vec = std::min(vec, host::vector_width(device::kVec16<T>, p.hidden, {q.out, q.in, q.residual, q.weight},
-                                            {q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
-  }
-  if (!epi.allows_vector(vec)) vec = 1;
+  const int vec = norm_vector_width(p, num_problems, epi);
+  host::RuntimeCheck(!kVectorsOnly<Epi> || vec == device::kVec16<T>, "this epilogue needs 16-byte aligned rows");
   const bool token_rows = num_problems == 1 && heads0 == 1;
   const int64_t chunk = std::max<int64_t>(1, kNormMaxRowsPerLaunch / heads);
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
@@ -361,7 +377,7 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
     c.total_rows = static_cast<int32_t>(n * heads);
     if (vec == device::kVec16<T>) {
       launch_norm_vec<T, device::kVec16<T>, kFusedAdd>(c, epi.shifted(t0), device, token_rows);
-    } else {
+    } else if constexpr (!kVectorsOnly<Epi>) {
       launch_norm_vec<T, 1, kFusedAdd>(c, epi.shifted(t0), device, token_rows);
     }
   }

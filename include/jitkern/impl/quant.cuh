@@ -4,14 +4,16 @@
 //   device::quant::dynamic_amax      the finite amax of the values a group of threads holds, at one
 //                                    instruction per value where none is +-inf (half of one for
 //                                    16-bit values held as packed pairs: fold_pairs);
-//   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value;
+//   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value
+//                                    (kDefaultScaleEps: eps of the ops that take none);
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
 //                                    it is stored (the layouts FP8 GEMMs read);
 //   device::quant::quantize_group    a group of values held by a few lanes of a warp, quantized with its
-//                                    dynamic scale, which is stored;
+//                                    dynamic scale, which is stored (quantize_group_with: stored by the caller);
 //   device::quant::QuantizeRows      the norm kernels' epilogue that writes a row as 8-bit values
 //                                    (impl/norm.cuh), with a static or a per-row dynamic scale;
+//   device::quant::QuantizeGroups    the one that writes it as fp8 with a dynamic scale per group;
 //   host::quant::verify_group_scales a per-group quantization's output_s checked, and its GroupScales.
 //
 // Rules (README, the quantization ops): q = saturate(round_to_nearest_even(x / s)), the division in
@@ -138,7 +140,12 @@ struct GroupScales {
       static_cast<float*>(base)[group] = scale;
       return;
     }
-    const int64_t row = group_row(group, groups_per_row, total_groups), g = group - row * groups_per_row;
+    const int64_t row = group_row(group, groups_per_row, total_groups);
+    store_at<kUE8M0>(row, group - row * groups_per_row, groups_per_row, scale, exponent);
+  }
+  // The same for group g of row `row`.
+  template <bool kUE8M0>
+  JITKERN_DEVICE void store_at(int64_t row, int64_t g, int64_t groups_per_row, float scale, uint32_t exponent) const {
     if constexpr (kUE8M0) {
       uint8_t* word = static_cast<uint8_t*>(base) + 4 * (row * row_stride + g / 4 * group_stride);
       word[g % 4] = static_cast<uint8_t>(exponent);
@@ -200,6 +207,11 @@ struct Divider {
 // (Divider::slow is false: at least 2^-64, and at most FLT_MAX / Q's largest value < 2^126).
 template <typename Q>
 inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
+
+// The scale floor of the dynamic ops without an eps argument (per-tensor, per-token, norm + quant, the
+// MoE activations' per-token form): their scales' reciprocals never overflow, so their stores skip that case.
+inline constexpr float kDefaultScaleEps = 1e-10f;
+static_assert(kDefaultScaleEps >= kNormalScaleEps<fp8_e4m3_t>);
 
 // encode(divide) with the division x / s that s allows, decided once per vector, not per element.
 template <bool kMaySlow, typename Encode>
@@ -270,15 +282,16 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
   store_quantized<Q, kMaySlow>(ptr, f, s);
 }
 
-// One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps;
-// every lane of the warp calls this), kPerLane vectors each (of T, or of packed 16-bit pairs): the lane's
-// vector j goes to out + j * kLanes * (its count of values), or with kContiguous (vectors of T, at most 16
-// codes a lane) to out + j * kVec, all of them with one store. Its dynamic scale group_scale<Q, kUE8M0>(finite
-// amax, eps) divides it, and lane 0 stores the scale for flat group `group` (GroupScales). `valid`: the
-// lane's group exists (the others only take part in the warp's votes and shuffles).
-template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, typename T, int kVec>
-JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
-                                   int64_t group, int64_t groups_per_row, int64_t total_groups) {
+// One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps),
+// kPerLane vectors each (of T, or of packed 16-bit pairs): the lane's vector j goes to out + j * kLanes *
+// (its count of values), or with kContiguous (vectors of T, at most 16 codes a lane) to out + j * kVec, all
+// of them with one store. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and the
+// group's first lane calls store_scale(scale, exponent). `lanes`: the mask of the lanes that call this
+// together (the whole warp, or only the group's own), whose votes and shuffles they share. `valid`: the
+// lane's group exists (the others only take part in the votes and shuffles).
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, typename T, int kVec, typename StoreScale>
+JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, unsigned lanes,
+                                        const StoreScale& store_scale) {
   const auto fold = [&](auto op) {
     float acc = 0.0f;
     if constexpr (kIsPacked16<T>) {
@@ -290,10 +303,10 @@ JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], 
     }
     return acc;
   };
-  // A second look (a group holding +-inf) is voted for by the whole warp.
+  // A second look (a group holding +-inf) is voted for by all of `lanes`.
   bool finite;
-  const float amax = dynamic_amax(fold, [](float v) { return warp::reduce_max_nonnegative<kLanes>(v); },
-                                  [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  const float amax = dynamic_amax(fold, [&](float v) { return warp::reduce_max_nonnegative<kLanes>(v, lanes); },
+                                  [&](bool b) { return __any_sync(lanes, b); }, finite);
   uint32_t exponent = 0;
   const float scale = group_scale<Q, kUE8M0>(amax, eps, exponent);
   if (!valid) return;
@@ -308,7 +321,16 @@ JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], 
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec * kValuesPer<T>, x[j], s);
   }
-  if (threadIdx.x % kLanes == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
+  if (threadIdx.x % kLanes == 0) store_scale(scale, exponent);
+}
+
+// quantize_group_with called by every lane of the warp, storing the scale of flat group `group` (GroupScales).
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, typename T, int kVec>
+JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
+                                   int64_t group, int64_t groups_per_row, int64_t total_groups) {
+  quantize_group_with<Q, kLanes, kPerLane, kUE8M0, kContiguous>(x, valid, out, eps, 0xffffffffu, [&](float scale, uint32_t exponent) {
+    scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
+  });
 }
 
 template <typename T, int kVec>
@@ -368,6 +390,69 @@ struct QuantizeRows {
     return s;
   }
   // Whether kVec-element stores are aligned for every row.
+  bool allows_vector(int vec) const { return reinterpret_cast<uintptr_t>(q) % vec == 0 && q_row_stride % vec == 0; }
+};
+
+// The norm epilogue (see device::norm::StoreOutput) that writes the normalised row, rounded to T as rmsnorm
+// would write it, as fp8 in groups of kGroup consecutive elements, each divided by its own dynamic scale
+// group_scale<fp8, kUE8M0>(finite amax of the group, eps), stored where GroupScales says (row = token): the
+// bits per_token_group_quant gives for the rounded row. The norm kernels hand consecutive vectors to
+// consecutive lanes (vector i of a block of whole warps' vectors to lane i), so with hidden a multiple of
+// kGroup a group is one vector in each of kGroup / kVec consecutive lanes, all of them holding it or none:
+// its amax is a shuffle reduction among those lanes alone, while the row stays in registers. That takes
+// kGroup / kVec <= 32, 16-byte vectors (kVectorsOnly: the caller checks the operands allow them).
+template <int kGroup, bool kUE8M0>
+struct QuantizeGroups {
+  static constexpr bool kVectorsOnly = true;
+  static constexpr bool kOneVectorPerThread = true;  // a group reduction per store
+  uint8_t* q;
+  int64_t q_row_stride;  // elements
+  GroupScales scales;
+  int64_t groups_per_row;
+  int64_t first_row;  // of this launch, in the scales' rows
+  float eps;
+
+  template <typename T, int kVec>
+  struct Row {
+    static constexpr bool kNeedsAmax = false;
+    static constexpr int kLanes = kGroup / kVec;
+    uint8_t* q;
+    GroupScales scales;
+    int64_t row, groups_per_row;
+    float eps;
+    template <typename Fold, typename ReduceMax>
+    JITKERN_DEVICE float scale(const Fold&, const ReduceMax&) const {
+      return 0.0f;
+    }
+    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float) const {
+      if constexpr (kLanes <= kWarpThreads) {  // else never launched (kVectorsOnly)
+        const auto store_scale = [&](float s, uint32_t e) { scales.template store_at<kUE8M0>(row, at / kGroup, groups_per_row, s, e); };
+        const unsigned lanes = norm::WarpGroup<kLanes>::lanes();
+        if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
+          AlignedVector<packed_t<T>, kVec / 2> x[1];
+#pragma unroll
+          for (int k = 0; k < kVec / 2; ++k) x[0][k] = packed_t<T>(y[2 * k], y[2 * k + 1]);
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, lanes, store_scale);
+        } else {
+          const AlignedVector<T, kVec> x[1] = {y};
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, lanes, store_scale);
+        }
+      }
+    }
+    JITKERN_DEVICE void finish(float) const {}
+  };
+
+  template <typename T, int kVec>
+  JITKERN_DEVICE Row<T, kVec> row(const norm::RowPointers<T>&, uint32_t r) const {
+    return {q + r * q_row_stride, scales, first_row + r, groups_per_row, eps};
+  }
+  // The same rows, `tokens` further on (launches of at most 2^30 rows).
+  QuantizeGroups shifted(int64_t tokens) const {
+    QuantizeGroups s = *this;
+    s.q += tokens * q_row_stride;
+    s.first_row += tokens;
+    return s;
+  }
   bool allows_vector(int vec) const { return reinterpret_cast<uintptr_t>(q) % vec == 0 && q_row_stride % vec == 0; }
 };
 

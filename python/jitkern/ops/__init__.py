@@ -8,7 +8,7 @@ from .._torch import require_torch
 # The kernel families, each four files: csrc/<family>.cuh, python/jitkern/ops/<family>.py,
 # tests/python/ops/test_<family>.py and benchmarks/bench_<family>.py. A family module declares its ops in
 # FAMILY (ops/_declare.py), from which everything here follows; a new family is one entry in FAMILIES.
-FAMILIES = ("norm", "quant", "act", "moe", "moe_combine", "kv_transfer", "rope", "qknorm_rope", "kv_rows", "mla_cache", "norm_variants", "wait_value", "add_constant", "all_reduce")
+FAMILIES = ("norm", "quant", "act", "moe", "moe_combine", "moe_act", "kv_transfer", "rope", "qknorm_rope", "kv_rows", "mla_cache", "norm_variants", "wait_value", "add_constant", "all_reduce")
 _FAMILY_MODULES = {family: import_module(f".{family}", __name__) for family in FAMILIES}
 _DECLARED = {family: module.FAMILY for family, module in _FAMILY_MODULES.items()}
 OPS = {op: family for family, declared in _DECLARED.items() for op in declared.ops}  # each op's family

@@ -6,14 +6,14 @@ from __future__ import annotations
 from .._torch import torch
 
 
-def _bytes(q, name: str, public: str, allow_int8: bool = False):
-    """The output tensor q as [rows, H] for C++: fp8 as its bytes (uint8), int8 as it is. A view, so that
-    what C++ writes lands in q."""
+def _bytes(q, name: str, public: str, allow_int8: bool = False, flatten: bool = True):
+    """The output tensor q as [rows, H] for C++ (flatten=False: in its own shape): fp8 as its bytes (uint8),
+    int8 as it is. A view, so that what C++ writes lands in q."""
     allowed = (torch.float8_e4m3fn, torch.int8) if allow_int8 else (torch.float8_e4m3fn,)
     if not isinstance(q, torch.Tensor) or q.dtype not in allowed:
         got = q.dtype if isinstance(q, torch.Tensor) else type(q).__name__
         raise TypeError(f"{public}(): {name} must be a float8_e4m3fn{' or int8' if allow_int8 else ''} tensor, got {got}")
-    q2 = q.view(-1, q.shape[-1]) if q.dim() != 2 else q
+    q2 = q.view(-1, q.shape[-1]) if flatten and q.dim() != 2 else q
     return q2.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q2
 
 
@@ -33,7 +33,7 @@ def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, 
     if scale_tma_aligned and not column_major_scales:
         raise ValueError("per_token_group_quant_8bit(): scale_tma_aligned applies to column_major_scales=True only")
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    groups = x.shape[-1] // group_size
+    groups = x.shape[-1] // group_size if group_size > 0 else 0  # a bad group_size is the op's to refuse, by name
     dtype = torch.int32 if scale_ue8m0 else torch.float32
     cols = -(-groups // 4) if scale_ue8m0 else groups
     if not column_major_scales:

@@ -1,6 +1,12 @@
 """The 8-bit quantization family (csrc/quant.cuh): per-tensor and per-token fp8, per-token-group fp8/int8
 with the scale layouts FP8 GEMMs read, and RMSNorm (optionally after a residual add) written straight to
-fp8. Inputs fp16/bf16/fp32 CUDA tensors [..., H] (the last dimension contiguous, rows may be strided).
+fp8 with a per-tensor, per-token or per-group (1x64, 1x128) scale. Inputs fp16/bf16/fp32 CUDA tensors
+[..., H] (the last dimension contiguous, rows may be strided).
+
+The norm + per-group ops belong here rather than to a family of their own: they give the bits and the
+scale layouts of per_token_group_quant_8bit, whose rules (the group scale, UE8M0 packing, the layouts'
+strides) live in this family (include/jitkern/impl/quant.cuh, group_scales_like), and they are one more
+quantizing epilogue of the norm kernels beside rmsnorm_quant_fp8's; a second family would copy those rules.
 
 q = saturate(round_to_nearest_even(x / s)), the division in fp32: fp8 e4m3 saturates to +-448 (+-inf too)
 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic scale is max(amax, eps) / 448 (int8:
@@ -27,10 +33,16 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
     "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
     "fused_add_rmsnorm_quant_dynamic": "input, residual, weight, output_q, output_s, eps",
+    **{op: "input, weight, output_q, output_s, group_size, eps" for op in ("rmsnorm_group_quant", "rmsnorm_group_quant_ue8m0")},
+    **{op: "input, residual, weight, output_q, output_s, group_size, eps"
+       for op in ("fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_ue8m0")},
 },  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
    compile_seconds={"per_tensor_quant_static": 2.3, "per_tensor_quant_dynamic": 2.9, "per_token_quant": 2.0, "per_token_group_quant": 2.8,
                     "per_token_group_quant_ue8m0": 2.6, "per_token_group_quant_int8": 3.0, "rmsnorm_quant_static": 3.3,
-                    "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4})
+                    "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4,
+                    # estimates (twice rmsnorm_quant_dynamic's kernels: group sizes 64 and 128), not yet measured
+                    "rmsnorm_group_quant": 6.0, "rmsnorm_group_quant_ue8m0": 6.0, "fused_add_rmsnorm_group_quant": 6.5,
+                    "fused_add_rmsnorm_group_quant_ue8m0": 6.5})
 FAMILY = Family(_FAMILY, helpers=("group_scales_like",))
 spec = _FAMILY.spec
 
@@ -103,6 +115,12 @@ def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = Non
 
 # ---- per-token-group -------------------------------------------------------------------------------
 
+def _ue8m0_suffix(scale_ue8m0: bool, output_s) -> str:
+    """The suffix of the export for UE8M0 scales ("_ue8m0"), which given scales choose by their dtype (int32)."""
+    ue8m0 = scale_ue8m0 if output_s is None else getattr(output_s, "dtype", None) == torch.int32
+    return "_ue8m0" if ue8m0 else ""
+
+
 @FAMILY.op("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8", torch=(TorchOp(
     "per_token_group_quant_8bit",
     "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0) -> (Tensor, Tensor)",
@@ -131,10 +149,8 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
     # The export of the outputs' format (C++ checks the outputs against it): each compiles only its own kernels.
     if (dtype if output_q is None else getattr(output_q, "dtype", None)) == torch.int8:
         export = "per_token_group_quant_int8"
-    elif scale_ue8m0 if output_s is None else getattr(output_s, "dtype", None) == torch.int32:
-        export = "per_token_group_quant_ue8m0"
     else:
-        export = "per_token_group_quant"
+        export = "per_token_group_quant" + _ue8m0_suffix(scale_ue8m0, output_s)
     fn = _FAMILY.function(export, input, public)
     if type(group_size) is not int:
         raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
@@ -196,3 +212,70 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
         q, s = torch.ops.jitkern.fused_add_rmsnorm_quant_fp8(input, residual, weight, eps, scale)
         return _into(q, s, output_q, None if scale is not None else output_s)
     return _norm_quant("fused_add_rmsnorm_quant", "fused_add_rmsnorm_quant_fp8", input, residual, weight, eps, scale, output_q, output_s)
+
+
+# ---- RMSNorm + per-group quantization --------------------------------------------------------------
+
+def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
+                      scale_ue8m0, output_q, output_s):
+    if type(group_size) is not int:
+        raise TypeError(f"{public}(): group_size must be an int, got {type(group_size).__name__}")
+    fn = _FAMILY.function(op + _ue8m0_suffix(scale_ue8m0, output_s), input, public)
+    q = _empty_q(input) if output_q is None else output_q
+    s = output_s if output_s is not None else group_scales_like(
+        input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
+    s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
+    head = (_rows(input, public),) if residual is None else (_rows(input, public), as_rows(residual, public, "residual", writes=True))
+    fn(*head, weight, _bytes(q, "output_q", public), s2, group_size, eps)
+    return q, s
+
+
+def _fake_norm_group_quant(input, *args):
+    group_size, cm, tma, ue8m0 = args[-4:]
+    return _empty_q(input), group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0)
+
+
+_GROUP_FLAGS = "int group_size, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0"
+
+
+@FAMILY.op("rmsnorm_group_quant", "rmsnorm_group_quant_ue8m0", torch=(TorchOp(
+    "rmsnorm_group_quant_fp8", f"(Tensor input, Tensor weight, float eps, {_GROUP_FLAGS}) -> (Tensor, Tensor)",
+    lambda input, weight, eps, group_size, cm, tma, ue8m0: _norm_group_quant(
+        "rmsnorm_group_quant", "rmsnorm_group_quant_fp8", input, None, weight, eps, group_size, cm, tma, ue8m0, None, None),
+    _fake_norm_group_quant),))
+def rmsnorm_group_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, group_size: int = 128,
+                            column_major_scales: bool = False, scale_tma_aligned: bool = False, scale_ue8m0: bool = False,
+                            output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
+    """Returns (q, s): y = rmsnorm(input) * weight (rounded to input's dtype, as rmsnorm writes it), quantized
+    to fp8 e4m3 in groups of group_size (64 or 128) consecutive elements of a row, each with its dynamic
+    scale max(amax(|group|), 1e-10) / 448, in one pass, as per_token_group_quant_8bit quantizes the row and
+    in its scale layouts (the flags: group_scales_like; scale_ue8m0: powers of two as packed exponents);
+    against rmsnorm then per_token_group_quant_8bit, the row's sum of squares may round an ulp apart
+    (docs/ops.md says where and what it changes). The last dimension must be a multiple of group_size;
+    input, weight and q must allow 16-byte vectors."""
+    if compiling():
+        q, s = torch.ops.jitkern.rmsnorm_group_quant_fp8(input, weight, eps, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0)
+        return _into(q, s, output_q, output_s)
+    return _norm_group_quant("rmsnorm_group_quant", "rmsnorm_group_quant_fp8", input, None, weight, eps, group_size, column_major_scales,
+                             scale_tma_aligned, scale_ue8m0, output_q, output_s)
+
+
+@FAMILY.op("fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_ue8m0", torch=(TorchOp(
+    "fused_add_rmsnorm_group_quant_fp8",
+    f"(Tensor input, Tensor(a!) residual, Tensor weight, float eps, {_GROUP_FLAGS}) -> (Tensor, Tensor)",
+    lambda input, residual, weight, eps, group_size, cm, tma, ue8m0: _norm_group_quant(
+        "fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_fp8", input, residual, weight, eps, group_size, cm, tma, ue8m0,
+        None, None),
+    _fake_norm_group_quant),))
+def fused_add_rmsnorm_group_quant_fp8(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+                                      group_size: int = 128, column_major_scales: bool = False, scale_tma_aligned: bool = False,
+                                      scale_ue8m0: bool = False, output_q: torch.Tensor | None = None,
+                                      output_s: torch.Tensor | None = None):
+    """residual += input (in place, as fused_add_rmsnorm), then rmsnorm_group_quant_fp8 of the new residual.
+    input is left as it was. Returns (q, s)."""
+    if compiling():
+        q, s = torch.ops.jitkern.fused_add_rmsnorm_group_quant_fp8(input, residual, weight, eps, group_size, column_major_scales,
+                                                                   scale_tma_aligned, scale_ue8m0)
+        return _into(q, s, output_q, output_s)
+    return _norm_group_quant("fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_fp8", input, residual, weight, eps, group_size,
+                             column_major_scales, scale_tma_aligned, scale_ue8m0, output_q, output_s)

@@ -3,7 +3,6 @@
 // reaches the C++ validation intact. This file is the only C++ code that knows the format;
 // python/jitkern/_engine.py is the only Python code.
 #include <dlfcn.h>
-#include <sys/stat.h>
 #include <jitkern/engine_abi.h>
 #include <jitkern/jit.h>
 #include <tvm/ffi/c_api.h>
@@ -229,12 +228,6 @@ std::string cache_command(const std::string& text) {
     return out + "]}";
   }
   std::vector<jitkern::cache::Outcome> outcomes;
-  struct stat st;
-  // Judging another user's entries by our uid would remove them, and our lock files would stay there.
-  if ((op == "verify" || op == "prune" || op == "clear" || op == "rm") && ::lstat(dirs.cache_dir.c_str(), &st) == 0 && st.st_uid != ::geteuid())
-    throw std::invalid_argument("jitkern: cache directory " + dirs.cache_dir + " belongs to uid " + std::to_string(st.st_uid) +
-                                ", not to the current user (uid " + std::to_string(::geteuid()) + "); run `jitkern cache " + op +
-                                "` as its owner (e.g. sudo -u '#" + std::to_string(st.st_uid) + "' ...)");
   if (op == "verify") outcomes = jitkern::cache::verify(store);
   else if (op == "prune") outcomes = jitkern::cache::prune(store, max_bytes, older_than_s, dry_run);
   else if (op == "clear") outcomes = jitkern::cache::clear(store, dry_run);

@@ -59,6 +59,9 @@ void* open_library(const std::string& name, const std::string& path) {
       throw std::runtime_error("jitkern: cannot load " + path + ": " + why +
                                (why.find("cannot open shared object file") != std::string::npos
                                     ? " (install it where the dynamic linker finds it, or load the library that provides it first, e.g. import torch)"
+                                : fs::on_noexec_mount(path)
+                                    ? " (its file system is mounted noexec, so no module can be loaded from it: put the cache on one that "
+                                      "allows executing, with JITKERN_CACHE_DIR or JITKERN_PREBUILT_DIRS, or remount it without noexec)"
                                     : ""));
     handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   }

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -182,6 +183,11 @@ std::string loaded_object_dir(const void* addr) {
 bool is_executable_file(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+bool on_noexec_mount(const std::string& path) {
+  struct statvfs v {};
+  return ::statvfs(path.c_str(), &v) == 0 && (v.f_flag & ST_NOEXEC) != 0;
 }
 
 std::string which(const std::string& program, const std::string& path) {

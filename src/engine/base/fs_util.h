@@ -67,6 +67,8 @@ std::string current_dir();
 // main program).
 std::string loaded_object_dir(const void* addr);
 bool is_executable_file(const std::string& path);
+// Whether `path` lies on a file system mounted noexec (no library there can be mapped executable).
+bool on_noexec_mount(const std::string& path);
 // `program` looked up in `path` (a PATH value; empty: the default path); empty if not found.
 std::string which(const std::string& program, const std::string& path);
 // Creates `path` and its missing parents (parents 0755, `path` itself `mode`, whatever the umask);

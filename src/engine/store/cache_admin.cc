@@ -1,5 +1,8 @@
 #include "store/cache_admin.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -23,6 +26,15 @@ Outcome remove_unless_busy(const store::Store& store, const Entry& e, const std:
   return {e.stem, removed(dry_run), why, e.bytes};
 }
 
+// Judging another user's entries by our uid would remove them, and our lock files would stay there.
+void refuse_foreign(const store::Store& store, const std::string& op) {
+  struct stat st;
+  if (::lstat(store.root().c_str(), &st) == 0 && st.st_uid != ::geteuid())
+    throw std::invalid_argument("jitkern: cache directory " + store.root() + " belongs to uid " + std::to_string(st.st_uid) +
+                                ", not to the current user (uid " + std::to_string(::geteuid()) + "); run `jitkern cache " + op +
+                                "` as its owner (e.g. sudo -u '#" + std::to_string(st.st_uid) + "' ...)");
+}
+
 }  // namespace
 
 std::vector<Entry> list(const store::Store& store) {
@@ -37,6 +49,7 @@ std::vector<Entry> list(const store::Store& store) {
 }
 
 std::vector<Outcome> verify(const store::Store& store) {
+  refuse_foreign(store, "verify");
   std::vector<Outcome> out;
   for (const auto& e : list(store)) {
     const store::Entry entry = store.entry(e.stem);
@@ -66,6 +79,7 @@ std::vector<Outcome> verify(const store::Store& store) {
 }
 
 std::vector<Outcome> prune(const store::Store& store, int64_t max_bytes, double older_than_s, bool dry_run) {
+  refuse_foreign(store, "prune");
   std::vector<Outcome> out;
   std::vector<Entry> entries = list(store);
   // 1. Libraries of earlier contents, which no manifest names any more.
@@ -97,6 +111,7 @@ std::vector<Outcome> prune(const store::Store& store, int64_t max_bytes, double 
 }
 
 std::vector<Outcome> clear(const store::Store& store, bool dry_run) {
+  refuse_foreign(store, "clear");
   std::vector<Outcome> out;
   for (const auto& e : list(store)) out.push_back(remove_unless_busy(store, e, "cleared", dry_run));
   int64_t bytes = store.toolchain_records_bytes();
@@ -142,6 +157,7 @@ std::vector<Entry> find(const store::Store& store, const std::vector<std::string
 }
 
 std::vector<Outcome> remove(const store::Store& store, const std::vector<std::string>& what, bool dry_run) {
+  refuse_foreign(store, "rm");
   std::vector<Outcome> out;
   for (const auto& e : find(store, what)) out.push_back(remove_unless_busy(store, e, "removed on request", dry_run));
   return out;

@@ -22,6 +22,8 @@ struct Outcome {
 };
 
 std::vector<Entry> list(const store::Store& store);
+// verify, prune, clear and remove throw std::invalid_argument for a store that belongs to another user
+// (root included): they would judge its entries by the wrong owner and leave lock files there.
 // Checks every entry as a load would (rehashing each library); removes the entries a load would refuse.
 std::vector<Outcome> verify(const store::Store& store);
 // Removes superseded libraries inside entries, then entries unused for longer than `older_than_s`

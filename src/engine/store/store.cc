@@ -292,8 +292,12 @@ std::string Store::layer_distrust() const {
   std::string why;
   const std::string real = fs::realpath_or(m_root);
   struct stat st;
-  if (::stat(real.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    why = "it does not exist";
+  if (::stat(real.c_str(), &st) != 0) {
+    why = errno == ENOENT || errno == ENOTDIR ? "it does not exist" : std::string("cannot read it: ") + std::strerror(errno);
+  } else if (!S_ISDIR(st.st_mode)) {
+    why = "it is not a directory";
+  } else if (::access(real.c_str(), R_OK | X_OK) != 0) {
+    why = std::string("cannot read it: ") + std::strerror(errno);  // its entries would all look missing
   } else {
     why = path_distrust(real, true);
   }

@@ -1,5 +1,6 @@
 """The JIT engine on the CPU: C++ kernels through load_jit, cache invalidation and safety."""
 
+import json
 import os
 import re
 import shutil
@@ -244,6 +245,56 @@ def test_warm_load_runs_no_subprocess(cache_dir, workdir, slow_cxx):
     warm = run_child(workdir, env_extra=env)
     assert result_of(warm) == 2.0 and compiles(warm) == 0
     assert log.read_text() == calls, "a warm load must not start the compiler"
+
+
+# A warm load of the factor kernel in a fresh process under an audit hook (after jitkern's import): the
+# modules it imports, the code it generates (dataclasses and namedtuples compile their methods from
+# text: a millisecond of a first load), the processes it starts and the directories it lists.
+AUDITED_WARM_LOAD = textwrap.dedent(
+    """
+    import sys
+    from jitkern import load_jit  # the package's import (tvm-ffi's too) is not part of a load
+    workdir = sys.argv[1]
+    seen = []
+    def hook(event, args):
+        if event == "compile" or event == "os.listdir" or event.startswith(("subprocess.", "os.posix_spawn", "os.exec", "os.system")):
+            seen.append(f"{event} {args[1] if event == 'compile' else args[0]}")
+    before = set(sys.modules)
+    sys.addaudithook(hook)
+    m = load_jit("factor", cpp_files=[workdir + "/factor_cpu.h"], cpp_wrappers=[("apply_factor", "apply_factor")])
+    m.apply_factor
+    print("IMPORTED", " ".join(sorted(set(sys.modules) - before)))
+    print("EVENTS", " | ".join(seen))
+    """
+)
+
+
+@pytest.mark.parametrize("wheel", [False, True], ids=["no_wheel", "a_wheel_installed"])
+def test_a_warm_load_imports_nothing_and_generates_no_code(cache_dir, workdir, tmp_path, wheel):
+    """A process's first warm load does little besides the engine's lookup: it compiles no code, starts no
+    process and lists no directory but a prebuilt wheel's; it imports jitkern.wheels only where a wheel is
+    installed (one failed lookup per sys.path entry finds none) and nothing else."""
+    import platform
+
+    import tvm_ffi
+
+    if jitkern._engine.prebuilt_packages():
+        pytest.skip("NOT RUN: a prebuilt wheel is installed in this environment (the test installs its own)")
+    assert compiles(run_child(workdir)) == 1
+    env = dict(os.environ)
+    if wheel:  # an installed wheel's layer (with no entries): its layer.json is read, its cache searched first
+        layer = tmp_path / "site" / "jitkern_prebuilt" / "host"
+        (layer / "cache").mkdir(parents=True)
+        (layer / "layer.json").write_text(json.dumps({"distribution": "jitkern-prebuilt-host", "version": jitkern.__version__,
+                                                      "jitkern": jitkern.__version__, "machine": platform.machine(),
+                                                      "tvm_ffi": tvm_ffi.__version__, "arch": None}))
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", AUDITED_WARM_LOAD, str(workdir)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and compiles(proc) == 0, proc.stderr
+    lines = dict(line.split(" ", 1) if " " in line else (line, "") for line in proc.stdout.splitlines())
+    assert lines["IMPORTED"].split() == (["jitkern.wheels"] if wheel else []), lines["IMPORTED"]
+    events = [e for e in lines["EVENTS"].split(" | ") if e]
+    assert events == ([f"os.listdir {tmp_path / 'site' / 'jitkern_prebuilt'}"] if wheel else []), events
 
 
 def test_eight_processes_compile_once(cache_dir, workdir, slow_cxx):

@@ -7,6 +7,7 @@ CPU only: C++ modules are loaded and run in child processes, CUDA modules are on
 
 import json
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import jitkern
-from test_store import clean_env, compiles, error_line, load, real_cxx, real_nvcc, result, run, script, write
+from test_store import LOADER, clean_env, compiles, error_line, load, open_dir, real_cxx, real_nvcc, require_nobody, result, run, script, write
 
 # A C++ module whose value() is VALUE; a variable or file that should not reach the compiler makes it #error.
 PROBE_CPU = textwrap.dedent(
@@ -350,6 +351,8 @@ FORK_DURING_BUILD = textwrap.dedent(
         while not os.path.exists(os.environ["JK_COMPILING"]):  # the compile step has begun, under the build lock
             time.sleep(0.05)
         if os.fork() == 0:
+            with open(os.environ["JK_CHILD_PID"], "w") as f:  # the test ends this process by its id
+                f.write(str(os.getpid()))
             null = os.open("/dev/null", os.O_WRONLY)
             os.dup2(null, 1), os.dup2(null, 2)  # the test's pipes close when the parent exits
             time.sleep(60)
@@ -365,7 +368,8 @@ def test_a_fork_during_a_build_does_not_keep_its_lock(tmp_path, env):
     cxx = script(tmp_path / "bin" / "c++", f'case " $* " in *" -o "*) touch {marker}; sleep 2;; esac\nexec {real_cxx()} "$@"')
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
     fields = cpu_fields("forked", kernel)
-    slow = {**env, "CXX": str(cxx), "JK_COMPILING": str(marker)}
+    child_pid = tmp_path / "child.pid"
+    slow = {**env, "CXX": str(cxx), "JK_COMPILING": str(marker), "JK_CHILD_PID": str(child_pid)}
     proc = subprocess_popen([sys.executable, "-c", FORK_DURING_BUILD, json.dumps(fields)], slow)
     try:
         out, err = proc.communicate(timeout=120)
@@ -375,7 +379,11 @@ def test_a_fork_during_a_build_does_not_keep_its_lock(tmp_path, env):
         again = load(fields, slow, mode="value", timeout=20)
         assert result(again) == 8
     finally:
-        run(["pkill", "-f", "time.sleep\\(60\\)"], os.environ)
+        if child_pid.exists():
+            try:
+                os.kill(int(child_pid.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def subprocess_popen(argv, env):
@@ -405,21 +413,26 @@ def test_a_cache_under_a_directory_another_user_may_write_is_refused(tmp_path, e
     assert str(shared) in proc.stdout + proc.stderr and "JITKERN_CACHE_DIR" in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("op", [["verify"], ["prune", "--max-size", "0"], ["clear"]])
-def test_cache_administration_of_another_users_cache_is_refused(tmp_path, env, op):
+@pytest.mark.parametrize("locks", ["elsewhere", "in_the_cache"])
+@pytest.mark.parametrize("op", [["verify"], ["prune", "--max-size", "0"], ["clear"], ["rm", "owned"]], ids=["verify", "prune", "clear", "rm"])
+def test_cache_administration_of_another_users_cache_is_refused(tmp_path, env, op, locks):
+    """Root acting on a cache of uid 65534 removes none of its entries and leaves nothing of root's there, whether
+    its owner keeps the locks elsewhere (JITKERN_LOCK_DIR: the cache has no lock directory) or in the cache."""
     if os.geteuid() != 0:
         pytest.skip("NOT RUN: needs root to act on another user's cache")
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
-    built(build(cpu_fields("owned", kernel), env))
+    owner_env = {**env, "JITKERN_LOCK_DIR": str(tmp_path / "owners-locks")} if locks == "elsewhere" else env
+    built(build(cpu_fields("owned", kernel), owner_env))
     cache = tmp_path / "cache"
+    assert (cache / "locks").is_dir() == (locks == "in_the_cache")
     for dirpath, dirnames, filenames in os.walk(cache):
         for name in dirnames + filenames:
             os.chown(os.path.join(dirpath, name), 65534, 65534, follow_symlinks=False)
     os.chown(cache, 65534, 65534)
-    before = sorted(p.name for p in cache.iterdir())
+    before = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
     proc = run([sys.executable, "-m", "jitkern", "cache", *op, "--cache-dir", cache], env)
-    assert proc.returncode != 0 and "uid 65534" in proc.stderr, proc.stderr
-    assert sorted(p.name for p in cache.iterdir()) == before
+    assert proc.returncode != 0 and "uid 65534" in proc.stderr, proc.stdout + proc.stderr
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == before
     assert all(p.stat().st_uid == 65534 for p in cache.rglob("*"))
 
 
@@ -436,3 +449,52 @@ def test_a_relative_home_is_refused_for_the_default_cache(tmp_path, env):
                 mode="value", cwd=tmp_path)
     assert "ERROR ValueError" in error_line(proc) and "HOME" in error_line(proc), error_line(proc)
     assert not (tmp_path / "relative").exists()
+
+
+def test_cache_rm_takes_options_among_its_entries(tmp_path, env):
+    kernel = write(tmp_path / "probe.h", PROBE_CPU)
+    built(build(cpu_fields("removable", kernel), env))
+    cache = tmp_path / "cache"
+    dry = run([sys.executable, "-m", "jitkern", "cache", "rm", "-v", "removable", "--dry-run", "--cache-dir", cache], env)
+    assert dry.returncode == 0 and "would remove  removable-" in dry.stdout, dry.stdout + dry.stderr
+    done = run([sys.executable, "-m", "jitkern", "cache", "rm", "--cache-dir", cache, "-v", "removable"], env)
+    assert done.returncode == 0 and "removed       removable-" in done.stdout, done.stdout + done.stderr
+    assert not list(cache.glob("removable-*"))
+
+
+def test_a_deeply_nested_spec_file_is_a_one_line_error(tmp_path, env):
+    specs = write(tmp_path / "deep.json", "[" * 100_000 + "]" * 100_000)
+    proc = run([sys.executable, "-m", "jitkern", "prebuild", "--spec-file", specs, "--cache-dir", tmp_path / "cache"], env)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"jitkern prebuild: --spec-file {specs}: nested too deeply to read (it must hold a JSON list of JitSpec fields)"], proc.stderr[-2000:]
+
+
+def test_a_cache_on_a_noexec_mount_is_named_as_such(tmp_path, env):
+    """A module built into a cache that no library can be mapped from fails to load saying why, and doctor says it."""
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to mount a file system")
+    mount = tmp_path / "noexec"
+    mount.mkdir()
+    noexec = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o noexec tmpfs {mount} && chmod 700 {mount} && exec "$@"', "sh"]
+    kernel = write(tmp_path / "probe.h", PROBE_CPU)
+    here = {**env, "JITKERN_CACHE_DIR": str(mount / "cache")}
+    proc = run([*noexec, sys.executable, "-c", LOADER, json.dumps(cpu_fields("noexec", kernel)), "value"], here)
+    assert proc.returncode != 0 and "mounted noexec" in error_line(proc), error_line(proc)
+    doctor = run([*noexec, sys.executable, "-m", "jitkern", "doctor"], here)
+    assert doctor.returncode == 1 and f"[FAIL] cache directory: {mount / 'cache'} is on a file system mounted noexec" in doctor.stdout, \
+        doctor.stdout[-3000:]
+
+
+def test_doctor_names_an_unreadable_prebuilt_layer(open_dir, env):
+    """A prebuilt layer the user cannot read (under a directory only root may enter) is reported as
+    unreadable, not as missing."""
+    require_nobody()
+    private = open_dir / "private"
+    (private / "layer").mkdir(parents=True)
+    private.chmod(0o700)
+    home = open_dir / "home"
+    home.mkdir(mode=0o700)
+    os.chown(home, 65534, 65534)
+    nobody = {**env, "JITKERN_PREBUILT_DIRS": str(private / "layer"), "JITKERN_CACHE_DIR": str(home / "cache"), "HOME": str(home)}
+    doctor = run([sys.executable, "-m", "jitkern", "doctor"], nobody, as_nobody=True, cwd=open_dir)
+    assert f"[FAIL] prebuilt cache: {private / 'layer'}: cannot read it: Permission denied" in doctor.stdout, doctor.stdout[-3000:]

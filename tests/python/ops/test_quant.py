@@ -552,6 +552,269 @@ def test_quant_ops_type_errors():
         rmsnorm_quant_fp8(x, torch.ones(256, dtype=torch.bfloat16, device="cuda"), scale=torch.ones(2, device="cuda"))
 
 
+# ---- RMSNorm + per-group quantization --------------------------------------------------------------
+
+# Wide rows held exactly (2048, 4096, 7168 bf16), held in part with a warp half-held (1152 bf16: 144 vectors
+# on 64 threads, the third vector of lanes 0-15 only), wider than the registers (65536); narrow rows (128,
+# 256: a lane group per row); many rows (5000: the token-rows kernel); 640: 5 groups of 128, 10 of 64
+# (UE8M0 words with padding bytes).
+GROUP_NORM_SHAPES = [(1, 2048), (7, 4096), (33, 7168), (9, 1152), (2, 65536), (5, 128), (300, 256), (5000, 4096), (3, 640)]
+GROUP_LAYOUTS = {"row_major": {}, "column_major": dict(column_major_scales=True),
+                 "tma_aligned": dict(column_major_scales=True, scale_tma_aligned=True),
+                 "ue8m0": dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True),
+                 "ue8m0_row_major": dict(scale_ue8m0=True)}
+
+
+def _norm_group_unfused(x, residual, w, eps, group_size, flags):
+    """jitkern's rmsnorm (or fused_add_rmsnorm, on copies) then per_token_group_quant_8bit. Returns (q, s,
+    new residual or None)."""
+    from jitkern.ops import fused_add_rmsnorm, per_token_group_quant_8bit, rmsnorm
+
+    if residual is None:
+        y, r = rmsnorm(x, w, eps=eps), None
+    else:
+        y, r = x.clone(), residual.clone()
+        fused_add_rmsnorm(y, r, w, eps)
+    q, s = per_token_group_quant_8bit(y, group_size, **flags)
+    return q, s, r
+
+
+# The fused ops hold a row one vector a thread where rmsnorm's kernel holds two or four, so their sums of
+# squares are added in another order and may round one ulp apart: a normalised value then differs by an
+# ulp where it sits at a rounding boundary (fp32: most values of such a row, by an fp32 ulp). Against
+# rmsnorm then per_token_group_quant_8bit the codes are compared to within one step, the scales to within
+# a few ulps of the input's dtype (UE8M0: one exponent step), and nearly all must be equal (the float64
+# test below holds them to the exact values).
+
+def _assert_q_close(q, expected, max_share=0.01):
+    """NaN positions equal; every other code at most one fp8 step from the expected one; at most max_share
+    of them differing."""
+    torch = _torch()
+    assert q.dtype == expected.dtype == torch.float8_e4m3fn and q.shape == expected.shape
+    qn, en = torch.isnan(q.float()), torch.isnan(expected.float())
+    assert torch.equal(qn, en), "NaN positions differ"
+    a, b = q.view(torch.uint8)[~qn].int(), expected.view(torch.uint8)[~en].int()
+    steps_from_zero = lambda c: torch.where(c >= 128, 128 - c, c)  # noqa: E731 - e4m3fn bytes in magnitude order, signed
+    steps = (steps_from_zero(a) - steps_from_zero(b)).abs()
+    assert steps.numel() == 0 or steps.max().item() <= 1, f"a code {steps.max().item()} steps away"
+    share = (steps != 0).float().mean().item() if steps.numel() else 0.0
+    assert share <= max_share, f"{share:.4f} of the codes differ"
+
+
+def _assert_scales_close(s, expected, dtype):
+    """The layout exact (shape, dtype, strides); fp32 scales within a few ulps of `dtype` (the input's: an
+    ulp of the largest value, the products' roundings and the division's) and, for 16-bit inputs, 90% of
+    them equal; UE8M0 exponents (and the packed words' zero padding) at most one step apart and 99% equal."""
+    torch = _torch()
+    assert s.shape == expected.shape and s.dtype == expected.dtype and s.stride() == expected.stride(), (s.shape, s.stride(), expected.stride())
+    if s.dtype == torch.int32:
+        a, b = s.contiguous().view(torch.uint8).int(), expected.contiguous().view(torch.uint8).int()
+        assert (a - b).abs().max().item() <= 1 if a.numel() else True
+        assert a.numel() == 0 or (a != b).float().mean().item() <= 0.01
+        return
+    assert torch.allclose(s, expected, rtol=4 * torch.finfo(dtype).eps, atol=0), "scales further apart than a few ulps of the input's dtype"
+    if dtype != torch.float32 and s.numel():
+        assert (s == expected).float().mean().item() >= 0.9, "most scales must be equal"
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", GROUP_NORM_SHAPES)
+@pytest.mark.parametrize("group_size", [64, 128])
+@pytest.mark.parametrize("fused", [False, True])
+def test_norm_group_quant_matches_norm_then_group_quant(dtype_name, shape, group_size, fused):
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    x = _x(shape, dtype_name)
+    w = _x(shape[-1:], dtype_name, seed=1)
+    r = _x(shape, dtype_name, seed=2) if fused else None
+    for layout, flags in GROUP_LAYOUTS.items():
+        eq, es, er = _norm_group_unfused(x, r, w, 1e-6, group_size, flags)
+        if fused:
+            x_before, r_run = x.clone(), r.clone()
+            q, s = fused_add_rmsnorm_group_quant_fp8(x, r_run, w, 1e-6, group_size=group_size, **flags)
+            assert torch.equal(r_run, er), "residual must be updated as fused_add_rmsnorm updates it"
+            assert torch.equal(x, x_before), "input must be left as it was"
+        else:
+            q, s = rmsnorm_group_quant_fp8(x, w, 1e-6, group_size=group_size, **flags)
+        _assert_q_close(q, eq)
+        _assert_scales_close(s, es, x.dtype)
+
+
+def _uncertain_codes(y64, dtype, s, group_size, rel):
+    """The fp8 codes of y64 [rows, H] (float64) rounded to `dtype` and divided by the group scales s
+    [rows, groups] (fp32), with y64 moved by -rel and +rel (relative) first: what an fp32 computation of y
+    within rel of the exact value can give. Returns (low codes, high codes) as uint8."""
+    torch = _torch()
+    rows, h = y64.shape
+    codes = []
+    for f in (1 - rel, 1 + rel):
+        yt = (y64 * f).to(dtype).float().reshape(rows, h // group_size, group_size)
+        codes.append((yt / s.reshape(rows, -1, 1)).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).reshape(rows, h))
+    return codes
+
+
+# fp32 rmsnorm against the exact one: the sum of squares (a few dozen terms a thread, then a tree), rsqrtf
+# (2 ulp) and two products stay within about 2^-21; 2^-17 leaves a margin and few fp16 values ambiguous.
+REL = 2.0**-17
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(16, 2048), (64, 7168), (3, 256)])
+@pytest.mark.parametrize("group_size", [64, 128])
+def test_norm_group_quant_against_float64(dtype_name, shape, group_size):
+    """Against a float64 RMSNorm (rounded to the input's dtype, as the op rounds it) then the group
+    quantization: scales equal, except where the group's largest |y| is within REL of a rounding
+    boundary of the input's dtype (fp32 inputs: equal within REL); every code equal to the one both
+    REL-neighbours of the exact y give, where they agree (the others, at rounding boundaries, are
+    counted: at most a few percent)."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8
+
+    dtype = getattr(torch, dtype_name)
+    eps = 1e-6
+    x, r, w = _x(shape, dtype_name), _x(shape, dtype_name, seed=2), _x(shape[-1:], dtype_name, seed=1)
+    total = (x.double() + r.double()).to(dtype)  # the residual the op stores, rounded as fused_add_rmsnorm rounds it
+    r_run = r.clone()
+    q, s = fused_add_rmsnorm_group_quant_fp8(x, r_run, w, eps, group_size=group_size)
+    assert torch.equal(r_run, total)
+    t64 = total.double()
+    y64 = t64 * torch.rsqrt(t64.square().mean(-1, keepdim=True) + eps) * w.double()
+    rows, h = shape
+    g = y64.reshape(rows, h // group_size, group_size)
+    amax_lo = (g * (1 - REL)).to(dtype).float().abs().amax(-1)
+    amax_hi = (g * (1 + REL)).to(dtype).float().abs().amax(-1)
+    s_ref = _scale(g.to(dtype).float().abs().amax(-1), 1e-10)
+    if dtype == torch.float32:
+        assert torch.allclose(s, s_ref, rtol=2 * REL, atol=0)
+    else:
+        certain = amax_lo == amax_hi
+        assert certain.float().mean().item() > 0.9, "most groups' amax must be away from a rounding boundary"
+        assert torch.equal(s[certain], s_ref[certain]), "scales differ where the float64 amax is unambiguous"
+    lo, hi = _uncertain_codes(y64, dtype, s, group_size, REL)
+    qb = q.view(torch.uint8)
+    agree = lo == hi
+    assert torch.equal(qb[agree], lo[agree]), f"{(qb[agree] != lo[agree]).sum().item()} codes differ away from rounding boundaries"
+    assert ((qb == lo) | (qb == hi)).all(), "codes at a boundary must be one of its neighbours'"
+    assert agree.float().mean().item() > 0.95
+
+
+def test_norm_group_quant_nan_inf_empty_and_3d():
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    w = _x((4096,), "bfloat16", seed=3)
+    x = _x((6, 4096), "bfloat16")
+    x[1, 7] = float("nan")  # the whole normalised row is NaN: every code NaN, every scale the eps one
+    x[2, 9] = float("inf")  # likewise (inf / inf)
+    w_inf = w.clone()
+    w_inf[3:11] = 3e38  # some normalised values overflow to +-inf: out of their group's amax, saturated
+    for weight in (w, w_inf):
+        for flags in GROUP_LAYOUTS.values():
+            q, s = rmsnorm_group_quant_fp8(x, weight, 1e-6, **flags)
+            eq, es, _ = _norm_group_unfused(x, None, weight, 1e-6, 128, flags)
+            _assert_q_close(q, eq)
+            _assert_scales_close(s, es, x.dtype)
+    q, s = rmsnorm_group_quant_fp8(x, w, 1e-6)
+    assert torch.isnan(q[1].float()).all() and not torch.isnan(q[[0, 3, 4, 5]].float()).any()
+    assert (s[1] == _scale(torch.zeros(1, device="cuda"), 1e-10)).all()
+    # Leading dimensions kept; empty inputs give empty outputs of the right shapes, without a launch.
+    x3, r3 = _x((2, 3, 512), "float16"), _x((2, 3, 512), "float16", seed=1)
+    w3 = _x((512,), "float16", seed=2)
+    r3_flat = r3.reshape(6, 512).clone()
+    q3, s3 = fused_add_rmsnorm_group_quant_fp8(x3, r3, w3, group_size=64)
+    qf, sf = fused_add_rmsnorm_group_quant_fp8(x3.reshape(6, 512), r3_flat, w3, group_size=64)
+    assert q3.shape == (2, 3, 512) and s3.shape == (2, 3, 8)
+    _assert_q_equal(q3.reshape(6, 512), qf)
+    assert torch.equal(s3.reshape(6, 8), sf) and torch.equal(r3.reshape(6, 512), r3_flat)
+    for shape in ((0, 4096), (2, 0, 4096)):
+        e = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        for flags in GROUP_LAYOUTS.values():
+            qe, se = rmsnorm_group_quant_fp8(e, w, **flags)
+            assert qe.shape == shape and se.numel() == 0
+            qe, se = fused_add_rmsnorm_group_quant_fp8(e, e.clone(), w, **flags)
+            assert qe.shape == shape and se.numel() == 0
+    # Strided rows (16-byte aligned): as the contiguous copy.
+    big = _x((33, 4096 + 64), "bfloat16")
+    xs = big[:, 64:]
+    qs, ss = rmsnorm_group_quant_fp8(xs, w, column_major_scales=True, scale_tma_aligned=True)
+    eq, es, _ = _norm_group_unfused(xs.contiguous(), None, w, 1e-6, 128, dict(column_major_scales=True, scale_tma_aligned=True))
+    _assert_q_close(qs, eq)
+    _assert_scales_close(ss, es, xs.dtype)
+
+
+def test_norm_group_quant_errors():
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    x = _x((4, 512), "bfloat16")
+    w = _x((512,), "bfloat16", seed=1)
+    with pytest.raises(ValueError, match="group_size must be 64 or 128, got 32"):
+        rmsnorm_group_quant_fp8(x, w, group_size=32)
+    with pytest.raises(ValueError, match="group_size must be 64 or 128, got 0"):
+        rmsnorm_group_quant_fp8(x, w, group_size=0)
+    with pytest.raises(TypeError, match="group_size must be an int"):
+        rmsnorm_group_quant_fp8(x, w, group_size=128.0)
+    x200 = _x((4, 192), "bfloat16")
+    with pytest.raises(ValueError, match=r"last dimension of input \(192\) must be a multiple of group_size \(128\)"):
+        rmsnorm_group_quant_fp8(x200, _x((192,), "bfloat16"))
+    with pytest.raises(ValueError, match=r"last dimension of input \(192\) must be a multiple of group_size \(128\)"):
+        fused_add_rmsnorm_group_quant_fp8(x200, x200.clone(), _x((192,), "bfloat16"))
+    misaligned = _x((4, 513), "bfloat16")[:, 1:]
+    with pytest.raises(ValueError, match="needs input, weight at 16-byte aligned addresses"):
+        rmsnorm_group_quant_fp8(misaligned, w)
+    with pytest.raises(ValueError, match="needs input, residual, weight"):
+        fused_add_rmsnorm_group_quant_fp8(x, _x((4, 513), "bfloat16")[:, 1:], w)
+    with pytest.raises(TypeError, match="weight"):
+        rmsnorm_group_quant_fp8(x, w.float())
+    with pytest.raises(TypeError, match="output_q"):
+        rmsnorm_group_quant_fp8(x, w, output_q=torch.empty(4, 512, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match="output_s"):  # 4 groups of 128 need 4 scales a row
+        rmsnorm_group_quant_fp8(x, w, output_s=torch.empty(4, 2, device="cuda"))
+    from jitkern.ops import quant
+
+    m = quant._FAMILY.exports(torch.bfloat16)
+    q8 = torch.empty(4, 512, dtype=torch.uint8, device="cuda")
+    with pytest.raises(ValueError, match=r"output_s must be int32 \(packed UE8M0 exponents\) for this export, got float32"):
+        m.rmsnorm_group_quant_ue8m0(x, w, q8, torch.empty(4, 4, device="cuda"), 128, 1e-6)
+    with pytest.raises(ValueError, match="output_s must be float32 for this export, got int32"):
+        m.fused_add_rmsnorm_group_quant(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
+
+
+@pytest.mark.parametrize("tokens", [3, 64, 5000])
+def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(tokens):
+    """The fused op after the kernel that writes its input (PDL), eagerly and replayed from a CUDA graph,
+    into given outputs in the TMA-aligned UE8M0 layout."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, group_scales_like
+
+    h = 7168
+    src, r0 = _x((tokens, h), "bfloat16"), _x((tokens, h), "bfloat16", seed=9)
+    x, r = torch.empty_like(src), torch.empty_like(r0)
+    w = _x((h,), "bfloat16", seed=1)
+    flags = dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True)
+    q = torch.empty(tokens, h, dtype=torch.float8_e4m3fn, device="cuda")
+    s = group_scales_like(x, 128, **flags)
+
+    def prepare(seed):
+        src.copy_(_x((tokens, h), "bfloat16", seed=seed) * (seed + 1))
+        q.view(torch.uint8).fill_(0x7F)
+        s.fill_(-1)
+
+    def step():
+        torch.mul(src, 1.0, out=x)
+        r.copy_(r0)
+        fused_add_rmsnorm_group_quant_fp8(x, r, w, 1e-6, output_q=q, output_s=s, **flags)
+
+    def check(what):
+        eq, es, er = _norm_group_unfused(x, r0, w, 1e-6, 128, flags)
+        assert torch.equal(r, er), what
+        _assert_q_close(q, eq)
+        _assert_scales_close(s, es, x.dtype)
+
+    eagerly_then_from_a_graph(prepare, step, check)
+
+
 # ---- PyTorch integration ---------------------------------------------------------------------------
 
 def test_opcheck_quant_ops():
@@ -571,19 +834,25 @@ def test_opcheck_quant_ops():
     torch.library.opcheck(ops.rmsnorm_quant_fp8, (x, w, 1e-6, None))
     torch.library.opcheck(ops.rmsnorm_quant_fp8, (x, w, 1e-6, scale))
     torch.library.opcheck(ops.fused_add_rmsnorm_quant_fp8, (x, x.clone(), w, 1e-6, None))
+    for group_size, cm, tma, ue in ((128, False, False, False), (64, True, True, False), (128, True, True, True)):
+        torch.library.opcheck(ops.rmsnorm_group_quant_fp8, (x, w, 1e-6, group_size, cm, tma, ue))
+        torch.library.opcheck(ops.fused_add_rmsnorm_group_quant_fp8, (x, x.clone(), w, 1e-6, group_size, cm, tma, ue))
 
 
 def test_compiled_and_graph_captured_quant():
     """torch.compile(fullgraph=True) gives the eager results; the dynamic per-tensor paths (one CTA, split,
     memset + two launches) replay correctly from a CUDA graph."""
     torch = _torch()
-    from jitkern.ops import fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit
+    from jitkern.ops import (fused_add_rmsnorm_group_quant_fp8, fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8,
+                             per_token_group_quant_8bit, rmsnorm_group_quant_fp8)
 
     def f(x, r, w):
         q, s = fused_add_rmsnorm_quant_fp8(x, r, w, 1e-6)
         gq, gs = per_token_group_quant_8bit(x, 128, column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True)
         tq, ts = per_tensor_quant_fp8(x)
-        return q, s, gq, gs, tq, ts
+        nq, ns = rmsnorm_group_quant_fp8(x, w, 1e-6, group_size=64, column_major_scales=True, scale_tma_aligned=True)
+        fq, fs = fused_add_rmsnorm_group_quant_fp8(x, r, w, 1e-6, scale_ue8m0=True)
+        return q, s, gq, gs, tq, ts, nq, ns, fq, fs
 
     x, w = _x((9, 1024), "bfloat16"), _x((1024,), "bfloat16", seed=1)
     r = _x((9, 1024), "bfloat16", seed=2)
@@ -621,8 +890,8 @@ def test_every_op_takes_the_shapes_models_pass(shape):
     """[..., hidden]: each op on a 1-4-D input gives the bits it gives on the [rows, hidden] view, and
     its outputs keep the input's leading dimensions."""
     torch = _torch()
-    from jitkern.ops import (fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit, per_token_quant_fp8,
-                             rmsnorm_quant_fp8)
+    from jitkern.ops import (fused_add_rmsnorm_group_quant_fp8, fused_add_rmsnorm_quant_fp8, per_tensor_quant_fp8, per_token_group_quant_8bit,
+                             per_token_quant_fp8, rmsnorm_group_quant_fp8, rmsnorm_quant_fp8)
 
     x = _x(shape, "bfloat16")
     flat = x.reshape(-1, shape[-1])
@@ -657,4 +926,16 @@ def test_every_op_takes_the_shapes_models_pass(shape):
         q, s = fused_add_rmsnorm_quant_fp8(x, residual, w, scale=static)
         fq, fs = fused_add_rmsnorm_quant_fp8(flat, flat_residual, w, scale=static)
         same(q, fq, shape)
+        same(residual, flat_residual, shape)
+    for ue8m0 in (False, True):
+        q, s = rmsnorm_group_quant_fp8(x, w, scale_ue8m0=ue8m0)
+        fq, fs = rmsnorm_group_quant_fp8(flat, w, scale_ue8m0=ue8m0)
+        same(q, fq, shape)
+        same(s, fs, (*lead, 2) if not ue8m0 else fs.shape)
+        residual = _x(shape, "bfloat16", seed=1)
+        flat_residual = residual.reshape(-1, shape[-1]).clone()
+        q, s = fused_add_rmsnorm_group_quant_fp8(x, residual, w, group_size=64, scale_ue8m0=ue8m0)
+        fq, fs = fused_add_rmsnorm_group_quant_fp8(flat, flat_residual, w, group_size=64, scale_ue8m0=ue8m0)
+        same(q, fq, shape)
+        same(s, fs, (*lead, 4) if not ue8m0 else fs.shape)
         same(residual, flat_residual, shape)

@@ -1,0 +1,467 @@
+"""The MoE activation family on the GPU: silu_and_mul over moe_align_block_size's sorted layout and over the
+masked per-expert layout, against a float64 torch reference on the computed rows and bit for bit against the
+dense ops (silu_and_mul, per_token_quant_fp8, per_token_group_quant_8bit) for the fp8 forms; rows that are
+not computed keep what they held; counts read on the device (CUDA-graph replay with new counts); NaN/inf,
+empty and strided inputs; bad input; the torch custom ops (opcheck, torch.compile)."""
+
+import pytest
+
+from conftest import eagerly_then_from_a_graph
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["float16", "bfloat16", "float32"]
+# One unit in the last place of the dtype (the kernel and the reference each round once), with an absolute
+# floor for values near 0.
+TOL = {"float16": (1e-3, 1e-3), "bfloat16": (8e-3, 8e-3), "float32": (1e-5, 1e-5)}
+POISON = 0x5A  # the byte fp8 outputs hold before a call: rows not computed must still hold it
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _reference(x):
+    """float64 silu(x[..., :d]) * x[..., d:], rounded to x's dtype."""
+    torch = _torch()
+    d = x.shape[-1] // 2
+    return (torch.nn.functional.silu(x[..., :d].double()) * x[..., d:].double()).to(x.dtype)
+
+
+def _close(actual, expected, dtype_name):
+    torch = _torch()
+    rtol, atol = TOL[dtype_name]
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _sorted_layout(tokens, experts, topk, block_size, seed=0, drop=0.0):
+    """(sorted_token_ids, num_tokens_post_pad, num_ids, computed rows as a bool mask over P) from
+    moe_align_block_size of random routing; `drop`: the share of ids set to -1 (other ranks' experts)."""
+    torch = _torch()
+    from jitkern.ops import moe_align_block_size
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ids = torch.rand(tokens, experts, device="cuda", generator=g).argsort(dim=1)[:, :topk].to(torch.int32)
+    if drop:
+        ids[torch.rand(ids.shape, device="cuda", generator=g) < drop] = -1
+    sorted_ids, _, post_pad = moe_align_block_size(ids, experts, block_size)
+    n = ids.numel()
+    rows = torch.arange(sorted_ids.numel(), device="cuda")
+    computed = (rows < post_pad[0]) & (sorted_ids < n) & (sorted_ids >= 0)
+    return sorted_ids, post_pad, n, computed
+
+
+def _masked_counts(experts, m_max, seed=0):
+    """masked_m with an empty expert, a full one and the rest random (the reference: clamped to [0, M])."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    m = torch.randint(0, m_max + 1, (experts,), device="cuda", generator=g, dtype=torch.int32)
+    if experts > 1:
+        m[0] = 0
+        m[-1] = m_max
+    return m
+
+
+def _masked_rows(masked_m, m_max):
+    """The computed rows of the masked layout as a bool mask [E, M]."""
+    torch = _torch()
+    return torch.arange(m_max, device="cuda")[None, :] < masked_m.clamp(0, m_max)[:, None].long()
+
+
+# ---- sorted layout ---------------------------------------------------------------------------------
+
+SORTED_SHAPES = [  # tokens, experts, topk, block_size, d
+    (1, 8, 2, 16, 14336), (1, 256, 8, 64, 2048), (7, 64, 6, 16, 256), (64, 256, 8, 64, 768), (300, 16, 2, 128, 1024),
+    (5, 4, 2, 16, 100),  # d not a multiple of the vector: the element-by-element path
+    (2048, 128, 8, 64, 512)]
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("tokens,experts,topk,block,d", SORTED_SHAPES)
+def test_sorted_against_float64_and_padding_untouched(dtype_name, tokens, experts, topk, block, d):
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_sorted
+
+    dtype = getattr(torch, dtype_name)
+    sorted_ids, post_pad, n, computed = _sorted_layout(tokens, experts, topk, block, seed=tokens)
+    P = sorted_ids.numel()
+    assert (~computed).any(), "the layout has no padding to skip"
+    x = torch.randn(P, 2 * d, dtype=dtype, device="cuda") * 3
+    out = torch.full((P, d), float("nan"), dtype=dtype, device="cuda")
+    assert silu_and_mul_sorted(x, sorted_ids, post_pad, n, out) is out
+    _close(out[computed], _reference(x[computed]), dtype_name)
+    assert not torch.isnan(out[computed]).any()
+    assert torch.isnan(out[~computed]).all(), "a padding row was written"
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("tokens,experts,topk,block,d", [(1, 256, 8, 64, 2048), (33, 32, 4, 16, 1024), (600, 64, 8, 64, 4096),
+                                                         (3, 8, 2, 16, 384)])
+def test_sorted_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, tokens, experts, topk, block, d):
+    """Per token and per group of 128 (three scale layouts): the dense ops' codes and scales on the computed
+    rows; the other rows' codes and scales untouched. Some ids are -1 (expert parallelism: left out)."""
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_sorted_per_token_group_quant_fp8,
+                             silu_and_mul_sorted_per_token_quant_fp8)
+
+    dtype = getattr(torch, dtype_name)
+    sorted_ids, post_pad, n, computed = _sorted_layout(tokens, experts, topk, block, seed=d, drop=0.2)
+    P = sorted_ids.numel()
+    x = torch.randn(P, 2 * d, dtype=dtype, device="cuda") * 4
+    dense = silu_and_mul(x[computed])
+    q_ref, s_ref = per_token_quant_fp8(dense)
+    q = torch.full((P, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s = torch.full((P, 1), float("nan"), device="cuda")
+    got_q, got_s = silu_and_mul_sorted_per_token_quant_fp8(x, sorted_ids, post_pad, n, output_q=q, output_s=s)
+    assert got_q is q and got_s is s
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)), "codes differ from silu_and_mul + per_token_quant_fp8"
+    assert torch.equal(s[computed], s_ref), "scales differ from silu_and_mul + per_token_quant_fp8"
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a padding row was written"
+    for layout in ({}, {"column_major_scales": True}, {"column_major_scales": True, "scale_tma_aligned": True}):
+        q_ref, s_ref = per_token_group_quant_8bit(dense, 128, eps=1e-10, **layout)
+        q.view(torch.uint8).fill_(POISON)
+        q, s = silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, n, output_q=q, **layout)
+        assert s.shape == (P, d // 128)
+        if layout:
+            assert s.stride(0) == 1, "column-major scales"
+        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)), f"codes differ ({layout})"
+        assert torch.equal(s[computed], s_ref), f"scales differ ({layout})"
+        assert (q.view(torch.uint8)[~computed] == POISON).all()
+
+
+def test_sorted_reads_the_count_and_ids_on_the_device():
+    """Rows past num_tokens_post_pad are skipped even where their ids are valid (other producers leave the tail
+    as it was), and a row whose id is num_ids or negative is padding."""
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_sorted, silu_and_mul_sorted_per_token_quant_fp8
+
+    P, d, n = 64, 256, 40
+    ids = torch.arange(P, dtype=torch.int32, device="cuda") % n
+    ids[3], ids[5], ids[7] = n, -1, n + 1000
+    post_pad = torch.tensor([48], dtype=torch.int32, device="cuda")
+    computed = torch.zeros(P, dtype=torch.bool, device="cuda")
+    computed[:48] = True
+    computed[[3, 5, 7]] = False
+    x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda")
+    out = torch.full((P, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_sorted(x, ids, post_pad, n, out)
+    _close(out[computed], _reference(x[computed]), "bfloat16")
+    assert torch.isnan(out[~computed]).all()
+    for count in (0, -5):  # nothing to compute
+        out.fill_(float("nan"))
+        silu_and_mul_sorted(x, ids, torch.tensor([count], dtype=torch.int32, device="cuda"), n, out)
+        assert torch.isnan(out).all()
+    out.fill_(float("nan"))
+    silu_and_mul_sorted(x, ids, torch.tensor([10 * P], dtype=torch.int32, device="cuda"), n, out)  # beyond P: P rows
+    everything = (ids >= 0) & (ids < n)
+    _close(out[everything], _reference(x[everything]), "bfloat16")
+    assert torch.isnan(out[~everything]).all()
+    q = torch.full((P, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s = torch.full((P, 1), float("nan"), device="cuda")
+    silu_and_mul_sorted_per_token_quant_fp8(x, ids, post_pad, 0, output_q=q, output_s=s)  # num_ids 0: every row is padding
+    assert (q.view(torch.uint8) == POISON).all() and torch.isnan(s).all()
+
+
+# ---- masked layout ---------------------------------------------------------------------------------
+
+MASKED_SHAPES = [(1, 1, 14336), (8, 16, 2048), (4, 128, 7168 // 2), (32, 64, 256), (3, 5, 100), (256, 8, 128), (1024, 2, 256)]
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("experts,m_max,d", MASKED_SHAPES)
+def test_masked_against_float64_and_masked_rows_untouched(dtype_name, experts, m_max, d):
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_masked
+
+    dtype = getattr(torch, dtype_name)
+    masked_m = _masked_counts(experts, m_max, seed=d)
+    computed = _masked_rows(masked_m, m_max)
+    x = torch.randn(experts, m_max, 2 * d, dtype=dtype, device="cuda") * 3
+    out = torch.full((experts, m_max, d), float("nan"), dtype=dtype, device="cuda")
+    assert silu_and_mul_masked(x, masked_m, out) is out
+    _close(out[computed], _reference(x[computed]), dtype_name)
+    assert not torch.isnan(out[computed]).any()
+    assert torch.isnan(out[~computed]).all(), "a masked row was written"
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("experts,m_max,d", [(8, 32, 2048), (2, 300, 512), (48, 7, 1024), (6, 4, 14336)])
+def test_masked_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, experts, m_max, d):
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8,
+                             silu_and_mul_masked_per_token_quant_fp8)
+
+    dtype = getattr(torch, dtype_name)
+    masked_m = _masked_counts(experts, m_max, seed=m_max)
+    computed = _masked_rows(masked_m, m_max)
+    x = torch.randn(experts, m_max, 2 * d, dtype=dtype, device="cuda") * 4
+    dense = silu_and_mul(x[computed])
+    q_ref, s_ref = per_token_quant_fp8(dense)
+    q, s = silu_and_mul_masked_per_token_quant_fp8(x, masked_m)
+    assert q.shape == (experts, m_max, d) and q.dtype == torch.float8_e4m3fn and s.shape == (experts, m_max, 1)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+    for layout in ({}, {"column_major_scales": True}, {"column_major_scales": True, "scale_tma_aligned": True}):
+        q_ref, s_ref = per_token_group_quant_8bit(dense, 128, eps=1e-10, **layout)
+        q = torch.full((experts, m_max, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+        q, s = silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, **layout)
+        assert s.shape == (experts, m_max, d // 128)
+        if layout:
+            assert s.stride(1) == 1, "column-major scales: rows adjacent"
+        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)), f"codes differ ({layout})"
+        assert torch.equal(s[computed], s_ref), f"scales differ ({layout})"
+        assert (q.view(torch.uint8)[~computed] == POISON).all(), "a masked row was written"
+
+
+def test_masked_counts_outside_the_buffer_are_clamped():
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_masked
+
+    x = torch.randn(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    masked_m = torch.tensor([-3, 100, 8, 2], dtype=torch.int32, device="cuda")
+    out = torch.full((4, 8, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_masked(x, masked_m, out)
+    computed = _masked_rows(masked_m, 8)
+    assert computed.sum() == 18
+    _close(out[computed], _reference(x[computed]), "bfloat16")
+    assert torch.isnan(out[~computed]).all()
+
+
+# ---- both ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_nan_and_inf(dtype_name):
+    """NaN and inf propagate as silu_and_mul propagates them; the fp8 forms leave them out of the amax as the
+    dense quantizers do (bit-equal)."""
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_masked,
+                             silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8)
+
+    dtype = getattr(torch, dtype_name)
+    d = 512
+    x = torch.randn(2, 4, 2 * d, dtype=dtype, device="cuda")
+    x[0, 0, 3] = float("nan")
+    x[0, 1, d + 7] = float("inf")
+    x[1, 2, 200] = float("-inf")
+    x[1, 0, :] = float("nan")
+    masked_m = torch.tensor([4, 3], dtype=torch.int32, device="cuda")
+    computed = _masked_rows(masked_m, 4)
+    out = silu_and_mul_masked(x, masked_m)
+    dense = silu_and_mul(x[computed])
+    assert torch.equal(out[computed].isnan(), dense.isnan()) and torch.equal(out[computed].isinf(), dense.isinf())
+    _close(out[computed], _reference(x[computed]), dtype_name)
+    q_ref, s_ref = per_token_quant_fp8(dense)
+    q, s = silu_and_mul_masked_per_token_quant_fp8(x, masked_m)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+    q_ref, s_ref = per_token_group_quant_8bit(dense, 128)
+    q, s = silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+
+
+def test_empty_inputs():
+    torch = _torch()
+    from jitkern.ops import (silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8,
+                             silu_and_mul_sorted, silu_and_mul_sorted_per_token_group_quant_fp8, silu_and_mul_sorted_per_token_quant_fp8)
+
+    zero = torch.zeros(1, dtype=torch.int32, device="cuda")
+    for P, d in ((0, 256), (8, 0)):
+        x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda")
+        ids = torch.zeros(P, dtype=torch.int32, device="cuda")
+        assert silu_and_mul_sorted(x, ids, zero, 4).shape == (P, d)
+        assert silu_and_mul_sorted_per_token_quant_fp8(x, ids, zero, 4)[1].shape == (P, 1)
+    x = torch.randn(0, 512, dtype=torch.bfloat16, device="cuda")
+    assert silu_and_mul_sorted_per_token_group_quant_fp8(x, torch.zeros(0, dtype=torch.int32, device="cuda"), zero, 4)[1].shape == (0, 2)
+    for E, M in ((0, 4), (3, 0)):
+        x = torch.randn(E, M, 512, dtype=torch.bfloat16, device="cuda")
+        m = torch.zeros(E, dtype=torch.int32, device="cuda")
+        assert silu_and_mul_masked(x, m).shape == (E, M, 256)
+        assert silu_and_mul_masked_per_token_quant_fp8(x, m)[1].shape == (E, M, 1)
+        assert silu_and_mul_masked_per_token_group_quant_fp8(x, m)[1].shape == (E, M, 2)
+    out = torch.full((3, 4, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_masked(torch.randn(3, 4, 512, dtype=torch.bfloat16, device="cuda"), torch.zeros(3, dtype=torch.int32, device="cuda"), out)
+    assert torch.isnan(out).all(), "no row is computed where every count is 0"
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_strided_rows_and_experts(dtype_name):
+    """Inputs and outputs that are slices of wider buffers (misaligned by one element: the scalar paths);
+    nothing outside the output's rows is written."""
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8,
+                             silu_and_mul_sorted)
+
+    dtype = getattr(torch, dtype_name)
+    for pad in (1, 8):
+        big = torch.randn(3, 9, 2 * 256 + pad, dtype=dtype, device="cuda")
+        x = big[:, 1:, pad:]  # [3, 8, 512], strided per expert and row
+        masked_m = torch.tensor([8, 0, 5], dtype=torch.int32, device="cuda")
+        computed = _masked_rows(masked_m, 8)
+        out_big = torch.full((3, 8, 256 + 16), float("nan"), dtype=dtype, device="cuda")
+        silu_and_mul_masked(x, masked_m, out_big[:, :, :256])
+        _close(out_big[:, :, :256][computed], _reference(x[computed]), dtype_name)
+        assert torch.isnan(out_big[:, :, 256:]).all() and torch.isnan(out_big[:, :, :256][~computed]).all()
+        q, s = silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m)
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128)
+        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+        sorted_ids, post_pad, n, rows = _sorted_layout(5, 8, 2, 16, seed=pad)
+        P = sorted_ids.numel()
+        xs = torch.randn(P, 2 * 256 + pad, dtype=dtype, device="cuda")[:, pad:]
+        outs = torch.full((P, 300), float("nan"), dtype=dtype, device="cuda")
+        silu_and_mul_sorted(xs, sorted_ids, post_pad, n, outs[:, :256])
+        _close(outs[:, :256][rows], _reference(xs[rows]), dtype_name)
+        assert torch.isnan(outs[:, 256:]).all() and torch.isnan(outs[:, :256][~rows]).all()
+
+
+def test_graph_replay_reads_new_counts():
+    """Captured once, replayed with other routing: the counts, ids and masked_m are read on the device, so each
+    replay computes the rows of its own routing (and leaves the others as they were)."""
+    torch = _torch()
+    from jitkern.ops import (moe_align_block_size, silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8,
+                             silu_and_mul_sorted_per_token_quant_fp8)
+
+    tokens, experts, topk, block, d, m_max = 16, 32, 4, 16, 1024, 24
+    topk_ids = torch.zeros(tokens, topk, dtype=torch.int32, device="cuda")
+    sorted_ids, expert_ids, post_pad = moe_align_block_size(topk_ids, experts, block)
+    P = sorted_ids.numel()
+    xs = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda")
+    q = torch.empty(P, d, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(P, 1, device="cuda")
+    xm = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda")
+    masked_m = torch.zeros(experts, dtype=torch.int32, device="cuda")
+    out = torch.empty(experts, m_max, d, dtype=torch.bfloat16, device="cuda")
+    qm = torch.empty(experts, m_max, d, dtype=torch.float8_e4m3fn, device="cuda")
+    sm = torch.empty(experts, m_max, d // 128, device="cuda")
+
+    def prepare(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        topk_ids.copy_(torch.rand(tokens, experts, device="cuda", generator=g).argsort(dim=1)[:, :topk])
+        masked_m.copy_(torch.randint(0, m_max + 1, (experts,), device="cuda", generator=g))
+        xs.normal_(generator=g), xm.normal_(generator=g)
+        for t in (out, s, sm):
+            t.fill_(float("nan"))
+        q.view(torch.uint8).fill_(POISON), qm.view(torch.uint8).fill_(POISON)
+
+    def step():
+        moe_align_block_size(topk_ids, experts, block, sorted_ids, expert_ids, post_pad)
+        silu_and_mul_sorted_per_token_quant_fp8(xs, sorted_ids, post_pad, topk_ids.numel(), output_q=q, output_s=s)
+        silu_and_mul_masked(xm, masked_m, out)
+        silu_and_mul_masked_per_token_group_quant_fp8(xm, masked_m, output_q=qm, output_s=sm)
+
+    def check(what):
+        from jitkern.ops import per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul
+
+        rows = (torch.arange(P, device="cuda") < post_pad[0]) & (sorted_ids < topk_ids.numel())
+        assert rows.sum() == tokens * topk, what
+        q_ref, s_ref = per_token_quant_fp8(silu_and_mul(xs[rows]))
+        assert torch.equal(q.view(torch.uint8)[rows], q_ref.view(torch.uint8)) and torch.equal(s[rows], s_ref), what
+        assert (q.view(torch.uint8)[~rows] == POISON).all() and torch.isnan(s[~rows]).all(), what
+        computed = _masked_rows(masked_m, m_max)
+        _close(out[computed], _reference(xm[computed]), "bfloat16")
+        assert torch.isnan(out[~computed]).all(), what
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(xm[computed]), 128)
+        assert torch.equal(qm.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(sm[computed], s_ref), what
+        assert (qm.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sm[~computed]).all(), what
+
+    eagerly_then_from_a_graph(prepare, step, check)
+
+
+def test_bad_inputs_name_the_argument():
+    """TypeError for a dtype, ValueError for a shape, stride, device or value, naming the argument, before any
+    launch (the output stays poisoned)."""
+    torch = _torch()
+    from jitkern.ops import (silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_sorted,
+                             silu_and_mul_sorted_per_token_group_quant_fp8, silu_and_mul_sorted_per_token_quant_fp8)
+
+    def rejects(error, match, fn, *args, **kwargs):
+        with pytest.raises(error, match=match) as info:
+            fn(*args, **kwargs)
+        assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
+
+    x = torch.randn(32, 512, dtype=torch.bfloat16, device="cuda")
+    ids = torch.zeros(32, dtype=torch.int32, device="cuda")
+    pp = torch.tensor([32], dtype=torch.int32, device="cuda")
+    out = torch.full((32, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    rejects(TypeError, "sorted_token_ids: DType mismatch", silu_and_mul_sorted, x, ids.long(), pp, 8, out)
+    rejects(ValueError, "sorted_token_ids: Size mismatch", silu_and_mul_sorted, x, ids[:16], pp, 8, out)
+    rejects(ValueError, "num_tokens_post_pad: Size mismatch", silu_and_mul_sorted, x, ids, torch.zeros(2, dtype=torch.int32, device="cuda"),
+            8, out)
+    rejects(ValueError, "num_ids must be in", silu_and_mul_sorted, x, ids, pp, -1, out)
+    rejects(TypeError, "out: DType mismatch", silu_and_mul_sorted, x, ids, pp, 8, out.half())
+    rejects(ValueError, "out: Size mismatch", silu_and_mul_sorted, x, ids, pp, 8, out[:, :128])
+    rejects(ValueError, "the last dimension of input must be even", silu_and_mul_sorted, x[:, :511], ids, pp, 8)
+    rejects(ValueError, "input: Device mismatch|input must be a CUDA tensor", silu_and_mul_sorted, x.cpu(), ids, pp, 8)
+    rejects(ValueError, "sorted_token_ids: Device mismatch", silu_and_mul_sorted, x, ids.cpu(), pp, 8, out)
+    rejects(TypeError, "input must be float16, bfloat16 or float32", silu_and_mul_sorted, x.double(), ids, pp, 8)
+    rejects(TypeError, "output_q must be a float8_e4m3fn tensor", silu_and_mul_sorted_per_token_quant_fp8, x, ids, pp, 8,
+            output_q=torch.empty(32, 256, dtype=torch.int8, device="cuda"))
+    rejects(ValueError, "output_s: Size mismatch", silu_and_mul_sorted_per_token_quant_fp8, x, ids, pp, 8,
+            output_s=torch.empty(16, 1, device="cuda"))
+    rejects(ValueError, "group_size must be 128, got 64", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, 64)
+    rejects(TypeError, "group_size must be an int", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, 128.0)
+    rejects(ValueError, "eps must be a finite positive number", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, 128, 0.0)
+    rejects(ValueError, "must be a multiple of group_size", silu_and_mul_sorted_per_token_group_quant_fp8, x[:, :400], ids, pp, 8)
+    assert torch.isnan(out).all(), "a rejected call wrote its output"
+    xm = torch.randn(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    m = torch.zeros(4, dtype=torch.int32, device="cuda")
+    rejects(ValueError, "masked_m: Size mismatch", silu_and_mul_masked, xm, m[:3])
+    rejects(TypeError, "masked_m: DType mismatch", silu_and_mul_masked, xm, m.long())
+    rejects(ValueError, "input: Dimension mismatch", silu_and_mul_masked, x, m)
+    rejects(ValueError, "at most 1024 experts", silu_and_mul_masked, torch.empty(1025, 1, 512, dtype=torch.bfloat16, device="cuda"),
+            torch.zeros(1025, dtype=torch.int32, device="cuda"))
+    rejects(ValueError, "output_s: Size mismatch", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
+            output_s=torch.empty(4, 8, 3, device="cuda"))
+    rejects(ValueError, "scale_tma_aligned applies to column_major_scales=True only", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
+            scale_tma_aligned=True)
+
+
+def test_torch_custom_ops_opcheck_and_compile():
+    torch = _torch()
+    import jitkern.ops  # noqa: F401  (registers torch.ops.jitkern)
+    from jitkern.ops import (moe_align_block_size, silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8,
+                             silu_and_mul_masked_per_token_quant_fp8, silu_and_mul_sorted, silu_and_mul_sorted_per_token_group_quant_fp8,
+                             silu_and_mul_sorted_per_token_quant_fp8)
+
+    topk_ids = torch.randint(0, 8, (5, 2), dtype=torch.int32, device="cuda")
+    sorted_ids, _, post_pad = moe_align_block_size(topk_ids, 8, 16)
+    P = sorted_ids.numel()
+    x = torch.randn(P, 512, dtype=torch.bfloat16, device="cuda")
+    xm = torch.randn(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    m = torch.tensor([8, 0, 3, 1], dtype=torch.int32, device="cuda")
+    f8 = lambda *shape: torch.zeros(shape, dtype=torch.float8_e4m3fn, device="cuda")  # noqa: E731
+    ops = torch.ops.jitkern
+    # test_schema compares a written fp8 tensor with allclose, which torch does not implement for fp8: left out
+    # for the fp8 ops (their writes are checked against the dense ops above).
+    fp8_checks = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(ops.silu_and_mul_sorted, (x, sorted_ids, post_pad, 10, torch.zeros(P, 256, dtype=torch.bfloat16, device="cuda")))
+    torch.library.opcheck(ops.silu_and_mul_sorted_per_token_quant_fp8, (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 1, device="cuda")),
+                          test_utils=fp8_checks)
+    torch.library.opcheck(ops.silu_and_mul_sorted_per_token_group_quant_fp8,
+                          (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 2, device="cuda"), 128, 1e-10), test_utils=fp8_checks)
+    torch.library.opcheck(ops.silu_and_mul_masked, (xm, m, torch.zeros(4, 8, 256, dtype=torch.bfloat16, device="cuda")))
+    torch.library.opcheck(ops.silu_and_mul_masked_per_token_quant_fp8, (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 1, device="cuda")),
+                          test_utils=fp8_checks)
+    torch.library.opcheck(ops.silu_and_mul_masked_per_token_group_quant_fp8,
+                          (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 2, device="cuda"), 128, 1e-10), test_utils=fp8_checks)
+
+    def layer(x, sorted_ids, post_pad, xm, m, out):
+        a = silu_and_mul_sorted(x, sorted_ids, post_pad, 10)
+        b = silu_and_mul_sorted_per_token_quant_fp8(x, sorted_ids, post_pad, 10)
+        c = silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, 10, column_major_scales=True)
+        silu_and_mul_masked(xm, m, out)
+        e = silu_and_mul_masked_per_token_quant_fp8(xm, m)
+        f = silu_and_mul_masked_per_token_group_quant_fp8(xm, m)
+        return a, b, c, e, f
+
+    compiled = torch.compile(layer, fullgraph=True)
+    rows = (torch.arange(P, device="cuda") < post_pad[0]) & (sorted_ids < 10)
+    masked = _masked_rows(m, 8)
+    out, out_ref = (torch.full((4, 8, 256), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    got, ref = compiled(x, sorted_ids, post_pad, xm, m, out), layer(x, sorted_ids, post_pad, xm, m, out_ref)
+    assert torch.equal(got[0][rows], ref[0][rows])
+    for g, r in ((got[1], ref[1]), (got[2], ref[2])):
+        assert torch.equal(g[0].view(torch.uint8)[rows], r[0].view(torch.uint8)[rows]) and torch.equal(g[1][rows], r[1][rows])
+        assert g[1].stride() == r[1].stride()
+    assert torch.equal(out[masked], out_ref[masked]) and torch.isnan(out[~masked]).all()
+    for g, r in ((got[3], ref[3]), (got[4], ref[4])):
+        assert torch.equal(g[0].view(torch.uint8)[masked], r[0].view(torch.uint8)[masked]) and torch.equal(g[1][masked], r[1][masked])
