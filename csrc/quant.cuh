@@ -285,11 +285,12 @@ using quant::GroupScales;
 
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
 // <= 32; lane l holds vectors l, l + kLanes, ...). kFlat: input and output rows are contiguous, so group
-// G starts at element G * group size (no division by the groups per row on the load path).
+// G starts at element G * group size (no division by the groups per row on the load path). The next
+// launch is triggered at start, after the wait, or (trigger_at_end) after the group's stores.
 template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0, bool kFlat>
 __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
                                                                         int64_t groups_per_row, int64_t total_groups, float eps,
-                                                                        bool trigger_at_start) {
+                                                                        bool trigger_at_start, bool trigger_at_end) {
 #ifdef __CUDACC__
   constexpr int kGroup = kLanes * kPerLane * kVec;
   if (trigger_at_start) device::pdl_trigger_secondary();
@@ -304,11 +305,19 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
   }
   AlignedVector<T, kVec> x[kPerLane];
   device::pdl_wait_primary();
-  if (!trigger_at_start) device::pdl_trigger_secondary();
+  if (!trigger_at_start && !trigger_at_end) device::pdl_trigger_secondary();
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
-  quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+    // As packed pairs (the same registers): the amax by packed max and min, half an instruction a value.
+    AlignedVector<device::packed_t<T>, kVec / 2> pairs[kPerLane];
+    __builtin_memcpy(pairs, x, sizeof(x));
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(pairs, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  } else {
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  }
+  if (trigger_at_end) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -472,15 +481,17 @@ struct QuantOps {
       constexpr bool kFlat = decltype(flat_tag)::value;
       const unsigned grid = checked_grid(div_ceil(total_groups, kQuantGroupThreads / kLanes));
       const bool early = host::pdl_early_trigger(grid);
+      const bool late = host::pdl_late_trigger(int64_t{grid} * kQuantGroupThreads, runtime::get_sm_count(ops.device.device_id),
+                                               row_policy(ops.device).threads_per_sm);
       LaunchKernel launch(grid, kQuantGroupThreads, ops.device);
       launch.enable_pdl();
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       if constexpr (kFormat == GroupFormat::kInt8) {
-        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
+        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early, late);
       } else {
         constexpr bool kUE8M0 = kFormat == GroupFormat::kFp8Ue8m0;
-        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early);
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early, late);
       }
     };
     constexpr int kVec = device::kVec16<T>;
