@@ -120,7 +120,6 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 #ifdef __CUDACC__
   const int64_t first = int64_t{blockIdx.x} * blockDim.x * kConcatUnroll + threadIdx.x;
   device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
   Vec v[kConcatUnroll];
   Vec* out[kConcatUnroll];
 #pragma unroll
@@ -137,6 +136,8 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
       out[u] = reinterpret_cast<Vec*>(p.out + i0 * p.out_s0 + h * p.out_s1 + c * int64_t{sizeof(Vec)});
     }
   }
+  // Triggered once the loads are issued, as store_cache does.
+  device::pdl_trigger_secondary();
 #pragma unroll
   for (int u = 0; u < kConcatUnroll; ++u)
     if (first + int64_t{u} * blockDim.x < p.vectors) *out[u] = v[u];
