@@ -2,7 +2,8 @@
 // without cudafe++ (src/engine/compile/host_transform.h): the rewrite renames each call of
 // cudaLaunchKernelExC, cudaFuncSetAttribute, cudaOccupancy*... to jitkern_compat_<name>, defined here:
 // a kernel stub of this module is replaced by its kernel in the module's device image
-// (<jitkern/detail/kernel_image.h>), anything else is passed on unchanged. The build includes this file
+// (<jitkern/detail/kernel_image.h>), anything else is passed on unchanged; and a triple-chevron launch
+// of a kernel named plainly (chevron below). The build includes this file
 // in every such module; where the rewrite is refused (nvcc's host chain compiles it), nothing calls these.
 #pragma once
 
@@ -114,6 +115,30 @@ inline cudaError_t jitkern_compat_cudaGetKernel(cudaKernel_t* out, const void* f
   return jitkern_cudart_cudaGetKernel(out, func);
 }
 }
+
+namespace jitkern::compat {
+// A triple-chevron launch, `kernel<<<grid, block, smem, stream>>>(args...)`, as the rewrite spells it:
+// chevron(kernel, grid, block, smem, stream)(args...), through the routed cudaLaunchKernel.
+template <typename... P>
+struct Chevron {
+  void (*kernel)(P...);
+  dim3 grid, block;
+  size_t smem;
+  cudaStream_t stream;
+  template <typename... A>
+  void operator()(A&&... args) const {
+    launch(static_cast<A&&>(args)...);
+  }
+  void launch(P... values) const {  // the arguments as the kernel's parameter types, by value
+    void* pointers[] = {const_cast<void*>(static_cast<const void*>(&values))..., nullptr};
+    (void)jitkern_compat_cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, pointers, smem, stream);
+  }
+};
+template <typename... P>
+inline Chevron<P...> chevron(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr) {
+  return {kernel, grid, block, smem, stream};
+}
+}  // namespace jitkern::compat
 #undef JITKERN_COMPAT_ROUTE
 #undef JITKERN_COMPAT_RUNTIME
 #endif

@@ -23,7 +23,7 @@ bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9'); }
 bool digit(char c) { return c >= '0' && c <= '9'; }
 
 // Punctuators of more than one character, longest first (">>" is split where templates close).
-constexpr const char* kPuncts[] = {"<<<", "<<=", ">>=", "...", "->*", "<=>", "::", "->", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
+constexpr std::string_view kPuncts[] = {"<<<", "<<=", ">>=", "...", "->*", "<=>", "::", "->", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
                                    "++",  "--",  "+=",  "-=",  "*=",  "/=",  "%=", "&=", "|=", "^=", ".*", "##"};
 
 // C++ tokens of preprocessed text, with the file and line each comes from (line markers).
@@ -83,11 +83,12 @@ class Lexer {
       t.kind = Kind::kString;
     } else {
       std::size_t len = 1;
-      for (const char* p : kPuncts) {
-        const std::size_t n = std::strlen(p);
-        if (s_.compare(i_, n, p) == 0) {
-          len = n;
-          break;
+      if (std::strchr("<>.-:=!&|+*/%^#", c) != nullptr && i_ + 1 < s_.size()) {
+        for (const auto& p : kPuncts) {
+          if (p[0] == c && s_.compare(i_, p.size(), p) == 0) {
+            len = p.size();
+            break;
+          }
         }
       }
       i_ += len;
@@ -252,17 +253,42 @@ class Rewriter {
 
   // The next token; with `checking_`, routed names renamed and what cannot be routed refused.
   void advance() {
+    if (tok_.kind != Kind::kDirective) prev2_ = prev_, prev_ = tok_;
     tok_ = lx_.next();
     if (!checking_) return;
     if (tok_.kind == Kind::kDirective) {
       in_toolkit();
-    } else if (tok_.kind == Kind::kIdent) {
+    } else if (tok_.kind == Kind::kIdent && tok_.text.size() > 4 && tok_.text.compare(0, 4, "cuda") == 0) {
       if (routed_set().count(tok_.text)) edits_.push_back({tok_.begin, tok_.begin, "jitkern_compat_"});
       else if (kBypassesRouting.count(tok_.text)) refuse("per-thread default stream launches (" + std::string(tok_.text) + ")");
       else if (kNeedsRegistration.count(tok_.text) && !in_toolkit())
         refuse(std::string(tok_.text) + " needs the kernels and variables registered as nvcc's host code does");
     } else if (tok_.is("<<<")) {
-      refuse("a <<<...>>> launch");
+      chevron_open();
+    } else if (chevron_ >= 0) {
+      chevron_step();
+    }
+  }
+
+  // `name<<<config>>>(args)` becomes `::jitkern::compat::chevron(name, config)(args)` (host_launch.h):
+  // only where the kernel is a plain name, anything else is refused.
+  void chevron_open() {
+    const bool plain = prev_.kind == Kind::kIdent && !(prev2_.is("::") || prev2_.is(".") || prev2_.is("->") || prev2_.is(">"));
+    if (!plain || chevron_ >= 0) return refuse("a <<<...>>> launch of a kernel that is not a plain name");
+    edits_.push_back({prev_.begin, prev_.begin, "::jitkern::compat::chevron("});
+    edits_.push_back({tok_.begin, tok_.end, ", "});
+    chevron_ = 0;
+  }
+
+  void chevron_step() {
+    if (tok_.is("(") || tok_.is("[") || tok_.is("{")) ++chevron_;
+    if ((tok_.is(")") || tok_.is("]") || tok_.is("}")) && --chevron_ < 0) return refuse("an unbalanced <<<...>>> launch");
+    if (tok_.is(";") || tok_.kind == Kind::kEnd) return refuse("an unterminated <<<...>>> launch");
+    if (chevron_ == 0 && tok_.is(">>") && tok_.end < s_.size() && s_[tok_.end] == '>') {
+      edits_.push_back({tok_.begin, tok_.end + 1, ")"});
+      chevron_ = -1;
+      lx_.next();  // the third '>'
+      advance();
     }
   }
 
@@ -288,9 +314,11 @@ class Rewriter {
     }
   }
 
-  // tok_ is "<" (a template parameter or argument list): advances past its ">".
+  // tok_ is "<" (a template parameter or argument list): advances past its ">". A "<" opens a nested
+  // list only after a name (`sizeof...(T) < N` compares); a ">" inside one must be parenthesized.
   void skip_angles() {
     int depth = 0, parens = 0;
+    bool after_name = true;
     for (;;) {
       if (tok_.kind == Kind::kEnd) return refuse("unbalanced template brackets");
       if (tok_.is("{")) {
@@ -300,11 +328,11 @@ class Rewriter {
       if (tok_.is("(") || tok_.is("[")) ++parens;
       if (tok_.is(")") || tok_.is("]")) --parens;
       if (parens == 0) {
-        if (tok_.is("<")) ++depth;
-        if (tok_.is("<<")) depth += 2;
+        if (tok_.is("<") && after_name) ++depth;
         if (tok_.is(">") || tok_.is(">=")) --depth;
         if (tok_.is(">>") || tok_.is(">>=")) depth -= 2;
       }
+      after_name = tok_.kind == Kind::kIdent;
       advance();
       if (depth <= 0) return;
     }
@@ -367,7 +395,12 @@ class Rewriter {
     edits_.push_back({begin, end, kept.empty() ? std::string() : "__attribute__((" + kept + "))"});
   }
 
-  void reset() { seg_ = Segment{}; }
+  void reset() {
+    auto top = std::move(seg_.top);  // its storage reused
+    top.clear();
+    seg_ = Segment{};
+    seg_.top = std::move(top);
+  }
 
   void note(std::string_view t) {
     seg_.prev2 = seg_.prev;
@@ -481,7 +514,8 @@ class Rewriter {
       if (v[k] == "<") {
         int depth = 0;
         for (; k < v.size(); ++k) {
-          depth += v[k] == "<" ? 1 : v[k] == ">" ? -1 : v[k] == ">>" ? -2 : 0;
+          const bool opens = v[k] == "<" && ident_start(v[k - 1][0]);  // as in skip_angles
+          depth += opens ? 1 : v[k] == ">" ? -1 : v[k] == ">>" ? -2 : 0;
           if (depth <= 0) break;
         }
         continue;
@@ -494,7 +528,7 @@ class Rewriter {
 
   void push(bool anonymous, ScopeKind kind) {
     const auto& v = seg_.top;
-    scopes_.push_back({kind, anonymous, kind == ScopeKind::kNamespace && v.size() == 2 && v[0] == "namespace" && v[1] == "std"});
+    scopes_.push_back({kind, anonymous, scopes_.empty() && v.size() == 2 && v[0] == "namespace" && v[1] == "std"});  // ::std only
     anonymous_ += anonymous;
     advance();
     reset();
@@ -579,8 +613,9 @@ class Rewriter {
   const std::vector<std::string>& toolkit_dirs_;
   std::unordered_map<std::string, bool> toolkit_file_;
   bool toolkit_ = false;
-  Token tok_;
+  Token tok_, prev_, prev2_;  // the current token and the two before it
   bool checking_ = true;
+  int chevron_ = -1;  // in a <<<...>>> launch's configuration: its bracket depth
   std::vector<Edit> edits_;
   std::vector<Scope> scopes_;
   int anonymous_ = 0;

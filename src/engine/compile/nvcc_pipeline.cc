@@ -173,9 +173,11 @@ std::string rewritten_host_compile(const Pipeline& pipe, const std::string& file
   const auto in = cmd.find(".cudafe1.cpp\"");
   const auto open = in == std::string::npos ? std::string::npos : cmd.rfind(" \"", in);
   if (x == std::string::npos || open == std::string::npos || open < x) return "";
-  // Already preprocessed; CUDA's attributes the rewrite leaves (in kept bodies) are the device's.
+  // Already preprocessed; CUDA's attributes the rewrite leaves (in kept bodies) are the device's;
+  // -fpermissive: what nvcc's front end accepts and GCC's refuses by default (a member alias that
+  // changes a name's meaning in its class) is written for nvcc, as cudafe++'s output would be.
   cmd.replace(open, in + 13 - open, " " + fs::shell_quote(file));
-  cmd.replace(x, 8, " -x c++-cpp-output -Wno-attributes ");
+  cmd.replace(x, 8, " -x c++-cpp-output -Wno-attributes -fpermissive ");
   return cmd;
 }
 
