@@ -421,11 +421,16 @@ def compile_call(call: Call, kernel_root: pathlib.Path) -> Row:
     return Row(file, call.op, "fails", first_failure, time.monotonic() - start)
 
 
+def load_jit_kwargs(call_kwargs: dict) -> dict:
+    """A recorded or discovered call's keyword arguments that load_jit takes."""
+    return {k: v for k, v in call_kwargs.items() if k in ("cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags",
+                                                        "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
+                                                        "extra_dependencies", "header_only")}
+
+
 def _compile_one(args: tuple, call_kwargs: dict, kernel_root: pathlib.Path) -> tuple[str, str]:
     """(mode it compiles in, why that mode) or ("fails", the first error of both modes)."""
-    kwargs = {k: v for k, v in call_kwargs.items() if k in ("cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags",
-                                                          "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
-                                                          "extra_dependencies", "header_only")}
+    kwargs = load_jit_kwargs(call_kwargs)
     try:
         spec, mode, reason = compat.jit_spec(*args, **kwargs)
     except Exception as e:  # noqa: BLE001

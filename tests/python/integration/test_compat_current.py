@@ -8,6 +8,7 @@ import importlib.util
 import os
 import pathlib
 import shutil
+import struct
 import sys
 import textwrap
 
@@ -213,6 +214,79 @@ def test_self_exporting_sources_and_dependencies(package, cache_dir, monkeypatch
         compat.load_jit("self_export", cuda_files=["self_export.cu"], extra_dependencies=["cutlass"], header_only=False)
 
 
+def elf_functions(data: bytes, base: int = 0, entries_only: bool = False) -> set[str]:
+    """The function symbols of the ELF file at `base` in `data` (every symbol table; `entries_only`: a
+    cubin's kernels, marked STO_CUDA_ENTRY)."""
+    shoff, = struct.unpack_from("<Q", data, base + 0x28)
+    entsize, count = struct.unpack_from("<HH", data, base + 0x3A)
+    sections = [struct.unpack_from("<IIQQQQI", data, base + shoff + i * entsize) for i in range(count)]
+    names = set()
+    for _, kind, _, _, offset, size, link in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = base + sections[link][4]
+        for at in range(base + offset, base + offset + size, 24):
+            name, info, other = struct.unpack_from("<IBB", data, at)
+            if info & 0xF == 2 and (other & 0x10 or not entries_only):  # STT_FUNC
+                names.add(data[strings + name:data.index(b"\0", strings + name)].decode())
+    return names
+
+
+def image_and_host_functions(library: str) -> tuple[set[str], set[str]]:
+    """(the kernels of the module's device image, the functions of its host side): the image is the
+    fatbin the engine links in (section .nv_fatbin), its cubins read uncompressed."""
+    data = pathlib.Path(library).read_bytes()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    entsize, count, names_at = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", data, shoff + i * entsize) for i in range(count)]
+    strings = sections[names_at][4]
+    fatbin = next(data[s[4]:s[4] + s[5]] for s in sections if data[strings + s[0]:].startswith(b".nv_fatbin\0"))
+    kernels, at = set(), fatbin.find(b"\x7fELF")
+    while at >= 0:
+        kernels |= elf_functions(fatbin, at, entries_only=True)
+        at = fatbin.find(b"\x7fELF", at + 4)
+    return kernels, elf_functions(data)
+
+
+def host_side(caplog, module: str) -> str:
+    """How the build of `module` compiled its host side, from the engine's log."""
+    lines = [r.getMessage() for r in caplog.records if module in r.getMessage()]
+    if any("host side without cudafe++" in line for line in lines):
+        return "rewritten"
+    marker = "nvcc's host chain (cudafe++) compiles its host side: "
+    return next((line.split(marker, 1)[1] for line in lines if marker in line), "not built")
+
+
+@needs_nvcc
+def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, monkeypatch, caplog):
+    """A reference kernel file's host side: nvcc's preprocessing rewritten and compiled by the host
+    compiler alone, its kernel stubs named as the device image's kernels; where the rewrite cannot be
+    sure (a static kernel: its device symbol is not its host name), nvcc's host chain, the reason logged."""
+    np = pytest.importorskip("numpy")
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    write(package, {"csrc/static_kernel.cuh": """
+        #include <sgl_kernel/utils.cuh>
+        namespace sglang {
+        static __global__ void hidden_scale(float* x) { x[threadIdx.x] *= 3.0f; }
+        inline int64_t launches_nothing(int64_t x) { return x + kArch; }
+        }  // namespace sglang
+        """})
+    x = np.zeros((3, 2), np.float32)
+    with caplog.at_level("INFO", logger="jitkern"):
+        spec = compat.jit_spec("lean_kernel", "5", cuda_files=["lean.cuh"], cuda_wrappers=[("run", "Kernel<5>::run")])[0]
+        assert spec.host_without_cudafe
+        path = spec.build()
+        assert tvm_ffi.load_module(path).run(x, None, 4) == 523_900_000 + 15 + 4
+        kernels, host = image_and_host_functions(path)
+        assert kernels == {"_ZN6sglang5scaleEPf"} and kernels <= host
+        fallback = compat.load_jit("static_kernel", cuda_files=["static_kernel.cuh"], cuda_wrappers=[("f", "launches_nothing")])
+        assert fallback.f(1) == 901
+    assert host_side(caplog, "sglang_lean_kernel_5") == "rewritten"
+    assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a kernel with internal linkage")
+    # The rewrite is part of the module's identity: without it, another cache entry.
+    assert spec.replace(host_without_cudafe=False).build() != path
+
+
 STAND_IN = {
     "sglang/__init__.py": "",
     "sglang/kernels/__init__.py": "",
@@ -385,20 +459,31 @@ HOT = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementw
 @pytest.mark.slow  # eight of the reference's kernel files through nvcc
 @needs_reference
 @needs_nvcc
-def test_reference_hot_kernels_compile_unchanged(cache_dir):
-    """The check on the reference's hot-path kernels: every one compiles, the norms in lean mode."""
+def test_reference_hot_kernels_compile_unchanged(cache_dir, caplog):
+    """The check on the reference's hot-path kernels: every one compiles, the norms in lean mode, each
+    with its host side rewritten (no cudafe++), whose kernel stubs name the reference's kernels in the
+    module's device image."""
     compat.set_kernel_root(REFERENCE)
     try:
         found = {c.files[0]: c for c in check.representative(check.discover(REFERENCE)) if c.files and not c.problem}
         assert set(HOT) <= set(found), f"not found or not instantiated: {sorted(set(HOT) - set(found))}"
-        with compat.override_jit_cuda_arch(9, 0, "a"):
+        with compat.override_jit_cuda_arch(9, 0, "a"), caplog.at_level("INFO", logger="jitkern"):
             rows = check.run([found[f] for f in HOT], REFERENCE, workers=2, time_budget=600)
+            specs = {f: compat.jit_spec(*found[f].args, **check.load_jit_kwargs(found[f].kwargs))[0] for f in HOT}
+            paths = {f: spec.build() for f, spec in specs.items()}  # built above: cache hits
     finally:
         compat.set_kernel_root(None)
     print(check.table(rows))
     outcome = {r.file: r.outcome for r in rows}
     assert [r for r in rows if r.outcome not in ("lean", "tvm-ffi", "not run")] == []
     assert outcome["elementwise/rmsnorm.cuh"] == outcome["elementwise/fused_add_rmsnorm.cuh"] == "lean"
+    for f, spec in specs.items():
+        if outcome[f] == "not run":
+            continue
+        assert host_side(caplog, "_".join(spec.args)) == "rewritten", f
+        kernels, host = image_and_host_functions(paths[f])
+        theirs = {k for k in kernels if k.startswith("_ZN6sglang")}  # the reference's own (CUB's may be device-only)
+        assert theirs and theirs <= host, (f, sorted(theirs - host))
 
 
 @needs_reference
