@@ -72,6 +72,8 @@ int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, std::string* why) {
 int nvcc_object(Steps& s) {
   const CpuShare share;
   const auto t_start = std::chrono::steady_clock::now();
+  if (!s.p.host_rewrite_unused.empty())
+    log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + s.p.host_rewrite_unused);
   const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
   s.depfiles.push_back({s.scratch + "/" + depfile, s.scratch});
   auto dry = s.p.cuda_compile;

@@ -315,7 +315,13 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
     p.cuda_compile.insert(p.cuda_compile.end(), cuda_flags.begin(), cuda_flags.end());
     key.field("cuda").field(portable(p, p.cuda_source));
     key_args(p.cuda_compile);
-    if ((p.host_without_cudafe = req.host_without_cudafe))
+    // Extended lambdas: cudafe++ wraps a __device__ lambda's closure type, which names the kernels it
+    // instantiates; the rewrite cannot.
+    const bool extended_lambda = std::any_of(cuda_flags.begin(), cuda_flags.end(), [](const std::string& f) {
+      return f == "--extended-lambda" || f == "-extended-lambda" || f == "--expt-extended-lambda" || f == "-expt-extended-lambda";
+    });
+    if (req.host_without_cudafe && extended_lambda) p.host_rewrite_unused = "extended lambdas (--extended-lambda) need cudafe++";
+    if ((p.host_without_cudafe = req.host_without_cudafe && !extended_lambda))
       key.field("host-without-cudafe").field(std::to_string(host_transform::kVersion));
     if (req.host_without_nvcc) {
       p.host_pass = {kCxx, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
