@@ -83,7 +83,8 @@ TEST(HostTransform, RefusesWhatItCannotRoute) {
     const Result r = rewrite(unit);
     return r.ok ? std::string("accepted") : r.why;
   };
-  EXPECT_NE(why("void f() { k<T><<<1, 1>>>(); }\n").find("<<<...>>> launch of a kernel that is not a plain name"), std::string::npos);
+  EXPECT_NE(why("void f() { obj.k<<<1, 1>>>(); }\n").find("<<<...>>> launch of a kernel that is not a name"), std::string::npos);
+  EXPECT_NE(why("void f() { K<T>::kernel<<<1, 1>>>(); }\n").find("<<<...>>> launch of a kernel that is not a name"), std::string::npos);
   EXPECT_NE(why("void f() { k<<<1, 1; }\n").find("unterminated <<<"), std::string::npos);
   EXPECT_NE(why("__attribute__((managed)) int m;\n").find("__managed__"), std::string::npos);
   EXPECT_NE(why("void f() { cudaMemcpyToSymbol(x, y, 4, 0, cudaMemcpyHostToDevice); }\n").find("cudaMemcpyToSymbol needs"), std::string::npos);
@@ -91,7 +92,7 @@ TEST(HostTransform, RefusesWhatItCannotRoute) {
   EXPECT_NE(why(S("namespace {\n") + kGlobal + " void k() {}\n}\n").find("internal linkage"), std::string::npos);
   EXPECT_NE(why("void f() { cudaLaunchKernelExC_ptsz(c, k, a); }\n").find("per-thread"), std::string::npos);
   // The reason names where: file and line.
-  EXPECT_NE(why("int a;\n\nvoid f() { k<T><<<1, 1>>>(); }\n").find("(kernels.cuh:3)"), std::string::npos);
+  EXPECT_NE(why("int a;\n\nvoid f() { (k)<<<1, 1>>>(); }\n").find("(kernels.cuh:3)"), std::string::npos);
   // The toolkit's headers declare those functions.
   const std::string decl = "# 1 \"/opt/toolkit/include/cuda_runtime_api.h\"\nextern cudaError_t cudaMemcpyToSymbol(const void*, const void*);\n";
   EXPECT_TRUE(transform(decl, {"/opt/toolkit/include"}).ok);
@@ -117,6 +118,10 @@ TEST(HostTransform, TripleChevronLaunchesOfNamedKernelsBecomeRoutedCalls) {
   const Result r = rewrite("template <class K> void go(K k, dim3 g, cudaStream_t s, int* p) {\n  k<<<g, dim3{32, 1, 1}, f(1, 2), s>>>(p, 3);\n}\n");
   ASSERT_TRUE(r.ok) << r.why;
   EXPECT_NE(r.text.find("  ::jitkern::compat::chevron(k, g, dim3{32, 1, 1}, f(1, 2), s)(p, 3);\n"), std::string::npos) << r.text;
+  const Result t = rewrite("void go() {\n  ::sglang::kern<T, static_cast<bool>(N > 2), Vec<int>><<<n, 128>>>(p);\n}\n");
+  ASSERT_TRUE(t.ok) << t.why;
+  EXPECT_NE(t.text.find("  ::jitkern::compat::chevron(::sglang::kern<T, static_cast<bool>(N > 2), Vec<int>>, n, 128)(p);"), std::string::npos)
+      << t.text;
 }
 
 TEST(HostTransform, LinesAndLineMarkersKept) {

@@ -253,7 +253,7 @@ class Rewriter {
 
   // The next token; with `checking_`, routed names renamed and what cannot be routed refused.
   void advance() {
-    if (tok_.kind != Kind::kDirective) prev2_ = prev_, prev_ = tok_;
+    if (tok_.kind != Kind::kDirective) recent_[seen_++ % kRecent] = tok_;
     tok_ = lx_.next();
     if (!checking_) return;
     if (tok_.kind == Kind::kDirective) {
@@ -270,12 +270,35 @@ class Rewriter {
     }
   }
 
-  // `name<<<config>>>(args)` becomes `::jitkern::compat::chevron(name, config)(args)` (host_launch.h):
-  // only where the kernel is a plain name, anything else is refused.
+  // The `back`-th token before tok_ (1: the one just before), if still remembered.
+  const Token* before(std::size_t back) const { return back <= seen_ && back <= kRecent ? &recent_[(seen_ - back) % kRecent] : nullptr; }
+
+  // `kernel<<<config>>>(args)` becomes `::jitkern::compat::chevron(kernel, config)(args)` (host_launch.h),
+  // where the kernel is a name, qualified or not, with template arguments or not; anything else is refused.
   void chevron_open() {
-    const bool plain = prev_.kind == Kind::kIdent && !(prev2_.is("::") || prev2_.is(".") || prev2_.is("->") || prev2_.is(">"));
-    if (!plain || chevron_ >= 0) return refuse("a <<<...>>> launch of a kernel that is not a plain name");
-    edits_.push_back({prev_.begin, prev_.begin, "::jitkern::compat::chevron("});
+    std::size_t k = 1;
+    const Token* t = before(k);
+    if (t != nullptr && (t->is(">") || t->is(">>"))) {  // back over the template arguments
+      int depth = 0, parens = 0;
+      for (; t != nullptr; t = before(++k)) {
+        parens += t->is(")") || t->is("]") ? 1 : t->is("(") || t->is("[") ? -1 : 0;
+        if (parens == 0) depth += t->is(">") ? 1 : t->is(">>") ? 2 : t->is("<") ? -1 : 0;
+        if (depth == 0) break;
+      }
+      t = t != nullptr ? before(++k) : nullptr;
+    }
+    while (t != nullptr && t->kind == Kind::kIdent && before(k + 1) != nullptr && before(k + 1)->is("::") && before(k + 2) != nullptr &&
+           before(k + 2)->kind == Kind::kIdent)
+      t = before(k += 2);  // ns::kernel
+    if (t != nullptr && t->kind == Kind::kIdent && before(k + 1) != nullptr && before(k + 1)->is("::")) t = before(++k);  // ::kernel
+    const Token* first = t;
+    const Token* outside = before(k + 1);
+    const bool named = first != nullptr && (first->kind == Kind::kIdent || first->is("::")) &&
+                       !(outside != nullptr && (outside->is("::") || outside->is(".") || outside->is("->") || outside->is(">") ||
+                                                outside->is(")") || outside->is("]")));
+    if (!named || chevron_ >= 0 || (!edits_.empty() && edits_.back().end > first->begin))
+      return refuse("a <<<...>>> launch of a kernel that is not a name (with template arguments or not)");
+    edits_.push_back({first->begin, first->begin, "::jitkern::compat::chevron("});
     edits_.push_back({tok_.begin, tok_.end, ", "});
     chevron_ = 0;
   }
@@ -613,7 +636,10 @@ class Rewriter {
   const std::vector<std::string>& toolkit_dirs_;
   std::unordered_map<std::string, bool> toolkit_file_;
   bool toolkit_ = false;
-  Token tok_, prev_, prev2_;  // the current token and the two before it
+  Token tok_;
+  static constexpr std::size_t kRecent = 512;  // the tokens before tok_ a <<< may look back over
+  Token recent_[kRecent];
+  std::size_t seen_ = 0;
   bool checking_ = true;
   int chevron_ = -1;  // in a <<<...>>> launch's configuration: its bracket depth
   std::vector<Edit> edits_;

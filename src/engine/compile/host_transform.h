@@ -7,9 +7,9 @@
 //   - CUDA's attributes (global, device, host, launch_bounds, grid_constant, ...) are removed;
 //   - the runtime calls that take a kernel (launches, attributes, occupancy) are renamed to
 //     jitkern_compat_<name>, defined by <jitkern/compat/host_launch.h>, which map the stub to the kernel;
-//     `name<<<config>>>(args)` becomes `::jitkern::compat::chevron(name, config)(args)`, a routed launch.
+//     `kernel<<<config>>>(args)` becomes `::jitkern::compat::chevron(kernel, config)(args)`, a routed launch.
 // Where the rewrite could be wrong it refuses (the build then runs nvcc's host chain), saying why:
-// triple-chevron launches of anything but a plain name, __managed__ variables, runtime calls that need cudafe++'s registration
+// triple-chevron launches of anything but a (qualified, templated) name, __managed__ variables, runtime calls that need cudafe++'s registration
 // (symbols, graph kernel nodes), static kernels or kernels in unnamed namespaces, and device-only
 // functions with a deduced return type that are neither inline nor templates.
 #pragma once
