@@ -281,10 +281,64 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
         assert kernels == {"_ZN6sglang5scaleEPf"} and kernels <= host
         fallback = compat.load_jit("static_kernel", cuda_files=["static_kernel.cuh"], cuda_wrappers=[("f", "launches_nothing")])
         assert fallback.f(1) == 901
+        # Occupancy, attributes, <<<...>>> and cudaLaunchKernelEx: routed (run on the GPU by the next test).
+        write(package, {"csrc/routed.cuh": ROUTED})
+        routed = compat.jit_spec("routed", "5", cuda_files=["routed.cuh"], cuda_wrappers=[("run", "Routed<5>::run")])[0].build()
+        kernels, host = image_and_host_functions(routed)
+        assert kernels == {"_ZN6sglang5add_nILi5EEEvPfi", "_ZN6sglang5add_nILi1EEEvPfi", "_ZN6sglang9times_twoEPfi"} and kernels <= host
     assert host_side(caplog, "sglang_lean_kernel_5") == "rewritten"
     assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a kernel with internal linkage")
+    assert host_side(caplog, "sglang_routed_5") == "rewritten"
     # The rewrite is part of the module's identity: without it, another cache entry.
     assert spec.replace(host_without_cudafe=False).build() != path
+
+
+# Every way a reference kernel file reaches a kernel from its host side, through the routed calls.
+ROUTED = """
+    #include <sgl_kernel/tensor.h>
+    #include <sgl_kernel/utils.cuh>
+    #include <cuda_runtime.h>
+    namespace sglang {
+    template <int N>
+    __global__ void add_n(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += N; }
+    __global__ void times_two(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }
+    template <int N>
+    struct Routed {
+      static constexpr auto kernel = add_n<N>;
+      static int64_t run(tvm::ffi::TensorView x) {
+        float* p = static_cast<float*>(x.data_ptr());
+        const int n = static_cast<int>(x.size(0)), blocks = (n + 127) / 128;
+        int per_sm = 0;
+        cudaFuncAttributes attr{};
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0) != cudaSuccess || per_sm <= 0) return -1;
+        if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, 1024) != cudaSuccess) return -2;
+        if (cudaFuncGetAttributes(&attr, times_two) != cudaSuccess || attr.maxThreadsPerBlock < 128) return -3;
+        add_n<N><<<blocks, 128>>>(p, n);
+        times_two<<<blocks, 128, 0, nullptr>>>(p, n);
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(blocks), config.blockDim = dim3(128);
+        if (cudaLaunchKernelEx(&config, add_n<1>, p, n) != cudaSuccess) return -4;
+        return cudaDeviceSynchronize() == cudaSuccess ? per_sm : -5;
+      }
+    };
+    }  // namespace sglang
+    """
+
+
+@pytest.mark.gpu
+def test_routed_runtime_calls_reach_the_device_images_kernels(package, cache_dir, caplog):
+    """A rewritten host side's occupancy query, attribute calls, <<<...>>> launches (plain and templated
+    names) and cudaLaunchKernelEx run the module's own kernels on the GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("NOT RUN: needs a CUDA GPU")
+    write(package, {"csrc/routed.cuh": ROUTED})
+    x = torch.zeros(1000, device="cuda")
+    with caplog.at_level("INFO", logger="jitkern"):
+        module = compat.load_jit("routed", "5", cuda_files=["routed.cuh"], cuda_wrappers=[("run", "Routed<5>::run")])
+        assert module.run(x) > 0
+    assert host_side(caplog, "sglang_routed_5") == "rewritten"
+    assert torch.equal(x, torch.full_like(x, (0 + 5) * 2 + 1))
 
 
 STAND_IN = {
