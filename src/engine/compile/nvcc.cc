@@ -36,19 +36,20 @@ class CpuShare {
 };
 
 // host_without_cudafe: after nvcc's host preprocessing, its output rewritten (host_transform.h) and
-// compiled by nvcc's host compile command into device.o. 0 when it compiled; otherwise the status of a
-// compile that timed out or was interrupted, or -1 with `*why` set: nvcc's host chain must compile it.
+// compiled by nvcc's host compile command into device.o; its status, unless `*why` is set: then nvcc's
+// host chain must compile it (the rewrite refused, or its compile failed other than by a timeout or an
+// interruption).
 int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, std::string* why) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string in = pipe.host_preprocessed[0] == '/' ? pipe.host_preprocessed : s.scratch + "/" + pipe.host_preprocessed;
   std::string text;
-  if (!fs::read_file(in, &text)) return *why = "its preprocessed host code could not be read", -1;
+  if (!fs::read_file(in, &text)) return *why = "its preprocessed host code could not be read", 1;
   const host_transform::Result r = host_transform::transform(text, {toolchain::cuda_include_dir(s.p.nvcc)});
   const double rewrite_s = seconds_since(t0);
-  if (!r.ok) return *why = "the rewrite refused: " + r.why, -1;
+  if (!r.ok) return *why = "the rewrite refused: " + r.why, 1;
   const std::string file = "nvcc/device.rewritten.ii";
   const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
-  if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", -1;
+  if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", 1;
   fs::write_file_atomic(s.scratch + "/" + file, r.text);
   s.record(s.in_dir(cmd));
   const std::string attempt_log = s.scratch + "/host_rewritten.log";
@@ -62,7 +63,7 @@ int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, std::string* why) {
                    format_seconds(seconds_since(t1));
     return rc;
   }
-  return *why = "its rewritten host code failed to compile: " + Steps::head_of(attempt_log), -1;
+  return *why = "its rewritten host code failed to compile: " + Steps::head_of(attempt_log), rc;
 }
 
 }  // namespace
@@ -117,16 +118,15 @@ int nvcc_object(Steps& s) {
         const int rc = chain(pipe.device_back, s.device_log());
         return rc != 0 ? rc : fs::wait(s.start(embed, s.device_log(), s.scratch), s.timeout);
       });
-      int host_rc = 1, stub_rc = 0;
-      std::string why;
-      if (rewrite && (host_rc = chain({pipe.host_chain[0]}, s.log())) == 0 && (host_rc = rewritten_host(s, pipe, &why)) < 0) {
-        log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + why);
+      int host_rc = 0, stub_rc = 0;
+      std::string why;  // set where the rewritten host side gives way to nvcc's host chain
+      if (rewrite && (host_rc = chain({pipe.host_chain[0]}, s.log())) == 0) {
+        host_rc = rewritten_host(s, pipe, &why);
+        if (!why.empty()) log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + why);
+      }
+      if (!rewrite || !why.empty()) {
         s.cuda_steps.clear();
-        host_rc = chain({pipe.host_chain[1]}, s.log());
-        stub_rc = stub_written.get();
-        if (host_rc == 0 && stub_rc == 0) host_rc = chain({pipe.host_compile}, s.log());
-      } else if (!rewrite) {
-        host_rc = chain(pipe.host_chain, s.log());
+        host_rc = chain(rewrite ? std::vector<std::string>{pipe.host_chain[1]} : pipe.host_chain, s.log());
         stub_rc = stub_written.get();
         if (host_rc == 0 && stub_rc == 0) host_rc = chain({pipe.host_compile}, s.log());
       }
