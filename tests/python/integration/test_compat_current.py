@@ -253,7 +253,7 @@ def host_side(caplog, module: str) -> str:
     lines = [r.getMessage() for r in caplog.records if module in r.getMessage()]
     if any("host side without cudafe++" in line for line in lines):
         return "rewritten"
-    marker = "nvcc's host chain (cudafe++) compiles its host side: "
+    marker = check._HostSides.MARKER
     return next((line.split(marker, 1)[1] for line in lines if marker in line), "not built")
 
 
@@ -291,6 +291,15 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
     assert host_side(caplog, "sglang_routed_5") == "rewritten"
     # The rewrite is part of the module's identity: without it, another cache entry.
     assert spec.replace(host_without_cudafe=False).build() != path
+    # The compatibility check says which files' host sides went through cudafe++, and why.
+    calls = [check.Call("s.py", "f", ("static_kernel", "2"), {"cuda_files": ["static_kernel.cuh"], "cuda_wrappers": [("f", "launches_nothing")]},
+                        ("static_kernel.cuh",)),
+             check.Call("r.py", "f", ("routed", "6"), {"cuda_files": ["routed.cuh"], "cuda_wrappers": [("run", "Routed<6>::run")]}, ("routed.cuh",))]
+    static_row, routed_row = check.run(calls, package, workers=1, time_budget=None)
+    assert static_row.outcome == "lean" and static_row.detail.startswith(
+        "host side through cudafe++: the rewrite refused: a kernel with internal linkage"), static_row.detail
+    assert "csrc/static_kernel.cuh:4" in static_row.detail
+    assert (routed_row.outcome, routed_row.detail) == ("lean", "")
 
 
 # Every way a reference kernel file reaches a kernel from its host side, through the routed calls.
