@@ -11,7 +11,39 @@
 #include <cuda_runtime_api.h>
 #include <jitkern/detail/kernel_image.h>
 
+#include <cstdio>
+#include <cstring>
+
+// The module id nvcc's device code was compiled with (the engine defines it in a rewritten host side).
+extern "C" [[gnu::weak, gnu::visibility("hidden")]] const char jitkern_compat_module_id[];
+
 namespace jitkern::compat {
+// A kernel in an unnamed namespace (or instantiated with a type in one): GCC's host code names the
+// namespace _GLOBAL__N_1, nvcc's device code _GLOBAL__N_<module id>. The device name for `host_name`
+// (from malloc), or null where it has no such part.
+[[gnu::visibility("hidden")]] inline char* unnamed_namespace_device_name(const char* host_name, const char* module_id) {
+  constexpr const char* kHost = "12_GLOBAL__N_1";
+  if (module_id == nullptr || std::strstr(host_name, kHost) == nullptr) return nullptr;
+  char device[64];
+  const int n = std::snprintf(device, sizeof device, "%zu_GLOBAL__N_%s", std::strlen("_GLOBAL__N_") + std::strlen(module_id), module_id);
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof device) return nullptr;
+  std::size_t count = 0;
+  for (const char* at = std::strstr(host_name, kHost); at != nullptr; at = std::strstr(at + 1, kHost)) ++count;
+  char* out = static_cast<char*>(std::malloc(std::strlen(host_name) + count * static_cast<std::size_t>(n) + 1));
+  if (out == nullptr) return nullptr;
+  char* to = out;
+  for (const char* from = host_name;;) {
+    const char* at = std::strstr(from, kHost);
+    const std::size_t keep = at == nullptr ? std::strlen(from) : static_cast<std::size_t>(at - from);
+    std::memcpy(to, from, keep), to += keep;
+    if (at == nullptr) break;
+    std::memcpy(to, device, static_cast<std::size_t>(n)), to += n;
+    from = at + std::strlen(kHost);
+  }
+  *to = '\0';
+  return out;
+}
+
 // The kernel that `func` stands for: the device image's kernel for a stub of this module (once per
 // stub), else `func` itself (a kernel handle, another module's function). A stub the image lacks:
 // cudaErrorInvalidDeviceFunction, as the runtime answers for a function it does not know.
@@ -23,7 +55,12 @@ namespace jitkern::compat {
       return stub;
     char* name = nullptr;
     const char* why = nullptr;
-    const cudaKernel_t found = host::detail::find_in_image(stub, &name, &status, &why);
+    cudaKernel_t found = host::detail::find_in_image(stub, &name, &status, &why);
+    if (found == nullptr && why != nullptr) {  // not in the image by the stub's name: in an unnamed namespace?
+      char* device = unnamed_namespace_device_name(name, jitkern_compat_module_id);
+      if (device != nullptr) found = host::detail::image_kernel(device, &status);
+      std::free(device);
+    }
     std::free(name);
     return found;
   });

@@ -36,6 +36,16 @@ namespace host::detail {
   return status;
 }
 
+// The device image's kernel named `name`; null with `*status` set (the runtime's last error cleared) if
+// the image cannot be loaded or has no such kernel.
+[[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status) {
+  cudaLibrary_t library = nullptr;
+  cudaKernel_t kernel = nullptr;
+  if ((*status = device_image(&library)) == cudaSuccess && (*status = cudaLibraryGetKernel(&kernel, library, name)) == cudaSuccess) return kernel;
+  (void)cudaGetLastError();
+  return nullptr;
+}
+
 // The kernel that `stub` (a function of this module) stands for in the device image, by the stub's
 // symbol (in `*name`, from malloc: the caller frees it). Null when the symbol cannot be read (`*why`
 // says why, `*name` null), the image cannot be loaded (`*status`, `*why` null) or has no such kernel
@@ -46,12 +56,8 @@ namespace host::detail {
   *why = nullptr;
   cudaLibrary_t library = nullptr;
   if ((*status = device_image(&library)) != cudaSuccess) return nullptr;
-  cudaKernel_t kernel = nullptr;
-  if ((*status = cudaLibraryGetKernel(&kernel, library, *name)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    *why = "is it static, or in an anonymous namespace, or instantiated with a type that is?";
-    return nullptr;
-  }
+  const cudaKernel_t kernel = image_kernel(*name, status);
+  if (kernel == nullptr) *why = "is it static, or in an anonymous namespace, or instantiated with a type that is?";
   return kernel;
 }
 

@@ -436,7 +436,6 @@ class Rewriter {
     if (t.kind == Kind::kDirective) return advance();
     if (t.is("}")) {
       if (scopes_.empty()) return refuse("a '}' closing nothing");
-      if (scopes_.back().anonymous) --anonymous_;
       scopes_.pop_back();
       reset();
       return advance();
@@ -549,10 +548,9 @@ class Rewriter {
     return true;
   }
 
-  void push(bool anonymous, ScopeKind kind) {
+  void push(ScopeKind kind) {
     const auto& v = seg_.top;
-    scopes_.push_back({kind, anonymous, scopes_.empty() && v.size() == 2 && v[0] == "namespace" && v[1] == "std"});  // ::std only
-    anonymous_ += anonymous;
+    scopes_.push_back({kind, scopes_.empty() && v.size() == 2 && v[0] == "namespace" && v[1] == "std"});  // ::std only
     advance();
     reset();
   }
@@ -588,13 +586,13 @@ class Rewriter {
       return note("}");
     }
     if (!v.empty() && (v[0] == "namespace" || (v[0] == "inline" && v.size() > 1 && v[1] == "namespace")))
-      return push(v.back() == "namespace", ScopeKind::kNamespace);
-    if (v.size() == 2 && v[0] == "extern" && v[1].front() == '"') return push(false, ScopeKind::kNamespace);
+      return push(ScopeKind::kNamespace);
+    if (v.size() == 2 && v[0] == "extern" && v[1].front() == '"') return push(ScopeKind::kNamespace);
     if (seg_.equal || enum_head()) {
       skip_braces(true);
       return note("}");
     }
-    if (class_head()) return push(false, ScopeKind::kClass);
+    if (class_head()) return push(ScopeKind::kClass);
     if (!seg_.params) {
       skip_braces(true);  // a variable's braced initializer
       return note("}");
@@ -610,8 +608,8 @@ class Rewriter {
       return reset();
     }
     if (seg_.global) {
-      if (seg_.static_ || anonymous_ > 0)
-        return refuse("a kernel with internal linkage (static or in an unnamed namespace): its device symbol is not its host name");
+      // In an unnamed namespace it is found by the device code's name for it (host_launch.h); static, not.
+      if (seg_.static_) return refuse("a static kernel: its device symbol is not its host name");
     } else if (seg_.deduced && !seg_.trailing) {
       if (!(seg_.inline_ || seg_.templ || in_class))
         return refuse("a device function with a deduced return type that is neither inline nor a template");
@@ -628,7 +626,7 @@ class Rewriter {
 
   struct Scope {
     ScopeKind kind;
-    bool anonymous, std;
+    bool std;
   };
 
   std::string_view s_;
@@ -644,7 +642,6 @@ class Rewriter {
   int chevron_ = -1;  // in a <<<...>>> launch's configuration: its bracket depth
   std::vector<Edit> edits_;
   std::vector<Scope> scopes_;
-  int anonymous_ = 0;
   Segment seg_;
   bool refused_ = false;
   std::string why_;

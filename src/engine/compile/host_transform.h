@@ -10,7 +10,7 @@
 //     `kernel<<<config>>>(args)` becomes `::jitkern::compat::chevron(kernel, config)(args)`, a routed launch.
 // Where the rewrite could be wrong it refuses (the build then runs nvcc's host chain), saying why:
 // triple-chevron launches of anything but a (qualified, templated) name, __managed__ variables, runtime calls that need cudafe++'s registration
-// (symbols, graph kernel nodes), static kernels or kernels in unnamed namespaces, and device-only
+// (symbols, graph kernel nodes), static kernels, and device-only
 // functions with a deduced return type that are neither inline nor templates.
 #pragma once
 

@@ -39,7 +39,7 @@ class CpuShare {
 // compiled by nvcc's host compile command into device.o; its status, unless `*why` is set: then nvcc's
 // host chain must compile it (the rewrite refused, or its compile failed other than by a timeout or an
 // interruption).
-int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, std::string* why) {
+int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& module_id, std::string* why) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string in = pipe.host_preprocessed[0] == '/' ? pipe.host_preprocessed : s.scratch + "/" + pipe.host_preprocessed;
   std::string text;
@@ -50,7 +50,8 @@ int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, std::string* why) {
   const std::string file = "nvcc/device.rewritten.ii";
   const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
   if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", 1;
-  fs::write_file_atomic(s.scratch + "/" + file, r.text);
+  // The id cicc names unnamed namespaces after: how the launches find their kernels (host_launch.h).
+  fs::write_file_atomic(s.scratch + "/" + file, r.text + "\nextern \"C\" const char jitkern_compat_module_id[] = \"" + module_id + "\";\n");
   s.record(s.in_dir(cmd));
   const std::string attempt_log = s.scratch + "/host_rewritten.log";
   const auto t1 = std::chrono::steady_clock::now();
@@ -85,7 +86,8 @@ int nvcc_object(Steps& s) {
     if (nvcc::plan(text, depfile, &pipe)) {
       // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
       const auto in_scratch = [&](const std::string& path) { return path[0] == '/' ? path : s.scratch + "/" + path; };
-      fs::write_file_atomic(in_scratch(pipe.module_id_path), "_" + s.p.request_key.substr(0, 8) + "_9_device_cu_" + s.p.request_key.substr(8, 8));
+      const std::string module_id = "_" + s.p.request_key.substr(0, 8) + "_9_device_cu_" + s.p.request_key.substr(8, 8);
+      fs::write_file_atomic(in_scratch(pipe.module_id_path), module_id);
       fs::write_file_atomic(in_scratch(pipe.embedded_fatbin_path), nvcc::fatbin_declaration());
       const bool rewrite = s.p.host_without_cudafe;
       fs::write_file_atomic(s.scratch + "/fatbin.s", rewrite ? nvcc::fatbin_and_image_assembly(pipe.fatbin_path) : nvcc::fatbin_assembly(pipe.fatbin_path));
@@ -121,7 +123,7 @@ int nvcc_object(Steps& s) {
       int host_rc = 0, stub_rc = 0;
       std::string why;  // set where the rewritten host side gives way to nvcc's host chain
       if (rewrite && (host_rc = chain({pipe.host_chain[0]}, s.log())) == 0) {
-        host_rc = rewritten_host(s, pipe, &why);
+        host_rc = rewritten_host(s, pipe, module_id, &why);
         if (!why.empty()) log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + why);
       }
       if (!rewrite || !why.empty()) {

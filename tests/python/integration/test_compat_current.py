@@ -7,6 +7,7 @@ the reference's own kernels compiled unchanged for sm_90a."""
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
 import struct
 import sys
@@ -285,9 +286,14 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
         write(package, {"csrc/routed.cuh": ROUTED})
         routed = compat.jit_spec("routed", "5", cuda_files=["routed.cuh"], cuda_wrappers=[("run", "Routed<5>::run")])[0].build()
         kernels, host = image_and_host_functions(routed)
-        assert kernels == {"_ZN6sglang5add_nILi5EEEvPfi", "_ZN6sglang5add_nILi1EEEvPfi", "_ZN6sglang9times_twoEPfi"} and kernels <= host
+        named = {"_ZN6sglang5add_nILi5EEEvPfi", "_ZN6sglang5add_nILi1EEEvPfi", "_ZN6sglang9times_twoEPfi"}
+        assert named <= kernels and named <= host
+        # The unnamed namespace: GCC's _GLOBAL__N_1, the device code's named after the module id.
+        assert "_ZN6sglang12_GLOBAL__N_19minus_oneEPfi" in host
+        [unnamed] = kernels - named
+        assert re.fullmatch(r"_ZN6sglang41_GLOBAL__N__[0-9a-f]{8}_9_device_cu_[0-9a-f]{8}9minus_oneEPfi", unnamed), unnamed
     assert host_side(caplog, "sglang_lean_kernel_5") == "rewritten"
-    assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a kernel with internal linkage")
+    assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a static kernel")
     assert host_side(caplog, "sglang_routed_5") == "rewritten"
     # The rewrite is part of the module's identity: without it, another cache entry.
     assert spec.replace(host_without_cudafe=False).build() != path
@@ -297,7 +303,7 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
              check.Call("r.py", "f", ("routed", "6"), {"cuda_files": ["routed.cuh"], "cuda_wrappers": [("run", "Routed<6>::run")]}, ("routed.cuh",))]
     static_row, routed_row = check.run(calls, package, workers=1, time_budget=None)
     assert static_row.outcome == "lean" and static_row.detail.startswith(
-        "host side through cudafe++: the rewrite refused: a kernel with internal linkage"), static_row.detail
+        "host side through cudafe++: the rewrite refused: a static kernel"), static_row.detail
     assert "csrc/static_kernel.cuh:4" in static_row.detail
     assert (routed_row.outcome, routed_row.detail) == ("lean", "")
 
@@ -311,6 +317,9 @@ ROUTED = """
     template <int N>
     __global__ void add_n(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += N; }
     __global__ void times_two(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }
+    namespace {
+    __global__ void minus_one(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] -= 1; }
+    }  // namespace
     template <int N>
     struct Routed {
       static constexpr auto kernel = add_n<N>;
@@ -324,6 +333,7 @@ ROUTED = """
         if (cudaFuncGetAttributes(&attr, times_two) != cudaSuccess || attr.maxThreadsPerBlock < 128) return -3;
         add_n<N><<<blocks, 128>>>(p, n);
         times_two<<<blocks, 128, 0, nullptr>>>(p, n);
+        minus_one<<<blocks, 128>>>(p, n);
         cudaLaunchConfig_t config{};
         config.gridDim = dim3(blocks), config.blockDim = dim3(128);
         if (cudaLaunchKernelEx(&config, add_n<1>, p, n) != cudaSuccess) return -4;
@@ -337,7 +347,7 @@ ROUTED = """
 @pytest.mark.gpu
 def test_routed_runtime_calls_reach_the_device_images_kernels(package, cache_dir, caplog):
     """A rewritten host side's occupancy query, attribute calls, <<<...>>> launches (plain and templated
-    names) and cudaLaunchKernelEx run the module's own kernels on the GPU."""
+    names, one in an unnamed namespace) and cudaLaunchKernelEx run the module's own kernels on the GPU."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("NOT RUN: needs a CUDA GPU")
@@ -347,7 +357,7 @@ def test_routed_runtime_calls_reach_the_device_images_kernels(package, cache_dir
         module = compat.load_jit("routed", "5", cuda_files=["routed.cuh"], cuda_wrappers=[("run", "Routed<5>::run")])
         assert module.run(x) > 0
     assert host_side(caplog, "sglang_routed_5") == "rewritten"
-    assert torch.equal(x, torch.full_like(x, (0 + 5) * 2 + 1))
+    assert torch.equal(x, torch.full_like(x, (0 + 5) * 2 - 1 + 1))
 
 
 STAND_IN = {
