@@ -2,9 +2,9 @@
 // without cudafe++ (src/engine/compile/host_transform.h): the rewrite renames each call of
 // cudaLaunchKernelExC, cudaFuncSetAttribute, cudaOccupancy*... to jitkern_compat_<name>, defined here:
 // a kernel stub of this module is replaced by its kernel in the module's device image
-// (<jitkern/detail/kernel_image.h>), anything else is passed on unchanged; and a triple-chevron launch
-// of a kernel named plainly (chevron below). The build includes this file
-// in every such module; where the rewrite is refused (nvcc's host chain compiles it), nothing calls these.
+// (<jitkern/detail/kernel_image.h>), anything else is passed on unchanged; `kernel<<<...>>>(args)` becomes
+// chevron(kernel, ...)(args), below. The build includes this file in every such module; where the rewrite
+// is refused (nvcc's host chain compiles it), nothing calls these.
 #pragma once
 
 #if defined(__CUDACC__) && !defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
@@ -56,7 +56,7 @@ namespace jitkern::compat {
     char* name = nullptr;
     const char* why = nullptr;
     cudaKernel_t found = host::detail::find_in_image(stub, &name, &status, &why);
-    if (found == nullptr && why != nullptr) {  // not in the image by the stub's name: in an unnamed namespace?
+    if (found == nullptr && name != nullptr && why != nullptr) {  // named, not in the image by it: in an unnamed namespace?
       char* device = unnamed_namespace_device_name(name, jitkern_compat_module_id);
       if (device != nullptr) found = host::detail::image_kernel(device, &status);
       std::free(device);
