@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/sha256.h"
 #include "compile/host_transform.h"
 
 namespace jitkern::host_transform {
@@ -18,7 +19,7 @@ constexpr const char* kSglDevice = "__inline__ __attribute__((always_inline)) __
 std::string S(const std::string& s) { return s; }
 
 Result rewrite(const std::string& unit, const std::vector<std::string>& toolkit = {}) {
-  return transform("# 1 \"kernels.cuh\"\n" + unit, toolkit);
+  return transform("# 1 \"kernels.cuh\"\n" + unit, toolkit, "_0123abcd_9_device_cu_4567ef01");
 }
 
 TEST(HostTransform, KernelsBecomeEmptyNoipaStubsAndCudaAttributesGo) {
@@ -95,8 +96,8 @@ TEST(HostTransform, RefusesWhatItCannotRoute) {
   EXPECT_NE(why("int a;\n\nvoid f() { (k)<<<1, 1>>>(); }\n").find("(kernels.cuh:3)"), std::string::npos);
   // The toolkit's headers declare those functions.
   const std::string decl = "# 1 \"/opt/toolkit/include/cuda_runtime_api.h\"\nextern cudaError_t cudaMemcpyToSymbol(const void*, const void*);\n";
-  EXPECT_TRUE(transform(decl, {"/opt/toolkit/include"}).ok);
-  EXPECT_FALSE(transform(decl, {"/opt/other"}).ok);
+  EXPECT_TRUE(transform(decl, {"/opt/toolkit/include"}, "id").ok);
+  EXPECT_FALSE(transform(decl, {"/opt/other"}, "id").ok);
   // A symbol call in a device body that is removed is never compiled for the host.
   EXPECT_EQ(why(S(kDevice) + " void d() { cudaMemcpyToSymbol(x, y); }\n"), "accepted");
 }
@@ -128,7 +129,9 @@ TEST(HostTransform, LinesAndLineMarkersKept) {
   const std::string unit = S(kDevice) + " int d() {\n  int x = 1;\n# 1 \"inner.h\" 1\n  x += 2;\n# 3 \"kernels.cuh\" 2\n  return x;\n}\nint host_line() { return __LINE__; }\n";
   const Result r = rewrite(unit);
   ASSERT_TRUE(r.ok) << r.why;
-  EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), std::count(unit.begin(), unit.end(), '\n') + 1);
+  // The unit's lines, the line marker rewrite() adds, and the module id's definition after them.
+  EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), std::count(unit.begin(), unit.end(), '\n') + 1 + 2);
+  EXPECT_NE(r.text.find("\nextern \"C\" const char jitkern_compat_module_id[] = \"_0123abcd_9_device_cu_4567ef01\";\n"), std::string::npos);
   EXPECT_NE(r.text.find(" int d() { __builtin_unreachable(); }\n\n# 1 \"inner.h\" 1\n\n# 3 \"kernels.cuh\" 2\n\n\nint host_line()"), std::string::npos)
       << r.text;
 }
@@ -150,6 +153,22 @@ TEST(HostTransform, ClassHeadsAndNamespaces) {
   ASSERT_TRUE(r.ok) << r.why;
   EXPECT_EQ(r.emptied, 2) << r.text;
   EXPECT_NE(r.text.find("enum class E : int { kA = 1 };"), std::string::npos);
+}
+
+// What the rewrite writes for a unit with each of its cases, pinned to kVersion: a module built by an
+// older rewrite must not be served to a newer one (the version is in the build key), so a change here
+// bumps kVersion and then this pin.
+TEST(HostTransform, ItsOutputIsPinnedToItsVersion) {
+  const Result r = rewrite(S("namespace std {\nextern ") + kHost + " " + kDevice + " float abs(float);\n}\nnamespace sglang {\nnamespace {\n" +
+                           kGlobal + " void anon(int* p) { p[0] = 1; }\n}\ntemplate <int N>\n" + kGlobal +
+                           " __attribute__((launch_bounds(N))) void k(int* p) { p[threadIdx.x] = N; }\nstruct V {\n  " + kSglDevice +
+                           " int get() const { return 1; }\n  " + kHost + " " + kDevice + " int both() const { return 2; }\n  " + kDevice +
+                           " constexpr int c() const { return 3; }\n};\ntemplate <typename T>\n" + kDevice + " auto twice(T x) { return x + x; }\n" +
+                           "inline void run(int* p, cudaStream_t s) {\n  cudaFuncSetAttribute(k<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 0);\n"
+                           "  k<4><<<1, 4, 0, s>>>(p);\n  anon<<<1, 1>>>(p);\n}\n}\n");
+  ASSERT_TRUE(r.ok) << r.why;
+  EXPECT_EQ(kVersion, 1);
+  EXPECT_EQ(Sha256().update(r.text).hex(), "2a8c77987d6955a6a4ee49a8f9c24baef3d2d4ab7db8b883ce774ff2d7344655") << "the rewrite's output changed: bump host_transform::kVersion, then this pin\n" << r.text;
 }
 
 TEST(HostTransform, UnbalancedInputIsRefusedNotGuessed) {

@@ -660,14 +660,16 @@ const std::vector<std::string>& routed_functions() {
   return names;
 }
 
-Result transform(std::string_view preprocessed, const std::vector<std::string>& toolkit_dirs) {
+Result transform(std::string_view preprocessed, const std::vector<std::string>& toolkit_dirs, const std::string& module_id) {
   std::vector<std::string> real;
   for (const auto& d : toolkit_dirs) {
     char* r = ::realpath(d.c_str(), nullptr);
     real.push_back(r != nullptr ? r : d);
     std::free(r);
   }
-  return Rewriter(preprocessed, real).run();
+  Result result = Rewriter(preprocessed, real).run();
+  if (result.ok) result.text += "\nextern \"C\" const char jitkern_compat_module_id[] = \"" + module_id + "\";\n";
+  return result;
 }
 
 }  // namespace jitkern::host_transform

@@ -20,7 +20,8 @@
 
 namespace jitkern::host_transform {
 
-// Part of the build key of every module built this way: bump it with any change to the rewrite.
+// Part of the build key of every module built this way: bump it with any change to what the rewrite
+// writes (tests/cpp/test_host_transform.cc pins its output for a fixed unit to this version).
 inline constexpr int kVersion = 1;
 
 struct Result {
@@ -33,8 +34,9 @@ struct Result {
 
 // Rewrites `preprocessed` (the host compiler's -E output: line markers, no comments). Files under
 // `toolkit_dirs` (the CUDA toolkit's headers, compared by real path) may name what user code may not:
-// they declare it.
-Result transform(std::string_view preprocessed, const std::vector<std::string>& toolkit_dirs);
+// they declare it. `module_id`: the id cicc compiled the device code with (it names unnamed namespaces
+// after it), defined at the end of the unit as jitkern_compat_module_id for the launches' lookups.
+Result transform(std::string_view preprocessed, const std::vector<std::string>& toolkit_dirs, const std::string& module_id);
 
 // The runtime functions that take a kernel and are routed through the module's device image.
 const std::vector<std::string>& routed_functions();

@@ -44,14 +44,13 @@ int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& modu
   const std::string in = pipe.host_preprocessed[0] == '/' ? pipe.host_preprocessed : s.scratch + "/" + pipe.host_preprocessed;
   std::string text;
   if (!fs::read_file(in, &text)) return *why = "its preprocessed host code could not be read", 1;
-  const host_transform::Result r = host_transform::transform(text, {toolchain::cuda_include_dir(s.p.nvcc)});
+  const host_transform::Result r = host_transform::transform(text, {toolchain::cuda_include_dir(s.p.nvcc)}, module_id);
   const double rewrite_s = seconds_since(t0);
   if (!r.ok) return *why = "the rewrite refused: " + r.why, 1;
   const std::string file = "nvcc/device.rewritten.ii";
   const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
   if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", 1;
-  // The id cicc names unnamed namespaces after: how the launches find their kernels (host_launch.h).
-  fs::write_file_atomic(s.scratch + "/" + file, r.text + "\nextern \"C\" const char jitkern_compat_module_id[] = \"" + module_id + "\";\n");
+  fs::write_file_atomic(s.scratch + "/" + file, r.text);
   s.record(s.in_dir(cmd));
   const std::string attempt_log = s.scratch + "/host_rewritten.log";
   const auto t1 = std::chrono::steady_clock::now();
