@@ -24,7 +24,6 @@
 #include "plan/plan.h"
 #include "base/text.h"
 #include "compile/toolchain.h"
-#include "base/stagetime.h"
 
 namespace jitkern {
 namespace {
@@ -221,24 +220,17 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   *compiled = false;
   const config::Config cfg = config::resolve(config, request.build_directory, config::engine_lib_dir());
   note_library_sources(cfg);
-  stagetime::mark("config");
   plan::validate(request);
-  stagetime::mark("validate");
   const auto sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
-  stagetime::mark("sources");
   const std::string arch = request.cuda_files.empty() ? "" : toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
-  stagetime::mark("arch");
   plan::Plan p = plan::make(request, cfg, sources, arch, fs::current_dir());  // the key, without compilers: a lookup runs none
-  stagetime::mark("plan");
   const store::Store cache = store::Store::writable(cfg);
-  stagetime::mark("store");
   const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, cfg, p.has_cuda); };
   // Warm path, never a compiler or a subprocess: the read-only prebuilt layers, then the writable
   // cache under the entry's load lock (no removal while it is held; a build or removal in progress
   // is waited for). Readers never see a partial file: publishing is by rename.
   std::vector<std::string> misses;
   const bool forced = force_rebuild(p, cfg);
-  stagetime::mark("forced");
   for (const store::Store& layer : forced ? std::vector<store::Store>{} : store::Store::prebuilt_layers(cfg.prebuilt_dirs)) {
     if (const std::string why = layer.layer_distrust(); !why.empty()) {
       misses.push_back(layer.describe() + ": " + why);
@@ -250,14 +242,12 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
     misses.push_back((layer.label().empty() ? "" : layer.label() + ": ") + entry.dir() + ": " + why);
   }
   cache.ensure_writable(false);
-  stagetime::mark("layers+ensure");
   const store::Entry entry = cache.entry(p);
   struct stat st;
   if (forced) {
     misses.push_back(entry.dir() + ": JITKERN_FORCE_REBUILD names it");
   } else if (::lstat(entry.dir().c_str(), &st) == 0) {
     auto lock = entry.lock_for_load();
-  stagetime::mark("lock");
     std::string why;
     if (auto found = entry.lookup(p, toolchain_ok, &why)) {
       found->lock = std::move(lock);

@@ -27,7 +27,6 @@
 #include "config/settings.h"
 #include "store/store.h"
 #include "base/text.h"
-#include "base/stagetime.h"
 #include "compile/toolchain.h"
 
 namespace {
@@ -126,17 +125,14 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
     auto it = by_request.find(memo_key);
     if (it != by_request.end()) return it->second;
   }
-  jitkern::stagetime::mark("memo_key");
   const auto module = jitkern::load(req, cfg);
   const std::vector<std::string> exports = jitkern::plan::export_names(req);  // load() validated the request
-  jitkern::stagetime::mark("export_names");
   std::lock_guard<std::mutex> lock(mutex);
   auto& prefix = by_path[module->path()];
   if (prefix.empty()) {
     // Unique per library: a rebuilt library never shadows a loaded one.
     const std::string fresh = "jitkern:" + std::to_string(counter++) + ":";
     register_exports(*module, exports, fresh);
-    jitkern::stagetime::mark("register");
     prefix = fresh;
   }
   std::string result = module->path() + "\n" + prefix + "\n";
@@ -281,12 +277,10 @@ JITKERN_ABI int jitkern_build(const char* request, size_t length, int mode, char
   *out_result = nullptr;
   *out_error = nullptr;
   try {
-    jitkern::stagetime::mark("start");
     const std::string text(request, length);
     jitkern::BuildRequest req;
     jitkern::EngineConfig cfg;
     parse_request(text, &req, &cfg);
-    jitkern::stagetime::mark("parse_request");
     cfg.parallel_build = (mode & JITKERN_MODE_PARALLEL) != 0;
     mode &= ~JITKERN_MODE_PARALLEL;
     if (mode == JITKERN_MODE_BUILD_REPORTING) {
@@ -295,7 +289,6 @@ JITKERN_ABI int jitkern_build(const char* request, size_t length, int mode, char
       *out_result = dup(path + (compiled ? "\ncompiled" : "\ncached"));
     } else {
       *out_result = dup(mode == JITKERN_MODE_LOAD ? load_and_register(text, req, cfg) : jitkern::build(req, cfg));
-      jitkern::stagetime::mark("end"); jitkern::stagetime::dump();
     }
     return JITKERN_OK;
   } catch (const jitkern::CacheMissError& e) {

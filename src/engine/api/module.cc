@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -19,7 +18,6 @@
 #include "config/config.h"
 #include "base/fs_util.h"
 #include "compile/toolchain.h"
-#include "base/stagetime.h"
 
 namespace jitkern {
 namespace {
@@ -54,8 +52,7 @@ bool preload_missing_library(const std::string& dlerror_text) {
 }
 
 void* open_library(const std::string& name, const std::string& path) {
-  static const int jkflags = (std::getenv("JK_LAZY") ? RTLD_LAZY : RTLD_NOW) | RTLD_LOCAL;
-  void* handle = ::dlopen(name.c_str(), jkflags);
+  void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   for (int attempt = 0; handle == nullptr && attempt < 4; ++attempt) {
     const std::string why = ::dlerror();
     if (!preload_missing_library(why))
@@ -66,7 +63,7 @@ void* open_library(const std::string& name, const std::string& path) {
                                     ? " (its file system is mounted noexec, so no module can be loaded from it: put the cache on one that "
                                       "allows executing, with JITKERN_CACHE_DIR or JITKERN_PREBUILT_DIRS, or remount it without noexec)"
                                     : ""));
-    handle = ::dlopen(name.c_str(), jkflags);
+    handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
   if (handle == nullptr) throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());
   return handle;
@@ -93,7 +90,7 @@ Module::Module(const std::string& path, int fd) : m_path(path) {
   // would return the earlier module: such a handle is dropped and the path, checked to still be the
   // same file, is loaded instead.
   fs::Fd owned(fd);
-  static const bool have_proc = std::getenv("JK_NOPROC") ? false : ::access("/proc/self/fd", F_OK) == 0;  // a container may lack /proc
+  static const bool have_proc = ::access("/proc/self/fd", F_OK) == 0;  // a container may lack /proc
   static std::mutex mutex;
   static std::unordered_set<void*> loaded;  // every module this constructor mapped
   std::lock_guard<std::mutex> lock(mutex);
@@ -127,7 +124,6 @@ void* Module::symbol(const std::string& name) const { return ::dlsym(m_handle, n
 std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& config) {
   bool compiled = false;
   store::Found found = find_or_build(request, config, &compiled);  // its lock is released once mapped
-  stagetime::mark("find_or_build_end");
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<Module>> loaded;
   std::lock_guard<std::mutex> lock(mutex);
@@ -136,7 +132,6 @@ std::shared_ptr<Module> load(const BuildRequest& request, const EngineConfig& co
     slot = std::make_shared<Module>(found.path, found.fd.get());
     found.fd.release();  // the Module keeps it
   }
-  stagetime::mark("dlopen");
   return slot;
 }
 

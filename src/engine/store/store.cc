@@ -1,5 +1,4 @@
 #include "store/store.h"
-#include "base/stagetime.h"
 
 #include <dirent.h>
 #include <elf.h>
@@ -444,19 +443,14 @@ std::optional<Found> Entry::lookup(const plan::Plan& p, const ToolchainCheck& to
     return *why_not = "no complete manifest", std::nullopt;
   if (!trusted_owner(st, ro)) return *why_not = distrust_text("its manifest", m_dir + "/" + kManifest, st, ro), std::nullopt;
   const struct stat manifest_stat = st;
-  stagetime::mark("manifest");
   if (m.request_key != p.request_key) return *why_not = "its manifest names another request", std::nullopt;
   if (!toolchain_ok(m)) return *why_not = "it was built by other compilers than this machine's", std::nullopt;
-  stagetime::mark("toolchain_ok");
   std::vector<Dep> here = localized(p, m.deps);
-  stagetime::mark("localized");
   bool refreshed = false;
   if (std::string changed; !manifest::deps_unchanged(here, &refreshed, &changed))
     return *why_not = "a file it was built from changed: " + changed, std::nullopt;
-  stagetime::mark("deps");
   auto found = open_library(m, false, why_not);
   if (!found) return std::nullopt;
-  stagetime::mark("open_library");
   if (!ro) {
     if (refreshed) {  // a touched but unchanged header: record it, so that the next load need not rehash it
       for (std::size_t i = 0; i < here.size(); ++i) {
