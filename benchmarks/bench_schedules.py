@@ -2,7 +2,7 @@
 beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
 one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
 (include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
-Prints markdown tables, fastest first per shape."""
+Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [qknorm] [store]`: those tables only."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def qknorm_shapes(m, ref):
         variants = {"product": lambda q=q, k=k, qw=qw, kw=kw: ops.fused_inplace_qknorm(q, k, qw, kw)}
         if ref is not None:
             variants["reference"] = lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)
-        for rows, threads, pers, trig in [(2, 256, 1, 2), (2, 128, 1, 2)]:
+        for rows, threads, pers, trig in [(2, 256, 1, 2), (1, 256, 1, 2), (1, 128, 1, 2), (4, 256, 1, 2)]:
             variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}"] = (
                 lambda q=q, k=k, qw=qw, kw=kw, rows=rows, threads=threads, pers=pers, trig=trig: m.qknorm(q, k, qw, kw, rows, threads, pers, trig))
 
@@ -123,7 +123,7 @@ def group_quant_shapes(m, ref):
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for threads, trig, contiguous in [(256, 2, 0), (256, 2, 1), (256, 2, 2), (256, 2, 3), (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
+        for threads, trig, contiguous in [(128, 2, 0), (256, 2, 0), (256, 2, 2), (256, 2, 3), (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
             variants[f"{threads}t {TRIGGER[trig]}{GROUP_LAYOUT[contiguous]}"] = (
                 lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
         with_floor(variants)
@@ -177,10 +177,12 @@ def main() -> None:
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
     print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
           "the PDL trigger is (start, after the wait, after the loads, after the last store).")
-    tables = {"rmsnorm, bf16": list(rmsnorm_shapes(m, norm)),
-              "fp8 group quantization, group 128, bf16 [T, 7168]": list(group_quant_shapes(m, quant)),
-              "qknorm, 32 q + 8 k heads x 128, bf16": list(qknorm_shapes(m, norm)),
-              "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered": list(store_shapes(m, kv))}
+    wanted = sys.argv[1:] or ["rmsnorm", "quant", "qknorm", "store"]
+    tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
+        ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
+        ("quant", "fp8 group quantization, group 128, bf16 [T, 7168]", group_quant_shapes, quant),
+        ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
+        ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv)] if name in wanted}
 
     def first_call(fns):
         try:

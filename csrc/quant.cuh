@@ -51,6 +51,9 @@ constexpr int kQuantSplitWideVecs = 2;
 // lane (fewer shuffles and reciprocals per element than one; measured 98.6% against 76% of the pattern
 // ceiling for 512-thread CTAs of one vector per lane).
 constexpr int kQuantGroupThreads = host::kRowKernels.group_threads;
+// ... and twice as wide where the grid is one wave of more than 256 threads per SM (host::pdl_late_trigger's
+// grids): half the CTAs to schedule ([256, 7168] bf16 on an H200, bench_schedules: 2.11 us against 2.53).
+constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
 // Per-token rows: one CTA per row, two vectors per thread held in registers.
 constexpr int kQuantRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kQuantRowThreads = host::kRowKernels.max_cta_threads;  // the launch bound; at launch host::RowPolicy::row_threads
@@ -285,16 +288,17 @@ using quant::GroupScales;
 
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
 // <= 32; lane l holds vectors l, l + kLanes, ...). kFlat: input and output rows are contiguous, so group
-// G starts at element G * group size (no division by the groups per row on the load path).
+// G starts at element G * group size (no division by the groups per row on the load path). The next
+// launch is triggered at start, after the wait, or (trigger_at_end) after the group's stores.
 template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0, bool kFlat>
-__global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
+__global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
                                                                         int64_t groups_per_row, int64_t total_groups, float eps,
-                                                                        bool trigger_at_start) {
+                                                                        bool trigger_at_start, bool trigger_at_end) {
 #ifdef __CUDACC__
   constexpr int kGroup = kLanes * kPerLane * kVec;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % kLanes);
-  const int64_t group = int64_t{blockIdx.x} * (kQuantGroupThreads / kLanes) + threadIdx.x / kLanes;
+  const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
   int64_t in_at = group * kGroup + lane * kVec, q_at = in_at;
   if constexpr (!kFlat) {
@@ -304,11 +308,19 @@ __global__ void __launch_bounds__(kQuantGroupThreads) per_group_kernel(Rows<cons
   }
   AlignedVector<T, kVec> x[kPerLane];
   device::pdl_wait_primary();
-  if (!trigger_at_start) device::pdl_trigger_secondary();
+  if (!trigger_at_start && !trigger_at_end) device::pdl_trigger_secondary();
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in.base + in_at + j * kLanes * kVec);
-  quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+    // As packed pairs (the same registers): the amax by packed max and min, half an instruction a value.
+    AlignedVector<device::packed_t<T>, kVec / 2> pairs[kPerLane];
+    __builtin_memcpy(pairs, x, sizeof(x));
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(pairs, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  } else {
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+  }
+  if (trigger_at_end) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -470,17 +482,20 @@ struct QuantOps {
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
       constexpr bool kFlat = decltype(flat_tag)::value;
-      const unsigned grid = checked_grid(div_ceil(total_groups, kQuantGroupThreads / kLanes));
+      const int64_t lanes = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes}) * kQuantGroupThreads;
+      const bool late = host::pdl_late_trigger(lanes, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm);
+      const int threads = late ? kQuantGroupWideThreads : kQuantGroupThreads;
+      const unsigned grid = checked_grid(div_ceil(total_groups, int64_t{threads / kLanes}));
       const bool early = host::pdl_early_trigger(grid);
-      LaunchKernel launch(grid, kQuantGroupThreads, ops.device);
+      LaunchKernel launch(grid, static_cast<unsigned>(threads), ops.device);
       launch.enable_pdl();
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       if constexpr (kFormat == GroupFormat::kInt8) {
-        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early);
+        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early, late);
       } else {
         constexpr bool kUE8M0 = kFormat == GroupFormat::kFp8Ue8m0;
-        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early);
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early, late);
       }
     };
     constexpr int kVec = device::kVec16<T>;

@@ -94,32 +94,9 @@ void rmsnorm_schedule(jitkern::TensorView x, jitkern::TensorView w, jitkern::Ten
 }
 #endif  // __CUDACC_RTC__
 
-// A CTA of exactly kThreads threads, its width known when compiled: every thread sums the warps'
-// partials from shared memory (one barrier, no second round of shuffles).
-template <int kThreads>
-struct FixedCta {
-  static constexpr int kWarps = kThreads / 32;
-  JITKERN_DEVICE int rank() const { return threadIdx.x; }
-  static constexpr JITKERN_DEVICE int size() { return kThreads; }
-  JITKERN_DEVICE float reduce_sum(float v) const {
-    __shared__ alignas(16) float partial[kWarps];
-    v = device::warp::reduce_sum(v);
-    if constexpr (kWarps == 1) {
-      return v;
-    } else {
-      if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-      __syncthreads();
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) s += partial[i];
-      return s;
-    }
-  }
-  JITKERN_DEVICE float reduce_max(float v) const { return device::cta::reduce_max_nonnegative(v); }  // (no epilogue here asks)
-};
-
 // One row per CTA, the row's width a compile-time constant (kHidden bf16, kHidden / 8 / kRegVecs threads,
-// the row held exactly), the row's pointers as the only parameters.
+// the row held exactly; the product's norm_static_kernel at kRegVecs = kNormWideRegVecs), the row's
+// pointers as the only parameters.
 template <int kHidden, int kRegVecs, int kTrigger>
 __global__ void __launch_bounds__(kHidden / kV / kRegVecs) static_schedule_kernel(const bf16* in, const bf16* weight, bf16* out,
                                                                                    int64_t in_stride, int64_t out_stride, float eps) {
@@ -127,7 +104,7 @@ __global__ void __launch_bounds__(kHidden / kV / kRegVecs) static_schedule_kerne
   const auto epi = StoreOutput<bf16>::Row<bf16, kV>{out + blockIdx.x * out_stride};
   wait_and_trigger<kTrigger>();
   rmsnorm_row<bf16, kV, kRegVecs, false, RowFit::kExact>(epi, in + blockIdx.x * in_stride, nullptr, weight, kHidden, eps,
-                                                         FixedCta<kHidden / kV / kRegVecs>{});
+                                                         FixedCtaGroup<kHidden / kV / kRegVecs>{});
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
 }
@@ -305,11 +282,14 @@ __global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_
   const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
   const int64_t at = group * 128 + lane * 2 * kV;
+  device::AlignedVector<bf16, kV> raw[2];
   device::AlignedVector<bf16x2_t, 4> x[2];
   wait_and_trigger<kTrigger>();
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
-    if (valid) x[j].load(reinterpret_cast<const bf16x2_t*>(in + at + j * kV));
+  for (int j = 0; j < 2; ++j) {
+    if (valid) raw[j].load(in + at + j * kV);  // 16-byte loads (a vector of pairs loads as four 4-byte words)
+    __builtin_memcpy(&x[j], &raw[j], sizeof(raw[j]));
+  }
   float amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
   amax = device::warp::reduce_max_nonnegative<kLanes>(amax);
   const float scale = device::quant::scale_for<fp8_e4m3_t>(amax, 1e-10f);

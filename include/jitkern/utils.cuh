@@ -76,6 +76,16 @@ namespace host {
 // trigger at start, larger ones after their wait.
 inline constexpr int64_t kPdlEarlyTriggerMaxCtas = 8;
 inline bool pdl_early_trigger(int64_t grid) { return grid <= kPdlEarlyTriggerMaxCtas; }
+// Grids of more than kPdlLateTriggerThreadsPerSm threads per SM that the SMs still hold at once (at most
+// `threads_per_sm`, host::RowPolicy's) trigger late, after their last store or once the data their stores
+// need has arrived: the next launch's CTAs, queued beside them earlier, slow them down (H200, back to back in
+// a CUDA graph: store_cache 1024 tokens of 8 x 128 bf16 1.71 us against 2.07 after the wait, fp8 group
+// quantization [256, 7168] bf16 2.13 against 2.34; at 256 / 16 tokens, 32768 / 7168 threads, after the wait
+// was the faster, and so at [4096, 7168], several waves: 22.0 against 22.4).
+inline constexpr int64_t kPdlLateTriggerThreadsPerSm = 256;
+inline bool pdl_late_trigger(int64_t threads, int64_t sm_count, int64_t threads_per_sm) {
+  return threads > kPdlLateTriggerThreadsPerSm * sm_count && threads <= threads_per_sm * sm_count;
+}
 }  // namespace host
 
 namespace host {

@@ -3,7 +3,8 @@
 //                                      up to kRegVecs vectors per thread kept in registers and any
 //                                      remainder re-read, so any width works;
 //   device::norm::rmsnorm_narrow_rows  kRows rows per warp group, one vector per lane (head-sized rows);
-//   device::norm::WarpGroup / CtaGroup the groups; VecMath the per-vector arithmetic; RowPointers;
+//   device::norm::WarpGroup / CtaGroup / FixedCtaGroup  the groups; VecMath the per-vector arithmetic;
+//                                      RowPointers;
 //   device::norm::StoreOutput          the epilogue that writes the normalised row to the row's `out`
 //                                      (others, e.g. 8-bit quantization, live in impl/quant.cuh);
 //   host::norm::row_fit, wide_threads  how a row fits the vectors a CTA's threads hold; a wide row's CTA width.
@@ -70,6 +71,40 @@ struct CtaGroup {
       return cta::reduce_max_nonnegative(v);
     }
   }
+};
+
+// A whole CTA of exactly kThreads threads (known when compiled) working on one row, for a CTA's single
+// row: after the warps' shuffles every thread adds the kThreads / 32 warp partials itself from shared
+// memory, in the order in which CtaGroup<true>'s second round of shuffles adds them (a butterfly over 32
+// lanes, the lanes past the last warp holding 0), so that both give the same bits; one barrier and no
+// second round of shuffles.
+template <int kThreads>
+struct FixedCtaGroup {
+  static_assert(kThreads % kWarpThreads == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
+  static constexpr int kWarps = kThreads / kWarpThreads;
+  JITKERN_DEVICE int rank() const { return threadIdx.x; }
+  static constexpr JITKERN_DEVICE int size() { return kThreads; }
+  JITKERN_DEVICE float reduce_sum(float v) const {
+    __shared__ float partial[kWarps];
+    v = warp::reduce_sum(v);
+    if constexpr (kWarps == 1) {
+      return v;
+    } else {
+      if (threadIdx.x % kWarpThreads == 0) partial[threadIdx.x / kWarpThreads] = v;
+      __syncthreads();
+      float p[kWarps];
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) p[i] = partial[i];
+#pragma unroll
+      for (int offset = kWarpThreads / 2; offset > 0; offset /= 2)  // lane i takes lane i + offset's sum
+#pragma unroll
+        for (int i = 0; i < offset; ++i)
+          if (i + offset < kWarps) p[i] += p[i + offset];
+      return p[0];
+    }
+  }
+  // v >= 0 (an amax); may be called again.
+  JITKERN_DEVICE float reduce_max(float v) const { return cta::reduce_max_nonnegative(v); }
 };
 
 // Where one row lives (residual: fused_add_rmsnorm only).

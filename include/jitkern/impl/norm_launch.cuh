@@ -14,6 +14,8 @@
 #include <jitkern/vec.cuh>
 #ifndef __CUDACC_RTC__
 #include <jitkern/tensor.h>
+
+#include <utility>
 #endif
 
 #include <bit>
@@ -53,6 +55,14 @@ constexpr int kNormManyRowsPerSm = 4;
 // (fused_add_rmsnorm [8-16, 4096]: 1.63-1.91 us at start against 1.50-1.51; rmsnorm_quant_fp8 static
 // [1 / 4, 4096]: 1.66 / 1.76 against 1.47 / 1.45) (docs/benchmarks/design.md).
 constexpr int64_t kNormWideEarlyTriggerMaxCtas = 32;
+// Plain rmsnorm of 16-bit rows of these widths, fewer than kNormManyRowsPerSm per SM, takes a kernel built
+// for the width (norm_static_kernel), in the layout of the kernel it replaces, so with the same bits: at
+// [1 / 16 / 128, 4096] bf16 0.98 / 1.01 / 1.40 us against 1.20 / 1.32 / 1.55, [1, 2048] 0.96 against
+// 1.09, [64, 8192] 1.51 against 1.61 (H200, bench_schedules.py, docs/benchmarks/vs_reference.md).
+constexpr int kNormStaticWidths[] = {1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192};
+// Its PDL trigger: at kernel start up to this many rows, after the last store above (bf16 [1 / 16, 4096]:
+// 0.98 / 1.01 us at start against 1.14 / 1.19 at the end; [128, 4096]: 2.55 against 1.40).
+constexpr int64_t kNormStaticEarlyTriggerMaxRows = 16;
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
 constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
 
@@ -170,6 +180,36 @@ __global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __gri
   if (!p.early_trigger) device::pdl_trigger_secondary();
   device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
                                                                      device::norm::CtaGroup<true>{});
+#endif
+}
+
+// One token row of kHidden elements per CTA (norm_wide_kernel's layout for that width: kNormWideRegVecs
+// vectors a thread, whole warps), the width and the CTA's size compile-time constants; rows `row_stride`
+// elements apart.
+template <typename T>
+struct StaticRows {
+  T* out;
+  const T* in;
+  const T* weight;
+  int64_t out_stride, in_stride;
+  float eps;
+  bool early_trigger;  // trigger the next launch at start, else after the last store
+};
+template <typename T, int kHidden>
+inline constexpr int kNormStaticThreads = (kHidden / kVec16<T> / kNormWideRegVecs + kWarpThreads - 1) / kWarpThreads * kWarpThreads;
+
+template <typename T, int kHidden>
+__global__ void __launch_bounds__(kNormStaticThreads<T, kHidden>) norm_static_kernel(const __grid_constant__ StaticRows<T> p) {
+#ifdef __CUDACC__
+  constexpr int kVec = kVec16<T>, kThreads = kNormStaticThreads<T, kHidden>;
+  constexpr RowFit kFit = kHidden / kVec == kNormWideRegVecs * kThreads ? RowFit::kExact : RowFit::kFits;
+  const int64_t row = blockIdx.x;
+  const typename StoreOutput<T>::template Row<T, kVec> epi{p.out + row * p.out_stride};
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  rmsnorm_row<T, kVec, kNormWideRegVecs, false, kFit>(epi, p.in + row * p.in_stride, nullptr, p.weight, kHidden, p.eps,
+                                                      FixedCtaGroup<kThreads>{});
+  if (!p.early_trigger) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -382,6 +422,35 @@ struct TokenRows {
     check_rows(rows.unwrap(), width.unwrap(), stride, name);
   }
 };
+
+// Plain rmsnorm of `rows` through norm_static_kernel where it applies (16-bit rows of a width in
+// kNormStaticWidths, 16-byte vectors, fewer than kNormManyRowsPerSm rows per SM); false (nothing launched)
+// elsewhere.
+template <typename T>
+bool launch_norm_static(const TokenRows<T>& rows) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    constexpr int kVec = device::kVec16<T>;
+    const NormParams<T>& p = rows.params;
+    const RowProblem<T>& q = p.problem[0];
+    if (rows.tokens == 0 || host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
+    if (rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id)) return false;
+    const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, rows.tokens <= kNormStaticEarlyTriggerMaxRows};
+    bool launched = false;
+    const auto launch = [&]<std::size_t... kI>(std::index_sequence<kI...>) {
+      const auto one = [&](auto width) {
+        constexpr int kWidth = decltype(width)::value;
+        host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<T, kWidth>, rows.device)
+            .enable_pdl()(norm_static_kernel<T, kWidth>, s);
+        launched = true;
+      };
+      ((p.hidden == kNormStaticWidths[kI] ? one(std::integral_constant<int, kNormStaticWidths[kI]>{}) : void()), ...);
+    };
+    launch(std::make_index_sequence<sizeof(kNormStaticWidths) / sizeof(kNormStaticWidths[0])>{});
+    return launched;
+  }
+}
 
 }  // namespace host::norm
 #endif  // __CUDACC_RTC__

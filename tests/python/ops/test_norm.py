@@ -45,6 +45,26 @@ def test_rmsnorm(dtype_name, tokens, hidden):
     _assert_close(out, _reference(x, w, 1e-6), dtype_name)
 
 
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("hidden", [1024, 1536, 2560, 3584, 4096, 7168, 8192])
+@pytest.mark.parametrize("pad", [0, 8])
+def test_rmsnorm_few_rows_equal_the_same_rows_among_many(dtype_name, hidden, pad):
+    """A few rows of a width that has its own kernel (impl/norm_launch.cuh, kNormStaticWidths) give the bits
+    those rows get among 1024 (the kernel for many rows, which adds each row's squares in the same order),
+    rows contiguous or strided; rmsnorm_quant_fp8's bit-equality with rmsnorm relies on it."""
+    torch = _torch()
+    from jitkern.ops import rmsnorm
+
+    dtype = _dtype(dtype_name)
+    x = torch.randn(1024, hidden + pad, dtype=dtype, device="cuda")[:, :hidden]
+    w = torch.randn(hidden, dtype=dtype, device="cuda")
+    many = rmsnorm(x, w, eps=1e-6)
+    _assert_close(many, _reference(x, w, 1e-6), dtype_name)
+    for n in (1, 16, 17, 100):
+        few = rmsnorm(x[:n], w, eps=1e-6)
+        assert torch.equal(few, many[:n]), f"{n} rows"
+
+
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("pad", [1, 8])
 @pytest.mark.parametrize("tokens,hidden", [(3, 4096), (129, 1000), (7, 65536)])
