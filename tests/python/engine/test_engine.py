@@ -518,6 +518,30 @@ def test_parallel_builds_start_the_costliest_compile_first():
     assert first[0].compile_seconds == max(s.compile_seconds for s in specs) and specs[0] is not first[0]
 
 
+def test_a_spec_takes_a_float_cost_without_the_abstract_number_check(monkeypatch):
+    """Every load_jit builds a spec, cold in a fresh process: a float compile_seconds (the default) is taken
+    without the numbers.Real check (an ABC lookup, about 10 us the first time in a process); any other
+    number still goes through it."""
+    import numbers
+    from types import SimpleNamespace
+
+    from jitkern import jit
+
+    checked = []
+
+    class Watched(type):
+        def __instancecheck__(cls, value):
+            checked.append(value)
+            return isinstance(value, numbers.Real)
+
+    monkeypatch.setattr(jit, "numbers", SimpleNamespace(Real=Watched("Real", (), {}), Integral=numbers.Integral))
+    spec = jitkern.JitSpec("abc_test", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")])
+    assert spec.replace(compile_seconds=2.5).compile_seconds == 2.5 and checked == []
+    assert spec.replace(compile_seconds=2).compile_seconds == 2.0 and checked == [2]
+    with pytest.raises(TypeError, match="compile_seconds must be a number of seconds"):
+        spec.replace(compile_seconds=True)
+
+
 def test_warmup_raises_the_first_failure_in_the_callers_order(cache_dir, tmp_path):
     """Builds start costliest first, but the failure raised is the first of the caller's list."""
     specs = []
