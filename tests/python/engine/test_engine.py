@@ -480,6 +480,18 @@ def test_host_without_nvcc_is_part_of_the_spec(cache_dir):
         jitkern.JitSpec("hwn_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], host_without_nvcc=True).build()
 
 
+def test_host_without_cudafe_is_part_of_the_spec(cache_dir):
+    cuda = jitkern.JitSpec("hwc_test", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")])
+    rewritten = cuda.replace(host_without_cudafe=True)
+    assert rewritten.host_without_cudafe and not cuda.host_without_cudafe and rewritten != cuda and hash(rewritten) != hash(cuda)
+    with pytest.raises(TypeError, match="host_without_cudafe must be a bool, got int"):
+        cuda.replace(host_without_cudafe=1)
+    with pytest.raises(ValueError, match="host_without_cudafe was given without cuda_files"):
+        jitkern.JitSpec("hwc_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], host_without_cudafe=True).build()
+    with pytest.raises(ValueError, match="host_without_nvcc and host_without_cudafe were both given"):
+        rewritten.replace(host_without_nvcc=True).build()
+
+
 def test_parallel_builds_start_the_costliest_compile_first():
     """compile_seconds orders parallel builds (warmup, prebuild) and is no part of the module's identity;
     jitkern's own modules carry their measured costs, so their longest compiles start first."""
