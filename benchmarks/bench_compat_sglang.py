@@ -5,9 +5,10 @@ before the clock starts); each op's first call and their sum (the cold start of 
 Needs the reference (installed, or its wheel named by REFERENCE_WHEEL) and a GPU. Prints a markdown table
 of seconds (median of --trials processes) and the ratio jitkern / reference.
 
-`--compile-only KERNELS_DIR` (no GPU, no torch): cold compile of the hot-path kernel files of the
-reference package at KERNELS_DIR (its sglang/kernels/jit) through jitkern, lean mode against tvm-ffi mode
-(the reference's own build: its headers, tvm-ffi's, its export macro), each with an empty cache.
+`--compile-only KERNELS_DIR` (no GPU, no torch): cold compile of the hot-path kernel files (or --files) of
+the reference package at KERNELS_DIR (its sglang/kernels/jit) through jitkern, each with an empty cache:
+lean mode with its host side without cudafe++ (the default), lean mode through nvcc's host chain, and
+tvm-ffi mode (the reference's own build: its headers, tvm-ffi's, its export macro); wall and CPU seconds.
 """
 
 from __future__ import annotations
@@ -52,40 +53,53 @@ def main(trials: int) -> None:
                 print(f"\n{engine}, {op}:\n{r['error']}")
 
 
-def compile_only(kernels: str, trials: int) -> None:
+def compile_only(kernels: str, trials: int, files: list[str]) -> None:
+    import resource
     import time
 
     from jitkern.compat import check
     from jitkern.compat import sglang as compat
 
-    hot = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementwise/qknorm.cuh", "elementwise/activation.cuh",
-           "elementwise/kvcache.cuh", "gemm/per_token_group_quant.cuh", "moe/moe_topk_softmax.cuh"]
     compat.set_kernel_root(kernels)
     found = {c.files[0]: c for c in check.representative(check.discover(compat.kernel_root())) if c.files and not c.problem}
+    variants = {"lean": dict(mode="lean"), "lean, cudafe++": dict(mode="lean", host_without_cudafe=False), "tvm-ffi": dict(mode="tvm-ffi")}
     print(environment())
-    print("| kernel file | lean s | tvm-ffi s | lean / tvm-ffi |\n|---|---|---|---|")
+    print("Cold build of each file (median of the trials): wall s / every compiler's CPU s. lean: the host side "
+          "without cudafe++ (the default); lean, cudafe++: nvcc's host chain; tvm-ffi: the reference's own build.")
+    print("| kernel file | " + " | ".join(variants) + " | lean / lean with cudafe++ (wall) |\n|---|---|---|---|---|")
     with compat.override_jit_cuda_arch(9, 0, "a"):
-        for f in hot:
-            call, seconds = found[f], {}
-            for mode in ("lean", "tvm-ffi"):
-                times = []
+        for f in files:
+            call, cells, wall = found[f], [], {}
+            for name, v in variants.items():
+                times, cpu = [], []
                 for _ in range(trials):
                     with tempfile.TemporaryDirectory() as d:
                         os.environ["JITKERN_CACHE_DIR"] = d
-                        spec = compat.jit_spec(*call.args, **{k: v for k, v in call.kwargs.items() if k != "header_only"}, mode=mode)[0]
-                        start = time.perf_counter()
+                        kwargs = {k: x for k, x in check.load_jit_kwargs(call.kwargs).items() if k != "header_only"}
+                        spec = compat.jit_spec(*call.args, **kwargs, mode=v["mode"])[0]
+                        if "host_without_cudafe" in v:
+                            spec = spec.replace(host_without_cudafe=v["host_without_cudafe"])
+                        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
                         spec.build()
+                        after = resource.getrusage(resource.RUSAGE_CHILDREN)
                         times.append(time.perf_counter() - start)
-                seconds[mode] = statistics.median(times)
-            print(f"| {f} | {seconds['lean']:.2f} | {seconds['tvm-ffi']:.2f} | {seconds['lean'] / seconds['tvm-ffi']:.2f} |", flush=True)
+                        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+                wall[name] = statistics.median(times)
+                cells.append(f"{wall[name]:.2f} / {statistics.median(cpu):.2f}")
+            print(f"| {f} | {' | '.join(cells)} | {wall['lean'] / wall['lean, cudafe++']:.2f} |", flush=True)
+
+
+HOT = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementwise/qknorm.cuh", "elementwise/activation.cuh",
+       "elementwise/kvcache.cuh", "gemm/per_token_group_quant.cuh", "moe/moe_topk_softmax.cuh"]
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=TRIALS, help="fresh processes per engine (median)")
-    p.add_argument("--compile-only", metavar="KERNELS_DIR", help="lean against tvm-ffi cold compiles, no GPU")
+    p.add_argument("--compile-only", metavar="KERNELS_DIR", help="cold compiles (lean, lean through cudafe++, tvm-ffi), no GPU")
+    p.add_argument("--files", nargs="+", default=HOT, help="--compile-only: the kernel files, relative to csrc/ (default: the hot ones)")
     a = p.parse_args()
     if a.compile_only:
-        compile_only(a.compile_only, a.trials)
+        compile_only(a.compile_only, a.trials, a.files)
     else:
         main(a.trials)

@@ -15,9 +15,8 @@
 #include <cuda_runtime.h>
 #else
 #include <cuda_runtime_api.h>
-#include <jitkern/detail/device_image.h>
 #include <jitkern/detail/host_pass.h>
-#include <pthread.h>
+#include <jitkern/detail/kernel_image.h>
 // A stub per kernel, never inlined, merged or cloned: its symbol names the kernel. Internal visibility
 // (local in the module, as hidden) marks the stubs in the host pass's object, where the engine finds
 // the kernels to give NVRTC (JITKERN_DEVICE_COMPILER=nvrtc).
@@ -175,21 +174,7 @@ class DeviceGuard {
 };
 
 #ifndef __CUDACC__
-extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
-
 namespace detail {
-// This module's device image, loaded once per process (each device loads a kernel at its first launch
-// there). Hidden, with its statics, as kernel_in_image: each module has its own (a default visibility
-// would make them process-wide unique symbols, shared by every module).
-[[gnu::visibility("hidden")]] inline cudaLibrary_t device_image(DebugInfo where) {
-  static const cudaLibrary_t library = [&] {
-    cudaLibrary_t loaded = nullptr;
-    RuntimeDeviceCheck(cudaLibraryLoadData(&loaded, JITKERN_DEVICE_IMAGE_SYMBOL, nullptr, nullptr, 0, nullptr, nullptr, 0), where);
-    return loaded;
-  }();
-  return library;
-}
-
 // Refuses a kernel whose parameters, as its device code lays them out, differ in size from what the host
 // code passes (`sizes`, `count` of them): a type the two passes see differently (a member under
 // #ifdef __CUDACC__) would otherwise launch with bytes of the wrong layout. (A different count fails
@@ -209,52 +194,26 @@ namespace detail {
   }
 }
 
-// The kernel that `stub` stands for, found once per stub (its parameters checked against `sizes`, see
-// check_parameters): a lock-free table of what was found (GCC's atomic built-ins: <atomic> and <mutex>
-// would double the host pass's parsing), a lock for the first lookups.
+// The kernel that `stub` stands for (kernel_image.h), found once per stub, its parameters checked
+// against `sizes` (check_parameters).
 [[gnu::visibility("hidden")]] inline const void* kernel_in_image(const void* stub, const std::size_t* sizes, std::size_t count, DebugInfo where) {
-  constexpr std::size_t kSlots = 1024;  // beyond, a kernel's launches repeat the lookup
-  static const void* stubs[kSlots];
-  static const void* kernels[kSlots];
-  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-  const std::size_t home = (reinterpret_cast<std::uintptr_t>(stub) >> 4) % kSlots;
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    const std::size_t slot = (home + i) % kSlots;
-    const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_ACQUIRE);
-    if (seen == stub) return kernels[slot];
-    if (seen == nullptr) break;
-  }
-  struct Locked {
-    explicit Locked(pthread_mutex_t* m) : m(m) { pthread_mutex_lock(m); }
-    ~Locked() { pthread_mutex_unlock(m); }
-    pthread_mutex_t* m;
-  } locked(&mutex);
-  const char* why = nullptr;
-  char* name = function_symbol(stub, &why);
-  if (name == nullptr) panic_with(where, "LaunchKernel", "cannot name a kernel of this module: ", why);
-  struct Freed {
-    ~Freed() { std::free(p); }
-    char* p;
-  } freed{name};
-  cudaKernel_t kernel = nullptr;
-  const cudaError_t status = cudaLibraryGetKernel(&kernel, device_image(where), name);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    panic_with(where, "LaunchKernel", "kernel ", static_cast<const char*>(name), " is not in this module's device image (", cudaGetErrorName(status),
-               "): is it static, or in an anonymous namespace, or instantiated with a type that is?");
-  }
-  check_parameters(kernel, name, sizes, count, where);
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    const std::size_t slot = (home + i) % kSlots;
-    const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_RELAXED);
-    if (seen == stub) return kernels[slot];
-    if (seen == nullptr) {
-      kernels[slot] = kernel;
-      __atomic_store_n(&stubs[slot], stub, __ATOMIC_RELEASE);
-      break;
-    }
-  }
-  return kernel;  // a full table only costs the lookup again
+  return kernel_for_stub(stub, [&](const void* s) -> const void* {
+    char* name = nullptr;
+    const char* why = nullptr;
+    cudaError_t status = cudaSuccess;
+    const cudaKernel_t kernel = find_in_image(s, &name, &status, &why);
+    struct Freed {
+      ~Freed() { std::free(p); }
+      char* p;
+    } freed{name};
+    if (name == nullptr) panic_with(where, "LaunchKernel", "cannot name a kernel of this module: ", why);
+    if (why == nullptr) RuntimeDeviceCheck(status, where);  // the image did not load
+    if (kernel == nullptr)
+      panic_with(where, "LaunchKernel", "kernel ", static_cast<const char*>(name), " is not in this module's device image (",
+                 cudaGetErrorName(status), "): ", why);
+    check_parameters(kernel, name, sizes, count, where);
+    return kernel;
+  });
 }
 }  // namespace detail
 #endif

@@ -131,28 +131,36 @@ def _encode(fields: Iterable[tuple[str, str]]) -> bytes:
 
 
 def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, extra_cflags, extra_cuda_cflags, extra_ldflags,
-                   extra_include_paths, build_directory, cuda_arch, host_without_nvcc=False, host_prelude=False) -> bytes:
-    """A JitSpec's fields as the engine's request (validated there). Built in one pass: it runs on
-    every load_jit, cold in a fresh process."""
-    parts = [_field("name", a) for a in args]
-    parts += [_field("cpp_file", f) for f in cpp_files]
-    parts += [_field("cuda_file", f) for f in cuda_files]
+                   extra_include_paths, build_directory, cuda_arch, host_without_nvcc=False, host_prelude=False,
+                   host_without_cudafe=False) -> bytes:
+    """A JitSpec's fields as the engine's request (validated there). Built in one pass of plain loops (a
+    comprehension is a function call in Python < 3.12): it runs on every load_jit, cold in a fresh process."""
+    parts = []
+    add = parts.append
+    for key, values in (("name", args), ("cpp_file", cpp_files), ("cuda_file", cuda_files)):
+        for v in values:
+            add(_field(key, v))
     for kind, wrappers in (("cpp", cpp_wrappers), ("cuda", cuda_wrappers)):
-        for n, e, *names in wrappers:
-            parts += [_field(kind + "_wrapper_name", n), _field(kind + "_wrapper_expr", e)]
-            parts += [_field(kind + "_wrapper_args", a) for a in names]
+        for wrapper in wrappers:
+            for key, v in zip(_WRAPPER_KEYS[kind], wrapper):
+                add(_field(key, v))
     for key, values in (("cflag", extra_cflags), ("cuda_cflag", extra_cuda_cflags), ("ldflag", extra_ldflags),
                         ("include", extra_include_paths)):
-        parts += [_field(key, v) for v in values]
-    if build_directory:
-        parts.append(_field("build_directory", build_directory))
-    if cuda_arch:
-        parts.append(_field("cuda_arch", cuda_arch))
+        for v in values:
+            add(_field(key, v))
+    for key, v in (("build_directory", build_directory), ("cuda_arch", cuda_arch)):
+        if v:
+            add(_field(key, v))
     if host_without_nvcc:
-        parts.append(_field("host_without_nvcc", "1"))
+        add(_field("host_without_nvcc", "1"))
     if host_prelude:
-        parts.append(_field("host_prelude", "1"))
+        add(_field("host_prelude", "1"))
+    if host_without_cudafe:
+        add(_field("host_without_cudafe", "1"))
     return "".join(parts).encode()
+
+
+_WRAPPER_KEYS = {kind: (kind + "_wrapper_name", kind + "_wrapper_expr", kind + "_wrapper_args") for kind in ("cpp", "cuda")}
 
 
 def encode_context(cuda_device: int | None, tvm_ffi_version: str) -> bytes:

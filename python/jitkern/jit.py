@@ -81,6 +81,9 @@ class JitSpec:
     `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels of builds run many at once (else nvcc does;
     docs/add-a-kernel.md). With it, `host_prelude=True` starts the host pass with `<jitkern/host_prelude.h>`
     (jitkern's headers), which builds run many at once compile once for all their host passes.
+    `host_without_cudafe=True` (for kernel files written for nvcc, e.g. the reference framework's: see
+    jitkern.compat.sglang) compiles their host side from nvcc's host preprocessing, rewritten, without
+    cudafe++; where the rewrite cannot be sure, nvcc's host chain compiles it.
 
     `compile_seconds` estimates what its compile takes (jitkern's own modules give what they measured; 0:
     unknown): parallel builds (`warmup`, `jitkern prebuild`) start the costliest first, so that no long
@@ -93,7 +96,7 @@ class JitSpec:
 
     __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
                  "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "host_prelude",
-                 "compile_seconds", "_request")
+                 "host_without_cudafe", "compile_seconds", "_request")
 
     def __init__(
         self,
@@ -110,6 +113,7 @@ class JitSpec:
         cuda_arch: str | None = None,
         host_without_nvcc: bool = False,
         host_prelude: bool = False,
+        host_without_cudafe: bool = False,
         compile_seconds: float = 0.0,
     ) -> None:
         owner = "JitSpec"
@@ -121,10 +125,12 @@ class JitSpec:
         for name, value in (("build_directory", build_directory), ("cuda_arch", cuda_arch)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{owner}: {name} must be a string, got {type(value).__name__}")
-        for name, flag in (("host_without_nvcc", host_without_nvcc), ("host_prelude", host_prelude)):
+        for name, flag in (("host_without_nvcc", host_without_nvcc), ("host_prelude", host_prelude),
+                           ("host_without_cudafe", host_without_cudafe)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{owner}: {name} must be a bool, got {type(flag).__name__}")
-        if not isinstance(compile_seconds, numbers.Real) or isinstance(compile_seconds, bool):
+        # float first: the numbers.Real check is an ABC lookup, about 10 us the first time in a process
+        if type(compile_seconds) is not float and (not isinstance(compile_seconds, numbers.Real) or isinstance(compile_seconds, bool)):
             raise TypeError(f"{owner}: compile_seconds must be a number of seconds, got {type(compile_seconds).__name__}")
         try:
             seconds = float(compile_seconds)
@@ -146,11 +152,12 @@ class JitSpec:
         setattr_(self, "cuda_arch", cuda_arch or None)
         setattr_(self, "host_without_nvcc", host_without_nvcc)
         setattr_(self, "host_prelude", host_prelude)
+        setattr_(self, "host_without_cudafe", host_without_cudafe)
         setattr_(self, "compile_seconds", seconds + 0.0)  # -0.0 as 0.0
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
             self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
-            host_without_nvcc, host_prelude))
+            host_without_nvcc, host_prelude, host_without_cudafe))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")

@@ -80,6 +80,24 @@ TEST(NvccPipeline, FatbinAssemblyQuotesItsPathAndDeclaresTheSymbolTheStubUses) {
   EXPECT_NE(d.find("__fatDeviceText"), std::string::npos) << "the name the stub registers";
 }
 
+TEST(NvccPipeline, RewrittenHostCompileReadsThePreprocessedRewriteWithNvccsFlags) {
+  jitkern::nvcc::Pipeline p;
+  ASSERT_TRUE(jitkern::nvcc::plan(recorded("nvcc-13.0-dryrun.txt"), "/d", &p));
+  EXPECT_EQ(p.host_preprocessed, "/tmp/scratch/nvcc/device.cpp4.ii") << "what cudafe++ reads: the rewrite's input";
+  const std::string cmd = jitkern::nvcc::rewritten_host_compile(p, "nvcc/it's.ii");
+  EXPECT_NE(cmd.find(" -x c++-cpp-output -Wno-attributes -fpermissive "), std::string::npos) << cmd;
+  EXPECT_NE(cmd.find(" 'nvcc/it'\\''s.ii' "), std::string::npos) << cmd;
+  EXPECT_EQ(cmd.find("cudafe1.cpp"), std::string::npos) << cmd;
+  EXPECT_EQ(cmd.substr(cmd.find(" -o ")), p.host_compile.substr(p.host_compile.find(" -o "))) << "the same object";
+  p.host_compile = "c++ -c odd.cpp -o x.o";
+  EXPECT_EQ(jitkern::nvcc::rewritten_host_compile(p, "f.ii"), "") << "an unknown shape: nvcc's host chain instead";
+  const std::string both = jitkern::nvcc::fatbin_and_image_assembly("nvcc/device.fatbin");
+  // Both labels before the data (only directives between them): one address.
+  EXPECT_NE(both.find("jitkern_fatbin_data:\n.globl jitkern_device_image\n.hidden jitkern_device_image\njitkern_device_image:\n.incbin"),
+            std::string::npos)
+      << both;
+}
+
 TEST(NvccPipeline, UnknownPhaseOrTruncatedDryRunFallsBack) {
   const std::string text = recorded("nvcc-13.0-dryrun.txt");
   jitkern::nvcc::Pipeline p;

@@ -274,6 +274,29 @@ TEST(Plan, CudaCommand) {
   EXPECT_EQ(std::count(flags.host_pass.begin(), flags.host_pass.end(), "-DCPP_FILES_ONLY"), 0);
 }
 
+TEST(Plan, HostWithoutCudafeIsKeyedAndNotForExtendedLambdas) {
+  BuildRequest r;
+  r.name_parts = {"add_constant", "5"};
+  r.cuda_files = {"add_constant.cuh"};
+  r.cuda_wrappers = {{"add_constant", "add_constant<5>"}};
+  const plan::Plan nvcc_host = plan_of(r, test_config(), toolchain_(), "/work");
+  r.host_without_cudafe = true;
+  const plan::Plan rewritten = plan_of(r, test_config(), toolchain_(), "/work");
+  EXPECT_TRUE(rewritten.host_without_cudafe && !nvcc_host.host_without_cudafe);
+  EXPECT_NE(rewritten.request_key, nvcc_host.request_key) << "another library (and the rewrite's version is in its key)";
+  EXPECT_EQ(rewritten.cuda_compile, nvcc_host.cuda_compile) << "nvcc's phases, the same device code";
+  r.extra_cuda_cflags = {"--expt-extended-lambda"};
+  const plan::Plan lambdas = plan_of(r, test_config(), toolchain_(), "/work");
+  EXPECT_FALSE(lambdas.host_without_cudafe);
+  EXPECT_NE(lambdas.host_rewrite_unused.find("extended lambdas"), std::string::npos);
+  r.extra_cuda_cflags.clear();
+  r.host_without_nvcc = true;
+  expect_invalid(r, "host_without_nvcc and host_without_cudafe were both given");
+  r.host_without_nvcc = false;
+  r.extra_ldflags = {"-Wl,--strip-all"};
+  expect_invalid(r, "removes the symbol table that a host_without_cudafe module finds its kernels in");
+}
+
 TEST(Plan, BindingTheCompilersChangesOnlyTheirNames) {
   BuildRequest r;
   r.name_parts = {"add_constant", "5"};

@@ -26,6 +26,7 @@ import argparse
 import ast
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import re
@@ -421,18 +422,44 @@ def compile_call(call: Call, kernel_root: pathlib.Path) -> Row:
     return Row(file, call.op, "fails", first_failure, time.monotonic() - start)
 
 
+class _HostSides(logging.Handler):
+    """The engine's word on each module it compiled whose host side went through cudafe++ (the rewrite
+    of host_without_cudafe refused, or its compile failed), by module name, while `run` runs."""
+
+    MARKER = ": nvcc's host chain (cudafe++) compiles its host side: "
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.why: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        module, marker, why = record.getMessage().partition(self.MARKER)
+        if marker:
+            self.why[module] = why
+
+
+_HOST_SIDES = _HostSides()
+
+
+def load_jit_kwargs(call_kwargs: dict) -> dict:
+    """A recorded or discovered call's keyword arguments that load_jit takes."""
+    return {k: v for k, v in call_kwargs.items() if k in ("cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags",
+                                                        "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
+                                                        "extra_dependencies", "header_only")}
+
+
 def _compile_one(args: tuple, call_kwargs: dict, kernel_root: pathlib.Path) -> tuple[str, str]:
     """(mode it compiles in, why that mode) or ("fails", the first error of both modes)."""
-    kwargs = {k: v for k, v in call_kwargs.items() if k in ("cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags",
-                                                          "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
-                                                          "extra_dependencies", "header_only")}
+    kwargs = load_jit_kwargs(call_kwargs)
     try:
         spec, mode, reason = compat.jit_spec(*args, **kwargs)
     except Exception as e:  # noqa: BLE001
         return "fails", f"{type(e).__name__}: {e}"[:240]
     try:
         spec.build()
-        return mode, "" if mode == "lean" else _short_reason(reason, kernel_root)
+        detail = "" if mode == "lean" else _short_reason(reason, kernel_root)
+        cudafe = _HOST_SIDES.why.get("_".join(spec.args))
+        return mode, "; ".join(d for d in (detail, cudafe and f"host side through cudafe++: {_short_reason(cudafe, kernel_root)}") if d)
     except Exception as e:  # noqa: BLE001
         first = _first_error(str(e))
         if mode != "lean":
@@ -474,10 +501,15 @@ def run(calls: Sequence[Call], kernel_root: pathlib.Path, workers: int, time_bud
             return Row(", ".join(call.files) or "?", call.op, "not run", "time budget spent")
         return compile_call(call, kernel_root)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    futures = [pool.submit(one, c) for c in calls]
-    done, pending = wait(futures, timeout=None if deadline is None else time_budget + LATE)
-    pool.shutdown(wait=not pending, cancel_futures=True)
+    engine_log = logging.getLogger("jitkern")
+    engine_log.addHandler(_HOST_SIDES)
+    try:
+        pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        futures = [pool.submit(one, c) for c in calls]
+        done, pending = wait(futures, timeout=None if deadline is None else time_budget + LATE)
+        pool.shutdown(wait=not pending, cancel_futures=True)
+    finally:
+        engine_log.removeHandler(_HOST_SIDES)
     return [f.result() if f in done else Row(", ".join(c.files) or "?", c.op, "not run", STILL_COMPILING) for f, c in zip(futures, calls)]
 
 

@@ -328,6 +328,8 @@ def jit_spec(*args: Any, cpp_files: Sequence[str] | None = None, cuda_files: Seq
         prelude, tail = [os.path.join(compat, "tvm_ffi_lean.h")], [os.path.join(compat, "sglang_lean_export.h")]
     else:
         prelude, tail = [], [os.path.join(compat, "sglang_tvm_export.h")]
+    # The runtime calls of a host side compiled without cudafe++ (host_without_cudafe).
+    host_launch = [os.path.join(compat, "host_launch.h")]
     cpp_wrappers, cuda_wrappers = list(cpp_wrappers or []), list(cuda_wrappers or [])
     if not header_only and not cpp_wrappers and not cuda_wrappers:
         (cuda_wrappers if cuda else cpp_wrappers).append(_SELF_EXPORTING)
@@ -337,9 +339,10 @@ def jit_spec(*args: Any, cpp_files: Sequence[str] | None = None, cuda_files: Seq
         arch = get_jit_cuda_arch()
         cuda_flags.insert(0, arch.jit_flag)
     spec = JitSpec("sglang_" + str(args[0]) if args else "sglang", *(str(a) for a in args[1:]),
-                   cpp_files=prelude + cpp + tail if cpp else None, cuda_files=prelude + cuda + tail if cuda else None,
+                   cpp_files=prelude + cpp + tail if cpp else None, cuda_files=host_launch + prelude + cuda + tail if cuda else None,
                    cpp_wrappers=cpp_wrappers, cuda_wrappers=cuda_wrappers, extra_cflags=extra_cflags, extra_cuda_cflags=cuda_flags,
-                   extra_ldflags=extra_ldflags, extra_include_paths=includes, cuda_arch=arch.sm if arch else None)
+                   extra_ldflags=extra_ldflags, extra_include_paths=includes, cuda_arch=arch.sm if arch else None,
+                   host_without_cudafe=bool(cuda))
     return spec, mode, reason
 
 

@@ -6,8 +6,11 @@
 #include <future>
 #include <thread>
 
+#include "base/log.h"
+#include "compile/host_transform.h"
 #include "compile/nvcc_pipeline.h"
 #include "compile/steps.h"
+#include "compile/toolchain.h"
 
 namespace jitkern::compile {
 namespace {
@@ -32,12 +35,46 @@ class CpuShare {
   static inline std::atomic<int> s_running{0};
 };
 
+// host_without_cudafe: after nvcc's host preprocessing, its output rewritten (host_transform.h) and
+// compiled by nvcc's host compile command into device.o; its status, unless `*why` is set: then nvcc's
+// host chain must compile it (the rewrite refused, or its compile failed other than by a timeout or an
+// interruption).
+int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& module_id, std::string* why) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string in = pipe.host_preprocessed[0] == '/' ? pipe.host_preprocessed : s.scratch + "/" + pipe.host_preprocessed;
+  std::string text;
+  if (!fs::read_file(in, &text)) return *why = "its preprocessed host code could not be read", 1;
+  const host_transform::Result r = host_transform::transform(text, {toolchain::cuda_include_dir(s.p.nvcc)}, module_id);
+  const double rewrite_s = seconds_since(t0);
+  if (!r.ok) return *why = "the rewrite refused: " + r.why, 1;
+  const std::string file = "nvcc/device.rewritten.ii";
+  const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
+  if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", 1;
+  fs::write_file_atomic(s.scratch + "/" + file, r.text);
+  s.record(s.in_dir(cmd));
+  const std::string attempt_log = s.scratch + "/host_rewritten.log";
+  const auto t1 = std::chrono::steady_clock::now();
+  const int rc = s.run_shell_chain({cmd}, pipe.env, attempt_log);
+  std::string output;
+  fs::read_file(attempt_log, &output);
+  if (rc == 0 || rc == fs::kTimedOut || rc == fs::kInterrupted) {
+    if (!output.empty()) fs::append_file(s.log(), output);  // its warnings
+    s.cuda_steps = "host side without cudafe++: rewrite " + format_seconds(rewrite_s) + " (" + std::to_string(r.kernels) + " kernels), compile " +
+                   format_seconds(seconds_since(t1));
+    return rc;
+  }
+  return *why = "its rewritten host code failed to compile: " + Steps::head_of(attempt_log), rc;
+}
+
 }  // namespace
 
 // nvcc runs its s.phases through a shell, so it runs in the scratch directory with relative names:
 // no cache path (quotes, spaces, $) ever reaches a command line.
 int nvcc_object(Steps& s) {
-    const CpuShare share;
+  const CpuShare share;
+  const auto t_start = std::chrono::steady_clock::now();
+  if (!s.p.host_rewrite_unused.empty())
+    log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + s.p.host_rewrite_unused);
   const std::string src = "device.cu", obj = "device.o", depfile = "device.d";
   s.depfiles.push_back({s.scratch + "/" + depfile, s.scratch});
   auto dry = s.p.cuda_compile;
@@ -48,13 +85,15 @@ int nvcc_object(Steps& s) {
     if (nvcc::plan(text, depfile, &pipe)) {
       // Same shape as nvcc's own ids: _<hash>_<length>_<name>_<hash>.
       const auto in_scratch = [&](const std::string& path) { return path[0] == '/' ? path : s.scratch + "/" + path; };
-      fs::write_file_atomic(in_scratch(pipe.module_id_path), "_" + s.p.request_key.substr(0, 8) + "_9_device_cu_" + s.p.request_key.substr(8, 8));
+      const std::string module_id = "_" + s.p.request_key.substr(0, 8) + "_9_device_cu_" + s.p.request_key.substr(8, 8);
+      fs::write_file_atomic(in_scratch(pipe.module_id_path), module_id);
       fs::write_file_atomic(in_scratch(pipe.embedded_fatbin_path), nvcc::fatbin_declaration());
-      fs::write_file_atomic(s.scratch + "/fatbin.s", nvcc::fatbin_assembly(pipe.fatbin_path));
+      const bool rewrite = s.p.host_without_cudafe;
+      fs::write_file_atomic(s.scratch + "/fatbin.s", rewrite ? nvcc::fatbin_and_image_assembly(pipe.fatbin_path) : nvcc::fatbin_assembly(pipe.fatbin_path));
       const std::vector<std::string> embed = {s.p.host_cxx, "-c", "-x", "assembler", "fatbin.s", "-o", "fatbin.o"};
       // A front-end run of its own for the stub pays where CPUs would otherwise idle (one compile
       // takes about three at a time); among parallel builds it only adds work.
-      const bool frontend = share.cpus >= 3;
+      const bool frontend = share.cpus >= 3 && !rewrite;  // the rewritten host side needs no stub
       const std::vector<std::string> ciccs = frontend ? std::vector<std::string>{pipe.cicc_frontend, pipe.cicc_ptx} : std::vector<std::string>{pipe.cicc};
       std::vector<std::string> all = pipe.host_chain;
       all.push_back(pipe.device_preprocess);
@@ -80,10 +119,20 @@ int nvcc_object(Steps& s) {
         const int rc = chain(pipe.device_back, s.device_log());
         return rc != 0 ? rc : fs::wait(s.start(embed, s.device_log(), s.scratch), s.timeout);
       });
-      int host_rc = chain(pipe.host_chain, s.log());
-      const int stub_rc = stub_written.get();
-      if (host_rc == 0 && stub_rc == 0) host_rc = chain({pipe.host_compile}, s.log());
+      int host_rc = 0, stub_rc = 0;
+      std::string why;  // set where the rewritten host side gives way to nvcc's host chain
+      if (rewrite && (host_rc = chain({pipe.host_chain[0]}, s.log())) == 0) {
+        host_rc = rewritten_host(s, pipe, module_id, &why);
+        if (!why.empty()) log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + why);
+      }
+      if (!rewrite || !why.empty()) {
+        s.cuda_steps.clear();
+        host_rc = chain(rewrite ? std::vector<std::string>{pipe.host_chain[1]} : pipe.host_chain, s.log());
+        stub_rc = stub_written.get();
+        if (host_rc == 0 && stub_rc == 0) host_rc = chain({pipe.host_compile}, s.log());
+      }
       const int device_rc = device.get();
+      if (!s.cuda_steps.empty()) s.cuda_steps = "CUDA " + format_seconds(seconds_since(t_start)) + " (" + s.cuda_steps + ")";
       s.cuda_objects.push_back(s.scratch + "/fatbin.o");
       return first_failure(first_failure(host_rc, device_rc), stub_rc);
     }

@@ -106,6 +106,7 @@ bool plan(const std::string& dryrun, const std::string& depfile, Pipeline* out) 
       cmd.erase(g, gen.size());
       out->host_chain.push_back(cmd);
     } else if (preprocess && cmd.find(".cpp4.ii\"") != std::string::npos) {
+      if (!value_of(cmd, " -o \"", &out->host_preprocessed)) return false;
       out->host_chain.insert(out->host_chain.begin(), cmd + " -MD -MF " + fs::shell_quote(depfile));
     } else if (preprocess && cmd.find(".cpp1.ii\"") != std::string::npos && out->device_preprocess.empty()) {
       out->device_preprocess = cmd;
@@ -141,15 +142,16 @@ std::string fatbin_declaration() {
 
 namespace {
 
-// `path`'s bytes as the hidden, 8-byte aligned data symbol `sym`.
-std::string data_assembly(const std::string& sym, const std::string& path) {
+// `path`'s bytes as the hidden, 8-byte aligned data symbols `syms`.
+std::string data_assembly(const std::vector<std::string>& syms, const std::string& path) {
   std::string quoted;
   for (const char c : path) {
     if (c == '"' || c == '\\') quoted += '\\';
     quoted += c;
   }
-  return ".section .nv_fatbin, \"a\"\n.balign 8\n.globl " + sym + "\n.hidden " + sym + "\n" + sym + ":\n.incbin \"" + quoted +
-         "\"\n.section .note.GNU-stack, \"\", %progbits\n";
+  std::string text = ".section .nv_fatbin, \"a\"\n.balign 8\n";
+  for (const auto& sym : syms) text += ".globl " + sym + "\n.hidden " + sym + "\n" + sym + ":\n";
+  return text + ".incbin \"" + quoted + "\"\n.section .note.GNU-stack, \"\", %progbits\n";
 }
 
 }  // namespace
@@ -157,8 +159,26 @@ std::string data_assembly(const std::string& sym, const std::string& path) {
 #define JITKERN_STRINGIFY_(x) #x
 #define JITKERN_STRINGIFY(x) JITKERN_STRINGIFY_(x)
 
-std::string fatbin_assembly(const std::string& fatbin_path) { return data_assembly(kFatbinSymbol, fatbin_path); }
+std::string fatbin_assembly(const std::string& fatbin_path) { return data_assembly({kFatbinSymbol}, fatbin_path); }
 
-std::string image_assembly(const std::string& fatbin_path) { return data_assembly(JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL), fatbin_path); }
+std::string image_assembly(const std::string& fatbin_path) { return data_assembly({JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL)}, fatbin_path); }
+
+std::string fatbin_and_image_assembly(const std::string& fatbin_path) {
+  return data_assembly({kFatbinSymbol, JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL)}, fatbin_path);
+}
+
+std::string rewritten_host_compile(const Pipeline& pipe, const std::string& file) {
+  std::string cmd = pipe.host_compile;
+  const auto x = cmd.find(" -x c++ ");
+  const auto in = cmd.find(".cudafe1.cpp\"");
+  const auto open = in == std::string::npos ? std::string::npos : cmd.rfind(" \"", in);
+  if (x == std::string::npos || open == std::string::npos || open < x) return "";
+  // Already preprocessed; CUDA's attributes the rewrite leaves (in kept bodies) are the device's;
+  // -fpermissive: what nvcc's front end accepts and GCC's refuses by default (a member alias that
+  // changes a name's meaning in its class) is written for nvcc, as cudafe++'s output would be.
+  cmd.replace(open, in + 13 - open, " " + fs::shell_quote(file));
+  cmd.replace(x, 8, " -x c++-cpp-output -Wno-attributes -fpermissive ");
+  return cmd;
+}
 
 }  // namespace jitkern::nvcc

@@ -26,6 +26,7 @@ struct Pipeline {
   std::string cicc_ptx;                     // `cicc` with its stub written to a side file (beside cicc_frontend)
   std::vector<std::string> device_back;     // ptxas, fatbinary (the fatbin file only)
   std::string host_compile;                 // after host_chain and the stub
+  std::string host_preprocessed;            // host_chain's first output: what cudafe++ reads
   std::string module_id_path;
   std::string fatbin_path;                  // the fatbin fatbinary creates
   std::string embedded_fatbin_path;         // the file the stub includes (fatbin_declaration())
@@ -50,5 +51,12 @@ std::string fatbin_declaration();
 std::string fatbin_assembly(const std::string& fatbin_path);
 // The same for a host_without_nvcc module's device image, under JITKERN_DEVICE_IMAGE_SYMBOL.
 std::string image_assembly(const std::string& fatbin_path);
+// Under both symbols: a host_without_cudafe module's fatbin, which its host side reaches by either
+// (the rewritten host side looks its kernels up in it; nvcc's host chain registers them from it).
+std::string fatbin_and_image_assembly(const std::string& fatbin_path);
+
+// host_without_cudafe: nvcc's host compile (`pipe.host_compile`) of the rewritten, already preprocessed
+// `file` in place of cudafe++'s output; "" where the command has an unexpected shape.
+std::string rewritten_host_compile(const Pipeline& pipe, const std::string& file);
 
 }  // namespace jitkern::nvcc

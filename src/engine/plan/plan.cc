@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "plan/command_line.h"
+#include "compile/host_transform.h"
 #include "config/compile_env.h"
 #include "base/fs_util.h"
 #include "base/sha256.h"
@@ -158,7 +159,10 @@ void validate(const BuildRequest& req) {
   if (req.cuda_files.empty() && !req.cuda_wrappers.empty()) bad("cuda_wrappers were given without cuda_files");
   if (req.cuda_files.empty() && req.host_without_nvcc) bad("host_without_nvcc was given without cuda_files");
   if (req.host_prelude && !req.host_without_nvcc) bad("host_prelude was given without host_without_nvcc (it is the host pass's prelude)");
-  if (req.host_without_nvcc) {
+  if (req.cuda_files.empty() && req.host_without_cudafe) bad("host_without_cudafe was given without cuda_files");
+  if (req.host_without_nvcc && req.host_without_cudafe)
+    bad("host_without_nvcc and host_without_cudafe were both given (the first has no nvcc host side to rewrite)");
+  if (req.host_without_nvcc || req.host_without_cudafe) {
     // The linker's arguments among extra_ldflags (-Wl, comma lists, -Xlinker's next flag, the driver's -s).
     const auto& ld = req.extra_ldflags;
     for (std::size_t i = 0; i < ld.size(); ++i) {
@@ -172,7 +176,8 @@ void validate(const BuildRequest& req) {
       }
       for (const auto& a : args)
         if (a == "-s" || a == "--strip-all" || a == "-x" || a == "--discard-all")
-          bad("extra_ldflags: " + ld[i] + " removes the symbol table that a host_without_nvcc module finds its kernels in");
+          bad("extra_ldflags: " + ld[i] + " removes the symbol table that a " + (req.host_without_nvcc ? "host_without_nvcc" : "host_without_cudafe") +
+              " module finds its kernels in");
     }
   }
   // A module without exports would compile and then have nothing for the loader to find.
@@ -310,6 +315,14 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
     p.cuda_compile.insert(p.cuda_compile.end(), cuda_flags.begin(), cuda_flags.end());
     key.field("cuda").field(portable(p, p.cuda_source));
     key_args(p.cuda_compile);
+    // Extended lambdas: cudafe++ wraps a __device__ lambda's closure type, which names the kernels it
+    // instantiates; the rewrite cannot.
+    const bool extended_lambda = std::any_of(cuda_flags.begin(), cuda_flags.end(), [](const std::string& f) {
+      return f == "--extended-lambda" || f == "-extended-lambda" || f == "--expt-extended-lambda" || f == "-expt-extended-lambda";
+    });
+    if (req.host_without_cudafe && extended_lambda) p.host_rewrite_unused = "extended lambdas (--extended-lambda) need cudafe++";
+    if ((p.host_without_cudafe = req.host_without_cudafe && !extended_lambda))
+      key.field("host-without-cudafe").field(std::to_string(host_transform::kVersion));
     if (req.host_without_nvcc) {
       p.host_pass = {kCxx, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());

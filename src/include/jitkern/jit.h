@@ -48,6 +48,12 @@ struct BuildRequest {
   // With host_without_nvcc: the host pass starts with <jitkern/host_prelude.h>, which builds run many at
   // once compile once for all their host passes (a precompiled header) instead of parsing it in each.
   bool host_prelude = false;
+  // The CUDA source compiled by nvcc's phases, but its host side without cudafe++: nvcc's host
+  // preprocessing, rewritten (device-only bodies removed, kernel-taking runtime calls routed to the
+  // device image: src/engine/compile/host_transform.h), then one host compile. Where the rewrite
+  // refuses or its compile fails, nvcc's host chain compiles it. For kernel files written for nvcc
+  // (the reference framework's), which include <jitkern/compat/host_launch.h>.
+  bool host_without_cudafe = false;
 };
 
 // Where things are. Empty fields are filled from the environment and the installed package:

@@ -480,6 +480,18 @@ def test_host_without_nvcc_is_part_of_the_spec(cache_dir):
         jitkern.JitSpec("hwn_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], host_without_nvcc=True).build()
 
 
+def test_host_without_cudafe_is_part_of_the_spec(cache_dir):
+    cuda = jitkern.JitSpec("hwc_test", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")])
+    rewritten = cuda.replace(host_without_cudafe=True)
+    assert rewritten.host_without_cudafe and not cuda.host_without_cudafe and rewritten != cuda and hash(rewritten) != hash(cuda)
+    with pytest.raises(TypeError, match="host_without_cudafe must be a bool, got int"):
+        cuda.replace(host_without_cudafe=1)
+    with pytest.raises(ValueError, match="host_without_cudafe was given without cuda_files"):
+        jitkern.JitSpec("hwc_test", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")], host_without_cudafe=True).build()
+    with pytest.raises(ValueError, match="host_without_nvcc and host_without_cudafe were both given"):
+        rewritten.replace(host_without_nvcc=True).build()
+
+
 def test_parallel_builds_start_the_costliest_compile_first():
     """compile_seconds orders parallel builds (warmup, prebuild) and is no part of the module's identity;
     jitkern's own modules carry their measured costs, so their longest compiles start first."""
@@ -504,6 +516,30 @@ def test_parallel_builds_start_the_costliest_compile_first():
     assert all(s.compile_seconds > 0 for s in specs), [s.name for s in specs if not s.compile_seconds]
     first = costliest_first(specs)
     assert first[0].compile_seconds == max(s.compile_seconds for s in specs) and specs[0] is not first[0]
+
+
+def test_a_spec_takes_a_float_cost_without_the_abstract_number_check(monkeypatch):
+    """Every load_jit builds a spec, cold in a fresh process: a float compile_seconds (the default) is taken
+    without the numbers.Real check (an ABC lookup, about 10 us the first time in a process); any other
+    number still goes through it."""
+    import numbers
+    from types import SimpleNamespace
+
+    from jitkern import jit
+
+    checked = []
+
+    class Watched(type):
+        def __instancecheck__(cls, value):
+            checked.append(value)
+            return isinstance(value, numbers.Real)
+
+    monkeypatch.setattr(jit, "numbers", SimpleNamespace(Real=Watched("Real", (), {}), Integral=numbers.Integral))
+    spec = jitkern.JitSpec("abc_test", cuda_files=["act.cuh"], cuda_wrappers=[("f", "f")])
+    assert spec.replace(compile_seconds=2.5).compile_seconds == 2.5 and checked == []
+    assert spec.replace(compile_seconds=2).compile_seconds == 2.0 and checked == [2]
+    with pytest.raises(TypeError, match="compile_seconds must be a number of seconds"):
+        spec.replace(compile_seconds=True)
 
 
 def test_warmup_raises_the_first_failure_in_the_callers_order(cache_dir, tmp_path):

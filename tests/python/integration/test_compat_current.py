@@ -7,7 +7,9 @@ the reference's own kernels compiled unchanged for sm_90a."""
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
+import struct
 import sys
 import textwrap
 
@@ -213,6 +215,151 @@ def test_self_exporting_sources_and_dependencies(package, cache_dir, monkeypatch
         compat.load_jit("self_export", cuda_files=["self_export.cu"], extra_dependencies=["cutlass"], header_only=False)
 
 
+def elf_functions(data: bytes, base: int = 0, entries_only: bool = False) -> set[str]:
+    """The function symbols of the ELF file at `base` in `data` (every symbol table; `entries_only`: a
+    cubin's kernels, marked STO_CUDA_ENTRY)."""
+    shoff, = struct.unpack_from("<Q", data, base + 0x28)
+    entsize, count = struct.unpack_from("<HH", data, base + 0x3A)
+    sections = [struct.unpack_from("<IIQQQQI", data, base + shoff + i * entsize) for i in range(count)]
+    names = set()
+    for _, kind, _, _, offset, size, link in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = base + sections[link][4]
+        for at in range(base + offset, base + offset + size, 24):
+            name, info, other = struct.unpack_from("<IBB", data, at)
+            if info & 0xF == 2 and (other & 0x10 or not entries_only):  # STT_FUNC
+                names.add(data[strings + name:data.index(b"\0", strings + name)].decode())
+    return names
+
+
+def image_and_host_functions(library: str) -> tuple[set[str], set[str]]:
+    """(the kernels of the module's device image, the functions of its host side): the image is the
+    fatbin the engine links in (section .nv_fatbin), its cubins read uncompressed."""
+    data = pathlib.Path(library).read_bytes()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    entsize, count, names_at = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", data, shoff + i * entsize) for i in range(count)]
+    strings = sections[names_at][4]
+    fatbin = next(data[s[4]:s[4] + s[5]] for s in sections if data[strings + s[0]:].startswith(b".nv_fatbin\0"))
+    kernels, at = set(), fatbin.find(b"\x7fELF")
+    while at >= 0:
+        kernels |= elf_functions(fatbin, at, entries_only=True)
+        at = fatbin.find(b"\x7fELF", at + 4)
+    return kernels, elf_functions(data)
+
+
+def host_side(caplog, module: str) -> str:
+    """How the build of `module` compiled its host side, from the engine's log."""
+    lines = [r.getMessage() for r in caplog.records if module in r.getMessage()]
+    if any("host side without cudafe++" in line for line in lines):
+        return "rewritten"
+    marker = check._HostSides.MARKER
+    return next((line.split(marker, 1)[1] for line in lines if marker in line), "not built")
+
+
+@needs_nvcc
+def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, monkeypatch, caplog):
+    """A reference kernel file's host side: nvcc's preprocessing rewritten and compiled by the host
+    compiler alone, its kernel stubs named as the device image's kernels; where the rewrite cannot be
+    sure (a static kernel: its device symbol is not its host name), nvcc's host chain, the reason logged."""
+    np = pytest.importorskip("numpy")
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    write(package, {"csrc/static_kernel.cuh": """
+        #include <sgl_kernel/utils.cuh>
+        namespace sglang {
+        static __global__ void hidden_scale(float* x) { x[threadIdx.x] *= 3.0f; }
+        inline int64_t launches_nothing(int64_t x) { return x + kArch; }
+        }  // namespace sglang
+        """})
+    x = np.zeros((3, 2), np.float32)
+    with caplog.at_level("INFO", logger="jitkern"):
+        spec = compat.jit_spec("lean_kernel", "5", cuda_files=["lean.cuh"], cuda_wrappers=[("run", "Kernel<5>::run")])[0]
+        assert spec.host_without_cudafe
+        path = spec.build()
+        assert tvm_ffi.load_module(path).run(x, None, 4) == 523_900_000 + 15 + 4
+        kernels, host = image_and_host_functions(path)
+        assert kernels == {"_ZN6sglang5scaleEPf"} and kernels <= host
+        fallback = compat.load_jit("static_kernel", cuda_files=["static_kernel.cuh"], cuda_wrappers=[("f", "launches_nothing")])
+        assert fallback.f(1) == 901
+        # Occupancy, attributes, <<<...>>> and cudaLaunchKernelEx: routed (run on the GPU by the next test).
+        write(package, {"csrc/routed.cuh": ROUTED})
+        routed = compat.jit_spec("routed", "5", cuda_files=["routed.cuh"], cuda_wrappers=[("run", "Routed<5>::run")])[0].build()
+        kernels, host = image_and_host_functions(routed)
+        named = {"_ZN6sglang5add_nILi5EEEvPfi", "_ZN6sglang5add_nILi1EEEvPfi", "_ZN6sglang9times_twoEPfi"}
+        assert named <= kernels and named <= host
+        # The unnamed namespace: GCC's _GLOBAL__N_1, the device code's named after the module id.
+        assert "_ZN6sglang12_GLOBAL__N_19minus_oneEPfi" in host
+        [unnamed] = kernels - named
+        assert re.fullmatch(r"_ZN6sglang41_GLOBAL__N__[0-9a-f]{8}_9_device_cu_[0-9a-f]{8}9minus_oneEPfi", unnamed), unnamed
+    assert host_side(caplog, "sglang_lean_kernel_5") == "rewritten"
+    assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a static kernel")
+    assert host_side(caplog, "sglang_routed_5") == "rewritten"
+    # The rewrite is part of the module's identity: without it, another cache entry.
+    assert spec.replace(host_without_cudafe=False).build() != path
+    # The compatibility check says which files' host sides went through cudafe++, and why.
+    calls = [check.Call("s.py", "f", ("static_kernel", "2"), {"cuda_files": ["static_kernel.cuh"], "cuda_wrappers": [("f", "launches_nothing")]},
+                        ("static_kernel.cuh",)),
+             check.Call("r.py", "f", ("routed", "6"), {"cuda_files": ["routed.cuh"], "cuda_wrappers": [("run", "Routed<6>::run")]}, ("routed.cuh",))]
+    static_row, routed_row = check.run(calls, package, workers=1, time_budget=None)
+    assert static_row.outcome == "lean" and static_row.detail.startswith(
+        "host side through cudafe++: the rewrite refused: a static kernel"), static_row.detail
+    assert "csrc/static_kernel.cuh:4" in static_row.detail
+    assert (routed_row.outcome, routed_row.detail) == ("lean", "")
+
+
+# Every way a reference kernel file reaches a kernel from its host side, through the routed calls.
+ROUTED = """
+    #include <sgl_kernel/tensor.h>
+    #include <sgl_kernel/utils.cuh>
+    #include <cuda_runtime.h>
+    namespace sglang {
+    template <int N>
+    __global__ void add_n(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += N; }
+    __global__ void times_two(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }
+    namespace {
+    __global__ void minus_one(float* x, int n) { const int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] -= 1; }
+    }  // namespace
+    template <int N>
+    struct Routed {
+      static constexpr auto kernel = add_n<N>;
+      static int64_t run(tvm::ffi::TensorView x) {
+        float* p = static_cast<float*>(x.data_ptr());
+        const int n = static_cast<int>(x.size(0)), blocks = (n + 127) / 128;
+        int per_sm = 0;
+        cudaFuncAttributes attr{};
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0) != cudaSuccess || per_sm <= 0) return -1;
+        if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, 1024) != cudaSuccess) return -2;
+        if (cudaFuncGetAttributes(&attr, times_two) != cudaSuccess || attr.maxThreadsPerBlock < 128) return -3;
+        add_n<N><<<blocks, 128>>>(p, n);
+        times_two<<<blocks, 128, 0, nullptr>>>(p, n);
+        minus_one<<<blocks, 128>>>(p, n);
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(blocks), config.blockDim = dim3(128);
+        if (cudaLaunchKernelEx(&config, add_n<1>, p, n) != cudaSuccess) return -4;
+        return cudaDeviceSynchronize() == cudaSuccess ? per_sm : -5;
+      }
+    };
+    }  // namespace sglang
+    """
+
+
+@pytest.mark.gpu
+def test_routed_runtime_calls_reach_the_device_images_kernels(package, cache_dir, caplog):
+    """A rewritten host side's occupancy query, attribute calls, <<<...>>> launches (plain and templated
+    names, one in an unnamed namespace) and cudaLaunchKernelEx run the module's own kernels on the GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("NOT RUN: needs a CUDA GPU")
+    write(package, {"csrc/routed.cuh": ROUTED})
+    x = torch.zeros(1000, device="cuda")
+    with caplog.at_level("INFO", logger="jitkern"):
+        module = compat.load_jit("routed", "5", cuda_files=["routed.cuh"], cuda_wrappers=[("run", "Routed<5>::run")])
+        assert module.run(x) > 0
+    assert host_side(caplog, "sglang_routed_5") == "rewritten"
+    assert torch.equal(x, torch.full_like(x, (0 + 5) * 2 - 1 + 1))
+
+
 STAND_IN = {
     "sglang/__init__.py": "",
     "sglang/kernels/__init__.py": "",
@@ -385,20 +532,31 @@ HOT = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementw
 @pytest.mark.slow  # eight of the reference's kernel files through nvcc
 @needs_reference
 @needs_nvcc
-def test_reference_hot_kernels_compile_unchanged(cache_dir):
-    """The check on the reference's hot-path kernels: every one compiles, the norms in lean mode."""
+def test_reference_hot_kernels_compile_unchanged(cache_dir, caplog):
+    """The check on the reference's hot-path kernels: every one compiles, the norms in lean mode, each
+    with its host side rewritten (no cudafe++), whose kernel stubs name the reference's kernels in the
+    module's device image."""
     compat.set_kernel_root(REFERENCE)
     try:
         found = {c.files[0]: c for c in check.representative(check.discover(REFERENCE)) if c.files and not c.problem}
         assert set(HOT) <= set(found), f"not found or not instantiated: {sorted(set(HOT) - set(found))}"
-        with compat.override_jit_cuda_arch(9, 0, "a"):
+        with compat.override_jit_cuda_arch(9, 0, "a"), caplog.at_level("INFO", logger="jitkern"):
             rows = check.run([found[f] for f in HOT], REFERENCE, workers=2, time_budget=600)
+            specs = {f: compat.jit_spec(*found[f].args, **check.load_jit_kwargs(found[f].kwargs))[0] for f in HOT}
+            paths = {f: spec.build() for f, spec in specs.items()}  # built above: cache hits
     finally:
         compat.set_kernel_root(None)
     print(check.table(rows))
     outcome = {r.file: r.outcome for r in rows}
     assert [r for r in rows if r.outcome not in ("lean", "tvm-ffi", "not run")] == []
     assert outcome["elementwise/rmsnorm.cuh"] == outcome["elementwise/fused_add_rmsnorm.cuh"] == "lean"
+    for f, spec in specs.items():
+        if outcome[f] == "not run":
+            continue
+        assert host_side(caplog, "_".join(spec.args)) == "rewritten", f
+        kernels, host = image_and_host_functions(paths[f])
+        theirs = {k for k in kernels if k.startswith("_ZN6sglang")}  # the reference's own (CUB's may be device-only)
+        assert theirs and theirs <= host, (f, sorted(theirs - host))
 
 
 @needs_reference

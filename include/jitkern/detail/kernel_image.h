@@ -1,0 +1,99 @@
+// A module's device image (nvcc's or NVRTC's fatbin of its kernels, linked in by the engine under
+// JITKERN_DEVICE_IMAGE_SYMBOL) and its kernels found by their host stubs: how a host side compiled
+// without nvcc's registration of kernels launches them (jitkern's LaunchKernel, and the compat layer's
+// runtime calls, <jitkern/compat/host_launch.h>). Host code only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <jitkern/detail/device_image.h>
+#include <jitkern/detail/module_symbols.h>
+#include <pthread.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
+
+namespace host::detail {
+// Hidden, with their statics: each module has its own (a default visibility would make them
+// process-wide unique symbols, shared by every module).
+
+// This module's device image, loaded once per process (a failed load is tried again by the next call).
+[[gnu::visibility("hidden")]] inline cudaError_t device_image(cudaLibrary_t* out) {
+  static cudaLibrary_t library = nullptr;
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  cudaLibrary_t loaded = __atomic_load_n(&library, __ATOMIC_ACQUIRE);
+  cudaError_t status = cudaSuccess;
+  if (loaded == nullptr) {
+    pthread_mutex_lock(&mutex);
+    if ((loaded = library) == nullptr &&
+        (status = cudaLibraryLoadData(&loaded, JITKERN_DEVICE_IMAGE_SYMBOL, nullptr, nullptr, 0, nullptr, nullptr, 0)) == cudaSuccess)
+      __atomic_store_n(&library, loaded, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&mutex);
+  }
+  *out = loaded;
+  return status;
+}
+
+// The device image's kernel named `name`; null with `*status` set (the runtime's last error cleared) if
+// the image cannot be loaded or has no such kernel.
+[[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status) {
+  cudaLibrary_t library = nullptr;
+  cudaKernel_t kernel = nullptr;
+  if ((*status = device_image(&library)) == cudaSuccess && (*status = cudaLibraryGetKernel(&kernel, library, name)) == cudaSuccess) return kernel;
+  (void)cudaGetLastError();
+  return nullptr;
+}
+
+// The kernel that `stub` (a function of this module) stands for in the device image, by the stub's
+// symbol (in `*name`, from malloc: the caller frees it). Null when the symbol cannot be read (`*why`
+// says why, `*name` null), the image cannot be loaded (`*status`, `*why` null) or has no such kernel
+// (`*status` and `*why`).
+[[gnu::visibility("hidden")]] inline cudaKernel_t find_in_image(const void* stub, char** name, cudaError_t* status, const char** why) {
+  *status = cudaSuccess, *why = nullptr;
+  if ((*name = function_symbol(stub, why)) == nullptr) return nullptr;
+  *why = nullptr;
+  cudaLibrary_t library = nullptr;
+  if ((*status = device_image(&library)) != cudaSuccess) return nullptr;
+  const cudaKernel_t kernel = image_kernel(*name, status);
+  if (kernel == nullptr) *why = "is it static, or in an anonymous namespace, or instantiated with a type that is?";
+  return kernel;
+}
+
+// The kernel of each stub, found once by `resolve(stub)` (under a lock; a null result is not kept): a
+// lock-free table of what was found (GCC's atomic built-ins: <atomic> and <mutex> would double the
+// host pass's parsing). Each `Resolve` type has its own table.
+template <typename Resolve>
+[[gnu::visibility("hidden")]] inline const void* kernel_for_stub(const void* stub, const Resolve& resolve) {
+  constexpr std::size_t kSlots = 1024;  // beyond, a kernel's launches repeat the lookup
+  static const void* stubs[kSlots];
+  static const void* kernels[kSlots];
+  static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  const std::size_t home = (reinterpret_cast<std::uintptr_t>(stub) >> 4) % kSlots;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const std::size_t slot = (home + i) % kSlots;
+    const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_ACQUIRE);
+    if (seen == stub) return kernels[slot];
+    if (seen == nullptr) break;
+  }
+  struct Locked {
+    explicit Locked(pthread_mutex_t* m) : m(m) { pthread_mutex_lock(m); }
+    ~Locked() { pthread_mutex_unlock(m); }
+    pthread_mutex_t* m;
+  } locked(&mutex);
+  const void* kernel = resolve(stub);
+  if (kernel == nullptr) return nullptr;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const std::size_t slot = (home + i) % kSlots;
+    const void* seen = __atomic_load_n(&stubs[slot], __ATOMIC_RELAXED);
+    if (seen == stub) return kernels[slot];
+    if (seen == nullptr) {
+      kernels[slot] = kernel;
+      __atomic_store_n(&stubs[slot], stub, __ATOMIC_RELEASE);
+      break;
+    }
+  }
+  return kernel;  // a full table only costs the lookup again
+}
+}  // namespace host::detail
