@@ -4,19 +4,29 @@ expert-parallel dispatch (32 local experts, 1024 rows each), plain and fused wit
 per group of 128), against the unfused sequences (jitkern's silu_and_mul over the whole buffer; the computed
 rows gathered, silu_and_mul, scattered back; + the quantizer), torch, and the reference framework's masked
 kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
-% of the measured copy ceiling. Prints markdown tables."""
+% of the measured copy ceiling. Prints markdown tables.
+
+--schedules: the product's launch schedule beside the CTA count scan with a grid of threads_per_sm / threads
+CTAs an SM (benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's DeepSeek-V4
+kernel beside the masked group form and silu_and_mul over the P rows beside the sorted one; --schedules=all:
+every schedule of SCHEDULES, median of 2 interleaved rounds, and the launch floor. Every schedule's output is
+compared with the product's first."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_ops_or_none, reference_version,  # noqa: E402
-                   run_benchmark, run_benchmark_or_none, yardstick_module)
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, overhead_module,  # noqa: E402
+                   reference_ops_or_none, reference_version, run_benchmark, run_benchmark_or_none, yardstick_module)
+
+import jitkern  # noqa: E402
+from jitkern.jit import warmup as build_all  # noqa: E402
 
 from jitkern.ops import (moe_align_block_size, per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul,  # noqa: E402
                          silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8,
@@ -135,6 +145,127 @@ def masked_tables(ceiling: float) -> None:
               f"{ratio(group_pair, group)} | {fmt(ref_quant)} | {ratio(ref_quant, group)} | {fmt(ref_dsv4)} | {ratio(ref_dsv4, group)} |")
 
 
+# ---- launch schedules (--schedules) ---------------------------------------------------------------
+
+# (scan, CTAs per SM, items, group items, load-all bytes): bench_moe_act::Sched's arguments, beside the product's
+# Schedule (PRODUCT). The first is the schedule with the CTA's count scan and a grid of threads_per_sm / threads CTAs
+# an SM; --schedules=all adds the rest.
+PRODUCT = "product"
+CTA_SCAN = (0, -1, 1, 1, 0)
+SCHEDULES = {
+    "masked_group": [PRODUCT, CTA_SCAN, (0, 2, 1, 1, 0), (1, -1, 1, 1, 0), (1, 2, 1, 1, 0), (1, 2, 1, 2, 0), (1, 1, 1, 2, 0), (2, 0, 1, 1, 0),
+                     (2, 2, 1, 1, 0)],
+    "masked_act": [PRODUCT, CTA_SCAN, (1, 4, 2, 1, 0), (1, 2, 4, 1, 0), (0, 2, 4, 1, 0), (1, 1, 4, 1, 0), (2, 2, 4, 1, 0)],
+    "masked_token": [PRODUCT, CTA_SCAN, (1, -1, 1, 1, 0), (1, 4, 1, 1, 0)],
+    "sorted_act": [PRODUCT, CTA_SCAN, (0, -1, 4, 1, 0), (0, 4, 4, 1, 0), (0, 2, 4, 1, 0), (0, -1, 2, 1, 0), (0, 0, 1, 1, 0)],
+    "sorted_group": [PRODUCT, CTA_SCAN, (0, -1, 1, 2, 0), (0, 4, 1, 2, 0)],
+    "sorted_token": [PRODUCT, CTA_SCAN, (0, 4, 1, 1, 0)],
+}
+ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
+         "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
+         "sorted_group": "silu_and_mul_sorted_per_token_group_quant_fp8", "sorted_token": "silu_and_mul_sorted_per_token_quant_fp8"}
+SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait"]
+
+
+def schedule_name(kind, sched) -> str:
+    if sched == PRODUCT:
+        return "product"
+    scan, per_sm, items, group_items, load_all = sched
+    parts = [] if kind.startswith("sorted") else [SCAN[scan]]
+    parts.append({-1: "threads/SM grid", 0: "occupancy grid"}.get(per_sm, f"{per_sm} CTAs/SM"))
+    if kind.endswith("act"):
+        parts.append(f"{items} vec/turn")
+    if kind.endswith("group"):
+        parts.append(f"{group_items} groups/turn")
+    if load_all:
+        parts.append(f"load all <= {load_all >> 20} MiB")
+    return ", ".join(parts)
+
+
+def export_name(kind, sched) -> str:
+    return kind + "_" + ("product" if sched == PRODUCT else "_".join(str(v).replace("-", "m") for v in sched))
+
+
+def ops_type(sched) -> str:
+    return "bench_moe_act::ProductOps" if sched == PRODUCT else f"bench_moe_act::Ops<{', '.join(map(str, sched))}>"
+
+
+def schedule_modules(schedules):
+    """One module per kind (built at once): export_name(kind, sched) -> the entry point under that schedule."""
+    here = Path(__file__).resolve().parent
+    specs = [jitkern.JitSpec(f"bench_moe_act_{kind}", cuda_files=[str(here / "kernels" / "moe_act_schedules.cuh")],
+                             extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
+                             cuda_wrappers=[(export_name(kind, s), f"{ops_type(s)}::{ENTRY[kind]}") for s in scheds])
+             for kind, scheds in schedules.items()]
+    return dict(zip(schedules, build_all(*specs)))
+
+
+def schedule_table(kind, label, module, schedules, args, outputs, extra=None, rounds=1) -> None:
+    """Every schedule of `kind` on args + outputs (+ group size and eps for the group forms), the outputs
+    compared with the product's."""
+    tail = (128, 1e-10) if kind.endswith("group") else ()
+    fns = {schedule_name(kind, s): (lambda s=s: module[export_name(kind, s)](*args, *outputs, *tail)) for s in schedules}
+    expected = None
+    for name, fn in fns.items():
+        for o in outputs:
+            o.view(torch.uint8).fill_(0x55)
+        fn()
+        got = [o.view(torch.uint8).clone() for o in outputs]
+        if expected is None:
+            expected = got
+        elif not all(torch.equal(a, b) for a, b in zip(got, expected)):
+            print(f"<!-- {kind} {label}: {name} differs from the product -->")
+    for name, fn in (extra or {}).items():
+        try:
+            fn()
+            fns[name] = fn
+        except Exception as e:  # noqa: BLE001 - the table goes on without it
+            print(f"<!-- {name} left out: {type(e).__name__}: {str(e)[:300]} -->")
+    ranked = sorted(interleaved(fns, rounds=rounds).items(), key=lambda kv: kv[1])
+    print(f"| {kind} | {label} | " + " | ".join(f"{name} {t:.2f}" for name, t in ranked) + " |", flush=True)
+
+
+def schedules(everything: bool) -> None:
+    start = time.perf_counter()
+    scheds = {kind: v if everything else v[:2] for kind, v in SCHEDULES.items()}
+    rounds = 2 if everything else 1
+    dsv4 = reference_ops_or_none("moe.dsv4")
+    modules = schedule_modules(scheds)
+    built = time.perf_counter() - start
+    ceilings = copy_ceilings(use_cudagraph=True)
+    print(f"\n### MoE activation schedules ({environment()}; reference {reference_version()})\n")
+    print(f"us, fastest first (median of {rounds} interleaved round{'s' if rounds > 1 else ''}); bf16, d = {D}; built in {built:.0f} s. "
+          f"Measured copy ceiling: {copy_ceiling_text(ceilings)}.\n")
+    floor = {}
+    if everything:
+        empty, i = overhead_module().launch_empty_pdl, torch.zeros(16, device="cuda", dtype=torch.int32)
+        floor = {"floor: empty kernel": lambda: empty(i, i)}
+    x = torch.randn(LOCAL_EXPERTS, M_MAX, 2 * D, dtype=DTYPE, device="cuda")
+    out = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=DTYPE, device="cuda")
+    q = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=torch.float8_e4m3fn, device="cuda")
+    s1 = torch.empty(LOCAL_EXPERTS, M_MAX, device="cuda")
+    sg = torch.empty(LOCAL_EXPERTS, M_MAX, D // 128, device="cuda")
+    for t in (1, 64, 4096):
+        masked_m = masked_counts(t)
+        label = f"masked T={t} ({int(masked_m.sum())} rows)"
+        extra = dict(floor)
+        if dsv4 is not None:
+            extra["reference (CUDA, dsv4)"] = lambda m=masked_m: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=TOPK)
+        for kind, outputs, more in (("masked_group", (q, sg), extra), ("masked_act", (out,), floor), ("masked_token", (q, s1), None)):
+            schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds)
+    for t in (1, 64, 4096):
+        sorted_ids, post_pad, n, idx = sorted_layout(t)
+        P = sorted_ids.numel()
+        xs = torch.randn(P, 2 * D, dtype=DTYPE, device="cuda")
+        outs, qs = torch.empty(P, D, dtype=DTYPE, device="cuda"), torch.empty(P, D, dtype=torch.float8_e4m3fn, device="cuda")
+        label = f"sorted T={t} ({idx.numel()} / {P} rows)"
+        dense = {**floor, "silu_and_mul over P rows": lambda: silu_and_mul(outs, xs)}
+        for kind, outputs, more in (("sorted_act", (outs,), dense), ("sorted_group", (qs, torch.empty(P, D // 128, device="cuda")), None),
+                                    ("sorted_token", (qs, torch.empty(P, device="cuda")), None)):
+            schedule_table(kind, label, modules[kind], scheds[kind], (xs, sorted_ids, post_pad, n), outputs, more, rounds)
+    print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
+
+
 def main() -> None:
     ceilings = copy_ceilings(use_cudagraph=True)
     module = yardstick_module()
@@ -149,4 +280,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--schedules" in sys.argv[1:] or "--schedules=all" in sys.argv[1:]:
+        schedules(everything="--schedules=all" in sys.argv[1:])
+    else:
+        main()

@@ -9,9 +9,10 @@
 // rounded product with one dynamic scale per row (per_token_quant_fp8's) or per group of 128 outputs
 // (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
 //
-// The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows) and the GPU, each
-// CTA striding over the rows it visits after its PDL wait (sorted: all P, each checked against its id and
-// the count; masked: the computed rows, counted from masked_m).
+// The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows), at most the CTAs
+// the GPU holds at once, each CTA striding over the rows it visits after its PDL wait (sorted: all P, each
+// checked against its id and the count; masked: the computed rows, counted from masked_m by each warp for
+// up to 32 experts, else by the CTA in shared memory).
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -28,6 +29,9 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#ifndef __CUDACC_RTC__
+#include <atomic>  // the occupancy cache (host code)
+#endif
 
 namespace jitkern_moe_act {
 
@@ -44,7 +48,7 @@ namespace quant = device::quant;
 // The per-token kernel: a CTA per row, kRowRegVecs vectors of the row per thread held in registers.
 constexpr int kRowThreadsBound = host::kRowKernels.max_cta_threads;
 constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
-// Experts of the masked layout: their row counts are scanned into shared memory by every CTA.
+// Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
@@ -54,10 +58,8 @@ struct RowAt {
   int64_t in, out, scale;
 };
 
-// The rows a kernel visits, [0, rows), and the bound below which a row may be computed (`limit`).
-struct Visit {
-  int64_t rows, limit;
-};
+// A layout's rows: visit(wait) calls wait() (the PDL wait) and returns the State that at(state, f) reads;
+// state.rows is how many rows the kernels visit. at() is called by every thread of the CTA together.
 
 // The sorted layout: row f is row f of the [P, ...] tensors. Every one of the P rows is visited, so that
 // the loop does not wait for *num_post_pad: its load and a row's id load are in flight together.
@@ -67,31 +69,47 @@ struct SortedRows {
   int64_t capacity;  // P
   uint32_t num_ids;
   int64_t in_stride, out_stride, scale_stride;
-  struct Shared {};
-  __device__ __forceinline__ Visit visit(Shared&) const { return {capacity, *num_post_pad}; }
+  struct State {
+    int64_t rows, limit;  // limit: *num_post_pad
+  };
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    wait();
+    return {capacity, *num_post_pad};
+  }
   // Computed: below *num_post_pad, and an id in [0, num_ids) (negative ids compare as large unsigned ones).
-  __device__ __forceinline__ RowAt at(const Shared&, int64_t f, int64_t limit) const {
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
     const bool id_valid = static_cast<uint32_t>(sorted_ids[f]) < num_ids;
-    return {id_valid & (f < limit), f * in_stride, f * out_stride, f * scale_stride};
+    return {id_valid & (f < s.limit), f * in_stride, f * out_stride, f * scale_stride};
   }
 };
 
 // The masked layout: row f is row m of expert e, the experts' computed rows one after another.
-struct MaskedRows {
+struct MaskedLayout {
   const int32_t* masked_m;
   int experts;
   int32_t m_max;
   int64_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
-  struct Shared {
-    int32_t ends[kMaxExperts];  // expert e's rows end at ends[e] in the computed-row order
-  };
   __device__ __forceinline__ int32_t rows_of(int e) const {
     const int32_t m = masked_m[e];
     return m <= 0 ? 0 : (m < m_max ? m : m_max);
   }
-  // The computed rows, counted: every thread of the CTA takes part (a few consecutive experts each, one
-  // prefix sum).
-  __device__ __forceinline__ Visit visit(Shared& s) const {
+  __device__ __forceinline__ RowAt locate(int64_t e, int64_t m) const {
+    return {true, e * in_expert + m * in_row, e * out_expert + m * out_row, e * scale_expert + m * scale_row};
+  }
+};
+
+// Any number of experts (up to kMaxExperts): the row counts' prefix sum in shared memory, computed by the
+// whole CTA (a few consecutive experts per thread).
+struct MaskedRows : MaskedLayout {
+  struct State {
+    const int32_t* ends;  // expert e's rows end at ends[e] in the computed-row order (shared memory)
+    int64_t rows;
+  };
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    __shared__ int32_t ends[kMaxExperts];
+    wait();
     const int per = (experts + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int first = static_cast<int>(threadIdx.x) * per;
     int32_t sum = 0;
@@ -100,19 +118,62 @@ struct MaskedRows {
     int32_t total;
     int32_t end = device::cta::exclusive_sum_once(sum, total);
     for (int k = 0; k < per; ++k)
-      if (first + k < experts) s.ends[first + k] = end += rows_of(first + k);  // masked_m again: an L1 hit
+      if (first + k < experts) ends[first + k] = end += rows_of(first + k);  // masked_m again: an L1 hit
     __syncthreads();
-    return {total, total};
+    return {ends, total};
   }
-  __device__ __forceinline__ RowAt at(const Shared& s, int64_t f, int64_t) const {
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
     int lo = 0, hi = experts - 1;  // the first expert whose rows end after f
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
       if (s.ends[mid] > f) hi = mid;
       else lo = mid + 1;
     }
-    const int64_t m = f - (lo > 0 ? s.ends[lo - 1] : 0);
-    return {true, lo * in_expert + m * in_row, lo * out_expert + m * out_row, lo * scale_expert + m * scale_row};
+    return locate(lo, f - (lo > 0 ? s.ends[lo - 1] : 0));
+  }
+};
+
+// At most a warp's width of experts: every warp scans the counts itself, lane e holding where expert e's
+// rows end (no shared memory, no barrier), and finds a row's expert by shuffles.
+struct MaskedRowsWarp : MaskedLayout {
+  static constexpr int kMaxWarpExperts = device::kWarpThreads;
+  struct State {
+    int32_t end;  // this lane's expert's rows end here (lanes past the experts: the total)
+    int64_t rows;
+  };
+  __device__ __forceinline__ State scan(int32_t rows) const {
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    int32_t end = rows;
+#pragma unroll
+    for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
+      const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
+      if (lane >= offset) end += o;
+    }
+    return {end, __shfl_sync(0xffffffffu, end, device::kWarpThreads - 1)};
+  }
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    wait();
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    return scan(lane < experts ? rows_of(lane) : 0);
+  }
+  // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes), by bisection.
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
+    int e = 0;
+#pragma unroll
+    for (int step = device::kWarpThreads / 2; step > 0; step /= 2)
+      if (__shfl_sync(0xffffffffu, s.end, e + step - 1) <= f) e += step;
+    const int32_t begin = __shfl_sync(0xffffffffu, s.end, e > 0 ? e - 1 : 0);
+    return locate(e, f - (e > 0 ? begin : 0));
+  }
+};
+
+// The PDL wait, with the trigger after it where the launch did not trigger at the start.
+struct WaitPrimary {
+  bool triggered;
+  __device__ __forceinline__ void operator()() const {
+    device::pdl_wait_primary();
+    if (!triggered) device::pdl_trigger_secondary();
   }
 };
 
@@ -121,71 +182,99 @@ __device__ __forceinline__ int64_t quotient(int64_t v, int64_t n, bool narrow) {
   return narrow ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(n)} : v / n;
 }
 
-// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows, a vector per thread and turn.
-template <typename Rows, typename T, int kVec>
+// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows: kItems vectors per thread and turn
+// (kActThreads apart), every item's row located before any data is loaded, so that a turn waits for one
+// id load, not kItems of them. kLoadAll: the data of every item is loaded with its row's lookup, before
+// the row is known to be computed (tiny buffers: a dependent load costs more than the padding's bytes).
+template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
-  __shared__ typename Rows::Shared shared;
+  constexpr int64_t kTile = int64_t{kActThreads} * kItems;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (!trigger_at_start) device::pdl_trigger_secondary();
-  const Visit visit = rows.visit(shared);
-  const int64_t row_vecs = d / kVec, total = visit.rows * row_vecs;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  const int64_t row_vecs = d / kVec, total = state.rows * row_vecs;
   const bool narrow = total <= UINT32_MAX;
-  for (int64_t v = int64_t{blockIdx.x} * kActThreads + threadIdx.x; v < total; v += int64_t{gridDim.x} * kActThreads) {
-    const int64_t f = quotient(v, row_vecs, narrow), col = (v - f * row_vecs) * kVec;
-    const RowAt r = rows.at(shared, f, visit.limit);
-    if (!r.valid) continue;
-    AlignedVector<T, kVec> gate, up;
-    gate.load(in + r.in + col);
-    up.load(in + r.in + d + col);
-    const Gated<T, kVec> y = gated<Silu>(gate, up);
-    y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r.out + col));
+  // Turns the whole CTA takes together (at() may shuffle across the warp).
+  for (int64_t base = int64_t{blockIdx.x} * kTile + threadIdx.x; base - threadIdx.x < total; base += int64_t{gridDim.x} * kTile) {
+    RowAt r[kItems];
+    int64_t col[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const bool in_range = base + k * kActThreads < total;
+      const int64_t v = in_range ? base + k * kActThreads : 0, f = quotient(v, row_vecs, narrow);
+      col[k] = (v - f * row_vecs) * kVec;
+      r[k] = rows.at(state, f);
+      r[k].valid = r[k].valid && in_range;
+    }
+    AlignedVector<T, kVec> gate[kItems], up[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (kLoadAll || r[k].valid) {
+        gate[k].load(in + r[k].in + col[k]);
+        up[k].load(in + r[k].in + d + col[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (!r[k].valid) continue;
+      const Gated<T, kVec> y = gated<Silu>(gate[k], up[k]);
+      y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r[k].out + col[k]));
+    }
   }
 #endif
 }
 
 // The computed rows' products quantized per group of kActGroupSize outputs: kLanes lanes per group, kPerLane
-// vectors each (lane l holds vectors l, l + kLanes, ...), scales[row's offset + g * group_stride]. Every
-// CTA takes the same number of turns (the group's votes and shuffles need whole warps).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane>
+// vectors each (lane l holds vectors l, l + kLanes, ...), scales[row's offset + g * group_stride]; kItems
+// groups per lane set and turn, their rows located before any data is loaded. Every CTA takes the same
+// number of turns (the group's votes and shuffles need whole warps).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                          int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
-  __shared__ typename Rows::Shared shared;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (!trigger_at_start) device::pdl_trigger_secondary();
-  const Visit visit = rows.visit(shared);
-  const int64_t groups_per_row = d / kActGroupSize, total = visit.rows * groups_per_row;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  const int64_t groups_per_row = d / kActGroupSize, total = state.rows * groups_per_row;
   const bool narrow = total <= UINT32_MAX;
   const int lane = static_cast<int>(threadIdx.x % kLanes);
-  for (int64_t first = int64_t{blockIdx.x} * kGroupsPerCta; first < total; first += int64_t{gridDim.x} * kGroupsPerCta) {
-    const int64_t group = first + threadIdx.x / kLanes;
-    bool valid = group < total;
-    const int64_t f = valid ? quotient(group, groups_per_row, narrow) : 0, g = group - f * groups_per_row;
-    RowAt r{false, 0, 0, 0};
-    if (valid) r = rows.at(shared, f, visit.limit);
-    valid = valid && r.valid;
-    const int64_t col = g * kActGroupSize + lane * kVec;
-    AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
-    Gated<T, kVec> y[kPerLane];
+  for (int64_t first = int64_t{blockIdx.x} * kGroupsPerCta * kItems; first < total; first += int64_t{gridDim.x} * kGroupsPerCta * kItems) {
+    RowAt r[kItems];
+    int64_t g[kItems];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      if (valid) {
-        gate[j].load(in + r.in + col + j * kLanes * kVec);
-        up[j].load(in + r.in + d + col + j * kLanes * kVec);
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t group = first + k * kGroupsPerCta + threadIdx.x / kLanes;
+      const bool in_range = group < total;
+      const int64_t f = in_range ? quotient(group, groups_per_row, narrow) : 0;
+      g[k] = in_range ? group - f * groups_per_row : 0;
+      r[k] = rows.at(state, f);
+      r[k].valid = r[k].valid && in_range;
+    }
+    AlignedVector<T, kVec> gate[kItems][kPerLane], up[kItems][kPerLane];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t col = g[k] * kActGroupSize + lane * kVec;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        if (r[k].valid) {
+          gate[k][j].load(in + r[k].in + col + j * kLanes * kVec);
+          up[k][j].load(in + r[k].in + d + col + j * kLanes * kVec);
+        }
       }
     }
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
-    // The row's scales as a row of their own: group g of 1 row of groups_per_row.
-    const quant::GroupScales row_scales{scales + r.scale, 0, group_stride, false};
-    quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, valid, q + r.out + col, eps, row_scales, g, groups_per_row, groups_per_row);
+    for (int k = 0; k < kItems; ++k) {
+      Gated<T, kVec> y[kPerLane];
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[k][j], up[k][j]);
+      // The row's scales as a row of their own: group g of 1 row of groups_per_row.
+      const quant::GroupScales row_scales{scales + r[k].scale, 0, group_stride, false};
+      quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kVec, eps,
+                                                                  row_scales, g[k], groups_per_row, groups_per_row);
+    }
   }
 #endif
 }
@@ -211,16 +300,13 @@ __global__ void __launch_bounds__(kRowThreadsBound)
                                          bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr bool kWider = kFit == RowFit::kWider;
-  __shared__ typename Rows::Shared shared;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (!trigger_at_start) device::pdl_trigger_secondary();
-  const Visit visit = rows.visit(shared);
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
   const int nvec = static_cast<int>(d / kVec), rank = threadIdx.x, size = blockDim.x;
   const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
   const device::norm::CtaGroup<false> cta;
-  for (int64_t f = blockIdx.x; f < visit.rows; f += gridDim.x) {
-    const RowAt r = rows.at(shared, f, visit.limit);  // the same for every thread: the CTA skips or computes the row
+  for (int64_t f = blockIdx.x; f < state.rows; f += gridDim.x) {
+    const RowAt r = rows.at(state, f);  // the same for every thread: the CTA skips or computes the row
     if (!r.valid) continue;
     const T* src = in + r.in;
     uint8_t* dst = q + r.out;
@@ -265,23 +351,60 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 
-// A persistent grid: enough CTAs for `items` (the capacity's) at `per_cta` each, at most as many as the GPU
-// holds at once.
-inline unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, DLDevice device) {
-  const host::RowPolicy policy = host::row_policy(device);
-  const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * (policy.threads_per_sm / threads);
-  const int64_t needed = host::div_ceil(items, per_cta);
+// CTAs of kKernel at `threads` a CTA that an SM holds at once: the occupancy API's answer, asked once per
+// kernel and width (a module is built for one architecture).
+template <auto kKernel>
+int ctas_per_sm(int threads, DLDevice device) {
+  static std::atomic<int> cached[kRowThreadsBound / device::kWarpThreads + 1];
+  std::atomic<int>& slot = cached[threads / device::kWarpThreads];
+  int ctas = slot.load(std::memory_order_relaxed);
+  if (ctas == 0) {
+    const host::DeviceGuard guard(device.device_id);  // the occupancy API asks the current device
+    ctas = host::runtime::get_blocks_per_sm(kKernel, threads);
+    host::RuntimeCheck(ctas > 0, "a kernel of the MoE activations cannot run with ", threads, " threads a CTA");
+    slot.store(ctas, std::memory_order_relaxed);
+  }
+  return ctas;
+}
+
+// A persistent grid of kKernel: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
+// `per_sm` CTAs an SM (-1: the resident threads' share, threads_per_sm / threads; 0: as many as the
+// occupancy API fits; k > 0: k, or fewer where fewer fit).
+template <auto kKernel>
+unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
+  int64_t ctas = per_sm < 0 ? host::row_policy(device).threads_per_sm / threads : ctas_per_sm<kKernel>(threads, device);
+  if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
+  const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
-template <typename T>
+// How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
+// benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
+// not fit the GPU at once runs its count scan in two waves.
+struct Schedule {
+  static constexpr int kItems = 1;             // silu_and_mul: vectors per thread and turn
+  static constexpr int kGroupItems = 1;        // group quantization: groups per lane set and turn
+  static constexpr int64_t kLoadAllBytes = 1 << 20;  // sorted silu_and_mul: every row's data loaded with its id up to this input size
+  static constexpr int kCtasPerSm = 0;         // persistent_grid's per_sm: as many as the occupancy API fits
+  // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
+  template <typename F>
+  static void masked_rows(const MaskedLayout& layout, F&& f) {
+    if (layout.experts <= MaskedRowsWarp::kMaxWarpExperts) {
+      f(MaskedRowsWarp{layout});
+    } else {
+      f(MaskedRows{layout});
+    }
+  }
+};
+
+template <typename T, typename S = Schedule>
 struct MoeActOps {
   // input [P, 2d] -> out [P, d] for the computed rows of the sorted layout.
   static void silu_and_mul_sorted(jitkern::TensorView input, jitkern::TensorView sorted_token_ids, jitkern::TensorView num_tokens_post_pad,
                                   int64_t num_ids, jitkern::TensorView out) {
     auto device = host::SymbolicDevice{};
     const Sorted s = sorted(input, sorted_token_ids, num_tokens_post_pad, num_ids, out, "out", host::DTypeList<T>{}, nullptr, device);
-    elementwise(s.rows, s.op);
+    elementwise(s.rows, s.op, s.op.capacity * s.op.d * 2 * int64_t{sizeof(T)} <= S::kLoadAllBytes);
   }
   // ... -> output_q [P, d] (fp8 e4m3), output_s fp32 [P] (any stride): one dynamic scale per computed row.
   static void silu_and_mul_sorted_per_token_quant_fp8(jitkern::TensorView input, jitkern::TensorView sorted_token_ids,
@@ -314,7 +437,7 @@ struct MoeActOps {
   static void silu_and_mul_masked(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView out) {
     auto device = host::SymbolicDevice{};
     const Masked m = masked(input, masked_m, out, "out", host::DTypeList<T>{}, nullptr, device);
-    elementwise(m.rows, m.op);
+    S::masked_rows(m.rows, [&](const auto& rows) { elementwise(rows, m.op, false); });
   }
   // ... -> output_q [E, M, d] (fp8 e4m3), output_s fp32 [E, M] (any strides).
   static void silu_and_mul_masked_per_token_quant_fp8(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView output_q,
@@ -325,7 +448,7 @@ struct MoeActOps {
     host::TensorMatcher({m.experts, m.m_max}).with_strides({se, sm}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
         output_s, "output_s");
     m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
-    token_quant(m.rows, m.op, static_cast<float*>(output_s.data_ptr()));
+    S::masked_rows(m.rows, [&](const auto& rows) { token_quant(rows, m.op, static_cast<float*>(output_s.data_ptr())); });
   }
   // ... -> output_q [E, M, d] (fp8 e4m3), output_s fp32 [E, M, d / 128] (any strides: row-major, or
   // column-major per expert, an [E, d / 128, M] buffer transposed).
@@ -339,7 +462,9 @@ struct MoeActOps {
     host::TensorMatcher({m.experts, m.m_max, m.op.d / kActGroupSize}).with_strides({se, sm, sg}).with_dtype<float>().with_device(
         host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
     m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
-    group_quant(m.rows, m.op, static_cast<float*>(output_s.data_ptr()), sg.has_value() ? sg.unwrap() : 0, eps);
+    S::masked_rows(m.rows, [&](const auto& rows) {
+      group_quant(rows, m.op, static_cast<float*>(output_s.data_ptr()), sg.has_value() ? sg.unwrap() : 0, eps);
+    });
   }
 
  private:
@@ -358,7 +483,7 @@ struct MoeActOps {
     Operands op;
   };
   struct Masked {
-    MaskedRows rows;
+    MaskedLayout rows;
     Operands op;
     int64_t experts, m_max;
   };
@@ -437,21 +562,24 @@ struct MoeActOps {
             m_max};
   }
 
+  // load_all: the kernel that loads every visited row's data with its lookup (built where S allows it, for
+  // aligned rows).
   template <typename Rows>
-  static void elementwise(const Rows& rows, const Operands& op) {
+  static void elementwise(const Rows& rows, const Operands& op, bool load_all) {
     using namespace host;
     if (op.capacity * op.d == 0) return;
-    const auto launch = [&](auto vec_tag) {
+    const auto launch = [&](auto vec_tag, auto load_all_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      const unsigned grid = persistent_grid(op.capacity * (op.d / kVec), kActThreads, kActThreads, op.device);
-      LaunchKernel(grid, kActThreads, op.device)
-          .enable_pdl()(silu_and_mul_rows_kernel<Rows, T, kVec>, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
+      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value>;
+      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * S::kItems, kActThreads, S::kCtasPerSm,
+                                                    op.device);
+      LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
     };
-    if (op.vec == device::kVec16<T>) {
-      launch(std::integral_constant<int, device::kVec16<T>>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
+    if (op.vec != device::kVec16<T>) return launch(std::integral_constant<int, 1>{}, std::false_type{});
+    if constexpr (S::kLoadAllBytes > 0) {
+      if (load_all) return launch(std::integral_constant<int, device::kVec16<T>>{}, std::true_type{});
     }
+    launch(std::integral_constant<int, device::kVec16<T>>{}, std::false_type{});
   }
 
   template <typename Rows>
@@ -461,10 +589,12 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto lanes_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = kActGroupSize / kLanes / kVec;
-      const unsigned grid = persistent_grid(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes, kActGroupThreads, op.device);
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems>;
+      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * S::kGroupItems,
+                                                    kActGroupThreads, S::kCtasPerSm, op.device);
       LaunchKernel(grid, kActGroupThreads, op.device)
-          .enable_pdl()(silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane>, rows, op.in, static_cast<uint8_t*>(op.out), scales,
-                        group_stride, op.d, static_cast<float>(eps), host::pdl_early_trigger(grid));
+          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
+                        host::pdl_early_trigger(grid));
     };
     constexpr int kVec = device::kVec16<T>;
     if (op.vec == kVec) {
@@ -483,18 +613,19 @@ struct MoeActOps {
       constexpr int kVec = decltype(vec_tag)::value;
       const int64_t nvec = op.d / kVec;
       const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
-      const unsigned grid = persistent_grid(op.capacity, 1, threads, op.device);
-      LaunchKernel run(grid, threads, op.device);
-      run.enable_pdl();
-      const bool early = host::pdl_early_trigger(grid);
-      auto* q = static_cast<uint8_t*>(op.out);
+      const auto run = [&](auto fit_tag) {
+        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(fit_tag)::value>;
+        const unsigned grid = persistent_grid<kernel>(op.capacity, 1, threads, S::kCtasPerSm, op.device);
+        LaunchKernel(grid, threads, op.device)
+            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
+      };
       const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
       if (fit == RowFit::kExact) {
-        run(silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, RowFit::kExact>, rows, op.in, q, scales, op.d, early);
+        run(std::integral_constant<RowFit, RowFit::kExact>{});
       } else if (fit == RowFit::kFits) {
-        run(silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, RowFit::kFits>, rows, op.in, q, scales, op.d, early);
+        run(std::integral_constant<RowFit, RowFit::kFits>{});
       } else {
-        run(silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, RowFit::kWider>, rows, op.in, q, scales, op.d, early);
+        run(std::integral_constant<RowFit, RowFit::kWider>{});
       }
     };
     if (op.vec == device::kVec16<T>) {

@@ -131,6 +131,25 @@ def test_sorted_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, tokens, experts
         assert (q.view(torch.uint8)[~computed] == POISON).all()
 
 
+@pytest.mark.parametrize("tokens,d", [(1, 2048), (3, 512), (2, 100)])  # inputs of at most 1 MiB; d = 100: element by element
+def test_sorted_small_buffers_use_only_the_computed_rows(tokens, d):
+    """Small buffers' padding rows hold NaN and inf: the computed rows' outputs are silu_and_mul's of their own
+    inputs, the padding rows' outputs are left as they were."""
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_sorted
+
+    sorted_ids, post_pad, n, computed = _sorted_layout(tokens, 16, 4, 16, seed=d)
+    P = sorted_ids.numel()
+    x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda")
+    x[~computed, ::2] = float("nan")
+    x[~computed, 1::2] = float("inf")
+    out = torch.full((P, d), -5.0, dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_sorted(x, sorted_ids, post_pad, n, out)
+    assert torch.isfinite(out[computed]).all()
+    _close(out[computed], _reference(x[computed]), "bfloat16")
+    assert (out[~computed] == -5.0).all(), "a padding row was written"
+
+
 def test_sorted_reads_the_count_and_ids_on_the_device():
     """Rows past num_tokens_post_pad are skipped even where their ids are valid (other producers leave the tail
     as it was), and a row whose id is num_ids or negative is padding."""
@@ -166,7 +185,8 @@ def test_sorted_reads_the_count_and_ids_on_the_device():
 
 # ---- masked layout ---------------------------------------------------------------------------------
 
-MASKED_SHAPES = [(1, 1, 14336), (8, 16, 2048), (4, 128, 7168 // 2), (32, 64, 256), (3, 5, 100), (256, 8, 128), (1024, 2, 256)]
+# (32 and 33 experts: the most one warp scans, and one more)
+MASKED_SHAPES = [(1, 1, 14336), (8, 16, 2048), (4, 128, 7168 // 2), (32, 64, 256), (33, 5, 256), (3, 5, 100), (256, 8, 128), (1024, 2, 256)]
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
@@ -187,7 +207,7 @@ def test_masked_against_float64_and_masked_rows_untouched(dtype_name, experts, m
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize("experts,m_max,d", [(8, 32, 2048), (2, 300, 512), (48, 7, 1024), (6, 4, 14336)])
+@pytest.mark.parametrize("experts,m_max,d", [(8, 32, 2048), (2, 300, 512), (32, 40, 1024), (33, 3, 512), (48, 7, 1024), (6, 4, 14336)])
 def test_masked_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, experts, m_max, d):
     torch = _torch()
     from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8,

@@ -1,0 +1,53 @@
+// Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
+// points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
+// kGroupItems, kLoadAll>:
+//   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
+//          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
+//          reading early is worth; wrong where the previous kernel writes masked_m);
+//   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k);
+//   kItems, kGroupItems, kLoadAll: Schedule's kItems, kGroupItems, kLoadAllBytes.
+#pragma once
+
+#include <moe_act.cuh>
+
+namespace bench_moe_act {
+
+using namespace jitkern_moe_act;
+
+// kScan 2's rows: the counts loaded before the wait, scanned after it.
+struct MaskedRowsWarpEarly : MaskedRowsWarp {
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    const int32_t rows = lane < experts ? rows_of(lane) : 0;
+    wait();
+    return scan(rows);
+  }
+};
+
+#ifndef __CUDACC_RTC__
+template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll>
+struct Sched {
+  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kPerSm;
+  static constexpr int64_t kLoadAllBytes = kLoadAll;
+  template <typename F>
+  static void masked_rows(const MaskedLayout& layout, F&& f) {
+    if constexpr (kScan == 0) {
+      f(MaskedRows{layout});
+    } else {
+      host::RuntimeCheck(layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
+      if constexpr (kScan == 1) {
+        f(MaskedRowsWarp{layout});
+      } else {
+        f(MaskedRowsWarpEarly{layout});
+      }
+    }
+  }
+};
+
+template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll>
+using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll>>;
+using ProductOps = MoeActOps<bf16_t>;
+#endif  // __CUDACC_RTC__
+
+}  // namespace bench_moe_act
