@@ -384,7 +384,7 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 struct Schedule {
   static constexpr int kItems = 1;             // silu_and_mul: vectors per thread and turn
   static constexpr int kGroupItems = 1;        // group quantization: groups per lane set and turn
-  static constexpr int64_t kLoadAllBytes = 1 << 20;  // sorted silu_and_mul: every row's data loaded with its id up to this input size
+  static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
   static constexpr int kCtasPerSm = 0;         // persistent_grid's per_sm: as many as the occupancy API fits
   // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
   template <typename F>

@@ -131,7 +131,7 @@ def test_sorted_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, tokens, experts
         assert (q.view(torch.uint8)[~computed] == POISON).all()
 
 
-@pytest.mark.parametrize("tokens,d", [(1, 2048), (3, 512), (2, 100)])  # inputs of at most 1 MiB; d = 100: element by element
+@pytest.mark.parametrize("tokens,d", [(1, 2048), (3, 512), (2, 100)])  # small buffers; d = 100: element by element
 def test_sorted_small_buffers_use_only_the_computed_rows(tokens, d):
     """Small buffers' padding rows hold NaN and inf: the computed rows' outputs are silu_and_mul's of their own
     inputs, the padding rows' outputs are left as they were."""
