@@ -482,8 +482,8 @@ struct QuantOps {
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
       constexpr bool kFlat = decltype(flat_tag)::value;
-      const int64_t lanes = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes}) * kQuantGroupThreads;
-      const bool late = host::pdl_late_trigger(lanes, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm);
+      const int64_t narrow_grid_threads = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes}) * kQuantGroupThreads;
+      const bool late = host::pdl_late_trigger(narrow_grid_threads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm);
       const int threads = late ? kQuantGroupWideThreads : kQuantGroupThreads;
       const unsigned grid = checked_grid(div_ceil(total_groups, int64_t{threads / kLanes}));
       const bool early = host::pdl_early_trigger(grid);
