@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "base/sha256.h"
@@ -113,6 +115,19 @@ TEST(HostTransform, RoutesKernelTakingRuntimeCalls) {
   EXPECT_NE(r.text.find(" jitkern_compat_cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n"), std::string::npos);
   EXPECT_NE(r.text.find(" cudaMalloc(&p"), std::string::npos);  // not a kernel: unchanged
   EXPECT_EQ(std::count(routed_functions().begin(), routed_functions().end(), "cudaLaunchKernelExC"), 1);
+}
+
+// The rewrite renames each routed call to jitkern_compat_<name>: <jitkern/compat/host_launch.h> must define
+// every one (a missing wrapper fails the rewritten module's host compile, which then takes cudafe++).
+TEST(HostTransform, EveryRoutedCallHasItsWrapperAndRuntimeBinding) {
+  std::ifstream in(std::string(JITKERN_SOURCE_DIR) + "/include/jitkern/compat/host_launch.h");
+  ASSERT_TRUE(in.good());
+  std::stringstream header;
+  header << in.rdbuf();
+  for (const std::string& name : routed_functions()) {
+    EXPECT_NE(header.str().find("inline cudaError_t jitkern_compat_" + name + "("), std::string::npos) << name;
+    EXPECT_NE(header.str().find("JITKERN_COMPAT_RUNTIME(" + name + ");"), std::string::npos) << name;
+  }
 }
 
 TEST(HostTransform, TripleChevronLaunchesOfNamedKernelsBecomeRoutedCalls) {
