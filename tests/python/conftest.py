@@ -11,6 +11,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 KERNELS = HERE / "kernels"
 
+# Streams that signal each other (test_wait_value) must not share a hardware queue (docs/ops.md, stream
+# signalling); set before any test creates a CUDA context.
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+
 # The exports of kernels/primitives.cuh that the GPU tests call; the CPU-side compile check builds the same list.
 PRIMITIVES_WRAPPERS = [("reductions", "reductions"), ("atomic_max", "atomic_max"), ("vector_copy", "vector_copy"),
                        ("runtime_info", "runtime_info"), ("launch_rules", "launch_rules"), ("copy_new", "copy_new"), ("zeros_new", "zeros_new")]

@@ -1,5 +1,7 @@
 """add_constant on the GPU: correctness on fresh random inputs of odd sizes, and bad input rejected."""
 
+import importlib
+
 import pytest
 from add_constant_cases import CONSTANTS
 
@@ -59,9 +61,11 @@ def test_runs_on_current_stream_and_in_cuda_graph():
 
 def test_bad_inputs_rejected_naming_the_argument():
     """The C++ entry point names the bad tensor (TypeError for a dtype, ValueError for a device, layout
-    or shape); Python checks only the constant, which picks the instantiation."""
+    or shape); Python checks the constant, which picks the instantiation, and before that constant's
+    module is loaded, that src is a CUDA tensor. Either way the message does not depend on test order."""
     torch = _torch()
     from jitkern.ops import add_constant
+    add_constant_module = importlib.import_module("jitkern.ops.add_constant")  # the attribute is the function
 
     def rejects(error, match, *args, **kwargs):
         with pytest.raises(error, match=match) as info:
@@ -69,6 +73,11 @@ def test_bad_inputs_rejected_naming_the_argument():
         assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
 
     good = torch.zeros(4, dtype=torch.int32, device="cuda")
+    # Before a constant's module is loaded, Python refuses a tensor the kernels cannot take (no compile for it).
+    unloaded = next(c for c in range(1000, 2000) if c not in add_constant_module._FUNCTIONS)
+    rejects(ValueError, "src must be a CUDA tensor, got cpu", torch.zeros(4, dtype=torch.int32), unloaded)
+    assert unloaded not in add_constant_module._FUNCTIONS
+    add_constant(good, 1)  # from here on, the C++ entry point's checks
     rejects(ValueError, "src: Device mismatch: cpu:0", torch.zeros(4, dtype=torch.int32), 1)
     rejects(TypeError, "src: DType mismatch: float32", torch.zeros(4, dtype=torch.float32, device="cuda"), 1)
     rejects(ValueError, r"src must be contiguous, got strides \(1, 4\)", torch.zeros(4, 4, dtype=torch.int32, device="cuda").t(), 1)

@@ -233,7 +233,7 @@ def test_record_and_wait_captured_in_two_graphs(flag):
         data.add_(1.0)
         event.record(11)
     with torch.cuda.graph(consume, stream=consumer):
-        event.wait(11)
+        event.wait(11, timeout_ms=30_000)  # a failure must not hang the suite where the watchdog's release cannot run
         out.copy_(data)
     torch.cuda.synchronize()
     assert event.value == 0, "capturing must not run the record"
