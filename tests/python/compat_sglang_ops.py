@@ -43,7 +43,7 @@ def timing_table(runs: dict) -> str:
         return None if any("error" in r for r in res.values()) else sum(r["seconds"] for r in res.values())
 
     every = "all (cold start)"
-    lines = ["| op | reference s | jitkern s | jitkern / reference |", "|---|---|---|---|"]
+    lines = ["| op | modules built | reference s | jitkern s | jitkern / reference |", "|---|---|---|---|---|"]
     for op in list(runs["reference"][0]) + [every]:
         seconds = {}
         for engine, results in runs.items():
@@ -51,7 +51,9 @@ def timing_table(runs: dict) -> str:
             seconds[engine] = statistics.median(values) if values and None not in values else None
         ref, ours = seconds["reference"], seconds["jitkern"]
         fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
-        lines.append(f"| {op} | {fmt(ref)} | {fmt(ours)} | {f'{ours / ref:.2f}' if ref and ours else 'n/a'} |")
+        built = [len(res[op].get("built", ())) for res in runs["jitkern"] if op in res]  # per op, e.g. rmsnorm: one per hidden size
+        modules = sum(len(r.get("built", ())) for r in runs["jitkern"][0].values()) if op == every else (built[0] if built else "?")
+        lines.append(f"| {op} | {modules} | {fmt(ref)} | {fmt(ours)} | {f'{ours / ref:.2f}' if ref and ours else 'n/a'} |")
     return "\n".join(lines)
 
 
