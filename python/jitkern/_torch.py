@@ -101,7 +101,8 @@ class ModuleExports:
         fn = self._functions.get(op)
         if fn is None:
             check_not_capturing(f"the {self._what} module", "jitkern.ops.warmup()")
-            fn = self._functions.setdefault(op, positional(self._spec().load(), op))
+            self.warmup()
+            fn = self._functions[op]
         return fn
 
     def specs(self, exports=None, dtypes=None, constants=()) -> list:
@@ -109,6 +110,8 @@ class ModuleExports:
         return [self._spec()]
 
     def warmup(self, exports=None, dtypes=(), constants=()) -> None:
+        """Loads the module and looks up every export: once one export has been called, the others may be
+        called inside a CUDA graph capture too."""
         module = self._spec().load()
         for op in self.params:
             self._functions.setdefault(op, positional(module, op))

@@ -4,6 +4,7 @@ driver's stream memory operations and through the spin kernel. Every test that w
 that releases the stream (and fails the test) if the release under test never comes."""
 
 import contextlib
+import importlib
 import threading
 import time
 
@@ -43,6 +44,15 @@ def _watchdog(release, seconds=10.0):
     finally:
         timer.cancel()
     assert not fired.is_set(), "the watchdog had to release the waiting stream"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sleep_kernel_loaded():
+    """torch's sleep kernel (_busy) loaded before any stream waits: under CUDA's lazy loading a kernel's
+    first launch waits for the kernels running, so a first _busy behind a waiting stream would deadlock."""
+    torch = _torch()
+    torch.cuda._sleep(1)
+    torch.cuda.synchronize()
 
 
 def _busy(stream, ms=30):
@@ -233,7 +243,7 @@ def test_record_and_wait_captured_in_two_graphs(flag):
         data.add_(1.0)
         event.record(11)
     with torch.cuda.graph(consume, stream=consumer):
-        event.wait(11, timeout_ms=30_000)  # a failure must not hang the suite where the watchdog's release cannot run
+        event.wait(11)
         out.copy_(data)
     torch.cuda.synchronize()
     assert event.value == 0, "capturing must not run the record"
@@ -248,6 +258,26 @@ def test_record_and_wait_captured_in_two_graphs(flag):
         consumer.synchronize()
     assert torch.all(out == 1.0)
     assert event.value == 11
+
+
+def test_every_export_is_callable_inside_a_capture_once_one_was_called():
+    """The module loads with its first call; the exports not called yet may then be captured."""
+    torch = _torch()
+    wait_value = importlib.import_module("jitkern.ops.wait_value")
+    wait_value._function._functions.clear()  # as in a fresh process (the engine memoises the module's load)
+    event = _ops().Event()  # its first call: event_create
+    stream, out = torch.cuda.Stream(), torch.zeros(16, device="cuda")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        event.wait(4)  # event_wait, not called before in this "process"
+        out.add_(1.0)
+    with _watchdog(lambda: event.set(4)):
+        with torch.cuda.stream(stream):
+            graph.replay()
+        event.set(4)
+        stream.synchronize()
+    assert torch.all(out == 1.0)
 
 
 def test_a_device_flag_lives_on_the_current_device():
