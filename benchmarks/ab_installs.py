@@ -1,9 +1,12 @@
 """A/B of two jitkern installs on the same GPU, in alternating fresh processes: per-call host time of
 every op at decode size, and the warm load (first load_jit of a cached module in a fresh process).
 
-    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 5] [--cpu 3] [--warm-load-only]
+    python3 benchmarks/ab_installs.py A=/tmp/site-a B=/tmp/site-b [--rounds 5] [--cpu 3] [--warm-load-only] [--seconds S]
 
-Each NAME=DIR is a --target install directory (put first on PYTHONPATH). Prints Markdown tables."""
+Each NAME=DIR is a --target install directory (put first on PYTHONPATH). Each round is one fresh process
+per install and case (a torch import each: about 2 s on a GPU host); a line per round goes to stderr, and
+--seconds starts no round after that many seconds, so a time limit still leaves a table of the rounds
+done. Prints Markdown tables."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -81,7 +85,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cpu", type=int, default=None, help="pin every process to this CPU core")
     parser.add_argument("--warm-load-only", action="store_true", help="only the warm load (no per-call cases)")
+    parser.add_argument("--seconds", type=float, default=None, help="start no round after this many seconds (at least one runs)")
     args = parser.parse_args()
+    start = time.perf_counter()
     codes = [WARM_LOAD] if args.warm_load_only else [PER_CALL.format(here=str(HERE)), WARM_LOAD]
     installs = dict(item.split("=", 1) for item in args.installs)
     samples: dict[tuple[str, str], list[float]] = {}
@@ -90,14 +96,17 @@ def main() -> int:
         for name, site in installs.items():  # compile everything once, outside the timings
             for code in codes:
                 run(code, site, caches[name])
-        for _ in range(args.rounds):
+        rounds = 0
+        while rounds < args.rounds and (rounds == 0 or args.seconds is None or time.perf_counter() - start < args.seconds):
             for name, site in installs.items():
                 for code in codes:
                     for case, value in run(code, site, caches[name], args.cpu).items():
                         samples.setdefault((case, name), []).append(value)
+            rounds += 1
+            print(f"round {rounds}/{args.rounds} done at {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     names = list(installs)
     cases = list(dict.fromkeys(case for case, _ in samples))
-    print(f"\n| case | " + " | ".join(f"{n}: median of {args.rounds} processes (min-max)" for n in names) + " |")
+    print(f"\n| case | " + " | ".join(f"{n}: median of {rounds} processes (min-max)" for n in names) + " |")
     print("|---|" + "---|" * len(names))
     for case in cases:
         cells = []
