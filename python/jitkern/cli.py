@@ -613,9 +613,11 @@ def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool) -
                        f"export {setting}=<a writable directory of yours>, or serve prebuilt modules: JITKERN_PREBUILT_DIRS=... "
                        "JITKERN_ON_MISS=error")
         return
-    if setting == "JITKERN_CACHE_DIR" and os.statvfs(_existing(path)).f_flag & os.ST_NOEXEC:
-        doc.report("FAIL", what, f"{path} is on a file system mounted noexec: no module built there can be loaded",
-                   f"export {setting}=<a directory on a file system that allows executing>, or remount it without noexec")
+    from ._engine import config
+
+    problem = config()["cache_dir_problem"] if setting == "JITKERN_CACHE_DIR" else ""
+    if problem:  # the engine's rule (a noexec mount), as its loads report it
+        doc.report("FAIL", what, f"{path}: {problem}")
         return
     if not path.exists():
         doc.report("ok", what, f"{path} (not created yet; jitkern creates it with mode 0700)")

@@ -255,7 +255,11 @@ std::string config_json() {
            ", \"problem\": " + json_string(r.problem) + ", \"fallback\": " + json_string(r.setting->fallback) +
            ", \"meaning\": " + json_string(r.setting->meaning) + "}";
   }
-  out += "], \"unknown\": [";
+  std::string cache_dir;
+  for (const auto& r : report.settings)
+    if (std::string(r.setting->name) == "JITKERN_CACHE_DIR") cache_dir = r.effective;
+  // What `doctor` reports of the cache directory beyond its setting's value.
+  out += "], \"cache_dir_problem\": " + json_string(cache_dir.empty() ? "" : jitkern::fs::noexec_problem(cache_dir)) + ", \"unknown\": [";
   for (std::size_t i = 0; i < report.unknown.size(); ++i) out += std::string(i ? ", " : "") + json_string(report.unknown[i]);
   out += "], \"prebuilt\": [";
   const auto layers = jitkern::store::Store::prebuilt_layers(report.prebuilt_dirs);  // an invalid setting shows above

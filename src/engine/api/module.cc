@@ -55,14 +55,14 @@ void* open_library(const std::string& name, const std::string& path) {
   void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   for (int attempt = 0; handle == nullptr && attempt < 4; ++attempt) {
     const std::string why = ::dlerror();
-    if (!preload_missing_library(why))
+    if (!preload_missing_library(why)) {
+      const std::string noexec = fs::noexec_problem(path);
       throw std::runtime_error("jitkern: cannot load " + path + ": " + why +
                                (why.find("cannot open shared object file") != std::string::npos
                                     ? " (install it where the dynamic linker finds it, or load the library that provides it first, e.g. import torch)"
-                                : fs::on_noexec_mount(path)
-                                    ? " (its file system is mounted noexec, so no module can be loaded from it: put the cache on one that "
-                                      "allows executing, with JITKERN_CACHE_DIR or JITKERN_PREBUILT_DIRS, or remount it without noexec)"
-                                    : ""));
+                                : !noexec.empty() ? " (" + noexec + ")"
+                                                  : ""));
+    }
     handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
   if (handle == nullptr) throw std::runtime_error("jitkern: cannot load " + path + ": " + ::dlerror());

@@ -185,9 +185,14 @@ bool is_executable_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-bool on_noexec_mount(const std::string& path) {
+std::string noexec_problem(const std::string& path) {
+  std::string dir = path;
+  struct stat st;
+  while (::stat(dir.c_str(), &st) != 0 && dir != "/" && dir != ".") dir = dirname(dir);
   struct statvfs v {};
-  return ::statvfs(path.c_str(), &v) == 0 && (v.f_flag & ST_NOEXEC) != 0;
+  if (::statvfs(dir.c_str(), &v) != 0 || (v.f_flag & ST_NOEXEC) == 0) return "";
+  return "its file system is mounted noexec, so no module can be loaded from it: put the cache on one that allows executing, with "
+         "JITKERN_CACHE_DIR or JITKERN_PREBUILT_DIRS, or remount it without noexec";
 }
 
 std::string which(const std::string& program, const std::string& path) {

@@ -67,8 +67,9 @@ std::string current_dir();
 // main program).
 std::string loaded_object_dir(const void* addr);
 bool is_executable_file(const std::string& path);
-// Whether `path` lies on a file system mounted noexec (no library there can be mapped executable).
-bool on_noexec_mount(const std::string& path);
+// Why no library under `path` (or under the directory it would be created in, its nearest existing
+// parent) can be mapped executable, with the fix; "" where one can. Its file system mounted noexec.
+std::string noexec_problem(const std::string& path);
 // `program` looked up in `path` (a PATH value; empty: the default path); empty if not found.
 std::string which(const std::string& program, const std::string& path);
 // Creates `path` and its missing parents (parents 0755, `path` itself `mode`, whatever the umask);

@@ -479,10 +479,10 @@ def test_a_cache_on_a_noexec_mount_is_named_as_such(tmp_path, env):
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
     here = {**env, "JITKERN_CACHE_DIR": str(mount / "cache")}
     proc = run([*noexec, sys.executable, "-c", LOADER, json.dumps(cpu_fields("noexec", kernel)), "value"], here)
-    assert proc.returncode != 0 and "mounted noexec" in error_line(proc), error_line(proc)
-    doctor = run([*noexec, sys.executable, "-m", "jitkern", "doctor"], here)
-    assert doctor.returncode == 1 and f"[FAIL] cache directory: {mount / 'cache'} is on a file system mounted noexec" in doctor.stdout, \
-        doctor.stdout[-3000:]
+    reason = "its file system is mounted noexec, so no module can be loaded from it"
+    assert proc.returncode != 0 and reason in error_line(proc), error_line(proc)
+    doctor = run([*noexec, sys.executable, "-m", "jitkern", "doctor"], here)  # the same rule and words as the load's
+    assert doctor.returncode == 1 and f"[FAIL] cache directory: {mount / 'cache'}: {reason}" in doctor.stdout, doctor.stdout[-3000:]
 
 
 def test_doctor_names_an_unreadable_prebuilt_layer(open_dir, env):
