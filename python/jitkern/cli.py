@@ -603,7 +603,8 @@ def _writable(path: Path) -> bool:
     return os.access(_existing(path), os.W_OK | os.X_OK)
 
 
-def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool) -> None:
+def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool, problem: str = "") -> None:
+    """`problem`: what the engine's config report finds wrong with the directory (a noexec mount)."""
     kind = fs_type(path)
     if not _writable(path):
         if strict:
@@ -613,10 +614,7 @@ def _check_dir(doc: Doctor, what: str, path: Path, setting: str, strict: bool) -
                        f"export {setting}=<a writable directory of yours>, or serve prebuilt modules: JITKERN_PREBUILT_DIRS=... "
                        "JITKERN_ON_MISS=error")
         return
-    from ._engine import config
-
-    problem = config()["cache_dir_problem"] if setting == "JITKERN_CACHE_DIR" else ""
-    if problem:  # the engine's rule (a noexec mount), as its loads report it
+    if problem:  # the engine's rule, in the words its loads use
         doc.report("FAIL", what, f"{path}: {problem}")
         return
     if not path.exists():
@@ -696,7 +694,8 @@ def cmd_doctor(args) -> int:
     except ImportError:
         doc.report("WARN", "torch", "not installed: jitkern.ops needs it (load_jit does not)", "pip install torch")
     if not settings["JITKERN_CACHE_DIR"]["problem"]:
-        _check_dir(doc, "cache directory", Path(settings["JITKERN_CACHE_DIR"]["effective"]), "JITKERN_CACHE_DIR", strict)
+        _check_dir(doc, "cache directory", Path(settings["JITKERN_CACHE_DIR"]["effective"]), "JITKERN_CACHE_DIR", strict,
+                   report["cache_dir_problem"])
         _check_dir(doc, "lock directory", Path(settings["JITKERN_LOCK_DIR"]["effective"]), "JITKERN_LOCK_DIR", strict)
     for layer in report["prebuilt"]:
         what = "prebuilt wheel" if layer["label"] else "prebuilt cache"

@@ -51,8 +51,8 @@ def timing_table(runs: dict) -> str:
             seconds[engine] = statistics.median(values) if values and None not in values else None
         ref, ours = seconds["reference"], seconds["jitkern"]
         fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
-        built = [len(res[op].get("built", ())) for res in runs["jitkern"] if op in res]  # per op, e.g. rmsnorm: one per hidden size
-        modules = sum(len(r.get("built", ())) for r in runs["jitkern"][0].values()) if op == every else (built[0] if built else "?")
+        first = runs["jitkern"][0]  # modules jitkern built (rmsnorm: one per hidden size)
+        modules = sum(len(r.get("built", ())) for r in first.values()) if op == every else len(first.get(op, {}).get("built", ()))
         lines.append(f"| {op} | {modules} | {fmt(ref)} | {fmt(ours)} | {f'{ours / ref:.2f}' if ref and ours else 'n/a'} |")
     return "\n".join(lines)
 
