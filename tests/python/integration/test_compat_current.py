@@ -293,6 +293,12 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
         [unnamed] = kernels - named
         assert re.fullmatch(r"_ZN6sglang41_GLOBAL__N__[0-9a-f]{8}_9_device_cu_[0-9a-f]{8}9minus_oneEPfi", unnamed), unnamed
     assert host_side(caplog, "sglang_lean_kernel_5") == "rewritten"
+    # Its line also times nvcc's device chain alone (bench_compat_sglang's floor column reads it).
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from utils import device_chain_seconds
+
+    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled sglang_lean_kernel_5 ")]
+    assert len(compiled) == 1 and 0 < device_chain_seconds(compiled[0]) < 600, compiled
     assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a static kernel")
     assert host_side(caplog, "sglang_routed_5") == "rewritten"
     # The rewrite is part of the module's identity: without it, another cache entry.
