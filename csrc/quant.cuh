@@ -534,27 +534,32 @@ struct QuantOps {
     norm_quant<false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s);
   }
 
-  // output_q = fp8(rmsnorm(input) * weight) in groups of group_size (64 or 128) elements of a row, each
-  // divided by its own dynamic scale max(finite amax, 1e-10) / 448: per_token_group_quant's rule and
-  // output_s layouts (host::quant::verify_group_scales), fp32 or (the _ue8m0 exports) int32 words of packed
-  // UE8M0 exponents. The normalised values are rounded to T first, as rmsnorm writes them. One pass: the
-  // row stays in registers (device::quant::QuantizeGroups).
+  // output_q = fp8(rmsnorm(input) * weight) in groups of group_size elements of a row, each divided by its
+  // own dynamic scale max(finite amax, 1e-10) / 448: per_token_group_quant's rule and output_s layouts
+  // (host::quant::verify_group_scales), fp32 or (the _ue8m0 exports) int32 words of packed UE8M0 exponents.
+  // The normalised values are rounded to T first, as rmsnorm writes them. One pass: the row stays in
+  // registers (device::quant::QuantizeGroups). An instantiation per group size (group_size must equal
+  // kGroupSize), so that a module builds one group size's kernels.
+  template <int kGroupSize>
   static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
                                   jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<false, false>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, false, false>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
   }
+  template <int kGroupSize>
   static void rmsnorm_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
                                         jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
   }
   // residual += input, then rmsnorm_group_quant of residual (input is left as it was).
+  template <int kGroupSize>
   static void fused_add_rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<true, false>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, true, false>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
   }
+  template <int kGroupSize>
   static void fused_add_rmsnorm_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
                                                   jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<true, true>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, true, true>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
   }
 
   // residual += input; output_q = fp8(rmsnorm(residual) * weight / s) (input is left as it was).
@@ -676,34 +681,26 @@ struct QuantOps {
     }
   }
 
-  template <bool kFusedAdd, bool kUE8M0>
+  template <int kGroup, bool kFusedAdd, bool kUE8M0>
   static void norm_group_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size) {
     using namespace host;
-    RuntimeCheck(group_size == 64 || group_size == 128, "group_size must be 64 or 128, got ", group_size);
+    RuntimeCheck(group_size == kGroup, "group_size must be ", kGroup, " for this export, got ", group_size);
     const int64_t hidden = rows.params.hidden;
-    RuntimeCheck(hidden % group_size == 0, "the last dimension of input (", hidden, ") must be a multiple of group_size (", group_size, ")");
+    RuntimeCheck(hidden % kGroup == 0, "the last dimension of input (", hidden, ") must be a multiple of group_size (", kGroup, ")");
     auto device = SymbolicDevice{};
     const auto [q, qs] = norm_output_q(rows, output_q, device);
-    const int64_t groups = hidden / group_size;
+    const int64_t groups = hidden / kGroup;
     const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, rows.tokens, groups, device);
     RuntimeCheck(checked.ue8m0 == kUE8M0, "output_s must be ", kUE8M0 ? "int32 (packed UE8M0 exponents)" : "float32",
                  " for this export, got ", kUE8M0 ? "float32" : "int32");
     if (rows.tokens * hidden == 0) return;
-    const auto go = [&](auto group_tag) {
-      constexpr int kGroup = decltype(group_tag)::value;
-      const quant::QuantizeGroups<kGroup, kUE8M0> epi{q, qs, checked.scales, groups, 0, quant::kDefaultScaleEps};
-      // Groups are reduced among the lanes holding their vectors: rows are read in 16-byte vectors only.
-      constexpr int kVec = device::kVec16<T>;
-      RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
-                   kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
-                   " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
-      host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
-    };
-    if (group_size == 64) {
-      go(std::integral_constant<int, 64>{});
-    } else {
-      go(std::integral_constant<int, 128>{});
-    }
+    const quant::QuantizeGroups<kGroup, kUE8M0> epi{q, qs, checked.scales, groups, 0, quant::kDefaultScaleEps};
+    // Groups are reduced among the lanes holding their vectors: rows are read in 16-byte vectors only.
+    constexpr int kVec = device::kVec16<T>;
+    RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
+                 kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
+                 " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
+    host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
   }
 };
 #endif  // __CUDACC_RTC__

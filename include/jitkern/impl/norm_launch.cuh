@@ -288,6 +288,14 @@ inline constexpr bool kVectorsOnly = requires { requires Epi::kVectorsOnly; };
 template <typename Epi>
 inline constexpr bool kOneVectorPerThread = requires { requires Epi::kOneVectorPerThread; };
 
+// Epilogues whose rows are never narrower than some width declare kMinRowElements (default 1): the narrow
+// lane groups such rows can never take are not built.
+template <typename Epi>
+inline constexpr int64_t kMinRowElements = 1;
+template <typename Epi>
+  requires requires { Epi::kMinRowElements; }
+inline constexpr int64_t kMinRowElements<Epi> = Epi::kMinRowElements;
+
 template <typename T, int kVec, bool kFusedAdd, typename Epi>
 void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bool token_rows) {
   using namespace host;
@@ -301,9 +309,11 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
     if (nvec <= 32) {
       // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
       const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
-      if (width == 4) return launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count);
-      if (width == 8) return launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count);
-      if (width == 16) return launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count);
+      // Rows of at least kMinRowElements<Epi> never take a group narrower than kMinWidth: none is built.
+      constexpr uint64_t kMinWidth = std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(1, kMinRowElements<Epi> / kVec)));
+      if constexpr (kMinWidth <= 4) if (width == 4) return launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count);
+      if constexpr (kMinWidth <= 8) if (width == 8) return launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count);
+      if constexpr (kMinWidth <= 16) if (width == 16) return launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count);
       return launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count);
     }
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;

@@ -405,6 +405,7 @@ template <int kGroup, bool kUE8M0>
 struct QuantizeGroups {
   static constexpr bool kVectorsOnly = true;
   static constexpr bool kOneVectorPerThread = true;  // a group reduction per store
+  static constexpr int64_t kMinRowElements = kGroup;  // rows are whole groups
   uint8_t* q;
   int64_t q_row_stride;  // elements
   GroupScales scales;

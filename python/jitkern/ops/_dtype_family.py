@@ -23,13 +23,16 @@ def package_spec(name: str, *args, cuda_file: str, wrappers: list, compile_secon
 class DtypeFamily:
     DTYPES = FLOAT_DTYPES
 
-    def __init__(self, name: str, cpp_class: str, params: dict[str, str], compile_seconds: dict[str, float] | None = None):
+    def __init__(self, name: str, cpp_class: str, params: dict[str, str], compile_seconds: dict[str, float] | None = None,
+                 members: dict[str, str] | None = None):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
         members are exported (cpp_class<T>::export); params: export -> its C++ parameters, in order, typed as
         in a torch schema where a torch op takes them as they are (they name the arguments in errors);
-        compile_seconds: export -> its module's compile time (JitSpec's scheduling estimate). The modules are
-        package_spec modules of csrc/<name>.cuh, one per export and dtype."""
+        compile_seconds: export -> its module's compile time (JitSpec's scheduling estimate); members: export ->
+        the member it exports where that is not the export's name (an instantiation: "op<128>"). The modules
+        are package_spec modules of csrc/<name>.cuh, one per export and dtype."""
         self.name, self.cpp_class, self.params, self.compile_seconds = name, cpp_class, params, compile_seconds or {}
+        self.members = members or {}
         self.functions: dict = {}  # (export, dtype) -> exported function; the hot path is this lookup and the call
 
     def spec(self, dtype, op: str) -> JitSpec:
@@ -39,7 +42,7 @@ class DtypeFamily:
         if str(dtype).removeprefix("torch.") not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return package_spec(f"{self.name}_{op}", t, cuda_file=f"{self.name}.cuh",
-                            wrappers=[wrapper(op, f"{self.cpp_class}<{t}>::{op}", self.params[op])],
+                            wrappers=[wrapper(op, f"{self.cpp_class}<{t}>::{self.members.get(op, op)}", self.params[op])],
                             compile_seconds=self.compile_seconds.get(op, 0.0))
 
     def specs(self, exports=None, dtypes=None, constants=()) -> list[JitSpec]:

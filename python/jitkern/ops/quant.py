@@ -24,6 +24,29 @@ from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
 from ._shapes import as_rows
 
+_NORM_GROUP_SIZES = (64, 128)  # the group sizes of the norm + per-group ops
+
+
+def _norm_group_export(op: str, ue8m0: str, group_size: int) -> str:
+    """The export of a norm + per-group op for its scale format (ue8m0: "" or "_ue8m0") and group size: a
+    module each, so that a first call builds one group size's kernels."""
+    return f"{op}{ue8m0}_g{group_size}"
+
+
+# The norm + per-group ops: their C++ parameters and a module's compile seconds (estimates: about
+# rmsnorm_quant_dynamic's kernels, for one group size; not yet measured).
+_NORM_GROUP_OPS = {"rmsnorm_group_quant": ("input, weight, output_q, output_s, group_size, eps", 3.0),
+                   "fused_add_rmsnorm_group_quant": ("input, residual, weight, output_q, output_s, group_size, eps", 3.25)}
+# their exports -> (op, C++ member)
+_NORM_GROUP = {_norm_group_export(op, ue8m0, g): (op, f"{op}{ue8m0}<{g}>") for op in _NORM_GROUP_OPS for ue8m0 in ("", "_ue8m0")
+               for g in _NORM_GROUP_SIZES}
+
+
+def _norm_group_exports(op: str) -> tuple[str, ...]:
+    """The exports a norm + per-group op may call: one per scale format and group size."""
+    return tuple(e for e, (o, _) in _NORM_GROUP.items() if o == op)
+
+
 _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "per_tensor_quant_static": "input, output_q, output_s",
     "per_tensor_quant_dynamic": "input, output_q, output_s",
@@ -33,16 +56,13 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
     "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
     "fused_add_rmsnorm_quant_dynamic": "input, residual, weight, output_q, output_s, eps",
-    **{op: "input, weight, output_q, output_s, group_size, eps" for op in ("rmsnorm_group_quant", "rmsnorm_group_quant_ue8m0")},
-    **{op: "input, residual, weight, output_q, output_s, group_size, eps"
-       for op in ("fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_ue8m0")},
+    **{e: _NORM_GROUP_OPS[op][0] for e, (op, _) in _NORM_GROUP.items()},
 },  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
    compile_seconds={"per_tensor_quant_static": 2.3, "per_tensor_quant_dynamic": 2.9, "per_token_quant": 2.0, "per_token_group_quant": 2.8,
                     "per_token_group_quant_ue8m0": 2.6, "per_token_group_quant_int8": 3.0, "rmsnorm_quant_static": 3.3,
                     "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4,
-                    # estimates (twice rmsnorm_quant_dynamic's kernels: group sizes 64 and 128), not yet measured
-                    "rmsnorm_group_quant": 6.0, "rmsnorm_group_quant_ue8m0": 6.0, "fused_add_rmsnorm_group_quant": 6.5,
-                    "fused_add_rmsnorm_group_quant_ue8m0": 6.5})
+                    **{e: _NORM_GROUP_OPS[op][1] for e, (op, _) in _NORM_GROUP.items()}},
+   members={e: member for e, (_, member) in _NORM_GROUP.items()})
 FAMILY = Family(_FAMILY, helpers=("group_scales_like",))
 spec = _FAMILY.spec
 
@@ -218,7 +238,9 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
 def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
                       scale_ue8m0, output_q, output_s):
     check_group_size(group_size, public)
-    fn = _FAMILY.function(op + _ue8m0_suffix(scale_ue8m0, output_s), input, public)
+    if group_size not in _NORM_GROUP_SIZES:
+        raise ValueError(f"{public}(): group_size must be {' or '.join(map(str, _NORM_GROUP_SIZES))}, got {group_size}")
+    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), group_size), input, public)
     q = _empty_q(input) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
         input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
@@ -236,7 +258,7 @@ def _fake_norm_group_quant(input, *args):
 _GROUP_FLAGS = "int group_size, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0"
 
 
-@FAMILY.op("rmsnorm_group_quant", "rmsnorm_group_quant_ue8m0", torch=(TorchOp(
+@FAMILY.op(*_norm_group_exports("rmsnorm_group_quant"), torch=(TorchOp(
     "rmsnorm_group_quant_fp8", f"(Tensor input, Tensor weight, float eps, {_GROUP_FLAGS}) -> (Tensor, Tensor)",
     lambda input, weight, eps, group_size, cm, tma, ue8m0: _norm_group_quant(
         "rmsnorm_group_quant", "rmsnorm_group_quant_fp8", input, None, weight, eps, group_size, cm, tma, ue8m0, None, None),
@@ -258,7 +280,7 @@ def rmsnorm_group_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: floa
                              scale_tma_aligned, scale_ue8m0, output_q, output_s)
 
 
-@FAMILY.op("fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_ue8m0", torch=(TorchOp(
+@FAMILY.op(*_norm_group_exports("fused_add_rmsnorm_group_quant"), torch=(TorchOp(
     "fused_add_rmsnorm_group_quant_fp8",
     f"(Tensor input, Tensor(a!) residual, Tensor weight, float eps, {_GROUP_FLAGS}) -> (Tensor, Tensor)",
     lambda input, residual, weight, eps, group_size, cm, tma, ue8m0: _norm_group_quant(

@@ -777,9 +777,14 @@ def test_norm_group_quant_errors():
     m = quant._FAMILY.exports(torch.bfloat16)
     q8 = torch.empty(4, 512, dtype=torch.uint8, device="cuda")
     with pytest.raises(ValueError, match=r"output_s must be int32 \(packed UE8M0 exponents\) for this export, got float32"):
-        m.rmsnorm_group_quant_ue8m0(x, w, q8, torch.empty(4, 4, device="cuda"), 128, 1e-6)
+        m.rmsnorm_group_quant_ue8m0_g128(x, w, q8, torch.empty(4, 4, device="cuda"), 128, 1e-6)
     with pytest.raises(ValueError, match="output_s must be float32 for this export, got int32"):
-        m.fused_add_rmsnorm_group_quant(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
+        m.fused_add_rmsnorm_group_quant_g128(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
+    # each group size's export is its own module, built for that size alone
+    with pytest.raises(ValueError, match="group_size must be 128 for this export, got 64"):
+        m.rmsnorm_group_quant_g128(x, w, q8, torch.empty(4, 8, device="cuda"), 64, 1e-6)
+    with pytest.raises(ValueError, match="group_size must be 64 for this export, got 128"):
+        m.fused_add_rmsnorm_group_quant_ue8m0_g64(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
 
 
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
