@@ -150,13 +150,13 @@ def reference_ldflags() -> list[str]:
     return [f"-L{lib}", "-ljitkern_runtime", f"-Wl,-rpath,{lib}"]
 
 
-def device_chain_seconds(message: str) -> float | None:
-    """The seconds of nvcc's device chain in an engine log line "compiled NAME in X s (... beside nvcc Y s ...)"
-    (a build whose kernels nvcc compiled beside its host side); None for other lines."""
+def compile_seconds(message: str) -> tuple[float, float] | None:
+    """(the whole build's seconds, nvcc's device chain's) from an engine log line "compiled NAME in X s (...
+    beside nvcc Y s ...)" (a build whose kernels nvcc compiled beside its host side); None for other lines."""
     import re
 
-    found = re.search(r"^compiled .* beside nvcc ([0-9.]+) s", message)
-    return float(found.group(1)) if found else None
+    found = re.search(r"^compiled \S+ in ([0-9.]+) s \(.* beside nvcc ([0-9.]+) s", message)
+    return (float(found.group(1)), float(found.group(2))) if found else None
 
 
 @functools.cache
