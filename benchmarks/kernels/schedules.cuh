@@ -248,8 +248,9 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
 
 // fp8 group quantization, group 128, 8 lanes a group of two 16-byte vectors each: vectors l and l + 8 of its
 // group (strided, the product's layout, two 8-byte stores), or 2l and 2l + 1 (contiguous, one 16-byte
-// store); CTAs of `threads`; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
-template <int kTrigger, bool kContiguous>
+// store); kPacked: the amax over packed bf16 pairs, as the product takes it (else value by value); CTAs of
+// `threads`; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
+template <int kTrigger, bool kContiguous, bool kPacked = false>
 __global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, uint8_t* q, device::quant::GroupScales scales,
                                                               int64_t groups_per_row, int64_t total_groups) {
 #ifdef __CUDACC__
@@ -263,8 +264,15 @@ __global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, ui
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     if (valid) x[j].load(in + at + j * kStep);
-  device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(x, valid, q + at, 1e-10f, scales, group, groups_per_row,
-                                                                                   total_groups);
+  if constexpr (kPacked) {
+    device::AlignedVector<bf16x2_t, kV / 2> pairs[kPerLane];
+    __builtin_memcpy(pairs, x, sizeof(x));
+    device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(pairs, valid, q + at, 1e-10f, scales, group,
+                                                                                     groups_per_row, total_groups);
+  } else {
+    device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(x, valid, q + at, 1e-10f, scales, group, groups_per_row,
+                                                                                     total_groups);
+  }
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
 }
@@ -334,7 +342,11 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   auto* out = static_cast<uint8_t*>(q.data_ptr());
   const auto go = [&](auto t) {
     constexpr int kT = decltype(t)::value;
-    if (contiguous >= 2) {  // 2: multiply, 3: lean, 4: lean with the 2-operation division
+    if (contiguous == 5) {  // the product's arithmetic (packed amax, +-inf handled), contiguous lanes
+      launch(group_schedule_kernel<kT, true, true>, in, out, scales, groups, total);
+    } else if (contiguous == 6) {  // the product's arithmetic and layout (packed amax, strided lanes)
+      launch(group_schedule_kernel<kT, false, true>, in, out, scales, groups, total);
+    } else if (contiguous >= 2) {  // 2: multiply, 3: lean, 4: lean with the 2-operation division
       with_constant<2, 0, 1>(contiguous == 2 ? 2 : contiguous - 3, [&](auto d) {
         launch(group_lean_kernel<kT, decltype(d)::value>, in, out, static_cast<float*>(s.data_ptr()), total);
       });

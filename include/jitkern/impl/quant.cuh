@@ -284,8 +284,8 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
 
 // One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps),
 // kPerLane vectors each (of T, or of packed 16-bit pairs): the lane's vector j goes to out + j * kLanes *
-// (its count of values), or with kContiguous (vectors of T, at most 16 codes a lane) to out + j * kVec, all
-// of them with one store. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and the
+// (its count of values), or with kContiguous (at most 16 codes a lane) to out + j * (its count of values),
+// all of them with one store. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and the
 // group's first lane calls store_scale(scale, exponent). `lanes`: the mask of the lanes that call this
 // together (the whole warp, or only the group's own), whose votes and shuffles they share. `valid`: the
 // lane's group exists (the others only take part in the votes and shuffles).
@@ -312,10 +312,23 @@ JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLa
   if (!valid) return;
   const Divider s(scale, finite);
   if constexpr (kContiguous) {
-    static_assert(!kIsPacked16<T> && kVec % 4 == 0 && kPerLane * kVec <= 16, "contiguous: at most 16 codes a lane, whole words");
-    AlignedVector<uint32_t, kPerLane * kVec / 4> words;
+    constexpr int kCodes = kVec * kValuesPer<T>;  // a vector's
+    static_assert(kCodes % 4 == 0 && kPerLane * kCodes <= 16, "contiguous: at most 16 codes a lane, whole words");
+    AlignedVector<uint32_t, kPerLane * kCodes / 4> words;
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) quantized_words<Q>(words.data + j * kVec / 4, x[j], s);
+    for (int j = 0; j < kPerLane; ++j) {
+      if constexpr (kIsPacked16<T>) {  // widened to floats by their bits, as store_quantized does
+        AlignedVector<float, kCodes> f;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const fp32x2_t v = cast<fp32x2_t>(x[j][k]);
+          f[2 * k] = v.x, f[2 * k + 1] = v.y;
+        }
+        quantized_words<Q>(words.data + j * kCodes / 4, f, s);
+      } else {
+        quantized_words<Q>(words.data + j * kCodes / 4, x[j], s);
+      }
+    }
     words.store(reinterpret_cast<uint32_t*>(out));
   } else {
 #pragma unroll
