@@ -109,6 +109,7 @@ int nvcc_object(Steps& s) {
       const auto after = [](const std::shared_future<int>& before, auto step) {
         return std::async(std::launch::async, [before, step] { const int rc = before.get(); return rc != 0 ? rc : step(); });
       };
+      const auto t_device = std::chrono::steady_clock::now();
       const std::shared_future<int> preprocessed =
           std::async(std::launch::async, [&] { return chain({pipe.device_preprocess}, s.device_log()); }).share();
       const std::shared_future<int> cicc =
@@ -119,7 +120,7 @@ int nvcc_object(Steps& s) {
       std::future<int> device = after(cicc, [&] {
         int rc = chain(pipe.device_back, s.device_log());
         if (rc == 0) rc = fs::wait(s.start(embed, s.device_log(), s.scratch), s.timeout);
-        device_seconds = seconds_since(t_start);
+        device_seconds = seconds_since(t_device);
         return rc;
       });
       int host_rc = 0, stub_rc = 0;
