@@ -114,16 +114,16 @@ struct ConcatParams {
 
 // out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1). The output's vectors
 // in order, so no lane idles whatever the row's width (a power-of-two group of lanes per row left 56
-// of 128 idle on MLA's 72-vector q rows).
-template <typename Vec>
+// of 128 idle on MLA's 72-vector q rows). kUnroll vectors a thread (kConcatUnroll; others: bench_schedules.py).
+template <typename Vec, int kUnroll = kConcatUnroll>
 __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
 #ifdef __CUDACC__
-  const int64_t first = int64_t{blockIdx.x} * blockDim.x * kConcatUnroll + threadIdx.x;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x * kUnroll + threadIdx.x;
   device::pdl_wait_primary();
-  Vec v[kConcatUnroll];
-  Vec* out[kConcatUnroll];
+  Vec v[kUnroll];
+  Vec* out[kUnroll];
 #pragma unroll
-  for (int u = 0; u < kConcatUnroll; ++u) {
+  for (int u = 0; u < kUnroll; ++u) {
     const int64_t g = first + int64_t{u} * blockDim.x;
     if (g < p.vectors) {
       uint64_t col, i1;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
   // Triggered once the loads are issued, as store_cache does.
   device::pdl_trigger_secondary();
 #pragma unroll
-  for (int u = 0; u < kConcatUnroll; ++u)
+  for (int u = 0; u < kUnroll; ++u)
     if (first + int64_t{u} * blockDim.x < p.vectors) *out[u] = v[u];
 #endif
 }
@@ -267,7 +267,8 @@ struct KvRowsImpl {
     concat(p, A.unwrap(), B.unwrap(), Da.unwrap() * e, Db.unwrap() * e, dev.unwrap());
   }
 
- private:
+  // out[i0, i1] = [x[i0, i1] | y[i0, i1]] for p's pointers and byte strides (kUnroll: concat_rows_kernel's).
+  template <int kUnroll = kConcatUnroll>
   static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
     using namespace host;
     RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
@@ -284,7 +285,7 @@ struct KvRowsImpl {
       p.row_vecs = divisor(row_vecs);
       p.vectors = rows * row_vecs;
       RuntimeCheck(p.vectors < (int64_t{1} << 62), "concat: too many elements: ", p.vectors);
-      launch_threads(concat_rows_kernel<Vec>, p, div_ceil(p.vectors, kConcatUnroll), device);
+      launch_threads(concat_rows_kernel<Vec, kUnroll>, p, div_ceil(p.vectors, int64_t{kUnroll}), device);
     };
     if (fits(16)) {
       go(int4{});
@@ -295,6 +296,7 @@ struct KvRowsImpl {
     }
   }
 
+ private:
   // `threads` threads in CTAs of 32-kRowThreads: the narrowest that leave at most one warp per SM (then
   // two, four) where the work is small, so that it spreads over every SM; kRowThreads once it is large.
   template <typename Params>

@@ -57,6 +57,8 @@ constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
 // Per-token rows: one CTA per row, two vectors per thread held in registers.
 constexpr int kQuantRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kQuantRowThreads = host::kRowKernels.max_cta_threads;  // the launch bound; at launch host::RowPolicy::row_threads
+// ... a warp a row: CTAs of at most this many threads (a bound that leaves a thread the registers of a long row).
+constexpr int kQuantWarpRowsThreads = 256;
 
 // An [N, H] operand with strided rows, seen as vectors of kVec elements: vector v of row r is at
 // base + r * row_stride + v * kVec. Contiguous inputs are passed as one row (no division per vector).
@@ -237,31 +239,35 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads)
 #endif
 }
 
-// One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kQuantRowRegVecs vectors
-// per thread stay in registers (kFit: device::norm::RowFit); a wider row's remainder is read again (from
-// L2) for each pass.
-template <typename T, typename Q, int kVec, device::norm::RowFit kFit>
-__global__ void __launch_bounds__(kQuantRowThreads)
-    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps, bool trigger_at_start) {
+// One row per CTA (kWarpRows: per warp, CTAs of several): s = scale_for<Q>(amax of the row), q = x / s,
+// scales[row] = s. kRegVecs vectors per thread stay in registers (kFit: device::norm::RowFit, over the
+// row's threads); a wider row's remainder is read again (from L2) for each pass. (kRegVecs other than
+// kQuantRowRegVecs and kWarpRows: bench_schedules.py's variants.)
+template <typename T, typename Q, int kVec, device::norm::RowFit kFit, int kRegVecs = kQuantRowRegVecs, bool kWarpRows = false>
+__global__ void __launch_bounds__(kWarpRows ? kQuantWarpRowsThreads : kQuantRowThreads)
+    per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t rows, int64_t hidden, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr bool kWider = kFit == device::norm::RowFit::kWider;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  const T* src = in.base + int64_t{blockIdx.x} * in.row_stride;
-  uint8_t* dst = q.base + int64_t{blockIdx.x} * q.row_stride;
-  const int nvec = static_cast<int>(hidden / kVec), rank = threadIdx.x, size = blockDim.x;
+  const int64_t row = kWarpRows ? int64_t{blockIdx.x} * (blockDim.x / device::kWarpThreads) + threadIdx.x / device::kWarpThreads : int64_t{blockIdx.x};
+  const int rank = kWarpRows ? threadIdx.x % device::kWarpThreads : threadIdx.x, size = kWarpRows ? device::kWarpThreads : blockDim.x;
+  if (kWarpRows && row >= rows) return;  // a whole warp
+  const T* src = in.base + row * in.row_stride;
+  uint8_t* dst = q.base + row * q.row_stride;
+  const int nvec = static_cast<int>(hidden / kVec);
   const auto held = [&](int r) { return kFit == device::norm::RowFit::kExact || r * size + rank < nvec; };
-  AlignedVector<T, kVec> x[kQuantRowRegVecs];
+  AlignedVector<T, kVec> x[kRegVecs];
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
 #pragma unroll
-  for (int r = 0; r < kQuantRowRegVecs; ++r)
+  for (int r = 0; r < kRegVecs; ++r)
     if (held(r)) x[r].load(src + (r * size + rank) * kVec);
   const auto fold = [&](auto op) {
     float acc = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kQuantRowRegVecs; ++r)
+    for (int r = 0; r < kRegVecs; ++r)
       if (held(r)) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[r], op, 0.0f));
-    for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
+    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
       AlignedVector<T, kVec> y;
       y.load(src + i * kVec);
       acc = device::norm::VecMath<T, kVec>::fold(y, op, acc);
@@ -269,18 +275,25 @@ __global__ void __launch_bounds__(kQuantRowThreads)
     return acc;
   };
   const device::norm::CtaGroup<true> cta;
+  const auto reduce_max = [&](float v) {
+    if constexpr (kWarpRows) {
+      return device::warp::reduce_max_nonnegative<device::kWarpThreads>(v);
+    } else {
+      return cta.reduce_max(v);
+    }
+  };
   bool finite;
-  const float amax = quant::dynamic_amax(fold, [&](float v) { return cta.reduce_max(v); }, [](bool b) { return b; }, finite);
+  const float amax = quant::dynamic_amax(fold, reduce_max, [](bool b) { return b; }, finite);
   const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
 #pragma unroll
-  for (int r = 0; r < kQuantRowRegVecs; ++r)
+  for (int r = 0; r < kRegVecs; ++r)
     if (held(r)) quant::store_quantized<Q, false>(dst + (r * size + rank) * kVec, x[r], s);
-  for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
+  for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
     AlignedVector<T, kVec> y;
     y.load(src + i * kVec);
     quant::store_quantized<Q, false>(dst + i * kVec, y, s);
   }
-  if (rank == 0) scales[blockIdx.x] = s.s;
+  if (rank == 0) scales[row] = s.s;
 #endif
 }
 
@@ -423,11 +436,11 @@ struct QuantOps {
       const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
       const bool early = host::pdl_early_trigger(ops.rows);
       if (fit == RowFit::kExact) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.rows, ops.width, quant::kDefaultScaleEps, early);
       } else if (fit == RowFit::kFits) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.rows, ops.width, quant::kDefaultScaleEps, early);
       } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.rows, ops.width, quant::kDefaultScaleEps, early);
       }
     }, /*flatten=*/false);
   }
