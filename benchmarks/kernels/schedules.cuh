@@ -444,7 +444,8 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
 #ifndef __CUDACC_RTC__
 // per_token_quant_fp8 of x [N, H] (bf16, contiguous) into q [N, H] (bytes), s [N]: the product's kernel
 // with reg_vecs vectors a thread, a CTA of H / 8 / reg_vecs threads a row, or (warp_rows) a warp a row in
-// CTAs of `threads`; trigger 0 at start, 1 after the wait (the product's choice at this size).
+// CTAs of `threads` (a row wider than its registers re-read for each pass); trigger 0 at start, 1 after the
+// wait (the product's choice at this size).
 void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t reg_vecs, int64_t warp_rows,
                           int64_t threads, int64_t trigger) {
   using namespace host;
@@ -455,15 +456,17 @@ void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   const jitkern_quant::Rows<uint8_t> out{static_cast<uint8_t*>(q.data_ptr()), hidden};
   auto* scales = static_cast<float*>(s.data_ptr());
   const int64_t row_threads = warp_rows ? 32 : nvec / reg_vecs;
-  RuntimeCheck(nvec == reg_vecs * row_threads && row_threads <= 1024, "token_quant_schedule: the row must fill its threads exactly");
+  const bool wider = warp_rows && nvec > reg_vecs * row_threads;  // the rest re-read (from L2) for each pass
+  RuntimeCheck((wider || nvec == reg_vecs * row_threads) && row_threads <= 1024, "token_quant_schedule: the row must fill its threads");
   const int64_t cta = warp_rows ? threads : row_threads, grid = warp_rows ? div_ceil(rows, threads / 32) : rows;
   LaunchKernel launch(static_cast<unsigned>(grid), static_cast<unsigned>(cta), x.device());
   launch.enable_pdl();
   const auto go = [&](auto r, auto w) {
     constexpr int kR = decltype(r)::value;
     constexpr bool kW = decltype(w)::value != 0;
-    launch(jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kExact, kR, kW>, in, out, scales, rows, hidden,
-           device::quant::kDefaultScaleEps, trigger == 0);
+    const auto kernel = wider ? jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kWider, kR, kW>
+                              : jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kExact, kR, kW>;
+    launch(kernel, in, out, scales, rows, hidden, device::quant::kDefaultScaleEps, trigger == 0);
   };
   // A warp's row held in 8 or 16 vectors a lane, a CTA's in 1-4.
   if (warp_rows) return with_constant<8, 16>(reg_vecs, [&](auto r) { go(r, std::integral_constant<int, 1>{}); });
