@@ -104,9 +104,9 @@ def qknorm_shapes(m, ref):
         if ref is not None:
             variants["reference"] = lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)
         # (rows a lane group takes a pass, threads, persistent, trigger, access): the reference's schedule
-        # (persistent CTAs of 128, a row a group, trigger after the last row), then the product's.
+        # (persistent CTAs of 128, a row a group, trigger after the last row), then the product's, then others.
         for rows, threads, pers, trig, access in [(1, 128, 1, 2, 0), (1, 128, 1, 2, 1), (1, 128, 1, 2, 2), (2, 256, 0, 1, 0),
-                                                  (2, 256, 0, 1, 1), (2, 256, 0, 1, 2), (2, 256, 1, 2, 1)]:
+                                                  (2, 256, 0, 1, 1), (2, 256, 0, 1, 2), (2, 256, 1, 2, 1), (1, 256, 0, 1, 1)]:
             variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}, {QK_ACCESS[access]}"] = (
                 lambda q=q, k=k, qw=qw, kw=kw, a=(rows, threads, pers, trig, access): m.qknorm(q, k, qw, kw, *a))
         with_floor(variants)

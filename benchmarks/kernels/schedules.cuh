@@ -319,6 +319,7 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
   if (variant(1, 2, 1, 0)) return go(One{}, Two{}, One{}, I{});
   if (variant(1, 2, 1, 1)) return go(One{}, Two{}, One{}, One{});
   if (variant(1, 2, 1, 2)) return go(One{}, Two{}, One{}, Two{});
+  if (variant(1, 1, 0, 1)) return go(One{}, One{}, I{}, One{});
   if (variant(2, 1, 0, 0)) return go(Two{}, One{}, I{}, I{});
   if (variant(2, 1, 0, 1)) return go(Two{}, One{}, I{}, One{});
   if (variant(2, 1, 0, 2)) return go(Two{}, One{}, I{}, Two{});
