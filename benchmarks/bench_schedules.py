@@ -134,10 +134,12 @@ def token_quant_shapes(m, ref):
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_quant_fp8(x, q, s)
         # (vectors a thread, a warp a row, CTA threads, trigger): a CTA a row of 256 (the product) / 512 / 128
-        # threads, then a warp a row holding it in registers (CTAs of 128 / 256), or half of it.
-        for r, w, threads, trig in [(2, 0, 0, 1), (1, 0, 0, 1), (4, 0, 0, 1), (16, 1, 128, 1), (16, 1, 256, 1), (8, 1, 256, 1)]:
-            name = f"a warp a row of {r} vectors a lane{'' if 32 * r * 8 == 4096 else ', the rest re-read'}, {threads}t" if w else (
-                f"a CTA a row, {4096 // 8 // r}x{r}")
+        # threads, then a warp a row holding it in registers (CTAs of 128 / 256), or half of it, or reading it twice.
+        for r, w, threads, trig in [(2, 0, 0, 1), (1, 0, 0, 1), (4, 0, 0, 1), (16, 1, 128, 1), (16, 1, 256, 1), (8, 1, 256, 1),
+                                    (4, 2, 256, 1), (2, 2, 256, 1)]:
+            name = (f"a CTA a row, {4096 // 8 // r}x{r}" if w == 0 else
+                    f"a warp a row of {r} vectors a lane{'' if 32 * r * 8 == 4096 else ', the rest re-read'}, {threads}t" if w == 1 else
+                    f"a warp a row read twice (the reference's), {r} vectors a lane in flight, {threads}t")
             variants[f"{name} {TRIGGER[trig]}"] = lambda x=x, q=q, s=s, a=(r, w, threads, trig): m.token_quant(x, q.view(torch.uint8), s.view(-1), *a)
         with_floor(variants)
 

@@ -442,11 +442,59 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
 }
 #endif  // __CUDACC_RTC__
 
+// per_token_quant_fp8, a warp a row in CTAs of several, the row read twice as the reference reads it (for its
+// amax, then for its codes, the second time from L1/L2), kUnroll vectors a lane in flight; the product's
+// arithmetic (so the same codes and scales).
+template <int kUnroll>
+__global__ void __launch_bounds__(1024) token_quant_two_pass_kernel(const bf16* in, uint8_t* q, float* scales, int64_t rows, int64_t hidden,
+                                                                    bool trigger_at_start) {
+#ifdef __CUDACC__
+  using Vec = AlignedVector<bf16, kV>;
+  using M = VecMath<bf16, kV>;
+  constexpr int kLanes = device::kWarpThreads;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t row = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
+  const int lane = static_cast<int>(threadIdx.x % kLanes), nvec = static_cast<int>(hidden / kV);
+  if (row >= rows) return;  // a whole warp
+  const bf16* src = in + row * hidden;
+  uint8_t* dst = q + row * hidden;
+  device::pdl_wait_primary();
+  if (!trigger_at_start) device::pdl_trigger_secondary();
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
+    for (int i = lane; i < nvec; i += kUnroll * kLanes) {
+      Vec x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u * kLanes < nvec) x[u].load_global(src + (i + u * kLanes) * kV);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u * kLanes < nvec) acc = op(acc, M::fold(x[u], op, 0.0f));
+    }
+    return acc;
+  };
+  bool finite;
+  const float amax = device::quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
+                                                 [](bool b) { return b; }, finite);
+  const device::quant::Divider s(device::quant::scale_for<fp8_e4m3_t>(amax, device::quant::kDefaultScaleEps), finite);
+  for (int i = lane; i < nvec; i += kUnroll * kLanes) {
+    Vec x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kLanes < nvec) x[u].load_global(src + (i + u * kLanes) * kV);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kLanes < nvec) device::quant::store_quantized<fp8_e4m3_t, false>(dst + (i + u * kLanes) * kV, x[u], s);
+  }
+  if (lane == 0) scales[row] = s.s;
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 // per_token_quant_fp8 of x [N, H] (bf16, contiguous) into q [N, H] (bytes), s [N]: the product's kernel
 // with reg_vecs vectors a thread, a CTA of H / 8 / reg_vecs threads a row, or (warp_rows) a warp a row in
-// CTAs of `threads` (a row wider than its registers re-read for each pass); trigger 0 at start, 1 after the
-// wait (the product's choice at this size).
+// CTAs of `threads` (a row wider than its registers re-read for each pass), or (warp_rows 2) a warp a row
+// read twice, token_quant_two_pass_kernel; trigger 0 at start, 1 after the wait (the product's choice here).
 void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t reg_vecs, int64_t warp_rows,
                           int64_t threads, int64_t trigger) {
   using namespace host;
@@ -456,6 +504,14 @@ void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   const jitkern_quant::Rows<const bf16> in{static_cast<const bf16*>(x.data_ptr()), hidden};
   const jitkern_quant::Rows<uint8_t> out{static_cast<uint8_t*>(q.data_ptr()), hidden};
   auto* scales = static_cast<float*>(s.data_ptr());
+  if (warp_rows == 2) {  // token_quant_two_pass_kernel, reg_vecs vectors a lane in flight
+    LaunchKernel launch(static_cast<unsigned>(div_ceil(rows, threads / 32)), static_cast<unsigned>(threads), x.device());
+    launch.enable_pdl();
+    with_constant<2, 4>(reg_vecs, [&](auto u) {
+      launch(token_quant_two_pass_kernel<decltype(u)::value>, in.base, out.base, scales, rows, hidden, trigger == 0);
+    });
+    return;
+  }
   const int64_t row_threads = warp_rows ? 32 : nvec / reg_vecs;
   const bool wider = warp_rows && nvec > reg_vecs * row_threads;  // the rest re-read (from L2) for each pass
   RuntimeCheck((wider || nvec == reg_vecs * row_threads) && row_threads <= 1024, "token_quant_schedule: the row must fill its threads");
