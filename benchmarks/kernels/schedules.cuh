@@ -460,13 +460,16 @@ __global__ void __launch_bounds__(1024) token_quant_two_pass_kernel(const bf16* 
   uint8_t* dst = q + row * hidden;
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
+  const auto load = [&](int i, Vec (&x)[kUnroll]) {  // vectors i, i + 32, ... (kUnroll of them, in the row)
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kLanes < nvec) x[u].load_global(src + (i + u * kLanes) * kV);
+  };
   const auto fold = [&](auto op) {
     float acc = 0.0f;
     for (int i = lane; i < nvec; i += kUnroll * kLanes) {
       Vec x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (i + u * kLanes < nvec) x[u].load_global(src + (i + u * kLanes) * kV);
+      load(i, x);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (i + u * kLanes < nvec) acc = op(acc, M::fold(x[u], op, 0.0f));
@@ -479,9 +482,7 @@ __global__ void __launch_bounds__(1024) token_quant_two_pass_kernel(const bf16* 
   const device::quant::Divider s(device::quant::scale_for<fp8_e4m3_t>(amax, device::quant::kDefaultScaleEps), finite);
   for (int i = lane; i < nvec; i += kUnroll * kLanes) {
     Vec x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (i + u * kLanes < nvec) x[u].load_global(src + (i + u * kLanes) * kV);
+    load(i, x);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       if (i + u * kLanes < nvec) device::quant::store_quantized<fp8_e4m3_t, false>(dst + (i + u * kLanes) * kV, x[u], s);
