@@ -126,21 +126,19 @@ def qknorm_shapes(m, ref):
 
 
 def token_quant_shapes(m, ref):
-    for t in (4096,):
+    for t in (16, 256, 1024, 4096):
         x = rand(t, 4096)
         q = torch.empty(t, 4096, device="cuda", dtype=torch.float8_e4m3fn)
         s = torch.empty(t, 1, device="cuda", dtype=torch.float32)
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_quant_fp8(x, q, s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_quant_fp8(x, q, s)
-        # (vectors a thread, a warp a row, CTA threads, trigger): a CTA a row of 256 (the product) / 512 / 128
-        # threads, then a warp a row holding it in registers (CTAs of 128 / 256), or half of it, or reading it twice.
-        for r, w, threads, trig in [(2, 0, 0, 1), (1, 0, 0, 1), (4, 0, 0, 1), (16, 1, 128, 1), (16, 1, 256, 1), (8, 1, 256, 1),
-                                    (4, 2, 256, 1), (2, 2, 256, 1)]:
-            name = (f"a CTA a row, {4096 // 8 // r}x{r}" if w == 0 else
-                    f"a warp a row of {r} vectors a lane{'' if 32 * r * 8 == 4096 else ', the rest re-read'}, {threads}t" if w == 1 else
-                    f"a warp a row read twice (the reference's), {r} vectors a lane in flight, {threads}t")
-            variants[f"{name} {TRIGGER[trig]}"] = lambda x=x, q=q, s=s, a=(r, w, threads, trig): m.token_quant(x, q.view(torch.uint8), s.view(-1), *a)
+        # (vectors a thread, two passes, CTA threads): a CTA a row of 256 / 128 / 512 threads (the product's kernel),
+        # then a warp a row reading it twice as the reference does (jitkern's arithmetic).
+        for r, two, threads in [(2, 0, 0), (4, 0, 0), (1, 0, 0), (4, 1, 256)]:
+            name = f"a warp a row read twice (the reference's layout), {r} vectors a lane in flight, {threads}t" if two else (
+                f"a CTA a row, {4096 // 8 // r}x{r}")
+            variants[name] = lambda x=x, q=q, s=s, a=(r, two, threads): m.token_quant(x, q.view(torch.uint8), s.view(-1), *a)
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
@@ -155,13 +153,13 @@ def token_quant_shapes(m, ref):
         yield f"[{t}, 4096]", variants, check
 
 
-CONCAT = {2: "the product's kernel, 2 vectors a thread", 4: "4 vectors a thread", 8: "8 vectors a thread",
-          10: "a warp a row, b in 4-byte words, 1024t", 11: "a warp a row, b in 16-byte vectors, 1024t",
-          12: "a warp a row, b in 4-byte words, 256t", 13: "a warp a row, b in 16-byte vectors, 256t"}
+CONCAT = {2: "the output's vectors in order, 2 a thread", 4: "the output's vectors in order, 4 a thread",
+          10: "a warp a row, b in 4-byte words, 1024t", 12: "a warp a row, b in 4-byte words, 256t",
+          13: "a warp a row, b in 16-byte vectors, 256t"}
 
 
 def concat_shapes(m, ref):
-    for t in (1, 64, 4096):
+    for t in (1, 64, 128, 256, 4096):
         a, b = rand(t, 128, 512), rand(t, 128, 64)
         out = torch.empty(t, 128, 576, device="cuda", dtype=DTYPE)
         variants = {"product": lambda a=a, b=b: ops.concat_mla_absorb_q(a, b)}

@@ -3,7 +3,8 @@
 //                                paged caches; any row of a multiple of 4 bytes);
 //   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
 // store_cache: a group of lanes (a power of two) per row; the concatenations: the output's vectors in
-// order, a thread per kConcatUnroll of them. 16-byte vectors where every address and stride allows.
+// order, a thread per kConcatUnroll of them (MLA's absorbed q, up to a wave of rows: a warp a row). 16-byte
+// vectors where every address and stride allows.
 // The cache layouts (shared with RoPE's fused cache write): <jitkern/impl/kv_cache.cuh>.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <jitkern/tensor.h>
 #include <jitkern/utils.cuh>
 #include <jitkern/utils.h>
+#include <jitkern/warp.cuh>
 
 #include <algorithm>
 #include <bit>
@@ -110,6 +112,7 @@ struct ConcatParams {
   device::kv_cache::Divisor row_vecs;  // x_vecs + y_vecs
   device::kv_cache::Divisor dim1;      // rows are (i0, i1), i1 < dim1
   int32_t x_vecs;
+  int64_t rows;  // concat_warp_rows_kernel only (its x_vecs: of its XVec)
 };
 
 // out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1). The output's vectors
@@ -141,6 +144,35 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
     if (first + int64_t{u} * blockDim.x < p.vectors) *out[u] = v[u];
+#endif
+}
+
+// The same a warp a row, for rows of x in kXPer 32-lane rounds of XVec and y in one round of YVec (x_vecs
+// XVecs, at most 32 * kXPer; 32 YVecs): lane l copies x's vectors l, l + 32, ... and y's vector l, all
+// loaded before the first store, and one division a warp finds the row. Where the rows are at most one
+// wave of warps (MLA's absorbed q, [64, 128, 512 + 64] bf16 on an H200: 3.14 us against 3.91 through
+// concat_rows_kernel, [1, 128, ...] 0.79 against 1.13; bench_schedules.py, docs/benchmarks/vs_reference.md).
+template <typename XVec, int kXPer, typename YVec>
+__global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ ConcatParams p) {
+#ifdef __CUDACC__
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / device::kWarpThreads;
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  device::pdl_wait_primary();
+  if (row >= p.rows) return;  // a whole warp
+  uint64_t i1;
+  const int64_t i0 = static_cast<int64_t>(p.dim1.divide(static_cast<uint64_t>(row), i1)), h = static_cast<int64_t>(i1);
+  const XVec* x = reinterpret_cast<const XVec*>(p.x + i0 * p.x_s0 + h * p.x_s1);
+  char* out = p.out + i0 * p.out_s0 + h * p.out_s1;
+  XVec xv[kXPer];
+#pragma unroll
+  for (int j = 0; j < kXPer; ++j)
+    if (lane + j * device::kWarpThreads < p.x_vecs) xv[j] = x[lane + j * device::kWarpThreads];
+  const YVec yv = reinterpret_cast<const YVec*>(p.y + i0 * p.y_s0 + h * p.y_s1)[lane];
+  device::pdl_trigger_secondary();  // once the loads are issued, as concat_rows_kernel
+#pragma unroll
+  for (int j = 0; j < kXPer; ++j)
+    if (lane + j * device::kWarpThreads < p.x_vecs) reinterpret_cast<XVec*>(out)[lane + j * device::kWarpThreads] = xv[j];
+  reinterpret_cast<YVec*>(out + int64_t{p.x_vecs} * int64_t{sizeof(XVec)})[lane] = yv;
 #endif
 }
 
@@ -267,8 +299,9 @@ struct KvRowsImpl {
     concat(p, A.unwrap(), B.unwrap(), Da.unwrap() * e, Db.unwrap() * e, dev.unwrap());
   }
 
-  // out[i0, i1] = [x[i0, i1] | y[i0, i1]] for p's pointers and byte strides (kUnroll: concat_rows_kernel's).
-  template <int kUnroll = kConcatUnroll>
+  // out[i0, i1] = [x[i0, i1] | y[i0, i1]] for p's pointers and byte strides. kUnroll 0: the launch rules
+  // below; else concat_rows_kernel with kUnroll vectors a thread (bench_schedules.py).
+  template <int kUnroll = 0>
   static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
     using namespace host;
     RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
@@ -278,6 +311,16 @@ struct KvRowsImpl {
     const auto fits = [&](int64_t w) {
       return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
     };
+    // A warp a row where the rows are at most a wave of warps and the row is 16-byte vectors of x in two
+    // rounds and 4-byte words of y in one (MLA's absorbed q: 1024 + 128 bytes).
+    const int64_t sms = runtime::get_sm_count(device.device_id), wave = sms * (row_policy(device).threads_per_sm / 32);
+    if (kUnroll == 0 && rows <= wave && y_bytes == 32 * 4 && x_bytes > 16 * 32 && x_bytes <= 16 * 64 && fits(16)) {
+      p.x_vecs = static_cast<int32_t>(x_bytes / 16);
+      p.rows = rows;
+      LaunchKernel(static_cast<unsigned>(div_ceil(rows * 32, int64_t{kRowThreads})), kRowThreads, device)
+          .enable_pdl()(concat_warp_rows_kernel<int4, 2, int>, p);
+      return;
+    }
     const auto go = [&](auto vec) {
       using Vec = decltype(vec);
       const int64_t row_vecs = (x_bytes + y_bytes) / int64_t{sizeof(Vec)};
@@ -285,7 +328,8 @@ struct KvRowsImpl {
       p.row_vecs = divisor(row_vecs);
       p.vectors = rows * row_vecs;
       RuntimeCheck(p.vectors < (int64_t{1} << 62), "concat: too many elements: ", p.vectors);
-      launch_threads(concat_rows_kernel<Vec, kUnroll>, p, div_ceil(p.vectors, int64_t{kUnroll}), device);
+      constexpr int kFlatUnroll = kUnroll == 0 ? kConcatUnroll : kUnroll;
+      launch_threads(concat_rows_kernel<Vec, kFlatUnroll>, p, div_ceil(p.vectors, int64_t{kFlatUnroll}), device);
     };
     if (fits(16)) {
       go(int4{});

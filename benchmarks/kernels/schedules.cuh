@@ -492,43 +492,34 @@ __global__ void __launch_bounds__(1024) token_quant_two_pass_kernel(const bf16* 
 }
 
 #ifndef __CUDACC_RTC__
-// per_token_quant_fp8 of x [N, H] (bf16, contiguous) into q [N, H] (bytes), s [N]: the product's kernel
-// with reg_vecs vectors a thread, a CTA of H / 8 / reg_vecs threads a row, or (warp_rows) a warp a row in
-// CTAs of `threads` (a row wider than its registers re-read for each pass), or (warp_rows 2) a warp a row
-// read twice, token_quant_two_pass_kernel; trigger 0 at start, 1 after the wait (the product's choice here).
-void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t reg_vecs, int64_t warp_rows,
-                          int64_t threads, int64_t trigger) {
+// per_token_quant_fp8 of x [N, H] (bf16, contiguous) into q [N, H] (bytes), s [N]: the product's kernel with
+// reg_vecs vectors a thread, a CTA of H / 8 / reg_vecs threads a row (two_pass 0), or (two_pass 1) a warp a
+// row read twice, token_quant_two_pass_kernel with reg_vecs vectors a lane in flight, in CTAs of `threads`;
+// the PDL trigger after the wait (the product's choice at these sizes).
+void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t reg_vecs, int64_t two_pass,
+                          int64_t threads) {
   using namespace host;
   using device::norm::RowFit;
   RuntimeCheck(x.dim() == 2 && x.size(1) % 8 == 0, "token_quant_schedule: [N, H], H a multiple of 8");
   const int64_t rows = x.size(0), hidden = x.size(1), nvec = hidden / kV;
-  const jitkern_quant::Rows<const bf16> in{static_cast<const bf16*>(x.data_ptr()), hidden};
-  const jitkern_quant::Rows<uint8_t> out{static_cast<uint8_t*>(q.data_ptr()), hidden};
+  const auto* in = static_cast<const bf16*>(x.data_ptr());
+  auto* out = static_cast<uint8_t*>(q.data_ptr());
   auto* scales = static_cast<float*>(s.data_ptr());
-  if (warp_rows == 2) {  // token_quant_two_pass_kernel, reg_vecs vectors a lane in flight
+  if (two_pass) {
     LaunchKernel launch(static_cast<unsigned>(div_ceil(rows, threads / 32)), static_cast<unsigned>(threads), x.device());
     launch.enable_pdl();
     with_constant<2, 4>(reg_vecs, [&](auto u) {
-      launch(token_quant_two_pass_kernel<decltype(u)::value>, in.base, out.base, scales, rows, hidden, trigger == 0);
+      launch(token_quant_two_pass_kernel<decltype(u)::value>, in, out, scales, rows, hidden, false);
     });
     return;
   }
-  const int64_t row_threads = warp_rows ? 32 : nvec / reg_vecs;
-  const bool wider = warp_rows && nvec > reg_vecs * row_threads;  // the rest re-read (from L2) for each pass
-  RuntimeCheck((wider || nvec == reg_vecs * row_threads) && row_threads <= 1024, "token_quant_schedule: the row must fill its threads");
-  const int64_t cta = warp_rows ? threads : row_threads, grid = warp_rows ? div_ceil(rows, threads / 32) : rows;
-  LaunchKernel launch(static_cast<unsigned>(grid), static_cast<unsigned>(cta), x.device());
+  RuntimeCheck(nvec % reg_vecs == 0 && nvec / reg_vecs <= 1024, "token_quant_schedule: the row must fill its threads exactly");
+  LaunchKernel launch(static_cast<unsigned>(rows), static_cast<unsigned>(nvec / reg_vecs), x.device());
   launch.enable_pdl();
-  const auto go = [&](auto r, auto w) {
-    constexpr int kR = decltype(r)::value;
-    constexpr bool kW = decltype(w)::value != 0;
-    const auto kernel = wider ? jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kWider, kR, kW>
-                              : jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kExact, kR, kW>;
-    launch(kernel, in, out, scales, rows, hidden, device::quant::kDefaultScaleEps, trigger == 0);
-  };
-  // A warp's row held in 8 or 16 vectors a lane, a CTA's in 1-4.
-  if (warp_rows) return with_constant<8, 16>(reg_vecs, [&](auto r) { go(r, std::integral_constant<int, 1>{}); });
-  with_constant<1, 2, 4>(reg_vecs, [&](auto r) { go(r, std::integral_constant<int, 0>{}); });
+  with_constant<1, 2, 4>(reg_vecs, [&](auto r) {
+    launch(jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kExact, decltype(r)::value>, jitkern_quant::Rows<const bf16>{in, hidden},
+           jitkern_quant::Rows<uint8_t>{out, hidden}, scales, hidden, device::quant::kDefaultScaleEps, false);
+  });
 }
 #endif  // __CUDACC_RTC__
 
@@ -564,9 +555,9 @@ __global__ void __launch_bounds__(1024) absorb_warp_kernel(const bf16* a, const 
 }
 
 #ifndef __CUDACC_RTC__
-// out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, contiguous): variant 2 / 4 / 8: the product's
-// kernel with that many vectors a thread; 10 / 11: absorb_warp_kernel, b in 4-byte words / 16-byte vectors,
-// in CTAs of 1024 threads (the reference's); 12 / 13: the same in CTAs of 256.
+// out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, contiguous): variant 2 / 4: the product's
+// concat_rows_kernel with that many vectors a thread; 10 / 11: absorb_warp_kernel, b in 4-byte words /
+// 16-byte vectors, in CTAs of 1024 threads (the reference's); 12 / 13: the same in CTAs of 256.
 void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::TensorView out, int64_t variant) {
   using namespace host;
   RuntimeCheck(a.dim() == 3 && a.size(2) == 512 && b.size(2) == 64 && out.size(2) == 576, "concat_schedule: [T, H, 512 + 64]");
@@ -575,7 +566,7 @@ void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::Tens
     jitkern_kv_rows::ConcatParams p{};
     p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
     p.out_s0 = h * 576 * 2, p.out_s1 = 576 * 2, p.x_s0 = h * 512 * 2, p.x_s1 = 512 * 2, p.y_s0 = h * 64 * 2, p.y_s1 = 64 * 2;
-    with_constant<2, 4, 8>(variant, [&](auto u) {
+    with_constant<2, 4>(variant, [&](auto u) {
       jitkern_kv_rows::KvRows::concat<decltype(u)::value>(p, t, h, 1024, 128, a.device());
     });
     return;

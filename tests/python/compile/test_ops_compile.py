@@ -176,3 +176,20 @@ def test_norm_kernels_access_global_memory_as_global(tmp_path):
     assert re.search(r"ld\.global\.v4", text) and re.search(r"st\.global\.v4", text)
     generic = [m.group(0).strip() for m in _GENERIC_ACCESS.finditer(text)]
     assert not generic, f"{len(generic)} generic loads/stores in the norm kernels, e.g. {generic[:3]}"
+
+
+@pytest.mark.toolchain
+def test_many_in_place_narrow_rows_kernel_fits_six_ctas_an_sm(tmp_path):
+    """qknorm's many-row kernel (bf16 heads of 128, two rows a group of 16 lanes, CTAs of 256) stays within
+    40 registers a thread, so that 6 CTAs fit an SM's 64K registers (the general narrow kernel took 62: 4)."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / "inplace_rows.cu"
+    src.write_text("#include <jitkern/impl/norm_launch.cuh>\n"
+                   "void* kernel = (void*)&device::norm::norm_inplace_rows_kernel<bf16_t, 8, 16, 2, true>;\n")
+    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
+                          f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
+                          str(tmp_path / "inplace_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
+    used = [int(n) for n in re.findall(r"Used (\d+) registers", out.stdout + out.stderr)]
+    assert len(used) == 1 and used[0] <= 40, out.stdout + out.stderr
