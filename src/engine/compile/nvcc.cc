@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "base/log.h"
+#include "compile/host_prelude.h"
 #include "compile/host_transform.h"
+#include "config/compile_env.h"
 #include "compile/nvcc_pipeline.h"
 #include "compile/steps.h"
 #include "compile/toolchain.h"
@@ -35,6 +38,37 @@ class CpuShare {
   static inline std::atomic<int> s_running{0};
 };
 
+// host_shared_files: the rewritten unit `text` compiled with its shared prefix precompiled, where one is
+// ready (else its compile is started in the background, for later builds): true, its status in `*rc`,
+// where it compiled (or timed out, or was interrupted). Where it failed, `*failed` is the precompiled
+// prefix: the caller compiles the whole unit, and retires it if that succeeds.
+bool with_shared_prefix(Steps& s, const nvcc::Pipeline& pipe, const std::string& text, int* rc,
+                        std::optional<host_prelude::Precompiled>* failed) {
+  if (s.p.host_shared_prefix.empty() || !s.p.host_cxx_gcc) return false;
+  std::string why;
+  const std::size_t end = host_transform::shared_prefix_end(text, s.p.host_shared_prefix, &why);
+  if (end == std::string::npos) {
+    log::emit(log::kDebug, s.p.name + ": no precompiled shared host prefix: " + why);
+    return false;
+  }
+  auto pch = host_prelude::find_prefix(nvcc::rewritten_host_compile(pipe, "@prefix@"), std::string_view(text).substr(0, end), true, true,
+                                       s.timeout, compile_env::with(s.env, pipe.env), config::temp_dir(s.cfg));
+  if (!pch) return false;
+  const std::string file = "nvcc/device.after_prefix.ii";
+  fs::write_file_atomic(s.scratch + "/" + file, host_transform::after_prefix(text, end, pch->header));
+  const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
+  s.record(s.in_dir(cmd));
+  const std::string attempt_log = s.scratch + "/host_precompiled.log";
+  *rc = s.run_shell_chain({cmd}, pipe.env, attempt_log);
+  if (*rc == 0 || *rc == fs::kTimedOut || *rc == fs::kInterrupted) {
+    std::string output;
+    if (fs::read_file(attempt_log, &output) && !output.empty()) fs::append_file(s.log(), output);  // its warnings
+    return true;
+  }
+  *failed = std::move(pch);
+  return false;
+}
+
 // host_without_cudafe: after nvcc's host preprocessing, its output rewritten (host_transform.h) and
 // compiled by nvcc's host compile command into device.o; its status, unless `*why` is set: then nvcc's
 // host chain must compile it (the rewrite refused, or its compile failed other than by a timeout or an
@@ -51,16 +85,23 @@ int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& modu
   const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
   if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", 1;
   fs::write_file_atomic(s.scratch + "/" + file, r.text);
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto steps = [&](const char* note) {
+    s.cuda_steps = "host side without cudafe++: rewrite " + format_seconds(rewrite_s) + " (" + std::to_string(r.kernels) + " kernels), compile " +
+                   format_seconds(seconds_since(t1)) + note;
+  };
+  int rc = 0;
+  std::optional<host_prelude::Precompiled> failed;
+  if (with_shared_prefix(s, pipe, r.text, &rc, &failed)) return steps(" (shared prefix precompiled)"), rc;
   s.record(s.in_dir(cmd));
   const std::string attempt_log = s.scratch + "/host_rewritten.log";
-  const auto t1 = std::chrono::steady_clock::now();
-  const int rc = s.run_shell_chain({cmd}, pipe.env, attempt_log);
+  rc = s.run_shell_chain({cmd}, pipe.env, attempt_log);
   std::string output;
   fs::read_file(attempt_log, &output);
+  if (rc == 0 && failed) host_prelude::retire(*failed, s.p.name + "'s host compile failed with it, not without it");
   if (rc == 0 || rc == fs::kTimedOut || rc == fs::kInterrupted) {
     if (!output.empty()) fs::append_file(s.log(), output);  // its warnings
-    s.cuda_steps = "host side without cudafe++: rewrite " + format_seconds(rewrite_s) + " (" + std::to_string(r.kernels) + " kernels), compile " +
-                   format_seconds(seconds_since(t1));
+    steps("");
     return rc;
   }
   return *why = "its rewritten host code failed to compile: " + Steps::head_of(attempt_log), rc;
