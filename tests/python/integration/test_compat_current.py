@@ -238,12 +238,13 @@ def test_later_modules_compile_the_shared_host_prefix_precompiled_to_the_same_li
         else:
             raise AssertionError("no build ever used the precompiled shared host prefix")
     assert any(p.name.startswith("jitkern-prelude-") for p in (tmp_path / "tmp").iterdir())
-    with_prefix = pathlib.Path(spec.build()).read_bytes()
+    with_prefix = spec.build()
     monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "other_cache"))
     with caplog.at_level("INFO", logger="jitkern"):
         caplog.clear()
-        without = spec.replace(host_shared_files=0)
-        assert pathlib.Path(without.build()).read_bytes() == with_prefix
+        without = spec.replace(host_shared_files=0).build()
+        assert os.path.relpath(without, tmp_path / "other_cache") == os.path.relpath(with_prefix, cache_dir), "host_shared_files is in the key"
+        assert pathlib.Path(without).read_bytes() == pathlib.Path(with_prefix).read_bytes()
         assert "(shared prefix precompiled)" not in caplog.text and "host side without cudafe++" in caplog.text
 
 
@@ -365,7 +366,7 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
     assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a static kernel")
     assert host_side(caplog, "sglang_routed_5") == "rewritten"
     # The rewrite is part of the module's identity: without it, another cache entry.
-    assert spec.replace(host_without_cudafe=False).build() != path
+    assert spec.replace(host_without_cudafe=False, host_shared_files=0).build() != path
     # The compatibility check says which files' host sides went through cudafe++, and why.
     calls = [check.Call("s.py", "f", ("static_kernel", "2"), {"cuda_files": ["static_kernel.cuh"], "cuda_wrappers": [("f", "launches_nothing")]},
                         ("static_kernel.cuh",)),
