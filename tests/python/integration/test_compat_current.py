@@ -12,6 +12,7 @@ import shutil
 import struct
 import sys
 import textwrap
+import time
 
 import pytest
 import tvm_ffi
@@ -245,6 +246,16 @@ def test_later_modules_compile_the_shared_host_prefix_precompiled_to_the_same_li
         without = spec.replace(host_shared_files=0).build()
         assert os.path.relpath(without, tmp_path / "other_cache") == os.path.relpath(with_prefix, cache_dir), "host_shared_files is in the key"
         assert pathlib.Path(without).read_bytes() == pathlib.Path(with_prefix).read_bytes()
+        assert "(shared prefix precompiled)" not in caplog.text and "host side without cudafe++" in caplog.text
+    # A shared header edited: the module built with it precompiled rebuilds, from the new text.
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(cache_dir))
+    tensor = package / "include" / "sgl_kernel" / "tensor.h"
+    time.sleep(0.02)  # past the timestamps' granularity
+    tensor.write_text(tensor.read_text().replace("return t.size(0);", "return t.size(0) + 1000;"))
+    with caplog.at_level("INFO", logger="jitkern"):
+        caplog.clear()
+        rebuilt = spec.build()
+        assert rebuilt != with_prefix and tvm_ffi.load_module(rebuilt).f(x) == 1003 * n + 900
         assert "(shared prefix precompiled)" not in caplog.text and "host side without cudafe++" in caplog.text
 
 
