@@ -150,8 +150,9 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 // The same a warp a row, for rows of x in kXPer 32-lane rounds of XVec and y in one round of YVec (x_vecs
 // XVecs, at most 32 * kXPer; 32 YVecs): lane l copies x's vectors l, l + 32, ... and y's vector l, all
 // loaded before the first store, and one division a warp finds the row. Where the rows are at most one
-// wave of warps (MLA's absorbed q, [64, 128, 512 + 64] bf16 on an H200: 3.14 us against 3.91 through
-// concat_rows_kernel, [1, 128, ...] 0.79 against 1.13; bench_schedules.py, docs/benchmarks/vs_reference.md).
+// wave of warps (MLA's absorbed q, [64, 128, 512 + 64] bf16 on an H200, bench_schedules.py's kernel of
+// this layout: 3.14 us against 3.91 through concat_rows_kernel, [1, 128, ...] 0.79 against 1.13;
+// docs/benchmarks/vs_reference.md).
 template <typename XVec, int kXPer, typename YVec>
 __global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ ConcatParams p) {
 #ifdef __CUDACC__

@@ -167,9 +167,9 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 // kRows, ..., RowOrder::kTokenMajor> takes them (the same rows a group, the same bits), each row's one
 // pointer found after the PDL wait with 32-bit row arithmetic. That kernel's general rows (out, in and
 // residual pointers and the epilogue's, found before the wait) held 62 registers a thread, 4 CTAs of 256
-// an SM; this one 40, 6 (qknorm 32 + 8 heads x 128 bf16 on an H200, bench_schedules.py: 42.2 / 162.9 us at
-// 8192 / 32768 tokens against 47.5 / 184.4, docs/benchmarks/vs_reference.md). The next launch is triggered
-// after the wait.
+// an SM; this one 40, 6 (qknorm 32 + 8 heads x 128 bf16 on an H200, bench_schedules.py: a kernel of this
+// layout and register count 42.2 / 162.9 us at 8192 / 32768 tokens against 47.5 / 184.4,
+// docs/benchmarks/vs_reference.md). The next launch is triggered after the wait.
 template <typename T, int kVec, int kWidth, int kRows, bool kFullRows>
 __global__ void __launch_bounds__(kNormNarrowThreads) norm_inplace_rows_kernel(const __grid_constant__ NormParams<T> p) {
 #ifdef __CUDACC__
