@@ -1,8 +1,10 @@
-"""Launch schedules of the norm, fp8 group-quantization and KV-store kernels (benchmarks/kernels/schedules.cuh)
+"""Launch schedules of the norm, fp8 quantization (per group, per token), KV-store and MLA concatenation kernels
+(benchmarks/kernels/schedules.cuh)
 beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
 one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
 (include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
-Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [qknorm] [store]`: those tables only."""
+Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [qknorm] [store] [token_quant] [concat]`: those
+tables only."""
 
 from __future__ import annotations
 
@@ -26,12 +28,16 @@ TRIGGER = {0: "start", 1: "after wait", 2: "end"}
 
 def module():
     """The schedule kernels' module, built in one parallel build with the product ops' modules (bf16)."""
-    spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "schedules.cuh")],
+    here = Path(__file__).resolve().parent
+    spec = jitkern.JitSpec("bench_schedules", cuda_files=[str(here / "kernels" / "schedules.cuh")],
                            cuda_wrappers=[("rmsnorm", "bench_schedules::rmsnorm_schedule"), ("qknorm", "bench_schedules::qknorm_schedule"),
                                           ("group_quant", "bench_schedules::group_quant_schedule"),
-                                          ("rmsnorm_static", "bench_schedules::rmsnorm_static"), ("store", "bench_schedules::store_schedule")],
-                           host_without_nvcc=True)
-    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "store_cache"], dtypes=["bfloat16"])
+                                          ("rmsnorm_static", "bench_schedules::rmsnorm_static"), ("store", "bench_schedules::store_schedule"),
+                                          ("token_quant", "bench_schedules::token_quant_schedule"),
+                                          ("concat", "bench_schedules::concat_schedule")],
+                           extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True)
+    products = ops.specs(ops=["rmsnorm", "fused_inplace_qknorm", "per_token_group_quant_8bit", "store_cache", "per_token_quant_fp8",
+                              "concat_mla_absorb_q"], dtypes=["bfloat16"])
     return build_all(spec, *products)[0]
 
 
@@ -88,27 +94,91 @@ def rmsnorm_shapes(m, ref):
         yield f"[{t}, {h}]", variants, check
 
 
+QK_ACCESS = ["generic ld/st", "ld.global/st.global", "ld.global.L1::no_allocate/st.global.cs"]
+
+
 def qknorm_shapes(m, ref):
-    for t in (8192,):
+    for t in (8192, 32768):
         q, k, qw, kw = rand(t, 32, 128), rand(t, 8, 128), rand(128), rand(128)
         variants = {"product": lambda q=q, k=k, qw=qw, kw=kw: ops.fused_inplace_qknorm(q, k, qw, kw)}
         if ref is not None:
             variants["reference"] = lambda q=q, k=k, qw=qw, kw=kw: ref.fused_inplace_qknorm(q, k, qw, kw)
-        for rows, threads, pers, trig in [(2, 256, 1, 2), (1, 256, 1, 2), (1, 128, 1, 2), (4, 256, 1, 2)]:
-            variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}"] = (
-                lambda q=q, k=k, qw=qw, kw=kw, rows=rows, threads=threads, pers=pers, trig=trig: m.qknorm(q, k, qw, kw, rows, threads, pers, trig))
+        # (rows a lane group takes a pass, threads, persistent, trigger, access): the reference's schedule
+        # (persistent CTAs of 128, a row a group, trigger after the last row), then the product's, then others.
+        for rows, threads, pers, trig, access in [(1, 128, 1, 2, 0), (1, 128, 1, 2, 1), (1, 128, 1, 2, 2), (2, 256, 0, 1, 0),
+                                                  (2, 256, 0, 1, 1), (2, 256, 0, 1, 2), (2, 256, 1, 2, 1), (1, 256, 0, 1, 1)]:
+            variants[f"{threads}t {rows} rows{' persistent' if pers else ''} {TRIGGER[trig]}, {QK_ACCESS[access]}"] = (
+                lambda q=q, k=k, qw=qw, kw=kw, a=(rows, threads, pers, trig, access): m.qknorm(q, k, qw, kw, *a))
+        with_floor(variants)
 
         def check(q=q, k=k, qw=qw, kw=kw, variants=variants):
             q0, k0 = q.clone(), k.clone()
             eq, ek = q.clone(), k.clone()
             ops.fused_inplace_qknorm(eq, ek, qw, kw)
             for name, fn in variants.items():
-                if name == "reference":
+                if name == "reference" or name.startswith(FLOOR):
                     continue
                 q.copy_(q0), k.copy_(k0)
                 fn()
                 assert torch.equal(q, eq) and torch.equal(k, ek), f"qknorm variant {name} differs from the product"
+            q.copy_(q0), k.copy_(k0)
         yield f"T={t}", variants, check
+
+
+def token_quant_shapes(m, ref):
+    for t in (256, 1024, 4096):
+        x = rand(t, 4096)
+        q = torch.empty(t, 4096, device="cuda", dtype=torch.float8_e4m3fn)
+        s = torch.empty(t, 1, device="cuda", dtype=torch.float32)
+        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_quant_fp8(x, q, s)}
+        if ref is not None:
+            variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_quant_fp8(x, q, s)
+        # (vectors a thread, two passes, CTA threads): a CTA a row of 256 / 128 / 512 threads (the product's kernel),
+        # then a warp a row reading it twice as the reference does (jitkern's arithmetic).
+        for r, two, threads in [(2, 0, 0), (4, 0, 0), (1, 0, 0), (4, 1, 256)]:
+            name = f"a warp a row read twice (the reference's layout), {r} vectors a lane in flight, {threads}t" if two else (
+                f"a CTA a row, {4096 // 8 // r}x{r}")
+            variants[name] = lambda x=x, q=q, s=s, a=(r, two, threads): m.token_quant(x, q.view(torch.uint8), s.view(-1), *a)
+        with_floor(variants)
+
+        def check(x=x, q=q, s=s, variants=variants):
+            eq, es = ops.per_token_quant_fp8(x)
+            for name, fn in variants.items():
+                if name == "reference" or name.startswith(FLOOR):
+                    continue
+                q.view(torch.uint8).fill_(0), s.fill_(0)
+                fn()
+                assert torch.equal(q.view(torch.uint8), eq.view(torch.uint8)) and torch.equal(s.view(-1), es.view(-1)), (
+                    f"per-token quant variant {name} differs")
+        yield f"[{t}, 4096]", variants, check
+
+
+CONCAT = {2: "the output's vectors in order, 2 a thread", 4: "the output's vectors in order, 4 a thread",
+          10: "a warp a row, b in 4-byte words, 1024t", 12: "a warp a row, b in 4-byte words, 256t",
+          13: "a warp a row, b in 16-byte vectors, 256t"}
+
+
+def concat_shapes(m, ref):
+    for t in (64, 128, 256):
+        a, b = rand(t, 128, 512), rand(t, 128, 64)
+        out = torch.empty(t, 128, 576, device="cuda", dtype=DTYPE)
+        variants = {"product": lambda a=a, b=b: ops.concat_mla_absorb_q(a, b)}
+        if ref is not None:
+            variants["reference"] = lambda a=a, b=b: ref.concat_mla_absorb_q(a, b)
+        for v, name in CONCAT.items():
+            variants[name] = lambda a=a, b=b, out=out, v=v: m.concat(a, b, out, v)
+        with_floor(variants)
+
+        def check(a=a, b=b, out=out, variants=variants):
+            expected = torch.cat([a, b], dim=-1)
+            assert torch.equal(ops.concat_mla_absorb_q(a, b), expected), "the product's concatenation is wrong"
+            for name, fn in variants.items():
+                if name in ("product", "reference") or name.startswith(FLOOR):
+                    continue
+                out.zero_()
+                fn()
+                assert torch.equal(out, expected), f"concat variant {name} differs"
+        yield f"[{t}, 128, 512 + 64]", variants, check
 
 
 GROUP_LAYOUT = ["", " contiguous", " multiply (not exact: diagnostic)", " lean (packed amax, finite only)",
@@ -173,20 +243,23 @@ def store_shapes(m, ref):
 def main() -> None:
     start = time.perf_counter()
     # Each of the reference's op modules that loads (the schedules are still compared with the product without it).
-    modules = {path: reference_ops_or_none(path) for path in ["layernorm.norm", "quantization.per_token_group_quant", "kvcache.kvcache"]}
+    modules = {path: reference_ops_or_none(path) for path in ["layernorm.norm", "quantization.per_token_group_quant", "kvcache.kvcache",
+                                                              "quantization.per_token_quant_fp8", "attention.concat_mla"]}
     builder = reference_builder() if any(modules.values()) else "nothing"
     m = module()
     norm, quant = modules.get("layernorm.norm"), modules.get("quantization.per_token_group_quant")
-    kv = modules.get("kvcache.kvcache")
+    kv, token_quant, concat = (modules.get(p) for p in ["kvcache.kvcache", "quantization.per_token_quant_fp8", "attention.concat_mla"])
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
     print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
           "the PDL trigger is (start, after the wait, after the loads, after the last store).")
-    wanted = sys.argv[1:] or ["rmsnorm", "quant", "qknorm", "store"]
+    wanted = sys.argv[1:] or ["rmsnorm", "quant", "qknorm", "store", "token_quant", "concat"]
     tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
         ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
         ("quant", "fp8 group quantization, group 128, bf16 [T, 7168]", group_quant_shapes, quant),
         ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
-        ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv)] if name in wanted}
+        ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv),
+        ("token_quant", "per_token_quant_fp8, bf16 [T, 4096]", token_quant_shapes, token_quant),
+        ("concat", "concat_mla_absorb_q, bf16", concat_shapes, concat)] if name in wanted}
 
     def first_call(fns):
         try:

@@ -3,7 +3,8 @@
 //                                paged caches; any row of a multiple of 4 bytes);
 //   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
 // store_cache: a group of lanes (a power of two) per row; the concatenations: the output's vectors in
-// order, a thread per kConcatUnroll of them. 16-byte vectors where every address and stride allows.
+// order, a thread per kConcatUnroll of them (MLA's absorbed q, up to a wave of rows: a warp a row). 16-byte
+// vectors where every address and stride allows.
 // The cache layouts (shared with RoPE's fused cache write): <jitkern/impl/kv_cache.cuh>.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <jitkern/tensor.h>
 #include <jitkern/utils.cuh>
 #include <jitkern/utils.h>
+#include <jitkern/warp.cuh>
 
 #include <algorithm>
 #include <bit>
@@ -110,20 +112,21 @@ struct ConcatParams {
   device::kv_cache::Divisor row_vecs;  // x_vecs + y_vecs
   device::kv_cache::Divisor dim1;      // rows are (i0, i1), i1 < dim1
   int32_t x_vecs;
+  int64_t rows;  // concat_warp_rows_kernel only (its x_vecs: of its XVec)
 };
 
 // out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1). The output's vectors
 // in order, so no lane idles whatever the row's width (a power-of-two group of lanes per row left 56
-// of 128 idle on MLA's 72-vector q rows).
-template <typename Vec>
+// of 128 idle on MLA's 72-vector q rows). kUnroll vectors a thread (kConcatUnroll; others: bench_schedules.py).
+template <typename Vec, int kUnroll = kConcatUnroll>
 __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_constant__ ConcatParams p) {
 #ifdef __CUDACC__
-  const int64_t first = int64_t{blockIdx.x} * blockDim.x * kConcatUnroll + threadIdx.x;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x * kUnroll + threadIdx.x;
   device::pdl_wait_primary();
-  Vec v[kConcatUnroll];
-  Vec* out[kConcatUnroll];
+  Vec v[kUnroll];
+  Vec* out[kUnroll];
 #pragma unroll
-  for (int u = 0; u < kConcatUnroll; ++u) {
+  for (int u = 0; u < kUnroll; ++u) {
     const int64_t g = first + int64_t{u} * blockDim.x;
     if (g < p.vectors) {
       uint64_t col, i1;
@@ -139,8 +142,38 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
   // Triggered once the loads are issued, as store_cache does.
   device::pdl_trigger_secondary();
 #pragma unroll
-  for (int u = 0; u < kConcatUnroll; ++u)
+  for (int u = 0; u < kUnroll; ++u)
     if (first + int64_t{u} * blockDim.x < p.vectors) *out[u] = v[u];
+#endif
+}
+
+// The same a warp a row, for rows of x in kXPer 32-lane rounds of XVec and y in one round of YVec (x_vecs
+// XVecs, at most 32 * kXPer; 32 YVecs): lane l copies x's vectors l, l + 32, ... and y's vector l, all
+// loaded before the first store, and one division a warp finds the row. Where the rows are at most one
+// wave of warps (MLA's absorbed q, [64, 128, 512 + 64] bf16 on an H200, bench_schedules.py's kernel of
+// this layout: 3.14 us against 3.91 through concat_rows_kernel, [1, 128, ...] 0.79 against 1.13;
+// docs/benchmarks/vs_reference.md).
+template <typename XVec, int kXPer, typename YVec>
+__global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ ConcatParams p) {
+#ifdef __CUDACC__
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / device::kWarpThreads;
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  device::pdl_wait_primary();
+  if (row >= p.rows) return;  // a whole warp
+  uint64_t i1;
+  const int64_t i0 = static_cast<int64_t>(p.dim1.divide(static_cast<uint64_t>(row), i1)), h = static_cast<int64_t>(i1);
+  const XVec* x = reinterpret_cast<const XVec*>(p.x + i0 * p.x_s0 + h * p.x_s1);
+  char* out = p.out + i0 * p.out_s0 + h * p.out_s1;
+  XVec xv[kXPer];
+#pragma unroll
+  for (int j = 0; j < kXPer; ++j)
+    if (lane + j * device::kWarpThreads < p.x_vecs) xv[j] = x[lane + j * device::kWarpThreads];
+  const YVec yv = reinterpret_cast<const YVec*>(p.y + i0 * p.y_s0 + h * p.y_s1)[lane];
+  device::pdl_trigger_secondary();  // once the loads are issued, as concat_rows_kernel
+#pragma unroll
+  for (int j = 0; j < kXPer; ++j)
+    if (lane + j * device::kWarpThreads < p.x_vecs) reinterpret_cast<XVec*>(out)[lane + j * device::kWarpThreads] = xv[j];
+  reinterpret_cast<YVec*>(out + int64_t{p.x_vecs} * int64_t{sizeof(XVec)})[lane] = yv;
 #endif
 }
 
@@ -267,7 +300,9 @@ struct KvRowsImpl {
     concat(p, A.unwrap(), B.unwrap(), Da.unwrap() * e, Db.unwrap() * e, dev.unwrap());
   }
 
- private:
+  // out[i0, i1] = [x[i0, i1] | y[i0, i1]] for p's pointers and byte strides. kUnroll 0: the launch rules
+  // below; else concat_rows_kernel with kUnroll vectors a thread (bench_schedules.py).
+  template <int kUnroll = 0>
   static void concat(ConcatParams p, int64_t dim0, int64_t dim1, int64_t x_bytes, int64_t y_bytes, DLDevice device) {
     using namespace host;
     RuntimeCheck(dim1 < (int64_t{1} << 31) && x_bytes + y_bytes < (int64_t{1} << 31), "concat: rows too wide or too many heads");
@@ -277,6 +312,16 @@ struct KvRowsImpl {
     const auto fits = [&](int64_t w) {
       return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
     };
+    // A warp a row where the rows are at most a wave of warps and the row is 16-byte vectors of x in two
+    // rounds and 4-byte words of y in one (MLA's absorbed q: 1024 + 128 bytes).
+    const int64_t sms = runtime::get_sm_count(device.device_id), wave = sms * (row_policy(device).threads_per_sm / 32);
+    if (kUnroll == 0 && rows <= wave && y_bytes == 32 * 4 && x_bytes > 16 * 32 && x_bytes <= 16 * 64 && fits(16)) {
+      p.x_vecs = static_cast<int32_t>(x_bytes / 16);
+      p.rows = rows;
+      LaunchKernel(static_cast<unsigned>(div_ceil(rows * 32, int64_t{kRowThreads})), kRowThreads, device)
+          .enable_pdl()(concat_warp_rows_kernel<int4, 2, int>, p);
+      return;
+    }
     const auto go = [&](auto vec) {
       using Vec = decltype(vec);
       const int64_t row_vecs = (x_bytes + y_bytes) / int64_t{sizeof(Vec)};
@@ -284,7 +329,8 @@ struct KvRowsImpl {
       p.row_vecs = divisor(row_vecs);
       p.vectors = rows * row_vecs;
       RuntimeCheck(p.vectors < (int64_t{1} << 62), "concat: too many elements: ", p.vectors);
-      launch_threads(concat_rows_kernel<Vec>, p, div_ceil(p.vectors, kConcatUnroll), device);
+      constexpr int kFlatUnroll = kUnroll == 0 ? kConcatUnroll : kUnroll;
+      launch_threads(concat_rows_kernel<Vec, kFlatUnroll>, p, div_ceil(p.vectors, int64_t{kFlatUnroll}), device);
     };
     if (fits(16)) {
       go(int4{});
@@ -295,6 +341,7 @@ struct KvRowsImpl {
     }
   }
 
+ private:
   // `threads` threads in CTAs of 32-kRowThreads: the narrowest that leave at most one warp per SM (then
   // two, four) where the work is small, so that it spreads over every SM; kRowThreads once it is large.
   template <typename Params>

@@ -54,8 +54,12 @@ constexpr int kQuantGroupThreads = host::kRowKernels.group_threads;
 // ... and twice as wide where the grid is one wave of more than 256 threads per SM (host::pdl_late_trigger's
 // grids): half the CTAs to schedule ([256, 7168] bf16 on an H200, bench_schedules: 2.11 us against 2.53).
 constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
-// Per-token rows: one CTA per row, two vectors per thread held in registers.
+// Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
+// an SM on, four (half the threads a row: [4096, 4096] bf16 on an H200, bench_schedules.py, 11.84 us against
+// 12.65; a warp a row, 16 vectors a lane, 14.60; the reference's warp reading its row twice, 13.51).
 constexpr int kQuantRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
+constexpr int kQuantManyRowsRegVecs = 2 * kQuantRowRegVecs;
+constexpr int64_t kQuantManyRowsPerSm = 4;
 constexpr int kQuantRowThreads = host::kRowKernels.max_cta_threads;  // the launch bound; at launch host::RowPolicy::row_threads
 
 // An [N, H] operand with strided rows, seen as vectors of kVec elements: vector v of row r is at
@@ -237,10 +241,10 @@ __global__ void __launch_bounds__(kQuantSplitWideThreads)
 #endif
 }
 
-// One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kQuantRowRegVecs vectors
-// per thread stay in registers (kFit: device::norm::RowFit); a wider row's remainder is read again (from
-// L2) for each pass.
-template <typename T, typename Q, int kVec, device::norm::RowFit kFit>
+// One row per CTA: s = scale_for<Q>(amax of the row), q = x / s, scales[row] = s. kRegVecs vectors per
+// thread stay in registers (kFit: device::norm::RowFit); a wider row's remainder is read again (from L2)
+// for each pass.
+template <typename T, typename Q, int kVec, device::norm::RowFit kFit, int kRegVecs>
 __global__ void __launch_bounds__(kQuantRowThreads)
     per_token_kernel(Rows<const T> in, Rows<uint8_t> q, float* scales, int64_t hidden, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
@@ -250,18 +254,18 @@ __global__ void __launch_bounds__(kQuantRowThreads)
   uint8_t* dst = q.base + int64_t{blockIdx.x} * q.row_stride;
   const int nvec = static_cast<int>(hidden / kVec), rank = threadIdx.x, size = blockDim.x;
   const auto held = [&](int r) { return kFit == device::norm::RowFit::kExact || r * size + rank < nvec; };
-  AlignedVector<T, kVec> x[kQuantRowRegVecs];
+  AlignedVector<T, kVec> x[kRegVecs];
   device::pdl_wait_primary();
   if (!trigger_at_start) device::pdl_trigger_secondary();
 #pragma unroll
-  for (int r = 0; r < kQuantRowRegVecs; ++r)
+  for (int r = 0; r < kRegVecs; ++r)
     if (held(r)) x[r].load(src + (r * size + rank) * kVec);
   const auto fold = [&](auto op) {
     float acc = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kQuantRowRegVecs; ++r)
+    for (int r = 0; r < kRegVecs; ++r)
       if (held(r)) acc = op(acc, device::norm::VecMath<T, kVec>::fold(x[r], op, 0.0f));
-    for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
+    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
       AlignedVector<T, kVec> y;
       y.load(src + i * kVec);
       acc = device::norm::VecMath<T, kVec>::fold(y, op, acc);
@@ -273,9 +277,9 @@ __global__ void __launch_bounds__(kQuantRowThreads)
   const float amax = quant::dynamic_amax(fold, [&](float v) { return cta.reduce_max(v); }, [](bool b) { return b; }, finite);
   const quant::Divider s(quant::scale_for<Q>(amax, eps), finite);
 #pragma unroll
-  for (int r = 0; r < kQuantRowRegVecs; ++r)
+  for (int r = 0; r < kRegVecs; ++r)
     if (held(r)) quant::store_quantized<Q, false>(dst + (r * size + rank) * kVec, x[r], s);
-  for (int i = kQuantRowRegVecs * size + rank; kWider && i < nvec; i += size) {
+  for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
     AlignedVector<T, kVec> y;
     y.load(src + i * kVec);
     quant::store_quantized<Q, false>(dst + i * kVec, y, s);
@@ -414,21 +418,32 @@ struct QuantOps {
     dispatch_vec(ops, [&](auto vec_tag, auto) {
       constexpr int kVec = decltype(vec_tag)::value;
       const int64_t nvec = ops.width / kVec;
-      const int threads = wide_threads(nvec, kQuantRowRegVecs, row_policy(ops.device).row_threads);
-      LaunchKernel launch(static_cast<unsigned>(ops.rows), threads, ops.device);
-      launch.enable_pdl();
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       using device::norm::RowFit;
-      const RowFit fit = host::norm::row_fit(nvec, kQuantRowRegVecs, threads);
       const bool early = host::pdl_early_trigger(ops.rows);
-      if (fit == RowFit::kExact) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
-      } else if (fit == RowFit::kFits) {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
-      } else {
-        launch(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+      const int row_threads = row_policy(ops.device).row_threads;
+      const auto launch = [&](auto regs_tag) {  // kRegs vectors a thread
+        constexpr int kRegs = decltype(regs_tag)::value;
+        const int threads = wide_threads(nvec, kRegs, row_threads);
+        LaunchKernel go(static_cast<unsigned>(ops.rows), threads, ops.device);
+        go.enable_pdl();
+        const RowFit fit = host::norm::row_fit(nvec, kRegs, threads);
+        if (fit == RowFit::kExact) {
+          go(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kExact, kRegs>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+        } else if (fit == RowFit::kFits) {
+          go(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kFits, kRegs>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+        } else if constexpr (kRegs == kQuantRowRegVecs) {
+          go(per_token_kernel<T, fp8_e4m3_t, kVec, RowFit::kWider, kRegs>, in, q, scales, ops.width, quant::kDefaultScaleEps, early);
+        }
+      };
+      // Many rows of 16-byte vectors that the threads hold: kQuantManyRowsRegVecs a thread.
+      if constexpr (kVec == device::kVec16<T>) {
+        if (ops.rows >= kQuantManyRowsPerSm * runtime::get_sm_count(ops.device.device_id) &&
+            nvec <= int64_t{kQuantManyRowsRegVecs} * row_threads)
+          return launch(std::integral_constant<int, kQuantManyRowsRegVecs>{});
       }
+      launch(std::integral_constant<int, kQuantRowRegVecs>{});
     }, /*flatten=*/false);
   }
 

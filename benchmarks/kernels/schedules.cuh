@@ -1,9 +1,12 @@
-// Launch schedules of the norm and group-quantization kernels side by side (bench_schedules.py): the
-// product's building blocks (rmsnorm_row, rmsnorm_narrow_rows, quantize_group) under other CTA shapes
-// and PDL trigger placements, to find which schedule a shape wants before the launch rules change.
+// Launch schedules of the norm, quantization (per group, per token), KV-store and MLA concatenation kernels
+// side by side (bench_schedules.py): the product's building blocks and kernels (rmsnorm_row, quantize_group,
+// per_token_kernel, concat_rows_kernel) under other CTA shapes, row layouts, memory accesses and PDL trigger
+// placements, to find which schedule a shape wants before the launch rules change.
 //   trigger: 0 at kernel start, 1 right after the PDL wait, 2 after the last store.
 #pragma once
 
+#include <kv_rows.cuh>  // csrc/: the product's concatenation and per-token quantization kernels
+#include <quant.cuh>
 #include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/norm_launch.cuh>
 #include <jitkern/impl/quant.cuh>
@@ -22,6 +25,7 @@
 namespace bench_schedules {
 
 using namespace device::norm;
+using device::AlignedVector;
 using bf16 = bf16_t;
 constexpr int kV = 8;  // bf16 elements of a 16-byte vector
 
@@ -195,54 +199,132 @@ void store_schedule(jitkern::TensorView k, jitkern::TensorView v, jitkern::Tenso
 }
 #endif  // __CUDACC_RTC__
 
-// Narrow rows of 16 vectors (head_dim 128), a 16-lane group taking kRows rows a batch; persistent: the
-// CTAs loop over the batches (grid-stride), else one batch a CTA.
-template <int kRows, int kTrigger, bool kPersistent>
-__global__ void __launch_bounds__(256) narrow_schedule_kernel(const __grid_constant__ NormParams<bf16> p) {
+// qknorm rows (head_dim 128, 16 lanes a row) in token-major order (a token's q heads, then its k heads),
+// a 16-lane group taking kRows rows a pass (the pass's k-th rows contiguous across the CTA's groups), with
+// kAccess 0: generic loads and stores (the pointers laundered so that nvcc cannot infer their space),
+// 1: ld.global / st.global, 2: as 1 with the rows' loads L1::no_allocate and their stores .cs
+// (streaming); persistent: the CTAs loop over the passes (grid-stride, as many CTAs as the SMs hold),
+// else one pass a CTA. The product's arithmetic (VecMath, WarpGroup's reduction), so the same bits.
+struct QkRows {
+  bf16* q;
+  bf16* k;
+  const bf16* qw;
+  const bf16* kw;
+  int64_t q_stride, k_stride;  // elements from one token to the next
+  uint32_t q_heads, heads, rows;
+  float eps;
+};
+
+template <int kAccess>
+__device__ __forceinline__ void qk_load(AlignedVector<bf16, kV>& x, const bf16* p) {
+#ifdef __CUDACC__
+  if constexpr (kAccess == 0) {
+    asm("" : "+l"(p));  // opaque to nvcc: a generic load
+    x.load(p);
+  } else if constexpr (kAccess == 1) {
+    x.load_global(p);
+  } else {
+    uint32_t w[4];
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "l"(__cvta_generic_to_global(p)));
+    __builtin_memcpy(&x, w, sizeof(w));
+  }
+#endif
+}
+
+template <int kAccess>
+__device__ __forceinline__ void qk_store(const AlignedVector<bf16, kV>& y, bf16* p) {
+#ifdef __CUDACC__
+  if constexpr (kAccess == 0) {
+    asm("" : "+l"(p));
+    y.store(p);
+  } else if constexpr (kAccess == 1) {
+    y.store_global(p);
+  } else {
+    uint32_t w[4];
+    __builtin_memcpy(w, &y, sizeof(w));
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
+#endif
+}
+
+template <int kRows, int kAccess, bool kPersistent, int kTrigger>
+__global__ void __launch_bounds__(256) qknorm_access_kernel(const __grid_constant__ QkRows p) {
 #ifdef __CUDACC__
   constexpr int kWidth = 16;
-  const int groups = static_cast<int>(blockDim.x) / kWidth;
+  using M = VecMath<bf16, kV>;
+  const int lane = static_cast<int>(threadIdx.x % kWidth);
+  const uint32_t groups = blockDim.x / kWidth, group = threadIdx.x / kWidth, per_pass = groups * kRows;
+  const uint32_t passes = (p.rows + per_pass - 1) / per_pass;
+  const float inv_hidden = 1.0f / 128.0f;
   wait_and_trigger<kTrigger>();
-  const int64_t batches = (int64_t{p.total_rows} + groups * kRows - 1) / (groups * kRows);
-  for (int64_t b = blockIdx.x; b < batches; b += kPersistent ? gridDim.x : batches) {
-    NarrowBatch<bf16, kV, kRows, StoreOutput<bf16>> batch;
-    batch.template locate<RowOrder::kTokenMajor>(p, StoreOutput<bf16>{}, b, groups, kWidth);
-    rmsnorm_narrow_rows<bf16, kV, kRows, false>(batch.rows, batch.epis, batch.valid, p.hidden, p.eps, WarpGroup<kWidth>{});
+  for (uint32_t b = blockIdx.x; b < passes; b += kPersistent ? gridDim.x : passes) {
+    bf16* row[kRows];
+    const bf16* w[kRows];
+    bool valid[kRows];
+    AlignedVector<bf16, kV> x[kRows], wv[kRows];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const uint32_t r = b * per_pass + k * groups + group;
+      valid[k] = r < p.rows;
+      const uint32_t rr = valid[k] ? r : p.rows - 1;  // a missing row recomputes the last one, unstored
+      const uint32_t token = rr / p.heads, head = rr - token * p.heads;
+      const bool is_q = head < p.q_heads;
+      row[k] = (is_q ? p.q + token * p.q_stride + head * 128 : p.k + token * p.k_stride + (head - p.q_heads) * 128) + lane * kV;
+      w[k] = (is_q ? p.qw : p.kw) + lane * kV;
+    }
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      qk_load<kAccess>(x[k], row[k]);
+      qk_load<kAccess == 0 ? 0 : 1>(wv[k], w[k]);
+    }
+    float s[kRows];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) s[k] = WarpGroup<kWidth>{}.reduce_sum(M::sum_squares(x[k]));
+#pragma unroll
+    for (int k = 0; k < kRows; ++k)
+      if (valid[k]) qk_store<kAccess>(M::normalized(x[k], wv[k], rsqrtf(s[k] * inv_hidden + p.eps)), row[k]);
   }
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
 }
 
 #ifndef __CUDACC_RTC__
-// qknorm of q [N, Hq, 128], k [N, Hk, 128] (bf16, contiguous) in place.
+// qknorm of q [N, Hq, 128], k [N, Hk, 128] (bf16, contiguous) in place, eps 1e-6.
 void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::TensorView qw, jitkern::TensorView kw, int64_t rows_per_group,
-                     int64_t threads, int64_t persistent, int64_t trigger) {
+                     int64_t threads, int64_t persistent, int64_t trigger, int64_t access) {
   using namespace host;
   RuntimeCheck(q.dim() == 3 && k.dim() == 3 && q.size(2) == 128 && k.size(2) == 128, "qknorm_schedule: [N, H, 128]");
-  NormParams<bf16> p{};
-  p.hidden = 128;
-  p.eps = 1e-6f;
   const int64_t n = q.size(0), hq = q.size(1), hk = k.size(1);
-  auto* qp = static_cast<bf16*>(q.data_ptr());
-  auto* kp = static_cast<bf16*>(k.data_ptr());
-  p.problem[0] = {qp, qp, nullptr, static_cast<const bf16*>(qw.data_ptr()), hq * 128, 128, hq * 128, 128, 0, 0, static_cast<int32_t>(hq)};
-  p.problem[1] = {kp, kp, nullptr, static_cast<const bf16*>(kw.data_ptr()), hk * 128, 128, hk * 128, 128, 0, 0, static_cast<int32_t>(hk)};
-  p.rows0 = static_cast<int32_t>(n * hq);
-  p.heads_per_token = static_cast<int32_t>(hq + hk);
-  p.total_rows = static_cast<int32_t>(n * (hq + hk));
+  const QkRows p{static_cast<bf16*>(q.data_ptr()), static_cast<bf16*>(k.data_ptr()), static_cast<const bf16*>(qw.data_ptr()),
+                 static_cast<const bf16*>(kw.data_ptr()), hq * 128, hk * 128, static_cast<uint32_t>(hq), static_cast<uint32_t>(hq + hk),
+                 static_cast<uint32_t>(n * (hq + hk)), 1e-6f};
   const DLDevice device = q.device();
-  const int64_t batches = div_ceil(int64_t{p.total_rows}, threads / 16 * rows_per_group);
-  const auto go = [&](auto r, auto t, auto pers) {
-    constexpr int kR = decltype(r)::value, kT = decltype(t)::value;
+  const int64_t passes = div_ceil(int64_t{p.rows}, threads / 16 * rows_per_group);
+  const auto go = [&](auto r, auto t, auto pers, auto a) {
+    constexpr int kR = decltype(r)::value, kT = decltype(t)::value, kA = decltype(a)::value;
     constexpr bool kP = decltype(pers)::value != 0;
-    const auto kernel = narrow_schedule_kernel<kR, kT, kP>;
-    int64_t grid = batches;
+    const auto kernel = qknorm_access_kernel<kR, kA, kP, kT>;
+    int64_t grid = passes;
     if (kP) grid = std::min<int64_t>(grid, int64_t{runtime::get_sm_count(device.device_id)} * runtime::get_blocks_per_sm(kernel, threads));
     LaunchKernel(static_cast<unsigned>(grid), static_cast<unsigned>(threads), device).enable_pdl()(kernel, p);
   };
-  with_constant<1, 2, 4>(rows_per_group, [&](auto r) {
-    with_constant<0, 1, 2>(trigger, [&](auto t) { with_constant<0, 1>(persistent, [&](auto pers) { go(r, t, pers); }); });
-  });
+  // The combinations bench_schedules.py runs (each one a kernel built).
+  const auto variant = [&](int r, int t, int pers, int a) { return rows_per_group == r && trigger == t && persistent == pers && access == a; };
+  using I = std::integral_constant<int, 0>;
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  if (variant(1, 2, 1, 0)) return go(One{}, Two{}, One{}, I{});
+  if (variant(1, 2, 1, 1)) return go(One{}, Two{}, One{}, One{});
+  if (variant(1, 2, 1, 2)) return go(One{}, Two{}, One{}, Two{});
+  if (variant(1, 1, 0, 1)) return go(One{}, One{}, I{}, One{});
+  if (variant(2, 1, 0, 0)) return go(Two{}, One{}, I{}, I{});
+  if (variant(2, 1, 0, 1)) return go(Two{}, One{}, I{}, One{});
+  if (variant(2, 1, 0, 2)) return go(Two{}, One{}, I{}, Two{});
+  if (variant(2, 2, 1, 1)) return go(Two{}, Two{}, One{}, One{});
+  RuntimeCheck(false, "qknorm_schedule: no such variant");
 }
 #endif  // __CUDACC_RTC__
 
@@ -386,6 +468,149 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
     }
   };
   with_constant<0, 1, 2>(trigger, go);
+}
+#endif  // __CUDACC_RTC__
+
+// per_token_quant_fp8, a warp a row in CTAs of several, the row read twice as the reference reads it (for its
+// amax, then for its codes, the second time from L1/L2), kUnroll vectors a lane in flight; the product's
+// arithmetic (so the same codes and scales).
+template <int kUnroll>
+__global__ void __launch_bounds__(1024) token_quant_two_pass_kernel(const bf16* in, uint8_t* q, float* scales, int64_t rows, int64_t hidden,
+                                                                    bool trigger_at_start) {
+#ifdef __CUDACC__
+  using Vec = AlignedVector<bf16, kV>;
+  using M = VecMath<bf16, kV>;
+  constexpr int kLanes = device::kWarpThreads;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t row = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
+  const int lane = static_cast<int>(threadIdx.x % kLanes), nvec = static_cast<int>(hidden / kV);
+  if (row >= rows) return;  // a whole warp
+  const bf16* src = in + row * hidden;
+  uint8_t* dst = q + row * hidden;
+  device::pdl_wait_primary();
+  if (!trigger_at_start) device::pdl_trigger_secondary();
+  const auto load = [&](int i, Vec (&x)[kUnroll]) {  // vectors i, i + 32, ... (kUnroll of them, in the row)
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kLanes < nvec) x[u].load_global(src + (i + u * kLanes) * kV);
+  };
+  const auto fold = [&](auto op) {
+    float acc = 0.0f;
+    for (int i = lane; i < nvec; i += kUnroll * kLanes) {
+      Vec x[kUnroll];
+      load(i, x);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u * kLanes < nvec) acc = op(acc, M::fold(x[u], op, 0.0f));
+    }
+    return acc;
+  };
+  bool finite;
+  const float amax = device::quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
+                                                 [](bool b) { return b; }, finite);
+  const device::quant::Divider s(device::quant::scale_for<fp8_e4m3_t>(amax, device::quant::kDefaultScaleEps), finite);
+  for (int i = lane; i < nvec; i += kUnroll * kLanes) {
+    Vec x[kUnroll];
+    load(i, x);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kLanes < nvec) device::quant::store_quantized<fp8_e4m3_t, false>(dst + (i + u * kLanes) * kV, x[u], s);
+  }
+  if (lane == 0) scales[row] = s.s;
+#endif
+}
+
+#ifndef __CUDACC_RTC__
+// per_token_quant_fp8 of x [N, H] (bf16, contiguous) into q [N, H] (bytes), s [N]: the product's kernel with
+// reg_vecs vectors a thread, a CTA of H / 8 / reg_vecs threads a row (two_pass 0), or (two_pass 1) a warp a
+// row read twice, token_quant_two_pass_kernel with reg_vecs vectors a lane in flight, in CTAs of `threads`;
+// the PDL trigger after the wait (the product's choice at these sizes).
+void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t reg_vecs, int64_t two_pass,
+                          int64_t threads) {
+  using namespace host;
+  using device::norm::RowFit;
+  RuntimeCheck(x.dim() == 2 && x.size(1) % 8 == 0, "token_quant_schedule: [N, H], H a multiple of 8");
+  const int64_t rows = x.size(0), hidden = x.size(1), nvec = hidden / kV;
+  const auto* in = static_cast<const bf16*>(x.data_ptr());
+  auto* out = static_cast<uint8_t*>(q.data_ptr());
+  auto* scales = static_cast<float*>(s.data_ptr());
+  if (two_pass) {
+    LaunchKernel launch(static_cast<unsigned>(div_ceil(rows, threads / 32)), static_cast<unsigned>(threads), x.device());
+    launch.enable_pdl();
+    with_constant<2, 4>(reg_vecs, [&](auto u) {
+      launch(token_quant_two_pass_kernel<decltype(u)::value>, in, out, scales, rows, hidden, false);
+    });
+    return;
+  }
+  RuntimeCheck(nvec % reg_vecs == 0 && nvec / reg_vecs <= 1024, "token_quant_schedule: the row must fill its threads exactly");
+  LaunchKernel launch(static_cast<unsigned>(rows), static_cast<unsigned>(nvec / reg_vecs), x.device());
+  launch.enable_pdl();
+  with_constant<1, 2, 4>(reg_vecs, [&](auto r) {
+    launch(jitkern_quant::per_token_kernel<bf16, fp8_e4m3_t, kV, RowFit::kExact, decltype(r)::value>, jitkern_quant::Rows<const bf16>{in, hidden},
+           jitkern_quant::Rows<uint8_t>{out, hidden}, scales, hidden, device::quant::kDefaultScaleEps, false);
+  });
+}
+#endif  // __CUDACC_RTC__
+
+// concat_mla_absorb_q's rows, [a (512 bf16) | b (64 bf16)], a warp a row as the reference lays them out: lane
+// l copies a's 16-byte vectors l and l + 32, and b's 4-byte word l (kBWords) or, in lanes 0-7, its 16-byte
+// vector l; the PDL wait first, the trigger after the loads; rows contiguous in a, b and out.
+template <bool kBWords>
+__global__ void __launch_bounds__(1024) absorb_warp_kernel(const bf16* a, const bf16* b, bf16* out, int64_t rows) {
+#ifdef __CUDACC__
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / device::kWarpThreads;
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  device::pdl_wait_primary();
+  if (row >= rows) return;
+  const int4* ar = reinterpret_cast<const int4*>(a + row * 512);
+  const int4 a0 = ar[lane], a1 = ar[lane + 32];
+  int bw = 0;
+  int4 bv{};
+  if constexpr (kBWords) {
+    bw = reinterpret_cast<const int*>(b + row * 64)[lane];
+  } else if (lane < 8) {
+    bv = reinterpret_cast<const int4*>(b + row * 64)[lane];
+  }
+  device::pdl_trigger_secondary();
+  int4* o = reinterpret_cast<int4*>(out + row * 576);
+  o[lane] = a0;
+  o[lane + 32] = a1;
+  if constexpr (kBWords) {
+    reinterpret_cast<int*>(o + 64)[lane] = bw;
+  } else if (lane < 8) {
+    o[64 + lane] = bv;
+  }
+#endif
+}
+
+#ifndef __CUDACC_RTC__
+// out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, contiguous): variant 2 / 4: the product's
+// concat_rows_kernel with that many vectors a thread; 10 / 11: absorb_warp_kernel, b in 4-byte words /
+// 16-byte vectors, in CTAs of 1024 threads (the reference's); 12 / 13: the same in CTAs of 256.
+void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::TensorView out, int64_t variant) {
+  using namespace host;
+  RuntimeCheck(a.dim() == 3 && a.size(2) == 512 && b.size(2) == 64 && out.size(2) == 576, "concat_schedule: [T, H, 512 + 64]");
+  const int64_t t = a.size(0), h = a.size(1), rows = t * h;
+  if (variant < 10) {
+    jitkern_kv_rows::ConcatParams p{};
+    p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
+    p.out_s0 = h * 576 * 2, p.out_s1 = 576 * 2, p.x_s0 = h * 512 * 2, p.x_s1 = 512 * 2, p.y_s0 = h * 64 * 2, p.y_s1 = 64 * 2;
+    with_constant<2, 4>(variant, [&](auto u) {
+      jitkern_kv_rows::KvRows::concat<decltype(u)::value>(p, t, h, 1024, 128, a.device());
+    });
+    return;
+  }
+  const int64_t cta = variant < 12 ? 1024 : 256;
+  LaunchKernel launch(static_cast<unsigned>(div_ceil(rows * 32, cta)), static_cast<unsigned>(cta), a.device());
+  launch.enable_pdl();
+  const auto* ap = static_cast<const bf16*>(a.data_ptr());
+  const auto* bp = static_cast<const bf16*>(b.data_ptr());
+  auto* op = static_cast<bf16*>(out.data_ptr());
+  if (variant % 2 == 0) {
+    launch(absorb_warp_kernel<true>, ap, bp, op, rows);
+  } else {
+    launch(absorb_warp_kernel<false>, ap, bp, op, rows);
+  }
 }
 #endif  // __CUDACC_RTC__
 

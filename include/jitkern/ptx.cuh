@@ -33,6 +33,13 @@ JITKERN_DEVICE void prefetch_global_l2(const void* ptr) {
 JITKERN_DEVICE void st_v4_b32(void* ptr, unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
   asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(w0), "r"(w1), "r"(w2), "r"(w3) : "memory");
 }
+// The same to global memory (`ptr` must point there): st.global, not a generic store.
+JITKERN_DEVICE void st_global_v4_b32(void* ptr, unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(ptr)), "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+               : "memory");
+#endif
+}
 
 // 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; below,
 // an ordinary copy); both addresses 16-byte aligned. cp_async_wait_all waits for this thread's copies.

@@ -64,7 +64,18 @@ struct alignas(sizeof(T) * N) AlignedVector {
     static_assert(sizeof(T) * N <= kMaxVectorBytes, "AlignedVector: wider than this GPU's vector loads");
     *this = *reinterpret_cast<const AlignedVector*>(ptr);
   }
-  JITKERN_DEVICE void store(T* ptr) const {
+  JITKERN_DEVICE void store(T* ptr) const { store_to<false>(ptr); }
+  // The same where `ptr` points to global memory, which nvcc cannot always infer (pointers picked from
+  // a parameter block at run time): ld.global/st.global instead of generic accesses.
+  JITKERN_DEVICE void load_global(const T* ptr) {
+    __builtin_assume(__isGlobal(ptr));
+    load(ptr);
+  }
+  JITKERN_DEVICE void store_global(T* ptr) const { store_to<true>(ptr); }
+
+ private:
+  template <bool kGlobal>
+  JITKERN_DEVICE void store_to(T* ptr) const {
     static_assert(sizeof(T) * N <= kMaxVectorBytes, "AlignedVector: wider than this GPU's vector stores");
     // 16 bytes go out as one st.v4.b32: nvcc split a plain struct copy of computed values into four
     // 4-byte stores (docs/benchmarks/design.md).
@@ -78,11 +89,18 @@ struct alignas(sizeof(T) * N) AlignedVector {
         for (int e = 0; e < kPerWord; ++e) bits |= detail::element_bits(data[w * kPerWord + e]) << (8 * sizeof(T) * e);
         words[w] = bits;
       }
-      ptx::st_v4_b32(ptr, words[0], words[1], words[2], words[3]);
+      if constexpr (kGlobal) {
+        ptx::st_global_v4_b32(ptr, words[0], words[1], words[2], words[3]);
+      } else {
+        ptx::st_v4_b32(ptr, words[0], words[1], words[2], words[3]);
+      }
     } else {
+      if constexpr (kGlobal) __builtin_assume(__isGlobal(ptr));
       *reinterpret_cast<AlignedVector*>(ptr) = *this;
     }
   }
+
+ public:
   JITKERN_DEVICE void fill(T value) {
 #pragma unroll
     for (int i = 0; i < N; ++i) data[i] = value;

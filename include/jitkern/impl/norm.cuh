@@ -170,7 +170,7 @@ struct StoreOutput {
     JITKERN_DEVICE float scale(const Fold&, const ReduceMax&) const {
       return 0.0f;
     }
-    JITKERN_DEVICE void store(const AlignedVector<U, kVec>& y, int64_t at, float) const { y.store(out + at); }
+    JITKERN_DEVICE void store(const AlignedVector<U, kVec>& y, int64_t at, float) const { y.store_global(out + at); }
     JITKERN_DEVICE void finish(float) const {}
   };
   template <typename U, int kVec>
@@ -208,27 +208,27 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
     if (held(r)) {
-      xs[r].load(in + i * kVec);
-      if constexpr (kFusedAdd) rs[r].load(residual + i * kVec);
-      ws[r].load(weight + i * kVec);
+      xs[r].load_global(in + i * kVec);
+      if constexpr (kFusedAdd) rs[r].load_global(residual + i * kVec);
+      ws[r].load_global(weight + i * kVec);
     }
   }
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
     if (held(r)) {
-      if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store(residual + i * kVec);
+      if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(residual + i * kVec);
       sumsq += M::sum_squares(xs[r]);
     }
   }
   for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {  // rows wider than the registers
     Vec x;
-    x.load(in + i * kVec);
+    x.load_global(in + i * kVec);
     if constexpr (kFusedAdd) {
       Vec r;
-      r.load(residual + i * kVec);
+      r.load_global(residual + i * kVec);
       M::add(x, r);
-      x.store(residual + i * kVec);
+      x.store_global(residual + i * kVec);
     }
     sumsq += M::sum_squares(x);
   }
@@ -236,8 +236,8 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
   const T* normalised_from = kFusedAdd ? static_cast<const T*>(residual) : in;  // the remainder's x
   const auto remainder = [&](int i) {
     Vec x, w;
-    x.load(normalised_from + i * kVec);
-    w.load(weight + i * kVec);
+    x.load_global(normalised_from + i * kVec);
+    w.load_global(weight + i * kVec);
     return M::normalized(x, w, scale);
   };
   // Without a row statistic each vector is normalised as it is stored (the epilogue-free code's order,
@@ -268,32 +268,36 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
 // Narrow rows: a WarpGroup<kWidth> normalises kRows rows of at most kWidth vectors (one vector
 // per lane) at once. Every load of every row is issued before the first reduction, so each group
 // has kRows rows in flight. `valid[k]` must be the same for all lanes of the group (one row per
-// group); lanes past the row's width, and invalid rows, still take part in the reductions.
-template <typename T, int kVec, int kRows, bool kFusedAdd, int kWidth, typename EpiRow>
+// group); lanes past the row's width, and invalid rows, still take part in the reductions. An invalid
+// row's pointers must still point at a row: it is read, never written. kFullRows: the caller guarantees
+// rows of exactly kWidth vectors (no lane is past the row's width: 40 registers a thread against 48, qknorm
+// bf16 rows of 128 with two rows a group).
+template <typename T, int kVec, int kRows, bool kFusedAdd, int kWidth, typename EpiRow, bool kFullRows = false>
 JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], const EpiRow (&epis)[kRows], const bool (&valid)[kRows],
                                         int64_t hidden, float eps, WarpGroup<kWidth> g) {
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
   const int rank = g.rank();
-  const bool lane_active = rank < hidden / kVec;
+  const bool lane_active = kFullRows || rank < hidden / kVec;
   const float inv_hidden = 1.0f / static_cast<float>(hidden);
   Vec xs[kRows], ws[kRows], rs[kFusedAdd ? kRows : 1];
   float sumsq[kRows];
+  // Every lane loads, unconditionally (predicated loads took 59 registers a thread against 40, qknorm bf16
+  // with two rows a group): lanes past the row's width its first vector, invalid rows theirs, both unused.
+  const int at = lane_active ? rank * kVec : 0;
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
-    if (valid[k] && lane_active) {
-      xs[k].load(rows[k].in + rank * kVec);
-      if constexpr (kFusedAdd) rs[k].load(rows[k].residual + rank * kVec);
-      ws[k].load(rows[k].weight + rank * kVec);
-    }
+    xs[k].load_global(rows[k].in + at);
+    if constexpr (kFusedAdd) rs[k].load_global(rows[k].residual + at);
+    ws[k].load_global(rows[k].weight + at);
   }
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
-    sumsq[k] = 0.0f;
-    if (valid[k] && lane_active) {
-      if constexpr (kFusedAdd) M::add(xs[k], rs[k]), xs[k].store(rows[k].residual + rank * kVec);
-      sumsq[k] = M::sum_squares(xs[k]);
+    if constexpr (kFusedAdd) {
+      M::add(xs[k], rs[k]);
+      if (valid[k] && lane_active) xs[k].store_global(rows[k].residual + rank * kVec);
     }
+    sumsq[k] = lane_active ? M::sum_squares(xs[k]) : 0.0f;  // an invalid row's sum is never used
   }
 #pragma unroll
   for (int k = 0; k < kRows; ++k) sumsq[k] = g.reduce_sum(sumsq[k]);

@@ -163,6 +163,41 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_narrow_kernel(const _
 #endif
 }
 
+// Many rows normalised in place (out == in, no residual, StoreOutput: qknorm), as norm_narrow_kernel<...,
+// kRows, ..., RowOrder::kTokenMajor> takes them (the same rows a group, the same bits), each row's one
+// pointer found after the PDL wait with 32-bit row arithmetic. That kernel's general rows (out, in and
+// residual pointers and the epilogue's, found before the wait) held 62 registers a thread, 4 CTAs of 256
+// an SM; this one 40, 6 (qknorm 32 + 8 heads x 128 bf16 on an H200, bench_schedules.py: a kernel of this
+// layout and register count 42.2 / 162.9 us at 8192 / 32768 tokens against 47.5 / 184.4,
+// docs/benchmarks/vs_reference.md). The next launch is triggered after the wait.
+template <typename T, int kVec, int kWidth, int kRows, bool kFullRows>
+__global__ void __launch_bounds__(kNormNarrowThreads) norm_inplace_rows_kernel(const __grid_constant__ NormParams<T> p) {
+#ifdef __CUDACC__
+  constexpr uint32_t kGroups = kNormNarrowThreads / kWidth;
+  const uint32_t group = threadIdx.x / kWidth, heads = static_cast<uint32_t>(p.heads_per_token);
+  const uint32_t heads0 = static_cast<uint32_t>(p.problem[0].heads);
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  using EpiRow = typename StoreOutput<T>::template Row<T, kVec>;
+  RowPointers<T> rows[kRows];
+  EpiRow epis[kRows];
+  bool valid[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const uint32_t r = blockIdx.x * (kGroups * kRows) + k * kGroups + group;
+    valid[k] = r < static_cast<uint32_t>(p.total_rows);
+    const uint32_t token = valid[k] ? r / heads : 0, head = valid[k] ? r - token * heads : 0;
+    const bool first = head < heads0;
+    const RowProblem<T>& q0 = p.problem[0];
+    const RowProblem<T>& q1 = p.problem[1];
+    T* row = first ? q0.out + token * q0.out_token + head * q0.out_head : q1.out + token * q1.out_token + (head - heads0) * q1.out_head;
+    rows[k] = {row, row, nullptr, first ? q0.weight : q1.weight};
+    epis[k] = {row};
+  }
+  rmsnorm_narrow_rows<T, kVec, kRows, false, kWidth, EpiRow, kFullRows>(rows, epis, valid, p.hidden, p.eps, WarpGroup<kWidth>{});
+#endif
+}
+
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
 // after the wait they sit on the critical path. The next kernel may launch once this one has passed
 // its own wait (see host::pdl_early_trigger; docs/benchmarks/design.md).
@@ -225,16 +260,29 @@ using namespace device::norm;
 template <typename T, typename Epi>
 inline constexpr bool kEveryNormVariant = std::is_same_v<Epi, device::norm::StoreOutput<T>>;
 
+// Both problems' rows written in place (out == in, the same strides), `width` elements wide: what
+// norm_inplace_rows_kernel<..., kFullRows = true> takes.
+template <typename T>
+bool in_place_full_rows(const NormParams<T>& p, int64_t width) {
+  for (const RowProblem<T>& q : p.problem)
+    if (q.heads > 0 && (q.out != q.in || q.out_token != q.in_token || q.out_head != q.in_head)) return false;
+  return p.hidden == width;
+}
+
 template <typename T, int kVec, int kWidth, bool kFusedAdd, typename Epi>
 void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm_count) {
   constexpr int kGroups = kNormNarrowThreads / kWidth;
   // Many rows: rows_per_group rows per group (more bytes in flight per thread), taken in memory order.
   if (kEveryNormVariant<T, Epi> && host::div_ceil(int64_t{p.total_rows}, kGroups) >= int64_t{kNormNarrowRowsPerGroupThreshold} * sm_count) {
-    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * host::kRowKernels.rows_per_group);
+    constexpr int kRows = host::kRowKernels.rows_per_group;
+    const int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups * kRows);
     p.early_trigger = host::pdl_early_trigger(grid);
-    if constexpr (kEveryNormVariant<T, Epi>)
-      host::LaunchKernel(static_cast<unsigned>(grid), kNormNarrowThreads, device)
-          .enable_pdl()(norm_narrow_kernel<T, kVec, kWidth, host::kRowKernels.rows_per_group, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
+    host::LaunchKernel launch(static_cast<unsigned>(grid), kNormNarrowThreads, device);
+    launch.enable_pdl();
+    if constexpr (kEveryNormVariant<T, Epi> && !kFusedAdd) {
+      if (!p.early_trigger && in_place_full_rows(p, kVec * kWidth)) return launch(norm_inplace_rows_kernel<T, kVec, kWidth, kRows, true>, p);
+    }
+    if constexpr (kEveryNormVariant<T, Epi>) launch(norm_narrow_kernel<T, kVec, kWidth, kRows, kFusedAdd, Epi, RowOrder::kTokenMajor>, p, epi);
   } else {
     int64_t grid = host::div_ceil(int64_t{p.total_rows}, kGroups);
     int threads = kNormNarrowThreads;

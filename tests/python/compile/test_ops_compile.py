@@ -151,3 +151,45 @@ def test_auto_device_compiler_takes_nvrtc_for_builds_run_many_at_once(cache_dir,
 def test_primitives_module_compiles(cache_dir, monkeypatch):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     _build(JitSpec("primitives_test", cuda_files=[str(KERNELS / "primitives.cuh")], cuda_wrappers=PRIMITIVES_WRAPPERS))
+
+
+# A PTX load or store without a state space (ld.v4.u32, st.v4.b32, ...): a generic access.
+_GENERIC_ACCESS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)(?:\.v[248])?\.[bsuf]\d+\s", re.M)
+
+
+@pytest.mark.toolchain
+def test_norm_kernels_access_global_memory_as_global(tmp_path):
+    """Every norm kernel (each launch variant, 16- and 32-bit rows) loads and stores its rows with ld.global /
+    st.global: nvcc cannot always tell that a row's pointer, picked from the parameter block at run time,
+    points to global memory, and falls back on generic accesses."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / "norm_all.cu"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "norm.cuh"}"\n'
+                   "template struct jitkern_norm::NormOps<bf16_t>;\ntemplate struct jitkern_norm::NormOps<float>;\n")
+    ptx = tmp_path / "norm_all.ptx"
+    subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-ptx", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}",
+                    f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(ptx), str(src)], check=True)
+    text = ptx.read_text()
+    assert text.count(".entry") >= 20, "the norm kernels were not instantiated"
+    assert re.search(r"ld\.global\.v4", text) and re.search(r"st\.global\.v4", text)
+    generic = [m.group(0).strip() for m in _GENERIC_ACCESS.finditer(text)]
+    assert not generic, f"{len(generic)} generic loads/stores in the norm kernels, e.g. {generic[:3]}"
+
+
+@pytest.mark.toolchain
+def test_many_in_place_narrow_rows_kernel_fits_six_ctas_an_sm(tmp_path):
+    """qknorm's many-row kernel (bf16 heads of 128, two rows a group of 16 lanes, CTAs of 256) stays within
+    40 registers a thread, so that 6 CTAs fit an SM's 64K registers (the general narrow kernel took 62: 4)."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / "inplace_rows.cu"
+    src.write_text("#include <jitkern/impl/norm_launch.cuh>\n"
+                   "void* kernel = (void*)&device::norm::norm_inplace_rows_kernel<bf16_t, 8, 16, 2, true>;\n")
+    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
+                          f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
+                          str(tmp_path / "inplace_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
+    used = [int(n) for n in re.findall(r"Used (\d+) registers", out.stdout + out.stderr)]
+    assert len(used) == 1 and used[0] <= 40, out.stdout + out.stderr

@@ -86,6 +86,22 @@ def test_concat_mla_absorb_q(shape, da, db, dtype_name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape,da", [((1, 128), 512), ((64, 128), 512), ((7, 3), 384), ((300, 128), 512), ((2, 16), 256)])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+def test_concat_mla_absorb_q_aligned(shape, da, dtype_name):
+    """16-byte aligned rows of 2 * da + 128 bytes: up to a wave of rows a warp a row (da 384 leaves the
+    second round half empty; 256 takes the vectors in order), more rows ([300, 128]) the vectors in order."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    a = torch.randn(*shape, da, device="cuda").to(dtype)
+    b = torch.randn(*shape, 64, device="cuda").to(dtype)
+    assert torch.equal(ops.concat_mla_absorb_q(a, b), torch.cat([a, b], dim=-1))
+    wide = torch.randn(*shape, da + 64 + 8, device="cuda").to(dtype)  # rows strided by 8 more elements (16 bytes)
+    assert torch.equal(ops.concat_mla_absorb_q(wide[..., :da], wide[..., da + 8 :]), torch.cat([wide[..., :da], wide[..., da + 8 :]], dim=-1))
+
+
+@pytest.mark.gpu
 def test_bad_inputs_rejected_before_launch():
     torch = _torch()
     ops = _ops()

@@ -186,6 +186,35 @@ def test_qknorm_separate_tensors_odd_head_counts_many_tokens(dtype_name):
     assert torch.equal(k_buffer[:, 0], first_head), "the head outside k must be untouched"
 
 
+@pytest.mark.parametrize("dtype_name,head_dim", [("bfloat16", 128), ("bfloat16", 64), ("float16", 32), ("float32", 128), ("bfloat16", 96)])
+def test_many_rows_in_place_give_the_few_rows_bits(dtype_name, head_dim):
+    """Many rows normalised in place (qknorm at 8192 tokens, rmsnorm of narrow rows into its input) take
+    their own launch (a group of lanes two rows, the rows found after the PDL wait); a token at a time
+    takes the few-rows launch. Both give the same bits."""
+    torch = _torch()
+    from jitkern.ops import fused_inplace_qknorm, rmsnorm
+
+    dtype = _dtype(dtype_name)
+    tokens, hq, hk = 8192, 32, 8
+    q = torch.randn(tokens, hq, head_dim, dtype=dtype, device="cuda")
+    k = torch.randn(tokens, hk + 1, head_dim, dtype=dtype, device="cuda")[:, 1:]  # strided: the many-row launch's second problem
+    qw, kw = torch.randn(head_dim, dtype=dtype, device="cuda"), torch.randn(head_dim, dtype=dtype, device="cuda")
+    q1, k1 = q.clone(), k.clone()
+    eq, ek = _reference(q, qw, 1e-6), _reference(k, kw, 1e-6)
+    fused_inplace_qknorm(q, k, qw, kw, eps=1e-6)
+    for t in range(0, tokens, 64):  # 64 tokens: 2560 rows, the few-rows launch
+        fused_inplace_qknorm(q1[t : t + 64], k1[t : t + 64], qw, kw, eps=1e-6)
+    assert torch.equal(q, q1) and torch.equal(k, k1)
+    _assert_close(q, eq, dtype_name)
+    _assert_close(k, ek, dtype_name)
+    x = torch.randn(40 * tokens, head_dim, dtype=dtype, device="cuda")
+    x1 = x.clone()
+    rmsnorm(x, qw, x, eps=1e-6)  # in place
+    for t in range(0, x.shape[0], 2048):
+        rmsnorm(x1[t : t + 2048], qw, x1[t : t + 2048], eps=1e-6)
+    assert torch.equal(x, x1)
+
+
 def test_qknorm_head_dim_keyword_with_2d_inputs():
     torch = _torch()
     from jitkern.ops import fused_inplace_qknorm

@@ -177,7 +177,8 @@ def test_per_tensor_reads_what_the_previous_kernel_wrote(rows):
 # ---- per-token -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 4096), (16, 4096), (33, 7168), (5, 1000), (2, 3), (7, 65536), (1024, 128)])
+@pytest.mark.parametrize("shape", [(1, 4096), (16, 4096), (33, 7168), (5, 1000), (2, 3), (7, 65536), (1024, 128), (600, 4096),
+                                   (529, 7168), (700, 1000)])
 def test_per_token(dtype_name, shape):
     torch = _torch()
     from jitkern.ops import per_token_quant_fp8
