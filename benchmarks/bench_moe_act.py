@@ -147,21 +147,22 @@ def masked_tables(ceiling: float) -> None:
 
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
-# (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows): bench_moe_act::Sched's arguments,
-# beside the product's Schedule (PRODUCT). The first is the schedule with the CTA's count scan and a grid of
-# threads_per_sm / threads CTAs an SM; --schedules=all adds the rest.
+# (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows, pipelined): bench_moe_act::Sched's
+# arguments, beside the product's Schedule (PRODUCT). The first is the schedule with the CTA's count scan and a
+# grid of threads_per_sm / threads CTAs an SM; --schedules=all adds the rest.
 PRODUCT = "product"
-CTA_SCAN = (0, -1, 1, 1, 0, 0, 0)
+CTA_SCAN = (0, -1, 1, 1, 0, 0, 0, 0)
 SCHEDULES = {
-    "masked_group": [PRODUCT, CTA_SCAN, (1, 0, 1, 2, 0, 1, 0), (1, 0, 1, 2, 0, 0, 0), (1, 0, 1, 4, 0, 1, 0)],
-    "masked_act": [PRODUCT, CTA_SCAN, (1, 0, 2, 1, 0, 1, 0), (1, 0, 4, 1, 0, 1, 0), (1, 0, 8, 1, 0, 1, 0), (1, 0, 2, 1, 0, 0, 0),
-                   (1, 0, 4, 1, 0, 0, 0)],
+    "masked_group": [PRODUCT, CTA_SCAN, (1, 0, 1, 1, 0, 0, 0, 1), (1, 0, 1, 2, 0, 1, 0, 0), (1, 0, 1, 2, 0, 1, 0, 1), (1, 0, 1, 2, 0, 0, 0, 0),
+                     (1, 0, 1, 4, 0, 1, 0, 0)],
+    "masked_act": [PRODUCT, CTA_SCAN, (1, 0, 1, 1, 0, 0, 0, 1), (1, 0, 2, 1, 0, 1, 0, 0), (1, 0, 2, 1, 0, 1, 0, 1), (1, 0, 4, 1, 0, 1, 0, 0),
+                   (1, 0, 2, 1, 0, 0, 0, 0), (1, 0, 4, 1, 0, 0, 0, 0)],
     "masked_token": [PRODUCT, CTA_SCAN],
-    "sorted_act": [PRODUCT, CTA_SCAN, (0, 0, 2, 1, 0, 0, 8), (0, 0, 4, 1, 0, 0, 8), (0, 0, 8, 1, 0, 0, 8), (0, -2, 8, 1, 0, 0, 8),
-                   (0, 0, 4, 1, 0, 0, 16), (0, -2, 4, 1, 0, 0, 16), (0, 0, 8, 1, 0, 0, 32)],
-    "sorted_group": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 8), (0, 0, 1, 2, 0, 0, 8), (0, -2, 1, 2, 0, 0, 8), (0, 0, 1, 2, 0, 0, 16),
-                     (0, 0, 1, 4, 0, 0, 16), (0, 0, 1, 2, 0, 0, 32), (0, 0, 1, 4, 0, 0, 32), (0, -2, 1, 4, 0, 0, 32)],
-    "sorted_token": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 8), (0, 0, 1, 1, 0, 0, 16), (0, 0, 1, 1, 0, 0, 32), (0, -2, 1, 1, 0, 0, 8)],
+    "sorted_act": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 0, 1), (0, 0, 2, 1, 0, 0, 0, 1), (0, 0, 2, 1, 0, 0, 8, 0), (0, 0, 4, 1, 0, 0, 8, 0),
+                   (0, -2, 4, 1, 0, 0, 8, 0), (0, 0, 4, 1, 0, 0, 16, 0), (0, -2, 4, 1, 0, 0, 16, 0), (0, 0, 4, 1, 0, 0, 32, 0)],
+    "sorted_group": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 0, 1), (0, 0, 1, 1, 0, 0, 8, 0), (0, 0, 1, 2, 0, 0, 8, 0), (0, -2, 1, 2, 0, 0, 8, 0),
+                     (0, 0, 1, 2, 0, 0, 16, 0), (0, 0, 1, 4, 0, 0, 16, 0), (0, 0, 1, 2, 0, 0, 32, 0), (0, -2, 1, 4, 0, 0, 32, 0)],
+    "sorted_token": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 8, 0), (0, 0, 1, 1, 0, 0, 16, 0), (0, 0, 1, 1, 0, 0, 32, 0), (0, -2, 1, 1, 0, 0, 8, 0)],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
@@ -172,7 +173,7 @@ SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait"]
 def schedule_name(kind, sched) -> str:
     if sched == PRODUCT:
         return "product"
-    scan, per_sm, items, group_items, load_all, spread, chunk = sched
+    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined = sched
     parts = [] if kind.startswith("sorted") else [SCAN[scan]]
     if chunk:
         parts.append(f"chunks of {chunk} rows")
@@ -183,6 +184,8 @@ def schedule_name(kind, sched) -> str:
         parts.append(f"{group_items} groups/turn")
     if spread and not chunk:
         parts.append("grid apart")
+    if pipelined and not chunk:
+        parts.append("next turn located during the loads")
     if load_all:
         parts.append(f"load all <= {load_all >> 20} MiB")
     return ", ".join(parts)

@@ -215,11 +215,23 @@ __device__ __forceinline__ int64_t quotient(int64_t v, int64_t n, bool narrow) {
   return narrow ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(n)} : v / n;
 }
 
-// One turn of silu_and_mul over kItems vectors, their rows located (r) and columns known (col): every item's
-// data loaded before any is computed. kLoadAll: also the data of rows not computed (tiny buffers: a
-// dependent load costs more than the padding's bytes).
-template <typename T, int kVec, int kItems, bool kLoadAll>
-__device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], const int64_t (&col)[kItems], const T* in, T* out, int64_t d) {
+// A turn's items: their rows located, and their columns (vectors) or group numbers within the row.
+template <int kItems>
+struct Items {
+  RowAt r[kItems];
+  int64_t col[kItems];
+};
+// Nothing to do while a turn's loads are in flight.
+struct NoOverlap {
+  __device__ __forceinline__ void operator()() const {}
+};
+
+// One turn of silu_and_mul over kItems vectors: every item's data loaded, then overlap() (the next turn's
+// lookups, while the loads are in flight), then the products stored. kLoadAll: also the data of rows not
+// computed (tiny buffers: a dependent load costs more than the padding's bytes).
+template <typename T, int kVec, int kItems, bool kLoadAll, typename Overlap = NoOverlap>
+__device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], const int64_t (&col)[kItems], const T* in, T* out, int64_t d,
+                                                   const Overlap& overlap = {}) {
   AlignedVector<T, kVec> gate[kItems], up[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
@@ -228,6 +240,7 @@ __device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], con
       up[k].load(in + r[k].in + d + col[k]);
     }
   }
+  overlap();
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     if (!r[k].valid) continue;
@@ -236,11 +249,31 @@ __device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], con
   }
 }
 
+// Every turn of a rows kernel, the whole CTA together (at() may shuffle across the warp): locate(first, items)
+// fills the turn's items from its first item's number, run(items, overlap) computes them. kPipelined: the
+// next turn's items are located while this turn's loads are in flight (a lookup's latency hidden behind them).
+template <bool kPipelined, typename Locate, typename Run>
+__device__ __forceinline__ void rows_turns(int64_t first, int64_t total, int64_t turn, const Locate& locate, const Run& run) {
+  using ItemsT = std::remove_cvref_t<decltype(locate(first))>;
+  if constexpr (kPipelined) {
+    ItemsT items = first < total ? locate(first) : ItemsT{};
+    for (; first < total; first += turn) {
+      ItemsT next{};
+      run(items, [&] {
+        if (first + turn < total) next = locate(first + turn);
+      });
+      items = next;
+    }
+  } else {
+    for (; first < total; first += turn) run(locate(first), NoOverlap{});
+  }
+}
+
 // out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows: kItems vectors per thread and turn,
 // kActThreads apart (kSpread: the grid's threads apart, so that a turn covering fewer vectors than the grid
 // still spreads them over every CTA), every item's row located before any data is loaded, so that a turn
-// waits for one id load, not kItems of them.
-template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread>
+// waits for one id load, not kItems of them; kPipelined: rows_turns'.
+template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread, bool kPipelined>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
@@ -249,26 +282,25 @@ __global__ void __launch_bounds__(kActThreads)
   const int64_t row_vecs = d / kVec, total = state.rows * row_vecs;
   const bool narrow = total <= UINT32_MAX;
   const int64_t step = kSpread ? int64_t{gridDim.x} * kActThreads : kActThreads;  // between a thread's items
-  // Turns the whole CTA takes together (at() may shuffle across the warp).
-  for (int64_t first = int64_t{blockIdx.x} * kActThreads * (kSpread ? 1 : kItems); first < total;
-       first += int64_t{gridDim.x} * kActThreads * kItems) {
-    RowAt r[kItems];
-    int64_t col[kItems];
+  const auto locate = [&](int64_t first) {
+    Items<kItems> t;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t v = first + k * step + threadIdx.x;
       const bool in_range = v < total;
       if (kSpread && k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
-        r[k] = {false, 0, 0, 0}, col[k] = 0;
+        t.r[k] = {false, 0, 0, 0}, t.col[k] = 0;
         continue;
       }
       const int64_t f = quotient(in_range ? v : 0, row_vecs, narrow);
-      col[k] = ((in_range ? v : 0) - f * row_vecs) * kVec;
-      r[k] = rows.at(state, f);
-      r[k].valid = r[k].valid && in_range;
+      t.col[k] = ((in_range ? v : 0) - f * row_vecs) * kVec;
+      t.r[k] = rows.at(state, f);
+      t.r[k].valid = t.r[k].valid && in_range;
     }
-    silu_and_mul_items<T, kVec, kItems, kLoadAll>(r, col, in, out, d);
-  }
+    return t;
+  };
+  rows_turns<kPipelined>(int64_t{blockIdx.x} * kActThreads * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kActThreads * kItems, locate,
+                         [&](const Items<kItems>& t, const auto& overlap) { silu_and_mul_items<T, kVec, kItems, kLoadAll>(t.r, t.col, in, out, d, overlap); });
 #endif
 }
 
@@ -301,11 +333,11 @@ __global__ void __launch_bounds__(kActThreads)
 }
 
 // One turn of the group quantization: kItems groups per lane set, their rows located (r) and group numbers
-// within the row known (g); lane l of a group holds vectors l, l + kLanes, ... Every lane of the warp calls
-// this together (the group's votes and shuffles).
-template <typename T, int kVec, int kLanes, int kPerLane, int kItems>
+// within the row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, overlap(), then the
+// quantization. Every lane of the warp calls this together (the group's votes and shuffles).
+template <typename T, int kVec, int kLanes, int kPerLane, int kItems, typename Overlap = NoOverlap>
 __device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], const int64_t (&g)[kItems], const T* in, uint8_t* q, float* scales,
-                                                  int64_t group_stride, int64_t d, float eps) {
+                                                  int64_t group_stride, int64_t d, float eps, const Overlap& overlap = {}) {
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t groups_per_row = d / kActGroupSize;
@@ -321,6 +353,7 @@ __device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], cons
       }
     }
   }
+  overlap();
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     Gated<T, kVec> y[kPerLane];
@@ -335,9 +368,10 @@ __device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], cons
 
 // The computed rows' products quantized per group of kActGroupSize outputs: kLanes lanes per group, kPerLane
 // vectors each, scales[row's offset + g * group_stride]; kItems groups per lane set and turn (kSpread: the
-// grid's groups apart, as silu_and_mul_rows_kernel's), their rows located before any data is loaded. Every
-// CTA takes the same number of turns (the group's votes and shuffles need whole warps).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread>
+// grid's groups apart, as silu_and_mul_rows_kernel's), their rows located before any data is loaded
+// (kPipelined: rows_turns'). Every CTA takes the same number of turns (the group's votes and shuffles need
+// whole warps).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread, bool kPipelined>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                          int64_t d, float eps, bool trigger_at_start) {
@@ -348,25 +382,27 @@ __global__ void __launch_bounds__(kActGroupThreads)
   const int64_t groups_per_row = d / kActGroupSize, total = state.rows * groups_per_row;
   const bool narrow = total <= UINT32_MAX;
   const int64_t step = kSpread ? int64_t{gridDim.x} * kGroupsPerCta : kGroupsPerCta;  // between a lane set's groups
-  for (int64_t first = int64_t{blockIdx.x} * kGroupsPerCta * (kSpread ? 1 : kItems); first < total;
-       first += int64_t{gridDim.x} * kGroupsPerCta * kItems) {
-    RowAt r[kItems];
-    int64_t g[kItems];
+  const auto locate = [&](int64_t first) {
+    Items<kItems> t;  // col: the group's number within its row
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t group = first + k * step + threadIdx.x / kLanes;
       const bool in_range = group < total;
       if (kSpread && k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
-        r[k] = {false, 0, 0, 0}, g[k] = 0;
+        t.r[k] = {false, 0, 0, 0}, t.col[k] = 0;
         continue;
       }
       const int64_t f = in_range ? quotient(group, groups_per_row, narrow) : 0;
-      g[k] = in_range ? group - f * groups_per_row : 0;
-      r[k] = rows.at(state, f);
-      r[k].valid = r[k].valid && in_range;
+      t.col[k] = in_range ? group - f * groups_per_row : 0;
+      t.r[k] = rows.at(state, f);
+      t.r[k].valid = t.r[k].valid && in_range;
     }
-    group_quant_items<T, kVec, kLanes, kPerLane, kItems>(r, g, in, q, scales, group_stride, d, eps);
-  }
+    return t;
+  };
+  rows_turns<kPipelined>(int64_t{blockIdx.x} * kGroupsPerCta * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kGroupsPerCta * kItems, locate,
+                         [&](const Items<kItems>& t, const auto& overlap) {
+                           group_quant_items<T, kVec, kLanes, kPerLane, kItems>(t.r, t.col, in, q, scales, group_stride, d, eps, overlap);
+                         });
 #endif
 }
 
@@ -524,6 +560,7 @@ struct Schedule {
   static constexpr int kCtasPerSm = 0;         // persistent_grid's per_sm: as many as the occupancy API fits
   static constexpr bool kSpread = false;       // a thread's kItems / kGroupItems items the grid apart (else a CTA's width apart)
   static constexpr int kChunkRows = 0;         // sorted layout: rows listed a chunk at a time (0: each vector looks up its row's id)
+  static constexpr bool kPipelined = false;    // silu_and_mul, group quantization: the next turn's rows located during a turn's loads
   // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
@@ -717,7 +754,7 @@ struct MoeActOps {
         const unsigned grid = persistent_grid<kernel>(op.capacity, S::kChunkRows, kActThreads, S::kCtasPerSm, op.device);
         LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
       } else {
-        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value, S::kSpread>;
+        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value, S::kSpread, S::kPipelined>;
         const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * S::kItems, kActThreads, S::kCtasPerSm,
                                                       op.device);
         LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
@@ -741,7 +778,7 @@ struct MoeActOps {
         if constexpr (kSortedChunks<Rows>) {
           return silu_and_mul_group_quant_sorted_chunks_kernel<T, kVec, kLanes, kPerLane, S::kChunkRows, S::kGroupItems>;
         } else {
-          return silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems, S::kSpread>;
+          return silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems, S::kSpread, S::kPipelined>;
         }
       }();
       const unsigned grid = kSortedChunks<Rows> ? persistent_grid<kernel>(op.capacity, S::kChunkRows, kActGroupThreads, S::kCtasPerSm, op.device)

@@ -1,13 +1,13 @@
 // Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
 // points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
-// kGroupItems, kLoadAll, kSpread, kChunkRows>:
+// kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined>:
 //   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
 //          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
 //          reading early is worth; wrong where the previous kernel writes masked_m);
 //   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k,
 //           -2: kOneTurn, no limit);
-//   kItems, kGroupItems, kLoadAll, kSpread, kChunkRows: Schedule's kItems, kGroupItems, kLoadAllBytes, kSpread,
-//           kChunkRows.
+//   kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined: Schedule's kItems, kGroupItems,
+//           kLoadAllBytes, kSpread, kChunkRows, kPipelined.
 #pragma once
 
 #include <moe_act.cuh>
@@ -28,11 +28,11 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
 };
 
 #ifndef __CUDACC_RTC__
-template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll, int kSpreadArg, int kChunkRowsArg>
+template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll, int kSpreadArg, int kChunkRowsArg, int kPipelinedArg>
 struct Sched {
   static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kPerSm, kChunkRows = kChunkRowsArg;
   static constexpr int64_t kLoadAllBytes = kLoadAll;
-  static constexpr bool kSpread = kSpreadArg != 0;
+  static constexpr bool kSpread = kSpreadArg != 0, kPipelined = kPipelinedArg != 0;
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
     if constexpr (kScan == 0) {
@@ -48,8 +48,8 @@ struct Sched {
   }
 };
 
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows>
-using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kSpread, kChunkRows>>;
+template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined>
+using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined>>;
 using ProductOps = MoeActOps<bf16_t>;
 #endif  // __CUDACC_RTC__
 
