@@ -153,13 +153,13 @@ def masked_tables(ceiling: float) -> None:
 PRODUCT = "product"
 CTA_SCAN = (0, -1, 1, 1, 0, 0, 0, 0)
 SCHEDULES = {
-    "masked_group": [PRODUCT, CTA_SCAN, (1, 0, 1, 1, 0, 0, 0, 1), (1, 0, 1, 2, 0, 1, 0, 0), (1, 0, 1, 2, 0, 1, 0, 1), (1, 0, 1, 2, 0, 0, 0, 0),
+    "masked_group": [PRODUCT, CTA_SCAN, (3, 0, 1, 1, 0, 0, 0, 0), (1, 0, 1, 1, 0, 0, 0, 1), (1, 0, 1, 2, 0, 1, 0, 0), (1, 0, 1, 2, 0, 1, 0, 1), (1, 0, 1, 2, 0, 0, 0, 0),
                      (1, 0, 1, 4, 0, 1, 0, 0)],
-    "masked_act": [PRODUCT, CTA_SCAN, (1, 0, 1, 1, 0, 0, 0, 1), (1, 0, 2, 1, 0, 1, 0, 0), (1, 0, 2, 1, 0, 1, 0, 1), (1, 0, 4, 1, 0, 1, 0, 0),
+    "masked_act": [PRODUCT, CTA_SCAN, (3, 0, 1, 1, 0, 0, 0, 0), (3, 0, 2, 1, 0, 1, 0, 0), (1, 0, 1, 1, 0, 0, 0, 1), (1, 0, 2, 1, 0, 1, 0, 0), (1, 0, 2, 1, 0, 1, 0, 1), (1, 0, 4, 1, 0, 1, 0, 0),
                    (1, 0, 2, 1, 0, 0, 0, 0), (1, 0, 4, 1, 0, 0, 0, 0)],
     "masked_token": [PRODUCT, CTA_SCAN],
-    "sorted_act": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 0, 1), (0, 0, 2, 1, 0, 0, 0, 1), (0, 0, 2, 1, 0, 0, 8, 0), (0, 0, 4, 1, 0, 0, 8, 0),
-                   (0, -2, 4, 1, 0, 0, 8, 0), (0, 0, 4, 1, 0, 0, 16, 0), (0, -2, 4, 1, 0, 0, 16, 0), (0, 0, 4, 1, 0, 0, 32, 0)],
+    "sorted_act": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 0, 1), (0, 0, 2, 1, 0, 0, 0, 1), (0, 0, 1, 1, 0, 0, 8, 0), (0, 0, 2, 1, 0, 0, 8, 0), (0, 0, 4, 1, 0, 0, 8, 0),
+                   (0, -2, 4, 1, 0, 0, 8, 0), (0, 0, 2, 1, 0, 0, 16, 0), (0, 0, 4, 1, 0, 0, 16, 0), (0, -2, 4, 1, 0, 0, 16, 0), (0, 0, 4, 1, 0, 0, 32, 0)],
     "sorted_group": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 0, 1), (0, 0, 1, 1, 0, 0, 8, 0), (0, 0, 1, 2, 0, 0, 8, 0), (0, -2, 1, 2, 0, 0, 8, 0),
                      (0, 0, 1, 2, 0, 0, 16, 0), (0, 0, 1, 4, 0, 0, 16, 0), (0, 0, 1, 2, 0, 0, 32, 0), (0, -2, 1, 4, 0, 0, 32, 0)],
     "sorted_token": [PRODUCT, CTA_SCAN, (0, 0, 1, 1, 0, 0, 8, 0), (0, 0, 1, 1, 0, 0, 16, 0), (0, 0, 1, 1, 0, 0, 32, 0), (0, -2, 1, 1, 0, 0, 8, 0)],
@@ -167,7 +167,7 @@ SCHEDULES = {
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
          "sorted_group": "silu_and_mul_sorted_per_token_group_quant_fp8", "sorted_token": "silu_and_mul_sorted_per_token_quant_fp8"}
-SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait"]
+SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait", "warp scan, expert by a vote"]
 
 
 def schedule_name(kind, sched) -> str:
@@ -177,7 +177,7 @@ def schedule_name(kind, sched) -> str:
     parts = [] if kind.startswith("sorted") else [SCAN[scan]]
     if chunk:
         parts.append(f"chunks of {chunk} rows")
-    parts.append({-1: "threads/SM grid", 0: "occupancy grid", -2: "a CTA per turn"}.get(per_sm, f"{per_sm} CTAs/SM"))
+    parts.append({-1: "threads/SM grid", 0: "occupancy grid", -2: "a CTA per chunk" if chunk else "a CTA per turn"}.get(per_sm, f"{per_sm} CTAs/SM"))
     if kind.endswith("act"):
         parts.append(f"{items} vec/turn")
     if kind.endswith("group"):

@@ -3,7 +3,8 @@
 // kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined>:
 //   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
 //          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
-//          reading early is worth; wrong where the previous kernel writes masked_m);
+//          reading early is worth; wrong where the previous kernel writes masked_m), or as 1 with a row's
+//          expert found by a vote (3: MaskedRowsWarpVote);
 //   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k,
 //           -2: kOneTurn, no limit);
 //   kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined: Schedule's kItems, kGroupItems,
@@ -27,6 +28,19 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
   }
 };
 
+// kScan 3's rows: a row's expert found by one vote where the warp's items share a row (the common case: a
+// warp's vectors or groups lie in one row), by MaskedRowsWarp's bisection otherwise.
+struct MaskedRowsWarpVote : MaskedRowsWarp {
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
+    const int32_t f32 = static_cast<int32_t>(f);  // rows fit 31 bits (checked on the host)
+    const int32_t first = __shfl_sync(0xffffffffu, f32, 0), last = __shfl_sync(0xffffffffu, f32, device::kWarpThreads - 1);
+    if (first != last) return MaskedRowsWarp::at(s, f);
+    const int e = __popc(__ballot_sync(0xffffffffu, s.end <= f32));  // experts whose rows end at or before f
+    const int32_t begin = __shfl_sync(0xffffffffu, s.end, e > 0 ? e - 1 : 0);
+    return locate(e, f - (e > 0 ? begin : 0));
+  }
+};
+
 #ifndef __CUDACC_RTC__
 template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll, int kSpreadArg, int kChunkRowsArg, int kPipelinedArg>
 struct Sched {
@@ -41,8 +55,10 @@ struct Sched {
       host::RuntimeCheck(layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
       if constexpr (kScan == 1) {
         f(MaskedRowsWarp{layout});
-      } else {
+      } else if constexpr (kScan == 2) {
         f(MaskedRowsWarpEarly{layout});
+      } else {
+        f(MaskedRowsWarpVote{layout});
       }
     }
   }
