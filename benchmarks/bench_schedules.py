@@ -113,7 +113,9 @@ def qknorm_shapes(m, ref):
 
 GROUP_LAYOUT = ["", " contiguous", " multiply (not exact: diagnostic)", " lean (packed amax, finite only)",
                 " lean 2-op division (packed amax, finite only)", " contiguous, packed amax (the product's arithmetic)",
-                " packed amax (the product's arithmetic and layout)"]
+                " packed amax (the product's arithmetic and layout)",
+                " lean + the +-inf vote", " lean + the division dispatch", " lean + vote + dispatch",
+                " lean + vote + dispatch, no slow division"]
 
 
 def group_quant_shapes(m, ref):
@@ -125,7 +127,7 @@ def group_quant_shapes(m, ref):
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
         for threads, trig, contiguous in [(128, 2, 0), (256, 2, 0), (256, 2, 1), (256, 2, 5), (256, 2, 6), (128, 2, 5), (256, 2, 2), (256, 2, 3),
-                                          (256, 0, 3), (128, 2, 3), (256, 2, 4)]:
+                                          (256, 0, 3), (128, 2, 3), (256, 2, 4), (256, 2, 7), (256, 2, 8), (256, 2, 9), (256, 2, 10)]:
             variants[f"{threads}t {TRIGGER[trig]}{GROUP_LAYOUT[contiguous]}"] = (
                 lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
         with_floor(variants)

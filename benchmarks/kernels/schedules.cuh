@@ -281,7 +281,10 @@ __global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, ui
 // quotient x / s as kDivide: 0 the product's Divider (x * inv and one FMA residual correction, 3 operations
 // a value), 1 fma(x, inv, x * err) with err = (1 - s * inv) * inv, the reciprocal's error (2 operations),
 // 2 x * (448 / amax), the reference's arithmetic (not x / s: a diagnostic of what exactness costs).
-// Finite inputs only (no second look for +-inf): the arithmetic's cost.
+// Finite inputs only (no second look for +-inf): the arithmetic's cost. kDivide 3-6 add the product's parts
+// to the lean kernel one at a time: 3 the +-inf vote (dynamic_amax), 4 the product's division dispatch
+// (Divider(scale, finite) and quantized_words, which may take the slow division), 5 both, 6 both with
+// the slow division compiled out (kMaySlow = false).
 template <int kTrigger, int kDivide>
 __global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_t* q, float* scales, int64_t total_groups) {
 #ifdef __CUDACC__
@@ -298,20 +301,41 @@ __global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_
     if (valid) raw[j].load(in + at + j * kV);  // 16-byte loads (a vector of pairs loads as four 4-byte words)
     __builtin_memcpy(&x[j], &raw[j], sizeof(raw[j]));
   }
-  float amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
-  amax = device::warp::reduce_max_nonnegative<kLanes>(amax);
+  constexpr bool kVote = kDivide == 3 || kDivide >= 5, kDispatch = kDivide >= 4 && kDivide != 3;
+  float amax;
+  bool finite = true;
+  if constexpr (kVote) {
+    const auto fold = [&](auto op) { return valid ? device::quant::fold_pairs(x, op, 0.0f) : 0.0f; };
+    amax = device::quant::dynamic_amax(fold, [&](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
+                                       [&](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  } else {
+    amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
+    amax = device::warp::reduce_max_nonnegative<kLanes>(amax);
+  }
   const float scale = device::quant::scale_for<fp8_e4m3_t>(amax, 1e-10f);
-  const device::quant::Divider d(scale, true);
+  const device::quant::Divider d(scale, finite);
   const float err = fmaf(-scale, d.inv, 1.0f) * d.inv;
   const float multiplier = 448.0f / fmaxf(amax, 1e-10f);
   if (!valid) return;
   device::AlignedVector<uint32_t, 4> words;
+  if constexpr (kDispatch) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      device::AlignedVector<float, 8> f;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const fp32x2_t v = device::cast<fp32x2_t>(x[j][k]);
+        f[2 * k] = v.x, f[2 * k + 1] = v.y;
+      }
+      device::quant::quantized_words<fp8_e4m3_t, kDivide != 6>(words.data + 2 * j, f, d);
+    }
+  } else {
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     const auto pair = [&](int k) {
       const fp32x2_t v = device::cast<fp32x2_t>(x[k / 4][k % 4]);
       float2 r;
-      if constexpr (kDivide == 0) {
+      if constexpr (kDivide == 0 || kDivide == 3) {
         r = make_float2(d.fast_finite(v.x), d.fast_finite(v.y));
       } else if constexpr (kDivide == 2) {
         r = make_float2(v.x * multiplier, v.y * multiplier);
@@ -321,6 +345,7 @@ __global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_
       return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
     };
     words[w] = pair(2 * w) | (pair(2 * w + 1) << 16);
+  }
   }
   words.store(reinterpret_cast<uint32_t*>(q + at));
   if (lane == 0) scales[group] = scale;
@@ -346,6 +371,10 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
       launch(group_schedule_kernel<kT, true, true>, in, out, scales, groups, total);
     } else if (contiguous == 6) {  // the product's arithmetic and layout (packed amax, strided lanes)
       launch(group_schedule_kernel<kT, false, true>, in, out, scales, groups, total);
+    } else if (contiguous >= 7) {  // the lean kernel with the product's parts: 7 vote, 8 dispatch, 9 both, 10 both without the slow division
+      with_constant<3, 4, 5, 6>(contiguous - 4, [&](auto d) {
+        launch(group_lean_kernel<kT, decltype(d)::value>, in, out, static_cast<float*>(s.data_ptr()), total);
+      });
     } else if (contiguous >= 2) {  // 2: multiply, 3: lean, 4: lean with the 2-operation division
       with_constant<2, 0, 1>(contiguous == 2 ? 2 : contiguous - 3, [&](auto d) {
         launch(group_lean_kernel<kT, decltype(d)::value>, in, out, static_cast<float*>(s.data_ptr()), total);

@@ -41,6 +41,9 @@ def timing_table(runs: dict) -> str:
     engine building it from source runs) is the floor a first call cannot go under."""
     import statistics
 
+    def median_of(values: list):  # of the runs' values, where every run has one
+        return statistics.median(values) if values and None not in values else None
+
     def total(res: dict):
         return None if any("error" in r for r in res.values()) else sum(r["seconds"] for r in res.values())
 
@@ -51,7 +54,7 @@ def timing_table(runs: dict) -> str:
         seconds = {}
         for engine, results in runs.items():
             values = [total(res) if op == every else res.get(op, {}).get("seconds") for res in results]
-            seconds[engine] = statistics.median(values) if values and None not in values else None
+            seconds[engine] = median_of(values)
         ref, ours = seconds["reference"], seconds["jitkern"]
         fmt = lambda s: f"{s:.2f}" if s is not None else "error"  # noqa: E731
         ratio = lambda a, b: f"{a / b:.2f}" if a and b else "n/a"  # noqa: E731
@@ -60,7 +63,7 @@ def timing_table(runs: dict) -> str:
 
         def jitkern_median(key):  # of jitkern's runs: the op's (or every op's) build or device seconds
             values = [sum(r.get(key, 0) for r in res.values()) if op == every else res.get(op, {}).get(key) for res in runs["jitkern"]]
-            return statistics.median(values) if values and None not in values else None
+            return median_of(values)
 
         builds, floor = jitkern_median("build_seconds"), jitkern_median("device_seconds")
         lines.append(f"| {op} | {modules} | {fmt(ref)} | {fmt(ours)} | {ratio(ours, ref)} | {fmt(builds)} | {fmt(floor)} | {ratio(floor, ref)} |")
