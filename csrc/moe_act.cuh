@@ -167,7 +167,8 @@ struct MaskedRows : MaskedLayout {
 };
 
 // At most a warp's width of experts: every warp scans the counts itself, lane e holding where expert e's
-// rows end (no shared memory, no barrier), and finds a row's expert by shuffles.
+// rows end (no shared memory, no barrier), and finds a row's expert by a vote where the warp's rows are one
+// (a warp's vectors or groups mostly lie in one row), else by shuffles.
 struct MaskedRowsWarp : MaskedLayout {
   static constexpr int kMaxWarpExperts = device::kWarpThreads;
   struct State {
@@ -190,12 +191,24 @@ struct MaskedRowsWarp : MaskedLayout {
     const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
     return scan(lane < experts ? rows_of(lane) : 0);
   }
-  // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes), by bisection.
+  // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes). Called by the whole warp.
   __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
+    const int32_t row = static_cast<int32_t>(f);  // the rows fit 31 bits (checked on the host)
+    const int32_t first = __shfl_sync(0xffffffffu, row, 0), last = __shfl_sync(0xffffffffu, row, device::kWarpThreads - 1);
+    if (first != last) return bisect(s, f);
+    const int e = __popc(__ballot_sync(0xffffffffu, s.end <= row));
+    return from(s, e, f);
+  }
+  // The same by bisection over the lanes, each lane for its own f.
+  __device__ __forceinline__ RowAt bisect(const State& s, int64_t f) const {
     int e = 0;
 #pragma unroll
     for (int step = device::kWarpThreads / 2; step > 0; step /= 2)
       if (__shfl_sync(0xffffffffu, s.end, e + step - 1) <= f) e += step;
+    return from(s, e, f);
+  }
+  // Row f, of expert e.
+  __device__ __forceinline__ RowAt from(const State& s, int e, int64_t f) const {
     const int32_t begin = __shfl_sync(0xffffffffu, s.end, e > 0 ? e - 1 : 0);
     return locate(e, f - (e > 0 ? begin : 0));
   }
@@ -550,17 +563,39 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
+// The knobs of the kernels that take the rows a turn at a time (the masked layout's, and the sorted layout's
+// where it is not taken by chunks).
+template <int kItemsArg, int kGroupItemsArg, bool kSpreadArg, bool kPipelinedArg, int kCtasPerSmArg>
+struct TurnSchedule {
+  static constexpr int kItems = kItemsArg;            // silu_and_mul: vectors per thread and turn
+  static constexpr int kGroupItems = kGroupItemsArg;  // group quantization: groups per lane set and turn
+  static constexpr bool kSpread = kSpreadArg;         // a thread's items the grid apart (else a CTA's width apart)
+  static constexpr bool kPipelined = kPipelinedArg;   // the next turn's rows located during a turn's loads
+  static constexpr int kCtasPerSm = kCtasPerSmArg;    // persistent_grid's per_sm
+};
+
+// The knobs of the sorted layout's kernels by chunks of rows (for_each_sorted_chunk).
+template <int kRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg>
+struct ChunkSchedule {
+  static constexpr int kRows = kRowsArg;            // silu_and_mul and the group form: rows a chunk (0: no chunks)
+  static constexpr int kTokenRows = kTokenRowsArg;  // the per-token form's (0: no chunks)
+  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kCtasPerSmArg;  // as TurnSchedule's
+};
+
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
 // benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
-// not fit the GPU at once runs its count scan in two waves.
+// not fit the GPU at once runs its count scan in two waves. At prefill sizes the sorted layout by chunks,
+// a CTA each (a persistent grid's CTAs end unevenly: chunks hold 0 to 8 computed rows).
 struct Schedule {
-  static constexpr int kItems = 1;             // silu_and_mul: vectors per thread and turn
-  static constexpr int kGroupItems = 1;        // group quantization: groups per lane set and turn
+  using Masked = TurnSchedule<2, 1, true, false, 0>;
+  using Sorted = TurnSchedule<1, 1, false, false, 0>;
+  using Chunks = ChunkSchedule<8, 0, 4, 2, kOneTurn>;
   static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
-  static constexpr int kCtasPerSm = 0;         // persistent_grid's per_sm: as many as the occupancy API fits
-  static constexpr bool kSpread = false;       // a thread's kItems / kGroupItems items the grid apart (else a CTA's width apart)
-  static constexpr int kChunkRows = 0;         // sorted layout: rows listed a chunk at a time (0: each vector looks up its row's id)
-  static constexpr bool kPipelined = false;    // silu_and_mul, group quantization: the next turn's rows located during a turn's loads
+  // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
+  // of per-row lookups is the shorter).
+  static bool chunked(int64_t capacity, int rows, DLDevice device) {
+    return capacity >= int64_t{rows} * host::runtime::get_sm_count(device.device_id);
+  }
   // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
@@ -665,9 +700,18 @@ struct MoeActOps {
 
   static int64_t stride_or_0(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
 
-  // The sorted layout's kernels that list rows by chunks (Schedule::kChunkRows).
+  // The turn knobs of Rows' kernels.
   template <typename Rows>
-  static constexpr bool kSortedChunks = std::is_same_v<Rows, SortedRows> && S::kChunkRows > 0;
+  using Turns = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Sorted, typename S::Masked>;
+  // Whether Rows' kernels take chunks of kRows rows (the sorted layout, where S says so).
+  template <typename Rows, int kRows>
+  static bool by_chunks(const Operands& op) {
+    if constexpr (std::is_same_v<Rows, SortedRows> && kRows > 0) {
+      return S::chunked(op.capacity, kRows, op.device);
+    } else {
+      return false;
+    }
+  }
 
   // d from the input's width 2d; with group_size (the quantized-by-group forms), also its checks.
   static int64_t half_width(int64_t width, const int64_t* group_size) {
@@ -749,16 +793,19 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto load_all_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      if constexpr (kSortedChunks<Rows>) {
-        constexpr auto kernel = silu_and_mul_sorted_chunks_kernel<T, kVec, S::kChunkRows, S::kItems>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity, S::kChunkRows, kActThreads, S::kCtasPerSm, op.device);
+      const auto go = [&](auto kernel, unsigned grid) {
         LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
-      } else {
-        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value, S::kSpread, S::kPipelined>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * S::kItems, kActThreads, S::kCtasPerSm,
-                                                      op.device);
-        LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
+      };
+      using C = typename S::Chunks;
+      if constexpr (std::is_same_v<Rows, SortedRows> && C::kRows > 0) {
+        if (by_chunks<Rows, C::kRows>(op)) {
+          constexpr auto kernel = silu_and_mul_sorted_chunks_kernel<T, kVec, C::kRows, C::kItems>;
+          return go(kernel, persistent_grid<kernel>(op.capacity, C::kRows, kActThreads, C::kCtasPerSm, op.device));
+        }
       }
+      using U = Turns<Rows>;
+      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, U::kItems, decltype(load_all_tag)::value, U::kSpread, U::kPipelined>;
+      go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * U::kItems, kActThreads, U::kCtasPerSm, op.device));
     };
     if (op.vec != device::kVec16<T>) return launch(std::integral_constant<int, 1>{}, std::false_type{});
     if constexpr (S::kLoadAllBytes > 0) {
@@ -774,19 +821,22 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto lanes_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = kActGroupSize / kLanes / kVec;
-      constexpr auto kernel = [] {
-        if constexpr (kSortedChunks<Rows>) {
-          return silu_and_mul_group_quant_sorted_chunks_kernel<T, kVec, kLanes, kPerLane, S::kChunkRows, S::kGroupItems>;
-        } else {
-          return silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems, S::kSpread, S::kPipelined>;
+      const auto go = [&](auto kernel, unsigned grid) {
+        LaunchKernel(grid, kActGroupThreads, op.device)
+            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
+                          host::pdl_early_trigger(grid));
+      };
+      using C = typename S::Chunks;
+      if constexpr (std::is_same_v<Rows, SortedRows> && C::kRows > 0) {
+        if (by_chunks<Rows, C::kRows>(op)) {
+          constexpr auto kernel = silu_and_mul_group_quant_sorted_chunks_kernel<T, kVec, kLanes, kPerLane, C::kRows, C::kGroupItems>;
+          return go(kernel, persistent_grid<kernel>(op.capacity, C::kRows, kActGroupThreads, C::kCtasPerSm, op.device));
         }
-      }();
-      const unsigned grid = kSortedChunks<Rows> ? persistent_grid<kernel>(op.capacity, S::kChunkRows, kActGroupThreads, S::kCtasPerSm, op.device)
-                                                : persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * S::kGroupItems,
-                                                                          kActGroupThreads, S::kCtasPerSm, op.device);
-      LaunchKernel(grid, kActGroupThreads, op.device)
-          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
-                        host::pdl_early_trigger(grid));
+      }
+      using U = Turns<Rows>;
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
+      go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * U::kGroupItems, kActGroupThreads,
+                                         U::kCtasPerSm, op.device));
     };
     constexpr int kVec = device::kVec16<T>;
     if (op.vec == kVec) {
@@ -806,11 +856,20 @@ struct MoeActOps {
       const int64_t nvec = op.d / kVec;
       const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
       const auto run = [&](auto fit_tag) {
-        constexpr int kRows = kSortedChunks<Rows> ? S::kChunkRows : 0;
-        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(fit_tag)::value, kRows>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity, kRows > 0 ? kRows : 1, threads, S::kCtasPerSm, op.device);
-        LaunchKernel(grid, threads, op.device)
-            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
+        constexpr RowFit kFit = decltype(fit_tag)::value;
+        const auto go = [&](auto kernel, unsigned grid) {
+          LaunchKernel(grid, threads, op.device)
+              .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
+        };
+        using C = typename S::Chunks;
+        if constexpr (std::is_same_v<Rows, SortedRows> && C::kTokenRows > 0) {
+          if (by_chunks<Rows, C::kTokenRows>(op)) {
+            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows>;
+            return go(kernel, persistent_grid<kernel>(op.capacity, C::kTokenRows, threads, C::kCtasPerSm, op.device));
+          }
+        }
+        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0>;
+        go(kernel, persistent_grid<kernel>(op.capacity, 1, threads, Turns<Rows>::kCtasPerSm, op.device));
       };
       const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
       if (fit == RowFit::kExact) {

@@ -4,11 +4,12 @@
 //   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
 //          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
 //          reading early is worth; wrong where the previous kernel writes masked_m), or as 1 with a row's
-//          expert found by a vote (3: MaskedRowsWarpVote);
+//          expert always found by bisection (3: MaskedRowsWarpBisect);
 //   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k,
 //           -2: kOneTurn, no limit);
-//   kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined: Schedule's kItems, kGroupItems,
-//           kLoadAllBytes, kSpread, kChunkRows, kPipelined.
+//   kItems, kGroupItems, kSpread, kPipelined: TurnSchedule's, for both layouts (and the chunks' items);
+//   kLoadAll: Schedule's kLoadAllBytes;
+//   kChunkRows: the sorted layout by chunks of that many rows, every form, at every capacity (0: none).
 #pragma once
 
 #include <moe_act.cuh>
@@ -28,25 +29,19 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
   }
 };
 
-// kScan 3's rows: a row's expert found by one vote where the warp's items share a row (the common case: a
-// warp's vectors or groups lie in one row), by MaskedRowsWarp's bisection otherwise.
-struct MaskedRowsWarpVote : MaskedRowsWarp {
-  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
-    const int32_t f32 = static_cast<int32_t>(f);  // rows fit 31 bits (checked on the host)
-    const int32_t first = __shfl_sync(0xffffffffu, f32, 0), last = __shfl_sync(0xffffffffu, f32, device::kWarpThreads - 1);
-    if (first != last) return MaskedRowsWarp::at(s, f);
-    const int e = __popc(__ballot_sync(0xffffffffu, s.end <= f32));  // experts whose rows end at or before f
-    const int32_t begin = __shfl_sync(0xffffffffu, s.end, e > 0 ? e - 1 : 0);
-    return locate(e, f - (e > 0 ? begin : 0));
-  }
+// kScan 3's rows: a row's expert always found by bisection (no vote).
+struct MaskedRowsWarpBisect : MaskedRowsWarp {
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const { return bisect(s, f); }
 };
 
 #ifndef __CUDACC_RTC__
-template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll, int kSpreadArg, int kChunkRowsArg, int kPipelinedArg>
+template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined>
 struct Sched {
-  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kPerSm, kChunkRows = kChunkRowsArg;
+  using Masked = TurnSchedule<kItems, kGroupItems, kSpread != 0, kPipelined != 0, kPerSm>;
+  using Sorted = Masked;
+  using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm>;
   static constexpr int64_t kLoadAllBytes = kLoadAll;
-  static constexpr bool kSpread = kSpreadArg != 0, kPipelined = kPipelinedArg != 0;
+  static bool chunked(int64_t, int, DLDevice) { return true; }
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
     if constexpr (kScan == 0) {
@@ -58,7 +53,7 @@ struct Sched {
       } else if constexpr (kScan == 2) {
         f(MaskedRowsWarpEarly{layout});
       } else {
-        f(MaskedRowsWarpVote{layout});
+        f(MaskedRowsWarpBisect{layout});
       }
     }
   }
