@@ -9,10 +9,13 @@
 // rounded product with one dynamic scale per row (per_token_quant_fp8's) or per group of 128 outputs
 // (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
 //
-// The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows), at most the CTAs
-// the GPU holds at once, each CTA striding over the rows it visits after its PDL wait (sorted: all P, each
-// checked against its id and the count; masked: the computed rows, counted from masked_m by each warp for
-// up to 32 experts, else by the CTA in shared memory).
+// The grid is sized from the layout's capacity (P or E * M rows). Masked: a persistent grid, at most the CTAs
+// the GPU holds at once, each CTA striding over the computed rows after its PDL wait, counted from masked_m
+// by each warp for up to 32 experts (a row's expert found by a vote), else by the CTA in shared memory.
+// Sorted, from a chunk of 8 rows an SM (Schedule::chunked): silu_and_mul and the group form a CTA per chunk,
+// whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then computing only
+// those; the per-token form, and smaller buffers, a persistent grid visiting every row, each checked against
+// its id and the count.
 #pragma once
 
 #include <jitkern/cta.cuh>
