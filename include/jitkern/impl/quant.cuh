@@ -225,69 +225,61 @@ JITKERN_DEVICE void with_division(const Divider& s, const Encode& encode) {
   }
 }
 
-// kVec values of T (kVec a multiple of 4), each divided by divide(v), as 8-bit codes four to a 32-bit word,
-// into words[0, kVec / 4): assembled as words, since a byte array costs ~2 instructions a byte to pack;
-// fp8 converts two values per instruction.
-template <typename Q, typename T, int kVec, typename Divide>
-  requires(!kIsPacked16<T> && kVec % 4 == 0)
-JITKERN_DEVICE void encoded_words(uint32_t* words, const AlignedVector<T, kVec>& x, const Divide& divide) {
-#pragma unroll
-  for (int j = 0; j < kVec; j += 4) {
-    if constexpr (std::is_same_v<Q, fp8_e4m3_t>) {  // two values per conversion, RNE, NaN kept
-      const auto pair = [&](int k) {
-        return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(divide(cast<float>(x[k])), divide(cast<float>(x[k + 1]))),
-                                                              __NV_SATFINITE, __NV_E4M3));
-      };
-      words[j / 4] = pair(j) | (pair(j + 2) << 16);
-    } else {
-      const auto byte = [&](int k) { return static_cast<uint32_t>(Format<Q>::encode(divide(cast<float>(x[k])))); };
-      words[j / 4] = __byte_perm(__byte_perm(byte(j), byte(j + 1), 0x0040), __byte_perm(byte(j + 2), byte(j + 3), 0x0040), 0x5410);
-    }
-  }
-}
-
-// encoded_words with the division x / s that s allows. kMaySlow = false: the caller guarantees !s.slow
-// (a dynamic scale whose eps is at least kNormalScaleEps), which leaves one branch per vector instead of
-// two (4% of rmsnorm_quant_fp8's time in a same-run comparison).
+// kVec values of T (kVec a multiple of 4) divided by s, as 8-bit codes four to a 32-bit word, into
+// words[0, kVec / 4): assembled as words, since a byte array costs ~2 instructions a byte to pack; fp8
+// converts two values per instruction. kMaySlow = false: the caller guarantees !s.slow (a dynamic scale
+// whose eps is at least kNormalScaleEps), which leaves one branch per vector instead of two (4% of
+// rmsnorm_quant_fp8's time in a same-run comparison).
 template <typename Q, bool kMaySlow = true, typename T, int kVec>
   requires(!kIsPacked16<T> && kVec % 4 == 0)
 JITKERN_DEVICE void quantized_words(uint32_t* words, const AlignedVector<T, kVec>& x, const Divider& s) {
-  with_division<kMaySlow>(s, [&](auto divide) { encoded_words<Q>(words, x, divide); });
+  const auto encode = [&](auto divide) {
+#pragma unroll
+    for (int j = 0; j < kVec; j += 4) {
+      if constexpr (std::is_same_v<Q, fp8_e4m3_t>) {  // two values per conversion, RNE, NaN kept
+        const auto pair = [&](int k) {
+          return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(divide(cast<float>(x[k])), divide(cast<float>(x[k + 1]))),
+                                                                __NV_SATFINITE, __NV_E4M3));
+        };
+        words[j / 4] = pair(j) | (pair(j + 2) << 16);
+      } else {
+        const auto byte = [&](int k) { return static_cast<uint32_t>(Format<Q>::encode(divide(cast<float>(x[k])))); };
+        words[j / 4] = __byte_perm(__byte_perm(byte(j), byte(j + 1), 0x0040), __byte_perm(byte(j + 2), byte(j + 3), 0x0040), 0x5410);
+      }
+    }
+  };
+  with_division<kMaySlow>(s, encode);
 }
 
-// kVec values of T (or kVec packed pairs of 16-bit values), each divided by divide(v), written as bytes
-// with one store (ptr aligned to their count).
-template <typename Q, typename T, int kVec, typename Divide>
+// kVec values of T (or kVec packed pairs of 16-bit values) divided by s and written as bytes with one
+// store (ptr aligned to their count); kMaySlow: as quantized_words.
+template <typename Q, bool kMaySlow = true, typename T, int kVec>
   requires(!kIsPacked16<T>)
-JITKERN_DEVICE void store_encoded(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divide& divide) {
+JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
   if constexpr (kVec % 4 == 0) {
     AlignedVector<uint32_t, kVec / 4> words;
-    encoded_words<Q>(words.data, x, divide);
+    quantized_words<Q, kMaySlow>(words.data, x, s);
     words.store(reinterpret_cast<uint32_t*>(ptr));
   } else {
-    AlignedVector<uint8_t, kVec> q;
+    with_division<kMaySlow>(s, [&](auto divide) {
+      AlignedVector<uint8_t, kVec> q;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(divide(cast<float>(x[j])));
-    q.store(ptr);
+      for (int j = 0; j < kVec; ++j) q[j] = Format<Q>::encode(divide(cast<float>(x[j])));
+      q.store(ptr);
+    });
   }
 }
 // Packed pairs: widened to floats by their bits.
-template <typename Q, typename T, int kVec, typename Divide>
+template <typename Q, bool kMaySlow = true, typename T, int kVec>
   requires kIsPacked16<T>
-JITKERN_DEVICE void store_encoded(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divide& divide) {
+JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
   AlignedVector<float, 2 * kVec> f;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     const fp32x2_t v = cast<fp32x2_t>(x[k]);
     f[2 * k] = v.x, f[2 * k + 1] = v.y;
   }
-  store_encoded<Q>(ptr, f, divide);
-}
-
-// store_encoded with the division x / s that s allows; kMaySlow: as quantized_words.
-template <typename Q, bool kMaySlow = true, typename T, int kVec>
-JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& x, const Divider& s) {
-  with_division<kMaySlow>(s, [&](auto divide) { store_encoded<Q>(ptr, x, divide); });
+  store_quantized<Q, kMaySlow>(ptr, f, s);
 }
 
 // One group of values held by kLanes consecutive lanes (kLanes divides 32, so groups never straddle warps),
@@ -319,38 +311,28 @@ JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLa
   const float scale = group_scale<Q, kUE8M0>(amax, eps, exponent);
   if (!valid) return;
   const Divider s(scale, finite);
-  const auto store_codes = [&](const auto& divide) {
-    if constexpr (kContiguous) {
-      constexpr int kCodes = kVec * kValuesPer<T>;  // a vector's
-      static_assert(kCodes % 4 == 0 && kPerLane * kCodes <= 16, "contiguous: at most 16 codes a lane, whole words");
-      AlignedVector<uint32_t, kPerLane * kCodes / 4> words;
+  if constexpr (kContiguous) {
+    constexpr int kCodes = kVec * kValuesPer<T>;  // a vector's
+    static_assert(kCodes % 4 == 0 && kPerLane * kCodes <= 16, "contiguous: at most 16 codes a lane, whole words");
+    AlignedVector<uint32_t, kPerLane * kCodes / 4> words;
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        if constexpr (kIsPacked16<T>) {  // widened to floats by their bits, as store_encoded does
-          AlignedVector<float, kCodes> f;
+    for (int j = 0; j < kPerLane; ++j) {
+      if constexpr (kIsPacked16<T>) {  // widened to floats by their bits, as store_quantized does
+        AlignedVector<float, kCodes> f;
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) {
-            const fp32x2_t v = cast<fp32x2_t>(x[j][k]);
-            f[2 * k] = v.x, f[2 * k + 1] = v.y;
-          }
-          encoded_words<Q>(words.data + j * kCodes / 4, f, divide);
-        } else {
-          encoded_words<Q>(words.data + j * kCodes / 4, x[j], divide);
+        for (int k = 0; k < kVec; ++k) {
+          const fp32x2_t v = cast<fp32x2_t>(x[j][k]);
+          f[2 * k] = v.x, f[2 * k + 1] = v.y;
         }
+        quantized_words<Q>(words.data + j * kCodes / 4, f, s);
+      } else {
+        quantized_words<Q>(words.data + j * kCodes / 4, x[j], s);
       }
-      words.store(reinterpret_cast<uint32_t*>(out));
-    } else {
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) store_encoded<Q>(out + j * kLanes * kVec * kValuesPer<T>, x[j], divide);
     }
-  };
-  // One choice a thread, not one a vector (a group's quantization is latency-bound at decode sizes): the
-  // fast quotient, or IEEE division where the group holds +-inf or the scale is outside Divider's fast
-  // range (the same quotients, bit for bit).
-  if (s.simple) {
-    store_codes([&](float v) { return s.fast_finite(v); });
+    words.store(reinterpret_cast<uint32_t*>(out));
   } else {
-    store_codes([&](float v) { return v / s.s; });
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) store_quantized<Q>(out + j * kLanes * kVec * kValuesPer<T>, x[j], s);
   }
   if (threadIdx.x % kLanes == 0) store_scale(scale, exponent);
 }
