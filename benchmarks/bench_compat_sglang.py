@@ -76,7 +76,8 @@ def compile_only(kernels: str, trials: int, files: list[str]) -> None:
                     with tempfile.TemporaryDirectory() as d:
                         os.environ["JITKERN_CACHE_DIR"] = d
                         kwargs = {k: x for k, x in check.load_jit_kwargs(call.kwargs).items() if k != "header_only"}
-                        spec = compat.jit_spec(*call.args, **kwargs, mode=v["mode"])[0]
+                        # Each build as a process's first: no shared host prefix precompiled by the builds before it.
+                        spec = compat.jit_spec(*call.args, **kwargs, mode=v["mode"])[0].replace(host_shared_files=0)
                         if "host_without_cudafe" in v:
                             spec = spec.replace(host_without_cudafe=v["host_without_cudafe"])
                         before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()

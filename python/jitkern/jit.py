@@ -83,7 +83,9 @@ class JitSpec:
     (jitkern's headers), which builds run many at once compile once for all their host passes.
     `host_without_cudafe=True` (for kernel files written for nvcc, e.g. the reference framework's: see
     jitkern.compat.sglang) compiles their host side from nvcc's host preprocessing, rewritten, without
-    cudafe++; where the rewrite cannot be sure, nvcc's host chain compiles it.
+    cudafe++; where the rewrite cannot be sure, nvcc's host chain compiles it. With it, `host_shared_files=N`
+    says that the first N `cuda_files` are headers many modules start with: their host side is compiled
+    once per process (GCC's precompiled headers) for the later modules that start with the same text.
 
     `compile_seconds` estimates what its compile takes (jitkern's own modules give what they measured; 0:
     unknown): parallel builds (`warmup`, `jitkern prebuild`) start the costliest first, so that no long
@@ -96,7 +98,7 @@ class JitSpec:
 
     __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
                  "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "host_prelude",
-                 "host_without_cudafe", "compile_seconds", "_request")
+                 "host_without_cudafe", "host_shared_files", "compile_seconds", "_request")
 
     def __init__(
         self,
@@ -114,6 +116,7 @@ class JitSpec:
         host_without_nvcc: bool = False,
         host_prelude: bool = False,
         host_without_cudafe: bool = False,
+        host_shared_files: int = 0,
         compile_seconds: float = 0.0,
     ) -> None:
         owner = "JitSpec"
@@ -129,6 +132,8 @@ class JitSpec:
                            ("host_without_cudafe", host_without_cudafe)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{owner}: {name} must be a bool, got {type(flag).__name__}")
+        if type(host_shared_files) is not int:
+            raise TypeError(f"{owner}: host_shared_files must be an int, got {type(host_shared_files).__name__}")
         # float first: the numbers.Real check is an ABC lookup, about 10 us the first time in a process
         if type(compile_seconds) is not float and (not isinstance(compile_seconds, numbers.Real) or isinstance(compile_seconds, bool)):
             raise TypeError(f"{owner}: compile_seconds must be a number of seconds, got {type(compile_seconds).__name__}")
@@ -153,11 +158,12 @@ class JitSpec:
         setattr_(self, "host_without_nvcc", host_without_nvcc)
         setattr_(self, "host_prelude", host_prelude)
         setattr_(self, "host_without_cudafe", host_without_cudafe)
+        setattr_(self, "host_shared_files", host_shared_files)
         setattr_(self, "compile_seconds", seconds + 0.0)  # -0.0 as 0.0
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
             self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
-            host_without_nvcc, host_prelude, host_without_cudafe))
+            host_without_nvcc, host_prelude, host_without_cudafe, host_shared_files))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")

@@ -192,5 +192,44 @@ TEST(HostTransform, UnbalancedInputIsRefusedNotGuessed) {
   EXPECT_FALSE(rewrite(S(kDevice) + " int d() { return 1;\n").ok);
 }
 
+// A unit as the host preprocessor writes it: built-ins, a forced include, then the main file's includes.
+constexpr const char* kPrefixed =
+    "# 0 \"device.cu\"\n# 0 \"<built-in>\"\n# 1 \"/usr/include/stdc-predef.h\" 1 3 4\n# 0 \"<command-line>\" 2\n"
+    "# 1 \"cuda_runtime.h\" 1\nint runtime;\n# 0 \"<command-line>\" 2\n# 1 \"device.cu\"\n"
+    "# 1 \"/pkg/shared.h\" 1\n#pragma GCC diagnostic push\n# 1 \"/pkg/nested.h\" 1\nint nested;\n# 3 \"/pkg/shared.h\" 2\n"
+    "#pragma GCC visibility push(default)\nint shared;\n#pragma GCC visibility pop\n#pragma GCC diagnostic pop\n"
+    "# 3 \"device.cu\" 2\n# 1 \"/pkg/kernel.cuh\" 1\nconst char* s = R\"(\n# 9 \"device.cu\" 2\n)\";\n# 4 \"device.cu\" 2\n";
+
+TEST(HostTransform, TheSharedPrefixEndsWhereTheMainFileResumesAfterTheHeader) {
+  std::string why;
+  const std::string text = kPrefixed;
+  const std::size_t end = shared_prefix_end(text, "/pkg/shared.h", &why);
+  ASSERT_NE(end, std::string::npos) << why;
+  EXPECT_EQ(text.substr(end, 21), "# 3 \"device.cu\" 2\n# 1") << text.substr(end);
+  // A marker-like line inside a raw string is no marker: the kernel's include ends at its real one.
+  const std::size_t kernel_end = shared_prefix_end(text, "/pkg/kernel.cuh", &why);
+  ASSERT_NE(kernel_end, std::string::npos) << why;
+  EXPECT_EQ(text.substr(kernel_end), "# 4 \"device.cu\" 2\n");
+  // Only a top-level include of it; a nested one is no boundary.
+  EXPECT_EQ(shared_prefix_end(text, "/pkg/nested.h", &why), std::string::npos);
+  EXPECT_NE(why.find("no top-level #include of /pkg/nested.h"), std::string::npos) << why;
+  EXPECT_EQ(after_prefix(text, end, "/tmp/p \"q\".h.gch"),
+            "# 0 \"device.cu\"\n#pragma GCC pch_preprocess \"/tmp/p \\\"q\\\".h.gch\"\n" + text.substr(end));
+}
+
+TEST(HostTransform, NoSharedPrefixWherePragmaStateCouldDifferPrecompiled) {
+  std::string why;
+  for (const std::string pragma : {"#pragma pack(push, 1)", "#pragma GCC push_options", "#pragma GCC optimize(\"O3\")", "#pragma weak w"}) {
+    std::string with = kPrefixed;
+    with.insert(with.find("int shared;"), pragma + "\n");
+    EXPECT_EQ(shared_prefix_end(with, "/pkg/shared.h", &why), std::string::npos) << pragma;
+    EXPECT_NE(why.find(pragma), std::string::npos) << why;
+  }
+  std::string open = kPrefixed;
+  open.erase(open.find("#pragma GCC visibility pop\n"), 27);
+  EXPECT_EQ(shared_prefix_end(open, "/pkg/shared.h", &why), std::string::npos);
+  EXPECT_NE(why.find("visibility push open"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace jitkern::host_transform

@@ -338,12 +338,40 @@ def jit_spec(*args: Any, cpp_files: Sequence[str] | None = None, cuda_files: Seq
     if cuda:
         arch = get_jit_cuda_arch()
         cuda_flags.insert(0, arch.jit_flag)
+    # The headers every module starts with, and the kernel file's own first one: what their host sides share.
+    shared = host_launch + prelude + [lead for lead in [_leading_header(cuda[0], includes[0]) if cuda else None] if lead]
     spec = JitSpec("sglang_" + str(args[0]) if args else "sglang", *(str(a) for a in args[1:]),
-                   cpp_files=prelude + cpp + tail if cpp else None, cuda_files=host_launch + prelude + cuda + tail if cuda else None,
+                   cpp_files=prelude + cpp + tail if cpp else None, cuda_files=shared + cuda + tail if cuda else None,
                    cpp_wrappers=cpp_wrappers, cuda_wrappers=cuda_wrappers, extra_cflags=extra_cflags, extra_cuda_cflags=cuda_flags,
                    extra_ldflags=extra_ldflags, extra_include_paths=includes, cuda_arch=arch.sm if arch else None,
-                   host_without_cudafe=bool(cuda))
+                   host_without_cudafe=bool(cuda), host_shared_files=len(shared) if cuda else 0)
     return spec, mode, reason
+
+
+# A source's text before its first directive: comments and blank lines only.
+_LEADING = re.compile(r'(?:\s|//[^\n]*|/\*.*?\*/)*', re.S)
+_ONCE = re.compile(r'#[ \t]*pragma[ \t]+once[ \t]*(?://[^\n]*)?\n')
+_FIRST_INCLUDE = re.compile(r'#[ \t]*include[ \t]*<([^>"\n]+)>[ \t]*(?://[^\n]*)?\n')
+
+
+def _leading_header(source: str, include_root: str) -> str | None:
+    """The header `source` includes before anything else (nothing but comments, blank lines and `#pragma
+    once` before it), as the compiler finds it in the reference's include root (the first -I), where that
+    header has `#pragma once`: included first by the generated source, it gives the same tokens at the
+    same place, and the kernel's own #include of it then adds nothing."""
+    text = pathlib.Path(source).read_text(errors="replace")
+    at = _LEADING.match(text).end()
+    once = _ONCE.match(text, at)
+    if once:
+        at = _LEADING.match(text, once.end()).end()
+    m = _FIRST_INCLUDE.match(text, at)
+    if m is None:
+        return None
+    path = include_root + "/" + m.group(1)  # spelled as the compiler spells it (its __FILE__)
+    if not os.path.isfile(path):
+        return None
+    header = pathlib.Path(path).read_text(errors="replace")
+    return path if _ONCE.match(header, _LEADING.match(header).end()) else None
 
 
 _record_to: str | None = None

@@ -80,6 +80,7 @@ void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::
     else if (key == "host_without_nvcc") req->host_without_nvcc = value == "1";
     else if (key == "host_prelude") req->host_prelude = value == "1";
     else if (key == "host_without_cudafe") req->host_without_cudafe = value == "1";
+    else if (key == "host_shared_files") req->host_shared_files = std::atoi(value.c_str());
     else if (key == "cuda_device") req->cuda_device = std::atoi(value.c_str());
     else if (key == "tvm_ffi_version") cfg->tvm_ffi_version = value;
     else throw std::invalid_argument("jitkern: unknown engine request key '" + key + "'");

@@ -5,6 +5,7 @@
 #include "base/fs_util.h"
 #include "base/log.h"
 #include "store/manifest.h"
+#include "base/sha256.h"
 #include "base/text.h"
 
 #include <dirent.h>
@@ -58,6 +59,7 @@ struct Entry {
   int pid = -1;                                         // the compiler's, while it runs
   int lock_fd = -1;  // held for the process's life: a directory whose lock is free belongs to a dead process
   std::vector<std::pair<std::string, Sig>> files;       // the headers it read, then its own two files
+  std::string what;     // "host prelude", "shared host prefix"
   std::string outcome;  // for the log, said by the next build that asks (never from the compile's thread:
                         // Python's log sink may be gone when it ends at exit)
 };
@@ -120,9 +122,17 @@ void sweep(const std::string& root) {
   ::closedir(d);
 }
 
+// What one precompile writes and runs in its directory: `header` (named `name`) compiled by `argv` into
+// name.gch; `depfile`: argv writes the headers it read to prelude.d (they are checked on every use).
+struct Job {
+  std::string name, header;
+  std::vector<std::string> argv;
+  bool depfile = false;
+  std::string what;  // for the log: "the host prelude", "the shared host prefix"
+};
+
 // The compile, in a thread of its own; its outcome goes into the registry's entry `key`.
-void compile(std::string key, std::vector<std::string> argv, std::string prelude, double timeout_s, std::vector<std::string> env,
-             std::string temp_dir) {
+void compile(std::string key, Job job, double timeout_s, std::vector<std::string> env, std::string temp_dir) {
   Registry& r = registry();
   const auto t0 = std::chrono::steady_clock::now();
   std::string dir, why;
@@ -140,10 +150,10 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
       r.entries[key].dir = dir;
       r.entries[key].lock_fd = lock_fd;
     }
-    fs::write_file_atomic(dir + "/host_prelude.h", text::include_line(prelude));
+    fs::write_file_atomic(dir + "/" + job.name, job.header);
     // A header modified at or after this instant (less the timestamps' granularity) may have changed while it was read.
     const int64_t started_ns = now_ns() - 10'000'000;
-    const fs::Process p = fs::spawn(argv, dir + "/prelude.log", compile_env::with(env, {"TMPDIR=" + dir}), dir);  // GCC's temporaries in its directory too
+    const fs::Process p = fs::spawn(job.argv, dir + "/prelude.log", compile_env::with(env, {"TMPDIR=" + dir}), dir);  // GCC's temporaries in its directory too
     {
       std::lock_guard lock(r.mutex);
       r.entries[key].pid = p.pid;
@@ -154,10 +164,10 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
       std::string output;
       fs::read_file(dir + "/prelude.log", &output);
       why = "the host compiler: " + fs::describe_status(rc) + ": " + text::error_lines(output, 1);
-    } else if (!fs::read_file(dir + "/prelude.d", &deps)) {
+    } else if (job.depfile && !fs::read_file(dir + "/prelude.d", &deps)) {
       why = "it wrote no list of the headers it read";
     } else {
-      for (const auto& raw : manifest::parse_depfile(deps)) {
+      for (const auto& raw : job.depfile ? manifest::parse_depfile(deps) : std::vector<std::string>{}) {
         const std::string path = raw[0] == '/' ? raw : dir + "/" + raw;
         if (path.rfind(dir + "/", 0) == 0) continue;  // the forwarding header
         Sig sig;
@@ -171,7 +181,7 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
         }
         files.emplace_back(path, sig);
       }
-      for (const auto* own : {"/host_prelude.h", "/host_prelude.h.gch"}) {  // last: not dependencies, but needed
+      for (const auto& own : {"/" + job.name, "/" + job.name + ".gch"}) {  // last: not dependencies, but needed
         Sig sig;
         if (why.empty() && !sig_now(dir + own, &sig)) why = dir + own + " is gone";
         files.emplace_back(dir + own, sig);
@@ -189,8 +199,8 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
     e.state = why.empty() ? State::kReady : State::kUnusable;
     e.pid = -1;
     e.files = std::move(files);
-    e.outcome = why.empty() ? std::string("precompiled the host prelude in ") + took + " (" + dir + ") for the host passes of builds run at once"
-                            : "could not precompile the host prelude in " + root + " (" + why + "): host passes parse it";
+    e.outcome = why.empty() ? "precompiled " + job.what + " in " + took + " (" + dir + ") for the host compiles of later builds"
+                            : "could not precompile " + job.what + " in " + root + " (" + why + "): host compiles parse it";
     --r.compiling;
   }
   r.compiled.notify_all();
@@ -198,11 +208,12 @@ void compile(std::string key, std::vector<std::string> argv, std::string prelude
 
 }  // namespace
 
-std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
-                                double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir) {
-  if (!gcc || text::include_line(prelude).empty()) return std::nullopt;  // (the forwarding header #includes it)
-  std::string key = prelude;
-  for (const auto& f : flags) key += '\0' + f;
+namespace {
+
+// The entry `key`, precompiled and unchanged; else none, and with `start` (and no such entry yet) `job`
+// compiled in the background, one at a time and kMaxFlagSets at most.
+std::optional<Precompiled> find_or_start(const std::string& key, Job job, bool start, double timeout_s, const std::vector<std::string>& env,
+                                         const std::string& temp_dir) {
   Registry& r = registry();
   std::string command, say;  // logged after the lock: the command at DEBUG, the rest at INFO
   std::optional<Precompiled> found;
@@ -211,14 +222,8 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
     const auto it = r.entries.find(key);
     if (it == r.entries.end()) {
       if (!start || r.compiling > 0 || static_cast<int>(r.entries.size()) >= kMaxFlagSets) return std::nullopt;
-      // The compile's flags are the host pass's, as a header: GCC uses a precompiled header only under the
-      // options it was compiled with.
-      std::vector<std::string> argv = flags;
-      for (std::size_t i = 0; i + 1 < argv.size(); ++i)
-        if (argv[i] == "-x") argv[i + 1] = "c++-header";
-      argv.insert(argv.end(), {"-MD", "-MF", "prelude.d", "host_prelude.h", "-o", "host_prelude.h.gch"});
-      command = "run, in a temporary directory beside the builds: " + fs::join_command(argv);
-      r.entries[key];
+      command = "run, in a temporary directory beside the builds: " + fs::join_command(job.argv);
+      r.entries[key].what = job.what;
       ++r.compiling;
       static std::once_flag once;
       std::call_once(once, [] {
@@ -226,8 +231,8 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
         ::pthread_atfork(fork_prepare, fork_parent, fork_child);
       });
       try {
-        std::thread(compile, key, std::move(argv), prelude, timeout_s, env, temp_dir).detach();
-      } catch (const std::exception&) {  // no thread to be had: the host passes parse the prelude
+        std::thread(compile, key, std::move(job), timeout_s, env, temp_dir).detach();
+      } catch (const std::exception&) {  // no thread to be had: the host compiles parse it
         r.entries[key].state = State::kUnusable;
         --r.compiling;
       }
@@ -235,13 +240,13 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
       Entry& e = it->second;
       say = std::exchange(e.outcome, {});
       if (e.state == State::kReady) {
-        Precompiled p{e.dir + "/host_prelude.h", {}, key};
+        Precompiled p{e.dir + "/" + job.name, {}, key};
         for (const auto& [path, sig] : e.files) {
           Sig now;
           if (!sig_now(path, &now) || !(now == sig)) {
-            e.state = State::kUnusable;  // its directory stays until exit: a host pass may be reading it
-            say += (say.empty() ? "" : "\n") + std::string("the precompiled host prelude is out of date (") + path +
-                   (now.size < 0 ? " is gone" : " changed") + "): host passes parse the prelude";
+            e.state = State::kUnusable;  // its directory stays until exit: a host compile may be reading it
+            say += std::string(say.empty() ? "" : "\n") + "the precompiled " + e.what + " is out of date (" + path +
+                   (now.size < 0 ? " is gone" : " changed") + "): host compiles parse it";
             break;
           }
           if (path.rfind(e.dir + "/", 0) != 0) p.headers.push_back(path);
@@ -255,15 +260,55 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
   return found;
 }
 
+}  // namespace
+
+std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
+                                double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir) {
+  if (!gcc || text::include_line(prelude).empty()) return std::nullopt;  // (the forwarding header #includes it)
+  std::string key = prelude;
+  for (const auto& f : flags) key += '\0' + f;
+  // The compile's flags are the host pass's, as a header: GCC uses a precompiled header only under the
+  // options it was compiled with.
+  Job job{"host_prelude.h", text::include_line(prelude), flags, true, "host prelude"};
+  for (std::size_t i = 0; i + 1 < job.argv.size(); ++i)
+    if (job.argv[i] == "-x") job.argv[i + 1] = "c++-header";
+  job.argv.insert(job.argv.end(), {"-MD", "-MF", "prelude.d", "host_prelude.h", "-o", "host_prelude.h.gch"});
+  return find_or_start(key, std::move(job), start, timeout_s, env, temp_dir);
+}
+
+std::optional<Precompiled> find_prefix(const std::string& compile, std::string_view prefix, bool gcc, bool start, double timeout_s,
+                                       const std::vector<std::string>& env, const std::string& temp_dir) {
+  const std::string in = "@prefix@";
+  const auto at = compile.find(in);
+  if (!gcc || at == std::string::npos || compile.find(" -x c++-cpp-output ") == std::string::npos) return std::nullopt;
+  std::string key = "prefix";
+  for (const auto& part : {compile, std::string(Sha256().update(prefix).hex())}) key += '\0' + part;
+  for (const auto& v : env) key += '\0' + v;
+  // The host compile's command, on the prefix as a header (still preprocessed text), into prefix.h.gch.
+  std::string cmd = compile;
+  cmd.replace(at, in.size(), "prefix.h");
+  const std::string lang = " -x c++-cpp-output ";
+  cmd.replace(cmd.find(lang), lang.size(), " -x c++-header -fpreprocessed ");
+  const auto out = cmd.rfind(" -o ");
+  if (out == std::string::npos) return std::nullopt;
+  cmd = cmd.substr(0, out) + " -o prefix.h.gch";
+  Job job{"prefix.h", std::string(prefix), {"/bin/sh", "-c", cmd}, false, "shared host prefix"};
+  auto found = find_or_start(key, std::move(job), start, timeout_s, env, temp_dir);
+  if (found) found->header += ".gch";
+  return found;
+}
+
 void retire(const Precompiled& precompiled, const std::string& why) {
   Registry& r = registry();
+  std::string what;
   {
     std::lock_guard lock(r.mutex);
     const auto it = r.entries.find(precompiled.key);
     if (it == r.entries.end() || it->second.state != State::kReady) return;
     it->second.state = State::kUnusable;
+    what = it->second.what;
   }
-  log::emit(log::kInfo, "the precompiled host prelude is retired (" + why + "): host passes parse the prelude");
+  log::emit(log::kInfo, "the precompiled " + what + " is retired (" + why + "): host compiles parse it");
 }
 
 }  // namespace jitkern::host_prelude

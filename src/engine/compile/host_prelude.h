@@ -1,20 +1,25 @@
-// The host prelude precompiled (GCC's precompiled headers) for the host passes of builds run many at
-// once: each host pass of a module that asks for the prelude (JitSpec host_prelude) otherwise parses
-// it again, half its time. One per process and set of host-pass flags, in $TMPDIR (about 40 MB),
-// removed at exit and, if the process died, by the next process that makes one. Never part of a key
-// or a cache entry: a module's host object is the one the textual prelude gives, byte for byte; a
-// prelude whose headers changed, or whose files are gone, is not used; a host pass that fails with it
-// is run again without it.
+// Headers precompiled (GCC's precompiled headers) for the host compiles of later builds in this process:
+//   - the host prelude, for the host passes of builds run many at once: each host pass of a module that
+//     asks for the prelude (JitSpec host_prelude) otherwise parses it again, half its time;
+//   - the shared host prefix of host_without_cudafe modules (JitSpec host_shared_files): the rewritten
+//     host unit's text up to the end of the headers many modules start with (the reference's kernel
+//     files: its tensor.h), which each module's host compile otherwise parses again (0.4-1.5 s).
+// One per process and set of flags (and prefix text), in $TMPDIR (40-80 MB), compiled in the background
+// (the build that asks first does not wait for it), removed at exit and, if the process died, by the
+// next process that makes one. Never part of a key or a cache entry: a module's host object is the one
+// the text gives, byte for byte; a prelude whose headers changed, or whose files are gone, is not used;
+// a host compile that fails with it is run again without it.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jitkern::host_prelude {
 
 struct Precompiled {
-  std::string header;                // what the host pass's -include names instead of the prelude
+  std::string header;                // what the host pass's -include names instead of the prelude (find_prefix: the .gch)
   std::vector<std::string> headers;  // the files it was compiled from: dependencies of the module too
   std::string key;                   // for retire()
 };
@@ -26,6 +31,13 @@ struct Precompiled {
 // `env`: the compilers' environment (compile_env); `temp_dir`: where the precompiled prelude goes.
 std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
                                 double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir);
+
+// The precompiled shared host prefix for a host_without_cudafe module's host compile `compile` (its
+// shell command, run with `env`, with "@prefix@" for the input file): `prefix` (preprocessed, rewritten
+// text ending at the main file's level) compiled as a header by the same command; its `header` is then
+// the .gch that a `#pragma GCC pch_preprocess` names. As find() for the rest (only GCC, `start`, ...).
+std::optional<Precompiled> find_prefix(const std::string& compile, std::string_view prefix, bool gcc, bool start, double timeout_s,
+                                       const std::vector<std::string>& env, const std::string& temp_dir);
 
 // Stops using it (a host pass failed with it), saying why.
 void retire(const Precompiled& precompiled, const std::string& why);

@@ -672,4 +672,64 @@ Result transform(std::string_view preprocessed, const std::vector<std::string>& 
   return result;
 }
 
+namespace {
+
+// A line marker's file name and whether it enters (flag 1) or leaves (flag 2) an include.
+bool marker(std::string_view d, std::string* name, bool* enters, bool* leaves) {
+  std::size_t k = 1;
+  while (k < d.size() && d[k] == ' ') ++k;
+  if (k >= d.size() || !digit(d[k])) return false;
+  const std::size_t q = d.find('"', k);
+  if (q == std::string_view::npos) return false;
+  name->clear();
+  std::size_t j = q + 1;
+  for (; j < d.size() && d[j] != '"'; ++j) *name += d[j] == '\\' && j + 1 < d.size() ? d[++j] : d[j];
+  *enters = *leaves = false;
+  for (std::size_t f = j + 1; f < d.size(); ++f) {
+    if (d[f - 1] != ' ' || !(f + 1 == d.size() || d[f + 1] == ' ')) continue;  // flags are single digits
+    *enters |= d[f] == '1', *leaves |= d[f] == '2';
+  }
+  return true;
+}
+
+// A pragma whose effect a precompiled header carries as the text would (or that has none for GCC):
+// diagnostics, nvcc's own, and GCC visibility push/pop (counted by the caller).
+bool harmless_pragma(std::string_view d) {
+  for (const std::string_view p : {"#pragma GCC diagnostic ", "#pragma nv_", "#pragma GCC visibility push(", "#pragma GCC visibility pop",
+                                   "#pragma once"})
+    if (d.substr(0, p.size()) == p) return true;
+  return false;
+}
+
+}  // namespace
+
+std::size_t shared_prefix_end(std::string_view text, const std::string& header, std::string* why) {
+  Lexer lex(text);
+  int depth = 0, visibility = 0;
+  bool inside = false;
+  std::string name;
+  for (Token t = lex.next(); t.kind != Kind::kEnd; t = lex.next()) {
+    if (t.kind != Kind::kDirective) continue;
+    bool enters = false, leaves = false;
+    if (t.text.substr(0, 7) == "#pragma") {
+      if (!harmless_pragma(t.text)) return *why = "the text before it has " + std::string(t.text), std::string_view::npos;
+      visibility += t.text.find("visibility push(") != std::string_view::npos ? 1 : t.text.find("visibility pop") != std::string_view::npos ? -1 : 0;
+    } else if (marker(t.text, &name, &enters, &leaves)) {
+      if (enters) inside |= depth++ == 0 && name == header;
+      if (leaves && --depth == 0 && inside) {
+        if (visibility != 0) return *why = "the text before it leaves a #pragma GCC visibility push open", std::string_view::npos;
+        return t.begin;
+      }
+    }
+  }
+  return *why = "the unit has no top-level #include of " + header, std::string_view::npos;
+}
+
+std::string after_prefix(std::string_view text, std::size_t end, const std::string& gch) {
+  std::string quoted;
+  for (const char c : gch) quoted += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  const std::size_t first = text.find('\n');  // the main file's line marker
+  return std::string(text.substr(0, first + 1)) + "#pragma GCC pch_preprocess \"" + quoted + "\"\n" + std::string(text.substr(end));
+}
+
 }  // namespace jitkern::host_transform

@@ -38,6 +38,16 @@ struct Result {
 // after it), defined at the end of the unit as jitkern_compat_module_id for the launches' lookups.
 Result transform(std::string_view preprocessed, const std::vector<std::string>& toolkit_dirs, const std::string& module_id);
 
+// The end of a rewritten unit's shared prefix: the offset of the line marker where the main file resumes
+// after its top-level #include of `header` (as the #include spells it). npos, saying why, where it has
+// none, or where the text before it holds a #pragma whose state a precompiled header may not carry as
+// the text does (anything but GCC diagnostic, nvcc's own, balanced GCC visibility push/pop).
+std::size_t shared_prefix_end(std::string_view text, const std::string& header, std::string* why);
+
+// The unit `text` from `end` on, as a unit that starts with the text before `end` precompiled into
+// `gch` (GCC's `#pragma GCC pch_preprocess`, compiled as preprocessed text): the same object, byte for byte.
+std::string after_prefix(std::string_view text, std::size_t end, const std::string& gch);
+
 // The runtime functions that take a kernel and are routed through the module's device image.
 const std::vector<std::string>& routed_functions();
 

@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "base/log.h"
+#include "compile/host_prelude.h"
 #include "compile/host_transform.h"
+#include "config/compile_env.h"
 #include "compile/nvcc_pipeline.h"
 #include "compile/steps.h"
 #include "compile/toolchain.h"
@@ -16,7 +19,8 @@ namespace jitkern::compile {
 namespace {
 
 // This process's CUDA compiles share its CPUs: each takes (CPUs it may run on) / (compiles running)
-// for parallelism of its own (a front-end run for the host stub, which changes no output).
+// for parallelism of its own (a front-end run for the host stub, a shared prefix's precompile: neither
+// changes an output).
 class CpuShare {
  public:
   CpuShare() : cpus(std::max(1, usable_cpus() / (s_running.fetch_add(1) + 1))) {}
@@ -24,6 +28,9 @@ class CpuShare {
   CpuShare(const CpuShare&) = delete;
   CpuShare& operator=(const CpuShare&) = delete;
   const int cpus;
+  // More than the compile's own chains use (one compile takes about three at a time): extra work there
+  // costs it nothing, where among parallel builds it only adds work.
+  bool spare() const { return cpus >= 3; }
 
  private:
   static int usable_cpus() {
@@ -35,11 +42,51 @@ class CpuShare {
   static inline std::atomic<int> s_running{0};
 };
 
+// host_shared_files: the shared prefix of a rewritten unit, and its precompiled form where one is ready.
+// Its compile starts in the background (for later builds) at the first lookup with `start`: a build
+// whose process has CPUs to spare starts it before its own host compile, others after it.
+class SharedPrefix {
+ public:
+  SharedPrefix(Steps& s, const nvcc::Pipeline& pipe, const std::string& text) : s_(s), pipe_(pipe), text_(text) {
+    if (s.p.host_shared_prefix.empty() || !s.p.host_cxx_gcc) return;
+    std::string why;
+    end_ = host_transform::shared_prefix_end(text, s.p.host_shared_prefix, &why);
+    if (end_ == std::string::npos) log::emit(log::kDebug, s.p.name + ": no precompiled shared host prefix: " + why);
+  }
+
+  std::optional<host_prelude::Precompiled> find(bool start) const {
+    if (end_ == std::string::npos) return std::nullopt;
+    return host_prelude::find_prefix(nvcc::rewritten_host_compile(pipe_, "@prefix@"), std::string_view(text_).substr(0, end_), true, start,
+                                     s_.timeout, compile_env::with(s_.env, pipe_.env), config::temp_dir(s_.cfg));
+  }
+
+  // The unit compiled with `pch`: true, its status in `*rc`, where it compiled (or timed out, or was
+  // interrupted); false where it failed (the caller then compiles the whole unit).
+  bool compile(const host_prelude::Precompiled& pch, int* rc) const {
+    const std::string file = "nvcc/device.after_prefix.ii";
+    fs::write_file_atomic(s_.scratch + "/" + file, host_transform::after_prefix(text_, end_, pch.header));
+    const std::string cmd = nvcc::rewritten_host_compile(pipe_, file);
+    s_.record(s_.in_dir(cmd));
+    const std::string attempt_log = s_.scratch + "/host_precompiled.log";
+    *rc = s_.run_shell_chain({cmd}, pipe_.env, attempt_log);
+    if (*rc != 0 && *rc != fs::kTimedOut && *rc != fs::kInterrupted) return false;
+    std::string output;
+    if (fs::read_file(attempt_log, &output) && !output.empty()) fs::append_file(s_.log(), output);  // its warnings
+    return true;
+  }
+
+ private:
+  Steps& s_;
+  const nvcc::Pipeline& pipe_;
+  const std::string& text_;
+  std::size_t end_ = std::string::npos;
+};
+
 // host_without_cudafe: after nvcc's host preprocessing, its output rewritten (host_transform.h) and
 // compiled by nvcc's host compile command into device.o; its status, unless `*why` is set: then nvcc's
 // host chain must compile it (the rewrite refused, or its compile failed other than by a timeout or an
-// interruption).
-int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& module_id, std::string* why) {
+// interruption). `spare_cpus`: CpuShare::spare() (when a shared prefix's precompile starts).
+int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& module_id, bool spare_cpus, std::string* why) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string in = pipe.host_preprocessed[0] == '/' ? pipe.host_preprocessed : s.scratch + "/" + pipe.host_preprocessed;
   std::string text;
@@ -51,16 +98,25 @@ int rewritten_host(Steps& s, const nvcc::Pipeline& pipe, const std::string& modu
   const std::string cmd = nvcc::rewritten_host_compile(pipe, file);
   if (cmd.empty()) return *why = "nvcc's host compile command has a shape jitkern does not know", 1;
   fs::write_file_atomic(s.scratch + "/" + file, r.text);
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto steps = [&](const char* note) {
+    s.cuda_steps = "host side without cudafe++: rewrite " + format_seconds(rewrite_s) + " (" + std::to_string(r.kernels) + " kernels), compile " +
+                   format_seconds(seconds_since(t1)) + note;
+  };
+  int rc = 0;
+  const SharedPrefix shared(s, pipe, r.text);
+  const auto pch = shared.find(spare_cpus);
+  if (pch && shared.compile(*pch, &rc)) return steps(" (shared prefix precompiled)"), rc;
   s.record(s.in_dir(cmd));
   const std::string attempt_log = s.scratch + "/host_rewritten.log";
-  const auto t1 = std::chrono::steady_clock::now();
-  const int rc = s.run_shell_chain({cmd}, pipe.env, attempt_log);
+  rc = s.run_shell_chain({cmd}, pipe.env, attempt_log);
   std::string output;
   fs::read_file(attempt_log, &output);
+  if (rc == 0 && pch) host_prelude::retire(*pch, s.p.name + "'s host compile failed with it, not without it");
+  if (rc == 0 && !pch) shared.find(true);  // (started now, where it was not: this build's host side is done)
   if (rc == 0 || rc == fs::kTimedOut || rc == fs::kInterrupted) {
     if (!output.empty()) fs::append_file(s.log(), output);  // its warnings
-    s.cuda_steps = "host side without cudafe++: rewrite " + format_seconds(rewrite_s) + " (" + std::to_string(r.kernels) + " kernels), compile " +
-                   format_seconds(seconds_since(t1));
+    steps("");
     return rc;
   }
   return *why = "its rewritten host code failed to compile: " + Steps::head_of(attempt_log), rc;
@@ -91,9 +147,8 @@ int nvcc_object(Steps& s) {
       const bool rewrite = s.p.host_without_cudafe;
       fs::write_file_atomic(s.scratch + "/fatbin.s", rewrite ? nvcc::fatbin_and_image_assembly(pipe.fatbin_path) : nvcc::fatbin_assembly(pipe.fatbin_path));
       const std::vector<std::string> embed = {s.p.host_cxx, "-c", "-x", "assembler", "fatbin.s", "-o", "fatbin.o"};
-      // A front-end run of its own for the stub pays where CPUs would otherwise idle (one compile
-      // takes about three at a time); among parallel builds it only adds work.
-      const bool frontend = share.cpus >= 3 && !rewrite;  // the rewritten host side needs no stub
+      // A front-end run of its own for the stub pays where CPUs would otherwise idle.
+      const bool frontend = share.spare() && !rewrite;  // the rewritten host side needs no stub
       const std::vector<std::string> ciccs = frontend ? std::vector<std::string>{pipe.cicc_frontend, pipe.cicc_ptx} : std::vector<std::string>{pipe.cicc};
       std::vector<std::string> all = pipe.host_chain;
       all.push_back(pipe.device_preprocess);
@@ -126,7 +181,7 @@ int nvcc_object(Steps& s) {
       int host_rc = 0, stub_rc = 0;
       std::string why;  // set where the rewritten host side gives way to nvcc's host chain
       if (rewrite && (host_rc = chain({pipe.host_chain[0]}, s.log())) == 0) {
-        host_rc = rewritten_host(s, pipe, module_id, &why);
+        host_rc = rewritten_host(s, pipe, module_id, share.spare(), &why);
         if (!why.empty()) log::emit(log::kInfo, s.p.name + ": nvcc's host chain (cudafe++) compiles its host side: " + why);
       }
       if (!rewrite || !why.empty()) {

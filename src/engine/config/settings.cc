@@ -42,7 +42,7 @@ const Setting kAll[] = {
     {"PATH", "the process's", "where compilers named without a directory are found", Kind::kText, nullptr},
     {"HOME", "the user's", "the default cache's parent", Kind::kText, nullptr},
     {"LD_LIBRARY_PATH", "unset", "forwarded to the compilers (whose environment is otherwise the engine's own: docs/cache-store.md)", Kind::kText, nullptr},
-    {"TMPDIR", "/tmp", "where the compiler probe and precompiled host preludes keep temporary files", Kind::kPath, nullptr},
+    {"TMPDIR", "/tmp", "where the compiler probe, precompiled host preludes and shared host prefixes keep temporary files", Kind::kPath, nullptr},
 };
 const std::size_t kCount = sizeof(kAll) / sizeof(kAll[0]);
 

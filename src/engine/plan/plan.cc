@@ -160,6 +160,11 @@ void validate(const BuildRequest& req) {
   if (req.cuda_files.empty() && req.host_without_nvcc) bad("host_without_nvcc was given without cuda_files");
   if (req.host_prelude && !req.host_without_nvcc) bad("host_prelude was given without host_without_nvcc (it is the host pass's prelude)");
   if (req.cuda_files.empty() && req.host_without_cudafe) bad("host_without_cudafe was given without cuda_files");
+  if (req.host_shared_files < 0 || req.host_shared_files > static_cast<int>(req.cuda_files.size()))
+    bad("host_shared_files must be between 0 and the number of cuda_files (" + std::to_string(req.cuda_files.size()) + "), got " +
+        std::to_string(req.host_shared_files));
+  if (req.host_shared_files > 0 && !req.host_without_cudafe)
+    bad("host_shared_files was given without host_without_cudafe (it names the rewritten host side's shared headers)");
   if (req.host_without_nvcc && req.host_without_cudafe)
     bad("host_without_nvcc and host_without_cudafe were both given (the first has no nvcc host side to rewrite)");
   if (req.host_without_nvcc || req.host_without_cudafe) {
@@ -323,6 +328,8 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
     if (req.host_without_cudafe && extended_lambda) p.host_rewrite_unused = "extended lambdas (--extended-lambda) need cudafe++";
     if ((p.host_without_cudafe = req.host_without_cudafe && !extended_lambda))
       key.field("host-without-cudafe").field(std::to_string(host_transform::kVersion));
+    if (p.host_without_cudafe && req.host_shared_files > 0)  // not in the key: it changes no output
+      p.host_shared_prefix = cuda_files[req.host_shared_files - 1];
     if (req.host_without_nvcc) {
       p.host_pass = {kCxx, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-x", "c++"};
       p.host_pass.insert(p.host_pass.end(), includes.begin(), includes.end());

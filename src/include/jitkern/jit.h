@@ -54,6 +54,11 @@ struct BuildRequest {
   // refuses or its compile fails, nvcc's host chain compiles it. For kernel files written for nvcc
   // (the reference framework's), which include <jitkern/compat/host_launch.h>.
   bool host_without_cudafe = false;
+  // With host_without_cudafe: the first host_shared_files of cuda_files are headers that many modules
+  // start with (the reference framework's kernel files: <sgl_kernel/tensor.h>). Their host side, as the
+  // rewrite gives it, is compiled once per process (a precompiled header) for the later modules that
+  // start with the same text: the same objects, built sooner. No part of the module's identity.
+  int host_shared_files = 0;
 };
 
 // Where things are. Empty fields are filled from the environment and the installed package:

@@ -492,6 +492,20 @@ def test_host_without_cudafe_is_part_of_the_spec(cache_dir):
         rewritten.replace(host_without_nvcc=True).build()
 
 
+def test_host_shared_files_names_leading_cuda_files_of_a_rewritten_host_side(cache_dir):
+    spec = jitkern.JitSpec("hsf_test", cuda_files=["act.cuh", "act.cuh"], cuda_wrappers=[("f", "f")], host_without_cudafe=True)
+    assert spec.host_shared_files == 0 and spec.replace(host_shared_files=1).host_shared_files == 1 and spec.replace(host_shared_files=1) != spec
+    spec.replace(host_shared_files=2)._check()
+    with pytest.raises(TypeError, match="host_shared_files must be an int, got bool"):
+        spec.replace(host_shared_files=True)
+    with pytest.raises(ValueError, match=r"host_shared_files must be between 0 and the number of cuda_files \(2\), got 3"):
+        spec.replace(host_shared_files=3)._check()
+    with pytest.raises(ValueError, match=r"host_shared_files must be between 0 and the number of cuda_files \(2\), got -1"):
+        spec.replace(host_shared_files=-1)._check()
+    with pytest.raises(ValueError, match="host_shared_files was given without host_without_cudafe"):
+        spec.replace(host_without_cudafe=False, host_shared_files=1)._check()
+
+
 def test_parallel_builds_start_the_costliest_compile_first():
     """compile_seconds orders parallel builds (warmup, prebuild) and is no part of the module's identity;
     jitkern's own modules carry their measured costs, so their longest compiles start first."""

@@ -12,6 +12,7 @@ import shutil
 import struct
 import sys
 import textwrap
+import time
 
 import pytest
 import tvm_ffi
@@ -137,6 +138,29 @@ def test_build_mode_follows_the_include_closure(package):
     assert compat.build_mode([str(package / "csrc" / "f.cuh")], inc)[0] == "lean"
 
 
+def test_the_kernel_files_first_header_opens_the_generated_source(package, monkeypatch):
+    """A kernel file whose first line of code includes a `#pragma once` header of the package's include
+    root (the reference's kernels: <sgl_kernel/tensor.h>) has that header included just before it: the
+    same tokens at the same place (the kernel's own #include of it then adds nothing), and with jitkern's
+    headers before it, the start many modules share (host_shared_files). Anything else first: as it is."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    write(package, {"csrc/leads.cuh": "// about it\n/* more\n   about it */\n\n#pragma once  // once\n#include <sgl_kernel/tensor.h>  // views\nint x;\n",
+                    "csrc/defines_first.cuh": "#define WIDTH 4\n#include <sgl_kernel/tensor.h>\n",
+                    "csrc/quoted_first.cuh": '#include "../include/sgl_kernel/tensor.h"\n',
+                    "csrc/guardless_first.cuh": "#include <sgl_kernel/guardless.h>\n",
+                    "include/sgl_kernel/guardless.h": "inline int twice_included_is_an_error() { return 1; }\n"})
+    compat_dir = os.path.join(os.path.dirname(compat.__file__), "..", "include", "jitkern", "compat")
+    tensor = f"{package / 'include'}/sgl_kernel/tensor.h"
+    for mode, before in (("lean", ["host_launch.h", "tvm_ffi_lean.h"]), ("tvm-ffi", ["host_launch.h"])):
+        spec = compat.jit_spec("leads", cuda_files=["leads.cuh"], mode=mode)[0]
+        files = [os.path.basename(f) for f in spec.cuda_files]
+        assert files[:len(before)] == before and spec.cuda_files[len(before)] == tensor and files[len(before) + 1] == "leads.cuh", spec.cuda_files
+        assert spec.host_shared_files == len(before) + 1 and os.path.realpath(os.path.dirname(spec.cuda_files[0])) == os.path.realpath(compat_dir)
+    for name in ("defines_first.cuh", "quoted_first.cuh", "guardless_first.cuh"):
+        spec = compat.jit_spec("other", cuda_files=[name], mode="lean")[0]
+        assert [os.path.basename(f) for f in spec.cuda_files[:3]] == ["host_launch.h", "tvm_ffi_lean.h", name] and spec.host_shared_files == 2, name
+
+
 def test_arch_one_choice_for_target_and_define(monkeypatch):
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     arch = compat.get_jit_cuda_arch()
@@ -184,6 +208,55 @@ def test_package_kernels_build_and_run_in_both_modes(package, cache_dir, monkeyp
     full = compat.load_jit("full_kernel", cuda_files=["full.cuh"], cuda_wrappers=[("total", "total")])
     assert full.total(x, None, [1, 2]) == 3 + 1000 + 3 + 900
     assert full.total(x, 5, []) == 3 + 5 + 900
+
+
+@needs_nvcc
+def test_later_modules_compile_the_shared_host_prefix_precompiled_to_the_same_library(package, cache_dir, monkeypatch, tmp_path, caplog):
+    """The rewritten host side of a module starting with the same headers as an earlier one of the process
+    is compiled with that start precompiled (GCC's precompiled header, made in the background by the first
+    module's build, in $TMPDIR): its library is the one the whole text gives, byte for byte."""
+    np = pytest.importorskip("numpy")
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    write(package, {"csrc/shares.cuh": """
+        #include <sgl_kernel/tensor.h>
+        #include <sgl_kernel/utils.cuh>
+        namespace sglang {
+        __global__ void fill(float* x, float v) { x[threadIdx.x] = v; }
+        template <int N>
+        int64_t rows_times(tvm::ffi::TensorView x) { return host::rows(x) * N + kArch; }
+        }  // namespace sglang
+        """})
+    x = np.zeros((3, 2), np.float32)
+    with caplog.at_level("INFO", logger="jitkern"):
+        for n in range(1, 40):
+            caplog.clear()
+            spec = compat.jit_spec("shares", str(n), cuda_files=["shares.cuh"], cuda_wrappers=[("f", f"rows_times<{n}>")])[0]
+            assert tvm_ffi.load_module(spec.load().path).f(x) == 3 * n + 900
+            if "(shared prefix precompiled)" in caplog.text:
+                break
+        else:
+            raise AssertionError("no build ever used the precompiled shared host prefix")
+    assert any(p.name.startswith("jitkern-prelude-") for p in (tmp_path / "tmp").iterdir())
+    with_prefix = spec.build()
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "other_cache"))
+    with caplog.at_level("INFO", logger="jitkern"):
+        caplog.clear()
+        without = spec.replace(host_shared_files=0).build()
+        assert os.path.relpath(without, tmp_path / "other_cache") == os.path.relpath(with_prefix, cache_dir), "host_shared_files is in the key"
+        assert pathlib.Path(without).read_bytes() == pathlib.Path(with_prefix).read_bytes()
+        assert "(shared prefix precompiled)" not in caplog.text and "host side without cudafe++" in caplog.text
+    # A shared header edited: the module built with it precompiled rebuilds, from the new text.
+    monkeypatch.setenv("JITKERN_CACHE_DIR", str(cache_dir))
+    tensor = package / "include" / "sgl_kernel" / "tensor.h"
+    time.sleep(0.02)  # past the timestamps' granularity
+    tensor.write_text(tensor.read_text().replace("return t.size(0);", "return t.size(0) + 1000;"))
+    with caplog.at_level("INFO", logger="jitkern"):
+        caplog.clear()
+        rebuilt = spec.build()
+        assert rebuilt != with_prefix and tvm_ffi.load_module(rebuilt).f(x) == 1003 * n + 900
+        assert "(shared prefix precompiled)" not in caplog.text and "host side without cudafe++" in caplog.text
 
 
 @needs_nvcc
@@ -304,7 +377,7 @@ def test_host_side_without_cudafe_and_where_it_falls_back(package, cache_dir, mo
     assert host_side(caplog, "sglang_static_kernel").startswith("the rewrite refused: a static kernel")
     assert host_side(caplog, "sglang_routed_5") == "rewritten"
     # The rewrite is part of the module's identity: without it, another cache entry.
-    assert spec.replace(host_without_cudafe=False).build() != path
+    assert spec.replace(host_without_cudafe=False, host_shared_files=0).build() != path
     # The compatibility check says which files' host sides went through cudafe++, and why.
     calls = [check.Call("s.py", "f", ("static_kernel", "2"), {"cuda_files": ["static_kernel.cuh"], "cuda_wrappers": [("f", "launches_nothing")]},
                         ("static_kernel.cuh",)),
