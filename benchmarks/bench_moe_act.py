@@ -6,11 +6,11 @@ rows gathered, silu_and_mul, scattered back; + the quantizer), torch, and the re
 kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
 % of the measured copy ceiling. Prints markdown tables.
 
---schedules: the product's launch schedule beside the CTA count scan with a grid of threads_per_sm / threads
-CTAs an SM (benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's DeepSeek-V4
-kernel beside the masked group form and silu_and_mul over the P rows beside the sorted one; --schedules=all:
-every schedule of SCHEDULES, median of 2 interleaved rounds, and the launch floor. Every schedule's output is
-compared with the product's first."""
+--schedules: the product's launch schedule beside the per-row one (PER_ROW; benchmarks/kernels/moe_act_schedules.cuh),
+same inputs, one process, the reference's DeepSeek-V4 kernel beside the masked group form and silu_and_mul over
+the P rows beside the sorted one, % of the copy ceiling at T = 4096; --schedules=all: every schedule of
+SCHEDULES, median of 2 interleaved rounds, and the launch floor. Every schedule's output is compared with the
+product's first. --layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
 
 from __future__ import annotations
 
@@ -45,6 +45,13 @@ def fmt(r):
 
 def ratio(a, b):
     return "n/a" if a is None or b is None else f"{a['median'] / b['median']:.2f}x"
+
+
+def moved_bytes(form: str, rows: int, ids: int = 0) -> int:
+    """What a form moves: the computed rows' input and output (fp8 codes and scales for the quantized forms)
+    and `ids` int32 ids read."""
+    out = {"act": D * 2, "group": D + D // 128 * 4, "token": D + 4}[form]
+    return rows * (2 * D * 2 + out) + ids * 4
 
 
 def eager_silu(x):
@@ -90,8 +97,7 @@ def sorted_tables(ceiling: float) -> None:
         group = run_benchmark_or_none(lambda: silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, n, output_q=q,
                                                                                              output_s=sg))
         group_pair = run_benchmark_or_none(lambda: per_token_group_quant_8bit(silu_and_mul(out, x), 128, output_q=q2, output_s=sg2))
-        moved = rows * 3 * D * 2 + P * 4
-        moved_group = rows * (2 * D * 2 + D + D // 128 * 4) + P * 4
+        moved, moved_group = moved_bytes("act", rows, P), moved_bytes("group", rows, P)
         gbps = moved / (fused["median"] * 1e-6) / 1e9
         gbps_group = moved_group / (group["median"] * 1e-6) / 1e9
         print(f"| {t} | {rows} / {P} | {fmt(fused)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(whole)} | {ratio(whole, fused)} | "
@@ -139,7 +145,7 @@ def masked_tables(ceiling: float) -> None:
             ref_quant = run_benchmark_or_none(lambda: ep.silu_and_mul_masked_post_quant_fwd(x, q, sg, 128, masked_m))
         if dsv4 is not None:
             ref_dsv4 = run_benchmark_or_none(lambda: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, masked_m, topk=TOPK))
-        gbps = rows * 3 * D * 2 / (fused["median"] * 1e-6) / 1e9
+        gbps = moved_bytes("act", rows) / (fused["median"] * 1e-6) / 1e9
         print(f"| {t} | {rows} | {fmt(fused)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(whole)} | {ratio(whole, fused)} | "
               f"{fmt(gather)} | {ratio(gather, fused)} | {fmt(ref)} | {ratio(ref, fused)} | {fmt(token)} | {fmt(group)} | {fmt(group_pair)} | "
               f"{ratio(group_pair, group)} | {fmt(ref_quant)} | {ratio(ref_quant, group)} | {fmt(ref_dsv4)} | {ratio(ref_dsv4, group)} |")
@@ -147,36 +153,43 @@ def masked_tables(ceiling: float) -> None:
 
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
-# (scan, CTAs per SM, items, group items, load-all bytes): bench_moe_act::Sched's arguments, beside the product's
-# Schedule (PRODUCT). The first is the schedule with the CTA's count scan and a grid of threads_per_sm / threads CTAs
-# an SM; --schedules=all adds the rest.
+# (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows, pipelined): bench_moe_act::Sched's
+# arguments, beside the product's Schedule (PRODUCT). The first is the schedule before the chunks, the vote and
+# the spread items (each vector of the sorted layout looking up its row's id; the masked layout's rows one
+# vector or group a thread and turn, found by bisection); --schedules=all adds the rest.
 PRODUCT = "product"
-CTA_SCAN = (0, -1, 1, 1, 0)
+PER_ROW = {"masked": (3, 0, 1, 1, 0, 0, 0, 0), "sorted": (0, 0, 1, 1, 0, 0, 0, 0)}
 SCHEDULES = {
-    "masked_group": [PRODUCT, CTA_SCAN, (0, 2, 1, 1, 0), (1, -1, 1, 1, 0), (1, 2, 1, 1, 0), (1, 2, 1, 2, 0), (1, 1, 1, 2, 0), (2, 0, 1, 1, 0),
-                     (2, 2, 1, 1, 0)],
-    "masked_act": [PRODUCT, CTA_SCAN, (1, 4, 2, 1, 0), (1, 2, 4, 1, 0), (0, 2, 4, 1, 0), (1, 1, 4, 1, 0), (2, 2, 4, 1, 0)],
-    "masked_token": [PRODUCT, CTA_SCAN, (1, -1, 1, 1, 0), (1, 4, 1, 1, 0)],
-    "sorted_act": [PRODUCT, CTA_SCAN, (0, -1, 4, 1, 0), (0, 4, 4, 1, 0), (0, 2, 4, 1, 0), (0, -1, 2, 1, 0), (0, 0, 1, 1, 0)],
-    "sorted_group": [PRODUCT, CTA_SCAN, (0, -1, 1, 2, 0), (0, 4, 1, 2, 0)],
-    "sorted_token": [PRODUCT, CTA_SCAN, (0, 4, 1, 1, 0)],
+    "masked_group": [PRODUCT, PER_ROW["masked"], (1, 0, 1, 2, 0, 0, 0, 0), (1, 0, 1, 2, 0, 1, 0, 0)],
+    "masked_act": [PRODUCT, PER_ROW["masked"], (1, 0, 1, 1, 0, 0, 0, 0), (3, 0, 2, 1, 0, 1, 0, 0), (1, 0, 4, 1, 0, 0, 0, 0)],
+    "masked_token": [PRODUCT, PER_ROW["masked"]],
+    "sorted_act": [PRODUCT, PER_ROW["sorted"], (0, -2, 4, 1, 0, 0, 8, 0), (0, -2, 2, 1, 0, 0, 8, 0), (0, -2, 4, 1, 0, 0, 4, 0)],
+    "sorted_group": [PRODUCT, PER_ROW["sorted"], (0, -2, 1, 2, 0, 0, 8, 0), (0, -2, 1, 1, 0, 0, 8, 0), (0, -2, 1, 2, 0, 0, 16, 0),
+                     (0, -2, 1, 4, 0, 0, 8, 0)],
+    "sorted_token": [PRODUCT, PER_ROW["sorted"], (0, -2, 1, 1, 0, 0, 8, 0), (0, -2, 1, 1, 0, 0, 16, 0), (0, -2, 1, 1, 0, 0, 32, 0)],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
          "sorted_group": "silu_and_mul_sorted_per_token_group_quant_fp8", "sorted_token": "silu_and_mul_sorted_per_token_quant_fp8"}
-SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait"]
+SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait", "warp scan, expert by bisection"]
 
 
 def schedule_name(kind, sched) -> str:
     if sched == PRODUCT:
         return "product"
-    scan, per_sm, items, group_items, load_all = sched
+    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined = sched
     parts = [] if kind.startswith("sorted") else [SCAN[scan]]
-    parts.append({-1: "threads/SM grid", 0: "occupancy grid"}.get(per_sm, f"{per_sm} CTAs/SM"))
+    if chunk:
+        parts.append(f"chunks of {chunk} rows")
+    parts.append({-1: "threads/SM grid", 0: "occupancy grid", -2: "a CTA per chunk" if chunk else "a CTA per turn"}.get(per_sm, f"{per_sm} CTAs/SM"))
     if kind.endswith("act"):
         parts.append(f"{items} vec/turn")
     if kind.endswith("group"):
         parts.append(f"{group_items} groups/turn")
+    if spread and not chunk:
+        parts.append("grid apart")
+    if pipelined and not chunk:
+        parts.append("next turn located during the loads")
     if load_all:
         parts.append(f"load all <= {load_all >> 20} MiB")
     return ", ".join(parts)
@@ -200,9 +213,9 @@ def schedule_modules(schedules):
     return dict(zip(schedules, build_all(*specs)))
 
 
-def schedule_table(kind, label, module, schedules, args, outputs, extra=None, rounds=1) -> None:
+def schedule_table(kind, label, module, schedules, args, outputs, extra=None, rounds=1, moved=None, ceiling=None) -> None:
     """Every schedule of `kind` on args + outputs (+ group size and eps for the group forms), the outputs
-    compared with the product's."""
+    compared with the product's; with `moved` (bytes), each time's % of the copy ceiling (GB/s)."""
     tail = (128, 1e-10) if kind.endswith("group") else ()
     fns = {schedule_name(kind, s): (lambda s=s: module[export_name(kind, s)](*args, *outputs, *tail)) for s in schedules}
     expected = None
@@ -222,10 +235,13 @@ def schedule_table(kind, label, module, schedules, args, outputs, extra=None, ro
         except Exception as e:  # noqa: BLE001 - the table goes on without it
             print(f"<!-- {name} left out: {type(e).__name__}: {str(e)[:300]} -->")
     ranked = sorted(interleaved(fns, rounds=rounds).items(), key=lambda kv: kv[1])
-    print(f"| {kind} | {label} | " + " | ".join(f"{name} {t:.2f}" for name, t in ranked) + " |", flush=True)
+    def cell(name, t):  # the extras (the reference's kernel, the dense op) move other bytes: no %
+        return f"{name} {t:.2f}" + (f" ({100 * moved / (t * 1e-6) / 1e9 / ceiling:.1f}%)" if moved and name not in (extra or {}) else "")
+
+    print(f"| {kind} | {label} | " + " | ".join(cell(name, t) for name, t in ranked) + " |", flush=True)
 
 
-def schedules(everything: bool) -> None:
+def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096)) -> None:
     start = time.perf_counter()
     scheds = {kind: v if everything else v[:2] for kind, v in SCHEDULES.items()}
     rounds = 2 if everything else 1
@@ -233,6 +249,7 @@ def schedules(everything: bool) -> None:
     modules = schedule_modules(scheds)
     built = time.perf_counter() - start
     ceilings = copy_ceilings(use_cudagraph=True)
+    ceiling = max(ceilings.values())
     print(f"\n### MoE activation schedules ({environment()}; reference {reference_version()})\n")
     print(f"us, fastest first (median of {rounds} interleaved round{'s' if rounds > 1 else ''}); bf16, d = {D}; built in {built:.0f} s. "
           f"Measured copy ceiling: {copy_ceiling_text(ceilings)}.\n")
@@ -245,15 +262,16 @@ def schedules(everything: bool) -> None:
     q = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=torch.float8_e4m3fn, device="cuda")
     s1 = torch.empty(LOCAL_EXPERTS, M_MAX, device="cuda")
     sg = torch.empty(LOCAL_EXPERTS, M_MAX, D // 128, device="cuda")
-    for t in (1, 64, 4096):
+    for t in sizes if "masked" in layouts else ():
         masked_m = masked_counts(t)
         label = f"masked T={t} ({int(masked_m.sum())} rows)"
         extra = dict(floor)
         if dsv4 is not None:
             extra["reference (CUDA, dsv4)"] = lambda m=masked_m: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=TOPK)
         for kind, outputs, more in (("masked_group", (q, sg), extra), ("masked_act", (out,), floor), ("masked_token", (q, s1), None)):
-            schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds)
-    for t in (1, 64, 4096):
+            moved = moved_bytes(kind.split("_")[1], int(masked_m.sum())) if t == 4096 else None
+            schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds, moved, ceiling)
+    for t in sizes if "sorted" in layouts else ():
         sorted_ids, post_pad, n, idx = sorted_layout(t)
         P = sorted_ids.numel()
         xs = torch.randn(P, 2 * D, dtype=DTYPE, device="cuda")
@@ -262,7 +280,8 @@ def schedules(everything: bool) -> None:
         dense = {**floor, "silu_and_mul over P rows": lambda: silu_and_mul(outs, xs)}
         for kind, outputs, more in (("sorted_act", (outs,), dense), ("sorted_group", (qs, torch.empty(P, D // 128, device="cuda")), None),
                                     ("sorted_token", (qs, torch.empty(P, device="cuda")), None)):
-            schedule_table(kind, label, modules[kind], scheds[kind], (xs, sorted_ids, post_pad, n), outputs, more, rounds)
+            moved = moved_bytes(kind.split("_")[1], idx.numel(), P) if t == 4096 else None
+            schedule_table(kind, label, modules[kind], scheds[kind], (xs, sorted_ids, post_pad, n), outputs, more, rounds, moved, ceiling)
     print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
 
 
@@ -280,7 +299,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if "--schedules" in sys.argv[1:] or "--schedules=all" in sys.argv[1:]:
-        schedules(everything="--schedules=all" in sys.argv[1:])
+    args = sys.argv[1:]
+    if "--schedules" in args or "--schedules=all" in args:
+        option = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith(("--layouts=", "--sizes="))}
+        schedules(everything="--schedules=all" in args, layouts=option.get("--layouts", "masked,sorted").split(","),
+                  sizes=[int(t) for t in option.get("--sizes", "1,64,4096").split(",")])
     else:
         main()

@@ -9,10 +9,13 @@
 // rounded product with one dynamic scale per row (per_token_quant_fp8's) or per group of 128 outputs
 // (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
 //
-// The kernels are persistent: a grid sized from the layout's capacity (P or E * M rows), at most the CTAs
-// the GPU holds at once, each CTA striding over the rows it visits after its PDL wait (sorted: all P, each
-// checked against its id and the count; masked: the computed rows, counted from masked_m by each warp for
-// up to 32 experts, else by the CTA in shared memory).
+// The grid is sized from the layout's capacity (P or E * M rows). Masked: a persistent grid, at most the CTAs
+// the GPU holds at once, each CTA striding over the computed rows after its PDL wait, counted from masked_m
+// by each warp for up to 32 experts (a row's expert found by a vote), else by the CTA in shared memory.
+// Sorted, from a chunk of 8 rows an SM (Schedule::chunked): silu_and_mul and the group form a CTA per chunk,
+// whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then computing only
+// those; the per-token form, and smaller buffers, a persistent grid visiting every row, each checked against
+// its id and the count.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -78,11 +81,44 @@ struct SortedRows {
     return {capacity, *num_post_pad};
   }
   // Computed: below *num_post_pad, and an id in [0, num_ids) (negative ids compare as large unsigned ones).
-  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
-    const bool id_valid = static_cast<uint32_t>(sorted_ids[f]) < num_ids;
-    return {id_valid & (f < s.limit), f * in_stride, f * out_stride, f * scale_stride};
-  }
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const { return at(f, static_cast<uint32_t>(sorted_ids[f]) < num_ids && f < s.limit); }
+  __device__ __forceinline__ RowAt at(int64_t f, bool computed) const { return {computed, f * in_stride, f * out_stride, f * scale_stride}; }
 };
+
+// The sorted layout in chunks of kRows consecutive rows (kRows <= a warp): warp 0 lists a chunk's computed
+// rows in shared memory (two lists, so one barrier a chunk), and the CTA calls body(first row, list, count).
+// The next chunk's ids are loaded before the body runs, so their latency is hidden behind its work; the
+// chunks end at *num_post_pad (rows past it are not visited).
+template <int kRows, typename Wait, typename Body>
+__device__ __forceinline__ void for_each_sorted_chunk(const SortedRows& rows, const Wait& wait, const Body& body) {
+  static_assert(kRows > 0 && kRows <= device::kWarpThreads, "a chunk's rows are listed by one warp");
+  __shared__ int32_t list[2][kRows];
+  __shared__ int32_t count[2];
+  const int t = static_cast<int>(threadIdx.x);
+  wait();
+  const int32_t post_pad = *rows.num_post_pad;
+  // Lane t of warp 0 holds the id of row t of its chunk (others, and rows past the capacity: num_ids, not computed).
+  const auto id_of = [&](int64_t chunk) {
+    const int64_t f = chunk * kRows + t;
+    return t < kRows && f < rows.capacity ? static_cast<uint32_t>(rows.sorted_ids[f]) : rows.num_ids;
+  };
+  uint32_t id = id_of(blockIdx.x);  // in flight with *num_post_pad
+  const int64_t limit = post_pad <= 0 ? 0 : (post_pad < rows.capacity ? post_pad : rows.capacity);
+  const int64_t chunks = (limit + kRows - 1) / kRows;
+  int buf = 0;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x, buf ^= 1) {
+    const uint32_t next = c + gridDim.x < chunks ? id_of(c + gridDim.x) : rows.num_ids;
+    if (t < device::kWarpThreads) {
+      const bool computed = id < rows.num_ids && c * kRows + t < limit;
+      const unsigned mask = __ballot_sync(0xffffffffu, computed);
+      if (computed) list[buf][__popc(mask & ((1u << t) - 1u))] = t;
+      if (t == 0) count[buf] = __popc(mask);
+    }
+    __syncthreads();  // also: every thread is past chunk c - 2's reads of list[buf]
+    body(c * kRows, list[buf], count[buf]);
+    id = next;
+  }
+}
 
 // The masked layout: row f is row m of expert e, the experts' computed rows one after another.
 struct MaskedLayout {
@@ -134,7 +170,8 @@ struct MaskedRows : MaskedLayout {
 };
 
 // At most a warp's width of experts: every warp scans the counts itself, lane e holding where expert e's
-// rows end (no shared memory, no barrier), and finds a row's expert by shuffles.
+// rows end (no shared memory, no barrier), and finds a row's expert by a vote where the warp's rows are one
+// (a warp's vectors or groups mostly lie in one row), else by shuffles.
 struct MaskedRowsWarp : MaskedLayout {
   static constexpr int kMaxWarpExperts = device::kWarpThreads;
   struct State {
@@ -157,12 +194,24 @@ struct MaskedRowsWarp : MaskedLayout {
     const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
     return scan(lane < experts ? rows_of(lane) : 0);
   }
-  // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes), by bisection.
+  // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes). Called by the whole warp.
   __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
+    const int32_t row = static_cast<int32_t>(f);  // the rows fit 31 bits (checked on the host)
+    const int32_t first = __shfl_sync(0xffffffffu, row, 0), last = __shfl_sync(0xffffffffu, row, device::kWarpThreads - 1);
+    if (first != last) return bisect(s, f);
+    const int e = __popc(__ballot_sync(0xffffffffu, s.end <= row));
+    return from(s, e, f);
+  }
+  // The same by bisection over the lanes, each lane for its own f.
+  __device__ __forceinline__ RowAt bisect(const State& s, int64_t f) const {
     int e = 0;
 #pragma unroll
     for (int step = device::kWarpThreads / 2; step > 0; step /= 2)
       if (__shfl_sync(0xffffffffu, s.end, e + step - 1) <= f) e += step;
+    return from(s, e, f);
+  }
+  // Row f, of expert e.
+  __device__ __forceinline__ RowAt from(const State& s, int e, int64_t f) const {
     const int32_t begin = __shfl_sync(0xffffffffu, s.end, e > 0 ? e - 1 : 0);
     return locate(e, f - (e > 0 ? begin : 0));
   }
@@ -182,100 +231,224 @@ __device__ __forceinline__ int64_t quotient(int64_t v, int64_t n, bool narrow) {
   return narrow ? int64_t{static_cast<uint32_t>(v) / static_cast<uint32_t>(n)} : v / n;
 }
 
-// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows: kItems vectors per thread and turn
-// (kActThreads apart), every item's row located before any data is loaded, so that a turn waits for one
-// id load, not kItems of them. kLoadAll: the data of every item is loaded with its row's lookup, before
-// the row is known to be computed (tiny buffers: a dependent load costs more than the padding's bytes).
-template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll>
+// A turn's items: their rows located, and their columns (vectors) or group numbers within the row.
+template <int kItems>
+struct Items {
+  RowAt r[kItems];
+  int64_t col[kItems];
+};
+// Nothing to do while a turn's loads are in flight.
+struct NoOverlap {
+  __device__ __forceinline__ void operator()() const {}
+};
+
+// One turn of silu_and_mul over kItems vectors: every item's data loaded, then overlap() (the next turn's
+// lookups, while the loads are in flight), then the products stored. kLoadAll: also the data of rows not
+// computed (tiny buffers: a dependent load costs more than the padding's bytes).
+template <typename T, int kVec, int kItems, bool kLoadAll, typename Overlap = NoOverlap>
+__device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], const int64_t (&col)[kItems], const T* in, T* out, int64_t d,
+                                                   const Overlap& overlap = {}) {
+  AlignedVector<T, kVec> gate[kItems], up[kItems];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (kLoadAll || r[k].valid) {
+      gate[k].load(in + r[k].in + col[k]);
+      up[k].load(in + r[k].in + d + col[k]);
+    }
+  }
+  overlap();
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if (!r[k].valid) continue;
+    const Gated<T, kVec> y = gated<Silu>(gate[k], up[k]);
+    y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r[k].out + col[k]));
+  }
+}
+
+// Every turn of a rows kernel, the whole CTA together (at() may shuffle across the warp): locate(first, items)
+// fills the turn's items from its first item's number, run(items, overlap) computes them. kPipelined: the
+// next turn's items are located while this turn's loads are in flight (a lookup's latency hidden behind them).
+template <bool kPipelined, typename Locate, typename Run>
+__device__ __forceinline__ void rows_turns(int64_t first, int64_t total, int64_t turn, const Locate& locate, const Run& run) {
+  using ItemsT = std::remove_cvref_t<decltype(locate(first))>;
+  if constexpr (kPipelined) {
+    ItemsT items = first < total ? locate(first) : ItemsT{};
+    for (; first < total; first += turn) {
+      ItemsT next{};
+      run(items, [&] {
+        if (first + turn < total) next = locate(first + turn);
+      });
+      items = next;
+    }
+  } else {
+    for (; first < total; first += turn) run(locate(first), NoOverlap{});
+  }
+}
+
+// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows: kItems vectors per thread and turn,
+// kActThreads apart (kSpread: the grid's threads apart, so that a turn covering fewer vectors than the grid
+// still spreads them over every CTA), every item's row located before any data is loaded, so that a turn
+// waits for one id load, not kItems of them; kPipelined: rows_turns'.
+template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread, bool kPipelined>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
-  constexpr int64_t kTile = int64_t{kActThreads} * kItems;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const auto state = rows.visit(WaitPrimary{trigger_at_start});
   const int64_t row_vecs = d / kVec, total = state.rows * row_vecs;
   const bool narrow = total <= UINT32_MAX;
-  // Turns the whole CTA takes together (at() may shuffle across the warp).
-  for (int64_t base = int64_t{blockIdx.x} * kTile + threadIdx.x; base - threadIdx.x < total; base += int64_t{gridDim.x} * kTile) {
-    RowAt r[kItems];
-    int64_t col[kItems];
+  const int64_t step = kSpread ? int64_t{gridDim.x} * kActThreads : kActThreads;  // between a thread's items
+  const auto locate = [&](int64_t first) {
+    Items<kItems> t;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const bool in_range = base + k * kActThreads < total;
-      const int64_t v = in_range ? base + k * kActThreads : 0, f = quotient(v, row_vecs, narrow);
-      col[k] = (v - f * row_vecs) * kVec;
-      r[k] = rows.at(state, f);
-      r[k].valid = r[k].valid && in_range;
-    }
-    AlignedVector<T, kVec> gate[kItems], up[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (kLoadAll || r[k].valid) {
-        gate[k].load(in + r[k].in + col[k]);
-        up[k].load(in + r[k].in + d + col[k]);
+      const int64_t v = first + k * step + threadIdx.x;
+      const bool in_range = v < total;
+      if (kSpread && k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
+        t.r[k] = {false, 0, 0, 0}, t.col[k] = 0;
+        continue;
       }
+      const int64_t f = quotient(in_range ? v : 0, row_vecs, narrow);
+      t.col[k] = ((in_range ? v : 0) - f * row_vecs) * kVec;
+      t.r[k] = rows.at(state, f);
+      t.r[k].valid = t.r[k].valid && in_range;
     }
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (!r[k].valid) continue;
-      const Gated<T, kVec> y = gated<Silu>(gate[k], up[k]);
-      y.store(reinterpret_cast<std::remove_cvref_t<decltype(y[0])>*>(out + r[k].out + col[k]));
-    }
-  }
+    return t;
+  };
+  rows_turns<kPipelined>(int64_t{blockIdx.x} * kActThreads * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kActThreads * kItems, locate,
+                         [&](const Items<kItems>& t, const auto& overlap) { silu_and_mul_items<T, kVec, kItems, kLoadAll>(t.r, t.col, in, out, d, overlap); });
 #endif
 }
 
+// The same over the sorted layout by chunks of kRows rows (for_each_sorted_chunk): a chunk's computed rows'
+// vectors, kItems per thread and turn, kActThreads apart; padding rows take no turns.
+template <typename T, int kVec, int kRows, int kItems>
+__global__ void __launch_bounds__(kActThreads)
+    silu_and_mul_sorted_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
+#ifdef __CUDACC__
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t row_vecs = d / kVec;
+  const bool narrow = row_vecs * kRows <= UINT32_MAX;
+  for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
+    const int64_t total = n * row_vecs;
+    for (int64_t base = threadIdx.x; base < total; base += int64_t{kActThreads} * kItems) {
+      RowAt r[kItems];
+      int64_t col[kItems];
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t v = base + k * kActThreads;
+        const bool in_range = v < total;
+        const int64_t j = in_range ? quotient(v, row_vecs, narrow) : 0;
+        col[k] = in_range ? (v - j * row_vecs) * kVec : 0;
+        r[k] = rows.at(first_row + list[j], in_range);
+      }
+      silu_and_mul_items<T, kVec, kItems, false>(r, col, in, out, d);
+    }
+  });
+#endif
+}
+
+// One turn of the group quantization: kItems groups per lane set, their rows located (r) and group numbers
+// within the row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, overlap(), then the
+// quantization. Every lane of the warp calls this together (the group's votes and shuffles).
+template <typename T, int kVec, int kLanes, int kPerLane, int kItems, typename Overlap = NoOverlap>
+__device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], const int64_t (&g)[kItems], const T* in, uint8_t* q, float* scales,
+                                                  int64_t group_stride, int64_t d, float eps, const Overlap& overlap = {}) {
+  static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
+  const int64_t groups_per_row = d / kActGroupSize;
+  AlignedVector<T, kVec> gate[kItems][kPerLane], up[kItems][kPerLane];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int64_t col = g[k] * kActGroupSize + lane * kVec;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (r[k].valid) {
+        gate[k][j].load(in + r[k].in + col + j * kLanes * kVec);
+        up[k][j].load(in + r[k].in + d + col + j * kLanes * kVec);
+      }
+    }
+  }
+  overlap();
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    Gated<T, kVec> y[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[k][j], up[k][j]);
+    // The row's scales as a row of their own: group g of 1 row of groups_per_row.
+    const quant::GroupScales row_scales{scales + r[k].scale, 0, group_stride, false};
+    quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kVec, eps, row_scales,
+                                                                g[k], groups_per_row, groups_per_row);
+  }
+}
+
 // The computed rows' products quantized per group of kActGroupSize outputs: kLanes lanes per group, kPerLane
-// vectors each (lane l holds vectors l, l + kLanes, ...), scales[row's offset + g * group_stride]; kItems
-// groups per lane set and turn, their rows located before any data is loaded. Every CTA takes the same
-// number of turns (the group's votes and shuffles need whole warps).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems>
+// vectors each, scales[row's offset + g * group_stride]; kItems groups per lane set and turn (kSpread: the
+// grid's groups apart, as silu_and_mul_rows_kernel's), their rows located before any data is loaded
+// (kPipelined: rows_turns'). Every CTA takes the same number of turns (the group's votes and shuffles need
+// whole warps).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread, bool kPipelined>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                          int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
-  static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const auto state = rows.visit(WaitPrimary{trigger_at_start});
   const int64_t groups_per_row = d / kActGroupSize, total = state.rows * groups_per_row;
   const bool narrow = total <= UINT32_MAX;
-  const int lane = static_cast<int>(threadIdx.x % kLanes);
-  for (int64_t first = int64_t{blockIdx.x} * kGroupsPerCta * kItems; first < total; first += int64_t{gridDim.x} * kGroupsPerCta * kItems) {
-    RowAt r[kItems];
-    int64_t g[kItems];
+  const int64_t step = kSpread ? int64_t{gridDim.x} * kGroupsPerCta : kGroupsPerCta;  // between a lane set's groups
+  const auto locate = [&](int64_t first) {
+    Items<kItems> t;  // col: the group's number within its row
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t group = first + k * kGroupsPerCta + threadIdx.x / kLanes;
+      const int64_t group = first + k * step + threadIdx.x / kLanes;
       const bool in_range = group < total;
-      const int64_t f = in_range ? quotient(group, groups_per_row, narrow) : 0;
-      g[k] = in_range ? group - f * groups_per_row : 0;
-      r[k] = rows.at(state, f);
-      r[k].valid = r[k].valid && in_range;
-    }
-    AlignedVector<T, kVec> gate[kItems][kPerLane], up[kItems][kPerLane];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int64_t col = g[k] * kActGroupSize + lane * kVec;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        if (r[k].valid) {
-          gate[k][j].load(in + r[k].in + col + j * kLanes * kVec);
-          up[k][j].load(in + r[k].in + d + col + j * kLanes * kVec);
-        }
+      if (kSpread && k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
+        t.r[k] = {false, 0, 0, 0}, t.col[k] = 0;
+        continue;
       }
+      const int64_t f = in_range ? quotient(group, groups_per_row, narrow) : 0;
+      t.col[k] = in_range ? group - f * groups_per_row : 0;
+      t.r[k] = rows.at(state, f);
+      t.r[k].valid = t.r[k].valid && in_range;
     }
+    return t;
+  };
+  rows_turns<kPipelined>(int64_t{blockIdx.x} * kGroupsPerCta * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kGroupsPerCta * kItems, locate,
+                         [&](const Items<kItems>& t, const auto& overlap) {
+                           group_quant_items<T, kVec, kLanes, kPerLane, kItems>(t.r, t.col, in, q, scales, group_stride, d, eps, overlap);
+                         });
+#endif
+}
+
+// The same over the sorted layout by chunks of kRows rows (for_each_sorted_chunk): the groups of a chunk's
+// computed rows; padding rows take no turns.
+template <typename T, int kVec, int kLanes, int kPerLane, int kRows, int kItems>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_sorted_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales,
+                                                  int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t groups_per_row = d / kActGroupSize;
+  const bool narrow = groups_per_row * kRows <= UINT32_MAX;
+  for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
+    const int64_t total = n * groups_per_row;
+    for (int64_t first = 0; first < total; first += int64_t{kGroupsPerCta} * kItems) {  // CTA-uniform turns
+      RowAt r[kItems];
+      int64_t g[kItems];
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      Gated<T, kVec> y[kPerLane];
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[k][j], up[k][j]);
-      // The row's scales as a row of their own: group g of 1 row of groups_per_row.
-      const quant::GroupScales row_scales{scales + r[k].scale, 0, group_stride, false};
-      quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kVec, eps,
-                                                                  row_scales, g[k], groups_per_row, groups_per_row);
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t group = first + k * kGroupsPerCta + threadIdx.x / kLanes;
+        const bool in_range = group < total;
+        const int64_t j = in_range ? quotient(group, groups_per_row, narrow) : 0;
+        g[k] = in_range ? group - j * groups_per_row : 0;
+        r[k] = rows.at(first_row + list[j], in_range);
+      }
+      group_quant_items<T, kVec, kLanes, kPerLane, kItems>(r, g, in, q, scales, group_stride, d, eps);
     }
-  }
+  });
 #endif
 }
 
@@ -293,21 +466,19 @@ __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const
 
 // A computed row per CTA and turn: s = scale_for(amax of the row's products, kDefaultScaleEps), q = y / s,
 // the row's scale = s. kRowRegVecs vectors of products per thread stay in registers (kFit); a wider row's
-// remainder is computed again from its input (L2) for each pass.
-template <typename Rows, typename T, int kVec, RowFit kFit>
+// remainder is computed again from its input (L2) for each pass. kRows > 0 (the sorted layout): the rows
+// by chunks of kRows (for_each_sorted_chunk), padding rows taking no turns.
+template <typename Rows, typename T, int kVec, RowFit kFit, int kRows>
 __global__ void __launch_bounds__(kRowThreadsBound)
     silu_and_mul_token_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t d,
                                          bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr bool kWider = kFit == RowFit::kWider;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
   const int nvec = static_cast<int>(d / kVec), rank = threadIdx.x, size = blockDim.x;
   const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
   const device::norm::CtaGroup<false> cta;
-  for (int64_t f = blockIdx.x; f < state.rows; f += gridDim.x) {
-    const RowAt r = rows.at(state, f);  // the same for every thread: the CTA skips or computes the row
-    if (!r.valid) continue;
+  const auto compute = [&](const RowAt& r) {
     const T* src = in + r.in;
     uint8_t* dst = q + r.out;
     const auto product = [&](int i) {
@@ -345,6 +516,17 @@ __global__ void __launch_bounds__(kRowThreadsBound)
       if (held(k)) quant::store_quantized<fp8_e4m3_t, false>(dst + (k * size + rank) * kVec, y[k], s);
     for (int i = kRowRegVecs * size + rank; kWider && i < nvec; i += size) quant::store_quantized<fp8_e4m3_t, false>(dst + i * kVec, product(i), s);
     if (rank == 0) scales[r.scale] = s.s;
+  };
+  if constexpr (kRows > 0) {
+    for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
+      for (int j = 0; j < n; ++j) compute(rows.at(first_row + list[j], true));
+    });
+  } else {
+    const auto state = rows.visit(WaitPrimary{trigger_at_start});
+    for (int64_t f = blockIdx.x; f < state.rows; f += gridDim.x) {
+      const RowAt r = rows.at(state, f);  // the same for every thread: the CTA skips or computes the row
+      if (r.valid) compute(r);
+    }
   }
 #endif
 }
@@ -369,23 +551,54 @@ int ctas_per_sm(int threads, DLDevice device) {
 
 // A persistent grid of kKernel: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
 // `per_sm` CTAs an SM (-1: the resident threads' share, threads_per_sm / threads; 0: as many as the
-// occupancy API fits; k > 0: k, or fewer where fewer fit).
+// occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn: no limit, one turn per CTA).
+constexpr int kOneTurn = -2;
 template <auto kKernel>
 unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
+  if (per_sm == kOneTurn) {
+    const int64_t needed = host::div_ceil(items, per_cta);
+    host::RuntimeCheck(needed <= 0x7fffffff, "the input is too large for one launch (", needed, " CTAs)");
+    return static_cast<unsigned>(needed);
+  }
   int64_t ctas = per_sm < 0 ? host::row_policy(device).threads_per_sm / threads : ctas_per_sm<kKernel>(threads, device);
   if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
   const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
+// The knobs of the kernels that take the rows a turn at a time (the masked layout's, and the sorted layout's
+// where it is not taken by chunks).
+template <int kItemsArg, int kGroupItemsArg, bool kSpreadArg, bool kPipelinedArg, int kCtasPerSmArg>
+struct TurnSchedule {
+  static constexpr int kItems = kItemsArg;            // silu_and_mul: vectors per thread and turn
+  static constexpr int kGroupItems = kGroupItemsArg;  // group quantization: groups per lane set and turn
+  static constexpr bool kSpread = kSpreadArg;         // a thread's items the grid apart (else a CTA's width apart)
+  static constexpr bool kPipelined = kPipelinedArg;   // the next turn's rows located during a turn's loads
+  static constexpr int kCtasPerSm = kCtasPerSmArg;    // persistent_grid's per_sm
+};
+
+// The knobs of the sorted layout's kernels by chunks of rows (for_each_sorted_chunk).
+template <int kRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg>
+struct ChunkSchedule {
+  static constexpr int kRows = kRowsArg;            // silu_and_mul and the group form: rows a chunk (0: no chunks)
+  static constexpr int kTokenRows = kTokenRowsArg;  // the per-token form's (0: no chunks)
+  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kCtasPerSmArg;  // as TurnSchedule's
+};
+
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
 // benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
-// not fit the GPU at once runs its count scan in two waves.
+// not fit the GPU at once runs its count scan in two waves. At prefill sizes the sorted layout by chunks,
+// a CTA each (a persistent grid's CTAs end unevenly: chunks hold 0 to 8 computed rows).
 struct Schedule {
-  static constexpr int kItems = 1;             // silu_and_mul: vectors per thread and turn
-  static constexpr int kGroupItems = 1;        // group quantization: groups per lane set and turn
+  using Masked = TurnSchedule<2, 1, true, false, 0>;
+  using Sorted = TurnSchedule<1, 1, false, false, 0>;
+  using Chunks = ChunkSchedule<8, 0, 4, 2, kOneTurn>;
   static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
-  static constexpr int kCtasPerSm = 0;         // persistent_grid's per_sm: as many as the occupancy API fits
+  // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
+  // of per-row lookups is the shorter).
+  static bool chunked(int64_t capacity, int rows, DLDevice device) {
+    return capacity >= int64_t{rows} * host::runtime::get_sm_count(device.device_id);
+  }
   // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
@@ -490,6 +703,19 @@ struct MoeActOps {
 
   static int64_t stride_or_0(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
 
+  // The turn knobs of Rows' kernels.
+  template <typename Rows>
+  using Turns = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Sorted, typename S::Masked>;
+  // Whether Rows' kernels take chunks of kRows rows (the sorted layout, where S says so).
+  template <typename Rows, int kRows>
+  static bool by_chunks(const Operands& op) {
+    if constexpr (std::is_same_v<Rows, SortedRows> && kRows > 0) {
+      return S::chunked(op.capacity, kRows, op.device);
+    } else {
+      return false;
+    }
+  }
+
   // d from the input's width 2d; with group_size (the quantized-by-group forms), also its checks.
   static int64_t half_width(int64_t width, const int64_t* group_size) {
     using namespace host;
@@ -570,10 +796,19 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto load_all_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, S::kItems, decltype(load_all_tag)::value>;
-      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * S::kItems, kActThreads, S::kCtasPerSm,
-                                                    op.device);
-      LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
+      const auto go = [&](auto kernel, unsigned grid) {
+        LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
+      };
+      using C = typename S::Chunks;
+      if constexpr (std::is_same_v<Rows, SortedRows> && C::kRows > 0) {
+        if (by_chunks<Rows, C::kRows>(op)) {
+          constexpr auto kernel = silu_and_mul_sorted_chunks_kernel<T, kVec, C::kRows, C::kItems>;
+          return go(kernel, persistent_grid<kernel>(op.capacity, C::kRows, kActThreads, C::kCtasPerSm, op.device));
+        }
+      }
+      using U = Turns<Rows>;
+      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, U::kItems, decltype(load_all_tag)::value, U::kSpread, U::kPipelined>;
+      go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * U::kItems, kActThreads, U::kCtasPerSm, op.device));
     };
     if (op.vec != device::kVec16<T>) return launch(std::integral_constant<int, 1>{}, std::false_type{});
     if constexpr (S::kLoadAllBytes > 0) {
@@ -589,12 +824,22 @@ struct MoeActOps {
     if (op.capacity * op.d == 0) return;
     const auto launch = [&](auto vec_tag, auto lanes_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = kActGroupSize / kLanes / kVec;
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, S::kGroupItems>;
-      const unsigned grid = persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * S::kGroupItems,
-                                                    kActGroupThreads, S::kCtasPerSm, op.device);
-      LaunchKernel(grid, kActGroupThreads, op.device)
-          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
-                        host::pdl_early_trigger(grid));
+      const auto go = [&](auto kernel, unsigned grid) {
+        LaunchKernel(grid, kActGroupThreads, op.device)
+            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
+                          host::pdl_early_trigger(grid));
+      };
+      using C = typename S::Chunks;
+      if constexpr (std::is_same_v<Rows, SortedRows> && C::kRows > 0) {
+        if (by_chunks<Rows, C::kRows>(op)) {
+          constexpr auto kernel = silu_and_mul_group_quant_sorted_chunks_kernel<T, kVec, kLanes, kPerLane, C::kRows, C::kGroupItems>;
+          return go(kernel, persistent_grid<kernel>(op.capacity, C::kRows, kActGroupThreads, C::kCtasPerSm, op.device));
+        }
+      }
+      using U = Turns<Rows>;
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
+      go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * U::kGroupItems, kActGroupThreads,
+                                         U::kCtasPerSm, op.device));
     };
     constexpr int kVec = device::kVec16<T>;
     if (op.vec == kVec) {
@@ -614,10 +859,20 @@ struct MoeActOps {
       const int64_t nvec = op.d / kVec;
       const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
       const auto run = [&](auto fit_tag) {
-        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(fit_tag)::value>;
-        const unsigned grid = persistent_grid<kernel>(op.capacity, 1, threads, S::kCtasPerSm, op.device);
-        LaunchKernel(grid, threads, op.device)
-            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
+        constexpr RowFit kFit = decltype(fit_tag)::value;
+        const auto go = [&](auto kernel, unsigned grid) {
+          LaunchKernel(grid, threads, op.device)
+              .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
+        };
+        using C = typename S::Chunks;
+        if constexpr (std::is_same_v<Rows, SortedRows> && C::kTokenRows > 0) {
+          if (by_chunks<Rows, C::kTokenRows>(op)) {
+            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows>;
+            return go(kernel, persistent_grid<kernel>(op.capacity, C::kTokenRows, threads, C::kCtasPerSm, op.device));
+          }
+        }
+        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0>;
+        go(kernel, persistent_grid<kernel>(op.capacity, 1, threads, Turns<Rows>::kCtasPerSm, op.device));
       };
       const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
       if (fit == RowFit::kExact) {

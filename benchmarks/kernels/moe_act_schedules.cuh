@@ -1,11 +1,15 @@
 // Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
 // points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
-// kGroupItems, kLoadAll>:
+// kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined>:
 //   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
 //          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
-//          reading early is worth; wrong where the previous kernel writes masked_m);
-//   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k);
-//   kItems, kGroupItems, kLoadAll: Schedule's kItems, kGroupItems, kLoadAllBytes.
+//          reading early is worth; wrong where the previous kernel writes masked_m), or as 1 with a row's
+//          expert always found by bisection (3: MaskedRowsWarpBisect);
+//   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k,
+//           -2: kOneTurn, no limit);
+//   kItems, kGroupItems, kSpread, kPipelined: TurnSchedule's, for both layouts (and the chunks' items);
+//   kLoadAll: Schedule's kLoadAllBytes;
+//   kChunkRows: the sorted layout by chunks of that many rows, every form, at every capacity (0: none).
 #pragma once
 
 #include <moe_act.cuh>
@@ -25,11 +29,19 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
   }
 };
 
+// kScan 3's rows: a row's expert always found by bisection (no vote).
+struct MaskedRowsWarpBisect : MaskedRowsWarp {
+  __device__ __forceinline__ RowAt at(const State& s, int64_t f) const { return bisect(s, f); }
+};
+
 #ifndef __CUDACC_RTC__
-template <int kScan, int kPerSm, int kItemsArg, int kGroupItemsArg, int64_t kLoadAll>
+template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined>
 struct Sched {
-  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kPerSm;
+  using Masked = TurnSchedule<kItems, kGroupItems, kSpread != 0, kPipelined != 0, kPerSm>;
+  using Sorted = Masked;
+  using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm>;
   static constexpr int64_t kLoadAllBytes = kLoadAll;
+  static bool chunked(int64_t, int, DLDevice) { return true; }
   template <typename F>
   static void masked_rows(const MaskedLayout& layout, F&& f) {
     if constexpr (kScan == 0) {
@@ -38,15 +50,17 @@ struct Sched {
       host::RuntimeCheck(layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
       if constexpr (kScan == 1) {
         f(MaskedRowsWarp{layout});
-      } else {
+      } else if constexpr (kScan == 2) {
         f(MaskedRowsWarpEarly{layout});
+      } else {
+        f(MaskedRowsWarpBisect{layout});
       }
     }
   }
 };
 
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll>
-using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll>>;
+template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined>
+using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined>>;
 using ProductOps = MoeActOps<bf16_t>;
 #endif  // __CUDACC_RTC__
 

@@ -183,6 +183,45 @@ def test_sorted_reads_the_count_and_ids_on_the_device():
     assert (q.view(torch.uint8) == POISON).all() and torch.isnan(s).all()
 
 
+@pytest.mark.parametrize("P,post_pad", [(64, 9), (64, 33), (2000, 2), (2000, 1001), (20000, 19995)])
+def test_sorted_padding_anywhere_and_counts_between_chunks(P, post_pad):
+    """Padding ids at random places (not only at the ends of blocks), and counts that end inside a chunk of
+    rows (buffers of a chunk an SM or more are taken 8 rows at a time; smaller ones a row per lookup): every
+    form computes exactly the rows below the count with a valid id, bit-equal to the dense ops, the rest
+    untouched."""
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_sorted,
+                             silu_and_mul_sorted_per_token_group_quant_fp8, silu_and_mul_sorted_per_token_quant_fp8)
+
+    d, n = 256, 5000
+    g = torch.Generator(device="cuda").manual_seed(P + post_pad)
+    ids = torch.randint(0, n, (P,), device="cuda", generator=g, dtype=torch.int32)
+    pad = torch.rand(P, device="cuda", generator=g)
+    ids[pad < 0.2] = n
+    ids[pad > 0.85] = -1
+    ids[0], ids[post_pad - 1] = 7, n  # a computed row, and padding below the count
+    computed = (torch.arange(P, device="cuda") < post_pad) & (ids >= 0) & (ids < n)
+    count = torch.tensor([post_pad], dtype=torch.int32, device="cuda")
+    x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda") * 4
+    dense = silu_and_mul(x[computed])
+    out = torch.full((P, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_sorted(x, ids, count, n, out)
+    assert torch.equal(out[computed], dense), "silu_and_mul_sorted differs from silu_and_mul"
+    assert torch.isnan(out[~computed]).all(), "a padding row was written"
+    q = torch.full((P, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s = torch.full((P, 1), float("nan"), device="cuda")
+    silu_and_mul_sorted_per_token_quant_fp8(x, ids, count, n, output_q=q, output_s=s)
+    q_ref, s_ref = per_token_quant_fp8(dense)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a padding row was written"
+    q.view(torch.uint8).fill_(POISON)
+    sg = torch.full((P, d // 128), float("nan"), device="cuda")
+    silu_and_mul_sorted_per_token_group_quant_fp8(x, ids, count, n, output_q=q, output_s=sg)
+    q_ref, s_ref = per_token_group_quant_8bit(dense, 128, eps=1e-10)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(sg[computed], s_ref)
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sg[~computed]).all(), "a padding row was written"
+
+
 # ---- masked layout ---------------------------------------------------------------------------------
 
 # (32 and 33 experts: the most one warp scans, and one more)
