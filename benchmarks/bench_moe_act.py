@@ -153,20 +153,33 @@ def masked_tables(ceiling: float) -> None:
 
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
-# (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows, pipelined): bench_moe_act::Sched's
-# arguments, beside the product's Schedule (PRODUCT). The first is the schedule before the chunks, the vote and
-# the spread items (each vector of the sorted layout looking up its row's id; the masked layout's rows one
-# vector or group a thread and turn, found by bisection); --schedules=all adds the rest.
+# (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows, pipelined, masked chunk rows, token
+# warp rows, group vectors a lane, contiguous): bench_moe_act::Sched's arguments, beside the product's Schedule
+# (PRODUCT); sched() fills the last four with the product's (none, none, 2, no). The first is the schedule before
+# the chunks, the vote and the spread items (each vector of the sorted layout looking up its row's id; the masked
+# layout's rows one vector or group a thread and turn, found by bisection); --schedules=all adds the rest.
 PRODUCT = "product"
-PER_ROW = {"masked": (3, 0, 1, 1, 0, 0, 0, 0), "sorted": (0, 0, 1, 1, 0, 0, 0, 0)}
+
+
+def sched(*v):
+    return v + (0, 0, 2, 0)[len(v) - 8:]
+
+
+PER_ROW = {"masked": sched(3, 0, 1, 1, 0, 0, 0, 0), "sorted": sched(0, 0, 1, 1, 0, 0, 0, 0)}
 SCHEDULES = {
-    "masked_group": [PRODUCT, PER_ROW["masked"], (1, 0, 1, 2, 0, 0, 0, 0), (1, 0, 1, 2, 0, 1, 0, 0)],
-    "masked_act": [PRODUCT, PER_ROW["masked"], (1, 0, 1, 1, 0, 0, 0, 0), (3, 0, 2, 1, 0, 1, 0, 0), (1, 0, 4, 1, 0, 0, 0, 0)],
-    "masked_token": [PRODUCT, PER_ROW["masked"]],
-    "sorted_act": [PRODUCT, PER_ROW["sorted"], (0, -2, 4, 1, 0, 0, 8, 0), (0, -2, 2, 1, 0, 0, 8, 0), (0, -2, 4, 1, 0, 0, 4, 0)],
-    "sorted_group": [PRODUCT, PER_ROW["sorted"], (0, -2, 1, 2, 0, 0, 8, 0), (0, -2, 1, 1, 0, 0, 8, 0), (0, -2, 1, 2, 0, 0, 16, 0),
-                     (0, -2, 1, 4, 0, 0, 8, 0)],
-    "sorted_token": [PRODUCT, PER_ROW["sorted"], (0, -2, 1, 1, 0, 0, 8, 0), (0, -2, 1, 1, 0, 0, 16, 0), (0, -2, 1, 1, 0, 0, 32, 0)],
+    "masked_group": [PRODUCT, PER_ROW["masked"], sched(1, -2, 1, 2, 0, 0, 0, 0, 8), sched(1, -2, 1, 4, 0, 0, 0, 0, 8),
+                     sched(1, -2, 1, 2, 0, 0, 0, 0, -8), sched(1, -2, 1, 2, 0, 0, 0, 0, 16), sched(1, 0, 1, 2, 0, 0, 0, 0, 8), sched(1, -2, 1, 2, 0, 0, 0, 0, 8, 0, 4),
+                     sched(1, -2, 1, 4, 0, 0, 0, 0, 8, 0, 1), sched(1, -2, 1, 2, 0, 0, 0, 0, 8, 0, 2, 1)],
+    "masked_act": [PRODUCT, PER_ROW["masked"], sched(1, -2, 4, 1, 0, 0, 0, 0, 8), sched(1, -2, 4, 1, 0, 0, 0, 0, -8),
+                   sched(1, 0, 4, 1, 0, 0, 0, 0, 8), sched(1, 0, 4, 1, 0, 0, 0, 0, -8), sched(1, -2, 4, 1, 0, 0, 0, 0, 16),
+                   sched(1, -2, 8, 1, 0, 0, 0, 0, -8), sched(1, -2, 4, 1, 0, 0, 0, 0, 32), sched(1, -2, 4, 1, 0, 0, 0, 0, -4),
+                   sched(1, 0, 4, 1, 0, 1, 0, 0)],
+    "masked_token": [PRODUCT, PER_ROW["masked"], sched(1, -2, 1, 1, 0, 0, 0, 0, 8, 1), sched(1, -2, 1, 1, 0, 0, 0, 0, -8, 1)],
+    "sorted_act": [PRODUCT, PER_ROW["sorted"], sched(0, -2, 8, 1, 0, 0, 8, 0)],
+    "sorted_group": [PRODUCT, PER_ROW["sorted"], sched(0, -2, 1, 4, 0, 0, 8, 0), sched(0, -2, 1, 2, 0, 0, 16, 0),
+                     sched(0, -2, 1, 1, 0, 0, 8, 0, 0, 0, 4), sched(0, -2, 1, 4, 0, 0, 8, 0, 0, 0, 1), sched(0, -2, 1, 2, 0, 0, 8, 0, 0, 0, 2, 1)],
+    "sorted_token": [PRODUCT, PER_ROW["sorted"], sched(0, -2, 1, 1, 0, 0, 8, 0, 0, 1), sched(0, -2, 1, 1, 0, 0, 16, 0, 0, 1),
+                     sched(0, 0, 1, 1, 0, 0, 8, 0, 0, 1)],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
@@ -177,15 +190,22 @@ SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait", "warp sc
 def schedule_name(kind, sched) -> str:
     if sched == PRODUCT:
         return "product"
-    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined = sched
+    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined, masked_chunk, token_warp, group_vecs, contiguous = sched
+    chunk = masked_chunk if kind.startswith("masked") else chunk
+    if kind.endswith("token") and kind.startswith("masked") and not token_warp:
+        chunk = 0
     parts = [] if kind.startswith("sorted") else [SCAN[scan]]
     if chunk:
-        parts.append(f"chunks of {chunk} rows")
+        parts.append(f"chunks of {chunk} rows" if chunk > 0 else f"chunks of up to {-chunk} rows, fewer where the rows are few")
     parts.append({-1: "threads/SM grid", 0: "occupancy grid", -2: "a CTA per chunk" if chunk else "a CTA per turn"}.get(per_sm, f"{per_sm} CTAs/SM"))
     if kind.endswith("act"):
         parts.append(f"{items} vec/turn")
     if kind.endswith("group"):
         parts.append(f"{group_items} groups/turn")
+        if chunk and (group_vecs != 2 or contiguous):
+            parts.append(f"{group_vecs} vec/lane" + (" one after another" if contiguous else ""))
+    if kind.endswith("token") and chunk and token_warp:
+        parts.append("a row per warp")
     if spread and not chunk:
         parts.append("grid apart")
     if pipelined and not chunk:

@@ -51,6 +51,8 @@ namespace quant = device::quant;
 // The per-token kernel: a CTA per row, kRowRegVecs vectors of the row per thread held in registers.
 constexpr int kRowThreadsBound = host::kRowKernels.max_cta_threads;
 constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
+// ... and where a warp takes a row: d = 2048 outputs of 16-bit values in registers (8 vectors a lane).
+constexpr int kWarpRowRegVecs = 8;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
 
@@ -217,6 +219,39 @@ struct MaskedRowsWarp : MaskedLayout {
   }
 };
 
+// A layout's computed rows by chunks (at most kRows rows of one chunk): the CTA calls body(at, n) for each
+// of its chunks, n > 0 computed rows, at(j) row j's RowAt (j < n). The sorted layout: chunks of kRows
+// consecutive rows of the buffer, their computed rows listed (for_each_sorted_chunk).
+template <int kRows, bool kAdaptive, typename Wait, typename Body>
+__device__ __forceinline__ void for_each_chunk(const SortedRows& rows, const Wait& wait, const Body& body) {
+  for_each_sorted_chunk<kRows>(rows, wait, [&](int64_t first_row, const int32_t* list, int n) {
+    body([&](int j) { return rows.at(first_row + list[j], true); }, n);
+  });
+}
+// The masked layout (at most a warp's width of experts): expert e's computed rows in ceil(masked_m[e] / R)
+// chunks of R consecutive rows, the experts' chunks one after another, dealt to the CTAs in turn (each
+// warp scans the counts itself: no shared memory, no barrier). R = kRows, or (kAdaptive) the computed rows
+// over the grid where that is fewer (at least 1), so that few rows still spread over the CTAs.
+template <int kRows, bool kAdaptive, typename Wait, typename Body>
+__device__ __forceinline__ void for_each_chunk(const MaskedRowsWarp& rows, const Wait& wait, const Body& body) {
+  wait();
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const int32_t m = lane < rows.experts ? rows.rows_of(lane) : 0;
+  int32_t per = kRows;
+  if constexpr (kAdaptive) {
+    const int64_t total = rows.scan(m).rows, spread = (total + gridDim.x - 1) / gridDim.x;
+    per = spread < 1 ? 1 : (spread < kRows ? static_cast<int32_t>(spread) : kRows);
+  }
+  const MaskedRowsWarp::State chunks = rows.scan((m + per - 1) / per);  // lane e: where expert e's chunks end
+  for (int64_t c = blockIdx.x; c < chunks.rows; c += gridDim.x) {
+    const int32_t ci = static_cast<int32_t>(c);
+    const int e = __popc(__ballot_sync(0xffffffffu, chunks.end <= ci));  // the same for the whole warp
+    const int32_t before = __shfl_sync(0xffffffffu, chunks.end, e > 0 ? e - 1 : 0);
+    const int32_t first = (ci - (e > 0 ? before : 0)) * per, rows_e = __shfl_sync(0xffffffffu, m, e);
+    body([&](int j) { return rows.locate(e, first + j); }, rows_e - first < per ? rows_e - first : per);
+  }
+}
+
 // The PDL wait, with the trigger after it where the launch did not trigger at the start.
 struct WaitPrimary {
   bool triggered;
@@ -320,16 +355,16 @@ __global__ void __launch_bounds__(kActThreads)
 #endif
 }
 
-// The same over the sorted layout by chunks of kRows rows (for_each_sorted_chunk): a chunk's computed rows'
-// vectors, kItems per thread and turn, kActThreads apart; padding rows take no turns.
-template <typename T, int kVec, int kRows, int kItems>
+// The same by chunks of at most kRows rows (for_each_chunk): a chunk's computed rows' vectors, kItems per
+// thread and turn, kActThreads apart; rows not computed take no turns.
+template <typename Rows, typename T, int kVec, int kRows, bool kAdaptive, int kItems>
 __global__ void __launch_bounds__(kActThreads)
-    silu_and_mul_sorted_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
+    silu_and_mul_chunks_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t row_vecs = d / kVec;
   const bool narrow = row_vecs * kRows <= UINT32_MAX;
-  for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
+  for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
     const int64_t total = n * row_vecs;
     for (int64_t base = threadIdx.x; base < total; base += int64_t{kActThreads} * kItems) {
       RowAt r[kItems];
@@ -340,7 +375,8 @@ __global__ void __launch_bounds__(kActThreads)
         const bool in_range = v < total;
         const int64_t j = in_range ? quotient(v, row_vecs, narrow) : 0;
         col[k] = in_range ? (v - j * row_vecs) * kVec : 0;
-        r[k] = rows.at(first_row + list[j], in_range);
+        r[k] = at(static_cast<int>(j));
+        r[k].valid = in_range;
       }
       silu_and_mul_items<T, kVec, kItems, false>(r, col, in, out, d);
     }
@@ -349,23 +385,25 @@ __global__ void __launch_bounds__(kActThreads)
 }
 
 // One turn of the group quantization: kItems groups per lane set, their rows located (r) and group numbers
-// within the row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, overlap(), then the
+// within the row known (g); lane l of a group holds vectors l, l + kLanes, ... (kContiguous: vectors
+// l * kPerLane, ... one after another, its codes stored at once). The loads, overlap(), then the
 // quantization. Every lane of the warp calls this together (the group's votes and shuffles).
-template <typename T, int kVec, int kLanes, int kPerLane, int kItems, typename Overlap = NoOverlap>
+template <typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kContiguous = false, typename Overlap = NoOverlap>
 __device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], const int64_t (&g)[kItems], const T* in, uint8_t* q, float* scales,
                                                   int64_t group_stride, int64_t d, float eps, const Overlap& overlap = {}) {
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
+  constexpr int kLaneStart = kContiguous ? kPerLane * kVec : kVec, kNext = kContiguous ? kVec : kLanes * kVec;  // a lane's first vector, the next
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t groups_per_row = d / kActGroupSize;
   AlignedVector<T, kVec> gate[kItems][kPerLane], up[kItems][kPerLane];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    const int64_t col = g[k] * kActGroupSize + lane * kVec;
+    const int64_t col = g[k] * kActGroupSize + lane * kLaneStart;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       if (r[k].valid) {
-        gate[k][j].load(in + r[k].in + col + j * kLanes * kVec);
-        up[k][j].load(in + r[k].in + d + col + j * kLanes * kVec);
+        gate[k][j].load(in + r[k].in + col + j * kNext);
+        up[k][j].load(in + r[k].in + d + col + j * kNext);
       }
     }
   }
@@ -377,8 +415,8 @@ __device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], cons
     for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[k][j], up[k][j]);
     // The row's scales as a row of their own: group g of 1 row of groups_per_row.
     const quant::GroupScales row_scales{scales + r[k].scale, 0, group_stride, false};
-    quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kVec, eps, row_scales,
-                                                                g[k], groups_per_row, groups_per_row);
+    quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kLaneStart,
+                                                                             eps, row_scales, g[k], groups_per_row, groups_per_row);
   }
 }
 
@@ -422,18 +460,18 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #endif
 }
 
-// The same over the sorted layout by chunks of kRows rows (for_each_sorted_chunk): the groups of a chunk's
-// computed rows; padding rows take no turns.
-template <typename T, int kVec, int kLanes, int kPerLane, int kRows, int kItems>
+// The same by chunks of at most kRows rows (for_each_chunk): the groups of a chunk's computed rows; rows not
+// computed take no turns.
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, bool kContiguous, int kRows, bool kAdaptive, int kItems>
 __global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_sorted_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales,
-                                                  int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+    silu_and_mul_group_quant_chunks_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                           int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t groups_per_row = d / kActGroupSize;
   const bool narrow = groups_per_row * kRows <= UINT32_MAX;
-  for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
+  for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
     const int64_t total = n * groups_per_row;
     for (int64_t first = 0; first < total; first += int64_t{kGroupsPerCta} * kItems) {  // CTA-uniform turns
       RowAt r[kItems];
@@ -444,9 +482,10 @@ __global__ void __launch_bounds__(kActGroupThreads)
         const bool in_range = group < total;
         const int64_t j = in_range ? quotient(group, groups_per_row, narrow) : 0;
         g[k] = in_range ? group - j * groups_per_row : 0;
-        r[k] = rows.at(first_row + list[j], in_range);
+        r[k] = at(static_cast<int>(j));
+        r[k].valid = in_range;
       }
-      group_quant_items<T, kVec, kLanes, kPerLane, kItems>(r, g, in, q, scales, group_stride, d, eps);
+      group_quant_items<T, kVec, kLanes, kPerLane, kItems, kContiguous>(r, g, in, q, scales, group_stride, d, eps);
     }
   });
 #endif
@@ -464,20 +503,23 @@ __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const
   }
 }
 
-// A computed row per CTA and turn: s = scale_for(amax of the row's products, kDefaultScaleEps), q = y / s,
-// the row's scale = s. kRowRegVecs vectors of products per thread stay in registers (kFit); a wider row's
-// remainder is computed again from its input (L2) for each pass. kRows > 0 (the sorted layout): the rows
-// by chunks of kRows (for_each_sorted_chunk), padding rows taking no turns.
-template <typename Rows, typename T, int kVec, RowFit kFit, int kRows>
-__global__ void __launch_bounds__(kRowThreadsBound)
+// A computed row per CTA and turn (kWarpRows: per warp): s = scale_for(amax of the row's products,
+// kDefaultScaleEps), q = y / s, the row's scale = s. kRegVecs vectors of products per thread stay in
+// registers (kFit); a wider row's remainder is computed again from its input (L2) for each pass. kRows > 0:
+// the rows by chunks of kRows (for_each_chunk), rows not computed taking no turns, a chunk's rows one
+// after another (kWarpRows: each warp its own, with no barrier).
+template <typename Rows, typename T, int kVec, RowFit kFit, int kRows, bool kWarpRows>
+__global__ void __launch_bounds__(kWarpRows ? kActThreads : kRowThreadsBound)
     silu_and_mul_token_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t d,
                                          bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr bool kWider = kFit == RowFit::kWider;
+  constexpr int kRegVecs = kWarpRows ? kWarpRowRegVecs : kRowRegVecs;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  const int nvec = static_cast<int>(d / kVec), rank = threadIdx.x, size = blockDim.x;
+  using Group = std::conditional_t<kWarpRows, device::norm::WarpGroup<device::kWarpThreads>, device::norm::CtaGroup<false>>;
+  const Group group;
+  const int nvec = static_cast<int>(d / kVec), rank = group.rank(), size = group.size();
   const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
-  const device::norm::CtaGroup<false> cta;
   const auto compute = [&](const RowAt& r) {
     const T* src = in + r.in;
     uint8_t* dst = q + r.out;
@@ -487,9 +529,9 @@ __global__ void __launch_bounds__(kRowThreadsBound)
       up.load(src + d + i * kVec);
       return gated<Silu>(gate, up);
     };
-    AlignedVector<T, kVec> gate[kRowRegVecs], up[kRowRegVecs];
+    AlignedVector<T, kVec> gate[kRegVecs], up[kRegVecs];
 #pragma unroll
-    for (int k = 0; k < kRowRegVecs; ++k) {
+    for (int k = 0; k < kRegVecs; ++k) {
       if (held(k)) {
         gate[k].load(src + (k * size + rank) * kVec);
         up[k].load(src + d + (k * size + rank) * kVec);
@@ -497,29 +539,31 @@ __global__ void __launch_bounds__(kRowThreadsBound)
         gate[k].fill(device::cast<T>(0.0f)), up[k].fill(device::cast<T>(0.0f));  // products of 0: no part of the amax
       }
     }
-    Gated<T, kVec> y[kRowRegVecs];
+    Gated<T, kVec> y[kRegVecs];
 #pragma unroll
-    for (int k = 0; k < kRowRegVecs; ++k) y[k] = gated<Silu>(gate[k], up[k]);
+    for (int k = 0; k < kRegVecs; ++k) y[k] = gated<Silu>(gate[k], up[k]);
     const auto fold = [&](auto op) {
       float acc = fold_gated<T, kVec>(y, op, 0.0f);
-      for (int i = kRowRegVecs * size + rank; kWider && i < nvec; i += size) {
+      for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
         const Gated<T, kVec> z[1] = {product(i)};
         acc = fold_gated<T, kVec>(z, op, acc);
       }
       return acc;
     };
-    bool finite;
-    const float amax = quant::dynamic_amax(fold, [&](float v) { return cta.reduce_max(v); }, [](bool b) { return b; }, finite);
+    bool finite;  // the group's reduce_max gives each of its threads the same amax: no vote needed
+    const float amax = quant::dynamic_amax(fold, [&](float v) { return group.reduce_max(v); }, [](bool b) { return b; }, finite);
     const quant::Divider s(quant::scale_for<fp8_e4m3_t>(amax, quant::kDefaultScaleEps), finite);
 #pragma unroll
-    for (int k = 0; k < kRowRegVecs; ++k)
+    for (int k = 0; k < kRegVecs; ++k)
       if (held(k)) quant::store_quantized<fp8_e4m3_t, false>(dst + (k * size + rank) * kVec, y[k], s);
-    for (int i = kRowRegVecs * size + rank; kWider && i < nvec; i += size) quant::store_quantized<fp8_e4m3_t, false>(dst + i * kVec, product(i), s);
+    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) quant::store_quantized<fp8_e4m3_t, false>(dst + i * kVec, product(i), s);
     if (rank == 0) scales[r.scale] = s.s;
   };
   if constexpr (kRows > 0) {
-    for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
-      for (int j = 0; j < n; ++j) compute(rows.at(first_row + list[j], true));
+    const int first = kWarpRows ? static_cast<int>(threadIdx.x / device::kWarpThreads) : 0;
+    const int step = kWarpRows ? static_cast<int>(blockDim.x / device::kWarpThreads) : 1;
+    for_each_chunk<kRows, false>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
+      for (int j = first; j < n; j += step) compute(at(j));
     });
   } else {
     const auto state = rows.visit(WaitPrimary{trigger_at_start});
@@ -577,13 +621,19 @@ struct TurnSchedule {
   static constexpr int kCtasPerSm = kCtasPerSmArg;    // persistent_grid's per_sm
 };
 
-// The knobs of the sorted layout's kernels by chunks of rows (for_each_sorted_chunk).
-template <int kRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg>
+// The knobs of the kernels by chunks of rows (for_each_chunk).
+template <int kRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg, bool kAdaptiveArg = false, bool kTokenWarpArg = false,
+          int kGroupVecsArg = 2, bool kContiguousArg = false>
 struct ChunkSchedule {
   static constexpr int kRows = kRowsArg;            // silu_and_mul and the group form: rows a chunk (0: no chunks)
   static constexpr int kTokenRows = kTokenRowsArg;  // the per-token form's (0: no chunks)
   static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kCtasPerSmArg;  // as TurnSchedule's
+  static constexpr bool kAdaptive = kAdaptiveArg;     // the masked layout's chunks fewer rows where the rows are few (for_each_chunk)
+  static constexpr bool kTokenWarp = kTokenWarpArg;   // the per-token form a row per warp
+  static constexpr int kGroupVecs = kGroupVecsArg;    // the group form's 16-byte vectors a lane (1, 2 or 4)
+  static constexpr bool kContiguous = kContiguousArg;  // ... one after another (group_quant_items)
 };
+using NoChunks = ChunkSchedule<0, 0, 1, 1, 0>;
 
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
 // benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
@@ -593,6 +643,7 @@ struct Schedule {
   using Masked = TurnSchedule<2, 1, true, false, 0>;
   using Sorted = TurnSchedule<1, 1, false, false, 0>;
   using Chunks = ChunkSchedule<8, 0, 4, 2, kOneTurn>;
+  using MaskedChunks = NoChunks;  // the masked layout's (where each warp scans the counts)
   static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
   // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
   // of per-row lookups is the shorter).
@@ -706,15 +757,22 @@ struct MoeActOps {
   // The turn knobs of Rows' kernels.
   template <typename Rows>
   using Turns = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Sorted, typename S::Masked>;
-  // Whether Rows' kernels take chunks of kRows rows (the sorted layout, where S says so).
+  // The chunk knobs of Rows' kernels (the masked layout's where each warp scans the counts).
+  template <typename Rows>
+  using ChunksOf = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Chunks,
+                                      std::conditional_t<std::is_same_v<Rows, MaskedRowsWarp>, typename S::MaskedChunks, NoChunks>>;
+  // Whether Rows' kernels take chunks of kRows rows (where S says so; the sorted layout where its capacity allows).
   template <typename Rows, int kRows>
   static bool by_chunks(const Operands& op) {
     if constexpr (std::is_same_v<Rows, SortedRows> && kRows > 0) {
       return S::chunked(op.capacity, kRows, op.device);
     } else {
-      return false;
+      return kRows > 0;
     }
   }
+  // The most chunks of kRows rows the layout holds: a grid of a CTA each.
+  static int64_t chunks_in(const SortedRows& rows, int k) { return host::div_ceil(rows.capacity, k); }
+  static int64_t chunks_in(const MaskedLayout& rows, int k) { return int64_t{rows.experts} * host::div_ceil(int64_t{rows.m_max}, k); }
 
   // d from the input's width 2d; with group_size (the quantized-by-group forms), also its checks.
   static int64_t half_width(int64_t width, const int64_t* group_size) {
@@ -799,11 +857,11 @@ struct MoeActOps {
       const auto go = [&](auto kernel, unsigned grid) {
         LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
       };
-      using C = typename S::Chunks;
-      if constexpr (std::is_same_v<Rows, SortedRows> && C::kRows > 0) {
+      using C = ChunksOf<Rows>;
+      if constexpr (C::kRows > 0) {
         if (by_chunks<Rows, C::kRows>(op)) {
-          constexpr auto kernel = silu_and_mul_sorted_chunks_kernel<T, kVec, C::kRows, C::kItems>;
-          return go(kernel, persistent_grid<kernel>(op.capacity, C::kRows, kActThreads, C::kCtasPerSm, op.device));
+          constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec, C::kRows, C::kAdaptive, C::kItems>;
+          return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActThreads, C::kCtasPerSm, op.device));
         }
       }
       using U = Turns<Rows>;
@@ -822,18 +880,20 @@ struct MoeActOps {
     using namespace host;
     RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
     if (op.capacity * op.d == 0) return;
-    const auto launch = [&](auto vec_tag, auto lanes_tag) {
-      constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = kActGroupSize / kLanes / kVec;
+    // kPerLane 16-byte vectors a lane (kVec = 1: a warp per group, element by element).
+    const auto launch = [&](auto vec_tag, auto per_lane_tag, auto contiguous_tag) {
+      constexpr int kVec = decltype(vec_tag)::value, kPerLane = decltype(per_lane_tag)::value, kLanes = kActGroupSize / kVec / kPerLane;
       const auto go = [&](auto kernel, unsigned grid) {
         LaunchKernel(grid, kActGroupThreads, op.device)
             .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
                           host::pdl_early_trigger(grid));
       };
-      using C = typename S::Chunks;
-      if constexpr (std::is_same_v<Rows, SortedRows> && C::kRows > 0) {
+      using C = ChunksOf<Rows>;
+      if constexpr (C::kRows > 0) {
         if (by_chunks<Rows, C::kRows>(op)) {
-          constexpr auto kernel = silu_and_mul_group_quant_sorted_chunks_kernel<T, kVec, kLanes, kPerLane, C::kRows, C::kGroupItems>;
-          return go(kernel, persistent_grid<kernel>(op.capacity, C::kRows, kActGroupThreads, C::kCtasPerSm, op.device));
+          constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<Rows, T, kVec, kLanes, kPerLane, decltype(contiguous_tag)::value, C::kRows,
+                                                                         C::kAdaptive, C::kGroupItems>;
+          return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActGroupThreads, C::kCtasPerSm, op.device));
         }
       }
       using U = Turns<Rows>;
@@ -842,10 +902,15 @@ struct MoeActOps {
                                          U::kCtasPerSm, op.device));
     };
     constexpr int kVec = device::kVec16<T>;
-    if (op.vec == kVec) {
-      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kActGroupSize / kVec / 2>{});  // two vectors per lane
-    } else {  // unaligned rows: a warp per group, element by element
-      launch(std::integral_constant<int, 1>{}, std::integral_constant<int, 32>{});
+    using C = ChunksOf<Rows>;
+    if (op.vec != kVec) {  // unaligned rows: a warp per group, element by element
+      launch(std::integral_constant<int, 1>{}, std::integral_constant<int, kActGroupSize / device::kWarpThreads>{}, std::false_type{});
+    } else if (C::kRows > 0 && by_chunks<Rows, C::kRows>(op)) {  // the chunks' lanes
+      constexpr int kPerLane = C::kGroupVecs < kActGroupSize / kVec ? C::kGroupVecs : kActGroupSize / kVec;
+      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kPerLane>{},
+             std::integral_constant<bool, C::kContiguous && kPerLane * kVec <= 16>{});
+    } else {
+      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, 2>{}, std::false_type{});  // two vectors per lane
     }
   }
 
@@ -857,31 +922,41 @@ struct MoeActOps {
     const auto launch = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
       const int64_t nvec = op.d / kVec;
-      const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
-      const auto run = [&](auto fit_tag) {
+      using C = ChunksOf<Rows>;
+      // A row per warp (C::kTokenWarp) where the chunks are taken and the row fits the warp's registers.
+      const bool chunks = C::kTokenRows > 0 && by_chunks<Rows, C::kTokenRows>(op);
+      const bool warp_rows = chunks && C::kTokenWarp && nvec <= int64_t{kWarpRowRegVecs} * device::kWarpThreads;
+      const int threads = warp_rows ? kActThreads : host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
+      const auto run = [&](auto fit_tag, auto warp_tag) {
         constexpr RowFit kFit = decltype(fit_tag)::value;
         const auto go = [&](auto kernel, unsigned grid) {
           LaunchKernel(grid, threads, op.device)
               .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
         };
-        using C = typename S::Chunks;
-        if constexpr (std::is_same_v<Rows, SortedRows> && C::kTokenRows > 0) {
-          if (by_chunks<Rows, C::kTokenRows>(op)) {
-            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows>;
-            return go(kernel, persistent_grid<kernel>(op.capacity, C::kTokenRows, threads, C::kCtasPerSm, op.device));
+        if constexpr (C::kTokenRows > 0) {
+          if (chunks) {
+            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows, decltype(warp_tag)::value>;
+            return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kTokenRows), 1, threads, C::kCtasPerSm, op.device));
           }
         }
-        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0>;
+        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0, false>;
         go(kernel, persistent_grid<kernel>(op.capacity, 1, threads, Turns<Rows>::kCtasPerSm, op.device));
       };
-      const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
-      if (fit == RowFit::kExact) {
-        run(std::integral_constant<RowFit, RowFit::kExact>{});
-      } else if (fit == RowFit::kFits) {
-        run(std::integral_constant<RowFit, RowFit::kFits>{});
-      } else {
-        run(std::integral_constant<RowFit, RowFit::kWider>{});
+      const auto with_fit = [&](auto warp_tag) {
+        const RowFit fit = decltype(warp_tag)::value ? host::norm::row_fit(nvec, kWarpRowRegVecs, device::kWarpThreads)
+                                                     : host::norm::row_fit(nvec, kRowRegVecs, threads);
+        if (fit == RowFit::kExact) {
+          run(std::integral_constant<RowFit, RowFit::kExact>{}, warp_tag);
+        } else if (fit == RowFit::kFits) {
+          run(std::integral_constant<RowFit, RowFit::kFits>{}, warp_tag);
+        } else if constexpr (!decltype(warp_tag)::value) {  // a warp's rows fit its registers (warp_rows)
+          run(std::integral_constant<RowFit, RowFit::kWider>{}, warp_tag);
+        }
+      };
+      if constexpr (C::kTokenWarp) {
+        if (warp_rows) return with_fit(std::true_type{});
       }
+      with_fit(std::false_type{});
     };
     if (op.vec == device::kVec16<T>) {
       launch(std::integral_constant<int, device::kVec16<T>>{});
