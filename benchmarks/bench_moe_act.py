@@ -9,8 +9,8 @@ kernels where its wheel has them. Bytes: the computed rows' input and output (an
 --schedules: the product's launch schedule beside the per-row one (PER_ROW; benchmarks/kernels/moe_act_schedules.cuh),
 same inputs, one process, the reference's DeepSeek-V4 kernel beside the masked group form and silu_and_mul over
 the P rows beside the sorted one, % of the copy ceiling at T = 4096; --schedules=all: every schedule of
-SCHEDULES, median of 2 interleaved rounds, and the launch floor. Every schedule's output is compared with the
-product's first. --layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
+SCHEDULES, median of 2 interleaved rounds (--rounds=N: N), and the launch floor. Every schedule's output is compared
+with the product's first. --layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
 
 from __future__ import annotations
 
@@ -261,10 +261,10 @@ def schedule_table(kind, label, module, schedules, args, outputs, extra=None, ro
     print(f"| {kind} | {label} | " + " | ".join(cell(name, t) for name, t in ranked) + " |", flush=True)
 
 
-def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096)) -> None:
+def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096), rounds=None) -> None:
     start = time.perf_counter()
     scheds = {kind: v if everything else v[:2] for kind, v in SCHEDULES.items()}
-    rounds = 2 if everything else 1
+    rounds = rounds or (2 if everything else 1)
     dsv4 = reference_ops_or_none("moe.dsv4")
     modules = schedule_modules(scheds)
     built = time.perf_counter() - start
@@ -321,8 +321,8 @@ def main() -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     if "--schedules" in args or "--schedules=all" in args:
-        option = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith(("--layouts=", "--sizes="))}
+        option = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith(("--layouts=", "--sizes=", "--rounds="))}
         schedules(everything="--schedules=all" in args, layouts=option.get("--layouts", "masked,sorted").split(","),
-                  sizes=[int(t) for t in option.get("--sizes", "1,64,4096").split(",")])
+                  sizes=[int(t) for t in option.get("--sizes", "1,64,4096").split(",")], rounds=int(option.get("--rounds", 0)))
     else:
         main()
