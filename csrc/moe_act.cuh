@@ -508,7 +508,7 @@ __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const
 // registers (kFit); a wider row's remainder is computed again from its input (L2) for each pass. kRows > 0:
 // the rows by chunks of kRows (for_each_chunk), rows not computed taking no turns, a chunk's rows one
 // after another (kWarpRows: each warp its own, with no barrier).
-template <typename Rows, typename T, int kVec, RowFit kFit, int kRows, bool kWarpRows>
+template <typename Rows, typename T, int kVec, RowFit kFit, int kRows, bool kAdaptive, bool kWarpRows>
 __global__ void __launch_bounds__(kWarpRows ? kActThreads : kRowThreadsBound)
     silu_and_mul_token_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t d,
                                          bool trigger_at_start) {
@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(kWarpRows ? kActThreads : kRowThreadsBound)
   if constexpr (kRows > 0) {
     const int first = kWarpRows ? static_cast<int>(threadIdx.x / device::kWarpThreads) : 0;
     const int step = kWarpRows ? static_cast<int>(blockDim.x / device::kWarpThreads) : 1;
-    for_each_chunk<kRows, false>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
+    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
       for (int j = first; j < n; j += step) compute(at(j));
     });
   } else {
@@ -935,11 +935,11 @@ struct MoeActOps {
         };
         if constexpr (C::kTokenRows > 0) {
           if (chunks) {
-            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows, decltype(warp_tag)::value>;
+            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows, C::kAdaptive, decltype(warp_tag)::value>;
             return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kTokenRows), 1, threads, C::kCtasPerSm, op.device));
           }
         }
-        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0, false>;
+        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0, false, false>;
         go(kernel, persistent_grid<kernel>(op.capacity, 1, threads, Turns<Rows>::kCtasPerSm, op.device));
       };
       const auto with_fit = [&](auto warp_tag) {
