@@ -287,6 +287,43 @@ def test_masked_counts_outside_the_buffer_are_clamped():
     assert torch.isnan(out[~computed]).all()
 
 
+@pytest.mark.parametrize("pattern", ["one row", "few rows", "chunk ends", "random", "full"])
+def test_masked_counts_between_chunks(pattern):
+    """A large buffer (32 experts of 512 rows, taken by chunks of an expert's rows, fewer rows a chunk where
+    the rows are few): counts of one row, a few rows an expert, counts that end inside a chunk or on its
+    border, random and full: every form computes exactly the rows below each count, bit-equal to the dense
+    ops, the rest untouched."""
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_masked,
+                             silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8)
+
+    experts, m_max, d = 32, 512, 256
+    g = torch.Generator(device="cuda").manual_seed(len(pattern))
+    counts = {"one row": [0] * 31 + [1], "few rows": [e % 3 for e in range(experts)],
+              "chunk ends": [8 * (e // 2) + (e % 2) * 7 + (e % 5 == 0) for e in range(experts)],
+              "random": torch.randint(0, m_max + 1, (experts,), generator=g, device="cuda").tolist(), "full": [m_max] * experts}[pattern]
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    computed = _masked_rows(masked_m, m_max)
+    x = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda", generator=g) * 4
+    dense = silu_and_mul(x[computed])
+    out = torch.full((experts, m_max, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_masked(x, masked_m, out)
+    assert torch.equal(out[computed], dense), "silu_and_mul_masked differs from silu_and_mul"
+    assert torch.isnan(out[~computed]).all(), "a masked row was written"
+    q = torch.full((experts, m_max, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s = torch.full((experts, m_max, 1), float("nan"), device="cuda")
+    silu_and_mul_masked_per_token_quant_fp8(x, masked_m, output_q=q, output_s=s)
+    q_ref, s_ref = per_token_quant_fp8(dense)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a masked row was written"
+    q.view(torch.uint8).fill_(POISON)
+    sg = torch.full((experts, m_max, d // 128), float("nan"), device="cuda")
+    silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=sg)
+    q_ref, s_ref = per_token_group_quant_8bit(dense, 128, eps=1e-10)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(sg[computed], s_ref)
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sg[~computed]).all(), "a masked row was written"
+
+
 # ---- both ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
