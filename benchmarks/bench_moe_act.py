@@ -6,7 +6,8 @@ rows gathered, silu_and_mul, scattered back; + the quantizer), torch, and the re
 kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
 % of the measured copy ceiling. Prints markdown tables.
 
---schedules: the product's launch schedule beside the per-row one (PER_ROW; benchmarks/kernels/moe_act_schedules.cuh),
+--schedules: the product's launch schedule beside the second of its list (PREVIOUS where the product changed, else
+PER_ROW; benchmarks/kernels/moe_act_schedules.cuh),
 same inputs, one process, the reference's DeepSeek-V4 kernel beside the masked group form and silu_and_mul over
 the P rows beside the sorted one, % of the copy ceiling at T = 4096; --schedules=all: every schedule of
 SCHEDULES, median of 2 interleaved rounds (--rounds=N: N), and the launch floor. Every schedule's output is compared
@@ -154,32 +155,30 @@ def masked_tables(ceiling: float) -> None:
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
 # (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows, pipelined, masked chunk rows, token
-# warp rows, group vectors a lane, contiguous): bench_moe_act::Sched's arguments, beside the product's Schedule
-# (PRODUCT); sched() fills the last four with the product's (none, none, 2, no). The first is the schedule before
-# the chunks, the vote and the spread items (each vector of the sorted layout looking up its row's id; the masked
-# layout's rows one vector or group a thread and turn, found by bisection); --schedules=all adds the rest.
+# warp rows, group vectors a lane, contiguous, turns first): bench_moe_act::Sched's arguments, beside the product's
+# Schedule (PRODUCT); sched() fills the last five with none, none, 2, no, no. PER_ROW: the schedule before the
+# chunks, the vote and the spread items (each vector of the sorted layout looking up its row's id; the masked
+# layout's rows one vector or group a thread and turn, found by bisection); PREVIOUS: the product before the
+# masked layout's chunks and the group form's four vectors a lane. --schedules compares the product with the
+# second of its kind's list, --schedules=all with every one.
 PRODUCT = "product"
 
 
 def sched(*v):
-    return v + (0, 0, 2, 0)[len(v) - 8:]
+    return v + (0, 0, 2, 0, 0)[len(v) - 8:]
 
 
 PER_ROW = {"masked": sched(3, 0, 1, 1, 0, 0, 0, 0), "sorted": sched(0, 0, 1, 1, 0, 0, 0, 0)}
+PREVIOUS = {"masked": sched(1, 0, 2, 1, 0, 1, 0, 0), "sorted": sched(0, -2, 4, 2, 0, 0, 8, 0)}
 SCHEDULES = {
-    "masked_group": [PRODUCT, PER_ROW["masked"], sched(1, -2, 1, 2, 0, 0, 0, 0, 8), sched(1, -2, 1, 4, 0, 0, 0, 0, 8),
-                     sched(1, -2, 1, 2, 0, 0, 0, 0, -8), sched(1, -2, 1, 2, 0, 0, 0, 0, 16), sched(1, 0, 1, 2, 0, 0, 0, 0, 8), sched(1, -2, 1, 2, 0, 0, 0, 0, 8, 0, 4),
-                     sched(1, -2, 1, 4, 0, 0, 0, 0, 8, 0, 1), sched(1, -2, 1, 2, 0, 0, 0, 0, 8, 0, 2, 1)],
-    "masked_act": [PRODUCT, PER_ROW["masked"], sched(1, -2, 4, 1, 0, 0, 0, 0, 8), sched(1, -2, 4, 1, 0, 0, 0, 0, -8),
-                   sched(1, 0, 4, 1, 0, 0, 0, 0, 8), sched(1, 0, 4, 1, 0, 0, 0, 0, -8), sched(1, -2, 4, 1, 0, 0, 0, 0, 16),
-                   sched(1, -2, 8, 1, 0, 0, 0, 0, -8), sched(1, -2, 4, 1, 0, 0, 0, 0, 32), sched(1, -2, 4, 1, 0, 0, 0, 0, -4),
-                   sched(1, 0, 4, 1, 0, 1, 0, 0)],
-    "masked_token": [PRODUCT, PER_ROW["masked"], sched(1, -2, 1, 1, 0, 0, 0, 0, 8, 1), sched(1, -2, 1, 1, 0, 0, 0, 0, -8, 1)],
-    "sorted_act": [PRODUCT, PER_ROW["sorted"], sched(0, -2, 8, 1, 0, 0, 8, 0)],
-    "sorted_group": [PRODUCT, PER_ROW["sorted"], sched(0, -2, 1, 4, 0, 0, 8, 0), sched(0, -2, 1, 2, 0, 0, 16, 0),
-                     sched(0, -2, 1, 1, 0, 0, 8, 0, 0, 0, 4), sched(0, -2, 1, 4, 0, 0, 8, 0, 0, 0, 1), sched(0, -2, 1, 2, 0, 0, 8, 0, 0, 0, 2, 1)],
-    "sorted_token": [PRODUCT, PER_ROW["sorted"], sched(0, -2, 1, 1, 0, 0, 8, 0, 0, 1), sched(0, -2, 1, 1, 0, 0, 16, 0, 0, 1),
-                     sched(0, 0, 1, 1, 0, 0, 8, 0, 0, 1)],
+    "masked_group": [PRODUCT, PREVIOUS["masked"], sched(1, -2, 1, 2, 0, 0, 0, 0, 8, 0, 4), sched(1, 2, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1),
+                     sched(1, 3, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1)],
+    "masked_act": [PRODUCT, PREVIOUS["masked"], sched(1, -2, 4, 1, 0, 0, 0, 0, 8), sched(1, 2, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1),
+                   sched(1, 3, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1)],
+    "masked_token": [PRODUCT, PER_ROW["masked"]],
+    "sorted_act": [PRODUCT, PER_ROW["sorted"]],
+    "sorted_group": [PRODUCT, PREVIOUS["sorted"]],
+    "sorted_token": [PRODUCT, PER_ROW["sorted"]],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
@@ -190,11 +189,13 @@ SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait", "warp sc
 def schedule_name(kind, sched) -> str:
     if sched == PRODUCT:
         return "product"
-    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined, masked_chunk, token_warp, group_vecs, contiguous = sched
+    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined, masked_chunk, token_warp, group_vecs, contiguous, turns_first = sched
     chunk = masked_chunk if kind.startswith("masked") else chunk
     if kind.endswith("token") and kind.startswith("masked") and not token_warp:
         chunk = 0
     parts = [] if kind.startswith("sorted") else [SCAN[scan]]
+    if chunk and turns_first:
+        parts.append("by turns where the rows fit one turn of the grid, else")
     if chunk:
         parts.append(f"chunks of {chunk} rows" if chunk > 0 else f"chunks of up to {-chunk} rows, fewer where the rows are few")
     parts.append({-1: "threads/SM grid", 0: "occupancy grid", -2: "a CTA per chunk" if chunk else "a CTA per turn"}.get(per_sm, f"{per_sm} CTAs/SM"))
@@ -206,7 +207,7 @@ def schedule_name(kind, sched) -> str:
             parts.append(f"{group_vecs} vec/lane" + (" one after another" if contiguous else ""))
     if kind.endswith("token") and chunk and token_warp:
         parts.append("a row per warp")
-    if spread and not chunk:
+    if spread and (not chunk or turns_first):
         parts.append("grid apart")
     if pipelined and not chunk:
         parts.append("next turn located during the loads")

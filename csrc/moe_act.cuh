@@ -222,8 +222,12 @@ struct MaskedRowsWarp : MaskedLayout {
 // A layout's computed rows by chunks (at most kRows rows of one chunk): the CTA calls body(at, n) for each
 // of its chunks, n > 0 computed rows, at(j) row j's RowAt (j < n). The sorted layout: chunks of kRows
 // consecutive rows of the buffer, their computed rows listed (for_each_sorted_chunk).
-template <int kRows, bool kAdaptive, typename Wait, typename Body>
-__device__ __forceinline__ void for_each_chunk(const SortedRows& rows, const Wait& wait, const Body& body) {
+struct NoTurns {
+  template <typename State>
+  __device__ __forceinline__ bool operator()(const State&) const { return false; }
+};
+template <int kRows, bool kAdaptive, typename Wait, typename Body, typename Turns = NoTurns>
+__device__ __forceinline__ void for_each_chunk(const SortedRows& rows, const Wait& wait, const Body& body, const Turns& = {}) {
   for_each_sorted_chunk<kRows>(rows, wait, [&](int64_t first_row, const int32_t* list, int n) {
     body([&](int j) { return rows.at(first_row + list[j], true); }, n);
   });
@@ -231,16 +235,21 @@ __device__ __forceinline__ void for_each_chunk(const SortedRows& rows, const Wai
 // The masked layout (at most a warp's width of experts): expert e's computed rows in ceil(masked_m[e] / R)
 // chunks of R consecutive rows, the experts' chunks one after another, dealt to the CTAs in turn (each
 // warp scans the counts itself: no shared memory, no barrier). R = kRows, or (kAdaptive) the computed rows
-// over the grid where that is fewer (at least 1), so that few rows still spread over the CTAs.
-template <int kRows, bool kAdaptive, typename Wait, typename Body>
-__device__ __forceinline__ void for_each_chunk(const MaskedRowsWarp& rows, const Wait& wait, const Body& body) {
+// over the grid where that is fewer (at least 1), so that few rows still spread over the CTAs. turns(state):
+// the rows' State (MaskedRowsWarp's) offered first; true where it took them (the whole CTA decides alike).
+template <int kRows, bool kAdaptive, typename Wait, typename Body, typename Turns = NoTurns>
+__device__ __forceinline__ void for_each_chunk(const MaskedRowsWarp& rows, const Wait& wait, const Body& body, const Turns& turns = {}) {
   wait();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   const int32_t m = lane < rows.experts ? rows.rows_of(lane) : 0;
   int32_t per = kRows;
-  if constexpr (kAdaptive) {
-    const int64_t total = rows.scan(m).rows, spread = (total + gridDim.x - 1) / gridDim.x;
-    per = spread < 1 ? 1 : (spread < kRows ? static_cast<int32_t>(spread) : kRows);
+  if constexpr (kAdaptive || !std::is_same_v<Turns, NoTurns>) {
+    const MaskedRowsWarp::State all = rows.scan(m);
+    if (turns(all)) return;
+    if constexpr (kAdaptive) {
+      const int64_t spread = (all.rows + gridDim.x - 1) / gridDim.x;
+      per = spread < 1 ? 1 : (spread < kRows ? static_cast<int32_t>(spread) : kRows);
+    }
   }
   const MaskedRowsWarp::State chunks = rows.scan((m + per - 1) / per);  // lane e: where expert e's chunks end
   for (int64_t c = blockIdx.x; c < chunks.rows; c += gridDim.x) {
@@ -320,16 +329,12 @@ __device__ __forceinline__ void rows_turns(int64_t first, int64_t total, int64_t
   }
 }
 
-// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows: kItems vectors per thread and turn,
-// kActThreads apart (kSpread: the grid's threads apart, so that a turn covering fewer vectors than the grid
-// still spreads them over every CTA), every item's row located before any data is loaded, so that a turn
-// waits for one id load, not kItems of them; kPipelined: rows_turns'.
+// out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows of `state` (Rows' visit()): kItems vectors
+// per thread and turn, kActThreads apart (kSpread: the grid's threads apart, so that a turn covering fewer
+// vectors than the grid still spreads them over every CTA), every item's row located before any data is
+// loaded, so that a turn waits for one id load, not kItems of them; kPipelined: rows_turns'.
 template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread, bool kPipelined>
-__global__ void __launch_bounds__(kActThreads)
-    silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
-#ifdef __CUDACC__
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+__device__ __forceinline__ void silu_and_mul_turns(const Rows& rows, const typename Rows::State& state, const T* in, T* out, int64_t d) {
   const int64_t row_vecs = d / kVec, total = state.rows * row_vecs;
   const bool narrow = total <= UINT32_MAX;
   const int64_t step = kSpread ? int64_t{gridDim.x} * kActThreads : kActThreads;  // between a thread's items
@@ -352,19 +357,30 @@ __global__ void __launch_bounds__(kActThreads)
   };
   rows_turns<kPipelined>(int64_t{blockIdx.x} * kActThreads * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kActThreads * kItems, locate,
                          [&](const Items<kItems>& t, const auto& overlap) { silu_and_mul_items<T, kVec, kItems, kLoadAll>(t.r, t.col, in, out, d, overlap); });
+}
+
+// The kernel of silu_and_mul_turns, every row visited.
+template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread, bool kPipelined>
+__global__ void __launch_bounds__(kActThreads)
+    silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
+#ifdef __CUDACC__
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  silu_and_mul_turns<Rows, T, kVec, kItems, kLoadAll, kSpread, kPipelined>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, out, d);
 #endif
 }
 
 // The same by chunks of at most kRows rows (for_each_chunk): a chunk's computed rows' vectors, kItems per
-// thread and turn, kActThreads apart; rows not computed take no turns.
-template <typename Rows, typename T, int kVec, int kRows, bool kAdaptive, int kItems>
+// thread and turn, kActThreads apart; rows not computed take no turns. kTurnItems > 0: the masked layout's
+// rows as silu_and_mul_turns takes them (kTurnItems, kTurnSpread) where they fit one turn of the grid (decode
+// sizes: each CTA's share of the rows at once, not a chunk's rows one after another).
+template <typename Rows, typename T, int kVec, int kRows, bool kAdaptive, int kItems, int kTurnItems, bool kTurnSpread>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_chunks_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t row_vecs = d / kVec;
   const bool narrow = row_vecs * kRows <= UINT32_MAX;
-  for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
+  const auto chunk = [&](const auto& at, int n) {
     const int64_t total = n * row_vecs;
     for (int64_t base = threadIdx.x; base < total; base += int64_t{kActThreads} * kItems) {
       RowAt r[kItems];
@@ -380,7 +396,16 @@ __global__ void __launch_bounds__(kActThreads)
       }
       silu_and_mul_items<T, kVec, kItems, false>(r, col, in, out, d);
     }
-  });
+  };
+  if constexpr (kTurnItems == 0) {
+    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk);
+  } else {
+    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk, [&](const typename Rows::State& state) {
+      if (state.rows * row_vecs > int64_t{gridDim.x} * kActThreads * kTurnItems) return false;
+      silu_and_mul_turns<Rows, T, kVec, kTurnItems, false, kTurnSpread, false>(rows, state, in, out, d);
+      return true;
+    });
+  }
 #endif
 }
 
@@ -420,19 +445,15 @@ __device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], cons
   }
 }
 
-// The computed rows' products quantized per group of kActGroupSize outputs: kLanes lanes per group, kPerLane
-// vectors each, scales[row's offset + g * group_stride]; kItems groups per lane set and turn (kSpread: the
-// grid's groups apart, as silu_and_mul_rows_kernel's), their rows located before any data is loaded
-// (kPipelined: rows_turns'). Every CTA takes the same number of turns (the group's votes and shuffles need
-// whole warps).
+// The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes
+// lanes per group, kPerLane vectors each, scales[row's offset + g * group_stride]; kItems groups per lane set
+// and turn (kSpread: the grid's groups apart, as silu_and_mul_turns'), their rows located before any data is
+// loaded (kPipelined: rows_turns'). Every CTA takes the same number of turns (the group's votes and shuffles
+// need whole warps).
 template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread, bool kPipelined>
-__global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
-                                         int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
+__device__ __forceinline__ void group_quant_turns(const Rows& rows, const typename Rows::State& state, const T* in, uint8_t* q, float* scales,
+                                                  int64_t group_stride, int64_t d, float eps) {
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
   const int64_t groups_per_row = d / kActGroupSize, total = state.rows * groups_per_row;
   const bool narrow = total <= UINT32_MAX;
   const int64_t step = kSpread ? int64_t{gridDim.x} * kGroupsPerCta : kGroupsPerCta;  // between a lane set's groups
@@ -457,12 +478,25 @@ __global__ void __launch_bounds__(kActGroupThreads)
                          [&](const Items<kItems>& t, const auto& overlap) {
                            group_quant_items<T, kVec, kLanes, kPerLane, kItems>(t.r, t.col, in, q, scales, group_stride, d, eps, overlap);
                          });
+}
+
+// The kernel of group_quant_turns, every row visited.
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread, bool kPipelined>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                         int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  group_quant_turns<Rows, T, kVec, kLanes, kPerLane, kItems, kSpread, kPipelined>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, q, scales,
+                                                                                  group_stride, d, eps);
 #endif
 }
 
 // The same by chunks of at most kRows rows (for_each_chunk): the groups of a chunk's computed rows; rows not
-// computed take no turns.
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, bool kContiguous, int kRows, bool kAdaptive, int kItems>
+// computed take no turns. kTurnItems > 0: as silu_and_mul_chunks_kernel's, the turns with kTurnLanes lanes a
+// group.
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, bool kContiguous, int kRows, bool kAdaptive, int kItems, int kTurnItems,
+          bool kTurnSpread, int kTurnLanes>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_chunks_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                            int64_t d, float eps, bool trigger_at_start) {
@@ -471,7 +505,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t groups_per_row = d / kActGroupSize;
   const bool narrow = groups_per_row * kRows <= UINT32_MAX;
-  for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
+  const auto chunk = [&](const auto& at, int n) {
     const int64_t total = n * groups_per_row;
     for (int64_t first = 0; first < total; first += int64_t{kGroupsPerCta} * kItems) {  // CTA-uniform turns
       RowAt r[kItems];
@@ -487,7 +521,17 @@ __global__ void __launch_bounds__(kActGroupThreads)
       }
       group_quant_items<T, kVec, kLanes, kPerLane, kItems, kContiguous>(r, g, in, q, scales, group_stride, d, eps);
     }
-  });
+  };
+  if constexpr (kTurnItems == 0) {
+    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk);
+  } else {
+    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk, [&](const typename Rows::State& state) {
+      if (state.rows * groups_per_row > int64_t{gridDim.x} * (kActGroupThreads / kTurnLanes) * kTurnItems) return false;
+      group_quant_turns<Rows, T, kVec, kTurnLanes, kActGroupSize / kVec / kTurnLanes, kTurnItems, kTurnSpread, false>(
+          rows, state, in, q, scales, group_stride, d, eps);
+      return true;
+    });
+  }
 #endif
 }
 
@@ -623,7 +667,7 @@ struct TurnSchedule {
 
 // The knobs of the kernels by chunks of rows (for_each_chunk).
 template <int kRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg, bool kAdaptiveArg = false, bool kTokenWarpArg = false,
-          int kGroupVecsArg = 2, bool kContiguousArg = false>
+          int kGroupVecsArg = 2, bool kContiguousArg = false, bool kTurnsFirstArg = false>
 struct ChunkSchedule {
   static constexpr int kRows = kRowsArg;            // silu_and_mul and the group form: rows a chunk (0: no chunks)
   static constexpr int kTokenRows = kTokenRowsArg;  // the per-token form's (0: no chunks)
@@ -632,18 +676,21 @@ struct ChunkSchedule {
   static constexpr bool kTokenWarp = kTokenWarpArg;   // the per-token form a row per warp
   static constexpr int kGroupVecs = kGroupVecsArg;    // the group form's 16-byte vectors a lane (1, 2 or 4)
   static constexpr bool kContiguous = kContiguousArg;  // ... one after another (group_quant_items)
+  static constexpr bool kTurnsFirst = kTurnsFirstArg;  // the masked layout's rows by its TurnSchedule where they fit one turn of the grid
 };
 using NoChunks = ChunkSchedule<0, 0, 1, 1, 0>;
 
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
 // benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
 // not fit the GPU at once runs its count scan in two waves. At prefill sizes the sorted layout by chunks,
-// a CTA each (a persistent grid's CTAs end unevenly: chunks hold 0 to 8 computed rows).
+// a CTA each (a persistent grid's CTAs end unevenly: chunks hold 0 to 8 computed rows), the group form four
+// vectors a lane; the masked layout (each warp scanning the counts) by turns where its rows fit one turn
+// of the grid, else by chunks of up to 8 rows of an expert in a grid of 2 CTAs an SM.
 struct Schedule {
   using Masked = TurnSchedule<2, 1, true, false, 0>;
   using Sorted = TurnSchedule<1, 1, false, false, 0>;
-  using Chunks = ChunkSchedule<8, 0, 4, 2, kOneTurn>;
-  using MaskedChunks = NoChunks;  // the masked layout's (where each warp scans the counts)
+  using Chunks = ChunkSchedule<8, 0, 4, 1, kOneTurn, false, false, 4>;
+  using MaskedChunks = ChunkSchedule<8, 0, 4, 1, 2, true, false, 4, false, true>;
   static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
   // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
   // of per-row lookups is the shorter).
@@ -761,6 +808,9 @@ struct MoeActOps {
   template <typename Rows>
   using ChunksOf = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Chunks,
                                       std::conditional_t<std::is_same_v<Rows, MaskedRowsWarp>, typename S::MaskedChunks, NoChunks>>;
+  // Whether Rows' chunk kernels take the rows by Turns<Rows> first where they fit one turn of the grid.
+  template <typename Rows>
+  static constexpr bool kTurnsFirst = std::is_same_v<Rows, MaskedRowsWarp> && ChunksOf<Rows>::kTurnsFirst;
   // Whether Rows' kernels take chunks of kRows rows (where S says so; the sorted layout where its capacity allows).
   template <typename Rows, int kRows>
   static bool by_chunks(const Operands& op) {
@@ -860,7 +910,9 @@ struct MoeActOps {
       using C = ChunksOf<Rows>;
       if constexpr (C::kRows > 0) {
         if (by_chunks<Rows, C::kRows>(op)) {
-          constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec, C::kRows, C::kAdaptive, C::kItems>;
+          using U = Turns<Rows>;
+          constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec, C::kRows, C::kAdaptive, C::kItems, kTurnsFirst<Rows> ? U::kItems : 0,
+                                                             U::kSpread>;
           return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActThreads, C::kCtasPerSm, op.device));
         }
       }
@@ -891,8 +943,10 @@ struct MoeActOps {
       using C = ChunksOf<Rows>;
       if constexpr (C::kRows > 0) {
         if (by_chunks<Rows, C::kRows>(op)) {
+          constexpr int kTurnLanes = kVec == 1 ? device::kWarpThreads : kActGroupSize / kVec / 2;  // as the turn kernels' below
           constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<Rows, T, kVec, kLanes, kPerLane, decltype(contiguous_tag)::value, C::kRows,
-                                                                         C::kAdaptive, C::kGroupItems>;
+                                                                         C::kAdaptive, C::kGroupItems, kTurnsFirst<Rows> ? Turns<Rows>::kGroupItems : 0,
+                                                                         Turns<Rows>::kSpread, kTurnLanes>;
           return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActGroupThreads, C::kCtasPerSm, op.device));
         }
       }

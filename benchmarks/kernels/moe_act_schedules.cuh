@@ -1,6 +1,7 @@
 // Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
 // points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
-// kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp, kGroupVecs, kContig>:
+// kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp, kGroupVecs, kContig,
+// kTurnsFirst>:
 //   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
 //          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
 //          reading early is worth; wrong where the previous kernel writes masked_m), or as 1 with a row's
@@ -13,7 +14,8 @@
 //   kMaskedChunk: the masked layout by chunks of that many rows of an expert (silu_and_mul and the group form;
 //                 the per-token form too with kTokenWarp), -R: at most R, fewer where the rows are few (0: none);
 //   kTokenWarp: the per-token form by chunks a row per warp; kGroupVecs, kContig: the group form's vectors a
-//               lane in the chunks, one after another (ChunkSchedule's).
+//               lane in the chunks, one after another; kTurnsFirst: the masked chunks' rows by turns where they
+//               fit one turn of the grid (ChunkSchedule's).
 #pragma once
 
 #include <moe_act.cuh>
@@ -40,14 +42,14 @@ struct MaskedRowsWarpBisect : MaskedRowsWarp {
 
 #ifndef __CUDACC_RTC__
 template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined, int kMaskedChunk,
-          int kTokenWarp, int kGroupVecs, int kContig>
+          int kTokenWarp, int kGroupVecs, int kContig, int kTurnsFirst>
 struct Sched {
   using Masked = TurnSchedule<kItems, kGroupItems, kSpread != 0, kPipelined != 0, kPerSm>;
   using Sorted = Masked;
   using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm, false, kTokenWarp != 0, kGroupVecs, kContig != 0>;
   static constexpr int kMaskedRows = kMaskedChunk < 0 ? -kMaskedChunk : kMaskedChunk;
   using MaskedChunks = ChunkSchedule<kMaskedRows, kTokenWarp ? kMaskedRows : 0, kItems, kGroupItems, kPerSm, (kMaskedChunk < 0), kTokenWarp != 0,
-                                     kGroupVecs, kContig != 0>;
+                                     kGroupVecs, kContig != 0, kTurnsFirst != 0>;
   static constexpr int64_t kLoadAllBytes = kLoadAll;
   static bool chunked(int64_t, int, DLDevice) { return true; }
   template <typename F>
@@ -68,9 +70,9 @@ struct Sched {
 };
 
 template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined, int kMaskedChunk,
-          int kTokenWarp, int kGroupVecs, int kContig>
+          int kTokenWarp, int kGroupVecs, int kContig, int kTurnsFirst>
 using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp,
-                                    kGroupVecs, kContig>>;
+                                    kGroupVecs, kContig, kTurnsFirst>>;
 using ProductOps = MoeActOps<bf16_t>;
 #endif  // __CUDACC_RTC__
 

@@ -287,21 +287,23 @@ def test_masked_counts_outside_the_buffer_are_clamped():
     assert torch.isnan(out[~computed]).all()
 
 
-@pytest.mark.parametrize("pattern", ["one row", "few rows", "chunk ends", "random", "full"])
-def test_masked_counts_between_chunks(pattern):
-    """A large buffer (32 experts of 512 rows, taken by chunks of an expert's rows, fewer rows a chunk where
-    the rows are few): counts of one row, a few rows an expert, counts that end inside a chunk or on its
-    border, random and full: every form computes exactly the rows below each count, bit-equal to the dense
-    ops, the rest untouched."""
+@pytest.mark.parametrize("pattern,m_max,d", [("one row", 512, 256), ("few rows", 512, 256), ("chunk ends", 512, 256), ("random", 512, 256),
+                                             ("full", 512, 256), ("random", 64, 2048)])
+def test_masked_counts_between_chunks(pattern, m_max, d):
+    """Large buffers of 32 experts (their rows by turns where they fit one turn of the grid, else by chunks of
+    an expert's rows, fewer rows a chunk where the rows are few): counts of one row, a few rows an expert,
+    counts that end inside a chunk or on its border, random and full: every form computes exactly the rows
+    below each count, bit-equal to the dense ops, the rest untouched."""
     torch = _torch()
     from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_masked,
                              silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8)
 
-    experts, m_max, d = 32, 512, 256
+    experts = 32
     g = torch.Generator(device="cuda").manual_seed(len(pattern))
     counts = {"one row": [0] * 31 + [1], "few rows": [e % 3 for e in range(experts)],
               "chunk ends": [8 * (e // 2) + (e % 2) * 7 + (e % 5 == 0) for e in range(experts)],
               "random": torch.randint(0, m_max + 1, (experts,), generator=g, device="cuda").tolist(), "full": [m_max] * experts}[pattern]
+    assert max(counts) <= m_max
     masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
     computed = _masked_rows(masked_m, m_max)
     x = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda", generator=g) * 4
