@@ -10,8 +10,11 @@
 // (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
 //
 // The grid is sized from the layout's capacity (P or E * M rows). Masked: a persistent grid, at most the CTAs
-// the GPU holds at once, each CTA striding over the computed rows after its PDL wait, counted from masked_m
-// by each warp for up to 32 experts (a row's expert found by a vote), else by the CTA in shared memory.
+// the GPU holds at once, the computed rows counted from masked_m after the PDL wait by each warp for up to 32
+// experts, else by the CTA in shared memory. silu_and_mul and the group form (up to 32 experts, 2 CTAs an
+// SM): where the computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert
+// found by a vote), else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the per-token form,
+// and more experts, each CTA striding over the computed rows.
 // Sorted, from a chunk of 8 rows an SM (Schedule::chunked): silu_and_mul and the group form a CTA per chunk,
 // whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then computing only
 // those; the per-token form, and smaller buffers, a persistent grid visiting every row, each checked against
