@@ -814,6 +814,10 @@ struct MoeActOps {
   // Whether Rows' chunk kernels take the rows by Turns<Rows> first where they fit one turn of the grid.
   template <typename Rows>
   static constexpr bool kTurnsFirst = std::is_same_v<Rows, MaskedRowsWarp> && ChunksOf<Rows>::kTurnsFirst;
+  // Whether Rows' kernels take chunks of kRows rows at every size (the masked layout's where S says so: its
+  // turn kernels are then not built).
+  template <typename Rows, int kRows>
+  static constexpr bool kOnlyChunks = kRows > 0 && !std::is_same_v<Rows, SortedRows>;
   // Whether Rows' kernels take chunks of kRows rows (where S says so; the sorted layout where its capacity allows).
   template <typename Rows, int kRows>
   static bool by_chunks(const Operands& op) {
@@ -919,9 +923,11 @@ struct MoeActOps {
           return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActThreads, C::kCtasPerSm, op.device));
         }
       }
-      using U = Turns<Rows>;
-      constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, U::kItems, decltype(load_all_tag)::value, U::kSpread, U::kPipelined>;
-      go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * U::kItems, kActThreads, U::kCtasPerSm, op.device));
+      if constexpr (!kOnlyChunks<Rows, C::kRows>) {
+        using U = Turns<Rows>;
+        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, U::kItems, decltype(load_all_tag)::value, U::kSpread, U::kPipelined>;
+        go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * U::kItems, kActThreads, U::kCtasPerSm, op.device));
+      }
     };
     if (op.vec != device::kVec16<T>) return launch(std::integral_constant<int, 1>{}, std::false_type{});
     if constexpr (S::kLoadAllBytes > 0) {
@@ -935,39 +941,40 @@ struct MoeActOps {
     using namespace host;
     RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
     if (op.capacity * op.d == 0) return;
-    // kPerLane 16-byte vectors a lane (kVec = 1: a warp per group, element by element).
+    // The chunks' kPerLane 16-byte vectors a lane (kVec = 1: a warp per group, element by element), the turn
+    // kernels' two (or as kVec = 1).
     const auto launch = [&](auto vec_tag, auto per_lane_tag, auto contiguous_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kPerLane = decltype(per_lane_tag)::value, kLanes = kActGroupSize / kVec / kPerLane;
+      constexpr int kTurnPerLane = kVec == 1 ? kPerLane : 2, kTurnLanes = kActGroupSize / kVec / kTurnPerLane;
       const auto go = [&](auto kernel, unsigned grid) {
         LaunchKernel(grid, kActGroupThreads, op.device)
             .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
                           host::pdl_early_trigger(grid));
       };
       using C = ChunksOf<Rows>;
+      using U = Turns<Rows>;
       if constexpr (C::kRows > 0) {
         if (by_chunks<Rows, C::kRows>(op)) {
-          constexpr int kTurnLanes = kVec == 1 ? device::kWarpThreads : kActGroupSize / kVec / 2;  // as the turn kernels' below
           constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<Rows, T, kVec, kLanes, kPerLane, decltype(contiguous_tag)::value, C::kRows,
-                                                                         C::kAdaptive, C::kGroupItems, kTurnsFirst<Rows> ? Turns<Rows>::kGroupItems : 0,
-                                                                         Turns<Rows>::kSpread, kTurnLanes>;
+                                                                         C::kAdaptive, C::kGroupItems, kTurnsFirst<Rows> ? U::kGroupItems : 0,
+                                                                         U::kSpread, kTurnLanes>;
           return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActGroupThreads, C::kCtasPerSm, op.device));
         }
       }
-      using U = Turns<Rows>;
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
-      go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes * U::kGroupItems, kActGroupThreads,
-                                         U::kCtasPerSm, op.device));
+      if constexpr (!kOnlyChunks<Rows, C::kRows>) {
+        constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kTurnLanes, kTurnPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
+        go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kTurnLanes * U::kGroupItems, kActGroupThreads,
+                                           U::kCtasPerSm, op.device));
+      }
     };
     constexpr int kVec = device::kVec16<T>;
     using C = ChunksOf<Rows>;
-    if (op.vec != kVec) {  // unaligned rows: a warp per group, element by element
+    if (op.vec != kVec) {  // unaligned rows
       launch(std::integral_constant<int, 1>{}, std::integral_constant<int, kActGroupSize / device::kWarpThreads>{}, std::false_type{});
-    } else if (C::kRows > 0 && by_chunks<Rows, C::kRows>(op)) {  // the chunks' lanes
+    } else {
       constexpr int kPerLane = C::kGroupVecs < kActGroupSize / kVec ? C::kGroupVecs : kActGroupSize / kVec;
       launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kPerLane>{},
              std::integral_constant<bool, C::kContiguous && kPerLane * kVec <= 16>{});
-    } else {
-      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, 2>{}, std::false_type{});  // two vectors per lane
     }
   }
 
