@@ -669,10 +669,11 @@ struct TurnSchedule {
 };
 
 // The knobs of the kernels by chunks of rows (for_each_chunk).
-template <int kRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg, bool kAdaptiveArg = false, bool kTokenWarpArg = false,
-          int kGroupVecsArg = 2, bool kContiguousArg = false, bool kTurnsFirstArg = false>
+template <int kRowsArg, int kGroupRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg, bool kAdaptiveArg = false,
+          bool kTokenWarpArg = false, int kGroupVecsArg = 2, bool kContiguousArg = false, bool kTurnsFirstArg = false>
 struct ChunkSchedule {
-  static constexpr int kRows = kRowsArg;            // silu_and_mul and the group form: rows a chunk (0: no chunks)
+  static constexpr int kRows = kRowsArg;            // silu_and_mul: rows a chunk (0: no chunks)
+  static constexpr int kGroupRows = kGroupRowsArg;  // the group form's (0: no chunks)
   static constexpr int kTokenRows = kTokenRowsArg;  // the per-token form's (0: no chunks)
   static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kCtasPerSmArg;  // as TurnSchedule's
   static constexpr bool kAdaptive = kAdaptiveArg;     // the masked layout's chunks fewer rows where the rows are few (for_each_chunk)
@@ -681,7 +682,7 @@ struct ChunkSchedule {
   static constexpr bool kContiguous = kContiguousArg;  // ... one after another (group_quant_items)
   static constexpr bool kTurnsFirst = kTurnsFirstArg;  // the masked layout's rows by its TurnSchedule where they fit one turn of the grid
 };
-using NoChunks = ChunkSchedule<0, 0, 1, 1, 0>;
+using NoChunks = ChunkSchedule<0, 0, 0, 1, 1, 0>;
 
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
 // benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
@@ -692,8 +693,8 @@ using NoChunks = ChunkSchedule<0, 0, 1, 1, 0>;
 struct Schedule {
   using Masked = TurnSchedule<2, 1, true, false, 0>;
   using Sorted = TurnSchedule<1, 1, false, false, 0>;
-  using Chunks = ChunkSchedule<8, 0, 4, 1, kOneTurn, false, false, 4>;
-  using MaskedChunks = ChunkSchedule<8, 0, 4, 1, 2, true, false, 4, false, true>;
+  using Chunks = ChunkSchedule<8, 8, 0, 4, 1, kOneTurn, false, false, 4>;
+  using MaskedChunks = ChunkSchedule<8, 8, 0, 4, 1, 2, true, false, 4, false, true>;
   static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
   // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
   // of per-row lookups is the shorter).
@@ -953,16 +954,17 @@ struct MoeActOps {
       };
       using C = ChunksOf<Rows>;
       using U = Turns<Rows>;
-      if constexpr (C::kRows > 0) {
-        if (by_chunks<Rows, C::kRows>(op)) {
-          constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<Rows, T, kVec, kLanes, kPerLane, decltype(contiguous_tag)::value, C::kRows,
-                                                                         C::kAdaptive, C::kGroupItems, kTurnsFirst<Rows> ? U::kGroupItems : 0,
-                                                                         U::kSpread, kTurnLanes>;
-          return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActGroupThreads, C::kCtasPerSm, op.device));
+      if constexpr (C::kGroupRows > 0) {
+        if (by_chunks<Rows, C::kGroupRows>(op)) {
+          constexpr auto kernel =
+              silu_and_mul_group_quant_chunks_kernel<Rows, T, kVec, kLanes, kPerLane, decltype(contiguous_tag)::value, C::kGroupRows, C::kAdaptive,
+                                                     C::kGroupItems, kTurnsFirst<Rows> ? U::kGroupItems : 0, U::kSpread, kTurnLanes>;
+          return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kGroupRows), 1, kActGroupThreads, C::kCtasPerSm, op.device));
         }
       }
-      if constexpr (!kOnlyChunks<Rows, C::kRows>) {
-        constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kTurnLanes, kTurnPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
+      if constexpr (!kOnlyChunks<Rows, C::kGroupRows>) {
+        constexpr auto kernel =
+            silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kTurnLanes, kTurnPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
         go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kTurnLanes * U::kGroupItems, kActGroupThreads,
                                            U::kCtasPerSm, op.device));
       }

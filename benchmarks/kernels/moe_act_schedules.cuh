@@ -46,10 +46,10 @@ template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, 
 struct Sched {
   using Masked = TurnSchedule<kItems, kGroupItems, kSpread != 0, kPipelined != 0, kPerSm>;
   using Sorted = Masked;
-  using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm, false, kTokenWarp != 0, kGroupVecs, kContig != 0>;
+  using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm, false, kTokenWarp != 0, kGroupVecs, kContig != 0>;
   static constexpr int kMaskedRows = kMaskedChunk < 0 ? -kMaskedChunk : kMaskedChunk;
-  using MaskedChunks = ChunkSchedule<kMaskedRows, kTokenWarp ? kMaskedRows : 0, kItems, kGroupItems, kPerSm, (kMaskedChunk < 0), kTokenWarp != 0,
-                                     kGroupVecs, kContig != 0, kTurnsFirst != 0>;
+  using MaskedChunks = ChunkSchedule<kMaskedRows, kMaskedRows, kTokenWarp ? kMaskedRows : 0, kItems, kGroupItems, kPerSm, (kMaskedChunk < 0),
+                                     kTokenWarp != 0, kGroupVecs, kContig != 0, kTurnsFirst != 0>;
   static constexpr int64_t kLoadAllBytes = kLoadAll;
   static bool chunked(int64_t, int, DLDevice) { return true; }
   template <typename F>
