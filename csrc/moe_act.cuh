@@ -11,10 +11,10 @@
 //
 // The grid is sized from the layout's capacity (P or E * M rows). Masked: a persistent grid, at most the CTAs
 // the GPU holds at once, the computed rows counted from masked_m after the PDL wait by each warp for up to 32
-// experts, else by the CTA in shared memory. silu_and_mul and the group form (up to 32 experts, 2 CTAs an
-// SM): where the computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert
-// found by a vote), else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the per-token form,
-// and more experts, each CTA striding over the computed rows.
+// experts, else by the CTA in shared memory. silu_and_mul (up to 32 experts, 2 CTAs an SM): where the
+// computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert found by a vote),
+// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts,
+// each CTA striding over the computed rows.
 // Sorted, from a chunk of 8 rows an SM (Schedule::chunked): silu_and_mul and the group form a CTA per chunk,
 // whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then computing only
 // those; the per-token form, and smaller buffers, a persistent grid visiting every row, each checked against
@@ -688,13 +688,14 @@ using NoChunks = ChunkSchedule<0, 0, 0, 1, 1, 0>;
 // benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
 // not fit the GPU at once runs its count scan in two waves. At prefill sizes the sorted layout by chunks,
 // a CTA each (a persistent grid's CTAs end unevenly: chunks hold 0 to 8 computed rows), the group form four
-// vectors a lane; the masked layout (each warp scanning the counts) by turns where its rows fit one turn
-// of the grid, else by chunks of up to 8 rows of an expert in a grid of 2 CTAs an SM.
+// vectors a lane; the masked layout's silu_and_mul (each warp scanning the counts) by turns where its rows
+// fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of 2 CTAs an SM (its group
+// form by turns: the same chunks measured slower).
 struct Schedule {
   using Masked = TurnSchedule<2, 1, true, false, 0>;
   using Sorted = TurnSchedule<1, 1, false, false, 0>;
   using Chunks = ChunkSchedule<8, 8, 0, 4, 1, kOneTurn, false, false, 4>;
-  using MaskedChunks = ChunkSchedule<8, 8, 0, 4, 1, 2, true, false, 4, false, true>;
+  using MaskedChunks = ChunkSchedule<8, 0, 0, 4, 1, 2, true, false, 2, false, true>;
   static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
   // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
   // of per-row lookups is the shorter).

@@ -290,10 +290,10 @@ def test_masked_counts_outside_the_buffer_are_clamped():
 @pytest.mark.parametrize("pattern,m_max,d", [("one row", 512, 256), ("few rows", 512, 256), ("chunk ends", 512, 256), ("random", 512, 256),
                                              ("full", 512, 256), ("random", 64, 2048)])
 def test_masked_counts_between_chunks(pattern, m_max, d):
-    """Large buffers of 32 experts (their rows by turns where they fit one turn of the grid, else by chunks of
-    an expert's rows, fewer rows a chunk where the rows are few): counts of one row, a few rows an expert,
-    counts that end inside a chunk or on its border, random and full: every form computes exactly the rows
-    below each count, bit-equal to the dense ops, the rest untouched."""
+    """Large buffers of 32 experts (silu_and_mul's rows by turns where they fit one turn of the grid, else by
+    chunks of an expert's rows, fewer rows a chunk where the rows are few): counts of one row, a few rows an
+    expert, counts that end inside a chunk or on its border, random and full: every form computes exactly the
+    rows below each count, bit-equal to the dense ops, the rest untouched."""
     torch = _torch()
     from jitkern.ops import (per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul, silu_and_mul_masked,
                              silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_masked_per_token_quant_fp8)
