@@ -1,7 +1,8 @@
 """Runs hot ops of the reference framework (SGLang) through its own Python wrappers, on the GPU, with
 fixed inputs, and saves their outputs and the seconds each first call took:
-`python compat_sglang_ops.py {reference,jitkern} OUT.pt [OP ...]` (default: every op), or `run(...)` from
-another process (empty caches, the reference from REFERENCE_WHEEL or installed). The op modules are
+`python compat_sglang_ops.py {reference,jitkern} OUT.pt [OP ...]` (default: the seven of OPS, whose first calls
+are docs/benchmarks/compat.md's table; TWENTY names them and MORE_OPS' thirteen, the twenty hottest), or
+`run(...)` from another process (empty caches, the reference from REFERENCE_WHEEL or installed). The op modules are
 imported before any timing, through benchmarks/utils.py's reference_import (a wheel alone suffices).
 With "jitkern", jitkern.compat.sglang.install() makes jitkern the engine first, and the file also records
 which ops jitkern built. test_compat_current.py runs it once per engine and compares;
@@ -18,7 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from utils import compile_seconds, reference_import, reference_path  # noqa: E402
 
 MODULES = ["sglang.kernels.jit.utils", "sglang.kernels.ops.layernorm.norm", "sglang.kernels.ops.activation.activation",
-           "sglang.kernels.ops.kvcache.kvcache", "sglang.kernels.ops.quantization.per_token_group_quant", "sglang.kernels.ops.moe"]
+           "sglang.kernels.ops.kvcache.kvcache", "sglang.kernels.ops.quantization.per_token_group_quant", "sglang.kernels.ops.moe",
+           "sglang.kernels.ops.attention.rope", "sglang.kernels.ops.attention.fused_qknorm_rope", "sglang.kernels.ops.kvcache.set_mla_kv_buffer",
+           "sglang.kernels.ops.attention.concat_mla", "sglang.kernels.ops.moe.moe_align", "sglang.kernels.ops.moe.moe_topk_sum",
+           "sglang.kernels.ops.moe.moe_topk_sigmoid", "sglang.kernels.ops.quantization.per_token_quant_fp8",
+           "sglang.kernels.ops.quantization.per_tensor_quant_fp8", "sglang.kernels.ops.moe.dsv4",
+           "sglang.kernels.ops.layernorm.grouped_gemma_rmsnorm", "sglang.kernels.ops.layernorm.rmsnorm_hf"]
 
 
 def run(engine: str, out_path: str, ops=(), cache_root: str = "", timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -146,6 +152,132 @@ def topk_softmax():
 OPS = [rmsnorm, fused_add_rmsnorm, qknorm, activations, store_cache, per_token_group_quant, topk_softmax]
 
 
+# The other thirteen of the twenty hottest: what a serving engine's decode/prefill step calls besides the
+# seven above (RoPE, MLA cache writes, MoE routing and reduction, FP8 quantization, norm variants).
+def rope():
+    from sglang.kernels.ops.attention.rope import FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace
+
+    cos_sin, positions = gen(20, 64, 128, dtype=torch.float32), torch.arange(16, device=dev) * 3 % 64
+    q, k = gen(21, 16, 8, 128), gen(22, 16, 2, 128)
+    apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin, positions, is_neox=True)
+    # with the KV-cache store fused: the same module's second function
+    q2, k2, v = gen(23, 16, 8, 128), gen(24, 16, 2, 128), gen(25, 16, 2 * 128)
+    kc, vc = torch.zeros(64, 2 * 128, device=dev, dtype=BF16), torch.zeros(64, 2 * 128, device=dev, dtype=BF16)
+    loc = torch.randperm(64, generator=torch.Generator().manual_seed(26))[:16].to(dev)
+    apply_rope_with_cos_sin_cache_inplace(q2, k2, cos_sin, positions, is_neox=True, fused_args=FusedSetKVBufferArg(v, kc, vc, loc))
+    return [q, k, q2, k2, kc, vc]
+
+
+def fused_qk_norm_rope():
+    from sglang.kernels.ops.attention.fused_qknorm_rope import fused_qk_norm_rope
+
+    qkv, qw, kw = gen(27, 16, (8 + 2 + 2) * 128), gen(28, 128), gen(29, 128)
+    positions = torch.arange(16, device=dev, dtype=torch.int32) * 5
+    fused_qk_norm_rope(qkv, 8, 2, 2, 128, 1e-6, qw, kw, 10000.0, True, positions, 1.0, 1.0, 1.0, 1.0)
+    return [qkv]
+
+
+def set_mla_kv_buffer():
+    from sglang.kernels.ops.kvcache.set_mla_kv_buffer import set_mla_kv_buffer
+
+    kv = torch.zeros(256, 1, 512 + 64, device=dev, dtype=BF16)  # DeepSeek's MLA row: kv_lora_rank 512, rope 64
+    loc = (torch.randperm(255, generator=torch.Generator().manual_seed(30))[:32] + 1).to(dev)  # slot 0 is reserved
+    set_mla_kv_buffer(kv, loc, gen(31, 32, 1, 512), gen(32, 32, 1, 64))
+    return [kv]
+
+
+def concat_mla_k():
+    from sglang.kernels.ops.attention.concat_mla import concat_mla_k
+
+    k = torch.zeros(8, 128, 192, device=dev, dtype=BF16)  # the kernel's fixed 128 heads, nope 128 + rope 64
+    concat_mla_k(k, gen(33, 8, 128, 128), gen(34, 8, 1, 64))
+    return [k]
+
+
+def concat_mla_absorb_q():
+    from sglang.kernels.ops.attention.concat_mla import concat_mla_absorb_q
+
+    return [concat_mla_absorb_q(gen(35, 8, 16, 512), gen(36, 8, 16, 64))]
+
+
+def moe_align_block_size():
+    from sglang.kernels.ops.moe.moe_align import moe_align_block_size
+
+    # As the serving engine calls it: 16 experts plus the bucket of filtered ones (ids offset by one), small
+    # enough for the kernel's one-block path, whose order of tokens within an expert is fixed.
+    experts, block = 16, 16
+    ids = torch.randint(0, experts, (16, 4), generator=torch.Generator().manual_seed(37), dtype=torch.int32).to(dev)
+    padded = (ids.numel() + (experts + 1) * (block - 1) + 3) // 4 * 4
+    sorted_ids = torch.full((padded,), -7, device=dev, dtype=torch.int32)
+    expert_ids = torch.full(((padded + block - 1) // block,), -7, device=dev, dtype=torch.int32)
+    post_pad, cumsum = torch.zeros(1, device=dev, dtype=torch.int32), torch.zeros(experts + 2, device=dev, dtype=torch.int32)
+    moe_align_block_size(ids, experts + 1, block, sorted_ids, expert_ids, post_pad, cumsum, True)
+    return [sorted_ids, expert_ids, post_pad]
+
+
+def moe_topk_sum():
+    from sglang.kernels.ops.moe.moe_topk_sum import moe_topk_sum
+
+    return [moe_topk_sum(gen(38, 32, 8, 4096), torch.empty(32, 4096, device=dev, dtype=BF16))]
+
+
+def topk_sigmoid():
+    from sglang.kernels.ops.moe.moe_topk_sigmoid import topk_sigmoid
+
+    weights, ids = torch.empty(64, 8, device=dev), torch.empty(64, 8, device=dev, dtype=torch.int32)
+    topk_sigmoid(weights, ids, gen(39, 64, 128), True, correction_bias=gen(40, 128, dtype=torch.float32))
+    return [weights, ids]
+
+
+def per_token_quant_fp8():
+    from sglang.kernels.ops.quantization.per_token_quant_fp8 import per_token_quant_fp8
+
+    q, s = torch.empty(64, 4096, device=dev, dtype=torch.float8_e4m3fn), torch.empty(64, device=dev)
+    per_token_quant_fp8(gen(41, 64, 4096), q, s)
+    return [q.view(torch.uint8), s]
+
+
+def per_tensor_quant_fp8():
+    from sglang.kernels.ops.quantization.per_tensor_quant_fp8 import per_tensor_quant_fp8
+
+    q, s = torch.empty(64, 4096, device=dev, dtype=torch.float8_e4m3fn), torch.zeros(1, device=dev)  # the absmax starts at 0
+    per_tensor_quant_fp8(gen(42, 64, 4096), q, s)
+    return [q.view(torch.uint8), s]
+
+
+def silu_and_mul_masked_post_quant():
+    from sglang.kernels.ops.moe.dsv4 import silu_and_mul_masked_post_quant
+
+    experts, tokens, hidden = 8, 16, 2048
+    out = torch.zeros(experts, tokens, hidden, device=dev, dtype=torch.float8_e4m3fn)  # rows past masked_m stay as they are
+    scale = torch.zeros(experts, tokens, hidden // 128, device=dev)
+    masked_m = torch.tensor([16, 3, 0, 7, 16, 1, 9, 5], device=dev, dtype=torch.int32)
+    silu_and_mul_masked_post_quant(gen(43, experts, tokens, 2 * hidden), out, scale, 128, masked_m)
+    return [out.view(torch.uint8), scale]
+
+
+def gemma_rmsnorm():
+    from sglang.kernels.ops.layernorm.grouped_gemma_rmsnorm import grouped_gemma_rmsnorm
+
+    return [grouped_gemma_rmsnorm(gen(44, 64, 2048), gen(45, 2048), group_size=2048)]  # one group: Gemma's RMSNorm
+
+
+def rmsnorm_hf():
+    from sglang.kernels.ops.layernorm.norm import fused_add_rmsnorm
+    from sglang.kernels.ops.layernorm.rmsnorm_hf import rmsnorm_hf
+
+    # the serving engine's norms with Hugging Face's rounding (cast before the weight multiply), with and without the residual
+    out = rmsnorm_hf(gen(46, 64, 4096), gen(47, 4096))
+    x, r = gen(48, 64, 4096), gen(49, 64, 4096)
+    fused_add_rmsnorm(x, r, gen(50, 4096), 1e-6, cast_x_before_out_mul=True)
+    return [out, x, r]
+
+
+MORE_OPS = [rope, fused_qk_norm_rope, set_mla_kv_buffer, concat_mla_k, concat_mla_absorb_q, moe_align_block_size, moe_topk_sum,
+            topk_sigmoid, per_token_quant_fp8, per_tensor_quant_fp8, silu_and_mul_masked_post_quant, gemma_rmsnorm, rmsnorm_hf]
+TWENTY = [op.__name__ for op in OPS + MORE_OPS]  # the twenty hottest: `run(..., ops=TWENTY)`
+
+
 def main(engine: str, out_path: str, chosen: list[str]) -> None:
     for module in MODULES:  # imported before any timing, with either engine
         if reference_import(module) is None:
@@ -173,8 +305,8 @@ def main(engine: str, out_path: str, chosen: list[str]) -> None:
         logging.getLogger("jitkern").addHandler(DeviceSeconds())
     torch.zeros(1, device=dev)  # CUDA context first: not part of any op's first call
     results = {}
-    for op in OPS:
-        if chosen and op.__name__ not in chosen:
+    for op in OPS + MORE_OPS:
+        if op.__name__ not in (chosen or [o.__name__ for o in OPS]):
             continue
         before, compiled_before = len(built), len(compiled)
         try:
