@@ -743,6 +743,26 @@ def test_reference_ops_give_the_same_outputs_on_jitkern(tmp_path):
     assert {"rmsnorm", "fused_add_rmsnorm", "activations"} | more <= set(compared)
 
 
+def test_cli_compat_check_gives_op_functions_its_arch(package, capsys, monkeypatch):
+    """An op function that asks for the target (as SGLang's per_token_quant_fp8 does, for its math mode)
+    gets --arch's while the check finds the calls, with no GPU and no JITKERN_CUDA_ARCH."""
+    from jitkern import cli
+
+    monkeypatch.delenv("JITKERN_CUDA_ARCH", raising=False)
+    write(package.parent, {"ops/__init__.py": "", "ops/quant/arch.py": """
+        from sglang.kernels.jit.utils import get_jit_cuda_arch, load_jit
+
+        def _jit_quant_module():
+            arch = get_jit_cuda_arch()
+            return load_jit("quant", f"sm{arch.major}{arch.minor}", cuda_files=["lean.cuh"], cuda_wrappers=[("run", "run")])
+        """})
+    try:
+        assert cli.main(["compat-check", "--kernels", str(package), "--list", "--arch", "sm_89"]) == 0
+    finally:
+        compat.set_kernel_root(None)
+    assert "quant/arch.py _jit_quant_module ('lean.cuh',) ('quant', 'sm89')" in capsys.readouterr().out
+
+
 def test_cli_compat_check_lists_the_calls(package, capsys):
     from jitkern import cli
 
