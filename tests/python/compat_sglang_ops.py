@@ -2,7 +2,9 @@
 fixed inputs, and saves their outputs and the seconds each first call took:
 `python compat_sglang_ops.py {reference,jitkern} OUT.pt [OP ...]` (default: the seven of OPS, whose first calls
 are docs/benchmarks/compat.md's table; TWENTY names them and MORE_OPS' thirteen, the twenty hottest), or
-`run(...)` from another process (empty caches, the reference from REFERENCE_WHEEL or installed). The op modules are
+`run(...)` from another process (empty caches, the reference from REFERENCE_WHEEL or installed); without
+a GPU, `python compat_sglang_ops.py host-checks [OP ...]` (default: the twenty) runs the ops' wrappers and
+their kernels' host-side checks on the CPU (host_checks). The op modules are
 imported before any timing, through benchmarks/utils.py's reference_import (a wheel alone suffices).
 With "jitkern", jitkern.compat.sglang.install() makes jitkern the engine first, and the file also records
 which ops jitkern built. test_compat_current.py runs it once per engine and compares;
@@ -278,31 +280,43 @@ MORE_OPS = [rope, fused_qk_norm_rope, set_mla_kv_buffer, concat_mla_k, concat_ml
 TWENTY = [op.__name__ for op in OPS + MORE_OPS]  # the twenty hottest: `run(..., ops=TWENTY)`
 
 
-def main(engine: str, out_path: str, chosen: list[str]) -> None:
+def import_modules() -> None:
     for module in MODULES:  # imported before any timing, with either engine
         if reference_import(module) is None:
             sys.exit("the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
+
+
+def use_jitkern():
+    """jitkern.compat.sglang, installed as the engine under the imported reference, recording each build
+    (`built`) and its seconds (`compiled`)."""
+    import logging
+
+    from jitkern.compat import sglang as compat
+
+    compat.install()
+    spec_of = compat.jit_spec
+
+    def counting_jit_spec(*args, **kwargs):  # every jitkern build goes through it
+        built.append(str(args[0]) if args else "?")
+        return spec_of(*args, **kwargs)
+
+    compat.jit_spec = counting_jit_spec
+
+    class DeviceSeconds(logging.Handler):  # from the engine's "compiled NAME ..." lines
+        def emit(self, record):
+            seconds = compile_seconds(record.getMessage())
+            if seconds is not None:
+                compiled.append(seconds)
+
+    logging.getLogger("jitkern").setLevel(logging.INFO)
+    logging.getLogger("jitkern").addHandler(DeviceSeconds())
+    return compat
+
+
+def main(engine: str, out_path: str, chosen: list[str]) -> None:
+    import_modules()
     if engine == "jitkern":
-        from jitkern.compat import sglang as compat
-
-        compat.install()
-        spec_of = compat.jit_spec
-
-        def counting_jit_spec(*args, **kwargs):  # every jitkern build goes through it
-            built.append(str(args[0]) if args else "?")
-            return spec_of(*args, **kwargs)
-
-        compat.jit_spec = counting_jit_spec
-        import logging
-
-        class DeviceSeconds(logging.Handler):  # from the engine's "compiled NAME ..." lines
-            def emit(self, record):
-                seconds = compile_seconds(record.getMessage())
-                if seconds is not None:
-                    compiled.append(seconds)
-
-        logging.getLogger("jitkern").setLevel(logging.INFO)
-        logging.getLogger("jitkern").addHandler(DeviceSeconds())
+        use_jitkern()
     torch.zeros(1, device=dev)  # CUDA context first: not part of any op's first call
     results = {}
     for op in OPS + MORE_OPS:
@@ -322,5 +336,79 @@ def main(engine: str, out_path: str, chosen: list[str]) -> None:
     torch.save(results, out_path)
 
 
+def host_checks(chosen: list[str]) -> int:
+    """Without a GPU (torch for the CPU suffices): each op through the reference's wrappers with jitkern as
+    the engine, its modules built for sm_90a, and each kernel function called with the op's own tensors
+    relabelled as CUDA memory, so that the kernel's host-side checks (shapes, strides, dtypes, devices) judge
+    the op's real arguments; a call that passes them stops at the CUDA runtime (no driver). One line per op;
+    returns 1 where one failed before that."""
+    import ctypes
+
+    import tvm_ffi
+    from torch.utils.dlpack import to_dlpack
+
+    global dev
+    if torch.cuda.is_available():
+        sys.exit("host-checks runs where no GPU is (it hands the kernels host memory labelled as CUDA memory)")
+    dev = "cpu"
+    # the custom ops' dispatcher has no CPU kernels: the wrappers' own functions are called instead
+    reference_import("sglang.srt.utils.custom_op").register_custom_op = lambda fn=None, **_: fn if fn is not None else (lambda f: f)
+    import_modules()
+    compat = use_jitkern()
+    from sglang.kernels import selector, spec
+    from sglang.kernels.jit.utils import override_jit_cuda_arch
+
+    selector._platform = lambda: spec.PlatformInfo(device_type="cuda", cuda_arch_major=9, cuda_arch_minor=0)  # for ops it dispatches
+
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+    class AsCuda:  # a CPU tensor's DLPack export with its device type set to kDLCUDA (2)
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, **_):
+            capsule = to_dlpack(self.tensor)
+            ctypes.c_int32.from_address(get_pointer(capsule, b"dltensor") + 8).value = 2  # DLTensor.device, after the data pointer
+            return capsule
+
+    class Relabelling:  # a built module whose functions get the tensors relabelled
+        def __init__(self, module):
+            self.module = module
+
+        def __getattr__(self, name):
+            def call(*args, **kwargs):
+                cuda = lambda a: tvm_ffi.from_dlpack(AsCuda(a)) if isinstance(a, torch.Tensor) else a  # noqa: E731
+                try:
+                    return getattr(self.module, name)(*map(cuda, args), **{k: cuda(v) for k, v in kwargs.items()})
+                except RuntimeError as e:
+                    if "CUDA error" not in str(e):  # the first CUDA runtime call after the checks
+                        raise
+
+            return call
+
+    load_jit = compat.load_jit
+    for module in [m for name, m in sys.modules.items() if name.startswith("sglang.") and getattr(m, "load_jit", None) is load_jit]:
+        module.load_jit = lambda *args, **kwargs: Relabelling(load_jit(*args, **kwargs))
+    failed = 0
+    with override_jit_cuda_arch(9, 0, "a"), compat.override_jit_cuda_arch(9, 0, "a"):
+        for op in OPS + MORE_OPS:
+            if op.__name__ not in (chosen or TWENTY):
+                continue
+            before = len(built)
+            try:
+                op()
+                print(f"{op.__name__}: built {built[before:]}, host-side checks passed", flush=True)
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                print(f"{op.__name__}: built {built[before:]}, FAILED: {type(e).__name__}: {str(e).strip()[-400:]}", flush=True)
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "host-checks":
+        sys.exit(host_checks(sys.argv[2:]))
     main(sys.argv[1], sys.argv[2], sys.argv[3:])
