@@ -159,8 +159,8 @@ def masked_tables(ceiling: float) -> None:
 # Schedule (PRODUCT); sched() fills the last five with none, none, 2, no, no. PER_ROW: the schedule before the
 # chunks, the vote and the spread items (each vector of the sorted layout looking up its row's id; the masked
 # layout's rows one vector or group a thread and turn, found by bisection); PREVIOUS: the product before the
-# masked layout's chunks and the group form's four vectors a lane. --schedules compares the product with the
-# second of its kind's list, --schedules=all with every one.
+# masked silu_and_mul's chunks and the sorted group form's four vectors a lane (the masked group form's is the
+# product's). --schedules compares the product with the second of its kind's list, --schedules=all with every one.
 PRODUCT = "product"
 
 
