@@ -155,7 +155,8 @@ def token_quant_shapes(m, ref):
 
 CONCAT = {2: "the output's vectors in order, 2 a thread (the product above a wave of rows)",
           10: "a warp a row, contiguous rows only, 256t", 20: "a warp a row, 64-bit division and strides (the product before), 256t",
-          30: "a warp a row (the product's kernel), 256t", 31: "a warp a row (the product's kernel), the copy kernels' CTA width"}
+          30: "a warp a row (the product's kernel), 256t", 31: "a warp a row (the product's kernel), the copy kernels' CTA width",
+          32: "a warp two rows (the product's kernel), 256t"}
 
 
 def concat_shapes(m, ref):
@@ -169,7 +170,8 @@ def concat_shapes(m, ref):
         if ref is not None:
             variants["reference"] = lambda a=a, b=b: ref.concat_mla_absorb_q(a, b)
         for v, name in CONCAT.items():
-            if (v == 10 and transposed) or (v == 31 and t > 4):  # contiguous only; the same CTAs as 256t from 5 tokens on
+            # 10: contiguous only; 31: the same CTAs as 256t from 5 tokens on
+            if (v == 10 and transposed) or (v == 31 and t > 4) or (v == 32 and t == 1):
                 continue
             variants[name] = lambda a=a, b=b, out=out, v=v: m.concat(a, b, out, v)
         with_floor(variants)

@@ -162,29 +162,41 @@ struct WarpRowParams {
 };
 constexpr int kWarpRowXBytes = 1024, kWarpRowYBytes = 128, kWarpRowLanes = device::kWarpThreads;
 
-template <bool kSplit>
+template <bool kSplit, int kRows>  // kRows: rows a warp copies, loaded all before its first store
 __global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ WarpRowParams p) {
 #ifdef __CUDACC__
-  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / device::kWarpThreads;
+  const uint32_t first = (blockIdx.x * blockDim.x + threadIdx.x) / device::kWarpThreads * kRows;
   const uint32_t lane = threadIdx.x % device::kWarpThreads;
   device::pdl_wait_primary();
-  if (row >= p.rows) return;  // a whole warp
-  uint32_t out_at, x_at, y_at;
-  if constexpr (kSplit) {
-    uint32_t i1;
-    const uint32_t i0 = p.dim1.divide(row, i1);
-    out_at = i0 * p.out_s0 + i1 * p.out_s1, x_at = i0 * p.x_s0 + i1 * p.x_s1, y_at = i0 * p.y_s0 + i1 * p.y_s1;
-  } else {
-    out_at = row * p.out_s1, x_at = row * p.x_s1, y_at = row * p.y_s1;
+  if (first >= p.rows) return;  // a whole warp
+  int4 x0[kRows], x1[kRows];
+  int y[kRows];
+  uint32_t out_at[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const uint32_t row = first + k;
+    if (kRows > 1 && row >= p.rows) break;
+    uint32_t x_at, y_at;
+    if constexpr (kSplit) {
+      uint32_t i1;
+      const uint32_t i0 = p.dim1.divide(row, i1);
+      out_at[k] = i0 * p.out_s0 + i1 * p.out_s1, x_at = i0 * p.x_s0 + i1 * p.x_s1, y_at = i0 * p.y_s0 + i1 * p.y_s1;
+    } else {
+      out_at[k] = row * p.out_s1, x_at = row * p.x_s1, y_at = row * p.y_s1;
+    }
+    const int4* x = reinterpret_cast<const int4*>(p.x + x_at) + lane;
+    x0[k] = x[0], x1[k] = x[device::kWarpThreads];
+    y[k] = reinterpret_cast<const int*>(p.y + y_at)[lane];
   }
-  const int4* x = reinterpret_cast<const int4*>(p.x + x_at) + lane;
-  const int4 x0 = x[0], x1 = x[device::kWarpThreads];
-  const int y = reinterpret_cast<const int*>(p.y + y_at)[lane];
   device::pdl_trigger_secondary();  // once the loads are issued, as concat_rows_kernel
-  int4* out = reinterpret_cast<int4*>(p.out + out_at) + lane;
-  out[0] = x0;
-  out[device::kWarpThreads] = x1;
-  reinterpret_cast<int*>(p.out + out_at + kWarpRowXBytes)[lane] = y;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    if (kRows > 1 && first + k >= p.rows) break;
+    int4* out = reinterpret_cast<int4*>(p.out + out_at[k]) + lane;
+    out[0] = x0[k];
+    out[device::kWarpThreads] = x1[k];
+    reinterpret_cast<int*>(p.out + out_at[k] + kWarpRowXBytes)[lane] = y[k];
+  }
 #endif
 }
 
@@ -345,8 +357,9 @@ struct KvRowsImpl {
 
   // MLA's absorbed q rows a warp a row (concat_warp_rows_kernel) where they are at most a wave of warps
   // (or any number: `force`, bench_schedules.py) and every tensor's offsets fit 32 bits; false: not taken.
-  // cta 0: the copy kernels' CTA width (launch_threads), else that many threads.
-  static bool warp_rows(const ConcatParams& c, int64_t dim0, int64_t dim1, DLDevice device, int64_t cta, bool force = false) {
+  // cta 0: the copy kernels' CTA width (launch_threads), else that many threads; rows_per_warp 1 or 2.
+  static bool warp_rows(const ConcatParams& c, int64_t dim0, int64_t dim1, DLDevice device, int64_t cta, bool force = false,
+                        int rows_per_warp = 1) {
     using namespace host;
     const int64_t rows = dim0 * dim1;
     const int64_t wave = runtime::get_sm_count(device.device_id) * (row_policy(device).threads_per_sm / kWarpRowLanes);
@@ -367,11 +380,13 @@ struct KvRowsImpl {
       return dim0 == 1 || dim1 == 1 || s0 == dim1 * s1;
     };
     const bool split = !(even(p.out_s0, p.out_s1) && even(p.x_s0, p.x_s1) && even(p.y_s0, p.y_s1));
-    const auto kernel = split ? concat_warp_rows_kernel<true> : concat_warp_rows_kernel<false>;
+    const auto kernel = rows_per_warp == 2 ? (split ? concat_warp_rows_kernel<true, 2> : concat_warp_rows_kernel<false, 2>)
+                                           : (split ? concat_warp_rows_kernel<true, 1> : concat_warp_rows_kernel<false, 1>);
+    const int64_t threads = div_ceil(rows, int64_t{rows_per_warp}) * kWarpRowLanes;
     if (cta == 0) {
-      launch_threads(kernel, p, rows * kWarpRowLanes, device);
+      launch_threads(kernel, p, threads, device);
     } else {
-      LaunchKernel(static_cast<unsigned>(div_ceil(rows * kWarpRowLanes, cta)), static_cast<unsigned>(cta), device).enable_pdl()(kernel, p);
+      LaunchKernel(static_cast<unsigned>(div_ceil(threads, cta)), static_cast<unsigned>(cta), device).enable_pdl()(kernel, p);
     }
     return true;
   }

@@ -602,7 +602,8 @@ __global__ void __launch_bounds__(1024) absorb_warp_wide_index_kernel(const __gr
 // out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, any strides where noted): variant 2: the product's
 // concat_rows_kernel (the output's vectors in order, 2 a thread; any strides); 10: absorb_warp_kernel
 // (contiguous only), CTAs of 256; 20: absorb_warp_wide_index_kernel, CTAs of 256 (any strides); 30 / 31:
-// the product's concat_warp_rows_kernel at any number of rows, CTAs of 256 / of the copy kernels' width.
+// the product's concat_warp_rows_kernel at any number of rows, CTAs of 256 / of the copy kernels' width;
+// 32: the same two rows a warp, CTAs of 256.
 void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::TensorView out, int64_t variant) {
   using namespace host;
   RuntimeCheck(a.dim() == 3 && a.size(2) == 512 && b.size(2) == 64 && out.size(2) == 576, "concat_schedule: [T, H, 512 + 64]");
@@ -613,8 +614,9 @@ void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::Tens
   p.y_s0 = b.stride(0) * 2, p.y_s1 = b.stride(1) * 2;
   if (variant == 2) {
     jitkern_kv_rows::KvRows::concat<2>(p, t, h, 1024, 128, a.device());
-  } else if (variant == 30 || variant == 31) {
-    RuntimeCheck(jitkern_kv_rows::KvRows::warp_rows(p, t, h, a.device(), variant == 30 ? 256 : 0, true), "concat_schedule: offsets past 32 bits");
+  } else if (variant >= 30) {
+    RuntimeCheck(jitkern_kv_rows::KvRows::warp_rows(p, t, h, a.device(), variant == 31 ? 0 : 256, true, variant == 32 ? 2 : 1),
+                 "concat_schedule: offsets past 32 bits");
   } else {
     LaunchKernel launch(static_cast<unsigned>(div_ceil(rows * 32, int64_t{256})), 256u, a.device());
     launch.enable_pdl();
