@@ -3,7 +3,7 @@
 //                                paged caches; any row of a multiple of 4 bytes);
 //   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
 // store_cache: a group of lanes (a power of two) per row; the concatenations: the output's vectors in
-// order, a thread per kConcatUnroll of them (MLA's absorbed q, up to a wave of rows: a warp a row). 16-byte
+// order, a thread per kConcatUnroll of them (MLA's absorbed q, up to kWarpRowWaves waves of rows: a warp a row). 16-byte
 // vectors where every address and stride allows.
 // The cache layouts (shared with RoPE's fused cache write): <jitkern/impl/kv_cache.cuh>.
 #pragma once
@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 #endif
 }
 
-// MLA's absorbed q (rows of 1024 + 128 bytes: [T, H, 512 + 64] of 16-bit) a warp a row, up to a wave of
-// rows: lane l copies x's 16-byte vectors l and l + 32 and y's 4-byte word l, loaded before the first store.
+// MLA's absorbed q (rows of 1024 + 128 bytes: [T, H, 512 + 64] of 16-bit) a warp a row, up to
+// kWarpRowWaves waves of rows: lane l copies x's 16-byte vectors l and l + 32 and y's 4-byte word l, loaded before the first store.
 // Offsets are 32-bit (the host checks that every tensor's fit); kSplit: the row's token and head found by a
 // 32-bit multiply-high (strided rows), else a row's offset is row * stride (rows evenly spaced in each
 // tensor). The 64-bit division and strides it took before put 78 instructions before the first load where
@@ -161,6 +161,9 @@ struct WarpRowParams {
   uint32_t rows;
 };
 constexpr int kWarpRowXBytes = 1024, kWarpRowYBytes = 128, kWarpRowLanes = device::kWarpThreads;
+// Waves of warps (an SM's resident warps on every SM) the warp-row kernel takes at most: 1024 tokens of 128
+// heads on an H200; more rows take the output's vectors in order (4096 tokens: 289.7 against 293.1 us).
+constexpr int64_t kWarpRowWaves = 16;
 
 template <bool kSplit, int kRows>  // kRows: rows a warp copies, loaded all before its first store
 __global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ WarpRowParams p) {
@@ -355,17 +358,17 @@ struct KvRowsImpl {
     }
   }
 
-  // MLA's absorbed q rows a warp a row (concat_warp_rows_kernel) where they are at most a wave of warps
+  // MLA's absorbed q rows a warp a row (concat_warp_rows_kernel) where they are at most kWarpRowWaves waves
   // (or any number: `force`, bench_schedules.py) and every tensor's offsets fit 32 bits; false: not taken.
   // cta 0: the copy kernels' CTA width (launch_threads), else that many threads; rows_per_warp 1 or 2.
   static bool warp_rows(const ConcatParams& c, int64_t dim0, int64_t dim1, DLDevice device, int64_t cta, bool force = false,
                         int rows_per_warp = 1) {
     using namespace host;
     const int64_t rows = dim0 * dim1;
-    const int64_t wave = runtime::get_sm_count(device.device_id) * (row_policy(device).threads_per_sm / kWarpRowLanes);
+    const int64_t waves = kWarpRowWaves * runtime::get_sm_count(device.device_id) * (row_policy(device).threads_per_sm / kWarpRowLanes);
     // The byte just past each tensor's last row (strides are not negative).
     const auto end = [&](int64_t s0, int64_t s1, int64_t row_bytes) { return (dim0 - 1) * s0 + (dim1 - 1) * s1 + row_bytes; };
-    if ((force ? rows >= (int64_t{1} << 26) : rows > wave) ||  // force: rows * 32 threads within 32 bits
+    if ((force ? rows >= (int64_t{1} << 26) : rows > waves) ||  // force: rows * 32 threads within 32 bits
         end(c.out_s0, c.out_s1, kWarpRowXBytes + kWarpRowYBytes) >= (int64_t{1} << 31) ||
         end(c.x_s0, c.x_s1, kWarpRowXBytes) >= (int64_t{1} << 31) || end(c.y_s0, c.y_s1, kWarpRowYBytes) >= (int64_t{1} << 31))
       return false;
