@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +58,15 @@ std::vector<std::pair<std::string, std::string>> parse_fields(const std::string&
   return out;
 }
 
+// A request field's int, all of it: a value out of int's range is refused, never truncated.
+int int_field(const std::string& key, const std::string& value) {
+  int out = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (ec != std::errc() || end != value.data() + value.size() || value.empty())
+    throw std::invalid_argument("jitkern: " + key + " must be an integer in [" + std::to_string(INT_MIN) + ", " + std::to_string(INT_MAX) + "], got '" + value + "'");
+  return out;
+}
+
 void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::EngineConfig* cfg) {
   std::string pending_wrapper;  // "cpp" or "cuda" after a *_wrapper_name field
   std::string pending_name;
@@ -80,8 +91,8 @@ void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::
     else if (key == "host_without_nvcc") req->host_without_nvcc = value == "1";
     else if (key == "host_prelude") req->host_prelude = value == "1";
     else if (key == "host_without_cudafe") req->host_without_cudafe = value == "1";
-    else if (key == "host_shared_files") req->host_shared_files = std::atoi(value.c_str());
-    else if (key == "cuda_device") req->cuda_device = std::atoi(value.c_str());
+    else if (key == "host_shared_files") req->host_shared_files = int_field(key, value);
+    else if (key == "cuda_device") req->cuda_device = int_field(key, value);
     else if (key == "tvm_ffi_version") cfg->tvm_ffi_version = value;
     else throw std::invalid_argument("jitkern: unknown engine request key '" + key + "'");
   }

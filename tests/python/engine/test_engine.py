@@ -504,6 +504,10 @@ def test_host_shared_files_names_leading_cuda_files_of_a_rewritten_host_side(cac
         spec.replace(host_shared_files=-1)._check()
     with pytest.raises(ValueError, match="host_shared_files was given without host_without_cudafe"):
         spec.replace(host_without_cudafe=False, host_shared_files=1)._check()
+    # beyond int's range: refused by the engine, not truncated (2**32 + 1 once read as 1, 2**40 as 0)
+    for huge in (2**32 + 1, 2**40, -(2**40)):
+        with pytest.raises(ValueError, match=rf"host_shared_files must be an integer in \[-2147483648, 2147483647\], got '{huge}'"):
+            spec.replace(host_shared_files=huge)._check()
 
 
 def test_parallel_builds_start_the_costliest_compile_first():
