@@ -153,16 +153,15 @@ def token_quant_shapes(m, ref):
         yield f"[{t}, 4096]", variants, check
 
 
-CONCAT = {2: "the output's vectors in order, 2 a thread (the product beyond 16 waves of rows)",
-          31: "a warp a row (the product's kernel and CTAs)", 32: "a warp two rows (the product's kernel and CTAs)",
-          30: "a warp a row (the product's kernel), 256t", 10: "a warp a row, contiguous rows only, 256t",
+CONCAT = {2: "the output's vectors in order, 2 a thread (the product beyond 4 waves of rows)",
+          31: "a warp a row (the product's kernel and CTAs)", 30: "a warp a row (the product's kernel), 256t", 10: "a warp a row, contiguous rows only, 256t",
           20: "a warp a row, 64-bit division and strides (the product before), 256t"}
 
 
 def concat_shapes(m, ref):
     """[T, 128, 512 + 64] at decode sizes around a wave of rows a warp each (132 SMs x 64 warps: T = 66), at
     T = 64 with a as the absorbed q's bmm leaves it ([128, T, 512] transposed: a division a row), and at
-    prefill sizes around the launch rule's 16 waves (T = 1056): both of its arms at every size."""
+    prefill sizes beyond the launch rule's 4 waves (T = 264): both of its arms at every size."""
     for t, transposed in [(1, False), (16, False), (32, False), (64, False), (64, True), (128, False), (256, False), (1024, False),
                           (4096, False)]:
         a = rand(128, t, 512).transpose(0, 1) if transposed else rand(t, 128, 512)
@@ -172,8 +171,8 @@ def concat_shapes(m, ref):
         if ref is not None:
             variants["reference"] = lambda a=a, b=b: ref.concat_mla_absorb_q(a, b)
         for v, name in CONCAT.items():
-            # 32 from 16 tokens on; 30: the product's CTAs from 5 tokens on; 10: contiguous only; 10 and 20: decode sizes only
-            if (v == 32 and t == 1) or (v == 30 and t > 4) or (v == 10 and transposed) or (v in (10, 20) and t > 256):
+            # 30: the product's CTAs from 5 tokens on; 10: contiguous only; 10 and 20: decode sizes only
+            if (v == 30 and t > 4) or (v == 10 and transposed) or (v in (10, 20) and t > 256):
                 continue
             variants[name] = lambda a=a, b=b, out=out, v=v: m.concat(a, b, out, v)
         with_floor(variants)

@@ -147,11 +147,11 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 }
 
 // MLA's absorbed q (rows of 1024 + 128 bytes: [T, H, 512 + 64] of 16-bit) a warp a row, up to
-// kWarpRowWaves waves of rows: lane l copies x's 16-byte vectors l and l + 32 and y's 4-byte word l, loaded before the first store.
-// Offsets are 32-bit (the host checks that every tensor's fit); kSplit: the row's token and head found by a
-// 32-bit multiply-high (strided rows), else a row's offset is row * stride (rows evenly spaced in each
-// tensor). The 64-bit division and strides it took before put 78 instructions before the first load where
-// a contiguous-only kernel put 28: 3.52 against 3.14 us at [64, 128, 576] on an H200 (vs_reference.md).
+// kWarpRowWaves waves of rows: lane l copies x's 16-byte vectors l and l + 32 and y's 4-byte word l, loaded
+// before the first store. Offsets are 32-bit (the host checks that every tensor's fit); kSplit: the row's
+// token and head found by a 32-bit multiply-high (strided rows), else a row's offset is row * stride (rows
+// evenly spaced in each tensor): 26 / 38 instructions before the first load, where a 64-bit quotient and
+// strides put 78 (H200, [64, 128, 576]: 3.33 against 3.53 us; docs/benchmarks/vs_reference.md).
 struct WarpRowParams {
   char* out;
   const char* x;
@@ -161,45 +161,33 @@ struct WarpRowParams {
   uint32_t rows;
 };
 constexpr int kWarpRowXBytes = 1024, kWarpRowYBytes = 128, kWarpRowLanes = device::kWarpThreads;
-// Waves of warps (an SM's resident warps on every SM) the warp-row kernel takes at most: 1024 tokens of 128
-// heads on an H200; more rows take the output's vectors in order (4096 tokens: 289.7 against 293.1 us).
-constexpr int64_t kWarpRowWaves = 16;
+// Waves of warps (every SM's resident warps) the warp-row kernel takes at most: 264 tokens of 128 heads on
+// an H200; beyond, the output's vectors in order (1024 tokens: 72.89 against 73.80 us; 256: 19.44 / 19.39).
+constexpr int64_t kWarpRowWaves = 4;
 
-template <bool kSplit, int kRows>  // kRows: rows a warp copies, loaded all before its first store
+template <bool kSplit>
 __global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ WarpRowParams p) {
 #ifdef __CUDACC__
-  const uint32_t first = (blockIdx.x * blockDim.x + threadIdx.x) / device::kWarpThreads * kRows;
+  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / device::kWarpThreads;
   const uint32_t lane = threadIdx.x % device::kWarpThreads;
   device::pdl_wait_primary();
-  if (first >= p.rows) return;  // a whole warp
-  int4 x0[kRows], x1[kRows];
-  int y[kRows];
-  uint32_t out_at[kRows];
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const uint32_t row = first + k;
-    if (kRows > 1 && row >= p.rows) break;
-    uint32_t x_at, y_at;
-    if constexpr (kSplit) {
-      uint32_t i1;
-      const uint32_t i0 = p.dim1.divide(row, i1);
-      out_at[k] = i0 * p.out_s0 + i1 * p.out_s1, x_at = i0 * p.x_s0 + i1 * p.x_s1, y_at = i0 * p.y_s0 + i1 * p.y_s1;
-    } else {
-      out_at[k] = row * p.out_s1, x_at = row * p.x_s1, y_at = row * p.y_s1;
-    }
-    const int4* x = reinterpret_cast<const int4*>(p.x + x_at) + lane;
-    x0[k] = x[0], x1[k] = x[device::kWarpThreads];
-    y[k] = reinterpret_cast<const int*>(p.y + y_at)[lane];
+  if (row >= p.rows) return;  // a whole warp
+  uint32_t out_at, x_at, y_at;
+  if constexpr (kSplit) {
+    uint32_t i1;
+    const uint32_t i0 = p.dim1.divide(row, i1);
+    out_at = i0 * p.out_s0 + i1 * p.out_s1, x_at = i0 * p.x_s0 + i1 * p.x_s1, y_at = i0 * p.y_s0 + i1 * p.y_s1;
+  } else {
+    out_at = row * p.out_s1, x_at = row * p.x_s1, y_at = row * p.y_s1;
   }
+  const int4* x = reinterpret_cast<const int4*>(p.x + x_at) + lane;
+  const int4 x0 = x[0], x1 = x[device::kWarpThreads];
+  const int y = reinterpret_cast<const int*>(p.y + y_at)[lane];
   device::pdl_trigger_secondary();  // once the loads are issued, as concat_rows_kernel
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    if (kRows > 1 && first + k >= p.rows) break;
-    int4* out = reinterpret_cast<int4*>(p.out + out_at[k]) + lane;
-    out[0] = x0[k];
-    out[device::kWarpThreads] = x1[k];
-    reinterpret_cast<int*>(p.out + out_at[k] + kWarpRowXBytes)[lane] = y[k];
-  }
+  int4* out = reinterpret_cast<int4*>(p.out + out_at) + lane;
+  out[0] = x0;
+  out[device::kWarpThreads] = x1;
+  reinterpret_cast<int*>(p.out + out_at + kWarpRowXBytes)[lane] = y;
 #endif
 }
 
@@ -360,9 +348,8 @@ struct KvRowsImpl {
 
   // MLA's absorbed q rows a warp a row (concat_warp_rows_kernel) where they are at most kWarpRowWaves waves
   // (or any number: `force`, bench_schedules.py) and every tensor's offsets fit 32 bits; false: not taken.
-  // cta 0: the copy kernels' CTA width (launch_threads), else that many threads; rows_per_warp 1 or 2.
-  static bool warp_rows(const ConcatParams& c, int64_t dim0, int64_t dim1, DLDevice device, int64_t cta, bool force = false,
-                        int rows_per_warp = 1) {
+  // cta 0: the copy kernels' CTA width (launch_threads), else that many threads.
+  static bool warp_rows(const ConcatParams& c, int64_t dim0, int64_t dim1, DLDevice device, int64_t cta, bool force = false) {
     using namespace host;
     const int64_t rows = dim0 * dim1;
     const int64_t waves = kWarpRowWaves * runtime::get_sm_count(device.device_id) * (row_policy(device).threads_per_sm / kWarpRowLanes);
@@ -383,9 +370,8 @@ struct KvRowsImpl {
       return dim0 == 1 || dim1 == 1 || s0 == dim1 * s1;
     };
     const bool split = !(even(p.out_s0, p.out_s1) && even(p.x_s0, p.x_s1) && even(p.y_s0, p.y_s1));
-    const auto kernel = rows_per_warp == 2 ? (split ? concat_warp_rows_kernel<true, 2> : concat_warp_rows_kernel<false, 2>)
-                                           : (split ? concat_warp_rows_kernel<true, 1> : concat_warp_rows_kernel<false, 1>);
-    const int64_t threads = div_ceil(rows, int64_t{rows_per_warp}) * kWarpRowLanes;
+    const auto kernel = split ? concat_warp_rows_kernel<true> : concat_warp_rows_kernel<false>;
+    const int64_t threads = rows * kWarpRowLanes;
     if (cta == 0) {
       launch_threads(kernel, p, threads, device);
     } else {

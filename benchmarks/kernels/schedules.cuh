@@ -601,9 +601,9 @@ __global__ void __launch_bounds__(1024) absorb_warp_wide_index_kernel(const __gr
 #ifndef __CUDACC_RTC__
 // out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, any strides where noted), both arms of the
 // product's launch rule at any size: variant 2: the product's concat_rows_kernel (the output's vectors in
-// order, 2 a thread); 31: the product's concat_warp_rows_kernel as the product launches it (32: two rows a
-// warp); 30: the same in CTAs of 256; 10: absorb_warp_kernel (contiguous only), CTAs of 256; 20:
-// absorb_warp_wide_index_kernel, CTAs of 256.
+// order, 2 a thread); 31: the product's concat_warp_rows_kernel as the product launches it; 30: the same in
+// CTAs of 256; 10: absorb_warp_kernel (contiguous only), CTAs of 256; 20: absorb_warp_wide_index_kernel,
+// CTAs of 256.
 void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::TensorView out, int64_t variant) {
   using namespace host;
   RuntimeCheck(a.dim() == 3 && a.size(2) == 512 && b.size(2) == 64 && out.size(2) == 576, "concat_schedule: [T, H, 512 + 64]");
@@ -615,8 +615,7 @@ void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::Tens
   if (variant == 2) {
     jitkern_kv_rows::KvRows::concat<2>(p, t, h, 1024, 128, a.device());
   } else if (variant >= 30) {
-    RuntimeCheck(jitkern_kv_rows::KvRows::warp_rows(p, t, h, a.device(), variant == 30 ? 256 : 0, true, variant == 32 ? 2 : 1),
-                 "concat_schedule: offsets past 32 bits");
+    RuntimeCheck(jitkern_kv_rows::KvRows::warp_rows(p, t, h, a.device(), variant == 30 ? 256 : 0, true), "concat_schedule: offsets past 32 bits");
   } else {
     LaunchKernel launch(static_cast<unsigned>(div_ceil(rows * 32, int64_t{256})), 256u, a.device());
     launch.enable_pdl();
