@@ -153,19 +153,27 @@ def token_quant_shapes(m, ref):
         yield f"[{t}, 4096]", variants, check
 
 
-CONCAT = {2: "the output's vectors in order, 2 a thread", 4: "the output's vectors in order, 4 a thread",
-          10: "a warp a row, b in 4-byte words, 1024t", 12: "a warp a row, b in 4-byte words, 256t",
-          13: "a warp a row, b in 16-byte vectors, 256t"}
+CONCAT = {2: "the output's vectors in order, 2 a thread (the product beyond 4 waves of rows)",
+          31: "a warp a row (the product's kernel and CTAs)", 30: "a warp a row (the product's kernel), 256t", 10: "a warp a row, contiguous rows only, 256t",
+          20: "a warp a row, 64-bit division and strides (the product before), 256t"}
 
 
 def concat_shapes(m, ref):
-    for t in (64, 128, 256):
-        a, b = rand(t, 128, 512), rand(t, 128, 64)
+    """[T, 128, 512 + 64] at decode sizes around a wave of rows a warp each (132 SMs x 64 warps: T = 66), at
+    T = 64 with a as the absorbed q's bmm leaves it ([128, T, 512] transposed: a division a row), and at
+    prefill sizes beyond the launch rule's 4 waves (T = 264): both of its arms at every size."""
+    for t, transposed in [(1, False), (16, False), (32, False), (64, False), (64, True), (128, False), (256, False), (1024, False),
+                          (4096, False)]:
+        a = rand(128, t, 512).transpose(0, 1) if transposed else rand(t, 128, 512)
+        b = rand(t, 128, 64)
         out = torch.empty(t, 128, 576, device="cuda", dtype=DTYPE)
         variants = {"product": lambda a=a, b=b: ops.concat_mla_absorb_q(a, b)}
         if ref is not None:
             variants["reference"] = lambda a=a, b=b: ref.concat_mla_absorb_q(a, b)
         for v, name in CONCAT.items():
+            # 30: the product's CTAs from 5 tokens on; 10: contiguous only; 10 and 20: decode sizes only
+            if (v == 30 and t > 4) or (v == 10 and transposed) or (v in (10, 20) and t > 256):
+                continue
             variants[name] = lambda a=a, b=b, out=out, v=v: m.concat(a, b, out, v)
         with_floor(variants)
 
@@ -178,7 +186,7 @@ def concat_shapes(m, ref):
                 out.zero_()
                 fn()
                 assert torch.equal(out, expected), f"concat variant {name} differs"
-        yield f"[{t}, 128, 512 + 64]", variants, check
+        yield f"[{t}, 128, 512 + 64]{', a transposed' if transposed else ''}", variants, check
 
 
 GROUP_LAYOUT = ["", " contiguous", " multiply (not exact: diagnostic)", " lean (packed amax, finite only)",

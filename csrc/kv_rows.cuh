@@ -3,7 +3,7 @@
 //                                paged caches; any row of a multiple of 4 bytes);
 //   KvRows::concat_mla_k, KvRows::concat_mla_absorb_q   the MLA layout concatenations.
 // store_cache: a group of lanes (a power of two) per row; the concatenations: the output's vectors in
-// order, a thread per kConcatUnroll of them (MLA's absorbed q, up to a wave of rows: a warp a row). 16-byte
+// order, a thread per kConcatUnroll of them (MLA's absorbed q, up to kWarpRowWaves waves of rows: a warp a row). 16-byte
 // vectors where every address and stride allows.
 // The cache layouts (shared with RoPE's fused cache write): <jitkern/impl/kv_cache.cuh>.
 #pragma once
@@ -112,7 +112,6 @@ struct ConcatParams {
   device::kv_cache::Divisor row_vecs;  // x_vecs + y_vecs
   device::kv_cache::Divisor dim1;      // rows are (i0, i1), i1 < dim1
   int32_t x_vecs;
-  int64_t rows;  // concat_warp_rows_kernel only (its x_vecs: of its XVec)
 };
 
 // out[i0, i1, :] = [x[i0, i1, :] | y[i0, i1, :]] (y_s1 = 0 broadcasts y over i1). The output's vectors
@@ -147,33 +146,48 @@ __global__ void __launch_bounds__(kRowThreads) concat_rows_kernel(const __grid_c
 #endif
 }
 
-// The same a warp a row, for rows of x in kXPer 32-lane rounds of XVec and y in one round of YVec (x_vecs
-// XVecs, at most 32 * kXPer; 32 YVecs): lane l copies x's vectors l, l + 32, ... and y's vector l, all
-// loaded before the first store, and one division a warp finds the row. Where the rows are at most one
-// wave of warps (MLA's absorbed q, [64, 128, 512 + 64] bf16 on an H200, bench_schedules.py's kernel of
-// this layout: 3.14 us against 3.91 through concat_rows_kernel, [1, 128, ...] 0.79 against 1.13;
-// docs/benchmarks/vs_reference.md).
-template <typename XVec, int kXPer, typename YVec>
-__global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ ConcatParams p) {
+// MLA's absorbed q (rows of 1024 + 128 bytes: [T, H, 512 + 64] of 16-bit) a warp a row, up to
+// kWarpRowWaves waves of rows: lane l copies x's 16-byte vectors l and l + 32 and y's 4-byte word l, loaded
+// before the first store. Offsets are 32-bit (the host checks that every tensor's fit); kSplit: the row's
+// token and head found by a 32-bit multiply-high (strided rows), else a row's offset is row * stride (rows
+// evenly spaced in each tensor): 26 / 38 instructions before the first load, where a 64-bit quotient and
+// strides put 78 (H200, [64, 128, 576]: 3.33 against 3.53 us; docs/benchmarks/vs_reference.md).
+struct WarpRowParams {
+  char* out;
+  const char* x;
+  const char* y;
+  uint32_t out_s0, out_s1, x_s0, x_s1, y_s0, y_s1;  // bytes; !kSplit: s1 is a row's stride, s0 unused
+  device::kv_cache::Divisor32 dim1;                 // kSplit: rows are (i0, i1), i1 < dim1
+  uint32_t rows;
+};
+constexpr int kWarpRowXBytes = 1024, kWarpRowYBytes = 128, kWarpRowLanes = device::kWarpThreads;
+// Waves of warps (every SM's resident warps) the warp-row kernel takes at most: 264 tokens of 128 heads on
+// an H200; beyond, the output's vectors in order (1024 tokens: 72.89 against 73.80 us; 256: 19.44 / 19.39).
+constexpr int64_t kWarpRowWaves = 4;
+
+template <bool kSplit>
+__global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __grid_constant__ WarpRowParams p) {
 #ifdef __CUDACC__
-  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / device::kWarpThreads;
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / device::kWarpThreads;
+  const uint32_t lane = threadIdx.x % device::kWarpThreads;
   device::pdl_wait_primary();
   if (row >= p.rows) return;  // a whole warp
-  uint64_t i1;
-  const int64_t i0 = static_cast<int64_t>(p.dim1.divide(static_cast<uint64_t>(row), i1)), h = static_cast<int64_t>(i1);
-  const XVec* x = reinterpret_cast<const XVec*>(p.x + i0 * p.x_s0 + h * p.x_s1);
-  char* out = p.out + i0 * p.out_s0 + h * p.out_s1;
-  XVec xv[kXPer];
-#pragma unroll
-  for (int j = 0; j < kXPer; ++j)
-    if (lane + j * device::kWarpThreads < p.x_vecs) xv[j] = x[lane + j * device::kWarpThreads];
-  const YVec yv = reinterpret_cast<const YVec*>(p.y + i0 * p.y_s0 + h * p.y_s1)[lane];
+  uint32_t out_at, x_at, y_at;
+  if constexpr (kSplit) {
+    uint32_t i1;
+    const uint32_t i0 = p.dim1.divide(row, i1);
+    out_at = i0 * p.out_s0 + i1 * p.out_s1, x_at = i0 * p.x_s0 + i1 * p.x_s1, y_at = i0 * p.y_s0 + i1 * p.y_s1;
+  } else {
+    out_at = row * p.out_s1, x_at = row * p.x_s1, y_at = row * p.y_s1;
+  }
+  const int4* x = reinterpret_cast<const int4*>(p.x + x_at) + lane;
+  const int4 x0 = x[0], x1 = x[device::kWarpThreads];
+  const int y = reinterpret_cast<const int*>(p.y + y_at)[lane];
   device::pdl_trigger_secondary();  // once the loads are issued, as concat_rows_kernel
-#pragma unroll
-  for (int j = 0; j < kXPer; ++j)
-    if (lane + j * device::kWarpThreads < p.x_vecs) reinterpret_cast<XVec*>(out)[lane + j * device::kWarpThreads] = xv[j];
-  reinterpret_cast<YVec*>(out + int64_t{p.x_vecs} * int64_t{sizeof(XVec)})[lane] = yv;
+  int4* out = reinterpret_cast<int4*>(p.out + out_at) + lane;
+  out[0] = x0;
+  out[device::kWarpThreads] = x1;
+  reinterpret_cast<int*>(p.out + out_at + kWarpRowXBytes)[lane] = y;
 #endif
 }
 
@@ -312,16 +326,7 @@ struct KvRowsImpl {
     const auto fits = [&](int64_t w) {
       return all_multiples({address(p.out), address(p.x), address(p.y), p.out_s0, p.out_s1, p.x_s0, p.x_s1, p.y_s0, p.y_s1, x_bytes, y_bytes}, w);
     };
-    // A warp a row where the rows are at most a wave of warps and the row is 16-byte vectors of x in two
-    // rounds and 4-byte words of y in one (MLA's absorbed q: 1024 + 128 bytes).
-    const int64_t sms = runtime::get_sm_count(device.device_id), wave = sms * (row_policy(device).threads_per_sm / 32);
-    if (kUnroll == 0 && rows <= wave && y_bytes == 32 * 4 && x_bytes > 16 * 32 && x_bytes <= 16 * 64 && fits(16)) {
-      p.x_vecs = static_cast<int32_t>(x_bytes / 16);
-      p.rows = rows;
-      LaunchKernel(static_cast<unsigned>(div_ceil(rows * 32, int64_t{kRowThreads})), kRowThreads, device)
-          .enable_pdl()(concat_warp_rows_kernel<int4, 2, int>, p);
-      return;
-    }
+    if (kUnroll == 0 && x_bytes == kWarpRowXBytes && y_bytes == kWarpRowYBytes && fits(16) && warp_rows(p, dim0, dim1, device, 0)) return;
     const auto go = [&](auto vec) {
       using Vec = decltype(vec);
       const int64_t row_vecs = (x_bytes + y_bytes) / int64_t{sizeof(Vec)};
@@ -339,6 +344,40 @@ struct KvRowsImpl {
     } else {
       go(uint8_t{});
     }
+  }
+
+  // MLA's absorbed q rows a warp a row (concat_warp_rows_kernel) where they are at most kWarpRowWaves waves
+  // (or any number: `force`, bench_schedules.py) and every tensor's offsets fit 32 bits; false: not taken.
+  // cta 0: the copy kernels' CTA width (launch_threads), else that many threads.
+  static bool warp_rows(const ConcatParams& c, int64_t dim0, int64_t dim1, DLDevice device, int64_t cta, bool force = false) {
+    using namespace host;
+    const int64_t rows = dim0 * dim1;
+    const int64_t waves = kWarpRowWaves * runtime::get_sm_count(device.device_id) * (row_policy(device).threads_per_sm / kWarpRowLanes);
+    // The byte just past each tensor's last row (strides are not negative).
+    const auto end = [&](int64_t s0, int64_t s1, int64_t row_bytes) { return (dim0 - 1) * s0 + (dim1 - 1) * s1 + row_bytes; };
+    if ((force ? rows >= (int64_t{1} << 26) : rows > waves) ||  // force: rows * 32 threads within 32 bits
+        end(c.out_s0, c.out_s1, kWarpRowXBytes + kWarpRowYBytes) >= (int64_t{1} << 31) ||
+        end(c.x_s0, c.x_s1, kWarpRowXBytes) >= (int64_t{1} << 31) || end(c.y_s0, c.y_s1, kWarpRowYBytes) >= (int64_t{1} << 31))
+      return false;
+    WarpRowParams p{c.out, c.x, c.y};
+    p.out_s0 = static_cast<uint32_t>(c.out_s0), p.out_s1 = static_cast<uint32_t>(c.out_s1), p.x_s0 = static_cast<uint32_t>(c.x_s0),
+    p.x_s1 = static_cast<uint32_t>(c.x_s1), p.y_s0 = static_cast<uint32_t>(c.y_s0), p.y_s1 = static_cast<uint32_t>(c.y_s1);
+    p.dim1 = divisor<uint32_t>(dim1);
+    p.rows = static_cast<uint32_t>(rows);
+    // Rows evenly spaced in a tensor: one stride (the token's where there is one head).
+    const auto even = [&](uint32_t& s0, uint32_t& s1) {
+      if (dim1 == 1) s1 = s0;
+      return dim0 == 1 || dim1 == 1 || s0 == dim1 * s1;
+    };
+    const bool split = !(even(p.out_s0, p.out_s1) && even(p.x_s0, p.x_s1) && even(p.y_s0, p.y_s1));
+    const auto kernel = split ? concat_warp_rows_kernel<true> : concat_warp_rows_kernel<false>;
+    const int64_t threads = rows * kWarpRowLanes;
+    if (cta == 0) {
+      launch_threads(kernel, p, threads, device);
+    } else {
+      LaunchKernel(static_cast<unsigned>(div_ceil(threads, cta)), static_cast<unsigned>(cta), device).enable_pdl()(kernel, p);
+    }
+    return true;
   }
 
  private:

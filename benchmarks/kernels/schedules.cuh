@@ -553,9 +553,8 @@ void token_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
 #endif  // __CUDACC_RTC__
 
 // concat_mla_absorb_q's rows, [a (512 bf16) | b (64 bf16)], a warp a row as the reference lays them out: lane
-// l copies a's 16-byte vectors l and l + 32, and b's 4-byte word l (kBWords) or, in lanes 0-7, its 16-byte
-// vector l; the PDL wait first, the trigger after the loads; rows contiguous in a, b and out.
-template <bool kBWords>
+// l copies a's 16-byte vectors l and l + 32 and b's 4-byte word l; the PDL wait first, the trigger after the
+// loads; rows contiguous in a, b and out (no strides: the fewest instructions before the loads).
 __global__ void __launch_bounds__(1024) absorb_warp_kernel(const bf16* a, const bf16* b, bf16* out, int64_t rows) {
 #ifdef __CUDACC__
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / device::kWarpThreads;
@@ -564,52 +563,71 @@ __global__ void __launch_bounds__(1024) absorb_warp_kernel(const bf16* a, const 
   if (row >= rows) return;
   const int4* ar = reinterpret_cast<const int4*>(a + row * 512);
   const int4 a0 = ar[lane], a1 = ar[lane + 32];
-  int bw = 0;
-  int4 bv{};
-  if constexpr (kBWords) {
-    bw = reinterpret_cast<const int*>(b + row * 64)[lane];
-  } else if (lane < 8) {
-    bv = reinterpret_cast<const int4*>(b + row * 64)[lane];
-  }
+  const int bw = reinterpret_cast<const int*>(b + row * 64)[lane];
   device::pdl_trigger_secondary();
   int4* o = reinterpret_cast<int4*>(out + row * 576);
   o[lane] = a0;
   o[lane + 32] = a1;
-  if constexpr (kBWords) {
-    reinterpret_cast<int*>(o + 64)[lane] = bw;
-  } else if (lane < 8) {
-    o[64 + lane] = bv;
-  }
+  reinterpret_cast<int*>(o + 64)[lane] = bw;
+#endif
+}
+
+// The same through the product's general parameters as it ran before its 32-bit form: the row's token and
+// head by a 64-bit division, 64-bit strides, a predicate on a's second round (78 instructions before the
+// first load, against absorb_warp_kernel's 28).
+__global__ void __launch_bounds__(1024) absorb_warp_wide_index_kernel(const __grid_constant__ jitkern_kv_rows::ConcatParams p, int64_t rows) {
+#ifdef __CUDACC__
+  const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / device::kWarpThreads;
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  device::pdl_wait_primary();
+  if (row >= rows) return;
+  uint64_t i1;
+  const int64_t i0 = static_cast<int64_t>(p.dim1.divide(static_cast<uint64_t>(row), i1)), h = static_cast<int64_t>(i1);
+  const int4* x = reinterpret_cast<const int4*>(p.x + i0 * p.x_s0 + h * p.x_s1);
+  char* out = p.out + i0 * p.out_s0 + h * p.out_s1;
+  int4 xv[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    if (lane + j * 32 < p.x_vecs) xv[j] = x[lane + j * 32];
+  const int yv = reinterpret_cast<const int*>(p.y + i0 * p.y_s0 + h * p.y_s1)[lane];
+  device::pdl_trigger_secondary();
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    if (lane + j * 32 < p.x_vecs) reinterpret_cast<int4*>(out)[lane + j * 32] = xv[j];
+  reinterpret_cast<int*>(out + int64_t{p.x_vecs} * 16)[lane] = yv;
 #endif
 }
 
 #ifndef __CUDACC_RTC__
-// out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, contiguous): variant 2 / 4: the product's
-// concat_rows_kernel with that many vectors a thread; 10 / 11: absorb_warp_kernel, b in 4-byte words /
-// 16-byte vectors, in CTAs of 1024 threads (the reference's); 12 / 13: the same in CTAs of 256.
+// out [T, H, 576] = [a [T, H, 512] | b [T, H, 64]] (bf16, any strides where noted), both arms of the
+// product's launch rule at any size: variant 2: the product's concat_rows_kernel (the output's vectors in
+// order, 2 a thread); 31: the product's concat_warp_rows_kernel as the product launches it; 30: the same in
+// CTAs of 256; 10: absorb_warp_kernel (contiguous only), CTAs of 256; 20: absorb_warp_wide_index_kernel,
+// CTAs of 256.
 void concat_schedule(jitkern::TensorView a, jitkern::TensorView b, jitkern::TensorView out, int64_t variant) {
   using namespace host;
   RuntimeCheck(a.dim() == 3 && a.size(2) == 512 && b.size(2) == 64 && out.size(2) == 576, "concat_schedule: [T, H, 512 + 64]");
   const int64_t t = a.size(0), h = a.size(1), rows = t * h;
-  if (variant < 10) {
-    jitkern_kv_rows::ConcatParams p{};
-    p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
-    p.out_s0 = h * 576 * 2, p.out_s1 = 576 * 2, p.x_s0 = h * 512 * 2, p.x_s1 = 512 * 2, p.y_s0 = h * 64 * 2, p.y_s1 = 64 * 2;
-    with_constant<2, 4>(variant, [&](auto u) {
-      jitkern_kv_rows::KvRows::concat<decltype(u)::value>(p, t, h, 1024, 128, a.device());
-    });
-    return;
-  }
-  const int64_t cta = variant < 12 ? 1024 : 256;
-  LaunchKernel launch(static_cast<unsigned>(div_ceil(rows * 32, cta)), static_cast<unsigned>(cta), a.device());
-  launch.enable_pdl();
-  const auto* ap = static_cast<const bf16*>(a.data_ptr());
-  const auto* bp = static_cast<const bf16*>(b.data_ptr());
-  auto* op = static_cast<bf16*>(out.data_ptr());
-  if (variant % 2 == 0) {
-    launch(absorb_warp_kernel<true>, ap, bp, op, rows);
+  jitkern_kv_rows::ConcatParams p{};
+  p.out = static_cast<char*>(out.data_ptr()), p.x = static_cast<const char*>(a.data_ptr()), p.y = static_cast<const char*>(b.data_ptr());
+  p.out_s0 = out.stride(0) * 2, p.out_s1 = out.stride(1) * 2, p.x_s0 = a.stride(0) * 2, p.x_s1 = a.stride(1) * 2;
+  p.y_s0 = b.stride(0) * 2, p.y_s1 = b.stride(1) * 2;
+  if (variant == 2) {
+    jitkern_kv_rows::KvRows::concat<2>(p, t, h, 1024, 128, a.device());
+  } else if (variant >= 30) {
+    RuntimeCheck(jitkern_kv_rows::KvRows::warp_rows(p, t, h, a.device(), variant == 30 ? 256 : 0, true), "concat_schedule: offsets past 32 bits");
   } else {
-    launch(absorb_warp_kernel<false>, ap, bp, op, rows);
+    LaunchKernel launch(static_cast<unsigned>(div_ceil(rows * 32, int64_t{256})), 256u, a.device());
+    launch.enable_pdl();
+    if (variant == 10) {
+      RuntimeCheck(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(), "concat_schedule: variant 10 takes contiguous tensors");
+      launch(absorb_warp_kernel, static_cast<const bf16*>(a.data_ptr()), static_cast<const bf16*>(b.data_ptr()), static_cast<bf16*>(out.data_ptr()),
+             rows);
+    } else {
+      p.dim1 = host::kv_cache::divisor(h);
+      p.x_vecs = 64;
+      launch(absorb_warp_wide_index_kernel, p, rows);
+    }
   }
 }
 #endif  // __CUDACC_RTC__

@@ -56,6 +56,7 @@ float __uint_as_float(unsigned x);
 int __float_as_int(float x);
 float __int_as_float(int x);
 int __float2int_rn(float x);
+unsigned __umulhi(unsigned a, unsigned b);
 unsigned long long __umul64hi(unsigned long long a, unsigned long long b);
 int __popc(unsigned x);
 template <typename T, typename U>

@@ -2,7 +2,8 @@
 // row copies, csrc/kv_rows.cuh):
 //   device::kv_cache::CacheLayout  where row `slot` of a flat or paged cache starts (CachePlace: its page
 //                                  and offset);
-//   device::kv_cache::Divisor      a quotient by a multiply (host::kv_cache::divisor makes one);
+//   device::kv_cache::Divisor      a quotient by a multiply, 64-bit (Divisor32: 32-bit; host::kv_cache::divisor
+//                                  makes one);
 //   device::kv_cache::load_index   index i of an int32 or int64 array (positions, cache locations);
 //   host::kv_cache::cache_layout   a cache tensor checked and seen as a CacheLayout; row_is_compact,
 //                                  check_same_shape, all_multiples (the byte alignment rule), address,
@@ -22,19 +23,26 @@
 
 namespace device::kv_cache {
 
-// n / d by a multiply: the high half of n * floor((2^64 - 1) / d) is the quotient or one less (n < 2^63),
+// n / d by a multiply: the high half of n * floor((2^bits - 1) / d) is the quotient or one less (n < 2^bits),
 // so one correction: branches on the page size and a 64-bit division cost RoPE's fused cache write
-// 0.13-0.24 us a decode step (H100, T = 1-64, docs/benchmarks/rope.md).
-struct Divisor {
-  uint64_t d;      // >= 1
-  uint64_t magic;  // floor((2^64 - 1) / d)
-  __device__ __forceinline__ uint64_t divide(uint64_t n, uint64_t& remainder) const {
-    uint64_t q = __umul64hi(n, magic), r = n - q * d;
+// 0.13-0.24 us a decode step (H100, T = 1-64, docs/benchmarks/rope.md). U: uint64_t, or uint32_t where
+// every quotient fits (a multiply-high and three instructions).
+template <typename U>
+struct BasicDivisor {
+  U d;      // >= 1
+  U magic;  // floor((2^bits - 1) / d)
+  __device__ __forceinline__ U divide(U n, U& remainder) const {
+    U q;
+    if constexpr (sizeof(U) == 8) q = __umul64hi(n, magic);
+    else q = __umulhi(n, magic);
+    U r = n - q * d;
     if (r >= d) ++q, r -= d;
     remainder = r;
     return q;
   }
 };
+using Divisor = BasicDivisor<uint64_t>;
+using Divisor32 = BasicDivisor<uint32_t>;
 
 // A slot's page and its offset in the page (flat caches: the slot and 0).
 struct CachePlace {
@@ -95,7 +103,8 @@ inline bool row_is_compact(jitkern::TensorView t, int first) {
   return true;
 }
 
-inline device::kv_cache::Divisor divisor(int64_t d) { return {static_cast<uint64_t>(d), UINT64_MAX / static_cast<uint64_t>(d)}; }
+template <typename U = uint64_t>
+inline device::kv_cache::BasicDivisor<U> divisor(int64_t d) { return {static_cast<U>(d), static_cast<U>(~U{0} / static_cast<U>(d))}; }
 
 // `cache` (dtype checked by the caller) as rows of `row_elems` contiguous elements on `device`: flat
 // [slots, *row] when its dimensions after the first hold one row, else paged [pages, page_size, *row].

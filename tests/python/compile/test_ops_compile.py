@@ -193,3 +193,28 @@ def test_many_in_place_narrow_rows_kernel_fits_six_ctas_an_sm(tmp_path):
                           str(tmp_path / "inplace_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
     used = [int(n) for n in re.findall(r"Used (\d+) registers", out.stdout + out.stderr)]
     assert len(used) == 1 and used[0] <= 40, out.stdout + out.stderr
+
+
+@pytest.mark.toolchain
+def test_absorb_q_warp_row_kernels_find_their_rows_in_32_bits(tmp_path):
+    """concat_mla_absorb_q's warp-a-row kernels (MLA's rows, up to 4 waves of them) find a row's offsets with
+    32-bit arithmetic: no 64-bit multiply or quotient, at most 24 registers (the 64-bit form took 32 and put
+    78 instructions before its first load, where a contiguous-only kernel put 28)."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / "kv_rows_all.cu"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "kv_rows.cuh"}"\ntemplate struct jitkern_kv_rows::KvRowsImpl<void>;\n')
+    flags = ["nvcc", "-std=c++20", "-arch=sm_90a", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}",
+             f"-I{paths['dlpack_include']}"]
+    out = subprocess.run([*flags, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "kv_rows.cubin"), str(src)], check=True, capture_output=True,
+                         text=True)
+    used = dict(re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", out.stdout + out.stderr, re.S))
+    warp_rows = {name: int(n) for name, n in used.items() if "concat_warp_rows_kernel" in name}
+    assert len(warp_rows) == 2 and all(n <= 24 for n in warp_rows.values()), warp_rows
+    subprocess.run([*flags, "-ptx", "-o", str(tmp_path / "kv_rows.ptx"), str(src)], check=True)
+    entries = re.split(r"\.entry ", (tmp_path / "kv_rows.ptx").read_text())[1:]
+    bodies = [e for e in entries if "concat_warp_rows_kernel" in e.split("(", 1)[0]]
+    assert len(bodies) == len(warp_rows)
+    for body in bodies:
+        assert not re.search(r"mul\.(hi|lo)\.[us]64|mul\.wide\.[us]64|div\.[us]64", body), body.split("(", 1)[0]

@@ -89,8 +89,8 @@ def test_concat_mla_absorb_q(shape, da, db, dtype_name):
 @pytest.mark.parametrize("shape,da", [((1, 128), 512), ((64, 128), 512), ((7, 3), 384), ((300, 128), 512), ((2, 16), 256)])
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 def test_concat_mla_absorb_q_aligned(shape, da, dtype_name):
-    """16-byte aligned rows of 2 * da + 128 bytes: up to a wave of rows a warp a row (da 384 leaves the
-    second round half empty; 256 takes the vectors in order), more rows ([300, 128]) the vectors in order."""
+    """16-byte aligned rows of 2 * da + 128 bytes: MLA's (da 512) a warp a row up to 4 waves of rows, more
+    rows ([300, 128] on GPUs of up to 144 SMs) and other widths (da 384, 256) the output's vectors in order."""
     torch = _torch()
     ops = _ops()
     dtype = getattr(torch, dtype_name)
@@ -99,6 +99,41 @@ def test_concat_mla_absorb_q_aligned(shape, da, dtype_name):
     assert torch.equal(ops.concat_mla_absorb_q(a, b), torch.cat([a, b], dim=-1))
     wide = torch.randn(*shape, da + 64 + 8, device="cuda").to(dtype)  # rows strided by 8 more elements (16 bytes)
     assert torch.equal(ops.concat_mla_absorb_q(wide[..., :da], wide[..., da + 8 :]), torch.cat([wide[..., :da], wide[..., da + 8 :]], dim=-1))
+
+
+# MLA's absorbed q ([T, 128, 512 + 64]) in the layouts a warp-a-row kernel meets: rows evenly spaced in every
+# tensor (one stride a row) or not (the row's token and head divided out).
+ABSORB_LAYOUTS = ["contiguous", "a transposed", "b broadcast over heads", "every other head of a", "one head", "out strided"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ABSORB_LAYOUTS)
+@pytest.mark.parametrize("tokens", [1, 64])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+def test_concat_mla_absorb_q_warp_row_layouts(layout, tokens, dtype_name):
+    """a [T, H, 512] as the absorbed q's bmm leaves it ([H, T, 512] transposed), b expanded over the heads,
+    heads strided, one head, or out a slice of wider rows: the bytes of torch.cat."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    heads = 1 if layout == "one head" else 128
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda").to(dtype)
+
+    a = rand(heads, tokens, 512).transpose(0, 1) if layout == "a transposed" else (
+        rand(tokens, 2 * heads, 512)[:, ::2] if layout == "every other head of a" else rand(tokens, heads, 512))
+    b = rand(tokens, 1, 64).expand(tokens, heads, 64) if layout == "b broadcast over heads" else rand(tokens, heads, 64)
+    expected = torch.cat([a, b], dim=-1)
+    if layout == "out strided":
+        wide = torch.full((tokens, heads, 576 + 8), float("nan"), device="cuda", dtype=dtype)
+        out = wide[..., :576]  # rows 1168 bytes apart
+        from jitkern.ops import kv_rows
+
+        kv_rows._FUNCTIONS["concat_mla"]("concat_mla_absorb_q")(a, b, out)
+        assert torch.equal(out, expected) and wide[..., 576:].isnan().all()
+    else:
+        assert torch.equal(ops.concat_mla_absorb_q(a, b), expected)
 
 
 @pytest.mark.gpu
