@@ -19,6 +19,7 @@ torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
 from __future__ import annotations
 
 from .._torch import compiling, torch
+from ..jit import positional
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
@@ -236,11 +237,17 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
 # ---- RMSNorm + per-group quantization --------------------------------------------------------------
 
 def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
-                      scale_ue8m0, output_q, output_s):
+                      scale_ue8m0, output_q, output_s, spread_vecs=None):
     check_group_size(group_size, public)
     if group_size not in _NORM_GROUP_SIZES:
         raise ValueError(f"{public}(): group_size must be {' or '.join(map(str, _NORM_GROUP_SIZES))}, got {group_size}")
-    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), group_size), input, public)
+    export = _norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), group_size)
+    if spread_vecs is None:
+        fn = _FAMILY.function(export, input, public)
+    else:
+        fn = _SPREAD_FUNCTIONS.get((export, input.dtype, spread_vecs))
+        if fn is None:
+            fn = _SPREAD_FUNCTIONS.setdefault((export, input.dtype, spread_vecs), positional(_spread_spec(export, input.dtype, spread_vecs).load(), export))
     q = _empty_q(input) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
         input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
@@ -248,6 +255,35 @@ def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_
     head = (_rows(input, public),) if residual is None else (_rows(input, public), as_rows(residual, public, "residual", writes=True))
     fn(*head, weight, _bytes(q, "output_q", public), s2, group_size, eps)
     return q, s
+
+
+# ---- the norm + per-group ops under a chosen many-row schedule (benchmarks and tests compare them) -----------
+
+_SPREAD_FUNCTIONS: dict = {}  # (export, dtype, spread_vecs) -> exported function
+
+
+def _spread_spec(export: str, dtype, spread_vecs: int):
+    """The module of a norm + per-group export built with JITKERN_NORM_SPREAD_VECS = spread_vecs: the vectors a
+    thread of its rows at many rows (1: one vector a thread, the schedule of few rows; impl/norm_launch.cuh)."""
+    spec = _FAMILY.spec(dtype, export)
+    return spec.replace(args=(f"{spec.name}_spread{spread_vecs}", *spec.args[1:]), extra_cuda_cflags=[f"-DJITKERN_NORM_SPREAD_VECS={spread_vecs}"])
+
+
+def norm_group_quant_spread_specs(spread_vecs: int, dtypes=("bfloat16",), group_sizes=(128,)) -> list:
+    """The modules norm_group_quant_spread calls for these dtypes and group sizes (fp32 scales), to build at once."""
+    return [_spread_spec(_norm_group_export(op, "", g), d, spread_vecs) for op in _NORM_GROUP_OPS for d in dtypes for g in group_sizes]
+
+
+def norm_group_quant_spread(spread_vecs: int, input, residual, weight, eps: float = 1e-6, *, group_size: int = 128, column_major_scales=False,
+                            scale_tma_aligned=False, scale_ue8m0=False, output_q=None, output_s=None):
+    """rmsnorm_group_quant_fp8 (residual None) or fused_add_rmsnorm_group_quant_fp8 with the rows of many-row
+    launches held spread_vecs vectors a thread (_spread_spec), whatever the product's choice: the same bits,
+    another speed."""
+    if residual is None:
+        return _norm_group_quant("rmsnorm_group_quant", "norm_group_quant_spread", input, None, weight, eps, group_size, column_major_scales,
+                                 scale_tma_aligned, scale_ue8m0, output_q, output_s, spread_vecs)
+    return _norm_group_quant("fused_add_rmsnorm_group_quant", "norm_group_quant_spread", input, residual, weight, eps, group_size,
+                             column_major_scales, scale_tma_aligned, scale_ue8m0, output_q, output_s, spread_vecs)
 
 
 def _fake_norm_group_quant(input, *args):
