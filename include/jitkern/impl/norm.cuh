@@ -184,6 +184,10 @@ struct VecMath {
   }
 };
 
+// The tag of an epilogue's store called by every lane of the warp together (a spread row held exactly);
+// an epilogue that reduces across lanes may take it (store(y, at, s, WholeWarps{})).
+struct WholeWarps {};
+
 // What a norm kernel does with each normalised row (y, rounded to T): its epilogue. The kernel-level
 // object makes one Row per row (row(pointers, r), before the kernel's PDL wait); the row functions
 // below then call, in every thread of the row's group:
@@ -303,7 +307,12 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
-    if (held(r)) epi.store(Epi::kNeedsAmax ? xs[r] : M::normalized(xs[r], ws[r], scale), i * kVec, s);
+    const auto y = [&] { return Epi::kNeedsAmax ? xs[r] : M::normalized(xs[r], ws[r], scale); };
+    if constexpr (kPerVector && kFit == RowFit::kExact && requires { epi.store(y(), 0, s, WholeWarps{}); }) {
+      epi.store(y(), i * kVec, s, WholeWarps{});
+    } else if (held(r)) {
+      epi.store(y(), i * kVec, s);
+    }
   }
   for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) epi.store(remainder(i), i * kVec, s);
   if (rank == 0) epi.finish(s);
