@@ -251,18 +251,14 @@ def norm_group_decode() -> None:
           "fused_add_rmsnorm + per_token_group_quant | speed-up | fused_add_rmsnorm alone |", lines)
 
 
-# The many-row schedules compared beside the product: rows held this many vectors a thread (impl/norm_launch.cuh,
-# kNormSpreadVecs; 1: one vector a thread, the schedule of few rows), built as modules of their own.
-SPREADS = (1, 2, 4)
-
-
 def norm_group_large(module, ceilings: dict) -> None:
     """The fused ops at prefill sizes: GB/s against the `halve` pattern (rmsnorm: 3 bytes an element) and
-    the copy ceiling (fused add: 7 bytes an element), the product beside each many-row schedule (SPREADS;
-    median of 3 interleaved rounds)."""
+    the copy ceiling (fused add: 7 bytes an element), the product beside each many-row schedule
+    (quant.NORM_GROUP_SCHEDULES; median of 3 interleaved rounds)."""
     copy = max(ceilings.values())
-    warmup_modules(*(s for v in SPREADS for s in quant.norm_group_quant_spread_specs(v)))
-    spreads = " | ".join(f"{v} vector{'s' * (v > 1)} a thread (% of halve)" for v in SPREADS)
+    schedules = list(quant.NORM_GROUP_SCHEDULES)
+    warmup_modules(*(spec for name in schedules for spec in quant.norm_group_quant_schedule_specs(name)))
+    columns = " | ".join(f"{name} (% of halve)" for name in schedules)
     for h, sizes in ((7168, [4096, 8192, 16384, 32768]), (4096, [4096, 16384, 32768])):  # a width's tables as soon as measured
         lines, add_lines = [], []
         w = torch.randn(h, dtype=DTYPE, device="cuda")
@@ -270,26 +266,27 @@ def norm_group_large(module, ceilings: dict) -> None:
             x, r0, y, q, s = _group_operands(t, h)
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
-                **{f"spread {v}": lambda v=v: quant.norm_group_quant_spread(v, x, None, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
-                   for v in SPREADS},
-                **{f"add spread {v}": lambda v=v: quant.norm_group_quant_spread(v, x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
-                   for v in SPREADS},
+                **{name: lambda name=name: quant.norm_group_quant_schedule(name, x, None, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
+                   for name in schedules},
+                **{f"add {name}": lambda name=name: quant.norm_group_quant_schedule(name, x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
+                   for name in schedules},
             })
             halve = pattern_us(module, t, h=h)
             scale_bytes = 4 * t * (h // 128)
             plain, add = (3 * t * h + scale_bytes) / 1e3, (7 * t * h + scale_bytes) / 1e3  # bytes / 1e3: GB/s from us
             lines.append(f"| {h} | {t} | {m['fused']:.2f} | {plain / m['fused']:.0f} | {100 * halve / m['fused']:.1f}% | "
-                         + " | ".join(f"{m[f'spread {v}']:.2f} ({100 * halve / m[f'spread {v}']:.1f}%)" for v in SPREADS)
+                         + " | ".join(f"{m[name]:.2f} ({100 * halve / m[name]:.1f}%)" for name in schedules)
                          + f" | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x |")
             add_lines.append(f"| {h} | {t} | {m['fused add']:.2f} | {add / m['fused add']:.0f} | {100 * add / m['fused add'] / copy:.1f}% | "
-                             + " | ".join(f"{m[f'add spread {v}']:.2f} ({100 * add / m[f'add spread {v}'] / copy:.1f}%)" for v in SPREADS) + " |")
+                             + " | ".join(f"{m[f'add {name}']:.2f} ({100 * add / m[f'add {name}'] / copy:.1f}%)" for name in schedules) + " |")
         table(f"rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, fp32 scales column-major TMA-aligned, beside each many-row "
               "schedule (us, CUDA-graph medians, median of 3 interleaved rounds)",
-              f"| H | T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | {spreads} | rmsnorm + per_token_group_quant | speed-up |",
+              f"| H | T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | {columns} | rmsnorm + per_token_group_quant | speed-up |",
               lines)
         table(f"fused_add_rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, the same scales, beside each many-row schedule (us, as above)",
-              f"| H | T | fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling | {spreads.replace('halve', 'copy ceiling')} |", add_lines)
-    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}.")
+              f"| H | T | fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling | {columns.replace('halve', 'copy ceiling')} |", add_lines)
+    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules (quant.NORM_GROUP_SCHEDULES): one = one vector a thread, "
+          "spreadN = N vectors a thread, lanesN = N vectors of one group a lane.")
 
 
 def norm_group_reference_table() -> None:

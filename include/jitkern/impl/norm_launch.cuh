@@ -50,13 +50,14 @@ constexpr int kNormNarrowRowsPerGroupThreshold = 16;
 // "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
 constexpr int kNormManyRowsPerSm = 4;
 // Epilogues of one vector a thread (kOneVectorPerThread) at many token rows: CTAs of threads holding
-// kNormSpreadVecs vectors of the row each (kNormFusedSpreadVecs for fused_add_rmsnorm's), their sums added as
-// one vector a thread adds them (SpreadCtaGroup), so with the same bits; 1: one vector a thread, as at few rows.
-// JITKERN_NORM_SPREAD_VECS sets both when compiled (bench_quant.py `group` measures the choices side by side).
+// kNormSpreadVecs vectors of the row each, their sums added as one vector a thread adds them (SpreadCtaGroup),
+// so with the same bits; 1: one vector a thread, as at few rows. JITKERN_NORM_SPREAD_VECS sets it when
+// compiled (bench_quant.py `group` measures the choices side by side; the group quantization takes its own
+// many-row kernel, csrc/quant.cuh).
 #ifdef JITKERN_NORM_SPREAD_VECS
-constexpr int kNormSpreadVecs = JITKERN_NORM_SPREAD_VECS, kNormFusedSpreadVecs = JITKERN_NORM_SPREAD_VECS;
+constexpr int kNormSpreadVecs = JITKERN_NORM_SPREAD_VECS;
 #else
-constexpr int kNormSpreadVecs = 4, kNormFusedSpreadVecs = 2;
+constexpr int kNormSpreadVecs = 1;
 #endif
 // PDL trigger placement: narrow-row grids (and the quantization family's per-token and per-group
 // grids) follow host::pdl_early_trigger (<jitkern/utils.cuh>). Wide rows of plain rmsnorm trigger at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
@@ -393,10 +394,9 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
     }
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
     if constexpr (kOneVectorPerThread<Epi>) {
-      constexpr int kSpread = kFusedAdd ? kNormFusedSpreadVecs : kNormSpreadVecs;
-      if constexpr (kSpread > 1) {
+      if constexpr (kNormSpreadVecs > 1) {
         if (nvec <= row_threads && token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count)
-          return launch_norm_spread<T, kVec, kSpread, kFusedAdd>(p, epi, device, row_threads);
+          return launch_norm_spread<T, kVec, kNormSpreadVecs, kFusedAdd>(p, epi, device, row_threads);
       }
       if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, row_threads, sm_count, token_rows);
       return launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);

@@ -788,11 +788,10 @@ def test_norm_group_quant_errors():
         m.fused_add_rmsnorm_group_quant_ue8m0_g64(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
 
 
-# Many-row schedules (impl/norm_launch.cuh, kNormSpreadVecs): (dtype, hidden, group size); 5248 bf16 and 1152
-# fp32 leave the last warp of a spread row part-held, 4096 fp32 is the widest row of one vector a thread.
+# Many-row schedules (quant.NORM_GROUP_SCHEDULES): (dtype, hidden, group size); 5248 bf16 and 1152 fp32 leave the
+# last warp of a row part-held, 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors.
 SPREAD_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
                 ("float32", 1152, 128)]
-SPREADS = (1, 2, 4)
 
 
 def _many_rows():
@@ -801,24 +800,24 @@ def _many_rows():
 
 
 @pytest.fixture(scope="module")
-def spread_modules():
-    """The modules of every schedule of SPREAD_CASES, built at once."""
+def schedules():
+    """jitkern.ops.quant with the modules of every schedule of SPREAD_CASES built, at once."""
     from jitkern.jit import warmup
     from jitkern.ops import quant
 
     pairs = sorted({(d, g) for d, _, g in SPREAD_CASES})
-    warmup(*(s for v in SPREADS for d, g in pairs for s in quant.norm_group_quant_spread_specs(v, (d,), (g,))))
+    warmup(*(spec for name in quant.NORM_GROUP_SCHEDULES for d, g in pairs for spec in quant.norm_group_quant_schedule_specs(name, (d,), (g,))))
     return quant
 
 
 @pytest.mark.parametrize("dtype_name,hidden,group_size", SPREAD_CASES)
-def test_norm_group_quant_many_row_schedules_give_the_same_bits(spread_modules, dtype_name, hidden, group_size):
-    """Rows held 2 or 4 vectors a thread at many rows, and the product's choice, give the codes, scales and
-    residual of one vector a thread, bit for bit (their sums of squares are added in the same order)."""
+def test_norm_group_quant_many_row_schedules_give_the_same_bits(schedules, dtype_name, hidden, group_size):
+    """Every many-row schedule, and the product's choice, gives the codes, scales and residual of one vector a
+    thread, bit for bit (their sums of squares are added in the same order)."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
-    quant = spread_modules
+    quant = schedules
     flags = dict(column_major_scales=True, scale_tma_aligned=True)
     rows = _many_rows()
     x, w, r = _x((rows, hidden), dtype_name), _x((hidden,), dtype_name, seed=1), _x((rows, hidden), dtype_name, seed=2)
@@ -826,13 +825,14 @@ def test_norm_group_quant_many_row_schedules_give_the_same_bits(spread_modules, 
     x[7, 9] = float("inf")
     for fused in (False, True):
         runs = {}
-        for name, fn in [*((v, lambda res, v=v: quant.norm_group_quant_spread(v, x, res, w, group_size=group_size, **flags)) for v in SPREADS),
+        for name, fn in [*((n, lambda res, n=n: quant.norm_group_quant_schedule(n, x, res, w, group_size=group_size, **flags))
+                           for n in quant.NORM_GROUP_SCHEDULES),
                          ("product", lambda res: (fused_add_rmsnorm_group_quant_fp8(x, res, w, group_size=group_size, **flags) if fused else
                                                   rmsnorm_group_quant_fp8(x, w, group_size=group_size, **flags)))]:
             res = r.clone() if fused else None
             q, s = fn(res)
             runs[name] = (q, s, res)
-        q1, s1, r1 = runs[1]
+        q1, s1, r1 = runs["one"]
         for name, (q, s, res) in runs.items():
             _assert_q_equal(q, q1)
             assert torch.equal(s, s1), f"{name}: scales differ (fused={fused})"
@@ -844,9 +844,10 @@ def test_norm_group_quant_many_row_schedules_give_the_same_bits(spread_modules, 
         _assert_scales_close(s1, es, x.dtype)
 
 
-def test_norm_group_quant_many_rows_launch_the_spread_schedule(spread_modules):
-    """Each schedule launches what it names: one vector a thread (kernels without SpreadCtaGroup) at spread
-    1, SpreadCtaGroup<v> at v; the product's at many rows is a spread one, and at 256 rows one vector a thread."""
+def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
+    """Each schedule launches its kernel: one vector a thread (norm_wide_kernel without SpreadCtaGroup),
+    SpreadCtaGroup<N> (spreadN), norm_group_rows_kernel of N vectors a lane (lanesN); the product's at many
+    rows is not the first, and at 256 rows it is."""
     import re
 
     torch = _torch()
@@ -854,26 +855,28 @@ def test_norm_group_quant_many_rows_launch_the_spread_schedule(spread_modules):
 
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
-    quant = spread_modules
+    quant = schedules
     x = _x((_many_rows(), 7168), "bfloat16")
     w = _x((7168,), "bfloat16", seed=1)
 
-    def spreads(fn):
+    def launched(fn):
         fn()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name]
+        names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name or "norm_group_rows_kernel" in e.name]
         assert len(names) == 1, names
-        return [int(m) for m in re.findall(r"SpreadCtaGroup(?:<|ILi)(\d+)", names[0])] or [1]
+        spread = re.findall(r"SpreadCtaGroup(?:<|ILi)(\d+)", names[0])
+        lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
+        return f"spread{spread[0]}" if spread else f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
 
-    for v in SPREADS:
-        assert spreads(lambda: quant.norm_group_quant_spread(v, x, None, w)) == [v]
-        assert spreads(lambda: quant.norm_group_quant_spread(v, x, x.clone(), w)) == [v]
-    assert spreads(lambda: rmsnorm_group_quant_fp8(x, w))[0] > 1
-    assert spreads(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w))[0] > 1
-    assert spreads(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == [1]
+    for name in quant.NORM_GROUP_SCHEDULES:
+        assert launched(lambda: quant.norm_group_quant_schedule(name, x, None, w)) == name
+        assert launched(lambda: quant.norm_group_quant_schedule(name, x, x.clone(), w)) == name
+    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) != "one"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) != "one"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "one"
 
 
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
