@@ -286,7 +286,7 @@ def norm_group_large(module, ceilings: dict) -> None:
         table(f"fused_add_rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, the same scales, beside each many-row schedule (us, as above)",
               f"| H | T | fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling | {columns.replace('halve', 'copy ceiling')} |", add_lines)
     print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules (quant.NORM_GROUP_SCHEDULES): one = one vector a thread, "
-          "spreadN = N vectors a thread, lanesN = N vectors of one group a lane.")
+          "lanesN = N vectors of one group a lane.")
 
 
 def norm_group_reference_table() -> None:

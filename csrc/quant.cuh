@@ -330,12 +330,15 @@ __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<
 
 // Many token rows of RMSNorm + group quantization, one row a CTA, kPerLane vectors of one group a lane (the
 // group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's layout), so that a shuffle reduction
-// and a scale serve kPerLane vectors; JITKERN_NORM_GROUP_LANE_VECS sets kPerLane when compiled (0: none,
-// the norm kernels' schedules instead; bench_quant.py `group` measures the choices side by side).
+// and a scale serve kPerLane vectors: kNormGroupLaneVecs, kNormFusedGroupLaneVecs for the fused add. bf16
+// [4096-32768, 7168] on an H200 (bench_quant.py `group`): rmsnorm 29.9-226.6 us at four, 32.2-243.7 at two,
+// 43.0-323.9 at one vector a thread (the norm kernels' schedule); the fused add 52.9-402.0 at two, 58.0-439.8
+// at four (104 registers a thread), 57.2-438.6 at one. JITKERN_NORM_GROUP_LANE_VECS sets both when compiled
+// (0: the norm kernels' schedule), for the benchmark's side-by-side choices.
 #ifdef JITKERN_NORM_GROUP_LANE_VECS
-constexpr int kNormGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS;
+constexpr int kNormGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS, kNormFusedGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS;
 #else
-constexpr int kNormGroupLaneVecs = 2;
+constexpr int kNormGroupLaneVecs = 4, kNormFusedGroupLaneVecs = 2;
 #endif
 
 // The sum over a row's old warp (32 consecutive vectors) of `part` (a lane's kPerLane per-vector sums in
@@ -817,15 +820,16 @@ struct QuantOps {
     RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
                  kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
                  " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
-    if constexpr (kNormGroupLaneVecs > 1 && kNormGroupLaneVecs <= kGroup / kVec) {
-      if (launch_group_rows<kGroup, kFusedAdd, kUE8M0>(rows, epi)) return;
+    constexpr int kLaneVecs = kFusedAdd ? kNormFusedGroupLaneVecs : kNormGroupLaneVecs;
+    if constexpr (kLaneVecs > 1 && kLaneVecs <= kGroup / kVec) {
+      if (launch_group_rows<kGroup, kLaneVecs, kFusedAdd, kUE8M0>(rows, epi)) return;
     }
     host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
   }
 
   // Many token rows of at most row_threads vectors through norm_group_rows_kernel; false (nothing launched)
   // elsewhere (the operands are checked, 16-byte vectors).
-  template <int kGroup, bool kFusedAdd, bool kUE8M0>
+  template <int kGroup, int kLaneVecs, bool kFusedAdd, bool kUE8M0>
   static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0>& epi) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
@@ -837,13 +841,13 @@ struct QuantOps {
     device::norm::NormParams<T> p = rows.params;
     p.total_rows = static_cast<int32_t>(rows.tokens);
     p.early_trigger = false;
-    const int threads = wide_threads(nvec, kNormGroupLaneVecs, row_threads);
+    const int threads = wide_threads(nvec, kLaneVecs, row_threads);
     LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
     launch.enable_pdl();
-    if (nvec == int64_t{kNormGroupLaneVecs} * threads) {
-      launch(norm_group_rows_kernel<T, kVec, kGroup, kNormGroupLaneVecs, kFusedAdd, kUE8M0, true>, p, epi);
+    if (nvec == int64_t{kLaneVecs} * threads) {
+      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true>, p, epi);
     } else {
-      launch(norm_group_rows_kernel<T, kVec, kGroup, kNormGroupLaneVecs, kFusedAdd, kUE8M0, false>, p, epi);
+      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false>, p, epi);
     }
     return true;
   }

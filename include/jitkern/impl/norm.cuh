@@ -3,8 +3,7 @@
 //                                      up to kRegVecs vectors per thread kept in registers and any
 //                                      remainder re-read, so any width works;
 //   device::norm::rmsnorm_narrow_rows  kRows rows per warp group, one vector per lane (head-sized rows);
-//   device::norm::WarpGroup / CtaGroup / FixedCtaGroup / SpreadCtaGroup  the groups; VecMath the
-//                                      per-vector arithmetic;
+//   device::norm::WarpGroup / CtaGroup / FixedCtaGroup  the groups; VecMath the per-vector arithmetic;
 //                                      RowPointers;
 //   device::norm::StoreOutput          the epilogue that writes the normalised row to the row's `out`
 //                                      (others, e.g. 8-bit quantization, live in impl/quant.cuh);
@@ -108,40 +107,6 @@ struct FixedCtaGroup {
   JITKERN_DEVICE float reduce_max(float v) const { return cta::reduce_max_nonnegative(v); }
 };
 
-// A whole CTA whose thread t holds vectors r * blockDim.x + t (r < kVecs) of one row, for a CTA's single
-// row: reduce_vector_sums adds the row's sum in the order of CtaGroup<true> over a CTA of one vector a
-// thread (the row's ceil(nvec / 32) warps, each vector's warp summed by the same shuffles, then the warps'
-// partials), so that both give the same bits.
-template <int kVecs>
-struct SpreadCtaGroup {
-  static_assert(kVecs >= 1 && kWarpThreads % kVecs == 0, "kVecs divides 32");
-  static constexpr bool kVectorSums = true;
-  JITKERN_DEVICE int rank() const { return threadIdx.x; }
-  JITKERN_DEVICE int size() const { return blockDim.x; }
-  // part[r]: the sum over this thread's vector r (0 where it holds none); nvec: the row's vectors.
-  JITKERN_DEVICE float reduce_vector_sums(const float (&part)[kVecs], int nvec) const {
-    __shared__ float partial[kWarpThreads];
-    const int lane = threadIdx.x % kWarpThreads, warp_id = threadIdx.x / kWarpThreads;
-    const int warps = blockDim.x / kWarpThreads;  // kVecs * warps <= 32: one vector a thread takes at most 32 warps
-    float sums[kVecs];
-#pragma unroll
-    for (int r = 0; r < kVecs; ++r) sums[r] = warp::reduce_sum(part[r]);
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kVecs; ++r) partial[r * warps + warp_id] = sums[r];
-    }
-    __syncthreads();
-    const float v = lane < (nvec + kWarpThreads - 1) / kWarpThreads ? partial[lane] : 0.0f;
-    return warp::reduce_sum(v);
-  }
-  // v >= 0 (an amax); may be called again.
-  JITKERN_DEVICE float reduce_max(float v) const { return cta::reduce_max_nonnegative(v); }
-};
-
-// Whether a group adds a row's sum of squares from each thread's per-vector sums (SpreadCtaGroup).
-template <typename Group>
-inline constexpr bool kVectorSums = requires { requires Group::kVectorSums; };
-
 // Where one row lives (residual: fused_add_rmsnorm only).
 template <typename T>
 struct RowPointers {
@@ -183,10 +148,6 @@ struct VecMath {
     return y;
   }
 };
-
-// The tag of an epilogue's store called by every lane of the warp together (a spread row held exactly);
-// an epilogue that reduces across lanes may take it (store(y, at, s, WholeWarps{})).
-struct WholeWarps {};
 
 // What a norm kernel does with each normalised row (y, rounded to T): its epilogue. The kernel-level
 // object makes one Row per row (row(pointers, r), before the kernel's PDL wait); the row functions
@@ -242,9 +203,6 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
   // Computed while the loads are in flight, not after the reduction (measured faster).
   const float inv_hidden = 1.0f / static_cast<float>(hidden);
   float sumsq = 0.0f;
-  constexpr bool kPerVector = kVectorSums<Group>;
-  static_assert(!kPerVector || !kWider, "per-vector sums: the row fits the registers");
-  float part[kPerVector ? kRegVecs : 1];  // kPerVector: each vector's sum
 
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
@@ -260,10 +218,7 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
     const int i = r * size + rank;
     if (held(r)) {
       if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(residual + i * kVec);
-      if constexpr (kPerVector) part[r] = M::sum_squares(xs[r]);
-      else sumsq += M::sum_squares(xs[r]);
-    } else if constexpr (kPerVector) {
-      part[r] = 0.0f;
+      sumsq += M::sum_squares(xs[r]);
     }
   }
   for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {  // rows wider than the registers
@@ -277,10 +232,7 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
     }
     sumsq += M::sum_squares(x);
   }
-  float total;
-  if constexpr (kPerVector) total = g.reduce_vector_sums(part, nvec);
-  else total = g.reduce_sum(sumsq);
-  const float scale = rsqrtf(total * inv_hidden + eps);
+  const float scale = rsqrtf(g.reduce_sum(sumsq) * inv_hidden + eps);
   const T* normalised_from = kFusedAdd ? static_cast<const T*>(residual) : in;  // the remainder's x
   const auto remainder = [&](int i) {
     Vec x, w;
@@ -307,12 +259,7 @@ JITKERN_DEVICE void rmsnorm_row(const Epi& epi, const T* in, T* residual, const 
 #pragma unroll
   for (int r = 0; r < kRegVecs; ++r) {
     const int i = r * size + rank;
-    const auto y = [&] { return Epi::kNeedsAmax ? xs[r] : M::normalized(xs[r], ws[r], scale); };
-    if constexpr (kPerVector && kFit == RowFit::kExact && requires { epi.store(y(), 0, s, WholeWarps{}); }) {
-      epi.store(y(), i * kVec, s, WholeWarps{});
-    } else if (held(r)) {
-      epi.store(y(), i * kVec, s);
-    }
+    if (held(r)) epi.store(Epi::kNeedsAmax ? xs[r] : M::normalized(xs[r], ws[r], scale), i * kVec, s);
   }
   for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) epi.store(remainder(i), i * kVec, s);
   if (rank == 0) epi.finish(s);

@@ -49,16 +49,6 @@ constexpr int kNormTwoWidthsRegVecs = host::kRowKernels.two_widths_reg_vecs;
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
 // "Many rows": from this many rows per SM on, the launches below switch to their streaming variants.
 constexpr int kNormManyRowsPerSm = 4;
-// Epilogues of one vector a thread (kOneVectorPerThread) at many token rows: CTAs of threads holding
-// kNormSpreadVecs vectors of the row each, their sums added as one vector a thread adds them (SpreadCtaGroup),
-// so with the same bits; 1: one vector a thread, as at few rows. JITKERN_NORM_SPREAD_VECS sets it when
-// compiled (bench_quant.py `group` measures the choices side by side; the group quantization takes its own
-// many-row kernel, csrc/quant.cuh).
-#ifdef JITKERN_NORM_SPREAD_VECS
-constexpr int kNormSpreadVecs = JITKERN_NORM_SPREAD_VECS;
-#else
-constexpr int kNormSpreadVecs = 1;
-#endif
 // PDL trigger placement: narrow-row grids (and the quantization family's per-token and per-group
 // grids) follow host::pdl_early_trigger (<jitkern/utils.cuh>). Wide rows of plain rmsnorm trigger at start up to kNormWideEarlyTriggerMaxCtas rows (bf16 [1-32, 4096]: 1.18-1.26 us against 1.40-1.43
 // after the wait; [64, 4096]: 2.34 against 1.45); the fused and quantizing epilogues always after it
@@ -211,12 +201,10 @@ __global__ void __launch_bounds__(kNormNarrowThreads) norm_inplace_rows_kernel(c
 // The row's addresses are computed before griddepcontrol.wait: they depend on the parameters only, and
 // after the wait they sit on the critical path. The next kernel may launch once this one has passed
 // its own wait (see host::pdl_early_trigger; docs/benchmarks/design.md).
-// kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only). Group: CtaGroup<true>, or
-// SpreadCtaGroup<kRegVecs> (launch_norm_spread).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false,
-          typename Group = CtaGroup<true>>
-__global__ void __launch_bounds__(kNormWideThreads / (kVectorSums<Group> ? kRegVecs : 1))  // a spread row: at most 1024 vectors
-    norm_wide_kernel(const __grid_constant__ NormParams<T> p, const __grid_constant__ Epi epi) {
+// kTwoWidths: problem[1]'s rows are p.hidden1 wide (problem-major order only).
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, RowOrder kOrder, bool kTwoWidths = false>
+__global__ void __launch_bounds__(kNormWideThreads) norm_wide_kernel(const __grid_constant__ NormParams<T> p,
+                                                                     const __grid_constant__ Epi epi) {
 #ifdef __CUDACC__
   static_assert(!kTwoWidths || kOrder == RowOrder::kProblemMajor, "two widths: problem-major rows only");
   const RowPointers<T> row = locate_row<T, kOrder>(p, static_cast<int32_t>(blockIdx.x));
@@ -225,7 +213,8 @@ __global__ void __launch_bounds__(kNormWideThreads / (kVectorSums<Group> ? kRegV
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps, Group{});
+  device::norm::rmsnorm_row<T, kVec, kRegVecs, kFusedAdd, kFit>(row_epi, row.in, row.residual, row.weight, hidden, p.eps,
+                                                                     device::norm::CtaGroup<true>{});
 #endif
 }
 
@@ -336,22 +325,6 @@ void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, int row_
   }
 }
 
-// Many token rows of at most row_threads vectors, kVecs vectors a thread, summed as one vector a thread
-// sums them (kNormSpreadVecs); the next launch is triggered after the wait.
-template <typename T, int kVec, int kVecs, bool kFusedAdd, typename Epi>
-void launch_norm_spread(NormParams<T> p, const Epi& epi, DLDevice device, int row_threads) {
-  const int64_t nvec = p.hidden / kVec;
-  const int threads = wide_threads(nvec, kVecs, row_threads);
-  p.early_trigger = false;
-  host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
-  launch.enable_pdl();
-  if (host::norm::row_fit(nvec, kVecs, threads) == RowFit::kExact) {
-    launch(norm_wide_kernel<T, kVec, kVecs, kFusedAdd, RowFit::kExact, Epi, RowOrder::kTokenRows, false, SpreadCtaGroup<kVecs>>, p, epi);
-  } else {
-    launch(norm_wide_kernel<T, kVec, kVecs, kFusedAdd, RowFit::kFits, Epi, RowOrder::kTokenRows, false, SpreadCtaGroup<kVecs>>, p, epi);
-  }
-}
-
 // Epilogues whose rows must be read in 16-byte vectors declare kVectorsOnly = true; their callers check
 // norm_vector_width first (launch_norm builds no element-by-element kernels for them).
 template <typename Epi>
@@ -359,8 +332,7 @@ inline constexpr bool kVectorsOnly = requires { requires Epi::kVectorsOnly; };
 
 // Epilogues that reduce across lanes at each vector's store declare kOneVectorPerThread = true: a thread's
 // vectors would take their reductions in turn, so wide rows that fit one vector a thread take it (more
-// warps a row; at many token rows kNormSpreadVecs), and wider ones the registers' share with the remainder
-// re-read.
+// warps a row), and wider ones the registers' share with the remainder re-read.
 template <typename Epi>
 inline constexpr bool kOneVectorPerThread = requires { requires Epi::kOneVectorPerThread; };
 
@@ -394,10 +366,6 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
     }
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
     if constexpr (kOneVectorPerThread<Epi>) {
-      if constexpr (kNormSpreadVecs > 1) {
-        if (nvec <= row_threads && token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count)
-          return launch_norm_spread<T, kVec, kNormSpreadVecs, kFusedAdd>(p, epi, device, row_threads);
-      }
       if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, row_threads, sm_count, token_rows);
       return launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (kFusedAdd && token_rows && nvec <= row_threads && p.total_rows >= kNormManyRowsPerSm * sm_count) {

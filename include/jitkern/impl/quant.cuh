@@ -438,13 +438,10 @@ struct QuantizeGroups {
     JITKERN_DEVICE float scale(const Fold&, const ReduceMax&) const {
       return 0.0f;
     }
-    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float s) const { store(y, at, s, norm::WarpGroup<kLanes>::lanes()); }
-    // Called by every lane of the warp together: its groups share the warp's shuffles and votes.
-    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float s, norm::WholeWarps) const { store(y, at, s, 0xffffffffu); }
-    // `lanes`: the lanes that store together (quantize_group_with).
-    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float, unsigned lanes) const {
+    JITKERN_DEVICE void store(const AlignedVector<T, kVec>& y, int64_t at, float) const {
       if constexpr (kLanes <= kWarpThreads) {  // else never launched (kVectorsOnly)
         const auto store_scale = [&](float s, uint32_t e) { scales.template store_at<kUE8M0>(row, at / kGroup, groups_per_row, s, e); };
+        const unsigned lanes = norm::WarpGroup<kLanes>::lanes();
         if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
           AlignedVector<packed_t<T>, kVec / 2> x[1];
 #pragma unroll

@@ -259,19 +259,18 @@ def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_
 
 # ---- the norm + per-group ops under a chosen many-row schedule (benchmarks and tests compare them) -----------
 
-# The schedules of many rows that JITKERN_NORM_SPREAD_VECS (impl/norm_launch.cuh) and JITKERN_NORM_GROUP_LANE_VECS
-# (csrc/quant.cuh) choose when compiled: one vector a thread (the schedule of few rows), 2 or 4 vectors a thread
-# (consecutive warps' vectors), 2 or 4 vectors of one group a lane. All give the same bits.
-NORM_GROUP_SCHEDULES = {"one": (1, 0), "spread2": (2, 0), "spread4": (4, 0), "lanes2": (1, 2), "lanes4": (1, 4)}
+# The schedules of many rows that JITKERN_NORM_GROUP_LANE_VECS (csrc/quant.cuh) chooses when compiled: one
+# vector a thread (the norm kernels' schedule, as at few rows), or 2 or 4 vectors of one group a lane. All give
+# the same bits.
+NORM_GROUP_SCHEDULES = {"one": 0, "lanes2": 2, "lanes4": 4}
 _SCHEDULE_FUNCTIONS: dict = {}  # (export, dtype, schedule) -> exported function
 
 
 def _schedule_spec(export: str, dtype, schedule: str):
     """The module of a norm + per-group export built with a schedule of NORM_GROUP_SCHEDULES."""
-    spread, lanes = NORM_GROUP_SCHEDULES[schedule]
     spec = _FAMILY.spec(dtype, export)
     return spec.replace(args=(f"{spec.name}_{schedule}", *spec.args[1:]),
-                        extra_cuda_cflags=[f"-DJITKERN_NORM_SPREAD_VECS={spread}", f"-DJITKERN_NORM_GROUP_LANE_VECS={lanes}"])
+                        extra_cuda_cflags=[f"-DJITKERN_NORM_GROUP_LANE_VECS={NORM_GROUP_SCHEDULES[schedule]}"])
 
 
 def norm_group_quant_schedule_specs(schedule: str, dtypes=("bfloat16",), group_sizes=(128,)) -> list:

@@ -580,8 +580,8 @@ def _norm_group_unfused(x, residual, w, eps, group_size, flags):
     return q, s, r
 
 
-# The fused ops hold a row one vector a thread where rmsnorm's kernel holds two or four, so their sums of
-# squares are added in another order and may round one ulp apart: a normalised value then differs by an
+# The fused ops add a row's sum of squares as one vector a thread adds it, where rmsnorm's kernel holds two or
+# four vectors a thread (another order), so the sums may round one ulp apart: a normalised value then differs by an
 # ulp where it sits at a rounding boundary (fp32: most values of such a row, by an fp32 ulp). Against
 # rmsnorm then per_token_group_quant_8bit the codes are compared to within one step, the scales to within
 # a few ulps of the input's dtype (UE8M0: one exponent step), and nearly all must be equal (the float64
@@ -790,7 +790,7 @@ def test_norm_group_quant_errors():
 
 # Many-row schedules (quant.NORM_GROUP_SCHEDULES): (dtype, hidden, group size); 5248 bf16 and 1152 fp32 leave the
 # last warp of a row part-held, 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors.
-SPREAD_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
+SCHEDULE_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
                 ("float32", 1152, 128)]
 
 
@@ -801,16 +801,16 @@ def _many_rows():
 
 @pytest.fixture(scope="module")
 def schedules():
-    """jitkern.ops.quant with the modules of every schedule of SPREAD_CASES built, at once."""
+    """jitkern.ops.quant with the modules of every schedule of SCHEDULE_CASES built, at once."""
     from jitkern.jit import warmup
     from jitkern.ops import quant
 
-    pairs = sorted({(d, g) for d, _, g in SPREAD_CASES})
+    pairs = sorted({(d, g) for d, _, g in SCHEDULE_CASES})
     warmup(*(spec for name in quant.NORM_GROUP_SCHEDULES for d, g in pairs for spec in quant.norm_group_quant_schedule_specs(name, (d,), (g,))))
     return quant
 
 
-@pytest.mark.parametrize("dtype_name,hidden,group_size", SPREAD_CASES)
+@pytest.mark.parametrize("dtype_name,hidden,group_size", SCHEDULE_CASES)
 def test_norm_group_quant_many_row_schedules_give_the_same_bits(schedules, dtype_name, hidden, group_size):
     """Every many-row schedule, and the product's choice, gives the codes, scales and residual of one vector a
     thread, bit for bit (their sums of squares are added in the same order)."""
@@ -845,9 +845,9 @@ def test_norm_group_quant_many_row_schedules_give_the_same_bits(schedules, dtype
 
 
 def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
-    """Each schedule launches its kernel: one vector a thread (norm_wide_kernel without SpreadCtaGroup),
-    SpreadCtaGroup<N> (spreadN), norm_group_rows_kernel of N vectors a lane (lanesN); the product's at many
-    rows is not the first, and at 256 rows it is."""
+    """Each schedule launches its kernel: one vector a thread (norm_wide_kernel), norm_group_rows_kernel of N
+    vectors a lane (lanesN); the product's at many rows is four vectors a lane (two for the fused add), and at
+    256 rows one vector a thread."""
     import re
 
     torch = _torch()
@@ -867,15 +867,14 @@ def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
             torch.cuda.synchronize()
         names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name or "norm_group_rows_kernel" in e.name]
         assert len(names) == 1, names
-        spread = re.findall(r"SpreadCtaGroup(?:<|ILi)(\d+)", names[0])
         lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
-        return f"spread{spread[0]}" if spread else f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
+        return f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
 
     for name in quant.NORM_GROUP_SCHEDULES:
         assert launched(lambda: quant.norm_group_quant_schedule(name, x, None, w)) == name
         assert launched(lambda: quant.norm_group_quant_schedule(name, x, x.clone(), w)) == name
-    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) != "one"
-    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) != "one"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "one"
 
 
