@@ -1,9 +1,10 @@
 """First call of the reference framework's (SGLang's) hot ops with its own JIT engine against with jitkern
 installed under it (jitkern.compat.sglang.install()): per engine, one fresh process with empty caches
 (both engines' caches) calls each op once (tests/python/compat_sglang_ops.py; the op modules are imported
-before the clock starts); each op's first call and their sum (the cold start of all of them) are timed.
-Needs the reference (installed, or its wheel named by REFERENCE_WHEEL) and a GPU. Prints a markdown table
-of seconds (median of --trials processes) and the ratio jitkern / reference.
+before the clock starts); each op's first call and their sum (the cold start of all of them) are timed:
+the seven ops of the published table, or with --twenty the twenty hottest (the cold start of a serving
+engine's decode/prefill ops). Needs the reference (installed, or its wheel named by REFERENCE_WHEEL) and a
+GPU. Prints a markdown table of seconds (median of --trials processes) and the ratio jitkern / reference.
 
 `--compile-only KERNELS_DIR` (no GPU, no torch): cold compile of the hot-path kernel files (or --files) of
 the reference package at KERNELS_DIR (its sglang/kernels/jit) through jitkern, each with an empty cache:
@@ -27,13 +28,14 @@ from utils import environment, is_in_ci  # noqa: E402
 TRIALS = 1 if is_in_ci() else 3
 
 
-def first_calls(engine: str) -> dict:
-    """compat_sglang_ops' results of one fresh process: {op: {"seconds": ...} or {"error": ...}}."""
+def first_calls(engine: str, ops: list[str]) -> dict:
+    """compat_sglang_ops' results of one fresh process calling `ops` (empty: its default seven): {op:
+    {"seconds": ...} or {"error": ...}}."""
     import compat_sglang_ops
     import torch
 
     with tempfile.TemporaryDirectory() as d:
-        proc = compat_sglang_ops.run(engine, f"{d}/out.pt", cache_root=d)
+        proc = compat_sglang_ops.run(engine, f"{d}/out.pt", ops, cache_root=d)
         if proc is None:
             sys.exit("not run: the reference (sglang) is neither installed nor named by REFERENCE_WHEEL")
         if proc.returncode != 0:
@@ -41,11 +43,12 @@ def first_calls(engine: str) -> dict:
         return torch.load(f"{d}/out.pt")
 
 
-def main(trials: int) -> None:
+def main(trials: int, twenty: bool) -> None:
     import compat_sglang_ops
 
     print(environment())
-    runs = {engine: [first_calls(engine) for _ in range(trials)] for engine in ("reference", "jitkern")}
+    ops = compat_sglang_ops.TWENTY if twenty else []
+    runs = {engine: [first_calls(engine, ops) for _ in range(trials)] for engine in ("reference", "jitkern")}
     print(compat_sglang_ops.timing_table(runs))
     for engine, results in runs.items():
         for op, r in results[0].items():
@@ -97,10 +100,11 @@ HOT = ["elementwise/rmsnorm.cuh", "elementwise/fused_add_rmsnorm.cuh", "elementw
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=TRIALS, help="fresh processes per engine (median)")
+    p.add_argument("--twenty", action="store_true", help="the twenty hottest ops in each process, not the published seven")
     p.add_argument("--compile-only", metavar="KERNELS_DIR", help="cold compiles (lean, lean through cudafe++, tvm-ffi), no GPU")
     p.add_argument("--files", nargs="+", default=HOT, help="--compile-only: the kernel files, relative to csrc/ (default: the hot ones)")
     a = p.parse_args()
     if a.compile_only:
         compile_only(a.compile_only, a.trials, a.files)
     else:
-        main(a.trials)
+        main(a.trials, a.twenty)
