@@ -341,7 +341,7 @@ constexpr int kNormGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS, kNormFusedGroup
 constexpr int kNormGroupLaneVecs = 4, kNormFusedGroupLaneVecs = 2;
 #endif
 
-// The sum over a row's old warp (32 consecutive vectors) of `part` (a lane's kPerLane per-vector sums in
+// The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
 // norm_group_rows_kernel's layout, groups of kGroupVecs vectors), added as the butterfly of one vector a
 // thread adds it (lane offsets 16 to 1: across groups by shuffles, across a lane's vectors in registers,
 // across a group's lanes by shuffles), so with its bits. Every lane of the warp calls it.
@@ -405,10 +405,10 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
       part[r] = M::sum_squares(xs[r]);
     }
   }
-  // The old warps' sums, then cta::reduce_sum_once's second round over them.
+  // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
   __shared__ float partial[device::kWarpThreads];
   const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
-  constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding one old warp's vectors
+  constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
   if (threadIdx.x % kOldWarpLanes == 0) partial[threadIdx.x / kOldWarpLanes] = warp_sum;
   __syncthreads();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
