@@ -2,7 +2,8 @@
 GB/s and % of the op's access-pattern ceiling, measured in the same run; per-tensor fp8 beside the
 reference framework's kernel, and RMSNorm + 1x128 group quantization beside the reference's closest op
 (where its wheel is installed or REFERENCE_WHEEL names it). Prints markdown tables; `bench_quant.py
-reference`: only the tables beside the reference; `bench_quant.py group`: only the norm + group tables.
+reference`: only the tables beside the reference; `bench_quant.py group`: only the norm + group tables (`group
+prefill`: only those at prefill sizes).
 
 Pattern ceilings (benchmarks/kernels/copy_ceiling.cuh): `halve` reads 16 bytes and writes 8 per thread,
 the traffic of a 2-byte to 1-byte conversion; dynamic per-tensor adds one read of the input (`read_all`).
@@ -20,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_module,  # noqa: E402
                    reference_ops_or_none, run_benchmark, yardstick_module)
 
+from jitkern.jit import warmup as warmup_modules  # noqa: E402
+from jitkern.ops import quant  # noqa: E402
 from jitkern.ops import (fused_add_rmsnorm, fused_add_rmsnorm_group_quant_fp8, fused_add_rmsnorm_quant_fp8, group_scales_like,  # noqa: E402
                          per_tensor_quant_fp8, per_token_group_quant_8bit, per_token_quant_fp8, rmsnorm, rmsnorm_group_quant_fp8,
                          rmsnorm_quant_fp8, warmup)
@@ -210,6 +213,19 @@ def norm_quant(module) -> None:
 GROUP_FLAGS = dict(column_major_scales=True, scale_tma_aligned=True)
 
 
+def _group_operands(t: int, h: int):
+    """x, r0 (residual), y (rmsnorm's output), q, s (TMA-aligned column-major fp32 scales) for [t, h] bf16."""
+    x, r0 = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(t, h, dtype=DTYPE, device="cuda")
+    return x, r0, torch.empty_like(x), torch.empty(t, h, dtype=FP8, device="cuda"), group_scales_like(x, 128, **GROUP_FLAGS)
+
+
+def _group_providers(x, r0, w, y, q, s) -> dict:
+    """The fused ops and the two-op sequence of rmsnorm_group_quant_fp8, into q and s."""
+    return {"fused": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
+            "unfused": lambda: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, output_s=s, **GROUP_FLAGS),
+            "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)}
+
+
 def norm_group_decode() -> None:
     """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
     per_token_group_quant_8bit) at decode sizes, 1x128 groups, and against the norm alone (the floor a
@@ -218,14 +234,9 @@ def norm_group_decode() -> None:
     for h in (2048, 4096, 7168):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in DECODE:
-            x, r0 = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(t, h, dtype=DTYPE, device="cuda")
-            y = torch.empty_like(x)
-            q = torch.empty(t, h, dtype=FP8, device="cuda")
-            s = group_scales_like(x, 128, **GROUP_FLAGS)
+            x, r0, y, q, s = _group_operands(t, h)
             m = interleaved({
-                "fused": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
-                "unfused": lambda: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, output_s=s, **GROUP_FLAGS),
-                "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
+                **_group_providers(x, r0, w, y, q, s),
                 "unfused add": lambda: (fused_add_rmsnorm(x, r0, w, EPS),
                                         per_token_group_quant_8bit(x, 128, output_q=q, output_s=s, **GROUP_FLAGS)),
                 "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
@@ -242,31 +253,40 @@ def norm_group_decode() -> None:
 
 def norm_group_large(module, ceilings: dict) -> None:
     """The fused ops at prefill sizes: GB/s against the `halve` pattern (rmsnorm: 3 bytes an element) and
-    the copy ceiling (fused add: 7 bytes an element)."""
+    the copy ceiling (fused add: 7 bytes an element), the product beside each many-row schedule
+    (quant.NORM_GROUP_SCHEDULES; median of 3 interleaved rounds)."""
     copy = max(ceilings.values())
-    h = 7168
-    w = torch.randn(h, dtype=DTYPE, device="cuda")
-    lines = []
-    for t in get_benchmark_range([4096, 8192, 16384, 32768], [4096]):
-        x, r0 = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(t, h, dtype=DTYPE, device="cuda")
-        y = torch.empty_like(x)
-        q = torch.empty(t, h, dtype=FP8, device="cuda")
-        scale_bytes = 4 * t * (h // 128)
-        res = timed({
-            "fused": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, **GROUP_FLAGS),
-            "unfused": lambda: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, **GROUP_FLAGS),
-            "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, **GROUP_FLAGS),
-        })
-        f, fa = res["fused"]["median"], res["fused add"]["median"]
-        halve = pattern_us(module, t, h=h)
-        gbs = (3 * t * h + scale_bytes) / (f * 1e-6) / 1e9
-        gbs_add = (7 * t * h + scale_bytes) / (fa * 1e-6) / 1e9
-        lines.append(f"| {t} | {fmt(res['fused'])} | {gbs:.0f} | {100 * halve / f:.1f}% | {100 * gbs / copy:.1f}% | {fmt(res['unfused'])} | "
-                     f"{fmt(res['fused add'])} | {gbs_add:.0f} | {100 * gbs_add / copy:.1f}% |")
-    table(f"RMSNorm + 1x128 group fp8 at prefill sizes, [T, {h}] bf16 (us, CUDA-graph medians)",
-          "| T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | % of copy ceiling | rmsnorm + per_token_group_quant | "
-          "fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling |", lines)
-    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}.")
+    schedules = list(quant.NORM_GROUP_SCHEDULES)
+    warmup_modules(*(spec for name in schedules for spec in quant.norm_group_quant_schedule_specs(name)))
+    columns = " | ".join(f"{name} (% of halve)" for name in schedules)
+    for h, sizes in ((7168, [4096, 8192, 16384, 32768]), (4096, [4096, 32768])):  # a width's tables as soon as measured
+        lines, add_lines = [], []
+        w = torch.randn(h, dtype=DTYPE, device="cuda")
+        for t in get_benchmark_range(sizes, [4096]):
+            x, r0, y, q, s = _group_operands(t, h)
+            m = interleaved({
+                **_group_providers(x, r0, w, y, q, s),
+                **{name: lambda name=name: quant.norm_group_quant_schedule(name, x, None, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
+                   for name in schedules},
+                **{f"add {name}": lambda name=name: quant.norm_group_quant_schedule(name, x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
+                   for name in schedules},
+            })
+            halve = pattern_us(module, t, h=h)
+            scale_bytes = 4 * t * (h // 128)
+            plain, add = (3 * t * h + scale_bytes) / 1e3, (7 * t * h + scale_bytes) / 1e3  # bytes / 1e3: GB/s from us
+            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {plain / m['fused']:.0f} | {100 * halve / m['fused']:.1f}% | "
+                         + " | ".join(f"{m[name]:.2f} ({100 * halve / m[name]:.1f}%)" for name in schedules)
+                         + f" | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x |")
+            add_lines.append(f"| {h} | {t} | {m['fused add']:.2f} | {add / m['fused add']:.0f} | {100 * add / m['fused add'] / copy:.1f}% | "
+                             + " | ".join(f"{m[f'add {name}']:.2f} ({100 * add / m[f'add {name}'] / copy:.1f}%)" for name in schedules) + " |")
+        table(f"rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, fp32 scales column-major TMA-aligned, beside each many-row "
+              "schedule (us, CUDA-graph medians, median of 3 interleaved rounds)",
+              f"| H | T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | {columns} | rmsnorm + per_token_group_quant | speed-up |",
+              lines)
+        table(f"fused_add_rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, the same scales, beside each many-row schedule (us, as above)",
+              f"| H | T | fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling | {columns.replace('halve', 'copy ceiling')} |", add_lines)
+    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules (quant.NORM_GROUP_SCHEDULES): one = one vector a thread, "
+          "lanesN = N vectors of one group a lane.")
 
 
 def norm_group_reference_table() -> None:
@@ -321,10 +341,12 @@ def main() -> None:
         warmup(dtypes=[DTYPE], ops=["per_tensor_quant_fp8", "rmsnorm_group_quant_fp8"])
         reference_table()
         return norm_group_reference_table()
-    if sys.argv[1:] == ["group"]:
+    if sys.argv[1:2] == ["group"]:
         warmup(dtypes=[DTYPE], ops=["rmsnorm", "fused_add_rmsnorm", "per_token_group_quant_8bit", "rmsnorm_group_quant_fp8",
                                     "fused_add_rmsnorm_group_quant_fp8"])
         print(f"\n### RMSNorm + group fp8 ({environment()})")
+        if sys.argv[2:] == ["prefill"]:  # the prefill tables only
+            return norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
         norm_group_decode()
         norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
         return norm_group_reference_table()

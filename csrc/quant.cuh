@@ -328,6 +328,111 @@ __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<
 #endif
 }
 
+// Many token rows of RMSNorm + group quantization, one row a CTA, kPerLane vectors of one group a lane (the
+// group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's layout), so that a shuffle reduction
+// and a scale serve kPerLane vectors: kNormGroupLaneVecs, kNormFusedGroupLaneVecs for the fused add. bf16
+// [4096-32768, 7168] on an H200 (bench_quant.py `group`): rmsnorm 29.9-226.6 us at four, 32.2-243.7 at two,
+// 43.0-323.9 at one vector a thread (the norm kernels' schedule); the fused add 52.9-402.0 at two, 58.0-439.8
+// at four (104 registers a thread), 57.2-438.6 at one. JITKERN_NORM_GROUP_LANE_VECS sets both when compiled
+// (0: the norm kernels' schedule), for the benchmark's side-by-side choices.
+#ifdef JITKERN_NORM_GROUP_LANE_VECS
+constexpr int kNormGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS, kNormFusedGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS;
+#else
+constexpr int kNormGroupLaneVecs = 4, kNormFusedGroupLaneVecs = 2;
+#endif
+
+// The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
+// norm_group_rows_kernel's layout, groups of kGroupVecs vectors), added as the butterfly of one vector a
+// thread adds it (lane offsets 16 to 1: across groups by shuffles, across a lane's vectors in registers,
+// across a group's lanes by shuffles), so with its bits. Every lane of the warp calls it.
+template <int kGroupVecs, int kPerLane>
+JITKERN_DEVICE float one_vector_warp_sum(float (&part)[kPerLane]) {
+  constexpr int kLanes = kGroupVecs / kPerLane;
+#pragma unroll
+  for (int offset = device::kWarpThreads / 2; offset >= 1; offset /= 2) {
+    if (offset >= kGroupVecs) {
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) part[r] += __shfl_xor_sync(0xffffffffu, part[r], offset / kGroupVecs * kLanes);
+    } else if (offset >= kLanes) {
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r)
+        if ((r & (offset / kLanes)) == 0) part[r] += part[r + offset / kLanes];
+    } else {
+      part[0] += __shfl_xor_sync(0xffffffffu, part[0], offset);
+    }
+  }
+  return part[0];
+}
+
+// One row a CTA of ceil(vectors / kPerLane) threads (whole warps), its sum of squares added as
+// norm_wide_kernel<..., 1, ...> (one vector a thread) adds it, each normalised vector rounded to T as there:
+// the same codes, scales and residual. kExact: every lane holds its vectors (no bounds checks).
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
+    norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0> epi) {
+#ifdef __CUDACC__
+  using namespace device::norm;
+  using Vec = AlignedVector<T, kVec>;
+  using M = VecMath<T, kVec>;
+  constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
+  static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
+  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
+  uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
+  const int64_t scale_row = epi.first_row + blockIdx.x;
+  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
+  const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
+  const bool held = kExact || first < nvec;                                  // the group's lanes all or none
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  if (held) {
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const int at = (first + r * kLanes) * kVec;
+      xs[r].load_global(row.in + at);
+      if constexpr (kFusedAdd) rs[r].load_global(row.residual + at);
+      ws[r].load_global(row.weight + at);
+    }
+  }
+  float part[kPerLane];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    part[r] = 0.0f;
+    if (held) {
+      if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + (first + r * kLanes) * kVec);
+      part[r] = M::sum_squares(xs[r]);
+    }
+  }
+  // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
+  __shared__ float partial[device::kWarpThreads];
+  const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
+  constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
+  if (threadIdx.x % kOldWarpLanes == 0) partial[threadIdx.x / kOldWarpLanes] = warp_sum;
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
+  const float scale = rsqrtf(total * inv_hidden + p.eps);
+  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
+  if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
+    AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const Vec y = M::normalized(xs[r], ws[r], scale);
+#pragma unroll
+      for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
+    }
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+  } else {
+    Vec x[kPerLane];
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+  }
+#endif
+}
+
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 inline void zero_float_async(float* ptr, DLDevice device) {
   const host::DeviceGuard guard(device.device_id);
@@ -715,7 +820,36 @@ struct QuantOps {
     RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
                  kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
                  " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
+    constexpr int kLaneVecs = kFusedAdd ? kNormFusedGroupLaneVecs : kNormGroupLaneVecs;
+    if constexpr (kLaneVecs > 1 && kLaneVecs <= kGroup / kVec) {
+      if (launch_group_rows<kGroup, kLaneVecs, kFusedAdd, kUE8M0>(rows, epi)) return;
+    }
     host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
+  }
+
+  // Many token rows of at most row_threads vectors through norm_group_rows_kernel; false (nothing launched)
+  // elsewhere (the operands are checked, 16-byte vectors).
+  template <int kGroup, int kLaneVecs, bool kFusedAdd, bool kUE8M0>
+  static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0>& epi) {
+    using namespace host;
+    constexpr int kVec = device::kVec16<T>;
+    const int64_t nvec = rows.params.hidden / kVec;
+    const int row_threads = row_policy(rows.device).row_threads;
+    if (nvec > row_threads || rows.tokens > device::norm::kNormMaxRowsPerLaunch ||
+        rows.tokens < int64_t{device::norm::kNormManyRowsPerSm} * runtime::get_sm_count(rows.device.device_id))
+      return false;
+    device::norm::NormParams<T> p = rows.params;
+    p.total_rows = static_cast<int32_t>(rows.tokens);
+    p.early_trigger = false;
+    const int threads = wide_threads(nvec, kLaneVecs, row_threads);
+    LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
+    launch.enable_pdl();
+    if (nvec == int64_t{kLaneVecs} * threads) {
+      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true>, p, epi);
+    } else {
+      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false>, p, epi);
+    }
+    return true;
   }
 };
 #endif  // __CUDACC_RTC__

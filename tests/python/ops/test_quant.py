@@ -580,8 +580,8 @@ def _norm_group_unfused(x, residual, w, eps, group_size, flags):
     return q, s, r
 
 
-# The fused ops hold a row one vector a thread where rmsnorm's kernel holds two or four, so their sums of
-# squares are added in another order and may round one ulp apart: a normalised value then differs by an
+# The fused ops add a row's sum of squares as one vector a thread adds it, where rmsnorm's kernel holds two or
+# four vectors a thread (another order), so the sums may round one ulp apart: a normalised value then differs by an
 # ulp where it sits at a rounding boundary (fp32: most values of such a row, by an fp32 ulp). Against
 # rmsnorm then per_token_group_quant_8bit the codes are compared to within one step, the scales to within
 # a few ulps of the input's dtype (UE8M0: one exponent step), and nearly all must be equal (the float64
@@ -786,6 +786,96 @@ def test_norm_group_quant_errors():
         m.rmsnorm_group_quant_g128(x, w, q8, torch.empty(4, 8, device="cuda"), 64, 1e-6)
     with pytest.raises(ValueError, match="group_size must be 64 for this export, got 128"):
         m.fused_add_rmsnorm_group_quant_ue8m0_g64(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
+
+
+# Many-row schedules (quant.NORM_GROUP_SCHEDULES): (dtype, hidden, group size); 5248 bf16 and 1152 fp32 leave the
+# last warp of a row part-held, 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors.
+SCHEDULE_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
+                ("float32", 1152, 128)]
+
+
+def _many_rows():
+    """Rows enough for the many-row launch (kNormManyRowsPerSm = 4 a SM), and an odd few more."""
+    return 4 * _torch().cuda.get_device_properties(0).multi_processor_count + 5
+
+
+@pytest.fixture(scope="module")
+def schedules():
+    """jitkern.ops.quant with the modules of every schedule of SCHEDULE_CASES built, at once."""
+    from jitkern.jit import warmup
+    from jitkern.ops import quant
+
+    pairs = sorted({(d, g) for d, _, g in SCHEDULE_CASES})
+    warmup(*(spec for name in quant.NORM_GROUP_SCHEDULES for d, g in pairs for spec in quant.norm_group_quant_schedule_specs(name, (d,), (g,))))
+    return quant
+
+
+@pytest.mark.parametrize("dtype_name,hidden,group_size", SCHEDULE_CASES)
+def test_norm_group_quant_many_row_schedules_give_the_same_bits(schedules, dtype_name, hidden, group_size):
+    """Every many-row schedule, and the product's choice, gives the codes, scales and residual of one vector a
+    thread, bit for bit (their sums of squares are added in the same order)."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    quant = schedules
+    flags = dict(column_major_scales=True, scale_tma_aligned=True)
+    rows = _many_rows()
+    x, w, r = _x((rows, hidden), dtype_name), _x((hidden,), dtype_name, seed=1), _x((rows, hidden), dtype_name, seed=2)
+    x[3, 5] = float("nan")  # a NaN row and an inf one: every schedule writes them alike
+    x[7, 9] = float("inf")
+    for fused in (False, True):
+        runs = {}
+        for name, fn in [*((n, lambda res, n=n: quant.norm_group_quant_schedule(n, x, res, w, group_size=group_size, **flags))
+                           for n in quant.NORM_GROUP_SCHEDULES),
+                         ("product", lambda res: (fused_add_rmsnorm_group_quant_fp8(x, res, w, group_size=group_size, **flags) if fused else
+                                                  rmsnorm_group_quant_fp8(x, w, group_size=group_size, **flags)))]:
+            res = r.clone() if fused else None
+            q, s = fn(res)
+            runs[name] = (q, s, res)
+        q1, s1, r1 = runs["one"]
+        for name, (q, s, res) in runs.items():
+            _assert_q_equal(q, q1)
+            assert torch.equal(s, s1), f"{name}: scales differ (fused={fused})"
+            if fused:  # bit for bit, NaN included
+                bits = torch.int16 if res.element_size() == 2 else torch.int32
+                assert torch.equal(res.view(bits), r1.view(bits)), f"{name}: residual differs"
+        eq, es, _ = _norm_group_unfused(x, r if fused else None, w, 1e-6, group_size, flags)
+        _assert_q_close(q1, eq)  # and those bits are the op's
+        _assert_scales_close(s1, es, x.dtype)
+
+
+def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
+    """Each schedule launches its kernel: one vector a thread (norm_wide_kernel), norm_group_rows_kernel of N
+    vectors a lane (lanesN); the product's at many rows is four vectors a lane (two for the fused add), and at
+    256 rows one vector a thread."""
+    import re
+
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    quant = schedules
+    x = _x((_many_rows(), 7168), "bfloat16")
+    w = _x((7168,), "bfloat16", seed=1)
+
+    def launched(fn):
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name or "norm_group_rows_kernel" in e.name]
+        assert len(names) == 1, names
+        lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
+        return f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
+
+    for name in quant.NORM_GROUP_SCHEDULES:
+        assert launched(lambda: quant.norm_group_quant_schedule(name, x, None, w)) == name
+        assert launched(lambda: quant.norm_group_quant_schedule(name, x, x.clone(), w)) == name
+    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "one"
 
 
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
