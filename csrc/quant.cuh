@@ -382,9 +382,8 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
   const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
   const bool held = kExact || first < nvec;                                  // the group's lanes all or none
-  if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
-  if (!p.early_trigger) device::pdl_trigger_secondary();
+  device::pdl_trigger_secondary();  // many rows: the next kernel's CTAs would only take this one's slots
   Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   if (held) {
@@ -840,7 +839,6 @@ struct QuantOps {
       return false;
     device::norm::NormParams<T> p = rows.params;
     p.total_rows = static_cast<int32_t>(rows.tokens);
-    p.early_trigger = false;
     const int threads = wide_threads(nvec, kLaneVecs, row_threads);
     LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
     launch.enable_pdl();
