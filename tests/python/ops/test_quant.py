@@ -6,7 +6,7 @@ shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the sam
 from pathlib import Path
 
 import pytest
-from conftest import HERE, eagerly_then_from_a_graph
+from conftest import HERE, KERNELS, eagerly_then_from_a_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -441,6 +441,46 @@ def test_per_token_group_misaligned_3d_and_errors():
         m.per_token_group_quant_ue8m0(x2, torch.empty(2, 256, dtype=torch.uint8, device="cuda"), s32, 64, 1e-10)
     q_int8, s_int8 = per_token_group_quant_8bit(x2, 64, torch.int8, output_q=q8, output_s=s32)
     assert q_int8 is q8 and s_int8 is s32 and q8.any(), "the op picks the int8 export from its outputs"
+
+
+# (rows, H): fp8 of 16-bit rows at the lean kernel's three launches (an H200's 132 SMs: a few CTAs triggering
+# at start, one wave of more than 256 threads an SM triggering after its stores, several waves), tails of
+# part-filled CTAs and warps (15 groups of 128), and eps below kNormalScaleEps (per_group_kernel instead).
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("shape", [(1, 7168), (3, 640), (255, 7168), (1030, 2048)])
+@pytest.mark.parametrize("eps", [1e-10, 1e-20])
+def test_per_token_group_fp8_at_each_launch(dtype_name, group_size, shape, eps):
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    x = _x(shape, dtype_name, seed=shape[0])
+    x[0, 2 * group_size + 3] = float("inf")  # one group of a warp's four takes the inf-safe division
+    x[-1, -group_size:] = 0  # a group of zeros: the eps scale
+    x[-1, -1] = float("nan")
+    for flags in (dict(), dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True)):
+        q, s = per_token_group_quant_8bit(x, group_size, eps=eps, **flags)
+        eq, es, exponent = _group_reference(x, group_size, torch.float8_e4m3fn, eps, bool(flags))
+        _assert_q_equal(q, eq)
+        if flags:
+            assert torch.equal(_unpack_ue8m0(s, shape[1] // group_size), exponent)
+        else:
+            assert torch.equal(s, es)
+
+
+def test_normal_scale_division_and_reciprocal_are_ieee():
+    """normal_scale_for and normal_reciprocal (include/jitkern/impl/quant.cuh) give the IEEE quotients
+    max(amax, eps) / 448 (/ 127) and 1 / s for every float of their ranges: checked one by one."""
+    torch = _torch()
+    import jitkern
+
+    m = jitkern.load_jit("quant_normal_math_test", cuda_files=[str(KERNELS / "quant_normal_math.cuh")],
+                         cuda_wrappers=[("normal_math_mismatches", "normal_math_mismatches")])
+    counts = torch.full((4,), -1, dtype=torch.int64, device="cuda")
+    m.normal_math_mismatches(counts)
+    fp8, int8, reciprocal, seen = counts.tolist()
+    assert seen == 0x7F800000, "every positive finite float"
+    assert (fp8, int8, reciprocal) == (0, 0, 0)
 
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
