@@ -389,30 +389,30 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
   if constexpr (kTrigger == 0) device::pdl_trigger_secondary();
   const uint32_t lane = threadIdx.x % kLanes, group = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
-  const uint32_t at = group * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
+  // Lanes past the last group read its vectors again and store nothing: no branch around the loads.
+  const uint32_t at = min(group, total_groups - 1) * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
   AlignedVector<T, kVec> raw[kPerLane];
   device::pdl_wait_primary();
   if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j)
-    if (valid) raw[j].load_global(in + at + j * kStep);
+  for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kStep);
   LanePairs<P, kPerLane> x;  // the same registers as packed pairs: the amax by packed max and min
   __builtin_memcpy(&x, raw, sizeof(x));
   bool finite;
   const auto fold = [&](auto op) {
     if constexpr (std::is_same_v<decltype(op), quant::AbsMax>) {
-      return valid ? quant::fold_pairs(x.v, op, 0.0f) : 0.0f;
+      return quant::fold_pairs(x.v, op, 0.0f);
     } else {
-      return valid ? lane_finite_amax(x) : 0.0f;
+      return lane_finite_amax(x);
     }
   };
   const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
                                          [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
   uint32_t exponent = 0;
   const float scale = quant::group_scale<fp8_e4m3_t, kUE8M0, kNormalMath>(amax, eps, exponent);
+  const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
+  const LaneCodes<kPerLane> c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
   if (valid) {
-    const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
-    const LaneCodes<kPerLane> c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
     if constexpr (kContiguous) {
 #pragma unroll
       for (int k = 0; k < kPerLane; k += 2) {  // 16 codes a store
