@@ -195,13 +195,13 @@ def concat_shapes(m, ref):
 GROUP_VARIANTS = {0: "the general kernel (the product before)", 1: "multiply by 448 / amax, 256t end (not x / s: diagnostic)",
                   **{v: f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 128}t "
                         f"{TRIGGER[v % 10]}{', IEEE scale division' if v >= 10000 else ''}"
-                     for v in (2122, 12122, 2022, 2111, 4022, 4011, 8122)}}
+                     for v in (2122, 12122, 2022, 2112, 2111, 4022, 4012, 4011, 8122)}}
 
 
 def group_quant_shapes(m, ref):
     """[T, 7168] from decode to prefill sizes (T = 256: 14336 groups, one wave of 8-lane groups of more than
-    256 threads an SM), and [256, 2048]."""
-    for t, h in [(1, 7168), (16, 7168), (64, 7168), (256, 7168), (1024, 7168), (4096, 7168), (256, 2048)]:
+    256 threads an SM), and [256, 2048 / 4096]."""
+    for t, h in [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), (256, 2048), (256, 4096)]:
         x = rand(t, h)
         q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
         s = torch.empty(t, h // 128, device="cuda", dtype=torch.float32)

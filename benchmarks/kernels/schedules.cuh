@@ -393,8 +393,10 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   shape.template operator()<2, true, 256, 2>();
   shape.template operator()<2, true, 256, 2, false>();
   shape.template operator()<2, false, 256, 2>();
+  shape.template operator()<2, true, 128, 2>();
   shape.template operator()<2, true, 128, 1>();
   shape.template operator()<4, false, 256, 2>();
+  shape.template operator()<4, false, 128, 2>();
   shape.template operator()<4, false, 128, 1>();
   shape.template operator()<8, true, 256, 2>();
   RuntimeCheck(done, "group_quant_schedule: no such variant (", variant, ")");
