@@ -445,7 +445,7 @@ def test_per_token_group_misaligned_3d_and_errors():
 
 # (rows, H), eps: fp8 of 16-bit rows at the lean kernel's three launches (an H200's 132 SMs: a few CTAs, trigger
 # at start; one wave of more than 256 threads an SM, after the stores; several waves, after the wait), part-filled
-# CTAs and warps (15 groups of 128), and an eps below kNormalScaleEps (per_group_kernel instead).
+# CTAs and warps (15 groups of 128), and, through per_group_kernel, an eps below kNormalScaleEps and strided rows.
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("shape, eps", [((1, 7168), 1e-10), ((3, 640), 1e-20), ((255, 7168), 1e-10), ((1030, 7168), 1e-10)])
@@ -457,14 +457,17 @@ def test_per_token_group_fp8_at_each_launch(dtype_name, group_size, shape, eps):
     x[0, 2 * group_size + 3] = float("inf")  # one group of its warp's takes the inf-safe division
     x[-1, -group_size:] = 0  # a group of zeros: the eps scale
     x[-1, -1] = float("nan")
+    wide = torch.zeros(shape[0], shape[1] + 64, dtype=x.dtype, device=x.device)
+    wide[:, :shape[1]] = x
     for flags in (dict(), dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True)):
-        q, s = per_token_group_quant_8bit(x, group_size, eps=eps, **flags)
         eq, es, exponent = _group_reference(x, group_size, torch.float8_e4m3fn, eps, bool(flags))
-        _assert_q_equal(q, eq)
-        if flags:
-            assert torch.equal(_unpack_ue8m0(s, shape[1] // group_size), exponent)
-        else:
-            assert torch.equal(s, es)
+        for rows in (x, wide[:, :shape[1]]):  # contiguous, and strided rows (per_group_kernel)
+            q, s = per_token_group_quant_8bit(rows, group_size, eps=eps, **flags)
+            _assert_q_equal(q, eq)
+            if flags:
+                assert torch.equal(_unpack_ue8m0(s, shape[1] // group_size), exponent)
+            else:
+                assert torch.equal(s, es)
 
 
 def test_normal_scale_division_and_reciprocal_are_ieee():
