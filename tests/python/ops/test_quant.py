@@ -470,6 +470,41 @@ def test_per_token_group_fp8_at_each_launch(dtype_name, group_size, shape, eps):
                 assert torch.equal(s, es)
 
 
+# per_group_lean_kernel's lane layouts (16-byte vectors a lane, contiguous): the product's and the others that
+# benchmarks/bench_schedules.py sets beside it.
+LEAN_LAYOUTS = [(2, True), (2, False), (4, False), (4, True), (8, True)]
+
+
+@pytest.fixture(scope="module")
+def lean_layouts():
+    import jitkern
+
+    wrappers = [(f"lean_{d}_{p}{'c' if c else 's'}", f"quant_group_lean_test::group_quant_lean<{d}_t, {p}, {'true' if c else 'false'}>")
+                for d in ("bf16", "fp16") for p, c in LEAN_LAYOUTS]
+    return jitkern.load_jit("quant_group_lean_test", cuda_files=[str(KERNELS / "quant_group_lean.cuh")], cuda_wrappers=wrappers,
+                            extra_include_paths=[str(jitkern.CSRC_DIR)], host_without_nvcc=True)
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", LEAN_LAYOUTS)
+@pytest.mark.parametrize("shape", [(3, 640), (255, 7168)])
+def test_per_token_group_fp8_lean_layouts(lean_layouts, dtype_name, layout, shape):
+    """Every lane layout of the lean kernel gives the reference's codes and scales at each group size, with
+    +-inf and NaN in the groups (part-filled CTAs at (3, 640))."""
+    torch = _torch()
+    short = {"bfloat16": "bf16", "float16": "fp16"}[dtype_name]
+    fn = getattr(lean_layouts, f"lean_{short}_{layout[0]}{'c' if layout[1] else 's'}")
+    x = _x(shape, dtype_name, seed=3)
+    x[0, 37], x[-1, 5], x[-1, -1] = float("inf"), float("-inf"), float("nan")
+    for group_size in (32, 64, 128):
+        q = torch.empty(shape, dtype=torch.uint8, device="cuda")
+        s = torch.empty(shape[0], shape[1] // group_size, device="cuda")
+        fn(x, q, s, group_size, 1e-10)
+        eq, es, _ = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, False)
+        _assert_q_equal(q.view(torch.float8_e4m3fn), eq)
+        assert torch.equal(s, es)
+
+
 def test_normal_scale_division_and_reciprocal_are_ieee():
     """normal_scale_for and normal_reciprocal (include/jitkern/impl/quant.cuh) give the IEEE quotients
     max(amax, eps) / 448 (/ 127) and 1 / s for every float of their ranges: checked one by one."""
