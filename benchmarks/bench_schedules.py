@@ -190,12 +190,12 @@ def concat_shapes(m, ref):
 
 
 # group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): IPCTR = P 16-byte vectors a lane, C
-# contiguous or strided lanes, CTAs of T x 128, trigger R, I: IEEE divisions for the scale and its reciprocal,
+# contiguous or strided lanes, CTAs of T x 64, trigger R, I: IEEE divisions for the scale and its reciprocal,
 # through the product's launch code.
 GROUP_VARIANTS = {0: "the general kernel (the product before)", 1: "multiply by 448 / amax, 256t end (not x / s: diagnostic)",
-                  **{v: f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 128}t "
+                  **{v: f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 64}t "
                         f"{TRIGGER[v % 10]}{', IEEE scale division' if v >= 10000 else ''}"
-                     for v in (2122, 12122, 2022, 2112, 2111, 4022, 4012, 4011, 8122)}}
+                     for v in (2142, 12142, 2042, 2122, 2121, 2112, 4042, 4022, 4021, 4012, 8142, 8122)}}
 
 
 def group_quant_shapes(m, ref):

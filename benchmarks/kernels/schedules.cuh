@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(256) group_multiply_kernel(const bf16* in, uin
 #ifndef __CUDACC_RTC__
 // per_token_group_quant_8bit (fp8, fp32 scales) through the product's launch code with per_group_lean_kernel
 // of another shape: variant IPCTR = P 16-byte vectors a lane, C contiguous (1) or strided (0), CTAs of
-// T x 128 threads, trigger R (0 start, 1 after the wait, 2 after the stores), I = 1: IEEE divisions for the
+// T x 64 threads, trigger R (0 start, 1 after the wait, 2 after the stores), I = 1: IEEE divisions for the
 // scale and its reciprocal (not normal_scale_for, normal_reciprocal); 0: per_group_kernel alone (the product
 // before the lean kernel); 1: group_multiply_kernel (group 128, bf16 [N, H] contiguous).
 void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t group_size, int64_t variant) {
@@ -384,7 +384,7 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   }
   bool done = false;
   const auto shape = [&]<int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath = true>() {
-    const int64_t code = (!kNormalMath * 10000 + kPerLane * 1000 + kContiguous * 100 + kThreads / 128 * 10 + kTrigger) * (kPerLane > 0);
+    const int64_t code = (!kNormalMath * 10000 + kPerLane * 1000 + kContiguous * 100 + kThreads / 64 * 10 + kTrigger) * (kPerLane > 0);
     if (done || variant != code) return;
     Ops::per_token_group_quant_with<Ops::GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>>(x, q, s, group_size, 1e-10);
     done = true;
@@ -395,10 +395,13 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   shape.template operator()<2, false, 256, 2>();
   shape.template operator()<2, true, 128, 2>();
   shape.template operator()<2, true, 128, 1>();
+  shape.template operator()<2, true, 64, 2>();
   shape.template operator()<4, false, 256, 2>();
   shape.template operator()<4, false, 128, 2>();
   shape.template operator()<4, false, 128, 1>();
+  shape.template operator()<4, false, 64, 2>();
   shape.template operator()<8, true, 256, 2>();
+  shape.template operator()<8, true, 128, 2>();
   RuntimeCheck(done, "group_quant_schedule: no such variant (", variant, ")");
 }
 #endif  // __CUDACC_RTC__
