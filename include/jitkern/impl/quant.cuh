@@ -5,7 +5,9 @@
 //                                    instruction per value where none is +-inf (half of one for
 //                                    16-bit values held as packed pairs: fold_pairs);
 //   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value
-//                                    (kDefaultScaleEps: eps of the ops that take none);
+//                                    (kDefaultScaleEps: eps of the ops that take none; normal_scale_for
+//                                    and normal_reciprocal: the same bits without the divisions' range
+//                                    tests, where eps >= kNormalScaleEps);
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
 //                                    it is stored (the layouts FP8 GEMMs read);
