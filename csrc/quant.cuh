@@ -835,8 +835,12 @@ struct QuantOps {
   }
 
   // per_group_lean_kernel (its shape: Lean) where it applies: fp8 of contiguous rows of 16-byte vectors, at most
-  // 2^32 elements, eps at least kNormalScaleEps; false (nothing launched) elsewhere. CTAs and trigger as
-  // per_group_kernel's launch takes them, unless Lean names them.
+  // 2^32 elements, eps at least kNormalScaleEps; false (nothing launched) elsewhere. Unless Lean names the CTAs
+  // and trigger: grids of more than 256 threads an SM (one wave or several) take CTAs of kQuantGroupWideThreads
+  // and trigger after their stores, grids of at most kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger
+  // at start, and the grids between take per_group_kernel (false). bf16 [T, 7168] on an H200 (bench_schedules
+  // quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 / 1.05; T = 128-512
+  // 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between, 1.38 / 1.19.
   template <bool kUE8M0, int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath>
   static bool launch_group_lean(GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, const Operands& ops, const GroupScales& scales,
                                 int64_t group_size, int64_t total_groups, float eps) {
@@ -851,28 +855,30 @@ struct QuantOps {
       const int64_t groups_per_row = ops.width / group_size;
       const auto go = [&](auto group_tag) {
         constexpr int kLanes = decltype(group_tag)::value / (kVec * kPerLane);
-        if constexpr (kLanes >= 1) {
+        if constexpr (kLanes < 1) {
+          return false;
+        } else {
           const auto launch = [&](auto kernel, int threads) {
             LaunchKernel(checked_grid(div_ceil(total_groups, int64_t{threads / kLanes})), static_cast<unsigned>(threads), ops.device)
                 .enable_pdl()(kernel, static_cast<const T*>(ops.in), static_cast<uint8_t*>(ops.out), scales,
                               static_cast<uint32_t>(groups_per_row), static_cast<uint32_t>(total_groups), eps);
+            return true;
           };
           if constexpr (kThreads != 0) {
             return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath>, kThreads);
           } else {
-            const int64_t narrow_threads = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes}) * kQuantGroupThreads;
-            if (pdl_late_trigger(narrow_threads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm))
+            const int64_t narrow_grid = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes});
+            if (narrow_grid * kQuantGroupThreads > kPdlLateTriggerThreadsPerSm * runtime::get_sm_count(ops.device.device_id))
               return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupWideThreads, 2>, kQuantGroupWideThreads);
-            if (pdl_early_trigger(div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes})))
+            if (pdl_early_trigger(narrow_grid))
               return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 0>, kQuantGroupThreads);
-            launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 1>, kQuantGroupThreads);
+            return false;
           }
         }
       };
-      if (group_size == 32) go(std::integral_constant<int, 32>{});
-      if (group_size == 64) go(std::integral_constant<int, 64>{});
-      if (group_size == 128) go(std::integral_constant<int, 128>{});
-      return group_size >= kVec * kPerLane;
+      if (group_size == 32) return go(std::integral_constant<int, 32>{});
+      if (group_size == 64) return go(std::integral_constant<int, 64>{});
+      return go(std::integral_constant<int, 128>{});
     }
   }
 

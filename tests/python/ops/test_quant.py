@@ -443,9 +443,9 @@ def test_per_token_group_misaligned_3d_and_errors():
     assert q_int8 is q8 and s_int8 is s32 and q8.any(), "the op picks the int8 export from its outputs"
 
 
-# (rows, H), eps: fp8 of 16-bit rows at the lean kernel's three launches (an H200's 132 SMs: a few CTAs, trigger
-# at start; one wave of more than 256 threads an SM, after the stores; several waves, after the wait), part-filled
-# CTAs and warps (15 groups of 128), and, through per_group_kernel, an eps below kNormalScaleEps and strided rows.
+# (rows, H), eps: fp8 of 16-bit rows at the lean kernel's launches (an H200's 132 SMs: a few CTAs, trigger at
+# start; one wave and several of more than 256 threads an SM, after the stores), part-filled CTAs and warps (15
+# groups of 128), and, through per_group_kernel, an eps below kNormalScaleEps and strided rows.
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("shape, eps", [((1, 7168), 1e-10), ((3, 640), 1e-20), ((255, 7168), 1e-10), ((1030, 7168), 1e-10)])
@@ -503,6 +503,27 @@ def test_per_token_group_fp8_lean_layouts(lean_layouts, dtype_name, layout, shap
         eq, es, _ = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, False)
         _assert_q_equal(q.view(torch.float8_e4m3fn), eq)
         assert torch.equal(s, es)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 256, 1030])
+def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
+    """bf16 [rows, 7168] in groups of 128 (8 lanes a group, CTAs of 128 threads): the lean kernel for at most 8
+    CTAs and for more than 256 threads an SM, per_group_kernel between (64 rows on 132 SMs: 28672 threads)."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    from jitkern.ops import per_token_group_quant_8bit
+
+    ctas = -(-rows * 56 // 16)
+    lean = ctas <= 8 or ctas * 128 > 256 * torch.cuda.get_device_properties(0).multi_processor_count
+    x = _x((rows, 7168), "bfloat16")
+    per_token_group_quant_8bit(x, 128)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        per_token_group_quant_8bit(x, 128)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "per_group_" in e.name]
+    assert len(names) == 1 and ("per_group_lean_kernel" in names[0]) == lean, names
 
 
 def test_normal_scale_division_and_reciprocal_are_ieee():
