@@ -54,7 +54,8 @@ constexpr int kQuantGroupThreads = host::kRowKernels.group_threads;
 // ... and twice as wide where the grid is one wave of more than 256 threads per SM (host::pdl_late_trigger's
 // grids): half the CTAs to schedule ([256, 7168] bf16 on an H200, bench_schedules: 2.11 us against 2.53).
 constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
-// per_group_lean_kernel's lanes: kQuantGroupLeanLaneVecs 16-byte vectors each, contiguous or not.
+// per_group_lean_kernel's lanes: kQuantGroupLeanLaneVecs 16-byte vectors each, contiguous or not (bf16 [T, 7168]
+// on an H200: contiguous and strided the same; four a lane 0.04 us ahead at 256 tokens, 0.55 behind at 1024).
 constexpr int kQuantGroupLeanLaneVecs = 2;
 constexpr bool kQuantGroupLeanContiguous = true;
 // Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
