@@ -18,6 +18,10 @@
 
 #include <cstdint>
 #include <utility>
+#ifndef __CUDACC_RTC__
+#include <algorithm>
+#include <atomic>  // the persistent grid's occupancy cache (host code)
+#endif
 
 namespace jitkern_quant {
 
@@ -328,18 +332,26 @@ __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<
 #endif
 }
 
-// Many token rows of RMSNorm + group quantization, one row a CTA, kPerLane vectors of one group a lane (the
-// group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's layout), so that a shuffle reduction
-// and a scale serve kPerLane vectors: kNormGroupLaneVecs, kNormFusedGroupLaneVecs for the fused add. bf16
-// [4096-32768, 7168] on an H200 (bench_quant.py `group`): rmsnorm 29.9-226.6 us at four, 32.2-243.7 at two,
-// 43.0-323.9 at one vector a thread (the norm kernels' schedule); the fused add 52.9-402.0 at two, 58.0-439.8
-// at four (104 registers a thread), 57.2-438.6 at one. JITKERN_NORM_GROUP_LANE_VECS sets both when compiled
-// (0: the norm kernels' schedule), for the benchmark's side-by-side choices.
-#ifdef JITKERN_NORM_GROUP_LANE_VECS
-constexpr int kNormGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS, kNormFusedGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS;
-#else
-constexpr int kNormGroupLaneVecs = 4, kNormFusedGroupLaneVecs = 2;
-#endif
+// How the norm + group ops take their rows. The product's: NormGroupSchedule; benchmarks/kernels/
+// norm_group_schedules.cuh builds the ops under others, side by side (bench_quant.py `group`).
+//   kLaneVecs, kFusedLaneVecs: vectors of one group a lane in norm_group_rows_kernel (plain, fused add), so that
+//     a shuffle reduction and a scale serve that many vectors; 0: the norm kernels' launch (one vector a thread);
+//   kRowsMinPerSm: norm_group_rows_kernel from this many rows an SM (0: every size), the norm kernels' below;
+//   kPairs: 16-bit rows widened and narrowed as packed pairs (PairMath);
+//   kEarlyTriggerMaxRows: norm_group_rows_kernel triggers the next launch at its start up to this many rows,
+//     else after its wait;
+//   kStreamCtasPerSm: norm_group_rows_kernel's persistent grid (kStream) of at most this many CTAs an SM (fewer
+//     where fewer fit); 0: one row a CTA.
+// bf16 [4096-32768, 7168] on an H200 (bench_quant.py `group`, 054f6fe): rmsnorm 29.9-226.6 us at four vectors a
+// lane, 32.2-243.7 at two, 43.0-323.9 at one vector a thread; the fused add 52.9-402.0 at two, 58.0-439.8 at four
+// (104 registers a thread), 57.2-438.6 at one.
+struct NormGroupSchedule {
+  static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2;
+  static constexpr int64_t kRowsMinPerSm = device::norm::kNormManyRowsPerSm;
+  static constexpr bool kPairs = false;
+  static constexpr int64_t kEarlyTriggerMaxRows = 0;
+  static constexpr int kStreamCtasPerSm = 0;
+};
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
 // norm_group_rows_kernel's layout, groups of kGroupVecs vectors), added as the butterfly of one vector a
@@ -364,70 +376,185 @@ JITKERN_DEVICE float one_vector_warp_sum(float (&part)[kPerLane]) {
   return part[0];
 }
 
-// One row a CTA of ceil(vectors / kPerLane) threads (whole warps), its sum of squares added as
-// norm_wide_kernel<..., 1, ...> (one vector a thread) adds it, each normalised vector rounded to T as there:
-// the same codes, scales and residual. kExact: every lane holds its vectors (no bounds checks).
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact>
+// VecMath's arithmetic on 16-bit vectors held as packed pairs, in the same order (the same bits): a value
+// widens in one instruction (VecMath's element casts take two for the high half of a pair) and a pair
+// narrows in one.
+template <typename T, int kVec>
+struct PairMath {
+  using P = device::packed_t<T>;
+  using Pairs = AlignedVector<P, kVec / 2>;
+  static JITKERN_DEVICE Pairs of(const AlignedVector<T, kVec>& v) {
+    Pairs p;
+    __builtin_memcpy(&p, &v, sizeof(p));
+    return p;
+  }
+  static JITKERN_DEVICE void add(Pairs& x, const Pairs& r) {
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t a = device::cast<fp32x2_t>(x[k]), b = device::cast<fp32x2_t>(r[k]);
+      x[k] = device::cast<P>(fp32x2_t{a.x + b.x, a.y + b.y});
+    }
+  }
+  static JITKERN_DEVICE float sum_squares(const Pairs& x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t v = device::cast<fp32x2_t>(x[k]);
+      s += v.x * v.x;
+      s += v.y * v.y;
+    }
+    return s;
+  }
+  static JITKERN_DEVICE Pairs normalized(const Pairs& x, const Pairs& w, float scale) {
+    Pairs y;
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t a = device::cast<fp32x2_t>(x[k]), b = device::cast<fp32x2_t>(w[k]);
+      y[k] = device::cast<P>(fp32x2_t{a.x * scale * b.x, a.y * scale * b.y});
+    }
+    return y;
+  }
+  // ... with the weights already widened.
+  static JITKERN_DEVICE Pairs normalized(const Pairs& x, const float (&w)[kVec], float scale) {
+    Pairs y;
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t a = device::cast<fp32x2_t>(x[k]);
+      y[k] = device::cast<P>(fp32x2_t{a.x * scale * w[2 * k], a.y * scale * w[2 * k + 1]});
+    }
+    return y;
+  }
+};
+
+// Token rows of RMSNorm + group quantization, a row at a time per CTA of ceil(vectors / kPerLane) threads (whole
+// warps), kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...:
+// per_group_kernel's layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a
+// thread) adds it, each normalised vector rounded to T as there: the same codes, scales and residual. kExact:
+// every lane holds its vectors (no bounds checks). kPairs: PairMath for 16-bit T. kStream: a persistent grid,
+// CTA c taking rows c, c + gridDim.x, ..., the weights read and widened once, each next row's loads issued
+// before the current row's reductions; else one row a CTA. p.early_trigger: the next launch is triggered at
+// start, else after the wait.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs = false, bool kStream = false>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
     norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
+  using PM = PairMath<T, kVec>;
+  constexpr bool kAsPairs = kPairs && sizeof(T) == 2;
   constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
   static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
-  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
-  uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
-  const int64_t scale_row = epi.first_row + blockIdx.x;
   const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
   const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
   const bool held = kExact || first < nvec;                                  // the group's lanes all or none
+  const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
+  int32_t row_index = static_cast<int32_t>(blockIdx.x);
+  RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, row_index);
+  if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
-  device::pdl_trigger_secondary();  // many rows: the next kernel's CTAs would only take this one's slots
+  if (!p.early_trigger) device::pdl_trigger_secondary();
   Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
-      const int at = (first + r * kLanes) * kVec;
-      xs[r].load_global(row.in + at);
-      if constexpr (kFusedAdd) rs[r].load_global(row.residual + at);
-      ws[r].load_global(row.weight + at);
+      xs[r].load_global(row.in + at(r));
+      if constexpr (kFusedAdd) rs[r].load_global(row.residual + at(r));
+      ws[r].load_global(row.weight + at(r));
     }
   }
-  float part[kPerLane];
+  float wf[kStream ? kPerLane : 1][kVec];  // kStream: the weights widened once
+  if constexpr (kStream) {
 #pragma unroll
-  for (int r = 0; r < kPerLane; ++r) {
-    part[r] = 0.0f;
-    if (held) {
-      if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + (first + r * kLanes) * kVec);
-      part[r] = M::sum_squares(xs[r]);
-    }
+    for (int r = 0; r < kPerLane; ++r)
+#pragma unroll
+      for (int j = 0; j < kVec; j += 2) {
+        if constexpr (kAsPairs) {
+          const fp32x2_t w = device::cast<fp32x2_t>(PM::of(ws[r])[j / 2]);
+          wf[r][j] = w.x, wf[r][j + 1] = w.y;
+        } else {
+          wf[r][j] = device::cast<float>(ws[r][j]), wf[r][j + 1] = device::cast<float>(ws[r][j + 1]);
+        }
+      }
   }
-  // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
-  __shared__ float partial[device::kWarpThreads];
-  const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
-  constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
-  if (threadIdx.x % kOldWarpLanes == 0) partial[threadIdx.x / kOldWarpLanes] = warp_sum;
-  __syncthreads();
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
-  const float scale = rsqrtf(total * inv_hidden + p.eps);
-  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
-  if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
-    AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
+  __shared__ float partial[kStream ? 2 : 1][device::kWarpThreads];
+  for (int turn = 0;; ++turn) {
+    const int32_t next = row_index + static_cast<int32_t>(gridDim.x);
+    const bool more = kStream && next < p.total_rows;
+    RowPointers<T> next_row{};
+    Vec xn[kStream ? kPerLane : 1], rn[kStream && kFusedAdd ? kPerLane : 1];
+    if constexpr (kStream) {  // the next row's loads in flight during this row's work
+      next_row = locate_row<T, RowOrder::kTokenRows>(p, more ? next : row_index);
+      if (more && held) {
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r) {
+          xn[r].load_global(next_row.in + at(r));
+          if constexpr (kFusedAdd) rn[r].load_global(next_row.residual + at(r));
+        }
+      }
+    }
+    float part[kPerLane];
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
-      const Vec y = M::normalized(xs[r], ws[r], scale);
-#pragma unroll
-      for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
+      part[r] = 0.0f;
+      if (held) {
+        if constexpr (kAsPairs) {
+          auto x = PM::of(xs[r]);
+          if constexpr (kFusedAdd) {
+            PM::add(x, PM::of(rs[r]));
+            __builtin_memcpy(&xs[r], &x, sizeof(x));
+            xs[r].store_global(row.residual + at(r));
+          }
+          part[r] = PM::sum_squares(x);
+        } else {
+          if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+          part[r] = M::sum_squares(xs[r]);
+        }
+      }
     }
-    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
-  } else {
-    Vec x[kPerLane];
+    // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
+    float* sums = partial[kStream ? turn & 1 : 0];  // kStream: a turn writes the buffer the turn before did not read
+    const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
+    constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
+    if (threadIdx.x % kOldWarpLanes == 0) sums[threadIdx.x / kOldWarpLanes] = warp_sum;
+    __syncthreads();
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? sums[lane] : 0.0f);
+    const float scale = rsqrtf(total * inv_hidden + p.eps);
+    uint8_t* q = epi.q + row_index * epi.q_row_stride;
+    const int64_t scale_row = epi.first_row + row_index;
+    const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
+    if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
+      AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
 #pragma unroll
-    for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
-    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+      for (int r = 0; r < kPerLane; ++r) {
+        if constexpr (kStream) {
+          x[r] = PM::normalized(PM::of(xs[r]), wf[r], scale);
+        } else if constexpr (kAsPairs) {
+          x[r] = PM::normalized(PM::of(xs[r]), PM::of(ws[r]), scale);
+        } else {
+          const Vec y = M::normalized(xs[r], ws[r], scale);
+#pragma unroll
+          for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
+        }
+      }
+      quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+    } else {
+      Vec x[kPerLane];
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
+      quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+    }
+    if (!more) break;
+    if constexpr (kStream) {
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        xs[r] = xn[r];
+        if constexpr (kFusedAdd) rs[r] = rn[r];
+      }
+      row = next_row, row_index = next;
+    }
   }
 #endif
 }
@@ -438,7 +565,8 @@ inline void zero_float_async(float* ptr, DLDevice device) {
   host::RuntimeDeviceCheck(cudaMemsetAsync(ptr, 0, sizeof(float), host::LaunchKernel::resolve_device(device)));
 }
 
-template <typename T>
+// S: how the norm + group ops take their rows (NormGroupSchedule).
+template <typename T, typename S = NormGroupSchedule>
 struct QuantOps {
   // The 8-bit output formats: fp8 e4m3 (its tensor, or its bytes as uint8) or int8.
   using QDTypes = host::DTypeList<uint8_t, fp8_e4m3_t, int8_t>;
@@ -819,15 +947,15 @@ struct QuantOps {
     RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
                  kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
                  " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
-    constexpr int kLaneVecs = kFusedAdd ? kNormFusedGroupLaneVecs : kNormGroupLaneVecs;
-    if constexpr (kLaneVecs > 1 && kLaneVecs <= kGroup / kVec) {
+    constexpr int kLaneVecs = kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs;
+    if constexpr (kLaneVecs >= 1 && kLaneVecs <= kGroup / kVec) {
       if (launch_group_rows<kGroup, kLaneVecs, kFusedAdd, kUE8M0>(rows, epi)) return;
     }
     host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
   }
 
-  // Many token rows of at most row_threads vectors through norm_group_rows_kernel; false (nothing launched)
-  // elsewhere (the operands are checked, 16-byte vectors).
+  // Token rows of at most row_threads vectors, from S::kRowsMinPerSm rows an SM, through norm_group_rows_kernel;
+  // false (nothing launched) elsewhere (the operands are checked, 16-byte vectors).
   template <int kGroup, int kLaneVecs, bool kFusedAdd, bool kUE8M0>
   static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0>& epi) {
     using namespace host;
@@ -835,17 +963,32 @@ struct QuantOps {
     const int64_t nvec = rows.params.hidden / kVec;
     const int row_threads = row_policy(rows.device).row_threads;
     if (nvec > row_threads || rows.tokens > device::norm::kNormMaxRowsPerLaunch ||
-        rows.tokens < int64_t{device::norm::kNormManyRowsPerSm} * runtime::get_sm_count(rows.device.device_id))
+        (S::kRowsMinPerSm > 0 && rows.tokens < S::kRowsMinPerSm * runtime::get_sm_count(rows.device.device_id)))
       return false;
     device::norm::NormParams<T> p = rows.params;
     p.total_rows = static_cast<int32_t>(rows.tokens);
+    p.early_trigger = rows.tokens <= S::kEarlyTriggerMaxRows;
     const int threads = wide_threads(nvec, kLaneVecs, row_threads);
-    LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
-    launch.enable_pdl();
+    const auto go = [&](auto kernel) {
+      int64_t grid = rows.tokens;
+      if constexpr (S::kStreamCtasPerSm > 0) {  // a persistent grid: at most the CTAs an SM holds
+        static std::atomic<int> resident[host::kRowKernels.max_cta_threads / device::kWarpThreads + 1];  // by warps a CTA
+        int ctas = resident[threads / device::kWarpThreads].load(std::memory_order_relaxed);
+        if (ctas == 0) {
+          const host::DeviceGuard guard(rows.device.device_id);  // the occupancy API asks the current device
+          ctas = runtime::get_blocks_per_sm(kernel, threads);
+          RuntimeCheck(ctas > 0, "norm_group_rows_kernel cannot run with ", threads, " threads a CTA");
+          resident[threads / device::kWarpThreads].store(ctas, std::memory_order_relaxed);
+        }
+        grid = std::min<int64_t>(grid, int64_t{std::min<int>(ctas, S::kStreamCtasPerSm)} * runtime::get_sm_count(rows.device.device_id));
+      }
+      LaunchKernel(static_cast<unsigned>(grid), threads, rows.device).enable_pdl()(kernel, p, epi);
+    };
+    constexpr bool kStream = S::kStreamCtasPerSm > 0;
     if (nvec == int64_t{kLaneVecs} * threads) {
-      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true>, p, epi);
+      go(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true, S::kPairs, kStream>);
     } else {
-      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false>, p, epi);
+      go(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false, S::kPairs, kStream>);
     }
     return true;
   }
