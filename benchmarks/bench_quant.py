@@ -112,7 +112,8 @@ def table(title: str, header: str, lines: list[str]) -> None:
     print(f"\n#### {title}\n")
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    print("\n".join(lines))
+    if lines:
+        print("\n".join(lines))
 
 
 def large_shapes(module, ceiling: float) -> None:
@@ -295,11 +296,15 @@ def norm_group_self_check(modules: dict) -> None:
 
 def norm_group_decode(modules: dict) -> None:
     """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
-    per_token_group_quant_8bit) at decode sizes, 1x128 groups, beside DECODE_SCHEDULES."""
-    lines = []
-    for h in (4096, 7168):
+    per_token_group_quant_8bit) at decode sizes, 1x128 groups, beside DECODE_SCHEDULES; rows printed as measured."""
+    columns = " | ".join(DECODE_SCHEDULES)
+    table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
+          "median of 3 interleaved rounds; schedules: us (speed-up over the two ops))",
+          f"| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | {columns} | fused_add_rmsnorm_group_quant_fp8 | "
+          f"fused_add_rmsnorm + per_token_group_quant | speed-up | {columns} |", [])
+    for h, sizes in ((7168, [1, 16, 256]), (4096, [1, 256])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
-        for t in get_benchmark_range([1, 16, 256], [1]):
+        for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
@@ -310,43 +315,34 @@ def norm_group_decode(modules: dict) -> None:
             })
             plain = " | ".join(f"{m[n]:.2f} ({m['unfused'] / m[n]:.2f}x)" for n in DECODE_SCHEDULES)
             add = " | ".join(f"{m[f'add {n}']:.2f} ({m['unfused add'] / m[f'add {n}']:.2f}x)" for n in DECODE_SCHEDULES)
-            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {plain} | "
-                         f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | {add} |")
-    columns = " | ".join(DECODE_SCHEDULES)
-    table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
-          "median of 3 interleaved rounds; schedules: us (speed-up over the two ops))",
-          f"| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | {columns} | fused_add_rmsnorm_group_quant_fp8 | "
-          f"fused_add_rmsnorm + per_token_group_quant | speed-up | {columns} |", lines)
+            print(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {plain} | "
+                  f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | {add} |", flush=True)
 
 
 def norm_group_large(module, ceilings: dict, modules: dict) -> None:
-    """The fused ops at prefill sizes: GB/s against the `halve` pattern (rmsnorm: 3 bytes an element) and
-    the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (median of 3 interleaved rounds)."""
+    """The fused ops at prefill sizes: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an element) and of the
+    copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (median of 3 interleaved rounds); rows
+    printed as measured."""
     copy = max(ceilings.values())
-    lines, add_lines = [], []
-    for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
+    columns = " | ".join(PREFILL_SCHEDULES)
+    table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
+          "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
+          f"| H | T | rmsnorm_group_quant_fp8 | {columns} | fused_add_rmsnorm_group_quant_fp8 | {columns} |", [])
+    for h, sizes in ((7168, [4096, 32768]), (4096, [4096, 32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
             x, r0, y, q, s = _group_operands(t, h)
             providers = _group_providers(x, r0, w, y, q, s)
             m = interleaved({
-                "fused": providers["fused"], "fused add": providers["fused add"],
+                "product": providers["fused"], "add product": providers["fused add"],
                 **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in PREFILL_SCHEDULES},
                 **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in PREFILL_SCHEDULES},
             })
             halve = pattern_us(module, t, h=h)
-            scale_bytes = 4 * t * (h // 128)
-            plain, add = (3 * t * h + scale_bytes) / 1e3, (7 * t * h + scale_bytes) / 1e3  # bytes / 1e3: GB/s from us
-            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {plain / m['fused']:.0f} | {100 * halve / m['fused']:.1f}% | "
-                         + " | ".join(f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in PREFILL_SCHEDULES) + " |")
-            add_lines.append(f"| {h} | {t} | {m['fused add']:.2f} | {add / m['fused add']:.0f} | {100 * add / m['fused add'] / copy:.1f}% | "
-                             + " | ".join(f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}'] / copy:.1f}%)" for n in PREFILL_SCHEDULES) + " |")
-    columns = " | ".join(PREFILL_SCHEDULES)
-    table("rmsnorm_group_quant_fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median of "
-          "3 interleaved rounds; schedules: us (% of the pattern ceiling))",
-          f"| H | T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | {columns} |", lines)
-    table("fused_add_rmsnorm_group_quant_fp8 at prefill sizes, the same operands (us, as above; schedules: us (% of the copy ceiling))",
-          f"| H | T | fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling | {columns} |", add_lines)
+            add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
+            plain = " | ".join(f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in ["product", *PREFILL_SCHEDULES])
+            fused = " | ".join(f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in ["product", *PREFILL_SCHEDULES])
+            print(f"| {h} | {t} | {plain} | {fused} |", flush=True)
     print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules: NORM_GROUP_SCHEDULES (bench_norm_group::Sched).")
 
 
@@ -408,9 +404,9 @@ def main() -> None:
         print(f"\n### RMSNorm + group fp8 ({environment()})")
         modules = norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES))
         norm_group_self_check(modules)
+        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules)
         if sys.argv[2:] != ["prefill"]:
             norm_group_decode(modules)
-        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules)
         if not sys.argv[2:]:  # `group schedules`, `group prefill`: without the reference
             norm_group_reference_table()
         return
@@ -433,8 +429,8 @@ def main() -> None:
     norm_quant(module)
     modules = norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES))
     norm_group_self_check(modules)
-    norm_group_decode(modules)
     norm_group_large(module, ceilings, modules)
+    norm_group_decode(modules)
     reference_table()
     norm_group_reference_table()
 

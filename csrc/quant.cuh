@@ -10,6 +10,7 @@
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/impl/rows.cuh>
 #include <jitkern/policy.cuh>
+#include <jitkern/ptx.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -431,8 +432,8 @@ struct PairMath {
 // per_group_kernel's layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a
 // thread) adds it, each normalised vector rounded to T as there: the same codes, scales and residual. kExact:
 // every lane holds its vectors (no bounds checks). kPairs: PairMath for 16-bit T. kStream: a persistent grid,
-// CTA c taking rows c, c + gridDim.x, ..., the weights read and widened once, each next row's loads issued
-// before the current row's reductions; else one row a CTA. p.early_trigger: the next launch is triggered at
+// CTA c taking rows c, c + gridDim.x, ..., the weights read and widened once, each next row copied to shared
+// memory (cp.async) during the current row's reductions; else one row a CTA. p.early_trigger: the next launch is triggered at
 // start, else after the wait.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs = false, bool kStream = false>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
@@ -476,24 +477,18 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
         } else {
           wf[r][j] = device::cast<float>(ws[r][j]), wf[r][j + 1] = device::cast<float>(ws[r][j + 1]);
         }
+        asm volatile("" : "+f"(wf[r][j]), "+f"(wf[r][j + 1]));  // kept as widened, not widened again each row
       }
   }
   __shared__ float partial[kStream ? 2 : 1][device::kWarpThreads];
+  // kStream: the next row's vectors land here (cp.async) during this row's work, each thread's own in
+  // [input, residual][r][thread] (consecutive threads, consecutive 16 bytes).
+  constexpr int kStageVecs = kStream ? (kFusedAdd ? 2 : 1) * host::kRowKernels.max_cta_threads : 1;
+  __shared__ Vec stage[kStageVecs];
+  const auto staged = [&](int buffer, int r) -> Vec& { return stage[(buffer * kPerLane + r) * blockDim.x + threadIdx.x]; };
   for (int turn = 0;; ++turn) {
     const int32_t next = row_index + static_cast<int32_t>(gridDim.x);
     const bool more = kStream && next < p.total_rows;
-    RowPointers<T> next_row{};
-    Vec xn[kStream ? kPerLane : 1], rn[kStream && kFusedAdd ? kPerLane : 1];
-    if constexpr (kStream) {  // the next row's loads in flight during this row's work
-      next_row = locate_row<T, RowOrder::kTokenRows>(p, more ? next : row_index);
-      if (more && held) {
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r) {
-          xn[r].load_global(next_row.in + at(r));
-          if constexpr (kFusedAdd) rn[r].load_global(next_row.residual + at(r));
-        }
-      }
-    }
     float part[kPerLane];
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
@@ -510,6 +505,17 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
         } else {
           if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
           part[r] = M::sum_squares(xs[r]);
+        }
+      }
+    }
+    RowPointers<T> next_row{};
+    if constexpr (kStream) {  // after the sums above have read this thread's staged vectors of this row
+      next_row = locate_row<T, RowOrder::kTokenRows>(p, more ? next : row_index);
+      if (more && held) {
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r) {
+          device::ptx::cp_async_16(&staged(0, r), next_row.in + at(r));
+          if constexpr (kFusedAdd) device::ptx::cp_async_16(&staged(1, r), next_row.residual + at(r));
         }
       }
     }
@@ -548,10 +554,13 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
     }
     if (!more) break;
     if constexpr (kStream) {
+      device::ptx::cp_async_wait_all();
+      if (held) {
 #pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        xs[r] = xn[r];
-        if constexpr (kFusedAdd) rs[r] = rn[r];
+        for (int r = 0; r < kPerLane; ++r) {
+          xs[r] = staged(0, r);
+          if constexpr (kFusedAdd) rs[r] = staged(1, r);
+        }
       }
       row = next_row, row_index = next;
     }
