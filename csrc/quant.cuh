@@ -452,6 +452,10 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
   int32_t row_index = static_cast<int32_t>(blockIdx.x);
   RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, row_index);
+  // The first loads' addresses, pinned before the wait (the compiler would compute them after it, on the path
+  // from the previous kernel's end to the first load).
+  const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
+  asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
@@ -460,9 +464,9 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
-      xs[r].load_global(row.in + at(r));
-      if constexpr (kFusedAdd) rs[r].load_global(row.residual + at(r));
-      ws[r].load_global(row.weight + at(r));
+      xs[r].load_global(in_at + r * kLanes * kVec);
+      if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
+      ws[r].load_global(w_at + r * kLanes * kVec);
     }
   }
   float wf[kStream ? kPerLane : 1][kVec];  // kStream: the weights widened once
