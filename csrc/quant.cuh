@@ -384,45 +384,40 @@ template <typename T, int kVec>
 struct PairMath {
   using P = device::packed_t<T>;
   using Pairs = AlignedVector<P, kVec / 2>;
+  using Wide = float[kVec];
   static JITKERN_DEVICE Pairs of(const AlignedVector<T, kVec>& v) {
     Pairs p;
     __builtin_memcpy(&p, &v, sizeof(p));
     return p;
   }
-  static JITKERN_DEVICE void add(Pairs& x, const Pairs& r) {
+  static JITKERN_DEVICE void widen(const AlignedVector<T, kVec>& v, Wide& out) {
+    const Pairs p = of(v);
 #pragma unroll
     for (int k = 0; k < kVec / 2; ++k) {
-      const fp32x2_t a = device::cast<fp32x2_t>(x[k]), b = device::cast<fp32x2_t>(r[k]);
-      x[k] = device::cast<P>(fp32x2_t{a.x + b.x, a.y + b.y});
+      const fp32x2_t f = device::cast<fp32x2_t>(p[k]);
+      out[2 * k] = f.x, out[2 * k + 1] = f.y;
     }
   }
-  static JITKERN_DEVICE float sum_squares(const Pairs& x) {
+  static JITKERN_DEVICE void add(AlignedVector<T, kVec>& x, const AlignedVector<T, kVec>& r) {
+    Pairs a = of(x);
+    const Pairs b = of(r);
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t u = device::cast<fp32x2_t>(a[k]), v = device::cast<fp32x2_t>(b[k]);
+      a[k] = device::cast<P>(fp32x2_t{u.x + v.x, u.y + v.y});
+    }
+    __builtin_memcpy(&x, &a, sizeof(a));
+  }
+  static JITKERN_DEVICE float sum_squares(const Wide& x) {
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kVec / 2; ++k) {
-      const fp32x2_t v = device::cast<fp32x2_t>(x[k]);
-      s += v.x * v.x;
-      s += v.y * v.y;
-    }
+    for (int j = 0; j < kVec; ++j) s += x[j] * x[j];
     return s;
   }
-  static JITKERN_DEVICE Pairs normalized(const Pairs& x, const Pairs& w, float scale) {
+  static JITKERN_DEVICE Pairs normalized(const Wide& x, const Wide& w, float scale) {
     Pairs y;
 #pragma unroll
-    for (int k = 0; k < kVec / 2; ++k) {
-      const fp32x2_t a = device::cast<fp32x2_t>(x[k]), b = device::cast<fp32x2_t>(w[k]);
-      y[k] = device::cast<P>(fp32x2_t{a.x * scale * b.x, a.y * scale * b.y});
-    }
-    return y;
-  }
-  // ... with the weights already widened.
-  static JITKERN_DEVICE Pairs normalized(const Pairs& x, const float (&w)[kVec], float scale) {
-    Pairs y;
-#pragma unroll
-    for (int k = 0; k < kVec / 2; ++k) {
-      const fp32x2_t a = device::cast<fp32x2_t>(x[k]);
-      y[k] = device::cast<P>(fp32x2_t{a.x * scale * w[2 * k], a.y * scale * w[2 * k + 1]});
-    }
+    for (int k = 0; k < kVec / 2; ++k) y[k] = device::cast<P>(fp32x2_t{x[2 * k] * scale * w[2 * k], x[2 * k + 1] * scale * w[2 * k + 1]});
     return y;
   }
 };
@@ -472,17 +467,16 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   float wf[kStream ? kPerLane : 1][kVec];  // kStream: the weights widened once
   if constexpr (kStream) {
 #pragma unroll
-    for (int r = 0; r < kPerLane; ++r)
+    for (int r = 0; r < kPerLane; ++r) {
+      if constexpr (kAsPairs) {
+        PM::widen(ws[r], wf[r]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kVec; j += 2) {
-        if constexpr (kAsPairs) {
-          const fp32x2_t w = device::cast<fp32x2_t>(PM::of(ws[r])[j / 2]);
-          wf[r][j] = w.x, wf[r][j + 1] = w.y;
-        } else {
-          wf[r][j] = device::cast<float>(ws[r][j]), wf[r][j + 1] = device::cast<float>(ws[r][j + 1]);
-        }
-        asm volatile("" : "+f"(wf[r][j]), "+f"(wf[r][j + 1]));  // kept as widened, not widened again each row
+        for (int j = 0; j < kVec; ++j) wf[r][j] = device::cast<float>(ws[r][j]);
       }
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) asm volatile("" : "+f"(wf[r][j]));  // kept widened, not widened again each row
+    }
   }
   __shared__ float partial[kStream ? 2 : 1][device::kWarpThreads];
   // kStream: the next row's vectors land here (cp.async) during this row's work, each thread's own in
@@ -499,12 +493,9 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
       part[r] = 0.0f;
       if (held) {
         if constexpr (kAsPairs) {
-          auto x = PM::of(xs[r]);
-          if constexpr (kFusedAdd) {
-            PM::add(x, PM::of(rs[r]));
-            __builtin_memcpy(&xs[r], &x, sizeof(x));
-            xs[r].store_global(row.residual + at(r));
-          }
+          if constexpr (kFusedAdd) PM::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+          float x[kVec];
+          PM::widen(xs[r], x);
           part[r] = PM::sum_squares(x);
         } else {
           if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
@@ -539,10 +530,15 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
       AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
 #pragma unroll
       for (int r = 0; r < kPerLane; ++r) {
-        if constexpr (kStream) {
-          x[r] = PM::normalized(PM::of(xs[r]), wf[r], scale);
-        } else if constexpr (kAsPairs) {
-          x[r] = PM::normalized(PM::of(xs[r]), PM::of(ws[r]), scale);
+        if constexpr (kAsPairs || kStream) {
+          float xv[kVec], wv[kVec];
+          PM::widen(xs[r], xv);
+          const auto& wr = [&]() -> const float(&)[kVec] {
+            if constexpr (kStream) return wf[r];
+            PM::widen(ws[r], wv);
+            return wv;
+          }();
+          x[r] = PM::normalized(xv, wr, scale);
         } else {
           const Vec y = M::normalized(xs[r], ws[r], scale);
 #pragma unroll
