@@ -250,11 +250,15 @@ def norm_group_schedule_modules(names) -> dict:
     """name -> the module of the norm + group ops (1x128 groups, fp32 scales) under that schedule: plain(input,
     weight, output_q, output_s, group_size, eps), fused(input, residual, weight, ...); built at once."""
     here = Path(__file__).resolve().parent
-    specs = [jitkern.JitSpec("bench_norm_group_" + "_".join(map(str, NORM_GROUP_SCHEDULES[n])), cuda_files=[str(here / "kernels" / "norm_group_schedules.cuh")],
-                             extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
-                             cuda_wrappers=[("plain", f"bench_norm_group::Ops<{', '.join(map(str, NORM_GROUP_SCHEDULES[n]))}>::rmsnorm_group_quant<128>"),
-                                            ("fused", f"bench_norm_group::Ops<{', '.join(map(str, NORM_GROUP_SCHEDULES[n]))}>::fused_add_rmsnorm_group_quant<128>")])
-             for n in names]
+
+    def spec(name):
+        ops = f"bench_norm_group::Ops<{', '.join(map(str, NORM_GROUP_SCHEDULES[name]))}>"
+        return jitkern.JitSpec("bench_norm_group_" + "_".join(map(str, NORM_GROUP_SCHEDULES[name])),
+                               cuda_files=[str(here / "kernels" / "norm_group_schedules.cuh")], extra_include_paths=[str(here.parent / "csrc")],
+                               host_without_nvcc=True, cuda_wrappers=[("plain", f"{ops}::rmsnorm_group_quant<128>"),
+                                                                      ("fused", f"{ops}::fused_add_rmsnorm_group_quant<128>")])
+
+    specs = [spec(n) for n in names]
     return dict(zip(names, warmup_modules(*specs)))
 
 

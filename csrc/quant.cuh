@@ -428,8 +428,8 @@ struct PairMath {
 // thread) adds it, each normalised vector rounded to T as there: the same codes, scales and residual. kExact:
 // every lane holds its vectors (no bounds checks). kPairs: PairMath for 16-bit T. kStream: a persistent grid,
 // CTA c taking rows c, c + gridDim.x, ..., the weights read and widened once, each next row copied to shared
-// memory (cp.async) during the current row's reductions; else one row a CTA. p.early_trigger: the next launch is triggered at
-// start, else after the wait.
+// memory (cp.async) during the current row's reductions; else one row a CTA. p.early_trigger: the next launch
+// is triggered at start, else after the wait.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs = false, bool kStream = false>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
     norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0> epi) {
