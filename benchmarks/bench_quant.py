@@ -231,19 +231,15 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 
 # ---- the norm + group ops under other schedules (benchmarks/kernels/norm_group_schedules.cuh) ----------
 
-# name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane (plain,
-# fused add; 0: one vector a thread, the norm kernels' launch), norm_group_rows_kernel from that many rows an SM
-# (0: at every size), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows, a persistent
-# grid of at most that many CTAs an SM (0: one row a CTA).
+# name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
+# norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
+# vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
+# add). "previous": the product before the pairs and the group rows kernel at decode sizes.
 NORM_GROUP_SCHEDULES = {
-    "pairs": (4, 2, 4, 1, 0, 0),
-    "lanes8 pairs": (8, 2, 4, 1, 0, 0),
-    "stream pairs": (4, 2, 4, 1, 0, 3),
-    "rows4 early16": (4, 2, 0, 1, 16, 0),
-    "rows2 early16": (2, 1, 0, 1, 16, 0),
+    "previous": (4, 2, 0, 0, 0, 0, 0),
 }
-PREFILL_SCHEDULES = ["pairs", "lanes8 pairs", "stream pairs"]  # beside the product at prefill sizes
-DECODE_SCHEDULES = ["rows4 early16", "rows2 early16"]  # ... and at decode sizes
+PREFILL_SCHEDULES = ["previous"]  # beside the product at prefill sizes
+DECODE_SCHEDULES = ["previous"]  # ... and at decode sizes
 
 
 def norm_group_schedule_modules(names) -> dict:

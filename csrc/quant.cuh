@@ -10,7 +10,6 @@
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/impl/rows.cuh>
 #include <jitkern/policy.cuh>
-#include <jitkern/ptx.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -19,10 +18,6 @@
 
 #include <cstdint>
 #include <utility>
-#ifndef __CUDACC_RTC__
-#include <algorithm>
-#include <atomic>  // the persistent grid's occupancy cache (host code)
-#endif
 
 namespace jitkern_quant {
 
@@ -333,25 +328,26 @@ __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<
 #endif
 }
 
-// How the norm + group ops take their rows. The product's: NormGroupSchedule; benchmarks/kernels/
-// norm_group_schedules.cuh builds the ops under others, side by side (bench_quant.py `group`).
-//   kLaneVecs, kFusedLaneVecs: vectors of one group a lane in norm_group_rows_kernel (plain, fused add), so that
-//     a shuffle reduction and a scale serve that many vectors; 0: the norm kernels' launch (one vector a thread);
-//   kRowsMinPerSm: norm_group_rows_kernel from this many rows an SM (0: every size), the norm kernels' below;
+// How the norm + group ops take their rows (16-byte vectors, at most row_threads of them a row): through
+// norm_group_rows_kernel, N vectors of one group a lane, so that a shuffle reduction and a scale serve N
+// vectors. The product's: NormGroupSchedule; benchmarks/kernels/norm_group_schedules.cuh builds the ops under
+// others, side by side and checked bit for bit against it (bench_quant.py `group`).
+//   kLaneVecs, kFusedLaneVecs: N from kManyRowsPerSm rows an SM on (plain, fused add);
+//   kFewLaneVecs, kFusedFewLaneVecs: N below it (0: the norm kernels' launch, one vector a thread);
 //   kPairs: 16-bit rows widened and narrowed as packed pairs (PairMath);
-//   kEarlyTriggerMaxRows: norm_group_rows_kernel triggers the next launch at its start up to this many rows,
-//     else after its wait;
-//   kStreamCtasPerSm: norm_group_rows_kernel's persistent grid (kStream) of at most this many CTAs an SM (fewer
-//     where fewer fit); 0: one row a CTA.
-// bf16 [4096-32768, 7168] on an H200 (bench_quant.py `group`, 054f6fe): rmsnorm 29.9-226.6 us at four vectors a
-// lane, 32.2-243.7 at two, 43.0-323.9 at one vector a thread; the fused add 52.9-402.0 at two, 58.0-439.8 at four
-// (104 registers a thread), 57.2-438.6 at one.
+//   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
+//     many rows, else after its wait.
+// bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
+// 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
+// vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
+// 93.6-98.4% of copy either way. Below 4 rows an SM, two vectors a lane (plain) and one (fused add) beat the norm
+// kernels' launch: [1 / 256, 7168] 1.62 / 3.08 us against 1.83 / 3.50, fused add 1.88 / 3.61 against 2.14 / 4.01;
+// two a lane triggering at start at 16 rows took 2.19 us (1.90 the norm kernels'), one a lane 2.11 (2.24).
 struct NormGroupSchedule {
-  static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2;
-  static constexpr int64_t kRowsMinPerSm = device::norm::kNormManyRowsPerSm;
-  static constexpr bool kPairs = false;
-  static constexpr int64_t kEarlyTriggerMaxRows = 0;
-  static constexpr int kStreamCtasPerSm = 0;
+  static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
+  static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
+  static constexpr bool kPairs = true;
+  static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -422,15 +418,13 @@ struct PairMath {
   }
 };
 
-// Token rows of RMSNorm + group quantization, a row at a time per CTA of ceil(vectors / kPerLane) threads (whole
-// warps), kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...:
-// per_group_kernel's layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a
-// thread) adds it, each normalised vector rounded to T as there: the same codes, scales and residual. kExact:
-// every lane holds its vectors (no bounds checks). kPairs: PairMath for 16-bit T. kStream: a persistent grid,
-// CTA c taking rows c, c + gridDim.x, ..., the weights read and widened once, each next row copied to shared
-// memory (cp.async) during the current row's reductions; else one row a CTA. p.early_trigger: the next launch
-// is triggered at start, else after the wait.
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs = false, bool kStream = false>
+// Token rows of RMSNorm + group quantization, one row a CTA of ceil(vectors / kPerLane) threads (whole warps),
+// kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's
+// layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
+// each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
+// its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
+// at start, else after the wait.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
     norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0> epi) {
 #ifdef __CUDACC__
@@ -441,14 +435,15 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   constexpr bool kAsPairs = kPairs && sizeof(T) == 2;
   constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
   static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
+  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
+  uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
+  const int64_t scale_row = epi.first_row + blockIdx.x;
   const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
   const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
   const bool held = kExact || first < nvec;                                  // the group's lanes all or none
   const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
-  int32_t row_index = static_cast<int32_t>(blockIdx.x);
-  RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, row_index);
-  // The first loads' addresses, pinned before the wait (the compiler would compute them after it, on the path
-  // from the previous kernel's end to the first load).
+  // The loads' addresses, pinned before the wait (the compiler would compute them after it, on the path from the
+  // previous kernel's end to the first load).
   const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
   asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
   if (p.early_trigger) device::pdl_trigger_secondary();
@@ -464,106 +459,53 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
       ws[r].load_global(w_at + r * kLanes * kVec);
     }
   }
-  float wf[kStream ? kPerLane : 1][kVec];  // kStream: the weights widened once
-  if constexpr (kStream) {
+  float part[kPerLane];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    part[r] = 0.0f;
+    if (held) {
+      if constexpr (kAsPairs) {
+        if constexpr (kFusedAdd) PM::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+        float x[kVec];
+        PM::widen(xs[r], x);
+        part[r] = PM::sum_squares(x);
+      } else {
+        if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+        part[r] = M::sum_squares(xs[r]);
+      }
+    }
+  }
+  // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
+  __shared__ float partial[device::kWarpThreads];
+  const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
+  constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
+  if (threadIdx.x % kOldWarpLanes == 0) partial[threadIdx.x / kOldWarpLanes] = warp_sum;
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
+  const float scale = rsqrtf(total * inv_hidden + p.eps);
+  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
+  if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
+    AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
       if constexpr (kAsPairs) {
-        PM::widen(ws[r], wf[r]);
+        float xv[kVec], wv[kVec];
+        PM::widen(xs[r], xv);
+        PM::widen(ws[r], wv);
+        x[r] = PM::normalized(xv, wv, scale);
       } else {
+        const Vec y = M::normalized(xs[r], ws[r], scale);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) wf[r][j] = device::cast<float>(ws[r][j]);
-      }
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) asm volatile("" : "+f"(wf[r][j]));  // kept widened, not widened again each row
-    }
-  }
-  __shared__ float partial[kStream ? 2 : 1][device::kWarpThreads];
-  // kStream: the next row's vectors land here (cp.async) during this row's work, each thread's own in
-  // [input, residual][r][thread] (consecutive threads, consecutive 16 bytes).
-  constexpr int kStageVecs = kStream ? (kFusedAdd ? 2 : 1) * host::kRowKernels.max_cta_threads : 1;
-  __shared__ Vec stage[kStageVecs];
-  const auto staged = [&](int buffer, int r) -> Vec& { return stage[(buffer * kPerLane + r) * blockDim.x + threadIdx.x]; };
-  for (int turn = 0;; ++turn) {
-    const int32_t next = row_index + static_cast<int32_t>(gridDim.x);
-    const bool more = kStream && next < p.total_rows;
-    float part[kPerLane];
-#pragma unroll
-    for (int r = 0; r < kPerLane; ++r) {
-      part[r] = 0.0f;
-      if (held) {
-        if constexpr (kAsPairs) {
-          if constexpr (kFusedAdd) PM::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
-          float x[kVec];
-          PM::widen(xs[r], x);
-          part[r] = PM::sum_squares(x);
-        } else {
-          if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
-          part[r] = M::sum_squares(xs[r]);
-        }
+        for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
       }
     }
-    RowPointers<T> next_row{};
-    if constexpr (kStream) {  // after the sums above have read this thread's staged vectors of this row
-      next_row = locate_row<T, RowOrder::kTokenRows>(p, more ? next : row_index);
-      if (more && held) {
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+  } else {
+    Vec x[kPerLane];
 #pragma unroll
-        for (int r = 0; r < kPerLane; ++r) {
-          device::ptx::cp_async_16(&staged(0, r), next_row.in + at(r));
-          if constexpr (kFusedAdd) device::ptx::cp_async_16(&staged(1, r), next_row.residual + at(r));
-        }
-      }
-    }
-    // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
-    float* sums = partial[kStream ? turn & 1 : 0];  // kStream: a turn writes the buffer the turn before did not read
-    const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
-    constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
-    if (threadIdx.x % kOldWarpLanes == 0) sums[threadIdx.x / kOldWarpLanes] = warp_sum;
-    __syncthreads();
-    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-    const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? sums[lane] : 0.0f);
-    const float scale = rsqrtf(total * inv_hidden + p.eps);
-    uint8_t* q = epi.q + row_index * epi.q_row_stride;
-    const int64_t scale_row = epi.first_row + row_index;
-    const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
-    if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
-      AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        if constexpr (kAsPairs || kStream) {
-          float xv[kVec], wv[kVec];
-          PM::widen(xs[r], xv);
-          const auto& wr = [&]() -> const float(&)[kVec] {
-            if constexpr (kStream) return wf[r];
-            PM::widen(ws[r], wv);
-            return wv;
-          }();
-          x[r] = PM::normalized(xv, wr, scale);
-        } else {
-          const Vec y = M::normalized(xs[r], ws[r], scale);
-#pragma unroll
-          for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
-        }
-      }
-      quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
-    } else {
-      Vec x[kPerLane];
-#pragma unroll
-      for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
-      quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
-    }
-    if (!more) break;
-    if constexpr (kStream) {
-      device::ptx::cp_async_wait_all();
-      if (held) {
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r) {
-          xs[r] = staged(0, r);
-          if constexpr (kFusedAdd) rs[r] = staged(1, r);
-        }
-      }
-      row = next_row, row_index = next;
-    }
+    for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   }
 #endif
 }
@@ -956,50 +898,42 @@ struct QuantOps {
     RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
                  kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
                  " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
-    constexpr int kLaneVecs = kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs;
-    if constexpr (kLaneVecs >= 1 && kLaneVecs <= kGroup / kVec) {
-      if (launch_group_rows<kGroup, kLaneVecs, kFusedAdd, kUE8M0>(rows, epi)) return;
-    }
+    if (launch_group_rows<kGroup, kFusedAdd, kUE8M0>(rows, epi)) return;
     host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
   }
 
-  // Token rows of at most row_threads vectors, from S::kRowsMinPerSm rows an SM, through norm_group_rows_kernel;
-  // false (nothing launched) elsewhere (the operands are checked, 16-byte vectors).
-  template <int kGroup, int kLaneVecs, bool kFusedAdd, bool kUE8M0>
+  // Token rows of at most row_threads vectors through norm_group_rows_kernel, N vectors of a group a lane by
+  // S (NormGroupSchedule); false (nothing launched) where S gives the norm kernels' launch, or elsewhere (the
+  // operands are checked, 16-byte vectors).
+  template <int kGroup, bool kFusedAdd, bool kUE8M0>
   static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0>& epi) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
     const int64_t nvec = rows.params.hidden / kVec;
     const int row_threads = row_policy(rows.device).row_threads;
-    if (nvec > row_threads || rows.tokens > device::norm::kNormMaxRowsPerLaunch ||
-        (S::kRowsMinPerSm > 0 && rows.tokens < S::kRowsMinPerSm * runtime::get_sm_count(rows.device.device_id)))
-      return false;
+    if (nvec > row_threads || rows.tokens > device::norm::kNormMaxRowsPerLaunch) return false;
     device::norm::NormParams<T> p = rows.params;
     p.total_rows = static_cast<int32_t>(rows.tokens);
-    p.early_trigger = rows.tokens <= S::kEarlyTriggerMaxRows;
-    const int threads = wide_threads(nvec, kLaneVecs, row_threads);
-    const auto go = [&](auto kernel) {
-      int64_t grid = rows.tokens;
-      if constexpr (S::kStreamCtasPerSm > 0) {  // a persistent grid: at most the CTAs an SM holds
-        static std::atomic<int> resident[host::kRowKernels.max_cta_threads / device::kWarpThreads + 1];  // by warps a CTA
-        int ctas = resident[threads / device::kWarpThreads].load(std::memory_order_relaxed);
-        if (ctas == 0) {
-          const host::DeviceGuard guard(rows.device.device_id);  // the occupancy API asks the current device
-          ctas = runtime::get_blocks_per_sm(kernel, threads);
-          RuntimeCheck(ctas > 0, "norm_group_rows_kernel cannot run with ", threads, " threads a CTA");
-          resident[threads / device::kWarpThreads].store(ctas, std::memory_order_relaxed);
+    p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
+    const auto go = [&](auto lanes_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value;
+      if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
+        return false;
+      } else {
+        const int threads = wide_threads(nvec, kLaneVecs, row_threads);
+        LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
+        launch.enable_pdl();
+        if (nvec == int64_t{kLaneVecs} * threads) {
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true, S::kPairs>, p, epi);
+        } else {
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false, S::kPairs>, p, epi);
         }
-        grid = std::min<int64_t>(grid, int64_t{std::min<int>(ctas, S::kStreamCtasPerSm)} * runtime::get_sm_count(rows.device.device_id));
+        return true;
       }
-      LaunchKernel(static_cast<unsigned>(grid), threads, rows.device).enable_pdl()(kernel, p, epi);
     };
-    constexpr bool kStream = S::kStreamCtasPerSm > 0;
-    if (nvec == int64_t{kLaneVecs} * threads) {
-      go(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true, S::kPairs, kStream>);
-    } else {
-      go(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false, S::kPairs, kStream>);
-    }
-    return true;
+    if (rows.tokens >= S::kManyRowsPerSm * runtime::get_sm_count(rows.device.device_id))
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
   }
 };
 #endif  // __CUDACC_RTC__

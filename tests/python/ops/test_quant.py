@@ -803,7 +803,8 @@ def _many_rows():
 @pytest.mark.parametrize("dtype_name,hidden,group_size", MANY_ROW_CASES)
 def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, group_size):
     """The many-row launch gives, row for row, the codes, scales and residual that the same rows get in a launch
-    of a few rows (the decode one), bit for bit: their sums of squares are added in the same order."""
+    of a few rows (the decode one, fewer vectors a lane), bit for bit: their sums of squares are added in the
+    same order."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
@@ -832,8 +833,8 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
 
 
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
-    """At many rows the product takes norm_group_rows_kernel, four vectors of a group a lane for
-    rmsnorm_group_quant_fp8 and two for the fused add; at 256 rows one vector a thread (norm_wide_kernel)."""
+    """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows."""
     import re
 
     torch = _torch()
@@ -857,7 +858,8 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
 
     assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
-    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "one"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
 
 
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
