@@ -1,21 +1,7 @@
-// Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
-// points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
-// kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp, kGroupVecs, kContig,
-// kTurnsFirst>:
-//   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
-//          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
-//          reading early is worth; wrong where the previous kernel writes masked_m), or as 1 with a row's
-//          expert always found by bisection (3: MaskedRowsWarpBisect);
-//   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k,
-//           -2: kOneTurn, no limit);
-//   kItems, kGroupItems, kSpread, kPipelined: TurnSchedule's, for both layouts (and the chunks' items);
-//   kLoadAll: Schedule's kLoadAllBytes;
-//   kChunkRows: the sorted layout by chunks of that many rows, every form, at every capacity (0: none);
-//   kMaskedChunk: the masked layout by chunks of that many rows of an expert (silu_and_mul and the group form;
-//                 the per-token form too with kTokenWarp), -R: at most R, fewer where the rows are few (0: none);
-//   kTokenWarp: the per-token form by chunks a row per warp; kGroupVecs, kContig: the group form's vectors a
-//               lane in the chunks, one after another; kTurnsFirst: the masked chunks' rows by turns where they
-//               fit one turn of the grid (ChunkSchedule's).
+// Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's kernels
+// (csrc/moe_act.cuh) reached through other row types, grids and widths than the product's launch rules pick,
+// bf16. Each struct below is an alternative with the entry point of its form (the product's signature), its
+// arguments checked by the product's own code (MoeActOps' sorted_* / masked_*).
 #pragma once
 
 #include <moe_act.cuh>
@@ -23,8 +9,10 @@
 namespace bench_moe_act {
 
 using namespace jitkern_moe_act;
+constexpr int kV = device::kVec16<bf16_t>;
 
-// kScan 2's rows: the counts loaded before the wait, scanned after it.
+// The masked layout's counts loaded before the PDL wait, scanned after it (a measurement of what reading
+// early is worth: wrong where the previous kernel writes masked_m).
 struct MaskedRowsWarpEarly : MaskedRowsWarp {
   template <typename Wait>
   __device__ __forceinline__ State visit(const Wait& wait) const {
@@ -34,46 +22,91 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
     return scan(rows);
   }
 };
-
-// kScan 3's rows: a row's expert always found by bisection (no vote).
+// A row's expert always found by bisection (no vote).
 struct MaskedRowsWarpBisect : MaskedRowsWarp {
   __device__ __forceinline__ RowAt at(const State& s, int64_t f) const { return bisect(s, f); }
 };
+// The warp scan under another name: the launch rules take it by turns over the computed rows (no chunks).
+struct MaskedRowsWarpTurns : MaskedRowsWarp {};
+// The sorted layout under another name: the launch rules take it per row at every capacity (no chunks), two
+// vectors a thread the grid apart.
+struct SortedRowsPerRow : SortedRows {};
 
 #ifndef __CUDACC_RTC__
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined, int kMaskedChunk,
-          int kTokenWarp, int kGroupVecs, int kContig, int kTurnsFirst>
-struct Sched {
-  using Masked = TurnSchedule<kItems, kGroupItems, kSpread != 0, kPipelined != 0, kPerSm>;
-  using Sorted = Masked;
-  using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm, false, kTokenWarp != 0, kGroupVecs, kContig != 0>;
-  static constexpr int kMaskedRows = kMaskedChunk < 0 ? -kMaskedChunk : kMaskedChunk;
-  using MaskedChunks = ChunkSchedule<kMaskedRows, kMaskedRows, kTokenWarp ? kMaskedRows : 0, kItems, kGroupItems, kPerSm, (kMaskedChunk < 0),
-                                     kTokenWarp != 0, kGroupVecs, kContig != 0, kTurnsFirst != 0>;
-  static constexpr int64_t kLoadAllBytes = kLoadAll;
-  static bool chunked(int64_t, int, DLDevice) { return true; }
-  template <typename F>
-  static void masked_rows(const MaskedLayout& layout, F&& f) {
-    if constexpr (kScan == 0) {
-      f(MaskedRows{layout});
+using ProductOps = MoeActOps<bf16_t>;
+using TensorView = jitkern::TensorView;
+
+// The masked layout's rows by kScan: 0 the CTA's scan in shared memory, 1 each warp's (the product's), 2 each
+// warp's with masked_m read before the wait, 3 each warp's with a row's expert by bisection, 4 each warp's by turns.
+template <int kScan>
+auto masked_rows_of(const MaskedLayout& layout) {
+  host::RuntimeCheck(kScan == 0 || layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
+  if constexpr (kScan == 0) return MaskedRows{layout};
+  else if constexpr (kScan == 1) return MaskedRowsWarp{layout};
+  else if constexpr (kScan == 2) return MaskedRowsWarpEarly{{layout}};
+  else if constexpr (kScan == 3) return MaskedRowsWarpBisect{{layout}};
+  else return MaskedRowsWarpTurns{{layout}};
+}
+
+// silu_and_mul_masked by the launch rules over rows kScan.
+template <int kScan>
+struct MaskedAct {
+  static void silu_and_mul_masked(TensorView input, TensorView masked_m, TensorView out) {
+    const auto m = ProductOps::masked_act(input, masked_m, out);
+    ProductOps::elementwise(masked_rows_of<kScan>(m.rows), m.op);
+  }
+};
+
+// The masked group form by turns over the computed rows (rows kScan), or (kScan < 0) over the interleaved
+// rows, kLanes lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
+template <int kScan, int kLanes, int kPerSm>
+struct MaskedGroup {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    if constexpr (kScan < 0) {
+      host::RuntimeCheck(ProductOps::group_quant_interleaved<kLanes>(m, kPerSm), "bench_moe_act: the interleaved rows do not take this layout");
     } else {
-      host::RuntimeCheck(layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
-      if constexpr (kScan == 1) {
-        f(MaskedRowsWarp{layout});
-      } else if constexpr (kScan == 2) {
-        f(MaskedRowsWarpEarly{layout});
-      } else {
-        f(MaskedRowsWarpBisect{layout});
-      }
+      const auto rows = masked_rows_of<kScan>(m.rows);
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows, m.op);
     }
   }
 };
 
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined, int kMaskedChunk,
-          int kTokenWarp, int kGroupVecs, int kContig, int kTurnsFirst>
-using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp,
-                                    kGroupVecs, kContig, kTurnsFirst>>;
-using ProductOps = MoeActOps<bf16_t>;
+// The masked per-token form by the launch rules over rows kScan.
+template <int kScan>
+struct MaskedToken {
+  static void silu_and_mul_masked_per_token_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s) {
+    const auto m = ProductOps::masked_token(input, masked_m, output_q, output_s);
+    ProductOps::token_quant(masked_rows_of<kScan>(m.rows), m.op);
+  }
+};
+
+// The sorted layout per row at every capacity.
+struct SortedActPerRow {
+  static void silu_and_mul_sorted(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView out) {
+    const auto s = ProductOps::sorted_act(input, ids, post_pad, num_ids, out);
+    ProductOps::elementwise(SortedRowsPerRow{s.rows}, s.op);
+  }
+};
+// The sorted group form per row at every capacity (kLanes 0), or by chunks of kChunkRows, a CTA each, kLanes
+// lanes a group at every capacity.
+template <int kLanes>
+struct SortedGroup {
+  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
+                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
+    const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
+    if constexpr (kLanes == 0) {
+      ProductOps::group_quant(SortedRowsPerRow{s.rows}, s.op);
+    } else {
+      constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
+                               s.op);
+    }
+  }
+};
 #endif  // __CUDACC_RTC__
 
 }  // namespace bench_moe_act
