@@ -481,6 +481,37 @@ struct InterleavedRows {
   uint32_t experts;
   uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
   device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
+
+  // Experts * the largest count (within [0, M]), read by each warp after the PDL wait.
+  __device__ __forceinline__ uint32_t positions() const {
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    int32_t most = lane < static_cast<int>(experts) ? masked_m[lane] : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    most = __reduce_max_sync(0xffffffffu, most);
+#else
+    most = device::warp::reduce_max(most);
+#endif
+    return experts * static_cast<uint32_t>(most <= 0 ? 0 : (most < m_max ? most : m_max));
+  }
+  // Row m of expert e, computed where m is below its count.
+  __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
+    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < m_max;
+    return {valid, int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row}, int64_t{e * scale_expert + m * scale_row}};
+  }
+  // As a layout's rows (visit, at) for the turn kernels: position f's row.
+  struct State {
+    int64_t rows;
+  };
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    wait();
+    return {positions()};
+  }
+  __device__ __forceinline__ RowAt at(const State&, int64_t f) const {
+    uint32_t e;
+    const uint32_t m = by_experts.divide(static_cast<uint32_t>(f), e);
+    return at(e, m, masked_m[e]);
+  }
 };
 
 // The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
@@ -501,22 +532,12 @@ __global__ void __launch_bounds__(kActGroupThreads)
   place(first + threadIdx.x / kLanes);
   device::prefetch_before_wait(rows.masked_m + e);  // the place worked out before the wait, not after it
   WaitPrimary{trigger_at_start}();
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  int32_t count = rows.masked_m[e], most = lane < static_cast<int>(rows.experts) ? rows.masked_m[lane] : 0;
-  // Positions to visit: experts * the largest count (within [0, M]), in groups: the same in every warp, so
-  // that a warp's lanes take every turn together.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  most = __reduce_max_sync(0xffffffffu, most);
-#else
-  most = device::warp::reduce_max(most);
-#endif
-  const uint32_t total = rows.experts * static_cast<uint32_t>(most <= 0 ? 0 : (most < rows.m_max ? most : rows.m_max)) * groups_per_row;
+  int32_t count = rows.masked_m[e];
+  const uint32_t total = rows.positions() * groups_per_row;
   do {
-    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < rows.m_max;
-    const RowAt r{valid, int64_t{e * rows.in_expert + m * rows.in_row}, int64_t{e * rows.out_expert + m * rows.out_row},
-                  int64_t{e * rows.scale_expert + m * rows.scale_row}};
+    const RowAt r = rows.at(e, m, count);
     // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
-    if (__any_sync(0xffffffffu, valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
     first += turn;
     if (first < total) {
       place(first + threadIdx.x / kLanes);
@@ -856,32 +877,40 @@ struct MoeActOps {
     with_vec(op, launch);
   }
 
+  // The masked layout's rows interleaved (InterleavedRows) where they take it: at most 32 experts, every offset
+  // within 32 bits, rows to compute; false where not.
+  static bool interleaved(const Masked& m, InterleavedRows& rows) {
+    const MaskedLayout& l = m.rows;
+    const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
+    if (m.op.capacity * m.op.d == 0 || m.experts > MaskedRowsWarp::kMaxWarpExperts || end(l.in_expert, l.in_row, 2 * m.op.d) > UINT32_MAX ||
+        end(l.out_expert, l.out_row, m.op.d) > UINT32_MAX || end(l.scale_expert, l.scale_row, 1) > UINT32_MAX)
+      return false;
+    const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
+    rows = {l.masked_m,
+            l.m_max,
+            narrow(m.experts),
+            narrow(l.in_expert),
+            narrow(l.in_row),
+            narrow(l.out_expert),
+            narrow(l.out_row),
+            narrow(l.scale_expert),
+            narrow(l.scale_row),
+            host::kv_cache::divisor<uint32_t>(m.experts),
+            host::kv_cache::divisor<uint32_t>(std::max<int64_t>(m.op.d / kActGroupSize, 1))};
+    return true;
+  }
+
   // The masked group form over InterleavedRows (kLanes lanes a group; grid: at most per_sm CTAs an SM, as
-  // persistent_grid's) where it takes the layout: at most 32 experts, every offset and group number within
-  // 32 bits; false where not.
+  // persistent_grid's) where interleaved() takes the layout, its rows are aligned and their groups number
+  // below 2^31; false where not (nothing to compute: true).
   template <int kLanes = kTurnLanes<device::kVec16<T>>>
   static bool group_quant_interleaved(const Masked& m, int per_sm = 0) {
     using namespace host;
     const Operands& op = m.op;
-    const MaskedLayout& l = m.rows;
+    if (op.capacity * op.d == 0) return true;
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
-    const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
-    if (op.vec != device::kVec16<T> || m.experts > MaskedRowsWarp::kMaxWarpExperts || groups >= (int64_t{1} << 31) ||
-        end(l.in_expert, l.in_row, 2 * op.d) > UINT32_MAX || end(l.out_expert, l.out_row, op.d) > UINT32_MAX ||
-        end(l.scale_expert, l.scale_row, 1) > UINT32_MAX)
-      return false;
-    if (groups == 0) return true;
-    const InterleavedRows rows{l.masked_m,
-                               l.m_max,
-                               static_cast<uint32_t>(m.experts),
-                               static_cast<uint32_t>(l.in_expert),
-                               static_cast<uint32_t>(l.in_row),
-                               static_cast<uint32_t>(l.out_expert),
-                               static_cast<uint32_t>(l.out_row),
-                               static_cast<uint32_t>(l.scale_expert),
-                               static_cast<uint32_t>(l.scale_row),
-                               kv_cache::divisor<uint32_t>(m.experts),
-                               kv_cache::divisor<uint32_t>(op.d / kActGroupSize)};
+    InterleavedRows rows;
+    if (op.vec != device::kVec16<T> || groups >= (int64_t{1} << 31) || !interleaved(m, rows)) return false;
     constexpr int kVec = device::kVec16<T>;
     constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes>;
     launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, per_sm, op.device), rows, op);

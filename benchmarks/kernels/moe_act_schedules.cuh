@@ -48,6 +48,13 @@ auto masked_rows_of(const MaskedLayout& layout) {
   else return MaskedRowsWarpTurns{{layout}};
 }
 
+// The masked layout's rows interleaved (InterleavedRows), as the turn kernels take them.
+inline InterleavedRows interleaved_of(const ProductOps::Masked& m) {
+  InterleavedRows rows;
+  host::RuntimeCheck(ProductOps::interleaved(m, rows), "bench_moe_act: the interleaved rows do not take this layout");
+  return rows;
+}
+
 // silu_and_mul_masked by the launch rules over rows kScan.
 template <int kScan>
 struct MaskedAct {
@@ -56,18 +63,29 @@ struct MaskedAct {
     ProductOps::elementwise(masked_rows_of<kScan>(m.rows), m.op);
   }
 };
+// ... over the interleaved rows (the turn kernel: kMaskedVecs vectors a thread, the grid apart).
+struct MaskedActInterleaved {
+  static void silu_and_mul_masked(TensorView input, TensorView masked_m, TensorView out) {
+    const auto m = ProductOps::masked_act(input, masked_m, out);
+    ProductOps::elementwise(interleaved_of(m), m.op);
+  }
+};
 
-// The masked group form by turns over the computed rows (rows kScan), or (kScan < 0) over the interleaved
-// rows, kLanes lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
+// The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1:
+// the interleaved kernel; -2: the turn kernel, each turn's place worked out after the count is read), kLanes
+// lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
 template <int kScan, int kLanes, int kPerSm>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    if constexpr (kScan < 0) {
+    if constexpr (kScan == -1) {
       host::RuntimeCheck(ProductOps::group_quant_interleaved<kLanes>(m, kPerSm), "bench_moe_act: the interleaved rows do not take this layout");
     } else {
-      const auto rows = masked_rows_of<kScan>(m.rows);
+      const auto rows = [&] {
+        if constexpr (kScan == -2) return interleaved_of(m);
+        else return masked_rows_of<kScan>(m.rows);
+      }();
       constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows, m.op);
@@ -81,6 +99,13 @@ struct MaskedToken {
   static void silu_and_mul_masked_per_token_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s) {
     const auto m = ProductOps::masked_token(input, masked_m, output_q, output_s);
     ProductOps::token_quant(masked_rows_of<kScan>(m.rows), m.op);
+  }
+};
+// ... over the interleaved rows (a CTA a position).
+struct MaskedTokenInterleaved {
+  static void silu_and_mul_masked_per_token_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s) {
+    const auto m = ProductOps::masked_token(input, masked_m, output_q, output_s);
+    ProductOps::token_quant(interleaved_of(m), m.op);
   }
 };
 
