@@ -353,6 +353,38 @@ def test_masked_counts_between_chunks(pattern, m_max, d):
     assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sg[~computed]).all(), "a masked row was written"
 
 
+@pytest.mark.toolchain
+def test_masked_group_kernel_reads_the_counts_then_the_data(tmp_path):
+    """The masked group form's kernel for up to 32 experts (their rows interleaved) finds a group's place with
+    multiply-high quotients, before the PDL wait: no scan of the counts (shfl.up), no division; after the wait
+    its first global loads are the counts, then the input's vectors (the turns over the computed rows scanned
+    the counts between them). nvcc only: runs without a GPU."""
+    import re
+    import shutil
+    import subprocess
+
+    import jitkern
+    from jitkern._engine import tvm_ffi_paths
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("NOT RUN: nvcc is not installed")
+    src, ptx = tmp_path / "moe_act_group.cu", tmp_path / "moe_act_group.ptx"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "moe_act.cuh"}"\n'
+                   "void* entry = (void*)&jitkern_moe_act::MoeActOps<bf16_t>::silu_and_mul_masked_per_token_group_quant_fp8;\n")
+    include = [f"-I{d}" for d in (jitkern.INCLUDE_DIR, *(tvm_ffi_paths()[k] for k in ("tvm_ffi_include", "dlpack_include")))]
+    subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-ptx", "--expt-relaxed-constexpr", *include, "-o", str(ptx), str(src)], check=True)
+    bodies = [e for e in re.split(r"\.entry ", ptx.read_text())[1:] if "interleaved" in e.split("(", 1)[0]]
+    assert len(bodies) == 1, "the masked group form has no interleaved-rows kernel"
+    body = bodies[0]
+    before, after = body.split("griddepcontrol.wait", 1)
+    upto_data = after[:after.index("ld.global.v4")]  # from the wait to the first load of the input's vectors
+    assert "shfl.sync.up" not in body, "the counts are scanned"
+    assert not re.search(r"\b(div|rem)\.[su](32|64)\b", before + upto_data), "a division finds the place"
+    assert "shfl" not in upto_data and "bar.sync" not in upto_data
+    loads = re.findall(r"ld\.global\S*", upto_data)
+    assert len(loads) >= 2 and set(loads) == {"ld.global.u32"}, loads
+
+
 # ---- both ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
