@@ -7,10 +7,11 @@ kernels where its wheel has them. Bytes: the computed rows' input and output (an
 % of the measured copy ceiling. Prints markdown tables.
 
 --schedules: the product beside the second schedule of its form's list (SCHEDULES: the product's kernels under
-other launch choices, benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's DeepSeek-V4 kernel beside the masked group form and silu_and_mul over
-the P rows beside the sorted one, % of the copy ceiling at T = 4096; --schedules=all: every schedule of
-SCHEDULES, median of 2 interleaved rounds (--rounds=N: N), and the launch floor. Every schedule's output is compared
-with the product's first. --layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
+other launch choices, benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's
+DeepSeek-V4 kernel beside the masked group form and silu_and_mul over the P rows beside the sorted one, % of the
+copy ceiling at T = 4096; --schedules=all: every schedule of SCHEDULES, median of 2 interleaved rounds
+(--rounds=N: N), and the launch floor. Every schedule's output is compared bit for bit with the product's.
+--layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
 
 from __future__ import annotations
 

@@ -736,7 +736,8 @@ struct MoeActOps {
   };
 
   // The entry points' arguments, checked (each names the bad one).
-  static Sorted sorted_act(jitkern::TensorView input, jitkern::TensorView ids, jitkern::TensorView post_pad, int64_t num_ids, jitkern::TensorView out) {
+  static Sorted sorted_act(jitkern::TensorView input, jitkern::TensorView ids, jitkern::TensorView post_pad, int64_t num_ids,
+                           jitkern::TensorView out) {
     auto device = host::SymbolicDevice{};
     return sorted(input, ids, post_pad, num_ids, out, "out", host::DTypeList<T>{}, nullptr, device);
   }
