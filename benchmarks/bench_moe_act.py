@@ -165,6 +165,7 @@ SCHEDULES = {
                      ("interleaved rows, 4 lanes of 4 vectors", "bench_moe_act::MaskedGroup<-1, 4, 0>"),
                      ("interleaved rows, 2 CTAs/SM", "bench_moe_act::MaskedGroup<-1, 8, 2>"),
                      ("interleaved rows by the turn kernel (no place before the wait)", "bench_moe_act::MaskedGroup<-2, 8, 0>"),
+                     ("interleaved rows where they fit one turn of the grid, else the previous turns", "bench_moe_act::MaskedGroup<-3, 8, 0>"),
                      ("turns, masked_m read before the wait", "bench_moe_act::MaskedGroup<2, 8, 0>"),
                      ("turns, expert by bisection", "bench_moe_act::MaskedGroup<3, 8, 0>"),
                      ("turns, the CTA's scan", "bench_moe_act::MaskedGroup<0, 8, 0>"),

@@ -32,6 +32,35 @@ struct MaskedRowsWarpTurns : MaskedRowsWarp {};
 // vectors a thread the grid apart.
 struct SortedRowsPerRow : SortedRows {};
 
+// The group form over the interleaved rows where their positions fit one turn of the grid (decode sizes),
+// else by turns over the computed rows, each warp scanning the counts (the previous product's kernel).
+struct HybridRows {
+  InterleavedRows interleaved;
+  MaskedRowsWarp computed;
+};
+template <int kLanes>
+__global__ void __launch_bounds__(kActGroupThreads)
+    group_quant_hybrid_kernel(const __grid_constant__ HybridRows rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
+                              int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kPerLane = kActGroupSize / kV / kLanes;
+  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const InterleavedRows& ir = rows.interleaved;
+  uint32_t g, e;
+  const uint32_t m = ir.by_experts.divide(ir.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g), e);
+  device::prefetch_before_wait(ir.masked_m + e);
+  WaitPrimary{trigger_at_start}();
+  const int32_t count = ir.masked_m[e];
+  if (ir.positions() * ir.by_groups.d <= gridDim.x * kGroupsPerCta) {
+    const RowAt r = ir.at(e, m, count);
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<bf16_t, kV, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    return;
+  }
+  group_quant_turns<MaskedRowsWarp, bf16_t, kV, kLanes, kPerLane>(rows.computed, rows.computed.visit([] {}), in, q, scales, group_stride, d, eps);
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 using ProductOps = MoeActOps<bf16_t>;
 using TensorView = jitkern::TensorView;
@@ -72,7 +101,8 @@ struct MaskedActInterleaved {
 };
 
 // The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1:
-// the interleaved kernel; -2: the turn kernel, each turn's place worked out after the count is read), kLanes
+// the interleaved kernel; -2: the turn kernel, each turn's place worked out after the count is read; -3:
+// group_quant_hybrid_kernel), kLanes
 // lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
 template <int kScan, int kLanes, int kPerSm>
 struct MaskedGroup {
@@ -81,6 +111,11 @@ struct MaskedGroup {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
     if constexpr (kScan == -1) {
       host::RuntimeCheck(ProductOps::group_quant_interleaved<kLanes>(m, kPerSm), "bench_moe_act: the interleaved rows do not take this layout");
+    } else if constexpr (kScan == -3) {
+      constexpr auto kernel = group_quant_hybrid_kernel<kLanes>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
+                               HybridRows{interleaved_of(m), MaskedRowsWarp{m.rows}}, m.op);
     } else {
       const auto rows = [&] {
         if constexpr (kScan == -2) return interleaved_of(m);
