@@ -113,6 +113,13 @@ def masked_counts(tokens: int):
     return torch.bincount(experts, minlength=LOCAL_EXPERTS).clamp(max=M_MAX).to(torch.int32)
 
 
+def dsv4_topk(tokens: int) -> int:
+    """The topk passed to the reference's DeepSeek-V4 masked kernel: it computes at most M * topk rows of the
+    buffer (M taken as the tokens dispatched) and leaves the rest unwritten, so topk is raised until M * topk
+    covers the T * 8 rows routed here (T = 4096: 32, not 8, else it computes 8192 of the 32422 rows)."""
+    return max(TOPK, -(-tokens * TOPK // M_MAX))
+
+
 def masked_tables(ceiling: float) -> None:
     ep = reference_ops_or_none("moe.ep_moe_kernels")
     dsv4 = reference_ops_or_none("moe.dsv4")
@@ -145,7 +152,7 @@ def masked_tables(ceiling: float) -> None:
             ref = run_benchmark_or_none(lambda: ep.silu_and_mul_masked_fwd(x, out, masked_m))
             ref_quant = run_benchmark_or_none(lambda: ep.silu_and_mul_masked_post_quant_fwd(x, q, sg, 128, masked_m))
         if dsv4 is not None:
-            ref_dsv4 = run_benchmark_or_none(lambda: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, masked_m, topk=TOPK))
+            ref_dsv4 = run_benchmark_or_none(lambda: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, masked_m, topk=dsv4_topk(t)))
         gbps = moved_bytes("act", rows) / (fused["median"] * 1e-6) / 1e9
         print(f"| {t} | {rows} | {fmt(fused)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(whole)} | {ratio(whole, fused)} | "
               f"{fmt(gather)} | {ratio(gather, fused)} | {fmt(ref)} | {ratio(ref, fused)} | {fmt(token)} | {fmt(group)} | {fmt(group_pair)} | "
@@ -160,12 +167,14 @@ def masked_tables(ceiling: float) -> None:
 PRODUCT = ("product", "bench_moe_act::ProductOps")
 SCHEDULES = {
     "masked_group": [PRODUCT,
-                     ("previous: turns over the computed rows, warp scan, 8 lanes a group", "bench_moe_act::MaskedGroup<1, 8, 0>"),
-                     ("interleaved rows, 16 lanes of 1 vector", "bench_moe_act::MaskedGroup<-1, 16, 0>"),
-                     ("interleaved rows, 4 lanes of 4 vectors", "bench_moe_act::MaskedGroup<-1, 4, 0>"),
-                     ("interleaved rows, 2 CTAs/SM", "bench_moe_act::MaskedGroup<-1, 8, 2>"),
+                     ("interleaved rows, masked_m prefetched by one thread", "bench_moe_act::MaskedGroup<-4, 8, 0>"),
+                     ("interleaved rows, masked_m prefetched by every warp", "bench_moe_act::MaskedGroup<-1, 8, 0>"),
+                     ("interleaved rows, no prefetch", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
+                     ("interleaved rows, 16 lanes of 1 vector, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 16, 0>"),
+                     ("interleaved rows, 4 lanes of 4 vectors, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 4, 0>"),
+                     ("interleaved rows, 2 CTAs/SM, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 8, 2>"),
                      ("interleaved rows by the turn kernel (no place before the wait)", "bench_moe_act::MaskedGroup<-2, 8, 0>"),
-                     ("interleaved rows where they fit one turn of the grid, else the previous turns", "bench_moe_act::MaskedGroup<-3, 8, 0>"),
+                     ("interleaved rows where they fit one turn of the grid, else the product's turns", "bench_moe_act::MaskedGroup<-3, 8, 0>"),
                      ("turns, masked_m read before the wait", "bench_moe_act::MaskedGroup<2, 8, 0>"),
                      ("turns, expert by bisection", "bench_moe_act::MaskedGroup<3, 8, 0>"),
                      ("turns, the CTA's scan", "bench_moe_act::MaskedGroup<0, 8, 0>"),
@@ -258,7 +267,7 @@ def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096
         label = f"masked T={t} ({int(masked_m.sum())} rows)"
         extra = dict(floor)
         if dsv4 is not None:
-            extra["reference (CUDA, dsv4)"] = lambda m=masked_m: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=TOPK)
+            extra["reference (CUDA, dsv4)"] = lambda m=masked_m, k=dsv4_topk(t): dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=k)
         for kind, outputs, more in (("masked_group", (q, sg), extra), ("masked_act", (out,), floor), ("masked_token", (q, s1), None)):
             moved = moved_bytes(kind.split("_")[1], int(masked_m.sum())) if t == 4096 else None
             schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds, moved, ceiling)

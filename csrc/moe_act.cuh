@@ -13,10 +13,8 @@
 // the GPU holds at once, the computed rows counted from masked_m after the PDL wait by each warp for up to 32
 // experts, else by the CTA in shared memory. silu_and_mul (up to 32 experts, 2 CTAs an SM): where the
 // computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert found by a vote),
-// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn. The group form (up to 32 experts,
-// offsets within 32 bits): the experts' rows interleaved (row m of every expert, then row m + 1), so that a
-// group's place is known before the wait and its first load after it is its expert's count. The per-token
-// form, and more experts, each CTA striding over the computed rows.
+// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts, each
+// CTA striding over the computed rows.
 // Sorted, from a chunk of 8 rows an SM (MoeActOps::sorted_chunks): silu_and_mul and the group form a CTA per
 // chunk, whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then
 // computing only those; the per-token form, and smaller buffers, a persistent grid visiting every row, each
@@ -25,7 +23,6 @@
 
 #include <jitkern/cta.cuh>
 #include <jitkern/impl/act.cuh>
-#include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/norm.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/policy.cuh>
@@ -470,83 +467,6 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #endif
 }
 
-// The masked layout with 32-bit offsets (every one below 2^32, checked on the host), its rows interleaved:
-// position p is row p / experts of expert p % experts, so that a position's place in the buffers is known
-// before the counts are read (no scan: the first load after the PDL wait is the position's count, then its
-// data). Positions are visited up to experts * the largest count; a position at or past its expert's count
-// is not computed.
-struct InterleavedRows {
-  const int32_t* masked_m;
-  int32_t m_max;
-  uint32_t experts;
-  uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
-  device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
-
-  // Experts * the largest count (within [0, M]), read by each warp after the PDL wait.
-  __device__ __forceinline__ uint32_t positions() const {
-    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-    int32_t most = lane < static_cast<int>(experts) ? masked_m[lane] : 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    most = __reduce_max_sync(0xffffffffu, most);
-#else
-    most = device::warp::reduce_max(most);
-#endif
-    return experts * static_cast<uint32_t>(most <= 0 ? 0 : (most < m_max ? most : m_max));
-  }
-  // Row m of expert e, computed where m is below its count.
-  __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
-    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < m_max;
-    return {valid, int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row}, int64_t{e * scale_expert + m * scale_row}};
-  }
-  // As a layout's rows (visit, at) for the turn kernels: position f's row.
-  struct State {
-    int64_t rows;
-  };
-  template <typename Wait>
-  __device__ __forceinline__ State visit(const Wait& wait) const {
-    wait();
-    return {positions()};
-  }
-  __device__ __forceinline__ RowAt at(const State&, int64_t f) const {
-    uint32_t e;
-    const uint32_t m = by_experts.divide(static_cast<uint32_t>(f), e);
-    return at(e, m, masked_m[e]);
-  }
-};
-
-// The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
-// group_quant_turns'), the groups of positions in order.
-template <typename T, int kVec, int kLanes, int kPerLane>
-__global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
-                                                int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const uint32_t turn = gridDim.x * kGroupsPerCta, groups_per_row = rows.by_groups.d;
-  uint32_t first = blockIdx.x * kGroupsPerCta, e, m, g;
-  const auto place = [&](uint32_t group) {  // the lane set's position's expert e, row m and group g
-    const uint32_t p = rows.by_groups.divide(group, g);
-    m = rows.by_experts.divide(p, e);
-  };
-  place(first + threadIdx.x / kLanes);
-  device::prefetch_before_wait(rows.masked_m + e);  // the place worked out before the wait, not after it
-  WaitPrimary{trigger_at_start}();
-  int32_t count = rows.masked_m[e];
-  const uint32_t total = rows.positions() * groups_per_row;
-  do {
-    const RowAt r = rows.at(e, m, count);
-    // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
-    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
-    first += turn;
-    if (first < total) {
-      place(first + threadIdx.x / kLanes);
-      count = rows.masked_m[e];
-    }
-  } while (first < total);
-#endif
-}
-
 // The amax fold over values as gated() returns them (packed 16-bit pairs, or values of T).
 template <typename T, int kVec, int kM, typename Op>
 __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const Op& op, float acc) {
@@ -662,8 +582,7 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that,
 // and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
-// SM; the group form over the interleaved rows where every offset fits 32 bits; the rest, and more experts, by
-// turns over the computed rows.
+// SM; the fp8 forms, and more experts, by turns over the computed rows.
 constexpr int kMaskedChunkCtas = 2;
 
 template <typename T>
@@ -708,7 +627,6 @@ struct MoeActOps {
                                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size,
                                                             double eps) {
     const Masked m = masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    if (group_quant_interleaved(m)) return;
     masked_rows(m.rows, [&](const auto& rows) { group_quant(rows, m.op); });
   }
 
@@ -876,46 +794,6 @@ struct MoeActOps {
                    rows, op);
     };
     with_vec(op, launch);
-  }
-
-  // The masked layout's rows interleaved (InterleavedRows) where they take it: at most 32 experts, every offset
-  // within 32 bits, rows to compute; false where not.
-  static bool interleaved(const Masked& m, InterleavedRows& rows) {
-    const MaskedLayout& l = m.rows;
-    const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
-    if (m.op.capacity * m.op.d == 0 || m.experts > MaskedRowsWarp::kMaxWarpExperts || end(l.in_expert, l.in_row, 2 * m.op.d) > UINT32_MAX ||
-        end(l.out_expert, l.out_row, m.op.d) > UINT32_MAX || end(l.scale_expert, l.scale_row, 1) > UINT32_MAX)
-      return false;
-    const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
-    rows = {l.masked_m,
-            l.m_max,
-            narrow(m.experts),
-            narrow(l.in_expert),
-            narrow(l.in_row),
-            narrow(l.out_expert),
-            narrow(l.out_row),
-            narrow(l.scale_expert),
-            narrow(l.scale_row),
-            host::kv_cache::divisor<uint32_t>(m.experts),
-            host::kv_cache::divisor<uint32_t>(std::max<int64_t>(m.op.d / kActGroupSize, 1))};
-    return true;
-  }
-
-  // The masked group form over InterleavedRows (kLanes lanes a group; grid: at most per_sm CTAs an SM, as
-  // persistent_grid's) where interleaved() takes the layout, its rows are aligned and their groups number
-  // below 2^31; false where not (nothing to compute: true).
-  template <int kLanes = kTurnLanes<device::kVec16<T>>>
-  static bool group_quant_interleaved(const Masked& m, int per_sm = 0) {
-    using namespace host;
-    const Operands& op = m.op;
-    if (op.capacity * op.d == 0) return true;
-    const int64_t groups = op.capacity * (op.d / kActGroupSize);
-    InterleavedRows rows;
-    if (op.vec != device::kVec16<T> || groups >= (int64_t{1} << 31) || !interleaved(m, rows)) return false;
-    constexpr int kVec = device::kVec16<T>;
-    constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes>;
-    launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, per_sm, op.device), rows, op);
-    return true;
   }
 
   // The per-token form over Rows' computed rows: a CTA a row, as wide as the row's vectors want.

@@ -6,10 +6,92 @@
 
 #include <moe_act.cuh>
 
+#include <jitkern/impl/kv_cache.cuh>
+
 namespace bench_moe_act {
 
 using namespace jitkern_moe_act;
 constexpr int kV = device::kVec16<bf16_t>;
+
+// The masked layout with 32-bit offsets (every one below 2^32, checked on the host), its rows interleaved:
+// position p is row p / experts of expert p % experts, so that a position's place in the buffers is known
+// before the counts are read (no scan: the first load after the PDL wait is the position's count, then its
+// data). Positions are visited up to experts * the largest count; a position at or past its expert's count
+// is not computed.
+struct InterleavedRows {
+  const int32_t* masked_m;
+  int32_t m_max;
+  uint32_t experts;
+  uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
+  device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
+
+  // Experts * the largest count (within [0, M]), read by each warp after the PDL wait.
+  __device__ __forceinline__ uint32_t positions() const {
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    int32_t most = lane < static_cast<int>(experts) ? masked_m[lane] : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    most = __reduce_max_sync(0xffffffffu, most);
+#else
+    most = device::warp::reduce_max(most);
+#endif
+    return experts * static_cast<uint32_t>(most <= 0 ? 0 : (most < m_max ? most : m_max));
+  }
+  // Row m of expert e, computed where m is below its count.
+  __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
+    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < m_max;
+    return {valid, int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row}, int64_t{e * scale_expert + m * scale_row}};
+  }
+  // As a layout's rows (visit, at) for the turn kernels: position f's row.
+  struct State {
+    int64_t rows;
+  };
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    wait();
+    return {positions()};
+  }
+  __device__ __forceinline__ RowAt at(const State&, int64_t f) const {
+    uint32_t e;
+    const uint32_t m = by_experts.divide(static_cast<uint32_t>(f), e);
+    return at(e, m, masked_m[e]);
+  }
+};
+
+// The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
+// group_quant_turns'), the groups of positions in order. The place worked out before the wait by prefetching
+// masked_m's line to L2 from every warp (kPrefetch 1: 4224 requests for one line in a grid of 528 CTAs of 8
+// warps, as L2 prefetches are not merged in L1), from one thread of the grid (2), or not (0: ptxas moves the
+// quotients after the wait).
+template <typename T, int kVec, int kLanes, int kPerLane, int kPrefetch>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
+                                                int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const uint32_t turn = gridDim.x * kGroupsPerCta, groups_per_row = rows.by_groups.d;
+  uint32_t first = blockIdx.x * kGroupsPerCta, e, m, g;
+  const auto place = [&](uint32_t group) {  // the lane set's position's expert e, row m and group g
+    const uint32_t p = rows.by_groups.divide(group, g);
+    m = rows.by_experts.divide(p, e);
+  };
+  place(first + threadIdx.x / kLanes);
+  if (kPrefetch == 1 || (kPrefetch == 2 && blockIdx.x == 0 && threadIdx.x == 0)) device::prefetch_before_wait(rows.masked_m + e);
+  WaitPrimary{trigger_at_start}();
+  int32_t count = rows.masked_m[e];
+  const uint32_t total = rows.positions() * groups_per_row;
+  do {
+    const RowAt r = rows.at(e, m, count);
+    // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    first += turn;
+    if (first < total) {
+      place(first + threadIdx.x / kLanes);
+      count = rows.masked_m[e];
+    }
+  } while (first < total);
+#endif
+}
 
 // The masked layout's counts loaded before the PDL wait, scanned after it (a measurement of what reading
 // early is worth: wrong where the previous kernel writes masked_m).
@@ -49,7 +131,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
   const InterleavedRows& ir = rows.interleaved;
   uint32_t g, e;
   const uint32_t m = ir.by_experts.divide(ir.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g), e);
-  device::prefetch_before_wait(ir.masked_m + e);
+  if (blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(ir.masked_m + e);  // the place before the wait
   WaitPrimary{trigger_at_start}();
   const int32_t count = ir.masked_m[e];
   if (ir.positions() * ir.by_groups.d <= gridDim.x * kGroupsPerCta) {
@@ -77,11 +159,26 @@ auto masked_rows_of(const MaskedLayout& layout) {
   else return MaskedRowsWarpTurns{{layout}};
 }
 
-// The masked layout's rows interleaved (InterleavedRows), as the turn kernels take them.
+// The masked layout's rows interleaved (InterleavedRows): at most 32 experts, every offset within 32 bits.
 inline InterleavedRows interleaved_of(const ProductOps::Masked& m) {
-  InterleavedRows rows;
-  host::RuntimeCheck(ProductOps::interleaved(m, rows), "bench_moe_act: the interleaved rows do not take this layout");
-  return rows;
+  const MaskedLayout& l = m.rows;
+  const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
+  host::RuntimeCheck(m.op.capacity * m.op.d > 0 && m.experts <= MaskedRowsWarp::kMaxWarpExperts && end(l.in_expert, l.in_row, 2 * m.op.d) <= UINT32_MAX &&
+                         end(l.out_expert, l.out_row, m.op.d) <= UINT32_MAX && end(l.scale_expert, l.scale_row, 1) <= UINT32_MAX &&
+                         m.op.capacity * (m.op.d / kActGroupSize) < (int64_t{1} << 31),
+                     "bench_moe_act: the interleaved rows do not take this layout");
+  const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
+  return {l.masked_m,
+          l.m_max,
+          narrow(m.experts),
+          narrow(l.in_expert),
+          narrow(l.in_row),
+          narrow(l.out_expert),
+          narrow(l.out_row),
+          narrow(l.scale_expert),
+          narrow(l.scale_row),
+          host::kv_cache::divisor<uint32_t>(m.experts),
+          host::kv_cache::divisor<uint32_t>(std::max<int64_t>(m.op.d / kActGroupSize, 1))};
 }
 
 // silu_and_mul_masked by the launch rules over rows kScan.
@@ -100,17 +197,22 @@ struct MaskedActInterleaved {
   }
 };
 
-// The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1:
-// the interleaved kernel; -2: the turn kernel, each turn's place worked out after the count is read; -3:
-// group_quant_hybrid_kernel), kLanes
+// The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1,
+// -4, -5: the interleaved kernel, kPrefetch 1, 2, 0; -2: the turn kernel, each turn's place worked out after
+// the count is read; -3: group_quant_hybrid_kernel), kLanes
 // lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
 template <int kScan, int kLanes, int kPerSm>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    if constexpr (kScan == -1) {
-      host::RuntimeCheck(ProductOps::group_quant_interleaved<kLanes>(m, kPerSm), "bench_moe_act: the interleaved rows do not take this layout");
+    if constexpr (kScan == -1 || kScan == -4 || kScan == -5) {
+      constexpr int kPrefetch = kScan == -1 ? 1 : kScan == -4 ? 2 : 0;
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kPrefetch>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
+                               interleaved_of(m), m.op);
     } else if constexpr (kScan == -3) {
       constexpr auto kernel = group_quant_hybrid_kernel<kLanes>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
