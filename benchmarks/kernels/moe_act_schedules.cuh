@@ -1,7 +1,8 @@
 // Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's kernels
 // (csrc/moe_act.cuh) reached through other row types, grids and widths than the product's launch rules pick,
-// bf16. Each struct below is an alternative with the entry point of its form (the product's signature), its
-// arguments checked by the product's own code (MoeActOps' sorted_* / masked_*).
+// and kernels of their own built from the product's pieces (the masked group form over interleaved rows),
+// bf16. Each struct at the end is an alternative with the entry point of its form (the product's signature),
+// its arguments checked by the product's own code (MoeActOps' sorted_* / masked_*).
 #pragma once
 
 #include <moe_act.cuh>
