@@ -6,12 +6,12 @@ rows gathered, silu_and_mul, scattered back; + the quantizer), torch, and the re
 kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
 % of the measured copy ceiling. Prints markdown tables.
 
---schedules: the product's launch schedule beside the second of its list (PREVIOUS where the product changed, else
-PER_ROW; benchmarks/kernels/moe_act_schedules.cuh),
-same inputs, one process, the reference's DeepSeek-V4 kernel beside the masked group form and silu_and_mul over
-the P rows beside the sorted one, % of the copy ceiling at T = 4096; --schedules=all: every schedule of
-SCHEDULES, median of 2 interleaved rounds (--rounds=N: N), and the launch floor. Every schedule's output is compared
-with the product's first. --layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
+--schedules: the product beside the second schedule of its form's list (SCHEDULES: the product's kernels under
+other launch choices, benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's
+DeepSeek-V4 kernel beside the masked group form and silu_and_mul over the P rows beside the sorted one, % of the
+copy ceiling at T = 4096; --schedules=all: every schedule of SCHEDULES, median of 2 interleaved rounds
+(--rounds=N: N), and the launch floor. Every schedule's output is compared bit for bit with the product's.
+--layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
 
 from __future__ import annotations
 
@@ -113,6 +113,13 @@ def masked_counts(tokens: int):
     return torch.bincount(experts, minlength=LOCAL_EXPERTS).clamp(max=M_MAX).to(torch.int32)
 
 
+def dsv4_topk(tokens: int) -> int:
+    """The topk passed to the reference's DeepSeek-V4 masked kernel: it computes at most M * topk rows of the
+    buffer (M taken as the tokens dispatched) and leaves the rest unwritten, so topk is raised until M * topk
+    covers the T * 8 rows routed here (T = 4096: 32, not 8, else it computes 8192 of the 32422 rows)."""
+    return max(TOPK, -(-tokens * TOPK // M_MAX))
+
+
 def masked_tables(ceiling: float) -> None:
     ep = reference_ops_or_none("moe.ep_moe_kernels")
     dsv4 = reference_ops_or_none("moe.dsv4")
@@ -145,7 +152,7 @@ def masked_tables(ceiling: float) -> None:
             ref = run_benchmark_or_none(lambda: ep.silu_and_mul_masked_fwd(x, out, masked_m))
             ref_quant = run_benchmark_or_none(lambda: ep.silu_and_mul_masked_post_quant_fwd(x, q, sg, 128, masked_m))
         if dsv4 is not None:
-            ref_dsv4 = run_benchmark_or_none(lambda: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, masked_m, topk=TOPK))
+            ref_dsv4 = run_benchmark_or_none(lambda: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, masked_m, topk=dsv4_topk(t)))
         gbps = moved_bytes("act", rows) / (fused["median"] * 1e-6) / 1e9
         print(f"| {t} | {rows} | {fmt(fused)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(whole)} | {ratio(whole, fused)} | "
               f"{fmt(gather)} | {ratio(gather, fused)} | {fmt(ref)} | {ratio(ref, fused)} | {fmt(token)} | {fmt(group)} | {fmt(group_pair)} | "
@@ -154,82 +161,54 @@ def masked_tables(ceiling: float) -> None:
 
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
-# (scan, CTAs per SM, items, group items, load-all bytes, spread, chunk rows, pipelined, masked chunk rows, token
-# warp rows, group vectors a lane, contiguous, turns first): bench_moe_act::Sched's arguments, beside the product's
-# Schedule (PRODUCT); sched() fills the last five with none, none, 2, no, no. PER_ROW: the schedule before the
-# chunks, the vote and the spread items (each vector of the sorted layout looking up its row's id; the masked
-# layout's rows one vector or group a thread and turn, found by bisection); PREVIOUS: the product before the
-# masked silu_and_mul's chunks and the sorted group form's four vectors a lane (the masked group form's is the
-# product's). --schedules compares the product with the second of its kind's list, --schedules=all with every one.
-PRODUCT = "product"
-
-
-def sched(*v):
-    return v + (0, 0, 2, 0, 0)[len(v) - 8:]
-
-
-PER_ROW = {"masked": sched(3, 0, 1, 1, 0, 0, 0, 0), "sorted": sched(0, 0, 1, 1, 0, 0, 0, 0)}
-PREVIOUS = {"masked": sched(1, 0, 2, 1, 0, 1, 0, 0), "sorted": sched(0, -2, 4, 2, 0, 0, 8, 0)}
+# Each form's schedules, the product first: (name, the C++ type whose entry point runs it,
+# benchmarks/kernels/moe_act_schedules.cuh). --schedules compares the product with the second of its form's
+# list (the previous product where the product changed), --schedules=all with every one.
+PRODUCT = ("product", "bench_moe_act::ProductOps")
 SCHEDULES = {
-    "masked_group": [PRODUCT, PREVIOUS["masked"], sched(1, -2, 1, 2, 0, 0, 0, 0, 8, 0, 4), sched(1, 2, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1),
-                     sched(1, 3, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1)],
-    "masked_act": [PRODUCT, PREVIOUS["masked"], sched(1, -2, 4, 1, 0, 0, 0, 0, 8), sched(1, 2, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1),
-                   sched(1, 3, 4, 2, 0, 1, 0, 0, -8, 0, 4, 0, 1)],
-    "masked_token": [PRODUCT, PER_ROW["masked"]],
-    "sorted_act": [PRODUCT, PER_ROW["sorted"]],
-    "sorted_group": [PRODUCT, PREVIOUS["sorted"]],
-    "sorted_token": [PRODUCT, PER_ROW["sorted"]],
+    "masked_group": [PRODUCT,
+                     ("interleaved rows, masked_m prefetched by one thread", "bench_moe_act::MaskedGroup<-4, 8, 0>"),
+                     ("interleaved rows, masked_m prefetched by every warp", "bench_moe_act::MaskedGroup<-1, 8, 0>"),
+                     ("interleaved rows, no prefetch", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
+                     ("interleaved rows, 16 lanes of 1 vector, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 16, 0>"),
+                     ("interleaved rows, 4 lanes of 4 vectors, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 4, 0>"),
+                     ("interleaved rows, 2 CTAs/SM, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 8, 2>"),
+                     ("interleaved rows by the turn kernel (no place before the wait)", "bench_moe_act::MaskedGroup<-2, 8, 0>"),
+                     ("interleaved rows where they fit one turn of the grid, else the product's turns", "bench_moe_act::MaskedGroup<-3, 8, 0>"),
+                     ("turns, masked_m read before the wait", "bench_moe_act::MaskedGroup<2, 8, 0>"),
+                     ("turns, expert by bisection", "bench_moe_act::MaskedGroup<3, 8, 0>"),
+                     ("turns, the CTA's scan", "bench_moe_act::MaskedGroup<0, 8, 0>"),
+                     ("turns, 16 lanes of 1 vector", "bench_moe_act::MaskedGroup<1, 16, 0>")],
+    "masked_act": [PRODUCT,
+                   ("turns over the computed rows, warp scan (no chunks)", "bench_moe_act::MaskedAct<4>"),
+                   ("interleaved rows, 2 vectors a thread the grid apart", "bench_moe_act::MaskedActInterleaved"),
+                   ("turns, masked_m read before the wait", "bench_moe_act::MaskedAct<2>"),
+                   ("turns, the CTA's scan", "bench_moe_act::MaskedAct<0>")],
+    "masked_token": [PRODUCT,
+                     ("interleaved rows", "bench_moe_act::MaskedTokenInterleaved"),
+                     ("expert by bisection", "bench_moe_act::MaskedToken<3>"),
+                     ("masked_m read before the wait", "bench_moe_act::MaskedToken<2>"),
+                     ("the CTA's scan", "bench_moe_act::MaskedToken<0>")],
+    "sorted_act": [PRODUCT, ("per row at every capacity, 2 vectors a thread", "bench_moe_act::SortedActPerRow")],
+    "sorted_group": [PRODUCT, ("per row at every capacity", "bench_moe_act::SortedGroup<0>"),
+                     ("chunks at every capacity, 8 lanes of 2 vectors", "bench_moe_act::SortedGroup<8>")],
+    "sorted_token": [PRODUCT],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
          "sorted_group": "silu_and_mul_sorted_per_token_group_quant_fp8", "sorted_token": "silu_and_mul_sorted_per_token_quant_fp8"}
-SCAN = ["cta scan", "warp scan", "warp scan, masked_m before the wait", "warp scan, expert by bisection"]
 
 
-def schedule_name(kind, sched) -> str:
-    if sched == PRODUCT:
-        return "product"
-    scan, per_sm, items, group_items, load_all, spread, chunk, pipelined, masked_chunk, token_warp, group_vecs, contiguous, turns_first = sched
-    chunk = masked_chunk if kind.startswith("masked") else chunk
-    if kind.endswith("token") and kind.startswith("masked") and not token_warp:
-        chunk = 0
-    parts = [] if kind.startswith("sorted") else [SCAN[scan]]
-    if chunk and turns_first:
-        parts.append("by turns where the rows fit one turn of the grid, else")
-    if chunk:
-        parts.append(f"chunks of {chunk} rows" if chunk > 0 else f"chunks of up to {-chunk} rows, fewer where the rows are few")
-    parts.append({-1: "threads/SM grid", 0: "occupancy grid", -2: "a CTA per chunk" if chunk else "a CTA per turn"}.get(per_sm, f"{per_sm} CTAs/SM"))
-    if kind.endswith("act"):
-        parts.append(f"{items} vec/turn")
-    if kind.endswith("group"):
-        parts.append(f"{group_items} groups/turn")
-        if chunk and (group_vecs != 2 or contiguous):
-            parts.append(f"{group_vecs} vec/lane" + (" one after another" if contiguous else ""))
-    if kind.endswith("token") and chunk and token_warp:
-        parts.append("a row per warp")
-    if spread and (not chunk or turns_first):
-        parts.append("grid apart")
-    if pipelined and not chunk:
-        parts.append("next turn located during the loads")
-    if load_all:
-        parts.append(f"load all <= {load_all >> 20} MiB")
-    return ", ".join(parts)
-
-
-def export_name(kind, sched) -> str:
-    return kind + "_" + ("product" if sched == PRODUCT else "_".join(str(v).replace("-", "m") for v in sched))
-
-
-def ops_type(sched) -> str:
-    return "bench_moe_act::ProductOps" if sched == PRODUCT else f"bench_moe_act::Ops<{', '.join(map(str, sched))}>"
+def export_name(kind, i) -> str:
+    return f"{kind}_{i}"
 
 
 def schedule_modules(schedules):
-    """One module per kind (built at once): export_name(kind, sched) -> the entry point under that schedule."""
+    """One module per kind (built at once): export_name(kind, i) -> the entry point of schedule i."""
     here = Path(__file__).resolve().parent
     specs = [jitkern.JitSpec(f"bench_moe_act_{kind}", cuda_files=[str(here / "kernels" / "moe_act_schedules.cuh")],
                              extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
-                             cuda_wrappers=[(export_name(kind, s), f"{ops_type(s)}::{ENTRY[kind]}") for s in scheds])
+                             cuda_wrappers=[(export_name(kind, i), f"{cpp}::{ENTRY[kind]}") for i, (_, cpp) in enumerate(scheds)])
              for kind, scheds in schedules.items()]
     return dict(zip(schedules, build_all(*specs)))
 
@@ -238,7 +217,7 @@ def schedule_table(kind, label, module, schedules, args, outputs, extra=None, ro
     """Every schedule of `kind` on args + outputs (+ group size and eps for the group forms), the outputs
     compared with the product's; with `moved` (bytes), each time's % of the copy ceiling (GB/s)."""
     tail = (128, 1e-10) if kind.endswith("group") else ()
-    fns = {schedule_name(kind, s): (lambda s=s: module[export_name(kind, s)](*args, *outputs, *tail)) for s in schedules}
+    fns = {name: (lambda i=i: module[export_name(kind, i)](*args, *outputs, *tail)) for i, (name, _) in enumerate(schedules)}
     expected = None
     for name, fn in fns.items():
         for o in outputs:
@@ -288,7 +267,7 @@ def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096
         label = f"masked T={t} ({int(masked_m.sum())} rows)"
         extra = dict(floor)
         if dsv4 is not None:
-            extra["reference (CUDA, dsv4)"] = lambda m=masked_m: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=TOPK)
+            extra["reference (CUDA, dsv4)"] = lambda m=masked_m, k=dsv4_topk(t): dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=k)
         for kind, outputs, more in (("masked_group", (q, sg), extra), ("masked_act", (out,), floor), ("masked_token", (q, s1), None)):
             moved = moved_bytes(kind.split("_")[1], int(masked_m.sum())) if t == 4096 else None
             schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds, moved, ceiling)

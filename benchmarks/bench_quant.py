@@ -2,8 +2,10 @@
 GB/s and % of the op's access-pattern ceiling, measured in the same run; per-tensor fp8 beside the
 reference framework's kernel, and RMSNorm + 1x128 group quantization beside the reference's closest op
 (where its wheel is installed or REFERENCE_WHEEL names it). Prints markdown tables; `bench_quant.py
-reference`: only the tables beside the reference; `bench_quant.py group`: only the norm + group tables (`group
-prefill`: only those at prefill sizes).
+reference`: only the tables beside the reference; `bench_quant.py group`: only the norm + group tables, the product
+beside other schedules of its kernels (benchmarks/kernels/norm_group_schedules.cuh, checked bit for bit against
+the product first; `group schedules`: without the table beside the reference; `group prefill`: only the prefill
+sizes).
 
 Pattern ceilings (benchmarks/kernels/copy_ceiling.cuh): `halve` reads 16 bytes and writes 8 per thread,
 the traffic of a 2-byte to 1-byte conversion; dynamic per-tensor adds one read of the input (`read_all`).
@@ -21,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_module,  # noqa: E402
                    reference_ops_or_none, run_benchmark, yardstick_module)
 
+import jitkern  # noqa: E402
 from jitkern.jit import warmup as warmup_modules  # noqa: E402
-from jitkern.ops import quant  # noqa: E402
 from jitkern.ops import (fused_add_rmsnorm, fused_add_rmsnorm_group_quant_fp8, fused_add_rmsnorm_quant_fp8, group_scales_like,  # noqa: E402
                          per_tensor_quant_fp8, per_token_group_quant_8bit, per_token_quant_fp8, rmsnorm, rmsnorm_group_quant_fp8,
                          rmsnorm_quant_fp8, warmup)
@@ -110,7 +112,8 @@ def table(title: str, header: str, lines: list[str]) -> None:
     print(f"\n#### {title}\n")
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    print("\n".join(lines))
+    if lines:
+        print("\n".join(lines))
 
 
 def large_shapes(module, ceiling: float) -> None:
@@ -226,67 +229,121 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
             "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)}
 
 
-def norm_group_decode() -> None:
-    """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
-    per_token_group_quant_8bit) at decode sizes, 1x128 groups, and against the norm alone (the floor a
-    fused op of one launch shares with it)."""
-    lines = []
-    for h in (2048, 4096, 7168):
+# ---- the norm + group ops under other schedules (benchmarks/kernels/norm_group_schedules.cuh) ----------
+
+# name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
+# norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
+# vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
+# add). "previous": the product before the pairs and the group rows kernel at decode sizes.
+NORM_GROUP_SCHEDULES = {
+    "previous": (4, 2, 0, 0, 0, 0, 0),
+}
+PREFILL_SCHEDULES = ["previous"]  # beside the product at prefill sizes
+DECODE_SCHEDULES = ["previous"]  # ... and at decode sizes
+
+
+def norm_group_schedule_modules(names) -> dict:
+    """name -> the module of the norm + group ops (1x128 groups, fp32 scales) under that schedule: plain(input,
+    weight, output_q, output_s, group_size, eps), fused(input, residual, weight, ...); built at once."""
+    here = Path(__file__).resolve().parent
+
+    def spec(name):
+        ops = f"bench_norm_group::Ops<{', '.join(map(str, NORM_GROUP_SCHEDULES[name]))}>"
+        return jitkern.JitSpec("bench_norm_group_" + "_".join(map(str, NORM_GROUP_SCHEDULES[name])),
+                               cuda_files=[str(here / "kernels" / "norm_group_schedules.cuh")], extra_include_paths=[str(here.parent / "csrc")],
+                               host_without_nvcc=True, cuda_wrappers=[("plain", f"{ops}::rmsnorm_group_quant<128>"),
+                                                                      ("fused", f"{ops}::fused_add_rmsnorm_group_quant<128>")])
+
+    specs = [spec(n) for n in names]
+    return dict(zip(names, warmup_modules(*specs)))
+
+
+def scheduled(module, x, r, w, q, s):
+    """The norm + group op (r None: rmsnorm_group_quant_fp8, else the fused add) of a schedule's module, into q and s."""
+    s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
+    if r is None:
+        module.plain(x, w, q.view(torch.uint8), s2, 128, EPS)
+    else:
+        module.fused(x, r, w, q.view(torch.uint8), s2, 128, EPS)
+
+
+def norm_group_self_check(modules: dict) -> None:
+    """Every schedule gives the product's codes, scales and residual, bit for bit (NaN and inf rows included), at
+    decode and many-row sizes and at a width whose last warp is part-held; raises AssertionError otherwise."""
+    many = 4 * torch.cuda.get_device_properties(0).multi_processor_count + 5
+    for h in (7168, 5248, 4096):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
-        for t in DECODE:
+        for t in (1, 37, many):
+            x, r0, _, q0, s0 = _group_operands(t, h)
+            x[t // 2, 5] = float("nan")
+            x[t - 1, 9] = float("inf")
+            for fused in (False, True):
+                res0 = r0.clone() if fused else None
+                if fused:
+                    fused_add_rmsnorm_group_quant_fp8(x, res0, w, EPS, output_q=q0, output_s=s0, **GROUP_FLAGS)
+                else:
+                    rmsnorm_group_quant_fp8(x, w, EPS, output_q=q0, output_s=s0, **GROUP_FLAGS)
+                for name, module in modules.items():
+                    q, s = torch.full_like(q0.view(torch.uint8), 0x7F).view(FP8), group_scales_like(x, 128, **GROUP_FLAGS).fill_(-1.0)
+                    res = r0.clone() if fused else None
+                    scheduled(module, x, res, w, q, s)
+                    where = f"{name} at [{t}, {h}] (fused add: {fused})"
+                    assert torch.equal(q.view(torch.uint8), q0.view(torch.uint8)), f"{where}: codes differ from the product's"
+                    assert torch.equal(s.view(torch.int32), s0.view(torch.int32)), f"{where}: scales differ"
+                    assert not fused or torch.equal(res.view(torch.int16), res0.view(torch.int16)), f"{where}: residual differs"
+    print(f"\nSelf-check: {', '.join(modules)} give the product's bits at [1 / 37 / {many}, 7168 / 5248 / 4096], both ops.")
+
+
+def norm_group_decode(modules: dict) -> None:
+    """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
+    per_token_group_quant_8bit) at decode sizes, 1x128 groups, beside DECODE_SCHEDULES; rows printed as measured."""
+    columns = " | ".join(DECODE_SCHEDULES)
+    table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
+          "median of 3 interleaved rounds; schedules: us (speed-up over the two ops))",
+          f"| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | {columns} | fused_add_rmsnorm_group_quant_fp8 | "
+          f"fused_add_rmsnorm + per_token_group_quant | speed-up | {columns} |", [])
+    for h, sizes in ((7168, [1, 16, 256]), (4096, [1, 64])):
+        w = torch.randn(h, dtype=DTYPE, device="cuda")
+        for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
                 "unfused add": lambda: (fused_add_rmsnorm(x, r0, w, EPS),
                                         per_token_group_quant_8bit(x, 128, output_q=q, output_s=s, **GROUP_FLAGS)),
-                "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
-                "fused_add_rmsnorm": lambda: fused_add_rmsnorm(x, r0, w, EPS),
+                **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in DECODE_SCHEDULES},
+                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in DECODE_SCHEDULES},
             })
-            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {m['rmsnorm']:.2f} | "
-                         f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | "
-                         f"{m['fused_add_rmsnorm']:.2f} |")
-    table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
-          "median of 3 interleaved rounds)",
-          "| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | rmsnorm alone | fused_add_rmsnorm_group_quant_fp8 | "
-          "fused_add_rmsnorm + per_token_group_quant | speed-up | fused_add_rmsnorm alone |", lines)
+            plain = " | ".join(f"{m[n]:.2f} ({m['unfused'] / m[n]:.2f}x)" for n in DECODE_SCHEDULES)
+            add = " | ".join(f"{m[f'add {n}']:.2f} ({m['unfused add'] / m[f'add {n}']:.2f}x)" for n in DECODE_SCHEDULES)
+            print(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {plain} | "
+                  f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | {add} |", flush=True)
 
 
-def norm_group_large(module, ceilings: dict) -> None:
-    """The fused ops at prefill sizes: GB/s against the `halve` pattern (rmsnorm: 3 bytes an element) and
-    the copy ceiling (fused add: 7 bytes an element), the product beside each many-row schedule
-    (quant.NORM_GROUP_SCHEDULES; median of 3 interleaved rounds)."""
+def norm_group_large(module, ceilings: dict, modules: dict) -> None:
+    """The fused ops at prefill sizes: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an element) and of the
+    copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (median of 3 interleaved rounds); rows
+    printed as measured."""
     copy = max(ceilings.values())
-    schedules = list(quant.NORM_GROUP_SCHEDULES)
-    warmup_modules(*(spec for name in schedules for spec in quant.norm_group_quant_schedule_specs(name)))
-    columns = " | ".join(f"{name} (% of halve)" for name in schedules)
-    for h, sizes in ((7168, [4096, 8192, 16384, 32768]), (4096, [4096, 32768])):  # a width's tables as soon as measured
-        lines, add_lines = [], []
+    columns = " | ".join(PREFILL_SCHEDULES)
+    table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
+          "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
+          f"| H | T | rmsnorm_group_quant_fp8 | {columns} | fused_add_rmsnorm_group_quant_fp8 | {columns} |", [])
+    for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
             x, r0, y, q, s = _group_operands(t, h)
+            providers = _group_providers(x, r0, w, y, q, s)
             m = interleaved({
-                **_group_providers(x, r0, w, y, q, s),
-                **{name: lambda name=name: quant.norm_group_quant_schedule(name, x, None, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
-                   for name in schedules},
-                **{f"add {name}": lambda name=name: quant.norm_group_quant_schedule(name, x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)
-                   for name in schedules},
+                "product": providers["fused"], "add product": providers["fused add"],
+                **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in PREFILL_SCHEDULES},
+                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in PREFILL_SCHEDULES},
             })
             halve = pattern_us(module, t, h=h)
-            scale_bytes = 4 * t * (h // 128)
-            plain, add = (3 * t * h + scale_bytes) / 1e3, (7 * t * h + scale_bytes) / 1e3  # bytes / 1e3: GB/s from us
-            lines.append(f"| {h} | {t} | {m['fused']:.2f} | {plain / m['fused']:.0f} | {100 * halve / m['fused']:.1f}% | "
-                         + " | ".join(f"{m[name]:.2f} ({100 * halve / m[name]:.1f}%)" for name in schedules)
-                         + f" | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x |")
-            add_lines.append(f"| {h} | {t} | {m['fused add']:.2f} | {add / m['fused add']:.0f} | {100 * add / m['fused add'] / copy:.1f}% | "
-                             + " | ".join(f"{m[f'add {name}']:.2f} ({100 * add / m[f'add {name}'] / copy:.1f}%)" for name in schedules) + " |")
-        table(f"rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, fp32 scales column-major TMA-aligned, beside each many-row "
-              "schedule (us, CUDA-graph medians, median of 3 interleaved rounds)",
-              f"| H | T | rmsnorm_group_quant_fp8 | GB/s | % of pattern ceiling (halve) | {columns} | rmsnorm + per_token_group_quant | speed-up |",
-              lines)
-        table(f"fused_add_rmsnorm_group_quant_fp8 at prefill sizes, [T, {h}] bf16, the same scales, beside each many-row schedule (us, as above)",
-              f"| H | T | fused_add_rmsnorm_group_quant_fp8 | GB/s | % of copy ceiling | {columns.replace('halve', 'copy ceiling')} |", add_lines)
-    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules (quant.NORM_GROUP_SCHEDULES): one = one vector a thread, "
-          "lanesN = N vectors of one group a lane.")
+            add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
+            plain = " | ".join(f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in ["product", *PREFILL_SCHEDULES])
+            fused = " | ".join(f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in ["product", *PREFILL_SCHEDULES])
+            print(f"| {h} | {t} | {plain} | {fused} |", flush=True)
+    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules: NORM_GROUP_SCHEDULES (bench_norm_group::Sched).")
 
 
 def norm_group_reference_table() -> None:
@@ -345,11 +402,14 @@ def main() -> None:
         warmup(dtypes=[DTYPE], ops=["rmsnorm", "fused_add_rmsnorm", "per_token_group_quant_8bit", "rmsnorm_group_quant_fp8",
                                     "fused_add_rmsnorm_group_quant_fp8"])
         print(f"\n### RMSNorm + group fp8 ({environment()})")
-        if sys.argv[2:] == ["prefill"]:  # the prefill tables only
-            return norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
-        norm_group_decode()
-        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
-        return norm_group_reference_table()
+        modules = norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES))
+        norm_group_self_check(modules)
+        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules)
+        if sys.argv[2:] != ["prefill"]:
+            norm_group_decode(modules)
+        if not sys.argv[2:]:  # `group schedules`, `group prefill`: without the reference
+            norm_group_reference_table()
+        return
     warmup(dtypes=[DTYPE])
     module = yardstick_module()
     x = torch.randn(64, H, dtype=DTYPE, device="cuda")
@@ -367,8 +427,10 @@ def main() -> None:
     large_shapes(module, ceilings)
     decode_shapes()
     norm_quant(module)
-    norm_group_decode()
-    norm_group_large(module, ceilings)
+    modules = norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES))
+    norm_group_self_check(modules)
+    norm_group_large(module, ceilings, modules)
+    norm_group_decode(modules)
     reference_table()
     norm_group_reference_table()
 

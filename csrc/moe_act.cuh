@@ -13,12 +13,12 @@
 // the GPU holds at once, the computed rows counted from masked_m after the PDL wait by each warp for up to 32
 // experts, else by the CTA in shared memory. silu_and_mul (up to 32 experts, 2 CTAs an SM): where the
 // computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert found by a vote),
-// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts,
-// each CTA striding over the computed rows.
-// Sorted, from a chunk of 8 rows an SM (Schedule::chunked): silu_and_mul and the group form a CTA per chunk,
-// whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then computing only
-// those; the per-token form, and smaller buffers, a persistent grid visiting every row, each checked against
-// its id and the count.
+// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts, each
+// CTA striding over the computed rows.
+// Sorted, from a chunk of 8 rows an SM (MoeActOps::sorted_chunks): silu_and_mul and the group form a CTA per
+// chunk, whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then
+// computing only those; the per-token form, and smaller buffers, a persistent grid visiting every row, each
+// checked against its id and the count.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -54,8 +54,9 @@ namespace quant = device::quant;
 // The per-token kernel: a CTA per row, kRowRegVecs vectors of the row per thread held in registers.
 constexpr int kRowThreadsBound = host::kRowKernels.max_cta_threads;
 constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
-// ... and where a warp takes a row: d = 2048 outputs of 16-bit values in registers (8 vectors a lane).
-constexpr int kWarpRowRegVecs = 8;
+// Rows a chunk (the sorted layout's chunks, at most the masked layout's), and silu_and_mul's vectors per
+// thread and turn in a chunk, in a turn over the masked layout's rows, and over the sorted layout's.
+constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
 
@@ -90,13 +91,14 @@ struct SortedRows {
   __device__ __forceinline__ RowAt at(int64_t f, bool computed) const { return {computed, f * in_stride, f * out_stride, f * scale_stride}; }
 };
 
-// The sorted layout in chunks of kRows consecutive rows (kRows <= a warp): warp 0 lists a chunk's computed
-// rows in shared memory (two lists, so one barrier a chunk), and the CTA calls body(first row, list, count).
-// The next chunk's ids are loaded before the body runs, so their latency is hidden behind its work; the
-// chunks end at *num_post_pad (rows past it are not visited).
-template <int kRows, typename Wait, typename Body>
+// The sorted layout in chunks of kChunkRows consecutive rows: warp 0 lists a chunk's computed rows in
+// shared memory (two lists, so one barrier a chunk), and the CTA calls body(first row, list, count). The
+// next chunk's ids are loaded before the body runs, so their latency is hidden behind its work; the chunks
+// end at *num_post_pad (rows past it are not visited).
+template <typename Wait, typename Body>
 __device__ __forceinline__ void for_each_sorted_chunk(const SortedRows& rows, const Wait& wait, const Body& body) {
-  static_assert(kRows > 0 && kRows <= device::kWarpThreads, "a chunk's rows are listed by one warp");
+  constexpr int kRows = kChunkRows;
+  static_assert(kRows <= device::kWarpThreads, "a chunk's rows are listed by one warp");
   __shared__ int32_t list[2][kRows];
   __shared__ int32_t count[2];
   const int t = static_cast<int>(threadIdx.x);
@@ -222,38 +224,30 @@ struct MaskedRowsWarp : MaskedLayout {
   }
 };
 
-// A layout's computed rows by chunks (at most kRows rows of one chunk): the CTA calls body(at, n) for each
-// of its chunks, n > 0 computed rows, at(j) row j's RowAt (j < n). The sorted layout: chunks of kRows
-// consecutive rows of the buffer, their computed rows listed (for_each_sorted_chunk).
-struct NoTurns {
-  template <typename State>
-  __device__ __forceinline__ bool operator()(const State&) const { return false; }
-};
-template <int kRows, bool kAdaptive, typename Wait, typename Body, typename Turns = NoTurns>
-__device__ __forceinline__ void for_each_chunk(const SortedRows& rows, const Wait& wait, const Body& body, const Turns& = {}) {
-  for_each_sorted_chunk<kRows>(rows, wait, [&](int64_t first_row, const int32_t* list, int n) {
+// A layout's computed rows by chunks (at most kChunkRows rows of one chunk): the CTA calls body(at, n) for
+// each of its chunks, n > 0 computed rows, at(j) row j's RowAt (j < n). The sorted layout: chunks of
+// kChunkRows consecutive rows of the buffer, their computed rows listed (for_each_sorted_chunk).
+template <typename Wait, typename Body>
+__device__ __forceinline__ void for_each_chunk(const SortedRows& rows, const Wait& wait, const Body& body) {
+  for_each_sorted_chunk(rows, wait, [&](int64_t first_row, const int32_t* list, int n) {
     body([&](int j) { return rows.at(first_row + list[j], true); }, n);
   });
 }
 // The masked layout (at most a warp's width of experts): expert e's computed rows in ceil(masked_m[e] / R)
 // chunks of R consecutive rows, the experts' chunks one after another, dealt to the CTAs in turn (each
-// warp scans the counts itself: no shared memory, no barrier). R = kRows, or (kAdaptive) the computed rows
-// over the grid where that is fewer (at least 1), so that few rows still spread over the CTAs. turns(state):
-// the rows' State (MaskedRowsWarp's) offered first; true where it took them (the whole CTA decides alike).
-template <int kRows, bool kAdaptive, typename Wait, typename Body, typename Turns = NoTurns>
-__device__ __forceinline__ void for_each_chunk(const MaskedRowsWarp& rows, const Wait& wait, const Body& body, const Turns& turns = {}) {
+// warp scans the counts itself: no shared memory, no barrier). R = kChunkRows, or the computed rows over the
+// grid where that is fewer (at least 1), so that few rows still spread over the CTAs. turns(state): the
+// rows' State (MaskedRowsWarp's) offered first; true where it took them (the whole CTA decides alike).
+template <typename Wait, typename Body, typename Turns>
+__device__ __forceinline__ void for_each_chunk(const MaskedRowsWarp& rows, const Wait& wait, const Body& body, const Turns& turns) {
+  constexpr int kRows = kChunkRows;
   wait();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   const int32_t m = lane < rows.experts ? rows.rows_of(lane) : 0;
-  int32_t per = kRows;
-  if constexpr (kAdaptive || !std::is_same_v<Turns, NoTurns>) {
-    const MaskedRowsWarp::State all = rows.scan(m);
-    if (turns(all)) return;
-    if constexpr (kAdaptive) {
-      const int64_t spread = (all.rows + gridDim.x - 1) / gridDim.x;
-      per = spread < 1 ? 1 : (spread < kRows ? static_cast<int32_t>(spread) : kRows);
-    }
-  }
+  const MaskedRowsWarp::State all = rows.scan(m);
+  if (turns(all)) return;
+  const int64_t spread = (all.rows + gridDim.x - 1) / gridDim.x;
+  const int32_t per = spread < 1 ? 1 : (spread < kRows ? static_cast<int32_t>(spread) : kRows);
   const MaskedRowsWarp::State chunks = rows.scan((m + per - 1) / per);  // lane e: where expert e's chunks end
   for (int64_t c = blockIdx.x; c < chunks.rows; c += gridDim.x) {
     const int32_t ci = static_cast<int32_t>(c);
@@ -284,26 +278,18 @@ struct Items {
   RowAt r[kItems];
   int64_t col[kItems];
 };
-// Nothing to do while a turn's loads are in flight.
-struct NoOverlap {
-  __device__ __forceinline__ void operator()() const {}
-};
 
-// One turn of silu_and_mul over kItems vectors: every item's data loaded, then overlap() (the next turn's
-// lookups, while the loads are in flight), then the products stored. kLoadAll: also the data of rows not
-// computed (tiny buffers: a dependent load costs more than the padding's bytes).
-template <typename T, int kVec, int kItems, bool kLoadAll, typename Overlap = NoOverlap>
-__device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], const int64_t (&col)[kItems], const T* in, T* out, int64_t d,
-                                                   const Overlap& overlap = {}) {
+// One turn of silu_and_mul over kItems vectors: every item's data loaded, then the products stored.
+template <typename T, int kVec, int kItems>
+__device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], const int64_t (&col)[kItems], const T* in, T* out, int64_t d) {
   AlignedVector<T, kVec> gate[kItems], up[kItems];
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    if (kLoadAll || r[k].valid) {
+    if (r[k].valid) {
       gate[k].load(in + r[k].in + col[k]);
       up[k].load(in + r[k].in + d + col[k]);
     }
   }
-  overlap();
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
     if (!r[k].valid) continue;
@@ -312,42 +298,22 @@ __device__ __forceinline__ void silu_and_mul_items(const RowAt (&r)[kItems], con
   }
 }
 
-// Every turn of a rows kernel, the whole CTA together (at() may shuffle across the warp): locate(first, items)
-// fills the turn's items from its first item's number, run(items, overlap) computes them. kPipelined: the
-// next turn's items are located while this turn's loads are in flight (a lookup's latency hidden behind them).
-template <bool kPipelined, typename Locate, typename Run>
-__device__ __forceinline__ void rows_turns(int64_t first, int64_t total, int64_t turn, const Locate& locate, const Run& run) {
-  using ItemsT = std::remove_cvref_t<decltype(locate(first))>;
-  if constexpr (kPipelined) {
-    ItemsT items = first < total ? locate(first) : ItemsT{};
-    for (; first < total; first += turn) {
-      ItemsT next{};
-      run(items, [&] {
-        if (first + turn < total) next = locate(first + turn);
-      });
-      items = next;
-    }
-  } else {
-    for (; first < total; first += turn) run(locate(first), NoOverlap{});
-  }
-}
-
 // out[row] = silu(in[row, :d]) * in[row, d:] for the computed rows of `state` (Rows' visit()): kItems vectors
-// per thread and turn, kActThreads apart (kSpread: the grid's threads apart, so that a turn covering fewer
-// vectors than the grid still spreads them over every CTA), every item's row located before any data is
-// loaded, so that a turn waits for one id load, not kItems of them; kPipelined: rows_turns'.
-template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread, bool kPipelined>
+// per thread and turn, the grid's threads apart (so that a turn covering fewer vectors than the grid still
+// spreads them over every CTA), every item's row located before any data is loaded, so that a turn waits for
+// one id load, not kItems of them. The whole CTA takes every turn together (at() may shuffle across the warp).
+template <typename Rows, typename T, int kVec, int kItems>
 __device__ __forceinline__ void silu_and_mul_turns(const Rows& rows, const typename Rows::State& state, const T* in, T* out, int64_t d) {
   const int64_t row_vecs = d / kVec, total = state.rows * row_vecs;
   const bool narrow = total <= UINT32_MAX;
-  const int64_t step = kSpread ? int64_t{gridDim.x} * kActThreads : kActThreads;  // between a thread's items
+  const int64_t step = int64_t{gridDim.x} * kActThreads;  // between a thread's items
   const auto locate = [&](int64_t first) {
     Items<kItems> t;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t v = first + k * step + threadIdx.x;
       const bool in_range = v < total;
-      if (kSpread && k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
+      if (k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
         t.r[k] = {false, 0, 0, 0}, t.col[k] = 0;
         continue;
       }
@@ -358,31 +324,34 @@ __device__ __forceinline__ void silu_and_mul_turns(const Rows& rows, const typen
     }
     return t;
   };
-  rows_turns<kPipelined>(int64_t{blockIdx.x} * kActThreads * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kActThreads * kItems, locate,
-                         [&](const Items<kItems>& t, const auto& overlap) { silu_and_mul_items<T, kVec, kItems, kLoadAll>(t.r, t.col, in, out, d, overlap); });
+  for (int64_t first = int64_t{blockIdx.x} * kActThreads; first < total; first += int64_t{gridDim.x} * kActThreads * kItems) {
+    const Items<kItems> t = locate(first);
+    silu_and_mul_items<T, kVec, kItems>(t.r, t.col, in, out, d);
+  }
 }
 
 // The kernel of silu_and_mul_turns, every row visited.
-template <typename Rows, typename T, int kVec, int kItems, bool kLoadAll, bool kSpread, bool kPipelined>
+template <typename Rows, typename T, int kVec, int kItems>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_rows_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
   if (trigger_at_start) device::pdl_trigger_secondary();
-  silu_and_mul_turns<Rows, T, kVec, kItems, kLoadAll, kSpread, kPipelined>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, out, d);
+  silu_and_mul_turns<Rows, T, kVec, kItems>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, out, d);
 #endif
 }
 
-// The same by chunks of at most kRows rows (for_each_chunk): a chunk's computed rows' vectors, kItems per
-// thread and turn, kActThreads apart; rows not computed take no turns. kTurnItems > 0: the masked layout's
-// rows as silu_and_mul_turns takes them (kTurnItems, kTurnSpread) where they fit one turn of the grid (decode
-// sizes: each CTA's share of the rows at once, not a chunk's rows one after another).
-template <typename Rows, typename T, int kVec, int kRows, bool kAdaptive, int kItems, int kTurnItems, bool kTurnSpread>
+// The same by chunks of at most kChunkRows rows (for_each_chunk): a chunk's computed rows' vectors,
+// kChunkVecs per thread and turn, kActThreads apart; rows not computed take no turns. The masked layout's
+// rows as silu_and_mul_turns takes them (kMaskedVecs) where they fit one turn of the grid (decode sizes: each
+// CTA's share of the rows at once, not a chunk's rows one after another).
+template <typename Rows, typename T, int kVec>
 __global__ void __launch_bounds__(kActThreads)
     silu_and_mul_chunks_kernel(const __grid_constant__ Rows rows, const T* in, T* out, int64_t d, bool trigger_at_start) {
 #ifdef __CUDACC__
+  constexpr int kItems = kChunkVecs;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t row_vecs = d / kVec;
-  const bool narrow = row_vecs * kRows <= UINT32_MAX;
+  const bool narrow = row_vecs * kChunkRows <= UINT32_MAX;
   const auto chunk = [&](const auto& at, int n) {
     const int64_t total = n * row_vecs;
     for (int64_t base = threadIdx.x; base < total; base += int64_t{kActThreads} * kItems) {
@@ -397,144 +366,104 @@ __global__ void __launch_bounds__(kActThreads)
         r[k] = at(static_cast<int>(j));
         r[k].valid = in_range;
       }
-      silu_and_mul_items<T, kVec, kItems, false>(r, col, in, out, d);
+      silu_and_mul_items<T, kVec, kItems>(r, col, in, out, d);
     }
   };
-  if constexpr (kTurnItems == 0) {
-    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk);
+  if constexpr (std::is_same_v<Rows, SortedRows>) {
+    for_each_chunk(rows, WaitPrimary{trigger_at_start}, chunk);
   } else {
-    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk, [&](const typename Rows::State& state) {
-      if (state.rows * row_vecs > int64_t{gridDim.x} * kActThreads * kTurnItems) return false;
-      silu_and_mul_turns<Rows, T, kVec, kTurnItems, false, kTurnSpread, false>(rows, state, in, out, d);
+    for_each_chunk(rows, WaitPrimary{trigger_at_start}, chunk, [&](const typename Rows::State& state) {
+      if (state.rows * row_vecs > int64_t{gridDim.x} * kActThreads * kMaskedVecs) return false;
+      silu_and_mul_turns<Rows, T, kVec, kMaskedVecs>(rows, state, in, out, d);
       return true;
     });
   }
 #endif
 }
 
-// One turn of the group quantization: kItems groups per lane set, their rows located (r) and group numbers
-// within the row known (g); lane l of a group holds vectors l, l + kLanes, ... (kContiguous: vectors
-// l * kPerLane, ... one after another, its codes stored at once). The loads, overlap(), then the
-// quantization. Every lane of the warp calls this together (the group's votes and shuffles).
-template <typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kContiguous = false, typename Overlap = NoOverlap>
-__device__ __forceinline__ void group_quant_items(const RowAt (&r)[kItems], const int64_t (&g)[kItems], const T* in, uint8_t* q, float* scales,
-                                                  int64_t group_stride, int64_t d, float eps, const Overlap& overlap = {}) {
+// One turn of the group quantization: a group per lane set, its row located (r) and its number within the
+// row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, then the quantization. Every
+// lane of the warp calls this together (the group's votes and shuffles).
+template <typename T, int kVec, int kLanes, int kPerLane>
+__device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                                 int64_t d, float eps) {
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
-  constexpr int kLaneStart = kContiguous ? kPerLane * kVec : kVec, kNext = kContiguous ? kVec : kLanes * kVec;  // a lane's first vector, the next
+  constexpr int kNext = kLanes * kVec;  // from a lane's vector to its next
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   const int64_t groups_per_row = d / kActGroupSize;
-  AlignedVector<T, kVec> gate[kItems][kPerLane], up[kItems][kPerLane];
+  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
+  const int64_t col = g * kActGroupSize + lane * kVec;
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    const int64_t col = g[k] * kActGroupSize + lane * kLaneStart;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      if (r[k].valid) {
-        gate[k][j].load(in + r[k].in + col + j * kNext);
-        up[k][j].load(in + r[k].in + d + col + j * kNext);
-      }
+  for (int j = 0; j < kPerLane; ++j) {
+    if (r.valid) {
+      gate[j].load(in + r.in + col + j * kNext);
+      up[j].load(in + r.in + d + col + j * kNext);
     }
   }
-  overlap();
+  Gated<T, kVec> y[kPerLane];
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    Gated<T, kVec> y[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[k][j], up[k][j]);
-    // The row's scales as a row of their own: group g of 1 row of groups_per_row.
-    const quant::GroupScales row_scales{scales + r[k].scale, 0, group_stride, false};
-    quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(y, r[k].valid, q + r[k].out + g[k] * kActGroupSize + lane * kLaneStart,
-                                                                             eps, row_scales, g[k], groups_per_row, groups_per_row);
-  }
+  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
+  // The row's scales as a row of their own: group g of 1 row of groups_per_row.
+  const quant::GroupScales row_scales{scales + r.scale, 0, group_stride, false};
+  quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, false>(y, r.valid, q + r.out + g * kActGroupSize + lane * kVec, eps, row_scales, g,
+                                                                   groups_per_row, groups_per_row);
 }
 
 // The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes
-// lanes per group, kPerLane vectors each, scales[row's offset + g * group_stride]; kItems groups per lane set
-// and turn (kSpread: the grid's groups apart, as silu_and_mul_turns'), their rows located before any data is
-// loaded (kPipelined: rows_turns'). Every CTA takes the same number of turns (the group's votes and shuffles
-// need whole warps).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread, bool kPipelined>
+// lanes per group, kPerLane vectors each, scales[row's offset + g * group_stride]; a group per lane set and
+// turn, its row located before any data is loaded. Every CTA takes the same number of turns (the group's
+// votes and shuffles need whole warps).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane>
 __device__ __forceinline__ void group_quant_turns(const Rows& rows, const typename Rows::State& state, const T* in, uint8_t* q, float* scales,
                                                   int64_t group_stride, int64_t d, float eps) {
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
   const int64_t groups_per_row = d / kActGroupSize, total = state.rows * groups_per_row;
   const bool narrow = total <= UINT32_MAX;
-  const int64_t step = kSpread ? int64_t{gridDim.x} * kGroupsPerCta : kGroupsPerCta;  // between a lane set's groups
-  const auto locate = [&](int64_t first) {
-    Items<kItems> t;  // col: the group's number within its row
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int64_t group = first + k * step + threadIdx.x / kLanes;
-      const bool in_range = group < total;
-      if (kSpread && k > 0 && !__any_sync(0xffffffffu, in_range)) {  // the warp's item past the end (warp-uniform)
-        t.r[k] = {false, 0, 0, 0}, t.col[k] = 0;
-        continue;
-      }
-      const int64_t f = in_range ? quotient(group, groups_per_row, narrow) : 0;
-      t.col[k] = in_range ? group - f * groups_per_row : 0;
-      t.r[k] = rows.at(state, f);
-      t.r[k].valid = t.r[k].valid && in_range;
-    }
-    return t;
-  };
-  rows_turns<kPipelined>(int64_t{blockIdx.x} * kGroupsPerCta * (kSpread ? 1 : kItems), total, int64_t{gridDim.x} * kGroupsPerCta * kItems, locate,
-                         [&](const Items<kItems>& t, const auto& overlap) {
-                           group_quant_items<T, kVec, kLanes, kPerLane, kItems>(t.r, t.col, in, q, scales, group_stride, d, eps, overlap);
-                         });
+  for (int64_t first = int64_t{blockIdx.x} * kGroupsPerCta; first < total; first += int64_t{gridDim.x} * kGroupsPerCta) {
+    const int64_t group = first + threadIdx.x / kLanes;
+    const bool in_range = group < total;
+    const int64_t f = in_range ? quotient(group, groups_per_row, narrow) : 0;
+    const int64_t g = in_range ? group - f * groups_per_row : 0;
+    RowAt r = rows.at(state, f);
+    r.valid = r.valid && in_range;
+    group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+  }
 }
 
 // The kernel of group_quant_turns, every row visited.
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, int kItems, bool kSpread, bool kPipelined>
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                          int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   if (trigger_at_start) device::pdl_trigger_secondary();
-  group_quant_turns<Rows, T, kVec, kLanes, kPerLane, kItems, kSpread, kPipelined>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, q, scales,
-                                                                                  group_stride, d, eps);
+  group_quant_turns<Rows, T, kVec, kLanes, kPerLane>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, q, scales, group_stride, d, eps);
 #endif
 }
 
-// The same by chunks of at most kRows rows (for_each_chunk): the groups of a chunk's computed rows; rows not
-// computed take no turns. kTurnItems > 0: as silu_and_mul_chunks_kernel's, the turns with kTurnLanes lanes a
-// group.
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, bool kContiguous, int kRows, bool kAdaptive, int kItems, int kTurnItems,
-          bool kTurnSpread, int kTurnLanes>
+// The same over the sorted layout by chunks of kChunkRows rows (for_each_chunk): the groups of a chunk's
+// computed rows; rows not computed take no turns.
+template <typename T, int kVec, int kLanes, int kPerLane>
 __global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_chunks_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+    silu_and_mul_group_quant_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                            int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int64_t groups_per_row = d / kActGroupSize;
-  const bool narrow = groups_per_row * kRows <= UINT32_MAX;
-  const auto chunk = [&](const auto& at, int n) {
+  const bool narrow = groups_per_row * kChunkRows <= UINT32_MAX;
+  for_each_chunk(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
     const int64_t total = n * groups_per_row;
-    for (int64_t first = 0; first < total; first += int64_t{kGroupsPerCta} * kItems) {  // CTA-uniform turns
-      RowAt r[kItems];
-      int64_t g[kItems];
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t group = first + k * kGroupsPerCta + threadIdx.x / kLanes;
-        const bool in_range = group < total;
-        const int64_t j = in_range ? quotient(group, groups_per_row, narrow) : 0;
-        g[k] = in_range ? group - j * groups_per_row : 0;
-        r[k] = at(static_cast<int>(j));
-        r[k].valid = in_range;
-      }
-      group_quant_items<T, kVec, kLanes, kPerLane, kItems, kContiguous>(r, g, in, q, scales, group_stride, d, eps);
+    for (int64_t first = 0; first < total; first += kGroupsPerCta) {  // CTA-uniform turns
+      const int64_t group = first + threadIdx.x / kLanes;
+      const bool in_range = group < total;
+      const int64_t j = in_range ? quotient(group, groups_per_row, narrow) : 0;
+      const int64_t g = in_range ? group - j * groups_per_row : 0;
+      RowAt r = at(static_cast<int>(j));
+      r.valid = in_range;
+      group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
     }
-  };
-  if constexpr (kTurnItems == 0) {
-    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk);
-  } else {
-    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, chunk, [&](const typename Rows::State& state) {
-      if (state.rows * groups_per_row > int64_t{gridDim.x} * (kActGroupThreads / kTurnLanes) * kTurnItems) return false;
-      group_quant_turns<Rows, T, kVec, kTurnLanes, kActGroupSize / kVec / kTurnLanes, kTurnItems, kTurnSpread, false>(
-          rows, state, in, q, scales, group_stride, d, eps);
-      return true;
-    });
-  }
+  });
 #endif
 }
 
@@ -550,21 +479,18 @@ __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const
   }
 }
 
-// A computed row per CTA and turn (kWarpRows: per warp): s = scale_for(amax of the row's products,
-// kDefaultScaleEps), q = y / s, the row's scale = s. kRegVecs vectors of products per thread stay in
-// registers (kFit); a wider row's remainder is computed again from its input (L2) for each pass. kRows > 0:
-// the rows by chunks of kRows (for_each_chunk), rows not computed taking no turns, a chunk's rows one
-// after another (kWarpRows: each warp its own, with no barrier).
-template <typename Rows, typename T, int kVec, RowFit kFit, int kRows, bool kAdaptive, bool kWarpRows>
-__global__ void __launch_bounds__(kWarpRows ? kActThreads : kRowThreadsBound)
+// A computed row per CTA and turn: s = scale_for(amax of the row's products, kDefaultScaleEps), q = y / s,
+// the row's scale = s. kRowRegVecs vectors of products per thread stay in registers (kFit); a wider row's
+// remainder is computed again from its input (L2) for each pass.
+template <typename Rows, typename T, int kVec, RowFit kFit>
+__global__ void __launch_bounds__(kRowThreadsBound)
     silu_and_mul_token_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t d,
                                          bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr bool kWider = kFit == RowFit::kWider;
-  constexpr int kRegVecs = kWarpRows ? kWarpRowRegVecs : kRowRegVecs;
+  constexpr int kRegVecs = kRowRegVecs;
   if (trigger_at_start) device::pdl_trigger_secondary();
-  using Group = std::conditional_t<kWarpRows, device::norm::WarpGroup<device::kWarpThreads>, device::norm::CtaGroup<false>>;
-  const Group group;
+  const device::norm::CtaGroup<false> group;
   const int nvec = static_cast<int>(d / kVec), rank = group.rank(), size = group.size();
   const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
   const auto compute = [&](const RowAt& r) {
@@ -606,18 +532,10 @@ __global__ void __launch_bounds__(kWarpRows ? kActThreads : kRowThreadsBound)
     for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) quant::store_quantized<fp8_e4m3_t, false>(dst + i * kVec, product(i), s);
     if (rank == 0) scales[r.scale] = s.s;
   };
-  if constexpr (kRows > 0) {
-    const int first = kWarpRows ? static_cast<int>(threadIdx.x / device::kWarpThreads) : 0;
-    const int step = kWarpRows ? static_cast<int>(blockDim.x / device::kWarpThreads) : 1;
-    for_each_chunk<kRows, kAdaptive>(rows, WaitPrimary{trigger_at_start}, [&](const auto& at, int n) {
-      for (int j = first; j < n; j += step) compute(at(j));
-    });
-  } else {
-    const auto state = rows.visit(WaitPrimary{trigger_at_start});
-    for (int64_t f = blockIdx.x; f < state.rows; f += gridDim.x) {
-      const RowAt r = rows.at(state, f);  // the same for every thread: the CTA skips or computes the row
-      if (r.valid) compute(r);
-    }
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  for (int64_t f = blockIdx.x; f < state.rows; f += gridDim.x) {
+    const RowAt r = rows.at(state, f);  // the same for every thread: the CTA skips or computes the row
+    if (r.valid) compute(r);
   }
 #endif
 }
@@ -641,8 +559,8 @@ int ctas_per_sm(int threads, DLDevice device) {
 }
 
 // A persistent grid of kKernel: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
-// `per_sm` CTAs an SM (-1: the resident threads' share, threads_per_sm / threads; 0: as many as the
-// occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn: no limit, one turn per CTA).
+// `per_sm` CTAs an SM (0: as many as the occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn:
+// no limit, one turn per CTA).
 constexpr int kOneTurn = -2;
 template <auto kKernel>
 unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
@@ -651,88 +569,36 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
     host::RuntimeCheck(needed <= 0x7fffffff, "the input is too large for one launch (", needed, " CTAs)");
     return static_cast<unsigned>(needed);
   }
-  int64_t ctas = per_sm < 0 ? host::row_policy(device).threads_per_sm / threads : ctas_per_sm<kKernel>(threads, device);
+  int64_t ctas = ctas_per_sm<kKernel>(threads, device);
   if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
   const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
-// The knobs of the kernels that take the rows a turn at a time (the masked layout's, and the sorted layout's
-// where it is not taken by chunks).
-template <int kItemsArg, int kGroupItemsArg, bool kSpreadArg, bool kPipelinedArg, int kCtasPerSmArg>
-struct TurnSchedule {
-  static constexpr int kItems = kItemsArg;            // silu_and_mul: vectors per thread and turn
-  static constexpr int kGroupItems = kGroupItemsArg;  // group quantization: groups per lane set and turn
-  static constexpr bool kSpread = kSpreadArg;         // a thread's items the grid apart (else a CTA's width apart)
-  static constexpr bool kPipelined = kPipelinedArg;   // the next turn's rows located during a turn's loads
-  static constexpr int kCtasPerSm = kCtasPerSmArg;    // persistent_grid's per_sm
-};
-
-// The knobs of the kernels by chunks of rows (for_each_chunk).
-template <int kRowsArg, int kGroupRowsArg, int kTokenRowsArg, int kItemsArg, int kGroupItemsArg, int kCtasPerSmArg, bool kAdaptiveArg = false,
-          bool kTokenWarpArg = false, int kGroupVecsArg = 2, bool kContiguousArg = false, bool kTurnsFirstArg = false>
-struct ChunkSchedule {
-  static constexpr int kRows = kRowsArg;            // silu_and_mul: rows a chunk (0: no chunks)
-  static constexpr int kGroupRows = kGroupRowsArg;  // the group form's (0: no chunks)
-  static constexpr int kTokenRows = kTokenRowsArg;  // the per-token form's (0: no chunks)
-  static constexpr int kItems = kItemsArg, kGroupItems = kGroupItemsArg, kCtasPerSm = kCtasPerSmArg;  // as TurnSchedule's
-  static constexpr bool kAdaptive = kAdaptiveArg;     // the masked layout's chunks fewer rows where the rows are few (for_each_chunk)
-  static constexpr bool kTokenWarp = kTokenWarpArg;   // the per-token form a row per warp
-  static constexpr int kGroupVecs = kGroupVecsArg;    // the group form's 16-byte vectors a lane (1, 2 or 4)
-  static constexpr bool kContiguous = kContiguousArg;  // ... one after another (group_quant_items)
-  static constexpr bool kTurnsFirst = kTurnsFirstArg;  // the masked layout's rows by its TurnSchedule where they fit one turn of the grid
-};
-using NoChunks = ChunkSchedule<0, 0, 0, 1, 1, 0>;
-
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
-// benchmarks/bench_moe_act.py --schedules). The number of CTAs matters at decode sizes: a grid that does
-// not fit the GPU at once runs its count scan in two waves. At prefill sizes the sorted layout by chunks,
-// a CTA each (a persistent grid's CTAs end unevenly: chunks hold 0 to 8 computed rows), the group form four
-// vectors a lane; the masked layout's silu_and_mul (each warp scanning the counts) by turns where its rows
-// fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of 2 CTAs an SM (its group
-// form by turns: the same chunks measured slower).
-struct Schedule {
-  using Masked = TurnSchedule<2, 1, true, false, 0>;
-  using Sorted = TurnSchedule<1, 1, false, false, 0>;
-  using Chunks = ChunkSchedule<8, 8, 0, 4, 1, kOneTurn, false, false, 4>;
-  using MaskedChunks = ChunkSchedule<8, 0, 0, 4, 1, 2, true, false, 2, false, true>;
-  static constexpr int64_t kLoadAllBytes = 0;  // sorted silu_and_mul: every row's data loaded with its id up to this input size (none: no gain measured)
-  // The sorted layout by chunks of `rows` where its capacity holds a chunk an SM (at 128 rows the one turn
-  // of per-row lookups is the shorter).
-  static bool chunked(int64_t capacity, int rows, DLDevice device) {
-    return capacity >= int64_t{rows} * host::runtime::get_sm_count(device.device_id);
-  }
-  // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
-  template <typename F>
-  static void masked_rows(const MaskedLayout& layout, F&& f) {
-    if (layout.experts <= MaskedRowsWarp::kMaxWarpExperts) {
-      f(MaskedRowsWarp{layout});
-    } else {
-      f(MaskedRows{layout});
-    }
-  }
-};
+// benchmarks/bench_moe_act.py --schedules, whose alternatives are built from these kernels). The number of
+// CTAs matters at decode sizes: a grid that does not fit the GPU at once runs its count scan in two waves.
+// The sorted layout by chunks where its capacity holds a chunk an SM (a CTA each: a persistent grid's CTAs
+// end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that,
+// and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
+// rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
+// SM; the fp8 forms, and more experts, by turns over the computed rows.
+constexpr int kMaskedChunkCtas = 2;
 
-template <typename T, typename S = Schedule>
+template <typename T>
 struct MoeActOps {
   // input [P, 2d] -> out [P, d] for the computed rows of the sorted layout.
   static void silu_and_mul_sorted(jitkern::TensorView input, jitkern::TensorView sorted_token_ids, jitkern::TensorView num_tokens_post_pad,
                                   int64_t num_ids, jitkern::TensorView out) {
-    auto device = host::SymbolicDevice{};
-    const Sorted s = sorted(input, sorted_token_ids, num_tokens_post_pad, num_ids, out, "out", host::DTypeList<T>{}, nullptr, device);
-    elementwise(s.rows, s.op, s.op.capacity * s.op.d * 2 * int64_t{sizeof(T)} <= S::kLoadAllBytes);
+    const Sorted s = sorted_act(input, sorted_token_ids, num_tokens_post_pad, num_ids, out);
+    elementwise(s.rows, s.op);
   }
   // ... -> output_q [P, d] (fp8 e4m3), output_s fp32 [P] (any stride): one dynamic scale per computed row.
   static void silu_and_mul_sorted_per_token_quant_fp8(jitkern::TensorView input, jitkern::TensorView sorted_token_ids,
                                                       jitkern::TensorView num_tokens_post_pad, int64_t num_ids, jitkern::TensorView output_q,
                                                       jitkern::TensorView output_s) {
-    auto device = host::SymbolicDevice{};
-    Sorted s = sorted(input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q, "output_q", FP8{}, nullptr, device);
-    auto stride = host::SymbolicSize{"output_s_stride"};
-    host::TensorMatcher({s.op.capacity}).with_strides({stride}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
-        output_s, "output_s");
-    s.rows.scale_stride = stride.has_value() ? stride.unwrap() : 0;
-    token_quant(s.rows, s.op, static_cast<float*>(output_s.data_ptr()));
+    const Sorted s = sorted_token(input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q, output_s);
+    token_quant(s.rows, s.op);
   }
   // ... -> output_q [P, d] (fp8 e4m3), output_s fp32 [P, d / 128] (any strides): a dynamic scale per group of
   // group_size (128) outputs of a computed row, max(amax, eps) / 448.
@@ -740,59 +606,42 @@ struct MoeActOps {
                                                             jitkern::TensorView num_tokens_post_pad, int64_t num_ids,
                                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size,
                                                             double eps) {
-    auto device = host::SymbolicDevice{};
-    Sorted s = sorted(input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q, "output_q", FP8{}, &group_size, device);
-    auto row = host::SymbolicSize{"output_s_row_stride"}, group = host::SymbolicSize{"output_s_group_stride"};
-    host::TensorMatcher({s.op.capacity, s.op.d / kActGroupSize}).with_strides({row, group}).with_dtype<float>().with_device(
-        host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
-    s.rows.scale_stride = row.has_value() ? row.unwrap() : 0;
-    group_quant(s.rows, s.op, static_cast<float*>(output_s.data_ptr()), group.has_value() ? group.unwrap() : 0, eps);
+    const Sorted s = sorted_group(input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q, output_s, group_size, eps);
+    group_quant(s.rows, s.op);
   }
 
   // input [E, M, 2d] -> out [E, M, d] for rows m < masked_m[e] of each expert e.
   static void silu_and_mul_masked(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView out) {
-    auto device = host::SymbolicDevice{};
-    const Masked m = masked(input, masked_m, out, "out", host::DTypeList<T>{}, nullptr, device);
-    S::masked_rows(m.rows, [&](const auto& rows) { elementwise(rows, m.op, false); });
+    const Masked m = masked_act(input, masked_m, out);
+    masked_rows(m.rows, [&](const auto& rows) { elementwise(rows, m.op); });
   }
   // ... -> output_q [E, M, d] (fp8 e4m3), output_s fp32 [E, M] (any strides).
   static void silu_and_mul_masked_per_token_quant_fp8(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView output_q,
                                                       jitkern::TensorView output_s) {
-    auto device = host::SymbolicDevice{};
-    Masked m = masked(input, masked_m, output_q, "output_q", FP8{}, nullptr, device);
-    auto se = host::SymbolicSize{"output_s_expert_stride"}, sm = host::SymbolicSize{"output_s_row_stride"};
-    host::TensorMatcher({m.experts, m.m_max}).with_strides({se, sm}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
-        output_s, "output_s");
-    m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
-    S::masked_rows(m.rows, [&](const auto& rows) { token_quant(rows, m.op, static_cast<float*>(output_s.data_ptr())); });
+    const Masked m = masked_token(input, masked_m, output_q, output_s);
+    masked_rows(m.rows, [&](const auto& rows) { token_quant(rows, m.op); });
   }
   // ... -> output_q [E, M, d] (fp8 e4m3), output_s fp32 [E, M, d / 128] (any strides: row-major, or
   // column-major per expert, an [E, d / 128, M] buffer transposed).
   static void silu_and_mul_masked_per_token_group_quant_fp8(jitkern::TensorView input, jitkern::TensorView masked_m,
                                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size,
                                                             double eps) {
-    auto device = host::SymbolicDevice{};
-    Masked m = masked(input, masked_m, output_q, "output_q", FP8{}, &group_size, device);
-    auto se = host::SymbolicSize{"output_s_expert_stride"}, sm = host::SymbolicSize{"output_s_row_stride"};
-    auto sg = host::SymbolicSize{"output_s_group_stride"};
-    host::TensorMatcher({m.experts, m.m_max, m.op.d / kActGroupSize}).with_strides({se, sm, sg}).with_dtype<float>().with_device(
-        host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
-    m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
-    S::masked_rows(m.rows, [&](const auto& rows) {
-      group_quant(rows, m.op, static_cast<float*>(output_s.data_ptr()), sg.has_value() ? sg.unwrap() : 0, eps);
-    });
+    const Masked m = masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    masked_rows(m.rows, [&](const auto& rows) { group_quant(rows, m.op); });
   }
 
- private:
-  using FP8 = host::DTypeList<uint8_t, fp8_e4m3_t>;
+  // The pieces of the entry points above, public for the alternatives of bench_moe_act.py --schedules.
 
-  // What every launch needs, whatever the layout.
+  // What every launch needs, whatever the layout: the input, the output, the scales (the fp8 forms).
   struct Operands {
     const T* in;
     void* out;
     int64_t capacity, d;
     int vec;  // elements per access: kVec16<T> where every pointer and stride allows, else 1
     DLDevice device;
+    float* scales;
+    int64_t group_stride;  // the group form's: between a row's scales
+    float eps;             // the group form's
   };
   struct Sorted {
     SortedRows rows;
@@ -804,34 +653,195 @@ struct MoeActOps {
     int64_t experts, m_max;
   };
 
-  static int64_t stride_or_0(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
+  // The entry points' arguments, checked (each names the bad one).
+  static Sorted sorted_act(jitkern::TensorView input, jitkern::TensorView ids, jitkern::TensorView post_pad, int64_t num_ids,
+                           jitkern::TensorView out) {
+    auto device = host::SymbolicDevice{};
+    return sorted(input, ids, post_pad, num_ids, out, "out", host::DTypeList<T>{}, nullptr, device);
+  }
+  static Sorted sorted_token(jitkern::TensorView input, jitkern::TensorView ids, jitkern::TensorView post_pad, int64_t num_ids,
+                             jitkern::TensorView output_q, jitkern::TensorView output_s) {
+    auto device = host::SymbolicDevice{};
+    Sorted s = sorted(input, ids, post_pad, num_ids, output_q, "output_q", FP8{}, nullptr, device);
+    auto stride = host::SymbolicSize{"output_s_stride"};
+    host::TensorMatcher({s.op.capacity}).with_strides({stride}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
+        output_s, "output_s");
+    s.rows.scale_stride = stride.has_value() ? stride.unwrap() : 0;
+    s.op.scales = static_cast<float*>(output_s.data_ptr());
+    return s;
+  }
+  static Sorted sorted_group(jitkern::TensorView input, jitkern::TensorView ids, jitkern::TensorView post_pad, int64_t num_ids,
+                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
+    auto device = host::SymbolicDevice{};
+    Sorted s = sorted(input, ids, post_pad, num_ids, output_q, "output_q", FP8{}, &group_size, device);
+    auto row = host::SymbolicSize{"output_s_row_stride"}, group = host::SymbolicSize{"output_s_group_stride"};
+    host::TensorMatcher({s.op.capacity, s.op.d / kActGroupSize}).with_strides({row, group}).with_dtype<float>().with_device(
+        host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
+    s.rows.scale_stride = row.has_value() ? row.unwrap() : 0;
+    with_group_scales(s.op, output_s, group, eps);
+    return s;
+  }
+  static Masked masked_act(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView out) {
+    auto device = host::SymbolicDevice{};
+    return masked(input, masked_m, out, "out", host::DTypeList<T>{}, nullptr, device);
+  }
+  static Masked masked_token(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+    auto device = host::SymbolicDevice{};
+    Masked m = masked(input, masked_m, output_q, "output_q", FP8{}, nullptr, device);
+    auto se = host::SymbolicSize{"output_s_expert_stride"}, sm = host::SymbolicSize{"output_s_row_stride"};
+    host::TensorMatcher({m.experts, m.m_max}).with_strides({se, sm}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
+        output_s, "output_s");
+    m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
+    m.op.scales = static_cast<float*>(output_s.data_ptr());
+    return m;
+  }
+  static Masked masked_group(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                             int64_t group_size, double eps) {
+    auto device = host::SymbolicDevice{};
+    Masked m = masked(input, masked_m, output_q, "output_q", FP8{}, &group_size, device);
+    auto se = host::SymbolicSize{"output_s_expert_stride"}, sm = host::SymbolicSize{"output_s_row_stride"};
+    auto sg = host::SymbolicSize{"output_s_group_stride"};
+    host::TensorMatcher({m.experts, m.m_max, m.op.d / kActGroupSize}).with_strides({se, sm, sg}).with_dtype<float>().with_device(
+        host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
+    m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
+    with_group_scales(m.op, output_s, sg, eps);
+    return m;
+  }
 
-  // The turn knobs of Rows' kernels.
-  template <typename Rows>
-  using Turns = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Sorted, typename S::Masked>;
-  // The chunk knobs of Rows' kernels (the masked layout's where each warp scans the counts).
-  template <typename Rows>
-  using ChunksOf = std::conditional_t<std::is_same_v<Rows, SortedRows>, typename S::Chunks,
-                                      std::conditional_t<std::is_same_v<Rows, MaskedRowsWarp>, typename S::MaskedChunks, NoChunks>>;
-  // Whether Rows' chunk kernels take the rows by Turns<Rows> first where they fit one turn of the grid.
-  template <typename Rows>
-  static constexpr bool kTurnsFirst = std::is_same_v<Rows, MaskedRowsWarp> && ChunksOf<Rows>::kTurnsFirst;
-  // Whether Rows' kernels take chunks of kRows rows at every size (the masked layout's where S says so: its
-  // turn kernels are then not built).
-  template <typename Rows, int kRows>
-  static constexpr bool kOnlyChunks = kRows > 0 && !std::is_same_v<Rows, SortedRows>;
-  // Whether Rows' kernels take chunks of kRows rows (where S says so; the sorted layout where its capacity allows).
-  template <typename Rows, int kRows>
-  static bool by_chunks(const Operands& op) {
-    if constexpr (std::is_same_v<Rows, SortedRows> && kRows > 0) {
-      return S::chunked(op.capacity, kRows, op.device);
+  // The masked layout's rows type for `layout`, passed to f: each warp scans the counts where they fit it.
+  template <typename F>
+  static void masked_rows(const MaskedLayout& layout, F&& f) {
+    if (layout.experts <= MaskedRowsWarp::kMaxWarpExperts) {
+      f(MaskedRowsWarp{layout});
     } else {
-      return kRows > 0;
+      f(MaskedRows{layout});
     }
   }
-  // The most chunks of kRows rows the layout holds: a grid of a CTA each.
-  static int64_t chunks_in(const SortedRows& rows, int k) { return host::div_ceil(rows.capacity, k); }
-  static int64_t chunks_in(const MaskedLayout& rows, int k) { return int64_t{rows.experts} * host::div_ceil(int64_t{rows.m_max}, k); }
+
+  // The launches: Rows' kernel `kernel` on `grid` CTAs, silu_and_mul's, the group form's, the per-token form's.
+  template <typename Rows, typename Kernel>
+  static void launch_act(Kernel kernel, unsigned grid, const Rows& rows, const Operands& op) {
+    host::LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
+  }
+  template <typename Rows, typename Kernel>
+  static void launch_group(Kernel kernel, unsigned grid, const Rows& rows, const Operands& op) {
+    host::LaunchKernel(grid, kActGroupThreads, op.device)
+        .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps, host::pdl_early_trigger(grid));
+  }
+  template <typename Rows, typename Kernel>
+  static void launch_token(Kernel kernel, unsigned grid, int threads, const Rows& rows, const Operands& op) {
+    host::LaunchKernel(grid, threads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.d,
+                                                              host::pdl_early_trigger(grid));
+  }
+
+  // launch(std::integral_constant<int, kVec>{}) with op's elements per access.
+  template <typename Launch>
+  static void with_vec(const Operands& op, const Launch& launch) {
+    if (op.vec == device::kVec16<T>) {
+      launch(std::integral_constant<int, device::kVec16<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
+  }
+
+  // silu_and_mul over Rows' computed rows.
+  template <typename Rows>
+  static void elementwise(const Rows& rows, const Operands& op) {
+    using namespace host;
+    if (op.capacity * op.d == 0) return;
+    const auto launch = [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      if constexpr (std::is_same_v<Rows, MaskedRowsWarp>) {
+        constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec>;
+        launch_act(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActThreads, kMaskedChunkCtas, op.device), rows, op);
+      } else {
+        if constexpr (std::is_same_v<Rows, SortedRows>) {
+          if (sorted_chunks(op)) {
+            constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec>;
+            return launch_act(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActThreads, kOneTurn, op.device), rows, op);
+          }
+        }
+        constexpr int kItems = std::is_same_v<Rows, SortedRows> ? kSortedVecs : kMaskedVecs;
+        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, kItems>;
+        launch_act(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * kItems, kActThreads, 0, op.device), rows, op);
+      }
+    };
+    with_vec(op, launch);
+  }
+
+  // The group form over Rows' computed rows: the turns kernel (kTurnLanes lanes a group) or, for the sorted
+  // layout's chunks, kChunkLanes.
+  template <int kVec>
+  static constexpr int kTurnLanes = kVec == 1 ? device::kWarpThreads : kActGroupSize / kVec / 2;
+  template <int kVec>
+  static constexpr int kChunkLanes = kVec == 1 ? device::kWarpThreads : kActGroupSize / kVec / 4;
+  template <typename Rows>
+  static void group_quant(const Rows& rows, const Operands& op) {
+    using namespace host;
+    if (op.capacity * op.d == 0) return;
+    const auto launch = [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      if constexpr (std::is_same_v<Rows, SortedRows>) {
+        if (sorted_chunks(op)) {
+          constexpr int kLanes = kChunkLanes<kVec>;
+          constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes>;
+          return launch_group(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActGroupThreads, kOneTurn, op.device), rows, op);
+        }
+      }
+      constexpr int kLanes = kTurnLanes<kVec>;
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kActGroupSize / kVec / kLanes>;
+      launch_group(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes, kActGroupThreads, 0, op.device),
+                   rows, op);
+    };
+    with_vec(op, launch);
+  }
+
+  // The per-token form over Rows' computed rows: a CTA a row, as wide as the row's vectors want.
+  template <typename Rows>
+  static void token_quant(const Rows& rows, const Operands& op) {
+    using namespace host;
+    if (op.capacity * op.d == 0) return;
+    RuntimeCheck(op.d <= INT32_MAX, "d must be below 2^31, got ", op.d);
+    const auto launch = [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      const int64_t nvec = op.d / kVec;
+      const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
+      const auto run = [&](auto fit_tag) {
+        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(fit_tag)::value>;
+        launch_token(kernel, persistent_grid<kernel>(op.capacity, 1, threads, 0, op.device), threads, rows, op);
+      };
+      const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
+      if (fit == RowFit::kExact) {
+        run(std::integral_constant<RowFit, RowFit::kExact>{});
+      } else if (fit == RowFit::kFits) {
+        run(std::integral_constant<RowFit, RowFit::kFits>{});
+      } else {
+        run(std::integral_constant<RowFit, RowFit::kWider>{});
+      }
+    };
+    with_vec(op, launch);
+  }
+
+  // The sorted layout by chunks of kChunkRows where its capacity holds a chunk an SM (at 128 rows the one
+  // turn of per-row lookups is the shorter).
+  static bool sorted_chunks(const Operands& op) {
+    return op.capacity >= int64_t{kChunkRows} * host::runtime::get_sm_count(op.device.device_id);
+  }
+  // The most chunks of kChunkRows rows the layout holds: a grid of a CTA each.
+  static int64_t chunks_in(const SortedRows& rows) { return host::div_ceil(rows.capacity, int64_t{kChunkRows}); }
+  static int64_t chunks_in(const MaskedLayout& rows) { return int64_t{rows.experts} * host::div_ceil(int64_t{rows.m_max}, int64_t{kChunkRows}); }
+
+ private:
+  using FP8 = host::DTypeList<uint8_t, fp8_e4m3_t>;
+
+  static void with_group_scales(Operands& op, jitkern::TensorView output_s, const host::SymbolicSize& group, double eps) {
+    host::RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
+    op.scales = static_cast<float*>(output_s.data_ptr());
+    op.group_stride = group.has_value() ? group.unwrap() : 0;
+    op.eps = static_cast<float>(eps);
+  }
+
+  static int64_t stride_or_0(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
 
   // d from the input's width 2d; with group_size (the quantized-by-group forms), also its checks.
   static int64_t half_width(int64_t width, const int64_t* group_size) {
@@ -903,133 +913,6 @@ struct MoeActOps {
             {static_cast<const T*>(input.data_ptr()), out.data_ptr(), experts * m_max, d, vec, device.unwrap()},
             experts,
             m_max};
-  }
-
-  // load_all: the kernel that loads every visited row's data with its lookup (built where S allows it, for
-  // aligned rows).
-  template <typename Rows>
-  static void elementwise(const Rows& rows, const Operands& op, bool load_all) {
-    using namespace host;
-    if (op.capacity * op.d == 0) return;
-    const auto launch = [&](auto vec_tag, auto load_all_tag) {
-      constexpr int kVec = decltype(vec_tag)::value;
-      const auto go = [&](auto kernel, unsigned grid) {
-        LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
-      };
-      using C = ChunksOf<Rows>;
-      if constexpr (C::kRows > 0) {
-        if (by_chunks<Rows, C::kRows>(op)) {
-          using U = Turns<Rows>;
-          constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec, C::kRows, C::kAdaptive, C::kItems, kTurnsFirst<Rows> ? U::kItems : 0,
-                                                             U::kSpread>;
-          return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kRows), 1, kActThreads, C::kCtasPerSm, op.device));
-        }
-      }
-      if constexpr (!kOnlyChunks<Rows, C::kRows>) {
-        using U = Turns<Rows>;
-        constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, U::kItems, decltype(load_all_tag)::value, U::kSpread, U::kPipelined>;
-        go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * U::kItems, kActThreads, U::kCtasPerSm, op.device));
-      }
-    };
-    if (op.vec != device::kVec16<T>) return launch(std::integral_constant<int, 1>{}, std::false_type{});
-    if constexpr (S::kLoadAllBytes > 0) {
-      if (load_all) return launch(std::integral_constant<int, device::kVec16<T>>{}, std::true_type{});
-    }
-    launch(std::integral_constant<int, device::kVec16<T>>{}, std::false_type{});
-  }
-
-  template <typename Rows>
-  static void group_quant(const Rows& rows, const Operands& op, float* scales, int64_t group_stride, double eps) {
-    using namespace host;
-    RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
-    if (op.capacity * op.d == 0) return;
-    // The chunks' kPerLane 16-byte vectors a lane (kVec = 1: a warp per group, element by element), the turn
-    // kernels' two (or as kVec = 1).
-    const auto launch = [&](auto vec_tag, auto per_lane_tag, auto contiguous_tag) {
-      constexpr int kVec = decltype(vec_tag)::value, kPerLane = decltype(per_lane_tag)::value, kLanes = kActGroupSize / kVec / kPerLane;
-      constexpr int kTurnPerLane = kVec == 1 ? kPerLane : 2, kTurnLanes = kActGroupSize / kVec / kTurnPerLane;
-      const auto go = [&](auto kernel, unsigned grid) {
-        LaunchKernel(grid, kActGroupThreads, op.device)
-            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, group_stride, op.d, static_cast<float>(eps),
-                          host::pdl_early_trigger(grid));
-      };
-      using C = ChunksOf<Rows>;
-      using U = Turns<Rows>;
-      if constexpr (C::kGroupRows > 0) {
-        if (by_chunks<Rows, C::kGroupRows>(op)) {
-          constexpr auto kernel =
-              silu_and_mul_group_quant_chunks_kernel<Rows, T, kVec, kLanes, kPerLane, decltype(contiguous_tag)::value, C::kGroupRows, C::kAdaptive,
-                                                     C::kGroupItems, kTurnsFirst<Rows> ? U::kGroupItems : 0, U::kSpread, kTurnLanes>;
-          return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kGroupRows), 1, kActGroupThreads, C::kCtasPerSm, op.device));
-        }
-      }
-      if constexpr (!kOnlyChunks<Rows, C::kGroupRows>) {
-        constexpr auto kernel =
-            silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kTurnLanes, kTurnPerLane, U::kGroupItems, U::kSpread, U::kPipelined>;
-        go(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kTurnLanes * U::kGroupItems, kActGroupThreads,
-                                           U::kCtasPerSm, op.device));
-      }
-    };
-    constexpr int kVec = device::kVec16<T>;
-    using C = ChunksOf<Rows>;
-    if (op.vec != kVec) {  // unaligned rows
-      launch(std::integral_constant<int, 1>{}, std::integral_constant<int, kActGroupSize / device::kWarpThreads>{}, std::false_type{});
-    } else {
-      constexpr int kPerLane = C::kGroupVecs < kActGroupSize / kVec ? C::kGroupVecs : kActGroupSize / kVec;
-      launch(std::integral_constant<int, kVec>{}, std::integral_constant<int, kPerLane>{},
-             std::integral_constant<bool, C::kContiguous && kPerLane * kVec <= 16>{});
-    }
-  }
-
-  template <typename Rows>
-  static void token_quant(const Rows& rows, const Operands& op, float* scales) {
-    using namespace host;
-    if (op.capacity * op.d == 0) return;
-    RuntimeCheck(op.d <= INT32_MAX, "d must be below 2^31, got ", op.d);
-    const auto launch = [&](auto vec_tag) {
-      constexpr int kVec = decltype(vec_tag)::value;
-      const int64_t nvec = op.d / kVec;
-      using C = ChunksOf<Rows>;
-      // A row per warp (C::kTokenWarp) where the chunks are taken and the row fits the warp's registers.
-      const bool chunks = C::kTokenRows > 0 && by_chunks<Rows, C::kTokenRows>(op);
-      const bool warp_rows = chunks && C::kTokenWarp && nvec <= int64_t{kWarpRowRegVecs} * device::kWarpThreads;
-      const int threads = warp_rows ? kActThreads : host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
-      const auto run = [&](auto fit_tag, auto warp_tag) {
-        constexpr RowFit kFit = decltype(fit_tag)::value;
-        const auto go = [&](auto kernel, unsigned grid) {
-          LaunchKernel(grid, threads, op.device)
-              .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), scales, op.d, host::pdl_early_trigger(grid));
-        };
-        if constexpr (C::kTokenRows > 0) {
-          if (chunks) {
-            constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, C::kTokenRows, C::kAdaptive, decltype(warp_tag)::value>;
-            return go(kernel, persistent_grid<kernel>(chunks_in(rows, C::kTokenRows), 1, threads, C::kCtasPerSm, op.device));
-          }
-        }
-        constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, kFit, 0, false, false>;
-        go(kernel, persistent_grid<kernel>(op.capacity, 1, threads, Turns<Rows>::kCtasPerSm, op.device));
-      };
-      const auto with_fit = [&](auto warp_tag) {
-        const RowFit fit = decltype(warp_tag)::value ? host::norm::row_fit(nvec, kWarpRowRegVecs, device::kWarpThreads)
-                                                     : host::norm::row_fit(nvec, kRowRegVecs, threads);
-        if (fit == RowFit::kExact) {
-          run(std::integral_constant<RowFit, RowFit::kExact>{}, warp_tag);
-        } else if (fit == RowFit::kFits) {
-          run(std::integral_constant<RowFit, RowFit::kFits>{}, warp_tag);
-        } else if constexpr (!decltype(warp_tag)::value) {  // a warp's rows fit its registers (warp_rows)
-          run(std::integral_constant<RowFit, RowFit::kWider>{}, warp_tag);
-        }
-      };
-      if constexpr (C::kTokenWarp) {
-        if (warp_rows) return with_fit(std::true_type{});
-      }
-      with_fit(std::false_type{});
-    };
-    if (op.vec == device::kVec16<T>) {
-      launch(std::integral_constant<int, device::kVec16<T>>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
   }
 };
 #endif  // __CUDACC_RTC__

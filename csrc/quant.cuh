@@ -435,18 +435,27 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 #endif
 }
 
-// Many token rows of RMSNorm + group quantization, one row a CTA, kPerLane vectors of one group a lane (the
-// group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's layout), so that a shuffle reduction
-// and a scale serve kPerLane vectors: kNormGroupLaneVecs, kNormFusedGroupLaneVecs for the fused add. bf16
-// [4096-32768, 7168] on an H200 (bench_quant.py `group`): rmsnorm 29.9-226.6 us at four, 32.2-243.7 at two,
-// 43.0-323.9 at one vector a thread (the norm kernels' schedule); the fused add 52.9-402.0 at two, 58.0-439.8
-// at four (104 registers a thread), 57.2-438.6 at one. JITKERN_NORM_GROUP_LANE_VECS sets both when compiled
-// (0: the norm kernels' schedule), for the benchmark's side-by-side choices.
-#ifdef JITKERN_NORM_GROUP_LANE_VECS
-constexpr int kNormGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS, kNormFusedGroupLaneVecs = JITKERN_NORM_GROUP_LANE_VECS;
-#else
-constexpr int kNormGroupLaneVecs = 4, kNormFusedGroupLaneVecs = 2;
-#endif
+// How the norm + group ops take their rows (16-byte vectors, at most row_threads of them a row): through
+// norm_group_rows_kernel, N vectors of one group a lane, so that a shuffle reduction and a scale serve N
+// vectors. The product's: NormGroupSchedule; benchmarks/kernels/norm_group_schedules.cuh builds the ops under
+// others, side by side and checked bit for bit against it (bench_quant.py `group`).
+//   kLaneVecs, kFusedLaneVecs: N from kManyRowsPerSm rows an SM on (plain, fused add);
+//   kFewLaneVecs, kFusedFewLaneVecs: N below it (0: the norm kernels' launch, one vector a thread);
+//   kPairs: 16-bit rows widened and narrowed as packed pairs (PairMath);
+//   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
+//     many rows, else after its wait.
+// bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
+// 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
+// vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
+// 93.6-98.4% of copy either way. Below 4 rows an SM, two vectors a lane (plain) and one (fused add) beat the norm
+// kernels' launch: [1 / 256, 7168] 1.62 / 3.08 us against 1.83 / 3.50, fused add 1.88 / 3.61 against 2.14 / 4.01;
+// two a lane triggering at start at 16 rows took 2.19 us (1.90 the norm kernels'), one a lane 2.11 (2.24).
+struct NormGroupSchedule {
+  static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
+  static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
+  static constexpr bool kPairs = true;
+  static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
+};
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
 // norm_group_rows_kernel's layout, groups of kGroupVecs vectors), added as the butterfly of one vector a
@@ -471,16 +480,66 @@ JITKERN_DEVICE float one_vector_warp_sum(float (&part)[kPerLane]) {
   return part[0];
 }
 
-// One row a CTA of ceil(vectors / kPerLane) threads (whole warps), its sum of squares added as
-// norm_wide_kernel<..., 1, ...> (one vector a thread) adds it, each normalised vector rounded to T as there:
-// the same codes, scales and residual. kExact: every lane holds its vectors (no bounds checks).
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact>
+// VecMath's arithmetic on 16-bit vectors held as packed pairs, in the same order (the same bits): a value
+// widens in one instruction (VecMath's element casts take two for the high half of a pair) and a pair
+// narrows in one.
+template <typename T, int kVec>
+struct PairMath {
+  using P = device::packed_t<T>;
+  using Pairs = AlignedVector<P, kVec / 2>;
+  using Wide = float[kVec];
+  static JITKERN_DEVICE Pairs of(const AlignedVector<T, kVec>& v) {
+    Pairs p;
+    __builtin_memcpy(&p, &v, sizeof(p));
+    return p;
+  }
+  static JITKERN_DEVICE void widen(const AlignedVector<T, kVec>& v, Wide& out) {
+    const Pairs p = of(v);
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t f = device::cast<fp32x2_t>(p[k]);
+      out[2 * k] = f.x, out[2 * k + 1] = f.y;
+    }
+  }
+  static JITKERN_DEVICE void add(AlignedVector<T, kVec>& x, const AlignedVector<T, kVec>& r) {
+    Pairs a = of(x);
+    const Pairs b = of(r);
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const fp32x2_t u = device::cast<fp32x2_t>(a[k]), v = device::cast<fp32x2_t>(b[k]);
+      a[k] = device::cast<P>(fp32x2_t{u.x + v.x, u.y + v.y});
+    }
+    __builtin_memcpy(&x, &a, sizeof(a));
+  }
+  static JITKERN_DEVICE float sum_squares(const Wide& x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) s += x[j] * x[j];
+    return s;
+  }
+  static JITKERN_DEVICE Pairs normalized(const Wide& x, const Wide& w, float scale) {
+    Pairs y;
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) y[k] = device::cast<P>(fp32x2_t{x[2 * k] * scale * w[2 * k], x[2 * k + 1] * scale * w[2 * k + 1]});
+    return y;
+  }
+};
+
+// Token rows of RMSNorm + group quantization, one row a CTA of ceil(vectors / kPerLane) threads (whole warps),
+// kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's
+// layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
+// each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
+// its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
+// at start, else after the wait.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
     norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
+  using PM = PairMath<T, kVec>;
+  constexpr bool kAsPairs = kPairs && sizeof(T) == 2;
   constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
   static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
   const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
@@ -489,17 +548,22 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
   const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
   const bool held = kExact || first < nvec;                                  // the group's lanes all or none
+  const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
+  // The loads' addresses, pinned before the wait (the compiler would compute them after it, on the path from the
+  // previous kernel's end to the first load).
+  const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
+  asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
+  if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
-  device::pdl_trigger_secondary();  // many rows: the next kernel's CTAs would only take this one's slots
+  if (!p.early_trigger) device::pdl_trigger_secondary();
   Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
-      const int at = (first + r * kLanes) * kVec;
-      xs[r].load_global(row.in + at);
-      if constexpr (kFusedAdd) rs[r].load_global(row.residual + at);
-      ws[r].load_global(row.weight + at);
+      xs[r].load_global(in_at + r * kLanes * kVec);
+      if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
+      ws[r].load_global(w_at + r * kLanes * kVec);
     }
   }
   float part[kPerLane];
@@ -507,8 +571,15 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
   for (int r = 0; r < kPerLane; ++r) {
     part[r] = 0.0f;
     if (held) {
-      if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + (first + r * kLanes) * kVec);
-      part[r] = M::sum_squares(xs[r]);
+      if constexpr (kAsPairs) {
+        if constexpr (kFusedAdd) PM::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+        float x[kVec];
+        PM::widen(xs[r], x);
+        part[r] = PM::sum_squares(x);
+      } else {
+        if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+        part[r] = M::sum_squares(xs[r]);
+      }
     }
   }
   // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
@@ -525,9 +596,16 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
     AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
-      const Vec y = M::normalized(xs[r], ws[r], scale);
+      if constexpr (kAsPairs) {
+        float xv[kVec], wv[kVec];
+        PM::widen(xs[r], xv);
+        PM::widen(ws[r], wv);
+        x[r] = PM::normalized(xv, wv, scale);
+      } else {
+        const Vec y = M::normalized(xs[r], ws[r], scale);
 #pragma unroll
-      for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
+        for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
+      }
     }
     quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   } else {
@@ -545,7 +623,8 @@ inline void zero_float_async(float* ptr, DLDevice device) {
   host::RuntimeDeviceCheck(cudaMemsetAsync(ptr, 0, sizeof(float), host::LaunchKernel::resolve_device(device)));
 }
 
-template <typename T>
+// S: how the norm + group ops take their rows (NormGroupSchedule).
+template <typename T, typename S = NormGroupSchedule>
 struct QuantOps {
   // The 8-bit output formats: fp8 e4m3 (its tensor, or its bytes as uint8) or int8.
   using QDTypes = host::DTypeList<uint8_t, fp8_e4m3_t, int8_t>;
@@ -990,35 +1069,42 @@ struct QuantOps {
     RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
                  kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
                  " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
-    constexpr int kLaneVecs = kFusedAdd ? kNormFusedGroupLaneVecs : kNormGroupLaneVecs;
-    if constexpr (kLaneVecs > 1 && kLaneVecs <= kGroup / kVec) {
-      if (launch_group_rows<kGroup, kLaneVecs, kFusedAdd, kUE8M0>(rows, epi)) return;
-    }
+    if (launch_group_rows<kGroup, kFusedAdd, kUE8M0>(rows, epi)) return;
     host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
   }
 
-  // Many token rows of at most row_threads vectors through norm_group_rows_kernel; false (nothing launched)
-  // elsewhere (the operands are checked, 16-byte vectors).
-  template <int kGroup, int kLaneVecs, bool kFusedAdd, bool kUE8M0>
+  // Token rows of at most row_threads vectors through norm_group_rows_kernel, N vectors of a group a lane by
+  // S (NormGroupSchedule); false (nothing launched) where S gives the norm kernels' launch, or elsewhere (the
+  // operands are checked, 16-byte vectors).
+  template <int kGroup, bool kFusedAdd, bool kUE8M0>
   static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0>& epi) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
     const int64_t nvec = rows.params.hidden / kVec;
     const int row_threads = row_policy(rows.device).row_threads;
-    if (nvec > row_threads || rows.tokens > device::norm::kNormMaxRowsPerLaunch ||
-        rows.tokens < int64_t{device::norm::kNormManyRowsPerSm} * runtime::get_sm_count(rows.device.device_id))
-      return false;
+    if (nvec > row_threads || rows.tokens > device::norm::kNormMaxRowsPerLaunch) return false;
     device::norm::NormParams<T> p = rows.params;
     p.total_rows = static_cast<int32_t>(rows.tokens);
-    const int threads = wide_threads(nvec, kLaneVecs, row_threads);
-    LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
-    launch.enable_pdl();
-    if (nvec == int64_t{kLaneVecs} * threads) {
-      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true>, p, epi);
-    } else {
-      launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false>, p, epi);
-    }
-    return true;
+    p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
+    const auto go = [&](auto lanes_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value;
+      if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
+        return false;
+      } else {
+        const int threads = wide_threads(nvec, kLaneVecs, row_threads);
+        LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
+        launch.enable_pdl();
+        if (nvec == int64_t{kLaneVecs} * threads) {
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true, S::kPairs>, p, epi);
+        } else {
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false, S::kPairs>, p, epi);
+        }
+        return true;
+      }
+    };
+    if (rows.tokens >= S::kManyRowsPerSm * runtime::get_sm_count(rows.device.device_id))
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
   }
 };
 #endif  // __CUDACC_RTC__

@@ -1,30 +1,101 @@
-// Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's entry
-// points (csrc/moe_act.cuh) under other Schedules than the product's, bf16. Sched<kScan, kPerSm, kItems,
-// kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp, kGroupVecs, kContig,
-// kTurnsFirst>:
-//   kScan: the masked layout's counts scanned by the CTA into shared memory (0), by each warp where the
-//          experts fit a warp (1), or as 1 with masked_m read before the PDL wait (2: a measurement of what
-//          reading early is worth; wrong where the previous kernel writes masked_m), or as 1 with a row's
-//          expert always found by bisection (3: MaskedRowsWarpBisect);
-//   kPerSm: persistent_grid's CTAs per SM (-1: threads_per_sm / threads, 0: the occupancy API's, k: at most k,
-//           -2: kOneTurn, no limit);
-//   kItems, kGroupItems, kSpread, kPipelined: TurnSchedule's, for both layouts (and the chunks' items);
-//   kLoadAll: Schedule's kLoadAllBytes;
-//   kChunkRows: the sorted layout by chunks of that many rows, every form, at every capacity (0: none);
-//   kMaskedChunk: the masked layout by chunks of that many rows of an expert (silu_and_mul and the group form;
-//                 the per-token form too with kTokenWarp), -R: at most R, fewer where the rows are few (0: none);
-//   kTokenWarp: the per-token form by chunks a row per warp; kGroupVecs, kContig: the group form's vectors a
-//               lane in the chunks, one after another; kTurnsFirst: the masked chunks' rows by turns where they
-//               fit one turn of the grid (ChunkSchedule's).
+// Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's kernels
+// (csrc/moe_act.cuh) reached through other row types, grids and widths than the product's launch rules pick,
+// and kernels of their own built from the product's pieces (the masked group form over interleaved rows),
+// bf16. Each struct at the end is an alternative with the entry point of its form (the product's signature),
+// its arguments checked by the product's own code (MoeActOps' sorted_* / masked_*).
 #pragma once
 
 #include <moe_act.cuh>
 
+#include <jitkern/impl/kv_cache.cuh>
+
 namespace bench_moe_act {
 
 using namespace jitkern_moe_act;
+constexpr int kV = device::kVec16<bf16_t>;
 
-// kScan 2's rows: the counts loaded before the wait, scanned after it.
+// The masked layout with 32-bit offsets (every one below 2^32, checked on the host), its rows interleaved:
+// position p is row p / experts of expert p % experts, so that a position's place in the buffers is known
+// before the counts are read (no scan: the first load after the PDL wait is the position's count, then its
+// data). Positions are visited up to experts * the largest count; a position at or past its expert's count
+// is not computed.
+struct InterleavedRows {
+  const int32_t* masked_m;
+  int32_t m_max;
+  uint32_t experts;
+  uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
+  device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
+
+  // Experts * the largest count (within [0, M]), read by each warp after the PDL wait.
+  __device__ __forceinline__ uint32_t positions() const {
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    int32_t most = lane < static_cast<int>(experts) ? masked_m[lane] : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    most = __reduce_max_sync(0xffffffffu, most);
+#else
+    most = device::warp::reduce_max(most);
+#endif
+    return experts * static_cast<uint32_t>(most <= 0 ? 0 : (most < m_max ? most : m_max));
+  }
+  // Row m of expert e, computed where m is below its count.
+  __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
+    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < m_max;
+    return {valid, int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row}, int64_t{e * scale_expert + m * scale_row}};
+  }
+  // As a layout's rows (visit, at) for the turn kernels: position f's row.
+  struct State {
+    int64_t rows;
+  };
+  template <typename Wait>
+  __device__ __forceinline__ State visit(const Wait& wait) const {
+    wait();
+    return {positions()};
+  }
+  __device__ __forceinline__ RowAt at(const State&, int64_t f) const {
+    uint32_t e;
+    const uint32_t m = by_experts.divide(static_cast<uint32_t>(f), e);
+    return at(e, m, masked_m[e]);
+  }
+};
+
+// The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
+// group_quant_turns'), the groups of positions in order. The place worked out before the wait by prefetching
+// masked_m's line to L2 from every warp (kPrefetch 1: 4224 requests for one line in a grid of 528 CTAs of 8
+// warps, as L2 prefetches are not merged in L1), from one thread of the grid (2), or not (0: ptxas moves the
+// quotients after the wait).
+template <typename T, int kVec, int kLanes, int kPerLane, int kPrefetch>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
+                                                int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const uint32_t turn = gridDim.x * kGroupsPerCta, groups_per_row = rows.by_groups.d;
+  uint32_t first = blockIdx.x * kGroupsPerCta, e, m, g;
+  const auto place = [&](uint32_t group) {  // the lane set's position's expert e, row m and group g
+    const uint32_t p = rows.by_groups.divide(group, g);
+    m = rows.by_experts.divide(p, e);
+  };
+  place(first + threadIdx.x / kLanes);
+  if (kPrefetch == 1 || (kPrefetch == 2 && blockIdx.x == 0 && threadIdx.x == 0)) device::prefetch_before_wait(rows.masked_m + e);
+  WaitPrimary{trigger_at_start}();
+  int32_t count = rows.masked_m[e];
+  const uint32_t total = rows.positions() * groups_per_row;
+  do {
+    const RowAt r = rows.at(e, m, count);
+    // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    first += turn;
+    if (first < total) {
+      place(first + threadIdx.x / kLanes);
+      count = rows.masked_m[e];
+    }
+  } while (first < total);
+#endif
+}
+
+// The masked layout's counts loaded before the PDL wait, scanned after it (a measurement of what reading
+// early is worth: wrong where the previous kernel writes masked_m).
 struct MaskedRowsWarpEarly : MaskedRowsWarp {
   template <typename Wait>
   __device__ __forceinline__ State visit(const Wait& wait) const {
@@ -34,46 +105,171 @@ struct MaskedRowsWarpEarly : MaskedRowsWarp {
     return scan(rows);
   }
 };
-
-// kScan 3's rows: a row's expert always found by bisection (no vote).
+// A row's expert always found by bisection (no vote).
 struct MaskedRowsWarpBisect : MaskedRowsWarp {
   __device__ __forceinline__ RowAt at(const State& s, int64_t f) const { return bisect(s, f); }
 };
+// The warp scan under another name: the launch rules take it by turns over the computed rows (no chunks).
+struct MaskedRowsWarpTurns : MaskedRowsWarp {};
+// The sorted layout under another name: the launch rules take it per row at every capacity (no chunks), two
+// vectors a thread the grid apart.
+struct SortedRowsPerRow : SortedRows {};
+
+// The group form over the interleaved rows where their positions fit one turn of the grid (decode sizes),
+// else by turns over the computed rows, each warp scanning the counts (the previous product's kernel).
+struct HybridRows {
+  InterleavedRows interleaved;
+  MaskedRowsWarp computed;
+};
+template <int kLanes>
+__global__ void __launch_bounds__(kActGroupThreads)
+    group_quant_hybrid_kernel(const __grid_constant__ HybridRows rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
+                              int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kPerLane = kActGroupSize / kV / kLanes;
+  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const InterleavedRows& ir = rows.interleaved;
+  uint32_t g, e;
+  const uint32_t m = ir.by_experts.divide(ir.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g), e);
+  if (blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(ir.masked_m + e);  // the place before the wait
+  WaitPrimary{trigger_at_start}();
+  const int32_t count = ir.masked_m[e];
+  if (ir.positions() * ir.by_groups.d <= gridDim.x * kGroupsPerCta) {
+    const RowAt r = ir.at(e, m, count);
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<bf16_t, kV, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    return;
+  }
+  group_quant_turns<MaskedRowsWarp, bf16_t, kV, kLanes, kPerLane>(rows.computed, rows.computed.visit([] {}), in, q, scales, group_stride, d, eps);
+#endif
+}
 
 #ifndef __CUDACC_RTC__
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined, int kMaskedChunk,
-          int kTokenWarp, int kGroupVecs, int kContig, int kTurnsFirst>
-struct Sched {
-  using Masked = TurnSchedule<kItems, kGroupItems, kSpread != 0, kPipelined != 0, kPerSm>;
-  using Sorted = Masked;
-  using Chunks = ChunkSchedule<kChunkRows, kChunkRows, kChunkRows, kItems, kGroupItems, kPerSm, false, kTokenWarp != 0, kGroupVecs, kContig != 0>;
-  static constexpr int kMaskedRows = kMaskedChunk < 0 ? -kMaskedChunk : kMaskedChunk;
-  using MaskedChunks = ChunkSchedule<kMaskedRows, kMaskedRows, kTokenWarp ? kMaskedRows : 0, kItems, kGroupItems, kPerSm, (kMaskedChunk < 0),
-                                     kTokenWarp != 0, kGroupVecs, kContig != 0, kTurnsFirst != 0>;
-  static constexpr int64_t kLoadAllBytes = kLoadAll;
-  static bool chunked(int64_t, int, DLDevice) { return true; }
-  template <typename F>
-  static void masked_rows(const MaskedLayout& layout, F&& f) {
-    if constexpr (kScan == 0) {
-      f(MaskedRows{layout});
+using ProductOps = MoeActOps<bf16_t>;
+using TensorView = jitkern::TensorView;
+
+// The masked layout's rows by kScan: 0 the CTA's scan in shared memory, 1 each warp's (the product's), 2 each
+// warp's with masked_m read before the wait, 3 each warp's with a row's expert by bisection, 4 each warp's by turns.
+template <int kScan>
+auto masked_rows_of(const MaskedLayout& layout) {
+  host::RuntimeCheck(kScan == 0 || layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
+  if constexpr (kScan == 0) return MaskedRows{layout};
+  else if constexpr (kScan == 1) return MaskedRowsWarp{layout};
+  else if constexpr (kScan == 2) return MaskedRowsWarpEarly{{layout}};
+  else if constexpr (kScan == 3) return MaskedRowsWarpBisect{{layout}};
+  else return MaskedRowsWarpTurns{{layout}};
+}
+
+// The masked layout's rows interleaved (InterleavedRows): at most 32 experts, every offset within 32 bits.
+inline InterleavedRows interleaved_of(const ProductOps::Masked& m) {
+  const MaskedLayout& l = m.rows;
+  const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
+  host::RuntimeCheck(m.op.capacity * m.op.d > 0 && m.experts <= MaskedRowsWarp::kMaxWarpExperts && end(l.in_expert, l.in_row, 2 * m.op.d) <= UINT32_MAX &&
+                         end(l.out_expert, l.out_row, m.op.d) <= UINT32_MAX && end(l.scale_expert, l.scale_row, 1) <= UINT32_MAX &&
+                         m.op.capacity * (m.op.d / kActGroupSize) < (int64_t{1} << 31),
+                     "bench_moe_act: the interleaved rows do not take this layout");
+  const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
+  return {l.masked_m,
+          l.m_max,
+          narrow(m.experts),
+          narrow(l.in_expert),
+          narrow(l.in_row),
+          narrow(l.out_expert),
+          narrow(l.out_row),
+          narrow(l.scale_expert),
+          narrow(l.scale_row),
+          host::kv_cache::divisor<uint32_t>(m.experts),
+          host::kv_cache::divisor<uint32_t>(std::max<int64_t>(m.op.d / kActGroupSize, 1))};
+}
+
+// silu_and_mul_masked by the launch rules over rows kScan.
+template <int kScan>
+struct MaskedAct {
+  static void silu_and_mul_masked(TensorView input, TensorView masked_m, TensorView out) {
+    const auto m = ProductOps::masked_act(input, masked_m, out);
+    ProductOps::elementwise(masked_rows_of<kScan>(m.rows), m.op);
+  }
+};
+// ... over the interleaved rows (the turn kernel: kMaskedVecs vectors a thread, the grid apart).
+struct MaskedActInterleaved {
+  static void silu_and_mul_masked(TensorView input, TensorView masked_m, TensorView out) {
+    const auto m = ProductOps::masked_act(input, masked_m, out);
+    ProductOps::elementwise(interleaved_of(m), m.op);
+  }
+};
+
+// The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1,
+// -4, -5: the interleaved kernel, kPrefetch 1, 2, 0; -2: the turn kernel, each turn's place worked out after
+// the count is read; -3: group_quant_hybrid_kernel), kLanes
+// lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
+template <int kScan, int kLanes, int kPerSm>
+struct MaskedGroup {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    if constexpr (kScan == -1 || kScan == -4 || kScan == -5) {
+      constexpr int kPrefetch = kScan == -1 ? 1 : kScan == -4 ? 2 : 0;
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kPrefetch>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
+                               interleaved_of(m), m.op);
+    } else if constexpr (kScan == -3) {
+      constexpr auto kernel = group_quant_hybrid_kernel<kLanes>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
+                               HybridRows{interleaved_of(m), MaskedRowsWarp{m.rows}}, m.op);
     } else {
-      host::RuntimeCheck(layout.experts <= MaskedRowsWarp::kMaxWarpExperts, "bench_moe_act: the warp scans take at most 32 experts");
-      if constexpr (kScan == 1) {
-        f(MaskedRowsWarp{layout});
-      } else if constexpr (kScan == 2) {
-        f(MaskedRowsWarpEarly{layout});
-      } else {
-        f(MaskedRowsWarpBisect{layout});
-      }
+      const auto rows = [&] {
+        if constexpr (kScan == -2) return interleaved_of(m);
+        else return masked_rows_of<kScan>(m.rows);
+      }();
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows, m.op);
     }
   }
 };
 
-template <int kScan, int kPerSm, int kItems, int kGroupItems, int64_t kLoadAll, int kSpread, int kChunkRows, int kPipelined, int kMaskedChunk,
-          int kTokenWarp, int kGroupVecs, int kContig, int kTurnsFirst>
-using Ops = MoeActOps<bf16_t, Sched<kScan, kPerSm, kItems, kGroupItems, kLoadAll, kSpread, kChunkRows, kPipelined, kMaskedChunk, kTokenWarp,
-                                    kGroupVecs, kContig, kTurnsFirst>>;
-using ProductOps = MoeActOps<bf16_t>;
+// The masked per-token form by the launch rules over rows kScan.
+template <int kScan>
+struct MaskedToken {
+  static void silu_and_mul_masked_per_token_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s) {
+    const auto m = ProductOps::masked_token(input, masked_m, output_q, output_s);
+    ProductOps::token_quant(masked_rows_of<kScan>(m.rows), m.op);
+  }
+};
+// ... over the interleaved rows (a CTA a position).
+struct MaskedTokenInterleaved {
+  static void silu_and_mul_masked_per_token_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s) {
+    const auto m = ProductOps::masked_token(input, masked_m, output_q, output_s);
+    ProductOps::token_quant(interleaved_of(m), m.op);
+  }
+};
+
+// The sorted layout per row at every capacity.
+struct SortedActPerRow {
+  static void silu_and_mul_sorted(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView out) {
+    const auto s = ProductOps::sorted_act(input, ids, post_pad, num_ids, out);
+    ProductOps::elementwise(SortedRowsPerRow{s.rows}, s.op);
+  }
+};
+// The sorted group form per row at every capacity (kLanes 0), or by chunks of kChunkRows, a CTA each, kLanes
+// lanes a group at every capacity.
+template <int kLanes>
+struct SortedGroup {
+  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
+                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
+    const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
+    if constexpr (kLanes == 0) {
+      ProductOps::group_quant(SortedRowsPerRow{s.rows}, s.op);
+    } else {
+      constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
+                               s.op);
+    }
+  }
+};
 #endif  // __CUDACC_RTC__
 
 }  // namespace bench_moe_act

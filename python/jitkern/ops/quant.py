@@ -19,7 +19,6 @@ torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
 from __future__ import annotations
 
 from .._torch import compiling, torch
-from ..jit import positional
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
@@ -237,17 +236,11 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
 # ---- RMSNorm + per-group quantization --------------------------------------------------------------
 
 def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
-                      scale_ue8m0, output_q, output_s, schedule=None):
+                      scale_ue8m0, output_q, output_s):
     check_group_size(group_size, public)
     if group_size not in _NORM_GROUP_SIZES:
         raise ValueError(f"{public}(): group_size must be {' or '.join(map(str, _NORM_GROUP_SIZES))}, got {group_size}")
-    export = _norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), group_size)
-    if schedule is None:
-        fn = _FAMILY.function(export, input, public)
-    else:
-        fn = _SCHEDULE_FUNCTIONS.get((export, input.dtype, schedule))
-        if fn is None:
-            fn = _SCHEDULE_FUNCTIONS.setdefault((export, input.dtype, schedule), positional(_schedule_spec(export, input.dtype, schedule).load(), export))
+    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), group_size), input, public)
     q = _empty_q(input) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
         input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
@@ -255,36 +248,6 @@ def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_
     head = (_rows(input, public),) if residual is None else (_rows(input, public), as_rows(residual, public, "residual", writes=True))
     fn(*head, weight, _bytes(q, "output_q", public), s2, group_size, eps)
     return q, s
-
-
-# ---- the norm + per-group ops under a chosen many-row schedule (benchmarks and tests compare them) -----------
-
-# The schedules of many rows that JITKERN_NORM_GROUP_LANE_VECS (csrc/quant.cuh) chooses when compiled: one
-# vector a thread (the norm kernels' schedule, as at few rows), or 2 or 4 vectors of one group a lane. All give
-# the same bits.
-NORM_GROUP_SCHEDULES = {"one": 0, "lanes2": 2, "lanes4": 4}
-_SCHEDULE_FUNCTIONS: dict = {}  # (export, dtype, schedule) -> exported function
-
-
-def _schedule_spec(export: str, dtype, schedule: str):
-    """The module of a norm + per-group export built with a schedule of NORM_GROUP_SCHEDULES."""
-    spec = _FAMILY.spec(dtype, export)
-    return spec.replace(args=(f"{spec.name}_{schedule}", *spec.args[1:]),
-                        extra_cuda_cflags=[f"-DJITKERN_NORM_GROUP_LANE_VECS={NORM_GROUP_SCHEDULES[schedule]}"])
-
-
-def norm_group_quant_schedule_specs(schedule: str, dtypes=("bfloat16",), group_sizes=(128,)) -> list:
-    """The modules norm_group_quant_schedule calls for these dtypes and group sizes (fp32 scales), to build at once."""
-    return [_schedule_spec(_norm_group_export(op, "", g), d, schedule) for op in _NORM_GROUP_OPS for d in dtypes for g in group_sizes]
-
-
-def norm_group_quant_schedule(schedule: str, input, residual, weight, eps: float = 1e-6, *, group_size: int = 128, column_major_scales=False,
-                              scale_tma_aligned=False, scale_ue8m0=False, output_q=None, output_s=None):
-    """rmsnorm_group_quant_fp8 (residual None) or fused_add_rmsnorm_group_quant_fp8 with many rows taken by the
-    schedule `schedule` of NORM_GROUP_SCHEDULES, whatever the product's choice: the same bits, another speed."""
-    op = "rmsnorm_group_quant" if residual is None else "fused_add_rmsnorm_group_quant"
-    return _norm_group_quant(op, "norm_group_quant_schedule", input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
-                             scale_ue8m0, output_q, output_s, schedule)
 
 
 def _fake_norm_group_quant(input, *args):

@@ -223,15 +223,15 @@ def test_absorb_q_warp_row_kernels_find_their_rows_in_32_bits(tmp_path):
 @pytest.mark.toolchain
 def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     """The many-row kernels of rmsnorm_group_quant_fp8 (bf16 [*, 7168], 1x128 groups, four vectors of a group a
-    lane: CTAs of 224) and of the fused add (two: CTAs of 448) stay within 64 and 48 registers a thread, so that
-    four and three rows fit an SM's 64K registers (one vector a thread, CTAs of 896: two)."""
+    lane as packed pairs: CTAs of 224) and of the fused add (two: CTAs of 448) stay within 64 and 48 registers a
+    thread, so that four and three rows fit an SM's 64K registers (one vector a thread, CTAs of 896: two)."""
     from jitkern._engine import tvm_ffi_paths
 
     paths = tvm_ffi_paths()
     src = tmp_path / "group_rows.cu"
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
-                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, true>;\n"
-                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, true>;\n")
+                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, true, true>;\n"
+                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, true, true>;\n")
     out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
                           f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
                           str(tmp_path / "group_rows.cubin"), str(src)], check=True, capture_output=True, text=True)

@@ -274,8 +274,9 @@ def test_masked_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, experts, m_max,
 
 
 def test_masked_counts_outside_the_buffer_are_clamped():
+    """Counts below 0 and above M, silu_and_mul and the group form."""
     torch = _torch()
-    from jitkern.ops import silu_and_mul_masked
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8
 
     x = torch.randn(4, 8, 512, dtype=torch.bfloat16, device="cuda")
     masked_m = torch.tensor([-3, 100, 8, 2], dtype=torch.int32, device="cuda")
@@ -285,6 +286,32 @@ def test_masked_counts_outside_the_buffer_are_clamped():
     assert computed.sum() == 18
     _close(out[computed], _reference(x[computed]), "bfloat16")
     assert torch.isnan(out[~computed]).all()
+    q = torch.full((4, 8, 256), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s = torch.full((4, 8, 2), float("nan"), device="cuda")
+    silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=s)
+    q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128)
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref)
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a masked row was written"
+
+
+def test_masked_group_offsets_past_32_bits():
+    """The group form's outputs 2^32 bytes apart (output_q's expert stride, 4 GiB): offsets past 32 bits, each
+    expert's rows written where they are."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8
+
+    experts, m_max, d, apart = 2, 4, 256, 1 << 32
+    x = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda")
+    masked_m = torch.tensor([3, 2], dtype=torch.int32, device="cuda")
+    computed = _masked_rows(masked_m, m_max)
+    storage = torch.empty(apart + m_max * d, dtype=torch.uint8, device="cuda")
+    q = storage.as_strided((experts, m_max, d), (apart, d, 1))
+    q.fill_(POISON)
+    s = torch.full((experts, m_max, d // 128), float("nan"), device="cuda")
+    silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q.view(torch.float8_e4m3fn), output_s=s)
+    q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128)
+    assert torch.equal(q[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref), "an expert's rows landed elsewhere"
+    assert (q[~computed] == POISON).all(), "a masked row was written"
 
 
 @pytest.mark.parametrize("pattern,m_max,d", [("one row", 512, 256), ("few rows", 512, 256), ("chunk ends", 512, 256), ("random", 512, 256),

@@ -886,66 +886,53 @@ def test_norm_group_quant_errors():
         m.fused_add_rmsnorm_group_quant_ue8m0_g64(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
 
 
-# Many-row schedules (quant.NORM_GROUP_SCHEDULES): (dtype, hidden, group size); 5248 bf16 and 1152 fp32 leave the
-# last warp of a row part-held, 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors.
-SCHEDULE_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
-                ("float32", 1152, 128)]
+# Many-row launches: (dtype, hidden, group size); 5248 bf16 and 1152 fp32 leave the last warp of a row part-held,
+# 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors. (benchmarks/bench_quant.py
+# `group` checks the other schedules of benchmarks/kernels/norm_group_schedules.cuh against the product.)
+MANY_ROW_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
+                  ("float32", 1152, 128)]
 
 
 def _many_rows():
-    """Rows enough for the many-row launch (kNormManyRowsPerSm = 4 a SM), and an odd few more."""
+    """Rows enough for the many-row launch (4 an SM), and an odd few more."""
     return 4 * _torch().cuda.get_device_properties(0).multi_processor_count + 5
 
 
-@pytest.fixture(scope="module")
-def schedules():
-    """jitkern.ops.quant with the modules of every schedule of SCHEDULE_CASES built, at once."""
-    from jitkern.jit import warmup
-    from jitkern.ops import quant
-
-    pairs = sorted({(d, g) for d, _, g in SCHEDULE_CASES})
-    warmup(*(spec for name in quant.NORM_GROUP_SCHEDULES for d, g in pairs for spec in quant.norm_group_quant_schedule_specs(name, (d,), (g,))))
-    return quant
-
-
-@pytest.mark.parametrize("dtype_name,hidden,group_size", SCHEDULE_CASES)
-def test_norm_group_quant_many_row_schedules_give_the_same_bits(schedules, dtype_name, hidden, group_size):
-    """Every many-row schedule, and the product's choice, gives the codes, scales and residual of one vector a
-    thread, bit for bit (their sums of squares are added in the same order)."""
+@pytest.mark.parametrize("dtype_name,hidden,group_size", MANY_ROW_CASES)
+def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, group_size):
+    """The many-row launch gives, row for row, the codes, scales and residual that the same rows get in a launch
+    of a few rows (the decode one, fewer vectors a lane), bit for bit: their sums of squares are added in the
+    same order."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
-    quant = schedules
     flags = dict(column_major_scales=True, scale_tma_aligned=True)
-    rows = _many_rows()
+    rows, few = _many_rows(), 9
     x, w, r = _x((rows, hidden), dtype_name), _x((hidden,), dtype_name, seed=1), _x((rows, hidden), dtype_name, seed=2)
-    x[3, 5] = float("nan")  # a NaN row and an inf one: every schedule writes them alike
+    x[3, 5] = float("nan")  # a NaN row and an inf one: both launches write them alike
     x[7, 9] = float("inf")
     for fused in (False, True):
-        runs = {}
-        for name, fn in [*((n, lambda res, n=n: quant.norm_group_quant_schedule(n, x, res, w, group_size=group_size, **flags))
-                           for n in quant.NORM_GROUP_SCHEDULES),
-                         ("product", lambda res: (fused_add_rmsnorm_group_quant_fp8(x, res, w, group_size=group_size, **flags) if fused else
-                                                  rmsnorm_group_quant_fp8(x, w, group_size=group_size, **flags)))]:
-            res = r.clone() if fused else None
-            q, s = fn(res)
-            runs[name] = (q, s, res)
-        q1, s1, r1 = runs["one"]
-        for name, (q, s, res) in runs.items():
-            _assert_q_equal(q, q1)
-            assert torch.equal(s, s1), f"{name}: scales differ (fused={fused})"
-            if fused:  # bit for bit, NaN included
-                bits = torch.int16 if res.element_size() == 2 else torch.int32
-                assert torch.equal(res.view(bits), r1.view(bits)), f"{name}: residual differs"
+        def run(n):
+            res = r[:n].clone() if fused else None
+            q, s = (fused_add_rmsnorm_group_quant_fp8(x[:n], res, w, group_size=group_size, **flags) if fused else
+                    rmsnorm_group_quant_fp8(x[:n], w, group_size=group_size, **flags))
+            return q, s, res
+
+        q, s, res = run(rows)
+        qf, sf, resf = run(few)
+        _assert_q_equal(q[:few], qf)
+        assert torch.equal(s[:few], sf), f"scales differ (fused={fused})"
+        if fused:  # bit for bit, NaN included
+            bits = torch.int16 if res.element_size() == 2 else torch.int32
+            assert torch.equal(res[:few].view(bits), resf.view(bits)), "residual differs"
         eq, es, _ = _norm_group_unfused(x, r if fused else None, w, 1e-6, group_size, flags)
-        _assert_q_close(q1, eq)  # and those bits are the op's
-        _assert_scales_close(s1, es, x.dtype)
+        _assert_q_close(q, eq)  # and those bits are the op's
+        _assert_scales_close(s, es, x.dtype)
 
 
-def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
-    """Each schedule launches its kernel: one vector a thread (norm_wide_kernel), norm_group_rows_kernel of N
-    vectors a lane (lanesN); the product's at many rows is four vectors a lane (two for the fused add), and at
-    256 rows one vector a thread."""
+def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
+    """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows."""
     import re
 
     torch = _torch()
@@ -953,7 +940,6 @@ def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
 
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
-    quant = schedules
     x = _x((_many_rows(), 7168), "bfloat16")
     w = _x((7168,), "bfloat16", seed=1)
 
@@ -968,12 +954,10 @@ def test_norm_group_quant_many_rows_launch_the_schedule_named(schedules):
         lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
         return f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
 
-    for name in quant.NORM_GROUP_SCHEDULES:
-        assert launched(lambda: quant.norm_group_quant_schedule(name, x, None, w)) == name
-        assert launched(lambda: quant.norm_group_quant_schedule(name, x, x.clone(), w)) == name
     assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
-    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "one"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
 
 
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
