@@ -189,25 +189,27 @@ def concat_shapes(m, ref):
         yield f"[{t}, 128, 512 + 64]{', a transposed' if transposed else ''}", variants, check
 
 
-GROUP_LAYOUT = ["", " contiguous", " multiply (not exact: diagnostic)", " lean (packed amax, finite only)",
-                " lean 2-op division (packed amax, finite only)", " contiguous, packed amax (the product's arithmetic)",
-                " packed amax (the product's arithmetic and layout)",
-                " lean + the +-inf vote", " lean + the division dispatch", " lean + vote + dispatch",
-                " lean + vote + dispatch, no slow division"]
+# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): IPCTR = P 16-byte vectors a lane, C
+# contiguous or strided lanes, CTAs of T x 64, trigger R, I: IEEE divisions for the scale and its reciprocal,
+# through the product's launch code.
+GROUP_VARIANTS = {0: "the general kernel (the product before)", 1: "multiply by 448 / amax, 256t end (not x / s: diagnostic)",
+                  **{v: f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 64}t "
+                        f"{TRIGGER[v % 10]}{', IEEE scale division' if v >= 10000 else ''}"
+                     for v in (2142, 12142, 2042, 2122, 2121, 2112, 4042, 4022, 4021, 4012, 8142, 8122)}}
 
 
 def group_quant_shapes(m, ref):
-    for t in (1, 16, 256, 4096):
-        x = rand(t, 7168)
-        q = torch.empty(t, 7168, device="cuda", dtype=torch.float8_e4m3fn)
-        s = torch.empty(t, 56, device="cuda", dtype=torch.float32)
+    """[T, 7168] from decode to prefill sizes (T = 256: 14336 groups, one wave of 8-lane groups of more than
+    256 threads an SM), and [256, 2048 / 4096]."""
+    for t, h in [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), (256, 2048), (256, 4096)]:
+        x = rand(t, h)
+        q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
+        s = torch.empty(t, h // 128, device="cuda", dtype=torch.float32)
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for threads, trig, contiguous in [(128, 2, 0), (256, 2, 0), (256, 2, 1), (256, 2, 5), (256, 2, 6), (128, 2, 5), (256, 2, 2), (256, 2, 3),
-                                          (256, 0, 3), (128, 2, 3), (256, 2, 4), (256, 2, 7), (256, 2, 8), (256, 2, 9), (256, 2, 10)]:
-            variants[f"{threads}t {TRIGGER[trig]}{GROUP_LAYOUT[contiguous]}"] = (
-                lambda x=x, q=q, s=s, threads=threads, trig=trig, c=contiguous: m.group_quant(x, q.view(torch.uint8), s, threads, trig, c))
+        for v, name in GROUP_VARIANTS.items():
+            variants[name] = lambda x=x, q=q, s=s, v=v: m.group_quant(x, q.view(torch.uint8), s, 128, v)
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
@@ -218,7 +220,7 @@ def group_quant_shapes(m, ref):
                 q.view(torch.uint8).fill_(0), s.fill_(0)
                 fn()
                 assert torch.equal(q.view(torch.uint8), eq.view(torch.uint8)) and torch.equal(s, es), f"group quant variant {name} differs"
-        yield f"[{t}, 7168]", variants, check
+        yield f"[{t}, {h}]", variants, check
 
 
 STORE_TRIGGER = {0: "start", 1: "after wait", 2: "end", 3: "after loads"}
@@ -263,7 +265,7 @@ def main() -> None:
     wanted = sys.argv[1:] or ["rmsnorm", "quant", "qknorm", "store", "token_quant", "concat"]
     tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
         ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
-        ("quant", "fp8 group quantization, group 128, bf16 [T, 7168]", group_quant_shapes, quant),
+        ("quant", "fp8 group quantization, group 128, bf16 [T, H]", group_quant_shapes, quant),
         ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
         ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv),
         ("token_quant", "per_token_quant_fp8, bf16 [T, 4096]", token_quant_shapes, token_quant),

@@ -54,6 +54,10 @@ constexpr int kQuantGroupThreads = host::kRowKernels.group_threads;
 // ... and twice as wide where the grid is one wave of more than 256 threads per SM (host::pdl_late_trigger's
 // grids): half the CTAs to schedule ([256, 7168] bf16 on an H200, bench_schedules: 2.11 us against 2.53).
 constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
+// per_group_lean_kernel's lanes: kQuantGroupLeanLaneVecs 16-byte vectors each, contiguous or not (bf16 [T, 7168]
+// on an H200: contiguous and strided the same; four a lane 0.04 us ahead at 256 tokens, 0.55 behind at 1024).
+constexpr int kQuantGroupLeanLaneVecs = 2;
+constexpr bool kQuantGroupLeanContiguous = true;
 // Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
 // an SM on, four (half the threads a row: [4096, 4096] bf16 on an H200, bench_schedules.py, 11.84 us against
 // 12.65; a warp a row, 16 vectors a lane, 14.60; the reference's warp reading its row twice, 13.51).
@@ -325,6 +329,109 @@ __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<
     quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
   }
   if (trigger_at_end) device::pdl_trigger_secondary();
+#endif
+}
+
+// A lane's packed 16-bit pairs and their fp8 codes (two words a 16-byte vector), by value: the rare paths of
+// per_group_lean_kernel below are calls, which keep their code out of the common path's straight line.
+template <typename P, int kPerLane>
+struct LanePairs {
+  AlignedVector<P, 4> v[kPerLane];
+};
+template <int kPerLane>
+struct LaneCodes {
+  uint32_t w[2 * kPerLane];
+};
+
+// The lane's codes x / s with division `divide` (a Divider's fast_finite or fast).
+template <typename P, int kPerLane, typename Divide>
+JITKERN_DEVICE LaneCodes<kPerLane> lane_codes(const LanePairs<P, kPerLane>& x, const Divide& divide) {
+  LaneCodes<kPerLane> c;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const auto pair = [&](int k) {
+        const fp32x2_t v = device::cast<fp32x2_t>(x.v[j][k]);
+        return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(divide(v.x), divide(v.y)), __NV_SATFINITE, __NV_E4M3));
+      };
+      c.w[2 * j + w] = pair(2 * w) | (pair(2 * w + 1) << 16);
+    }
+  return c;
+}
+#ifdef __CUDACC__  // (__noinline__ is nvcc's)
+// Out of line: a group holding +-inf (Divider::fast, inf-safe), and its amax without +-inf.
+template <typename P, int kPerLane>
+__device__ __noinline__ LaneCodes<kPerLane> lane_codes_inf_safe(LanePairs<P, kPerLane> x, quant::Divider s) {
+  return lane_codes(x, [&](float v) { return s.fast(v); });
+}
+template <typename P, int kPerLane>
+__device__ __noinline__ float lane_finite_amax(LanePairs<P, kPerLane> x) {
+  return quant::fold_pairs(x.v, quant::FiniteAbsMax{}, 0.0f);
+}
+#endif
+
+// per_group_kernel's codes and scales for fp8 groups of contiguous 16-bit rows whose dynamic scales are in
+// Divider's fast range (eps >= kNormalScaleEps), with what the host knows compiled in: 32-bit offsets (at
+// most 2^32 elements), the trigger at start, after the wait or after the stores (kTrigger 0 / 1 / 2), CTAs of
+// kThreads, and the division chosen once a group (Divider::fast_finite for every value of a group without
+// +-inf), so that the common path is straight-line code. kLanes lanes a group of kPerLane 16-byte vectors
+// each: vectors l, l + kLanes, ... of the group (kContiguous: kPerLane l, ..., kPerLane l + kPerLane - 1).
+// kNormalMath: the scale and its reciprocal without the IEEE divisions' range tests (normal_scale_for,
+// normal_reciprocal: the same bits).
+template <typename T, int kLanes, int kPerLane, bool kContiguous, bool kUE8M0, int kThreads, int kTrigger, bool kNormalMath = true>
+__global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, uint8_t* q, GroupScales scales, uint32_t groups_per_row,
+                                                                  uint32_t total_groups, float eps) {
+#ifdef __CUDACC__
+  static_assert(sizeof(T) == 2 && kThreads % kLanes == 0 && device::kWarpThreads % kLanes == 0);
+  constexpr int kVec = device::kVec16<T>, kGroup = kLanes * kPerLane * kVec;
+  constexpr uint32_t kStep = kContiguous ? kVec : kLanes * kVec;  // elements from one of a lane's vectors to the next
+  using P = device::packed_t<T>;
+  if constexpr (kTrigger == 0) device::pdl_trigger_secondary();
+  const uint32_t lane = threadIdx.x % kLanes, group = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
+  const bool valid = group < total_groups;
+  // Lanes past the last group read its vectors again and store nothing: no branch around the loads.
+  const uint32_t at = min(group, total_groups - 1) * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
+  AlignedVector<T, kVec> raw[kPerLane];
+  device::pdl_wait_primary();
+  if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kStep);
+  LanePairs<P, kPerLane> x;  // the same registers as packed pairs: the amax by packed max and min
+  __builtin_memcpy(&x, raw, sizeof(x));
+  bool finite;
+  const auto fold = [&](auto op) {
+    if constexpr (std::is_same_v<decltype(op), quant::AbsMax>) {
+      return quant::fold_pairs(x.v, op, 0.0f);
+    } else {
+      return lane_finite_amax(x);
+    }
+  };
+  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
+                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  uint32_t exponent = 0;
+  const float scale = quant::group_scale<fp8_e4m3_t, kUE8M0, kNormalMath>(amax, eps, exponent);
+  const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
+  const LaneCodes<kPerLane> c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+  if (valid) {
+    if constexpr (kContiguous) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; k += 2) {  // 16 codes a store
+        if constexpr (kPerLane == 1) {
+          AlignedVector<uint32_t, 2>{{c.w[0], c.w[1]}}.store_global(reinterpret_cast<uint32_t*>(q + at));
+        } else {
+          AlignedVector<uint32_t, 4>{{c.w[2 * k], c.w[2 * k + 1], c.w[2 * k + 2], c.w[2 * k + 3]}}.store_global(
+              reinterpret_cast<uint32_t*>(q + at + k * kVec));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        AlignedVector<uint32_t, 2>{{c.w[2 * j], c.w[2 * j + 1]}}.store_global(reinterpret_cast<uint32_t*>(q + at + j * kStep));
+    }
+    if (lane == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
+  }
+  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -648,6 +755,19 @@ struct QuantOps {
     per_token_group_quant_as<GroupFormat::kInt8>(input, output_q, output_s, group_size, eps);
   }
 
+  // per_group_lean_kernel's shape: kPerLane 16-byte vectors a lane (0: per_group_kernel only), kContiguous,
+  // CTAs of kThreads with trigger kTrigger (0: the launch rule's), kNormalMath.
+  template <int kPerLane, bool kContiguous, int kThreads = 0, int kTrigger = 0, bool kNormalMath = true>
+  struct GroupLean {};
+  // The shape the product takes.
+  using ProductGroupLean = GroupLean<kQuantGroupLeanLaneVecs, kQuantGroupLeanContiguous>;
+  // per_token_group_quant (fp8, fp32 scales) with the lean kernel's shape Lean: the benchmarks' side-by-side schedules.
+  template <typename Lean>
+  static void per_token_group_quant_with(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                         int64_t group_size, double eps) {
+    per_token_group_quant_as<GroupFormat::kFp8, Lean>(input, output_q, output_s, group_size, eps);
+  }
+
  private:
   enum class GroupFormat { kFp8, kFp8Ue8m0, kInt8 };
   static constexpr const char* group_export(GroupFormat f) {
@@ -656,7 +776,7 @@ struct QuantOps {
                                         : "per_token_group_quant_int8 (int8 output, fp32 scales)";
   }
 
-  template <GroupFormat kFormat>
+  template <GroupFormat kFormat, typename Lean = ProductGroupLean>
   static void per_token_group_quant_as(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                        int64_t group_size, double eps) {
     using namespace host;
@@ -677,6 +797,9 @@ struct QuantOps {
     if (ops.rows * groups == 0) return;
     const int64_t total_groups = ops.rows * groups;
     const float e = static_cast<float>(eps);
+    if constexpr (kFormat != GroupFormat::kInt8 && sizeof(T) == 2) {
+      if (launch_group_lean<kFormat == GroupFormat::kFp8Ue8m0>(Lean{}, ops, scales, group_size, total_groups, e)) return;
+    }
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
       constexpr bool kFlat = decltype(flat_tag)::value;
@@ -789,6 +912,54 @@ struct QuantOps {
     TokenRows<T>::check_rows(N, H, q_stride, q_name);
     return {static_cast<const T*>(input.data_ptr()), output_q.data_ptr(), 1, N.unwrap(), H.unwrap(), TokenRows<T>::stride_of(in_stride),
             TokenRows<T>::stride_of(q_stride), device.unwrap()};
+  }
+
+  // per_group_lean_kernel (its shape: Lean) where it applies: fp8 of contiguous rows of 16-byte vectors, at most
+  // 2^32 elements, eps at least kNormalScaleEps; false (nothing launched) elsewhere. Unless Lean names the CTAs
+  // and trigger: grids of more than 256 threads an SM (one wave or several) take CTAs of kQuantGroupWideThreads
+  // and trigger after their stores, grids of at most kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger
+  // at start, and the grids between take per_group_kernel (false). bf16 [T, 7168] on an H200 (bench_schedules
+  // quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 / 1.05; T = 128-512
+  // 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between, 1.38 / 1.19.
+  template <bool kUE8M0, int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath>
+  static bool launch_group_lean(GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, const Operands& ops, const GroupScales& scales,
+                                int64_t group_size, int64_t total_groups, float eps) {
+    using namespace host;
+    constexpr int kVec = device::kVec16<T>;
+    if constexpr (kPerLane == 0) {
+      return false;
+    } else {
+      if (!ops.contiguous() || ops.vector_width(kVec) != kVec || ops.rows * ops.width > int64_t{UINT32_MAX} ||
+          !(eps >= quant::kNormalScaleEps<fp8_e4m3_t>))
+        return false;
+      const int64_t groups_per_row = ops.width / group_size;
+      const auto go = [&](auto group_tag) {
+        constexpr int kLanes = decltype(group_tag)::value / (kVec * kPerLane);
+        if constexpr (kLanes < 1) {
+          return false;
+        } else {
+          const auto launch = [&](auto kernel, int threads) {
+            LaunchKernel(checked_grid(div_ceil(total_groups, int64_t{threads / kLanes})), static_cast<unsigned>(threads), ops.device)
+                .enable_pdl()(kernel, static_cast<const T*>(ops.in), static_cast<uint8_t*>(ops.out), scales,
+                              static_cast<uint32_t>(groups_per_row), static_cast<uint32_t>(total_groups), eps);
+            return true;
+          };
+          if constexpr (kThreads != 0) {
+            return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath>, kThreads);
+          } else {
+            const int64_t narrow_grid = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes});
+            if (narrow_grid * kQuantGroupThreads > kPdlLateTriggerThreadsPerSm * runtime::get_sm_count(ops.device.device_id))
+              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupWideThreads, 2>, kQuantGroupWideThreads);
+            if (pdl_early_trigger(narrow_grid))
+              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 0>, kQuantGroupThreads);
+            return false;
+          }
+        }
+      };
+      if (group_size == 32) return go(std::integral_constant<int, 32>{});
+      if (group_size == 64) return go(std::integral_constant<int, 64>{});
+      return go(std::integral_constant<int, 128>{});
+    }
   }
 
   // Static per-tensor of a contiguous tensor: the launch shape by size, in vectors per SM. Up to

@@ -1,5 +1,5 @@
 // Launch schedules of the norm, quantization (per group, per token), KV-store and MLA concatenation kernels
-// side by side (bench_schedules.py): the product's building blocks and kernels (rmsnorm_row, quantize_group,
+// side by side (bench_schedules.py): the product's building blocks and kernels (rmsnorm_row, per_token_group_quant's kernels,
 // per_token_kernel, concat_rows_kernel) under other CTA shapes, row layouts, memory accesses and PDL trigger
 // placements, to find which schedule a shape wants before the launch rules change.
 //   trigger: 0 at kernel start, 1 right after the PDL wait, 2 after the last store.
@@ -328,146 +328,81 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
 }
 #endif  // __CUDACC_RTC__
 
-// fp8 group quantization, group 128, 8 lanes a group of two 16-byte vectors each: vectors l and l + 8 of its
-// group (strided, the product's layout, two 8-byte stores), or 2l and 2l + 1 (contiguous, one 16-byte
-// store); kPacked: the amax over packed bf16 pairs, as the product takes it (else value by value); CTAs of
-// `threads`; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
-template <int kTrigger, bool kContiguous, bool kPacked = false>
-__global__ void __launch_bounds__(1024) group_schedule_kernel(const bf16* in, uint8_t* q, device::quant::GroupScales scales,
-                                                              int64_t groups_per_row, int64_t total_groups) {
-#ifdef __CUDACC__
-  constexpr int kLanes = 8, kPerLane = 2, kGroup = 128, kStep = kContiguous ? kV : kLanes * kV;
-  const int lane = static_cast<int>(threadIdx.x % kLanes);
-  const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
-  const bool valid = group < total_groups;
-  const int64_t at = group * kGroup + lane * (kContiguous ? kPerLane * kV : kV);
-  device::AlignedVector<bf16, kV> x[kPerLane];
-  wait_and_trigger<kTrigger>();
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j)
-    if (valid) x[j].load(in + at + j * kStep);
-  if constexpr (kPacked) {
-    device::AlignedVector<bf16x2_t, kV / 2> pairs[kPerLane];
-    __builtin_memcpy(pairs, x, sizeof(x));
-    device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(pairs, valid, q + at, 1e-10f, scales, group,
-                                                                                     groups_per_row, total_groups);
-  } else {
-    device::quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, kContiguous>(x, valid, q + at, 1e-10f, scales, group, groups_per_row,
-                                                                                     total_groups);
-  }
-  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
-#endif
-}
-
-// Contiguous lanes (32 bytes each, one 16-byte store of codes), the amax over packed bf16 pairs, and the
-// quotient x / s as kDivide: 0 the product's Divider (x * inv and one FMA residual correction, 3 operations
-// a value), 1 fma(x, inv, x * err) with err = (1 - s * inv) * inv, the reciprocal's error (2 operations),
-// 2 x * (448 / amax), the reference's arithmetic (not x / s: a diagnostic of what exactness costs).
-// Finite inputs only (no second look for +-inf): the arithmetic's cost. kDivide 3-6 add the product's parts
-// to the lean kernel one at a time: 3 the +-inf vote (dynamic_amax), 4 the product's division dispatch
-// (Divider(scale, finite) and quantized_words, which may take the slow division), 5 both, 6 both with
-// the slow division compiled out (kMaySlow = false).
-template <int kTrigger, int kDivide>
-__global__ void __launch_bounds__(1024) group_lean_kernel(const bf16* in, uint8_t* q, float* scales, int64_t total_groups) {
+// fp8 group quantization, group 128, the reference's arithmetic (x * (448 / amax), not x / s: a diagnostic of
+// what the exact quotient costs) on per_group_lean_kernel's layout (8 lanes a group of two contiguous 16-byte
+// vectors each, the amax over packed bf16 pairs), finite inputs only, CTAs of 256 triggering after their
+// stores; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
+__global__ void __launch_bounds__(256) group_multiply_kernel(const bf16* in, uint8_t* q, float* scales, uint32_t total_groups) {
 #ifdef __CUDACC__
   constexpr int kLanes = 8;
-  const int lane = static_cast<int>(threadIdx.x % kLanes);
-  const int64_t group = int64_t{blockIdx.x} * (blockDim.x / kLanes) + threadIdx.x / kLanes;
+  const uint32_t lane = threadIdx.x % kLanes, group = blockIdx.x * (256 / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
-  const int64_t at = group * 128 + lane * 2 * kV;
+  const uint32_t at = group * 128 + lane * 2 * kV;
   device::AlignedVector<bf16, kV> raw[2];
+  device::pdl_wait_primary();
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    if (valid) raw[j].load_global(in + at + j * kV);
   device::AlignedVector<bf16x2_t, 4> x[2];
-  wait_and_trigger<kTrigger>();
+  __builtin_memcpy(x, raw, sizeof(x));
+  float amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
+  amax = fmaxf(device::warp::reduce_max_nonnegative<kLanes>(amax), 1e-10f);
+  const float multiplier = 448.0f / amax;
+  if (valid) {
+    uint32_t words[4];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    if (valid) raw[j].load(in + at + j * kV);  // 16-byte loads (a vector of pairs loads as four 4-byte words)
-    __builtin_memcpy(&x[j], &raw[j], sizeof(raw[j]));
-  }
-  constexpr bool kVote = kDivide == 3 || kDivide >= 5, kDispatch = kDivide >= 4 && kDivide != 3;
-  float amax;
-  bool finite = true;
-  if constexpr (kVote) {
-    const auto fold = [&](auto op) { return valid ? device::quant::fold_pairs(x, op, 0.0f) : 0.0f; };
-    amax = device::quant::dynamic_amax(fold, [&](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
-                                       [&](bool b) { return __any_sync(0xffffffffu, b); }, finite);
-  } else {
-    amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
-    amax = device::warp::reduce_max_nonnegative<kLanes>(amax);
-  }
-  const float scale = device::quant::scale_for<fp8_e4m3_t>(amax, 1e-10f);
-  const device::quant::Divider d(scale, finite);
-  const float err = fmaf(-scale, d.inv, 1.0f) * d.inv;
-  const float multiplier = 448.0f / fmaxf(amax, 1e-10f);
-  if (!valid) return;
-  device::AlignedVector<uint32_t, 4> words;
-  if constexpr (kDispatch) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      device::AlignedVector<float, 8> f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const fp32x2_t v = device::cast<fp32x2_t>(x[j][k]);
-        f[2 * k] = v.x, f[2 * k + 1] = v.y;
-      }
-      device::quant::quantized_words<fp8_e4m3_t, kDivide != 6>(words.data + 2 * j, f, d);
+    for (int w = 0; w < 4; ++w) {
+      const auto pair = [&](int k) {
+        const fp32x2_t v = device::cast<fp32x2_t>(x[k / 4][k % 4]);
+        return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v.x * multiplier, v.y * multiplier), __NV_SATFINITE, __NV_E4M3));
+      };
+      words[w] = pair(2 * w) | (pair(2 * w + 1) << 16);
     }
-  } else {
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const auto pair = [&](int k) {
-      const fp32x2_t v = device::cast<fp32x2_t>(x[k / 4][k % 4]);
-      float2 r;
-      if constexpr (kDivide == 0 || kDivide == 3) {
-        r = make_float2(d.fast_finite(v.x), d.fast_finite(v.y));
-      } else if constexpr (kDivide == 2) {
-        r = make_float2(v.x * multiplier, v.y * multiplier);
-      } else {
-        r = make_float2(fmaf(v.x, d.inv, v.x * err), fmaf(v.y, d.inv, v.y * err));
-      }
-      return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
-    };
-    words[w] = pair(2 * w) | (pair(2 * w + 1) << 16);
+    device::AlignedVector<uint32_t, 4>{{words[0], words[1], words[2], words[3]}}.store_global(reinterpret_cast<uint32_t*>(q + at));
+    if (lane == 0) scales[group] = amax / 448.0f;
   }
-  }
-  words.store(reinterpret_cast<uint32_t*>(q + at));
-  if (lane == 0) scales[group] = scale;
-  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
+  device::pdl_trigger_secondary();
 #endif
 }
 
 #ifndef __CUDACC_RTC__
-void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t threads, int64_t trigger,
-                          int64_t contiguous) {
+// per_token_group_quant_8bit (fp8, fp32 scales) through the product's launch code with per_group_lean_kernel
+// of another shape: variant IPCTR = P 16-byte vectors a lane, C contiguous (1) or strided (0), CTAs of
+// T x 64 threads, trigger R (0 start, 1 after the wait, 2 after the stores), I = 1: IEEE divisions for the
+// scale and its reciprocal (not normal_scale_for, normal_reciprocal); 0: per_group_kernel alone (the product
+// before the lean kernel); 1: group_multiply_kernel (group 128, bf16 [N, H] contiguous).
+void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t group_size, int64_t variant) {
   using namespace host;
-  RuntimeCheck(x.dim() == 2 && x.size(1) % 128 == 0, "group_quant_schedule: [N, H], H a multiple of 128");
-  const int64_t groups = x.size(1) / 128, total = x.size(0) * groups;
-  const device::quant::GroupScales scales{s.data_ptr(), groups, 1, true};
-  const unsigned grid = static_cast<unsigned>(div_ceil(total, threads / 8));
-  LaunchKernel launch(grid, static_cast<unsigned>(threads), x.device());
-  launch.enable_pdl();
-  const auto* in = static_cast<const bf16*>(x.data_ptr());
-  auto* out = static_cast<uint8_t*>(q.data_ptr());
-  const auto go = [&](auto t) {
-    constexpr int kT = decltype(t)::value;
-    if (contiguous == 5) {  // the product's arithmetic (packed amax, +-inf handled), contiguous lanes
-      launch(group_schedule_kernel<kT, true, true>, in, out, scales, groups, total);
-    } else if (contiguous == 6) {  // the product's arithmetic and layout (packed amax, strided lanes)
-      launch(group_schedule_kernel<kT, false, true>, in, out, scales, groups, total);
-    } else if (contiguous >= 7) {  // the lean kernel with the product's parts: 7 vote, 8 dispatch, 9 both, 10 both without the slow division
-      with_constant<3, 4, 5, 6>(contiguous - 4, [&](auto d) {
-        launch(group_lean_kernel<kT, decltype(d)::value>, in, out, static_cast<float*>(s.data_ptr()), total);
-      });
-    } else if (contiguous >= 2) {  // 2: multiply, 3: lean, 4: lean with the 2-operation division
-      with_constant<2, 0, 1>(contiguous == 2 ? 2 : contiguous - 3, [&](auto d) {
-        launch(group_lean_kernel<kT, decltype(d)::value>, in, out, static_cast<float*>(s.data_ptr()), total);
-      });
-    } else if (contiguous) {
-      launch(group_schedule_kernel<kT, true>, in, out, scales, groups, total);
-    } else {
-      launch(group_schedule_kernel<kT, false>, in, out, scales, groups, total);
-    }
+  using Ops = jitkern_quant::QuantOps<bf16>;
+  if (variant == 1) {
+    RuntimeCheck(x.dim() == 2 && x.size(1) % 128 == 0 && group_size == 128, "group_quant_schedule: variant 1 takes [N, H] in groups of 128");
+    const int64_t total = x.size(0) * x.size(1) / 128;
+    LaunchKernel(static_cast<unsigned>(div_ceil(total, int64_t{256 / 8})), 256u, x.device())
+        .enable_pdl()(group_multiply_kernel, static_cast<const bf16*>(x.data_ptr()), static_cast<uint8_t*>(q.data_ptr()),
+                      static_cast<float*>(s.data_ptr()), static_cast<uint32_t>(total));
+    return;
+  }
+  bool done = false;
+  const auto shape = [&]<int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath = true>() {
+    const int64_t code = (!kNormalMath * 10000 + kPerLane * 1000 + kContiguous * 100 + kThreads / 64 * 10 + kTrigger) * (kPerLane > 0);
+    if (done || variant != code) return;
+    Ops::per_token_group_quant_with<Ops::GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>>(x, q, s, group_size, 1e-10);
+    done = true;
   };
-  with_constant<0, 1, 2>(trigger, go);
+  shape.template operator()<0, false, 0, 0>();
+  shape.template operator()<2, true, 256, 2>();
+  shape.template operator()<2, true, 256, 2, false>();
+  shape.template operator()<2, false, 256, 2>();
+  shape.template operator()<2, true, 128, 2>();
+  shape.template operator()<2, true, 128, 1>();
+  shape.template operator()<2, true, 64, 2>();
+  shape.template operator()<4, false, 256, 2>();
+  shape.template operator()<4, false, 128, 2>();
+  shape.template operator()<4, false, 128, 1>();
+  shape.template operator()<4, false, 64, 2>();
+  shape.template operator()<8, true, 256, 2>();
+  shape.template operator()<8, true, 128, 2>();
+  RuntimeCheck(done, "group_quant_schedule: no such variant (", variant, ")");
 }
 #endif  // __CUDACC_RTC__
 

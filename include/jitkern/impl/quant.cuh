@@ -5,7 +5,9 @@
 //                                    instruction per value where none is +-inf (half of one for
 //                                    16-bit values held as packed pairs: fold_pairs);
 //   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value
-//                                    (kDefaultScaleEps: eps of the ops that take none);
+//                                    (kDefaultScaleEps: eps of the ops that take none; normal_scale_for
+//                                    and normal_reciprocal: the same bits without the divisions' range
+//                                    tests, where eps >= kNormalScaleEps);
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
 //                                    it is stored (the layouts FP8 GEMMs read);
@@ -104,6 +106,16 @@ JITKERN_DEVICE float scale_for(float amax, float eps) {
   return fmaxf(amax, eps) / Format<Q>::kMax;
 }
 
+// scale_for<Q>(amax, eps) where eps >= kNormalScaleEps<Q>, without the IEEE division's range test: the product
+// by RN(1 / Q's largest value) and one FMA correction, the IEEE quotient for every dividend from
+// kNormalScaleEps<Q> to FLT_MAX (tests/python/ops/test_quant.py checks each one).
+template <typename Q>
+JITKERN_DEVICE float normal_scale_for(float amax, float eps) {
+  constexpr float kMax = Format<Q>::kMax, kInvMax = 1.0f / kMax;
+  const float m = fmaxf(amax, eps), q = m * kInvMax;
+  return fmaf(fmaf(-kMax, q, m), kInvMax, q);
+}
+
 // The biased exponent of the smallest power of two >= s (s positive and finite): UE8M0.
 JITKERN_DEVICE uint32_t ue8m0_exponent(float s) {
   const uint32_t bits = __float_as_uint(s);
@@ -117,9 +129,9 @@ JITKERN_DEVICE int64_t group_row(int64_t group, int64_t groups_per_row, int64_t 
 
 // A group's dynamic scale scale_for<Q>(amax, eps); kUE8M0: rounded up to a power of two, whose biased
 // exponent is also returned in `exponent`.
-template <typename Q, bool kUE8M0>
+template <typename Q, bool kUE8M0, bool kNormalEps = false>  // kNormalEps: eps >= kNormalScaleEps<Q> (normal_scale_for)
 JITKERN_DEVICE float group_scale(float amax, float eps, uint32_t& exponent) {
-  const float scale = scale_for<Q>(amax, eps);
+  const float scale = kNormalEps ? normal_scale_for<Q>(amax, eps) : scale_for<Q>(amax, eps);
   if constexpr (!kUE8M0) return scale;
   exponent = ue8m0_exponent(scale);
   return __uint_as_float(exponent << 23);
@@ -190,6 +202,9 @@ struct Divider {
   bool slow, simple;
   JITKERN_DEVICE explicit Divider(float scale, bool finite_dividends = false)
       : s(scale), inv(1.0f / scale), slow(!(scale >= 0x1p-64f && scale <= 0x1p126f)), simple(finite_dividends && !slow) {}
+  // A scale known to be in the fast range, with its reciprocal RN(1 / scale) (normal_reciprocal).
+  JITKERN_DEVICE Divider(float scale, float reciprocal, bool finite_dividends)
+      : s(scale), inv(reciprocal), slow(false), simple(finite_dividends) {}
   // Only where !slow, and x is not +-inf.
   JITKERN_DEVICE float fast_finite(float x) const {
     const float q0 = x * inv;
@@ -207,6 +222,14 @@ struct Divider {
 // (Divider::slow is false: at least 2^-64, and at most FLT_MAX / Q's largest value < 2^126).
 template <typename Q>
 inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
+
+// RN(1 / s) for s in Divider's fast range [2^-64, 2^126], without the IEEE division's range test: the
+// approximate reciprocal and one Newton step, as nvcc's 1.0f / s computes it there (the same test checks each s).
+JITKERN_DEVICE float normal_reciprocal(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return fmaf(r, fmaf(-r, s, 1.0f), r);
+}
 
 // The scale floor of the dynamic ops without an eps argument (per-tensor, per-token, norm + quant, the
 // MoE activations' per-token form): their scales' reciprocals never overflow, so their stores skip that case.

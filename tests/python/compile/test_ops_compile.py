@@ -239,3 +239,28 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     used = dict(re.findall(r"Function properties for \S*norm_group_rows_kernel\S*?Li128ELi(\d)E\S*\n(?:.*\n)*?.*Used (\d+) registers", log))
     assert set(used) == {"4", "2"}, log
     assert int(used["4"]) <= 64 and int(used["2"]) <= 48, log
+
+
+@pytest.mark.toolchain
+def test_lean_group_quant_kernel_divides_without_range_tests_in_32_bits(tmp_path):
+    """per_token_group_quant's lean kernel (bf16 1x128 groups, fp8, CTAs of 256) finds its group with 32-bit
+    arithmetic (no 64-bit multiply or quotient before its loads), takes the scale and its reciprocal without the
+    IEEE divisions' range tests and slow paths (no div.rn), keeps a group holding +-inf out of line (calls), and
+    uses at most 32 registers (per_group_kernel's common path branched over both divisions' slow paths)."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / "group_lean.cu"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
+                   "void* lean = (void*)&jitkern_quant::per_group_lean_kernel<bf16_t, 8, 2, true, false, 256, 2>;\n")
+    flags = ["nvcc", "-std=c++20", "-arch=sm_90a", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}",
+             f"-I{paths['dlpack_include']}"]
+    out = subprocess.run([*flags, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "group_lean.cubin"), str(src)], check=True,
+                         capture_output=True, text=True)
+    used = re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", out.stdout + out.stderr, re.S)
+    assert len(used) == 1 and int(used[0][1]) <= 32, out.stdout + out.stderr
+    subprocess.run([*flags, "-ptx", "-o", str(tmp_path / "group_lean.ptx"), str(src)], check=True)
+    body = (tmp_path / "group_lean.ptx").read_text().split(".entry ", 1)[1].split("\n.func", 1)[0]  # the called functions follow
+    assert "call" in body, "the +-inf paths are calls"
+    assert "div.rn.f32" not in body and not re.search(r"(div|rem)\.[us]64", body)
+    assert not re.search(r"mul\.(hi|lo)\.[us]64|mul\.wide\.[us]64", body.split("ld.global", 1)[0])

@@ -6,7 +6,7 @@ shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the sam
 from pathlib import Path
 
 import pytest
-from conftest import HERE, eagerly_then_from_a_graph
+from conftest import HERE, KERNELS, eagerly_then_from_a_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -441,6 +441,104 @@ def test_per_token_group_misaligned_3d_and_errors():
         m.per_token_group_quant_ue8m0(x2, torch.empty(2, 256, dtype=torch.uint8, device="cuda"), s32, 64, 1e-10)
     q_int8, s_int8 = per_token_group_quant_8bit(x2, 64, torch.int8, output_q=q8, output_s=s32)
     assert q_int8 is q8 and s_int8 is s32 and q8.any(), "the op picks the int8 export from its outputs"
+
+
+# (rows, H), eps: fp8 of 16-bit rows at the lean kernel's launches (an H200's 132 SMs: a few CTAs, trigger at
+# start; one wave and several of more than 256 threads an SM, after the stores), part-filled CTAs and warps (15
+# groups of 128), and, through per_group_kernel, an eps below kNormalScaleEps and strided rows.
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("shape, eps", [((1, 7168), 1e-10), ((3, 640), 1e-20), ((255, 7168), 1e-10), ((1030, 7168), 1e-10)])
+def test_per_token_group_fp8_at_each_launch(dtype_name, group_size, shape, eps):
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    x = _x(shape, dtype_name, seed=shape[0])
+    x[0, 2 * group_size + 3] = float("inf")  # one group of its warp's takes the inf-safe division
+    x[-1, -group_size:] = 0  # a group of zeros: the eps scale
+    x[-1, -1] = float("nan")
+    wide = torch.zeros(shape[0], shape[1] + 64, dtype=x.dtype, device=x.device)
+    wide[:, :shape[1]] = x
+    for flags in (dict(), dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=True)):
+        eq, es, exponent = _group_reference(x, group_size, torch.float8_e4m3fn, eps, bool(flags))
+        for rows in (x, wide[:, :shape[1]]):  # contiguous, and strided rows (per_group_kernel)
+            q, s = per_token_group_quant_8bit(rows, group_size, eps=eps, **flags)
+            _assert_q_equal(q, eq)
+            if flags:
+                assert torch.equal(_unpack_ue8m0(s, shape[1] // group_size), exponent)
+            else:
+                assert torch.equal(s, es)
+
+
+# per_group_lean_kernel's lane layouts (16-byte vectors a lane, contiguous): the product's and the others that
+# benchmarks/bench_schedules.py sets beside it.
+LEAN_LAYOUTS = [(2, True), (2, False), (4, False), (4, True), (8, True)]
+
+
+@pytest.fixture(scope="module")
+def lean_layouts():
+    import jitkern
+
+    wrappers = [(f"lean_{d}_{p}{'c' if c else 's'}", f"quant_group_lean_test::group_quant_lean<{d}_t, {p}, {'true' if c else 'false'}>")
+                for d in ("bf16", "fp16") for p, c in LEAN_LAYOUTS]
+    return jitkern.load_jit("quant_group_lean_test", cuda_files=[str(KERNELS / "quant_group_lean.cuh")], cuda_wrappers=wrappers,
+                            extra_include_paths=[str(jitkern.CSRC_DIR)], host_without_nvcc=True)
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", LEAN_LAYOUTS)
+@pytest.mark.parametrize("shape", [(3, 640), (255, 7168)])
+def test_per_token_group_fp8_lean_layouts(lean_layouts, dtype_name, layout, shape):
+    """Every lane layout of the lean kernel gives the reference's codes and scales at each group size, with
+    +-inf and NaN in the groups (part-filled CTAs at (3, 640))."""
+    torch = _torch()
+    short = {"bfloat16": "bf16", "float16": "fp16"}[dtype_name]
+    fn = getattr(lean_layouts, f"lean_{short}_{layout[0]}{'c' if layout[1] else 's'}")
+    x = _x(shape, dtype_name, seed=3)
+    x[0, 37], x[-1, 5], x[-1, -1] = float("inf"), float("-inf"), float("nan")
+    for group_size in (32, 64, 128):
+        q = torch.empty(shape, dtype=torch.uint8, device="cuda")
+        s = torch.empty(shape[0], shape[1] // group_size, device="cuda")
+        fn(x, q, s, group_size, 1e-10)
+        eq, es, _ = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, False)
+        _assert_q_equal(q.view(torch.float8_e4m3fn), eq)
+        assert torch.equal(s, es)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 256, 1030])
+def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
+    """bf16 [rows, 7168] in groups of 128 (8 lanes a group, CTAs of 128 threads): the lean kernel for at most 8
+    CTAs and for more than 256 threads an SM, per_group_kernel between (64 rows on 132 SMs: 28672 threads)."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    from jitkern.ops import per_token_group_quant_8bit
+
+    ctas = -(-rows * 56 // 16)
+    lean = ctas <= 8 or ctas * 128 > 256 * torch.cuda.get_device_properties(0).multi_processor_count
+    x = _x((rows, 7168), "bfloat16")
+    per_token_group_quant_8bit(x, 128)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        per_token_group_quant_8bit(x, 128)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "per_group_" in e.name]
+    assert len(names) == 1 and ("per_group_lean_kernel" in names[0]) == lean, names
+
+
+def test_normal_scale_division_and_reciprocal_are_ieee():
+    """normal_scale_for and normal_reciprocal (include/jitkern/impl/quant.cuh) give the IEEE quotients
+    max(amax, eps) / 448 (/ 127) and 1 / s for every float of their ranges: checked one by one."""
+    torch = _torch()
+    import jitkern
+
+    m = jitkern.load_jit("quant_normal_math_test", cuda_files=[str(KERNELS / "quant_normal_math.cuh")],
+                         cuda_wrappers=[("normal_math_mismatches", "normal_math_mismatches")])
+    counts = torch.full((4,), -1, dtype=torch.int64, device="cuda")
+    m.normal_math_mismatches(counts)
+    fp8, int8, reciprocal, seen = counts.tolist()
+    assert seen == 0x7F800000, "every positive finite float"
+    assert (fp8, int8, reciprocal) == (0, 0, 0)
 
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
