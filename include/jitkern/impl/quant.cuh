@@ -137,6 +137,95 @@ JITKERN_DEVICE float group_scale(float amax, float eps, uint32_t& exponent) {
   return __uint_as_float(exponent << 23);
 }
 
+// The rounding policy of the ops that offer one (Python's rounding=, python/jitkern/ops/quant.py's
+// rounding_policy). kExact: the rules above (the IEEE quotient x / s). kSglang: SGLang's per_token_group_quant_8bit
+// arithmetic, bit for bit (it is built with --use_fast_math, so its fp32 multiplies flush subnormals):
+//   amax  max |x| with NaN left out and +-inf included (AbsMax, no second look), m = max(amax, eps);
+//   scale s = m * RN(1 / Q's largest), and the codes x * k with k = Q's largest / m by div.approx.ftz
+//         (0 where m > 2^126, so such a group's codes are 0, and NaN for +-inf);
+//   codes fp8: satfinite RNE of the fp32 product, bf16 inputs keeping NaN, fp16 and fp32 inputs through
+//         fminf(v, 448) first (NaN -> 448); int8: clamped to [-128, 127] and truncated (NaN -> -128);
+//   UE8M0 e = ue8m0_exponent(s) and k = 2^(127 - e + 127) by its bits (-inf for e = 255); 16-bit inputs
+//         multiply by k rounded to their own type, packed, then take min(v, 448) there (bf16 keeping NaN).
+// device::quant::sglang holds that arithmetic; the kernels choose it with a Rounding template parameter.
+enum class Rounding { kExact, kSglang };
+
+namespace sglang {
+
+// a * b in fp32, subnormal operands and results flushed to zero (fast-math's mul.ftz).
+JITKERN_DEVICE float mul(float a, float b) {
+  float r;
+  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// A group's scale, from m = max(amax, eps).
+template <typename Q>
+JITKERN_DEVICE float scale(float m) {
+  return mul(m, 1.0f / Format<Q>::kMax);
+}
+
+// The multiplier of a group's codes (fp32 scales), from m = max(amax, eps): fast-math's Q's largest / m.
+template <typename Q>
+JITKERN_DEVICE float multiplier(float m) {
+  float r;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(Format<Q>::kMax), "f"(m));
+  return r;
+}
+
+// The multiplier of a group's codes for UE8M0 exponent e (ue8m0_exponent of scale<fp8>(m)): 2^(127 - e)
+// by its bits, wrapping as a 32-bit shift does (e = 254: 0; e = 255: -inf).
+JITKERN_DEVICE float ue8m0_multiplier(uint32_t exponent) {
+  return __uint_as_float((254u - exponent) << 23);
+}
+
+// A group's scale (to store), UE8M0 exponent and code multiplier, from its amax (AbsMax: NaN out, +-inf in).
+struct GroupScale {
+  float scale, k;
+  uint32_t exponent;
+};
+template <typename Q, bool kUE8M0>
+JITKERN_DEVICE GroupScale group_scale(float amax, float eps) {
+  const float m = fmaxf(amax, eps), s = scale<Q>(m);
+  if constexpr (kUE8M0) {
+    const uint32_t e = ue8m0_exponent(s);
+    return {__uint_as_float(e << 23), ue8m0_multiplier(e), e};
+  } else {
+    return {s, multiplier<Q>(m), 0u};
+  }
+}
+
+// The codes of two values a, b of input type T (fp16, bf16 or fp32) with multiplier k, a's in the low byte
+// (fp32 scales; and UE8M0 for fp32 inputs).
+template <typename Q, typename T>
+JITKERN_DEVICE uint32_t encode_pair(float a, float b, float k) {
+  float x = mul(a, k), y = mul(b, k);
+  if constexpr (std::is_same_v<Q, fp8_e4m3_t>) {
+    if constexpr (!std::is_same_v<T, bf16_t>) x = fminf(x, Format<Q>::kMax), y = fminf(y, Format<Q>::kMax);
+    return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(x, y), __NV_SATFINITE, __NV_E4M3));
+  } else {
+    static_assert(std::is_same_v<Q, int8_t>);
+    const auto code = [](float v) { return static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(fminf(fmaxf(v, -128.0f), 127.0f)))); };
+    return code(x) | (code(y) << 8);
+  }
+}
+
+// The fp8 codes of a packed pair of 16-bit values with a UE8M0 multiplier k (ue8m0_multiplier), the low
+// half's in the low byte: multiplied in their own type, then min(v, 448) (bf16 keeping NaN).
+template <typename P>
+  requires kIsPacked16<P>
+JITKERN_DEVICE uint32_t encode_pair_ue8m0(P x, float k) {
+  if constexpr (std::is_same_v<P, bf16x2_t>) {
+    const bf16x2_t p = __hmin2_nan(__hmul2(x, __float2bfloat162_rn(k)), __float2bfloat162_rn(Format<fp8_e4m3_t>::kMax));
+    return static_cast<uint32_t>(__nv_cvt_bfloat16raw2_to_fp8x2(p, __NV_SATFINITE, __NV_E4M3));
+  } else {
+    const fp16x2_t p = __hmin2(__hmul2(x, __float2half2_rn(k)), __float2half2_rn(Format<fp8_e4m3_t>::kMax));
+    return static_cast<uint32_t>(__nv_cvt_halfraw2_to_fp8x2(p, __NV_SATFINITE, __NV_E4M3));
+  }
+}
+
+}  // namespace sglang
+
 // Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
 // the byte g % 4 of the int32 at words[r * row_stride + g / 4 * group_stride]. `flat`: fp32 scales whose
 // index is the group's flat number r * groups_per_row + g (row-major, contiguous).

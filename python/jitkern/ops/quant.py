@@ -18,11 +18,35 @@ torch custom op (torch.ops.jitkern.*), which is what torch.compile traces."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
 from ._shapes import as_rows
+
+
+class Rounding(NamedTuple):
+    """A rounding policy of the ops that take rounding= (device::quant::Rounding, include/jitkern/impl/quant.cuh,
+    documents both): "exact", the IEEE quotient x / s (the default); "sglang", SGLang's per_token_group_quant_8bit
+    arithmetic, bit for bit (the codes x * (448 / amax), a multiply a value)."""
+    name: str
+    cpp: str     # the C++ template argument
+    suffix: str  # of the exports that build it: "" or "_sglang"
+
+
+ROUNDINGS = {r.name: r for r in (Rounding("exact", "device::quant::Rounding::kExact", ""),
+                                 Rounding("sglang", "device::quant::Rounding::kSglang", "_sglang"))}
+
+
+def rounding_policy(rounding: str, public: str) -> Rounding:
+    """rounding= of op `public` checked: its Rounding, or a ValueError naming the argument and the choices."""
+    policy = ROUNDINGS.get(rounding) if isinstance(rounding, str) else None
+    if policy is None:
+        raise ValueError(f"{public}(): rounding must be one of {', '.join(map(repr, ROUNDINGS))}, got {rounding!r}")
+    return policy
+
 
 _NORM_GROUP_SIZES = (64, 128)  # the group sizes of the norm + per-group ops
 
