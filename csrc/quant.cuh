@@ -443,7 +443,9 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kFewLaneVecs, kFusedFewLaneVecs: N below it (0: the norm kernels' launch, one vector a thread);
 //   kPairs: 16-bit rows widened and narrowed as packed pairs (PairMath);
 //   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
-//     many rows, else after its wait.
+//     many rows, else after its wait;
+//   kSplitThreads, kSplitCtasPerSm: 16-bit rows of the plain op split over CTAs of kSplitThreads threads
+//     (norm_group_split_kernel) while that makes at most kSplitCtasPerSm CTAs an SM (0 threads: never).
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -455,6 +457,8 @@ struct NormGroupSchedule {
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
   static constexpr bool kPairs = true;
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
+  static constexpr int kSplitThreads = 128;
+  static constexpr int64_t kSplitCtasPerSm = 1;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -531,9 +535,9 @@ struct PairMath {
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
 // at start, else after the wait.
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, bool kExact, bool kPairs>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
-    norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0> epi) {
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
+    const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
@@ -607,13 +611,82 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
         for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
       }
     }
-    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   } else {
     Vec x[kPerLane];
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
-    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   }
+#endif
+}
+
+// A few token rows of RMSNorm + group quantization, each split over ceil(vectors / kThreads) CTAs (blockIdx.x: the
+// slice, blockIdx.y: the row), so that a decode row's epilogue is spread over as many SMs: every CTA of a row reads
+// the whole row and adds its sum of squares as norm_group_rows_kernel does (the same bits in each), then normalises
+// and quantizes only its own kThreads vectors, one a thread. kThreads: whole warps, so that a thread's k-th vector
+// t + k * kThreads is in lane t % 32 of the one-vector-a-thread warp t / 32 + k * kThreads / 32. The plain op only
+// (fused add: a row's residual is read by every CTA, so none may write it before all have read it).
+template <typename T, int kVec, int kGroup, int kThreads, bool kUE8M0, quant::Rounding kRounding>
+__global__ void __launch_bounds__(kThreads) norm_group_split_kernel(const __grid_constant__ device::norm::NormParams<T> p,
+                                                                    const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+#ifdef __CUDACC__
+  using namespace device::norm;
+  using Vec = AlignedVector<T, kVec>;
+  using PM = PairMath<T, kVec>;
+  constexpr int kRowVecs = host::kRowKernels.max_cta_threads / kThreads, kWarps = kThreads / device::kWarpThreads;
+  constexpr int kGroupVecs = kGroup / kVec;
+  static_assert(sizeof(T) == 2 && kThreads % device::kWarpThreads == 0 && kGroupVecs <= device::kWarpThreads);
+  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.y));
+  const int t = static_cast<int>(threadIdx.x), nvec = static_cast<int>(p.hidden / kVec);
+  const int own = static_cast<int>(blockIdx.x) * kThreads + t;
+  const bool held = own < nvec;  // a group's lanes all or none
+  const T *in_at = row.in + t * kVec, *own_at = row.in + own * kVec, *w_at = row.weight + own * kVec;
+  asm volatile("" : "+l"(in_at), "+l"(own_at), "+l"(w_at));  // as norm_group_rows_kernel
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  Vec xs[kRowVecs], x, w;
+#pragma unroll
+  for (int k = 0; k < kRowVecs; ++k)
+    if (t + k * kThreads < nvec) xs[k].load_global(in_at + k * kThreads * kVec);
+  if (held) x.load_global(own_at), w.load_global(w_at);
+  float part[kRowVecs];
+#pragma unroll
+  for (int k = 0; k < kRowVecs; ++k) {
+    part[k] = 0.0f;
+    if (t + k * kThreads < nvec) {
+      float v[kVec];
+      PM::widen(xs[k], v);
+      part[k] = PM::sum_squares(v);
+    }
+  }
+#pragma unroll
+  for (int offset = device::kWarpThreads / 2; offset >= 1; offset /= 2)
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) part[k] += __shfl_xor_sync(0xffffffffu, part[k], offset);
+  __shared__ float partial[device::kWarpThreads];
+  const int lane = t % device::kWarpThreads, old_warps = (nvec + device::kWarpThreads - 1) / device::kWarpThreads;
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k)
+      if (t / device::kWarpThreads + k * kWarps < old_warps) partial[t / device::kWarpThreads + k * kWarps] = part[k];
+  }
+  __syncthreads();
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
+  const float scale = rsqrtf(total * inv_hidden + p.eps);
+  AlignedVector<device::packed_t<T>, kVec / 2> y[1];
+  {
+    float xv[kVec], wv[kVec];
+    PM::widen(x, xv);
+    PM::widen(w, wv);
+    y[0] = PM::normalized(xv, wv, scale);
+  }
+  const int g = own / kGroupVecs;
+  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
+  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec, epi.eps, 0xffffffffu,
+                                                                  store_scale);
 #endif
 }
 
@@ -861,26 +934,26 @@ struct QuantOps {
   // The normalised values are rounded to T first, as rmsnorm writes them. One pass: the row stays in
   // registers (device::quant::QuantizeGroups). An instantiation per group size (group_size must equal
   // kGroupSize), so that a module builds one group size's kernels.
-  template <int kGroupSize>
+  template <int kGroupSize, quant::Rounding kRounding = quant::Rounding::kExact>
   static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
                                   jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<kGroupSize, false, false>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, false, false, kRounding>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
   }
-  template <int kGroupSize>
+  template <int kGroupSize, quant::Rounding kRounding = quant::Rounding::kExact>
   static void rmsnorm_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
                                         jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<kGroupSize, false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, false, true, kRounding>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s, group_size);
   }
   // residual += input, then rmsnorm_group_quant of residual (input is left as it was).
-  template <int kGroupSize>
+  template <int kGroupSize, quant::Rounding kRounding = quant::Rounding::kExact>
   static void fused_add_rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<kGroupSize, true, false>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, true, false, kRounding>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
   }
-  template <int kGroupSize>
+  template <int kGroupSize, quant::Rounding kRounding = quant::Rounding::kExact>
   static void fused_add_rmsnorm_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
                                                   jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
-    norm_group_quant<kGroupSize, true, true>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
+    norm_group_quant<kGroupSize, true, true, kRounding>(TokenRows<T>(input, weight, nullptr, &residual, eps), output_q, output_s, group_size);
   }
 
   // residual += input; output_q = fp8(rmsnorm(residual) * weight / s) (input is left as it was).
@@ -1050,7 +1123,7 @@ struct QuantOps {
     }
   }
 
-  template <int kGroup, bool kFusedAdd, bool kUE8M0>
+  template <int kGroup, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding>
   static void norm_group_quant(const TokenRows<T>& rows, jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size) {
     using namespace host;
     RuntimeCheck(group_size == kGroup, "group_size must be ", kGroup, " for this export, got ", group_size);
@@ -1063,21 +1136,21 @@ struct QuantOps {
     RuntimeCheck(checked.ue8m0 == kUE8M0, "output_s must be ", kUE8M0 ? "int32 (packed UE8M0 exponents)" : "float32",
                  " for this export, got ", kUE8M0 ? "float32" : "int32");
     if (rows.tokens * hidden == 0) return;
-    const quant::QuantizeGroups<kGroup, kUE8M0> epi{q, qs, checked.scales, groups, 0, quant::kDefaultScaleEps};
+    const quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi{q, qs, checked.scales, groups, 0, quant::kDefaultScaleEps};
     // Groups are reduced among the lanes holding their vectors: rows are read in 16-byte vectors only.
     constexpr int kVec = device::kVec16<T>;
     RuntimeCheck(host::norm::norm_vector_width(rows.params, 1, epi) == kVec, "a quantization in groups needs input, ",
                  kFusedAdd ? "residual, " : "", "weight at 16-byte aligned addresses, output_q at a multiple of ", kVec,
                  " bytes, and row strides of input, ", kFusedAdd ? "residual, " : "", "output_q that are multiples of ", kVec, " elements");
-    if (launch_group_rows<kGroup, kFusedAdd, kUE8M0>(rows, epi)) return;
+    if (launch_group_rows<kGroup, kFusedAdd>(rows, epi)) return;
     host::norm::launch_norm<T, kFusedAdd>(rows.params, 1, rows.tokens, rows.device, epi);
   }
 
   // Token rows of at most row_threads vectors through norm_group_rows_kernel, N vectors of a group a lane by
   // S (NormGroupSchedule); false (nothing launched) where S gives the norm kernels' launch, or elsewhere (the
   // operands are checked, 16-byte vectors).
-  template <int kGroup, bool kFusedAdd, bool kUE8M0>
-  static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0>& epi) {
+  template <int kGroup, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding>
+  static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
     const int64_t nvec = rows.params.hidden / kVec;
@@ -1086,6 +1159,16 @@ struct QuantOps {
     device::norm::NormParams<T> p = rows.params;
     p.total_rows = static_cast<int32_t>(rows.tokens);
     p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
+    const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
+    if constexpr (!kFusedAdd && S::kSplitThreads > 0 && sizeof(T) == 2) {
+      const int64_t slices = div_ceil(nvec, int64_t{S::kSplitThreads});
+      if (slices > 1 && rows.tokens * slices <= S::kSplitCtasPerSm * sm_count) {
+        LaunchKernel launch(dim3(static_cast<unsigned>(slices), static_cast<unsigned>(rows.tokens)), S::kSplitThreads, rows.device);
+        launch.enable_pdl();
+        launch(norm_group_split_kernel<T, kVec, kGroup, S::kSplitThreads, kUE8M0, kRounding>, p, epi);
+        return true;
+      }
+    }
     const auto go = [&](auto lanes_tag) {
       constexpr int kLaneVecs = decltype(lanes_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
@@ -1095,14 +1178,14 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, true, S::kPairs>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, false, S::kPairs>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs>, p, epi);
         }
         return true;
       }
     };
-    if (rows.tokens >= S::kManyRowsPerSm * runtime::get_sm_count(rows.device.device_id))
+    if (rows.tokens >= S::kManyRowsPerSm * sm_count)
       return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
     return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
   }

@@ -1,7 +1,7 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
-// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows>: NormGroupSchedule's members, in its
-// order (kManyRowsPerSm: the product's).
+// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kSplitThreads, kSplitCtasPerSm>:
+// NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
 #pragma once
 
 #include <quant.cuh>
@@ -10,13 +10,15 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kSplitThreadsArg, int kSplitCtasPerSmArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
   static constexpr int64_t kManyRowsPerSm = jitkern_quant::NormGroupSchedule::kManyRowsPerSm;
   static constexpr bool kPairs = kPairsArg != 0;
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
+  static constexpr int kSplitThreads = kSplitThreadsArg;
+  static constexpr int64_t kSplitCtasPerSm = kSplitCtasPerSmArg;
 };
 
 template <int... kArgs>

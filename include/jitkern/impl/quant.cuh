@@ -525,8 +525,9 @@ struct QuantizeRows {
 // consecutive lanes (vector i of a block of whole warps' vectors to lane i), so with hidden a multiple of
 // kGroup a group is one vector in each of kGroup / kVec consecutive lanes, all of them holding it or none:
 // its amax is a shuffle reduction among those lanes alone, while the row stays in registers. That takes
-// kGroup / kVec <= 32, 16-byte vectors (kVectorsOnly: the caller checks the operands allow them).
-template <int kGroup, bool kUE8M0>
+// kGroup / kVec <= 32, 16-byte vectors (kVectorsOnly: the caller checks the operands allow them). kRounding:
+// the codes and scales of per_token_group_quant with that rounding.
+template <int kGroup, bool kUE8M0, Rounding kRounding = Rounding::kExact>
 struct QuantizeGroups {
   static constexpr bool kVectorsOnly = true;
   static constexpr bool kOneVectorPerThread = true;  // a group reduction per store
@@ -558,10 +559,10 @@ struct QuantizeGroups {
           AlignedVector<packed_t<T>, kVec / 2> x[1];
 #pragma unroll
           for (int k = 0; k < kVec / 2; ++k) x[0][k] = packed_t<T>(y[2 * k], y[2 * k + 1]);
-          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, lanes, store_scale);
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0, false, kRounding>(x, true, q + at, eps, lanes, store_scale);
         } else {
           const AlignedVector<T, kVec> x[1] = {y};
-          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0>(x, true, q + at, eps, lanes, store_scale);
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0, false, kRounding>(x, true, q + at, eps, lanes, store_scale);
         }
       }
     }

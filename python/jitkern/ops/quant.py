@@ -51,10 +51,10 @@ def rounding_policy(rounding: str, public: str) -> Rounding:
 _NORM_GROUP_SIZES = (64, 128)  # the group sizes of the norm + per-group ops
 
 
-def _norm_group_export(op: str, ue8m0: str, group_size: int) -> str:
-    """The export of a norm + per-group op for its scale format (ue8m0: "" or "_ue8m0") and group size: a
-    module each, so that a first call builds one group size's kernels."""
-    return f"{op}{ue8m0}_g{group_size}"
+def _norm_group_export(op: str, ue8m0: str, rounding: Rounding, group_size: int) -> str:
+    """The export of a norm + per-group op for its scale format (ue8m0: "" or "_ue8m0"), rounding and group size:
+    a module each, so that a first call builds one group size's kernels."""
+    return f"{op}{ue8m0}{rounding.suffix}_g{group_size}"
 
 
 # The norm + per-group ops: their C++ parameters and a module's compile seconds (estimates: about
@@ -62,12 +62,12 @@ def _norm_group_export(op: str, ue8m0: str, group_size: int) -> str:
 _NORM_GROUP_OPS = {"rmsnorm_group_quant": ("input, weight, output_q, output_s, group_size, eps", 3.0),
                    "fused_add_rmsnorm_group_quant": ("input, residual, weight, output_q, output_s, group_size, eps", 3.25)}
 # their exports -> (op, C++ member)
-_NORM_GROUP = {_norm_group_export(op, ue8m0, g): (op, f"{op}{ue8m0}<{g}>") for op in _NORM_GROUP_OPS for ue8m0 in ("", "_ue8m0")
-               for g in _NORM_GROUP_SIZES}
+_NORM_GROUP = {_norm_group_export(op, ue8m0, r, g): (op, f"{op}{ue8m0}<{g}, {r.cpp}>") for op in _NORM_GROUP_OPS
+               for ue8m0 in ("", "_ue8m0") for r in ROUNDINGS.values() for g in _NORM_GROUP_SIZES}
 
 
 def _norm_group_exports(op: str) -> tuple[str, ...]:
-    """The exports a norm + per-group op may call: one per scale format and group size."""
+    """The exports a norm + per-group op may call: one per scale format, rounding and group size."""
     return tuple(e for e, (o, _) in _NORM_GROUP.items() if o == op)
 
 
@@ -260,11 +260,12 @@ def fused_add_rmsnorm_quant_fp8(input: torch.Tensor, residual: torch.Tensor, wei
 # ---- RMSNorm + per-group quantization --------------------------------------------------------------
 
 def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_size, column_major_scales, scale_tma_aligned,
-                      scale_ue8m0, output_q, output_s):
+                      scale_ue8m0, rounding, output_q, output_s):
     check_group_size(group_size, public)
     if group_size not in _NORM_GROUP_SIZES:
         raise ValueError(f"{public}(): group_size must be {' or '.join(map(str, _NORM_GROUP_SIZES))}, got {group_size}")
-    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), group_size), input, public)
+    policy = rounding_policy(rounding, public)
+    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), policy, group_size), input, public)
     q = _empty_q(input) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
         input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
@@ -275,51 +276,53 @@ def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_
 
 
 def _fake_norm_group_quant(input, *args):
-    group_size, cm, tma, ue8m0 = args[-4:]
+    group_size, cm, tma, ue8m0 = args[-5:-1]
     return _empty_q(input), group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0)
 
 
-_GROUP_FLAGS = "int group_size, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0"
+_GROUP_FLAGS = "int group_size, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0, str rounding"
 
 
 @FAMILY.op(*_norm_group_exports("rmsnorm_group_quant"), torch=(TorchOp(
     "rmsnorm_group_quant_fp8", f"(Tensor input, Tensor weight, float eps, {_GROUP_FLAGS}) -> (Tensor, Tensor)",
-    lambda input, weight, eps, group_size, cm, tma, ue8m0: _norm_group_quant(
-        "rmsnorm_group_quant", "rmsnorm_group_quant_fp8", input, None, weight, eps, group_size, cm, tma, ue8m0, None, None),
+    lambda input, weight, eps, group_size, cm, tma, ue8m0, rounding: _norm_group_quant(
+        "rmsnorm_group_quant", "rmsnorm_group_quant_fp8", input, None, weight, eps, group_size, cm, tma, ue8m0, rounding, None, None),
     _fake_norm_group_quant),))
 def rmsnorm_group_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, group_size: int = 128,
                             column_major_scales: bool = False, scale_tma_aligned: bool = False, scale_ue8m0: bool = False,
-                            output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
+                            rounding: str = "exact", output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
     """Returns (q, s): y = rmsnorm(input) * weight (rounded to input's dtype, as rmsnorm writes it), quantized
     to fp8 e4m3 in groups of group_size (64 or 128) consecutive elements of a row, each with its dynamic
     scale max(amax(|group|), 1e-10) / 448, in one pass, as per_token_group_quant_8bit quantizes the row and
-    in its scale layouts (the flags: group_scales_like; scale_ue8m0: powers of two as packed exponents);
+    in its scale layouts (the flags: group_scales_like; scale_ue8m0: powers of two as packed exponents) and
+    with its rounding= ("exact" or "sglang": per_token_group_quant_8bit's bits for the rounded row);
     against rmsnorm then per_token_group_quant_8bit, the row's sum of squares may round an ulp apart
     (docs/ops.md says where and what it changes). The last dimension must be a multiple of group_size;
     input, weight and q must allow 16-byte vectors."""
     if compiling():
-        q, s = torch.ops.jitkern.rmsnorm_group_quant_fp8(input, weight, eps, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0)
+        q, s = torch.ops.jitkern.rmsnorm_group_quant_fp8(input, weight, eps, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0,
+                                                         rounding)
         return _into(q, s, output_q, output_s)
     return _norm_group_quant("rmsnorm_group_quant", "rmsnorm_group_quant_fp8", input, None, weight, eps, group_size, column_major_scales,
-                             scale_tma_aligned, scale_ue8m0, output_q, output_s)
+                             scale_tma_aligned, scale_ue8m0, rounding, output_q, output_s)
 
 
 @FAMILY.op(*_norm_group_exports("fused_add_rmsnorm_group_quant"), torch=(TorchOp(
     "fused_add_rmsnorm_group_quant_fp8",
     f"(Tensor input, Tensor(a!) residual, Tensor weight, float eps, {_GROUP_FLAGS}) -> (Tensor, Tensor)",
-    lambda input, residual, weight, eps, group_size, cm, tma, ue8m0: _norm_group_quant(
+    lambda input, residual, weight, eps, group_size, cm, tma, ue8m0, rounding: _norm_group_quant(
         "fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_fp8", input, residual, weight, eps, group_size, cm, tma, ue8m0,
-        None, None),
+        rounding, None, None),
     _fake_norm_group_quant),))
 def fused_add_rmsnorm_group_quant_fp8(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
                                       group_size: int = 128, column_major_scales: bool = False, scale_tma_aligned: bool = False,
-                                      scale_ue8m0: bool = False, output_q: torch.Tensor | None = None,
+                                      scale_ue8m0: bool = False, rounding: str = "exact", output_q: torch.Tensor | None = None,
                                       output_s: torch.Tensor | None = None):
     """residual += input (in place, as fused_add_rmsnorm), then rmsnorm_group_quant_fp8 of the new residual.
     input is left as it was. Returns (q, s)."""
     if compiling():
         q, s = torch.ops.jitkern.fused_add_rmsnorm_group_quant_fp8(input, residual, weight, eps, group_size, column_major_scales,
-                                                                   scale_tma_aligned, scale_ue8m0)
+                                                                   scale_tma_aligned, scale_ue8m0, rounding)
         return _into(q, s, output_q, output_s)
     return _norm_group_quant("fused_add_rmsnorm_group_quant", "fused_add_rmsnorm_group_quant_fp8", input, residual, weight, eps, group_size,
-                             column_major_scales, scale_tma_aligned, scale_ue8m0, output_q, output_s)
+                             column_major_scales, scale_tma_aligned, scale_ue8m0, rounding, output_q, output_s)
