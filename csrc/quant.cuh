@@ -297,8 +297,8 @@ using quant::GroupScales;
 // One group of kLanes * kPerLane * kVec elements per kLanes consecutive lanes (kLanes a power of two
 // <= 32; lane l holds vectors l, l + kLanes, ...). kFlat: input and output rows are contiguous, so group
 // G starts at element G * group size (no division by the groups per row on the load path). The next
-// launch is triggered at start, after the wait, or (trigger_at_end) after the group's stores.
-template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0, bool kFlat>
+// launch is triggered at start, after the wait, or (trigger_at_end) after the group's stores. kRounding: quant::Rounding.
+template <typename T, typename Q, int kVec, int kLanes, int kPerLane, bool kUE8M0, bool kFlat, quant::Rounding kRounding>
 __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<const T> in, Rows<uint8_t> q, GroupScales scales,
                                                                         int64_t groups_per_row, int64_t total_groups, float eps,
                                                                         bool trigger_at_start, bool trigger_at_end) {
@@ -324,9 +324,11 @@ __global__ void __launch_bounds__(kQuantGroupWideThreads) per_group_kernel(Rows<
     // As packed pairs (the same registers): the amax by packed max and min, half an instruction a value.
     AlignedVector<device::packed_t<T>, kVec / 2> pairs[kPerLane];
     __builtin_memcpy(pairs, x, sizeof(x));
-    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(pairs, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0, false, kRounding>(pairs, valid, q.base + q_at, eps, scales, group, groups_per_row,
+                                                                         total_groups);
   } else {
-    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0>(x, valid, q.base + q_at, eps, scales, group, groups_per_row, total_groups);
+    quant::quantize_group<Q, kLanes, kPerLane, kUE8M0, false, kRounding>(x, valid, q.base + q_at, eps, scales, group, groups_per_row,
+                                                                         total_groups);
   }
   if (trigger_at_end) device::pdl_trigger_secondary();
 #endif
@@ -378,8 +380,10 @@ __device__ __noinline__ float lane_finite_amax(LanePairs<P, kPerLane> x) {
 // +-inf), so that the common path is straight-line code. kLanes lanes a group of kPerLane 16-byte vectors
 // each: vectors l, l + kLanes, ... of the group (kContiguous: kPerLane l, ..., kPerLane l + kPerLane - 1).
 // kNormalMath: the scale and its reciprocal without the IEEE divisions' range tests (normal_scale_for,
-// normal_reciprocal: the same bits).
-template <typename T, int kLanes, int kPerLane, bool kContiguous, bool kUE8M0, int kThreads, int kTrigger, bool kNormalMath = true>
+// normal_reciprocal: the same bits). kRounding = kSglang: quant::sglang's scale and codes (one plain amax, no
+// vote, eps anything).
+template <typename T, int kLanes, int kPerLane, bool kContiguous, bool kUE8M0, int kThreads, int kTrigger, bool kNormalMath = true,
+          quant::Rounding kRounding = quant::Rounding::kExact>
 __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, uint8_t* q, GroupScales scales, uint32_t groups_per_row,
                                                                   uint32_t total_groups, float eps) {
 #ifdef __CUDACC__
@@ -399,20 +403,33 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
   for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kStep);
   LanePairs<P, kPerLane> x;  // the same registers as packed pairs: the amax by packed max and min
   __builtin_memcpy(&x, raw, sizeof(x));
-  bool finite;
-  const auto fold = [&](auto op) {
-    if constexpr (std::is_same_v<decltype(op), quant::AbsMax>) {
-      return quant::fold_pairs(x.v, op, 0.0f);
-    } else {
-      return lane_finite_amax(x);
-    }
-  };
-  const float amax = quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
-                                         [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+  const auto reduce_max = [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); };
+  LaneCodes<kPerLane> c;
+  float scale;
   uint32_t exponent = 0;
-  const float scale = quant::group_scale<fp8_e4m3_t, kUE8M0, kNormalMath>(amax, eps, exponent);
-  const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
-  const LaneCodes<kPerLane> c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+  if constexpr (kRounding == quant::Rounding::kSglang) {
+    const quant::sglang::GroupScale g = quant::sglang::group_scale<fp8_e4m3_t, kUE8M0>(reduce_max(quant::fold_pairs(x.v, quant::AbsMax{}, 0.0f)), eps);
+    scale = g.scale, exponent = g.exponent;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
+        c.w[2 * j + w] = quant::sglang::pair_codes<fp8_e4m3_t, kUE8M0>(x.v[j], 2 * w, g.k) |
+                         (quant::sglang::pair_codes<fp8_e4m3_t, kUE8M0>(x.v[j], 2 * w + 1, g.k) << 16);
+  } else {
+    bool finite;
+    const auto fold = [&](auto op) {
+      if constexpr (std::is_same_v<decltype(op), quant::AbsMax>) {
+        return quant::fold_pairs(x.v, op, 0.0f);
+      } else {
+        return lane_finite_amax(x);
+      }
+    };
+    const float amax = quant::dynamic_amax(fold, reduce_max, [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+    scale = quant::group_scale<fp8_e4m3_t, kUE8M0, kNormalMath>(amax, eps, exponent);
+    const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
+    c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+  }
   if (valid) {
     if constexpr (kContiguous) {
 #pragma unroll
@@ -813,19 +830,22 @@ struct QuantOps {
   // input [N, H] -> output_q [N, H] (fp8 or int8), one scale per group of group_size elements of a row:
   // output_s fp32 [N, H / group_size] (any strides: row-major, column-major, TMA-aligned column-major),
   // or int32 [N, ceil(H / group_size / 4)] of packed UE8M0 exponents (fp8 only). One export per output
-  // format, so that a first call compiles a third of the kernels: fp8 with fp32 scales, fp8 with UE8M0
-  // scales, int8.
+  // format and rounding policy (quant::Rounding), so that a first call compiles a sixth of the kernels: fp8
+  // with fp32 scales, fp8 with UE8M0 scales, int8.
+  template <quant::Rounding kRounding>
   static void per_token_group_quant(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                     int64_t group_size, double eps) {
-    per_token_group_quant_as<GroupFormat::kFp8>(input, output_q, output_s, group_size, eps);
+    per_token_group_quant_as<GroupFormat::kFp8, kRounding>(input, output_q, output_s, group_size, eps);
   }
+  template <quant::Rounding kRounding>
   static void per_token_group_quant_ue8m0(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                           int64_t group_size, double eps) {
-    per_token_group_quant_as<GroupFormat::kFp8Ue8m0>(input, output_q, output_s, group_size, eps);
+    per_token_group_quant_as<GroupFormat::kFp8Ue8m0, kRounding>(input, output_q, output_s, group_size, eps);
   }
+  template <quant::Rounding kRounding>
   static void per_token_group_quant_int8(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                          int64_t group_size, double eps) {
-    per_token_group_quant_as<GroupFormat::kInt8>(input, output_q, output_s, group_size, eps);
+    per_token_group_quant_as<GroupFormat::kInt8, kRounding>(input, output_q, output_s, group_size, eps);
   }
 
   // per_group_lean_kernel's shape: kPerLane 16-byte vectors a lane (0: per_group_kernel only), kContiguous,
@@ -835,10 +855,10 @@ struct QuantOps {
   // The shape the product takes.
   using ProductGroupLean = GroupLean<kQuantGroupLeanLaneVecs, kQuantGroupLeanContiguous>;
   // per_token_group_quant (fp8, fp32 scales) with the lean kernel's shape Lean: the benchmarks' side-by-side schedules.
-  template <typename Lean>
+  template <typename Lean, quant::Rounding kRounding = quant::Rounding::kExact>
   static void per_token_group_quant_with(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                          int64_t group_size, double eps) {
-    per_token_group_quant_as<GroupFormat::kFp8, Lean>(input, output_q, output_s, group_size, eps);
+    per_token_group_quant_as<GroupFormat::kFp8, kRounding, Lean>(input, output_q, output_s, group_size, eps);
   }
 
  private:
@@ -849,7 +869,7 @@ struct QuantOps {
                                         : "per_token_group_quant_int8 (int8 output, fp32 scales)";
   }
 
-  template <GroupFormat kFormat, typename Lean = ProductGroupLean>
+  template <GroupFormat kFormat, quant::Rounding kRounding, typename Lean = ProductGroupLean>
   static void per_token_group_quant_as(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                        int64_t group_size, double eps) {
     using namespace host;
@@ -871,7 +891,7 @@ struct QuantOps {
     const int64_t total_groups = ops.rows * groups;
     const float e = static_cast<float>(eps);
     if constexpr (kFormat != GroupFormat::kInt8 && sizeof(T) == 2) {
-      if (launch_group_lean<kFormat == GroupFormat::kFp8Ue8m0>(Lean{}, ops, scales, group_size, total_groups, e)) return;
+      if (launch_group_lean<kFormat == GroupFormat::kFp8Ue8m0, kRounding>(Lean{}, ops, scales, group_size, total_groups, e)) return;
     }
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
@@ -886,10 +906,11 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       if constexpr (kFormat == GroupFormat::kInt8) {
-        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat>, in, q, scales, groups, total_groups, e, early, late);
+        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat, kRounding>, in, q, scales, groups, total_groups, e, early, late);
       } else {
         constexpr bool kUE8M0 = kFormat == GroupFormat::kFp8Ue8m0;
-        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat>, in, q, scales, groups, total_groups, e, early, late);
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat, kRounding>, in, q, scales, groups, total_groups, e, early,
+               late);
       }
     };
     constexpr int kVec = device::kVec16<T>;
@@ -988,13 +1009,13 @@ struct QuantOps {
   }
 
   // per_group_lean_kernel (its shape: Lean) where it applies: fp8 of contiguous rows of 16-byte vectors, at most
-  // 2^32 elements, eps at least kNormalScaleEps; false (nothing launched) elsewhere. Unless Lean names the CTAs
+  // 2^32 elements, eps at least kNormalScaleEps (kExact rounding); false (nothing launched) elsewhere. Unless Lean names the CTAs
   // and trigger: grids of more than 256 threads an SM (one wave or several) take CTAs of kQuantGroupWideThreads
   // and trigger after their stores, grids of at most kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger
   // at start, and the grids between take per_group_kernel (false). bf16 [T, 7168] on an H200 (bench_schedules
   // quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 / 1.05; T = 128-512
   // 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between, 1.38 / 1.19.
-  template <bool kUE8M0, int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath>
+  template <bool kUE8M0, quant::Rounding kRounding, int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath>
   static bool launch_group_lean(GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, const Operands& ops, const GroupScales& scales,
                                 int64_t group_size, int64_t total_groups, float eps) {
     using namespace host;
@@ -1003,7 +1024,7 @@ struct QuantOps {
       return false;
     } else {
       if (!ops.contiguous() || ops.vector_width(kVec) != kVec || ops.rows * ops.width > int64_t{UINT32_MAX} ||
-          !(eps >= quant::kNormalScaleEps<fp8_e4m3_t>))
+          (kRounding == quant::Rounding::kExact && !(eps >= quant::kNormalScaleEps<fp8_e4m3_t>)))
         return false;
       const int64_t groups_per_row = ops.width / group_size;
       const auto go = [&](auto group_tag) {
@@ -1018,13 +1039,15 @@ struct QuantOps {
             return true;
           };
           if constexpr (kThreads != 0) {
-            return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath>, kThreads);
+            return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath, kRounding>, kThreads);
           } else {
             const int64_t narrow_grid = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes});
             if (narrow_grid * kQuantGroupThreads > kPdlLateTriggerThreadsPerSm * runtime::get_sm_count(ops.device.device_id))
-              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupWideThreads, 2>, kQuantGroupWideThreads);
+              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupWideThreads, 2, true, kRounding>,
+                            kQuantGroupWideThreads);
             if (pdl_early_trigger(narrow_grid))
-              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 0>, kQuantGroupThreads);
+              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 0, true, kRounding>,
+                            kQuantGroupThreads);
             return false;
           }
         }

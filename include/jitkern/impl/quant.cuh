@@ -224,6 +224,41 @@ JITKERN_DEVICE uint32_t encode_pair_ue8m0(P x, float k) {
   }
 }
 
+// The codes of values 2i and 2i + 1 of x (values of an input type, or packed pairs of 16-bit ones) with
+// multiplier k, the first in the low byte; one value (kN = 1): its code twice.
+template <typename Q, bool kUE8M0, typename V, int kN>
+JITKERN_DEVICE uint32_t pair_codes(const AlignedVector<V, kN>& x, int i, float k) {
+  if constexpr (kIsPacked16<V>) {
+    if constexpr (kUE8M0) {
+      return encode_pair_ue8m0(x[i], k);
+    } else {
+      const fp32x2_t v = cast<fp32x2_t>(x[i]);
+      return encode_pair<Q, std::conditional_t<std::is_same_v<V, bf16x2_t>, bf16_t, fp16_t>>(v.x, v.y, k);
+    }
+  } else {
+    const V a = x[kN == 1 ? 0 : 2 * i], b = x[kN == 1 ? 0 : 2 * i + 1];
+    if constexpr (kUE8M0 && sizeof(V) == 2) return encode_pair_ue8m0(packed_t<V>(a, b), k);
+    else return encode_pair<Q, V>(cast<float>(a), cast<float>(b), k);
+  }
+}
+
+// The codes of x (kN values, or kN packed pairs) with multiplier k stored at ptr with one store (aligned to their count).
+template <typename Q, bool kUE8M0, typename V, int kN>
+JITKERN_DEVICE void store_codes(uint8_t* ptr, const AlignedVector<V, kN>& x, float k) {
+  constexpr int kCodes = kN * kValuesPer<V>;
+  if constexpr (kCodes == 1) {
+    *ptr = static_cast<uint8_t>(pair_codes<Q, kUE8M0>(x, 0, k));
+  } else if constexpr (kCodes == 2) {
+    *reinterpret_cast<uint16_t*>(ptr) = static_cast<uint16_t>(pair_codes<Q, kUE8M0>(x, 0, k));
+  } else {
+    static_assert(kCodes % 4 == 0);
+    AlignedVector<uint32_t, kCodes / 4> words;
+#pragma unroll
+    for (int j = 0; j < kCodes / 4; ++j) words[j] = pair_codes<Q, kUE8M0>(x, 2 * j, k) | (pair_codes<Q, kUE8M0>(x, 2 * j + 1, k) << 16);
+    words.store(reinterpret_cast<uint32_t*>(ptr));
+  }
+}
+
 }  // namespace sglang
 
 // Where group g of row r puts its scale: fp32 at scales[r * row_stride + g * group_stride], or (UE8M0)
@@ -400,8 +435,10 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
 // all of them with one store. Its dynamic scale group_scale<Q, kUE8M0>(finite amax, eps) divides it, and the
 // group's first lane calls store_scale(scale, exponent). `lanes`: the mask of the lanes that call this
 // together (the whole warp, or only the group's own), whose votes and shuffles they share. `valid`: the
-// lane's group exists (the others only take part in the votes and shuffles).
-template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, typename T, int kVec, typename StoreScale>
+// lane's group exists (the others only take part in the votes and shuffles). kRounding: the codes and scale
+// as Rounding says (kSglang: one plain amax, no vote, and sglang::'s arithmetic).
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, Rounding kRounding = Rounding::kExact, typename T,
+          int kVec, typename StoreScale>
 JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, unsigned lanes,
                                         const StoreScale& store_scale) {
   const auto fold = [&](auto op) {
@@ -415,6 +452,15 @@ JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLa
     }
     return acc;
   };
+  constexpr int kCodes = kVec * kValuesPer<T>;  // a vector's
+  if constexpr (kRounding == Rounding::kSglang) {
+    const sglang::GroupScale g = sglang::group_scale<Q, kUE8M0>(warp::reduce_max_nonnegative<kLanes>(fold(AbsMax{}), lanes), eps);
+    if (!valid) return;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) sglang::store_codes<Q, kUE8M0>(out + j * (kContiguous ? 1 : kLanes) * kCodes, x[j], g.k);
+    if (threadIdx.x % kLanes == 0) store_scale(g.scale, g.exponent);
+    return;
+  }
   // A second look (a group holding +-inf) is voted for by all of `lanes`.
   bool finite;
   const float amax = dynamic_amax(fold, [&](float v) { return warp::reduce_max_nonnegative<kLanes>(v, lanes); },
@@ -424,7 +470,6 @@ JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLa
   if (!valid) return;
   const Divider s(scale, finite);
   if constexpr (kContiguous) {
-    constexpr int kCodes = kVec * kValuesPer<T>;  // a vector's
     static_assert(kCodes % 4 == 0 && kPerLane * kCodes <= 16, "contiguous: at most 16 codes a lane, whole words");
     AlignedVector<uint32_t, kPerLane * kCodes / 4> words;
 #pragma unroll
@@ -450,10 +495,11 @@ JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLa
 }
 
 // quantize_group_with called by every lane of the warp, storing the scale of flat group `group` (GroupScales).
-template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, typename T, int kVec>
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, Rounding kRounding = Rounding::kExact, typename T,
+          int kVec>
 JITKERN_DEVICE void quantize_group(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, const GroupScales& scales,
                                    int64_t group, int64_t groups_per_row, int64_t total_groups) {
-  quantize_group_with<Q, kLanes, kPerLane, kUE8M0, kContiguous>(x, valid, out, eps, 0xffffffffu, [&](float scale, uint32_t exponent) {
+  quantize_group_with<Q, kLanes, kPerLane, kUE8M0, kContiguous, kRounding>(x, valid, out, eps, 0xffffffffu, [&](float scale, uint32_t exponent) {
     scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
   });
 }

@@ -66,6 +66,12 @@ _NORM_GROUP = {_norm_group_export(op, ue8m0, r, g): (op, f"{op}{ue8m0}<{g}, {r.c
                for ue8m0 in ("", "_ue8m0") for r in ROUNDINGS.values() for g in _NORM_GROUP_SIZES}
 
 
+# per_token_group_quant_8bit's exports, one per output format (the base names, the exact rounding's) and rounding
+# policy -> (base name, C++ member)
+_GROUP_FORMATS = ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8")
+_GROUP = {f"{op}{r.suffix}": (op, f"{op}<{r.cpp}>") for op in _GROUP_FORMATS for r in ROUNDINGS.values()}
+
+
 def _norm_group_exports(op: str) -> tuple[str, ...]:
     """The exports a norm + per-group op may call: one per scale format, rounding and group size."""
     return tuple(e for e, (o, _) in _NORM_GROUP.items() if o == op)
@@ -75,18 +81,19 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
     "per_tensor_quant_static": "input, output_q, output_s",
     "per_tensor_quant_dynamic": "input, output_q, output_s",
     "per_token_quant": "input, output_q, output_s",
-    **{op: "input, output_q, output_s, group_size, eps" for op in ("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8")},
+    **{e: "input, output_q, output_s, group_size, eps" for e in _GROUP},
     "rmsnorm_quant_static": "input, weight, output_q, scale, eps",
     "rmsnorm_quant_dynamic": "input, weight, output_q, output_s, eps",
     "fused_add_rmsnorm_quant_static": "input, residual, weight, output_q, scale, eps",
     "fused_add_rmsnorm_quant_dynamic": "input, residual, weight, output_q, output_s, eps",
     **{e: _NORM_GROUP_OPS[op][0] for e, (op, _) in _NORM_GROUP.items()},
 },  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
-   compile_seconds={"per_tensor_quant_static": 2.3, "per_tensor_quant_dynamic": 2.9, "per_token_quant": 2.0, "per_token_group_quant": 3.0,
-                    "per_token_group_quant_ue8m0": 2.8, "per_token_group_quant_int8": 3.0, "rmsnorm_quant_static": 3.3,
+   compile_seconds={"per_tensor_quant_static": 2.3, "per_tensor_quant_dynamic": 2.9, "per_token_quant": 2.0,
+                    **{e: {"per_token_group_quant": 3.0, "per_token_group_quant_ue8m0": 2.8, "per_token_group_quant_int8": 3.0}[op]
+                       for e, (op, _) in _GROUP.items()}, "rmsnorm_quant_static": 3.3,
                     "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4,
                     **{e: _NORM_GROUP_OPS[op][1] for e, (op, _) in _NORM_GROUP.items()}},
-   members={e: member for e, (_, member) in _NORM_GROUP.items()})
+   members={e: member for e, (_, member) in (*_GROUP.items(), *_NORM_GROUP.items())})
 FAMILY = Family(_FAMILY, helpers=("group_scales_like",))
 spec = _FAMILY.spec
 
@@ -165,37 +172,41 @@ def _ue8m0_suffix(scale_ue8m0: bool, output_s) -> str:
     return "_ue8m0" if ue8m0 else ""
 
 
-@FAMILY.op("per_token_group_quant", "per_token_group_quant_ue8m0", "per_token_group_quant_int8", torch=(TorchOp(
+@FAMILY.op(*_GROUP, torch=(TorchOp(
     "per_token_group_quant_8bit",
-    "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0) -> (Tensor, Tensor)",
-    lambda input, group_size, int8, eps, cm, tma, ue8m0: per_token_group_quant_8bit(
-        input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0),
-    lambda input, group_size, int8, eps, cm, tma, ue8m0: (
+    "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0, str rounding)"
+    " -> (Tensor, Tensor)",
+    lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding: per_token_group_quant_8bit(
+        input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0,
+        rounding=rounding),
+    lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding: (
         _empty_q(input, torch.int8 if int8 else None),
         group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0))),))
 def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None, eps: float = 1e-10, *,
                                column_major_scales: bool = False, scale_tma_aligned: bool = False, scale_ue8m0: bool = False,
-                               output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
+                               rounding: str = "exact", output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
     """Returns (q, s): one scale per group of group_size (32, 64 or 128) consecutive elements of a row,
     s = max(amax(|group|), eps) / 448 for fp8 (dtype float8_e4m3fn, the default) or / 127 for int8;
     q = round(group / s). scale_ue8m0: s rounded up to a power of two and stored as its 8-bit exponent,
-    packed four per int32 (fp8 only). The layout flags: group_scales_like."""
+    packed four per int32 (fp8 only). The layout flags: group_scales_like. rounding: "exact" (the rules
+    above) or "sglang" (SGLang's per_token_group_quant_8bit bits: docs/ops.md)."""
     dtype = torch.float8_e4m3fn if dtype is None else dtype
     public = "per_token_group_quant_8bit"
+    policy = rounding_policy(rounding, public)
     if dtype not in (torch.float8_e4m3fn, torch.int8):
         raise TypeError(f"{public}(): dtype must be torch.float8_e4m3fn or torch.int8, got {dtype}")
     if scale_ue8m0 and dtype != torch.float8_e4m3fn:
         raise ValueError(f"{public}(): scale_ue8m0 needs dtype=torch.float8_e4m3fn, got {dtype}")
     if compiling():
         q, s = torch.ops.jitkern.per_token_group_quant_8bit(input, group_size, dtype == torch.int8, eps, column_major_scales,
-                                                            scale_tma_aligned, scale_ue8m0)
+                                                            scale_tma_aligned, scale_ue8m0, policy.name)
         return _into(q, s, output_q, output_s)
     # The export of the outputs' format (C++ checks the outputs against it): each compiles only its own kernels.
     if (dtype if output_q is None else getattr(output_q, "dtype", None)) == torch.int8:
         export = "per_token_group_quant_int8"
     else:
         export = "per_token_group_quant" + _ue8m0_suffix(scale_ue8m0, output_s)
-    fn = _FAMILY.function(export, input, public)
+    fn = _FAMILY.function(export + policy.suffix, input, public)
     check_group_size(group_size, public)
     q = _empty_q(input, dtype) if output_q is None else output_q
     s = output_s if output_s is not None else group_scales_like(
