@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_module,  # noqa: E402
-                   reference_ops_or_none, run_benchmark, yardstick_module)
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, overhead_module,  # noqa: E402
+                   reference_module, reference_ops_or_none, run_benchmark, yardstick_module)
 
 import jitkern  # noqa: E402
 from jitkern.jit import warmup as warmup_modules  # noqa: E402
@@ -222,11 +222,22 @@ def _group_operands(t: int, h: int):
     return x, r0, torch.empty_like(x), torch.empty(t, h, dtype=FP8, device="cuda"), group_scales_like(x, 128, **GROUP_FLAGS)
 
 
+ROUNDINGS = ("exact", "sglang")  # rounding= of the ops, each measured
+
+
 def _group_providers(x, r0, w, y, q, s) -> dict:
-    """The fused ops and the two-op sequence of rmsnorm_group_quant_fp8, into q and s."""
-    return {"fused": lambda: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS),
-            "unfused": lambda: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, output_s=s, **GROUP_FLAGS),
-            "fused add": lambda: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, **GROUP_FLAGS)}
+    """The fused ops and their two-op sequences (rmsnorm or fused_add_rmsnorm, then per_token_group_quant_8bit),
+    into q and s, with each rounding: "fused exact", "unfused exact", "fused add exact", "unfused add exact", ..."""
+    out = {}
+    for r in ROUNDINGS:
+        out[f"fused {r}"] = lambda r=r: rmsnorm_group_quant_fp8(x, w, EPS, output_q=q, output_s=s, rounding=r, **GROUP_FLAGS)
+        out[f"unfused {r}"] = lambda r=r: per_token_group_quant_8bit(rmsnorm(x, w, y, EPS), 128, output_q=q, output_s=s, rounding=r,
+                                                                     **GROUP_FLAGS)
+        out[f"fused add {r}"] = lambda r=r: fused_add_rmsnorm_group_quant_fp8(x, r0, w, EPS, output_q=q, output_s=s, rounding=r,
+                                                                               **GROUP_FLAGS)
+        out[f"unfused add {r}"] = lambda r=r: (fused_add_rmsnorm(x, r0, w, EPS),
+                                               per_token_group_quant_8bit(x, 128, output_q=q, output_s=s, rounding=r, **GROUP_FLAGS))
+    return out
 
 
 # ---- the norm + group ops under other schedules (benchmarks/kernels/norm_group_schedules.cuh) ----------
@@ -234,12 +245,14 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
-# add). "previous": the product before the pairs and the group rows kernel at decode sizes.
+# add), the plain op's rows split over CTAs of that many threads (0: never) up to that many CTAs an SM.
+# "no split": the product before norm_group_split_kernel.
 NORM_GROUP_SCHEDULES = {
-    "previous": (4, 2, 0, 0, 0, 0, 0),
+    "no split": (4, 2, 2, 1, 1, 8, 16, 0, 0),
+    "split256": (4, 2, 2, 1, 1, 8, 16, 256, 1),
+    "split128 2/SM": (4, 2, 2, 1, 1, 8, 16, 128, 2),
 }
-PREFILL_SCHEDULES = ["previous"]  # beside the product at prefill sizes
-DECODE_SCHEDULES = ["previous"]  # ... and at decode sizes
+DECODE_SCHEDULES = list(NORM_GROUP_SCHEDULES)  # beside the product at decode sizes (the plain op: the others are the product's)
 
 
 def norm_group_schedule_modules(names) -> dict:
@@ -296,54 +309,81 @@ def norm_group_self_check(modules: dict) -> None:
 
 def norm_group_decode(modules: dict) -> None:
     """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
-    per_token_group_quant_8bit) at decode sizes, 1x128 groups, beside DECODE_SCHEDULES; rows printed as measured."""
+    per_token_group_quant_8bit) at decode sizes, 1x128 groups, each rounding, beside DECODE_SCHEDULES (the plain op,
+    exact) and three yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the
+    rows rewritten in place after one CTA reduction (rewrite_rows: the dependency pattern of a norm, no arithmetic)
+    and an empty PDL launch; rows printed as measured."""
     columns = " | ".join(DECODE_SCHEDULES)
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
-          "median of 3 interleaved rounds; schedules: us (speed-up over the two ops))",
-          f"| H | T | rmsnorm_group_quant_fp8 | rmsnorm + per_token_group_quant | speed-up | {columns} | fused_add_rmsnorm_group_quant_fp8 | "
-          f"fused_add_rmsnorm + per_token_group_quant | speed-up | {columns} |", [])
-    for h, sizes in ((7168, [1, 16, 256]), (4096, [1, 64])):
+          "median of 3 interleaved rounds; fused ops: us (speed-up over their two ops of the same rounding))",
+          f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang | {columns} | "
+          "fused_add_rmsnorm_group_quant_fp8 exact | sglang | fused_add_rmsnorm + per_token_group_quant exact | sglang | "
+          "rmsnorm alone | rows rewritten after one CTA reduction | empty PDL launch |", [])
+    module, empty = yardstick_module(), overhead_module().launch_empty_pdl
+    scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
+    for h, sizes in ((7168, [1, 4, 16, 64, 256]), (4096, [1, 16, 64])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
+            rows = torch.randn(t, h, dtype=DTYPE, device="cuda").view(torch.int32)
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
-                "unfused add": lambda: (fused_add_rmsnorm(x, r0, w, EPS),
-                                        per_token_group_quant_8bit(x, 128, output_q=q, output_s=s, **GROUP_FLAGS)),
                 **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in DECODE_SCHEDULES},
-                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in DECODE_SCHEDULES},
+                "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
+                "rewrite": lambda: module.rewrite_rows(rows, 1, 0),
+                "empty": lambda: empty(scratch, scratch),
             })
-            plain = " | ".join(f"{m[n]:.2f} ({m['unfused'] / m[n]:.2f}x)" for n in DECODE_SCHEDULES)
-            add = " | ".join(f"{m[f'add {n}']:.2f} ({m['unfused add'] / m[f'add {n}']:.2f}x)" for n in DECODE_SCHEDULES)
-            print(f"| {h} | {t} | {m['fused']:.2f} | {m['unfused']:.2f} | {m['unfused'] / m['fused']:.2f}x | {plain} | "
-                  f"{m['fused add']:.2f} | {m['unfused add']:.2f} | {m['unfused add'] / m['fused add']:.2f}x | {add} |", flush=True)
+            cells = [f"{m[f'{op} {r}']:.2f} ({m[f'un{op} {r}'] / m[f'{op} {r}']:.2f}x)" for op in ("fused",) for r in ROUNDINGS]
+            cells += [f"{m[f'unfused {r}']:.2f}" for r in ROUNDINGS]
+            cells += [f"{m[n]:.2f} ({m['unfused exact'] / m[n]:.2f}x)" for n in DECODE_SCHEDULES]
+            cells += [f"{m[f'fused add {r}']:.2f} ({m[f'unfused add {r}'] / m[f'fused add {r}']:.2f}x)" for r in ROUNDINGS]
+            cells += [f"{m[f'unfused add {r}']:.2f}" for r in ROUNDINGS]
+            cells += [f"{m[n]:.2f}" for n in ("rmsnorm", "rewrite", "empty")]
+            print(f"| {h} | {t} | " + " | ".join(cells) + " |", flush=True)
 
 
-def norm_group_large(module, ceilings: dict, modules: dict) -> None:
-    """The fused ops at prefill sizes: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an element) and of the
-    copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (median of 3 interleaved rounds); rows
-    printed as measured."""
+# SASS instructions a thread issues for a row of finite values on the fast path (cuobjdump -sass of an nvcc -arch=sm_90a
+# build of csrc/quant.cuh, branches followed as a finite row takes them), 4 vectors (32 bf16) a thread: the many-row
+# kernel of rmsnorm_group_quant_fp8 (norm_group_rows_kernel<bf16, 8, 128, 4, ...>) by rounding.
+PLAIN_MANY_ROW_SASS = {"exact": 541, "sglang": 438}
+
+
+def issue_bound_us(t: int, h: int, rounding: str) -> float:
+    """The time rmsnorm_group_quant_fp8's many-row kernel needs to issue its instructions, every SM issuing 4 a cycle
+    (one a scheduler) at the device's clock: a floor beside the memory ceiling."""
+    props = torch.cuda.get_device_properties(0)
+    clock_hz = getattr(props, "clock_rate", 1980000) * 1e3  # kHz; H200's boost clock where torch does not say
+    warp_instructions = t * (h // 8 // 4) / 32 * PLAIN_MANY_ROW_SASS[rounding]
+    return warp_instructions / (props.multi_processor_count * 4 * clock_hz) * 1e6
+
+
+def norm_group_large(module, ceilings: dict) -> None:
+    """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
+    element) and of the copy ceiling (fused add: 7 bytes an element), beside the instruction-issue bound
+    (issue_bound_us) and the rows rewritten in place after one CTA reduction (rewrite_rows, 4 bytes an element: %
+    of copy); median of 3 interleaved rounds; rows printed as measured."""
     copy = max(ceilings.values())
-    columns = " | ".join(PREFILL_SCHEDULES)
     table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
           "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
-          f"| H | T | rmsnorm_group_quant_fp8 | {columns} | fused_add_rmsnorm_group_quant_fp8 | {columns} |", [])
+          "| H | T | rmsnorm_group_quant_fp8 exact | sglang | issue bound exact | sglang | fused_add_rmsnorm_group_quant_fp8 exact | sglang | "
+          "rows rewritten after one CTA reduction (% of copy) |", [])
     for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
             x, r0, y, q, s = _group_operands(t, h)
+            rows = torch.randn(t, h, dtype=DTYPE, device="cuda").view(torch.int32)
             providers = _group_providers(x, r0, w, y, q, s)
-            m = interleaved({
-                "product": providers["fused"], "add product": providers["fused add"],
-                **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in PREFILL_SCHEDULES},
-                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in PREFILL_SCHEDULES},
-            })
+            m = interleaved({**{k: providers[k] for r in ROUNDINGS for k in (f"fused {r}", f"fused add {r}")},
+                             "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
             add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
-            plain = " | ".join(f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in ["product", *PREFILL_SCHEDULES])
-            fused = " | ".join(f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in ["product", *PREFILL_SCHEDULES])
-            print(f"| {h} | {t} | {plain} | {fused} |", flush=True)
-    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Schedules: NORM_GROUP_SCHEDULES (bench_norm_group::Sched).")
+            plain = " | ".join(f"{m[f'fused {r}']:.2f} ({100 * halve / m[f'fused {r}']:.1f}%)" for r in ROUNDINGS)
+            bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
+            fused = " | ".join(f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS)
+            rewrite = f"{m['rewrite']:.2f} ({100 * 4 * t * h / 1e3 / copy / m['rewrite']:.1f}%)"
+            print(f"| {h} | {t} | {plain} | {bound} | {fused} | {rewrite} |", flush=True)
+    print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Issue bound: PLAIN_MANY_ROW_SASS instructions a thread, "
+          f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs x 4 a cycle.")
 
 
 def norm_group_reference_table() -> None:
@@ -404,7 +444,7 @@ def main() -> None:
         print(f"\n### RMSNorm + group fp8 ({environment()})")
         modules = norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES))
         norm_group_self_check(modules)
-        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules)
+        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
         if sys.argv[2:] != ["prefill"]:
             norm_group_decode(modules)
         if not sys.argv[2:]:  # `group schedules`, `group prefill`: without the reference
@@ -429,7 +469,7 @@ def main() -> None:
     norm_quant(module)
     modules = norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES))
     norm_group_self_check(modules)
-    norm_group_large(module, ceilings, modules)
+    norm_group_large(module, ceilings)
     norm_group_decode(modules)
     reference_table()
     norm_group_reference_table()

@@ -932,7 +932,8 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
 
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
-    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows."""
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; a few rows of the
+    plain op split over CTAs of 128 threads (norm_group_split_kernel) while that makes at most one an SM."""
     import re
 
     torch = _torch()
@@ -949,8 +950,10 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name or "norm_group_rows_kernel" in e.name]
+        names = [e.name for e in prof.events() if any(k in e.name for k in ("norm_wide_kernel", "norm_group_rows_kernel", "norm_group_split_kernel"))]
         assert len(names) == 1, names
+        if "norm_group_split_kernel" in names[0]:
+            return "split"
         lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
         return f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
 
@@ -958,6 +961,10 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
+    split_rows = torch.cuda.get_device_properties(0).multi_processor_count // 7  # 7 CTAs a row of 7168
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:split_rows], w)) == "split"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:split_rows + 1], w)) == "lanes2"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:1], x[:1].clone(), w)) == "lanes1"
 
 
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
@@ -992,6 +999,79 @@ def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(toke
         _assert_scales_close(s, es, x.dtype)
 
     eagerly_then_from_a_graph(prepare, step, check)
+
+
+def _exactly_summed(shape, dtype_name, seed, bound=12):
+    """Values k / 8 with |k| <= bound, exact in every input dtype: their squares (and those of sums of two) are
+    multiples of 2^-6 and a row's sum of squares stays below 2^18, so fp32 adds it exactly in any order."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randint(-bound, bound + 1, shape, generator=g, device="cuda").float() / 8).to(getattr(torch, dtype_name))
+
+
+# (rows, H) reaching each launch of the norm + group ops: a few 16-bit rows split over CTAs (norm_group_split_kernel),
+# the group rows kernel at few and at many rows ("many": 4 an SM and 5 more), the norm kernels' launch (rows wider
+# than 1024 vectors).
+ROUNDING_SHAPES = [(1, 7168), (9, 4096), (300, 7168), ("many", 4096), (3, 16384), (5, 2048)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rounding", ["exact", "sglang"])
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("rows,hidden", ROUNDING_SHAPES)
+def test_norm_group_quant_is_norm_then_group_quant_bit_for_bit(rounding, fused, dtype_name, rows, hidden):
+    """Rows whose sums of squares fp32 adds exactly (rmsnorm's order and the fused op's then give the same
+    normalised row): the fused op writes the codes and scales of rmsnorm (or fused_add_rmsnorm) then
+    per_token_group_quant_8bit with the same rounding, bit for bit, in every scale layout and both group sizes;
+    a NaN row, an inf row, a zero row and normalised values overflowing to +-inf included."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    rows = _many_rows() if rows == "many" else rows
+    x, w = _exactly_summed((rows, hidden), dtype_name, 0), _x((hidden,), dtype_name, seed=1)
+    r = _exactly_summed((rows, hidden), dtype_name, 2) if fused else None
+    x[rows // 2, 5] = float("nan")
+    x[rows - 1, 9] = float("inf")
+    if rows > 2:
+        x[1].zero_()
+        if fused:
+            r[1].zero_()
+    w[3:11] = torch.finfo(w.dtype).max  # some normalised values overflow (fp32 rows: to +-inf through the weight)
+    for group_size in (64, 128):
+        for layout, flags in GROUP_LAYOUTS.items():
+            flags = dict(flags, rounding=rounding)
+            eq, es, er = _norm_group_unfused(x, r, w, 1e-6, group_size, flags)
+            r_run = r.clone() if fused else None
+            q, s = (fused_add_rmsnorm_group_quant_fp8(x, r_run, w, 1e-6, group_size=group_size, **flags) if fused else
+                    rmsnorm_group_quant_fp8(x, w, 1e-6, group_size=group_size, **flags))
+            where = f"{layout}, group {group_size}"
+            _assert_q_equal(q, eq)
+            assert s.stride() == es.stride() and torch.equal(s.view(torch.int32), es.view(torch.int32)), f"{where}: scales differ"
+            if fused:
+                bits = torch.int16 if r_run.element_size() == 2 else torch.int32
+                assert torch.equal(r_run.view(bits), er.view(bits)), f"{where}: residual differs"
+
+
+@pytest.mark.gpu
+def test_norm_group_quant_rounding_argument():
+    """rounding= takes "exact" (the default: the same bits as without it) or "sglang", anything else a ValueError
+    naming it; the two differ where SGLang's multiply rounds another way than the division."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+
+    x, w = _x((4, 4096), "bfloat16"), _x((4096,), "bfloat16", seed=1)
+    for bad in ("fast", "EXACT", None, 1):
+        with pytest.raises(ValueError, match=r"rmsnorm_group_quant_fp8\(\): rounding must be one of 'exact', 'sglang', got"):
+            rmsnorm_group_quant_fp8(x, w, rounding=bad)
+        with pytest.raises(ValueError, match=r"fused_add_rmsnorm_group_quant_fp8\(\): rounding must be one of"):
+            fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w, rounding=bad)
+    q, s = rmsnorm_group_quant_fp8(x, w)
+    qe, se = rmsnorm_group_quant_fp8(x, w, rounding="exact")
+    qs, ss = rmsnorm_group_quant_fp8(x, w, rounding="sglang")
+    _assert_q_equal(q, qe)
+    assert torch.equal(s, se)
+    assert not torch.equal(q.view(torch.uint8), qs.view(torch.uint8)) or not torch.equal(s, ss), "sglang rounding gave the exact bits"
 
 
 # ---- PyTorch integration ---------------------------------------------------------------------------
