@@ -10,6 +10,7 @@
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/impl/rows.cuh>
 #include <jitkern/policy.cuh>
+#include <jitkern/ptx.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -658,24 +659,30 @@ __global__ void __launch_bounds__(kThreads) norm_group_split_kernel(const __grid
   const int t = static_cast<int>(threadIdx.x), nvec = static_cast<int>(p.hidden / kVec);
   const int own = static_cast<int>(blockIdx.x) * kThreads + t;
   const bool held = own < nvec;  // a group's lanes all or none
-  const T *in_at = row.in + t * kVec, *own_at = row.in + own * kVec, *w_at = row.weight + own * kVec;
-  asm volatile("" : "+l"(in_at), "+l"(own_at), "+l"(w_at));  // as norm_group_rows_kernel
+  const T *in_at = row.in + t * kVec, *w_at = row.weight + own * kVec;
+  asm volatile("" : "+l"(in_at), "+l"(w_at));  // as norm_group_rows_kernel
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  Vec xs[kRowVecs], x, w;
+  // The row copied to shared memory (cp.async: all of a thread's copies in flight together, where loads into registers
+  // are issued one by one), vector t + k * kThreads at row_smem[k][t].
+  __shared__ uint4 row_smem[kRowVecs][kThreads];
 #pragma unroll
   for (int k = 0; k < kRowVecs; ++k)
-    if (t + k * kThreads < nvec) xs[k].load_global(in_at + k * kThreads * kVec);
-  if (held) x.load_global(own_at), w.load_global(w_at);
+    if (t + k * kThreads < nvec) device::ptx::cp_async_16(&row_smem[k][t], in_at + k * kThreads * kVec);
+  Vec x, w;
+  if (held) w.load_global(w_at);
+  device::ptx::cp_async_wait_all();
   float part[kRowVecs];
 #pragma unroll
   for (int k = 0; k < kRowVecs; ++k) {
     part[k] = 0.0f;
     if (t + k * kThreads < nvec) {
-      float v[kVec];
-      PM::widen(xs[k], v);
-      part[k] = PM::sum_squares(v);
+      Vec v;
+      __builtin_memcpy(&v, &row_smem[k][t], sizeof(v));
+      float f[kVec];
+      PM::widen(v, f);
+      part[k] = PM::sum_squares(f);
     }
   }
 #pragma unroll
@@ -694,6 +701,7 @@ __global__ void __launch_bounds__(kThreads) norm_group_split_kernel(const __grid
   const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
   const float scale = rsqrtf(total * inv_hidden + p.eps);
   AlignedVector<device::packed_t<T>, kVec / 2> y[1];
+  if (held) __builtin_memcpy(&x, &row_smem[blockIdx.x][t], sizeof(x));  // this CTA's own vector
   {
     float xv[kVec], wv[kVec];
     PM::widen(x, xv);

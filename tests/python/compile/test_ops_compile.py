@@ -230,8 +230,9 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     paths = tvm_ffi_paths()
     src = tmp_path / "group_rows.cu"
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
-                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, true, true>;\n"
-                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, true, true>;\n")
+                   "using device::quant::Rounding;\n"
+                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true>;\n"
+                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true>;\n")
     out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
                           f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
                           str(tmp_path / "group_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
