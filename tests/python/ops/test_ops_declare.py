@@ -75,12 +75,13 @@ def test_specs_by_op_name_list_only_what_each_op_needs():
 
 
 def test_the_norm_group_quant_ops_build_a_module_per_group_size():
-    """rmsnorm_group_quant_fp8 and fused_add_rmsnorm_group_quant_fp8 build a module per scale format and group
-    size, each exporting that group size's instantiation of its C++ member template (a first call compiles
-    one group size's kernels); warmup and prebuild (ops.specs()) cover them all."""
+    """rmsnorm_group_quant_fp8 and fused_add_rmsnorm_group_quant_fp8 build a module per scale format, rounding and
+    group size, each exporting that group size's and rounding's instantiation of its C++ member template (a first
+    call compiles one group size's kernels); warmup and prebuild (ops.specs()) cover them all."""
     specs = ops.specs(ops=["rmsnorm_group_quant_fp8", "fused_add_rmsnorm_group_quant_fp8"], dtypes=["bfloat16"])
-    expected = [(f"quant_{op}{ue8m0}_g{g}", f"jitkern_quant::QuantOps<bf16_t>::{op}{ue8m0}<{g}>")
-                for op in ("rmsnorm_group_quant", "fused_add_rmsnorm_group_quant") for ue8m0 in ("", "_ue8m0") for g in (64, 128)]
+    expected = [(f"quant_{op}{ue8m0}{suffix}_g{g}", f"jitkern_quant::QuantOps<bf16_t>::{op}{ue8m0}<{g}, device::quant::Rounding::{r}>")
+                for op in ("rmsnorm_group_quant", "fused_add_rmsnorm_group_quant") for ue8m0 in ("", "_ue8m0")
+                for suffix, r in (("", "kExact"), ("_sglang", "kSglang")) for g in (64, 128)]
     assert [(s.name, *(w[1] for w in s.cuda_wrappers)) for s in specs] == expected
     assert all(s.cuda_wrappers[0][0] == s.name.removeprefix("quant_") for s in specs)
     assert set(specs) <= set(ops.specs())
