@@ -245,14 +245,15 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
-# add), the plain op's rows split over CTAs of that many threads (0: never) up to that many CTAs an SM.
-# "no split": the product before norm_group_split_kernel.
+# add), the plain op's rows split over CTAs of that many threads (0: never) up to that many CTAs an SM, both ops'
+# rows split over a cluster instead (1; norm_group_cluster_kernel). "no split": the product before the split kernels.
 NORM_GROUP_SCHEDULES = {
-    "no split": (4, 2, 2, 1, 1, 8, 16, 0, 0),
-    "split256": (4, 2, 2, 1, 1, 8, 16, 256, 1),
-    "split128 2/SM": (4, 2, 2, 1, 1, 8, 16, 128, 2),
+    "no split": (4, 2, 2, 1, 1, 8, 16, 0, 0, 0),
+    "split256": (4, 2, 2, 1, 1, 8, 16, 256, 1, 0),
+    "split128 2/SM": (4, 2, 2, 1, 1, 8, 16, 128, 2, 0),
+    "cluster": (4, 2, 2, 1, 1, 8, 16, 128, 1, 1),
 }
-DECODE_SCHEDULES = list(NORM_GROUP_SCHEDULES)  # beside the product at decode sizes (the plain op: the others are the product's)
+DECODE_SCHEDULES = list(NORM_GROUP_SCHEDULES)  # beside the product at decode sizes
 
 
 def norm_group_schedule_modules(names) -> dict:
@@ -309,15 +310,15 @@ def norm_group_self_check(modules: dict) -> None:
 
 def norm_group_decode(modules: dict) -> None:
     """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
-    per_token_group_quant_8bit) at decode sizes, 1x128 groups, each rounding, beside DECODE_SCHEDULES (the plain op,
-    exact) and three yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the
+    per_token_group_quant_8bit) at decode sizes, 1x128 groups, each rounding, beside DECODE_SCHEDULES (exact) and
+    three yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the
     rows rewritten in place after one CTA reduction (rewrite_rows: the dependency pattern of a norm, no arithmetic)
     and an empty PDL launch; rows printed as measured."""
     columns = " | ".join(DECODE_SCHEDULES)
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
           "median of 3 interleaved rounds; fused ops: us (speed-up over their two ops of the same rounding))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang | {columns} | "
-          "fused_add_rmsnorm_group_quant_fp8 exact | sglang | fused_add_rmsnorm + per_token_group_quant exact | sglang | "
+          f"fused_add_rmsnorm_group_quant_fp8 exact | sglang | fused_add_rmsnorm + per_token_group_quant exact | sglang | {columns} | "
           "rmsnorm alone | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty = yardstick_module(), overhead_module().launch_empty_pdl
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
@@ -329,6 +330,7 @@ def norm_group_decode(modules: dict) -> None:
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
                 **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in DECODE_SCHEDULES},
+                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in DECODE_SCHEDULES},
                 "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
                 "rewrite": lambda: module.rewrite_rows(rows, 1, 0),
                 "empty": lambda: empty(scratch, scratch),
@@ -338,6 +340,7 @@ def norm_group_decode(modules: dict) -> None:
             cells += [f"{m[n]:.2f} ({m['unfused exact'] / m[n]:.2f}x)" for n in DECODE_SCHEDULES]
             cells += [f"{m[f'fused add {r}']:.2f} ({m[f'unfused add {r}'] / m[f'fused add {r}']:.2f}x)" for r in ROUNDINGS]
             cells += [f"{m[f'unfused add {r}']:.2f}" for r in ROUNDINGS]
+            cells += [f"{m[f'add {n}']:.2f} ({m['unfused add exact'] / m[f'add {n}']:.2f}x)" for n in DECODE_SCHEDULES]
             cells += [f"{m[n]:.2f}" for n in ("rmsnorm", "rewrite", "empty")]
             print(f"| {h} | {t} | " + " | ".join(cells) + " |", flush=True)
 

@@ -463,7 +463,9 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
 //     many rows, else after its wait;
 //   kSplitThreads, kSplitCtasPerSm: 16-bit rows of the plain op split over CTAs of kSplitThreads threads
-//     (norm_group_split_kernel) while that makes at most kSplitCtasPerSm CTAs an SM (0 threads: never).
+//     (norm_group_split_kernel) while that makes at most kSplitCtasPerSm CTAs an SM (0 threads: never);
+//   kSplitCluster: those rows (and those of the fused add) split over a cluster of 4 or 8 CTAs of 128 threads
+//     instead (norm_group_cluster_kernel).
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -477,6 +479,7 @@ struct NormGroupSchedule {
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int kSplitThreads = 128;
   static constexpr int64_t kSplitCtasPerSm = 1;
+  static constexpr bool kSplitCluster = false;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -639,6 +642,33 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
 #endif
 }
 
+#ifdef __CUDACC__
+// The end of a row split over CTAs, one vector a thread (norm_group_split_kernel, norm_group_cluster_kernel): the
+// row's sum of squares added from the sums of its one-vector-a-thread warps (partial[0, old_warps)) as
+// norm_group_rows_kernel adds them, then this thread's vector `own` of the row (x, weights w; `held`: in the row)
+// normalised and quantized in its group. Row blockIdx.y; every lane of the warp calls it.
+template <typename T, int kVec, int kGroup, bool kUE8M0, quant::Rounding kRounding>
+JITKERN_DEVICE void split_row_epilogue(const device::norm::NormParams<T>& p, const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi,
+                                       const float* partial, int old_warps, int own, bool held, const AlignedVector<T, kVec>& x,
+                                       const AlignedVector<T, kVec>& w) {
+  using PM = PairMath<T, kVec>;
+  constexpr int kGroupVecs = kGroup / kVec;
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
+  const float scale = rsqrtf(total * inv_hidden + p.eps);
+  AlignedVector<device::packed_t<T>, kVec / 2> y[1];
+  float xv[kVec], wv[kVec];
+  PM::widen(x, xv);
+  PM::widen(w, wv);
+  y[0] = PM::normalized(xv, wv, scale);
+  const int g = own / kGroupVecs;
+  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
+  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
+                                                                                     epi.eps, 0xffffffffu, store_scale);
+}
+#endif
+
 // A few token rows of RMSNorm + group quantization, each split over ceil(vectors / kThreads) CTAs (blockIdx.x: the
 // slice, blockIdx.y: the row), so that a decode row's epilogue is spread over as many SMs: every CTA of a row reads
 // the whole row and adds its sum of squares as norm_group_rows_kernel does (the same bits in each), then normalises
@@ -697,21 +727,70 @@ __global__ void __launch_bounds__(kThreads) norm_group_split_kernel(const __grid
       if (t / device::kWarpThreads + k * kWarps < old_warps) partial[t / device::kWarpThreads + k * kWarps] = part[k];
   }
   __syncthreads();
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
-  const float scale = rsqrtf(total * inv_hidden + p.eps);
-  AlignedVector<device::packed_t<T>, kVec / 2> y[1];
   if (held) __builtin_memcpy(&x, &row_smem[blockIdx.x][t], sizeof(x));  // this CTA's own vector
-  {
-    float xv[kVec], wv[kVec];
-    PM::widen(x, xv);
-    PM::widen(w, wv);
-    y[0] = PM::normalized(xv, wv, scale);
+  split_row_epilogue(p, epi, partial, old_warps, own, held, x, w);
+#endif
+}
+
+#ifdef __CUDACC__  // device code only (the host pass compiles the kernels' declarations)
+// Cluster barrier phases and a store to another CTA's shared memory (distributed shared memory, sm_90).
+JITKERN_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+JITKERN_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+JITKERN_DEVICE void cluster_sync() { asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+JITKERN_DEVICE void store_to_cta(float* local, uint32_t rank, float v) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
+#endif
+
+// A few token rows of RMSNorm (optionally after the residual add) + group quantization, each split over a cluster of
+// kCtas CTAs of kThreads threads (blockIdx.x: the CTA's slice, blockIdx.y: the row), one vector a thread: vector
+// c * kThreads + t of the row is thread t's of CTA c, so each warp adds the sum of squares of one vector a thread's
+// warp, which it stores into every CTA's shared memory; after a cluster barrier each CTA adds those as
+// norm_group_rows_kernel does (the same bits), then normalises and quantizes its own vectors. A CTA reads and
+// writes its own slice of the residual only. CTAs past the row's end only take part in the barriers.
+template <typename T, int kVec, int kGroup, int kThreads, int kCtas, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding>
+__global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kThreads)
+    norm_group_cluster_kernel(const __grid_constant__ device::norm::NormParams<T> p,
+                              const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+#ifdef __CUDACC__
+  using namespace device::norm;
+  using Vec = AlignedVector<T, kVec>;
+  using PM = PairMath<T, kVec>;
+  constexpr int kWarps = kThreads / device::kWarpThreads, kGroupVecs = kGroup / kVec;
+  static_assert(sizeof(T) == 2 && kThreads % device::kWarpThreads == 0 && kCtas * kWarps <= device::kWarpThreads && kGroupVecs <= device::kWarpThreads);
+  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.y));
+  const int t = static_cast<int>(threadIdx.x), nvec = static_cast<int>(p.hidden / kVec);
+  const int own = static_cast<int>(blockIdx.x) * kThreads + t, warp = t / device::kWarpThreads, lane = t % device::kWarpThreads;
+  const bool held = own < nvec;  // a group's lanes all or none
+  const T *in_at = row.in + own * kVec, *w_at = row.weight + own * kVec;
+  T* res_at = row.residual + own * kVec;
+  asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));  // as norm_group_rows_kernel
+  cluster_arrive_relaxed();  // this CTA has started: the others may store into its shared memory once all have
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  Vec x, w, r;
+  if (held) {
+    x.load_global(in_at);
+    if constexpr (kFusedAdd) r.load_global(res_at);
+    w.load_global(w_at);
   }
-  const int g = own / kGroupVecs;
-  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
-  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec, epi.eps, 0xffffffffu,
-                                                                  store_scale);
+  float part = 0.0f;
+  if (held) {
+    if constexpr (kFusedAdd) PM::add(x, r), x.store_global(res_at);
+    float f[kVec];
+    PM::widen(x, f);
+    part = PM::sum_squares(f);
+  }
+  part = device::warp::reduce_sum(part);  // the butterfly of one vector a thread's warp
+  __shared__ float partial[device::kWarpThreads];
+  const int old_warp = static_cast<int>(blockIdx.x) * kWarps + warp, old_warps = (nvec + device::kWarpThreads - 1) / device::kWarpThreads;
+  cluster_wait();
+  if (lane < kCtas && old_warp < old_warps) store_to_cta(&partial[old_warp], static_cast<uint32_t>(lane), part);
+  cluster_sync();
+  split_row_epilogue(p, epi, partial, old_warps, own, held, x, w);
 #endif
 }
 
@@ -1191,7 +1270,22 @@ struct QuantOps {
     p.total_rows = static_cast<int32_t>(rows.tokens);
     p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
-    if constexpr (!kFusedAdd && S::kSplitThreads > 0 && sizeof(T) == 2) {
+    if constexpr (S::kSplitCluster && S::kSplitThreads > 0 && sizeof(T) == 2) {
+      constexpr int kThreads = 128;
+      const int64_t used = div_ceil(nvec, int64_t{kThreads});
+      if (used > 1 && rows.tokens * used <= S::kSplitCtasPerSm * sm_count) {
+        const auto cluster = [&](auto ctas_tag) {
+          constexpr int kCtas = decltype(ctas_tag)::value;
+          LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);
+          launch.enable_pdl();
+          launch(norm_group_cluster_kernel<T, kVec, kGroup, kThreads, kCtas, kFusedAdd, kUE8M0, kRounding>, p, epi);
+        };
+        if (used <= 4) cluster(std::integral_constant<int, 4>{});
+        else cluster(std::integral_constant<int, 8>{});
+        return true;
+      }
+    }
+    if constexpr (!S::kSplitCluster && !kFusedAdd && S::kSplitThreads > 0 && sizeof(T) == 2) {
       const int64_t slices = div_ceil(nvec, int64_t{S::kSplitThreads});
       if (slices > 1 && rows.tokens * slices <= S::kSplitCtasPerSm * sm_count) {
         LaunchKernel launch(dim3(static_cast<unsigned>(slices), static_cast<unsigned>(rows.tokens)), S::kSplitThreads, rows.device);

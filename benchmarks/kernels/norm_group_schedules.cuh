@@ -1,6 +1,6 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
-// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kSplitThreads, kSplitCtasPerSm>:
+// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kSplitThreads, kSplitCtasPerSm, kSplitCluster>:
 // NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
 #pragma once
 
@@ -10,7 +10,7 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kSplitThreadsArg, int kSplitCtasPerSmArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kSplitThreadsArg, int kSplitCtasPerSmArg, int kSplitClusterArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -19,6 +19,7 @@ struct Sched {
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
   static constexpr int kSplitThreads = kSplitThreadsArg;
   static constexpr int64_t kSplitCtasPerSm = kSplitCtasPerSmArg;
+  static constexpr bool kSplitCluster = kSplitClusterArg != 0;
 };
 
 template <int... kArgs>
