@@ -246,17 +246,24 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), the plain op's rows split over CTAs of that many threads (0: never) up to that many CTAs an SM, both ops'
-# rows split over a cluster instead (1; norm_group_cluster_kernel). "no split": the product before the split kernels.
+# rows split over a cluster instead (1; norm_group_cluster_kernel), the row that many rows an SM further on
+# prefetched to L2 at many rows (0: none). "no split": the product before the split kernels.
 NORM_GROUP_SCHEDULES = {
-    "no split": (4, 2, 2, 1, 1, 8, 16, 0, 0, 0),
-    "split256": (4, 2, 2, 1, 1, 8, 16, 256, 1, 0),
-    "cluster": (4, 2, 2, 1, 1, 8, 16, 128, 1, 1),
+    "no split": (4, 2, 2, 1, 1, 8, 16, 0, 0, 0, 0),
+    "split256": (4, 2, 2, 1, 1, 8, 16, 256, 1, 0, 0),
+    "cluster": (4, 2, 2, 1, 1, 8, 16, 128, 1, 1, 0),
+    "prefetch4": (4, 2, 2, 1, 1, 8, 16, 128, 1, 0, 4),
+    "prefetch8": (4, 2, 2, 1, 1, 8, 16, 128, 1, 0, 8),
 }
 
 
 def _splits_fused_add(name: str) -> bool:
-    """Whether the schedule launches the fused add otherwise than the product (only the cluster kernel splits it)."""
+    """Whether the schedule launches the fused add otherwise than the product at decode sizes (the cluster kernel)."""
     return NORM_GROUP_SCHEDULES[name][9] != 0
+
+
+DECODE_SCHEDULES = ["no split", "split256", "cluster"]  # beside the product at decode sizes
+PREFILL_SCHEDULES = ["prefetch4", "prefetch8"]  # ... and at prefill sizes
 
 
 def norm_group_schedule_modules(names) -> dict:
@@ -332,7 +339,8 @@ def norm_group_decode(modules: dict) -> None:
     three yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the
     rows rewritten in place after one CTA reduction (rewrite_rows: the dependency pattern of a norm, no arithmetic)
     and an empty PDL launch; rows printed as measured."""
-    columns, add_columns = " | ".join(modules), " | ".join(n for n in modules if _splits_fused_add(n))
+    plain_names = [n for n in DECODE_SCHEDULES if n in modules]
+    columns, add_columns = " | ".join(plain_names), " | ".join(n for n in plain_names if _splits_fused_add(n))
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
           "median of 3 interleaved rounds; fused ops: us (speed-up over their two ops of the same rounding))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang | {columns} | "
@@ -347,18 +355,18 @@ def norm_group_decode(modules: dict) -> None:
             rows = torch.randn(t, h, dtype=DTYPE, device="cuda").view(torch.int32)
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
-                **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in modules},
-                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in modules if _splits_fused_add(n)},
+                **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in plain_names},
+                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in plain_names if _splits_fused_add(n)},
                 "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
                 "rewrite": lambda: module.rewrite_rows(rows, 1, 0),
                 "empty": lambda: empty(scratch, scratch),
             })
             cells = [f"{m[f'{op} {r}']:.2f} ({m[f'un{op} {r}'] / m[f'{op} {r}']:.2f}x)" for op in ("fused",) for r in ROUNDINGS]
             cells += [f"{m[f'unfused {r}']:.2f}" for r in ROUNDINGS]
-            cells += [f"{m[n]:.2f} ({m['unfused exact'] / m[n]:.2f}x)" for n in modules]
+            cells += [f"{m[n]:.2f} ({m['unfused exact'] / m[n]:.2f}x)" for n in plain_names]
             cells += [f"{m[f'fused add {r}']:.2f} ({m[f'unfused add {r}'] / m[f'fused add {r}']:.2f}x)" for r in ROUNDINGS]
             cells += [f"{m[f'unfused add {r}']:.2f}" for r in ROUNDINGS]
-            cells += [f"{m[f'add {n}']:.2f} ({m['unfused add exact'] / m[f'add {n}']:.2f}x)" for n in modules if _splits_fused_add(n)]
+            cells += [f"{m[f'add {n}']:.2f} ({m['unfused add exact'] / m[f'add {n}']:.2f}x)" for n in plain_names if _splits_fused_add(n)]
             cells += [f"{m[n]:.2f}" for n in ("rmsnorm", "rewrite", "empty")]
             print(f"| {h} | {t} | " + " | ".join(cells) + " |", flush=True)
 
@@ -378,16 +386,18 @@ def issue_bound_us(t: int, h: int, rounding: str) -> float:
     return warp_instructions / (props.multi_processor_count * 4 * clock_hz) * 1e6
 
 
-def norm_group_large(module, ceilings: dict) -> None:
+def norm_group_large(module, ceilings: dict, modules: dict) -> None:
     """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
-    element) and of the copy ceiling (fused add: 7 bytes an element), beside the instruction-issue bound
-    (issue_bound_us) and the rows rewritten in place after one CTA reduction (rewrite_rows, 4 bytes an element: %
-    of copy); median of 3 interleaved rounds; rows printed as measured."""
+    element) and of the copy ceiling (fused add: 7 bytes an element), beside the schedules that prefetch (exact), the
+    instruction-issue bound (issue_bound_us) and the rows rewritten in place after one CTA reduction (rewrite_rows,
+    4 bytes an element: % of copy); median of 3 interleaved rounds; rows printed as measured."""
     copy = max(ceilings.values())
+    names = [n for n in PREFILL_SCHEDULES if n in modules]
+    columns = "".join(f" {n} |" for n in names)
     table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
           "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
-          "| H | T | rmsnorm_group_quant_fp8 exact | sglang | issue bound exact | sglang | fused_add_rmsnorm_group_quant_fp8 exact | sglang | "
-          "rows rewritten after one CTA reduction (% of copy) |", [])
+          f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | fused_add_rmsnorm_group_quant_fp8 exact | "
+          f"sglang |{columns} rows rewritten after one CTA reduction (% of copy) |", [])
     for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
@@ -395,12 +405,16 @@ def norm_group_large(module, ceilings: dict) -> None:
             rows = torch.randn(t, h, dtype=DTYPE, device="cuda").view(torch.int32)
             providers = _group_providers(x, r0, w, y, q, s)
             m = interleaved({**{k: providers[k] for r in ROUNDINGS for k in (f"fused {r}", f"fused add {r}")},
+                             **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in names},
+                             **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in names},
                              "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
             add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
-            plain = " | ".join(f"{m[f'fused {r}']:.2f} ({100 * halve / m[f'fused {r}']:.1f}%)" for r in ROUNDINGS)
+            plain = " | ".join([f"{m[f'fused {r}']:.2f} ({100 * halve / m[f'fused {r}']:.1f}%)" for r in ROUNDINGS] +
+                               [f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in names])
             bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
-            fused = " | ".join(f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS)
+            fused = " | ".join([f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS] +
+                               [f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in names])
             rewrite = f"{m['rewrite']:.2f} ({100 * 4 * t * h / 1e3 / copy / m['rewrite']:.1f}%)"
             print(f"| {h} | {t} | {plain} | {bound} | {fused} | {rewrite} |", flush=True)
     print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Issue bound: PLAIN_MANY_ROW_SASS instructions a thread, "
@@ -464,7 +478,7 @@ def main() -> None:
                                     "fused_add_rmsnorm_group_quant_fp8"])
         print(f"\n### RMSNorm + group fp8 ({environment()})")
         modules = norm_group_self_check(norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES)))
-        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True))
+        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules)
         if sys.argv[2:] != ["prefill"]:
             norm_group_decode(modules)
         if not sys.argv[2:]:  # `group schedules`, `group prefill`: without the reference
@@ -488,7 +502,7 @@ def main() -> None:
     decode_shapes()
     norm_quant(module)
     modules = norm_group_self_check(norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES)))
-    norm_group_large(module, ceilings)
+    norm_group_large(module, ceilings, modules)
     norm_group_decode(modules)
     reference_table()
     norm_group_reference_table()

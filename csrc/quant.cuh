@@ -465,7 +465,9 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kSplitThreads, kSplitCtasPerSm: 16-bit rows of the plain op split over CTAs of kSplitThreads threads
 //     (norm_group_split_kernel) while that makes at most kSplitCtasPerSm CTAs an SM (0 threads: never);
 //   kSplitCluster: those rows (and those of the fused add) split over a cluster of 4 or 8 CTAs of 128 threads
-//     instead (norm_group_cluster_kernel).
+//     instead (norm_group_cluster_kernel);
+//   kPrefetchRowsPerSm: from kManyRowsPerSm rows an SM on, each CTA prefetches to L2 the row that many rows an SM
+//     further on (0: none).
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -480,6 +482,7 @@ struct NormGroupSchedule {
   static constexpr int kSplitThreads = 128;
   static constexpr int64_t kSplitCtasPerSm = 1;
   static constexpr bool kSplitCluster = false;
+  static constexpr int kPrefetchRowsPerSm = 0;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -555,8 +558,9 @@ struct PairMath {
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait.
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs>
+// at start, else after the wait. kPrefetchRowsPerSm: the row that many rows an SM further on is prefetched to L2.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
+          int kPrefetchRowsPerSm = 0>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
@@ -589,6 +593,20 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
       xs[r].load_global(in_at + r * kLanes * kVec);
       if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
       ws[r].load_global(w_at + r * kLanes * kVec);
+    }
+  }
+  if constexpr (kPrefetchRowsPerSm > 0) {
+    uint32_t sms;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+    const int64_t ahead = int64_t{blockIdx.x} + int64_t{kPrefetchRowsPerSm} * sms;
+    if (held && threadIdx.x % kLanes == 0 && ahead < p.total_rows) {  // a group's 128-byte lines, by its first lane
+      constexpr int kLine = 128 / static_cast<int>(sizeof(T));
+      const RowPointers<T> next = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(ahead));
+#pragma unroll
+      for (int j = 0; j < (kGroup + kLine - 1) / kLine; ++j) {
+        device::ptx::prefetch_global_l2(next.in + g * kGroup + j * kLine);
+        if constexpr (kFusedAdd) device::ptx::prefetch_global_l2(next.residual + g * kGroup + j * kLine);
+      }
     }
   }
   float part[kPerLane];
@@ -1294,8 +1312,8 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag) {
-      constexpr int kLaneVecs = decltype(lanes_tag)::value;
+    const auto go = [&](auto lanes_tag, auto prefetch_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value, kPrefetch = decltype(prefetch_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
@@ -1303,16 +1321,16 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kPrefetch>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kPrefetch>, p, epi);
         }
         return true;
       }
     };
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::integral_constant<int, S::kPrefetchRowsPerSm>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::integral_constant<int, 0>{});
   }
 };
 #endif  // __CUDACC_RTC__

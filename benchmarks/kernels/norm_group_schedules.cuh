@@ -1,6 +1,7 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
-// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kSplitThreads, kSplitCtasPerSm, kSplitCluster>:
+// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kSplitThreads, kSplitCtasPerSm, kSplitCluster,
+// kPrefetchRowsPerSm>:
 // NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
 #pragma once
 
@@ -10,7 +11,8 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kSplitThreadsArg, int kSplitCtasPerSmArg, int kSplitClusterArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kSplitThreadsArg, int kSplitCtasPerSmArg, int kSplitClusterArg,
+          int kPrefetchRowsPerSmArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -20,6 +22,7 @@ struct Sched {
   static constexpr int kSplitThreads = kSplitThreadsArg;
   static constexpr int64_t kSplitCtasPerSm = kSplitCtasPerSmArg;
   static constexpr bool kSplitCluster = kSplitClusterArg != 0;
+  static constexpr int kPrefetchRowsPerSm = kPrefetchRowsPerSmArg;
 };
 
 template <int... kArgs>
