@@ -629,17 +629,19 @@ def _with_special_groups(x, group_size):
     return x
 
 
-# (output dtype, scale layout, group size, hidden): fp32 scales row- and column-major (TMA-aligned), UE8M0 in both
-# layouts (whole words of four exponents and a part-filled last word), int8.
-SGLANG_CONFIGS = [("float8_e4m3fn", "row", 128, 7168), ("float8_e4m3fn", "column", 64, 2048), ("ue8m0", "column", 128, 2048),
-                  ("ue8m0", "row", 64, 640), ("int8", "row", 64, 1024), ("int8", "column", 128, 2048)]
+# (output dtype, scale layout, group size, hidden, input dtypes): fp32 scales row- and column-major (TMA-aligned),
+# UE8M0 in both layouts (whole words of four exponents and a part-filled last word), int8; each configuration
+# and input dtype is a module of the reference's to build.
+SGLANG_CONFIGS = [("float8_e4m3fn", "row", 128, 7168, DTYPES), ("float8_e4m3fn", "column", 64, 2048, ["bfloat16", "float32"]),
+                  ("ue8m0", "column", 128, 2048, DTYPES), ("ue8m0", "row", 64, 640, ["bfloat16", "float16"]), ("int8", "row", 64, 1024, DTYPES),
+                  ("int8", "column", 128, 2048, ["bfloat16"])]
 SGLANG_ROWS = (1, 7, 130, 1030, 4096)  # the lean kernel's small and wide grids, per_group_kernel's between
 
 
 @pytest.mark.gpu
 def test_sglang_rounding_is_the_references_bits():
     """rounding="sglang" gives SGLang's own per_token_group_quant kernel's codes and scales bit for bit, for
-    bf16/fp16/fp32 inputs, every SGLANG_CONFIGS format and layout, 1 to 4096 rows, with special values
+    bf16/fp16/fp32 inputs, SGLANG_CONFIGS' formats and layouts, 1 to 4096 rows, with special values
     (_with_special_groups). One test: the reference's modules (one per configuration) build in parallel first."""
     torch = _torch()
     from concurrent.futures import ThreadPoolExecutor
@@ -649,7 +651,7 @@ def test_sglang_rounding_is_the_references_bits():
     reference = _reference_group_quant()
 
     def run(config, dtype_name, rows, ours=True):
-        qname, layout, group_size, hidden = config
+        qname, layout, group_size, hidden, _ = config
         x = _with_special_groups(_x((rows, hidden), dtype_name, seed=rows), group_size)
         ue8m0, column = qname == "ue8m0", layout == "column"
         qdtype = torch.int8 if qname == "int8" else torch.float8_e4m3fn
@@ -666,19 +668,40 @@ def test_sglang_rounding_is_the_references_bits():
     quant._FAMILY.warmup(exports=[e for e in quant._FAMILY.params if e.startswith("per_token_group_quant") and e.endswith("_sglang")],
                          dtypes=DTYPES)
     with ThreadPoolExecutor(8) as pool:  # the reference's builds, one module per configuration and dtype
-        list(pool.map(lambda cd: run(*cd, 1, ours=False), [(c, d) for c in SGLANG_CONFIGS for d in DTYPES]))
+        list(pool.map(lambda cd: run(*cd, 1, ours=False), [(c, d) for c in SGLANG_CONFIGS for d in c[-1]]))
     failures = []
-    for config, dtype_name, rows in [(c, d, r) for c in SGLANG_CONFIGS for d in DTYPES for r in SGLANG_ROWS]:
+    for config, dtype_name, rows in [(c, d, r) for c in SGLANG_CONFIGS for d in c[-1] for r in SGLANG_ROWS]:
         x, (q, s), (rq, rs) = run(config, dtype_name, rows)
         qb, rqb = q.view(torch.uint8), rq.view(torch.uint8)
         if not torch.equal(qb, rqb):
             at = (qb != rqb).nonzero()[:3].tolist()
-            failures.append(f"{config} {dtype_name} {rows} rows: {int((qb != rqb).sum())} codes differ, e.g. at {at}: "
+            failures.append(f"{config[:4]} {dtype_name} {rows} rows: {int((qb != rqb).sum())} codes differ, e.g. at {at}: "
                             f"x {[x[r, c].item() for r, c in at]} jitkern {[qb[r, c].item() for r, c in at]} reference "
                             f"{[rqb[r, c].item() for r, c in at]}")
         if not torch.equal(s.view(torch.int32), rs.view(torch.int32)):
-            failures.append(f"{config} {dtype_name} {rows} rows: scales differ: {int((s.view(torch.int32) != rs.view(torch.int32)).sum())}")
+            failures.append(f"{config[:4]} {dtype_name} {rows} rows: scales differ: {int((s.view(torch.int32) != rs.view(torch.int32)).sum())}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("qname", ["float8_e4m3fn", "ue8m0", "int8"])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_sglang_rounding_is_the_same_on_every_kernel(dtype_name, qname, group_size):
+    """rounding="sglang" gives the same bits on misaligned rows (a warp a group, element by element), strided
+    rows and contiguous ones (the lean kernel, or per_group_kernel between), special values included."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    flags = dict(dtype=torch.int8 if qname == "int8" else None, scale_ue8m0=qname == "ue8m0", rounding="sglang")
+    for rows in (3, 130):
+        x = _with_special_groups(_x((rows, 1152), dtype_name, seed=rows), group_size)
+        wide = torch.zeros(rows, 1152 + 64, dtype=x.dtype, device="cuda")
+        q, s = per_token_group_quant_8bit(x, group_size, **flags)
+        for other in (wide[:, 1:1153], wide[:, 64:]):  # misaligned; strided
+            other.copy_(x)
+            oq, os_ = per_token_group_quant_8bit(other, group_size, **flags)
+            assert torch.equal(oq.view(torch.uint8), q.view(torch.uint8)) and torch.equal(os_.view(torch.int32), s.view(torch.int32)), (rows, other.stride())
 
 
 @pytest.mark.gpu
