@@ -11,6 +11,7 @@ quantizing epilogue of the norm kernels beside rmsnorm_quant_fp8's; a second fam
 q = saturate(round_to_nearest_even(x / s)), the division in fp32: fp8 e4m3 saturates to +-448 (+-inf too)
 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic scale is max(amax, eps) / 448 (int8:
 / 127), where amax is the largest finite |x| of the tensor, row or group: NaN and +-inf do not enter it.
+per_token_group_quant_8bit(rounding="sglang") gives SGLang's bits instead (Rounding; docs/ops.md says how).
 
 The C++ entry points check every argument and name the bad one; Python picks the instantiation by dtype,
 allocates outputs (it owns the scale layouts) and passes fp8 tensors as their bytes. Each op is also a
