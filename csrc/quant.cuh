@@ -650,12 +650,12 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
         for (int k = 0; k < kVec / 2; ++k) x[r][k] = device::packed_t<T>(y[2 * k], y[2 * k + 1]);
       }
     }
-    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding, true>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   } else {
     Vec x[kPerLane];
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
-    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
+    quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding, true>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   }
 #endif
 }
@@ -682,7 +682,7 @@ JITKERN_DEVICE void split_row_epilogue(const device::norm::NormParams<T>& p, con
   y[0] = PM::normalized(xv, wv, scale);
   const int g = own / kGroupVecs;
   const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
-  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
+  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding, true>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
                                                                                      epi.eps, 0xffffffffu, store_scale);
 }
 #endif

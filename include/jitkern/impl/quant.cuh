@@ -436,9 +436,10 @@ JITKERN_DEVICE void store_quantized(uint8_t* ptr, const AlignedVector<T, kVec>& 
 // group's first lane calls store_scale(scale, exponent). `lanes`: the mask of the lanes that call this
 // together (the whole warp, or only the group's own), whose votes and shuffles they share. `valid`: the
 // lane's group exists (the others only take part in the votes and shuffles). kRounding: the codes and scale
-// as Rounding says (kSglang: one plain amax, no vote, and sglang::'s arithmetic).
-template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, Rounding kRounding = Rounding::kExact, typename T,
-          int kVec, typename StoreScale>
+// as Rounding says (kSglang: one plain amax, no vote, and sglang::'s arithmetic). kNormalEps: eps >=
+// kNormalScaleEps<Q>, so the exact scale and its reciprocal skip the divisions' range tests (the same bits).
+template <typename Q, int kLanes, int kPerLane, bool kUE8M0, bool kContiguous = false, Rounding kRounding = Rounding::kExact,
+          bool kNormalEps = false, typename T, int kVec, typename StoreScale>
 JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLane], bool valid, uint8_t* out, float eps, unsigned lanes,
                                         const StoreScale& store_scale) {
   const auto fold = [&](auto op) {
@@ -466,9 +467,9 @@ JITKERN_DEVICE void quantize_group_with(const AlignedVector<T, kVec> (&x)[kPerLa
   const float amax = dynamic_amax(fold, [&](float v) { return warp::reduce_max_nonnegative<kLanes>(v, lanes); },
                                   [&](bool b) { return __any_sync(lanes, b); }, finite);
   uint32_t exponent = 0;
-  const float scale = group_scale<Q, kUE8M0>(amax, eps, exponent);
+  const float scale = group_scale<Q, kUE8M0, kNormalEps>(amax, eps, exponent);
   if (!valid) return;
-  const Divider s(scale, finite);
+  const Divider s = kNormalEps ? Divider(scale, normal_reciprocal(scale), finite) : Divider(scale, finite);
   if constexpr (kContiguous) {
     static_assert(kCodes % 4 == 0 && kPerLane * kCodes <= 16, "contiguous: at most 16 codes a lane, whole words");
     AlignedVector<uint32_t, kPerLane * kCodes / 4> words;
@@ -572,7 +573,7 @@ struct QuantizeRows {
 // kGroup a group is one vector in each of kGroup / kVec consecutive lanes, all of them holding it or none:
 // its amax is a shuffle reduction among those lanes alone, while the row stays in registers. That takes
 // kGroup / kVec <= 32, 16-byte vectors (kVectorsOnly: the caller checks the operands allow them). kRounding:
-// the codes and scales of per_token_group_quant with that rounding.
+// the codes and scales of per_token_group_quant with that rounding. eps >= kNormalScaleEps<fp8>.
 template <int kGroup, bool kUE8M0, Rounding kRounding = Rounding::kExact>
 struct QuantizeGroups {
   static constexpr bool kVectorsOnly = true;
@@ -605,10 +606,10 @@ struct QuantizeGroups {
           AlignedVector<packed_t<T>, kVec / 2> x[1];
 #pragma unroll
           for (int k = 0; k < kVec / 2; ++k) x[0][k] = packed_t<T>(y[2 * k], y[2 * k + 1]);
-          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0, false, kRounding>(x, true, q + at, eps, lanes, store_scale);
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0, false, kRounding, true>(x, true, q + at, eps, lanes, store_scale);
         } else {
           const AlignedVector<T, kVec> x[1] = {y};
-          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0, false, kRounding>(x, true, q + at, eps, lanes, store_scale);
+          quantize_group_with<fp8_e4m3_t, kLanes, 1, kUE8M0, false, kRounding, true>(x, true, q + at, eps, lanes, store_scale);
         }
       }
     }
