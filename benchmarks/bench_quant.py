@@ -245,25 +245,16 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
-# add), the plain op's rows split over CTAs of that many threads (0: never) up to that many CTAs an SM, both ops'
-# rows split over a cluster instead (1; norm_group_cluster_kernel), the row that many rows an SM further on
-# prefetched to L2 at many rows (0: none). "no split": the product before the split kernels.
+# add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel).
 NORM_GROUP_SCHEDULES = {
-    "no split": (4, 2, 2, 1, 1, 8, 16, 0, 0, 0, 0),
-    "split256": (4, 2, 2, 1, 1, 8, 16, 256, 1, 0, 0),
-    "cluster": (4, 2, 2, 1, 1, 8, 16, 128, 1, 1, 0),
-    "prefetch4": (4, 2, 2, 1, 1, 8, 16, 128, 1, 0, 4),
-    "prefetch8": (4, 2, 2, 1, 1, 8, 16, 128, 1, 0, 8),
+    "no cluster": (4, 2, 2, 1, 1, 8, 16, 0, 0),
+    "fused cluster 4": (4, 2, 2, 1, 1, 8, 16, 0, 4),
+    "cluster": (4, 2, 2, 1, 1, 8, 16, 1, 1),
+    "few1": (4, 2, 1, 1, 1, 8, 16, 0, 1),
 }
-
-
-def _splits_fused_add(name: str) -> bool:
-    """Whether the schedule launches the fused add otherwise than the product at decode sizes (the cluster kernel)."""
-    return NORM_GROUP_SCHEDULES[name][9] != 0
-
-
-DECODE_SCHEDULES = ["no split", "split256", "cluster"]  # beside the product at decode sizes
-PREFILL_SCHEDULES = ["prefetch4", "prefetch8"]  # ... and at prefill sizes
+DECODE_SCHEDULES = ["cluster", "few1"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["no cluster", "fused cluster 4"]  # ... fused_add_rmsnorm_group_quant_fp8
+PREFILL_SCHEDULES = []  # ... both ops at prefill sizes
 
 
 def norm_group_schedule_modules(names) -> dict:
@@ -339,8 +330,8 @@ def norm_group_decode(modules: dict) -> None:
     three yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the
     rows rewritten in place after one CTA reduction (rewrite_rows: the dependency pattern of a norm, no arithmetic)
     and an empty PDL launch; rows printed as measured."""
-    plain_names = [n for n in DECODE_SCHEDULES if n in modules]
-    columns, add_columns = " | ".join(plain_names), " | ".join(n for n in plain_names if _splits_fused_add(n))
+    plain_names, add_names = [n for n in DECODE_SCHEDULES if n in modules], [n for n in DECODE_FUSED_SCHEDULES if n in modules]
+    columns, add_columns = " | ".join(plain_names), " | ".join(add_names)
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
           "median of 3 interleaved rounds; fused ops: us (speed-up over their two ops of the same rounding))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang | {columns} | "
@@ -348,7 +339,7 @@ def norm_group_decode(modules: dict) -> None:
           "rmsnorm alone | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty = yardstick_module(), overhead_module().launch_empty_pdl
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
-    for h, sizes in ((7168, [1, 16, 256]), (4096, [1, 64])):
+    for h, sizes in ((7168, [1, 4, 16, 256]), (4096, [1, 64])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
@@ -356,7 +347,7 @@ def norm_group_decode(modules: dict) -> None:
             m = interleaved({
                 **_group_providers(x, r0, w, y, q, s),
                 **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in plain_names},
-                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in plain_names if _splits_fused_add(n)},
+                **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in add_names},
                 "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
                 "rewrite": lambda: module.rewrite_rows(rows, 1, 0),
                 "empty": lambda: empty(scratch, scratch),
@@ -366,7 +357,7 @@ def norm_group_decode(modules: dict) -> None:
             cells += [f"{m[n]:.2f} ({m['unfused exact'] / m[n]:.2f}x)" for n in plain_names]
             cells += [f"{m[f'fused add {r}']:.2f} ({m[f'unfused add {r}'] / m[f'fused add {r}']:.2f}x)" for r in ROUNDINGS]
             cells += [f"{m[f'unfused add {r}']:.2f}" for r in ROUNDINGS]
-            cells += [f"{m[f'add {n}']:.2f} ({m['unfused add exact'] / m[f'add {n}']:.2f}x)" for n in plain_names if _splits_fused_add(n)]
+            cells += [f"{m[f'add {n}']:.2f} ({m['unfused add exact'] / m[f'add {n}']:.2f}x)" for n in add_names]
             cells += [f"{m[n]:.2f}" for n in ("rmsnorm", "rewrite", "empty")]
             print(f"| {h} | {t} | " + " | ".join(cells) + " |", flush=True)
 
@@ -388,7 +379,7 @@ def issue_bound_us(t: int, h: int, rounding: str) -> float:
 
 def norm_group_large(module, ceilings: dict, modules: dict) -> None:
     """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
-    element) and of the copy ceiling (fused add: 7 bytes an element), beside the schedules that prefetch (exact), the
+    element) and of the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (exact), the
     instruction-issue bound (issue_bound_us) and the rows rewritten in place after one CTA reduction (rewrite_rows,
     4 bytes an element: % of copy); median of 3 interleaved rounds; rows printed as measured."""
     copy = max(ceilings.values())

@@ -10,7 +10,6 @@
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/impl/rows.cuh>
 #include <jitkern/policy.cuh>
-#include <jitkern/ptx.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -462,27 +461,23 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kPairs: 16-bit rows widened and narrowed as packed pairs (PairMath);
 //   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
 //     many rows, else after its wait;
-//   kSplitThreads, kSplitCtasPerSm: 16-bit rows of the plain op split over CTAs of kSplitThreads threads
-//     (norm_group_split_kernel) while that makes at most kSplitCtasPerSm CTAs an SM (0 threads: never);
-//   kSplitCluster: those rows (and those of the fused add) split over a cluster of 4 or 8 CTAs of 128 threads
-//     instead (norm_group_cluster_kernel);
-//   kPrefetchRowsPerSm: from kManyRowsPerSm rows an SM on, each CTA prefetches to L2 the row that many rows an SM
-//     further on (0: none).
+//   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
+//     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never).
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
 // 93.6-98.4% of copy either way. Below 4 rows an SM, two vectors a lane (plain) and one (fused add) beat the norm
 // kernels' launch: [1 / 256, 7168] 1.62 / 3.08 us against 1.83 / 3.50, fused add 1.88 / 3.61 against 2.14 / 4.01;
-// two a lane triggering at start at 16 rows took 2.19 us (1.90 the norm kernels'), one a lane 2.11 (2.24).
+// two a lane triggering at start at 16 rows took 2.19 us (1.90 the norm kernels'), one a lane 2.11 (2.24). At
+// 3e69915 (docs/benchmarks/quant.md): the fused add over a cluster at [1 / 16, 7168] 1.65 / 2.57 us against 1.88 /
+// 2.16, [1, 4096] over 4 CTAs 1.58 against 1.54; the plain op 1.57 against 1.58 at [1, 7168]; split over CTAs that
+// each add the whole row's sum of squares, 1.76 (CTAs of 128) and 1.57 (256) against 1.58.
 struct NormGroupSchedule {
   static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
   static constexpr bool kPairs = true;
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
-  static constexpr int kSplitThreads = 128;
-  static constexpr int64_t kSplitCtasPerSm = 1;
-  static constexpr bool kSplitCluster = false;
-  static constexpr int kPrefetchRowsPerSm = 0;
+  static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 1;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -558,9 +553,8 @@ struct PairMath {
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait. kPrefetchRowsPerSm: the row that many rows an SM further on is prefetched to L2.
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          int kPrefetchRowsPerSm = 0>
+// at start, else after the wait.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
@@ -593,20 +587,6 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
       xs[r].load_global(in_at + r * kLanes * kVec);
       if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
       ws[r].load_global(w_at + r * kLanes * kVec);
-    }
-  }
-  if constexpr (kPrefetchRowsPerSm > 0) {
-    uint32_t sms;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
-    const int64_t ahead = int64_t{blockIdx.x} + int64_t{kPrefetchRowsPerSm} * sms;
-    if (held && threadIdx.x % kLanes == 0 && ahead < p.total_rows) {  // a group's 128-byte lines, by its first lane
-      constexpr int kLine = 128 / static_cast<int>(sizeof(T));
-      const RowPointers<T> next = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(ahead));
-#pragma unroll
-      for (int j = 0; j < (kGroup + kLine - 1) / kLine; ++j) {
-        device::ptx::prefetch_global_l2(next.in + g * kGroup + j * kLine);
-        if constexpr (kFusedAdd) device::ptx::prefetch_global_l2(next.residual + g * kGroup + j * kLine);
-      }
     }
   }
   float part[kPerLane];
@@ -657,96 +637,6 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
     for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
     quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding, true>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   }
-#endif
-}
-
-#ifdef __CUDACC__
-// The end of a row split over CTAs, one vector a thread (norm_group_split_kernel, norm_group_cluster_kernel): the
-// row's sum of squares added from the sums of its one-vector-a-thread warps (partial[0, old_warps)) as
-// norm_group_rows_kernel adds them, then this thread's vector `own` of the row (x, weights w; `held`: in the row)
-// normalised and quantized in its group. Row blockIdx.y; every lane of the warp calls it.
-template <typename T, int kVec, int kGroup, bool kUE8M0, quant::Rounding kRounding>
-JITKERN_DEVICE void split_row_epilogue(const device::norm::NormParams<T>& p, const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi,
-                                       const float* partial, int old_warps, int own, bool held, const AlignedVector<T, kVec>& x,
-                                       const AlignedVector<T, kVec>& w) {
-  using PM = PairMath<T, kVec>;
-  constexpr int kGroupVecs = kGroup / kVec;
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
-  const float scale = rsqrtf(total * inv_hidden + p.eps);
-  AlignedVector<device::packed_t<T>, kVec / 2> y[1];
-  float xv[kVec], wv[kVec];
-  PM::widen(x, xv);
-  PM::widen(w, wv);
-  y[0] = PM::normalized(xv, wv, scale);
-  const int g = own / kGroupVecs;
-  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
-  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding, true>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
-                                                                                     epi.eps, 0xffffffffu, store_scale);
-}
-#endif
-
-// A few token rows of RMSNorm + group quantization, each split over ceil(vectors / kThreads) CTAs (blockIdx.x: the
-// slice, blockIdx.y: the row), so that a decode row's epilogue is spread over as many SMs: every CTA of a row reads
-// the whole row and adds its sum of squares as norm_group_rows_kernel does (the same bits in each), then normalises
-// and quantizes only its own kThreads vectors, one a thread. kThreads: whole warps, so that a thread's k-th vector
-// t + k * kThreads is in lane t % 32 of the one-vector-a-thread warp t / 32 + k * kThreads / 32. The plain op only
-// (fused add: a row's residual is read by every CTA, so none may write it before all have read it).
-template <typename T, int kVec, int kGroup, int kThreads, bool kUE8M0, quant::Rounding kRounding>
-__global__ void __launch_bounds__(kThreads) norm_group_split_kernel(const __grid_constant__ device::norm::NormParams<T> p,
-                                                                    const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
-#ifdef __CUDACC__
-  using namespace device::norm;
-  using Vec = AlignedVector<T, kVec>;
-  using PM = PairMath<T, kVec>;
-  constexpr int kRowVecs = host::kRowKernels.max_cta_threads / kThreads, kWarps = kThreads / device::kWarpThreads;
-  constexpr int kGroupVecs = kGroup / kVec;
-  static_assert(sizeof(T) == 2 && kThreads % device::kWarpThreads == 0 && kGroupVecs <= device::kWarpThreads);
-  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.y));
-  const int t = static_cast<int>(threadIdx.x), nvec = static_cast<int>(p.hidden / kVec);
-  const int own = static_cast<int>(blockIdx.x) * kThreads + t;
-  const bool held = own < nvec;  // a group's lanes all or none
-  const T *in_at = row.in + t * kVec, *w_at = row.weight + own * kVec;
-  asm volatile("" : "+l"(in_at), "+l"(w_at));  // as norm_group_rows_kernel
-  if (p.early_trigger) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (!p.early_trigger) device::pdl_trigger_secondary();
-  // The row copied to shared memory (cp.async: all of a thread's copies in flight together, where loads into registers
-  // are issued one by one), vector t + k * kThreads at row_smem[k][t].
-  __shared__ uint4 row_smem[kRowVecs][kThreads];
-#pragma unroll
-  for (int k = 0; k < kRowVecs; ++k)
-    if (t + k * kThreads < nvec) device::ptx::cp_async_16(&row_smem[k][t], in_at + k * kThreads * kVec);
-  Vec x, w;
-  if (held) w.load_global(w_at);
-  device::ptx::cp_async_wait_all();
-  float part[kRowVecs];
-#pragma unroll
-  for (int k = 0; k < kRowVecs; ++k) {
-    part[k] = 0.0f;
-    if (t + k * kThreads < nvec) {
-      Vec v;
-      __builtin_memcpy(&v, &row_smem[k][t], sizeof(v));
-      float f[kVec];
-      PM::widen(v, f);
-      part[k] = PM::sum_squares(f);
-    }
-  }
-#pragma unroll
-  for (int offset = device::kWarpThreads / 2; offset >= 1; offset /= 2)
-#pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) part[k] += __shfl_xor_sync(0xffffffffu, part[k], offset);
-  __shared__ float partial[device::kWarpThreads];
-  const int lane = t % device::kWarpThreads, old_warps = (nvec + device::kWarpThreads - 1) / device::kWarpThreads;
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < kRowVecs; ++k)
-      if (t / device::kWarpThreads + k * kWarps < old_warps) partial[t / device::kWarpThreads + k * kWarps] = part[k];
-  }
-  __syncthreads();
-  if (held) __builtin_memcpy(&x, &row_smem[blockIdx.x][t], sizeof(x));  // this CTA's own vector
-  split_row_epilogue(p, epi, partial, old_warps, own, held, x, w);
 #endif
 }
 
@@ -808,7 +698,18 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kThreads)
   cluster_wait();
   if (lane < kCtas && old_warp < old_warps) store_to_cta(&partial[old_warp], static_cast<uint32_t>(lane), part);
   cluster_sync();
-  split_row_epilogue(p, epi, partial, old_warps, own, held, x, w);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
+  const float scale = rsqrtf(total * inv_hidden + p.eps);
+  AlignedVector<device::packed_t<T>, kVec / 2> y[1];
+  float xv[kVec], wv[kVec];
+  PM::widen(x, xv);
+  PM::widen(w, wv);
+  y[0] = PM::normalized(xv, wv, scale);
+  const int g = own / kGroupVecs;
+  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
+  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding, true>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
+                                                                                     epi.eps, 0xffffffffu, store_scale);
 #endif
 }
 
@@ -1288,32 +1189,17 @@ struct QuantOps {
     p.total_rows = static_cast<int32_t>(rows.tokens);
     p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
-    if constexpr (S::kSplitCluster && S::kSplitThreads > 0 && sizeof(T) == 2) {
-      constexpr int kThreads = 128;
-      const int64_t used = div_ceil(nvec, int64_t{kThreads});
-      if (used > 1 && rows.tokens * used <= S::kSplitCtasPerSm * sm_count) {
-        const auto cluster = [&](auto ctas_tag) {
-          constexpr int kCtas = decltype(ctas_tag)::value;
-          LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);
-          launch.enable_pdl();
-          launch(norm_group_cluster_kernel<T, kVec, kGroup, kThreads, kCtas, kFusedAdd, kUE8M0, kRounding>, p, epi);
-        };
-        if (used <= 4) cluster(std::integral_constant<int, 4>{});
-        else cluster(std::integral_constant<int, 8>{});
-        return true;
-      }
-    }
-    if constexpr (!S::kSplitCluster && !kFusedAdd && S::kSplitThreads > 0 && sizeof(T) == 2) {
-      const int64_t slices = div_ceil(nvec, int64_t{S::kSplitThreads});
-      if (slices > 1 && rows.tokens * slices <= S::kSplitCtasPerSm * sm_count) {
-        LaunchKernel launch(dim3(static_cast<unsigned>(slices), static_cast<unsigned>(rows.tokens)), S::kSplitThreads, rows.device);
+    if constexpr (sizeof(T) == 2) {
+      constexpr int kThreads = 128, kCtas = 8;
+      if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows)) {
+        LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);
         launch.enable_pdl();
-        launch(norm_group_split_kernel<T, kVec, kGroup, S::kSplitThreads, kUE8M0, kRounding>, p, epi);
+        launch(norm_group_cluster_kernel<T, kVec, kGroup, kThreads, kCtas, kFusedAdd, kUE8M0, kRounding>, p, epi);
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag, auto prefetch_tag) {
-      constexpr int kLaneVecs = decltype(lanes_tag)::value, kPrefetch = decltype(prefetch_tag)::value;
+    const auto go = [&](auto lanes_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
@@ -1321,16 +1207,16 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kPrefetch>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kPrefetch>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs>, p, epi);
         }
         return true;
       }
     };
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::integral_constant<int, S::kPrefetchRowsPerSm>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::integral_constant<int, 0>{});
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
   }
 };
 #endif  // __CUDACC_RTC__

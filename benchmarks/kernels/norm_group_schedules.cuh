@@ -1,7 +1,6 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
-// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kSplitThreads, kSplitCtasPerSm, kSplitCluster,
-// kPrefetchRowsPerSm>:
+// kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows>:
 // NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
 #pragma once
 
@@ -11,18 +10,14 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kSplitThreadsArg, int kSplitCtasPerSmArg, int kSplitClusterArg,
-          int kPrefetchRowsPerSmArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
   static constexpr int64_t kManyRowsPerSm = jitkern_quant::NormGroupSchedule::kManyRowsPerSm;
   static constexpr bool kPairs = kPairsArg != 0;
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
-  static constexpr int kSplitThreads = kSplitThreadsArg;
-  static constexpr int64_t kSplitCtasPerSm = kSplitCtasPerSmArg;
-  static constexpr bool kSplitCluster = kSplitClusterArg != 0;
-  static constexpr int kPrefetchRowsPerSm = kPrefetchRowsPerSmArg;
+  static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
 };
 
 template <int... kArgs>

@@ -1103,8 +1103,8 @@ def _many_rows():
 @pytest.mark.parametrize("dtype_name,hidden,group_size", MANY_ROW_CASES)
 def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, group_size):
     """The many-row launch gives, row for row, the codes, scales and residual that the same rows get in a launch
-    of a few rows (the decode one, fewer vectors a lane), bit for bit: their sums of squares are added in the
-    same order."""
+    of a few rows (the decode one, fewer vectors a lane) and of one row, bit for bit: their sums of squares are
+    added in the same order."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
@@ -1121,12 +1121,13 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
             return q, s, res
 
         q, s, res = run(rows)
-        qf, sf, resf = run(few)
-        _assert_q_equal(q[:few], qf)
-        assert torch.equal(s[:few], sf), f"scales differ (fused={fused})"
-        if fused:  # bit for bit, NaN included
-            bits = torch.int16 if res.element_size() == 2 else torch.int32
-            assert torch.equal(res[:few].view(bits), resf.view(bits)), "residual differs"
+        for n in (few, 1):  # 1: the fused add's one row of more than 512 vectors over a cluster of CTAs
+            qf, sf, resf = run(n)
+            _assert_q_equal(q[:n], qf)
+            assert torch.equal(s[:n], sf), f"scales differ (fused={fused}, {n} rows)"
+            if fused:  # bit for bit, NaN included
+                bits = torch.int16 if res.element_size() == 2 else torch.int32
+                assert torch.equal(res[:n].view(bits), resf.view(bits)), f"residual differs ({n} rows)"
         eq, es, _ = _norm_group_unfused(x, r if fused else None, w, 1e-6, group_size, flags)
         _assert_q_close(q, eq)  # and those bits are the op's
         _assert_scales_close(s, es, x.dtype)
@@ -1135,8 +1136,8 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
 @pytest.mark.gpu
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
-    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; a few rows of the
-    plain op split over CTAs of 128 threads (norm_group_split_kernel) while that makes at most one an SM."""
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; one row of the fused
+    add wider than 512 vectors over a cluster of CTAs (norm_group_cluster_kernel)."""
     import re
 
     torch = _torch()
@@ -1153,10 +1154,10 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if any(k in e.name for k in ("norm_wide_kernel", "norm_group_rows_kernel", "norm_group_split_kernel"))]
+        names = [e.name for e in prof.events() if any(k in e.name for k in ("norm_wide_kernel", "norm_group_rows_kernel", "norm_group_cluster_kernel"))]
         assert len(names) == 1, names
-        if "norm_group_split_kernel" in names[0]:
-            return "split"
+        if "norm_group_cluster_kernel" in names[0]:
+            return "cluster"
         lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
         return f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
 
@@ -1164,10 +1165,11 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
-    split_rows = torch.cuda.get_device_properties(0).multi_processor_count // 7  # 7 CTAs a row of 7168
-    assert launched(lambda: rmsnorm_group_quant_fp8(x[:split_rows], w)) == "split"
-    assert launched(lambda: rmsnorm_group_quant_fp8(x[:split_rows + 1], w)) == "lanes2"
-    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:1], x[:1].clone(), w)) == "lanes1"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:1], x[:1].clone(), w)) == "cluster"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:2], x[:2].clone(), w)) == "lanes1"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:1], w)) == "lanes2"
+    x4, w4 = x[:1, :4096].contiguous(), w[:4096].contiguous()  # 512 vectors: not split
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x4, x4.clone(), w4)) == "lanes1"
 
 
 @pytest.mark.gpu
@@ -1213,10 +1215,10 @@ def _exactly_summed(shape, dtype_name, seed, bound=12):
     return (torch.randint(-bound, bound + 1, shape, generator=g, device="cuda").float() / 8).to(getattr(torch, dtype_name))
 
 
-# (rows, H) reaching each launch of the norm + group ops: a few 16-bit rows split over CTAs (norm_group_split_kernel),
-# the group rows kernel at few and at many rows ("many": 4 an SM and 5 more), the norm kernels' launch (rows wider
-# than 1024 vectors).
-ROUNDING_SHAPES = [(1, 7168), (9, 4096), (300, 7168), ("many", 4096), (3, 16384)]
+# (rows, H) reaching each launch of the norm + group ops: one 16-bit row of the fused add over a cluster of CTAs
+# (norm_group_cluster_kernel), the group rows kernel at few and at many rows ("many": 4 an SM and 5 more), the norm
+# kernels' launch (rows wider than 1024 vectors).
+ROUNDING_SHAPES = [(1, 7168), (1, 5248), (9, 4096), (300, 7168), ("many", 4096), (3, 16384)]
 
 
 @pytest.mark.gpu
