@@ -251,8 +251,9 @@ NORM_GROUP_SCHEDULES = {
     "fused cluster 4": (4, 2, 2, 1, 1, 8, 16, 0, 4),
     "cluster": (4, 2, 2, 1, 1, 8, 16, 1, 1),
     "few1": (4, 2, 1, 1, 1, 8, 16, 0, 1),
+    "few4": (4, 2, 4, 1, 1, 8, 16, 0, 1),
 }
-DECODE_SCHEDULES = ["cluster", "few1"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_SCHEDULES = ["cluster", "few1", "few4"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
 DECODE_FUSED_SCHEDULES = ["no cluster", "fused cluster 4"]  # ... fused_add_rmsnorm_group_quant_fp8
 PREFILL_SCHEDULES = []  # ... both ops at prefill sizes
 
