@@ -955,12 +955,12 @@ struct QuantOps {
     norm_quant<false, true>(TokenRows<T>(input, weight, nullptr, nullptr, eps), output_q, output_s);
   }
 
-  // output_q = fp8(rmsnorm(input) * weight) in groups of group_size elements of a row, each divided by its
-  // own dynamic scale max(finite amax, 1e-10) / 448: per_token_group_quant's rule and output_s layouts
-  // (host::quant::verify_group_scales), fp32 or (the _ue8m0 exports) int32 words of packed UE8M0 exponents.
-  // The normalised values are rounded to T first, as rmsnorm writes them. One pass: the row stays in
-  // registers (device::quant::QuantizeGroups). An instantiation per group size (group_size must equal
-  // kGroupSize), so that a module builds one group size's kernels.
+  // output_q = fp8(rmsnorm(input) * weight) in groups of group_size elements of a row, each with its own dynamic
+  // scale: per_token_group_quant's rule with rounding kRounding (quant::Rounding; kExact: max(finite amax, 1e-10)
+  // / 448) and output_s layouts (host::quant::verify_group_scales), fp32 or (the _ue8m0 exports) int32 words of
+  // packed UE8M0 exponents. The normalised values are rounded to T first, as rmsnorm writes them. One pass: the
+  // row stays in registers (device::quant::QuantizeGroups). An instantiation per group size (group_size must
+  // equal kGroupSize) and rounding, so that a module builds one group size's kernels.
   template <int kGroupSize, quant::Rounding kRounding = quant::Rounding::kExact>
   static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q,
                                   jitkern::TensorView output_s, int64_t group_size, double eps) {
