@@ -640,8 +640,14 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
 #endif
 }
 
-#ifdef __CUDACC__  // device code only (the host pass compiles the kernels' declarations)
-// Cluster barrier phases and a store to another CTA's shared memory (distributed shared memory, sm_90).
+// Clusters are sm_90's: below it norm_group_cluster_kernel is built without its cluster and never launched.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define JITKERN_QUANT_CLUSTER_OF(n) __cluster_dims__(n, 1, 1)
+#else
+#define JITKERN_QUANT_CLUSTER_OF(n)
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Cluster barrier phases and a store to another CTA's shared memory (distributed shared memory).
 JITKERN_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 JITKERN_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 JITKERN_DEVICE void cluster_sync() { asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
@@ -659,10 +665,10 @@ JITKERN_DEVICE void store_to_cta(float* local, uint32_t rank, float v) {
 // norm_group_rows_kernel does (the same bits), then normalises and quantizes its own vectors. A CTA reads and
 // writes its own slice of the residual only. CTAs past the row's end only take part in the barriers.
 template <typename T, int kVec, int kGroup, int kThreads, int kCtas, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding>
-__global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kThreads)
+__global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
     norm_group_cluster_kernel(const __grid_constant__ device::norm::NormParams<T> p,
                               const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
-#ifdef __CUDACC__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
   using PM = PairMath<T, kVec>;
@@ -1191,7 +1197,8 @@ struct QuantOps {
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
     if constexpr (sizeof(T) == 2) {
       constexpr int kThreads = 128, kCtas = 8;
-      if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows)) {
+      if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows) &&
+          row_policy(rows.device).arch >= 90) {
         LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);
         launch.enable_pdl();
         launch(norm_group_cluster_kernel<T, kVec, kGroup, kThreads, kCtas, kFusedAdd, kUE8M0, kRounding>, p, epi);
