@@ -265,3 +265,24 @@ def test_lean_group_quant_kernel_divides_without_range_tests_in_32_bits(tmp_path
     assert "call" in body, "the +-inf paths are calls"
     assert "div.rn.f32" not in body and not re.search(r"(div|rem)\.[us]64", body)
     assert not re.search(r"mul\.(hi|lo)\.[us]64|mul\.wide\.[us]64", body.split("ld.global", 1)[0])
+
+
+@pytest.mark.toolchain
+def test_norm_group_cluster_kernel_builds_without_clusters_below_sm_90(tmp_path):
+    """The fused add's one-row cluster kernel (norm_group_cluster_kernel) uses sm_90's clusters; the quantization
+    kernels still build for sm_80, that kernel there without its cluster (the host never launches it below sm_90),
+    and for sm_90a with a cluster of 8 CTAs."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / "cluster.cu"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
+                   "void* fused = (void*)&jitkern_quant::norm_group_cluster_kernel<bf16_t, 8, 128, 128, 8, true, false,"
+                   " device::quant::Rounding::kExact>;\n")
+    flags = ["nvcc", "-std=c++20", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}",
+             f"-I{paths['dlpack_include']}", "-ptx", str(src)]
+    for arch, clustered in (("sm_80", False), ("sm_90a", True)):
+        ptx = tmp_path / f"cluster_{arch}.ptx"
+        subprocess.run([*flags, f"-arch={arch}", "-o", str(ptx)], check=True, capture_output=True, text=True)
+        text = ptx.read_text()
+        assert (".reqnctapercluster 8, 1, 1" in text) == clustered and ("barrier.cluster" in text) == clustered, arch
