@@ -245,16 +245,16 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
-# add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel).
+# add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
+# weights through shared memory below 4 rows an SM.
 NORM_GROUP_SCHEDULES = {
-    "no cluster": (4, 2, 2, 1, 1, 8, 16, 0, 0),
-    "fused cluster 4": (4, 2, 2, 1, 1, 8, 16, 0, 4),
-    "cluster": (4, 2, 2, 1, 1, 8, 16, 1, 1),
-    "few1": (4, 2, 1, 1, 1, 8, 16, 0, 1),
-    "few4": (4, 2, 4, 1, 1, 8, 16, 0, 1),
+    "fused cluster 1": (4, 2, 2, 1, 1, 8, 16, 0, 1, 0),
+    "fused cluster 8": (4, 2, 2, 1, 1, 8, 16, 0, 8, 0),
+    "stage weights": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1),
+    "late trigger": (4, 2, 2, 1, 1, 0, 0, 0, 4, 0),
 }
-DECODE_SCHEDULES = ["cluster", "few1", "few4"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["no cluster", "fused cluster 4"]  # ... fused_add_rmsnorm_group_quant_fp8
+DECODE_SCHEDULES = ["stage weights", "late trigger"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["fused cluster 1", "fused cluster 8", "stage weights", "late trigger"]  # ... the fused add
 PREFILL_SCHEDULES = []  # ... both ops at prefill sizes
 
 
@@ -340,7 +340,7 @@ def norm_group_decode(modules: dict) -> None:
           "rmsnorm alone | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty = yardstick_module(), overhead_module().launch_empty_pdl
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
-    for h, sizes in ((7168, [1, 4, 16, 256]), (4096, [1, 64])):
+    for h, sizes in ((7168, [1, 4, 8, 16, 256]), (4096, [1, 64])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)

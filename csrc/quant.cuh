@@ -10,6 +10,7 @@
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/impl/rows.cuh>
 #include <jitkern/policy.cuh>
+#include <jitkern/ptx.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/tensor_alloc.h>
@@ -462,7 +463,8 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
 //     many rows, else after its wait;
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
-//     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never).
+//     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
+//   kFewStageWeights: below kManyRowsPerSm rows an SM, the weights go through shared memory (cp.async).
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -471,13 +473,16 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 // two a lane triggering at start at 16 rows took 2.19 us (1.90 the norm kernels'), one a lane 2.11 (2.24). At
 // 3e69915 (docs/benchmarks/quant.md): the fused add over a cluster at [1 / 16, 7168] 1.65 / 2.57 us against 1.88 /
 // 2.16, [1, 4096] over 4 CTAs 1.58 against 1.54; the plain op 1.57 against 1.58 at [1, 7168]; split over CTAs that
-// each add the whole row's sum of squares, 1.76 (CTAs of 128) and 1.57 (256) against 1.58.
+// each add the whole row's sum of squares, 1.76 (CTAs of 128) and 1.57 (256) against 1.58. At 06e174b: the fused
+// add over a cluster at [4, 7168] 1.69 us against 1.96; the plain op's one and four vectors a lane below 4 rows an
+// SM 1.65 / 1.71 us at [1, 7168] against 1.58, 2.97 / 3.26 at 256 rows against 2.94.
 struct NormGroupSchedule {
   static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
   static constexpr bool kPairs = true;
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
-  static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 1;
+  static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
+  static constexpr bool kFewStageWeights = false;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -553,8 +558,10 @@ struct PairMath {
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait.
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs>
+// at start, else after the wait. kStageWeights: the weights copied to shared memory with cp.async beside the input's
+// loads (loaded into registers, ptxas issues them only after the first reduction step at two vectors a lane).
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
+          bool kStageWeights = false>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
@@ -581,12 +588,15 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
   if (!p.early_trigger) device::pdl_trigger_secondary();
   Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  constexpr int kThreads = host::kRowKernels.max_cta_threads / kPerLane;
+  __shared__ uint4 w_smem[kStageWeights ? kPerLane : 1][kStageWeights ? kThreads : 1];  // [r][thread]
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
+      if constexpr (kStageWeights) device::ptx::cp_async_16(&w_smem[r][threadIdx.x], w_at + r * kLanes * kVec);
       xs[r].load_global(in_at + r * kLanes * kVec);
       if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
-      ws[r].load_global(w_at + r * kLanes * kVec);
+      if constexpr (!kStageWeights) ws[r].load_global(w_at + r * kLanes * kVec);
     }
   }
   float part[kPerLane];
@@ -614,6 +624,11 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
   const float scale = rsqrtf(total * inv_hidden + p.eps);
+  if constexpr (kStageWeights) {
+    device::ptx::cp_async_wait_all();
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) __builtin_memcpy(&ws[r], &w_smem[r][threadIdx.x], sizeof(ws[r]));
+  }
   const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
   if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
     AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
@@ -1205,8 +1220,9 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag) {
+    const auto go = [&](auto lanes_tag, auto stage_tag) {
       constexpr int kLaneVecs = decltype(lanes_tag)::value;
+      constexpr bool kStage = decltype(stage_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
@@ -1214,16 +1230,16 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kStage>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kStage>, p, epi);
         }
         return true;
       }
     };
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::false_type{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::bool_constant<S::kFewStageWeights>{});
   }
 };
 #endif  // __CUDACC_RTC__

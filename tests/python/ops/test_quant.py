@@ -1121,7 +1121,7 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
             return q, s, res
 
         q, s, res = run(rows)
-        for n in (few, 1):  # 1: the fused add's one row of more than 512 vectors over a cluster of CTAs
+        for n in (few, 3, 1):  # 3, 1: the fused add's rows of more than 512 vectors over clusters of CTAs
             qf, sf, resf = run(n)
             _assert_q_equal(q[:n], qf)
             assert torch.equal(s[:n], sf), f"scales differ (fused={fused}, {n} rows)"
@@ -1136,8 +1136,8 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
 @pytest.mark.gpu
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
-    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; one row of the fused
-    add wider than 512 vectors over a cluster of CTAs (norm_group_cluster_kernel)."""
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; up to 4 rows of the
+    fused add wider than 512 vectors each over a cluster of CTAs (norm_group_cluster_kernel)."""
     import re
 
     torch = _torch()
@@ -1166,7 +1166,8 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:1], x[:1].clone(), w)) == "cluster"
-    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:2], x[:2].clone(), w)) == "lanes1"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:4], x[:4].clone(), w)) == "cluster"
+    assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:5], x[:5].clone(), w)) == "lanes1"
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:1], w)) == "lanes2"
     x4, w4 = x[:1, :4096].contiguous(), w[:4096].contiguous()  # 512 vectors: not split
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x4, x4.clone(), w4)) == "lanes1"
@@ -1215,10 +1216,10 @@ def _exactly_summed(shape, dtype_name, seed, bound=12):
     return (torch.randint(-bound, bound + 1, shape, generator=g, device="cuda").float() / 8).to(getattr(torch, dtype_name))
 
 
-# (rows, H) reaching each launch of the norm + group ops: one 16-bit row of the fused add over a cluster of CTAs
+# (rows, H) reaching each launch of the norm + group ops: a few 16-bit rows of the fused add over clusters of CTAs
 # (norm_group_cluster_kernel), the group rows kernel at few and at many rows ("many": 4 an SM and 5 more), the norm
 # kernels' launch (rows wider than 1024 vectors).
-ROUNDING_SHAPES = [(1, 7168), (1, 5248), (9, 4096), (300, 7168), ("many", 4096), (3, 16384)]
+ROUNDING_SHAPES = [(1, 7168), (3, 5248), (9, 4096), (300, 7168), ("many", 4096), (3, 16384)]
 
 
 @pytest.mark.gpu
