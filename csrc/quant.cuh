@@ -708,7 +708,7 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   }
   float part = 0.0f;
   if (held) {
-    if constexpr (kFusedAdd) PM::add(x, r), x.store_global(res_at);
+    if constexpr (kFusedAdd) PM::add(x, r);
     float f[kVec];
     PM::widen(x, f);
     part = PM::sum_squares(f);
@@ -719,6 +719,8 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   cluster_wait();
   if (lane < kCtas && old_warp < old_warps) store_to_cta(&partial[old_warp], static_cast<uint32_t>(lane), part);
   cluster_sync();
+  // The new residual stored after the barrier, whose release would otherwise wait for the store to reach L2.
+  if (kFusedAdd && held) x.store_global(res_at);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float total = device::warp::reduce_sum(lane < old_warps ? partial[lane] : 0.0f);
   const float scale = rsqrtf(total * inv_hidden + p.eps);
