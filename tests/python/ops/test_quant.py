@@ -733,8 +733,9 @@ def test_sglang_rounding_is_the_same_on_every_kernel(dtype_name, qname, group_si
 
 @pytest.mark.gpu
 def test_sglang_rounding_compiled_and_from_a_graph():
-    """rounding="sglang" reaches the kernels through torch.compile and from a CUDA graph: a group holding +inf
-    takes SGLang's scale (inf) and codes (0 for its finite values) where the exact rounding leaves +-inf out."""
+    """rounding="sglang" reaches the kernels through torch.compile and from a CUDA graph (a group holding +inf
+    takes SGLang's scale, inf, and codes, 0 for its finite values, where the exact rounding leaves +-inf out), and
+    its torch op passes opcheck."""
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit
 
@@ -758,6 +759,8 @@ def test_sglang_rounding_compiled_and_from_a_graph():
     eager = per_token_group_quant_8bit(x, 128, rounding="sglang")
     assert torch.equal(compiled[0].view(torch.uint8), eager[0].view(torch.uint8)) and torch.equal(compiled[1], eager[1])
     check(*compiled, "compiled")
+    for ue8m0 in (False, True):
+        torch.library.opcheck(torch.ops.jitkern.per_token_group_quant_8bit, (x, 128, False, 1e-10, ue8m0, ue8m0, ue8m0, "sglang"))
 
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
