@@ -1,7 +1,8 @@
 """The 8-bit quantization family on the GPU: bit-exact q and exact scales against torch references that
 compute the same way (fp32 division, round to nearest even, saturation), for every op, input dtype,
 group size and scale layout; NaN/inf/zero rows; garbage in output_s; strided, 3-D, empty and huge
-shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the same quantization."""
+shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the same quantization;
+rounding="sglang" against SGLang's own kernel, bit for bit (its argument checks run without a GPU)."""
 
 from pathlib import Path
 
