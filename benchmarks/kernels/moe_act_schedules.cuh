@@ -12,6 +12,7 @@
 namespace bench_moe_act {
 
 using namespace jitkern_moe_act;
+using device::quant::Rounding;
 constexpr int kV = device::kVec16<bf16_t>;
 
 // The masked layout with 32-bit offsets (every one below 2^32, checked on the host), its rows interleaved:
@@ -60,10 +61,9 @@ struct InterleavedRows {
 
 // The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
 // group_quant_turns'), the groups of positions in order. The place worked out before the wait by prefetching
-// masked_m's line to L2 from every warp (kPrefetch 1: 4224 requests for one line in a grid of 528 CTAs of 8
-// warps, as L2 prefetches are not merged in L1), from one thread of the grid (2), or not (0: ptxas moves the
-// quotients after the wait).
-template <typename T, int kVec, int kLanes, int kPerLane, int kPrefetch>
+// masked_m's line to L2 from one thread of the grid (kPrefetch true), or not (false: ptxas moves the quotients
+// after the wait).
+template <typename T, int kVec, int kLanes, int kPerLane, bool kPrefetch>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
@@ -77,14 +77,14 @@ __global__ void __launch_bounds__(kActGroupThreads)
     m = rows.by_experts.divide(p, e);
   };
   place(first + threadIdx.x / kLanes);
-  if (kPrefetch == 1 || (kPrefetch == 2 && blockIdx.x == 0 && threadIdx.x == 0)) device::prefetch_before_wait(rows.masked_m + e);
+  if (kPrefetch && blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(rows.masked_m + e);
   WaitPrimary{trigger_at_start}();
   int32_t count = rows.masked_m[e];
   const uint32_t total = rows.positions() * groups_per_row;
   do {
     const RowAt r = rows.at(e, m, count);
     // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
-    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane, Rounding::kExact>(r, g, in, q, scales, group_stride, d, eps);
     first += turn;
     if (first < total) {
       place(first + threadIdx.x / kLanes);
@@ -115,38 +115,22 @@ struct MaskedRowsWarpTurns : MaskedRowsWarp {};
 // vectors a thread the grid apart.
 struct SortedRowsPerRow : SortedRows {};
 
-// The group form over the interleaved rows where their positions fit one turn of the grid (decode sizes),
-// else by turns over the computed rows, each warp scanning the counts (the previous product's kernel).
-struct HybridRows {
-  InterleavedRows interleaved;
-  MaskedRowsWarp computed;
-};
-template <int kLanes>
-__global__ void __launch_bounds__(kActGroupThreads)
-    group_quant_hybrid_kernel(const __grid_constant__ HybridRows rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
-                              int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr int kPerLane = kActGroupSize / kV / kLanes;
-  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const InterleavedRows& ir = rows.interleaved;
-  uint32_t g, e;
-  const uint32_t m = ir.by_experts.divide(ir.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g), e);
-  if (blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(ir.masked_m + e);  // the place before the wait
-  WaitPrimary{trigger_at_start}();
-  const int32_t count = ir.masked_m[e];
-  if (ir.positions() * ir.by_groups.d <= gridDim.x * kGroupsPerCta) {
-    const RowAt r = ir.at(e, m, count);
-    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<bf16_t, kV, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
-    return;
-  }
-  group_quant_turns<MaskedRowsWarp, bf16_t, kV, kLanes, kPerLane>(rows.computed, rows.computed.visit([] {}), in, q, scales, group_stride, d, eps);
-#endif
-}
-
 #ifndef __CUDACC_RTC__
 using ProductOps = MoeActOps<bf16_t>;
 using TensorView = jitkern::TensorView;
+
+// The product with the group forms' entry points of rounding policy kRounding (the others as they are).
+template <Rounding kRounding = Rounding::kExact>
+struct Product : ProductOps {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    ProductOps::silu_and_mul_masked_per_token_group_quant_fp8<kRounding>(input, masked_m, output_q, output_s, group_size, eps);
+  }
+  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
+                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
+    ProductOps::silu_and_mul_sorted_per_token_group_quant_fp8<kRounding>(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
+  }
+};
 
 // The masked layout's rows by kScan: 0 the CTA's scan in shared memory, 1 each warp's (the product's), 2 each
 // warp's with masked_m read before the wait, 3 each warp's with a row's expert by bisection, 4 each warp's by turns.
@@ -198,36 +182,47 @@ struct MaskedActInterleaved {
   }
 };
 
-// The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1,
-// -4, -5: the interleaved kernel, kPrefetch 1, 2, 0; -2: the turn kernel, each turn's place worked out after
-// the count is read; -3: group_quant_hybrid_kernel), kLanes
-// lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
-template <int kScan, int kLanes, int kPerSm>
+// The masked group form by the turn kernel over the computed rows (rows kScan; kScan 1: the previous
+// product), or over the interleaved rows (kScan -4, -5: the interleaved kernel, prefetching or not; -2: the
+// turn kernel, each turn's place worked out after the count is read), kLanes lanes a group, at most kPerSm
+// CTAs an SM (0: what the occupancy API fits); the turn kernel with rounding policy kRounding.
+template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    if constexpr (kScan == -1 || kScan == -4 || kScan == -5) {
-      constexpr int kPrefetch = kScan == -1 ? 1 : kScan == -4 ? 2 : 0;
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kPrefetch>;
+    if constexpr (kScan == -4 || kScan == -5) {
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kScan == -4>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
       host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                interleaved_of(m), m.op);
-    } else if constexpr (kScan == -3) {
-      constexpr auto kernel = group_quant_hybrid_kernel<kLanes>;
-      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
-                               HybridRows{interleaved_of(m), MaskedRowsWarp{m.rows}}, m.op);
     } else {
       const auto rows = [&] {
         if constexpr (kScan == -2) return interleaved_of(m);
         else return masked_rows_of<kScan>(m.rows);
       }();
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows, m.op);
     }
+  }
+};
+
+// The masked group form by the product's masked kernel (silu_and_mul_group_quant_masked_kernel) over rows
+// kScan (1: the product's; 2: masked_m read before the wait), kLanes lanes a group.
+template <int kScan, int kLanes, Rounding kRounding = Rounding::kExact>
+struct MaskedGroupMasked {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    host::RuntimeCheck(m.op.vec == kV && m.op.capacity * (m.op.d / kActGroupSize) < (int64_t{1} << 31), "bench_moe_act: the masked kernel takes aligned rows");
+    const auto rows = masked_rows_of<kScan>(m.rows);
+    constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+    const unsigned grid = persistent_grid<kernel>(m.op.capacity * (m.op.d / kActGroupSize), kActGroupThreads / kLanes, kActGroupThreads, 0, m.op.device);
+    host::LaunchKernel(grid, kActGroupThreads, m.op.device)
+        .enable_pdl()(kernel, rows, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d, m.op.eps,
+                      host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
   }
 };
 
@@ -262,9 +257,9 @@ struct SortedGroup {
                                                             TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
     const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
     if constexpr (kLanes == 0) {
-      ProductOps::group_quant(SortedRowsPerRow{s.rows}, s.op);
+      ProductOps::group_quant<Rounding::kExact>(SortedRowsPerRow{s.rows}, s.op);
     } else {
-      constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, Rounding::kExact>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
                                s.op);
     }
