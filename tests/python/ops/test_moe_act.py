@@ -395,6 +395,32 @@ def test_masked_group_form_drops_a_wrong_guess_of_the_counts(wrong_guesses, mode
     assert (q[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a row of the wrong guess was written"
 
 
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_masked_group_form_after_a_kernel_that_writes_masked_m(rounding):
+    """masked_m written by the kernel just before on the stream, which this one may start beside (PDL): the
+    counts computed are the ones that kernel wrote, not what masked_m held before. That kernel is the group
+    form itself, its last 32 scales seen as masked_m (their bits, all above M: M each), which held 1 before."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8
+
+    experts, m_max, d = 32, 64, 256
+    x1 = torch.randn(1, 4096, 4096, dtype=torch.bfloat16, device="cuda")  # 4096 rows to write first
+    m1 = torch.full((1,), 4096, dtype=torch.int32, device="cuda")
+    s1 = torch.empty(1, 4096, 16, device="cuda")
+    masked_m = s1.view(torch.int32).view(-1)[-experts:]
+    x = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda")
+    for _ in range(3):
+        s1.view(torch.int32).fill_(1)
+        q = torch.full((experts, m_max, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+        s = torch.full((experts, m_max, d // 128), float("nan"), device="cuda")
+        silu_and_mul_masked_per_token_group_quant_fp8(x1, m1, output_s=s1, rounding=rounding)
+        silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=s, rounding=rounding)
+        assert (masked_m > m_max).all(), "the first call's scales as counts"
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x.view(-1, 2 * d)), 128, rounding=rounding)
+        assert torch.equal(q.view(torch.uint8).view(-1, d), q_ref.view(torch.uint8)) and torch.equal(s.view(-1, d // 128), s_ref), \
+            "computed from the counts masked_m held before the kernel that wrote them"
+
+
 def test_masked_counts_outside_the_buffer_are_clamped():
     """Counts below 0 and above M, silu_and_mul and the group form."""
     torch = _torch()
