@@ -4,7 +4,9 @@
 #   scripts/gpu-check.sh [tests|bench|all|wheel] [name-pattern]   (default: all; the pattern picks test files
 #   tests/python/*/test_<pattern>.py and benchmarks benchmarks/bench_<pattern>.py, default every one;
 #   wheel: `prebuild --ops all --wheel` for this GPU, installed and served strictly without a compiler: its size,
-#   the install time and the first call's, then every op module loaded from it)
+#   the install time and the first call's, then every op module loaded from it;
+#   memcheck: the pattern's GPU tests under compute-sanitizer's memcheck, a third argument a pytest -k
+#   expression that picks them (the tool slows kernels 10-100x: pick the shapes, not the exhaustive sweeps))
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -38,6 +40,18 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
+fi
+if [ "$what" = memcheck ]; then
+  sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  repo=$PWD
+  tests=("$repo/tests/python")
+  [ "$pattern" = "*" ] || tests=($repo/tests/python/*/test_${pattern}.py)
+  # The modules are compiled by a plain run first: under the tool, only the kernels' own accesses are checked.
+  (cd /tmp && python3 -m pytest -q -m gpu -p no:cacheprovider ${3:+-k "$3"} "${tests[@]}" >/dev/null 2>&1)
+  (cd /tmp && "$sanitizer" --tool memcheck --error-exitcode 99 --target-processes all --print-limit 20 \
+    python3 -m pytest -q -m gpu -p no:cacheprovider -rfE ${3:+-k "$3"} "${tests[@]}" 2>&1) | tee "$OUT/memcheck.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1
 fi
 if [ "$what" = wheel ]; then
   w=/tmp/jitkern-wheel py=$(command -v python3)

@@ -62,7 +62,7 @@ std::vector<std::pair<std::string, std::string>> parse_fields(const std::string&
 int int_field(const std::string& key, const std::string& value) {
   int out = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (ec != std::errc() || end != value.data() + value.size() || value.empty())
+  if (ec != std::errc() || end != value.data() + value.size())
     throw std::invalid_argument("jitkern: " + key + " must be an integer in [" + std::to_string(INT_MIN) + ", " + std::to_string(INT_MAX) + "], got '" + value + "'");
   return out;
 }

@@ -5,7 +5,6 @@
 #include "base/fs_util.h"
 #include "base/log.h"
 #include "store/manifest.h"
-#include "base/sha256.h"
 #include "base/text.h"
 
 #include <dirent.h>
@@ -20,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -60,6 +60,7 @@ struct Entry {
   int lock_fd = -1;  // held for the process's life: a directory whose lock is free belongs to a dead process
   std::vector<std::pair<std::string, Sig>> files;       // the headers it read, then its own two files
   std::string what;     // "host prelude", "shared host prefix"
+  std::string header;   // its file's name in dir (the .gch beside it)
   std::string outcome;  // for the log, said by the next build that asks (never from the compile's thread:
                         // Python's log sink may be gone when it ends at exit)
 };
@@ -210,10 +211,11 @@ void compile(std::string key, Job job, double timeout_s, std::vector<std::string
 
 namespace {
 
-// The entry `key`, precompiled and unchanged; else none, and with `start` (and no such entry yet) `job`
-// compiled in the background, one at a time and kMaxFlagSets at most.
-std::optional<Precompiled> find_or_start(const std::string& key, Job job, bool start, double timeout_s, const std::vector<std::string>& env,
-                                         const std::string& temp_dir) {
+// The entry `key`, precompiled and unchanged; else none, and with `start` (and no such entry yet) the job
+// that make_job() gives compiled in the background, one at a time and kMaxFlagSets at most (made only
+// then: a shared prefix's job holds megabytes of text).
+std::optional<Precompiled> find_or_start(const std::string& key, const std::function<Job()>& make_job, bool start, double timeout_s,
+                                         const std::vector<std::string>& env, const std::string& temp_dir) {
   Registry& r = registry();
   std::string command, say;  // logged after the lock: the command at DEBUG, the rest at INFO
   std::optional<Precompiled> found;
@@ -222,8 +224,10 @@ std::optional<Precompiled> find_or_start(const std::string& key, Job job, bool s
     const auto it = r.entries.find(key);
     if (it == r.entries.end()) {
       if (!start || r.compiling > 0 || static_cast<int>(r.entries.size()) >= kMaxFlagSets) return std::nullopt;
+      Job job = make_job();
       command = "run, in a temporary directory beside the builds: " + fs::join_command(job.argv);
       r.entries[key].what = job.what;
+      r.entries[key].header = job.name;
       ++r.compiling;
       static std::once_flag once;
       std::call_once(once, [] {
@@ -240,7 +244,7 @@ std::optional<Precompiled> find_or_start(const std::string& key, Job job, bool s
       Entry& e = it->second;
       say = std::exchange(e.outcome, {});
       if (e.state == State::kReady) {
-        Precompiled p{e.dir + "/" + job.name, {}, key};
+        Precompiled p{e.dir + "/" + e.header, {}, key};
         for (const auto& [path, sig] : e.files) {
           Sig now;
           if (!sig_now(path, &now) || !(now == sig)) {
@@ -269,31 +273,33 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
   for (const auto& f : flags) key += '\0' + f;
   // The compile's flags are the host pass's, as a header: GCC uses a precompiled header only under the
   // options it was compiled with.
-  Job job{"host_prelude.h", text::include_line(prelude), flags, true, "host prelude"};
-  for (std::size_t i = 0; i + 1 < job.argv.size(); ++i)
-    if (job.argv[i] == "-x") job.argv[i + 1] = "c++-header";
-  job.argv.insert(job.argv.end(), {"-MD", "-MF", "prelude.d", "host_prelude.h", "-o", "host_prelude.h.gch"});
-  return find_or_start(key, std::move(job), start, timeout_s, env, temp_dir);
+  const auto make_job = [&] {
+    Job job{"host_prelude.h", text::include_line(prelude), flags, true, "host prelude"};
+    for (std::size_t i = 0; i + 1 < job.argv.size(); ++i)
+      if (job.argv[i] == "-x") job.argv[i + 1] = "c++-header";
+    job.argv.insert(job.argv.end(), {"-MD", "-MF", "prelude.d", "host_prelude.h", "-o", "host_prelude.h.gch"});
+    return job;
+  };
+  return find_or_start(key, make_job, start, timeout_s, env, temp_dir);
 }
 
-std::optional<Precompiled> find_prefix(const std::string& compile, std::string_view prefix, bool gcc, bool start, double timeout_s,
-                                       const std::vector<std::string>& env, const std::string& temp_dir) {
-  const std::string in = "@prefix@";
+std::optional<Precompiled> find_prefix(const std::string& compile, std::string_view prefix, const std::string& prefix_sha256, bool gcc,
+                                       bool start, double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir) {
+  const std::string in = "@prefix@", lang = " -x c++-cpp-output ";
   const auto at = compile.find(in);
-  if (!gcc || at == std::string::npos || compile.find(" -x c++-cpp-output ") == std::string::npos) return std::nullopt;
+  if (!gcc || at == std::string::npos || compile.find(lang) == std::string::npos || compile.rfind(" -o ") == std::string::npos) return std::nullopt;
   std::string key = "prefix";
-  for (const auto& part : {compile, std::string(Sha256().update(prefix).hex())}) key += '\0' + part;
+  for (const auto& part : {compile, prefix_sha256}) key += '\0' + part;
   for (const auto& v : env) key += '\0' + v;
   // The host compile's command, on the prefix as a header (still preprocessed text), into prefix.h.gch.
-  std::string cmd = compile;
-  cmd.replace(at, in.size(), "prefix.h");
-  const std::string lang = " -x c++-cpp-output ";
-  cmd.replace(cmd.find(lang), lang.size(), " -x c++-header -fpreprocessed ");
-  const auto out = cmd.rfind(" -o ");
-  if (out == std::string::npos) return std::nullopt;
-  cmd = cmd.substr(0, out) + " -o prefix.h.gch";
-  Job job{"prefix.h", std::string(prefix), {"/bin/sh", "-c", cmd}, false, "shared host prefix"};
-  auto found = find_or_start(key, std::move(job), start, timeout_s, env, temp_dir);
+  const auto make_job = [&] {
+    std::string cmd = compile;
+    cmd.replace(at, in.size(), "prefix.h");
+    cmd.replace(cmd.find(lang), lang.size(), " -x c++-header -fpreprocessed ");
+    cmd = cmd.substr(0, cmd.rfind(" -o ")) + " -o prefix.h.gch";
+    return Job{"prefix.h", std::string(prefix), {"/bin/sh", "-c", cmd}, false, "shared host prefix"};
+  };
+  auto found = find_or_start(key, make_job, start, timeout_s, env, temp_dir);
   if (found) found->header += ".gch";
   return found;
 }

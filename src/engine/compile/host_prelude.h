@@ -34,10 +34,11 @@ std::optional<Precompiled> find(const std::vector<std::string>& flags, const std
 
 // The precompiled shared host prefix for a host_without_cudafe module's host compile `compile` (its
 // shell command, run with `env`, with "@prefix@" for the input file): `prefix` (preprocessed, rewritten
-// text ending at the main file's level) compiled as a header by the same command; its `header` is then
-// the .gch that a `#pragma GCC pch_preprocess` names. As find() for the rest (only GCC, `start`, ...).
-std::optional<Precompiled> find_prefix(const std::string& compile, std::string_view prefix, bool gcc, bool start, double timeout_s,
-                                       const std::vector<std::string>& env, const std::string& temp_dir);
+// text ending at the main file's level; `prefix_sha256` its digest) compiled as a header by the same
+// command; its `header` is then the .gch that a `#pragma GCC pch_preprocess` names. As find() for the
+// rest (only GCC, `start`, ...).
+std::optional<Precompiled> find_prefix(const std::string& compile, std::string_view prefix, const std::string& prefix_sha256, bool gcc,
+                                       bool start, double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir);
 
 // Stops using it (a host pass failed with it), saying why.
 void retire(const Precompiled& precompiled, const std::string& why);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/sha256.h"
 #include "compile/host_prelude.h"
 #include "compile/host_transform.h"
 #include "config/compile_env.h"
@@ -52,11 +53,12 @@ class SharedPrefix {
     std::string why;
     end_ = host_transform::shared_prefix_end(text, s.p.host_shared_prefix, &why);
     if (end_ == std::string::npos) log::emit(log::kDebug, s.p.name + ": no precompiled shared host prefix: " + why);
+    else digest_ = std::string(Sha256().update(std::string_view(text).substr(0, end_)).hex());  // once: a build looks it up twice
   }
 
   std::optional<host_prelude::Precompiled> find(bool start) const {
     if (end_ == std::string::npos) return std::nullopt;
-    return host_prelude::find_prefix(nvcc::rewritten_host_compile(pipe_, "@prefix@"), std::string_view(text_).substr(0, end_), true, start,
+    return host_prelude::find_prefix(nvcc::rewritten_host_compile(pipe_, "@prefix@"), std::string_view(text_).substr(0, end_), digest_, true, start,
                                      s_.timeout, compile_env::with(s_.env, pipe_.env), config::temp_dir(s_.cfg));
   }
 
@@ -80,6 +82,7 @@ class SharedPrefix {
   const nvcc::Pipeline& pipe_;
   const std::string& text_;
   std::size_t end_ = std::string::npos;
+  std::string digest_;  // of the prefix
 };
 
 // host_without_cudafe: after nvcc's host preprocessing, its output rewritten (host_transform.h) and
