@@ -3,8 +3,8 @@
 beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
 one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
 (include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
-Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [qknorm] [store] [token_quant] [concat]`: those
-tables only."""
+Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [quant_sglang] [qknorm] [store] [token_quant]
+[concat]`: those tables only."""
 
 from __future__ import annotations
 
@@ -189,33 +189,41 @@ def concat_shapes(m, ref):
         yield f"[{t}, 128, 512 + 64]{', a transposed' if transposed else ''}", variants, check
 
 
-# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): IPCTR = P 16-byte vectors a lane, C
+# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): SIPCTR = P 16-byte vectors a lane, C
 # contiguous or strided lanes, CTAs of T x 64, trigger R, I: IEEE divisions for the scale and its reciprocal,
-# through the product's launch code.
-GROUP_VARIANTS = {0: "the general kernel (the product before)", 1: "multiply by 448 / amax, 256t end (not x / s: diagnostic)",
-                  **{v: f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 64}t "
-                        f"{TRIGGER[v % 10]}{', IEEE scale division' if v >= 10000 else ''}"
-                     for v in (2142, 12142, 2042, 2122, 2121, 2112, 4042, 4022, 4021, 4012, 8142, 8122)}}
+# through the product's launch code; S: rounding="sglang" (the `quant_sglang` table).
+def _group_variant(v: int) -> str:
+    if v % 100000 == 0:
+        return "the general kernel alone"
+    return (f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 64}t "
+            f"{TRIGGER[v % 10]}{', IEEE scale division' if v // 10000 % 10 else ''}")
 
 
-def group_quant_shapes(m, ref):
+GROUP_VARIANTS = {v: _group_variant(v) for v in (0, 2142, 12142, 2042, 2122, 2121, 2112, 4042, 4022, 4021, 4012, 8142, 8122)}
+SGLANG_GROUP_VARIANTS = {v: _group_variant(v) for v in (100000, 102142, 102141, 102120, 102121, 102122, 104021)}
+
+
+def group_quant_shapes(m, ref, rounding="exact"):
     """[T, 7168] from decode to prefill sizes (T = 256: 14336 groups, one wave of 8-lane groups of more than
-    256 threads an SM), and [256, 2048 / 4096]."""
-    for t, h in [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), (256, 2048), (256, 4096)]:
+    256 threads an SM), and [16 / 256 / 4096, 2048 / 4096]; the product and the variants with this rounding."""
+    shapes = [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), (256, 2048), (256, 4096)]
+    if rounding == "sglang":
+        shapes += [(t, h) for h in (2048, 4096) for t in (16, 4096)]
+    for t, h in shapes:
         x = rand(t, h)
         q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
         s = torch.empty(t, h // 128, device="cuda", dtype=torch.float32)
-        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s)}
+        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, rounding=rounding, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for v, name in GROUP_VARIANTS.items():
+        for v, name in (SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS).items():
             variants[name] = lambda x=x, q=q, s=s, v=v: m.group_quant(x, q.view(torch.uint8), s, 128, v)
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
-            eq, es = ops.per_token_group_quant_8bit(x, 128)
+            eq, es = ops.per_token_group_quant_8bit(x, 128, rounding=rounding)
             for name, fn in variants.items():
-                if name == "reference" or "diagnostic" in name or name.startswith(FLOOR):
+                if (name == "reference" and rounding != "sglang") or name.startswith(FLOOR):
                     continue
                 q.view(torch.uint8).fill_(0), s.fill_(0)
                 fn()
@@ -262,10 +270,12 @@ def main() -> None:
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
     print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
           "the PDL trigger is (start, after the wait, after the loads, after the last store).")
-    wanted = sys.argv[1:] or ["rmsnorm", "quant", "qknorm", "store", "token_quant", "concat"]
+    wanted = sys.argv[1:] or ["rmsnorm", "quant", "quant_sglang", "qknorm", "store", "token_quant", "concat"]
     tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
         ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
         ("quant", "fp8 group quantization, group 128, bf16 [T, H]", group_quant_shapes, quant),
+        ("quant_sglang", 'fp8 group quantization, rounding="sglang", group 128, bf16 [T, H]',
+         lambda m, ref: group_quant_shapes(m, ref, "sglang"), quant),
         ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
         ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv),
         ("token_quant", "per_token_quant_fp8, bf16 [T, 4096]", token_quant_shapes, token_quant),

@@ -55,13 +55,15 @@ def qknorm_cases(ref):
 
 
 def group_quant_cases(ref):
+    """Each shape with jitkern's default rounding ("exact", x / s) and with rounding="sglang" (the reference's bits)."""
     for t, h in [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), *((t, h) for h in (2048, 4096) for t in (16, 256, 4096))]:
         x = rand(t, h)
         q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
         s = torch.empty(t, h // 128, device="cuda", dtype=torch.float32)
-        yield ("per_token_group_quant fp8, group 128", f"[{t}, {h}]",
-               bound(lambda x, q, s: ops.per_token_group_quant_8bit(x, 128, output_q=q, output_s=s), x, q, s),
-               bound(ref.per_token_group_quant, x, q, s, 128))
+        for rounding in ("exact", "sglang"):
+            yield (f"per_token_group_quant fp8, group 128, rounding={rounding}", f"[{t}, {h}]",
+                   bound(lambda x, q, s, r: ops.per_token_group_quant_8bit(x, 128, rounding=r, output_q=q, output_s=s), x, q, s, rounding),
+                   bound(ref.per_token_group_quant, x, q, s, 128))
 
 
 def per_token_quant_cases(ref):

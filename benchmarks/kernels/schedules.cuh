@@ -328,65 +328,22 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
 }
 #endif  // __CUDACC_RTC__
 
-// fp8 group quantization, group 128, the reference's arithmetic (x * (448 / amax), not x / s: a diagnostic of
-// what the exact quotient costs) on per_group_lean_kernel's layout (8 lanes a group of two contiguous 16-byte
-// vectors each, the amax over packed bf16 pairs), finite inputs only, CTAs of 256 triggering after their
-// stores; x [N, H] bf16 contiguous, q [N, H] uint8, s [N, H / 128] fp32 row-major.
-__global__ void __launch_bounds__(256) group_multiply_kernel(const bf16* in, uint8_t* q, float* scales, uint32_t total_groups) {
-#ifdef __CUDACC__
-  constexpr int kLanes = 8;
-  const uint32_t lane = threadIdx.x % kLanes, group = blockIdx.x * (256 / kLanes) + threadIdx.x / kLanes;
-  const bool valid = group < total_groups;
-  const uint32_t at = group * 128 + lane * 2 * kV;
-  device::AlignedVector<bf16, kV> raw[2];
-  device::pdl_wait_primary();
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-    if (valid) raw[j].load_global(in + at + j * kV);
-  device::AlignedVector<bf16x2_t, 4> x[2];
-  __builtin_memcpy(x, raw, sizeof(x));
-  float amax = valid ? device::quant::fold_pairs(x, device::quant::AbsMax{}, 0.0f) : 0.0f;
-  amax = fmaxf(device::warp::reduce_max_nonnegative<kLanes>(amax), 1e-10f);
-  const float multiplier = 448.0f / amax;
-  if (valid) {
-    uint32_t words[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const auto pair = [&](int k) {
-        const fp32x2_t v = device::cast<fp32x2_t>(x[k / 4][k % 4]);
-        return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v.x * multiplier, v.y * multiplier), __NV_SATFINITE, __NV_E4M3));
-      };
-      words[w] = pair(2 * w) | (pair(2 * w + 1) << 16);
-    }
-    device::AlignedVector<uint32_t, 4>{{words[0], words[1], words[2], words[3]}}.store_global(reinterpret_cast<uint32_t*>(q + at));
-    if (lane == 0) scales[group] = amax / 448.0f;
-  }
-  device::pdl_trigger_secondary();
-#endif
-}
-
 #ifndef __CUDACC_RTC__
 // per_token_group_quant_8bit (fp8, fp32 scales) through the product's launch code with per_group_lean_kernel
-// of another shape: variant IPCTR = P 16-byte vectors a lane, C contiguous (1) or strided (0), CTAs of
+// of another shape: variant SIPCTR = P 16-byte vectors a lane, C contiguous (1) or strided (0), CTAs of
 // T x 64 threads, trigger R (0 start, 1 after the wait, 2 after the stores), I = 1: IEEE divisions for the
-// scale and its reciprocal (not normal_scale_for, normal_reciprocal); 0: per_group_kernel alone (the product
-// before the lean kernel); 1: group_multiply_kernel (group 128, bf16 [N, H] contiguous).
+// scale and its reciprocal (not normal_scale_for, normal_reciprocal); P = 0: per_group_kernel alone (the
+// product before the lean kernel); S = 1: rounding="sglang" (quant::Rounding::kSglang).
 void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t group_size, int64_t variant) {
   using namespace host;
   using Ops = jitkern_quant::QuantOps<bf16>;
-  if (variant == 1) {
-    RuntimeCheck(x.dim() == 2 && x.size(1) % 128 == 0 && group_size == 128, "group_quant_schedule: variant 1 takes [N, H] in groups of 128");
-    const int64_t total = x.size(0) * x.size(1) / 128;
-    LaunchKernel(static_cast<unsigned>(div_ceil(total, int64_t{256 / 8})), 256u, x.device())
-        .enable_pdl()(group_multiply_kernel, static_cast<const bf16*>(x.data_ptr()), static_cast<uint8_t*>(q.data_ptr()),
-                      static_cast<float*>(s.data_ptr()), static_cast<uint32_t>(total));
-    return;
-  }
+  using device::quant::Rounding;
   bool done = false;
-  const auto shape = [&]<int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath = true>() {
-    const int64_t code = (!kNormalMath * 10000 + kPerLane * 1000 + kContiguous * 100 + kThreads / 64 * 10 + kTrigger) * (kPerLane > 0);
+  const auto shape = [&]<int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath = true, Rounding kRounding = Rounding::kExact>() {
+    const int64_t code = (kRounding == Rounding::kSglang) * 100000 +
+                         (!kNormalMath * 10000 + kPerLane * 1000 + kContiguous * 100 + kThreads / 64 * 10 + kTrigger) * (kPerLane > 0);
     if (done || variant != code) return;
-    Ops::per_token_group_quant_with<Ops::GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>>(x, q, s, group_size, 1e-10);
+    Ops::per_token_group_quant_with<Ops::GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, kRounding>(x, q, s, group_size, 1e-10);
     done = true;
   };
   shape.template operator()<0, false, 0, 0>();
@@ -402,6 +359,14 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   shape.template operator()<4, false, 64, 2>();
   shape.template operator()<8, true, 256, 2>();
   shape.template operator()<8, true, 128, 2>();
+  // rounding="sglang": the product's lean shape at each CTA size and trigger, and the general kernel alone.
+  shape.template operator()<0, false, 0, 0, true, Rounding::kSglang>();
+  shape.template operator()<2, true, 256, 2, true, Rounding::kSglang>();
+  shape.template operator()<2, true, 256, 1, true, Rounding::kSglang>();
+  shape.template operator()<2, true, 128, 0, true, Rounding::kSglang>();
+  shape.template operator()<2, true, 128, 1, true, Rounding::kSglang>();
+  shape.template operator()<2, true, 128, 2, true, Rounding::kSglang>();
+  shape.template operator()<4, false, 128, 1, true, Rounding::kSglang>();
   RuntimeCheck(done, "group_quant_schedule: no such variant (", variant, ")");
 }
 #endif  // __CUDACC_RTC__

@@ -11,6 +11,7 @@ quantizing epilogue of the norm kernels beside rmsnorm_quant_fp8's; a second fam
 q = saturate(round_to_nearest_even(x / s)), the division in fp32: fp8 e4m3 saturates to +-448 (+-inf too)
 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic scale is max(amax, eps) / 448 (int8:
 / 127), where amax is the largest finite |x| of the tensor, row or group: NaN and +-inf do not enter it.
+per_token_group_quant_8bit(rounding="sglang") gives SGLang's bits instead (Rounding; docs/ops.md says how).
 
 The C++ entry points check every argument and name the bad one; Python picks the instantiation by dtype,
 allocates outputs (it owns the scale layouts) and passes fp8 tensors as their bytes. Each op is also a
@@ -174,8 +175,8 @@ def _ue8m0_suffix(scale_ue8m0: bool, output_s) -> str:
 
 @FAMILY.op(*_GROUP, torch=(TorchOp(
     "per_token_group_quant_8bit",
-    "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0, str rounding)"
-    " -> (Tensor, Tensor)",
+    "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0,"
+    ' str rounding="exact") -> (Tensor, Tensor)',
     lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding: per_token_group_quant_8bit(
         input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0,
         rounding=rounding),
@@ -190,9 +191,9 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
     q = round(group / s). scale_ue8m0: s rounded up to a power of two and stored as its 8-bit exponent,
     packed four per int32 (fp8 only). The layout flags: group_scales_like. rounding: "exact" (the rules
     above) or "sglang" (SGLang's per_token_group_quant_8bit bits: docs/ops.md)."""
-    dtype = torch.float8_e4m3fn if dtype is None else dtype
     public = "per_token_group_quant_8bit"
     policy = rounding_policy(rounding, public)
+    dtype = torch.float8_e4m3fn if dtype is None else dtype
     if dtype not in (torch.float8_e4m3fn, torch.int8):
         raise TypeError(f"{public}(): dtype must be torch.float8_e4m3fn or torch.int8, got {dtype}")
     if scale_ue8m0 and dtype != torch.float8_e4m3fn:

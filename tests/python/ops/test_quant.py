@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from conftest import HERE, KERNELS, eagerly_then_from_a_graph
 
-pytestmark = pytest.mark.gpu
 
 DTYPES = ["float16", "bfloat16", "float32"]
 
@@ -73,6 +72,7 @@ PER_TENSOR_SHAPES = [(1, 4096), (4, 4096), (8, 4096), (16, 4096), (32, 4096), (6
                      (3, 1000), (1, 7), (40, 1001), (4097, 4096), (2048, 2051)]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", PER_TENSOR_SHAPES)
 @pytest.mark.parametrize("garbage", [1e30, -5.0, float("nan")])
@@ -89,6 +89,7 @@ def test_per_tensor_dynamic_whatever_output_s_holds(dtype_name, shape, garbage):
     _assert_q_equal(q, _quantize(x, expected_s))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 4096), (4097, 4096), (3, 1000), (1, 7)])
 def test_per_tensor_static(dtype_name, shape):
@@ -102,6 +103,7 @@ def test_per_tensor_static(dtype_name, shape):
     _assert_q_equal(q, _quantize(x, s))
 
 
+@pytest.mark.gpu
 def test_per_tensor_strided_3d_huge_and_empty():
     torch = _torch()
     from jitkern.ops import per_tensor_quant_fp8
@@ -129,6 +131,7 @@ def test_per_tensor_strided_3d_huge_and_empty():
 
 # One CTA (128 and 1024 threads), the split path at 256 x 1 and 512 x 2, two passes; the bad values in
 # the first rows, or only in the last row (the last CTA of a split launch).
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(8, 256), (4, 4096), (8, 4096), (16, 4096), (64, 4096), (130, 4096), (300, 4096)])
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_per_tensor_nan_inf_zero(shape, where):
@@ -149,6 +152,7 @@ def test_per_tensor_nan_inf_zero(shape, where):
     assert sz.item() == pytest.approx(1e-10 / 448) and not torch.isnan(qz.float()).any() and (qz.float() == 0).all()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [4, 32, 130])
 def test_per_tensor_reads_what_the_previous_kernel_wrote(rows):
     """The split path's quantize kernel loads its input before its PDL wait: here that input is written by
@@ -176,6 +180,7 @@ def test_per_tensor_reads_what_the_previous_kernel_wrote(rows):
 
 # ---- per-token -------------------------------------------------------------------------------------
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 4096), (16, 4096), (33, 7168), (5, 1000), (2, 3), (7, 65536), (1024, 128), (600, 4096),
                                    (529, 7168), (700, 1000)])
@@ -195,6 +200,7 @@ def test_per_token(dtype_name, shape):
     _assert_q_equal(q, _quantize(x, es))
 
 
+@pytest.mark.gpu
 def test_per_token_strided_3d_and_huge():
     torch = _torch()
     from jitkern.ops import per_token_quant_fp8
@@ -240,6 +246,7 @@ def _unpack_ue8m0(packed, groups):
     return p[:, :groups].int()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "int8"])
@@ -261,6 +268,7 @@ def test_per_token_group_row_major(dtype_name, group_size, qdtype, shape):
     _assert_q_equal(q, eq)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("group_size", [32, 128])
 @pytest.mark.parametrize("layout", ["column_major", "tma_aligned", "ue8m0", "ue8m0_row_major"])
@@ -324,6 +332,7 @@ def _boundary_dividends(s, count, qdtype, seed):
     return x * sign
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "int8"])
 def test_quotients_next_to_rounding_boundaries(qdtype):
     """The quantizers divide by the scale with a reciprocal and one correction, not a division per
@@ -360,6 +369,7 @@ def _near_midpoints():
     return [(int(b), float.fromhex(s), float.fromhex(x)) for b, s, x in rows]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "int8"])
 def test_quotients_nearest_to_rounding_midpoints(qdtype):
     """Every pair of the exhaustive search whose quotient comes closest to a midpoint beside an 8-bit
@@ -407,6 +417,7 @@ def test_quotients_nearest_to_rounding_midpoints(qdtype):
     assert share > 0.2, f"one ulp must change the code of many of these quotients ({share:.3f} do)"
 
 
+@pytest.mark.gpu
 def test_per_token_group_misaligned_3d_and_errors():
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit
@@ -446,6 +457,7 @@ def test_per_token_group_misaligned_3d_and_errors():
 # (rows, H), eps: fp8 of 16-bit rows at the lean kernel's launches (an H200's 132 SMs: a few CTAs, trigger at
 # start; one wave and several of more than 256 threads an SM, after the stores), part-filled CTAs and warps (15
 # groups of 128), and, through per_group_kernel, an eps below kNormalScaleEps and strided rows.
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("shape, eps", [((1, 7168), 1e-10), ((3, 640), 1e-20), ((255, 7168), 1e-10), ((1030, 7168), 1e-10)])
@@ -485,6 +497,7 @@ def lean_layouts():
                             extra_include_paths=[str(jitkern.CSRC_DIR)], host_without_nvcc=True)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("layout", LEAN_LAYOUTS)
 @pytest.mark.parametrize("shape", [(3, 640), (255, 7168)])
@@ -505,6 +518,7 @@ def test_per_token_group_fp8_lean_layouts(lean_layouts, dtype_name, layout, shap
         assert torch.equal(s, es)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 64, 256, 1030])
 def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
     """bf16 [rows, 7168] in groups of 128 (8 lanes a group, CTAs of 128 threads): the lean kernel for at most 8
@@ -526,6 +540,7 @@ def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
     assert len(names) == 1 and ("per_group_lean_kernel" in names[0]) == lean, names
 
 
+@pytest.mark.gpu
 def test_normal_scale_division_and_reciprocal_are_ieee():
     """normal_scale_for and normal_reciprocal (include/jitkern/impl/quant.cuh) give the IEEE quotients
     max(amax, eps) / 448 (/ 127) and 1 / s for every float of their ranges: checked one by one."""
@@ -541,12 +556,190 @@ def test_normal_scale_division_and_reciprocal_are_ieee():
     assert (fp8, int8, reciprocal) == (0, 0, 0)
 
 
+# ---- rounding="sglang": SGLang's per_token_group_quant_8bit, bit for bit -----------------------------
+
+def test_rounding_is_checked_and_named():
+    """rounding= takes "exact" or "sglang"; anything else is a ValueError naming the argument and the choices,
+    before any other check (no GPU, no torch needed)."""
+    from jitkern.ops import per_token_group_quant_8bit
+    from jitkern.ops.quant import ROUNDINGS, rounding_policy
+
+    for bad in ("SGLang", "", None, 1):
+        with pytest.raises(ValueError, match=rf"per_token_group_quant_8bit\(\): rounding must be one of 'exact', 'sglang', got {bad!r}"):
+            per_token_group_quant_8bit(None, 128, rounding=bad)
+    assert rounding_policy("sglang", "op").cpp == "device::quant::Rounding::kSglang" and rounding_policy("exact", "op").suffix == ""
+    assert list(ROUNDINGS) == ["exact", "sglang"]
+
+
+def test_both_roundings_are_prebuilt():
+    """warmup and prebuild (ops.specs) build per_token_group_quant_8bit's exports of both rounding policies,
+    each its own module exporting its instantiation."""
+    from jitkern import ops
+
+    specs = ops.specs(ops=["per_token_group_quant_8bit"], dtypes=["bfloat16"])
+    wrappers = {s.name: s.cuda_wrappers[0][1] for s in specs}
+    for fmt in ("", "_ue8m0", "_int8"):
+        for suffix, policy in (("", "kExact"), ("_sglang", "kSglang")):
+            name = f"quant_per_token_group_quant{fmt}{suffix}"
+            assert wrappers.pop(name) == f"jitkern_quant::QuantOps<bf16_t>::per_token_group_quant{fmt}<device::quant::Rounding::{policy}>"
+    assert not wrappers and set(specs) <= set(ops.specs())
+
+
+def _reference_group_quant():
+    """SGLang's per_token_group_quant (benchmarks/utils.py's reference machinery: the wheel REFERENCE_WHEEL
+    names, or the installed package), or a skip reported as not run."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from utils import reference_ops
+
+    module = reference_ops("quantization.per_token_group_quant")
+    if module is None:
+        pytest.skip("NOT RUN: the reference (SGLang) is absent: set REFERENCE_WHEEL=/path/to/sglang-*.whl")
+    return module.per_token_group_quant
+
+
+def _with_special_groups(x, group_size):
+    """x with special values in groups of its first and last rows (at least 9 groups a row): NaN, +-inf, all
+    zeros, all subnormal, |x| above 2^126 (fp16: its largest), all NaN, a small amax (fp16: one whose UE8M0
+    multiplier overflows fp16) beside zeros; the last row: +inf and -inf together, NaN beside one finite value."""
+    torch = _torch()
+    tiny = {torch.float32: 1e-40, torch.bfloat16: 1e-39, torch.float16: 3e-6}[x.dtype]
+    huge = {torch.float32: 2e38, torch.bfloat16: 2e38, torch.float16: 6e4}[x.dtype]
+    small = {torch.float32: 1e-12, torch.bfloat16: 1e-12, torch.float16: 1e-3}[x.dtype]
+    g = x.view(x.shape[0], -1, group_size)
+    u = torch.rand(g.shape[-1], device=x.device) - 0.5
+    g[0, 0, 3] = float("nan")
+    g[0, 1, 7] = float("inf")
+    g[0, 2, 0], g[0, 2, -1] = float("-inf"), float("nan")
+    g[0, 3] = 0
+    g[0, 3, ::2] = -0.0
+    g[0, 4] = (u * 2 * tiny).to(x.dtype)
+    g[0, 5] = (u * 2 * huge).to(x.dtype)
+    g[0, 6] = float("nan")
+    g[0, 7] = (u * 2 * small).to(x.dtype)
+    g[0, 7, ::3] = 0
+    g[0, 8] = (u * 2 * small).to(x.dtype)
+    g[0, 8, 1] = tiny
+    g[-1, 0, 1], g[-1, 0, 2] = float("inf"), float("-inf")
+    g[-1, 1] = float("nan")
+    g[-1, 1, 5] = 2.5
+    return x
+
+
+# (output dtype, scale layout, group size, hidden, input dtypes): fp32 scales row- and column-major (TMA-aligned),
+# UE8M0 in both layouts (whole words of four exponents and a part-filled last word), int8; each configuration
+# and input dtype is a module of the reference's to build.
+SGLANG_CONFIGS = [("float8_e4m3fn", "row", 128, 7168, DTYPES), ("float8_e4m3fn", "column", 64, 2048, ["bfloat16", "float32"]),
+                  ("ue8m0", "column", 128, 2048, DTYPES), ("ue8m0", "row", 64, 640, ["bfloat16", "float16"]), ("int8", "row", 64, 1024, DTYPES),
+                  ("int8", "column", 128, 2048, ["bfloat16"])]
+SGLANG_ROWS = (1, 7, 130, 1030, 4096)  # the lean kernel's small and wide grids, per_group_kernel's between
+
+
+@pytest.mark.gpu
+def test_sglang_rounding_is_the_references_bits():
+    """rounding="sglang" gives SGLang's own per_token_group_quant kernel's codes and scales bit for bit, for
+    bf16/fp16/fp32 inputs, SGLANG_CONFIGS' formats and layouts, 1 to 4096 rows, with special values
+    (_with_special_groups). One test: the reference's modules (one per configuration) build in parallel first."""
+    torch = _torch()
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jitkern.ops import group_scales_like, per_token_group_quant_8bit, quant
+
+    reference = _reference_group_quant()
+
+    def run(config, dtype_name, rows, ours=True):
+        qname, layout, group_size, hidden, _ = config
+        x = _with_special_groups(_x((rows, hidden), dtype_name, seed=rows), group_size)
+        ue8m0, column = qname == "ue8m0", layout == "column"
+        qdtype = torch.int8 if qname == "int8" else torch.float8_e4m3fn
+        q, s = (per_token_group_quant_8bit if ours else group_scales_and_codes_like)(
+            x, group_size, qdtype, column_major_scales=column, scale_tma_aligned=column, scale_ue8m0=ue8m0, rounding="sglang")
+        rq = torch.full_like(q.view(torch.uint8), 0x55).view(q.dtype)
+        rs = torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device=s.device).view(torch.int32).fill_(0x55555555).view(s.dtype)
+        reference(x, rq, rs, group_size, ue8m0)
+        return x, (q, s), (rq, rs)
+
+    def group_scales_and_codes_like(x, group_size, qdtype, *, rounding, **flags):
+        return torch.empty(x.shape, dtype=qdtype, device=x.device), group_scales_like(x, group_size, **flags)
+
+    quant._FAMILY.warmup(exports=[e for e in quant._FAMILY.params if e.startswith("per_token_group_quant") and e.endswith("_sglang")],
+                         dtypes=DTYPES)
+    with ThreadPoolExecutor(8) as pool:  # the reference's builds, one module per configuration and dtype
+        list(pool.map(lambda cd: run(*cd, 1, ours=False), [(c, d) for c in SGLANG_CONFIGS for d in c[-1]]))
+    failures = []
+    for config, dtype_name, rows in [(c, d, r) for c in SGLANG_CONFIGS for d in c[-1] for r in SGLANG_ROWS]:
+        x, (q, s), (rq, rs) = run(config, dtype_name, rows)
+        qb, rqb = q.view(torch.uint8), rq.view(torch.uint8)
+        if not torch.equal(qb, rqb):
+            at = (qb != rqb).nonzero()[:3].tolist()
+            failures.append(f"{config[:4]} {dtype_name} {rows} rows: {int((qb != rqb).sum())} codes differ, e.g. at {at}: "
+                            f"x {[x[r, c].item() for r, c in at]} jitkern {[qb[r, c].item() for r, c in at]} reference "
+                            f"{[rqb[r, c].item() for r, c in at]}")
+        if not torch.equal(s.view(torch.int32), rs.view(torch.int32)):
+            failures.append(f"{config[:4]} {dtype_name} {rows} rows: scales differ: {int((s.view(torch.int32) != rs.view(torch.int32)).sum())}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("qname", ["float8_e4m3fn", "ue8m0", "int8"])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_sglang_rounding_is_the_same_on_every_kernel(dtype_name, qname, group_size):
+    """rounding="sglang" gives the same bits on misaligned rows (a warp a group, element by element), strided
+    rows and contiguous ones (the lean kernel, or per_group_kernel between), special values included."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    flags = dict(dtype=torch.int8 if qname == "int8" else None, scale_ue8m0=qname == "ue8m0", rounding="sglang")
+    for rows in (3, 130):
+        x = _with_special_groups(_x((rows, 1152), dtype_name, seed=rows), group_size)
+        wide = torch.zeros(rows, 1152 + 64, dtype=x.dtype, device="cuda")
+        q, s = per_token_group_quant_8bit(x, group_size, **flags)
+        for other in (wide[:, 1:1153], wide[:, 64:]):  # misaligned; strided
+            other.copy_(x)
+            oq, os_ = per_token_group_quant_8bit(other, group_size, **flags)
+            assert torch.equal(oq.view(torch.uint8), q.view(torch.uint8)) and torch.equal(os_.view(torch.int32), s.view(torch.int32)), (rows, other.stride())
+
+
+@pytest.mark.gpu
+def test_sglang_rounding_compiled_and_from_a_graph():
+    """rounding="sglang" reaches the kernels through torch.compile and from a CUDA graph: a group holding +inf
+    takes SGLang's scale (inf) and codes (0 for its finite values) where the exact rounding leaves +-inf out."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    x = _x((64, 2048), "bfloat16")
+    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(64, 16, device="cuda")
+
+    def check(q, s, what):
+        assert torch.isinf(s[0, 1]) and torch.isfinite(s[1:]).all(), what
+        assert (q[0, 128:256].view(torch.uint8)[x[0, 128:256].isfinite()] & 0x7F == 0).all(), what
+        assert torch.isfinite(per_token_group_quant_8bit(x, 128)[1][0, 1]), what  # the exact rounding's finite amax
+
+    def prepare(seed):
+        x.copy_(_x(x.shape, "bfloat16", seed=seed))
+        x[0, 130] = float("inf")
+
+    eagerly_then_from_a_graph(prepare, lambda: per_token_group_quant_8bit(x, 128, rounding="sglang", output_q=q, output_s=s),
+                              lambda what: check(q, s, what))
+    prepare(0)
+    compiled = torch.compile(lambda x: per_token_group_quant_8bit(x, 128, rounding="sglang"), fullgraph=True)(x)
+    eager = per_token_group_quant_8bit(x, 128, rounding="sglang")
+    assert torch.equal(compiled[0].view(torch.uint8), eager[0].view(torch.uint8)) and torch.equal(compiled[1], eager[1])
+    check(*compiled, "compiled")
+
+
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
 
 # (40000, 128): narrow rows, as many as the plain norms take two to a lane group for (the quantizing norms keep one)
 NORM_SHAPES = [(1, 4096), (16, 4096), (64, 4096), (4097, 4096), (3, 1000), (5, 128), (40000, 128), (2, 65536), (7, 20)]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", NORM_SHAPES)
 @pytest.mark.parametrize("static", [False, True])
@@ -569,6 +762,7 @@ def test_rmsnorm_quant_matches_rmsnorm_then_quant(dtype_name, shape, static):
         _assert_q_equal(q, _quantize(y, es))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", NORM_SHAPES)
 @pytest.mark.parametrize("static", [False, True])
@@ -592,6 +786,7 @@ def test_fused_add_rmsnorm_quant_matches_unfused(dtype_name, shape, static):
     _assert_q_equal(q, _quantize(x_ref, es))
 
 
+@pytest.mark.gpu
 def test_norm_quant_strided_3d_and_nan():
     torch = _torch()
     from jitkern.ops import rmsnorm, rmsnorm_quant_fp8
@@ -616,6 +811,7 @@ def test_norm_quant_strided_3d_and_nan():
     assert not torch.isnan(qn[[0, 2, 3]].float()).any()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("hidden", [4096, 128, 20000])  # wide rows, narrow rows, rows wider than the registers
 def test_norm_quant_inf_after_the_norm(hidden):
     """A huge weight overflows some normalised values to +-inf: they stay out of the row's amax and
@@ -634,6 +830,7 @@ def test_norm_quant_inf_after_the_norm(hidden):
     _assert_q_equal(q, _quantize(y, es))
 
 
+@pytest.mark.gpu
 def test_quant_ops_type_errors():
     torch = _torch()
     from jitkern.ops import per_tensor_quant_fp8, per_token_quant_fp8, rmsnorm_quant_fp8
@@ -717,6 +914,7 @@ def _assert_scales_close(s, expected, dtype):
         assert (s == expected).float().mean().item() >= 0.9, "most scales must be equal"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", GROUP_NORM_SHAPES)
 @pytest.mark.parametrize("group_size", [64, 128])
@@ -759,6 +957,7 @@ def _uncertain_codes(y64, dtype, s, group_size, rel):
 REL = 2.0**-17
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape", [(16, 2048), (64, 7168), (3, 256)])
 @pytest.mark.parametrize("group_size", [64, 128])
@@ -799,6 +998,7 @@ def test_norm_group_quant_against_float64(dtype_name, shape, group_size):
     assert agree.float().mean().item() > 0.95
 
 
+@pytest.mark.gpu
 def test_norm_group_quant_nan_inf_empty_and_3d():
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
@@ -843,6 +1043,7 @@ def test_norm_group_quant_nan_inf_empty_and_3d():
     _assert_scales_close(ss, es, xs.dtype)
 
 
+@pytest.mark.gpu
 def test_norm_group_quant_errors():
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
@@ -898,6 +1099,7 @@ def _many_rows():
     return 4 * _torch().cuda.get_device_properties(0).multi_processor_count + 5
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name,hidden,group_size", MANY_ROW_CASES)
 def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, group_size):
     """The many-row launch gives, row for row, the codes, scales and residual that the same rows get in a launch
@@ -930,6 +1132,7 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
         _assert_scales_close(s, es, x.dtype)
 
 
+@pytest.mark.gpu
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
     rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows."""
@@ -960,6 +1163,7 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
 def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(tokens):
     """The fused op after the kernel that writes its input (PDL), eagerly and replayed from a CUDA graph,
@@ -996,6 +1200,7 @@ def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(toke
 
 # ---- PyTorch integration ---------------------------------------------------------------------------
 
+@pytest.mark.gpu
 def test_opcheck_quant_ops():
     torch = _torch()
     import jitkern.ops  # noqa: F401
@@ -1018,6 +1223,7 @@ def test_opcheck_quant_ops():
         torch.library.opcheck(ops.fused_add_rmsnorm_group_quant_fp8, (x, x.clone(), w, 1e-6, group_size, cm, tma, ue))
 
 
+@pytest.mark.gpu
 def test_compiled_and_graph_captured_quant():
     """torch.compile(fullgraph=True) gives the eager results; the dynamic per-tensor paths (one CTA, split,
     memset + two launches) replay correctly from a CUDA graph."""
@@ -1064,6 +1270,7 @@ def test_compiled_and_graph_captured_quant():
         _assert_q_equal(q, _quantize(xs, es))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(256,), (3, 256), (2, 3, 256), (2, 2, 3, 256)])
 def test_every_op_takes_the_shapes_models_pass(shape):
     """[..., hidden]: each op on a 1-4-D input gives the bits it gives on the [rows, hidden] view, and
