@@ -185,6 +185,8 @@ SCHEDULES = {
                      ("no guess, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, false>", "sglang"),
                      ("16 lanes of 1 vector", "bench_moe_act::MaskedGroupMasked<16, bench_moe_act::Rounding::kExact, true>"),
                      ("16 lanes of 1 vector, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<16, {SGLANG}, true>", "sglang"),
+                     ("4 lanes of 4 vectors", "bench_moe_act::MaskedGroupMasked<4, bench_moe_act::Rounding::kExact, true>"),
+                     ("4 lanes of 4 vectors, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<4, {SGLANG}, true>", "sglang"),
                      ("4 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, true, 4>"),
                      ("4 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, true, 4>", "sglang"),
                      ("interleaved rows, masked_m prefetched by one thread", "bench_moe_act::MaskedGroup<-4, 8, 0>"),
