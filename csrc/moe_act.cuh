@@ -15,9 +15,7 @@
 // experts, else by the CTA in shared memory. silu_and_mul (up to 32 experts, 2 CTAs an SM): where the
 // computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert found by a vote),
 // else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts, each
-// CTA (the group form up to 32 experts: each warp) striding over the computed rows. The group form (up to 32
-// experts) also reads the counts before the PDL wait, as a guess that places its first turn: after the wait
-// the counts are read again beside that turn's data, and a guess they do not confirm is dropped.
+// CTA (the group form up to 32 experts: each warp) striding over the computed rows.
 // Sorted, from a chunk of 8 rows an SM (MoeActOps::sorted_chunks): silu_and_mul and the group form a CTA per
 // chunk, whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then
 // computing only those; the per-token form, and smaller buffers, a persistent grid visiting every row, each
@@ -137,8 +135,10 @@ struct MaskedLayout {
   int experts;
   int32_t m_max;
   int64_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
-  __device__ __forceinline__ int32_t rows_of(int e) const { return clamped(masked_m[e]); }
-  __device__ __forceinline__ int32_t clamped(int32_t m) const { return m <= 0 ? 0 : (m < m_max ? m : m_max); }
+  __device__ __forceinline__ int32_t rows_of(int e) const {
+    const int32_t m = masked_m[e];
+    return m <= 0 ? 0 : (m < m_max ? m : m_max);
+  }
   __device__ __forceinline__ RowAt locate(int64_t e, int64_t m) const {
     return {true, e * in_expert + m * in_row, e * out_expert + m * out_row, e * scale_expert + m * scale_row};
   }
@@ -204,16 +204,6 @@ struct MaskedRowsWarp : MaskedLayout {
     const int32_t m = rows_of(lane < experts ? lane : experts - 1);  // no branch around the load: the work after it goes on meanwhile
     return scan(lane < experts ? m : 0);
   }
-  // This lane's expert's row count (0 past the experts) read from L2, not L1 (ld.global.cg): where it is also
-  // read before the PDL wait, L1 holds no line of masked_m that the wait leaves stale.
-  __device__ __forceinline__ int32_t count_from_l2() const {
-    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-    const int32_t m = __ldcg(masked_m + (lane < experts ? lane : experts - 1));
-    return lane < experts ? clamped(m) : 0;
-  }
-  // The count read before the PDL wait: a guess (the kernel before may still write masked_m), used only
-  // where the count read after the wait equals it.
-  __device__ __forceinline__ int32_t count_before_wait() const { return count_from_l2(); }
   // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes). Called by the whole warp.
   __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
     const int32_t row = static_cast<int32_t>(f);  // the rows fit 31 bits (checked on the host)
@@ -398,49 +388,30 @@ __global__ void __launch_bounds__(kActThreads)
 #endif
 }
 
-// A group's input as a lane set holds it: lane l of the group vectors l, l + kLanes, ... of gate and up.
-template <typename T, int kVec, int kPerLane>
-struct GroupInput {
-  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
-};
-
-// Loads group g of row r (nothing where r is not valid).
-template <typename T, int kVec, int kLanes, int kPerLane>
-__device__ __forceinline__ GroupInput<T, kVec, kPerLane> load_group(const RowAt& r, int64_t g, const T* in, int64_t d) {
-  static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
-  constexpr int kNext = kLanes * kVec;  // from a lane's vector to its next
-  GroupInput<T, kVec, kPerLane> x;
-  const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    if (r.valid) {
-      x.gate[j].load(in + r.in + col + j * kNext);
-      x.up[j].load(in + r.in + d + col + j * kNext);
-    }
-  }
-  return x;
-}
-
-// Group g of row r from its input x: the products quantized with kRounding's arithmetic, their codes and
-// scale stored. Every lane of the warp calls this together (the group's votes and shuffles).
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
-__device__ __forceinline__ void quantize_loaded(const GroupInput<T, kVec, kPerLane>& x, const RowAt& r, int64_t g, uint8_t* q, float* scales,
-                                                int64_t group_stride, float eps) {
-  Gated<T, kVec> y[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(x.gate[j], x.up[j]);
-  float* scale = scales + r.scale + g * group_stride;
-  const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
-  quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, false, false, kRounding>(y, r.valid, q + r.out + col, eps, 0xffffffffu,
-                                                                                    [&](float s, uint32_t) { *scale = s; });
-}
-
 // One turn of the group quantization: a group per lane set, its row located (r) and its number within the
-// row known (g): its loads, then its quantization.
+// row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, then the quantization with
+// kRounding's arithmetic. Every lane of the warp calls this together (the group's votes and shuffles).
 template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
 __device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                                  int64_t d, float eps) {
-  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding>(load_group<T, kVec, kLanes, kPerLane>(r, g, in, d), r, g, q, scales, group_stride, eps);
+  static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
+  constexpr int kNext = kLanes * kVec;  // from a lane's vector to its next
+  const int lane = static_cast<int>(threadIdx.x % kLanes);
+  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
+  const int64_t col = g * kActGroupSize + lane * kVec;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (r.valid) {
+      gate[j].load(in + r.in + col + j * kNext);
+      up[j].load(in + r.in + d + col + j * kNext);
+    }
+  }
+  Gated<T, kVec> y[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
+  float* scale = scales + r.scale + g * group_stride;
+  quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, false, false, kRounding>(y, r.valid, q + r.out + col, eps, 0xffffffffu,
+                                                                                    [&](float s, uint32_t) { *scale = s; });
 }
 
 // The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes
@@ -502,15 +473,11 @@ __global__ void __launch_bounds__(kActGroupThreads)
 }
 
 // The group form over the masked layout's computed rows (at most a warp's width of experts), as
-// group_quant_turns takes them, with the work between the PDL wait and the first data load cut to the loads:
-// kGuess, the row counts are read before the wait too (count_before_wait) and the first turn's place worked
-// out from them, so that after the wait the counts and that turn's data load together; the turn goes on
-// only where every count read after the wait equals its guess, else (the kernel before wrote masked_m) its
-// loads are dropped and the turns start over from the counts read after the wait. Without kGuess the place
-// is worked out after the counts arrive. Group numbers in 32 bits (the capacity's below 2^31: checked on
-// the host) divided by a multiply (by_groups: the groups a row); whether a warp's groups share a row decided
-// from its first and last group (no shuffles); each warp takes its own turns (one with none left stops).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kGuess>
+// group_quant_turns takes them, with less work between the PDL wait and the first data load: group numbers
+// in 32 bits (the capacity's below 2^31: checked on the host) divided by a multiply (by_groups: the groups a
+// row), whether a warp's groups share a row decided from its first and last group (no shuffles), and each
+// warp taking its own turns (one with no group left stops).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_masked_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales,
                                            int64_t group_stride, int64_t d, float eps, device::kv_cache::Divisor32 by_groups,
@@ -527,35 +494,14 @@ __global__ void __launch_bounds__(kActGroupThreads)
     uint32_t unused;
     f = by_groups.divide(first + mine, g), row = by_groups.divide(first, unused), last = by_groups.divide(first + kGroupsPerWarp - 1, unused);
   };
-  const auto locate = [&](const typename Rows::State& s) {
-    RowAt r = row == last ? rows.in_row(s, static_cast<int32_t>(row)) : rows.bisect(s, f);
-    r.valid = r.valid && first + mine < static_cast<uint32_t>(s.rows) * by_groups.d;
-    return r;
-  };
-  typename Rows::State s;
-  if constexpr (kGuess) {
-    const int32_t guess = rows.count_before_wait();
-    s = rows.scan(guess);
-    place();
-    const RowAt r = locate(s);
-    WaitPrimary{trigger_at_start}();
-    const int32_t count = rows.count_from_l2();
-    const auto x = load_group<T, kVec, kLanes, kPerLane>(r, g, in, d);  // in flight with the counts
-    if (__all_sync(0xffffffffu, count == guess)) {
-      if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding>(x, r, g, q, scales, group_stride, eps);
-      first += turn;
-    } else {
-      s = rows.scan(count);
-    }
-  } else {
-    WaitPrimary{trigger_at_start}();
-    s = rows.scan(rows.count_from_l2());
-  }
+  const typename Rows::State s = rows.visit(WaitPrimary{trigger_at_start});
   place();
-  asm volatile("" ::"r"(f), "r"(g), "r"(row), "r"(last));  // worked out before the loop's first test, beside the counts
+  asm volatile("" ::"r"(f), "r"(g), "r"(row), "r"(last));  // the first turn's place worked out while the counts load and scan
   const uint32_t total = static_cast<uint32_t>(s.rows) * by_groups.d;
   while (first < total) {  // warp-uniform
-    group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(locate(s), g, in, q, scales, group_stride, d, eps);
+    RowAt r = row == last ? rows.in_row(s, static_cast<int32_t>(row)) : rows.bisect(s, f);
+    r.valid = r.valid && first + mine < total;
+    group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
     first += turn;
     place();
   }
@@ -881,10 +827,10 @@ struct MoeActOps {
     const auto launch = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
       constexpr int kLanes = kTurnLanes<kVec>, kPerLane = kActGroupSize / kVec / kLanes;
-      if constexpr (std::is_base_of_v<MaskedRowsWarp, Rows>) {
+      if constexpr (std::is_same_v<Rows, MaskedRowsWarp>) {
         RuntimeCheck(groups < (int64_t{1} << 31), "at most 2^31 - 1 groups (num_experts * max_rows_per_expert * d / ", kActGroupSize,
                      ") are supported, got ", groups);
-        constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<Rows, T, kVec, kLanes, kPerLane, kRounding, true>;
+        constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<Rows, T, kVec, kLanes, kPerLane, kRounding>;
         const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device);
         LaunchKernel(grid, kActGroupThreads, op.device)
             .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,

@@ -164,9 +164,8 @@ struct MaskedGroup {
 };
 
 // The masked group form by the product's masked kernel (silu_and_mul_group_quant_masked_kernel), kLanes lanes
-// a group, the counts guessed before the wait (kGuess, the product's) or not, at most kPerSm CTAs an SM (0:
-// what the occupancy API fits, the product's).
-template <int kLanes, Rounding kRounding, bool kGuess, int kPerSm = 0>
+// a group, at most kPerSm CTAs an SM (0: what the occupancy API fits, the product's).
+template <int kLanes, Rounding kRounding, int kPerSm = 0>
 struct MaskedGroupMasked {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
@@ -174,7 +173,7 @@ struct MaskedGroupMasked {
     const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
     host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
                        "bench_moe_act: the masked kernel takes aligned rows of at most 32 experts");
-    constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding, kGuess>;
+    constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
     const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device);
     host::LaunchKernel(grid, kActGroupThreads, m.op.device)
         .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d,

@@ -24,7 +24,7 @@ entry points check every argument and name the bad one. Each op is also a torch 
 from __future__ import annotations
 
 from .._torch import compiling, torch
-from ._declare import Family, TorchOp
+from ._declare import Family, TorchOp, _calling, param_names
 from ._dtype_family import DtypeFamily
 from ._fp8 import _bytes, check_group_size, scale_column_rows
 from .quant import ROUNDINGS, rounding_policy
@@ -58,11 +58,15 @@ def _op(export: str):
     return FAMILY.op(export, torch=(TorchOp(export, export=export),))
 
 
-def _group_op(form: str, layout: str, implementation):
+def _group_op(form: str, layout: str):
     """The declaration of a group form: its exports (one per rounding policy) and its torch op, which takes the
-    exports' arguments and the rounding policy's name."""
-    return FAMILY.op(*(e for e, (f, _) in _GROUP_EXPORTS.items() if f == form),
-                     torch=(TorchOp(form, f"({layout}, {_GROUP}, str rounding) -> ()", implementation),))
+    exports' arguments and the rounding policy's name and writes the given outputs."""
+    params = f"{layout}, {_GROUP}, str rounding"
+
+    def declare(function):
+        torch_op = TorchOp(form, f"({params}) -> ()", _calling(function, param_names(params)))
+        return FAMILY.op(*(e for e, (f, _) in _GROUP_EXPORTS.items() if f == form), torch=(torch_op,))(function)
+    return declare
 
 
 def _half(input, public: str, dtype=None):
@@ -123,9 +127,7 @@ def silu_and_mul_sorted_per_token_quant_fp8(input: torch.Tensor, sorted_token_id
     return q, s
 
 
-@_group_op("silu_and_mul_sorted_per_token_group_quant_fp8", _SORTED, lambda input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q,
-           output_s, group_size, eps, rounding: silu_and_mul_sorted_per_token_group_quant_fp8(
-               input, sorted_token_ids, num_tokens_post_pad, num_ids, group_size, eps, rounding=rounding, output_q=output_q, output_s=output_s))
+@_group_op("silu_and_mul_sorted_per_token_group_quant_fp8", _SORTED)
 def silu_and_mul_sorted_per_token_group_quant_fp8(input: torch.Tensor, sorted_token_ids: torch.Tensor, num_tokens_post_pad: torch.Tensor,
                                                   num_ids: int, group_size: int = 128, eps: float = 1e-10, *,
                                                   column_major_scales: bool = False, scale_tma_aligned: bool = False, rounding: str = "exact",
@@ -178,9 +180,7 @@ def silu_and_mul_masked_per_token_quant_fp8(input: torch.Tensor, masked_m: torch
     return q, s
 
 
-@_group_op("silu_and_mul_masked_per_token_group_quant_fp8", _MASKED, lambda input, masked_m, output_q, output_s, group_size, eps, rounding:
-           silu_and_mul_masked_per_token_group_quant_fp8(input, masked_m, group_size, eps, rounding=rounding, output_q=output_q,
-                                                         output_s=output_s))
+@_group_op("silu_and_mul_masked_per_token_group_quant_fp8", _MASKED)
 def silu_and_mul_masked_per_token_group_quant_fp8(input: torch.Tensor, masked_m: torch.Tensor, group_size: int = 128, eps: float = 1e-10, *,
                                                   column_major_scales: bool = False, scale_tma_aligned: bool = False, rounding: str = "exact",
                                                   output_q: torch.Tensor | None = None, output_s: torch.Tensor | None = None):
