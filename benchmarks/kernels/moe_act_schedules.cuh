@@ -24,7 +24,7 @@ struct InterleavedRows {
   int32_t m_max;
   uint32_t experts;
   uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
-  device::kv_cache::Divisor32 by_experts;
+  device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
 
   // Experts * the largest count (within [0, M]), read by each warp after the PDL wait.
   __device__ __forceinline__ uint32_t positions() const {
@@ -57,6 +57,41 @@ struct InterleavedRows {
     return at(e, m, masked_m[e]);
   }
 };
+
+// The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
+// group_quant_turns'), the groups of positions in order. The place worked out before the wait by prefetching
+// masked_m's line to L2 from one thread of the grid (kPrefetch true), or not (false: ptxas moves the quotients
+// after the wait); rounding policy kRounding.
+template <typename T, int kVec, int kLanes, int kPerLane, bool kPrefetch, Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
+                                                int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const uint32_t turn = gridDim.x * kGroupsPerCta, groups_per_row = rows.by_groups.d;
+  uint32_t first = blockIdx.x * kGroupsPerCta, e, m, g;
+  const auto place = [&](uint32_t group) {  // the lane set's position's expert e, row m and group g
+    const uint32_t p = rows.by_groups.divide(group, g);
+    m = rows.by_experts.divide(p, e);
+  };
+  place(first + threadIdx.x / kLanes);
+  if (kPrefetch && blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(rows.masked_m + e);
+  WaitPrimary{trigger_at_start}();
+  int32_t count = rows.masked_m[e];
+  const uint32_t total = rows.positions() * groups_per_row;
+  do {
+    const RowAt r = rows.at(e, m, count);
+    // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
+    first += turn;
+    if (first < total) {
+      place(first + threadIdx.x / kLanes);
+      count = rows.masked_m[e];
+    }
+  } while (first < total);
+#endif
+}
 
 // The masked layout's counts loaded before the PDL wait, scanned after it (a measurement of what reading
 // early is worth: wrong where the previous kernel writes masked_m).
@@ -126,7 +161,8 @@ inline InterleavedRows interleaved_of(const ProductOps::Masked& m) {
           narrow(l.out_row),
           narrow(l.scale_expert),
           narrow(l.scale_row),
-          host::kv_cache::divisor<uint32_t>(m.experts)};
+          host::kv_cache::divisor<uint32_t>(m.experts),
+          host::kv_cache::divisor<uint32_t>(std::max<int64_t>(m.op.d / kActGroupSize, 1))};
 }
 
 // silu_and_mul_masked by the launch rules over rows kScan.
@@ -146,20 +182,30 @@ struct MaskedActInterleaved {
 };
 
 // The masked group form by the turn kernel over the computed rows (rows kScan; kScan 1: the previous
-// product), or over the interleaved rows (kScan -2: each turn's place worked out after the count is read),
-// kLanes lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits), rounding policy kRounding.
+// product), or over the interleaved rows (kScan -4, -5: the interleaved kernel, prefetching or not; -2: the
+// turn kernel, each turn's place worked out after the count is read), kLanes lanes a group, at most kPerSm
+// CTAs an SM (0: what the occupancy API fits), rounding policy kRounding.
 template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    const auto rows = [&] {
-      if constexpr (kScan == -2) return interleaved_of(m);
-      else return masked_rows_of<kScan>(m.rows);
-    }();
-    constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-    ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows, m.op);
+    if constexpr (kScan == -4 || kScan == -5) {
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kScan == -4, kRounding>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
+                               interleaved_of(m), m.op);
+    } else {
+      const auto rows = [&] {
+        if constexpr (kScan == -2) return interleaved_of(m);
+        else return masked_rows_of<kScan>(m.rows);
+      }();
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows,
+                               m.op);
+    }
   }
 };
 
