@@ -181,6 +181,8 @@ SCHEDULES = {
                      ("previous product: the turn kernel over the computed rows, quotients by division", "bench_moe_act::MaskedGroup<1, 8, 0>"),
                      ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
                      ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroup<1, 8, 0, {SGLANG}>", "sglang"),
+                     ("counts guessed before the wait by one warp a CTA", "bench_moe_act::MaskedGroupGuess<8, bench_moe_act::Rounding::kExact>"),
+                     ("counts guessed before the wait by one warp a CTA, rounding=sglang", f"bench_moe_act::MaskedGroupGuess<8, {SGLANG}>", "sglang"),
                      ("16 lanes of 1 vector", "bench_moe_act::MaskedGroupMasked<16, bench_moe_act::Rounding::kExact>"),
                      ("16 lanes of 1 vector, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<16, {SGLANG}>", "sglang"),
                      ("4 lanes of 4 vectors", "bench_moe_act::MaskedGroupMasked<4, bench_moe_act::Rounding::kExact>"),

@@ -388,30 +388,49 @@ __global__ void __launch_bounds__(kActThreads)
 #endif
 }
 
-// One turn of the group quantization: a group per lane set, its row located (r) and its number within the
-// row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, then the quantization with
-// kRounding's arithmetic. Every lane of the warp calls this together (the group's votes and shuffles).
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
-__device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
-                                                 int64_t d, float eps) {
+// A group's input as a lane set holds it: lane l of the group vectors l, l + kLanes, ... of gate and up.
+template <typename T, int kVec, int kPerLane>
+struct GroupInput {
+  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
+};
+
+// Loads group g of row r (nothing where r is not valid).
+template <typename T, int kVec, int kLanes, int kPerLane>
+__device__ __forceinline__ GroupInput<T, kVec, kPerLane> load_group(const RowAt& r, int64_t g, const T* in, int64_t d) {
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
   constexpr int kNext = kLanes * kVec;  // from a lane's vector to its next
-  const int lane = static_cast<int>(threadIdx.x % kLanes);
-  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
-  const int64_t col = g * kActGroupSize + lane * kVec;
+  GroupInput<T, kVec, kPerLane> x;
+  const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     if (r.valid) {
-      gate[j].load(in + r.in + col + j * kNext);
-      up[j].load(in + r.in + d + col + j * kNext);
+      x.gate[j].load(in + r.in + col + j * kNext);
+      x.up[j].load(in + r.in + d + col + j * kNext);
     }
   }
+  return x;
+}
+
+// Group g of row r from its input x: the products quantized with kRounding's arithmetic, their codes and
+// scale stored. Every lane of the warp calls this together (the group's votes and shuffles).
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__device__ __forceinline__ void quantize_loaded(const GroupInput<T, kVec, kPerLane>& x, const RowAt& r, int64_t g, uint8_t* q, float* scales,
+                                                int64_t group_stride, float eps) {
   Gated<T, kVec> y[kPerLane];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
+  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(x.gate[j], x.up[j]);
   float* scale = scales + r.scale + g * group_stride;
+  const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
   quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, false, false, kRounding>(y, r.valid, q + r.out + col, eps, 0xffffffffu,
                                                                                     [&](float s, uint32_t) { *scale = s; });
+}
+
+// One turn of the group quantization: a group per lane set, its row located (r) and its number within the
+// row known (g): its loads, then its quantization.
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                                 int64_t d, float eps) {
+  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding>(load_group<T, kVec, kLanes, kPerLane>(r, g, in, d), r, g, q, scales, group_stride, eps);
 }
 
 // The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes

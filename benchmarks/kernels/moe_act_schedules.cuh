@@ -93,6 +93,62 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #endif
 }
 
+// The masked group form's kernel (silu_and_mul_group_quant_masked_kernel's turns) with the row counts
+// guessed before the PDL wait: warp 0 of each CTA reads them from L2 (ld.global.cg: L1 keeps no line the wait
+// could leave stale; one load a CTA, not a warp) and shares them through shared memory; each warp places its
+// first turn from the guess; after the wait the counts (ordinary loads, each warp) and that turn's data load
+// together, and the turn goes on only where the counts equal the guess, else the turns start over from them.
+template <int kLanes, Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    group_quant_guess_kernel(const __grid_constant__ MaskedRowsWarp rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
+                             int64_t d, float eps, device::kv_cache::Divisor32 by_groups, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kPerLane = kActGroupSize / kV / kLanes;
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
+  __shared__ int32_t guesses[device::kWarpThreads];
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const uint32_t mine = lane / kLanes, turn = gridDim.x * kGroupsPerCta;
+  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;
+  uint32_t f, g, row, last;
+  const auto place = [&] {
+    uint32_t unused;
+    f = by_groups.divide(first + mine, g), row = by_groups.divide(first, unused), last = by_groups.divide(first + kGroupsPerWarp - 1, unused);
+  };
+  const auto locate = [&](const MaskedRowsWarp::State& s) {
+    RowAt r = row == last ? rows.in_row(s, static_cast<int32_t>(row)) : rows.bisect(s, f);
+    r.valid = r.valid && first + mine < static_cast<uint32_t>(s.rows) * by_groups.d;
+    return r;
+  };
+  const int e = lane < rows.experts ? lane : rows.experts - 1;  // in bounds, no branch around the loads
+  if (threadIdx.x < device::kWarpThreads) {
+    const int32_t m = __ldcg(rows.masked_m + e);
+    guesses[lane] = lane < rows.experts && m > 0 ? (m < rows.m_max ? m : rows.m_max) : 0;
+  }
+  __syncthreads();
+  const int32_t guess = guesses[lane];
+  MaskedRowsWarp::State s = rows.scan(guess);
+  place();
+  const RowAt r = locate(s);
+  WaitPrimary{trigger_at_start}();
+  const int32_t m = rows.rows_of(e), count = lane < rows.experts ? m : 0;
+  const auto x = load_group<bf16_t, kV, kLanes, kPerLane>(r, g, in, d);  // in flight with the counts
+  if (__all_sync(0xffffffffu, count == guess)) {
+    if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<bf16_t, kV, kLanes, kPerLane, kRounding>(x, r, g, q, scales, group_stride, eps);
+    first += turn;
+  } else {
+    s = rows.scan(count);
+  }
+  place();
+  const uint32_t total = static_cast<uint32_t>(s.rows) * by_groups.d;
+  while (first < total) {  // warp-uniform
+    group_quant_item<bf16_t, kV, kLanes, kPerLane, kRounding>(locate(s), g, in, q, scales, group_stride, d, eps);
+    first += turn;
+    place();
+  }
+#endif
+}
+
 // The masked layout's counts loaded before the PDL wait, scanned after it (a measurement of what reading
 // early is worth: wrong where the previous kernel writes masked_m).
 struct MaskedRowsWarpEarly : MaskedRowsWarp {
@@ -221,6 +277,23 @@ struct MaskedGroupMasked {
                        "bench_moe_act: the masked kernel takes aligned rows of at most 32 experts");
     constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
     const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device);
+    host::LaunchKernel(grid, kActGroupThreads, m.op.device)
+        .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d,
+                      m.op.eps, host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
+  }
+};
+
+// The masked group form by group_quant_guess_kernel, kLanes lanes a group.
+template <int kLanes, Rounding kRounding>
+struct MaskedGroupGuess {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+    host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
+                       "bench_moe_act: the guess kernel takes aligned rows of at most 32 experts");
+    constexpr auto kernel = group_quant_guess_kernel<kLanes, kRounding>;
+    const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, m.op.device);
     host::LaunchKernel(grid, kActGroupThreads, m.op.device)
         .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d,
                       m.op.eps, host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
