@@ -265,38 +265,32 @@ struct MaskedGroup {
   }
 };
 
-// The masked group form by the product's masked kernel (silu_and_mul_group_quant_masked_kernel), kLanes lanes
-// a group, at most kPerSm CTAs an SM (0: what the occupancy API fits, the product's).
-template <int kLanes, Rounding kRounding, int kPerSm = 0>
+// A kernel of silu_and_mul_group_quant_masked_kernel's arguments on `grid` CTAs over m's rows.
+template <typename Kernel>
+void launch_masked_group(Kernel kernel, unsigned grid, const ProductOps::Masked& m) {
+  host::LaunchKernel(grid, kActGroupThreads, m.op.device)
+      .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d, m.op.eps,
+                    host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
+}
+
+// The masked group form by the product's masked kernel (silu_and_mul_group_quant_masked_kernel), or with
+// kGuess by group_quant_guess_kernel, kLanes lanes a group, at most kPerSm CTAs an SM (0: what the occupancy
+// API fits, the product's).
+template <int kLanes, Rounding kRounding, int kPerSm = 0, bool kGuess = false>
 struct MaskedGroupMasked {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
     const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
     host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
-                       "bench_moe_act: the masked kernel takes aligned rows of at most 32 experts");
-    constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-    const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device);
-    host::LaunchKernel(grid, kActGroupThreads, m.op.device)
-        .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d,
-                      m.op.eps, host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
-  }
-};
-
-// The masked group form by group_quant_guess_kernel, kLanes lanes a group.
-template <int kLanes, Rounding kRounding>
-struct MaskedGroupGuess {
-  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
-                                                            int64_t group_size, double eps) {
-    const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-    host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
-                       "bench_moe_act: the guess kernel takes aligned rows of at most 32 experts");
-    constexpr auto kernel = group_quant_guess_kernel<kLanes, kRounding>;
-    const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, m.op.device);
-    host::LaunchKernel(grid, kActGroupThreads, m.op.device)
-        .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d,
-                      m.op.eps, host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
+                       "bench_moe_act: the masked kernels take aligned rows of at most 32 experts");
+    if constexpr (kGuess) {
+      constexpr auto kernel = group_quant_guess_kernel<kLanes, kRounding>;
+      launch_masked_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), m);
+    } else {
+      constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+      launch_masked_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), m);
+    }
   }
 };
 
