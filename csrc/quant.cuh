@@ -58,6 +58,11 @@ constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
 // on an H200: contiguous and strided the same; four a lane 0.04 us ahead at 256 tokens, 0.55 behind at 1024).
 constexpr int kQuantGroupLeanLaneVecs = 2;
 constexpr bool kQuantGroupLeanContiguous = true;
+// rounding="sglang" (a multiply a value: the memory latency leads): grids between a few CTAs and this many threads an
+// SM take CTAs of kQuantGroupThreads triggering after the wait ([T, 7168] bf16, H200, bench_schedules quant_sglang:
+// T = 16-256, 54-869 threads an SM, 0.84 / 1.00 / 1.21 / 1.62 us against 0.87 / 1.17 / 1.33 / 1.66 for the exact
+// rounding's rule there; at 1738, T = 512, 2.56 against 2.29 in wide CTAs triggering after their stores).
+constexpr int64_t kQuantGroupSglangWaitThreadsPerSm = 1024;
 // Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
 // an SM on, four (half the threads a row: [4096, 4096] bf16 on an H200, bench_schedules.py, 11.84 us against
 // 12.65; a warp a row, 16 vectors a lane, 14.60; the reference's warp reading its row twice, 13.51).
@@ -936,12 +941,14 @@ struct QuantOps {
   }
 
   // per_group_lean_kernel (its shape: Lean) where it applies: fp8 of contiguous rows of 16-byte vectors, at most
-  // 2^32 elements, eps at least kNormalScaleEps (kExact rounding); false (nothing launched) elsewhere. Unless Lean names the CTAs
-  // and trigger: grids of more than 256 threads an SM (one wave or several) take CTAs of kQuantGroupWideThreads
-  // and trigger after their stores, grids of at most kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger
-  // at start, and the grids between take per_group_kernel (false). bf16 [T, 7168] on an H200 (bench_schedules
-  // quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 / 1.05; T = 128-512
-  // 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between, 1.38 / 1.19.
+  // 2^32 elements, eps at least kNormalScaleEps (the exact rounding); false (nothing launched) elsewhere. Unless
+  // Lean names the CTAs and trigger: grids of more than 256 threads an SM (kSglang: kQuantGroupSglangWaitThreadsPerSm;
+  // one wave or several) take CTAs of kQuantGroupWideThreads and trigger after their stores, grids of at most
+  // kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger at start, and the grids between take per_group_kernel
+  // (false; kSglang: CTAs of kQuantGroupThreads triggering after the wait). The exact rounding, bf16 [T, 7168] on an
+  // H200 (bench_schedules quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 /
+  // 1.05; T = 128-512 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between,
+  // 1.38 / 1.19.
   template <bool kUE8M0, quant::Rounding kRounding, int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath>
   static bool launch_group_lean(GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, const Operands& ops, const GroupScales& scales,
                                 int64_t group_size, int64_t total_groups, float eps) {
@@ -968,12 +975,18 @@ struct QuantOps {
           if constexpr (kThreads != 0) {
             return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath, kRounding>, kThreads);
           } else {
+            constexpr bool kSglang = kRounding == quant::Rounding::kSglang;
             const int64_t narrow_grid = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes});
-            if (narrow_grid * kQuantGroupThreads > kPdlLateTriggerThreadsPerSm * runtime::get_sm_count(ops.device.device_id))
+            const int64_t wide_from = (kSglang ? kQuantGroupSglangWaitThreadsPerSm : kPdlLateTriggerThreadsPerSm) *
+                                      runtime::get_sm_count(ops.device.device_id);
+            if (narrow_grid * kQuantGroupThreads > wide_from)
               return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupWideThreads, 2, true, kRounding>,
                             kQuantGroupWideThreads);
             if (pdl_early_trigger(narrow_grid))
               return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 0, true, kRounding>,
+                            kQuantGroupThreads);
+            if constexpr (kSglang)
+              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 1, true, kRounding>,
                             kQuantGroupThreads);
             return false;
           }

@@ -9,6 +9,8 @@
 //                                    and normal_reciprocal: the same bits without the divisions' range
 //                                    tests, where eps >= kNormalScaleEps);
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
+//   device::quant::Rounding          the rounding policy of the ops that offer one: the rules below, or
+//                                    SGLang's arithmetic (device::quant::sglang);
 //   device::quant::group_scale       a group's dynamic scale (optionally UE8M0) and GroupScales, where
 //                                    it is stored (the layouts FP8 GEMMs read);
 //   device::quant::quantize_group    a group of values held by a few lanes of a warp, quantized with its
@@ -20,7 +22,8 @@
 //
 // Rules (README, the quantization ops): q = saturate(round_to_nearest_even(x / s)), the division in
 // fp32; fp8 saturates to +-448 and keeps NaN; int8 saturates to +-127 and writes NaN as 0. A dynamic
-// amax ignores NaN and +-inf, so one bad element does not zero or poison the rest of its row.
+// amax ignores NaN and +-inf, so one bad element does not zero or poison the rest of its row. (Rounding::kSglang
+// has SGLang's rules instead.)
 #pragma once
 
 #include <jitkern/impl/norm.cuh>
@@ -145,8 +148,9 @@ JITKERN_DEVICE float group_scale(float amax, float eps, uint32_t& exponent) {
 //         (0 where m > 2^126, so such a group's codes are 0, and NaN for +-inf);
 //   codes fp8: satfinite RNE of the fp32 product, bf16 inputs keeping NaN, fp16 and fp32 inputs through
 //         fminf(v, 448) first (NaN -> 448); int8: clamped to [-128, 127] and truncated (NaN -> -128);
-//   UE8M0 e = ue8m0_exponent(s) and k = 2^(127 - e + 127) by its bits (-inf for e = 255); 16-bit inputs
-//         multiply by k rounded to their own type, packed, then take min(v, 448) there (bf16 keeping NaN).
+//   UE8M0 e = ue8m0_exponent(s) and k = 2^(127 - e), the scale's inverse, by its bits (-inf for e = 255);
+//         16-bit inputs multiply by k rounded to their own type, packed, then take min(v, 448) there (bf16
+//         keeping NaN).
 // device::quant::sglang holds that arithmetic; the kernels choose it with a Rounding template parameter.
 enum class Rounding { kExact, kSglang };
 

@@ -173,14 +173,15 @@ def _ue8m0_suffix(scale_ue8m0: bool, output_s) -> str:
     return "_ue8m0" if ue8m0 else ""
 
 
+# (The op's implementation and fake default `rounding` too: torch leaves out an argument equal to its schema default.)
 @FAMILY.op(*_GROUP, torch=(TorchOp(
     "per_token_group_quant_8bit",
     "(Tensor input, int group_size, bool int8, float eps, bool column_major_scales, bool scale_tma_aligned, bool scale_ue8m0,"
     ' str rounding="exact") -> (Tensor, Tensor)',
-    lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding: per_token_group_quant_8bit(
+    lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding="exact": per_token_group_quant_8bit(
         input, group_size, torch.int8 if int8 else None, eps, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0,
         rounding=rounding),
-    lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding: (
+    lambda input, group_size, int8, eps, cm, tma, ue8m0, rounding="exact": (
         _empty_q(input, torch.int8 if int8 else None),
         group_scales_like(input, group_size, column_major_scales=cm, scale_tma_aligned=tma, scale_ue8m0=ue8m0))),))
 def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None, eps: float = 1e-10, *,

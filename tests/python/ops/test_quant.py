@@ -541,6 +541,33 @@ def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 16, 64, 256, 512])
+def test_sglang_rounding_takes_the_lean_kernel_at_every_grid(rows):
+    """rounding="sglang", bf16 [rows, 7168] in groups of 128 (8 lanes a group): the lean kernel at every grid, CTAs
+    of 128 triggering at start for at most 8 CTAs, after the wait up to 1024 threads an SM, CTAs of 256 triggering
+    after their stores above."""
+    import re
+
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    from jitkern.ops import per_token_group_quant_8bit
+
+    ctas = -(-rows * 56 // 16)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    expected = (128, 0) if ctas <= 8 else (128, 1) if ctas * 128 <= 1024 * sms else (256, 2)
+    x = _x((rows, 7168), "bfloat16")
+    per_token_group_quant_8bit(x, 128, rounding="sglang")
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        per_token_group_quant_8bit(x, 128, rounding="sglang")
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "per_group_" in e.name]
+    shape = [re.search(r"per_group_lean_kernel<.*, (\d+), (\d), true, \(device::quant::Rounding\)1>", n) for n in names]
+    assert len(names) == 1 and shape[0] and (int(shape[0][1]), int(shape[0][2])) == expected, (names, expected)
+
+
+@pytest.mark.gpu
 def test_normal_scale_division_and_reciprocal_are_ieee():
     """normal_scale_for and normal_reciprocal (include/jitkern/impl/quant.cuh) give the IEEE quotients
     max(amax, eps) / 448 (/ 127) and 1 / s for every float of their ranges: checked one by one."""
@@ -635,7 +662,7 @@ def _with_special_groups(x, group_size):
 SGLANG_CONFIGS = [("float8_e4m3fn", "row", 128, 7168, DTYPES), ("float8_e4m3fn", "column", 64, 2048, ["bfloat16", "float32"]),
                   ("ue8m0", "column", 128, 2048, DTYPES), ("ue8m0", "row", 64, 640, ["bfloat16", "float16"]), ("int8", "row", 64, 1024, DTYPES),
                   ("int8", "column", 128, 2048, ["bfloat16"])]
-SGLANG_ROWS = (1, 7, 130, 1030, 4096)  # the lean kernel's small and wide grids, per_group_kernel's between
+SGLANG_ROWS = (1, 7, 130, 1030, 4096)  # 16-bit fp8: each of the lean kernel's three launches
 
 
 @pytest.mark.gpu
@@ -706,8 +733,9 @@ def test_sglang_rounding_is_the_same_on_every_kernel(dtype_name, qname, group_si
 
 @pytest.mark.gpu
 def test_sglang_rounding_compiled_and_from_a_graph():
-    """rounding="sglang" reaches the kernels through torch.compile and from a CUDA graph: a group holding +inf
-    takes SGLang's scale (inf) and codes (0 for its finite values) where the exact rounding leaves +-inf out."""
+    """rounding="sglang" reaches the kernels through torch.compile and from a CUDA graph (a group holding +inf
+    takes SGLang's scale, inf, and codes, 0 for its finite values, where the exact rounding leaves +-inf out), and
+    its torch op passes opcheck."""
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit
 
@@ -731,6 +759,8 @@ def test_sglang_rounding_compiled_and_from_a_graph():
     eager = per_token_group_quant_8bit(x, 128, rounding="sglang")
     assert torch.equal(compiled[0].view(torch.uint8), eager[0].view(torch.uint8)) and torch.equal(compiled[1], eager[1])
     check(*compiled, "compiled")
+    for ue8m0 in (False, True):
+        torch.library.opcheck(torch.ops.jitkern.per_token_group_quant_8bit, (x, 128, False, 1e-10, ue8m0, ue8m0, ue8m0, "sglang"))
 
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
