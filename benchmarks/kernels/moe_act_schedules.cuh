@@ -59,10 +59,9 @@ struct InterleavedRows {
 };
 
 // The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
-// group_quant_turns'), the groups of positions in order. The place worked out before the wait by prefetching
-// masked_m's line to L2 from one thread of the grid (kPrefetch true), or not (false: ptxas moves the quotients
-// after the wait); rounding policy kRounding.
-template <typename T, int kVec, int kLanes, int kPerLane, bool kPrefetch, Rounding kRounding>
+// group_quant_turns'), the groups of positions in order (ptxas works out the first place after the wait),
+// rounding policy kRounding.
+template <typename T, int kVec, int kLanes, int kPerLane, Rounding kRounding>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
@@ -76,7 +75,6 @@ __global__ void __launch_bounds__(kActGroupThreads)
     m = rows.by_experts.divide(p, e);
   };
   place(first + threadIdx.x / kLanes);
-  if (kPrefetch && blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(rows.masked_m + e);
   WaitPrimary{trigger_at_start}();
   int32_t count = rows.masked_m[e];
   const uint32_t total = rows.positions() * groups_per_row;
@@ -238,25 +236,21 @@ struct MaskedActInterleaved {
 };
 
 // The masked group form by the turn kernel over the computed rows (rows kScan; kScan 1: the previous
-// product), or over the interleaved rows (kScan -4, -5: the interleaved kernel, prefetching or not; -2: the
-// turn kernel, each turn's place worked out after the count is read), kLanes lanes a group, at most kPerSm
-// CTAs an SM (0: what the occupancy API fits), rounding policy kRounding.
+// product), or over the interleaved rows (kScan -5: the interleaved kernel), kLanes lanes a group, at most
+// kPerSm CTAs an SM (0: what the occupancy API fits), rounding policy kRounding.
 template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    if constexpr (kScan == -4 || kScan == -5) {
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kScan == -4, kRounding>;
+    if constexpr (kScan == -5) {
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
       host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                interleaved_of(m), m.op);
     } else {
-      const auto rows = [&] {
-        if constexpr (kScan == -2) return interleaved_of(m);
-        else return masked_rows_of<kScan>(m.rows);
-      }();
+      const auto rows = masked_rows_of<kScan>(m.rows);
       constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows,
