@@ -60,7 +60,7 @@ constexpr int kQuantGroupLeanLaneVecs = 2;
 constexpr bool kQuantGroupLeanContiguous = true;
 // rounding="sglang" (a multiply a value: the memory latency leads): grids between a few CTAs and this many threads an
 // SM take CTAs of kQuantGroupThreads triggering after the wait ([T, 7168] bf16, H200, bench_schedules quant_sglang:
-// T = 16-256, 54-869 threads an SM, 0.84 / 1.00 / 1.21 / 1.62 us against 0.87 / 1.17 / 1.33 / 1.66 for the exact
+// T = 16-256, 54-869 threads an SM, 0.84 / 1.00 / 1.21 / 1.62 us against 0.87 / 1.16 / 1.33 / 1.66 for the exact
 // rounding's rule there; at 1738, T = 512, 2.56 against 2.29 in wide CTAs triggering after their stores).
 constexpr int64_t kQuantGroupSglangWaitThreadsPerSm = 1024;
 // Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
