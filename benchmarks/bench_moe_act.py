@@ -1,16 +1,17 @@
 """The MoE activation family (bf16): silu_and_mul over moe_align_block_size's sorted layout (DeepSeek-V3's
 routing: 256 experts, top-8, d = 2048 per expert) and over the masked per-expert layout of low-latency
 expert-parallel dispatch (32 local experts, 1024 rows each), plain and fused with fp8 quantization (per token,
-per group of 128), against the unfused sequences (jitkern's silu_and_mul over the whole buffer; the computed
-rows gathered, silu_and_mul, scattered back; + the quantizer), torch, and the reference framework's masked
-kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
+per group of 128 under either rounding policy, "exact" and "sglang"), against the unfused sequences (jitkern's
+silu_and_mul over the whole buffer; the computed rows gathered, silu_and_mul, scattered back; + the
+quantizer), torch, and the reference framework's masked kernels where its wheel has them. Bytes: the computed rows' input and output (and the ids or counts read);
 % of the measured copy ceiling. Prints markdown tables.
 
 --schedules: the product beside the second schedule of its form's list (SCHEDULES: the product's kernels under
 other launch choices, benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's
 DeepSeek-V4 kernel beside the masked group form and silu_and_mul over the P rows beside the sorted one, % of the
 copy ceiling at T = 4096; --schedules=all: every schedule of SCHEDULES, median of 2 interleaved rounds
-(--rounds=N: N), and the launch floor. Every schedule's output is compared bit for bit with the product's.
+(--rounds=N: N), and the launch floor. Every schedule's output is compared bit for bit with the product's (of
+its rounding policy).
 --layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ DTYPE = torch.bfloat16
 EXPERTS, TOPK, D = 256, 8, 2048
 SORTED_TOKENS = get_benchmark_range([1, 4, 16, 64, 256, 1024, 4096, 16384], [1, 64, 4096])
 LOCAL_EXPERTS, M_MAX = 32, 1024
-MASKED_TOKENS = get_benchmark_range([1, 16, 64, 256], [1, 64])
+MASKED_TOKENS = get_benchmark_range([1, 16, 64, 256, 1024, 4096], [1, 64])
 
 
 def fmt(r):
@@ -78,8 +79,9 @@ def sorted_tables(ceiling: float) -> None:
     print(f"\n#### Sorted layout: {EXPERTS} experts, top-{TOPK}, d = {D}, bf16 (input [P, {2 * D}], P = the padded capacity)\n")
     print("| T | rows computed / P | silu_and_mul_sorted us | GB/s | % copy ceiling | silu_and_mul over P rows us | vs it | "
           "gather + silu_and_mul + scatter us | vs it | torch eager over P us | per-token fp8 fused us | silu_and_mul + per_token_quant_fp8 "
-          "(P rows) us | vs it | group fp8 fused us | % copy ceiling | silu_and_mul + per_token_group_quant_8bit (P rows) us | vs it |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "(P rows) us | vs it | group fp8 fused us | % copy ceiling | group fp8 fused, rounding=sglang us | % copy ceiling | "
+          "silu_and_mul + per_token_group_quant_8bit (P rows) us | vs it |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for t in SORTED_TOKENS:
         sorted_ids, post_pad, n, idx = sorted_layout(t)
         P, rows = sorted_ids.numel(), idx.numel()
@@ -97,13 +99,16 @@ def sorted_tables(ceiling: float) -> None:
         token_pair = run_benchmark_or_none(lambda: per_token_quant_fp8(silu_and_mul(out, x), output_q=q2, output_s=s2))
         group = run_benchmark_or_none(lambda: silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, n, output_q=q,
                                                                                              output_s=sg))
+        group_sglang = run_benchmark_or_none(lambda: silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, n, output_q=q,
+                                                                                                    output_s=sg, rounding="sglang"))
         group_pair = run_benchmark_or_none(lambda: per_token_group_quant_8bit(silu_and_mul(out, x), 128, output_q=q2, output_s=sg2))
         moved, moved_group = moved_bytes("act", rows, P), moved_bytes("group", rows, P)
+        share = lambda r, b: "n/a" if r is None else f"{100 * b / (r['median'] * 1e-6) / 1e9 / ceiling:.1f}%"  # noqa: E731
         gbps = moved / (fused["median"] * 1e-6) / 1e9
-        gbps_group = moved_group / (group["median"] * 1e-6) / 1e9
         print(f"| {t} | {rows} / {P} | {fmt(fused)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(whole)} | {ratio(whole, fused)} | "
               f"{fmt(gather)} | {ratio(gather, fused)} | {fmt(eager)} | {fmt(token)} | {fmt(token_pair)} | {ratio(token_pair, token)} | "
-              f"{fmt(group)} | {100 * gbps_group / ceiling:.1f}% | {fmt(group_pair)} | {ratio(group_pair, group)} |")
+              f"{fmt(group)} | {share(group, moved_group)} | {fmt(group_sglang)} | {share(group_sglang, moved_group)} | {fmt(group_pair)} | "
+              f"{ratio(group_pair, group)} |")
 
 
 def masked_counts(tokens: int):
@@ -127,9 +132,9 @@ def masked_tables(ceiling: float) -> None:
           f"T * {TOPK} rows routed to this rank's experts; reference {reference_version()}\n")
     print("| T | rows | silu_and_mul_masked us | GB/s | % copy ceiling | silu_and_mul over every row us | vs it | gather + silu_and_mul + "
           "scatter us | vs it | reference silu_and_mul_masked_fwd (Triton) us | vs it | per-token fp8 fused us | group fp8 fused us | "
-          "silu_and_mul + per_token_group_quant_8bit (every row) us | vs it | reference masked post-quant (Triton) us | vs it | "
-          "reference masked post-quant (CUDA, dsv4) us | vs it |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "group fp8 fused, rounding=sglang us | silu_and_mul + per_token_group_quant_8bit (every row) us | vs it | reference masked "
+          "post-quant (Triton) us | vs it | reference masked post-quant (CUDA, dsv4) us | vs exact | vs sglang |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     x = torch.randn(LOCAL_EXPERTS, M_MAX, 2 * D, dtype=DTYPE, device="cuda")
     out = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=DTYPE, device="cuda")
     q = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=torch.float8_e4m3fn, device="cuda")
@@ -146,6 +151,8 @@ def masked_tables(ceiling: float) -> None:
         gather = run_benchmark_or_none(lambda: gathered(x2, idx, out2))
         token = run_benchmark_or_none(lambda: silu_and_mul_masked_per_token_quant_fp8(x, masked_m, output_q=q, output_s=s1))
         group = run_benchmark_or_none(lambda: silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=sg))
+        group_sglang = run_benchmark_or_none(lambda: silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=sg,
+                                                                                                    rounding="sglang"))
         group_pair = run_benchmark_or_none(lambda: per_token_group_quant_8bit(silu_and_mul(out2, x2), 128, output_q=q2, output_s=sg2))
         ref = ref_quant = ref_dsv4 = None
         if ep is not None:
@@ -155,30 +162,38 @@ def masked_tables(ceiling: float) -> None:
             ref_dsv4 = run_benchmark_or_none(lambda: dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, masked_m, topk=dsv4_topk(t)))
         gbps = moved_bytes("act", rows) / (fused["median"] * 1e-6) / 1e9
         print(f"| {t} | {rows} | {fmt(fused)} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {fmt(whole)} | {ratio(whole, fused)} | "
-              f"{fmt(gather)} | {ratio(gather, fused)} | {fmt(ref)} | {ratio(ref, fused)} | {fmt(token)} | {fmt(group)} | {fmt(group_pair)} | "
-              f"{ratio(group_pair, group)} | {fmt(ref_quant)} | {ratio(ref_quant, group)} | {fmt(ref_dsv4)} | {ratio(ref_dsv4, group)} |")
+              f"{fmt(gather)} | {ratio(gather, fused)} | {fmt(ref)} | {ratio(ref, fused)} | {fmt(token)} | {fmt(group)} | {fmt(group_sglang)} | "
+              f"{fmt(group_pair)} | {ratio(group_pair, group)} | {fmt(ref_quant)} | {ratio(ref_quant, group)} | {fmt(ref_dsv4)} | "
+              f"{ratio(ref_dsv4, group)} | {ratio(ref_dsv4, group_sglang)} |")
 
 
 # ---- launch schedules (--schedules) ---------------------------------------------------------------
 
 # Each form's schedules, the product first: (name, the C++ type whose entry point runs it,
-# benchmarks/kernels/moe_act_schedules.cuh). --schedules compares the product with the second of its form's
-# list (the previous product where the product changed), --schedules=all with every one.
-PRODUCT = ("product", "bench_moe_act::ProductOps")
+# benchmarks/kernels/moe_act_schedules.cuh[, the rounding policy of a group form where not "exact"]).
+# --schedules compares the product with the second of its form's list (the previous product where the
+# product changed), --schedules=all with every one; each schedule's output is compared with the first of its
+# rounding policy's.
+PRODUCT = ("product", "bench_moe_act::Product<>")
+SGLANG = "bench_moe_act::Rounding::kSglang"
 SCHEDULES = {
     "masked_group": [PRODUCT,
-                     ("interleaved rows, masked_m prefetched by one thread", "bench_moe_act::MaskedGroup<-4, 8, 0>"),
-                     ("interleaved rows, masked_m prefetched by every warp", "bench_moe_act::MaskedGroup<-1, 8, 0>"),
+                     ("previous product: the turn kernel over the computed rows, quotients by division", "bench_moe_act::MaskedGroup<1, 8, 0>"),
+                     ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
+                     ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroup<1, 8, 0, {SGLANG}>", "sglang"),
+                     ("counts guessed before the wait by one warp a CTA", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 0, true>"),
+                     ("counts guessed before the wait by one warp a CTA, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 0, true>", "sglang"),
+                     ("8 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 8>"),
+                     ("8 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 8>", "sglang"),
+                     ("6 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 6>"),
+                     ("6 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 6>", "sglang"),
+                     ("4 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 4>"),
+                     ("4 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 4>", "sglang"),
+                     ("4 lanes of 4 vectors", "bench_moe_act::MaskedGroupMasked<4, bench_moe_act::Rounding::kExact>"),
                      ("interleaved rows, no prefetch", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
-                     ("interleaved rows, 16 lanes of 1 vector, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 16, 0>"),
-                     ("interleaved rows, 4 lanes of 4 vectors, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 4, 0>"),
-                     ("interleaved rows, 2 CTAs/SM, every warp prefetching", "bench_moe_act::MaskedGroup<-1, 8, 2>"),
-                     ("interleaved rows by the turn kernel (no place before the wait)", "bench_moe_act::MaskedGroup<-2, 8, 0>"),
-                     ("interleaved rows where they fit one turn of the grid, else the product's turns", "bench_moe_act::MaskedGroup<-3, 8, 0>"),
-                     ("turns, masked_m read before the wait", "bench_moe_act::MaskedGroup<2, 8, 0>"),
-                     ("turns, expert by bisection", "bench_moe_act::MaskedGroup<3, 8, 0>"),
-                     ("turns, the CTA's scan", "bench_moe_act::MaskedGroup<0, 8, 0>"),
-                     ("turns, 16 lanes of 1 vector", "bench_moe_act::MaskedGroup<1, 16, 0>")],
+                     ("interleaved rows, no prefetch, rounding=sglang", f"bench_moe_act::MaskedGroup<-5, 8, 0, {SGLANG}>", "sglang"),
+                     ("previous product, masked_m read before the wait (wrong where the kernel before writes it)",
+                      "bench_moe_act::MaskedGroup<2, 8, 0>")],
     "masked_act": [PRODUCT,
                    ("turns over the computed rows, warp scan (no chunks)", "bench_moe_act::MaskedAct<4>"),
                    ("interleaved rows, 2 vectors a thread the grid apart", "bench_moe_act::MaskedActInterleaved"),
@@ -190,7 +205,8 @@ SCHEDULES = {
                      ("masked_m read before the wait", "bench_moe_act::MaskedToken<2>"),
                      ("the CTA's scan", "bench_moe_act::MaskedToken<0>")],
     "sorted_act": [PRODUCT, ("per row at every capacity, 2 vectors a thread", "bench_moe_act::SortedActPerRow")],
-    "sorted_group": [PRODUCT, ("per row at every capacity", "bench_moe_act::SortedGroup<0>"),
+    "sorted_group": [PRODUCT, ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
+                     ("per row at every capacity", "bench_moe_act::SortedGroup<0>"),
                      ("chunks at every capacity, 8 lanes of 2 vectors", "bench_moe_act::SortedGroup<8>")],
     "sorted_token": [PRODUCT],
 }
@@ -208,7 +224,7 @@ def schedule_modules(schedules):
     here = Path(__file__).resolve().parent
     specs = [jitkern.JitSpec(f"bench_moe_act_{kind}", cuda_files=[str(here / "kernels" / "moe_act_schedules.cuh")],
                              extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
-                             cuda_wrappers=[(export_name(kind, i), f"{cpp}::{ENTRY[kind]}") for i, (_, cpp) in enumerate(scheds)])
+                             cuda_wrappers=[(export_name(kind, i), f"{cpp}::{ENTRY[kind]}") for i, (_, cpp, *_) in enumerate(scheds)])
              for kind, scheds in schedules.items()]
     return dict(zip(schedules, build_all(*specs)))
 
@@ -217,17 +233,16 @@ def schedule_table(kind, label, module, schedules, args, outputs, extra=None, ro
     """Every schedule of `kind` on args + outputs (+ group size and eps for the group forms), the outputs
     compared with the product's; with `moved` (bytes), each time's % of the copy ceiling (GB/s)."""
     tail = (128, 1e-10) if kind.endswith("group") else ()
-    fns = {name: (lambda i=i: module[export_name(kind, i)](*args, *outputs, *tail)) for i, (name, _) in enumerate(schedules)}
-    expected = None
-    for name, fn in fns.items():
+    fns = {name: (lambda i=i: module[export_name(kind, i)](*args, *outputs, *tail)) for i, (name, *_) in enumerate(schedules)}
+    expected = {}  # rounding policy -> the outputs of its first schedule
+    for (name, _, *rounding), fn in zip(schedules, fns.values()):
         for o in outputs:
             o.view(torch.uint8).fill_(0x55)
         fn()
         got = [o.view(torch.uint8).clone() for o in outputs]
-        if expected is None:
-            expected = got
-        elif not all(torch.equal(a, b) for a, b in zip(got, expected)):
-            print(f"<!-- {kind} {label}: {name} differs from the product -->")
+        first = expected.setdefault(tuple(rounding), got)
+        if first is not got and not all(torch.equal(a, b) for a, b in zip(got, first)):
+            print(f"<!-- {kind} {label}: {name} differs from the first schedule of its rounding -->")
     for name, fn in (extra or {}).items():
         try:
             fn()

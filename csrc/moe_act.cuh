@@ -7,14 +7,15 @@
 // Rows not computed are neither read nor written: their outputs and scales keep what they held. A computed
 // row is written as silu_and_mul writes it (the product rounded to T), or quantized to fp8 e4m3 from that
 // rounded product with one dynamic scale per row (per_token_quant_fp8's) or per group of 128 outputs
-// (per_token_group_quant_8bit's, fp32 scales with any strides): the dense ops' bits on the computed rows.
+// (per_token_group_quant_8bit's under the same rounding policy, quant::Rounding, fp32 scales with any
+// strides): the dense ops' bits on the computed rows.
 //
 // The grid is sized from the layout's capacity (P or E * M rows). Masked: a persistent grid, at most the CTAs
 // the GPU holds at once, the computed rows counted from masked_m after the PDL wait by each warp for up to 32
 // experts, else by the CTA in shared memory. silu_and_mul (up to 32 experts, 2 CTAs an SM): where the
 // computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert found by a vote),
 // else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts, each
-// CTA striding over the computed rows.
+// CTA (the group form up to 32 experts: each warp) striding over the computed rows.
 // Sorted, from a chunk of 8 rows an SM (MoeActOps::sorted_chunks): silu_and_mul and the group form a CTA per
 // chunk, whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then
 // computing only those; the per-token form, and smaller buffers, a persistent grid visiting every row, each
@@ -23,6 +24,7 @@
 
 #include <jitkern/cta.cuh>
 #include <jitkern/impl/act.cuh>
+#include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/norm.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/policy.cuh>
@@ -199,15 +201,20 @@ struct MaskedRowsWarp : MaskedLayout {
   __device__ __forceinline__ State visit(const Wait& wait) const {
     wait();
     const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-    return scan(lane < experts ? rows_of(lane) : 0);
+    const int32_t m = rows_of(lane < experts ? lane : experts - 1);  // no branch around the load: the work after it goes on meanwhile
+    return scan(lane < experts ? m : 0);
   }
   // f's expert: how many lanes' ends are at or below f (the ends ascend over the lanes). Called by the whole warp.
   __device__ __forceinline__ RowAt at(const State& s, int64_t f) const {
     const int32_t row = static_cast<int32_t>(f);  // the rows fit 31 bits (checked on the host)
     const int32_t first = __shfl_sync(0xffffffffu, row, 0), last = __shfl_sync(0xffffffffu, row, device::kWarpThreads - 1);
     if (first != last) return bisect(s, f);
+    return in_row(s, row);
+  }
+  // Row `row`, the same for the whole warp: its expert by a vote. Called by the whole warp.
+  __device__ __forceinline__ RowAt in_row(const State& s, int32_t row) const {
     const int e = __popc(__ballot_sync(0xffffffffu, s.end <= row));
-    return from(s, e, f);
+    return from(s, e, row);
   }
   // The same by bisection over the lanes, each lane for its own f.
   __device__ __forceinline__ RowAt bisect(const State& s, int64_t f) const {
@@ -381,39 +388,56 @@ __global__ void __launch_bounds__(kActThreads)
 #endif
 }
 
-// One turn of the group quantization: a group per lane set, its row located (r) and its number within the
-// row known (g); lane l of a group holds vectors l, l + kLanes, ... The loads, then the quantization. Every
-// lane of the warp calls this together (the group's votes and shuffles).
+// A group's input as a lane set holds it: lane l of the group vectors l, l + kLanes, ... of gate and up.
+template <typename T, int kVec, int kPerLane>
+struct GroupInput {
+  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
+};
+
+// Loads group g of row r (nothing where r is not valid).
 template <typename T, int kVec, int kLanes, int kPerLane>
-__device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
-                                                 int64_t d, float eps) {
+__device__ __forceinline__ GroupInput<T, kVec, kPerLane> load_group(const RowAt& r, int64_t g, const T* in, int64_t d) {
   static_assert(kLanes * kPerLane * kVec == kActGroupSize, "one group per kLanes lanes");
   constexpr int kNext = kLanes * kVec;  // from a lane's vector to its next
-  const int lane = static_cast<int>(threadIdx.x % kLanes);
-  const int64_t groups_per_row = d / kActGroupSize;
-  AlignedVector<T, kVec> gate[kPerLane], up[kPerLane];
-  const int64_t col = g * kActGroupSize + lane * kVec;
+  GroupInput<T, kVec, kPerLane> x;
+  const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     if (r.valid) {
-      gate[j].load(in + r.in + col + j * kNext);
-      up[j].load(in + r.in + d + col + j * kNext);
+      x.gate[j].load(in + r.in + col + j * kNext);
+      x.up[j].load(in + r.in + d + col + j * kNext);
     }
   }
+  return x;
+}
+
+// Group g of row r from its input x: the products quantized with kRounding's arithmetic, their codes and
+// scale stored. Every lane of the warp calls this together (the group's votes and shuffles).
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__device__ __forceinline__ void quantize_loaded(const GroupInput<T, kVec, kPerLane>& x, const RowAt& r, int64_t g, uint8_t* q, float* scales,
+                                                int64_t group_stride, float eps) {
   Gated<T, kVec> y[kPerLane];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(gate[j], up[j]);
-  // The row's scales as a row of their own: group g of 1 row of groups_per_row.
-  const quant::GroupScales row_scales{scales + r.scale, 0, group_stride, false};
-  quant::quantize_group<fp8_e4m3_t, kLanes, kPerLane, false, false>(y, r.valid, q + r.out + g * kActGroupSize + lane * kVec, eps, row_scales, g,
-                                                                   groups_per_row, groups_per_row);
+  for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(x.gate[j], x.up[j]);
+  float* scale = scales + r.scale + g * group_stride;
+  const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
+  quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, false, false, kRounding>(y, r.valid, q + r.out + col, eps, 0xffffffffu,
+                                                                                    [&](float s, uint32_t) { *scale = s; });
+}
+
+// One turn of the group quantization: a group per lane set, its row located (r) and its number within the
+// row known (g): its loads, then its quantization.
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                                 int64_t d, float eps) {
+  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding>(load_group<T, kVec, kLanes, kPerLane>(r, g, in, d), r, g, q, scales, group_stride, eps);
 }
 
 // The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes
 // lanes per group, kPerLane vectors each, scales[row's offset + g * group_stride]; a group per lane set and
 // turn, its row located before any data is loaded. Every CTA takes the same number of turns (the group's
 // votes and shuffles need whole warps).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane>
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
 __device__ __forceinline__ void group_quant_turns(const Rows& rows, const typename Rows::State& state, const T* in, uint8_t* q, float* scales,
                                                   int64_t group_stride, int64_t d, float eps) {
   constexpr int kGroupsPerCta = kActGroupThreads / kLanes;
@@ -426,24 +450,24 @@ __device__ __forceinline__ void group_quant_turns(const Rows& rows, const typena
     const int64_t g = in_range ? group - f * groups_per_row : 0;
     RowAt r = rows.at(state, f);
     r.valid = r.valid && in_range;
-    group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
   }
 }
 
 // The kernel of group_quant_turns, every row visited.
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane>
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                          int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   if (trigger_at_start) device::pdl_trigger_secondary();
-  group_quant_turns<Rows, T, kVec, kLanes, kPerLane>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, q, scales, group_stride, d, eps);
+  group_quant_turns<Rows, T, kVec, kLanes, kPerLane, kRounding>(rows, rows.visit(WaitPrimary{trigger_at_start}), in, q, scales, group_stride, d, eps);
 #endif
 }
 
 // The same over the sorted layout by chunks of kChunkRows rows (for_each_chunk): the groups of a chunk's
 // computed rows; rows not computed take no turns.
-template <typename T, int kVec, int kLanes, int kPerLane>
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                            int64_t d, float eps, bool trigger_at_start) {
@@ -461,9 +485,45 @@ __global__ void __launch_bounds__(kActGroupThreads)
       const int64_t g = in_range ? group - j * groups_per_row : 0;
       RowAt r = at(static_cast<int>(j));
       r.valid = in_range;
-      group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
     }
   });
+#endif
+}
+
+// The group form over the masked layout's computed rows (at most a warp's width of experts), as
+// group_quant_turns takes them, with less work between the PDL wait and the first data load: group numbers
+// in 32 bits (the capacity's below 2^31: checked on the host) divided by a multiply (by_groups: the groups a
+// row), whether a warp's groups share a row decided from its first and last group (no shuffles), and each
+// warp taking its own turns (one with no group left stops).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_masked_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales,
+                                           int64_t group_stride, int64_t d, float eps, device::kv_cache::Divisor32 by_groups,
+                                           bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const uint32_t mine = threadIdx.x % device::kWarpThreads / kLanes;  // this lane's group in the warp's
+  const uint32_t turn = gridDim.x * kGroupsPerCta;
+  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group
+  // A turn's place: this lane's row f (computed-row order) and group g in it, the warp's rows first and last.
+  uint32_t f, g, row, last;
+  const auto place = [&] {
+    uint32_t unused;
+    f = by_groups.divide(first + mine, g), row = by_groups.divide(first, unused), last = by_groups.divide(first + kGroupsPerWarp - 1, unused);
+  };
+  const typename Rows::State s = rows.visit(WaitPrimary{trigger_at_start});
+  place();
+  asm volatile("" ::"r"(f), "r"(g), "r"(row), "r"(last));  // the first turn's place worked out while the counts load and scan
+  const uint32_t total = static_cast<uint32_t>(s.rows) * by_groups.d;
+  while (first < total) {  // warp-uniform
+    RowAt r = row == last ? rows.in_row(s, static_cast<int32_t>(row)) : rows.bisect(s, f);
+    r.valid = r.valid && first + mine < total;
+    group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
+    first += turn;
+    place();
+  }
 #endif
 }
 
@@ -582,7 +642,8 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that,
 // and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
-// SM; the fp8 forms, and more experts, by turns over the computed rows.
+// SM; the fp8 forms, and more experts, by turns over the computed rows (the group form up to 32 experts by
+// silu_and_mul_group_quant_masked_kernel).
 constexpr int kMaskedChunkCtas = 2;
 
 template <typename T>
@@ -601,13 +662,14 @@ struct MoeActOps {
     token_quant(s.rows, s.op);
   }
   // ... -> output_q [P, d] (fp8 e4m3), output_s fp32 [P, d / 128] (any strides): a dynamic scale per group of
-  // group_size (128) outputs of a computed row, max(amax, eps) / 448.
+  // group_size (128) outputs of a computed row, max(amax, eps) / 448 by kRounding's arithmetic (quant::Rounding).
+  template <quant::Rounding kRounding>
   static void silu_and_mul_sorted_per_token_group_quant_fp8(jitkern::TensorView input, jitkern::TensorView sorted_token_ids,
                                                             jitkern::TensorView num_tokens_post_pad, int64_t num_ids,
                                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size,
                                                             double eps) {
     const Sorted s = sorted_group(input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q, output_s, group_size, eps);
-    group_quant(s.rows, s.op);
+    group_quant<kRounding>(s.rows, s.op);
   }
 
   // input [E, M, 2d] -> out [E, M, d] for rows m < masked_m[e] of each expert e.
@@ -622,12 +684,13 @@ struct MoeActOps {
     masked_rows(m.rows, [&](const auto& rows) { token_quant(rows, m.op); });
   }
   // ... -> output_q [E, M, d] (fp8 e4m3), output_s fp32 [E, M, d / 128] (any strides: row-major, or
-  // column-major per expert, an [E, d / 128, M] buffer transposed).
+  // column-major per expert, an [E, d / 128, M] buffer transposed), by kRounding's arithmetic.
+  template <quant::Rounding kRounding>
   static void silu_and_mul_masked_per_token_group_quant_fp8(jitkern::TensorView input, jitkern::TensorView masked_m,
                                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size,
                                                             double eps) {
     const Masked m = masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    masked_rows(m.rows, [&](const auto& rows) { group_quant(rows, m.op); });
+    masked_rows(m.rows, [&](const auto& rows) { group_quant<kRounding>(rows, m.op); });
   }
 
   // The pieces of the entry points above, public for the alternatives of bench_moe_act.py --schedules.
@@ -769,29 +832,39 @@ struct MoeActOps {
     with_vec(op, launch);
   }
 
-  // The group form over Rows' computed rows: the turns kernel (kTurnLanes lanes a group) or, for the sorted
-  // layout's chunks, kChunkLanes.
+  // The group form over Rows' computed rows: the turns kernel (kTurnLanes lanes a group; for at most a warp's
+  // width of experts, its masked form) or, for the sorted layout's chunks, kChunkLanes.
   template <int kVec>
   static constexpr int kTurnLanes = kVec == 1 ? device::kWarpThreads : kActGroupSize / kVec / 2;
   template <int kVec>
   static constexpr int kChunkLanes = kVec == 1 ? device::kWarpThreads : kActGroupSize / kVec / 4;
-  template <typename Rows>
+  template <quant::Rounding kRounding, typename Rows>
   static void group_quant(const Rows& rows, const Operands& op) {
     using namespace host;
     if (op.capacity * op.d == 0) return;
+    const int64_t groups = op.capacity * (op.d / kActGroupSize);
     const auto launch = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      if constexpr (std::is_same_v<Rows, SortedRows>) {
-        if (sorted_chunks(op)) {
-          constexpr int kLanes = kChunkLanes<kVec>;
-          constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes>;
-          return launch_group(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActGroupThreads, kOneTurn, op.device), rows, op);
+      constexpr int kLanes = kTurnLanes<kVec>, kPerLane = kActGroupSize / kVec / kLanes;
+      if constexpr (std::is_same_v<Rows, MaskedRowsWarp>) {
+        RuntimeCheck(groups < (int64_t{1} << 31), "at most 2^31 - 1 groups (num_experts * max_rows_per_expert * d / ", kActGroupSize,
+                     ") are supported, got ", groups);
+        constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<Rows, T, kVec, kLanes, kPerLane, kRounding>;
+        const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device);
+        LaunchKernel(grid, kActGroupThreads, op.device)
+            .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
+                          host::kv_cache::divisor<uint32_t>(op.d / kActGroupSize), host::pdl_early_trigger(grid));
+      } else {
+        if constexpr (std::is_same_v<Rows, SortedRows>) {
+          if (sorted_chunks(op)) {
+            constexpr int kChunk = kChunkLanes<kVec>;
+            constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<T, kVec, kChunk, kActGroupSize / kVec / kChunk, kRounding>;
+            return launch_group(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActGroupThreads, kOneTurn, op.device), rows, op);
+          }
         }
+        constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, kRounding>;
+        launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
       }
-      constexpr int kLanes = kTurnLanes<kVec>;
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kActGroupSize / kVec / kLanes>;
-      launch_group(kernel, persistent_grid<kernel>(op.capacity * (op.d / kActGroupSize), kActGroupThreads / kLanes, kActGroupThreads, 0, op.device),
-                   rows, op);
     };
     with_vec(op, launch);
   }

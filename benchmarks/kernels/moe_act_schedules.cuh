@@ -1,6 +1,5 @@
 // Launch schedules of the MoE activations side by side (bench_moe_act.py --schedules): the product's kernels
 // (csrc/moe_act.cuh) reached through other row types, grids and widths than the product's launch rules pick,
-// and kernels of their own built from the product's pieces (the masked group form over interleaved rows),
 // bf16. Each struct at the end is an alternative with the entry point of its form (the product's signature),
 // its arguments checked by the product's own code (MoeActOps' sorted_* / masked_*).
 #pragma once
@@ -12,6 +11,7 @@
 namespace bench_moe_act {
 
 using namespace jitkern_moe_act;
+using device::quant::Rounding;
 constexpr int kV = device::kVec16<bf16_t>;
 
 // The masked layout with 32-bit offsets (every one below 2^32, checked on the host), its rows interleaved:
@@ -59,11 +59,9 @@ struct InterleavedRows {
 };
 
 // The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
-// group_quant_turns'), the groups of positions in order. The place worked out before the wait by prefetching
-// masked_m's line to L2 from every warp (kPrefetch 1: 4224 requests for one line in a grid of 528 CTAs of 8
-// warps, as L2 prefetches are not merged in L1), from one thread of the grid (2), or not (0: ptxas moves the
-// quotients after the wait).
-template <typename T, int kVec, int kLanes, int kPerLane, int kPrefetch>
+// group_quant_turns'), the groups of positions in order (ptxas works out the first place after the wait),
+// rounding policy kRounding.
+template <typename T, int kVec, int kLanes, int kPerLane, Rounding kRounding>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
@@ -77,20 +75,75 @@ __global__ void __launch_bounds__(kActGroupThreads)
     m = rows.by_experts.divide(p, e);
   };
   place(first + threadIdx.x / kLanes);
-  if (kPrefetch == 1 || (kPrefetch == 2 && blockIdx.x == 0 && threadIdx.x == 0)) device::prefetch_before_wait(rows.masked_m + e);
   WaitPrimary{trigger_at_start}();
   int32_t count = rows.masked_m[e];
   const uint32_t total = rows.positions() * groups_per_row;
   do {
     const RowAt r = rows.at(e, m, count);
     // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
-    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
+    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
     first += turn;
     if (first < total) {
       place(first + threadIdx.x / kLanes);
       count = rows.masked_m[e];
     }
   } while (first < total);
+#endif
+}
+
+// The masked group form's kernel (silu_and_mul_group_quant_masked_kernel's turns) with the row counts
+// guessed before the PDL wait: warp 0 of each CTA reads them from L2 (ld.global.cg: L1 keeps no line the wait
+// could leave stale; one load a CTA, not a warp) and shares them through shared memory; each warp places its
+// first turn from the guess; after the wait the counts (ordinary loads, each warp) and that turn's data load
+// together, and the turn goes on only where the counts equal the guess, else the turns start over from them.
+template <int kLanes, Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    group_quant_guess_kernel(const __grid_constant__ MaskedRowsWarp rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
+                             int64_t d, float eps, device::kv_cache::Divisor32 by_groups, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kPerLane = kActGroupSize / kV / kLanes;
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
+  __shared__ int32_t guesses[device::kWarpThreads];
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const uint32_t mine = lane / kLanes, turn = gridDim.x * kGroupsPerCta;
+  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;
+  uint32_t f, g, row, last;
+  const auto place = [&] {
+    uint32_t unused;
+    f = by_groups.divide(first + mine, g), row = by_groups.divide(first, unused), last = by_groups.divide(first + kGroupsPerWarp - 1, unused);
+  };
+  const auto locate = [&](const MaskedRowsWarp::State& s) {
+    RowAt r = row == last ? rows.in_row(s, static_cast<int32_t>(row)) : rows.bisect(s, f);
+    r.valid = r.valid && first + mine < static_cast<uint32_t>(s.rows) * by_groups.d;
+    return r;
+  };
+  const int e = lane < rows.experts ? lane : rows.experts - 1;  // in bounds, no branch around the loads
+  if (threadIdx.x < device::kWarpThreads) {
+    const int32_t m = __ldcg(rows.masked_m + e);
+    guesses[lane] = lane < rows.experts && m > 0 ? (m < rows.m_max ? m : rows.m_max) : 0;
+  }
+  __syncthreads();
+  const int32_t guess = guesses[lane];
+  MaskedRowsWarp::State s = rows.scan(guess);
+  place();
+  const RowAt r = locate(s);
+  WaitPrimary{trigger_at_start}();
+  const int32_t m = rows.rows_of(e), count = lane < rows.experts ? m : 0;
+  const auto x = load_group<bf16_t, kV, kLanes, kPerLane>(r, g, in, d);  // in flight with the counts
+  if (__all_sync(0xffffffffu, count == guess)) {
+    if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<bf16_t, kV, kLanes, kPerLane, kRounding>(x, r, g, q, scales, group_stride, eps);
+    first += turn;
+  } else {
+    s = rows.scan(count);
+  }
+  place();
+  const uint32_t total = static_cast<uint32_t>(s.rows) * by_groups.d;
+  while (first < total) {  // warp-uniform
+    group_quant_item<bf16_t, kV, kLanes, kPerLane, kRounding>(locate(s), g, in, q, scales, group_stride, d, eps);
+    first += turn;
+    place();
+  }
 #endif
 }
 
@@ -115,38 +168,22 @@ struct MaskedRowsWarpTurns : MaskedRowsWarp {};
 // vectors a thread the grid apart.
 struct SortedRowsPerRow : SortedRows {};
 
-// The group form over the interleaved rows where their positions fit one turn of the grid (decode sizes),
-// else by turns over the computed rows, each warp scanning the counts (the previous product's kernel).
-struct HybridRows {
-  InterleavedRows interleaved;
-  MaskedRowsWarp computed;
-};
-template <int kLanes>
-__global__ void __launch_bounds__(kActGroupThreads)
-    group_quant_hybrid_kernel(const __grid_constant__ HybridRows rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
-                              int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr int kPerLane = kActGroupSize / kV / kLanes;
-  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const InterleavedRows& ir = rows.interleaved;
-  uint32_t g, e;
-  const uint32_t m = ir.by_experts.divide(ir.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g), e);
-  if (blockIdx.x == 0 && threadIdx.x == 0) device::prefetch_before_wait(ir.masked_m + e);  // the place before the wait
-  WaitPrimary{trigger_at_start}();
-  const int32_t count = ir.masked_m[e];
-  if (ir.positions() * ir.by_groups.d <= gridDim.x * kGroupsPerCta) {
-    const RowAt r = ir.at(e, m, count);
-    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<bf16_t, kV, kLanes, kPerLane>(r, g, in, q, scales, group_stride, d, eps);
-    return;
-  }
-  group_quant_turns<MaskedRowsWarp, bf16_t, kV, kLanes, kPerLane>(rows.computed, rows.computed.visit([] {}), in, q, scales, group_stride, d, eps);
-#endif
-}
-
 #ifndef __CUDACC_RTC__
 using ProductOps = MoeActOps<bf16_t>;
 using TensorView = jitkern::TensorView;
+
+// The product with the group forms' entry points of rounding policy kRounding (the others as they are).
+template <Rounding kRounding = Rounding::kExact>
+struct Product : ProductOps {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    ProductOps::silu_and_mul_masked_per_token_group_quant_fp8<kRounding>(input, masked_m, output_q, output_s, group_size, eps);
+  }
+  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
+                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
+    ProductOps::silu_and_mul_sorted_per_token_group_quant_fp8<kRounding>(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
+  }
+};
 
 // The masked layout's rows by kScan: 0 the CTA's scan in shared memory, 1 each warp's (the product's), 2 each
 // warp's with masked_m read before the wait, 3 each warp's with a row's expert by bisection, 4 each warp's by turns.
@@ -198,35 +235,55 @@ struct MaskedActInterleaved {
   }
 };
 
-// The masked group form by turns over the computed rows (rows kScan), or over the interleaved rows (kScan -1,
-// -4, -5: the interleaved kernel, kPrefetch 1, 2, 0; -2: the turn kernel, each turn's place worked out after
-// the count is read; -3: group_quant_hybrid_kernel), kLanes
-// lanes a group, at most kPerSm CTAs an SM (0: what the occupancy API fits).
-template <int kScan, int kLanes, int kPerSm>
+// The masked group form by the turn kernel over the computed rows (rows kScan; kScan 1: the previous
+// product), or over the interleaved rows (kScan -5: the interleaved kernel), kLanes lanes a group, at most
+// kPerSm CTAs an SM (0: what the occupancy API fits), rounding policy kRounding.
+template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    if constexpr (kScan == -1 || kScan == -4 || kScan == -5) {
-      constexpr int kPrefetch = kScan == -1 ? 1 : kScan == -4 ? 2 : 0;
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kPrefetch>;
+    if constexpr (kScan == -5) {
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
       host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                interleaved_of(m), m.op);
-    } else if constexpr (kScan == -3) {
-      constexpr auto kernel = group_quant_hybrid_kernel<kLanes>;
-      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
-                               HybridRows{interleaved_of(m), MaskedRowsWarp{m.rows}}, m.op);
     } else {
-      const auto rows = [&] {
-        if constexpr (kScan == -2) return interleaved_of(m);
-        else return masked_rows_of<kScan>(m.rows);
-      }();
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      const auto rows = masked_rows_of<kScan>(m.rows);
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
       const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows, m.op);
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows,
+                               m.op);
+    }
+  }
+};
+
+// A kernel of silu_and_mul_group_quant_masked_kernel's arguments on `grid` CTAs over m's rows.
+template <typename Kernel>
+void launch_masked_group(Kernel kernel, unsigned grid, const ProductOps::Masked& m) {
+  host::LaunchKernel(grid, kActGroupThreads, m.op.device)
+      .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d, m.op.eps,
+                    host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
+}
+
+// The masked group form by the product's masked kernel (silu_and_mul_group_quant_masked_kernel), or with
+// kGuess by group_quant_guess_kernel, kLanes lanes a group, at most kPerSm CTAs an SM (0: what the occupancy
+// API fits, the product's).
+template <int kLanes, Rounding kRounding, int kPerSm = 0, bool kGuess = false>
+struct MaskedGroupMasked {
+  static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
+                                                            int64_t group_size, double eps) {
+    const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+    host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
+                       "bench_moe_act: the masked kernels take aligned rows of at most 32 experts");
+    if constexpr (kGuess) {
+      constexpr auto kernel = group_quant_guess_kernel<kLanes, kRounding>;
+      launch_masked_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), m);
+    } else {
+      constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+      launch_masked_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), m);
     }
   }
 };
@@ -262,9 +319,9 @@ struct SortedGroup {
                                                             TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
     const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
     if constexpr (kLanes == 0) {
-      ProductOps::group_quant(SortedRowsPerRow{s.rows}, s.op);
+      ProductOps::group_quant<Rounding::kExact>(SortedRowsPerRow{s.rows}, s.op);
     } else {
-      constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes>;
+      constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, Rounding::kExact>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
                                s.op);
     }

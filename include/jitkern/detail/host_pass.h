@@ -59,6 +59,7 @@ int __float2int_rn(float x);
 unsigned __umulhi(unsigned a, unsigned b);
 unsigned long long __umul64hi(unsigned long long a, unsigned long long b);
 int __popc(unsigned x);
+int __ldcg(const int* ptr);
 template <typename T, typename U>
 T atomicAdd(T* address, U value);
 template <typename T, typename U>

@@ -273,6 +273,120 @@ def test_masked_fp8_forms_bit_equal_to_the_dense_ops(dtype_name, experts, m_max,
         assert (q.view(torch.uint8)[~computed] == POISON).all(), "a masked row was written"
 
 
+ROUNDINGS = ["exact", "sglang"]
+
+
+def _bits(t):
+    """t's bytes as integers (NaN compared by its bits)."""
+    torch = _torch()
+    return t.contiguous().view(torch.uint8)
+
+
+def _poison_specials(x, computed, seed):
+    """+-inf, NaN and 0 at a few places of a few computed rows of x (products inf, NaN or 0 * inf): their
+    groups' codes and scales follow the rounding policy's rules."""
+    torch = _torch()
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    rows = computed.nonzero().cpu()
+    picks = rows[torch.randint(0, rows.shape[0], (6,), generator=g)].tolist()
+    cols = torch.randint(0, x.shape[-1], (6,), generator=g).tolist()
+    for at, c, v in zip(picks, cols, (float("inf"), float("-inf"), float("nan"), float("inf"), 0.0, float("nan"))):
+        x[(*at, c)] = v
+
+
+def _masked_routing(tokens, experts, m_max, seed=0):
+    """masked_m of tokens * 8 rows routed over the experts at random, clamped to M (as dispatch writes them)."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    routed = torch.randint(0, experts, (tokens * 8,), device="cuda", generator=g)
+    return torch.bincount(routed, minlength=experts).clamp(max=m_max).to(torch.int32)
+
+
+def _unaligned(shape, dtype):
+    """A tensor of `shape` whose rows start at odd elements (a row stride of width + 1): element by element."""
+    torch = _torch()
+    *lead, width = shape
+    return torch.randn(*lead, width + 1, dtype=dtype, device="cuda")[..., 1:]
+
+
+GROUP_CASES = [  # layout, tokens, d, dtype, rows unaligned
+    ("masked", 1, 1024, "bfloat16", False), ("masked", 64, 1024, "bfloat16", False), ("masked", 4096, 1024, "bfloat16", False),
+    ("masked", 64, 640, "bfloat16", False),  # 5 groups a row: a warp's groups span two rows
+    ("masked", 64, 640, "bfloat16", True), ("masked", 16, 256, "float16", False), ("masked", 16, 256, "float32", True),
+    ("sorted", 1, 1024, "bfloat16", False), ("sorted", 64, 1024, "bfloat16", False), ("sorted", 4096, 1024, "bfloat16", False),
+    ("sorted", 64, 640, "bfloat16", True), ("sorted", 16, 256, "float16", False), ("sorted", 16, 256, "float32", True)]
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("layout,tokens,d,dtype_name,unaligned", GROUP_CASES)
+def test_group_forms_bit_equal_to_per_token_group_quant_under_each_rounding(layout, tokens, d, dtype_name, unaligned, rounding):
+    """The promise of rounding=: the group form's codes and scales are those of
+    per_token_group_quant_8bit(silu_and_mul of the computed rows, rounding=...) bit for bit, under either
+    policy, with +-inf and NaN among the inputs; rows not computed untouched. The two policies' references
+    differ, so a policy not passed through fails."""
+    torch = _torch()
+    from jitkern.ops import (per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8,
+                             silu_and_mul_sorted_per_token_group_quant_fp8)
+
+    dtype = getattr(torch, dtype_name)
+    make = (lambda shape: _unaligned(shape, dtype)) if unaligned else (lambda shape: torch.randn(*shape, dtype=dtype, device="cuda"))
+    if layout == "masked":
+        experts, m_max = 32, 1024
+        masked_m = _masked_routing(tokens, experts, m_max, seed=tokens)
+        computed = _masked_rows(masked_m, m_max)
+        x = make((experts, m_max, 2 * d))
+        fused = lambda **kw: silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, **kw)  # noqa: E731
+        shape = (experts, m_max, d)
+    else:
+        sorted_ids, post_pad, n, computed = _sorted_layout(tokens, 256, 8, 16 if tokens <= 64 else 64, seed=tokens, drop=0.1)
+        x = make((sorted_ids.numel(), 2 * d))
+        fused = lambda **kw: silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, n, **kw)  # noqa: E731
+        shape = (sorted_ids.numel(), d)
+    x.mul_(4)
+    _poison_specials(x, computed, seed=tokens)
+    if unaligned:
+        assert x.stride(-2) % 8 != 0
+    dense = silu_and_mul(x[computed])
+    q_ref, s_ref = per_token_group_quant_8bit(dense, 128, eps=1e-10, rounding=rounding)
+    q_other, s_other = per_token_group_quant_8bit(dense, 128, eps=1e-10, rounding="exact" if rounding == "sglang" else "sglang")
+    assert not (torch.equal(_bits(q_ref), _bits(q_other)) and torch.equal(_bits(s_ref), _bits(s_other))), \
+        "the two policies' references agree: the test cannot tell them apart"
+    q = torch.full(shape, POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    s = torch.full((*shape[:-1], d // 128), float("nan"), device="cuda")
+    got_q, got_s = fused(output_q=q, output_s=s, rounding=rounding)
+    assert got_q is q and got_s is s
+    assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)), f"codes differ from per_token_group_quant_8bit ({rounding})"
+    assert torch.equal(_bits(s[computed]), _bits(s_ref)), f"scales differ from per_token_group_quant_8bit ({rounding})"
+    assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a row not computed was written"
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_masked_group_form_after_a_kernel_that_writes_masked_m(rounding):
+    """masked_m written by the kernel just before on the stream, which this one starts beside (PDL): the
+    counts computed are the ones that kernel wrote, not what masked_m held before (read only after the wait).
+    That kernel is the group form itself, its last 32 scales seen as masked_m (their bits, all above M: M
+    each), which held 1 before."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8
+
+    experts, m_max, d = 32, 64, 256
+    x1 = torch.randn(1, 4096, 4096, dtype=torch.bfloat16, device="cuda")  # 4096 rows to write first
+    m1 = torch.full((1,), 4096, dtype=torch.int32, device="cuda")
+    s1 = torch.empty(1, 4096, 16, device="cuda")
+    masked_m = s1.view(torch.int32).view(-1)[-experts:]
+    x = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda")
+    for _ in range(3):
+        s1.view(torch.int32).fill_(1)
+        q = torch.full((experts, m_max, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+        s = torch.full((experts, m_max, d // 128), float("nan"), device="cuda")
+        silu_and_mul_masked_per_token_group_quant_fp8(x1, m1, output_s=s1, rounding=rounding)
+        silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=s, rounding=rounding)
+        assert (masked_m > m_max).all(), "the first call's scales as counts"
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x.view(-1, 2 * d)), 128, rounding=rounding)
+        assert torch.equal(q.view(torch.uint8).view(-1, d), q_ref.view(torch.uint8)) and torch.equal(s.view(-1, d // 128), s_ref), \
+            "computed from the counts masked_m held before the kernel that wrote them"
+
+
 def test_masked_counts_outside_the_buffer_are_clamped():
     """Counts below 0 and above M, silu_and_mul and the group form."""
     torch = _torch()
@@ -443,7 +557,7 @@ def test_graph_replay_reads_new_counts():
     replay computes the rows of its own routing (and leaves the others as they were)."""
     torch = _torch()
     from jitkern.ops import (moe_align_block_size, silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8,
-                             silu_and_mul_sorted_per_token_quant_fp8)
+                             silu_and_mul_sorted_per_token_group_quant_fp8, silu_and_mul_sorted_per_token_quant_fp8)
 
     tokens, experts, topk, block, d, m_max = 16, 32, 4, 16, 1024, 24
     topk_ids = torch.zeros(tokens, topk, dtype=torch.int32, device="cuda")
@@ -457,21 +571,23 @@ def test_graph_replay_reads_new_counts():
     out = torch.empty(experts, m_max, d, dtype=torch.bfloat16, device="cuda")
     qm = torch.empty(experts, m_max, d, dtype=torch.float8_e4m3fn, device="cuda")
     sm = torch.empty(experts, m_max, d // 128, device="cuda")
+    qs, ss = torch.empty(P, d, dtype=torch.float8_e4m3fn, device="cuda"), torch.empty(P, d // 128, device="cuda")  # rounding="sglang"
 
     def prepare(seed):
         g = torch.Generator(device="cuda").manual_seed(seed)
         topk_ids.copy_(torch.rand(tokens, experts, device="cuda", generator=g).argsort(dim=1)[:, :topk])
         masked_m.copy_(torch.randint(0, m_max + 1, (experts,), device="cuda", generator=g))
         xs.normal_(generator=g), xm.normal_(generator=g)
-        for t in (out, s, sm):
+        for t in (out, s, sm, ss):
             t.fill_(float("nan"))
-        q.view(torch.uint8).fill_(POISON), qm.view(torch.uint8).fill_(POISON)
+        q.view(torch.uint8).fill_(POISON), qm.view(torch.uint8).fill_(POISON), qs.view(torch.uint8).fill_(POISON)
 
     def step():
         moe_align_block_size(topk_ids, experts, block, sorted_ids, expert_ids, post_pad)
         silu_and_mul_sorted_per_token_quant_fp8(xs, sorted_ids, post_pad, topk_ids.numel(), output_q=q, output_s=s)
         silu_and_mul_masked(xm, masked_m, out)
         silu_and_mul_masked_per_token_group_quant_fp8(xm, masked_m, output_q=qm, output_s=sm)
+        silu_and_mul_sorted_per_token_group_quant_fp8(xs, sorted_ids, post_pad, topk_ids.numel(), output_q=qs, output_s=ss, rounding="sglang")
 
     def check(what):
         from jitkern.ops import per_token_group_quant_8bit, per_token_quant_fp8, silu_and_mul
@@ -487,6 +603,9 @@ def test_graph_replay_reads_new_counts():
         q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(xm[computed]), 128)
         assert torch.equal(qm.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(sm[computed], s_ref), what
         assert (qm.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sm[~computed]).all(), what
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(xs[rows]), 128, rounding="sglang")
+        assert torch.equal(qs.view(torch.uint8)[rows], q_ref.view(torch.uint8)) and torch.equal(ss[rows], s_ref), what
+        assert (qs.view(torch.uint8)[~rows] == POISON).all() and torch.isnan(ss[~rows]).all(), what
 
     eagerly_then_from_a_graph(prepare, step, check)
 
@@ -538,6 +657,9 @@ def test_bad_inputs_name_the_argument():
             output_s=torch.empty(4, 8, 3, device="cuda"))
     rejects(ValueError, "scale_tma_aligned applies to column_major_scales=True only", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
             scale_tma_aligned=True)
+    rejects(ValueError, "rounding must be one of 'exact', 'sglang', got 'fast'", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
+            rounding="fast")
+    rejects(ValueError, "rounding must be one of", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, rounding=None)
 
 
 def test_torch_custom_ops_opcheck_and_compile():
@@ -551,7 +673,7 @@ def test_torch_custom_ops_opcheck_and_compile():
     sorted_ids, _, post_pad = moe_align_block_size(topk_ids, 8, 16)
     P = sorted_ids.numel()
     x = torch.randn(P, 512, dtype=torch.bfloat16, device="cuda")
-    xm = torch.randn(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    xm = torch.randn(4, 8, 512, dtype=torch.bfloat16, device="cuda") * 3
     m = torch.tensor([8, 0, 3, 1], dtype=torch.int32, device="cuda")
     f8 = lambda *shape: torch.zeros(shape, dtype=torch.float8_e4m3fn, device="cuda")  # noqa: E731
     ops = torch.ops.jitkern
@@ -561,13 +683,16 @@ def test_torch_custom_ops_opcheck_and_compile():
     torch.library.opcheck(ops.silu_and_mul_sorted, (x, sorted_ids, post_pad, 10, torch.zeros(P, 256, dtype=torch.bfloat16, device="cuda")))
     torch.library.opcheck(ops.silu_and_mul_sorted_per_token_quant_fp8, (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 1, device="cuda")),
                           test_utils=fp8_checks)
-    torch.library.opcheck(ops.silu_and_mul_sorted_per_token_group_quant_fp8,
-                          (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 2, device="cuda"), 128, 1e-10), test_utils=fp8_checks)
+    for rounding in ("exact", "sglang"):
+        torch.library.opcheck(ops.silu_and_mul_sorted_per_token_group_quant_fp8,
+                              (x, sorted_ids, post_pad, 10, f8(P, 256), torch.zeros(P, 2, device="cuda"), 128, 1e-10, rounding),
+                              test_utils=fp8_checks)
     torch.library.opcheck(ops.silu_and_mul_masked, (xm, m, torch.zeros(4, 8, 256, dtype=torch.bfloat16, device="cuda")))
     torch.library.opcheck(ops.silu_and_mul_masked_per_token_quant_fp8, (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 1, device="cuda")),
                           test_utils=fp8_checks)
-    torch.library.opcheck(ops.silu_and_mul_masked_per_token_group_quant_fp8,
-                          (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 2, device="cuda"), 128, 1e-10), test_utils=fp8_checks)
+    for rounding in ("exact", "sglang"):
+        torch.library.opcheck(ops.silu_and_mul_masked_per_token_group_quant_fp8,
+                              (xm, m, f8(4, 8, 256), torch.zeros(4, 8, 2, device="cuda"), 128, 1e-10, rounding), test_utils=fp8_checks)
 
     def layer(x, sorted_ids, post_pad, xm, m, out):
         a = silu_and_mul_sorted(x, sorted_ids, post_pad, 10)
@@ -576,7 +701,9 @@ def test_torch_custom_ops_opcheck_and_compile():
         silu_and_mul_masked(xm, m, out)
         e = silu_and_mul_masked_per_token_quant_fp8(xm, m)
         f = silu_and_mul_masked_per_token_group_quant_fp8(xm, m)
-        return a, b, c, e, f
+        g = silu_and_mul_masked_per_token_group_quant_fp8(xm, m, rounding="sglang")
+        h = silu_and_mul_sorted_per_token_group_quant_fp8(x, sorted_ids, post_pad, 10, rounding="sglang")
+        return a, b, c, e, f, g, h
 
     compiled = torch.compile(layer, fullgraph=True)
     rows = (torch.arange(P, device="cuda") < post_pad[0]) & (sorted_ids < 10)
@@ -590,3 +717,11 @@ def test_torch_custom_ops_opcheck_and_compile():
     assert torch.equal(out[masked], out_ref[masked]) and torch.isnan(out[~masked]).all()
     for g, r in ((got[3], ref[3]), (got[4], ref[4])):
         assert torch.equal(g[0].view(torch.uint8)[masked], r[0].view(torch.uint8)[masked]) and torch.equal(g[1][masked], r[1][masked])
+    for g, r in ((got[5], ref[5]), (got[6], ref[6])):  # rounding="sglang" through the torch op
+        at = masked if g[0].dim() == 3 else rows
+        assert torch.equal(g[0].view(torch.uint8)[at], r[0].view(torch.uint8)[at]) and torch.equal(g[1][at], r[1][at])
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul
+
+    dense = silu_and_mul(xm[masked])
+    sglang, exact = (per_token_group_quant_8bit(dense, 128, rounding=r) for r in ("sglang", "exact"))
+    assert torch.equal(got[5][1][masked], sglang[1]) and not torch.equal(got[5][1][masked], exact[1]), "the compiled op's rounding"
