@@ -1334,8 +1334,9 @@ def test_opcheck_quant_ops():
     torch.library.opcheck(ops.rmsnorm_quant_fp8, (x, w, 1e-6, scale))
     torch.library.opcheck(ops.fused_add_rmsnorm_quant_fp8, (x, x.clone(), w, 1e-6, None))
     for group_size, cm, tma, ue in ((128, False, False, False), (64, True, True, False), (128, True, True, True)):
-        torch.library.opcheck(ops.rmsnorm_group_quant_fp8, (x, w, 1e-6, group_size, cm, tma, ue))
-        torch.library.opcheck(ops.fused_add_rmsnorm_group_quant_fp8, (x, x.clone(), w, 1e-6, group_size, cm, tma, ue))
+        for rounding in ("exact", "sglang"):
+            torch.library.opcheck(ops.rmsnorm_group_quant_fp8, (x, w, 1e-6, group_size, cm, tma, ue, rounding))
+            torch.library.opcheck(ops.fused_add_rmsnorm_group_quant_fp8, (x, x.clone(), w, 1e-6, group_size, cm, tma, ue, rounding))
 
 
 @pytest.mark.gpu
