@@ -14,6 +14,7 @@ written): its ceiling is the measured copy bandwidth."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -246,37 +247,44 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
-# weights through shared memory below 4 rows an SM.
+# many-row kernel's __launch_bounds__ CTAs an SM (0: none); or a type of norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "fused cluster 1": (4, 2, 2, 1, 1, 8, 16, 0, 1, 0),
-    "fused cluster 8": (4, 2, 2, 1, 1, 8, 16, 0, 8, 0),
-    "stage weights": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1),
-    "late trigger": (4, 2, 2, 1, 1, 0, 0, 0, 4, 0),
+    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5),
+    "tma2": "TmaRows<2, 0>",
+    "tma3": "TmaRows<3, 0>",
+    "tma3 x5": "TmaRows<3, 0, 5, 224>",
 }
-DECODE_SCHEDULES = ["stage weights", "late trigger"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["fused cluster 1", "fused cluster 8", "stage weights", "late trigger"]  # ... the fused add
-PREFILL_SCHEDULES = []  # ... both ops at prefill sizes
+DECODE_SCHEDULES = []  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = []  # ... the fused add
+PREFILL_SCHEDULES = ["min blocks 5", "tma2", "tma3", "tma3 x5"]  # ... the plain op at prefill sizes
+KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+def _schedule_spec(name: str, ops: str, wrappers: list) -> "jitkern.JitSpec":
+    return jitkern.JitSpec("bench_norm_group_" + re.sub(r"\W+", "_", name).strip("_"), cuda_files=[str(KERNELS / "norm_group_schedules.cuh")],
+                           extra_include_paths=[str(KERNELS.parent.parent / "csrc")], host_without_nvcc=True, cuda_wrappers=wrappers)
 
 
 def norm_group_schedule_modules(names) -> dict:
     """name -> the module of the norm + group ops (1x128 groups, fp32 scales) under that schedule: plain(input,
-    weight, output_q, output_s, group_size, eps), fused(input, residual, weight, ...); built at once."""
-    here = Path(__file__).resolve().parent
-
+    weight, output_q, output_s, group_size, eps), fused(input, residual, weight, ...); and "pattern" -> the module of
+    pattern(input, weight, output_q, output_s) (bench_norm_group::pattern_rows); built at once."""
     def spec(name):
-        ops = f"bench_norm_group::Ops<{', '.join(map(str, NORM_GROUP_SCHEDULES[name]))}>"
-        return jitkern.JitSpec("bench_norm_group_" + "_".join(map(str, NORM_GROUP_SCHEDULES[name])),
-                               cuda_files=[str(here / "kernels" / "norm_group_schedules.cuh")], extra_include_paths=[str(here.parent / "csrc")],
-                               host_without_nvcc=True, cuda_wrappers=[("plain", f"{ops}::rmsnorm_group_quant<128>"),
-                                                                      ("fused", f"{ops}::fused_add_rmsnorm_group_quant<128>")])
+        v = NORM_GROUP_SCHEDULES[name]
+        ops = f"bench_norm_group::Ops<{', '.join(map(str, v))}>" if isinstance(v, tuple) else f"bench_norm_group::{v}"
+        return _schedule_spec(ops, ops, [("plain", f"{ops}::rmsnorm_group_quant<128>"), ("fused", f"{ops}::fused_add_rmsnorm_group_quant<128>")])
 
-    specs = [spec(n) for n in names]
-    return dict(zip(names, warmup_modules(*specs)))
+    specs = [spec(n) for n in names] + [_schedule_spec("pattern", "", [("pattern", "bench_norm_group::pattern_rows")])]
+    return dict(zip([*names, "pattern"], warmup_modules(*specs)))
+
+
+def _scales_2d(s):
+    return s.view(-1, s.shape[-1]) if s.dim() != 2 else s
 
 
 def scheduled(module, x, r, w, q, s):
     """The norm + group op (r None: rmsnorm_group_quant_fp8, else the fused add) of a schedule's module, into q and s."""
-    s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
+    s2 = _scales_2d(s)
     if r is None:
         module.plain(x, w, q.view(torch.uint8), s2, 128, EPS)
     else:
@@ -285,12 +293,15 @@ def scheduled(module, x, r, w, q, s):
 
 def norm_group_self_check(modules: dict) -> dict:
     """The schedules that give the product's codes, scales and residual, bit for bit (NaN and inf rows included), at
-    decode and many-row sizes and at a width whose last warp is part-held; each other one is reported and left out."""
+    decode and many-row sizes and at a width whose last warp is part-held; each other one is reported and left out
+    (the "pattern" yardstick, whose output is not the op's, is passed on unchecked)."""
     many = 4 * torch.cuda.get_device_properties(0).multi_processor_count + 5
     failed = {}
+    yardsticks = {n: m for n, m in modules.items() if n == "pattern"}
+    modules = {n: m for n, m in modules.items() if n != "pattern"}
     for h in (7168, 5248, 4096):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
-        for t in (1, 37, many):
+        for t in (1, 37, many, 8 * many):
             x, r0, _, q0, s0 = _group_operands(t, h)
             x[t // 2, 5] = float("nan")
             x[t - 1, 9] = float("inf")
@@ -319,26 +330,27 @@ def norm_group_self_check(modules: dict) -> dict:
                     elif fused and not torch.equal(res.view(torch.int16), res0.view(torch.int16)):
                         failed[name] = f"{where}: residual differs"
     passed = {n: m for n, m in modules.items() if n not in failed}
-    print(f"\nSelf-check: {', '.join(passed) or 'none'} give the product's bits at [1 / 37 / {many}, 7168 / 5248 / 4096], both ops.")
+    print(f"\nSelf-check: {', '.join(passed) or 'none'} give the product's bits at [1 / 37 / {many} / {8 * many}, 7168 / 5248 / 4096], "
+          "both ops.")
     for name, why in failed.items():
         print(f"Self-check FAILED, left out: {name} {why}")
-    return passed
+    return {**passed, **yardsticks}
 
 
 def norm_group_decode(modules: dict) -> None:
     """The fused ops against jitkern's unfused sequence (rmsnorm or fused_add_rmsnorm, then
     per_token_group_quant_8bit) at decode sizes, 1x128 groups, each rounding, beside the schedules (exact) and
-    three yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the
-    rows rewritten in place after one CTA reduction (rewrite_rows: the dependency pattern of a norm, no arithmetic)
-    and an empty PDL launch; rows printed as measured."""
+    four yardsticks of the same run: rmsnorm alone (the fused op's floor: the pair's first launch), the plain op's
+    access pattern without its arithmetic (the "pattern" module), the rows rewritten in place after one CTA reduction
+    (rewrite_rows: the dependency pattern of a norm, no arithmetic) and an empty PDL launch; rows printed as measured."""
     plain_names, add_names = [n for n in DECODE_SCHEDULES if n in modules], [n for n in DECODE_FUSED_SCHEDULES if n in modules]
     columns, add_columns = " | ".join(plain_names), " | ".join(add_names)
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
           "median of 3 interleaved rounds; fused ops: us (speed-up over their two ops of the same rounding))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang | {columns} | "
           f"fused_add_rmsnorm_group_quant_fp8 exact | sglang | fused_add_rmsnorm + per_token_group_quant exact | sglang | {add_columns} | "
-          "rmsnorm alone | rows rewritten after one CTA reduction | empty PDL launch |", [])
-    module, empty = yardstick_module(), overhead_module().launch_empty_pdl
+          "rmsnorm alone | its access pattern without the arithmetic | rows rewritten after one CTA reduction | empty PDL launch |", [])
+    module, empty, pattern = yardstick_module(), overhead_module().launch_empty_pdl, modules.get("pattern")
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
     for h, sizes in ((7168, [1, 4, 8, 16, 256]), (4096, [1, 64])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
@@ -350,6 +362,7 @@ def norm_group_decode(modules: dict) -> None:
                 **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in plain_names},
                 **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in add_names},
                 "rmsnorm": lambda: rmsnorm(x, w, y, EPS),
+                **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s))} if pattern else {}),
                 "rewrite": lambda: module.rewrite_rows(rows, 1, 0),
                 "empty": lambda: empty(scratch, scratch),
             })
@@ -359,7 +372,7 @@ def norm_group_decode(modules: dict) -> None:
             cells += [f"{m[f'fused add {r}']:.2f} ({m[f'unfused add {r}'] / m[f'fused add {r}']:.2f}x)" for r in ROUNDINGS]
             cells += [f"{m[f'unfused add {r}']:.2f}" for r in ROUNDINGS]
             cells += [f"{m[f'add {n}']:.2f} ({m['unfused add exact'] / m[f'add {n}']:.2f}x)" for n in add_names]
-            cells += [f"{m[n]:.2f}" for n in ("rmsnorm", "rewrite", "empty")]
+            cells += [f"{m[n]:.2f}" if n in m else "n/a" for n in ("rmsnorm", "pattern", "rewrite", "empty")]
             print(f"| {h} | {t} | " + " | ".join(cells) + " |", flush=True)
 
 
@@ -380,16 +393,18 @@ def issue_bound_us(t: int, h: int, rounding: str) -> float:
 
 def norm_group_large(module, ceilings: dict, modules: dict) -> None:
     """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
-    element) and of the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (exact), the
-    instruction-issue bound (issue_bound_us) and the rows rewritten in place after one CTA reduction (rewrite_rows,
-    4 bytes an element: % of copy); median of 3 interleaved rounds; rows printed as measured."""
+    element) and of the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (exact, the plain op),
+    the instruction-issue bound (issue_bound_us), the plain op's access pattern without its arithmetic (the "pattern"
+    module: % of `halve`) and the rows rewritten in place after one CTA reduction (rewrite_rows, 4 bytes an element:
+    % of copy); median of 3 interleaved rounds; rows printed as measured."""
     copy = max(ceilings.values())
     names = [n for n in PREFILL_SCHEDULES if n in modules]
     columns = "".join(f" {n} |" for n in names)
     table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
           "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
-          f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | fused_add_rmsnorm_group_quant_fp8 exact | "
-          f"sglang |{columns} rows rewritten after one CTA reduction (% of copy) |", [])
+          f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | its access pattern without the arithmetic | "
+          "fused_add_rmsnorm_group_quant_fp8 exact | sglang | rows rewritten after one CTA reduction (% of copy) |", [])
+    pattern = modules.get("pattern")
     for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
@@ -398,17 +413,17 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
             providers = _group_providers(x, r0, w, y, q, s)
             m = interleaved({**{k: providers[k] for r in ROUNDINGS for k in (f"fused {r}", f"fused add {r}")},
                              **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in names},
-                             **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in names},
+                             **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s))} if pattern else {}),
                              "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
             add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
             plain = " | ".join([f"{m[f'fused {r}']:.2f} ({100 * halve / m[f'fused {r}']:.1f}%)" for r in ROUNDINGS] +
                                [f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in names])
             bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
-            fused = " | ".join([f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS] +
-                               [f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in names])
+            yardstick = f"{m['pattern']:.2f} ({100 * halve / m['pattern']:.1f}%)" if pattern else "n/a"
+            fused = " | ".join(f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS)
             rewrite = f"{m['rewrite']:.2f} ({100 * 4 * t * h / 1e3 / copy / m['rewrite']:.1f}%)"
-            print(f"| {h} | {t} | {plain} | {bound} | {fused} | {rewrite} |", flush=True)
+            print(f"| {h} | {t} | {plain} | {bound} | {yardstick} | {fused} | {rewrite} |", flush=True)
     print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Issue bound: PLAIN_MANY_ROW_SASS instructions a thread, "
           f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs x 4 a cycle.")
 

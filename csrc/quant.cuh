@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     many rows, else after its wait;
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
-//   kFewStageWeights: below kManyRowsPerSm rows an SM, the weights go through shared memory (cp.async).
+//   kManyMinBlocks: the many-row kernel's __launch_bounds__ CTAs an SM (0: none; more caps its registers);
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -487,7 +487,7 @@ struct NormGroupSchedule {
   static constexpr bool kPairs = true;
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
-  static constexpr bool kFewStageWeights = false;
+  static constexpr int kManyMinBlocks = 0;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -558,82 +558,48 @@ struct PairMath {
   }
 };
 
-// Token rows of RMSNorm + group quantization, one row a CTA of ceil(vectors / kPerLane) threads (whole warps),
-// kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's
-// layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
-// each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
-// its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait. kStageWeights: the weights copied to shared memory with cp.async beside the input's
-// loads (loaded into registers, ptxas issues them only after the first reduction step at two vectors a lane).
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          bool kStageWeights = false>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
-    const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
-#ifdef __CUDACC__
+// norm_group_rows_kernel's work on a row once a lane holds its vectors xs (rs: the residual's, kFusedAdd) and the
+// weights': the residual added and stored, the sum of squares, the scale, then the codes and group scales. partial:
+// kWarpThreads floats of shared memory; after_sync() runs once every thread has reached the reduction's barrier (so
+// has done with its loads' sources).
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kPairs, typename AfterSync>
+JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&ws)[kPerLane],
+                                   const AlignedVector<T, kVec> (&rs)[kFusedAdd ? kPerLane : 1], bool held, int first, int nvec, float inv_hidden,
+                                   float eps, T* residual, uint8_t* q, int64_t scale_row,
+                                   const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, float* partial, const AfterSync& after_sync) {
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
   using PM = PairMath<T, kVec>;
   constexpr bool kAsPairs = kPairs && sizeof(T) == 2;
   constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
-  static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
-  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
-  uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
-  const int64_t scale_row = epi.first_row + blockIdx.x;
-  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
-  const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
-  const bool held = kExact || first < nvec;                                  // the group's lanes all or none
+  const int g = first / kGroupVecs;
   const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
-  // The loads' addresses, pinned before the wait (the compiler would compute them after it, on the path from the
-  // previous kernel's end to the first load).
-  const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
-  asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
-  if (p.early_trigger) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (!p.early_trigger) device::pdl_trigger_secondary();
-  Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  constexpr int kThreads = host::kRowKernels.max_cta_threads / kPerLane;
-  __shared__ uint4 w_smem[kStageWeights ? kPerLane : 1][kStageWeights ? kThreads : 1];  // [r][thread]
-  if (held) {
-#pragma unroll
-    for (int r = 0; r < kPerLane; ++r) {
-      if constexpr (kStageWeights) device::ptx::cp_async_16(&w_smem[r][threadIdx.x], w_at + r * kLanes * kVec);
-      xs[r].load_global(in_at + r * kLanes * kVec);
-      if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
-      if constexpr (!kStageWeights) ws[r].load_global(w_at + r * kLanes * kVec);
-    }
-  }
   float part[kPerLane];
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
     part[r] = 0.0f;
     if (held) {
       if constexpr (kAsPairs) {
-        if constexpr (kFusedAdd) PM::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+        if constexpr (kFusedAdd) PM::add(xs[r], rs[r]), xs[r].store_global(residual + at(r));
         float x[kVec];
         PM::widen(xs[r], x);
         part[r] = PM::sum_squares(x);
       } else {
-        if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(row.residual + at(r));
+        if constexpr (kFusedAdd) M::add(xs[r], rs[r]), xs[r].store_global(residual + at(r));
         part[r] = M::sum_squares(xs[r]);
       }
     }
   }
   // The sums of 32 vectors each (one vector a thread's warps), then cta::reduce_sum_once's second round over them.
-  __shared__ float partial[device::kWarpThreads];
   const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
   constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
   if (threadIdx.x % kOldWarpLanes == 0) partial[threadIdx.x / kOldWarpLanes] = warp_sum;
   __syncthreads();
+  after_sync();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
-  const float scale = rsqrtf(total * inv_hidden + p.eps);
-  if constexpr (kStageWeights) {
-    device::ptx::cp_async_wait_all();
-#pragma unroll
-    for (int r = 0; r < kPerLane; ++r) __builtin_memcpy(&ws[r], &w_smem[r][threadIdx.x], sizeof(ws[r]));
-  }
+  const float scale = rsqrtf(total * inv_hidden + eps);
   const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
   if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
     AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
@@ -657,6 +623,49 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
     for (int r = 0; r < kPerLane; ++r) x[r] = M::normalized(xs[r], ws[r], scale);
     quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, kUE8M0, false, kRounding, true>(x, held, q + first * kVec, epi.eps, 0xffffffffu, store_scale);
   }
+}
+
+// Token rows of RMSNorm + group quantization, one row a CTA of ceil(vectors / kPerLane) threads (whole warps),
+// kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's
+// layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
+// each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
+// its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
+// at start, else after the wait.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
+          int kMinBlocks = 0>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks) norm_group_rows_kernel(
+    const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+#ifdef __CUDACC__
+  using namespace device::norm;
+  using Vec = AlignedVector<T, kVec>;
+  constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
+  static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
+  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
+  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
+  const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
+  const bool held = kExact || first < nvec;                                  // the group's lanes all or none
+  const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
+  // The loads' addresses, pinned before the wait (the compiler would compute them after it, on the path from the
+  // previous kernel's end to the first load).
+  const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
+  asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  if (held) {
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      xs[r].load_global(in_at + r * kLanes * kVec);
+      if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
+      ws[r].load_global(w_at + r * kLanes * kVec);
+    }
+  }
+  __shared__ float partial[device::kWarpThreads];
+  norm_group_row<T, kVec, kGroup, kPerLane, kFusedAdd, kUE8M0, kRounding, kPairs>(xs, ws, rs, held, first, nvec, inv_hidden, p.eps, row.residual,
+                                                                                epi.q + blockIdx.x * epi.q_row_stride, epi.first_row + blockIdx.x,
+                                                                                epi, partial, [] {});
 #endif
 }
 
@@ -1235,9 +1244,8 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag, auto stage_tag) {
-      constexpr int kLaneVecs = decltype(lanes_tag)::value;
-      constexpr bool kStage = decltype(stage_tag)::value;
+    const auto go = [&](auto lanes_tag, auto min_blocks_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value, kMinBlocks = decltype(min_blocks_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
@@ -1245,16 +1253,16 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kStage>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kMinBlocks>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kStage>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kMinBlocks>, p, epi);
         }
         return true;
       }
     };
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::false_type{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::bool_constant<S::kFewStageWeights>{});
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::integral_constant<int, S::kManyMinBlocks>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::integral_constant<int, 0>{});
   }
 };
 #endif  // __CUDACC_RTC__
