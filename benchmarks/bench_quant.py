@@ -247,22 +247,25 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
-# many-row kernel's __launch_bounds__ CTAs an SM (0: none); or a type of norm_group_schedules.cuh with those entry points.
+# many-row kernel's __launch_bounds__ CTAs an SM (0: none), the rows kernel's code and scale addresses computed before
+# its wait (plain, fused add); or a type of norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5),
+    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5, 0, 0),
+    "pinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 1, 1),
     "tma2": "TmaRows<2, 0>",
     "tma3": "TmaRows<3, 0>",
     "tma3 x5": "TmaRows<3, 0, 5, 224>",
 }
-DECODE_SCHEDULES = []  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = []  # ... the fused add
+DECODE_SCHEDULES = ["pinned"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["pinned"]  # ... the fused add
 PREFILL_SCHEDULES = ["min blocks 5", "tma2", "tma3", "tma3 x5"]  # ... the plain op at prefill sizes
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 def _schedule_spec(name: str, ops: str, wrappers: list) -> "jitkern.JitSpec":
-    return jitkern.JitSpec("bench_norm_group_" + re.sub(r"\W+", "_", name).strip("_"), cuda_files=[str(KERNELS / "norm_group_schedules.cuh")],
-                           extra_include_paths=[str(KERNELS.parent.parent / "csrc")], host_without_nvcc=True, cuda_wrappers=wrappers)
+    module = "bench_norm_group_" + re.sub(r"\W+", "_", name.replace("bench_norm_group::", "")).strip("_")
+    return jitkern.JitSpec(module, cuda_files=[str(KERNELS / "norm_group_schedules.cuh")], extra_include_paths=[str(KERNELS.parent.parent / "csrc")],
+                           host_without_nvcc=True, cuda_wrappers=wrappers)
 
 
 def norm_group_schedule_modules(names) -> dict:

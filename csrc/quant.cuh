@@ -470,6 +470,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
 //   kManyMinBlocks: the many-row kernel's __launch_bounds__ CTAs an SM (0: none; more caps its registers);
+//   kPinnedStores, kFusedPinnedStores: the rows kernel computes a row's code and scale addresses before its wait;
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -488,6 +489,7 @@ struct NormGroupSchedule {
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr int kManyMinBlocks = 0;
+  static constexpr bool kPinnedStores = false, kFusedPinnedStores = false;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -558,14 +560,22 @@ struct PairMath {
   }
 };
 
+// The scales of row `row` as a GroupScales whose row 0 it is (fp32 scales and UE8M0 words alike are 4 bytes).
+JITKERN_DEVICE quant::GroupScales row_of_scales(const quant::GroupScales& scales, int64_t row) {
+  quant::GroupScales at = scales;
+  at.base = static_cast<uint32_t*>(at.base) + row * at.row_stride;
+  return at;
+}
+
 // norm_group_rows_kernel's work on a row once a lane holds its vectors xs (rs: the residual's, kFusedAdd) and the
-// weights': the residual added and stored, the sum of squares, the scale, then the codes and group scales. partial:
+// weights': the residual added and stored, the sum of squares, the scale, then the codes (q: the row's) and group
+// scales (scales: at the row, row_of_scales). partial:
 // kWarpThreads floats of shared memory; after_sync() runs once every thread has reached the reduction's barrier (so
 // has done with its loads' sources).
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kPairs, typename AfterSync>
 JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&ws)[kPerLane],
                                    const AlignedVector<T, kVec> (&rs)[kFusedAdd ? kPerLane : 1], bool held, int first, int nvec, float inv_hidden,
-                                   float eps, T* residual, uint8_t* q, int64_t scale_row,
+                                   float eps, T* residual, uint8_t* q, const quant::GroupScales& scales,
                                    const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, float* partial, const AfterSync& after_sync) {
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
@@ -600,7 +610,7 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
   const float scale = rsqrtf(total * inv_hidden + eps);
-  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(scale_row, g, epi.groups_per_row, s, e); };
+  const auto store_scale = [&](float s, uint32_t e) { scales.template store_at<kUE8M0>(0, g, epi.groups_per_row, s, e); };
   if constexpr (sizeof(T) == 2) {  // as packed pairs: the amax by packed max and min (fold_pairs)
     AlignedVector<device::packed_t<T>, kVec / 2> x[kPerLane];
 #pragma unroll
@@ -630,9 +640,10 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait.
+// at start, else after the wait. kMinBlocks: __launch_bounds__'s CTAs an SM (0: none). kPinnedStores: the row's
+// code and scale addresses computed before the wait.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          int kMinBlocks = 0>
+          int kMinBlocks = 0, bool kPinnedStores = false>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks) norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
@@ -649,6 +660,9 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, 
   // previous kernel's end to the first load).
   const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
   asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
+  uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
+  quant::GroupScales scales = row_of_scales(epi.scales, epi.first_row + blockIdx.x);
+  if constexpr (kPinnedStores) asm volatile("" : "+l"(q), "+l"(scales.base));  // else computed after the reduction
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
@@ -664,8 +678,7 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, 
   }
   __shared__ float partial[device::kWarpThreads];
   norm_group_row<T, kVec, kGroup, kPerLane, kFusedAdd, kUE8M0, kRounding, kPairs>(xs, ws, rs, held, first, nvec, inv_hidden, p.eps, row.residual,
-                                                                                epi.q + blockIdx.x * epi.q_row_stride, epi.first_row + blockIdx.x,
-                                                                                epi, partial, [] {});
+                                                                                q, scales, epi, partial, [] {});
 #endif
 }
 
@@ -1253,9 +1266,9 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kMinBlocks>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kMinBlocks, kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kMinBlocks>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kMinBlocks, kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores>, p, epi);
         }
         return true;
       }

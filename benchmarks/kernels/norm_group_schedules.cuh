@@ -1,7 +1,7 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
 // kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows,
-// kManyMinBlocks>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's). Beside them, kernels
+// kManyMinBlocks, kPinnedStores, kFusedPinnedStores>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's). Beside them, kernels
 // that are not the product's: TmaRows (the plain op's many rows through a persistent grid fed by bulk copies) and
 // PatternRows (the plain op's access pattern without its arithmetic: a yardstick).
 #pragma once
@@ -12,7 +12,8 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kManyMinBlocksArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kManyMinBlocksArg, int kPinnedStoresArg,
+          int kFusedPinnedStoresArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -21,6 +22,7 @@ struct Sched {
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
   static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
   static constexpr int kManyMinBlocks = kManyMinBlocksArg;
+  static constexpr bool kPinnedStores = kPinnedStoresArg != 0, kFusedPinnedStores = kFusedPinnedStoresArg != 0;
 };
 
 template <int... kArgs>
@@ -57,7 +59,8 @@ JITKERN_DEVICE void bar_wait(uint64_t* bar, uint32_t parity) {
 // held by the loads), the weights are loaded once. Each row then as norm_group_rows_kernel (norm_group_row: the same bits).
 template <int kStages, int kMinBlocks, int kBoundThreads, bool kUE8M0, Rounding kRounding>
 __global__ void __launch_bounds__(kBoundThreads, kMinBlocks)
-    norm_group_tma_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p, const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+    norm_group_tma_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p,
+                          const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Vec = AlignedVector<bf16_t, kVec>;
   extern __shared__ __align__(128) uint8_t stages[];  // kStages rows, then their barriers
@@ -97,7 +100,8 @@ __global__ void __launch_bounds__(kBoundThreads, kMinBlocks)
     uint8_t* stage = stages + s * row_bytes;
     uint64_t* bar = &full[s];
     jitkern_quant::norm_group_row<bf16_t, kVec, kGroup, kPerLane, false, kUE8M0, kRounding, true>(
-        xs, ws, rs, true, first, nvec, inv_hidden, p.eps, nullptr, epi.q + row * epi.q_row_stride, epi.first_row + row, epi, partial[i & 1], [&] {
+        xs, ws, rs, true, first, nvec, inv_hidden, p.eps, nullptr, epi.q + row * epi.q_row_stride,
+        jitkern_quant::row_of_scales(epi.scales, epi.first_row + row), epi, partial[i & 1], [&] {
           if (threadIdx.x == 0 && next < total) bulk_load(stage, rows.in + next * rows.in_token, row_bytes, bar);
         });
     if (++s == kStages) s = 0, parity ^= 1;
@@ -111,7 +115,8 @@ __global__ void __launch_bounds__(kBoundThreads, kMinBlocks)
 // the op triggers it.
 template <int kLaneVecs, bool kUE8M0>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kLaneVecs)
-    norm_group_pattern_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p, const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, Rounding::kExact> epi) {
+    norm_group_pattern_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p,
+                              const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, Rounding::kExact> epi) {
 #ifdef __CUDACC__
   using Vec = AlignedVector<uint32_t, 4>;
   constexpr int kRowLanes = kGroup / kVec / kLaneVecs;
@@ -187,7 +192,8 @@ struct TmaRows {
   template <int kGroupSize>
   static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
                                   int64_t group_size, double eps) {
-    const bool done = plain_with<kPerLane, true>(input, weight, output_q, output_s, group_size, eps, [](const auto& p, const auto& epi, const auto& rows, int threads) {
+    static_assert(kGroupSize == kGroup);
+    const auto tma = [](const auto& p, const auto& epi, const auto& rows, int threads) {
       using namespace host;
       if (threads > kBoundThreads) return false;
       const auto kernel = norm_group_tma_kernel<kStages, kMinBlocks, kBoundThreads, false, Rounding::kExact>;
@@ -203,12 +209,14 @@ struct TmaRows {
       launch.enable_pdl();
       launch(kernel, p, epi);
       return true;
-    });
-    if (!done) jitkern_quant::QuantOps<bf16_t>::rmsnorm_group_quant<kGroup>(input, weight, output_q, output_s, group_size, eps);
+    };
+    if (!plain_with<kPerLane, true>(input, weight, output_q, output_s, group_size, eps, tma))
+      jitkern_quant::QuantOps<bf16_t>::rmsnorm_group_quant<kGroup>(input, weight, output_q, output_s, group_size, eps);
   }
   template <int kGroupSize>
   static void fused_add_rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
+    static_assert(kGroupSize == kGroup);
     jitkern_quant::QuantOps<bf16_t>::fused_add_rmsnorm_group_quant<kGroup>(input, residual, weight, output_q, output_s, group_size, eps);
   }
 };
@@ -218,12 +226,13 @@ inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, 
   using S = jitkern_quant::NormGroupSchedule;
   const auto launch = [&](auto lanes_tag) {
     constexpr int kLaneVecs = decltype(lanes_tag)::value;
-    return plain_with<kLaneVecs, false>(input, weight, output_q, output_s, kGroup, 1e-6, [](const auto& p, const auto& epi, const auto& rows, int threads) {
+    const auto pattern = [](const auto& p, const auto& epi, const auto& rows, int threads) {
       host::LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
       launch.enable_pdl();
       launch(norm_group_pattern_kernel<kLaneVecs, false>, p, epi);
       return true;
-    });
+    };
+    return plain_with<kLaneVecs, false>(input, weight, output_q, output_s, kGroup, 1e-6, pattern);
   };
   const int64_t tokens = input.size(0), sms = host::runtime::get_sm_count(input.device().device_id);
   const bool done = tokens >= S::kManyRowsPerSm * sms ? launch(std::integral_constant<int, S::kLaneVecs>{})
