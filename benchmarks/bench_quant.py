@@ -248,17 +248,17 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
 # many-row kernel's __launch_bounds__ CTAs an SM (0: none), the rows kernel's code and scale addresses computed before
-# its wait (plain, fused add); or a type of norm_group_schedules.cuh with those entry points.
+# its wait (plain, fused add), the plain op's many rows through norm_group_stream_kernel with that many rows in flight
+# a CTA (0: never); or a type of norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5, 0, 0),
-    "pinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 1, 1),
-    "tma2": "TmaRows<2, 0>",
-    "tma3": "TmaRows<3, 0>",
-    "tma3 x5": "TmaRows<3, 0, 5, 224>",
+    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5, 0, 0, 0),
+    "pinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 1, 1, 0),
+    "stream2": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 0, 0, 2),
+    "stream3": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 0, 0, 3),
 }
 DECODE_SCHEDULES = ["pinned"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
 DECODE_FUSED_SCHEDULES = ["pinned"]  # ... the fused add
-PREFILL_SCHEDULES = ["min blocks 5", "tma2", "tma3", "tma3 x5"]  # ... the plain op at prefill sizes
+PREFILL_SCHEDULES = ["min blocks 5", "stream2", "stream3"]  # ... the plain op at prefill sizes
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 

@@ -471,6 +471,8 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
 //   kManyMinBlocks: the many-row kernel's __launch_bounds__ CTAs an SM (0: none; more caps its registers);
 //   kPinnedStores, kFusedPinnedStores: the rows kernel computes a row's code and scale addresses before its wait;
+//   kStreamStages: from kManyRowsPerSm rows an SM on, the plain op's 16-bit rows of whole warps of kLaneVecs vectors
+//     a lane go through norm_group_stream_kernel with that many rows in flight a CTA (sm_90 on; 0: never);
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -490,6 +492,7 @@ struct NormGroupSchedule {
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr int kManyMinBlocks = 0;
   static constexpr bool kPinnedStores = false, kFusedPinnedStores = false;
+  static constexpr int kStreamStages = 0;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -760,6 +763,79 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
   quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding, true>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
                                                                                      epi.eps, 0xffffffffu, store_scale);
+#endif
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// An mbarrier of shared memory (one arrival a phase), and a bulk copy from global into shared memory completing on it.
+JITKERN_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+JITKERN_DEVICE void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory"); }
+JITKERN_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_address(dst)), "l"(src),
+               "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
+JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(
+                   shared_address(bar)),
+               "r"(parity)
+               : "memory");
+}
+#endif
+
+// Many token rows of rmsnorm_group_quant, each exactly kPerLane vectors a thread of whole warps, through a persistent
+// grid: a CTA takes rows blockIdx.x, + gridDim.x, ...; its thread 0 keeps kStages of them in flight in shared memory,
+// one bulk copy a row (no registers held by the loads, unlike a row a CTA), and the weights are loaded once. Each
+// row then as norm_group_rows_kernel (norm_group_row: the same bits). Dynamic shared memory: kStages rows, then
+// kStages mbarriers.
+template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, quant::Rounding kRounding, bool kPairs>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
+    norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p,
+                             const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Vec = AlignedVector<T, kVec>;
+  constexpr int kLanes = kGroup / kVec / kPerLane;
+  extern __shared__ __align__(128) uint8_t stages[];
+  __shared__ float partial[2][device::kWarpThreads];  // by the row's parity: a row's writes never meet the last one's reads
+  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
+  const int first = g * (kGroup / kVec) + static_cast<int>(threadIdx.x) % kLanes;
+  const uint32_t row_bytes = static_cast<uint32_t>(p.hidden * sizeof(T));
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * row_bytes);
+  const device::norm::RowProblem<T>& rows = p.problem[0];
+  const int total = p.total_rows, step = static_cast<int>(gridDim.x);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) mbarrier_init_one(&full[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (threadIdx.x == 0) {
+    for (int s = 0, r = static_cast<int>(blockIdx.x); s < kStages && r < total; ++s, r += step)
+      bulk_load(stages + s * row_bytes, rows.in + r * rows.in_token, row_bytes, &full[s]);
+  }
+  Vec ws[kPerLane], rs[1];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) ws[r].load_global(rows.weight + (first + r * kLanes) * kVec);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  int s = 0;
+  uint32_t parity = 0;
+  for (int i = 0, row = static_cast<int>(blockIdx.x); row < total; ++i, row += step) {
+    mbarrier_wait(&full[s], parity);
+    Vec xs[kPerLane];
+    uint8_t* stage = stages + s * row_bytes;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) __builtin_memcpy(&xs[r], stage + (first + r * kLanes) * kVec * sizeof(T), sizeof(Vec));
+    const int next = row + kStages * step;
+    uint64_t* bar = &full[s];
+    norm_group_row<T, kVec, kGroup, kPerLane, false, kUE8M0, kRounding, kPairs>(
+        xs, ws, rs, true, first, nvec, inv_hidden, p.eps, nullptr, epi.q + row * epi.q_row_stride,
+        row_of_scales(epi.scales, epi.first_row + row), epi, partial[i & 1], [&] {  // every thread has read the stage
+          if (threadIdx.x == 0 && next < total) bulk_load(stage, rows.in + next * rows.in_token, row_bytes, bar);
+        });
+    if (++s == kStages) s = 0, parity ^= 1;
+  }
 #endif
 }
 
@@ -1257,6 +1333,12 @@ struct QuantOps {
         return true;
       }
     }
+    if constexpr (!kFusedAdd && sizeof(T) == 2 && S::kStreamStages > 0) {
+      if (rows.tokens >= S::kManyRowsPerSm * sm_count && nvec % (int64_t{S::kLaneVecs} * device::kWarpThreads) == 0 &&
+          row_policy(rows.device).arch >= 90 &&
+          launch_stream<kGroup, kUE8M0, kRounding>(p, epi, static_cast<int>(nvec / S::kLaneVecs), rows.device, sm_count))
+        return true;
+    }
     const auto go = [&](auto lanes_tag, auto min_blocks_tag) {
       constexpr int kLaneVecs = decltype(lanes_tag)::value, kMinBlocks = decltype(min_blocks_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
@@ -1276,6 +1358,28 @@ struct QuantOps {
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
       return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::integral_constant<int, S::kManyMinBlocks>{});
     return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::integral_constant<int, 0>{});
+  }
+
+  // norm_group_stream_kernel over p's rows (threads a CTA: a row's vectors / S::kLaneVecs), as many CTAs as an SM holds.
+  template <int kGroup, bool kUE8M0, quant::Rounding kRounding>
+  static bool launch_stream(const device::norm::NormParams<T>& p, const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, int threads,
+                            DLDevice device, int64_t sm_count) {
+    using namespace host;
+    constexpr int kVec = device::kVec16<T>;
+    const auto kernel = norm_group_stream_kernel<T, kVec, kGroup, S::kLaneVecs, S::kStreamStages, kUE8M0, kRounding, S::kPairs>;
+    const std::size_t smem = S::kStreamStages * (p.hidden * sizeof(T) + sizeof(uint64_t));
+    const void* handle = kernel_handle(kernel);
+    int per_sm = 0;
+    {
+      const DeviceGuard guard(device.device_id);
+      if (smem > 48 * 1024) RuntimeDeviceCheck(cudaFuncSetAttribute(handle, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, handle, threads, smem));
+    }
+    if (per_sm < 1) return false;
+    LaunchKernel launch(static_cast<unsigned>(std::min<int64_t>(p.total_rows, per_sm * sm_count)), threads, device, smem);
+    launch.enable_pdl();
+    launch(kernel, p, epi);
+    return true;
   }
 };
 #endif  // __CUDACC_RTC__

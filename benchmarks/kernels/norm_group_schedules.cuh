@@ -1,9 +1,9 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
 // kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows,
-// kManyMinBlocks, kPinnedStores, kFusedPinnedStores>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's). Beside them, kernels
-// that are not the product's: TmaRows (the plain op's many rows through a persistent grid fed by bulk copies) and
-// PatternRows (the plain op's access pattern without its arithmetic: a yardstick).
+// kManyMinBlocks, kPinnedStores, kFusedPinnedStores, kStreamStages>: NormGroupSchedule's members, in its order
+// (kManyRowsPerSm: the product's). Beside them, pattern_rows: the plain op's access pattern without its arithmetic (a
+// yardstick).
 #pragma once
 
 #include <quant.cuh>
@@ -13,7 +13,7 @@ namespace bench_norm_group {
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
           int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kManyMinBlocksArg, int kPinnedStoresArg,
-          int kFusedPinnedStoresArg>
+          int kFusedPinnedStoresArg, int kStreamStagesArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -23,6 +23,7 @@ struct Sched {
   static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
   static constexpr int kManyMinBlocks = kManyMinBlocksArg;
   static constexpr bool kPinnedStores = kPinnedStoresArg != 0, kFusedPinnedStores = kFusedPinnedStoresArg != 0;
+  static constexpr int kStreamStages = kStreamStagesArg;
 };
 
 template <int... kArgs>
@@ -32,82 +33,7 @@ using Ops = jitkern_quant::QuantOps<bf16_t, Sched<kArgs...>>;
 using device::AlignedVector;
 using jitkern_quant::quant::QuantizeGroups;
 using jitkern_quant::quant::Rounding;
-constexpr int kVec = device::kVec16<bf16_t>, kGroup = 128, kPerLane = 4;  // the plain op's many-row layout
-constexpr int kLanes = kGroup / kVec / kPerLane;
-constexpr int kMaxThreads = host::kRowKernels.max_cta_threads / kPerLane;
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// An mbarrier of shared memory, and a bulk copy from global memory into shared memory that completes on it.
-JITKERN_DEVICE uint32_t smem_at(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-JITKERN_DEVICE void bar_init(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_at(bar)) : "memory"); }
-JITKERN_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_at(bar)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_at(dst)), "l"(src),
-               "r"(bytes), "r"(smem_at(bar))
-               : "memory");
-}
-JITKERN_DEVICE void bar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(smem_at(bar)),
-      "r"(parity)
-      : "memory");
-}
-#endif
-
-// The plain op's rows (each exactly kPerLane vectors a thread) through a persistent grid: a CTA takes rows blockIdx.x,
-// + gridDim.x, ...; its thread 0 keeps kStages of them in flight as one bulk copy each into shared memory (no registers
-// held by the loads), the weights are loaded once. Each row then as norm_group_rows_kernel (norm_group_row: the same bits).
-template <int kStages, int kMinBlocks, int kBoundThreads, bool kUE8M0, Rounding kRounding>
-__global__ void __launch_bounds__(kBoundThreads, kMinBlocks)
-    norm_group_tma_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p,
-                          const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Vec = AlignedVector<bf16_t, kVec>;
-  extern __shared__ __align__(128) uint8_t stages[];  // kStages rows, then their barriers
-  __shared__ float partial[2][device::kWarpThreads];  // by the row's parity: a row's writes never meet the last one's reads
-  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
-  const int first = g * (kGroup / kVec) + static_cast<int>(threadIdx.x) % kLanes;
-  const uint32_t row_bytes = static_cast<uint32_t>(p.hidden * sizeof(bf16_t));
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * row_bytes);
-  const device::norm::RowProblem<bf16_t>& rows = p.problem[0];
-  const int total = p.total_rows;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) bar_init(&full[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      const int r = static_cast<int>(blockIdx.x) + s * static_cast<int>(gridDim.x);
-      if (r < total) bulk_load(stages + s * row_bytes, rows.in + r * rows.in_token, row_bytes, &full[s]);
-    }
-  }
-  Vec ws[kPerLane], rs[1];
-#pragma unroll
-  for (int r = 0; r < kPerLane; ++r) ws[r].load_global(rows.weight + (first + r * kLanes) * kVec);
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  int s = 0;
-  uint32_t parity = 0;
-  for (int i = 0, row = static_cast<int>(blockIdx.x); row < total; ++i, row += static_cast<int>(gridDim.x)) {
-    bar_wait(&full[s], parity);
-    Vec xs[kPerLane];
-    const bf16_t* staged = reinterpret_cast<const bf16_t*>(stages + s * row_bytes);
-#pragma unroll
-    for (int r = 0; r < kPerLane; ++r) __builtin_memcpy(&xs[r], staged + (first + r * kLanes) * kVec, sizeof(Vec));
-    const int next = row + kStages * static_cast<int>(gridDim.x);
-    uint8_t* stage = stages + s * row_bytes;
-    uint64_t* bar = &full[s];
-    jitkern_quant::norm_group_row<bf16_t, kVec, kGroup, kPerLane, false, kUE8M0, kRounding, true>(
-        xs, ws, rs, true, first, nvec, inv_hidden, p.eps, nullptr, epi.q + row * epi.q_row_stride,
-        jitkern_quant::row_of_scales(epi.scales, epi.first_row + row), epi, partial[i & 1], [&] {
-          if (threadIdx.x == 0 && next < total) bulk_load(stage, rows.in + next * rows.in_token, row_bytes, bar);
-        });
-    if (++s == kStages) s = 0, parity ^= 1;
-  }
-#endif
-}
+constexpr int kVec = device::kVec16<bf16_t>, kGroup = 128;
 
 // The plain op's access pattern without its arithmetic: one row a CTA, kLaneVecs vectors of the input and the weights
 // a thread (norm_group_rows_kernel's layout), one CTA reduction (the words' xor), then the codes (the values' high
@@ -157,9 +83,9 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kLaneVecs)
 
 #ifndef __CUDACC_RTC__
 // The plain op's operands (rmsnorm_group_quant's signature, 1x128 groups, fp32 scales, the exact rounding) given to
-// kernel(p, epi, rows, threads) where each row is exactly kLaneVecs vectors of whole warps of threads and, with
-// kMany, there are the product's many rows; false where they are not such rows or kernel declines them (false).
-template <int kLaneVecs, bool kMany, typename Kernel>
+// kernel(p, epi, rows, threads) where each row is exactly kLaneVecs vectors of whole warps of threads; false where
+// they are not such rows or kernel declines them (false).
+template <int kLaneVecs, typename Kernel>
 bool plain_with(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
                 int64_t group_size, double eps, const Kernel& kernel) {
   using namespace host;
@@ -175,51 +101,14 @@ bool plain_with(jitkern::TensorView input, jitkern::TensorView weight, jitkern::
   device::norm::NormParams<bf16_t> p = rows.params;
   p.total_rows = static_cast<int32_t>(rows.tokens);
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool many = rows.tokens >= jitkern_quant::NormGroupSchedule::kManyRowsPerSm * runtime::get_sm_count(rows.device.device_id);
   p.early_trigger = rows.tokens <= jitkern_quant::NormGroupSchedule::kEarlyTriggerMaxRows;
   const bool fits = group_size == kGroup && !checked.ue8m0 && hidden % kGroup == 0 && nvec == int64_t{kLaneVecs} * threads &&
                     threads <= host::kRowKernels.max_cta_threads / kLaneVecs && threads % device::kWarpThreads == 0 &&
-                    rows.tokens <= 0x7fffffff && (many || !kMany) &&
+                    rows.tokens <= 0x7fffffff &&
                     aligned(p.problem[0].in) && aligned(p.problem[0].weight) && aligned(epi.q) && p.problem[0].in_token % kVec == 0 &&
                     q_stride % kVec == 0;
   return fits && kernel(p, epi, rows, threads);
 }
-
-// norm_group_tma_kernel for the plain op's many rows, at most kCtasPerSm CTAs an SM (0: as many as fit); the other
-// rows and the fused add as the product takes them.
-template <int kStages, int kCtasPerSm, int kMinBlocks = 0, int kBoundThreads = kMaxThreads>
-struct TmaRows {
-  template <int kGroupSize>
-  static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
-                                  int64_t group_size, double eps) {
-    static_assert(kGroupSize == kGroup);
-    const auto tma = [](const auto& p, const auto& epi, const auto& rows, int threads) {
-      using namespace host;
-      if (threads > kBoundThreads) return false;
-      const auto kernel = norm_group_tma_kernel<kStages, kMinBlocks, kBoundThreads, false, Rounding::kExact>;
-      const std::size_t smem = kStages * (p.hidden * sizeof(bf16_t) + sizeof(uint64_t));
-      const void* handle = kernel_handle(kernel);
-      const DeviceGuard guard(rows.device.device_id);
-      RuntimeDeviceCheck(cudaFuncSetAttribute(handle, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      int per_sm = 0;
-      RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, handle, threads, smem));
-      if (kCtasPerSm > 0) per_sm = std::min(per_sm, kCtasPerSm);
-      const int64_t grid = std::min<int64_t>(rows.tokens, int64_t{per_sm} * runtime::get_sm_count(rows.device.device_id));
-      LaunchKernel launch(static_cast<unsigned>(grid), threads, rows.device, smem);
-      launch.enable_pdl();
-      launch(kernel, p, epi);
-      return true;
-    };
-    if (!plain_with<kPerLane, true>(input, weight, output_q, output_s, group_size, eps, tma))
-      jitkern_quant::QuantOps<bf16_t>::rmsnorm_group_quant<kGroup>(input, weight, output_q, output_s, group_size, eps);
-  }
-  template <int kGroupSize>
-  static void fused_add_rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
-                                            jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
-    static_assert(kGroupSize == kGroup);
-    jitkern_quant::QuantOps<bf16_t>::fused_add_rmsnorm_group_quant<kGroup>(input, residual, weight, output_q, output_s, group_size, eps);
-  }
-};
 
 // norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's).
 inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {
@@ -232,7 +121,7 @@ inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, 
       launch(norm_group_pattern_kernel<kLaneVecs, false>, p, epi);
       return true;
     };
-    return plain_with<kLaneVecs, false>(input, weight, output_q, output_s, kGroup, 1e-6, pattern);
+    return plain_with<kLaneVecs>(input, weight, output_q, output_s, kGroup, 1e-6, pattern);
   };
   const int64_t tokens = input.size(0), sms = host::runtime::get_sm_count(input.device().device_id);
   const bool done = tokens >= S::kManyRowsPerSm * sms ? launch(std::integral_constant<int, S::kLaneVecs>{})

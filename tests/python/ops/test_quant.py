@@ -1166,6 +1166,27 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name,hidden,rounding,ue8m0", [("bfloat16", 7168, "exact", False), ("float16", 4096, "sglang", True),
+                                                             ("bfloat16", 2048, "exact", True)])
+def test_norm_group_quant_streamed_rows_give_the_bits_of_few(dtype_name, hidden, rounding, ue8m0):
+    """rmsnorm_group_quant_fp8 over rows enough that each CTA of the persistent grid (norm_group_stream_kernel) cycles
+    through its row stages several times gives, row for row, the bits of launches of 256 rows (the rows kernel)."""
+    torch = _torch()
+    from jitkern.ops import rmsnorm_group_quant_fp8
+
+    flags = dict(column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=ue8m0, rounding=rounding)
+    rows = 8 * _many_rows() + 3
+    x, w = _x((rows, hidden), dtype_name), _x((hidden,), dtype_name, seed=1)
+    x[rows - 2, 5] = float("nan")
+    x[rows - 1, 9] = float("inf")
+    q, s = rmsnorm_group_quant_fp8(x, w, **flags)
+    for first in range(0, rows, 256):
+        qf, sf = rmsnorm_group_quant_fp8(x[first:first + 256], w, **flags)
+        _assert_q_equal(q[first:first + 256], qf)
+        assert torch.equal(s[first:first + 256], sf), f"scales differ from row {first}"
+
+
+@pytest.mark.gpu
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
     rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; up to 4 rows of the
@@ -1206,12 +1227,13 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("tokens", [3, 64, 5000])
-def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(tokens):
-    """The fused op after the kernel that writes its input (PDL), eagerly and replayed from a CUDA graph,
-    into given outputs in the TMA-aligned UE8M0 layout."""
+def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(tokens, fused):
+    """The op (fused: the fused add) after the kernel that writes its input (PDL), eagerly and replayed from a CUDA
+    graph, into given outputs in the TMA-aligned UE8M0 layout."""
     torch = _torch()
-    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, group_scales_like
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, group_scales_like, rmsnorm_group_quant_fp8
 
     h = 7168
     src, r0 = _x((tokens, h), "bfloat16"), _x((tokens, h), "bfloat16", seed=9)
@@ -1228,12 +1250,16 @@ def test_norm_group_quant_reads_what_the_previous_kernel_wrote_from_a_graph(toke
 
     def step():
         torch.mul(src, 1.0, out=x)
-        r.copy_(r0)
-        fused_add_rmsnorm_group_quant_fp8(x, r, w, 1e-6, output_q=q, output_s=s, **flags)
+        if fused:
+            r.copy_(r0)
+            fused_add_rmsnorm_group_quant_fp8(x, r, w, 1e-6, output_q=q, output_s=s, **flags)
+        else:
+            rmsnorm_group_quant_fp8(x, w, 1e-6, output_q=q, output_s=s, **flags)
 
     def check(what):
-        eq, es, er = _norm_group_unfused(x, r0, w, 1e-6, 128, flags)
-        assert torch.equal(r, er), what
+        eq, es, er = _norm_group_unfused(x, r0 if fused else None, w, 1e-6, 128, flags)
+        if fused:
+            assert torch.equal(r, er), what
         _assert_q_close(q, eq)
         _assert_scales_close(s, es, x.dtype)
 
