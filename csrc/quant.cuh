@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     many rows, else after its wait;
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
-//   kManyMinBlocks: the many-row kernel's __launch_bounds__ CTAs an SM (0: none; more caps its registers);
+//   kManyMinBlocks: the many-row kernels' __launch_bounds__ CTAs an SM (0: none; more caps their registers);
 //   kPinnedStores, kFusedPinnedStores: the rows kernel computes a row's code and scale addresses before its wait;
 //   kStreamStages: from kManyRowsPerSm rows an SM on, the plain op's 16-bit rows of whole warps of kLaneVecs vectors
 //     a lane go through norm_group_stream_kernel with that many rows in flight a CTA (sm_90 on; 0: never);
@@ -788,9 +788,9 @@ JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // grid: a CTA takes rows blockIdx.x, + gridDim.x, ...; its thread 0 keeps kStages of them in flight in shared memory,
 // one bulk copy a row (no registers held by the loads, unlike a row a CTA), and the weights are loaded once. Each
 // row then as norm_group_rows_kernel (norm_group_row: the same bits). Dynamic shared memory: kStages rows, then
-// kStages mbarriers.
-template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, quant::Rounding kRounding, bool kPairs>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane)
+// kStages mbarriers. kMinBlocks: __launch_bounds__'s CTAs an SM (0: none).
+template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, quant::Rounding kRounding, bool kPairs, int kMinBlocks>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
     norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p,
                              const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1366,7 +1366,7 @@ struct QuantOps {
                             DLDevice device, int64_t sm_count) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
-    const auto kernel = norm_group_stream_kernel<T, kVec, kGroup, S::kLaneVecs, S::kStreamStages, kUE8M0, kRounding, S::kPairs>;
+    const auto kernel = norm_group_stream_kernel<T, kVec, kGroup, S::kLaneVecs, S::kStreamStages, kUE8M0, kRounding, S::kPairs, S::kManyMinBlocks>;
     const std::size_t smem = S::kStreamStages * (p.hidden * sizeof(T) + sizeof(uint64_t));
     const void* handle = kernel_handle(kernel);
     int per_sm = 0;
