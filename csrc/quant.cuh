@@ -788,7 +788,7 @@ JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // grid: a CTA takes rows blockIdx.x, + gridDim.x, ...; its thread 0 keeps kStages of them in flight in shared memory,
 // one bulk copy a row (no registers held by the loads, unlike a row a CTA), and the weights are loaded once. Each
 // row then as norm_group_rows_kernel (norm_group_row: the same bits). Dynamic shared memory: kStages rows, then
-// kStages mbarriers. kMinBlocks: __launch_bounds__'s CTAs an SM (0: none).
+// kStages mbarriers. kMinBlocks: __launch_bounds__'s CTAs an SM.
 template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, quant::Rounding kRounding, bool kPairs, int kMinBlocks>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
     norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p,
@@ -826,7 +826,7 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, 
     Vec xs[kPerLane];
     uint8_t* stage = stages + s * row_bytes;
 #pragma unroll
-    for (int r = 0; r < kPerLane; ++r) __builtin_memcpy(&xs[r], stage + (first + r * kLanes) * kVec * sizeof(T), sizeof(Vec));
+    for (int r = 0; r < kPerLane; ++r) xs[r] = reinterpret_cast<const Vec*>(stage)[first + r * kLanes];  // 16-byte loads
     const int next = row + kStages * step;
     uint64_t* bar = &full[s];
     norm_group_row<T, kVec, kGroup, kPerLane, false, kUE8M0, kRounding, kPairs>(
@@ -1366,7 +1366,9 @@ struct QuantOps {
                             DLDevice device, int64_t sm_count) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
-    const auto kernel = norm_group_stream_kernel<T, kVec, kGroup, S::kLaneVecs, S::kStreamStages, kUE8M0, kRounding, S::kPairs, S::kManyMinBlocks>;
+    // At least 4 CTAs of the widest rows an SM: 64 registers, as the rows kernel takes (sglang's rounding would take 80).
+    constexpr int kMinBlocks = S::kManyMinBlocks > 4 ? S::kManyMinBlocks : 4;
+    const auto kernel = norm_group_stream_kernel<T, kVec, kGroup, S::kLaneVecs, S::kStreamStages, kUE8M0, kRounding, S::kPairs, kMinBlocks>;
     const std::size_t smem = S::kStreamStages * (p.hidden * sizeof(T) + sizeof(uint64_t));
     const void* handle = kernel_handle(kernel);
     int per_sm = 0;
