@@ -246,19 +246,20 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
-# add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
+# add), rows split over a cluster up to that many rows (plain, fused add; norm_group_cluster_kernel) and its CTAs, the
 # many-row kernels' __launch_bounds__ CTAs an SM (0: none), the rows kernel's code and scale addresses computed before
 # its wait (plain, fused add), the plain op's many rows through norm_group_stream_kernel with that many rows in flight
 # a CTA (0: never); or a type of norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5, 0, 0, 0),
-    "pinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 1, 1, 0),
-    "stream2": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 0, 0, 2),
-    "stream3": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 0, 0, 3),
-    "stream2 min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 5, 0, 0, 2),
+    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 5, 0, 0, 0),
+    "pinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 1, 1, 0),
+    "cluster 4 of 256": (4, 2, 2, 1, 1, 8, 16, 4, 4, 4, 0, 0, 0, 0),
+    "stream2": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0, 0, 2),
+    "stream3": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0, 0, 3),
+    "stream2 min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 5, 0, 0, 2),
 }
-DECODE_SCHEDULES = ["pinned"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["pinned"]  # ... the fused add
+DECODE_SCHEDULES = ["pinned", "cluster 4 of 256"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["pinned", "cluster 4 of 256"]  # ... the fused add
 PREFILL_SCHEDULES = ["min blocks 5", "stream2", "stream3", "stream2 min blocks 5"]  # ... the plain op at prefill sizes
 KERNELS = Path(__file__).resolve().parent / "kernels"
 

@@ -468,7 +468,8 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
 //     many rows, else after its wait;
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
-//     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
+//     are each split over a cluster of kClusterCtas CTAs of 1024 / kClusterCtas threads (norm_group_cluster_kernel;
+//     0: never);
 //   kManyMinBlocks: the many-row kernels' __launch_bounds__ CTAs an SM (0: none; more caps their registers);
 //   kPinnedStores, kFusedPinnedStores: the rows kernel computes a row's code and scale addresses before its wait;
 //   kStreamStages: from kManyRowsPerSm rows an SM on, the plain op's 16-bit rows of whole warps of kLaneVecs vectors
@@ -490,6 +491,7 @@ struct NormGroupSchedule {
   static constexpr bool kPairs = true;
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
+  static constexpr int kClusterCtas = 8;
   static constexpr int kManyMinBlocks = 0;
   static constexpr bool kPinnedStores = false, kFusedPinnedStores = false;
   static constexpr int kStreamStages = 0;
@@ -1324,7 +1326,7 @@ struct QuantOps {
     p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
     if constexpr (sizeof(T) == 2) {
-      constexpr int kThreads = 128, kCtas = 8;
+      constexpr int kCtas = S::kClusterCtas, kThreads = host::kRowKernels.max_cta_threads / kCtas;
       if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows) &&
           row_policy(rows.device).arch >= 90) {
         LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);

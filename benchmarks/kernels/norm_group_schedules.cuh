@@ -1,7 +1,7 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
 // kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows,
-// kManyMinBlocks, kPinnedStores, kFusedPinnedStores, kStreamStages>: NormGroupSchedule's members, in its order
+// kClusterCtas, kManyMinBlocks, kPinnedStores, kFusedPinnedStores, kStreamStages>: NormGroupSchedule's members, in its order
 // (kManyRowsPerSm: the product's). Beside them, pattern_rows: the plain op's access pattern without its arithmetic (a
 // yardstick).
 #pragma once
@@ -12,7 +12,8 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kManyMinBlocksArg, int kPinnedStoresArg,
+          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kClusterCtasArg, int kManyMinBlocksArg,
+          int kPinnedStoresArg,
           int kFusedPinnedStoresArg, int kStreamStagesArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
@@ -21,6 +22,7 @@ struct Sched {
   static constexpr bool kPairs = kPairsArg != 0;
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
   static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
+  static constexpr int kClusterCtas = kClusterCtasArg;
   static constexpr int kManyMinBlocks = kManyMinBlocksArg;
   static constexpr bool kPinnedStores = kPinnedStoresArg != 0, kFusedPinnedStores = kFusedPinnedStoresArg != 0;
   static constexpr int kStreamStages = kStreamStagesArg;
