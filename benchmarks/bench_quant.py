@@ -247,20 +247,17 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster up to that many rows (plain, fused add; norm_group_cluster_kernel) and its CTAs, the
-# many-row kernels' __launch_bounds__ CTAs an SM (0: none), the rows kernel's code and scale addresses computed before
-# its wait (plain, fused add), the plain op's many rows through norm_group_stream_kernel with that many rows in flight
-# a CTA (0: never); or a type of norm_group_schedules.cuh with those entry points.
+# code and scale addresses computed before the wait (plain, fused add); or a type of norm_group_schedules.cuh with
+# those entry points.
 NORM_GROUP_SCHEDULES = {
-    "min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 5, 0, 0, 0),
-    "pinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 1, 1, 0),
-    "cluster 4 of 256": (4, 2, 2, 1, 1, 8, 16, 4, 4, 4, 0, 0, 0, 0),
-    "stream2": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0, 0, 2),
-    "stream3": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0, 0, 3),
-    "stream2 min blocks 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 5, 0, 0, 2),
+    "unpinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0),
+    "few4": (4, 2, 4, 1, 1, 8, 16, 0, 4, 8, 1, 1),
+    "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["pinned", "cluster 4 of 256"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["pinned", "cluster 4 of 256"]  # ... the fused add
-PREFILL_SCHEDULES = ["min blocks 5", "stream2", "stream3", "stream2 min blocks 5"]  # ... the plain op at prefill sizes
+DECODE_SCHEDULES = ["unpinned", "few4"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
+PREFILL_SCHEDULES = ["unpinned", "stream2"]  # ... the plain op at prefill sizes
+PREFILL_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
@@ -398,17 +395,17 @@ def issue_bound_us(t: int, h: int, rounding: str) -> float:
 
 def norm_group_large(module, ceilings: dict, modules: dict) -> None:
     """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
-    element) and of the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES (exact, the plain op),
+    element) and of the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES and PREFILL_FUSED_SCHEDULES (exact),
     the instruction-issue bound (issue_bound_us), the plain op's access pattern without its arithmetic (the "pattern"
     module: % of `halve`) and the rows rewritten in place after one CTA reduction (rewrite_rows, 4 bytes an element:
     % of copy); median of 3 interleaved rounds; rows printed as measured."""
     copy = max(ceilings.values())
-    names = [n for n in PREFILL_SCHEDULES if n in modules]
-    columns = "".join(f" {n} |" for n in names)
+    names, add_names = [n for n in PREFILL_SCHEDULES if n in modules], [n for n in PREFILL_FUSED_SCHEDULES if n in modules]
+    columns, add_columns = "".join(f" {n} |" for n in names), "".join(f" {n} |" for n in add_names)
     table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
           "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | its access pattern without the arithmetic | "
-          "fused_add_rmsnorm_group_quant_fp8 exact | sglang | rows rewritten after one CTA reduction (% of copy) |", [])
+          f"fused_add_rmsnorm_group_quant_fp8 exact | sglang |{add_columns} rows rewritten after one CTA reduction (% of copy) |", [])
     pattern = modules.get("pattern")
     for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
@@ -418,6 +415,7 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
             providers = _group_providers(x, r0, w, y, q, s)
             m = interleaved({**{k: providers[k] for r in ROUNDINGS for k in (f"fused {r}", f"fused add {r}")},
                              **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in names},
+                             **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in add_names},
                              **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s))} if pattern else {}),
                              "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
@@ -426,7 +424,8 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
                                [f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in names])
             bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
             yardstick = f"{m['pattern']:.2f} ({100 * halve / m['pattern']:.1f}%)" if pattern else "n/a"
-            fused = " | ".join(f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS)
+            fused = " | ".join([f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS] +
+                               [f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in add_names])
             rewrite = f"{m['rewrite']:.2f} ({100 * 4 * t * h / 1e3 / copy / m['rewrite']:.1f}%)"
             print(f"| {h} | {t} | {plain} | {bound} | {yardstick} | {fused} | {rewrite} |", flush=True)
     print(f"\nCopy ceiling: {copy_ceiling_text(ceilings)}. Issue bound: PLAIN_MANY_ROW_SASS instructions a thread, "

@@ -470,10 +470,8 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
 //     are each split over a cluster of kClusterCtas CTAs of 1024 / kClusterCtas threads (norm_group_cluster_kernel;
 //     0: never);
-//   kManyMinBlocks: the many-row kernels' __launch_bounds__ CTAs an SM (0: none; more caps their registers);
-//   kPinnedStores, kFusedPinnedStores: the rows kernel computes a row's code and scale addresses before its wait;
-//   kStreamStages: from kManyRowsPerSm rows an SM on, the plain op's 16-bit rows of whole warps of kLaneVecs vectors
-//     a lane go through norm_group_stream_kernel with that many rows in flight a CTA (sm_90 on; 0: never);
+//   kPinnedStores, kFusedPinnedStores: the rows and cluster kernels compute a row's code and scale addresses before
+//     their wait (else the compiler puts them after the reduction, on the path to the stores);
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -492,9 +490,7 @@ struct NormGroupSchedule {
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr int kClusterCtas = 8;
-  static constexpr int kManyMinBlocks = 0;
-  static constexpr bool kPinnedStores = false, kFusedPinnedStores = false;
-  static constexpr int kStreamStages = 0;
+  static constexpr bool kPinnedStores = true, kFusedPinnedStores = true;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -645,11 +641,10 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait. kMinBlocks: __launch_bounds__'s CTAs an SM (0: none). kPinnedStores: the row's
-// code and scale addresses computed before the wait.
+// at start, else after the wait. kPinnedStores: the row's code and scale addresses computed before the wait.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          int kMinBlocks = 0, bool kPinnedStores = false>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks) norm_group_rows_kernel(
+          bool kPinnedStores>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
@@ -710,8 +705,9 @@ JITKERN_DEVICE void store_to_cta(float* local, uint32_t rank, float v) {
 // c * kThreads + t of the row is thread t's of CTA c, so each warp adds the sum of squares of one vector a thread's
 // warp, which it stores into every CTA's shared memory; after a cluster barrier each CTA adds those as
 // norm_group_rows_kernel does (the same bits), then normalises and quantizes its own vectors. A CTA reads and
-// writes its own slice of the residual only. CTAs past the row's end only take part in the barriers.
-template <typename T, int kVec, int kGroup, int kThreads, int kCtas, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding>
+// writes its own slice of the residual only. CTAs past the row's end only take part in the barriers. kPinnedStores: as
+// norm_group_rows_kernel's.
+template <typename T, int kVec, int kGroup, int kThreads, int kCtas, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kPinnedStores>
 __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
     norm_group_cluster_kernel(const __grid_constant__ device::norm::NormParams<T> p,
                               const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
@@ -728,6 +724,9 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   const T *in_at = row.in + own * kVec, *w_at = row.weight + own * kVec;
   T* res_at = row.residual + own * kVec;
   asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));  // as norm_group_rows_kernel
+  uint8_t* q = epi.q + blockIdx.y * epi.q_row_stride + own * kVec;
+  quant::GroupScales scales = row_of_scales(epi.scales, epi.first_row + blockIdx.y);
+  if constexpr (kPinnedStores) asm volatile("" : "+l"(q), "+l"(scales.base));
   cluster_arrive_relaxed();  // this CTA has started: the others may store into its shared memory once all have
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
@@ -762,82 +761,8 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   PM::widen(w, wv);
   y[0] = PM::normalized(xv, wv, scale);
   const int g = own / kGroupVecs;
-  const auto store_scale = [&](float s, uint32_t e) { epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.y, g, epi.groups_per_row, s, e); };
-  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding, true>(y, held, epi.q + blockIdx.y * epi.q_row_stride + own * kVec,
-                                                                                     epi.eps, 0xffffffffu, store_scale);
-#endif
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// An mbarrier of shared memory (one arrival a phase), and a bulk copy from global into shared memory completing on it.
-JITKERN_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-JITKERN_DEVICE void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory"); }
-JITKERN_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_address(dst)), "l"(src),
-               "r"(bytes), "r"(shared_address(bar))
-               : "memory");
-}
-JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(
-                   shared_address(bar)),
-               "r"(parity)
-               : "memory");
-}
-#endif
-
-// Many token rows of rmsnorm_group_quant, each exactly kPerLane vectors a thread of whole warps, through a persistent
-// grid: a CTA takes rows blockIdx.x, + gridDim.x, ...; its thread 0 keeps kStages of them in flight in shared memory,
-// one bulk copy a row (no registers held by the loads, unlike a row a CTA), and the weights are loaded once. Each
-// row then as norm_group_rows_kernel (norm_group_row: the same bits). Dynamic shared memory: kStages rows, then
-// kStages mbarriers. kMinBlocks: __launch_bounds__'s CTAs an SM.
-template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, quant::Rounding kRounding, bool kPairs, int kMinBlocks>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
-    norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p,
-                             const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Vec = AlignedVector<T, kVec>;
-  constexpr int kLanes = kGroup / kVec / kPerLane;
-  extern __shared__ __align__(128) uint8_t stages[];
-  __shared__ float partial[2][device::kWarpThreads];  // by the row's parity: a row's writes never meet the last one's reads
-  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
-  const int first = g * (kGroup / kVec) + static_cast<int>(threadIdx.x) % kLanes;
-  const uint32_t row_bytes = static_cast<uint32_t>(p.hidden * sizeof(T));
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * row_bytes);
-  const device::norm::RowProblem<T>& rows = p.problem[0];
-  const int total = p.total_rows, step = static_cast<int>(gridDim.x);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) mbarrier_init_one(&full[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
-  if (threadIdx.x == 0) {
-    for (int s = 0, r = static_cast<int>(blockIdx.x); s < kStages && r < total; ++s, r += step)
-      bulk_load(stages + s * row_bytes, rows.in + r * rows.in_token, row_bytes, &full[s]);
-  }
-  Vec ws[kPerLane], rs[1];
-#pragma unroll
-  for (int r = 0; r < kPerLane; ++r) ws[r].load_global(rows.weight + (first + r * kLanes) * kVec);
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  int s = 0;
-  uint32_t parity = 0;
-  for (int i = 0, row = static_cast<int>(blockIdx.x); row < total; ++i, row += step) {
-    mbarrier_wait(&full[s], parity);
-    Vec xs[kPerLane];
-    uint8_t* stage = stages + s * row_bytes;
-#pragma unroll
-    for (int r = 0; r < kPerLane; ++r) xs[r] = reinterpret_cast<const Vec*>(stage)[first + r * kLanes];  // 16-byte loads
-    const int next = row + kStages * step;
-    uint64_t* bar = &full[s];
-    norm_group_row<T, kVec, kGroup, kPerLane, false, kUE8M0, kRounding, kPairs>(
-        xs, ws, rs, true, first, nvec, inv_hidden, p.eps, nullptr, epi.q + row * epi.q_row_stride,
-        row_of_scales(epi.scales, epi.first_row + row), epi, partial[i & 1], [&] {  // every thread has read the stage
-          if (threadIdx.x == 0 && next < total) bulk_load(stage, rows.in + next * rows.in_token, row_bytes, bar);
-        });
-    if (++s == kStages) s = 0, parity ^= 1;
-  }
+  const auto store_scale = [&](float s, uint32_t e) { scales.template store_at<kUE8M0>(0, g, epi.groups_per_row, s, e); };
+  quant::quantize_group_with<fp8_e4m3_t, kGroupVecs, 1, kUE8M0, false, kRounding, true>(y, held, q, epi.eps, 0xffffffffu, store_scale);
 #endif
 }
 
@@ -1325,24 +1250,19 @@ struct QuantOps {
     p.total_rows = static_cast<int32_t>(rows.tokens);
     p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
+    constexpr bool kPinned = kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores;
     if constexpr (sizeof(T) == 2) {
       constexpr int kCtas = S::kClusterCtas, kThreads = host::kRowKernels.max_cta_threads / kCtas;
       if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows) &&
           row_policy(rows.device).arch >= 90) {
         LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);
         launch.enable_pdl();
-        launch(norm_group_cluster_kernel<T, kVec, kGroup, kThreads, kCtas, kFusedAdd, kUE8M0, kRounding>, p, epi);
+        launch(norm_group_cluster_kernel<T, kVec, kGroup, kThreads, kCtas, kFusedAdd, kUE8M0, kRounding, kPinned>, p, epi);
         return true;
       }
     }
-    if constexpr (!kFusedAdd && sizeof(T) == 2 && S::kStreamStages > 0) {
-      if (rows.tokens >= S::kManyRowsPerSm * sm_count && nvec % (int64_t{S::kLaneVecs} * device::kWarpThreads) == 0 &&
-          row_policy(rows.device).arch >= 90 &&
-          launch_stream<kGroup, kUE8M0, kRounding>(p, epi, static_cast<int>(nvec / S::kLaneVecs), rows.device, sm_count))
-        return true;
-    }
-    const auto go = [&](auto lanes_tag, auto min_blocks_tag) {
-      constexpr int kLaneVecs = decltype(lanes_tag)::value, kMinBlocks = decltype(min_blocks_tag)::value;
+    const auto go = [&](auto lanes_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
@@ -1350,40 +1270,16 @@ struct QuantOps {
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
         if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kMinBlocks, kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kPinned>, p, epi);
         } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kMinBlocks, kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores>, p, epi);
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kPinned>, p, epi);
         }
         return true;
       }
     };
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::integral_constant<int, S::kManyMinBlocks>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::integral_constant<int, 0>{});
-  }
-
-  // norm_group_stream_kernel over p's rows (threads a CTA: a row's vectors / S::kLaneVecs), as many CTAs as an SM holds.
-  template <int kGroup, bool kUE8M0, quant::Rounding kRounding>
-  static bool launch_stream(const device::norm::NormParams<T>& p, const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, int threads,
-                            DLDevice device, int64_t sm_count) {
-    using namespace host;
-    constexpr int kVec = device::kVec16<T>;
-    // At least 4 CTAs of the widest rows an SM: 64 registers, as the rows kernel takes (sglang's rounding would take 80).
-    constexpr int kMinBlocks = S::kManyMinBlocks > 4 ? S::kManyMinBlocks : 4;
-    const auto kernel = norm_group_stream_kernel<T, kVec, kGroup, S::kLaneVecs, S::kStreamStages, kUE8M0, kRounding, S::kPairs, kMinBlocks>;
-    const std::size_t smem = S::kStreamStages * (p.hidden * sizeof(T) + sizeof(uint64_t));
-    const void* handle = kernel_handle(kernel);
-    int per_sm = 0;
-    {
-      const DeviceGuard guard(device.device_id);
-      if (smem > 48 * 1024) RuntimeDeviceCheck(cudaFuncSetAttribute(handle, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, handle, threads, smem));
-    }
-    if (per_sm < 1) return false;
-    LaunchKernel launch(static_cast<unsigned>(std::min<int64_t>(p.total_rows, per_sm * sm_count)), threads, device, smem);
-    launch.enable_pdl();
-    launch(kernel, p, epi);
-    return true;
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
   }
 };
 #endif  // __CUDACC_RTC__

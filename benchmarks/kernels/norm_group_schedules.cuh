@@ -1,9 +1,9 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
 // kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows,
-// kClusterCtas, kManyMinBlocks, kPinnedStores, kFusedPinnedStores, kStreamStages>: NormGroupSchedule's members, in its order
-// (kManyRowsPerSm: the product's). Beside them, pattern_rows: the plain op's access pattern without its arithmetic (a
-// yardstick).
+// kClusterCtas, kPinnedStores, kFusedPinnedStores>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the
+// product's). Beside them, StreamRows (the plain op's many rows through a persistent grid fed by bulk copies) and
+// pattern_rows (the plain op's access pattern without its arithmetic: a yardstick).
 #pragma once
 
 #include <quant.cuh>
@@ -12,9 +12,8 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kClusterCtasArg, int kManyMinBlocksArg,
-          int kPinnedStoresArg,
-          int kFusedPinnedStoresArg, int kStreamStagesArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kClusterCtasArg, int kPinnedStoresArg,
+          int kFusedPinnedStoresArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -23,9 +22,7 @@ struct Sched {
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
   static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
   static constexpr int kClusterCtas = kClusterCtasArg;
-  static constexpr int kManyMinBlocks = kManyMinBlocksArg;
   static constexpr bool kPinnedStores = kPinnedStoresArg != 0, kFusedPinnedStores = kFusedPinnedStoresArg != 0;
-  static constexpr int kStreamStages = kStreamStagesArg;
 };
 
 template <int... kArgs>
@@ -36,6 +33,78 @@ using device::AlignedVector;
 using jitkern_quant::quant::QuantizeGroups;
 using jitkern_quant::quant::Rounding;
 constexpr int kVec = device::kVec16<bf16_t>, kGroup = 128;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// An mbarrier of shared memory (one arrival a phase), and a bulk copy from global into shared memory completing on it.
+JITKERN_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+JITKERN_DEVICE void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory"); }
+JITKERN_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_address(dst)), "l"(src),
+               "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
+JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(
+                   shared_address(bar)),
+               "r"(parity)
+               : "memory");
+}
+#endif
+
+// Many token rows of rmsnorm_group_quant, each exactly kPerLane vectors a thread of whole warps, through a persistent
+// grid: a CTA takes rows blockIdx.x, + gridDim.x, ...; its thread 0 keeps kStages of them in flight in shared memory,
+// one bulk copy a row (no registers held by the loads, unlike a row a CTA), and the weights are loaded once. Each
+// row then as norm_group_rows_kernel (norm_group_row: the same bits). Dynamic shared memory: kStages rows, then
+// kStages mbarriers. kMinBlocks: __launch_bounds__'s CTAs an SM.
+template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, Rounding kRounding, bool kPairs, int kMinBlocks>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
+    norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Vec = AlignedVector<T, kVec>;
+  constexpr int kLanes = kGroup / kVec / kPerLane;
+  extern __shared__ __align__(128) uint8_t stages[];
+  __shared__ float partial[2][device::kWarpThreads];  // by the row's parity: a row's writes never meet the last one's reads
+  const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
+  const int first = g * (kGroup / kVec) + static_cast<int>(threadIdx.x) % kLanes;
+  const uint32_t row_bytes = static_cast<uint32_t>(p.hidden * sizeof(T));
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * row_bytes);
+  const device::norm::RowProblem<T>& rows = p.problem[0];
+  const int total = p.total_rows, step = static_cast<int>(gridDim.x);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) mbarrier_init_one(&full[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (threadIdx.x == 0) {
+    for (int s = 0, r = static_cast<int>(blockIdx.x); s < kStages && r < total; ++s, r += step)
+      bulk_load(stages + s * row_bytes, rows.in + r * rows.in_token, row_bytes, &full[s]);
+  }
+  Vec ws[kPerLane], rs[1];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) ws[r].load_global(rows.weight + (first + r * kLanes) * kVec);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  int s = 0;
+  uint32_t parity = 0;
+  for (int i = 0, row = static_cast<int>(blockIdx.x); row < total; ++i, row += step) {
+    mbarrier_wait(&full[s], parity);
+    Vec xs[kPerLane];
+    uint8_t* stage = stages + s * row_bytes;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) xs[r] = reinterpret_cast<const Vec*>(stage)[first + r * kLanes];  // 16-byte loads
+    const int next = row + kStages * step;
+    uint64_t* bar = &full[s];
+    jitkern_quant::norm_group_row<T, kVec, kGroup, kPerLane, false, kUE8M0, kRounding, kPairs>(
+        xs, ws, rs, true, first, nvec, inv_hidden, p.eps, nullptr, epi.q + row * epi.q_row_stride,
+        jitkern_quant::row_of_scales(epi.scales, epi.first_row + row), epi, partial[i & 1], [&] {  // every thread has read the stage
+          if (threadIdx.x == 0 && next < total) bulk_load(stage, rows.in + next * rows.in_token, row_bytes, bar);
+        });
+    if (++s == kStages) s = 0, parity ^= 1;
+  }
+#endif
+}
 
 // The plain op's access pattern without its arithmetic: one row a CTA, kLaneVecs vectors of the input and the weights
 // a thread (norm_group_rows_kernel's layout), one CTA reduction (the words' xor), then the codes (the values' high
@@ -111,6 +180,45 @@ bool plain_with(jitkern::TensorView input, jitkern::TensorView weight, jitkern::
                     q_stride % kVec == 0;
   return fits && kernel(p, epi, rows, threads);
 }
+
+// norm_group_stream_kernel with kStages rows in flight a CTA for the plain op's many rows of 4 vectors a lane (the exact
+// rounding, fp32 scales), as many CTAs as an SM holds; other rows and the fused add as the product takes them.
+template <int kStages>
+struct StreamRows {
+  template <int kGroupSize>
+  static void rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                  int64_t group_size, double eps) {
+    static_assert(kGroupSize == kGroup);
+    const auto stream = [](const auto& p, const auto& epi, const auto& rows, int threads) {
+      using namespace host;
+      const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
+      if (rows.tokens < jitkern_quant::NormGroupSchedule::kManyRowsPerSm * sm_count || row_policy(rows.device).arch < 90) return false;
+      // 4 CTAs of the widest rows an SM: 64 registers, as the rows kernel takes.
+      const auto kernel = norm_group_stream_kernel<bf16_t, kVec, kGroup, 4, kStages, false, Rounding::kExact, true, 4>;
+      const std::size_t smem = kStages * (p.hidden * sizeof(bf16_t) + sizeof(uint64_t));
+      const void* handle = kernel_handle(kernel);
+      int per_sm = 0;
+      {
+        const DeviceGuard guard(rows.device.device_id);
+        RuntimeDeviceCheck(cudaFuncSetAttribute(handle, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, handle, threads, smem));
+      }
+      if (per_sm < 1) return false;
+      LaunchKernel launch(static_cast<unsigned>(std::min<int64_t>(rows.tokens, per_sm * sm_count)), threads, rows.device, smem);
+      launch.enable_pdl();
+      launch(kernel, p, epi);
+      return true;
+    };
+    if (!plain_with<4>(input, weight, output_q, output_s, group_size, eps, stream))
+      jitkern_quant::QuantOps<bf16_t>::rmsnorm_group_quant<kGroup>(input, weight, output_q, output_s, group_size, eps);
+  }
+  template <int kGroupSize>
+  static void fused_add_rmsnorm_group_quant(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight,
+                                            jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size, double eps) {
+    static_assert(kGroupSize == kGroup);
+    jitkern_quant::QuantOps<bf16_t>::fused_add_rmsnorm_group_quant<kGroup>(input, residual, weight, output_q, output_s, group_size, eps);
+  }
+};
 
 // norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's).
 inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {

@@ -1168,9 +1168,9 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name,hidden,rounding,ue8m0", [("bfloat16", 7168, "exact", False), ("float16", 4096, "sglang", True),
                                                              ("bfloat16", 2048, "exact", True)])
-def test_norm_group_quant_streamed_rows_give_the_bits_of_few(dtype_name, hidden, rounding, ue8m0):
-    """rmsnorm_group_quant_fp8 over rows enough that each CTA of the persistent grid (norm_group_stream_kernel) cycles
-    through its row stages several times gives, row for row, the bits of launches of 256 rows (the rows kernel)."""
+def test_norm_group_quant_eight_waves_of_many_rows_give_the_bits_of_few(dtype_name, hidden, rounding, ue8m0):
+    """rmsnorm_group_quant_fp8 over eight waves of many rows (4 vectors a lane) gives, row for row, the bits of
+    launches of 256 rows (2 vectors a lane), with either rounding and scale format."""
     torch = _torch()
     from jitkern.ops import rmsnorm_group_quant_fp8
 
