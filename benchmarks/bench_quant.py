@@ -252,10 +252,11 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 NORM_GROUP_SCHEDULES = {
     "unpinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0),
     "few4": (4, 2, 4, 1, 1, 8, 16, 0, 4, 8, 1, 1),
+    "early256": (4, 2, 2, 1, 1, 256, 256, 0, 4, 8, 1, 1),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["unpinned", "few4"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
+DECODE_SCHEDULES = ["unpinned", "few4", "early256"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["unpinned", "early256"]  # ... the fused add
 PREFILL_SCHEDULES = ["unpinned", "stream2"]  # ... the plain op at prefill sizes
 PREFILL_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
