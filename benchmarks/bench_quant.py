@@ -247,18 +247,18 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster up to that many rows (plain, fused add; norm_group_cluster_kernel) and its CTAs, the
-# code and scale addresses computed before the wait (plain, fused add); or a type of norm_group_schedules.cuh with
-# those entry points.
+# code and scale addresses computed before the wait (plain, fused add), the plain op's many-row kernel's
+# __launch_bounds__ (0, 0: the default); or a type of norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "unpinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 0, 0),
-    "few4": (4, 2, 4, 1, 1, 8, 16, 0, 4, 8, 1, 1),
-    "early256": (4, 2, 2, 1, 1, 256, 256, 0, 4, 8, 1, 1),
+    "bounds 224 x 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 1, 1, 224, 5),
+    "few1": (4, 2, 1, 1, 1, 8, 16, 0, 4, 8, 1, 1, 0, 0),
+    "plain cluster": (4, 2, 2, 1, 1, 8, 16, 4, 4, 8, 1, 1, 0, 0),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["unpinned", "few4", "early256"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["unpinned", "early256"]  # ... the fused add
-PREFILL_SCHEDULES = ["unpinned", "stream2"]  # ... the plain op at prefill sizes
-PREFILL_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
+DECODE_SCHEDULES = ["few1", "plain cluster"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = []  # ... the fused add
+PREFILL_SCHEDULES = ["bounds 224 x 5", "stream2"]  # ... the plain op at prefill sizes
+PREFILL_FUSED_SCHEDULES = []  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
