@@ -246,19 +246,18 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # name -> bench_norm_group::Sched's arguments, NormGroupSchedule's members: vectors of one group a lane in
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
-# add), rows split over a cluster up to that many rows (plain, fused add; norm_group_cluster_kernel) and its CTAs, the
-# code and scale addresses computed before the wait (plain, fused add), the plain op's many-row kernel's
-# __launch_bounds__ (0, 0: the default); or a type of norm_group_schedules.cuh with those entry points.
+# add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
+# code and scale addresses computed before the wait (plain, fused add); or a type of norm_group_schedules.cuh with
+# those entry points.
 NORM_GROUP_SCHEDULES = {
-    "bounds 224 x 5": (4, 2, 2, 1, 1, 8, 16, 0, 4, 8, 1, 1, 224, 5),
-    "few1": (4, 2, 1, 1, 1, 8, 16, 0, 4, 8, 1, 1, 0, 0),
-    "plain cluster": (4, 2, 2, 1, 1, 8, 16, 4, 4, 8, 1, 1, 0, 0),
+    "unpinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 0),
+    "plain cluster": (4, 2, 2, 1, 1, 8, 16, 4, 4, 1, 1),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["few1", "plain cluster"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = []  # ... the fused add
-PREFILL_SCHEDULES = ["bounds 224 x 5", "stream2"]  # ... the plain op at prefill sizes
-PREFILL_FUSED_SCHEDULES = []  # ... the fused add
+DECODE_SCHEDULES = ["unpinned", "plain cluster"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
+PREFILL_SCHEDULES = ["unpinned", "stream2"]  # ... the plain op at prefill sizes
+PREFILL_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
@@ -347,11 +346,11 @@ def norm_group_decode(modules: dict) -> None:
     access pattern without its arithmetic (the "pattern" module), the rows rewritten in place after one CTA reduction
     (rewrite_rows: the dependency pattern of a norm, no arithmetic) and an empty PDL launch; rows printed as measured."""
     plain_names, add_names = [n for n in DECODE_SCHEDULES if n in modules], [n for n in DECODE_FUSED_SCHEDULES if n in modules]
-    columns, add_columns = " | ".join(plain_names), " | ".join(add_names)
+    columns, add_columns = "".join(f" {n} |" for n in plain_names), "".join(f" {n} |" for n in add_names)
     table("RMSNorm + 1x128 group fp8 at decode sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, "
           "median of 3 interleaved rounds; fused ops: us (speed-up over their two ops of the same rounding))",
-          f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang | {columns} | "
-          f"fused_add_rmsnorm_group_quant_fp8 exact | sglang | fused_add_rmsnorm + per_token_group_quant exact | sglang | {add_columns} | "
+          f"| H | T | rmsnorm_group_quant_fp8 exact | sglang | rmsnorm + per_token_group_quant exact | sglang |{columns} "
+          f"fused_add_rmsnorm_group_quant_fp8 exact | sglang | fused_add_rmsnorm + per_token_group_quant exact | sglang |{add_columns} "
           "rmsnorm alone | its access pattern without the arithmetic | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty, pattern = yardstick_module(), overhead_module().launch_empty_pdl, modules.get("pattern")
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)

@@ -468,10 +468,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //   kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows: the next launch triggered at the kernel's start up to this
 //     many rows, else after its wait;
 //   kClusterMaxRows, kFusedClusterMaxRows: up to this many 16-bit rows of 513 to 1024 vectors (4096 to 8192 bf16)
-//     are each split over a cluster of kClusterCtas CTAs of 1024 / kClusterCtas threads (norm_group_cluster_kernel;
-//     0: never);
-//   kManyBoundThreads, kManyMinBlocks: the plain op's many-row kernel under __launch_bounds__(kManyBoundThreads,
-//     kManyMinBlocks) where its CTA is at most that wide (0: the default bounds);
+//     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
 //   kPinnedStores, kFusedPinnedStores: the rows and cluster kernels compute a row's code and scale addresses before
 //     their wait (else the compiler puts them after the reduction, on the path to the stores);
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
@@ -495,9 +492,7 @@ struct NormGroupSchedule {
   static constexpr bool kPairs = true;
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
-  static constexpr int kClusterCtas = 8;
   static constexpr bool kPinnedStores = true, kFusedPinnedStores = true;
-  static constexpr int kManyBoundThreads = 0, kManyMinBlocks = 0;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -648,11 +643,10 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait. kBoundThreads, kMinBlocks: __launch_bounds__ (0: a CTA of up to 1024 / kPerLane
-// threads, no minimum). kPinnedStores: the row's code and scale addresses computed before the wait.
+// at start, else after the wait. kPinnedStores: the row's code and scale addresses computed before the wait.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          bool kPinnedStores, int kBoundThreads = 0, int kMinBlocks = 0>
-__global__ void __launch_bounds__(kBoundThreads > 0 ? kBoundThreads : host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks) norm_group_rows_kernel(
+          bool kPinnedStores>
+__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
@@ -1260,7 +1254,7 @@ struct QuantOps {
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
     constexpr bool kPinned = kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores;
     if constexpr (sizeof(T) == 2) {
-      constexpr int kCtas = S::kClusterCtas, kThreads = host::kRowKernels.max_cta_threads / kCtas;
+      constexpr int kThreads = 128, kCtas = 8;
       if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows) &&
           row_policy(rows.device).arch >= 90) {
         LaunchKernel launch(dim3(kCtas, static_cast<unsigned>(rows.tokens)), kThreads, rows.device);
@@ -1269,33 +1263,25 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag, auto bound_tag) {
-      constexpr int kLaneVecs = decltype(lanes_tag)::value, kBound = decltype(bound_tag)::value;
+    const auto go = [&](auto lanes_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
         const int threads = wide_threads(nvec, kLaneVecs, row_threads);
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
-        const auto with = [&](auto exact_tag, auto bounds_tag) {
-          constexpr int kThreads = decltype(bounds_tag)::value ? S::kManyBoundThreads : 0, kBlocks = decltype(bounds_tag)::value ? S::kManyMinBlocks : 0;
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, decltype(exact_tag)::value, S::kPairs, kPinned, kThreads,
-                                        kBlocks>,
-                 p, epi);
-        };
-        const bool bounded = kBound && threads <= S::kManyBoundThreads;
         if (nvec == int64_t{kLaneVecs} * threads) {
-          if (bounded) with(std::true_type{}, std::bool_constant<kBound>{});
-          else with(std::true_type{}, std::false_type{});
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kPinned>, p, epi);
         } else {
-          with(std::false_type{}, std::false_type{});
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kPinned>, p, epi);
         }
         return true;
       }
     };
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::bool_constant<!kFusedAdd && (S::kManyBoundThreads > 0)>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::false_type{});
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
   }
 };
 #endif  // __CUDACC_RTC__

@@ -1,9 +1,9 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
 // kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows,
-// kClusterCtas, kPinnedStores, kFusedPinnedStores, kManyBoundThreads, kManyMinBlocks>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the
-// product's). Beside them, StreamRows (the plain op's many rows through a persistent grid fed by bulk copies) and
-// pattern_rows (the plain op's access pattern without its arithmetic: a yardstick).
+// kPinnedStores, kFusedPinnedStores>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
+// Beside them, StreamRows (the plain op's many rows through a persistent grid fed by bulk copies) and pattern_rows
+// (the plain op's access pattern without its arithmetic: a yardstick).
 #pragma once
 
 #include <quant.cuh>
@@ -12,8 +12,7 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kClusterCtasArg, int kPinnedStoresArg,
-          int kFusedPinnedStoresArg, int kManyBoundThreadsArg, int kManyMinBlocksArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kPinnedStoresArg, int kFusedPinnedStoresArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -21,9 +20,7 @@ struct Sched {
   static constexpr bool kPairs = kPairsArg != 0;
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
   static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
-  static constexpr int kClusterCtas = kClusterCtasArg;
   static constexpr bool kPinnedStores = kPinnedStoresArg != 0, kFusedPinnedStores = kFusedPinnedStoresArg != 0;
-  static constexpr int kManyBoundThreads = kManyBoundThreadsArg, kManyMinBlocks = kManyMinBlocksArg;
 };
 
 template <int... kArgs>
