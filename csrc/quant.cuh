@@ -488,8 +488,9 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 // fed by bulk copies 74.8 / 79.2 / 79.8% against 74.0 / 77.1 / 81.7% at [4096 / 32768, 7168], [32768, 4096]. At
 // b3200c2 / 7958c47, the addresses pinned: 1.47 / 1.51 / 2.91 us at [1 / 4 / 256, 7168] (1.51x / 1.61x / 1.48x the
 // exact pair), prefill 75.4 / 77.0 / 81.0% of the pattern ceiling against 70.5 / 73.5 / 77.3% unpinned; the plain op
-// over the cluster 1.46 / 1.47 us at 1 / 4 rows against 1.48 / 1.50, one vector a lane 1.50-2.99 against 1.48-2.91,
-// four 1.57-3.32 against 1.47-2.91, launch bounds (224, 5) 78.7 / 80.7 / 82.2% against 75.0 / 80.1 / 84.2%.
+// over the cluster 1.46 / 1.47 us at 1 / 4 rows against 1.48 / 1.50; below 4 rows an SM one vector a lane 1.21-2.99 us
+// against 1.20-2.91, four 1.28-3.32 against 1.19-2.91 ([1-256, 7168], [1 / 64, 4096]); launch bounds (224, 5) 78.7 /
+// 80.7 / 82.2% against 75.0 / 80.1 / 84.2%.
 struct NormGroupSchedule {
   static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
