@@ -577,9 +577,8 @@ JITKERN_DEVICE quant::GroupScales row_of_scales(const quant::GroupScales& scales
 
 // norm_group_rows_kernel's work on a row once a lane holds its vectors xs (rs: the residual's, kFusedAdd) and the
 // weights': the residual added and stored, the sum of squares, the scale, then the codes (q: the row's) and group
-// scales (scales: at the row, row_of_scales). partial:
-// kWarpThreads floats of shared memory; after_sync() runs once every thread has reached the reduction's barrier (so
-// has done with its loads' sources).
+// scales (scales: at the row, row_of_scales). partial: kWarpThreads floats of shared memory; after_sync() runs once
+// every thread has reached the reduction's barrier (so has done with its loads' sources).
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kPairs, typename AfterSync>
 JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&ws)[kPerLane],
                                    const AlignedVector<T, kVec> (&rs)[kFusedAdd ? kPerLane : 1], bool held, int first, int nvec, float inv_hidden,

@@ -57,7 +57,8 @@ JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // kStages mbarriers. kMinBlocks: __launch_bounds__'s CTAs an SM.
 template <typename T, int kVec, int kGroup, int kPerLane, int kStages, bool kUE8M0, Rounding kRounding, bool kPairs, int kMinBlocks>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
-    norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+    norm_group_stream_kernel(const __grid_constant__ device::norm::NormParams<T> p,
+                             const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Vec = AlignedVector<T, kVec>;
   constexpr int kLanes = kGroup / kVec / kPerLane;
