@@ -190,7 +190,6 @@ SCHEDULES = {
                      ("product's kernel, the scale by IEEE divisions", "bench_moe_act::MaskedGroup<-6, 8, 0>"),
                      ("product's kernel, 8 CTAs an SM", "bench_moe_act::MaskedGroup<-7, 8, 8>"),
                      ("product's kernel, 8 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroup<-7, 8, 8, {SGLANG}>", "sglang"),
-                     ("product's kernel, 6 CTAs an SM", "bench_moe_act::MaskedGroup<-7, 8, 6>"),
                      ("product's kernel, two groups a lane set in the first turn", "bench_moe_act::MaskedGroup<-8, 8, 0>"),
                      ("product's kernel, two groups a lane set in the first turn, rounding=sglang",
                       f"bench_moe_act::MaskedGroup<-8, 8, 0, {SGLANG}>", "sglang")],
