@@ -433,7 +433,8 @@ __device__ __forceinline__ void quantize_loaded(const GroupInput<T, kVec, kPerLa
 template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
 __device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                                  int64_t d, float eps) {
-  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(load_group<T, kVec, kLanes, kPerLane>(r, g, in, d), r, g, q, scales, group_stride, eps);
+  const GroupInput<T, kVec, kPerLane> x = load_group<T, kVec, kLanes, kPerLane>(r, g, in, d);
+  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
 }
 
 // The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes
@@ -560,8 +561,10 @@ struct InterleavedRows {
 // rest (positions the first turn did not reach: many rows, or a few experts with many) as
 // silu_and_mul_group_quant_masked_kernel takes the computed rows: each warp scans, over the experts, the rows
 // left (its count less its rows among the first positions) and takes its own turns, a row's expert found by a
-// vote where the warp's groups share it, else by bisection.
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kFirstItems = 1>
+// vote where the warp's groups share it, else by bisection; kPrefetchRest: the first of those turns loaded
+// beside the first phase's data, before that is quantized.
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kFirstItems = 1,
+          bool kPrefetchRest = false>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
@@ -587,27 +590,24 @@ __global__ void __launch_bounds__(kActGroupThreads)
   GroupInput<T, kVec, kPerLane> x[kFirstItems];
 #pragma unroll
   for (int k = 0; k < kFirstItems; ++k) x[k] = load_group<T, kVec, kLanes, kPerLane>(r[k], g[k], in, d);
-  // A warp with no group to compute skips the item (the group's shuffles take whole warps either way).
-#pragma unroll
-  for (int k = 0; k < kFirstItems; ++k)
-    if (__any_sync(0xffffffffu, r[k].valid))
-      quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x[k], r[k], g[k], q, scales, group_stride, eps);
-  // Expert `lane`'s rows among the first positions, and those left.
+  // Expert `lane`'s rows among the first positions, and those left; where those end, in their order (lanes
+  // past the experts: the total).
   uint32_t unused;
   const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
-  const int32_t left = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
-  if (__reduce_add_sync(0xffffffffu, left) == 0) return;  // warp-uniform
-  int32_t end = left;  // where expert `lane`'s rows left end, in their order (lanes past the experts: the total)
+  int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
+  uint32_t total = 0;                             // the rows left's groups
+  if (__reduce_add_sync(0xffffffffu, end) > 0) {  // warp-uniform
 #pragma unroll
-  for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
-    const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
-    if (lane >= offset) end += o;
+    for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
+      const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
+      if (lane >= offset) end += o;
+    }
+    total = static_cast<uint32_t>(__shfl_sync(0xffffffffu, end, device::kWarpThreads - 1)) * rows.by_groups.d;
   }
-  const uint32_t total = static_cast<uint32_t>(__shfl_sync(0xffffffffu, end, device::kWarpThreads - 1)) * rows.by_groups.d;
   const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
-  for (uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp; first < total;
-       first += gridDim.x * kGroupsPerCta) {  // warp-uniform
-    uint32_t gf;
+  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
+  // Group first + group_in_warp of the rows left: its row and its number in it (gf).
+  const auto place = [&](uint32_t& gf) {
     const uint32_t f = rows.by_groups.divide(first + group_in_warp, gf);
     const uint32_t row = rows.by_groups.divide(first, unused), last = rows.by_groups.divide(first + kGroupsPerWarp - 1, unused);
     int ef = 0;  // f's expert: how many experts' rows left end at or before it
@@ -620,9 +620,21 @@ __global__ void __launch_bounds__(kActGroupThreads)
     }
     const int32_t begin = __shfl_sync(0xffffffffu, end, ef > 0 ? ef - 1 : 0);
     const uint32_t skipped = __shfl_sync(0xffffffffu, before, ef);
-    const bool valid = first + group_in_warp < total;
-    const RowAt rf = rows.at(ef, skipped + f - (ef > 0 ? begin : 0), valid ? rows.m_max : 0);
-    group_quant_item<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(rf, gf, in, q, scales, group_stride, d, eps);
+    return rows.at(ef, skipped + f - (ef > 0 ? begin : 0), first + group_in_warp < total ? rows.m_max : 0);
+  };
+  uint32_t gf = 0;
+  RowAt rf{};
+  GroupInput<T, kVec, kPerLane> xf;
+  bool loaded = kPrefetchRest && first < total;  // warp-uniform
+  if (loaded) rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
+  // A warp with no group to compute skips the item (the group's shuffles take whole warps either way).
+#pragma unroll
+  for (int k = 0; k < kFirstItems; ++k)
+    if (__any_sync(0xffffffffu, r[k].valid))
+      quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x[k], r[k], g[k], q, scales, group_stride, eps);
+  for (; first < total; first += gridDim.x * kGroupsPerCta, loaded = false) {  // warp-uniform
+    if (!loaded) rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
+    quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(xf, rf, gf, q, scales, group_stride, eps);
   }
 #endif
 }
@@ -999,13 +1011,15 @@ struct MoeActOps {
             host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize)};
     return true;
   }
-  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
-  template <quant::Rounding kRounding, bool kNormalEps = kRounding == quant::Rounding::kExact>
+  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding, the
+  // rows left's first turn loaded beside the first phase's.
+  template <quant::Rounding kRounding>
   static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding, kNormalEps>;
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
+                                                                          kRounding == quant::Rounding::kExact, 1, true>;
       launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
     });
   }
