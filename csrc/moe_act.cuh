@@ -562,10 +562,10 @@ struct InterleavedRows {
 // silu_and_mul_group_quant_masked_kernel takes the computed rows: each warp scans, over the experts, the rows
 // left (its count less its rows among the first positions) and takes its own turns, a row's expert found by a
 // vote where the warp's groups share it, else by bisection; kPrefetchRest: the first of those turns loaded
-// beside the first phase's data, before that is quantized.
+// beside the first phase's data, before that is quantized. kMinCtas: CTAs an SM the registers leave room for.
 template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kFirstItems = 1,
-          bool kPrefetchRest = false>
-__global__ void __launch_bounds__(kActGroupThreads)
+          bool kPrefetchRest = false, int kMinCtas = 1>
+__global__ void __launch_bounds__(kActGroupThreads, kMinCtas)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
@@ -758,6 +758,7 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // layout, else (offsets past 32 bits; the exact rounding with eps below kNormalScaleEps) by
 // silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over the computed rows.
 constexpr int kMaskedChunkCtas = 2;
+constexpr int kInterleavedCtas = 8;
 
 template <typename T>
 struct MoeActOps {
@@ -1012,14 +1013,14 @@ struct MoeActOps {
     return true;
   }
   // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding, the
-  // rows left's first turn loaded beside the first phase's.
+  // rows left's first turn loaded beside the first phase's, in registers for kInterleavedCtas CTAs an SM.
   template <quant::Rounding kRounding>
   static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact, 1, true>;
+                                                                          kRounding == quant::Rounding::kExact, 1, true, kInterleavedCtas>;
       launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
     });
   }

@@ -144,7 +144,8 @@ struct MaskedActInterleaved {
 // The masked group form by the turn kernel over the computed rows (rows kScan), or over the interleaved rows
 // (kScan -5: in every turn, group_quant_interleaved_turns_kernel; the product's two-phase kernel with -6: the
 // exact rounding's scale by the IEEE divisions; -7: the rows left's first turn not loaded beside the first;
-// -8: that, and two groups a lane set in the first turn; -9: as the product has it), kLanes lanes a group, at most kPerSm CTAs an SM (0:
+// -8: that, and two groups a lane set in the first turn; -9: as the product has it; -10: its registers not
+// bounded for kInterleavedCtas CTAs an SM), kLanes lanes a group, at most kPerSm CTAs an SM (0:
 // what the occupancy API fits), rounding policy kRounding.
 template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
@@ -162,8 +163,10 @@ struct MaskedGroup {
       host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernels here take aligned rows");
       constexpr bool kNormalEps = kScan != -6 && kRounding == Rounding::kExact;
       constexpr int kItems = kScan == -8 ? 2 : 1;
-      constexpr bool kPrefetch = kScan == -6 || kScan == -9;
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kPerLane, kRounding, kNormalEps, kItems, kPrefetch>;
+      constexpr bool kPrefetch = kScan == -6 || kScan <= -9;
+      constexpr int kMinCtas = kScan == -10 ? 1 : kInterleavedCtas;
+      constexpr auto kernel =
+          silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kPerLane, kRounding, kNormalEps, kItems, kPrefetch, kMinCtas>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                InterleavedRows(interleaved_of(m)), m.op);
     } else {
