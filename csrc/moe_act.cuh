@@ -547,22 +547,29 @@ struct InterleavedRows {
     const int32_t m = masked_m[lane < static_cast<int>(experts) ? lane : 0];  // no branch around the load
     return lane < static_cast<int>(experts) && m > 0 ? (m < m_max ? m : m_max) : 0;
   }
-  // Row m of expert e, computed where m is below `count` (masked_m[e] as read).
+  // Row m of expert e (valid: m < M).
+  __device__ __forceinline__ RowAt locate(uint32_t e, uint32_t m) const {
+    return {m < static_cast<uint32_t>(m_max), int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row},
+            int64_t{e * scale_expert + m * scale_row}};
+  }
+  // The same, computed where m is also below `count` (masked_m[e] as read).
   __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
-    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < m_max;
-    return {valid, int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row}, int64_t{e * scale_expert + m * scale_row}};
+    RowAt r = locate(e, m);
+    r.valid = r.valid && static_cast<int32_t>(m) < count;
+    return r;
   }
 };
 
 // The group form over InterleavedRows, kLanes lanes a group of kPerLane vectors each (group_quant_item's),
 // in two phases. The first turn: kFirstItems groups per lane set, the grid's groups apart, the groups of the
-// first positions in order (those whose groups the turn holds whole), their places worked out before the PDL
-// wait, so that the loads after it are the counts, then the data (every item's before any is quantized). The
-// rest (positions the first turn did not reach: many rows, or a few experts with many) as
-// silu_and_mul_group_quant_masked_kernel takes the computed rows: each warp scans, over the experts, the rows
-// left (its count less its rows among the first positions) and takes its own turns, a row's expert found by a
-// vote where the warp's groups share it, else by bisection; kPrefetchRest: the first of those turns loaded
-// beside the first phase's data, before that is quantized. kMinCtas: CTAs an SM the registers leave room for.
+// first positions in order (those whose groups the turn holds whole), their places and offsets worked out
+// before the PDL wait, so that the loads after it are the counts, then the data (every item's before any is
+// quantized). The rest (positions the first turn did not reach: many rows, or a few experts with many) as
+// silu_and_mul_group_quant_masked_kernel takes the computed rows: their number is a warp's sum (the counts
+// less the experts' rows among the first positions), and a warp with a group of them scans them over the
+// experts and takes its own turns, a row's expert found by a vote where the warp's groups share it, else by
+// bisection; kPrefetchRest: the first of those turns loaded beside the first phase's data, before that is
+// quantized. kMinCtas: CTAs an SM the registers leave room for.
 template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kFirstItems = 1,
           bool kPrefetchRest = false, int kMinCtas = 1>
 __global__ void __launch_bounds__(kActGroupThreads, kMinCtas)
@@ -572,40 +579,39 @@ __global__ void __launch_bounds__(kActGroupThreads, kMinCtas)
   constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  const uint32_t firsts = kFirstItems * gridDim.x * kGroupsPerCta / rows.by_groups.d;  // positions of the first turn
-  uint32_t p[kFirstItems], g[kFirstItems], e[kFirstItems], m[kFirstItems];
-#pragma unroll
-  for (int k = 0; k < kFirstItems; ++k) {
-    p[k] = rows.by_groups.divide((blockIdx.x + k * gridDim.x) * kGroupsPerCta + threadIdx.x / kLanes, g[k]);
-    m[k] = rows.by_experts.divide(p[k], e[k]);
-  }
-  WaitPrimary{trigger_at_start}();
+  uint32_t unused;
+  const uint32_t firsts = rows.by_groups.divide(kFirstItems * gridDim.x * kGroupsPerCta, unused);  // positions of the first turn
+  uint32_t g[kFirstItems], e[kFirstItems], m[kFirstItems];
   RowAt r[kFirstItems];
 #pragma unroll
   for (int k = 0; k < kFirstItems; ++k) {
-    r[k] = rows.at(e[k], m[k], rows.masked_m[e[k]]);
-    r[k].valid = r[k].valid && p[k] < firsts;
+    const uint32_t p = rows.by_groups.divide((blockIdx.x + k * gridDim.x) * kGroupsPerCta + threadIdx.x / kLanes, g[k]);
+    m[k] = rows.by_experts.divide(p, e[k]);
+    r[k] = rows.locate(e[k], m[k]);
+    r[k].valid = r[k].valid && p < firsts;
+    device::prefetch_before_wait(rows.masked_m + e[k]);  // e[k] worked out before the wait
   }
+  WaitPrimary{trigger_at_start}();
+#pragma unroll
+  for (int k = 0; k < kFirstItems; ++k) r[k].valid = r[k].valid && static_cast<int32_t>(m[k]) < rows.masked_m[e[k]];
   const int32_t mine = rows.lane_rows();
   GroupInput<T, kVec, kPerLane> x[kFirstItems];
 #pragma unroll
   for (int k = 0; k < kFirstItems; ++k) x[k] = load_group<T, kVec, kLanes, kPerLane>(r[k], g[k], in, d);
-  // Expert `lane`'s rows among the first positions, and those left; where those end, in their order (lanes
-  // past the experts: the total).
-  uint32_t unused;
+  // Expert `lane`'s rows among the first positions; its rows left, then (scanned) where those end in their
+  // order (lanes past the experts: the total).
   const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
   int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
-  uint32_t total = 0;                             // the rows left's groups
-  if (__reduce_add_sync(0xffffffffu, end) > 0) {  // warp-uniform
+  const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
+  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
+  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
+  const auto scan = [&] {
 #pragma unroll
     for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
       const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
       if (lane >= offset) end += o;
     }
-    total = static_cast<uint32_t>(__shfl_sync(0xffffffffu, end, device::kWarpThreads - 1)) * rows.by_groups.d;
-  }
-  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
-  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
+  };
   // Group first + group_in_warp of the rows left: its row and its number in it (gf).
   const auto place = [&](uint32_t& gf) {
     const uint32_t f = rows.by_groups.divide(first + group_in_warp, gf);
@@ -620,19 +626,23 @@ __global__ void __launch_bounds__(kActGroupThreads, kMinCtas)
     }
     const int32_t begin = __shfl_sync(0xffffffffu, end, ef > 0 ? ef - 1 : 0);
     const uint32_t skipped = __shfl_sync(0xffffffffu, before, ef);
-    return rows.at(ef, skipped + f - (ef > 0 ? begin : 0), first + group_in_warp < total ? rows.m_max : 0);
+    RowAt rf = rows.locate(ef, skipped + f - (ef > 0 ? begin : 0));
+    rf.valid = first + group_in_warp < total;
+    return rf;
   };
   uint32_t gf = 0;
   RowAt rf{};
   GroupInput<T, kVec, kPerLane> xf;
-  bool loaded = kPrefetchRest && first < total;  // warp-uniform
-  if (loaded) rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
+  const bool rest = first < total;  // warp-uniform
+  if (kPrefetchRest && rest) scan(), rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
   // A warp with no group to compute skips the item (the group's shuffles take whole warps either way).
 #pragma unroll
   for (int k = 0; k < kFirstItems; ++k)
     if (__any_sync(0xffffffffu, r[k].valid))
       quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x[k], r[k], g[k], q, scales, group_stride, eps);
-  for (; first < total; first += gridDim.x * kGroupsPerCta, loaded = false) {  // warp-uniform
+  if (!rest) return;
+  if (!kPrefetchRest) scan();
+  for (bool loaded = kPrefetchRest; first < total; first += gridDim.x * kGroupsPerCta, loaded = false) {  // warp-uniform
     if (!loaded) rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
     quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(xf, rf, gf, q, scales, group_stride, eps);
   }
@@ -758,7 +768,7 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // layout, else (offsets past 32 bits; the exact rounding with eps below kNormalScaleEps) by
 // silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over the computed rows.
 constexpr int kMaskedChunkCtas = 2;
-constexpr int kInterleavedCtas = 8;
+constexpr int kInterleavedCtas = 10;
 
 template <typename T>
 struct MoeActOps {
@@ -1012,15 +1022,15 @@ struct MoeActOps {
             host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize)};
     return true;
   }
-  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding, the
-  // rows left's first turn loaded beside the first phase's, in registers for kInterleavedCtas CTAs an SM.
+  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding, in
+  // registers for kInterleavedCtas CTAs an SM.
   template <quant::Rounding kRounding>
   static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact, 1, true, kInterleavedCtas>;
+                                                                          kRounding == quant::Rounding::kExact, 1, false, kInterleavedCtas>;
       launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
     });
   }
