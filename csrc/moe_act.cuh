@@ -63,6 +63,9 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
+// CTAs an SM that silu_and_mul_group_quant_interleaved_kernel's registers leave room for (48 a thread, sm_90a:
+// the occupancy its first phase measured at; unbounded, ptxas takes 68).
+constexpr int kInterleavedCtas = 10;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
 // whether it is computed.
@@ -561,59 +564,51 @@ struct InterleavedRows {
 };
 
 // The group form over InterleavedRows, kLanes lanes a group of kPerLane vectors each (group_quant_item's),
-// in two phases. The first turn: kFirstItems groups per lane set, the grid's groups apart, the groups of the
-// first positions in order (those whose groups the turn holds whole), their places and offsets worked out
-// before the PDL wait, so that the loads after it are the counts, then the data (every item's before any is
-// quantized). The rest (positions the first turn did not reach: many rows, or a few experts with many) as
-// silu_and_mul_group_quant_masked_kernel takes the computed rows: their number is a warp's sum (the counts
-// less the experts' rows among the first positions), and a warp with a group of them scans them over the
-// experts and takes its own turns, a row's expert found by a vote where the warp's groups share it, else by
-// bisection; kPrefetchRest: the first of those turns loaded beside the first phase's data, before that is
-// quantized. kMinCtas: CTAs an SM the registers leave room for.
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kFirstItems = 1,
-          bool kPrefetchRest = false, int kMinCtas = 1>
-__global__ void __launch_bounds__(kActGroupThreads, kMinCtas)
+// in two phases. The first turn: a group per lane set, the groups of the first positions in order (those
+// whose groups the grid's first turn holds whole), its place worked out from the CTA's and thread's numbers,
+// so that the loads after the PDL wait are the count, then the data. The rest (positions the first turn did
+// not reach: many rows, or a few experts with many) as silu_and_mul_group_quant_masked_kernel takes the
+// computed rows: their number is a warp's sum (the counts less the experts' rows among the first
+// positions), and a warp with a group of them scans them over the experts (while its first data loads) and
+// takes its own turns, a row's expert found by a vote where the warp's groups share it, else by bisection.
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
+__global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  uint32_t unused;
-  const uint32_t firsts = rows.by_groups.divide(kFirstItems * gridDim.x * kGroupsPerCta, unused);  // positions of the first turn
-  uint32_t g[kFirstItems], e[kFirstItems], m[kFirstItems];
-  RowAt r[kFirstItems];
-#pragma unroll
-  for (int k = 0; k < kFirstItems; ++k) {
-    const uint32_t p = rows.by_groups.divide((blockIdx.x + k * gridDim.x) * kGroupsPerCta + threadIdx.x / kLanes, g[k]);
-    m[k] = rows.by_experts.divide(p, e[k]);
-    r[k] = rows.locate(e[k], m[k]);
-    r[k].valid = r[k].valid && p < firsts;
-    device::prefetch_before_wait(rows.masked_m + e[k]);  // e[k] worked out before the wait
-  }
+  uint32_t unused, g, e;
+  const uint32_t firsts = rows.by_groups.divide(gridDim.x * kGroupsPerCta, unused);  // positions of the first turn
+  const uint32_t p = rows.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g);
+  const uint32_t m = rows.by_experts.divide(p, e);
+  RowAt r = rows.locate(e, m);
+  r.valid = r.valid && p < firsts;
   WaitPrimary{trigger_at_start}();
-#pragma unroll
-  for (int k = 0; k < kFirstItems; ++k) r[k].valid = r[k].valid && static_cast<int32_t>(m[k]) < rows.masked_m[e[k]];
+  r.valid = r.valid && static_cast<int32_t>(m) < rows.masked_m[e];
   const int32_t mine = rows.lane_rows();
-  GroupInput<T, kVec, kPerLane> x[kFirstItems];
-#pragma unroll
-  for (int k = 0; k < kFirstItems; ++k) x[k] = load_group<T, kVec, kLanes, kPerLane>(r[k], g[k], in, d);
+  const GroupInput<T, kVec, kPerLane> x = load_group<T, kVec, kLanes, kPerLane>(r, g, in, d);
   // Expert `lane`'s rows among the first positions; its rows left, then (scanned) where those end in their
   // order (lanes past the experts: the total).
   const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
   int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
   const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
-  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
   uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
-  const auto scan = [&] {
+  const bool rest = first < total;  // warp-uniform
+  if (rest) {
 #pragma unroll
     for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
       const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
       if (lane >= offset) end += o;
     }
-  };
-  // Group first + group_in_warp of the rows left: its row and its number in it (gf).
-  const auto place = [&](uint32_t& gf) {
+  }
+  // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
+  if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
+  if (!rest) return;
+  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
+  for (; first < total; first += gridDim.x * kGroupsPerCta) {  // warp-uniform
+    uint32_t gf;  // group first + group_in_warp of the rows left: its row f and its number in it
     const uint32_t f = rows.by_groups.divide(first + group_in_warp, gf);
     const uint32_t row = rows.by_groups.divide(first, unused), last = rows.by_groups.divide(first + kGroupsPerWarp - 1, unused);
     int ef = 0;  // f's expert: how many experts' rows left end at or before it
@@ -628,23 +623,7 @@ __global__ void __launch_bounds__(kActGroupThreads, kMinCtas)
     const uint32_t skipped = __shfl_sync(0xffffffffu, before, ef);
     RowAt rf = rows.locate(ef, skipped + f - (ef > 0 ? begin : 0));
     rf.valid = first + group_in_warp < total;
-    return rf;
-  };
-  uint32_t gf = 0;
-  RowAt rf{};
-  GroupInput<T, kVec, kPerLane> xf;
-  const bool rest = first < total;  // warp-uniform
-  if (kPrefetchRest && rest) scan(), rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
-  // A warp with no group to compute skips the item (the group's shuffles take whole warps either way).
-#pragma unroll
-  for (int k = 0; k < kFirstItems; ++k)
-    if (__any_sync(0xffffffffu, r[k].valid))
-      quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x[k], r[k], g[k], q, scales, group_stride, eps);
-  if (!rest) return;
-  if (!kPrefetchRest) scan();
-  for (bool loaded = kPrefetchRest; first < total; first += gridDim.x * kGroupsPerCta, loaded = false) {  // warp-uniform
-    if (!loaded) rf = place(gf), xf = load_group<T, kVec, kLanes, kPerLane>(rf, gf, in, d);
-    quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(xf, rf, gf, q, scales, group_stride, eps);
+    group_quant_item<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(rf, gf, in, q, scales, group_stride, d, eps);
   }
 #endif
 }
@@ -768,7 +747,6 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // layout, else (offsets past 32 bits; the exact rounding with eps below kNormalScaleEps) by
 // silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over the computed rows.
 constexpr int kMaskedChunkCtas = 2;
-constexpr int kInterleavedCtas = 10;
 
 template <typename T>
 struct MoeActOps {
@@ -1022,15 +1000,14 @@ struct MoeActOps {
             host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize)};
     return true;
   }
-  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding, in
-  // registers for kInterleavedCtas CTAs an SM.
+  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
   template <quant::Rounding kRounding>
   static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact, 1, false, kInterleavedCtas>;
+                                                                          kRounding == quant::Rounding::kExact>;
       launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
     });
   }

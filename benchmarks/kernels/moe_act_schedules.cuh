@@ -142,10 +142,8 @@ struct MaskedActInterleaved {
 };
 
 // The masked group form by the turn kernel over the computed rows (rows kScan), or over the interleaved rows
-// (kScan -5: in every turn, group_quant_interleaved_turns_kernel; the product's two-phase kernel with -6: the
-// exact rounding's scale by the IEEE divisions; -7: the rows left's first turn loaded beside the first, in
-// registers for 8 CTAs an SM; -8: two groups a lane set in the first turn, 8 CTAs an SM; -9: as the product
-// has it; -10: its registers not bounded), kLanes lanes a group, at most kPerSm CTAs an SM (0: what the
+// (kScan -5: in every turn, group_quant_interleaved_turns_kernel; -6: the product's two-phase kernel with the
+// exact rounding's scale by the IEEE divisions), kLanes lanes a group, at most kPerSm CTAs an SM (0: what the
 // occupancy API fits), rounding policy kRounding.
 template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
@@ -159,14 +157,9 @@ struct MaskedGroup {
       constexpr auto kernel = group_quant_interleaved_turns_kernel<bf16_t, kV, kLanes, kPerLane, kRounding>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                interleaved_of(m), m.op);
-    } else if constexpr (kScan <= -6) {
+    } else if constexpr (kScan == -6) {
       host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernels here take aligned rows");
-      constexpr bool kNormalEps = kScan != -6 && kRounding == Rounding::kExact;
-      constexpr int kItems = kScan == -8 ? 2 : 1;
-      constexpr bool kPrefetch = kScan == -7;
-      constexpr int kMinCtas = kScan == -7 || kScan == -8 ? 8 : kScan == -10 ? 1 : kInterleavedCtas;
-      constexpr auto kernel =
-          silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kPerLane, kRounding, kNormalEps, kItems, kPrefetch, kMinCtas>;
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kPerLane, kRounding, false>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                InterleavedRows(interleaved_of(m)), m.op);
     } else {
