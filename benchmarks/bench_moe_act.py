@@ -12,7 +12,8 @@ DeepSeek-V4 kernel beside the masked group form and silu_and_mul over the P rows
 copy ceiling at T = 4096; --schedules=all: every schedule of SCHEDULES, median of 2 interleaved rounds
 (--rounds=N: N), and the launch floor. Every schedule's output is compared bit for bit with the product's (of
 its rounding policy).
---layouts=sorted (or masked) and --sizes=4096 (T, comma-separated) limit them."""
+--layouts=sorted (or masked), --forms=masked_group (SCHEDULES' keys, comma-separated) and --sizes=4096 (T,
+comma-separated; 64h: the masked layout's T * 8 rows all to one expert) limit them."""
 
 from __future__ import annotations
 
@@ -111,8 +112,11 @@ def sorted_tables(ceiling: float) -> None:
               f"{ratio(group_pair, group)} |")
 
 
-def masked_counts(tokens: int):
-    """tokens * top-k rows routed over the local experts at random (the counts as dispatch writes them)."""
+def masked_counts(tokens: int, hot: bool = False):
+    """tokens * top-k rows routed over the local experts at random (the counts as dispatch writes them); `hot`:
+    every row to expert 0 (at most M)."""
+    if hot:
+        return torch.tensor([min(tokens * TOPK, M_MAX)] + [0] * (LOCAL_EXPERTS - 1), dtype=torch.int32, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(tokens)
     experts = torch.randint(0, LOCAL_EXPERTS, (tokens * TOPK,), device="cuda", generator=g)
     return torch.bincount(experts, minlength=LOCAL_EXPERTS).clamp(max=M_MAX).to(torch.int32)
@@ -178,22 +182,13 @@ PRODUCT = ("product", "bench_moe_act::Product<>")
 SGLANG = "bench_moe_act::Rounding::kSglang"
 SCHEDULES = {
     "masked_group": [PRODUCT,
-                     ("previous product: the turn kernel over the computed rows, quotients by division", "bench_moe_act::MaskedGroup<1, 8, 0>"),
+                     ("previous product: the turns over the computed rows after a warp's scan",
+                      "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact>"),
                      ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
-                     ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroup<1, 8, 0, {SGLANG}>", "sglang"),
-                     ("counts guessed before the wait by one warp a CTA", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 0, true>"),
-                     ("counts guessed before the wait by one warp a CTA, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 0, true>", "sglang"),
-                     ("8 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 8>"),
-                     ("8 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 8>", "sglang"),
-                     ("6 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 6>"),
-                     ("6 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 6>", "sglang"),
-                     ("4 CTAs an SM", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact, 4>"),
-                     ("4 CTAs an SM, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}, 4>", "sglang"),
-                     ("4 lanes of 4 vectors", "bench_moe_act::MaskedGroupMasked<4, bench_moe_act::Rounding::kExact>"),
-                     ("interleaved rows, no prefetch", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
-                     ("interleaved rows, no prefetch, rounding=sglang", f"bench_moe_act::MaskedGroup<-5, 8, 0, {SGLANG}>", "sglang"),
-                     ("previous product, masked_m read before the wait (wrong where the kernel before writes it)",
-                      "bench_moe_act::MaskedGroup<2, 8, 0>")],
+                     ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}>", "sglang"),
+                     ("interleaved rows in every turn", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
+                     ("interleaved rows in every turn, rounding=sglang", f"bench_moe_act::MaskedGroup<-5, 8, 0, {SGLANG}>", "sglang"),
+                     ("product's kernel, the scale by IEEE divisions", "bench_moe_act::MaskedGroup<-6, 8, 0>")],
     "masked_act": [PRODUCT,
                    ("turns over the computed rows, warp scan (no chunks)", "bench_moe_act::MaskedAct<4>"),
                    ("interleaved rows, 2 vectors a thread the grid apart", "bench_moe_act::MaskedActInterleaved"),
@@ -256,9 +251,9 @@ def schedule_table(kind, label, module, schedules, args, outputs, extra=None, ro
     print(f"| {kind} | {label} | " + " | ".join(cell(name, t) for name, t in ranked) + " |", flush=True)
 
 
-def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096), rounds=None) -> None:
+def schedules(everything: bool, layouts=("masked", "sorted"), sizes=("1", "64", "4096"), rounds=None, forms=None) -> None:
     start = time.perf_counter()
-    scheds = {kind: v if everything else v[:2] for kind, v in SCHEDULES.items()}
+    scheds = {kind: v if everything else v[:2] for kind, v in SCHEDULES.items() if forms is None or kind in forms}
     rounds = rounds or (2 if everything else 1)
     dsv4 = reference_ops_or_none("moe.dsv4")
     modules = schedule_modules(scheds)
@@ -277,16 +272,19 @@ def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096
     q = torch.empty(LOCAL_EXPERTS, M_MAX, D, dtype=torch.float8_e4m3fn, device="cuda")
     s1 = torch.empty(LOCAL_EXPERTS, M_MAX, device="cuda")
     sg = torch.empty(LOCAL_EXPERTS, M_MAX, D // 128, device="cuda")
-    for t in sizes if "masked" in layouts else ():
-        masked_m = masked_counts(t)
-        label = f"masked T={t} ({int(masked_m.sum())} rows)"
+    for size in sizes if "masked" in layouts else ():
+        t, hot = int(size.rstrip("h")), size.endswith("h")
+        masked_m = masked_counts(t, hot)
+        label = f"masked T={t}{', every row to one expert' if hot else ''} ({int(masked_m.sum())} rows)"
         extra = dict(floor)
         if dsv4 is not None:
             extra["reference (CUDA, dsv4)"] = lambda m=masked_m, k=dsv4_topk(t): dsv4.silu_and_mul_masked_post_quant(x, q, sg, 128, m, topk=k)
         for kind, outputs, more in (("masked_group", (q, sg), extra), ("masked_act", (out,), floor), ("masked_token", (q, s1), None)):
+            if kind not in scheds:
+                continue
             moved = moved_bytes(kind.split("_")[1], int(masked_m.sum())) if t == 4096 else None
             schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds, moved, ceiling)
-    for t in sizes if "sorted" in layouts else ():
+    for t in (int(size) for size in sizes) if "sorted" in layouts else ():
         sorted_ids, post_pad, n, idx = sorted_layout(t)
         P = sorted_ids.numel()
         xs = torch.randn(P, 2 * D, dtype=DTYPE, device="cuda")
@@ -295,6 +293,8 @@ def schedules(everything: bool, layouts=("masked", "sorted"), sizes=(1, 64, 4096
         dense = {**floor, "silu_and_mul over P rows": lambda: silu_and_mul(outs, xs)}
         for kind, outputs, more in (("sorted_act", (outs,), dense), ("sorted_group", (qs, torch.empty(P, D // 128, device="cuda")), None),
                                     ("sorted_token", (qs, torch.empty(P, device="cuda")), None)):
+            if kind not in scheds:
+                continue
             moved = moved_bytes(kind.split("_")[1], idx.numel(), P) if t == 4096 else None
             schedule_table(kind, label, modules[kind], scheds[kind], (xs, sorted_ids, post_pad, n), outputs, more, rounds, moved, ceiling)
     print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
@@ -316,8 +316,9 @@ def main() -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     if "--schedules" in args or "--schedules=all" in args:
-        option = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith(("--layouts=", "--sizes=", "--rounds="))}
+        option = {a.split("=")[0]: a.split("=")[1] for a in args if a.startswith(("--layouts=", "--sizes=", "--rounds=", "--forms="))}
         schedules(everything="--schedules=all" in args, layouts=option.get("--layouts", "masked,sorted").split(","),
-                  sizes=[int(t) for t in option.get("--sizes", "1,64,4096").split(",")], rounds=int(option.get("--rounds", 0)))
+                  sizes=option.get("--sizes", "1,64,4096").split(","), rounds=int(option.get("--rounds", 0)),
+                  forms=option["--forms"].split(",") if "--forms" in option else None)
     else:
         main()

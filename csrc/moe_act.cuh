@@ -14,8 +14,10 @@
 // the GPU holds at once, the computed rows counted from masked_m after the PDL wait by each warp for up to 32
 // experts, else by the CTA in shared memory. silu_and_mul (up to 32 experts, 2 CTAs an SM): where the
 // computed rows fit one turn of the grid, each CTA takes its share at once (a row's expert found by a vote),
-// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the fp8 forms, and more experts, each
-// CTA (the group form up to 32 experts: each warp) striding over the computed rows.
+// else chunks of up to 8 rows of one expert, dealt to the CTAs in turn; the group form (up to 32 experts,
+// 32-bit offsets) the experts' rows interleaved in its first turn (a group's place known before the counts
+// are read), then each warp striding over the rows left; the fp8 forms elsewhere, and more experts, each CTA
+// (the group form up to 32 experts: each warp) striding over the computed rows.
 // Sorted, from a chunk of 8 rows an SM (MoeActOps::sorted_chunks): silu_and_mul and the group form a CTA per
 // chunk, whose first warp lists the chunk's computed rows (below the count, a valid id), the CTA then
 // computing only those; the per-token form, and smaller buffers, a persistent grid visiting every row, each
@@ -61,6 +63,9 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
+// CTAs an SM that silu_and_mul_group_quant_interleaved_kernel's registers leave room for (48 a thread on
+// sm_90a, no spills; unbounded, ptxas takes 68: 7 CTAs an SM, which measured slower at T = 4096).
+constexpr int kInterleavedCtas = 10;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
 // whether it is computed.
@@ -412,8 +417,9 @@ __device__ __forceinline__ GroupInput<T, kVec, kPerLane> load_group(const RowAt&
 }
 
 // Group g of row r from its input x: the products quantized with kRounding's arithmetic, their codes and
-// scale stored. Every lane of the warp calls this together (the group's votes and shuffles).
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+// scale stored. Every lane of the warp calls this together (the group's votes and shuffles). kNormalEps: eps
+// >= kNormalScaleEps (quantize_group_with's: the same bits).
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
 __device__ __forceinline__ void quantize_loaded(const GroupInput<T, kVec, kPerLane>& x, const RowAt& r, int64_t g, uint8_t* q, float* scales,
                                                 int64_t group_stride, float eps) {
   Gated<T, kVec> y[kPerLane];
@@ -421,16 +427,17 @@ __device__ __forceinline__ void quantize_loaded(const GroupInput<T, kVec, kPerLa
   for (int j = 0; j < kPerLane; ++j) y[j] = gated<Silu>(x.gate[j], x.up[j]);
   float* scale = scales + r.scale + g * group_stride;
   const int64_t col = g * kActGroupSize + static_cast<int>(threadIdx.x % kLanes) * kVec;
-  quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, false, false, kRounding>(y, r.valid, q + r.out + col, eps, 0xffffffffu,
-                                                                                    [&](float s, uint32_t) { *scale = s; });
+  quant::quantize_group_with<fp8_e4m3_t, kLanes, kPerLane, false, false, kRounding, kNormalEps>(y, r.valid, q + r.out + col, eps, 0xffffffffu,
+                                                                                                [&](float s, uint32_t) { *scale = s; });
 }
 
 // One turn of the group quantization: a group per lane set, its row located (r) and its number within the
 // row known (g): its loads, then its quantization.
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
 __device__ __forceinline__ void group_quant_item(const RowAt& r, int64_t g, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                                  int64_t d, float eps) {
-  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding>(load_group<T, kVec, kLanes, kPerLane>(r, g, in, d), r, g, q, scales, group_stride, eps);
+  const GroupInput<T, kVec, kPerLane> x = load_group<T, kVec, kLanes, kPerLane>(r, g, in, d);
+  quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
 }
 
 // The computed rows' products of `state` (Rows' visit()) quantized per group of kActGroupSize outputs: kLanes
@@ -523,6 +530,100 @@ __global__ void __launch_bounds__(kActGroupThreads)
     group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
     first += turn;
     place();
+  }
+#endif
+}
+
+// The masked layout (at most a warp's width of experts) with 32-bit offsets (every one below 2^32, checked on
+// the host), its rows interleaved: position p is row p / experts of expert p % experts, so that a group's place
+// is known before the counts are read; a position at or past its expert's count is not computed.
+struct InterleavedRows {
+  const int32_t* masked_m;
+  int32_t m_max;
+  uint32_t experts;
+  uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
+  device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
+
+  // Expert `lane`'s count within [0, M] (lanes past the experts: 0), by every lane of the warp.
+  __device__ __forceinline__ int32_t lane_rows() const {
+    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+    const int32_t m = masked_m[lane < static_cast<int>(experts) ? lane : 0];  // no branch around the load
+    return lane < static_cast<int>(experts) && m > 0 ? (m < m_max ? m : m_max) : 0;
+  }
+  // Row m of expert e (valid: m < M).
+  __device__ __forceinline__ RowAt locate(uint32_t e, uint32_t m) const {
+    return {m < static_cast<uint32_t>(m_max), int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row},
+            int64_t{e * scale_expert + m * scale_row}};
+  }
+  // The same, computed where m is also below `count` (masked_m[e] as read).
+  __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
+    RowAt r = locate(e, m);
+    r.valid = r.valid && static_cast<int32_t>(m) < count;
+    return r;
+  }
+};
+
+// The group form over InterleavedRows, kLanes lanes a group of kPerLane vectors each (group_quant_item's),
+// in two phases. The first turn: a group per lane set, the groups of the first positions in order (those
+// whose groups the grid's first turn holds whole), its place worked out from the CTA's and thread's numbers,
+// so that the loads after the PDL wait are the count, then the data. The rest (positions the first turn did
+// not reach: many rows, or a few experts with many) as silu_and_mul_group_quant_masked_kernel takes the
+// computed rows: their number is a warp's sum (the counts less the experts' rows among the first
+// positions), and a warp with a group of them scans them over the experts (while its first data loads) and
+// takes its own turns, a row's expert found by a vote where the warp's groups share it, else by bisection.
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
+__global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
+    silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
+                                                int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  uint32_t unused, g, e;
+  const uint32_t firsts = rows.by_groups.divide(gridDim.x * kGroupsPerCta, unused);  // positions of the first turn
+  const uint32_t p = rows.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g);
+  const uint32_t m = rows.by_experts.divide(p, e);
+  RowAt r = rows.locate(e, m);
+  r.valid = r.valid && p < firsts;
+  WaitPrimary{trigger_at_start}();
+  r.valid = r.valid && static_cast<int32_t>(m) < rows.masked_m[e];
+  const int32_t mine = rows.lane_rows();
+  const GroupInput<T, kVec, kPerLane> x = load_group<T, kVec, kLanes, kPerLane>(r, g, in, d);
+  // Expert `lane`'s rows among the first positions; its rows left, then (scanned) where those end in their
+  // order (lanes past the experts: the total).
+  const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
+  int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
+  const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
+  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
+  const bool rest = first < total;  // warp-uniform
+  if (rest) {
+#pragma unroll
+    for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
+      const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
+      if (lane >= offset) end += o;
+    }
+  }
+  // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
+  if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
+  if (!rest) return;
+  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
+  for (; first < total; first += gridDim.x * kGroupsPerCta) {  // warp-uniform
+    uint32_t gf;  // group first + group_in_warp of the rows left: its row f and its number in it
+    const uint32_t f = rows.by_groups.divide(first + group_in_warp, gf);
+    const uint32_t row = rows.by_groups.divide(first, unused), last = rows.by_groups.divide(first + kGroupsPerWarp - 1, unused);
+    int ef = 0;  // f's expert: how many experts' rows left end at or before it
+    if (row == last) {
+      ef = __popc(__ballot_sync(0xffffffffu, end <= static_cast<int32_t>(row)));
+    } else {
+#pragma unroll
+      for (int step = device::kWarpThreads / 2; step > 0; step /= 2)
+        if (__shfl_sync(0xffffffffu, end, ef + step - 1) <= static_cast<int32_t>(f)) ef += step;
+    }
+    const int32_t begin = __shfl_sync(0xffffffffu, end, ef > 0 ? ef - 1 : 0);
+    const uint32_t skipped = __shfl_sync(0xffffffffu, before, ef);
+    RowAt rf = rows.locate(ef, skipped + f - (ef > 0 ? begin : 0));
+    rf.valid = first + group_in_warp < total;
+    group_quant_item<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(rf, gf, in, q, scales, group_stride, d, eps);
   }
 #endif
 }
@@ -642,8 +743,12 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that,
 // and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
-// SM; the fp8 forms, and more experts, by turns over the computed rows (the group form up to 32 experts by
-// silu_and_mul_group_quant_masked_kernel).
+// SM; the group form by silu_and_mul_group_quant_interleaved_kernel where MoeActOps::interleaved takes the
+// layout (H200, 32 experts, d = 2048, its design against SGLang 0.5.23's kernel, exact / sglang rounding:
+// T = 1 1.10x / 1.09x, 64 1.04x / 1.13x, 128 0.91x / 1.06x, 256 1.05x / 1.15x, 4096 1.01x / 1.01x; the
+// previous product 0.86x / 0.96x at T = 64), else (offsets past 32 bits; the exact rounding with eps below
+// kNormalScaleEps) by silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over
+// the computed rows.
 constexpr int kMaskedChunkCtas = 2;
 
 template <typename T>
@@ -690,6 +795,8 @@ struct MoeActOps {
                                                             jitkern::TensorView output_q, jitkern::TensorView output_s, int64_t group_size,
                                                             double eps) {
     const Masked m = masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    InterleavedRows rows;
+    if (interleaved<kRounding>(m, rows)) return group_quant_interleaved<kRounding>(rows, m.op);
     masked_rows(m.rows, [&](const auto& rows) { group_quant<kRounding>(rows, m.op); });
   }
 
@@ -867,6 +974,45 @@ struct MoeActOps {
       }
     };
     with_vec(op, launch);
+  }
+
+  // The masked group form's layout as InterleavedRows (`rows`) where silu_and_mul_group_quant_interleaved_kernel
+  // takes it: at most 32 experts, every offset below 2^32, fewer than 2^31 groups, and under the exact rounding
+  // eps >= kNormalScaleEps (the scale's arithmetic without the divisions' range tests); false elsewhere.
+  template <quant::Rounding kRounding>
+  static bool interleaved(const Masked& m, InterleavedRows& rows) {
+    const MaskedLayout& l = m.rows;
+    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+    const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
+    if (groups == 0 || m.experts > MaskedRowsWarp::kMaxWarpExperts || groups >= (int64_t{1} << 31) ||
+        end(l.in_expert, l.in_row, 2 * m.op.d) > UINT32_MAX || end(l.out_expert, l.out_row, m.op.d) > UINT32_MAX ||
+        end(l.scale_expert, l.scale_row, 1) > UINT32_MAX ||
+        (kRounding == quant::Rounding::kExact && !(m.op.eps >= quant::kNormalScaleEps<fp8_e4m3_t>)))
+      return false;
+    const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
+    rows = {l.masked_m,
+            l.m_max,
+            narrow(m.experts),
+            narrow(l.in_expert),
+            narrow(l.in_row),
+            narrow(l.out_expert),
+            narrow(l.out_row),
+            narrow(l.scale_expert),
+            narrow(l.scale_row),
+            host::kv_cache::divisor<uint32_t>(m.experts),
+            host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize)};
+    return true;
+  }
+  // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
+  template <quant::Rounding kRounding>
+  static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
+    const int64_t groups = op.capacity * (op.d / kActGroupSize);
+    with_vec(op, [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
+                                                                          kRounding == quant::Rounding::kExact>;
+      launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
+    });
   }
 
   // The per-token form over Rows' computed rows: a CTA a row, as wide as the row's vectors want.

@@ -14,35 +14,12 @@ using namespace jitkern_moe_act;
 using device::quant::Rounding;
 constexpr int kV = device::kVec16<bf16_t>;
 
-// The masked layout with 32-bit offsets (every one below 2^32, checked on the host), its rows interleaved:
-// position p is row p / experts of expert p % experts, so that a position's place in the buffers is known
-// before the counts are read (no scan: the first load after the PDL wait is the position's count, then its
-// data). Positions are visited up to experts * the largest count; a position at or past its expert's count
-// is not computed.
-struct InterleavedRows {
-  const int32_t* masked_m;
-  int32_t m_max;
-  uint32_t experts;
-  uint32_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
-  device::kv_cache::Divisor32 by_experts, by_groups;  // experts; groups a row (d / kActGroupSize)
-
-  // Experts * the largest count (within [0, M]), read by each warp after the PDL wait.
+// The product's InterleavedRows as a layout's rows (visit, at) for the turn kernels, every position up to
+// experts * the largest count visited (read by each warp after the PDL wait).
+struct InterleavedTurnRows : InterleavedRows {
   __device__ __forceinline__ uint32_t positions() const {
-    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-    int32_t most = lane < static_cast<int>(experts) ? masked_m[lane] : 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    most = __reduce_max_sync(0xffffffffu, most);
-#else
-    most = device::warp::reduce_max(most);
-#endif
-    return experts * static_cast<uint32_t>(most <= 0 ? 0 : (most < m_max ? most : m_max));
+    return experts * static_cast<uint32_t>(device::warp::reduce_max(lane_rows()));
   }
-  // Row m of expert e, computed where m is below its count.
-  __device__ __forceinline__ RowAt at(uint32_t e, uint32_t m, int32_t count) const {
-    const bool valid = static_cast<int32_t>(m) < count && static_cast<int32_t>(m) < m_max;
-    return {valid, int64_t{e * in_expert + m * in_row}, int64_t{e * out_expert + m * out_row}, int64_t{e * scale_expert + m * scale_row}};
-  }
-  // As a layout's rows (visit, at) for the turn kernels: position f's row.
   struct State {
     int64_t rows;
   };
@@ -54,17 +31,18 @@ struct InterleavedRows {
   __device__ __forceinline__ RowAt at(const State&, int64_t f) const {
     uint32_t e;
     const uint32_t m = by_experts.divide(static_cast<uint32_t>(f), e);
-    return at(e, m, masked_m[e]);
+    return InterleavedRows::at(e, m, masked_m[e]);
   }
+  using InterleavedRows::at;
 };
 
-// The group form over InterleavedRows: a group per lane set and turn, kLanes lanes of kPerLane vectors (as
-// group_quant_turns'), the groups of positions in order (ptxas works out the first place after the wait),
-// rounding policy kRounding.
+// The group form over the interleaved rows in every turn (no second phase): a group per lane set and turn,
+// kLanes lanes of kPerLane vectors, the groups of positions in order (the first place worked out before the
+// wait), up to experts * the largest count.
 template <typename T, int kVec, int kLanes, int kPerLane, Rounding kRounding>
 __global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
-                                                int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
+    group_quant_interleaved_turns_kernel(const __grid_constant__ InterleavedTurnRows rows, const T* in, uint8_t* q, float* scales,
+                                         int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
   constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
@@ -80,7 +58,6 @@ __global__ void __launch_bounds__(kActGroupThreads)
   const uint32_t total = rows.positions() * groups_per_row;
   do {
     const RowAt r = rows.at(e, m, count);
-    // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
     if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
     first += turn;
     if (first < total) {
@@ -88,62 +65,6 @@ __global__ void __launch_bounds__(kActGroupThreads)
       count = rows.masked_m[e];
     }
   } while (first < total);
-#endif
-}
-
-// The masked group form's kernel (silu_and_mul_group_quant_masked_kernel's turns) with the row counts
-// guessed before the PDL wait: warp 0 of each CTA reads them from L2 (ld.global.cg: L1 keeps no line the wait
-// could leave stale; one load a CTA, not a warp) and shares them through shared memory; each warp places its
-// first turn from the guess; after the wait the counts (ordinary loads, each warp) and that turn's data load
-// together, and the turn goes on only where the counts equal the guess, else the turns start over from them.
-template <int kLanes, Rounding kRounding>
-__global__ void __launch_bounds__(kActGroupThreads)
-    group_quant_guess_kernel(const __grid_constant__ MaskedRowsWarp rows, const bf16_t* in, uint8_t* q, float* scales, int64_t group_stride,
-                             int64_t d, float eps, device::kv_cache::Divisor32 by_groups, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr int kPerLane = kActGroupSize / kV / kLanes;
-  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
-  __shared__ int32_t guesses[device::kWarpThreads];
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-  const uint32_t mine = lane / kLanes, turn = gridDim.x * kGroupsPerCta;
-  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;
-  uint32_t f, g, row, last;
-  const auto place = [&] {
-    uint32_t unused;
-    f = by_groups.divide(first + mine, g), row = by_groups.divide(first, unused), last = by_groups.divide(first + kGroupsPerWarp - 1, unused);
-  };
-  const auto locate = [&](const MaskedRowsWarp::State& s) {
-    RowAt r = row == last ? rows.in_row(s, static_cast<int32_t>(row)) : rows.bisect(s, f);
-    r.valid = r.valid && first + mine < static_cast<uint32_t>(s.rows) * by_groups.d;
-    return r;
-  };
-  const int e = lane < rows.experts ? lane : rows.experts - 1;  // in bounds, no branch around the loads
-  if (threadIdx.x < device::kWarpThreads) {
-    const int32_t m = __ldcg(rows.masked_m + e);
-    guesses[lane] = lane < rows.experts && m > 0 ? (m < rows.m_max ? m : rows.m_max) : 0;
-  }
-  __syncthreads();
-  const int32_t guess = guesses[lane];
-  MaskedRowsWarp::State s = rows.scan(guess);
-  place();
-  const RowAt r = locate(s);
-  WaitPrimary{trigger_at_start}();
-  const int32_t m = rows.rows_of(e), count = lane < rows.experts ? m : 0;
-  const auto x = load_group<bf16_t, kV, kLanes, kPerLane>(r, g, in, d);  // in flight with the counts
-  if (__all_sync(0xffffffffu, count == guess)) {
-    if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<bf16_t, kV, kLanes, kPerLane, kRounding>(x, r, g, q, scales, group_stride, eps);
-    first += turn;
-  } else {
-    s = rows.scan(count);
-  }
-  place();
-  const uint32_t total = static_cast<uint32_t>(s.rows) * by_groups.d;
-  while (first < total) {  // warp-uniform
-    group_quant_item<bf16_t, kV, kLanes, kPerLane, kRounding>(locate(s), g, in, q, scales, group_stride, d, eps);
-    first += turn;
-    place();
-  }
 #endif
 }
 
@@ -197,26 +118,11 @@ auto masked_rows_of(const MaskedLayout& layout) {
   else return MaskedRowsWarpTurns{{layout}};
 }
 
-// The masked layout's rows interleaved (InterleavedRows): at most 32 experts, every offset within 32 bits.
-inline InterleavedRows interleaved_of(const ProductOps::Masked& m) {
-  const MaskedLayout& l = m.rows;
-  const auto end = [&](int64_t se, int64_t sm, int64_t row) { return (m.experts - 1) * se + (m.m_max - 1) * sm + row; };
-  host::RuntimeCheck(m.op.capacity * m.op.d > 0 && m.experts <= MaskedRowsWarp::kMaxWarpExperts && end(l.in_expert, l.in_row, 2 * m.op.d) <= UINT32_MAX &&
-                         end(l.out_expert, l.out_row, m.op.d) <= UINT32_MAX && end(l.scale_expert, l.scale_row, 1) <= UINT32_MAX &&
-                         m.op.capacity * (m.op.d / kActGroupSize) < (int64_t{1} << 31),
-                     "bench_moe_act: the interleaved rows do not take this layout");
-  const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
-  return {l.masked_m,
-          l.m_max,
-          narrow(m.experts),
-          narrow(l.in_expert),
-          narrow(l.in_row),
-          narrow(l.out_expert),
-          narrow(l.out_row),
-          narrow(l.scale_expert),
-          narrow(l.scale_row),
-          host::kv_cache::divisor<uint32_t>(m.experts),
-          host::kv_cache::divisor<uint32_t>(std::max<int64_t>(m.op.d / kActGroupSize, 1))};
+// The masked layout's rows interleaved (InterleavedTurnRows), where the product's rule for them allows.
+inline InterleavedTurnRows interleaved_of(const ProductOps::Masked& m) {
+  InterleavedTurnRows rows;
+  host::RuntimeCheck(ProductOps::interleaved<Rounding::kSglang>(m, rows), "bench_moe_act: the interleaved rows do not take this layout");
+  return rows;
 }
 
 // silu_and_mul_masked by the launch rules over rows kScan.
@@ -235,24 +141,30 @@ struct MaskedActInterleaved {
   }
 };
 
-// The masked group form by the turn kernel over the computed rows (rows kScan; kScan 1: the previous
-// product), or over the interleaved rows (kScan -5: the interleaved kernel), kLanes lanes a group, at most
-// kPerSm CTAs an SM (0: what the occupancy API fits), rounding policy kRounding.
+// The masked group form by the turn kernel over the computed rows (rows kScan), or over the interleaved rows
+// (kScan -5: in every turn, group_quant_interleaved_turns_kernel; -6: the product's two-phase kernel with the
+// exact rounding's scale by the IEEE divisions), kLanes lanes a group, at most kPerSm CTAs an SM (0: what the
+// occupancy API fits), rounding policy kRounding.
 template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct MaskedGroup {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
+    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+    constexpr int kPerLane = kActGroupSize / kV / kLanes;
     if constexpr (kScan == -5) {
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernel takes aligned rows");
+      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernels here take aligned rows");
+      constexpr auto kernel = group_quant_interleaved_turns_kernel<bf16_t, kV, kLanes, kPerLane, kRounding>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
                                interleaved_of(m), m.op);
+    } else if constexpr (kScan == -6) {
+      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernels here take aligned rows");
+      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kPerLane, kRounding, false>;
+      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
+                               InterleavedRows(interleaved_of(m)), m.op);
     } else {
       const auto rows = masked_rows_of<kScan>(m.rows);
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-      const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
+      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kPerLane, kRounding>;
       ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows,
                                m.op);
     }
@@ -267,24 +179,21 @@ void launch_masked_group(Kernel kernel, unsigned grid, const ProductOps::Masked&
                     host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
 }
 
-// The masked group form by the product's masked kernel (silu_and_mul_group_quant_masked_kernel), or with
-// kGuess by group_quant_guess_kernel, kLanes lanes a group, at most kPerSm CTAs an SM (0: what the occupancy
-// API fits, the product's).
-template <int kLanes, Rounding kRounding, int kPerSm = 0, bool kGuess = false>
+// The masked group form by the previous product's kernel (silu_and_mul_group_quant_masked_kernel), kLanes lanes
+// a group, at most kPerSm CTAs an SM (0: what the occupancy API fits, the previous product's).
+template <int kLanes, Rounding kRounding, int kPerSm = 0>
 struct MaskedGroupMasked {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
     const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
     host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
-                       "bench_moe_act: the masked kernels take aligned rows of at most 32 experts");
-    if constexpr (kGuess) {
-      constexpr auto kernel = group_quant_guess_kernel<kLanes, kRounding>;
-      launch_masked_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), m);
-    } else {
-      constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-      launch_masked_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), m);
-    }
+                       "bench_moe_act: the masked kernel takes aligned rows of at most 32 experts");
+    constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+    const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device);
+    host::LaunchKernel(grid, kActGroupThreads, m.op.device)
+        .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d, m.op.eps,
+                      host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
   }
 };
 

@@ -1,12 +1,13 @@
 """The MoE activation family on the GPU: silu_and_mul over moe_align_block_size's sorted layout and over the
 masked per-expert layout, against a float64 torch reference on the computed rows and bit for bit against the
 dense ops (silu_and_mul, per_token_quant_fp8, per_token_group_quant_8bit) for the fp8 forms; rows that are
-not computed keep what they held; counts read on the device (CUDA-graph replay with new counts); NaN/inf,
-empty and strided inputs; bad input; the torch custom ops (opcheck, torch.compile)."""
+not computed keep what they held; counts read on the device (CUDA-graph replay with new counts); the masked
+group form's kernels bit for bit against each other, and which one a layout takes; NaN/inf, empty and strided
+inputs; bad input; the torch custom ops (opcheck, torch.compile)."""
 
 import pytest
 
-from conftest import eagerly_then_from_a_graph
+from conftest import KERNELS, eagerly_then_from_a_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -410,7 +411,7 @@ def test_masked_counts_outside_the_buffer_are_clamped():
 
 def test_masked_group_offsets_past_32_bits():
     """The group form's outputs 2^32 bytes apart (output_q's expert stride, 4 GiB): offsets past 32 bits, each
-    expert's rows written where they are."""
+    expert's rows written where they are (by the scanned rows' kernel: the interleaved rows take 32-bit ones)."""
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8
 
@@ -425,6 +426,8 @@ def test_masked_group_offsets_past_32_bits():
     silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q.view(torch.float8_e4m3fn), output_s=s)
     q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128)
     assert torch.equal(q[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref), "an expert's rows landed elsewhere"
+    launched = _launched(lambda: silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q.view(torch.float8_e4m3fn), output_s=s))
+    assert launched == "silu_and_mul_group_quant_masked_kernel", "offsets past 32 bits: the scanned rows' kernel"
     assert (q[~computed] == POISON).all(), "a masked row was written"
 
 
@@ -465,6 +468,169 @@ def test_masked_counts_between_chunks(pattern, m_max, d):
     q_ref, s_ref = per_token_group_quant_8bit(dense, 128, eps=1e-10)
     assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(sg[computed], s_ref)
     assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sg[~computed]).all(), "a masked row was written"
+
+
+# ---- the masked group form's kernels ---------------------------------------------------------------
+
+# The kernels of the masked group form (csrc/moe_act.cuh), as their names show in a profile.
+GROUP_KERNELS = ("silu_and_mul_group_quant_interleaved_kernel", "silu_and_mul_group_quant_masked_kernel",
+                 "silu_and_mul_group_quant_rows_kernel")
+
+
+def _launched(fn):
+    """The one kernel of GROUP_KERNELS that fn launches, by its name in a profile."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # compiled outside the profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = {k for e in prof.events() for k in GROUP_KERNELS if k in e.name}
+    assert len(names) == 1, names
+    return names.pop()
+
+
+@pytest.fixture(scope="module")
+def group_kernels():
+    """tests/python/kernels/moe_act_launches.cuh: interleaved_<dtype>_<rounding> and scanned_<dtype>_<rounding>,
+    the masked group form by the interleaved rows' kernel and by the one over the scanned rows."""
+    import jitkern
+
+    wrappers = [(f"{kind}_{d}_{r}", f"moe_act_launches_test::{kind}<{d}_t, moe_act_launches_test::Rounding::k{r.capitalize()}>")
+                for kind in ("interleaved", "scanned") for d in ("bf16", "fp16", "fp32") for r in ROUNDINGS]
+    return jitkern.load_jit("moe_act_launches_test", cuda_files=[str(KERNELS / "moe_act_launches.cuh")], cuda_wrappers=wrappers,
+                            extra_include_paths=[str(jitkern.CSRC_DIR)], host_without_nvcc=True)
+
+
+# name: experts, M, d, dtype, counts ("random", "hot": nearly every row to one expert, or a list), output_s
+# ("rows": row-major, "columns": column-major per expert, "tma": padded to 16 bytes), rows unaligned. The
+# "phase2" layouts hold more positions than a grid's first turn (an H200: 132 SMs of 10 CTAs, 8 positions of
+# 2 groups a CTA, 10 560; a vector a lane 4 224; 32 768 here), so that their later rows take the second phase.
+INTERLEAVED_LAYOUTS = {
+    "zeros_and_clamped": (32, 48, 256, "bfloat16", [0, 48, 100, -5, 1 << 30, 0, 7] * 4 + [3, 0, 47, 1], "rows", False),
+    "one_expert": (1, 40, 512, "bfloat16", [17], "columns", False),
+    "odd_experts": (7, 33, 640, "float16", [0, 33, 5, 40, 1, 32, 9], "rows", False),  # 5 groups a row: warps span rows
+    "full_32": (32, 18, 1024, "bfloat16", [18] * 32, "tma", False),
+    "unaligned_fp32": (5, 20, 256, "float32", [20, 0, 3, 19, 21], "rows", True),
+    "phase2_random": (32, 1024, 256, "bfloat16", "random", "rows", False),
+    "phase2_hot": (32, 1024, 256, "bfloat16", "hot", "columns", False),
+    "phase2_unaligned": (32, 1024, 256, "bfloat16", "random", "rows", True),
+    "phase2_odd_experts": (31, 600, 640, "bfloat16", "random", "rows", False),
+}
+
+
+def _group_scales_buffer(experts, m_max, groups, layout):
+    """output_s [E, M, groups] of `layout`, NaN (column-major: an [E, groups, M'] buffer transposed, M' padded to
+    4 rows with "tma")."""
+    torch = _torch()
+    if layout == "rows":
+        return torch.full((experts, m_max, groups), float("nan"), device="cuda")
+    padded = -(-m_max // 4) * 4 if layout == "tma" else m_max
+    return torch.full((experts, groups, padded), float("nan"), device="cuda")[..., :m_max].transpose(-1, -2)
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("layout", list(INTERLEAVED_LAYOUTS))
+def test_masked_group_interleaved_gives_the_bits_of_the_scanned_rows_kernel(group_kernels, layout, rounding):
+    """The interleaved rows' kernel (the launch for at most 32 experts) and the kernel over the rows a warp's
+    scan counts write the same codes and scales, bit for bit, and nothing else: experts with 0 rows, counts
+    above M (clamped) and below 0, 1, odd and 32 experts, rows past a grid's first turn, NaN and +-inf inputs,
+    row- and column-major scales, unaligned rows (a vector a lane); both equal to per_token_group_quant_8bit
+    of the computed rows."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul
+
+    experts, m_max, d, dtype_name, counts, scales, unaligned = INTERLEAVED_LAYOUTS[layout]
+    dtype = getattr(torch, dtype_name)
+    if counts == "random":
+        masked_m = _masked_routing(m_max * experts // 8, experts, m_max, seed=d)
+    elif counts == "hot":
+        masked_m = torch.tensor([3] * 5 + [m_max - 1] + [0] * (experts - 6), dtype=torch.int32, device="cuda")
+    else:
+        masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    computed = _masked_rows(masked_m, m_max)
+    shape = (experts, m_max, 2 * d)
+    x = _unaligned(shape, dtype) if unaligned else torch.randn(*shape, dtype=dtype, device="cuda")
+    x.mul_(4)
+    _poison_specials(x, computed, seed=experts)
+    short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype_name]
+    outputs = {}
+    for kind in ("interleaved", "scanned"):
+        q = torch.full((experts, m_max, d), POISON, dtype=torch.uint8, device="cuda")
+        s = _group_scales_buffer(experts, m_max, d // 128, scales)
+        getattr(group_kernels, f"{kind}_{short}_{rounding}")(x, masked_m, q, s, 128, 1e-10)
+        outputs[kind] = (q, s)
+    (q, s), (q2, s2) = outputs["interleaved"], outputs["scanned"]
+    assert torch.equal(q, q2), "the codes differ between the two kernels"
+    assert torch.equal(_bits(s), _bits(s2)), "the scales differ between the two kernels"
+    q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128, eps=1e-10, rounding=rounding)
+    assert torch.equal(q[computed], q_ref.view(torch.uint8)) and torch.equal(_bits(s[computed]), _bits(s_ref))
+    assert (q[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), "a row not computed was written"
+
+
+def test_masked_group_launch_rule():
+    """Which kernel a layout takes: the interleaved rows up to 32 experts (aligned or not, either rounding; the
+    exact one with eps >= kNormalScaleEps, 448 * 2^-64), the scanned rows' kernel below that eps, the turns
+    over the CTA's scan beyond 32 experts (and past 32-bit offsets: test_masked_group_offsets_past_32_bits)."""
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_masked_per_token_group_quant_fp8 as group
+
+    interleaved, scanned, rows = GROUP_KERNELS
+
+    def x(experts, width=512, unaligned=False):
+        shape = (experts, 8, width)
+        return _unaligned(shape, torch.bfloat16) if unaligned else torch.randn(*shape, dtype=torch.bfloat16, device="cuda")
+
+    m32, m33 = torch.full((32,), 5, dtype=torch.int32, device="cuda"), torch.full((33,), 5, dtype=torch.int32, device="cuda")
+    x32, x32u, x33 = x(32), x(32, unaligned=True), x(33)
+    assert _launched(lambda: group(x32, m32)) == interleaved
+    assert _launched(lambda: group(x32, m32, rounding="sglang")) == interleaved
+    assert _launched(lambda: group(x32u, m32)) == interleaved
+    assert _launched(lambda: group(x(1), m32[:1])) == interleaved
+    assert _launched(lambda: group(x32, m32, eps=2.5e-17)) == interleaved
+    assert _launched(lambda: group(x32, m32, eps=2.4e-17)) == scanned
+    assert _launched(lambda: group(x32, m32, eps=2.4e-17, rounding="sglang")) == interleaved
+    assert _launched(lambda: group(x33, m33)) == rows
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_masked_group_graph_replay_both_phases(rounding):
+    """The interleaved rows' kernel captured once and replayed with other counts (spread, one expert nearly
+    full, none): each replay computes its own rows, in the first turn and past it, and leaves the others."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_masked_per_token_group_quant_fp8
+
+    experts, m_max, d = 32, 1024, 256
+    x = torch.randn(experts, m_max, 2 * d, dtype=torch.bfloat16, device="cuda")
+    masked_m = torch.zeros(experts, dtype=torch.int32, device="cuda")
+    q = torch.empty(experts, m_max, d, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(experts, m_max, d // 128, device="cuda")
+
+    def prepare(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        kind = seed % 3
+        if kind == 0:
+            masked_m.copy_(_masked_routing(1000 * (seed + 1), experts, m_max, seed=seed))
+        elif kind == 1:
+            masked_m.zero_(), masked_m[seed].fill_(m_max - seed)
+        else:
+            masked_m.zero_()
+        x.normal_(generator=g)
+        q.view(torch.uint8).fill_(POISON), s.fill_(float("nan"))
+
+    def step():
+        silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m, output_q=q, output_s=s, rounding=rounding)
+
+    def check(what):
+        computed = _masked_rows(masked_m, m_max)
+        if computed.any():
+            q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128, rounding=rounding)
+            assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref), what
+        assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), what
+
+    eagerly_then_from_a_graph(prepare, step, check)
 
 
 # ---- both ------------------------------------------------------------------------------------------
