@@ -189,18 +189,27 @@ def concat_shapes(m, ref):
         yield f"[{t}, 128, 512 + 64]{', a transposed' if transposed else ''}", variants, check
 
 
-# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): SIPCTR = P 16-byte vectors a lane, C
-# contiguous or strided lanes, CTAs of T x 64, trigger R, I: IEEE divisions for the scale and its reciprocal,
-# through the product's launch code; S: rounding="sglang" (the `quant_sglang` table).
-def _group_variant(v: int) -> str:
-    if v % 100000 == 0:
+# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): (16-byte vectors a lane (0: the general
+# kernel under its launch rule), contiguous lanes, CTA threads, trigger, IEEE scale divisions, flags: 1 every lane
+# stores the scale, 2 warps past the last group return before the wait).
+GROUP_TRIGGER = {**TRIGGER, 3: "after the loads"}
+GROUP_FLAGS = {1: "every lane stores the scale", 2: "warps past the end return before the wait"}
+
+
+def _group_variant(per_lane: int, contiguous: int, threads: int, trigger: int, ieee: int, flags: int) -> str:
+    if per_lane == 0:
         return "the general kernel alone"
-    return (f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 64}t "
-            f"{TRIGGER[v % 10]}{', IEEE scale division' if v // 10000 % 10 else ''}")
+    extra = [", IEEE scale division"] * ieee + [f", {name}" for bit, name in GROUP_FLAGS.items() if flags & bit]
+    return (f"lean {per_lane} vectors a lane{' contiguous' if contiguous else ' strided'}, {threads}t {GROUP_TRIGGER[trigger]}"
+            + "".join(extra))
 
 
-GROUP_VARIANTS = {v: _group_variant(v) for v in (0, 2142, 12142, 2042, 2122, 2121, 2112, 4042, 4022, 4021, 4012, 8142, 8122)}
-SGLANG_GROUP_VARIANTS = {v: _group_variant(v) for v in (100000, 102142, 102141, 102120, 102121, 102122, 104021)}
+GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 1, 0), (2, 0, 256, 2, 0, 0), (2, 1, 128, 2, 0, 0),
+                  (2, 1, 128, 1, 0, 0), (2, 1, 64, 2, 0, 0), (4, 0, 256, 2, 0, 0), (4, 0, 128, 2, 0, 0), (4, 0, 128, 1, 0, 0),
+                  (4, 0, 64, 2, 0, 0), (8, 1, 256, 2, 0, 0), (8, 1, 128, 2, 0, 0)]
+SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1, 0, 0), (2, 1, 128, 0, 0, 0), (2, 1, 128, 1, 0, 0),
+                         (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1), (2, 1, 256, 2, 0, 2),
+                         (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
 
 
 def group_quant_shapes(m, ref, rounding="exact"):
@@ -216,8 +225,10 @@ def group_quant_shapes(m, ref, rounding="exact"):
         variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, rounding=rounding, output_q=q, output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for v, name in (SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS).items():
-            variants[name] = lambda x=x, q=q, s=s, v=v: m.group_quant(x, q.view(torch.uint8), s, 128, v)
+        for v in SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS:
+            per_lane, contiguous, threads, trigger, ieee, flags = v
+            variants[_group_variant(*v)] = lambda x=x, q=q, s=s, a=(per_lane, contiguous, threads, trigger, ieee, rounding == "sglang", flags): (
+                m.group_quant(x, q.view(torch.uint8), s, *a))
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
