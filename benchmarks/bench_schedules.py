@@ -3,8 +3,8 @@
 beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
 one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
 (include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
-Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [quant_sglang] [qknorm] [store] [token_quant]
-[concat]`: those tables only."""
+Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [quant_sglang] [quant_ue8m0] [qknorm] [store]
+[token_quant] [concat]`: those tables only."""
 
 from __future__ import annotations
 
@@ -191,9 +191,10 @@ def concat_shapes(m, ref):
 
 # group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): (16-byte vectors a lane (0: the general
 # kernel under its launch rule), contiguous lanes, CTA threads, trigger, IEEE scale divisions, flags: 1 every lane
-# stores the scale, 2 warps past the last group return before the wait).
+# stores the scale, 2 warps past the last group return before the wait, 4 UE8M0: dividing by the scale).
 GROUP_TRIGGER = {**TRIGGER, 3: "after the loads"}
-GROUP_FLAGS = {1: "every lane stores the scale", 2: "warps past the end return before the wait"}
+GROUP_FLAGS = {1: "every lane stores the scale", 2: "warps past the end return before the wait",
+               4: "dividing by the scale (two corrections a value)"}
 
 
 def _group_variant(per_lane: int, contiguous: int, threads: int, trigger: int, ieee: int, flags: int) -> str:
@@ -210,29 +211,33 @@ GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 1, 0)
 SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1, 0, 0), (2, 1, 128, 0, 0, 0), (2, 1, 128, 1, 0, 0),
                          (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1), (2, 1, 256, 2, 0, 2),
                          (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
+UE8M0_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 0, 4), (2, 1, 128, 0, 0, 0), (2, 1, 128, 0, 0, 4)]
 
 
-def group_quant_shapes(m, ref, rounding="exact"):
+def group_quant_shapes(m, ref, rounding="exact", ue8m0=False):
     """[T, 7168] from decode to prefill sizes (T = 256: 14336 groups, one wave of 8-lane groups of more than
-    256 threads an SM), and [16 / 256 / 4096, 2048 / 4096]; the product and the variants with this rounding."""
-    shapes = [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), (256, 2048), (256, 4096)]
+    256 threads an SM), and [16 / 256 / 4096, 2048 / 4096]; the product and the variants with this rounding
+    (ue8m0: row-major UE8M0 scales, [T, 7168] only)."""
+    shapes = [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), *[(256, 2048), (256, 4096)] * (not ue8m0)]
     if rounding == "sglang":
         shapes += [(t, h) for h in (2048, 4096) for t in (16, 4096)]
     for t, h in shapes:
         x = rand(t, h)
         q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
-        s = torch.empty(t, h // 128, device="cuda", dtype=torch.float32)
-        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, rounding=rounding, output_q=q, output_s=s)}
+        s = (torch.empty(t, h // 128 // 4, device="cuda", dtype=torch.int32) if ue8m0
+             else torch.empty(t, h // 128, device="cuda", dtype=torch.float32))
+        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, scale_ue8m0=ue8m0, rounding=rounding, output_q=q,
+                                                                                    output_s=s)}
         if ref is not None:
-            variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for v in SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS:
+            variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128, ue8m0)
+        for v in UE8M0_GROUP_VARIANTS if ue8m0 else SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS:
             per_lane, contiguous, threads, trigger, ieee, flags = v
-            variants[_group_variant(*v)] = lambda x=x, q=q, s=s, a=(per_lane, contiguous, threads, trigger, ieee, rounding == "sglang", flags): (
-                m.group_quant(x, q.view(torch.uint8), s, *a))
+            variants[_group_variant(*v)] = lambda x=x, q=q, s=s, a=(ue8m0, per_lane, contiguous, threads, trigger, ieee, rounding == "sglang",
+                                                                    flags): m.group_quant(x, q.view(torch.uint8), s, *a)
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
-            eq, es = ops.per_token_group_quant_8bit(x, 128, rounding=rounding)
+            eq, es = ops.per_token_group_quant_8bit(x, 128, scale_ue8m0=ue8m0, rounding=rounding)
             for name, fn in variants.items():
                 if (name == "reference" and rounding != "sglang") or name.startswith(FLOOR):
                     continue
@@ -281,12 +286,14 @@ def main() -> None:
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
     print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
           "the PDL trigger is (start, after the wait, after the loads, after the last store).")
-    wanted = sys.argv[1:] or ["rmsnorm", "quant", "quant_sglang", "qknorm", "store", "token_quant", "concat"]
+    wanted = sys.argv[1:] or ["rmsnorm", "quant", "quant_sglang", "quant_ue8m0", "qknorm", "store", "token_quant", "concat"]
     tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
         ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
         ("quant", "fp8 group quantization, group 128, bf16 [T, H]", group_quant_shapes, quant),
         ("quant_sglang", 'fp8 group quantization, rounding="sglang", group 128, bf16 [T, H]',
          lambda m, ref: group_quant_shapes(m, ref, "sglang"), quant),
+        ("quant_ue8m0", "fp8 group quantization, UE8M0 scales (row-major), group 128, bf16 [T, H]",
+         lambda m, ref: group_quant_shapes(m, ref, ue8m0=True), quant),
         ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
         ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv),
         ("token_quant", "per_token_quant_fp8, bf16 [T, 4096]", token_quant_shapes, token_quant),

@@ -442,8 +442,13 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
     bool finite;
     const float amax = lane_group_amax<kLanes>(x, finite);
     scale = quant::group_scale<fp8_e4m3_t, kUE8M0, true>(amax, eps, exponent);
-    const quant::Divider s(scale, quant::normal_reciprocal(scale), finite);
-    c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+    if constexpr (kUE8M0) {  // s a power of two: x * (1 / s) rounds the quotient itself, +-inf and NaN included
+      const float inv = quant::normal_reciprocal(scale);
+      c = lane_codes(x, [&](float v) { return v * inv; });
+    } else {
+      const quant::Divider s(scale, quant::normal_reciprocal(scale), finite);
+      c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+    }
   }
   if (valid) {
     static_assert(kPerLane == 2);  // the lane's 16 codes: one store

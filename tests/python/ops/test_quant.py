@@ -491,42 +491,46 @@ LEAN_LAUNCHES = [(128, 0, "exact"), (256, 2, "exact"), (128, 0, "sglang"), (128,
 def lean_launches():
     import jitkern
 
-    wrappers = [(f"lean_{d}_{t}_{r}_{rounding}",
-                 f"quant_group_lean_test::group_quant_lean<{d}_t, {t}, {r}, device::quant::Rounding::k{rounding.capitalize()}>")
-                for d in ("bf16", "fp16") for t, r, rounding in LEAN_LAUNCHES]
+    wrappers = [(f"lean_{d}_{'ue8m0' if u else 'fp32'}_{t}_{r}_{rounding}",
+                 f"quant_group_lean_test::group_quant_lean<{d}_t, {'true' if u else 'false'}, {t}, {r}, "
+                 f"device::quant::Rounding::k{rounding.capitalize()}>")
+                for d in ("bf16", "fp16") for u in (False, True) for t, r, rounding in LEAN_LAUNCHES]
     return jitkern.load_jit("quant_group_lean_test", cuda_files=[str(KERNELS / "quant_group_lean.cuh")], cuda_wrappers=wrappers,
                             extra_include_paths=[str(jitkern.CSRC_DIR)], host_without_nvcc=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("ue8m0", [False, True])
 @pytest.mark.parametrize("launch", LEAN_LAUNCHES)
 @pytest.mark.parametrize("shape", [(3, 640), (255, 7168)])
-def test_per_token_group_fp8_lean_launches(lean_launches, dtype_name, launch, shape):
-    """Every launch of the lean kernel, at each group size with +-inf and NaN in the groups (part-filled CTAs at
-    (3, 640)), gives with the exact rounding the reference's codes and scales, with rounding="sglang" those of the
-    general kernel (the same op on strided rows)."""
+def test_per_token_group_fp8_lean_launches(lean_launches, dtype_name, ue8m0, launch, shape):
+    """Every launch of the lean kernel, fp32 or UE8M0 scales (row-major), at each group size with +-inf and NaN in
+    the groups (part-filled CTAs at (3, 640)), gives with the exact rounding the reference's codes and scales, with
+    rounding="sglang" those of the general kernel (the same op on strided rows)."""
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit
 
     threads, trigger, rounding = launch
     short = {"bfloat16": "bf16", "float16": "fp16"}[dtype_name]
-    fn = getattr(lean_launches, f"lean_{short}_{threads}_{trigger}_{rounding}")
+    fn = getattr(lean_launches, f"lean_{short}_{'ue8m0' if ue8m0 else 'fp32'}_{threads}_{trigger}_{rounding}")
     x = _x(shape, dtype_name, seed=3)
     x[0, 37], x[-1, 5], x[-1, -1] = float("inf"), float("-inf"), float("nan")
     strided = torch.zeros(shape[0], shape[1] + 64, dtype=x.dtype, device="cuda")[:, 64:]
     strided.copy_(x)
     for group_size in (32, 64, 128):
+        groups = shape[1] // group_size
         q = torch.empty(shape, dtype=torch.uint8, device="cuda")
-        s = torch.empty(shape[0], shape[1] // group_size, device="cuda")
+        s = (torch.empty(shape[0], -(-groups // 4), dtype=torch.int32, device="cuda") if ue8m0
+             else torch.empty(shape[0], groups, device="cuda"))
         fn(x, q, s, group_size, 1e-10)
         if rounding == "exact":
-            eq, es, _ = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, False)
+            eq, es, exponent = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, ue8m0)
             _assert_q_equal(q.view(torch.float8_e4m3fn), eq)
+            assert torch.equal(_unpack_ue8m0(s, groups), exponent) if ue8m0 else torch.equal(s, es)
         else:
-            eq, es = per_token_group_quant_8bit(strided, group_size, rounding="sglang")
-            assert torch.equal(q, eq.view(torch.uint8))
-        assert torch.equal(s, es)
+            eq, es = per_token_group_quant_8bit(strided, group_size, scale_ue8m0=ue8m0, rounding="sglang")
+            assert torch.equal(q, eq.view(torch.uint8)) and torch.equal(s, es)
 
 
 @pytest.mark.gpu
