@@ -3,8 +3,9 @@
 beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
 one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
 (include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
-Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [quant_sglang] [quant_ue8m0] [qknorm] [store]
-[token_quant] [concat]`: those tables only."""
+Prints markdown tables, fastest first per shape; `bench_schedules.py [--check] [rmsnorm] [quant] [quant_sglang] [quant_sglang_wave]
+[quant_ue8m0] [qknorm] [store] [token_quant] [concat]`: those tables only; --check: each variant's output against the
+product's, no timing."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def module():
     return build_all(spec, *products)[0]
 
 
-def table(title: str, shapes) -> None:
+def table(title: str, shapes, check_only: bool = False) -> None:
     """shapes: (shape label, {variant: fn}, check): check() compares every variant's output with the product's."""
     print(f"\n#### {title}\n")
     for label, fns, check in shapes:
@@ -49,6 +50,11 @@ def table(title: str, shapes) -> None:
             check()
         except AssertionError as e:  # reported; the timing still says what the schedule costs
             print(f"<!-- {label}: {e} -->")
+            if check_only:
+                raise
+        if check_only:
+            print(f"| {label} | {len(fns)} variants equal to the product |", flush=True)
+            continue
         for fn in fns.values():
             fn()
         torch.cuda.synchronize()
@@ -208,19 +214,24 @@ def _group_variant(per_lane: int, contiguous: int, threads: int, trigger: int, i
 GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 1, 0), (2, 0, 256, 2, 0, 0), (2, 1, 128, 2, 0, 0),
                   (2, 1, 128, 1, 0, 0), (2, 1, 64, 2, 0, 0), (4, 0, 256, 2, 0, 0), (4, 0, 128, 2, 0, 0), (4, 0, 128, 1, 0, 0),
                   (4, 0, 64, 2, 0, 0), (8, 1, 256, 2, 0, 0), (8, 1, 128, 2, 0, 0)]
-SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1, 0, 0), (2, 1, 128, 0, 0, 0), (2, 1, 128, 1, 0, 0),
-                         (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1), (2, 1, 256, 2, 0, 2),
-                         (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
+SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1, 0, 0), (2, 1, 128, 0, 0, 0), (2, 1, 128, 1, 0, 0)]
+# rounding="sglang" where the rule takes CTAs of 256 triggering after their stores (more than 1024 threads an SM): that
+# shape, then candidates.
+SGLANG_WAVE_VARIANTS = [(2, 1, 256, 2, 0, 0), (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1),
+                        (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
 UE8M0_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 0, 4), (2, 1, 128, 0, 0, 0), (2, 1, 128, 0, 0, 4)]
 
 
-def group_quant_shapes(m, ref, rounding="exact", ue8m0=False):
+def group_quant_shapes(m, ref, rounding="exact", ue8m0=False, wave=False):
     """[T, 7168] from decode to prefill sizes (T = 256: 14336 groups, one wave of 8-lane groups of more than
     256 threads an SM), and [16 / 256 / 4096, 2048 / 4096]; the product and the variants with this rounding
-    (ue8m0: row-major UE8M0 scales, [T, 7168] only)."""
+    (ue8m0: row-major UE8M0 scales, [T, 7168] only; wave: rounding="sglang", the grids of more than 1024 threads
+    an SM and [256, 7168], SGLANG_WAVE_VARIANTS)."""
     shapes = [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), *[(256, 2048), (256, 4096)] * (not ue8m0)]
     if rounding == "sglang":
         shapes += [(t, h) for h in (2048, 4096) for t in (16, 4096)]
+    if wave:
+        shapes = [(256, 7168), (512, 7168), (1024, 7168), (4096, 7168), (4096, 2048), (1024, 4096), (4096, 4096)]
     for t, h in shapes:
         x = rand(t, h)
         q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
@@ -230,10 +241,11 @@ def group_quant_shapes(m, ref, rounding="exact", ue8m0=False):
                                                                                     output_s=s)}
         if ref is not None:
             variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128, ue8m0)
-        for v in UE8M0_GROUP_VARIANTS if ue8m0 else SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS:
+        for v in (UE8M0_GROUP_VARIANTS if ue8m0 else SGLANG_WAVE_VARIANTS if wave else SGLANG_GROUP_VARIANTS if rounding == "sglang"
+                  else GROUP_VARIANTS):
             per_lane, contiguous, threads, trigger, ieee, flags = v
-            variants[_group_variant(*v)] = lambda x=x, q=q, s=s, a=(ue8m0, per_lane, contiguous, threads, trigger, ieee, rounding == "sglang",
-                                                                    flags): m.group_quant(x, q.view(torch.uint8), s, *a)
+            variants[_group_variant(*v)] = lambda x=x, q=q, s=s, a=(int(ue8m0), per_lane, contiguous, threads, trigger, ieee,
+                                                                    int(rounding == "sglang"), flags): m.group_quant(x, q.view(torch.uint8), s, *a)
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
@@ -286,12 +298,16 @@ def main() -> None:
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
     print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
           "the PDL trigger is (start, after the wait, after the loads, after the last store).")
-    wanted = sys.argv[1:] or ["rmsnorm", "quant", "quant_sglang", "quant_ue8m0", "qknorm", "store", "token_quant", "concat"]
+    check_only = "--check" in sys.argv
+    wanted = [a for a in sys.argv[1:] if a != "--check"] or ["rmsnorm", "quant", "quant_sglang", "quant_sglang_wave", "quant_ue8m0", "qknorm",
+                                                              "store", "token_quant", "concat"]
     tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
         ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
         ("quant", "fp8 group quantization, group 128, bf16 [T, H]", group_quant_shapes, quant),
         ("quant_sglang", 'fp8 group quantization, rounding="sglang", group 128, bf16 [T, H]',
          lambda m, ref: group_quant_shapes(m, ref, "sglang"), quant),
+        ("quant_sglang_wave", 'fp8 group quantization, rounding="sglang", group 128, bf16 [T, H], grids of more than 1024 threads an SM',
+         lambda m, ref: group_quant_shapes(m, ref, "sglang", wave=True), quant),
         ("quant_ue8m0", "fp8 group quantization, UE8M0 scales (row-major), group 128, bf16 [T, H]",
          lambda m, ref: group_quant_shapes(m, ref, ue8m0=True), quant),
         ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
@@ -318,7 +334,7 @@ def main() -> None:
         first_call(fns)
     print(f"<!-- built in {time.perf_counter() - start:.0f} s -->")
     for title, shapes in tables.items():
-        table(title, shapes)
+        table(title, shapes, check_only)
     print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
 
 
