@@ -197,10 +197,11 @@ def concat_shapes(m, ref):
 
 # group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): (16-byte vectors a lane (0: the general
 # kernel under its launch rule), contiguous lanes, CTA threads, trigger, IEEE scale divisions, flags: 1 every lane
-# stores the scale, 2 warps past the last group return before the wait, 4 UE8M0: dividing by the scale).
+# stores the scale, 2 warps past the last group return before the wait, 4 UE8M0: dividing by the scale, 8 no branch
+# around the stores).
 GROUP_TRIGGER = {**TRIGGER, 3: "after the loads"}
 GROUP_FLAGS = {1: "every lane stores the scale", 2: "warps past the end return before the wait",
-               4: "dividing by the scale (two corrections a value)"}
+               4: "dividing by the scale (two corrections a value)", 8: "no branch around the stores"}
 
 
 def _group_variant(per_lane: int, contiguous: int, threads: int, trigger: int, ieee: int, flags: int) -> str:
@@ -218,7 +219,7 @@ SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1
 # rounding="sglang" where the rule takes CTAs of 256 triggering after their stores (more than 1024 threads an SM): that
 # shape, then candidates.
 SGLANG_WAVE_VARIANTS = [(2, 1, 256, 2, 0, 0), (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1),
-                        (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
+                        (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (2, 1, 256, 2, 0, 9), (2, 1, 256, 2, 0, 11), (4, 1, 256, 2, 0, 0)]
 UE8M0_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 0, 4), (2, 1, 128, 0, 0, 0), (2, 1, 128, 0, 0, 4)]
 
 
