@@ -216,8 +216,8 @@ GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 1, 0)
                   (2, 1, 128, 1, 0, 0), (2, 1, 64, 2, 0, 0), (4, 0, 256, 2, 0, 0), (4, 0, 128, 2, 0, 0), (4, 0, 128, 1, 0, 0),
                   (4, 0, 64, 2, 0, 0), (8, 1, 256, 2, 0, 0), (8, 1, 128, 2, 0, 0)]
 SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1, 0, 0), (2, 1, 128, 0, 0, 0), (2, 1, 128, 1, 0, 0)]
-# rounding="sglang" where the rule takes CTAs of 256 triggering after their stores (more than 1024 threads an SM): that
-# shape, then candidates.
+# rounding="sglang" where the rule takes CTAs of 256 (more than 1024 threads an SM): triggering after their stores (the
+# rule before), after their loads (the rule's), and other candidates.
 SGLANG_WAVE_VARIANTS = [(2, 1, 256, 2, 0, 0), (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1),
                         (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (2, 1, 256, 2, 0, 9), (2, 1, 256, 2, 0, 11), (4, 1, 256, 2, 0, 0)]
 UE8M0_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 0, 4), (2, 1, 128, 0, 0, 0), (2, 1, 128, 0, 0, 4)]

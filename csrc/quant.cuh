@@ -61,7 +61,10 @@ constexpr int kQuantGroupLeanLaneVecs = 2;
 // rounding="sglang" (a multiply a value: the memory latency leads): grids between a few CTAs and this many threads an
 // SM take CTAs of kQuantGroupThreads triggering after the wait ([T, 7168] bf16, H200, bench_schedules quant_sglang:
 // T = 16-256, 54-869 threads an SM, 0.84 / 1.00 / 1.21 / 1.62 us against 0.87 / 1.16 / 1.33 / 1.66 for the exact
-// rounding's rule there; at 1738, T = 512, 2.56 against 2.29 in wide CTAs triggering after their stores).
+// rounding's rule there; at 1738, T = 512, 2.56 against 2.29 in wide CTAs triggering after their stores). Above, CTAs
+// of kQuantGroupWideThreads trigger after their loads (bench_schedules quant_sglang_wave, H200, us, against after their
+// stores: T = 512 / 1024 / 4096 2.05 / 3.27 / 21.80 against 2.28 / 3.33 / 21.83; [1024, 4096] 2.23 / 2.43, [4096,
+// 2048] 3.59 / 3.69, [4096, 4096] 11.72 / 11.72; CTAs of 512 or 1024 2.14-2.15 at T = 512).
 constexpr int64_t kQuantGroupSglangWaitThreadsPerSm = 1024;
 // Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
 // an SM on, four (half the threads a row: [4096, 4096] bf16 on an H200, bench_schedules.py, 11.84 us against
@@ -408,9 +411,9 @@ __device__ __forceinline__ quant::sglang::GroupScale sglang_lane_codes(const Lan
 
 // per_group_kernel's codes and scales for fp8 groups of contiguous 16-bit rows (eps >= kNormalScaleEps with the
 // exact rounding), with what the host knows compiled in: 32-bit offsets (at most 2^32 elements), the trigger at
-// start, after the wait or after the stores (kTrigger 0 / 1 / 2), CTAs of kThreads, and the division chosen once
-// a group (Divider::fast_finite for every value of a group without +-inf), so that the common path is
-// straight-line code. kLanes lanes a group of kQuantGroupLeanLaneVecs contiguous 16-byte vectors each. The scale
+// start, after the wait, after the stores or after the loads (kTrigger 0 / 1 / 2 / 3), CTAs of kThreads, and the
+// division chosen once a group (Divider::fast_finite for every value of a group without +-inf), so that the common
+// path is straight-line code. kLanes lanes a group of kQuantGroupLeanLaneVecs contiguous 16-byte vectors each. The scale
 // and its reciprocal by normal_scale_for and normal_reciprocal (the IEEE divisions' bits without their range
 // tests). kRounding = kSglang: quant::sglang's scale and codes (one plain amax, no vote, eps anything).
 template <typename T, int kLanes, bool kUE8M0, int kThreads, int kTrigger, quant::Rounding kRounding>
@@ -430,6 +433,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
   if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kVec);
+  if constexpr (kTrigger == 3) device::pdl_trigger_secondary();
   LanePairs<P, kPerLane> x;  // the same registers as packed pairs: the amax by packed max and min
   __builtin_memcpy(&x, raw, sizeof(x));
   LaneCodes<kPerLane> c;
@@ -1081,11 +1085,12 @@ struct QuantOps {
 
   // per_group_lean_kernel where it applies (lean_applies); false (nothing launched) elsewhere. Grids of more than
   // 256 threads an SM (kSglang: kQuantGroupSglangWaitThreadsPerSm; one wave or several) take CTAs of
-  // kQuantGroupWideThreads and trigger after their stores, grids of at most kPdlEarlyTriggerMaxCtas CTAs of
-  // kQuantGroupThreads trigger at start, and the grids between take per_group_kernel (false; kSglang: CTAs of
-  // kQuantGroupThreads triggering after the wait). The exact rounding, bf16 [T, 7168] on an H200 (bench_schedules
-  // quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 / 1.05; T = 128-512
-  // 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between, 1.38 / 1.19.
+  // kQuantGroupWideThreads and trigger after their stores (kSglang: after their loads), grids of at most
+  // kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger at start, and the grids between take per_group_kernel
+  // (false; kSglang: CTAs of kQuantGroupThreads triggering after the wait). The exact rounding, bf16 [T, 7168] on an
+  // H200 (bench_schedules quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 /
+  // 1.05; T = 128-512 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between,
+  // 1.38 / 1.19.
   template <bool kUE8M0, quant::Rounding kRounding>
   static bool launch_group_lean(const GroupOperands& g) {
     using namespace host;
@@ -1096,7 +1101,7 @@ struct QuantOps {
     const int64_t wide_from =
         (kSglang ? kQuantGroupSglangWaitThreadsPerSm : kPdlLateTriggerThreadsPerSm) * runtime::get_sm_count(g.ops.device.device_id);
     if (narrow_grid * kQuantGroupThreads > wide_from) {
-      launch_lean<kUE8M0, kRounding, kQuantGroupWideThreads, 2>(g);
+      launch_lean<kUE8M0, kRounding, kQuantGroupWideThreads, kSglang ? 3 : 2>(g);
     } else if (pdl_early_trigger(narrow_grid)) {
       launch_lean<kUE8M0, kRounding, kQuantGroupThreads, 0>(g);
     } else if constexpr (kSglang) {
