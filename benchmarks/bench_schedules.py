@@ -197,11 +197,10 @@ def concat_shapes(m, ref):
 
 # group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): (16-byte vectors a lane (0: the general
 # kernel under its launch rule), contiguous lanes, CTA threads, trigger, IEEE scale divisions, flags: 1 every lane
-# stores the scale, 2 warps past the last group return before the wait, 4 UE8M0: dividing by the scale, 8 no branch
-# around the stores).
+# stores the scale, 2 warps past the last group return before the wait, 4 UE8M0: dividing by the scale).
 GROUP_TRIGGER = {**TRIGGER, 3: "after the loads"}
 GROUP_FLAGS = {1: "every lane stores the scale", 2: "warps past the end return before the wait",
-               4: "dividing by the scale (two corrections a value)", 8: "no branch around the stores"}
+               4: "dividing by the scale (two corrections a value)"}
 
 
 def _group_variant(per_lane: int, contiguous: int, threads: int, trigger: int, ieee: int, flags: int) -> str:
@@ -219,7 +218,7 @@ SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1
 # rounding="sglang" where the rule takes CTAs of 256 (more than 1024 threads an SM): triggering after their stores (the
 # rule before), after their loads (the rule's), and other candidates.
 SGLANG_WAVE_VARIANTS = [(2, 1, 256, 2, 0, 0), (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1),
-                        (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (2, 1, 256, 2, 0, 9), (2, 1, 256, 2, 0, 11), (4, 1, 256, 2, 0, 0)]
+                        (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
 UE8M0_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 0, 4), (2, 1, 128, 0, 0, 0), (2, 1, 128, 0, 0, 4)]
 
 

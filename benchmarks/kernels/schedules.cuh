@@ -333,10 +333,9 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
 // kTrigger (3: after the loads), kNormalMath (false: IEEE divisions for the scale and its reciprocal, not
 // normal_scale_for and normal_reciprocal), and kFlags: kAllLanesStoreScale (every lane of a group stores its scale,
 // no branch), kExitPastEnd (warps past the last group return before the wait, as the reference's do),
-// kDivideByScale (UE8M0: the exact rounding's division with its two corrections, not the multiply by 1 / s),
-// kStoreAlways (no branch around the stores: lanes past the last group store its codes and scale again, as the
-// reference's do). The product's pieces (LanePairs, lane_codes, quant's scales), so the same bits.
-constexpr int kAllLanesStoreScale = 1, kExitPastEnd = 2, kDivideByScale = 4, kStoreAlways = 8;
+// kDivideByScale (UE8M0: the exact rounding's division with its two corrections, not the multiply by 1 / s). The
+// product's pieces (LanePairs, lane_codes, quant's scales), so the same bits.
+constexpr int kAllLanesStoreScale = 1, kExitPastEnd = 2, kDivideByScale = 4;
 
 template <typename T, int kLanes, int kPerLane, bool kContiguous, bool kUE8M0, int kThreads, int kTrigger, bool kNormalMath,
           device::quant::Rounding kRounding, int kFlags>
@@ -353,8 +352,8 @@ __global__ void __launch_bounds__(kThreads) group_lean_schedule_kernel(const T* 
   if constexpr ((kFlags & kExitPastEnd) != 0) {
     if ((blockIdx.x * kThreads + threadIdx.x) / device::kWarpThreads * (device::kWarpThreads / kLanes) >= total_groups) return;
   }
-  const bool valid = (kFlags & kStoreAlways) != 0 || group < total_groups;
-  const uint32_t last = min(group, total_groups - 1), at = last * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
+  const bool valid = group < total_groups;
+  const uint32_t at = min(group, total_groups - 1) * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
   AlignedVector<T, kVec> raw[kPerLane];
   device::pdl_wait_primary();
   if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
@@ -390,7 +389,7 @@ __global__ void __launch_bounds__(kThreads) group_lean_schedule_kernel(const T* 
         AlignedVector<uint32_t, 2>{{c.w[2 * j], c.w[2 * j + 1]}}.store_global(reinterpret_cast<uint32_t*>(q + at + j * kStep));
       }
     }
-    if ((kFlags & kAllLanesStoreScale) != 0 || lane == 0) scales.store<kUE8M0>(last, groups_per_row, total_groups, scale, exponent);
+    if ((kFlags & kAllLanesStoreScale) != 0 || lane == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
   }
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
 #endif
@@ -454,9 +453,6 @@ void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern:
   variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kAllLanesStoreScale>();
   variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kExitPastEnd>();
   variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kAllLanesStoreScale | bench_schedules::kExitPastEnd>();
-  variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kAllLanesStoreScale | bench_schedules::kStoreAlways>();
-  variant.template operator()<2, true, 256, 2, true, kS,
-                              bench_schedules::kAllLanesStoreScale | bench_schedules::kExitPastEnd | bench_schedules::kStoreAlways>();
   variant.template operator()<4, true, 256, 2, true, kS>();
   // UE8M0 scales, the exact rounding: the product's lean shapes multiplying by 1 / s, and dividing (the product before).
   variant.template operator()<0, false, 0, 0, true, kE, 0, true>();
