@@ -3,8 +3,9 @@
 beside the product op, the reference's newest kernel and the launch floor (an empty kernel), same inputs,
 one process: CUDA-graph replay medians, median of 3 interleaved rounds, bf16. What the launch rules
 (include/jitkern/policy.cuh, impl/norm_launch.cuh, csrc/quant.cuh, csrc/kv_rows.cuh) are chosen from.
-Prints markdown tables, fastest first per shape; `bench_schedules.py [rmsnorm] [quant] [quant_sglang] [qknorm] [store] [token_quant]
-[concat]`: those tables only."""
+Prints markdown tables, fastest first per shape; `bench_schedules.py [--check] [rmsnorm] [quant] [quant_sglang] [quant_sglang_wave]
+[quant_ue8m0] [qknorm] [store] [token_quant] [concat]`: those tables only; --check: each variant's output against the
+product's, no timing."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def module():
     return build_all(spec, *products)[0]
 
 
-def table(title: str, shapes) -> None:
+def table(title: str, shapes, check_only: bool = False) -> None:
     """shapes: (shape label, {variant: fn}, check): check() compares every variant's output with the product's."""
     print(f"\n#### {title}\n")
     for label, fns, check in shapes:
@@ -49,6 +50,11 @@ def table(title: str, shapes) -> None:
             check()
         except AssertionError as e:  # reported; the timing still says what the schedule costs
             print(f"<!-- {label}: {e} -->")
+            if check_only:
+                raise
+        if check_only:
+            print(f"| {label} | {len(fns)} variants equal to the product |", flush=True)
+            continue
         for fn in fns.values():
             fn()
         torch.cuda.synchronize()
@@ -189,39 +195,61 @@ def concat_shapes(m, ref):
         yield f"[{t}, 128, 512 + 64]{', a transposed' if transposed else ''}", variants, check
 
 
-# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): SIPCTR = P 16-byte vectors a lane, C
-# contiguous or strided lanes, CTAs of T x 64, trigger R, I: IEEE divisions for the scale and its reciprocal,
-# through the product's launch code; S: rounding="sglang" (the `quant_sglang` table).
-def _group_variant(v: int) -> str:
-    if v % 100000 == 0:
+# group_quant_schedule's variants (benchmarks/kernels/schedules.cuh): (16-byte vectors a lane (0: the general
+# kernel under its launch rule), contiguous lanes, CTA threads, trigger, IEEE scale divisions, flags: 1 every lane
+# stores the scale, 2 warps past the last group return before the wait, 4 UE8M0: dividing by the scale).
+GROUP_TRIGGER = {**TRIGGER, 3: "after the loads"}
+GROUP_FLAGS = {1: "every lane stores the scale", 2: "warps past the end return before the wait",
+               4: "dividing by the scale (two corrections a value)"}
+
+
+def _group_variant(per_lane: int, contiguous: int, threads: int, trigger: int, ieee: int, flags: int) -> str:
+    if per_lane == 0:
         return "the general kernel alone"
-    return (f"lean {v // 1000 % 10} vectors a lane{' contiguous' if v // 100 % 10 else ' strided'}, {v // 10 % 10 * 64}t "
-            f"{TRIGGER[v % 10]}{', IEEE scale division' if v // 10000 % 10 else ''}")
+    extra = [", IEEE scale division"] * ieee + [f", {name}" for bit, name in GROUP_FLAGS.items() if flags & bit]
+    return (f"lean {per_lane} vectors a lane{' contiguous' if contiguous else ' strided'}, {threads}t {GROUP_TRIGGER[trigger]}"
+            + "".join(extra))
 
 
-GROUP_VARIANTS = {v: _group_variant(v) for v in (0, 2142, 12142, 2042, 2122, 2121, 2112, 4042, 4022, 4021, 4012, 8142, 8122)}
-SGLANG_GROUP_VARIANTS = {v: _group_variant(v) for v in (100000, 102142, 102141, 102120, 102121, 102122, 104021)}
+GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 1, 0), (2, 0, 256, 2, 0, 0), (2, 1, 128, 2, 0, 0),
+                  (2, 1, 128, 1, 0, 0), (2, 1, 64, 2, 0, 0), (4, 0, 256, 2, 0, 0), (4, 0, 128, 2, 0, 0), (4, 0, 128, 1, 0, 0),
+                  (4, 0, 64, 2, 0, 0), (8, 1, 256, 2, 0, 0), (8, 1, 128, 2, 0, 0)]
+SGLANG_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 1, 0, 0), (2, 1, 128, 0, 0, 0), (2, 1, 128, 1, 0, 0)]
+# rounding="sglang" where the rule takes CTAs of 256 (more than 1024 threads an SM): triggering after their stores (the
+# rule before), after their loads (the rule's), and other candidates.
+SGLANG_WAVE_VARIANTS = [(2, 1, 256, 2, 0, 0), (2, 1, 256, 3, 0, 0), (2, 1, 512, 2, 0, 0), (2, 1, 1024, 2, 0, 0), (2, 1, 256, 2, 0, 1),
+                        (2, 1, 256, 2, 0, 2), (2, 1, 256, 2, 0, 3), (4, 1, 256, 2, 0, 0)]
+UE8M0_GROUP_VARIANTS = [(0, 0, 0, 0, 0, 0), (2, 1, 256, 2, 0, 0), (2, 1, 256, 2, 0, 4), (2, 1, 128, 0, 0, 0), (2, 1, 128, 0, 0, 4)]
 
 
-def group_quant_shapes(m, ref, rounding="exact"):
+def group_quant_shapes(m, ref, rounding="exact", ue8m0=False, wave=False):
     """[T, 7168] from decode to prefill sizes (T = 256: 14336 groups, one wave of 8-lane groups of more than
-    256 threads an SM), and [16 / 256 / 4096, 2048 / 4096]; the product and the variants with this rounding."""
-    shapes = [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), (256, 2048), (256, 4096)]
+    256 threads an SM), and [16 / 256 / 4096, 2048 / 4096]; the product and the variants with this rounding
+    (ue8m0: row-major UE8M0 scales, [T, 7168] only; wave: rounding="sglang", the grids of more than 1024 threads
+    an SM and [256, 7168], SGLANG_WAVE_VARIANTS)."""
+    shapes = [*((t, 7168) for t in (1, 16, 64, 128, 256, 512, 1024, 4096)), *[(256, 2048), (256, 4096)] * (not ue8m0)]
     if rounding == "sglang":
         shapes += [(t, h) for h in (2048, 4096) for t in (16, 4096)]
+    if wave:
+        shapes = [(256, 7168), (512, 7168), (1024, 7168), (4096, 7168), (4096, 2048), (1024, 4096), (4096, 4096)]
     for t, h in shapes:
         x = rand(t, h)
         q = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
-        s = torch.empty(t, h // 128, device="cuda", dtype=torch.float32)
-        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, rounding=rounding, output_q=q, output_s=s)}
+        s = (torch.empty(t, h // 128 // 4, device="cuda", dtype=torch.int32) if ue8m0
+             else torch.empty(t, h // 128, device="cuda", dtype=torch.float32))
+        variants = {"product": lambda x=x, q=q, s=s: ops.per_token_group_quant_8bit(x, 128, scale_ue8m0=ue8m0, rounding=rounding, output_q=q,
+                                                                                    output_s=s)}
         if ref is not None:
-            variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128)
-        for v, name in (SGLANG_GROUP_VARIANTS if rounding == "sglang" else GROUP_VARIANTS).items():
-            variants[name] = lambda x=x, q=q, s=s, v=v: m.group_quant(x, q.view(torch.uint8), s, 128, v)
+            variants["reference"] = lambda x=x, q=q, s=s: ref.per_token_group_quant(x, q, s, 128, ue8m0)
+        for v in (UE8M0_GROUP_VARIANTS if ue8m0 else SGLANG_WAVE_VARIANTS if wave else SGLANG_GROUP_VARIANTS if rounding == "sglang"
+                  else GROUP_VARIANTS):
+            per_lane, contiguous, threads, trigger, ieee, flags = v
+            variants[_group_variant(*v)] = lambda x=x, q=q, s=s, a=(int(ue8m0), per_lane, contiguous, threads, trigger, ieee,
+                                                                    int(rounding == "sglang"), flags): m.group_quant(x, q.view(torch.uint8), s, *a)
         with_floor(variants)
 
         def check(x=x, q=q, s=s, variants=variants):
-            eq, es = ops.per_token_group_quant_8bit(x, 128, rounding=rounding)
+            eq, es = ops.per_token_group_quant_8bit(x, 128, scale_ue8m0=ue8m0, rounding=rounding)
             for name, fn in variants.items():
                 if (name == "reference" and rounding != "sglang") or name.startswith(FLOOR):
                     continue
@@ -270,12 +298,18 @@ def main() -> None:
     print(f"\n### Launch schedules ({environment()}; reference SGLang {reference_version()}, built by {builder})")
     print("\nus, fastest first; NxR: N threads of R 16-byte vectors; static: the row's width a compile-time constant; trigger: where "
           "the PDL trigger is (start, after the wait, after the loads, after the last store).")
-    wanted = sys.argv[1:] or ["rmsnorm", "quant", "quant_sglang", "qknorm", "store", "token_quant", "concat"]
+    check_only = "--check" in sys.argv
+    wanted = [a for a in sys.argv[1:] if a != "--check"] or ["rmsnorm", "quant", "quant_sglang", "quant_sglang_wave", "quant_ue8m0", "qknorm",
+                                                              "store", "token_quant", "concat"]
     tables = {title: list(shapes(m, ref)) for name, title, shapes, ref in [
         ("rmsnorm", "rmsnorm, bf16", rmsnorm_shapes, norm),
         ("quant", "fp8 group quantization, group 128, bf16 [T, H]", group_quant_shapes, quant),
         ("quant_sglang", 'fp8 group quantization, rounding="sglang", group 128, bf16 [T, H]',
          lambda m, ref: group_quant_shapes(m, ref, "sglang"), quant),
+        ("quant_sglang_wave", 'fp8 group quantization, rounding="sglang", group 128, bf16 [T, H], grids of more than 1024 threads an SM',
+         lambda m, ref: group_quant_shapes(m, ref, "sglang", wave=True), quant),
+        ("quant_ue8m0", "fp8 group quantization, UE8M0 scales (row-major), group 128, bf16 [T, H]",
+         lambda m, ref: group_quant_shapes(m, ref, ue8m0=True), quant),
         ("qknorm", "qknorm, 32 q + 8 k heads x 128, bf16", qknorm_shapes, norm),
         ("store", "store_cache, k and v rows of 8 x 128 bf16, 65536 slots, scattered", store_shapes, kv),
         ("token_quant", "per_token_quant_fp8, bf16 [T, 4096]", token_quant_shapes, token_quant),
@@ -300,7 +334,7 @@ def main() -> None:
         first_call(fns)
     print(f"<!-- built in {time.perf_counter() - start:.0f} s -->")
     for title, shapes in tables.items():
-        table(title, shapes)
+        table(title, shapes, check_only)
     print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
 
 

@@ -55,14 +55,16 @@ constexpr int kQuantGroupThreads = host::kRowKernels.group_threads;
 // ... and twice as wide where the grid is one wave of more than 256 threads per SM (host::pdl_late_trigger's
 // grids): half the CTAs to schedule ([256, 7168] bf16 on an H200, bench_schedules: 2.11 us against 2.53).
 constexpr int kQuantGroupWideThreads = 2 * kQuantGroupThreads;
-// per_group_lean_kernel's lanes: kQuantGroupLeanLaneVecs 16-byte vectors each, contiguous or not (bf16 [T, 7168]
-// on an H200: contiguous and strided the same; four a lane 0.04 us ahead at 256 tokens, 0.55 behind at 1024).
+// per_group_lean_kernel's lanes: kQuantGroupLeanLaneVecs contiguous 16-byte vectors each (bf16 [T, 7168] on an
+// H200, bench_schedules quant: strided lanes the same; four a lane 0.04 us ahead at 256 tokens, 0.55 behind at 1024).
 constexpr int kQuantGroupLeanLaneVecs = 2;
-constexpr bool kQuantGroupLeanContiguous = true;
 // rounding="sglang" (a multiply a value: the memory latency leads): grids between a few CTAs and this many threads an
 // SM take CTAs of kQuantGroupThreads triggering after the wait ([T, 7168] bf16, H200, bench_schedules quant_sglang:
 // T = 16-256, 54-869 threads an SM, 0.84 / 1.00 / 1.21 / 1.62 us against 0.87 / 1.16 / 1.33 / 1.66 for the exact
-// rounding's rule there; at 1738, T = 512, 2.56 against 2.29 in wide CTAs triggering after their stores).
+// rounding's rule there; at 1738, T = 512, 2.56 against 2.29 in wide CTAs triggering after their stores). Above, CTAs
+// of kQuantGroupWideThreads trigger after their loads (bench_schedules quant_sglang_wave, H200, us, against after their
+// stores: T = 512 / 1024 / 4096 2.05 / 3.27 / 21.80 against 2.28 / 3.33 / 21.83; [1024, 4096] 2.23 / 2.43, [4096,
+// 2048] 3.59 / 3.69, [4096, 4096] 11.72 / 11.72; CTAs of 512 or 1024 2.14-2.15 at T = 512).
 constexpr int64_t kQuantGroupSglangWaitThreadsPerSm = 1024;
 // Per-token rows: one CTA per row, two vectors per thread held in registers; from kQuantManyRowsPerSm rows
 // an SM on, four (half the threads a row: [4096, 4096] bf16 on an H200, bench_schedules.py, 11.84 us against
@@ -377,81 +379,84 @@ template <typename P, int kPerLane>
 __device__ __noinline__ float lane_finite_amax(LanePairs<P, kPerLane> x) {
   return quant::fold_pairs(x.v, quant::FiniteAbsMax{}, 0.0f);
 }
+
+// The dynamic amax of a group of kLanes lanes from each lane's pairs x (quant::dynamic_amax; `finite`: no +-inf).
+template <int kLanes, typename P, int kPerLane>
+__device__ __forceinline__ float lane_group_amax(const LanePairs<P, kPerLane>& x, bool& finite) {
+  const auto fold = [&](auto op) {
+    if constexpr (std::is_same_v<decltype(op), quant::AbsMax>) {
+      return quant::fold_pairs(x.v, op, 0.0f);
+    } else {
+      return lane_finite_amax(x);
+    }
+  };
+  return quant::dynamic_amax(fold, [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); },
+                             [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
+}
+
+// rounding="sglang" (quant::sglang): the lane's codes c and its group's scale, the group's kLanes lanes' pairs x.
+template <int kLanes, bool kUE8M0, typename P, int kPerLane>
+__device__ __forceinline__ quant::sglang::GroupScale sglang_lane_codes(const LanePairs<P, kPerLane>& x, float eps, LaneCodes<kPerLane>& c) {
+  const float amax = device::warp::reduce_max_nonnegative<kLanes>(quant::fold_pairs(x.v, quant::AbsMax{}, 0.0f));
+  const quant::sglang::GroupScale g = quant::sglang::group_scale<fp8_e4m3_t, kUE8M0>(amax, eps);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+      c.w[2 * j + w] = quant::sglang::pair_codes<fp8_e4m3_t, kUE8M0>(x.v[j], 2 * w, g.k) |
+                       (quant::sglang::pair_codes<fp8_e4m3_t, kUE8M0>(x.v[j], 2 * w + 1, g.k) << 16);
+  return g;
+}
 #endif
 
-// per_group_kernel's codes and scales for fp8 groups of contiguous 16-bit rows whose dynamic scales are in
-// Divider's fast range (eps >= kNormalScaleEps), with what the host knows compiled in: 32-bit offsets (at
-// most 2^32 elements), the trigger at start, after the wait or after the stores (kTrigger 0 / 1 / 2), CTAs of
-// kThreads, and the division chosen once a group (Divider::fast_finite for every value of a group without
-// +-inf), so that the common path is straight-line code. kLanes lanes a group of kPerLane 16-byte vectors
-// each: vectors l, l + kLanes, ... of the group (kContiguous: kPerLane l, ..., kPerLane l + kPerLane - 1).
-// kNormalMath: the scale and its reciprocal without the IEEE divisions' range tests (normal_scale_for,
-// normal_reciprocal: the same bits). kRounding = kSglang: quant::sglang's scale and codes (one plain amax, no
-// vote, eps anything).
-template <typename T, int kLanes, int kPerLane, bool kContiguous, bool kUE8M0, int kThreads, int kTrigger, bool kNormalMath = true,
-          quant::Rounding kRounding = quant::Rounding::kExact>
+// per_group_kernel's codes and scales for fp8 groups of contiguous 16-bit rows (eps >= kNormalScaleEps with the
+// exact rounding), with what the host knows compiled in: 32-bit offsets (at most 2^32 elements), the trigger at
+// start, after the wait, after the stores or after the loads (kTrigger 0 / 1 / 2 / 3), CTAs of kThreads, and the
+// division chosen once a group (Divider::fast_finite for every value of a group without +-inf), so that the common
+// path is straight-line code. kLanes lanes a group of kQuantGroupLeanLaneVecs contiguous 16-byte vectors each. The scale
+// and its reciprocal by normal_scale_for and normal_reciprocal (the IEEE divisions' bits without their range
+// tests). kRounding = kSglang: quant::sglang's scale and codes (one plain amax, no vote, eps anything).
+template <typename T, int kLanes, bool kUE8M0, int kThreads, int kTrigger, quant::Rounding kRounding>
 __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, uint8_t* q, GroupScales scales, uint32_t groups_per_row,
                                                                   uint32_t total_groups, float eps) {
 #ifdef __CUDACC__
   static_assert(sizeof(T) == 2 && kThreads % kLanes == 0 && device::kWarpThreads % kLanes == 0);
-  constexpr int kVec = device::kVec16<T>, kGroup = kLanes * kPerLane * kVec;
-  constexpr uint32_t kStep = kContiguous ? kVec : kLanes * kVec;  // elements from one of a lane's vectors to the next
+  constexpr int kPerLane = kQuantGroupLeanLaneVecs, kVec = device::kVec16<T>, kGroup = kLanes * kPerLane * kVec;
   using P = device::packed_t<T>;
   if constexpr (kTrigger == 0) device::pdl_trigger_secondary();
   const uint32_t lane = threadIdx.x % kLanes, group = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
   const bool valid = group < total_groups;
   // Lanes past the last group read its vectors again and store nothing: no branch around the loads.
-  const uint32_t at = min(group, total_groups - 1) * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
+  const uint32_t at = min(group, total_groups - 1) * kGroup + lane * kPerLane * kVec;
   AlignedVector<T, kVec> raw[kPerLane];
   device::pdl_wait_primary();
   if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kStep);
+  for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kVec);
+  if constexpr (kTrigger == 3) device::pdl_trigger_secondary();
   LanePairs<P, kPerLane> x;  // the same registers as packed pairs: the amax by packed max and min
   __builtin_memcpy(&x, raw, sizeof(x));
-  const auto reduce_max = [](float v) { return device::warp::reduce_max_nonnegative<kLanes>(v); };
   LaneCodes<kPerLane> c;
   float scale;
   uint32_t exponent = 0;
   if constexpr (kRounding == quant::Rounding::kSglang) {
-    const quant::sglang::GroupScale g = quant::sglang::group_scale<fp8_e4m3_t, kUE8M0>(reduce_max(quant::fold_pairs(x.v, quant::AbsMax{}, 0.0f)), eps);
+    const quant::sglang::GroupScale g = sglang_lane_codes<kLanes, kUE8M0>(x, eps, c);
     scale = g.scale, exponent = g.exponent;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-#pragma unroll
-      for (int w = 0; w < 2; ++w)
-        c.w[2 * j + w] = quant::sglang::pair_codes<fp8_e4m3_t, kUE8M0>(x.v[j], 2 * w, g.k) |
-                         (quant::sglang::pair_codes<fp8_e4m3_t, kUE8M0>(x.v[j], 2 * w + 1, g.k) << 16);
   } else {
     bool finite;
-    const auto fold = [&](auto op) {
-      if constexpr (std::is_same_v<decltype(op), quant::AbsMax>) {
-        return quant::fold_pairs(x.v, op, 0.0f);
-      } else {
-        return lane_finite_amax(x);
-      }
-    };
-    const float amax = quant::dynamic_amax(fold, reduce_max, [](bool b) { return __any_sync(0xffffffffu, b); }, finite);
-    scale = quant::group_scale<fp8_e4m3_t, kUE8M0, kNormalMath>(amax, eps, exponent);
-    const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
-    c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+    const float amax = lane_group_amax<kLanes>(x, finite);
+    scale = quant::group_scale<fp8_e4m3_t, kUE8M0, true>(amax, eps, exponent);
+    if constexpr (kUE8M0) {  // s a power of two: x * (1 / s) rounds the quotient itself, +-inf and NaN included
+      const float inv = quant::normal_reciprocal(scale);
+      c = lane_codes(x, [&](float v) { return v * inv; });
+    } else {
+      const quant::Divider s(scale, quant::normal_reciprocal(scale), finite);
+      c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+    }
   }
   if (valid) {
-    if constexpr (kContiguous) {
-#pragma unroll
-      for (int k = 0; k < kPerLane; k += 2) {  // 16 codes a store
-        if constexpr (kPerLane == 1) {
-          AlignedVector<uint32_t, 2>{{c.w[0], c.w[1]}}.store_global(reinterpret_cast<uint32_t*>(q + at));
-        } else {
-          AlignedVector<uint32_t, 4>{{c.w[2 * k], c.w[2 * k + 1], c.w[2 * k + 2], c.w[2 * k + 3]}}.store_global(
-              reinterpret_cast<uint32_t*>(q + at + k * kVec));
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j)
-        AlignedVector<uint32_t, 2>{{c.w[2 * j], c.w[2 * j + 1]}}.store_global(reinterpret_cast<uint32_t*>(q + at + j * kStep));
-    }
+    static_assert(kPerLane == 2);  // the lane's 16 codes: one store
+    AlignedVector<uint32_t, 4>{{c.w[0], c.w[1], c.w[2], c.w[3]}}.store_global(reinterpret_cast<uint32_t*>(q + at));
     if (lane == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
   }
   if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
@@ -913,30 +918,19 @@ struct QuantOps {
     per_token_group_quant_as<GroupFormat::kInt8, kRounding>(input, output_q, output_s, group_size, eps);
   }
 
-  // per_group_lean_kernel's shape: kPerLane 16-byte vectors a lane (0: per_group_kernel only), kContiguous,
-  // CTAs of kThreads with trigger kTrigger (0: the launch rule's), kNormalMath.
-  template <int kPerLane, bool kContiguous, int kThreads = 0, int kTrigger = 0, bool kNormalMath = true>
-  struct GroupLean {};
-  // The shape the product takes.
-  using ProductGroupLean = GroupLean<kQuantGroupLeanLaneVecs, kQuantGroupLeanContiguous>;
-  // per_token_group_quant (fp8, fp32 scales) with the lean kernel's shape Lean: the benchmarks' side-by-side schedules.
-  template <typename Lean, quant::Rounding kRounding = quant::Rounding::kExact>
-  static void per_token_group_quant_with(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
-                                         int64_t group_size, double eps) {
-    per_token_group_quant_as<GroupFormat::kFp8, kRounding, Lean>(input, output_q, output_s, group_size, eps);
-  }
-
- private:
+  // per_token_group_quant's output formats (an export each) and its operands as checked (group_operands).
   enum class GroupFormat { kFp8, kFp8Ue8m0, kInt8 };
-  static constexpr const char* group_export(GroupFormat f) {
-    return f == GroupFormat::kFp8 ? "per_token_group_quant (fp8 output, fp32 scales)"
-           : f == GroupFormat::kFp8Ue8m0 ? "per_token_group_quant_ue8m0 (fp8 output, int32 UE8M0 scales)"
-                                        : "per_token_group_quant_int8 (int8 output, fp32 scales)";
-  }
+  struct GroupOperands {
+    host::RowOperands<T> ops;  // out: the 8-bit output (its bytes)
+    GroupScales scales;
+    int64_t group_size, groups_per_row, total_groups;  // total_groups 0: nothing to write
+    float eps;
+  };
 
-  template <GroupFormat kFormat, quant::Rounding kRounding, typename Lean = ProductGroupLean>
-  static void per_token_group_quant_as(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
-                                       int64_t group_size, double eps) {
+  // The operands of the kFormat export, checked.
+  template <GroupFormat kFormat>
+  static GroupOperands group_operands(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                      int64_t group_size, double eps) {
     using namespace host;
     RuntimeCheck(group_size == 32 || group_size == 64 || group_size == 128, "group_size must be 32, 64 or 128, got ", group_size);
     RuntimeCheck(std::isfinite(eps) && eps > 0.0, "eps must be a finite positive number, got ", eps);
@@ -947,17 +941,44 @@ struct QuantOps {
     const int64_t groups = ops.width / group_size;
     const bool to_int8 = is_type<int8_t>(output_q.dtype());
     const host::quant::CheckedGroupScales checked = host::quant::verify_group_scales(output_s, ops.rows, groups, device);
-    const GroupScales scales = checked.scales;
     const bool ue8m0 = checked.ue8m0;
     RuntimeCheck(!(ue8m0 && to_int8), "UE8M0 scales (int32 output_s) are for fp8 output only, got an int8 output_q");
     const GroupFormat format = to_int8 ? GroupFormat::kInt8 : ue8m0 ? GroupFormat::kFp8Ue8m0 : GroupFormat::kFp8;
     RuntimeCheck(format == kFormat, "output_q and output_s are for ", group_export(format), ", not ", group_export(kFormat));
-    if (ops.rows * groups == 0) return;
-    const int64_t total_groups = ops.rows * groups;
-    const float e = static_cast<float>(eps);
-    if constexpr (kFormat != GroupFormat::kInt8 && sizeof(T) == 2) {
-      if (launch_group_lean<kFormat == GroupFormat::kFp8Ue8m0, kRounding>(Lean{}, ops, scales, group_size, total_groups, e)) return;
-    }
+    return {ops, checked.scales, group_size, groups, ops.rows * groups, static_cast<float>(eps)};
+  }
+
+  // Whether per_group_lean_kernel takes g's groups to fp8: contiguous 16-bit rows of 16-byte vectors, at most 2^32
+  // elements, eps at least kNormalScaleEps (the exact rounding).
+  template <quant::Rounding kRounding>
+  static bool lean_applies(const GroupOperands& g) {
+    constexpr int kVec = device::kVec16<T>;
+    return sizeof(T) == 2 && g.ops.contiguous() && g.ops.vector_width(kVec) == kVec && g.ops.rows * g.ops.width <= int64_t{UINT32_MAX} &&
+           (kRounding == quant::Rounding::kSglang || g.eps >= quant::kNormalScaleEps<fp8_e4m3_t>);
+  }
+
+  // per_group_lean_kernel over g's groups (lean_applies) in CTAs of kThreads triggering at kTrigger.
+  template <bool kUE8M0, quant::Rounding kRounding, int kThreads, int kTrigger>
+  static void launch_lean(const GroupOperands& g) {
+    using namespace host;
+    const auto go = [&](auto group_tag) {
+      constexpr int kLanes = decltype(group_tag)::value / (device::kVec16<T> * kQuantGroupLeanLaneVecs);
+      LaunchKernel(checked_grid(div_ceil(g.total_groups, int64_t{kThreads / kLanes})), static_cast<unsigned>(kThreads), g.ops.device)
+          .enable_pdl()(per_group_lean_kernel<T, kLanes, kUE8M0, kThreads, kTrigger, kRounding>, static_cast<const T*>(g.ops.in),
+                        static_cast<uint8_t*>(g.ops.out), g.scales, static_cast<uint32_t>(g.groups_per_row),
+                        static_cast<uint32_t>(g.total_groups), g.eps);
+    };
+    if (g.group_size == 32) return go(std::integral_constant<int, 32>{});
+    if (g.group_size == 64) return go(std::integral_constant<int, 64>{});
+    go(std::integral_constant<int, 128>{});
+  }
+
+  // per_group_kernel (every layout and format) over g's groups under its launch rule.
+  template <GroupFormat kFormat, quant::Rounding kRounding>
+  static void launch_group_general(const GroupOperands& g) {
+    using namespace host;
+    const Operands& ops = g.ops;
+    const int64_t total_groups = g.total_groups;
     const auto by_format = [&](auto vec_tag, auto lanes_tag, auto per_lane_tag, auto flat_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = decltype(lanes_tag)::value, kPerLane = decltype(per_lane_tag)::value;
       constexpr bool kFlat = decltype(flat_tag)::value;
@@ -971,13 +992,15 @@ struct QuantOps {
       const Rows<const T> in{ops.in, ops.in_stride};
       const Rows<uint8_t> q{static_cast<uint8_t*>(ops.out), ops.out_stride};
       if constexpr (kFormat == GroupFormat::kInt8) {
-        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat, kRounding>, in, q, scales, groups, total_groups, e, early, late);
+        launch(per_group_kernel<T, int8_t, kVec, kLanes, kPerLane, false, kFlat, kRounding>, in, q, g.scales, g.groups_per_row, total_groups,
+               g.eps, early, late);
       } else {
         constexpr bool kUE8M0 = kFormat == GroupFormat::kFp8Ue8m0;
-        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat, kRounding>, in, q, scales, groups, total_groups, e, early,
-               late);
+        launch(per_group_kernel<T, fp8_e4m3_t, kVec, kLanes, kPerLane, kUE8M0, kFlat, kRounding>, in, q, g.scales, g.groups_per_row,
+               total_groups, g.eps, early, late);
       }
     };
+    const int64_t group_size = g.group_size;
     constexpr int kVec = device::kVec16<T>;
     using I = std::integral_constant<int, 1>;
     using Two = std::integral_constant<int, 2>;
@@ -999,6 +1022,24 @@ struct QuantOps {
       if (group_size == 64) by_format(I{}, W{}, Two{}, std::false_type{});
       if (group_size == 128) by_format(I{}, W{}, std::integral_constant<int, 4>{}, std::false_type{});
     }
+  }
+
+ private:
+  static constexpr const char* group_export(GroupFormat f) {
+    return f == GroupFormat::kFp8 ? "per_token_group_quant (fp8 output, fp32 scales)"
+           : f == GroupFormat::kFp8Ue8m0 ? "per_token_group_quant_ue8m0 (fp8 output, int32 UE8M0 scales)"
+                                        : "per_token_group_quant_int8 (int8 output, fp32 scales)";
+  }
+
+  template <GroupFormat kFormat, quant::Rounding kRounding>
+  static void per_token_group_quant_as(jitkern::TensorView input, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                                       int64_t group_size, double eps) {
+    const GroupOperands g = group_operands<kFormat>(input, output_q, output_s, group_size, eps);
+    if (g.total_groups == 0) return;
+    if constexpr (kFormat != GroupFormat::kInt8 && sizeof(T) == 2) {
+      if (launch_group_lean<kFormat == GroupFormat::kFp8Ue8m0, kRounding>(g)) return;
+    }
+    launch_group_general<kFormat, kRounding>(g);
   }
 
  public:
@@ -1073,62 +1114,33 @@ struct QuantOps {
             TokenRows<T>::stride_of(q_stride), device.unwrap()};
   }
 
-  // per_group_lean_kernel (its shape: Lean) where it applies: fp8 of contiguous rows of 16-byte vectors, at most
-  // 2^32 elements, eps at least kNormalScaleEps (the exact rounding); false (nothing launched) elsewhere. Unless
-  // Lean names the CTAs and trigger: grids of more than 256 threads an SM (kSglang: kQuantGroupSglangWaitThreadsPerSm;
-  // one wave or several) take CTAs of kQuantGroupWideThreads and trigger after their stores, grids of at most
+  // per_group_lean_kernel where it applies (lean_applies); false (nothing launched) elsewhere. Grids of more than
+  // 256 threads an SM (kSglang: kQuantGroupSglangWaitThreadsPerSm; one wave or several) take CTAs of
+  // kQuantGroupWideThreads and trigger after their stores (kSglang: after their loads), grids of at most
   // kPdlEarlyTriggerMaxCtas CTAs of kQuantGroupThreads trigger at start, and the grids between take per_group_kernel
   // (false; kSglang: CTAs of kQuantGroupThreads triggering after the wait). The exact rounding, bf16 [T, 7168] on an
   // H200 (bench_schedules quant, docs/benchmarks/vs_reference.md), us, lean against per_group_kernel: T = 1 0.86 /
   // 1.05; T = 128-512 1.46-2.56 / 1.58-2.74; T = 1024 3.65 / 4.69 (which triggered after its wait); T = 64, between,
   // 1.38 / 1.19.
-  template <bool kUE8M0, quant::Rounding kRounding, int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath>
-  static bool launch_group_lean(GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, const Operands& ops, const GroupScales& scales,
-                                int64_t group_size, int64_t total_groups, float eps) {
+  template <bool kUE8M0, quant::Rounding kRounding>
+  static bool launch_group_lean(const GroupOperands& g) {
     using namespace host;
-    constexpr int kVec = device::kVec16<T>;
-    if constexpr (kPerLane == 0) {
-      return false;
+    if (!lean_applies<kRounding>(g)) return false;
+    constexpr bool kSglang = kRounding == quant::Rounding::kSglang;
+    const int64_t lanes = g.group_size / (device::kVec16<T> * kQuantGroupLeanLaneVecs);
+    const int64_t narrow_grid = div_ceil(g.total_groups, kQuantGroupThreads / lanes);
+    const int64_t wide_from =
+        (kSglang ? kQuantGroupSglangWaitThreadsPerSm : kPdlLateTriggerThreadsPerSm) * runtime::get_sm_count(g.ops.device.device_id);
+    if (narrow_grid * kQuantGroupThreads > wide_from) {
+      launch_lean<kUE8M0, kRounding, kQuantGroupWideThreads, kSglang ? 3 : 2>(g);
+    } else if (pdl_early_trigger(narrow_grid)) {
+      launch_lean<kUE8M0, kRounding, kQuantGroupThreads, 0>(g);
+    } else if constexpr (kSglang) {
+      launch_lean<kUE8M0, kRounding, kQuantGroupThreads, 1>(g);
     } else {
-      if (!ops.contiguous() || ops.vector_width(kVec) != kVec || ops.rows * ops.width > int64_t{UINT32_MAX} ||
-          (kRounding == quant::Rounding::kExact && !(eps >= quant::kNormalScaleEps<fp8_e4m3_t>)))
-        return false;
-      const int64_t groups_per_row = ops.width / group_size;
-      const auto go = [&](auto group_tag) {
-        constexpr int kLanes = decltype(group_tag)::value / (kVec * kPerLane);
-        if constexpr (kLanes < 1) {
-          return false;
-        } else {
-          const auto launch = [&](auto kernel, int threads) {
-            LaunchKernel(checked_grid(div_ceil(total_groups, int64_t{threads / kLanes})), static_cast<unsigned>(threads), ops.device)
-                .enable_pdl()(kernel, static_cast<const T*>(ops.in), static_cast<uint8_t*>(ops.out), scales,
-                              static_cast<uint32_t>(groups_per_row), static_cast<uint32_t>(total_groups), eps);
-            return true;
-          };
-          if constexpr (kThreads != 0) {
-            return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath, kRounding>, kThreads);
-          } else {
-            constexpr bool kSglang = kRounding == quant::Rounding::kSglang;
-            const int64_t narrow_grid = div_ceil(total_groups, int64_t{kQuantGroupThreads / kLanes});
-            const int64_t wide_from = (kSglang ? kQuantGroupSglangWaitThreadsPerSm : kPdlLateTriggerThreadsPerSm) *
-                                      runtime::get_sm_count(ops.device.device_id);
-            if (narrow_grid * kQuantGroupThreads > wide_from)
-              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupWideThreads, 2, true, kRounding>,
-                            kQuantGroupWideThreads);
-            if (pdl_early_trigger(narrow_grid))
-              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 0, true, kRounding>,
-                            kQuantGroupThreads);
-            if constexpr (kSglang)
-              return launch(per_group_lean_kernel<T, kLanes, kPerLane, kContiguous, kUE8M0, kQuantGroupThreads, 1, true, kRounding>,
-                            kQuantGroupThreads);
-            return false;
-          }
-        }
-      };
-      if (group_size == 32) return go(std::integral_constant<int, 32>{});
-      if (group_size == 64) return go(std::integral_constant<int, 64>{});
-      return go(std::integral_constant<int, 128>{});
+      return false;
     }
+    return true;
   }
 
   // Static per-tensor of a contiguous tensor: the launch shape by size, in vectors per SM. Up to

@@ -328,46 +328,139 @@ void qknorm_schedule(jitkern::TensorView q, jitkern::TensorView k, jitkern::Tens
 }
 #endif  // __CUDACC_RTC__
 
+// per_group_lean_kernel's group (fp8, fp32 or kUE8M0 scales) under other shapes: kPerLane 16-byte vectors a lane,
+// contiguous (lane l holds vectors kPerLane l, ...) or strided (l, l + kLanes, ...), CTAs of kThreads, trigger
+// kTrigger (3: after the loads), kNormalMath (false: IEEE divisions for the scale and its reciprocal, not
+// normal_scale_for and normal_reciprocal), and kFlags: kAllLanesStoreScale (every lane of a group stores its scale,
+// no branch), kExitPastEnd (warps past the last group return before the wait, as the reference's do),
+// kDivideByScale (UE8M0: the exact rounding's division with its two corrections, not the multiply by 1 / s). The
+// product's pieces (LanePairs, lane_codes, quant's scales), so the same bits.
+constexpr int kAllLanesStoreScale = 1, kExitPastEnd = 2, kDivideByScale = 4;
+
+template <typename T, int kLanes, int kPerLane, bool kContiguous, bool kUE8M0, int kThreads, int kTrigger, bool kNormalMath,
+          device::quant::Rounding kRounding, int kFlags>
+__global__ void __launch_bounds__(kThreads) group_lean_schedule_kernel(const T* in, uint8_t* q, device::quant::GroupScales scales,
+                                                                       uint32_t groups_per_row, uint32_t total_groups, float eps) {
+#ifdef __CUDACC__
+  namespace quant = device::quant;
+  using namespace jitkern_quant;
+  constexpr int kVec = device::kVec16<T>, kGroup = kLanes * kPerLane * kVec;
+  constexpr uint32_t kStep = kContiguous ? kVec : kLanes * kVec;  // elements from one of a lane's vectors to the next
+  using P = device::packed_t<T>;
+  if constexpr (kTrigger == 0) device::pdl_trigger_secondary();
+  const uint32_t lane = threadIdx.x % kLanes, group = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
+  if constexpr ((kFlags & kExitPastEnd) != 0) {
+    if ((blockIdx.x * kThreads + threadIdx.x) / device::kWarpThreads * (device::kWarpThreads / kLanes) >= total_groups) return;
+  }
+  const bool valid = group < total_groups;
+  const uint32_t at = min(group, total_groups - 1) * kGroup + lane * (kContiguous ? kPerLane * kVec : kVec);
+  AlignedVector<T, kVec> raw[kPerLane];
+  device::pdl_wait_primary();
+  if constexpr (kTrigger == 1) device::pdl_trigger_secondary();
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) raw[j].load_global(in + at + j * kStep);
+  if constexpr (kTrigger == 3) device::pdl_trigger_secondary();
+  LanePairs<P, kPerLane> x;
+  __builtin_memcpy(&x, raw, sizeof(x));
+  LaneCodes<kPerLane> c;
+  float scale;
+  uint32_t exponent = 0;
+  if constexpr (kRounding == quant::Rounding::kSglang) {
+    const quant::sglang::GroupScale g = sglang_lane_codes<kLanes, kUE8M0>(x, eps, c);
+    scale = g.scale, exponent = g.exponent;
+  } else {
+    bool finite;
+    const float amax = lane_group_amax<kLanes>(x, finite);
+    scale = quant::group_scale<fp8_e4m3_t, kUE8M0, kNormalMath>(amax, eps, exponent);
+    const quant::Divider s = kNormalMath ? quant::Divider(scale, quant::normal_reciprocal(scale), finite) : quant::Divider(scale, finite);
+    if constexpr (kUE8M0 && (kFlags & kDivideByScale) == 0) {
+      c = lane_codes(x, [&](float v) { return v * s.inv; });
+    } else {
+      c = finite ? lane_codes(x, [&](float v) { return s.fast_finite(v); }) : lane_codes_inf_safe(x, s);
+    }
+  }
+  if (valid) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; j += kContiguous ? 2 : 1) {
+      if constexpr (kContiguous) {  // 16 codes a store
+        AlignedVector<uint32_t, 4>{{c.w[2 * j], c.w[2 * j + 1], c.w[2 * j + 2], c.w[2 * j + 3]}}.store_global(
+            reinterpret_cast<uint32_t*>(q + at + j * kVec));
+      } else {
+        AlignedVector<uint32_t, 2>{{c.w[2 * j], c.w[2 * j + 1]}}.store_global(reinterpret_cast<uint32_t*>(q + at + j * kStep));
+      }
+    }
+    if ((kFlags & kAllLanesStoreScale) != 0 || lane == 0) scales.store<kUE8M0>(group, groups_per_row, total_groups, scale, exponent);
+  }
+  if constexpr (kTrigger == 2) device::pdl_trigger_secondary();
+#endif
+}
+
 #ifndef __CUDACC_RTC__
-// per_token_group_quant_8bit (fp8, fp32 scales) through the product's launch code with per_group_lean_kernel
-// of another shape: variant SIPCTR = P 16-byte vectors a lane, C contiguous (1) or strided (0), CTAs of
-// T x 64 threads, trigger R (0 start, 1 after the wait, 2 after the stores), I = 1: IEEE divisions for the
-// scale and its reciprocal (not normal_scale_for, normal_reciprocal); P = 0: per_group_kernel alone (the
-// product before the lean kernel); S = 1: rounding="sglang" (quant::Rounding::kSglang).
-void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t group_size, int64_t variant) {
+// per_token_group_quant_8bit of x (bf16, fp8 with fp32 or (ue8m0) UE8M0 scales, groups of 128) through the product's
+// operand checks: per_lane 0: per_group_kernel under its launch rule (the product's general kernel); else
+// group_lean_schedule_kernel with per_lane vectors a lane, contiguous, CTAs of `threads`, `trigger`, ieee (IEEE scale
+// divisions), rounding sglang, flags; the combinations bench_schedules.py runs (each one a kernel built).
+void group_quant_schedule(jitkern::TensorView x, jitkern::TensorView q, jitkern::TensorView s, int64_t ue8m0, int64_t per_lane,
+                          int64_t contiguous, int64_t threads, int64_t trigger, int64_t ieee, int64_t sglang, int64_t flags) {
   using namespace host;
   using Ops = jitkern_quant::QuantOps<bf16>;
   using device::quant::Rounding;
   bool done = false;
-  const auto shape = [&]<int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath = true, Rounding kRounding = Rounding::kExact>() {
-    const int64_t code = (kRounding == Rounding::kSglang) * 100000 +
-                         (!kNormalMath * 10000 + kPerLane * 1000 + kContiguous * 100 + kThreads / 64 * 10 + kTrigger) * (kPerLane > 0);
-    if (done || variant != code) return;
-    Ops::per_token_group_quant_with<Ops::GroupLean<kPerLane, kContiguous, kThreads, kTrigger, kNormalMath>, kRounding>(x, q, s, group_size, 1e-10);
+  const auto variant = [&]<int kPerLane, bool kContiguous, int kThreads, int kTrigger, bool kNormalMath, Rounding kRounding, int kFlags = 0,
+                           bool kUE8M0 = false>() {
+    if (done || per_lane != kPerLane || (kPerLane > 0 && (contiguous != kContiguous || threads != kThreads || trigger != kTrigger ||
+                                                          ieee != !kNormalMath || flags != kFlags)) ||
+        sglang != (kRounding == Rounding::kSglang) || ue8m0 != kUE8M0)
+      return;
     done = true;
+    constexpr auto kFormat = kUE8M0 ? Ops::GroupFormat::kFp8Ue8m0 : Ops::GroupFormat::kFp8;
+    const Ops::GroupOperands g = Ops::group_operands<kFormat>(x, q, s, 128, 1e-10);
+    if (g.total_groups == 0) return;
+    if constexpr (kPerLane == 0) {
+      Ops::launch_group_general<kFormat, kRounding>(g);
+    } else {
+      RuntimeCheck(Ops::lean_applies<kRounding>(g), "group_quant_schedule: the lean kernel does not apply");
+      constexpr int kLanes = 128 / (kV * kPerLane);
+      LaunchKernel(static_cast<unsigned>(div_ceil(g.total_groups, int64_t{kThreads / kLanes})), kThreads, g.ops.device)
+          .enable_pdl()(group_lean_schedule_kernel<bf16, kLanes, kPerLane, kContiguous, kUE8M0, kThreads, kTrigger, kNormalMath, kRounding, kFlags>,
+                        static_cast<const bf16*>(g.ops.in), static_cast<uint8_t*>(g.ops.out), g.scales, static_cast<uint32_t>(g.groups_per_row),
+                        static_cast<uint32_t>(g.total_groups), g.eps);
+    }
   };
-  shape.template operator()<0, false, 0, 0>();
-  shape.template operator()<2, true, 256, 2>();
-  shape.template operator()<2, true, 256, 2, false>();
-  shape.template operator()<2, false, 256, 2>();
-  shape.template operator()<2, true, 128, 2>();
-  shape.template operator()<2, true, 128, 1>();
-  shape.template operator()<2, true, 64, 2>();
-  shape.template operator()<4, false, 256, 2>();
-  shape.template operator()<4, false, 128, 2>();
-  shape.template operator()<4, false, 128, 1>();
-  shape.template operator()<4, false, 64, 2>();
-  shape.template operator()<8, true, 256, 2>();
-  shape.template operator()<8, true, 128, 2>();
-  // rounding="sglang": the product's lean shape at each CTA size and trigger, and the general kernel alone.
-  shape.template operator()<0, false, 0, 0, true, Rounding::kSglang>();
-  shape.template operator()<2, true, 256, 2, true, Rounding::kSglang>();
-  shape.template operator()<2, true, 256, 1, true, Rounding::kSglang>();
-  shape.template operator()<2, true, 128, 0, true, Rounding::kSglang>();
-  shape.template operator()<2, true, 128, 1, true, Rounding::kSglang>();
-  shape.template operator()<2, true, 128, 2, true, Rounding::kSglang>();
-  shape.template operator()<4, false, 128, 1, true, Rounding::kSglang>();
-  RuntimeCheck(done, "group_quant_schedule: no such variant (", variant, ")");
+  constexpr Rounding kE = Rounding::kExact, kS = Rounding::kSglang;
+  variant.template operator()<0, false, 0, 0, true, kE>();
+  variant.template operator()<2, true, 256, 2, true, kE>();
+  variant.template operator()<2, true, 256, 2, false, kE>();
+  variant.template operator()<2, false, 256, 2, true, kE>();
+  variant.template operator()<2, true, 128, 2, true, kE>();
+  variant.template operator()<2, true, 128, 1, true, kE>();
+  variant.template operator()<2, true, 64, 2, true, kE>();
+  variant.template operator()<4, false, 256, 2, true, kE>();
+  variant.template operator()<4, false, 128, 2, true, kE>();
+  variant.template operator()<4, false, 128, 1, true, kE>();
+  variant.template operator()<4, false, 64, 2, true, kE>();
+  variant.template operator()<8, true, 256, 2, true, kE>();
+  variant.template operator()<8, true, 128, 2, true, kE>();
+  // rounding="sglang": the product's shapes, then candidates for one-wave grids of 256-thread CTAs.
+  variant.template operator()<0, false, 0, 0, true, kS>();
+  variant.template operator()<2, true, 256, 2, true, kS>();
+  variant.template operator()<2, true, 256, 1, true, kS>();
+  variant.template operator()<2, true, 128, 0, true, kS>();
+  variant.template operator()<2, true, 128, 1, true, kS>();
+  variant.template operator()<2, true, 256, 3, true, kS>();
+  variant.template operator()<2, true, 512, 2, true, kS>();
+  variant.template operator()<2, true, 1024, 2, true, kS>();
+  variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kAllLanesStoreScale>();
+  variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kExitPastEnd>();
+  variant.template operator()<2, true, 256, 2, true, kS, bench_schedules::kAllLanesStoreScale | bench_schedules::kExitPastEnd>();
+  variant.template operator()<4, true, 256, 2, true, kS>();
+  // UE8M0 scales, the exact rounding: the product's lean shapes multiplying by 1 / s, and dividing (the product before).
+  variant.template operator()<0, false, 0, 0, true, kE, 0, true>();
+  variant.template operator()<2, true, 256, 2, true, kE, 0, true>();
+  variant.template operator()<2, true, 256, 2, true, kE, bench_schedules::kDivideByScale, true>();
+  variant.template operator()<2, true, 128, 0, true, kE, 0, true>();
+  variant.template operator()<2, true, 128, 0, true, kE, bench_schedules::kDivideByScale, true>();
+  RuntimeCheck(done, "group_quant_schedule: no such variant");
 }
 #endif  // __CUDACC_RTC__
 

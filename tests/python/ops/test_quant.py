@@ -483,40 +483,54 @@ def test_per_token_group_fp8_at_each_launch(dtype_name, group_size, shape, eps):
                 assert torch.equal(s, es)
 
 
-# per_group_lean_kernel's lane layouts (16-byte vectors a lane, contiguous): the product's and the others that
-# benchmarks/bench_schedules.py sets beside it.
-LEAN_LAYOUTS = [(2, True), (2, False), (4, False), (4, True), (8, True)]
+# per_group_lean_kernel's launches as the launch rule gives them: (CTA threads, trigger, rounding).
+LEAN_LAUNCHES = [(128, 0, "exact"), (256, 2, "exact"), (128, 0, "sglang"), (128, 1, "sglang"), (256, 3, "sglang")]
 
 
 @pytest.fixture(scope="module")
-def lean_layouts():
+def lean_launches():
     import jitkern
 
-    wrappers = [(f"lean_{d}_{p}{'c' if c else 's'}", f"quant_group_lean_test::group_quant_lean<{d}_t, {p}, {'true' if c else 'false'}>")
-                for d in ("bf16", "fp16") for p, c in LEAN_LAYOUTS]
+    wrappers = [(f"lean_{d}_{'ue8m0' if u else 'fp32'}_{t}_{r}_{rounding}",
+                 f"quant_group_lean_test::group_quant_lean<{d}_t, {'true' if u else 'false'}, {t}, {r}, "
+                 f"device::quant::Rounding::k{rounding.capitalize()}>")
+                for d in ("bf16", "fp16") for u in (False, True) for t, r, rounding in LEAN_LAUNCHES]
     return jitkern.load_jit("quant_group_lean_test", cuda_files=[str(KERNELS / "quant_group_lean.cuh")], cuda_wrappers=wrappers,
                             extra_include_paths=[str(jitkern.CSRC_DIR)], host_without_nvcc=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
-@pytest.mark.parametrize("layout", LEAN_LAYOUTS)
+@pytest.mark.parametrize("ue8m0", [False, True])
+@pytest.mark.parametrize("launch", LEAN_LAUNCHES)
 @pytest.mark.parametrize("shape", [(3, 640), (255, 7168)])
-def test_per_token_group_fp8_lean_layouts(lean_layouts, dtype_name, layout, shape):
-    """Every lane layout of the lean kernel gives the reference's codes and scales at each group size, with
-    +-inf and NaN in the groups (part-filled CTAs at (3, 640))."""
+def test_per_token_group_fp8_lean_launches(lean_launches, dtype_name, ue8m0, launch, shape):
+    """Every launch of the lean kernel, fp32 or UE8M0 scales (row-major), at each group size with +-inf and NaN in
+    the groups (part-filled CTAs at (3, 640)), gives with the exact rounding the reference's codes and scales, with
+    rounding="sglang" those of the general kernel (the same op on strided rows)."""
     torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit
+
+    threads, trigger, rounding = launch
     short = {"bfloat16": "bf16", "float16": "fp16"}[dtype_name]
-    fn = getattr(lean_layouts, f"lean_{short}_{layout[0]}{'c' if layout[1] else 's'}")
+    fn = getattr(lean_launches, f"lean_{short}_{'ue8m0' if ue8m0 else 'fp32'}_{threads}_{trigger}_{rounding}")
     x = _x(shape, dtype_name, seed=3)
     x[0, 37], x[-1, 5], x[-1, -1] = float("inf"), float("-inf"), float("nan")
+    strided = torch.zeros(shape[0], shape[1] + 64, dtype=x.dtype, device="cuda")[:, 64:]
+    strided.copy_(x)
     for group_size in (32, 64, 128):
+        groups = shape[1] // group_size
         q = torch.empty(shape, dtype=torch.uint8, device="cuda")
-        s = torch.empty(shape[0], shape[1] // group_size, device="cuda")
+        s = (torch.empty(shape[0], -(-groups // 4), dtype=torch.int32, device="cuda") if ue8m0
+             else torch.empty(shape[0], groups, device="cuda"))
         fn(x, q, s, group_size, 1e-10)
-        eq, es, _ = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, False)
-        _assert_q_equal(q.view(torch.float8_e4m3fn), eq)
-        assert torch.equal(s, es)
+        if rounding == "exact":
+            eq, es, exponent = _group_reference(x, group_size, torch.float8_e4m3fn, 1e-10, ue8m0)
+            _assert_q_equal(q.view(torch.float8_e4m3fn), eq)
+            assert torch.equal(_unpack_ue8m0(s, groups), exponent) if ue8m0 else torch.equal(s, es)
+        else:
+            eq, es = per_token_group_quant_8bit(strided, group_size, scale_ue8m0=ue8m0, rounding="sglang")
+            assert torch.equal(q, eq.view(torch.uint8)) and torch.equal(s, es)
 
 
 @pytest.mark.gpu
@@ -546,7 +560,7 @@ def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
 def test_sglang_rounding_takes_the_lean_kernel_at_every_grid(rows):
     """rounding="sglang", bf16 [rows, 7168] in groups of 128 (8 lanes a group): the lean kernel at every grid, CTAs
     of 128 triggering at start for at most 8 CTAs, after the wait up to 1024 threads an SM, CTAs of 256 triggering
-    after their stores above."""
+    after their loads above."""
     import re
 
     torch = _torch()
@@ -556,7 +570,7 @@ def test_sglang_rounding_takes_the_lean_kernel_at_every_grid(rows):
 
     ctas = -(-rows * 56 // 16)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    expected = (128, 0) if ctas <= 8 else (128, 1) if ctas * 128 <= 1024 * sms else (256, 2)
+    expected = (128, 0) if ctas <= 8 else (128, 1) if ctas * 128 <= 1024 * sms else (256, 3)
     x = _x((rows, 7168), "bfloat16")
     per_token_group_quant_8bit(x, 128, rounding="sglang")
     torch.cuda.synchronize()
@@ -564,7 +578,7 @@ def test_sglang_rounding_takes_the_lean_kernel_at_every_grid(rows):
         per_token_group_quant_8bit(x, 128, rounding="sglang")
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if "per_group_" in e.name]
-    shape = [re.search(r"per_group_lean_kernel<.*, (\d+), (\d), true, \(device::quant::Rounding\)1>", n) for n in names]
+    shape = [re.search(r"per_group_lean_kernel<.*, (\d+), (\d), \(device::quant::Rounding\)1>", n) for n in names]
     assert len(names) == 1 and shape[0] and (int(shape[0][1]), int(shape[0][2])) == expected, (names, expected)
 
 
