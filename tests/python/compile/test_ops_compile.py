@@ -231,8 +231,8 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     src = tmp_path / "group_rows.cu"
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
                    "using device::quant::Rounding;\n"
-                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true>;\n"
-                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true>;\n")
+                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true>;\n"
+                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true, true>;\n")
     out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
                           f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
                           str(tmp_path / "group_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
@@ -253,7 +253,7 @@ def test_lean_group_quant_kernel_divides_without_range_tests_in_32_bits(tmp_path
     paths = tvm_ffi_paths()
     src = tmp_path / "group_lean.cu"
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
-                   "void* lean = (void*)&jitkern_quant::per_group_lean_kernel<bf16_t, 8, 2, true, false, 256, 2>;\n")
+                   "void* lean = (void*)&jitkern_quant::per_group_lean_kernel<bf16_t, 8, false, 256, 2, device::quant::Rounding::kExact>;\n")
     flags = ["nvcc", "-std=c++20", "-arch=sm_90a", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}",
              f"-I{paths['dlpack_include']}"]
     out = subprocess.run([*flags, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "group_lean.cubin"), str(src)], check=True,
@@ -278,7 +278,7 @@ def test_norm_group_cluster_kernel_builds_without_clusters_below_sm_90(tmp_path)
     src = tmp_path / "cluster.cu"
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
                    "void* fused = (void*)&jitkern_quant::norm_group_cluster_kernel<bf16_t, 8, 128, 128, 8, true, false,"
-                   " device::quant::Rounding::kExact>;\n")
+                   " device::quant::Rounding::kExact, true>;\n")
     flags = ["nvcc", "-std=c++20", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}",
              f"-I{paths['dlpack_include']}", "-ptx", str(src)]
     for arch, clustered in (("sm_80", False), ("sm_90a", True)):
