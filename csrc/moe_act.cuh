@@ -744,9 +744,9 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
 // SM; the group form by silu_and_mul_group_quant_interleaved_kernel where MoeActOps::interleaved takes the
-// layout (H200, 32 experts, d = 2048, its design against SGLang 0.5.23's kernel, exact / sglang rounding:
-// T = 1 1.10x / 1.09x, 64 1.04x / 1.13x, 128 0.91x / 1.06x, 256 1.05x / 1.15x, 4096 1.01x / 1.01x; the
-// previous product 0.86x / 0.96x at T = 64), else (offsets past 32 bits; the exact rounding with eps below
+// layout (H200, 32 experts, d = 2048, against SGLang 0.5.23's kernel, exact / sglang rounding, 563e1c4:
+// T = 1 0.86x / 0.87x, 16 0.98x / 0.98x, 64 1.18x / 1.34x, 128 1.05x / 1.21x, 256 0.97x / 1.09x, 4096 1.00x /
+// 1.01x; the previous product 1.09x / 1.00x at T = 1, 0.88x / 0.97x at T = 64), else (offsets past 32 bits; the exact rounding with eps below
 // kNormalScaleEps) by silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over
 // the computed rows.
 constexpr int kMaskedChunkCtas = 2;
