@@ -134,16 +134,27 @@ __device__ __forceinline__ void for_each_sorted_chunk(const SortedRows& rows, co
   }
 }
 
+// An expert's computed rows from its masked_m entry m: m clamped to [0, m_max].
+__device__ __forceinline__ int32_t clamped_rows(int32_t m, int32_t m_max) { return m <= 0 ? 0 : (m < m_max ? m : m_max); }
+
+// The inclusive sum of v over the warp's lanes in lane order (every lane gets its own).
+__device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v) {
+  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+#pragma unroll
+  for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
+    const int32_t o = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += o;
+  }
+  return v;
+}
+
 // The masked layout: row f is row m of expert e, the experts' computed rows one after another.
 struct MaskedLayout {
   const int32_t* masked_m;
   int experts;
   int32_t m_max;
   int64_t in_expert, in_row, out_expert, out_row, scale_expert, scale_row;
-  __device__ __forceinline__ int32_t rows_of(int e) const {
-    const int32_t m = masked_m[e];
-    return m <= 0 ? 0 : (m < m_max ? m : m_max);
-  }
+  __device__ __forceinline__ int32_t rows_of(int e) const { return clamped_rows(masked_m[e], m_max); }
   __device__ __forceinline__ RowAt locate(int64_t e, int64_t m) const {
     return {true, e * in_expert + m * in_row, e * out_expert + m * out_row, e * scale_expert + m * scale_row};
   }
@@ -193,13 +204,7 @@ struct MaskedRowsWarp : MaskedLayout {
     int64_t rows;
   };
   __device__ __forceinline__ State scan(int32_t rows) const {
-    const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
-    int32_t end = rows;
-#pragma unroll
-    for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
-      const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
-      if (lane >= offset) end += o;
-    }
+    const int32_t end = warp_inclusive_sum(rows);
     return {end, __shfl_sync(0xffffffffu, end, device::kWarpThreads - 1)};
   }
   template <typename Wait>
@@ -548,7 +553,7 @@ struct InterleavedRows {
   __device__ __forceinline__ int32_t lane_rows() const {
     const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
     const int32_t m = masked_m[lane < static_cast<int>(experts) ? lane : 0];  // no branch around the load
-    return lane < static_cast<int>(experts) && m > 0 ? (m < m_max ? m : m_max) : 0;
+    return lane < static_cast<int>(experts) && m > 0 ? (m < m_max ? m : m_max) : 0;  // clamped_rows, fused with the lane test
   }
   // Row m of expert e (valid: m < M).
   __device__ __forceinline__ RowAt locate(uint32_t e, uint32_t m) const {
@@ -596,13 +601,7 @@ __global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
   const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
   uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
   const bool rest = first < total;  // warp-uniform
-  if (rest) {
-#pragma unroll
-    for (int offset = 1; offset < device::kWarpThreads; offset *= 2) {
-      const int32_t o = __shfl_up_sync(0xffffffffu, end, offset);
-      if (lane >= offset) end += o;
-    }
-  }
+  if (rest) end = warp_inclusive_sum(end);
   // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
   if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
   if (!rest) return;

@@ -486,16 +486,9 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 // 2.16, [1, 4096] over 4 CTAs 1.58 against 1.54; the plain op 1.57 against 1.58 at [1, 7168]; split over CTAs that
 // each add the whole row's sum of squares, 1.76 (CTAs of 128) and 1.57 (256) against 1.58. At 06e174b: the fused
 // add over a cluster at [4, 7168] 1.69 us against 1.96; the plain op's one and four vectors a lane below 4 rows an
-// SM 1.65 / 1.71 us at [1, 7168] against 1.58, 2.97 / 3.26 at 256 rows against 2.94. At 056add1: the addresses
-// pinned, 1.46 / 1.49 / 2.94 us at [1 / 4 / 256, 7168] against 1.60 / 1.65 / 2.97 (plain), fused add 1.96 against 2.17
-// at 16 rows; a cluster of 4 CTAs of 256 for 1-4 rows of 7168, 1.56 us (plain) and 1.66 (fused add) at one row; at
-// prefill sizes 48 registers (6 CTAs of 7168 an SM) 59-60% of the pattern ceiling against 74-82%, a persistent grid
-// fed by bulk copies 74.8 / 79.2 / 79.8% against 74.0 / 77.1 / 81.7% at [4096 / 32768, 7168], [32768, 4096]. At
-// b3200c2 / 7958c47, the addresses pinned: 1.47 / 1.51 / 2.91 us at [1 / 4 / 256, 7168] (1.51x / 1.61x / 1.48x the
-// exact pair), prefill 75.4 / 77.0 / 81.0% of the pattern ceiling against 70.5 / 73.5 / 77.3% unpinned; the plain op
-// over the cluster 1.46 / 1.47 us at 1 / 4 rows against 1.48 / 1.50; below 4 rows an SM one vector a lane 1.21-2.99 us
-// against 1.20-2.91, four 1.28-3.32 against 1.19-2.91 ([1-256, 7168], [1 / 64, 4096]); launch bounds (224, 5) 78.7 /
-// 80.7 / 82.2% against 75.0 / 80.1 / 84.2%.
+// SM 1.65 / 1.71 us at [1, 7168] against 1.58, 2.97 / 3.26 at 256 rows against 2.94. The addresses pinned (b3200c2):
+// 1.47 / 1.51 / 2.91 us at [1 / 4 / 256, 7168] against 1.60 / 1.65 / 2.97, prefill 75.4 / 77.0 / 81.0% of the pattern
+// ceiling against 70.5 / 73.5 / 77.3%; the candidates that lost are in docs/benchmarks/quant.md.
 struct NormGroupSchedule {
   static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
