@@ -243,7 +243,8 @@ def moe_weighted_sum_cases(ref):
 
 def moe_align_cases(ref):
     """DeepSeek-V3's top-8 of 256 experts. The reference counts experts from -1 (its first bucket holds the
-    ids -1, none here): num_experts + 1. Within a block the order of the ids is not part of the op."""
+    ids -1, none here): num_experts + 1. The order of an expert's ids is not part of the op (the reference's
+    many-CTA scatter takes them in any order): each expert's entries are compared as a multiset."""
     experts = 256
     for t in (1, 64, 4096):
         block = 16 if t <= 64 else 64  # the fused MoE's BLOCK_SIZE_M at these sizes
@@ -253,13 +254,14 @@ def moe_align_cases(ref):
         rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(experts + 3, device="cuda", dtype=torch.int32)
         mine = []
 
-        def agree(mine=mine, rs=rs, re=re, rn=rn, block=block):
+        def agree(mine=mine, rs=rs, re=re, rn=rn, block=block, numel=ids.numel()):
             s, e, n = mine[0]
             if int(n) != int(rn):
                 return f"num_tokens_post_pad {int(n)} and {int(rn)}"
             blocks = int(n) // block
-            return differs([(e[:blocks], re[:blocks]), (s[:int(n)].view(blocks, block).sort(-1).values,
-                                                        rs[:int(n)].view(blocks, block).sort(-1).values)])
+            expert_of_entry = e[:blocks].long().repeat_interleave(block) * (numel + 1)  # (expert, id) as one sortable key
+            return differs([(e[:blocks], re[:blocks]), ((expert_of_entry + s[:int(n)]).sort().values,
+                                                         (expert_of_entry + rs[:int(n)]).sort().values)])
 
         yield (f"moe_align_block_size (256 experts, top-8)", f"T={t}, block {block}",
                returned(ops.moe_align_block_size, mine, ids, experts, block),
@@ -270,7 +272,7 @@ NORM_TOLERANCE = {"atol": 1e-2, "rtol": 8e-3}  # a bf16 rounding apart
 
 
 def gemma_rmsnorm_cases(ref):
-    for t, h in [(t, 3584) for t in DECODE_AND_PREFILL]:  # Gemma-2 9B's hidden (the reference's: multiples of 512)
+    for t, h in [*((t, 3584) for t in DECODE_AND_PREFILL), (64, 2560), (4096, 2560)]:  # Gemma-2 9B, Gemma-3 4B (the reference's: multiples of 512)
         x, w = rand(t, h), rand(h)
         mine, theirs = torch.empty_like(x), torch.empty_like(x)
         yield ("gemma_rmsnorm / grouped_gemma_rmsnorm (one group)", f"[{t}, {h}]", bound(ops.gemma_rmsnorm, x, w, EPS, mine),
@@ -290,7 +292,7 @@ def gemma_fused_add_rmsnorm_cases(ref):
 
 
 def rmsnorm_hf_cases(ref):
-    for t, h in [*((t, 4096) for t in DECODE_AND_PREFILL), (64, 2048)]:
+    for t, h in [*((t, 4096) for t in DECODE_AND_PREFILL), (64, 2048), (4096, 3584)]:
         x, w = rand(t, h), rand(h)
         mine, theirs = torch.empty_like(x), torch.empty_like(x)
         yield ("rmsnorm_hf", f"[{t}, {h}]", bound(ops.rmsnorm_hf, x, w, EPS, mine), bound(ref.rmsnorm_hf, x, w, EPS, theirs),

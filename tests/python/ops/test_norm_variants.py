@@ -79,6 +79,32 @@ def test_gemma_and_hf_norms(dtype_name, tokens, hidden, pad):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("tokens,hidden,kernel", [(1, 3584, "norm_static_kernel"), (2048, 3584, "norm_static_kernel"),
+                                                  (2048, 2560, "norm_static_kernel"), (2048, 1536, "norm_static_kernel"),
+                                                  (2048, 4096, "norm_wide_kernel")])
+def test_out_of_place_norms_take_the_width_kernel(dtype_name, tokens, hidden, kernel):
+    """gemma_rmsnorm and rmsnorm_hf take rmsnorm's kernel built for the width below 4 rows an SM, and at any
+    row count where the general kernel would not hold the row exactly (it spills there: bf16 [4096, 3584]
+    at 0.76x SGLang's grouped_gemma_rmsnorm); the rows' bits are those of the same rows alone."""
+    torch = _torch()
+    ops = _ops()
+    from torch.profiler import ProfilerActivity, profile
+
+    x, w = _inputs(tokens, hidden, getattr(torch, dtype_name), seed=hidden, stride_pad=8)
+    for op, reference in ((ops.gemma_rmsnorm, _gemma_reference), (ops.rmsnorm_hf, _hf_reference)):
+        op(x, w, EPS)  # built outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = op(x, w, EPS)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if "norm_" in e.name and "kernel" in e.name]
+        assert len(names) == 1 and kernel in names[0], names
+        _close(out, reference(x, w), dtype_name)
+        assert torch.equal(op(x[:1], w, EPS), out[:1]), "a row alone and among many"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 def test_rounding_orders_match_the_models_code(dtype_name):
     """Against the models' own float32 code: transformers' LlamaRMSNorm (rounds x * s to the dtype, then
     multiplies by the weight) and Gemma's (x * s * (1 + w) in float32, rounded once). The reductions add in
