@@ -179,16 +179,26 @@ def masked_tables(ceiling: float) -> None:
 # product changed), --schedules=all with every one; each schedule's output is compared with the first of its
 # rounding policy's.
 PRODUCT = ("product", "bench_moe_act::Product<>")
-SGLANG = "bench_moe_act::Rounding::kSglang"
+SGLANG, EXACT = "bench_moe_act::Rounding::kSglang", "bench_moe_act::Rounding::kExact"
+WIDTH = "bench_moe_act::MaskedGroupWidth"
 SCHEDULES = {
     "masked_group": [PRODUCT,
                      ("previous product: the turns over the computed rows after a warp's scan",
                       "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact>"),
                      ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
                      ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}>", "sglang"),
-                     ("interleaved rows in every turn", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
-                     ("interleaved rows in every turn, rounding=sglang", f"bench_moe_act::MaskedGroup<-5, 8, 0, {SGLANG}>", "sglang"),
-                     ("product's kernel, the scale by IEEE divisions", "bench_moe_act::MaskedGroup<-6, 8, 0>")],
+                     ("CTAs of 256 threads, 5 an SM", f"{WIDTH}<256, 5>"),
+                     ("CTAs of 256 threads, 5 an SM, rounding=sglang", f"{WIDTH}<256, 5, {SGLANG}>", "sglang"),
+                     ("CTAs of 512 threads, 2 an SM", f"{WIDTH}<512, 2>"),
+                     ("CTAs of 512 threads, 2 an SM, rounding=sglang", f"{WIDTH}<512, 2, {SGLANG}>", "sglang"),
+                     ("CTAs of 640 threads, 2 an SM", f"{WIDTH}<640, 2>"),
+                     ("CTAs of 384 threads, 3 an SM", f"{WIDTH}<384, 3>"),
+                     ("CTAs of 1024 threads, 1 an SM", f"{WIDTH}<1024, 1>"),
+                     ("product's kernel, 5 CTAs an SM (the next launch's resident beside)", f"{WIDTH}<128, 10, {EXACT}, 5>"),
+                     ("product's kernel, the place pinned before the wait", f"{WIDTH}<128, 10, {EXACT}, 0, true>"),
+                     ("CTAs of 256 threads, 5 an SM, the place pinned", f"{WIDTH}<256, 5, {EXACT}, 0, true>"),
+                     ("CTAs of 256 threads, 5 an SM, the place pinned, rounding=sglang", f"{WIDTH}<256, 5, {SGLANG}, 0, true>", "sglang"),
+                     ("CTAs of 512 threads, 2 an SM, the place pinned", f"{WIDTH}<512, 2, {EXACT}, 0, true>")],
     "masked_act": [PRODUCT,
                    ("turns over the computed rows, warp scan (no chunks)", "bench_moe_act::MaskedAct<4>"),
                    ("interleaved rows, 2 vectors a thread the grid apart", "bench_moe_act::MaskedActInterleaved"),

@@ -65,7 +65,7 @@ constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 constexpr int kMaxExperts = 1024;
 // CTAs an SM that silu_and_mul_group_quant_interleaved_kernel's registers leave room for (48 a thread on
 // sm_90a, no spills; unbounded, ptxas takes 68: 7 CTAs an SM, which measured slower at T = 4096).
-constexpr int kInterleavedCtas = 10;
+constexpr int kInterleavedThreads = kActGroupThreads, kInterleavedCtas = 10;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
 // whether it is computed.
@@ -576,12 +576,13 @@ struct InterleavedRows {
 // computed rows: their number is a warp's sum (the counts less the experts' rows among the first
 // positions), and a warp with a group of them scans them over the experts (while its first data loads) and
 // takes its own turns, a row's expert found by a vote where the warp's groups share it, else by bisection.
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
-__global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kThreads = kInterleavedThreads,
+          int kCtas = kInterleavedCtas, bool kPinned = false>
+__global__ void __launch_bounds__(kThreads, kCtas)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
-  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kThreads / kLanes;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   uint32_t unused, g, e;
@@ -590,6 +591,12 @@ __global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
   const uint32_t m = rows.by_experts.divide(p, e);
   RowAt r = rows.locate(e, m);
   r.valid = r.valid && p < firsts;
+  if constexpr (kPinned) {  // a store of the place before the wait: ptxas keeps its arithmetic there (it moves the wait up otherwise)
+    __shared__ uint32_t pin;
+    asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&pin))),
+                 "r"(static_cast<uint32_t>(r.in) + static_cast<uint32_t>(r.valid) + m + e + g)
+                 : "memory");
+  }
   WaitPrimary{trigger_at_start}();
   r.valid = r.valid && static_cast<int32_t>(m) < rows.masked_m[e];
   const int32_t mine = rows.lane_rows();
@@ -1003,14 +1010,17 @@ struct MoeActOps {
     return true;
   }
   // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
-  template <quant::Rounding kRounding>
-  static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
+  template <quant::Rounding kRounding, int kThreads = kInterleavedThreads, int kCtas = kInterleavedCtas, bool kPinned = false>
+  static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op, int per_sm = 0) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact>;
-      launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
+                                                                          kRounding == quant::Rounding::kExact, kThreads, kCtas, kPinned>;
+      const unsigned grid = persistent_grid<kernel>(groups, kThreads / kLanes, kThreads, per_sm, op.device);
+      host::LaunchKernel(grid, kThreads, op.device)
+          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
+                        host::pdl_early_trigger(grid));
     });
   }
 
