@@ -577,7 +577,7 @@ struct InterleavedRows {
 // positions), and a warp with a group of them scans them over the experts (while its first data loads) and
 // takes its own turns, a row's expert found by a vote where the warp's groups share it, else by bisection.
 template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kThreads = kInterleavedThreads,
-          int kCtas = kInterleavedCtas, bool kPinned = false>
+          int kCtas = kInterleavedCtas, bool kPinned = false, bool kIdleFirst = false>
 __global__ void __launch_bounds__(kThreads, kCtas)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
@@ -606,11 +606,28 @@ __global__ void __launch_bounds__(kThreads, kCtas)
   const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
   int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
   const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
-  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
+  constexpr uint32_t kWarps = kThreads / device::kWarpThreads;
+  uint32_t slot = blockIdx.x * kWarps + threadIdx.x / device::kWarpThreads;  // the warp's place in the rows left's order
+  const bool busy = __any_sync(0xffffffffu, r.valid);
+  if constexpr (kIdleFirst) {
+    // Where a row's groups fill whole warps, the warps whose first turn held no computed row take the rows left
+    // first (their slots in warp order), those that held one after them: no warp computes two rows while
+    // others wait with none (one expert holding most rows).
+    const uint32_t per_position = rows.by_groups.d / kGroupsPerWarp;  // warps a position
+    if (total > 0 && per_position * kGroupsPerWarp == rows.by_groups.d) {  // warp-uniform
+      const uint32_t pw = slot / per_position, mine_u = static_cast<uint32_t>(mine);  // the warp's position
+      // Expert `lane`'s computed positions below pw, and in the whole first turn (`before` of them there).
+      const uint32_t below = static_cast<uint32_t>(lane) < pw ? rows.by_experts.divide(pw - 1 - lane, unused) + 1 : 0;
+      const uint32_t busy_below = __reduce_add_sync(0xffffffffu, below < mine_u ? below : mine_u) * per_position;
+      const uint32_t busy_all = __reduce_add_sync(0xffffffffu, before < mine_u ? before : mine_u) * per_position;
+      slot = busy ? gridDim.x * kWarps - busy_all + busy_below + (slot - pw * per_position) : slot - busy_below;
+    }
+  }
+  uint32_t first = slot * kGroupsPerWarp;  // the warp's first group left
   const bool rest = first < total;  // warp-uniform
   if (rest) end = warp_inclusive_sum(end);
   // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
-  if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
+  if (busy) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
   if (!rest) return;
   const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
   for (; first < total; first += gridDim.x * kGroupsPerCta) {  // warp-uniform
@@ -1010,13 +1027,14 @@ struct MoeActOps {
     return true;
   }
   // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
-  template <quant::Rounding kRounding, int kThreads = kInterleavedThreads, int kCtas = kInterleavedCtas, bool kPinned = false>
+  template <quant::Rounding kRounding, int kThreads = kInterleavedThreads, int kCtas = kInterleavedCtas, bool kPinned = false,
+            bool kIdleFirst = false>
   static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op, int per_sm = 0) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact, kThreads, kCtas, kPinned>;
+                                                                          kRounding == quant::Rounding::kExact, kThreads, kCtas, kPinned, kIdleFirst>;
       const unsigned grid = persistent_grid<kernel>(groups, kThreads / kLanes, kThreads, per_sm, op.device);
       host::LaunchKernel(grid, kThreads, op.device)
           .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,

@@ -173,15 +173,16 @@ struct MaskedGroup {
 
 // The masked group form by the product's interleaved kernel in CTAs of kThreads threads, its registers bounded
 // for kCtas CTAs an SM, the grid at most kPerSm CTAs an SM (0: what the occupancy API fits), kPinned: the first
-// place's arithmetic kept before the PDL wait.
-template <int kThreads, int kCtas, Rounding kRounding = Rounding::kExact, int kPerSm = 0, bool kPinned = false>
+// place's arithmetic kept before the PDL wait, kIdleFirst: the rows left taken first by the warps with no
+// first-turn row.
+template <int kThreads, int kCtas, Rounding kRounding = Rounding::kExact, int kPerSm = 0, bool kPinned = false, bool kIdleFirst = false>
 struct MaskedGroupWidth {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
     InterleavedRows rows;
     host::RuntimeCheck(ProductOps::interleaved<kRounding>(m, rows), "bench_moe_act: the interleaved rows do not take this layout");
-    ProductOps::group_quant_interleaved<kRounding, kThreads, kCtas, kPinned>(rows, m.op, kPerSm);
+    ProductOps::group_quant_interleaved<kRounding, kThreads, kCtas, kPinned, kIdleFirst>(rows, m.op, kPerSm);
   }
 };
 
