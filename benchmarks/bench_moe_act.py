@@ -179,30 +179,27 @@ def masked_tables(ceiling: float) -> None:
 # product changed), --schedules=all with every one; each schedule's output is compared with the first of its
 # rounding policy's.
 PRODUCT = ("product", "bench_moe_act::Product<>")
-SGLANG, EXACT = "bench_moe_act::Rounding::kSglang", "bench_moe_act::Rounding::kExact"
+SGLANG = "bench_moe_act::Rounding::kSglang"
 WIDTH = "bench_moe_act::MaskedGroupWidth"
+
+
+def widths(*shapes):
+    """The masked group form's interleaved kernel at each (threads a CTA, CTAs an SM, warps spread over the
+    CTAs) under both rounding policies."""
+    out = []
+    for threads, ctas, spread in shapes:
+        name = f"CTAs of {threads} threads, {ctas} an SM{'' if spread else ', the warps in CTA order'}"
+        cpp = f"{WIDTH}<{threads}, {ctas}, {str(spread).lower()}"
+        out += [(name, f"{cpp}>"), (f"{name}, rounding=sglang", f"{cpp}, {SGLANG}>", "sglang")]
+    return out
 SCHEDULES = {
     "masked_group": [PRODUCT,
-                     ("previous product: the turns over the computed rows after a warp's scan",
-                      "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact>"),
+                     ("previous product: CTAs of 128 threads, 10 an SM, the warps in CTA order", f"{WIDTH}<128, 10, false>"),
                      ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
-                     ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}>", "sglang"),
-                     ("CTAs of 256 threads, 5 an SM", f"{WIDTH}<256, 5>"),
-                     ("CTAs of 256 threads, 5 an SM, rounding=sglang", f"{WIDTH}<256, 5, {SGLANG}>", "sglang"),
-                     ("CTAs of 512 threads, 2 an SM", f"{WIDTH}<512, 2>"),
-                     ("CTAs of 512 threads, 2 an SM, rounding=sglang", f"{WIDTH}<512, 2, {SGLANG}>", "sglang"),
-                     ("CTAs of 640 threads, 2 an SM", f"{WIDTH}<640, 2>"),
-                     ("CTAs of 384 threads, 3 an SM", f"{WIDTH}<384, 3>"),
-                     ("CTAs of 1024 threads, 1 an SM", f"{WIDTH}<1024, 1>"),
-                     ("product's kernel, 5 CTAs an SM (the next launch's resident beside)", f"{WIDTH}<128, 10, {EXACT}, 5>"),
-                     ("product's kernel, the place pinned before the wait", f"{WIDTH}<128, 10, {EXACT}, 0, true>"),
-                     ("CTAs of 256 threads, 5 an SM, the place pinned", f"{WIDTH}<256, 5, {EXACT}, 0, true>"),
-                     ("CTAs of 256 threads, 5 an SM, the place pinned, rounding=sglang", f"{WIDTH}<256, 5, {SGLANG}, 0, true>", "sglang"),
-                     ("CTAs of 512 threads, 2 an SM, the place pinned", f"{WIDTH}<512, 2, {EXACT}, 0, true>"),
-                     ("product's kernel, the rows left to the idle warps first", f"{WIDTH}<128, 10, {EXACT}, 0, false, true>"),
-                     ("product's kernel, the rows left to the idle warps first, rounding=sglang", f"{WIDTH}<128, 10, {SGLANG}, 0, false, true>",
-                      "sglang"),
-                     ("CTAs of 256 threads, 5 an SM, pinned, the rows left to the idle warps first", f"{WIDTH}<256, 5, {EXACT}, 0, true, true>")],
+                     ("previous product, rounding=sglang", f"{WIDTH}<128, 10, false, {SGLANG}>", "sglang"),
+                     *widths((512, 2, False), (256, 4, True), (256, 5, True), (128, 10, True), (128, 8, True)),
+                     ("CTAs of 1024 threads, 1 an SM", f"{WIDTH}<1024, 1, true>"),
+                     ("scanned rows (silu_and_mul_group_quant_masked_kernel)", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact>")],
     "masked_act": [PRODUCT,
                    ("turns over the computed rows, warp scan (no chunks)", "bench_moe_act::MaskedAct<4>"),
                    ("interleaved rows, 2 vectors a thread the grid apart", "bench_moe_act::MaskedActInterleaved"),

@@ -63,9 +63,10 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
-// CTAs an SM that silu_and_mul_group_quant_interleaved_kernel's registers leave room for (48 a thread on
-// sm_90a, no spills; unbounded, ptxas takes 68: 7 CTAs an SM, which measured slower at T = 4096).
-constexpr int kInterleavedThreads = kActGroupThreads, kInterleavedCtas = 10;
+// silu_and_mul_group_quant_interleaved_kernel's CTAs: their threads, how many an SM its registers are bounded
+// for (64 a thread on sm_90a, no spills), and its warps' order (spread over the CTAs).
+constexpr int kInterleavedThreads = 512, kInterleavedCtas = 2;
+constexpr bool kInterleavedSpread = true;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
 // whether it is computed.
@@ -569,7 +570,9 @@ struct InterleavedRows {
 };
 
 // The group form over InterleavedRows, kLanes lanes a group of kPerLane vectors each (group_quant_item's),
-// in two phases. The first turn: a group per lane set, the groups of the first positions in order (those
+// in two phases, over the warps in the order of their slots: kSpread, slot w * grid + b for warp w of CTA b
+// (consecutive slots in other CTAs: a few rows spread over every CTA, whatever SM each runs on), else b *
+// warps + w. The first turn: a group per lane set, the groups of the first positions in slot order (those
 // whose groups the grid's first turn holds whole), its place worked out from the CTA's and thread's numbers,
 // so that the loads after the PDL wait are the count, then the data. The rest (positions the first turn did
 // not reach: many rows, or a few experts with many) as silu_and_mul_group_quant_masked_kernel takes the
@@ -577,26 +580,23 @@ struct InterleavedRows {
 // positions), and a warp with a group of them scans them over the experts (while its first data loads) and
 // takes its own turns, a row's expert found by a vote where the warp's groups share it, else by bisection.
 template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kThreads = kInterleavedThreads,
-          int kCtas = kInterleavedCtas, bool kPinned = false, bool kIdleFirst = false>
+          int kCtas = kInterleavedCtas, bool kSpread = kInterleavedSpread>
 __global__ void __launch_bounds__(kThreads, kCtas)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
-  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kThreads / kLanes;
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kWarps = kThreads / device::kWarpThreads;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const uint32_t warp = threadIdx.x / device::kWarpThreads, warps = gridDim.x * kWarps;
+  const uint32_t slot = kSpread ? warp * gridDim.x + blockIdx.x : blockIdx.x * kWarps + warp;
+  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
   uint32_t unused, g, e;
-  const uint32_t firsts = rows.by_groups.divide(gridDim.x * kGroupsPerCta, unused);  // positions of the first turn
-  const uint32_t p = rows.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g);
+  const uint32_t firsts = rows.by_groups.divide(warps * kGroupsPerWarp, unused);  // positions of the first turn
+  const uint32_t p = rows.by_groups.divide(slot * kGroupsPerWarp + group_in_warp, g);
   const uint32_t m = rows.by_experts.divide(p, e);
   RowAt r = rows.locate(e, m);
   r.valid = r.valid && p < firsts;
-  if constexpr (kPinned) {  // a store of the place before the wait: ptxas keeps its arithmetic there (it moves the wait up otherwise)
-    __shared__ uint32_t pin;
-    asm volatile("st.volatile.shared.u32 [%0], %1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&pin))),
-                 "r"(static_cast<uint32_t>(r.in) + static_cast<uint32_t>(r.valid) + m + e + g)
-                 : "memory");
-  }
   WaitPrimary{trigger_at_start}();
   r.valid = r.valid && static_cast<int32_t>(m) < rows.masked_m[e];
   const int32_t mine = rows.lane_rows();
@@ -606,31 +606,13 @@ __global__ void __launch_bounds__(kThreads, kCtas)
   const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
   int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
   const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
-  constexpr uint32_t kWarps = kThreads / device::kWarpThreads;
-  uint32_t slot = blockIdx.x * kWarps + threadIdx.x / device::kWarpThreads;  // the warp's place in the rows left's order
-  const bool busy = __any_sync(0xffffffffu, r.valid);
-  if constexpr (kIdleFirst) {
-    // Where a row's groups fill whole warps, the warps whose first turn held no computed row take the rows left
-    // first (their slots in warp order), those that held one after them: no warp computes two rows while
-    // others wait with none (one expert holding most rows).
-    const uint32_t per_position = rows.by_groups.d / kGroupsPerWarp;  // warps a position
-    if (total > 0 && per_position * kGroupsPerWarp == rows.by_groups.d) {  // warp-uniform
-      const uint32_t pw = slot / per_position, mine_u = static_cast<uint32_t>(mine);  // the warp's position
-      // Expert `lane`'s computed positions below pw, and in the whole first turn (`before` of them there).
-      const uint32_t below = static_cast<uint32_t>(lane) < pw ? rows.by_experts.divide(pw - 1 - lane, unused) + 1 : 0;
-      const uint32_t busy_below = __reduce_add_sync(0xffffffffu, below < mine_u ? below : mine_u) * per_position;
-      const uint32_t busy_all = __reduce_add_sync(0xffffffffu, before < mine_u ? before : mine_u) * per_position;
-      slot = busy ? gridDim.x * kWarps - busy_all + busy_below + (slot - pw * per_position) : slot - busy_below;
-    }
-  }
   uint32_t first = slot * kGroupsPerWarp;  // the warp's first group left
   const bool rest = first < total;  // warp-uniform
   if (rest) end = warp_inclusive_sum(end);
   // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
-  if (busy) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
+  if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
   if (!rest) return;
-  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
-  for (; first < total; first += gridDim.x * kGroupsPerCta) {  // warp-uniform
+  for (; first < total; first += warps * kGroupsPerWarp) {  // warp-uniform
     uint32_t gf;  // group first + group_in_warp of the rows left: its row f and its number in it
     const uint32_t f = rows.by_groups.divide(first + group_in_warp, gf);
     const uint32_t row = rows.by_groups.divide(first, unused), last = rows.by_groups.divide(first + kGroupsPerWarp - 1, unused);
@@ -1027,15 +1009,14 @@ struct MoeActOps {
     return true;
   }
   // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
-  template <quant::Rounding kRounding, int kThreads = kInterleavedThreads, int kCtas = kInterleavedCtas, bool kPinned = false,
-            bool kIdleFirst = false>
-  static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op, int per_sm = 0) {
+  template <quant::Rounding kRounding, int kThreads = kInterleavedThreads, int kCtas = kInterleavedCtas, bool kSpread = kInterleavedSpread>
+  static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact, kThreads, kCtas, kPinned, kIdleFirst>;
-      const unsigned grid = persistent_grid<kernel>(groups, kThreads / kLanes, kThreads, per_sm, op.device);
+                                                                          kRounding == quant::Rounding::kExact, kThreads, kCtas, kSpread>;
+      const unsigned grid = persistent_grid<kernel>(groups, kThreads / kLanes, kThreads, 0, op.device);
       host::LaunchKernel(grid, kThreads, op.device)
           .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
                         host::pdl_early_trigger(grid));
