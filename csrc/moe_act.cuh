@@ -63,8 +63,9 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
-// silu_and_mul_group_quant_interleaved_kernel's CTAs: their threads, how many an SM its registers are bounded
-// for (64 a thread on sm_90a, no spills), and its warps' order (spread over the CTAs).
+// silu_and_mul_group_quant_interleaved_kernel's CTAs (the launch rule's comment below): their threads, how many
+// an SM its registers are bounded for (64 a thread on sm_90a, no spills for bf16 and fp16), and its warps'
+// order (spread over the CTAs).
 constexpr int kInterleavedThreads = 512, kInterleavedCtas = 2;
 constexpr bool kInterleavedSpread = true;
 
@@ -749,11 +750,14 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
 // SM; the group form by silu_and_mul_group_quant_interleaved_kernel where MoeActOps::interleaved takes the
-// layout (H200, 32 experts, d = 2048, against SGLang 0.5.23's kernel, exact / sglang rounding, 563e1c4:
-// T = 1 0.86x / 0.87x, 16 0.98x / 0.98x, 64 1.18x / 1.34x, 128 1.05x / 1.21x, 256 0.97x / 1.09x, 4096 1.00x /
-// 1.01x; the previous product 1.09x / 1.00x at T = 1, 0.88x / 0.97x at T = 64), else (offsets past 32 bits; the exact rounding with eps below
-// kNormalScaleEps) by silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over
-// the computed rows.
+// layout, in CTAs of kInterleavedThreads, kInterleavedCtas an SM, its warps spread over the CTAs (H200, 32
+// experts, d = 2048, against SGLang 0.5.23's kernel, exact / sglang rounding, d3f0a55: T = 1 1.29x / 1.48x,
+// 16 1.23x / 1.36x, 64 1.23x / 1.33x, 128 1.02x / 1.11x, 256 1.05x / 1.15x, 4096 1.01x / 1.01x, T = 64 all
+// in one expert 1.07x / 1.20x; 10 CTAs of 128 threads an SM, the warps in CTA order: 0.87x / 0.85x at T = 1,
+// 0.84x exact with one expert: at decode sizes a launch's CTAs cost time to start and retire, and a few rows
+// must spread over every CTA, whatever SM each runs on), else (offsets past 32 bits; the exact rounding with
+// eps below kNormalScaleEps) by silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by
+// turns over the computed rows.
 constexpr int kMaskedChunkCtas = 2;
 
 template <typename T>
