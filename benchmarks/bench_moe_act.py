@@ -180,15 +180,25 @@ def masked_tables(ceiling: float) -> None:
 # rounding policy's.
 PRODUCT = ("product", "bench_moe_act::Product<>")
 SGLANG = "bench_moe_act::Rounding::kSglang"
+WIDTH = "bench_moe_act::MaskedGroupWidth"
+
+
+def widths(*shapes):
+    """The masked group form's interleaved kernel at each (threads a CTA, CTAs an SM, warps spread over the
+    CTAs) under both rounding policies."""
+    out = []
+    for threads, ctas, spread in shapes:
+        name = f"CTAs of {threads} threads, {ctas} an SM{'' if spread else ', the warps in CTA order'}"
+        cpp = f"{WIDTH}<{threads}, {ctas}, {str(spread).lower()}"
+        out += [(name, f"{cpp}>"), (f"{name}, rounding=sglang", f"{cpp}, {SGLANG}>", "sglang")]
+    return out
 SCHEDULES = {
     "masked_group": [PRODUCT,
-                     ("previous product: the turns over the computed rows after a warp's scan",
-                      "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact>"),
+                     ("previous product: CTAs of 128 threads, 10 an SM, the warps in CTA order", f"{WIDTH}<128, 10, false>"),
                      ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
-                     ("previous product, rounding=sglang", f"bench_moe_act::MaskedGroupMasked<8, {SGLANG}>", "sglang"),
-                     ("interleaved rows in every turn", "bench_moe_act::MaskedGroup<-5, 8, 0>"),
-                     ("interleaved rows in every turn, rounding=sglang", f"bench_moe_act::MaskedGroup<-5, 8, 0, {SGLANG}>", "sglang"),
-                     ("product's kernel, the scale by IEEE divisions", "bench_moe_act::MaskedGroup<-6, 8, 0>")],
+                     ("previous product, rounding=sglang", f"{WIDTH}<128, 10, false, {SGLANG}>", "sglang"),
+                     *widths((256, 4, True), (128, 8, True), (512, 2, False)),
+                     ("scanned rows (silu_and_mul_group_quant_masked_kernel)", "bench_moe_act::MaskedGroupMasked<8, bench_moe_act::Rounding::kExact>")],
     "masked_act": [PRODUCT,
                    ("turns over the computed rows, warp scan (no chunks)", "bench_moe_act::MaskedAct<4>"),
                    ("interleaved rows, 2 vectors a thread the grid apart", "bench_moe_act::MaskedActInterleaved"),

@@ -63,9 +63,11 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
-// CTAs an SM that silu_and_mul_group_quant_interleaved_kernel's registers leave room for (48 a thread on
-// sm_90a, no spills; unbounded, ptxas takes 68: 7 CTAs an SM, which measured slower at T = 4096).
-constexpr int kInterleavedCtas = 10;
+// silu_and_mul_group_quant_interleaved_kernel's CTAs (the launch rule's comment below): their threads, how many
+// an SM its registers are bounded for (64 a thread on sm_90a, no spills for bf16 and fp16), and its warps'
+// order (spread over the CTAs).
+constexpr int kInterleavedThreads = 512, kInterleavedCtas = 2;
+constexpr bool kInterleavedSpread = true;
 
 // Where row f of the computed-row order lives (element offsets of its input, output and scales), and
 // whether it is computed.
@@ -569,24 +571,30 @@ struct InterleavedRows {
 };
 
 // The group form over InterleavedRows, kLanes lanes a group of kPerLane vectors each (group_quant_item's),
-// in two phases. The first turn: a group per lane set, the groups of the first positions in order (those
+// in two phases, over the warps in the order of their slots: kSpread, slot w * grid + b for warp w of CTA b
+// (consecutive slots in other CTAs: a few rows spread over every CTA, whatever SM each runs on), else b *
+// warps + w. The first turn: a group per lane set, the groups of the first positions in slot order (those
 // whose groups the grid's first turn holds whole), its place worked out from the CTA's and thread's numbers,
 // so that the loads after the PDL wait are the count, then the data. The rest (positions the first turn did
 // not reach: many rows, or a few experts with many) as silu_and_mul_group_quant_masked_kernel takes the
 // computed rows: their number is a warp's sum (the counts less the experts' rows among the first
 // positions), and a warp with a group of them scans them over the experts (while its first data loads) and
 // takes its own turns, a row's expert found by a vote where the warp's groups share it, else by bisection.
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
-__global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false, int kThreads = kInterleavedThreads,
+          int kCtas = kInterleavedCtas, bool kSpread = kInterleavedSpread>
+__global__ void __launch_bounds__(kThreads, kCtas)
     silu_and_mul_group_quant_interleaved_kernel(const __grid_constant__ InterleavedRows rows, const T* in, uint8_t* q, float* scales,
                                                 int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
-  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kGroupsPerCta = kActGroupThreads / kLanes;
+  constexpr uint32_t kGroupsPerWarp = device::kWarpThreads / kLanes, kWarps = kThreads / device::kWarpThreads;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
+  const uint32_t warp = threadIdx.x / device::kWarpThreads, warps = gridDim.x * kWarps;
+  const uint32_t slot = kSpread ? warp * gridDim.x + blockIdx.x : blockIdx.x * kWarps + warp;
+  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
   uint32_t unused, g, e;
-  const uint32_t firsts = rows.by_groups.divide(gridDim.x * kGroupsPerCta, unused);  // positions of the first turn
-  const uint32_t p = rows.by_groups.divide(blockIdx.x * kGroupsPerCta + threadIdx.x / kLanes, g);
+  const uint32_t firsts = rows.by_groups.divide(warps * kGroupsPerWarp, unused);  // positions of the first turn
+  const uint32_t p = rows.by_groups.divide(slot * kGroupsPerWarp + group_in_warp, g);
   const uint32_t m = rows.by_experts.divide(p, e);
   RowAt r = rows.locate(e, m);
   r.valid = r.valid && p < firsts;
@@ -599,14 +607,13 @@ __global__ void __launch_bounds__(kActGroupThreads, kInterleavedCtas)
   const uint32_t before = static_cast<uint32_t>(lane) < firsts ? rows.by_experts.divide(firsts - 1 - lane, unused) + 1 : 0;
   int32_t end = static_cast<uint32_t>(mine) > before ? mine - static_cast<int32_t>(before) : 0;
   const uint32_t total = static_cast<uint32_t>(__reduce_add_sync(0xffffffffu, end)) * rows.by_groups.d;  // the rows left's groups
-  uint32_t first = blockIdx.x * kGroupsPerCta + threadIdx.x / device::kWarpThreads * kGroupsPerWarp;  // the warp's first group left
+  uint32_t first = slot * kGroupsPerWarp;  // the warp's first group left
   const bool rest = first < total;  // warp-uniform
   if (rest) end = warp_inclusive_sum(end);
   // A warp with no group to compute skips the turn (the group's shuffles take whole warps either way).
   if (__any_sync(0xffffffffu, r.valid)) quantize_loaded<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(x, r, g, q, scales, group_stride, eps);
   if (!rest) return;
-  const uint32_t group_in_warp = static_cast<uint32_t>(lane) / kLanes;
-  for (; first < total; first += gridDim.x * kGroupsPerCta) {  // warp-uniform
+  for (; first < total; first += warps * kGroupsPerWarp) {  // warp-uniform
     uint32_t gf;  // group first + group_in_warp of the rows left: its row f and its number in it
     const uint32_t f = rows.by_groups.divide(first + group_in_warp, gf);
     const uint32_t row = rows.by_groups.divide(first, unused), last = rows.by_groups.divide(first + kGroupsPerWarp - 1, unused);
@@ -743,11 +750,14 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
 // and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
 // SM; the group form by silu_and_mul_group_quant_interleaved_kernel where MoeActOps::interleaved takes the
-// layout (H200, 32 experts, d = 2048, against SGLang 0.5.23's kernel, exact / sglang rounding, 563e1c4:
-// T = 1 0.86x / 0.87x, 16 0.98x / 0.98x, 64 1.18x / 1.34x, 128 1.05x / 1.21x, 256 0.97x / 1.09x, 4096 1.00x /
-// 1.01x; the previous product 1.09x / 1.00x at T = 1, 0.88x / 0.97x at T = 64), else (offsets past 32 bits; the exact rounding with eps below
-// kNormalScaleEps) by silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by turns over
-// the computed rows.
+// layout, in CTAs of kInterleavedThreads, kInterleavedCtas an SM, its warps spread over the CTAs (H200, 32
+// experts, d = 2048, against SGLang 0.5.23's kernel, exact / sglang rounding, d3f0a55: T = 1 1.29x / 1.48x,
+// 16 1.23x / 1.36x, 64 1.23x / 1.33x, 128 1.02x / 1.11x, 256 1.05x / 1.15x, 4096 1.01x / 1.01x, T = 64 all
+// in one expert 1.07x / 1.20x; 10 CTAs of 128 threads an SM, the warps in CTA order: 0.87x / 0.85x at T = 1,
+// 0.84x exact with one expert: at decode sizes a launch's CTAs cost time to start and retire, and a few rows
+// must spread over every CTA, whatever SM each runs on), else (offsets past 32 bits; the exact rounding with
+// eps below kNormalScaleEps) by silu_and_mul_group_quant_masked_kernel; the fp8 forms, and more experts, by
+// turns over the computed rows.
 constexpr int kMaskedChunkCtas = 2;
 
 template <typename T>
@@ -1003,14 +1013,17 @@ struct MoeActOps {
     return true;
   }
   // The group form over InterleavedRows (kTurnLanes lanes a group), kNormalEps under the exact rounding.
-  template <quant::Rounding kRounding>
+  template <quant::Rounding kRounding, int kThreads = kInterleavedThreads, int kCtas = kInterleavedCtas, bool kSpread = kInterleavedSpread>
   static void group_quant_interleaved(const InterleavedRows& rows, const Operands& op) {
     const int64_t groups = op.capacity * (op.d / kActGroupSize);
     with_vec(op, [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
-                                                                          kRounding == quant::Rounding::kExact>;
-      launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
+                                                                          kRounding == quant::Rounding::kExact, kThreads, kCtas, kSpread>;
+      const unsigned grid = persistent_grid<kernel>(groups, kThreads / kLanes, kThreads, 0, op.device);
+      host::LaunchKernel(grid, kThreads, op.device)
+          .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
+                        host::pdl_early_trigger(grid));
     });
   }
 

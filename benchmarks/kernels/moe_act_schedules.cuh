@@ -36,38 +36,6 @@ struct InterleavedTurnRows : InterleavedRows {
   using InterleavedRows::at;
 };
 
-// The group form over the interleaved rows in every turn (no second phase): a group per lane set and turn,
-// kLanes lanes of kPerLane vectors, the groups of positions in order (the first place worked out before the
-// wait), up to experts * the largest count.
-template <typename T, int kVec, int kLanes, int kPerLane, Rounding kRounding>
-__global__ void __launch_bounds__(kActGroupThreads)
-    group_quant_interleaved_turns_kernel(const __grid_constant__ InterleavedTurnRows rows, const T* in, uint8_t* q, float* scales,
-                                         int64_t group_stride, int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr uint32_t kGroupsPerCta = kActGroupThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const uint32_t turn = gridDim.x * kGroupsPerCta, groups_per_row = rows.by_groups.d;
-  uint32_t first = blockIdx.x * kGroupsPerCta, e, m, g;
-  const auto place = [&](uint32_t group) {  // the lane set's position's expert e, row m and group g
-    const uint32_t p = rows.by_groups.divide(group, g);
-    m = rows.by_experts.divide(p, e);
-  };
-  place(first + threadIdx.x / kLanes);
-  WaitPrimary{trigger_at_start}();
-  int32_t count = rows.masked_m[e];
-  const uint32_t total = rows.positions() * groups_per_row;
-  do {
-    const RowAt r = rows.at(e, m, count);
-    if (__any_sync(0xffffffffu, r.valid)) group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, g, in, q, scales, group_stride, d, eps);
-    first += turn;
-    if (first < total) {
-      place(first + threadIdx.x / kLanes);
-      count = rows.masked_m[e];
-    }
-  } while (first < total);
-#endif
-}
-
 // The masked layout's counts loaded before the PDL wait, scanned after it (a measurement of what reading
 // early is worth: wrong where the previous kernel writes masked_m).
 struct MaskedRowsWarpEarly : MaskedRowsWarp {
@@ -141,43 +109,18 @@ struct MaskedActInterleaved {
   }
 };
 
-// The masked group form by the turn kernel over the computed rows (rows kScan), or over the interleaved rows
-// (kScan -5: in every turn, group_quant_interleaved_turns_kernel; -6: the product's two-phase kernel with the
-// exact rounding's scale by the IEEE divisions), kLanes lanes a group, at most kPerSm CTAs an SM (0: what the
-// occupancy API fits), rounding policy kRounding.
-template <int kScan, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
-struct MaskedGroup {
+// The masked group form by the product's interleaved kernel in CTAs of kThreads threads, its registers bounded
+// for kCtas CTAs an SM, its warps in the order kSpread (MoeActOps::group_quant_interleaved's), rounding kRounding.
+template <int kThreads, int kCtas, bool kSpread, Rounding kRounding = Rounding::kExact>
+struct MaskedGroupWidth {
   static void silu_and_mul_masked_per_token_group_quant_fp8(TensorView input, TensorView masked_m, TensorView output_q, TensorView output_s,
                                                             int64_t group_size, double eps) {
     const auto m = ProductOps::masked_group(input, masked_m, output_q, output_s, group_size, eps);
-    const int64_t groups = m.op.capacity * (m.op.d / kActGroupSize);
-    constexpr int kPerLane = kActGroupSize / kV / kLanes;
-    if constexpr (kScan == -5) {
-      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernels here take aligned rows");
-      constexpr auto kernel = group_quant_interleaved_turns_kernel<bf16_t, kV, kLanes, kPerLane, kRounding>;
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
-                               interleaved_of(m), m.op);
-    } else if constexpr (kScan == -6) {
-      host::RuntimeCheck(m.op.vec == kV, "bench_moe_act: the interleaved kernels here take aligned rows");
-      constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<bf16_t, kV, kLanes, kPerLane, kRounding, false>;
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device),
-                               InterleavedRows(interleaved_of(m)), m.op);
-    } else {
-      const auto rows = masked_rows_of<kScan>(m.rows);
-      constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<decltype(rows), bf16_t, kV, kLanes, kPerLane, kRounding>;
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device), rows,
-                               m.op);
-    }
+    InterleavedRows rows;
+    host::RuntimeCheck(ProductOps::interleaved<kRounding>(m, rows), "bench_moe_act: the interleaved rows do not take this layout");
+    ProductOps::group_quant_interleaved<kRounding, kThreads, kCtas, kSpread>(rows, m.op);
   }
 };
-
-// A kernel of silu_and_mul_group_quant_masked_kernel's arguments on `grid` CTAs over m's rows.
-template <typename Kernel>
-void launch_masked_group(Kernel kernel, unsigned grid, const ProductOps::Masked& m) {
-  host::LaunchKernel(grid, kActGroupThreads, m.op.device)
-      .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d, m.op.eps,
-                    host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
-}
 
 // The masked group form by the previous product's kernel (silu_and_mul_group_quant_masked_kernel), kLanes lanes
 // a group, at most kPerSm CTAs an SM (0: what the occupancy API fits, the previous product's).

@@ -506,8 +506,9 @@ def group_kernels():
 
 # name: experts, M, d, dtype, counts ("random", "hot": nearly every row to one expert, or a list), output_s
 # ("rows": row-major, "columns": column-major per expert, "tma": padded to 16 bytes), rows unaligned. The
-# "phase2" layouts hold more positions than a grid's first turn (an H200: 132 SMs of 10 CTAs, 8 positions of
-# 2 groups a CTA, 10 560; a vector a lane 4 224; 32 768 here), so that their later rows take the second phase.
+# "phase2" layouts hold more positions than a grid's first turn (an H200: 132 SMs of 2 CTAs of 16 warps of 4
+# groups, 8 448 positions of 2 groups; a vector a lane, a group a warp, 4 CTAs an SM: 4 224; 32 768 here), so
+# that their later rows take the second phase.
 INTERLEAVED_LAYOUTS = {
     "zeros_and_clamped": (32, 48, 256, "bfloat16", [0, 48, 100, -5, 1 << 30, 0, 7] * 4 + [3, 0, 47, 1], "rows", False),
     "one_expert": (1, 40, 512, "bfloat16", [17], "columns", False),
