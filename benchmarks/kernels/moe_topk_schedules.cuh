@@ -1,5 +1,6 @@
-// Schedules of topk_sigmoid side by side (bench_moe.py sigmoid): the product's kernel (csrc/moe.cuh) beside
-// the (score, expert) pair arg-max it replaced, on the product's checked parameters (MoeOps::sigmoid_params).
+// Schedules of topk_sigmoid side by side (bench_moe.py sigmoid): the product's kernel (csrc/moe.cuh) launched
+// without PDL, and the (score, expert) pair arg-max it replaced, on the product's checked parameters
+// (MoeOps::sigmoid_params).
 #pragma once
 
 #include <moe.cuh>
@@ -123,18 +124,28 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) pairs_sigmoid_kernel(const
 #endif
 }
 
-// topk_sigmoid's entry point (fp32 gating) on the pair arg-max kernel.
-inline void pairs_topk_sigmoid(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
-                               jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group,
-                               int64_t topk_group, double routed_scaling_factor) {
+// topk_sigmoid's entry point (fp32 gating, 129-256 experts) on kernel kProduct ? the product's (launched
+// without PDL, its rows and bias required aligned for the vector loads) : the pair arg-max kernel.
+template <bool kProduct>
+void sigmoid_schedule(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
+                      jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group, int64_t topk_group,
+                      double routed_scaling_factor) {
   DLDevice dev;
-  const TopkParams p = MoeOps<float>::sigmoid_params(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group,
-                                                     topk_group, routed_scaling_factor, dev);
+  TopkParams p = MoeOps<float>::sigmoid_params(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group,
+                                               topk_group, routed_scaling_factor, dev);
   if (p.tokens == 0) return;
-  host::RuntimeCheck(p.experts <= 256, "the pair kernel here is built for up to 256 experts");
+  host::RuntimeCheck(p.experts > 128 && p.experts <= 256, "these schedules are built for 129-256 experts");
   host::LaunchKernel run(static_cast<unsigned>(host::div_ceil(p.tokens, kMoeTopkWarps)), kMoeTopkWarps * 32, dev);
-  run.enable_pdl();
-  run(pairs_sigmoid_kernel<float, 8>, p);
+  if constexpr (kProduct) {
+    host::RuntimeCheck(reinterpret_cast<uintptr_t>(p.gating) % 16 == 0 && p.gating_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.bias) % 16 == 0,
+                       "the no-PDL schedule needs 16-byte aligned rows and bias");
+    p.vector_rows = true;
+    host::RuntimeCheck(p.groups == 1 || groups_by_shuffle<float, 8>(p.experts / p.groups), "the no-PDL schedule takes the shuffle groups");
+    run(topk_sigmoid_kernel<float, 8, false>, p);
+  } else {
+    run.enable_pdl();
+    run(pairs_sigmoid_kernel<float, 8>, p);
+  }
 }
 
 }  // namespace bench_moe_topk
