@@ -20,7 +20,6 @@
 #include <jitkern/warp.cuh>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -32,26 +31,6 @@ constexpr int kMoeMaxExperts = 512;
 constexpr int kMoeMaxTopk = 8;
 constexpr int kMoeMaxGroups = 32;  // a lane per group
 constexpr float kMoeInf = __builtin_huge_valf();
-
-// A candidate for the arg-max: larger value first, then the lower key. Keys are the expert index,
-// + E for NaN (below every number), + 2E for experts outside the selected groups, INT_MAX for none.
-struct Candidate {
-  float value;
-  int key;
-};
-
-__device__ __forceinline__ bool better(const Candidate& a, const Candidate& b) {
-  return a.value > b.value || (a.value == b.value && a.key < b.key);
-}
-
-__device__ __forceinline__ Candidate warp_best(Candidate c) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const Candidate o{__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.key, offset)};
-    if (better(o, c)) c = o;
-  }
-  return c;
-}
 
 struct TopkParams {
   const void* gating;
@@ -70,6 +49,16 @@ struct TopkParams {
   int groups, topk_group;
   float scaling;
 };
+
+// Lane i < k's choice: topk_weights[token][i] and topk_ids[token][i].
+__device__ __forceinline__ void store_choice(const TopkParams& p, int64_t token, int i, float weight, int id) {
+  p.weights[token * p.weights_stride + i] = weight;
+  if (p.ids64) {
+    static_cast<int64_t*>(p.ids)[token * p.ids_stride + i] = id;
+  } else {
+    static_cast<int32_t*>(p.ids)[token * p.ids_stride + i] = id;
+  }
+}
 
 // ---- topk_softmax: integer keys, one warp-wide max a round ----------------------------------------------
 // Softmax is monotonic, so experts are ranked by their logit. Each logit becomes an unsigned key in the
@@ -146,6 +135,18 @@ __device__ __forceinline__ uint32_t max_of(const uint32_t (&key)[kN]) {  // a tr
   return m[0];
 }
 
+// The lowest expert holding key m (each lane's lowest, then the warp's), its key then kGoneKey.
+template <int kN, typename ExpertOf>
+__device__ __forceinline__ uint32_t take_lowest(uint32_t (&key)[kN], uint32_t m, const ExpertOf& expert_of) {
+  uint32_t mine = 0xffffffffu;  // none
+#pragma unroll
+  for (int s = kN - 1; s >= 0; --s) mine = key[s] == m ? static_cast<uint32_t>(expert_of(s)) : mine;
+  const uint32_t expert = warp_min(mine);
+#pragma unroll
+  for (int s = 0; s < kN; ++s) key[s] = static_cast<uint32_t>(expert_of(s)) == expert ? kGoneKey : key[s];
+  return expert;
+}
+
 // A softmax weight before normalisation: x == max weighs 1 (also for +-inf maxima, where x - max is
 // NaN); NaN logits weigh 0.
 __device__ __forceinline__ float softmax_term(float x, float max) { return x != x ? 0.0f : x == max ? 1.0f : expf(x - max); }
@@ -162,7 +163,6 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
 #ifdef __CUDACC__
   using Keys = SoftmaxKeys<T>;
   constexpr int kChunk = kTopkChunk<T, kV>;
-  constexpr uint32_t kNone = 0xffffffffu;  // no expert
   device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
@@ -199,13 +199,8 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
       expert = 0xffffu - (m & 0xffffu);
 #pragma unroll
       for (int s = 0; s < kV; ++s) key[s] = key[s] == m ? kGoneKey : key[s];
-    } else {  // the lowest expert holding m: each lane's lowest, then the warp's
-      uint32_t mine = kNone;
-#pragma unroll
-      for (int s = kV - 1; s >= 0; --s) mine = key[s] == m ? static_cast<uint32_t>(expert_of(s)) : mine;
-      expert = warp_min(mine);
-#pragma unroll
-      for (int s = 0; s < kV; ++s) key[s] = static_cast<uint32_t>(expert_of(s)) == expert ? kGoneKey : key[s];
+    } else {
+      expert = take_lowest(key, m, expert_of);
     }
     if (lane == i) my_key = m, my_id = static_cast<int>(expert);
     if (++i == p.k) break;
@@ -221,113 +216,153 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
     sum = device::warp::reduce_sum(sum);
   }
   const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
-  if (lane < p.k) {
-    p.weights[token * p.weights_stride + lane] = weight;
-    if (p.ids64) {
-      static_cast<int64_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
-    } else {
-      static_cast<int32_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
-    }
-  }
+  if (lane < p.k) store_choice(p, token, lane, weight, my_id);
 #endif
 }
 
-// ---- topk_sigmoid: one warp per token, lane l holds experts l, l + 32, ... (kV of them: ceil(experts / 32)
-// rounded up to a power of two); k rounds of a warp arg-max of (score, expert) pairs.
+// ---- topk_sigmoid: the layout and rounds of topk_softmax's fp32 keys ------------------------------------
+// Lane l holds the experts of topk_softmax's chunks; each biased score s + bias becomes its order key (NaN:
+// kNanKey), experts outside the selected groups and padding kGoneKey, and k rounds take the largest key
+// (the lowest expert holding it). Groups: each group's two best scores (NaN as -inf), merged by shuffles
+// across the lanes of a group where a group is whole chunks of 2^n lanes (kScanGroups: a lane per group
+// scans shared memory otherwise); group g's key goes to lane g, which counts the groups ranking above it.
 template <typename T, int kV>
+constexpr int kSigmoidBiasVec = kTopkChunk<float, kTopkChunk<T, kV>>;  // the correction bias's vector (<= 16 bytes)
+// The grouped selection's shuffle form takes groups of whole chunks in 2^n lanes.
+template <typename T, int kV>
+constexpr bool groups_by_shuffle(int per_group) {
+  constexpr int kChunk = kTopkChunk<T, kV>;
+  const int lanes = per_group / kChunk;
+  return per_group % kChunk == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
+}
+
+template <typename T, int kV, bool kScanGroups>
 __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
-  __shared__ float choice_smem[kMoeTopkWarps][kMoeMaxExperts];
+  constexpr int kChunk = kTopkChunk<T, kV>, kChunks = kV / kChunk;
   device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
+  const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
-  if (token >= p.tokens) return;  // whole warps leave: no shuffle misses a lane
+  if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
-  const int E = p.experts;
+  device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
   device::pdl_wait_primary();
-  float x[kV];
+  T v[kV];
+  float b[kV];
 #pragma unroll
-  for (int j = 0; j < kV; ++j) {
-    const int e = j * 32 + lane;
-    x[j] = e < E ? device::cast<float>(row[e]) : -kMoeInf;
-  }
-  float weight[kV];  // what a selected expert's weight is
-  Candidate c[kV];
+  for (int s = 0; s < kV; s += kChunk) {
+    if (p.vector_rows && expert_of(s) + kChunk <= E) {
+      device::AlignedVector<T, kChunk> vec;
+      vec.load(row + expert_of(s));
 #pragma unroll
-  for (int j = 0; j < kV; ++j) {
-    const int e = j * 32 + lane;
-    weight[j] = 1.0f / (1.0f + expf(-x[j]));
-    c[j] = {e < E ? weight[j] + (p.bias != nullptr ? p.bias[e] : 0.0f) : -kMoeInf, e};
-  }
-  if (p.groups > 1) {  // keep the experts of the topk_group groups whose two best scores sum highest
-    float* smem = choice_smem[warp];
+      for (int j = 0; j < kChunk; ++j) v[s + j] = vec[j], b[s + j] = 0.0f;
+      if (p.bias != nullptr) {
 #pragma unroll
-    for (int j = 0; j < kV; ++j)
-      if (j * 32 + lane < E) smem[j * 32 + lane] = c[j].value != c[j].value ? -kMoeInf : c[j].value;
-    __syncwarp();
-    const int per_group = E / p.groups;
-    Candidate group{-kMoeInf, INT_MAX};
-    if (lane < p.groups) {
-      float first = -kMoeInf, second = -kMoeInf;
-      for (int i = 0; i < per_group; ++i) {
-        const float v = smem[lane * per_group + i];
-        if (v > first) {
-          second = first, first = v;
-        } else if (v > second) {
-          second = v;
+        for (int j = 0; j < kChunk; j += kSigmoidBiasVec<T, kV>) {
+          device::AlignedVector<float, kSigmoidBiasVec<T, kV>> bvec;
+          bvec.load(p.bias + expert_of(s) + j);
+#pragma unroll
+          for (int i = 0; i < kSigmoidBiasVec<T, kV>; ++i) b[s + j + i] = bvec[i];
         }
       }
-      group = {first + second, lane};
-    }
-    uint32_t chosen = 0;
-    for (int i = 0; i < p.topk_group; ++i) {
-      const Candidate best = warp_best(group);
-      chosen |= 1u << best.key;
-      if (lane == best.key) group = {-kMoeInf, INT_MAX};
-    }
+    } else {
 #pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int e = j * 32 + lane;
-      if (e < E && !((chosen >> (e / per_group)) & 1u)) c[j] = {-kMoeInf, e + 2 * E};
+      for (int j = 0; j < kChunk; ++j) {
+        const int e = expert_of(s + j);
+        v[s + j] = e < E ? row[e] : T{};
+        b[s + j] = e < E && p.bias != nullptr ? p.bias[e] : 0.0f;
+      }
     }
   }
+  float score[kV];  // a selected expert's weight
+  uint32_t key[kV];
 #pragma unroll
-  for (int j = 0; j < kV; ++j) {
-    const int e = j * 32 + lane;
-    if (e >= E) c[j] = {-kMoeInf, INT_MAX};
-    else if (c[j].value != c[j].value) c[j] = {-kMoeInf, e + E};
+  for (int s = 0; s < kV; ++s) {
+    score[s] = 1.0f / (1.0f + expf(-device::cast<float>(v[s])));
+    const float c = score[s] + b[s];
+    key[s] = expert_of(s) < E ? order_key<32>(__float_as_uint(c), c != c) : kGoneKey;
   }
-  // k rounds: the best remaining expert; lane i keeps round i's expert and weight.
+  if (p.groups > 1) {
+    const int per_group = E / p.groups;
+    const auto choice = [&](int s) {  // the biased score, NaN and padding as -inf
+      return key[s] > kNanKey ? __uint_as_float(key_bits<32>(key[s])) : -kMoeInf;
+    };
+    const auto top2_key = [](float first, float second) {
+      const float sum = first + second;
+      return order_key<32>(__float_as_uint(sum), sum != sum);
+    };
+    uint32_t group_key = kGoneKey;  // lane g < groups: group g's
+    if constexpr (kScanGroups) {
+      __shared__ float choice_smem[kMoeTopkWarps][kMoeMaxExperts];
+      float* smem = choice_smem[warp];
+#pragma unroll
+      for (int s = 0; s < kV; ++s)
+        if (expert_of(s) < E) smem[expert_of(s)] = choice(s);
+      __syncwarp();
+      if (lane < p.groups) {
+        float first = -kMoeInf, second = -kMoeInf;
+        for (int i = 0; i < per_group; ++i) {
+          const float x = smem[lane * per_group + i];
+          second = fmaxf(second, fminf(first, x)), first = fmaxf(first, x);
+        }
+        group_key = top2_key(first, second);
+      }
+    } else {  // a group: per_group / kChunk lanes (a power of two) of one chunk
+      const int lanes = per_group / kChunk;
+      float first[kChunks], second[kChunks];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        first[c] = second[c] = -kMoeInf;
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          const float x = choice(c * kChunk + j);
+          second[c] = fmaxf(second[c], fminf(first[c], x)), first[c] = fmaxf(first[c], x);
+        }
+      }
+      for (int offset = 1; offset < lanes; offset *= 2) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const float f = __shfl_xor_sync(0xffffffffu, first[c], offset), g = __shfl_xor_sync(0xffffffffu, second[c], offset);
+          second[c] = fmaxf(fmaxf(second[c], g), fminf(first[c], f)), first[c] = fmaxf(first[c], f);
+        }
+      }
+      // Group g (lane g) starts in chunk g * lanes / 32 at lane g * lanes % 32.
+      const int g_lane = lane * lanes;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const uint32_t k = top2_key(first[c], second[c]);
+        const uint32_t theirs = __shfl_sync(0xffffffffu, k, g_lane % 32);
+        if (g_lane / 32 == c && lane < p.groups) group_key = theirs;
+      }
+    }
+    int rank = 0;  // the groups above this lane's: a larger key, or the same key and a lower index
+    for (int g = 0; g < p.groups; ++g) {
+      const uint32_t k = __shfl_sync(0xffffffffu, group_key, g);
+      rank += k > group_key || (k == group_key && g < lane);
+    }
+    const uint32_t chosen = __ballot_sync(0xffffffffu, lane < p.groups && rank < p.topk_group);
+#pragma unroll
+    for (int s = 0; s < kV; ++s)
+      if (!((chosen >> min(expert_of(s) / per_group, 31)) & 1u)) key[s] = kGoneKey;
+  }
+  // k rounds: the largest key left; lane i keeps round i's expert and weight.
   int my_id = 0;
   float my_weight = 0.0f;
   for (int i = 0; i < p.k; ++i) {
-    Candidate local = c[0];
-    float local_weight = weight[0];
-    int local_j = 0;
+    const uint32_t m = warp_max(max_of(key));
+    const uint32_t expert = take_lowest(key, m, expert_of);
+    float w = 0.0f;
 #pragma unroll
-    for (int j = 1; j < kV; ++j) {
-      if (better(c[j], local)) local = c[j], local_weight = weight[j], local_j = j;
-    }
-    const Candidate best = warp_best(local);
-    const int e = best.key % E;  // keys of NaN and masked experts carry E or 2E more
-    const float w = __shfl_sync(0xffffffffu, local_weight, e % 32);
-#pragma unroll
-    for (int j = 0; j < kV; ++j)
-      if (j == local_j && local.key == best.key) c[j] = {-kMoeInf, INT_MAX};  // taken
-    if (lane == i) my_id = e, my_weight = w;
+    for (int s = 0; s < kV; ++s) w = static_cast<uint32_t>(expert_of(s)) == expert ? score[s] : w;
+    w = __shfl_sync(0xffffffffu, w, static_cast<int>(expert) / kChunk % 32);
+    if (lane == i) my_id = static_cast<int>(expert), my_weight = w;
   }
   if (p.renormalize) {
-    const float total = device::warp::reduce_sum(lane < p.k ? my_weight : 0.0f);
+    const float total = device::warp::reduce_sum<kMoeMaxTopk>(lane < p.k ? my_weight : 0.0f);
     if (total > 0.0f) my_weight /= total;
   }
-  if (lane < p.k) {
-    p.weights[token * p.weights_stride + lane] = my_weight * p.scaling;
-    if (p.ids64) {
-      static_cast<int64_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
-    } else {
-      static_cast<int32_t*>(p.ids)[token * p.ids_stride + lane] = my_id;
-    }
-  }
+  if (lane < p.k) store_choice(p, token, lane, my_weight * p.scaling, my_id);
 #endif
 }
 
@@ -458,8 +493,17 @@ struct MoeOps {
   static void topk_sigmoid(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
                            jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group,
                            int64_t topk_group, double routed_scaling_factor) {
-    using namespace host;
     DLDevice dev;
+    const TopkParams p = sigmoid_params(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group,
+                                        routed_scaling_factor, dev);
+    launch<true>(p, dev);
+  }
+
+  // topk_sigmoid's arguments checked, as the kernels' parameters.
+  static TopkParams sigmoid_params(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
+                                   jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group,
+                                   int64_t topk_group, double routed_scaling_factor, DLDevice& dev) {
+    using namespace host;
     TopkParams p = params(topk_weights, topk_ids, gating_output, renormalize, dev);
     if (correction_bias.has_value()) {
       auto device = SymbolicDevice{};
@@ -477,7 +521,7 @@ struct MoeOps {
     p.groups = static_cast<int>(num_expert_group);
     p.topk_group = static_cast<int>(topk_group);
     p.scaling = static_cast<float>(routed_scaling_factor);
-    launch<true>(p, dev);
+    return p;
   }
 
  private:
@@ -528,13 +572,18 @@ struct MoeOps {
     run.enable_pdl();
     const auto go = [&](auto v) {
       constexpr int kV = decltype(v)::value;
+      // A lane's experts load as vectors where every row (and the bias) starts at a multiple of the vector.
+      constexpr int64_t kChunkBytes = sizeof(T) * kTopkChunk<T, kV>;
+      TopkParams q = p;
+      q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
       if constexpr (kSigmoid) {
-        run(topk_sigmoid_kernel<T, kV>, p);
+        q.vector_rows &= reinterpret_cast<uintptr_t>(p.bias) % (sizeof(float) * kSigmoidBiasVec<T, kV>) == 0;
+        if (p.groups == 1 || groups_by_shuffle<T, kV>(p.experts / p.groups)) {
+          run(topk_sigmoid_kernel<T, kV, false>, q);
+        } else {
+          run(topk_sigmoid_kernel<T, kV, true>, q);
+        }
       } else {
-        // A lane's experts load as vectors where every row starts at a multiple of the vector.
-        constexpr int64_t kChunkBytes = sizeof(T) * kTopkChunk<T, kV>;
-        TopkParams q = p;
-        q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
         run(topk_softmax_kernel<T, kV>, q);
       }
     };

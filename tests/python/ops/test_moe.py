@@ -165,6 +165,76 @@ def test_topk_sigmoid_ties_and_nan():
     assert not torch.isnan(logits.gather(1, ids.long())).any()
 
 
+def _sigmoid_reference64(logits, bias, k, groups, topk_group):
+    """The sigmoid router in float64: NaN biased scores rank after every number (and count as -inf in the
+    group scores), ties to the lowest index; the weights unnormalized, unscaled."""
+    torch = _torch()
+    scores = logits.double().sigmoid()
+    choice = scores + bias.double() if bias is not None else scores.clone()
+    t, e = choice.shape
+    rank_keys = choice.nan_to_num(nan=-1e300)  # the finite biased scores here are far above it
+    if groups > 1:
+        group_scores = choice.nan_to_num(nan=float("-inf")).view(t, groups, -1).topk(2, dim=-1)[0].sum(-1)
+        chosen = _stable_topk(group_scores, topk_group)
+        mask = torch.zeros(t, groups, dtype=torch.bool, device=logits.device).scatter_(1, chosen, True)
+        rank_keys = rank_keys.masked_fill(~mask.repeat_interleave(e // groups, dim=1), -2e300)  # below NaN: never chosen
+    ids = _stable_topk(rank_keys, k)
+    return scores.gather(1, ids), ids
+
+
+# Shapes of both group forms: whole chunks of 2^n lanes (shuffles) and the rest (a lane per group scanning).
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+@pytest.mark.parametrize("experts,groups,topk_group,k", [(256, 8, 4, 8), (512, 16, 4, 8), (160, 5, 2, 8), (96, 3, 2, 6), (64, 2, 1, 8),
+                                                         (256, 32, 8, 8), (16, 8, 2, 3), (160, 32, 3, 1), (72, 4, 2, 8), (12, 4, 2, 4),
+                                                         (48, 2, 1, 5), (1, 1, 1, 1), (200, 1, 1, 7)])
+def test_topk_sigmoid_against_float64_with_ties_and_nan(dtype_name, experts, groups, topk_group, k):
+    """Logits and biases on coarse grids: equal scores tie exactly, others differ far beyond rounding, so
+    the float64 ranking is the kernel's; NaN logits in some rows, an unaligned bias, int64 ids."""
+    torch = _torch()
+    from jitkern.ops import topk_sigmoid
+
+    gen = torch.Generator(device="cuda").manual_seed(experts * 100 + groups)
+    tokens = 300
+    logits = (torch.randint(-12, 13, (tokens, experts), device="cuda", generator=gen) / 4).to(getattr(torch, dtype_name))
+    logits[::3, ::5] = float("nan")
+    storage = torch.randint(-4, 5, (experts + 1,), device="cuda", generator=gen) / 8
+    bias = storage[1:]  # 4 bytes past an aligned start: the scalar loads
+    for b in (bias, storage[:-1].clone(), None):
+        w, ids = _outputs(tokens, k, torch.int64)
+        topk_sigmoid(w, ids, logits, False, b, num_expert_group=groups, topk_group=topk_group)
+        ref_w, ref_ids = _sigmoid_reference64(logits, b, k, groups, topk_group)
+        assert torch.equal(ids, ref_ids)
+        torch.testing.assert_close(w.double(), ref_w, rtol=0, atol=1e-6, equal_nan=True)
+
+
+def test_topk_sigmoid_empty_strided_and_graph_replay():
+    torch = _torch()
+    from jitkern.ops import topk_sigmoid
+
+    bias = torch.randn(256, device="cuda") * 0.1
+    w, ids = _outputs(0, 8)
+    topk_sigmoid(w, ids, torch.empty(0, 256, device="cuda"), True, bias, num_expert_group=8, topk_group=4)
+    wide = torch.randn(40, 300, device="cuda")
+    logits = wide[:, 4:260]  # rows 300 apart, not 16-byte aligned
+    w, ids = _outputs(40, 8)
+    topk_sigmoid(w, ids, logits, True, bias, num_expert_group=8, topk_group=4, routed_scaling_factor=2.5)
+    ref_w, ref_ids = _grouped_reference(logits, bias, 8, 8, 4, True, 2.5)
+    assert torch.equal(ids.long(), ref_ids)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-5)
+    for groups, topk_group in ((1, 1), (8, 4)):
+        x = torch.randn(16, 256, device="cuda")
+        w, ids = _outputs(16, 8)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            topk_sigmoid(w, ids, x, True, bias, num_expert_group=groups, topk_group=topk_group)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_w, ref_ids = _grouped_reference(x, bias, 8, groups, topk_group, True, 1.0)
+        assert torch.equal(ids.long(), ref_ids)
+        torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-6)
+
+
 def _align_reference(ids, experts, block_size):
     torch = _torch()
     flat = ids.reshape(-1).long()
