@@ -3,11 +3,10 @@ weights, scaling, the shared expert's row) against torch eager and torch.compile
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
 and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernel at other CTA widths and PDL
 trigger places, the kernel it replaced (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels
-(SGLang's moe_topk_sum, moe_fused_mul_sum), interleaved, their outputs compared bit for bit."""
+(SGLang's moe_topk_sum, moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_ops_or_none,  # noqa: E402
-                   reference_path, reference_version, run_benchmark, run_benchmark_or_none, yardstick_module)
+                   reference_version, run_benchmark, run_benchmark_or_none, yardstick_module)
 
 import jitkern  # noqa: E402
 from jitkern.jit import warmup as build_all  # noqa: E402
@@ -42,16 +41,8 @@ compiled_weighted = torch.compile(eager_weighted)
 
 def reference_mul_sum():
     """The reference framework's fused mul-sum (Triton), or None where it cannot be imported."""
-    path = reference_path()
-    if path is None:
-        return None
-    if path and path not in sys.path:
-        sys.path.insert(0, path)
-    try:
-        return importlib.import_module("sglang.kernels.ops.moe.moe_fused_mul_sum").moe_fused_mul_sum
-    except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-        print(f"<!-- the reference's moe_fused_mul_sum is not importable: {type(e).__name__}: {e} -->")
-        return None
+    module = reference_ops_or_none("moe.moe_fused_mul_sum")
+    return None if module is None else module.moe_fused_mul_sum
 
 
 def fmt(r):
@@ -103,7 +94,8 @@ SCHEDULES = [("product", "bench_moe_combine::Schedule<128, -1>"),
              ("256 threads", "bench_moe_combine::Schedule<256, -1>"),
              ("trigger at start", "bench_moe_combine::Schedule<128, 0>"),
              ("trigger after wait", "bench_moe_combine::Schedule<128, 1>"),
-             ("trigger after stores", "bench_moe_combine::Schedule<128, 2>")]
+             ("trigger after stores", "bench_moe_combine::Schedule<128, 2>"),
+             ("4 experts at once", "bench_moe_combine::Schedule<128, -1, 4>")]
 SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 

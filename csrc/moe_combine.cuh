@@ -67,8 +67,8 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
 
 // acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then + the
 // shared row, one rounding to T. kWeighted: weights, ids and the shared row may be given (moe_sum's kernel has
-// none of their code).
-template <typename T, int kVec, int kCtaThreads, bool kWeighted>
+// none of their code). kAtOnce: experts loaded before the first is added.
+template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
 __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
   const int64_t token = blockIdx.x;
@@ -82,11 +82,11 @@ __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_const
     if (kWeighted && p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
     float acc[kVec] = {};
     const T* row = p.in + token * p.in_token_stride + col;
-    for (int j0 = 0; j0 < p.k; j0 += kExpertsAtOnce) {
-      float w[kExpertsAtOnce];
-      bool use[kExpertsAtOnce];
+    for (int j0 = 0; j0 < p.k; j0 += kAtOnce) {
+      float w[kAtOnce];
+      bool use[kAtOnce];
 #pragma unroll
-      for (int i = 0; i < kExpertsAtOnce; ++i) {
+      for (int i = 0; i < kAtOnce; ++i) {
         const int j = j0 + i;
         use[i] = j < p.k;
         w[i] = 1.0f;
@@ -96,13 +96,13 @@ __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_const
           use[i] = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
         }
       }
-      AlignedVector<T, kVec> x[kExpertsAtOnce];
+      AlignedVector<T, kVec> x[kAtOnce];
 #pragma unroll
-      for (int i = 0; i < kExpertsAtOnce; ++i) {
+      for (int i = 0; i < kAtOnce; ++i) {
         if (use[i]) x[i].load(row + (j0 + i) * p.in_k_stride);
       }
 #pragma unroll
-      for (int i = 0; i < kExpertsAtOnce; ++i) {
+      for (int i = 0; i < kAtOnce; ++i) {
         if (!use[i]) continue;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w[i], device::cast<float>(x[i][e]), acc[e]);
@@ -173,10 +173,10 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // Grid: a token per x, kCtaThreads vectors of its row per y. The PDL trigger at the start of grids of a few
-  // CTAs (host::pdl_early_trigger), after the stores of one wave of many threads per SM (host::pdl_late_trigger),
-  // else after the wait; `forced`: that one instead.
-  template <bool kWeighted, int kCtaThreads = kThreads>
+  // Grid: a token per x, kCtaThreads vectors of its row per y. The PDL trigger at the start of grids of a few CTAs
+  // (host::pdl_early_trigger), after the stores of one wave of many threads per SM (host::pdl_late_trigger), else
+  // after the wait; `forced`: that one instead.
+  template <bool kWeighted, int kCtaThreads = kThreads, int kAtOnce = kExpertsAtOnce>
   static void launch(Operands ops, const Trigger* forced = nullptr) {
     using namespace host;
     Combine<T>& p = ops.p;
@@ -198,7 +198,7 @@ struct MoeCombineOps {
         p.trigger = Trigger::kAfterWait;
       }
       LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
-          .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted>, p);
+          .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
     };
     if (vectors_fit(p)) {
       run(std::integral_constant<int, device::kVec16<T>>{});
