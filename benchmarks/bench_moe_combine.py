@@ -107,7 +107,7 @@ def schedule_module():
     return build_all(spec)[0]
 
 
-def schedules(rounds: int = 2) -> None:
+def schedules(rounds: int = 3) -> None:
     """Each op at each size: every schedule (outputs compared bit for bit with the product's) beside the reference's
     kernel (SGLang: moe_topk_sum, moe_fused_mul_sum, weights only as in its signature), fastest first; at 4096
     tokens each time's % of the copy ceiling (bytes: the k rows read, the output written)."""
