@@ -95,7 +95,8 @@ SCHEDULES = [("product", "bench_moe_combine::Schedule<128, -1>"),
              ("trigger at start", "bench_moe_combine::Schedule<128, 0>"),
              ("trigger after wait", "bench_moe_combine::Schedule<128, 1>"),
              ("trigger after stores", "bench_moe_combine::Schedule<128, 2>"),
-             ("4 experts at once", "bench_moe_combine::Schedule<128, -1, 4>")]
+             ("4 experts at once", "bench_moe_combine::Schedule<128, -1, 4>"),
+             ("8-byte vectors", "bench_moe_combine::Schedule<128, -1, 8, 8>")]
 SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 

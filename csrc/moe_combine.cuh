@@ -173,38 +173,40 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // Grid: a token per x, kCtaThreads vectors of its row per y. The PDL trigger at the start of grids of a few CTAs
-  // (host::pdl_early_trigger), after the stores of one wave of many threads per SM (host::pdl_late_trigger), else
-  // after the wait; `forced`: that one instead.
+  // The widest vector the rows allow (vectors_fit), 16 bytes or one element.
   template <bool kWeighted, int kCtaThreads = kThreads, int kAtOnce = kExpertsAtOnce>
   static void launch(Operands ops, const Trigger* forced = nullptr) {
+    if (vectors_fit(ops.p)) {
+      launch_vectors<kWeighted, kCtaThreads, kAtOnce, device::kVec16<T>>(ops, forced);
+    } else {
+      launch_vectors<kWeighted, kCtaThreads, kAtOnce, 1>(ops, forced);
+    }
+  }
+
+  // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger at the start of grids
+  // of a few CTAs (host::pdl_early_trigger), after the stores of one wave of many threads per SM
+  // (host::pdl_late_trigger), else after the wait; `forced`: that one instead.
+  template <bool kWeighted, int kCtaThreads, int kAtOnce, int kVec>
+  static void launch_vectors(Operands ops, const Trigger* forced) {
     using namespace host;
     Combine<T>& p = ops.p;
     if (p.tokens * p.hidden == 0) return;
     RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
-    const auto run = [&](auto vec_tag) {
-      constexpr int kVec = decltype(vec_tag)::value;
-      p.row_vecs = p.hidden / kVec;
-      const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
-      RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
-      const int64_t grid = p.tokens * blocks;
-      if (forced != nullptr) {
-        p.trigger = *forced;
-      } else if (pdl_early_trigger(grid)) {
-        p.trigger = Trigger::kStart;
-      } else if (pdl_late_trigger(grid * kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm)) {
-        p.trigger = Trigger::kAfterStores;
-      } else {
-        p.trigger = Trigger::kAfterWait;
-      }
-      LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
-          .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
-    };
-    if (vectors_fit(p)) {
-      run(std::integral_constant<int, device::kVec16<T>>{});
+    p.row_vecs = p.hidden / kVec;
+    const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
+    RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
+    const int64_t grid = p.tokens * blocks;
+    if (forced != nullptr) {
+      p.trigger = *forced;
+    } else if (pdl_early_trigger(grid)) {
+      p.trigger = Trigger::kStart;
+    } else if (pdl_late_trigger(grid * kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm)) {
+      p.trigger = Trigger::kAfterStores;
     } else {
-      run(std::integral_constant<int, 1>{});
+      p.trigger = Trigger::kAfterWait;
     }
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
+        .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
   }
 
   // The widest vector every row start allows (16 bytes where the hidden size, strides and pointers are aligned).
