@@ -1,8 +1,8 @@
 """The MoE combine family (bf16, hidden 7168, k = 8: DeepSeek-V3's shape): moe_sum and moe_weighted_sum (router
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
-and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernel at other CTA widths and PDL
-trigger places, the kernel it replaced (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels
+and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernel at other CTA widths, PDL
+trigger places, vector widths and experts loaded at once, the kernel it replaced (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels
 (SGLang's moe_topk_sum, moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ def main() -> None:
         print(f"| {t} | {fmt(s)} | {gs:.0f} | {100 * gs / ceiling:.1f}% | {fmt(es)} | {fmt(cs)} | {fmt(ws)} | {gw:.0f} | "
               f"{100 * gw / ceiling:.1f}% | {fmt(ew)} | {fmt(cw)} | {fmt(ref)} | {ew['median'] / ws['median']:.2f}x | "
               f"{(cw['median'] / ws['median']) if cw else float('nan'):.2f}x |")
-
 
 
 # (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh); the first is the product's launch rule.
