@@ -2,8 +2,9 @@
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
 and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernel at other CTA widths, PDL
-trigger places, vector widths and experts loaded at once, the kernel it replaced (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels
-(SGLang's moe_topk_sum, moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
+trigger places, vector widths and experts loaded at once, the kernel it replaced
+(benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
+moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
 
