@@ -1,8 +1,8 @@
 """The MoE combine family (bf16, hidden 7168, k = 8: DeepSeek-V3's shape): moe_sum and moe_weighted_sum (router
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
-and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernel at other CTA widths, PDL
-trigger places, vector widths and experts loaded at once, the kernel it replaced
+and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernels at other CTA widths, PDL
+trigger places, vector widths and experts loaded at once than its launch rule picks
 (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
 moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
@@ -88,15 +88,16 @@ def main() -> None:
 
 
 # (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh); the first is the product's launch rule.
-SCHEDULES = [("product", "bench_moe_combine::Schedule<128, -1>"),
-             ("replaced: one expert at a time", "bench_moe_combine::OneExpertAtATime"),
+SCHEDULES = [("product", "bench_moe_combine::Product"),
+             ("8 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1>"),
+             ("one expert at a time", "bench_moe_combine::OneExpertAtATime"),
              ("64 threads", "bench_moe_combine::Schedule<64, -1>"),
              ("256 threads", "bench_moe_combine::Schedule<256, -1>"),
              ("trigger at start", "bench_moe_combine::Schedule<128, 0>"),
              ("trigger after wait", "bench_moe_combine::Schedule<128, 1>"),
              ("trigger after stores", "bench_moe_combine::Schedule<128, 2>"),
-             ("4 experts at once", "bench_moe_combine::Schedule<128, -1, 4>"),
-             ("8-byte vectors", "bench_moe_combine::Schedule<128, -1, 8, 8>")]
+             ("4 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1, 4>"),
+             ("8 at once, 8-byte vectors", "bench_moe_combine::Schedule<128, -1, 8, 8>")]
 SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 

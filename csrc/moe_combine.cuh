@@ -114,6 +114,38 @@ __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_const
 #endif
 }
 
+// The same sum loading one expert's row at a time (its weight and id read before it): few registers, so full
+// occupancy, which the weighted sum's grids of several waves gain more from than from loads in flight.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) one_expert_at_a_time_kernel(const Combine<T> p) {
+#ifdef __CUDACC__
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
+  const int64_t col = v * kVec;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (v >= p.row_vecs) return;
+  float acc[kVec] = {};
+  const T* row = p.in + token * p.in_token_stride + col;
+  for (int j = 0; j < p.k; ++j) {
+    float w = 1.0f;
+    if (p.weights != nullptr) w = p.weights[token * p.weights_stride + j] * p.scale;
+    if (p.ids != nullptr) {
+      const int64_t at = token * p.ids_stride + j;
+      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
+      if (id < 0) continue;
+    }
+    AlignedVector<T, kVec> x;
+    x.load(row + j * p.in_k_stride);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
+  }
+  AlignedVector<T, kVec> s;
+  if (p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
+  store_sum(p, token, col, acc, p.shared != nullptr, s);
+#endif
+}
+
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 template <typename T>
 struct MoeCombineOps {
@@ -173,14 +205,57 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
+  // The schedule measured fastest for the grid's size (bf16 [T, 8, 7168] on an H200, bench_moe_combine --schedules,
+  // docs/benchmarks/moe_combine.md), by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
+  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once (fewer registers), except for the
+  // weighted sum's grids of several waves, which load one expert at a time. Rows without 16-byte vectors: one
+  // element a thread, 8 experts at once.
+  template <bool kWeighted>
+  static void launch(Operands ops) {
+    using namespace host;
+    constexpr int kVec = device::kVec16<T>;
+    if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
+    const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
+    const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+    if (threads <= kPdlLateTriggerThreadsPerSm * sms) {
+      launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+    } else if (kWeighted && threads > row_policy(ops.device).threads_per_sm * sms) {
+      launch_one_at_a_time(ops);
+    } else {
+      launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
+    }
+  }
+
   // The widest vector the rows allow (vectors_fit), 16 bytes or one element.
-  template <bool kWeighted, int kCtaThreads = kThreads, int kAtOnce = kExpertsAtOnce>
-  static void launch(Operands ops, const Trigger* forced = nullptr) {
+  template <bool kWeighted, int kCtaThreads, int kAtOnce>
+  static void launch_widest(Operands ops, const Trigger* forced) {
     if (vectors_fit(ops.p)) {
       launch_vectors<kWeighted, kCtaThreads, kAtOnce, device::kVec16<T>>(ops, forced);
     } else {
       launch_vectors<kWeighted, kCtaThreads, kAtOnce, 1>(ops, forced);
     }
+  }
+
+  // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
+  static void launch_one_at_a_time(Operands ops) {
+    using namespace host;
+    Combine<T>& p = ops.p;
+    constexpr int kVec = device::kVec16<T>;
+    const int64_t blocks = checked_blocks(p, kVec, kThreads);
+    if (blocks == 0) return;
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
+        .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
+  }
+
+  // p.row_vecs for vectors of kVec elements, and the CTAs of kCtaThreads threads a token's row takes (0: nothing to do).
+  static int64_t checked_blocks(Combine<T>& p, int kVec, int kCtaThreads) {
+    using namespace host;
+    if (p.tokens * p.hidden == 0) return 0;
+    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
+    p.row_vecs = p.hidden / kVec;
+    const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
+    RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
+    return blocks;
   }
 
   // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger at the start of grids
@@ -190,11 +265,8 @@ struct MoeCombineOps {
   static void launch_vectors(Operands ops, const Trigger* forced) {
     using namespace host;
     Combine<T>& p = ops.p;
-    if (p.tokens * p.hidden == 0) return;
-    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
-    p.row_vecs = p.hidden / kVec;
-    const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
-    RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
+    const int64_t blocks = checked_blocks(p, kVec, kCtaThreads);
+    if (blocks == 0) return;
     const int64_t grid = p.tokens * blocks;
     if (forced != nullptr) {
       p.trigger = *forced;

@@ -63,8 +63,9 @@ def _sequential_fma(x, w=None, ids=None, shared=None, scale=1.0):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 9, 7168), (300, 64, 1024), (5, 17, 100), (2, 1, 8)])
 def test_moe_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
-    """The experts' rows are loaded several at once (in chunks) but added in order: the same bits as one fp32 add
-    after another (each launch's PDL trigger place and CTA count: T = 1, 64, 300)."""
+    """The experts' rows are loaded several at once (in chunks of 8 or 4) but added in order: the same bits as one
+    fp32 add after another (each schedule of the launch rule: decode T = 1, a wave of many threads T = 64, 300, rows
+    without 16-byte vectors)."""
     torch = _torch()
     from jitkern.ops import moe_sum
 
@@ -73,10 +74,11 @@ def test_moe_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 12, 7168), (300, 20, 512), (3, 9, 36)])
+@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 12, 7168), (300, 20, 512), (3, 9, 36), (2200, 3, 1024)])
 def test_moe_weighted_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
     """fma(weight * scale, row, acc) over the experts in order, the skipped ones (in every chunk of experts loaded at
-    once) left out, then the shared row: the same bits as that sequence computed step by step."""
+    once) left out, then the shared row: the same bits as that sequence computed step by step, in each schedule
+    (T = 2200: several waves, one expert at a time)."""
     torch = _torch()
     from jitkern.ops import moe_weighted_sum
 
@@ -98,7 +100,7 @@ def test_moe_weighted_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, top
 @pytest.mark.parametrize("tokens", [1, 64, 4096])
 def test_chained_launches_replayed_from_a_graph(tokens):
     """moe_sum's output read at once by moe_weighted_sum (PDL: the second waits for the first whatever the place of
-    the first's trigger, which moves with the grid: T = 1, 64, 4096), eagerly and from a CUDA graph."""
+    the first's trigger and the schedule, which move with the grid: T = 1, 64, 4096), eagerly and from a CUDA graph."""
     torch = _torch()
     from jitkern.ops import moe_sum, moe_weighted_sum
 
