@@ -1,19 +1,25 @@
 """The MoE combine family (bf16, hidden 7168, k = 8: DeepSeek-V3's shape): moe_sum and moe_weighted_sum (router
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
-and a one-CTA launch floor. Prints markdown tables."""
+and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernels at other CTA widths, PDL
+trigger places, vector widths and experts loaded at once than its launch rule picks
+(benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
+moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
 
-import importlib
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_path, run_benchmark,  # noqa: E402
-                   run_benchmark_or_none, yardstick_module)
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_ops_or_none,  # noqa: E402
+                   reference_version, run_benchmark, run_benchmark_or_none, yardstick_module)
+
+import jitkern  # noqa: E402
+from jitkern.jit import warmup as build_all  # noqa: E402
 
 from jitkern.ops import moe_sum, moe_weighted_sum  # noqa: E402
 
@@ -36,16 +42,8 @@ compiled_weighted = torch.compile(eager_weighted)
 
 def reference_mul_sum():
     """The reference framework's fused mul-sum (Triton), or None where it cannot be imported."""
-    path = reference_path()
-    if path is None:
-        return None
-    if path and path not in sys.path:
-        sys.path.insert(0, path)
-    try:
-        return importlib.import_module("sglang.kernels.ops.moe.moe_fused_mul_sum").moe_fused_mul_sum
-    except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-        print(f"<!-- the reference's moe_fused_mul_sum is not importable: {type(e).__name__}: {e} -->")
-        return None
+    module = reference_ops_or_none("moe.moe_fused_mul_sum")
+    return None if module is None else module.moe_fused_mul_sum
 
 
 def fmt(r):
@@ -89,5 +87,75 @@ def main() -> None:
               f"{(cw['median'] / ws['median']) if cw else float('nan'):.2f}x |")
 
 
+# (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh); the first is the product's launch rule.
+SCHEDULES = [("product", "bench_moe_combine::Product"),
+             ("8 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1>"),
+             ("one expert at a time", "bench_moe_combine::OneExpertAtATime"),
+             ("64 threads", "bench_moe_combine::Schedule<64, -1>"),
+             ("256 threads", "bench_moe_combine::Schedule<256, -1>"),
+             ("trigger at start", "bench_moe_combine::Schedule<128, 0>"),
+             ("trigger after wait", "bench_moe_combine::Schedule<128, 1>"),
+             ("trigger after stores", "bench_moe_combine::Schedule<128, 2>"),
+             ("4 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1, 4>"),
+             ("8 at once, 8-byte vectors", "bench_moe_combine::Schedule<128, -1, 8, 8>")]
+SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
+
+
+def schedule_module():
+    here = Path(__file__).resolve().parent
+    spec = jitkern.JitSpec("bench_moe_combine", cuda_files=[str(here / "kernels" / "moe_combine_schedules.cuh")],
+                           extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
+                           cuda_wrappers=[(f"{op}_{i}", f"{cpp}::{op}") for i, (_, cpp) in enumerate(SCHEDULES) for op in SCHEDULE_TOKENS])
+    return build_all(spec)[0]
+
+
+def schedules(rounds: int = 3) -> None:
+    """Each op at each size: every schedule (outputs compared bit for bit with the product's) beside the reference's
+    kernel (SGLang: moe_topk_sum, moe_fused_mul_sum, weights only as in its signature), fastest first; at 4096
+    tokens each time's % of the copy ceiling (bytes: the k rows read, the output written)."""
+    start = time.perf_counter()
+    module = schedule_module()
+    refs = {"moe_sum": reference_ops_or_none("moe.moe_topk_sum"), "moe_weighted_sum": reference_ops_or_none("moe.moe_fused_mul_sum")}
+    ceilings = copy_ceilings(use_cudagraph=True)
+    ceiling = max(ceilings.values())
+    print(f"\n### MoE combine schedules, bf16, k = {K}, hidden {H} ({environment()}; reference {reference_version()})\n")
+    print(f"us, fastest first (median of {rounds} interleaved rounds); built in {time.perf_counter() - start:.0f} s. Measured copy ceiling: "
+          f"{copy_ceiling_text(ceilings)}.\n")
+    print("| op | T | schedules |")
+    print("|---|---|---|")
+    for op, sizes in SCHEDULE_TOKENS.items():
+        for t in sizes:
+            x = torch.randn(t, K, H, dtype=DTYPE, device="cuda")
+            w = torch.rand(t, K, device="cuda")
+            out = torch.empty(t, H, dtype=DTYPE, device="cuda")
+            args = (x, out) if op == "moe_sum" else (x, out, w, None, None, 1.0)
+            fns = {name: (lambda i=i: module[f"{op}_{i}"](*args)) for i, (name, _) in enumerate(SCHEDULES)}
+            first = None
+            for name, fn in fns.items():
+                out.fill_(float("nan"))
+                fn()
+                got = out.clone()
+                first = got if first is None else first
+                if not torch.equal(got, first):
+                    print(f"<!-- {op} T={t}: {name} differs from the product's output -->")
+            ref = refs[op]
+            if ref is not None:
+                theirs = torch.empty_like(out)
+                call = (lambda: ref.moe_topk_sum(x, theirs)) if op == "moe_sum" else (lambda: ref.moe_fused_mul_sum(x, w, theirs))
+                try:
+                    call()
+                    fns["reference"] = call
+                except Exception as e:  # noqa: BLE001 - the table goes on without it
+                    print(f"<!-- reference left out: {type(e).__name__}: {str(e)[:300]} -->")
+            moved = (t * K * H + t * H) * 2
+            ranked = sorted(interleaved(fns, rounds=rounds).items(), key=lambda kv: kv[1])
+            cells = [f"{n} {v:.2f}" + (f" ({100 * moved / (v * 1e-6) / 1e9 / ceiling:.1f}%)" if t == 4096 else "") for n, v in ranked]
+            print(f"| {op} | {t} | " + " | ".join(cells) + " |", flush=True)
+    print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
+
+
 if __name__ == "__main__":
-    main()
+    if "--schedules" in sys.argv:
+        schedules()
+    else:
+        main()

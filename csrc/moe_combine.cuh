@@ -5,6 +5,7 @@
 // float32 weighted sum round the same way).
 #pragma once
 
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
@@ -22,6 +23,13 @@ using device::AlignedVector;
 // step's few tokens still spread their rows over many SMs.
 constexpr int kThreads = 128;
 constexpr int kMaxTopk = 64;
+// Experts a thread loads before adding the first: their rows' vectors (and weights) in flight at once, not one
+// memory latency per expert.
+constexpr int kExpertsAtOnce = 8;
+
+// Where the kernel lets the next launch start (PDL): at its start (grids of a few CTAs), after its wait, or
+// after its stores (one wave of many threads per SM: host::pdl_late_trigger).
+enum class Trigger : int { kStart, kAfterWait, kAfterStores };
 
 // input [tokens, k, hidden] (element strides per token and per expert), out [tokens, hidden].
 template <typename T>
@@ -40,10 +48,76 @@ struct Combine {
   float scale;  // routed_scaling_factor
   int k;
   int64_t tokens, hidden, row_vecs;  // row_vecs: hidden / kVec
+  Trigger trigger;
 };
 
+// acc (+ the shared row's vector where `add_shared`) rounded once to T: the token's output vector at col.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) combine_kernel(const Combine<T> p) {
+__device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, int64_t col, float (&acc)[kVec], bool add_shared,
+                                          const AlignedVector<T, kVec>& shared) {
+  if (add_shared) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] += device::cast<float>(shared[e]);
+  }
+  AlignedVector<T, kVec> y;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) y[e] = device::cast<T>(acc[e]);
+  y.store(p.out + token * p.out_stride + col);
+}
+
+// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then + the
+// shared row, one rounding to T. kWeighted: weights, ids and the shared row may be given (moe_sum's kernel has
+// none of their code). kAtOnce: experts loaded before the first is added.
+template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
+__global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_constant__ Combine<T> p) {
+#ifdef __CUDACC__
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kCtaThreads + threadIdx.x;
+  const int64_t col = v * kVec;
+  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
+  device::pdl_wait_primary();
+  if (p.trigger == Trigger::kAfterWait) device::pdl_trigger_secondary();
+  if (v < p.row_vecs) {
+    AlignedVector<T, kVec> s;
+    if (kWeighted && p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
+    float acc[kVec] = {};
+    const T* row = p.in + token * p.in_token_stride + col;
+    for (int j0 = 0; j0 < p.k; j0 += kAtOnce) {
+      float w[kAtOnce];
+      bool use[kAtOnce];
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) {
+        const int j = j0 + i;
+        use[i] = j < p.k;
+        w[i] = 1.0f;
+        if (kWeighted && use[i]) w[i] = p.weights[token * p.weights_stride + j] * p.scale;
+        if (kWeighted && use[i] && p.ids != nullptr) {
+          const int64_t at = token * p.ids_stride + j;
+          use[i] = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
+        }
+      }
+      AlignedVector<T, kVec> x[kAtOnce];
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) {
+        if (use[i]) x[i].load(row + (j0 + i) * p.in_k_stride);
+      }
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) {
+        if (!use[i]) continue;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w[i], device::cast<float>(x[i][e]), acc[e]);
+      }
+    }
+    store_sum(p, token, col, acc, kWeighted && p.shared != nullptr, s);
+  }
+  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
+#endif
+}
+
+// The same sum loading one expert's row at a time (its weight and id read before it): few registers, so full
+// occupancy, which the weighted sum's grids of several waves gain more from than from loads in flight.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) one_expert_at_a_time_kernel(const Combine<T> p) {
 #ifdef __CUDACC__
   const int64_t token = blockIdx.x;
   const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
@@ -66,16 +140,9 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const Combine<T> p) {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
   }
-  if (p.shared != nullptr) {
-    AlignedVector<T, kVec> s;
-    s.load(p.shared + token * p.shared_stride + col);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) acc[e] += device::cast<float>(s[e]);
-  }
-  AlignedVector<T, kVec> y;
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) y[e] = device::cast<T>(acc[e]);
-  y.store(p.out + token * p.out_stride + col);
+  AlignedVector<T, kVec> s;
+  if (p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
+  store_sum(p, token, col, acc, p.shared != nullptr, s);
 #endif
 }
 
@@ -83,17 +150,30 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const Combine<T> p) {
 template <typename T>
 struct MoeCombineOps {
   // output [T, H] = sum over k of input [T, k, H].
-  static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) {
-    auto device = host::SymbolicDevice{};
-    Combine<T> p = rows(input, output, device);
-    launch(p, device.unwrap());
-  }
+  static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) { launch<false>(sum_operands(input, output)); }
 
   // output [T, H] = routed_scaling_factor * sum_j topk_weights[t, j] * input[t, j, :] over the experts
   // whose topk_ids are >= 0 (all, without topk_ids), + shared_output[t, :] where given.
   static void moe_weighted_sum(jitkern::TensorView input, jitkern::TensorView output, jitkern::TensorView topk_weights,
                                jitkern::Optional<jitkern::TensorView> topk_ids, jitkern::Optional<jitkern::TensorView> shared_output,
                                double routed_scaling_factor) {
+    launch<true>(weighted_operands(input, output, topk_weights, topk_ids, shared_output, routed_scaling_factor));
+  }
+
+  struct Operands {
+    Combine<T> p;
+    DLDevice device;
+  };
+
+  static Operands sum_operands(jitkern::TensorView input, jitkern::TensorView output) {
+    auto device = host::SymbolicDevice{};
+    Combine<T> p = rows(input, output, device);
+    return {p, device.unwrap()};
+  }
+
+  static Operands weighted_operands(jitkern::TensorView input, jitkern::TensorView output, jitkern::TensorView topk_weights,
+                                    jitkern::Optional<jitkern::TensorView> topk_ids, jitkern::Optional<jitkern::TensorView> shared_output,
+                                    double routed_scaling_factor) {
     using namespace host;
     auto device = SymbolicDevice{};
     Combine<T> p = rows(input, output, device);
@@ -122,7 +202,93 @@ struct MoeCombineOps {
       p.shared = static_cast<const T*>(shared_output->data_ptr());
       p.shared_stride = ss.has_value() ? ss.unwrap() : 0;
     }
-    launch(p, device.unwrap());
+    return {p, device.unwrap()};
+  }
+
+  // The schedule measured fastest for the grid's size (bf16 [T, 8, 7168] on an H200, bench_moe_combine --schedules,
+  // docs/benchmarks/moe_combine.md), by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
+  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once (fewer registers), except for the
+  // weighted sum's grids of several waves, which load one expert at a time. Rows without 16-byte vectors: one
+  // element a thread, 8 experts at once.
+  template <bool kWeighted>
+  static void launch(Operands ops) {
+    using namespace host;
+    constexpr int kVec = device::kVec16<T>;
+    if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
+    const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
+    const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+    if (threads <= kPdlLateTriggerThreadsPerSm * sms) {
+      launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+    } else if (kWeighted && threads > row_policy(ops.device).threads_per_sm * sms) {
+      launch_one_at_a_time(ops);
+    } else {
+      launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
+    }
+  }
+
+  // The widest vector the rows allow (vectors_fit), 16 bytes or one element.
+  template <bool kWeighted, int kCtaThreads, int kAtOnce>
+  static void launch_widest(Operands ops, const Trigger* forced) {
+    if (vectors_fit(ops.p)) {
+      launch_vectors<kWeighted, kCtaThreads, kAtOnce, device::kVec16<T>>(ops, forced);
+    } else {
+      launch_vectors<kWeighted, kCtaThreads, kAtOnce, 1>(ops, forced);
+    }
+  }
+
+  // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
+  static void launch_one_at_a_time(Operands ops) {
+    using namespace host;
+    Combine<T>& p = ops.p;
+    constexpr int kVec = device::kVec16<T>;
+    const int64_t blocks = checked_blocks(p, kVec, kThreads);
+    if (blocks == 0) return;
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
+        .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
+  }
+
+  // p.row_vecs for vectors of kVec elements, and the CTAs of kCtaThreads threads a token's row takes (0: nothing to do).
+  static int64_t checked_blocks(Combine<T>& p, int kVec, int kCtaThreads) {
+    using namespace host;
+    if (p.tokens * p.hidden == 0) return 0;
+    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
+    p.row_vecs = p.hidden / kVec;
+    const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
+    RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
+    return blocks;
+  }
+
+  // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger at the start of grids
+  // of a few CTAs (host::pdl_early_trigger), after the stores of one wave of many threads per SM
+  // (host::pdl_late_trigger), else after the wait; `forced`: that one instead.
+  template <bool kWeighted, int kCtaThreads, int kAtOnce, int kVec>
+  static void launch_vectors(Operands ops, const Trigger* forced) {
+    using namespace host;
+    Combine<T>& p = ops.p;
+    const int64_t blocks = checked_blocks(p, kVec, kCtaThreads);
+    if (blocks == 0) return;
+    const int64_t grid = p.tokens * blocks;
+    if (forced != nullptr) {
+      p.trigger = *forced;
+    } else if (pdl_early_trigger(grid)) {
+      p.trigger = Trigger::kStart;
+    } else if (pdl_late_trigger(grid * kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm)) {
+      p.trigger = Trigger::kAfterStores;
+    } else {
+      p.trigger = Trigger::kAfterWait;
+    }
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
+        .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
+  }
+
+  // The widest vector every row start allows (16 bytes where the hidden size, strides and pointers are aligned).
+  static bool vectors_fit(const Combine<T>& p) {
+    constexpr int kVec = device::kVec16<T>;
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    bool ok = p.hidden % kVec == 0 && p.in_token_stride % kVec == 0 && p.in_k_stride % kVec == 0 && p.out_stride % kVec == 0 &&
+              aligned(p.in) && aligned(p.out);
+    if (p.shared != nullptr) ok = ok && p.shared_stride % kVec == 0 && aligned(p.shared);
+    return ok;
   }
 
  private:
@@ -144,36 +310,6 @@ struct MoeCombineOps {
     p.tokens = N.unwrap();
     p.hidden = H.unwrap();
     return p;
-  }
-
-  // The widest vector every row start allows (16 bytes where the hidden size, strides and pointers are aligned).
-  static bool vectors_fit(const Combine<T>& p) {
-    constexpr int kVec = device::kVec16<T>;
-    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    bool ok = p.hidden % kVec == 0 && p.in_token_stride % kVec == 0 && p.in_k_stride % kVec == 0 && p.out_stride % kVec == 0 &&
-              aligned(p.in) && aligned(p.out);
-    if (p.shared != nullptr) ok = ok && p.shared_stride % kVec == 0 && aligned(p.shared);
-    return ok;
-  }
-
-  // Grid: a token per x, kThreads vectors of its row per y.
-  static void launch(Combine<T> p, DLDevice device) {
-    using namespace host;
-    if (p.tokens * p.hidden == 0) return;
-    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
-    const auto run = [&](auto vec_tag) {
-      constexpr int kVec = decltype(vec_tag)::value;
-      p.row_vecs = p.hidden / kVec;
-      const int64_t blocks = div_ceil(p.row_vecs, int64_t{kThreads});
-      RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
-      LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, device)
-          .enable_pdl()(combine_kernel<T, kVec>, p);
-    };
-    if (vectors_fit(p)) {
-      run(std::integral_constant<int, device::kVec16<T>>{});
-    } else {
-      run(std::integral_constant<int, 1>{});
-    }
   }
 };
 #endif  // __CUDACC_RTC__

@@ -46,6 +46,90 @@ def test_moe_sum_matches_float64(dtype, tokens, topk, hidden):
     _close(out, x.double().sum(1).to(x.dtype), dtype)
 
 
+def _sequential_fma(x, w=None, ids=None, shared=None, scale=1.0):
+    """The kernel's arithmetic, step by step: acc = fma(w_j * scale, x_j, acc) in fp32 over j in order (w_j = 1 without
+    weights: an add), skipping ids < 0, + shared, one rounding; each fma from its exact float64 value."""
+    torch = _torch()
+    acc = torch.zeros(x.shape[0], x.shape[2], dtype=torch.float32, device=x.device)
+    for j in range(x.shape[1]):
+        wj = (w[:, j].float() * scale).double().unsqueeze(-1) if w is not None else 1.0
+        step = (wj * x[:, j].double() + acc.double()).float()
+        acc = torch.where((ids[:, j] >= 0).unsqueeze(-1), step, acc) if ids is not None else step
+    if shared is not None:
+        acc = acc + shared.float()
+    return acc.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 9, 7168), (300, 64, 1024), (5, 17, 100), (2, 1, 8)])
+def test_moe_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
+    """The experts' rows are loaded several at once (in chunks of 8 or 4) but added in order: the same bits as one
+    fp32 add after another (each schedule of the launch rule: decode T = 1, a wave of many threads T = 64, 300, rows
+    without 16-byte vectors)."""
+    torch = _torch()
+    from jitkern.ops import moe_sum
+
+    x = torch.randn(tokens, topk, hidden, dtype=getattr(torch, dtype), device="cuda") * 100
+    assert torch.equal(moe_sum(x), _sequential_fma(x))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 12, 7168), (300, 20, 512), (3, 9, 36), (2200, 3, 1024)])
+def test_moe_weighted_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
+    """fma(weight * scale, row, acc) over the experts in order, the skipped ones (in every chunk of experts loaded at
+    once) left out, then the shared row: the same bits as that sequence computed step by step, in each schedule
+    (T = 2200: several waves, one expert at a time)."""
+    torch = _torch()
+    from jitkern.ops import moe_weighted_sum
+
+    t = getattr(torch, dtype)
+    x = torch.randn(tokens, topk, hidden, dtype=t, device="cuda")
+    w = torch.rand(tokens, topk, device="cuda")
+    ids = torch.randint(0, 256, (tokens, topk), dtype=torch.int32, device="cuda")
+    ids[::2, 3] = -1
+    ids[1::2, topk - 1] = -1  # the last chunk's last expert
+    ids[::5] = -1  # every expert of some tokens: the shared row alone
+    x[ids < 0] = float("nan")
+    s = torch.randn(tokens, hidden, dtype=t, device="cuda")
+    out = moe_weighted_sum(x, w, ids, s, routed_scaling_factor=2.5)
+    assert torch.equal(out, _sequential_fma(x, w, ids, s, 2.5))
+    assert torch.equal(out[::5], s[::5])
+    assert torch.equal(moe_weighted_sum(x[:, :, :0], w), torch.empty(tokens, 0, dtype=t, device="cuda"))
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 4096])
+def test_chained_launches_replayed_from_a_graph(tokens):
+    """moe_sum's output read at once by moe_weighted_sum (PDL: the second waits for the first whatever the place of
+    the first's trigger and the schedule, which move with the grid: T = 1, 64, 4096), eagerly and from a CUDA graph."""
+    torch = _torch()
+    from jitkern.ops import moe_sum, moe_weighted_sum
+
+    x = torch.empty(tokens, 8, 1024, dtype=torch.bfloat16, device="cuda")
+    w = torch.empty(tokens, 1, device="cuda")
+    summed = torch.empty(tokens, 1024, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(tokens, 1024, dtype=torch.bfloat16, device="cuda")
+
+    def prepare(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x.copy_(torch.randn(tokens, 8, 1024, generator=g, device="cuda"))
+        w.copy_(torch.rand(tokens, 1, generator=g, device="cuda"))
+        summed.fill_(float("nan"))
+        out.fill_(float("nan"))
+
+    def step():
+        moe_sum(x, summed)
+        moe_weighted_sum(summed.view(tokens, 1, 1024), w, output=out)
+
+    def check(what):
+        expected = _sequential_fma(x)
+        assert torch.equal(summed, expected), what
+        assert torch.equal(out, _sequential_fma(expected.view(tokens, 1, 1024), w)), what
+
+    prepare(0)
+    step()  # builds the modules outside the capture
+    eagerly_then_from_a_graph(prepare, step, check)
+
+
 def test_moe_sum_writes_strided_rows_and_vllm_order():
     torch = _torch()
     from jitkern.ops import moe_sum
