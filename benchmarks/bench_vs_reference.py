@@ -1,7 +1,8 @@
 """jitkern beside the reference framework's newest kernels (SGLang's sglang.kernels.ops, from the wheel
 REFERENCE_WHEEL names or the installed package), in one process, same inputs, for every op both have:
 CUDA-graph replay medians (median of 3 interleaved rounds), bf16. Prints one markdown table; the ratio
-is reference time / jitkern time (above 1: jitkern faster). `bench_vs_reference.py OP...`: those ops only.
+is reference time / jitkern time (above 1: jitkern faster). `bench_vs_reference.py OP...`: those ops only;
+`--check OP...`: builds both sides and compares their outputs, no timing (a run beside other work).
 
 The reference's ops are built by its own JIT loader; where that cannot run (it needs the `ninja`
 executable), by jitkern.compat.sglang from the same sources; the table says which."""
@@ -126,6 +127,176 @@ def concat_mla_absorb_q_cases(ref):
         yield "concat_mla_absorb_q", f"[{t}, 128, 512 + 64]", bound(ops.concat_mla_absorb_q, a, b), bound(ref.concat_mla_absorb_q, a, b)
 
 
+DECODE_AND_PREFILL = (1, 16, 64, 256, 4096)  # tokens: decode batches and a prefill chunk
+
+
+def differs(pairs, atol: float = 0.0, rtol: float = 0.0) -> str | None:
+    """None where each (jitkern's, the reference's) pair of outputs agrees within atol + rtol * |reference|,
+    else what differs (a case whose outputs differ is reported, not timed)."""
+    for i, (mine, theirs) in enumerate(pairs):
+        if mine.shape != theirs.shape:
+            return f"output {i}: shapes {tuple(mine.shape)} and {tuple(theirs.shape)}"
+        a, b = mine.float(), theirs.float()
+        bad = ((a - b).abs() > atol + rtol * b.abs()) & ~(a.isnan() & b.isnan())
+        if bad.any():
+            return f"output {i}: {int(bad.sum())} of {bad.numel()} differ, max |diff| {float((a - b).abs().nan_to_num().max()):.3g}"
+    return None
+
+
+def returned(f, box, *args, **kwargs):
+    """f(*args, **kwargs) as a function of nothing whose result is kept in box[0] (ops that allocate their outputs)."""
+    def call():
+        box[:] = [f(*args, **kwargs)]
+    return call
+
+
+MLA_NOPE, MLA_ROPE, MLA_SLOTS = 512, 64, 65536  # DeepSeek-V3's MLA row: kv_lora_rank 512 + rope 64
+
+
+def mla_rows(t):
+    """cache_k_nope [T, 1, 512], cache_k_rope [T, 1, 64], loc [T] int64 (no slot 0: the padding slot the
+    reference skips), and one zeroed cache per side."""
+    loc = torch.randperm(MLA_SLOTS - 1, device="cuda")[:t] + 1
+    caches = [torch.zeros(MLA_SLOTS, 1, MLA_NOPE + MLA_ROPE, device="cuda", dtype=DTYPE) for _ in range(2)]
+    return rand(t, 1, MLA_NOPE), rand(t, 1, MLA_ROPE), loc, caches
+
+
+def set_mla_kv_buffer_cases(ref):
+    for t in DECODE_AND_PREFILL:
+        nope, rope, loc, (mine, theirs) = mla_rows(t)
+        yield ("set_mla_kv_buffer (512 + 64, 65536 slots)", f"T={t}", bound(ops.set_mla_kv_buffer, mine, loc, nope, rope),
+               bound(ref.set_mla_kv_buffer, theirs, loc, nope, rope), lambda mine=mine, theirs=theirs: differs([(mine, theirs)]))
+
+
+def set_mla_kv_concat_q_cases(ref):
+    heads = 16  # DeepSeek-V3's 128 query heads over 8 GPUs
+    for t in DECODE_AND_PREFILL:
+        nope, rope, loc, (mine, theirs) = mla_rows(t)
+        q_nope, q_rope = rand(t, heads, MLA_NOPE), rand(t, heads, MLA_ROPE)
+        q_mine, q_theirs = [], []
+        yield (f"set_mla_kv_concat_q (512 + 64, 65536 slots, {heads} q heads)", f"T={t}",
+               returned(ops.set_mla_kv_concat_q, q_mine, mine, loc, nope, rope, q_nope, q_rope),
+               returned(ref.set_mla_kv_concat_q, q_theirs, theirs, loc, nope, rope, q_nope, q_rope),
+               lambda mine=mine, theirs=theirs, q_mine=q_mine, q_theirs=q_theirs: differs([(mine, theirs), (q_mine[0], q_theirs[0])]))
+
+
+def concat_mla_k_cases(ref):
+    for t in (1, 64, 4096):
+        k_nope, k_rope = rand(t, 128, 128), rand(t, 1, 64)  # the reference's fixed 128 heads, nope 128 + rope 64
+        mine, theirs = (torch.zeros(t, 128, 192, device="cuda", dtype=DTYPE) for _ in range(2))
+        yield ("concat_mla_k (128 heads, 128 + 64)", f"T={t}", bound(ops.concat_mla_k, mine, k_nope, k_rope),
+               bound(ref.concat_mla_k, theirs, k_nope, k_rope), lambda mine=mine, theirs=theirs: differs([(mine, theirs)]))
+
+
+def routed(pairs):
+    """The (weights, ids) pairs of a top-k, each row's experts in id order (the order the k are listed in
+    is not part of the op)."""
+    out = []
+    for (w, ids), (rw, rids) in pairs:
+        order, rorder = ids.long().argsort(-1), rids.long().argsort(-1)
+        out += [(ids.long().gather(-1, order), rids.long().gather(-1, rorder)), (w.gather(-1, order), rw.gather(-1, rorder))]
+    return out
+
+
+def topk_sigmoid_cases(ref):
+    experts, k = 256, 8
+    bias = torch.randn(experts, device="cuda") * 0.1
+    for t in DECODE_AND_PREFILL:
+        g = torch.randn(t, experts, device="cuda")
+        w, ids, rw, rids = (torch.empty(t, k, device="cuda", dtype=dt) for dt in (torch.float32, torch.int32) * 2)
+        yield ("topk_sigmoid fp32 + correction bias, renormalize, k = 8", f"{experts} experts x {t}",
+               bound(ops.topk_sigmoid, w, ids, g, True, bias), bound(ref.topk_sigmoid, rw, rids, g, True, bias),
+               lambda w=w, ids=ids, rw=rw, rids=rids: differs(routed([((w, ids), (rw, rids))]), atol=1e-5, rtol=1e-5))
+
+
+def grouped_topk_cases(ref):
+    """DeepSeek-V3's router: 256 experts in 8 groups, the 4 best groups (their two best biased scores), top-8,
+    renormalized and scaled by 2.5; the reference's op is moe_fused_gate."""
+    experts, k, scale = 256, 8, 2.5
+    bias = torch.randn(experts, device="cuda") * 0.1
+    for t in DECODE_AND_PREFILL:
+        g = torch.randn(t, experts, device="cuda")
+        w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, device="cuda", dtype=torch.int32)
+        box = []
+        yield ("topk_sigmoid grouped (DeepSeek-V3: 8 groups, 4 kept, k = 8) / moe_fused_gate", f"{experts} experts x {t}",
+               bound(lambda *a: ops.topk_sigmoid(*a, num_expert_group=8, topk_group=4, routed_scaling_factor=scale), w, ids, g, True, bias),
+               returned(ref.moe_fused_gate, box, g, bias, k, "sigmoid", 0, True, scale, True, 0.0, 8, 4),
+               lambda w=w, ids=ids, box=box: differs(routed([((w, ids), box[0])]), atol=1e-5, rtol=1e-5))
+
+
+def moe_sum_cases(ref):
+    for t in DECODE_AND_PREFILL:
+        x = rand(t, 8, 7168)  # DeepSeek-V3: top-8 of hidden 7168
+        mine, theirs = (torch.empty(t, 7168, device="cuda", dtype=DTYPE) for _ in range(2))
+        yield ("moe_sum / moe_topk_sum (k = 8, hidden 7168)", f"T={t}", bound(ops.moe_sum, x, mine), bound(ref.moe_topk_sum, x, theirs),
+               lambda mine=mine, theirs=theirs: differs([(mine, theirs)], atol=1e-2, rtol=8e-3))
+
+
+def moe_weighted_sum_cases(ref):
+    for t in (1, 64, 4096):
+        x, w = rand(t, 8, 7168), torch.rand(t, 8, device="cuda")
+        mine, theirs = (torch.empty(t, 7168, device="cuda", dtype=DTYPE) for _ in range(2))
+        yield ("moe_weighted_sum / moe_fused_mul_sum (k = 8, hidden 7168)", f"T={t}",
+               bound(lambda x, w, out: ops.moe_weighted_sum(x, w, output=out), x, w, mine), bound(ref.moe_fused_mul_sum, x, w, theirs),
+               lambda mine=mine, theirs=theirs: differs([(mine, theirs)], atol=1e-2, rtol=8e-3))
+
+
+def moe_align_cases(ref):
+    """DeepSeek-V3's top-8 of 256 experts. The reference counts experts from -1 (its first bucket holds the
+    ids -1, none here): num_experts + 1. Within a block the order of the ids is not part of the op."""
+    experts = 256
+    for t in (1, 64, 4096):
+        block = 16 if t <= 64 else 64  # the fused MoE's BLOCK_SIZE_M at these sizes
+        ids = torch.randint(0, experts, (t, 8), device="cuda", dtype=torch.int32)
+        padded = -(-(ids.numel() + (experts + 2) * (block - 1)) // 4) * 4
+        rs, re = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
+        rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(experts + 3, device="cuda", dtype=torch.int32)
+        mine = []
+
+        def agree(mine=mine, rs=rs, re=re, rn=rn, block=block):
+            s, e, n = mine[0]
+            if int(n) != int(rn):
+                return f"num_tokens_post_pad {int(n)} and {int(rn)}"
+            blocks = int(n) // block
+            return differs([(e[:blocks], re[:blocks]), (s[:int(n)].view(blocks, block).sort(-1).values,
+                                                        rs[:int(n)].view(blocks, block).sort(-1).values)])
+
+        yield (f"moe_align_block_size (256 experts, top-8)", f"T={t}, block {block}",
+               returned(ops.moe_align_block_size, mine, ids, experts, block),
+               bound(ref.moe_align_block_size, ids, experts + 1, block, rs, re, rn, cumsum, True), agree)
+
+
+NORM_TOLERANCE = {"atol": 1e-2, "rtol": 8e-3}  # a bf16 rounding apart
+
+
+def gemma_rmsnorm_cases(ref):
+    for t, h in [(t, 3584) for t in DECODE_AND_PREFILL]:  # Gemma-2 9B's hidden (the reference's: multiples of 512)
+        x, w = rand(t, h), rand(h)
+        mine, theirs = torch.empty_like(x), torch.empty_like(x)
+        yield ("gemma_rmsnorm / grouped_gemma_rmsnorm (one group)", f"[{t}, {h}]", bound(ops.gemma_rmsnorm, x, w, EPS, mine),
+               bound(lambda x, w, out: ref.grouped_gemma_rmsnorm(x, w, group_size=x.shape[-1], eps=EPS, out=out), x, w, theirs),
+               lambda mine=mine, theirs=theirs: differs([(mine, theirs)], **NORM_TOLERANCE))
+
+
+def gemma_fused_add_rmsnorm_cases(ref):
+    """The reference's only Gemma fused add (Triton, out of place: returns the norm and the sum); jitkern's is in place."""
+    for t in (1, 64, 4096):
+        x, r, w = rand(t, 3584), rand(t, 3584), rand(3584)
+        xm, rm = x.clone(), r.clone()
+        box = []
+        yield ("gemma_fused_add_rmsnorm (the reference's: Triton)", f"[{t}, 3584]", bound(ops.gemma_fused_add_rmsnorm, xm, rm, w, EPS),
+               returned(ref.gemma_fused_add_rmsnorm, box, x, r, w, EPS),
+               lambda xm=xm, rm=rm, box=box: differs([(xm, box[0][0]), (rm, box[0][1])], **NORM_TOLERANCE))
+
+
+def rmsnorm_hf_cases(ref):
+    for t, h in [*((t, 4096) for t in DECODE_AND_PREFILL), (64, 2048)]:
+        x, w = rand(t, h), rand(h)
+        mine, theirs = torch.empty_like(x), torch.empty_like(x)
+        yield ("rmsnorm_hf", f"[{t}, {h}]", bound(ops.rmsnorm_hf, x, w, EPS, mine), bound(ref.rmsnorm_hf, x, w, EPS, theirs),
+               lambda mine=mine, theirs=theirs: differs([(mine, theirs)], **NORM_TOLERANCE))
+
+
 # op -> (the reference's op module under sglang.kernels.ops, its cases, jitkern's ops they call)
 OPS = {
     "rmsnorm": ("layernorm.norm", rmsnorm_cases, ["rmsnorm"]),
@@ -139,12 +310,25 @@ OPS = {
     "store_cache": ("kvcache.kvcache", store_cache_cases, ["store_cache"]),
     "topk_softmax": ("moe.moe_topk_softmax", topk_softmax_cases, ["topk_softmax"]),
     "concat_mla_absorb_q": ("attention.concat_mla", concat_mla_absorb_q_cases, ["concat_mla_absorb_q"]),
+    "set_mla_kv_buffer": ("kvcache.set_mla_kv_buffer", set_mla_kv_buffer_cases, ["set_mla_kv_buffer"]),
+    "set_mla_kv_concat_q": ("attention.set_mla_kv_concat_q", set_mla_kv_concat_q_cases, ["set_mla_kv_concat_q"]),
+    "concat_mla_k": ("attention.concat_mla", concat_mla_k_cases, ["concat_mla_k"]),
+    "topk_sigmoid": ("moe.moe_topk_sigmoid", topk_sigmoid_cases, ["topk_sigmoid"]),
+    "topk_sigmoid_grouped": ("moe.moe_fused_gate", grouped_topk_cases, ["topk_sigmoid"]),
+    "moe_sum": ("moe.moe_topk_sum", moe_sum_cases, ["moe_sum"]),
+    "moe_weighted_sum": ("moe.moe_fused_mul_sum", moe_weighted_sum_cases, ["moe_weighted_sum"]),
+    "moe_align_block_size": ("moe.moe_align", moe_align_cases, ["moe_align_block_size"]),
+    "gemma_rmsnorm": ("layernorm.grouped_gemma_rmsnorm", gemma_rmsnorm_cases, ["gemma_rmsnorm"]),
+    "gemma_fused_add_rmsnorm": ("layernorm.minimax_m3_rmsnorm", gemma_fused_add_rmsnorm_cases, ["gemma_fused_add_rmsnorm"]),
+    "rmsnorm_hf": ("layernorm.rmsnorm_hf", rmsnorm_hf_cases, ["rmsnorm_hf"]),
 }
+FP32_GATING = {"topk_softmax", "topk_sigmoid"}  # jitkern's ops whose modules are built for fp32 here (the gating logits)
 
 
 def first_calls(cases) -> list:
     """Calls every case once, the reference's builds in parallel (each compiles on its first call); returns
-    the cases whose calls both ran, and prints the others."""
+    the cases whose calls both ran and whose outputs agree (a case's optional fifth element says whether
+    they differ: differs), as (op, shape, jitkern's call, the reference's), and prints the others."""
     def run(case):
         try:
             case[3]()
@@ -162,8 +346,12 @@ def first_calls(cases) -> list:
             case[2]()
         except Exception as e:  # noqa: BLE001
             error = f"jitkern: {type(e).__name__}: {e}"
+        if error is None and len(case) > 4:
+            torch.cuda.synchronize()
+            error = case[4]()  # each side called once on the same inputs
+            error = error and f"outputs differ: {error}"
         if error is None:
-            kept.append(case)
+            kept.append(case[:4])
         else:
             print(f"<!-- not timed: {case[0]} {case[1]}: {error} -->", flush=True)
     torch.cuda.synchronize()
@@ -179,16 +367,20 @@ def reference_modules(paths) -> tuple[dict, str]:
 
 
 def main() -> None:
-    wanted = sys.argv[1:] or list(OPS)
+    check_only = "--check" in sys.argv
+    wanted = [name for name in sys.argv[1:] if name != "--check"] or list(OPS)
     modules, builder = reference_modules({OPS[name][0] for name in wanted})
     if any(m is None for m in modules.values()):
         print("not run: the reference is not installed (REFERENCE_WHEEL=/path/to/sglang-*.whl)")
         return
     needed = [op for name in wanted for op in OPS[name][2]]
-    for dtype, names in ((DTYPE, [op for op in needed if op != "topk_softmax"]), (torch.float32, [op for op in needed if op == "topk_softmax"])):
-        if names:  # (the gating logits are fp32)
+    for dtype, names in ((DTYPE, [op for op in needed if op not in FP32_GATING]), (torch.float32, [op for op in needed if op in FP32_GATING])):
+        if names:
             ops.warmup(dtypes=[dtype], ops=names)
     cases = first_calls([c for name in wanted for c in OPS[name][1](modules[OPS[name][0]])])
+    if check_only:
+        print(f"{len(cases)} cases ran on both sides with agreeing outputs: {sorted({c[0] for c in cases})}")
+        return
     print(f"\n### jitkern {jitkern.__version__} beside the reference (SGLang {reference_version()}, built by {builder})\n")
     print(f"{environment()}; us, CUDA-graph replay medians, median of 3 interleaved rounds; bf16 unless named.\n")
     print("| op | shape | reference us | jitkern us | reference / jitkern |")
