@@ -5,8 +5,8 @@ k_nope 512 + k_rope 64 bf16 per token, 16 query heads (128 over 8 GPUs), a paged
 each token in its own random slot. Prints markdown tables: time (CUDA-graph medians, us), GB/s of the
 bytes moved (the rows read and written) and % of the measured copy ceiling.
 
-`bench_mla_cache.py variants [--check]`: the product's launch beside the kernel before and its PDL trigger
-placements (benchmarks/kernels/mla_cache_variants.cuh) and the reference's kernels, a flat cache of 65536
+`bench_mla_cache.py variants [--check]`: the product's launch beside the kernel before, its PDL trigger
+placements, CTAs of one warp (benchmarks/kernels/mla_cache_variants.cuh) and the reference's kernels, a flat cache of 65536
 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check: outputs only."""
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
-VARIANTS = {"the kernel before (location, then row)": 0, "trigger at start": 1, "trigger after loads": 2, "trigger after stores": 3}
+VARIANTS = {"the kernel before (location, then row)": 0, "trigger at start": 1, "trigger after loads": 2, "trigger after stores": 3,
+            "CTAs of one warp": 4}
 VARIANT_SIZES = [1, 16, 64, 256, 4096]
 FLAT_SLOTS = 65536
 

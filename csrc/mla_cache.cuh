@@ -65,8 +65,8 @@ struct Params {
 // location and the row's first vectors load together, the location checked only where the stores need it:
 // loading the row after the check put a second round trip on each row's path (H200, 576 bf16: T = 1 1.07 us
 // against the reference's 0.74).
-template <typename T, bool kFp8, int kVec>
-__global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
+template <typename T, bool kFp8, int kVec, int kCtaThreads = kThreads>
+__global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
   // Rows load as 32-bit words, each load unconditional: 16-bit elements, or a branch around a load, had
   // nvcc unpack each vector as it arrived, which serialized the row's loads.
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
   using Vec = AlignedVector<E, kWords ? kVec * sizeof(T) / 4 : kVec>;
   constexpr int64_t kOutBytes = kFp8 ? 1 : sizeof(T);
   if (p.trigger == kTriggerAtStart) device::pdl_trigger_secondary();
-  const uint32_t row = (blockIdx.x * kThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
+  const uint32_t row = (blockIdx.x * kCtaThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= static_cast<uint32_t>(p.tokens) * (1 + p.heads)) return;
   const bool is_kv = row < static_cast<uint32_t>(p.tokens);

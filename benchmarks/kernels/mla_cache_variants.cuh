@@ -2,7 +2,8 @@
 // (MlaCacheOps::prepare), bf16 caches (bench_mla_cache.py):
 //   variant 0      the kernel before the location and the row loaded together: the location, its check, then
 //                  the row (a second round trip), its trigger at start (<= 8 CTAs) or after the wait;
-//   variant 1-3    the product's kernel with its PDL trigger at start, after the first loads, after the stores.
+//   variant 1-3    the product's kernel with its PDL trigger at start, after the first loads, after the stores;
+//   variant 4      the product's kernel and trigger in CTAs of one warp (the reference's up to a row an SM).
 #pragma once
 
 #include <mla_cache.cuh>  // csrc/
@@ -73,8 +74,13 @@ inline void launch(jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitke
   using Ops = jitkern_mla_cache::MlaCacheOps<bf16>;
   auto l = Ops::prepare<false>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, -1, 1.0, 1.0);
   host::RuntimeCheck(l.vec == Ops::kWideVec, "the variants take 16-byte rows");
-  host::RuntimeCheck(variant >= 0 && variant <= 3, "variant: 0-3, got ", variant);
+  host::RuntimeCheck(variant >= 0 && variant <= 4, "variant: 0-4, got ", variant);
   if (l.ctas == 0) return;
+  if (variant == 4) {
+    const int64_t rows = int64_t{l.p.tokens} * (1 + l.p.heads);
+    host::LaunchKernel(static_cast<unsigned>(rows), 32u, l.device).enable_pdl()(jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, 32>, l.p);
+    return;
+  }
   l.p.trigger = variant == 0 ? (host::pdl_early_trigger(l.ctas) ? jitkern_mla_cache::kTriggerAtStart : jitkern_mla_cache::kTriggerAfterLoads)
                              : static_cast<int8_t>(variant - 1);
   host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
