@@ -5,9 +5,9 @@ k_nope 512 + k_rope 64 bf16 per token, 16 query heads (128 over 8 GPUs), a paged
 each token in its own random slot. Prints markdown tables: time (CUDA-graph medians, us), GB/s of the
 bytes moved (the rows read and written) and % of the measured copy ceiling.
 
-`bench_mla_cache.py variants [--check]`: the product's launch beside the kernel before, its PDL trigger
-placements, CTAs of one warp (benchmarks/kernels/mla_cache_variants.cuh) and the reference's kernels, a flat cache of 65536
-slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check: outputs only."""
+`bench_mla_cache.py variants [--check]`: the product beside the kernel before the location and the row
+loaded together (benchmarks/kernels/mla_cache_variants.cuh) and the reference's kernels, a flat cache of
+65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check: outputs only."""
 
 from __future__ import annotations
 
@@ -95,8 +95,7 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
-VARIANTS = {"the kernel before (location, then row)": 0, "trigger at start": 1, "trigger after loads": 2, "trigger after stores": 3,
-            "CTAs of one warp": 4}
+BEFORE = "the kernel before (location, then row)"
 VARIANT_SIZES = [1, 16, 64, 256, 4096]
 FLAT_SLOTS = 65536
 
@@ -115,14 +114,14 @@ def variants(check_only: bool) -> None:
     refs, missing = references()
     buf = torch.zeros(FLAT_SLOTS, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
     rows = buf.view(-1, NOPE + ROPE)
-    print(f"\n### MLA cache write: launch variants, k {NOPE} + {ROPE}, {HEADS} query heads, bf16, {FLAT_SLOTS} slots ({environment()})\n")
+    print(f"\n### MLA cache write beside the kernel before, k {NOPE} + {ROPE}, {HEADS} query heads, bf16, {FLAT_SLOTS} slots ({environment()})\n")
     print("us, CUDA-graph replay medians, median of 3 interleaved rounds.\n")
     for line in missing:
         print(f"- not run: {line}")
     for query in (False, True):
         title = "set_mla_kv_concat_q" if query else "set_mla_kv_buffer"
         ref = refs.get(f"reference {title}")
-        names = ["jitkern", *VARIANTS, *(["reference"] if ref else [])]
+        names = ["jitkern", BEFORE, *(["reference"] if ref else [])]
         print(f"\n#### {title}\n")
         print("| T | " + " | ".join(names) + " | " + " | ".join(f"{n} / jitkern" for n in names[1:]) + " |")
         print("|---|" + "---|" * (2 * len(names) - 1), flush=True)
@@ -138,17 +137,17 @@ def variants(check_only: bool) -> None:
             def product():
                 box[0] = set_mla_kv_concat_q(buf, loc, kn, kr, qn, qr) if query else set_mla_kv_buffer(buf, loc, kn, kr)
 
-            def variant(v):
+            def before():
                 if query:
-                    mod.store_kv_q(rows, loc, kn.squeeze(1), kr.squeeze(1), qn, qr, q_out, v)
+                    mod.store_kv_q(rows, loc, kn.squeeze(1), kr.squeeze(1), qn, qr, q_out)
                     box[0] = q_out
                 else:
-                    mod.store_kv(rows, loc, kn.squeeze(1), kr.squeeze(1), v)
+                    mod.store_kv(rows, loc, kn.squeeze(1), kr.squeeze(1))
 
             def reference():
                 box[0] = ref(buf, loc, kn.squeeze(1), kr.squeeze(1), qn, qr)
 
-            fns = {"jitkern": product, **{n: (lambda v=v: variant(v)) for n, v in VARIANTS.items()}, **({"reference": reference} if ref else {})}
+            fns = {"jitkern": product, BEFORE: before, **({"reference": reference} if ref else {})}
             for name, fn in fns.items():  # each one's output from a zeroed cache
                 buf.zero_()
                 q_out.zero_()

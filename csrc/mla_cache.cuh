@@ -11,7 +11,6 @@
 #include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/quant.cuh>
 #include <jitkern/optional.h>
-#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
@@ -36,9 +35,6 @@ using jitkern::TensorView;
 // CTAs of kThreads, one warp per row (a KV row or a query head), kBatch vectors a lane in flight.
 constexpr int kThreads = 128;
 constexpr int kBatch = 4;
-// PDL trigger placement (host::pdl_early_trigger, host::pdl_late_trigger): at kernel start for grids of a
-// few CTAs, once a row's first loads are issued, or after its stores for grids that fill the SMs.
-constexpr int8_t kTriggerAtStart = 0, kTriggerAfterLoads = 1, kTriggerAfterStores = 2;
 
 template <typename T>
 struct Params {
@@ -57,16 +53,17 @@ struct Params {
   int32_t nope_vecs, vecs;  // vectors of k_nope (and q_nope) and of a whole row
   float k_scale, q_scale;
   bool loc64;
-  int8_t trigger;  // kTrigger*: where the next launch may start
 };
 
 // Row r < tokens: token r's KV row to the cache; after those, query head (t, h) = r - tokens to q_out.
 // Lane l copies vectors l, l + 32, ... of the row ([nope | rope]), kBatch loads before their stores. The
-// location and the row's first vectors load together, the location checked only where the stores need it:
-// loading the row after the check put a second round trip on each row's path (H200, 576 bf16: T = 1 1.07 us
-// against the reference's 0.74).
-template <typename T, bool kFp8, int kVec, int kCtaThreads = kThreads>
-__global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
+// location and the row's first vectors load together, the location checked only where the stores need it
+// (loading the row after the check put a second round trip on each row's path), and the next launch is
+// triggered once they are issued, at every size (H200, 576 bf16, 1-4096 tokens: 0.91-2.16 us where the
+// kernel loading the row after the check took 1.05-2.61; triggering at start or after the stores was as
+// fast or slower at every size, docs/benchmarks/kv_rows.md).
+template <typename T, bool kFp8, int kVec>
+__global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
   // Rows load as 32-bit words, each load unconditional: 16-bit elements, or a branch around a load, had
   // nvcc unpack each vector as it arrived, which serialized the row's loads.
@@ -74,8 +71,7 @@ __global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_con
   using E = std::conditional_t<kWords, uint32_t, T>;
   using Vec = AlignedVector<E, kWords ? kVec * sizeof(T) / 4 : kVec>;
   constexpr int64_t kOutBytes = kFp8 ? 1 : sizeof(T);
-  if (p.trigger == kTriggerAtStart) device::pdl_trigger_secondary();
-  const uint32_t row = (blockIdx.x * kCtaThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
+  const uint32_t row = (blockIdx.x * kThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= static_cast<uint32_t>(p.tokens) * (1 + p.heads)) return;
   const bool is_kv = row < static_cast<uint32_t>(p.tokens);
@@ -96,7 +92,7 @@ __global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_con
   };
   Vec x[kBatch];
   load(x, lane);
-  if (p.trigger == kTriggerAfterLoads) device::pdl_trigger_secondary();
+  device::pdl_trigger_secondary();
   char* out;
   if (is_kv) {
     if (slot == p.skip || !p.cache.holds(slot)) return;
@@ -125,7 +121,6 @@ __global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_con
     load(y, first);
     store(y, first);
   }
-  if (p.trigger == kTriggerAfterStores) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -155,8 +150,8 @@ struct MlaCacheOps {
   };
   static constexpr int kWideVec = device::kVec16<T>;
 
-  // The call's checks and launch shape; store / store_fp8 launch it as is (benchmarks: other kernels or
-  // trigger placements on the same parameters).
+  // The call's checks and launch shape; store / store_fp8 launch it as is (benchmarks: other kernels on
+  // the same parameters).
   template <bool kFp8>
   static Launch prepare(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
                        Optional<TensorView> q_rope, Optional<TensorView> q_out, int64_t reserved_skip_index, double k_scale, double q_scale) {
@@ -218,11 +213,7 @@ struct MlaCacheOps {
                                    {p.k_nope_token, p.k_rope_token, p.q_nope_token, p.q_nope_head, p.q_rope_token, p.q_rope_head}) == kWideVec;
     const int vec = wide ? kWideVec : 1;
     p.nope_vecs = static_cast<int32_t>(nope / vec), p.vecs = static_cast<int32_t>(width / vec);
-    const int64_t rows = tokens * (1 + p.heads), ctas = div_ceil(rows * 32, int64_t{kThreads});
-    p.trigger = pdl_early_trigger(ctas) ? kTriggerAtStart
-                : pdl_late_trigger(rows * 32, runtime::get_sm_count(device.device_id), row_policy(device).threads_per_sm) ? kTriggerAfterStores
-                                                                                                                        : kTriggerAfterLoads;
-    return {p, vec, ctas, device};
+    return {p, vec, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device};
   }
 
  private:

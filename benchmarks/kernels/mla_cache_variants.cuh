@@ -1,9 +1,7 @@
-// The MLA cache write (csrc/mla_cache.cuh) under other launches, on the product's checked parameters
-// (MlaCacheOps::prepare), bf16 caches (bench_mla_cache.py):
-//   variant 0      the kernel before the location and the row loaded together: the location, its check, then
-//                  the row (a second round trip), its trigger at start (<= 8 CTAs) or after the wait;
-//   variant 1-3    the product's kernel with its PDL trigger at start, after the first loads, after the stores;
-//   variant 4      the product's kernel and trigger in CTAs of one warp (the reference's up to a row an SM).
+// The MLA cache write's kernel before the location and the row loaded together (csrc/mla_cache.cuh), on the
+// product's checked parameters (MlaCacheOps::prepare), bf16 caches, beside the product (bench_mla_cache.py):
+// the location, its check, then the row (a second round trip); the PDL trigger at start up to
+// host::kPdlEarlyTriggerMaxCtas CTAs, else after the wait.
 #pragma once
 
 #include <mla_cache.cuh>  // csrc/
@@ -27,11 +25,11 @@ using jitkern_mla_cache::Params;
 using bf16 = bf16_t;
 constexpr int kV = 8;  // bf16 elements of a 16-byte vector
 
-// The kernel before (bf16 copies, 16-byte vectors): the location checked before the row's loads.
+template <bool kEarlyTrigger>
 __global__ void __launch_bounds__(kThreads) location_first_kernel(const __grid_constant__ Params<bf16> p) {
 #ifdef __CUDACC__
   using Vec = device::AlignedVector<bf16, kV>;
-  if (p.trigger == jitkern_mla_cache::kTriggerAtStart) device::pdl_trigger_secondary();
+  if (kEarlyTrigger) device::pdl_trigger_secondary();
   const int64_t row = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= int64_t{p.tokens} * (1 + p.heads)) return;
@@ -40,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) location_first_kernel(const __grid_c
   const bf16* nope = is_kv ? p.k_nope + token * p.k_nope_token : p.q_nope + token * p.q_nope_token + head * p.q_nope_head;
   const bf16* rope = is_kv ? p.k_rope + token * p.k_rope_token : p.q_rope + token * p.q_rope_token + head * p.q_rope_head;
   device::pdl_wait_primary();
-  if (p.trigger != jitkern_mla_cache::kTriggerAtStart) device::pdl_trigger_secondary();
+  if (!kEarlyTrigger) device::pdl_trigger_secondary();
   char* out;
   if (is_kv) {
     const int64_t slot = device::kv_cache::load_index(p.loc, p.loc64, token * p.loc_stride);
@@ -67,33 +65,25 @@ __global__ void __launch_bounds__(kThreads) location_first_kernel(const __grid_c
 }
 
 #ifndef __CUDACC_RTC__
-// set_mla_kv_concat_q (q_nope given) or set_mla_kv_buffer into a bf16 kv_buffer, every location kept, by `variant`.
+// set_mla_kv_concat_q (q_nope given) or set_mla_kv_buffer into a bf16 kv_buffer, every location kept.
 inline void launch(jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope, jitkern::TensorView k_rope,
                    jitkern::Optional<jitkern::TensorView> q_nope, jitkern::Optional<jitkern::TensorView> q_rope,
-                   jitkern::Optional<jitkern::TensorView> q_out, int64_t variant) {
+                   jitkern::Optional<jitkern::TensorView> q_out) {
   using Ops = jitkern_mla_cache::MlaCacheOps<bf16>;
-  auto l = Ops::prepare<false>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, -1, 1.0, 1.0);
-  host::RuntimeCheck(l.vec == Ops::kWideVec, "the variants take 16-byte rows");
-  host::RuntimeCheck(variant >= 0 && variant <= 4, "variant: 0-4, got ", variant);
+  const auto l = Ops::prepare<false>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, -1, 1.0, 1.0);
+  host::RuntimeCheck(l.vec == Ops::kWideVec, "the kernel before takes 16-byte rows here");
   if (l.ctas == 0) return;
-  if (variant == 4) {
-    const int64_t rows = int64_t{l.p.tokens} * (1 + l.p.heads);
-    host::LaunchKernel(static_cast<unsigned>(rows), 32u, l.device).enable_pdl()(jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, 32>, l.p);
-    return;
-  }
-  l.p.trigger = variant == 0 ? (host::pdl_early_trigger(l.ctas) ? jitkern_mla_cache::kTriggerAtStart : jitkern_mla_cache::kTriggerAfterLoads)
-                             : static_cast<int8_t>(variant - 1);
   host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
-      .enable_pdl()(variant == 0 ? location_first_kernel : jitkern_mla_cache::mla_cache_kernel<bf16, false, kV>, l.p);
+      .enable_pdl()(host::pdl_early_trigger(l.ctas) ? location_first_kernel<true> : location_first_kernel<false>, l.p);
 }
 
-void store_kv(jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope, jitkern::TensorView k_rope, int64_t variant) {
-  launch(kv_buffer, loc, k_nope, k_rope, {}, {}, {}, variant);
+void store_kv(jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope, jitkern::TensorView k_rope) {
+  launch(kv_buffer, loc, k_nope, k_rope, {}, {}, {});
 }
 
 void store_kv_q(jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope, jitkern::TensorView k_rope,
-                jitkern::TensorView q_nope, jitkern::TensorView q_rope, jitkern::TensorView q_out, int64_t variant) {
-  launch(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, variant);
+                jitkern::TensorView q_nope, jitkern::TensorView q_rope, jitkern::TensorView q_out) {
+  launch(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out);
 }
 #endif  // __CUDACC_RTC__
 

@@ -86,10 +86,10 @@ def test_kv_rows_and_query(dtype_name, layout, fp8, tokens, nope, rope, offset):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("tokens", [1, 16, 256, 1200, 4096])
-def test_deepseek_rows_at_each_launch(tokens, fp8):
-    """DeepSeek-V3's 512 + 64 bf16 rows and 16 query heads at the sizes that take each PDL trigger placement
-    (at start, after the first loads, after the stores): the rows of kept locations bit for bit (fp8: the
-    quantization family's rounding), the reserved and out-of-range ones skipped, the rest of the cache untouched."""
+def test_deepseek_rows_at_decode_and_prefill_sizes(tokens, fp8):
+    """DeepSeek-V3's 512 + 64 bf16 rows and 16 query heads from one CTA to many waves: the rows of kept
+    locations bit for bit (fp8: the quantization family's rounding), the reserved and out-of-range ones
+    skipped, the rest of the cache untouched."""
     torch = _torch()
     ops = _ops()
     slots = 8192
