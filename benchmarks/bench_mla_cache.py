@@ -3,7 +3,11 @@ pair (set_mla_kv_buffer then concat_mla_absorb_q) and, where they import (REFERE
 utils.reference_path), the reference framework's (SGLang's) kernels of the same names. DeepSeek-V3 shapes:
 k_nope 512 + k_rope 64 bf16 per token, 16 query heads (128 over 8 GPUs), a paged cache of 64-token pages,
 each token in its own random slot. Prints markdown tables: time (CUDA-graph medians, us), GB/s of the
-bytes moved (the rows read and written) and % of the measured copy ceiling."""
+bytes moved (the rows read and written) and % of the measured copy ceiling.
+
+`bench_mla_cache.py variants [--check]`: the product beside the kernel before the location and the row
+loaded together (benchmarks/kernels/mla_cache_variants.cuh) and the reference's kernels, a flat cache of
+65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check: outputs only."""
 
 from __future__ import annotations
 
@@ -15,8 +19,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_rope  # noqa: E402
 from bench_rope import in_turns  # noqa: E402
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, reference_ops  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_ops  # noqa: E402
 
+import jitkern  # noqa: E402
+from jitkern import ops  # noqa: E402
+from jitkern.jit import warmup as build_all  # noqa: E402
 from jitkern.ops import concat_mla_absorb_q, set_mla_kv_buffer, set_mla_kv_concat_q, warmup  # noqa: E402
 
 NOPE, ROPE, HEADS, PAGE = 512, 64, 16, 64
@@ -88,5 +95,77 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
+BEFORE = "the kernel before (location, then row)"
+VARIANT_SIZES = [1, 16, 64, 256, 4096]
+FLAT_SLOTS = 65536
+
+
+def variants_module():
+    """benchmarks/kernels/mla_cache_variants.cuh, built in one parallel build with the product's module (bf16)."""
+    here = Path(__file__).resolve().parent
+    spec = jitkern.JitSpec("bench_mla_cache_variants", cuda_files=[str(here / "kernels" / "mla_cache_variants.cuh")],
+                           cuda_wrappers=[("store_kv", "bench_mla_cache::store_kv"), ("store_kv_q", "bench_mla_cache::store_kv_q")],
+                           extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True)
+    return build_all(spec, *ops.specs(ops=["set_mla_kv_buffer", "set_mla_kv_concat_q"], dtypes=["bfloat16"]))[0]
+
+
+def variants(check_only: bool) -> None:
+    mod = variants_module()
+    refs, missing = references()
+    buf = torch.zeros(FLAT_SLOTS, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
+    rows = buf.view(-1, NOPE + ROPE)
+    print(f"\n### MLA cache write beside the kernel before, k {NOPE} + {ROPE}, {HEADS} query heads, bf16, {FLAT_SLOTS} slots ({environment()})\n")
+    print("us, CUDA-graph replay medians, median of 3 interleaved rounds.\n")
+    for line in missing:
+        print(f"- not run: {line}")
+    for query in (False, True):
+        title = "set_mla_kv_concat_q" if query else "set_mla_kv_buffer"
+        ref = refs.get(f"reference {title}")
+        names = ["jitkern", BEFORE, *(["reference"] if ref else [])]
+        print(f"\n#### {title}\n")
+        print("| T | " + " | ".join(names) + " | " + " | ".join(f"{n} / jitkern" for n in names[1:]) + " |")
+        print("|---|" + "---|" * (2 * len(names) - 1), flush=True)
+        for t in VARIANT_SIZES:
+            kv = torch.randn(t, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
+            kn, kr = kv[..., :NOPE], kv[..., NOPE:]
+            q = torch.randn(t, HEADS, NOPE + ROPE, dtype=DTYPE, device="cuda")
+            qn, qr = q[..., :NOPE], q[..., NOPE:]
+            loc = torch.randperm(FLAT_SLOTS - 1, device="cuda")[:t] + 1
+            q_out = torch.empty(t, HEADS, NOPE + ROPE, dtype=DTYPE, device="cuda")
+            box = [None]
+
+            def product():
+                box[0] = set_mla_kv_concat_q(buf, loc, kn, kr, qn, qr) if query else set_mla_kv_buffer(buf, loc, kn, kr)
+
+            def before():
+                if query:
+                    mod.store_kv_q(rows, loc, kn.squeeze(1), kr.squeeze(1), qn, qr, q_out)
+                    box[0] = q_out
+                else:
+                    mod.store_kv(rows, loc, kn.squeeze(1), kr.squeeze(1))
+
+            def reference():
+                box[0] = ref(buf, loc, kn.squeeze(1), kr.squeeze(1), qn, qr)
+
+            fns = {"jitkern": product, BEFORE: before, **({"reference": reference} if ref else {})}
+            for name, fn in fns.items():  # each one's output from a zeroed cache
+                buf.zero_()
+                q_out.zero_()
+                box[0] = None
+                fn()
+                torch.cuda.synchronize()
+                assert torch.equal(rows[loc], kv.squeeze(1)), f"{title} T={t} {name}: cache rows differ"
+                assert not query or torch.equal(box[0], q), f"{title} T={t} {name}: query differs"
+            if check_only:
+                print(f"| {t} | {len(fns)} columns equal to torch |", flush=True)
+                continue
+            m = interleaved(fns)
+            print(f"| {t} | " + " | ".join(f"{m[n]:.2f}" for n in names) + " | " +
+                  " | ".join(f"{m[n] / m['jitkern']:.2f}x" for n in names[1:]) + " |", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if "variants" in sys.argv[1:]:
+        variants("--check" in sys.argv[1:])
+    else:
+        main()

@@ -21,6 +21,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 namespace jitkern_mla_cache {
 
@@ -51,52 +52,74 @@ struct Params {
   int32_t tokens, heads;  // heads: 0 without the query
   int32_t nope_vecs, vecs;  // vectors of k_nope (and q_nope) and of a whole row
   float k_scale, q_scale;
-  bool loc64, early_trigger;
+  bool loc64;
 };
 
 // Row r < tokens: token r's KV row to the cache; after those, query head (t, h) = r - tokens to q_out.
-// Lane l copies vectors l, l + 32, ... of the row ([nope | rope]), kBatch loads before their stores.
+// Lane l copies vectors l, l + 32, ... of the row ([nope | rope]), kBatch loads before their stores. The
+// location and the row's first vectors load together, the location checked only where the stores need it
+// (loading the row after the check put a second round trip on each row's path), and the next launch is
+// triggered once they are issued, at every size (H200, 576 bf16, 1-4096 tokens: 0.91-2.16 us where the
+// kernel loading the row after the check took 1.05-2.61; triggering at start or after the stores was as
+// fast or slower at every size, docs/benchmarks/kv_rows.md).
 template <typename T, bool kFp8, int kVec>
 __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
-  using Vec = AlignedVector<T, kVec>;
+  // Rows load as 32-bit words, each load unconditional: 16-bit elements, or a branch around a load, had
+  // nvcc unpack each vector as it arrived, which serialized the row's loads.
+  constexpr bool kWords = kVec * sizeof(T) % 4 == 0;
+  using E = std::conditional_t<kWords, uint32_t, T>;
+  using Vec = AlignedVector<E, kWords ? kVec * sizeof(T) / 4 : kVec>;
   constexpr int64_t kOutBytes = kFp8 ? 1 : sizeof(T);
-  if (p.early_trigger) device::pdl_trigger_secondary();
-  const int64_t row = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
+  const uint32_t row = (blockIdx.x * kThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
   const int lane = static_cast<int>(threadIdx.x % 32);
-  if (row >= int64_t{p.tokens} * (1 + p.heads)) return;
-  const bool is_kv = row < p.tokens;
-  const int64_t token = is_kv ? row : (row - p.tokens) / p.heads, head = is_kv ? 0 : row - p.tokens - token * p.heads;
+  if (row >= static_cast<uint32_t>(p.tokens) * (1 + p.heads)) return;
+  const bool is_kv = row < static_cast<uint32_t>(p.tokens);
+  const uint32_t q_row = row - p.tokens, q_token = is_kv ? 0 : q_row / static_cast<uint32_t>(p.heads);
+  const int64_t token = is_kv ? row : q_token, head = is_kv ? 0 : q_row - q_token * p.heads;
   const T* nope = is_kv ? p.k_nope + token * p.k_nope_token : p.q_nope + token * p.q_nope_token + head * p.q_nope_head;
   const T* rope = is_kv ? p.k_rope + token * p.k_rope_token : p.q_rope + token * p.q_rope_token + head * p.q_rope_head;
   device::pdl_wait_primary();
-  if (!p.early_trigger) device::pdl_trigger_secondary();
+  const int64_t slot = is_kv ? device::kv_cache::load_index(p.loc, p.loc64, token * p.loc_stride) : 0;
+  // Batch [first, first + 32 * kBatch) of the row: loads, then stores (the first batch apart: no vector
+  // carried across the loop).
+  const auto load = [&](Vec(&v)[kBatch], int first) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {  // past the row: its last vector again (no branch around each load)
+      const int j = min(first + 32 * b, p.vecs - 1);
+      v[b].load_global(reinterpret_cast<const E*>(j < p.nope_vecs ? nope + j * kVec : rope + (j - p.nope_vecs) * kVec));
+    }
+  };
+  Vec x[kBatch];
+  load(x, lane);
+  device::pdl_trigger_secondary();
   char* out;
   if (is_kv) {
-    const int64_t slot = device::kv_cache::load_index(p.loc, p.loc64, token * p.loc_stride);
     if (slot == p.skip || !p.cache.holds(slot)) return;
     out = p.cache.row(slot);
   } else {
     out = p.q_out + (token * p.heads + head) * p.vecs * kVec * kOutBytes;
   }
   const device::quant::Divider div(kFp8 ? (is_kv ? p.k_scale : p.q_scale) : 1.0f);
-  for (int first = lane; first < p.vecs; first += 32 * kBatch) {
-    Vec x[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int j = first + 32 * b;
-      if (j < p.vecs) x[b].load(j < p.nope_vecs ? nope + j * kVec : rope + (j - p.nope_vecs) * kVec);
-    }
+  const auto store = [&](const Vec(&v)[kBatch], int first) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int j = first + 32 * b;
       if (j >= p.vecs) break;
       if constexpr (kFp8) {
-        device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(out) + j * kVec, x[b], div);
+        AlignedVector<T, kVec> elements;
+        __builtin_memcpy(&elements, &v[b], sizeof(elements));
+        device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(out) + j * kVec, elements, div);
       } else {
-        x[b].store(reinterpret_cast<T*>(out) + j * kVec);
+        v[b].store_global(reinterpret_cast<E*>(reinterpret_cast<T*>(out) + j * kVec));
       }
     }
+  };
+  store(x, lane);
+  for (int first = lane + 32 * kBatch; first < p.vecs; first += 32 * kBatch) {
+    Vec y[kBatch];
+    load(y, first);
+    store(y, first);
   }
 #endif
 }
@@ -118,11 +141,19 @@ struct MlaCacheOps {
     store_as<true>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
   }
 
- private:
+  // A checked call: its parameters, the vector width (kWideVec or 1), its CTAs (0: nothing to write) and device.
+  struct Launch {
+    Params<T> p;
+    int vec;
+    int64_t ctas;
+    DLDevice device;
+  };
   static constexpr int kWideVec = device::kVec16<T>;
 
+  // The call's checks and launch shape; store / store_fp8 launch it as is (benchmarks: other kernels on
+  // the same parameters).
   template <bool kFp8>
-  static void store_as(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
+  static Launch prepare(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
                        Optional<TensorView> q_rope, Optional<TensorView> q_out, int64_t reserved_skip_index, double k_scale, double q_scale) {
     using namespace host;
     using namespace host::kv_cache;
@@ -172,7 +203,7 @@ struct MlaCacheOps {
     const int64_t tokens = N.unwrap();
     RuntimeCheck(tokens * (1 + p.heads) < (int64_t{1} << 26) && width < (int64_t{1} << 24), "too many rows (", tokens, " tokens of ", p.heads,
                  " query heads) or rows too wide (", width, ")");
-    if (tokens == 0) return;
+    if (tokens == 0) return {p, 1, 0, device};
     p.tokens = static_cast<int32_t>(tokens);
     const int ob = kFp8 ? 1 : static_cast<int>(sizeof(T));
     const bool wide = nope % kWideVec == 0 && all_multiples({p.cache.page_stride, p.cache.row_stride}, ob * kWideVec) &&
@@ -182,10 +213,17 @@ struct MlaCacheOps {
                                    {p.k_nope_token, p.k_rope_token, p.q_nope_token, p.q_nope_head, p.q_rope_token, p.q_rope_head}) == kWideVec;
     const int vec = wide ? kWideVec : 1;
     p.nope_vecs = static_cast<int32_t>(nope / vec), p.vecs = static_cast<int32_t>(width / vec);
-    const int64_t ctas = div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads});
-    p.early_trigger = pdl_early_trigger(ctas);
-    LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
-        .enable_pdl()(wide ? mla_cache_kernel<T, kFp8, kWideVec> : mla_cache_kernel<T, kFp8, 1>, p);
+    return {p, vec, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device};
+  }
+
+ private:
+  template <bool kFp8>
+  static void store_as(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
+                       Optional<TensorView> q_rope, Optional<TensorView> q_out, int64_t reserved_skip_index, double k_scale, double q_scale) {
+    const Launch l = prepare<kFp8>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
+    if (l.ctas == 0) return;
+    host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
+        .enable_pdl()(l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec> : mla_cache_kernel<T, kFp8, 1>, l.p);
   }
 };
 #endif  // __CUDACC_RTC__

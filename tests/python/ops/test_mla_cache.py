@@ -84,6 +84,36 @@ def test_kv_rows_and_query(dtype_name, layout, fp8, tokens, nope, rope, offset):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("tokens", [1, 16, 256, 1200, 4096])
+def test_deepseek_rows_at_decode_and_prefill_sizes(tokens, fp8):
+    """DeepSeek-V3's 512 + 64 bf16 rows and 16 query heads from one CTA to many waves: the rows of kept
+    locations bit for bit (fp8: the quantization family's rounding), the reserved and out-of-range ones
+    skipped, the rest of the cache untouched."""
+    torch = _torch()
+    ops = _ops()
+    slots = 8192
+    buf = _buffer("flat3d", slots, 576, torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    loc = locations(tokens, slots, torch.int32 if tokens % 3 else torch.int64, seed=tokens)
+    k_nope, k_rope, q_nope, q_rope = _halves(tokens, 512, 64, torch.bfloat16, heads=16, seed=tokens)
+    before = cache_bytes(buf, slots).clone()
+    k_scale, q_scale = (0.25, 0.5) if fp8 else (None, None)
+    skip = int(loc[-2]) if tokens > 1 else -5
+    q = ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope, q_rope, reserved_skip_index=skip, k_scale=k_scale, q_scale=q_scale)
+    rows = torch.cat([k_nope, k_rope], dim=-1)
+    expected_q = torch.cat([q_nope, q_rope], dim=-1)
+    if fp8:
+        rows = _fp8(rows, k_scale)
+        expected_q = _fp8(expected_q.reshape(tokens * 16, -1), q_scale).view(tokens, 16, -1)
+    kept = loc != skip
+    assert torch.equal(cache_bytes(buf, slots), expected_cache(before, cache_bytes(rows, tokens)[kept], loc[kept]))
+    assert torch.equal(q.view(torch.uint8), expected_q.view(torch.uint8))
+    buf2 = _buffer("flat3d", slots, 576, torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    ops.set_mla_kv_buffer(buf2, loc, k_nope, k_rope, reserved_skip_index=skip, k_scale=k_scale)
+    assert torch.equal(cache_bytes(buf2, slots), expected_cache(before, cache_bytes(rows, tokens)[kept], loc[kept]))
+
+
+@pytest.mark.gpu
 def test_empty_and_cuda_graph_replay():
     torch = _torch()
     ops = _ops()
