@@ -179,8 +179,11 @@ def main() -> None:
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
+             ("2 heads a lane group at every size", "bench_qknorm_rope::Schedule<0, 1, 2>"),
+             ("4 heads a lane group at every size", "bench_qknorm_rope::Schedule<0, 1, 4>"),
              ("a CTA of 64 a token (staged) at every size", "bench_qknorm_rope::Schedule<64>"),
              ("a CTA of 128 a token (staged) at every size", "bench_qknorm_rope::Schedule<128>"),
+             ("a CTA of 128 a token, 64 registers (8 CTAs an SM)", "bench_qknorm_rope::Schedule<128, 8>"),
              ("a CTA of 256 a token (staged) at every size", "bench_qknorm_rope::Schedule<256>")]
 
 

@@ -212,6 +212,27 @@ struct Rotation {
   }
 };
 
+// A token's position (mRoPE: its t, h and w positions) and, with the cache write, its cache location.
+struct TokenIndices {
+  int64_t position, position_h, position_w, slot;
+  // Outside the cos/sin cache: the token is skipped.
+  __device__ __forceinline__ bool outside(int64_t max_position) const {
+    const auto out = [&](int64_t at) { return at < 0 || at >= max_position; };
+    return out(position) || out(position_h) || out(position_w);
+  }
+};
+template <bool kStore, typename T>
+__device__ __forceinline__ TokenIndices load_token(const Params<T>& p, const Store& s, int64_t token) {
+  TokenIndices at;
+  at.position = at.position_h = at.position_w = device::kv_cache::load_index(p.positions, p.positions64, token * p.positions_stride);
+  if (p.mrope) {
+    at.position_h = device::kv_cache::load_index(p.positions, p.positions64, p.section_stride + token * p.positions_stride);
+    at.position_w = device::kv_cache::load_index(p.positions, p.positions64, 2 * p.section_stride + token * p.positions_stride);
+  }
+  at.slot = kStore ? device::kv_cache::load_index(s.loc, s.loc64, token * s.loc_stride) : -1;
+  return at;
+}
+
 // A q or k head from a lane group's registers: normalised (the lanes' sums of squares combined by
 // shuffles) with weight w, rotated, stored to dst and, with a cache row, there.
 template <bool kFp8, bool kStore, typename T, bool kNeox, int kVec>
@@ -325,8 +346,8 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 // kv 8 heads of 128, bf16, cache write, 60% of the access pattern's ceiling). Its lane groups then take
 // the q and k heads in turn (norm_rope_head), with the cos/sin of their units loaded once, and its threads
 // copy the v rows to the cache. Shared memory: q heads, k heads, v heads, head_dim elements each.
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads>
-__global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kMinCtas = 1>
+__global__ void __launch_bounds__(kCtaThreads, kMinCtas) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
 #ifdef __CUDACC__
   extern __shared__ int4 staged[];
   T* const rows = reinterpret_cast<T*>(staged);
@@ -338,32 +359,24 @@ __global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const _
   [[maybe_unused]] const T* v = kStore ? static_cast<const T*>(s.v) + token * s.v_token : nullptr;
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  const int64_t position = device::kv_cache::load_index(p.positions, p.positions64, token * p.positions_stride);
-  int64_t position_h = position, position_w = position;
-  if (p.mrope) {
-    position_h = device::kv_cache::load_index(p.positions, p.positions64, p.section_stride + token * p.positions_stride);
-    position_w = device::kv_cache::load_index(p.positions, p.positions64, 2 * p.section_stride + token * p.positions_stride);
-  }
-  [[maybe_unused]] int64_t slot = -1;
-  if constexpr (kStore) slot = device::kv_cache::load_index(s.loc, s.loc64, token * s.loc_stride);
+  const TokenIndices at = load_token<kStore>(p, s, token);
   for (int i = thread; i < p.token_heads * row_vecs; i += kCtaThreads) {
     const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
     const T* src = h < p.q_heads ? q + h * p.q_head : h < heads ? k + (h - p.q_heads) * p.k_head : v + (h - heads) * s.v_head;
     device::ptx::cp_async_16(rows + h * p.head_dim + col, src + col);
   }
-  const auto outside = [&](int64_t at) { return at < 0 || at >= p.max_position; };
-  if (outside(position) || outside(position_h) || outside(position_w)) {
+  if (at.outside(p.max_position)) {
     device::ptx::cp_async_wait_all();  // the copies land before the CTA's shared memory is released
     return;
   }
   const HeadLane<kNeox, kVec> l(p, thread);
   Rotation<kVec> r;
-  r.load(p, l, position, position_h, position_w);
+  r.load(p, l, at.position, at.position_h, at.position_w);
   [[maybe_unused]] char* k_row = nullptr;
   [[maybe_unused]] char* v_row = nullptr;
   [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
   if constexpr (kStore) {
-    if (s.k_cache.holds(slot)) k_row = s.k_cache.row(slot), v_row = s.v_cache.row(slot);
+    if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
     if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
   }
   constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
@@ -607,15 +620,15 @@ struct QkNormRopeOps {
           .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
     }
 
-    // kCtaThreads: a multiple of the lanes a head takes (at most 32).
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads>
+    // kCtaThreads: whole warps; kMinCtas: the CTAs an SM is to fit (registers bounded by it).
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kMinCtas = 1>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       c.early_trigger = pdl_early_trigger(tokens);
       LaunchKernel(static_cast<unsigned>(tokens), static_cast<unsigned>(kCtaThreads), device, static_cast<std::size_t>(staged_bytes<kStore>()))
-          .enable_pdl()(qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads>, c, s);
+          .enable_pdl()(qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kMinCtas>, c, s);
     }
   };
 };
