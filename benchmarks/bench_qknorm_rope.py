@@ -12,7 +12,8 @@ rewrite_to_cache with the write, rewrite_columns without).
 
 --schedules: the product beside its kernels under other launch choices (SCHEDULES,
 benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against the product before it is
-timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 4096, 32768)."""
+timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 4096, 32768).
+Without it, --decode=T,T,... and --prefill=T,T,... replace the main tables' sizes."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def check(cs, qw, kw, kc, vc, ref):
             print(f"<!-- reference fused_qk_norm_rope failed its check call: {type(e).__name__}: {str(e)[:300]} -->")
 
 
-def main() -> None:
+def main(decode=DECODE, prefill=PREFILL) -> None:
     warmup(ops=["fused_qknorm_rope", "fused_inplace_qknorm", "apply_rope_with_cos_sin_cache_inplace", "rotary_embedding", "store_cache"],
            dtypes=[DTYPE])
     cs = cos_sin_cache()
@@ -150,7 +151,7 @@ def main() -> None:
         print("| phase | T | " + " | ".join(f"{n} us" for n in names) + " | fused GB/s | fused % of copy ceiling | pattern ceiling us | "
               "fused % of pattern | " + " | ".join(f"{n} / fused" for n in names[1:]) + " |")
         print("|---|---|" + "---|" * (len(names) + 4 + len(names) - 1))
-        for phase, sizes in (("decode", DECODE), ("prefill", PREFILL)):
+        for phase, sizes in (("decode", decode), ("prefill", prefill)):
             for t in sizes:
                 qkv, q, k, v, pos, loc = inputs(t, phase == "decode")
                 if ref is not None and not store:
@@ -179,12 +180,9 @@ def main() -> None:
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
-             ("2 heads a lane group at every size", "bench_qknorm_rope::Schedule<0, 1, 2>"),
-             ("4 heads a lane group at every size", "bench_qknorm_rope::Schedule<0, 1, 4>"),
-             ("a CTA of 64 a token (staged) at every size", "bench_qknorm_rope::Schedule<64>"),
-             ("a CTA of 128 a token (staged) at every size", "bench_qknorm_rope::Schedule<128>"),
-             ("a CTA of 128 a token, 64 registers (8 CTAs an SM)", "bench_qknorm_rope::Schedule<128, 8>"),
-             ("a CTA of 256 a token (staged) at every size", "bench_qknorm_rope::Schedule<256>")]
+             ("staged, a CTA of 64 a token, one buffer", "bench_qknorm_rope::Schedule<64, 1>"),
+             ("staged, CTAs of 32, two buffers", "bench_qknorm_rope::Schedule<32, 2>"),
+             ("staged, CTAs of 128, two buffers", "bench_qknorm_rope::Schedule<128, 2>")]
 
 
 def schedule_module():
@@ -237,7 +235,11 @@ def schedules(sizes) -> None:
 
 if __name__ == "__main__":
     option = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+
+    def sizes(name, default):
+        return [int(x) for x in option[name].split(",")] if name in option else default
+
     if "--schedules" in sys.argv[1:]:
-        schedules([int(x) for x in option.get("--sizes", "1,64,4096,32768").split(",")])
+        schedules(sizes("--sizes", [1, 64, 4096, 32768]))
     else:
-        main()
+        main(sizes("--decode", DECODE), sizes("--prefill", PREFILL))

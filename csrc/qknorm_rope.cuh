@@ -340,66 +340,95 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 #endif
 }
 
-// With more tokens than SMs and 16-byte vectors: a CTA of kCtaThreads a token, which first copies the
-// token's q, k (and v) heads into shared memory with cp.async, so that all its loads are in flight at once
-// without holding registers (one head a lane group held one head's loads a thread: H200, T = 4096, q 32 /
-// kv 8 heads of 128, bf16, cache write, 60% of the access pattern's ceiling). Its lane groups then take
-// the q and k heads in turn (norm_rope_head), with the cos/sin of their units loaded once, and its threads
-// copy the v rows to the cache. Shared memory: q heads, k heads, v heads, head_dim elements each.
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kMinCtas = 1>
-__global__ void __launch_bounds__(kCtaThreads, kMinCtas) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
+// With more tokens than SMs and 16-byte vectors: CTAs of kCtaThreads, each taking tokens blockIdx.x,
+// + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so that all
+// its loads are in flight at once without holding registers (one head a lane group held one head's loads
+// a thread: H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write, 60% of the access pattern's
+// ceiling); with kStages 2 the next token's copies are issued before the current one is worked, so that
+// they overlap its arithmetic (one stage: a CTA's loads wait for its arithmetic and the other way round).
+// The lane groups take the token's q and k heads in turn (norm_rope_head), the threads copy its v rows to
+// the cache. Shared memory: kStages buffers of q heads, k heads, v heads, head_dim elements each.
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages>
+__global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
+                                                                          int64_t tokens) {
 #ifdef __CUDACC__
+  static_assert(kStages == 1 || kStages == 2, "one or two buffers");
   extern __shared__ int4 staged[];
-  T* const rows = reinterpret_cast<T*>(staged);
   if (p.early_trigger) device::pdl_trigger_secondary();
-  const int64_t token = blockIdx.x;
   const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
-  T* q = p.q + token * p.q_token;
-  T* k = p.k + token * p.k_token;
-  [[maybe_unused]] const T* v = kStore ? static_cast<const T*>(s.v) + token * s.v_token : nullptr;
+  const int64_t buffer_elems = int64_t{p.token_heads} * p.head_dim;
+  const auto stage = [&](int64_t token, T* rows) {  // the token's heads into `rows`, one copy group
+    const T* q = p.q + token * p.q_token;
+    const T* k = p.k + token * p.k_token;
+    [[maybe_unused]] const T* v = kStore ? static_cast<const T*>(s.v) + token * s.v_token : nullptr;
+    for (int i = thread; i < p.token_heads * row_vecs; i += kCtaThreads) {
+      const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
+      const T* src = h < p.q_heads ? q + h * p.q_head : h < heads ? k + (h - p.q_heads) * p.k_head : v + (h - heads) * s.v_head;
+      device::ptx::cp_async_16(rows + h * p.head_dim + col, src + col);
+    }
+    device::ptx::cp_async_commit();
+  };
+  const HeadLane<kNeox, kVec> l(p, thread);
+  constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  const TokenIndices at = load_token<kStore>(p, s, token);
-  for (int i = thread; i < p.token_heads * row_vecs; i += kCtaThreads) {
-    const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
-    const T* src = h < p.q_heads ? q + h * p.q_head : h < heads ? k + (h - p.q_heads) * p.k_head : v + (h - heads) * s.v_head;
-    device::ptx::cp_async_16(rows + h * p.head_dim + col, src + col);
-  }
-  if (at.outside(p.max_position)) {
-    device::ptx::cp_async_wait_all();  // the copies land before the CTA's shared memory is released
-    return;
-  }
-  const HeadLane<kNeox, kVec> l(p, thread);
-  Rotation<kVec> r;
-  r.load(p, l, at.position, at.position_h, at.position_w);
-  [[maybe_unused]] char* k_row = nullptr;
-  [[maybe_unused]] char* v_row = nullptr;
-  [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
-  if constexpr (kStore) {
-    if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
-    if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
-  }
-  constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
-  device::ptx::cp_async_wait_all();
-  __syncthreads();
-  for (int h = thread >> p.width_log2; h < heads; h += kCtaThreads >> p.width_log2) {
-    const bool is_q = h < p.q_heads;
-    HeadVecs<T, kVec> x, w;
-    x.load(rows + h * p.head_dim, l);
-    w.load(is_q ? p.q_weight : p.k_weight, l);
-    T* dst = is_q ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
-    char* row = is_q || k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
-    norm_rope_head<kFp8, kStore>(p, l, x, w, r, dst, row, k_div);
-  }
-  if constexpr (kStore) {
-    if (v_row != nullptr) {
-      for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
-        AlignedVector<T, kVec> x;
-        x.load(rows + (heads * row_vecs + i) * kVec);
-        to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
+  int64_t token = blockIdx.x;
+  TokenIndices at = load_token<kStore>(p, s, token);
+  int buffer = 0;
+  stage(token, reinterpret_cast<T*>(staged));
+  for (; token < tokens; token += gridDim.x) {
+    T* const rows = reinterpret_cast<T*>(staged) + buffer * buffer_elems;
+    const bool skipped = at.outside(p.max_position);
+    Rotation<kVec> r;
+    if (!skipped) r.load(p, l, at.position, at.position_h, at.position_w);
+    [[maybe_unused]] char* k_row = nullptr;
+    [[maybe_unused]] char* v_row = nullptr;
+    if constexpr (kStore) {
+      if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
+    }
+    const int64_t next = token + gridDim.x;
+    if (kStages == 2 && next < tokens) {
+      at = load_token<kStore>(p, s, next), stage(next, reinterpret_cast<T*>(staged) + (buffer ^ 1) * buffer_elems);
+      device::ptx::cp_async_wait_group<1>();  // the current token's copies
+    } else {
+      device::ptx::cp_async_wait_all();
+    }
+    __syncthreads();
+    if (!skipped) {
+      [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
+      if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
+      T* q = p.q + token * p.q_token;
+      T* k = p.k + token * p.k_token;
+      for (int h = thread >> p.width_log2; h < heads; h += kCtaThreads >> p.width_log2) {
+        const bool is_q = h < p.q_heads;
+        HeadVecs<T, kVec> x, w;
+        x.load(rows + h * p.head_dim, l);
+        w.load(is_q ? p.q_weight : p.k_weight, l);
+        T* dst = is_q ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
+        char* row = is_q || k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+        norm_rope_head<kFp8, kStore>(p, l, x, w, r, dst, row, k_div);
+      }
+      if constexpr (kStore) {
+        if (v_row != nullptr) {
+          for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
+            AlignedVector<T, kVec> x;
+            x.load(rows + (heads * row_vecs + i) * kVec);
+            to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
+          }
+        }
       }
     }
+    if constexpr (kStages == 1) {
+      if (next < tokens) {
+        __syncthreads();  // every thread is done with the buffer
+        at = load_token<kStore>(p, s, next), stage(next, rows);
+      }
+    } else {
+      __syncthreads();  // every thread is done with the buffer the next turn stages into
+      buffer ^= 1;
+    }
   }
+  device::ptx::cp_async_wait_all();  // no copy lands after the CTA's shared memory is released
 #endif
 }
 
@@ -571,15 +600,15 @@ struct QkNormRopeOps {
       }
     }
 
-    // The launch rule: one CTA a token (staged) with more tokens than SMs, 16-byte vectors and a token's
-    // heads within kStagedMaxBytes; else one head a lane group.
+    // The launch rule: with more tokens than SMs, 16-byte vectors and kStagedStages buffers of a token's
+    // heads within kStagedMaxBytes, the staged kernel; else one head a lane group.
     template <bool kFp8, bool kStore>
     void launch(bool neox, const Store& s, bool wide_store) {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
       dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
         if constexpr (kVec == kWideVec) {
-          if (tokens > host::runtime::get_sm_count(device.device_id) && staged_bytes<kStore>() <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kThreads>(s);
+          if (tokens > host::runtime::get_sm_count(device.device_id) && kStagedStages * staged_bytes<kStore>() <= kStagedMaxBytes)
+            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages>(s);
         }
         run_heads<kFp8, kNeox, kVec, kStore>(s);
       });
@@ -587,6 +616,10 @@ struct QkNormRopeOps {
 
     static constexpr int kMaxLanes = 32;
     static constexpr int64_t kStagedMaxBytes = 48 * 1024;  // the default limit of dynamic shared memory
+    // The staged kernel's CTAs: 64 threads (8 lane groups of a 128-wide bf16 head: q 32 / kv 8 heads take 5
+    // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, one buffer a CTA a token, cache
+    // write, % of the pattern at T = 4096 / 32768: 64 threads 72.0 / 85.5, 128 67.0 / 71.4, 256 43.2 / 44.3.
+    static constexpr int kStagedThreads = 64, kStagedStages = 2;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
@@ -620,15 +653,20 @@ struct QkNormRopeOps {
           .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
     }
 
-    // kCtaThreads: whole warps; kMinCtas: the CTAs an SM is to fit (registers bounded by it).
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kMinCtas = 1>
+    // kCtaThreads: whole warps. Two stages: as many CTAs as fit the SMs at once (each then takes several
+    // tokens); one: a CTA a token.
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
+      constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>;
+      const auto bytes = static_cast<std::size_t>(kStages * staged_bytes<kStore>());
+      int64_t ctas = tokens;
+      if constexpr (kStages > 1)
+        ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * runtime::get_blocks_per_sm(kernel, kCtaThreads, bytes));
       Params<T> c = params<kVec, kStore>();
-      c.early_trigger = pdl_early_trigger(tokens);
-      LaunchKernel(static_cast<unsigned>(tokens), static_cast<unsigned>(kCtaThreads), device, static_cast<std::size_t>(staged_bytes<kStore>()))
-          .enable_pdl()(qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kMinCtas>, c, s);
+      c.early_trigger = pdl_early_trigger(ctas);
+      LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
     }
   };
 };

@@ -159,12 +159,13 @@ MANY_CASES = [("bfloat16", 128, 128, True, None, "same", "int64"), ("bfloat16", 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name,head_dim,rot,neox,mrope,cache_kind,index_name", MANY_CASES)
 def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim, rot, neox, mrope, cache_kind, index_name):
-    """More tokens than SMs (one CTA a token, its heads staged in shared memory): q, k and the cache rows equal
-    bit for bit those of the same tokens done 64 at a time (one head a lane group), and the float64 reference."""
+    """More tokens than SMs (the staged kernel: each CTA several tokens in turn, their heads staged in shared
+    memory): q, k and the cache rows equal bit for bit those of the same tokens done 64 at a time (one head a
+    lane group), and the float64 reference."""
     torch = _torch()
     ops = _ops()
     dtype, index = getattr(torch, dtype_name), getattr(torch, index_name)
-    tokens = torch.cuda.get_device_properties(0).multi_processor_count * 2 + 37
+    tokens = torch.cuda.get_device_properties(0).multi_processor_count * 24 + 37  # more than the CTAs an SM fits
     qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=41)
     qkv2 = qkv.clone()
     q2, k2, v2 = qkv2[:, : HQ * head_dim], qkv2[:, HQ * head_dim : (HQ + HK) * head_dim], qkv2[:, (HQ + HK) * head_dim :]
@@ -208,7 +209,7 @@ def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [4, 300])
+@pytest.mark.parametrize("tokens", [4, 300, 4000])
 def test_positions_outside_the_cache_skip_the_token(tokens):
     """A token at position -1 or max_position is left alone (q, k and its cache rows), the others are done."""
     torch = _torch()
@@ -278,13 +279,13 @@ def test_empty_input_is_a_no_op():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [8, 400])
+@pytest.mark.parametrize("tokens", [8, 4000])
 def test_replays_in_a_cuda_graph(tokens):
     """Captured once, the fused op (cache write included) follows new inputs at every replay; with few
-    tokens and with more than SMs (a CTA a token)."""
+    tokens and with many (the staged kernel)."""
     torch = _torch()
     ops = _ops()
-    d, slots = 128, 512
+    d, slots = 128, 8192
     qkv = torch.empty(tokens, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda")
     q, k, v = qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
     qw, kw = _weights(d, torch.bfloat16)
