@@ -105,14 +105,46 @@ __device__ __forceinline__ void load_as_floats(float (&dst)[kVec], const C* src)
   }
 }
 
-// The pair unit's two vectors a, b (already normalised and rounded to T) rotated in fp32. Seen as one
-// run x = a ++ b of 2 kVec values: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
+// A vector's values as floats, and floats rounded to T as a vector: 2-byte types two to a 32-bit word (one
+// instruction a value to float, one a pair back; value by value nvcc split and merged the words, most of
+// the kernel's instructions).
+template <typename T, int kVec>
+__device__ __forceinline__ void to_floats(float (&f)[kVec], const AlignedVector<T, kVec>& v) {
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+#pragma unroll
+    for (int m = 0; m < kVec / 2; ++m) {
+      device::packed_t<T> w;
+      __builtin_memcpy(&w, &v.data[2 * m], sizeof(w));
+      const fp32x2_t x = device::cast<fp32x2_t>(w);
+      f[2 * m] = x.x, f[2 * m + 1] = x.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = device::cast<float>(v[j]);
+  }
+}
+template <typename T, int kVec>
+__device__ __forceinline__ AlignedVector<T, kVec> from_floats(const float* f) {
+  AlignedVector<T, kVec> v;
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+#pragma unroll
+    for (int m = 0; m < kVec / 2; ++m) {
+      const device::packed_t<T> w = device::cast<device::packed_t<T>>(fp32x2_t{f[2 * m], f[2 * m + 1]});
+      __builtin_memcpy(&v.data[2 * m], &w, sizeof(w));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = device::cast<T>(f[j]);
+  }
+  return v;
+}
+
+// The pair unit's two vectors' values x = a ++ b (2 kVec floats, already normalised and rounded to T)
+// rotated in fp32, into a and b: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
 // pairs x[j] with x[kVec + j], frequency j.
 template <bool kInterleaved, typename T, int kVec>
-__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&cs)[kVec], const float (&sn)[kVec]) {
-  float x[2 * kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) x[j] = device::cast<float>(a[j]), x[kVec + j] = device::cast<float>(b[j]);
+__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, float (&x)[2 * kVec], const float (&cs)[kVec],
+                                            const float (&sn)[kVec]) {
 #pragma unroll
   for (int f = 0; f < kVec; ++f) {
     const int i = kInterleaved ? 2 * f : f, j = kInterleaved ? 2 * f + 1 : kVec + f;
@@ -120,8 +152,7 @@ __device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVe
     x[i] = fmaf(xi, cs[f], -xj * sn[f]);
     x[j] = fmaf(xj, cs[f], xi * sn[f]);
   }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) a[j] = device::cast<T>(x[j]), b[j] = device::cast<T>(x[kVec + j]);
+  a = from_floats<T, kVec>(x), b = from_floats<T, kVec>(x + kVec);
 }
 
 // kVec values at element `at` of a cache row: as T, or quantized to fp8 e4m3 bytes.
@@ -238,36 +269,46 @@ __device__ __forceinline__ TokenIndices load_token(const Params<T>& p, const Sto
 template <bool kFp8, bool kStore, typename T, bool kNeox, int kVec>
 __device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLane<kNeox, kVec>& l, HeadVecs<T, kVec>& x, const HeadVecs<T, kVec>& w,
                                                const Rotation<kVec>& r, T* dst, [[maybe_unused]] char* row, [[maybe_unused]] const device::quant::Divider& div) {
-  using Vec = AlignedVector<T, kVec>;
-  using Math = device::norm::VecMath<T, kVec>;
   constexpr int kN = kItems<kVec>;
+  float fa[kN][2 * kVec], ft[kN][kVec];  // a pair unit's a ++ b; an unrotated vector
+  const auto squares = [](const float* f) {  // VecMath::sum_squares' order
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) s += f[j] * f[j];
+    return s;
+  };
   float sumsq = 0.0f;
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    if (l.has_unit(i)) sumsq += Math::sum_squares(x.a[i]) + Math::sum_squares(x.b[i]);
-    if (l.has_tail(i)) sumsq += Math::sum_squares(x.t[i]);
+    if (l.has_unit(i)) {
+      to_floats(reinterpret_cast<float(&)[kVec]>(fa[i][0]), x.a[i]), to_floats(reinterpret_cast<float(&)[kVec]>(fa[i][kVec]), x.b[i]);
+      sumsq += squares(fa[i]) + squares(fa[i] + kVec);
+    }
+    if (l.has_tail(i)) to_floats(ft[i], x.t[i]), sumsq += squares(ft[i]);
   }
   for (int offset = l.width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(l.lanes, sumsq, offset);
   const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
-  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T.
-  const auto normalized = [&](const Vec& v, const Vec& wv) {
-    Vec y;
+  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T (kept as floats of T).
+  const auto normalize = [&](float* f, const AlignedVector<T, kVec>& wv) {
+    float fw[kVec];
+    to_floats(fw, wv);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(device::cast<float>(v[j]) * scale * (device::cast<float>(wv[j]) + p.weight_offset));
-    return y;
+    for (int j = 0; j < kVec; ++j) f[j] = f[j] * scale * (fw[j] + p.weight_offset);
+    to_floats(reinterpret_cast<float(&)[kVec]>(*f), from_floats<T, kVec>(f));
   };
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     if (l.has_unit(i)) {
-      x.a[i] = normalized(x.a[i], w.a[i]), x.b[i] = normalized(x.b[i], w.b[i]);
-      rotate_unit<!kNeox && (kVec > 1)>(x.a[i], x.b[i], r.cs[i], r.sn[i]);
+      normalize(fa[i], w.a[i]), normalize(fa[i] + kVec, w.b[i]);
+      rotate_unit<!kNeox && (kVec > 1)>(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i]);
       x.a[i].store(dst + l.unit_col(i)), x.b[i].store(dst + l.unit_col(i) + l.pair());
       if constexpr (kStore) {
         if (row != nullptr) to_cache<kFp8>(row, l.unit_col(i), x.a[i], div), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), x.b[i], div);
       }
     }
     if (l.has_tail(i)) {
-      x.t[i] = normalized(x.t[i], w.t[i]);
+      normalize(ft[i], w.t[i]);
+      x.t[i] = from_floats<T, kVec>(ft[i]);
       x.t[i].store(dst + l.tail_col(i));
       if constexpr (kStore) {
         if (row != nullptr) to_cache<kFp8>(row, l.tail_col(i), x.t[i], div);
@@ -357,15 +398,20 @@ __global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const _
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
   const int64_t buffer_elems = int64_t{p.token_heads} * p.head_dim;
-  const auto stage = [&](int64_t token, T* rows) {  // the token's heads into `rows`, one copy group
-    const T* q = p.q + token * p.q_token;
-    const T* k = p.k + token * p.k_token;
-    [[maybe_unused]] const T* v = kStore ? static_cast<const T*>(s.v) + token * s.v_token : nullptr;
-    for (int i = thread; i < p.token_heads * row_vecs; i += kCtaThreads) {
-      const int h = i / row_vecs, col = (i - h * row_vecs) * kVec;
-      const T* src = h < p.q_heads ? q + h * p.q_head : h < heads ? k + (h - p.q_heads) * p.k_head : v + (h - heads) * s.v_head;
-      device::ptx::cp_async_16(rows + h * p.head_dim + col, src + col);
+  // A thread copies vector c of head h, then steps kCtaThreads vectors on by (dh, dc): a division per
+  // vector put as many instructions before each copy as the token's arithmetic has.
+  const int h0 = thread / row_vecs, c0 = thread - h0 * row_vecs, dh = kCtaThreads / row_vecs, dc = kCtaThreads - dh * row_vecs;
+  const auto copy_heads = [&](T* rows, const T* src, int64_t head_stride, int count) {
+    for (int h = h0, c = c0; h < count;) {
+      device::ptx::cp_async_16(rows + h * p.head_dim + c * kVec, src + h * head_stride + c * kVec);
+      h += dh, c += dc;
+      if (c >= row_vecs) c -= row_vecs, ++h;
     }
+  };
+  const auto stage = [&](int64_t token, T* rows) {  // the token's heads into `rows`, one copy group
+    copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
+    copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
+    if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
     device::ptx::cp_async_commit();
   };
   const HeadLane<kNeox, kVec> l(p, thread);
