@@ -71,6 +71,12 @@ def moved_bytes(t, store):
     return t * (qk + (3 * HK * D * 2 + 8 if store else 0) + 8 + D * 4)
 
 
+def cover(sizes) -> None:
+    """The paged caches (bench_rope's inputs' too) large enough for the sizes asked for (CI=1 sizes them for its own)."""
+    global PAGES
+    PAGES = bench_rope.PAGES = max(bench_rope.PAGES, 2 * max(sizes) // PAGE)
+
+
 def pattern_kernel(yard, qkv, loc, kc, vc, store):
     """The access pattern's ceiling: a kernel that moves the op's bytes and nothing else."""
     words = qkv.view(torch.int32)
@@ -180,9 +186,8 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
-             ("staged, a CTA of 64 a token, one buffer", "bench_qknorm_rope::Schedule<64, 1>"),
-             ("staged, CTAs of 32, two buffers", "bench_qknorm_rope::Schedule<32, 2>"),
-             ("staged, CTAs of 128, two buffers", "bench_qknorm_rope::Schedule<128, 2>")]
+             ("staged, CTAs of 64, two buffers, at every size", "bench_qknorm_rope::Schedule<64, 2>"),
+             ("staged, a CTA of 64 a token, one buffer", "bench_qknorm_rope::Schedule<64, 1>")]
 
 
 def schedule_module():
@@ -240,6 +245,10 @@ if __name__ == "__main__":
         return [int(x) for x in option[name].split(",")] if name in option else default
 
     if "--schedules" in sys.argv[1:]:
-        schedules(sizes("--sizes", [1, 64, 4096, 32768]))
+        asked = sizes("--sizes", [1, 64, 4096, 32768])
+        cover(asked)
+        schedules(asked)
     else:
-        main(sizes("--decode", DECODE), sizes("--prefill", PREFILL))
+        decode, prefill = sizes("--decode", DECODE), sizes("--prefill", PREFILL)
+        cover(decode + prefill)
+        main(decode, prefill)

@@ -646,14 +646,15 @@ struct QkNormRopeOps {
       }
     }
 
-    // The launch rule: with more tokens than SMs, 16-byte vectors and kStagedStages buffers of a token's
-    // heads within kStagedMaxBytes, the staged kernel; else one head a lane group.
+    // The launch rule: from kStagedMinTokens tokens with the cache write (above them without), 16-byte
+    // vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel; else
+    // one head a lane group.
     template <bool kFp8, bool kStore>
     void launch(bool neox, const Store& s, bool wide_store) {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
       dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
         if constexpr (kVec == kWideVec) {
-          if (tokens > host::runtime::get_sm_count(device.device_id) && kStagedStages * staged_bytes<kStore>() <= kStagedMaxBytes)
+          if ((kStore ? tokens >= kStagedMinTokens : tokens > kStagedMinTokens) && kStagedStages * staged_bytes<kStore>() <= kStagedMaxBytes)
             return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages>(s);
         }
         run_heads<kFp8, kNeox, kVec, kStore>(s);
@@ -663,9 +664,14 @@ struct QkNormRopeOps {
     static constexpr int kMaxLanes = 32;
     static constexpr int64_t kStagedMaxBytes = 48 * 1024;  // the default limit of dynamic shared memory
     // The staged kernel's CTAs: 64 threads (8 lane groups of a 128-wide bf16 head: q 32 / kv 8 heads take 5
-    // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, one buffer a CTA a token, cache
-    // write, % of the pattern at T = 4096 / 32768: 64 threads 72.0 / 85.5, 128 67.0 / 71.4, 256 43.2 / 44.3.
+    // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, cache write, % of the pattern at
+    // T = 4096 / 32768: two buffers, CTAs of 64 82.3 / 92.9, of 32 62.0 / 75.1, of 128 74.5 / 78.9; one
+    // buffer, a CTA of 64 a token, 66.9 / 74.6.
     static constexpr int kStagedThreads = 64, kStagedStages = 2;
+    // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
+    // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
+    // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
+    static constexpr int64_t kStagedMinTokens = 4096;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
