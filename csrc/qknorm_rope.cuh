@@ -381,8 +381,8 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 #endif
 }
 
-// With more tokens than SMs and 16-byte vectors: CTAs of kCtaThreads, each taking tokens blockIdx.x,
-// + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so that all
+// With many tokens and 16-byte vectors (Setup::launch's rule): CTAs of kCtaThreads, each taking tokens
+// blockIdx.x, + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so that all
 // its loads are in flight at once without holding registers (one head a lane group held one head's loads
 // a thread: H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write, 60% of the access pattern's
 // ceiling); with kStages 2 the next token's copies are issued before the current one is worked, so that
