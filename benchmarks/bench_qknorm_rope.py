@@ -8,20 +8,27 @@ one sequence (positions 0..T-1, its pages a random permutation). Prints markdown
 
 Bytes moved: q and k read and written back (and, with the cache write, v read and the k and v cache rows
 written). The pattern ceilings are kernels that move those bytes alone (benchmarks/kernels/copy_ceiling.cuh:
-rewrite_to_cache with the write, rewrite_columns without)."""
+rewrite_to_cache with the write, rewrite_columns without).
+
+--schedules: the product beside its kernels under other launch choices (SCHEDULES,
+benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against the product before it is
+timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 4096, 32768).
+Without it, --decode=T,T,... and --prefill=T,T,... replace the main tables' sizes."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us, reference_ops,  # noqa: E402
-                   yardstick_module)
+from utils import (copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us, reference_ops_or_none,  # noqa: E402
+                   reference_version, yardstick_module)
 
 import bench_rope  # noqa: E402
+import jitkern  # noqa: E402
 from bench_rope import in_turns  # noqa: E402
 from jitkern.ops import (FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace, fused_inplace_qknorm, fused_qknorm_rope,  # noqa: E402
                          rotary_embedding, store_cache, warmup)
@@ -44,9 +51,9 @@ def cos_sin_cache():
 def reference_fused():
     """The reference's fused_qk_norm_rope(qkv, ...) as fn(qkv, pos32, qw, kw), or (None, why not)."""
     try:
-        ref = reference_ops("attention.fused_qknorm_rope")
+        ref = reference_ops_or_none("attention.fused_qknorm_rope")
         if ref is None:
-            return None, "the reference framework is not installed (REFERENCE_WHEEL)"
+            return None, "the reference framework is not installed or did not load (REFERENCE_WHEEL)"
         fn = ref.fused_qk_norm_rope
         return (lambda qkv, pos32, qw, kw: fn(qkv, HQ, HK, HK, D, EPS, qw, kw, BASE, True, pos32, 1.0, 0.0, 0.0, 1.0, D)), None
     except Exception as e:  # noqa: BLE001 - reported, not fatal
@@ -62,6 +69,21 @@ def inputs(t, decode):
 def moved_bytes(t, store):
     qk = 2 * (HQ + HK) * D * 2
     return t * (qk + (3 * HK * D * 2 + 8 if store else 0) + 8 + D * 4)
+
+
+def cover(sizes) -> None:
+    """The paged caches (bench_rope's inputs' too) large enough for the sizes asked for (CI=1 sizes them for its own)."""
+    global PAGES
+    PAGES = bench_rope.PAGES = max(bench_rope.PAGES, 2 * max(sizes) // PAGE)
+
+
+def pattern_kernel(yard, qkv, loc, kc, vc, store):
+    """The access pattern's ceiling: a kernel that moves the op's bytes and nothing else."""
+    words = qkv.view(torch.int32)
+    if store:
+        kc32, vc32 = kc.view(torch.int32).view(-1), vc.view(torch.int32).view(-1)
+        return lambda: yard.rewrite_to_cache(words, loc, kc32, vc32, (HQ + HK) * D * 2 // 16, HK * D * 2 // 16, 0)
+    return lambda: yard.rewrite_columns(words, (HQ + HK) * D // 2, 0)
 
 
 def check(cs, qw, kw, kc, vc, ref):
@@ -85,7 +107,7 @@ def check(cs, qw, kw, kc, vc, ref):
             print(f"<!-- reference fused_qk_norm_rope failed its check call: {type(e).__name__}: {str(e)[:300]} -->")
 
 
-def main() -> None:
+def main(decode=DECODE, prefill=PREFILL) -> None:
     warmup(ops=["fused_qknorm_rope", "fused_inplace_qknorm", "apply_rope_with_cos_sin_cache_inplace", "rotary_embedding", "store_cache"],
            dtypes=[DTYPE])
     cs = cos_sin_cache()
@@ -96,7 +118,6 @@ def main() -> None:
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
     yard = yardstick_module()
-    kc32, vc32 = kc.view(torch.int32).view(-1), vc.view(torch.int32).view(-1)
     print(f"\n### QK-norm + RoPE (+ KV-cache write), q {HQ} / kv {HK} heads, d {D}, bf16, paged cache of {PAGE}-token pages "
           f"({environment()})\n")
     print(f"Measured copy ceiling: {copy_ceiling_text(ceilings)}. Times are CUDA-graph medians in us (p20-p80), each from the "
@@ -136,17 +157,13 @@ def main() -> None:
         print("| phase | T | " + " | ".join(f"{n} us" for n in names) + " | fused GB/s | fused % of copy ceiling | pattern ceiling us | "
               "fused % of pattern | " + " | ".join(f"{n} / fused" for n in names[1:]) + " |")
         print("|---|---|" + "---|" * (len(names) + 4 + len(names) - 1))
-        for phase, sizes in (("decode", DECODE), ("prefill", PREFILL)):
+        for phase, sizes in (("decode", decode), ("prefill", prefill)):
             for t in sizes:
                 qkv, q, k, v, pos, loc = inputs(t, phase == "decode")
                 if ref is not None and not store:
                     pos = pos.int()  # the reference takes int32 positions
                 fns = {name: (lambda fn=fn: fn(qkv, q, k, v, pos, loc)) for name, fn in providers.items()}
-                words = qkv.view(torch.int32)
-                if store:
-                    fns["pattern"] = lambda: yard.rewrite_to_cache(words, loc, kc32, vc32, (HQ + HK) * D * 2 // 16, HK * D * 2 // 16, 0)
-                else:
-                    fns["pattern"] = lambda: yard.rewrite_columns(words, (HQ + HK) * D // 2, 0)
+                fns["pattern"] = pattern_kernel(yard, qkv, loc, kc, vc, store)
                 res = in_turns(fns, t)
                 pattern = res.pop("pattern")
                 fused = res["jitkern fused"]["median"]
@@ -164,5 +181,74 @@ def main() -> None:
     print(f"| fused_qknorm_rope | {per_call_us(lambda: fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, True)):.2f} |")
 
 
+# ---- launch schedules (--schedules) ---------------------------------------------------------------
+
+# (name, the C++ type whose apply / apply_store run it), the product first.
+SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
+             ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
+             ("staged, CTAs of 64, two buffers, at every size", "bench_qknorm_rope::Schedule<64, 2>"),
+             ("staged, a CTA of 64 a token, one buffer", "bench_qknorm_rope::Schedule<64, 1>")]
+
+
+def schedule_module():
+    here = Path(__file__).resolve().parent
+    wrappers = [(f"{export}_{i}", f"{cpp}::{export}") for i, (_, cpp) in enumerate(SCHEDULES) for export in ("apply", "apply_store")]
+    return jitkern.load_jit("bench_qknorm_rope_schedules", cuda_files=[str(here / "kernels" / "qknorm_rope_schedules.cuh")],
+                            extra_include_paths=[str(here.parent / "csrc")], cuda_wrappers=wrappers, host_without_nvcc=True)
+
+
+def schedules(sizes) -> None:
+    start = time.perf_counter()
+    module = schedule_module()
+    built = time.perf_counter() - start
+    cs = cos_sin_cache()
+    qw, kw = (torch.rand(D, device="cuda") + 0.5).to(DTYPE), (torch.rand(D, device="cuda") + 0.5).to(DTYPE)
+    kc, vc = (torch.zeros(PAGES, PAGE, HK, D, dtype=DTYPE, device="cuda") for _ in range(2))
+    yard = yardstick_module()
+    print(f"\n### QK-norm + RoPE launch schedules, q {HQ} / kv {HK} heads, d {D}, bf16, NeoX, paged cache of {PAGE}-token pages "
+          f"({environment()}; reference {reference_version()}; built in {built:.0f} s)\n")
+    print("CUDA-graph medians in us, one round in turns with the pattern kernel; (x%): the pattern's time / the schedule's. Every "
+          "schedule's q, k and cache rows equal the product's bit for bit (else a note).\n")
+    print("| write | T | pattern us | " + " | ".join(name for name, _ in SCHEDULES) + " |")
+    print("|---|---|---|" + "---|" * len(SCHEDULES))
+    for store in (True, False):
+        for t in sizes:
+            qkv, q, k, v, pos, loc = inputs(t, t <= 256)
+            src = qkv.clone()
+
+            def call(i, qkv=qkv, q=q, k=k, v=v, pos=pos, loc=loc):
+                if store:
+                    return module[f"apply_store_{i}"](pos, q.view(t, HQ, D), k.view(t, HK, D), qw, kw, cs, EPS, 0.0, True, 0, 0, 0, False,
+                                                       v.view(t, HK, D), kc, vc, loc, 1.0, 1.0)
+                return module[f"apply_{i}"](pos, q.view(t, HQ, D), k.view(t, HK, D), qw, kw, cs, EPS, 0.0, True, 0, 0, 0, False)
+
+            outputs = []
+            for i in range(len(SCHEDULES)):
+                qkv.copy_(src), kc.fill_(0), vc.fill_(0)
+                call(i)
+                outputs.append((qkv.clone(), kc.view(-1, HK * D)[loc].clone(), vc.view(-1, HK * D)[loc].clone()))
+            for (name, _), got in zip(SCHEDULES[1:], outputs[1:]):
+                if not all(torch.equal(a, b) for a, b in zip(got, outputs[0])):
+                    print(f"<!-- T={t} write={store}: {name} differs from the product -->")
+            fns = {i: (lambda i=i: call(i)) for i in range(len(SCHEDULES))}
+            fns["pattern"] = pattern_kernel(yard, qkv, loc, kc, vc, store)
+            res = in_turns(fns, t)
+            pattern = res.pop("pattern")["median"]
+            cells = " | ".join("n/a" if r is None else f"{r['median']:.2f} ({100 * pattern / r['median']:.1f}%)" for r in res.values())
+            print(f"| {'yes' if store else 'no'} | {t} | {pattern:.2f} | {cells} |", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    option = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+
+    def sizes(name, default):
+        return [int(x) for x in option[name].split(",")] if name in option else default
+
+    if "--schedules" in sys.argv[1:]:
+        asked = sizes("--sizes", [1, 64, 4096, 32768])
+        cover(asked)
+        schedules(asked)
+    else:
+        decode, prefill = sizes("--decode", DECODE), sizes("--prefill", PREFILL)
+        cover(decode + prefill)
+        main(decode, prefill)

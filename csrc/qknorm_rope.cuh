@@ -105,14 +105,46 @@ __device__ __forceinline__ void load_as_floats(float (&dst)[kVec], const C* src)
   }
 }
 
-// The pair unit's two vectors a, b (already normalised and rounded to T) rotated in fp32. Seen as one
-// run x = a ++ b of 2 kVec values: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
+// A vector's values as floats, and floats rounded to T as a vector: 2-byte types two to a 32-bit word (one
+// instruction a value to float, one a pair back; value by value nvcc split and merged the words, most of
+// the kernel's instructions).
+template <typename T, int kVec>
+__device__ __forceinline__ void to_floats(float (&f)[kVec], const AlignedVector<T, kVec>& v) {
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+#pragma unroll
+    for (int m = 0; m < kVec / 2; ++m) {
+      device::packed_t<T> w;
+      __builtin_memcpy(&w, &v.data[2 * m], sizeof(w));
+      const fp32x2_t x = device::cast<fp32x2_t>(w);
+      f[2 * m] = x.x, f[2 * m + 1] = x.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = device::cast<float>(v[j]);
+  }
+}
+template <typename T, int kVec>
+__device__ __forceinline__ AlignedVector<T, kVec> from_floats(const float* f) {
+  AlignedVector<T, kVec> v;
+  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+#pragma unroll
+    for (int m = 0; m < kVec / 2; ++m) {
+      const device::packed_t<T> w = device::cast<device::packed_t<T>>(fp32x2_t{f[2 * m], f[2 * m + 1]});
+      __builtin_memcpy(&v.data[2 * m], &w, sizeof(w));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = device::cast<T>(f[j]);
+  }
+  return v;
+}
+
+// The pair unit's two vectors' values x = a ++ b (2 kVec floats, already normalised and rounded to T)
+// rotated in fp32, into a and b: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
 // pairs x[j] with x[kVec + j], frequency j.
 template <bool kInterleaved, typename T, int kVec>
-__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, const float (&cs)[kVec], const float (&sn)[kVec]) {
-  float x[2 * kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) x[j] = device::cast<float>(a[j]), x[kVec + j] = device::cast<float>(b[j]);
+__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, float (&x)[2 * kVec], const float (&cs)[kVec],
+                                            const float (&sn)[kVec]) {
 #pragma unroll
   for (int f = 0; f < kVec; ++f) {
     const int i = kInterleaved ? 2 * f : f, j = kInterleaved ? 2 * f + 1 : kVec + f;
@@ -120,8 +152,7 @@ __device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVe
     x[i] = fmaf(xi, cs[f], -xj * sn[f]);
     x[j] = fmaf(xj, cs[f], xi * sn[f]);
   }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) a[j] = device::cast<T>(x[j]), b[j] = device::cast<T>(x[kVec + j]);
+  a = from_floats<T, kVec>(x), b = from_floats<T, kVec>(x + kVec);
 }
 
 // kVec values at element `at` of a cache row: as T, or quantized to fp8 e4m3 bytes.
@@ -134,23 +165,169 @@ __device__ __forceinline__ void to_cache(char* row, int64_t at, const AlignedVec
   }
 }
 
-// One head per group of 2^width_log2 lanes: heads (token, h) in order q, k, (v) of each token. Lane r
-// holds pair units r, r + width, ... (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J:
-// [2 u kVec, +2 kVec)) and the unrotated vectors r, r + width, ... from column R. A q or k head is
-// normalised (its lanes' sums of squares combined by shuffles), rotated and stored in place, a k head also
-// to its cache row; a v head is only copied to its cache row.
+// A lane of a head's group of 2^width_log2 lanes: lane `rank` holds pair units rank, rank + width, ...
+// (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: [2 u kVec, +2 kVec)) and the
+// unrotated vectors rank, rank + width, ... from column R.
+template <bool kNeox, int kVec>
+struct HeadLane {
+  int rank, width, pairs, tails, rot_half;
+  unsigned lanes;  // the group's lanes of the warp, for its shuffles
+
+  template <typename T>
+  __device__ __forceinline__ HeadLane(const Params<T>& p, int thread)
+      : rank(thread & ((1 << p.width_log2) - 1)), width(1 << p.width_log2), pairs(p.pairs), tails(p.tails), rot_half(p.rot_half),
+        lanes(width == 32 ? 0xffffffffu : ((1u << width) - 1) << (thread % 32 & ~(width - 1))) {}
+  __device__ __forceinline__ int unit_col(int i) const { return (kNeox ? 1 : 2) * (rank + i * width) * kVec; }
+  __device__ __forceinline__ int pair() const { return kNeox ? rot_half : kVec; }  // columns from a unit's a to its b
+  __device__ __forceinline__ int tail_col(int i) const { return 2 * rot_half + (rank + i * width) * kVec; }
+  __device__ __forceinline__ bool has_unit(int i) const { return rank + i * width < pairs; }
+  __device__ __forceinline__ bool has_tail(int i) const { return rank + i * width < tails; }
+};
+
+// A lane's share of one head row (or of a weight): its pair units' vectors a, b and unrotated vectors t.
+template <typename T, int kVec>
+struct HeadVecs {
+  AlignedVector<T, kVec> a[kItems<kVec>], b[kItems<kVec>], t[kItems<kVec>];
+
+  template <bool kNeox>
+  __device__ __forceinline__ void load(const T* row, const HeadLane<kNeox, kVec>& l) {
+#pragma unroll
+    for (int i = 0; i < kItems<kVec>; ++i) {
+      if (l.has_unit(i)) a[i].load(row + l.unit_col(i)), b[i].load(row + l.unit_col(i) + l.pair());
+      if (l.has_tail(i)) t[i].load(row + l.tail_col(i));
+    }
+  }
+  // To a cache row (a v head; a k head's goes with its rotation).
+  template <bool kFp8, bool kNeox>
+  __device__ __forceinline__ void to_cache_row(char* row, const HeadLane<kNeox, kVec>& l, const device::quant::Divider& d) const {
+#pragma unroll
+    for (int i = 0; i < kItems<kVec>; ++i) {
+      if (l.has_unit(i)) to_cache<kFp8>(row, l.unit_col(i), a[i], d), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), b[i], d);
+      if (l.has_tail(i)) to_cache<kFp8>(row, l.tail_col(i), t[i], d);
+    }
+  }
+};
+
+// The cos and sin of a lane's pair units' frequencies at the token's position(s) (mRoPE: each from the row
+// of its section's position).
+template <int kVec>
+struct Rotation {
+  float cs[kItems<kVec>][kVec], sn[kItems<kVec>][kVec];
+
+  template <typename T, bool kNeox>
+  __device__ __forceinline__ void load(const Params<T>& p, const HeadLane<kNeox, kVec>& l, int64_t position, int64_t position_h, int64_t position_w) {
+    const int64_t row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
+    const char* row = static_cast<const char*>(p.cos_sin) + position * row_bytes;
+    const auto cos_sin_at = [&](const char* r, int f) {  // one frequency's (cos, sin)
+      return p.cos_sin_t ? make_float2(device::cast<float>(reinterpret_cast<const T*>(r)[f]), device::cast<float>(reinterpret_cast<const T*>(r)[p.rot_half + f]))
+                         : make_float2(reinterpret_cast<const float*>(r)[f], reinterpret_cast<const float*>(r)[p.rot_half + f]);
+    };
+#pragma unroll
+    for (int i = 0; i < kItems<kVec>; ++i) {
+      const int at = (l.rank + i * l.width) * kVec;
+      if (!l.has_unit(i)) continue;
+      if (p.mrope) {  // element by element, each from the row of its section's position
+#pragma unroll
+        for (int f = 0; f < kVec; ++f) {
+          const int section = mrope_section(p, at + f);
+          const int64_t pos = section == 0 ? position : section == 1 ? position_h : position_w;
+          const float2 c = cos_sin_at(static_cast<const char*>(p.cos_sin) + pos * row_bytes, at + f);
+          cs[i][f] = c.x, sn[i][f] = c.y;
+        }
+      } else if (p.cos_sin_t) {
+        load_as_floats(cs[i], reinterpret_cast<const T*>(row) + at), load_as_floats(sn[i], reinterpret_cast<const T*>(row) + p.rot_half + at);
+      } else {
+        load_as_floats(cs[i], reinterpret_cast<const float*>(row) + at), load_as_floats(sn[i], reinterpret_cast<const float*>(row) + p.rot_half + at);
+      }
+    }
+  }
+};
+
+// A token's position (mRoPE: its t, h and w positions) and, with the cache write, its cache location.
+struct TokenIndices {
+  int64_t position, position_h, position_w, slot;
+  // Outside the cos/sin cache: the token is skipped.
+  __device__ __forceinline__ bool outside(int64_t max_position) const {
+    const auto out = [&](int64_t at) { return at < 0 || at >= max_position; };
+    return out(position) || out(position_h) || out(position_w);
+  }
+};
+template <bool kStore, typename T>
+__device__ __forceinline__ TokenIndices load_token(const Params<T>& p, const Store& s, int64_t token) {
+  TokenIndices at;
+  at.position = at.position_h = at.position_w = device::kv_cache::load_index(p.positions, p.positions64, token * p.positions_stride);
+  if (p.mrope) {
+    at.position_h = device::kv_cache::load_index(p.positions, p.positions64, p.section_stride + token * p.positions_stride);
+    at.position_w = device::kv_cache::load_index(p.positions, p.positions64, 2 * p.section_stride + token * p.positions_stride);
+  }
+  at.slot = kStore ? device::kv_cache::load_index(s.loc, s.loc64, token * s.loc_stride) : -1;
+  return at;
+}
+
+// A q or k head from a lane group's registers: normalised (the lanes' sums of squares combined by
+// shuffles) with weight w, rotated, stored to dst and, with a cache row, there.
+template <bool kFp8, bool kStore, typename T, bool kNeox, int kVec>
+__device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLane<kNeox, kVec>& l, HeadVecs<T, kVec>& x, const HeadVecs<T, kVec>& w,
+                                               const Rotation<kVec>& r, T* dst, [[maybe_unused]] char* row, [[maybe_unused]] const device::quant::Divider& div) {
+  constexpr int kN = kItems<kVec>;
+  float fa[kN][2 * kVec], ft[kN][kVec];  // a pair unit's a ++ b; an unrotated vector
+  const auto squares = [](const float* f) {  // VecMath::sum_squares' order
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) s += f[j] * f[j];
+    return s;
+  };
+  float sumsq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    if (l.has_unit(i)) {
+      to_floats(reinterpret_cast<float(&)[kVec]>(fa[i][0]), x.a[i]), to_floats(reinterpret_cast<float(&)[kVec]>(fa[i][kVec]), x.b[i]);
+      sumsq += squares(fa[i]) + squares(fa[i] + kVec);
+    }
+    if (l.has_tail(i)) to_floats(ft[i], x.t[i]), sumsq += squares(ft[i]);
+  }
+  for (int offset = l.width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(l.lanes, sumsq, offset);
+  const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
+  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T (kept as floats of T).
+  const auto normalize = [&](float* f, const AlignedVector<T, kVec>& wv) {
+    float fw[kVec];
+    to_floats(fw, wv);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = f[j] * scale * (fw[j] + p.weight_offset);
+    to_floats(reinterpret_cast<float(&)[kVec]>(*f), from_floats<T, kVec>(f));
+  };
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    if (l.has_unit(i)) {
+      normalize(fa[i], w.a[i]), normalize(fa[i] + kVec, w.b[i]);
+      rotate_unit<!kNeox && (kVec > 1)>(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i]);
+      x.a[i].store(dst + l.unit_col(i)), x.b[i].store(dst + l.unit_col(i) + l.pair());
+      if constexpr (kStore) {
+        if (row != nullptr) to_cache<kFp8>(row, l.unit_col(i), x.a[i], div), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), x.b[i], div);
+      }
+    }
+    if (l.has_tail(i)) {
+      normalize(ft[i], w.t[i]);
+      x.t[i] = from_floats<T, kVec>(ft[i]);
+      x.t[i].store(dst + l.tail_col(i));
+      if constexpr (kStore) {
+        if (row != nullptr) to_cache<kFp8>(row, l.tail_col(i), x.t[i], div);
+      }
+    }
+  }
+}
+
+// One head per group of 2^width_log2 lanes (HeadLane): heads (token, h) in order q, k, (v) of each token.
+// A q or k head is normalised, rotated and stored in place (norm_rope_head), a k head also to its cache
+// row; a v head is only copied to its cache row.
 template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
 __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
 #ifdef __CUDACC__
-  using Vec = AlignedVector<T, kVec>;
-  using Math = device::norm::VecMath<T, kVec>;
-  constexpr int kN = kItems<kVec>;
   if (p.early_trigger) device::pdl_trigger_secondary();
-  const int width = 1 << p.width_log2;
   const int tid = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  const int item = tid >> p.width_log2, rank = tid & (width - 1);
+  const int item = tid >> p.width_log2;
   if (item >= p.items) return;  // whole groups leave: the others' shuffles name only their own lanes
-  const unsigned lanes = width == 32 ? 0xffffffffu : ((1u << width) - 1) << (threadIdx.x % 32 & ~static_cast<unsigned>(width - 1));
+  const HeadLane<kNeox, kVec> l(p, static_cast<int>(threadIdx.x));
   const int token = item / p.token_heads, h = item - token * p.token_heads;
   const bool is_q = h < p.q_heads, is_v = kStore && h >= p.q_heads + p.k_heads;
   const int kh = h - p.q_heads;  // k (or, past the k heads, v) head
@@ -159,18 +336,13 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
     if (is_v) x = const_cast<T*>(static_cast<const T*>(s.v)) + token * s.v_token + (kh - p.k_heads) * s.v_head;
   }
   const T* w = is_q ? p.q_weight : p.k_weight;
-  const int pair = kNeox ? p.rot_half : kVec;
-  const auto col_of_unit = [&](int u) { return kNeox ? u * kVec : 2 * u * kVec; };
-  const auto col_of_tail = [&](int t) { return 2 * p.rot_half + t * kVec; };
-  const auto has_unit = [&](int i) { return rank + i * width < p.pairs; };
-  const auto has_tail = [&](int i) { return rank + i * width < p.tails; };
 
   const void* position_at = device::kv_cache::index_address(p.positions, p.positions64, token * p.positions_stride);
   [[maybe_unused]] const void* slot_at = kStore ? device::kv_cache::index_address(s.loc, s.loc64, token * s.loc_stride) : nullptr;
   // Keeps the first addresses' arithmetic before the wait (see docs/add-a-kernel.md); not for one-element
   // vectors, whose many loads make the held addresses cost more than they save.
   if constexpr (kVec > 1) {
-    if (has_unit(0)) device::prefetch_before_wait(x + col_of_unit(rank));
+    if (l.has_unit(0)) device::prefetch_before_wait(x + l.unit_col(0));
     device::prefetch_before_wait(position_at);
     if constexpr (kStore) device::prefetch_before_wait(slot_at);
   }
@@ -184,19 +356,9 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   }
   [[maybe_unused]] int64_t slot = -1;
   if constexpr (kStore) slot = device::kv_cache::load_index_at(slot_at, s.loc64);
-  Vec a[kN], b[kN], t[kN], wa[kN], wb[kN], wt[kN];
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int u = rank + i * width;
-    if (has_unit(i)) {
-      a[i].load(x + col_of_unit(u)), b[i].load(x + col_of_unit(u) + pair);
-      if (!is_v) wa[i].load(w + col_of_unit(u)), wb[i].load(w + col_of_unit(u) + pair);
-    }
-    if (has_tail(i)) {
-      t[i].load(x + col_of_tail(u));
-      if (!is_v) wt[i].load(w + col_of_tail(u));
-    }
-  }
+  HeadVecs<T, kVec> v, wv;
+  v.load(x, l);
+  if (!is_v) wv.load(w, l);
   const auto outside = [&](int64_t at) { return at < 0 || at >= p.max_position; };
   if (outside(position) || outside(position_h) || outside(position_w)) return;  // the whole group: one token
   [[maybe_unused]] char* row = nullptr;
@@ -208,77 +370,111 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
       if constexpr (kFp8) div = device::quant::Divider(is_v ? s.v_scale : s.k_scale);
     }
     if (is_v) {
-      if (row == nullptr) return;
-#pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        const int u = rank + i * width;
-        if (has_unit(i)) to_cache<kFp8>(row, col_of_unit(u), a[i], div), to_cache<kFp8>(row, col_of_unit(u) + pair, b[i], div);
-        if (has_tail(i)) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
-      }
+      if (row != nullptr) v.template to_cache_row<kFp8>(row, l, div);
       return;
     }
   }
   // The cos/sin loads issue before the reduction, which their latency then hides.
-  const int64_t cs_row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
-  const char* cs_row = static_cast<const char*>(p.cos_sin) + position * cs_row_bytes;
-  const auto cos_sin_at = [&](const char* row, int f) {  // one frequency's (cos, sin)
-    return p.cos_sin_t ? make_float2(device::cast<float>(reinterpret_cast<const T*>(row)[f]),
-                                     device::cast<float>(reinterpret_cast<const T*>(row)[p.rot_half + f]))
-                       : make_float2(reinterpret_cast<const float*>(row)[f], reinterpret_cast<const float*>(row)[p.rot_half + f]);
+  Rotation<kVec> r;
+  r.load(p, l, position, position_h, position_w);
+  norm_rope_head<kFp8, kStore>(p, l, v, wv, r, x, row, div);
+#endif
+}
+
+// With many tokens and 16-byte vectors (Setup::launch's rule): CTAs of kCtaThreads, each taking tokens
+// blockIdx.x, + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so that all
+// its loads are in flight at once without holding registers (one head a lane group held one head's loads
+// a thread: H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write, 60% of the access pattern's
+// ceiling); with kStages 2 the next token's copies are issued before the current one is worked, so that
+// they overlap its arithmetic (one stage: a CTA's loads wait for its arithmetic and the other way round).
+// The lane groups take the token's q and k heads in turn (norm_rope_head), the threads copy its v rows to
+// the cache. Shared memory: kStages buffers of q heads, k heads, v heads, head_dim elements each.
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages>
+__global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
+                                                                          int64_t tokens) {
+#ifdef __CUDACC__
+  static_assert(kStages == 1 || kStages == 2, "one or two buffers");
+  extern __shared__ int4 staged[];
+  if (p.early_trigger) device::pdl_trigger_secondary();
+  const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
+  const int64_t buffer_elems = int64_t{p.token_heads} * p.head_dim;
+  // A thread copies vector c of head h, then steps kCtaThreads vectors on by (dh, dc): a division per
+  // vector put as many instructions before each copy as the token's arithmetic has.
+  const int h0 = thread / row_vecs, c0 = thread - h0 * row_vecs, dh = kCtaThreads / row_vecs, dc = kCtaThreads - dh * row_vecs;
+  const auto copy_heads = [&](T* rows, const T* src, int64_t head_stride, int count) {
+    for (int h = h0, c = c0; h < count;) {
+      device::ptx::cp_async_16(rows + h * p.head_dim + c * kVec, src + h * head_stride + c * kVec);
+      h += dh, c += dc;
+      if (c >= row_vecs) c -= row_vecs, ++h;
+    }
   };
-  float cs[kN][kVec], sn[kN][kVec];
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int at = (rank + i * width) * kVec;
-    if (!has_unit(i)) continue;
-    if (p.mrope) {  // element by element, each from the row of its section's position
-#pragma unroll
-      for (int f = 0; f < kVec; ++f) {
-        const int section = mrope_section(p, at + f);
-        const int64_t pos = section == 0 ? position : section == 1 ? position_h : position_w;
-        const float2 c = cos_sin_at(static_cast<const char*>(p.cos_sin) + pos * cs_row_bytes, at + f);
-        cs[i][f] = c.x, sn[i][f] = c.y;
-      }
-    } else if (p.cos_sin_t) {
-      load_as_floats(cs[i], reinterpret_cast<const T*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const T*>(cs_row) + p.rot_half + at);
+  const auto stage = [&](int64_t token, T* rows) {  // the token's heads into `rows`, one copy group
+    copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
+    copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
+    if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
+    device::ptx::cp_async_commit();
+  };
+  const HeadLane<kNeox, kVec> l(p, thread);
+  constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
+  device::pdl_wait_primary();
+  if (!p.early_trigger) device::pdl_trigger_secondary();
+  int64_t token = blockIdx.x;
+  TokenIndices at = load_token<kStore>(p, s, token);
+  int buffer = 0;
+  stage(token, reinterpret_cast<T*>(staged));
+  for (; token < tokens; token += gridDim.x) {
+    T* const rows = reinterpret_cast<T*>(staged) + buffer * buffer_elems;
+    const bool skipped = at.outside(p.max_position);
+    Rotation<kVec> r;
+    if (!skipped) r.load(p, l, at.position, at.position_h, at.position_w);
+    [[maybe_unused]] char* k_row = nullptr;
+    [[maybe_unused]] char* v_row = nullptr;
+    if constexpr (kStore) {
+      if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
+    }
+    const int64_t next = token + gridDim.x;
+    if (kStages == 2 && next < tokens) {
+      at = load_token<kStore>(p, s, next), stage(next, reinterpret_cast<T*>(staged) + (buffer ^ 1) * buffer_elems);
+      device::ptx::cp_async_wait_group<1>();  // the current token's copies
     } else {
-      load_as_floats(cs[i], reinterpret_cast<const float*>(cs_row) + at), load_as_floats(sn[i], reinterpret_cast<const float*>(cs_row) + p.rot_half + at);
+      device::ptx::cp_async_wait_all();
     }
-  }
-  float sumsq = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    if (has_unit(i)) sumsq += Math::sum_squares(a[i]) + Math::sum_squares(b[i]);
-    if (has_tail(i)) sumsq += Math::sum_squares(t[i]);
-  }
-  for (int offset = width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(lanes, sumsq, offset);
-  const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
-  // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T.
-  const auto normalized = [&](const Vec& x, const Vec& w) {
-    Vec y;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = device::cast<T>(device::cast<float>(x[j]) * scale * (device::cast<float>(w[j]) + p.weight_offset));
-    return y;
-  };
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int u = rank + i * width;
-    if (has_unit(i)) {
-      a[i] = normalized(a[i], wa[i]), b[i] = normalized(b[i], wb[i]);
-      rotate_unit<!kNeox && (kVec > 1)>(a[i], b[i], cs[i], sn[i]);
-      a[i].store(x + col_of_unit(u)), b[i].store(x + col_of_unit(u) + pair);
+    __syncthreads();
+    if (!skipped) {
+      [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
+      if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
+      T* q = p.q + token * p.q_token;
+      T* k = p.k + token * p.k_token;
+      for (int h = thread >> p.width_log2; h < heads; h += kCtaThreads >> p.width_log2) {
+        const bool is_q = h < p.q_heads;
+        HeadVecs<T, kVec> x, w;
+        x.load(rows + h * p.head_dim, l);
+        w.load(is_q ? p.q_weight : p.k_weight, l);
+        T* dst = is_q ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
+        char* row = is_q || k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+        norm_rope_head<kFp8, kStore>(p, l, x, w, r, dst, row, k_div);
+      }
       if constexpr (kStore) {
-        if (row != nullptr) to_cache<kFp8>(row, col_of_unit(u), a[i], div), to_cache<kFp8>(row, col_of_unit(u) + pair, b[i], div);
+        if (v_row != nullptr) {
+          for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
+            AlignedVector<T, kVec> x;
+            x.load(rows + (heads * row_vecs + i) * kVec);
+            to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
+          }
+        }
       }
     }
-    if (has_tail(i)) {
-      t[i] = normalized(t[i], wt[i]);
-      t[i].store(x + col_of_tail(u));
-      if constexpr (kStore) {
-        if (row != nullptr) to_cache<kFp8>(row, col_of_tail(u), t[i], div);
+    if constexpr (kStages == 1) {
+      if (next < tokens) {
+        __syncthreads();  // every thread is done with the buffer
+        at = load_token<kStore>(p, s, next), stage(next, rows);
       }
+    } else {
+      __syncthreads();  // every thread is done with the buffer the next turn stages into
+      buffer ^= 1;
     }
   }
+  device::ptx::cp_async_wait_all();  // no copy lands after the CTA's shared memory is released
 #endif
 }
 
@@ -303,18 +499,20 @@ struct QkNormRopeOps {
   static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                           double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView v,
                           TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale, double v_scale) {
-    store_as<false>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
-                    k_cache, v_cache, cache_loc, k_scale, v_scale);
+    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
+    const StoreArgs a = store_args<false>(setup, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+    setup.template launch<false, true>(is_neox, a.s, a.wide);
   }
   static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight,
                               TensorView cos_sin_cache, double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w,
                               bool mrope_interleaved, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
                               double v_scale) {
-    store_as<true>(Setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved}), is_neox, v,
-                   k_cache, v_cache, cache_loc, k_scale, v_scale);
+    Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
+    const StoreArgs a = store_args<true>(setup, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+    setup.template launch<true, true>(is_neox, a.s, a.wide);
   }
 
- private:
+  // The pieces of the ops (public for the launch schedules of benchmarks/kernels/qknorm_rope_schedules.cuh).
   static constexpr int kWideVec = device::kVec16<T>;
 
   struct Sections {
@@ -323,9 +521,14 @@ struct QkNormRopeOps {
   };
   struct Setup;
 
+  // The cache write's verified arguments; wide: they allow 16-byte vectors too.
+  struct StoreArgs {
+    Store s;
+    bool wide;
+  };
   template <bool kFp8>
-  static void store_as(Setup setup, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
-                       double v_scale) {
+  static StoreArgs store_args(const Setup& setup, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
+                              double v_scale) {
     using namespace host;
     using namespace host::kv_cache;
     auto N = SymbolicSize{"num_tokens"}, Hk = SymbolicSize{"num_kv_heads"}, D = SymbolicSize{"head_size"};
@@ -360,7 +563,7 @@ struct QkNormRopeOps {
                                                  {VecOperand(s.v, sizeof(T)), VecOperand(s.k_cache.base, cb), VecOperand(s.v_cache.base, cb)},
                                                  {s.v_token, s.v_head})
                                   : 1;
-    setup.template launch<kFp8, true>(is_neox, s, vec == kWideVec);
+    return {s, vec == kWideVec};
   }
 
   // The verified arguments shared by the ops, as kernel parameters.
@@ -430,40 +633,92 @@ struct QkNormRopeOps {
                           {p.q_token, p.q_head, p.k_token, p.k_head, p.cos_sin_stride}) == kWideVec;
     }
 
-    // wide_store: the cache write's operands allow 16-byte vectors too.
-    template <bool kFp8, bool kStore>
-    void launch(bool neox, const Store& s, bool wide_store) {
-      if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
+    // Calls schedule.template operator()<kNeox, kVec>() with the vector width the operands allow
+    // (wide_store: the cache write's allow 16-byte vectors too).
+    template <bool kStore, typename Schedule>
+    void dispatch(bool neox, bool wide_store, Schedule&& schedule) const {
       if (wide && (!kStore || wide_store) && fits<kWideVec>()) {
-        neox ? run<kFp8, true, kWideVec, kStore>(s) : run<kFp8, false, kWideVec, kStore>(s);
+        neox ? schedule.template operator()<true, kWideVec>() : schedule.template operator()<false, kWideVec>();
       } else {
         host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
                            2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
-        neox ? run<kFp8, true, 1, kStore>(s) : run<kFp8, false, 1, kStore>(s);
+        neox ? schedule.template operator()<true, 1>() : schedule.template operator()<false, 1>();
       }
     }
 
+    // The launch rule: from kStagedMinTokens tokens with the cache write (above them without), 16-byte
+    // vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel; else
+    // one head a lane group.
+    template <bool kFp8, bool kStore>
+    void launch(bool neox, const Store& s, bool wide_store) {
+      if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
+      dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
+        if constexpr (kVec == kWideVec) {
+          if ((kStore ? tokens >= kStagedMinTokens : tokens > kStagedMinTokens) && kStagedStages * staged_bytes<kStore>() <= kStagedMaxBytes)
+            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages>(s);
+        }
+        run_heads<kFp8, kNeox, kVec, kStore>(s);
+      });
+    }
+
     static constexpr int kMaxLanes = 32;
+    static constexpr int64_t kStagedMaxBytes = 48 * 1024;  // the default limit of dynamic shared memory
+    // The staged kernel's CTAs: 64 threads (8 lane groups of a 128-wide bf16 head: q 32 / kv 8 heads take 5
+    // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, cache write, % of the pattern at
+    // T = 4096 / 32768: two buffers, CTAs of 64 82.3 / 92.9, of 32 62.0 / 75.1, of 128 74.5 / 78.9; one
+    // buffer, a CTA of 64 a token, 66.9 / 74.6.
+    static constexpr int kStagedThreads = 64, kStagedStages = 2;
+    // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
+    // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
+    // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
+    static constexpr int64_t kStagedMinTokens = 4096;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
       const int64_t held = int64_t{kMaxLanes} * kItems<kVec>;
       return p.rot_half / kVec <= held && (p.head_dim - 2 * p.rot_half) / kVec <= held;
     }
+    template <bool kStore>
+    int64_t staged_bytes() const {
+      return int64_t{p.q_heads + p.k_heads + (kStore ? p.k_heads : 0)} * p.head_dim * static_cast<int64_t>(sizeof(T));
+    }
 
-    template <bool kFp8, bool kNeox, int kVec, bool kStore>
-    void run(const Store& s) {
-      using namespace host;
+    // The kernels' parameters at kVec elements a vector.
+    template <int kVec, bool kStore>
+    Params<T> params() const {
       Params<T> c = p;
       c.pairs = p.rot_half / kVec, c.tails = (p.head_dim - 2 * p.rot_half) / kVec;
       c.width_log2 = 0;  // the fewest lanes that hold the head, or one lane a vector where that is more
       while ((1 << c.width_log2) < kMaxLanes && (1 << c.width_log2) < std::max(c.pairs, c.tails)) ++c.width_log2;
       c.token_heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
       c.items = static_cast<int32_t>(tokens * c.token_heads);
+      return c;
+    }
+
+    template <bool kFp8, bool kNeox, int kVec, bool kStore>
+    void run_heads(const Store& s) const {
+      using namespace host;
+      Params<T> c = params<kVec, kStore>();
       const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
       c.early_trigger = pdl_early_trigger(ctas);
       LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
           .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+    }
+
+    // kCtaThreads: whole warps. Two stages: as many CTAs as fit the SMs at once (each then takes several
+    // tokens); one: a CTA a token.
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages>
+    void run_staged(const Store& s) const {
+      static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
+      using namespace host;
+      constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>;
+      const auto bytes = static_cast<std::size_t>(kStages * staged_bytes<kStore>());
+      int64_t ctas = tokens;
+      if constexpr (kStages > 1)
+        ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * runtime::get_blocks_per_sm(kernel, kCtaThreads, bytes));
+      Params<T> c = params<kVec, kStore>();
+      c.early_trigger = pdl_early_trigger(ctas);
+      LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
     }
   };
 };

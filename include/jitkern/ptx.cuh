@@ -56,5 +56,18 @@ JITKERN_DEVICE void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
+// Closes this thread's copies issued since the last commit into a group; cp_async_wait_group<N> waits until
+// at most N of its groups are pending (a pipeline of N + 1 stages).
+JITKERN_DEVICE void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+JITKERN_DEVICE void cp_async_wait_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 
 }  // namespace device::ptx

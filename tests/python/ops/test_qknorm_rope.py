@@ -147,8 +147,69 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim, 
         assert torch.equal(cache_bytes(cache, slots), expected_cache(before, cache_bytes(rows, tokens), loc))
 
 
+# Launches of many tokens (16-byte vectors: the staged kernel) against those of few (one head a lane
+# group): NeoX and GPT-J, partial rotary, mRoPE (both section forms), caches in the inputs' dtype and fp8,
+# int32 and int64 positions, each dtype.
+MANY_CASES = [("bfloat16", 128, 128, True, None, "same", "int64"), ("bfloat16", 128, 64, False, None, "fp8", "int32"),
+              ("float16", 256, 128, True, None, "none", "int32"), ("float32", 64, 64, False, None, "same", "int64"),
+              ("bfloat16", 128, 128, False, "contiguous", "same", "int32"), ("bfloat16", 128, 128, True, "interleaved", "fp8", "int64"),
+              ("bfloat16", 80, 80, True, None, "none", "int64"), ("float16", 128, 32, False, None, "fp8", "int64")]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [4, 300])
+@pytest.mark.parametrize("dtype_name,head_dim,rot,neox,mrope,cache_kind,index_name", MANY_CASES)
+def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim, rot, neox, mrope, cache_kind, index_name):
+    """Many tokens (the staged kernel: each CTA several tokens in turn, their heads staged in shared memory):
+    q, k and the cache rows equal bit for bit those of the same tokens done 64 at a time (one head a lane
+    group), and the float64 reference."""
+    torch = _torch()
+    ops = _ops()
+    dtype, index = getattr(torch, dtype_name), getattr(torch, index_name)
+    tokens = 4096 + 37  # the staged kernel's (QkNormRopeOps' kStagedMinTokens), more than the CTAs the SMs fit
+    qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=41)
+    qkv2 = qkv.clone()
+    q2, k2, v2 = qkv2[:, : HQ * head_dim], qkv2[:, HQ * head_dim : (HQ + HK) * head_dim], qkv2[:, (HQ + HK) * head_dim :]
+    qw, kw = _weights(head_dim, dtype, seed=8)
+    cs = _cos_sin(rot)
+    section = (rot // 2 - 2 * (rot // 6), rot // 6, rot // 6) if mrope else None
+    if mrope:
+        pos = torch.stack([_positions(tokens, torch.int64, seed=s) for s in range(3)]).to(index)
+        table, ids = _mrope_table(cs, pos, section, mrope == "interleaved"), torch.arange(tokens, device="cuda")
+    else:
+        pos = _positions(tokens, index, seed=5)
+        table, ids = cs, pos
+    eq = _reference(q.view(tokens, HQ, head_dim), qw, ids, table, neox)
+    ek = _reference(k.view(tokens, HK, head_dim), kw, ids, table, neox)
+    slots = 16 * (tokens // 16 + 2)
+    caches = []
+    for _ in range(2):
+        kc, vc = _caches("paged", slots, head_dim, torch.float8_e4m3fn if cache_kind == "fp8" else dtype)
+        caches.append((kc, vc))
+    loc = locations(tokens, slots, index, seed=6)
+    scales = (0.05, 0.02) if cache_kind == "fp8" else (None, None)
+
+    def call(rows, q, k, v, kc, vc):
+        arg = None if cache_kind == "none" else ops.FusedSetKVBufferArg(value=v[rows], k_buffer=kc, v_buffer=vc, k_scale=scales[0],
+                                                                          v_scale=scales[1], cache_loc=loc[rows])
+        ops.fused_qknorm_rope(pos[..., rows], q[rows], k[rows], qw, kw, cs, EPS, neox, arg, mrope_section=section,
+                              mrope_interleaved=mrope == "interleaved")
+
+    call(slice(None), q, k, v, *caches[0])
+    for start in range(0, tokens, 64):
+        call(slice(start, start + 64), q2, k2, v2, *caches[1])
+    assert torch.equal(qkv, qkv2)
+    if cache_kind != "none":
+        assert torch.equal(cache_bytes(caches[0][0], slots), cache_bytes(caches[1][0], slots))
+        assert torch.equal(cache_bytes(caches[0][1], slots), cache_bytes(caches[1][1], slots))
+        rows = v if scales[1] is None else _fp8(v, scales[1])
+        ok = (loc >= 0) & (loc < slots)  # locations() puts some outside the cache
+        assert torch.equal(cache_bytes(caches[0][1], slots)[loc[ok].long()], cache_bytes(rows, tokens)[ok])
+    _assert_close(q.view(tokens, HQ, head_dim), eq, dtype_name)
+    _assert_close(k.view(tokens, HK, head_dim), ek, dtype_name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [4, 300, 4200])
 def test_positions_outside_the_cache_skip_the_token(tokens):
     """A token at position -1 or max_position is left alone (q, k and its cache rows), the others are done."""
     torch = _torch()
@@ -218,18 +279,20 @@ def test_empty_input_is_a_no_op():
 
 
 @pytest.mark.gpu
-def test_replays_in_a_cuda_graph():
-    """Captured once, the fused op (cache write included) follows new inputs at every replay."""
+@pytest.mark.parametrize("tokens", [8, 4200])
+def test_replays_in_a_cuda_graph(tokens):
+    """Captured once, the fused op (cache write included) follows new inputs at every replay; with few
+    tokens and with many (the staged kernel)."""
     torch = _torch()
     ops = _ops()
-    d, tokens = 128, 8
+    d, slots = 128, 8192
     qkv = torch.empty(tokens, (HQ + 2 * HK) * d, dtype=torch.bfloat16, device="cuda")
     q, k, v = qkv[:, : HQ * d], qkv[:, HQ * d : (HQ + HK) * d], qkv[:, (HQ + HK) * d :]
     qw, kw = _weights(d, torch.bfloat16)
     cs = _cos_sin(d)
     pos = torch.zeros(tokens, dtype=torch.int64, device="cuda")
     loc = torch.zeros(tokens, dtype=torch.int64, device="cuda")
-    kc, vc = _caches("paged", 64, d, torch.bfloat16)
+    kc, vc = _caches("paged", slots, d, torch.bfloat16)
     state = {}
     arg = ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc)
     ops.warmup(ops=["fused_qknorm_rope"], dtypes=[torch.bfloat16])
@@ -238,7 +301,7 @@ def test_replays_in_a_cuda_graph():
         g = torch.Generator(device="cuda").manual_seed(seed)
         qkv.copy_(torch.randn(qkv.shape, generator=g, device="cuda"))
         pos.copy_(torch.randint(0, MAX_POS, (tokens,), generator=g, device="cuda"))
-        loc.copy_(torch.randperm(64, generator=g, device="cuda")[:tokens])
+        loc.copy_(torch.randperm(slots, generator=g, device="cuda")[:tokens])
         state["before"] = qkv.clone()
 
     def step():
@@ -250,8 +313,8 @@ def test_replays_in_a_cuda_graph():
         ek = _reference(b[:, HQ * d : (HQ + HK) * d].view(tokens, HK, d), kw, pos, cs, False)
         _assert_close(q.view(tokens, HQ, d), eq, "bfloat16")
         _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
-        assert torch.equal(kc.view(64, HK * d)[loc], k), what
-        assert torch.equal(vc.view(64, HK * d)[loc], v), what
+        assert torch.equal(kc.view(slots, HK * d)[loc], k), what
+        assert torch.equal(vc.view(slots, HK * d)[loc], v), what
 
     eagerly_then_from_a_graph(prepare, step, check)
 

@@ -1,0 +1,45 @@
+// Launch schedules of the fused QK-norm + RoPE (+ KV-cache write) side by side (bench_qknorm_rope.py
+// --schedules): the product's kernels (csrc/qknorm_rope.cuh) under other launch choices than its rule
+// picks, bf16. Each Schedule has the product's entry points (apply, apply_store), its arguments checked by
+// the product's own code (QkNormRopeOps' Setup and store_args).
+#pragma once
+
+#include <qknorm_rope.cuh>
+
+namespace bench_qknorm_rope {
+
+using namespace jitkern_qknorm_rope;
+using Ops = QkNormRopeOps<bf16_t>;
+
+// kCtaThreads 0: one head a lane group at every size (qknorm_rope_kernel); else the staged kernel with CTAs
+// of kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors.
+template <int kCtaThreads, int kStages = 2>
+struct Schedule {
+  static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
+                    double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
+    const Ops::Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
+    run<false, false>(setup, is_neox, Store{}, false);
+  }
+  static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
+                          double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved,
+                          TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale, double v_scale) {
+    const Ops::Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
+    const Ops::StoreArgs a = Ops::store_args<false>(setup, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+    run<false, true>(setup, is_neox, a.s, a.wide);
+  }
+
+ private:
+  template <bool kFp8, bool kStore>
+  static void run(const Ops::Setup& setup, bool neox, const Store& s, bool wide_store) {
+    if (setup.tokens == 0) return;
+    setup.template dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
+      if constexpr (kCtaThreads > 0 && kVec == Ops::kWideVec) {
+        setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>(s);
+      } else {
+        setup.template run_heads<kFp8, kNeox, kVec, kStore>(s);
+      }
+    });
+  }
+};
+
+}  // namespace bench_qknorm_rope
