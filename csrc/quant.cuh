@@ -476,6 +476,10 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
 //   kPinnedStores, kFusedPinnedStores: the rows and cluster kernels compute a row's code and scale addresses before
 //     their wait (else the compiler puts them after the reduction, on the path to the stores);
+//   kEarlyInvHidden: the rows kernel computes 1 / hidden before its wait (else between the wait and the loads);
+//   kManyBoundThreads, kManyMinBlocks, kManyBoundFrom: the plain op's many-row kernel (exact rounding, fp32 scales)
+//     under __launch_bounds__(kManyBoundThreads, kManyMinBlocks) where its CTA is kManyBoundFrom to
+//     kManyBoundThreads threads wide (224, 5: 56 registers, 5 CTAs of 7168 an SM against 4 at 64);
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -496,6 +500,8 @@ struct NormGroupSchedule {
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr bool kPinnedStores = true, kFusedPinnedStores = true;
+  static constexpr bool kEarlyInvHidden = true;
+  static constexpr int kManyBoundThreads = 224, kManyMinBlocks = 5, kManyBoundFrom = 193;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -645,10 +651,13 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait. kPinnedStores: the row's code and scale addresses computed before the wait.
+// at start, else after the wait. kPinnedStores: the row's code and scale addresses computed before the wait;
+// kEarlyInvHidden: 1 / hidden too (else computed between the wait and the loads). kBoundThreads, kMinBlocks:
+// __launch_bounds__ (0: CTAs of up to 1024 / kPerLane threads, no minimum).
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          bool kPinnedStores>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
+          bool kPinnedStores, bool kEarlyInvHidden = true, int kBoundThreads = 0, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kBoundThreads > 0 ? kBoundThreads : host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
+    norm_group_rows_kernel(
     const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
@@ -667,11 +676,12 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) 
   uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
   quant::GroupScales scales = row_of_scales(epi.scales, epi.first_row + blockIdx.x);
   if constexpr (kPinnedStores) asm volatile("" : "+l"(q), "+l"(scales.base));  // else computed after the reduction
+  float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  if constexpr (kEarlyInvHidden) asm volatile("" : "+f"(inv_hidden));
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
@@ -1272,7 +1282,7 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag) {
+    const auto go = [&](auto lanes_tag, auto may_bound_tag) {
       constexpr int kLaneVecs = decltype(lanes_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
@@ -1280,17 +1290,29 @@ struct QuantOps {
         const int threads = wide_threads(nvec, kLaneVecs, row_threads);
         LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
         launch.enable_pdl();
-        if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kPinned>, p, epi);
-        } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kPinned>, p, epi);
+        const auto with = [&](auto exact_tag, auto bound_tag) {
+          constexpr bool kBound = decltype(bound_tag)::value;
+          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, decltype(exact_tag)::value, S::kPairs, kPinned,
+                                        S::kEarlyInvHidden, kBound ? S::kManyBoundThreads : 0, kBound ? S::kManyMinBlocks : 0>,
+                 p, epi);
+        };
+        const bool exact = nvec == int64_t{kLaneVecs} * threads;
+        if constexpr (decltype(may_bound_tag)::value) {
+          if (threads >= S::kManyBoundFrom && threads <= S::kManyBoundThreads) {
+            if (exact) with(std::true_type{}, std::true_type{});
+            else with(std::false_type{}, std::true_type{});
+            return true;
+          }
         }
+        if (exact) with(std::true_type{}, std::false_type{});
+        else with(std::false_type{}, std::false_type{});
         return true;
       }
     };
+    constexpr bool kMayBound = !kFusedAdd && !kUE8M0 && kRounding == quant::Rounding::kExact && S::kManyBoundThreads > 0;
     if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
+      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::bool_constant<kMayBound>{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::false_type{});
   }
 };
 #endif  // __CUDACC_RTC__
