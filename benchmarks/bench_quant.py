@@ -248,15 +248,16 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
 # code and scale addresses computed before the wait (plain, fused add), 1 / hidden computed before the wait, the plain
-# op's many-row launch bounds (threads, CTAs an SM, from this CTA width; 0: none); or a type of
-# norm_group_schedules.cuh with those entry points.
+# op's many-row launch bounds (threads, CTAs an SM, from this CTA width; 0: none), the plain op's rows a CTA below 4
+# rows an SM where there are more rows than SMs; or a type of norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0),
-    "bounded all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 0),
-    "late 1/H": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 0, 224, 5, 193),
+    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0, 1),
+    "bounded all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 0, 1),
+    "late 1/H": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 0, 224, 5, 193, 1),
+    "2 rows a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["late 1/H"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_SCHEDULES = ["late 1/H", "2 rows a CTA"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
 DECODE_FUSED_SCHEDULES = ["late 1/H"]  # ... the fused add
 PREFILL_SCHEDULES = ["unbounded", "bounded all"]  # ... the plain op at prefill sizes
 PREFILL_FUSED_SCHEDULES = []  # ... the fused add
@@ -299,13 +300,14 @@ def norm_group_self_check(modules: dict) -> dict:
     """The schedules that give the product's codes, scales and residual, bit for bit (NaN and inf rows included), at
     decode and many-row sizes and at a width whose last warp is part-held; each other one is reported and left out
     (the "pattern" yardstick, whose output is not the op's, is passed on unchecked)."""
-    many = 4 * torch.cuda.get_device_properties(0).multi_processor_count + 5
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    many = 4 * sms + 5
     failed = {}
     yardsticks = {n: m for n, m in modules.items() if n == "pattern"}
     modules = {n: m for n, m in modules.items() if n != "pattern"}
     for h in (7168, 5248, 4096):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
-        for t in (1, 37, many, 8 * many):
+        for t in (1, 37, 2 * sms + 1, many, 8 * many):
             x, r0, _, q0, s0 = _group_operands(t, h)
             x[t // 2, 5] = float("nan")
             x[t - 1, 9] = float("inf")
@@ -334,8 +336,8 @@ def norm_group_self_check(modules: dict) -> dict:
                     elif fused and not torch.equal(res.view(torch.int16), res0.view(torch.int16)):
                         failed[name] = f"{where}: residual differs"
     passed = {n: m for n, m in modules.items() if n not in failed}
-    print(f"\nSelf-check: {', '.join(passed) or 'none'} give the product's bits at [1 / 37 / {many} / {8 * many}, 7168 / 5248 / 4096], "
-          "both ops.")
+    print(f"\nSelf-check: {', '.join(passed) or 'none'} give the product's bits at [1 / 37 / {2 * sms + 1} / {many} / {8 * many}, 7168 / 5248 / "
+          "4096], both ops.")
     for name, why in failed.items():
         print(f"Self-check FAILED, left out: {name} {why}")
     return {**passed, **yardsticks}
@@ -356,7 +358,7 @@ def norm_group_decode(modules: dict) -> None:
           "rmsnorm alone | its access pattern without the arithmetic | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty, pattern = yardstick_module(), overhead_module().launch_empty_pdl, modules.get("pattern")
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
-    for h, sizes in ((7168, [1, 4, 8, 16, 256]), (4096, [1, 64])):
+    for h, sizes in ((7168, [1, 4, 8, 16, 256, 512]), (4096, [1, 64, 256])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
