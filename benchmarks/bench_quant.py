@@ -255,9 +255,10 @@ NORM_GROUP_SCHEDULES = {
     "bounded all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 0, 1),
     "late 1/H": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 0, 224, 5, 193, 1),
     "2 rows a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2),
+    "2 rows of 1 a lane": (4, 2, 1, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["late 1/H", "2 rows a CTA"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_SCHEDULES = ["late 1/H", "2 rows a CTA", "2 rows of 1 a lane"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
 DECODE_FUSED_SCHEDULES = ["late 1/H"]  # ... the fused add
 PREFILL_SCHEDULES = ["unbounded", "bounded all"]  # ... the plain op at prefill sizes
 PREFILL_FUSED_SCHEDULES = []  # ... the fused add
