@@ -247,19 +247,20 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
-# code and scale addresses computed before the wait (plain, fused add), 1 / hidden computed before the wait, the plain
-# op's many-row launch bounds (threads, CTAs an SM, from this CTA width; 0: none), the plain op's rows a CTA below 4
-# rows an SM where there are more rows than SMs; or a type of norm_group_schedules.cuh with those entry points.
+# code and scale addresses computed before the wait (plain, fused add), 1 / hidden computed before the wait below 4
+# rows an SM, the plain op's many-row launch bounds (threads, CTAs an SM, from this CTA width; 0: none), the plain op's
+# rows a CTA below 4 rows an SM where there are more rows than SMs, from this CTA width; or a type of
+# norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0, 1),
-    "bounded all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 0, 1),
-    "late 1/H": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 0, 224, 5, 193, 1),
-    "2 rows a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2),
-    "2 rows of 1 a lane": (4, 2, 1, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2),
+    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0, 2, 257),
+    "bounded all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 0, 2, 257),
+    "1 row a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 1, 257),
+    "1 row, late 1/H": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 0, 224, 5, 193, 1, 257),
+    "2 rows all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2, 0),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["late 1/H", "2 rows a CTA", "2 rows of 1 a lane"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["late 1/H"]  # ... the fused add
+DECODE_SCHEDULES = ["1 row a CTA", "1 row, late 1/H", "2 rows all"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = ["1 row, late 1/H"]  # ... the fused add
 PREFILL_SCHEDULES = ["unbounded", "bounded all"]  # ... the plain op at prefill sizes
 PREFILL_FUSED_SCHEDULES = []  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -359,7 +360,7 @@ def norm_group_decode(modules: dict) -> None:
           "rmsnorm alone | its access pattern without the arithmetic | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty, pattern = yardstick_module(), overhead_module().launch_empty_pdl, modules.get("pattern")
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
-    for h, sizes in ((7168, [1, 4, 8, 16, 256, 512]), (4096, [1, 64, 256])):
+    for h, sizes in ((7168, [1, 4, 8, 16, 256, 512]), (6144, [256]), (5120, [256]), (4096, [1, 64, 256, 512])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)

@@ -476,11 +476,13 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
 //   kPinnedStores, kFusedPinnedStores: the rows and cluster kernels compute a row's code and scale addresses before
 //     their wait (else the compiler puts them after the reduction, on the path to the stores);
-//   kEarlyInvHidden: the rows kernel computes 1 / hidden before its wait (else between the wait and the loads);
+//   kFewEarlyInvHidden: below kManyRowsPerSm rows an SM the rows kernel computes 1 / hidden before its wait (else
+//     between the wait and the loads; from it on ptxas then issues the weights' loads after the sums of squares);
 //   kManyBoundThreads, kManyMinBlocks, kManyBoundFrom: the plain op's many-row kernel (exact rounding, fp32 scales)
 //     under __launch_bounds__(kManyBoundThreads, kManyMinBlocks) where its CTA is kManyBoundFrom to
 //     kManyBoundThreads threads wide (224, 5: 56 registers, 5 CTAs of 7168 an SM against 4 at 64);
-//   kFewRowsPerCta: the plain op's rows a CTA below kManyRowsPerSm rows an SM where there are more rows than SMs;
+//   kFewRowsPerCta, kFewRowsFromThreads: the plain op's rows a CTA below kManyRowsPerSm rows an SM, where there are
+//     more rows than SMs and the CTA is at least kFewRowsFromThreads threads wide;
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -501,9 +503,9 @@ struct NormGroupSchedule {
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr bool kPinnedStores = true, kFusedPinnedStores = true;
-  static constexpr bool kEarlyInvHidden = true;
+  static constexpr bool kFewEarlyInvHidden = true;
   static constexpr int kManyBoundThreads = 224, kManyMinBlocks = 5, kManyBoundFrom = 193;
-  static constexpr int kFewRowsPerCta = 1;
+  static constexpr int kFewRowsPerCta = 2, kFewRowsFromThreads = 257;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -675,12 +677,12 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
 // at start, else after the wait. kPinnedStores: the rows' code and scale addresses computed before the wait;
-// kEarlyInvHidden: 1 / hidden too (else computed between the wait and the loads). kBoundThreads, kMinBlocks:
+// kEarlyInvHidden: 1 / hidden too (else after the wait, beside the loads). kBoundThreads, kMinBlocks:
 // __launch_bounds__ (0: CTAs of up to 1024 / kPerLane threads, no minimum). kRows > 1: CTA c takes rows c * kRows
 // to c * kRows + kRows - 1 (past the last row, the last row again: the same bits stored twice; the plain op only),
 // their loads issued together, the weights loaded once, one barrier for their sums of squares.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          bool kPinnedStores, bool kEarlyInvHidden = true, int kBoundThreads = 0, int kMinBlocks = 0, int kRows = 1>
+          bool kPinnedStores, bool kEarlyInvHidden = false, int kBoundThreads = 0, int kMinBlocks = 0, int kRows = 1>
 __global__ void __launch_bounds__(kBoundThreads > 0 ? kBoundThreads : host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
     norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p,
                            const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
@@ -710,12 +712,13 @@ __global__ void __launch_bounds__(kBoundThreads > 0 ? kBoundThreads : host::kRow
     scales[i] = row_of_scales(epi.scales, epi.first_row + n);
     if constexpr (kPinnedStores) asm volatile("" : "+l"(q[i]), "+l"(scales[i].base));  // else computed after the reduction
   }
-  float inv_hidden = 1.0f / static_cast<float>(p.hidden);
-  if constexpr (kEarlyInvHidden) asm volatile("" : "+f"(inv_hidden));
+  float early_inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  if constexpr (kEarlyInvHidden) asm volatile("" : "+f"(early_inv_hidden));
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
   Vec xs[kRows][kPerLane], ws[kPerLane], rs[kRows][kFusedAdd ? kPerLane : 1];
+  const float inv_hidden = kEarlyInvHidden ? early_inv_hidden : 1.0f / static_cast<float>(p.hidden);
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
@@ -1325,42 +1328,41 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag, auto may_bound_tag, auto rows_tag) {
-      constexpr int kLaneVecs = decltype(lanes_tag)::value, kRows = decltype(rows_tag)::value;
+    // kFew: below kManyRowsPerSm rows an SM.
+    const auto go = [&](auto lanes_tag, auto few_tag) {
+      constexpr int kLaneVecs = decltype(lanes_tag)::value;
+      constexpr bool kFew = decltype(few_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
         const int threads = wide_threads(nvec, kLaneVecs, row_threads);
-        LaunchKernel launch(static_cast<unsigned>((rows.tokens + kRows - 1) / kRows), threads, rows.device);
-        launch.enable_pdl();
-        const auto with = [&](auto exact_tag, auto bound_tag) {
-          constexpr bool kBound = decltype(bound_tag)::value;
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, decltype(exact_tag)::value, S::kPairs, kPinned,
-                                        S::kEarlyInvHidden, kBound ? S::kManyBoundThreads : 0, kBound ? S::kManyMinBlocks : 0, kRows>,
-                 p, epi);
-        };
         const bool exact = nvec == int64_t{kLaneVecs} * threads;
-        if constexpr (decltype(may_bound_tag)::value) {
-          if (threads >= S::kManyBoundFrom && threads <= S::kManyBoundThreads) {
-            if (exact) with(std::true_type{}, std::true_type{});
-            else with(std::false_type{}, std::true_type{});
-            return true;
-          }
+        const auto with = [&](auto bound_tag, auto rows_tag) {
+          constexpr bool kBound = decltype(bound_tag)::value;
+          constexpr int kRows = decltype(rows_tag)::value;
+          LaunchKernel launch(static_cast<unsigned>((rows.tokens + kRows - 1) / kRows), threads, rows.device);
+          launch.enable_pdl();
+          const auto as = [&](auto exact_tag) {
+            launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, decltype(exact_tag)::value, S::kPairs, kPinned,
+                                          kFew && S::kFewEarlyInvHidden, kBound ? S::kManyBoundThreads : 0, kBound ? S::kManyMinBlocks : 0, kRows>,
+                   p, epi);
+          };
+          if (exact) as(std::true_type{});
+          else as(std::false_type{});
+          return true;
+        };
+        using One = std::integral_constant<int, 1>;
+        if constexpr (!kFew && !kFusedAdd && !kUE8M0 && kRounding == quant::Rounding::kExact && S::kManyBoundThreads > 0) {
+          if (threads >= S::kManyBoundFrom && threads <= S::kManyBoundThreads) return with(std::true_type{}, One{});
         }
-        if (exact) with(std::true_type{}, std::false_type{});
-        else with(std::false_type{}, std::false_type{});
-        return true;
+        if constexpr (kFew && !kFusedAdd && S::kFewRowsPerCta > 1) {
+          if (rows.tokens > sm_count && threads >= S::kFewRowsFromThreads) return with(std::false_type{}, std::integral_constant<int, S::kFewRowsPerCta>{});
+        }
+        return with(std::false_type{}, One{});
       }
     };
-    constexpr bool kMayBound = !kFusedAdd && !kUE8M0 && kRounding == quant::Rounding::kExact && S::kManyBoundThreads > 0;
-    using One = std::integral_constant<int, 1>;
-    if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::bool_constant<kMayBound>{}, One{});
-    using FewLanes = std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>;
-    if constexpr (!kFusedAdd && S::kFewRowsPerCta > 1) {
-      if (rows.tokens > sm_count) return go(FewLanes{}, std::false_type{}, std::integral_constant<int, S::kFewRowsPerCta>{});
-    }
-    return go(FewLanes{}, std::false_type{}, One{});
+    if (rows.tokens >= S::kManyRowsPerSm * sm_count) return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::false_type{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::true_type{});
   }
 };
 #endif  // __CUDACC_RTC__

@@ -234,7 +234,7 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
                    "using device::quant::Rounding;\n"
                    "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true>;\n"
-                   "void* bounded = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true, true,"
+                   "void* bounded = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true, false,"
                    " jitkern_quant::NormGroupSchedule::kManyBoundThreads, jitkern_quant::NormGroupSchedule::kManyMinBlocks>;\n"
                    "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true, true>;\n")
     out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",

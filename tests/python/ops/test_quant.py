@@ -1207,8 +1207,8 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
     rmsnorm_group_quant_fp8 and two for the fused add at many rows, the plain op's rows of 7168 (exact rounding,
     fp32 scales) under launch bounds of 224 threads and 5 CTAs an SM, its rows of 4096 and the sglang rounding's not;
-    two and one vectors a lane at 256 rows; up to 4 rows of the fused add wider than 512 vectors each over a cluster
-    of CTAs (norm_group_cluster_kernel)."""
+    two and one vectors a lane at 256 rows, the plain op's rows of 7168 two a CTA there (of 4096 one; no more rows than SMs
+    one); up to 4 rows of the fused add wider than 512 vectors each over a cluster of CTAs (norm_group_cluster_kernel)."""
     import re
 
     torch = _torch()
@@ -1230,15 +1230,22 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
         if "norm_group_cluster_kernel" in names[0]:
             return "cluster"
         lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
-        bounded = re.search(r"(, |Li)224(, |ELi)5(, |E)", names[0]) is not None
-        return f"lanes{lanes[0]}" + (" bounded" if bounded else "") if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
+        if not lanes:
+            return "one" if "norm_wide_kernel" in names[0] else names[0]
+        # the last template arguments: kBoundThreads, kMinBlocks, kRows
+        bounds_rows = re.search(r", (\d+), (\d+), (\d+)>|Li(\d+)ELi(\d+)ELi(\d+)EEEv", names[0])
+        assert bounds_rows, names[0]
+        threads, blocks, per_cta = (int(v) for v in bounds_rows.groups() if v is not None)
+        return f"lanes{lanes[0]}" + (f" bounded {threads} {blocks}" if threads else "") + (f" rows{per_cta}" if per_cta > 1 else "")
 
-    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4 bounded"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4 bounded 224 5"
     assert launched(lambda: rmsnorm_group_quant_fp8(x, w, rounding="sglang")) == "lanes4"
     x4k, w4k = x[:, :4096].contiguous(), w[:4096].contiguous()
     assert launched(lambda: rmsnorm_group_quant_fp8(x4k, w4k)) == "lanes4"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x4k[:256], w4k)) == "lanes2"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:torch.cuda.get_device_properties(0).multi_processor_count], w)) == "lanes2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
-    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2 rows2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:1], x[:1].clone(), w)) == "cluster"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:4], x[:4].clone(), w)) == "cluster"
