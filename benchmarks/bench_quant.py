@@ -252,16 +252,14 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # rows a CTA below 4 rows an SM where there are more rows than SMs, from this CTA width; or a type of
 # norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0, 2, 257),
-    "bounded all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 0, 2, 257),
-    "1 row a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 1, 257),
-    "1 row, late 1/H": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 0, 224, 5, 193, 1, 257),
-    "2 rows all": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 193, 2, 0),
+    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0, 2, 385),
+    "bounded (the product's)": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 2, 385),
+    "1 row a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 1, 385),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["1 row a CTA", "1 row, late 1/H", "2 rows all"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["1 row, late 1/H"]  # ... the fused add
-PREFILL_SCHEDULES = ["unbounded", "bounded all"]  # ... the plain op at prefill sizes
+DECODE_SCHEDULES = ["1 row a CTA"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = []  # ... the fused add
+PREFILL_SCHEDULES = ["unbounded", "bounded (the product's)"]  # ... the plain op at prefill sizes
 PREFILL_FUSED_SCHEDULES = []  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
@@ -360,7 +358,7 @@ def norm_group_decode(modules: dict) -> None:
           "rmsnorm alone | its access pattern without the arithmetic | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty, pattern = yardstick_module(), overhead_module().launch_empty_pdl, modules.get("pattern")
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
-    for h, sizes in ((7168, [1, 4, 8, 16, 256, 512]), (6144, [256]), (5120, [256]), (4096, [1, 64, 256, 512])):
+    for h, sizes in ((7168, [1, 4, 16, 256, 512]), (6144, [256]), (5120, [256]), (4096, [1, 64, 256, 512])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
@@ -415,7 +413,7 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | its access pattern without the arithmetic | "
           f"fused_add_rmsnorm_group_quant_fp8 exact | sglang |{add_columns} rows rewritten after one CTA reduction (% of copy) |", [])
     pattern = modules.get("pattern")
-    for h, sizes in ((7168, [4096, 16384, 32768]), (6144, [16384]), (5120, [16384]), (4096, [32768])):
+    for h, sizes in ((7168, [4096, 32768]), (6144, [16384]), (5120, [16384]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
             x, r0, y, q, s = _group_operands(t, h)

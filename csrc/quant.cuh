@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     between the wait and the loads; from it on ptxas then issues the weights' loads after the sums of squares);
 //   kManyBoundThreads, kManyMinBlocks, kManyBoundFrom: the plain op's many-row kernel (exact rounding, fp32 scales)
 //     under __launch_bounds__(kManyBoundThreads, kManyMinBlocks) where its CTA is kManyBoundFrom to
-//     kManyBoundThreads threads wide (224, 5: 56 registers, 5 CTAs of 7168 an SM against 4 at 64);
+//     kManyBoundThreads threads wide (224, 5: 56 registers, one CTA an SM more than at 64: 5 of 7168, 9 of 4096);
 //   kFewRowsPerCta, kFewRowsFromThreads: the plain op's rows a CTA below kManyRowsPerSm rows an SM, where there are
 //     more rows than SMs and the CTA is at least kFewRowsFromThreads threads wide;
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
@@ -495,7 +495,11 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 // add over a cluster at [4, 7168] 1.69 us against 1.96; the plain op's one and four vectors a lane below 4 rows an
 // SM 1.65 / 1.71 us at [1, 7168] against 1.58, 2.97 / 3.26 at 256 rows against 2.94. The addresses pinned (b3200c2):
 // 1.47 / 1.51 / 2.91 us at [1 / 4 / 256, 7168] against 1.60 / 1.65 / 2.97, prefill 75.4 / 77.0 / 81.0% of the pattern
-// ceiling against 70.5 / 73.5 / 77.3%; the candidates that lost are in docs/benchmarks/quant.md.
+// ceiling against 70.5 / 73.5 / 77.3%. At dfc5a0b: the bounds 3.5-5.0% faster than without at [16384-32768, 4096-7168];
+// 1 / hidden before the wait 0.01-0.09 us at decode sizes (at many rows ptxas then issued the weights' loads after the
+// sums of squares: 72.3% of halve at [32768, 7168] in de1ee23's run against 78.1% here); two rows a CTA 2.82 / 3.94 us at
+// [256 / 512, 7168] against 2.93 / 4.32, 2.61 / 2.49 / 2.30 at [256, 6144 / 5120 / 4096] against 2.48 / 2.34 / 2.15.
+// The candidates that lost are in docs/benchmarks/quant.md.
 struct NormGroupSchedule {
   static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
@@ -504,8 +508,8 @@ struct NormGroupSchedule {
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr bool kPinnedStores = true, kFusedPinnedStores = true;
   static constexpr bool kFewEarlyInvHidden = true;
-  static constexpr int kManyBoundThreads = 224, kManyMinBlocks = 5, kManyBoundFrom = 193;
-  static constexpr int kFewRowsPerCta = 2, kFewRowsFromThreads = 257;
+  static constexpr int kManyBoundThreads = 224, kManyMinBlocks = 5, kManyBoundFrom = 128;
+  static constexpr int kFewRowsPerCta = 2, kFewRowsFromThreads = 385;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in

@@ -1134,7 +1134,7 @@ def test_norm_group_quant_errors():
 
 
 # Many-row launches: (dtype, hidden, group size); 5248 and 6400 bf16 and 1152 fp32 leave the last warp of a row
-# part-held (7168 and 6400 bf16: the many-row kernel under its launch bounds, NormGroupSchedule::kManyBoundThreads),
+# part-held (bf16 from 4096 on: the many-row kernel under its launch bounds, NormGroupSchedule::kManyBoundThreads),
 # 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors. (benchmarks/bench_quant.py
 # `group` checks the other schedules of benchmarks/kernels/norm_group_schedules.cuh against the product.)
 MANY_ROW_CASES = [("bfloat16", 7168, 128), ("bfloat16", 6400, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128),
@@ -1205,10 +1205,11 @@ def test_norm_group_quant_eight_waves_of_many_rows_give_the_bits_of_few(dtype_na
 @pytest.mark.gpu
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
-    rmsnorm_group_quant_fp8 and two for the fused add at many rows, the plain op's rows of 7168 (exact rounding,
-    fp32 scales) under launch bounds of 224 threads and 5 CTAs an SM, its rows of 4096 and the sglang rounding's not;
-    two and one vectors a lane at 256 rows, the plain op's rows of 7168 two a CTA there (of 4096 one; no more rows than SMs
-    one); up to 4 rows of the fused add wider than 512 vectors each over a cluster of CTAs (norm_group_cluster_kernel)."""
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows, the plain op's rows of 4096 to 7168 (exact
+    rounding, fp32 scales) under launch bounds of 224 threads and 5 CTAs an SM, the sglang rounding's not; two and
+    one vectors a lane at 256 rows, the plain op's rows of 7168 two a CTA there (of 6144 and 4096 one; no more rows
+    than SMs one); up to 4 rows of the fused add wider than 512 vectors each over a cluster of CTAs
+    (norm_group_cluster_kernel)."""
     import re
 
     torch = _torch()
@@ -1241,8 +1242,10 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4 bounded 224 5"
     assert launched(lambda: rmsnorm_group_quant_fp8(x, w, rounding="sglang")) == "lanes4"
     x4k, w4k = x[:, :4096].contiguous(), w[:4096].contiguous()
-    assert launched(lambda: rmsnorm_group_quant_fp8(x4k, w4k)) == "lanes4"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x4k, w4k)) == "lanes4 bounded 224 5"
     assert launched(lambda: rmsnorm_group_quant_fp8(x4k[:256], w4k)) == "lanes2"
+    x6k, w6k = x[:256, :6144].contiguous(), w[:6144].contiguous()
+    assert launched(lambda: rmsnorm_group_quant_fp8(x6k, w6k)) == "lanes2"
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:torch.cuda.get_device_properties(0).multi_processor_count], w)) == "lanes2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
     assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2 rows2"
@@ -1304,9 +1307,9 @@ def _exactly_summed(shape, dtype_name, seed, bound=12):
 
 
 # (rows, H) reaching each launch of the norm + group ops: a few 16-bit rows of the fused add over clusters of CTAs
-# (norm_group_cluster_kernel), the group rows kernel at few rows, at an odd number between one and four an SM and at
-# many rows ("many": 4 an SM and 5 more; at 7168 bf16 under its launch bounds), the norm kernels' launch (rows wider
-# than 1024 vectors).
+# (norm_group_cluster_kernel), the group rows kernel at few rows, at an odd number between one and four an SM (two
+# rows a CTA at 7168 bf16) and at many rows ("many": 4 an SM and 5 more; bf16 under its launch bounds), the norm
+# kernels' launch (rows wider than 1024 vectors).
 ROUNDING_SHAPES = [(1, 7168), (3, 5248), (9, 4096), (301, 7168), ("many", 4096), ("many", 7168), (3, 16384)]
 
 
