@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 // add over a cluster at [4, 7168] 1.69 us against 1.96; the plain op's one and four vectors a lane below 4 rows an
 // SM 1.65 / 1.71 us at [1, 7168] against 1.58, 2.97 / 3.26 at 256 rows against 2.94. The addresses pinned (b3200c2):
 // 1.47 / 1.51 / 2.91 us at [1 / 4 / 256, 7168] against 1.60 / 1.65 / 2.97, prefill 75.4 / 77.0 / 81.0% of the pattern
-// ceiling against 70.5 / 73.5 / 77.3%. At dfc5a0b: the bounds 3.5-5.0% faster than without at [16384-32768, 4096-7168];
+// ceiling against 70.5 / 73.5 / 77.3%. At dfc5a0b: the bounds 3.5-5.1% faster than without at [4096-32768, 4096-7168];
 // 1 / hidden before the wait 0.01-0.09 us at decode sizes (at many rows ptxas then issued the weights' loads after the
 // sums of squares: 72.3% of halve at [32768, 7168] in de1ee23's run against 78.1% here); two rows a CTA 2.82 / 3.94 us at
 // [256 / 512, 7168] against 2.93 / 4.32, 2.61 / 2.49 / 2.30 at [256, 6144 / 5120 / 4096] against 2.48 / 2.34 / 2.15.
