@@ -247,17 +247,20 @@ def _group_providers(x, r0, w, y, q, s) -> dict:
 # norm_group_rows_kernel from 4 rows an SM on (plain, fused add), below it (0: the norm kernels' launch, one
 # vector a thread), packed-pair arithmetic (PairMath), the early PDL trigger up to that many rows (plain, fused
 # add), rows split over a cluster of 8 CTAs up to that many rows (plain, fused add; norm_group_cluster_kernel), the
-# code and scale addresses computed before the wait (plain, fused add); or a type of norm_group_schedules.cuh with
-# those entry points.
+# code and scale addresses computed before the wait (plain, fused add), 1 / hidden computed before the wait below 4
+# rows an SM, the plain op's many-row launch bounds (threads, CTAs an SM, from this CTA width; 0: none), the plain op's
+# rows a CTA below 4 rows an SM where there are more rows than SMs, from this CTA width; or a type of
+# norm_group_schedules.cuh with those entry points.
 NORM_GROUP_SCHEDULES = {
-    "unpinned": (4, 2, 2, 1, 1, 8, 16, 0, 4, 0, 0),
-    "plain cluster": (4, 2, 2, 1, 1, 8, 16, 4, 4, 1, 1),
+    "unbounded": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 0, 0, 0, 2, 385),
+    "bounded (the product's)": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 2, 385),
+    "1 row a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 1, 385),
     "stream2": "StreamRows<2>",
 }
-DECODE_SCHEDULES = ["unpinned", "plain cluster"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
-DECODE_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
-PREFILL_SCHEDULES = ["unpinned", "stream2"]  # ... the plain op at prefill sizes
-PREFILL_FUSED_SCHEDULES = ["unpinned"]  # ... the fused add
+DECODE_SCHEDULES = ["1 row a CTA"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
+DECODE_FUSED_SCHEDULES = []  # ... the fused add
+PREFILL_SCHEDULES = ["unbounded", "bounded (the product's)"]  # ... the plain op at prefill sizes
+PREFILL_FUSED_SCHEDULES = []  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
@@ -297,13 +300,14 @@ def norm_group_self_check(modules: dict) -> dict:
     """The schedules that give the product's codes, scales and residual, bit for bit (NaN and inf rows included), at
     decode and many-row sizes and at a width whose last warp is part-held; each other one is reported and left out
     (the "pattern" yardstick, whose output is not the op's, is passed on unchecked)."""
-    many = 4 * torch.cuda.get_device_properties(0).multi_processor_count + 5
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    many = 4 * sms + 5
     failed = {}
     yardsticks = {n: m for n, m in modules.items() if n == "pattern"}
     modules = {n: m for n, m in modules.items() if n != "pattern"}
     for h in (7168, 5248, 4096):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
-        for t in (1, 37, many, 8 * many):
+        for t in (1, 37, 2 * sms + 1, many, 8 * many):
             x, r0, _, q0, s0 = _group_operands(t, h)
             x[t // 2, 5] = float("nan")
             x[t - 1, 9] = float("inf")
@@ -332,8 +336,8 @@ def norm_group_self_check(modules: dict) -> dict:
                     elif fused and not torch.equal(res.view(torch.int16), res0.view(torch.int16)):
                         failed[name] = f"{where}: residual differs"
     passed = {n: m for n, m in modules.items() if n not in failed}
-    print(f"\nSelf-check: {', '.join(passed) or 'none'} give the product's bits at [1 / 37 / {many} / {8 * many}, 7168 / 5248 / 4096], "
-          "both ops.")
+    print(f"\nSelf-check: {', '.join(passed) or 'none'} give the product's bits at [1 / 37 / {2 * sms + 1} / {many} / {8 * many}, 7168 / 5248 / "
+          "4096], both ops.")
     for name, why in failed.items():
         print(f"Self-check FAILED, left out: {name} {why}")
     return {**passed, **yardsticks}
@@ -354,7 +358,7 @@ def norm_group_decode(modules: dict) -> None:
           "rmsnorm alone | its access pattern without the arithmetic | rows rewritten after one CTA reduction | empty PDL launch |", [])
     module, empty, pattern = yardstick_module(), overhead_module().launch_empty_pdl, modules.get("pattern")
     scratch = torch.zeros(16, device="cuda", dtype=torch.int32)
-    for h, sizes in ((7168, [1, 4, 8, 16, 256]), (4096, [1, 64])):
+    for h, sizes in ((7168, [1, 4, 16, 256, 512]), (6144, [256]), (5120, [256]), (4096, [1, 64, 256, 512])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [1]):
             x, r0, y, q, s = _group_operands(t, h)
@@ -380,8 +384,9 @@ def norm_group_decode(modules: dict) -> None:
 
 # SASS instructions a thread issues for a row of finite values on the fast path (cuobjdump -sass of an nvcc -arch=sm_90a
 # build of csrc/quant.cuh, branches followed as a finite row takes them), 4 vectors (32 bf16) a thread: the many-row
-# kernel of rmsnorm_group_quant_fp8 (norm_group_rows_kernel<bf16, 8, 128, 4, ...>) by rounding.
-PLAIN_MANY_ROW_SASS = {"exact": 528, "sglang": 437}
+# kernel of rmsnorm_group_quant_fp8 (norm_group_rows_kernel<bf16, 8, 128, 4, ...>) by rounding (exact: under its launch
+# bounds, rows of 4096-7168).
+PLAIN_MANY_ROW_SASS = {"exact": 530, "sglang": 436}
 
 
 def issue_bound_us(t: int, h: int, rounding: str) -> float:
@@ -395,7 +400,8 @@ def issue_bound_us(t: int, h: int, rounding: str) -> float:
 
 def norm_group_large(module, ceilings: dict, modules: dict) -> None:
     """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
-    element) and of the copy ceiling (fused add: 7 bytes an element), beside PREFILL_SCHEDULES and PREFILL_FUSED_SCHEDULES (exact),
+    element) and of its own access pattern without the arithmetic (the "pattern" module), and of the copy ceiling
+    (fused add: 7 bytes an element), beside PREFILL_SCHEDULES and PREFILL_FUSED_SCHEDULES (exact),
     the instruction-issue bound (issue_bound_us), the plain op's access pattern without its arithmetic (the "pattern"
     module: % of `halve`) and the rows rewritten in place after one CTA reduction (rewrite_rows, 4 bytes an element:
     % of copy); median of 3 interleaved rounds; rows printed as measured."""
@@ -403,11 +409,12 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
     names, add_names = [n for n in PREFILL_SCHEDULES if n in modules], [n for n in PREFILL_FUSED_SCHEDULES if n in modules]
     columns, add_columns = "".join(f" {n} |" for n in names), "".join(f" {n} |" for n in add_names)
     table("RMSNorm + 1x128 group fp8 at prefill sizes, [T, H] bf16, fp32 scales column-major TMA-aligned (us, CUDA-graph medians, median "
-          "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling), fused add: (% of the copy ceiling))",
+          "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling / % of its access pattern without the "
+          "arithmetic), fused add: (% of the copy ceiling))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | its access pattern without the arithmetic | "
           f"fused_add_rmsnorm_group_quant_fp8 exact | sglang |{add_columns} rows rewritten after one CTA reduction (% of copy) |", [])
     pattern = modules.get("pattern")
-    for h, sizes in ((7168, [4096, 32768]), (4096, [32768])):
+    for h, sizes in ((7168, [4096, 32768]), (6144, [16384]), (5120, [16384]), (4096, [32768])):
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
             x, r0, y, q, s = _group_operands(t, h)
@@ -420,8 +427,8 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
                              "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
             add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
-            plain = " | ".join([f"{m[f'fused {r}']:.2f} ({100 * halve / m[f'fused {r}']:.1f}%)" for r in ROUNDINGS] +
-                               [f"{m[n]:.2f} ({100 * halve / m[n]:.1f}%)" for n in names])
+            of_pattern = (lambda us: f" / {100 * m['pattern'] / us:.1f}%") if pattern else (lambda us: "")
+            plain = " | ".join(f"{m[k]:.2f} ({100 * halve / m[k]:.1f}%{of_pattern(m[k])})" for k in [f"fused {r}" for r in ROUNDINGS] + names)
             bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
             yardstick = f"{m['pattern']:.2f} ({100 * halve / m['pattern']:.1f}%)" if pattern else "n/a"
             fused = " | ".join([f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS] +

@@ -476,6 +476,13 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 //     are each split over a cluster of 8 CTAs of 128 threads (norm_group_cluster_kernel; 0: never);
 //   kPinnedStores, kFusedPinnedStores: the rows and cluster kernels compute a row's code and scale addresses before
 //     their wait (else the compiler puts them after the reduction, on the path to the stores);
+//   kFewEarlyInvHidden: below kManyRowsPerSm rows an SM the rows kernel computes 1 / hidden before its wait (else
+//     between the wait and the loads; from it on ptxas then issues the weights' loads after the sums of squares);
+//   kManyBoundThreads, kManyMinBlocks, kManyBoundFrom: the plain op's many-row kernel (exact rounding, fp32 scales)
+//     under __launch_bounds__(kManyBoundThreads, kManyMinBlocks) where its CTA is kManyBoundFrom to
+//     kManyBoundThreads threads wide (224, 5: 56 registers, one CTA an SM more than at 64: 5 of 7168, 9 of 4096);
+//   kFewRowsPerCta, kFewRowsFromThreads: the plain op's rows a CTA below kManyRowsPerSm rows an SM, where there are
+//     more rows than SMs and the CTA is at least kFewRowsFromThreads threads wide;
 // bf16, 1x128 groups, H200 (bench_quant.py `group schedules`, 56e1ccd, docs/benchmarks/quant.md): at [4096-32768,
 // 7168 / 4096] pairs gave rmsnorm_group_quant_fp8 72.4-77.7% of its pattern ceiling against 70.7-74.9%, eight
 // vectors a lane 50.9-53.4%, a persistent grid (next row copied ahead to shared memory) 58.6-72.9%; the fused add
@@ -488,7 +495,11 @@ __global__ void __launch_bounds__(kThreads) per_group_lean_kernel(const T* in, u
 // add over a cluster at [4, 7168] 1.69 us against 1.96; the plain op's one and four vectors a lane below 4 rows an
 // SM 1.65 / 1.71 us at [1, 7168] against 1.58, 2.97 / 3.26 at 256 rows against 2.94. The addresses pinned (b3200c2):
 // 1.47 / 1.51 / 2.91 us at [1 / 4 / 256, 7168] against 1.60 / 1.65 / 2.97, prefill 75.4 / 77.0 / 81.0% of the pattern
-// ceiling against 70.5 / 73.5 / 77.3%; the candidates that lost are in docs/benchmarks/quant.md.
+// ceiling against 70.5 / 73.5 / 77.3%. At dfc5a0b: the bounds 3.5-5.1% faster than without at [4096-32768, 4096-7168];
+// 1 / hidden before the wait 0.01-0.09 us at decode sizes (at many rows ptxas then issued the weights' loads after the
+// sums of squares: 72.3% of halve at [32768, 7168] in de1ee23's run against 78.1% here); two rows a CTA 2.82 / 3.94 us at
+// [256 / 512, 7168] against 2.93 / 4.32, 2.61 / 2.49 / 2.30 at [256, 6144 / 5120 / 4096] against 2.48 / 2.34 / 2.15.
+// The candidates that lost are in docs/benchmarks/quant.md.
 struct NormGroupSchedule {
   static constexpr int kLaneVecs = 4, kFusedLaneVecs = 2, kFewLaneVecs = 2, kFusedFewLaneVecs = 1;
   static constexpr int64_t kManyRowsPerSm = device::norm::kNormManyRowsPerSm;
@@ -496,6 +507,9 @@ struct NormGroupSchedule {
   static constexpr int64_t kEarlyTriggerMaxRows = 8, kFusedEarlyTriggerMaxRows = 16;
   static constexpr int64_t kClusterMaxRows = 0, kFusedClusterMaxRows = 4;
   static constexpr bool kPinnedStores = true, kFusedPinnedStores = true;
+  static constexpr bool kFewEarlyInvHidden = true;
+  static constexpr int kManyBoundThreads = 224, kManyMinBlocks = 5, kManyBoundFrom = 128;
+  static constexpr int kFewRowsPerCta = 2, kFewRowsFromThreads = 385;
 };
 
 // The sum over 32 consecutive vectors of a row (one warp's, one vector a thread) of `part` (a lane's kPerLane per-vector sums in
@@ -574,21 +588,16 @@ JITKERN_DEVICE quant::GroupScales row_of_scales(const quant::GroupScales& scales
 }
 
 // norm_group_rows_kernel's work on a row once a lane holds its vectors xs (rs: the residual's, kFusedAdd) and the
-// weights': the residual added and stored, the sum of squares, the scale, then the codes (q: the row's) and group
-// scales (scales: at the row, row_of_scales). partial: kWarpThreads floats of shared memory; after_sync() runs once
-// every thread has reached the reduction's barrier (so has done with its loads' sources).
-template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kPairs, typename AfterSync>
-JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&ws)[kPerLane],
-                                   const AlignedVector<T, kVec> (&rs)[kFusedAdd ? kPerLane : 1], bool held, int first, int nvec, float inv_hidden,
-                                   float eps, T* residual, uint8_t* q, const quant::GroupScales& scales,
-                                   const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, float* partial, const AfterSync& after_sync) {
+// weights', in two phases around the CTA's barrier. norm_group_row_sums: the residual added and stored, then the sums
+// of squares of one vector a thread's warps into partial (kWarpThreads floats of shared memory).
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kPairs>
+JITKERN_DEVICE void norm_group_row_sums(AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&rs)[kFusedAdd ? kPerLane : 1],
+                                        bool held, int first, T* residual, float* partial) {
   using namespace device::norm;
-  using Vec = AlignedVector<T, kVec>;
   using M = VecMath<T, kVec>;
   using PM = PairMath<T, kVec>;
   constexpr bool kAsPairs = kPairs && sizeof(T) == 2;
   constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
-  const int g = first / kGroupVecs;
   const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
   float part[kPerLane];
 #pragma unroll
@@ -610,8 +619,21 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
   const float warp_sum = one_vector_warp_sum<kGroupVecs, kPerLane>(part);
   constexpr int kOldWarpLanes = device::kWarpThreads / kPerLane;  // the lanes holding those 32 vectors
   if (threadIdx.x % kOldWarpLanes == 0) partial[threadIdx.x / kOldWarpLanes] = warp_sum;
-  __syncthreads();
-  after_sync();
+}
+
+// Once every thread has passed the barrier after norm_group_row_sums: the row's scale from partial, then the codes (q:
+// the row's) and group scales (scales: at the row, row_of_scales).
+template <typename T, int kVec, int kGroup, int kPerLane, bool kUE8M0, quant::Rounding kRounding, bool kPairs>
+JITKERN_DEVICE void norm_group_row_codes(const AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&ws)[kPerLane], bool held,
+                                         int first, int nvec, float inv_hidden, float eps, uint8_t* q, const quant::GroupScales& scales,
+                                         const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, const float* partial) {
+  using namespace device::norm;
+  using Vec = AlignedVector<T, kVec>;
+  using M = VecMath<T, kVec>;
+  using PM = PairMath<T, kVec>;
+  constexpr bool kAsPairs = kPairs && sizeof(T) == 2;
+  constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
+  const int g = first / kGroupVecs;
   const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads);
   const float total = device::warp::reduce_sum(lane < (nvec + device::kWarpThreads - 1) / device::kWarpThreads ? partial[lane] : 0.0f);
   const float scale = rsqrtf(total * inv_hidden + eps);
@@ -640,49 +662,87 @@ JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const
   }
 }
 
-// Token rows of RMSNorm + group quantization, one row a CTA of ceil(vectors / kPerLane) threads (whole warps),
+// One row: norm_group_row_sums, the barrier, after_sync() (every thread has done with its loads' sources), then
+// norm_group_row_codes.
+template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kPairs, typename AfterSync>
+JITKERN_DEVICE void norm_group_row(AlignedVector<T, kVec> (&xs)[kPerLane], const AlignedVector<T, kVec> (&ws)[kPerLane],
+                                   const AlignedVector<T, kVec> (&rs)[kFusedAdd ? kPerLane : 1], bool held, int first, int nvec, float inv_hidden,
+                                   float eps, T* residual, uint8_t* q, const quant::GroupScales& scales,
+                                   const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi, float* partial, const AfterSync& after_sync) {
+  norm_group_row_sums<T, kVec, kGroup, kPerLane, kFusedAdd, kPairs>(xs, rs, held, first, residual, partial);
+  __syncthreads();
+  after_sync();
+  norm_group_row_codes<T, kVec, kGroup, kPerLane, kUE8M0, kRounding, kPairs>(xs, ws, held, first, nvec, inv_hidden, eps, q, scales, epi, partial);
+}
+
+// Token rows of RMSNorm + group quantization, kRows rows a CTA of ceil(vectors / kPerLane) threads (whole warps),
 // kPerLane vectors of one group a lane (the group's lanes hold vectors l, l + kLanes, ...: per_group_kernel's
 // layout). The row's sum of squares is added as norm_wide_kernel<..., 1, ...> (one vector a thread) adds it,
 // each normalised vector rounded to T as there: the same codes, scales and residual. kExact: every lane holds
 // its vectors (no bounds checks). kPairs: PairMath for 16-bit T. p.early_trigger: the next launch is triggered
-// at start, else after the wait. kPinnedStores: the row's code and scale addresses computed before the wait.
+// at start, else after the wait. kPinnedStores: the rows' code and scale addresses computed before the wait;
+// kEarlyInvHidden: 1 / hidden too (else after the wait, beside the loads). kBoundThreads, kMinBlocks:
+// __launch_bounds__ (0: CTAs of up to 1024 / kPerLane threads, no minimum). kRows > 1: CTA c takes rows c * kRows
+// to c * kRows + kRows - 1 (past the last row, the last row again: the same bits stored twice; the plain op only),
+// their loads issued together, the weights loaded once, one barrier for their sums of squares.
 template <typename T, int kVec, int kGroup, int kPerLane, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding, bool kExact, bool kPairs,
-          bool kPinnedStores>
-__global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane) norm_group_rows_kernel(
-    const __grid_constant__ device::norm::NormParams<T> p, const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
+          bool kPinnedStores, bool kEarlyInvHidden = false, int kBoundThreads = 0, int kMinBlocks = 0, int kRows = 1>
+__global__ void __launch_bounds__(kBoundThreads > 0 ? kBoundThreads : host::kRowKernels.max_cta_threads / kPerLane, kMinBlocks)
+    norm_group_rows_kernel(const __grid_constant__ device::norm::NormParams<T> p,
+                           const __grid_constant__ quant::QuantizeGroups<kGroup, kUE8M0, kRounding> epi) {
 #ifdef __CUDACC__
   using namespace device::norm;
   using Vec = AlignedVector<T, kVec>;
   constexpr int kGroupVecs = kGroup / kVec, kLanes = kGroupVecs / kPerLane;
   static_assert(kLanes >= 1 && kGroupVecs <= device::kWarpThreads, "a group's vectors in one warp, at least a vector a lane");
-  const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(blockIdx.x));
+  static_assert(kRows == 1 || !kFusedAdd, "a row stored twice would add the residual twice");
   const int nvec = static_cast<int>(p.hidden / kVec), g = static_cast<int>(threadIdx.x) / kLanes;
   const int first = g * kGroupVecs + static_cast<int>(threadIdx.x) % kLanes;  // vector r: first + r * kLanes
   const bool held = kExact || first < nvec;                                  // the group's lanes all or none
   const auto at = [&](int r) { return (first + r * kLanes) * kVec; };
   // The loads' addresses, pinned before the wait (the compiler would compute them after it, on the path from the
   // previous kernel's end to the first load).
-  const T *in_at = row.in + at(0), *res_at = row.residual + at(0), *w_at = row.weight + at(0);
-  asm volatile("" : "+l"(in_at), "+l"(res_at), "+l"(w_at));
-  uint8_t* q = epi.q + blockIdx.x * epi.q_row_stride;
-  quant::GroupScales scales = row_of_scales(epi.scales, epi.first_row + blockIdx.x);
-  if constexpr (kPinnedStores) asm volatile("" : "+l"(q), "+l"(scales.base));  // else computed after the reduction
+  const T *in_at[kRows], *res_at[kRows], *w_at;
+  T* residual[kRows];
+  uint8_t* q[kRows];
+  quant::GroupScales scales[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const uint32_t n = kRows == 1 ? blockIdx.x : static_cast<uint32_t>(min(static_cast<int32_t>(blockIdx.x) * kRows + i, p.total_rows - 1));
+    const RowPointers<T> row = locate_row<T, RowOrder::kTokenRows>(p, static_cast<int32_t>(n));
+    in_at[i] = row.in + at(0), res_at[i] = row.residual + at(0), residual[i] = row.residual, w_at = row.weight + at(0);
+    asm volatile("" : "+l"(in_at[i]), "+l"(res_at[i]), "+l"(w_at));
+    q[i] = epi.q + n * epi.q_row_stride;
+    scales[i] = row_of_scales(epi.scales, epi.first_row + n);
+    if constexpr (kPinnedStores) asm volatile("" : "+l"(q[i]), "+l"(scales[i].base));  // else computed after the reduction
+  }
+  float early_inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  if constexpr (kEarlyInvHidden) asm volatile("" : "+f"(early_inv_hidden));
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  Vec xs[kPerLane], ws[kPerLane], rs[kFusedAdd ? kPerLane : 1];
-  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  Vec xs[kRows][kPerLane], ws[kPerLane], rs[kRows][kFusedAdd ? kPerLane : 1];
+  const float inv_hidden = kEarlyInvHidden ? early_inv_hidden : 1.0f / static_cast<float>(p.hidden);
   if (held) {
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
-      xs[r].load_global(in_at + r * kLanes * kVec);
-      if constexpr (kFusedAdd) rs[r].load_global(res_at + r * kLanes * kVec);
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        xs[i][r].load_global(in_at[i] + r * kLanes * kVec);
+        if constexpr (kFusedAdd) rs[i][r].load_global(res_at[i] + r * kLanes * kVec);
+      }
       ws[r].load_global(w_at + r * kLanes * kVec);
     }
   }
-  __shared__ float partial[device::kWarpThreads];
-  norm_group_row<T, kVec, kGroup, kPerLane, kFusedAdd, kUE8M0, kRounding, kPairs>(xs, ws, rs, held, first, nvec, inv_hidden, p.eps, row.residual,
-                                                                                q, scales, epi, partial, [] {});
+  __shared__ float partial[kRows][device::kWarpThreads];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+    norm_group_row_sums<T, kVec, kGroup, kPerLane, kFusedAdd, kPairs>(xs[i], rs[i], held, first, residual[i], partial[i]);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+    norm_group_row_codes<T, kVec, kGroup, kPerLane, kUE8M0, kRounding, kPairs>(xs[i], ws, held, first, nvec, inv_hidden, p.eps, q[i], scales[i],
+                                                                              epi, partial[i]);
 #endif
 }
 
@@ -1272,25 +1332,41 @@ struct QuantOps {
         return true;
       }
     }
-    const auto go = [&](auto lanes_tag) {
+    // kFew: below kManyRowsPerSm rows an SM.
+    const auto go = [&](auto lanes_tag, auto few_tag) {
       constexpr int kLaneVecs = decltype(lanes_tag)::value;
+      constexpr bool kFew = decltype(few_tag)::value;
       if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
         return false;
       } else {
         const int threads = wide_threads(nvec, kLaneVecs, row_threads);
-        LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
-        launch.enable_pdl();
-        if (nvec == int64_t{kLaneVecs} * threads) {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, true, S::kPairs, kPinned>, p, epi);
-        } else {
-          launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, false, S::kPairs, kPinned>, p, epi);
+        const bool exact = nvec == int64_t{kLaneVecs} * threads;
+        const auto with = [&](auto bound_tag, auto rows_tag) {
+          constexpr bool kBound = decltype(bound_tag)::value;
+          constexpr int kRows = decltype(rows_tag)::value;
+          LaunchKernel launch(static_cast<unsigned>((rows.tokens + kRows - 1) / kRows), threads, rows.device);
+          launch.enable_pdl();
+          const auto as = [&](auto exact_tag) {
+            launch(norm_group_rows_kernel<T, kVec, kGroup, kLaneVecs, kFusedAdd, kUE8M0, kRounding, decltype(exact_tag)::value, S::kPairs, kPinned,
+                                          kFew && S::kFewEarlyInvHidden, kBound ? S::kManyBoundThreads : 0, kBound ? S::kManyMinBlocks : 0, kRows>,
+                   p, epi);
+          };
+          if (exact) as(std::true_type{});
+          else as(std::false_type{});
+          return true;
+        };
+        using One = std::integral_constant<int, 1>;
+        if constexpr (!kFew && !kFusedAdd && !kUE8M0 && kRounding == quant::Rounding::kExact && S::kManyBoundThreads > 0) {
+          if (threads >= S::kManyBoundFrom && threads <= S::kManyBoundThreads) return with(std::true_type{}, One{});
         }
-        return true;
+        if constexpr (kFew && !kFusedAdd && S::kFewRowsPerCta > 1) {
+          if (rows.tokens > sm_count && threads >= S::kFewRowsFromThreads) return with(std::false_type{}, std::integral_constant<int, S::kFewRowsPerCta>{});
+        }
+        return with(std::false_type{}, One{});
       }
     };
-    if (rows.tokens >= S::kManyRowsPerSm * sm_count)
-      return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{});
-    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{});
+    if (rows.tokens >= S::kManyRowsPerSm * sm_count) return go(std::integral_constant<int, kFusedAdd ? S::kFusedLaneVecs : S::kLaneVecs>{}, std::false_type{});
+    return go(std::integral_constant<int, kFusedAdd ? S::kFusedFewLaneVecs : S::kFewLaneVecs>{}, std::true_type{});
   }
 };
 #endif  // __CUDACC_RTC__

@@ -1,7 +1,9 @@
 // Schedules of the norm + group fp8 ops side by side (bench_quant.py `group`): the product's entry points
 // (csrc/quant.cuh, QuantOps) under other NormGroupSchedules, bf16. Sched<kLaneVecs, kFusedLaneVecs, kFewLaneVecs,
 // kFusedFewLaneVecs, kPairs, kEarlyTriggerMaxRows, kFusedEarlyTriggerMaxRows, kClusterMaxRows, kFusedClusterMaxRows,
-// kPinnedStores, kFusedPinnedStores>: NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
+// kPinnedStores, kFusedPinnedStores, kFewEarlyInvHidden, kManyBoundThreads, kManyMinBlocks, kManyBoundFrom, kFewRowsPerCta,
+// kFewRowsFromThreads>:
+// NormGroupSchedule's members, in its order (kManyRowsPerSm: the product's).
 // Beside them, StreamRows (the plain op's many rows through a persistent grid fed by bulk copies) and pattern_rows
 // (the plain op's access pattern without its arithmetic: a yardstick).
 #pragma once
@@ -12,7 +14,9 @@ namespace bench_norm_group {
 
 #ifndef __CUDACC_RTC__
 template <int kLaneVecsArg, int kFusedLaneVecsArg, int kFewLaneVecsArg, int kFusedFewLaneVecsArg, int kPairsArg, int kEarlyTriggerMaxRowsArg,
-          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kPinnedStoresArg, int kFusedPinnedStoresArg>
+          int kFusedEarlyTriggerMaxRowsArg, int kClusterMaxRowsArg, int kFusedClusterMaxRowsArg, int kPinnedStoresArg, int kFusedPinnedStoresArg,
+          int kFewEarlyInvHiddenArg, int kManyBoundThreadsArg, int kManyMinBlocksArg, int kManyBoundFromArg, int kFewRowsPerCtaArg,
+          int kFewRowsFromThreadsArg>
 struct Sched {
   static constexpr int kLaneVecs = kLaneVecsArg, kFusedLaneVecs = kFusedLaneVecsArg, kFewLaneVecs = kFewLaneVecsArg,
                        kFusedFewLaneVecs = kFusedFewLaneVecsArg;
@@ -21,6 +25,9 @@ struct Sched {
   static constexpr int64_t kEarlyTriggerMaxRows = kEarlyTriggerMaxRowsArg, kFusedEarlyTriggerMaxRows = kFusedEarlyTriggerMaxRowsArg;
   static constexpr int64_t kClusterMaxRows = kClusterMaxRowsArg, kFusedClusterMaxRows = kFusedClusterMaxRowsArg;
   static constexpr bool kPinnedStores = kPinnedStoresArg != 0, kFusedPinnedStores = kFusedPinnedStoresArg != 0;
+  static constexpr bool kFewEarlyInvHidden = kFewEarlyInvHiddenArg != 0;
+  static constexpr int kManyBoundThreads = kManyBoundThreadsArg, kManyMinBlocks = kManyMinBlocksArg, kManyBoundFrom = kManyBoundFromArg;
+  static constexpr int kFewRowsPerCta = kFewRowsPerCtaArg, kFewRowsFromThreads = kFewRowsFromThreadsArg;
 };
 
 template <int... kArgs>

@@ -224,7 +224,9 @@ def test_absorb_q_warp_row_kernels_find_their_rows_in_32_bits(tmp_path):
 def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     """The many-row kernels of rmsnorm_group_quant_fp8 (bf16 [*, 7168], 1x128 groups, four vectors of a group a
     lane as packed pairs: CTAs of 224) and of the fused add (two: CTAs of 448) stay within 64 and 48 registers a
-    thread, so that four and three rows fit an SM's 64K registers (one vector a thread, CTAs of 896: two)."""
+    thread, so that four and three rows fit an SM's 64K registers (one vector a thread, CTAs of 896: two); under
+    the plain op's launch bounds (NormGroupSchedule::kManyBoundThreads, kManyMinBlocks: 224, 5) within 56, without
+    spills, so that five fit."""
     from jitkern._engine import tvm_ffi_paths
 
     paths = tvm_ffi_paths()
@@ -232,14 +234,18 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
                    "using device::quant::Rounding;\n"
                    "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true>;\n"
+                   "void* bounded = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true, false,"
+                   " jitkern_quant::NormGroupSchedule::kManyBoundThreads, jitkern_quant::NormGroupSchedule::kManyMinBlocks>;\n"
                    "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true, true>;\n")
     out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
                           f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
                           str(tmp_path / "group_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
     log = out.stdout + out.stderr
-    used = dict(re.findall(r"Function properties for \S*norm_group_rows_kernel\S*?Li128ELi(\d)E\S*\n(?:.*\n)*?.*Used (\d+) registers", log))
-    assert set(used) == {"4", "2"}, log
-    assert int(used["4"]) <= 64 and int(used["2"]) <= 48, log
+    found = re.findall(r"Function properties for \S*norm_group_rows_kernel\S*?Li128ELi(\d)E(\S*)\n.*?(\d+) bytes spill stores.*\n.*Used (\d+) registers",
+                       log)
+    used = {("bounded" if "Li224ELi5E" in rest else lanes): (int(regs), int(spills)) for lanes, rest, spills, regs in found}
+    assert set(used) == {"4", "bounded", "2"}, log
+    assert used["4"][0] <= 64 and used["2"][0] <= 48 and used["bounded"] == (56, 0), log
 
 
 @pytest.mark.toolchain

@@ -1133,11 +1133,12 @@ def test_norm_group_quant_errors():
         m.fused_add_rmsnorm_group_quant_ue8m0_g64(x, x.clone(), w, q8, torch.empty(4, 1, dtype=torch.int32, device="cuda"), 128, 1e-6)
 
 
-# Many-row launches: (dtype, hidden, group size); 5248 bf16 and 1152 fp32 leave the last warp of a row part-held,
+# Many-row launches: (dtype, hidden, group size); 5248 and 6400 bf16 and 1152 fp32 leave the last warp of a row
+# part-held (bf16 from 4096 on: the many-row kernel under its launch bounds, NormGroupSchedule::kManyBoundThreads),
 # 4096 fp32 is the widest row of one vector a thread, 64 bf16 groups of 8 vectors. (benchmarks/bench_quant.py
 # `group` checks the other schedules of benchmarks/kernels/norm_group_schedules.cuh against the product.)
-MANY_ROW_CASES = [("bfloat16", 7168, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128), ("float32", 4096, 128),
-                  ("float32", 1152, 128)]
+MANY_ROW_CASES = [("bfloat16", 7168, 128), ("bfloat16", 6400, 128), ("bfloat16", 5248, 128), ("bfloat16", 4096, 64), ("float16", 4096, 128),
+                  ("float32", 4096, 128), ("float32", 1152, 128)]
 
 
 def _many_rows():
@@ -1148,14 +1149,15 @@ def _many_rows():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name,hidden,group_size", MANY_ROW_CASES)
 def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, group_size):
-    """The many-row launch gives, row for row, the codes, scales and residual that the same rows get in a launch
-    of a few rows (the decode one, fewer vectors a lane) and of one row, bit for bit: their sums of squares are
-    added in the same order."""
+    """The many-row launch gives, row for row, the codes, scales and residual that the same rows get in launches of
+    fewer rows (the decode ones, fewer vectors a lane: an odd number of rows between one and four an SM, a few, one),
+    bit for bit: their sums of squares are added in the same order."""
     torch = _torch()
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
     flags = dict(column_major_scales=True, scale_tma_aligned=True)
     rows, few = _many_rows(), 9
+    between = 2 * torch.cuda.get_device_properties(0).multi_processor_count + 1
     x, w, r = _x((rows, hidden), dtype_name), _x((hidden,), dtype_name, seed=1), _x((rows, hidden), dtype_name, seed=2)
     x[3, 5] = float("nan")  # a NaN row and an inf one: both launches write them alike
     x[7, 9] = float("inf")
@@ -1167,7 +1169,7 @@ def test_norm_group_quant_many_rows_give_the_bits_of_few(dtype_name, hidden, gro
             return q, s, res
 
         q, s, res = run(rows)
-        for n in (few, 3, 1):  # 3, 1: the fused add's rows of more than 512 vectors over clusters of CTAs
+        for n in (between, few, 3, 1):  # 3, 1: the fused add's rows of more than 512 vectors over clusters of CTAs
             qf, sf, resf = run(n)
             _assert_q_equal(q[:n], qf)
             assert torch.equal(s[:n], sf), f"scales differ (fused={fused}, {n} rows)"
@@ -1203,8 +1205,11 @@ def test_norm_group_quant_eight_waves_of_many_rows_give_the_bits_of_few(dtype_na
 @pytest.mark.gpu
 def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     """The product's schedule (NormGroupSchedule): norm_group_rows_kernel with four vectors of a group a lane for
-    rmsnorm_group_quant_fp8 and two for the fused add at many rows; two and one at 256 rows; up to 4 rows of the
-    fused add wider than 512 vectors each over a cluster of CTAs (norm_group_cluster_kernel)."""
+    rmsnorm_group_quant_fp8 and two for the fused add at many rows, the plain op's rows of 4096 to 7168 (exact
+    rounding, fp32 scales) under launch bounds of 224 threads and 5 CTAs an SM, the sglang rounding's not; two and
+    one vectors a lane at 256 rows, the plain op's rows of 7168 two a CTA there (of 6144 and 4096 one; no more rows
+    than SMs one); up to 4 rows of the fused add wider than 512 vectors each over a cluster of CTAs
+    (norm_group_cluster_kernel)."""
     import re
 
     torch = _torch()
@@ -1226,11 +1231,24 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
         if "norm_group_cluster_kernel" in names[0]:
             return "cluster"
         lanes = re.findall(r"norm_group_rows_kernel(?:<[^,]+, 8, 128, |I\w+?Li8ELi128ELi)(\d+)", names[0])  # demangled or not
-        return f"lanes{lanes[0]}" if lanes else "one" if "norm_wide_kernel" in names[0] else names[0]
+        if not lanes:
+            return "one" if "norm_wide_kernel" in names[0] else names[0]
+        # the last template arguments: kBoundThreads, kMinBlocks, kRows
+        bounds_rows = re.search(r", (\d+), (\d+), (\d+)>|Li(\d+)ELi(\d+)ELi(\d+)EEEv", names[0])
+        assert bounds_rows, names[0]
+        threads, blocks, per_cta = (int(v) for v in bounds_rows.groups() if v is not None)
+        return f"lanes{lanes[0]}" + (f" bounded {threads} {blocks}" if threads else "") + (f" rows{per_cta}" if per_cta > 1 else "")
 
-    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x, w)) == "lanes4 bounded 224 5"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x, w, rounding="sglang")) == "lanes4"
+    x4k, w4k = x[:, :4096].contiguous(), w[:4096].contiguous()
+    assert launched(lambda: rmsnorm_group_quant_fp8(x4k, w4k)) == "lanes4 bounded 224 5"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x4k[:256], w4k)) == "lanes2"
+    x6k, w6k = x[:256, :6144].contiguous(), w[:6144].contiguous()
+    assert launched(lambda: rmsnorm_group_quant_fp8(x6k, w6k)) == "lanes2"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:torch.cuda.get_device_properties(0).multi_processor_count], w)) == "lanes2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w)) == "lanes2"
-    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2"
+    assert launched(lambda: rmsnorm_group_quant_fp8(x[:256], w)) == "lanes2 rows2"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:256], x[:256].clone(), w)) == "lanes1"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:1], x[:1].clone(), w)) == "cluster"
     assert launched(lambda: fused_add_rmsnorm_group_quant_fp8(x[:4], x[:4].clone(), w)) == "cluster"
@@ -1289,9 +1307,10 @@ def _exactly_summed(shape, dtype_name, seed, bound=12):
 
 
 # (rows, H) reaching each launch of the norm + group ops: a few 16-bit rows of the fused add over clusters of CTAs
-# (norm_group_cluster_kernel), the group rows kernel at few and at many rows ("many": 4 an SM and 5 more), the norm
+# (norm_group_cluster_kernel), the group rows kernel at few rows, at an odd number between one and four an SM (two
+# rows a CTA at 7168 bf16) and at many rows ("many": 4 an SM and 5 more; bf16 under its launch bounds), the norm
 # kernels' launch (rows wider than 1024 vectors).
-ROUNDING_SHAPES = [(1, 7168), (3, 5248), (9, 4096), (300, 7168), ("many", 4096), (3, 16384)]
+ROUNDING_SHAPES = [(1, 7168), (3, 5248), (9, 4096), (301, 7168), ("many", 4096), ("many", 7168), (3, 16384)]
 
 
 @pytest.mark.gpu
