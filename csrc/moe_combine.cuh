@@ -217,13 +217,11 @@ struct MoeCombineOps {
     if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
     const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
     const int64_t sms = runtime::get_sm_count(ops.device.device_id);
-    if (threads <= kPdlLateTriggerThreadsPerSm * sms) {
-      launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
-    } else if (kWeighted && threads > row_policy(ops.device).threads_per_sm * sms) {
-      launch_one_at_a_time(ops);
-    } else {
-      launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
+    if (threads <= kPdlLateTriggerThreadsPerSm * sms) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+    if constexpr (kWeighted) {  // (moe_sum's module builds no one-at-a-time kernel)
+      if (threads > row_policy(ops.device).threads_per_sm * sms) return launch_one_at_a_time(ops);
     }
+    launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
   }
 
   // The widest vector the rows allow (vectors_fit), 16 bytes or one element.
