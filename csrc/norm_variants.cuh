@@ -114,42 +114,10 @@ struct NormVariants {
     using E = Tagged<T, kRule>;
     static_assert(sizeof(E) == sizeof(T) && alignof(E) == alignof(T), "a tagged element is its T");
     const host::norm::TokenRows<E> rows(input, weight, output, residual, eps);
-    if constexpr (!kFusedAdd) {  // rmsnorm's launch rule, then the many-row case below
-      if (host::norm::launch_norm_static(rows) || launch_static_unheld(rows)) return;
+    if constexpr (!kFusedAdd) {  // rmsnorm's launch rule, then its width kernel at many rows where the wide one spills
+      if (host::norm::launch_norm_static(rows) || host::norm::launch_norm_static(rows, true)) return;
     }
     host::norm::launch_norm<E, kFusedAdd>(rows.params, 1, rows.tokens, rows.device);
-  }
-
-  // Many 16-bit rows of a width in kNormStaticWidths that the general wide kernel would not hold exactly
-  // (1536, 2560, 3584: the row's vectors do not fill whole warps of kNormWideRegVecs each) take the kernel
-  // built for the width: under the general kernel's 1024-thread launch bound that row spills (56 bytes of
-  // stack, nvcc 13 sm_90a) and bf16 [4096, 3584] ran at 2.9 TB/s. False (nothing launched) elsewhere.
-  template <typename E>
-  static bool launch_static_unheld(const host::norm::TokenRows<E>& rows) {
-    using namespace device::norm;
-    if constexpr (sizeof(E) != 2) {
-      return false;
-    } else {
-      constexpr int kVec = device::kVec16<E>;
-      const NormParams<E>& p = rows.params;
-      const RowProblem<E>& q = p.problem[0];
-      if (rows.tokens == 0 || host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
-      const StaticRows<E> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, false};
-      bool launched = false;
-      const auto launch = [&]<std::size_t... kI>(std::index_sequence<kI...>) {
-        const auto one = [&](auto width) {
-          constexpr int kWidth = decltype(width)::value;
-          if constexpr (kWidth % (kVec * kNormWideRegVecs * 32) != 0) {
-            host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<E, kWidth>, rows.device)
-                .enable_pdl()(norm_static_kernel<E, kWidth>, s);
-            launched = true;
-          }
-        };
-        ((p.hidden == kNormStaticWidths[kI] ? one(std::integral_constant<int, kNormStaticWidths[kI]>{}) : void()), ...);
-      };
-      launch(std::make_index_sequence<sizeof(kNormStaticWidths) / sizeof(kNormStaticWidths[0])>{});
-      return launched;
-    }
   }
 };
 #endif  // __CUDACC_RTC__

@@ -483,9 +483,10 @@ struct TokenRows {
 
 // Plain rmsnorm of `rows` through norm_static_kernel where it applies (16-bit rows of a width in
 // kNormStaticWidths, 16-byte vectors, fewer than kNormManyRowsPerSm rows per SM); false (nothing launched)
-// elsewhere.
+// elsewhere. unheld_widths: instead at any row count, only the widths whose vectors do not fill whole warps of
+// kNormWideRegVecs each (1536, 2560, 3584), where norm_wide_kernel under its 1024-thread bound spills.
 template <typename T>
-bool launch_norm_static(const TokenRows<T>& rows) {
+bool launch_norm_static(const TokenRows<T>& rows, bool unheld_widths = false) {
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
@@ -493,12 +494,13 @@ bool launch_norm_static(const TokenRows<T>& rows) {
     const NormParams<T>& p = rows.params;
     const RowProblem<T>& q = p.problem[0];
     if (rows.tokens == 0 || host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
-    if (rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id)) return false;
-    const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, rows.tokens <= kNormStaticEarlyTriggerMaxRows};
+    if (!unheld_widths && rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id)) return false;
+    const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, !unheld_widths && rows.tokens <= kNormStaticEarlyTriggerMaxRows};
     bool launched = false;
     const auto launch = [&]<std::size_t... kI>(std::index_sequence<kI...>) {
       const auto one = [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
+        if (unheld_widths && kWidth % (kVec * kNormWideRegVecs * 32) == 0) return;
         host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<T, kWidth>, rows.device)
             .enable_pdl()(norm_static_kernel<T, kWidth>, s);
         launched = true;
