@@ -714,8 +714,13 @@ struct QkNormRopeOps {
       constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>;
       const auto bytes = static_cast<std::size_t>(kStages * staged_bytes<kStore>());
       int64_t ctas = tokens;
-      if constexpr (kStages > 1)
-        ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * runtime::get_blocks_per_sm(kernel, kCtaThreads, bytes));
+      if constexpr (kStages > 1) {
+        static const int per_sm = [&] {  // asked once per kernel (a module is built for one architecture)
+          const DeviceGuard guard(device.device_id);  // the occupancy API asks the current device
+          return runtime::get_blocks_per_sm(kernel, kCtaThreads, bytes);
+        }();
+        ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
+      }
       Params<T> c = params<kVec, kStore>();
       c.early_trigger = pdl_early_trigger(ctas);
       LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
