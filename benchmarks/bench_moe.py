@@ -4,9 +4,9 @@
 - `routing`: topk_softmax, the grouped sigmoid router and moe_align_block_size at T = 1, 64, 4096 tokens
   with 64/128/256 experts (k = 8), against a torch implementation and torch.compile of it;
 - `sigmoid`: topk_sigmoid (fp32 gating, 256 experts, k = 8, plain and DeepSeek-V3's grouped form) beside its
-  kernel launched without PDL, the (score, expert) pair arg-max kernel it replaced
-  (benchmarks/kernels/moe_topk_schedules.cuh) and the reference's moe_topk_sigmoid / moe_fused_gate, outputs
-  compared bit for bit with the pair kernel's.
+  per-token body under other launches (benchmarks/kernels/moe_topk_schedules.cuh: no PDL, the PDL trigger
+  after the stores, 1 or 8 tokens a CTA) and the reference's moe_topk_sigmoid / moe_fused_gate, outputs
+  compared bit for bit with the product's.
 `python bench_moe.py [reference] [routing] [sigmoid]` (default: reference and routing)."""
 
 from __future__ import annotations
@@ -163,53 +163,57 @@ def routing_table(floor: float) -> None:
                   f"{ratio(tt, j)} | {ratio(c, j)} | - |")
 
 
-SIGMOID_TOKENS = get_benchmark_range([1, 16, 64, 256, 4096, 32768], [1, 256, 4096])
+SIGMOID_TOKENS = get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 128, 192, 256, 512, 4096])
+# bench_moe_topk::sigmoid_schedule's schedules: the product's per-token body under other launches.
+SCHEDULES = {"no PDL": 1, "PDL trigger at the end": 2, "1 warp a CTA": 3, "8 warps a CTA": 4}
 
 
-def pairs_module():
+def schedules_module():
     here = Path(__file__).resolve().parent
     return jitkern.load_jit("bench_moe_topk", cuda_files=[str(here / "kernels" / "moe_topk_schedules.cuh")],
                             extra_include_paths=[str(here.parent / "csrc")],
-                            cuda_wrappers=[("pairs_topk_sigmoid", "bench_moe_topk::sigmoid_schedule<false>"),
-                                           ("no_pdl_topk_sigmoid", "bench_moe_topk::sigmoid_schedule<true>")])
+                            cuda_wrappers=[("topk_sigmoid", "bench_moe_topk::sigmoid_schedule<>")])
 
 
 def sigmoid_table(floor: float) -> None:
-    """topk_sigmoid, its kernel launched without PDL, the pair kernel and the reference's, each shape timed in
-    turns; ids and weights equal to the pair kernel's bit for bit (else the row says so)."""
-    pairs = pairs_module()
+    """topk_sigmoid beside its per-token body under other launches (moe_topk_schedules.cuh) and the
+    reference's, each shape timed in turns; the schedules' ids and weights equal the product's bit for bit
+    (else the row says so)."""
+    module = schedules_module()
     plain_ref, gate_ref = reference_ops_or_none("moe.moe_topk_sigmoid"), reference_ops_or_none("moe.moe_fused_gate")
     experts, k, scale = 256, 8, 2.5
-    print(f"\n### topk_sigmoid beside the pair arg-max kernel and the reference {reference_version()} ({environment()})\n")
+    print(f"\n### topk_sigmoid under other launches beside the reference {reference_version()} ({environment()})\n")
     print(f"fp32 gating, {experts} experts, k = {k}, correction bias, renormalize; CUDA-graph medians (us) of 3 interleaved runs; "
-          f"launch floor (one CTA copying 16 KiB): {floor:.2f} us.\n")
-    print("| form | T | jitkern | jitkern without PDL | pair kernel | reference | pair / jitkern | reference / jitkern | "
-          "bits as the pair kernel's |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"launch floor (one CTA copying 16 KiB): {floor:.2f} us. jitkern: 4 warps (tokens) a CTA, PDL trigger at the start.\n")
+    print("| form | T | jitkern | " + " | ".join(SCHEDULES) + " | reference | reference / jitkern | bits as jitkern's |")
+    print("|---|---|---|" + "---|" * len(SCHEDULES) + "---|---|---|")
     bias = torch.randn(experts, device="cuda") * 0.1
     for grouped in (False, True):
         groups, topk_group, scaling = (8, 4, scale) if grouped else (1, 1, 1.0)
         for t in SIGMOID_TOKENS:
             g = torch.randn(t, experts, device="cuda")
-            w, ids, pw, pids, nw, nids = (torch.empty(t, k, device="cuda", dtype=dt) for dt in (torch.float32, torch.int32) * 3)
-            fns = {"jitkern": lambda: topk_sigmoid(w, ids, g, True, bias, num_expert_group=groups, topk_group=topk_group,
-                                                   routed_scaling_factor=scaling),
-                   "no PDL": lambda: pairs.no_pdl_topk_sigmoid(nw, nids, g, bias, True, groups, topk_group, scaling),
-                   "pairs": lambda: pairs.pairs_topk_sigmoid(pw, pids, g, bias, True, groups, topk_group, scaling)}
+            outs = {name: (torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda"))
+                    for name in ("jitkern", *SCHEDULES)}
+            fns = {"jitkern": lambda: topk_sigmoid(*outs["jitkern"], g, True, bias, num_expert_group=groups, topk_group=topk_group,
+                                                   routed_scaling_factor=scaling)}
+            for name, schedule in SCHEDULES.items():
+                fns[name] = lambda o=outs[name], s=schedule: module.topk_sigmoid(*o, g, bias, True, groups, topk_group, scaling, s)
             if grouped and gate_ref is not None:
                 fns["reference"] = lambda: gate_ref.moe_fused_gate(g, bias, k, "sigmoid", 0, True, scale, True, 0.0, 8, 4)
             elif not grouped and plain_ref is not None:
-                rw, rids = torch.empty_like(w), torch.empty_like(ids)
+                rw, rids = torch.empty_like(outs["jitkern"][0]), torch.empty_like(outs["jitkern"][1])
                 fns["reference"] = lambda: plain_ref.topk_sigmoid(rw, rids, g, True, bias)
             call_each(fns)
             torch.cuda.synchronize()
-            same = "yes" if all(torch.equal(a, pids) and torch.equal(b.view(torch.int32), pw.view(torch.int32))
-                                for a, b in ((ids, w), (nids, nw))) else "NO"
+            w, ids = outs["jitkern"]
+            same = "yes" if all(torch.equal(i, ids) and torch.equal(x.view(torch.int32), w.view(torch.int32))
+                                for name, (x, i) in outs.items()) else "NO"
             times = interleaved(fns)
-            j, n, p_, r = times["jitkern"], times["no PDL"], times["pairs"], times.get("reference")
+            j, r = times["jitkern"], times.get("reference")
             r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
             form = "grouped (8 groups, 4 kept, x 2.5)" if grouped else "plain"
-            print(f"| {form} | {t} | {j:.2f} | {n:.2f} | {p_:.2f} | {r_text} | {p_ / j:.2f}x | {r_ratio} | {same} |", flush=True)
+            cols = " | ".join(f"{times[name]:.2f}" for name in SCHEDULES)
+            print(f"| {form} | {t} | {j:.2f} | {cols} | {r_text} | {r_ratio} | {same} |", flush=True)
 
 
 def main() -> None:

@@ -236,15 +236,14 @@ constexpr bool groups_by_shuffle(int per_group) {
   return per_group % kChunk == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
 }
 
-template <typename T, int kV, bool kScanGroups>
-__global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const __grid_constant__ TopkParams p) {
+// One token's top-k by one whole warp (warp: its index in the CTA, for kScanGroups' shared memory), the
+// PDL wait before the first read of the gating row.
+template <typename T, int kV, bool kScanGroups, int kWarps = kMoeTopkWarps>
+__device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t token, int lane, int warp) {
 #ifdef __CUDACC__
   constexpr int kChunk = kTopkChunk<T, kV>, kChunks = kV / kChunk;
-  device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
+  const int E = p.experts;
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
-  const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
-  if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
   device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
   device::pdl_wait_primary();
@@ -294,7 +293,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
     };
     uint32_t group_key = kGoneKey;  // lane g < groups: group g's
     if constexpr (kScanGroups) {
-      __shared__ float choice_smem[kMoeTopkWarps][kMoeMaxExperts];
+      __shared__ float choice_smem[kWarps][kMoeMaxExperts];
       float* smem = choice_smem[warp];
 #pragma unroll
       for (int s = 0; s < kV; ++s)
@@ -363,6 +362,17 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
     if (total > 0.0f) my_weight /= total;
   }
   if (lane < p.k) store_choice(p, token, lane, my_weight * p.scaling, my_id);
+#endif
+}
+
+template <typename T, int kV, bool kScanGroups>
+__global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const __grid_constant__ TopkParams p) {
+#ifdef __CUDACC__
+  device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
+  const int warp = threadIdx.x / 32;
+  const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
+  if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
+  topk_sigmoid_token<T, kV, kScanGroups>(p, token, threadIdx.x % 32, warp);
 #endif
 }
 

@@ -1,6 +1,6 @@
-// Schedules of topk_sigmoid side by side (bench_moe.py sigmoid): the product's kernel (csrc/moe.cuh) launched
-// without PDL, and the (score, expert) pair arg-max it replaced, on the product's checked parameters
-// (MoeOps::sigmoid_params).
+// Schedules of topk_sigmoid side by side (bench_moe.py sigmoid, launches): the product's per-token body
+// (csrc/moe.cuh) under other launches, and the (score, expert) pair arg-max kernel it replaced, on the
+// product's checked parameters (MoeOps::sigmoid_params).
 #pragma once
 
 #include <moe.cuh>
@@ -124,27 +124,49 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) pairs_sigmoid_kernel(const
 #endif
 }
 
-// topk_sigmoid's entry point (fp32 gating, 129-256 experts) on kernel kProduct ? the product's (launched
-// without PDL, its rows and bias required aligned for the vector loads) : the pair arg-max kernel.
-template <bool kProduct>
+// The product's per-token body (topk_sigmoid_token) under other launches: kWarps tokens per CTA, and the
+// PDL trigger at the kernel's start (the product's), after its stores, or no PDL attribute at all.
+enum class Trigger { kStart, kEnd, kNone };
+
+template <int kWarps, Trigger kTrigger>
+__global__ void __launch_bounds__(kWarps * 32) launch_schedule_kernel(const __grid_constant__ TopkParams p) {
+#ifdef __CUDACC__
+  if constexpr (kTrigger == Trigger::kStart) device::pdl_trigger_secondary();
+  const int warp = threadIdx.x / 32;
+  const int64_t token = int64_t{blockIdx.x} * kWarps + warp;
+  if (token < p.tokens) topk_sigmoid_token<float, 8, false, kWarps>(p, token, threadIdx.x % 32, warp);
+  if constexpr (kTrigger == Trigger::kEnd) device::pdl_trigger_secondary();
+#endif
+}
+
+// topk_sigmoid's entry point (fp32 gating, 129-256 experts) on schedule `schedule`: 0 the pair arg-max
+// kernel; 1-4 the product's body with 4 warps a CTA without PDL, 4 warps triggering at the end, 1 and 8
+// warps triggering at the start. Rows and bias must be 16-byte aligned (vector loads).
+template <typename = void>
 void sigmoid_schedule(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
                       jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group, int64_t topk_group,
-                      double routed_scaling_factor) {
+                      double routed_scaling_factor, int64_t schedule) {
   DLDevice dev;
   TopkParams p = MoeOps<float>::sigmoid_params(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group,
                                                topk_group, routed_scaling_factor, dev);
   if (p.tokens == 0) return;
   host::RuntimeCheck(p.experts > 128 && p.experts <= 256, "these schedules are built for 129-256 experts");
-  host::LaunchKernel run(static_cast<unsigned>(host::div_ceil(p.tokens, kMoeTopkWarps)), kMoeTopkWarps * 32, dev);
-  if constexpr (kProduct) {
-    host::RuntimeCheck(reinterpret_cast<uintptr_t>(p.gating) % 16 == 0 && p.gating_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.bias) % 16 == 0,
-                       "the no-PDL schedule needs 16-byte aligned rows and bias");
-    p.vector_rows = true;
-    host::RuntimeCheck(p.groups == 1 || groups_by_shuffle<float, 8>(p.experts / p.groups), "the no-PDL schedule takes the shuffle groups");
-    run(topk_sigmoid_kernel<float, 8, false>, p);
-  } else {
-    run.enable_pdl();
-    run(pairs_sigmoid_kernel<float, 8>, p);
+  const auto go = [&](auto kernel, int warps, bool pdl) {
+    host::LaunchKernel run(static_cast<unsigned>(host::div_ceil(p.tokens, int64_t{warps})), warps * 32, dev);
+    run.enable_pdl(pdl);
+    run(kernel, p);
+  };
+  if (schedule == 0) return go(pairs_sigmoid_kernel<float, 8>, kMoeTopkWarps, true);
+  host::RuntimeCheck(reinterpret_cast<uintptr_t>(p.gating) % 16 == 0 && p.gating_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.bias) % 16 == 0,
+                     "the product's body here needs 16-byte aligned rows and bias");
+  host::RuntimeCheck(p.groups == 1 || groups_by_shuffle<float, 8>(p.experts / p.groups), "these schedules take the shuffle groups");
+  p.vector_rows = true;
+  switch (schedule) {
+    case 1: return go(launch_schedule_kernel<4, Trigger::kNone>, 4, false);
+    case 2: return go(launch_schedule_kernel<4, Trigger::kEnd>, 4, true);
+    case 3: return go(launch_schedule_kernel<1, Trigger::kStart>, 1, true);
+    case 4: return go(launch_schedule_kernel<8, Trigger::kStart>, 8, true);
+    default: host::RuntimeCheck(false, "no schedule ", schedule);
   }
 }
 
