@@ -125,13 +125,14 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) pairs_sigmoid_kernel(const
 }
 
 // The product's per-token body (topk_sigmoid_token) under other launches: kWarps tokens per CTA, and the
-// PDL trigger at the kernel's start (the product's), after its stores, or no PDL attribute at all.
-enum class Trigger { kStart, kEnd, kNone };
+// PDL trigger at the kernel's start (the product's), after the wait, after its stores, or no PDL attribute.
+enum class Trigger { kStart, kAfterWait, kEnd, kNone };
 
 template <int kWarps, Trigger kTrigger>
 __global__ void __launch_bounds__(kWarps * 32) launch_schedule_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
   if constexpr (kTrigger == Trigger::kStart) device::pdl_trigger_secondary();
+  if constexpr (kTrigger == Trigger::kAfterWait) device::pdl_wait_primary(), device::pdl_trigger_secondary();  // the body's wait: a no-op
   const int warp = threadIdx.x / 32;
   const int64_t token = int64_t{blockIdx.x} * kWarps + warp;
   if (token < p.tokens) topk_sigmoid_token<float, 8, false, kWarps>(p, token, threadIdx.x % 32, warp);
@@ -140,8 +141,8 @@ __global__ void __launch_bounds__(kWarps * 32) launch_schedule_kernel(const __gr
 }
 
 // topk_sigmoid's entry point (fp32 gating, 129-256 experts) on schedule `schedule`: 0 the pair arg-max
-// kernel; 1-4 the product's body with 4 warps a CTA without PDL, 4 warps triggering at the end, 1 and 8
-// warps triggering at the start. Rows and bias must be 16-byte aligned (vector loads).
+// kernel; 1-5 the product's body with 4 warps a CTA without PDL, 4 warps triggering at the end, 1 and 8
+// warps triggering at the start, 4 warps triggering after the wait. Rows and bias must be 16-byte aligned (vector loads).
 template <typename = void>
 void sigmoid_schedule(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
                       jitkern::Optional<jitkern::TensorView> correction_bias, bool renormalize, int64_t num_expert_group, int64_t topk_group,
@@ -166,6 +167,7 @@ void sigmoid_schedule(jitkern::TensorView topk_weights, jitkern::TensorView topk
     case 2: return go(launch_schedule_kernel<4, Trigger::kEnd>, 4, true);
     case 3: return go(launch_schedule_kernel<1, Trigger::kStart>, 1, true);
     case 4: return go(launch_schedule_kernel<8, Trigger::kStart>, 8, true);
+    case 5: return go(launch_schedule_kernel<4, Trigger::kAfterWait>, 4, true);
     default: host::RuntimeCheck(false, "no schedule ", schedule);
   }
 }
