@@ -164,8 +164,8 @@ def routing_table(floor: float) -> None:
 
 
 SIGMOID_TOKENS = get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 128, 256, 512, 4096])
-# bench_moe_topk::sigmoid_schedule's schedules: the product's per-token body under other launches.
-SCHEDULES = {"no PDL": 1, "PDL trigger at the end": 2, "PDL trigger after the wait": 5, "1 warp a CTA": 3, "8 warps a CTA": 4}
+# bench_moe_topk::sigmoid_schedule's schedules: the product's previous per-token body, and its body under other launches.
+SCHEDULES = {"previous body": 0, "no PDL": 1, "PDL trigger at the end": 2, "PDL trigger after the wait": 5, "1 warp a CTA": 3, "8 warps a CTA": 4}
 # The product alone on other gating sizes: does its time step where the gating passes some number of bytes?
 SIZE_CONTROLS = [(dtype, e, t) for dtype, e in ((torch.bfloat16, 256), (torch.float32, 128)) for t in (256, 512, 1024)]
 

@@ -223,9 +223,11 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
 // ---- topk_sigmoid: the layout and rounds of topk_softmax's fp32 keys ------------------------------------
 // Lane l holds the experts of topk_softmax's chunks; each biased score s + bias becomes its order key (NaN:
 // kNanKey), experts outside the selected groups and padding kGoneKey, and k rounds take the largest key
-// (the lowest expert holding it). Groups: each group's two best scores (NaN as -inf), merged by shuffles
-// across the lanes of a group where a group is whole chunks of 2^n lanes (kScanGroups: a lane per group
-// scans shared memory otherwise); group g's key goes to lane g, which counts the groups ranking above it.
+// (the lowest expert holding it); lane i < k then reads its expert's logit again for the weight s. Groups:
+// each group's two best scores (NaN as -inf), merged by shuffles across the lanes of a group where a group
+// is whole chunks of 2^n lanes (kScanGroups: a lane per group scans shared memory otherwise); group g's key
+// goes to lane g, which counts the groups ranking above it.
+__device__ __forceinline__ float sigmoid_score(float x) { return 1.0f / (1.0f + expf(-x)); }
 template <typename T, int kV>
 constexpr int kSigmoidBiasVec = kTopkChunk<float, kTopkChunk<T, kV>>;  // the correction bias's vector (<= 16 bytes)
 // The grouped selection's shuffle form takes groups of whole chunks in 2^n lanes.
@@ -274,12 +276,10 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
       }
     }
   }
-  float score[kV];  // a selected expert's weight
   uint32_t key[kV];
 #pragma unroll
   for (int s = 0; s < kV; ++s) {
-    score[s] = 1.0f / (1.0f + expf(-device::cast<float>(v[s])));
-    const float c = score[s] + b[s];
+    const float c = sigmoid_score(device::cast<float>(v[s])) + b[s];
     key[s] = expert_of(s) < E ? order_key<32>(__float_as_uint(c), c != c) : kGoneKey;
   }
   if (p.groups > 1) {
@@ -341,22 +341,27 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
       rank += k > group_key || (k == group_key && g < lane);
     }
     const uint32_t chosen = __ballot_sync(0xffffffffu, lane < p.groups && rank < p.topk_group);
+    if constexpr (kScanGroups) {
 #pragma unroll
-    for (int s = 0; s < kV; ++s)
-      if (!((chosen >> min(expert_of(s) / per_group, 31)) & 1u)) key[s] = kGoneKey;
+      for (int s = 0; s < kV; ++s)
+        if (!((chosen >> min(expert_of(s) / per_group, 31)) & 1u)) key[s] = kGoneKey;
+    } else {  // a chunk lies in one group: chunk c of this lane in group (c * 32 + lane) / lanes
+      const int shift = __ffs(per_group / kChunk) - 1;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        if ((chosen >> min((c * 32 + lane) >> shift, 31)) & 1u) continue;
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) key[c * kChunk + j] = kGoneKey;
+      }
+    }
   }
-  // k rounds: the largest key left; lane i keeps round i's expert and weight.
+  // k rounds: the largest key left; lane i keeps round i's expert, then reads its score again.
   int my_id = 0;
-  float my_weight = 0.0f;
   for (int i = 0; i < p.k; ++i) {
-    const uint32_t m = warp_max(max_of(key));
-    const uint32_t expert = take_lowest(key, m, expert_of);
-    float w = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kV; ++s) w = static_cast<uint32_t>(expert_of(s)) == expert ? score[s] : w;
-    w = __shfl_sync(0xffffffffu, w, static_cast<int>(expert) / kChunk % 32);
-    if (lane == i) my_id = static_cast<int>(expert), my_weight = w;
+    const uint32_t expert = take_lowest(key, warp_max(max_of(key)), expert_of);
+    if (lane == i) my_id = static_cast<int>(expert);
   }
+  float my_weight = lane < p.k ? sigmoid_score(device::cast<float>(row[my_id])) : 0.0f;
   if (p.renormalize) {
     const float total = device::warp::reduce_sum<kMoeMaxTopk>(lane < p.k ? my_weight : 0.0f);
     if (total > 0.0f) my_weight /= total;
