@@ -163,7 +163,9 @@ def routing_table(floor: float) -> None:
                   f"{ratio(tt, j)} | {ratio(c, j)} | - |")
 
 
-SIGMOID_TOKENS = get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 128, 256, 512, 4096])
+SIGMOID_TOKENS = {False: get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 128, 256, 512, 4096]),  # plain
+                  True: get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 256, 4096])}  # grouped
+SIGMOID_ROUNDS = get_benchmark_range(3, 2)
 # bench_moe_topk::sigmoid_schedule's schedules: the product's previous per-token body, and its body under other launches.
 SCHEDULES = {"previous body": 0, "no PDL": 1, "PDL trigger at the end": 2, "PDL trigger after the wait": 5, "1 warp a CTA": 3, "8 warps a CTA": 4}
 # The product alone on other gating sizes: does its time step where the gating passes some number of bytes?
@@ -185,14 +187,14 @@ def sigmoid_table(floor: float) -> None:
     plain_ref, gate_ref = reference_ops_or_none("moe.moe_topk_sigmoid"), reference_ops_or_none("moe.moe_fused_gate")
     experts, k, scale = 256, 8, 2.5
     print(f"\n### topk_sigmoid under other launches beside the reference {reference_version()} ({environment()})\n")
-    print(f"fp32 gating, {experts} experts, k = {k}, correction bias, renormalize; CUDA-graph medians (us) of 3 interleaved runs; "
+    print(f"fp32 gating, {experts} experts, k = {k}, correction bias, renormalize; CUDA-graph medians (us), the median of {SIGMOID_ROUNDS} interleaved runs; "
           f"launch floor (one CTA copying 16 KiB): {floor:.2f} us. jitkern: 4 warps (tokens) a CTA, PDL trigger at the start.\n")
     print("| form | T | jitkern | " + " | ".join(SCHEDULES) + " | reference | reference / jitkern | bits as jitkern's |")
     print("|---|---|---|" + "---|" * len(SCHEDULES) + "---|---|---|")
     bias = torch.randn(experts, device="cuda") * 0.1
     for grouped in (False, True):
         groups, topk_group, scaling = (8, 4, scale) if grouped else (1, 1, 1.0)
-        for t in SIGMOID_TOKENS:
+        for t in SIGMOID_TOKENS[grouped]:
             g = torch.randn(t, experts, device="cuda")
             outs = {name: (torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda"))
                     for name in ("jitkern", *SCHEDULES)}
@@ -210,7 +212,7 @@ def sigmoid_table(floor: float) -> None:
             w, ids = outs["jitkern"]
             same = "yes" if all(torch.equal(i, ids) and torch.equal(x.view(torch.int32), w.view(torch.int32))
                                 for name, (x, i) in outs.items()) else "NO"
-            times = interleaved(fns)
+            times = interleaved(fns, SIGMOID_ROUNDS)
             j, r = times["jitkern"], times.get("reference")
             r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
             form = "grouped (8 groups, 4 kept, x 2.5)" if grouped else "plain"
@@ -222,7 +224,7 @@ def sigmoid_table(floor: float) -> None:
     for dtype, e, t in SIZE_CONTROLS:
         g, b = torch.randn(t, e, device="cuda").to(dtype), torch.randn(e, device="cuda") * 0.1
         w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
-        times = interleaved({"jitkern": lambda: topk_sigmoid(w, ids, g, True, b)})
+        times = interleaved({"jitkern": lambda: topk_sigmoid(w, ids, g, True, b)}, SIGMOID_ROUNDS)
         print(f"| {str(dtype).replace('torch.', '')} | {e} | {t} | {g.numel() * g.element_size() // 1024} | {times['jitkern']:.2f} |", flush=True)
 
 
