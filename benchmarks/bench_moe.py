@@ -168,8 +168,9 @@ SIGMOID_TOKENS = {False: get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 409
 SIGMOID_ROUNDS = get_benchmark_range(3, 2)
 # bench_moe_topk::sigmoid_schedule's schedules: the product's previous per-token body, and its body under other launches.
 SCHEDULES = {"previous body": 0, "no PDL": 1, "PDL trigger at the end": 2, "PDL trigger after the wait": 5, "1 warp a CTA": 3, "8 warps a CTA": 4}
-# The product alone on other gating sizes: does its time step where the gating passes some number of bytes?
-SIZE_CONTROLS = [(dtype, e, t) for dtype, e in ((torch.bfloat16, 256), (torch.float32, 128)) for t in (256, 512, 1024)]
+# The products alone on other gating sizes: does the time step where the gating passes some number of bytes?
+SIZE_CONTROLS = [("topk_sigmoid", dtype, e, t) for dtype, e in ((torch.bfloat16, 256), (torch.float32, 128)) for t in (256, 512, 1024)]
+SIZE_CONTROLS += [("topk_softmax", torch.float32, 256, t) for t in (64, 256)]
 
 
 def schedules_module():
@@ -218,14 +219,16 @@ def sigmoid_table(floor: float) -> None:
             form = "grouped (8 groups, 4 kept, x 2.5)" if grouped else "plain"
             cols = " | ".join(f"{times[name]:.2f}" for name in SCHEDULES)
             print(f"| {form} | {t} | {j:.2f} | {cols} | {r_text} | {r_ratio} | {same} |", flush=True)
-    print("\nThe product alone, plain (correction bias, renormalize, k = 8), on other gating sizes:\n")
-    print("| gating | experts | T | gating KiB | jitkern us |")
-    print("|---|---|---|---|---|")
-    for dtype, e, t in SIZE_CONTROLS:
+    print("\nThe products alone on other gating sizes (topk_sigmoid: plain, correction bias; both renormalize, k = 8):\n")
+    print("| op | gating | experts | T | gating KiB | jitkern us |")
+    print("|---|---|---|---|---|---|")
+    for op, dtype, e, t in SIZE_CONTROLS:
         g, b = torch.randn(t, e, device="cuda").to(dtype), torch.randn(e, device="cuda") * 0.1
         w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
-        times = interleaved({"jitkern": lambda: topk_sigmoid(w, ids, g, True, b)}, SIGMOID_ROUNDS)
-        print(f"| {str(dtype).replace('torch.', '')} | {e} | {t} | {g.numel() * g.element_size() // 1024} | {times['jitkern']:.2f} |", flush=True)
+        fn = (lambda: topk_sigmoid(w, ids, g, True, b)) if op == "topk_sigmoid" else (lambda: topk_softmax(w, ids, g, True))
+        times = interleaved({"jitkern": fn}, SIGMOID_ROUNDS)
+        print(f"| {op} | {str(dtype).replace('torch.', '')} | {e} | {t} | {g.numel() * g.element_size() // 1024} | {times['jitkern']:.2f} |",
+              flush=True)
 
 
 def main() -> None:
