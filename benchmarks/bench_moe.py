@@ -4,9 +4,9 @@
 - `routing`: topk_softmax, the grouped sigmoid router and moe_align_block_size at T = 1, 64, 4096 tokens
   with 64/128/256 experts (k = 8), against a torch implementation and torch.compile of it;
 - `sigmoid`: topk_sigmoid (fp32 gating, 256 experts, k = 8, plain and DeepSeek-V3's grouped form) beside its
-  per-token body under other launches (benchmarks/kernels/moe_topk_schedules.cuh: no PDL, the PDL trigger
-  after the stores, 1 or 8 tokens a CTA) and the reference's moe_topk_sigmoid / moe_fused_gate, outputs
-  compared bit for bit with the product's.
+  kernel with the PDL trigger forced to each place (benchmarks/kernels/moe_topk_schedules.cuh) and the
+  reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
+  topk_softmax fp32 with 256 experts beside the reference's.
 `python bench_moe.py [reference] [routing] [sigmoid]` (default: reference and routing)."""
 
 from __future__ import annotations
@@ -163,46 +163,43 @@ def routing_table(floor: float) -> None:
                   f"{ratio(tt, j)} | {ratio(c, j)} | - |")
 
 
-SIGMOID_TOKENS = {False: get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 128, 256, 512, 4096]),  # plain
-                  True: get_benchmark_range([1, 16, 64, 128, 192, 256, 512, 4096, 32768], [64, 256, 4096])}  # grouped
+SIGMOID_TOKENS = get_benchmark_range([1, 16, 64, 256, 512, 1024, 4096, 32768], [1, 64, 256, 1024, 4096])
 SIGMOID_ROUNDS = get_benchmark_range(3, 2)
-# bench_moe_topk::sigmoid_schedule's schedules: the product's previous per-token body, and its body under other launches.
-SCHEDULES = {"previous body": 0, "no PDL": 1, "PDL trigger at the end": 2, "PDL trigger after the wait": 5, "1 warp a CTA": 3, "8 warps a CTA": 4}
-# The products alone on other gating sizes: does the time step where the gating passes some number of bytes?
-SIZE_CONTROLS = [("topk_sigmoid", dtype, e, t) for dtype, e in ((torch.bfloat16, 256), (torch.float32, 128)) for t in (256, 512, 1024)]
-SIZE_CONTROLS += [("topk_softmax", torch.float32, 256, t) for t in (64, 256)]
+# bench_moe_topk::sigmoid_trigger's forced PDL trigger places.
+TRIGGERS = {"trigger at the start": 0, "after the wait": 1, "after the stores": 2}
+SOFTMAX_TOKENS = get_benchmark_range([64, 256, 4096], [64, 256, 4096])
 
 
-def schedules_module():
+def triggers_module():
     here = Path(__file__).resolve().parent
     return jitkern.load_jit("bench_moe_topk", cuda_files=[str(here / "kernels" / "moe_topk_schedules.cuh")],
                             extra_include_paths=[str(here.parent / "csrc")],
-                            cuda_wrappers=[("topk_sigmoid", "bench_moe_topk::sigmoid_schedule<>")])
+                            cuda_wrappers=[("topk_sigmoid", "bench_moe_topk::sigmoid_trigger<>")])
 
 
 def sigmoid_table(floor: float) -> None:
-    """topk_sigmoid beside its per-token body under other launches (moe_topk_schedules.cuh) and the
-    reference's, each shape timed in turns; the schedules' ids and weights equal the product's bit for bit
-    (else the row says so)."""
-    module = schedules_module()
+    """topk_sigmoid beside its kernel with the PDL trigger forced to each place (moe_topk_schedules.cuh) and
+    the reference's, each shape timed in turns (ids and weights equal to jitkern's bit for bit, else the row
+    says so); then topk_softmax fp32 with 256 experts beside the reference's."""
+    module = triggers_module()
     plain_ref, gate_ref = reference_ops_or_none("moe.moe_topk_sigmoid"), reference_ops_or_none("moe.moe_fused_gate")
     experts, k, scale = 256, 8, 2.5
-    print(f"\n### topk_sigmoid under other launches beside the reference {reference_version()} ({environment()})\n")
-    print(f"fp32 gating, {experts} experts, k = {k}, correction bias, renormalize; CUDA-graph medians (us), the median of {SIGMOID_ROUNDS} interleaved runs; "
-          f"launch floor (one CTA copying 16 KiB): {floor:.2f} us. jitkern: 4 warps (tokens) a CTA, PDL trigger at the start.\n")
-    print("| form | T | jitkern | " + " | ".join(SCHEDULES) + " | reference | reference / jitkern | bits as jitkern's |")
-    print("|---|---|---|" + "---|" * len(SCHEDULES) + "---|---|---|")
+    print(f"\n### topk_sigmoid and its PDL trigger beside the reference {reference_version()} ({environment()})\n")
+    print(f"fp32 gating, {experts} experts, k = {k}, correction bias, renormalize; CUDA-graph medians (us), the median of {SIGMOID_ROUNDS} "
+          f"interleaved runs; launch floor (one CTA copying 16 KiB): {floor:.2f} us. jitkern: the trigger MoeOps::launch picks.\n")
+    print("| form | T | jitkern | " + " | ".join(TRIGGERS) + " | reference | reference / jitkern | bits as jitkern's |")
+    print("|---|---|---|" + "---|" * len(TRIGGERS) + "---|---|---|")
     bias = torch.randn(experts, device="cuda") * 0.1
     for grouped in (False, True):
         groups, topk_group, scaling = (8, 4, scale) if grouped else (1, 1, 1.0)
-        for t in SIGMOID_TOKENS[grouped]:
+        for t in SIGMOID_TOKENS:
             g = torch.randn(t, experts, device="cuda")
             outs = {name: (torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda"))
-                    for name in ("jitkern", *SCHEDULES)}
+                    for name in ("jitkern", *TRIGGERS)}
             fns = {"jitkern": lambda: topk_sigmoid(*outs["jitkern"], g, True, bias, num_expert_group=groups, topk_group=topk_group,
                                                    routed_scaling_factor=scaling)}
-            for name, schedule in SCHEDULES.items():
-                fns[name] = lambda o=outs[name], s=schedule: module.topk_sigmoid(*o, g, bias, True, groups, topk_group, scaling, s)
+            for name, trigger in TRIGGERS.items():
+                fns[name] = lambda o=outs[name], tr=trigger: module.topk_sigmoid(*o, g, bias, True, groups, topk_group, scaling, tr)
             if grouped and gate_ref is not None:
                 fns["reference"] = lambda: gate_ref.moe_fused_gate(g, bias, k, "sigmoid", 0, True, scale, True, 0.0, 8, 4)
             elif not grouped and plain_ref is not None:
@@ -212,23 +209,29 @@ def sigmoid_table(floor: float) -> None:
             torch.cuda.synchronize()
             w, ids = outs["jitkern"]
             same = "yes" if all(torch.equal(i, ids) and torch.equal(x.view(torch.int32), w.view(torch.int32))
-                                for name, (x, i) in outs.items()) else "NO"
+                                for x, i in outs.values()) else "NO"
             times = interleaved(fns, SIGMOID_ROUNDS)
             j, r = times["jitkern"], times.get("reference")
             r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
             form = "grouped (8 groups, 4 kept, x 2.5)" if grouped else "plain"
-            cols = " | ".join(f"{times[name]:.2f}" for name in SCHEDULES)
+            cols = " | ".join(f"{times[name]:.2f}" for name in TRIGGERS)
             print(f"| {form} | {t} | {j:.2f} | {cols} | {r_text} | {r_ratio} | {same} |", flush=True)
-    print("\nThe products alone on other gating sizes (topk_sigmoid: plain, correction bias; both renormalize, k = 8):\n")
-    print("| op | gating | experts | T | gating KiB | jitkern us |")
-    print("|---|---|---|---|---|---|")
-    for op, dtype, e, t in SIZE_CONTROLS:
-        g, b = torch.randn(t, e, device="cuda").to(dtype), torch.randn(e, device="cuda") * 0.1
+    ref = reference_ops_or_none("moe.moe_topk_softmax")
+    print("\ntopk_softmax, fp32 gating, 256 experts, k = 8, renormalize (int32 ids):\n")
+    print("| T | jitkern | reference | reference / jitkern |")
+    print("|---|---|---|---|")
+    for t in SOFTMAX_TOKENS:
+        g = torch.randn(t, experts, device="cuda")
         w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
-        fn = (lambda: topk_sigmoid(w, ids, g, True, b)) if op == "topk_sigmoid" else (lambda: topk_softmax(w, ids, g, True))
-        times = interleaved({"jitkern": fn}, SIGMOID_ROUNDS)
-        print(f"| {op} | {str(dtype).replace('torch.', '')} | {e} | {t} | {g.numel() * g.element_size() // 1024} | {times['jitkern']:.2f} |",
-              flush=True)
+        fns = {"jitkern": lambda: topk_softmax(w, ids, g, True)}
+        if ref is not None:
+            rw, rids = torch.empty_like(w), torch.empty_like(ids)
+            fns["reference"] = lambda: ref.topk_softmax(rw, rids, g, True)
+        call_each(fns)
+        times = interleaved(fns, SIGMOID_ROUNDS)
+        j, r = times["jitkern"], times.get("reference")
+        r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        print(f"| {t} | {j:.2f} | {r_text} | {r_ratio} |", flush=True)
 
 
 def main() -> None:

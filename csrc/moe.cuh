@@ -12,6 +12,7 @@
 
 #include <jitkern/cta.cuh>
 #include <jitkern/optional.h>
+#include <jitkern/policy.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/tensor.h>
 #include <jitkern/type.cuh>
@@ -32,6 +33,12 @@ constexpr int kMoeMaxTopk = 8;
 constexpr int kMoeMaxGroups = 32;  // a lane per group
 constexpr float kMoeInf = __builtin_huge_valf();
 
+// Where a top-k kernel triggers the next launch (MoeOps::launch picks it by the grid: host::pdl_early_trigger,
+// host::pdl_late_trigger). At start on grids of 16 or more CTAs the launches queued behind it slowed the
+// kernel by 3-5 us once the gating reached 256 KB (fp32 256 experts, 256 tokens: 5.70 us against 2.50 after
+// the wait; H200, CUDA graph, bench_moe.py sigmoid).
+enum class Trigger : int { kStart, kAfterWait, kAfterStores };
+
 struct TopkParams {
   const void* gating;
   int64_t gating_stride;
@@ -44,11 +51,18 @@ struct TopkParams {
   int experts, k;
   bool renormalize;
   bool vector_rows;  // softmax: a lane's experts load as vectors (every row aligned for them)
+  Trigger trigger;
   // sigmoid only
   const float* bias;  // null: none
   int groups, topk_group;
   float scaling;
 };
+
+// The PDL wait before a token's first read of what the kernel before may write, and the trigger after it.
+__device__ __forceinline__ void wait_primary(const TopkParams& p) {
+  device::pdl_wait_primary();
+  if (p.trigger == Trigger::kAfterWait) device::pdl_trigger_secondary();
+}
 
 // Lane i < k's choice: topk_weights[token][i] and topk_ids[token][i].
 __device__ __forceinline__ void store_choice(const TopkParams& p, int64_t token, int i, float weight, int id) {
@@ -163,14 +177,14 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
 #ifdef __CUDACC__
   using Keys = SoftmaxKeys<T>;
   constexpr int kChunk = kTopkChunk<T, kV>;
-  device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
+  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();  // the next kernel reads what this one writes after its wait
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
   if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
   device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
-  device::pdl_wait_primary();
+  wait_primary(p);
   T v[kV];
 #pragma unroll
   for (int s = 0; s < kV; s += kChunk) {
@@ -217,6 +231,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
   }
   const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
   if (lane < p.k) store_choice(p, token, lane, weight, my_id);
+  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -239,7 +254,7 @@ constexpr bool groups_by_shuffle(int per_group) {
 }
 
 // One token's top-k by one whole warp (warp: its index in the CTA, for kScanGroups' shared memory), the
-// PDL wait before the first read of the gating row.
+// PDL wait (wait_primary) before the first read of the gating row.
 template <typename T, int kV, bool kScanGroups, int kWarps = kMoeTopkWarps>
 __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t token, int lane, int warp) {
 #ifdef __CUDACC__
@@ -248,7 +263,7 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
   device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
-  device::pdl_wait_primary();
+  wait_primary(p);
   T v[kV];
   float b[kV];
 #pragma unroll
@@ -373,11 +388,12 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
 template <typename T, int kV, bool kScanGroups>
 __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
-  device::pdl_trigger_secondary();  // the next kernel reads what this one writes only after its own wait
+  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();  // the next kernel reads what this one writes after its wait
   const int warp = threadIdx.x / 32;
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
   if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
   topk_sigmoid_token<T, kV, kScanGroups>(p, token, threadIdx.x % 32, warp);
+  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
 #endif
 }
 
@@ -498,7 +514,7 @@ struct MoeOps {
                            bool renormalize) {
     DLDevice device;
     const TopkParams p = params(topk_weights, topk_ids, gating_output, renormalize, device);
-    launch<false>(p, device);
+    launch<false>(p, device, nullptr);
   }
 
   // The sigmoid form: scores s = sigmoid(gating_output), ranked by s + correction_bias (fp32 [E], optional);
@@ -511,7 +527,7 @@ struct MoeOps {
     DLDevice dev;
     const TopkParams p = sigmoid_params(topk_weights, topk_ids, gating_output, correction_bias, renormalize, num_expert_group, topk_group,
                                         routed_scaling_factor, dev);
-    launch<true>(p, dev);
+    launch<true>(p, dev, nullptr);
   }
 
   // topk_sigmoid's arguments checked, as the kernels' parameters.
@@ -537,6 +553,50 @@ struct MoeOps {
     p.topk_group = static_cast<int>(topk_group);
     p.scaling = static_cast<float>(routed_scaling_factor);
     return p;
+  }
+
+  // The kernel for p (its checked parameters), the PDL trigger at the start of grids of a few CTAs
+  // (host::pdl_early_trigger), after the stores of one wave of many threads per SM (host::pdl_late_trigger),
+  // else after the wait; `forced`: that one instead.
+  template <bool kSigmoid>
+  static void launch(const TopkParams& p, DLDevice device, const Trigger* forced) {
+    using namespace host;
+    if (p.tokens == 0) return;
+    const int64_t grid = div_ceil(p.tokens, kMoeTopkWarps);
+    RuntimeCheck(grid <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
+    Trigger trigger = Trigger::kAfterWait;
+    if (forced != nullptr) {
+      trigger = *forced;
+    } else if (pdl_early_trigger(grid)) {
+      trigger = Trigger::kStart;
+    } else if (pdl_late_trigger(grid * kMoeTopkWarps * 32, runtime::get_sm_count(device.device_id), row_policy(device).threads_per_sm)) {
+      trigger = Trigger::kAfterStores;
+    }
+    LaunchKernel run(static_cast<unsigned>(grid), kMoeTopkWarps * 32, device);
+    run.enable_pdl();
+    const auto go = [&](auto v) {
+      constexpr int kV = decltype(v)::value;
+      // A lane's experts load as vectors where every row (and the bias) starts at a multiple of the vector.
+      constexpr int64_t kChunkBytes = sizeof(T) * kTopkChunk<T, kV>;
+      TopkParams q = p;
+      q.trigger = trigger;
+      q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
+      if constexpr (kSigmoid) {
+        q.vector_rows &= reinterpret_cast<uintptr_t>(p.bias) % (sizeof(float) * kSigmoidBiasVec<T, kV>) == 0;
+        if (p.groups == 1 || groups_by_shuffle<T, kV>(p.experts / p.groups)) {
+          run(topk_sigmoid_kernel<T, kV, false>, q);
+        } else {
+          run(topk_sigmoid_kernel<T, kV, true>, q);
+        }
+      } else {
+        run(topk_softmax_kernel<T, kV>, q);
+      }
+    };
+    if (p.experts <= 32) go(std::integral_constant<int, 1>{});
+    else if (p.experts <= 64) go(std::integral_constant<int, 2>{});
+    else if (p.experts <= 128) go(std::integral_constant<int, 4>{});
+    else if (p.experts <= 256) go(std::integral_constant<int, 8>{});
+    else go(std::integral_constant<int, 16>{});
   }
 
  private:
@@ -575,38 +635,6 @@ struct MoeOps {
     }
     device_out = device.unwrap();
     return p;
-  }
-
-  template <bool kSigmoid>
-  static void launch(const TopkParams& p, DLDevice device) {
-    using namespace host;
-    if (p.tokens == 0) return;
-    const int64_t grid = div_ceil(p.tokens, kMoeTopkWarps);
-    RuntimeCheck(grid <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
-    LaunchKernel run(static_cast<unsigned>(grid), kMoeTopkWarps * 32, device);
-    run.enable_pdl();
-    const auto go = [&](auto v) {
-      constexpr int kV = decltype(v)::value;
-      // A lane's experts load as vectors where every row (and the bias) starts at a multiple of the vector.
-      constexpr int64_t kChunkBytes = sizeof(T) * kTopkChunk<T, kV>;
-      TopkParams q = p;
-      q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
-      if constexpr (kSigmoid) {
-        q.vector_rows &= reinterpret_cast<uintptr_t>(p.bias) % (sizeof(float) * kSigmoidBiasVec<T, kV>) == 0;
-        if (p.groups == 1 || groups_by_shuffle<T, kV>(p.experts / p.groups)) {
-          run(topk_sigmoid_kernel<T, kV, false>, q);
-        } else {
-          run(topk_sigmoid_kernel<T, kV, true>, q);
-        }
-      } else {
-        run(topk_softmax_kernel<T, kV>, q);
-      }
-    };
-    if (p.experts <= 32) go(std::integral_constant<int, 1>{});
-    else if (p.experts <= 64) go(std::integral_constant<int, 2>{});
-    else if (p.experts <= 128) go(std::integral_constant<int, 4>{});
-    else if (p.experts <= 256) go(std::integral_constant<int, 8>{});
-    else go(std::integral_constant<int, 16>{});
   }
 };
 

@@ -235,6 +235,39 @@ def test_topk_sigmoid_empty_strided_and_graph_replay():
         torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-6)
 
 
+# 8 / 512 / 4096 tokens: grids of 2 / 128 / 1024 CTAs, which trigger the next launch at their start, after
+# their wait and after their stores (on an H200's 132 SMs).
+@pytest.mark.parametrize("tokens", [8, 512, 4096])
+def test_topk_back_to_back_reads_what_the_launch_before_wrote(tokens):
+    """Top-k kernels launched back to back in a CUDA graph (PDL), each reading the weights the one before
+    wrote, the gating new each replay: a kernel that read before the one before finished shows stale weights."""
+    torch = _torch()
+    from jitkern.ops import topk_sigmoid, topk_softmax
+
+    g = torch.randn(tokens, 256, device="cuda")
+    bias = torch.randn(256, device="cuda") * 0.1
+    (w1, ids1), (w2, ids2), (w3, ids3) = _outputs(tokens, 8), _outputs(tokens, 4), _outputs(tokens, 2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g.mul_(-1.5)
+        topk_sigmoid(w1, ids1, g, True, bias, num_expert_group=8, topk_group=4)
+        topk_softmax(w2, ids2, w1, False)
+        topk_sigmoid(w3, ids3, w2, True)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_w, ref_ids = _grouped_reference(g, bias, 8, 8, 4, True, 1.0)
+        assert torch.equal(ids1.long(), ref_ids)
+        torch.testing.assert_close(w1, ref_w, rtol=0, atol=1e-6)
+        assert torch.equal(ids2.long(), _stable_topk(w1, 4))
+        torch.testing.assert_close(w2.double(), w1.double().softmax(-1).gather(1, ids2.long()), rtol=0, atol=1e-6)
+        chosen = w2.gather(1, ids3.long())
+        unchosen = w2.scatter(1, ids3.long(), float("-inf"))
+        assert (chosen.min(-1).values >= unchosen.max(-1).values - 1e-6).all()
+        scores = chosen.double().sigmoid()
+        torch.testing.assert_close(w3.double(), scores / scores.sum(-1, keepdim=True), rtol=0, atol=1e-6)
+
+
 def _align_reference(ids, experts, block_size):
     torch = _torch()
     flat = ids.reshape(-1).long()
