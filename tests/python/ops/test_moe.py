@@ -249,7 +249,7 @@ def test_topk_back_to_back_reads_what_the_launch_before_wrote(tokens):
     (w1, ids1), (w2, ids2), (w3, ids3) = _outputs(tokens, 8), _outputs(tokens, 4), _outputs(tokens, 2)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        g.mul_(-1.5)
+        g.neg_()
         topk_sigmoid(w1, ids1, g, True, bias, num_expert_group=8, topk_group=4)
         topk_softmax(w2, ids2, w1, False)
         topk_sigmoid(w3, ids3, w2, True)
