@@ -255,7 +255,7 @@ constexpr bool groups_by_shuffle(int per_group) {
 
 // One token's top-k by one whole warp (warp: its index in the CTA, for kScanGroups' shared memory), the
 // PDL wait (wait_primary) before the first read of the gating row.
-template <typename T, int kV, bool kScanGroups, int kWarps = kMoeTopkWarps>
+template <typename T, int kV, bool kScanGroups>
 __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t token, int lane, int warp) {
 #ifdef __CUDACC__
   constexpr int kChunk = kTopkChunk<T, kV>, kChunks = kV / kChunk;
@@ -308,7 +308,7 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
     };
     uint32_t group_key = kGoneKey;  // lane g < groups: group g's
     if constexpr (kScanGroups) {
-      __shared__ float choice_smem[kWarps][kMoeMaxExperts];
+      __shared__ float choice_smem[kMoeTopkWarps][kMoeMaxExperts];
       float* smem = choice_smem[warp];
 #pragma unroll
       for (int s = 0; s < kV; ++s)
