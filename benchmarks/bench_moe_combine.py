@@ -104,10 +104,10 @@ SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16
 # Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major grid,
 # vector bytes, staged experts>), `--variants`; the first is the product's launch rule.
 VARIANTS = [("product", "bench_moe_combine::Product"),
+            ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),
+            ("col 256thr 1@16B", "bench_moe_combine::Variant<256, 1, 1, true>"),
+            ("col 2@16B", "bench_moe_combine::Variant<128, 2, 1, true>"),
             ("col 4@16B", "bench_moe_combine::Variant<128, 4, 1, true>"),
-            ("col 4@16B 32reg", "bench_moe_combine::Variant<128, 4, 16, true>"),
-            ("col 2@16B 32reg", "bench_moe_combine::Variant<128, 2, 16, true>"),
-            ("col 256thr 4@16B 32reg", "bench_moe_combine::Variant<256, 4, 8, true>"),
             ("col staged 8 cp.async", "bench_moe_combine::Variant<128, 8, 1, true, 16, 8>"),
             ("row 8@8B rows first", "bench_moe_combine::Variant<128, 8, 1, false, 8>"),
             ("col 8@8B", "bench_moe_combine::Variant<128, 8, 1, true, 8>")]
@@ -171,6 +171,6 @@ if __name__ == "__main__":
     if "--schedules" in sys.argv:
         schedules()
     elif "--variants" in sys.argv:
-        schedules(entries=VARIANTS, sizes_of=VARIANT_TOKENS, name="bench_moe_combine_variants")
+        schedules(rounds=2, entries=VARIANTS, sizes_of=VARIANT_TOKENS, name="bench_moe_combine_variants")
     else:
         main()

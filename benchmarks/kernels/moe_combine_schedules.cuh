@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const 
 // The same sum with each thread's kStage experts' 16-byte vectors copied to shared memory by cp.async (no registers
 // held while they are in flight), then added in order. Needs 16-byte vectors (vectors_fit).
 template <typename T, int kCtaThreads, bool kWeighted, int kStage, bool kColumnMajor>
-__global__ void __launch_bounds__(kCtaThreads) staged_kernel(const __grid_constant__ Combine<T> p) {
+__global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
   constexpr int kVec = device::kVec16<T>;
   __shared__ AlignedVector<T, kVec> buf[kStage][kCtaThreads];
