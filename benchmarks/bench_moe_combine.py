@@ -101,7 +101,7 @@ SCHEDULES = [("product", "bench_moe_combine::Product"),
 SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 
-# Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major grid,
+# Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major 1-D grid,
 # vector bytes, staged experts>), `--variants`; the first is the product's launch rule.
 VARIANTS = [("product", "bench_moe_combine::Product"),
             ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),

@@ -11,14 +11,28 @@ namespace bench_moe_combine {
 
 using namespace jitkern_moe_combine;
 
+// The token and row vector of this thread: column-major, a 1-D grid whose consecutive CTAs cover a token's row
+// (its k rows read by neighbouring CTAs); else the product's grid (a token per x, its row's CTAs per y).
+struct Place {
+  int64_t token, v;
+};
+template <int kCtaThreads, bool kColumnMajor, typename T>
+__device__ __forceinline__ Place cta_place(const Combine<T>& p) {
+  if constexpr (kColumnMajor) {
+    const auto blocks = static_cast<uint32_t>((p.row_vecs + kCtaThreads - 1) / kCtaThreads);
+    return {blockIdx.x / blocks, int64_t{blockIdx.x % blocks} * kCtaThreads + threadIdx.x};
+  } else {
+    return {blockIdx.x, int64_t{blockIdx.y} * kCtaThreads + threadIdx.x};
+  }
+}
+
 // Candidate kernels for 32-512 tokens. The product's sum with: the grid's x over a token's row (a token's k rows
 // read by neighbouring CTAs), a register cap (__launch_bounds__ min blocks: more CTAs resident), and the rows'
 // loads issued before the weights are read (without ids the loads depend on nothing).
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce, int kMinBlocks, bool kColumnMajor>
 __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
-  const int64_t token = kColumnMajor ? blockIdx.y : blockIdx.x;
-  const int64_t v = int64_t{kColumnMajor ? blockIdx.x : blockIdx.y} * kCtaThreads + threadIdx.x;
+  const auto [token, v] = cta_place<kCtaThreads, kColumnMajor>(p);
   const int64_t col = v * kVec;
   if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
@@ -69,8 +83,7 @@ __global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_co
 #ifdef __CUDACC__
   constexpr int kVec = device::kVec16<T>;
   __shared__ AlignedVector<T, kVec> buf[kStage][kCtaThreads];
-  const int64_t token = kColumnMajor ? blockIdx.y : blockIdx.x;
-  const int64_t v = int64_t{kColumnMajor ? blockIdx.x : blockIdx.y} * kCtaThreads + threadIdx.x;
+  const auto [token, v] = cta_place<kCtaThreads, kColumnMajor>(p);
   const int64_t col = v * kVec;
   if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
@@ -156,8 +169,8 @@ struct Variant {
     } else {
       p.trigger = Trigger::kAfterWait;
     }
-    const auto t = static_cast<unsigned>(p.tokens), b = static_cast<unsigned>(blocks);
-    const dim3 dims = kColumnMajor ? dim3(b, t) : dim3(t, b);
+    RuntimeCheck(grid <= 0x7fffffff, "too many CTAs for one launch: ", grid);
+    const dim3 dims = kColumnMajor ? dim3(static_cast<unsigned>(grid)) : dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks));
     if constexpr (kStage > 0) {
       LaunchKernel(dims, kCtaThreads, ops.device).enable_pdl()(staged_kernel<bf16_t, kCtaThreads, kWeighted, kStage, kColumnMajor>, p);
     } else {
