@@ -102,15 +102,15 @@ SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16
 
 
 # Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major 1-D grid,
-# vector bytes, staged experts>), `--variants`; the first is the product's launch rule.
+# vector bytes, staged experts>), `--variants`, each up to the tokens of its third field; the first is the product's launch rule.
 VARIANTS = [("product", "bench_moe_combine::Product"),
             ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),
             ("col 256thr 1@16B", "bench_moe_combine::Variant<256, 1, 1, true>"),
             ("col 2@16B", "bench_moe_combine::Variant<128, 2, 1, true>"),
             ("col 4@16B", "bench_moe_combine::Variant<128, 4, 1, true>"),
             ("col staged 8 cp.async", "bench_moe_combine::Variant<128, 8, 1, true, 16, 8>"),
-            ("row 8@8B rows first", "bench_moe_combine::Variant<128, 8, 1, false, 8>"),
-            ("col 8@8B", "bench_moe_combine::Variant<128, 8, 1, true, 8>")]
+            ("row 8@8B rows first", "bench_moe_combine::Variant<128, 8, 1, false, 8>", 32),
+            ("col 8@8B", "bench_moe_combine::Variant<128, 8, 1, true, 8>", 32)]
 VARIANT_TOKENS = {"moe_sum": (1, 32, 64, 128, 256, 512, 4096), "moe_weighted_sum": (1, 64, 256, 4096)}
 
 
@@ -118,7 +118,7 @@ def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHE
     here = Path(__file__).resolve().parent
     spec = jitkern.JitSpec(name, cuda_files=[str(here / "kernels" / "moe_combine_schedules.cuh")],
                            extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
-                           cuda_wrappers=[(f"{op}_{i}", f"{cpp}::{op}") for i, (_, cpp) in enumerate(entries) for op in ops])
+                           cuda_wrappers=[(f"{op}_{i}", f"{e[1]}::{op}") for i, e in enumerate(entries) for op in ops])
     return build_all(spec)[0]
 
 
@@ -142,7 +142,7 @@ def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name
             w = torch.rand(t, K, device="cuda")
             out = torch.empty(t, H, dtype=DTYPE, device="cuda")
             args = (x, out) if op == "moe_sum" else (x, out, w, None, None, 1.0)
-            fns = {label: (lambda i=i: module[f"{op}_{i}"](*args)) for i, (label, _) in enumerate(entries)}
+            fns = {e[0]: (lambda i=i: module[f"{op}_{i}"](*args)) for i, e in enumerate(entries) if len(e) < 3 or t <= e[2]}
             first = None
             for label, fn in fns.items():
                 out.fill_(float("nan"))
