@@ -105,6 +105,7 @@ SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16
 # vector bytes, staged experts>), `--variants`, each up to the tokens of its third field; the first is the product's launch rule.
 VARIANTS = [("product", "bench_moe_combine::Product"),
             ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),
+            ("row one at a time", "bench_moe_combine::OneExpertAtATime"),
             ("col 256thr 1@16B", "bench_moe_combine::Variant<256, 1, 1, true>"),
             ("col 2@16B", "bench_moe_combine::Variant<128, 2, 1, true>"),
             ("col 4@16B", "bench_moe_combine::Variant<128, 4, 1, true>"),

@@ -4,7 +4,6 @@
 // product's signatures, their operands checked by MoeCombineOps.
 #pragma once
 
-#include <jitkern/ptx.cuh>
 #include <moe_combine.cuh>
 
 namespace bench_moe_combine {
