@@ -48,9 +48,6 @@ struct Combine {
   float scale;  // routed_scaling_factor
   int k;
   int64_t tokens, hidden, row_vecs;  // row_vecs: hidden / kVec
-  // CTAs a token's row takes. The grid is 1-D in token order: consecutive CTAs cover one token's row, so the CTAs
-  // resident at once read whole tokens' k rows (contiguous) rather than a slice of every token's.
-  uint32_t row_ctas;
   Trigger trigger;
 };
 
@@ -74,8 +71,8 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
 __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
-  const int64_t token = blockIdx.x / p.row_ctas;
-  const int64_t v = int64_t{blockIdx.x % p.row_ctas} * kCtaThreads + threadIdx.x;
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kCtaThreads + threadIdx.x;
   const int64_t col = v * kVec;
   if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
@@ -122,8 +119,8 @@ __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_const
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads) one_expert_at_a_time_kernel(const Combine<T> p) {
 #ifdef __CUDACC__
-  const int64_t token = blockIdx.x / p.row_ctas;
-  const int64_t v = int64_t{blockIdx.x % p.row_ctas} * kThreads + threadIdx.x;
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
   const int64_t col = v * kVec;
   device::pdl_wait_primary();
   device::pdl_trigger_secondary();
@@ -244,7 +241,7 @@ struct MoeCombineOps {
     constexpr int kVec = device::kVec16<T>;
     const int64_t blocks = checked_blocks(p, kVec, kThreads);
     if (blocks == 0) return;
-    LaunchKernel(dim3(static_cast<unsigned>(p.tokens * blocks)), kThreads, ops.device)
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
         .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
   }
 
@@ -252,14 +249,14 @@ struct MoeCombineOps {
   static int64_t checked_blocks(Combine<T>& p, int kVec, int kCtaThreads) {
     using namespace host;
     if (p.tokens * p.hidden == 0) return 0;
+    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
     p.row_vecs = p.hidden / kVec;
     const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
-    RuntimeCheck(p.tokens * blocks <= 0x7fffffff, "too many tokens for one launch: ", p.tokens, " of ", blocks, " CTAs each");
-    p.row_ctas = static_cast<uint32_t>(blocks);
+    RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
     return blocks;
   }
 
-  // Grid: row_ctas CTAs of kCtaThreads vectors of kVec elements per token, in token order. The PDL trigger at the start of grids
+  // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger at the start of grids
   // of a few CTAs (host::pdl_early_trigger), after the stores of one wave of many threads per SM
   // (host::pdl_late_trigger), else after the wait; `forced`: that one instead.
   template <bool kWeighted, int kCtaThreads, int kAtOnce, int kVec>
@@ -278,7 +275,7 @@ struct MoeCombineOps {
     } else {
       p.trigger = Trigger::kAfterWait;
     }
-    LaunchKernel(dim3(static_cast<unsigned>(p.tokens * blocks)), kCtaThreads, ops.device)
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
         .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
   }
 
