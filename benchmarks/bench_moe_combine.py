@@ -4,7 +4,8 @@ reference framework's Triton mul-sum where it is installed, the measured copy ce
 and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernels at other CTA widths, PDL
 trigger places, vector widths and experts loaded at once than its launch rule picks
 (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
-moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
+moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's. `--variants`: the
+same for candidate kernels (another grid order, experts at once, cp.async staging) from 1 to 4096 tokens."""
 
 from __future__ import annotations
 
