@@ -1,7 +1,7 @@
 // Launch schedules of the MoE combine side by side (bench_moe_combine.py --schedules), bf16: the product's kernels
 // (csrc/moe_combine.cuh) at other CTA widths, PDL trigger places, vector widths and experts loaded at once than its
-// launch rule picks, and its one-expert-at-a-time kernel at every size. Each struct's entry points have the
-// product's signatures, their operands checked by MoeCombineOps.
+// launch rule picks, and its one-expert-at-a-time kernel at every size; candidate kernels (--variants: Variant).
+// Each struct's entry points have the product's signatures, their operands checked by MoeCombineOps.
 #pragma once
 
 #include <moe_combine.cuh>
@@ -25,8 +25,7 @@ __device__ __forceinline__ Place cta_place(const Combine<T>& p) {
   }
 }
 
-// Candidate kernels for 32-512 tokens. The product's sum with: the grid's x over a token's row (a token's k rows
-// read by neighbouring CTAs), a register cap (__launch_bounds__ min blocks: more CTAs resident), and the rows'
+// Candidate kernels for 32-512 tokens. The product's sum with: the token-order grid (cta_place), a register cap (__launch_bounds__ min blocks: more CTAs resident), and the rows'
 // loads issued before the weights are read (without ids the loads depend on nothing).
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce, int kMinBlocks, bool kColumnMajor>
 __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const __grid_constant__ Combine<T> p) {
@@ -76,7 +75,8 @@ __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const 
 }
 
 // The same sum with each thread's kStage experts' 16-byte vectors copied to shared memory by cp.async (no registers
-// held while they are in flight), then added in order. Needs 16-byte vectors (vectors_fit).
+// held while they are in flight), then added in order. Needs 16-byte vectors (vectors_fit). Capped at 40 registers:
+// 12 CTAs of 16 KiB fit an H200 SM's shared memory.
 template <typename T, int kCtaThreads, bool kWeighted, int kStage, bool kColumnMajor>
 __global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
