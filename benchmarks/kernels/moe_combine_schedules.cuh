@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const 
 }
 
 // The same sum with each thread's kStage experts' 16-byte vectors copied to shared memory by cp.async (no registers
-// held while they are in flight), then added in order. Needs 16-byte vectors (vectors_fit). Capped at 40 registers:
-// 12 CTAs of 16 KiB fit an H200 SM's shared memory.
+// held while they are in flight), then added in order. Needs 16-byte vectors (vectors_fit). Capped at 40 registers
+// (12 CTAs an SM; its shared memory holds 13 of 16 KiB).
 template <typename T, int kCtaThreads, bool kWeighted, int kStage, bool kColumnMajor>
 __global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
