@@ -4,7 +4,8 @@ reference framework's Triton mul-sum where it is installed, the measured copy ce
 and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernels at other CTA widths, PDL
 trigger places, vector widths and experts loaded at once than its launch rule picks
 (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
-moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
+moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's. `--variants`: the
+same for candidate kernels (another grid order, experts at once, cp.async staging) from 1 to 4096 tokens."""
 
 from __future__ import annotations
 
@@ -101,20 +102,34 @@ SCHEDULES = [("product", "bench_moe_combine::Product"),
 SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 
-def schedule_module():
+# Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major 1-D grid,
+# vector bytes, staged experts>), `--variants`, each up to the tokens of its third field; the first is the product's launch rule.
+VARIANTS = [("product", "bench_moe_combine::Product"),
+            ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),
+            ("row one at a time", "bench_moe_combine::OneExpertAtATime"),
+            ("col 256thr 1@16B", "bench_moe_combine::Variant<256, 1, 1, true>"),
+            ("col 2@16B", "bench_moe_combine::Variant<128, 2, 1, true>"),
+            ("col 4@16B", "bench_moe_combine::Variant<128, 4, 1, true>"),
+            ("col staged 8 cp.async", "bench_moe_combine::Variant<128, 8, 1, true, 16, 8>"),
+            ("row 8@8B rows first", "bench_moe_combine::Variant<128, 8, 1, false, 8>", 32),
+            ("col 8@8B", "bench_moe_combine::Variant<128, 8, 1, true, 8>", 32)]
+VARIANT_TOKENS = {"moe_sum": (1, 32, 64, 128, 256, 512, 4096), "moe_weighted_sum": (1, 64, 256, 4096)}
+
+
+def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHEDULE_TOKENS):
     here = Path(__file__).resolve().parent
-    spec = jitkern.JitSpec("bench_moe_combine", cuda_files=[str(here / "kernels" / "moe_combine_schedules.cuh")],
+    spec = jitkern.JitSpec(name, cuda_files=[str(here / "kernels" / "moe_combine_schedules.cuh")],
                            extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
-                           cuda_wrappers=[(f"{op}_{i}", f"{cpp}::{op}") for i, (_, cpp) in enumerate(SCHEDULES) for op in SCHEDULE_TOKENS])
+                           cuda_wrappers=[(f"{op}_{i}", f"{e[1]}::{op}") for i, e in enumerate(entries) for op in ops])
     return build_all(spec)[0]
 
 
-def schedules(rounds: int = 3) -> None:
+def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name: str = "bench_moe_combine") -> None:
     """Each op at each size: every schedule (outputs compared bit for bit with the product's) beside the reference's
     kernel (SGLang: moe_topk_sum, moe_fused_mul_sum, weights only as in its signature), fastest first; at 4096
     tokens each time's % of the copy ceiling (bytes: the k rows read, the output written)."""
     start = time.perf_counter()
-    module = schedule_module()
+    module = schedule_module(name, entries, sizes_of)
     refs = {"moe_sum": reference_ops_or_none("moe.moe_topk_sum"), "moe_weighted_sum": reference_ops_or_none("moe.moe_fused_mul_sum")}
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
@@ -123,21 +138,21 @@ def schedules(rounds: int = 3) -> None:
           f"{copy_ceiling_text(ceilings)}.\n")
     print("| op | T | schedules |")
     print("|---|---|---|")
-    for op, sizes in SCHEDULE_TOKENS.items():
+    for op, sizes in sizes_of.items():
         for t in sizes:
             x = torch.randn(t, K, H, dtype=DTYPE, device="cuda")
             w = torch.rand(t, K, device="cuda")
             out = torch.empty(t, H, dtype=DTYPE, device="cuda")
             args = (x, out) if op == "moe_sum" else (x, out, w, None, None, 1.0)
-            fns = {name: (lambda i=i: module[f"{op}_{i}"](*args)) for i, (name, _) in enumerate(SCHEDULES)}
+            fns = {e[0]: (lambda i=i: module[f"{op}_{i}"](*args)) for i, e in enumerate(entries) if len(e) < 3 or t <= e[2]}
             first = None
-            for name, fn in fns.items():
+            for label, fn in fns.items():
                 out.fill_(float("nan"))
                 fn()
                 got = out.clone()
                 first = got if first is None else first
                 if not torch.equal(got, first):
-                    print(f"<!-- {op} T={t}: {name} differs from the product's output -->")
+                    print(f"<!-- {op} T={t}: {label} differs from the product's output -->")
             ref = refs[op]
             if ref is not None:
                 theirs = torch.empty_like(out)
@@ -157,5 +172,7 @@ def schedules(rounds: int = 3) -> None:
 if __name__ == "__main__":
     if "--schedules" in sys.argv:
         schedules()
+    elif "--variants" in sys.argv:
+        schedules(rounds=2, entries=VARIANTS, sizes_of=VARIANT_TOKENS, name="bench_moe_combine_variants")
     else:
         main()
