@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
-                   interleaved, reference_module, run_benchmark, yardstick_module)
+                   interleaved, reference_module, reference_ops_or_none, run_benchmark, yardstick_module)
 
 from jitkern.ops import (fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm,  # noqa: E402
                          rmsnorm_quant_fp8)
@@ -135,9 +135,91 @@ def reference_table() -> None:
             print(f"| {op} | {t} | {m['jitkern']:.3f} | {m['reference']:.3f} | {m['reference'] / m['jitkern']:.2f}x |", flush=True)
 
 
+# name -> bench_norm_widths' entry point (benchmarks/kernels/norm_width_schedules.cuh): the width kernel and the
+# general wide kernel at 4, 2 or 1 vectors a thread, any row count.
+WIDTH_SCHEDULES = {"width kernel, 4 a thread": "static_rows<{E}, 4>", "width kernel, 2 a thread": "static_rows<{E}, 2>",
+                   "width kernel, 1 a thread": "static_rows<{E}, 1>", "wide kernel, 4 a thread": "wide_rows<{E}, 4>"}
+# (op, rows, width) timed; "width kernel, 1 a thread" at 64 rows only, the width kernel at two and the wide kernel
+# at 4096 only (below 4 rows an SM the product is the width kernel at two; the wide kernel is not taken).
+WIDTH_CASES = [*(("gemma", t, 3584) for t in (1, 16, 64, 256, 4096)), ("gemma", 64, 2560), ("gemma", 4096, 2560),
+               *(("rmsnorm", t, 3584) for t in (64, 256, 4096)), ("rmsnorm", 64, 2560), ("rmsnorm", 4096, 2560)]
+
+
+def width_schedules_module():
+    """The entry points of WIDTH_SCHEDULES for rmsnorm ("rmsnorm <name>") and gemma_rmsnorm ("gemma <name>")."""
+    import jitkern
+
+    kernels = Path(__file__).resolve().parent / "kernels"
+    wrappers = [(f"{op}_{k}", f"bench_norm_widths::{fn.format(E=e)}") for op, e in (("rmsnorm", "bf16_t"), ("gemma", "bench_norm_widths::Gemma"))
+                for k, fn in enumerate(WIDTH_SCHEDULES.values())]
+    return jitkern.load_jit("bench_norm_widths", cuda_files=[str(kernels / "norm_width_schedules.cuh")],
+                            extra_include_paths=[str(kernels.parent.parent / "csrc")], host_without_nvcc=True, cuda_wrappers=wrappers)
+
+
+def width_cases(check_only: bool):
+    """rmsnorm and gemma_rmsnorm at the widths whose vectors fill whole warps at two a thread but not at four
+    (and 4096): the product beside each layout of WIDTH_SCHEDULES and SGLang's kernels; each schedule's output
+    checked bit for bit against the product's where they add in the same order, else within a rounding."""
+    from jitkern.ops import gemma_rmsnorm
+
+    module = width_schedules_module()
+    ref = reference_ops_or_none("layernorm.norm")
+    gref = reference_ops_or_none("layernorm.grouped_gemma_rmsnorm")
+    cases = []
+    every = [(op, t, h) for h in (3584, 2560, 1536) for t in (1, 16, 64, 256, 4096) for op in ("rmsnorm", "gemma")]
+    for h in (3584, 2560, 1536):
+        for t in (1, 16, 64, 256, 4096):
+            x, w = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(h, dtype=DTYPE, device="cuda")
+            for op in ("rmsnorm", "gemma"):
+                if (op, t, h) not in (every if check_only else WIDTH_CASES):
+                    continue
+                mine = torch.empty_like(x)
+                fns = {"product": (lambda x=x, w=w, o=mine: rmsnorm(x, w, o, EPS)) if op == "rmsnorm" else
+                       (lambda x=x, w=w, o=mine: gemma_rmsnorm(x, w, EPS, o))}
+                outs = {"product": mine}
+                for k, name in enumerate(WIDTH_SCHEDULES):
+                    o = torch.empty_like(x)
+                    fns[name], outs[name] = (lambda f=getattr(module, f"{op}_{k}"), x=x, w=w, o=o: f(x, w, o, EPS)), o
+                o = torch.empty_like(x)
+                if op == "rmsnorm" and ref is not None:
+                    fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: ref.rmsnorm(x, w, o, EPS)), o
+                if op == "gemma" and gref is not None:
+                    fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: gref.grouped_gemma_rmsnorm(x, w, group_size=h, eps=EPS, out=o)), o
+                for fn in fns.values():
+                    fn()
+                torch.cuda.synchronize()
+                same = [name for name in outs if torch.equal(outs[name], mine)]
+                near = [name for name in outs if name not in same and torch.allclose(outs[name].float(), mine.float(), atol=1e-2, rtol=8e-3)]
+                bad = [name for name in outs if name not in same and name not in near]
+                if check_only:
+                    print(f"{op} [{t}, {h}]: same bits: {same}; within a rounding: {near}; DIFFER: {bad}", flush=True)
+                cases.append((op, t, h, {name: fn for name, fn in fns.items() if name not in bad}))
+    return cases
+
+
+def width_table(check_only: bool) -> None:
+    cases = width_cases(check_only)
+    if check_only:
+        return
+    names = ["product", *WIDTH_SCHEDULES, "SGLang"]
+    print(f"\n#### rmsnorm and gemma_rmsnorm wide-row layouts, bf16 (us, CUDA-graph medians, median of 3 interleaved rounds; {environment()})\n")
+    print("| op | shape | " + " | ".join(names) + " | SGLang / product |")
+    print("|---|---|" + "---|" * (len(names) + 1))
+    for op, t, h, fns in cases:
+        skip = {"width kernel, 1 a thread"} if t != 64 else set()
+        if t < 4096:
+            skip |= {"width kernel, 2 a thread", "wide kernel, 4 a thread"}
+        fns = {n: f for n, f in fns.items() if n not in skip}
+        m = interleaved(fns)
+        ratio = f"{m['SGLang'] / m['product']:.2f}x" if "SGLang" in m else ""
+        print(f"| {op} | [{t}, {h}] | " + " | ".join(f"{m[n]:.2f}" if n in m else "" for n in names) + f" | {ratio} |", flush=True)
+
+
 def main() -> None:
     if sys.argv[1:] == ["reference"]:
         return reference_table()
+    if sys.argv[1:2] == ["widths"]:
+        return width_table("--check" in sys.argv)
     compile_everything()
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
