@@ -142,7 +142,8 @@ WIDTH_SCHEDULES = {"width kernel, 4 a thread": "static_rows<{E}, 4>", "width ker
 # (op, rows, width) timed; "width kernel, 1 a thread" at 64 rows only, the width kernel at two and the wide kernel
 # at 4096 only (below 4 rows an SM the product is the width kernel at two; the wide kernel is not taken).
 WIDTH_CASES = [*(("gemma", t, 3584) for t in (1, 16, 64, 256, 4096)), ("gemma", 64, 2560), ("gemma", 4096, 2560),
-               *(("rmsnorm", t, 3584) for t in (64, 256, 4096)), ("rmsnorm", 64, 2560), ("rmsnorm", 4096, 2560)]
+               *(("rmsnorm", t, 3584) for t in (64, 256, 4096)), ("rmsnorm", 64, 2560), ("rmsnorm", 4096, 2560),
+               ("rmsnorm", 64, 5376), ("rmsnorm", 4096, 5376)]
 
 
 def width_schedules_module():
@@ -157,17 +158,17 @@ def width_schedules_module():
 
 
 def width_cases(check_only: bool):
-    """rmsnorm and gemma_rmsnorm at the widths whose vectors fill whole warps at two a thread but not at four
-    (and 4096): the product beside each layout of WIDTH_SCHEDULES and SGLang's kernels; each schedule's output
-    checked bit for bit against the product's where they add in the same order, else within a rounding."""
+    """rmsnorm and gemma_rmsnorm at widths whose vectors do not fill whole warps at four a thread (5376: nor at two,
+    and no width kernel): the product beside each layout of WIDTH_SCHEDULES and SGLang's kernels; each output
+    compared with the product's, bit for bit or within a rounding."""
     from jitkern.ops import gemma_rmsnorm
 
     module = width_schedules_module()
     ref = reference_ops_or_none("layernorm.norm")
     gref = reference_ops_or_none("layernorm.grouped_gemma_rmsnorm")
     cases = []
-    every = [(op, t, h) for h in (3584, 2560, 1536) for t in (1, 16, 64, 256, 4096) for op in ("rmsnorm", "gemma")]
-    for h in (3584, 2560, 1536):
+    every = [(op, t, h) for h in (3584, 2560, 1536, 5376) for t in (1, 16, 64, 256, 4096) for op in ("rmsnorm", "gemma")]
+    for h in (3584, 2560, 1536, 5376):
         for t in (1, 16, 64, 256, 4096):
             x, w = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(h, dtype=DTYPE, device="cuda")
             for op in ("rmsnorm", "gemma"):
@@ -178,6 +179,8 @@ def width_cases(check_only: bool):
                        (lambda x=x, w=w, o=mine: gemma_rmsnorm(x, w, EPS, o))}
                 outs = {"product": mine}
                 for k, name in enumerate(WIDTH_SCHEDULES):
+                    if h == 5376 and name.startswith("width"):
+                        continue
                     o = torch.empty_like(x)
                     fns[name], outs[name] = (lambda f=getattr(module, f"{op}_{k}"), x=x, w=w, o=o: f(x, w, o, EPS)), o
                 o = torch.empty_like(x)
@@ -185,8 +188,12 @@ def width_cases(check_only: bool):
                     fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: ref.rmsnorm(x, w, o, EPS)), o
                 if op == "gemma" and gref is not None:
                     fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: gref.grouped_gemma_rmsnorm(x, w, group_size=h, eps=EPS, out=o)), o
-                for fn in fns.values():
-                    fn()
+                for name, fn in list(fns.items()):
+                    try:
+                        fn()
+                    except Exception as e:  # noqa: BLE001 - a side that cannot take the shape is left out
+                        print(f"<!-- {name} {op} [{t}, {h}]: {type(e).__name__}: {str(e)[:200]} -->")
+                        del fns[name], outs[name]
                 torch.cuda.synchronize()
                 same = [name for name in outs if torch.equal(outs[name], mine)]
                 near = [name for name in outs if name not in same and torch.allclose(outs[name].float(), mine.float(), atol=1e-2, rtol=8e-3)]
