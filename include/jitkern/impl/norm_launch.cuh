@@ -27,7 +27,7 @@ namespace device::norm {
 
 // Narrow rows (at most 32 vectors) take a group of lanes of a warp each, one vector per lane, in
 // CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most the device's
-// host::RowPolicy::row_threads threads holding up to kNormWideRegVecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
+// host::RowPolicy::row_threads threads holding up to norm_reg_vecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
 // than that re-read their remainder from L2).
 constexpr int kNormNarrowThreads = host::kRowKernels.narrow_threads;
 // Small narrow-row grids (kNormNarrowSmallMinCtas to kNormNarrowSmallMaxCtas CTAs of kNormNarrowThreads)
