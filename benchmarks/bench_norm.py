@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -135,38 +136,55 @@ def reference_table() -> None:
             print(f"| {op} | {t} | {m['jitkern']:.3f} | {m['reference']:.3f} | {m['reference'] / m['jitkern']:.2f}x |", flush=True)
 
 
-# name -> bench_norm_widths' entry point (benchmarks/kernels/norm_width_schedules.cuh): the width kernel and the
-# general wide kernel at 4, 2 or 1 vectors a thread, any row count.
+# name -> bench_norm_widths' entry point (benchmarks/kernels/norm_width_schedules.cuh): the width kernel at 4 or 2
+# vectors a thread and the general wide kernel at 4, at any row count.
 WIDTH_SCHEDULES = {"width kernel, 4 a thread": "static_rows<{E}, 4>", "width kernel, 2 a thread": "static_rows<{E}, 2>",
-                   "width kernel, 1 a thread": "static_rows<{E}, 1>", "wide kernel, 4 a thread": "wide_rows<{E}, 4>"}
-# (op, rows, width) timed, in this order; "width kernel, 1 a thread" at [64, 3584] only, the width kernel at two and the
-# wide kernel at 4096 rows only (below 4 rows an SM the product is the width kernel at two; the wide kernel is not taken).
-WIDTH_CASES = [("gemma", 64, 3584), ("gemma", 256, 3584), ("gemma", 4096, 3584), ("gemma", 64, 2560), ("rmsnorm", 64, 3584),
-               ("rmsnorm", 4096, 3584), ("rmsnorm", 64, 5376), ("rmsnorm", 4096, 5376), ("gemma", 1, 3584), ("gemma", 16, 3584),
+                   "wide kernel, 4 a thread": "wide_rows<{E}, 4>"}
+# (op, rows, width) timed, in this order (rows print as measured); the width kernel at four at the widths that have one,
+# the wide kernel at four at 4096 rows and at 5376 (where no width kernel is).
+WIDTH_CASES = [("gemma", 64, 3584), ("gemma", 256, 3584), ("gemma", 64, 2560), ("rmsnorm", 4096, 3584), ("gemma", 4096, 3584),
+               ("rmsnorm", 64, 3584), ("rmsnorm", 4096, 5376), ("rmsnorm", 64, 5376), ("gemma", 1, 3584), ("gemma", 16, 3584),
                ("rmsnorm", 256, 3584), ("rmsnorm", 64, 2560), ("rmsnorm", 4096, 2560), ("gemma", 4096, 2560)]
 
 
-def width_schedules_module():
-    """The entry points of WIDTH_SCHEDULES for rmsnorm ("rmsnorm <name>") and gemma_rmsnorm ("gemma <name>")."""
+def width_modules():
+    """The entry points of WIDTH_SCHEDULES (module attribute "rmsnorm_<k>", "gemma_<k>": the k-th schedule) and SGLang's
+    rmsnorm and grouped_gemma_rmsnorm op modules (None where absent), each built on a thread of its own together with
+    jitkern's rmsnorm and gemma_rmsnorm modules (the run's time is short)."""
     import jitkern
+    from jitkern import ops
+    from jitkern.jit import warmup as build_all
 
     kernels = Path(__file__).resolve().parent / "kernels"
     wrappers = [(f"{op}_{k}", f"bench_norm_widths::{fn.format(E=e)}") for op, e in (("rmsnorm", "bf16_t"), ("gemma", "bench_norm_widths::Gemma"))
                 for k, fn in enumerate(WIDTH_SCHEDULES.values())]
-    return jitkern.load_jit("bench_norm_widths", cuda_files=[str(kernels / "norm_width_schedules.cuh")],
-                            extra_include_paths=[str(kernels.parent.parent / "csrc")], host_without_nvcc=True, cuda_wrappers=wrappers)
+    spec = jitkern.JitSpec("bench_norm_widths", cuda_files=[str(kernels / "norm_width_schedules.cuh")],
+                           extra_include_paths=[str(kernels.parent.parent / "csrc")], host_without_nvcc=True, cuda_wrappers=wrappers)
+    x = torch.randn(2, 512, dtype=DTYPE, device="cuda")
+    w, out = torch.randn(512, dtype=DTYPE, device="cuda"), torch.empty_like(x)
+
+    def reference(path, call):
+        module = reference_ops_or_none(path)
+        if module is not None:
+            call(module)
+        return module
+
+    with ThreadPoolExecutor(3) as pool:
+        mine = pool.submit(lambda: build_all(spec, *ops.specs(ops=["rmsnorm", "gemma_rmsnorm"], dtypes=[DTYPE]))[0])
+        ref = pool.submit(reference, "layernorm.norm", lambda m: m.rmsnorm(x, w, out, EPS))
+        gref = pool.submit(reference, "layernorm.grouped_gemma_rmsnorm", lambda m: m.grouped_gemma_rmsnorm(x, w, group_size=512, eps=EPS, out=out))
+        module, ref, gref = mine.result(), ref.result(), gref.result()
+    ops.warmup(dtypes=[DTYPE], ops=["rmsnorm", "gemma_rmsnorm"])
+    return module, ref, gref
 
 
 def width_cases(check_only: bool):
     """rmsnorm and gemma_rmsnorm at widths whose vectors do not fill whole warps at four a thread (5376: nor at two,
     and no width kernel): the product beside each layout of WIDTH_SCHEDULES and SGLang's kernels; each output
-    compared with the product's, bit for bit or within a rounding."""
+    compared with the product's, bit for bit or within a rounding (printed)."""
     from jitkern.ops import gemma_rmsnorm
 
-    module = width_schedules_module()
-    ref = reference_ops_or_none("layernorm.norm")
-    gref = reference_ops_or_none("layernorm.grouped_gemma_rmsnorm")
-    cases = []
+    module, ref, gref = width_modules()
     every = [(op, t, h) for h in (3584, 2560, 1536, 5376) for t in (1, 16, 64, 256, 4096) for op in ("rmsnorm", "gemma")]
     for op, t, h in every if check_only else WIDTH_CASES:
         x, w = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(h, dtype=DTYPE, device="cuda")
@@ -175,15 +193,17 @@ def width_cases(check_only: bool):
                (lambda x=x, w=w, o=mine: gemma_rmsnorm(x, w, EPS, o))}
         outs = {"product": mine}
         for k, name in enumerate(WIDTH_SCHEDULES):
-            if h == 5376 and name.startswith("width"):
-                continue
+            width_kernel = name.startswith("width")
+            if (width_kernel and h == 5376) or not check_only and (name == "width kernel, 2 a thread" or
+                                                                   not width_kernel and t < 4096 and h != 5376):
+                continue  # (the product's own kernel, or one the product's launch never takes there)
             o = torch.empty_like(x)
             fns[name], outs[name] = (lambda f=getattr(module, f"{op}_{k}"), x=x, w=w, o=o: f(x, w, o, EPS)), o
         o = torch.empty_like(x)
         if op == "rmsnorm" and ref is not None:
             fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: ref.rmsnorm(x, w, o, EPS)), o
         if op == "gemma" and gref is not None:
-            fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: gref.grouped_gemma_rmsnorm(x, w, group_size=h, eps=EPS, out=o)), o
+            fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o, h=h: gref.grouped_gemma_rmsnorm(x, w, group_size=h, eps=EPS, out=o)), o
         for name, fn in list(fns.items()):
             try:
                 fn()
@@ -194,28 +214,23 @@ def width_cases(check_only: bool):
         same = [name for name in outs if torch.equal(outs[name], mine)]
         near = [name for name in outs if name not in same and torch.allclose(outs[name].float(), mine.float(), atol=1e-2, rtol=8e-3)]
         bad = [name for name in outs if name not in same and name not in near]
-        if check_only:
-            print(f"{op} [{t}, {h}]: same bits: {same}; within a rounding: {near}; DIFFER: {bad}", flush=True)
-        cases.append((op, t, h, {name: fn for name, fn in fns.items() if name not in bad}))
-    return cases
+        yield op, t, h, {name: fn for name, fn in fns.items() if name not in bad}, f"same bits: {same}; within a rounding: {near}; DIFFER: {bad}"
 
 
 def width_table(check_only: bool) -> None:
     cases = width_cases(check_only)
     if check_only:
+        for op, t, h, _, bits in cases:
+            print(f"{op} [{t}, {h}]: {bits}", flush=True)
         return
     names = ["product", *WIDTH_SCHEDULES, "SGLang"]
     print(f"\n#### rmsnorm and gemma_rmsnorm wide-row layouts, bf16 (us, CUDA-graph medians, median of 3 interleaved rounds; {environment()})\n")
-    print("| op | shape | " + " | ".join(names) + " | SGLang / product |")
-    print("|---|---|" + "---|" * (len(names) + 1))
-    for op, t, h, fns in cases:
-        skip = {"width kernel, 1 a thread"} if (t, h) != (64, 3584) else set()
-        if t < 4096:
-            skip |= {"width kernel, 2 a thread", "wide kernel, 4 a thread"}
-        fns = {n: f for n, f in fns.items() if n not in skip}
+    print("| op | shape | " + " | ".join(names) + " | SGLang / product | outputs |")
+    print("|---|---|" + "---|" * (len(names) + 2))
+    for op, t, h, fns, bits in cases:
         m = interleaved(fns)
         ratio = f"{m['SGLang'] / m['product']:.2f}x" if "SGLang" in m else ""
-        print(f"| {op} | [{t}, {h}] | " + " | ".join(f"{m[n]:.2f}" if n in m else "" for n in names) + f" | {ratio} |", flush=True)
+        print(f"| {op} | [{t}, {h}] | " + " | ".join(f"{m[n]:.2f}" if n in m else "" for n in names) + f" | {ratio} | {bits} |", flush=True)
 
 
 def main() -> None:

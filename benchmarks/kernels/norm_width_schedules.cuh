@@ -8,6 +8,7 @@
 
 namespace bench_norm_widths {
 
+#ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 using Gemma = jitkern_norm_variants::Tagged<bf16_t, jitkern_norm_variants::Rule::kGemma>;
 constexpr int kWidths[] = {1536, 2560, 3584, 4096};
 
@@ -43,5 +44,7 @@ void wide_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::T
   host::norm::launch_norm_wide<E, device::kVec16<E>, kRegVecs, false, RowFit::kFits>(p, StoreOutput<E>{}, rows.device,
                                                                                       host::row_policy(rows.device).row_threads, sm_count, true);
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace bench_norm_widths
