@@ -44,11 +44,16 @@ constexpr int kNormFusedRegVecs = host::kRowKernels.fused_reg_vecs;
 // launch_norm_two_widths stays at two: at four the narrower problem's rows leave three quarters of
 // the threads idle (qknorm across heads, q 4096 + k 1024, 1-64 tokens: 1.55-1.76 us against 1.35-1.50).
 constexpr int kNormTwoWidthsRegVecs = host::kRowKernels.two_widths_reg_vecs;
-// The vectors a thread holds of a wide row of `nvec` vectors without a residual: kNormWideRegVecs where they fill
-// whole warps, else two (bf16 1536 / 2560 / 3584 held exactly, in more threads; rows that leave some threads a
-// vector short spill at kNormWideRegVecs under the 1024-thread bound, not at two).
+// The vectors a thread holds of a wide row of `nvec` vectors without a residual: two where two fill whole warps and
+// kNormWideRegVecs do not (bf16 1536 / 2560 / 3584: the row held exactly, in more threads; at four a thread the
+// general kernel spilled 56 bytes under its 1024-thread bound), else kNormWideRegVecs. bf16 [64 / 256, 3584]
+// gemma_rmsnorm 1.21 / 1.56 us against 1.48 / 1.82, [64, 2560] 1.17 against 1.43; at [4096, 3584] rmsnorm 16.11
+// against the spilling kernel's 20.19, gemma_rmsnorm 16.68 against the width kernel's 14.83 at four
+// (docs/benchmarks/norm.md).
 constexpr int kNormHalfRegVecs = 2;
-constexpr int norm_reg_vecs(int64_t nvec) { return nvec % (kNormWideRegVecs * kWarpThreads) == 0 ? kNormWideRegVecs : kNormHalfRegVecs; }
+constexpr int norm_reg_vecs(int64_t nvec) {
+  return nvec % (kNormWideRegVecs * kWarpThreads) != 0 && nvec % (kNormHalfRegVecs * kWarpThreads) == 0 ? kNormHalfRegVecs : kNormWideRegVecs;
+}
 // Narrow rows: groups take host::RowPolicy::rows_per_group rows each once one-row groups would fill
 // this many CTAs per SM.
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
@@ -377,7 +382,7 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
       // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
       if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, RowFit::kFits, Epi, true>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (!kFusedAdd && norm_reg_vecs(nvec) == kNormHalfRegVecs && nvec <= kNormHalfRegVecs * row_threads) {
-      if constexpr (!kFusedAdd) launch_norm_wide<T, kVec, kNormHalfRegVecs, false, RowFit::kFits>(p, epi, device, row_threads, sm_count, token_rows);
+      if constexpr (!kFusedAdd) launch_norm_wide<T, kVec, kNormHalfRegVecs, false, RowFit::kExact>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (nvec <= kRegVecs * row_threads) {
       launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, RowFit::kFits>(p, epi, device, row_threads, sm_count, token_rows);
     } else {
