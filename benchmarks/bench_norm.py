@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utils import (BATCH, BATCHES, copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, per_call_us,  # noqa: E402
-                   interleaved, reference_module, run_benchmark, yardstick_module)
+                   interleaved, reference_module, reference_ops_or_none, run_benchmark, yardstick_module)
 
 from jitkern.ops import (fused_add_rmsnorm, fused_inplace_qknorm, fused_inplace_qknorm_across_heads, rmsnorm,  # noqa: E402
                          rmsnorm_quant_fp8)
@@ -135,9 +136,106 @@ def reference_table() -> None:
             print(f"| {op} | {t} | {m['jitkern']:.3f} | {m['reference']:.3f} | {m['reference'] / m['jitkern']:.2f}x |", flush=True)
 
 
+# name -> bench_norm_widths' entry point (benchmarks/kernels/norm_width_schedules.cuh): the width kernel at 4 or 2
+# vectors a thread and the general wide kernel at 4, at any row count.
+WIDTH_SCHEDULES = {"width kernel, 4 a thread": "static_rows<{E}, 4>", "width kernel, 2 a thread": "static_rows<{E}, 2>",
+                   "wide kernel, 4 a thread": "wide_rows<{E}, 4>"}
+# (op, rows, width) timed, in this order (rows print as measured); the wide kernel and the width kernel at two (the
+# product's layout) at 4096 rows only, where the product takes the wide kernel.
+WIDTH_CASES = [("gemma", 4096, 3584), ("rmsnorm", 4096, 3584), ("gemma", 64, 3584), ("gemma", 256, 3584), ("gemma", 64, 2560),
+               ("rmsnorm", 64, 3584), ("gemma", 1, 3584), ("gemma", 16, 3584), ("rmsnorm", 256, 3584), ("rmsnorm", 64, 2560),
+               ("rmsnorm", 4096, 2560), ("gemma", 4096, 2560)]
+
+
+def width_modules():
+    """The entry points of WIDTH_SCHEDULES (module attribute "rmsnorm_<k>", "gemma_<k>": the k-th schedule) and SGLang's
+    rmsnorm and grouped_gemma_rmsnorm op modules (None where absent), each built on a thread of its own together with
+    jitkern's rmsnorm and gemma_rmsnorm modules (the run's time is short)."""
+    import jitkern
+    from jitkern import ops
+    from jitkern.jit import warmup as build_all
+
+    kernels = Path(__file__).resolve().parent / "kernels"
+    wrappers = [(f"{op}_{k}", f"bench_norm_widths::{fn.format(E=e)}") for op, e in (("rmsnorm", "bf16_t"), ("gemma", "bench_norm_widths::Gemma"))
+                for k, fn in enumerate(WIDTH_SCHEDULES.values())]
+    spec = jitkern.JitSpec("bench_norm_widths", cuda_files=[str(kernels / "norm_width_schedules.cuh")],
+                           extra_include_paths=[str(kernels.parent.parent / "csrc")], host_without_nvcc=True, cuda_wrappers=wrappers)
+    x = torch.randn(2, 512, dtype=DTYPE, device="cuda")
+    w, out = torch.randn(512, dtype=DTYPE, device="cuda"), torch.empty_like(x)
+
+    def reference(path, call):
+        module = reference_ops_or_none(path)
+        if module is not None:
+            call(module)
+        return module
+
+    with ThreadPoolExecutor(3) as pool:
+        mine = pool.submit(lambda: build_all(spec, *ops.specs(ops=["rmsnorm", "gemma_rmsnorm"], dtypes=[DTYPE]))[0])
+        ref = pool.submit(reference, "layernorm.norm", lambda m: m.rmsnorm(x, w, out, EPS))
+        gref = pool.submit(reference, "layernorm.grouped_gemma_rmsnorm", lambda m: m.grouped_gemma_rmsnorm(x, w, group_size=512, eps=EPS, out=out))
+        module, ref, gref = mine.result(), ref.result(), gref.result()
+    ops.warmup(dtypes=[DTYPE], ops=["rmsnorm", "gemma_rmsnorm"])
+    return module, ref, gref
+
+
+def width_cases(check_only: bool):
+    """rmsnorm and gemma_rmsnorm at widths whose vectors fill whole warps at two a thread but not at four: the product
+    beside each layout of WIDTH_SCHEDULES and SGLang's kernels; each output compared with the product's, bit for bit
+    or within a rounding (printed)."""
+    from jitkern.ops import gemma_rmsnorm
+
+    module, ref, gref = width_modules()
+    every = [(op, t, h) for h in (3584, 2560, 1536) for t in (1, 16, 64, 256, 4096) for op in ("rmsnorm", "gemma")]
+    for op, t, h in every if check_only else WIDTH_CASES:
+        x, w = torch.randn(t, h, dtype=DTYPE, device="cuda"), torch.randn(h, dtype=DTYPE, device="cuda")
+        mine = torch.empty_like(x)
+        fns = {"product": (lambda x=x, w=w, o=mine: rmsnorm(x, w, o, EPS)) if op == "rmsnorm" else
+               (lambda x=x, w=w, o=mine: gemma_rmsnorm(x, w, EPS, o))}
+        outs = {"product": mine}
+        for k, name in enumerate(WIDTH_SCHEDULES):
+            if not check_only and t < 4096 and name != "width kernel, 4 a thread":
+                continue  # (below 4 rows an SM the product is the width kernel at two; the wide kernel is not taken)
+            o = torch.empty_like(x)
+            fns[name], outs[name] = (lambda f=getattr(module, f"{op}_{k}"), x=x, w=w, o=o: f(x, w, o, EPS)), o
+        o = torch.empty_like(x)
+        if op == "rmsnorm" and ref is not None:
+            fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o: ref.rmsnorm(x, w, o, EPS)), o
+        if op == "gemma" and gref is not None:
+            fns["SGLang"], outs["SGLang"] = (lambda x=x, w=w, o=o, h=h: gref.grouped_gemma_rmsnorm(x, w, group_size=h, eps=EPS, out=o)), o
+        for name, fn in list(fns.items()):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - a side that cannot take the shape is left out
+                print(f"<!-- {name} {op} [{t}, {h}]: {type(e).__name__}: {str(e)[:200]} -->")
+                del fns[name], outs[name]
+        torch.cuda.synchronize()
+        same = [name for name in outs if torch.equal(outs[name], mine)]
+        near = [name for name in outs if name not in same and torch.allclose(outs[name].float(), mine.float(), atol=1e-2, rtol=8e-3)]
+        bad = [name for name in outs if name not in same and name not in near]
+        yield op, t, h, {name: fn for name, fn in fns.items() if name not in bad}, f"same bits: {same}; within a rounding: {near}; DIFFER: {bad}"
+
+
+def width_table(check_only: bool) -> None:
+    cases = width_cases(check_only)
+    if check_only:
+        for op, t, h, _, bits in cases:
+            print(f"{op} [{t}, {h}]: {bits}", flush=True)
+        return
+    names = ["product", *WIDTH_SCHEDULES, "SGLang"]
+    print(f"\n#### rmsnorm and gemma_rmsnorm wide-row layouts, bf16 (us, CUDA-graph medians, median of 3 interleaved rounds; {environment()})\n")
+    print("| op | shape | " + " | ".join(names) + " | SGLang / product | outputs |")
+    print("|---|---|" + "---|" * (len(names) + 2))
+    for op, t, h, fns, bits in cases:
+        m = interleaved(fns)
+        ratio = f"{m['SGLang'] / m['product']:.2f}x" if "SGLang" in m else ""
+        print(f"| {op} | [{t}, {h}] | " + " | ".join(f"{m[n]:.2f}" if n in m else "" for n in names) + f" | {ratio} | {bits} |", flush=True)
+
+
 def main() -> None:
     if sys.argv[1:] == ["reference"]:
         return reference_table()
+    if sys.argv[1:2] == ["widths"]:
+        return width_table("--check" in sys.argv)
     compile_everything()
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())

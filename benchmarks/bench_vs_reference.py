@@ -36,7 +36,7 @@ def bound(f, *args):
 
 def rmsnorm_cases(ref):
     for t, h in [(1, 4096), (16, 4096), (128, 4096), (256, 4096), (1, 2048), (64, 2048), (1, 8192), (64, 8192), (256, 8192),
-                 (4096, 4096), (32768, 4096)]:
+                 (4096, 4096), (32768, 4096), (64, 3584), (256, 3584), (4096, 3584), (64, 2560)]:
         x, w = rand(t, h), rand(h)
         out = torch.empty_like(x)
         yield "rmsnorm", f"[{t}, {h}]", bound(ops.rmsnorm, x, w, out, EPS), bound(ref.rmsnorm, x, w, out, EPS)

@@ -49,9 +49,7 @@ template <typename T>
 struct NormOps {
   // output[t, :] = rmsnorm(input[t, :]) * weight; rows may be strided; output may be input.
   static void rmsnorm(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
-    const TokenRows<T> rows(input, weight, &output, nullptr, eps);
-    if (launch_norm_static(rows)) return;
-    launch_norm<T, false>(rows.params, 1, rows.tokens, rows.device);
+    launch_token_norm(TokenRows<T>(input, weight, &output, nullptr, eps));
   }
 
   // residual += input; input = rmsnorm(residual) * weight (both in place).

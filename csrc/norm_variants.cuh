@@ -5,8 +5,7 @@
 //   NormVariants<T>::gemma_fused_add_rmsnorm  residual += input (rounded to T), input = gemma_rmsnorm(residual);
 //   NormVariants<T>::rmsnorm_hf               out = w * T(x * rsqrt(mean(x^2) + eps)): the normalised value
 //                                             rounded to T before the weight multiply (transformers' order).
-// The out-of-place ops launch as rmsnorm does, and also take its kernel built for the width where many rows
-// would spill in the general one (launch_static_unheld). Each rule is an element type: T tagged with the rule (Tagged), whose per-vector arithmetic
+// The out-of-place ops launch as rmsnorm does (host::norm::launch_token_norm). Each rule is an element type: T tagged with the rule (Tagged), whose per-vector arithmetic
 // (device::norm::VecMath) is the only thing that differs from rmsnorm; loads, reductions, launch shapes
 // and checks are the norm family's own.
 #pragma once
@@ -114,10 +113,11 @@ struct NormVariants {
     using E = Tagged<T, kRule>;
     static_assert(sizeof(E) == sizeof(T) && alignof(E) == alignof(T), "a tagged element is its T");
     const host::norm::TokenRows<E> rows(input, weight, output, residual, eps);
-    if constexpr (!kFusedAdd) {  // rmsnorm's launch rule, then its width kernel at many rows where the wide one spills
-      if (host::norm::launch_norm_static(rows) || host::norm::launch_norm_static(rows, true)) return;
+    if constexpr (kFusedAdd) {
+      host::norm::launch_norm<E, true>(rows.params, 1, rows.tokens, rows.device);
+    } else {  // rmsnorm's launch rule
+      host::norm::launch_token_norm(rows);
     }
-    host::norm::launch_norm<E, kFusedAdd>(rows.params, 1, rows.tokens, rows.device);
   }
 };
 #endif  // __CUDACC_RTC__

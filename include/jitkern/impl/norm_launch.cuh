@@ -27,7 +27,7 @@ namespace device::norm {
 
 // Narrow rows (at most 32 vectors) take a group of lanes of a warp each, one vector per lane, in
 // CTAs of kNormNarrowThreads; wider rows take one CTA each, of at most the device's
-// host::RowPolicy::row_threads threads holding up to kNormWideRegVecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
+// host::RowPolicy::row_threads threads holding up to norm_reg_vecs vectors each (fused_add_rmsnorm: kNormFusedRegVecs; rows wider
 // than that re-read their remainder from L2).
 constexpr int kNormNarrowThreads = host::kRowKernels.narrow_threads;
 // Small narrow-row grids (kNormNarrowSmallMinCtas to kNormNarrowSmallMaxCtas CTAs of kNormNarrowThreads)
@@ -44,6 +44,16 @@ constexpr int kNormFusedRegVecs = host::kRowKernels.fused_reg_vecs;
 // launch_norm_two_widths stays at two: at four the narrower problem's rows leave three quarters of
 // the threads idle (qknorm across heads, q 4096 + k 1024, 1-64 tokens: 1.55-1.76 us against 1.35-1.50).
 constexpr int kNormTwoWidthsRegVecs = host::kRowKernels.two_widths_reg_vecs;
+// The vectors a thread holds of a wide row of `nvec` vectors without a residual: two where two fill whole warps and
+// kNormWideRegVecs do not (bf16 1536 / 2560 / 3584: the row held exactly, in more threads; at four a thread the
+// general kernel spilled 56 bytes under its 1024-thread bound), else kNormWideRegVecs. bf16 [64 / 256, 3584]
+// gemma_rmsnorm 1.21 / 1.56 us against 1.48 / 1.82, [64, 2560] 1.17 against 1.43; at [4096, 3584] rmsnorm 16.11
+// against the spilling kernel's 20.19, gemma_rmsnorm 16.68 against the width kernel's 14.83 at four
+// (docs/benchmarks/norm.md).
+constexpr int kNormHalfRegVecs = 2;
+constexpr int norm_reg_vecs(int64_t nvec) {
+  return nvec % (kNormWideRegVecs * kWarpThreads) != 0 && nvec % (kNormHalfRegVecs * kWarpThreads) == 0 ? kNormHalfRegVecs : kNormWideRegVecs;
+}
 // Narrow rows: groups take host::RowPolicy::rows_per_group rows each once one-row groups would fill
 // this many CTAs per SM.
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
@@ -230,20 +240,20 @@ struct StaticRows {
   float eps;
   bool early_trigger;  // trigger the next launch at start, else after the last store
 };
-template <typename T, int kHidden>
-inline constexpr int kNormStaticThreads = (kHidden / kVec16<T> / kNormWideRegVecs + kWarpThreads - 1) / kWarpThreads * kWarpThreads;
+template <typename T, int kHidden, int kRegVecs>
+inline constexpr int kNormStaticThreads = (kHidden / kVec16<T> / kRegVecs + kWarpThreads - 1) / kWarpThreads * kWarpThreads;
 
-template <typename T, int kHidden>
-__global__ void __launch_bounds__(kNormStaticThreads<T, kHidden>) norm_static_kernel(const __grid_constant__ StaticRows<T> p) {
+template <typename T, int kHidden, int kRegVecs = norm_reg_vecs(kHidden / kVec16<T>)>
+__global__ void __launch_bounds__(kNormStaticThreads<T, kHidden, kRegVecs>) norm_static_kernel(const __grid_constant__ StaticRows<T> p) {
 #ifdef __CUDACC__
-  constexpr int kVec = kVec16<T>, kThreads = kNormStaticThreads<T, kHidden>;
-  constexpr RowFit kFit = kHidden / kVec == kNormWideRegVecs * kThreads ? RowFit::kExact : RowFit::kFits;
+  constexpr int kVec = kVec16<T>, kThreads = kNormStaticThreads<T, kHidden, kRegVecs>;
+  constexpr RowFit kFit = kHidden / kVec == kRegVecs * kThreads ? RowFit::kExact : RowFit::kFits;
   const int64_t row = blockIdx.x;
   const typename StoreOutput<T>::template Row<T, kVec> epi{p.out + row * p.out_stride};
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
-  rmsnorm_row<T, kVec, kNormWideRegVecs, false, kFit>(epi, p.in + row * p.in_stride, nullptr, p.weight, kHidden, p.eps,
-                                                      FixedCtaGroup<kThreads>{});
+  rmsnorm_row<T, kVec, kRegVecs, false, kFit>(epi, p.in + row * p.in_stride, nullptr, p.weight, kHidden, p.eps,
+                                              FixedCtaGroup<kThreads>{});
   if (!p.early_trigger) device::pdl_trigger_secondary();
 #endif
 }
@@ -297,27 +307,27 @@ void launch_norm_narrow(NormParams<T> p, const Epi& epi, DLDevice device, int sm
 // token_rows: one problem, one row per token. That kernel needs fewer registers (five CTAs per SM
 // instead of four for bf16 [*, 4096]): faster with many rows, slower on small grids for a reason not
 // understood, so it is used for many rows only (docs/benchmarks/design.md).
-// kFits: the row fits in the threads' registers; it is then held exactly (RowFit::kExact) when its
-// vectors divide evenly among whole warps.
+// kFit: what the caller knows of how the row fits the threads' registers: kWider (nothing), kExact, or kFits (it
+// fits: held exactly, RowFit::kExact, when its vectors divide evenly among whole warps).
 // kManyTokenRows: the caller has found token rows, and many of them (the kTokenRows kernel alone is built).
-template <typename T, int kVec, int kRegVecs, bool kFusedAdd, bool kFits, typename Epi, bool kManyTokenRows = false>
+template <typename T, int kVec, int kRegVecs, bool kFusedAdd, RowFit kFit, typename Epi, bool kManyTokenRows = false>
 void launch_norm_wide(NormParams<T> p, const Epi& epi, DLDevice device, int row_threads, int sm_count, bool token_rows) {
   const int threads = wide_threads(p.hidden / kVec, kRegVecs, row_threads);
   p.early_trigger = !kFusedAdd && std::is_same_v<Epi, device::norm::StoreOutput<T>> && p.total_rows <= kNormWideEarlyTriggerMaxCtas;
   host::LaunchKernel launch(static_cast<unsigned>(p.total_rows), threads, device);
   launch.enable_pdl();
   const auto with_fit = [&](auto fit) {
-    constexpr RowFit kFit = decltype(fit)::value;
+    constexpr RowFit kHeld = decltype(fit)::value;
     if constexpr (kManyTokenRows) {
-      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
+      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kHeld, Epi, RowOrder::kTokenRows>, p, epi);
     } else if (token_rows && p.total_rows >= kNormManyRowsPerSm * sm_count) {
-      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kTokenRows>, p, epi);
+      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kHeld, Epi, RowOrder::kTokenRows>, p, epi);
     } else {
-      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kFit, Epi, RowOrder::kProblemMajor>, p, epi);
+      launch(norm_wide_kernel<T, kVec, kRegVecs, kFusedAdd, kHeld, Epi, RowOrder::kProblemMajor>, p, epi);
     }
   };
-  if constexpr (!kFits) {
-    with_fit(std::integral_constant<RowFit, RowFit::kWider>{});
+  if constexpr (kFit != RowFit::kFits) {
+    with_fit(std::integral_constant<RowFit, kFit>{});
   } else if (host::norm::row_fit(p.hidden / kVec, kRegVecs, threads) == RowFit::kExact) {
     with_fit(std::integral_constant<RowFit, RowFit::kExact>{});
   } else {
@@ -352,7 +362,7 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
   const int64_t nvec = p.hidden / kVec;
   if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
     if (nvec <= 32) return launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count);
-    launch_norm_wide<T, 1, 2, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
+    launch_norm_wide<T, 1, 2, kFusedAdd, RowFit::kWider>(p, epi, device, row_threads, sm_count, token_rows);
   } else {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
     if (nvec <= 32) {
       // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
@@ -366,15 +376,17 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
     }
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
     if constexpr (kOneVectorPerThread<Epi>) {
-      if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, true>(p, epi, device, row_threads, sm_count, token_rows);
-      return launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
+      if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, RowFit::kFits>(p, epi, device, row_threads, sm_count, token_rows);
+      return launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, RowFit::kWider>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (kFusedAdd && token_rows && nvec <= row_threads && p.total_rows >= kNormManyRowsPerSm * sm_count) {
       // With many rows fused_add_rmsnorm streams best at one vector per thread (measured).
-      if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, true, Epi, true>(p, epi, device, row_threads, sm_count, token_rows);
+      if constexpr (kFusedAdd) launch_norm_wide<T, kVec, 1, kFusedAdd, RowFit::kFits, Epi, true>(p, epi, device, row_threads, sm_count, token_rows);
+    } else if (!kFusedAdd && norm_reg_vecs(nvec) == kNormHalfRegVecs && nvec <= kNormHalfRegVecs * row_threads) {
+      if constexpr (!kFusedAdd) launch_norm_wide<T, kVec, kNormHalfRegVecs, false, RowFit::kExact>(p, epi, device, row_threads, sm_count, token_rows);
     } else if (nvec <= kRegVecs * row_threads) {
-      launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, true>(p, epi, device, row_threads, sm_count, token_rows);
+      launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, RowFit::kFits>(p, epi, device, row_threads, sm_count, token_rows);
     } else {
-      launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, false>(p, epi, device, row_threads, sm_count, token_rows);
+      launch_norm_wide<T, kVec, kRegVecs, kFusedAdd, RowFit::kWider>(p, epi, device, row_threads, sm_count, token_rows);
     }
   }
 }
@@ -483,10 +495,9 @@ struct TokenRows {
 
 // Plain rmsnorm of `rows` through norm_static_kernel where it applies (16-bit rows of a width in
 // kNormStaticWidths, 16-byte vectors, fewer than kNormManyRowsPerSm rows per SM); false (nothing launched)
-// elsewhere. unheld_widths: instead at any row count, only the widths whose vectors do not fill whole warps of
-// kNormWideRegVecs each (1536, 2560, 3584), where norm_wide_kernel under its 1024-thread bound spills.
+// elsewhere.
 template <typename T>
-bool launch_norm_static(const TokenRows<T>& rows, bool unheld_widths = false) {
+bool launch_norm_static(const TokenRows<T>& rows) {
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
@@ -494,14 +505,13 @@ bool launch_norm_static(const TokenRows<T>& rows, bool unheld_widths = false) {
     const NormParams<T>& p = rows.params;
     const RowProblem<T>& q = p.problem[0];
     if (rows.tokens == 0 || host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
-    if (!unheld_widths && rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id)) return false;
-    const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, !unheld_widths && rows.tokens <= kNormStaticEarlyTriggerMaxRows};
+    if (rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id)) return false;
+    const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, rows.tokens <= kNormStaticEarlyTriggerMaxRows};
     bool launched = false;
     const auto launch = [&]<std::size_t... kI>(std::index_sequence<kI...>) {
       const auto one = [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
-        if (unheld_widths && kWidth % (kVec * kNormWideRegVecs * 32) == 0) return;
-        host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<T, kWidth>, rows.device)
+        host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<T, kWidth, norm_reg_vecs(kWidth / kVec)>, rows.device)
             .enable_pdl()(norm_static_kernel<T, kWidth>, s);
         launched = true;
       };
@@ -510,6 +520,13 @@ bool launch_norm_static(const TokenRows<T>& rows, bool unheld_widths = false) {
     launch(std::make_index_sequence<sizeof(kNormStaticWidths) / sizeof(kNormStaticWidths[0])>{});
     return launched;
   }
+}
+
+// The launch rule of the out-of-place norms of token rows (rmsnorm and its variants): the kernel built for the
+// width where launch_norm_static takes the rows, else launch_norm's.
+template <typename T>
+void launch_token_norm(const TokenRows<T>& rows) {
+  if (!launch_norm_static(rows)) launch_norm<T, false>(rows.params, 1, rows.tokens, rows.device);
 }
 
 }  // namespace host::norm

@@ -178,21 +178,42 @@ def test_norm_kernels_access_global_memory_as_global(tmp_path):
     assert not generic, f"{len(generic)} generic loads/stores in the norm kernels, e.g. {generic[:3]}"
 
 
+def _ptxas_report(tmp_path, name: str, source: str) -> str:
+    """ptxas's -v report (registers, stack frames, spills) of `source` compiled for sm_90a against the installed headers."""
+    from jitkern._engine import tvm_ffi_paths
+
+    paths = tvm_ffi_paths()
+    src = tmp_path / f"{name}.cu"
+    src.write_text(source)
+    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
+                          f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
+                          str(tmp_path / f"{name}.cubin"), str(src)], check=True, capture_output=True, text=True)
+    return out.stdout + out.stderr
+
+
 @pytest.mark.toolchain
 def test_many_in_place_narrow_rows_kernel_fits_six_ctas_an_sm(tmp_path):
     """qknorm's many-row kernel (bf16 heads of 128, two rows a group of 16 lanes, CTAs of 256) stays within
     40 registers a thread, so that 6 CTAs fit an SM's 64K registers (the general narrow kernel took 62: 4)."""
-    from jitkern._engine import tvm_ffi_paths
+    log = _ptxas_report(tmp_path, "inplace_rows", "#include <jitkern/impl/norm_launch.cuh>\n"
+                        "void* kernel = (void*)&device::norm::norm_inplace_rows_kernel<bf16_t, 8, 16, 2, true>;\n")
+    used = [int(n) for n in re.findall(r"Used (\d+) registers", log)]
+    assert len(used) == 1 and used[0] <= 40, log
 
-    paths = tvm_ffi_paths()
-    src = tmp_path / "inplace_rows.cu"
-    src.write_text("#include <jitkern/impl/norm_launch.cuh>\n"
-                   "void* kernel = (void*)&device::norm::norm_inplace_rows_kernel<bf16_t, 8, 16, 2, true>;\n")
-    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
-                          f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
-                          str(tmp_path / "inplace_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
-    used = [int(n) for n in re.findall(r"Used (\d+) registers", out.stdout + out.stderr)]
-    assert len(used) == 1 and used[0] <= 40, out.stdout + out.stderr
+
+@pytest.mark.toolchain
+def test_wide_rows_that_fill_warps_at_two_vectors_a_thread_do_not_spill(tmp_path):
+    """bf16 rows of 1536 / 2560 / 3584 (vectors filling whole warps at two a thread, not at four) are held at two
+    (device::norm::norm_reg_vecs), exactly: the general kernel many such rows take (token rows, and the width kernel
+    of few) keeps them without a stack frame, where at four (some threads a vector short) it spilled 56 bytes."""
+    log = _ptxas_report(tmp_path, "wide_half", "#include <jitkern/impl/norm_launch.cuh>\n"
+                        "using namespace device::norm;\n"
+                        "static_assert(norm_reg_vecs(192) == 2 && norm_reg_vecs(320) == 2 && norm_reg_vecs(448) == 2 && norm_reg_vecs(512) == 4);\n"
+                        "void* many = (void*)&norm_wide_kernel<bf16_t, 8, 2, false, RowFit::kExact, StoreOutput<bf16_t>, RowOrder::kTokenRows>;\n"
+                        "void* few = (void*)&norm_wide_kernel<bf16_t, 8, 2, false, RowFit::kExact, StoreOutput<bf16_t>, RowOrder::kProblemMajor>;\n"
+                        "void* width = (void*)&norm_static_kernel<bf16_t, 3584>;\n")
+    frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log)
+    assert len(frames) == 3 and all(f == ("0", "0") for f in frames), log
 
 
 @pytest.mark.toolchain
@@ -227,20 +248,12 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     thread, so that four and three rows fit an SM's 64K registers (one vector a thread, CTAs of 896: two); under
     the plain op's launch bounds (NormGroupSchedule::kManyBoundThreads, kManyMinBlocks: 224, 5) within 56, without
     spills, so that five fit."""
-    from jitkern._engine import tvm_ffi_paths
-
-    paths = tvm_ffi_paths()
-    src = tmp_path / "group_rows.cu"
-    src.write_text(f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
-                   "using device::quant::Rounding;\n"
-                   "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true>;\n"
-                   "void* bounded = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true, false,"
-                   " jitkern_quant::NormGroupSchedule::kManyBoundThreads, jitkern_quant::NormGroupSchedule::kManyMinBlocks>;\n"
-                   "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true, true>;\n")
-    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
-                          f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
-                          str(tmp_path / "group_rows.cubin"), str(src)], check=True, capture_output=True, text=True)
-    log = out.stdout + out.stderr
+    log = _ptxas_report(tmp_path, "group_rows", f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
+                        "using device::quant::Rounding;\n"
+                        "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true>;\n"
+                        "void* bounded = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true, false,"
+                        " jitkern_quant::NormGroupSchedule::kManyBoundThreads, jitkern_quant::NormGroupSchedule::kManyMinBlocks>;\n"
+                        "void* fused = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 2, true, false, Rounding::kExact, true, true, true>;\n")
     found = re.findall(r"Function properties for \S*norm_group_rows_kernel\S*?Li128ELi(\d)E(\S*)\n.*?(\d+) bytes spill stores.*\n.*Used (\d+) registers",
                        log)
     used = {("bounded" if "Li224ELi5E" in rest else lanes): (int(regs), int(spills)) for lanes, rest, spills, regs in found}
