@@ -65,9 +65,10 @@ struct Params {
 // together, the location checked only where the stores need it, and the next launch is triggered once
 // they are issued (H200, 576 bf16, 1-4096 tokens: 0.91-2.16 us where the kernel loading the row after the
 // check took 1.05-2.61; triggering at start or after the stores was as fast or slower at every size,
-// docs/benchmarks/kv_rows.md). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec.
-template <typename T, bool kFp8, int kVec, bool kFixed = false, int kCtaThreads = kThreads>
-__global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
+// docs/benchmarks/kv_rows.md). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec; !kQuery: KV
+// rows only (heads 0), without the query rows' code.
+template <typename T, bool kFp8, int kVec, bool kFixed = false, bool kQuery = true>
+__global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
   // Rows load as 32-bit words, each load unconditional: 16-bit elements, or a branch around a load, had
   // nvcc unpack each vector as it arrived, which serialized the row's loads.
@@ -78,16 +79,17 @@ __global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_con
   constexpr int kNopeVecs = kFixedNope / kVec, kRowVecs = (kFixedNope + kFixedRope) / kVec;
   static_assert(!kFixed || (kFixedNope % kVec == 0 && kFixedRope % kVec == 0));
   const int nope_vecs = kFixed ? kNopeVecs : p.nope_vecs, vecs = kFixed ? kRowVecs : p.vecs;
-  const uint32_t row = (blockIdx.x * kCtaThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
+  const uint32_t row = (blockIdx.x * kThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
   const int lane = static_cast<int>(threadIdx.x % 32);
-  if (row >= static_cast<uint32_t>(p.tokens) * (1 + p.heads)) return;
-  const bool is_kv = row < static_cast<uint32_t>(p.tokens);
+  if (row >= static_cast<uint32_t>(p.tokens) * (kQuery ? 1 + p.heads : 1)) return;
+  const bool is_kv = !kQuery || row < static_cast<uint32_t>(p.tokens);
   const uint32_t q_row = row - p.tokens, q_token = is_kv ? 0 : q_row / static_cast<uint32_t>(p.heads);
   const int64_t token = is_kv ? row : q_token, head = is_kv ? 0 : q_row - q_token * p.heads;
   const T* nope = is_kv ? p.k_nope + token * p.k_nope_token : p.q_nope + token * p.q_nope_token + head * p.q_nope_head;
   const T* rope = is_kv ? p.k_rope + token * p.k_rope_token : p.q_rope + token * p.q_rope_token + head * p.q_rope_head;
-  // Query rows load token 0's location too (unused): the load stays unconditional, its address known here.
-  const void* loc_at = device::kv_cache::index_address(p.loc, p.loc64, is_kv ? token * p.loc_stride : 0);
+  // Query rows load their token's location too (unused): the load stays unconditional, its address known
+  // here (one location for every query row put all of them on one L2 line: 3x slower at 256-4096 tokens).
+  const void* loc_at = device::kv_cache::index_address(p.loc, p.loc64, token * p.loc_stride);
   device::prefetch_before_wait(loc_at);
   device::pdl_wait_primary();
   const int64_t slot = device::kv_cache::load_index_at(loc_at, p.loc64);
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_con
   device::pdl_trigger_secondary();
   char* out;
   if (is_kv) {
-    if (slot == p.skip || !p.cache.holds(slot)) return;
+    if (slot == p.skip || static_cast<uint64_t>(slot) >= static_cast<uint64_t>(p.cache.slots)) return;  // holds(slot)
     // Flat caches (page size 1) skip the division.
     out = p.cache.page_size.d == 1 ? p.cache.base + slot * p.cache.page_stride : p.cache.row(slot);
   } else {
@@ -127,9 +129,9 @@ __global__ void __launch_bounds__(kCtaThreads) mla_cache_kernel(const __grid_con
       if constexpr (kFp8) {
         AlignedVector<T, kVec> elements;
         __builtin_memcpy(&elements, &v[b], sizeof(elements));
-        device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(out) + j * kVec, elements, div);
-      } else {
-        v[b].store_global(reinterpret_cast<E*>(reinterpret_cast<T*>(out) + j * kVec));
+        device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(out) + first * kVec + 32 * b * kVec, elements, div);
+      } else {  // the batch's offset apart: an immediate of the store
+        v[b].store_global(reinterpret_cast<E*>(reinterpret_cast<T*>(out) + first * kVec + 32 * b * kVec));
       }
     }
   };
@@ -244,9 +246,9 @@ struct MlaCacheOps {
     const Launch l = prepare<kFp8>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
     if (l.ctas == 0) return;
     host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
-        .enable_pdl()(l.fixed                ? mla_cache_kernel<T, kFp8, kWideVec, true>
-                      : l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec>
-                                          : mla_cache_kernel<T, kFp8, 1>,
+        .enable_pdl()(!l.fixed            ? (l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec> : mla_cache_kernel<T, kFp8, 1>)
+                      : l.p.heads == 0 ? mla_cache_kernel<T, kFp8, kWideVec, true, false>
+                                       : mla_cache_kernel<T, kFp8, kWideVec, true>,
                       l.p);
   }
 };

@@ -3,7 +3,7 @@
 //   before   the product's kernel before the fixed-row instantiation: every row through the runtime vector
 //            counts, the location's address worked out after the PDL wait, every cache through the division;
 //   general  the product's kernel without its fixed-row instantiation (the runtime vector counts);
-//   cta256   the product's kernel in CTAs of 256 threads (the reference's 8 warps on large grids).
+//   query    the fixed-row kernel with the query rows' code also for KV rows alone (set_mla_kv_buffer).
 #pragma once
 
 #include <mla_cache.cuh>  // csrc/
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) before_kernel(const __grid_constant_
 
 #ifndef __CUDACC_RTC__
 // set_mla_kv_concat_q (q_nope given) or set_mla_kv_buffer into a bf16 kv_buffer, every location kept;
-// variant 0: before, 1: general, 2: cta256.
+// variant 0: before, 1: general, 2: query.
 inline void launch(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
                    jitkern::TensorView k_rope, jitkern::Optional<jitkern::TensorView> q_nope, jitkern::Optional<jitkern::TensorView> q_rope,
                    jitkern::Optional<jitkern::TensorView> q_out) {
@@ -88,12 +88,10 @@ inline void launch(int64_t variant, jitkern::TensorView kv_buffer, jitkern::Tens
   const auto l = Ops::prepare<false>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, -1, 1.0, 1.0);
   host::RuntimeCheck(l.fixed, "the variants take 512 + 64 bf16 rows in 16-byte vectors");
   if (l.ctas == 0) return;
-  const unsigned threads = variant == 2 ? 256 : kThreads;
-  const auto ctas = static_cast<unsigned>(host::div_ceil(l.ctas * kThreads, int64_t{threads}));
-  host::LaunchKernel(ctas, threads, l.device)
+  host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
       .enable_pdl()(variant == 0   ? before_kernel
                     : variant == 1 ? jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, false>
-                                   : jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, true, 256>,
+                                   : jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, true, true>,
                     l.p);
 }
 
