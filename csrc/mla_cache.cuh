@@ -87,10 +87,11 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
   const int64_t token = is_kv ? row : q_token, head = is_kv ? 0 : q_row - q_token * p.heads;
   const T* nope = is_kv ? p.k_nope + token * p.k_nope_token : p.q_nope + token * p.q_nope_token + head * p.q_nope_head;
   const T* rope = is_kv ? p.k_rope + token * p.k_rope_token : p.q_rope + token * p.q_rope_token + head * p.q_rope_head;
-  // Query rows load their token's location too (unused): the load stays unconditional, its address known
-  // here (one location for every query row put all of them on one L2 line: 3x slower at 256-4096 tokens).
+  // Query rows load their token's location too (unused, not prefetched): the load stays unconditional, its
+  // address known here (one location for every query row put all of them on one L2 line: 3x slower at
+  // 256-4096 tokens).
   const void* loc_at = device::kv_cache::index_address(p.loc, p.loc64, token * p.loc_stride);
-  device::prefetch_before_wait(loc_at);
+  if (is_kv) device::prefetch_before_wait(loc_at);
   device::pdl_wait_primary();
   const int64_t slot = device::kv_cache::load_index_at(loc_at, p.loc64);
   // Source of vector j (batch b) of the row; past the row its last vector again (no branch around each
