@@ -6,9 +6,9 @@ each token in its own random slot. Prints markdown tables: time (CUDA-graph medi
 bytes moved (the rows read and written) and % of the measured copy ceiling.
 
 `bench_mla_cache.py variants [--check]`: the product beside its alternatives (benchmarks/kernels/
-mla_cache_variants.cuh: the kernel before, the runtime-row kernel, the query rows' code on KV rows alone)
-and the reference's kernels, a flat cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of
-3 interleaved rounds; --check: outputs only."""
+mla_cache_variants.cuh: the kernel before, the runtime-row kernel) and the reference's kernels, a flat
+cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check:
+outputs only."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
-VARIANTS = {"the kernel before": 0, "runtime row": 1, "with the query code": 2}  # mla_cache_variants.cuh's launch(variant)
+VARIANTS = {"the kernel before": 0, "runtime row": 1}  # mla_cache_variants.cuh's launch(variant)
 VARIANT_SIZES = [1, 16, 64, 256, 4096]
 FLAT_SLOTS = 65536
 

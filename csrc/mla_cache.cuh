@@ -61,13 +61,13 @@ struct Params {
 
 // Row r < tokens: token r's KV row to the cache; after those, query head (t, h) = r - tokens to q_out.
 // Lane l copies vectors l, l + 32, ... of the row ([nope | rope]), kBatch loads before their stores. The
-// location's address is worked out before the PDL wait, the location and the row's first vectors load
-// together, the location checked only where the stores need it, and the next launch is triggered once
-// they are issued (H200, 576 bf16, 1-4096 tokens: 0.91-2.16 us where the kernel loading the row after the
-// check took 1.05-2.61; triggering at start or after the stores was as fast or slower at every size,
-// docs/benchmarks/kv_rows.md). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec; !kQuery: KV
-// rows only (heads 0), without the query rows' code.
-template <typename T, bool kFp8, int kVec, bool kFixed = false, bool kQuery = true>
+// location's address is worked out (and prefetched) before the PDL wait, the location and the row's first
+// vectors load together, the location checked only where the stores need it, and the next launch is
+// triggered once they are issued (triggering at start or after the stores was as fast or slower at every
+// size). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec, the vector counts compile-time (H200,
+// 576 bf16 set_mla_kv_buffer at 1-256 tokens: 0.78-0.86 us against 0.80-0.88 with runtime counts and
+// 0.84-0.93 for the kernel before these changes, docs/benchmarks/kv_rows.md).
+template <typename T, bool kFp8, int kVec, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
   // Rows load as 32-bit words, each load unconditional: 16-bit elements, or a branch around a load, had
@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
   const int nope_vecs = kFixed ? kNopeVecs : p.nope_vecs, vecs = kFixed ? kRowVecs : p.vecs;
   const uint32_t row = (blockIdx.x * kThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
   const int lane = static_cast<int>(threadIdx.x % 32);
-  if (row >= static_cast<uint32_t>(p.tokens) * (kQuery ? 1 + p.heads : 1)) return;
-  const bool is_kv = !kQuery || row < static_cast<uint32_t>(p.tokens);
+  if (row >= static_cast<uint32_t>(p.tokens) * (1 + p.heads)) return;
+  const bool is_kv = row < static_cast<uint32_t>(p.tokens);
   const uint32_t q_row = row - p.tokens, q_token = is_kv ? 0 : q_row / static_cast<uint32_t>(p.heads);
   const int64_t token = is_kv ? row : q_token, head = is_kv ? 0 : q_row - q_token * p.heads;
   const T* nope = is_kv ? p.k_nope + token * p.k_nope_token : p.q_nope + token * p.q_nope_token + head * p.q_nope_head;
@@ -247,9 +247,9 @@ struct MlaCacheOps {
     const Launch l = prepare<kFp8>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
     if (l.ctas == 0) return;
     host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
-        .enable_pdl()(!l.fixed            ? (l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec> : mla_cache_kernel<T, kFp8, 1>)
-                      : l.p.heads == 0 ? mla_cache_kernel<T, kFp8, kWideVec, true, false>
-                                       : mla_cache_kernel<T, kFp8, kWideVec, true>,
+        .enable_pdl()(l.fixed                ? mla_cache_kernel<T, kFp8, kWideVec, true>
+                      : l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec>
+                                          : mla_cache_kernel<T, kFp8, 1>,
                       l.p);
   }
 };

@@ -2,8 +2,7 @@
 // parameters (MlaCacheOps::prepare), bf16 caches (bench_mla_cache.py variants):
 //   before   the product's kernel before the fixed-row instantiation: every row through the runtime vector
 //            counts, the location's address worked out after the PDL wait, every cache through the division;
-//   general  the product's kernel without its fixed-row instantiation (the runtime vector counts);
-//   query    the fixed-row kernel with the query rows' code also for KV rows alone (set_mla_kv_buffer).
+//   general  the product's kernel without its fixed-row instantiation (the runtime vector counts).
 #pragma once
 
 #include <mla_cache.cuh>  // csrc/
@@ -80,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) before_kernel(const __grid_constant_
 
 #ifndef __CUDACC_RTC__
 // set_mla_kv_concat_q (q_nope given) or set_mla_kv_buffer into a bf16 kv_buffer, every location kept;
-// variant 0: before, 1: general, 2: query.
+// variant 0: before, 1: general.
 inline void launch(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
                    jitkern::TensorView k_rope, jitkern::Optional<jitkern::TensorView> q_nope, jitkern::Optional<jitkern::TensorView> q_rope,
                    jitkern::Optional<jitkern::TensorView> q_out) {
@@ -89,10 +88,7 @@ inline void launch(int64_t variant, jitkern::TensorView kv_buffer, jitkern::Tens
   host::RuntimeCheck(l.fixed, "the variants take 512 + 64 bf16 rows in 16-byte vectors");
   if (l.ctas == 0) return;
   host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
-      .enable_pdl()(variant == 0   ? before_kernel
-                    : variant == 1 ? jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, false>
-                                   : jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, true, true>,
-                    l.p);
+      .enable_pdl()(variant == 0 ? before_kernel : jitkern_mla_cache::mla_cache_kernel<bf16, false, kV, false>, l.p);
 }
 
 void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
