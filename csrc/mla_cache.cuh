@@ -65,8 +65,8 @@ struct Params {
 // vectors load together, the location checked only where the stores need it, and the next launch is
 // triggered once they are issued (triggering at start or after the stores was as fast or slower at every
 // size). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec, the vector counts compile-time (H200,
-// 576 bf16 set_mla_kv_buffer at 1-256 tokens: 0.78-0.86 us against 0.80-0.88 with runtime counts and
-// 0.84-0.93 for the kernel before these changes, docs/benchmarks/kv_rows.md).
+// 576 bf16 set_mla_kv_buffer at 1-256 tokens: 0.78-0.86 us against 0.80-0.88 with runtime counts,
+// docs/benchmarks/kv_rows.md).
 template <typename T, bool kFp8, int kVec, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
