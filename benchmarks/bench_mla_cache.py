@@ -5,9 +5,10 @@ k_nope 512 + k_rope 64 bf16 per token, 16 query heads (128 over 8 GPUs), a paged
 each token in its own random slot. Prints markdown tables: time (CUDA-graph medians, us), GB/s of the
 bytes moved (the rows read and written) and % of the measured copy ceiling.
 
-`bench_mla_cache.py variants [--check]`: the product beside the kernel before the location and the row
-loaded together (benchmarks/kernels/mla_cache_variants.cuh) and the reference's kernels, a flat cache of
-65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check: outputs only."""
+`bench_mla_cache.py variants [--check]`: the product beside its alternatives (benchmarks/kernels/
+mla_cache_variants.cuh: the kernel before, the runtime-row kernel) and the reference's kernels, a flat
+cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check:
+outputs only."""
 
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
-BEFORE = "the kernel before (location, then row)"
+VARIANTS = {"the kernel before": 0, "runtime row": 1}  # mla_cache_variants.cuh's launch(variant)
 VARIANT_SIZES = [1, 16, 64, 256, 4096]
 FLAT_SLOTS = 65536
 
@@ -114,14 +115,14 @@ def variants(check_only: bool) -> None:
     refs, missing = references()
     buf = torch.zeros(FLAT_SLOTS, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
     rows = buf.view(-1, NOPE + ROPE)
-    print(f"\n### MLA cache write beside the kernel before, k {NOPE} + {ROPE}, {HEADS} query heads, bf16, {FLAT_SLOTS} slots ({environment()})\n")
+    print(f"\n### MLA cache write beside its alternatives, k {NOPE} + {ROPE}, {HEADS} query heads, bf16, {FLAT_SLOTS} slots ({environment()})\n")
     print("us, CUDA-graph replay medians, median of 3 interleaved rounds.\n")
     for line in missing:
         print(f"- not run: {line}")
     for query in (False, True):
         title = "set_mla_kv_concat_q" if query else "set_mla_kv_buffer"
         ref = refs.get(f"reference {title}")
-        names = ["jitkern", BEFORE, *(["reference"] if ref else [])]
+        names = ["jitkern", *VARIANTS, *(["reference"] if ref else [])]
         print(f"\n#### {title}\n")
         print("| T | " + " | ".join(names) + " | " + " | ".join(f"{n} / jitkern" for n in names[1:]) + " |")
         print("|---|" + "---|" * (2 * len(names) - 1), flush=True)
@@ -137,17 +138,17 @@ def variants(check_only: bool) -> None:
             def product():
                 box[0] = set_mla_kv_concat_q(buf, loc, kn, kr, qn, qr) if query else set_mla_kv_buffer(buf, loc, kn, kr)
 
-            def before():
+            def variant(v):
                 if query:
-                    mod.store_kv_q(rows, loc, kn.squeeze(1), kr.squeeze(1), qn, qr, q_out)
+                    mod.store_kv_q(v, rows, loc, kn.squeeze(1), kr.squeeze(1), qn, qr, q_out)
                     box[0] = q_out
                 else:
-                    mod.store_kv(rows, loc, kn.squeeze(1), kr.squeeze(1))
+                    mod.store_kv(v, rows, loc, kn.squeeze(1), kr.squeeze(1))
 
             def reference():
                 box[0] = ref(buf, loc, kn.squeeze(1), kr.squeeze(1), qn, qr)
 
-            fns = {"jitkern": product, BEFORE: before, **({"reference": reference} if ref else {})}
+            fns = {"jitkern": product, **{n: (lambda v=v: variant(v)) for n, v in VARIANTS.items()}, **({"reference": reference} if ref else {})}
             for name, fn in fns.items():  # each one's output from a zeroed cache
                 buf.zero_()
                 q_out.zero_()

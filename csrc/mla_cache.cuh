@@ -35,34 +35,39 @@ using jitkern::TensorView;
 // CTAs of kThreads, one warp per row (a KV row or a query head), kBatch vectors a lane in flight.
 constexpr int kThreads = 128;
 constexpr int kBatch = 4;
+// DeepSeek's row (kv_lora_rank 512 + rope 64): its own instantiation, the vector counts compile-time.
+constexpr int kFixedNope = 512, kFixedRope = 64;
 
 template <typename T>
 struct Params {
+  // The KV path's fields first: the code before the PDL wait reads k_nope, tokens and loc64, which pulls the
+  // constant-cache lines of the fields read after it (the cache, skip) in with them.
   const T* k_nope;
   const T* k_rope;
   int64_t k_nope_token, k_rope_token;  // elements
-  CacheLayout cache;
   const void* loc;
   int64_t loc_stride;
+  CacheLayout cache;
   int64_t skip;  // reserved_skip_index
-  const T* q_nope;
-  const T* q_rope;
-  char* q_out;  // [N, H, Dn + Dr] contiguous, T or fp8 bytes
-  int64_t q_nope_token, q_nope_head, q_rope_token, q_rope_head;  // elements
   int32_t tokens, heads;  // heads: 0 without the query
   int32_t nope_vecs, vecs;  // vectors of k_nope (and q_nope) and of a whole row
   float k_scale, q_scale;
   bool loc64;
+  const T* q_nope;
+  const T* q_rope;
+  char* q_out;  // [N, H, Dn + Dr] contiguous, T or fp8 bytes
+  int64_t q_nope_token, q_nope_head, q_rope_token, q_rope_head;  // elements
 };
 
 // Row r < tokens: token r's KV row to the cache; after those, query head (t, h) = r - tokens to q_out.
 // Lane l copies vectors l, l + 32, ... of the row ([nope | rope]), kBatch loads before their stores. The
-// location and the row's first vectors load together, the location checked only where the stores need it
-// (loading the row after the check put a second round trip on each row's path), and the next launch is
-// triggered once they are issued, at every size (H200, 576 bf16, 1-4096 tokens: 0.91-2.16 us where the
-// kernel loading the row after the check took 1.05-2.61; triggering at start or after the stores was as
-// fast or slower at every size, docs/benchmarks/kv_rows.md).
-template <typename T, bool kFp8, int kVec>
+// location's address is worked out (and prefetched) before the PDL wait, the location and the row's first
+// vectors load together, the location checked only where the stores need it, and the next launch is
+// triggered once they are issued (triggering at start or after the stores was as fast or slower at every
+// size). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec, the vector counts compile-time (H200,
+// 576 bf16 set_mla_kv_buffer at 1-256 tokens: 0.78-0.86 us against 0.80-0.88 with runtime counts,
+// docs/benchmarks/kv_rows.md).
+template <typename T, bool kFp8, int kVec, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
 #ifdef __CUDACC__
   // Rows load as 32-bit words, each load unconditional: 16-bit elements, or a branch around a load, had
@@ -71,6 +76,9 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
   using E = std::conditional_t<kWords, uint32_t, T>;
   using Vec = AlignedVector<E, kWords ? kVec * sizeof(T) / 4 : kVec>;
   constexpr int64_t kOutBytes = kFp8 ? 1 : sizeof(T);
+  constexpr int kNopeVecs = kFixedNope / kVec, kRowVecs = (kFixedNope + kFixedRope) / kVec;
+  static_assert(!kFixed || (kFixedNope % kVec == 0 && kFixedRope % kVec == 0));
+  const int nope_vecs = kFixed ? kNopeVecs : p.nope_vecs, vecs = kFixed ? kRowVecs : p.vecs;
   const uint32_t row = (blockIdx.x * kThreads + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= static_cast<uint32_t>(p.tokens) * (1 + p.heads)) return;
@@ -79,47 +87,60 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
   const int64_t token = is_kv ? row : q_token, head = is_kv ? 0 : q_row - q_token * p.heads;
   const T* nope = is_kv ? p.k_nope + token * p.k_nope_token : p.q_nope + token * p.q_nope_token + head * p.q_nope_head;
   const T* rope = is_kv ? p.k_rope + token * p.k_rope_token : p.q_rope + token * p.q_rope_token + head * p.q_rope_head;
+  // Query rows load their token's location too (unused, not prefetched): the load stays unconditional, its
+  // address known here (one location for every query row put all of them on one L2 line: 3x slower at
+  // 256-4096 tokens).
+  const void* loc_at = device::kv_cache::index_address(p.loc, p.loc64, token * p.loc_stride);
+  if (is_kv) device::prefetch_before_wait(loc_at);
   device::pdl_wait_primary();
-  const int64_t slot = is_kv ? device::kv_cache::load_index(p.loc, p.loc64, token * p.loc_stride) : 0;
+  const int64_t slot = device::kv_cache::load_index_at(loc_at, p.loc64);
+  // Source of vector j (batch b) of the row; past the row its last vector again (no branch around each
+  // load). kFixed, first batch: whether b lies in the nope or the rope part is known at compile time.
+  const auto source = [&](int j, int b, bool first_batch) -> const T* {
+    if (kFixed && first_batch && 32 * (b + 1) <= kNopeVecs) return nope + j * kVec;
+    if (kFixed && first_batch && 32 * b >= kNopeVecs) return rope + (min(j, kRowVecs - 1) - kNopeVecs) * kVec;
+    j = min(j, vecs - 1);
+    return j < nope_vecs ? nope + j * kVec : rope + (j - nope_vecs) * kVec;
+  };
   // Batch [first, first + 32 * kBatch) of the row: loads, then stores (the first batch apart: no vector
   // carried across the loop).
-  const auto load = [&](Vec(&v)[kBatch], int first) {
+  constexpr int kFirstBatch = kFixed && (kRowVecs + 31) / 32 < kBatch ? (kRowVecs + 31) / 32 : kBatch;
+  const auto load = [&](Vec(&v)[kBatch], int first, bool first_batch) {
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {  // past the row: its last vector again (no branch around each load)
-      const int j = min(first + 32 * b, p.vecs - 1);
-      v[b].load_global(reinterpret_cast<const E*>(j < p.nope_vecs ? nope + j * kVec : rope + (j - p.nope_vecs) * kVec));
-    }
+    for (int b = 0; b < kBatch; ++b)
+      if (!first_batch || b < kFirstBatch) v[b].load_global(reinterpret_cast<const E*>(source(first + 32 * b, b, first_batch)));
   };
   Vec x[kBatch];
-  load(x, lane);
+  load(x, lane, true);
   device::pdl_trigger_secondary();
   char* out;
   if (is_kv) {
-    if (slot == p.skip || !p.cache.holds(slot)) return;
-    out = p.cache.row(slot);
+    if (slot == p.skip || static_cast<uint64_t>(slot) >= static_cast<uint64_t>(p.cache.slots)) return;  // holds(slot)
+    // Flat caches (page size 1) skip the division.
+    out = p.cache.page_size.d == 1 ? p.cache.base + slot * p.cache.page_stride : p.cache.row(slot);
   } else {
-    out = p.q_out + (token * p.heads + head) * p.vecs * kVec * kOutBytes;
+    out = p.q_out + (token * p.heads + head) * vecs * kVec * kOutBytes;
   }
   const device::quant::Divider div(kFp8 ? (is_kv ? p.k_scale : p.q_scale) : 1.0f);
-  const auto store = [&](const Vec(&v)[kBatch], int first) {
+  const auto store = [&](const Vec(&v)[kBatch], int first, bool first_batch) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int j = first + 32 * b;
-      if (j >= p.vecs) break;
+      if ((first_batch && b >= kFirstBatch) || j >= vecs) break;
       if constexpr (kFp8) {
         AlignedVector<T, kVec> elements;
         __builtin_memcpy(&elements, &v[b], sizeof(elements));
-        device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(out) + j * kVec, elements, div);
-      } else {
-        v[b].store_global(reinterpret_cast<E*>(reinterpret_cast<T*>(out) + j * kVec));
+        device::quant::store_quantized<fp8_e4m3_t>(reinterpret_cast<uint8_t*>(out) + first * kVec + 32 * b * kVec, elements, div);
+      } else {  // the batch's offset apart: an immediate of the store
+        v[b].store_global(reinterpret_cast<E*>(reinterpret_cast<T*>(out) + first * kVec + 32 * b * kVec));
       }
     }
   };
-  store(x, lane);
-  for (int first = lane + 32 * kBatch; first < p.vecs; first += 32 * kBatch) {
+  store(x, lane, true);
+  for (int first = lane + 32 * kFirstBatch; first < vecs; first += 32 * kBatch) {
     Vec y[kBatch];
-    load(y, first);
-    store(y, first);
+    load(y, first, false);
+    store(y, first, false);
   }
 #endif
 }
@@ -141,10 +162,12 @@ struct MlaCacheOps {
     store_as<true>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
   }
 
-  // A checked call: its parameters, the vector width (kWideVec or 1), its CTAs (0: nothing to write) and device.
+  // A checked call: its parameters, the vector width (kWideVec or 1), whether its rows are kFixedNope +
+  // kFixedRope (in vectors of kWideVec), its CTAs (0: nothing to write) and device.
   struct Launch {
     Params<T> p;
     int vec;
+    bool fixed;
     int64_t ctas;
     DLDevice device;
   };
@@ -203,7 +226,7 @@ struct MlaCacheOps {
     const int64_t tokens = N.unwrap();
     RuntimeCheck(tokens * (1 + p.heads) < (int64_t{1} << 26) && width < (int64_t{1} << 24), "too many rows (", tokens, " tokens of ", p.heads,
                  " query heads) or rows too wide (", width, ")");
-    if (tokens == 0) return {p, 1, 0, device};
+    if (tokens == 0) return {p, 1, false, 0, device};
     p.tokens = static_cast<int32_t>(tokens);
     const int ob = kFp8 ? 1 : static_cast<int>(sizeof(T));
     const bool wide = nope % kWideVec == 0 && all_multiples({p.cache.page_stride, p.cache.row_stride}, ob * kWideVec) &&
@@ -213,7 +236,8 @@ struct MlaCacheOps {
                                    {p.k_nope_token, p.k_rope_token, p.q_nope_token, p.q_nope_head, p.q_rope_token, p.q_rope_head}) == kWideVec;
     const int vec = wide ? kWideVec : 1;
     p.nope_vecs = static_cast<int32_t>(nope / vec), p.vecs = static_cast<int32_t>(width / vec);
-    return {p, vec, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device};
+    const bool fixed = wide && nope == kFixedNope && Dr.unwrap() == kFixedRope;
+    return {p, vec, fixed, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device};
   }
 
  private:
@@ -223,7 +247,10 @@ struct MlaCacheOps {
     const Launch l = prepare<kFp8>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
     if (l.ctas == 0) return;
     host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
-        .enable_pdl()(l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec> : mla_cache_kernel<T, kFp8, 1>, l.p);
+        .enable_pdl()(l.fixed                ? mla_cache_kernel<T, kFp8, kWideVec, true>
+                      : l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec>
+                                          : mla_cache_kernel<T, kFp8, 1>,
+                      l.p);
   }
 };
 #endif  // __CUDACC_RTC__

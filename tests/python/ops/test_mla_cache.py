@@ -36,12 +36,12 @@ def _buffer(layout, slots, width, dtype, page_size=16):
     return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
 
 
-def _halves(tokens, nope, rope, dtype, heads=0, seed=0, offset=0):
-    """k_nope [T, Dn], k_rope [T, Dr] as column slices of one buffer (strided rows; an odd offset leaves them
-    unaligned), and with heads, q_nope [T, H, Dn], q_rope [T, H, Dr] likewise."""
+def _halves(tokens, nope, rope, dtype, heads=0, seed=0, offset=0, pad=3):
+    """k_nope [T, Dn], k_rope [T, Dr] as column slices of one buffer (rows of offset + Dn + Dr + pad: an odd
+    offset or pad leaves them unaligned), and with heads, q_nope [T, H, Dn], q_rope [T, H, Dr] likewise."""
     torch = _torch()
     g = torch.Generator(device="cuda").manual_seed(seed)
-    kv = torch.randn(tokens, offset + nope + rope + 3, dtype=dtype, device="cuda", generator=g)
+    kv = torch.randn(tokens, offset + nope + rope + pad, dtype=dtype, device="cuda", generator=g)
     out = [kv[:, offset : offset + nope], kv[:, offset + nope : offset + nope + rope]]
     if heads:
         q = torch.randn(tokens, heads, offset + nope + rope, dtype=dtype, device="cuda", generator=g)
@@ -49,13 +49,14 @@ def _halves(tokens, nope, rope, dtype, heads=0, seed=0, offset=0):
     return out
 
 
-CASES = [(dt, layout, fp8, t, nope, rope, off) for dt in DTYPES for layout in ("flat", "flat3d", "paged") for fp8 in (False, True)
-         for t, nope, rope, off in ((1, 512, 64, 0), (37, 512, 64, 0), (300, 128, 64, 1), (5, 64, 8, 0))]
+# (tokens, nope, rope, offset, pad): 512 + 64 with 16-byte aligned rows (pad 8) takes the fixed-row kernel.
+CASES = [(dt, layout, fp8, *case) for dt in DTYPES for layout in ("flat", "flat3d", "paged") for fp8 in (False, True)
+         for case in ((1, 512, 64, 0, 3), (37, 512, 64, 0, 3), (129, 512, 64, 0, 8), (300, 128, 64, 1, 3), (5, 64, 8, 0, 3))]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype_name,layout,fp8,tokens,nope,rope,offset", CASES)
-def test_kv_rows_and_query(dtype_name, layout, fp8, tokens, nope, rope, offset):
+@pytest.mark.parametrize("dtype_name,layout,fp8,tokens,nope,rope,offset,pad", CASES)
+def test_kv_rows_and_query(dtype_name, layout, fp8, tokens, nope, rope, offset, pad):
     """kv_buffer[loc] = [k_nope | k_rope] (out-of-range locations and the reserved slot skipped, other rows
     untouched); the query [q_nope | q_rope] returned, in the cache's kind (fp8 with its own scale)."""
     torch = _torch()
@@ -64,7 +65,7 @@ def test_kv_rows_and_query(dtype_name, layout, fp8, tokens, nope, rope, offset):
     slots = 16 * ((tokens + 40) // 16 + 1)
     buf = _buffer(layout, slots, nope + rope, torch.float8_e4m3fn if fp8 else dtype)
     loc = locations(tokens, slots, torch.int64 if tokens % 2 else torch.int32, seed=tokens)
-    k_nope, k_rope, q_nope, q_rope = _halves(tokens, nope, rope, dtype, heads=4, seed=tokens, offset=offset)
+    k_nope, k_rope, q_nope, q_rope = _halves(tokens, nope, rope, dtype, heads=4, seed=tokens, offset=offset, pad=pad)
     before = cache_bytes(buf, slots).clone()
     k_scale, q_scale = (0.05, 0.1) if fp8 else (None, None)
     skip = int(loc[0]) if tokens > 1 else -5  # a location of the batch as the reserved one
@@ -95,7 +96,7 @@ def test_deepseek_rows_at_decode_and_prefill_sizes(tokens, fp8):
     slots = 8192
     buf = _buffer("flat3d", slots, 576, torch.float8_e4m3fn if fp8 else torch.bfloat16)
     loc = locations(tokens, slots, torch.int32 if tokens % 3 else torch.int64, seed=tokens)
-    k_nope, k_rope, q_nope, q_rope = _halves(tokens, 512, 64, torch.bfloat16, heads=16, seed=tokens)
+    k_nope, k_rope, q_nope, q_rope = _halves(tokens, 512, 64, torch.bfloat16, heads=16, seed=tokens, pad=0)  # slices of [T, 576]
     before = cache_bytes(buf, slots).clone()
     k_scale, q_scale = (0.25, 0.5) if fp8 else (None, None)
     skip = int(loc[-2]) if tokens > 1 else -5
