@@ -6,8 +6,11 @@
 - `sigmoid`: topk_sigmoid (fp32 gating, 256 experts, k = 8, plain and DeepSeek-V3's grouped form) beside its
   kernel launched without PDL, the (score, expert) pair arg-max kernel it replaced
   (benchmarks/kernels/moe_topk_schedules.cuh) and the reference's moe_topk_sigmoid / moe_fused_gate, outputs
-  compared bit for bit with the pair kernel's.
-`python bench_moe.py [reference] [routing] [sigmoid]` (default: reference and routing)."""
+  compared bit for bit with the pair kernel's;
+- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster, the one-CTA
+  chunked kernel it replaced (benchmarks/kernels/moe_align_schedules.cuh) and the reference's
+  moe_align_block_size, outputs compared with the replaced kernel's entry for entry.
+`python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
 from __future__ import annotations
 
@@ -212,6 +215,54 @@ def sigmoid_table(floor: float) -> None:
             print(f"| {form} | {t} | {j:.2f} | {n:.2f} | {p_:.2f} | {r_text} | {p_ / j:.2f}x | {r_ratio} | {same} |", flush=True)
 
 
+ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 64, 16),
+                (128, 4096, 64), (128, 32768, 128), (256, 4096, 128)]  # (experts, T, block)
+
+
+def align_module():
+    here = Path(__file__).resolve().parent
+    return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
+                            extra_include_paths=[str(here.parent / "csrc")],
+                            cuda_wrappers=[(f"align_{k}", f"bench_moe_align::align_schedule<{k}>") for k in (0, 1, 8)])
+
+
+def align_table(floor: float) -> None:
+    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8, the replaced one-CTA kernel
+    and the reference's, each shape timed in turns; every jitkern form's outputs equal the replaced kernel's."""
+    schedules = align_module()
+    ref = reference_ops_or_none("moe.moe_align")
+    print(f"\n### moe_align_block_size beside its schedules and the reference {reference_version()} ({environment()})\n")
+    print(f"Top-8 int32 ids; CUDA-graph medians (us) of 3 interleaved runs; launch floor (one CTA copying 16 KiB): {floor:.2f} us.\n")
+    print("| experts | T | block | jitkern | one CTA | cluster of 8 | replaced kernel | reference | replaced / jitkern | "
+          "reference / jitkern | outputs as the replaced kernel's |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for e, t, block in ALIGN_SHAPES:
+        ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
+        size, blocks = align_sizes(ids.numel(), e, block)
+        outs = {name: (torch.empty(size, dtype=torch.int32, device="cuda"), torch.empty(blocks, dtype=torch.int32, device="cuda"),
+                       torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", "one", "cluster", "replaced")}
+        fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"]),
+               "one": lambda: schedules.align_1(ids.view(-1), e, block, *outs["one"]),
+               "cluster": lambda: schedules.align_8(ids.view(-1), e, block, *outs["cluster"]),
+               "replaced": lambda: schedules.align_0(ids.view(-1), e, block, *outs["replaced"])}
+        if ref is not None:
+            padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4
+            rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
+            rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(e + 3, device="cuda", dtype=torch.int32)
+            fns["reference"] = lambda: ref.moe_align_block_size(ids, e + 1, block, rs, re_, rn, cumsum, True)
+        call_each(fns)
+        torch.cuda.synchronize()
+        same = "yes" if all(all(torch.equal(a, b) for a, b in zip(outs[name], outs["replaced"])) for name in ("jitkern", "one", "cluster")) \
+            else "NO"
+        if "reference" in fns and int(rn) != int(outs["jitkern"][2]):
+            same += f" (reference's total {int(rn)}, jitkern's {int(outs['jitkern'][2])})"
+        times = interleaved(fns)
+        j, r = times["jitkern"], times.get("reference")
+        r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        print(f"| {e} | {t} | {block} | {j:.2f} | {times['one']:.2f} | {times['cluster']:.2f} | {times['replaced']:.2f} | {r_text} | "
+              f"{times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
+
+
 def main() -> None:
     tables = sys.argv[1:] or ["reference", "routing"]
     floor = launch_floor()
@@ -221,6 +272,8 @@ def main() -> None:
         routing_table(floor)
     if "sigmoid" in tables:
         sigmoid_table(floor)
+    if "align" in tables:
+        align_table(floor)
 
 
 if __name__ == "__main__":

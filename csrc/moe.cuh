@@ -6,8 +6,8 @@
 // lowest expert index, as torch.topk; NaN ranks below every number (selected only when fewer than k
 // other experts remain). Weights are fp32.
 //
-// Alignment: one CTA, stable (the entries of an expert keep the order of topk_ids), so the output is
-// deterministic; ids outside [0, num_experts) (expert parallelism's -1) are left out.
+// Alignment: one CTA, or a cluster of CTAs for many ids, stable (the entries of an expert keep the order of
+// topk_ids), so the output is deterministic; ids outside [0, num_experts) (expert parallelism's -1) are left out.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -367,10 +367,19 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
+// One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
+// of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
+// order: the first counts them per expert (match_any: a leader per expert adds the round's count to the
+// warp's row), the second writes each id at its expert's base + the ids before it in the CTA, the warp and
+// the round. The bases come from the counts of every CTA (read through distributed shared memory): the
+// experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics.
 
-constexpr int kAlignThreads = 1024;
+constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
-constexpr int kAlignRounds = 4;  // ids per lane per chunk (a chunk: kAlignThreads * kAlignRounds ids)
+constexpr int kAlignRow = kMoeMaxExperts + 1;  // odd: a lane per warp row reads one expert without bank conflicts
+constexpr int kAlignBatch = 4;                  // rounds of 32 ids loaded before any is ranked
+constexpr int kAlignClusterCtas = 8;
+constexpr int32_t kAlignClusterMinIds = 4096;
 
 struct AlignParams {
   const void* ids;
@@ -389,88 +398,147 @@ __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
   return v >= 0 && v < p.experts ? static_cast<int>(v) : -1;
 }
 
-// Counts per expert, their padded offsets, the padding and expert_ids, then the ids scattered chunk by
-// chunk: each warp ranks its ids by expert (match_any), a thread per expert turns the warps' counts into
-// offsets, and every id lands at its expert's cursor + the offsets before it (the order of topk_ids).
-// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
-template <typename = void>
-__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
+#if defined(__CUDACC__) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define JITKERN_ALIGN_CLUSTER_OF(n) __cluster_dims__(n, 1, 1)
+#else  // clusters are sm_90's: below it the cluster form is built as one CTA and never launched
+#define JITKERN_ALIGN_CLUSTER_OF(n)
+#endif
+
+// CTA rank's value at local (a shared address of this CTA) through distributed shared memory.
+__device__ __forceinline__ int load_from_cta(const int* local, uint32_t rank) {
+  int v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ void align_cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void align_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// The expert of the block at pos: the last one starting at or before it (empty experts share their successor's
+// start), -1 past the total.
+__device__ __forceinline__ int block_expert(const int* start, int E, int total, int64_t pos) {
+  if (pos >= total) return -1;
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= pos) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// A warp's ids [lo, hi) in rounds of 32, in order: f(round's first id, lane's expert or -1, lanes of the same
+// expert, the lane's expert's count in earlier rounds) after the round's count is added to row[expert].
+template <typename F>
+__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, uint32_t* row, const F& f) {
 #ifdef __CUDACC__
-  __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], cursor[kMoeMaxExperts];
-  __shared__ uint16_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: ids in the chunk, then their offset
+  const int lane = threadIdx.x % 32;
+  for (int64_t base = lo; base < hi; base += 32 * kAlignBatch) {  // 64-bit: a round may end past INT32_MAX
+    int e[kAlignBatch];
+#pragma unroll
+    for (int r = 0; r < kAlignBatch; ++r) {
+      const int64_t i = base + r * 32 + lane;
+      e[r] = i < hi ? expert_of(p, static_cast<int32_t>(i)) : -1;
+    }
+#pragma unroll
+    for (int r = 0; r < kAlignBatch; ++r) {
+      const unsigned peers = __match_any_sync(0xffffffffu, e[r]);
+      const uint32_t before = e[r] >= 0 ? row[e[r]] : 0;
+      __syncwarp();
+      if (e[r] >= 0 && (peers & ((1u << lane) - 1)) == 0) row[e[r]] = before + __popc(peers);
+      __syncwarp();
+      f(static_cast<int32_t>(base + r * 32 + lane), e[r], peers, before);
+    }
+  }
+#endif
+}
+
+// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
+template <int kCtas>
+__global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
+  __shared__ uint32_t table[kAlignWarps][kAlignRow];  // per warp and expert: its ids, then the offset of its first
+  __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts];
   device::pdl_trigger_secondary();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
-  for (int e = tid; e < E; e += kAlignThreads) count[e] = 0;
-  for (int i = tid; i < kAlignWarps * kMoeMaxExperts; i += kAlignThreads) (&table[0][0])[i] = 0;
+  const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
+  for (int i = tid; i < kAlignWarps * kAlignRow; i += kAlignThreads) (&table[0][0])[i] = 0;
   device::pdl_wait_primary();
   __syncthreads();
-  for (int32_t i = tid; i < p.n; i += kAlignThreads) {
-    const int e = expert_of(p, i);
-    if (e >= 0) atomicAdd(&count[e], 1);
-  }
+  const auto share = [](int32_t lo, int32_t hi, int parts, int part) {  // part's piece of [lo, hi), whole rounds
+    const int64_t each = ((int64_t{hi} - lo + parts - 1) / parts + 31) / 32 * 32;
+    const int64_t a = min(int64_t{hi}, lo + part * each);
+    return make_int2(static_cast<int>(a), static_cast<int>(min(int64_t{hi}, a + each)));
+  };
+  const int2 mine = share(0, p.n, kCtas, cta);
+  const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
+  uint32_t* row = table[warp];
+  align_walk(p, ids.x, ids.y, row, [](int32_t, int, unsigned, uint32_t) {});
   __syncthreads();
-  const int padded = tid < E ? (count[tid] + p.block_size - 1) / p.block_size * p.block_size : 0;
+  // Per expert, a 16-lane scan over the warps' counts: each warp row's offset in the CTA, the CTA's count.
+  constexpr int kExpertsAtOnce = 32 / kAlignWarps;
+  for (int e0 = warp * kExpertsAtOnce; e0 < E; e0 += kAlignWarps * kExpertsAtOnce) {
+    const int e = e0 + lane / kAlignWarps, w = lane % kAlignWarps;
+    const uint32_t c = e < E ? table[w][e] : 0;
+    uint32_t inclusive = c;
+#pragma unroll
+    for (int offset = 1; offset < kAlignWarps; offset *= 2) {
+      const uint32_t o = __shfl_up_sync(0xffffffffu, inclusive, offset, kAlignWarps);
+      if (w >= offset) inclusive += o;
+    }
+    if (e < E) {
+      table[w][e] = inclusive - c;
+      if (w == kAlignWarps - 1) cta_count[e] = static_cast<int>(inclusive);
+    }
+  }
+  if constexpr (kCtas > 1) {
+    align_cluster_arrive();
+    align_cluster_wait();
+  } else {
+    __syncthreads();
+  }
+  int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
+  if (tid < E) {
+    if constexpr (kCtas > 1) {
+#pragma unroll
+      for (int c = 0; c < kCtas; ++c) {
+        const int v = load_from_cta(&cta_count[tid], static_cast<uint32_t>(c));
+        count += v;
+        earlier += c < cta ? v : 0;
+      }
+    } else {
+      count = cta_count[tid];
+    }
+  }
+  if constexpr (kCtas > 1) align_cluster_arrive();  // this CTA's counts are read: the others may leave (wait at the end)
+  const int padded = (count + p.block_size - 1) / p.block_size * p.block_size;
   int total;
   const int first = device::cta::exclusive_sum_once(padded, total);
-  if (tid < E) start[tid] = cursor[tid] = first;
-  if (tid == 0) *p.total_out = total;
+  if (tid < E) start[tid] = first, base[tid] = first + earlier;
+  if (cta == 0 && tid == 0) *p.total_out = total;
+  // Padding: expert e's slots after its ids (CTA e % kCtas), and everything after the last expert.
+  if (tid < E && tid % kCtas == cta)
+    for (int s = first + count; s < first + padded; ++s) p.sorted[s] = p.n;
+  const int64_t at = int64_t{cta} * kAlignThreads + tid, stride = int64_t{kCtas} * kAlignThreads;
+  for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;
   __syncthreads();
-  // Padding: each expert's slots after its ids, and everything after the last expert.
-  if (tid < E)
-    for (int s = first + count[tid]; s < first + padded; ++s) p.sorted[s] = p.n;
-  for (int64_t s = total + tid; s < p.sorted_len; s += kAlignThreads) p.sorted[s] = p.n;
-  // Block b belongs to the last expert starting at or before b * block_size (-1 past the total).
-  for (int64_t b = tid; b < p.expert_ids_len; b += kAlignThreads) {
-    const int64_t at = b * p.block_size;
-    int e = -1;
-    if (at < total) {
-      int lo = 0, hi = E - 1;
-      while (lo < hi) {  // the last e with start[e] <= at; empty experts share their successor's start
-        const int mid = (lo + hi + 1) / 2;
-        if (start[mid] <= at) lo = mid;
-        else hi = mid - 1;
-      }
-      e = lo;
-    }
-    p.expert_ids[b] = e;
-  }
-  constexpr int kChunk = kAlignThreads * kAlignRounds;
+  for (int64_t b = at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = block_expert(start, E, total, b * p.block_size);
   const unsigned lanes_below = (1u << lane) - 1;
-  for (int32_t chunk = 0; chunk < p.n; chunk += kChunk) {
-    int experts[kAlignRounds], ranks[kAlignRounds];
-#pragma unroll
-    for (int r = 0; r < kAlignRounds; ++r) {
-      const int64_t i = int64_t{chunk} + warp * 32 * kAlignRounds + r * 32 + lane;
-      const int e = i < p.n ? expert_of(p, static_cast<int32_t>(i)) : -1;
-      const unsigned peers = __match_any_sync(0xffffffffu, e);
-      const int before = e >= 0 ? table[warp][e] : 0;  // this warp's earlier rounds
-      __syncwarp();
-      if (e >= 0 && (peers & lanes_below) == 0) table[warp][e] = static_cast<uint16_t>(before + __popc(peers));
-      __syncwarp();
-      experts[r] = e, ranks[r] = before + __popc(peers & lanes_below);
-    }
-    __syncthreads();
-    for (int e = tid; e < E; e += kAlignThreads) {
-      int offset = 0;
-      for (int w = 0; w < kAlignWarps; ++w) {
-        const int c = table[w][e];
-        table[w][e] = static_cast<uint16_t>(offset);
-        offset += c;
-      }
-      start[e] = cursor[e];  // the chunk's base (start[] is not needed after expert_ids)
-      cursor[e] += offset;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kAlignRounds; ++r) {
-      const int e = experts[r];
-      if (e >= 0) p.sorted[start[e] + table[warp][e] + ranks[r]] = chunk + warp * 32 * kAlignRounds + r * 32 + lane;
-    }
-    __syncwarp();
-    // The whole row: the offset pass above wrote every expert's entry, also those this warp has no ids of.
-    for (int e = lane; e < E; e += 32) table[warp][e] = 0;  // only this warp reads its row
-    __syncthreads();  // start[] and cursor[] are rewritten by the next chunk
-  }
+  align_walk(p, ids.x, ids.y, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
+    if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
+  });
+  if constexpr (kCtas > 1) align_cluster_wait();
 #endif
 }
 
@@ -595,13 +663,10 @@ struct MoeOps {
   }
 };
 
-// topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
-// (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
-// a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
-// block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
+// moe_align_block_size's arguments checked, as the kernel's parameters.
 template <typename = void>
-void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
-                          jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+                         jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad, DLDevice& dev) {
   using namespace host;
   auto n = SymbolicSize{"num_ids"}, S = SymbolicSize{"sorted_token_ids_size"}, B = SymbolicSize{"expert_ids_size"};
   auto device = SymbolicDevice{};
@@ -618,11 +683,32 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                "(block_size - 1) = ", need, " entries, got ", S.unwrap());
   RuntimeCheck(B.unwrap() >= div_ceil(need, block_size), "expert_ids must hold at least ", div_ceil(need, block_size), " entries, got ",
                B.unwrap());
-  const AlignParams p{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
-                      static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
-                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
-  const DLDevice dev = device.unwrap();
-  LaunchKernel(1, kAlignThreads, dev).enable_pdl()(moe_align_kernel<>, p);
+  dev = device.unwrap();
+  return AlignParams{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
+                     static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
+                     static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
+}
+
+// The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1).
+template <int kCtas>
+void launch_align(const AlignParams& p, DLDevice dev) {
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas>, p);
+}
+
+// topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
+// (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
+// a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
+// block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
+template <typename = void>
+void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+                          jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+  DLDevice dev;
+  const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
+  if (p.n >= kAlignClusterMinIds && host::runtime::get_arch(dev.device_id) >= 90) {
+    launch_align<kAlignClusterCtas>(p, dev);
+  } else {
+    launch_align<1>(p, dev);
+  }
 }
 #endif  // __CUDACC_RTC__
 
