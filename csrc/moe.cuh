@@ -438,18 +438,32 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
   return lo;
 }
 
-// A warp's ids [lo, hi) in rounds of 32, in order: f(round's first id, lane's expert or -1, lanes of the same
-// expert, the lane's expert's count in earlier rounds) after the round's count is added to row[expert].
-template <typename F>
-__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, uint32_t* row, const F& f) {
+// The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
+__device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, int32_t hi, int (&e)[kAlignBatch]) {
 #ifdef __CUDACC__
   const int lane = threadIdx.x % 32;
-  for (int64_t base = lo; base < hi; base += 32 * kAlignBatch) {  // 64-bit: a round may end past INT32_MAX
-    int e[kAlignBatch];
 #pragma unroll
-    for (int r = 0; r < kAlignBatch; ++r) {
-      const int64_t i = base + r * 32 + lane;
-      e[r] = i < hi ? expert_of(p, static_cast<int32_t>(i)) : -1;
+  for (int r = 0; r < kAlignBatch; ++r) {
+    const int64_t i = base + r * 32 + lane;  // 64-bit: a round may end past INT32_MAX
+    e[r] = i < hi ? expert_of(p, static_cast<int32_t>(i)) : -1;
+  }
+#endif
+}
+
+// A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
+// -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
+template <typename F>
+__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kAlignBatch], uint32_t* row,
+                                           const F& f) {
+#ifdef __CUDACC__
+  const int lane = threadIdx.x % 32;
+  for (int64_t base = lo; base < hi; base += 32 * kAlignBatch) {
+    int e[kAlignBatch];
+    if (base == lo) {
+#pragma unroll
+      for (int r = 0; r < kAlignBatch; ++r) e[r] = held[r];
+    } else {
+      load_batch(p, base, hi, e);
     }
 #pragma unroll
     for (int r = 0; r < kAlignBatch; ++r) {
@@ -473,9 +487,6 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   device::pdl_trigger_secondary();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
   const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
-  for (int i = tid; i < kAlignWarps * kAlignRow; i += kAlignThreads) (&table[0][0])[i] = 0;
-  device::pdl_wait_primary();
-  __syncthreads();
   const auto share = [](int32_t lo, int32_t hi, int parts, int part) {  // part's piece of [lo, hi), whole rounds
     const int64_t each = ((int64_t{hi} - lo + parts - 1) / parts + 31) / 32 * 32;
     const int64_t a = min(int64_t{hi}, lo + part * each);
@@ -483,8 +494,13 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   };
   const int2 mine = share(0, p.n, kCtas, cta);
   const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
+  device::pdl_wait_primary();
+  int held[kAlignBatch];  // the first batch's experts, for both passes, loaded while the table is cleared
+  load_batch(p, ids.x, ids.y, held);
+  for (int i = tid; i < kAlignWarps * kAlignRow; i += kAlignThreads) (&table[0][0])[i] = 0;
+  __syncthreads();
   uint32_t* row = table[warp];
-  align_walk(p, ids.x, ids.y, row, [](int32_t, int, unsigned, uint32_t) {});
+  align_walk(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
   __syncthreads();
   // Per expert, a 16-lane scan over the warps' counts: each warp row's offset in the CTA, the CTA's count.
   constexpr int kExpertsAtOnce = 32 / kAlignWarps;
@@ -535,7 +551,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   __syncthreads();
   for (int64_t b = at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = block_expert(start, E, total, b * p.block_size);
   const unsigned lanes_below = (1u << lane) - 1;
-  align_walk(p, ids.x, ids.y, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
+  align_walk(p, ids.x, ids.y, held, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
     if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
   });
   if constexpr (kCtas > 1) align_cluster_wait();
