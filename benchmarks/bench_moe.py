@@ -217,14 +217,15 @@ def sigmoid_table(floor: float) -> None:
 
 ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 4096, 64),
                 (128, 32768, 128), (256, 4096, 128)]  # (experts, T, block)
-ALIGN_ROUNDS = 1  # five forms a shape: one graph timing each keeps the table to seconds
+ALIGN_ROUNDS = 1  # five or six forms a shape: one graph timing each keeps the table to seconds
 
 
 def align_module():
     here = Path(__file__).resolve().parent
     return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
                             extra_include_paths=[str(here.parent / "csrc")],
-                            cuda_wrappers=[(f"align_{k}", f"bench_moe_align::align_schedule<{k}>") for k in (0, 1, 8)])
+                            cuda_wrappers=[*((f"align_{k}", f"bench_moe_align::align_schedule<{k}>") for k in (0, 1, 8)),
+                                           ("align_8_batch8", "bench_moe_align::align_schedule<8, 8>")])
 
 
 def align_table(floor: float) -> None:
@@ -235,9 +236,9 @@ def align_table(floor: float) -> None:
     print(f"\n### moe_align_block_size beside its schedules and the reference {reference_version()} ({environment()})\n")
     print(f"Top-8 int32 ids; CUDA-graph medians (us) of {ALIGN_ROUNDS} interleaved run(s); launch floor (one CTA copying 16 KiB): "
           f"{floor:.2f} us.\n")
-    print("| experts | T | block | jitkern | one CTA | cluster of 8 | replaced kernel | reference | replaced / jitkern | "
-          "reference / jitkern | outputs as the replaced kernel's |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| experts | T | block | jitkern | one CTA | cluster of 8 | cluster, 8 rounds a batch | replaced kernel | reference | "
+          "replaced / jitkern | reference / jitkern | outputs as the replaced kernel's |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for e, t, block in ALIGN_SHAPES:
         ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
         size, blocks = align_sizes(ids.numel(), e, block)
@@ -247,6 +248,9 @@ def align_table(floor: float) -> None:
                "one": lambda: schedules.align_1(ids.view(-1), e, block, *outs["one"]),
                "cluster": lambda: schedules.align_8(ids.view(-1), e, block, *outs["cluster"]),
                "replaced": lambda: schedules.align_0(ids.view(-1), e, block, *outs["replaced"])}
+        if t >= 4096:  # where a warp walks several batches
+            outs["batch8"] = tuple(torch.empty_like(x) for x in outs["jitkern"])
+            fns["batch8"] = lambda: schedules.align_8_batch8(ids.view(-1), e, block, *outs["batch8"])
         if ref is not None:
             padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4
             rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
@@ -254,14 +258,14 @@ def align_table(floor: float) -> None:
             fns["reference"] = lambda: ref.moe_align_block_size(ids, e + 1, block, rs, re_, rn, cumsum, True)
         call_each(fns)
         torch.cuda.synchronize()
-        same = "yes" if all(all(torch.equal(a, b) for a, b in zip(outs[name], outs["replaced"])) for name in ("jitkern", "one", "cluster")) \
-            else "NO"
+        same = "yes" if all(all(torch.equal(a, b) for a, b in zip(outs[name], outs["replaced"])) for name in outs) else "NO"
         if "reference" in fns and int(rn) != int(outs["jitkern"][2]):
             same += f" (reference's total {int(rn)}, jitkern's {int(outs['jitkern'][2])})"
         times = interleaved(fns, rounds=ALIGN_ROUNDS)
         j, r = times["jitkern"], times.get("reference")
         r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
-        print(f"| {e} | {t} | {block} | {j:.2f} | {times['one']:.2f} | {times['cluster']:.2f} | {times['replaced']:.2f} | {r_text} | "
+        b8 = f"{times['batch8']:.2f}" if "batch8" in times else "-"
+        print(f"| {e} | {t} | {block} | {j:.2f} | {times['one']:.2f} | {times['cluster']:.2f} | {b8} | {times['replaced']:.2f} | {r_text} | "
               f"{times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
 
 

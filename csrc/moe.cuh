@@ -439,11 +439,12 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
 }
 
 // The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
-__device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, int32_t hi, int (&e)[kAlignBatch]) {
+template <int kBatch>
+__device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, int32_t hi, int (&e)[kBatch]) {
 #ifdef __CUDACC__
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int r = 0; r < kAlignBatch; ++r) {
+  for (int r = 0; r < kBatch; ++r) {
     const int64_t i = base + r * 32 + lane;  // 64-bit: a round may end past INT32_MAX
     e[r] = i < hi ? expert_of(p, static_cast<int32_t>(i)) : -1;
   }
@@ -452,21 +453,21 @@ __device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, i
 
 // A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
 // -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
-template <typename F>
-__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kAlignBatch], uint32_t* row,
+template <int kBatch, typename F>
+__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
                                            const F& f) {
 #ifdef __CUDACC__
   const int lane = threadIdx.x % 32;
-  for (int64_t base = lo; base < hi; base += 32 * kAlignBatch) {
-    int e[kAlignBatch];
+  for (int64_t base = lo; base < hi; base += 32 * kBatch) {
+    int e[kBatch];
     if (base == lo) {
 #pragma unroll
-      for (int r = 0; r < kAlignBatch; ++r) e[r] = held[r];
+      for (int r = 0; r < kBatch; ++r) e[r] = held[r];
     } else {
       load_batch(p, base, hi, e);
     }
 #pragma unroll
-    for (int r = 0; r < kAlignBatch; ++r) {
+    for (int r = 0; r < kBatch; ++r) {
       const unsigned peers = __match_any_sync(0xffffffffu, e[r]);
       const uint32_t before = e[r] >= 0 ? row[e[r]] : 0;
       __syncwarp();
@@ -479,7 +480,7 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
 }
 
 // Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
-template <int kCtas>
+template <int kCtas, int kBatch>
 __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
   __shared__ uint32_t table[kAlignWarps][kAlignRow];  // per warp and expert: its ids, then the offset of its first
@@ -495,7 +496,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   const int2 mine = share(0, p.n, kCtas, cta);
   const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
   device::pdl_wait_primary();
-  int held[kAlignBatch];  // the first batch's experts, for both passes, loaded while the table is cleared
+  int held[kBatch];  // the first batch's experts, for both passes, loaded while the table is cleared
   load_batch(p, ids.x, ids.y, held);
   for (int i = tid; i < kAlignWarps * kAlignRow; i += kAlignThreads) (&table[0][0])[i] = 0;
   __syncthreads();
@@ -705,10 +706,10 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
 }
 
-// The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1).
-template <int kCtas>
+// The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once.
+template <int kCtas, int kBatch = kAlignBatch>
 void launch_align(const AlignParams& p, DLDevice dev) {
-  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas>, p);
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch>, p);
 }
 
 // topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
