@@ -484,7 +484,7 @@ template <int kCtas, int kBatch>
 __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
   __shared__ uint32_t table[kAlignWarps][kAlignRow];  // per warp and expert: its ids, then the offset of its first
-  __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts];
+  __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts], pad_from[kMoeMaxExperts];
   device::pdl_trigger_secondary();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
   const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
@@ -542,14 +542,16 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   const int padded = (count + p.block_size - 1) / p.block_size * p.block_size;
   int total;
   const int first = device::cta::exclusive_sum_once(padded, total);
-  if (tid < E) start[tid] = first, base[tid] = first + earlier;
+  if (tid < E) start[tid] = first, base[tid] = first + earlier, pad_from[tid] = first + count;
   if (cta == 0 && tid == 0) *p.total_out = total;
-  // Padding: expert e's slots after its ids (CTA e % kCtas), and everything after the last expert.
-  if (tid < E && tid % kCtas == cta)
-    for (int s = first + count; s < first + padded; ++s) p.sorted[s] = p.n;
   const int64_t at = int64_t{cta} * kAlignThreads + tid, stride = int64_t{kCtas} * kAlignThreads;
-  for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;
+  for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;  // after the last expert
   __syncthreads();
+  // Each expert's slots after its ids: a warp an expert, so that the stores are consecutive.
+  for (int e = cta * kAlignWarps + warp; e < E; e += kCtas * kAlignWarps) {
+    const int end = e + 1 < E ? start[e + 1] : total;
+    for (int s = pad_from[e] + lane; s < end; s += 32) p.sorted[s] = p.n;
+  }
   for (int64_t b = at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = block_expert(start, E, total, b * p.block_size);
   const unsigned lanes_below = (1u << lane) - 1;
   align_walk(p, ids.x, ids.y, held, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
