@@ -7,9 +7,10 @@
   kernel launched without PDL, the (score, expert) pair arg-max kernel it replaced
   (benchmarks/kernels/moe_topk_schedules.cuh) and the reference's moe_topk_sigmoid / moe_fused_gate, outputs
   compared bit for bit with the pair kernel's;
-- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster, the one-CTA
-  chunked kernel it replaced (benchmarks/kernels/moe_align_schedules.cuh) and the reference's
-  moe_align_block_size, outputs compared with the replaced kernel's entry for entry.
+- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster (each also with
+  match_any in place of the ballots), the one-CTA chunked kernel it replaced
+  (benchmarks/kernels/moe_align_schedules.cuh) and the reference's moe_align_block_size, outputs compared with
+  the replaced kernel's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
 from __future__ import annotations
@@ -215,9 +216,11 @@ def sigmoid_table(floor: float) -> None:
             print(f"| {form} | {t} | {j:.2f} | {n:.2f} | {p_:.2f} | {r_text} | {p_ / j:.2f}x | {r_ratio} | {same} |", flush=True)
 
 
-ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 4096, 64),
-                (128, 32768, 128), (256, 4096, 128)]  # (experts, T, block)
-ALIGN_ROUNDS = 1  # five or six forms a shape: one graph timing each keeps the table to seconds
+ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64),
+                (128, 32768, 128)]  # (experts, T, block)
+ALIGN_ROUNDS = 1  # seven forms a shape: one graph timing each keeps the table to seconds
+ALIGN_FORMS = {"one": "align_1", "cluster": "align_8", "one, match_any": "align_1_match", "cluster, match_any": "align_8_match",
+               "replaced": "align_0"}  # name -> the schedule module's export
 
 
 def align_module():
@@ -225,32 +228,29 @@ def align_module():
     return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
                             extra_include_paths=[str(here.parent / "csrc")],
                             cuda_wrappers=[*((f"align_{k}", f"bench_moe_align::align_schedule<{k}>") for k in (0, 1, 8)),
-                                           ("align_8_batch8", "bench_moe_align::align_schedule<8, 8>")])
+                                           *((f"align_{k}_match", f"bench_moe_align::align_schedule<{k}, false>") for k in (1, 8))])
 
 
 def align_table(floor: float) -> None:
-    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8, the replaced one-CTA kernel
-    and the reference's, each shape timed in turns; every jitkern form's outputs equal the replaced kernel's."""
+    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8 (each also with match_any for
+    the ballots), the replaced one-CTA kernel and the reference's, each shape timed in turns; every jitkern form's
+    outputs equal the replaced kernel's."""
     schedules = align_module()
     ref = reference_ops_or_none("moe.moe_align")
     print(f"\n### moe_align_block_size beside its schedules and the reference {reference_version()} ({environment()})\n")
     print(f"Top-8 int32 ids; CUDA-graph medians (us) of {ALIGN_ROUNDS} interleaved run(s); launch floor (one CTA copying 16 KiB): "
           f"{floor:.2f} us.\n")
-    print("| experts | T | block | jitkern | one CTA | cluster of 8 | cluster, 8 rounds a batch | replaced kernel | reference | "
-          "replaced / jitkern | reference / jitkern | outputs as the replaced kernel's |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | replaced / jitkern | reference / jitkern | "
+          "outputs as the replaced kernel's |")
+    print("|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|---|")
     for e, t, block in ALIGN_SHAPES:
         ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
         size, blocks = align_sizes(ids.numel(), e, block)
         outs = {name: (torch.empty(size, dtype=torch.int32, device="cuda"), torch.empty(blocks, dtype=torch.int32, device="cuda"),
-                       torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", "one", "cluster", "replaced")}
-        fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"]),
-               "one": lambda: schedules.align_1(ids.view(-1), e, block, *outs["one"]),
-               "cluster": lambda: schedules.align_8(ids.view(-1), e, block, *outs["cluster"]),
-               "replaced": lambda: schedules.align_0(ids.view(-1), e, block, *outs["replaced"])}
-        if t >= 4096:  # where a warp walks several batches
-            outs["batch8"] = tuple(torch.empty_like(x) for x in outs["jitkern"])
-            fns["batch8"] = lambda: schedules.align_8_batch8(ids.view(-1), e, block, *outs["batch8"])
+                       torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", *ALIGN_FORMS)}
+        fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"])}
+        for name, export in ALIGN_FORMS.items():
+            fns[name] = lambda fn=getattr(schedules, export), out=outs[name]: fn(ids.view(-1), e, block, *out)
         if ref is not None:
             padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4
             rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
@@ -264,9 +264,8 @@ def align_table(floor: float) -> None:
         times = interleaved(fns, rounds=ALIGN_ROUNDS)
         j, r = times["jitkern"], times.get("reference")
         r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
-        b8 = f"{times['batch8']:.2f}" if "batch8" in times else "-"
-        print(f"| {e} | {t} | {block} | {j:.2f} | {times['one']:.2f} | {times['cluster']:.2f} | {b8} | {times['replaced']:.2f} | {r_text} | "
-              f"{times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
+        forms = " | ".join(f"{times[name]:.2f}" for name in ALIGN_FORMS)
+        print(f"| {e} | {t} | {block} | {j:.2f} | {forms} | {r_text} | {times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
 
 
 def main() -> None:

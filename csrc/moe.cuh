@@ -369,17 +369,19 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
 // One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
 // of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
-// order: the first counts them per expert (match_any: a leader per expert adds the round's count to the
-// warp's row), the second writes each id at its expert's base + the ids before it in the CTA, the warp and
-// the round. The bases come from the counts of every CTA (read through distributed shared memory): the
-// experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics.
+// order: the first counts them per expert (the lanes of an expert found by ballots, its lowest adds their
+// count to the warp's row), the second writes each id at its expert's base + the ids before it in the CTA, the
+// warp and the round. The bases come from the counts of every CTA (read through distributed shared memory):
+// the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
+// one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against
+// each other's ids, writes each expert's padding with a warp after the scan.
 
 constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
-constexpr int kAlignRow = kMoeMaxExperts + 1;  // odd: a lane per warp row reads one expert without bank conflicts
-constexpr int kAlignBatch = 4;                  // rounds of 32 ids loaded before any is ranked
 constexpr int kAlignClusterCtas = 8;
-constexpr int32_t kAlignClusterMinIds = 4096;
+constexpr int32_t kAlignClusterMinIds = 2048;
+// Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
+constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
 
 struct AlignParams {
   const void* ids;
@@ -451,9 +453,33 @@ __device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, i
 #endif
 }
 
+// The lanes holding the same expert as this lane (-1 included): match_any (kBallots false), or one ballot per bit
+// of expert + 1 (at most 10 for 512 experts).
+template <bool kBallots>
+__device__ __forceinline__ unsigned same_expert_lanes(int e, int experts) {
+#ifdef __CUDACC__
+  if constexpr (kBallots) {
+    const unsigned v = static_cast<unsigned>(e + 1);
+    unsigned peers = 0xffffffffu;
+#pragma unroll
+    for (int k = 0; (1 << k) <= kMoeMaxExperts; ++k) {
+      const unsigned bit = 1u << k;
+      if (bit > static_cast<unsigned>(experts)) break;  // e + 1 <= experts has no higher bit
+      const unsigned set = __ballot_sync(0xffffffffu, v & bit);
+      peers &= v & bit ? set : ~set;
+    }
+    return peers;
+  } else {
+    return __match_any_sync(0xffffffffu, e);
+  }
+#else
+  return 0;
+#endif
+}
+
 // A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
 // -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
-template <int kBatch, typename F>
+template <int kBatch, bool kBallots, typename F>
 __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
                                            const F& f) {
 #ifdef __CUDACC__
@@ -468,7 +494,7 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
     }
 #pragma unroll
     for (int r = 0; r < kBatch; ++r) {
-      const unsigned peers = __match_any_sync(0xffffffffu, e[r]);
+      const unsigned peers = same_expert_lanes<kBallots>(e[r], p.experts);
       const uint32_t before = e[r] >= 0 ? row[e[r]] : 0;
       __syncwarp();
       if (e[r] >= 0 && (peers & ((1u << lane) - 1)) == 0) row[e[r]] = before + __popc(peers);
@@ -480,14 +506,15 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
 }
 
 // Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
-template <int kCtas, int kBatch>
+template <int kCtas, int kBatch, bool kBallots>
 __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
-  __shared__ uint32_t table[kAlignWarps][kAlignRow];  // per warp and expert: its ids, then the offset of its first
+  __shared__ uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its ids, then the offset of its first
   __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts], pad_from[kMoeMaxExperts];
   device::pdl_trigger_secondary();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
   const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
+  for (int i = tid; i < kAlignWarps * kMoeMaxExperts; i += kAlignThreads) (&table[0][0])[i] = 0;
   const auto share = [](int32_t lo, int32_t hi, int parts, int part) {  // part's piece of [lo, hi), whole rounds
     const int64_t each = ((int64_t{hi} - lo + parts - 1) / parts + 31) / 32 * 32;
     const int64_t a = min(int64_t{hi}, lo + part * each);
@@ -496,65 +523,65 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   const int2 mine = share(0, p.n, kCtas, cta);
   const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
   device::pdl_wait_primary();
-  int held[kBatch];  // the first batch's experts, for both passes, loaded while the table is cleared
+  int held[kBatch];  // the first batch's experts, for both passes
   load_batch(p, ids.x, ids.y, held);
-  for (int i = tid; i < kAlignWarps * kAlignRow; i += kAlignThreads) (&table[0][0])[i] = 0;
+  if constexpr (kCtas == 1) {
+    // Every entry n first, coalesced: the ids overwrite theirs after the barriers below (one CTA: ordered by them).
+    int32_t* out = p.sorted;
+    int64_t from = 0;
+    if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      const int4 v = make_int4(p.n, p.n, p.n, p.n);
+      for (int64_t i = tid; i < p.sorted_len / 4; i += kAlignThreads) reinterpret_cast<int4*>(out)[i] = v;
+      from = p.sorted_len / 4 * 4;
+    }
+    for (int64_t s = from + tid; s < p.sorted_len; s += kAlignThreads) out[s] = p.n;
+  }
   __syncthreads();
   uint32_t* row = table[warp];
-  align_walk(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
+  align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
   __syncthreads();
-  // Per expert, a 16-lane scan over the warps' counts: each warp row's offset in the CTA, the CTA's count.
-  constexpr int kExpertsAtOnce = 32 / kAlignWarps;
-  for (int e0 = warp * kExpertsAtOnce; e0 < E; e0 += kAlignWarps * kExpertsAtOnce) {
-    const int e = e0 + lane / kAlignWarps, w = lane % kAlignWarps;
-    const uint32_t c = e < E ? table[w][e] : 0;
-    uint32_t inclusive = c;
+  int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
+  if (tid < E) {               // the warps' counts -> each warp row's offset in the CTA
+    uint32_t c[kAlignWarps];
 #pragma unroll
-    for (int offset = 1; offset < kAlignWarps; offset *= 2) {
-      const uint32_t o = __shfl_up_sync(0xffffffffu, inclusive, offset, kAlignWarps);
-      if (w >= offset) inclusive += o;
-    }
-    if (e < E) {
-      table[w][e] = inclusive - c;
-      if (w == kAlignWarps - 1) cta_count[e] = static_cast<int>(inclusive);
-    }
+    for (int w = 0; w < kAlignWarps; ++w) c[w] = table[w][tid];
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) table[w][tid] = static_cast<uint32_t>(count), count += static_cast<int>(c[w]);
+    if constexpr (kCtas > 1) cta_count[tid] = count;
   }
   if constexpr (kCtas > 1) {
     align_cluster_arrive();
     align_cluster_wait();
-  } else {
-    __syncthreads();
-  }
-  int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
-  if (tid < E) {
-    if constexpr (kCtas > 1) {
+    if (tid < E) {
+      count = 0;
 #pragma unroll
       for (int c = 0; c < kCtas; ++c) {
         const int v = load_from_cta(&cta_count[tid], static_cast<uint32_t>(c));
         count += v;
         earlier += c < cta ? v : 0;
       }
-    } else {
-      count = cta_count[tid];
     }
+    align_cluster_arrive();  // this CTA's counts are read: the others may leave (wait at the end)
   }
-  if constexpr (kCtas > 1) align_cluster_arrive();  // this CTA's counts are read: the others may leave (wait at the end)
   const int padded = (count + p.block_size - 1) / p.block_size * p.block_size;
   int total;
-  const int first = device::cta::exclusive_sum_once(padded, total);
+  const int first = device::cta::exclusive_sum_once(padded, total);  // its barriers publish the table's offsets
   if (tid < E) start[tid] = first, base[tid] = first + earlier, pad_from[tid] = first + count;
   if (cta == 0 && tid == 0) *p.total_out = total;
   const int64_t at = int64_t{cta} * kAlignThreads + tid, stride = int64_t{kCtas} * kAlignThreads;
-  for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;  // after the last expert
+  if constexpr (kCtas > 1)
+    for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;  // after the last expert
   __syncthreads();
-  // Each expert's slots after its ids: a warp an expert, so that the stores are consecutive.
-  for (int e = cta * kAlignWarps + warp; e < E; e += kCtas * kAlignWarps) {
-    const int end = e + 1 < E ? start[e + 1] : total;
-    for (int s = pad_from[e] + lane; s < end; s += 32) p.sorted[s] = p.n;
+  if constexpr (kCtas > 1) {
+    // Each expert's slots after its ids: a warp an expert, so that the stores are consecutive.
+    for (int e = cta * kAlignWarps + warp; e < E; e += kCtas * kAlignWarps) {
+      const int end = e + 1 < E ? start[e + 1] : total;
+      for (int s = pad_from[e] + lane; s < end; s += 32) p.sorted[s] = p.n;
+    }
   }
   for (int64_t b = at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = block_expert(start, E, total, b * p.block_size);
   const unsigned lanes_below = (1u << lane) - 1;
-  align_walk(p, ids.x, ids.y, held, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
+  align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
     if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
   });
   if constexpr (kCtas > 1) align_cluster_wait();
@@ -708,10 +735,11 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
 }
 
-// The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once.
-template <int kCtas, int kBatch = kAlignBatch>
+// The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
+// lanes of an expert found by ballots or match_any.
+template <int kCtas, int kBatch = kCtas == 1 ? kAlignBatch : kAlignClusterBatch, bool kBallots = true>
 void launch_align(const AlignParams& p, DLDevice dev) {
-  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch>, p);
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
 }
 
 // topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *

@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(kOneCtaThreads) one_cta_align_kernel(const __g
 
 
 #ifndef __CUDACC_RTC__
-// kSchedule 0: the one-CTA chunked kernel; 1: the product's one-CTA form; 8: its cluster of 8; kBatch rounds of ids
-// loaded at once.
-template <int kSchedule, int kBatch = kAlignBatch>
+// kSchedule 0: the one-CTA chunked kernel; 1: the product's one-CTA form; 8: its cluster of 8; kBallots false: the
+// lanes of an expert found by match_any.
+template <int kSchedule, bool kBallots = true>
 void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
                     jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
@@ -96,7 +96,7 @@ void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t b
   if constexpr (kSchedule == 0) {
     host::LaunchKernel(1, kOneCtaThreads, dev).enable_pdl()(one_cta_align_kernel<>, p);
   } else {
-    launch_align<kSchedule, kBatch>(p, dev);
+    launch_align<kSchedule, kSchedule == 1 ? kAlignBatch : kAlignClusterBatch, kBallots>(p, dev);
   }
 }
 #endif

@@ -250,15 +250,16 @@ def _align_reference(ids, experts, block_size):
     return sorted_ids, expert_ids
 
 
-def _check_align_into_larger_buffers(ids, experts, block_size, ref_sorted, ref_experts):
-    """moe_align_block_size into outputs longer than align_sizes asks (filled with -9) against the reference's
-    lists: the ids, the padding up to the end, each block's expert and -1 after the last."""
+def _check_align_into_larger_buffers(ids, experts, block_size, ref_sorted, ref_experts, offset=0):
+    """moe_align_block_size into outputs longer than align_sizes asks (filled with -9; sorted_token_ids `offset`
+    entries into its storage) against the reference's lists: the ids, the padding up to the end, each block's
+    expert and -1 after the last."""
     torch = _torch()
     from jitkern.ops import moe_align_block_size
     from jitkern.ops.moe import align_sizes
 
     size, blocks = align_sizes(ids.numel(), experts, block_size)
-    sorted_ids = torch.full((size + 5,), -9, dtype=torch.int32, device="cuda")
+    sorted_ids = torch.full((offset + size + 5,), -9, dtype=torch.int32, device="cuda")[offset:]
     expert_ids = torch.full((blocks + 2,), -9, dtype=torch.int32, device="cuda")
     total = torch.full((1,), -9, dtype=torch.int32, device="cuda")
     moe_align_block_size(ids, experts, block_size, sorted_ids, expert_ids, total)
@@ -285,7 +286,8 @@ def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
     probs[1::2] = 0
     ids = torch.multinomial(probs.expand(tokens, -1), k, replacement=False, generator=gen).int() \
         if k <= (experts + 1) // 2 else torch.randint(0, experts, (tokens, k), device="cuda", dtype=torch.int32, generator=gen)
-    _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size))
+    # Odd token counts: sorted_token_ids 4 bytes past a 16-byte boundary (the padding is stored element by element).
+    _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size), offset=tokens % 2)
     # The allocating form, int64 ids and out-of-range ids (expert parallelism's -1) left out.
     ids64 = ids.long()
     ids64[0, 0] = -1
