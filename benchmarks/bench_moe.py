@@ -7,8 +7,8 @@
   kernel launched without PDL, the (score, expert) pair arg-max kernel it replaced
   (benchmarks/kernels/moe_topk_schedules.cuh) and the reference's moe_topk_sigmoid / moe_fused_gate, outputs
   compared bit for bit with the pair kernel's;
-- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster (each also with
-  match_any in place of the ballots), the one-CTA chunked kernel it replaced
+- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster, each with ballots
+  and with match_any, the one-CTA chunked kernel it replaced
   (benchmarks/kernels/moe_align_schedules.cuh) and the reference's moe_align_block_size, outputs compared with
   the replaced kernel's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
@@ -219,21 +219,22 @@ def sigmoid_table(floor: float) -> None:
 ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64),
                 (128, 32768, 128)]  # (experts, T, block)
 ALIGN_ROUNDS = 1  # seven forms a shape: one graph timing each keeps the table to seconds
-ALIGN_FORMS = {"one": "align_1", "cluster": "align_8", "one, match_any": "align_1_match", "cluster, match_any": "align_8_match",
-               "replaced": "align_0"}  # name -> the schedule module's export
+ALIGN_FORMS = {"one, ballots": "align_1_ballots", "cluster, ballots": "align_8_ballots", "one, match_any": "align_1_match",
+               "cluster, match_any": "align_8_match", "replaced": "align_0"}  # name -> the schedule module's export
 
 
 def align_module():
     here = Path(__file__).resolve().parent
     return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
                             extra_include_paths=[str(here.parent / "csrc")],
-                            cuda_wrappers=[*((f"align_{k}", f"bench_moe_align::align_schedule<{k}>") for k in (0, 1, 8)),
-                                           *((f"align_{k}_match", f"bench_moe_align::align_schedule<{k}, false>") for k in (1, 8))])
+                            cuda_wrappers=[("align_0", "bench_moe_align::align_schedule<0, false>"),
+                                           *((f"align_{k}_{name}", f"bench_moe_align::align_schedule<{k}, {flag}>") for k in (1, 8)
+                                             for name, flag in (("ballots", "true"), ("match", "false")))])
 
 
 def align_table(floor: float) -> None:
-    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8 (each also with match_any for
-    the ballots), the replaced one-CTA kernel and the reference's, each shape timed in turns; every jitkern form's
+    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8 (each with ballots and with
+    match_any), the replaced one-CTA kernel and the reference's, each shape timed in turns; every jitkern form's
     outputs equal the replaced kernel's."""
     schedules = align_module()
     ref = reference_ops_or_none("moe.moe_align")

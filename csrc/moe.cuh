@@ -369,8 +369,8 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
 // One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
 // of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
-// order: the first counts them per expert (the lanes of an expert found by ballots, its lowest adds their
-// count to the warp's row), the second writes each id at its expert's base + the ids before it in the CTA, the
+// order: the first counts them per expert (the lanes of an expert found by match_any or ballots, its lowest
+// adds their count to the warp's row), the second writes each id at its expert's base + the ids before it in the CTA, the
 // warp and the round. The bases come from the counts of every CTA (read through distributed shared memory):
 // the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
 // one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against
@@ -379,9 +379,13 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
 constexpr int kAlignClusterCtas = 8;
-constexpr int32_t kAlignClusterMinIds = 2048;
 // Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
 constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
+// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one CTA below 2048 ids (T = 1 / 64:
+// 2.85 / 3.98 us, the cluster 4.07 / 4.58); the cluster from there (T = 256 / 1024: 5.03 / 6.68 us, one CTA 7.27 /
+// 23.27); ballots from 32768 ids, where every round holds ids of ~32 experts and match_any takes longer (T = 4096
+// / 32768: 12.37 / 83.03 us against 14.00 / 89.74), match_any below (its rounds of few experts are quicker).
+constexpr int32_t kAlignClusterMinIds = 2048, kAlignBallotsMinIds = 32768;
 
 struct AlignParams {
   const void* ids;
@@ -737,7 +741,7 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
 
 // The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
 // lanes of an expert found by ballots or match_any.
-template <int kCtas, int kBatch = kCtas == 1 ? kAlignBatch : kAlignClusterBatch, bool kBallots = true>
+template <int kCtas, int kBatch, bool kBallots>
 void launch_align(const AlignParams& p, DLDevice dev) {
   host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
 }
@@ -752,9 +756,13 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
   DLDevice dev;
   const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
   if (p.n >= kAlignClusterMinIds && host::runtime::get_arch(dev.device_id) >= 90) {
-    launch_align<kAlignClusterCtas>(p, dev);
+    if (p.n >= kAlignBallotsMinIds) {
+      launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
+    } else {
+      launch_align<kAlignClusterCtas, kAlignClusterBatch, false>(p, dev);
+    }
   } else {
-    launch_align<1>(p, dev);
+    launch_align<1, kAlignBatch, false>(p, dev);
   }
 }
 #endif  // __CUDACC_RTC__

@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(kOneCtaThreads) one_cta_align_kernel(const __g
 
 
 #ifndef __CUDACC_RTC__
-// kSchedule 0: the one-CTA chunked kernel; 1: the product's one-CTA form; 8: its cluster of 8; kBallots false: the
-// lanes of an expert found by match_any.
-template <int kSchedule, bool kBallots = true>
+// kSchedule 0: the one-CTA chunked kernel; 1: the product's one-CTA form; 8: its cluster of 8; the lanes of an
+// expert found by ballots (kBallots) or match_any.
+template <int kSchedule, bool kBallots>
 void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
                     jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
