@@ -370,9 +370,9 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 // One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
 // of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
 // order: the first counts them per expert (the lanes of an expert found by match_any or ballots, its lowest
-// adds their count to the warp's row), the second writes each id at its expert's base + the ids before it in the CTA, the
-// warp and the round. The bases come from the counts of every CTA (read through distributed shared memory):
-// the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
+// adds their count to the warp's row), the second writes each id at its expert's base + the ids before it in
+// the CTA, the warp and the round. The bases come from the counts of every CTA (read through distributed shared
+// memory): the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
 // one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against
 // each other's ids, writes each expert's padding with a warp after the scan.
 
