@@ -6,8 +6,12 @@
 - `sigmoid`: topk_sigmoid (fp32 gating, 256 experts, k = 8, plain and DeepSeek-V3's grouped form) beside its
   kernel with the PDL trigger forced to each place (benchmarks/kernels/moe_topk_schedules.cuh) and the
   reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
-  topk_softmax fp32 with 256 experts beside the reference's.
-`python bench_moe.py [reference] [routing] [sigmoid]` (default: reference and routing)."""
+  topk_softmax fp32 with 256 experts beside the reference's;
+- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster, each with ballots
+  and with match_any, the one-CTA chunked kernel it replaced
+  (benchmarks/kernels/moe_align_schedules.cuh) and the reference's moe_align_block_size, outputs compared with
+  the replaced kernel's entry for entry.
+`python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
 from __future__ import annotations
 
@@ -234,6 +238,59 @@ def sigmoid_table(floor: float) -> None:
         print(f"| {t} | {j:.2f} | {r_text} | {r_ratio} |", flush=True)
 
 
+ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64),
+                (128, 32768, 128)]  # (experts, T, block)
+ALIGN_ROUNDS = 1  # seven forms a shape: one graph timing each keeps the table to seconds
+ALIGN_FORMS = {"one, ballots": "align_1_ballots", "cluster, ballots": "align_8_ballots", "one, match_any": "align_1_match",
+               "cluster, match_any": "align_8_match", "replaced": "align_0"}  # name -> the schedule module's export
+
+
+def align_module():
+    here = Path(__file__).resolve().parent
+    return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
+                            extra_include_paths=[str(here.parent / "csrc")],
+                            cuda_wrappers=[("align_0", "bench_moe_align::align_schedule<0, false>"),
+                                           *((f"align_{k}_{name}", f"bench_moe_align::align_schedule<{k}, {flag}>") for k in (1, 8)
+                                             for name, flag in (("ballots", "true"), ("match", "false")))])
+
+
+def align_table(floor: float) -> None:
+    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8 (each with ballots and with
+    match_any), the replaced one-CTA kernel and the reference's, each shape timed in turns; every jitkern form's
+    outputs equal the replaced kernel's."""
+    schedules = align_module()
+    ref = reference_ops_or_none("moe.moe_align")
+    print(f"\n### moe_align_block_size beside its schedules and the reference {reference_version()} ({environment()})\n")
+    print(f"Top-8 int32 ids; CUDA-graph medians (us) of {ALIGN_ROUNDS} interleaved run(s); launch floor (one CTA copying 16 KiB): "
+          f"{floor:.2f} us.\n")
+    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | replaced / jitkern | reference / jitkern | "
+          "outputs as the replaced kernel's |")
+    print("|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|---|")
+    for e, t, block in ALIGN_SHAPES:
+        ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
+        size, blocks = align_sizes(ids.numel(), e, block)
+        outs = {name: (torch.empty(size, dtype=torch.int32, device="cuda"), torch.empty(blocks, dtype=torch.int32, device="cuda"),
+                       torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", *ALIGN_FORMS)}
+        fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"])}
+        for name, export in ALIGN_FORMS.items():
+            fns[name] = lambda fn=getattr(schedules, export), out=outs[name]: fn(ids.view(-1), e, block, *out)
+        if ref is not None:
+            padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4
+            rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
+            rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(e + 3, device="cuda", dtype=torch.int32)
+            fns["reference"] = lambda: ref.moe_align_block_size(ids, e + 1, block, rs, re_, rn, cumsum, True)
+        call_each(fns)
+        torch.cuda.synchronize()
+        same = "yes" if all(all(torch.equal(a, b) for a, b in zip(outs[name], outs["replaced"])) for name in outs) else "NO"
+        if "reference" in fns and int(rn) != int(outs["jitkern"][2]):
+            same += f" (reference's total {int(rn)}, jitkern's {int(outs['jitkern'][2])})"
+        times = interleaved(fns, rounds=ALIGN_ROUNDS)
+        j, r = times["jitkern"], times.get("reference")
+        r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        forms = " | ".join(f"{times[name]:.2f}" for name in ALIGN_FORMS)
+        print(f"| {e} | {t} | {block} | {j:.2f} | {forms} | {r_text} | {times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
+
+
 def main() -> None:
     tables = sys.argv[1:] or ["reference", "routing"]
     floor = launch_floor()
@@ -243,6 +300,8 @@ def main() -> None:
         routing_table(floor)
     if "sigmoid" in tables:
         sigmoid_table(floor)
+    if "align" in tables:
+        align_table(floor)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 // lowest expert index, as torch.topk; NaN ranks below every number (selected only when fewer than k
 // other experts remain). Weights are fp32.
 //
-// Alignment: one CTA, stable (the entries of an expert keep the order of topk_ids), so the output is
-// deterministic; ids outside [0, num_experts) (expert parallelism's -1) are left out.
+// Alignment: one CTA, or a cluster of CTAs for many ids, stable (the entries of an expert keep the order of
+// topk_ids), so the output is deterministic; ids outside [0, num_experts) (expert parallelism's -1) are left out.
 #pragma once
 
 #include <jitkern/cta.cuh>
@@ -398,10 +398,25 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
+// One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
+// of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
+// order: the first counts them per expert (the lanes of an expert found by match_any or ballots, its lowest
+// adds their count to the warp's row), the second writes each id at its expert's base + the ids before it in
+// the CTA, the warp and the round. The bases come from the counts of every CTA (read through distributed shared
+// memory): the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
+// one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against
+// each other's ids, writes each expert's padding with a warp after the scan.
 
-constexpr int kAlignThreads = 1024;
+constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
-constexpr int kAlignRounds = 4;  // ids per lane per chunk (a chunk: kAlignThreads * kAlignRounds ids)
+constexpr int kAlignClusterCtas = 8;
+// Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
+constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
+// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one CTA below 2048 ids (T = 1 / 64:
+// 2.85 / 3.98 us, the cluster 4.07 / 4.58); the cluster from there (T = 256 / 1024: 5.03 / 6.68 us, one CTA 7.27 /
+// 23.27); ballots from 32768 ids, where every round holds ids of ~32 experts and match_any takes longer (T = 4096
+// / 32768: 12.37 / 83.03 us against 14.00 / 89.74), match_any below (its rounds of few experts are quicker).
+constexpr int32_t kAlignClusterMinIds = 2048, kAlignBallotsMinIds = 32768;
 
 struct AlignParams {
   const void* ids;
@@ -420,88 +435,191 @@ __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
   return v >= 0 && v < p.experts ? static_cast<int>(v) : -1;
 }
 
-// Counts per expert, their padded offsets, the padding and expert_ids, then the ids scattered chunk by
-// chunk: each warp ranks its ids by expert (match_any), a thread per expert turns the warps' counts into
-// offsets, and every id lands at its expert's cursor + the offsets before it (the order of topk_ids).
-// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
-template <typename = void>
-__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
+#if defined(__CUDACC__) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define JITKERN_ALIGN_CLUSTER_OF(n) __cluster_dims__(n, 1, 1)
+#else  // clusters are sm_90's: below it the cluster form is built as one CTA and never launched
+#define JITKERN_ALIGN_CLUSTER_OF(n)
+#endif
+
+// CTA rank's value at local (a shared address of this CTA) through distributed shared memory.
+__device__ __forceinline__ int load_from_cta(const int* local, uint32_t rank) {
+  int v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ void align_cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void align_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// The expert of the block at pos: the last one starting at or before it (empty experts share their successor's
+// start), -1 past the total.
+__device__ __forceinline__ int block_expert(const int* start, int E, int total, int64_t pos) {
+  if (pos >= total) return -1;
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= pos) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
+template <int kBatch>
+__device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, int32_t hi, int (&e)[kBatch]) {
 #ifdef __CUDACC__
-  __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], cursor[kMoeMaxExperts];
-  __shared__ uint16_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: ids in the chunk, then their offset
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kBatch; ++r) {
+    const int64_t i = base + r * 32 + lane;  // 64-bit: a round may end past INT32_MAX
+    e[r] = i < hi ? expert_of(p, static_cast<int32_t>(i)) : -1;
+  }
+#endif
+}
+
+// The lanes holding the same expert as this lane (-1 included): match_any (kBallots false), or one ballot per bit
+// of expert + 1 (at most 10 for 512 experts).
+template <bool kBallots>
+__device__ __forceinline__ unsigned same_expert_lanes(int e, int experts) {
+#ifdef __CUDACC__
+  if constexpr (kBallots) {
+    const unsigned v = static_cast<unsigned>(e + 1);
+    unsigned peers = 0xffffffffu;
+#pragma unroll
+    for (int k = 0; (1 << k) <= kMoeMaxExperts; ++k) {
+      const unsigned bit = 1u << k;
+      if (bit > static_cast<unsigned>(experts)) break;  // e + 1 <= experts has no higher bit
+      const unsigned set = __ballot_sync(0xffffffffu, v & bit);
+      peers &= v & bit ? set : ~set;
+    }
+    return peers;
+  } else {
+    return __match_any_sync(0xffffffffu, e);
+  }
+#else
+  return 0;
+#endif
+}
+
+// A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
+// -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
+template <int kBatch, bool kBallots, typename F>
+__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
+                                           const F& f) {
+#ifdef __CUDACC__
+  const int lane = threadIdx.x % 32;
+  for (int64_t base = lo; base < hi; base += 32 * kBatch) {
+    int e[kBatch];
+    if (base == lo) {
+#pragma unroll
+      for (int r = 0; r < kBatch; ++r) e[r] = held[r];
+    } else {
+      load_batch(p, base, hi, e);
+    }
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r) {
+      const unsigned peers = same_expert_lanes<kBallots>(e[r], p.experts);
+      const uint32_t before = e[r] >= 0 ? row[e[r]] : 0;
+      __syncwarp();
+      if (e[r] >= 0 && (peers & ((1u << lane) - 1)) == 0) row[e[r]] = before + __popc(peers);
+      __syncwarp();
+      f(static_cast<int32_t>(base + r * 32 + lane), e[r], peers, before);
+    }
+  }
+#endif
+}
+
+// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
+template <int kCtas, int kBatch, bool kBallots>
+__global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
+  __shared__ uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its ids, then the offset of its first
+  __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts], pad_from[kMoeMaxExperts];
   device::pdl_trigger_secondary();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
-  for (int e = tid; e < E; e += kAlignThreads) count[e] = 0;
+  const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
   for (int i = tid; i < kAlignWarps * kMoeMaxExperts; i += kAlignThreads) (&table[0][0])[i] = 0;
+  const auto share = [](int32_t lo, int32_t hi, int parts, int part) {  // part's piece of [lo, hi), whole rounds
+    const int64_t each = ((int64_t{hi} - lo + parts - 1) / parts + 31) / 32 * 32;
+    const int64_t a = min(int64_t{hi}, lo + part * each);
+    return make_int2(static_cast<int>(a), static_cast<int>(min(int64_t{hi}, a + each)));
+  };
+  const int2 mine = share(0, p.n, kCtas, cta);
+  const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
   device::pdl_wait_primary();
-  __syncthreads();
-  for (int32_t i = tid; i < p.n; i += kAlignThreads) {
-    const int e = expert_of(p, i);
-    if (e >= 0) atomicAdd(&count[e], 1);
+  int held[kBatch];  // the first batch's experts, for both passes
+  load_batch(p, ids.x, ids.y, held);
+  if constexpr (kCtas == 1) {
+    // Every entry n first, coalesced: the ids overwrite theirs after the barriers below (one CTA: ordered by them).
+    int32_t* out = p.sorted;
+    int64_t from = 0;
+    if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      const int4 v = make_int4(p.n, p.n, p.n, p.n);
+      for (int64_t i = tid; i < p.sorted_len / 4; i += kAlignThreads) reinterpret_cast<int4*>(out)[i] = v;
+      from = p.sorted_len / 4 * 4;
+    }
+    for (int64_t s = from + tid; s < p.sorted_len; s += kAlignThreads) out[s] = p.n;
   }
   __syncthreads();
-  const int padded = tid < E ? (count[tid] + p.block_size - 1) / p.block_size * p.block_size : 0;
+  uint32_t* row = table[warp];
+  align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
+  __syncthreads();
+  int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
+  if (tid < E) {               // the warps' counts -> each warp row's offset in the CTA
+    uint32_t c[kAlignWarps];
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) c[w] = table[w][tid];
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) table[w][tid] = static_cast<uint32_t>(count), count += static_cast<int>(c[w]);
+    if constexpr (kCtas > 1) cta_count[tid] = count;
+  }
+  if constexpr (kCtas > 1) {
+    align_cluster_arrive();
+    align_cluster_wait();
+    if (tid < E) {
+      count = 0;
+#pragma unroll
+      for (int c = 0; c < kCtas; ++c) {
+        const int v = load_from_cta(&cta_count[tid], static_cast<uint32_t>(c));
+        count += v;
+        earlier += c < cta ? v : 0;
+      }
+    }
+    align_cluster_arrive();  // this CTA's counts are read: the others may leave (wait at the end)
+  }
+  const int padded = (count + p.block_size - 1) / p.block_size * p.block_size;
   int total;
-  const int first = device::cta::exclusive_sum_once(padded, total);
-  if (tid < E) start[tid] = cursor[tid] = first;
-  if (tid == 0) *p.total_out = total;
+  const int first = device::cta::exclusive_sum_once(padded, total);  // its barriers publish the table's offsets
+  if (tid < E) start[tid] = first, base[tid] = first + earlier, pad_from[tid] = first + count;
+  if (cta == 0 && tid == 0) *p.total_out = total;
+  const int64_t at = int64_t{cta} * kAlignThreads + tid, stride = int64_t{kCtas} * kAlignThreads;
+  if constexpr (kCtas > 1)
+    for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;  // after the last expert
   __syncthreads();
-  // Padding: each expert's slots after its ids, and everything after the last expert.
-  if (tid < E)
-    for (int s = first + count[tid]; s < first + padded; ++s) p.sorted[s] = p.n;
-  for (int64_t s = total + tid; s < p.sorted_len; s += kAlignThreads) p.sorted[s] = p.n;
-  // Block b belongs to the last expert starting at or before b * block_size (-1 past the total).
-  for (int64_t b = tid; b < p.expert_ids_len; b += kAlignThreads) {
-    const int64_t at = b * p.block_size;
-    int e = -1;
-    if (at < total) {
-      int lo = 0, hi = E - 1;
-      while (lo < hi) {  // the last e with start[e] <= at; empty experts share their successor's start
-        const int mid = (lo + hi + 1) / 2;
-        if (start[mid] <= at) lo = mid;
-        else hi = mid - 1;
-      }
-      e = lo;
+  if constexpr (kCtas > 1) {
+    // Each expert's slots after its ids: a warp an expert, so that the stores are consecutive.
+    for (int e = cta * kAlignWarps + warp; e < E; e += kCtas * kAlignWarps) {
+      const int end = e + 1 < E ? start[e + 1] : total;
+      for (int s = pad_from[e] + lane; s < end; s += 32) p.sorted[s] = p.n;
     }
-    p.expert_ids[b] = e;
   }
-  constexpr int kChunk = kAlignThreads * kAlignRounds;
+  for (int64_t b = at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = block_expert(start, E, total, b * p.block_size);
   const unsigned lanes_below = (1u << lane) - 1;
-  for (int32_t chunk = 0; chunk < p.n; chunk += kChunk) {
-    int experts[kAlignRounds], ranks[kAlignRounds];
-#pragma unroll
-    for (int r = 0; r < kAlignRounds; ++r) {
-      const int64_t i = int64_t{chunk} + warp * 32 * kAlignRounds + r * 32 + lane;
-      const int e = i < p.n ? expert_of(p, static_cast<int32_t>(i)) : -1;
-      const unsigned peers = __match_any_sync(0xffffffffu, e);
-      const int before = e >= 0 ? table[warp][e] : 0;  // this warp's earlier rounds
-      __syncwarp();
-      if (e >= 0 && (peers & lanes_below) == 0) table[warp][e] = static_cast<uint16_t>(before + __popc(peers));
-      __syncwarp();
-      experts[r] = e, ranks[r] = before + __popc(peers & lanes_below);
-    }
-    __syncthreads();
-    for (int e = tid; e < E; e += kAlignThreads) {
-      int offset = 0;
-      for (int w = 0; w < kAlignWarps; ++w) {
-        const int c = table[w][e];
-        table[w][e] = static_cast<uint16_t>(offset);
-        offset += c;
-      }
-      start[e] = cursor[e];  // the chunk's base (start[] is not needed after expert_ids)
-      cursor[e] += offset;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kAlignRounds; ++r) {
-      const int e = experts[r];
-      if (e >= 0) p.sorted[start[e] + table[warp][e] + ranks[r]] = chunk + warp * 32 * kAlignRounds + r * 32 + lane;
-    }
-    __syncwarp();
-    // The whole row: the offset pass above wrote every expert's entry, also those this warp has no ids of.
-    for (int e = lane; e < E; e += 32) table[warp][e] = 0;  // only this warp reads its row
-    __syncthreads();  // start[] and cursor[] are rewritten by the next chunk
-  }
+  align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
+    if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
+  });
+  if constexpr (kCtas > 1) align_cluster_wait();
 #endif
 }
 
@@ -638,13 +756,10 @@ struct MoeOps {
   }
 };
 
-// topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
-// (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
-// a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
-// block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
+// moe_align_block_size's arguments checked, as the kernel's parameters.
 template <typename = void>
-void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
-                          jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+                         jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad, DLDevice& dev) {
   using namespace host;
   auto n = SymbolicSize{"num_ids"}, S = SymbolicSize{"sorted_token_ids_size"}, B = SymbolicSize{"expert_ids_size"};
   auto device = SymbolicDevice{};
@@ -661,11 +776,37 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                "(block_size - 1) = ", need, " entries, got ", S.unwrap());
   RuntimeCheck(B.unwrap() >= div_ceil(need, block_size), "expert_ids must hold at least ", div_ceil(need, block_size), " entries, got ",
                B.unwrap());
-  const AlignParams p{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
-                      static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
-                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
-  const DLDevice dev = device.unwrap();
-  LaunchKernel(1, kAlignThreads, dev).enable_pdl()(moe_align_kernel<>, p);
+  dev = device.unwrap();
+  return AlignParams{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
+                     static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
+                     static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
+}
+
+// The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
+// lanes of an expert found by ballots or match_any.
+template <int kCtas, int kBatch, bool kBallots>
+void launch_align(const AlignParams& p, DLDevice dev) {
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
+}
+
+// topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
+// (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
+// a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
+// block's expert, -1 after the last; num_tokens_post_pad [1] (int32): the padded total.
+template <typename = void>
+void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+                          jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+  DLDevice dev;
+  const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
+  if (p.n >= kAlignClusterMinIds && host::runtime::get_arch(dev.device_id) >= 90) {
+    if (p.n >= kAlignBallotsMinIds) {
+      launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
+    } else {
+      launch_align<kAlignClusterCtas, kAlignClusterBatch, false>(p, dev);
+    }
+  } else {
+    launch_align<1, kAlignBatch, false>(p, dev);
+  }
 }
 #endif  // __CUDACC_RTC__
 

@@ -283,13 +283,33 @@ def _align_reference(ids, experts, block_size):
     return sorted_ids, expert_ids
 
 
+def _check_align_into_larger_buffers(ids, experts, block_size, ref_sorted, ref_experts, offset=0):
+    """moe_align_block_size into outputs longer than align_sizes asks (filled with -9; sorted_token_ids `offset`
+    entries into its storage) against the reference's lists: the ids, the padding up to the end, each block's
+    expert and -1 after the last."""
+    torch = _torch()
+    from jitkern.ops import moe_align_block_size
+    from jitkern.ops.moe import align_sizes
+
+    size, blocks = align_sizes(ids.numel(), experts, block_size)
+    sorted_ids = torch.full((offset + size + 5,), -9, dtype=torch.int32, device="cuda")[offset:]
+    expert_ids = torch.full((blocks + 2,), -9, dtype=torch.int32, device="cuda")
+    total = torch.full((1,), -9, dtype=torch.int32, device="cuda")
+    moe_align_block_size(ids, experts, block_size, sorted_ids, expert_ids, total)
+    t = total.item()
+    assert t == len(ref_sorted)
+    assert sorted_ids[:t].tolist() == ref_sorted, "each expert's ids in order, padded with numel"
+    assert (sorted_ids[t:] == ids.numel()).all(), "the tail is padding"
+    assert expert_ids[: t // block_size].tolist() == ref_experts
+    assert (expert_ids[t // block_size :] == -1).all()
+
+
 @pytest.mark.parametrize("experts", [8, 16, 64, 128, 256, 512])
 @pytest.mark.parametrize("block_size", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("tokens,k", [(1, 1), (1, 8), (64, 8), (333, 2), (4096, 8)])
 def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
     torch = _torch()
     from jitkern.ops import moe_align_block_size
-    from jitkern.ops.moe import align_sizes
 
     if tokens == 4096 and experts not in (64, 256):
         pytest.skip("covered by the other sizes")  # the Python reference is slow at 32768 ids
@@ -299,18 +319,8 @@ def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
     probs[1::2] = 0
     ids = torch.multinomial(probs.expand(tokens, -1), k, replacement=False, generator=gen).int() \
         if k <= (experts + 1) // 2 else torch.randint(0, experts, (tokens, k), device="cuda", dtype=torch.int32, generator=gen)
-    size, blocks = align_sizes(ids.numel(), experts, block_size)
-    sorted_ids = torch.full((size + 5,), -9, dtype=torch.int32, device="cuda")
-    expert_ids = torch.full((blocks + 2,), -9, dtype=torch.int32, device="cuda")
-    total = torch.full((1,), -9, dtype=torch.int32, device="cuda")
-    moe_align_block_size(ids, experts, block_size, sorted_ids, expert_ids, total)
-    ref_sorted, ref_experts = _align_reference(ids, experts, block_size)
-    t = total.item()
-    assert t == len(ref_sorted)
-    assert sorted_ids[:t].tolist() == ref_sorted, "each expert's ids in order, padded with numel"
-    assert (sorted_ids[t:] == ids.numel()).all(), "the tail is padding"
-    assert expert_ids[: t // block_size].tolist() == ref_experts
-    assert (expert_ids[t // block_size :] == -1).all()
+    # Odd token counts: sorted_token_ids 4 bytes past a 16-byte boundary (the padding is stored element by element).
+    _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size), offset=tokens % 2)
     # The allocating form, int64 ids and out-of-range ids (expert parallelism's -1) left out.
     ids64 = ids.long()
     ids64[0, 0] = -1
@@ -322,8 +332,8 @@ def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
 
 @pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
 def test_moe_align_block_size_over_many_chunks(ids_dtype):
-    """ids in runs of 128 (one expert per warp and chunk of 4096), then shuffled: every chunk after the
-    first must start from clean per-warp counts, whatever experts the warps saw before."""
+    """ids in runs of 128, then shuffled: each expert's ids cross many warps' and CTAs' slices and must keep
+    their order."""
     torch = _torch()
     from jitkern.ops import moe_align_block_size
 
@@ -337,6 +347,43 @@ def test_moe_align_block_size_over_many_chunks(ids_dtype):
     assert total.item() == len(ref_sorted)
     assert sorted_ids[: len(ref_sorted)].tolist() == ref_sorted
     assert expert_ids[: len(ref_experts)].tolist() == ref_experts
+
+
+def _align_reference_torch(flat, experts, block_size):
+    """_align_reference vectorized (for many ids): a stable sort by expert, ids outside [0, experts) left out."""
+    torch = _torch()
+    n = flat.numel()
+    key = torch.where((flat >= 0) & (flat < experts), flat.long(), experts)
+    order = torch.sort(key, stable=True)[1]
+    counts = torch.bincount(key, minlength=experts + 1)[:experts]
+    padded = (counts + block_size - 1) // block_size * block_size
+    starts = padded.cumsum(0) - padded
+    kept = int(counts.sum())
+    by_expert = key[order[:kept]]
+    rank = torch.arange(kept, device=flat.device) - (counts.cumsum(0) - counts)[by_expert]
+    expected = torch.full((int(padded.sum()),), n, dtype=torch.int64, device=flat.device)
+    expected[starts[by_expert] + rank] = order[:kept]
+    return expected, torch.repeat_interleave(torch.arange(experts, device=flat.device), padded // block_size)
+
+
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("experts,block_size,n", [(256, 64, 32768 * 8), (128, 128, 4096), (128, 16, 4095), (512, 16, 4096 * 8 + 3),
+                                                  (1, 16, 5000), (256, 64, 0)])
+def test_moe_align_block_size_across_ctas(ids_dtype, experts, block_size, n):
+    """From 4096 ids the alignment splits topk_ids over a cluster of CTAs: each expert's ids stay in order across
+    the CTAs' and warps' slices (ids skewed to a few experts, so each expert spans many slices), ids outside
+    [0, experts) (-1, experts, far beyond) are left out, and every entry past the ids is written."""
+    torch = _torch()
+
+    gen = torch.Generator(device="cuda").manual_seed(n + experts)
+    flat = (torch.rand(n, device="cuda", generator=gen) ** 3 * experts).long()
+    flat[::97] = -1
+    flat[5::101] = experts
+    if ids_dtype == "int64":
+        flat[7::103] = 2**40
+    flat = flat.to(getattr(torch, ids_dtype))
+    ref_sorted, ref_experts = _align_reference_torch(flat, experts, block_size)
+    _check_align_into_larger_buffers(flat, experts, block_size, ref_sorted.tolist(), ref_experts.tolist())
 
 
 def test_bad_inputs_rejected():
