@@ -185,9 +185,13 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
+             ("staged as before (weights converted every head), CTAs of 64, two buffers", "bench_qknorm_rope::Schedule<64, 2, true>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
              ("staged, CTAs of 64, two buffers, at every size", "bench_qknorm_rope::Schedule<64, 2>"),
-             ("staged, a CTA of 64 a token, one buffer", "bench_qknorm_rope::Schedule<64, 1>")]
+             ("staged, CTAs of 64, three buffers", "bench_qknorm_rope::Schedule<64, 3>"),
+             ("staged, CTAs of 64, two buffers, bounds of 9 CTAs an SM", "bench_qknorm_rope::Schedule<64, 2, false, 9>"),
+             ("staged, CTAs of 128, two buffers", "bench_qknorm_rope::Schedule<128, 2>"),
+             ("staged, CTAs of 160, two buffers", "bench_qknorm_rope::Schedule<160, 2>")]
 
 
 def schedule_module():
