@@ -428,10 +428,15 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 // while it is worked (one buffer, a CTA's loads waited for its arithmetic and the other way round). The
 // weights are converted to floats once a CTA. The lane groups take the token's q heads, then its k heads,
 // in turn (norm_rope_head), the threads copy its v rows to the cache. Shared memory: the q and k weights as
-// floats, then kStages buffers of q heads, k heads, v heads, head_dim elements each. kMinCtas: the launch
-// bounds' CTAs an SM (registers a thread at most 64 Ki / (kMinCtas kCtaThreads)).
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMinCtas>
-__global__ void __launch_bounds__(kCtaThreads, kMinCtas) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
+// floats, then kStages buffers of q heads, k heads, v heads, head_dim elements each. kMaxRegs: registers a
+// thread at most (0: the compiler's choice; __launch_bounds__' CTA counts round down to fewer, which spill).
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204
+#define JITKERN_QKNORM_ROPE_MAXNREG(n) __maxnreg__((n) > 0 ? (n) : 255)
+#else
+#define JITKERN_QKNORM_ROPE_MAXNREG(n)
+#endif
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs>
+__global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
   static_assert(kStages >= 2 && kStages <= 4, "two to four buffers");
@@ -702,7 +707,7 @@ struct QkNormRopeOps {
       dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
         if constexpr (kVec == kWideVec) {
           if ((kStore ? tokens >= kStagedMinTokens : tokens > kStagedMinTokens) && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedMinCtas>(s);
+            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedMaxRegs>(s);
         }
         run_heads<kFp8, kNeox, kVec, kStore>(s);
       });
@@ -714,7 +719,7 @@ struct QkNormRopeOps {
     // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, cache write, % of the pattern at
     // T = 4096 / 32768: two buffers, CTAs of 64 82.3 / 92.9, of 32 62.0 / 75.1, of 128 74.5 / 78.9; one
     // buffer, a CTA of 64 a token, 66.9 / 74.6.
-    static constexpr int kStagedThreads = 64, kStagedStages = 2, kStagedMinCtas = 1;
+    static constexpr int kStagedThreads = 64, kStagedStages = 2, kStagedMaxRegs = 0;
     // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
     // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
     // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
@@ -754,11 +759,11 @@ struct QkNormRopeOps {
     }
 
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMinCtas>
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
-      constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMinCtas>;
+      constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs>;
       const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
       const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
       const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
