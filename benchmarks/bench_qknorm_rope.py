@@ -190,10 +190,10 @@ SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("staged, CTAs of 64, two buffers, at every size", "bench_qknorm_rope::Schedule<64, 2>"),
              ("staged, CTAs of 64, three buffers", "bench_qknorm_rope::Schedule<64, 3>"),
              ("staged, CTAs of 64, two buffers, 112 registers", "bench_qknorm_rope::Schedule<64, 2, false, 112>"),
-             ("staged, CTAs of 64, two buffers, 96 registers", "bench_qknorm_rope::Schedule<64, 2, false, 96>"),
              ("staged, CTAs of 64, three buffers, 112 registers", "bench_qknorm_rope::Schedule<64, 3, false, 112>"),
              ("staged, CTAs of 128, two buffers", "bench_qknorm_rope::Schedule<128, 2>"),
-             ("staged, CTAs of 128, two buffers, 112 registers", "bench_qknorm_rope::Schedule<128, 2, false, 112>")]
+             ("staged, CTAs of 128, two buffers, 112 registers", "bench_qknorm_rope::Schedule<128, 2, false, 112>"),
+             ("staged, CTAs of 160, two buffers, 112 registers", "bench_qknorm_rope::Schedule<160, 2, false, 112>")]
 
 
 def schedule_module():
