@@ -167,9 +167,12 @@ __device__ __forceinline__ void to_cache(char* row, int64_t at, const AlignedVec
 
 // A lane of a head's group of 2^width_log2 lanes: lane `rank` holds pair units rank, rank + width, ...
 // (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: [2 u kVec, +2 kVec)) and the
-// unrotated vectors rank, rank + width, ... from column R.
-template <bool kNeox, int kVec>
+// unrotated vectors rank, rank + width, ... from column R. kFull: each lane holds exactly one pair unit and
+// no unrotated vector (pairs == width, no tails: R = D of 128 bf16 or fp16, 64 fp32), so that the head's
+// code has no branches.
+template <bool kNeox, int kVec, bool kFull = false>
 struct HeadLane {
+  static constexpr bool neox = kNeox;
   int rank, width, pairs, tails, rot_half;
   unsigned lanes;  // the group's lanes of the warp, for its shuffles
 
@@ -180,8 +183,8 @@ struct HeadLane {
   __device__ __forceinline__ int unit_col(int i) const { return (kNeox ? 1 : 2) * (rank + i * width) * kVec; }
   __device__ __forceinline__ int pair() const { return kNeox ? rot_half : kVec; }  // columns from a unit's a to its b
   __device__ __forceinline__ int tail_col(int i) const { return 2 * rot_half + (rank + i * width) * kVec; }
-  __device__ __forceinline__ bool has_unit(int i) const { return rank + i * width < pairs; }
-  __device__ __forceinline__ bool has_tail(int i) const { return rank + i * width < tails; }
+  __device__ __forceinline__ bool has_unit(int i) const { return kFull ? i == 0 : rank + i * width < pairs; }
+  __device__ __forceinline__ bool has_tail(int i) const { return !kFull && rank + i * width < tails; }
 };
 
 // A lane's share of one head row (or of a weight): its pair units' vectors a, b and unrotated vectors t.
@@ -189,8 +192,8 @@ template <typename T, int kVec>
 struct HeadVecs {
   AlignedVector<T, kVec> a[kItems<kVec>], b[kItems<kVec>], t[kItems<kVec>];
 
-  template <bool kNeox>
-  __device__ __forceinline__ void load(const T* row, const HeadLane<kNeox, kVec>& l) {
+  template <typename Lane>
+  __device__ __forceinline__ void load(const T* row, const Lane& l) {
 #pragma unroll
     for (int i = 0; i < kItems<kVec>; ++i) {
       if (l.has_unit(i)) a[i].load(row + l.unit_col(i)), b[i].load(row + l.unit_col(i) + l.pair());
@@ -198,8 +201,8 @@ struct HeadVecs {
     }
   }
   // To a cache row (a v head; a k head's goes with its rotation).
-  template <bool kFp8, bool kNeox>
-  __device__ __forceinline__ void to_cache_row(char* row, const HeadLane<kNeox, kVec>& l, const device::quant::Divider& d) const {
+  template <bool kFp8, typename Lane>
+  __device__ __forceinline__ void to_cache_row(char* row, const Lane& l, const device::quant::Divider& d) const {
 #pragma unroll
     for (int i = 0; i < kItems<kVec>; ++i) {
       if (l.has_unit(i)) to_cache<kFp8>(row, l.unit_col(i), a[i], d), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), b[i], d);
@@ -215,8 +218,8 @@ template <int kVec>
 struct HeadWeights {
   float wa[kItems<kVec>][kVec], wb[kItems<kVec>][kVec], wt[kItems<kVec>][kVec];
 
-  template <typename T, bool kNeox>
-  __device__ __forceinline__ HeadWeights(const HeadVecs<T, kVec>& w, const HeadLane<kNeox, kVec>& l, float offset) {
+  template <typename T, typename Lane>
+  __device__ __forceinline__ HeadWeights(const HeadVecs<T, kVec>& w, const Lane& l, float offset) {
     const auto plus = [offset](float (&f)[kVec], const AlignedVector<T, kVec>& v) {
       to_floats(f, v);
 #pragma unroll
@@ -232,11 +235,11 @@ struct HeadWeights {
   __device__ __forceinline__ const float (&b(int i) const)[kVec] { return wb[i]; }
   __device__ __forceinline__ const float (&t(int i) const)[kVec] { return wt[i]; }
 };
-template <bool kNeox, int kVec>
+template <typename Lane, int kVec>
 struct RowWeights {
   static_assert(kVec % 4 == 0, "rows of floats read 16 bytes at a time");
   const float* row;
-  const HeadLane<kNeox, kVec>& l;
+  const Lane& l;
 
   __device__ __forceinline__ AlignedVector<float, kVec> a(int i) const { return at(l.unit_col(i)); }
   __device__ __forceinline__ AlignedVector<float, kVec> b(int i) const { return at(l.unit_col(i) + l.pair()); }
@@ -255,8 +258,8 @@ template <int kVec>
 struct Rotation {
   float cs[kItems<kVec>][kVec], sn[kItems<kVec>][kVec];
 
-  template <typename T, bool kNeox>
-  __device__ __forceinline__ void load(const Params<T>& p, const HeadLane<kNeox, kVec>& l, int64_t position, int64_t position_h, int64_t position_w) {
+  template <typename T, typename Lane>
+  __device__ __forceinline__ void load(const Params<T>& p, const Lane& l, int64_t position, int64_t position_h, int64_t position_w) {
     const int64_t row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
     const char* row = static_cast<const char*>(p.cos_sin) + position * row_bytes;
     const auto cos_sin_at = [&](const char* r, int f) {  // one frequency's (cos, sin)
@@ -307,8 +310,8 @@ __device__ __forceinline__ TokenIndices load_token(const Params<T>& p, const Sto
 
 // A q or k head from a lane group's registers: normalised (the lanes' sums of squares combined by
 // shuffles) with weight w, rotated, stored to dst and, with a cache row, there.
-template <bool kFp8, bool kStore, typename T, bool kNeox, int kVec, typename Weights>
-__device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLane<kNeox, kVec>& l, HeadVecs<T, kVec>& x, const Weights& w,
+template <bool kFp8, bool kStore, typename T, typename Lane, int kVec, typename Weights>
+__device__ __forceinline__ void norm_rope_head(const Params<T>& p, const Lane& l, HeadVecs<T, kVec>& x, const Weights& w,
                                                const Rotation<kVec>& r, T* dst, [[maybe_unused]] char* row, [[maybe_unused]] const device::quant::Divider& div) {
   constexpr int kN = kItems<kVec>;
   float fa[kN][2 * kVec], ft[kN][kVec];  // a pair unit's a ++ b; an unrotated vector
@@ -339,7 +342,7 @@ __device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLan
   for (int i = 0; i < kN; ++i) {
     if (l.has_unit(i)) {
       normalize(fa[i], w.a(i)), normalize(fa[i] + kVec, w.b(i));
-      rotate_unit<!kNeox && (kVec > 1)>(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i]);
+      rotate_unit<!Lane::neox && (kVec > 1)>(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i]);
       x.a[i].store(dst + l.unit_col(i)), x.b[i].store(dst + l.unit_col(i) + l.pair());
       if constexpr (kStore) {
         if (row != nullptr) to_cache<kFp8>(row, l.unit_col(i), x.a[i], div), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), x.b[i], div);
@@ -435,7 +438,7 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 #else
 #define JITKERN_QKNORM_ROPE_MAXNREG(n)
 #endif
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs>
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
 __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
@@ -469,7 +472,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
     }
     device::ptx::cp_async_commit();
   };
-  const HeadLane<kNeox, kVec> l(p, thread);
+  const HeadLane<kNeox, kVec, kFull> l(p, thread);
   constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
@@ -477,7 +480,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   for (int j = 0; j + 1 < kStages; ++j) stage(blockIdx.x + int64_t{j} * gridDim.x, ahead[j], j);
   for (int i = thread; i < 2 * p.head_dim; i += kCtaThreads)  // read after the first turn's barrier
     weights[i] = device::cast<float>(i < p.head_dim ? p.q_weight[i] : p.k_weight[i - p.head_dim]) + p.weight_offset;
-  const RowWeights<kNeox, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
+  const RowWeights<HeadLane<kNeox, kVec, kFull>, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
   const int group = thread >> p.width_log2, groups = kCtaThreads >> p.width_log2;
   int buffer = 0;
   for (int64_t token = blockIdx.x; token < tokens; token += gridDim.x) {
@@ -759,17 +762,22 @@ struct QkNormRopeOps {
     }
 
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs>
+    // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull).
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFullLanes = true>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
-      constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs>;
-      const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
-      const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
-      const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
       Params<T> c = params<kVec, kStore>();
-      c.early_trigger = pdl_early_trigger(ctas);
-      LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
+      const auto launch = [&]<bool kFull>() {
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs, kFull>;
+        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
+        const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
+        const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
+        c.early_trigger = pdl_early_trigger(ctas);
+        LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
+      };
+      if (kFullLanes && c.pairs == 1 << c.width_log2 && c.tails == 0) return launch.template operator()<kFullLanes>();
+      launch.template operator()<false>();
     }
   };
 };

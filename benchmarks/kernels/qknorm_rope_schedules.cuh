@@ -106,8 +106,9 @@ __global__ void __launch_bounds__(kCtaThreads) staged_before_kernel(const __grid
 
 // kCtaThreads 0: one head a lane group at every size (qknorm_rope_kernel); else the staged kernel (kBefore:
 // staged_before_kernel) with CTAs of kCtaThreads, kStages buffers and at most kMaxRegs registers a thread (0:
-// the compiler's choice) at every size where the operands allow 16-byte vectors.
-template <int kCtaThreads, int kStages = 2, bool kBefore = false, int kMaxRegs = 0>
+// the compiler's choice) at every size where the operands allow 16-byte vectors; kFullLanes false: never
+// the kernel without branches for lanes of one pair unit each.
+template <int kCtaThreads, int kStages = 2, bool kBefore = false, int kMaxRegs = 0, bool kFullLanes = true>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
@@ -131,7 +132,7 @@ struct Schedule {
         if constexpr (kBefore) {
           run_before<kFp8, kNeox, kVec, kStore>(setup, s);
         } else {
-          setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs>(s);
+          setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes>(s);
         }
       } else {
         setup.template run_heads<kFp8, kNeox, kVec, kStore>(s);
