@@ -185,14 +185,11 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("staged as before (weights converted every head), CTAs of 64, two buffers", "bench_qknorm_rope::Schedule<64, 2, true>"),
+             ("staged as before (weights converted every head, q and k heads in one loop)", "bench_qknorm_rope::Schedule<64, 2, true>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
-             ("staged, CTAs of 64, two buffers, at every size", "bench_qknorm_rope::Schedule<64, 2>"),
-             ("staged, CTAs of 64, two buffers, lanes with branches", "bench_qknorm_rope::Schedule<64, 2, false, 0, false>"),
-             ("staged, CTAs of 64, two buffers, 112 registers", "bench_qknorm_rope::Schedule<64, 2, false, 112>"),
-             ("staged, CTAs of 64, three buffers, 112 registers", "bench_qknorm_rope::Schedule<64, 3, false, 112>"),
-             ("staged, CTAs of 128, two buffers, 112 registers", "bench_qknorm_rope::Schedule<128, 2, false, 112>"),
-             ("staged, CTAs of 160, two buffers, 112 registers", "bench_qknorm_rope::Schedule<160, 2, false, 112>")]
+             ("staged (the product's) at every size", "bench_qknorm_rope::Schedule<64, 2, false, 96>"),
+             ("staged, full lanes at the compiler's registers", "bench_qknorm_rope::Schedule<64, 2, false, 0>"),
+             ("staged, lanes with branches", "bench_qknorm_rope::Schedule<64, 2, false, 0, false>")]
 
 
 def schedule_module():

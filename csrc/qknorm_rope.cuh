@@ -701,16 +701,15 @@ struct QkNormRopeOps {
       }
     }
 
-    // The launch rule: from kStagedMinTokens tokens with the cache write (above them without), 16-byte
-    // vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel; else
-    // one head a lane group.
+    // The launch rule: from kStagedMinTokens tokens, 16-byte vectors and kStagedStages buffers of a token's
+    // heads within kStagedMaxBytes, the staged kernel; else one head a lane group.
     template <bool kFp8, bool kStore>
     void launch(bool neox, const Store& s, bool wide_store) {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
       dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
         if constexpr (kVec == kWideVec) {
-          if ((kStore ? tokens >= kStagedMinTokens : tokens > kStagedMinTokens) && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedMaxRegs>(s);
+          if (tokens >= kStagedMinTokens && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes)
+            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs>(s);
         }
         run_heads<kFp8, kNeox, kVec, kStore>(s);
       });
@@ -722,11 +721,14 @@ struct QkNormRopeOps {
     // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, cache write, % of the pattern at
     // T = 4096 / 32768: two buffers, CTAs of 64 82.3 / 92.9, of 32 62.0 / 75.1, of 128 74.5 / 78.9; one
     // buffer, a CTA of 64 a token, 66.9 / 74.6.
-    static constexpr int kStagedThreads = 64, kStagedStages = 2, kStagedMaxRegs = 0;
+    static constexpr int kStagedThreads = 64, kStagedStages = 2;
+    // The kernel of full lanes (HeadLane's kFull) at 96 registers a thread holds 10 CTAs of 64 an SM (at 138, its
+    // own choice, 7) without spilling; the branching kernel spills under such a cap.
+    static constexpr int kStagedFullMaxRegs = 96;
     // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
     // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
     // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
-    static constexpr int64_t kStagedMinTokens = 4096;
+    static constexpr int64_t kStagedMinTokens = 2048;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
@@ -762,14 +764,15 @@ struct QkNormRopeOps {
     }
 
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
-    // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull).
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFullLanes = true>
+    // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), at most
+    // kFullMaxRegs registers a thread (0: the compiler's choice).
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       const auto launch = [&]<bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs, kFull>;
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
         const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
         const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);

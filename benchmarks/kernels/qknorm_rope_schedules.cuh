@@ -11,6 +11,26 @@ namespace bench_qknorm_rope {
 using namespace jitkern_qknorm_rope;
 using Ops = QkNormRopeOps<bf16_t>;
 
+// A head's weights as the staged kernel used them before: T vectors, converted and weight_offset added where
+// the norm takes them.
+template <typename T, int kVec>
+struct VecWeights {
+  const HeadVecs<T, kVec>& w;
+  float offset;
+
+  __device__ __forceinline__ AlignedVector<float, kVec> a(int i) const { return plus(w.a[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> b(int i) const { return plus(w.b[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> t(int i) const { return plus(w.t[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> plus(const AlignedVector<T, kVec>& v) const {
+    float f[kVec];
+    to_floats(f, v);
+    AlignedVector<float, kVec> r;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) r[j] = f[j] + offset;
+    return r;
+  }
+};
+
 // The staged kernel as it was before the weights were converted once per CTA and the q and k heads taken in
 // separate loops (a token's weights loaded and converted for every head; one or two buffers): the "before"
 // column.
@@ -75,7 +95,7 @@ __global__ void __launch_bounds__(kCtaThreads) staged_before_kernel(const __grid
         HeadVecs<T, kVec> x, w;
         x.load(rows + h * p.head_dim, l);
         w.load(is_q ? p.q_weight : p.k_weight, l);
-        const HeadWeights<kVec> wf(w, l, p.weight_offset);
+        const VecWeights<T, kVec> wf{w, p.weight_offset};
         T* dst = is_q ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
         char* row = is_q || k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
         norm_rope_head<kFp8, kStore>(p, l, x, wf, r, dst, row, k_div);
@@ -105,9 +125,9 @@ __global__ void __launch_bounds__(kCtaThreads) staged_before_kernel(const __grid
 }
 
 // kCtaThreads 0: one head a lane group at every size (qknorm_rope_kernel); else the staged kernel (kBefore:
-// staged_before_kernel) with CTAs of kCtaThreads, kStages buffers and at most kMaxRegs registers a thread (0:
-// the compiler's choice) at every size where the operands allow 16-byte vectors; kFullLanes false: never
-// the kernel without branches for lanes of one pair unit each.
+// staged_before_kernel) with CTAs of kCtaThreads and kStages buffers at every size where the operands allow
+// 16-byte vectors, the kernel of full lanes at most kMaxRegs registers a thread (0: the compiler's choice);
+// kFullLanes false: never the kernel of full lanes.
 template <int kCtaThreads, int kStages = 2, bool kBefore = false, int kMaxRegs = 0, bool kFullLanes = true>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,

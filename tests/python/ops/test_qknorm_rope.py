@@ -165,7 +165,7 @@ def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim
     torch = _torch()
     ops = _ops()
     dtype, index = getattr(torch, dtype_name), getattr(torch, index_name)
-    tokens = 4096 + 37  # the staged kernel's (QkNormRopeOps' kStagedMinTokens), more than the CTAs the SMs fit
+    tokens = 4096 + 37  # the staged kernel's (from QkNormRopeOps' kStagedMinTokens), more than the CTAs the SMs fit
     qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=41)
     qkv2 = qkv.clone()
     q2, k2, v2 = qkv2[:, : HQ * head_dim], qkv2[:, HQ * head_dim : (HQ + HK) * head_dim], qkv2[:, (HQ + HK) * head_dim :]
