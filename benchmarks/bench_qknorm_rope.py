@@ -188,8 +188,9 @@ SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("staged as before (weights converted every head, q and k heads in one loop)", "bench_qknorm_rope::Schedule<64, 2, true>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
              ("staged (the product's) at every size", "bench_qknorm_rope::Schedule<64, 2, false, 96>"),
-             ("staged, full lanes at the compiler's registers", "bench_qknorm_rope::Schedule<64, 2, false, 0>"),
-             ("staged, lanes with branches", "bench_qknorm_rope::Schedule<64, 2, false, 0, false>")]
+             ("staged, v staged too", "bench_qknorm_rope::Schedule<64, 2, false, 96, true, true>"),
+             ("staged, v staged too, full lanes at the compiler's registers", "bench_qknorm_rope::Schedule<64, 2, false, 0, true, true>"),
+             ("staged, v staged too, lanes with branches", "bench_qknorm_rope::Schedule<64, 2, false, 0, false, true>")]
 
 
 def schedule_module():

@@ -430,15 +430,17 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 // ceiling); with kStages buffers the copies of the kStages - 1 tokens after the current one are in flight
 // while it is worked (one buffer, a CTA's loads waited for its arithmetic and the other way round). The
 // weights are converted to floats once a CTA. The lane groups take the token's q heads, then its k heads,
-// in turn (norm_rope_head), the threads copy its v rows to the cache. Shared memory: the q and k weights as
-// floats, then kStages buffers of q heads, k heads, v heads, head_dim elements each. kMaxRegs: registers a
+// in turn (norm_rope_head), the threads copy its v rows to the cache: staged with its heads (kStageV), or
+// (with fewer bytes of shared memory, more CTAs an SM) loaded into registers before the wait. Shared memory:
+// the q and k weights as floats, then kStages buffers of q heads, k heads (kStageV: and v heads), head_dim
+// elements each. kMaxRegs: registers a
 // thread at most (0: the compiler's choice; __launch_bounds__' CTA counts round down to fewer, which spill).
 #if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204
 #define JITKERN_QKNORM_ROPE_MAXNREG(n) __maxnreg__((n) > 0 ? (n) : 255)
 #else
 #define JITKERN_QKNORM_ROPE_MAXNREG(n)
 #endif
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull, bool kStageV>
 __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
@@ -446,7 +448,8 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   extern __shared__ int4 staged[];
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
-  const int64_t buffer_elems = int64_t{p.token_heads} * p.head_dim;
+  constexpr bool kVStaged = kStore && kStageV, kVDirect = kStore && !kStageV;
+  const int64_t buffer_elems = int64_t{heads + (kVStaged ? p.k_heads : 0)} * p.head_dim;
   // A thread copies vector c of head h, then steps kCtaThreads vectors on by (dh, dc): a division per
   // vector put as many instructions before each copy as the token's arithmetic has.
   const int h0 = thread / row_vecs, c0 = thread - h0 * row_vecs, dh = kCtaThreads / row_vecs, dc = kCtaThreads - dh * row_vecs;
@@ -468,7 +471,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
       T* const rows = buffer_at(b);
       copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
       copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
-      if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
+      if constexpr (kVStaged) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
     }
     device::ptx::cp_async_commit();
   };
@@ -494,6 +497,19 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
       if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
     }
     stage(token + int64_t{kStages - 1} * gridDim.x, ahead[kStages - 1], (buffer + kStages - 1) % kStages);
+    // kVDirect: the thread's first kVHeld vectors of the token's v rows, loaded before the wait, stored to the
+    // cache after the heads (the rest, where there are more, one by one there).
+    constexpr int kVHeld = 2;
+    [[maybe_unused]] AlignedVector<T, kVec> v_held[kVHeld];
+    [[maybe_unused]] const T* const v_src = static_cast<const T*>(s.v) + token * s.v_token;
+    const auto v_at = [&](int i) { return v_src + (i / row_vecs) * s.v_head + (i % row_vecs) * kVec; };
+    if constexpr (kVDirect) {
+      if (!skipped && v_row != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kVHeld; ++j)
+          if (thread + j * kCtaThreads < p.k_heads * row_vecs) v_held[j].load(v_at(thread + j * kCtaThreads));
+      }
+    }
     device::ptx::cp_async_wait_group<kStages - 1>();  // the current token's copies
     __syncthreads();
     const T* const rows = buffer_at(buffer);
@@ -514,11 +530,23 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
         char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
         norm_rope_head<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
       }
-      if constexpr (kStore) {
+      if constexpr (kVStaged) {
         if (v_row != nullptr) {
           for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
             AlignedVector<T, kVec> x;
             x.load(rows + (heads * row_vecs + i) * kVec);
+            to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
+          }
+        }
+      }
+      if constexpr (kVDirect) {
+        if (v_row != nullptr) {
+#pragma unroll
+          for (int j = 0; j < kVHeld; ++j)
+            if (thread + j * kCtaThreads < p.k_heads * row_vecs) to_cache<kFp8>(v_row, int64_t{thread + j * kCtaThreads} * kVec, v_held[j], v_div);
+          for (int i = thread + kVHeld * kCtaThreads; i < p.k_heads * row_vecs; i += kCtaThreads) {
+            AlignedVector<T, kVec> x;
+            x.load(v_at(i));
             to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
           }
         }
@@ -708,8 +736,8 @@ struct QkNormRopeOps {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
       dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
         if constexpr (kVec == kWideVec) {
-          if (tokens >= kStagedMinTokens && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs>(s);
+          if (tokens >= kStagedMinTokens && staged_smem<kStore>(kStagedStages, kStagedV) <= kStagedMaxBytes)
+            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs, true, kStagedV>(s);
         }
         run_heads<kFp8, kNeox, kVec, kStore>(s);
       });
@@ -725,6 +753,9 @@ struct QkNormRopeOps {
     // The kernel of full lanes (HeadLane's kFull) at 96 registers a thread holds 10 CTAs of 64 an SM (at 138, its
     // own choice, 7) without spilling; the branching kernel spills under such a cap.
     static constexpr int kStagedFullMaxRegs = 96;
+    // v rows from global memory through registers, not staged: 21.5 KiB of shared memory a CTA instead of 25.5
+    // (q 32 / kv 8 heads of 128, bf16), 10 CTAs an SM instead of 8.
+    static constexpr bool kStagedV = false;
     // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
     // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
     // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
@@ -735,10 +766,11 @@ struct QkNormRopeOps {
       const int64_t held = int64_t{kMaxLanes} * kItems<kVec>;
       return p.rot_half / kVec <= held && (p.head_dim - 2 * p.rot_half) / kVec <= held;
     }
-    // The staged kernel's shared memory at `stages` buffers.
+    // The staged kernel's shared memory at `stages` buffers (stage_v: v heads in them too).
     template <bool kStore>
-    int64_t staged_smem(int stages) const {
-      return 2 * int64_t{p.head_dim} * 4 + stages * int64_t{p.q_heads + p.k_heads + (kStore ? p.k_heads : 0)} * p.head_dim * int64_t{sizeof(T)};
+    int64_t staged_smem(int stages, bool stage_v) const {
+      const int64_t heads = p.q_heads + p.k_heads + (kStore && stage_v ? p.k_heads : 0);
+      return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)};
     }
 
     // The kernels' parameters at kVec elements a vector.
@@ -766,14 +798,15 @@ struct QkNormRopeOps {
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
     // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), at most
     // kFullMaxRegs registers a thread (0: the compiler's choice).
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes, bool kStageV>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       const auto launch = [&]<bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
-        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
+        constexpr auto kernel =
+            qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, kStore && kStageV>;
+        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages, kStageV));
         const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
         c.early_trigger = pdl_early_trigger(ctas);

@@ -127,8 +127,8 @@ __global__ void __launch_bounds__(kCtaThreads) staged_before_kernel(const __grid
 // kCtaThreads 0: one head a lane group at every size (qknorm_rope_kernel); else the staged kernel (kBefore:
 // staged_before_kernel) with CTAs of kCtaThreads and kStages buffers at every size where the operands allow
 // 16-byte vectors, the kernel of full lanes at most kMaxRegs registers a thread (0: the compiler's choice);
-// kFullLanes false: never the kernel of full lanes.
-template <int kCtaThreads, int kStages = 2, bool kBefore = false, int kMaxRegs = 0, bool kFullLanes = true>
+// kFullLanes false: never the kernel of full lanes; kStageV: v rows staged with the heads.
+template <int kCtaThreads, int kStages = 2, bool kBefore = false, int kMaxRegs = 0, bool kFullLanes = true, bool kStageV = false>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
@@ -152,7 +152,7 @@ struct Schedule {
         if constexpr (kBefore) {
           run_before<kFp8, kNeox, kVec, kStore>(setup, s);
         } else {
-          setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes>(s);
+          setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes, kStageV>(s);
         }
       } else {
         setup.template run_heads<kFp8, kNeox, kVec, kStore>(s);
@@ -163,7 +163,7 @@ struct Schedule {
   static void run_before(const Ops::Setup& setup, const Store& s) {
     using namespace host;
     constexpr auto kernel = staged_before_kernel<bf16_t, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>;
-    const auto bytes = static_cast<std::size_t>(setup.template staged_smem<kStore>(kStages) - 8 * setup.p.head_dim);  // no weights
+    const auto bytes = static_cast<std::size_t>(setup.template staged_smem<kStore>(kStages, true) - 8 * setup.p.head_dim);  // no weights
     int64_t ctas = setup.tokens;
     if constexpr (kStages > 1)
       ctas = std::min(ctas, int64_t{runtime::get_sm_count(setup.device.device_id)} *
