@@ -189,7 +189,7 @@ SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
              ("staged (the product's) at every size", "bench_qknorm_rope::Schedule<64, 2, false, 96>"),
              ("staged, v staged too", "bench_qknorm_rope::Schedule<64, 2, false, 96, true, true>"),
-             ("staged, v staged too, full lanes at the compiler's registers", "bench_qknorm_rope::Schedule<64, 2, false, 0, true, true>"),
+             ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128, 2, false, 96>"),
              ("staged, v staged too, lanes with branches", "bench_qknorm_rope::Schedule<64, 2, false, 0, false, true>")]
 
 
