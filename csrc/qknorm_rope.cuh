@@ -212,28 +212,25 @@ struct HeadVecs {
 };
 
 // A lane's share of a norm weight as floats, weight_offset added, for norm_rope_head: the unit i's a, b and
-// unrotated vector i, held in registers (HeadWeights) or read from a row of floats in shared memory
+// unrotated vector i, converted from the lane's T vectors where the norm takes them (HeadWeights: one head a
+// lane group, whose registers bound its CTAs an SM) or read from a row of floats in shared memory
 // (RowWeights: the staged kernel converts each weight once a CTA).
-template <int kVec>
+template <typename T, int kVec>
 struct HeadWeights {
-  float wa[kItems<kVec>][kVec], wb[kItems<kVec>][kVec], wt[kItems<kVec>][kVec];
+  const HeadVecs<T, kVec>& w;
+  float offset;
 
-  template <typename T, typename Lane>
-  __device__ __forceinline__ HeadWeights(const HeadVecs<T, kVec>& w, const Lane& l, float offset) {
-    const auto plus = [offset](float (&f)[kVec], const AlignedVector<T, kVec>& v) {
-      to_floats(f, v);
+  __device__ __forceinline__ AlignedVector<float, kVec> a(int i) const { return plus(w.a[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> b(int i) const { return plus(w.b[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> t(int i) const { return plus(w.t[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> plus(const AlignedVector<T, kVec>& v) const {
+    float f[kVec];
+    to_floats(f, v);
+    AlignedVector<float, kVec> r;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) f[j] += offset;
-    };
-#pragma unroll
-    for (int i = 0; i < kItems<kVec>; ++i) {
-      if (l.has_unit(i)) plus(wa[i], w.a[i]), plus(wb[i], w.b[i]);
-      if (l.has_tail(i)) plus(wt[i], w.t[i]);
-    }
+    for (int j = 0; j < kVec; ++j) r[j] = f[j] + offset;
+    return r;
   }
-  __device__ __forceinline__ const float (&a(int i) const)[kVec] { return wa[i]; }
-  __device__ __forceinline__ const float (&b(int i) const)[kVec] { return wb[i]; }
-  __device__ __forceinline__ const float (&t(int i) const)[kVec] { return wt[i]; }
 };
 template <typename Lane, int kVec>
 struct RowWeights {
@@ -419,7 +416,7 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   // The cos/sin loads issue before the reduction, which their latency then hides.
   Rotation<kVec> r;
   r.load(p, l, position, position_h, position_w);
-  norm_rope_head<kFp8, kStore>(p, l, v, HeadWeights<kVec>(wv, l, p.weight_offset), r, x, row, div);
+  norm_rope_head<kFp8, kStore>(p, l, v, HeadWeights<T, kVec>{wv, p.weight_offset}, r, x, row, div);
 #endif
 }
 
@@ -430,17 +427,15 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 // ceiling); with kStages buffers the copies of the kStages - 1 tokens after the current one are in flight
 // while it is worked (one buffer, a CTA's loads waited for its arithmetic and the other way round). The
 // weights are converted to floats once a CTA. The lane groups take the token's q heads, then its k heads,
-// in turn (norm_rope_head), the threads copy its v rows to the cache: staged with its heads (kStageV), or
-// (with fewer bytes of shared memory, more CTAs an SM) loaded into registers before the wait. Shared memory:
-// the q and k weights as floats, then kStages buffers of q heads, k heads (kStageV: and v heads), head_dim
-// elements each. kMaxRegs: registers a
+// in turn (norm_rope_head), the threads copy its v rows to the cache. Shared memory: the q and k weights as
+// floats, then kStages buffers of q heads, k heads, v heads, head_dim elements each. kMaxRegs: registers a
 // thread at most (0: the compiler's choice; __launch_bounds__' CTA counts round down to fewer, which spill).
 #if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204
 #define JITKERN_QKNORM_ROPE_MAXNREG(n) __maxnreg__((n) > 0 ? (n) : 255)
 #else
 #define JITKERN_QKNORM_ROPE_MAXNREG(n)
 #endif
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull, bool kStageV>
+template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
 __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
@@ -448,8 +443,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   extern __shared__ int4 staged[];
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
-  constexpr bool kVStaged = kStore && kStageV, kVDirect = kStore && !kStageV;
-  const int64_t buffer_elems = int64_t{heads + (kVStaged ? p.k_heads : 0)} * p.head_dim;
+  const int64_t buffer_elems = int64_t{p.token_heads} * p.head_dim;
   // A thread copies vector c of head h, then steps kCtaThreads vectors on by (dh, dc): a division per
   // vector put as many instructions before each copy as the token's arithmetic has.
   const int h0 = thread / row_vecs, c0 = thread - h0 * row_vecs, dh = kCtaThreads / row_vecs, dc = kCtaThreads - dh * row_vecs;
@@ -471,7 +465,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
       T* const rows = buffer_at(b);
       copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
       copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
-      if constexpr (kVStaged) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
+      if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
     }
     device::ptx::cp_async_commit();
   };
@@ -497,19 +491,6 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
       if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
     }
     stage(token + int64_t{kStages - 1} * gridDim.x, ahead[kStages - 1], (buffer + kStages - 1) % kStages);
-    // kVDirect: the thread's first kVHeld vectors of the token's v rows, loaded before the wait, stored to the
-    // cache after the heads (the rest, where there are more, one by one there).
-    constexpr int kVHeld = 2;
-    [[maybe_unused]] AlignedVector<T, kVec> v_held[kVHeld];
-    [[maybe_unused]] const T* const v_src = static_cast<const T*>(s.v) + token * s.v_token;
-    const auto v_at = [&](int i) { return v_src + (i / row_vecs) * s.v_head + (i % row_vecs) * kVec; };
-    if constexpr (kVDirect) {
-      if (!skipped && v_row != nullptr) {
-#pragma unroll
-        for (int j = 0; j < kVHeld; ++j)
-          if (thread + j * kCtaThreads < p.k_heads * row_vecs) v_held[j].load(v_at(thread + j * kCtaThreads));
-      }
-    }
     device::ptx::cp_async_wait_group<kStages - 1>();  // the current token's copies
     __syncthreads();
     const T* const rows = buffer_at(buffer);
@@ -530,23 +511,11 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
         char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
         norm_rope_head<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
       }
-      if constexpr (kVStaged) {
+      if constexpr (kStore) {
         if (v_row != nullptr) {
           for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
             AlignedVector<T, kVec> x;
             x.load(rows + (heads * row_vecs + i) * kVec);
-            to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
-          }
-        }
-      }
-      if constexpr (kVDirect) {
-        if (v_row != nullptr) {
-#pragma unroll
-          for (int j = 0; j < kVHeld; ++j)
-            if (thread + j * kCtaThreads < p.k_heads * row_vecs) to_cache<kFp8>(v_row, int64_t{thread + j * kCtaThreads} * kVec, v_held[j], v_div);
-          for (int i = thread + kVHeld * kCtaThreads; i < p.k_heads * row_vecs; i += kCtaThreads) {
-            AlignedVector<T, kVec> x;
-            x.load(v_at(i));
             to_cache<kFp8>(v_row, int64_t{i} * kVec, x, v_div);
           }
         }
@@ -729,15 +698,16 @@ struct QkNormRopeOps {
       }
     }
 
-    // The launch rule: from kStagedMinTokens tokens, 16-byte vectors and kStagedStages buffers of a token's
-    // heads within kStagedMaxBytes, the staged kernel; else one head a lane group.
+    // The launch rule: from kStagedMinTokensStore tokens with the cache write (kStagedMinTokens without),
+    // 16-byte vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel;
+    // else one head a lane group.
     template <bool kFp8, bool kStore>
     void launch(bool neox, const Store& s, bool wide_store) {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
       dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
         if constexpr (kVec == kWideVec) {
-          if (tokens >= kStagedMinTokens && staged_smem<kStore>(kStagedStages, kStagedV) <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs, true, kStagedV>(s);
+          if (tokens >= (kStore ? kStagedMinTokensStore : kStagedMinTokens) && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes)
+            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs>(s);
         }
         run_heads<kFp8, kNeox, kVec, kStore>(s);
       });
@@ -746,30 +716,27 @@ struct QkNormRopeOps {
     static constexpr int kMaxLanes = 32;
     static constexpr int64_t kStagedMaxBytes = 48 * 1024;  // the default limit of dynamic shared memory
     // The staged kernel's CTAs: 64 threads (8 lane groups of a 128-wide bf16 head: q 32 / kv 8 heads take 5
-    // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, cache write, % of the pattern at
-    // T = 4096 / 32768: two buffers, CTAs of 64 82.3 / 92.9, of 32 62.0 / 75.1, of 128 74.5 / 78.9; one
-    // buffer, a CTA of 64 a token, 66.9 / 74.6.
+    // turns each) and two buffers (docs/benchmarks/qknorm_rope.md: CTAs of 128, three buffers, lost).
     static constexpr int kStagedThreads = 64, kStagedStages = 2;
-    // The kernel of full lanes (HeadLane's kFull) at 96 registers a thread holds 10 CTAs of 64 an SM (at 138, its
-    // own choice, 7) without spilling; the branching kernel spills under such a cap.
+    // The kernel of full lanes (HeadLane's kFull) at 96 registers a thread fits 10 CTAs of 64 an SM without the
+    // write (7 at its own 138) and does not spill; the branching kernel spills under such a cap. H200, q 32 /
+    // kv 8 heads of 128, bf16, without the write, % of the pattern at T = 4096 / 32768: 79.2 / 92.0, the
+    // branching kernel at its own 128 registers 64.1 / 85.6.
     static constexpr int kStagedFullMaxRegs = 96;
-    // v rows from global memory through registers, not staged: 21.5 KiB of shared memory a CTA instead of 25.5
-    // (q 32 / kv 8 heads of 128, bf16), 10 CTAs an SM instead of 8.
-    static constexpr bool kStagedV = false;
-    // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
-    // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
-    // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
-    static constexpr int64_t kStagedMinTokens = 2048;
+    // Same shapes, us, the staged kernel / one head a lane group: with the write T = 1024 8.26 / 9.04, 2048
+    // 13.40 / 17.72; without T = 1024 8.59 / 7.59, 2048 13.29 / 13.29, 4096 22.13 / 31.73 (fewer tokens than
+    // CTAs the SMs fit leave SMs part empty, a token each).
+    static constexpr int64_t kStagedMinTokensStore = 1024, kStagedMinTokens = 2048;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
       const int64_t held = int64_t{kMaxLanes} * kItems<kVec>;
       return p.rot_half / kVec <= held && (p.head_dim - 2 * p.rot_half) / kVec <= held;
     }
-    // The staged kernel's shared memory at `stages` buffers (stage_v: v heads in them too).
+    // The staged kernel's shared memory at `stages` buffers.
     template <bool kStore>
-    int64_t staged_smem(int stages, bool stage_v) const {
-      const int64_t heads = p.q_heads + p.k_heads + (kStore && stage_v ? p.k_heads : 0);
+    int64_t staged_smem(int stages) const {
+      const int64_t heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
       return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)};
     }
 
@@ -798,15 +765,14 @@ struct QkNormRopeOps {
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
     // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), at most
     // kFullMaxRegs registers a thread (0: the compiler's choice).
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes, bool kStageV>
+    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
     void run_staged(const Store& s) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       const auto launch = [&]<bool kFull>() {
-        constexpr auto kernel =
-            qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, kStore && kStageV>;
-        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages, kStageV));
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
+        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
         const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
         c.early_trigger = pdl_early_trigger(ctas);

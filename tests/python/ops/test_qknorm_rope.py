@@ -154,7 +154,7 @@ MANY_CASES = [("bfloat16", 128, 128, True, None, "same", "int64"), ("bfloat16", 
               ("float16", 256, 128, True, None, "none", "int32"), ("float32", 64, 64, False, None, "same", "int64"),
               ("bfloat16", 128, 128, False, "contiguous", "same", "int32"), ("bfloat16", 128, 128, True, "interleaved", "fp8", "int64"),
               ("bfloat16", 80, 80, True, None, "none", "int64"), ("float16", 128, 32, False, None, "fp8", "int64"),
-              ("float32", 256, 256, True, None, "same", "int32")]  # more v vectors than the staged kernel holds a thread
+              ("float32", 256, 256, True, None, "same", "int32")]
 
 
 @pytest.mark.gpu
