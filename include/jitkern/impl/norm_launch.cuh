@@ -47,9 +47,8 @@ constexpr int kNormTwoWidthsRegVecs = host::kRowKernels.two_widths_reg_vecs;
 // The vectors a thread holds of a wide row of `nvec` vectors without a residual: two where two fill whole warps and
 // kNormWideRegVecs do not (bf16 1536 / 2560 / 3584: the row held exactly, in more threads; at four a thread the
 // general kernel spilled 56 bytes under its 1024-thread bound), else kNormWideRegVecs. bf16 [64 / 256, 3584]
-// gemma_rmsnorm 1.21 / 1.56 us against 1.48 / 1.82, [64, 2560] 1.17 against 1.43; at [4096, 3584] rmsnorm 16.11
-// against the spilling kernel's 20.19, gemma_rmsnorm 16.68 against the width kernel's 14.83 at four
-// (docs/benchmarks/norm.md).
+// gemma_rmsnorm 1.20 / 1.57 us against 1.45 / 1.83, [64, 2560] 1.17 against 1.43; at [4096, 3584] rmsnorm 15.50
+// against the spilling kernel's 20.25 (docs/benchmarks/norm.md).
 constexpr int kNormHalfRegVecs = 2;
 constexpr int norm_reg_vecs(int64_t nvec) {
   return nvec % (kNormWideRegVecs * kWarpThreads) != 0 && nvec % (kNormHalfRegVecs * kWarpThreads) == 0 ? kNormHalfRegVecs : kNormWideRegVecs;
@@ -495,8 +494,9 @@ struct TokenRows {
 
 // Plain rmsnorm of `rows` through norm_static_kernel where it applies (16-bit rows of a width in
 // kNormStaticWidths, 16-byte vectors, fewer than kNormManyRowsPerSm rows per SM, or any number of rows held at
-// kNormHalfRegVecs a thread: there the general kernel's registers left 5 CTAs of 224 threads an SM, gemma_rmsnorm
-// [4096, 3584] 16.68 us against the width kernel's 14.83); false (nothing launched) elsewhere.
+// kNormHalfRegVecs a thread: there the general kernel's registers left 5 CTAs of 224 threads an SM, rmsnorm /
+// gemma_rmsnorm [4096, 3584] 16.11 / 16.68 us against the width kernel's 15.50 / 15.77, docs/benchmarks/norm.md);
+// false (nothing launched) elsewhere.
 template <typename T>
 bool launch_norm_static(const TokenRows<T>& rows) {
   if constexpr (sizeof(T) != 2) {
