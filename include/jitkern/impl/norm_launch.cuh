@@ -505,7 +505,10 @@ bool launch_norm_static(const TokenRows<T>& rows) {
     constexpr int kVec = device::kVec16<T>;
     const NormParams<T>& p = rows.params;
     const RowProblem<T>& q = p.problem[0];
-    if (rows.tokens == 0 || host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec) return false;
+    // More than kNormMaxRowsPerLaunch rows go to launch_norm, which splits them into launches of that many.
+    if (rows.tokens == 0 || rows.tokens > kNormMaxRowsPerLaunch ||
+        host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec)
+      return false;
     if (norm_reg_vecs(p.hidden / kVec) != kNormHalfRegVecs &&
         rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id))
       return false;
