@@ -162,7 +162,8 @@ class DeviceGuard {
     if (m_status == cudaSuccess && m_previous != device) m_status = cudaSetDevice(device);
   }
   ~DeviceGuard() {
-    if (m_previous >= 0 && m_previous != m_device) cudaSetDevice(m_previous);
+    // A destructor cannot raise: a failed switch back leaves no last error for the caller's next launch check.
+    if (m_previous >= 0 && m_previous != m_device && cudaSetDevice(m_previous) != cudaSuccess) (void)cudaGetLastError();
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
