@@ -33,11 +33,11 @@ constexpr int kMoeMaxTopk = 8;
 constexpr int kMoeMaxGroups = 32;  // a lane per group
 constexpr float kMoeInf = __builtin_huge_valf();
 
-// Where a top-k kernel triggers the next launch (MoeOps::launch picks it by the grid: host::pdl_early_trigger,
-// host::pdl_late_trigger). At start on grids of 16 or more CTAs the launches queued behind it slowed the
-// kernel by 3-5 us once the gating reached 256 KB (fp32 256 experts, 256 tokens: 5.70 us against 2.50 after
-// the wait; H200, CUDA graph, bench_moe.py sigmoid).
-enum class Trigger : int { kStart, kAfterWait, kAfterStores };
+// Where a top-k kernel triggers the next launch (MoeOps::launch picks it by the grid: host::pdl_trigger_for).
+// At start on grids of 16 or more CTAs the launches queued behind it slowed the kernel by 3-5 us once the
+// gating reached 256 KB (fp32 256 experts, 256 tokens: 5.70 us against 2.50 after the wait; H200, CUDA graph,
+// bench_moe.py sigmoid).
+using Trigger = device::PdlTrigger;
 
 struct TopkParams {
   const void* gating;
@@ -57,12 +57,6 @@ struct TopkParams {
   int groups, topk_group;
   float scaling;
 };
-
-// The PDL wait before a token's first read of what the kernel before may write, and the trigger after it.
-__device__ __forceinline__ void wait_primary(const TopkParams& p) {
-  device::pdl_wait_primary();
-  if (p.trigger == Trigger::kAfterWait) device::pdl_trigger_secondary();
-}
 
 // Lane i < k's choice: topk_weights[token][i] and topk_ids[token][i].
 __device__ __forceinline__ void store_choice(const TopkParams& p, int64_t token, int i, float weight, int id) {
@@ -177,14 +171,14 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
 #ifdef __CUDACC__
   using Keys = SoftmaxKeys<T>;
   constexpr int kChunk = kTopkChunk<T, kV>;
-  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();  // the next kernel reads what this one writes after its wait
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);  // the next kernel reads what this one writes after its wait
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, E = p.experts;
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
   if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
   device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
-  wait_primary(p);
+  device::pdl_wait_primary(p.trigger);
   T v[kV];
 #pragma unroll
   for (int s = 0; s < kV; s += kChunk) {
@@ -231,7 +225,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
   }
   const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
   if (lane < p.k) store_choice(p, token, lane, weight, my_id);
-  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
@@ -254,7 +248,7 @@ constexpr bool groups_by_shuffle(int per_group) {
 }
 
 // One token's top-k by one whole warp (warp: its index in the CTA, for kScanGroups' shared memory), the
-// PDL wait (wait_primary) before the first read of the gating row.
+// PDL wait (and the trigger placed after it) before the first read of the gating row.
 template <typename T, int kV, bool kScanGroups>
 __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t token, int lane, int warp) {
 #ifdef __CUDACC__
@@ -263,7 +257,7 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
   device::prefetch_before_wait(row + (expert_of(0) < E ? expert_of(0) : 0));
-  wait_primary(p);
+  device::pdl_wait_primary(p.trigger);
   T v[kV];
   float b[kV];
 #pragma unroll
@@ -388,12 +382,12 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
 template <typename T, int kV, bool kScanGroups>
 __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
-  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();  // the next kernel reads what this one writes after its wait
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);  // the next kernel reads what this one writes after its wait
   const int warp = threadIdx.x / 32;
   const int64_t token = int64_t{blockIdx.x} * kMoeTopkWarps + warp;
   if (token >= p.tokens) return;  // whole warps leave: no warp-wide step misses a lane
   topk_sigmoid_token<T, kV, kScanGroups>(p, token, threadIdx.x % 32, warp);
-  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
@@ -673,23 +667,17 @@ struct MoeOps {
     return p;
   }
 
-  // The kernel for p (its checked parameters), the PDL trigger at the start of grids of a few CTAs
-  // (host::pdl_early_trigger), after the stores of one wave of many threads per SM (host::pdl_late_trigger),
-  // else after the wait; `forced`: that one instead.
+  // The kernel for p (its checked parameters), the PDL trigger by the grid (host::pdl_trigger_for); `forced`:
+  // that one instead.
   template <bool kSigmoid>
   static void launch(const TopkParams& p, DLDevice device, const Trigger* forced) {
     using namespace host;
     if (p.tokens == 0) return;
     const int64_t grid = div_ceil(p.tokens, kMoeTopkWarps);
     RuntimeCheck(grid <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
-    Trigger trigger = Trigger::kAfterWait;
-    if (forced != nullptr) {
-      trigger = *forced;
-    } else if (pdl_early_trigger(grid)) {
-      trigger = Trigger::kStart;
-    } else if (pdl_late_trigger(grid * kMoeTopkWarps * 32, runtime::get_sm_count(device.device_id), row_policy(device).threads_per_sm)) {
-      trigger = Trigger::kAfterStores;
-    }
+    const Trigger trigger = forced != nullptr ? *forced
+                                              : pdl_trigger_for(grid, kMoeTopkWarps * 32, runtime::get_sm_count(device.device_id),
+                                                                row_policy(device).threads_per_sm);
     LaunchKernel run(static_cast<unsigned>(grid), kMoeTopkWarps * 32, device);
     run.enable_pdl();
     const auto go = [&](auto v) {

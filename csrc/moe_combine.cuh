@@ -27,9 +27,8 @@ constexpr int kMaxTopk = 64;
 // memory latency per expert.
 constexpr int kExpertsAtOnce = 8;
 
-// Where the kernel lets the next launch start (PDL): at its start (grids of a few CTAs), after its wait, or
-// after its stores (one wave of many threads per SM: host::pdl_late_trigger).
-enum class Trigger : int { kStart, kAfterWait, kAfterStores };
+// Where the kernel lets the next launch start (PDL), by its grid: host::pdl_trigger_for.
+using Trigger = device::PdlTrigger;
 
 // input [tokens, k, hidden] (element strides per token and per expert), out [tokens, hidden].
 template <typename T>
@@ -74,9 +73,8 @@ __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_const
   const int64_t token = blockIdx.x;
   const int64_t v = int64_t{blockIdx.y} * kCtaThreads + threadIdx.x;
   const int64_t col = v * kVec;
-  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (p.trigger == Trigger::kAfterWait) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
   if (v < p.row_vecs) {
     AlignedVector<T, kVec> s;
     if (kWeighted && p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_const
     }
     store_sum(p, token, col, acc, kWeighted && p.shared != nullptr, s);
   }
-  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
@@ -256,9 +254,8 @@ struct MoeCombineOps {
     return blocks;
   }
 
-  // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger at the start of grids
-  // of a few CTAs (host::pdl_early_trigger), after the stores of one wave of many threads per SM
-  // (host::pdl_late_trigger), else after the wait; `forced`: that one instead.
+  // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger by the grid
+  // (host::pdl_trigger_for); `forced`: that one instead.
   template <bool kWeighted, int kCtaThreads, int kAtOnce, int kVec>
   static void launch_vectors(Operands ops, const Trigger* forced) {
     using namespace host;
@@ -266,15 +263,9 @@ struct MoeCombineOps {
     const int64_t blocks = checked_blocks(p, kVec, kCtaThreads);
     if (blocks == 0) return;
     const int64_t grid = p.tokens * blocks;
-    if (forced != nullptr) {
-      p.trigger = *forced;
-    } else if (pdl_early_trigger(grid)) {
-      p.trigger = Trigger::kStart;
-    } else if (pdl_late_trigger(grid * kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm)) {
-      p.trigger = Trigger::kAfterStores;
-    } else {
-      p.trigger = Trigger::kAfterWait;
-    }
+    p.trigger = forced != nullptr ? *forced
+                                  : pdl_trigger_for(grid, kCtaThreads, runtime::get_sm_count(ops.device.device_id),
+                                                    row_policy(ops.device).threads_per_sm);
     LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
         .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
   }

@@ -32,9 +32,8 @@ __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const 
 #ifdef __CUDACC__
   const auto [token, v] = cta_place<kCtaThreads, kColumnMajor>(p);
   const int64_t col = v * kVec;
-  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (p.trigger == Trigger::kAfterWait) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
   if (v < p.row_vecs) {
     float acc[kVec] = {};
     const T* row = p.in + token * p.in_token_stride + col;
@@ -70,7 +69,7 @@ __global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const 
     if (add_shared) s.load(p.shared + token * p.shared_stride + col);
     store_sum(p, token, col, acc, add_shared, s);
   }
-  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
@@ -84,9 +83,8 @@ __global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_co
   __shared__ AlignedVector<T, kVec> buf[kStage][kCtaThreads];
   const auto [token, v] = cta_place<kCtaThreads, kColumnMajor>(p);
   const int64_t col = v * kVec;
-  if (p.trigger == Trigger::kStart) device::pdl_trigger_secondary();
-  device::pdl_wait_primary();
-  if (p.trigger == Trigger::kAfterWait) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
   if (v < p.row_vecs) {
     float acc[kVec] = {};
     const T* row = p.in + token * p.in_token_stride + col;
@@ -115,7 +113,7 @@ __global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_co
     if (add_shared) s.load(p.shared + token * p.shared_stride + col);
     store_sum(p, token, col, acc, add_shared, s);
   }
-  if (p.trigger == Trigger::kAfterStores) device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
@@ -161,13 +159,7 @@ struct Variant {
     const int64_t blocks = Ops::checked_blocks(p, kVec, kCtaThreads);
     if (blocks == 0) return;
     const int64_t grid = p.tokens * blocks;
-    if (pdl_early_trigger(grid)) {
-      p.trigger = Trigger::kStart;
-    } else if (pdl_late_trigger(grid * kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm)) {
-      p.trigger = Trigger::kAfterStores;
-    } else {
-      p.trigger = Trigger::kAfterWait;
-    }
+    p.trigger = pdl_trigger_for(grid, kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm);
     RuntimeCheck(grid <= 0x7fffffff, "too many CTAs for one launch: ", grid);
     const dim3 dims = kColumnMajor ? dim3(static_cast<unsigned>(grid)) : dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks));
     if constexpr (kStage > 0) {

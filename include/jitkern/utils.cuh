@@ -43,6 +43,17 @@ namespace device {
 // early, and wait for the previous kernel's memory before touching it. No-ops below sm_90.
 JITKERN_DEVICE void pdl_wait_primary() { ptx::griddepcontrol_wait(); }
 JITKERN_DEVICE void pdl_trigger_secondary() { ptx::griddepcontrol_launch_dependents(); }
+// Where a kernel whose launch picks it (host::pdl_trigger_for) triggers the next launch.
+enum class PdlTrigger : int { kStart, kAfterWait, kAfterStores };
+// The trigger, where `place` is the one `trigger` names.
+JITKERN_DEVICE void pdl_trigger_at(PdlTrigger trigger, PdlTrigger place) {
+  if (trigger == place) pdl_trigger_secondary();
+}
+// pdl_wait_primary(), then the trigger where it is placed after the wait.
+JITKERN_DEVICE void pdl_wait_primary(PdlTrigger trigger) {
+  pdl_wait_primary();
+  pdl_trigger_at(trigger, PdlTrigger::kAfterWait);
+}
 // Called before pdl_wait_primary() with an address of global memory the kernel reads after it: the
 // address is then worked out before the wait, where it overlaps the kernel before (ptxas otherwise moves
 // address arithmetic after the wait, next to the load), and L2 is asked for its line. Safe on memory the
@@ -84,6 +95,13 @@ inline bool pdl_early_trigger(int64_t grid) { return grid <= kPdlEarlyTriggerMax
 inline constexpr int64_t kPdlLateTriggerThreadsPerSm = 256;
 inline bool pdl_late_trigger(int64_t threads, int64_t sm_count, int64_t threads_per_sm) {
   return threads > kPdlLateTriggerThreadsPerSm * sm_count && threads <= threads_per_sm * sm_count;
+}
+// The trigger of a grid of `ctas` CTAs of `cta_threads`: at the start of a few CTAs (pdl_early_trigger), after the
+// stores of one wave of many threads per SM (pdl_late_trigger), else after the wait.
+inline device::PdlTrigger pdl_trigger_for(int64_t ctas, int64_t cta_threads, int64_t sm_count, int64_t threads_per_sm) {
+  if (pdl_early_trigger(ctas)) return device::PdlTrigger::kStart;
+  if (pdl_late_trigger(ctas * cta_threads, sm_count, threads_per_sm)) return device::PdlTrigger::kAfterStores;
+  return device::PdlTrigger::kAfterWait;
 }
 }  // namespace host
 
