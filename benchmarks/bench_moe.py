@@ -90,6 +90,27 @@ def ratio(base, j):
     return "n/a" if base is None else f"{base['median'] / j['median']:.2f}x"
 
 
+def reference_columns(r, j) -> tuple:
+    """The reference's time and reference / jitkern as table cells ("n/a" without the reference)."""
+    return ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+
+
+def topk_softmax_in_turns(ref, logits, k: int, renormalize: bool, rounds: int = 3) -> tuple:
+    """jitkern's topk_softmax (int32 ids) on logits and the reference's (None: without it), timed in turns: jitkern's
+    time, the reference's (None) and the tokens the two route differently ("n/a")."""
+    t = logits.shape[0]
+    w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
+    fns = {"jitkern": lambda: topk_softmax(w, ids, logits, renormalize)}
+    if ref is not None:
+        rw, rids = torch.empty_like(w), torch.empty_like(ids)
+        fns["reference"] = lambda: ref.topk_softmax(rw, rids, logits, renormalize)
+    call_each(fns)
+    # The reference ranks its probabilities (ties of rounding, and of bf16 logits, may order differently).
+    differ = int((ids != rids).any(-1).sum()) if ref is not None else "n/a"
+    times = interleaved(fns, rounds)
+    return times["jitkern"], times.get("reference"), differ
+
+
 def launch_floor() -> float:
     module = yardstick_module()
     src = torch.zeros(4096, dtype=torch.int32, device="cuda")
@@ -112,18 +133,8 @@ def reference_table(floor: float) -> None:
     cases += [(torch.float32, 128, k, False, t) for k in (1, 2, 4) for t in (1, 4096)]
     cases += [(torch.float32, 128, 8, True, t) for t in (1, 64, 4096)]
     for dtype, e, k, renormalize, t in cases:
-        logits = torch.randn(t, e, device="cuda").to(dtype)
-        w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
-        fns = {"jitkern": lambda: topk_softmax(w, ids, logits, renormalize)}
-        if ref is not None:
-            rw, rids = torch.empty_like(w), torch.empty_like(ids)
-            fns["reference"] = lambda: ref.topk_softmax(rw, rids, logits, renormalize)
-        call_each(fns)
-        # The reference ranks its probabilities (ties of rounding, and of bf16 logits, may order differently).
-        differ = int((ids != rids).any(-1).sum()) if "reference" in fns else "n/a"
-        times = interleaved(fns)
-        j, r = times["jitkern"], times.get("reference")
-        r_text, ratio_text = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        j, r, differ = topk_softmax_in_turns(ref, torch.randn(t, e, device="cuda").to(dtype), k, renormalize)
+        r_text, ratio_text = reference_columns(r, j)
         print(f"| {str(dtype).replace('torch.', '')} | {e} | {k} | {renormalize} | {t} | {j:.2f} | {r_text} | {ratio_text} | {differ} |",
               flush=True)
 
@@ -216,7 +227,7 @@ def sigmoid_table(floor: float) -> None:
                                 for x, i in outs.values()) else "NO"
             times = interleaved(fns, SIGMOID_ROUNDS)
             j, r = times["jitkern"], times.get("reference")
-            r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+            r_text, r_ratio = reference_columns(r, j)
             form = "grouped (8 groups, 4 kept, x 2.5)" if grouped else "plain"
             cols = " | ".join(f"{times[name]:.2f}" for name in TRIGGERS)
             print(f"| {form} | {t} | {j:.2f} | {cols} | {r_text} | {r_ratio} | {same} |", flush=True)
@@ -225,16 +236,8 @@ def sigmoid_table(floor: float) -> None:
     print("| T | jitkern | reference | reference / jitkern |")
     print("|---|---|---|---|")
     for t in SOFTMAX_TOKENS:
-        g = torch.randn(t, experts, device="cuda")
-        w, ids = torch.empty(t, k, device="cuda"), torch.empty(t, k, dtype=torch.int32, device="cuda")
-        fns = {"jitkern": lambda: topk_softmax(w, ids, g, True)}
-        if ref is not None:
-            rw, rids = torch.empty_like(w), torch.empty_like(ids)
-            fns["reference"] = lambda: ref.topk_softmax(rw, rids, g, True)
-        call_each(fns)
-        times = interleaved(fns, SIGMOID_ROUNDS)
-        j, r = times["jitkern"], times.get("reference")
-        r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        j, r, _ = topk_softmax_in_turns(ref, torch.randn(t, experts, device="cuda"), k, True, SIGMOID_ROUNDS)
+        r_text, r_ratio = reference_columns(r, j)
         print(f"| {t} | {j:.2f} | {r_text} | {r_ratio} |", flush=True)
 
 
@@ -286,7 +289,7 @@ def align_table(floor: float) -> None:
             same += f" (reference's total {int(rn)}, jitkern's {int(outs['jitkern'][2])})"
         times = interleaved(fns, rounds=ALIGN_ROUNDS)
         j, r = times["jitkern"], times.get("reference")
-        r_text, r_ratio = ("n/a", "n/a") if r is None else (f"{r:.2f}", f"{r / j:.2f}x")
+        r_text, r_ratio = reference_columns(r, j)
         forms = " | ".join(f"{times[name]:.2f}" for name in ALIGN_FORMS)
         print(f"| {e} | {t} | {block} | {j:.2f} | {forms} | {r_text} | {times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
 
