@@ -204,8 +204,9 @@ def test_many_in_place_narrow_rows_kernel_fits_six_ctas_an_sm(tmp_path):
 @pytest.mark.toolchain
 def test_wide_rows_that_fill_warps_at_two_vectors_a_thread_do_not_spill(tmp_path):
     """bf16 rows of 1536 / 2560 / 3584 (vectors filling whole warps at two a thread, not at four) are held at two
-    (device::norm::norm_reg_vecs), exactly: the general kernel many such rows take (token rows, and the width kernel
-    of few) keeps them without a stack frame, where at four (some threads a vector short) it spilled 56 bytes."""
+    (device::norm::norm_reg_vecs), exactly: the width kernel (aligned 16-bit rows, any row count) and the general
+    kernel (the other rows) keep them without a stack frame, where at four (some threads a vector short) the
+    general kernel spilled 56 bytes."""
     log = _ptxas_report(tmp_path, "wide_half", "#include <jitkern/impl/norm_launch.cuh>\n"
                         "using namespace device::norm;\n"
                         "static_assert(norm_reg_vecs(192) == 2 && norm_reg_vecs(320) == 2 && norm_reg_vecs(448) == 2 && norm_reg_vecs(512) == 4);\n"
