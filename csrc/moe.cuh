@@ -392,25 +392,26 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
-// One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
-// of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
-// order: the first counts them per expert (the lanes of an expert found by match_any or ballots, its lowest
-// adds their count to the warp's row), the second writes each id at its expert's base + the ids before it in
-// the CTA, the warp and the round. The bases come from the counts of every CTA (read through distributed shared
-// memory): the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
-// one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against
-// each other's ids, writes each expert's padding with a warp after the scan.
+// Up to kAlignGridMaxIds ids the grid form (moe_align_grid_kernel, described there). Beyond: a cluster of
+// kAlignClusterCtas (sm_90; one CTA below it), each CTA a contiguous slice of topk_ids and each warp a
+// contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in order: the first counts them per
+// expert (the lanes of an expert found by match_any or ballots, its lowest adds their count to the warp's row),
+// the second writes each id at its expert's base + the ids before it in the CTA, the warp and the round. The
+// bases come from the counts of every CTA (read through distributed shared memory): the experts' padded starts,
+// plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding: one CTA fills the whole
+// output first (coalesced); a cluster, whose CTAs would have to order that against each other's ids, writes
+// each expert's padding with a warp after the scan.
 
 constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
 constexpr int kAlignClusterCtas = 8;
 // Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
 constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
-// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one CTA below 2048 ids (T = 1 / 64:
-// 2.85 / 3.98 us, the cluster 4.07 / 4.58); the cluster from there (T = 256 / 1024: 5.03 / 6.68 us, one CTA 7.27 /
-// 23.27); ballots from 32768 ids, where every round holds ids of ~32 experts and match_any takes longer (T = 4096
-// / 32768: 12.37 / 83.03 us against 14.00 / 89.74), match_any below (its rounds of few experts are quicker).
-constexpr int32_t kAlignClusterMinIds = 2048, kAlignBallotsMinIds = 32768;
+// The launch by size: the grid form up to kAlignGridMaxIds ids (each of its CTAs counts all of them); the
+// cluster beyond, with ballots from 32768 ids, where every round holds ids of ~32 experts and match_any takes
+// longer (H200, top-8 of 256 experts, docs/benchmarks/moe.md: T = 4096 / 32768: 12.37 / 83.03 us against
+// 14.00 / 89.74), match_any below (its rounds of few experts are quicker).
+constexpr int32_t kAlignGridMaxIds = 8192, kAlignBallotsMinIds = 32768;
 
 struct AlignParams {
   const void* ids;
@@ -467,6 +468,20 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
     else hi = mid - 1;
   }
   return lo;
+}
+
+// Every entry of sorted_token_ids n, by the CTA's kAlignThreads threads (16-byte stores where it is aligned).
+__device__ __forceinline__ void align_fill(const AlignParams& p) {
+#ifdef __CUDACC__
+  const int tid = threadIdx.x;
+  int64_t from = 0;
+  if (reinterpret_cast<uintptr_t>(p.sorted) % 16 == 0) {
+    const int4 v = make_int4(p.n, p.n, p.n, p.n);
+    for (int64_t i = tid; i < p.sorted_len / 4; i += kAlignThreads) reinterpret_cast<int4*>(p.sorted)[i] = v;
+    from = p.sorted_len / 4 * 4;
+  }
+  for (int64_t s = from + tid; s < p.sorted_len; s += kAlignThreads) p.sorted[s] = p.n;
+#endif
 }
 
 // The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
@@ -554,17 +569,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   device::pdl_wait_primary();
   int held[kBatch];  // the first batch's experts, for both passes
   load_batch(p, ids.x, ids.y, held);
-  if constexpr (kCtas == 1) {
-    // Every entry n first, coalesced: the ids overwrite theirs after the barriers below (one CTA: ordered by them).
-    int32_t* out = p.sorted;
-    int64_t from = 0;
-    if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-      const int4 v = make_int4(p.n, p.n, p.n, p.n);
-      for (int64_t i = tid; i < p.sorted_len / 4; i += kAlignThreads) reinterpret_cast<int4*>(out)[i] = v;
-      from = p.sorted_len / 4 * 4;
-    }
-    for (int64_t s = from + tid; s < p.sorted_len; s += kAlignThreads) out[s] = p.n;
-  }
+  if constexpr (kCtas == 1) align_fill(p);  // the ids overwrite theirs after the barriers below (one CTA: ordered by them)
   __syncthreads();
   uint32_t* row = table[warp];
   align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
@@ -614,6 +619,86 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
     if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
   });
   if constexpr (kCtas > 1) align_cluster_wait();
+#endif
+}
+
+// The grid form, up to kAlignGridMaxIds ids: ceil(n / kAlignThreads) CTAs, no cluster. CTA c ranks the chunk
+// [c * kAlignThreads, + kAlignThreads), an id a thread, and counts every id of the other chunks (shared atomics:
+// those before its chunk apart), so that each CTA has every expert's start without the others. A warp's lanes of
+// an expert are the bits they OR into the warp's row: an id's place is its expert's start + the ids of earlier
+// chunks, of earlier warps of the chunk and of its lanes below. One CTA fills the output first (coalesced); more
+// write each expert's padding with a warp (an id's CTA is not ordered against the others' stores).
+template <typename = void>
+__global__ void __launch_bounds__(kAlignThreads) moe_align_grid_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
+  static_assert(kAlignThreads >= kMoeMaxExperts, "a thread per expert");
+  constexpr int kLoads = 8;  // chunks a thread loads before it counts any
+  __shared__ __align__(16) uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its lanes, then the place of its first
+  __shared__ int before[kMoeMaxExperts], after[kMoeMaxExperts], start[kMoeMaxExperts], pad_from[kMoeMaxExperts];
+  device::pdl_trigger_secondary();
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts, bs = p.block_size;
+  const int chunk = static_cast<int>(blockIdx.x), chunks = static_cast<int>(gridDim.x);
+  for (int i = tid; i < kAlignWarps * kMoeMaxExperts / 4; i += kAlignThreads) reinterpret_cast<uint4*>(&table[0][0])[i] = uint4{};
+  if (tid < kMoeMaxExperts) before[tid] = after[tid] = 0;
+  __syncthreads();
+  device::pdl_wait_primary();
+  int mine = -1;  // this thread's expert in the CTA's chunk
+  for (int k0 = 0; k0 < chunks; k0 += kLoads) {
+    int e[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int64_t i = int64_t{k0 + u} * kAlignThreads + tid;
+      e[u] = k0 + u < chunks && i < p.n ? expert_of(p, static_cast<int32_t>(i)) : -1;
+    }
+    if (chunks == 1) align_fill(p);  // while the loads are in flight; the ids overwrite theirs after the barriers below
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (e[u] < 0) continue;
+      if (k0 + u == chunk) {
+        mine = e[u];
+        atomicOr(&table[warp][e[u]], 1u << lane);
+      } else {
+        atomicAdd(k0 + u < chunk ? &before[e[u]] : &after[e[u]], 1);
+      }
+    }
+  }
+  __syncthreads();
+  const unsigned peers = mine >= 0 ? table[warp][mine] : 0u;
+  uint32_t lanes[kAlignWarps];
+  int count = 0, earlier = 0;  // thread e: expert e's ids, those of earlier chunks
+  if (tid < E) {
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) lanes[w] = table[w][tid], count += __popc(lanes[w]);
+    earlier = before[tid];
+    count += earlier + after[tid];
+  }
+  const int padded = (count + bs - 1) / bs * bs;
+  int total;
+  const int first = device::cta::exclusive_sum_once(padded, total);  // its barriers: every peers read before the table is rewritten
+  if (tid < E) {
+    int at = first + earlier;
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) table[w][tid] = static_cast<uint32_t>(at), at += __popc(lanes[w]);
+    start[tid] = first, pad_from[tid] = first + count;
+    for (int b = first / bs + chunk; b < (first + padded) / bs; b += chunks) p.expert_ids[b] = tid;
+  }
+  if (chunk == 0 && tid == 0) *p.total_out = total;
+  const int64_t at = int64_t{chunk} * kAlignThreads + tid, stride = int64_t{chunks} * kAlignThreads;
+  for (int64_t b = total / bs + at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = -1;
+  if (chunks > 1)
+    for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;  // after the last expert
+  __syncthreads();
+  if (mine >= 0) p.sorted[table[warp][mine] + __popc(peers & ((1u << lane) - 1))] = static_cast<int32_t>(at);
+  if (chunks > 1) {
+    // Each expert's slots after its ids, a warp an expert (consecutive stores): lane j holds the j-th expert of the warp.
+    const int gw = chunk * kAlignWarps + warp, warps = chunks * kAlignWarps, held = gw + lane * warps;
+    int from = 0, end = 0;
+    if (held < E) from = pad_from[held], end = held + 1 < E ? start[held + 1] : total;
+    for (int j = 0; j < 32 && gw + j * warps < E; ++j) {
+      const int a = __shfl_sync(0xffffffffu, from, j), b = __shfl_sync(0xffffffffu, end, j);
+      for (int s = a + lane; s < b; s += 32) p.sorted[s] = p.n;
+    }
+  }
 #endif
 }
 
@@ -777,6 +862,13 @@ void launch_align(const AlignParams& p, DLDevice dev) {
   host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
 }
 
+// The grid form's launch: a CTA per kAlignThreads ids.
+template <typename = void>
+void launch_align_grid(const AlignParams& p, DLDevice dev) {
+  const int64_t chunks = std::max<int64_t>(1, host::div_ceil(int64_t{p.n}, kAlignThreads));
+  host::LaunchKernel(static_cast<unsigned>(chunks), kAlignThreads, dev).enable_pdl()(moe_align_grid_kernel<>, p);
+}
+
 // topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
 // (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
 // a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
@@ -786,7 +878,9 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                           jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
   const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
-  if (p.n >= kAlignClusterMinIds && host::runtime::get_arch(dev.device_id) >= 90) {
+  if (p.n <= kAlignGridMaxIds) {
+    launch_align_grid<>(p, dev);
+  } else if (host::runtime::get_arch(dev.device_id) >= 90) {
     if (p.n >= kAlignBallotsMinIds) {
       launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
     } else {
