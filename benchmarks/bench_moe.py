@@ -8,7 +8,8 @@
   reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
   topk_softmax fp32 with 256 experts beside the reference's;
 - `align`: moe_align_block_size (top-8) beside its forms forced whatever the size (the grid form; the two-pass
-  kernel as one CTA and as a cluster, with match_any or ballots: benchmarks/kernels/moe_align_schedules.cuh) and
+  kernel as one CTA and as a cluster, with match_any or ballots, its first pass counting by atomics or ranking:
+  benchmarks/kernels/moe_align_schedules.cuh) and
   the reference's moe_align_block_size, outputs compared with torch_align's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
@@ -244,10 +245,12 @@ def sigmoid_table(floor: float) -> None:
 ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64), (256, 512, 64),
                 (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 1, 16), (128, 256, 16), (128, 1024, 64),
                 (128, 32768, 128)]
-ALIGN_ROUNDS = 1  # up to five forms a shape: one graph timing each keeps the table to seconds
+ALIGN_ROUNDS = 1  # up to six forms a shape: one graph timing each keeps the table to seconds
 # name -> (the schedule module's export, the fewest and the most ids it is timed at: outside, far off the others)
 ALIGN_FORMS = {"grid": ("align_0", 0, 16384), "one CTA, match_any": ("align_1_match", 0, 4096),
-               "cluster, match_any": ("align_8_match", 0, 1 << 31), "cluster, ballots": ("align_8_ballots", 16384, 1 << 31)}
+               "cluster, match_any": ("align_8_match", 0, 1 << 31), "cluster, ballots": ("align_8_ballots", 16384, 1 << 31),
+               "cluster, match_any, ranked count": ("align_8_match_ranked", 16384, 1 << 31),
+               "cluster, ballots, ranked count": ("align_8_ballots_ranked", 16384, 1 << 31)}
 
 
 def align_module():
@@ -256,14 +259,15 @@ def align_module():
                             extra_include_paths=[str(here.parent / "csrc")],
                             cuda_wrappers=[("align_0", "bench_moe_align::align_schedule<0, false>"),
                                            ("align_1_match", "bench_moe_align::align_schedule<1, false>"),
-                                           *((f"align_8_{name}", f"bench_moe_align::align_schedule<8, {flag}>")
-                                             for name, flag in (("ballots", "true"), ("match", "false")))])
+                                           *((f"align_8_{name}{suffix}", f"bench_moe_align::align_schedule<8, {flag}, {atomic}>")
+                                             for name, flag in (("ballots", "true"), ("match", "false"))
+                                             for suffix, atomic in (("", "true"), ("_ranked", "false")))])
 
 
 def align_table(floor: float) -> None:
     """moe_align_block_size of top-8 ids beside its forms forced (the grid form, the two-pass kernel as one CTA and
-    as a cluster of 8 with match_any or ballots) and the reference's, each shape timed in turns; every jitkern
-    form's outputs equal torch_align's."""
+    as a cluster of 8 with match_any or ballots, its first pass counting by atomics or, "ranked count", ranking
+    its rounds) and the reference's, each shape timed in turns; every jitkern form's outputs equal torch_align's."""
     schedules = align_module()
     ref = reference_ops_or_none("moe.moe_align")
     print(f"\n### moe_align_block_size beside its forms and the reference {reference_version()} ({environment()})\n")

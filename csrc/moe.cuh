@@ -395,8 +395,8 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 // Up to kAlignGridMaxIds ids the grid form (moe_align_grid_kernel, described there). Beyond: a cluster of
 // kAlignClusterCtas (sm_90; one CTA below it), each CTA a contiguous slice of topk_ids and each warp a
 // contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in order: the first counts them per
-// expert (the lanes of an expert found by match_any or ballots, its lowest adds their count to the warp's row),
-// the second writes each id at its expert's base + the ids before it in the CTA, the warp and the round. The
+// expert in the warp's row (shared atomics), the second writes each id at its expert's base + the ids before it
+// in the CTA, the warp and the round (the lanes of an expert in a round found by match_any or ballots). The
 // bases come from the counts of every CTA (read through distributed shared memory): the experts' padded starts,
 // plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding: one CTA fills the whole
 // output first (coalesced); a cluster, whose CTAs would have to order that against each other's ids, writes
@@ -521,13 +521,10 @@ __device__ __forceinline__ unsigned same_expert_lanes(int e, int experts) {
 #endif
 }
 
-// A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
-// -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
-template <int kBatch, bool kBallots, typename F>
-__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
-                                           const F& f) {
-#ifdef __CUDACC__
-  const int lane = threadIdx.x % 32;
+// A warp's ids [lo, hi) in batches of kBatch rounds of 32, in order (the first batch's experts given): f(the batch's
+// first id, the lane's experts of its rounds).
+template <int kBatch, typename F>
+__device__ __forceinline__ void align_batches(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], const F& f) {
   for (int64_t base = lo; base < hi; base += 32 * kBatch) {
     int e[kBatch];
     if (base == lo) {
@@ -536,6 +533,18 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
     } else {
       load_batch(p, base, hi, e);
     }
+    f(base, e);
+  }
+}
+
+// A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
+// -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
+template <int kBatch, bool kBallots, typename F>
+__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
+                                           const F& f) {
+#ifdef __CUDACC__
+  const int lane = threadIdx.x % 32;
+  align_batches<kBatch>(p, lo, hi, held, [&](int64_t base, const int (&e)[kBatch]) {
 #pragma unroll
     for (int r = 0; r < kBatch; ++r) {
       const unsigned peers = same_expert_lanes<kBallots>(e[r], p.experts);
@@ -545,12 +554,26 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
       __syncwarp();
       f(static_cast<int32_t>(base + r * 32 + lane), e[r], peers, before);
     }
-  }
+  });
 #endif
 }
 
-// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
-template <int kCtas, int kBatch, bool kBallots>
+// A warp's ids [lo, hi) counted per expert into row (the first batch's experts given), by shared atomics: a
+// count needs no order.
+template <int kBatch>
+__device__ __forceinline__ void align_count(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row) {
+#ifdef __CUDACC__
+  align_batches<kBatch>(p, lo, hi, held, [&](int64_t, const int (&e)[kBatch]) {
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r)
+      if (e[r] >= 0) atomicAdd(&row[e[r]], 1u);
+  });
+#endif
+}
+
+// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel. The first
+// pass counts by atomics (kAtomicCount) or ranks its rounds as the second does.
+template <int kCtas, int kBatch, bool kBallots, bool kAtomicCount>
 __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
   __shared__ uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its ids, then the offset of its first
@@ -572,7 +595,11 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   if constexpr (kCtas == 1) align_fill(p);  // the ids overwrite theirs after the barriers below (one CTA: ordered by them)
   __syncthreads();
   uint32_t* row = table[warp];
-  align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
+  if constexpr (kAtomicCount) {
+    align_count<kBatch>(p, ids.x, ids.y, held, row);
+  } else {
+    align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
+  }
   __syncthreads();
   int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
   if (tid < E) {               // the warps' counts -> each warp row's offset in the CTA
@@ -857,9 +884,9 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
 
 // The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
 // lanes of an expert found by ballots or match_any.
-template <int kCtas, int kBatch, bool kBallots>
+template <int kCtas, int kBatch, bool kBallots, bool kAtomicCount = true>
 void launch_align(const AlignParams& p, DLDevice dev) {
-  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots, kAtomicCount>, p);
 }
 
 // The grid form's launch: a CTA per kAlignThreads ids.
