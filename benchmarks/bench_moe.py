@@ -9,8 +9,8 @@
   topk_softmax fp32 with 256 experts beside the reference's;
 - `align`: moe_align_block_size (top-8) beside its forms forced whatever the size (the grid form; the two-pass
   kernel as one CTA and as a cluster, with match_any or ballots, its first pass counting by atomics or ranking:
-  benchmarks/kernels/moe_align_schedules.cuh) and
-  the reference's moe_align_block_size, outputs compared with torch_align's entry for entry.
+  benchmarks/kernels/moe_align_schedules.cuh) and the reference's moe_align_block_size (and its
+  moe_align_small_numel up to 64 ids), outputs compared with torch_align's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
 from __future__ import annotations
@@ -242,9 +242,10 @@ def sigmoid_table(floor: float) -> None:
 
 
 # (experts, T, block): 256 tokens (2048 ids) and the sizes around it, where the forms cross.
-ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64), (256, 512, 64),
-                (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 1, 16), (128, 256, 16), (128, 1024, 64),
+ALIGN_SHAPES = [(256, 1, 16), (256, 8, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
+                (256, 512, 64), (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 256, 16), (128, 1024, 64),
                 (128, 32768, 128)]
+ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
 ALIGN_ROUNDS = 1  # up to six forms a shape: one graph timing each keeps the table to seconds
 # name -> (the schedule module's export, the fewest and the most ids it is timed at: outside, far off the others)
 ALIGN_FORMS = {"grid": ("align_0", 0, 16384), "one CTA, match_any": ("align_1_match", 0, 4096),
@@ -267,14 +268,17 @@ def align_module():
 def align_table(floor: float) -> None:
     """moe_align_block_size of top-8 ids beside its forms forced (the grid form, the two-pass kernel as one CTA and
     as a cluster of 8 with match_any or ballots, its first pass counting by atomics or, "ranked count", ranking
-    its rounds) and the reference's, each shape timed in turns; every jitkern form's outputs equal torch_align's."""
+    its rounds) and the reference's (moe_align_block_size, and moe_align_small_numel where it takes the size), each
+    shape timed in turns; every jitkern form's outputs equal torch_align's."""
     schedules = align_module()
-    ref = reference_ops_or_none("moe.moe_align")
+    ref, small = reference_ops_or_none("moe.moe_align"), reference_ops_or_none("moe.moe_align_small_numel")
     print(f"\n### moe_align_block_size beside its forms and the reference {reference_version()} ({environment()})\n")
     print(f"Top-8 int32 ids; CUDA-graph medians (us) of {ALIGN_ROUNDS} interleaved run(s); launch floor (one CTA copying 16 KiB): "
-          f"{floor:.2f} us; '-': not timed at that size.\n")
-    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | reference / jitkern | outputs as torch's |")
-    print("|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|")
+          f"{floor:.2f} us; '-': not timed at that size. reference: its moe_align_block_size; small numel: its "
+          f"moe_align_small_numel (up to {ALIGN_SMALL_NUMEL} ids); reference / jitkern: the quicker of the two.\n")
+    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | small numel | reference / jitkern | "
+          "outputs as torch's |")
+    print("|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|---|")
     for e, t, block in ALIGN_SHAPES:
         ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
         size, blocks = align_sizes(ids.numel(), e, block)
@@ -282,6 +286,7 @@ def align_table(floor: float) -> None:
         outs = {name: (torch.empty(size, dtype=torch.int32, device="cuda"), torch.empty(blocks, dtype=torch.int32, device="cuda"),
                        torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", *forms)}
         fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"])}
+        totals = {}  # a reference form's name -> its num_tokens_post_pad
         for name, export in forms.items():
             fns[name] = lambda fn=getattr(schedules, export), out=outs[name]: fn(ids.view(-1), e, block, *out)
         if ref is not None:
@@ -289,18 +294,24 @@ def align_table(floor: float) -> None:
             rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
             rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(e + 3, device="cuda", dtype=torch.int32)
             fns["reference"] = lambda: ref.moe_align_block_size(ids, e + 1, block, rs, re_, rn, cumsum, True)
+            totals["reference"] = rn
+        if small is not None and ids.numel() <= ALIGN_SMALL_NUMEL:
+            ss, se, sn = (torch.empty_like(x) for x in outs["jitkern"])
+            fns["small numel"] = lambda: small.moe_align_small_numel(ids, e + 1, block, ss, se, sn)
+            totals["small numel"] = sn
         call_each(fns)
         torch.cuda.synchronize()
         expected = torch_align(ids, e, block)
         differ = [name for name in outs if not all(torch.equal(a, b) for a, b in zip(outs[name], expected))]
         same = "NO: " + ", ".join(differ) if differ else "yes"
-        if "reference" in fns and int(rn) != int(outs["jitkern"][2]):
-            same += f" (reference's total {int(rn)}, jitkern's {int(outs['jitkern'][2])})"
+        for name, total in totals.items():
+            if int(total) != int(outs["jitkern"][2]):
+                same += f" ({name}'s total {int(total)}, jitkern's {int(outs['jitkern'][2])})"
         times = interleaved(fns, rounds=ALIGN_ROUNDS)
-        j, r = times["jitkern"], times.get("reference")
-        r_text, r_ratio = reference_columns(r, j)
-        cols = " | ".join(f"{times[name]:.2f}" if name in times else "-" for name in ALIGN_FORMS)
-        print(f"| {e} | {t} | {block} | {j:.2f} | {cols} | {r_text} | {r_ratio} | {same} |", flush=True)
+        j = times["jitkern"]
+        quickest = min((times[name] for name in totals), default=None)
+        cols = " | ".join(f"{times[name]:.2f}" if name in times else "-" for name in (*ALIGN_FORMS, "reference", "small numel"))
+        print(f"| {e} | {t} | {block} | {j:.2f} | {cols} | {reference_columns(quickest, j)[1]} | {same} |", flush=True)
 
 
 def main() -> None:
