@@ -246,12 +246,12 @@ ALIGN_SHAPES = [(256, 1, 16), (256, 8, 16), (256, 64, 16), (256, 128, 16), (256,
                 (256, 512, 64), (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 256, 16),
                 (128, 32768, 128)]
 ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
-ALIGN_ROUNDS = 1  # up to seven forms a shape: one graph timing each keeps the table to seconds
-# name -> (the schedule module's export, the fewest and the most ids it is timed at: outside, far off the others)
-ALIGN_FORMS = {"grid": ("align_0", 0, 16384), "one CTA, match_any": ("align_1_match", 0, 4096),
-               "cluster, match_any": ("align_8_match", 0, 1 << 31), "cluster, ballots": ("align_8_ballots", 16384, 1 << 31),
-               "cluster, ballots, ranked count": ("align_8_ballots_ranked", 16384, 1 << 31),
-               "cluster of 16, ballots": ("align_16_ballots", 16384, 1 << 31)}
+ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
+# name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch)
+ALIGN_FORMS = {"grid": ("align_0", 0, 16384), "one CTA, match_any": ("align_1_match", 0, 2048),
+               "cluster, match_any": ("align_8_match", 0, 32768), "cluster, ballots": ("align_8_ballots", 16384, 1 << 31),
+               "cluster, ballots, ranked count": ("align_8_ballots_ranked", 32768, 1 << 31),
+               "cluster of 16, ballots": ("align_16_ballots", 32768, 1 << 31)}
 
 
 def align_module():
