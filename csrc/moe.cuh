@@ -886,7 +886,12 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
 // lanes of an expert found by ballots or match_any.
 template <int kCtas, int kBatch, bool kBallots, bool kAtomicCount = true>
 void launch_align(const AlignParams& p, DLDevice dev) {
-  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots, kAtomicCount>, p);
+  const auto kernel = moe_align_kernel<kCtas, kBatch, kBallots, kAtomicCount>;
+  if constexpr (kCtas > 8) {  // beyond the portable cluster size: allowed kernel by kernel
+    const host::DeviceGuard guard(dev.device_id);
+    host::RuntimeDeviceCheck(cudaFuncSetAttribute(host::kernel_handle(kernel), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(kernel, p);
 }
 
 // The grid form's launch: a CTA per kAlignThreads ids.

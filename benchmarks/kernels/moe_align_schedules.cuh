@@ -9,24 +9,16 @@ namespace bench_moe_align {
 using namespace jitkern_moe;
 
 #ifndef __CUDACC_RTC__
-// kSchedule 0: the grid form; 1: the two-pass kernel as one CTA; 8 / 16: as a cluster of 8 / 16 (16: beyond the
-// portable size, allowed per kernel); the two-pass kernel's lanes of an expert found by ballots (kBallots) or
-// match_any, its first pass counting by shared atomics (kAtomicCount) or ranking its rounds as the second does.
+// kSchedule 0: the grid form; 1: the two-pass kernel as one CTA; 8 / 16: as a cluster of 8 / 16; the two-pass
+// kernel's lanes of an expert found by ballots (kBallots) or match_any, its first pass counting by shared atomics
+// (kAtomicCount) or ranking its rounds as the second does.
 template <int kSchedule, bool kBallots, bool kAtomicCount = true>
 void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
                     jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
-  using namespace host;
   DLDevice dev;
   const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
   if constexpr (kSchedule == 0) {
     launch_align_grid<>(p, dev);
-  } else if constexpr (kSchedule == 16) {
-    const auto kernel = moe_align_kernel<16, kAlignClusterBatch, kBallots, kAtomicCount>;
-    {
-      const DeviceGuard guard(dev.device_id);
-      RuntimeDeviceCheck(cudaFuncSetAttribute(kernel_handle(kernel), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    }
-    LaunchKernel(16, kAlignThreads, dev).enable_pdl()(kernel, p);
   } else {
     launch_align<kSchedule, kSchedule == 1 ? kAlignBatch : kAlignClusterBatch, kBallots, kAtomicCount>(p, dev);
   }
