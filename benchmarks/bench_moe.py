@@ -8,9 +8,9 @@
   reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
   topk_softmax fp32 with 256 experts beside the reference's;
 - `align`: moe_align_block_size (top-8) beside its forms forced whatever the size (the grid form; the two-pass
-  kernel as one CTA and as a cluster, with match_any or ballots, its first pass counting by atomics or ranking:
-  benchmarks/kernels/moe_align_schedules.cuh) and the reference's moe_align_block_size (and its
-  moe_align_small_numel up to 64 ids), outputs compared with torch_align's entry for entry.
+  kernel as a cluster of 8 or 16, with match_any or ballots: benchmarks/kernels/moe_align_schedules.cuh) and
+  the reference's moe_align_block_size (and its moe_align_small_numel up to 64 ids), outputs compared with
+  torch_align's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
 from __future__ import annotations
@@ -243,15 +243,13 @@ def sigmoid_table(floor: float) -> None:
 
 # (experts, T, block): 256 tokens (2048 ids) and the sizes around it, where the forms cross.
 ALIGN_SHAPES = [(256, 1, 16), (256, 8, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
-                (256, 512, 64), (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 256, 16),
+                (256, 512, 64), (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 1, 16), (128, 128, 16),
                 (128, 32768, 128)]
 ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
 ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
 # name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch)
-ALIGN_FORMS = {"grid": ("align_0", 0, 16384), "one CTA, match_any": ("align_1_match", 0, 2048),
-               "cluster, match_any": ("align_8_match", 0, 32768), "cluster, ballots": ("align_8_ballots", 16384, 1 << 31),
-               "cluster, ballots, ranked count": ("align_8_ballots_ranked", 32768, 1 << 31),
-               "cluster of 16, ballots": ("align_16_ballots", 32768, 1 << 31)}
+ALIGN_FORMS = {"grid": ("align_0", 0, 4096), "cluster, match_any": ("align_8_match", 2048, 32768),
+               "cluster, ballots": ("align_8_ballots", 32768, 1 << 31), "cluster of 16, ballots": ("align_16_ballots", 16384, 1 << 31)}
 
 
 def align_module():
@@ -259,17 +257,14 @@ def align_module():
     return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
                             extra_include_paths=[str(here.parent / "csrc")],
                             cuda_wrappers=[("align_0", "bench_moe_align::align_schedule<0, false>"),
-                                           ("align_1_match", "bench_moe_align::align_schedule<1, false>"),
                                            ("align_8_match", "bench_moe_align::align_schedule<8, false>"),
                                            ("align_8_ballots", "bench_moe_align::align_schedule<8, true>"),
-                                           ("align_8_ballots_ranked", "bench_moe_align::align_schedule<8, true, false>"),
                                            ("align_16_ballots", "bench_moe_align::align_schedule<16, true>")])
 
 
 def align_table(floor: float) -> None:
-    """moe_align_block_size of top-8 ids beside its forms forced (the grid form, the two-pass kernel as one CTA and
-    as a cluster of 8 (and 16) with match_any or ballots, its first pass counting by atomics or, "ranked count",
-    ranking its rounds) and the reference's (moe_align_block_size, and moe_align_small_numel where it takes the size), each
+    """moe_align_block_size of top-8 ids beside its forms forced (the grid form, the two-pass kernel as a cluster of
+    8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and moe_align_small_numel where it takes the size), each
     shape timed in turns; every jitkern form's outputs equal torch_align's."""
     schedules = align_module()
     ref, small = reference_ops_or_none("moe.moe_align"), reference_ops_or_none("moe.moe_align_small_numel")

@@ -21,6 +21,7 @@
 #include <jitkern/warp.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -392,26 +393,27 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
-// Up to kAlignGridMaxIds ids the grid form (moe_align_grid_kernel, described there). Beyond: a cluster of
-// kAlignClusterCtas (sm_90; one CTA below it), each CTA a contiguous slice of topk_ids and each warp a
-// contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in order: the first counts them per
-// expert in the warp's row (shared atomics), the second writes each id at its expert's base + the ids before it
-// in the CTA, the warp and the round (the lanes of an expert in a round found by match_any or ballots). The
-// bases come from the counts of every CTA (read through distributed shared memory): the experts' padded starts,
-// plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding: one CTA fills the whole
-// output first (coalesced); a cluster, whose CTAs would have to order that against each other's ids, writes
-// each expert's padding with a warp after the scan.
+// Below kAlignClusterMinIds ids the grid form (moe_align_grid_kernel, described there). From there: a cluster of
+// kAlignClusterCtas, of kAlignWideCtas from kAlignWideMinIds (sm_90; one CTA below it), each CTA a contiguous
+// slice of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
+// order: the first counts them per expert in the warp's row (shared atomics), the second writes each id at its
+// expert's base + the ids before it in the CTA, the warp and the round (the lanes of an expert in a round found
+// by match_any or ballots). The bases come from the counts of every CTA (read through distributed shared memory):
+// the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
+// one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against each
+// other's ids, writes each expert's padding with a warp after the scan.
 
 constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
-constexpr int kAlignClusterCtas = 8;
 // Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
 constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
-// The launch by size: the grid form up to kAlignGridMaxIds ids (each of its CTAs counts all of them); the
-// cluster beyond, with ballots from 32768 ids, where every round holds ids of ~32 experts and match_any takes
-// longer (H200, top-8 of 256 experts, docs/benchmarks/moe.md: T = 4096 / 32768: 12.37 / 83.03 us against
-// 14.00 / 89.74), match_any below (its rounds of few experts are quicker).
-constexpr int32_t kAlignGridMaxIds = 8192, kAlignBallotsMinIds = 32768;
+// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): the grid form below 4096 ids (T = 384:
+// 4.63 us, the cluster 4.74; T = 512: 4.99 against 4.86), each of its CTAs counting all of them; a cluster of 8
+// with match_any from there; from 32768 ids a cluster of 16 (where the GPU runs one, else 8) with ballots, where
+// every round holds ids of ~32 experts and match_any takes longer (T = 4096 / 32768: 8.75 / 36.60 us, 8 CTAs
+// 10.21 / 65.09).
+constexpr int kAlignClusterCtas = 8, kAlignWideCtas = 16;
+constexpr int32_t kAlignClusterMinIds = 4096, kAlignWideMinIds = 32768;
 
 struct AlignParams {
   const void* ids;
@@ -571,9 +573,8 @@ __device__ __forceinline__ void align_count(const AlignParams& p, int32_t lo, in
 #endif
 }
 
-// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel. The first
-// pass counts by atomics (kAtomicCount) or ranks its rounds as the second does.
-template <int kCtas, int kBatch, bool kBallots, bool kAtomicCount>
+// Templates (kernel and launcher) so that only the module exporting the launcher compiles the kernel.
+template <int kCtas, int kBatch, bool kBallots>
 __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads) moe_align_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
   __shared__ uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its ids, then the offset of its first
@@ -595,11 +596,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   if constexpr (kCtas == 1) align_fill(p);  // the ids overwrite theirs after the barriers below (one CTA: ordered by them)
   __syncthreads();
   uint32_t* row = table[warp];
-  if constexpr (kAtomicCount) {
-    align_count<kBatch>(p, ids.x, ids.y, held, row);
-  } else {
-    align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
-  }
+  align_count<kBatch>(p, ids.x, ids.y, held, row);
   __syncthreads();
   int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
   if (tid < E) {               // the warps' counts -> each warp row's offset in the CTA
@@ -649,7 +646,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
 #endif
 }
 
-// The grid form, up to kAlignGridMaxIds ids: ceil(n / kAlignThreads) CTAs, no cluster. CTA c ranks the chunk
+// The grid form, below kAlignClusterMinIds ids: ceil(n / kAlignThreads) CTAs, no cluster. CTA c ranks the chunk
 // [c * kAlignThreads, + kAlignThreads), an id a thread, and counts every id of the other chunks (shared atomics:
 // those before its chunk apart), so that each CTA has every expert's start without the others. A warp's lanes of
 // an expert are the bits they OR into the warp's row: an id's place is its expert's start + the ids of earlier
@@ -882,16 +879,39 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
 }
 
+// Whether the device runs moe_align_kernel<kCtas, ...> as a cluster of kCtas (beyond the portable 8, allowed
+// kernel by kernel: H100 and H200 run 16, a MIG slice may not); asked once per device.
+template <int kCtas, int kBatch, bool kBallots>
+bool align_cluster_fits(DLDevice dev) {
+  static_assert(kCtas > 8, "8 CTAs are the portable cluster size");
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // per device: 0 not asked, 1 fits, 2 does not
+  const int id = dev.device_id;
+  if (id < 0 || id >= kDevices) return false;
+  int state = known[id].load(std::memory_order_relaxed);
+  if (state == 0) {
+    const host::DeviceGuard guard(id);
+    const void* kernel = host::kernel_handle(moe_align_kernel<kCtas, kBatch, kBallots>);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kCtas);
+    config.blockDim = dim3(kAlignThreads);
+    int clusters = 0;
+    const bool fits = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+                      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    if (!fits) (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch
+    state = fits ? 1 : 2;
+    known[id].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
 // The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
 // lanes of an expert found by ballots or match_any.
-template <int kCtas, int kBatch, bool kBallots, bool kAtomicCount = true>
+template <int kCtas, int kBatch, bool kBallots>
 void launch_align(const AlignParams& p, DLDevice dev) {
-  const auto kernel = moe_align_kernel<kCtas, kBatch, kBallots, kAtomicCount>;
-  if constexpr (kCtas > 8) {  // beyond the portable cluster size: allowed kernel by kernel
-    const host::DeviceGuard guard(dev.device_id);
-    host::RuntimeDeviceCheck(cudaFuncSetAttribute(host::kernel_handle(kernel), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
-  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(kernel, p);
+  if constexpr (kCtas > 8)
+    host::RuntimeCheck(align_cluster_fits<kCtas, kBatch, kBallots>(dev), "this GPU cannot run a cluster of ", kCtas, " CTAs");
+  host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
 }
 
 // The grid form's launch: a CTA per kAlignThreads ids.
@@ -910,16 +930,16 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                           jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
   const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
-  if (p.n <= kAlignGridMaxIds) {
+  if (p.n < kAlignClusterMinIds) {
     launch_align_grid<>(p, dev);
-  } else if (host::runtime::get_arch(dev.device_id) >= 90) {
-    if (p.n >= kAlignBallotsMinIds) {
-      launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
-    } else {
-      launch_align<kAlignClusterCtas, kAlignClusterBatch, false>(p, dev);
-    }
-  } else {
+  } else if (host::runtime::get_arch(dev.device_id) < 90) {
     launch_align<1, kAlignBatch, false>(p, dev);
+  } else if (p.n < kAlignWideMinIds) {
+    launch_align<kAlignClusterCtas, kAlignClusterBatch, false>(p, dev);
+  } else if (align_cluster_fits<kAlignWideCtas, kAlignClusterBatch, true>(dev)) {
+    launch_align<kAlignWideCtas, kAlignClusterBatch, true>(p, dev);
+  } else {
+    launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
   }
 }
 #endif  // __CUDACC_RTC__

@@ -9,10 +9,9 @@ namespace bench_moe_align {
 using namespace jitkern_moe;
 
 #ifndef __CUDACC_RTC__
-// kSchedule 0: the grid form; 1: the two-pass kernel as one CTA; 8 / 16: as a cluster of 8 / 16; the two-pass
-// kernel's lanes of an expert found by ballots (kBallots) or match_any, its first pass counting by shared atomics
-// (kAtomicCount) or ranking its rounds as the second does.
-template <int kSchedule, bool kBallots, bool kAtomicCount = true>
+// kSchedule 0: the grid form; 8 / 16: the two-pass kernel as a cluster of 8 / 16, the lanes of an expert found by
+// ballots (kBallots) or match_any.
+template <int kSchedule, bool kBallots>
 void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
                     jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
@@ -20,7 +19,7 @@ void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t b
   if constexpr (kSchedule == 0) {
     launch_align_grid<>(p, dev);
   } else {
-    launch_align<kSchedule, kSchedule == 1 ? kAlignBatch : kAlignClusterBatch, kBallots, kAtomicCount>(p, dev);
+    launch_align<kSchedule, kAlignClusterBatch, kBallots>(p, dev);
   }
 }
 #endif
