@@ -242,30 +242,36 @@ def sigmoid_table(floor: float) -> None:
 
 
 # (experts, T, block): 256 tokens (2048 ids) and the sizes around it, where the forms cross.
-ALIGN_SHAPES = [(256, 1, 16), (256, 8, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
-                (256, 512, 64), (256, 1024, 64), (256, 2048, 64), (256, 4096, 64), (256, 32768, 64), (128, 1, 16), (128, 128, 16),
-                (128, 32768, 128)]
+ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
+                (256, 512, 64), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 128, 16), (128, 32768, 128)]
 ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
 ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
-# name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch)
-ALIGN_FORMS = {"grid": ("align_0", 0, 4096), "cluster, match_any": ("align_8_match", 2048, 32768),
-               "cluster, ballots": ("align_8_ballots", 32768, 1 << 31), "cluster of 16, ballots": ("align_16_ballots", 16384, 1 << 31)}
+# name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch).
+ALIGN_FORMS = {
+    "grid": ("align_0", 0, 4096),
+    "cluster, match_any": ("align_8_match", 2048, 8192),
+    "cluster, ballots": ("align_8_ballots", 32768, 32768),
+    "cluster of 16, ballots": ("align_16_ballots", 16384, 1 << 31),
+}
+ALIGN_EXPORTS = {  # the schedule module's export -> its C++ function (benchmarks/kernels/moe_align_schedules.cuh)
+    "align_0": "bench_moe_align::align_schedule<0, false>",
+    "align_8_match": "bench_moe_align::align_schedule<8, false>",
+    "align_8_ballots": "bench_moe_align::align_schedule<8, true>",
+    "align_16_ballots": "bench_moe_align::align_schedule<16, true>",
+}
 
 
 def align_module():
     here = Path(__file__).resolve().parent
     return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
-                            extra_include_paths=[str(here.parent / "csrc")],
-                            cuda_wrappers=[("align_0", "bench_moe_align::align_schedule<0, false>"),
-                                           ("align_8_match", "bench_moe_align::align_schedule<8, false>"),
-                                           ("align_8_ballots", "bench_moe_align::align_schedule<8, true>"),
-                                           ("align_16_ballots", "bench_moe_align::align_schedule<16, true>")])
+                            extra_include_paths=[str(here.parent / "csrc")], cuda_wrappers=list(ALIGN_EXPORTS.items()))
 
 
 def align_table(floor: float) -> None:
     """moe_align_block_size of top-8 ids beside its forms forced (the grid form, the two-pass kernel as a cluster of
-    8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and moe_align_small_numel where it takes the size), each
-    shape timed in turns; every jitkern form's outputs equal torch_align's."""
+    8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and
+    moe_align_small_numel where it takes the size), each shape timed in turns; every jitkern form's outputs equal
+    torch_align's."""
     schedules = align_module()
     ref, small = reference_ops_or_none("moe.moe_align"), reference_ops_or_none("moe.moe_align_small_numel")
     print(f"\n### moe_align_block_size beside its forms and the reference {reference_version()} ({environment()})\n")
@@ -295,16 +301,15 @@ def align_table(floor: float) -> None:
             ss, se, sn = (torch.empty_like(x) for x in outs["jitkern"])
             fns["small numel"] = lambda: small.moe_align_small_numel(ids, e + 1, block, ss, se, sn)
             totals["small numel"] = sn
-        for name in ("cluster of 16, ballots", "small numel"):  # launches that a GPU may refuse: left out with a note
-            if name in fns:
-                try:
-                    fns[name]()
-                    torch.cuda.synchronize()
-                except Exception as ex:  # noqa: BLE001 - the cluster size or the reference's Triton build
-                    print(f"<!-- {name} failed: {type(ex).__name__}: {str(ex)[:200]} -->")
-                    del fns[name]
-                    outs.pop(name, None)
-                    totals.pop(name, None)
+        for name in [n for n in fns if n.startswith("cluster of 16") or n == "small numel"]:  # a GPU may refuse: left out
+            try:
+                fns[name]()
+                torch.cuda.synchronize()
+            except Exception as ex:  # noqa: BLE001 - the cluster size or the reference's Triton build
+                print(f"<!-- {name} failed: {type(ex).__name__}: {str(ex)[:200]} -->")
+                del fns[name]
+                outs.pop(name, None)
+                totals.pop(name, None)
         call_each(fns)
         torch.cuda.synchronize()
         expected = torch_align(ids, e, block)
