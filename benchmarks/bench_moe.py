@@ -247,17 +247,24 @@ ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (25
 ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
 ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
 # name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch).
+# "at start": the PDL trigger at the kernel's start whatever its CTAs (the launch triggers after the wait from 2).
 ALIGN_FORMS = {
     "grid": ("align_0", 0, 4096),
+    "grid, at start": ("align_0_start", 1024, 4096),
     "cluster, match_any": ("align_8_match", 2048, 8192),
+    "cluster, match_any, at start": ("align_8_match_start", 4096, 8192),
     "cluster, ballots": ("align_8_ballots", 32768, 32768),
     "cluster of 16, ballots": ("align_16_ballots", 16384, 1 << 31),
+    "cluster of 16, ballots, at start": ("align_16_ballots_start", 32768, 32768),
 }
 ALIGN_EXPORTS = {  # the schedule module's export -> its C++ function (benchmarks/kernels/moe_align_schedules.cuh)
     "align_0": "bench_moe_align::align_schedule<0, false>",
+    "align_0_start": "bench_moe_align::align_schedule<0, false, true>",
     "align_8_match": "bench_moe_align::align_schedule<8, false>",
+    "align_8_match_start": "bench_moe_align::align_schedule<8, false, true>",
     "align_8_ballots": "bench_moe_align::align_schedule<8, true>",
     "align_16_ballots": "bench_moe_align::align_schedule<16, true>",
+    "align_16_ballots_start": "bench_moe_align::align_schedule<16, true, true>",
 }
 
 

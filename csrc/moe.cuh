@@ -425,6 +425,7 @@ struct AlignParams {
   int32_t* expert_ids;
   int64_t expert_ids_len;
   int32_t* total_out;
+  Trigger trigger;  // at the start or after the wait (align_trigger)
 };
 
 __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
@@ -579,7 +580,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
 #ifdef __CUDACC__
   __shared__ uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its ids, then the offset of its first
   __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts], pad_from[kMoeMaxExperts];
-  device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
   const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
   for (int i = tid; i < kAlignWarps * kMoeMaxExperts; i += kAlignThreads) (&table[0][0])[i] = 0;
@@ -590,7 +591,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   };
   const int2 mine = share(0, p.n, kCtas, cta);
   const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
-  device::pdl_wait_primary();
+  device::pdl_wait_primary(p.trigger);
   int held[kBatch];  // the first batch's experts, for both passes
   load_batch(p, ids.x, ids.y, held);
   if constexpr (kCtas == 1) align_fill(p);  // the ids overwrite theirs after the barriers below (one CTA: ordered by them)
@@ -659,13 +660,13 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_grid_kernel(const __g
   constexpr int kLoads = 8;  // chunks a thread loads before it counts any
   __shared__ __align__(16) uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its lanes, then the place of its first
   __shared__ int before[kMoeMaxExperts], after[kMoeMaxExperts], start[kMoeMaxExperts], pad_from[kMoeMaxExperts];
-  device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts, bs = p.block_size;
   const int chunk = static_cast<int>(blockIdx.x), chunks = static_cast<int>(gridDim.x);
   for (int i = tid; i < kAlignWarps * kMoeMaxExperts / 4; i += kAlignThreads) reinterpret_cast<uint4*>(&table[0][0])[i] = uint4{};
   if (tid < kMoeMaxExperts) before[tid] = after[tid] = 0;
   __syncthreads();
-  device::pdl_wait_primary();
+  device::pdl_wait_primary(p.trigger);
   int mine = -1;  // this thread's expert in the CTA's chunk
   for (int k0 = 0; k0 < chunks; k0 += kLoads) {
     int e[kLoads];
@@ -876,8 +877,14 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
   dev = device.unwrap();
   return AlignParams{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
                      static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
-                     static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
+                     static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr()),
+                     Trigger::kStart};
 }
+
+// Where a launch of `ctas` CTAs triggers the next one (PDL): at its start for one CTA, after its wait for more,
+// where the launches queued behind a start trigger crowd the SMs (host::pdl_trigger_for's reason; here from 2
+// CTAs: the grid form at T = 64 / 128 took 2.77 / 4.34 us with one / two CTAs, triggering at the start).
+inline Trigger align_trigger(int64_t ctas) { return ctas > 1 ? Trigger::kAfterWait : Trigger::kStart; }
 
 // Whether the device runs moe_align_kernel<kCtas, ...> as a cluster of kCtas (beyond the portable 8, allowed
 // kernel by kernel: H100 and H200 run 16, a MIG slice may not); asked once per device.
@@ -908,16 +915,18 @@ bool align_cluster_fits(DLDevice dev) {
 // The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
 // lanes of an expert found by ballots or match_any.
 template <int kCtas, int kBatch, bool kBallots>
-void launch_align(const AlignParams& p, DLDevice dev) {
+void launch_align(AlignParams p, DLDevice dev, const Trigger* forced = nullptr) {
   if constexpr (kCtas > 8)
     host::RuntimeCheck(align_cluster_fits<kCtas, kBatch, kBallots>(dev), "this GPU cannot run a cluster of ", kCtas, " CTAs");
+  p.trigger = forced != nullptr ? *forced : align_trigger(kCtas);
   host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
 }
 
-// The grid form's launch: a CTA per kAlignThreads ids.
+// The grid form's launch: a CTA per kAlignThreads ids (`forced`: that PDL trigger instead of align_trigger's).
 template <typename = void>
-void launch_align_grid(const AlignParams& p, DLDevice dev) {
+void launch_align_grid(AlignParams p, DLDevice dev, const Trigger* forced = nullptr) {
   const int64_t chunks = std::max<int64_t>(1, host::div_ceil(int64_t{p.n}, kAlignThreads));
+  p.trigger = forced != nullptr ? *forced : align_trigger(chunks);
   host::LaunchKernel(static_cast<unsigned>(chunks), kAlignThreads, dev).enable_pdl()(moe_align_grid_kernel<>, p);
 }
 
