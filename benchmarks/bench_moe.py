@@ -7,9 +7,9 @@
   kernel with the PDL trigger forced to each place (benchmarks/kernels/moe_topk_schedules.cuh) and the
   reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
   topk_softmax fp32 with 256 experts beside the reference's;
-- `align`: moe_align_block_size (top-8) beside its forms forced whatever the size (the grid form; the two-pass
-  kernel as a cluster of 8 or 16, with match_any or ballots: benchmarks/kernels/moe_align_schedules.cuh) and
-  the reference's moe_align_block_size (and its moe_align_small_numel up to 64 ids), outputs compared with
+- `align`: moe_align_block_size (top-8) beside its forms forced whatever the size (the warp and grid forms;
+  the two-pass kernel as a cluster of 8 or 16, with match_any or ballots: benchmarks/kernels/moe_align_schedules.cuh)
+  and the reference's moe_align_block_size (and its moe_align_small_numel up to 64 ids), outputs compared with
   torch_align's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
@@ -242,13 +242,14 @@ def sigmoid_table(floor: float) -> None:
 
 
 # (experts, T, block): 256 tokens (2048 ids) and the sizes around it, where the forms cross.
-ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
+ALIGN_SHAPES = [(256, 1, 16), (256, 4, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
                 (256, 512, 64), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 128, 16), (128, 32768, 128)]
 ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
 ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
 # name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch).
 # "at start": the PDL trigger at the kernel's start whatever its CTAs (the launch triggers after the wait from 2).
 ALIGN_FORMS = {
+    "warp": ("align_warp", 0, 32),
     "grid": ("align_0", 0, 4096),
     "grid, at start": ("align_0_start", 1024, 4096),
     "cluster, match_any": ("align_8_match", 2048, 8192),
@@ -258,6 +259,7 @@ ALIGN_FORMS = {
     "cluster of 16, ballots, at start": ("align_16_ballots_start", 32768, 32768),
 }
 ALIGN_EXPORTS = {  # the schedule module's export -> its C++ function (benchmarks/kernels/moe_align_schedules.cuh)
+    "align_warp": "bench_moe_align::align_warp<>",
     "align_0": "bench_moe_align::align_schedule<0, false>",
     "align_0_start": "bench_moe_align::align_schedule<0, false, true>",
     "align_8_match": "bench_moe_align::align_schedule<8, false>",
@@ -275,8 +277,8 @@ def align_module():
 
 
 def align_table(floor: float) -> None:
-    """moe_align_block_size of top-8 ids beside its forms forced (the grid form, the two-pass kernel as a cluster of
-    8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and
+    """moe_align_block_size of top-8 ids beside its forms forced (the warp and grid forms, the two-pass kernel as a
+    cluster of 8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and
     moe_align_small_numel where it takes the size), each shape timed in turns; every jitkern form's outputs equal
     torch_align's."""
     schedules = align_module()

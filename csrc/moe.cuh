@@ -393,27 +393,28 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
-// Below kAlignClusterMinIds ids the grid form (moe_align_grid_kernel, described there). From there: a cluster of
-// kAlignClusterCtas, of kAlignWideCtas from kAlignWideMinIds (sm_90; one CTA below it), each CTA a contiguous
-// slice of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
-// order: the first counts them per expert in the warp's row (shared atomics), the second writes each id at its
-// expert's base + the ids before it in the CTA, the warp and the round (the lanes of an expert in a round found
-// by match_any or ballots). The bases come from the counts of every CTA (read through distributed shared memory):
-// the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
-// one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against each
-// other's ids, writes each expert's padding with a warp after the scan.
+// Up to kAlignWarpMaxIds ids one warp (moe_align_warp_kernel), below kAlignClusterMinIds the grid form
+// (moe_align_grid_kernel; both described there). From there a cluster of kAlignClusterCtas, of kAlignWideCtas
+// from kAlignWideMinIds (sm_90; one CTA below it), each CTA a contiguous slice of topk_ids and each warp a
+// contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in order: the first counts them per
+// expert in the warp's row (shared atomics), the second writes each id at its expert's base + the ids before it
+// in the CTA, the warp and the round (the lanes of an expert in a round found by match_any or ballots). The
+// bases come from the counts of every CTA (read through distributed shared memory): the experts' padded starts,
+// plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding: one CTA fills the whole
+// output first (coalesced); a cluster, whose CTAs would have to order that against each other's ids, writes
+// each expert's padding with a warp after the scan.
 
 constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
 // Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
 constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
-// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): the grid form below 4096 ids (T = 384:
-// 4.63 us, the cluster 4.74; T = 512: 4.99 against 4.86), each of its CTAs counting all of them; a cluster of 8
-// with match_any from there; from 32768 ids a cluster of 16 (where the GPU runs one, else 8) with ballots, where
-// every round holds ids of ~32 experts and match_any takes longer (T = 4096 / 32768: 8.75 / 36.60 us, 8 CTAs
-// 10.21 / 65.09).
+// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one warp up to 32 ids; the grid form
+// below 4096 ids (T = 384: 4.63 us, the cluster 4.74; T = 512: 4.99 against 4.86), each of its CTAs counting all
+// of them; a cluster of 8 with match_any from there; from 32768 ids a cluster of 16 (where the GPU runs one, else
+// 8) with ballots, where every round holds ids of ~32 experts and match_any takes longer (T = 4096 / 32768: 8.75
+// / 36.60 us, 8 CTAs 10.21 / 65.09).
 constexpr int kAlignClusterCtas = 8, kAlignWideCtas = 16;
-constexpr int32_t kAlignClusterMinIds = 4096, kAlignWideMinIds = 32768;
+constexpr int32_t kAlignWarpMaxIds = 32, kAlignClusterMinIds = 4096, kAlignWideMinIds = 32768;
 
 struct AlignParams {
   const void* ids;
@@ -473,17 +474,18 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
   return lo;
 }
 
-// Every entry of sorted_token_ids n, by the CTA's kAlignThreads threads (16-byte stores where it is aligned).
+// Every entry of sorted_token_ids n, by the CTA's kThreads threads (16-byte stores where it is aligned).
+template <int kThreads = kAlignThreads>
 __device__ __forceinline__ void align_fill(const AlignParams& p) {
 #ifdef __CUDACC__
   const int tid = threadIdx.x;
   int64_t from = 0;
   if (reinterpret_cast<uintptr_t>(p.sorted) % 16 == 0) {
     const int4 v = make_int4(p.n, p.n, p.n, p.n);
-    for (int64_t i = tid; i < p.sorted_len / 4; i += kAlignThreads) reinterpret_cast<int4*>(p.sorted)[i] = v;
+    for (int64_t i = tid; i < p.sorted_len / 4; i += kThreads) reinterpret_cast<int4*>(p.sorted)[i] = v;
     from = p.sorted_len / 4 * 4;
   }
-  for (int64_t s = from + tid; s < p.sorted_len; s += kAlignThreads) p.sorted[s] = p.n;
+  for (int64_t s = from + tid; s < p.sorted_len; s += kThreads) p.sorted[s] = p.n;
 #endif
 }
 
@@ -644,6 +646,35 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
     if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
   });
   if constexpr (kCtas > 1) align_cluster_wait();
+#endif
+}
+
+// The warp form, up to kAlignWarpMaxIds ids (a few tokens): one warp, a lane an id. The lanes of an expert by
+// match_any; an expert's start is the sum of the padded counts of the smaller experts present, each counted once
+// (by the lane that leads its expert).
+template <typename = void>
+__global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
+  device::pdl_trigger_secondary();  // one CTA: at its start (host::pdl_early_trigger)
+  const int lane = threadIdx.x, bs = p.block_size;
+  device::pdl_wait_primary();
+  const int e = lane < p.n ? expert_of(p, lane) : -1;
+  align_fill<32>(p);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int count = __popc(peers), rank = __popc(peers & ((1u << lane) - 1));
+  const int padded = e >= 0 && rank == 0 ? (count + bs - 1) / bs * bs : 0;
+  int start = 0, total = 0;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int other = __shfl_sync(0xffffffffu, e, j), its = __shfl_sync(0xffffffffu, padded, j);
+    total += its;
+    start += other < e ? its : 0;
+  }
+  __syncwarp();
+  if (e >= 0) p.sorted[start + rank] = lane;
+  for (int b = start / bs; b < (start + padded) / bs; ++b) p.expert_ids[b] = e;
+  for (int64_t b = total / bs + lane; b < p.expert_ids_len; b += 32) p.expert_ids[b] = -1;
+  if (lane == 0) *p.total_out = total;
 #endif
 }
 
@@ -930,6 +961,12 @@ void launch_align_grid(AlignParams p, DLDevice dev, const Trigger* forced = null
   host::LaunchKernel(static_cast<unsigned>(chunks), kAlignThreads, dev).enable_pdl()(moe_align_grid_kernel<>, p);
 }
 
+// The warp form's launch.
+template <typename = void>
+void launch_align_warp(const AlignParams& p, DLDevice dev) {
+  host::LaunchKernel(1, 32, dev).enable_pdl()(moe_align_warp_kernel<>, p);
+}
+
 // topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
 // (block_size - 1)] (int32): every expert's ids (their positions in topk_ids) in order, padded with n to
 // a multiple of block_size, then n to the end; expert_ids [>= ceil(that / block_size)] (int32): each
@@ -939,7 +976,9 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                           jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
   const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
-  if (p.n < kAlignClusterMinIds) {
+  if (p.n <= kAlignWarpMaxIds) {
+    launch_align_warp<>(p, dev);
+  } else if (p.n < kAlignClusterMinIds) {
     launch_align_grid<>(p, dev);
   } else if (host::runtime::get_arch(dev.device_id) < 90) {
     launch_align<1, kAlignBatch, false>(p, dev);

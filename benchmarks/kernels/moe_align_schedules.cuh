@@ -25,6 +25,16 @@ void align_schedule(jitkern::TensorView topk_ids, int64_t num_experts, int64_t b
     launch_align<kSchedule, kAlignClusterBatch, kBallots>(p, dev, forced);
   }
 }
+
+// The warp form (up to 32 ids).
+template <typename = void>
+void align_warp(jitkern::TensorView topk_ids, int64_t num_experts, int64_t block_size, jitkern::TensorView sorted_token_ids,
+                jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
+  DLDevice dev;
+  const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
+  host::RuntimeCheck(p.n <= kAlignWarpMaxIds, "the warp form takes up to ", kAlignWarpMaxIds, " ids");
+  launch_align_warp<>(p, dev);
+}
 #endif
 
 }  // namespace bench_moe_align

@@ -371,12 +371,14 @@ def _align_reference_torch(flat, experts, block_size):
 @pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
 @pytest.mark.parametrize("experts,block_size,n", [(256, 64, 32768 * 8), (128, 128, 4096), (128, 16, 4095), (512, 16, 4096 * 8 + 3),
                                                   (1, 16, 5000), (256, 64, 0), (256, 16, 2048), (512, 64, 4095), (256, 16, 4096),
-                                                  (64, 256, 513), (512, 16, 512), (256, 16, 32767)])
+                                                  (64, 256, 513), (512, 16, 512), (256, 16, 32767), (256, 16, 32),
+                                                  (256, 16, 33)])
 def test_moe_align_block_size_across_ctas(ids_dtype, experts, block_size, n):
-    """Above 512 ids the alignment splits topk_ids over CTAs (the grid form's chunks of 512 ids below
-    kAlignClusterMinIds = 4096, a cluster of 8's slices from there, of 16 with ballots from 32768): each expert's ids
-    stay in order across the CTAs' and warps' slices (ids skewed to a few experts, so each expert spans many slices),
-    ids outside [0, experts) (-1, experts, far beyond) are left out, and every entry past the ids is written."""
+    """One warp up to 32 ids, one CTA up to 512; beyond, the alignment splits topk_ids over CTAs (the grid form's
+    chunks of 512 ids below kAlignClusterMinIds = 4096, a cluster of 8's slices from there, of 16 with ballots from
+    32768): each expert's ids stay in order across the CTAs' and warps' slices (ids skewed to a few experts, so each
+    expert spans many slices), ids outside [0, experts) (-1, experts, far beyond) are left out, and every entry past
+    the ids is written."""
     torch = _torch()
 
     gen = torch.Generator(device="cuda").manual_seed(n + experts)
