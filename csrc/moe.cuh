@@ -408,11 +408,11 @@ constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
 // Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
 constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
-// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one warp up to 32 ids; the grid form
-// below 4096 ids (T = 384: 4.63 us, the cluster 4.74; T = 512: 4.99 against 4.86), each of its CTAs counting all
-// of them; a cluster of 8 with match_any from there; from 32768 ids a cluster of 16 (where the GPU runs one, else
-// 8) with ballots, where every round holds ids of ~32 experts and match_any takes longer (T = 4096 / 32768: 8.75
-// / 36.60 us, 8 CTAs 10.21 / 65.09).
+// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one warp up to 32 ids (T = 1 / 4: 1.45
+// / 1.57 us, the grid form 2.09 / 2.02); the grid form below 4096 ids (T = 384: 4.63 us, the cluster 4.74; T = 512:
+// 4.99 against 4.86), each of its CTAs counting all of them; a cluster of 8 with match_any from there; from 32768
+// ids a cluster of 16 (where the GPU runs one, else 8) with ballots, where every round holds ids of ~32 experts and
+// match_any takes longer (T = 4096 / 32768: 8.75 / 36.60 us, 8 CTAs 10.21 / 65.09).
 constexpr int kAlignClusterCtas = 8, kAlignWideCtas = 16;
 constexpr int32_t kAlignWarpMaxIds = 32, kAlignClusterMinIds = 4096, kAlignWideMinIds = 32768;
 
@@ -913,8 +913,9 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
 }
 
 // Where a launch of `ctas` CTAs triggers the next one (PDL): at its start for one CTA, after its wait for more,
-// where the launches queued behind a start trigger crowd the SMs (host::pdl_trigger_for's reason; here from 2
-// CTAs: the grid form at T = 64 / 128 took 2.77 / 4.34 us with one / two CTAs, triggering at the start).
+// where the launches queued behind a start trigger crowd the SMs (host::pdl_trigger_for's reason; H200, run
+// 0731db9: the grid form at T = 128 / 256 4.22 / 4.09 us against 4.39 / 4.28, the cluster of 16 at T = 4096 8.16
+// against 8.60).
 inline Trigger align_trigger(int64_t ctas) { return ctas > 1 ? Trigger::kAfterWait : Trigger::kStart; }
 
 // Whether the device runs moe_align_kernel<kCtas, ...> as a cluster of kCtas (beyond the portable 8, allowed
