@@ -7,10 +7,10 @@
   kernel with the PDL trigger forced to each place (benchmarks/kernels/moe_topk_schedules.cuh) and the
   reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
   topk_softmax fp32 with 256 experts beside the reference's;
-- `align`: moe_align_block_size (top-8) beside its kernel forced to one CTA and to a cluster, each with ballots
-  and with match_any, the one-CTA chunked kernel it replaced
-  (benchmarks/kernels/moe_align_schedules.cuh) and the reference's moe_align_block_size, outputs compared with
-  the replaced kernel's entry for entry.
+- `align`: moe_align_block_size (top-8) beside its forms forced whatever the size (the warp and grid forms;
+  the two-pass kernel as a cluster of 8 or 16, with match_any or ballots: benchmarks/kernels/moe_align_schedules.cuh)
+  and the reference's moe_align_block_size (and its moe_align_small_numel up to 64 ids), outputs compared with
+  torch_align's entry for entry.
 `python bench_moe.py [reference] [routing] [sigmoid] [align]` (default: reference and routing)."""
 
 from __future__ import annotations
@@ -241,57 +241,97 @@ def sigmoid_table(floor: float) -> None:
         print(f"| {t} | {j:.2f} | {r_text} | {r_ratio} |", flush=True)
 
 
-ALIGN_SHAPES = [(256, 1, 16), (256, 64, 16), (256, 256, 16), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64),
-                (128, 32768, 128)]  # (experts, T, block)
-ALIGN_ROUNDS = 1  # seven forms a shape: one graph timing each keeps the table to seconds
-ALIGN_FORMS = {"one, ballots": "align_1_ballots", "cluster, ballots": "align_8_ballots", "one, match_any": "align_1_match",
-               "cluster, match_any": "align_8_match", "replaced": "align_0"}  # name -> the schedule module's export
+# (experts, T, block): 256 tokens (2048 ids) and the sizes around it, where the forms cross.
+ALIGN_SHAPES = [(256, 1, 16), (256, 4, 16), (256, 64, 16), (256, 128, 16), (256, 192, 16), (256, 256, 16), (256, 384, 64),
+                (256, 512, 64), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 128, 16), (128, 32768, 128)]
+ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
+ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
+# name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch).
+# "at start": the PDL trigger at the kernel's start whatever its CTAs (the launch triggers after the wait from 2).
+ALIGN_FORMS = {
+    "warp": ("align_warp", 0, 32),
+    "grid": ("align_0", 0, 4096),
+    "grid, at start": ("align_0_start", 1024, 4096),
+    "cluster, match_any": ("align_8_match", 2048, 8192),
+    "cluster, match_any, at start": ("align_8_match_start", 4096, 8192),
+    "cluster, ballots": ("align_8_ballots", 32768, 32768),
+    "cluster of 16, ballots": ("align_16_ballots", 16384, 1 << 31),
+    "cluster of 16, ballots, at start": ("align_16_ballots_start", 32768, 32768),
+}
+ALIGN_EXPORTS = {  # the schedule module's export -> its C++ function (benchmarks/kernels/moe_align_schedules.cuh)
+    "align_warp": "bench_moe_align::align_warp<>",
+    "align_0": "bench_moe_align::align_schedule<0, false>",
+    "align_0_start": "bench_moe_align::align_schedule<0, false, true>",
+    "align_8_match": "bench_moe_align::align_schedule<8, false>",
+    "align_8_match_start": "bench_moe_align::align_schedule<8, false, true>",
+    "align_8_ballots": "bench_moe_align::align_schedule<8, true>",
+    "align_16_ballots": "bench_moe_align::align_schedule<16, true>",
+    "align_16_ballots_start": "bench_moe_align::align_schedule<16, true, true>",
+}
 
 
 def align_module():
     here = Path(__file__).resolve().parent
     return jitkern.load_jit("bench_moe_align", cuda_files=[str(here / "kernels" / "moe_align_schedules.cuh")],
-                            extra_include_paths=[str(here.parent / "csrc")],
-                            cuda_wrappers=[("align_0", "bench_moe_align::align_schedule<0, false>"),
-                                           *((f"align_{k}_{name}", f"bench_moe_align::align_schedule<{k}, {flag}>") for k in (1, 8)
-                                             for name, flag in (("ballots", "true"), ("match", "false")))])
+                            extra_include_paths=[str(here.parent / "csrc")], cuda_wrappers=list(ALIGN_EXPORTS.items()))
 
 
 def align_table(floor: float) -> None:
-    """moe_align_block_size of top-8 ids, its kernel as one CTA and as a cluster of 8 (each with ballots and with
-    match_any), the replaced one-CTA kernel and the reference's, each shape timed in turns; every jitkern form's
-    outputs equal the replaced kernel's."""
+    """moe_align_block_size of top-8 ids beside its forms forced (the warp and grid forms, the two-pass kernel as a
+    cluster of 8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and
+    moe_align_small_numel where it takes the size), each shape timed in turns; every jitkern form's outputs equal
+    torch_align's."""
     schedules = align_module()
-    ref = reference_ops_or_none("moe.moe_align")
-    print(f"\n### moe_align_block_size beside its schedules and the reference {reference_version()} ({environment()})\n")
+    ref, small = reference_ops_or_none("moe.moe_align"), reference_ops_or_none("moe.moe_align_small_numel")
+    print(f"\n### moe_align_block_size beside its forms and the reference {reference_version()} ({environment()})\n")
     print(f"Top-8 int32 ids; CUDA-graph medians (us) of {ALIGN_ROUNDS} interleaved run(s); launch floor (one CTA copying 16 KiB): "
-          f"{floor:.2f} us.\n")
-    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | replaced / jitkern | reference / jitkern | "
-          "outputs as the replaced kernel's |")
+          f"{floor:.2f} us; '-': not timed at that size. reference: its moe_align_block_size; small numel: its "
+          f"moe_align_small_numel (up to {ALIGN_SMALL_NUMEL} ids); reference / jitkern: the quicker of the two.\n")
+    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | small numel | reference / jitkern | "
+          "outputs as torch's |")
     print("|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|---|")
     for e, t, block in ALIGN_SHAPES:
         ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
         size, blocks = align_sizes(ids.numel(), e, block)
+        forms = {name: export for name, (export, fewest, most) in ALIGN_FORMS.items() if fewest <= ids.numel() <= most}
         outs = {name: (torch.empty(size, dtype=torch.int32, device="cuda"), torch.empty(blocks, dtype=torch.int32, device="cuda"),
-                       torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", *ALIGN_FORMS)}
+                       torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", *forms)}
         fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"])}
-        for name, export in ALIGN_FORMS.items():
+        totals = {}  # a reference form's name -> its num_tokens_post_pad
+        for name, export in forms.items():
             fns[name] = lambda fn=getattr(schedules, export), out=outs[name]: fn(ids.view(-1), e, block, *out)
         if ref is not None:
             padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4
             rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
             rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(e + 3, device="cuda", dtype=torch.int32)
             fns["reference"] = lambda: ref.moe_align_block_size(ids, e + 1, block, rs, re_, rn, cumsum, True)
+            totals["reference"] = rn
+        if small is not None and ids.numel() <= ALIGN_SMALL_NUMEL:
+            ss, se, sn = (torch.empty_like(x) for x in outs["jitkern"])
+            fns["small numel"] = lambda: small.moe_align_small_numel(ids, e + 1, block, ss, se, sn)
+            totals["small numel"] = sn
+        for name in [n for n in fns if n.startswith("cluster of 16") or n == "small numel"]:  # a GPU may refuse: left out
+            try:
+                fns[name]()
+                torch.cuda.synchronize()
+            except Exception as ex:  # noqa: BLE001 - the cluster size or the reference's Triton build
+                print(f"<!-- {name} failed: {type(ex).__name__}: {str(ex)[:200]} -->")
+                del fns[name]
+                outs.pop(name, None)
+                totals.pop(name, None)
         call_each(fns)
         torch.cuda.synchronize()
-        same = "yes" if all(all(torch.equal(a, b) for a, b in zip(outs[name], outs["replaced"])) for name in outs) else "NO"
-        if "reference" in fns and int(rn) != int(outs["jitkern"][2]):
-            same += f" (reference's total {int(rn)}, jitkern's {int(outs['jitkern'][2])})"
+        expected = torch_align(ids, e, block)
+        differ = [name for name in outs if not all(torch.equal(a, b) for a, b in zip(outs[name], expected))]
+        same = "NO: " + ", ".join(differ) if differ else "yes"
+        for name, total in totals.items():
+            if int(total) != int(outs["jitkern"][2]):
+                same += f" ({name}'s total {int(total)}, jitkern's {int(outs['jitkern'][2])})"
         times = interleaved(fns, rounds=ALIGN_ROUNDS)
-        j, r = times["jitkern"], times.get("reference")
-        r_text, r_ratio = reference_columns(r, j)
-        forms = " | ".join(f"{times[name]:.2f}" for name in ALIGN_FORMS)
-        print(f"| {e} | {t} | {block} | {j:.2f} | {forms} | {r_text} | {times['replaced'] / j:.2f}x | {r_ratio} | {same} |", flush=True)
+        j = times["jitkern"]
+        quickest = min((times[name] for name in totals), default=None)
+        cols = " | ".join(f"{times[name]:.2f}" if name in times else "-" for name in (*ALIGN_FORMS, "reference", "small numel"))
+        print(f"| {e} | {t} | {block} | {j:.2f} | {cols} | {reference_columns(quickest, j)[1]} | {same} |", flush=True)
 
 
 def main() -> None:

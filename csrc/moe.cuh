@@ -21,6 +21,7 @@
 #include <jitkern/warp.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -392,25 +393,28 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_sigmoid_kernel(const 
 }
 
 // ---- moe_align_block_size ---------------------------------------------------------------------------
-// One CTA, or a cluster of kAlignClusterCtas (sm_90) from kAlignClusterMinIds ids, each CTA a contiguous slice
-// of topk_ids and each warp a contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in
-// order: the first counts them per expert (the lanes of an expert found by match_any or ballots, its lowest
-// adds their count to the warp's row), the second writes each id at its expert's base + the ids before it in
-// the CTA, the warp and the round. The bases come from the counts of every CTA (read through distributed shared
-// memory): the experts' padded starts, plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding:
-// one CTA fills the whole output first (coalesced); a cluster, whose CTAs would have to order that against
-// each other's ids, writes each expert's padding with a warp after the scan.
+// Up to kAlignWarpMaxIds ids one warp (moe_align_warp_kernel), below kAlignClusterMinIds the grid form
+// (moe_align_grid_kernel; both described there). From there a cluster of kAlignClusterCtas, of kAlignWideCtas
+// from kAlignWideMinIds (sm_90; one CTA below it), each CTA a contiguous slice of topk_ids and each warp a
+// contiguous part of its CTA's. Two passes over a warp's ids, 32 at a time in order: the first counts them per
+// expert in the warp's row (shared atomics), the second writes each id at its expert's base + the ids before it
+// in the CTA, the warp and the round (the lanes of an expert in a round found by match_any or ballots). The
+// bases come from the counts of every CTA (read through distributed shared memory): the experts' padded starts,
+// plus the ids of earlier CTAs and warps. Stable, with no global atomics. Padding: one CTA fills the whole
+// output first (coalesced); a cluster, whose CTAs would have to order that against each other's ids, writes
+// each expert's padding with a warp after the scan.
 
 constexpr int kAlignThreads = 512;
 constexpr int kAlignWarps = kAlignThreads / 32;
-constexpr int kAlignClusterCtas = 8;
 // Rounds of 32 ids a warp loads before it ranks any (one CTA: a warp's ids of up to 256 tokens in one batch).
 constexpr int kAlignBatch = 4, kAlignClusterBatch = 8;
-// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one CTA below 2048 ids (T = 1 / 64:
-// 2.85 / 3.98 us, the cluster 4.07 / 4.58); the cluster from there (T = 256 / 1024: 5.03 / 6.68 us, one CTA 7.27 /
-// 23.27); ballots from 32768 ids, where every round holds ids of ~32 experts and match_any takes longer (T = 4096
-// / 32768: 12.37 / 83.03 us against 14.00 / 89.74), match_any below (its rounds of few experts are quicker).
-constexpr int32_t kAlignClusterMinIds = 2048, kAlignBallotsMinIds = 32768;
+// The launch by size (H200, top-8 of 256 experts, docs/benchmarks/moe.md): one warp up to 32 ids (T = 1 / 4: 1.45
+// / 1.57 us, the grid form 2.09 / 2.02); the grid form below 4096 ids (T = 384: 4.63 us, the cluster 4.74; T = 512:
+// 4.99 against 4.86), each of its CTAs counting all of them; a cluster of 8 with match_any from there; from 32768
+// ids a cluster of 16 (where the GPU runs one, else 8) with ballots, where every round holds ids of ~32 experts and
+// match_any takes longer (T = 4096 / 32768: 8.75 / 36.60 us, 8 CTAs 10.21 / 65.09).
+constexpr int kAlignClusterCtas = 8, kAlignWideCtas = 16;
+constexpr int32_t kAlignWarpMaxIds = 32, kAlignClusterMinIds = 4096, kAlignWideMinIds = 32768;
 
 struct AlignParams {
   const void* ids;
@@ -422,6 +426,7 @@ struct AlignParams {
   int32_t* expert_ids;
   int64_t expert_ids_len;
   int32_t* total_out;
+  Trigger trigger;  // at the start or after the wait (align_trigger)
 };
 
 __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
@@ -469,6 +474,21 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
   return lo;
 }
 
+// Every entry of sorted_token_ids n, by the CTA's kThreads threads (16-byte stores where it is aligned).
+template <int kThreads = kAlignThreads>
+__device__ __forceinline__ void align_fill(const AlignParams& p) {
+#ifdef __CUDACC__
+  const int tid = threadIdx.x;
+  int64_t from = 0;
+  if (reinterpret_cast<uintptr_t>(p.sorted) % 16 == 0) {
+    const int4 v = make_int4(p.n, p.n, p.n, p.n);
+    for (int64_t i = tid; i < p.sorted_len / 4; i += kThreads) reinterpret_cast<int4*>(p.sorted)[i] = v;
+    from = p.sorted_len / 4 * 4;
+  }
+  for (int64_t s = from + tid; s < p.sorted_len; s += kThreads) p.sorted[s] = p.n;
+#endif
+}
+
 // The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
 template <int kBatch>
 __device__ __forceinline__ void load_batch(const AlignParams& p, int64_t base, int32_t hi, int (&e)[kBatch]) {
@@ -506,13 +526,10 @@ __device__ __forceinline__ unsigned same_expert_lanes(int e, int experts) {
 #endif
 }
 
-// A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
-// -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
-template <int kBatch, bool kBallots, typename F>
-__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
-                                           const F& f) {
-#ifdef __CUDACC__
-  const int lane = threadIdx.x % 32;
+// A warp's ids [lo, hi) in batches of kBatch rounds of 32, in order (the first batch's experts given): f(the batch's
+// first id, the lane's experts of its rounds).
+template <int kBatch, typename F>
+__device__ __forceinline__ void align_batches(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], const F& f) {
   for (int64_t base = lo; base < hi; base += 32 * kBatch) {
     int e[kBatch];
     if (base == lo) {
@@ -521,6 +538,18 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
     } else {
       load_batch(p, base, hi, e);
     }
+    f(base, e);
+  }
+}
+
+// A warp's ids [lo, hi) in rounds of 32, in order (the first batch's experts given): f(the lane's id, its expert or
+// -1, lanes of the same expert, the expert's count in earlier rounds) after the round's count is added to row[expert].
+template <int kBatch, bool kBallots, typename F>
+__device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row,
+                                           const F& f) {
+#ifdef __CUDACC__
+  const int lane = threadIdx.x % 32;
+  align_batches<kBatch>(p, lo, hi, held, [&](int64_t base, const int (&e)[kBatch]) {
 #pragma unroll
     for (int r = 0; r < kBatch; ++r) {
       const unsigned peers = same_expert_lanes<kBallots>(e[r], p.experts);
@@ -530,7 +559,20 @@ __device__ __forceinline__ void align_walk(const AlignParams& p, int32_t lo, int
       __syncwarp();
       f(static_cast<int32_t>(base + r * 32 + lane), e[r], peers, before);
     }
-  }
+  });
+#endif
+}
+
+// A warp's ids [lo, hi) counted per expert into row (the first batch's experts given), by shared atomics: a
+// count needs no order.
+template <int kBatch>
+__device__ __forceinline__ void align_count(const AlignParams& p, int32_t lo, int32_t hi, const int (&held)[kBatch], uint32_t* row) {
+#ifdef __CUDACC__
+  align_batches<kBatch>(p, lo, hi, held, [&](int64_t, const int (&e)[kBatch]) {
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r)
+      if (e[r] >= 0) atomicAdd(&row[e[r]], 1u);
+  });
 #endif
 }
 
@@ -540,7 +582,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
 #ifdef __CUDACC__
   __shared__ uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its ids, then the offset of its first
   __shared__ int cta_count[kMoeMaxExperts], start[kMoeMaxExperts], base[kMoeMaxExperts], pad_from[kMoeMaxExperts];
-  device::pdl_trigger_secondary();
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts;
   const int cta = kCtas > 1 ? static_cast<int>(blockIdx.x) : 0;
   for (int i = tid; i < kAlignWarps * kMoeMaxExperts; i += kAlignThreads) (&table[0][0])[i] = 0;
@@ -551,23 +593,13 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   };
   const int2 mine = share(0, p.n, kCtas, cta);
   const int2 ids = share(mine.x, mine.y, kAlignWarps, warp);
-  device::pdl_wait_primary();
+  device::pdl_wait_primary(p.trigger);
   int held[kBatch];  // the first batch's experts, for both passes
   load_batch(p, ids.x, ids.y, held);
-  if constexpr (kCtas == 1) {
-    // Every entry n first, coalesced: the ids overwrite theirs after the barriers below (one CTA: ordered by them).
-    int32_t* out = p.sorted;
-    int64_t from = 0;
-    if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-      const int4 v = make_int4(p.n, p.n, p.n, p.n);
-      for (int64_t i = tid; i < p.sorted_len / 4; i += kAlignThreads) reinterpret_cast<int4*>(out)[i] = v;
-      from = p.sorted_len / 4 * 4;
-    }
-    for (int64_t s = from + tid; s < p.sorted_len; s += kAlignThreads) out[s] = p.n;
-  }
+  if constexpr (kCtas == 1) align_fill(p);  // the ids overwrite theirs after the barriers below (one CTA: ordered by them)
   __syncthreads();
   uint32_t* row = table[warp];
-  align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [](int32_t, int, unsigned, uint32_t) {});
+  align_count<kBatch>(p, ids.x, ids.y, held, row);
   __syncthreads();
   int count = 0, earlier = 0;  // thread e: expert e's ids, those in earlier CTAs
   if (tid < E) {               // the warps' counts -> each warp row's offset in the CTA
@@ -614,6 +646,115 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
     if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
   });
   if constexpr (kCtas > 1) align_cluster_wait();
+#endif
+}
+
+// The warp form, up to kAlignWarpMaxIds ids (a few tokens): one warp, a lane an id. The lanes of an expert by
+// match_any; an expert's start is the sum of the padded counts of the smaller experts present, each counted once
+// (by the lane that leads its expert).
+template <typename = void>
+__global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
+  device::pdl_trigger_secondary();  // one CTA: at its start (host::pdl_early_trigger)
+  const int lane = threadIdx.x, bs = p.block_size;
+  device::pdl_wait_primary();
+  const int e = lane < p.n ? expert_of(p, lane) : -1;
+  align_fill<32>(p);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int count = __popc(peers), rank = __popc(peers & ((1u << lane) - 1));
+  const int padded = e >= 0 && rank == 0 ? (count + bs - 1) / bs * bs : 0;
+  int start = 0, total = 0;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int other = __shfl_sync(0xffffffffu, e, j), its = __shfl_sync(0xffffffffu, padded, j);
+    total += its;
+    start += other < e ? its : 0;
+  }
+  __syncwarp();
+  if (e >= 0) p.sorted[start + rank] = lane;
+  for (int b = start / bs; b < (start + padded) / bs; ++b) p.expert_ids[b] = e;
+  for (int64_t b = total / bs + lane; b < p.expert_ids_len; b += 32) p.expert_ids[b] = -1;
+  if (lane == 0) *p.total_out = total;
+#endif
+}
+
+// The grid form, below kAlignClusterMinIds ids: ceil(n / kAlignThreads) CTAs, no cluster. CTA c ranks the chunk
+// [c * kAlignThreads, + kAlignThreads), an id a thread, and counts every id of the other chunks (shared atomics:
+// those before its chunk apart), so that each CTA has every expert's start without the others. A warp's lanes of
+// an expert are the bits they OR into the warp's row: an id's place is its expert's start + the ids of earlier
+// chunks, of earlier warps of the chunk and of its lanes below. One CTA fills the output first (coalesced); more
+// write each expert's padding with a warp (an id's CTA is not ordered against the others' stores).
+template <typename = void>
+__global__ void __launch_bounds__(kAlignThreads) moe_align_grid_kernel(const __grid_constant__ AlignParams p) {
+#ifdef __CUDACC__
+  static_assert(kAlignThreads >= kMoeMaxExperts, "a thread per expert");
+  constexpr int kLoads = 8;  // chunks a thread loads before it counts any
+  __shared__ __align__(16) uint32_t table[kAlignWarps][kMoeMaxExperts];  // per warp and expert: its lanes, then the place of its first
+  __shared__ int before[kMoeMaxExperts], after[kMoeMaxExperts], start[kMoeMaxExperts], pad_from[kMoeMaxExperts];
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, E = p.experts, bs = p.block_size;
+  const int chunk = static_cast<int>(blockIdx.x), chunks = static_cast<int>(gridDim.x);
+  for (int i = tid; i < kAlignWarps * kMoeMaxExperts / 4; i += kAlignThreads) reinterpret_cast<uint4*>(&table[0][0])[i] = uint4{};
+  if (tid < kMoeMaxExperts) before[tid] = after[tid] = 0;
+  __syncthreads();
+  device::pdl_wait_primary(p.trigger);
+  int mine = -1;  // this thread's expert in the CTA's chunk
+  for (int k0 = 0; k0 < chunks; k0 += kLoads) {
+    int e[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int64_t i = int64_t{k0 + u} * kAlignThreads + tid;
+      e[u] = k0 + u < chunks && i < p.n ? expert_of(p, static_cast<int32_t>(i)) : -1;
+    }
+    if (chunks == 1) align_fill(p);  // while the loads are in flight; the ids overwrite theirs after the barriers below
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (e[u] < 0) continue;
+      if (k0 + u == chunk) {
+        mine = e[u];
+        atomicOr(&table[warp][e[u]], 1u << lane);
+      } else {
+        atomicAdd(k0 + u < chunk ? &before[e[u]] : &after[e[u]], 1);
+      }
+    }
+  }
+  __syncthreads();
+  const unsigned peers = mine >= 0 ? table[warp][mine] : 0u;
+  uint32_t lanes[kAlignWarps];
+  int count = 0, earlier = 0;  // thread e: expert e's ids, those of earlier chunks
+  if (tid < E) {
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) lanes[w] = table[w][tid], count += __popc(lanes[w]);
+    earlier = before[tid];
+    count += earlier + after[tid];
+  }
+  const int padded = (count + bs - 1) / bs * bs;
+  int total;
+  const int first = device::cta::exclusive_sum_once(padded, total);  // its barriers: every peers read before the table is rewritten
+  if (tid < E) {
+    int at = first + earlier;
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) table[w][tid] = static_cast<uint32_t>(at), at += __popc(lanes[w]);
+    start[tid] = first, pad_from[tid] = first + count;
+    for (int b = first / bs + chunk; b < (first + padded) / bs; b += chunks) p.expert_ids[b] = tid;
+  }
+  if (chunk == 0 && tid == 0) *p.total_out = total;
+  const int64_t at = int64_t{chunk} * kAlignThreads + tid, stride = int64_t{chunks} * kAlignThreads;
+  for (int64_t b = total / bs + at; b < p.expert_ids_len; b += stride) p.expert_ids[b] = -1;
+  if (chunks > 1)
+    for (int64_t s = total + at; s < p.sorted_len; s += stride) p.sorted[s] = p.n;  // after the last expert
+  __syncthreads();
+  if (mine >= 0) p.sorted[table[warp][mine] + __popc(peers & ((1u << lane) - 1))] = static_cast<int32_t>(at);
+  if (chunks > 1) {
+    // Each expert's slots after its ids, a warp an expert (consecutive stores): lane j holds the j-th expert of the warp.
+    const int gw = chunk * kAlignWarps + warp, warps = chunks * kAlignWarps, held = gw + lane * warps;
+    int from = 0, end = 0;
+    if (held < E) from = pad_from[held], end = held + 1 < E ? start[held + 1] : total;
+    for (int j = 0; j < 32 && gw + j * warps < E; ++j) {
+      const int a = __shfl_sync(0xffffffffu, from, j), b = __shfl_sync(0xffffffffu, end, j);
+      for (int s = a + lane; s < b; s += 32) p.sorted[s] = p.n;
+    }
+  }
 #endif
 }
 
@@ -767,14 +908,64 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
   dev = device.unwrap();
   return AlignParams{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
                      static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
-                     static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr())};
+                     static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr()),
+                     Trigger::kStart};
+}
+
+// Where a launch of `ctas` CTAs triggers the next one (PDL): at its start for one CTA, after its wait for more,
+// where the launches queued behind a start trigger crowd the SMs (host::pdl_trigger_for's reason; H200, run
+// 0731db9: the grid form at T = 128 / 256 4.22 / 4.09 us against 4.39 / 4.28, the cluster of 16 at T = 4096 8.16
+// against 8.60).
+inline Trigger align_trigger(int64_t ctas) { return ctas > 1 ? Trigger::kAfterWait : Trigger::kStart; }
+
+// Whether the device runs moe_align_kernel<kCtas, ...> as a cluster of kCtas (beyond the portable 8, allowed
+// kernel by kernel: H100 and H200 run 16, a MIG slice may not); asked once per device.
+template <int kCtas, int kBatch, bool kBallots>
+bool align_cluster_fits(DLDevice dev) {
+  static_assert(kCtas > 8, "8 CTAs are the portable cluster size");
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // per device: 0 not asked, 1 fits, 2 does not
+  const int id = dev.device_id;
+  if (id < 0 || id >= kDevices) return false;
+  int state = known[id].load(std::memory_order_relaxed);
+  if (state == 0) {
+    const host::DeviceGuard guard(id);
+    const void* kernel = host::kernel_handle(moe_align_kernel<kCtas, kBatch, kBallots>);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kCtas);
+    config.blockDim = dim3(kAlignThreads);
+    int clusters = 0;
+    const bool fits = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+                      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    if (!fits) (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch
+    state = fits ? 1 : 2;
+    known[id].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
 }
 
 // The alignment of p's ids: a cluster of kCtas CTAs or one CTA (kCtas = 1), kBatch rounds of ids loaded at once,
 // lanes of an expert found by ballots or match_any.
 template <int kCtas, int kBatch, bool kBallots>
-void launch_align(const AlignParams& p, DLDevice dev) {
+void launch_align(AlignParams p, DLDevice dev, const Trigger* forced = nullptr) {
+  if constexpr (kCtas > 8)
+    host::RuntimeCheck(align_cluster_fits<kCtas, kBatch, kBallots>(dev), "this GPU cannot run a cluster of ", kCtas, " CTAs");
+  p.trigger = forced != nullptr ? *forced : align_trigger(kCtas);
   host::LaunchKernel(kCtas, kAlignThreads, dev).enable_pdl()(moe_align_kernel<kCtas, kBatch, kBallots>, p);
+}
+
+// The grid form's launch: a CTA per kAlignThreads ids (`forced`: that PDL trigger instead of align_trigger's).
+template <typename = void>
+void launch_align_grid(AlignParams p, DLDevice dev, const Trigger* forced = nullptr) {
+  const int64_t chunks = std::max<int64_t>(1, host::div_ceil(int64_t{p.n}, kAlignThreads));
+  p.trigger = forced != nullptr ? *forced : align_trigger(chunks);
+  host::LaunchKernel(static_cast<unsigned>(chunks), kAlignThreads, dev).enable_pdl()(moe_align_grid_kernel<>, p);
+}
+
+// The warp form's launch.
+template <typename = void>
+void launch_align_warp(const AlignParams& p, DLDevice dev) {
+  host::LaunchKernel(1, 32, dev).enable_pdl()(moe_align_warp_kernel<>, p);
 }
 
 // topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *
@@ -786,14 +977,18 @@ void moe_align_block_size(jitkern::TensorView topk_ids, int64_t num_experts, int
                           jitkern::TensorView expert_ids, jitkern::TensorView num_tokens_post_pad) {
   DLDevice dev;
   const AlignParams p = align_params<>(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad, dev);
-  if (p.n >= kAlignClusterMinIds && host::runtime::get_arch(dev.device_id) >= 90) {
-    if (p.n >= kAlignBallotsMinIds) {
-      launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
-    } else {
-      launch_align<kAlignClusterCtas, kAlignClusterBatch, false>(p, dev);
-    }
-  } else {
+  if (p.n <= kAlignWarpMaxIds) {
+    launch_align_warp<>(p, dev);
+  } else if (p.n < kAlignClusterMinIds) {
+    launch_align_grid<>(p, dev);
+  } else if (host::runtime::get_arch(dev.device_id) < 90) {
     launch_align<1, kAlignBatch, false>(p, dev);
+  } else if (p.n < kAlignWideMinIds) {
+    launch_align<kAlignClusterCtas, kAlignClusterBatch, false>(p, dev);
+  } else if (align_cluster_fits<kAlignWideCtas, kAlignClusterBatch, true>(dev)) {
+    launch_align<kAlignWideCtas, kAlignClusterBatch, true>(p, dev);
+  } else {
+    launch_align<kAlignClusterCtas, kAlignClusterBatch, true>(p, dev);
   }
 }
 #endif  // __CUDACC_RTC__

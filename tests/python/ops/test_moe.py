@@ -310,15 +310,17 @@ def _check_align_into_larger_buffers(ids, experts, block_size, ref_sorted, ref_e
     assert (expert_ids[t // block_size :] == -1).all()
 
 
-@pytest.mark.parametrize("experts", [8, 16, 64, 128, 256, 512])
-@pytest.mark.parametrize("block_size", [16, 32, 64, 128, 256])
-@pytest.mark.parametrize("tokens,k", [(1, 1), (1, 8), (64, 8), (333, 2), (4096, 8)])
+# Every expert count and block size at 1-333 tokens; 4096 tokens (32768 ids, slow in the Python reference) at 64
+# and 256 experts only.
+_ALIGN_CASES = [(e, bs, t, k) for e in (8, 16, 64, 128, 256, 512) for bs in (16, 32, 64, 128, 256)
+                for t, k in ((1, 1), (1, 8), (64, 8), (333, 2), (4096, 8)) if t != 4096 or e in (64, 256)]
+
+
+@pytest.mark.parametrize("experts,block_size,tokens,k", _ALIGN_CASES)
 def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
     torch = _torch()
     from jitkern.ops import moe_align_block_size
 
-    if tokens == 4096 and experts not in (64, 256):
-        pytest.skip("covered by the other sizes")  # the Python reference is slow at 32768 ids
     gen = torch.Generator(device="cuda").manual_seed(experts * 1000 + block_size + tokens)
     # Skewed: half of the experts never chosen (empty experts), the rest unevenly.
     probs = torch.rand(experts, device="cuda", generator=gen) ** 4
@@ -374,12 +376,15 @@ def _align_reference_torch(flat, experts, block_size):
 
 @pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
 @pytest.mark.parametrize("experts,block_size,n", [(256, 64, 32768 * 8), (128, 128, 4096), (128, 16, 4095), (512, 16, 4096 * 8 + 3),
-                                                  (1, 16, 5000), (256, 64, 0)])
+                                                  (1, 16, 5000), (256, 64, 0), (256, 16, 2048), (512, 64, 4095), (256, 16, 4096),
+                                                  (64, 256, 513), (512, 16, 512), (256, 16, 32767), (256, 16, 32),
+                                                  (256, 16, 33)])
 def test_moe_align_block_size_across_ctas(ids_dtype, experts, block_size, n):
-    """From 2048 ids (kAlignClusterMinIds; ballots from 32768) the alignment splits topk_ids over a cluster of
-    CTAs: each expert's ids stay in order across the CTAs' and warps' slices (ids skewed to a few experts, so each
-    expert spans many slices), ids outside [0, experts) (-1, experts, far beyond) are left out, and every entry
-    past the ids is written."""
+    """One warp up to 32 ids, one CTA up to 512; beyond, the alignment splits topk_ids over CTAs (the grid form's
+    chunks of 512 ids below kAlignClusterMinIds = 4096, a cluster of 8's slices from there, of 16 with ballots from
+    32768): each expert's ids stay in order across the CTAs' and warps' slices (ids skewed to a few experts, so each
+    expert spans many slices), ids outside [0, experts) (-1, experts, far beyond) are left out, and every entry past
+    the ids is written."""
     torch = _torch()
 
     gen = torch.Generator(device="cuda").manual_seed(n + experts)
