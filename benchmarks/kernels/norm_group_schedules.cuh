@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, 
 // The plain op's access pattern without its arithmetic: one row a CTA, kLaneVecs vectors of the input and the weights
 // a thread (norm_group_rows_kernel's layout), one CTA reduction (the words' xor), then the codes (the values' high
 // bytes) and one scale a group (the reduction's result) stored where the op stores them; the next launch triggered as
-// the op triggers it.
-template <int kLaneVecs, bool kUE8M0>
+// the op triggers it. kScales: the scales stored (else not: what they cost).
+template <int kLaneVecs, bool kUE8M0, bool kScales = true>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kLaneVecs)
     norm_group_pattern_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p,
                               const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, Rounding::kExact> epi) {
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kLaneVecs)
   for (int r = 0; r < kLaneVecs; ++r)  // the high byte of each value
     AlignedVector<uint32_t, 2>{{__byte_perm(xs[r][0], xs[r][1], 0x7531), __byte_perm(xs[r][2], xs[r][3], 0x7531)}}.store_global(
         reinterpret_cast<uint32_t*>(q + (first + r * kRowLanes) * kVec));
-  if (threadIdx.x % kRowLanes == 0)
+  if (kScales && threadIdx.x % kRowLanes == 0)
     epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.x, g, epi.groups_per_row, __uint_as_float(fold), fold);
 #endif
 }
@@ -226,15 +226,38 @@ struct StreamRows {
   }
 };
 
-// norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's).
-inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+// norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's); at most
+// ctas_per_sm CTAs an SM (dynamic shared memory reserved so that no more fit; 0: as many as fit, -1: as many as the
+// product's many-row kernel holds at this width), the scales stored or not.
+inline void pattern_rows_at(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                            int64_t ctas_per_sm, bool scales) {
   using S = jitkern_quant::NormGroupSchedule;
   const auto launch = [&](auto lanes_tag) {
     constexpr int kLaneVecs = decltype(lanes_tag)::value;
-    const auto pattern = [](const auto& p, const auto& epi, const auto& rows, int threads) {
-      host::LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
+    const auto pattern = [&](const auto& p, const auto& epi, const auto& rows, int threads) {
+      int ctas = static_cast<int>(ctas_per_sm);
+      const host::DeviceGuard guard(rows.device.device_id);
+      if (ctas < 0) {
+        static_assert(kLaneVecs == S::kLaneVecs || kLaneVecs == S::kFewLaneVecs);
+        ctas = host::runtime::get_blocks_per_sm(jitkern_quant::norm_group_rows_kernel<bf16_t, kVec, kGroup, kLaneVecs, false, false, Rounding::kExact, true,
+                                                                                      S::kPairs, S::kPinnedStores, false, S::kManyBoundThreads,
+                                                                                      S::kManyMinBlocks>,
+                                                threads);
+      }
+      std::size_t smem = 0;
+      if (ctas > 0) {
+        int per_sm = 0, reserved = 0;
+        host::RuntimeDeviceCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, rows.device.device_id));
+        host::RuntimeDeviceCheck(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, rows.device.device_id));
+        smem = static_cast<std::size_t>(per_sm / ctas - reserved - 128);  // 128: the kernel's own
+      }
+      const auto kernel = scales ? norm_group_pattern_kernel<kLaneVecs, false, true> : norm_group_pattern_kernel<kLaneVecs, false, false>;
+      host::RuntimeDeviceCheck(cudaFuncSetAttribute(host::kernel_handle(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      if (ctas > 0)
+        host::RuntimeCheck(host::runtime::get_blocks_per_sm(kernel, threads, smem) == ctas, "pattern_rows_at: ", ctas, " CTAs an SM not reached");
+      host::LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device, smem);
       launch.enable_pdl();
-      launch(norm_group_pattern_kernel<kLaneVecs, false>, p, epi);
+      launch(kernel, p, epi);
       return true;
     };
     return plain_with<kLaneVecs>(input, weight, output_q, output_s, kGroup, 1e-6, pattern);
@@ -243,6 +266,11 @@ inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, 
   const bool done = tokens >= S::kManyRowsPerSm * sms ? launch(std::integral_constant<int, S::kLaneVecs>{})
                                                       : launch(std::integral_constant<int, S::kFewLaneVecs>{});
   host::RuntimeCheck(done, "pattern_rows: rows that are not whole warps of the product's vectors a lane");
+}
+
+// pattern_rows_at with as many CTAs an SM as fit, the scales stored.
+inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+  pattern_rows_at(input, weight, output_q, output_s, 0, true);
 }
 #endif  // __CUDACC_RTC__
 
