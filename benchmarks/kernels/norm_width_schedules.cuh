@@ -246,12 +246,21 @@ void paired_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern:
   });
 }
 
-// folded_static_kernel<E, 3584, kMinBlocks>.
+// folded_static_kernel<E, H, kMinBlocks>, rows of H = 3584 or 2560.
 template <typename E, int kMinBlocks>
 void folded_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
-  rows_3584<E>(input, weight, output, eps, [](const StaticRows<E>& s, int32_t n, DLDevice device) {
-    host::LaunchKernel(static_cast<unsigned>(n), kFoldedThreads<E, 3584>, device).enable_pdl()(folded_static_kernel<E, 3584, kMinBlocks>, s);
-  });
+  const host::norm::TokenRows<E> rows(input, weight, &output, nullptr, eps);
+  const NormParams<E>& p = rows.params;
+  const RowProblem<E>& q = p.problem[0];
+  const StaticRows<E> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, false};
+  const auto one = [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    host::LaunchKernel(static_cast<unsigned>(rows.tokens), kFoldedThreads<E, kWidth>, rows.device).enable_pdl()(folded_static_kernel<E, kWidth, kMinBlocks>, s);
+  };
+  host::RuntimeCheck(p.hidden == 3584 || p.hidden == 2560, "rows of 3584 or 2560 only, got ", p.hidden);
+  if (rows.tokens == 0) return;
+  if (p.hidden == 3584) one(std::integral_constant<int, 3584>{});
+  else one(std::integral_constant<int, 2560>{});
 }
 
 // stream_static_kernel<E, 3584, kMinBlocks>, as many CTAs as the SMs hold (at most one a row).
