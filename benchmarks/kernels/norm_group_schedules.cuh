@@ -249,7 +249,7 @@ inline void pattern_rows_at(jitkern::TensorView input, jitkern::TensorView weigh
         int per_sm = 0, reserved = 0;
         host::RuntimeDeviceCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, rows.device.device_id));
         host::RuntimeDeviceCheck(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, rows.device.device_id));
-        smem = static_cast<std::size_t>(per_sm / ctas - reserved - 128);  // 128: the kernel's own
+        smem = static_cast<std::size_t>((per_sm / ctas - reserved - 128) / 256 * 256);  // 128: the kernel's own; whole allocation units
       }
       const auto kernel = scales ? norm_group_pattern_kernel<kLaneVecs, false, true> : norm_group_pattern_kernel<kLaneVecs, false, false>;
       host::RuntimeDeviceCheck(cudaFuncSetAttribute(host::kernel_handle(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
