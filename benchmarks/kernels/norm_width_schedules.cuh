@@ -1,8 +1,8 @@
 // Layouts of the plain and Gemma norms' wide rows side by side (bench_norm.py `widths`), bf16: the kernel built
 // for the width (norm_static_kernel) at kRegVecs vectors a thread, at any row count; and, for rows of 3584 (448
 // vectors, held exactly at two vectors a thread of 224), forms with the product's sums in the product's order (its
-// bits): that kernel under launch bounds, kRows rows a CTA, and a persistent grid loading the next row ahead. E:
-// bf16_t (rmsnorm) or the Gemma-tagged bf16 (gemma_rmsnorm).
+// bits): that kernel under launch bounds, kRows rows a CTA, and a persistent grid loading the next row ahead; the
+// product's folded kernel at 2560. E: bf16_t (rmsnorm) or the Gemma-tagged bf16 (gemma_rmsnorm).
 #pragma once
 
 #include <norm_variants.cuh>
@@ -41,17 +41,7 @@ JITKERN_DEVICE void reduce_sums(float (&v)[kRows], float (*partial)[kThreads / d
     for (int i = 0; i < kRows; ++i) partial[i][threadIdx.x / device::kWarpThreads] = v[i];
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    float q[kWarps];
-#pragma unroll
-    for (int k = 0; k < kWarps; ++k) q[k] = partial[i][k];
-#pragma unroll
-    for (int offset = device::kWarpThreads / 2; offset > 0; offset /= 2)
-#pragma unroll
-      for (int k = 0; k < offset; ++k)
-        if (k + offset < kWarps) q[k] += q[k + offset];
-    v[i] = q[0];
-  }
+  for (int i = 0; i < kRows; ++i) v[i] = add_warp_partials<kWarps>(partial[i]);
 }
 
 // kRows rows a CTA of norm_static_kernel<T, kHidden, 2>'s threads, each thread holding its two vectors of every row
@@ -134,67 +124,6 @@ __global__ void __launch_bounds__(kNormStaticThreads<T, kHidden, 2>, kMinBlocks)
 #endif
 }
 
-// norm_static_kernel<T, kHidden, 2>'s rows (its "virtual" threads v of two vectors, v and v + kVirtual, in warps of
-// 32) folded onto half as many threads: a thread holds virtual lanes i and i + 16 of a virtual warp (its half-warp's
-// lane i, virtual warp 2 * warp + half), so four vectors. The butterfly's first step (lanes 16 apart) is an add in
-// registers, the other four shuffles within the half-warp, then the virtual warps' tree: the same sums in the same
-// order (the same bits). An odd number of virtual warps leaves the last half-warp idle. kMinBlocks: __launch_bounds__'s
-// CTAs an SM.
-template <typename T, int kHidden>
-inline constexpr int kFoldedThreads = (kNormStaticThreads<T, kHidden, 2> / device::kWarpThreads + 1) / 2 * device::kWarpThreads;
-template <typename T, int kHidden, int kMinBlocks = 0>
-__global__ void __launch_bounds__(kFoldedThreads<T, kHidden>, kMinBlocks) folded_static_kernel(const __grid_constant__ StaticRows<T> p) {
-#ifdef __CUDACC__
-  constexpr int kVec = device::kVec16<T>, kVirtual = kNormStaticThreads<T, kHidden, 2>, kVirtualWarps = kVirtual / device::kWarpThreads;
-  static_assert(kHidden / kVec == 2 * kVirtual, "rows held exactly at two vectors a virtual thread");
-  using Vec = device::AlignedVector<T, kVec>;
-  using M = VecMath<T, kVec>;
-  const int lane = static_cast<int>(threadIdx.x % device::kWarpThreads), i = lane % 16;
-  const int warp = static_cast<int>(threadIdx.x / device::kWarpThreads) * 2 + lane / 16;  // the virtual warp
-  const bool held = warp < kVirtualWarps;
-  const int v0 = (held ? warp : 0) * device::kWarpThreads + i;  // virtual lanes v0 and v0 + 16 (idle lanes: warp 0's, unused)
-  const int64_t row = blockIdx.x;
-  const T* in = p.in + row * p.in_stride;
-  T* out = p.out + row * p.out_stride;
-  const auto at = [&](int h, int r) { return (v0 + 16 * h + r * kVirtual) * kVec; };  // vector r of virtual lane v0 + 16 h
-  device::pdl_wait_primary();
-  Vec xs[2][2], ws[2][2];  // loaded by every lane (branch-free)
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) xs[h][r].load_global(in + at(h, r)), ws[h][r].load_global(p.weight + at(h, r));
-  float sums[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    sums[h] = 0.0f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) sums[h] += M::sum_squares(xs[h][r]);
-  }
-  float v = sums[0] + sums[1];  // the butterfly's step of 16
-#pragma unroll
-  for (int offset = 8; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  __shared__ float partial[kVirtualWarps];
-  if (held && i == 0) partial[warp] = v;
-  __syncthreads();
-  float q[kVirtualWarps];
-#pragma unroll
-  for (int k = 0; k < kVirtualWarps; ++k) q[k] = partial[k];
-#pragma unroll
-  for (int offset = device::kWarpThreads / 2; offset > 0; offset /= 2)
-#pragma unroll
-    for (int k = 0; k < offset; ++k)
-      if (k + offset < kVirtualWarps) q[k] += q[k + offset];
-  const float scale = rsqrtf(q[0] * (1.0f / static_cast<float>(kHidden)) + p.eps);
-  if (held) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) M::normalized(xs[h][r], ws[h][r], scale).store_global(out + at(h, r));
-  }
-  device::pdl_trigger_secondary();
-#endif
-}
-
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 using Gemma = jitkern_norm_variants::Tagged<bf16_t, jitkern_norm_variants::Rule::kGemma>;
 constexpr int kWidths[] = {1536, 2560, 3584, 4096};
@@ -246,8 +175,8 @@ void paired_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern:
   });
 }
 
-// folded_static_kernel<E, H, kMinBlocks>, rows of H = 3584 or 2560.
-template <typename E, int kMinBlocks>
+// The product's norm_folded_kernel<E, H>, rows of H = 3584 or 2560 (the product folds 3584 only).
+template <typename E>
 void folded_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
   const host::norm::TokenRows<E> rows(input, weight, &output, nullptr, eps);
   const NormParams<E>& p = rows.params;
@@ -255,7 +184,7 @@ void folded_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern:
   const StaticRows<E> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, false};
   const auto one = [&](auto width) {
     constexpr int kWidth = decltype(width)::value;
-    host::LaunchKernel(static_cast<unsigned>(rows.tokens), kFoldedThreads<E, kWidth>, rows.device).enable_pdl()(folded_static_kernel<E, kWidth, kMinBlocks>, s);
+    host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormFoldedThreads<E, kWidth>, rows.device).enable_pdl()(norm_folded_kernel<E, kWidth>, s);
   };
   host::RuntimeCheck(p.hidden == 3584 || p.hidden == 2560, "rows of 3584 or 2560 only, got ", p.hidden);
   if (rows.tokens == 0) return;
