@@ -256,12 +256,10 @@ NORM_GROUP_SCHEDULES = {
     "bounded (the product's)": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 2, 385),
     "1 row a CTA": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 1, 385),
     "stream2": "StreamRows<2>",
-    "bounds 160 x 8": (4, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 160, 8, 128, 2, 385),
-    "2 a lane": (2, 2, 2, 1, 1, 8, 16, 0, 4, 1, 1, 1, 224, 5, 128, 2, 385),
 }
 DECODE_SCHEDULES = ["1 row a CTA"]  # beside the product at decode sizes: rmsnorm_group_quant_fp8
 DECODE_FUSED_SCHEDULES = []  # ... the fused add
-PREFILL_SCHEDULES = ["bounded (the product's)", "bounds 160 x 8", "2 a lane"]  # ... the plain op at prefill sizes
+PREFILL_SCHEDULES = ["unbounded", "bounded (the product's)"]  # ... the plain op at prefill sizes
 PREFILL_FUSED_SCHEDULES = []  # ... the fused add
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
@@ -275,15 +273,15 @@ def _schedule_spec(name: str, ops: str, wrappers: list) -> "jitkern.JitSpec":
 def norm_group_schedule_modules(names) -> dict:
     """name -> the module of the norm + group ops (1x128 groups, fp32 scales) under that schedule: plain(input,
     weight, output_q, output_s, group_size, eps), fused(input, residual, weight, ...); and "pattern" -> the module of
-    pattern(input, weight, output_q, output_s) (bench_norm_group::pattern_rows) and pattern_at(..., ctas_per_sm, scales)
-    (pattern_rows_at); built at once."""
+    pattern(input, weight, output_q, output_s) (bench_norm_group::pattern_rows) and pattern_with(..., scales)
+    (pattern_rows_with); built at once."""
     def spec(name):
         v = NORM_GROUP_SCHEDULES[name]
         ops = f"bench_norm_group::Ops<{', '.join(map(str, v))}>" if isinstance(v, tuple) else f"bench_norm_group::{v}"
         return _schedule_spec(ops, ops, [("plain", f"{ops}::rmsnorm_group_quant<128>"), ("fused", f"{ops}::fused_add_rmsnorm_group_quant<128>")])
 
     specs = [spec(n) for n in names] + [_schedule_spec("pattern", "", [("pattern", "bench_norm_group::pattern_rows"),
-                                                                    ("pattern_at", "bench_norm_group::pattern_rows_at")])]
+                                                                    ("pattern_with", "bench_norm_group::pattern_rows_with")])]
     return dict(zip([*names, "pattern"], warmup_modules(*specs)))
 
 
@@ -412,8 +410,8 @@ def norm_group_large(module, ceilings: dict, modules: dict, widths=None) -> None
     element) and of its own access pattern without the arithmetic (the "pattern" module), and of the copy ceiling
     (fused add: 7 bytes an element), beside PREFILL_SCHEDULES and PREFILL_FUSED_SCHEDULES (exact),
     the instruction-issue bound (issue_bound_us), the plain op's access pattern without its arithmetic (the "pattern"
-    module: % of `halve`), that pattern at the op's CTAs an SM and without its scale stores, and the rows rewritten in
-    place after one CTA reduction (rewrite_rows, 4 bytes an element: % of copy); median of 3 interleaved rounds; rows
+    module: % of `halve`), that pattern without its scale stores, and the rows rewritten in place after one CTA
+    reduction (rewrite_rows, 4 bytes an element: % of copy); median of 3 interleaved rounds; rows
     printed as measured. widths: the H measured (default every one)."""
     copy = max(ceilings.values())
     names, add_names = [n for n in PREFILL_SCHEDULES if n in modules], [n for n in PREFILL_FUSED_SCHEDULES if n in modules]
@@ -422,7 +420,7 @@ def norm_group_large(module, ceilings: dict, modules: dict, widths=None) -> None
           "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling / % of its access pattern without the "
           "arithmetic), fused add: (% of the copy ceiling))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | its access pattern without the arithmetic | "
-          "the pattern at the op's CTAs an SM | the pattern without scale stores | "
+          "the pattern without its scale stores | "
           f"fused_add_rmsnorm_group_quant_fp8 exact | sglang |{add_columns} rows rewritten after one CTA reduction (% of copy) |", [])
     pattern = modules.get("pattern")
     for h, sizes in PREFILL_SIZES:
@@ -433,26 +431,19 @@ def norm_group_large(module, ceilings: dict, modules: dict, widths=None) -> None
             x, r0, y, q, s = _group_operands(t, h)
             rows = torch.randn(t, h, dtype=DTYPE, device="cuda").view(torch.int32)
             providers = _group_providers(x, r0, w, y, q, s)
-            capped = {"pattern at the op's": lambda: pattern.pattern_at(x, w, q.view(torch.uint8), _scales_2d(s), -1, True),
-                      "pattern without scales": lambda: pattern.pattern_at(x, w, q.view(torch.uint8), _scales_2d(s), 0, False)} if pattern else {}
-            for name, fn in list(capped.items()):
-                try:
-                    fn()
-                except Exception as e:  # noqa: BLE001 - a yardstick that cannot run is reported, not fatal
-                    print(f"<!-- {name} failed at [{t}, {h}]: {type(e).__name__}: {str(e)[:200]} -->")
-                    del capped[name]
             m = interleaved({**{k: providers[k] for r in ROUNDINGS for k in (f"fused {r}", f"fused add {r}")},
                              **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in names},
                              **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in add_names},
-                             **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s))} if pattern else {}), **capped,
+                             **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s)),
+                                 "pattern without scales": lambda: pattern.pattern_with(x, w, q.view(torch.uint8), _scales_2d(s), False)}
+                                if pattern else {}),
                              "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
             add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
             of_pattern = (lambda us: f" / {100 * m['pattern'] / us:.1f}%") if pattern else (lambda us: "")
             plain = " | ".join(f"{m[k]:.2f} ({100 * halve / m[k]:.1f}%{of_pattern(m[k])})" for k in [f"fused {r}" for r in ROUNDINGS] + names)
             bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
-            yardstick = " | ".join(f"{m[k]:.2f} ({100 * halve / m[k]:.1f}%)" if k in m else "n/a"
-                                   for k in ("pattern", "pattern at the op's", "pattern without scales"))
+            yardstick = " | ".join(f"{m[k]:.2f} ({100 * halve / m[k]:.1f}%)" if k in m else "n/a" for k in ("pattern", "pattern without scales"))
             fused = " | ".join([f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS] +
                                [f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in add_names])
             rewrite = f"{m['rewrite']:.2f} ({100 * 4 * t * h / 1e3 / copy / m['rewrite']:.1f}%)"

@@ -226,38 +226,17 @@ struct StreamRows {
   }
 };
 
-// norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's); at most
-// ctas_per_sm CTAs an SM (dynamic shared memory reserved so that no more fit; 0: as many as fit, -1: as many as the
-// product's many-row kernel holds at this width), the scales stored or not.
-inline void pattern_rows_at(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
-                            int64_t ctas_per_sm, bool scales) {
+// norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's), the scales
+// stored or not (what they cost).
+inline void pattern_rows_with(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                              bool scales) {
   using S = jitkern_quant::NormGroupSchedule;
   const auto launch = [&](auto lanes_tag) {
     constexpr int kLaneVecs = decltype(lanes_tag)::value;
     const auto pattern = [&](const auto& p, const auto& epi, const auto& rows, int threads) {
-      int ctas = static_cast<int>(ctas_per_sm);
-      const host::DeviceGuard guard(rows.device.device_id);
-      if (ctas < 0) {
-        static_assert(kLaneVecs == S::kLaneVecs || kLaneVecs == S::kFewLaneVecs);
-        ctas = host::runtime::get_blocks_per_sm(jitkern_quant::norm_group_rows_kernel<bf16_t, kVec, kGroup, kLaneVecs, false, false, Rounding::kExact, true,
-                                                                                      S::kPairs, S::kPinnedStores, false, S::kManyBoundThreads,
-                                                                                      S::kManyMinBlocks>,
-                                                threads);
-      }
-      std::size_t smem = 0;
-      if (ctas > 0) {
-        int per_sm = 0, reserved = 0;
-        host::RuntimeDeviceCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, rows.device.device_id));
-        host::RuntimeDeviceCheck(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, rows.device.device_id));
-        smem = static_cast<std::size_t>((per_sm / ctas - reserved - 128) / 256 * 256);  // 128: the kernel's own; whole allocation units
-      }
-      const auto kernel = scales ? norm_group_pattern_kernel<kLaneVecs, false, true> : norm_group_pattern_kernel<kLaneVecs, false, false>;
-      host::RuntimeDeviceCheck(cudaFuncSetAttribute(host::kernel_handle(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      if (ctas > 0)
-        host::RuntimeCheck(host::runtime::get_blocks_per_sm(kernel, threads, smem) == ctas, "pattern_rows_at: ", ctas, " CTAs an SM not reached");
-      host::LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device, smem);
+      host::LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
       launch.enable_pdl();
-      launch(kernel, p, epi);
+      launch(scales ? norm_group_pattern_kernel<kLaneVecs, false, true> : norm_group_pattern_kernel<kLaneVecs, false, false>, p, epi);
       return true;
     };
     return plain_with<kLaneVecs>(input, weight, output_q, output_s, kGroup, 1e-6, pattern);
@@ -268,9 +247,9 @@ inline void pattern_rows_at(jitkern::TensorView input, jitkern::TensorView weigh
   host::RuntimeCheck(done, "pattern_rows: rows that are not whole warps of the product's vectors a lane");
 }
 
-// pattern_rows_at with as many CTAs an SM as fit, the scales stored.
+// pattern_rows_with, the scales stored.
 inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {
-  pattern_rows_at(input, weight, output_q, output_s, 0, true);
+  pattern_rows_with(input, weight, output_q, output_s, true);
 }
 #endif  // __CUDACC_RTC__
 
