@@ -137,15 +137,12 @@ def reference_table() -> None:
 
 
 # name -> bench_norm_widths' entry point (benchmarks/kernels/norm_width_schedules.cuh): the width kernel at 2 vectors a
-# thread (the product before at any row count: its bits) and at 4 (other bits), and, at 3584 only, forms with the
-# product's bits: two rows a CTA (each thread its two vectors of both), a persistent grid of 5 CTAs an SM loading the
-# next row ahead, the width kernel at two under launch bounds of 9 CTAs an SM (32 registers); the product folds rows of
-# 3584 from 4 an SM on (norm_folded_kernel), and "folded" times that kernel at 2560.
+# thread (the product below 4 rows an SM, and at 3584 the product before at any row count: the same bits) and at 4
+# (other bits); the product's folded kernel at 2560 (the product folds 3584 only).
 WIDTH_SCHEDULES = {"width kernel, 2 a thread": "static_rows<{E}, 2>", "width kernel, 4 a thread": "static_rows<{E}, 4>",
-                   "two rows a CTA": "paired_rows<{E}, 2, 0>", "streamed, 5 CTAs an SM": "streamed_rows<{E}, 5>",
-                   "bounded 224 x 9": "bounded_rows<{E}, 9>", "folded": "folded_rows<{E}>"}
+                   "folded": "folded_rows<{E}>"}
 # (op, rows, width) timed, in this order (rows print as measured).
-WIDTH_CASES = [("rmsnorm", 4096, 3584), ("gemma", 4096, 3584), ("rmsnorm", 16384, 3584), ("rmsnorm", 4096, 2560)]
+WIDTH_CASES = [("gemma", 4096, 3584), ("rmsnorm", 4096, 3584), ("rmsnorm", 16384, 3584), ("rmsnorm", 1024, 3584), ("rmsnorm", 4096, 2560)]
 
 
 def width_modules():
@@ -194,10 +191,8 @@ def width_cases(check_only: bool):
                (lambda x=x, w=w, o=mine: gemma_rmsnorm(x, w, EPS, o))}
         outs = {"product": mine}
         for k, name in enumerate(WIDTH_SCHEDULES):
-            if h != 3584 and not name.startswith("width kernel") and not (h == 2560 and name == "folded"):
-                continue  # (built for rows of 3584 only; folded: 2560 too)
-            if h == 3584 and name == "folded":
-                continue  # (the product's kernel there)
+            if name == "folded" and h != 2560:
+                continue  # (built for 2560 only)
             o = torch.empty_like(x)
             fns[name], outs[name] = (lambda f=getattr(module, f"{op}_{k}"), x=x, w=w, o=o: f(x, w, o, EPS)), o
         o = torch.empty_like(x)

@@ -55,7 +55,8 @@ constexpr int norm_reg_vecs(int64_t nvec) {
 }
 // Rows of `nvec` vectors held at kNormHalfRegVecs a thread that take norm_folded_kernel from kNormManyRowsPerSm rows an
 // SM on: 448 (bf16 3584), where folding onto half the threads raises the CTAs an SM from 7 (40 registers, 224 threads)
-// to 8 (64, 128); at 320 and 192 (2560, 1536) it does not (10 and 16 either way).
+// to 8 (64, 128): rmsnorm [4096, 3584] 14.46 us against 15.65 unfolded, SGLang 15.34 (docs/benchmarks/norm.md); at 320
+// and 192 (2560, 1536) it does not (10 and 16 either way).
 constexpr bool norm_folds(int64_t nvec) { return nvec == 448; }
 // Narrow rows: groups take host::RowPolicy::rows_per_group rows each once one-row groups would fill
 // this many CTAs per SM.
@@ -551,8 +552,8 @@ struct TokenRows {
 // Plain rmsnorm of `rows` through norm_static_kernel where it applies (16-bit rows of a width in
 // kNormStaticWidths, 16-byte vectors, fewer than kNormManyRowsPerSm rows per SM, or any number of rows held at
 // kNormHalfRegVecs a thread: there the general kernel's registers left 5 CTAs of 224 threads an SM, rmsnorm /
-// gemma_rmsnorm [4096, 3584] 16.11 / 16.68 us against the width kernel's 15.50 / 15.77, docs/benchmarks/norm.md);
-// false (nothing launched) elsewhere.
+// gemma_rmsnorm [4096, 3584] 16.11 / 16.68 us against the width kernel's 15.50 / 15.77, docs/benchmarks/norm.md), from
+// kNormManyRowsPerSm rows per SM through norm_folded_kernel where norm_folds; false (nothing launched) elsewhere.
 template <typename T>
 bool launch_norm_static(const TokenRows<T>& rows) {
   if constexpr (sizeof(T) != 2) {
