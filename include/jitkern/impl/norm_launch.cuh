@@ -55,8 +55,9 @@ constexpr int norm_reg_vecs(int64_t nvec) {
 }
 // Rows of `nvec` vectors held at kNormHalfRegVecs a thread that take norm_folded_kernel from kNormManyRowsPerSm rows an
 // SM on: 448 (bf16 3584), where folding onto half the threads raises the CTAs an SM from 7 (40 registers, 224 threads)
-// to 8 (64, 128): rmsnorm [4096, 3584] 14.46 us against 15.65 unfolded, SGLang 15.34 (docs/benchmarks/norm.md); at 320
-// and 192 (2560, 1536) it does not (10 and 16 either way).
+// to 8 (64, 128): rmsnorm / gemma_rmsnorm [4096, 3584] 14.33 / 14.42 us against 15.39 / 15.59 unfolded (SGLang 15.16 /
+// 15.46), rmsnorm [1024, 3584] 2.88 against 3.37 (docs/benchmarks/norm.md); at 320 and 192 (2560, 1536) it does not
+// (10 and 16 either way; [4096, 2560] folded 8.74 against 8.61).
 constexpr bool norm_folds(int64_t nvec) { return nvec == 448; }
 // Narrow rows: groups take host::RowPolicy::rows_per_group rows each once one-row groups would fill
 // this many CTAs per SM.
