@@ -273,13 +273,15 @@ def _schedule_spec(name: str, ops: str, wrappers: list) -> "jitkern.JitSpec":
 def norm_group_schedule_modules(names) -> dict:
     """name -> the module of the norm + group ops (1x128 groups, fp32 scales) under that schedule: plain(input,
     weight, output_q, output_s, group_size, eps), fused(input, residual, weight, ...); and "pattern" -> the module of
-    pattern(input, weight, output_q, output_s) (bench_norm_group::pattern_rows); built at once."""
+    pattern(input, weight, output_q, output_s) (bench_norm_group::pattern_rows) and pattern_with(..., scales)
+    (pattern_rows_with); built at once."""
     def spec(name):
         v = NORM_GROUP_SCHEDULES[name]
         ops = f"bench_norm_group::Ops<{', '.join(map(str, v))}>" if isinstance(v, tuple) else f"bench_norm_group::{v}"
         return _schedule_spec(ops, ops, [("plain", f"{ops}::rmsnorm_group_quant<128>"), ("fused", f"{ops}::fused_add_rmsnorm_group_quant<128>")])
 
-    specs = [spec(n) for n in names] + [_schedule_spec("pattern", "", [("pattern", "bench_norm_group::pattern_rows")])]
+    specs = [spec(n) for n in names] + [_schedule_spec("pattern", "", [("pattern", "bench_norm_group::pattern_rows"),
+                                                                    ("pattern_with", "bench_norm_group::pattern_rows_with")])]
     return dict(zip([*names, "pattern"], warmup_modules(*specs)))
 
 
@@ -398,13 +400,19 @@ def issue_bound_us(t: int, h: int, rounding: str) -> float:
     return warp_instructions / (props.multi_processor_count * 4 * clock_hz) * 1e6
 
 
-def norm_group_large(module, ceilings: dict, modules: dict) -> None:
+# (H, T) of the prefill table; [16632, 5120]: 18 whole waves of the plain op's many-row kernel at that width (7 CTAs an SM,
+# 132 SMs), beside 16384 (17.7).
+PREFILL_SIZES = ((7168, [4096, 32768]), (6144, [16384]), (5120, [16384, 16632]), (4096, [32768]))
+
+
+def norm_group_large(module, ceilings: dict, modules: dict, widths=None) -> None:
     """The fused ops at prefill sizes with each rounding: % of the `halve` pattern's ceiling (rmsnorm: 3 bytes an
     element) and of its own access pattern without the arithmetic (the "pattern" module), and of the copy ceiling
     (fused add: 7 bytes an element), beside PREFILL_SCHEDULES and PREFILL_FUSED_SCHEDULES (exact),
     the instruction-issue bound (issue_bound_us), the plain op's access pattern without its arithmetic (the "pattern"
-    module: % of `halve`) and the rows rewritten in place after one CTA reduction (rewrite_rows, 4 bytes an element:
-    % of copy); median of 3 interleaved rounds; rows printed as measured."""
+    module: % of `halve`), that pattern without its scale stores, and the rows rewritten in place after one CTA
+    reduction (rewrite_rows, 4 bytes an element: % of copy); median of 3 interleaved rounds; rows
+    printed as measured. widths: the H measured (default every one)."""
     copy = max(ceilings.values())
     names, add_names = [n for n in PREFILL_SCHEDULES if n in modules], [n for n in PREFILL_FUSED_SCHEDULES if n in modules]
     columns, add_columns = "".join(f" {n} |" for n in names), "".join(f" {n} |" for n in add_names)
@@ -412,9 +420,12 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
           "of 3 interleaved rounds; rmsnorm_group_quant_fp8: (% of the `halve` pattern ceiling / % of its access pattern without the "
           "arithmetic), fused add: (% of the copy ceiling))",
           f"| H | T | rmsnorm_group_quant_fp8 exact | sglang |{columns} issue bound exact | sglang | its access pattern without the arithmetic | "
+          "the pattern without its scale stores | "
           f"fused_add_rmsnorm_group_quant_fp8 exact | sglang |{add_columns} rows rewritten after one CTA reduction (% of copy) |", [])
     pattern = modules.get("pattern")
-    for h, sizes in ((7168, [4096, 32768]), (6144, [16384]), (5120, [16384]), (4096, [32768])):
+    for h, sizes in PREFILL_SIZES:
+        if widths and h not in widths:
+            continue
         w = torch.randn(h, dtype=DTYPE, device="cuda")
         for t in get_benchmark_range(sizes, [4096]):
             x, r0, y, q, s = _group_operands(t, h)
@@ -423,14 +434,16 @@ def norm_group_large(module, ceilings: dict, modules: dict) -> None:
             m = interleaved({**{k: providers[k] for r in ROUNDINGS for k in (f"fused {r}", f"fused add {r}")},
                              **{n: lambda n=n: scheduled(modules[n], x, None, w, q, s) for n in names},
                              **{f"add {n}": lambda n=n: scheduled(modules[n], x, r0, w, q, s) for n in add_names},
-                             **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s))} if pattern else {}),
+                             **({"pattern": lambda: pattern.pattern(x, w, q.view(torch.uint8), _scales_2d(s)),
+                                 "pattern without scales": lambda: pattern.pattern_with(x, w, q.view(torch.uint8), _scales_2d(s), False)}
+                                if pattern else {}),
                              "rewrite": lambda: module.rewrite_rows(rows, 1, 0)})
             halve = pattern_us(module, t, h=h)
             add = (7 * t * h + 4 * t * (h // 128)) / 1e3 / copy  # us at the copy ceiling (bytes / 1e3: GB/s from us)
             of_pattern = (lambda us: f" / {100 * m['pattern'] / us:.1f}%") if pattern else (lambda us: "")
             plain = " | ".join(f"{m[k]:.2f} ({100 * halve / m[k]:.1f}%{of_pattern(m[k])})" for k in [f"fused {r}" for r in ROUNDINGS] + names)
             bound = " | ".join(f"{issue_bound_us(t, h, r):.2f}" for r in ROUNDINGS)
-            yardstick = f"{m['pattern']:.2f} ({100 * halve / m['pattern']:.1f}%)" if pattern else "n/a"
+            yardstick = " | ".join(f"{m[k]:.2f} ({100 * halve / m[k]:.1f}%)" if k in m else "n/a" for k in ("pattern", "pattern without scales"))
             fused = " | ".join([f"{m[f'fused add {r}']:.2f} ({100 * add / m[f'fused add {r}']:.1f}%)" for r in ROUNDINGS] +
                                [f"{m[f'add {n}']:.2f} ({100 * add / m[f'add {n}']:.1f}%)" for n in add_names])
             rewrite = f"{m['rewrite']:.2f} ({100 * 4 * t * h / 1e3 / copy / m['rewrite']:.1f}%)"
@@ -491,13 +504,15 @@ def main() -> None:
         warmup(dtypes=[DTYPE], ops=["per_tensor_quant_fp8", "rmsnorm_group_quant_fp8"])
         reference_table()
         return norm_group_reference_table()
-    if sys.argv[1:2] == ["group"]:
+    if sys.argv[1:2] == ["group"]:  # group [schedules | prefill [H ...]]
         warmup(dtypes=[DTYPE], ops=["rmsnorm", "fused_add_rmsnorm", "per_token_group_quant_8bit", "rmsnorm_group_quant_fp8",
                                     "fused_add_rmsnorm_group_quant_fp8"])
         print(f"\n### RMSNorm + group fp8 ({environment()})")
-        modules = norm_group_self_check(norm_group_schedule_modules(list(NORM_GROUP_SCHEDULES)))
-        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules)
-        if sys.argv[2:] != ["prefill"]:
+        prefill = sys.argv[2:3] == ["prefill"]
+        names = list(NORM_GROUP_SCHEDULES) if not prefill else PREFILL_SCHEDULES + PREFILL_FUSED_SCHEDULES
+        modules = norm_group_self_check(norm_group_schedule_modules(names))
+        norm_group_large(yardstick_module(), copy_ceilings(use_cudagraph=True), modules, [int(h) for h in sys.argv[3:]] if prefill else None)
+        if not prefill:
             norm_group_decode(modules)
         if not sys.argv[2:]:  # `group schedules`, `group prefill`: without the reference
             norm_group_reference_table()

@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, 
 // The plain op's access pattern without its arithmetic: one row a CTA, kLaneVecs vectors of the input and the weights
 // a thread (norm_group_rows_kernel's layout), one CTA reduction (the words' xor), then the codes (the values' high
 // bytes) and one scale a group (the reduction's result) stored where the op stores them; the next launch triggered as
-// the op triggers it.
-template <int kLaneVecs, bool kUE8M0>
+// the op triggers it. kScales: the scales stored (else not: what they cost).
+template <int kLaneVecs, bool kUE8M0, bool kScales = true>
 __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kLaneVecs)
     norm_group_pattern_kernel(const __grid_constant__ device::norm::NormParams<bf16_t> p,
                               const __grid_constant__ QuantizeGroups<kGroup, kUE8M0, Rounding::kExact> epi) {
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kLaneVecs)
   for (int r = 0; r < kLaneVecs; ++r)  // the high byte of each value
     AlignedVector<uint32_t, 2>{{__byte_perm(xs[r][0], xs[r][1], 0x7531), __byte_perm(xs[r][2], xs[r][3], 0x7531)}}.store_global(
         reinterpret_cast<uint32_t*>(q + (first + r * kRowLanes) * kVec));
-  if (threadIdx.x % kRowLanes == 0)
+  if (kScales && threadIdx.x % kRowLanes == 0)
     epi.scales.template store_at<kUE8M0>(epi.first_row + blockIdx.x, g, epi.groups_per_row, __uint_as_float(fold), fold);
 #endif
 }
@@ -226,15 +226,17 @@ struct StreamRows {
   }
 };
 
-// norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's).
-inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+// norm_group_pattern_kernel with the product's vectors a lane (a yardstick: its output is not the op's), the scales
+// stored or not (what they cost).
+inline void pattern_rows_with(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s,
+                              bool scales) {
   using S = jitkern_quant::NormGroupSchedule;
   const auto launch = [&](auto lanes_tag) {
     constexpr int kLaneVecs = decltype(lanes_tag)::value;
-    const auto pattern = [](const auto& p, const auto& epi, const auto& rows, int threads) {
+    const auto pattern = [&](const auto& p, const auto& epi, const auto& rows, int threads) {
       host::LaunchKernel launch(static_cast<unsigned>(rows.tokens), threads, rows.device);
       launch.enable_pdl();
-      launch(norm_group_pattern_kernel<kLaneVecs, false>, p, epi);
+      launch(scales ? norm_group_pattern_kernel<kLaneVecs, false, true> : norm_group_pattern_kernel<kLaneVecs, false, false>, p, epi);
       return true;
     };
     return plain_with<kLaneVecs>(input, weight, output_q, output_s, kGroup, 1e-6, pattern);
@@ -243,6 +245,11 @@ inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, 
   const bool done = tokens >= S::kManyRowsPerSm * sms ? launch(std::integral_constant<int, S::kLaneVecs>{})
                                                       : launch(std::integral_constant<int, S::kFewLaneVecs>{});
   host::RuntimeCheck(done, "pattern_rows: rows that are not whole warps of the product's vectors a lane");
+}
+
+// pattern_rows_with, the scales stored.
+inline void pattern_rows(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output_q, jitkern::TensorView output_s) {
+  pattern_rows_with(input, weight, output_q, output_s, true);
 }
 #endif  // __CUDACC_RTC__
 

@@ -73,11 +73,25 @@ struct CtaGroup {
   }
 };
 
+// The sum of kWarps warps' partial sums, added in the order in which CtaGroup<true>'s second round of shuffles
+// adds them (a butterfly over 32 lanes, the lanes past the last warp holding 0), so with its bits.
+template <int kWarps>
+JITKERN_DEVICE float add_warp_partials(const float* partial) {
+  float p[kWarps];
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) p[i] = partial[i];
+#pragma unroll
+  for (int offset = kWarpThreads / 2; offset > 0; offset /= 2)  // lane i takes lane i + offset's sum
+#pragma unroll
+    for (int i = 0; i < offset; ++i)
+      if (i + offset < kWarps) p[i] += p[i + offset];
+  return p[0];
+}
+
 // A whole CTA of exactly kThreads threads (known when compiled) working on one row, for a CTA's single
 // row: after the warps' shuffles every thread adds the kThreads / 32 warp partials itself from shared
-// memory, in the order in which CtaGroup<true>'s second round of shuffles adds them (a butterfly over 32
-// lanes, the lanes past the last warp holding 0), so that both give the same bits; one barrier and no
-// second round of shuffles.
+// memory (add_warp_partials), so that it gives CtaGroup<true>'s bits; one barrier and no second round of
+// shuffles.
 template <int kThreads>
 struct FixedCtaGroup {
   static_assert(kThreads % kWarpThreads == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
@@ -92,15 +106,7 @@ struct FixedCtaGroup {
     } else {
       if (threadIdx.x % kWarpThreads == 0) partial[threadIdx.x / kWarpThreads] = v;
       __syncthreads();
-      float p[kWarps];
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) p[i] = partial[i];
-#pragma unroll
-      for (int offset = kWarpThreads / 2; offset > 0; offset /= 2)  // lane i takes lane i + offset's sum
-#pragma unroll
-        for (int i = 0; i < offset; ++i)
-          if (i + offset < kWarps) p[i] += p[i + offset];
-      return p[0];
+      return add_warp_partials<kWarps>(partial);
     }
   }
   // v >= 0 (an amax); may be called again.

@@ -53,6 +53,12 @@ constexpr int kNormHalfRegVecs = 2;
 constexpr int norm_reg_vecs(int64_t nvec) {
   return nvec % (kNormWideRegVecs * kWarpThreads) != 0 && nvec % (kNormHalfRegVecs * kWarpThreads) == 0 ? kNormHalfRegVecs : kNormWideRegVecs;
 }
+// Rows of `nvec` vectors held at kNormHalfRegVecs a thread that take norm_folded_kernel from kNormManyRowsPerSm rows an
+// SM on: 448 (bf16 3584), where folding onto half the threads raises the CTAs an SM from 7 (40 registers, 224 threads)
+// to 8 (64, 128): rmsnorm / gemma_rmsnorm [4096, 3584] 14.33 / 14.42 us against 15.39 / 15.59 unfolded (SGLang 15.16 /
+// 15.46), rmsnorm [1024, 3584] 2.88 against 3.37 (docs/benchmarks/norm.md); at 320 and 192 (2560, 1536) it does not
+// (10 and 16 either way; [4096, 2560] folded 8.74 against 8.61).
+constexpr bool norm_folds(int64_t nvec) { return nvec == 448; }
 // Narrow rows: groups take host::RowPolicy::rows_per_group rows each once one-row groups would fill
 // this many CTAs per SM.
 constexpr int kNormNarrowRowsPerGroupThreshold = 16;
@@ -254,6 +260,58 @@ __global__ void __launch_bounds__(kNormStaticThreads<T, kHidden, kRegVecs>) norm
   rmsnorm_row<T, kVec, kRegVecs, false, kFit>(epi, p.in + row * p.in_stride, nullptr, p.weight, kHidden, p.eps,
                                               FixedCtaGroup<kThreads>{});
   if (!p.early_trigger) device::pdl_trigger_secondary();
+#endif
+}
+
+// norm_static_kernel<T, kHidden, kNormHalfRegVecs>'s rows (kVirtual threads of two vectors, v and v + kVirtual, in
+// warps of 32) folded onto half as many threads: a thread holds lanes i and i + 16 of a virtual warp (lane i of its
+// half-warp, virtual warp 2 * warp + half), four vectors. The butterfly's step between lanes 16 apart is an add in
+// registers (either order gives the same bits), its other steps shuffles within the half-warp, then
+// add_warp_partials: that kernel's sums in its order, so its bits. The lanes of an idle half-warp (an odd number of
+// virtual warps) read virtual warp 0's vectors and store nothing. The next launch is triggered after the last store.
+template <typename T, int kHidden>
+inline constexpr int kNormFoldedThreads = (kNormStaticThreads<T, kHidden, kNormHalfRegVecs> / kWarpThreads + 1) / 2 * kWarpThreads;
+template <typename T, int kHidden>
+__global__ void __launch_bounds__(kNormFoldedThreads<T, kHidden>) norm_folded_kernel(const __grid_constant__ StaticRows<T> p) {
+#ifdef __CUDACC__
+  constexpr int kVec = kVec16<T>, kVirtual = kNormStaticThreads<T, kHidden, kNormHalfRegVecs>, kVirtualWarps = kVirtual / kWarpThreads;
+  static_assert(kHidden / kVec == kNormHalfRegVecs * kVirtual, "rows held exactly at two vectors a virtual thread");
+  using Vec = AlignedVector<T, kVec>;
+  using M = VecMath<T, kVec>;
+  const int lane = static_cast<int>(threadIdx.x % kWarpThreads), i = lane % 16;
+  const int warp = static_cast<int>(threadIdx.x / kWarpThreads) * 2 + lane / 16;  // the virtual warp
+  const bool held = warp < kVirtualWarps;
+  const int v0 = (held ? warp : 0) * kWarpThreads + i;  // virtual lanes v0 and v0 + 16
+  const T* in = p.in + blockIdx.x * p.in_stride;
+  T* out = p.out + blockIdx.x * p.out_stride;
+  const auto at = [&](int h, int r) { return (v0 + 16 * h + r * kVirtual) * kVec; };  // vector r of virtual lane v0 + 16 h
+  device::pdl_wait_primary();
+  Vec xs[2][kNormHalfRegVecs], ws[2][kNormHalfRegVecs];  // every lane loads (no branch around the loads)
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int r = 0; r < kNormHalfRegVecs; ++r) xs[h][r].load_global(in + at(h, r)), ws[h][r].load_global(p.weight + at(h, r));
+  float sums[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sums[h] = 0.0f;  // rmsnorm_row's sum of a thread's vectors
+#pragma unroll
+    for (int r = 0; r < kNormHalfRegVecs; ++r) sums[h] += M::sum_squares(xs[h][r]);
+  }
+  float v = sums[0] + sums[1];
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  __shared__ float partial[kVirtualWarps];
+  if (held && i == 0) partial[warp] = v;
+  __syncthreads();
+  const float scale = rsqrtf(add_warp_partials<kVirtualWarps>(partial) * (1.0f / static_cast<float>(kHidden)) + p.eps);
+  if (held) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int r = 0; r < kNormHalfRegVecs; ++r) M::normalized(xs[h][r], ws[h][r], scale).store_global(out + at(h, r));
+  }
+  device::pdl_trigger_secondary();
 #endif
 }
 
@@ -495,8 +553,8 @@ struct TokenRows {
 // Plain rmsnorm of `rows` through norm_static_kernel where it applies (16-bit rows of a width in
 // kNormStaticWidths, 16-byte vectors, fewer than kNormManyRowsPerSm rows per SM, or any number of rows held at
 // kNormHalfRegVecs a thread: there the general kernel's registers left 5 CTAs of 224 threads an SM, rmsnorm /
-// gemma_rmsnorm [4096, 3584] 16.11 / 16.68 us against the width kernel's 15.50 / 15.77, docs/benchmarks/norm.md);
-// false (nothing launched) elsewhere.
+// gemma_rmsnorm [4096, 3584] 16.11 / 16.68 us against the width kernel's 15.50 / 15.77, docs/benchmarks/norm.md), from
+// kNormManyRowsPerSm rows per SM through norm_folded_kernel where norm_folds; false (nothing launched) elsewhere.
 template <typename T>
 bool launch_norm_static(const TokenRows<T>& rows) {
   if constexpr (sizeof(T) != 2) {
@@ -509,17 +567,21 @@ bool launch_norm_static(const TokenRows<T>& rows) {
     if (rows.tokens == 0 || rows.tokens > kNormMaxRowsPerLaunch ||
         host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec)
       return false;
-    if (norm_reg_vecs(p.hidden / kVec) != kNormHalfRegVecs &&
-        rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id))
-      return false;
+    const bool many = rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id);
+    if (norm_reg_vecs(p.hidden / kVec) != kNormHalfRegVecs && many) return false;
     const StaticRows<T> s{q.out, q.in, q.weight, q.out_token, q.in_token, p.eps, rows.tokens <= kNormStaticEarlyTriggerMaxRows};
     bool launched = false;
     const auto launch = [&]<std::size_t... kI>(std::index_sequence<kI...>) {
       const auto one = [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
-        host::LaunchKernel(static_cast<unsigned>(rows.tokens), kNormStaticThreads<T, kWidth, norm_reg_vecs(kWidth / kVec)>, rows.device)
-            .enable_pdl()(norm_static_kernel<T, kWidth>, s);
+        const auto go = [&](auto kernel, int threads) {
+          host::LaunchKernel(static_cast<unsigned>(rows.tokens), threads, rows.device).enable_pdl()(kernel, s);
+        };
         launched = true;
+        if constexpr (norm_folds(kWidth / kVec)) {
+          if (many) return go(norm_folded_kernel<T, kWidth>, kNormFoldedThreads<T, kWidth>);
+        }
+        go(norm_static_kernel<T, kWidth>, kNormStaticThreads<T, kWidth, norm_reg_vecs(kWidth / kVec)>);
       };
       ((p.hidden == kNormStaticWidths[kI] ? one(std::integral_constant<int, kNormStaticWidths[kI]>{}) : void()), ...);
     };

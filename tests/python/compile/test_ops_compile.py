@@ -206,15 +206,19 @@ def test_wide_rows_that_fill_warps_at_two_vectors_a_thread_do_not_spill(tmp_path
     """bf16 rows of 1536 / 2560 / 3584 (vectors filling whole warps at two a thread, not at four) are held at two
     (device::norm::norm_reg_vecs), exactly: the width kernel (aligned 16-bit rows, any row count) and the general
     kernel (the other rows) keep them without a stack frame, where at four (some threads a vector short) the
-    general kernel spilled 56 bytes."""
+    general kernel spilled 56 bytes; so does the width kernel folded onto half the threads (3584 from 4 rows an SM),
+    within 64 registers (8 CTAs of 128 an SM)."""
     log = _ptxas_report(tmp_path, "wide_half", "#include <jitkern/impl/norm_launch.cuh>\n"
                         "using namespace device::norm;\n"
                         "static_assert(norm_reg_vecs(192) == 2 && norm_reg_vecs(320) == 2 && norm_reg_vecs(448) == 2 && norm_reg_vecs(512) == 4);\n"
                         "void* many = (void*)&norm_wide_kernel<bf16_t, 8, 2, false, RowFit::kExact, StoreOutput<bf16_t>, RowOrder::kTokenRows>;\n"
                         "void* few = (void*)&norm_wide_kernel<bf16_t, 8, 2, false, RowFit::kExact, StoreOutput<bf16_t>, RowOrder::kProblemMajor>;\n"
-                        "void* width = (void*)&norm_static_kernel<bf16_t, 3584>;\n")
+                        "void* width = (void*)&norm_static_kernel<bf16_t, 3584>;\n"
+                        "void* folded = (void*)&norm_folded_kernel<bf16_t, 3584>;\n")
     frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log)
-    assert len(frames) == 3 and all(f == ("0", "0") for f in frames), log
+    assert len(frames) == 4 and all(f == ("0", "0") for f in frames), log
+    folded = re.search(r"Compiling entry function '\S*norm_folded_kernel\S*'.*?Used (\d+) registers", log, re.S)
+    assert folded and int(folded.group(1)) <= 64, log
 
 
 @pytest.mark.toolchain

@@ -79,14 +79,14 @@ def test_gemma_and_hf_norms(dtype_name, tokens, hidden, pad):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
-@pytest.mark.parametrize("tokens,hidden,kernel", [(1, 3584, "norm_static_kernel"), (2048, 3584, "norm_static_kernel, 3584, 2"),
+@pytest.mark.parametrize("tokens,hidden,kernel", [(1, 3584, "norm_static_kernel"), (2048, 3584, "norm_folded_kernel, 3584"),
                                                   (2048, 2560, "norm_static_kernel, 2560, 2"), (2048, 1536, "norm_static_kernel, 1536, 2"),
                                                   (2048, 4096, "norm_wide_kernel, 8, 4, false")])
 def test_out_of_place_norms_take_rmsnorms_kernels(dtype_name, tokens, hidden, kernel):
     """gemma_rmsnorm and rmsnorm_hf take rmsnorm's launch (impl/norm_launch.cuh, launch_token_norm): its kernel built
     for the width below 4 rows an SM and, at any row count, for the widths whose vectors fill whole warps at two a
-    thread but not at four (held at two: the general kernel spilled at four), else the general one; the rows' bits
-    are those of the same rows alone."""
+    thread but not at four (held at two: the general kernel spilled at four; from 4 rows an SM at 3584 folded onto
+    half the threads), else the general one; the rows' bits are those of the same rows alone."""
     torch = _torch()
     ops = _ops()
     from torch.profiler import ProfilerActivity, profile

@@ -781,9 +781,10 @@ def test_sglang_rounding_compiled_and_from_a_graph():
 
 # ---- RMSNorm + quantization ------------------------------------------------------------------------
 
-# (40000, 128): narrow rows, as many as the plain norms take two to a lane group for (the quantizing norms keep one)
+# (40000, 128): narrow rows, as many as the plain norms take two to a lane group for (the quantizing norms keep one);
+# (700, 3584): 16-bit rows rmsnorm folds onto half the threads from 4 rows an SM (norm_folded_kernel, the same sums)
 NORM_SHAPES = [(1, 4096), (16, 4096), (64, 4096), (4097, 4096), (3, 1000), (5, 128), (40000, 128), (2, 65536), (7, 20), (3, 3584),
-               (700, 2560)]
+               (700, 3584), (700, 2560)]
 
 
 @pytest.mark.gpu
