@@ -39,9 +39,6 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#ifndef __CUDACC_RTC__
-#include <atomic>  // the occupancy cache (host code)
-#endif
 
 namespace jitkern_moe_act {
 
@@ -709,22 +706,6 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 
-// CTAs of kKernel at `threads` a CTA that an SM holds at once: the occupancy API's answer, asked once per
-// kernel and width (a module is built for one architecture).
-template <auto kKernel>
-int ctas_per_sm(int threads, DLDevice device) {
-  static std::atomic<int> cached[kRowThreadsBound / device::kWarpThreads + 1];
-  std::atomic<int>& slot = cached[threads / device::kWarpThreads];
-  int ctas = slot.load(std::memory_order_relaxed);
-  if (ctas == 0) {
-    const host::DeviceGuard guard(device.device_id);  // the occupancy API asks the current device
-    ctas = host::runtime::get_blocks_per_sm(kKernel, threads);
-    host::RuntimeCheck(ctas > 0, "a kernel of the MoE activations cannot run with ", threads, " threads a CTA");
-    slot.store(ctas, std::memory_order_relaxed);
-  }
-  return ctas;
-}
-
 // A persistent grid of kKernel: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
 // `per_sm` CTAs an SM (0: as many as the occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn:
 // no limit, one turn per CTA).
@@ -736,7 +717,7 @@ unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm
     host::RuntimeCheck(needed <= 0x7fffffff, "the input is too large for one launch (", needed, " CTAs)");
     return static_cast<unsigned>(needed);
   }
-  int64_t ctas = ctas_per_sm<kKernel>(threads, device);
+  int64_t ctas = host::runtime::resident_ctas_per_sm<kKernel>(threads, 0, device.device_id);
   if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
   const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
   return static_cast<unsigned>(needed < resident ? needed : resident);

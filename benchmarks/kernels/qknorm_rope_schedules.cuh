@@ -11,9 +11,11 @@ namespace bench_qknorm_rope {
 using namespace jitkern_qknorm_rope;
 using Ops = QkNormRopeOps<bf16_t>;
 
-// kCtaThreads 0: one head a lane group at every size (qknorm_rope_kernel); else the staged kernel with CTAs
-// of kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors.
-template <int kCtaThreads, int kStages = 2>
+// kCtaThreads 0: one head a lane group at every size (qknorm_rope_kernel); else the staged kernel with CTAs of
+// kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors, the kernel of full
+// lanes at most kMaxRegs registers a thread (0: the compiler's choice); kFullLanes false: never the kernel of
+// full lanes.
+template <int kCtaThreads, int kStages = 2, int kMaxRegs = Ops::Setup::kStagedFullMaxRegs, bool kFullLanes = true>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
@@ -34,7 +36,7 @@ struct Schedule {
     if (setup.tokens == 0) return;
     setup.template dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
       if constexpr (kCtaThreads > 0 && kVec == Ops::kWideVec) {
-        setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>(s);
+        setup.template run_staged<kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes>(s);
       } else {
         setup.template run_heads<kFp8, kNeox, kVec, kStore>(s);
       }
