@@ -72,6 +72,7 @@ struct Params {
   int32_t token_heads;   // heads a token has work for: q, k and, with the cache write, v
   int32_t items;         // tokens * token_heads
   bool positions64, cos_sin_t, mrope, mrope_interleaved, early_trigger;
+  bool neox;  // read by kernels of Pairing::kEither
 };
 
 // mRoPE: which of a token's three positions (0: t, 1: h, 2: w) frequency f takes.
@@ -140,17 +141,26 @@ __device__ __forceinline__ AlignedVector<T, kVec> from_floats(const float* f) {
 }
 
 // The pair unit's two vectors' values x = a ++ b (2 kVec floats, already normalised and rounded to T)
-// rotated in fp32, into a and b: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
-// pairs x[j] with x[kVec + j], frequency j.
-template <bool kInterleaved, typename T, int kVec>
-__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, float (&x)[2 * kVec], const float (&cs)[kVec],
-                                            const float (&sn)[kVec]) {
+// rotated in fp32: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1) pairs x[j] with
+// x[kVec + j], frequency j.
+template <bool kInterleaved, int kVec>
+__device__ __forceinline__ void rotate_pairs(float (&x)[2 * kVec], const float (&cs)[kVec], const float (&sn)[kVec]) {
 #pragma unroll
   for (int f = 0; f < kVec; ++f) {
     const int i = kInterleaved ? 2 * f : f, j = kInterleaved ? 2 * f + 1 : kVec + f;
     const float xi = x[i], xj = x[j];
     x[i] = fmaf(xi, cs[f], -xj * sn[f]);
     x[j] = fmaf(xj, cs[f], xi * sn[f]);
+  }
+}
+// ... into a and b, GPT-J's pairs where `interleaved` (a constant where the lane's pairing is one).
+template <typename T, int kVec>
+__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, float (&x)[2 * kVec], const float (&cs)[kVec],
+                                            const float (&sn)[kVec], bool interleaved) {
+  if (kVec > 1 && interleaved) {
+    rotate_pairs<true>(x, cs, sn);
+  } else {
+    rotate_pairs<false>(x, cs, sn);
   }
   a = from_floats<T, kVec>(x), b = from_floats<T, kVec>(x + kVec);
 }
@@ -165,23 +175,33 @@ __device__ __forceinline__ void to_cache(char* row, int64_t at, const AlignedVec
   }
 }
 
+// How a head's rotated columns pair: NeoX (column c with R/2 + c) or GPT-J (2f with 2f + 1) compiled in, or
+// either, Params::neox's (the few-token kernel: one instantiation for both, so that a module compiles fewer
+// kernels).
+enum class Pairing { kGptJ, kNeox, kEither };
+
 // A lane of a head's group of 2^width_log2 lanes: lane `rank` holds pair units rank, rank + width, ...
 // (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: [2 u kVec, +2 kVec)) and the
 // unrotated vectors rank, rank + width, ... from column R. kFull: each lane holds exactly one pair unit and
 // no unrotated vector (pairs == width, no tails: R = D of 128 bf16 or fp16, 64 fp32), so that the head's
 // code has no branches.
-template <bool kNeox, int kVec, bool kFull = false>
+template <Pairing kPairing, int kVec, bool kFull = false>
 struct HeadLane {
-  static constexpr bool neox = kNeox;
   int rank, width, pairs, tails, rot_half;
   unsigned lanes;  // the group's lanes of the warp, for its shuffles
+  bool either_neox;
 
   template <typename T>
   __device__ __forceinline__ HeadLane(const Params<T>& p, int thread)
       : rank(thread & ((1 << p.width_log2) - 1)), width(1 << p.width_log2), pairs(p.pairs), tails(p.tails), rot_half(p.rot_half),
-        lanes(width == 32 ? 0xffffffffu : ((1u << width) - 1) << (thread % 32 & ~(width - 1))) {}
-  __device__ __forceinline__ int unit_col(int i) const { return (kNeox ? 1 : 2) * (rank + i * width) * kVec; }
-  __device__ __forceinline__ int pair() const { return kNeox ? rot_half : kVec; }  // columns from a unit's a to its b
+        lanes(width == 32 ? 0xffffffffu : ((1u << width) - 1) << (thread % 32 & ~(width - 1))), either_neox(p.neox) {}
+  __device__ __forceinline__ bool neox() const { return kPairing == Pairing::kEither ? either_neox : kPairing == Pairing::kNeox; }
+  __device__ __forceinline__ int unit_col(int i) const {
+    const int u = rank + i * width;
+    if constexpr (kPairing == Pairing::kEither) return neox() ? u * kVec : 2 * u * kVec;  // (neox() ? 1 : 2) * u * kVec spilled at kVec 1
+    return (neox() ? 1 : 2) * u * kVec;
+  }
+  __device__ __forceinline__ int pair() const { return neox() ? rot_half : kVec; }  // columns from a unit's a to its b
   __device__ __forceinline__ int tail_col(int i) const { return 2 * rot_half + (rank + i * width) * kVec; }
   __device__ __forceinline__ bool has_unit(int i) const { return kFull ? i == 0 : rank + i * width < pairs; }
   __device__ __forceinline__ bool has_tail(int i) const { return !kFull && rank + i * width < tails; }
@@ -339,7 +359,7 @@ __device__ __forceinline__ void norm_rope_head(const Params<T>& p, const Lane& l
   for (int i = 0; i < kN; ++i) {
     if (l.has_unit(i)) {
       normalize(fa[i], w.a(i)), normalize(fa[i] + kVec, w.b(i));
-      rotate_unit<!Lane::neox && (kVec > 1)>(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i]);
+      rotate_unit(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i], !l.neox());
       x.a[i].store(dst + l.unit_col(i)), x.b[i].store(dst + l.unit_col(i) + l.pair());
       if constexpr (kStore) {
         if (row != nullptr) to_cache<kFp8>(row, l.unit_col(i), x.a[i], div), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), x.b[i], div);
@@ -359,14 +379,14 @@ __device__ __forceinline__ void norm_rope_head(const Params<T>& p, const Lane& l
 // One head per group of 2^width_log2 lanes (HeadLane): heads (token, h) in order q, k, (v) of each token.
 // A q or k head is normalised, rotated and stored in place (norm_rope_head), a k head also to its cache
 // row; a v head is only copied to its cache row.
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
+template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore>
 __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
 #ifdef __CUDACC__
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int tid = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   const int item = tid >> p.width_log2;
   if (item >= p.items) return;  // whole groups leave: the others' shuffles name only their own lanes
-  const HeadLane<kNeox, kVec> l(p, static_cast<int>(threadIdx.x));
+  const HeadLane<kPairing, kVec> l(p, static_cast<int>(threadIdx.x));
   const int token = item / p.token_heads, h = item - token * p.token_heads;
   const bool is_q = h < p.q_heads, is_v = kStore && h >= p.q_heads + p.k_heads;
   const int kh = h - p.q_heads;  // k (or, past the k heads, v) head
@@ -435,7 +455,7 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 #else
 #define JITKERN_QKNORM_ROPE_MAXNREG(n)
 #endif
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
+template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
 __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
@@ -469,7 +489,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
     }
     device::ptx::cp_async_commit();
   };
-  const HeadLane<kNeox, kVec, kFull> l(p, thread);
+  const HeadLane<kPairing, kVec, kFull> l(p, thread);
   constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
@@ -477,7 +497,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   for (int j = 0; j + 1 < kStages; ++j) stage(blockIdx.x + int64_t{j} * gridDim.x, ahead[j], j);
   for (int i = thread; i < 2 * p.head_dim; i += kCtaThreads)  // read after the first turn's barrier
     weights[i] = device::cast<float>(i < p.head_dim ? p.q_weight[i] : p.k_weight[i - p.head_dim]) + p.weight_offset;
-  const RowWeights<HeadLane<kNeox, kVec, kFull>, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
+  const RowWeights<HeadLane<kPairing, kVec, kFull>, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
   const int group = thread >> p.width_log2, groups = kCtaThreads >> p.width_log2;
   int buffer = 0;
   for (int64_t token = blockIdx.x; token < tokens; token += gridDim.x) {
@@ -685,32 +705,28 @@ struct QkNormRopeOps {
                           {p.q_token, p.q_head, p.k_token, p.k_head, p.cos_sin_stride}) == kWideVec;
     }
 
-    // Calls schedule.template operator()<kNeox, kVec>() with the vector width the operands allow
-    // (wide_store: the cache write's allow 16-byte vectors too).
-    template <bool kStore, typename Schedule>
-    void dispatch(bool neox, bool wide_store, Schedule&& schedule) const {
-      if (wide && (!kStore || wide_store) && fits<kWideVec>()) {
-        neox ? schedule.template operator()<true, kWideVec>() : schedule.template operator()<false, kWideVec>();
-      } else {
-        host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
-                           2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
-        neox ? schedule.template operator()<true, 1>() : schedule.template operator()<false, 1>();
-      }
+    // Whether the operands allow 16-byte vectors (wide_store: the cache write's do too); else one-element
+    // vectors, which every head that fits a lane group's registers takes.
+    template <bool kStore>
+    bool wide_vectors(bool wide_store) const {
+      if (wide && (!kStore || wide_store) && fits<kWideVec>()) return true;
+      host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
+                         2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
+      return false;
     }
 
     // The launch rule: from kStagedMinTokensStore tokens with the cache write (kStagedMinTokens without),
     // 16-byte vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel;
-    // else one head a lane group.
+    // else one head a lane group. Only the staged kernel of full lanes has its pairing compiled in, so that a
+    // module compiles five kernels (the op's first call builds one).
     template <bool kFp8, bool kStore>
     void launch(bool neox, const Store& s, bool wide_store) {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
-      dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
-        if constexpr (kVec == kWideVec) {
-          if (tokens >= (kStore ? kStagedMinTokensStore : kStagedMinTokens) && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs>(s);
-        }
-        run_heads<kFp8, kNeox, kVec, kStore>(s);
-      });
+      if (!wide_vectors<kStore>(wide_store)) return run_heads<kFp8, 1, kStore>(s, neox);
+      if (tokens >= (kStore ? kStagedMinTokensStore : kStagedMinTokens) && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes) {
+        return run_staged<kFp8, kWideVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs>(s, neox);
+      }
+      run_heads<kFp8, kWideVec, kStore>(s, neox);
     }
 
     static constexpr int kMaxLanes = 32;
@@ -752,34 +768,41 @@ struct QkNormRopeOps {
       return c;
     }
 
-    template <bool kFp8, bool kNeox, int kVec, bool kStore>
-    void run_heads(const Store& s) const {
+    // kPairing: the product's kEither; a pairing compiled in for benchmarks/kernels/qknorm_rope_schedules.cuh.
+    template <bool kFp8, int kVec, bool kStore, Pairing kPairing = Pairing::kEither>
+    void run_heads(const Store& s, bool neox) const {
       using namespace host;
       Params<T> c = params<kVec, kStore>();
+      c.neox = neox;
       const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
       c.early_trigger = pdl_early_trigger(ctas);
       LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
-          .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+          .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);
     }
 
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
-    // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), at most
-    // kFullMaxRegs registers a thread (0: the compiler's choice).
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
-    void run_staged(const Store& s) const {
+    // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), its
+    // pairing compiled in, at most kFullMaxRegs registers a thread (0: the compiler's choice); the kernel
+    // with branches reads its pairing at run time.
+    template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
+    void run_staged(const Store& s, bool neox) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
-      const auto launch = [&]<bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
+      c.neox = neox;
+      const auto launch = [&]<Pairing kPairing, bool kFull>() {
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
         const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
-        const int per_sm = runtime::resident_ctas_per_sm<kernel>(kCtaThreads, bytes, device.device_id);
+        const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
         c.early_trigger = pdl_early_trigger(ctas);
         LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
       };
-      if (kFullLanes && c.pairs == 1 << c.width_log2 && c.tails == 0) return launch.template operator()<kFullLanes>();
-      launch.template operator()<false>();
+      if constexpr (kFullLanes) {
+        if (c.pairs == 1 << c.width_log2 && c.tails == 0)
+          return neox ? launch.template operator()<Pairing::kNeox, true>() : launch.template operator()<Pairing::kGptJ, true>();
+      }
+      launch.template operator()<Pairing::kEither, false>();
     }
   };
 };
