@@ -185,10 +185,7 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
              ("one head a lane group, its pairing compiled in", "bench_qknorm_rope::Schedule<0, 2, 0, true, true>"),
-             ("staged at every size", "bench_qknorm_rope::Schedule<64>"),
-             ("staged, lanes with branches at the compiler's registers", "bench_qknorm_rope::Schedule<64, 2, 0, false>"),
              ("staged, q and k heads in one loop", "bench_qknorm_rope::OneLoop")]
 
 
