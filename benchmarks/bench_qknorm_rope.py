@@ -12,7 +12,7 @@ rewrite_to_cache with the write, rewrite_columns without).
 
 --schedules: the product beside its kernels under other launch choices (SCHEDULES,
 benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against the product before it is
-timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 4096, 32768).
+timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 1024, 2048, 4096, 32768).
 Without it, --decode=T,T,... and --prefill=T,T,... replace the main tables' sizes."""
 
 from __future__ import annotations
@@ -185,9 +185,8 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("one head a lane group (qknorm_rope_kernel) at every size", "bench_qknorm_rope::Schedule<0>"),
-             ("staged, CTAs of 64, two buffers, at every size", "bench_qknorm_rope::Schedule<64, 2>"),
-             ("staged, a CTA of 64 a token, one buffer", "bench_qknorm_rope::Schedule<64, 1>")]
+             ("one head a lane group, its pairing compiled in", "bench_qknorm_rope::Schedule<0, 2, 0, true, true>"),
+             ("staged, q and k heads in one loop", "bench_qknorm_rope::OneLoop")]
 
 
 def schedule_module():
@@ -245,7 +244,7 @@ if __name__ == "__main__":
         return [int(x) for x in option[name].split(",")] if name in option else default
 
     if "--schedules" in sys.argv[1:]:
-        asked = sizes("--sizes", [1, 64, 4096, 32768])
+        asked = sizes("--sizes", [1, 64, 1024, 2048, 4096, 32768])
         cover(asked)
         schedules(asked)
     else:

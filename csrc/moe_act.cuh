@@ -39,9 +39,6 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#ifndef __CUDACC_RTC__
-#include <atomic>  // the occupancy cache (host code)
-#endif
 
 namespace jitkern_moe_act {
 
@@ -709,34 +706,18 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 
-// CTAs of kKernel at `threads` a CTA that an SM holds at once: the occupancy API's answer, asked once per
-// kernel and width (a module is built for one architecture).
-template <auto kKernel>
-int ctas_per_sm(int threads, DLDevice device) {
-  static std::atomic<int> cached[kRowThreadsBound / device::kWarpThreads + 1];
-  std::atomic<int>& slot = cached[threads / device::kWarpThreads];
-  int ctas = slot.load(std::memory_order_relaxed);
-  if (ctas == 0) {
-    const host::DeviceGuard guard(device.device_id);  // the occupancy API asks the current device
-    ctas = host::runtime::get_blocks_per_sm(kKernel, threads);
-    host::RuntimeCheck(ctas > 0, "a kernel of the MoE activations cannot run with ", threads, " threads a CTA");
-    slot.store(ctas, std::memory_order_relaxed);
-  }
-  return ctas;
-}
-
-// A persistent grid of kKernel: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
+// A persistent grid of `kernel`: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
 // `per_sm` CTAs an SM (0: as many as the occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn:
 // no limit, one turn per CTA).
 constexpr int kOneTurn = -2;
-template <auto kKernel>
-unsigned persistent_grid(int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
+template <typename Kernel>
+unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
   if (per_sm == kOneTurn) {
     const int64_t needed = host::div_ceil(items, per_cta);
     host::RuntimeCheck(needed <= 0x7fffffff, "the input is too large for one launch (", needed, " CTAs)");
     return static_cast<unsigned>(needed);
   }
-  int64_t ctas = ctas_per_sm<kKernel>(threads, device);
+  int64_t ctas = host::runtime::resident_ctas_per_sm(kernel, threads, 0, device.device_id);
   if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
   const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
   return static_cast<unsigned>(needed < resident ? needed : resident);
@@ -932,17 +913,17 @@ struct MoeActOps {
       constexpr int kVec = decltype(vec_tag)::value;
       if constexpr (std::is_same_v<Rows, MaskedRowsWarp>) {
         constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec>;
-        launch_act(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActThreads, kMaskedChunkCtas, op.device), rows, op);
+        launch_act(kernel, persistent_grid(kernel, chunks_in(rows), 1, kActThreads, kMaskedChunkCtas, op.device), rows, op);
       } else {
         if constexpr (std::is_same_v<Rows, SortedRows>) {
           if (sorted_chunks(op)) {
             constexpr auto kernel = silu_and_mul_chunks_kernel<Rows, T, kVec>;
-            return launch_act(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActThreads, kOneTurn, op.device), rows, op);
+            return launch_act(kernel, persistent_grid(kernel, chunks_in(rows), 1, kActThreads, kOneTurn, op.device), rows, op);
           }
         }
         constexpr int kItems = std::is_same_v<Rows, SortedRows> ? kSortedVecs : kMaskedVecs;
         constexpr auto kernel = silu_and_mul_rows_kernel<Rows, T, kVec, kItems>;
-        launch_act(kernel, persistent_grid<kernel>(op.capacity * (op.d / kVec), int64_t{kActThreads} * kItems, kActThreads, 0, op.device), rows, op);
+        launch_act(kernel, persistent_grid(kernel, op.capacity * (op.d / kVec), int64_t{kActThreads} * kItems, kActThreads, 0, op.device), rows, op);
       }
     };
     with_vec(op, launch);
@@ -966,7 +947,7 @@ struct MoeActOps {
         RuntimeCheck(groups < (int64_t{1} << 31), "at most 2^31 - 1 groups (num_experts * max_rows_per_expert * d / ", kActGroupSize,
                      ") are supported, got ", groups);
         constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<Rows, T, kVec, kLanes, kPerLane, kRounding>;
-        const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device);
+        const unsigned grid = persistent_grid(kernel, groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device);
         LaunchKernel(grid, kActGroupThreads, op.device)
             .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
                           host::kv_cache::divisor<uint32_t>(op.d / kActGroupSize), host::pdl_early_trigger(grid));
@@ -975,11 +956,11 @@ struct MoeActOps {
           if (sorted_chunks(op)) {
             constexpr int kChunk = kChunkLanes<kVec>;
             constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<T, kVec, kChunk, kActGroupSize / kVec / kChunk, kRounding>;
-            return launch_group(kernel, persistent_grid<kernel>(chunks_in(rows), 1, kActGroupThreads, kOneTurn, op.device), rows, op);
+            return launch_group(kernel, persistent_grid(kernel, chunks_in(rows), 1, kActGroupThreads, kOneTurn, op.device), rows, op);
           }
         }
         constexpr auto kernel = silu_and_mul_group_quant_rows_kernel<Rows, T, kVec, kLanes, kPerLane, kRounding>;
-        launch_group(kernel, persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
+        launch_group(kernel, persistent_grid(kernel, groups, kActGroupThreads / kLanes, kActGroupThreads, 0, op.device), rows, op);
       }
     };
     with_vec(op, launch);
@@ -1020,7 +1001,7 @@ struct MoeActOps {
       constexpr int kVec = decltype(vec_tag)::value, kLanes = kTurnLanes<kVec>;
       constexpr auto kernel = silu_and_mul_group_quant_interleaved_kernel<T, kVec, kLanes, kActGroupSize / kVec / kLanes, kRounding,
                                                                           kRounding == quant::Rounding::kExact, kThreads, kCtas, kSpread>;
-      const unsigned grid = persistent_grid<kernel>(groups, kThreads / kLanes, kThreads, 0, op.device);
+      const unsigned grid = persistent_grid(kernel, groups, kThreads / kLanes, kThreads, 0, op.device);
       host::LaunchKernel(grid, kThreads, op.device)
           .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
                         host::pdl_early_trigger(grid));
@@ -1039,7 +1020,7 @@ struct MoeActOps {
       const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
       const auto run = [&](auto fit_tag) {
         constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(fit_tag)::value>;
-        launch_token(kernel, persistent_grid<kernel>(op.capacity, 1, threads, 0, op.device), threads, rows, op);
+        launch_token(kernel, persistent_grid(kernel, op.capacity, 1, threads, 0, op.device), threads, rows, op);
       };
       const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
       if (fit == RowFit::kExact) {

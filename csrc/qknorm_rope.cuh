@@ -72,6 +72,7 @@ struct Params {
   int32_t token_heads;   // heads a token has work for: q, k and, with the cache write, v
   int32_t items;         // tokens * token_heads
   bool positions64, cos_sin_t, mrope, mrope_interleaved, early_trigger;
+  bool neox;  // read by kernels of Pairing::kEither
 };
 
 // mRoPE: which of a token's three positions (0: t, 1: h, 2: w) frequency f takes.
@@ -140,17 +141,26 @@ __device__ __forceinline__ AlignedVector<T, kVec> from_floats(const float* f) {
 }
 
 // The pair unit's two vectors' values x = a ++ b (2 kVec floats, already normalised and rounded to T)
-// rotated in fp32, into a and b: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1)
-// pairs x[j] with x[kVec + j], frequency j.
-template <bool kInterleaved, typename T, int kVec>
-__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, float (&x)[2 * kVec], const float (&cs)[kVec],
-                                            const float (&sn)[kVec]) {
+// rotated in fp32: GPT-J pairs (x[2f], x[2f + 1]) with frequency f; NeoX (and kVec = 1) pairs x[j] with
+// x[kVec + j], frequency j.
+template <bool kInterleaved, int kVec>
+__device__ __forceinline__ void rotate_pairs(float (&x)[2 * kVec], const float (&cs)[kVec], const float (&sn)[kVec]) {
 #pragma unroll
   for (int f = 0; f < kVec; ++f) {
     const int i = kInterleaved ? 2 * f : f, j = kInterleaved ? 2 * f + 1 : kVec + f;
     const float xi = x[i], xj = x[j];
     x[i] = fmaf(xi, cs[f], -xj * sn[f]);
     x[j] = fmaf(xj, cs[f], xi * sn[f]);
+  }
+}
+// ... into a and b, GPT-J's pairs where `interleaved` (a constant where the lane's pairing is one).
+template <typename T, int kVec>
+__device__ __forceinline__ void rotate_unit(AlignedVector<T, kVec>& a, AlignedVector<T, kVec>& b, float (&x)[2 * kVec], const float (&cs)[kVec],
+                                            const float (&sn)[kVec], bool interleaved) {
+  if (kVec > 1 && interleaved) {
+    rotate_pairs<true>(x, cs, sn);
+  } else {
+    rotate_pairs<false>(x, cs, sn);
   }
   a = from_floats<T, kVec>(x), b = from_floats<T, kVec>(x + kVec);
 }
@@ -165,23 +175,36 @@ __device__ __forceinline__ void to_cache(char* row, int64_t at, const AlignedVec
   }
 }
 
+// How a head's rotated columns pair: NeoX (column c with R/2 + c) or GPT-J (2f with 2f + 1) compiled in, or
+// either, Params::neox's (the few-token kernel: one instantiation for both, so that a module compiles fewer
+// kernels).
+enum class Pairing { kGptJ, kNeox, kEither };
+
 // A lane of a head's group of 2^width_log2 lanes: lane `rank` holds pair units rank, rank + width, ...
 // (NeoX: columns [u kVec, +kVec) with [R/2 + u kVec, +kVec); GPT-J: [2 u kVec, +2 kVec)) and the
-// unrotated vectors rank, rank + width, ... from column R.
-template <bool kNeox, int kVec>
+// unrotated vectors rank, rank + width, ... from column R. kFull: each lane holds exactly one pair unit and
+// no unrotated vector (pairs == width, no tails: R = D of 128 bf16 or fp16, 64 fp32), so that the head's
+// code has no branches.
+template <Pairing kPairing, int kVec, bool kFull = false>
 struct HeadLane {
   int rank, width, pairs, tails, rot_half;
   unsigned lanes;  // the group's lanes of the warp, for its shuffles
+  bool either_neox;
 
   template <typename T>
   __device__ __forceinline__ HeadLane(const Params<T>& p, int thread)
       : rank(thread & ((1 << p.width_log2) - 1)), width(1 << p.width_log2), pairs(p.pairs), tails(p.tails), rot_half(p.rot_half),
-        lanes(width == 32 ? 0xffffffffu : ((1u << width) - 1) << (thread % 32 & ~(width - 1))) {}
-  __device__ __forceinline__ int unit_col(int i) const { return (kNeox ? 1 : 2) * (rank + i * width) * kVec; }
-  __device__ __forceinline__ int pair() const { return kNeox ? rot_half : kVec; }  // columns from a unit's a to its b
+        lanes(width == 32 ? 0xffffffffu : ((1u << width) - 1) << (thread % 32 & ~(width - 1))), either_neox(p.neox) {}
+  __device__ __forceinline__ bool neox() const { return kPairing == Pairing::kEither ? either_neox : kPairing == Pairing::kNeox; }
+  __device__ __forceinline__ int unit_col(int i) const {
+    const int u = rank + i * width;
+    if constexpr (kPairing == Pairing::kEither) return neox() ? u * kVec : 2 * u * kVec;  // (neox() ? 1 : 2) * u * kVec spilled at kVec 1
+    return (neox() ? 1 : 2) * u * kVec;
+  }
+  __device__ __forceinline__ int pair() const { return neox() ? rot_half : kVec; }  // columns from a unit's a to its b
   __device__ __forceinline__ int tail_col(int i) const { return 2 * rot_half + (rank + i * width) * kVec; }
-  __device__ __forceinline__ bool has_unit(int i) const { return rank + i * width < pairs; }
-  __device__ __forceinline__ bool has_tail(int i) const { return rank + i * width < tails; }
+  __device__ __forceinline__ bool has_unit(int i) const { return kFull ? i == 0 : rank + i * width < pairs; }
+  __device__ __forceinline__ bool has_tail(int i) const { return !kFull && rank + i * width < tails; }
 };
 
 // A lane's share of one head row (or of a weight): its pair units' vectors a, b and unrotated vectors t.
@@ -189,8 +212,8 @@ template <typename T, int kVec>
 struct HeadVecs {
   AlignedVector<T, kVec> a[kItems<kVec>], b[kItems<kVec>], t[kItems<kVec>];
 
-  template <bool kNeox>
-  __device__ __forceinline__ void load(const T* row, const HeadLane<kNeox, kVec>& l) {
+  template <typename Lane>
+  __device__ __forceinline__ void load(const T* row, const Lane& l) {
 #pragma unroll
     for (int i = 0; i < kItems<kVec>; ++i) {
       if (l.has_unit(i)) a[i].load(row + l.unit_col(i)), b[i].load(row + l.unit_col(i) + l.pair());
@@ -198,13 +221,51 @@ struct HeadVecs {
     }
   }
   // To a cache row (a v head; a k head's goes with its rotation).
-  template <bool kFp8, bool kNeox>
-  __device__ __forceinline__ void to_cache_row(char* row, const HeadLane<kNeox, kVec>& l, const device::quant::Divider& d) const {
+  template <bool kFp8, typename Lane>
+  __device__ __forceinline__ void to_cache_row(char* row, const Lane& l, const device::quant::Divider& d) const {
 #pragma unroll
     for (int i = 0; i < kItems<kVec>; ++i) {
       if (l.has_unit(i)) to_cache<kFp8>(row, l.unit_col(i), a[i], d), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), b[i], d);
       if (l.has_tail(i)) to_cache<kFp8>(row, l.tail_col(i), t[i], d);
     }
+  }
+};
+
+// A lane's share of a norm weight as floats, weight_offset added, for norm_rope_head: the unit i's a, b and
+// unrotated vector i, converted from the lane's T vectors where the norm takes them (HeadWeights: one head a
+// lane group, whose registers bound its CTAs an SM) or read from a row of floats in shared memory
+// (RowWeights: the staged kernel converts each weight once a CTA).
+template <typename T, int kVec>
+struct HeadWeights {
+  const HeadVecs<T, kVec>& w;
+  float offset;
+
+  __device__ __forceinline__ AlignedVector<float, kVec> a(int i) const { return plus(w.a[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> b(int i) const { return plus(w.b[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> t(int i) const { return plus(w.t[i]); }
+  __device__ __forceinline__ AlignedVector<float, kVec> plus(const AlignedVector<T, kVec>& v) const {
+    float f[kVec];
+    to_floats(f, v);
+    AlignedVector<float, kVec> r;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) r[j] = f[j] + offset;
+    return r;
+  }
+};
+template <typename Lane, int kVec>
+struct RowWeights {
+  static_assert(kVec % 4 == 0, "rows of floats read 16 bytes at a time");
+  const float* row;
+  const Lane& l;
+
+  __device__ __forceinline__ AlignedVector<float, kVec> a(int i) const { return at(l.unit_col(i)); }
+  __device__ __forceinline__ AlignedVector<float, kVec> b(int i) const { return at(l.unit_col(i) + l.pair()); }
+  __device__ __forceinline__ AlignedVector<float, kVec> t(int i) const { return at(l.tail_col(i)); }
+  __device__ __forceinline__ AlignedVector<float, kVec> at(int col) const {
+    AlignedVector<float, kVec> v;
+#pragma unroll
+    for (int j = 0; j < kVec; j += 4) reinterpret_cast<float4*>(&v.data[j])[0] = reinterpret_cast<const float4*>(row + col + j)[0];
+    return v;
   }
 };
 
@@ -214,8 +275,8 @@ template <int kVec>
 struct Rotation {
   float cs[kItems<kVec>][kVec], sn[kItems<kVec>][kVec];
 
-  template <typename T, bool kNeox>
-  __device__ __forceinline__ void load(const Params<T>& p, const HeadLane<kNeox, kVec>& l, int64_t position, int64_t position_h, int64_t position_w) {
+  template <typename T, typename Lane>
+  __device__ __forceinline__ void load(const Params<T>& p, const Lane& l, int64_t position, int64_t position_h, int64_t position_w) {
     const int64_t row_bytes = p.cos_sin_stride * (p.cos_sin_t ? int64_t{sizeof(T)} : int64_t{4});
     const char* row = static_cast<const char*>(p.cos_sin) + position * row_bytes;
     const auto cos_sin_at = [&](const char* r, int f) {  // one frequency's (cos, sin)
@@ -266,8 +327,8 @@ __device__ __forceinline__ TokenIndices load_token(const Params<T>& p, const Sto
 
 // A q or k head from a lane group's registers: normalised (the lanes' sums of squares combined by
 // shuffles) with weight w, rotated, stored to dst and, with a cache row, there.
-template <bool kFp8, bool kStore, typename T, bool kNeox, int kVec>
-__device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLane<kNeox, kVec>& l, HeadVecs<T, kVec>& x, const HeadVecs<T, kVec>& w,
+template <bool kFp8, bool kStore, typename T, typename Lane, int kVec, typename Weights>
+__device__ __forceinline__ void norm_rope_head(const Params<T>& p, const Lane& l, HeadVecs<T, kVec>& x, const Weights& w,
                                                const Rotation<kVec>& r, T* dst, [[maybe_unused]] char* row, [[maybe_unused]] const device::quant::Divider& div) {
   constexpr int kN = kItems<kVec>;
   float fa[kN][2 * kVec], ft[kN][kVec];  // a pair unit's a ++ b; an unrotated vector
@@ -289,25 +350,23 @@ __device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLan
   for (int offset = l.width >> 1; offset > 0; offset >>= 1) sumsq += __shfl_xor_sync(l.lanes, sumsq, offset);
   const float scale = rsqrtf(sumsq * p.inv_dim + p.eps);
   // rmsnorm's rounding: (x * scale) * (w + offset) in fp32, rounded once to T (kept as floats of T).
-  const auto normalize = [&](float* f, const AlignedVector<T, kVec>& wv) {
-    float fw[kVec];
-    to_floats(fw, wv);
+  const auto normalize = [&](float* f, const auto& fw) {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) f[j] = f[j] * scale * (fw[j] + p.weight_offset);
+    for (int j = 0; j < kVec; ++j) f[j] = f[j] * scale * fw[j];
     to_floats(reinterpret_cast<float(&)[kVec]>(*f), from_floats<T, kVec>(f));
   };
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     if (l.has_unit(i)) {
-      normalize(fa[i], w.a[i]), normalize(fa[i] + kVec, w.b[i]);
-      rotate_unit<!kNeox && (kVec > 1)>(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i]);
+      normalize(fa[i], w.a(i)), normalize(fa[i] + kVec, w.b(i));
+      rotate_unit(x.a[i], x.b[i], fa[i], r.cs[i], r.sn[i], !l.neox());
       x.a[i].store(dst + l.unit_col(i)), x.b[i].store(dst + l.unit_col(i) + l.pair());
       if constexpr (kStore) {
         if (row != nullptr) to_cache<kFp8>(row, l.unit_col(i), x.a[i], div), to_cache<kFp8>(row, l.unit_col(i) + l.pair(), x.b[i], div);
       }
     }
     if (l.has_tail(i)) {
-      normalize(ft[i], w.t[i]);
+      normalize(ft[i], w.t(i));
       x.t[i] = from_floats<T, kVec>(ft[i]);
       x.t[i].store(dst + l.tail_col(i));
       if constexpr (kStore) {
@@ -320,14 +379,14 @@ __device__ __forceinline__ void norm_rope_head(const Params<T>& p, const HeadLan
 // One head per group of 2^width_log2 lanes (HeadLane): heads (token, h) in order q, k, (v) of each token.
 // A q or k head is normalised, rotated and stored in place (norm_rope_head), a k head also to its cache
 // row; a v head is only copied to its cache row.
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore>
+template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore>
 __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s) {
 #ifdef __CUDACC__
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int tid = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   const int item = tid >> p.width_log2;
   if (item >= p.items) return;  // whole groups leave: the others' shuffles name only their own lanes
-  const HeadLane<kNeox, kVec> l(p, static_cast<int>(threadIdx.x));
+  const HeadLane<kPairing, kVec> l(p, static_cast<int>(threadIdx.x));
   const int token = item / p.token_heads, h = item - token * p.token_heads;
   const bool is_q = h < p.q_heads, is_v = kStore && h >= p.q_heads + p.k_heads;
   const int kh = h - p.q_heads;  // k (or, past the k heads, v) head
@@ -377,23 +436,30 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
   // The cos/sin loads issue before the reduction, which their latency then hides.
   Rotation<kVec> r;
   r.load(p, l, position, position_h, position_w);
-  norm_rope_head<kFp8, kStore>(p, l, v, wv, r, x, row, div);
+  norm_rope_head<kFp8, kStore>(p, l, v, HeadWeights<T, kVec>{wv, p.weight_offset}, r, x, row, div);
 #endif
 }
 
 // With many tokens and 16-byte vectors (Setup::launch's rule): CTAs of kCtaThreads, each taking tokens
-// blockIdx.x, + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so that all
-// its loads are in flight at once without holding registers (one head a lane group held one head's loads
-// a thread: H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write, 60% of the access pattern's
-// ceiling); with kStages 2 the next token's copies are issued before the current one is worked, so that
-// they overlap its arithmetic (one stage: a CTA's loads wait for its arithmetic and the other way round).
-// The lane groups take the token's q and k heads in turn (norm_rope_head), the threads copy its v rows to
-// the cache. Shared memory: kStages buffers of q heads, k heads, v heads, head_dim elements each.
-template <typename T, bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages>
-__global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
+// blockIdx.x, + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so
+// that all its loads are in flight at once without holding registers (one head a lane group held one head's
+// loads a thread: H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write, 60% of the access pattern's
+// ceiling); with kStages buffers the copies of the kStages - 1 tokens after the current one are in flight
+// while it is worked (one buffer, a CTA's loads waited for its arithmetic and the other way round). The
+// weights are converted to floats once a CTA. The lane groups take the token's q heads, then its k heads,
+// in turn (norm_rope_head), the threads copy its v rows to the cache. Shared memory: the q and k weights as
+// floats, then kStages buffers of q heads, k heads, v heads, head_dim elements each. kMaxRegs: registers a
+// thread at most (0: the compiler's choice; __launch_bounds__' CTA counts round down to fewer, which spill).
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204
+#define JITKERN_QKNORM_ROPE_MAXNREG(n) __maxnreg__((n) > 0 ? (n) : 255)
+#else
+#define JITKERN_QKNORM_ROPE_MAXNREG(n)
+#endif
+template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
+__global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
-  static_assert(kStages == 1 || kStages == 2, "one or two buffers");
+  static_assert(kStages >= 2 && kStages <= 4, "two to four buffers");
   extern __shared__ int4 staged[];
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
@@ -408,22 +474,34 @@ __global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const _
       if (c >= row_vecs) c -= row_vecs, ++h;
     }
   };
-  const auto stage = [&](int64_t token, T* rows) {  // the token's heads into `rows`, one copy group
-    copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
-    copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
-    if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
+  float* const weights = reinterpret_cast<float*>(staged);  // q's, then k's, weight_offset added
+  const auto buffer_at = [&](int b) { return reinterpret_cast<T*>(weights + 2 * p.head_dim) + b * buffer_elems; };
+  // The token's indices and its heads into buffer b; a copy group each call, empty past the last token (so
+  // that the wait below counts groups alike in every turn).
+  TokenIndices ahead[kStages];  // tokens token, + gridDim.x, ...: the buffers' tokens in turn
+  const auto stage = [&](int64_t token, TokenIndices& at, int b) {
+    if (token < tokens) {
+      at = load_token<kStore>(p, s, token);
+      T* const rows = buffer_at(b);
+      copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
+      copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
+      if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
+    }
     device::ptx::cp_async_commit();
   };
-  const HeadLane<kNeox, kVec> l(p, thread);
+  const HeadLane<kPairing, kVec, kFull> l(p, thread);
   constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
-  int64_t token = blockIdx.x;
-  TokenIndices at = load_token<kStore>(p, s, token);
+#pragma unroll
+  for (int j = 0; j + 1 < kStages; ++j) stage(blockIdx.x + int64_t{j} * gridDim.x, ahead[j], j);
+  for (int i = thread; i < 2 * p.head_dim; i += kCtaThreads)  // read after the first turn's barrier
+    weights[i] = device::cast<float>(i < p.head_dim ? p.q_weight[i] : p.k_weight[i - p.head_dim]) + p.weight_offset;
+  const RowWeights<HeadLane<kPairing, kVec, kFull>, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
+  const int group = thread >> p.width_log2, groups = kCtaThreads >> p.width_log2;
   int buffer = 0;
-  stage(token, reinterpret_cast<T*>(staged));
-  for (; token < tokens; token += gridDim.x) {
-    T* const rows = reinterpret_cast<T*>(staged) + buffer * buffer_elems;
+  for (int64_t token = blockIdx.x; token < tokens; token += gridDim.x) {
+    const TokenIndices at = ahead[0];
     const bool skipped = at.outside(p.max_position);
     Rotation<kVec> r;
     if (!skipped) r.load(p, l, at.position, at.position_h, at.position_w);
@@ -432,27 +510,26 @@ __global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const _
     if constexpr (kStore) {
       if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
     }
-    const int64_t next = token + gridDim.x;
-    if (kStages == 2 && next < tokens) {
-      at = load_token<kStore>(p, s, next), stage(next, reinterpret_cast<T*>(staged) + (buffer ^ 1) * buffer_elems);
-      device::ptx::cp_async_wait_group<1>();  // the current token's copies
-    } else {
-      device::ptx::cp_async_wait_all();
-    }
+    stage(token + int64_t{kStages - 1} * gridDim.x, ahead[kStages - 1], (buffer + kStages - 1) % kStages);
+    device::ptx::cp_async_wait_group<kStages - 1>();  // the current token's copies
     __syncthreads();
+    const T* const rows = buffer_at(buffer);
     if (!skipped) {
       [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
       if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
       T* q = p.q + token * p.q_token;
       T* k = p.k + token * p.k_token;
-      for (int h = thread >> p.width_log2; h < heads; h += kCtaThreads >> p.width_log2) {
-        const bool is_q = h < p.q_heads;
-        HeadVecs<T, kVec> x, w;
+      int h = group;
+      for (; h < p.q_heads; h += groups) {
+        HeadVecs<T, kVec> x;
         x.load(rows + h * p.head_dim, l);
-        w.load(is_q ? p.q_weight : p.k_weight, l);
-        T* dst = is_q ? q + h * p.q_head : k + (h - p.q_heads) * p.k_head;
-        char* row = is_q || k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
-        norm_rope_head<kFp8, kStore>(p, l, x, w, r, dst, row, k_div);
+        norm_rope_head<kFp8, false>(p, l, x, wq, r, q + h * p.q_head, nullptr, k_div);
+      }
+      for (; h < heads; h += groups) {
+        HeadVecs<T, kVec> x;
+        x.load(rows + h * p.head_dim, l);
+        char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+        norm_rope_head<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
       }
       if constexpr (kStore) {
         if (v_row != nullptr) {
@@ -464,15 +541,10 @@ __global__ void __launch_bounds__(kCtaThreads) qknorm_rope_staged_kernel(const _
         }
       }
     }
-    if constexpr (kStages == 1) {
-      if (next < tokens) {
-        __syncthreads();  // every thread is done with the buffer
-        at = load_token<kStore>(p, s, next), stage(next, rows);
-      }
-    } else {
-      __syncthreads();  // every thread is done with the buffer the next turn stages into
-      buffer ^= 1;
-    }
+    __syncthreads();  // every thread is done with the buffer the next turn stages into
+#pragma unroll
+    for (int j = 0; j + 1 < kStages; ++j) ahead[j] = ahead[j + 1];
+    buffer = buffer + 1 == kStages ? 0 : buffer + 1;
   }
   device::ptx::cp_async_wait_all();  // no copy lands after the CTA's shared memory is released
 #endif
@@ -633,54 +705,55 @@ struct QkNormRopeOps {
                           {p.q_token, p.q_head, p.k_token, p.k_head, p.cos_sin_stride}) == kWideVec;
     }
 
-    // Calls schedule.template operator()<kNeox, kVec>() with the vector width the operands allow
-    // (wide_store: the cache write's allow 16-byte vectors too).
-    template <bool kStore, typename Schedule>
-    void dispatch(bool neox, bool wide_store, Schedule&& schedule) const {
-      if (wide && (!kStore || wide_store) && fits<kWideVec>()) {
-        neox ? schedule.template operator()<true, kWideVec>() : schedule.template operator()<false, kWideVec>();
-      } else {
-        host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
-                           2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
-        neox ? schedule.template operator()<true, 1>() : schedule.template operator()<false, 1>();
-      }
+    // Whether the operands allow 16-byte vectors (wide_store: the cache write's do too); else one-element
+    // vectors, which every head that fits a lane group's registers takes.
+    template <bool kStore>
+    bool wide_vectors(bool wide_store) const {
+      if (wide && (!kStore || wide_store) && fits<kWideVec>()) return true;
+      host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
+                         2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
+      return false;
     }
 
-    // The launch rule: from kStagedMinTokens tokens with the cache write (above them without), 16-byte
-    // vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel; else
-    // one head a lane group.
+    // The launch rule: from kStagedMinTokensStore tokens with the cache write (kStagedMinTokens without),
+    // 16-byte vectors and kStagedStages buffers of a token's heads within kStagedMaxBytes, the staged kernel;
+    // else one head a lane group. Only the staged kernel of full lanes has its pairing compiled in, so that a
+    // module compiles five kernels (the op's first call builds one).
     template <bool kFp8, bool kStore>
     void launch(bool neox, const Store& s, bool wide_store) {
       if (tokens == 0 || p.q_heads + p.k_heads == 0) return;
-      dispatch<kStore>(neox, wide_store, [&]<bool kNeox, int kVec>() {
-        if constexpr (kVec == kWideVec) {
-          if ((kStore ? tokens >= kStagedMinTokens : tokens > kStagedMinTokens) && kStagedStages * staged_bytes<kStore>() <= kStagedMaxBytes)
-            return run_staged<kFp8, kNeox, kVec, kStore, kStagedThreads, kStagedStages>(s);
-        }
-        run_heads<kFp8, kNeox, kVec, kStore>(s);
-      });
+      if (!wide_vectors<kStore>(wide_store)) return run_heads<kFp8, 1, kStore>(s, neox);
+      if (tokens >= (kStore ? kStagedMinTokensStore : kStagedMinTokens) && staged_smem<kStore>(kStagedStages) <= kStagedMaxBytes) {
+        return run_staged<kFp8, kWideVec, kStore, kStagedThreads, kStagedStages, kStagedFullMaxRegs>(s, neox);
+      }
+      run_heads<kFp8, kWideVec, kStore>(s, neox);
     }
 
     static constexpr int kMaxLanes = 32;
     static constexpr int64_t kStagedMaxBytes = 48 * 1024;  // the default limit of dynamic shared memory
     // The staged kernel's CTAs: 64 threads (8 lane groups of a 128-wide bf16 head: q 32 / kv 8 heads take 5
-    // turns each) and two buffers. H200, q 32 / kv 8 heads of 128, bf16, cache write, % of the pattern at
-    // T = 4096 / 32768: two buffers, CTAs of 64 82.3 / 92.9, of 32 62.0 / 75.1, of 128 74.5 / 78.9; one
-    // buffer, a CTA of 64 a token, 66.9 / 74.6.
+    // turns each) and two buffers (docs/benchmarks/qknorm_rope.md: CTAs of 128, three buffers, lost).
     static constexpr int kStagedThreads = 64, kStagedStages = 2;
-    // H200, same shapes, us, the staged kernel / one head a lane group: with the write T = 256 5.25 / 2.94,
-    // 4096 34.92 / 39.94, 32768 235.56 / 298.31; without T = 256 4.77 / 2.55, 4096 26.93 / 26.09, 32768
-    // 200.96 / 226.48 (below some thousand tokens its CTAs, a token each, leave the SMs part empty).
-    static constexpr int64_t kStagedMinTokens = 4096;
+    // The kernel of full lanes (HeadLane's kFull) at 96 registers a thread fits 10 CTAs of 64 an SM without the
+    // write (7 at its own 138) and does not spill; the branching kernel spills under such a cap. H200, q 32 /
+    // kv 8 heads of 128, bf16, without the write, % of the pattern at T = 4096 / 32768: 79.2 / 92.0, the
+    // branching kernel at its own 128 registers 64.1 / 85.6.
+    static constexpr int kStagedFullMaxRegs = 96;
+    // Same shapes, us, the staged kernel / one head a lane group: with the write T = 1024 8.26 / 9.04, 2048
+    // 13.40 / 17.72; without T = 1024 8.59 / 7.59, 2048 13.29 / 13.29, 4096 22.13 / 31.73 (fewer tokens than
+    // CTAs the SMs fit leave SMs part empty, a token each).
+    static constexpr int64_t kStagedMinTokensStore = 1024, kStagedMinTokens = 2048;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
       const int64_t held = int64_t{kMaxLanes} * kItems<kVec>;
       return p.rot_half / kVec <= held && (p.head_dim - 2 * p.rot_half) / kVec <= held;
     }
+    // The staged kernel's shared memory at `stages` buffers.
     template <bool kStore>
-    int64_t staged_bytes() const {
-      return int64_t{p.q_heads + p.k_heads + (kStore ? p.k_heads : 0)} * p.head_dim * static_cast<int64_t>(sizeof(T));
+    int64_t staged_smem(int stages) const {
+      const int64_t heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
+      return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)};
     }
 
     // The kernels' parameters at kVec elements a vector.
@@ -695,35 +768,41 @@ struct QkNormRopeOps {
       return c;
     }
 
-    template <bool kFp8, bool kNeox, int kVec, bool kStore>
-    void run_heads(const Store& s) const {
+    // kPairing: the product's kEither; a pairing compiled in for benchmarks/kernels/qknorm_rope_schedules.cuh.
+    template <bool kFp8, int kVec, bool kStore, Pairing kPairing = Pairing::kEither>
+    void run_heads(const Store& s, bool neox) const {
       using namespace host;
       Params<T> c = params<kVec, kStore>();
+      c.neox = neox;
       const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
       c.early_trigger = pdl_early_trigger(ctas);
       LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
-          .enable_pdl()(qknorm_rope_kernel<T, kFp8, kNeox, kVec, kStore>, c, s);
+          .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);
     }
 
-    // kCtaThreads: whole warps. Two stages: as many CTAs as fit the SMs at once (each then takes several
-    // tokens); one: a CTA a token.
-    template <bool kFp8, bool kNeox, int kVec, bool kStore, int kCtaThreads, int kStages>
-    void run_staged(const Store& s) const {
+    // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
+    // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), its
+    // pairing compiled in, at most kFullMaxRegs registers a thread (0: the compiler's choice); the kernel
+    // with branches reads its pairing at run time.
+    template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
+    void run_staged(const Store& s, bool neox) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
-      constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kNeox, kVec, kStore, kCtaThreads, kStages>;
-      const auto bytes = static_cast<std::size_t>(kStages * staged_bytes<kStore>());
-      int64_t ctas = tokens;
-      if constexpr (kStages > 1) {
-        static const int per_sm = [&] {  // asked once per kernel (a module is built for one architecture)
-          const DeviceGuard guard(device.device_id);  // the occupancy API asks the current device
-          return runtime::get_blocks_per_sm(kernel, kCtaThreads, bytes);
-        }();
-        ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
-      }
       Params<T> c = params<kVec, kStore>();
-      c.early_trigger = pdl_early_trigger(ctas);
-      LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
+      c.neox = neox;
+      const auto launch = [&]<Pairing kPairing, bool kFull>() {
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
+        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
+        const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
+        const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
+        c.early_trigger = pdl_early_trigger(ctas);
+        LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
+      };
+      if constexpr (kFullLanes) {
+        if (c.pairs == 1 << c.width_log2 && c.tails == 0)
+          return neox ? launch.template operator()<Pairing::kNeox, true>() : launch.template operator()<Pairing::kGptJ, true>();
+      }
+      launch.template operator()<Pairing::kEither, false>();
     }
   };
 };

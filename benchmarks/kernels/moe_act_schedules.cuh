@@ -133,7 +133,7 @@ struct MaskedGroupMasked {
     host::RuntimeCheck(m.op.vec == kV && m.experts <= MaskedRowsWarp::kMaxWarpExperts && groups < (int64_t{1} << 31),
                        "bench_moe_act: the masked kernel takes aligned rows of at most 32 experts");
     constexpr auto kernel = silu_and_mul_group_quant_masked_kernel<MaskedRowsWarp, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-    const unsigned grid = persistent_grid<kernel>(groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device);
+    const unsigned grid = persistent_grid(kernel, groups, kActGroupThreads / kLanes, kActGroupThreads, kPerSm, m.op.device);
     host::LaunchKernel(grid, kActGroupThreads, m.op.device)
         .enable_pdl()(kernel, MaskedRowsWarp{m.rows}, m.op.in, static_cast<uint8_t*>(m.op.out), m.op.scales, m.op.group_stride, m.op.d, m.op.eps,
                       host::kv_cache::divisor<uint32_t>(m.op.d / kActGroupSize), host::pdl_early_trigger(grid));
@@ -174,7 +174,7 @@ struct SortedGroup {
       ProductOps::group_quant<Rounding::kExact>(SortedRowsPerRow{s.rows}, s.op);
     } else {
       constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, Rounding::kExact>;
-      ProductOps::launch_group(kernel, persistent_grid<kernel>(ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
+      ProductOps::launch_group(kernel, persistent_grid(kernel, ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
                                s.op);
     }
   }

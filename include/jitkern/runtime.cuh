@@ -6,6 +6,8 @@
 
 #include <jitkern/utils.cuh>
 
+#include <cstdint>
+
 namespace host::runtime {
 
 // Resident blocks per SM for `kernel` at this block size and dynamic shared memory.
@@ -14,6 +16,55 @@ inline int get_blocks_per_sm(Kernel kernel, int block_size, std::size_t dynamic_
   int blocks = 0;
   RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_handle(kernel, where), block_size, dynamic_smem), where);
   return blocks;
+}
+
+namespace detail {
+// resident_ctas_per_sm's answers, for any kernel of the module: state 0 free, 1 being written, 2 ready.
+struct ResidentCtas {
+  const void* kernel;
+  uint64_t key;  // device << 48 | threads << 32 | bytes
+  int ctas, state;
+};
+inline ResidentCtas* resident_ctas_table() {
+  static ResidentCtas table[32] = {};
+  return table;
+}
+}  // namespace detail
+
+// CTAs of `kernel` at `threads` a CTA and `dynamic_smem` bytes that an SM of `device` holds at once (at least
+// one, else an error): the occupancy API's answer, asked once per (kernel, device, threads, bytes) and then
+// read lock-free (launch paths call it on every launch). The kernel is an argument, not a template argument:
+// an instantiation on a kernel would take its stub's internal visibility, the mark of kernels for NVRTC; and
+// the compiler's atomic builtins, as <atomic> would add its parse to every module that includes this header.
+template <typename Kernel>
+inline int resident_ctas_per_sm(Kernel kernel, int threads, std::size_t dynamic_smem, int device, DebugInfo where = {}) {
+  constexpr int kSlots = 32;
+  RuntimeCheck(where, device >= 0 && device < (1 << 15) && threads > 0 && threads < (1 << 16) && dynamic_smem < (std::size_t{1} << 32),
+               "resident_ctas_per_sm: device ", device, ", ", threads, " threads, ", dynamic_smem, " bytes out of range");
+  const void* const id = reinterpret_cast<const void*>(kernel);
+  const uint64_t key = uint64_t(device) << 48 | uint64_t(threads) << 32 | uint64_t(dynamic_smem);
+  const uint64_t hash = ((key ^ reinterpret_cast<uintptr_t>(id)) * 0x9E3779B97F4A7C15ull) >> 32;
+  const auto ask = [&] {
+    const DeviceGuard guard(device, where);  // the occupancy API asks the current device
+    const int ctas = get_blocks_per_sm(kernel, threads, dynamic_smem, where);
+    RuntimeCheck(where, ctas > 0, "a kernel cannot run with ", threads, " threads and ", dynamic_smem, " bytes of shared memory a CTA");
+    return ctas;
+  };
+  detail::ResidentCtas* const table = detail::resident_ctas_table();
+  for (int i = 0; i < kSlots; ++i) {
+    detail::ResidentCtas& slot = table[(hash + i) % kSlots];
+    const int state = __atomic_load_n(&slot.state, __ATOMIC_ACQUIRE);
+    if (state == 2 && slot.kernel == id && slot.key == key) return slot.ctas;
+    if (state != 0) continue;
+    const int ctas = ask();
+    int free = 0;  // another thread may have taken the slot meanwhile: then the answer stands uncached
+    if (__atomic_compare_exchange_n(&slot.state, &free, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+      slot.kernel = id, slot.key = key, slot.ctas = ctas;
+      __atomic_store_n(&slot.state, 2, __ATOMIC_RELEASE);
+    }
+    return ctas;
+  }
+  return ask();
 }
 
 }  // namespace host::runtime

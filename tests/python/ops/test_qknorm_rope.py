@@ -2,6 +2,8 @@
 (RMSNorm rounded to the inputs' dtype, as the kernel and the unfused rmsnorm round it, then the rotation),
 the fp8 cache against the quantization family's rounding."""
 
+import re
+
 import pytest
 from conftest import eagerly_then_from_a_graph
 from kv_cache_cases import cache_bytes, expected_cache, locations
@@ -153,7 +155,8 @@ def test_fused_kv_write(dtype_name, layout, cache_kind, neox, tokens, head_dim, 
 MANY_CASES = [("bfloat16", 128, 128, True, None, "same", "int64"), ("bfloat16", 128, 64, False, None, "fp8", "int32"),
               ("float16", 256, 128, True, None, "none", "int32"), ("float32", 64, 64, False, None, "same", "int64"),
               ("bfloat16", 128, 128, False, "contiguous", "same", "int32"), ("bfloat16", 128, 128, True, "interleaved", "fp8", "int64"),
-              ("bfloat16", 80, 80, True, None, "none", "int64"), ("float16", 128, 32, False, None, "fp8", "int64")]
+              ("bfloat16", 80, 80, True, None, "none", "int64"), ("float16", 128, 32, False, None, "fp8", "int64"),
+              ("float32", 256, 256, True, None, "same", "int32")]
 
 
 @pytest.mark.gpu
@@ -165,7 +168,7 @@ def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim
     torch = _torch()
     ops = _ops()
     dtype, index = getattr(torch, dtype_name), getattr(torch, index_name)
-    tokens = 4096 + 37  # the staged kernel's (QkNormRopeOps' kStagedMinTokens), more than the CTAs the SMs fit
+    tokens = 4096 + 37  # the staged kernel's (from QkNormRopeOps' kStagedMinTokens), more than the CTAs the SMs fit
     qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=41)
     qkv2 = qkv.clone()
     q2, k2, v2 = qkv2[:, : HQ * head_dim], qkv2[:, HQ * head_dim : (HQ + HK) * head_dim], qkv2[:, (HQ + HK) * head_dim :]
@@ -466,11 +469,13 @@ def test_mrope_token_with_a_section_position_outside_is_skipped():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("store", [False, True])
-def test_gemma_weight_offset(store):
-    """weight_offset=1: the heads are normalised by (1 + w), as Gemma's q and k norms."""
+@pytest.mark.parametrize("tokens", [9, 4096 + 37])
+def test_gemma_weight_offset(store, tokens):
+    """weight_offset=1: the heads are normalised by (1 + w), as Gemma's q and k norms (many tokens: the staged
+    kernel, its weights converted once a CTA)."""
     torch = _torch()
     ops = _ops()
-    d, tokens = 256, 9
+    d = 256
     qkv, q, k, v = _qkv(tokens, d, torch.bfloat16, seed=31)
     qw, kw = (w - 1 for w in _weights(d, torch.bfloat16, seed=6))
     pos = _positions(tokens, torch.int64)
@@ -485,3 +490,84 @@ def test_gemma_weight_offset(store):
     _assert_close(k.view(tokens, HK, d), ek, "bfloat16")
     if store:
         assert torch.equal(kc.view(tokens, -1), k)
+
+
+OCCUPANCY_PROBE = r"""
+#include <jitkern/runtime.cuh>
+#include <jitkern/tensor.h>
+
+__global__ void occupancy_probe_kernel(int* out) {
+  extern __shared__ int staged[];
+  if (out != nullptr) out[threadIdx.x] = staged[threadIdx.x];
+}
+// The same type, 32 KiB more shared memory a CTA: fewer CTAs an SM at the same (threads, bytes).
+__global__ void occupancy_probe_kernel_big(int* out) {
+  extern __shared__ int staged[];
+  __shared__ int fixed[8192];
+  fixed[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  if (out != nullptr) out[threadIdx.x] = staged[threadIdx.x] + fixed[8191 - threadIdx.x];
+}
+
+// For each row (kernel, threads, bytes) of asks: resident_ctas_per_sm's answer, then the occupancy API's.
+void resident_ctas(jitkern::TensorView asks, jitkern::TensorView out, int64_t device) {
+  const auto* a = static_cast<const int64_t*>(asks.data_ptr());
+  auto* o = static_cast<int64_t*>(out.data_ptr());
+  for (int64_t i = 0; i < asks.size(0); ++i) {
+    const auto kernel = a[3 * i] == 0 ? occupancy_probe_kernel : occupancy_probe_kernel_big;
+    const int threads = static_cast<int>(a[3 * i + 1]);
+    o[2 * i] = host::runtime::resident_ctas_per_sm(kernel, threads, a[3 * i + 2], static_cast<int>(device));
+    const host::DeviceGuard guard(static_cast<int>(device));
+    o[2 * i + 1] = host::runtime::get_blocks_per_sm(kernel, threads, a[3 * i + 2]);
+  }
+}
+"""
+
+
+@pytest.mark.gpu
+def test_resident_ctas_per_sm_is_cached_per_kernel_block_size_and_shared_memory(tmp_path):
+    """host::runtime::resident_ctas_per_sm (the staged launch's grid; moe_act's) answers as the occupancy API for
+    each (kernel, threads, bytes), asked again in any order: its cache tells them apart, also two kernels of one
+    type."""
+    torch = _torch()
+    import jitkern
+
+    src = tmp_path / "occupancy_probe.cuh"
+    src.write_text(OCCUPANCY_PROBE)
+    module = jitkern.load_jit("qknorm_rope_occupancy_probe", cuda_files=[str(src)], cuda_wrappers=[("resident_ctas", "resident_ctas")])
+    asks = torch.tensor([[0, 64, 0], [0, 64, 12 * 1024], [1, 64, 12 * 1024], [0, 64, 0], [0, 256, 8 * 1024], [1, 64, 0], [0, 64, 12 * 1024],
+                         [0, 1024, 0], [1, 256, 8 * 1024], [0, 256, 8 * 1024], [1, 64, 12 * 1024]])
+    out = torch.zeros(len(asks), 2, dtype=torch.int64)
+    module.resident_ctas(asks, out, torch.cuda.current_device())
+    assert torch.equal(out[:, 0], out[:, 1])
+    assert len(set(out[:, 1].tolist())) >= 3  # the asks differ in what fits
+    assert out[2, 1] < out[1, 1] and out[8, 1] < out[4, 1]  # the kernels differ at the same (threads, bytes)
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("export", ["apply", "apply_store"])
+def test_a_module_compiles_five_kernels_without_spills(tmp_path, export):
+    """Without a GPU: each of the op's modules (its first call builds one) compiles five kernels for sm_90a, none
+    of them spilling: one head a lane group at 16-byte and one-element vectors (either pairing, read at run time),
+    the staged kernel with branching lanes (either pairing) and of full lanes (NeoX, GPT-J). Eight kernels took the
+    first call from 1.7 to 3.1 s on an H200."""
+    import shutil
+    import subprocess
+
+    import jitkern
+    from jitkern._engine import tvm_ffi_paths
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("NOT RUN: nvcc is not installed")
+    paths = tvm_ffi_paths()
+    src = tmp_path / "module.cu"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "qknorm_rope.cuh"}"\n'
+                   f"void* entry = (void*)&jitkern_qknorm_rope::QkNormRopeOps<bf16_t>::{export};\n")
+    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v", f"-I{jitkern.INCLUDE_DIR}",
+                          f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(tmp_path / "module.cubin"), str(src)],
+                         check=True, capture_output=True, text=True)
+    log = out.stdout + out.stderr
+    kernels = re.findall(r"Compiling entry function '(\w+)'", log)
+    assert len(kernels) == 5, kernels
+    assert sum("staged" in k for k in kernels) == 3, kernels
+    assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * 5, log
