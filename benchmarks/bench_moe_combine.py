@@ -5,7 +5,8 @@ and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's
 trigger places, vector widths and experts loaded at once than its launch rule picks
 (benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
 moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's. `--variants`: the
-same for candidate kernels (another grid order, experts at once, cp.async staging) from 1 to 4096 tokens."""
+same for candidate kernels (benchmarks/kernels/moe_combine_schedules.cuh's Lean: grid order, CTA width, loads in
+flight, a register cap) from 1 to 4096 tokens."""
 
 from __future__ import annotations
 
@@ -102,18 +103,26 @@ SCHEDULES = [("product", "bench_moe_combine::Product"),
 SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 
-# Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major 1-D grid,
-# vector bytes, staged experts>), `--variants`, each up to the tokens of its third field; the first is the product's launch rule.
+# Candidate kernels (bench_moe_combine::Lean<threads, form, depth, min CTAs an SM (a register cap), row CTAs per x>),
+# `--variants`, each at the sizes of its third field (all where absent); the first is the product's launch rule.
+# "ring n": n loads kept in flight; "plain": one expert a step, the compiler's unrolling; "/32": capped at 32 registers.
+_ALL, _DECODE, _MID = (1, 32, 64, 128, 256, 512, 4096), (1, 32), (32, 64, 128, 256, 512)
 VARIANTS = [("product", "bench_moe_combine::Product"),
-            ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),
-            ("row one at a time", "bench_moe_combine::OneExpertAtATime"),
-            ("col 256thr 1@16B", "bench_moe_combine::Variant<256, 1, 1, true>"),
-            ("col 2@16B", "bench_moe_combine::Variant<128, 2, 1, true>"),
-            ("col 4@16B", "bench_moe_combine::Variant<128, 4, 1, true>"),
-            ("col staged 8 cp.async", "bench_moe_combine::Variant<128, 8, 1, true, 16, 8>"),
-            ("row 8@8B rows first", "bench_moe_combine::Variant<128, 8, 1, false, 8>", 32),
-            ("col 8@8B", "bench_moe_combine::Variant<128, 8, 1, true, 8>", 32)]
-VARIANT_TOKENS = {"moe_sum": (1, 32, 64, 128, 256, 512, 4096), "moe_weighted_sum": (1, 64, 256, 4096)}
+            ("plain 256/32", "bench_moe_combine::Lean<256, bench_moe_combine::kPlain, 1, 8, true>", _MID + (4096,)),
+            ("plain 224/32", "bench_moe_combine::Lean<224, bench_moe_combine::kPlain, 1, 9, true>", _MID + (4096,)),
+            ("plain 224", "bench_moe_combine::Lean<224, bench_moe_combine::kPlain, 1, 1, true>", _ALL),
+            ("ring 3 224/32", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 3, 9, true>", _MID + (4096,)),
+            ("ring 3 224/32 token per x", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 3, 9, false>", _MID),
+            ("ring 3 256/32", "bench_moe_combine::Lean<256, bench_moe_combine::kRing, 3, 8, true>", _MID),
+            ("ring 3 128/32", "bench_moe_combine::Lean<128, bench_moe_combine::kRing, 3, 16, true>", _MID),
+            ("ring 3 448/32", "bench_moe_combine::Lean<448, bench_moe_combine::kRing, 3, 4, true>", _MID),
+            ("ring 3 896/32", "bench_moe_combine::Lean<896, bench_moe_combine::kRing, 3, 2, true>", _MID + (4096,)),
+            ("ring 4 224", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 4, 1, true>", _MID),
+            ("ring 8 224", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 8, 1, true>", (1, 32, 64, 128)),
+            ("ring 8 64", "bench_moe_combine::Lean<64, bench_moe_combine::kRing, 8, 1, true>", _DECODE),
+            ("ring 8 128 8B", "bench_moe_combine::Lean<128, bench_moe_combine::kRing, 8, 1, true, 8>", _DECODE),
+            ("ring 8 64 8B", "bench_moe_combine::Lean<64, bench_moe_combine::kRing, 8, 1, true, 8>", _DECODE)]
+VARIANT_TOKENS = {"moe_sum": _ALL, "moe_weighted_sum": (1, 64, 256, 4096)}
 
 
 def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHEDULE_TOKENS):
@@ -144,7 +153,7 @@ def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name
             w = torch.rand(t, K, device="cuda")
             out = torch.empty(t, H, dtype=DTYPE, device="cuda")
             args = (x, out) if op == "moe_sum" else (x, out, w, None, None, 1.0)
-            fns = {e[0]: (lambda i=i: module[f"{op}_{i}"](*args)) for i, e in enumerate(entries) if len(e) < 3 or t <= e[2]}
+            fns = {e[0]: (lambda i=i: module[f"{op}_{i}"](*args)) for i, e in enumerate(entries) if len(e) < 3 or t in e[2]}
             first = None
             for label, fn in fns.items():
                 out.fill_(float("nan"))

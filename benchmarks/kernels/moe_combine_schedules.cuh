@@ -1,6 +1,6 @@
 // Launch schedules of the MoE combine side by side (bench_moe_combine.py --schedules), bf16: the product's kernels
 // (csrc/moe_combine.cuh) at other CTA widths, PDL trigger places, vector widths and experts loaded at once than its
-// launch rule picks, and its one-expert-at-a-time kernel at every size; candidate kernels (--variants: Variant).
+// launch rule picks, and its one-expert-at-a-time kernel at every size; candidate kernels (--variants: Lean).
 // Each struct's entry points have the product's signatures, their operands checked by MoeCombineOps.
 #pragma once
 
@@ -10,109 +10,88 @@ namespace bench_moe_combine {
 
 using namespace jitkern_moe_combine;
 
-// The token and row vector of this thread: column-major, a 1-D grid whose consecutive CTAs cover a token's row
-// (its k rows read by neighbouring CTAs); else the product's grid (a token per x, its row's CTAs per y).
-struct Place {
-  int64_t token, v;
+// Candidate kernels (lean_kernel): kCta threads, a vector of kBytes of the row each; kRowPerX: the grid
+// x = the CTAs of one token's row, y = the token (a token's CTAs consecutive, SGLang's order), else the product's
+// (x = token); threads past the row end leave before the PDL wait. kForm: how the experts' loads are issued,
+// the adds always in the experts' order (the product's bits):
+//   kPlain: one expert a step, as written (the unrolling and load hoisting left to the compiler);
+//   kRing: kDepth loads kept in flight, each slot refilled with the expert kDepth ahead once it is added.
+// kMinBlocks caps the registers (__launch_bounds__).
+enum Form : int { kPlain, kRing };
+// A vector of kBytes as raw 32-bit words.
+template <int kBytes>
+struct RawWords {
+  using type = uint4;
 };
-template <int kCtaThreads, bool kColumnMajor, typename T>
-__device__ __forceinline__ Place cta_place(const Combine<T>& p) {
-  if constexpr (kColumnMajor) {
-    const auto blocks = static_cast<uint32_t>((p.row_vecs + kCtaThreads - 1) / kCtaThreads);
-    return {blockIdx.x / blocks, int64_t{blockIdx.x % blocks} * kCtaThreads + threadIdx.x};
+template <>
+struct RawWords<8> {
+  using type = uint2;
+};
+
+template <typename T, int kCta, bool kWeighted, int kForm, int kDepth, int kMinBlocks, bool kRowPerX, int kBytes>
+__global__ void __launch_bounds__(kCta, kMinBlocks) lean_kernel(const __grid_constant__ Combine<T> p) {
+#ifdef __CUDACC__
+  constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
+  using Raw = typename RawWords<kBytes>::type;
+  const int64_t token = kRowPerX ? blockIdx.y : blockIdx.x;
+  const int64_t v = int64_t{kRowPerX ? blockIdx.x : blockIdx.y} * kCta + threadIdx.x;
+  if (v >= p.row_vecs) return;
+  const int64_t col = v * kVec;
+  const T* row = p.in + token * p.in_token_stride + col;
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
+  float acc[kVec] = {};
+  const auto add = [&](float w, const AlignedVector<T, kVec>& x) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = kWeighted ? fmaf(w, device::cast<float>(x[e]), acc[e]) : acc[e] + device::cast<float>(x[e]);
+  };
+  // Expert j's weight (1 without weights) and whether it is added (its id >= 0).
+  const auto weight = [&](int j) { return kWeighted ? p.weights[token * p.weights_stride + j] * p.scale : 1.0f; };
+  const auto used = [&](int j) {
+    if (!kWeighted || p.ids == nullptr) return true;
+    const int64_t at = token * p.ids_stride + j;
+    return (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
+  };
+  if constexpr (kForm == kPlain) {
+    for (int j = 0; j < p.k; ++j) {
+      if (!used(j)) continue;
+      AlignedVector<T, kVec> x;
+      x.load(row + j * p.in_k_stride);
+      add(weight(j), x);
+    }
   } else {
-    return {blockIdx.x, int64_t{blockIdx.y} * kCtaThreads + threadIdx.x};
-  }
-}
-
-// Candidate kernels for 32-512 tokens. The product's sum with: the token-order grid (cta_place), a register cap (__launch_bounds__ min blocks: more CTAs resident), and the rows'
-// loads issued before the weights are read (without ids the loads depend on nothing).
-template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce, int kMinBlocks, bool kColumnMajor>
-__global__ void __launch_bounds__(kCtaThreads, kMinBlocks) variant_kernel(const __grid_constant__ Combine<T> p) {
-#ifdef __CUDACC__
-  const auto [token, v] = cta_place<kCtaThreads, kColumnMajor>(p);
-  const int64_t col = v * kVec;
-  device::pdl_trigger_at(p.trigger, Trigger::kStart);
-  device::pdl_wait_primary(p.trigger);
-  if (v < p.row_vecs) {
-    float acc[kVec] = {};
-    const T* row = p.in + token * p.in_token_stride + col;
-    const bool gated = kWeighted && p.ids != nullptr;
+    // The slots hold the rows' raw words: a vector of elements kept across iterations took a register per element.
+    bool use[kDepth];
+    Raw x[kDepth];
+    float w[kDepth];
+    const T* next = row;  // expert j's vector, j the next fetched
+    const auto fetch = [&](int slot, int j) {
+      use[slot] = j < p.k && used(j);
+      if (use[slot]) {
+        x[slot] = *reinterpret_cast<const Raw*>(next);
+        w[slot] = weight(j);
+      }
+      next += p.in_k_stride;
+    };
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) fetch(i, i);
 #pragma unroll 1
-    for (int j0 = 0; j0 < p.k; j0 += kAtOnce) {
-      bool use[kAtOnce];
+    for (int j0 = 0; j0 < p.k; j0 += kDepth) {
 #pragma unroll
-      for (int i = 0; i < kAtOnce; ++i) {
-        use[i] = j0 + i < p.k;
-        if (gated && use[i]) {
-          const int64_t at = token * p.ids_stride + j0 + i;
-          use[i] = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
+      for (int i = 0; i < kDepth; ++i) {
+        if (use[i]) {
+          AlignedVector<T, kVec> v;
+          __builtin_memcpy(&v, &x[i], sizeof(v));
+          add(w[i], v);
         }
-      }
-      AlignedVector<T, kVec> x[kAtOnce];
-#pragma unroll
-      for (int i = 0; i < kAtOnce; ++i) {
-        if (use[i]) x[i].load(row + (j0 + i) * p.in_k_stride);
-      }
-      float w[kAtOnce];
-#pragma unroll
-      for (int i = 0; i < kAtOnce; ++i) w[i] = (kWeighted && use[i]) ? p.weights[token * p.weights_stride + j0 + i] * p.scale : 1.0f;
-#pragma unroll
-      for (int i = 0; i < kAtOnce; ++i) {
-        if (!use[i]) continue;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w[i], device::cast<float>(x[i][e]), acc[e]);
+        fetch(i, j0 + i + kDepth);
       }
     }
-    AlignedVector<T, kVec> s;
-    const bool add_shared = kWeighted && p.shared != nullptr;
-    if (add_shared) s.load(p.shared + token * p.shared_stride + col);
-    store_sum(p, token, col, acc, add_shared, s);
   }
-  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
-#endif
-}
-
-// The same sum with each thread's kStage experts' 16-byte vectors copied to shared memory by cp.async (no registers
-// held while they are in flight), then added in order. Needs 16-byte vectors (vectors_fit). Capped at 40 registers
-// (12 CTAs an SM; its shared memory holds 13 of 16 KiB).
-template <typename T, int kCtaThreads, bool kWeighted, int kStage, bool kColumnMajor>
-__global__ void __launch_bounds__(kCtaThreads, 12) staged_kernel(const __grid_constant__ Combine<T> p) {
-#ifdef __CUDACC__
-  constexpr int kVec = device::kVec16<T>;
-  __shared__ AlignedVector<T, kVec> buf[kStage][kCtaThreads];
-  const auto [token, v] = cta_place<kCtaThreads, kColumnMajor>(p);
-  const int64_t col = v * kVec;
-  device::pdl_trigger_at(p.trigger, Trigger::kStart);
-  device::pdl_wait_primary(p.trigger);
-  if (v < p.row_vecs) {
-    float acc[kVec] = {};
-    const T* row = p.in + token * p.in_token_stride + col;
-    for (int j0 = 0; j0 < p.k; j0 += kStage) {
-#pragma unroll
-      for (int i = 0; i < kStage; ++i) {
-        if (j0 + i < p.k) device::ptx::cp_async_16(&buf[i][threadIdx.x], row + (j0 + i) * p.in_k_stride);
-      }
-      device::ptx::cp_async_wait_all();
-#pragma unroll
-      for (int i = 0; i < kStage; ++i) {
-        const int j = j0 + i;
-        if (j >= p.k) break;
-        if (kWeighted && p.ids != nullptr) {
-          const int64_t at = token * p.ids_stride + j;
-          if ((p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) < 0) continue;
-        }
-        const float w = kWeighted ? p.weights[token * p.weights_stride + j] * p.scale : 1.0f;
-        const AlignedVector<T, kVec> x = buf[i][threadIdx.x];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
-      }
-    }
-    AlignedVector<T, kVec> s;
-    const bool add_shared = kWeighted && p.shared != nullptr;
-    if (add_shared) s.load(p.shared + token * p.shared_stride + col);
-    store_sum(p, token, col, acc, add_shared, s);
-  }
+  AlignedVector<T, kVec> s;
+  const bool add_shared = kWeighted && p.shared != nullptr;
+  if (add_shared) s.load(p.shared + token * p.shared_stride + col);
+  store_sum(p, token, col, acc, add_shared, s);
   device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
@@ -146,28 +125,21 @@ struct Schedule {
   }
 };
 
-// Launches a candidate over vectors of kVecBytes bytes (16 for staged_kernel), the product's PDL trigger rule.
-// kStage > 0: staged_kernel with kStage experts staged; else variant_kernel.
-template <int kCtaThreads, int kAtOnce, int kMinBlocks, bool kColumnMajor, int kVecBytes = 16, int kStage = 0>
-struct Variant {
+// Launches lean_kernel<kCta, kForm, kDepth, kMinBlocks, kRowPerX> over vectors of kBytes (16 or 8), the PDL
+// trigger by the product's rule.
+template <int kCta, int kForm, int kDepth, int kMinBlocks, bool kRowPerX, int kBytes = 16>
+struct Lean {
   template <bool kWeighted>
   static void launch(Ops::Operands ops) {
     using namespace host;
-    constexpr int kVec = kVecBytes / static_cast<int>(sizeof(bf16_t));
-    RuntimeCheck(Ops::vectors_fit(ops.p), "this variant takes 16-byte aligned rows only");
+    RuntimeCheck(Ops::vectors_fit(ops.p), "this candidate takes 16-byte aligned rows only");
     Combine<bf16_t>& p = ops.p;
-    const int64_t blocks = Ops::checked_blocks(p, kVec, kCtaThreads);
+    const int64_t blocks = Ops::checked_blocks(p, kBytes / static_cast<int>(sizeof(bf16_t)), kCta);
     if (blocks == 0) return;
-    const int64_t grid = p.tokens * blocks;
-    p.trigger = pdl_trigger_for(grid, kCtaThreads, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm);
-    RuntimeCheck(grid <= 0x7fffffff, "too many CTAs for one launch: ", grid);
-    const dim3 dims = kColumnMajor ? dim3(static_cast<unsigned>(grid)) : dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks));
-    if constexpr (kStage > 0) {
-      LaunchKernel(dims, kCtaThreads, ops.device).enable_pdl()(staged_kernel<bf16_t, kCtaThreads, kWeighted, kStage, kColumnMajor>, p);
-    } else {
-      LaunchKernel(dims, kCtaThreads, ops.device)
-          .enable_pdl()(variant_kernel<bf16_t, kVec, kCtaThreads, kWeighted, kAtOnce, kMinBlocks, kColumnMajor>, p);
-    }
+    p.trigger = pdl_trigger_for(p.tokens * blocks, kCta, runtime::get_sm_count(ops.device.device_id), row_policy(ops.device).threads_per_sm);
+    const auto tokens = static_cast<unsigned>(p.tokens), row = static_cast<unsigned>(blocks);
+    LaunchKernel(kRowPerX ? dim3(row, tokens) : dim3(tokens, row), kCta, ops.device)
+        .enable_pdl()(lean_kernel<bf16_t, kCta, kWeighted, kForm, kDepth, kMinBlocks, kRowPerX, kBytes>, p);
   }
   static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) { launch<false>(Ops::sum_operands(input, output)); }
   static void moe_weighted_sum(jitkern::TensorView input, jitkern::TensorView output, jitkern::TensorView topk_weights,
