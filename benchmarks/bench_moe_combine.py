@@ -1,12 +1,10 @@
 """The MoE combine family (bf16, hidden 7168, k = 8: DeepSeek-V3's shape): moe_sum and moe_weighted_sum (router
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
-and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernels at other CTA widths, PDL
-trigger places, vector widths and experts loaded at once than its launch rule picks
-(benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
-moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's. `--variants`: the
-same for candidate kernels (benchmarks/kernels/moe_combine_schedules.cuh's Lean: grid order, CTA width, loads in
-flight, a register cap) from 1 to 4096 tokens."""
+and a one-CTA launch floor. Prints markdown tables. `--variants`: the product's kernel at other vector widths, CTA
+widths, loads in flight and register caps than its launch rule picks, and the launch rule it replaced
+(benchmarks/kernels/moe_combine_schedules.cuh), beside the reference's kernels (SGLang's moe_topk_sum,
+moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
 
@@ -89,43 +87,19 @@ def main() -> None:
               f"{(cw['median'] / ws['median']) if cw else float('nan'):.2f}x |")
 
 
-# (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh); the first is the product's launch rule.
-SCHEDULES = [("product", "bench_moe_combine::Product"),
-             ("8 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1>"),
-             ("one expert at a time", "bench_moe_combine::OneExpertAtATime"),
-             ("64 threads", "bench_moe_combine::Schedule<64, -1>"),
-             ("256 threads", "bench_moe_combine::Schedule<256, -1>"),
-             ("trigger at start", "bench_moe_combine::Schedule<128, 0>"),
-             ("trigger after wait", "bench_moe_combine::Schedule<128, 1>"),
-             ("trigger after stores", "bench_moe_combine::Schedule<128, 2>"),
-             ("4 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1, 4>"),
-             ("8 at once, 8-byte vectors", "bench_moe_combine::Schedule<128, -1, 8, 8>")]
-SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
-
-
-# Candidate kernels (bench_moe_combine::Lean<threads, form, depth, min CTAs an SM (a register cap), row CTAs per x>),
-# `--variants`, each at the sizes of its third field (all where absent); the first is the product's launch rule.
-# "ring n": n loads kept in flight; "plain": one expert a step, the compiler's unrolling; "/32": capped at 32 registers.
-_ALL, _DECODE, _MID = (1, 32, 64, 128, 256, 512, 4096), (1, 32), (32, 64, 128, 256, 512)
+# (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh, the sizes it runs at: all where absent); the
+# first is the product's launch rule. Ring<vector bytes, launch bound, CTAs an SM (a register cap), loads in flight,
+# most threads a CTA of the row's split>: the product's kernel at the other side of each of the rule's choices.
+_R = "bench_moe_combine::Ring"
 VARIANTS = [("product", "bench_moe_combine::Product"),
-            ("plain 256/32", "bench_moe_combine::Lean<256, bench_moe_combine::kPlain, 1, 8, true>", _MID + (4096,)),
-            ("plain 224/32", "bench_moe_combine::Lean<224, bench_moe_combine::kPlain, 1, 9, true>", _MID + (4096,)),
-            ("plain 224", "bench_moe_combine::Lean<224, bench_moe_combine::kPlain, 1, 1, true>", _ALL),
-            ("ring 3 224/32", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 3, 9, true>", _MID + (4096,)),
-            ("ring 3 224/32 token per x", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 3, 9, false>", _MID),
-            ("ring 3 256/32", "bench_moe_combine::Lean<256, bench_moe_combine::kRing, 3, 8, true>", _MID),
-            ("ring 3 128/32", "bench_moe_combine::Lean<128, bench_moe_combine::kRing, 3, 16, true>", _MID),
-            ("ring 3 448/32", "bench_moe_combine::Lean<448, bench_moe_combine::kRing, 3, 4, true>", _MID),
-            ("ring 3 896/32", "bench_moe_combine::Lean<896, bench_moe_combine::kRing, 3, 2, true>", _MID + (4096,)),
-            ("ring 4 224", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 4, 1, true>", _MID),
-            ("ring 8 224", "bench_moe_combine::Lean<224, bench_moe_combine::kRing, 8, 1, true>", (1, 32, 64, 128)),
-            ("ring 8 64", "bench_moe_combine::Lean<64, bench_moe_combine::kRing, 8, 1, true>", _DECODE),
-            ("ring 8 128 8B", "bench_moe_combine::Lean<128, bench_moe_combine::kRing, 8, 1, true, 8>", _DECODE),
-            ("ring 8 64 8B", "bench_moe_combine::Lean<64, bench_moe_combine::kRing, 8, 1, true, 8>", _DECODE)]
-VARIANT_TOKENS = {"moe_sum": _ALL, "moe_weighted_sum": (1, 64, 256, 4096)}
+            ("previous rule", "bench_moe_combine::Previous"),
+            ("16 B, 3 in flight, 224 wide", f"{_R}<16, 512, 4, 3, 256>", (16, 128, 256)),
+            ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (32,)),
+            ("16 B, 3 in flight, 448 wide", f"{_R}<16, 512, 4, 3>", (64, 512, 4096))]
+TOKENS_OF = {"moe_sum": (1, 16, 32, 64, 128, 256, 512, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
 
 
-def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHEDULE_TOKENS):
+def schedule_module(name: str, entries, ops):
     here = Path(__file__).resolve().parent
     spec = jitkern.JitSpec(name, cuda_files=[str(here / "kernels" / "moe_combine_schedules.cuh")],
                            extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
@@ -133,7 +107,7 @@ def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHE
     return build_all(spec)[0]
 
 
-def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name: str = "bench_moe_combine") -> None:
+def schedules(rounds: int = 2, entries=VARIANTS, sizes_of=TOKENS_OF, name: str = "bench_moe_combine_variants") -> None:
     """Each op at each size: every schedule (outputs compared bit for bit with the product's) beside the reference's
     kernel (SGLang: moe_topk_sum, moe_fused_mul_sum, weights only as in its signature), fastest first; at 4096
     tokens each time's % of the copy ceiling (bytes: the k rows read, the output written)."""
@@ -179,9 +153,7 @@ def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name
 
 
 if __name__ == "__main__":
-    if "--schedules" in sys.argv:
+    if "--variants" in sys.argv:
         schedules()
-    elif "--variants" in sys.argv:
-        schedules(rounds=2, entries=VARIANTS, sizes_of=VARIANT_TOKENS, name="bench_moe_combine_variants")
     else:
         main()
