@@ -98,7 +98,7 @@ VARIANTS = [("product", "bench_moe_combine::Product"),
             ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (32,)),
             ("16 B, 3 in flight, 448 wide", f"{_R}<16, 512, 4, 3>", (64, 512, 4096)),
             ("16 B, 4 in flight, 224 wide, 40 registers", f"{_R}<16, 512, 3, 4, 256>", (32, 64, 512, 4096))]
-TOKENS_OF = {"moe_sum": (1, 16, 32, 64, 128, 256, 512, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
+TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 256, 4096), "moe_sum": (1, 16, 32, 64, 128, 256, 512, 4096)}
 
 
 def schedule_module(name: str, entries, ops):
