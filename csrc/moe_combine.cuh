@@ -149,6 +149,104 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
 #endif
 }
 
+// moe_weighted_sum's kernels: CTAs of kThreads, kExpertsAtOnce experts' rows in flight.
+constexpr int kThreads = 128;
+constexpr int kExpertsAtOnce = 8;
+
+// acc (+ the shared row's vector where `add_shared`) rounded once to T: the token's output vector at col.
+template <typename T, int kVec>
+__device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, int64_t col, float (&acc)[kVec], bool add_shared,
+                                          const AlignedVector<T, kVec>& shared) {
+  if (add_shared) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] += device::cast<float>(shared[e]);
+  }
+  AlignedVector<T, kVec> y;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) y[e] = device::cast<T>(acc[e]);
+  y.store(p.out + token * p.out_stride + col);
+}
+
+// moe_weighted_sum's kernels (until the ring kernel's weighted path is measured): the same sum over a grid of a token
+// per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their weights and ids read first)
+// before the first is added.
+template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
+__global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_constant__ Combine<T> p) {
+#ifdef __CUDACC__
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kCtaThreads + threadIdx.x;
+  const int64_t col = v * kVec;
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
+  if (v < p.row_vecs) {
+    AlignedVector<T, kVec> s;
+    if (kWeighted && p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
+    float acc[kVec] = {};
+    const T* row = p.in + token * p.in_token_stride + col;
+    for (int j0 = 0; j0 < p.k; j0 += kAtOnce) {
+      float w[kAtOnce];
+      bool use[kAtOnce];
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) {
+        const int j = j0 + i;
+        use[i] = j < p.k;
+        w[i] = 1.0f;
+        if (kWeighted && use[i]) w[i] = p.weights[token * p.weights_stride + j] * p.scale;
+        if (kWeighted && use[i] && p.ids != nullptr) {
+          const int64_t at = token * p.ids_stride + j;
+          use[i] = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
+        }
+      }
+      AlignedVector<T, kVec> x[kAtOnce];
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) {
+        if (use[i]) x[i].load(row + (j0 + i) * p.in_k_stride);
+      }
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) {
+        if (!use[i]) continue;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w[i], device::cast<float>(x[i][e]), acc[e]);
+      }
+    }
+    store_sum(p, token, col, acc, kWeighted && p.shared != nullptr, s);
+  }
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
+#endif
+}
+
+// The same sum loading one expert's row at a time (its weight and id read before it): few registers, so full
+// occupancy, which the weighted sum's grids of several waves gain more from than from loads in flight.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) one_expert_at_a_time_kernel(const Combine<T> p) {
+#ifdef __CUDACC__
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
+  const int64_t col = v * kVec;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (v >= p.row_vecs) return;
+  float acc[kVec] = {};
+  const T* row = p.in + token * p.in_token_stride + col;
+  for (int j = 0; j < p.k; ++j) {
+    float w = 1.0f;
+    if (p.weights != nullptr) w = p.weights[token * p.weights_stride + j] * p.scale;
+    if (p.ids != nullptr) {
+      const int64_t at = token * p.ids_stride + j;
+      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
+      if (id < 0) continue;
+    }
+    AlignedVector<T, kVec> x;
+    x.load(row + j * p.in_k_stride);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
+  }
+  AlignedVector<T, kVec> s;
+  if (p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
+  store_sum(p, token, col, acc, p.shared != nullptr, s);
+#endif
+}
+
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 template <typename T>
 struct MoeCombineOps {
@@ -208,17 +306,76 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // The schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md): rows
-  // without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight; the rest 16-byte
-  // vectors, 3 in flight within 32 registers.
+  // moe_sum's schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md):
+  // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight; the rest
+  // 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum: launch_previous.
   template <bool kWeighted>
   static void launch(Operands ops) {
     using namespace host;
-    if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
-    const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
-    if (per_sm <= kDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
-    const bool wide = per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm;
-    launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, wide ? kMaxCta : kNarrowCta);
+    if constexpr (kWeighted) {
+      launch_previous<kWeighted>(ops);
+    } else {
+      if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
+      const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
+      if (per_sm <= kDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+      const bool wide = per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm;
+      launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, wide ? kMaxCta : kNarrowCta);
+    }
+  }
+
+  // moe_weighted_sum's launch rule, by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
+  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once, except grids of several waves, one
+  // expert at a time. Rows without 16-byte vectors: one element a thread, 8 experts at once.
+  template <bool kWeighted>
+  static void launch_previous(Operands ops) {
+    using namespace host;
+    constexpr int kVec = device::kVec16<T>;
+    if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
+    const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
+    const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+    if (threads <= kPdlLateTriggerThreadsPerSm * sms) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+    if constexpr (kWeighted) {  // (moe_sum's module builds no one-at-a-time kernel)
+      if (threads > row_policy(ops.device).threads_per_sm * sms) return launch_one_at_a_time(ops);
+    }
+    launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
+  }
+
+  // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
+  static void launch_one_at_a_time(Operands ops) {
+    using namespace host;
+    Combine<T>& p = ops.p;
+    constexpr int kVec = device::kVec16<T>;
+    const int64_t blocks = checked_blocks(p, kVec, kThreads);
+    if (blocks == 0) return;
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
+        .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
+  }
+
+  // p.row_vecs for vectors of kVec elements, and the CTAs of kCtaThreads threads a token's row takes (0: nothing to do).
+  static int64_t checked_blocks(Combine<T>& p, int kVec, int kCtaThreads) {
+    using namespace host;
+    if (p.tokens * p.hidden == 0) return 0;
+    RuntimeCheck(p.tokens <= 0x7fffffff, "too many tokens for one launch: ", p.tokens);
+    p.row_vecs = p.hidden / kVec;
+    const int64_t blocks = div_ceil(p.row_vecs, int64_t{kCtaThreads});
+    RuntimeCheck(blocks <= 65535, "hidden_size is too large: ", p.hidden);
+    return blocks;
+  }
+
+  // Grid: a token per x, kCtaThreads vectors of kVec elements of its row per y. The PDL trigger by the grid
+  // (host::pdl_trigger_for); `forced`: that one instead.
+  template <bool kWeighted, int kCtaThreads, int kAtOnce, int kVec>
+  static void launch_vectors(Operands ops, const Trigger* forced) {
+    using namespace host;
+    Combine<T>& p = ops.p;
+    const int64_t blocks = checked_blocks(p, kVec, kCtaThreads);
+    if (blocks == 0) return;
+    const int64_t grid = p.tokens * blocks;
+    p.trigger = forced != nullptr ? *forced
+                                  : pdl_trigger_for(grid, kCtaThreads, runtime::get_sm_count(ops.device.device_id),
+                                                    row_policy(ops.device).threads_per_sm);
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
+        .enable_pdl()(batched_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
   }
 
   // combine_kernel over vectors of kBytes: a token's row split evenly over the fewest CTAs of at most `most`
