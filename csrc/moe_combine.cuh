@@ -34,9 +34,11 @@ constexpr int kNarrowCta = 256;
 // rows of 8 bytes (whose grids leave registers unused), rows without vectors.
 constexpr int kDepth16 = 3;
 constexpr int kDepthDecode = 8;
-// Decode grids: at most this many threads of 16-byte vectors per SM (18 tokens of 7168 on an H200) take 8-byte
-// vectors in CTAs of at most kDecodeCta (twice the CTAs over the SMs).
+// Decode grids: at most kDecodeThreadsPerSm threads of 16-byte vectors per SM (18 tokens of 7168 on an H200) take
+// 8-byte vectors: the ring in CTAs of at most kDecodeCta up to kRingDecodeThreadsPerSm (one token of 7168: 0.91
+// against the batched kernel's 1.12 us), the batched kernel above (16 tokens: 1.31 against the ring's 1.44).
 constexpr int64_t kDecodeThreadsPerSm = 128;
+constexpr int64_t kRingDecodeThreadsPerSm = 8;
 constexpr int kDecodeCta = 128;
 
 // Where the kernel lets the next launch start (PDL), by its grid: host::pdl_trigger_for.
@@ -167,7 +169,7 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
   y.store(p.out + token * p.out_stride + col);
 }
 
-// moe_weighted_sum's kernels (until the ring kernel's weighted path is measured): the same sum over a grid of a token
+// moe_weighted_sum's kernels (and moe_sum's between one and 18 tokens of 7168): the same sum over a grid of a token
 // per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their weights and ids read first)
 // before the first is added.
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
@@ -307,8 +309,9 @@ struct MoeCombineOps {
   }
 
   // moe_sum's schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md):
-  // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight; the rest
-  // 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum: launch_previous.
+  // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or
+  // the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum:
+  // launch_previous (its path of the ring kernel measured slower).
   template <bool kWeighted>
   static void launch(Operands ops) {
     using namespace host;
@@ -317,7 +320,8 @@ struct MoeCombineOps {
     } else {
       if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
       const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
-      if (per_sm <= kDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+      if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+      if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, device::kVec16<T> / 2>(ops, nullptr);
       const bool wide = per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm;
       launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, wide ? kMaxCta : kNarrowCta);
     }

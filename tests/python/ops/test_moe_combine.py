@@ -62,11 +62,11 @@ def _sequential_fma(x, w=None, ids=None, shared=None, scale=1.0):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 9, 7168), (300, 64, 1024), (5, 17, 100), (2, 1, 8),
-                                                  (70, 2, 4096), (300, 3, 512)])
+                                                  (70, 2, 4096), (300, 3, 512), (16, 8, 7168)])
 def test_moe_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
-    """The experts' rows are loaded several at once (a ring of 8 or 3 loads in flight) but added in order: the same
-    bits as one fp32 add after another (each schedule of the launch rule: decode T = 1, 2, 16-byte vectors T = 64,
-    300, rows without 16-byte vectors; k below, at and past the ring's depth)."""
+    """The experts' rows are loaded several at once (a ring of 8 or 3 loads in flight, or 8 at once) but added in
+    order: the same bits as one fp32 add after another (each schedule of the launch rule: decode T = 1, 2 and T = 16
+    (8 at once), 16-byte vectors T = 64, 300, rows without 16-byte vectors; k below, at and past the ring's depth)."""
     torch = _torch()
     from jitkern.ops import moe_sum
 
