@@ -90,11 +90,21 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
   const int64_t v = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (v >= p.row_vecs) return;
   const int64_t col = v * kVec;
-  device::pdl_trigger_at(p.trigger, Trigger::kStart);
-  device::pdl_wait_primary(p.trigger);
+  // The parameters and addresses before the PDL wait, where their loads overlap the kernel before (after it, the
+  // constant loads' misses waited behind it: 2.95 against 2.68 us at 128 tokens of 7168).
   const int64_t token = blockIdx.y;
   const bool has_shared = kWeighted && p.shared != nullptr;
   const int steps = p.k + (has_shared ? 1 : 0);
+  const T* next = p.in + token * p.in_token_stride + col;  // step j's vector: expert j's, the shared row's at j = k
+  // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
+  // it); the addresses' difference, the two being different tensors (both T-aligned).
+  const int64_t to_shared =
+      has_shared ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.shared + token * p.shared_stride) -
+                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + p.k * p.in_k_stride)) /
+                       static_cast<int64_t>(sizeof(T))
+                 : 0;
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
   // Bit j: expert j is added (its id >= 0); the ids read together before any row, not a latency per expert.
   uint64_t kept = ~uint64_t{0};
   if (kWeighted && p.ids != nullptr) {
@@ -105,14 +115,6 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
       kept |= uint64_t{id >= 0} << j;
     }
   }
-  const T* next = p.in + token * p.in_token_stride + col;  // step j's vector: expert j's, the shared row's at j = k
-  // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
-  // it); the addresses' difference, the two being different tensors (both T-aligned).
-  const int64_t to_shared =
-      has_shared ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.shared + token * p.shared_stride) -
-                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + p.k * p.in_k_stride)) /
-                       static_cast<int64_t>(sizeof(T))
-                 : 0;
   bool use[kDepth];
   Raw x[kDepth];
   float w[kDepth];
