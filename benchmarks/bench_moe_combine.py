@@ -1,11 +1,10 @@
 """The MoE combine family (bf16, hidden 7168, k = 8: DeepSeek-V3's shape): moe_sum and moe_weighted_sum (router
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
-and a one-CTA launch floor. Prints markdown tables. `--schedules`: the product's kernels at other CTA widths, PDL
-trigger places, vector widths and experts loaded at once than its launch rule picks
-(benchmarks/kernels/moe_combine_schedules.cuh) and the reference's kernels (SGLang's moe_topk_sum,
-moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's. `--variants`: the
-same for candidate kernels (another grid order, experts at once, cp.async staging) from 1 to 4096 tokens."""
+and a one-CTA launch floor. Prints markdown tables. `--variants`: the product's kernel at other vector widths, CTA
+widths, loads in flight and register caps than its launch rule picks, and the launch rule it replaced
+(benchmarks/kernels/moe_combine_schedules.cuh), beside the reference's kernels (SGLang's moe_topk_sum,
+moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
 
@@ -88,35 +87,21 @@ def main() -> None:
               f"{(cw['median'] / ws['median']) if cw else float('nan'):.2f}x |")
 
 
-# (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh); the first is the product's launch rule.
-SCHEDULES = [("product", "bench_moe_combine::Product"),
-             ("8 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1>"),
-             ("one expert at a time", "bench_moe_combine::OneExpertAtATime"),
-             ("64 threads", "bench_moe_combine::Schedule<64, -1>"),
-             ("256 threads", "bench_moe_combine::Schedule<256, -1>"),
-             ("trigger at start", "bench_moe_combine::Schedule<128, 0>"),
-             ("trigger after wait", "bench_moe_combine::Schedule<128, 1>"),
-             ("trigger after stores", "bench_moe_combine::Schedule<128, 2>"),
-             ("4 at once, 16-byte vectors", "bench_moe_combine::Schedule<128, -1, 4>"),
-             ("8 at once, 8-byte vectors", "bench_moe_combine::Schedule<128, -1, 8, 8>")]
-SCHEDULE_TOKENS = {"moe_sum": (1, 16, 64, 256, 4096), "moe_weighted_sum": (1, 16, 64, 256, 4096)}
-
-
-# Candidate kernels for 32-512 tokens (bench_moe_combine::Variant<threads, at once, min blocks, column-major 1-D grid,
-# vector bytes, staged experts>), `--variants`, each up to the tokens of its third field; the first is the product's launch rule.
+# (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh, the sizes it runs at: all where absent); the
+# first is the product's launch rule. Ring<vector bytes, launch bound, CTAs an SM (a register cap), loads in flight,
+# most threads a CTA of the row's split>: the product's kernel at the other side of each of the rule's choices, and
+# 4 loads in flight at 40 registers where nvcc's own 4 at once measured faster than 3 (run of ff1d906).
+_R = "bench_moe_combine::Ring"
 VARIANTS = [("product", "bench_moe_combine::Product"),
-            ("col 1@16B", "bench_moe_combine::Variant<128, 1, 1, true>"),
-            ("row one at a time", "bench_moe_combine::OneExpertAtATime"),
-            ("col 256thr 1@16B", "bench_moe_combine::Variant<256, 1, 1, true>"),
-            ("col 2@16B", "bench_moe_combine::Variant<128, 2, 1, true>"),
-            ("col 4@16B", "bench_moe_combine::Variant<128, 4, 1, true>"),
-            ("col staged 8 cp.async", "bench_moe_combine::Variant<128, 8, 1, true, 16, 8>"),
-            ("row 8@8B rows first", "bench_moe_combine::Variant<128, 8, 1, false, 8>", 32),
-            ("col 8@8B", "bench_moe_combine::Variant<128, 8, 1, true, 8>", 32)]
-VARIANT_TOKENS = {"moe_sum": (1, 32, 64, 128, 256, 512, 4096), "moe_weighted_sum": (1, 64, 256, 4096)}
+            ("previous rule", "bench_moe_combine::Previous"),
+            ("16 B, 3 in flight, 224 wide", f"{_R}<16, 512, 4, 3, 256>", (16, 128, 256)),
+            ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (32,)),
+            ("16 B, 3 in flight, 448 wide", f"{_R}<16, 512, 4, 3>", (64, 512, 4096)),
+            ("16 B, 4 in flight, 224 wide, 40 registers", f"{_R}<16, 512, 3, 4, 256>", (32, 64, 512, 4096))]
+TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 256, 4096), "moe_sum": (1, 16, 32, 64, 128, 256, 512, 4096)}
 
 
-def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHEDULE_TOKENS):
+def schedule_module(name: str, entries, ops):
     here = Path(__file__).resolve().parent
     spec = jitkern.JitSpec(name, cuda_files=[str(here / "kernels" / "moe_combine_schedules.cuh")],
                            extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True,
@@ -124,7 +109,7 @@ def schedule_module(name: str = "bench_moe_combine", entries=SCHEDULES, ops=SCHE
     return build_all(spec)[0]
 
 
-def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name: str = "bench_moe_combine") -> None:
+def schedules(rounds: int = 2, entries=VARIANTS, sizes_of=TOKENS_OF, name: str = "bench_moe_combine_variants") -> None:
     """Each op at each size: every schedule (outputs compared bit for bit with the product's) beside the reference's
     kernel (SGLang: moe_topk_sum, moe_fused_mul_sum, weights only as in its signature), fastest first; at 4096
     tokens each time's % of the copy ceiling (bytes: the k rows read, the output written)."""
@@ -144,7 +129,7 @@ def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name
             w = torch.rand(t, K, device="cuda")
             out = torch.empty(t, H, dtype=DTYPE, device="cuda")
             args = (x, out) if op == "moe_sum" else (x, out, w, None, None, 1.0)
-            fns = {e[0]: (lambda i=i: module[f"{op}_{i}"](*args)) for i, e in enumerate(entries) if len(e) < 3 or t <= e[2]}
+            fns = {e[0]: (lambda i=i: module[f"{op}_{i}"](*args)) for i, e in enumerate(entries) if len(e) < 3 or t in e[2]}
             first = None
             for label, fn in fns.items():
                 out.fill_(float("nan"))
@@ -170,9 +155,7 @@ def schedules(rounds: int = 3, entries=SCHEDULES, sizes_of=SCHEDULE_TOKENS, name
 
 
 if __name__ == "__main__":
-    if "--schedules" in sys.argv:
+    if "--variants" in sys.argv:
         schedules()
-    elif "--variants" in sys.argv:
-        schedules(rounds=2, entries=VARIANTS, sizes_of=VARIANT_TOKENS, name="bench_moe_combine_variants")
     else:
         main()

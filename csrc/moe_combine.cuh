@@ -12,6 +12,7 @@
 #include <jitkern/utils.cuh>
 #include <jitkern/vec.cuh>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -19,13 +20,26 @@ namespace jitkern_moe_combine {
 
 using device::AlignedVector;
 
-// One vector of the output row per thread; a CTA covers kThreads vectors of one token's row, so a decode
-// step's few tokens still spread their rows over many SMs.
-constexpr int kThreads = 128;
 constexpr int kMaxTopk = 64;
-// Experts a thread loads before adding the first: their rows' vectors (and weights) in flight at once, not one
-// memory latency per expert.
-constexpr int kExpertsAtOnce = 8;
+// A CTA's most threads (a vector of the row each; the launch picks the width under it) and the CTAs an SM holds of
+// them: the cap puts the kernel at 32 registers, 2048 threads an SM, so that 256 tokens of 7168 bf16 fit the SMs at once.
+constexpr int kMaxCta = 512;
+constexpr int kCtasPerSm = 4;
+// A token's row of 16-byte vectors goes to CTAs of at most kMaxCta threads (7168 bf16: 2 of 448) where the grid is
+// one wave of more than kWideRowThreadsPerSm threads an SM (76-301 tokens of 7168 on an H200), else of at most
+// kNarrowCta (4 of 224): measured the faster at each size.
+constexpr int64_t kWideRowThreadsPerSm = 512;
+constexpr int kNarrowCta = 256;
+// Loads a thread keeps in flight (experts' rows, their weights): rows of 16 bytes within the register cap, decode's
+// rows of 8 bytes (whose grids leave registers unused), rows without vectors.
+constexpr int kDepth16 = 3;
+constexpr int kDepthDecode = 8;
+// Decode grids: at most kDecodeThreadsPerSm threads of 16-byte vectors per SM (18 tokens of 7168 on an H200) take
+// 8-byte vectors: the ring in CTAs of at most kDecodeCta up to kRingDecodeThreadsPerSm (one token of 7168: 0.91
+// against the batched kernel's 1.12 us), the batched kernel above (16 tokens: 1.31 against the ring's 1.44).
+constexpr int64_t kDecodeThreadsPerSm = 128;
+constexpr int64_t kRingDecodeThreadsPerSm = 8;
+constexpr int kDecodeCta = 128;
 
 // Where the kernel lets the next launch start (PDL), by its grid: host::pdl_trigger_for.
 using Trigger = device::PdlTrigger;
@@ -46,9 +60,102 @@ struct Combine {
   int64_t shared_stride;
   float scale;  // routed_scaling_factor
   int k;
-  int64_t tokens, hidden, row_vecs;  // row_vecs: hidden / kVec
+  int64_t tokens, hidden, row_vecs;  // row_vecs: hidden / the vector's elements
   Trigger trigger;
 };
+
+// A vector of kBytes held as raw words: a vector of elements kept across loop iterations took a register per element.
+template <int kBytes>
+constexpr auto raw_words() {
+  static_assert(kBytes == 16 || kBytes == 8 || kBytes == 4 || kBytes == 2);
+  if constexpr (kBytes == 16) return uint4{};
+  else if constexpr (kBytes == 8) return uint2{};
+  else if constexpr (kBytes == 4) return uint32_t{};
+  else return uint16_t{};
+}
+template <int kBytes>
+using RawWords = decltype(raw_words<kBytes>());
+
+// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then the shared row
+// added as step k (weight 1), one rounding to T. A thread's vector of kBytes; kDepth loads (rows and their weights)
+// kept in flight, each ring slot refilled with the step kDepth ahead once its own is added. Grid: x = the CTAs of one
+// token's row (launched one after another), y = tokens (at most 65535 a launch). kWeighted: weights, ids and
+// the shared row may be given (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a
+// register cap).
+template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted>
+__global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_constant__ Combine<T> p) {
+#ifdef __CUDACC__
+  constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
+  using Raw = RawWords<kBytes>;
+  const int64_t v = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (v >= p.row_vecs) return;
+  const int64_t col = v * kVec;
+  // The parameters and addresses before the PDL wait, where their loads overlap the kernel before (after it, the
+  // constant loads' misses waited behind it: 2.95 against 2.68 us at 128 tokens of 7168).
+  const int64_t token = blockIdx.y;
+  const bool has_shared = kWeighted && p.shared != nullptr;
+  const int steps = p.k + (has_shared ? 1 : 0);
+  const T* next = p.in + token * p.in_token_stride + col;  // step j's vector: expert j's, the shared row's at j = k
+  // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
+  // it); the addresses' difference, the two being different tensors (both T-aligned).
+  const int64_t to_shared =
+      has_shared ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.shared + token * p.shared_stride) -
+                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + p.k * p.in_k_stride)) /
+                       static_cast<int64_t>(sizeof(T))
+                 : 0;
+  device::pdl_trigger_at(p.trigger, Trigger::kStart);
+  device::pdl_wait_primary(p.trigger);
+  // Bit j: expert j is added (its id >= 0); the ids read together before any row, not a latency per expert.
+  uint64_t kept = ~uint64_t{0};
+  if (kWeighted && p.ids != nullptr) {
+    kept = 0;
+    for (int j = 0; j < p.k; ++j) {
+      const int64_t at = token * p.ids_stride + j;
+      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
+      kept |= uint64_t{id >= 0} << j;
+    }
+  }
+  bool use[kDepth];
+  Raw x[kDepth];
+  float w[kDepth];
+  const auto fetch = [&](int slot, int j) {
+    use[slot] = j < steps && (j >= p.k || ((kept >> j) & 1) != 0);
+    w[slot] = 1.0f;
+    if (kWeighted && use[slot] && j < p.k) w[slot] = p.weights[token * p.weights_stride + j];
+    if (has_shared && j == p.k) next += to_shared;
+    if (use[slot]) x[slot] = *reinterpret_cast<const Raw*>(next);
+    next += p.in_k_stride;
+  };
+  float acc[kVec] = {};
+#pragma unroll
+  for (int i = 0; i < kDepth; ++i) fetch(i, i);
+#pragma unroll 1
+  for (int j0 = 0; j0 < steps; j0 += kDepth) {
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+      if (use[i]) {
+        AlignedVector<T, kVec> e;
+        __builtin_memcpy(&e, &x[i], sizeof(e));
+        // The scale applied here, not at the weight's fetch: a multiply there waited for the weight before the
+        // next slot's loads went out.
+        const float scaled = kWeighted && j0 + i < p.k ? w[i] * p.scale : 1.0f;
+#pragma unroll
+        for (int n = 0; n < kVec; ++n) acc[n] = kWeighted ? fmaf(scaled, device::cast<float>(e[n]), acc[n]) : acc[n] + device::cast<float>(e[n]);
+      }
+      fetch(i, j0 + i + kDepth);
+    }
+  }
+  AlignedVector<T, kVec> y;
+#pragma unroll
+  for (int n = 0; n < kVec; ++n) y[n] = device::cast<T>(acc[n]);
+  y.store_global(p.out + token * p.out_stride + col);
+  device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
+#endif
+}
+
+// moe_weighted_sum's kernels: CTAs of kThreads, kExpertsAtOnce experts' rows in flight.
+constexpr int kThreads = 128;
+constexpr int kExpertsAtOnce = 8;
 
 // acc (+ the shared row's vector where `add_shared`) rounded once to T: the token's output vector at col.
 template <typename T, int kVec>
@@ -64,11 +171,11 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
   y.store(p.out + token * p.out_stride + col);
 }
 
-// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then + the
-// shared row, one rounding to T. kWeighted: weights, ids and the shared row may be given (moe_sum's kernel has
-// none of their code). kAtOnce: experts loaded before the first is added.
+// moe_weighted_sum's kernels (and moe_sum's between one and 18 tokens of 7168): the same sum over a grid of a token
+// per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their weights and ids read first)
+// before the first is added.
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
-__global__ void __launch_bounds__(kCtaThreads) combine_kernel(const __grid_constant__ Combine<T> p) {
+__global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
   const int64_t token = blockIdx.x;
   const int64_t v = int64_t{blockIdx.y} * kCtaThreads + threadIdx.x;
@@ -203,13 +310,30 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // The schedule measured fastest for the grid's size (bf16 [T, 8, 7168] on an H200, bench_moe_combine --schedules,
-  // docs/benchmarks/moe_combine.md), by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
-  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once (fewer registers), except for the
-  // weighted sum's grids of several waves, which load one expert at a time. Rows without 16-byte vectors: one
-  // element a thread, 8 experts at once.
+  // moe_sum's schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md):
+  // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or
+  // the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum:
+  // launch_previous (its path of the ring kernel measured slower).
   template <bool kWeighted>
   static void launch(Operands ops) {
+    using namespace host;
+    if constexpr (kWeighted) {
+      launch_previous<kWeighted>(ops);
+    } else {
+      if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
+      const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
+      if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+      if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, device::kVec16<T> / 2>(ops, nullptr);
+      const bool wide = per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm;
+      launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, wide ? kMaxCta : kNarrowCta);
+    }
+  }
+
+  // moe_weighted_sum's launch rule, by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
+  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once, except grids of several waves, one
+  // expert at a time. Rows without 16-byte vectors: one element a thread, 8 experts at once.
+  template <bool kWeighted>
+  static void launch_previous(Operands ops) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
     if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
@@ -220,16 +344,6 @@ struct MoeCombineOps {
       if (threads > row_policy(ops.device).threads_per_sm * sms) return launch_one_at_a_time(ops);
     }
     launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
-  }
-
-  // The widest vector the rows allow (vectors_fit), 16 bytes or one element.
-  template <bool kWeighted, int kCtaThreads, int kAtOnce>
-  static void launch_widest(Operands ops, const Trigger* forced) {
-    if (vectors_fit(ops.p)) {
-      launch_vectors<kWeighted, kCtaThreads, kAtOnce, device::kVec16<T>>(ops, forced);
-    } else {
-      launch_vectors<kWeighted, kCtaThreads, kAtOnce, 1>(ops, forced);
-    }
   }
 
   // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
@@ -267,10 +381,39 @@ struct MoeCombineOps {
                                   : pdl_trigger_for(grid, kCtaThreads, runtime::get_sm_count(ops.device.device_id),
                                                     row_policy(ops.device).threads_per_sm);
     LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kCtaThreads, ops.device)
-        .enable_pdl()(combine_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
+        .enable_pdl()(batched_kernel<T, kVec, kCtaThreads, kWeighted, kAtOnce>, p);
   }
 
-  // The widest vector every row start allows (16 bytes where the hidden size, strides and pointers are aligned).
+  // combine_kernel over vectors of kBytes: a token's row split evenly over the fewest CTAs of at most `most`
+  // threads (kCta where 0; whole warps). A launch per 65535 tokens (the grid's y).
+  template <bool kWeighted, int kBytes, int kCta, int kMinCtas, int kDepth>
+  static void launch_ring(Operands ops, int most = 0) {
+    using namespace host;
+    Combine<T> p = ops.p;
+    if (p.tokens * p.hidden == 0) return;
+    p.row_vecs = p.hidden / (kBytes / static_cast<int>(sizeof(T)));
+    const int64_t cap = most > 0 && most < kCta ? most : kCta;
+    const int width = static_cast<int>(div_ceil(div_ceil(p.row_vecs, div_ceil(p.row_vecs, cap)), int64_t{32}) * 32);
+    const int64_t blocks = div_ceil(p.row_vecs, int64_t{width});
+    RuntimeCheck(blocks <= 0x7fffffff, "hidden_size is too large: ", p.hidden);
+    const int64_t sms = runtime::get_sm_count(ops.device.device_id), tokens = p.tokens;
+    for (int64_t first = 0; first < tokens; first += kMaxGridY) {
+      p.tokens = std::min(tokens - first, kMaxGridY);
+      p.trigger = pdl_trigger_for(blocks * p.tokens, width, sms, row_policy(ops.device).threads_per_sm);
+      LaunchKernel(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.tokens)), width, ops.device)
+          .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted>, p);
+      p.in += kMaxGridY * p.in_token_stride;
+      p.out += kMaxGridY * p.out_stride;
+      if constexpr (kWeighted) {
+        p.weights += kMaxGridY * p.weights_stride;
+        if (p.ids != nullptr) p.ids = static_cast<const char*>(p.ids) + kMaxGridY * p.ids_stride * (p.ids64 ? 8 : 4);
+        if (p.shared != nullptr) p.shared += kMaxGridY * p.shared_stride;
+      }
+    }
+  }
+  static constexpr int64_t kMaxGridY = 65535;
+
+  // 16-byte vectors where the hidden size, strides and pointers allow them.
   static bool vectors_fit(const Combine<T>& p) {
     constexpr int kVec = device::kVec16<T>;
     const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };

@@ -61,11 +61,12 @@ def _sequential_fma(x, w=None, ids=None, shared=None, scale=1.0):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 9, 7168), (300, 64, 1024), (5, 17, 100), (2, 1, 8)])
+@pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 9, 7168), (300, 64, 1024), (5, 17, 100), (2, 1, 8),
+                                                  (70, 2, 4096), (300, 3, 512), (16, 8, 7168)])
 def test_moe_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
-    """The experts' rows are loaded several at once (in chunks of 8 or 4) but added in order: the same bits as one
-    fp32 add after another (each schedule of the launch rule: decode T = 1, a wave of many threads T = 64, 300, rows
-    without 16-byte vectors)."""
+    """The experts' rows are loaded several at once (a ring of 8 or 3 loads in flight, or 8 at once) but added in
+    order: the same bits as one fp32 add after another (each schedule of the launch rule: decode T = 1, 2 and T = 16
+    (8 at once), 16-byte vectors T = 64, 300, rows without 16-byte vectors; k below, at and past the ring's depth)."""
     torch = _torch()
     from jitkern.ops import moe_sum
 
@@ -76,9 +77,9 @@ def test_moe_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 12, 7168), (300, 20, 512), (3, 9, 36), (2400, 4, 1024)])
 def test_moe_weighted_sum_keeps_the_experts_order_bit_for_bit(dtype, tokens, topk, hidden):
-    """fma(weight * scale, row, acc) over the experts in order, the skipped ones (in every chunk of experts loaded at
-    once) left out, then the shared row: the same bits as that sequence computed step by step, in each schedule
-    (T = 2400: several waves, one expert at a time)."""
+    """fma(weight * scale, row, acc) over the experts in order, the skipped ones (at every place of the ring of loads
+    in flight) left out, then the shared row (the ring's last step): the same bits as that sequence computed step by
+    step, in each schedule (T = 2400: several waves)."""
     torch = _torch()
     from jitkern.ops import moe_weighted_sum
 
@@ -128,6 +129,24 @@ def test_chained_launches_replayed_from_a_graph(tokens):
     prepare(0)
     step()  # builds the modules outside the capture
     eagerly_then_from_a_graph(prepare, step, check)
+
+
+@pytest.mark.parametrize("hidden", [8, 3])
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+def test_more_tokens_than_a_grid_holds(hidden, ids_dtype):
+    """65535 tokens a launch (the grid's y): past them the rows, weights, ids (int32 or int64) and shared rows of the
+    next launch start where the last one's ended (16-byte vectors and rows without them)."""
+    torch = _torch()
+    from jitkern.ops import moe_sum, moe_weighted_sum
+
+    tokens, topk = 65535 + 700, 3
+    x = torch.randn(tokens, topk, hidden, dtype=torch.bfloat16, device="cuda")
+    w = torch.rand(tokens, topk, device="cuda")
+    ids = torch.randint(0, 256, (tokens, topk), dtype=getattr(torch, ids_dtype), device="cuda")
+    ids[1::7, 1] = -1
+    s = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+    assert torch.equal(moe_sum(x), _sequential_fma(x))
+    assert torch.equal(moe_weighted_sum(x, w, ids, s, routed_scaling_factor=0.5), _sequential_fma(x, w, ids, s, 0.5))
 
 
 def test_moe_sum_writes_strided_rows_and_vllm_order():
