@@ -115,6 +115,42 @@ def test_deepseek_rows_at_decode_and_prefill_sizes(tokens, fp8):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("layout", ["flat", "paged", "paged with gaps"])
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_fixed_rows_at_any_location(dtype_name, layout, index_dtype):
+    """set_mla_kv_buffer's 512 + 64 rows (the rows kernel where cache rows lie one stride apart, the general
+    one across page gaps): locations from a strided tensor, out of range ones skipped (int64 ones 2^32 past a
+    kept slot too, not wrapped onto it), a reserved index 2^32 past a kept slot skipping nothing, the rows
+    between pages untouched."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    tokens, slots, page = 45, 96, 16
+    if layout == "paged with gaps":
+        whole = torch.full((slots // page, page + 1, 1, 576), float("nan"), dtype=dtype, device="cuda")
+        buf = whole[:, :page]
+    else:
+        buf = whole = _buffer("flat" if layout == "flat" else "paged", slots, 576, dtype)
+    loc = locations(tokens, slots, getattr(torch, index_dtype), seed=7)
+    if index_dtype == "int64":
+        loc[5], loc[6] = 2**32 + int(loc[7]), int(loc[8]) - 2**32
+    strided = torch.zeros(2 * tokens, dtype=loc.dtype, device="cuda")
+    strided[::2] = loc
+    k_nope, k_rope = _halves(tokens, 512, 64, dtype, seed=3, pad=0)
+    before = cache_bytes(buf, slots).clone()
+    ops.set_mla_kv_buffer(buf, strided[::2], k_nope, k_rope, reserved_skip_index=2**32 + int(loc[3]))
+    rows = cache_bytes(torch.cat([k_nope, k_rope], dim=-1), tokens)
+    assert torch.equal(cache_bytes(buf, slots), expected_cache(before, rows, loc))
+    ops.set_mla_kv_buffer(buf, strided[::2], k_nope * 2, k_rope * 2, reserved_skip_index=int(loc[3]))
+    kept = loc != loc[3]
+    twice = cache_bytes(torch.cat([k_nope * 2, k_rope * 2], dim=-1), tokens)
+    assert torch.equal(cache_bytes(buf, slots), expected_cache(expected_cache(before, rows, loc), twice[kept], loc[kept]))
+    if layout == "paged with gaps":
+        assert torch.isnan(whole[:, page]).all(), "a row between pages was written"
+
+
+@pytest.mark.gpu
 def test_empty_and_cuda_graph_replay():
     torch = _torch()
     ops = _ops()
