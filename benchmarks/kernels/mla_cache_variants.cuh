@@ -7,7 +7,8 @@
 //                  size, else 8 (SGLang's launch);
 //   CTAs of 256    mla_kv_rows_kernel in CTAs of 8 warps;
 //   no prefetch    mla_kv_rows_kernel without the location's prefetch before the PDL wait;
-//   rope vectors   mla_kv_rows_kernel with k_rope in 16-byte vectors on lanes 0-7 (not a word on every lane).
+//   rope vectors   mla_kv_rows_kernel with k_rope in 16-byte vectors on lanes 0-7 (not a word on every lane);
+//   trigger first  mla_kv_rows_kernel triggering the next launch at its start (not once its loads are issued).
 #pragma once
 
 #include <mla_cache.cuh>  // csrc/
@@ -28,11 +29,13 @@ using jitkern_mla_cache::kThreads;
 using jitkern_mla_cache::RowParams;
 using bf16 = bf16_t;
 
-// mla_kv_rows_kernel<1024, 128, int64_t> with its prefetch (kPrefetch) and its rope form (kRopeWords: a
-// 4-byte word on each lane; else 16-byte vectors on lanes 0-7) as parameters.
-template <bool kPrefetch, bool kRopeWords>
+// mla_kv_rows_kernel<1024, 128, int64_t> with its prefetch (kPrefetch), its rope form (kRopeWords: a 4-byte
+// word on each lane; else 16-byte vectors on lanes 0-7) and where it triggers (kTriggerFirst: at its start)
+// as parameters.
+template <bool kPrefetch, bool kRopeWords, bool kTriggerFirst = false>
 __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowParams p) {
 #ifdef __CUDACC__
+  if constexpr (kTriggerFirst) device::pdl_trigger_secondary();
   using Vec = device::AlignedVector<uint32_t, 4>;
   using Word = device::AlignedVector<uint32_t, kRopeWords ? 1 : 4>;
   constexpr int kWordBytes = sizeof(Word);
@@ -51,6 +54,7 @@ __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowP
   v[1].load_global(reinterpret_cast<const uint32_t*>(nope + 512));
   Word w;
   w.load_global(reinterpret_cast<const uint32_t*>(rope));
+  // (kTriggerFirst: again, without effect: ptxas otherwise sinks the row's loads past the check)
   device::pdl_trigger_secondary();
   if (static_cast<uint64_t>(slot) >= p.slots || static_cast<uint32_t>(slot) == p.skip) return;
   char* out = p.cache + static_cast<uint64_t>(static_cast<uint32_t>(slot)) * p.row_stride;
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowP
 
 #ifndef __CUDACC_RTC__
 // set_mla_kv_buffer into a bf16 kv_buffer, int64 locations, every location kept; variant 0: before, 1: warps
-// by T, 2: CTAs of 256, 3: no prefetch, 4: rope vectors.
+// by T, 2: CTAs of 256, 3: no prefetch, 4: rope vectors, 5: trigger first.
 void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
               jitkern::TensorView k_rope) {
   using Ops = jitkern_mla_cache::MlaCacheOps<bf16>;
@@ -78,7 +82,8 @@ void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorVie
   if (variant == 0) launch(kThreads, jitkern_mla_cache::mla_cache_kernel<bf16, false, 8, true>, l.p);
   else if (variant <= 2) launch(warps * 32, Ops::kRowsKernel<int64_t>, l.rows);
   else if (variant == 3) launch(kThreads, rows_kernel<false, true>, l.rows);
-  else launch(kThreads, rows_kernel<true, false>, l.rows);
+  else if (variant == 4) launch(kThreads, rows_kernel<true, false>, l.rows);
+  else launch(kThreads, rows_kernel<true, true, true>, l.rows);
 }
 #endif  // __CUDACC_RTC__
 
