@@ -112,8 +112,9 @@ def variants_module():
 
 
 def variants(check_only: bool) -> None:
-    """set_mla_kv_buffer beside its alternatives and the reference's; at the largest size also the copy kernel
-    on the same bytes (the rows read and written), the ceiling of what the write can reach."""
+    """set_mla_kv_buffer beside its alternatives and the reference's; where the rows make whole 16 KiB tiles
+    (256 and 4096 tokens) also the copy kernel on the same bytes (the rows read and written), the ceiling of
+    what the write can reach."""
     mod = variants_module()
     yardstick = yardstick_module()
     refs, missing = references()
