@@ -219,3 +219,42 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="q_rope"):
         ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope, q_rope[:, :1])
     assert torch.isnan(buf).all(), "a refused call wrote"
+
+
+@pytest.mark.toolchain
+def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
+    """mla_kv_rows_kernel (SASS for sm_90a): between the PDL wait and the trigger of the next launch, the
+    location's and the whole row's loads and no branch or exit, the location's check after the trigger (ptxas
+    moves a row's loads past the check where nothing holds them: the row then waits for the location)."""
+    import re
+    import shutil
+    import subprocess
+
+    import jitkern
+    from jitkern._engine import tvm_ffi_paths
+
+    tool = shutil.which("cuobjdump") or shutil.which("nvdisasm")
+    if shutil.which("nvcc") is None or tool is None:
+        pytest.skip("NOT RUN: nvcc with cuobjdump or nvdisasm is not installed")
+    paths = tvm_ffi_paths()
+    src, cubin = tmp_path / "rows.cu", tmp_path / "rows.cubin"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "mla_cache.cuh"}"\nusing namespace jitkern_mla_cache;\n'
+                   "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t>,"
+                   " (void*)&mla_kv_rows_kernel<2048, 256, int64_t>};\n")
+    subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}",
+                    f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(cubin), str(src)], check=True)
+    sass = subprocess.run([tool, "-sass" if tool.endswith("cuobjdump") else "-c", str(cubin)], check=True, capture_output=True,
+                          text=True).stdout
+    bodies = {}
+    for name, body in re.findall(r"(?:Function : |\.text\.)(_Z\w*mla_kv_rows_kernel\w*)(.*?)(?=Function : |\.text\._Z|\Z)", sass, re.S):
+        bodies[name] = max(bodies.get(name, ""), body, key=len)  # nvdisasm names a function in its section line too
+    assert len(bodies) == 3, sorted(bodies)
+    for name, body in bodies.items():
+        lines = [line for line in body.splitlines() if re.search(r"[A-Z]{2,}", line)]
+        wait = next(i for i, line in enumerate(lines) if "ACQBULK" in line)
+        trigger = next(i for i, line in enumerate(lines) if "PREEXIT" in line)
+        between = lines[wait:trigger]
+        loads = 6 if "2048" in name else 4  # the location, k_nope's 16-byte vectors, k_rope's word
+        assert sum("LDG" in line for line in between) == loads, (name, between)
+        assert not any(re.search(r"\b(EXIT|BRA)\b", line) for line in between), (name, between)
+        assert any(re.search(r"@!?P\d EXIT", line) for line in lines[trigger:]), name
