@@ -224,8 +224,9 @@ def test_bad_arguments_are_named():
 @pytest.mark.toolchain
 def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
     """mla_kv_rows_kernel (SASS for sm_90a): between the PDL wait and the trigger of the next launch, the
-    location's and the whole row's loads and no branch or exit, the location's check after the trigger (ptxas
-    moves a row's loads past the check where nothing holds them: the row then waits for the location)."""
+    location's and the whole row's loads, no branch or exit and nothing reading what they load, the location's
+    check after the trigger (ptxas moves a row's loads past the check where nothing holds them, and an
+    instruction reading the location ahead of the trigger delays the next launch by the load's latency)."""
     import re
     import shutil
     import subprocess
@@ -250,11 +251,22 @@ def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
         bodies[name] = max(bodies.get(name, ""), body, key=len)  # nvdisasm names a function in its section line too
     assert len(bodies) == 3, sorted(bodies)
     for name, body in bodies.items():
-        lines = [line for line in body.splitlines() if re.search(r"[A-Z]{2,}", line)]
-        wait = next(i for i, line in enumerate(lines) if "ACQBULK" in line)
-        trigger = next(i for i, line in enumerate(lines) if "PREEXIT" in line)
-        between = lines[wait:trigger]
+        # instructions as (opcode, operands), addresses, encodings and predicates left out
+        lines = [re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"/\*.*?\*/", "", line).split(";")[0].strip()) for line in body.splitlines()]
+        code = [(op, [o.strip() for o in rest.split(",")]) for op, _, rest in (line.partition(" ") for line in lines) if re.match(r"[A-Z]{2,}", op)]
+        wait = next(i for i, (op, _) in enumerate(code) if op == "ACQBULK")
+        trigger = next(i for i, (op, _) in enumerate(code) if op == "PREEXIT")
+        between = code[wait:trigger]
         loads = 6 if "2048" in name else 4  # the location, k_nope's 16-byte vectors, k_rope's word
-        assert sum("LDG" in line for line in between) == loads, (name, between)
-        assert not any(re.search(r"\b(EXIT|BRA)\b", line) for line in between), (name, between)
-        assert any(re.search(r"@!?P\d EXIT", line) for line in lines[trigger:]), name
+        assert sum(op.startswith("LDG") for op, _ in between) == loads, (name, between)
+        assert not any(op in ("EXIT", "BRA") for op, _ in between), (name, between)
+        loaded = set()
+        for op, operands in between:
+            registers = [{int(r) for r in re.findall(r"\bR(\d+)", o)} for o in operands]
+            if op.startswith("LDG"):
+                first = min(registers[0])
+                loaded |= set(range(first, first + {"64": 2, "128": 4}.get(op.split(".")[-1], 1)))
+            else:
+                assert not set().union(*registers[1:]) & loaded, (name, op, operands)
+        after = [op for op, _ in code[trigger:]]
+        assert "EXIT" in after[:next(i for i, op in enumerate(after) if op.startswith("STG"))], (name, after)  # the check
