@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(1024) mla_kv_rows_kernel(const __grid_constant
   w.load_global(reinterpret_cast<const uint32_t*>(rope));
   device::pdl_trigger_secondary();
   // Negative locations are out of range as unsigned; a kept one fits 32 bits.
-  if (static_cast<std::make_unsigned_t<Loc>>(slot) >= p.slots || static_cast<uint32_t>(slot) == p.skip) return;
+  using Unsigned = std::conditional_t<sizeof(Loc) == 8, uint64_t, uint32_t>;
+  if (static_cast<Unsigned>(slot) >= p.slots || static_cast<uint32_t>(slot) == p.skip) return;
   char* out = p.cache + static_cast<uint64_t>(static_cast<uint32_t>(slot)) * p.row_stride;
 #pragma unroll
   for (int i = 0; i < kNopeVecs; ++i) v[i].store_global(reinterpret_cast<uint32_t*>(out + lane * 16 + i * 32 * 16));

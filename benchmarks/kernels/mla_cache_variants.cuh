@@ -5,7 +5,6 @@
 //                  mla_cache_kernel (Params, 192 bytes; the query rows' code);
 //   warps by T     mla_kv_rows_kernel in CTAs of 1, 2 or 4 warps while the rows fill one CTA an SM at that
 //                  size, else 8 (SGLang's launch);
-//   CTAs of 256    mla_kv_rows_kernel in CTAs of 8 warps;
 //   no prefetch    mla_kv_rows_kernel without the location's prefetch before the PDL wait;
 //   rope vectors   mla_kv_rows_kernel with k_rope in 16-byte vectors on lanes 0-7 (not a word on every lane);
 //   trigger first  mla_kv_rows_kernel triggering the next launch at its start (not once its loads are issued).
@@ -66,7 +65,7 @@ __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowP
 
 #ifndef __CUDACC_RTC__
 // set_mla_kv_buffer into a bf16 kv_buffer, int64 locations, every location kept; variant 0: before, 1: warps
-// by T, 2: CTAs of 256, 3: no prefetch, 4: rope vectors, 5: trigger first.
+// by T, 2: no prefetch, 3: rope vectors, 4: trigger first.
 void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
               jitkern::TensorView k_rope) {
   using Ops = jitkern_mla_cache::MlaCacheOps<bf16>;
@@ -74,15 +73,15 @@ void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorVie
   host::RuntimeCheck(l.kv_rows && l.p.loc64, "the variants take 512 + 64 bf16 rows in 16-byte vectors at int64 locations");
   if (l.ctas == 0) return;
   const int64_t tokens = l.p.tokens, sms = host::runtime::get_sm_count(l.device.device_id);
-  const int64_t warps = variant == 2 ? 8 : tokens <= sms ? 1 : tokens <= 2 * sms ? 2 : tokens <= 4 * sms ? 4 : 8;
+  const int64_t warps = tokens <= sms ? 1 : tokens <= 2 * sms ? 2 : tokens <= 4 * sms ? 4 : 8;
   const auto launch = [&](int64_t threads, auto kernel, const auto& params) {
     host::LaunchKernel(static_cast<unsigned>(host::div_ceil(tokens * 32, threads)), static_cast<unsigned>(threads), l.device)
         .enable_pdl()(kernel, params);
   };
   if (variant == 0) launch(kThreads, jitkern_mla_cache::mla_cache_kernel<bf16, false, 8, true>, l.p);
-  else if (variant <= 2) launch(warps * 32, Ops::kRowsKernel<int64_t>, l.rows);
-  else if (variant == 3) launch(kThreads, rows_kernel<false, true>, l.rows);
-  else if (variant == 4) launch(kThreads, rows_kernel<true, false>, l.rows);
+  else if (variant == 1) launch(warps * 32, Ops::kRowsKernel<int64_t>, l.rows);
+  else if (variant == 2) launch(kThreads, rows_kernel<false, true>, l.rows);
+  else if (variant == 3) launch(kThreads, rows_kernel<true, false>, l.rows);
   else launch(kThreads, rows_kernel<true, true, true>, l.rows);
 }
 #endif  // __CUDACC_RTC__
