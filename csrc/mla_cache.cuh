@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
 // set_mla_kv_buffer's fixed rows (kNopeBytes + kRopeBytes, no query, no fp8) into a cache whose rows lie
 // one stride apart (flat, or pages back to back): the fields such a row needs only, 64 bytes against
 // Params' 192. Strides and counts fit 32 bits (checked at launch). H200, 576 bf16, 1-4096 tokens:
-// 0.70-1.88 us where mla_cache_kernel took 0.77-2.06 (docs/benchmarks/kv_rows.md).
+// 0.70-1.88 us (triggering once its loads are issued) where mla_cache_kernel took 0.77-2.06
+// (docs/benchmarks/kv_rows.md).
 struct RowParams {
   const char* k_nope;
   const char* k_rope;
@@ -164,11 +165,13 @@ struct RowParams {
 
 // One warp a row, any CTA size (whole warps): lane l loads the row's 16-byte vectors l, l + 32, ... of
 // k_nope and a word of kRopeBytes / 32 of k_rope, each load unconditional; the location's address is worked
-// out (and prefetched) before the PDL wait; the next launch is triggered once the loads are issued, before
-// anything waits for them; the location is checked where the stores need it.
-template <int kNopeBytes, int kRopeBytes, typename Loc>
+// out (and prefetched) before the PDL wait; the next launch is triggered at the start (kTriggerFirst) or
+// once the loads are issued, before anything waits for them; the location is checked where the stores
+// need it.
+template <int kNopeBytes, int kRopeBytes, typename Loc, bool kTriggerFirst>
 __global__ void __launch_bounds__(1024) mla_kv_rows_kernel(const __grid_constant__ RowParams p) {
 #ifdef __CUDACC__
+  if constexpr (kTriggerFirst) device::pdl_trigger_secondary();
   static_assert(kNopeBytes % (32 * 16) == 0 && (kRopeBytes == 32 * 4 || kRopeBytes == 32 * 8 || kRopeBytes == 32 * 16));
   constexpr int kNopeVecs = kNopeBytes / (32 * 16), kRopeWords = kRopeBytes / 32 / 4;
   using Vec = AlignedVector<uint32_t, 4>;
@@ -187,6 +190,7 @@ __global__ void __launch_bounds__(1024) mla_kv_rows_kernel(const __grid_constant
   for (int i = 0; i < kNopeVecs; ++i) v[i].load_global(reinterpret_cast<const uint32_t*>(nope + i * 32 * 16));
   Word w;
   w.load_global(reinterpret_cast<const uint32_t*>(rope));
+  // (kTriggerFirst: again, without effect: ptxas otherwise moves the row's loads past the check)
   device::pdl_trigger_secondary();
   // Negative locations are out of range as unsigned; a kept one fits 32 bits.
   using Unsigned = std::conditional_t<sizeof(Loc) == 8, uint64_t, uint32_t>;
@@ -217,7 +221,7 @@ struct MlaCacheOps {
 
   // A checked call: its parameters, the vector width (kWideVec or 1), whether its rows are kFixedNope +
   // kFixedRope (in vectors of kWideVec), its CTAs (0: nothing to write) and device; kv_rows: the call
-  // mla_kv_rows_kernel takes (with rows, its parameters).
+  // mla_kv_rows_kernel takes (with rows, its parameters, and trigger_first, where it triggers the next launch).
   struct Launch {
     Params<T> p;
     int vec;
@@ -226,9 +230,10 @@ struct MlaCacheOps {
     DLDevice device;
     bool kv_rows;
     RowParams rows;
+    bool trigger_first;
   };
-  template <typename Loc>
-  static constexpr auto kRowsKernel = mla_kv_rows_kernel<kFixedNope * sizeof(T), kFixedRope * sizeof(T), Loc>;
+  template <typename Loc, bool kTriggerFirst>
+  static constexpr auto kRowsKernel = mla_kv_rows_kernel<kFixedNope * sizeof(T), kFixedRope * sizeof(T), Loc, kTriggerFirst>;
   static constexpr int kWideVec = device::kVec16<T>;
 
   // The call's checks and launch shape; store / store_fp8 launch it as is (benchmarks: other kernels on
@@ -284,7 +289,7 @@ struct MlaCacheOps {
     const int64_t tokens = N.unwrap();
     RuntimeCheck(tokens * (1 + p.heads) < (int64_t{1} << 26) && width < (int64_t{1} << 24), "too many rows (", tokens, " tokens of ", p.heads,
                  " query heads) or rows too wide (", width, ")");
-    if (tokens == 0) return {p, 1, false, 0, device, false, {}};
+    if (tokens == 0) return {p, 1, false, 0, device, false, {}, false};
     p.tokens = static_cast<int32_t>(tokens);
     const int ob = kFp8 ? 1 : static_cast<int>(sizeof(T));
     const bool wide = nope % kWideVec == 0 && all_multiples({p.cache.page_stride, p.cache.row_stride}, ob * kWideVec) &&
@@ -295,8 +300,11 @@ struct MlaCacheOps {
     const int vec = wide ? kWideVec : 1;
     p.nope_vecs = static_cast<int32_t>(nope / vec), p.vecs = static_cast<int32_t>(width / vec);
     const bool fixed = wide && nope == kFixedNope && Dr.unwrap() == kFixedRope;
-    Launch l{p, vec, fixed, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device, false, {}};
+    Launch l{p, vec, fixed, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device, false, {}, false};
     l.kv_rows = !kFp8 && fixed && p.heads == 0 && rows_of(p, l.rows);
+    // The rows kernel triggers at its start while its grid holds at most kPdlLateTriggerThreadsPerSm threads an
+    // SM (H200, 1-256 tokens: 0.63-0.72 us against 0.70-0.80 once the loads are issued; 4096: 1.93 against 1.88).
+    l.trigger_first = l.kv_rows && l.ctas * kThreads <= kPdlLateTriggerThreadsPerSm * runtime::get_sm_count(device.device_id);
     return l;
   }
 
@@ -323,7 +331,9 @@ struct MlaCacheOps {
     if (l.ctas == 0) return;
     if (l.kv_rows) {
       host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
-          .enable_pdl()(l.p.loc64 ? kRowsKernel<int64_t> : kRowsKernel<int32_t>, l.rows);
+          .enable_pdl()(l.trigger_first ? (l.p.loc64 ? kRowsKernel<int64_t, true> : kRowsKernel<int32_t, true>)
+                                        : (l.p.loc64 ? kRowsKernel<int64_t, false> : kRowsKernel<int32_t, false>),
+                        l.rows);
       return;
     }
     host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)

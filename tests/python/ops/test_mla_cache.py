@@ -223,10 +223,11 @@ def test_bad_arguments_are_named():
 
 @pytest.mark.toolchain
 def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
-    """mla_kv_rows_kernel (SASS for sm_90a): between the PDL wait and the trigger of the next launch, the
-    location's and the whole row's loads, no branch or exit and nothing reading what they load, the location's
-    check after the trigger (ptxas moves a row's loads past the check where nothing holds them, and an
-    instruction reading the location ahead of the trigger delays the next launch by the load's latency)."""
+    """mla_kv_rows_kernel (SASS for sm_90a): between the PDL wait and the trigger after it (the kernel's only
+    one, or a second one, without effect, where it triggers at its start), the location's and the whole row's
+    loads, no branch or exit and nothing reading what they load, the location's check after it (ptxas moves a
+    row's loads past the check where nothing holds them, and an instruction reading the location ahead of
+    the trigger delays the next launch by the load's latency)."""
     import re
     import shutil
     import subprocess
@@ -240,8 +241,9 @@ def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
     paths = tvm_ffi_paths()
     src, cubin = tmp_path / "rows.cu", tmp_path / "rows.cubin"
     src.write_text(f'#include "{jitkern.CSRC_DIR / "mla_cache.cuh"}"\nusing namespace jitkern_mla_cache;\n'
-                   "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t>,"
-                   " (void*)&mla_kv_rows_kernel<2048, 256, int64_t>};\n")
+                   "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t, false>,"
+                   " (void*)&mla_kv_rows_kernel<2048, 256, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int64_t, true>,"
+                   " (void*)&mla_kv_rows_kernel<1024, 128, int32_t, true>, (void*)&mla_kv_rows_kernel<2048, 256, int64_t, true>};\n")
     subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}",
                     f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(cubin), str(src)], check=True)
     sass = subprocess.run([tool, "-sass" if tool.endswith("cuobjdump") else "-c", str(cubin)], check=True, capture_output=True,
@@ -249,13 +251,14 @@ def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
     bodies = {}
     for name, body in re.findall(r"(?:Function : |\.text\.)(_Z\w*mla_kv_rows_kernel\w*)(.*?)(?=Function : |\.text\._Z|\Z)", sass, re.S):
         bodies[name] = max(bodies.get(name, ""), body, key=len)  # nvdisasm names a function in its section line too
-    assert len(bodies) == 3, sorted(bodies)
+    assert len(bodies) == 6, sorted(bodies)
     for name, body in bodies.items():
         # instructions as (opcode, operands), addresses, encodings and predicates left out
         lines = [re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"/\*.*?\*/", "", line).split(";")[0].strip()) for line in body.splitlines()]
         code = [(op, [o.strip() for o in rest.split(",")]) for op, _, rest in (line.partition(" ") for line in lines) if re.match(r"[A-Z]{2,}", op)]
         wait = next(i for i, (op, _) in enumerate(code) if op == "ACQBULK")
-        trigger = next(i for i, (op, _) in enumerate(code) if op == "PREEXIT")
+        trigger = next(i for i, (op, _) in enumerate(code) if op == "PREEXIT" and i > wait)
+        assert [op for op, _ in code[:wait]].count("PREEXIT") == ("Lb1E" in name), name  # the trigger at the start
         between = code[wait:trigger]
         loads = 6 if "2048" in name else 4  # the location, k_nope's 16-byte vectors, k_rope's word
         assert sum(op.startswith("LDG") for op, _ in between) == loads, (name, between)
