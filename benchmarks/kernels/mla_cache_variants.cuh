@@ -5,7 +5,7 @@
 //                        of mla_cache_kernel (Params, 192 bytes; the query rows' code);
 //   trigger after loads  mla_kv_rows_kernel triggering the next launch once its loads are issued at every
 //                        size (the product: at its start on grids of at most 256 threads an SM);
-//   no prefetch          mla_kv_rows_kernel without the location's prefetch before the PDL wait;
+//   prefetch             mla_kv_rows_kernel with the location's L2 prefetch before the PDL wait;
 //   rope vectors         mla_kv_rows_kernel with k_rope in 16-byte vectors on lanes 0-7 (not a word on every
 //                        lane).
 #pragma once
@@ -28,7 +28,7 @@ using jitkern_mla_cache::kThreads;
 using jitkern_mla_cache::RowParams;
 using bf16 = bf16_t;
 
-// mla_kv_rows_kernel<1024, 128, int64_t, kTriggerFirst> with its prefetch (kPrefetch) and its rope form
+// mla_kv_rows_kernel<1024, 128, int64_t, kTriggerFirst> with a prefetch (kPrefetch) and its rope form
 // (kRopeWords: a 4-byte word on each lane; else 16-byte vectors on lanes 0-7) as parameters.
 template <bool kPrefetch, bool kRopeWords, bool kTriggerFirst>
 __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowParams p) {
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowP
 
 #ifndef __CUDACC_RTC__
 // set_mla_kv_buffer into a bf16 kv_buffer, int64 locations, every location kept; variant 0: before, 1: trigger
-// after loads, 2: no prefetch, 3: rope vectors (2 and 3 trigger where the product does).
+// after loads, 2: prefetch, 3: rope vectors (2 and 3 trigger where the product does).
 void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
               jitkern::TensorView k_rope) {
   using Ops = jitkern_mla_cache::MlaCacheOps<bf16>;
@@ -76,8 +76,8 @@ void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorVie
   const bool first = l.trigger_first;
   if (variant == 0) launch(jitkern_mla_cache::mla_cache_kernel<bf16, false, 8, true>, l.p);
   else if (variant == 1) launch(Ops::kRowsKernel<int64_t, false>, l.rows);
-  else if (variant == 2) launch(first ? rows_kernel<false, true, true> : rows_kernel<false, true, false>, l.rows);
-  else launch(first ? rows_kernel<true, false, true> : rows_kernel<true, false, false>, l.rows);
+  else if (variant == 2) launch(first ? rows_kernel<true, true, true> : rows_kernel<true, true, false>, l.rows);
+  else launch(first ? rows_kernel<false, false, true> : rows_kernel<false, false, false>, l.rows);
 }
 #endif  // __CUDACC_RTC__
 
