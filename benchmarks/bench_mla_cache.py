@@ -5,10 +5,11 @@ k_nope 512 + k_rope 64 bf16 per token, 16 query heads (128 over 8 GPUs), a paged
 each token in its own random slot. Prints markdown tables: time (CUDA-graph medians, us), GB/s of the
 bytes moved (the rows read and written) and % of the measured copy ceiling.
 
-`bench_mla_cache.py variants [--check]`: set_mla_kv_buffer beside its alternatives (benchmarks/kernels/
-mla_cache_variants.cuh), the reference's kernel and, where the rows make whole 16 KiB tiles, the copy kernel
-on the same bytes; a flat cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3
-interleaved rounds; --check: outputs only."""
+`bench_mla_cache.py variants [--check] [--quick]`: set_mla_kv_buffer beside its alternatives (benchmarks/
+kernels/mla_cache_variants.cuh), the reference's kernel and, where the rows make whole 16 KiB tiles, the copy
+kernel on the same bytes; a flat cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3
+interleaved rounds; --check: outputs only; --quick: the rows kernel's forms only (no module but jitkern's to build),
+at 1, 64, 256 and 4096 tokens."""
 
 from __future__ import annotations
 
@@ -110,13 +111,13 @@ def variants_module():
     return build_all(spec, *ops.specs(ops=["set_mla_kv_buffer"], dtypes=["bfloat16"]))[0]
 
 
-def variants(check_only: bool) -> None:
+def variants(check_only: bool, quick: bool = False) -> None:
     """set_mla_kv_buffer beside its alternatives and the reference's; where the rows make whole 16 KiB tiles
     (256 and 4096 tokens) also the copy kernel on the same bytes (the rows read and written), the ceiling of
     what the write can reach."""
     mod = variants_module()
-    yardstick = yardstick_module()
-    refs, missing = references()
+    yardstick = None if quick else yardstick_module()
+    refs, missing = ({}, []) if quick else references()
     ref = refs.get("reference set_mla_kv_buffer")
     buf = torch.zeros(FLAT_SLOTS, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
     rows = buf.view(-1, NOPE + ROPE)
@@ -125,15 +126,16 @@ def variants(check_only: bool) -> None:
     print("us, CUDA-graph replay medians, median of 3 interleaved rounds; copy: the copy kernel on the rows' bytes.\n")
     for line in missing:
         print(f"- not run: {line}")
-    names = ["jitkern", *VARIANTS, *(["reference"] if ref else [])]
+    variants_run = {n: v for n, v in VARIANTS.items() if not quick or v > 0}
+    names = ["jitkern", *variants_run, *(["reference"] if ref else [])]
     print("| T | " + " | ".join(names) + " | copy | " + " | ".join(f"{n} / jitkern" for n in names[1:]) + " | jitkern % of copy |")
     print("|---|" + "---|" * (2 * len(names) + 1), flush=True)
-    for t in VARIANT_SIZES:
+    for t in [1, 64, 256, 4096] if quick else VARIANT_SIZES:
         kv = torch.randn(t, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
         kn, kr = kv[..., :NOPE], kv[..., NOPE:]
         loc = torch.randperm(FLAT_SLOTS - 1, device="cuda")[:t] + 1
         fns = {"jitkern": lambda: set_mla_kv_buffer(buf, loc, kn, kr),
-               **{n: (lambda v=v: mod.store_kv(v, rows, loc, kn.squeeze(1), kr.squeeze(1))) for n, v in VARIANTS.items()},
+               **{n: (lambda v=v: mod.store_kv(v, rows, loc, kn.squeeze(1), kr.squeeze(1))) for n, v in variants_run.items()},
                **({"reference": lambda: ref(buf, loc, kn.squeeze(1), kr.squeeze(1), None, None)} if ref else {})}
         for name, fn in fns.items():  # each one's output from a zeroed cache
             buf.zero_()
@@ -141,7 +143,7 @@ def variants(check_only: bool) -> None:
             torch.cuda.synchronize()
             assert torch.equal(rows[loc], kv.squeeze(1)), f"{title} T={t} {name}: cache rows differ"
         copy = None
-        if t * (NOPE + ROPE) * 2 % (1 << 14) == 0:  # the copy kernel takes whole 16 KiB tiles
+        if yardstick is not None and t * (NOPE + ROPE) * 2 % (1 << 14) == 0:  # the copy kernel takes whole 16 KiB tiles
             src = kv.view(-1).view(torch.int32)
             dst = torch.empty_like(src)
             yardstick.copy(dst, src)
@@ -159,6 +161,6 @@ def variants(check_only: bool) -> None:
 
 if __name__ == "__main__":
     if "variants" in sys.argv[1:]:
-        variants("--check" in sys.argv[1:])
+        variants("--check" in sys.argv[1:], "--quick" in sys.argv[1:])
     else:
         main()
