@@ -97,7 +97,7 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
-VARIANTS = {"the kernel before": 0, "trigger after loads": 1, "prefetch": 2}  # mla_cache_variants.cuh's store_kv
+VARIANTS = {"the kernel before": 0, "trigger after loads": 1, "no prefetch": 2}  # mla_cache_variants.cuh's store_kv
 VARIANT_SIZES = [1, 16, 64, 256, 4096]
 FLAT_SLOTS = 65536
 

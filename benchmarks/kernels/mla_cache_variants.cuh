@@ -5,7 +5,7 @@
 //                        of mla_cache_kernel (Params, 192 bytes; the query rows' code);
 //   trigger after loads  mla_kv_rows_kernel triggering the next launch once its loads are issued at every
 //                        size (the product: at its start on grids of at most 256 threads an SM);
-//   prefetch             mla_kv_rows_kernel with the location's L2 prefetch before the PDL wait.
+//   no prefetch          mla_kv_rows_kernel without the location's L2 prefetch before the PDL wait.
 #pragma once
 
 #include <mla_cache.cuh>  // csrc/
@@ -26,7 +26,7 @@ using jitkern_mla_cache::kThreads;
 using jitkern_mla_cache::RowParams;
 using bf16 = bf16_t;
 
-// mla_kv_rows_kernel<1024, 128, int64_t, kTriggerFirst> with the location's L2 prefetch before the wait.
+// mla_kv_rows_kernel<1024, 128, int64_t, kTriggerFirst> without the location's L2 prefetch before the wait.
 template <bool kTriggerFirst>
 __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowParams p) {
 #ifdef __CUDACC__
@@ -38,7 +38,6 @@ __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowP
   const int64_t* at = static_cast<const int64_t*>(p.loc) + static_cast<uint64_t>(row) * p.loc_stride;
   const char* nope = p.k_nope + static_cast<uint64_t>(row) * p.k_nope_token + lane * 16;
   const char* rope = p.k_rope + static_cast<uint64_t>(row) * p.k_rope_token + lane * 4;
-  device::prefetch_before_wait(at);
   device::pdl_wait_primary();
   const int64_t slot = *at;
   Vec v[2];
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(1024) rows_kernel(const __grid_constant__ RowP
 
 #ifndef __CUDACC_RTC__
 // set_mla_kv_buffer into a bf16 kv_buffer, int64 locations, every location kept; variant 0: before, 1: trigger
-// after loads, 2: prefetch (triggering where the product does).
+// after loads, 2: no prefetch (triggering where the product does).
 void store_kv(int64_t variant, jitkern::TensorView kv_buffer, jitkern::TensorView loc, jitkern::TensorView k_nope,
               jitkern::TensorView k_rope) {
   using Ops = jitkern_mla_cache::MlaCacheOps<bf16>;
