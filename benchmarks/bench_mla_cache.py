@@ -5,10 +5,11 @@ k_nope 512 + k_rope 64 bf16 per token, 16 query heads (128 over 8 GPUs), a paged
 each token in its own random slot. Prints markdown tables: time (CUDA-graph medians, us), GB/s of the
 bytes moved (the rows read and written) and % of the measured copy ceiling.
 
-`bench_mla_cache.py variants [--check]`: the product beside its alternatives (benchmarks/kernels/
-mla_cache_variants.cuh: the kernel before, the runtime-row kernel) and the reference's kernels, a flat
-cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3 interleaved rounds; --check:
-outputs only."""
+`bench_mla_cache.py variants [--check] [--quick]`: set_mla_kv_buffer beside its alternatives (benchmarks/
+kernels/mla_cache_variants.cuh), the reference's kernel and, where the rows make whole 16 KiB tiles, the copy
+kernel on the same bytes; a flat cache of 65536 slots [S, 1, 576] (as bench_vs_reference.py), median of 3
+interleaved rounds; --check: outputs only; --quick: the rows kernel's forms only (no module but jitkern's to build),
+at 1, 64, 256 and 4096 tokens."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_rope  # noqa: E402
 from bench_rope import in_turns  # noqa: E402
-from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_ops  # noqa: E402
+from utils import copy_ceiling_text, copy_ceilings, environment, get_benchmark_range, interleaved, reference_ops, yardstick_module  # noqa: E402
 
 import jitkern  # noqa: E402
 from jitkern import ops  # noqa: E402
@@ -96,7 +97,7 @@ def main() -> None:
             print(f"| {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {ratios} |")
 
 
-VARIANTS = {"the kernel before": 0, "runtime row": 1}  # mla_cache_variants.cuh's launch(variant)
+VARIANTS = {"the kernel before": 0, "trigger after loads": 1, "no prefetch": 2}  # mla_cache_variants.cuh's store_kv
 VARIANT_SIZES = [1, 16, 64, 256, 4096]
 FLAT_SLOTS = 65536
 
@@ -105,68 +106,61 @@ def variants_module():
     """benchmarks/kernels/mla_cache_variants.cuh, built in one parallel build with the product's module (bf16)."""
     here = Path(__file__).resolve().parent
     spec = jitkern.JitSpec("bench_mla_cache_variants", cuda_files=[str(here / "kernels" / "mla_cache_variants.cuh")],
-                           cuda_wrappers=[("store_kv", "bench_mla_cache::store_kv"), ("store_kv_q", "bench_mla_cache::store_kv_q")],
+                           cuda_wrappers=[("store_kv", "bench_mla_cache::store_kv")],
                            extra_include_paths=[str(here.parent / "csrc")], host_without_nvcc=True)
-    return build_all(spec, *ops.specs(ops=["set_mla_kv_buffer", "set_mla_kv_concat_q"], dtypes=["bfloat16"]))[0]
+    return build_all(spec, *ops.specs(ops=["set_mla_kv_buffer"], dtypes=["bfloat16"]))[0]
 
 
-def variants(check_only: bool) -> None:
+def variants(check_only: bool, quick: bool = False) -> None:
+    """set_mla_kv_buffer beside its alternatives and the reference's; where the rows make whole 16 KiB tiles
+    (256 and 4096 tokens) also the copy kernel on the same bytes (the rows read and written), the ceiling of
+    what the write can reach."""
     mod = variants_module()
-    refs, missing = references()
+    yardstick = None if quick else yardstick_module()
+    refs, missing = ({}, []) if quick else references()
+    ref = refs.get("reference set_mla_kv_buffer")
     buf = torch.zeros(FLAT_SLOTS, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
     rows = buf.view(-1, NOPE + ROPE)
-    print(f"\n### MLA cache write beside its alternatives, k {NOPE} + {ROPE}, {HEADS} query heads, bf16, {FLAT_SLOTS} slots ({environment()})\n")
-    print("us, CUDA-graph replay medians, median of 3 interleaved rounds.\n")
+    title = "set_mla_kv_buffer"
+    print(f"\n### {title} beside its alternatives, k {NOPE} + {ROPE}, bf16, {FLAT_SLOTS} slots ({environment()})\n")
+    print("us, CUDA-graph replay medians, median of 3 interleaved rounds; copy: the copy kernel on the rows' bytes.\n")
     for line in missing:
         print(f"- not run: {line}")
-    for query in (False, True):
-        title = "set_mla_kv_concat_q" if query else "set_mla_kv_buffer"
-        ref = refs.get(f"reference {title}")
-        names = ["jitkern", *VARIANTS, *(["reference"] if ref else [])]
-        print(f"\n#### {title}\n")
-        print("| T | " + " | ".join(names) + " | " + " | ".join(f"{n} / jitkern" for n in names[1:]) + " |")
-        print("|---|" + "---|" * (2 * len(names) - 1), flush=True)
-        for t in VARIANT_SIZES:
-            kv = torch.randn(t, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
-            kn, kr = kv[..., :NOPE], kv[..., NOPE:]
-            q = torch.randn(t, HEADS, NOPE + ROPE, dtype=DTYPE, device="cuda")
-            qn, qr = q[..., :NOPE], q[..., NOPE:]
-            loc = torch.randperm(FLAT_SLOTS - 1, device="cuda")[:t] + 1
-            q_out = torch.empty(t, HEADS, NOPE + ROPE, dtype=DTYPE, device="cuda")
-            box = [None]
-
-            def product():
-                box[0] = set_mla_kv_concat_q(buf, loc, kn, kr, qn, qr) if query else set_mla_kv_buffer(buf, loc, kn, kr)
-
-            def variant(v):
-                if query:
-                    mod.store_kv_q(v, rows, loc, kn.squeeze(1), kr.squeeze(1), qn, qr, q_out)
-                    box[0] = q_out
-                else:
-                    mod.store_kv(v, rows, loc, kn.squeeze(1), kr.squeeze(1))
-
-            def reference():
-                box[0] = ref(buf, loc, kn.squeeze(1), kr.squeeze(1), qn, qr)
-
-            fns = {"jitkern": product, **{n: (lambda v=v: variant(v)) for n, v in VARIANTS.items()}, **({"reference": reference} if ref else {})}
-            for name, fn in fns.items():  # each one's output from a zeroed cache
-                buf.zero_()
-                q_out.zero_()
-                box[0] = None
-                fn()
-                torch.cuda.synchronize()
-                assert torch.equal(rows[loc], kv.squeeze(1)), f"{title} T={t} {name}: cache rows differ"
-                assert not query or torch.equal(box[0], q), f"{title} T={t} {name}: query differs"
-            if check_only:
-                print(f"| {t} | {len(fns)} columns equal to torch |", flush=True)
-                continue
-            m = interleaved(fns)
-            print(f"| {t} | " + " | ".join(f"{m[n]:.2f}" for n in names) + " | " +
-                  " | ".join(f"{m[n] / m['jitkern']:.2f}x" for n in names[1:]) + " |", flush=True)
+    variants_run = {n: v for n, v in VARIANTS.items() if not quick or v > 0}
+    names = ["jitkern", *variants_run, *(["reference"] if ref else [])]
+    print("| T | " + " | ".join(names) + " | copy | " + " | ".join(f"{n} / jitkern" for n in names[1:]) + " | jitkern % of copy |")
+    print("|---|" + "---|" * (2 * len(names) + 1), flush=True)
+    for t in [1, 64, 256, 4096] if quick else VARIANT_SIZES:
+        kv = torch.randn(t, 1, NOPE + ROPE, dtype=DTYPE, device="cuda")
+        kn, kr = kv[..., :NOPE], kv[..., NOPE:]
+        loc = torch.randperm(FLAT_SLOTS - 1, device="cuda")[:t] + 1
+        fns = {"jitkern": lambda: set_mla_kv_buffer(buf, loc, kn, kr),
+               **{n: (lambda v=v: mod.store_kv(v, rows, loc, kn.squeeze(1), kr.squeeze(1))) for n, v in variants_run.items()},
+               **({"reference": lambda: ref(buf, loc, kn.squeeze(1), kr.squeeze(1), None, None)} if ref else {})}
+        for name, fn in fns.items():  # each one's output from a zeroed cache
+            buf.zero_()
+            fn()
+            torch.cuda.synchronize()
+            assert torch.equal(rows[loc], kv.squeeze(1)), f"{title} T={t} {name}: cache rows differ"
+        copy = None
+        if yardstick is not None and t * (NOPE + ROPE) * 2 % (1 << 14) == 0:  # the copy kernel takes whole 16 KiB tiles
+            src = kv.view(-1).view(torch.int32)
+            dst = torch.empty_like(src)
+            yardstick.copy(dst, src)
+            assert torch.equal(dst, src)
+            fns["copy"] = copy = lambda dst=dst, src=src: yardstick.copy(dst, src)
+        if check_only:
+            print(f"| {t} | {len(fns)} columns equal to torch |", flush=True)
+            continue
+        m = interleaved(fns)
+        mine = m["jitkern"]
+        copied = (f"{m['copy']:.2f}", f"{100 * m['copy'] / mine:.0f}%") if copy else ("-", "-")
+        print(f"| {t} | " + " | ".join(f"{m[n]:.2f}" for n in names) + f" | {copied[0]} | " +
+              " | ".join(f"{m[n] / mine:.2f}x" for n in names[1:]) + f" | {copied[1]} |", flush=True)
 
 
 if __name__ == "__main__":
     if "variants" in sys.argv[1:]:
-        variants("--check" in sys.argv[1:])
+        variants("--check" in sys.argv[1:], "--quick" in sys.argv[1:])
     else:
         main()

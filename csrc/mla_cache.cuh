@@ -5,7 +5,8 @@
 //   MlaCacheOps<T>::store_fp8  the same into a float8_e4m3 cache (and query), each value divided by its scale
 //                              (k_scale, q_scale) and rounded as <jitkern/impl/quant.cuh> rounds.
 // Locations outside the cache, and the reserved one (reserved_skip_index, e.g. the padding slot of CUDA
-// graphs), are skipped.
+// graphs), are skipped. DeepSeek's KV rows alone (set_mla_kv_buffer, 512 + 64, not fp8) take
+// mla_kv_rows_kernel where the cache's rows lie one stride apart; everything else mla_cache_kernel.
 #pragma once
 
 #include <jitkern/impl/kv_cache.cuh>
@@ -65,7 +66,7 @@ struct Params {
 // vectors load together, the location checked only where the stores need it, and the next launch is
 // triggered once they are issued (triggering at start or after the stores was as fast or slower at every
 // size). kFixed: rows of kFixedNope + kFixedRope in vectors of kVec, the vector counts compile-time (H200,
-// 576 bf16 set_mla_kv_buffer at 1-256 tokens: 0.78-0.86 us against 0.80-0.88 with runtime counts,
+// 576 bf16 with the query, 1-256 tokens: 0.89-1.91 us against 0.91-1.99 with runtime counts,
 // docs/benchmarks/kv_rows.md).
 template <typename T, bool kFp8, int kVec, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_constant__ Params<T> p) {
@@ -145,6 +146,62 @@ __global__ void __launch_bounds__(kThreads) mla_cache_kernel(const __grid_consta
 #endif
 }
 
+// set_mla_kv_buffer's fixed rows (kNopeBytes + kRopeBytes, no query, no fp8) into a cache whose rows lie
+// one stride apart (flat, or pages back to back): the fields such a row needs only, 64 bytes against
+// Params' 192. Strides and counts fit 32 bits (checked at launch). H200, 576 bf16, 1-4096 tokens:
+// 0.70-1.88 us (triggering once its loads are issued) where mla_cache_kernel took 0.77-2.06
+// (docs/benchmarks/kv_rows.md).
+struct RowParams {
+  const char* k_nope;
+  const char* k_rope;
+  char* cache;  // row 0
+  const void* loc;
+  uint32_t k_nope_token, k_rope_token, row_stride;  // bytes
+  uint32_t loc_stride;                              // elements
+  uint32_t slots;                                   // < 2^32 - 1
+  uint32_t skip;                                    // reserved_skip_index in [0, slots), else ~0u (matches no kept slot)
+  uint32_t tokens;
+};
+
+// One warp a row, any CTA size (whole warps): lane l loads the row's 16-byte vectors l, l + 32, ... of
+// k_nope and a word of kRopeBytes / 32 of k_rope, each load unconditional; the location's address is worked
+// out (and prefetched) before the PDL wait; the next launch is triggered at the start (kTriggerFirst) or
+// once the loads are issued, before anything waits for them; the location is checked where the stores
+// need it.
+template <int kNopeBytes, int kRopeBytes, typename Loc, bool kTriggerFirst>
+__global__ void __launch_bounds__(1024) mla_kv_rows_kernel(const __grid_constant__ RowParams p) {
+#ifdef __CUDACC__
+  if constexpr (kTriggerFirst) device::pdl_trigger_secondary();
+  static_assert(kNopeBytes % (32 * 16) == 0 && (kRopeBytes == 32 * 4 || kRopeBytes == 32 * 8 || kRopeBytes == 32 * 16));
+  constexpr int kNopeVecs = kNopeBytes / (32 * 16), kRopeWords = kRopeBytes / 32 / 4;
+  using Vec = AlignedVector<uint32_t, 4>;
+  using Word = AlignedVector<uint32_t, kRopeWords>;
+  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;  // rows < 2^26 (checked at launch)
+  const uint32_t lane = threadIdx.x % 32;
+  if (row >= p.tokens) return;
+  const Loc* at = static_cast<const Loc*>(p.loc) + static_cast<uint64_t>(row) * p.loc_stride;
+  const char* nope = p.k_nope + static_cast<uint64_t>(row) * p.k_nope_token + lane * 16;
+  const char* rope = p.k_rope + static_cast<uint64_t>(row) * p.k_rope_token + lane * sizeof(Word);
+  device::prefetch_before_wait(at);
+  device::pdl_wait_primary();
+  const Loc slot = *at;
+  Vec v[kNopeVecs];
+#pragma unroll
+  for (int i = 0; i < kNopeVecs; ++i) v[i].load_global(reinterpret_cast<const uint32_t*>(nope + i * 32 * 16));
+  Word w;
+  w.load_global(reinterpret_cast<const uint32_t*>(rope));
+  // (kTriggerFirst: again, without effect: ptxas otherwise moves the row's loads past the check)
+  device::pdl_trigger_secondary();
+  // Negative locations are out of range as unsigned; a kept one fits 32 bits.
+  using Unsigned = std::conditional_t<sizeof(Loc) == 8, uint64_t, uint32_t>;
+  if (static_cast<Unsigned>(slot) >= p.slots || static_cast<uint32_t>(slot) == p.skip) return;
+  char* out = p.cache + static_cast<uint64_t>(static_cast<uint32_t>(slot)) * p.row_stride;
+#pragma unroll
+  for (int i = 0; i < kNopeVecs; ++i) v[i].store_global(reinterpret_cast<uint32_t*>(out + lane * 16 + i * 32 * 16));
+  w.store_global(reinterpret_cast<uint32_t*>(out + kNopeBytes + lane * sizeof(Word)));
+#endif
+}
+
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 
 template <typename T>
@@ -163,14 +220,20 @@ struct MlaCacheOps {
   }
 
   // A checked call: its parameters, the vector width (kWideVec or 1), whether its rows are kFixedNope +
-  // kFixedRope (in vectors of kWideVec), its CTAs (0: nothing to write) and device.
+  // kFixedRope (in vectors of kWideVec), its CTAs (0: nothing to write) and device; kv_rows: the call
+  // mla_kv_rows_kernel takes (with rows, its parameters, and trigger_first, where it triggers the next launch).
   struct Launch {
     Params<T> p;
     int vec;
     bool fixed;
     int64_t ctas;
     DLDevice device;
+    bool kv_rows;
+    RowParams rows;
+    bool trigger_first;
   };
+  template <typename Loc, bool kTriggerFirst>
+  static constexpr auto kRowsKernel = mla_kv_rows_kernel<kFixedNope * sizeof(T), kFixedRope * sizeof(T), Loc, kTriggerFirst>;
   static constexpr int kWideVec = device::kVec16<T>;
 
   // The call's checks and launch shape; store / store_fp8 launch it as is (benchmarks: other kernels on
@@ -226,7 +289,7 @@ struct MlaCacheOps {
     const int64_t tokens = N.unwrap();
     RuntimeCheck(tokens * (1 + p.heads) < (int64_t{1} << 26) && width < (int64_t{1} << 24), "too many rows (", tokens, " tokens of ", p.heads,
                  " query heads) or rows too wide (", width, ")");
-    if (tokens == 0) return {p, 1, false, 0, device};
+    if (tokens == 0) return {p, 1, false, 0, device, false, {}, false};
     p.tokens = static_cast<int32_t>(tokens);
     const int ob = kFp8 ? 1 : static_cast<int>(sizeof(T));
     const bool wide = nope % kWideVec == 0 && all_multiples({p.cache.page_stride, p.cache.row_stride}, ob * kWideVec) &&
@@ -237,15 +300,42 @@ struct MlaCacheOps {
     const int vec = wide ? kWideVec : 1;
     p.nope_vecs = static_cast<int32_t>(nope / vec), p.vecs = static_cast<int32_t>(width / vec);
     const bool fixed = wide && nope == kFixedNope && Dr.unwrap() == kFixedRope;
-    return {p, vec, fixed, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device};
+    Launch l{p, vec, fixed, div_ceil(tokens * (1 + p.heads) * 32, int64_t{kThreads}), device, false, {}, false};
+    l.kv_rows = !kFp8 && fixed && p.heads == 0 && rows_of(p, l.rows);
+    // The rows kernel triggers at its start while its grid holds at most kPdlLateTriggerThreadsPerSm threads an
+    // SM (H200, 1-256 tokens: 0.63-0.72 us against 0.70-0.80 once the loads are issued; 4096: 1.93 against 1.88).
+    l.trigger_first = l.kv_rows && l.ctas * kThreads <= kPdlLateTriggerThreadsPerSm * runtime::get_sm_count(device.device_id);
+    return l;
   }
 
  private:
+  // p as RowParams where its cache's rows lie one stride apart and every stride and count fits 32 bits.
+  static bool rows_of(const Params<T>& p, RowParams& r) {
+    const CacheLayout& c = p.cache;
+    const int64_t stride = c.page_size.d == 1 ? c.page_stride : c.row_stride, elem = sizeof(T);
+    const bool even = c.page_size.d == 1 || c.page_stride == static_cast<int64_t>(c.page_size.d) * c.row_stride;
+    const auto u32 = [](int64_t x) { return x >= 0 && x <= int64_t{UINT32_MAX}; };
+    if (!even || !u32(stride) || !u32(p.k_nope_token * elem) || !u32(p.k_rope_token * elem) || !u32(p.loc_stride) || !(c.slots < UINT32_MAX))
+      return false;
+    r = {reinterpret_cast<const char*>(p.k_nope), reinterpret_cast<const char*>(p.k_rope), c.base, p.loc,
+         static_cast<uint32_t>(p.k_nope_token * elem), static_cast<uint32_t>(p.k_rope_token * elem), static_cast<uint32_t>(stride),
+         static_cast<uint32_t>(p.loc_stride), static_cast<uint32_t>(c.slots),
+         p.skip >= 0 && p.skip < c.slots ? static_cast<uint32_t>(p.skip) : ~0u, static_cast<uint32_t>(p.tokens)};
+    return true;
+  }
+
   template <bool kFp8>
   static void store_as(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
                        Optional<TensorView> q_rope, Optional<TensorView> q_out, int64_t reserved_skip_index, double k_scale, double q_scale) {
     const Launch l = prepare<kFp8>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
     if (l.ctas == 0) return;
+    if (l.kv_rows) {
+      host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
+          .enable_pdl()(l.trigger_first ? (l.p.loc64 ? kRowsKernel<int64_t, true> : kRowsKernel<int32_t, true>)
+                                        : (l.p.loc64 ? kRowsKernel<int64_t, false> : kRowsKernel<int32_t, false>),
+                        l.rows);
+      return;
+    }
     host::LaunchKernel(static_cast<unsigned>(l.ctas), static_cast<unsigned>(kThreads), l.device)
         .enable_pdl()(l.fixed                ? mla_cache_kernel<T, kFp8, kWideVec, true>
                       : l.vec == kWideVec ? mla_cache_kernel<T, kFp8, kWideVec>

@@ -115,6 +115,42 @@ def test_deepseek_rows_at_decode_and_prefill_sizes(tokens, fp8):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("layout", ["flat", "paged", "paged with gaps"])
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_fixed_rows_at_any_location(dtype_name, layout, index_dtype):
+    """set_mla_kv_buffer's 512 + 64 rows (the rows kernel where cache rows lie one stride apart, the general
+    one across page gaps): locations from a strided tensor, out of range ones skipped (int64 ones 2^32 past a
+    kept slot too, not wrapped onto it), a reserved index 2^32 past a kept slot skipping nothing, the rows
+    between pages untouched."""
+    torch = _torch()
+    ops = _ops()
+    dtype = getattr(torch, dtype_name)
+    tokens, slots, page = 45, 96, 16
+    if layout == "paged with gaps":
+        whole = torch.full((slots // page, page + 1, 1, 576), float("nan"), dtype=dtype, device="cuda")
+        buf = whole[:, :page]
+    else:
+        buf = whole = _buffer("flat" if layout == "flat" else "paged", slots, 576, dtype)
+    loc = locations(tokens, slots, getattr(torch, index_dtype), seed=7)
+    if index_dtype == "int64":
+        loc[5], loc[6] = 2**32 + int(loc[7]), int(loc[8]) - 2**32
+    strided = torch.zeros(2 * tokens, dtype=loc.dtype, device="cuda")
+    strided[::2] = loc
+    k_nope, k_rope = _halves(tokens, 512, 64, dtype, seed=3, pad=0)
+    before = cache_bytes(buf, slots).clone()
+    ops.set_mla_kv_buffer(buf, strided[::2], k_nope, k_rope, reserved_skip_index=2**32 + int(loc[3]))
+    rows = cache_bytes(torch.cat([k_nope, k_rope], dim=-1), tokens)
+    assert torch.equal(cache_bytes(buf, slots), expected_cache(before, rows, loc))
+    ops.set_mla_kv_buffer(buf, strided[::2], k_nope * 2, k_rope * 2, reserved_skip_index=int(loc[3]))
+    kept = loc != loc[3]
+    twice = cache_bytes(torch.cat([k_nope * 2, k_rope * 2], dim=-1), tokens)
+    assert torch.equal(cache_bytes(buf, slots), expected_cache(expected_cache(before, rows, loc), twice[kept], loc[kept]))
+    if layout == "paged with gaps":
+        assert torch.isnan(whole[:, page]).all(), "a row between pages was written"
+
+
+@pytest.mark.gpu
 def test_empty_and_cuda_graph_replay():
     torch = _torch()
     ops = _ops()
@@ -183,3 +219,57 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="q_rope"):
         ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope, q_rope[:, :1])
     assert torch.isnan(buf).all(), "a refused call wrote"
+
+
+@pytest.mark.toolchain
+def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
+    """mla_kv_rows_kernel (SASS for sm_90a): between the PDL wait and the trigger after it (the kernel's only
+    one, or a second one, without effect, where it triggers at its start), the location's and the whole row's
+    loads, no branch or exit and nothing reading what they load, the location's check after it (ptxas moves a
+    row's loads past the check where nothing holds them, and an instruction reading the location ahead of
+    the trigger delays the next launch by the load's latency)."""
+    import re
+    import shutil
+    import subprocess
+
+    import jitkern
+    from jitkern._engine import tvm_ffi_paths
+
+    tool = shutil.which("cuobjdump") or shutil.which("nvdisasm")
+    if shutil.which("nvcc") is None or tool is None:
+        pytest.skip("NOT RUN: nvcc with cuobjdump or nvdisasm is not installed")
+    paths = tvm_ffi_paths()
+    src, cubin = tmp_path / "rows.cu", tmp_path / "rows.cubin"
+    src.write_text(f'#include "{jitkern.CSRC_DIR / "mla_cache.cuh"}"\nusing namespace jitkern_mla_cache;\n'
+                   "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t, false>,"
+                   " (void*)&mla_kv_rows_kernel<2048, 256, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int64_t, true>,"
+                   " (void*)&mla_kv_rows_kernel<1024, 128, int32_t, true>, (void*)&mla_kv_rows_kernel<2048, 256, int64_t, true>};\n")
+    subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}",
+                    f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(cubin), str(src)], check=True)
+    sass = subprocess.run([tool, "-sass" if tool.endswith("cuobjdump") else "-c", str(cubin)], check=True, capture_output=True,
+                          text=True).stdout
+    bodies = {}
+    for name, body in re.findall(r"(?:Function : |\.text\.)(_Z\w*mla_kv_rows_kernel\w*)(.*?)(?=Function : |\.text\._Z|\Z)", sass, re.S):
+        bodies[name] = max(bodies.get(name, ""), body, key=len)  # nvdisasm names a function in its section line too
+    assert len(bodies) == 6, sorted(bodies)
+    for name, body in bodies.items():
+        # instructions as (opcode, operands), addresses, encodings and predicates left out
+        lines = [re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"/\*.*?\*/", "", line).split(";")[0].strip()) for line in body.splitlines()]
+        code = [(op, [o.strip() for o in rest.split(",")]) for op, _, rest in (line.partition(" ") for line in lines) if re.match(r"[A-Z]{2,}", op)]
+        wait = next(i for i, (op, _) in enumerate(code) if op == "ACQBULK")
+        trigger = next(i for i, (op, _) in enumerate(code) if op == "PREEXIT" and i > wait)
+        assert [op for op, _ in code[:wait]].count("PREEXIT") == ("Lb1E" in name), name  # the trigger at the start
+        between = code[wait:trigger]
+        loads = 6 if "2048" in name else 4  # the location, k_nope's 16-byte vectors, k_rope's word
+        assert sum(op.startswith("LDG") for op, _ in between) == loads, (name, between)
+        assert not any(op in ("EXIT", "BRA") for op, _ in between), (name, between)
+        loaded = set()
+        for op, operands in between:
+            registers = [{int(r) for r in re.findall(r"\bR(\d+)", o)} for o in operands]
+            if op.startswith("LDG"):
+                first = min(registers[0])
+                loaded |= set(range(first, first + {"64": 2, "128": 4}.get(op.split(".")[-1], 1)))
+            else:
+                assert not set().union(*registers[1:]) & loaded, (name, op, operands)
+        after = [op for op, _ in code[trigger:]]
+        assert "EXIT" in after[:next(i for i, op in enumerate(after) if op.startswith("STG"))], (name, after)  # the check
