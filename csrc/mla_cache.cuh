@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(1024) mla_kv_rows_kernel(const __grid_constant
   w.load_global(reinterpret_cast<const uint32_t*>(rope));
   // (kTriggerFirst: again, without effect: ptxas otherwise moves the row's loads past the check)
   device::pdl_trigger_secondary();
-  // Negative locations are out of range as unsigned; a kept one fits 32 bits.
+  // Negative locations are out of range as unsigned (rows_of takes int32 ones for at most 2^31 slots); a kept one fits 32 bits.
   using Unsigned = std::conditional_t<sizeof(Loc) == 8, uint64_t, uint32_t>;
   if (static_cast<Unsigned>(slot) >= p.slots || static_cast<uint32_t>(slot) == p.skip) return;
   char* out = p.cache + static_cast<uint64_t>(static_cast<uint32_t>(slot)) * p.row_stride;
@@ -315,7 +315,9 @@ struct MlaCacheOps {
     const int64_t stride = c.page_size.d == 1 ? c.page_stride : c.row_stride, elem = sizeof(T);
     const bool even = c.page_size.d == 1 || c.page_stride == static_cast<int64_t>(c.page_size.d) * c.row_stride;
     const auto u32 = [](int64_t x) { return x >= 0 && x <= int64_t{UINT32_MAX}; };
-    if (!even || !u32(stride) || !u32(p.k_nope_token * elem) || !u32(p.k_rope_token * elem) || !u32(p.loc_stride) || !(c.slots < UINT32_MAX))
+    // int32 locations: negative ones stay out of range as unsigned only while the slots fit 31 bits.
+    const bool slots_fit = c.slots < (p.loc64 ? int64_t{UINT32_MAX} : int64_t{INT32_MAX} + 1);
+    if (!even || !u32(stride) || !u32(p.k_nope_token * elem) || !u32(p.k_rope_token * elem) || !u32(p.loc_stride) || !slots_fit)
       return false;
     r = {reinterpret_cast<const char*>(p.k_nope), reinterpret_cast<const char*>(p.k_rope), c.base, p.loc,
          static_cast<uint32_t>(p.k_nope_token * elem), static_cast<uint32_t>(p.k_rope_token * elem), static_cast<uint32_t>(stride),
