@@ -935,9 +935,10 @@ bool align_cluster_fits(DLDevice dev) {
     config.gridDim = dim3(kCtas);
     config.blockDim = dim3(kAlignThreads);
     int clusters = 0;
-    const bool fits = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-                      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
-    if (!fits) (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch
+    const bool asked = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+                       cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess;
+    if (!asked) (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch (only ours is cleared)
+    const bool fits = asked && clusters > 0;
     state = fits ? 1 : 2;
     known[id].store(state, std::memory_order_relaxed);
   }
