@@ -21,7 +21,6 @@
 #include <jitkern/warp.cuh>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -924,10 +923,10 @@ template <int kCtas, int kBatch, bool kBallots>
 bool align_cluster_fits(DLDevice dev) {
   static_assert(kCtas > 8, "8 CTAs are the portable cluster size");
   constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices] = {};  // per device: 0 not asked, 1 fits, 2 does not
+  static int known[kDevices] = {};  // per device: 0 not asked, 1 fits, 2 does not (atomic builtins: NVRTC has no <atomic>)
   const int id = dev.device_id;
   if (id < 0 || id >= kDevices) return false;
-  int state = known[id].load(std::memory_order_relaxed);
+  int state = __atomic_load_n(&known[id], __ATOMIC_RELAXED);
   if (state == 0) {
     const host::DeviceGuard guard(id);
     const void* kernel = host::kernel_handle(moe_align_kernel<kCtas, kBatch, kBallots>);
@@ -940,7 +939,7 @@ bool align_cluster_fits(DLDevice dev) {
     if (!asked) (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch (only ours is cleared)
     const bool fits = asked && clusters > 0;
     state = fits ? 1 : 2;
-    known[id].store(state, std::memory_order_relaxed);
+    __atomic_store_n(&known[id], state, __ATOMIC_RELAXED);
   }
   return state == 1;
 }
