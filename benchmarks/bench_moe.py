@@ -246,6 +246,7 @@ ALIGN_SHAPES = [(256, 1, 16), (256, 4, 16), (256, 64, 16), (256, 128, 16), (256,
                 (256, 512, 64), (256, 1024, 64), (256, 4096, 64), (256, 32768, 64), (128, 128, 16), (128, 32768, 128)]
 ALIGN_SMALL_NUMEL = 64  # the reference's one-CTA Triton form, which its MoE runner picks up to this many ids
 ALIGN_ROUNDS = 1  # up to six timings a shape: one graph timing each keeps the table to seconds
+SGLANG_SIZED = "jitkern, buffers of the reference's sizes"  # numel + (E + 2)(block - 1): what a drop-in caller passes
 # name -> (the schedule module's export, the fewest and the most ids it is timed at: where it may decide the launch).
 # "at start": the PDL trigger at the kernel's start whatever its CTAs (the launch triggers after the wait from 2).
 ALIGN_FORMS = {
@@ -280,28 +281,32 @@ def align_table(floor: float) -> None:
     """moe_align_block_size of top-8 ids beside its forms forced (the warp and grid forms, the two-pass kernel as a
     cluster of 8 with match_any or ballots and of 16 with ballots) and the reference's (moe_align_block_size, and
     moe_align_small_numel where it takes the size), each shape timed in turns; every jitkern form's outputs equal
-    torch_align's."""
+    torch_align's. jitkern's op also writes into buffers of the reference's sizes (its padding filled to their
+    end), as a caller of the reference's interface passes them."""
     schedules = align_module()
     ref, small = reference_ops_or_none("moe.moe_align"), reference_ops_or_none("moe.moe_align_small_numel")
     print(f"\n### moe_align_block_size beside its forms and the reference {reference_version()} ({environment()})\n")
     print(f"Top-8 int32 ids; CUDA-graph medians (us) of {ALIGN_ROUNDS} interleaved run(s); launch floor (one CTA copying 16 KiB): "
           f"{floor:.2f} us; '-': not timed at that size. reference: its moe_align_block_size; small numel: its "
           f"moe_align_small_numel (up to {ALIGN_SMALL_NUMEL} ids); reference / jitkern: the quicker of the two.\n")
-    print(f"| experts | T | block | jitkern | {' | '.join(ALIGN_FORMS)} | reference | small numel | reference / jitkern | "
-          "outputs as torch's |")
-    print("|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|---|")
+    print(f"| experts | T | block | jitkern | {SGLANG_SIZED} | {' | '.join(ALIGN_FORMS)} | reference | small numel | "
+          "reference / jitkern | outputs as torch's |")
+    print("|---|---|---|---|---|" + "---|" * len(ALIGN_FORMS) + "---|---|---|---|")
     for e, t, block in ALIGN_SHAPES:
         ids = torch.randint(0, e, (t, K), device="cuda", dtype=torch.int32)
         size, blocks = align_sizes(ids.numel(), e, block)
         forms = {name: export for name, (export, fewest, most) in ALIGN_FORMS.items() if fewest <= ids.numel() <= most}
         outs = {name: (torch.empty(size, dtype=torch.int32, device="cuda"), torch.empty(blocks, dtype=torch.int32, device="cuda"),
                        torch.empty(1, dtype=torch.int32, device="cuda")) for name in ("jitkern", *forms)}
-        fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"])}
+        padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4  # the reference's buffer sizes (its MoE runner's)
+        big = (torch.empty(padded, dtype=torch.int32, device="cuda"), torch.empty(-(-padded // block), dtype=torch.int32, device="cuda"),
+               torch.empty(1, dtype=torch.int32, device="cuda"))
+        fns = {"jitkern": lambda: moe_align_block_size(ids, e, block, *outs["jitkern"]),
+               SGLANG_SIZED: lambda: moe_align_block_size(ids, e, block, *big)}
         totals = {}  # a reference form's name -> its num_tokens_post_pad
         for name, export in forms.items():
             fns[name] = lambda fn=getattr(schedules, export), out=outs[name]: fn(ids.view(-1), e, block, *out)
         if ref is not None:
-            padded = -(-(ids.numel() + (e + 2) * (block - 1)) // 4) * 4
             rs, re_ = torch.empty(padded, device="cuda", dtype=torch.int32), torch.empty(-(-padded // block), device="cuda", dtype=torch.int32)
             rn, cumsum = torch.empty(1, device="cuda", dtype=torch.int32), torch.zeros(e + 3, device="cuda", dtype=torch.int32)
             fns["reference"] = lambda: ref.moe_align_block_size(ids, e + 1, block, rs, re_, rn, cumsum, True)
@@ -323,6 +328,10 @@ def align_table(floor: float) -> None:
         torch.cuda.synchronize()
         expected = torch_align(ids, e, block)
         differ = [name for name in outs if not all(torch.equal(a, b) for a, b in zip(outs[name], expected))]
+        big_tails = bool((big[0][size:] == ids.numel()).all()) and bool((big[1][blocks:] == -1).all())
+        if not (torch.equal(big[0][:size], expected[0]) and torch.equal(big[1][:blocks], expected[1])
+                and torch.equal(big[2], expected[2]) and big_tails):
+            differ.append(SGLANG_SIZED)
         same = "NO: " + ", ".join(differ) if differ else "yes"
         for name, total in totals.items():
             if int(total) != int(outs["jitkern"][2]):
@@ -330,7 +339,8 @@ def align_table(floor: float) -> None:
         times = interleaved(fns, rounds=ALIGN_ROUNDS)
         j = times["jitkern"]
         quickest = min((times[name] for name in totals), default=None)
-        cols = " | ".join(f"{times[name]:.2f}" if name in times else "-" for name in (*ALIGN_FORMS, "reference", "small numel"))
+        cols = " | ".join(f"{times[name]:.2f}" if name in times else "-"
+                          for name in (SGLANG_SIZED, *ALIGN_FORMS, "reference", "small numel"))
         print(f"| {e} | {t} | {block} | {j:.2f} | {cols} | {reference_columns(quickest, j)[1]} | {same} |", flush=True)
 
 
