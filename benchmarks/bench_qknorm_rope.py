@@ -185,8 +185,7 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("one head a lane group, its pairing compiled in", "bench_qknorm_rope::Schedule<0, 2, 0, true, true>"),
-             ("staged, q and k heads in one loop", "bench_qknorm_rope::OneLoop")]
+             ("one head a lane group, its pairing compiled in", "bench_qknorm_rope::Schedule<0, 2, 0, true, true>")]
 
 
 def schedule_module():
