@@ -93,7 +93,7 @@ def main() -> None:
 # 4 loads in flight at 40 registers where nvcc's own 4 at once measured faster than 3 (run of ff1d906).
 _R = "bench_moe_combine::Ring"
 VARIANTS = [("product", "bench_moe_combine::Product"),
-            ("previous rule", "bench_moe_combine::Previous"),
+            ("batched rule", "bench_moe_combine::Batched"),
             ("16 B, 3 in flight, 224 wide", f"{_R}<16, 512, 4, 3, 256>", (16, 128, 256)),
             ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (32,)),
             ("16 B, 3 in flight, 448 wide", f"{_R}<16, 512, 4, 3>", (64, 512, 4096)),

@@ -313,12 +313,12 @@ struct MoeCombineOps {
   // moe_sum's schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md):
   // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or
   // the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum:
-  // launch_previous (its path of the ring kernel measured slower).
+  // launch_batched (its path of the ring kernel measured slower).
   template <bool kWeighted>
   static void launch(Operands ops) {
     using namespace host;
     if constexpr (kWeighted) {
-      launch_previous<kWeighted>(ops);
+      launch_batched<kWeighted>(ops);
     } else {
       if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
       const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
@@ -333,7 +333,7 @@ struct MoeCombineOps {
   // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once, except grids of several waves, one
   // expert at a time. Rows without 16-byte vectors: one element a thread, 8 experts at once.
   template <bool kWeighted>
-  static void launch_previous(Operands ops) {
+  static void launch_batched(Operands ops) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
     if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);

@@ -1,6 +1,6 @@
 // The MoE combine's schedules side by side (bench_moe_combine.py --variants), bf16: the product's combine_kernel
 // (csrc/moe_combine.cuh) at other vector widths, CTA widths, loads in flight and register caps than its launch rule
-// picks (Ring), and the launch rule moe_sum's replaced (Previous: moe_weighted_sum's still). Each struct's entry
+// picks (Ring), and the launch rule moe_sum's replaced (Batched: moe_weighted_sum's still). Each struct's entry
 // points have the product's signatures, their operands checked by MoeCombineOps.
 #pragma once
 
@@ -13,13 +13,13 @@ using namespace jitkern_moe_combine;
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 using Ops = MoeCombineOps<bf16_t>;
 
-// The launch rule moe_sum replaced (MoeCombineOps::launch_previous, moe_weighted_sum's).
-struct Previous {
-  static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) { Ops::launch_previous<false>(Ops::sum_operands(input, output)); }
+// The launch rule moe_sum replaced (MoeCombineOps::launch_batched, moe_weighted_sum's).
+struct Batched {
+  static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) { Ops::launch_batched<false>(Ops::sum_operands(input, output)); }
   static void moe_weighted_sum(jitkern::TensorView input, jitkern::TensorView output, jitkern::TensorView topk_weights,
                                jitkern::Optional<jitkern::TensorView> topk_ids, jitkern::Optional<jitkern::TensorView> shared_output,
                                double routed_scaling_factor) {
-    Ops::launch_previous<true>(Ops::weighted_operands(input, output, topk_weights, topk_ids, shared_output, routed_scaling_factor));
+    Ops::launch_batched<true>(Ops::weighted_operands(input, output, topk_weights, topk_ids, shared_output, routed_scaling_factor));
   }
 };
 
