@@ -439,27 +439,6 @@ __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
 #define JITKERN_ALIGN_CLUSTER_OF(n)
 #endif
 
-// CTA rank's value at local (a shared address of this CTA) through distributed shared memory.
-__device__ __forceinline__ int load_from_cta(const int* local, uint32_t rank) {
-  int v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
-  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
-#endif
-  return v;
-}
-__device__ __forceinline__ void align_cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void align_cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
 // The expert of the block at pos: the last one starting at or before it (empty experts share their successor's
 // start), -1 past the total.
 __device__ __forceinline__ int block_expert(const int* start, int E, int total, int64_t pos) {
@@ -610,18 +589,18 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
     if constexpr (kCtas > 1) cta_count[tid] = count;
   }
   if constexpr (kCtas > 1) {
-    align_cluster_arrive();
-    align_cluster_wait();
+    device::ptx::cluster_arrive();
+    device::ptx::cluster_wait();
     if (tid < E) {
       count = 0;
 #pragma unroll
       for (int c = 0; c < kCtas; ++c) {
-        const int v = load_from_cta(&cta_count[tid], static_cast<uint32_t>(c));
+        const int v = device::ptx::ld_shared_cluster_s32(&cta_count[tid], static_cast<uint32_t>(c));
         count += v;
         earlier += c < cta ? v : 0;
       }
     }
-    align_cluster_arrive();  // this CTA's counts are read: the others may leave (wait at the end)
+    device::ptx::cluster_arrive();  // this CTA's counts are read: the others may leave (wait at the end)
   }
   const int padded = (count + p.block_size - 1) / p.block_size * p.block_size;
   int total;
@@ -644,7 +623,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
   align_walk<kBatch, kBallots>(p, ids.x, ids.y, held, row, [&](int32_t i, int e, unsigned peers, uint32_t before) {
     if (e >= 0) p.sorted[base[e] + static_cast<int>(before) + __popc(peers & lanes_below)] = i;
   });
-  if constexpr (kCtas > 1) align_cluster_wait();
+  if constexpr (kCtas > 1) device::ptx::cluster_wait();
 #endif
 }
 

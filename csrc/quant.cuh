@@ -752,17 +752,6 @@ __global__ void __launch_bounds__(kBoundThreads > 0 ? kBoundThreads : host::kRow
 #else
 #define JITKERN_QUANT_CLUSTER_OF(n)
 #endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Cluster barrier phases and a store to another CTA's shared memory (distributed shared memory).
-JITKERN_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-JITKERN_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-JITKERN_DEVICE void cluster_sync() { asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-JITKERN_DEVICE void store_to_cta(float* local, uint32_t rank, float v) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-}
-#endif
 
 // A few token rows of RMSNorm (optionally after the residual add) + group quantization, each split over a cluster of
 // kCtas CTAs of kThreads threads (blockIdx.x: the CTA's slice, blockIdx.y: the row), one vector a thread: vector
@@ -791,7 +780,7 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   uint8_t* q = epi.q + blockIdx.y * epi.q_row_stride + own * kVec;
   quant::GroupScales scales = row_of_scales(epi.scales, epi.first_row + blockIdx.y);
   if constexpr (kPinnedStores) asm volatile("" : "+l"(q), "+l"(scales.base));
-  cluster_arrive_relaxed();  // this CTA has started: the others may store into its shared memory once all have
+  device::ptx::cluster_arrive_relaxed();  // this CTA has started: the others may store into its shared memory once all have
   if (p.early_trigger) device::pdl_trigger_secondary();
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
@@ -811,9 +800,10 @@ __global__ void JITKERN_QUANT_CLUSTER_OF(kCtas) __launch_bounds__(kThreads)
   part = device::warp::reduce_sum(part);  // the butterfly of one vector a thread's warp
   __shared__ float partial[device::kWarpThreads];
   const int old_warp = static_cast<int>(blockIdx.x) * kWarps + warp, old_warps = (nvec + device::kWarpThreads - 1) / device::kWarpThreads;
-  cluster_wait();
-  if (lane < kCtas && old_warp < old_warps) store_to_cta(&partial[old_warp], static_cast<uint32_t>(lane), part);
-  cluster_sync();
+  device::ptx::cluster_wait();
+  if (lane < kCtas && old_warp < old_warps) device::ptx::st_shared_cluster_f32(&partial[old_warp], static_cast<uint32_t>(lane), part);
+  device::ptx::cluster_arrive();
+  device::ptx::cluster_wait();
   // The new residual stored after the barrier, whose release would otherwise wait for the store to reach L2.
   if (kFusedAdd && held) x.store_global(res_at);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);

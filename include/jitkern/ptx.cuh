@@ -41,6 +41,44 @@ JITKERN_DEVICE void st_global_v4_b32(void* ptr, unsigned int w0, unsigned int w1
 #endif
 }
 
+// Thread-block clusters (sm_90+; no-ops below): the cluster barrier's phases (arrive relaxed or releasing, wait
+// acquiring) and one CTA's access to another's shared memory (distributed shared memory: `local` is this CTA's
+// address of the variable, `rank` the other CTA's in the cluster).
+JITKERN_DEVICE void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+JITKERN_DEVICE void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+JITKERN_DEVICE void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+JITKERN_DEVICE unsigned int cluster_shared_address(const void* local, unsigned int rank) {
+  unsigned int remote = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<unsigned int>(__cvta_generic_to_shared(local))), "r"(rank));
+#endif
+  return remote;
+}
+JITKERN_DEVICE int ld_shared_cluster_s32(const int* local, unsigned int rank) {
+  int v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(cluster_shared_address(local, rank)) : "memory");
+#endif
+  return v;
+}
+JITKERN_DEVICE void st_shared_cluster_f32(float* local, unsigned int rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_shared_address(local, rank)), "f"(v) : "memory");
+#endif
+}
+
 // 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; below,
 // an ordinary copy); both addresses 16-byte aligned. cp_async_wait_all waits for this thread's copies.
 JITKERN_DEVICE void cp_async_16(void* smem, const void* gmem) {
