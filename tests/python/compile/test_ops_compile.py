@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import KERNELS, PRIMITIVES_WRAPPERS, shared_cache_path
+from sm90a_cubin import sm90a_cubin
 import jitkern
 from jitkern import JitSpec, ops
 from jitkern.cli import FATBIN_MAGIC
@@ -178,24 +179,15 @@ def test_norm_kernels_access_global_memory_as_global(tmp_path):
     assert not generic, f"{len(generic)} generic loads/stores in the norm kernels, e.g. {generic[:3]}"
 
 
-def _ptxas_report(tmp_path, name: str, source: str) -> str:
-    """ptxas's -v report (registers, stack frames, spills) of `source` compiled for sm_90a against the installed headers."""
-    from jitkern._engine import tvm_ffi_paths
-
-    paths = tvm_ffi_paths()
-    src = tmp_path / f"{name}.cu"
-    src.write_text(source)
-    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v",
-                          f"-I{jitkern.INCLUDE_DIR}", f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o",
-                          str(tmp_path / f"{name}.cubin"), str(src)], check=True, capture_output=True, text=True)
-    return out.stdout + out.stderr
+def ptxas_report(tmp_path, name: str, source: str) -> str:
+    return sm90a_cubin(tmp_path, name, source)[1]
 
 
 @pytest.mark.toolchain
 def test_many_in_place_narrow_rows_kernel_fits_six_ctas_an_sm(tmp_path):
     """qknorm's many-row kernel (bf16 heads of 128, two rows a group of 16 lanes, CTAs of 256) stays within
     40 registers a thread, so that 6 CTAs fit an SM's 64K registers (the general narrow kernel took 62: 4)."""
-    log = _ptxas_report(tmp_path, "inplace_rows", "#include <jitkern/impl/norm_launch.cuh>\n"
+    log = ptxas_report(tmp_path, "inplace_rows", "#include <jitkern/impl/norm_launch.cuh>\n"
                         "void* kernel = (void*)&device::norm::norm_inplace_rows_kernel<bf16_t, 8, 16, 2, true>;\n")
     used = [int(n) for n in re.findall(r"Used (\d+) registers", log)]
     assert len(used) == 1 and used[0] <= 40, log
@@ -208,7 +200,7 @@ def test_wide_rows_that_fill_warps_at_two_vectors_a_thread_do_not_spill(tmp_path
     kernel (the other rows) keep them without a stack frame, where at four (some threads a vector short) the
     general kernel spilled 56 bytes; so does the width kernel folded onto half the threads (3584 from 4 rows an SM),
     within 64 registers (8 CTAs of 128 an SM)."""
-    log = _ptxas_report(tmp_path, "wide_half", "#include <jitkern/impl/norm_launch.cuh>\n"
+    log = ptxas_report(tmp_path, "wide_half", "#include <jitkern/impl/norm_launch.cuh>\n"
                         "using namespace device::norm;\n"
                         "static_assert(norm_reg_vecs(192) == 2 && norm_reg_vecs(320) == 2 && norm_reg_vecs(448) == 2 && norm_reg_vecs(512) == 4);\n"
                         "void* many = (void*)&norm_wide_kernel<bf16_t, 8, 2, false, RowFit::kExact, StoreOutput<bf16_t>, RowOrder::kTokenRows>;\n"
@@ -253,7 +245,7 @@ def test_many_row_group_quant_kernels_fit_four_and_three_rows_an_sm(tmp_path):
     thread, so that four and three rows fit an SM's 64K registers (one vector a thread, CTAs of 896: two); under
     the plain op's launch bounds (NormGroupSchedule::kManyBoundThreads, kManyMinBlocks: 224, 5) within 56, without
     spills, so that five fit."""
-    log = _ptxas_report(tmp_path, "group_rows", f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
+    log = ptxas_report(tmp_path, "group_rows", f'#include "{jitkern.CSRC_DIR / "quant.cuh"}"\n'
                         "using device::quant::Rounding;\n"
                         "void* plain = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true>;\n"
                         "void* bounded = (void*)&jitkern_quant::norm_group_rows_kernel<bf16_t, 8, 128, 4, false, false, Rounding::kExact, true, true, true, false,"

@@ -248,19 +248,15 @@ def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
     import subprocess
 
     import jitkern
-    from jitkern._engine import tvm_ffi_paths
+    from sm90a_cubin import sm90a_cubin
 
     tool = shutil.which("cuobjdump") or shutil.which("nvdisasm")
     if shutil.which("nvcc") is None or tool is None:
         pytest.skip("NOT RUN: nvcc with cuobjdump or nvdisasm is not installed")
-    paths = tvm_ffi_paths()
-    src, cubin = tmp_path / "rows.cu", tmp_path / "rows.cubin"
-    src.write_text(f'#include "{jitkern.CSRC_DIR / "mla_cache.cuh"}"\nusing namespace jitkern_mla_cache;\n'
-                   "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t, false>,"
-                   " (void*)&mla_kv_rows_kernel<2048, 256, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int64_t, true>,"
-                   " (void*)&mla_kv_rows_kernel<1024, 128, int32_t, true>, (void*)&mla_kv_rows_kernel<2048, 256, int64_t, true>};\n")
-    subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", f"-I{jitkern.INCLUDE_DIR}",
-                    f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(cubin), str(src)], check=True)
+    cubin, _ = sm90a_cubin(tmp_path, "rows", f'#include "{jitkern.CSRC_DIR / "mla_cache.cuh"}"\nusing namespace jitkern_mla_cache;\n'
+                             "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t, false>,"
+                             " (void*)&mla_kv_rows_kernel<2048, 256, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int64_t, true>,"
+                             " (void*)&mla_kv_rows_kernel<1024, 128, int32_t, true>, (void*)&mla_kv_rows_kernel<2048, 256, int64_t, true>};\n")
     sass = subprocess.run([tool, "-sass" if tool.endswith("cuobjdump") else "-c", str(cubin)], check=True, capture_output=True,
                           text=True).stdout
     bodies = {}

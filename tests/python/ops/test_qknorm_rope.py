@@ -552,21 +552,14 @@ def test_a_module_compiles_five_kernels_without_spills(tmp_path, export):
     the staged kernel with branching lanes (either pairing) and of full lanes (NeoX, GPT-J). Eight kernels took the
     first call from 1.7 to 3.1 s on an H200."""
     import shutil
-    import subprocess
 
     import jitkern
-    from jitkern._engine import tvm_ffi_paths
+    from sm90a_cubin import sm90a_cubin
 
     if shutil.which("nvcc") is None:
         pytest.skip("NOT RUN: nvcc is not installed")
-    paths = tvm_ffi_paths()
-    src = tmp_path / "module.cu"
-    src.write_text(f'#include "{jitkern.CSRC_DIR / "qknorm_rope.cuh"}"\n'
-                   f"void* entry = (void*)&jitkern_qknorm_rope::QkNormRopeOps<bf16_t>::{export};\n")
-    out = subprocess.run(["nvcc", "-std=c++20", "-arch=sm_90a", "-cubin", "--expt-relaxed-constexpr", "-Xptxas", "-v", f"-I{jitkern.INCLUDE_DIR}",
-                          f"-I{paths['tvm_ffi_include']}", f"-I{paths['dlpack_include']}", "-o", str(tmp_path / "module.cubin"), str(src)],
-                         check=True, capture_output=True, text=True)
-    log = out.stdout + out.stderr
+    _, log = sm90a_cubin(tmp_path, "module", f'#include "{jitkern.CSRC_DIR / "qknorm_rope.cuh"}"\n'
+                         f"void* entry = (void*)&jitkern_qknorm_rope::QkNormRopeOps<bf16_t>::{export};\n")
     kernels = re.findall(r"Compiling entry function '(\w+)'", log)
     assert len(kernels) == 5, kernels
     assert sum("staged" in k for k in kernels) == 3, kernels
