@@ -120,9 +120,14 @@ struct VecOperand {
   int elem_bytes;
 };
 
+// The argument lists' types, named at calls in templates: nvcc's host pass (cudafe++) re-emits a bare braced
+// argument there as `({...})`, which the host compiler reads as a statement expression.
+using VecOperands = std::initializer_list<VecOperand>;
+using RowStrides = std::initializer_list<int64_t>;
+
 // `vec` elements per access where the row width, every operand's base (aligned to vec of its elements)
 // and every row stride (in elements; 0 where a single row makes it irrelevant) allow it, else 1.
-inline int vector_width(int vec, int64_t width, std::initializer_list<VecOperand> operands, std::initializer_list<int64_t> strides) {
+inline int vector_width(int vec, int64_t width, VecOperands operands, RowStrides strides) {
   if (width % vec != 0) return 1;
   for (const VecOperand& o : operands)
     if (o.ptr != nullptr && reinterpret_cast<uintptr_t>(o.ptr) % (static_cast<uintptr_t>(vec) * o.elem_bytes) != 0) return 1;

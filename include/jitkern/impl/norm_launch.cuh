@@ -455,8 +455,8 @@ int norm_vector_width(const NormParams<T>& p, int num_problems, const Epi& epi) 
   int vec = device::kVec16<T>;
   for (int k = 0; k < num_problems; ++k) {
     const RowProblem<T>& q = p.problem[k];
-    vec = std::min(vec, host::vector_width(device::kVec16<T>, p.hidden, {q.out, q.in, q.residual, q.weight},
-                                            {q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
+    vec = std::min(vec, host::vector_width(device::kVec16<T>, p.hidden, host::VecOperands{q.out, q.in, q.residual, q.weight},
+                                            host::RowStrides{q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
   }
   return epi.allows_vector(vec) ? vec : 1;
 }
@@ -565,7 +565,7 @@ bool launch_norm_static(const TokenRows<T>& rows) {
     const RowProblem<T>& q = p.problem[0];
     // More than kNormMaxRowsPerLaunch rows go to launch_norm, which splits them into launches of that many.
     if (rows.tokens == 0 || rows.tokens > kNormMaxRowsPerLaunch ||
-        host::vector_width(kVec, p.hidden, {q.out, q.in, q.weight}, {q.out_token, q.in_token}) != kVec)
+        host::vector_width(kVec, p.hidden, host::VecOperands{q.out, q.in, q.weight}, host::RowStrides{q.out_token, q.in_token}) != kVec)
       return false;
     const bool many = rows.tokens >= int64_t{kNormManyRowsPerSm} * host::runtime::get_sm_count(rows.device.device_id);
     if (norm_reg_vecs(p.hidden / kVec) != kNormHalfRegVecs && many) return false;

@@ -3,6 +3,7 @@ declare; runs without a GPU."""
 
 import re
 import shutil
+from pathlib import Path
 import struct
 import subprocess
 
@@ -147,6 +148,22 @@ def test_auto_device_compiler_takes_nvrtc_for_builds_run_many_at_once(cache_dir,
         assert FATBIN_MAGIC not in open(spec.build(), "rb").read(), f"{spec.name}: NVRTC's cubin"
     alone = ops.act.spec("bfloat16", "gelu_tanh_and_mul").build()
     assert FATBIN_MAGIC in open(alone, "rb").read(), "a build alone: nvcc's fatbin"
+
+
+def test_a_module_built_the_default_way_includes_every_library_header(cache_dir, monkeypatch, tmp_path):
+    """A kernel author's module whose host code goes through nvcc (cudafe++, the default) including every public
+    header of include/jitkern: cudafe++ re-emits a braced argument of a call in a template as `({...})`, which g++
+    rejects."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    root = Path(jitkern.INCLUDE_DIR)
+    headers = sorted(p.relative_to(root).as_posix() for p in (root / "jitkern").rglob("*")
+                     if p.suffix in (".h", ".cuh") and not {"detail", "compat"} & set(p.parts))
+    assert "jitkern/impl/norm_launch.cuh" in headers and "jitkern/vec.cuh" in headers
+    source = tmp_path / "every_header.cuh"
+    source.write_text("".join(f"#include <{h}>\n" for h in headers) + "inline int every_header_answer(int x) { return x + 1; }\n")
+    spec = JitSpec("every_header", cuda_files=[str(source)], cuda_wrappers=[("answer", "every_header_answer")])
+    assert not spec.host_without_nvcc
+    _build(spec)
 
 
 def test_primitives_module_compiles(cache_dir, monkeypatch):
