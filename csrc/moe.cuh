@@ -428,6 +428,12 @@ struct AlignParams {
   Trigger trigger;  // at the start or after the wait (align_trigger)
 };
 
+// The most entries of sorted_token_ids n ids of E experts can take (each expert present pads by under a block):
+// the outputs' least sizes, and where the entries every call pads begin.
+__host__ __device__ constexpr int64_t align_reach(int64_t n, int64_t experts, int64_t block_size) {
+  return n + (n < experts ? n : experts) * (block_size - 1);
+}
+
 __device__ __forceinline__ int expert_of(const AlignParams& p, int32_t i) {
   const int64_t v = p.ids64 ? static_cast<const int64_t*>(p.ids)[i] : static_cast<const int32_t*>(p.ids)[i];
   return v >= 0 && v < p.experts ? static_cast<int>(v) : -1;
@@ -452,20 +458,22 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
   return lo;
 }
 
-// Every entry of sorted_token_ids n, by the CTA's kThreads threads (16-byte stores where it is aligned).
-template <int kThreads = kAlignThreads>
-__device__ __forceinline__ void align_fill(const AlignParams& p) {
+// Entries [from, to) of `out` set to `value` by thread t of `threads`: 16-byte stores from the first aligned entry, the
+// up to 3 entries before it and after the last whole vector one store each.
+__device__ __forceinline__ void fill_entries(int32_t* out, int64_t from, int64_t to, int32_t value, int64_t t, int64_t threads) {
 #ifdef __CUDACC__
-  const int tid = threadIdx.x;
-  int64_t from = 0;
-  if (reinterpret_cast<uintptr_t>(p.sorted) % 16 == 0) {
-    const int4 v = make_int4(p.n, p.n, p.n, p.n);
-    for (int64_t i = tid; i < p.sorted_len / 4; i += kThreads) reinterpret_cast<int4*>(p.sorted)[i] = v;
-    from = p.sorted_len / 4 * 4;
-  }
-  for (int64_t s = from + tid; s < p.sorted_len; s += kThreads) p.sorted[s] = p.n;
+  if (from >= to) return;
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out + from) % 16 / 4);
+  const int64_t body = min(to, from + (4 - misaligned) % 4), vectors = (to - body) / 4, end = body + vectors * 4;
+  if (t < body - from) out[from + t] = value;
+  if (t < to - end) out[end + t] = value;
+  const int4 v = make_int4(value, value, value, value);
+  for (int64_t i = t; i < vectors; i += threads) reinterpret_cast<int4*>(out + body)[i] = v;
 #endif
 }
+
+// Every entry of sorted_token_ids n, by the CTA's kAlignThreads threads.
+__device__ __forceinline__ void align_fill(const AlignParams& p) { fill_entries(p.sorted, 0, p.sorted_len, p.n, threadIdx.x, kAlignThreads); }
 
 // The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
 template <int kBatch>
@@ -629,15 +637,23 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
 
 // The warp form, up to kAlignWarpMaxIds ids (a few tokens): one warp, a lane an id. The lanes of an expert by
 // match_any; an expert's start is the sum of the padded counts of the smaller experts present, each counted once
-// (by the lane that leads its expert).
+// (by the lane that leads its expert). The entries past align_reach (padding whatever the ids: a caller's buffers
+// sized for more tokens) are the other CTAs' (launch_align_warp), so that one warp's stores do not grow with them.
 template <typename = void>
 __global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constant__ AlignParams p) {
 #ifdef __CUDACC__
-  device::pdl_trigger_secondary();  // one CTA: at its start (host::pdl_early_trigger)
+  device::pdl_trigger_secondary();  // a few CTAs: at their start (host::pdl_early_trigger)
   const int lane = threadIdx.x, bs = p.block_size;
+  const int64_t reach = align_reach(p.n, p.experts, bs), reach_blocks = (reach + bs - 1) / bs;
   device::pdl_wait_primary();
+  if (blockIdx.x > 0) {
+    const int64_t t = int64_t{blockIdx.x - 1} * 32 + lane, threads = int64_t{gridDim.x - 1} * 32;
+    fill_entries(p.sorted, reach, p.sorted_len, p.n, t, threads);
+    fill_entries(p.expert_ids, reach_blocks, p.expert_ids_len, -1, t, threads);
+    return;
+  }
   const int e = lane < p.n ? expert_of(p, lane) : -1;
-  align_fill<32>(p);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
+  fill_entries(p.sorted, 0, reach, p.n, lane, 32);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
   const unsigned peers = __match_any_sync(0xffffffffu, e);
   const int count = __popc(peers), rank = __popc(peers & ((1u << lane) - 1));
   const int padded = e >= 0 && rank == 0 ? (count + bs - 1) / bs * bs : 0;
@@ -651,7 +667,7 @@ __global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constan
   __syncwarp();
   if (e >= 0) p.sorted[start + rank] = lane;
   for (int b = start / bs; b < (start + padded) / bs; ++b) p.expert_ids[b] = e;
-  for (int64_t b = total / bs + lane; b < p.expert_ids_len; b += 32) p.expert_ids[b] = -1;
+  for (int64_t b = total / bs + lane; b < reach_blocks; b += 32) p.expert_ids[b] = -1;
   if (lane == 0) *p.total_out = total;
 #endif
 }
@@ -877,7 +893,7 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
   RuntimeCheck(num_experts >= 1 && num_experts <= kMoeMaxExperts, "num_experts must be 1-", kMoeMaxExperts, ", got ", num_experts);
   RuntimeCheck(block_size >= 1 && block_size <= 65536, "block_size must be 1-65536, got ", block_size);
   const int64_t ids = n.unwrap();
-  const int64_t need = ids + std::min(ids, num_experts) * (block_size - 1);
+  const int64_t need = align_reach(ids, num_experts, block_size);
   RuntimeCheck(need <= INT32_MAX, "too many ids: ", ids);
   RuntimeCheck(S.unwrap() >= need, "sorted_token_ids must hold at least topk_ids.numel() + min(topk_ids.numel(), num_experts) * "
                "(block_size - 1) = ", need, " entries, got ", S.unwrap());
@@ -941,10 +957,15 @@ void launch_align_grid(AlignParams p, DLDevice dev, const Trigger* forced = null
   host::LaunchKernel(static_cast<unsigned>(chunks), kAlignThreads, dev).enable_pdl()(moe_align_grid_kernel<>, p);
 }
 
-// The warp form's launch.
+// The warp form's launch: its warp, and a CTA of 32 per kAlignTailBytes of the outputs past align_reach (at most
+// kAlignTailCtas, looping beyond).
+constexpr int64_t kAlignTailBytes = 2048, kAlignTailCtas = 256;
 template <typename = void>
 void launch_align_warp(const AlignParams& p, DLDevice dev) {
-  host::LaunchKernel(1, 32, dev).enable_pdl()(moe_align_warp_kernel<>, p);
+  const int64_t reach = align_reach(p.n, p.experts, p.block_size);
+  const int64_t tail = (p.sorted_len - reach + p.expert_ids_len - host::div_ceil(reach, int64_t{p.block_size})) * 4;
+  const int64_t ctas = 1 + std::min(host::div_ceil(tail, kAlignTailBytes), kAlignTailCtas);
+  host::LaunchKernel(static_cast<unsigned>(ctas), 32, dev).enable_pdl()(moe_align_warp_kernel<>, p);
 }
 
 // topk_ids (int32/int64, contiguous, any shape: its n ids in order) -> sorted_token_ids [>= n + min(n, E) *

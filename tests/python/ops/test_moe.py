@@ -289,17 +289,17 @@ def _align_reference(ids, experts, block_size):
     return sorted_ids, expert_ids
 
 
-def _check_align_into_larger_buffers(ids, experts, block_size, ref_sorted, ref_experts, offset=0):
-    """moe_align_block_size into outputs longer than align_sizes asks (filled with -9; sorted_token_ids `offset`
-    entries into its storage) against the reference's lists: the ids, the padding up to the end, each block's
-    expert and -1 after the last."""
+def _check_align_into_larger_buffers(ids, experts, block_size, ref_sorted, ref_experts, offset=0, extra=(5, 2)):
+    """moe_align_block_size into outputs `extra` entries longer than align_sizes asks (filled with -9;
+    sorted_token_ids `offset` entries into its storage, expert_ids 3 - `offset`) against the reference's lists: the
+    ids, the padding up to the end, each block's expert and -1 after the last."""
     torch = _torch()
     from jitkern.ops import moe_align_block_size
     from jitkern.ops.moe import align_sizes
 
     size, blocks = align_sizes(ids.numel(), experts, block_size)
-    sorted_ids = torch.full((offset + size + 5,), -9, dtype=torch.int32, device="cuda")[offset:]
-    expert_ids = torch.full((blocks + 2,), -9, dtype=torch.int32, device="cuda")
+    sorted_ids = torch.full((offset + size + extra[0],), -9, dtype=torch.int32, device="cuda")[offset:]
+    expert_ids = torch.full((3 + blocks + extra[1],), -9, dtype=torch.int32, device="cuda")[3 - offset % 4:]
     total = torch.full((1,), -9, dtype=torch.int32, device="cuda")
     moe_align_block_size(ids, experts, block_size, sorted_ids, expert_ids, total)
     t = total.item()
@@ -336,6 +336,24 @@ def test_moe_align_block_size_against_torch(experts, block_size, tokens, k):
     ref_sorted, ref_experts = _align_reference(ids64, experts, block_size)  # the reference skips -1 as well
     assert t2.item() == len(ref_sorted) and s2[: t2.item()].tolist() == ref_sorted
     assert e2[: len(ref_experts)].tolist() == ref_experts
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+@pytest.mark.parametrize("experts,block_size,n,tokens_sized_for", [(256, 16, 1, 1), (256, 16, 8, 1), (256, 64, 32, 4), (512, 256, 7, 1),
+                                                                    (8, 16, 32, 4), (256, 64, 8, 32768)])
+def test_moe_align_block_size_into_buffers_sized_the_vllm_way(experts, block_size, n, tokens_sized_for, offset):
+    """A few ids (the warp form) into outputs sized as vLLM / SGLang size them for a batch of `tokens_sized_for`
+    top-8 tokens (numel + (E + 1)(block - 1) entries), far past align_reach: the entries past it are other CTAs'
+    (up to kAlignTailCtas, looping beyond); sorted_token_ids 0-3 entries past a 16-byte boundary."""
+    torch = _torch()
+    from jitkern.ops.moe import align_sizes
+
+    gen = torch.Generator(device="cuda").manual_seed(n * 7 + experts + offset)
+    ids = torch.randint(0, experts, (n,), device="cuda", dtype=torch.int32, generator=gen)
+    size, blocks = align_sizes(n, experts, block_size)
+    big = tokens_sized_for * 8 + (experts + 1) * (block_size - 1)
+    extra = (big - size, -(-big // block_size) - blocks)
+    _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size), offset=offset, extra=extra)
 
 
 @pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
