@@ -426,11 +426,12 @@ struct AlignParams {
   int64_t expert_ids_len;
   int32_t* total_out;
   Trigger trigger;  // at the start or after the wait (align_trigger)
+  int32_t reach, reach_blocks;  // align_reach: the entries of sorted_token_ids the ids can take, and their blocks
 };
 
 // The most entries of sorted_token_ids n ids of E experts can take (each expert present pads by under a block):
 // the outputs' least sizes, and where the entries every call pads begin.
-__host__ __device__ constexpr int64_t align_reach(int64_t n, int64_t experts, int64_t block_size) {
+constexpr int64_t align_reach(int64_t n, int64_t experts, int64_t block_size) {
   return n + (n < experts ? n : experts) * (block_size - 1);
 }
 
@@ -459,21 +460,22 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
 }
 
 // Entries [from, to) of `out` set to `value` by thread t of `threads`: 16-byte stores from the first aligned entry, the
-// up to 3 entries before it and after the last whole vector one store each.
-__device__ __forceinline__ void fill_entries(int32_t* out, int64_t from, int64_t to, int32_t value, int64_t t, int64_t threads) {
+// up to 3 entries before it and after the last whole vector one store each. I: the indices' type (int32_t where they
+// fit: the warp form's stores wait behind its arithmetic).
+template <typename I>
+__device__ __forceinline__ void fill_entries(int32_t* out, I from, I to, int32_t value, I t, I threads) {
 #ifdef __CUDACC__
-  if (from >= to) return;
-  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out + from) % 16 / 4);
-  const int64_t body = min(to, from + (4 - misaligned) % 4), vectors = (to - body) / 4, end = body + vectors * 4;
-  if (t < body - from) out[from + t] = value;
+  const I head = min(to - from, static_cast<I>((16 - reinterpret_cast<uintptr_t>(out + from) % 16) % 16 / 4));
+  const I body = from + head, vectors = (to - body) / 4, end = body + vectors * 4;
+  if (t < head) out[from + t] = value;
   if (t < to - end) out[end + t] = value;
   const int4 v = make_int4(value, value, value, value);
-  for (int64_t i = t; i < vectors; i += threads) reinterpret_cast<int4*>(out + body)[i] = v;
+  for (I i = t; i < vectors; i += threads) reinterpret_cast<int4*>(out + body)[i] = v;
 #endif
 }
 
 // Every entry of sorted_token_ids n, by the CTA's kAlignThreads threads.
-__device__ __forceinline__ void align_fill(const AlignParams& p) { fill_entries(p.sorted, 0, p.sorted_len, p.n, threadIdx.x, kAlignThreads); }
+__device__ __forceinline__ void align_fill(const AlignParams& p) { fill_entries<int64_t>(p.sorted, 0, p.sorted_len, p.n, threadIdx.x, kAlignThreads); }
 
 // The experts of a batch of rounds from base (-1: past hi or out of range), lane l holding id base + r * 32 + l.
 template <int kBatch>
@@ -644,16 +646,15 @@ __global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constan
 #ifdef __CUDACC__
   device::pdl_trigger_secondary();  // a few CTAs: at their start (host::pdl_early_trigger)
   const int lane = threadIdx.x, bs = p.block_size;
-  const int64_t reach = align_reach(p.n, p.experts, bs), reach_blocks = (reach + bs - 1) / bs;
   device::pdl_wait_primary();
   if (blockIdx.x > 0) {
     const int64_t t = int64_t{blockIdx.x - 1} * 32 + lane, threads = int64_t{gridDim.x - 1} * 32;
-    fill_entries(p.sorted, reach, p.sorted_len, p.n, t, threads);
-    fill_entries(p.expert_ids, reach_blocks, p.expert_ids_len, -1, t, threads);
+    fill_entries<int64_t>(p.sorted, p.reach, p.sorted_len, p.n, t, threads);
+    fill_entries<int64_t>(p.expert_ids, p.reach_blocks, p.expert_ids_len, -1, t, threads);
     return;
   }
   const int e = lane < p.n ? expert_of(p, lane) : -1;
-  fill_entries(p.sorted, 0, reach, p.n, lane, 32);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
+  fill_entries<int>(p.sorted, 0, p.reach, p.n, lane, 32);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
   const unsigned peers = __match_any_sync(0xffffffffu, e);
   const int count = __popc(peers), rank = __popc(peers & ((1u << lane) - 1));
   const int padded = e >= 0 && rank == 0 ? (count + bs - 1) / bs * bs : 0;
@@ -667,7 +668,7 @@ __global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constan
   __syncwarp();
   if (e >= 0) p.sorted[start + rank] = lane;
   for (int b = start / bs; b < (start + padded) / bs; ++b) p.expert_ids[b] = e;
-  for (int64_t b = total / bs + lane; b < reach_blocks; b += 32) p.expert_ids[b] = -1;
+  for (int b = total / bs + lane; b < p.reach_blocks; b += 32) p.expert_ids[b] = -1;
   if (lane == 0) *p.total_out = total;
 #endif
 }
@@ -903,7 +904,7 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
   return AlignParams{topk_ids.data_ptr(), is_type<int64_t>(topk_ids.dtype()), static_cast<int32_t>(ids), static_cast<int>(num_experts),
                      static_cast<int>(block_size), static_cast<int32_t*>(sorted_token_ids.data_ptr()), S.unwrap(),
                      static_cast<int32_t*>(expert_ids.data_ptr()), B.unwrap(), static_cast<int32_t*>(num_tokens_post_pad.data_ptr()),
-                     Trigger::kStart};
+                     Trigger::kStart, static_cast<int32_t>(need), static_cast<int32_t>(div_ceil(need, block_size))};
 }
 
 // Where a launch of `ctas` CTAs triggers the next one (PDL): at its start for one CTA, after its wait for more,
@@ -962,8 +963,7 @@ void launch_align_grid(AlignParams p, DLDevice dev, const Trigger* forced = null
 constexpr int64_t kAlignTailBytes = 2048, kAlignTailCtas = 256;
 template <typename = void>
 void launch_align_warp(const AlignParams& p, DLDevice dev) {
-  const int64_t reach = align_reach(p.n, p.experts, p.block_size);
-  const int64_t tail = (p.sorted_len - reach + p.expert_ids_len - host::div_ceil(reach, int64_t{p.block_size})) * 4;
+  const int64_t tail = (p.sorted_len - p.reach + p.expert_ids_len - p.reach_blocks) * 4;
   const int64_t ctas = 1 + std::min(host::div_ceil(tail, kAlignTailBytes), kAlignTailCtas);
   host::LaunchKernel(static_cast<unsigned>(ctas), 32, dev).enable_pdl()(moe_align_warp_kernel<>, p);
 }
