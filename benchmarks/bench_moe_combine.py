@@ -89,16 +89,14 @@ def main() -> None:
 
 # (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh, the sizes it runs at: all where absent); the
 # first is the product's launch rule. Ring<vector bytes, launch bound, CTAs an SM (a register cap), loads in flight,
-# most threads a CTA of the row's split>: the product's kernel at the other side of each of the rule's choices, and
-# 4 loads in flight at 40 registers where nvcc's own 4 at once measured faster than 3 (run of ff1d906).
+# most threads a CTA of the row's split (-1: the product's)>: the product's kernel of 16-byte vectors with fewer loads
+# in flight within its 32 registers (the weighted path's 3 spill its row's address), or more at 40 registers.
 _R = "bench_moe_combine::Ring"
 VARIANTS = [("product", "bench_moe_combine::Product"),
             ("batched rule", "bench_moe_combine::Batched"),
-            ("16 B, 3 in flight, 224 wide", f"{_R}<16, 512, 4, 3, 256>", (16, 128, 256)),
-            ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (32,)),
-            ("16 B, 3 in flight, 448 wide", f"{_R}<16, 512, 4, 3>", (64, 512, 4096)),
-            ("16 B, 4 in flight, 224 wide, 40 registers", f"{_R}<16, 512, 3, 4, 256>", (32, 64, 512, 4096))]
-TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 256, 4096), "moe_sum": (1, 16, 32, 64, 128, 256, 512, 4096)}
+            ("16 B, 2 in flight", f"{_R}<16, 512, 4, 2, -1>", (64, 128, 256, 4096)),
+            ("16 B, 4 in flight, 40 registers", f"{_R}<16, 512, 3, 4, -1>", (64, 128, 256, 4096))]
+TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 128, 256, 4096), "moe_sum": (1, 16, 64, 128, 256, 4096)}
 
 
 def schedule_module(name: str, entries, ops):

@@ -30,7 +30,7 @@ constexpr int kCtasPerSm = 4;
 // kNarrowCta (4 of 224): measured the faster at each size.
 constexpr int64_t kWideRowThreadsPerSm = 512;
 constexpr int kNarrowCta = 256;
-// Loads a thread keeps in flight (experts' rows, their weights): rows of 16 bytes within the register cap, decode's
+// Loads a thread keeps in flight (experts' rows): rows of 16 bytes within the register cap, decode's
 // rows of 8 bytes (whose grids leave registers unused), rows without vectors.
 constexpr int kDepth16 = 3;
 constexpr int kDepthDecode = 8;
@@ -77,24 +77,27 @@ template <int kBytes>
 using RawWords = decltype(raw_words<kBytes>());
 
 // acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then the shared row
-// added as step k (weight 1), one rounding to T. A thread's vector of kBytes; kDepth loads (rows and their weights)
-// kept in flight, each ring slot refilled with the step kDepth ahead once its own is added. Grid: x = the CTAs of one
-// token's row (launched one after another), y = tokens (at most 65535 a launch). kWeighted: weights, ids and
-// the shared row may be given (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a
-// register cap).
+// added as step k (weight 1), one rounding to T. A thread's vector of kBytes; kDepth rows' loads kept in flight, each
+// ring slot refilled with the step kDepth ahead once its own is added. Grid: x = the CTAs of one token's row (launched
+// one after another), y = tokens (at most 65535 a launch). kWeighted: weights, ids and the shared row may be given
+// (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a register cap).
 template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted>
 __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
   constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
   using Raw = RawWords<kBytes>;
   const int64_t v = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (v >= p.row_vecs) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // The weighted sum's warps stay whole for the weights' shuffles: a lane past the row reads its first vector, stores
+  // nothing.
+  if (kWeighted ? v - lane >= p.row_vecs : v >= p.row_vecs) return;
+  const bool live = !kWeighted || v < p.row_vecs;
   const int64_t col = v * kVec;
   // The parameters and addresses before the PDL wait, where their loads overlap the kernel before.
   const int64_t token = blockIdx.y;
   const bool has_shared = kWeighted && p.shared != nullptr;
   const int steps = p.k + (has_shared ? 1 : 0);
-  const T* next = p.in + token * p.in_token_stride + col;  // step j's vector: expert j's, the shared row's at j = k
+  const T* next = p.in + token * p.in_token_stride + (live ? col : 0);  // step j's vector: expert j's, the shared row's at j = k
   // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
   // it); the addresses' difference, the two being different tensors (both T-aligned).
   const int64_t to_shared =
@@ -104,23 +107,27 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
                  : 0;
   device::pdl_trigger_at(p.trigger, Trigger::kStart);
   device::pdl_wait_primary(p.trigger);
-  // Bit j: expert j is added (its id >= 0); the ids read together before any row, not a latency per expert.
+  // Lane i holds experts i's and i + 32's weights, shuffled to the warp at their steps: one load a thread, not one per
+  // expert (a weight a ring slot took registers past the cap: its spill waited for the load). Bit j of `kept`: expert
+  // j is added (its id >= 0), from the lanes' ids at once before any row.
+  float w_lo = 0.0f, w_hi = 0.0f;
   uint64_t kept = ~uint64_t{0};
-  if (kWeighted && p.ids != nullptr) {
-    kept = 0;
-    for (int j = 0; j < p.k; ++j) {
-      const int64_t at = token * p.ids_stride + j;
-      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
-      kept |= uint64_t{id >= 0} << j;
+  if constexpr (kWeighted) {
+    const float* weights = p.weights + token * p.weights_stride;
+    if (lane < p.k) w_lo = weights[lane];
+    if (lane + 32 < p.k) w_hi = weights[lane + 32];
+    if (p.ids != nullptr) {
+      const auto id_kept = [&](int j) {
+        const int64_t at = token * p.ids_stride + j;
+        return j < p.k && (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
+      };
+      kept = __ballot_sync(~0u, id_kept(lane)) | uint64_t{__ballot_sync(~0u, id_kept(lane + 32))} << 32;
     }
   }
   bool use[kDepth];
   Raw x[kDepth];
-  float w[kDepth];
   const auto fetch = [&](int slot, int j) {
     use[slot] = j < steps && (j >= p.k || ((kept >> j) & 1) != 0);
-    w[slot] = 1.0f;
-    if (kWeighted && use[slot] && j < p.k) w[slot] = p.weights[token * p.weights_stride + j];
     if (has_shared && j == p.k) next += to_shared;
     if (use[slot]) x[slot] = *reinterpret_cast<const Raw*>(next);
     next += p.in_k_stride;
@@ -132,27 +139,32 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
   for (int j0 = 0; j0 < steps; j0 += kDepth) {
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
+      const int j = j0 + i;
+      // The scale applied here, not to the lane's weight: a multiply there waited for the weight before the rows'
+      // loads went out.
+      float scaled = 1.0f;
+      if constexpr (kWeighted) {
+        const float w = __shfl_sync(~0u, j < 32 ? w_lo : w_hi, j % 32);
+        if (j < p.k) scaled = w * p.scale;
+      }
       if (use[i]) {
         AlignedVector<T, kVec> e;
         __builtin_memcpy(&e, &x[i], sizeof(e));
-        // The scale applied here, not at the weight's fetch: a multiply there waited for the weight before the
-        // next slot's loads went out.
-        const float scaled = kWeighted && j0 + i < p.k ? w[i] * p.scale : 1.0f;
 #pragma unroll
         for (int n = 0; n < kVec; ++n) acc[n] = kWeighted ? fmaf(scaled, device::cast<float>(e[n]), acc[n]) : acc[n] + device::cast<float>(e[n]);
       }
-      fetch(i, j0 + i + kDepth);
+      fetch(i, j + kDepth);
     }
   }
   AlignedVector<T, kVec> y;
 #pragma unroll
   for (int n = 0; n < kVec; ++n) y[n] = device::cast<T>(acc[n]);
-  y.store_global(p.out + token * p.out_stride + col);
+  if (live) y.store_global(p.out + token * p.out_stride + col);
   device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
-// moe_weighted_sum's kernels: CTAs of kThreads, kExpertsAtOnce experts' rows in flight.
+// The batched kernel's CTAs of kThreads, kExpertsAtOnce experts' rows in flight.
 constexpr int kThreads = 128;
 constexpr int kExpertsAtOnce = 8;
 
@@ -170,7 +182,7 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
   y.store(p.out + token * p.out_stride + col);
 }
 
-// moe_weighted_sum's kernels (and moe_sum's between one and 18 tokens of 7168): the same sum over a grid of a token
+// Both ops' kernel between one and 18 tokens of 7168: the same sum over a grid of a token
 // per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their weights and ids read first)
 // before the first is added.
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
@@ -215,38 +227,6 @@ __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_const
     store_sum(p, token, col, acc, kWeighted && p.shared != nullptr, s);
   }
   device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
-#endif
-}
-
-// The same sum loading one expert's row at a time (its weight and id read before it): few registers, so full
-// occupancy, which the weighted sum's grids of several waves gain more from than from loads in flight.
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads) one_expert_at_a_time_kernel(const Combine<T> p) {
-#ifdef __CUDACC__
-  const int64_t token = blockIdx.x;
-  const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
-  const int64_t col = v * kVec;
-  device::pdl_wait_primary();
-  device::pdl_trigger_secondary();
-  if (v >= p.row_vecs) return;
-  float acc[kVec] = {};
-  const T* row = p.in + token * p.in_token_stride + col;
-  for (int j = 0; j < p.k; ++j) {
-    float w = 1.0f;
-    if (p.weights != nullptr) w = p.weights[token * p.weights_stride + j] * p.scale;
-    if (p.ids != nullptr) {
-      const int64_t at = token * p.ids_stride + j;
-      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
-      if (id < 0) continue;
-    }
-    AlignedVector<T, kVec> x;
-    x.load(row + j * p.in_k_stride);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
-  }
-  AlignedVector<T, kVec> s;
-  if (p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
-  store_sum(p, token, col, acc, p.shared != nullptr, s);
 #endif
 }
 
@@ -309,51 +289,24 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // moe_sum's schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md):
-  // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or
-  // the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum:
-  // launch_batched (its path of the ring kernel measured slower).
+  // The schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md): rows without
+  // 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or the batched
+  // kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers.
   template <bool kWeighted>
   static void launch(Operands ops) {
     using namespace host;
-    if constexpr (kWeighted) {
-      launch_batched<kWeighted>(ops);
-    } else {
-      if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
-      const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
-      if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
-      if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, device::kVec16<T> / 2>(ops, nullptr);
-      const bool wide = per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm;
-      launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, wide ? kMaxCta : kNarrowCta);
-    }
+    if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
+    const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
+    if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+    if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, device::kVec16<T> / 2>(ops, nullptr);
+    launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, row_cta(ops));
   }
 
-  // moe_weighted_sum's launch rule, by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
-  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once, except grids of several waves, one
-  // expert at a time. Rows without 16-byte vectors: one element a thread, 8 experts at once.
-  template <bool kWeighted>
-  static void launch_batched(Operands ops) {
+  // The most threads of a CTA of 16-byte vectors of a token's row, by the threads of the grid per SM (per_sm).
+  static int row_cta(const Operands& ops) {
     using namespace host;
-    constexpr int kVec = device::kVec16<T>;
-    if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
-    const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
-    const int64_t sms = runtime::get_sm_count(ops.device.device_id);
-    if (threads <= kPdlLateTriggerThreadsPerSm * sms) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
-    if constexpr (kWeighted) {  // (moe_sum's module builds no one-at-a-time kernel)
-      if (threads > row_policy(ops.device).threads_per_sm * sms) return launch_one_at_a_time(ops);
-    }
-    launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
-  }
-
-  // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
-  static void launch_one_at_a_time(Operands ops) {
-    using namespace host;
-    Combine<T>& p = ops.p;
-    constexpr int kVec = device::kVec16<T>;
-    const int64_t blocks = checked_blocks(p, kVec, kThreads);
-    if (blocks == 0) return;
-    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
-        .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
+    const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
+    return per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm ? kMaxCta : kNarrowCta;
   }
 
   // p.row_vecs for vectors of kVec elements, and the CTAs of kCtaThreads threads a token's row takes (0: nothing to do).
