@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_const
         const int j = j0 + i;
         use[i] = j < p.k;
         w[i] = 1.0f;
-        if (kWeighted && use[i]) w[i] = p.weights[token * p.weights_stride + j] * p.scale;
+        if (kWeighted && use[i]) w[i] = p.weights[token * p.weights_stride + j];
         if (kWeighted && use[i] && p.ids != nullptr) {
           const int64_t at = token * p.ids_stride + j;
           use[i] = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
@@ -220,8 +220,10 @@ __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_const
 #pragma unroll
       for (int i = 0; i < kAtOnce; ++i) {
         if (!use[i]) continue;
+        // The scale applied after the rows' loads: a multiply at the weight's load waited for it before they went out.
+        const float scaled = kWeighted ? w[i] * p.scale : 1.0f;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w[i], device::cast<float>(x[i][e]), acc[e]);
+        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(scaled, device::cast<float>(x[i][e]), acc[e]);
       }
     }
     store_sum(p, token, col, acc, kWeighted && p.shared != nullptr, s);
