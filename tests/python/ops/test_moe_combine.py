@@ -1,6 +1,6 @@
 """The MoE combine family on the GPU: moe_sum and moe_weighted_sum against a float64 torch reference (strided
 rows, unaligned hidden sizes, skipped experts, the shared expert, NaN), bad input, and the torch custom ops
-(opcheck, torch.compile, CUDA graphs)."""
+(opcheck, torch.compile, CUDA graphs); without a GPU, the SASS of the weighted sum's ring kernels."""
 
 import pytest
 
