@@ -89,15 +89,18 @@ def main() -> None:
 
 # (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh, the sizes it runs at: all where absent); the
 # first is the product's launch rule. Ring<vector bytes, launch bound, CTAs an SM (a register cap), loads in flight,
-# most threads a CTA of the row's split (-1: the product's)>: the product's decode ring where the rule takes the batched
-# kernel, and its kernel of 16-byte vectors with fewer loads in flight within its 32 registers (the weighted path's 3
-# spill its row's address, outside the loop), or more at 40 registers.
+# most threads a CTA of the row's split (-1: the product's), k if fixed at compile time>: the product's decode ring
+# where the rule takes the batched kernel; its kernel of 16-byte vectors with fewer loads in flight within its 32
+# registers (the weighted path's 3 spill its row's address, outside the loop) or more at 40 registers; its kernel for
+# k = 8 (no ids or shared row: the loop unrolled), which holds 4 in flight within 32 registers.
 _R = "bench_moe_combine::Ring"
 VARIANTS = [("product", "bench_moe_combine::Product"),
             ("batched rule", "bench_moe_combine::Batched"),
             ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (16,)),
-            ("16 B, 2 in flight", f"{_R}<16, 512, 4, 2, -1>", (64, 128, 256, 4096)),
-            ("16 B, 4 in flight, 40 registers", f"{_R}<16, 512, 3, 4, -1>", (64, 128, 256, 4096))]
+            ("k = 8: 8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8, 0, 8>", (1, 16)),
+            ("16 B, 2 in flight", f"{_R}<16, 512, 4, 2, -1>", (64, 256)),
+            ("16 B, 4 in flight, 40 registers", f"{_R}<16, 512, 3, 4, -1>", (64, 256, 4096)),
+            ("k = 8: 16 B, 4 in flight", f"{_R}<16, 512, 4, 4, -1, 8>", (64, 128, 256, 4096))]
 TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 128, 256, 4096), "moe_sum": (1, 16, 64, 128, 256, 4096)}
 
 

@@ -80,8 +80,9 @@ using RawWords = decltype(raw_words<kBytes>());
 // added as step k (weight 1), one rounding to T. A thread's vector of kBytes; kDepth rows' loads kept in flight, each
 // ring slot refilled with the step kDepth ahead once its own is added. Grid: x = the CTAs of one token's row (launched
 // one after another), y = tokens (at most 65535 a launch). kWeighted: weights, ids and the shared row may be given
-// (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a register cap).
-template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted>
+// (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a register cap). kK > 0: k is kK,
+// without ids or shared row (the loop unrolled: a deeper ring within the cap).
+template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted, int kK = 0>
 __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
   constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
@@ -95,14 +96,15 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
   const int64_t col = v * kVec;
   // The parameters and addresses before the PDL wait, where their loads overlap the kernel before.
   const int64_t token = blockIdx.y;
-  const bool has_shared = kWeighted && p.shared != nullptr;
-  const int steps = p.k + (has_shared ? 1 : 0);
+  const int k = kK > 0 ? kK : p.k;
+  const bool has_shared = kWeighted && kK == 0 && p.shared != nullptr;
+  const int steps = k + (has_shared ? 1 : 0);
   const T* next = p.in + token * p.in_token_stride + (live ? col : 0);  // step j's vector: expert j's, the shared row's at j = k
   // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
   // it); the addresses' difference, the two being different tensors (both T-aligned).
   const int64_t to_shared =
       has_shared ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.shared + token * p.shared_stride) -
-                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + p.k * p.in_k_stride)) /
+                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + k * p.in_k_stride)) /
                        static_cast<int64_t>(sizeof(T))
                  : 0;
   device::pdl_trigger_at(p.trigger, Trigger::kStart);
@@ -114,12 +116,12 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
   uint64_t kept = ~uint64_t{0};
   if constexpr (kWeighted) {
     const float* weights = p.weights + token * p.weights_stride;
-    if (lane < p.k) w_lo = weights[lane];
-    if (lane + 32 < p.k) w_hi = weights[lane + 32];
-    if (p.ids != nullptr) {
+    if (lane < k) w_lo = weights[lane];
+    if (lane + 32 < k) w_hi = weights[lane + 32];
+    if (kK == 0 && p.ids != nullptr) {
       const auto id_kept = [&](int j) {
         const int64_t at = token * p.ids_stride + j;
-        return j < p.k && (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
+        return j < k && (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
       };
       kept = __ballot_sync(~0u, id_kept(lane)) | uint64_t{__ballot_sync(~0u, id_kept(lane + 32))} << 32;
     }
@@ -127,15 +129,15 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
   bool use[kDepth];
   Raw x[kDepth];
   const auto fetch = [&](int slot, int j) {
-    use[slot] = j < steps && (j >= p.k || ((kept >> j) & 1) != 0);
-    if (has_shared && j == p.k) next += to_shared;
+    use[slot] = j < steps && (j >= k || ((kept >> j) & 1) != 0);
+    if (has_shared && j == k) next += to_shared;
     if (use[slot]) x[slot] = *reinterpret_cast<const Raw*>(next);
     next += p.in_k_stride;
   };
   float acc[kVec] = {};
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) fetch(i, i);
-#pragma unroll 1
+#pragma unroll(kK > 0 ? kK : 1)
   for (int j0 = 0; j0 < steps; j0 += kDepth) {
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
       float scaled = 1.0f;
       if constexpr (kWeighted) {
         const float w = __shfl_sync(~0u, j < 32 ? w_lo : w_hi, j % 32);
-        if (j < p.k) scaled = w * p.scale;
+        if (j < k) scaled = w * p.scale;
       }
       if (use[i]) {
         AlignedVector<T, kVec> e;
@@ -340,7 +342,7 @@ struct MoeCombineOps {
 
   // combine_kernel over vectors of kBytes: a token's row split evenly over the fewest CTAs of at most `most`
   // threads (kCta where 0; whole warps). A launch per 65535 tokens (the grid's y).
-  template <bool kWeighted, int kBytes, int kCta, int kMinCtas, int kDepth>
+  template <bool kWeighted, int kBytes, int kCta, int kMinCtas, int kDepth, int kK = 0>
   static void launch_ring(Operands ops, int most = 0) {
     using namespace host;
     Combine<T> p = ops.p;
@@ -355,7 +357,7 @@ struct MoeCombineOps {
       p.tokens = std::min(tokens - first, kMaxGridY);
       p.trigger = pdl_trigger_for(blocks * p.tokens, width, sms, row_policy(ops.device).threads_per_sm);
       LaunchKernel(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.tokens)), width, ops.device)
-          .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted>, p);
+          .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted, kK>, p);
       p.in += kMaxGridY * p.in_token_stride;
       p.out += kMaxGridY * p.out_stride;
       if constexpr (kWeighted) {

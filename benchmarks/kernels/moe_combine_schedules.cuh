@@ -77,13 +77,15 @@ struct Batched {
 
 // The product's combine_kernel over vectors of kBytes (16-byte aligned rows), a token's row split over CTAs of at
 // most kMost threads (at most kCta, the launch bound; -1: the product's pick), kMinCtas of kCta an SM (a register
-// cap), kDepth loads in flight.
-template <int kBytes, int kCta, int kMinCtas, int kDepth, int kMost = 0>
+// cap), kDepth loads in flight; kK > 0: its kernel for k = kK without ids or shared row.
+template <int kBytes, int kCta, int kMinCtas, int kDepth, int kMost = 0, int kK = 0>
 struct Ring {
   template <bool kWeighted>
   static void launch(Ops::Operands ops) {
     host::RuntimeCheck(Ops::vectors_fit(ops.p), "this schedule takes 16-byte aligned rows only");
-    Ops::launch_ring<kWeighted, kBytes, kCta, kMinCtas, kDepth>(ops, kMost < 0 ? Ops::row_cta(ops) : kMost);
+    host::RuntimeCheck(kK == 0 || (ops.p.k == kK && ops.p.ids == nullptr && ops.p.shared == nullptr), "this schedule takes k = ", kK,
+                       " without ids or shared row only");
+    Ops::launch_ring<kWeighted, kBytes, kCta, kMinCtas, kDepth, kK>(ops, kMost < 0 ? Ops::row_cta(ops) : kMost);
   }
   static void moe_sum(jitkern::TensorView input, jitkern::TensorView output) { launch<false>(Ops::sum_operands(input, output)); }
   static void moe_weighted_sum(jitkern::TensorView input, jitkern::TensorView output, jitkern::TensorView topk_weights,
