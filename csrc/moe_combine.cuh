@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace jitkern_moe_combine {
 
@@ -40,6 +41,10 @@ constexpr int kDepthDecode = 8;
 constexpr int64_t kDecodeThreadsPerSm = 128;
 constexpr int64_t kRingDecodeThreadsPerSm = 8;
 constexpr int kDecodeCta = 128;
+// The k of the unrolled kernels (DeepSeek-V3's and Qwen3's top 8), and their 16-byte loads in flight: 4 within the
+// 32 registers, where the runtime loop holds 3.
+constexpr int kFixedK = 8;
+constexpr int kDepthFixedK16 = 4;
 
 // Where the kernel lets the next launch start (PDL), by its grid: host::pdl_trigger_for.
 using Trigger = device::PdlTrigger;
@@ -76,14 +81,15 @@ constexpr auto raw_words() {
 template <int kBytes>
 using RawWords = decltype(raw_words<kBytes>());
 
-// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then the shared row
-// added as step k (weight 1), one rounding to T. A thread's vector of kBytes; kDepth rows' loads kept in flight, each
-// ring slot refilled with the step kDepth ahead once its own is added. Grid: x = the CTAs of one token's row (launched
-// one after another), y = tokens (at most 65535 a launch). kWeighted: weights, ids and the shared row may be given
-// (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a register cap). kK > 0: k is kK,
-// without ids or shared row (the loop unrolled: a deeper ring within the cap).
+// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), one rounding to T. A
+// thread's vector of kBytes; kDepth rows' loads kept in flight, each ring slot refilled with the expert kDepth ahead
+// once its own is added. Grid: x = the CTAs of one token's row (launched one after another), y = tokens (at most 65535
+// a launch). kMinCtas: CTAs of kCta an SM holds (a register cap). kK > 0: k is kK, the loop unrolled: a deeper ring
+// within the cap and none of the runtime loop's bookkeeping (its weighted path, ids and shared row included, measured
+// slower than the batched kernels). The weighted sum's kernel (weights only, no ids or shared row) is one of k = kK.
 template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted, int kK = 0>
 __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_constant__ Combine<T> p) {
+  static_assert(!kWeighted || (kK > 0 && kK <= 32), "the weighted kernel takes k = kK, a weight a lane");
 #ifdef __CUDACC__
   constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
   using Raw = RawWords<kBytes>;
@@ -97,40 +103,19 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
   // The parameters and addresses before the PDL wait, where their loads overlap the kernel before.
   const int64_t token = blockIdx.y;
   const int k = kK > 0 ? kK : p.k;
-  const bool has_shared = kWeighted && kK == 0 && p.shared != nullptr;
-  const int steps = k + (has_shared ? 1 : 0);
-  const T* next = p.in + token * p.in_token_stride + (live ? col : 0);  // step j's vector: expert j's, the shared row's at j = k
-  // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
-  // it); the addresses' difference, the two being different tensors (both T-aligned).
-  const int64_t to_shared =
-      has_shared ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.shared + token * p.shared_stride) -
-                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + k * p.in_k_stride)) /
-                       static_cast<int64_t>(sizeof(T))
-                 : 0;
+  const T* next = p.in + token * p.in_token_stride + (live ? col : 0);  // expert j's vector at step j
   device::pdl_trigger_at(p.trigger, Trigger::kStart);
   device::pdl_wait_primary(p.trigger);
-  // Lane i holds experts i's and i + 32's weights, shuffled to the warp at their steps: one load a thread, not one per
-  // expert (a weight a ring slot took registers past the cap: its spill waited for the load). Bit j of `kept`: expert
-  // j is added (its id >= 0), from the lanes' ids at once before any row.
-  float w_lo = 0.0f, w_hi = 0.0f;
-  uint64_t kept = ~uint64_t{0};
+  // Lane i holds expert i's weight, shuffled to the warp at its step: one load a thread, not one per expert (a weight
+  // a ring slot took registers past the cap: its spill waited for the load inside the loop).
+  float w_lane = 0.0f;
   if constexpr (kWeighted) {
-    const float* weights = p.weights + token * p.weights_stride;
-    if (lane < k) w_lo = weights[lane];
-    if (lane + 32 < k) w_hi = weights[lane + 32];
-    if (kK == 0 && p.ids != nullptr) {
-      const auto id_kept = [&](int j) {
-        const int64_t at = token * p.ids_stride + j;
-        return j < k && (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
-      };
-      kept = __ballot_sync(~0u, id_kept(lane)) | uint64_t{__ballot_sync(~0u, id_kept(lane + 32))} << 32;
-    }
+    if (lane < k) w_lane = p.weights[token * p.weights_stride + lane];
   }
   bool use[kDepth];
   Raw x[kDepth];
   const auto fetch = [&](int slot, int j) {
-    use[slot] = j < steps && (j >= k || ((kept >> j) & 1) != 0);
-    if (has_shared && j == k) next += to_shared;
+    use[slot] = j < k;
     if (use[slot]) x[slot] = *reinterpret_cast<const Raw*>(next);
     next += p.in_k_stride;
   };
@@ -138,7 +123,7 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) fetch(i, i);
 #pragma unroll(kK > 0 ? kK : 1)
-  for (int j0 = 0; j0 < steps; j0 += kDepth) {
+  for (int j0 = 0; j0 < k; j0 += kDepth) {
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
       const int j = j0 + i;
@@ -146,7 +131,7 @@ __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_co
       // loads went out.
       float scaled = 1.0f;
       if constexpr (kWeighted) {
-        const float w = __shfl_sync(~0u, j < 32 ? w_lo : w_hi, j % 32);
+        const float w = __shfl_sync(~0u, w_lane, j % 32);
         if (j < k) scaled = w * p.scale;
       }
       if (use[i]) {
@@ -234,6 +219,38 @@ __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_const
 #endif
 }
 
+// The same sum loading one expert's row at a time (its weight and id read before it): few registers, so full
+// occupancy, which the weighted sum's grids of several waves gain more from than from loads in flight.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) one_expert_at_a_time_kernel(const Combine<T> p) {
+#ifdef __CUDACC__
+  const int64_t token = blockIdx.x;
+  const int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x;
+  const int64_t col = v * kVec;
+  device::pdl_wait_primary();
+  device::pdl_trigger_secondary();
+  if (v >= p.row_vecs) return;
+  float acc[kVec] = {};
+  const T* row = p.in + token * p.in_token_stride + col;
+  for (int j = 0; j < p.k; ++j) {
+    float w = 1.0f;
+    if (p.weights != nullptr) w = p.weights[token * p.weights_stride + j] * p.scale;
+    if (p.ids != nullptr) {
+      const int64_t at = token * p.ids_stride + j;
+      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
+      if (id < 0) continue;
+    }
+    AlignedVector<T, kVec> x;
+    x.load(row + j * p.in_k_stride);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, device::cast<float>(x[e]), acc[e]);
+  }
+  AlignedVector<T, kVec> s;
+  if (p.shared != nullptr) s.load(p.shared + token * p.shared_stride + col);
+  store_sum(p, token, col, acc, p.shared != nullptr, s);
+#endif
+}
+
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 template <typename T>
 struct MoeCombineOps {
@@ -293,24 +310,71 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // The schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md): rows without
-  // 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or the batched
-  // kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers.
+  // The schedule (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md): bf16 rows of k = kFixedK without ids
+  // or shared row, 16-byte aligned, the unrolled kernels (1.07-1.51x the runtime-k schedules at 1-256 tokens, 1.00-1.06x
+  // at 4096; fp16's 16-byte one spills loaded rows at the cap); the rest, the runtime-k schedules.
   template <bool kWeighted>
   static void launch(Operands ops) {
-    using namespace host;
-    if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
-    const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
-    if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
-    if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, device::kVec16<T> / 2>(ops, nullptr);
-    launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, row_cta(ops));
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      if (ops.p.k == kFixedK && ops.p.ids == nullptr && ops.p.shared == nullptr && vectors_fit(ops.p)) return launch_fixed_k<kWeighted>(ops);
+    }
+    launch_runtime_k<kWeighted>(ops);
   }
 
-  // The most threads of a CTA of 16-byte vectors of a token's row, by the threads of the grid per SM (per_sm).
-  static int row_cta(const Operands& ops) {
+  // The unrolled kernels: decode grids (vectors_per_sm at most kDecodeThreadsPerSm) 8-byte vectors, 8 in flight; the
+  // rest 16-byte vectors, kDepthFixedK16 in flight within 32 registers.
+  template <bool kWeighted>
+  static void launch_fixed_k(Operands ops) {
+    if (vectors_per_sm(ops) <= kDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode, kFixedK>(ops);
+    launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepthFixedK16, kFixedK>(ops, row_cta(ops));
+  }
+
+  // The runtime-k schedules. moe_sum: rows without 16-byte vectors one element a thread, decode grids 8-byte vectors,
+  // 8 loads in flight (the ring, or the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32
+  // registers. moe_weighted_sum (the runtime-k ring's weighted path measured slower), by the threads of one 16-byte
+  // vector each: at most 256 per SM (decode batches) 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4
+  // experts at once, except grids of several waves, one expert at a time; rows without 16-byte vectors one element a
+  // thread, 8 experts at once.
+  template <bool kWeighted>
+  static void launch_runtime_k(Operands ops) {
     using namespace host;
-    const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
-    return per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm ? kMaxCta : kNarrowCta;
+    constexpr int kVec = device::kVec16<T>;
+    if constexpr (kWeighted) {
+      if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
+      const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
+      const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+      if (threads <= kPdlLateTriggerThreadsPerSm * sms) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+      if (threads > row_policy(ops.device).threads_per_sm * sms) return launch_one_at_a_time(ops);
+      launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
+    } else {
+      if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
+      const int64_t per_sm = vectors_per_sm(ops);
+      if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+      if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+      launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, row_cta(ops));
+    }
+  }
+
+  // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
+  static void launch_one_at_a_time(Operands ops) {
+    using namespace host;
+    Combine<T>& p = ops.p;
+    constexpr int kVec = device::kVec16<T>;
+    const int64_t blocks = checked_blocks(p, kVec, kThreads);
+    if (blocks == 0) return;
+    LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
+        .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
+  }
+
+  // The grid's 16-byte vectors per SM.
+  static int64_t vectors_per_sm(const Operands& ops) {
+    return ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / host::runtime::get_sm_count(ops.device.device_id);
+  }
+
+  // The most threads of a CTA of 16-byte vectors of a token's row, by the grid's vectors per SM.
+  static int row_cta(const Operands& ops) {
+    const int64_t per_sm = vectors_per_sm(ops);
+    return per_sm > kWideRowThreadsPerSm && per_sm <= host::row_policy(ops.device).threads_per_sm ? kMaxCta : kNarrowCta;
   }
 
   // p.row_vecs for vectors of kVec elements, and the CTAs of kCtaThreads threads a token's row takes (0: nothing to do).
@@ -360,11 +424,7 @@ struct MoeCombineOps {
           .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted, kK>, p);
       p.in += kMaxGridY * p.in_token_stride;
       p.out += kMaxGridY * p.out_stride;
-      if constexpr (kWeighted) {
-        p.weights += kMaxGridY * p.weights_stride;
-        if (p.ids != nullptr) p.ids = static_cast<const char*>(p.ids) + kMaxGridY * p.ids_stride * (p.ids64 ? 8 : 4);
-        if (p.shared != nullptr) p.shared += kMaxGridY * p.shared_stride;
-      }
+      if constexpr (kWeighted) p.weights += kMaxGridY * p.weights_stride;
     }
   }
   static constexpr int64_t kMaxGridY = 65535;
