@@ -36,8 +36,9 @@ constexpr int kNarrowCta = 256;
 constexpr int kDepth16 = 3;
 constexpr int kDepthDecode = 8;
 // Decode grids: at most kDecodeThreadsPerSm threads of 16-byte vectors per SM (18 tokens of 7168 on an H200) take
-// 8-byte vectors: the ring in CTAs of at most kDecodeCta up to kRingDecodeThreadsPerSm (one token of 7168: 0.91
-// against the batched kernel's 1.12 us), the batched kernel above (16 tokens: 1.31 against the ring's 1.44).
+// 8-byte vectors: the ring in CTAs of at most kDecodeCta (built for k = 8: throughout; with k read at run time up to
+// kRingDecodeThreadsPerSm, one token of 7168: 0.91 against the batched kernel's 1.12 us), the batched kernel above
+// (16 tokens: 1.31 against the runtime-k ring's 1.44).
 constexpr int64_t kDecodeThreadsPerSm = 128;
 constexpr int64_t kRingDecodeThreadsPerSm = 8;
 constexpr int kDecodeCta = 128;
@@ -169,9 +170,9 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
   y.store(p.out + token * p.out_stride + col);
 }
 
-// Both ops' kernel between one and 18 tokens of 7168: the same sum over a grid of a token
-// per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their weights and ids read first)
-// before the first is added.
+// The runtime-k schedules' batched kernel (moe_sum's between one and 18 tokens of 7168, the weighted sum's): the same
+// sum over a grid of a token per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their
+// weights and ids read first) before the first is added.
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
 __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
