@@ -140,8 +140,8 @@ def test_eight_experts_take_the_unrolled_kernels_and_the_rest_the_runtime_k_sche
         return names[0]
 
     def unrolled(name):  # (vector bytes, loads in flight, weighted) of combine_kernel<T, bytes, CTA, CTAs, depth, weighted, k = 8>
-        m = re.search(r"combine_kernel<[^,]+, (\d+), \d+, \d+, (\d+), (true|false), 8>", name)
-        return m and (int(m.group(1)), int(m.group(2)), m.group(3) == "true")
+        m = re.search(r"combine_kernel<[^,]+, (\d+), \d+, \d+, (\d+), (true|false|\(bool\)[01]), 8>", name)
+        return m and (int(m.group(1)), int(m.group(2)), m.group(3) in ("true", "(bool)1"))
 
     x = torch.randn(tokens, 8, 7168, dtype=torch.bfloat16, device="cuda")
     w = torch.rand(tokens, 8, device="cuda")
