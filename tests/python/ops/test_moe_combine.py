@@ -246,6 +246,21 @@ def test_more_tokens_than_a_grid_holds(hidden, ids_dtype):
 
 
 @pytest.mark.gpu
+def test_eight_experts_past_a_grid_of_tokens():
+    """The kernels built for k = 8 past 65535 tokens a launch: the next launch's rows and weights start where the last
+    one's ended (a token's row one 16-byte vector: a lane of each warp in the row, the weighted sum's other 31 there for
+    the shuffles)."""
+    torch = _torch()
+    from jitkern.ops import moe_sum, moe_weighted_sum
+
+    tokens = 65535 + 700
+    x = torch.randn(tokens, 8, 8, dtype=torch.bfloat16, device="cuda")
+    w = torch.rand(tokens, 8, device="cuda")
+    assert torch.equal(moe_sum(x), _sequential_fma(x))
+    assert torch.equal(moe_weighted_sum(x, w, routed_scaling_factor=0.5), _sequential_fma(x, w, None, None, 0.5))
+
+
+@pytest.mark.gpu
 def test_moe_sum_writes_strided_rows_and_vllm_order():
     torch = _torch()
     from jitkern.ops import moe_sum
