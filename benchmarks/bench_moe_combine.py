@@ -1,9 +1,8 @@
 """The MoE combine family (bf16, hidden 7168, k = 8: DeepSeek-V3's shape): moe_sum and moe_weighted_sum (router
 weights, scaling, the shared expert's row) against torch eager and torch.compile of the same math, the
 reference framework's Triton mul-sum where it is installed, the measured copy ceiling over the bytes moved,
-and a one-CTA launch floor. Prints markdown tables. `--variants`: the product's kernel at other vector widths, CTA
-widths, loads in flight and register caps than its launch rule picks, and the launch rule it replaced
-(benchmarks/kernels/moe_combine_schedules.cuh), beside the reference's kernels (SGLang's moe_topk_sum,
+and a one-CTA launch floor. Prints markdown tables. `--variants`: the product's launch rule against its runtime-k
+schedules (benchmarks/kernels/moe_combine_schedules.cuh), beside the reference's kernels (SGLang's moe_topk_sum,
 moe_fused_mul_sum), interleaved; each schedule's output compared bit for bit with the product's."""
 
 from __future__ import annotations
@@ -88,17 +87,10 @@ def main() -> None:
 
 
 # (name, C++ struct in benchmarks/kernels/moe_combine_schedules.cuh, the sizes it runs at: all where absent); the
-# first is the product's launch rule. Ring<vector bytes, launch bound, CTAs an SM (a register cap), loads in flight,
-# most threads a CTA of the row's split>: the product's kernel at the other side of each of the rule's choices, and
-# 4 loads in flight at 40 registers where nvcc's own 4 at once measured faster than 3 (run of ff1d906).
-_R = "bench_moe_combine::Ring"
+# first is the product's launch rule, the second its runtime-k schedules (its rule for k other than 8, ids or shared row).
 VARIANTS = [("product", "bench_moe_combine::Product"),
-            ("batched rule", "bench_moe_combine::Batched"),
-            ("16 B, 3 in flight, 224 wide", f"{_R}<16, 512, 4, 3, 256>", (16, 128, 256)),
-            ("8 B, 8 in flight, 128 wide", f"{_R}<8, 128, 1, 8>", (32,)),
-            ("16 B, 3 in flight, 448 wide", f"{_R}<16, 512, 4, 3>", (64, 512, 4096)),
-            ("16 B, 4 in flight, 224 wide, 40 registers", f"{_R}<16, 512, 3, 4, 256>", (32, 64, 512, 4096))]
-TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 256, 4096), "moe_sum": (1, 16, 32, 64, 128, 256, 512, 4096)}
+            ("runtime k", "bench_moe_combine::RuntimeK")]
+TOKENS_OF = {"moe_weighted_sum": (1, 16, 64, 128, 256, 4096), "moe_sum": (1, 16, 64, 128, 256, 4096)}
 
 
 def schedule_module(name: str, entries, ops):

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace jitkern_moe_combine {
 
@@ -30,16 +31,21 @@ constexpr int kCtasPerSm = 4;
 // kNarrowCta (4 of 224): measured the faster at each size.
 constexpr int64_t kWideRowThreadsPerSm = 512;
 constexpr int kNarrowCta = 256;
-// Loads a thread keeps in flight (experts' rows, their weights): rows of 16 bytes within the register cap, decode's
+// Loads a thread keeps in flight (experts' rows): rows of 16 bytes within the register cap, decode's
 // rows of 8 bytes (whose grids leave registers unused), rows without vectors.
 constexpr int kDepth16 = 3;
 constexpr int kDepthDecode = 8;
 // Decode grids: at most kDecodeThreadsPerSm threads of 16-byte vectors per SM (18 tokens of 7168 on an H200) take
-// 8-byte vectors: the ring in CTAs of at most kDecodeCta up to kRingDecodeThreadsPerSm (one token of 7168: 0.91
-// against the batched kernel's 1.12 us), the batched kernel above (16 tokens: 1.31 against the ring's 1.44).
+// 8-byte vectors: the ring in CTAs of at most kDecodeCta (built for k = 8: throughout; with k read at run time up to
+// kRingDecodeThreadsPerSm, one token of 7168: 0.91 against the batched kernel's 1.12 us), the batched kernel above
+// (16 tokens: 1.31 against the runtime-k ring's 1.44).
 constexpr int64_t kDecodeThreadsPerSm = 128;
 constexpr int64_t kRingDecodeThreadsPerSm = 8;
 constexpr int kDecodeCta = 128;
+// The k of the unrolled kernels (DeepSeek-V3's and Qwen3's top 8), and their 16-byte loads in flight: 4 within the
+// 32 registers, where the runtime loop holds 3.
+constexpr int kFixedK = 8;
+constexpr int kDepthFixedK16 = 4;
 
 // Where the kernel lets the next launch start (PDL), by its grid: host::pdl_trigger_for.
 using Trigger = device::PdlTrigger;
@@ -76,83 +82,77 @@ constexpr auto raw_words() {
 template <int kBytes>
 using RawWords = decltype(raw_words<kBytes>());
 
-// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), then the shared row
-// added as step k (weight 1), one rounding to T. A thread's vector of kBytes; kDepth loads (rows and their weights)
-// kept in flight, each ring slot refilled with the step kDepth ahead once its own is added. Grid: x = the CTAs of one
-// token's row (launched one after another), y = tokens (at most 65535 a launch). kWeighted: weights, ids and
-// the shared row may be given (moe_sum's kernel has none of their code). kMinCtas: CTAs of kCta an SM holds (a
-// register cap).
-template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted>
+// acc = fma(w_j, x_j, acc) over the experts j in order (w_j = 1 without weights: an exact add), one rounding to T. A
+// thread's vector of kBytes; kDepth rows' loads kept in flight, each ring slot refilled with the expert kDepth ahead
+// once its own is added. Grid: x = the CTAs of one token's row (launched one after another), y = tokens (at most 65535
+// a launch). kMinCtas: CTAs of kCta an SM holds (a register cap). kK > 0: k is kK, the loop unrolled: a deeper ring
+// within the cap and none of the runtime loop's bookkeeping (its weighted path, ids and shared row included, measured
+// slower than the batched kernels). The weighted sum's kernel (weights only, no ids or shared row) is one of k = kK.
+template <typename T, int kBytes, int kCta, int kMinCtas, int kDepth, bool kWeighted, int kK = 0>
 __global__ void __launch_bounds__(kCta, kMinCtas) combine_kernel(const __grid_constant__ Combine<T> p) {
+  static_assert(!kWeighted || (kK > 0 && kK <= 32), "the weighted kernel takes k = kK, a weight a lane");
 #ifdef __CUDACC__
   constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
   using Raw = RawWords<kBytes>;
   const int64_t v = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (v >= p.row_vecs) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // The weighted sum's warps stay whole for the weights' shuffles: a lane past the row reads its first vector, stores
+  // nothing.
+  if (kWeighted ? v - lane >= p.row_vecs : v >= p.row_vecs) return;
+  const bool live = !kWeighted || v < p.row_vecs;
   const int64_t col = v * kVec;
   // The parameters and addresses before the PDL wait, where their loads overlap the kernel before.
   const int64_t token = blockIdx.y;
-  const bool has_shared = kWeighted && p.shared != nullptr;
-  const int steps = p.k + (has_shared ? 1 : 0);
-  const T* next = p.in + token * p.in_token_stride + col;  // step j's vector: expert j's, the shared row's at j = k
-  // Elements from expert k's place to the shared row's, the same for every thread of the token (no column held for
-  // it); the addresses' difference, the two being different tensors (both T-aligned).
-  const int64_t to_shared =
-      has_shared ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(p.shared + token * p.shared_stride) -
-                                        reinterpret_cast<uintptr_t>(p.in + token * p.in_token_stride + p.k * p.in_k_stride)) /
-                       static_cast<int64_t>(sizeof(T))
-                 : 0;
+  const int k = kK > 0 ? kK : p.k;
+  const T* next = p.in + token * p.in_token_stride + (live ? col : 0);  // expert j's vector at step j
   device::pdl_trigger_at(p.trigger, Trigger::kStart);
   device::pdl_wait_primary(p.trigger);
-  // Bit j: expert j is added (its id >= 0); the ids read together before any row, not a latency per expert.
-  uint64_t kept = ~uint64_t{0};
-  if (kWeighted && p.ids != nullptr) {
-    kept = 0;
-    for (int j = 0; j < p.k; ++j) {
-      const int64_t at = token * p.ids_stride + j;
-      const int64_t id = p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at];
-      kept |= uint64_t{id >= 0} << j;
-    }
+  // Lane i holds expert i's weight, shuffled to the warp at its step: one load a thread, not one per expert (a weight
+  // a ring slot took registers past the cap: its spill waited for the load inside the loop).
+  float w_lane = 0.0f;
+  if constexpr (kWeighted) {
+    if (lane < k) w_lane = p.weights[token * p.weights_stride + lane];
   }
   bool use[kDepth];
   Raw x[kDepth];
-  float w[kDepth];
   const auto fetch = [&](int slot, int j) {
-    use[slot] = j < steps && (j >= p.k || ((kept >> j) & 1) != 0);
-    w[slot] = 1.0f;
-    if (kWeighted && use[slot] && j < p.k) w[slot] = p.weights[token * p.weights_stride + j];
-    if (has_shared && j == p.k) next += to_shared;
+    use[slot] = j < k;
     if (use[slot]) x[slot] = *reinterpret_cast<const Raw*>(next);
     next += p.in_k_stride;
   };
   float acc[kVec] = {};
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) fetch(i, i);
-#pragma unroll 1
-  for (int j0 = 0; j0 < steps; j0 += kDepth) {
+#pragma unroll(kK > 0 ? kK : 1)
+  for (int j0 = 0; j0 < k; j0 += kDepth) {
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
+      const int j = j0 + i;
+      // The scale applied here, not to the lane's weight: a multiply there waited for the weight before the rows'
+      // loads went out.
+      float scaled = 1.0f;
+      if constexpr (kWeighted) {
+        const float w = __shfl_sync(~0u, w_lane, j % 32);
+        if (j < k) scaled = w * p.scale;
+      }
       if (use[i]) {
         AlignedVector<T, kVec> e;
         __builtin_memcpy(&e, &x[i], sizeof(e));
-        // The scale applied here, not at the weight's fetch: a multiply there waited for the weight before the
-        // next slot's loads went out.
-        const float scaled = kWeighted && j0 + i < p.k ? w[i] * p.scale : 1.0f;
 #pragma unroll
         for (int n = 0; n < kVec; ++n) acc[n] = kWeighted ? fmaf(scaled, device::cast<float>(e[n]), acc[n]) : acc[n] + device::cast<float>(e[n]);
       }
-      fetch(i, j0 + i + kDepth);
+      fetch(i, j + kDepth);
     }
   }
   AlignedVector<T, kVec> y;
 #pragma unroll
   for (int n = 0; n < kVec; ++n) y[n] = device::cast<T>(acc[n]);
-  y.store_global(p.out + token * p.out_stride + col);
+  if (live) y.store_global(p.out + token * p.out_stride + col);
   device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
 
-// moe_weighted_sum's kernels: CTAs of kThreads, kExpertsAtOnce experts' rows in flight.
+// The batched kernel's CTAs of kThreads, kExpertsAtOnce experts' rows in flight.
 constexpr int kThreads = 128;
 constexpr int kExpertsAtOnce = 8;
 
@@ -170,9 +170,9 @@ __device__ __forceinline__ void store_sum(const Combine<T>& p, int64_t token, in
   y.store(p.out + token * p.out_stride + col);
 }
 
-// moe_weighted_sum's kernels (and moe_sum's between one and 18 tokens of 7168): the same sum over a grid of a token
-// per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their weights and ids read first)
-// before the first is added.
+// The runtime-k schedules' batched kernel (moe_sum's between one and 18 tokens of 7168, the weighted sum's): the same
+// sum over a grid of a token per x and kCtaThreads-thread CTAs of its row per y, kAtOnce experts loaded (their
+// weights and ids read first) before the first is added.
 template <typename T, int kVec, int kCtaThreads, bool kWeighted, int kAtOnce = kExpertsAtOnce>
 __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_constant__ Combine<T> p) {
 #ifdef __CUDACC__
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_const
         const int j = j0 + i;
         use[i] = j < p.k;
         w[i] = 1.0f;
-        if (kWeighted && use[i]) w[i] = p.weights[token * p.weights_stride + j] * p.scale;
+        if (kWeighted && use[i]) w[i] = p.weights[token * p.weights_stride + j];
         if (kWeighted && use[i] && p.ids != nullptr) {
           const int64_t at = token * p.ids_stride + j;
           use[i] = (p.ids64 ? static_cast<const int64_t*>(p.ids)[at] : static_cast<const int32_t*>(p.ids)[at]) >= 0;
@@ -208,8 +208,10 @@ __global__ void __launch_bounds__(kCtaThreads) batched_kernel(const __grid_const
 #pragma unroll
       for (int i = 0; i < kAtOnce; ++i) {
         if (!use[i]) continue;
+        // The scale applied after the rows' loads: a multiply at the weight's load waited for it before they went out.
+        const float scaled = kWeighted ? w[i] * p.scale : 1.0f;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w[i], device::cast<float>(x[i][e]), acc[e]);
+        for (int e = 0; e < kVec; ++e) acc[e] = fmaf(scaled, device::cast<float>(x[i][e]), acc[e]);
       }
     }
     store_sum(p, token, col, acc, kWeighted && p.shared != nullptr, s);
@@ -309,40 +311,49 @@ struct MoeCombineOps {
     return {p, device.unwrap()};
   }
 
-  // moe_sum's schedule by the rows and the grid (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md):
-  // rows without 16-byte vectors one element a thread, decode grids 8-byte vectors, 8 loads in flight (the ring, or
-  // the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32 registers. moe_weighted_sum:
-  // launch_batched (its path of the ring kernel measured slower).
+  // The schedule (bf16 [T, 8, 7168] on an H200, docs/benchmarks/moe_combine.md): bf16 rows of k = kFixedK without ids
+  // or shared row, 16-byte aligned, the unrolled kernels (1.07-1.51x the runtime-k schedules at 1-256 tokens, 1.00-1.06x
+  // at 4096; fp16's 16-byte one spills loaded rows at the cap); the rest, the runtime-k schedules.
   template <bool kWeighted>
   static void launch(Operands ops) {
-    using namespace host;
-    if constexpr (kWeighted) {
-      launch_batched<kWeighted>(ops);
-    } else {
-      if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
-      const int64_t per_sm = ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / runtime::get_sm_count(ops.device.device_id);
-      if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
-      if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, device::kVec16<T> / 2>(ops, nullptr);
-      const bool wide = per_sm > kWideRowThreadsPerSm && per_sm <= row_policy(ops.device).threads_per_sm;
-      launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, wide ? kMaxCta : kNarrowCta);
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      if (ops.p.k == kFixedK && ops.p.ids == nullptr && ops.p.shared == nullptr && vectors_fit(ops.p)) return launch_fixed_k<kWeighted>(ops);
     }
+    launch_runtime_k<kWeighted>(ops);
   }
 
-  // moe_weighted_sum's launch rule, by the threads of one 16-byte vector each: at most 256 per SM (decode batches)
-  // 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4 experts at once, except grids of several waves, one
-  // expert at a time. Rows without 16-byte vectors: one element a thread, 8 experts at once.
+  // The unrolled kernels: decode grids (vectors_per_sm at most kDecodeThreadsPerSm) 8-byte vectors, 8 in flight; the
+  // rest 16-byte vectors, kDepthFixedK16 in flight within 32 registers.
   template <bool kWeighted>
-  static void launch_batched(Operands ops) {
+  static void launch_fixed_k(Operands ops) {
+    if (vectors_per_sm(ops) <= kDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode, kFixedK>(ops);
+    launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepthFixedK16, kFixedK>(ops, row_cta(ops));
+  }
+
+  // The runtime-k schedules. moe_sum: rows without 16-byte vectors one element a thread, decode grids 8-byte vectors,
+  // 8 loads in flight (the ring, or the batched kernel's 8 at once); the rest 16-byte vectors, 3 in flight within 32
+  // registers. moe_weighted_sum (the runtime-k ring's weighted path measured slower), by the threads of one 16-byte
+  // vector each: at most 256 per SM (decode batches) 8-byte vectors, 8 experts at once; more, 16-byte vectors, 4
+  // experts at once, except grids of several waves, one expert at a time; rows without 16-byte vectors one element a
+  // thread, 8 experts at once.
+  template <bool kWeighted>
+  static void launch_runtime_k(Operands ops) {
     using namespace host;
     constexpr int kVec = device::kVec16<T>;
-    if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
-    const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
-    const int64_t sms = runtime::get_sm_count(ops.device.device_id);
-    if (threads <= kPdlLateTriggerThreadsPerSm * sms) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
-    if constexpr (kWeighted) {  // (moe_sum's module builds no one-at-a-time kernel)
+    if constexpr (kWeighted) {
+      if (!vectors_fit(ops.p)) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, 1>(ops, nullptr);
+      const int64_t threads = ops.p.tokens * div_ceil(ops.p.hidden / kVec, int64_t{kThreads}) * kThreads;
+      const int64_t sms = runtime::get_sm_count(ops.device.device_id);
+      if (threads <= kPdlLateTriggerThreadsPerSm * sms) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
       if (threads > row_policy(ops.device).threads_per_sm * sms) return launch_one_at_a_time(ops);
+      launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
+    } else {
+      if (!vectors_fit(ops.p)) return launch_ring<kWeighted, sizeof(T), kNarrowCta, 1, kDepthDecode>(ops);
+      const int64_t per_sm = vectors_per_sm(ops);
+      if (per_sm <= kRingDecodeThreadsPerSm) return launch_ring<kWeighted, 8, kDecodeCta, 1, kDepthDecode>(ops);
+      if (per_sm <= kDecodeThreadsPerSm) return launch_vectors<kWeighted, kThreads, kExpertsAtOnce, kVec / 2>(ops, nullptr);
+      launch_ring<kWeighted, 16, kMaxCta, kCtasPerSm, kDepth16>(ops, row_cta(ops));
     }
-    launch_vectors<kWeighted, kThreads, kExpertsAtOnce / 2, kVec>(ops, nullptr);
   }
 
   // one_expert_at_a_time_kernel over 16-byte vectors (vectors_fit), the next launch triggered at its start.
@@ -354,6 +365,17 @@ struct MoeCombineOps {
     if (blocks == 0) return;
     LaunchKernel(dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)), kThreads, ops.device)
         .enable_pdl()(one_expert_at_a_time_kernel<T, kVec>, p);
+  }
+
+  // The grid's 16-byte vectors per SM.
+  static int64_t vectors_per_sm(const Operands& ops) {
+    return ops.p.tokens * (ops.p.hidden / device::kVec16<T>) / host::runtime::get_sm_count(ops.device.device_id);
+  }
+
+  // The most threads of a CTA of 16-byte vectors of a token's row, by the grid's vectors per SM.
+  static int row_cta(const Operands& ops) {
+    const int64_t per_sm = vectors_per_sm(ops);
+    return per_sm > kWideRowThreadsPerSm && per_sm <= host::row_policy(ops.device).threads_per_sm ? kMaxCta : kNarrowCta;
   }
 
   // p.row_vecs for vectors of kVec elements, and the CTAs of kCtaThreads threads a token's row takes (0: nothing to do).
@@ -385,7 +407,7 @@ struct MoeCombineOps {
 
   // combine_kernel over vectors of kBytes: a token's row split evenly over the fewest CTAs of at most `most`
   // threads (kCta where 0; whole warps). A launch per 65535 tokens (the grid's y).
-  template <bool kWeighted, int kBytes, int kCta, int kMinCtas, int kDepth>
+  template <bool kWeighted, int kBytes, int kCta, int kMinCtas, int kDepth, int kK = 0>
   static void launch_ring(Operands ops, int most = 0) {
     using namespace host;
     Combine<T> p = ops.p;
@@ -400,14 +422,10 @@ struct MoeCombineOps {
       p.tokens = std::min(tokens - first, kMaxGridY);
       p.trigger = pdl_trigger_for(blocks * p.tokens, width, sms, row_policy(ops.device).threads_per_sm);
       LaunchKernel(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.tokens)), width, ops.device)
-          .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted>, p);
+          .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted, kK>, p);
       p.in += kMaxGridY * p.in_token_stride;
       p.out += kMaxGridY * p.out_stride;
-      if constexpr (kWeighted) {
-        p.weights += kMaxGridY * p.weights_stride;
-        if (p.ids != nullptr) p.ids = static_cast<const char*>(p.ids) + kMaxGridY * p.ids_stride * (p.ids64 ? 8 : 4);
-        if (p.shared != nullptr) p.shared += kMaxGridY * p.shared_stride;
-      }
+      if constexpr (kWeighted) p.weights += kMaxGridY * p.weights_stride;
     }
   }
   static constexpr int64_t kMaxGridY = 65535;

@@ -244,24 +244,18 @@ def test_rows_kernel_loads_before_its_trigger_and_checks_after(tmp_path):
     row's loads past the check where nothing holds them, and an instruction reading the location ahead of
     the trigger delays the next launch by the load's latency)."""
     import re
-    import shutil
-    import subprocess
 
     import jitkern
-    from sm90a_cubin import sm90a_cubin
+    from sm90a_cubin import sass_functions, sass_tool, sm90a_cubin
 
-    tool = shutil.which("cuobjdump") or shutil.which("nvdisasm")
-    if shutil.which("nvcc") is None or tool is None:
+    tool = sass_tool()
+    if tool is None:
         pytest.skip("NOT RUN: nvcc with cuobjdump or nvdisasm is not installed")
     cubin, _ = sm90a_cubin(tmp_path, "rows", f'#include "{jitkern.CSRC_DIR / "mla_cache.cuh"}"\nusing namespace jitkern_mla_cache;\n'
                              "void* k[] = {(void*)&mla_kv_rows_kernel<1024, 128, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int32_t, false>,"
                              " (void*)&mla_kv_rows_kernel<2048, 256, int64_t, false>, (void*)&mla_kv_rows_kernel<1024, 128, int64_t, true>,"
                              " (void*)&mla_kv_rows_kernel<1024, 128, int32_t, true>, (void*)&mla_kv_rows_kernel<2048, 256, int64_t, true>};\n")
-    sass = subprocess.run([tool, "-sass" if tool.endswith("cuobjdump") else "-c", str(cubin)], check=True, capture_output=True,
-                          text=True).stdout
-    bodies = {}
-    for name, body in re.findall(r"(?:Function : |\.text\.)(_Z\w*mla_kv_rows_kernel\w*)(.*?)(?=Function : |\.text\._Z|\Z)", sass, re.S):
-        bodies[name] = max(bodies.get(name, ""), body, key=len)  # nvdisasm names a function in its section line too
+    bodies = sass_functions(tool, cubin, "mla_kv_rows_kernel")
     assert len(bodies) == 6, sorted(bodies)
     for name, body in bodies.items():
         # instructions as (opcode, operands), addresses, encodings and predicates left out
