@@ -455,7 +455,36 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 #else
 #define JITKERN_QKNORM_ROPE_MAXNREG(n)
 #endif
-template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Bulk copies (the TMA): into shared memory completing on an mbarrier (one arrival a phase), and out of it.
+__device__ __forceinline__ uint32_t shared_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_u32(bar)) : "memory"); }
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(shared_u32(bar)),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_u32(dst)), "l"(src), "r"(bytes),
+               "r"(shared_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(shared_u32(src)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+#endif
+
+// Variants of the staged kernel (bits of kOpts), compared by benchmarks/kernels/qknorm_rope_schedules.cuh.
+enum StagedOpts : unsigned { kOptStep = 1, kOptEarlyRotation = 2, kOptFloor = 4, kOptBulk = 8 };
+constexpr unsigned kStagedOpts = 0;
+template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull,
+          unsigned kOpts = kStagedOpts>
 __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
@@ -468,10 +497,25 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   // vector put as many instructions before each copy as the token's arithmetic has.
   const int h0 = thread / row_vecs, c0 = thread - h0 * row_vecs, dh = kCtaThreads / row_vecs, dc = kCtaThreads - dh * row_vecs;
   const auto copy_heads = [&](T* rows, const T* src, int64_t head_stride, int count) {
-    for (int h = h0, c = c0; h < count;) {
-      device::ptx::cp_async_16(rows + h * p.head_dim + c * kVec, src + h * head_stride + c * kVec);
-      h += dh, c += dc;
-      if (c >= row_vecs) c -= row_vecs, ++h;
+    if constexpr ((kOpts & kOptStep) != 0) {
+      T* to = rows + thread * kVec;
+      const T* from = src + h0 * head_stride + c0 * kVec;
+      const int64_t step = dh * head_stride + dc * kVec, wrap = head_stride - int64_t{row_vecs} * kVec;
+      if (dc == 0) {  // whole heads a step: the thread's column stays
+        for (int h = h0; h < count; h += dh, to += kCtaThreads * kVec, from += step) device::ptx::cp_async_16(to, from);
+        return;
+      }
+      for (int h = h0, c = c0; h < count;) {
+        device::ptx::cp_async_16(to, from);
+        h += dh, c += dc, to += kCtaThreads * kVec, from += step;
+        if (c >= row_vecs) c -= row_vecs, ++h, from += wrap;
+      }
+    } else {
+      for (int h = h0, c = c0; h < count;) {
+        device::ptx::cp_async_16(rows + h * p.head_dim + c * kVec, src + h * head_stride + c * kVec);
+        h += dh, c += dc;
+        if (c >= row_vecs) c -= row_vecs, ++h;
+      }
     }
   };
   float* const weights = reinterpret_cast<float*>(staged);  // q's, then k's, weight_offset added
@@ -479,59 +523,120 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   // The token's indices and its heads into buffer b; a copy group each call, empty past the last token (so
   // that the wait below counts groups alike in every turn).
   TokenIndices ahead[kStages];  // tokens token, + gridDim.x, ...: the buffers' tokens in turn
+  constexpr bool kBulk = (kOpts & kOptBulk) != 0;
+  [[maybe_unused]] uint64_t* const full = reinterpret_cast<uint64_t*>(buffer_at(kStages));  // kBulk: a buffer's copies landed
+  // kBulk: heads of one stride at once where contiguous, else a head a thread.
+  [[maybe_unused]] const auto bulk_heads = [&](T* rows, const T* src, int64_t head_stride, int count, int by, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (count == 0) return;
+    if (head_stride == p.head_dim) {
+      if (thread == by) bulk_load(rows, src, static_cast<uint32_t>(count * p.head_dim * sizeof(T)), bar);
+    } else {
+      for (int h = thread; h < count; h += kCtaThreads) bulk_load(rows + h * p.head_dim, src + h * head_stride, p.head_dim * sizeof(T), bar);
+    }
+#endif
+  };
   const auto stage = [&](int64_t token, TokenIndices& at, int b) {
     if (token < tokens) {
       at = load_token<kStore>(p, s, token);
       T* const rows = buffer_at(b);
+      if constexpr (kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (thread == 0) mbarrier_arrive_expect_tx(&full[b], static_cast<uint32_t>(buffer_elems * sizeof(T)));
+#endif
+        bulk_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads, 0, &full[b]);
+        bulk_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads, 1, &full[b]);
+        if constexpr (kStore) bulk_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads, 2, &full[b]);
+        return;
+      }
       copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
       copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
       if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
     }
-    device::ptx::cp_async_commit();
+    if constexpr (!kBulk) device::ptx::cp_async_commit();
   };
   const HeadLane<kPairing, kVec, kFull> l(p, thread);
   constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kBulk) {
+    if (thread == 0) {
+      for (int b = 0; b < kStages; ++b) mbarrier_init_one(&full[b]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+  }
+#endif
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
 #pragma unroll
   for (int j = 0; j + 1 < kStages; ++j) stage(blockIdx.x + int64_t{j} * gridDim.x, ahead[j], j);
   for (int i = thread; i < 2 * p.head_dim; i += kCtaThreads)  // read after the first turn's barrier
     weights[i] = device::cast<float>(i < p.head_dim ? p.q_weight[i] : p.k_weight[i - p.head_dim]) + p.weight_offset;
+  if constexpr (kBulk) __syncthreads();
+  [[maybe_unused]] uint32_t phase = 0;
   const RowWeights<HeadLane<kPairing, kVec, kFull>, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
   const int group = thread >> p.width_log2, groups = kCtaThreads >> p.width_log2;
   int buffer = 0;
+  Rotation<kVec> r;
+  if constexpr ((kOpts & kOptEarlyRotation) != 0) {
+    if (blockIdx.x < tokens && !ahead[0].outside(p.max_position)) r.load(p, l, ahead[0].position, ahead[0].position_h, ahead[0].position_w);
+  }
   for (int64_t token = blockIdx.x; token < tokens; token += gridDim.x) {
     const TokenIndices at = ahead[0];
     const bool skipped = at.outside(p.max_position);
-    Rotation<kVec> r;
-    if (!skipped) r.load(p, l, at.position, at.position_h, at.position_w);
+    if constexpr ((kOpts & kOptEarlyRotation) == 0) {
+      if (!skipped) r.load(p, l, at.position, at.position_h, at.position_w);
+    }
     [[maybe_unused]] char* k_row = nullptr;
     [[maybe_unused]] char* v_row = nullptr;
     if constexpr (kStore) {
       if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
     }
     stage(token + int64_t{kStages - 1} * gridDim.x, ahead[kStages - 1], (buffer + kStages - 1) % kStages);
-    device::ptx::cp_async_wait_group<kStages - 1>();  // the current token's copies
-    __syncthreads();
     const T* const rows = buffer_at(buffer);
+    if constexpr (kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      mbarrier_wait_parity(&full[buffer], phase);
+      if constexpr (kStore && !kFp8) {
+        if (thread == 0 && v_row != nullptr && !skipped) bulk_store(v_row, rows + heads * p.head_dim, static_cast<uint32_t>(p.k_heads * p.head_dim * sizeof(T)));
+      }
+#endif
+    } else {
+      device::ptx::cp_async_wait_group<kStages - 1>();  // the current token's copies
+      __syncthreads();
+    }
     if (!skipped) {
       [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
       if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
       T* q = p.q + token * p.q_token;
       T* k = p.k + token * p.k_token;
       int h = group;
-      for (; h < p.q_heads; h += groups) {
-        HeadVecs<T, kVec> x;
-        x.load(rows + h * p.head_dim, l);
-        norm_rope_head<kFp8, false>(p, l, x, wq, r, q + h * p.q_head, nullptr, k_div);
+      if constexpr ((kOpts & kOptFloor) != 0) {  // the bytes alone: heads copied back unchanged (the rotation's loads kept)
+        for (; h < heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          if (r.cs[0][0] == 7.5f) x.a[0][0] = x.b[0][0];
+          const bool is_k = h >= p.q_heads;
+          T* dst = is_k ? k + (h - p.q_heads) * p.k_head : q + h * p.q_head;
+          x.a[0].store(dst + l.unit_col(0)), x.b[0].store(dst + l.unit_col(0) + l.pair());
+          if constexpr (kStore) {
+            if (is_k && k_row != nullptr) x.template to_cache_row<kFp8>(k_row + kCacheBytes * (h - p.q_heads) * p.head_dim, l, k_div);
+          }
+        }
+      } else {
+        for (; h < p.q_heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          norm_rope_head<kFp8, false>(p, l, x, wq, r, q + h * p.q_head, nullptr, k_div);
+        }
+        for (; h < heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+          norm_rope_head<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
+        }
       }
-      for (; h < heads; h += groups) {
-        HeadVecs<T, kVec> x;
-        x.load(rows + h * p.head_dim, l);
-        char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
-        norm_rope_head<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
-      }
-      if constexpr (kStore) {
+      if constexpr (kStore && !(kBulk && !kFp8)) {
         if (v_row != nullptr) {
           for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
             AlignedVector<T, kVec> x;
@@ -541,12 +646,27 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
         }
       }
     }
+    if constexpr ((kOpts & kOptEarlyRotation) != 0) {  // the next token's cos/sin, in flight across the barrier and the next wait
+      if (token + gridDim.x < tokens && !ahead[1].outside(p.max_position)) r.load(p, l, ahead[1].position, ahead[1].position_h, ahead[1].position_w);
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kBulk && kStore && !kFp8) {
+      if (thread == 0) bulk_wait_read();  // the v row read out before its buffer is staged again
+    }
+#endif
     __syncthreads();  // every thread is done with the buffer the next turn stages into
 #pragma unroll
     for (int j = 0; j + 1 < kStages; ++j) ahead[j] = ahead[j + 1];
     buffer = buffer + 1 == kStages ? 0 : buffer + 1;
+    if (buffer == 0) phase ^= 1;
   }
-  device::ptx::cp_async_wait_all();  // no copy lands after the CTA's shared memory is released
+  if constexpr (kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (thread == 0) bulk_wait();
+#endif
+  } else {
+    device::ptx::cp_async_wait_all();  // no copy lands after the CTA's shared memory is released
+  }
 #endif
 }
 
@@ -753,7 +873,7 @@ struct QkNormRopeOps {
     template <bool kStore>
     int64_t staged_smem(int stages) const {
       const int64_t heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
-      return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)};
+      return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)} + 8 * stages;
     }
 
     // The kernels' parameters at kVec elements a vector.
@@ -784,14 +904,14 @@ struct QkNormRopeOps {
     // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), its
     // pairing compiled in, at most kFullMaxRegs registers a thread (0: the compiler's choice); the kernel
     // with branches reads its pairing at run time.
-    template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
+    template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true, unsigned kOpts = kStagedOpts>
     void run_staged(const Store& s, bool neox) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       c.neox = neox;
       const auto launch = [&]<Pairing kPairing, bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, kOpts>;
         const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
         const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);

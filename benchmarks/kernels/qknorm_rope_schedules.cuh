@@ -16,7 +16,8 @@ using Ops = QkNormRopeOps<bf16_t>;
 // kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors, the kernel of full
 // lanes at most kMaxRegs registers a thread (0: the compiler's choice); kFullLanes false: never the kernel of
 // full lanes.
-template <int kCtaThreads, int kStages = 2, int kMaxRegs = Ops::Setup::kStagedFullMaxRegs, bool kFullLanes = true, bool kPairingCompiled = false>
+template <int kCtaThreads, int kStages = 2, int kMaxRegs = Ops::Setup::kStagedFullMaxRegs, bool kFullLanes = true, bool kPairingCompiled = false,
+          unsigned kOpts = kStagedOpts, int kMaxRegsStore = kMaxRegs>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
@@ -37,7 +38,7 @@ struct Schedule {
     if (setup.tokens == 0) return;
     if (!setup.template wide_vectors<kStore>(wide_store)) return setup.template run_heads<kFp8, 1, kStore>(s, neox);
     if constexpr (kCtaThreads > 0) {
-      return setup.template run_staged<kFp8, Ops::kWideVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes>(s, neox);
+      return setup.template run_staged<kFp8, Ops::kWideVec, kStore, kCtaThreads, kStages, kStore ? kMaxRegsStore : kMaxRegs, kFullLanes, kOpts>(s, neox);
     } else if constexpr (kPairingCompiled) {
       return neox ? setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kNeox>(s, neox)
                   : setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kGptJ>(s, neox);
