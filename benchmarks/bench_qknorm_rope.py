@@ -185,12 +185,12 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("copies stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, jitkern_qknorm_rope::kOptStep>"),
-             ("copies stepped, next cos/sin early", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 3>"),
-             ("copies stepped, next cos/sin early, 128 regs with the write", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 3, 128>"),
-             ("bulk copies (128 regs with the write)", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, jitkern_qknorm_rope::kOptBulk, 128>"),
-             ("bulk copies, next cos/sin early (128 regs with the write)", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 10, 128>"),
-             ("floor: the product's staging, no arithmetic", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, jitkern_qknorm_rope::kOptFloor>"),
+             ("copies stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 1>"),
+             ("copies stepped, weights held, addresses stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 17>"),
+             ("bulk copies", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 8, 128>"),
+             ("bulk copies, weights held, addresses stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 24, 128>"),
+             ("bulk copies, weights held, addresses stepped, next cos/sin early", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 26, 128>"),
+             ("floor: the product's staging, no arithmetic", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 4>"),
              ("floor: bulk copies, no arithmetic", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 12, 128>")]
 
 

@@ -481,7 +481,16 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 #endif
 
 // Variants of the staged kernel (bits of kOpts), compared by benchmarks/kernels/qknorm_rope_schedules.cuh.
-enum StagedOpts : unsigned { kOptStep = 1, kOptEarlyRotation = 2, kOptFloor = 4, kOptBulk = 8 };
+enum StagedOpts : unsigned { kOptStep = 1, kOptEarlyRotation = 2, kOptFloor = 4, kOptBulk = 8, kOptLean = 16 };
+
+// A lane's unit of a weight row held in registers (the kernel of full lanes: one unit a lane).
+template <int kVec>
+struct HeldWeights {
+  AlignedVector<float, kVec> wa, wb;
+  __device__ __forceinline__ AlignedVector<float, kVec> a(int) const { return wa; }
+  __device__ __forceinline__ AlignedVector<float, kVec> b(int) const { return wb; }
+  __device__ __forceinline__ AlignedVector<float, kVec> t(int) const { return wa; }
+};
 constexpr unsigned kStagedOpts = 0;
 template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull,
           unsigned kOpts = kStagedOpts>
@@ -622,6 +631,26 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
           if constexpr (kStore) {
             if (is_k && k_row != nullptr) x.template to_cache_row<kFp8>(k_row + kCacheBytes * (h - p.q_heads) * p.head_dim, l, k_div);
           }
+        }
+      } else if constexpr (kFull && (kOpts & kOptLean) != 0) {  // weights held a loop, addresses stepped
+        {
+          const HeldWeights<kVec> w{wq.a(0), wq.b(0)};
+          T* dst = q + h * p.q_head;
+          const T* src = rows + h * p.head_dim;
+          const int64_t dst_step = groups * p.q_head;
+          const int src_step = groups * p.head_dim;
+          for (; h < p.q_heads; h += groups, dst += dst_step, src += src_step) {
+            HeadVecs<T, kVec> x;
+            x.load(src, l);
+            norm_rope_head<kFp8, false>(p, l, x, w, r, dst, nullptr, k_div);
+          }
+        }
+        const HeldWeights<kVec> w{wk.a(0), wk.b(0)};
+        for (; h < heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+          norm_rope_head<kFp8, kStore>(p, l, x, w, r, k + (h - p.q_heads) * p.k_head, row, k_div);
         }
       } else {
         for (; h < p.q_heads; h += groups) {
@@ -911,7 +940,8 @@ struct QkNormRopeOps {
       Params<T> c = params<kVec, kStore>();
       c.neox = neox;
       const auto launch = [&]<Pairing kPairing, bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, kOpts>;
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull,
+                                                   kFull ? kOpts : kStagedOpts>;
         const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
         const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
