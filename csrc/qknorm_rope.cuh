@@ -534,15 +534,14 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   TokenIndices ahead[kStages];  // tokens token, + gridDim.x, ...: the buffers' tokens in turn
   constexpr bool kBulk = (kOpts & kOptBulk) != 0;
   [[maybe_unused]] uint64_t* const full = reinterpret_cast<uint64_t*>(buffer_at(kStages));  // kBulk: a buffer's copies landed
-  // kBulk: heads of one stride at once where contiguous, else a head a thread.
+  // kBulk (thread 0): heads of one stride in one copy where contiguous, else a copy a head.
   [[maybe_unused]] const auto bulk_heads = [&](T* rows, const T* src, int64_t head_stride, int count, int by, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (count == 0) return;
-    if (head_stride == p.head_dim) {
-      if (thread == by) bulk_load(rows, src, static_cast<uint32_t>(count * p.head_dim * sizeof(T)), bar);
-    } else {
-      for (int h = thread; h < count; h += kCtaThreads) bulk_load(rows + h * p.head_dim, src + h * head_stride, p.head_dim * sizeof(T), bar);
-    }
+    const bool whole = head_stride == p.head_dim;
+    const int n = whole ? (count > 0 ? 1 : 0) : count;
+    const auto bytes = static_cast<uint32_t>((whole ? count : 1) * p.head_dim * sizeof(T));
+#pragma unroll 1
+    for (int h = 0; h < n; ++h) bulk_load(rows + h * p.head_dim, src + h * head_stride, bytes, bar);
 #endif
   };
   const auto stage = [&](int64_t token, TokenIndices& at, int b) {
@@ -550,12 +549,14 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
       at = load_token<kStore>(p, s, token);
       T* const rows = buffer_at(b);
       if constexpr (kBulk) {
+        if (thread == 0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (thread == 0) mbarrier_arrive_expect_tx(&full[b], static_cast<uint32_t>(buffer_elems * sizeof(T)));
+          mbarrier_arrive_expect_tx(&full[b], static_cast<uint32_t>(buffer_elems * sizeof(T)));
 #endif
-        bulk_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads, 0, &full[b]);
-        bulk_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads, 1, &full[b]);
-        if constexpr (kStore) bulk_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads, 2, &full[b]);
+          bulk_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads, 0, &full[b]);
+          bulk_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads, 1, &full[b]);
+          if constexpr (kStore) bulk_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads, 2, &full[b]);
+        }
         return;
       }
       copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
