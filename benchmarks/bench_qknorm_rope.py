@@ -185,13 +185,9 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("copies stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 1>"),
-             ("copies stepped, weights held, addresses stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 17>"),
-             ("bulk copies", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 8, 128>"),
-             ("bulk copies, weights held, addresses stepped", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 24, 128>"),
-             ("bulk copies, weights held, addresses stepped, next cos/sin early", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 26, 128>"),
-             ("floor: the product's staging, no arithmetic", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 4>"),
-             ("floor: bulk copies, no arithmetic", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, 12, 128>")]
+             ("floor: the staged kernel copying its heads back unchanged", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, bench_qknorm_rope::CopyHead>"),
+             ("staged, 128 registers", "bench_qknorm_rope::Schedule<64, 2, 128>"),
+             ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128>")]
 
 
 def schedule_module():
