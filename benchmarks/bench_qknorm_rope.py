@@ -186,6 +186,7 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("floor: the staged kernel copying its heads back unchanged", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, bench_qknorm_rope::CopyHead>"),
+             ("staged (the product's) at every size", "bench_qknorm_rope::Schedule<64>"),
              ("staged, 128 registers", "bench_qknorm_rope::Schedule<64, 2, 128>"),
              ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128>")]
 
