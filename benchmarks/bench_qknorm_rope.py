@@ -10,9 +10,10 @@ Bytes moved: q and k read and written back (and, with the cache write, v read an
 written). The pattern ceilings are kernels that move those bytes alone (benchmarks/kernels/copy_ceiling.cuh:
 rewrite_to_cache with the write, rewrite_columns without).
 
---schedules: the product beside its kernels under other launch choices (SCHEDULES,
-benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against the product before it is
-timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 1024, 2048, 4096, 32768).
+--schedules: the product beside its kernels under other launch choices and the staged kernel's floor (its heads
+copied back unchanged) (SCHEDULES, benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against
+the product before it is timed (the floor differs, noted), with and without the cache write; --sizes=T,T,... picks
+the token counts (default 1, 64, 1024, 2048, 4096, 32768), --only=i,j,... the SCHEDULES columns.
 Without it, --decode=T,T,... and --prefill=T,T,... replace the main tables' sizes."""
 
 from __future__ import annotations
