@@ -10,9 +10,10 @@ Bytes moved: q and k read and written back (and, with the cache write, v read an
 written). The pattern ceilings are kernels that move those bytes alone (benchmarks/kernels/copy_ceiling.cuh:
 rewrite_to_cache with the write, rewrite_columns without).
 
---schedules: the product beside its kernels under other launch choices (SCHEDULES,
-benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against the product before it is
-timed, with and without the cache write; --sizes=T,T,... picks the token counts (default 1, 64, 1024, 2048, 4096, 32768).
+--schedules: the product beside its kernels under other launch choices and the staged kernel's floor (its heads
+copied back unchanged) (SCHEDULES, benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against
+the product before it is timed (the floor differs, noted), with and without the cache write; --sizes=T,T,... picks
+the token counts (default 1, 64, 1024, 2048, 4096, 32768), --only=i,j,... the SCHEDULES columns.
 Without it, --decode=T,T,... and --prefill=T,T,... replace the main tables' sizes."""
 
 from __future__ import annotations
@@ -185,7 +186,10 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
 
 # (name, the C++ type whose apply / apply_store run it), the product first.
 SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
-             ("one head a lane group, its pairing compiled in", "bench_qknorm_rope::Schedule<0, 2, 0, true, true>")]
+             ("floor: the staged kernel copying its heads back unchanged", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, bench_qknorm_rope::CopyHead>"),
+             ("staged (the product's) at every size", "bench_qknorm_rope::Schedule<64>"),
+             ("staged, 128 registers", "bench_qknorm_rope::Schedule<64, 2, 128>"),
+             ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128>")]
 
 
 def schedule_module():
@@ -195,7 +199,8 @@ def schedule_module():
                             extra_include_paths=[str(here.parent / "csrc")], cuda_wrappers=wrappers, host_without_nvcc=True)
 
 
-def schedules(sizes) -> None:
+def schedules(sizes, only=None) -> None:
+    """only: the SCHEDULES indices to run (None: all)."""
     start = time.perf_counter()
     module = schedule_module()
     built = time.perf_counter() - start
@@ -220,19 +225,21 @@ def schedules(sizes) -> None:
                                                        v.view(t, HK, D), kc, vc, loc, 1.0, 1.0)
                 return module[f"apply_{i}"](pos, q.view(t, HQ, D), k.view(t, HK, D), qw, kw, cs, EPS, 0.0, True, 0, 0, 0, False)
 
+            picked = [i for i in range(len(SCHEDULES)) if only is None or i in only]
             outputs = []
-            for i in range(len(SCHEDULES)):
+            for i in picked:
                 qkv.copy_(src), kc.fill_(0), vc.fill_(0)
                 call(i)
                 outputs.append((qkv.clone(), kc.view(-1, HK * D)[loc].clone(), vc.view(-1, HK * D)[loc].clone()))
-            for (name, _), got in zip(SCHEDULES[1:], outputs[1:]):
+            for i, got in zip(picked[1:], outputs[1:]):
                 if not all(torch.equal(a, b) for a, b in zip(got, outputs[0])):
-                    print(f"<!-- T={t} write={store}: {name} differs from the product -->")
-            fns = {i: (lambda i=i: call(i)) for i in range(len(SCHEDULES))}
+                    print(f"<!-- T={t} write={store}: {SCHEDULES[i][0]} differs from {SCHEDULES[picked[0]][0]} -->")
+            fns = {i: (lambda i=i: call(i)) for i in picked}
             fns["pattern"] = pattern_kernel(yard, qkv, loc, kc, vc, store)
             res = in_turns(fns, t)
             pattern = res.pop("pattern")["median"]
-            cells = " | ".join("n/a" if r is None else f"{r['median']:.2f} ({100 * pattern / r['median']:.1f}%)" for r in res.values())
+            cells = " | ".join("n/a" if i not in res or res[i] is None else f"{res[i]['median']:.2f} ({100 * pattern / res[i]['median']:.1f}%)"
+                               for i in range(len(SCHEDULES)))
             print(f"| {'yes' if store else 'no'} | {t} | {pattern:.2f} | {cells} |", flush=True)
 
 
@@ -245,7 +252,7 @@ if __name__ == "__main__":
     if "--schedules" in sys.argv[1:]:
         asked = sizes("--sizes", [1, 64, 1024, 2048, 4096, 32768])
         cover(asked)
-        schedules(asked)
+        schedules(asked, sizes("--only", None))
     else:
         decode, prefill = sizes("--decode", DECODE), sizes("--prefill", PREFILL)
         cover(decode + prefill)

@@ -440,22 +440,71 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 #endif
 }
 
+// The staged kernel's token copies. From sm_90 by bulk copies (the TMA) that land on an mbarrier, one a
+// contiguous block of heads (else one a head), all issued by one thread: cp.async's per-thread copies and
+// their addresses were a fifth of the kernel's instructions. v leaves for the cache the same way.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define JITKERN_QKNORM_ROPE_BULK 1
+__device__ __forceinline__ uint32_t shared_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_u32(bar)) : "memory"); }
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(shared_u32(bar)),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_u32(dst)), "l"(src), "r"(bytes),
+               "r"(shared_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(shared_u32(src)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+#endif
+
+// A lane's unit of a weight row held in registers through a loop of heads (the kernel of full lanes: one
+// unit a lane), for norm_rope_head.
+template <int kVec>
+struct HeldWeights {
+  AlignedVector<float, kVec> wa, wb;
+  __device__ __forceinline__ AlignedVector<float, kVec> a(int) const { return wa; }
+  __device__ __forceinline__ AlignedVector<float, kVec> b(int) const { return wb; }
+  __device__ __forceinline__ AlignedVector<float, kVec> t(int) const { return wa; }
+};
+
+// What the staged kernel does to a staged q or k head (benchmarks put a copy in its place for the bytes alone).
+struct NormRopeHead {
+  template <bool kFp8, bool kStore, typename T, typename Lane, int kVec, typename Weights>
+  __device__ __forceinline__ static void apply(const Params<T>& p, const Lane& l, HeadVecs<T, kVec>& x, const Weights& w, const Rotation<kVec>& r,
+                                               T* dst, char* row, const device::quant::Divider& div) {
+    norm_rope_head<kFp8, kStore>(p, l, x, w, r, dst, row, div);
+  }
+};
+
 // With many tokens and 16-byte vectors (Setup::launch's rule): CTAs of kCtaThreads, each taking tokens
-// blockIdx.x, + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory by cp.async, so
-// that all its loads are in flight at once without holding registers (one head a lane group held one head's
+// blockIdx.x, + gridDim.x, ... Each token's q, k (and v) heads are copied into shared memory (above), so that
+// all its loads are in flight at once without holding registers (one head a lane group held one head's
 // loads a thread: H200, T = 4096, q 32 / kv 8 heads of 128, bf16, cache write, 60% of the access pattern's
 // ceiling); with kStages buffers the copies of the kStages - 1 tokens after the current one are in flight
-// while it is worked (one buffer, a CTA's loads waited for its arithmetic and the other way round). The
-// weights are converted to floats once a CTA. The lane groups take the token's q heads, then its k heads,
-// in turn (norm_rope_head), the threads copy its v rows to the cache. Shared memory: the q and k weights as
-// floats, then kStages buffers of q heads, k heads, v heads, head_dim elements each. kMaxRegs: registers a
-// thread at most (0: the compiler's choice; __launch_bounds__' CTA counts round down to fewer, which spill).
+// while it is worked. The weights are converted to floats once a CTA (the kernel of full lanes holds its
+// unit of them in registers a loop of heads). The lane groups take the token's q heads, then its k heads, in
+// turn (Head: norm_rope_head), and its v rows go to the cache. Shared memory: the q and k weights as floats,
+// kStages buffers of q heads, k heads, v heads, head_dim elements each, then a barrier a buffer. kMaxRegs:
+// registers a thread at most (0: the compiler's choice; __launch_bounds__' CTA counts round down to fewer,
+// which spill).
 #if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1204
 #define JITKERN_QKNORM_ROPE_MAXNREG(n) __maxnreg__((n) > 0 ? (n) : 255)
 #else
 #define JITKERN_QKNORM_ROPE_MAXNREG(n)
 #endif
-template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull>
+template <typename T, bool kFp8, Pairing kPairing, int kVec, bool kStore, int kCtaThreads, int kStages, int kMaxRegs, bool kFull,
+          typename Head = NormRopeHead>
 __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(const __grid_constant__ Params<T> p, const __grid_constant__ Store s,
                                                                           int64_t tokens) {
 #ifdef __CUDACC__
@@ -464,39 +513,70 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   if (p.early_trigger) device::pdl_trigger_secondary();
   const int thread = static_cast<int>(threadIdx.x), heads = p.q_heads + p.k_heads, row_vecs = p.head_dim / kVec;
   const int64_t buffer_elems = int64_t{p.token_heads} * p.head_dim;
+  float* const weights = reinterpret_cast<float*>(staged);  // q's, then k's, weight_offset added
+  const auto buffer_at = [&](int b) { return reinterpret_cast<T*>(weights + 2 * p.head_dim) + b * buffer_elems; };
+  [[maybe_unused]] uint64_t* const landed = reinterpret_cast<uint64_t*>(buffer_at(kStages));  // a buffer's bulk copies
+#ifdef JITKERN_QKNORM_ROPE_BULK
+  // count heads of one stride (thread 0 issues the copies).
+  const auto copy_heads = [&](T* rows, const T* src, int64_t head_stride, int count, uint64_t* bar) {
+    const bool whole = head_stride == p.head_dim;
+    const int copies = whole ? (count > 0 ? 1 : 0) : count;
+    const auto bytes = static_cast<uint32_t>((whole ? count : 1) * p.head_dim * sizeof(T));
+#pragma unroll 1
+    for (int h = 0; h < copies; ++h) bulk_load(rows + h * p.head_dim, src + h * head_stride, bytes, bar);
+  };
+#else
   // A thread copies vector c of head h, then steps kCtaThreads vectors on by (dh, dc): a division per
   // vector put as many instructions before each copy as the token's arithmetic has.
   const int h0 = thread / row_vecs, c0 = thread - h0 * row_vecs, dh = kCtaThreads / row_vecs, dc = kCtaThreads - dh * row_vecs;
-  const auto copy_heads = [&](T* rows, const T* src, int64_t head_stride, int count) {
+  const auto copy_heads = [&](T* rows, const T* src, int64_t head_stride, int count, uint64_t*) {
     for (int h = h0, c = c0; h < count;) {
       device::ptx::cp_async_16(rows + h * p.head_dim + c * kVec, src + h * head_stride + c * kVec);
       h += dh, c += dc;
       if (c >= row_vecs) c -= row_vecs, ++h;
     }
   };
-  float* const weights = reinterpret_cast<float*>(staged);  // q's, then k's, weight_offset added
-  const auto buffer_at = [&](int b) { return reinterpret_cast<T*>(weights + 2 * p.head_dim) + b * buffer_elems; };
-  // The token's indices and its heads into buffer b; a copy group each call, empty past the last token (so
-  // that the wait below counts groups alike in every turn).
+#endif
+  // The token's indices and its heads into buffer b (cp.async: a copy group each call, empty past the last
+  // token, so that the wait below counts groups alike in every turn).
   TokenIndices ahead[kStages];  // tokens token, + gridDim.x, ...: the buffers' tokens in turn
   const auto stage = [&](int64_t token, TokenIndices& at, int b) {
     if (token < tokens) {
       at = load_token<kStore>(p, s, token);
       T* const rows = buffer_at(b);
-      copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads);
-      copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads);
-      if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads);
+#ifdef JITKERN_QKNORM_ROPE_BULK
+      if (thread != 0) return;
+      mbarrier_arrive_expect_tx(&landed[b], static_cast<uint32_t>(buffer_elems * sizeof(T)));
+#endif
+      copy_heads(rows, p.q + token * p.q_token, p.q_head, p.q_heads, &landed[b]);
+      copy_heads(rows + p.q_heads * p.head_dim, p.k + token * p.k_token, p.k_head, p.k_heads, &landed[b]);
+      if constexpr (kStore) copy_heads(rows + heads * p.head_dim, static_cast<const T*>(s.v) + token * s.v_token, s.v_head, p.k_heads, &landed[b]);
     }
+#ifndef JITKERN_QKNORM_ROPE_BULK
     device::ptx::cp_async_commit();
+#endif
   };
   const HeadLane<kPairing, kVec, kFull> l(p, thread);
   constexpr int64_t kCacheBytes = kFp8 ? 1 : sizeof(T);
+#ifdef JITKERN_QKNORM_ROPE_BULK
+  constexpr bool kBulkV = kStore && !kFp8;  // v to the cache by a bulk copy (fp8 rows are quantized by the threads)
+  if (thread == 0) {
+    for (int b = 0; b < kStages; ++b) mbarrier_init_one(&landed[b]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  uint32_t parity = 0;
+#else
+  constexpr bool kBulkV = false;
+#endif
   device::pdl_wait_primary();
   if (!p.early_trigger) device::pdl_trigger_secondary();
 #pragma unroll
   for (int j = 0; j + 1 < kStages; ++j) stage(blockIdx.x + int64_t{j} * gridDim.x, ahead[j], j);
   for (int i = thread; i < 2 * p.head_dim; i += kCtaThreads)  // read after the first turn's barrier
     weights[i] = device::cast<float>(i < p.head_dim ? p.q_weight[i] : p.k_weight[i - p.head_dim]) + p.weight_offset;
+#ifdef JITKERN_QKNORM_ROPE_BULK
+  __syncthreads();  // the weights, and the barriers initialised before any thread waits on them
+#endif
   const RowWeights<HeadLane<kPairing, kVec, kFull>, kVec> wq{weights, l}, wk{weights + p.head_dim, l};
   const int group = thread >> p.width_log2, groups = kCtaThreads >> p.width_log2;
   int buffer = 0;
@@ -511,27 +591,56 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
       if (s.k_cache.holds(at.slot)) k_row = s.k_cache.row(at.slot), v_row = s.v_cache.row(at.slot);
     }
     stage(token + int64_t{kStages - 1} * gridDim.x, ahead[kStages - 1], (buffer + kStages - 1) % kStages);
+    const T* const rows = buffer_at(buffer);
+#ifdef JITKERN_QKNORM_ROPE_BULK
+    mbarrier_wait_parity(&landed[buffer], parity);
+    if constexpr (kBulkV) {
+      if (thread == 0 && v_row != nullptr && !skipped) bulk_store(v_row, rows + heads * p.head_dim, static_cast<uint32_t>(p.k_heads * p.head_dim * sizeof(T)));
+    }
+#else
     device::ptx::cp_async_wait_group<kStages - 1>();  // the current token's copies
     __syncthreads();
-    const T* const rows = buffer_at(buffer);
+#endif
     if (!skipped) {
       [[maybe_unused]] device::quant::Divider k_div(1.0f), v_div(1.0f);
       if constexpr (kFp8) k_div = device::quant::Divider(s.k_scale), v_div = device::quant::Divider(s.v_scale);
       T* q = p.q + token * p.q_token;
       T* k = p.k + token * p.k_token;
       int h = group;
-      for (; h < p.q_heads; h += groups) {
-        HeadVecs<T, kVec> x;
-        x.load(rows + h * p.head_dim, l);
-        norm_rope_head<kFp8, false>(p, l, x, wq, r, q + h * p.q_head, nullptr, k_div);
+      if constexpr (kFull) {  // the weights held a loop, the q heads' addresses stepped
+        {
+          const HeldWeights<kVec> w{wq.a(0), wq.b(0)};
+          const int64_t dst_step = int64_t{groups} * p.q_head;
+          const int src_step = groups * p.head_dim;
+          T* dst = q + h * p.q_head;
+          const T* src = rows + h * p.head_dim;
+          for (; h < p.q_heads; h += groups, dst += dst_step, src += src_step) {
+            HeadVecs<T, kVec> x;
+            x.load(src, l);
+            Head::template apply<kFp8, false>(p, l, x, w, r, dst, nullptr, k_div);
+          }
+        }
+        const HeldWeights<kVec> w{wk.a(0), wk.b(0)};
+        for (; h < heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+          Head::template apply<kFp8, kStore>(p, l, x, w, r, k + (h - p.q_heads) * p.k_head, row, k_div);
+        }
+      } else {
+        for (; h < p.q_heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          Head::template apply<kFp8, false>(p, l, x, wq, r, q + h * p.q_head, nullptr, k_div);
+        }
+        for (; h < heads; h += groups) {
+          HeadVecs<T, kVec> x;
+          x.load(rows + h * p.head_dim, l);
+          char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
+          Head::template apply<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
+        }
       }
-      for (; h < heads; h += groups) {
-        HeadVecs<T, kVec> x;
-        x.load(rows + h * p.head_dim, l);
-        char* row = k_row == nullptr ? nullptr : k_row + kCacheBytes * (h - p.q_heads) * p.head_dim;
-        norm_rope_head<kFp8, kStore>(p, l, x, wk, r, k + (h - p.q_heads) * p.k_head, row, k_div);
-      }
-      if constexpr (kStore) {
+      if constexpr (kStore && !kBulkV) {
         if (v_row != nullptr) {
           for (int i = thread; i < p.k_heads * row_vecs; i += kCtaThreads) {
             AlignedVector<T, kVec> x;
@@ -541,12 +650,26 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
         }
       }
     }
+#ifdef JITKERN_QKNORM_ROPE_BULK
+    if constexpr (kBulkV) {
+      if (thread == 0) bulk_wait_read();  // the v rows read out of the buffer before it is staged again
+    }
+#endif
     __syncthreads();  // every thread is done with the buffer the next turn stages into
 #pragma unroll
     for (int j = 0; j + 1 < kStages; ++j) ahead[j] = ahead[j + 1];
     buffer = buffer + 1 == kStages ? 0 : buffer + 1;
+#ifdef JITKERN_QKNORM_ROPE_BULK
+    if (buffer == 0) parity ^= 1;
+#endif
   }
+#ifdef JITKERN_QKNORM_ROPE_BULK
+  if constexpr (kBulkV) {
+    if (thread == 0) bulk_wait();  // no bulk copy reads the CTA's shared memory after it is released
+  }
+#else
   device::ptx::cp_async_wait_all();  // no copy lands after the CTA's shared memory is released
+#endif
 #endif
 }
 
@@ -753,7 +876,7 @@ struct QkNormRopeOps {
     template <bool kStore>
     int64_t staged_smem(int stages) const {
       const int64_t heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
-      return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)};
+      return 2 * int64_t{p.head_dim} * 4 + stages * heads * p.head_dim * int64_t{sizeof(T)} + 8 * stages;
     }
 
     // The kernels' parameters at kVec elements a vector.
@@ -784,14 +907,14 @@ struct QkNormRopeOps {
     // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), its
     // pairing compiled in, at most kFullMaxRegs registers a thread (0: the compiler's choice); the kernel
     // with branches reads its pairing at run time.
-    template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true>
+    template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true, typename Head = NormRopeHead>
     void run_staged(const Store& s, bool neox) const {
       static_assert(kVec == kWideVec && kCtaThreads % 32 == 0, "the staged kernel copies 16-byte vectors in whole warps");
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       c.neox = neox;
       const auto launch = [&]<Pairing kPairing, bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull>;
+        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, Head>;
         const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
         const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
         const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);

@@ -212,6 +212,42 @@ def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("store", [True, False])
+def test_many_tokens_of_strided_heads_equal_the_few_token_launch_bit_for_bit(store):
+    """Heads apart in memory (q, k and v [T, H, D] views of [T, H, D + 8] rows: the staged kernel copies them a
+    head at a time, where one token's contiguous heads go in one copy): q, k and the cache rows as those of the
+    same tokens done 64 at a time, bit for bit."""
+    torch = _torch()
+    ops = _ops()
+    d, tokens, slots = 128, 4096 + 37, 16 * (4096 // 16 + 8)
+    g = torch.Generator(device="cuda").manual_seed(12)
+    rows = [torch.randn(tokens, h, d + 8, dtype=torch.bfloat16, device="cuda", generator=g) * 3 for h in (HQ, HK, HK)]
+    copies = [r.clone() for r in rows]
+    qw, kw = _weights(d, torch.bfloat16, seed=3)
+    cs = _cos_sin(d)
+    pos = _positions(tokens, torch.int64, seed=13)
+    loc = locations(tokens, slots, torch.int64, seed=14)
+    caches = [_caches("paged", slots, d, torch.bfloat16) for _ in range(2)]
+
+    def call(at, q, k, v, kc, vc):
+        arg = ops.FusedSetKVBufferArg(value=v[at], k_buffer=kc, v_buffer=vc, k_scale=None, v_scale=None, cache_loc=loc[at]) if store else None
+        ops.fused_qknorm_rope(pos[at], q[at], k[at], qw, kw, cs, EPS, True, arg)
+
+    before = rows[0].clone()
+    call(slice(None), *(r[..., :d] for r in rows), *caches[0])
+    assert not torch.equal(rows[0], before)
+    for start in range(0, tokens, 64):
+        call(slice(start, start + 64), *(r[..., :d] for r in copies), *caches[1])
+    for a, b in zip(rows, copies):
+        assert torch.equal(a, b)
+    if store:
+        for a, b in zip(caches[0], caches[1]):
+            assert torch.equal(cache_bytes(a, slots), cache_bytes(b, slots))
+        ok = (loc >= 0) & (loc < slots)
+        assert torch.equal(cache_bytes(caches[0][1], slots)[loc[ok]], cache_bytes(rows[2][..., :d].contiguous(), tokens)[ok])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [4, 300, 4200])
 def test_positions_outside_the_cache_skip_the_token(tokens):
     """A token at position -1 or max_position is left alone (q, k and its cache rows), the others are done."""
