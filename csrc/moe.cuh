@@ -459,7 +459,7 @@ __device__ __forceinline__ int block_expert(const int* start, int E, int total, 
   return lo;
 }
 
-// Entries [from, to) of `out` set to `value` by thread t of `threads`: 16-byte stores from the first aligned entry, the
+// Entries [from, to) of `out` set to `value` by thread t of `threads` (at least 3): 16-byte stores from the first aligned entry, the
 // up to 3 entries before it and after the last whole vector one store each. I: the indices' type (int32_t where they
 // fit: the warp form's stores wait behind its arithmetic).
 template <typename I>
