@@ -18,6 +18,7 @@
 #include <jitkern/impl/kv_cache.cuh>
 #include <jitkern/impl/norm.cuh>
 #include <jitkern/impl/quant.cuh>
+#include <jitkern/ptx.cuh>
 #include <jitkern/runtime.cuh>
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
@@ -445,27 +446,8 @@ __global__ void __launch_bounds__(kThreads) qknorm_rope_kernel(const __grid_cons
 // their addresses were a fifth of the kernel's instructions. v leaves for the cache the same way.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define JITKERN_QKNORM_ROPE_BULK 1
-__device__ __forceinline__ uint32_t shared_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_u32(bar)) : "memory"); }
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(shared_u32(bar)),
-               "r"(parity)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_u32(dst)), "l"(src), "r"(bytes),
-               "r"(shared_u32(bar))
-               : "memory");
-}
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(shared_u32(src)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+using device::ptx::bulk_load, device::ptx::bulk_store, device::ptx::bulk_wait, device::ptx::bulk_wait_read;
+using device::ptx::mbarrier_arrive_expect_tx, device::ptx::mbarrier_init_one, device::ptx::mbarrier_wait_parity;
 #endif
 
 // A lane's unit of a weight row held in registers through a loop of heads (the kernel of full lanes: one
@@ -562,7 +544,7 @@ __global__ void JITKERN_QKNORM_ROPE_MAXNREG(kMaxRegs) qknorm_rope_staged_kernel(
   constexpr bool kBulkV = kStore && !kFp8;  // v to the cache by a bulk copy (fp8 rows are quantized by the threads)
   if (thread == 0) {
     for (int b = 0; b < kStages; ++b) mbarrier_init_one(&landed[b]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    device::ptx::fence_mbarrier_init();
   }
   uint32_t parity = 0;
 #else

@@ -40,21 +40,13 @@ using jitkern_quant::quant::Rounding;
 constexpr int kVec = device::kVec16<bf16_t>, kGroup = 128;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// An mbarrier of shared memory (one arrival a phase), and a bulk copy from global into shared memory completing on it.
-JITKERN_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-JITKERN_DEVICE void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory"); }
+// A row's bulk copy into shared memory, expected by its mbarrier.
 JITKERN_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_address(dst)), "l"(src),
-               "r"(bytes), "r"(shared_address(bar))
-               : "memory");
+  device::ptx::mbarrier_arrive_expect_tx(bar, bytes);
+  device::ptx::bulk_load(dst, src, bytes, bar);
 }
-JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(
-                   shared_address(bar)),
-               "r"(parity)
-               : "memory");
-}
+using device::ptx::mbarrier_init_one;
+JITKERN_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t parity) { device::ptx::mbarrier_wait_parity(bar, parity); }
 #endif
 
 // Many token rows of rmsnorm_group_quant, each exactly kPerLane vectors a thread of whole warps, through a persistent
@@ -79,7 +71,7 @@ __global__ void __launch_bounds__(host::kRowKernels.max_cta_threads / kPerLane, 
   const int total = p.total_rows, step = static_cast<int>(gridDim.x);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) mbarrier_init_one(&full[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    device::ptx::fence_mbarrier_init();
   }
   __syncthreads();
   device::pdl_wait_primary();

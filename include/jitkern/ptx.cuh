@@ -3,6 +3,8 @@
 
 #ifdef __CUDACC_RTC__
 #include <jitkern/detail/rtc_std.h>  // NVRTC has no standard library
+#else
+#include <cstdint>
 #endif
 
 #define JITKERN_DEVICE __forceinline__ __device__
@@ -107,5 +109,37 @@ JITKERN_DEVICE void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
+
+// mbarriers and bulk copies (cp.async.bulk, the TMA; sm_90+, declared there only: no fallback). An mbarrier of
+// shared memory with one arrival a phase: after init, fence_mbarrier_init before other threads or copies use it;
+// mbarrier_arrive_expect_tx arrives and expects `bytes` of copies; mbarrier_wait_parity spins until the phase of
+// that parity completes. bulk_load: `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into
+// shared memory, completing on `bar`; bulk_store: shared to global as one group of this thread, bulk_wait_read until
+// its sources may be overwritten, bulk_wait until written.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+JITKERN_DEVICE unsigned int shared_address(const void* p) { return static_cast<unsigned int>(__cvta_generic_to_shared(p)); }
+JITKERN_DEVICE void mbarrier_init_one(uint64_t* bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory"); }
+JITKERN_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+JITKERN_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+}
+JITKERN_DEVICE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t@!done bra WAIT;\n\t}" ::"r"(
+                   shared_address(bar)),
+               "r"(parity)
+               : "memory");
+}
+JITKERN_DEVICE void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(shared_address(dst)), "l"(src),
+               "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
+JITKERN_DEVICE void bulk_store(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(shared_address(src)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+JITKERN_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+JITKERN_DEVICE void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+#endif
 
 }  // namespace device::ptx
