@@ -67,6 +67,7 @@ OPS = {
     "topk_sigmoid": ("ops.topk_sigmoid(tw, tid, x[:, :64].float(), True, torch.zeros(64, device='cuda'), num_expert_group=8, topk_group=4)",
                      None),
     "moe_sum": ("ops.moe_sum(x.view(16, 8, 512))", None),
+    "moe_weighted_sum": ("ops.moe_weighted_sum(x.view(16, 8, 512), tw)", None),
     "silu_and_mul_sorted": ("ops.silu_and_mul_sorted(x, idx[:16].int(), idx[16:17].int(), 16)", None),
     "silu_and_mul_sorted_per_token_quant_fp8": ("ops.silu_and_mul_sorted_per_token_quant_fp8(x, idx[:16].int(), idx[16:17].int(), 16)", None),
     "silu_and_mul_masked_per_token_group_quant_fp8": (
