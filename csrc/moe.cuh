@@ -638,7 +638,7 @@ __global__ void JITKERN_ALIGN_CLUSTER_OF(kCtas) __launch_bounds__(kAlignThreads)
 }
 
 // The warp form, up to kAlignWarpMaxIds ids (a few tokens): one warp, a lane an id. The lanes of an expert by
-// match_any; an expert's start is the sum of the padded counts of the smaller experts present, each counted once
+// match_any; an expert's first block is the sum of the blocks of the smaller experts present, each counted once
 // (by the lane that leads its expert). The entries past align_reach (padding whatever the ids: a caller's buffers
 // sized for more tokens) are the other CTAs' (launch_align_warp), so that one warp's stores do not grow with them.
 template <typename = void>
@@ -657,18 +657,22 @@ __global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constan
   fill_entries<int>(p.sorted, 0, p.reach, p.n, lane, 32);  // while the load is in flight; the ids overwrite theirs after the __syncwarp below
   const unsigned peers = __match_any_sync(0xffffffffu, e);
   const int count = __popc(peers), rank = __popc(peers & ((1u << lane) - 1));
-  const int padded = e >= 0 && rank == 0 ? (count + bs - 1) / bs * bs : 0;
-  int start = 0, total = 0;
+  // An expert's blocks (at most 32: 32 ids), counted by its leading lane, packed under its expert so that one
+  // shuffle carries both and `word < e << 6` is `expert < e`.
+  const int blocks = e >= 0 && rank == 0 ? (bs >= 32 ? 1 : (count + bs - 1) / bs) : 0;
+  const int word = e * 64 + blocks;
+  int start_blocks = 0;
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
-    const int other = __shfl_sync(0xffffffffu, e, j), its = __shfl_sync(0xffffffffu, padded, j);
-    total += its;
-    start += other < e ? its : 0;
+    const int other = __shfl_sync(0xffffffffu, word, j);
+    start_blocks += other < e * 64 ? other & 63 : 0;
   }
+  const int total_blocks = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(blocks)));
+  const int start = start_blocks * bs, total = total_blocks * bs;
   __syncwarp();
   if (e >= 0) p.sorted[start + rank] = lane;
-  for (int b = start / bs; b < (start + padded) / bs; ++b) p.expert_ids[b] = e;
-  for (int b = total / bs + lane; b < p.reach_blocks; b += 32) p.expert_ids[b] = -1;
+  for (int b = start_blocks; b < start_blocks + blocks; ++b) p.expert_ids[b] = e;
+  for (int b = total_blocks + lane; b < p.reach_blocks; b += 32) p.expert_ids[b] = -1;
   if (lane == 0) *p.total_out = total;
 #endif
 }

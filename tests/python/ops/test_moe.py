@@ -356,6 +356,21 @@ def test_moe_align_block_size_into_buffers_sized_the_vllm_way(experts, block_siz
     _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size), offset=offset, extra=extra)
 
 
+@pytest.mark.parametrize("block_size", [1, 2, 3, 8, 31, 32])
+@pytest.mark.parametrize("n", [5, 32])
+def test_moe_align_block_size_few_ids_with_many_blocks_an_expert(block_size, n):
+    """The warp form (up to 32 ids) where an expert fills several blocks (up to 32 at block 1): most ids on the
+    highest and the lowest expert, a few on others and on none (-1)."""
+    torch = _torch()
+    experts = 512
+    gen = torch.Generator(device="cuda").manual_seed(block_size * 100 + n)
+    ids = torch.randint(0, experts, (n,), device="cuda", dtype=torch.int32, generator=gen)
+    ids[::2] = experts - 1
+    ids[1::3] = 0
+    ids[-1] = -1
+    _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size))
+
+
 @pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
 def test_moe_align_block_size_over_many_chunks(ids_dtype):
     """ids in runs of 128, then shuffled: each expert's ids cross many warps' and CTAs' slices and must keep
