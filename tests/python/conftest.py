@@ -3,6 +3,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,32 @@ def pytest_terminal_summary(terminalreporter, config):
     if config.getoption("markexpr") == "not slow" and terminalreporter.stats.get("deselected"):  # pyproject.toml's default
         terminalreporter.write_line("slow tests (packaging, every op module compiled) were left out: scripts/test.sh, "
                                     "or pytest -m '' (everything) or -m slow, runs them")
+
+
+class GpuMemoryWarning(UserWarning):
+    """A test reserved more GPU memory than GPU_MEMORY_REPORTED (named in the warnings summary)."""
+
+
+# One GPU serves every pytest-xdist worker and the fresh processes tests start (a CUDA context each), so a
+# test's memory left in torch's caching allocator goes back to the driver after it (from GPU_MEMORY_KEPT),
+# and a test whose tensors reserved more than GPU_MEMORY_REPORTED is named in the warnings summary.
+GPU_MEMORY_KEPT, GPU_MEMORY_REPORTED = 1 << 30, 4 << 30
+
+
+@pytest.fixture(autouse=True)
+def _gpu_memory_back_to_the_driver():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+    yield
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    peak = torch.cuda.max_memory_reserved()
+    if peak > GPU_MEMORY_REPORTED:
+        warnings.warn(f"the test reserved {peak / 2**30:.1f} GiB of GPU memory (returned to the driver after it)", GpuMemoryWarning)
+    if torch.cuda.memory_reserved() > GPU_MEMORY_KEPT:
+        torch.cuda.empty_cache()
 
 
 def _use_cache(monkeypatch, d: Path) -> Path:
