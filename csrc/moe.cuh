@@ -658,7 +658,7 @@ __global__ void __launch_bounds__(32) moe_align_warp_kernel(const __grid_constan
   const unsigned peers = __match_any_sync(0xffffffffu, e);
   const int count = __popc(peers), rank = __popc(peers & ((1u << lane) - 1));
   // An expert's blocks (at most 32: 32 ids), counted by its leading lane, packed under its expert so that one
-  // shuffle carries both and `word < e << 6` is `expert < e`.
+  // shuffle carries both and `word < e * 64` is `expert < e`.
   const int blocks = e >= 0 && rank == 0 ? (bs >= 32 ? 1 : (count + bs - 1) / bs) : 0;
   const int word = e * 64 + blocks;
   int start_blocks = 0;

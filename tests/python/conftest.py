@@ -134,29 +134,32 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 class GpuMemoryWarning(UserWarning):
-    """A test reserved more GPU memory than GPU_MEMORY_REPORTED (named in the warnings summary)."""
+    """A test grew torch's GPU memory reservation by more than GPU_MEMORY_REPORTED (named in the warnings summary)."""
 
 
-# One GPU serves every pytest-xdist worker and the fresh processes tests start (a CUDA context each), so a
-# test's memory left in torch's caching allocator goes back to the driver after it (from GPU_MEMORY_KEPT),
-# and a test whose tensors reserved more than GPU_MEMORY_REPORTED is named in the warnings summary.
+# One GPU serves every pytest-xdist worker and the fresh processes tests start (a CUDA context each). After each
+# test, where torch holds more than GPU_MEMORY_KEPT of the current device, the cached memory no tensor holds goes
+# back to the driver; a test that grew the reservation by more than GPU_MEMORY_REPORTED is named in the warnings
+# summary (the current device only).
 GPU_MEMORY_KEPT, GPU_MEMORY_REPORTED = 1 << 30, 4 << 30
 
 
 @pytest.fixture(autouse=True)
 def _gpu_memory_back_to_the_driver():
     torch = sys.modules.get("torch")
+    before = 0
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_reserved()
     yield
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return
-    peak = torch.cuda.max_memory_reserved()
-    if peak > GPU_MEMORY_REPORTED:
-        warnings.warn(f"the test reserved {peak / 2**30:.1f} GiB of GPU memory (returned to the driver after it)", GpuMemoryWarning)
+    grew = torch.cuda.max_memory_reserved() - before
     if torch.cuda.memory_reserved() > GPU_MEMORY_KEPT:
         torch.cuda.empty_cache()
+    if grew > GPU_MEMORY_REPORTED:
+        warnings.warn(f"the test grew the GPU memory torch reserves by {grew / 2**30:.1f} GiB", GpuMemoryWarning)
 
 
 def _use_cache(monkeypatch, d: Path) -> Path:

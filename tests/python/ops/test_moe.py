@@ -356,18 +356,26 @@ def test_moe_align_block_size_into_buffers_sized_the_vllm_way(experts, block_siz
     _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size), offset=offset, extra=extra)
 
 
-@pytest.mark.parametrize("block_size", [1, 2, 3, 8, 31, 32])
-@pytest.mark.parametrize("n", [5, 32])
-def test_moe_align_block_size_few_ids_with_many_blocks_an_expert(block_size, n):
-    """The warp form (up to 32 ids) where an expert fills several blocks (up to 32 at block 1): most ids on the
-    highest and the lowest expert, a few on others and on none (-1)."""
+# Few ids (the warp form) where an expert fills several blocks: its count crosses block_size, 16 and 32 blocks.
+_FEW_IDS = {
+    "32 on the last expert": lambda e, rand: [e - 1] * 32,
+    "31 on one, 1 on a larger": lambda e, rand: [3] * 31 + [7],
+    "20 on one, 1 on a larger, 3 on none": lambda e, rand: [5] * 20 + [9] + [-1] * 3,
+    "17 on one, 1 on a smaller": lambda e, rand: [200] * 17 + [0],
+    "most on the first and last, some elsewhere": lambda e, rand: [e - 1 if i % 2 == 0 else 0 if i % 3 == 1 else rand[i] for i in range(31)] + [-1],
+}
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 3, 8, 16, 20, 31, 32])
+@pytest.mark.parametrize("pattern", list(_FEW_IDS))
+def test_moe_align_block_size_few_ids_with_many_blocks_an_expert(pattern, block_size):
+    """The warp form (up to 32 ids) where an expert takes several blocks: up to 32 at block 1, counts of 17-31
+    around block sizes 16-32, an expert after one of 31 blocks, ids on no expert (-1)."""
     torch = _torch()
     experts = 512
-    gen = torch.Generator(device="cuda").manual_seed(block_size * 100 + n)
-    ids = torch.randint(0, experts, (n,), device="cuda", dtype=torch.int32, generator=gen)
-    ids[::2] = experts - 1
-    ids[1::3] = 0
-    ids[-1] = -1
+    gen = torch.Generator(device="cpu").manual_seed(block_size)
+    rand = torch.randint(0, experts, (32,), generator=gen).tolist()
+    ids = torch.tensor(_FEW_IDS[pattern](experts, rand), dtype=torch.int32, device="cuda")
     _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size))
 
 
