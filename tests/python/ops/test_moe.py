@@ -358,11 +358,11 @@ def test_moe_align_block_size_into_buffers_sized_the_vllm_way(experts, block_siz
 
 # Few ids (the warp form) where an expert fills several blocks: its count crosses block_size, 16 and 32 blocks.
 _FEW_IDS = {
-    "32 on the last expert": lambda e, rand: [e - 1] * 32,
-    "31 on one, 1 on a larger": lambda e, rand: [3] * 31 + [7],
-    "20 on one, 1 on a larger, 3 on none": lambda e, rand: [5] * 20 + [9] + [-1] * 3,
-    "17 on one, 1 on a smaller": lambda e, rand: [200] * 17 + [0],
-    "most on the first and last, some elsewhere": lambda e, rand: [e - 1 if i % 2 == 0 else 0 if i % 3 == 1 else rand[i] for i in range(31)] + [-1],
+    "32 on the last expert": lambda e: [e - 1] * 32,
+    "31 on one, 1 on a larger": lambda e: [3] * 31 + [7],
+    "20 on one, 1 on a larger, 3 on none": lambda e: [5] * 20 + [9] + [-1] * 3,
+    "17 on one, 1 on a smaller": lambda e: [200] * 17 + [0],
+    "most on the first and last, some elsewhere": lambda e: [e - 1 if i % 2 == 0 else 0 if i % 3 == 1 else 37 * i % e for i in range(31)] + [-1],
 }
 
 
@@ -373,9 +373,7 @@ def test_moe_align_block_size_few_ids_with_many_blocks_an_expert(pattern, block_
     around block sizes 16-32, an expert after one of 31 blocks, ids on no expert (-1)."""
     torch = _torch()
     experts = 512
-    gen = torch.Generator(device="cpu").manual_seed(block_size)
-    rand = torch.randint(0, experts, (32,), generator=gen).tolist()
-    ids = torch.tensor(_FEW_IDS[pattern](experts, rand), dtype=torch.int32, device="cuda")
+    ids = torch.tensor(_FEW_IDS[pattern](experts), dtype=torch.int32, device="cuda")
     _check_align_into_larger_buffers(ids, experts, block_size, *_align_reference(ids, experts, block_size))
 
 
