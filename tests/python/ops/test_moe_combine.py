@@ -45,18 +45,45 @@ def test_moe_sum_matches_float64(dtype, tokens, topk, hidden):
     _close(out, x.double().sum(1).to(x.dtype), dtype)
 
 
+def _fma_rounded_once(a, b, c):
+    """fp32 fma(a, b, c) of float32 tensors, rounded once: the product is exact in float64 and the sum is rounded
+    to odd there (TwoSum's error moves an inexact result with an even last bit one ulp toward the exact sum), so
+    its rounding to float32 is the exact sum's (a float64 sum rounded to nearest, then to float32, can round twice:
+    1 + 2^-23 + 2^-24 - 2^-60 becomes 1 + 2^-22)."""
+    torch = _torch()
+    p, c = a.double() * b.double(), c.double()
+    s = p + c
+    back = s - p
+    err = (p - (s - back)) + (c - back)
+    nudge = (err != 0) & ((s.view(torch.int64) & 1) == 0) & torch.isfinite(s)
+    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
+    return torch.where(nudge, torch.nextafter(s, toward), s).float()
+
+
 def _sequential_fma(x, w=None, ids=None, shared=None, scale=1.0):
     """The kernel's arithmetic, step by step: acc = fma(w_j * scale, x_j, acc) in fp32 over j in order (w_j = 1 without
-    weights: an add), skipping ids < 0, + shared, one rounding; each fma from its exact float64 value."""
+    weights: an add), skipping ids < 0, + shared, one rounding; each fma rounded once (_fma_rounded_once)."""
     torch = _torch()
     acc = torch.zeros(x.shape[0], x.shape[2], dtype=torch.float32, device=x.device)
     for j in range(x.shape[1]):
-        wj = (w[:, j].float() * scale).double().unsqueeze(-1) if w is not None else 1.0
-        step = (wj * x[:, j].double() + acc.double()).float()
+        wj = (w[:, j].float() * scale).unsqueeze(-1).expand_as(acc) if w is not None else torch.ones_like(acc)
+        step = _fma_rounded_once(wj, x[:, j].float(), acc)
         acc = torch.where((ids[:, j] >= 0).unsqueeze(-1), step, acc) if ids is not None else step
     if shared is not None:
         acc = acc + shared.float()
     return acc.to(x.dtype)
+
+
+@pytest.mark.torch
+def test_sequential_fma_rounds_each_step_once():
+    """The reference's fma is the correctly rounded one where a float64 sum rounded again to float32 is not: after
+    acc = 1 + 2^-23, w x = 2^-24 (1 - 2^-36) gives 1 + 2^-23 (the exact sum is just below the midpoint), not 1 + 2^-22;
+    and a sum that is exact in float64 is unchanged."""
+    torch = _torch()
+    acc = 1 + 2**-23
+    x = torch.tensor([[[acc, 3.0], [2**-12 * (1 - 2**-18), 0.5]]], dtype=torch.float32)
+    w = torch.tensor([[1.0, 2**-12 * (1 + 2**-18)]], dtype=torch.float32)
+    assert _sequential_fma(x, w).tolist() == [[acc, 3.0 + 2**-13]]
 
 
 @pytest.mark.gpu
