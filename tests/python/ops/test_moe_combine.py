@@ -86,6 +86,47 @@ def test_sequential_fma_rounds_each_step_once():
     assert _sequential_fma(x, w).tolist() == [[acc, 3.0 + 2**-13]]
 
 
+def _round_to_float32(q):
+    """A rational rounded to the nearest float32 (ties to even; normal and subnormal range), as a Python float."""
+    from fractions import Fraction
+
+    if q == 0:
+        return 0.0
+    sign, q = (-1 if q < 0 else 1), abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1
+    ulp = Fraction(2) ** (max(e, -126) - 23)
+    n, rest = divmod(q, ulp)
+    if rest > ulp / 2 or (rest == ulp / 2 and n % 2 == 1):
+        n += 1
+    return sign * float(n * ulp)
+
+
+@pytest.mark.torch
+def test_fma_reference_is_the_correctly_rounded_fma():
+    """_fma_rounded_once against exact rational arithmetic: products and addends whose exponents lie up to 80 apart
+    (float64 sums inexact), sums 2^-60 to either side of a float32 tie, and a zero sum."""
+    import random
+    from fractions import Fraction
+
+    torch = _torch()
+    rng = random.Random(59)
+    f32 = lambda v: torch.tensor(v, dtype=torch.float32).item()  # noqa: E731
+    cases = [(f32(rng.uniform(-2, 2) * 2.0 ** rng.randint(-20, 20)), f32(rng.uniform(-2, 2) * 2.0 ** rng.randint(-20, 20)),
+              f32(rng.uniform(-2, 2) * 2.0 ** rng.randint(-60, 60))) for _ in range(3000)]
+    half_ulp_less = (2**-12 * (1 + 2**-18), 2**-12 * (1 - 2**-18))  # their product: 2^-24 - 2^-60
+    for k in range(1, 9):  # 1 + k ulp, then half an ulp up less 2^-60 or down plus 2^-60: both parities and signs
+        for s in (1, -1):
+            cases.append((s * half_ulp_less[0], half_ulp_less[1], 1 + k * 2**-23))
+            cases.append((-s * half_ulp_less[0], half_ulp_less[1], -(1 + k * 2**-23)))
+    cases.append((3.0, 0.5, -1.5))
+    a, b, c = (torch.tensor(column, dtype=torch.float32) for column in zip(*cases))
+    got = _fma_rounded_once(a, b, c).tolist()
+    want = [_round_to_float32(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in cases]
+    assert got == want
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens, topk, hidden", [(1, 8, 7168), (64, 9, 7168), (300, 64, 1024), (5, 17, 100), (2, 1, 8),
