@@ -105,7 +105,7 @@ def _round_to_float32(q):
 
 @pytest.mark.torch
 def test_fma_reference_is_the_correctly_rounded_fma():
-    """_fma_rounded_once against exact rational arithmetic: products and addends whose exponents lie up to 80 apart
+    """_fma_rounded_once against exact rational arithmetic: products and addends whose exponents lie up to about 100 apart
     (float64 sums inexact), sums 2^-60 to either side of a float32 tie, and a zero sum."""
     import random
     from fractions import Fraction
