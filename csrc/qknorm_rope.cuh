@@ -834,6 +834,9 @@ struct QkNormRopeOps {
       run_heads<kFp8, kWideVec, kStore>(s, neox);
     }
 
+    // The device passes of a module built in several (host::in_device_part): one head a lane group, the staged
+    // kernels of full lanes, the staged kernel with branches.
+    static constexpr int kHeadsPart = 0, kStagedFullPart = 1, kStagedPart = 2;
     static constexpr int kMaxLanes = 32;
     static constexpr int64_t kStagedMaxBytes = 48 * 1024;  // the default limit of dynamic shared memory
     // The staged kernel's CTAs: 64 threads (8 lane groups of a 128-wide bf16 head: q 32 / kv 8 heads take 5
@@ -881,8 +884,9 @@ struct QkNormRopeOps {
       c.neox = neox;
       const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
       c.early_trigger = pdl_early_trigger(ctas);
-      LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
-          .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);
+      if constexpr (in_device_part(kHeadsPart))
+        LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
+            .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);
     }
 
     // kCtaThreads: whole warps; as many CTAs as fit the SMs at once, each then taking several tokens.
@@ -896,12 +900,15 @@ struct QkNormRopeOps {
       Params<T> c = params<kVec, kStore>();
       c.neox = neox;
       const auto launch = [&]<Pairing kPairing, bool kFull>() {
-        constexpr auto kernel = qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, Head>;
-        const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
-        const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
-        const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
-        c.early_trigger = pdl_early_trigger(ctas);
-        LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
+        if constexpr (in_device_part(kFull ? kStagedFullPart : kStagedPart)) {
+          constexpr auto kernel =
+              qknorm_rope_staged_kernel<T, kFp8, kPairing, kVec, kStore, kCtaThreads, kStages, kFull ? kFullMaxRegs : 0, kFull, Head>;
+          const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
+          const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
+          const int64_t ctas = std::min(tokens, int64_t{runtime::get_sm_count(device.device_id)} * per_sm);
+          c.early_trigger = pdl_early_trigger(ctas);
+          LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
+        }
       };
       if constexpr (kFullLanes) {
         if (c.pairs == 1 << c.width_log2 && c.tails == 0)

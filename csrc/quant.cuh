@@ -1300,6 +1300,10 @@ struct QuantOps {
   // Token rows of at most row_threads vectors through norm_group_rows_kernel, N vectors of a group a lane by
   // S (NormGroupSchedule); false (nothing launched) where S gives the norm kernels' launch, or elsewhere (the
   // operands are checked, 16-byte vectors).
+  // The device passes of a module built in several (host::in_device_part), beside launch_norm's (its narrow rows in
+  // pass 1, its wide rows in pass 2): the group kernels of few rows an SM, of many, and the cluster kernel.
+  static constexpr int kFewRowsPart = 0, kManyRowsPart = 1, kClusterPart = 2;
+
   template <int kGroup, bool kFusedAdd, bool kUE8M0, quant::Rounding kRounding>
   static bool launch_group_rows(const TokenRows<T>& rows, const quant::QuantizeGroups<kGroup, kUE8M0, kRounding>& epi) {
     using namespace host;
@@ -1312,7 +1316,7 @@ struct QuantOps {
     p.early_trigger = rows.tokens <= (kFusedAdd ? S::kFusedEarlyTriggerMaxRows : S::kEarlyTriggerMaxRows);
     const int64_t sm_count = runtime::get_sm_count(rows.device.device_id);
     constexpr bool kPinned = kFusedAdd ? S::kFusedPinnedStores : S::kPinnedStores;
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(T) == 2 && in_device_part(kClusterPart)) {
       constexpr int kThreads = 128, kCtas = 8;
       if (nvec > (kCtas / 2) * kThreads && rows.tokens <= (kFusedAdd ? S::kFusedClusterMaxRows : S::kClusterMaxRows) &&
           row_policy(rows.device).arch >= 90) {
@@ -1326,7 +1330,7 @@ struct QuantOps {
     const auto go = [&](auto lanes_tag, auto few_tag) {
       constexpr int kLaneVecs = decltype(lanes_tag)::value;
       constexpr bool kFew = decltype(few_tag)::value;
-      if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec) {
+      if constexpr (kLaneVecs < 1 || kLaneVecs > kGroup / kVec || !in_device_part(kFew ? kFewRowsPart : kManyRowsPart)) {
         return false;
       } else {
         const int threads = wide_threads(nvec, kLaneVecs, row_threads);

@@ -107,6 +107,19 @@ inline device::PdlTrigger pdl_trigger_for(int64_t ctas, int64_t cta_threads, int
 
 namespace host {
 
+// A module built in several device passes at once (JitSpec's device_parts = N: its first call waits for
+// the longest pass, not their sum) compiles in pass k the kernels that its launch code names under
+// `if constexpr (host::in_device_part(p))` for the p with p % N == k, and those named outside any such
+// test in every pass. It must be a template's code (else the other passes instantiate them too); the host
+// pass, NVRTC and a module built in one pass see every branch.
+constexpr bool in_device_part(int part) {
+#ifdef JITKERN_DEVICE_PART
+  return part % JITKERN_DEVICE_PARTS == JITKERN_DEVICE_PART;
+#else
+  return part >= 0;
+#endif
+}
+
 // The runtime also keeps a failed call's error as the thread's last error; it is cleared before raising,
 // or the caller's next CUDA operation (a torch kernel's launch check) would fail with it.
 inline void RuntimeDeviceCheck(cudaError_t error, DebugInfo where = {}) {

@@ -132,7 +132,7 @@ def _encode(fields: Iterable[tuple[str, str]]) -> bytes:
 
 def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, extra_cflags, extra_cuda_cflags, extra_ldflags,
                    extra_include_paths, build_directory, cuda_arch, host_without_nvcc=False, host_prelude=False,
-                   host_without_cudafe=False, host_shared_files=0) -> bytes:
+                   host_without_cudafe=False, host_shared_files=0, device_parts=1) -> bytes:
     """A JitSpec's fields as the engine's request (validated there). Built in one pass of plain loops (a
     comprehension is a function call in Python < 3.12): it runs on every load_jit, cold in a fresh process."""
     parts = []
@@ -159,6 +159,8 @@ def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, ext
         add(_field("host_without_cudafe", "1"))
     if host_shared_files:
         add(_field("host_shared_files", str(host_shared_files)))
+    if device_parts != 1:
+        add(_field("device_parts", str(device_parts)))
     return "".join(parts).encode()
 
 

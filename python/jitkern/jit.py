@@ -80,7 +80,10 @@ class JitSpec:
     less compile work; the sources must keep kernel bodies under `#ifdef __CUDACC__`, and host code under
     `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels of builds run many at once (else nvcc does;
     docs/add-a-kernel.md). With it, `host_prelude=True` starts the host pass with `<jitkern/host_prelude.h>`
-    (jitkern's headers), which builds run many at once compile once for all their host passes.
+    (jitkern's headers), which builds run many at once compile once for all their host passes, and
+    `device_parts=N` (2 to 8) has nvcc compile the kernels in N device passes at once, each building those
+    its launch code names under `host::in_device_part` for its number: a lone build waits for the longest
+    pass instead of one pass over them all (docs/add-a-kernel.md).
     `host_without_cudafe=True` (for kernel files written for nvcc, e.g. the reference framework's: see
     jitkern.compat.sglang) compiles their host side from nvcc's host preprocessing, rewritten, without
     cudafe++; where the rewrite cannot be sure, nvcc's host chain compiles it. With it, `host_shared_files=N`
@@ -98,7 +101,7 @@ class JitSpec:
 
     __slots__ = ("args", "cpp_files", "cuda_files", "cpp_wrappers", "cuda_wrappers", "extra_cflags", "extra_cuda_cflags",
                  "extra_ldflags", "extra_include_paths", "build_directory", "cuda_arch", "host_without_nvcc", "host_prelude",
-                 "host_without_cudafe", "host_shared_files", "compile_seconds", "_request")
+                 "host_without_cudafe", "host_shared_files", "device_parts", "compile_seconds", "_request")
 
     def __init__(
         self,
@@ -117,6 +120,7 @@ class JitSpec:
         host_prelude: bool = False,
         host_without_cudafe: bool = False,
         host_shared_files: int = 0,
+        device_parts: int = 1,
         compile_seconds: float = 0.0,
     ) -> None:
         owner = "JitSpec"
@@ -132,8 +136,9 @@ class JitSpec:
                            ("host_without_cudafe", host_without_cudafe)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{owner}: {name} must be a bool, got {type(flag).__name__}")
-        if type(host_shared_files) is not int:
-            raise TypeError(f"{owner}: host_shared_files must be an int, got {type(host_shared_files).__name__}")
+        for name, count in (("host_shared_files", host_shared_files), ("device_parts", device_parts)):
+            if type(count) is not int:
+                raise TypeError(f"{owner}: {name} must be an int, got {type(count).__name__}")
         # float first: the numbers.Real check is an ABC lookup, about 10 us the first time in a process
         if type(compile_seconds) is not float and (not isinstance(compile_seconds, numbers.Real) or isinstance(compile_seconds, bool)):
             raise TypeError(f"{owner}: compile_seconds must be a number of seconds, got {type(compile_seconds).__name__}")
@@ -159,11 +164,12 @@ class JitSpec:
         setattr_(self, "host_prelude", host_prelude)
         setattr_(self, "host_without_cudafe", host_without_cudafe)
         setattr_(self, "host_shared_files", host_shared_files)
+        setattr_(self, "device_parts", device_parts)
         setattr_(self, "compile_seconds", seconds + 0.0)  # -0.0 as 0.0
         setattr_(self, "_request", _engine.encode_request(
             args, self.cpp_files, self.cuda_files, self.cpp_wrappers, self.cuda_wrappers, self.extra_cflags,
             self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths, build_directory, cuda_arch,
-            host_without_nvcc, host_prelude, host_without_cudafe, host_shared_files))
+            host_without_nvcc, host_prelude, host_without_cudafe, host_shared_files, device_parts))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("JitSpec is immutable")

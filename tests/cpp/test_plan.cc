@@ -161,6 +161,31 @@ TEST(Plan, ValidationNamesTheField) {
   EXPECT_NO_THROW(plan::validate(r));
 }
 
+TEST(Plan, DevicePartsAreCountedAndKeyedOnlyForAHostPass) {
+  BuildRequest r;
+  r.name_parts = {"parts"};
+  r.cuda_files = {"add_constant.cuh"};
+  r.cuda_wrappers = {{"f", "f"}};
+  r.device_parts = 2;
+  expect_invalid(r, "device_parts was given without host_without_nvcc");
+  r.host_without_nvcc = true;
+  for (const int bad_count : {0, -1, 9}) {
+    r.device_parts = bad_count;
+    expect_invalid(r, "device_parts must be between 1 and 8, got " + std::to_string(bad_count));
+  }
+  r.device_parts = 1;
+  const std::string one = key(r);
+  const plan::Plan p1 = plan_of(r, test_config(), toolchain_(), "/work");
+  EXPECT_EQ(p1.device_parts, 1);
+  r.device_parts = 3;
+  const plan::Plan p3 = plan_of(r, test_config(), toolchain_(), "/work");
+  EXPECT_EQ(p3.device_parts, 3);
+  EXPECT_NE(key(r), one) << "the library's images follow from the count";
+  r.device_parts = 8;
+  EXPECT_NE(key(r), key([&] { BuildRequest q = r; q.device_parts = 3; return q; }()));
+  EXPECT_EQ(p3.cuda_compile, p1.cuda_compile) << "each pass adds its own -D flags when it runs, not the plan's command";
+}
+
 TEST(Plan, MissingSourceIsReportedWithWhereItLooked) {
   BuildRequest r = cpu_request();
   r.cpp_files = {"no_such_kernel.h"};

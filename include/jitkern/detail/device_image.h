@@ -1,5 +1,8 @@
-// The symbol under which a module built with host_without_nvcc holds its device image (nvcc's fatbin
-// of its kernels): the engine links it in, the module's launches load it (jitkern/utils.cuh).
+// The symbols under which a module built with host_without_nvcc holds its device images (nvcc's fatbins
+// of its kernels): the engine links them in, the module's launches load them (kernel_image.h). Built in
+// several device passes (BuildRequest::device_parts, at most JITKERN_MAX_DEVICE_PARTS), pass 0's image is
+// under JITKERN_DEVICE_IMAGE_SYMBOL and pass k's under that name followed by _k.
 #pragma once
 
 #define JITKERN_DEVICE_IMAGE_SYMBOL jitkern_device_image
+#define JITKERN_MAX_DEVICE_PARTS 8

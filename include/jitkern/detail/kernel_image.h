@@ -14,35 +14,71 @@
 #include <cstdlib>
 
 extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
+// The images of device passes 1 to 7 (a module built in several, <jitkern/detail/device_image.h>): weak and
+// hidden, so null in a module without them.
+#define JITKERN_PART_IMAGE_NAME_(base, part) base##_##part
+#define JITKERN_PART_IMAGE_NAME(base, part) JITKERN_PART_IMAGE_NAME_(base, part)
+#define JITKERN_PART_IMAGE(part) \
+  extern "C" __attribute__((weak, visibility("hidden"))) const unsigned long long JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, part)[];
+JITKERN_PART_IMAGE(1)
+JITKERN_PART_IMAGE(2)
+JITKERN_PART_IMAGE(3)
+JITKERN_PART_IMAGE(4)
+JITKERN_PART_IMAGE(5)
+JITKERN_PART_IMAGE(6)
+JITKERN_PART_IMAGE(7)
+static_assert(JITKERN_MAX_DEVICE_PARTS == 8, "declare the image of every device pass above");
 
 namespace host::detail {
 // Hidden, with their statics: each module has its own (a default visibility would make them
 // process-wide unique symbols, shared by every module).
 
-// This module's device image, loaded once per process (a failed load is tried again by the next call).
-[[gnu::visibility("hidden")]] inline cudaError_t device_image(cudaLibrary_t* out) {
-  static cudaLibrary_t library = nullptr;
+// This module's device images, in device pass order; null past the last.
+[[gnu::visibility("hidden")]] inline const void* image_data(int part) {
+  static const void* const images[JITKERN_MAX_DEVICE_PARTS] = {
+      JITKERN_DEVICE_IMAGE_SYMBOL,
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 1),
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 2),
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 3),
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 4),
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 5),
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 6),
+      JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 7)};
+  return part < JITKERN_MAX_DEVICE_PARTS ? images[part] : nullptr;
+}
+
+// Device pass `part`'s image, loaded once per process (a failed load is tried again by the next call).
+[[gnu::visibility("hidden")]] inline cudaError_t device_image(int part, cudaLibrary_t* out) {
+  static cudaLibrary_t libraries[JITKERN_MAX_DEVICE_PARTS] = {};
   static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-  cudaLibrary_t loaded = __atomic_load_n(&library, __ATOMIC_ACQUIRE);
+  cudaLibrary_t loaded = __atomic_load_n(&libraries[part], __ATOMIC_ACQUIRE);
   cudaError_t status = cudaSuccess;
   if (loaded == nullptr) {
     pthread_mutex_lock(&mutex);
-    if ((loaded = library) == nullptr &&
-        (status = cudaLibraryLoadData(&loaded, JITKERN_DEVICE_IMAGE_SYMBOL, nullptr, nullptr, 0, nullptr, nullptr, 0)) == cudaSuccess)
-      __atomic_store_n(&library, loaded, __ATOMIC_RELEASE);
+    if ((loaded = libraries[part]) == nullptr &&
+        (status = cudaLibraryLoadData(&loaded, image_data(part), nullptr, nullptr, 0, nullptr, nullptr, 0)) == cudaSuccess)
+      __atomic_store_n(&libraries[part], loaded, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mutex);
   }
   *out = loaded;
   return status;
 }
 
-// The device image's kernel named `name`; null with `*status` set (the runtime's last error cleared) if
-// the image cannot be loaded or has no such kernel.
-[[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status) {
-  cudaLibrary_t library = nullptr;
-  cudaKernel_t kernel = nullptr;
-  if ((*status = device_image(&library)) == cudaSuccess && (*status = cudaLibraryGetKernel(&kernel, library, name)) == cudaSuccess) return kernel;
-  (void)cudaGetLastError();
+// The kernel named `name` in the first device image that has it; null with `*status` set (the runtime's
+// last error cleared) if an image cannot be loaded or none has such a kernel (then `*missing`, if given).
+[[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status, bool* missing = nullptr) {
+  if (missing != nullptr) *missing = false;
+  for (int part = 0; part == 0 || image_data(part) != nullptr; ++part) {
+    cudaLibrary_t library = nullptr;
+    cudaKernel_t kernel = nullptr;
+    if ((*status = device_image(part, &library)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    if ((*status = cudaLibraryGetKernel(&kernel, library, name)) == cudaSuccess) return kernel;
+    (void)cudaGetLastError();
+  }
+  if (missing != nullptr) *missing = true;
   return nullptr;
 }
 
@@ -54,10 +90,9 @@ namespace host::detail {
   *status = cudaSuccess, *why = nullptr;
   if ((*name = function_symbol(stub, why)) == nullptr) return nullptr;
   *why = nullptr;
-  cudaLibrary_t library = nullptr;
-  if ((*status = device_image(&library)) != cudaSuccess) return nullptr;
-  const cudaKernel_t kernel = image_kernel(*name, status);
-  if (kernel == nullptr) *why = "is it static, or in an anonymous namespace, or instantiated with a type that is?";
+  bool missing = false;
+  const cudaKernel_t kernel = image_kernel(*name, status, &missing);
+  if (missing) *why = "is it static, or in an anonymous namespace, or instantiated with a type that is?";
   return kernel;
 }
 

@@ -78,6 +78,9 @@ constexpr int kNormStaticWidths[] = {1024, 1536, 2048, 2560, 3072, 3584, 4096, 5
 // Its PDL trigger: at kernel start up to this many rows, after the last store above (bf16 [1 / 16, 4096]:
 // 0.98 / 1.01 us at start against 1.14 / 1.19 at the end; [128, 4096]: 2.55 against 1.40).
 constexpr int64_t kNormStaticEarlyTriggerMaxRows = 16;
+// The device passes of a module built in several (host::in_device_part): the kernels built for a width,
+// the narrow rows' lane groups, the wide rows' CTAs (about a dozen kernels each in an rmsnorm module).
+constexpr int kNormStaticPart = 0, kNormNarrowPart = 1, kNormWidePart = 2;
 // Rows are indexed with 32-bit integers on the device; the host splits larger problems.
 constexpr int64_t kNormMaxRowsPerLaunch = int64_t{1} << 30;
 
@@ -418,10 +421,14 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
   const int row_threads = row_policy(device).row_threads;
   const int64_t nvec = p.hidden / kVec;
   if constexpr (kVec == 1) {  // unaligned rows are rare: one instantiation per path
-    if (nvec <= 32) return launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count);
-    launch_norm_wide<T, 1, 2, kFusedAdd, RowFit::kWider>(p, epi, device, row_threads, sm_count, token_rows);
-  } else {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
     if (nvec <= 32) {
+      if constexpr (host::in_device_part(kNormNarrowPart)) launch_norm_narrow<T, 1, 32, kFusedAdd>(p, epi, device, sm_count);
+      return;
+    }
+    if constexpr (host::in_device_part(kNormWidePart))
+      launch_norm_wide<T, 1, 2, kFusedAdd, RowFit::kWider>(p, epi, device, row_threads, sm_count, token_rows);
+  } else if (nvec <= 32) {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
+    if constexpr (host::in_device_part(kNormNarrowPart)) {
       // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
       const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
       // Rows of at least kMinRowElements<Epi> never take a group narrower than kMinWidth: none is built.
@@ -429,8 +436,9 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
       if constexpr (kMinWidth <= 4) if (width == 4) return launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count);
       if constexpr (kMinWidth <= 8) if (width == 8) return launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count);
       if constexpr (kMinWidth <= 16) if (width == 16) return launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count);
-      return launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count);
+      launch_norm_narrow<T, kVec, 32, kFusedAdd>(p, epi, device, sm_count);
     }
+  } else if constexpr (host::in_device_part(kNormWidePart)) {
     constexpr int kRegVecs = kFusedAdd ? kNormFusedRegVecs : kNormWideRegVecs;
     if constexpr (kOneVectorPerThread<Epi>) {
       if (nvec <= row_threads) return launch_norm_wide<T, kVec, 1, kFusedAdd, RowFit::kFits>(p, epi, device, row_threads, sm_count, token_rows);
@@ -594,7 +602,10 @@ bool launch_norm_static(const TokenRows<T>& rows) {
 // width where launch_norm_static takes the rows, else launch_norm's.
 template <typename T>
 void launch_token_norm(const TokenRows<T>& rows) {
-  if (!launch_norm_static(rows)) launch_norm<T, false>(rows.params, 1, rows.tokens, rows.device);
+  if constexpr (host::in_device_part(kNormStaticPart)) {
+    if (launch_norm_static(rows)) return;
+  }
+  launch_norm<T, false>(rows.params, 1, rows.tokens, rows.device);
 }
 
 }  // namespace host::norm

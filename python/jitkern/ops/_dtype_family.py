@@ -12,27 +12,29 @@ from ._declare import wrapper
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # the element types the float kernel families are built for
 
 
-def package_spec(name: str, *args, cuda_file: str, wrappers: list, compile_seconds: float) -> JitSpec:
+def package_spec(name: str, *args, cuda_file: str, wrappers: list, compile_seconds: float, device_parts: int = 1) -> JitSpec:
     """A module of the package's own kernels (csrc/<cuda_file>): its headers keep the kernel bodies under
     #ifdef __CUDACC__, so the host pass runs without nvcc, started by the precompiled prelude.
-    compile_seconds: the scheduling estimate parallel builds start in the order of."""
+    compile_seconds: the scheduling estimate parallel builds start in the order of; device_parts: nvcc's
+    device passes run at once (the kernel file's launches say which kernels each builds)."""
     return JitSpec(name, *args, cuda_files=[cuda_file], cuda_wrappers=wrappers, host_without_nvcc=True, host_prelude=True,
-                   compile_seconds=compile_seconds)
+                   device_parts=device_parts, compile_seconds=compile_seconds)
 
 
 class DtypeFamily:
     DTYPES = FLOAT_DTYPES
 
     def __init__(self, name: str, cpp_class: str, params: dict[str, str], compile_seconds: dict[str, float] | None = None,
-                 members: dict[str, str] | None = None):
+                 members: dict[str, str] | None = None, device_parts: dict[str, int] | None = None):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
         members are exported (cpp_class<T>::export); params: export -> its C++ parameters, in order, typed as
         in a torch schema where a torch op takes them as they are (they name the arguments in errors);
         compile_seconds: export -> its module's compile time (JitSpec's scheduling estimate); members: export ->
-        the member it exports where that is not the export's name (an instantiation: "op<128>"). The modules
-        are package_spec modules of csrc/<name>.cuh, one per export and dtype."""
+        the member it exports where that is not the export's name (an instantiation: "op<128>"); device_parts:
+        export -> nvcc's device passes for its module (default 1). The modules are package_spec modules of
+        csrc/<name>.cuh, one per export and dtype."""
         self.name, self.cpp_class, self.params, self.compile_seconds = name, cpp_class, params, compile_seconds or {}
-        self.members = members or {}
+        self.members, self.device_parts = members or {}, device_parts or {}
         self.functions: dict = {}  # (export, dtype) -> exported function; the hot path is this lookup and the call
 
     def spec(self, dtype, op: str) -> JitSpec:
@@ -43,7 +45,7 @@ class DtypeFamily:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
         return package_spec(f"{self.name}_{op}", t, cuda_file=f"{self.name}.cuh",
                             wrappers=[wrapper(op, f"{self.cpp_class}<{t}>::{self.members.get(op, op)}", self.params[op])],
-                            compile_seconds=self.compile_seconds.get(op, 0.0))
+                            compile_seconds=self.compile_seconds.get(op, 0.0), device_parts=self.device_parts.get(op, 1))
 
     def specs(self, exports=None, dtypes=None, constants=()) -> list[JitSpec]:
         """The modules of these exports (None: all) for these dtypes (None: all the family supports)."""

@@ -21,7 +21,8 @@ _FAMILY = DtypeFamily("norm", "jitkern_norm::NormOps", {
     "qknorm": "Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps, int head_dim",
     "qknorm_across_heads": "Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps",
 },  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
-   compile_seconds={"rmsnorm": 3.3, "fused_add_rmsnorm": 3.3, "qknorm": 3.3, "qknorm_across_heads": 3.1})
+   compile_seconds={"rmsnorm": 3.3, "fused_add_rmsnorm": 3.3, "qknorm": 3.3, "qknorm_across_heads": 3.1},
+   device_parts={"rmsnorm": 3})  # its kernels built for a width, narrow and wide rows (impl/norm_launch.cuh's parts)
 FAMILY = Family(_FAMILY)
 _FUNCTIONS = _FAMILY.functions
 spec = _FAMILY.spec

@@ -25,7 +25,8 @@ _FAMILY = DtypeFamily("norm_variants", "jitkern_norm_variants::NormVariants", {
     "gemma_rmsnorm": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
     "gemma_fused_add_rmsnorm": "Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps",
     "rmsnorm_hf": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
-}, compile_seconds={"gemma_rmsnorm": 3.3, "gemma_fused_add_rmsnorm": 3.3, "rmsnorm_hf": 3.3})  # as rmsnorm's: the same kernels
+}, compile_seconds={"gemma_rmsnorm": 3.3, "gemma_fused_add_rmsnorm": 3.3, "rmsnorm_hf": 3.3},  # as rmsnorm's: the same kernels
+   device_parts={"gemma_rmsnorm": 3, "rmsnorm_hf": 3})  # as rmsnorm's (impl/norm_launch.cuh's parts)
 FAMILY = Family(_FAMILY)
 spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions

@@ -40,7 +40,8 @@ _STORE_ARGS = f"{_ARGS}, v, k_cache, v_cache, cache_loc, k_scale, v_scale"
 _FAMILY = DtypeFamily("qknorm_rope", "jitkern_qknorm_rope::QkNormRopeOps", {
     "apply": _ARGS,
     "apply_store": _STORE_ARGS,
-    "apply_store_fp8": _STORE_ARGS,}, compile_seconds={"apply": 3.0, "apply_store": 3.2, "apply_store_fp8": 4.0})  # estimates: the order parallel builds start in
+    "apply_store_fp8": _STORE_ARGS,}, compile_seconds={"apply": 3.0, "apply_store": 3.2, "apply_store_fp8": 4.0},  # estimates: the order parallel builds start in
+    device_parts=dict.fromkeys(("apply", "apply_store", "apply_store_fp8"), 3))  # csrc/qknorm_rope.cuh's three kernel kinds
 FAMILY = Family(_FAMILY)
 spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions

@@ -94,7 +94,8 @@ _FAMILY = DtypeFamily("quant", "jitkern_quant::QuantOps", {
                        for e, (op, _) in _GROUP.items()}, "rmsnorm_quant_static": 3.3,
                     "rmsnorm_quant_dynamic": 3.5, "fused_add_rmsnorm_quant_static": 3.7, "fused_add_rmsnorm_quant_dynamic": 3.4,
                     **{e: _NORM_GROUP_OPS[op][1] for e, (op, _) in _NORM_GROUP.items()}},
-   members={e: member for e, (_, member) in (*_GROUP.items(), *_NORM_GROUP.items())})
+   members={e: member for e, (_, member) in (*_GROUP.items(), *_NORM_GROUP.items())},
+   device_parts=dict.fromkeys(_NORM_GROUP, 3))  # csrc/quant.cuh's group kernels of few / many rows, the cluster kernel
 FAMILY = Family(_FAMILY, helpers=("group_scales_like",))
 spec = _FAMILY.spec
 

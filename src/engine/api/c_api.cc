@@ -92,6 +92,7 @@ void parse_request(const std::string& all, jitkern::BuildRequest* req, jitkern::
     else if (key == "host_prelude") req->host_prelude = value == "1";
     else if (key == "host_without_cudafe") req->host_without_cudafe = value == "1";
     else if (key == "host_shared_files") req->host_shared_files = int_field(key, value);
+    else if (key == "device_parts") req->device_parts = int_field(key, value);
     else if (key == "cuda_device") req->cuda_device = int_field(key, value);
     else if (key == "tvm_ffi_version") cfg->tvm_ffi_version = value;
     else throw std::invalid_argument("jitkern: unknown engine request key '" + key + "'");

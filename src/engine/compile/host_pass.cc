@@ -48,6 +48,48 @@ int run_host_pass(Steps& s, const std::vector<std::string>& flags, const std::ve
   return fs::wait(s.start(host, s.log(), s.scratch), s.timeout);
 }
 
+// nvcc's device images of a module, one per device pass, compiled at once from construction on; the
+// destructor waits for any still running, so an exception leaves no compiler behind.
+class DeviceImages {
+ public:
+  explicit DeviceImages(Steps& s) : seconds_(s.p.device_parts, 0.0) {
+    std::vector<std::function<int()>> images;
+    for (int part = 0; part < s.p.device_parts; ++part) images.push_back(nvcc_image(s, part));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int part = 0; part < s.p.device_parts; ++part)
+      running_.push_back(std::async(std::launch::async, [this, part, t0, image = std::move(images[part])] {
+        const int rc = image();
+        seconds_[part] = seconds_since(t0);
+        return rc;
+      }));
+  }
+  DeviceImages(const DeviceImages&) = delete;
+  DeviceImages& operator=(const DeviceImages&) = delete;
+
+  // The first failure's status, once every pass has ended.
+  int wait() {
+    int rc = 0;
+    for (auto& r : running_) rc = first_failure(rc, r.get());
+    running_.clear();
+    return rc;
+  }
+  // "1.52 s", or with several passes the longest and each: "1.52 s (3 passes: 1.31 / 1.52 / 1.20 s)".
+  std::string seconds() const {
+    std::string text = format_seconds(*std::max_element(seconds_.begin(), seconds_.end()));
+    if (seconds_.size() == 1) return text;
+    text += " (" + std::to_string(seconds_.size()) + " passes: ";
+    for (std::size_t i = 0; i < seconds_.size(); ++i) {
+      const std::string one = format_seconds(seconds_[i]);
+      text += i + 1 < seconds_.size() ? one.substr(0, one.size() - 2) + " / " : one + ")";
+    }
+    return text;
+  }
+
+ private:
+  std::vector<double> seconds_;
+  std::vector<std::future<int>> running_;  // a std::async future waits for its task when destroyed
+};
+
 }  // namespace
 
 // host_without_nvcc: the host pass (the host compiler alone, into device.o) beside nvcc's device
@@ -77,48 +119,47 @@ int host_pass_and_image(Steps& s) {
     if (rc != kNvrtcCannot) return rc;  // compiled, or timed out / interrupted: no fallback for those
     log::emit(s.p.nvrtc_asked ? log::kWarning : log::kInfo, s.p.name + ": NVRTC could not compile its kernels, so nvcc compiles them "
                                                                       "(JITKERN_DEVICE_COMPILER=nvcc skips the attempt): " + why);
-    const auto t2 = std::chrono::steady_clock::now();
-    rc = nvcc_image(s)();
-    s.cuda_steps += " (could not), nvcc " + format_seconds(seconds_since(t2));
+    DeviceImages images(s);
+    rc = images.wait();
+    s.cuda_steps += " (could not), nvcc " + images.seconds();
     return rc;
   }
-  // A task: its future waits for nvcc when destroyed, so an exception here leaves no compiler running.
-  auto image = nvcc_image(s);
-  const auto t0 = std::chrono::steady_clock::now();
-  double device_seconds = 0;
-  std::future<int> device = std::async(std::launch::async, [&image, &device_seconds, t0] {
-    const int rc = image();
-    device_seconds = seconds_since(t0);
-    return rc;
-  });
+  DeviceImages images(s);  // started before the host pass, which runs beside them
   std::string prelude;
+  const auto t0 = std::chrono::steady_clock::now();
   const int rc = run_host_pass(s, host, io, &prelude);
   const double host_seconds = seconds_since(t0);
-  const int device_rc = device.get();
-  s.cuda_steps = "host pass " + format_seconds(host_seconds) + prelude + " beside nvcc " + format_seconds(device_seconds);
+  const int device_rc = images.wait();
+  s.cuda_steps = "host pass " + format_seconds(host_seconds) + prelude + " beside nvcc " + images.seconds();
   return first_failure(rc, device_rc);
 }
 
-// nvcc's device image of the module (its steps from its dry run with relative names, as nvcc.cc's:
+// nvcc's device image of device pass `part` (its steps from its dry run with relative names, as nvcc.cc's:
 // no part of the cache path reaches a shell), linked in as data that the launches look kernels up in.
-// Prepared here, run by the returned task.
-std::function<int()> nvcc_image(Steps& s) {
+// Prepared here, run by the returned task. Each pass of several has files of its own (.<part> in their
+// names) and sees JITKERN_DEVICE_PART and JITKERN_DEVICE_PARTS.
+std::function<int()> nvcc_image(Steps& s, int part) {
+  const std::string suffix = part == 0 ? "" : "." + std::to_string(part);
+  const std::string fatbin = "device" + suffix + ".fatbin", depfile = "device" + suffix + ".d", image_s = "image" + suffix + ".s",
+                    image_o = "image" + suffix + ".o", log = s.device_log(part);
   auto image = s.p.cuda_compile;
-  image.insert(image.end(), {"-fatbin", "device.cu", "-o", "device.fatbin"});
+  if (s.p.device_parts > 1)
+    image.insert(image.end(), {"-DJITKERN_DEVICE_PART=" + std::to_string(part), "-DJITKERN_DEVICE_PARTS=" + std::to_string(s.p.device_parts)});
+  image.insert(image.end(), {"-fatbin", "device.cu", "-o", fatbin});
   std::vector<std::string> env, steps;
   std::string text;
-  if (s.dry_run(image, &text) && !nvcc::fatbin_commands(text, "device.d", &env, &steps)) steps.clear();
-  if (steps.empty()) image.insert(image.end(), {"-MD", "-MF", "device.d"});
-  s.depfiles.push_back({s.scratch + "/device.d", s.scratch});
-  fs::write_file_atomic(s.scratch + "/image.s", nvcc::image_assembly("device.fatbin"));
-  const std::vector<std::string> embed = {s.p.host_cxx, "-c", "-x", "assembler", "image.s", "-o", "image.o"};
+  if (s.dry_run(image, &text, "nvcc" + suffix) && !nvcc::fatbin_commands(text, depfile, &env, &steps)) steps.clear();
+  if (steps.empty()) image.insert(image.end(), {"-MD", "-MF", depfile});
+  s.depfiles.push_back({s.scratch + "/" + depfile, s.scratch});
+  fs::write_file_atomic(s.scratch + "/" + image_s, nvcc::image_assembly(fatbin, part));
+  const std::vector<std::string> embed = {s.p.host_cxx, "-c", "-x", "assembler", image_s, "-o", image_o};
   if (steps.empty()) s.refuse_a_path_a_shell_would_run(), s.record(s.in_dir(fs::join_command(image)));
   for (const auto& step : steps) s.record(s.in_dir(step));
   s.record(s.in_dir(fs::join_command(embed)));
-  s.cuda_objects.push_back(s.scratch + "/image.o");
-  return [&s, image, env, steps, embed] {
-    const int rc = steps.empty() ? fs::wait(s.start(image, s.device_log(), s.scratch), s.timeout) : s.run_shell_chain(steps, env, s.device_log());
-    return rc != 0 ? rc : fs::wait(s.start(embed, s.device_log(), s.scratch), s.timeout);
+  s.cuda_objects.push_back(s.scratch + "/" + image_o);
+  return [&s, image, env, steps, embed, log] {
+    const int rc = steps.empty() ? fs::wait(s.start(image, log, s.scratch), s.timeout) : s.run_shell_chain(steps, env, log);
+    return rc != 0 ? rc : fs::wait(s.start(embed, log, s.scratch), s.timeout);
   };
 }
 

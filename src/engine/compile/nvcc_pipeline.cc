@@ -161,7 +161,10 @@ std::string data_assembly(const std::vector<std::string>& syms, const std::strin
 
 std::string fatbin_assembly(const std::string& fatbin_path) { return data_assembly({kFatbinSymbol}, fatbin_path); }
 
-std::string image_assembly(const std::string& fatbin_path) { return data_assembly({JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL)}, fatbin_path); }
+std::string image_assembly(const std::string& fatbin_path, int part) {
+  const std::string symbol = JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL);
+  return data_assembly({part == 0 ? symbol : symbol + "_" + std::to_string(part)}, fatbin_path);
+}
 
 std::string fatbin_and_image_assembly(const std::string& fatbin_path) {
   return data_assembly({kFatbinSymbol, JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL)}, fatbin_path);

@@ -29,7 +29,9 @@ Steps::Steps(const plan::Plan& plan, const config::Config& config, const std::st
 std::string Steps::output() const {
   std::string text, other;
   fs::read_file(log(), &text);
-  for (const auto& path : {device_log(), stub_log()})
+  std::vector<std::string> paths = {device_log(), stub_log()};
+  for (int part = 1; part < p.device_parts; ++part) paths.push_back(device_log(part));
+  for (const auto& path : paths)
     if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += other;
   return text;
 }
@@ -88,13 +90,13 @@ int Steps::run_shell_chain(const std::vector<std::string>& cmds, const std::vect
   return 0;
 }
 
-bool Steps::dry_run(std::vector<std::string> argv, std::string* text) {
+bool Steps::dry_run(std::vector<std::string> argv, std::string* text, const std::string& keep_dir) {
   const bool shell_safe = std::none_of(p.cuda_compile.begin(), p.cuda_compile.end(),
                                        [](const std::string& a) { return a.find_first_of("$`\"\\!") != std::string::npos; });
   if (!shell_safe || !cfg.nvcc_pipeline) return false;
-  ::mkdir((scratch + "/nvcc").c_str(), 0700);
-  argv.insert(argv.end(), {"--dryrun", "--keep", "--keep-dir", "nvcc"});
-  const std::string log_path = scratch + "/dryrun.txt";
+  ::mkdir((scratch + "/" + keep_dir).c_str(), 0700);
+  argv.insert(argv.end(), {"--dryrun", "--keep", "--keep-dir", keep_dir});
+  const std::string log_path = scratch + "/" + keep_dir + ".dryrun.txt";
   if (fs::wait(start(argv, log_path, scratch), timeout) != 0 || !fs::read_file(log_path, text)) return false;
   *text = jitkern::text::erase_all(*text, scratch + "/");
   return text->find(scratch) == std::string::npos;

@@ -34,7 +34,8 @@ class Steps {
   Steps(const plan::Plan& p, const config::Config& cfg, const std::string& scratch, bool parallel_build);
 
   std::string log() const { return scratch + "/build.log"; }
-  std::string device_log() const { return scratch + "/device.log"; }
+  // Device pass `part`'s output (one per pass of a module built in several, plan::Plan::device_parts).
+  std::string device_log(int part = 0) const { return scratch + (part == 0 ? "/device.log" : "/device." + std::to_string(part) + ".log"); }
   std::string stub_log() const { return scratch + "/stub.log"; }
   // Everything the compilers printed. nvcc's host and device phases parse the same source, so an error
   // both report is shown once: the device phases' output only where it adds something.
@@ -52,9 +53,10 @@ class Steps {
   fs::Process start(const std::vector<std::string>& argv, const std::string& log_path, const std::string& cwd,
                     std::vector<std::string> env = {}) const;
   int run_shell_chain(const std::vector<std::string>& cmds, const std::vector<std::string>& env, const std::string& log_path);
-  // `nvcc --dryrun --keep` of `argv` with every name relative to the scratch directory; false where the
-  // phases must not run that way (JITKERN_NVCC_PIPELINE=0, an argument the shell would expand, a failed dry run).
-  bool dry_run(std::vector<std::string> argv, std::string* text);
+  // `nvcc --dryrun --keep` of `argv` with every name relative to the scratch directory, its kept files in
+  // `keep_dir` there; false where the phases must not run that way (JITKERN_NVCC_PIPELINE=0, an argument
+  // the shell would expand, a failed dry run).
+  bool dry_run(std::vector<std::string> argv, std::string* text, const std::string& keep_dir = "nvcc");
   // nvcc run as one command passes the scratch directory through a shell: refused where it would run something.
   void refuse_a_path_a_shell_would_run() const;
   // A step's first error lines (else its first lines), for a message: the scratch directory is gone when it is read.
@@ -81,8 +83,9 @@ int run(Steps& s, const std::string& out);
 int cuda_objects(Steps& s);
 int nvcc_object(Steps& s);
 int host_pass_and_image(Steps& s);
-// nvcc's device image, prepared here and run by the returned task.
-std::function<int()> nvcc_image(Steps& s);
+// nvcc's device image of device pass `part` (of plan::Plan::device_parts), prepared here and run by the
+// returned task.
+std::function<int()> nvcc_image(Steps& s, int part = 0);
 inline constexpr int kNvrtcCannot = 1;  // nvrtc_image: NVRTC cannot compile these kernels, nvcc may
 int nvrtc_image(Steps& s, const std::string& cuda_include, std::string* why);
 

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jitkern/detail/device_image.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -165,6 +167,10 @@ void validate(const BuildRequest& req) {
         std::to_string(req.host_shared_files));
   if (req.host_shared_files > 0 && !req.host_without_cudafe)
     bad("host_shared_files was given without host_without_cudafe (it names the rewritten host side's shared headers)");
+  if (req.device_parts < 1 || req.device_parts > JITKERN_MAX_DEVICE_PARTS)
+    bad("device_parts must be between 1 and " + std::to_string(JITKERN_MAX_DEVICE_PARTS) + ", got " + std::to_string(req.device_parts));
+  if (req.device_parts > 1 && !req.host_without_nvcc)
+    bad("device_parts was given without host_without_nvcc (its device passes' images are what a host pass's launches look kernels up in)");
   if (req.host_without_nvcc && req.host_without_cudafe)
     bad("host_without_nvcc and host_without_cudafe were both given (the first has no nvcc host side to rewrite)");
   if (req.host_without_nvcc || req.host_without_cudafe) {
@@ -341,6 +347,8 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
       p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
       key.field("host-without-nvcc");
       key_args(p.host_pass);
+      // The images the library holds, and the kernels in each, follow from the count.
+      if ((p.device_parts = req.device_parts) > 1) key.field("device-parts").field(std::to_string(p.device_parts));
       // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether
       // NVRTC can compile this module is the build's question (plan: its flags; build: its library).
       if (cfg.device_compiler != config::DeviceCompiler::kNvcc) {

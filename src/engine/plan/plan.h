@@ -61,6 +61,7 @@ struct Plan {
   std::string host_rewrite_unused;   // asked for host_without_cudafe, but cudafe++ it is: why
   std::string host_shared_prefix;    // host_shared_files: the last shared header, as the CUDA source #includes it
   std::string host_prelude;   // host_prelude: the header the host pass -includes (host_prelude.h)
+  int device_parts = 1;       // host_without_nvcc: nvcc's device passes (BuildRequest::device_parts)
   bool host_cxx_gcc = false;  // the host compiler is GCC (whose precompiled headers the build may use)
   // JITKERN_DEVICE_COMPILER=nvrtc or auto (the default): NVRTC's options for the kernels (after the host pass; CUDA's include
   // directory is added by the build) and its library; empty where nvcc compiles them.

@@ -48,6 +48,11 @@ struct BuildRequest {
   // With host_without_nvcc: the host pass starts with <jitkern/host_prelude.h>, which builds run many at
   // once compile once for all their host passes (a precompiled header) instead of parsing it in each.
   bool host_prelude = false;
+  // With host_without_nvcc: nvcc compiles the kernels in this many device passes at once (1 to
+  // kMaxDeviceParts), each into an image of its own; pass k defines JITKERN_DEVICE_PART=k and builds
+  // only the kernels its launches name under host::in_device_part (<jitkern/utils.cuh>), so a lone build
+  // waits for the longest pass, not their sum. NVRTC compiles every kernel in one image either way.
+  int device_parts = 1;
   // The CUDA source compiled by nvcc's phases, but its host side without cudafe++: nvcc's host
   // preprocessing, rewritten (device-only bodies removed, kernel-taking runtime calls routed to the
   // device image: src/engine/compile/host_transform.h), then one host compile. Where the rewrite

@@ -508,3 +508,96 @@ def test_plain_nvcc_sees_edits_in_directories_its_dependency_output_misspells(ca
     assert b"TAG_B" in open(spec.build(), "rb").read(), "an edit of the kernel file itself is seen"
     header.write_text('#define VALUE 4\n__attribute__((used)) static const char header_tag[] = "HEADER_B";\n')
     assert b"HEADER_B" in open(spec.build(), "rb").read(), "an edit of a header beside it is seen"
+
+
+_PARTS_SOURCE = """#include <jitkern/utils.cuh>
+#ifndef __CUDACC_RTC__
+#include <jitkern/tensor.h>
+#endif
+namespace parts {
+template <int kValue>
+__global__ void fill_kernel(int* p) {
+#ifdef __CUDACC__
+  p[threadIdx.x] = kValue;
+#endif
+}
+#if JITKERN_DEVICE_PART == 2
+#error PART_TWO_FAILS
+#endif
+#ifndef __CUDACC_RTC__
+template <int kPart>
+void fill_from(int* p, DLDevice device) {
+  if constexpr (host::in_device_part(kPart)) host::LaunchKernel(1, 4, device)(fill_kernel<kPart + 1>, p);
+}
+inline void fill(jitkern::TensorView out, int64_t which) {
+  auto* p = static_cast<int*>(out.data_ptr());
+  if (which == 1) fill_from<0>(p, out.device());
+  else if (which == 2) fill_from<1>(p, out.device());
+  else if (which == 3) fill_from<2>(p, out.device());
+  else host::LaunchKernel(1, 4, out.device())(fill_kernel<9>, p);  // named outside any part: in every pass
+}
+#endif
+}  // namespace parts
+"""
+
+
+def _device_images(path: str) -> dict[str, bytes]:
+    """A host_without_nvcc module's device images by symbol (jitkern_device_image, _1, ...): their bytes, each up to
+    the next image or the end of the section that holds them (binutils' readelf and nm)."""
+    import subprocess
+
+    section = next(line.split() for line in subprocess.run(["readelf", "-SW", path], capture_output=True, text=True, check=True).stdout.splitlines()
+                   if " .nv_fatbin " in line)
+    at = section.index(".nv_fatbin")
+    address, offset, size = (int(section[at + k], 16) for k in (2, 3, 4))
+    listed = (line.split() for line in subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout.splitlines())
+    symbols = sorted((int(fields[0], 16), fields[2]) for fields in listed if len(fields) == 3 and fields[2].startswith("jitkern_device_image"))
+    data = open(path, "rb").read()[offset:offset + size]
+    bounds = [value - address for value, _ in symbols] + [size]
+    return {name: data[bounds[i]:bounds[i + 1]] for i, (_, name) in enumerate(symbols)}
+
+
+@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
+def test_device_parts_compile_each_kernel_in_its_pass_and_launch_from_every_image(cache_dir, monkeypatch, tmp_path, caplog, compiler):
+    """device_parts=3: nvcc's three device passes each build the kernels named under host::in_device_part for
+    their number (a kernel named outside any test in all three), each pass's error is reported, and the launches
+    find every kernel in whichever image holds it; NVRTC builds one image of them all."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", compiler)
+    source = tmp_path / "parts.cuh"
+    source.write_text(_PARTS_SOURCE)
+    spec = JitSpec("parts", cuda_files=[str(source)], cuda_wrappers=[("fill", "parts::fill", "out, which")], host_without_nvcc=True,
+                   device_parts=3)
+    if compiler == "nvcc":
+        with pytest.raises(BuildError, match="PART_TWO_FAILS"):  # only pass 2 sees the #error: its output is the message
+            spec.build()
+    source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
+    time.sleep(0.05)  # (rewritten just before a build, it would count as changed while that build ran)
+    with caplog.at_level(logging.INFO, logger="jitkern"):
+        path = spec.build()
+    images = _device_images(path)
+    kernel = {k: f"_ZN5parts11fill_kernelILi{k}EEEvPi".encode() for k in (1, 2, 3, 9)}
+    if compiler == "nvcc":
+        assert "3 passes:" in caplog.text, caplog.text
+        assert list(images) == ["jitkern_device_image", "jitkern_device_image_1", "jitkern_device_image_2"], list(images)
+        for part, name in enumerate(images):
+            assert [k for k in (1, 2, 3, 9) if kernel[k] in images[name]] == [part + 1, 9], (name, images[name][:64])
+    else:
+        assert "NVRTC could not" not in caplog.text, caplog.text
+        assert list(images) == ["jitkern_device_image"], list(images)
+        assert all(kernel[k] in images["jitkern_device_image"] for k in (1, 2, 3, 9))
+    assert spec.replace(device_parts=2).build() != path, "the count is part of the key"
+    with pytest.raises(ValueError, match="device_parts must be between 1 and 8, got 9"):
+        spec.replace(device_parts=9).build()
+    with pytest.raises(ValueError, match="device_parts was given without host_without_nvcc"):
+        spec.replace(host_without_nvcc=False).build()
+    with pytest.raises(TypeError, match="device_parts must be an int"):
+        spec.replace(device_parts="3")
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("NOT RUN (the launches): needs a CUDA GPU and torch")
+    module = spec.load()
+    out = torch.zeros(4, dtype=torch.int32, device="cuda")
+    for which, value in ((1, 1), (2, 2), (3, 3), (4, 9), (2, 2)):
+        module.fill(out, which)
+        assert out.tolist() == [value] * 4, (which, out.tolist())
