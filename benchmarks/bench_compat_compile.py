@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, is_in_ci  # noqa: E402
+from utils import empty_cache_env, environment, is_in_ci  # noqa: E402
 
 TRIALS = 1 if is_in_ci() else 3
 ARCH = os.environ.get("JITKERN_CUDA_ARCH", "sm_90a")
@@ -56,8 +56,7 @@ def unpack(wheel: str) -> Path:
 def cold(code: str) -> float:
     with tempfile.TemporaryDirectory() as cache:
         os.chmod(cache, 0o700)
-        env = dict(os.environ, JITKERN_CACHE_DIR=cache, TVM_FFI_CACHE_DIR=cache, JITKERN_CUDA_ARCH=ARCH, JITKERN_QUIET="1",
-                   TVM_FFI_CUDA_ARCH_LIST=f"{ARCH[3]}.{ARCH[4:]}")
+        env = empty_cache_env(cache, JITKERN_CUDA_ARCH=ARCH, TVM_FFI_CUDA_ARCH_LIST=f"{ARCH[3]}.{ARCH[4:]}")
         out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=1800)
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-3000:])

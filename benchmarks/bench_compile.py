@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, is_in_ci  # noqa: E402
+from utils import empty_cache_env, environment, is_in_ci  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TRIALS = 2 if is_in_ci() else 3
@@ -71,8 +71,7 @@ print("SECONDS", time.perf_counter() - t0)
 
 
 def trial(code: str, cache: str, extra_env: dict[str, str] | None = None) -> float:
-    env = dict(os.environ, JITKERN_CACHE_DIR=cache, TVM_FFI_CACHE_DIR=cache, JITKERN_CUDA_ARCH=ARCH, JITKERN_QUIET="1",
-               TVM_FFI_CUDA_ARCH_LIST=f"{ARCH[3]}.{ARCH[4:]}", **(extra_env or {}))
+    env = empty_cache_env(cache, JITKERN_CUDA_ARCH=ARCH, TVM_FFI_CUDA_ARCH_LIST=f"{ARCH[3]}.{ARCH[4:]}", **(extra_env or {}))
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from utils import environment, is_in_ci, reference_path  # noqa: E402
+from utils import empty_cache_env, environment, is_in_ci, reference_path  # noqa: E402
 
 TRIALS = 1 if is_in_ci() else 2
 JOBS = os.cpu_count() or 1
@@ -128,7 +128,7 @@ def run(code: str, env: dict) -> float:
 
 
 def fresh_env(cache: str, extra_path: str | None = None) -> dict:
-    env = dict(os.environ, JITKERN_CACHE_DIR=cache, TVM_FFI_CACHE_DIR=cache, JITKERN_QUIET="1", JITKERN_PREBUILT_DIRS="")
+    env = empty_cache_env(cache, JITKERN_PREBUILT_DIRS="")
     if extra_path:
         env["PYTHONPATH"] = extra_path + os.pathsep + env.get("PYTHONPATH", "")
     return env

@@ -159,6 +159,13 @@ def compile_seconds(message: str) -> tuple[float, float] | None:
     return (float(found.group(1)), float(found.group(2))) if found else None
 
 
+def empty_cache_env(cache: str, **settings: str) -> dict[str, str]:
+    """The environment of a timed process whose JIT caches are all the empty directory `cache`: jitkern's,
+    tvm-ffi's (the reference up to 0.5.9) and the reference's newer loader's (SGLANG_JIT_CACHE_DIR, else
+    ~/.cache/sglang/jit, where a second trial would find the first's build); `settings` added."""
+    return {**os.environ, "JITKERN_CACHE_DIR": cache, "TVM_FFI_CACHE_DIR": cache, "SGLANG_JIT_CACHE_DIR": cache, "JITKERN_QUIET": "1", **settings}
+
+
 @functools.cache
 def reference_path() -> str | None:
     """A directory from which the reference framework's `sglang` package imports: its wheel unpacked
