@@ -81,9 +81,9 @@ class JitSpec:
     `#ifndef __CUDACC_RTC__` for NVRTC to compile the kernels of builds run many at once (else nvcc does;
     docs/add-a-kernel.md). With it, `host_prelude=True` starts the host pass with `<jitkern/host_prelude.h>`
     (jitkern's headers), which builds run many at once compile once for all their host passes, and
-    `device_parts=N` (2 to 8) has nvcc compile the kernels in N device passes at once, each building those
-    its launch code names under `host::in_device_part` for its number: a lone build waits for the longest
-    pass instead of one pass over them all (docs/add-a-kernel.md).
+    `device_parts=N` (2 to 8) has a lone build's nvcc compile the kernels in N device passes at once where
+    the CPUs allow, each building those its launch code names under `host::in_device_part` for its number:
+    it waits for the longest pass instead of one pass over them all (docs/add-a-kernel.md).
     `host_without_cudafe=True` (for kernel files written for nvcc, e.g. the reference framework's: see
     jitkern.compat.sglang) compiles their host side from nvcc's host preprocessing, rewritten, without
     cudafe++; where the rewrite cannot be sure, nvcc's host chain compiles it. With it, `host_shared_files=N`

@@ -14,8 +14,10 @@
 #include <cstdlib>
 
 extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
+extern "C" const unsigned long long JITKERN_DEVICE_PASSES_SYMBOL[];  // hidden: how many images it has
 // The images of device passes 1 to 7 (a module built in several, <jitkern/detail/device_image.h>): weak and
-// hidden, so null in a module without them.
+// hidden, so that a module without them links (read only below the count: a linker may give an undefined
+// weak symbol the module's own address instead of null).
 #define JITKERN_PART_IMAGE_NAME_(base, part) base##_##part
 #define JITKERN_PART_IMAGE_NAME(base, part) JITKERN_PART_IMAGE_NAME_(base, part)
 #define JITKERN_PART_IMAGE(part) \
@@ -33,6 +35,9 @@ namespace host::detail {
 // Hidden, with their statics: each module has its own (a default visibility would make them
 // process-wide unique symbols, shared by every module).
 
+// How many device images this module has (1 unless several device passes built it).
+[[gnu::visibility("hidden")]] inline int image_count() { return static_cast<int>(JITKERN_DEVICE_PASSES_SYMBOL[0]); }
+
 // This module's device images, in device pass order; null past the last.
 [[gnu::visibility("hidden")]] inline const void* image_data(int part) {
   static const void* const images[JITKERN_MAX_DEVICE_PARTS] = {
@@ -44,7 +49,7 @@ namespace host::detail {
       JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 5),
       JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 6),
       JITKERN_PART_IMAGE_NAME(JITKERN_DEVICE_IMAGE_SYMBOL, 7)};
-  return part < JITKERN_MAX_DEVICE_PARTS ? images[part] : nullptr;
+  return part >= 0 && part < image_count() && part < JITKERN_MAX_DEVICE_PARTS ? images[part] : nullptr;
 }
 
 // Device pass `part`'s image, loaded once per process (a failed load is tried again by the next call).
@@ -68,7 +73,7 @@ namespace host::detail {
 // last error cleared) if an image cannot be loaded or none has such a kernel (then `*missing`, if given).
 [[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status, bool* missing = nullptr) {
   if (missing != nullptr) *missing = false;
-  for (int part = 0; part == 0 || image_data(part) != nullptr; ++part) {
+  for (int part = 0; part == 0 || part < image_count(); ++part) {
     cudaLibrary_t library = nullptr;
     cudaKernel_t kernel = nullptr;
     if ((*status = device_image(part, &library)) != cudaSuccess) {
@@ -92,7 +97,10 @@ namespace host::detail {
   *why = nullptr;
   bool missing = false;
   const cudaKernel_t kernel = image_kernel(*name, status, &missing);
-  if (missing) *why = "is it static, or in an anonymous namespace, or instantiated with a type that is?";
+  if (missing)
+    *why = image_count() > 1 ? "is it named under host::in_device_part tests of two different parts (then no device pass builds it), or "
+                               "static, or in an anonymous namespace, or instantiated with a type that is?"
+                             : "is it static, or in an anonymous namespace, or instantiated with a type that is?";
   return kernel;
 }
 

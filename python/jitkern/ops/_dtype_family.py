@@ -10,6 +10,9 @@ from ._declare import wrapper
 
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # the element types the float kernel families are built for
+# The device passes of a module whose rows go through host::norm::launch_token_norm (<jitkern/impl/norm_launch.cuh>:
+# the kernels built for a width, 16-bit types only; the narrow rows; the wide rows): per dtype name.
+TOKEN_NORM_DEVICE_PARTS = {"float16": 3, "bfloat16": 3, "float32": 2}
 
 
 def package_spec(name: str, *args, cuda_file: str, wrappers: list, compile_seconds: float, device_parts: int = 1) -> JitSpec:
@@ -25,13 +28,13 @@ class DtypeFamily:
     DTYPES = FLOAT_DTYPES
 
     def __init__(self, name: str, cpp_class: str, params: dict[str, str], compile_seconds: dict[str, float] | None = None,
-                 members: dict[str, str] | None = None, device_parts: dict[str, int] | None = None):
+                 members: dict[str, str] | None = None, device_parts: dict[str, int | dict[str, int]] | None = None):
         """name: the modules' name prefix and its csrc/<name>.cuh; cpp_class: the class template whose static
         members are exported (cpp_class<T>::export); params: export -> its C++ parameters, in order, typed as
         in a torch schema where a torch op takes them as they are (they name the arguments in errors);
         compile_seconds: export -> its module's compile time (JitSpec's scheduling estimate); members: export ->
         the member it exports where that is not the export's name (an instantiation: "op<128>"); device_parts:
-        export -> nvcc's device passes for its module (default 1). The modules are package_spec modules of
+        export -> nvcc's device passes for its module (default 1), or a dict of them by dtype name. The modules are package_spec modules of
         csrc/<name>.cuh, one per export and dtype."""
         self.name, self.cpp_class, self.params, self.compile_seconds = name, cpp_class, params, compile_seconds or {}
         self.members, self.device_parts = members or {}, device_parts or {}
@@ -40,12 +43,13 @@ class DtypeFamily:
     def spec(self, dtype, op: str) -> JitSpec:
         """The module of one export for one element type (a torch dtype or its name; TypeError for one the
         family has no kernels for)."""
-        t = cpp_type(dtype)
-        if str(dtype).removeprefix("torch.") not in self.DTYPES:
+        t, name = cpp_type(dtype), str(dtype).removeprefix("torch.")
+        if name not in self.DTYPES:
             raise TypeError(f"the {self.name} family is built for {', '.join(self.DTYPES)}, not {dtype}")
+        parts = self.device_parts.get(op, 1)
         return package_spec(f"{self.name}_{op}", t, cuda_file=f"{self.name}.cuh",
                             wrappers=[wrapper(op, f"{self.cpp_class}<{t}>::{self.members.get(op, op)}", self.params[op])],
-                            compile_seconds=self.compile_seconds.get(op, 0.0), device_parts=self.device_parts.get(op, 1))
+                            compile_seconds=self.compile_seconds.get(op, 0.0), device_parts=parts[name] if isinstance(parts, dict) else parts)
 
     def specs(self, exports=None, dtypes=None, constants=()) -> list[JitSpec]:
         """The modules of these exports (None: all) for these dtypes (None: all the family supports)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
-from ._dtype_family import DtypeFamily
+from ._dtype_family import TOKEN_NORM_DEVICE_PARTS, DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("norm", "jitkern_norm::NormOps", {
@@ -22,7 +22,7 @@ _FAMILY = DtypeFamily("norm", "jitkern_norm::NormOps", {
     "qknorm_across_heads": "Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float eps",
 },  # Each module's compile seconds, bf16 (H100 host, 16 builds at once): the order parallel builds start in.
    compile_seconds={"rmsnorm": 3.3, "fused_add_rmsnorm": 3.3, "qknorm": 3.3, "qknorm_across_heads": 3.1},
-   device_parts={"rmsnorm": 3})  # its kernels built for a width, narrow and wide rows (impl/norm_launch.cuh's parts)
+   device_parts={"rmsnorm": TOKEN_NORM_DEVICE_PARTS})
 FAMILY = Family(_FAMILY)
 _FUNCTIONS = _FAMILY.functions
 spec = _FAMILY.spec

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
-from ._dtype_family import DtypeFamily
+from ._dtype_family import TOKEN_NORM_DEVICE_PARTS, DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("norm_variants", "jitkern_norm_variants::NormVariants", {
@@ -26,7 +26,7 @@ _FAMILY = DtypeFamily("norm_variants", "jitkern_norm_variants::NormVariants", {
     "gemma_fused_add_rmsnorm": "Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps",
     "rmsnorm_hf": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
 }, compile_seconds={"gemma_rmsnorm": 3.3, "gemma_fused_add_rmsnorm": 3.3, "rmsnorm_hf": 3.3},  # as rmsnorm's: the same kernels
-   device_parts={"gemma_rmsnorm": 3, "rmsnorm_hf": 3})  # as rmsnorm's (impl/norm_launch.cuh's parts)
+   device_parts={"gemma_rmsnorm": TOKEN_NORM_DEVICE_PARTS, "rmsnorm_hf": TOKEN_NORM_DEVICE_PARTS})
 FAMILY = Family(_FAMILY)
 spec = _FAMILY.spec
 _FUNCTIONS = _FAMILY.functions

@@ -1,11 +1,9 @@
 // nvcc's backend: the CUDA source's object from nvcc's own phases, run from its dry run in parallel
 // (host chain, device front end and back end, the stub's front end where CPUs idle), else nvcc as one command.
-#include <sched.h>
 
 #include <atomic>
 #include <future>
 #include <optional>
-#include <thread>
 
 #include "base/log.h"
 #include "base/sha256.h"
@@ -34,12 +32,6 @@ class CpuShare {
   bool spare() const { return cpus >= 3; }
 
  private:
-  static int usable_cpus() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }
   static inline std::atomic<int> s_running{0};
 };
 

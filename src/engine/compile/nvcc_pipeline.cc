@@ -142,8 +142,12 @@ std::string fatbin_declaration() {
 
 namespace {
 
-// `path`'s bytes as the hidden, 8-byte aligned data symbols `syms`.
-std::string data_assembly(const std::vector<std::string>& syms, const std::string& path) {
+#define JITKERN_STRINGIFY_(x) #x
+#define JITKERN_STRINGIFY(x) JITKERN_STRINGIFY_(x)
+
+// `path`'s bytes as the hidden, 8-byte aligned data symbols `syms`; with `passes` > 0, also that count as
+// JITKERN_DEVICE_PASSES_SYMBOL (a module's first device image, <jitkern/detail/device_image.h>).
+std::string data_assembly(const std::vector<std::string>& syms, const std::string& path, int passes = 0) {
   std::string quoted;
   for (const char c : path) {
     if (c == '"' || c == '\\') quoted += '\\';
@@ -151,23 +155,25 @@ std::string data_assembly(const std::vector<std::string>& syms, const std::strin
   }
   std::string text = ".section .nv_fatbin, \"a\"\n.balign 8\n";
   for (const auto& sym : syms) text += ".globl " + sym + "\n.hidden " + sym + "\n" + sym + ":\n";
-  return text + ".incbin \"" + quoted + "\"\n.section .note.GNU-stack, \"\", %progbits\n";
+  text += ".incbin \"" + quoted + "\"\n";
+  if (passes > 0) {
+    const std::string count = JITKERN_STRINGIFY(JITKERN_DEVICE_PASSES_SYMBOL);
+    text += ".section .rodata\n.balign 8\n.globl " + count + "\n.hidden " + count + "\n" + count + ":\n.quad " + std::to_string(passes) + "\n";
+  }
+  return text + ".section .note.GNU-stack, \"\", %progbits\n";
 }
 
 }  // namespace
 
-#define JITKERN_STRINGIFY_(x) #x
-#define JITKERN_STRINGIFY(x) JITKERN_STRINGIFY_(x)
-
 std::string fatbin_assembly(const std::string& fatbin_path) { return data_assembly({kFatbinSymbol}, fatbin_path); }
 
-std::string image_assembly(const std::string& fatbin_path, int part) {
+std::string image_assembly(const std::string& fatbin_path, int part, int passes) {
   const std::string symbol = JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL);
-  return data_assembly({part == 0 ? symbol : symbol + "_" + std::to_string(part)}, fatbin_path);
+  return part == 0 ? data_assembly({symbol}, fatbin_path, passes) : data_assembly({symbol + "_" + std::to_string(part)}, fatbin_path);
 }
 
 std::string fatbin_and_image_assembly(const std::string& fatbin_path) {
-  return data_assembly({kFatbinSymbol, JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL)}, fatbin_path);
+  return data_assembly({kFatbinSymbol, JITKERN_STRINGIFY(JITKERN_DEVICE_IMAGE_SYMBOL)}, fatbin_path, 1);
 }
 
 std::string rewritten_host_compile(const Pipeline& pipe, const std::string& file) {

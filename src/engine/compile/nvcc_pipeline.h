@@ -49,9 +49,10 @@ std::string fatbin_declaration();
 // Assembler source that embeds the fatbin at `fatbin_path` (relative to the assembler's directory or
 // absolute) under the symbol fatbin_declaration() refers to.
 std::string fatbin_assembly(const std::string& fatbin_path);
-// The same for a host_without_nvcc module's device image of device pass `part`, under
-// JITKERN_DEVICE_IMAGE_SYMBOL (part 0) or that name followed by _<part> (<jitkern/detail/device_image.h>).
-std::string image_assembly(const std::string& fatbin_path, int part = 0);
+// The same for a host_without_nvcc module's device image of device pass `part` of `passes`, under
+// JITKERN_DEVICE_IMAGE_SYMBOL (part 0, with the count of passes) or that name followed by _<part>
+// (<jitkern/detail/device_image.h>).
+std::string image_assembly(const std::string& fatbin_path, int part = 0, int passes = 1);
 // Under both symbols: a host_without_cudafe module's fatbin, which its host side reaches by either
 // (the rewritten host side looks its kernels up in it; nvcc's host chain registers them from it).
 std::string fatbin_and_image_assembly(const std::string& fatbin_path);

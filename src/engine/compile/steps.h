@@ -26,6 +26,8 @@ struct Transient : std::runtime_error {
 using deps::Depfile;
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
+// The CPUs this process may run on (its affinity, not the machine's count).
+int usable_cpus();
 std::string format_seconds(double s);
 inline int first_failure(int a, int b) { return a != 0 ? a : b; }
 
@@ -83,9 +85,9 @@ int run(Steps& s, const std::string& out);
 int cuda_objects(Steps& s);
 int nvcc_object(Steps& s);
 int host_pass_and_image(Steps& s);
-// nvcc's device image of device pass `part` (of plan::Plan::device_parts), prepared here and run by the
-// returned task.
-std::function<int()> nvcc_image(Steps& s, int part = 0);
+// nvcc's device image of device pass `part` of `passes` (plan::Plan::device_parts, or 1), prepared here and
+// run by the returned task.
+std::function<int()> nvcc_image(Steps& s, int part = 0, int passes = 1);
 inline constexpr int kNvrtcCannot = 1;  // nvrtc_image: NVRTC cannot compile these kernels, nvcc may
 int nvrtc_image(Steps& s, const std::string& cuda_include, std::string* why);
 

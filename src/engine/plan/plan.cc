@@ -22,9 +22,6 @@
 namespace jitkern::plan {
 namespace {
 
-// cicc's and ptxas's threads per CUDA compile (--split-compile); see where it is used.
-constexpr int kSplitCompileThreads = 4;
-
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("jitkern: " + what); }
 
 void check_text(const char* field, const std::string& value, bool allow_empty = false) {
@@ -347,7 +344,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
       p.host_pass.insert(p.host_pass.end(), host_flags.begin(), host_flags.end());
       key.field("host-without-nvcc");
       key_args(p.host_pass);
-      // The images the library holds, and the kernels in each, follow from the count.
+      // Which kernels each device pass may build follows from the count (builds run at once take one pass).
       if ((p.device_parts = req.device_parts) > 1) key.field("device-parts").field(std::to_string(p.device_parts));
       // JITKERN_DEVICE_COMPILER=nvrtc: in the key as asked (the lookup's plan knows no compilers); whether
       // NVRTC can compile this module is the build's question (plan: its flags; build: its library).

@@ -107,6 +107,9 @@ std::string portable(const Plan& plan, const std::string& text);
 std::string portable_path(const Plan& plan, const std::string& path);
 std::string local(const Plan& plan, const std::string& path);
 
+// cicc's and ptxas's threads per CUDA compile (--split-compile); see where make() uses it.
+inline constexpr int kSplitCompileThreads = 4;
+
 // The bump of this number is what invalidates cached kernels when the runtime library's ABI (what
 // kernel modules call) changes; the engine's own code is not part of any key.
 inline constexpr int kRuntimeAbi = 2;  // 2: SymbolicSize records its source

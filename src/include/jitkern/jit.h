@@ -49,9 +49,10 @@ struct BuildRequest {
   // once compile once for all their host passes (a precompiled header) instead of parsing it in each.
   bool host_prelude = false;
   // With host_without_nvcc: nvcc compiles the kernels in this many device passes at once (1 to
-  // kMaxDeviceParts), each into an image of its own; pass k defines JITKERN_DEVICE_PART=k and builds
-  // only the kernels its launches name under host::in_device_part (<jitkern/utils.cuh>), so a lone build
-  // waits for the longest pass, not their sum. NVRTC compiles every kernel in one image either way.
+  // JITKERN_MAX_DEVICE_PARTS), each into an image of its own; pass k defines JITKERN_DEVICE_PART=k and
+  // builds only the kernels its launches name under host::in_device_part (<jitkern/utils.cuh>), so a lone
+  // build waits for the longest pass, not their sum. Builds run many at once, a process with fewer CPUs
+  // than the passes' threads, and NVRTC compile every kernel in one image.
   int device_parts = 1;
   // The CUDA source compiled by nvcc's phases, but its host side without cudafe++: nvcc's host
   // preprocessing, rewritten (device-only bodies removed, kernel-taking runtime calls routed to the

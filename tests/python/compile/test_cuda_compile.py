@@ -536,6 +536,16 @@ inline void fill(jitkern::TensorView out, int64_t which) {
   else if (which == 3) fill_from<2>(p, out.device());
   else host::LaunchKernel(1, 4, out.device())(fill_kernel<9>, p);  // named outside any part: in every pass
 }
+// The images the module's lookup sees: a bit per non-null image, times 16, plus their count.
+#ifndef __CUDACC__
+inline int64_t images() {
+  int64_t mask = 0;
+  for (int k = 0; k < 8; ++k) mask |= host::detail::image_data(k) != nullptr ? int64_t{1} << k : 0;
+  return mask * 16 + host::detail::image_count();
+}
+#else
+inline int64_t images() { return 0; }  // nvcc's device pass: never called
+#endif
 #endif
 }  // namespace parts
 """
@@ -559,33 +569,65 @@ def _device_images(path: str) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
 def test_device_parts_compile_each_kernel_in_its_pass_and_launch_from_every_image(cache_dir, monkeypatch, tmp_path, caplog, compiler):
-    """device_parts=3: nvcc's three device passes each build the kernels named under host::in_device_part for
-    their number (a kernel named outside any test in all three), each pass's error is reported, and the launches
-    find every kernel in whichever image holds it; NVRTC builds one image of them all."""
+    """device_parts=3: where this process may run 3 x 4 threads at once, nvcc's three device passes each build the
+    kernels named under host::in_device_part for their number (a kernel named outside any test in all three) and
+    each pass's error is reported; with fewer CPUs, among builds run at once and with NVRTC one pass builds them all
+    into one image. The lookup sees as many images as were built (also where gold links), and the launches find
+    every kernel in whichever image holds it."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     monkeypatch.setenv("JITKERN_DEVICE_COMPILER", compiler)
+    cpus = len(os.sched_getaffinity(0))
+    passes = 3 if compiler == "nvcc" and cpus >= 12 else 1
     source = tmp_path / "parts.cuh"
     source.write_text(_PARTS_SOURCE)
-    spec = JitSpec("parts", cuda_files=[str(source)], cuda_wrappers=[("fill", "parts::fill", "out, which")], host_without_nvcc=True,
-                   device_parts=3)
-    if compiler == "nvcc":
+    spec = JitSpec("parts", cuda_files=[str(source)], cuda_wrappers=[("fill", "parts::fill", "out, which"), ("images", "parts::images", "")],
+                   host_without_nvcc=True, device_parts=3)
+    if passes == 3:
         with pytest.raises(BuildError, match="PART_TWO_FAILS"):  # only pass 2 sees the #error: its output is the message
             spec.build()
     source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
     time.sleep(0.05)  # (rewritten just before a build, it would count as changed while that build ran)
+    kernel = {k: f"_ZN5parts11fill_kernelILi{k}EEEvPi".encode() for k in (1, 2, 3, 9)}
+
+    def one_image(module_path: str) -> None:
+        one = _device_images(module_path)
+        assert list(one) == ["jitkern_device_image"], list(one)
+        assert all(kernel[k] in one["jitkern_device_image"] for k in (1, 2, 3, 9))
+
     with caplog.at_level(logging.INFO, logger="jitkern"):
         path = spec.build()
-    images = _device_images(path)
-    kernel = {k: f"_ZN5parts11fill_kernelILi{k}EEEvPi".encode() for k in (1, 2, 3, 9)}
-    if compiler == "nvcc":
+    if passes == 3:
         assert "3 passes:" in caplog.text, caplog.text
+        images = _device_images(path)
         assert list(images) == ["jitkern_device_image", "jitkern_device_image_1", "jitkern_device_image_2"], list(images)
         for part, name in enumerate(images):
             assert [k for k in (1, 2, 3, 9) if kernel[k] in images[name]] == [part + 1, 9], (name, images[name][:64])
+        assert spec.load().images() == 0b111 * 16 + 3
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, sorted(mine)[:2])
+        try:
+            with caplog.at_level(logging.INFO, logger="jitkern"):
+                one_image(spec.replace(args=("parts_two_cpus",)).build())
+        finally:
+            os.sched_setaffinity(0, mine)
+        assert "(one pass for 3 device parts: 2 CPUs, 12 run them at once)" in caplog.text, caplog.text
     else:
-        assert "NVRTC could not" not in caplog.text, caplog.text
-        assert list(images) == ["jitkern_device_image"], list(images)
-        assert all(kernel[k] in images["jitkern_device_image"] for k in (1, 2, 3, 9))
+        one_image(path)
+        assert spec.load().images() == 1 * 16 + 1
+        if compiler == "nvcc":
+            assert f"(one pass for 3 device parts: {cpus} CPUs, 12 run them at once)" in caplog.text, caplog.text
+        else:
+            assert "NVRTC could not" not in caplog.text, caplog.text
+    if compiler == "nvcc":  # among builds run at once, one pass (NVRTC's too)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="jitkern"):
+            modules = jitkern.warmup(*(spec.replace(args=(f"parts_batch{i}",)) for i in range(2)), workers=2)
+        assert caplog.text.count("(one pass for 3 device parts: builds run at once)") == 2, caplog.text
+        assert [m.images() for m in modules] == [1 * 16 + 1] * 2
+        one_image(modules[0].path)
+    if shutil.which("ld.gold"):  # gold gives an undefined weak symbol the module's address, not null: the count bounds the lookup
+        gold = spec.replace(args=("parts_gold",), extra_ldflags=["-fuse-ld=gold"]).load()
+        assert gold.images() == (0b111 * 16 + 3 if passes == 3 else 1 * 16 + 1)
     assert spec.replace(device_parts=2).build() != path, "the count is part of the key"
     with pytest.raises(ValueError, match="device_parts must be between 1 and 8, got 9"):
         spec.replace(device_parts=9).build()

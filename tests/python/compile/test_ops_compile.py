@@ -319,3 +319,30 @@ def test_norm_group_cluster_kernel_builds_without_clusters_below_sm_90(tmp_path)
         subprocess.run([*flags, f"-arch={arch}", "-o", str(ptx)], check=True, capture_output=True, text=True)
         text = ptx.read_text()
         assert (".reqnctapercluster 8, 1, 1" in text) == clustered and ("barrier.cluster" in text) == clustered, arch
+
+
+# Modules built in several device passes, one export of each layout, for a 16-bit type and fp32 (whose counts
+# may differ: TOKEN_NORM_DEVICE_PARTS).
+_PARTED = [s for s in ops.specs(dtypes=["bfloat16", "float32"]) if s.device_parts > 1 and s.name in (
+    "norm_rmsnorm", "norm_variants_gemma_rmsnorm", "norm_variants_rmsnorm_hf", "quant_rmsnorm_group_quant_g128",
+    "quant_fused_add_rmsnorm_group_quant_g128", "qknorm_rope_apply", "qknorm_rope_apply_store_fp8")]
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("spec", _PARTED, ids=_spec_id)
+def test_every_device_pass_of_an_op_module_builds_kernels(cache_dir, monkeypatch, spec):
+    """A first call's build of a module of N device parts (nvcc, N passes at once): N images, each with kernels (a
+    pass without any would still cost its nvcc run), together every kernel the host code launches."""
+    import os
+
+    if len(os.sched_getaffinity(0)) < 4 * spec.device_parts:
+        pytest.skip(f"NOT RUN: {spec.device_parts} device passes run at once on {4 * spec.device_parts} CPUs, this process has "
+                    f"{len(os.sched_getaffinity(0))}")
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
+    path = _build(spec)
+    _check_device_image(path)
+    data = open(path, "rb").read()
+    cubins = [m.start() for m in re.finditer(rb"\x7fELF", data) if m.start() and struct.unpack_from("<H", data, m.start() + 0x12)[0] == 190]
+    entries = [sum(1 for _, kind, other, _ in _elf_symbols(data, at) if kind == 2 and other & 0x10) for at in cubins]
+    assert len(entries) == spec.device_parts and all(entries), (spec.device_parts, entries)
