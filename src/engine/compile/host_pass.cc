@@ -55,14 +55,14 @@ int run_host_pass(Steps& s, const std::vector<std::string>& flags, const std::ve
 // pass's kSplitCompileThreads at once (rmsnorm bf16 on 2 CPUs: 3.1-3.7 s in three passes, 2.3-2.5 s in one).
 class DeviceImages {
  public:
-  explicit DeviceImages(Steps& s) : seconds_(passes(s), 0.0), one_of_(s.p.device_parts) {
+  explicit DeviceImages(Steps& s) : seconds_(passes_for(s), 0.0), one_of_(s.p.device_parts) {
     if (seconds_.size() == 1 && one_of_ > 1)
       why_one_ = s.parallel ? "builds run at once" : std::to_string(usable_cpus()) + " CPUs, " + std::to_string(cpus_for(one_of_)) + " run them at once";
-    const int passes = static_cast<int>(seconds_.size());
+    const int count = static_cast<int>(seconds_.size());
     std::vector<std::function<int()>> images;
-    for (int part = 0; part < passes; ++part) images.push_back(nvcc_image(s, part, passes));
+    for (int part = 0; part < count; ++part) images.push_back(nvcc_image(s, part, count));
     const auto t0 = std::chrono::steady_clock::now();
-    for (int part = 0; part < passes; ++part)
+    for (int part = 0; part < count; ++part)
       running_.push_back(std::async(std::launch::async, [this, part, t0, image = std::move(images[part])] {
         const int rc = image();
         seconds_[part] = seconds_since(t0);
@@ -93,7 +93,7 @@ class DeviceImages {
 
  private:
   static int cpus_for(int passes) { return passes * plan::kSplitCompileThreads; }
-  static std::size_t passes(const Steps& s) {
+  static std::size_t passes_for(const Steps& s) {
     const int parts = s.p.device_parts;
     return parts > 1 && !s.parallel && usable_cpus() >= cpus_for(parts) ? parts : 1;
   }
