@@ -95,6 +95,7 @@ void refuse_miss_if_strict(const plan::Plan& p, const config::Config& cfg, const
   else if (cause.empty())
     cause = "the compiler ended with " + fs::describe_status(rc);
   cause = compile_errors::leading_cause(full_log, p, cause);
+  if (const std::string pass = compile.device_pass_of(cause); !pass.empty()) cause += " (in " + pass + ")";
   if (cause.find("Unsupported gpu architecture") != std::string::npos)
     cause += " (this nvcc cannot target " + p.cuda_arch + ": point CUDA_HOME at a newer CUDA toolkit, or set JITKERN_CUDA_ARCH to an arch it supports)";
   std::string commands;

@@ -2,9 +2,13 @@
 // which error a failed compile's message leads with.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 #include "compile/compile_errors.h"
+#include "compile/steps.h"
 
 using namespace jitkern;
 
@@ -97,4 +101,35 @@ TEST(CompileErrors, OutputShowsEachDiagnosticOnce) {
   EXPECT_EQ(jitkern::compile_errors::each_diagnostic_once(other + note + error + note + other + note), other + note + error + note);
   EXPECT_EQ(jitkern::compile_errors::each_diagnostic_once("ld: cannot find -lfoo\nld: cannot find -lfoo\n"),
             "ld: cannot find -lfoo\nld: cannot find -lfoo\n");  // only diagnostics and counts are folded
+}
+
+TEST(CompileErrors, TheDevicePassThatAloneFailedIsNamed) {
+  char templ[] = "/tmp/jitkern-passes-XXXXXX";
+  const std::string dir = mkdtemp(templ);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  const std::string error = "k.cuh(3): error: the kernel of part 2 does not compile\n";
+  const std::string common = "k.cuh(9): error: every pass sees this\n";
+  write("build.log", "");
+  write("device.log", "");
+  write("device.1.log", "");
+  write("device.2.log", error);
+  const plan::Plan p;
+  const config::Config cfg;
+  compile::Steps s(p, cfg, dir, false);
+  EXPECT_EQ(s.device_pass_of(error.substr(0, error.size() - 1)), "") << "one pass ran: nothing to name";
+  s.device_passes = 3;
+  const std::string cause = error.substr(0, error.size() - 1);
+  EXPECT_EQ(s.device_pass_of(cause), "the device pass of JITKERN_DEVICE_PART=2 (of 3)");
+  EXPECT_NE(s.output().find("the device pass of JITKERN_DEVICE_PART=2 (of 3):\n" + error), std::string::npos) << s.output();
+  write("device.log", common);
+  write("device.2.log", common + error);
+  EXPECT_EQ(s.device_pass_of(common.substr(0, common.size() - 1)), "") << "two passes' diagnostic is the module's";
+  EXPECT_EQ(s.device_pass_of("no such diagnostic"), "");
+  for (const char* name : {"build.log", "device.log", "device.1.log", "device.2.log"}) std::remove((dir + "/" + name).c_str());
+  rmdir(dir.c_str());
 }

@@ -59,6 +59,7 @@ class DeviceImages {
     if (seconds_.size() == 1 && one_of_ > 1)
       why_one_ = s.parallel ? "builds run at once" : std::to_string(usable_cpus()) + " CPUs, " + std::to_string(cpus_for(one_of_)) + " run them at once";
     const int count = static_cast<int>(seconds_.size());
+    s.device_passes = count;
     std::vector<std::function<int()>> images;
     for (int part = 0; part < count; ++part) images.push_back(nvcc_image(s, part, count));
     const auto t0 = std::chrono::steady_clock::now();

@@ -38,11 +38,27 @@ Steps::Steps(const plan::Plan& plan, const config::Config& config, const std::st
 std::string Steps::output() const {
   std::string text, other;
   fs::read_file(log(), &text);
-  std::vector<std::string> paths = {device_log(), stub_log()};
-  for (int part = 1; part < p.device_parts; ++part) paths.push_back(device_log(part));
-  for (const auto& path : paths)
-    if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += other;
+  const auto add = [&](const std::string& path, const std::string& heading) {
+    if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += heading + other;
+  };
+  add(device_log(), device_passes > 1 ? device_pass_name(0) + ":\n" : "");
+  add(stub_log(), "");
+  for (int part = 1; part < device_passes; ++part) add(device_log(part), device_pass_name(part) + ":\n");
   return text;
+}
+
+std::string Steps::device_pass_name(int part) const {
+  return "the device pass of JITKERN_DEVICE_PART=" + std::to_string(part) + " (of " + std::to_string(device_passes) + ")";
+}
+
+std::string Steps::device_pass_of(const std::string& diagnostic) const {
+  std::string text, found;
+  for (int part = 0; part < device_passes && device_passes > 1 && !diagnostic.empty(); ++part) {
+    if (!fs::read_file(device_log(part), &text) || text.find(diagnostic) == std::string::npos) continue;
+    if (!found.empty()) return "";  // every pass's: the module's, not one pass's
+    found = device_pass_name(part);
+  }
+  return found;
 }
 
 void Steps::record(const std::string& command) {

@@ -40,8 +40,12 @@ class Steps {
   std::string device_log(int part = 0) const { return scratch + (part == 0 ? "/device.log" : "/device." + std::to_string(part) + ".log"); }
   std::string stub_log() const { return scratch + "/stub.log"; }
   // Everything the compilers printed. nvcc's host and device phases parse the same source, so an error
-  // both report is shown once: the device phases' output only where it adds something.
+  // both report is shown once: the device phases' output only where it adds something, under the name of
+  // its pass where several ran (device_pass_of).
   std::string output() const;
+  // "the device pass of JITKERN_DEVICE_PART=1 (of 3)": the one pass whose output holds `diagnostic`, where
+  // several ran; else (one pass, or the diagnostic in several) empty.
+  std::string device_pass_of(const std::string& diagnostic) const;
   std::string in_dir(const std::string& command) const { return "(cd " + fs::shell_quote(scratch) + " && " + command + ")"; }
 
   void record(const std::string& command);
@@ -63,6 +67,7 @@ class Steps {
   void refuse_a_path_a_shell_would_run() const;
   // A step's first error lines (else its first lines), for a message: the scratch directory is gone when it is read.
   static std::string head_of(const std::string& path);
+  std::string device_pass_name(int part) const;
 
   const plan::Plan& p;
   const config::Config& cfg;
@@ -72,6 +77,7 @@ class Steps {
   const bool parallel;  // one of many builds run at once
   const bool nvrtc;     // NVRTC compiles the kernels (after the host pass), else nvcc beside it
   std::string cuda_lib;
+  int device_passes = 1;                  // nvcc's device passes run (host_pass.cc's DeviceImages)
   std::vector<std::string> cuda_objects;  // linked beside device.o (the pipeline's fatbin, the image)
   std::string cuda_steps;                 // "host pass 0.81 s, NVRTC 1.52 s" or "host pass 0.81 s beside nvcc 1.70 s"
   std::vector<std::string> commands;

@@ -583,7 +583,8 @@ def test_device_parts_compile_each_kernel_in_its_pass_and_launch_from_every_imag
     spec = JitSpec("parts", cuda_files=[str(source)], cuda_wrappers=[("fill", "parts::fill", "out, which"), ("images", "parts::images", "")],
                    host_without_nvcc=True, device_parts=3)
     if passes == 3:
-        with pytest.raises(BuildError, match="PART_TWO_FAILS"):  # only pass 2 sees the #error: its output is the message
+        # only pass 2 sees the #error: the message leads with it and names the pass
+        with pytest.raises(BuildError, match=r"PART_TWO_FAILS.* \(in the device pass of JITKERN_DEVICE_PART=2 \(of 3\)\)\n"):
             spec.build()
     source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
     time.sleep(0.05)  # (rewritten just before a build, it would count as changed while that build ran)
