@@ -189,7 +189,10 @@ SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("floor: the staged kernel copying its heads back unchanged", "bench_qknorm_rope::Schedule<64, 2, 96, true, false, bench_qknorm_rope::CopyHead>"),
              ("staged (the product's) at every size", "bench_qknorm_rope::Schedule<64>"),
              ("staged, 128 registers", "bench_qknorm_rope::Schedule<64, 2, 128>"),
-             ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128>")]
+             ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128>"),
+             ("one head a lane group, PDL trigger at the start", "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, 1>"),
+             ("one head a lane group, PDL trigger by the library's rule (at the start up to 8 CTAs)",
+              "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, 0>")]
 
 
 def schedule_module():

@@ -851,6 +851,11 @@ struct QkNormRopeOps {
     // 13.40 / 17.72; without T = 1024 8.59 / 7.59, 2048 13.29 / 13.29, 4096 22.13 / 31.73 (fewer tokens than
     // CTAs the SMs fit leave SMs part empty, a token each).
     static constexpr int64_t kStagedMinTokensStore = 1024, kStagedMinTokens = 2048;
+    // One head a lane group triggers the next launch after its wait at every grid, where the library's rule
+    // triggers grids of up to 8 CTAs at their start (1-2 tokens here). H200, back to back in a CUDA graph, us,
+    // after the wait / at the start, with the write: T = 1 1.48 / 1.61, 2 1.53 / 1.69, 4-256 level or faster
+    // (at 4-128 tokens the start loses 0.2-0.6 us); without it T = 1 1.30 / 1.36.
+    static constexpr int kTriggerAfterWait = 2;
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
@@ -876,14 +881,16 @@ struct QkNormRopeOps {
       return c;
     }
 
-    // kPairing: the product's kEither; a pairing compiled in for benchmarks/kernels/qknorm_rope_schedules.cuh.
-    template <bool kFp8, int kVec, bool kStore, Pairing kPairing = Pairing::kEither>
+    // kPairing: the product's kEither; a pairing compiled in for benchmarks/kernels/qknorm_rope_schedules.cuh,
+    // as kTrigger: the PDL trigger after the wait (kTriggerAfterWait), at the start (1) or by pdl_early_trigger's
+    // rule (0).
+    template <bool kFp8, int kVec, bool kStore, Pairing kPairing = Pairing::kEither, int kTrigger = kTriggerAfterWait>
     void run_heads(const Store& s, bool neox) const {
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       c.neox = neox;
       const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
-      c.early_trigger = pdl_early_trigger(ctas);
+      c.early_trigger = kTrigger == 0 ? pdl_early_trigger(ctas) : kTrigger == 1;
       if constexpr (in_device_part(kHeadsPart))
         LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
             .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);

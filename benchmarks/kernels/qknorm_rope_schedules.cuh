@@ -29,9 +29,10 @@ struct CopyHead {
 // compiled in, a kernel for each, instead of read at run time); else the staged kernel with CTAs of
 // kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors, the kernel of full
 // lanes at most kMaxRegs registers a thread (0: the compiler's choice); kFullLanes false: never the kernel of
-// full lanes; Head: what the staged kernel does to a q or k head (CopyHead: the floor).
+// full lanes; Head: what the staged kernel does to a q or k head (CopyHead: the floor); kTrigger: one head a
+// lane group's PDL trigger (Setup::run_heads').
 template <int kCtaThreads, int kStages = 2, int kMaxRegs = Ops::Setup::kStagedFullMaxRegs, bool kFullLanes = true, bool kPairingCompiled = false,
-          typename Head = NormRopeHead>
+          typename Head = NormRopeHead, int kTrigger = Ops::Setup::kTriggerAfterWait>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
@@ -57,7 +58,7 @@ struct Schedule {
       return neox ? setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kNeox>(s, neox)
                   : setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kGptJ>(s, neox);
     } else {
-      setup.template run_heads<kFp8, Ops::kWideVec, kStore>(s, neox);
+      setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kEither, kTrigger>(s, neox);
     }
   }
 };

@@ -567,13 +567,35 @@ def _device_images(path: str) -> dict[str, bytes]:
     return {name: data[bounds[i]:bounds[i + 1]] for i, (_, name) in enumerate(symbols)}
 
 
+def test_device_parts_lookup_sees_only_the_images_built_where_gold_links(cache_dir, monkeypatch, tmp_path):
+    """gold gives an undefined weak symbol the module's load address, not null: the count of images linked beside
+    pass 0's bounds the lookup (three images where this process may run three passes at once, else one)."""
+    if shutil.which("ld.gold") is None:
+        pytest.skip("NOT RUN: this machine has no ld.gold")
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
+    probe = tmp_path / "probe.cc"
+    probe.write_text("#include <string>\n#include <jitkern/export.h>\nnamespace probe { inline int64_t size() { return std::string(\"gold\").size(); } }\n")
+    try:
+        JitSpec("gold_probe", cpp_files=[str(probe)], cpp_wrappers=[("size", "probe::size", "")], extra_ldflags=["-fuse-ld=gold"]).build()
+    except BuildError as e:
+        lines = str(e).splitlines()
+        pytest.skip(f"NOT RUN: ld.gold cannot link a C++ module on this machine: {next((x for x in lines[1:] if 'error' in x), lines[0])[:200]}")
+    source = tmp_path / "parts.cuh"
+    source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
+    spec = JitSpec("parts_gold", cuda_files=[str(source)], cuda_wrappers=[("images", "parts::images", "")], host_without_nvcc=True,
+                   device_parts=3, extra_ldflags=["-fuse-ld=gold"])
+    passes = 3 if len(os.sched_getaffinity(0)) >= 12 else 1
+    assert spec.load().images() == (0b111 * 16 + 3 if passes == 3 else 1 * 16 + 1)
+
+
 @pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
 def test_device_parts_compile_each_kernel_in_its_pass_and_launch_from_every_image(cache_dir, monkeypatch, tmp_path, caplog, compiler):
     """device_parts=3: where this process may run 3 x 4 threads at once, nvcc's three device passes each build the
     kernels named under host::in_device_part for their number (a kernel named outside any test in all three) and
     each pass's error is reported; with fewer CPUs, among builds run at once and with NVRTC one pass builds them all
     into one image. The lookup sees as many images as were built (also where gold links), and the launches find
-    every kernel in whichever image holds it."""
+    every kernel in whichever image holds it (gold: the test above)."""
     monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
     monkeypatch.setenv("JITKERN_DEVICE_COMPILER", compiler)
     cpus = len(os.sched_getaffinity(0))
@@ -626,9 +648,6 @@ def test_device_parts_compile_each_kernel_in_its_pass_and_launch_from_every_imag
         assert caplog.text.count("(one pass for 3 device parts: builds run at once)") == 2, caplog.text
         assert [m.images() for m in modules] == [1 * 16 + 1] * 2
         one_image(modules[0].path)
-    if shutil.which("ld.gold"):  # gold gives an undefined weak symbol the module's address, not null: the count bounds the lookup
-        gold = spec.replace(args=("parts_gold",), extra_ldflags=["-fuse-ld=gold"]).load()
-        assert gold.images() == (0b111 * 16 + 3 if passes == 3 else 1 * 16 + 1)
     assert spec.replace(device_parts=2).build() != path, "the count is part of the key"
     with pytest.raises(ValueError, match="device_parts must be between 1 and 8, got 9"):
         spec.replace(device_parts=9).build()
