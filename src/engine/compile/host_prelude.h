@@ -1,5 +1,6 @@
 // Headers precompiled (GCC's precompiled headers) for the host compiles of later builds in this process:
-//   - the host prelude, for the host passes of builds run many at once: each host pass of a module that
+//   - the host prelude, for the host passes of later builds (started by builds run many at once, and by
+//     lone ones where CPUs are spare: host_pass.cc's starts_prelude): each host pass of a module that
 //     asks for the prelude (JitSpec host_prelude) otherwise parses it again, half its time;
 //   - the shared host prefix of host_without_cudafe modules (JitSpec host_shared_files): the rewritten
 //     host unit's text up to the end of the headers many modules start with (the reference's kernel

@@ -342,6 +342,34 @@ def test_builds_run_at_once_share_the_host_prelude_precompiled_and_never_a_stale
         assert [m.probe() for m in gone] == [2, 2] and "is gone" in caplog.text
 
 
+def test_a_lone_build_precompiles_the_prelude_for_later_ones_where_a_cpu_is_spare(cache_dir, monkeypatch, tmp_path, caplog):
+    """A lone build starts the prelude's precompile for later builds of this process only where the process
+    may run it beside the build's own threads (nvcc's device pass: 4, the host pass: 1): 6 CPUs for a module of
+    one pass. With fewer, no lone build starts it (on 2 CPUs it slowed the first build by more than it saved)."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
+    include = tmp_path / "include"
+    shutil.copytree(os.path.join(os.path.dirname(jitkern.__file__), "include"), include)
+    prelude = include / "jitkern" / "host_prelude.h"
+    prelude.write_text(prelude.read_text() + "inline int jk_prelude_probe() { return 3; }\n")
+    time.sleep(0.05)
+    monkeypatch.setenv("JITKERN_INCLUDE_DIR", str(include))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    spare = len(os.sched_getaffinity(0)) >= 6
+    with caplog.at_level(logging.INFO, logger="jitkern"):
+        for round_ in range(20 if spare else 2):
+            spec = _prelude_probe_specs(tmp_path, f"lone{round_}")[0]
+            assert spec.load().probe() == 3
+            used = any(f"compiled {spec.name} in" in line and "(prelude precompiled)" in line for line in caplog.text.splitlines())
+            if used:
+                break
+    if spare:
+        assert used, "no lone build ever used the precompiled prelude"
+        assert "precompiled host prelude in" in caplog.text, caplog.text
+    else:
+        assert "host prelude" not in caplog.text and not used, caplog.text
+
+
 @pytest.mark.parametrize("damage", ["missing", "empty", "sleeps"])
 def test_a_broken_nvrtc_helper_fails_the_build_unremembered(tmp_path, damage):
     """jitkern-nvrtc missing or unrunnable is the install's failure: the build fails saying what to do, is not
