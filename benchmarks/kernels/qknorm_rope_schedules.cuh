@@ -51,12 +51,12 @@ struct Schedule {
   template <bool kFp8, bool kStore>
   static void run(const Ops::Setup& setup, bool neox, const Store& s, bool wide_store) {
     if (setup.tokens == 0) return;
-    if (!setup.template wide_vectors<kStore>(wide_store)) return setup.template run_heads<kFp8, 1, kStore>(s, neox);
+    if (!setup.template wide_vectors<kStore>(wide_store)) return setup.template run_heads<kFp8, 1, kStore, Pairing::kEither, kTrigger>(s, neox);
     if constexpr (kCtaThreads > 0) {
       return setup.template run_staged<kFp8, Ops::kWideVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes, Head>(s, neox);
     } else if constexpr (kPairingCompiled) {
-      return neox ? setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kNeox>(s, neox)
-                  : setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kGptJ>(s, neox);
+      return neox ? setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kNeox, kTrigger>(s, neox)
+                  : setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kGptJ, kTrigger>(s, neox);
     } else {
       setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kEither, kTrigger>(s, neox);
     }

@@ -71,6 +71,7 @@ def _load() -> ctypes.CDLL:
     lib.jitkern_arch_for_capability.restype = ctypes.c_void_p
     lib.jitkern_setting_flag.argtypes = [ctypes.c_char_p]
     lib.jitkern_setting_flag.restype = ctypes.c_int
+    lib.jitkern_usable_cpus.restype = ctypes.c_int
     lib.jitkern_find_compiler.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
     lib.jitkern_find_compiler.restype = ctypes.c_int
     lib.jitkern_set_package_layers.argtypes = [ctypes.c_char_p]

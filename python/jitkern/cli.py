@@ -850,7 +850,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--spec-file", help="a JSON list of JitSpec fields ({\"args\": [...], \"cuda_files\": [...], ...}) to build too")
     c.add_argument("--arch", help="CUDA targets, comma-separated, e.g. sm_90a,sm_100a (default: JITKERN_CUDA_ARCH)")
     c.add_argument("--cache-dir", help="the cache to fill (default: JITKERN_CACHE_DIR, else ~/.cache/jitkern)")
-    c.add_argument("-j", "--jobs", type=_jobs, default=0, help="modules built at once (default: the CPUs this process may run on)")
+    c.add_argument("-j", "--jobs", type=_jobs, default=0, help="modules built at once (default: the CPUs this process may run on, lowered to a cgroup CPU quota)")
     c.add_argument("--force", action="store_true", help="compile every module again, also those already cached")
     c.add_argument("--wheel", metavar="DIR", help="also write the modules as pip wheels into DIR, one per CUDA target "
                                                   "(jitkern-prebuilt-sm90a, ...): installed, they are a prebuilt layer")

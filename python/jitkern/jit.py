@@ -228,8 +228,9 @@ class JitSpec:
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, not the machine's count): parallel builds' default."""
-    return len(os.sched_getaffinity(0))
+    """The CPUs this process may keep busy (its affinity, lowered to a cgroup CPU quota; the engine's count):
+    parallel builds' default."""
+    return _engine._LIB.jitkern_usable_cpus()
 
 
 def costliest_first(specs: Sequence["JitSpec"]) -> list["JitSpec"]:

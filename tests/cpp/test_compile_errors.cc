@@ -127,9 +127,15 @@ TEST(CompileErrors, TheDevicePassThatAloneFailedIsNamed) {
   EXPECT_EQ(s.device_pass_of(cause), "the device pass of JITKERN_DEVICE_PART=2 (of 3)");
   EXPECT_NE(s.output().find("the device pass of JITKERN_DEVICE_PART=2 (of 3):\n" + error), std::string::npos) << s.output();
   write("device.log", common);
+  write("device.1.log", common);
   write("device.2.log", common + error);
   EXPECT_EQ(s.device_pass_of(common.substr(0, common.size() - 1)), "") << "two passes' diagnostic is the module's";
+  EXPECT_EQ(s.device_pass_of(cause), "the device pass of JITKERN_DEVICE_PART=2 (of 3)");
+  EXPECT_NE(s.output().find("the device passes of JITKERN_DEVICE_PART=0, 1 (of 3):\n" + common), std::string::npos) << s.output();
+  EXPECT_EQ(s.output().find("the device pass of JITKERN_DEVICE_PART=1 (of 3)"), std::string::npos) << "one output, one heading";
   EXPECT_EQ(s.device_pass_of("no such diagnostic"), "");
+  write("build.log", "host_pass: " + error);
+  EXPECT_EQ(s.device_pass_of(cause), "") << "the host pass reports it too: not one device pass's";
   for (const char* name : {"build.log", "device.log", "device.1.log", "device.2.log"}) std::remove((dir + "/" + name).c_str());
   rmdir(dir.c_str());
 }

@@ -22,6 +22,7 @@
 
 #include "build.h"
 #include "store/cache_admin.h"
+#include "base/cpus.h"
 #include "base/fs_util.h"
 #include "base/log.h"
 #include "config/config.h"
@@ -376,6 +377,9 @@ JITKERN_ABI int jitkern_setting_flag(const char* name) {
     return -1;
   }
 }
+
+// The CPUs this process may keep busy (cpus::usable: affinity, lowered to a cgroup CPU quota).
+JITKERN_ABI int jitkern_usable_cpus() { return jitkern::cpus::usable(); }
 
 // The compiler a build would use (cuda == 0: the C++ compiler, else nvcc): result "<path>\n<--version
 // output>", or the engine's one-line error (with its fix) and 3. Same convention as jitkern_build.

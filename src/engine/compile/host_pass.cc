@@ -15,11 +15,12 @@ namespace jitkern::compile {
 namespace {
 
 // Whether a build starts the precompiled prelude for later builds' host passes: among builds run at once,
-// and beside a lone build where this process has a CPU for it past the build's own threads (nvcc's device
-// passes, the host pass). On 2 CPUs a lone rmsnorm took 2.3-2.8 s beside it against 2.0, and the next
-// builds' host passes, 0.6 s shorter, still ended before nvcc's.
-bool starts_prelude(const Steps& s) {
-  return s.parallel || usable_cpus() >= s.device_passes * plan::kSplitCompileThreads + 2;
+// and once a process beside a lone build where it has a CPU for it past the build's own threads (nvcc's
+// device passes, the host pass). On 2 CPUs a lone rmsnorm took 2.3-2.8 s beside it against 2.0, and the
+// next builds waited for nvcc's device pass all the same (their host passes 0.6 s shorter).
+host_prelude::Start starts_prelude(const Steps& s) {
+  if (s.parallel) return host_prelude::Start::kShared;
+  return cpus::usable() >= s.device_passes * plan::kSplitCompileThreads + 2 ? host_prelude::Start::kOnce : host_prelude::Start::kNone;
 }
 
 // The host pass. A host_prelude module's -includes the prelude precompiled where one is ready for its
@@ -65,7 +66,7 @@ class DeviceImages {
  public:
   explicit DeviceImages(Steps& s) : seconds_(passes_for(s), 0.0), one_of_(s.p.device_parts) {
     if (seconds_.size() == 1 && one_of_ > 1)
-      why_one_ = s.parallel ? "builds run at once" : std::to_string(usable_cpus()) + " CPUs, " + std::to_string(cpus_for(one_of_)) + " run them at once";
+      why_one_ = s.parallel ? "builds run at once" : std::to_string(cpus::usable()) + " CPUs, " + std::to_string(cpus_for(one_of_)) + " run them at once";
     const int count = static_cast<int>(seconds_.size());
     s.device_passes = count;
     std::vector<std::function<int()>> images;
@@ -104,7 +105,7 @@ class DeviceImages {
   static int cpus_for(int passes) { return passes * plan::kSplitCompileThreads; }
   static std::size_t passes_for(const Steps& s) {
     const int parts = s.p.device_parts;
-    return parts > 1 && !s.parallel && usable_cpus() >= cpus_for(parts) ? parts : 1;
+    return parts > 1 && !s.parallel && cpus::usable() >= cpus_for(parts) ? parts : 1;
   }
 
   std::vector<double> seconds_;

@@ -70,6 +70,7 @@ struct Registry {
   std::condition_variable compiled;
   std::map<std::string, Entry> entries;  // by flags and prelude
   int compiling = 0;
+  bool once_started = false;  // the entry of Start::kOnce, not counted against kMaxFlagSets
   pid_t owner = ::getpid();
 };
 
@@ -88,6 +89,7 @@ void fork_child() {
     if (e.lock_fd >= 0) ::close(e.lock_fd);  // the parent's descriptions stay locked by the parent
   r.entries.clear();
   r.compiling = 0;
+  r.once_started = false;
   r.owner = ::getpid();
   r.mutex.unlock();
 }
@@ -214,7 +216,7 @@ namespace {
 // The entry `key`, precompiled and unchanged; else none, and with `start` (and no such entry yet) the job
 // that make_job() gives compiled in the background, one at a time and kMaxFlagSets at most (made only
 // then: a shared prefix's job holds megabytes of text).
-std::optional<Precompiled> find_or_start(const std::string& key, const std::function<Job()>& make_job, bool start, double timeout_s,
+std::optional<Precompiled> find_or_start(const std::string& key, const std::function<Job()>& make_job, Start start, double timeout_s,
                                          const std::vector<std::string>& env, const std::string& temp_dir) {
   Registry& r = registry();
   std::string command, say;  // logged after the lock: the command at DEBUG, the rest at INFO
@@ -223,7 +225,10 @@ std::optional<Precompiled> find_or_start(const std::string& key, const std::func
     std::lock_guard lock(r.mutex);
     const auto it = r.entries.find(key);
     if (it == r.entries.end()) {
-      if (!start || r.compiling > 0 || static_cast<int>(r.entries.size()) >= kMaxFlagSets) return std::nullopt;
+      const int shared = static_cast<int>(r.entries.size()) - (r.once_started ? 1 : 0);
+      const bool may = start == Start::kShared ? shared < kMaxFlagSets : start == Start::kOnce && !r.once_started;
+      if (!may || r.compiling > 0) return std::nullopt;
+      r.once_started = r.once_started || start == Start::kOnce;
       Job job = make_job();
       command = "run, in a temporary directory beside the builds: " + fs::join_command(job.argv);
       r.entries[key].what = job.what;
@@ -266,7 +271,7 @@ std::optional<Precompiled> find_or_start(const std::string& key, const std::func
 
 }  // namespace
 
-std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
+std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, Start start,
                                 double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir) {
   if (!gcc || text::include_line(prelude).empty()) return std::nullopt;  // (the forwarding header #includes it)
   std::string key = prelude;
@@ -299,7 +304,7 @@ std::optional<Precompiled> find_prefix(const std::string& compile, std::string_v
     cmd = cmd.substr(0, cmd.rfind(" -o ")) + " -o prefix.h.gch";
     return Job{"prefix.h", std::string(prefix), {"/bin/sh", "-c", cmd}, false, "shared host prefix"};
   };
-  auto found = find_or_start(key, make_job, start, timeout_s, env, temp_dir);
+  auto found = find_or_start(key, make_job, start ? Start::kShared : Start::kNone, timeout_s, env, temp_dir);
   if (found) found->header += ".gch";
   return found;
 }

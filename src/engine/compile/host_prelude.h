@@ -19,6 +19,10 @@
 
 namespace jitkern::host_prelude {
 
+// Whether a find that finds none starts a compile: never; for builds run at once (kMaxFlagSets flag sets a
+// process at most); once in a process, beside a lone build (not counted among those).
+enum class Start { kNone, kShared, kOnce };
+
 struct Precompiled {
   std::string header;                // what the host pass's -include names instead of the prelude (find_prefix: the .gch)
   std::vector<std::string> headers;  // the files it was compiled from: dependencies of the module too
@@ -28,9 +32,9 @@ struct Precompiled {
 // The precompiled prelude for a host pass run with `flags` (its command without the prelude's -include,
 // its inputs and outputs), if one is ready, its files are there and every header it read is unchanged.
 // Otherwise none; with `start`, one is compiled in the background (a build does not wait for it), one at
-// a time and for a few flag sets at most. Only for GCC (`gcc`): clang has other rules for precompiled headers.
+// a time and for a few flag sets at most (Start). Only for GCC (`gcc`): clang has other rules for precompiled headers.
 // `env`: the compilers' environment (compile_env); `temp_dir`: where the precompiled prelude goes.
-std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, bool start,
+std::optional<Precompiled> find(const std::vector<std::string>& flags, const std::string& prelude, bool gcc, Start start,
                                 double timeout_s, const std::vector<std::string>& env, const std::string& temp_dir);
 
 // The precompiled shared host prefix for a host_without_cudafe module's host compile `compile` (its

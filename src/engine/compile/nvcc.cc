@@ -22,7 +22,7 @@ namespace {
 // changes an output).
 class CpuShare {
  public:
-  CpuShare() : cpus(std::max(1, usable_cpus() / (s_running.fetch_add(1) + 1))) {}
+  CpuShare() : cpus(std::max(1, jitkern::cpus::usable() / (s_running.fetch_add(1) + 1))) {}
   ~CpuShare() { s_running.fetch_sub(1); }
   CpuShare(const CpuShare&) = delete;
   CpuShare& operator=(const CpuShare&) = delete;

@@ -1,12 +1,10 @@
 #include "compile/steps.h"
 
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 #include "config/compile_env.h"
 #include "base/log.h"
@@ -16,13 +14,6 @@ namespace jitkern::compile {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 std::string format_seconds(double s) {
@@ -38,27 +29,38 @@ Steps::Steps(const plan::Plan& plan, const config::Config& config, const std::st
 std::string Steps::output() const {
   std::string text, other;
   fs::read_file(log(), &text);
-  const auto add = [&](const std::string& path, const std::string& heading) {
-    if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += heading + other;
-  };
-  add(device_log(), device_passes > 1 ? device_pass_name(0) + ":\n" : "");
-  add(stub_log(), "");
-  for (int part = 1; part < device_passes; ++part) add(device_log(part), device_pass_name(part) + ":\n");
+  if (device_passes == 1) {
+    for (const auto& path : {device_log(), stub_log()})
+      if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += other;
+    return text;
+  }
+  if (fs::read_file(stub_log(), &other) && text.find(other) == std::string::npos) text += other;
+  // Several passes: each output once, under the passes that printed it.
+  std::vector<std::pair<std::string, std::vector<int>>> outputs;
+  for (int part = 0; part < device_passes; ++part) {
+    if (!fs::read_file(device_log(part), &other) || other.empty() || text.find(other) != std::string::npos) continue;
+    auto same = std::find_if(outputs.begin(), outputs.end(), [&](const auto& o) { return o.first == other; });
+    if (same == outputs.end()) outputs.push_back({other, {part}});
+    else same->second.push_back(part);
+  }
+  for (const auto& [output, parts] : outputs) text += device_passes_name(parts) + ":\n" + output;
   return text;
 }
 
-std::string Steps::device_pass_name(int part) const {
-  return "the device pass of JITKERN_DEVICE_PART=" + std::to_string(part) + " (of " + std::to_string(device_passes) + ")";
+std::string Steps::device_passes_name(const std::vector<int>& parts) const {
+  std::string list;
+  for (const int part : parts) list += (list.empty() ? "" : ", ") + std::to_string(part);
+  return (parts.size() == 1 ? "the device pass of JITKERN_DEVICE_PART=" : "the device passes of JITKERN_DEVICE_PART=") + list + " (of " +
+         std::to_string(device_passes) + ")";
 }
 
 std::string Steps::device_pass_of(const std::string& diagnostic) const {
-  std::string text, found;
-  for (int part = 0; part < device_passes && device_passes > 1 && !diagnostic.empty(); ++part) {
-    if (!fs::read_file(device_log(part), &text) || text.find(diagnostic) == std::string::npos) continue;
-    if (!found.empty()) return "";  // every pass's: the module's, not one pass's
-    found = device_pass_name(part);
-  }
-  return found;
+  std::string text;
+  if (device_passes == 1 || diagnostic.empty() || (fs::read_file(log(), &text) && text.find(diagnostic) != std::string::npos)) return "";
+  std::vector<int> parts;
+  for (int part = 0; part < device_passes; ++part)
+    if (fs::read_file(device_log(part), &text) && text.find(diagnostic) != std::string::npos) parts.push_back(part);
+  return parts.size() == 1 ? device_passes_name(parts) : "";  // the host pass's or several passes': the module's, not one pass's
 }
 
 void Steps::record(const std::string& command) {

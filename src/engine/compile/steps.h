@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cpus.h"
 #include "config/config.h"
 #include "store/dependencies.h"
 #include "base/fs_util.h"
@@ -26,8 +27,6 @@ struct Transient : std::runtime_error {
 using deps::Depfile;
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
-// The CPUs this process may run on (its affinity, not the machine's count).
-int usable_cpus();
 std::string format_seconds(double s);
 inline int first_failure(int a, int b) { return a != 0 ? a : b; }
 
@@ -40,11 +39,11 @@ class Steps {
   std::string device_log(int part = 0) const { return scratch + (part == 0 ? "/device.log" : "/device." + std::to_string(part) + ".log"); }
   std::string stub_log() const { return scratch + "/stub.log"; }
   // Everything the compilers printed. nvcc's host and device phases parse the same source, so an error
-  // both report is shown once: the device phases' output only where it adds something, under the name of
-  // its pass where several ran (device_pass_of).
+  // both report is shown once: the device phases' output only where it adds something, under the names of
+  // the passes that printed it where several ran.
   std::string output() const;
   // "the device pass of JITKERN_DEVICE_PART=1 (of 3)": the one pass whose output holds `diagnostic`, where
-  // several ran; else (one pass, or the diagnostic in several) empty.
+  // several ran; else (one pass, the diagnostic in several or in the host pass's output) empty.
   std::string device_pass_of(const std::string& diagnostic) const;
   std::string in_dir(const std::string& command) const { return "(cd " + fs::shell_quote(scratch) + " && " + command + ")"; }
 
@@ -67,7 +66,8 @@ class Steps {
   void refuse_a_path_a_shell_would_run() const;
   // A step's first error lines (else its first lines), for a message: the scratch directory is gone when it is read.
   static std::string head_of(const std::string& path);
-  std::string device_pass_name(int part) const;
+  // "the device pass of JITKERN_DEVICE_PART=1 (of 3)", "the device passes of JITKERN_DEVICE_PART=1, 2 (of 3)".
+  std::string device_passes_name(const std::vector<int>& parts) const;
 
   const plan::Plan& p;
   const config::Config& cfg;

@@ -35,6 +35,7 @@ int jitkern_cache(const char* request, size_t length, char** out_result, char** 
 int jitkern_check_request(const char* request, size_t length, char** out_error);
 int jitkern_check_arch(const char* arch, const char* origin, char** out_error);
 int jitkern_setting_flag(const char* name);
+int jitkern_usable_cpus(void);
 int jitkern_find_compiler(int cuda, char** out_result, char** out_error);
 char* jitkern_arch_for_capability(int major, int minor);
 char* jitkern_config(void);
