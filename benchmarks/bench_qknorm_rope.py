@@ -191,9 +191,9 @@ SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("staged, 128 registers", "bench_qknorm_rope::Schedule<64, 2, 128>"),
              ("staged, CTAs of 128", "bench_qknorm_rope::Schedule<128>"),
              ("staged, CTAs of 160 (a token's 40 heads in two turns)", "bench_qknorm_rope::Schedule<160>"),
-             ("one head a lane group, PDL trigger at the start", "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, 1>"),
+             ("one head a lane group, PDL trigger at the start", "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, bench_qknorm_rope::Ops::Setup::Trigger::kAtStart>"),
              ("one head a lane group, PDL trigger by the library's rule (at the start up to 8 CTAs)",
-              "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, 0>")]
+              "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, bench_qknorm_rope::Ops::Setup::Trigger::kByRule>")]
 
 
 def schedule_module():

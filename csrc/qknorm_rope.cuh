@@ -854,8 +854,9 @@ struct QkNormRopeOps {
     // One head a lane group triggers the next launch after its wait at every grid, where the library's rule
     // triggers grids of up to 8 CTAs at their start (1-2 tokens here). H200, back to back in a CUDA graph, us,
     // after the wait / at the start, with the write: T = 1 1.48 / 1.61, 2 1.53 / 1.69, 4-256 level or faster
-    // (at 4-128 tokens the start loses 0.2-0.6 us); without it T = 1 1.30 / 1.36.
-    static constexpr int kTriggerAfterWait = 2;
+    // (at 4-128 tokens the start loses 0.2-0.6 us); without it T = 1 1.30 / 1.36. kByRule and kAtStart for the
+    // launch schedules of benchmarks/kernels/qknorm_rope_schedules.cuh.
+    enum class Trigger { kAfterWait, kAtStart, kByRule };
     // Whether a head's pair units and unrotated vectors fit a group's registers at kVec elements a vector.
     template <int kVec>
     bool fits() const {
@@ -882,15 +883,14 @@ struct QkNormRopeOps {
     }
 
     // kPairing: the product's kEither; a pairing compiled in for benchmarks/kernels/qknorm_rope_schedules.cuh,
-    // as kTrigger: the PDL trigger after the wait (kTriggerAfterWait), at the start (1) or by pdl_early_trigger's
-    // rule (0).
-    template <bool kFp8, int kVec, bool kStore, Pairing kPairing = Pairing::kEither, int kTrigger = kTriggerAfterWait>
+    // as another kTrigger (Trigger).
+    template <bool kFp8, int kVec, bool kStore, Pairing kPairing = Pairing::kEither, Trigger kTrigger = Trigger::kAfterWait>
     void run_heads(const Store& s, bool neox) const {
       using namespace host;
       Params<T> c = params<kVec, kStore>();
       c.neox = neox;
       const int64_t ctas = div_ceil(int64_t{c.items} << c.width_log2, int64_t{kThreads});
-      c.early_trigger = kTrigger == 0 ? pdl_early_trigger(ctas) : kTrigger == 1;
+      c.early_trigger = kTrigger == Trigger::kByRule ? pdl_early_trigger(ctas) : kTrigger == Trigger::kAtStart;
       if constexpr (in_device_part(kHeadsPart))
         LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kThreads), device)
             .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);

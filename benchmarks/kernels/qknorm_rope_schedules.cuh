@@ -30,9 +30,9 @@ struct CopyHead {
 // kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors, the kernel of full
 // lanes at most kMaxRegs registers a thread (0: the compiler's choice); kFullLanes false: never the kernel of
 // full lanes; Head: what the staged kernel does to a q or k head (CopyHead: the floor); kTrigger: one head a
-// lane group's PDL trigger (Setup::run_heads').
+// lane group's PDL trigger (Setup::Trigger).
 template <int kCtaThreads, int kStages = 2, int kMaxRegs = Ops::Setup::kStagedFullMaxRegs, bool kFullLanes = true, bool kPairingCompiled = false,
-          typename Head = NormRopeHead, int kTrigger = Ops::Setup::kTriggerAfterWait>
+          typename Head = NormRopeHead, Ops::Setup::Trigger kTrigger = Ops::Setup::Trigger::kAfterWait>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {

@@ -34,6 +34,5 @@ TEST(Cpus, CgroupQuotaIsTheLeastAlongTheCgroupsPathRoundedUp) {
   put("/cpu,cpuacct/docker/x", "cpu.cfs_quota_us", "-1\n");
   EXPECT_EQ(cpus::cgroup_quota("4:cpu,cpuacct:/docker/x\n", root), 0) << "v1 without a quota";
   EXPECT_EQ(cpus::cgroup_quota("4:cpuacct:/docker/x\n", root), 0) << "not the cpu controller";
-  EXPECT_GE(cpus::usable(), 1);
   std::system(("rm -rf '" + root + "'").c_str());
 }

@@ -21,6 +21,9 @@ bool is_dir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The lesser of two quotas, 0 meaning none.
+int least_of(int a, int b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
 // The quota of one cgroup directory (0: none or unreadable).
 int quota_in(const std::string& dir, bool v2) {
   std::string text;
@@ -47,8 +50,7 @@ int least_quota(const std::string& mount, std::string path, bool v2) {
   if (!is_dir(mount + path)) path = "/";
   int least = 0;
   for (;;) {
-    const int q = quota_in(path == "/" ? mount : mount + path, v2);
-    if (q > 0) least = least == 0 ? q : std::min(least, q);
+    least = least_of(least, quota_in(path == "/" ? mount : mount + path, v2));
     if (path == "/" || path.empty()) return least;
     const auto slash = path.rfind('/');
     path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
@@ -59,9 +61,7 @@ int least_quota(const std::string& mount, std::string path, bool v2) {
 
 int cgroup_quota(const std::string& proc_self_cgroup, const std::string& root) {
   int least = 0;
-  const auto take = [&](int q) {
-    if (q > 0) least = least == 0 ? q : std::min(least, q);
-  };
+  const auto take = [&](int q) { least = least_of(least, q); };
   for (const auto& line : text::split_lines(proc_self_cgroup)) {  // "id:controllers:path"
     const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;

@@ -14,13 +14,16 @@
 namespace jitkern::compile {
 namespace {
 
+// The CPUs nvcc's device passes of one build keep busy.
+int cpus_for(int passes) { return passes * plan::kSplitCompileThreads; }
+
 // Whether a build starts the precompiled prelude for later builds' host passes: among builds run at once,
 // and once a process beside a lone build where it has a CPU for it past the build's own threads (nvcc's
 // device passes, the host pass). On 2 CPUs a lone rmsnorm took 2.3-2.8 s beside it against 2.0, and the
 // next builds waited for nvcc's device pass all the same (their host passes 0.6 s shorter).
 host_prelude::Start starts_prelude(const Steps& s) {
   if (s.parallel) return host_prelude::Start::kShared;
-  return cpus::usable() >= s.device_passes * plan::kSplitCompileThreads + 2 ? host_prelude::Start::kOnce : host_prelude::Start::kNone;
+  return cpus::usable() >= cpus_for(s.device_passes) + 2 ? host_prelude::Start::kOnce : host_prelude::Start::kNone;
 }
 
 // The host pass. A host_prelude module's -includes the prelude precompiled where one is ready for its
@@ -102,7 +105,6 @@ class DeviceImages {
   }
 
  private:
-  static int cpus_for(int passes) { return passes * plan::kSplitCompileThreads; }
   static std::size_t passes_for(const Steps& s) {
     const int parts = s.p.device_parts;
     return parts > 1 && !s.parallel && cpus::usable() >= cpus_for(parts) ? parts : 1;

@@ -29,13 +29,7 @@ Steps::Steps(const plan::Plan& plan, const config::Config& config, const std::st
 std::string Steps::output() const {
   std::string text, other;
   fs::read_file(log(), &text);
-  if (device_passes == 1) {
-    for (const auto& path : {device_log(), stub_log()})
-      if (fs::read_file(path, &other) && text.find(other) == std::string::npos) text += other;
-    return text;
-  }
-  if (fs::read_file(stub_log(), &other) && text.find(other) == std::string::npos) text += other;
-  // Several passes: each output once, under the passes that printed it.
+  // The device passes' outputs, each once (under the passes that printed it, where several ran), then the stub's.
   std::vector<std::pair<std::string, std::vector<int>>> outputs;
   for (int part = 0; part < device_passes; ++part) {
     if (!fs::read_file(device_log(part), &other) || other.empty() || text.find(other) != std::string::npos) continue;
@@ -43,7 +37,8 @@ std::string Steps::output() const {
     if (same == outputs.end()) outputs.push_back({other, {part}});
     else same->second.push_back(part);
   }
-  for (const auto& [output, parts] : outputs) text += device_passes_name(parts) + ":\n" + output;
+  for (const auto& [output, parts] : outputs) text += (device_passes > 1 ? device_passes_name(parts) + ":\n" : "") + output;
+  if (fs::read_file(stub_log(), &other) && text.find(other) == std::string::npos) text += other;
   return text;
 }
 
