@@ -7,8 +7,11 @@ bf16, q/k/v column slices of one fused qkv buffer, NeoX style, fp32 cos/sin cach
 one sequence (positions 0..T-1, its pages a random permutation). Prints markdown tables.
 
 Bytes moved: q and k read and written back (and, with the cache write, v read and the k and v cache rows
-written). The pattern ceilings are kernels that move those bytes alone (benchmarks/kernels/copy_ceiling.cuh:
-rewrite_to_cache with the write, rewrite_columns without).
+written), positions (and locations) and the cos/sin rows read. The pattern ceilings are kernels that move the q,
+k, v and cache bytes alone (benchmarks/kernels/copy_ceiling.cuh: rewrite_to_cache with the write, rewrite_columns
+without); the gathered pattern moves every byte the op does with RoPE's one dependency: a token's q and k are
+written back only after its cos/sin row has arrived, read once its position has (rewrite_to_cache_gathered,
+rewrite_gathered).
 
 --schedules: the product beside its kernels under other launch choices and the staged kernel's floor (its heads
 copied back unchanged) (SCHEDULES, benchmarks/kernels/qknorm_rope_schedules.cuh), each checked bit for bit against
@@ -87,6 +90,15 @@ def pattern_kernel(yard, qkv, loc, kc, vc, store):
     return lambda: yard.rewrite_columns(words, (HQ + HK) * D // 2, 0)
 
 
+def gathered_kernel(yard, qkv, pos, table, loc, kc, vc, store):
+    """The op's whole access pattern (its cos/sin rows too) with RoPE's dependency and no arithmetic."""
+    words = qkv.view(torch.int32)
+    if store:
+        kc32, vc32 = kc.view(torch.int32).view(-1), vc.view(torch.int32).view(-1)
+        return lambda: yard.rewrite_to_cache_gathered(words, loc, pos, table, kc32, vc32, (HQ + HK) * D * 2 // 16, HK * D * 2 // 16, 0)
+    return lambda: yard.rewrite_gathered(words, pos, table, (HQ + HK) * D * 2 // 16, 0)
+
+
 def check(cs, qw, kw, kc, vc, ref):
     """The fused op agrees with the unfused sequence (and the reference's op, where it runs) before anything is timed."""
     qkv, q, k, v, pos, loc = inputs(64, True)
@@ -119,6 +131,7 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
     ceilings = copy_ceilings(use_cudagraph=True)
     ceiling = max(ceilings.values())
     yard = yardstick_module()
+    table = cs.view(torch.int32)
     print(f"\n### QK-norm + RoPE (+ KV-cache write), q {HQ} / kv {HK} heads, d {D}, bf16, paged cache of {PAGE}-token pages "
           f"({environment()})\n")
     print(f"Measured copy ceiling: {copy_ceiling_text(ceilings)}. Times are CUDA-graph medians in us (p20-p80), each from the "
@@ -156,23 +169,25 @@ def main(decode=DECODE, prefill=PREFILL) -> None:
         names = list(providers)
         print(f"\n#### {title}\n")
         print("| phase | T | " + " | ".join(f"{n} us" for n in names) + " | fused GB/s | fused % of copy ceiling | pattern ceiling us | "
-              "fused % of pattern | " + " | ".join(f"{n} / fused" for n in names[1:]) + " |")
-        print("|---|---|" + "---|" * (len(names) + 4 + len(names) - 1))
+              "fused % of pattern | gathered pattern us | fused % of gathered | " + " | ".join(f"{n} / fused" for n in names[1:]) + " |")
+        print("|---|---|" + "---|" * (len(names) + 6 + len(names) - 1))
         for phase, sizes in (("decode", decode), ("prefill", prefill)):
             for t in sizes:
                 qkv, q, k, v, pos, loc = inputs(t, phase == "decode")
+                fns_gathered = gathered_kernel(yard, qkv, pos, table, loc, kc, vc, store)
                 if ref is not None and not store:
                     pos = pos.int()  # the reference takes int32 positions
                 fns = {name: (lambda fn=fn: fn(qkv, q, k, v, pos, loc)) for name, fn in providers.items()}
                 fns["pattern"] = pattern_kernel(yard, qkv, loc, kc, vc, store)
+                fns["gathered"] = fns_gathered
                 res = in_turns(fns, t)
-                pattern = res.pop("pattern")
+                pattern, gathered = res.pop("pattern"), res.pop("gathered")
                 fused = res["jitkern fused"]["median"]
                 gbps = moved_bytes(t, store) / (fused * 1e-6) / 1e9
                 cells = " | ".join("n/a" if r is None else f"{r['median']:.2f} [{r['p20']:.2f}-{r['p80']:.2f}]" for r in res.values())
                 ratios = " | ".join("n/a" if res[n] is None else f"{res[n]['median'] / fused:.2f}x" for n in names[1:])
                 print(f"| {phase} | {t} | {cells} | {gbps:.0f} | {100 * gbps / ceiling:.1f}% | {pattern['median']:.2f} | "
-                      f"{100 * pattern['median'] / fused:.1f}% | {ratios} |")
+                      f"{100 * pattern['median'] / fused:.1f}% | {gathered['median']:.2f} | {100 * gathered['median'] / fused:.1f}% | {ratios} |")
     qkv, q, k, v, pos, loc = inputs(1, True)
     arg = FusedSetKVBufferArg(v, kc, vc, None, None, loc)
     print("\n#### Host time per eager call, T = 1 (us)\n")
@@ -216,8 +231,8 @@ def schedules(sizes, only=None) -> None:
           f"({environment()}; reference {reference_version()}; built in {built:.0f} s)\n")
     print("CUDA-graph medians in us, one round in turns with the pattern kernel; (x%): the pattern's time / the schedule's. Every "
           "schedule's q, k and cache rows equal the product's bit for bit (else a note).\n")
-    print("| write | T | pattern us | " + " | ".join(name for name, _ in SCHEDULES) + " |")
-    print("|---|---|---|" + "---|" * len(SCHEDULES))
+    print("| write | T | pattern us | gathered pattern us | " + " | ".join(name for name, _ in SCHEDULES) + " |")
+    print("|---|---|---|---|" + "---|" * len(SCHEDULES))
     for store in (True, False):
         for t in sizes:
             qkv, q, k, v, pos, loc = inputs(t, t <= 256)
@@ -240,11 +255,12 @@ def schedules(sizes, only=None) -> None:
                     print(f"<!-- T={t} write={store}: {SCHEDULES[i][0]} differs from {SCHEDULES[picked[0]][0]} -->")
             fns = {i: (lambda i=i: call(i)) for i in picked}
             fns["pattern"] = pattern_kernel(yard, qkv, loc, kc, vc, store)
+            fns["gathered"] = gathered_kernel(yard, qkv, pos, cs.view(torch.int32), loc, kc, vc, store)
             res = in_turns(fns, t)
-            pattern = res.pop("pattern")["median"]
+            pattern, gathered = res.pop("pattern")["median"], res.pop("gathered")["median"]
             cells = " | ".join("n/a" if i not in res or res[i] is None else f"{res[i]['median']:.2f} ({100 * pattern / res[i]['median']:.1f}%)"
                                for i in range(len(SCHEDULES)))
-            print(f"| {'yes' if store else 'no'} | {t} | {pattern:.2f} | {cells} |", flush=True)
+            print(f"| {'yes' if store else 'no'} | {t} | {pattern:.2f} | {gathered:.2f} | {cells} |", flush=True)
 
 
 if __name__ == "__main__":

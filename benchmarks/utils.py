@@ -100,7 +100,8 @@ def yardstick_module():
     """benchmarks/kernels/copy_ceiling.cuh: copy(dst, src), rewrite_columns(buf, width, flip), rewrite_pair(a, b, flip),
     rewrite_rows(buf, reductions, flip), halve(dst, src), quarter(dst, src), read_all(out, src),
     rewrite_to_cache(rows, loc, kc, vc, rewrite, cached, flip),
-    rewrite_to_cache_gathered(rows, loc, positions, table, kc, vc, rewrite, cached, flip)."""
+    rewrite_to_cache_gathered(rows, loc, positions, table, kc, vc, rewrite, cached, flip),
+    rewrite_gathered(rows, positions, table, rewrite, flip)."""
     import jitkern
 
     return jitkern.load_jit("bench_copy_ceiling", cuda_files=[str(Path(__file__).resolve().parent / "kernels" / "copy_ceiling.cuh")],
@@ -108,7 +109,8 @@ def yardstick_module():
                                            ("rewrite_rows", "rewrite_rows"), ("halve", "halve"), ("quarter", "quarter"),
                                            ("read_all", "read_all"),
                                            ("rewrite_to_cache", "rewrite_to_cache"),
-                                           ("rewrite_to_cache_gathered", "rewrite_to_cache_gathered")])
+                                           ("rewrite_to_cache_gathered", "rewrite_to_cache_gathered"),
+                                           ("rewrite_gathered", "rewrite_gathered")])
 
 
 @functools.cache

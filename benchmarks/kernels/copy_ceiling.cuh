@@ -13,7 +13,7 @@
 // its q and k read and written back in place, its v read, k and v written to its cache rows.
 // rewrite_to_cache_gathered: the same, with the dependency RoPE adds: q and k are written back only after
 // a 16-byte vector of the table row at the token's position (its cos/sin row) has arrived, which can be
-// read only once the position has.
+// read only once the position has. rewrite_gathered: the same without the cache rows.
 // rewrite_rows: the dependency pattern of a wide-row norm at decode sizes and nothing else: one CTA per
 // row, four 16-byte vectors per thread read, 0, 1 or 2 CTA-wide reductions in series, written back.
 #pragma once
@@ -204,10 +204,10 @@ __global__ void __launch_bounds__(kRowCacheThreads) rewrite_to_cache_kernel(uint
   uint4* row = rows + int64_t{blockIdx.x} * row_vecs;
   device::pdl_wait_primary();
   if (!early_trigger) device::pdl_trigger_secondary();
-  const int64_t slot = loc[blockIdx.x];
+  const int64_t slot = cached > 0 ? loc[blockIdx.x] : 0;  // cached 0: no cache rows (rewrite_gathered)
   if constexpr (kGather) flip ^= table[positions[blockIdx.x] * table_vecs + threadIdx.x % table_vecs].x;
-  uint4* k_row = kc + slot * cached;
-  uint4* v_row = vc + slot * cached;
+  uint4* k_row = cached > 0 ? kc + slot * cached : nullptr;
+  uint4* v_row = cached > 0 ? vc + slot * cached : nullptr;
   const int total = rewrite + cached, k_first = rewrite - cached;
   for (int base = threadIdx.x; base < total; base += kRowCacheThreads * kRowCacheItems) {
     uint4 x[kRowCacheItems];
@@ -270,6 +270,26 @@ void rewrite_to_cache_gathered(jitkern::TensorView rows, jitkern::TensorView loc
   RuntimeCheck(tokens.unwrap() == loc.size(0), "rewrite_to_cache_gathered: one position per token");
   launch_rewrite_to_cache<true>(rows, loc, kc, vc, rewrite, cached, flip, static_cast<const int64_t*>(positions.data_ptr()),
                                 static_cast<const uint4*>(table.data_ptr()), words.unwrap() / 4);
+}
+
+// rewrite_to_cache_gathered without the cache: each token's first `rewrite` 16-byte vectors of rows read and
+// written back after its table row arrived (the in-place QK-norm + RoPE's bytes and dependency).
+void rewrite_gathered(jitkern::TensorView rows, jitkern::TensorView positions, jitkern::TensorView table, int64_t rewrite, int64_t flip) {
+  using namespace host;
+  SymbolicSize tokens{"tokens"}, width{"width"}, stride{"row_stride"}, table_rows{"table_rows"}, words{"table_words"};
+  SymbolicDevice device;
+  TensorMatcher({tokens, width}).with_strides({stride, 1}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(rows);
+  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>(device).verify(positions);
+  TensorMatcher({table_rows, words}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(table);
+  RuntimeCheck(rewrite > 0 && rewrite * 4 <= width.unwrap(), "rewrite_gathered: rewrite must be within a row, got ", rewrite);
+  RuntimeCheck(words.unwrap() % 4 == 0 && words.unwrap() > 0 && reinterpret_cast<uintptr_t>(table.data_ptr()) % 16 == 0,
+               "rewrite_gathered: table rows must be whole 16-byte vectors");
+  if (tokens.unwrap() == 0) return;
+  LaunchKernel(static_cast<unsigned>(tokens.unwrap()), kRowCacheThreads, device.unwrap())
+      .enable_pdl()(rewrite_to_cache_kernel<true>, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite), 0,
+                    static_cast<const int64_t*>(nullptr), static_cast<uint4*>(nullptr), static_cast<uint4*>(nullptr), static_cast<uint32_t>(flip),
+                    pdl_early_trigger(tokens.unwrap()), static_cast<const int64_t*>(positions.data_ptr()),
+                    static_cast<const uint4*>(table.data_ptr()), static_cast<int>(words.unwrap() / 4));
 }
 
 // Triggers after its wait, as the wide-row norm kernels do.
