@@ -213,11 +213,13 @@ namespace detail {
 // nvcc's compile of the launch.) A runtime that cannot tell lets it pass.
 [[gnu::visibility("hidden")]] inline void check_parameters(cudaKernel_t kernel, const char* name, const std::size_t* sizes, std::size_t count,
                                                          DebugInfo where) {
+  const DriverKernelGetParamInfo driver_info = driver_kernel_get_param_info();  // (kernel_image.h: why the driver's)
   for (std::size_t i = 0; i < count; ++i) {
     std::size_t offset = 0, size = 0;
-    const cudaError_t status = cudaFuncGetParamInfo(reinterpret_cast<const void*>(kernel), i, &offset, &size);
+    const cudaError_t status = driver_info != nullptr ? static_cast<cudaError_t>(driver_info(kernel, i, &offset, &size))
+                                                      : cudaFuncGetParamInfo(reinterpret_cast<const void*>(kernel), i, &offset, &size);
     if (status != cudaSuccess) {
-      (void)cudaGetLastError();
+      if (driver_info == nullptr) (void)cudaGetLastError();
       return;
     }
     if (size != sizes[i])

@@ -69,16 +69,52 @@ namespace host::detail {
   return status;
 }
 
-// The kernel named `name` in the first device image that has it; null with `*status` set (the runtime's
-// last error cleared) if an image cannot be loaded or none has such a kernel (then `*missing`, if given).
+// A driver API function by name, or null where the runtime cannot give it (before CUDA 12.5). What the
+// engine asks of a module's images goes through the driver where it can: a driver call leaves the calling
+// thread's last runtime error as it was, where the runtime's cudaLibraryGetKernel makes a miss that error and
+// cudaFuncGetParamInfo resets it even when it succeeds, either dropping an error the caller has yet to check.
+[[gnu::visibility("hidden")]] inline void* driver_entry(const char* name, int since_version) {
+#if CUDART_VERSION >= 12050
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &entry, since_version, cudaEnableDefault, &found) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return found == cudaDriverEntryPointSuccess ? entry : nullptr;
+#else
+  (void)name, (void)since_version;
+  return nullptr;
+#endif
+}
+// cuLibraryGetKernel and cuKernelGetParamInfo (CUresult as int; CUlibrary and CUkernel are the runtime's
+// handles, and driver and runtime share these calls' error codes: CUDA_ERROR_NOT_FOUND is cudaErrorSymbolNotFound).
+using DriverLibraryGetKernel = int (*)(cudaKernel_t*, cudaLibrary_t, const char*);
+using DriverKernelGetParamInfo = int (*)(cudaKernel_t, std::size_t, std::size_t*, std::size_t*);
+[[gnu::visibility("hidden")]] inline DriverLibraryGetKernel driver_library_get_kernel() {
+  static const auto get = reinterpret_cast<DriverLibraryGetKernel>(driver_entry("cuLibraryGetKernel", 12000));
+  return get;
+}
+[[gnu::visibility("hidden")]] inline DriverKernelGetParamInfo driver_kernel_get_param_info() {
+  static const auto get = reinterpret_cast<DriverKernelGetParamInfo>(driver_entry("cuKernelGetParamInfo", 12040));
+  return get;
+}
+
+// The kernel named `name` in the first device image that has it; null with `*status` set if an image cannot
+// be loaded (the runtime's last error cleared) or none has such a kernel (then `*missing`, if given).
 [[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status, bool* missing = nullptr) {
   if (missing != nullptr) *missing = false;
+  const DriverLibraryGetKernel driver_get = driver_library_get_kernel();
   for (int part = 0; part == 0 || part < image_count(); ++part) {
     cudaLibrary_t library = nullptr;
     cudaKernel_t kernel = nullptr;
     if ((*status = device_image(part, &library)) != cudaSuccess) {
       (void)cudaGetLastError();
       return nullptr;
+    }
+    if (driver_get != nullptr) {
+      if ((*status = static_cast<cudaError_t>(driver_get(&kernel, library, name))) == cudaSuccess) return kernel;
+      continue;
     }
     if ((*status = cudaLibraryGetKernel(&kernel, library, name)) == cudaSuccess) return kernel;
     (void)cudaGetLastError();

@@ -702,3 +702,41 @@ def test_device_parts_compile_each_kernel_in_its_pass_and_launch_from_every_imag
     for which, value in ((1, 1), (2, 2), (3, 3), (4, 9), (2, 2)):
         module.fill(out, which)
         assert out.tolist() == [value] * 4, (which, out.tolist())
+
+
+def _cuda_runtime():
+    """The CUDA runtime library this process has loaded (the one torch and the modules share), by ctypes."""
+    import ctypes
+
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/libcudart.so" in line}
+    assert len(paths) == 1, f"expected one CUDA runtime loaded, got {sorted(paths)}"
+    return ctypes.CDLL(paths.pop())
+
+
+def test_a_first_launch_leaves_the_callers_pending_cuda_error(cache_dir, monkeypatch, tmp_path):
+    """A kernel's first launch looks it up in the module's images (a kernel of device pass 2 is missed in those of
+    passes 0 and 1 first) and checks its parameters: neither is an error of the calling thread nor resets one, so
+    an error it has yet to check (here a failed cudaSetDevice) is still its last error afterwards."""
+    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("NOT RUN: needs a CUDA GPU and torch")
+    source = tmp_path / "parts.cuh"
+    source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
+    module = JitSpec("parts_pending_error", cuda_files=[str(source)], cuda_wrappers=[("fill", "parts::fill", "out, which"),
+                     ("images", "parts::images", "")], host_without_nvcc=True, device_parts=3).load()
+    out = torch.zeros(4, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    cudart = _cuda_runtime()
+    invalid_device = 101  # cudaErrorInvalidDevice
+    for which, value in ((4, 9), (3, 3), (3, 3)):  # fill_kernel<9> in every image; <3> in pass 2's, then again
+        assert cudart.cudaSetDevice(1 << 20) == invalid_device and cudart.cudaPeekAtLastError() == invalid_device
+        module.fill(out, which)
+        assert cudart.cudaGetLastError() == invalid_device, f"launching fill_kernel<{value}> reset the caller's pending error"
+        assert cudart.cudaGetLastError() == 0
+        torch.cuda.synchronize()
+        assert out.tolist() == [value] * 4
+    if usable_cpus() >= 12:  # else one device pass built the module: no image was missed
+        assert module.images() == 0b111 * 16 + 3
