@@ -69,10 +69,12 @@ namespace host::detail {
   return status;
 }
 
-// A driver API function by name, or null where the runtime cannot give it (before CUDA 12.5). What the
-// engine asks of a module's images goes through the driver where it can: a driver call leaves the calling
-// thread's last runtime error as it was, where the runtime's cudaLibraryGetKernel makes a miss that error and
-// cudaFuncGetParamInfo resets it even when it succeeds, either dropping an error the caller has yet to check.
+// A driver API function by name, or null where the runtime cannot give it: before CUDA 12.5, or with a driver
+// older than `since_version` (the CUDA version that introduced it; that query's error is cleared, a pending one
+// with it). What the engine asks of a module's images goes through the driver where it can: a driver call leaves
+// the calling thread's last runtime error as it was, where the runtime's cudaLibraryGetKernel makes a miss that
+// error and cudaFuncGetParamInfo resets it even when it succeeds, either dropping an error the caller has yet to
+// check.
 [[gnu::visibility("hidden")]] inline void* driver_entry(const char* name, int since_version) {
 #if CUDART_VERSION >= 12050
   void* entry = nullptr;

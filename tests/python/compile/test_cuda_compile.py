@@ -710,15 +710,17 @@ def _cuda_runtime():
 
     with open("/proc/self/maps") as maps:
         paths = {line.split()[-1] for line in maps if "/libcudart.so" in line}
-    assert len(paths) == 1, f"expected one CUDA runtime loaded, got {sorted(paths)}"
+    if len(paths) != 1:
+        pytest.skip(f"NOT RUN: one CUDA runtime shared by torch and the modules is needed, this process has {sorted(paths)}")
     return ctypes.CDLL(paths.pop())
 
 
 def test_a_first_launch_leaves_the_callers_pending_cuda_error(cache_dir, monkeypatch, tmp_path):
     """A kernel's first launch looks it up in the module's images (a kernel of device pass 2 is missed in those of
     passes 0 and 1 first) and checks its parameters: neither is an error of the calling thread nor resets one, so
-    an error it has yet to check (here a failed cudaSetDevice) is still its last error afterwards."""
-    monkeypatch.setenv("JITKERN_CUDA_ARCH", "sm_90a")
+    an error it has yet to check (here a failed cudaSetDevice) is still its last error afterwards (the driver API
+    the lookup takes needs CUDA 12.5+ headers and a 12.4+ driver; below 12 CPUs one pass builds the module and no
+    image is missed)."""
     monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():
