@@ -229,36 +229,40 @@ __global__ void __launch_bounds__(kRowCacheThreads) rewrite_to_cache_kernel(uint
   }
 }
 
-// rows: int32 [tokens, >= (rewrite + cached) * 4] (a fused qkv buffer seen as int32), loc: int64 [tokens],
-// kc, vc: int32 caches of rows of `cached` vectors; rewrite, cached in 16-byte vectors.
+// rows: int32 [tokens, >= (rewrite + cached) * 4] (a fused qkv buffer seen as int32); with a cache (cache:
+// loc, int64 [tokens], then kc and vc, int32 caches of rows of `cached` vectors; null: none, cached 0);
+// rewrite, cached in 16-byte vectors.
 template <bool kGather>
-void launch_rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView kc, jitkern::TensorView vc,
-                             int64_t rewrite, int64_t cached, int64_t flip, const int64_t* positions, const uint4* table,
-                             int64_t table_vecs) {
+void launch_rewrite_to_cache(jitkern::TensorView rows, const jitkern::TensorView* cache, int64_t rewrite, int64_t cached, int64_t flip,
+                             const int64_t* positions, const uint4* table, int64_t table_vecs) {
   using namespace host;
   SymbolicSize tokens{"tokens"}, width{"width"}, stride{"row_stride"}, slots{"cache_words"};
   SymbolicDevice device;
   TensorMatcher({tokens, width}).with_strides({stride, 1}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(rows);
-  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>(device).verify(loc);
-  TensorMatcher({slots}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(kc);
-  TensorMatcher({slots}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(vc);
-  RuntimeCheck(rewrite > cached && cached > 0 && (rewrite + cached) * 4 <= width.unwrap(), "rewrite_to_cache: bad row split");
+  if (cache != nullptr) {
+    TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>(device).verify(cache[0]);
+    TensorMatcher({slots}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(cache[1]).verify(cache[2]);
+  }
+  RuntimeCheck(rewrite > cached && cached >= 0 && (cached > 0) == (cache != nullptr) && (rewrite + cached) * 4 <= width.unwrap(),
+               "rewrite_to_cache: bad row split");
   if (tokens.unwrap() == 0) return;
+  const auto data = [&](int i) { return cache == nullptr ? nullptr : cache[i].data_ptr(); };
   LaunchKernel(static_cast<unsigned>(tokens.unwrap()), kRowCacheThreads, device.unwrap())
       .enable_pdl()(rewrite_to_cache_kernel<kGather>, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite),
-                    static_cast<int>(cached), static_cast<const int64_t*>(loc.data_ptr()), static_cast<uint4*>(kc.data_ptr()),
-                    static_cast<uint4*>(vc.data_ptr()), static_cast<uint32_t>(flip), pdl_early_trigger(tokens.unwrap()), positions,
-                    table, static_cast<int>(table_vecs));
+                    static_cast<int>(cached), static_cast<const int64_t*>(data(0)), static_cast<uint4*>(data(1)), static_cast<uint4*>(data(2)),
+                    static_cast<uint32_t>(flip), pdl_early_trigger(tokens.unwrap()), positions, table, static_cast<int>(table_vecs));
 }
 
 void rewrite_to_cache(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView kc, jitkern::TensorView vc,
                       int64_t rewrite, int64_t cached, int64_t flip) {
-  launch_rewrite_to_cache<false>(rows, loc, kc, vc, rewrite, cached, flip, nullptr, nullptr, 1);
+  const jitkern::TensorView cache[] = {loc, kc, vc};
+  launch_rewrite_to_cache<false>(rows, cache, rewrite, cached, flip, nullptr, nullptr, 1);
 }
 
-// positions: int64 [tokens], each in [0, table rows); table: int32 [rows, words], words a multiple of 4.
-void rewrite_to_cache_gathered(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView positions, jitkern::TensorView table,
-                               jitkern::TensorView kc, jitkern::TensorView vc, int64_t rewrite, int64_t cached, int64_t flip) {
+// rewrite_to_cache_gathered's (null cache: rewrite_gathered's) launch; positions: int64 [tokens], each in
+// [0, table rows); table: int32 [rows, words], words a multiple of 4.
+void launch_gathered(jitkern::TensorView rows, const jitkern::TensorView* cache, jitkern::TensorView positions, jitkern::TensorView table,
+                     int64_t rewrite, int64_t cached, int64_t flip) {
   using namespace host;
   SymbolicSize tokens{"tokens"}, table_rows{"table_rows"}, words{"table_words"};
   SymbolicDevice device;
@@ -267,29 +271,21 @@ void rewrite_to_cache_gathered(jitkern::TensorView rows, jitkern::TensorView loc
   TensorMatcher({table_rows, words}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(table);
   RuntimeCheck(words.unwrap() % 4 == 0 && words.unwrap() > 0 && reinterpret_cast<uintptr_t>(table.data_ptr()) % 16 == 0,
                "rewrite_to_cache_gathered: table rows must be whole 16-byte vectors");
-  RuntimeCheck(tokens.unwrap() == loc.size(0), "rewrite_to_cache_gathered: one position per token");
-  launch_rewrite_to_cache<true>(rows, loc, kc, vc, rewrite, cached, flip, static_cast<const int64_t*>(positions.data_ptr()),
+  RuntimeCheck(tokens.unwrap() == rows.size(0), "rewrite_to_cache_gathered: one position per token");
+  launch_rewrite_to_cache<true>(rows, cache, rewrite, cached, flip, static_cast<const int64_t*>(positions.data_ptr()),
                                 static_cast<const uint4*>(table.data_ptr()), words.unwrap() / 4);
+}
+
+void rewrite_to_cache_gathered(jitkern::TensorView rows, jitkern::TensorView loc, jitkern::TensorView positions, jitkern::TensorView table,
+                               jitkern::TensorView kc, jitkern::TensorView vc, int64_t rewrite, int64_t cached, int64_t flip) {
+  const jitkern::TensorView cache[] = {loc, kc, vc};
+  launch_gathered(rows, cache, positions, table, rewrite, cached, flip);
 }
 
 // rewrite_to_cache_gathered without the cache: each token's first `rewrite` 16-byte vectors of rows read and
 // written back after its table row arrived (the in-place QK-norm + RoPE's bytes and dependency).
 void rewrite_gathered(jitkern::TensorView rows, jitkern::TensorView positions, jitkern::TensorView table, int64_t rewrite, int64_t flip) {
-  using namespace host;
-  SymbolicSize tokens{"tokens"}, width{"width"}, stride{"row_stride"}, table_rows{"table_rows"}, words{"table_words"};
-  SymbolicDevice device;
-  TensorMatcher({tokens, width}).with_strides({stride, 1}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(rows);
-  TensorMatcher({tokens}).with_dtype<int64_t>().with_device<kDLCUDA>(device).verify(positions);
-  TensorMatcher({table_rows, words}).with_dtype<int32_t>().with_device<kDLCUDA>(device).verify(table);
-  RuntimeCheck(rewrite > 0 && rewrite * 4 <= width.unwrap(), "rewrite_gathered: rewrite must be within a row, got ", rewrite);
-  RuntimeCheck(words.unwrap() % 4 == 0 && words.unwrap() > 0 && reinterpret_cast<uintptr_t>(table.data_ptr()) % 16 == 0,
-               "rewrite_gathered: table rows must be whole 16-byte vectors");
-  if (tokens.unwrap() == 0) return;
-  LaunchKernel(static_cast<unsigned>(tokens.unwrap()), kRowCacheThreads, device.unwrap())
-      .enable_pdl()(rewrite_to_cache_kernel<true>, static_cast<uint4*>(rows.data_ptr()), stride.unwrap() / 4, static_cast<int>(rewrite), 0,
-                    static_cast<const int64_t*>(nullptr), static_cast<uint4*>(nullptr), static_cast<uint4*>(nullptr), static_cast<uint32_t>(flip),
-                    pdl_early_trigger(tokens.unwrap()), static_cast<const int64_t*>(positions.data_ptr()),
-                    static_cast<const uint4*>(table.data_ptr()), static_cast<int>(words.unwrap() / 4));
+  launch_gathered(rows, nullptr, positions, table, rewrite, 0, flip);
 }
 
 // Triggers after its wait, as the wide-row norm kernels do.
