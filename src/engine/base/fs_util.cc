@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
 #include <mutex>
+#include <utility>
 #include <unordered_set>
 
 #include <chrono>
@@ -320,8 +322,11 @@ CancelScope::CancelScope() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns EINTR and sees the signal
-  ::sigaction(SIGINT, &sa, &g_old_int);
-  ::sigaction(SIGTERM, &sa, &g_old_term);
+  // A signal the process ignores (a background job's SIGINT, a worker's whose parent takes Ctrl-C) stays ignored.
+  for (auto [sig, old] : {std::pair{SIGINT, &g_old_int}, std::pair{SIGTERM, &g_old_term}}) {
+    ::sigaction(sig, nullptr, old);
+    if (old->sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 CancelScope::~CancelScope() {

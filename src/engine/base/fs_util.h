@@ -100,7 +100,8 @@ std::string join_command(const std::vector<std::string>& argv);
 std::string shell_quote(const std::string& s);
 
 // While alive (in any thread), SIGINT and SIGTERM kill the compilers being waited for and are then
-// re-delivered to the process's previous handlers, so that Ctrl-C ends a compile at once.
+// re-delivered to the process's previous handlers, so that Ctrl-C ends a compile at once; either stays
+// ignored where the process ignores it.
 bool cancel_requested();
 class CancelScope {
  public:

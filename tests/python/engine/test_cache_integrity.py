@@ -20,10 +20,12 @@ from conftest import KERNELS
 
 CHILD = textwrap.dedent(
     """
-    import sys, numpy as np, jitkern
+    import signal, sys, numpy as np, jitkern
+    # Ctrl-C raises KeyboardInterrupt here whatever the parent left (a background job's SIGINT is ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler if sys.argv[-1] != "--ignore-sigint" else signal.SIG_IGN)
     workdir = sys.argv[1]
     m = jitkern.load_jit("factor", cpp_files=[workdir + "/factor_cpu.h"], cpp_wrappers=[("apply_factor", "apply_factor")],
-                         extra_include_paths=sys.argv[2:])
+                         extra_include_paths=[a for a in sys.argv[2:] if a != "--ignore-sigint"])
     a = np.arange(4, dtype=np.float32); b = np.full_like(a, np.nan)
     m.apply_factor(b, a)
     print("RESULT", b[1])
@@ -212,6 +214,28 @@ def test_interrupt_ends_the_compile_and_kills_the_compiler(cache_dir, workdir, t
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)
     assert result(child(workdir)) == 2.0, "an interrupted compile is not remembered"
+
+
+def test_an_ignored_interrupt_leaves_the_compile_running(cache_dir, workdir, tmp_path):
+    """A process that ignores SIGINT (a background job, a worker whose parent takes Ctrl-C) keeps ignoring it
+    while it compiles: the compiler runs on; SIGTERM, not ignored, still ends the compile and the process."""
+    pidfile = tmp_path / "slow.pid"
+    cxx = wrapper(tmp_path, f'echo $$ > {pidfile}\nexec sleep 1000')
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir), "--ignore-sigint"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, CXX=str(cxx)))
+    deadline = time.time() + 60
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None, f"an ignored SIGINT ended the compile: {proc.communicate()[1]}"
+    os.kill(int(pidfile.read_text()), 0)  # the compiler runs on
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, err)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
 
 
 def test_bogus_library_reported_as_success_is_not_published(cache_dir, workdir, tmp_path):
