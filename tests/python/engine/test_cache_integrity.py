@@ -20,12 +20,12 @@ from conftest import KERNELS
 
 CHILD = textwrap.dedent(
     """
-    import signal, sys, numpy as np, jitkern
+    import os, signal, sys, numpy as np, jitkern
     # Ctrl-C raises KeyboardInterrupt here whatever the parent left (a background job's SIGINT is ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler if sys.argv[-1] != "--ignore-sigint" else signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("CHILD_IGNORES_SIGINT") else signal.default_int_handler)
     workdir = sys.argv[1]
     m = jitkern.load_jit("factor", cpp_files=[workdir + "/factor_cpu.h"], cpp_wrappers=[("apply_factor", "apply_factor")],
-                         extra_include_paths=[a for a in sys.argv[2:] if a != "--ignore-sigint"])
+                         extra_include_paths=sys.argv[2:])
     a = np.arange(4, dtype=np.float32); b = np.full_like(a, np.nan)
     m.apply_factor(b, a)
     print("RESULT", b[1])
@@ -221,8 +221,8 @@ def test_an_ignored_interrupt_leaves_the_compile_running(cache_dir, workdir, tmp
     while it compiles: the compiler runs on; SIGTERM, not ignored, still ends the compile and the process."""
     pidfile = tmp_path / "slow.pid"
     cxx = wrapper(tmp_path, f'echo $$ > {pidfile}\nexec sleep 1000')
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir), "--ignore-sigint"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, CXX=str(cxx)))
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, CXX=str(cxx), CHILD_IGNORES_SIGINT="1"))
     deadline = time.time() + 60
     while not pidfile.exists() or not pidfile.read_text().strip():
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
