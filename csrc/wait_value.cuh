@@ -18,6 +18,7 @@
 #include <cstdint>
 #ifndef __CUDACC_RTC__  // host-only headers
 #include <cuda.h>  // CUresult and the stream memory operation flags; the functions come through the runtime
+#include <jitkern/detail/driver_entry.h>
 
 #include <atomic>
 #include <chrono>
@@ -179,15 +180,8 @@ struct StreamMemOps {
     static StreamMemOps ops;
     static std::once_flag once;
     std::call_once(once, [] {
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult found{};
-      if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
-          found == cudaDriverEntryPointSuccess)
-        ops.wait = reinterpret_cast<Fn>(fn);
-      if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
-          found == cudaDriverEntryPointSuccess)
-        ops.write = reinterpret_cast<Fn>(fn);
-      cudaGetLastError();
+      ops.wait = reinterpret_cast<Fn>(host::detail::driver_entry("cuStreamWaitValue32", 12000));
+      ops.write = reinterpret_cast<Fn>(host::detail::driver_entry("cuStreamWriteValue32", 12000));
     });
     return ops;
   }

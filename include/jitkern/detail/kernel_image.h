@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 #include <jitkern/detail/device_image.h>
+#include <jitkern/detail/driver_entry.h>
 #include <jitkern/detail/module_symbols.h>
 #include <pthread.h>
 
@@ -69,28 +70,11 @@ namespace host::detail {
   return status;
 }
 
-// A driver API function by name, or null where the runtime cannot give it: before CUDA 12.5, or with a driver
-// older than `since_version` (the CUDA version that introduced it; that query's error is cleared, a pending one
-// with it). What the engine asks of a module's images goes through the driver where it can: a driver call leaves
-// the calling thread's last runtime error as it was, where the runtime's cudaLibraryGetKernel makes a miss that
-// error and cudaFuncGetParamInfo resets it even when it succeeds, either dropping an error the caller has yet to
-// check.
-[[gnu::visibility("hidden")]] inline void* driver_entry(const char* name, int since_version) {
-#if CUDART_VERSION >= 12050
-  void* entry = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &entry, since_version, cudaEnableDefault, &found) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return found == cudaDriverEntryPointSuccess ? entry : nullptr;
-#else
-  (void)name, (void)since_version;
-  return nullptr;
-#endif
-}
-// cuLibraryGetKernel and cuKernelGetParamInfo (CUresult as int; CUlibrary and CUkernel are the runtime's
-// handles, and driver and runtime share these calls' error codes: CUDA_ERROR_NOT_FOUND is cudaErrorSymbolNotFound).
+// The driver's cuLibraryGetKernel and cuKernelGetParamInfo (driver_entry; CUresult as int, CUlibrary and CUkernel
+// are the runtime's handles, and driver and runtime share these calls' error codes: CUDA_ERROR_NOT_FOUND is
+// cudaErrorSymbolNotFound). What the engine asks of a module's images goes through them where it can: the
+// runtime's cudaLibraryGetKernel makes a miss the thread's last error and cudaFuncGetParamInfo resets it even when
+// it succeeds, either dropping an error the caller has yet to check.
 using DriverLibraryGetKernel = int (*)(cudaKernel_t*, cudaLibrary_t, const char*);
 using DriverKernelGetParamInfo = int (*)(cudaKernel_t, std::size_t, std::size_t*, std::size_t*);
 [[gnu::visibility("hidden")]] inline DriverLibraryGetKernel driver_library_get_kernel() {

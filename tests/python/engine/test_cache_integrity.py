@@ -198,15 +198,22 @@ def test_hung_compiler_times_out_and_is_killed(cache_dir, workdir, tmp_path):
     assert bad.returncode != 0 and "JITKERN_COMPILE_TIMEOUT='soon': expected a positive number of seconds" in bad.stderr
 
 
-def test_interrupt_ends_the_compile_and_kills_the_compiler(cache_dir, workdir, tmp_path):
+def compiling_child(workdir, tmp_path, **env):
+    """The child, started with a host compiler that records its pid and sleeps, once that compiler runs:
+    (the process, the compiler's pid file)."""
     pidfile = tmp_path / "slow.pid"
     cxx = wrapper(tmp_path, f'echo $$ > {pidfile}\nexec sleep 1000')
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, CXX=str(cxx)))
+                            env=dict(os.environ, CXX=str(cxx), **env))
     deadline = time.time() + 60
     while not pidfile.exists() or not pidfile.read_text().strip():
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
+    return proc, pidfile
+
+
+def test_interrupt_ends_the_compile_and_kills_the_compiler(cache_dir, workdir, tmp_path):
+    proc, pidfile = compiling_child(workdir, tmp_path)
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
@@ -219,14 +226,7 @@ def test_interrupt_ends_the_compile_and_kills_the_compiler(cache_dir, workdir, t
 def test_an_ignored_interrupt_leaves_the_compile_running(cache_dir, workdir, tmp_path):
     """A process that ignores SIGINT (a background job, a worker whose parent takes Ctrl-C) keeps ignoring it
     while it compiles: the compiler runs on; SIGTERM, not ignored, still ends the compile and the process."""
-    pidfile = tmp_path / "slow.pid"
-    cxx = wrapper(tmp_path, f'echo $$ > {pidfile}\nexec sleep 1000')
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, CXX=str(cxx), CHILD_IGNORES_SIGINT="1"))
-    deadline = time.time() + 60
-    while not pidfile.exists() or not pidfile.read_text().strip():
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    proc, pidfile = compiling_child(workdir, tmp_path, CHILD_IGNORES_SIGINT="1")
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
     assert proc.poll() is None, f"an ignored SIGINT ended the compile: {proc.communicate()[1]}"
