@@ -934,9 +934,11 @@ bool align_cluster_fits(DLDevice dev) {
     config.gridDim = dim3(kCtas);
     config.blockDim = dim3(kAlignThreads);
     int clusters = 0;
-    const bool asked = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-                       cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess;
-    if (!asked) (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch (only ours is cleared)
+    bool asked = host::runtime::set_kernel_attribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, id) == cudaSuccess;
+    if (asked && cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      asked = false;
+      (void)cudaGetLastError();  // a refusal is an answer, not an error for the next launch
+    }
     const bool fits = asked && clusters > 0;
     state = fits ? 1 : 2;
     __atomic_store_n(&known[id], state, __ATOMIC_RELAXED);

@@ -4,6 +4,7 @@
 
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles device code only
 
+#include <jitkern/detail/driver_entry.h>
 #include <jitkern/utils.cuh>
 
 #include <cstdint>
@@ -65,6 +66,31 @@ inline int resident_ctas_per_sm(Kernel kernel, int threads, std::size_t dynamic_
     return ctas;
   }
   return ask();
+}
+
+// Sets `attribute` of `kernel` to `value` for `device`, leaving the calling thread's last runtime error as it
+// was: the runtime's cudaFuncSetAttribute resets a pending error even when it succeeds (H200, CUDA 13), so a
+// module's host code takes the driver's cuKernelSetAttribute where the runtime gives it (CUDA 12.5+; the two
+// APIs number the settable attributes alike). A refusal is returned, not left as the thread's error.
+template <typename Kernel>
+inline cudaError_t set_kernel_attribute(Kernel kernel, cudaFuncAttribute attribute, int value, int device, DebugInfo where = {}) {
+  const void* const handle = kernel_handle(kernel, where);
+#ifndef __CUDACC__
+  using DeviceGet = int (*)(int*, int);
+  using KernelSetAttribute = int (*)(int, int, cudaKernel_t, int);
+  static const auto device_get = reinterpret_cast<DeviceGet>(host::detail::driver_entry("cuDeviceGet", 2000));
+  static const auto set = reinterpret_cast<KernelSetAttribute>(host::detail::driver_entry("cuKernelSetAttribute", 12000));
+  if (device_get != nullptr && set != nullptr) {
+    int driver_device = 0;
+    int status = device_get(&driver_device, device);
+    if (status == 0) status = set(static_cast<int>(attribute), value, static_cast<cudaKernel_t>(const_cast<void*>(handle)), driver_device);
+    return static_cast<cudaError_t>(status);
+  }
+#endif
+  const DeviceGuard guard(device, where);
+  const cudaError_t status = cudaFuncSetAttribute(handle, attribute, value);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  return status;
 }
 
 }  // namespace host::runtime

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 extern "C" const unsigned long long JITKERN_DEVICE_IMAGE_SYMBOL[];  // hidden: this module's own
 extern "C" const unsigned long long JITKERN_DEVICE_PASSES_SYMBOL[];  // hidden: how many images it has
@@ -86,12 +87,49 @@ using DriverKernelGetParamInfo = int (*)(cudaKernel_t, std::size_t, std::size_t*
   return get;
 }
 
+// The image (device pass) whose kernels include `name`, by listing each image's kernels with the driver
+// (cuLibraryGetKernelCount, cuLibraryEnumerateKernels, cuKernelGetName: CUDA 12.4): asking the images in turn
+// makes each miss an API error, which tools such as compute-sanitizer report and count. -1 where no listed
+// image has it or the images cannot be listed (then they are asked in turn).
+using DriverLibraryGetKernelCount = int (*)(unsigned*, cudaLibrary_t);
+using DriverLibraryEnumerateKernels = int (*)(cudaKernel_t*, unsigned, cudaLibrary_t);
+using DriverKernelGetName = int (*)(const char**, cudaKernel_t);
+[[gnu::visibility("hidden")]] inline int listed_image(const char* name) {
+  static const auto count_of = reinterpret_cast<DriverLibraryGetKernelCount>(driver_entry("cuLibraryGetKernelCount", 12040));
+  static const auto list = reinterpret_cast<DriverLibraryEnumerateKernels>(driver_entry("cuLibraryEnumerateKernels", 12040));
+  static const auto name_of = reinterpret_cast<DriverKernelGetName>(driver_entry("cuKernelGetName", 12030));
+  if (count_of == nullptr || list == nullptr || name_of == nullptr) return -1;
+  for (int part = 0; part < image_count(); ++part) {
+    cudaLibrary_t library = nullptr;
+    unsigned count = 0;
+    if (device_image(part, &library) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    if (count_of(&count, library) != 0 || count == 0) continue;
+    auto* const kernels = static_cast<cudaKernel_t*>(std::malloc(count * sizeof(cudaKernel_t)));
+    if (kernels == nullptr) return -1;
+    bool found = false;
+    if (list(kernels, count, library) == 0) {
+      for (unsigned i = 0; i < count && !found; ++i) {
+        const char* listed = nullptr;
+        found = name_of(&listed, kernels[i]) == 0 && listed != nullptr && std::strcmp(listed, name) == 0;
+      }
+    }
+    std::free(kernels);
+    if (found) return part;
+  }
+  return -1;
+}
+
 // The kernel named `name` in the first device image that has it; null with `*status` set if an image cannot
 // be loaded (the runtime's last error cleared) or none has such a kernel (then `*missing`, if given).
 [[gnu::visibility("hidden")]] inline cudaKernel_t image_kernel(const char* name, cudaError_t* status, bool* missing = nullptr) {
   if (missing != nullptr) *missing = false;
   const DriverLibraryGetKernel driver_get = driver_library_get_kernel();
-  for (int part = 0; part == 0 || part < image_count(); ++part) {
+  // With several images and the driver's calls, the one image that has the kernel is asked, and only it.
+  const int listed = image_count() > 1 && driver_get != nullptr ? listed_image(name) : -1;
+  for (int part = listed < 0 ? 0 : listed; part == 0 || part < image_count(); ++part) {
     cudaLibrary_t library = nullptr;
     cudaKernel_t kernel = nullptr;
     if ((*status = device_image(part, &library)) != cudaSuccess) {

@@ -742,3 +742,42 @@ def test_a_first_launch_leaves_the_callers_pending_cuda_error(cache_dir, monkeyp
         assert out.tolist() == [value] * 4
     if usable_cpus() >= 12:  # else one device pass built the module: no image was missed
         assert module.images() == 0b111 * 16 + 3
+
+
+_SANITIZED_CHILD = """
+import sys, torch
+from jitkern import JitSpec
+module = JitSpec("parts_sanitized", cuda_files=[sys.argv[1]], cuda_wrappers=[("fill", "parts::fill", "out, which"),
+                 ("images", "parts::images", "")], host_without_nvcc=True, device_parts=3).load()
+out = torch.zeros(4, dtype=torch.int32, device="cuda")
+for which, value in ((3, 3), (2, 2), (1, 1), (4, 9)):
+    module.fill(out, which)
+    assert out.tolist() == [value] * 4, (which, out.tolist())
+print("images", module.images())
+"""
+
+
+def test_a_module_of_several_images_launches_without_api_errors_under_compute_sanitizer(cache_dir, monkeypatch, tmp_path):
+    """A module built in several device passes finds each kernel in the one image that has it (the driver lists
+    their kernels), so that no lookup misses: under compute-sanitizer, which reports every failed CUDA call as an
+    error (a miss is cuLibraryGetKernel's CUDA_ERROR_NOT_FOUND), launching kernels of passes 2, 1 and 0 reports
+    none."""
+    monkeypatch.setenv("JITKERN_DEVICE_COMPILER", "nvcc")
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("NOT RUN: needs a CUDA GPU and torch")
+    sanitizer = shutil.which("compute-sanitizer") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "compute-sanitizer")
+    if not os.access(sanitizer, os.X_OK):
+        pytest.skip("NOT RUN: compute-sanitizer is not installed")
+    if usable_cpus() < 12:
+        pytest.skip("NOT RUN: below 12 CPUs one device pass builds the module (one image, nothing to miss)")
+    import subprocess
+
+    source = tmp_path / "parts.cuh"
+    source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
+    build = subprocess.run([sys.executable, "-c", _SANITIZED_CHILD, str(source)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0 and build.stdout.strip().endswith(f"images {0b111 * 16 + 3}"), build.stdout + build.stderr[-2000:]
+    child = subprocess.run([sanitizer, "--tool", "memcheck", "--error-exitcode", "99", sys.executable, "-c", _SANITIZED_CHILD, str(source)],
+                           capture_output=True, text=True, timeout=600)
+    report = child.stdout + child.stderr
+    assert "ERROR SUMMARY: 0 errors" in report and child.returncode == 0, report[-4000:]
