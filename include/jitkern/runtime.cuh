@@ -68,18 +68,33 @@ inline int resident_ctas_per_sm(Kernel kernel, int threads, std::size_t dynamic_
   return ask();
 }
 
-// Sets `attribute` of `kernel` to `value` for `device`, leaving the calling thread's last runtime error as it
-// was: the runtime's cudaFuncSetAttribute resets a pending error even when it succeeds (H200, CUDA 13), so a
-// module's host code takes the driver's cuKernelSetAttribute where the runtime gives it (CUDA 12.5+; the two
-// APIs number the settable attributes alike). A refusal is returned, not left as the thread's error.
+namespace detail {
+// The driver's cuDeviceGet and cuKernelSetAttribute (driver_entry; CUresult as int, CUdevice an int, CUkernel the
+// runtime's cudaKernel_t): null where the runtime cannot give them.
+using DriverDeviceGet = int (*)(int*, int);
+using DriverKernelSetAttribute = int (*)(int, int, cudaKernel_t, int);
+[[gnu::visibility("hidden")]] inline DriverDeviceGet driver_device_get() {
+  static const auto get = reinterpret_cast<DriverDeviceGet>(host::detail::driver_entry("cuDeviceGet", 2000));
+  return get;
+}
+[[gnu::visibility("hidden")]] inline DriverKernelSetAttribute driver_kernel_set_attribute() {
+  static const auto set = reinterpret_cast<DriverKernelSetAttribute>(host::detail::driver_entry("cuKernelSetAttribute", 12000));
+  return set;
+}
+}  // namespace detail
+
+// Sets `attribute` of `kernel` to `value` for `device` (negative: the current one) and returns the outcome, a
+// refusal included, without leaving it as the thread's last error. A module's host code compiled without nvcc
+// takes the driver's cuKernelSetAttribute where the runtime gives it (CUDA 12.5+ headers, a 12.0+ driver; the two
+// APIs number the settable attributes alike), which leaves an error the caller has yet to check as its last
+// error: the runtime's cudaFuncSetAttribute, taken elsewhere, resets it even when it succeeds (H200, CUDA 13).
 template <typename Kernel>
 inline cudaError_t set_kernel_attribute(Kernel kernel, cudaFuncAttribute attribute, int value, int device, DebugInfo where = {}) {
   const void* const handle = kernel_handle(kernel, where);
-#ifndef __CUDACC__
-  using DeviceGet = int (*)(int*, int);
-  using KernelSetAttribute = int (*)(int, int, cudaKernel_t, int);
-  static const auto device_get = reinterpret_cast<DeviceGet>(host::detail::driver_entry("cuDeviceGet", 2000));
-  static const auto set = reinterpret_cast<KernelSetAttribute>(host::detail::driver_entry("cuKernelSetAttribute", 12000));
+  if (device < 0) device = host::runtime::detail::current_device(where);
+#ifndef __CUDACC__  // (nvcc's host code: the kernel is its stub, not a cudaKernel_t)
+  const detail::DriverDeviceGet device_get = detail::driver_device_get();
+  const detail::DriverKernelSetAttribute set = detail::driver_kernel_set_attribute();
   if (device_get != nullptr && set != nullptr) {
     int driver_device = 0;
     int status = device_get(&driver_device, device);
@@ -87,8 +102,9 @@ inline cudaError_t set_kernel_attribute(Kernel kernel, cudaFuncAttribute attribu
     return static_cast<cudaError_t>(status);
   }
 #endif
-  const DeviceGuard guard(device, where);
-  const cudaError_t status = cudaFuncSetAttribute(handle, attribute, value);
+  const DeviceGuard guard(device, std::nothrow);
+  cudaError_t status = guard.status();
+  if (status == cudaSuccess) status = cudaFuncSetAttribute(handle, attribute, value);
   if (status != cudaSuccess) (void)cudaGetLastError();
   return status;
 }

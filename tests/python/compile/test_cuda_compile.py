@@ -771,7 +771,15 @@ def test_a_module_of_several_images_launches_without_api_errors_under_compute_sa
         pytest.skip("NOT RUN: compute-sanitizer is not installed")
     if usable_cpus() < 12:
         pytest.skip("NOT RUN: below 12 CPUs one device pass builds the module (one image, nothing to miss)")
+    import ctypes
+    import re
     import subprocess
+
+    release = re.search(r"release (\d+)\.(\d+)", subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout)
+    driver = ctypes.c_int(0)
+    ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(driver))
+    if release is None or (int(release[1]), int(release[2])) < (12, 5) or driver.value < 12040:
+        pytest.skip("NOT RUN: listing an image's kernels needs CUDA 12.5+ headers and a 12.4+ driver")
 
     source = tmp_path / "parts.cuh"
     source.write_text(_PARTS_SOURCE.replace("#error PART_TWO_FAILS", ""))
