@@ -26,12 +26,23 @@ if [ ! -f "$site/.installed" ]; then
 fi
 export PYTHONPATH=$site
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+# The tests on pytest-xdist's workers where that Python has it: one per CPU but two, and one per 10 GiB of the
+# GPU's memory (a test takes up to 14 GiB); JITKERN_GPU_TEST_WORKERS sets the count (1: none).
+workers=${JITKERN_GPU_TEST_WORKERS:-}
+if [ -z "$workers" ]; then
+  workers=1
+  if python3 -c "import xdist" 2>/dev/null; then
+    gib=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0) / 1024 ))
+    workers=$(( $(nproc) - 2 )); [ $(( gib / 10 )) -lt "$workers" ] && workers=$(( gib / 10 ))
+  fi
+fi
+parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   repo=$PWD
   tests=("$repo/tests/python")
   [ "$pattern" = "*" ] || tests=($repo/tests/python/*/test_${pattern}.py)
-  (cd /tmp && python3 -m pytest -q -m "gpu or toolchain or torch" -rs "${tests[@]}" 2>&1) | tee "$OUT/gpu-tests.log"
+  (cd /tmp && python3 -m pytest -q ${parallel[@]+"${parallel[@]}"} -m "gpu or toolchain or torch" -rs "${tests[@]}" 2>&1) | tee "$OUT/gpu-tests.log"
   rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -47,11 +58,11 @@ if [ "$what" = memcheck ]; then
   tests=("$repo/tests/python")
   [ "$pattern" = "*" ] || tests=($repo/tests/python/*/test_${pattern}.py)
   # The modules are compiled by a plain run first: under the tool, only the kernels' own accesses are checked.
-  (cd /tmp && python3 -m pytest -q -m gpu -p no:cacheprovider ${3:+-k "$3"} "${tests[@]}" >/dev/null 2>&1)
+  (cd /tmp && python3 -m pytest -q ${parallel[@]+"${parallel[@]}"} -m gpu -p no:cacheprovider ${3:+-k "$3"} "${tests[@]}" >/dev/null 2>&1)
   (cd /tmp && "$sanitizer" --tool memcheck --error-exitcode 99 --target-processes all --print-limit 20 \
-    python3 -m pytest -q -m gpu -p no:cacheprovider -rfE ${3:+-k "$3"} "${tests[@]}" 2>&1) | tee "$OUT/memcheck.log"
+    python3 -m pytest -q ${parallel[@]+"${parallel[@]}"} -m gpu -p no:cacheprovider -rfE ${3:+-k "$3"} "${tests[@]}" 2>&1) | tee "$OUT/memcheck.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-  grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1
+  grep -hE "ERROR SUMMARY" "$OUT/memcheck.log" | sort | uniq -c  # one a process: each xdist worker's
 fi
 if [ "$what" = wheel ]; then
   w=/tmp/jitkern-wheel py=$(command -v python3)
