@@ -56,6 +56,13 @@ def eagerly_then_from_a_graph(prepare, step, check, rounds: int = 3) -> None:
         check(f"graph, seed {seed}")
 
 
+def loaded_cuda_runtimes() -> set:
+    """The paths of the CUDA runtime libraries (libcudart.so) this process has loaded: one where torch and the
+    modules share it."""
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-1] for line in maps if "/libcudart.so" in line}
+
+
 def cuda_runtime_version() -> int:
     """cudaRuntimeGetVersion of the CUDA runtime loaded in this process (the one modules linking libcudart use:
     the loader shares a library by its soname), e.g. 13000."""

@@ -708,8 +708,9 @@ def _cuda_runtime():
     """The CUDA runtime library this process has loaded (the one torch and the modules share), by ctypes."""
     import ctypes
 
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "/libcudart.so" in line}
+    from conftest import loaded_cuda_runtimes
+
+    paths = loaded_cuda_runtimes()
     if len(paths) != 1:
         pytest.skip(f"NOT RUN: one CUDA runtime shared by torch and the modules is needed, this process has {sorted(paths)}")
     return ctypes.CDLL(paths.pop())

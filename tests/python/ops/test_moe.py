@@ -439,15 +439,15 @@ def test_moe_align_block_size_across_ctas(ids_dtype, experts, block_size, n):
 
 _PENDING_ERROR_CHILD = """
 import ctypes, sys, torch, jitkern.ops, jitkern.ops.moe
+sys.path.insert(0, sys.argv[1])
+from conftest import loaded_cuda_runtimes
 if torch.cuda.get_device_capability()[0] < 9:
     sys.exit("NOT RUN: clusters need sm_90+, where the alignment asks the device about them")
-def runtimes():
-    return {line.split()[-1] for line in open("/proc/self/maps") if "/libcudart.so" in line}
 ids = torch.randint(0, 256, (4096, 8), device="cuda", dtype=torch.int32)
 jitkern.ops.moe.align_spec().load()  # the module's runtime loaded, its cluster question not yet asked
-if len(runtimes()) != 1:
-    sys.exit(f"NOT RUN: one CUDA runtime shared by torch and the modules is needed, this process has {sorted(runtimes())}")
-cudart = ctypes.CDLL(runtimes().pop())
+if len(loaded_cuda_runtimes()) != 1:
+    sys.exit(f"NOT RUN: one CUDA runtime shared by torch and the modules is needed, this process has {sorted(loaded_cuda_runtimes())}")
+cudart = ctypes.CDLL(loaded_cuda_runtimes().pop())
 torch.cuda.synchronize()
 assert cudart.cudaSetDevice(1 << 20) == 101 and cudart.cudaPeekAtLastError() == 101  # cudaErrorInvalidDevice
 jitkern.ops.moe_align_block_size(ids, 256, 64)  # 32768 ids: the 16-CTA cluster, asked of the device first
@@ -462,7 +462,9 @@ def test_the_first_cluster_alignment_keeps_the_callers_pending_cuda_error():
     import subprocess
     import sys
 
-    child = subprocess.run([sys.executable, "-c", _PENDING_ERROR_CHILD], capture_output=True, text=True, timeout=300)
+    from conftest import HERE
+
+    child = subprocess.run([sys.executable, "-c", _PENDING_ERROR_CHILD, str(HERE)], capture_output=True, text=True, timeout=300)
     said = (child.stderr.strip().splitlines() or [""])[-1]
     if said.startswith("NOT RUN"):
         pytest.skip(said)
