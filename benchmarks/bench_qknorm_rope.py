@@ -208,7 +208,11 @@ SCHEDULES = [("product", "jitkern_qknorm_rope::QkNormRopeOps<bf16_t>"),
              ("staged, CTAs of 160 (a token's 40 heads in two turns)", "bench_qknorm_rope::Schedule<160>"),
              ("one head a lane group, PDL trigger at the start", "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, bench_qknorm_rope::Ops::Setup::Trigger::kAtStart>"),
              ("one head a lane group, PDL trigger by the library's rule (at the start up to 8 CTAs)",
-              "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, bench_qknorm_rope::Ops::Setup::Trigger::kByRule>")]
+              "bench_qknorm_rope::Schedule<0, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, bench_qknorm_rope::Ops::Setup::Trigger::kByRule>"),
+             ("staged, a grid of the CTAs the SMs hold at once (tokens in turn at every size)",
+              "bench_qknorm_rope::Schedule<64, 2, 96, true, false, jitkern_qknorm_rope::NormRopeHead, bench_qknorm_rope::Ops::Setup::Trigger::kAfterWait, 1>"),
+             ("floor, a grid of the CTAs the SMs hold at once",
+              "bench_qknorm_rope::Schedule<64, 2, 96, true, false, bench_qknorm_rope::CopyHead, bench_qknorm_rope::Ops::Setup::Trigger::kAfterWait, 1>")]
 
 
 def schedule_module():

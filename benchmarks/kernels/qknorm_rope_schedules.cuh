@@ -30,9 +30,9 @@ struct CopyHead {
 // kCtaThreads and kStages buffers at every size where the operands allow 16-byte vectors, the kernel of full
 // lanes at most kMaxRegs registers a thread (0: the compiler's choice); kFullLanes false: never the kernel of
 // full lanes; Head: what the staged kernel does to a q or k head (CopyHead: the floor); kTrigger: one head a
-// lane group's PDL trigger (Setup::Trigger).
+// lane group's PDL trigger (Setup::Trigger); kGridTimes: the staged kernel's grid (Setup::run_staged).
 template <int kCtaThreads, int kStages = 2, int kMaxRegs = Ops::Setup::kStagedFullMaxRegs, bool kFullLanes = true, bool kPairingCompiled = false,
-          typename Head = NormRopeHead, Ops::Setup::Trigger kTrigger = Ops::Setup::Trigger::kAfterWait>
+          typename Head = NormRopeHead, Ops::Setup::Trigger kTrigger = Ops::Setup::Trigger::kAfterWait, int kGridTimes = 0>
 struct Schedule {
   static void apply(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
                     double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved) {
@@ -53,7 +53,7 @@ struct Schedule {
     if (setup.tokens == 0) return;
     if (!setup.template wide_vectors<kStore>(wide_store)) return setup.template run_heads<kFp8, 1, kStore, Pairing::kEither, kTrigger>(s, neox);
     if constexpr (kCtaThreads > 0) {
-      return setup.template run_staged<kFp8, Ops::kWideVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes, Head>(s, neox);
+      return setup.template run_staged<kFp8, Ops::kWideVec, kStore, kCtaThreads, kStages, kMaxRegs, kFullLanes, Head, kGridTimes>(s, neox);
     } else if constexpr (kPairingCompiled) {
       return neox ? setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kNeox, kTrigger>(s, neox)
                   : setup.template run_heads<kFp8, Ops::kWideVec, kStore, Pairing::kGptJ, kTrigger>(s, neox);

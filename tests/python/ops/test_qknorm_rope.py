@@ -157,18 +157,23 @@ MANY_CASES = [("bfloat16", 128, 128, True, None, "same", "int64"), ("bfloat16", 
               ("bfloat16", 128, 128, False, "contiguous", "same", "int32"), ("bfloat16", 128, 128, True, "interleaved", "fp8", "int64"),
               ("bfloat16", 80, 80, True, None, "none", "int64"), ("float16", 128, 32, False, None, "fp8", "int64"),
               ("float32", 256, 256, True, None, "same", "int32")]
+MANY_CASES = [case + (4096 + 37,) for case in MANY_CASES]
+# The staged kernel's two grids (QkNormRopeOps' staged_ctas): fewer tokens than three a CTA the SMs hold at once
+# (the CTAs take the tokens in turn), and many more (a CTA takes one or two, the SMs take new CTAs).
+MANY_CASES += [(*case, tokens) for tokens in (2048 + 37, 12288 + 37)
+               for case in (("bfloat16", 128, 128, True, None, "same", "int64"), ("bfloat16", 128, 128, False, None, "none", "int32"))]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype_name,head_dim,rot,neox,mrope,cache_kind,index_name", MANY_CASES)
-def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim, rot, neox, mrope, cache_kind, index_name):
-    """Many tokens (the staged kernel: each CTA several tokens in turn, their heads staged in shared memory):
+@pytest.mark.parametrize("dtype_name,head_dim,rot,neox,mrope,cache_kind,index_name,tokens", MANY_CASES)
+def test_many_tokens_equal_the_few_token_launch_bit_for_bit(dtype_name, head_dim, rot, neox, mrope, cache_kind, index_name, tokens):
+    """Many tokens (the staged kernel from QkNormRopeOps' kStagedMinTokens: each CTA several tokens in turn, their
+    heads staged in shared memory; 4133 tokens are more than the CTAs the SMs fit):
     q, k and the cache rows equal bit for bit those of the same tokens done 64 at a time (one head a lane
     group), and the float64 reference."""
     torch = _torch()
     ops = _ops()
     dtype, index = getattr(torch, dtype_name), getattr(torch, index_name)
-    tokens = 4096 + 37  # the staged kernel's (from QkNormRopeOps' kStagedMinTokens), more than the CTAs the SMs fit
     qkv, q, k, v = _qkv(tokens, head_dim, dtype, seed=41)
     qkv2 = qkv.clone()
     q2, k2, v2 = qkv2[:, : HQ * head_dim], qkv2[:, HQ * head_dim : (HQ + HK) * head_dim], qkv2[:, (HQ + HK) * head_dim :]
