@@ -26,7 +26,6 @@
 #include <jitkern/utils.cuh>
 #include <jitkern/vec.cuh>
 
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -387,7 +386,7 @@ constexpr int kVecOf = device::kVec16<T>;
 
 
 // Whether a message of `bytes` takes a push kernel (the plain or the fused one).
-bool pushes(const Comm* c, int64_t bytes) { return bytes <= std::min(c->one_shot_max, c->push_max); }
+bool pushes(const Comm* c, int64_t bytes) { return bytes <= host::min(c->one_shot_max, c->push_max); }
 
 template <typename T, int kVec, bool kAligned>
 void launch_all_reduce(const Comm* c, const void* in, void* out, int64_t nvec, DLDevice device) {
@@ -395,7 +394,7 @@ void launch_all_reduce(const Comm* c, const void* in, void* out, int64_t nvec, D
   const auto kernel = pushes(c, bytes) ? push_kernel<T, kVec, kAligned>
                       : bytes <= c->one_shot_max ? one_shot_kernel<T, kVec, kAligned> : two_shot_kernel<T, kVec, kAligned>;
   const int64_t per_rank = bytes <= c->one_shot_max ? nvec : (nvec + c->world - 1) / c->world;  // vectors each rank's CTAs walk
-  const int64_t grid = std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, host::div_ceil(per_rank, kThreads)));
+  const int64_t grid = host::min<int64_t>(kMaxBlocks, host::max<int64_t>(1, host::div_ceil(per_rank, kThreads)));
   host::LaunchKernel launch(static_cast<unsigned>(grid), kThreads, device);
   launch.enable_pdl();
   launch(kernel, c->params, Local<T, kVec, kAligned>{static_cast<const T*>(in), static_cast<T*>(out)}, nvec);
@@ -414,8 +413,8 @@ void dispatch_all_reduce(const Comm* c, const void* in, void* out, int64_t n, DL
 template <typename T, int kVec>
 void launch_fused(const Comm* c, void* x, void* residual, const void* weight, int64_t rows, int64_t hidden, float eps, DLDevice device) {
   const int64_t hvec = hidden / kVec;
-  const int threads = static_cast<int>(std::min<int64_t>(kThreads, host::div_ceil(hvec, 32) * 32));
-  host::LaunchKernel launch(static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks)), threads, device);
+  const int threads = static_cast<int>(host::min<int64_t>(kThreads, host::div_ceil(hvec, 32) * 32));
+  host::LaunchKernel launch(static_cast<unsigned>(host::min<int64_t>(rows, kMaxBlocks)), threads, device);
   launch.enable_pdl();
   launch(fused_add_rmsnorm_kernel<T, kVec>, c->params, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), rows,
          hvec, eps);
@@ -443,7 +442,7 @@ int64_t create(int64_t device, int64_t rank, int64_t world, int64_t capacity, in
   const host::DeviceGuard scope(static_cast<int>(device));
   auto* c = new Comm{static_cast<int32_t>(device), static_cast<int32_t>(rank), static_cast<int32_t>(world), capacity, one_shot_max,
                      static_cast<uint64_t>(timeout_ms) * 1000000u};
-  c->params.slot_bytes = world > 1 ? std::min(kPushSlotBytes, capacity) : 0;
+  c->params.slot_bytes = world > 1 ? host::min(kPushSlotBytes, capacity) : 0;
   c->params.data_offset = kSlotsOffset + 2 * world * c->params.slot_bytes;
   c->push_max = c->params.slot_bytes;
   void* status = nullptr;
@@ -526,7 +525,7 @@ void set_one_shot_max(int64_t comm, int64_t bytes) {
 void set_push_max(int64_t comm, int64_t bytes) {
   Comm* c = comm_of(comm);
   host::RuntimeCheck(bytes >= 0 && bytes <= kPushSlotBytes, "push_max_bytes must be in [0, ", kPushSlotBytes, "], got ", bytes);
-  c->push_max = std::min(bytes, c->params.slot_bytes);
+  c->push_max = host::min(bytes, c->params.slot_bytes);
 }
 
 // The push kernel's limit in effect: set_push_max's value, at most the slot size (0 without peers).

@@ -16,7 +16,6 @@
 #include <jitkern/utils.h>
 #include <jitkern/warp.cuh>
 
-#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <utility>
@@ -194,7 +193,7 @@ __global__ void __launch_bounds__(kRowThreads) concat_warp_rows_kernel(const __g
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels only
 // Lanes per row: enough for one vector each, at most kRowThreads.
 inline int32_t row_lanes(int64_t vecs) {
-  return static_cast<int32_t>(std::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(vecs, 1)))));
+  return static_cast<int32_t>(host::min<int64_t>(kRowThreads, std::bit_ceil(static_cast<uint64_t>(host::max<int64_t>(vecs, 1)))));
 }
 
 // A class template so that a module instantiates only the kernels of the functions it exports.

@@ -20,7 +20,6 @@
 #include <jitkern/vec.cuh>
 #include <jitkern/warp.cuh>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -959,7 +958,7 @@ void launch_align(AlignParams p, DLDevice dev, const Trigger* forced = nullptr) 
 // The grid form's launch: a CTA per kAlignThreads ids (`forced`: that PDL trigger instead of align_trigger's).
 template <typename = void>
 void launch_align_grid(AlignParams p, DLDevice dev, const Trigger* forced = nullptr) {
-  const int64_t chunks = std::max<int64_t>(1, host::div_ceil(int64_t{p.n}, kAlignThreads));
+  const int64_t chunks = host::max<int64_t>(1, host::div_ceil(int64_t{p.n}, kAlignThreads));
   p.trigger = forced != nullptr ? *forced : align_trigger(chunks);
   host::LaunchKernel(static_cast<unsigned>(chunks), kAlignThreads, dev).enable_pdl()(moe_align_grid_kernel<>, p);
 }
@@ -970,7 +969,7 @@ constexpr int64_t kAlignTailBytes = 2048, kAlignTailCtas = 256;
 template <typename = void>
 void launch_align_warp(const AlignParams& p, DLDevice dev) {
   const int64_t tail = (p.sorted_len - p.reach + p.expert_ids_len - p.reach_blocks) * 4;
-  const int64_t ctas = 1 + std::min(host::div_ceil(tail, kAlignTailBytes), kAlignTailCtas);
+  const int64_t ctas = 1 + host::min(host::div_ceil(tail, kAlignTailBytes), kAlignTailCtas);
   host::LaunchKernel(static_cast<unsigned>(ctas), 32, dev).enable_pdl()(moe_align_warp_kernel<>, p);
 }
 

@@ -1114,9 +1114,9 @@ struct MoeActOps {
       RuntimeCheck(out_m >= d, out_name, " rows overlap: row stride ", out_m, " is smaller than the row width ", d);
     }
     if (experts > 1) {
-      RuntimeCheck(in_e >= m_max * std::max(in_m, W.unwrap()), "input experts overlap: expert stride ", in_e, " is smaller than ", m_max,
+      RuntimeCheck(in_e >= m_max * host::max(in_m, W.unwrap()), "input experts overlap: expert stride ", in_e, " is smaller than ", m_max,
                    " rows");
-      RuntimeCheck(out_e >= m_max * std::max(out_m, d), out_name, " experts overlap: expert stride ", out_e, " is smaller than ", m_max, " rows");
+      RuntimeCheck(out_e >= m_max * host::max(out_m, d), out_name, " experts overlap: expert stride ", out_e, " is smaller than ", m_max, " rows");
     }
     const int out_bytes = (out.dtype().bits + 7) / 8;
     const int vec = host::vector_width(device::kVec16<T>, d, {static_cast<const T*>(input.data_ptr()), {out.data_ptr(), out_bytes}},

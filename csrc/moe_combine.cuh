@@ -12,7 +12,6 @@
 #include <jitkern/utils.cuh>
 #include <jitkern/vec.cuh>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -419,7 +418,7 @@ struct MoeCombineOps {
     RuntimeCheck(blocks <= 0x7fffffff, "hidden_size is too large: ", p.hidden);
     const int64_t sms = runtime::get_sm_count(ops.device.device_id), tokens = p.tokens;
     for (int64_t first = 0; first < tokens; first += kMaxGridY) {
-      p.tokens = std::min(tokens - first, kMaxGridY);
+      p.tokens = host::min(tokens - first, kMaxGridY);
       p.trigger = pdl_trigger_for(blocks * p.tokens, width, sms, row_policy(ops.device).threads_per_sm);
       LaunchKernel(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.tokens)), width, ops.device)
           .enable_pdl()(combine_kernel<T, kBytes, kCta, kMinCtas, kDepth, kWeighted, kK>, p);

@@ -9,7 +9,6 @@
 #include <jitkern/type.cuh>
 #include <jitkern/utils.cuh>
 
-#include <algorithm>
 #include <cstdint>
 
 namespace jitkern_norm {
@@ -26,7 +25,7 @@ bool launch_norm_two_widths(NormParams<T> p, int64_t tokens, DLDevice device) {
   using namespace host;
   constexpr int kVec = device::kVec16<T>;
   if (tokens == 0) return true;
-  const int64_t widest = std::max(p.hidden, p.hidden1) / kVec, narrowest = std::min(p.hidden, p.hidden1) / kVec;
+  const int64_t widest = host::max(p.hidden, p.hidden1) / kVec, narrowest = host::min(p.hidden, p.hidden1) / kVec;
   const int sm_count = runtime::get_sm_count(device.device_id);
   const int row_threads = row_policy(device).row_threads;
   if (narrowest <= 32 || widest > kNormTwoWidthsRegVecs * row_threads || 2 * tokens >= int64_t{kNormManyRowsPerSm} * sm_count) return false;

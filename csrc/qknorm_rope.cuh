@@ -29,7 +29,6 @@
 #include <jitkern/utils.h>
 #endif
 
-#include <algorithm>
 #include <cstdint>
 
 namespace jitkern_qknorm_rope {
@@ -882,7 +881,7 @@ struct QkNormRopeOps {
       Params<T> c = p;
       c.pairs = p.rot_half / kVec, c.tails = (p.head_dim - 2 * p.rot_half) / kVec;
       c.width_log2 = 0;  // the fewest lanes that hold the head, or one lane a vector where that is more
-      while ((1 << c.width_log2) < kMaxLanes && (1 << c.width_log2) < std::max(c.pairs, c.tails)) ++c.width_log2;
+      while ((1 << c.width_log2) < kMaxLanes && (1 << c.width_log2) < host::max(c.pairs, c.tails)) ++c.width_log2;
       c.token_heads = p.q_heads + p.k_heads + (kStore ? p.k_heads : 0);
       c.items = static_cast<int32_t>(tokens * c.token_heads);
       return c;
@@ -907,7 +906,7 @@ struct QkNormRopeOps {
     // tokens (a CTA takes one or two), and the SMs take new CTAs as theirs finish: with a grid of resident
     // CTAs some SMs finished 10% before the last (ncu, H200, T = 16384), their share of the bytes undone.
     int64_t staged_ctas(int64_t resident) const {
-      if (tokens < kStagedBalancedFrom * resident) return std::min(tokens, resident);
+      if (tokens < kStagedBalancedFrom * resident) return host::min(tokens, resident);
       return host::div_ceil(tokens * kStagedCtasPer, kStagedTokensPer);
     }
 
@@ -930,7 +929,7 @@ struct QkNormRopeOps {
           const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
           const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
           const int64_t resident = int64_t{runtime::get_sm_count(device.device_id)} * per_sm;
-          const int64_t ctas = kGridTimes > 0 ? std::min(tokens, resident * kGridTimes) : staged_ctas(resident);
+          const int64_t ctas = kGridTimes > 0 ? host::min(tokens, resident * kGridTimes) : staged_ctas(resident);
           c.early_trigger = pdl_early_trigger(ctas);
           LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
         }

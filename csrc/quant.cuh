@@ -887,7 +887,7 @@ struct QuantOps {
             return split(std::integral_constant<int, kQuantSplitWideVecs>{}, kQuantSplitWideThreads);
         }
         zero_float_async(scale, ops.device);
-        const int64_t grid = std::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (threads_per_sm / kQuantThreads));
+        const int64_t grid = host::min<int64_t>(div_ceil(shape.total_vecs, kQuantThreads), sms * (threads_per_sm / kQuantThreads));
         LaunchKernel(static_cast<unsigned>(grid), kQuantThreads, ops.device)
             .enable_pdl()(tensor_scale_kernel<T, fp8_e4m3_t, kVec, kOneRow>, in, shape, scale, quant::kDefaultScaleEps);
         LaunchKernel(checked_grid(div_ceil(shape.total_vecs, kQuantThreads * kQuantItems)), kQuantThreads, ops.device)

@@ -23,10 +23,10 @@
 #include <jitkern/utils.h>
 #include <jitkern/vec.cuh>
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 namespace jitkern_rope {
@@ -607,16 +607,16 @@ struct RopeLaunch {
 };
 inline RopeLaunch rope_launch(int64_t units, int64_t heads, bool store, int64_t v_vecs, int64_t tokens, bool few, int64_t groups_hint,
                               int64_t splits_hint) {
-  const int64_t wanted = groups_hint > 0 ? groups_hint : std::max<int64_t>(1, kRopeThreads / units);
-  int64_t groups = std::max<int64_t>(1, std::min({heads, wanted, kRopeMaxThreads / units}));
+  const int64_t wanted = groups_hint > 0 ? groups_hint : host::max<int64_t>(1, kRopeThreads / units);
+  int64_t groups = host::max<int64_t>(1, host::min<int64_t>(host::min(heads, wanted), kRopeMaxThreads / units));
   const auto splits_for = [&](int64_t g) {  // at most 65534 (gridDim.y): room for the v CTA
-    return std::min({host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1, int64_t{65534}});
+    return host::min<int64_t>(host::min<int64_t>(host::div_ceil(heads, g), splits_hint > 0 ? splits_hint : few ? heads : 1), 65534);
   };
   if (groups_hint <= 0 && !host::pdl_early_trigger(tokens * (splits_for(groups) + (store ? 1 : 0)))) {
     const int64_t v_threads = store ? host::div_ceil(v_vecs, 2 * kVRowPerThread) : 0;  // that copy the v row in two rounds
-    const int64_t fewest = std::min(groups, host::div_ceil(std::max<int64_t>(kRopeMinCtaThreads, v_threads), units));
+    const int64_t fewest = host::min(groups, host::div_ceil(host::max<int64_t>(kRopeMinCtaThreads, v_threads), units));
     while (groups > fewest && tokens * splits_for(groups) < kRopeMinCtas) {
-      const int64_t half = std::max(fewest, groups / 2);
+      const int64_t half = host::max(fewest, groups / 2);
       if (splits_for(half) == splits_for(groups)) break;  // capped (a hint, one CTA a token, gridDim.y)
       groups = half;
     }
@@ -762,7 +762,7 @@ struct RopeOps {
                                        ko.head_stride * e},
                                       int64_t{16}) &&
                         (p.cos_sin_t ? all_multiples({address(p.cos_sin), p.cos_sin_stride * e}, 16)
-                                     : all_multiples({address(p.cos_sin), p.cos_sin_stride * 4}, 4 * std::min(kWideVec, 4)));
+                                     : all_multiples({address(p.cos_sin), p.cos_sin_stride * 4}, 4 * host::min(kWideVec, 4)));
       vec = wide ? kWideVec : 1;
     }
 

@@ -15,7 +15,6 @@
 #include <jitkern/tensor.h>
 #endif
 
-#include <algorithm>
 #include <cstdint>
 #ifndef __CUDACC_RTC__
 #include <initializer_list>
@@ -127,7 +126,7 @@ inline device::kv_cache::CacheLayout cache_layout(jitkern::TensorView cache, int
   device::kv_cache::CacheLayout c{};
   c.base = static_cast<char*>(cache.data_ptr());
   const int64_t page_size = first == 2 ? cache.size(1) : 1;
-  c.page_size = divisor(std::max<int64_t>(page_size, 1));  // [pages, 0, *row]: no slots
+  c.page_size = divisor(host::max<int64_t>(page_size, 1));  // [pages, 0, *row]: no slots
   c.page_stride = cache.stride(0) * elem;
   c.row_stride = first == 2 ? cache.stride(1) * elem : c.page_stride;
   c.slots = cache.size(0) * page_size;

@@ -330,14 +330,13 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 #ifndef __CUDACC_RTC__
 #include <jitkern/utils.h>
 
-#include <algorithm>
 
 namespace host::norm {
 
 // Threads of a wide-row CTA: reg_vecs vectors each over a row of `nvec` vectors, whole warps, at most
 // `cap` (the device's host::RowPolicy::row_threads; wider rows re-read their remainder).
 inline int wide_threads(int64_t nvec, int reg_vecs, int cap) {
-  return static_cast<int>(std::min<int64_t>(cap, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
+  return static_cast<int>(host::min<int64_t>(cap, host::div_ceil(host::div_ceil(nvec, reg_vecs), 32) * 32));
 }
 
 // How a row of `nvec` vectors fits `threads` threads holding `reg_vecs` vectors each (device::norm::RowFit).

@@ -430,9 +430,9 @@ void launch_norm_vec(const NormParams<T>& p, const Epi& epi, DLDevice device, bo
   } else if (nvec <= 32) {  // (if constexpr, so that nvcc's device pass builds no kernel the host code never launches)
     if constexpr (host::in_device_part(kNormNarrowPart)) {
       // The narrowest power-of-two group that gives every lane one vector (at least 4 lanes).
-      const int64_t width = std::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
+      const int64_t width = host::max<int64_t>(4, std::bit_ceil(static_cast<uint64_t>(nvec)));
       // Rows of at least kMinRowElements<Epi> never take a group narrower than kMinWidth: none is built.
-      constexpr uint64_t kMinWidth = std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(1, kMinRowElements<Epi> / kVec)));
+      constexpr uint64_t kMinWidth = std::bit_ceil(static_cast<uint64_t>(host::max<int64_t>(1, kMinRowElements<Epi> / kVec)));
       if constexpr (kMinWidth <= 4) if (width == 4) return launch_norm_narrow<T, kVec, 4, kFusedAdd>(p, epi, device, sm_count);
       if constexpr (kMinWidth <= 8) if (width == 8) return launch_norm_narrow<T, kVec, 8, kFusedAdd>(p, epi, device, sm_count);
       if constexpr (kMinWidth <= 16) if (width == 16) return launch_norm_narrow<T, kVec, 16, kFusedAdd>(p, epi, device, sm_count);
@@ -463,7 +463,7 @@ int norm_vector_width(const NormParams<T>& p, int num_problems, const Epi& epi) 
   int vec = device::kVec16<T>;
   for (int k = 0; k < num_problems; ++k) {
     const RowProblem<T>& q = p.problem[k];
-    vec = std::min(vec, host::vector_width(device::kVec16<T>, p.hidden, host::VecOperands{q.out, q.in, q.residual, q.weight},
+    vec = host::min(vec, host::vector_width(device::kVec16<T>, p.hidden, host::VecOperands{q.out, q.in, q.residual, q.weight},
                                             host::RowStrides{q.out_token, q.out_head, q.in_token, q.in_head, q.res_token, q.res_head}));
   }
   return epi.allows_vector(vec) ? vec : 1;
@@ -481,9 +481,9 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
   const int vec = norm_vector_width(p, num_problems, epi);
   host::RuntimeCheck(!kVectorsOnly<Epi> || vec == device::kVec16<T>, "this epilogue needs 16-byte aligned rows");
   const bool token_rows = num_problems == 1 && heads0 == 1;
-  const int64_t chunk = std::max<int64_t>(1, kNormMaxRowsPerLaunch / heads);
+  const int64_t chunk = host::max<int64_t>(1, kNormMaxRowsPerLaunch / heads);
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-    const int64_t n = std::min(chunk, tokens - t0);
+    const int64_t n = host::min(chunk, tokens - t0);
     NormParams<T> c = p;
     for (RowProblem<T>& q : c.problem) {
       q.out += t0 * q.out_token;
