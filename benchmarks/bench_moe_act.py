@@ -213,7 +213,9 @@ SCHEDULES = {
     "sorted_group": [PRODUCT, ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
                      ("per row at every capacity", "bench_moe_act::SortedGroup<0>"),
                      ("chunks at every capacity, 8 lanes of 2 vectors", "bench_moe_act::SortedGroup<8>")],
-    "sorted_token": [PRODUCT],
+    "sorted_token": [PRODUCT, ("the resident CTAs below three rows each, else four CTAs every five rows (runtime::balanced_grid)",
+                      "bench_moe_act::SortedToken<jitkern_moe_act::kBalanced>"),
+                     ("a CTA a row", "bench_moe_act::SortedToken<jitkern_moe_act::kOneTurn>")],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",

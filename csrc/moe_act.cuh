@@ -708,8 +708,8 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 // A persistent grid of `kernel`: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
 // `per_sm` CTAs an SM (0: as many as the occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn:
-// no limit, one turn per CTA).
-constexpr int kOneTurn = -2;
+// no limit, one turn per CTA; kBalanced: host::runtime::balanced_grid of the resident CTAs).
+constexpr int kOneTurn = -2, kBalanced = -3;
 template <typename Kernel>
 unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
   if (per_sm == kOneTurn) {
@@ -720,6 +720,11 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
   int64_t ctas = host::runtime::resident_ctas_per_sm(kernel, threads, 0, device.device_id);
   if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
   const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
+  if (per_sm == kBalanced) {
+    const int64_t grid = host::runtime::balanced_grid(needed, resident);
+    host::RuntimeCheck(grid <= 0x7fffffff, "the input is too large for one launch (", grid, " CTAs)");
+    return static_cast<unsigned>(grid);
+  }
   return static_cast<unsigned>(needed < resident ? needed : resident);
 }
 
@@ -1008,8 +1013,9 @@ struct MoeActOps {
     });
   }
 
-  // The per-token form over Rows' computed rows: a CTA a row, as wide as the row's vectors want.
-  template <typename Rows>
+  // The per-token form over Rows' computed rows: a CTA a row, as wide as the row's vectors want; the grid by
+  // persistent_grid's kPerSm.
+  template <int kPerSm = 0, typename Rows>
   static void token_quant(const Rows& rows, const Operands& op) {
     using namespace host;
     if (op.capacity * op.d == 0) return;
@@ -1020,7 +1026,7 @@ struct MoeActOps {
       const int threads = host::norm::wide_threads(nvec, kRowRegVecs, row_policy(op.device).row_threads);
       const auto run = [&](auto fit_tag) {
         constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<Rows, T, kVec, decltype(fit_tag)::value>;
-        launch_token(kernel, persistent_grid(kernel, op.capacity, 1, threads, 0, op.device), threads, rows, op);
+        launch_token(kernel, persistent_grid(kernel, op.capacity, 1, threads, kPerSm, op.device), threads, rows, op);
       };
       const RowFit fit = host::norm::row_fit(nvec, kRowRegVecs, threads);
       if (fit == RowFit::kExact) {

@@ -850,12 +850,10 @@ struct QkNormRopeOps {
     // 13.40 / 17.72; without T = 1024 8.59 / 7.59, 2048 13.29 / 13.29, 4096 22.13 / 31.73 (fewer tokens than
     // CTAs the SMs fit leave SMs part empty, a token each).
     static constexpr int64_t kStagedMinTokensStore = 1024, kStagedMinTokens = 2048;
-    // staged_ctas' grid. H200, same shapes, % of the gathered pattern at T = 4096 / 6144 / 8192 / 12288 / 16384
-    // with the write, by tokens a CTA: resident CTAs (3.9-15.5) 95.7 / 91.9 / 92.1 / 92.7 / 92.5, 1.25 tokens 95.9 /
-    // 95.6 / 96.7 / 97.2 / 97.9, 1.5 94.9 / 95.8 / 96.8 / 97.6 / 98.1, 2 94.8 / 93.9 / 94.8 / 96.0 / 96.5, 3 82.7 /
-    // 93.5 / 92.9 / 95.3 / 95.7; without it resident 92.2 / 93.5 / 94.3 / 94.8 / 95.5, 1.25 tokens 93.6 / 95.5 / 97.0
-    // / 98.9 / 99.8 (docs/benchmarks/qknorm_rope.md).
-    static constexpr int64_t kStagedBalancedFrom = 3, kStagedCtasPer = 4, kStagedTokensPer = 5;
+    // The staged kernel's grid is host::runtime::balanced_grid's. H200, same shapes, % of the gathered pattern at
+    // T = 4096 / 6144 / 8192 / 12288 / 16384 with the write, by tokens a CTA: resident CTAs (3.9-15.5) 95.7 / 91.9 /
+    // 92.1 / 92.7 / 92.5, 1.25 tokens (its rule) 95.9 / 95.6 / 96.7 / 97.2 / 97.9, 2 tokens 94.8 / 93.9 / 94.8 / 96.0
+    // / 96.5 (docs/benchmarks/qknorm_rope.md).
     // One head a lane group triggers the next launch after its wait at every grid, where the library's rule
     // triggers grids of up to 8 CTAs at their start (1-2 tokens here). H200, back to back in a CUDA graph, us,
     // after the wait / at the start, with the write: T = 1 1.48 / 1.61, 2 1.53 / 1.69, 4-256 level or faster
@@ -901,20 +899,11 @@ struct QkNormRopeOps {
             .enable_pdl()(qknorm_rope_kernel<T, kFp8, kPairing, kVec, kStore>, c, s);
     }
 
-    // The staged kernel's grid, `resident` its CTAs the SMs hold at once. Below kStagedBalancedFrom tokens a
-    // resident CTA, those CTAs take the tokens in turn; from there four CTAs are launched for every five
-    // tokens (a CTA takes one or two), and the SMs take new CTAs as theirs finish: with a grid of resident
-    // CTAs some SMs finished 10% before the last (ncu, H200, T = 16384), their share of the bytes undone.
-    int64_t staged_ctas(int64_t resident) const {
-      if (tokens < kStagedBalancedFrom * resident) return host::min(tokens, resident);
-      return host::div_ceil(tokens * kStagedCtasPer, kStagedTokensPer);
-    }
-
-    // kCtaThreads: whole warps; the grid by staged_ctas, each CTA taking tokens blockIdx.x, + gridDim.x, ...
+    // kCtaThreads: whole warps; the grid by runtime::balanced_grid, each CTA taking tokens blockIdx.x, + gridDim.x, ...
     // kFullLanes: the kernel without branches where every lane holds one pair unit (HeadLane's kFull), its
     // pairing compiled in, at most kFullMaxRegs registers a thread (0: the compiler's choice); the kernel
     // with branches reads its pairing at run time.
-    // kGridTimes: the grid, 0 by staged_ctas' rule, else that many times the CTAs the SMs hold at once.
+    // kGridTimes: the grid, 0 by runtime::balanced_grid, else that many times the CTAs the SMs hold at once.
     template <bool kFp8, int kVec, bool kStore, int kCtaThreads, int kStages, int kFullMaxRegs, bool kFullLanes = true, typename Head = NormRopeHead,
               int kGridTimes = 0>
     void run_staged(const Store& s, bool neox) const {
@@ -929,7 +918,7 @@ struct QkNormRopeOps {
           const auto bytes = static_cast<std::size_t>(staged_smem<kStore>(kStages));
           const int per_sm = runtime::resident_ctas_per_sm(kernel, kCtaThreads, bytes, device.device_id);
           const int64_t resident = int64_t{runtime::get_sm_count(device.device_id)} * per_sm;
-          const int64_t ctas = kGridTimes > 0 ? host::min(tokens, resident * kGridTimes) : staged_ctas(resident);
+          const int64_t ctas = kGridTimes > 0 ? host::min(tokens, resident * kGridTimes) : runtime::balanced_grid(tokens, resident);
           c.early_trigger = pdl_early_trigger(ctas);
           LaunchKernel(static_cast<unsigned>(ctas), static_cast<unsigned>(kCtaThreads), device, bytes).enable_pdl()(kernel, c, s, tokens);
         }

@@ -156,6 +156,16 @@ struct MaskedTokenInterleaved {
   }
 };
 
+// The sorted per-token form on the grid of persistent_grid's kPerSm (kBalanced, kOneTurn: a CTA a row).
+template <int kPerSm>
+struct SortedToken {
+  static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
+                                                      TensorView output_s) {
+    const auto s = ProductOps::sorted_token(input, ids, post_pad, num_ids, output_q, output_s);
+    ProductOps::token_quant<kPerSm>(s.rows, s.op);
+  }
+};
+
 // The sorted layout per row at every capacity.
 struct SortedActPerRow {
   static void silu_and_mul_sorted(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView out) {

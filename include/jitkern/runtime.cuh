@@ -83,6 +83,17 @@ using DriverKernelSetAttribute = int (*)(int, int, cudaKernel_t, int);
 }
 }  // namespace detail
 
+// The grid of a kernel whose CTAs take work items blockIdx.x, + gridDim.x, ..., where `resident` CTAs fit the SMs
+// at once: below kBalancedFrom items a resident CTA, min(items, resident), each CTA taking its items in turn; from
+// there four CTAs for every five items, a CTA taking one or two and the SMs new CTAs as theirs finish. A grid of
+// resident CTAs leaves an SM idle once its CTAs are done while the slowest SM still works (H200: 10% of a
+// 16384-token fused_qknorm_rope; docs/benchmarks/qknorm_rope.md, "The staged kernel's grid").
+constexpr int64_t kBalancedFrom = 3;
+inline int64_t balanced_grid(int64_t items, int64_t resident) {
+  if (items < kBalancedFrom * resident) return items < resident ? items : resident;
+  return div_ceil(items * 4, int64_t{5});
+}
+
 // Sets `attribute` of `kernel` to `value` for `device` (negative: the current one) and returns the outcome, a
 // refusal included, without leaving it as the thread's last error. A module's host code compiled without nvcc
 // takes the driver's cuKernelSetAttribute where the runtime gives it (CUDA 12.5+ headers, a 12.0+ driver; the two
