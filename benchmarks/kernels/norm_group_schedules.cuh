@@ -202,7 +202,7 @@ struct StreamRows {
         RuntimeDeviceCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, handle, threads, smem));
       }
       if (per_sm < 1) return false;
-      LaunchKernel launch(static_cast<unsigned>(std::min<int64_t>(rows.tokens, per_sm * sm_count)), threads, rows.device, smem);
+      LaunchKernel launch(static_cast<unsigned>(host::min<int64_t>(rows.tokens, per_sm * sm_count)), threads, rows.device, smem);
       launch.enable_pdl();
       launch(kernel, p, epi);
       return true;

@@ -330,7 +330,6 @@ JITKERN_DEVICE void rmsnorm_narrow_rows(const RowPointers<T> (&rows)[kRows], con
 #ifndef __CUDACC_RTC__
 #include <jitkern/utils.h>
 
-
 namespace host::norm {
 
 // Threads of a wide-row CTA: reg_vecs vectors each over a row of `nvec` vectors, whole warps, at most
