@@ -712,20 +712,16 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 constexpr int kOneTurn = -2, kBalanced = -3;
 template <typename Kernel>
 unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
-  if (per_sm == kOneTurn) {
-    const int64_t needed = host::div_ceil(items, per_cta);
-    host::RuntimeCheck(needed <= 0x7fffffff, "the input is too large for one launch (", needed, " CTAs)");
-    return static_cast<unsigned>(needed);
+  const int64_t needed = host::div_ceil(items, per_cta);
+  int64_t grid = needed;
+  if (per_sm != kOneTurn) {
+    int64_t ctas = host::runtime::resident_ctas_per_sm(kernel, threads, 0, device.device_id);
+    if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
+    const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas;
+    grid = per_sm == kBalanced ? host::runtime::balanced_grid(needed, resident) : host::min(needed, resident);
   }
-  int64_t ctas = host::runtime::resident_ctas_per_sm(kernel, threads, 0, device.device_id);
-  if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
-  const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas, needed = host::div_ceil(items, per_cta);
-  if (per_sm == kBalanced) {
-    const int64_t grid = host::runtime::balanced_grid(needed, resident);
-    host::RuntimeCheck(grid <= 0x7fffffff, "the input is too large for one launch (", grid, " CTAs)");
-    return static_cast<unsigned>(grid);
-  }
-  return static_cast<unsigned>(needed < resident ? needed : resident);
+  host::RuntimeCheck(grid <= 0x7fffffff, "the input is too large for one launch (", grid, " CTAs)");
+  return static_cast<unsigned>(grid);
 }
 
 // How the kernels are launched: the fastest of the schedules measured side by side (docs/benchmarks/moe_act.md,
