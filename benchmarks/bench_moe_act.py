@@ -9,7 +9,7 @@ quantizer), torch, and the reference framework's masked kernels where its wheel 
 --schedules: the product beside the second schedule of its form's list (SCHEDULES: the product's kernels under
 other launch choices, benchmarks/kernels/moe_act_schedules.cuh), same inputs, one process, the reference's
 DeepSeek-V4 kernel beside the masked group form and silu_and_mul over the P rows beside the sorted one, % of the
-copy ceiling at T = 4096; --schedules=all: every schedule of SCHEDULES, median of 2 interleaved rounds
+copy ceiling from T = 4096; --schedules=all: every schedule of SCHEDULES, median of 2 interleaved rounds
 (--rounds=N: N), and the launch floor. Every schedule's output is compared bit for bit with the product's (of
 its rounding policy).
 --layouts=sorted (or masked), --forms=masked_group (SCHEDULES' keys, comma-separated) and --sizes=4096 (T,
@@ -212,10 +212,15 @@ SCHEDULES = {
     "sorted_act": [PRODUCT, ("per row at every capacity, 2 vectors a thread", "bench_moe_act::SortedActPerRow")],
     "sorted_group": [PRODUCT, ("product, rounding=sglang", f"bench_moe_act::Product<{SGLANG}>", "sglang"),
                      ("per row at every capacity", "bench_moe_act::SortedGroup<0>"),
-                     ("chunks at every capacity, 8 lanes of 2 vectors", "bench_moe_act::SortedGroup<8>")],
+                     ("chunks at every capacity, 8 lanes of 2 vectors", "bench_moe_act::SortedGroup<8>"),
+                     ("a warp a row, 2 lanes of 8 vectors, 4 warps a CTA, one turn", "bench_moe_act::SortedGroupWarps<4, 2, jitkern_moe_act::kOneTurn>"),
+                     ("the same, rounding=sglang", f"bench_moe_act::SortedGroupWarps<4, 2, jitkern_moe_act::kOneTurn, {SGLANG}>", "sglang"),
+                     ("a warp a row, 2 lanes of 8 vectors, 8 warps a CTA, one turn", "bench_moe_act::SortedGroupWarps<8, 2, jitkern_moe_act::kOneTurn>"),
+                     ("a warp a row, 2 lanes of 8 vectors, 2 warps a CTA, one turn", "bench_moe_act::SortedGroupWarps<2, 2, jitkern_moe_act::kOneTurn>")],
     "sorted_token": [PRODUCT, ("the resident CTAs below three rows each, else four CTAs every five rows (runtime::balanced_grid)",
                       "bench_moe_act::SortedToken<jitkern_moe_act::kBalanced>"),
-                     ("a CTA a row", "bench_moe_act::SortedToken<jitkern_moe_act::kOneTurn>")],
+                     ("a CTA a row", "bench_moe_act::SortedToken<jitkern_moe_act::kOneTurn>"),
+                     *((f"{k} times the resident CTAs", f"bench_moe_act::SortedTokenTimes<{k}>") for k in (2, 3, 6))],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",
@@ -294,7 +299,7 @@ def schedules(everything: bool, layouts=("masked", "sorted"), sizes=("1", "64", 
         for kind, outputs, more in (("masked_group", (q, sg), extra), ("masked_act", (out,), floor), ("masked_token", (q, s1), None)):
             if kind not in scheds:
                 continue
-            moved = moved_bytes(kind.split("_")[1], int(masked_m.sum())) if t == 4096 else None
+            moved = moved_bytes(kind.split("_")[1], int(masked_m.sum())) if t >= 4096 else None
             schedule_table(kind, label, modules[kind], scheds[kind], (x, masked_m), outputs, more, rounds, moved, ceiling)
     for t in (int(size) for size in sizes) if "sorted" in layouts else ():
         sorted_ids, post_pad, n, idx = sorted_layout(t)
@@ -307,7 +312,7 @@ def schedules(everything: bool, layouts=("masked", "sorted"), sizes=("1", "64", 
                                     ("sorted_token", (qs, torch.empty(P, device="cuda")), None)):
             if kind not in scheds:
                 continue
-            moved = moved_bytes(kind.split("_")[1], idx.numel(), P) if t == 4096 else None
+            moved = moved_bytes(kind.split("_")[1], idx.numel(), P) if t >= 4096 else None
             schedule_table(kind, label, modules[kind], scheds[kind], (xs, sorted_ids, post_pad, n), outputs, more, rounds, moved, ceiling)
     print(f"<!-- {time.perf_counter() - start:.0f} s in all -->")
 

@@ -538,6 +538,30 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #endif
 }
 
+// The group form a warp a row: warp w of CTA b takes rows b * warps + w, then a grid's warps further on, and
+// a row's groups in turns of a group per lane set (rows not computed take no turns).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_warps_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                          int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kGroupsPerWarp = device::kWarpThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t warps = blockDim.x / device::kWarpThreads, groups_per_row = d / kActGroupSize;
+  const int mine = static_cast<int>(threadIdx.x % device::kWarpThreads) / kLanes;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  for (int64_t f = blockIdx.x * warps + threadIdx.x / device::kWarpThreads; f < state.rows; f += gridDim.x * warps) {
+    const RowAt row = rows.at(state, f);
+    if (!row.valid) continue;  // warp-uniform
+    for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
+      RowAt r = row;
+      r.valid = first + mine < groups_per_row;
+      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, first + mine, in, q, scales, group_stride, d, eps);
+    }
+  }
+#endif
+}
+
 // The masked layout (at most a warp's width of experts) with 32-bit offsets (every one below 2^32, checked on
 // the host), its rows interleaved: position p is row p / experts of expert p % experts, so that a group's place
 // is known before the counts are read; a position at or past its expert's count is not computed.
@@ -643,63 +667,65 @@ __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const
   }
 }
 
-// A computed row per CTA and turn: s = scale_for(amax of the row's products, kDefaultScaleEps), q = y / s,
-// the row's scale = s. kRowRegVecs vectors of products per thread stay in registers (kFit); a wider row's
-// remainder is computed again from its input (L2) for each pass.
+// One computed row quantized by `group`'s threads (the CTA, or a warp): s = scale_for(amax of the row's
+// products, kDefaultScaleEps), q = y / s, the row's scale = s. kRegVecs vectors of products per thread stay in
+// registers (kFit); a wider row's remainder is computed again from its input (L2) for each pass.
+template <typename T, int kVec, RowFit kFit, int kRegVecs, typename Group>
+__device__ __forceinline__ void token_quant_row(const Group& group, const RowAt& r, const T* in, uint8_t* q, float* scales, int64_t d) {
+  constexpr bool kWider = kFit == RowFit::kWider;
+  const int nvec = static_cast<int>(d / kVec), rank = group.rank(), size = group.size();
+  const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
+  const T* src = in + r.in;
+  uint8_t* dst = q + r.out;
+  const auto product = [&](int i) {
+    AlignedVector<T, kVec> gate, up;
+    gate.load(src + i * kVec);
+    up.load(src + d + i * kVec);
+    return gated<Silu>(gate, up);
+  };
+  AlignedVector<T, kVec> gate[kRegVecs], up[kRegVecs];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    if (held(k)) {
+      gate[k].load(src + (k * size + rank) * kVec);
+      up[k].load(src + d + (k * size + rank) * kVec);
+    } else {
+      gate[k].fill(device::cast<T>(0.0f)), up[k].fill(device::cast<T>(0.0f));  // products of 0: no part of the amax
+    }
+  }
+  Gated<T, kVec> y[kRegVecs];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) y[k] = gated<Silu>(gate[k], up[k]);
+  const auto fold = [&](auto op) {
+    float acc = fold_gated<T, kVec>(y, op, 0.0f);
+    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
+      const Gated<T, kVec> z[1] = {product(i)};
+      acc = fold_gated<T, kVec>(z, op, acc);
+    }
+    return acc;
+  };
+  bool finite;  // the group's reduce_max gives each of its threads the same amax: no vote needed
+  const float amax = quant::dynamic_amax(fold, [&](float v) { return group.reduce_max(v); }, [](bool b) { return b; }, finite);
+  const quant::Divider s(quant::scale_for<fp8_e4m3_t>(amax, quant::kDefaultScaleEps), finite);
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k)
+    if (held(k)) quant::store_quantized<fp8_e4m3_t, false>(dst + (k * size + rank) * kVec, y[k], s);
+  for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) quant::store_quantized<fp8_e4m3_t, false>(dst + i * kVec, product(i), s);
+  if (rank == 0) scales[r.scale] = s.s;
+}
+
+// A computed row per CTA and turn (token_quant_row over the CTA's threads, kRowRegVecs vectors each).
 template <typename Rows, typename T, int kVec, RowFit kFit>
 __global__ void __launch_bounds__(kRowThreadsBound)
     silu_and_mul_token_quant_rows_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t d,
                                          bool trigger_at_start) {
 #ifdef __CUDACC__
-  constexpr bool kWider = kFit == RowFit::kWider;
-  constexpr int kRegVecs = kRowRegVecs;
   if (trigger_at_start) device::pdl_trigger_secondary();
   const device::norm::CtaGroup<false> group;
-  const int nvec = static_cast<int>(d / kVec), rank = group.rank(), size = group.size();
-  const auto held = [&](int k) { return kFit == RowFit::kExact || k * size + rank < nvec; };
-  const auto compute = [&](const RowAt& r) {
-    const T* src = in + r.in;
-    uint8_t* dst = q + r.out;
-    const auto product = [&](int i) {
-      AlignedVector<T, kVec> gate, up;
-      gate.load(src + i * kVec);
-      up.load(src + d + i * kVec);
-      return gated<Silu>(gate, up);
-    };
-    AlignedVector<T, kVec> gate[kRegVecs], up[kRegVecs];
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      if (held(k)) {
-        gate[k].load(src + (k * size + rank) * kVec);
-        up[k].load(src + d + (k * size + rank) * kVec);
-      } else {
-        gate[k].fill(device::cast<T>(0.0f)), up[k].fill(device::cast<T>(0.0f));  // products of 0: no part of the amax
-      }
-    }
-    Gated<T, kVec> y[kRegVecs];
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) y[k] = gated<Silu>(gate[k], up[k]);
-    const auto fold = [&](auto op) {
-      float acc = fold_gated<T, kVec>(y, op, 0.0f);
-      for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) {
-        const Gated<T, kVec> z[1] = {product(i)};
-        acc = fold_gated<T, kVec>(z, op, acc);
-      }
-      return acc;
-    };
-    bool finite;  // the group's reduce_max gives each of its threads the same amax: no vote needed
-    const float amax = quant::dynamic_amax(fold, [&](float v) { return group.reduce_max(v); }, [](bool b) { return b; }, finite);
-    const quant::Divider s(quant::scale_for<fp8_e4m3_t>(amax, quant::kDefaultScaleEps), finite);
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k)
-      if (held(k)) quant::store_quantized<fp8_e4m3_t, false>(dst + (k * size + rank) * kVec, y[k], s);
-    for (int i = kRegVecs * size + rank; kWider && i < nvec; i += size) quant::store_quantized<fp8_e4m3_t, false>(dst + i * kVec, product(i), s);
-    if (rank == 0) scales[r.scale] = s.s;
-  };
   const auto state = rows.visit(WaitPrimary{trigger_at_start});
   for (int64_t f = blockIdx.x; f < state.rows; f += gridDim.x) {
     const RowAt r = rows.at(state, f);  // the same for every thread: the CTA skips or computes the row
-    if (r.valid) compute(r);
+    if (r.valid) token_quant_row<T, kVec, kFit, kRowRegVecs>(group, r, in, q, scales, d);
   }
 #endif
 }

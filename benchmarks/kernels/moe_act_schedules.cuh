@@ -166,6 +166,41 @@ struct SortedToken {
   }
 };
 
+// The sorted per-token form a CTA a row (bf16, d = 2048: CTAs of 128 threads) on kTimes times the resident CTAs.
+template <int kTimes>
+struct SortedTokenTimes {
+  static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
+                                                      TensorView output_s) {
+    const auto s = ProductOps::sorted_token(input, ids, post_pad, num_ids, output_q, output_s);
+    if (s.op.capacity * s.op.d == 0) return;
+    constexpr int kThreads = 128;
+    host::RuntimeCheck(s.op.vec == kV && s.op.d == int64_t{kThreads} * kRowRegVecs * kV, "bench_moe_act: this schedule takes d = ",
+                       kThreads * kRowRegVecs * kV, " (bf16, aligned)");
+    constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<SortedRows, bf16_t, kV, device::norm::RowFit::kExact>;
+    const int64_t resident = int64_t{host::runtime::get_sm_count(s.op.device.device_id)} *
+                             host::runtime::resident_ctas_per_sm(kernel, kThreads, 0, s.op.device.device_id);
+    ProductOps::launch_token(kernel, static_cast<unsigned>(host::min(s.op.capacity, resident * kTimes)), kThreads, s.rows, s.op);
+  }
+};
+
+// The sorted group form a warp a row (silu_and_mul_group_quant_warps_kernel), kLanes lanes a group, kWarps warps a
+// CTA, on persistent_grid's kPerSm (kOneTurn: a row per warp).
+template <int kWarps, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
+struct SortedGroupWarps {
+  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
+                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
+    const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
+    if (s.op.capacity * s.op.d == 0) return;
+    host::RuntimeCheck(s.op.vec == kV, "bench_moe_act: this schedule takes aligned rows");
+    constexpr int kThreads = kWarps * device::kWarpThreads;
+    constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+    const unsigned grid = persistent_grid(kernel, s.op.capacity, kWarps, kThreads, kPerSm, s.op.device);
+    host::LaunchKernel(grid, kThreads, s.op.device)
+        .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.group_stride, s.op.d, s.op.eps,
+                      host::pdl_early_trigger(grid));
+  }
+};
+
 // The sorted layout per row at every capacity.
 struct SortedActPerRow {
   static void silu_and_mul_sorted(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView out) {
