@@ -215,7 +215,6 @@ SCHEDULES = {
                      ("chunks at every capacity, 8 lanes of 2 vectors", "bench_moe_act::SortedGroup<8>"),
                      ("a warp a row, 2 lanes of 8 vectors, 4 warps a CTA, one turn", "bench_moe_act::SortedGroupWarps<4, 2, jitkern_moe_act::kOneTurn>"),
                      ("the same, rounding=sglang", f"bench_moe_act::SortedGroupWarps<4, 2, jitkern_moe_act::kOneTurn, {SGLANG}>", "sglang"),
-                     ("a warp a row, 2 lanes of 8 vectors, 8 warps a CTA, one turn", "bench_moe_act::SortedGroupWarps<8, 2, jitkern_moe_act::kOneTurn>"),
                      ("a warp a row, 2 lanes of 8 vectors, 2 warps a CTA, one turn", "bench_moe_act::SortedGroupWarps<2, 2, jitkern_moe_act::kOneTurn>")],
     "sorted_token": [PRODUCT, ("the resident CTAs below three rows each, else four CTAs every five rows (runtime::balanced_grid)",
                       "bench_moe_act::SortedToken<jitkern_moe_act::kBalanced>"),

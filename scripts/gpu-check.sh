@@ -36,6 +36,8 @@ if [ -z "$workers" ]; then
     workers=$(( $(nproc) - 2 )); [ $(( gib / 10 )) -lt "$workers" ] && workers=$(( gib / 10 ))
   fi
 fi
+# Under compute-sanitizer at most 8 unless chosen: each sanitized process is several times heavier.
+[ "$what" = memcheck ] && [ -z "${JITKERN_GPU_TEST_WORKERS:-}" ] && [ "$workers" -gt 8 ] && workers=8
 parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
@@ -58,9 +60,10 @@ if [ "$what" = memcheck ]; then
   tests=("$repo/tests/python")
   [ "$pattern" = "*" ] || tests=($repo/tests/python/*/test_${pattern}.py)
   # The modules are compiled by a plain run first: under the tool, only the kernels' own accesses are checked.
-  (cd /tmp && python3 -m pytest -q ${parallel[@]+"${parallel[@]}"} -m gpu -p no:cacheprovider ${3:+-k "$3"} "${tests[@]}" >/dev/null 2>&1)
+  (cd /tmp && python3 -m pytest -q ${parallel[@]+"${parallel[@]}"} -m gpu -p no:cacheprovider ${3:+-k "$3"} "${tests[@]}" 2>&1) | tail -1 | sed 's/^/plain run: /'
+  # -v: each test's verdict as it ends, so that a run cut short still shows how far it got.
   (cd /tmp && "$sanitizer" --tool memcheck --error-exitcode 99 --target-processes all --print-limit 20 \
-    python3 -m pytest -q ${parallel[@]+"${parallel[@]}"} -m gpu -p no:cacheprovider -rfE ${3:+-k "$3"} "${tests[@]}" 2>&1) | tee "$OUT/memcheck.log"
+    python3 -m pytest -v ${parallel[@]+"${parallel[@]}"} -m gpu -p no:cacheprovider -rfE ${3:+-k "$3"} "${tests[@]}" 2>&1) | tee "$OUT/memcheck.log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   grep -hE "ERROR SUMMARY" "$OUT/memcheck.log" | sort | uniq -c  # one a process: each xdist worker's
 fi
