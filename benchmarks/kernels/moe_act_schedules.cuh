@@ -183,6 +183,52 @@ struct SortedTokenTimes {
   }
 };
 
+// The per-token form's rows in two shares: the resident CTAs (the first `resident`) stride over the first rows,
+// all but kTailPercent of those below the count; the CTAs past them take the rest in runs of consecutive rows,
+// each starting as a resident CTA ends, so that the SMs whose rows were more often padding take more of them.
+template <typename T, int kVec, device::norm::RowFit kFit, int kTailPercent>
+__global__ void __launch_bounds__(kRowThreadsBound)
+    token_quant_tail_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t d, uint32_t resident,
+                            bool trigger_at_start) {
+#ifdef __CUDACC__
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const device::norm::CtaGroup<false> group;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  const int64_t n = state.limit <= 0 ? 0 : (state.limit < state.rows ? state.limit : state.rows);
+  const int64_t split = n - n * kTailPercent / 100;
+  int64_t f = blockIdx.x, end = split, step = resident;
+  if (blockIdx.x >= resident) {  // a run of the tail
+    const int64_t runs = gridDim.x - resident, per = (n - split + runs - 1) / runs;
+    f = split + (blockIdx.x - resident) * per, end = f + per < n ? f + per : n, step = 1;
+  }
+  for (; f < end; f += step) {
+    const RowAt r = rows.at(state, f);
+    if (r.valid) token_quant_row<T, kVec, kFit, kRowRegVecs>(group, r, in, q, scales, d);
+  }
+#endif
+}
+
+// The sorted per-token form (bf16, d = 2048: CTAs of 128 threads) by token_quant_tail_kernel: the resident CTAs and
+// kTailRuns runs an SM for the last kTailPercent of the rows.
+template <int kTailPercent, int kTailRuns>
+struct SortedTokenTail {
+  static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
+                                                      TensorView output_s) {
+    const auto s = ProductOps::sorted_token(input, ids, post_pad, num_ids, output_q, output_s);
+    if (s.op.capacity * s.op.d == 0) return;
+    constexpr int kThreads = 128;
+    host::RuntimeCheck(s.op.vec == kV && s.op.d == int64_t{kThreads} * kRowRegVecs * kV, "bench_moe_act: this schedule takes d = ",
+                       kThreads * kRowRegVecs * kV, " (bf16, aligned)");
+    constexpr auto kernel = token_quant_tail_kernel<bf16_t, kV, device::norm::RowFit::kExact, kTailPercent>;
+    const int sms = host::runtime::get_sm_count(s.op.device.device_id);
+    const int64_t resident = int64_t{sms} * host::runtime::resident_ctas_per_sm(kernel, kThreads, 0, s.op.device.device_id);
+    const int64_t grid = resident + int64_t{sms} * kTailRuns;
+    host::LaunchKernel(static_cast<unsigned>(grid), kThreads, s.op.device)
+        .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.d, static_cast<uint32_t>(resident),
+                      host::pdl_early_trigger(grid));
+  }
+};
+
 // The sorted group form a warp a row (silu_and_mul_group_quant_warps_kernel), kLanes lanes a group, kWarps warps a
 // CTA, on persistent_grid's kPerSm (kOneTurn: a row per warp).
 template <int kWarps, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
