@@ -166,20 +166,28 @@ struct SortedToken {
   }
 };
 
+// The sorted per-token form's arguments, checked by the product's code, for the schedules built for d = 2048 (bf16,
+// aligned: a CTA of kTokenRowThreads threads holds a row).
+constexpr int kTokenRowThreads = 128;
+inline ProductOps::Sorted sorted_token_rows_of_2048(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
+                                                    TensorView output_s) {
+  const auto s = ProductOps::sorted_token(input, ids, post_pad, num_ids, output_q, output_s);
+  host::RuntimeCheck(s.op.vec == kV && s.op.d == int64_t{kTokenRowThreads} * kRowRegVecs * kV, "bench_moe_act: this schedule takes d = ",
+                     kTokenRowThreads * kRowRegVecs * kV, " (bf16, aligned), got ", s.op.d);
+  return s;
+}
+
 // The sorted per-token form a CTA a row (bf16, d = 2048: CTAs of 128 threads) on kTimes times the resident CTAs.
 template <int kTimes>
 struct SortedTokenTimes {
   static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
                                                       TensorView output_s) {
-    const auto s = ProductOps::sorted_token(input, ids, post_pad, num_ids, output_q, output_s);
-    if (s.op.capacity * s.op.d == 0) return;
-    constexpr int kThreads = 128;
-    host::RuntimeCheck(s.op.vec == kV && s.op.d == int64_t{kThreads} * kRowRegVecs * kV, "bench_moe_act: this schedule takes d = ",
-                       kThreads * kRowRegVecs * kV, " (bf16, aligned)");
+    const auto s = sorted_token_rows_of_2048(input, ids, post_pad, num_ids, output_q, output_s);
+    if (s.op.capacity == 0) return;
     constexpr auto kernel = silu_and_mul_token_quant_rows_kernel<SortedRows, bf16_t, kV, device::norm::RowFit::kExact>;
     const int64_t resident = int64_t{host::runtime::get_sm_count(s.op.device.device_id)} *
-                             host::runtime::resident_ctas_per_sm(kernel, kThreads, 0, s.op.device.device_id);
-    ProductOps::launch_token(kernel, static_cast<unsigned>(host::min(s.op.capacity, resident * kTimes)), kThreads, s.rows, s.op);
+                             host::runtime::resident_ctas_per_sm(kernel, kTokenRowThreads, 0, s.op.device.device_id);
+    ProductOps::launch_token(kernel, static_cast<unsigned>(host::min(s.op.capacity, resident * kTimes)), kTokenRowThreads, s.rows, s.op);
   }
 };
 
@@ -214,16 +222,13 @@ template <int kTailPercent, int kTailRuns>
 struct SortedTokenTail {
   static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
                                                       TensorView output_s) {
-    const auto s = ProductOps::sorted_token(input, ids, post_pad, num_ids, output_q, output_s);
-    if (s.op.capacity * s.op.d == 0) return;
-    constexpr int kThreads = 128;
-    host::RuntimeCheck(s.op.vec == kV && s.op.d == int64_t{kThreads} * kRowRegVecs * kV, "bench_moe_act: this schedule takes d = ",
-                       kThreads * kRowRegVecs * kV, " (bf16, aligned)");
+    const auto s = sorted_token_rows_of_2048(input, ids, post_pad, num_ids, output_q, output_s);
+    if (s.op.capacity == 0) return;
     constexpr auto kernel = token_quant_tail_kernel<bf16_t, kV, device::norm::RowFit::kExact, kTailPercent>;
     const int sms = host::runtime::get_sm_count(s.op.device.device_id);
-    const int64_t resident = int64_t{sms} * host::runtime::resident_ctas_per_sm(kernel, kThreads, 0, s.op.device.device_id);
+    const int64_t resident = int64_t{sms} * host::runtime::resident_ctas_per_sm(kernel, kTokenRowThreads, 0, s.op.device.device_id);
     const int64_t grid = resident + int64_t{sms} * kTailRuns;
-    host::LaunchKernel(static_cast<unsigned>(grid), kThreads, s.op.device)
+    host::LaunchKernel(static_cast<unsigned>(grid), kTokenRowThreads, s.op.device)
         .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.d, static_cast<uint32_t>(resident),
                       host::pdl_early_trigger(grid));
   }
