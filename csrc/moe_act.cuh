@@ -556,7 +556,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
     for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
       RowAt r = row;
       r.valid = first + mine < groups_per_row;
-      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, first + mine, in, q, scales, group_stride, d, eps);
+      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
     }
   }
 #endif
@@ -667,7 +667,7 @@ __device__ __forceinline__ float fold_gated(const Gated<T, kVec> (&y)[kM], const
   }
 }
 
-// One computed row quantized by `group`'s threads (the CTA, or a warp): s = scale_for(amax of the row's
+// One computed row quantized by `group`'s threads (device::norm's groups): s = scale_for(amax of the row's
 // products, kDefaultScaleEps), q = y / s, the row's scale = s. kRegVecs vectors of products per thread stay in
 // registers (kFit); a wider row's remainder is computed again from its input (L2) for each pass.
 template <typename T, int kVec, RowFit kFit, int kRegVecs, typename Group>

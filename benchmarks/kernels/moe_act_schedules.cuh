@@ -220,14 +220,16 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 // kTailRuns runs an SM for the last kTailPercent of the rows.
 template <int kTailPercent, int kTailRuns>
 struct SortedTokenTail {
+  static_assert(kTailRuns >= 1 && kTailPercent >= 0 && kTailPercent <= 100, "the tail's rows need CTAs of their own");
   static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
                                                       TensorView output_s) {
     const auto s = sorted_token_rows_of_2048(input, ids, post_pad, num_ids, output_q, output_s);
     if (s.op.capacity == 0) return;
     constexpr auto kernel = token_quant_tail_kernel<bf16_t, kV, device::norm::RowFit::kExact, kTailPercent>;
     const int sms = host::runtime::get_sm_count(s.op.device.device_id);
-    const int64_t resident = int64_t{sms} * host::runtime::resident_ctas_per_sm(kernel, kTokenRowThreads, 0, s.op.device.device_id);
-    const int64_t grid = resident + int64_t{sms} * kTailRuns;
+    const int64_t resident = host::min(s.op.capacity, int64_t{sms} * host::runtime::resident_ctas_per_sm(kernel, kTokenRowThreads, 0,
+                                                                                                         s.op.device.device_id));
+    const int64_t grid = resident + host::min(s.op.capacity, int64_t{sms} * kTailRuns);
     host::LaunchKernel(static_cast<unsigned>(grid), kTokenRowThreads, s.op.device)
         .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.d, static_cast<uint32_t>(resident),
                       host::pdl_early_trigger(grid));
@@ -238,6 +240,7 @@ struct SortedTokenTail {
 // CTA, on persistent_grid's kPerSm (kOneTurn: a row per warp).
 template <int kWarps, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct SortedGroupWarps {
+  static_assert(kWarps * device::kWarpThreads <= kActGroupThreads, "the kernel's launch bound: kActGroupThreads threads a CTA");
   static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
                                                             TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
     const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
