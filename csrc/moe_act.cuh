@@ -538,30 +538,6 @@ __global__ void __launch_bounds__(kActGroupThreads)
 #endif
 }
 
-// The group form a warp a row: warp w of CTA b takes rows b * warps + w, then a grid's warps further on, and
-// a row's groups in turns of a group per lane set (rows not computed take no turns).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
-__global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_warps_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
-                                          int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr int kGroupsPerWarp = device::kWarpThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const int64_t warps = blockDim.x / device::kWarpThreads, groups_per_row = d / kActGroupSize;
-  const int mine = static_cast<int>(threadIdx.x % device::kWarpThreads) / kLanes;
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
-  for (int64_t f = blockIdx.x * warps + threadIdx.x / device::kWarpThreads; f < state.rows; f += gridDim.x * warps) {
-    const RowAt row = rows.at(state, f);
-    if (!row.valid) continue;  // warp-uniform
-    for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
-      RowAt r = row;
-      r.valid = first + mine < groups_per_row;
-      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
-    }
-  }
-#endif
-}
-
 // The masked layout (at most a warp's width of experts) with 32-bit offsets (every one below 2^32, checked on
 // the host), its rows interleaved: position p is row p / experts of expert p % experts, so that a group's place
 // is known before the counts are read; a position at or past its expert's count is not computed.
@@ -734,8 +710,8 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 // A persistent grid of `kernel`: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
 // `per_sm` CTAs an SM (0: as many as the occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn:
-// no limit, one turn per CTA; kBalanced: host::runtime::balanced_grid of the resident CTAs).
-constexpr int kOneTurn = -2, kBalanced = -3;
+// no limit, one turn per CTA).
+constexpr int kOneTurn = -2;
 template <typename Kernel>
 unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
   const int64_t needed = host::div_ceil(items, per_cta);
@@ -744,7 +720,7 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
     int64_t ctas = host::runtime::resident_ctas_per_sm(kernel, threads, 0, device.device_id);
     if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
     const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas;
-    grid = per_sm == kBalanced ? host::runtime::balanced_grid(needed, resident) : host::min(needed, resident);
+    grid = host::min(needed, resident);
   }
   host::RuntimeCheck(grid <= 0x7fffffff, "the input is too large for one launch (", grid, " CTAs)");
   return static_cast<unsigned>(grid);

@@ -57,6 +57,55 @@ struct MaskedRowsWarpTurns : MaskedRowsWarp {};
 // vectors a thread the grid apart.
 struct SortedRowsPerRow : SortedRows {};
 
+// The per-token form's rows in two shares: the resident CTAs (the first `resident`) stride over the first rows,
+// all but kTailPercent of those below the count; the CTAs past them take the rest in runs of consecutive rows,
+// each starting as a resident CTA ends, so that the SMs whose rows were more often padding take more of them.
+template <typename T, int kVec, device::norm::RowFit kFit, int kTailPercent>
+__global__ void __launch_bounds__(kRowThreadsBound)
+    token_quant_tail_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t d, uint32_t resident,
+                            bool trigger_at_start) {
+#ifdef __CUDACC__
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const device::norm::CtaGroup<false> group;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  const int64_t n = state.limit <= 0 ? 0 : (state.limit < state.rows ? state.limit : state.rows);
+  const int64_t split = n - n * kTailPercent / 100;
+  int64_t f = blockIdx.x, end = split, step = resident;
+  if (blockIdx.x >= resident) {  // a run of the tail
+    const int64_t runs = gridDim.x - resident, per = (n - split + runs - 1) / runs;
+    f = split + (blockIdx.x - resident) * per, end = f + per < n ? f + per : n, step = 1;
+  }
+  for (; f < end; f += step) {
+    const RowAt r = rows.at(state, f);
+    if (r.valid) token_quant_row<T, kVec, kFit, kRowRegVecs>(group, r, in, q, scales, d);
+  }
+#endif
+}
+
+// The group form a warp a row (the product's group_quant_item): warp w of CTA b takes rows b * warps + w, then a
+// grid's warps further on, and a row's groups in turns of a group per lane set (rows not computed take no turns).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_warps_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                          int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kGroupsPerWarp = device::kWarpThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t warps = blockDim.x / device::kWarpThreads, groups_per_row = d / kActGroupSize;
+  const int mine = static_cast<int>(threadIdx.x % device::kWarpThreads) / kLanes;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  for (int64_t f = blockIdx.x * warps + threadIdx.x / device::kWarpThreads; f < state.rows; f += gridDim.x * warps) {
+    const RowAt row = rows.at(state, f);
+    if (!row.valid) continue;  // warp-uniform
+    for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
+      RowAt r = row;
+      r.valid = first + mine < groups_per_row;
+      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
+    }
+  }
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 using ProductOps = MoeActOps<bf16_t>;
 using TensorView = jitkern::TensorView;
@@ -156,7 +205,7 @@ struct MaskedTokenInterleaved {
   }
 };
 
-// The sorted per-token form on the grid of persistent_grid's kPerSm (kBalanced, kOneTurn: a CTA a row).
+// The sorted per-token form on the grid of persistent_grid's kPerSm (kOneTurn: a CTA a row).
 template <int kPerSm>
 struct SortedToken {
   static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
@@ -190,31 +239,6 @@ struct SortedTokenTimes {
     ProductOps::launch_token(kernel, static_cast<unsigned>(host::min(s.op.capacity, resident * kTimes)), kTokenRowThreads, s.rows, s.op);
   }
 };
-
-// The per-token form's rows in two shares: the resident CTAs (the first `resident`) stride over the first rows,
-// all but kTailPercent of those below the count; the CTAs past them take the rest in runs of consecutive rows,
-// each starting as a resident CTA ends, so that the SMs whose rows were more often padding take more of them.
-template <typename T, int kVec, device::norm::RowFit kFit, int kTailPercent>
-__global__ void __launch_bounds__(kRowThreadsBound)
-    token_quant_tail_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t d, uint32_t resident,
-                            bool trigger_at_start) {
-#ifdef __CUDACC__
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const device::norm::CtaGroup<false> group;
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
-  const int64_t n = state.limit <= 0 ? 0 : (state.limit < state.rows ? state.limit : state.rows);
-  const int64_t split = n - n * kTailPercent / 100;
-  int64_t f = blockIdx.x, end = split, step = resident;
-  if (blockIdx.x >= resident) {  // a run of the tail
-    const int64_t runs = gridDim.x - resident, per = (n - split + runs - 1) / runs;
-    f = split + (blockIdx.x - resident) * per, end = f + per < n ? f + per : n, step = 1;
-  }
-  for (; f < end; f += step) {
-    const RowAt r = rows.at(state, f);
-    if (r.valid) token_quant_row<T, kVec, kFit, kRowRegVecs>(group, r, in, q, scales, d);
-  }
-#endif
-}
 
 // The sorted per-token form (bf16, d = 2048: CTAs of 128 threads) by token_quant_tail_kernel: the resident CTAs and
 // kTailRuns runs an SM for the last kTailPercent of the rows.
