@@ -220,7 +220,8 @@ SCHEDULES = {
     "sorted_token": [PRODUCT, ("a CTA a row", "bench_moe_act::SortedToken<jitkern_moe_act::kOneTurn>"),
                      *((f"{k} times the resident CTAs", f"bench_moe_act::SortedTokenTimes<{k}>") for k in (2, 3, 6)),
                      *((f"the resident CTAs for {100 - p}% of the rows, {r} runs an SM for the rest",
-                        f"bench_moe_act::SortedTokenTail<{p}, {r}>") for p, r in ((5, 4), (10, 4), (10, 8), (20, 8)))],
+                        f"bench_moe_act::SortedTokenTail<{p}, {r}>") for p, r in ((5, 4), (10, 4), (10, 8), (20, 8))),
+                     *((f"chunks of {k} rows, a CTA per chunk", f"bench_moe_act::SortedTokenChunks<{k}>") for k in (8, 16, 32))],
 }
 ENTRY = {"masked_group": "silu_and_mul_masked_per_token_group_quant_fp8", "masked_act": "silu_and_mul_masked",
          "masked_token": "silu_and_mul_masked_per_token_quant_fp8", "sorted_act": "silu_and_mul_sorted",

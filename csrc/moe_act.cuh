@@ -97,13 +97,12 @@ struct SortedRows {
   __device__ __forceinline__ RowAt at(int64_t f, bool computed) const { return {computed, f * in_stride, f * out_stride, f * scale_stride}; }
 };
 
-// The sorted layout in chunks of kChunkRows consecutive rows: warp 0 lists a chunk's computed rows in
+// The sorted layout in chunks of kRows consecutive rows: warp 0 lists a chunk's computed rows in
 // shared memory (two lists, so one barrier a chunk), and the CTA calls body(first row, list, count). The
 // next chunk's ids are loaded before the body runs, so their latency is hidden behind its work; the chunks
 // end at *num_post_pad (rows past it are not visited).
-template <typename Wait, typename Body>
+template <int kRows = kChunkRows, typename Wait, typename Body>
 __device__ __forceinline__ void for_each_sorted_chunk(const SortedRows& rows, const Wait& wait, const Body& body) {
-  constexpr int kRows = kChunkRows;
   static_assert(kRows <= device::kWarpThreads, "a chunk's rows are listed by one warp");
   __shared__ int32_t list[2][kRows];
   __shared__ int32_t count[2];

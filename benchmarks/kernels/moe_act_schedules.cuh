@@ -82,6 +82,21 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 #endif
 }
 
+// The per-token form by chunks of kRows consecutive rows, a CTA per chunk (for_each_sorted_chunk): the CTA
+// quantizes its chunk's computed rows one after another, so that the hardware evens out the SMs at a CTA's
+// start per chunk rather than per row. Its registers bounded for kCtas CTAs of kThreads threads an SM.
+template <typename T, int kVec, device::norm::RowFit kFit, int kRows, int kThreads, int kCtas>
+__global__ void __launch_bounds__(kThreads, kCtas)
+    token_quant_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t d, bool trigger_at_start) {
+#ifdef __CUDACC__
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const device::norm::CtaGroup<false> group;
+  for_each_sorted_chunk<kRows>(rows, WaitPrimary{trigger_at_start}, [&](int64_t first_row, const int32_t* list, int n) {
+    for (int j = 0; j < n; ++j) token_quant_row<T, kVec, kFit, kRowRegVecs>(group, rows.at(first_row + list[j], true), in, q, scales, d);
+  });
+#endif
+}
+
 // The group form a warp a row (the product's group_quant_item): warp w of CTA b takes rows b * warps + w, then a
 // grid's warps further on, and a row's groups in turns of a group per lane set (rows not computed take no turns).
 template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
@@ -257,6 +272,21 @@ struct SortedTokenTail {
     host::LaunchKernel(static_cast<unsigned>(grid), kTokenRowThreads, s.op.device)
         .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.d, static_cast<uint32_t>(resident),
                       host::pdl_early_trigger(grid));
+  }
+};
+
+// The sorted per-token form (bf16, d = 2048: CTAs of 128 threads) by token_quant_chunks_kernel, a CTA per chunk of
+// kRows rows, where the capacity holds a chunk of kChunkRows an SM (the product's launch below that).
+template <int kRows>
+struct SortedTokenChunks {
+  static void silu_and_mul_sorted_per_token_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids, TensorView output_q,
+                                                      TensorView output_s) {
+    const auto s = sorted_token_rows_of_2048(input, ids, post_pad, num_ids, output_q, output_s);
+    if (!ProductOps::sorted_chunks(s.op)) return ProductOps::token_quant(s.rows, s.op);
+    constexpr auto kernel = token_quant_chunks_kernel<bf16_t, kV, device::norm::RowFit::kExact, kRows, kTokenRowThreads, 16>;
+    const int64_t grid = host::div_ceil(s.op.capacity, int64_t{kRows});
+    host::RuntimeCheck(grid <= 0x7fffffff, "bench_moe_act: the input is too large for one launch (", grid, " CTAs)");
+    ProductOps::launch_token(kernel, static_cast<unsigned>(grid), kTokenRowThreads, s.rows, s.op);
   }
 };
 
