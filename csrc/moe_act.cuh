@@ -476,9 +476,9 @@ __global__ void __launch_bounds__(kActGroupThreads)
 }
 
 // The same over the sorted layout by chunks of kChunkRows rows (for_each_chunk): the groups of a chunk's
-// computed rows; rows not computed take no turns.
-template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
-__global__ void __launch_bounds__(kActGroupThreads)
+// computed rows; rows not computed take no turns. kCtas > 0: registers bounded for kCtas CTAs an SM.
+template <typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, int kCtas = 0>
+__global__ void __launch_bounds__(kActGroupThreads, kCtas)
     silu_and_mul_group_quant_chunks_kernel(const __grid_constant__ SortedRows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                            int64_t d, float eps, bool trigger_at_start) {
 #ifdef __CUDACC__
