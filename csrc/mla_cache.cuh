@@ -206,17 +206,17 @@ __global__ void __launch_bounds__(1024) mla_kv_rows_kernel(const __grid_constant
 
 template <typename T>
 struct MlaCacheOps {
-  // k_nope [N, Dn], k_rope [N, Dr] (rows strided, last dimension contiguous) to kv_buffer rows of Dn + Dr
+  // cache_k_nope [N, Dn], cache_k_rope [N, Dr] (rows strided, last dimension contiguous) to kv_buffer rows of Dn + Dr
   // ([slots, Dn + Dr], [slots, 1, Dn + Dr] or paged [pages, page_size, 1, Dn + Dr]) at loc [N] int32/int64;
   // with q_nope [N, H, Dn], q_rope [N, H, Dr] also q_out [N, H, Dn + Dr] (contiguous). T here; fp8 caches
   // (float8_e4m3fn or its bytes as uint8, q_out too) through store_fp8.
-  static void store(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
+  static void store(TensorView kv_buffer, TensorView loc, TensorView cache_k_nope, TensorView cache_k_rope, Optional<TensorView> q_nope,
                     Optional<TensorView> q_rope, Optional<TensorView> q_out, int64_t reserved_skip_index, double k_scale, double q_scale) {
-    store_as<false>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
+    store_as<false>(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
   }
-  static void store_fp8(TensorView kv_buffer, TensorView loc, TensorView k_nope, TensorView k_rope, Optional<TensorView> q_nope,
+  static void store_fp8(TensorView kv_buffer, TensorView loc, TensorView cache_k_nope, TensorView cache_k_rope, Optional<TensorView> q_nope,
                         Optional<TensorView> q_rope, Optional<TensorView> q_out, int64_t reserved_skip_index, double k_scale, double q_scale) {
-    store_as<true>(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
+    store_as<true>(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale);
   }
 
   // A checked call: its parameters, the vector width (kWideVec or 1), whether its rows are kFixedNope +
@@ -244,13 +244,13 @@ struct MlaCacheOps {
     using namespace host;
     using namespace host::kv_cache;
     auto N = SymbolicSize{"num_tokens"}, H = SymbolicSize{"num_heads"}, Dn = SymbolicSize{"nope_dim"}, Dr = SymbolicSize{"rope_dim"};
-    auto kn_token = SymbolicSize{"k_nope_token_stride"}, kr_token = SymbolicSize{"k_rope_token_stride"};
+    auto kn_token = SymbolicSize{"cache_k_nope_token_stride"}, kr_token = SymbolicSize{"cache_k_rope_token_stride"};
     auto qn_token = SymbolicSize{"q_nope_token_stride"}, qn_head = SymbolicSize{"q_nope_head_stride"};
     auto qr_token = SymbolicSize{"q_rope_token_stride"}, qr_head = SymbolicSize{"q_rope_head_stride"};
     auto loc_stride = SymbolicSize{"loc_stride"};
     auto dev = SymbolicDevice{};
-    TensorMatcher({N, Dn}).with_strides({kn_token, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k_nope, "k_nope");
-    TensorMatcher({N, Dr}).with_strides({kr_token, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k_rope, "k_rope");
+    TensorMatcher({N, Dn}).with_strides({kn_token, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k_nope, "cache_k_nope");
+    TensorMatcher({N, Dr}).with_strides({kr_token, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(k_rope, "cache_k_rope");
     TensorMatcher({N}).with_strides({loc_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(loc, "loc");
     const bool fp8 = is_type<uint8_t>(kv_buffer.dtype()) || is_type<fp8_e4m3_t>(kv_buffer.dtype());
     if (kFp8 && !fp8) Raise(ErrorKind::kType, "kv_buffer must be float8_e4m3fn (or its bytes as uint8) for store_fp8, got ", kv_buffer.dtype());

@@ -856,9 +856,10 @@ struct MoeOps {
     TensorMatcher({N, K}).with_strides({ws, 1}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(topk_weights, "topk_weights");
     TensorMatcher({N, K}).with_strides({is, 1}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, device).verify(topk_ids,
                                                                                                                           "topk_ids");
-    RuntimeCheck(E.unwrap() >= 1 && E.unwrap() <= kMoeMaxExperts, "the number of experts must be 1-", kMoeMaxExperts, ", got ", E.unwrap());
-    RuntimeCheck(K.unwrap() >= 1 && K.unwrap() <= kMoeMaxTopk && K.unwrap() <= E.unwrap(), "topk must be 1-", kMoeMaxTopk,
-                 " and at most the number of experts (", E.unwrap(), "), got ", K.unwrap());
+    RuntimeCheck(E.unwrap() >= 1 && E.unwrap() <= kMoeMaxExperts, "gating_output: the number of experts (its last dimension) must be 1-",
+                 kMoeMaxExperts, ", got ", E.unwrap());
+    RuntimeCheck(K.unwrap() >= 1 && K.unwrap() <= kMoeMaxTopk && K.unwrap() <= E.unwrap(), "topk_weights, topk_ids: topk (their last dimension) must be 1-",
+                 kMoeMaxTopk, " and at most the number of experts (", E.unwrap(), "), got ", K.unwrap());
     const auto stride = [](const SymbolicSize& s) { return s.has_value() ? s.unwrap() : int64_t{0}; };
     TopkParams p{};
     p.gating = gating_output.data_ptr();
@@ -874,10 +875,9 @@ struct MoeOps {
     p.renormalize = renormalize;
     p.groups = p.topk_group = 1;
     p.scaling = 1.0f;
-    if (p.tokens > 1) {
-      RuntimeCheck(p.gating_stride >= p.experts, "gating_output rows overlap: row stride ", p.gating_stride, " is smaller than ", p.experts);
-      RuntimeCheck(p.weights_stride >= p.k && p.ids_stride >= p.k, "topk_weights and topk_ids rows must not overlap");
-    }
+    check_rows_disjoint(p.tokens, p.experts, p.gating_stride, "gating_output");
+    check_rows_disjoint(p.tokens, p.k, p.weights_stride, "topk_weights");
+    check_rows_disjoint(p.tokens, p.k, p.ids_stride, "topk_ids");
     device_out = device.unwrap();
     return p;
   }

@@ -829,6 +829,7 @@ struct MoeActOps {
     host::TensorMatcher({s.op.capacity}).with_strides({stride}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
         output_s, "output_s");
     s.rows.scale_stride = stride.has_value() ? stride.unwrap() : 0;
+    host::check_disjoint(host::Extents{s.op.capacity}, host::Extents{s.rows.scale_stride}, "output_s");
     s.op.scales = static_cast<float*>(output_s.data_ptr());
     return s;
   }
@@ -841,6 +842,7 @@ struct MoeActOps {
         host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
     s.rows.scale_stride = row.has_value() ? row.unwrap() : 0;
     with_group_scales(s.op, output_s, group, eps);
+    host::check_disjoint(host::Extents{s.op.capacity, s.op.d / kActGroupSize}, host::Extents{s.rows.scale_stride, s.op.group_stride}, "output_s");
     return s;
   }
   static Masked masked_act(jitkern::TensorView input, jitkern::TensorView masked_m, jitkern::TensorView out) {
@@ -854,6 +856,7 @@ struct MoeActOps {
     host::TensorMatcher({m.experts, m.m_max}).with_strides({se, sm}).with_dtype<float>().with_device(host::device_v<kDLCUDA>, device).verify(
         output_s, "output_s");
     m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
+    host::check_disjoint(host::Extents{m.experts, m.m_max}, host::Extents{m.rows.scale_expert, m.rows.scale_row}, "output_s");
     m.op.scales = static_cast<float*>(output_s.data_ptr());
     return m;
   }
@@ -867,6 +870,8 @@ struct MoeActOps {
         host::device_v<kDLCUDA>, device).verify(output_s, "output_s");
     m.rows.scale_expert = se.has_value() ? se.unwrap() : 0, m.rows.scale_row = sm.has_value() ? sm.unwrap() : 0;
     with_group_scales(m.op, output_s, sg, eps);
+    host::check_disjoint(host::Extents{m.experts, m.m_max, m.op.d / kActGroupSize},
+                         host::Extents{m.rows.scale_expert, m.rows.scale_row, m.op.group_stride}, "output_s");
     return m;
   }
 
@@ -1084,10 +1089,8 @@ struct MoeActOps {
     TensorMatcher({1}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(post_pad, "num_tokens_post_pad");
     RuntimeCheck(num_ids >= 0 && num_ids <= INT32_MAX, "num_ids must be in [0, 2^31 - 1], got ", num_ids);
     const int64_t rows = P.unwrap(), d = D.unwrap(), is = stride_or_0(in_stride), os = stride_or_0(out_stride);
-    if (rows > 1) {
-      RuntimeCheck(is >= W.unwrap(), "input rows overlap: row stride ", is, " is smaller than the row width ", W.unwrap());
-      RuntimeCheck(os >= d, out_name, " rows overlap: row stride ", os, " is smaller than the row width ", d);
-    }
+    check_rows_disjoint(rows, W.unwrap(), is, "input");
+    check_rows_disjoint(rows, d, os, out_name);
     const int out_bytes = (out.dtype().bits + 7) / 8;
     const int vec = host::vector_width(device::kVec16<T>, d, {static_cast<const T*>(input.data_ptr()), {out.data_ptr(), out_bytes}},
                                        {rows > 1 ? is : 0, rows > 1 ? os : 0});
@@ -1112,10 +1115,8 @@ struct MoeActOps {
     RuntimeCheck(experts * m_max <= INT32_MAX, "at most 2^31 - 1 rows (num_experts * max_rows_per_expert) are supported, got ", experts * m_max);
     const int64_t in_e = experts > 1 ? stride_or_0(ie) : 0, in_m = m_max > 1 ? stride_or_0(im) : 0;
     const int64_t out_e = experts > 1 ? stride_or_0(oe) : 0, out_m = m_max > 1 ? stride_or_0(om) : 0;
-    if (m_max > 1) {
-      RuntimeCheck(in_m >= W.unwrap(), "input rows overlap: row stride ", in_m, " is smaller than the row width ", W.unwrap());
-      RuntimeCheck(out_m >= d, out_name, " rows overlap: row stride ", out_m, " is smaller than the row width ", d);
-    }
+    check_rows_disjoint(m_max, W.unwrap(), in_m, "input");
+    check_rows_disjoint(m_max, d, out_m, out_name);
     if (experts > 1) {
       RuntimeCheck(in_e >= m_max * host::max(in_m, W.unwrap()), "input experts overlap: expert stride ", in_e, " is smaller than ", m_max,
                    " rows");

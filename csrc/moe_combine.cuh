@@ -453,6 +453,7 @@ struct MoeCombineOps {
     p.in_k_stride = ks.has_value() ? ks.unwrap() : 0;
     p.out = static_cast<T*>(output.data_ptr());
     p.out_stride = os.has_value() ? os.unwrap() : 0;
+    check_rows_disjoint(N.unwrap(), H.unwrap(), p.out_stride, "output");
     p.scale = 1.0f;
     p.k = static_cast<int>(K.unwrap());
     p.tokens = N.unwrap();

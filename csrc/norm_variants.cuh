@@ -93,17 +93,17 @@ namespace jitkern_norm_variants {
 #ifndef __CUDACC_RTC__  // host code: NVRTC compiles the kernels (impl/norm_launch.cuh) only
 template <typename T>
 struct NormVariants {
-  // output[t, :] = x * rsqrt(mean(x^2) + eps) * (1 + weight), x = input[t, :]; rows may be strided; output may be input.
-  static void gemma_rmsnorm(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
-    norm<Rule::kGemma, false>(input, weight, &output, nullptr, eps);
+  // out[t, :] = x * rsqrt(mean(x^2) + eps) * (1 + weight), x = input[t, :]; rows may be strided; out may be input.
+  static void gemma_rmsnorm(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView out, double eps) {
+    norm<Rule::kGemma, false>(input, weight, &out, nullptr, eps);
   }
   // residual += input; input = gemma_rmsnorm(residual) (both in place).
   static void gemma_fused_add_rmsnorm(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight, double eps) {
     norm<Rule::kGemma, true>(input, weight, nullptr, &residual, eps);
   }
-  // output[t, :] = weight * T(x * rsqrt(mean(x^2) + eps)); output may be input.
-  static void rmsnorm_hf(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView output, double eps) {
-    norm<Rule::kHf, false>(input, weight, &output, nullptr, eps);
+  // out[t, :] = weight * T(x * rsqrt(mean(x^2) + eps)); out may be input.
+  static void rmsnorm_hf(jitkern::TensorView input, jitkern::TensorView weight, jitkern::TensorView out, double eps) {
+    norm<Rule::kHf, false>(input, weight, &out, nullptr, eps);
   }
 
  private:
@@ -112,7 +112,7 @@ struct NormVariants {
                    double eps) {
     using E = Tagged<T, kRule>;
     static_assert(sizeof(E) == sizeof(T) && alignof(E) == alignof(T), "a tagged element is its T");
-    const host::norm::TokenRows<E> rows(input, weight, output, residual, eps);
+    const host::norm::TokenRows<E> rows(input, weight, output, residual, eps, "out");
     if constexpr (kFusedAdd) {
       host::norm::launch_norm<E, true>(rows.params, 1, rows.tokens, rows.device);
     } else {  // rmsnorm's launch rule

@@ -668,23 +668,23 @@ struct QkNormRopeOps {
     setup.template launch<false, false>(is_neox, Store{}, {});
   }
 
-  // apply, with k (normalised and rotated) and v [N, Hk, D] written to k_cache[cache_loc[i]] and
-  // v_cache[cache_loc[i]] (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape;
+  // apply, with k (normalised and rotated) and value [N, Hk, D] written to k_buffer[cache_loc[i]] and
+  // v_buffer[cache_loc[i]] (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape;
   // T here, float8_e4m3fn or its bytes as uint8 through apply_store_fp8 with k_scale and v_scale: one
   // export per cache type, so that a first call compiles only its own kernels).
   static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight, TensorView cos_sin_cache,
-                          double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView v,
-                          TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale, double v_scale) {
+                          double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w, bool mrope_interleaved, TensorView value,
+                          TensorView k_buffer, TensorView v_buffer, TensorView cache_loc, double k_scale, double v_scale) {
     Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
-    const StoreArgs a = store_args<false>(setup, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+    const StoreArgs a = store_args<false>(setup, value, k_buffer, v_buffer, cache_loc, k_scale, v_scale);
     setup.template launch<false, true>(is_neox, a.s, a.wide);
   }
   static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_weight, TensorView k_weight,
                               TensorView cos_sin_cache, double eps, double weight_offset, bool is_neox, int64_t mrope_t, int64_t mrope_h, int64_t mrope_w,
-                              bool mrope_interleaved, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc, double k_scale,
-                              double v_scale) {
+                              bool mrope_interleaved, TensorView value, TensorView k_buffer, TensorView v_buffer, TensorView cache_loc,
+                              double k_scale, double v_scale) {
     Setup setup(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, {mrope_t, mrope_h, mrope_w, mrope_interleaved});
-    const StoreArgs a = store_args<true>(setup, v, k_cache, v_cache, cache_loc, k_scale, v_scale);
+    const StoreArgs a = store_args<true>(setup, value, k_buffer, v_buffer, cache_loc, k_scale, v_scale);
     setup.template launch<true, true>(is_neox, a.s, a.wide);
   }
 
@@ -712,25 +712,25 @@ struct QkNormRopeOps {
     auto v_token = SymbolicSize{"v_token_stride"}, v_head = SymbolicSize{"v_head_stride"}, loc_stride = SymbolicSize{"cache_loc_stride"};
     auto dev = SymbolicDevice{};
     dev.set_value(setup.device);
-    TensorMatcher({N, Hk, D}).with_strides({v_token, v_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(v, "v");
+    TensorMatcher({N, Hk, D}).with_strides({v_token, v_head, 1}).with_dtype<T>().with_device(device_v<kDLCUDA>, dev).verify(v, "value");
     TensorMatcher({N}).with_strides({loc_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(cache_loc, "cache_loc");
     const bool fp8 = is_type<uint8_t>(k_cache.dtype()) || is_type<fp8_e4m3_t>(k_cache.dtype());
-    if (kFp8 && !fp8) Raise(ErrorKind::kType, "k_cache must be float8_e4m3fn (or its bytes as uint8) for apply_store_fp8, got ", k_cache.dtype());
+    if (kFp8 && !fp8) Raise(ErrorKind::kType, "k_buffer must be float8_e4m3fn (or its bytes as uint8) for apply_store_fp8, got ", k_cache.dtype());
     if (!kFp8 && !is_type<T>(k_cache.dtype()))
-      Raise(ErrorKind::kType, "k_cache must have the inputs' dtype ", dtype_trait<T>::value, " for apply_store (fp8 caches: apply_store_fp8), got ",
+      Raise(ErrorKind::kType, "k_buffer must have the inputs' dtype ", dtype_trait<T>::value, " for apply_store (fp8 caches: apply_store_fp8), got ",
             k_cache.dtype());
     if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
-      Raise(ErrorKind::kType, "v_cache must have k_cache's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
-    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+      Raise(ErrorKind::kType, "v_buffer must have k_buffer's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
+    check_same_shape(k_cache, v_cache, "k_buffer", "v_buffer");
     RuntimeCheck(std::isfinite(k_scale) && k_scale > 0 && std::isfinite(v_scale) && v_scale > 0,
                  "k_scale and v_scale must be finite and positive, got ", k_scale, " and ", v_scale);
-    RuntimeCheck(kFp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_cache is ",
+    RuntimeCheck(kFp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_buffer is ",
                  k_cache.dtype());
     const int64_t row = int64_t{setup.p.k_heads} * setup.p.head_dim;
     Store s{};
     s.v = v.data_ptr(), s.v_token = stride_of(v_token), s.v_head = stride_of(v_head);
-    s.k_cache = cache_layout(k_cache, row, setup.device.device_id, "k_cache");
-    s.v_cache = cache_layout(v_cache, row, setup.device.device_id, "v_cache");
+    s.k_cache = cache_layout(k_cache, row, setup.device.device_id, "k_buffer");
+    s.v_cache = cache_layout(v_cache, row, setup.device.device_id, "v_buffer");
     s.loc = cache_loc.data_ptr(), s.loc_stride = stride_of(loc_stride), s.loc64 = is_type<int64_t>(cache_loc.dtype());
     s.k_scale = static_cast<float>(k_scale), s.v_scale = static_cast<float>(v_scale);
     const int cb = kFp8 ? 1 : static_cast<int>(sizeof(T));
@@ -778,6 +778,14 @@ struct QkNormRopeOps {
       RuntimeCheck(head_dim > 0, "head_size (q's last dimension) must be positive");
       RuntimeCheck(rot >= 2 && rot % 2 == 0 && rot <= head_dim, "cos_sin_cache width (the rotary dim) must be even and within [2, head_size ",
                    head_dim, "], got ", rot);
+      // A head's pair units and unrotated columns fit a lane group's registers (kItems<1> elements a lane).
+      constexpr int64_t kMaxHalf = int64_t{kMaxLanes} * kItems<1>;
+      RuntimeCheck(rot / 2 <= kMaxHalf && head_dim - rot <= kMaxHalf, "head_size ", head_dim, " with rotary dim ", rot, " is too large: at most ",
+                   2 * kMaxHalf, " rotated and ", kMaxHalf, " unrotated columns");
+      check_disjoint(Extents{N.unwrap(), Hq.unwrap(), head_dim}, Extents{stride_of(q_token), stride_of(q_head), 1}, "q");
+      check_disjoint(Extents{N.unwrap(), Hk.unwrap(), head_dim}, Extents{stride_of(k_token), stride_of(k_head), 1}, "k");
+      RuntimeCheck(q.data_ptr() != k.data_ptr() || N.unwrap() * Hq.unwrap() * Hk.unwrap() == 0, "q and k must not overlap: both start at ",
+                   q.data_ptr());
       const int64_t heads = Hq.unwrap() + 2 * Hk.unwrap();  // q, k and the cache write's v
       RuntimeCheck(N.unwrap() * heads * 32 < (int64_t{1} << 31), "num_tokens * (num_q_heads + 2 num_kv_heads) must be below 2^26, got ",
                    N.unwrap(), " * ", heads);
@@ -810,13 +818,10 @@ struct QkNormRopeOps {
     }
 
     // Whether the operands allow 16-byte vectors (wide_store: the cache write's do too); else one-element
-    // vectors, which every head that fits a lane group's registers takes.
+    // vectors, which every head takes (the constructor checked that it fits a lane group's registers).
     template <bool kStore>
     bool wide_vectors(bool wide_store) const {
-      if (wide && (!kStore || wide_store) && fits<kWideVec>()) return true;
-      host::RuntimeCheck(fits<1>(), "head_size ", p.head_dim, " with rotary dim ", 2 * p.rot_half, " is too large: at most ",
-                         2 * kMaxLanes * kItems<1>, " rotated and ", kMaxLanes * kItems<1>, " unrotated columns");
-      return false;
+      return wide && (!kStore || wide_store) && fits<kWideVec>();
     }
 
     // The launch rule: from kStagedMinTokensStore tokens with the cache write (kStagedMinTokens without),

@@ -668,28 +668,28 @@ struct RopeOps {
     Hk.set_value(setup.p.k_heads);
     auto dev = SymbolicDevice{};
     dev.set_value(setup.device);
-    const HeadsArg va = heads_arg<T>(v, N, Hk, head_size, dev, {"v", "v_token_stride", "v_head_stride", "v_width"});
+    const HeadsArg va = heads_arg<T>(v, N, Hk, head_size, dev, {"value", "value_token_stride", "value_head_stride", "value_width"});
     auto loc_stride = SymbolicSize{"cache_loc_stride"};
     TensorMatcher({N}).with_strides({loc_stride}).with_dtype<int32_t, int64_t>().with_device(device_v<kDLCUDA>, dev).verify(cache_loc, "cache_loc");
     const bool fp8 = is_type<uint8_t>(k_cache.dtype()) || is_type<fp8_e4m3_t>(k_cache.dtype());
     if (!fp8 && !is_type<T>(k_cache.dtype()))
-      Raise(ErrorKind::kType, "k_cache must have the inputs' dtype ", dtype_trait<T>::value, " or be float8_e4m3fn (or its bytes as uint8), got ",
+      Raise(ErrorKind::kType, "k_buffer must have the inputs' dtype ", dtype_trait<T>::value, " or be float8_e4m3fn (or its bytes as uint8), got ",
             k_cache.dtype());
     if (fp8 != kFp8)
-      Raise(ErrorKind::kType, "k_cache is ", k_cache.dtype(), ": its cache write is ", fp8 ? "apply_store_fp8" : "apply_store", ", not ",
+      Raise(ErrorKind::kType, "k_buffer is ", k_cache.dtype(), ": its cache write is ", fp8 ? "apply_store_fp8" : "apply_store", ", not ",
             kFp8 ? "apply_store_fp8" : "apply_store");
     if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
-      Raise(ErrorKind::kType, "v_cache must have k_cache's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
-    check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+      Raise(ErrorKind::kType, "v_buffer must have k_buffer's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
+    check_same_shape(k_cache, v_cache, "k_buffer", "v_buffer");
     RuntimeCheck(std::isfinite(k_scale) && k_scale > 0 && std::isfinite(v_scale) && v_scale > 0,
                  "k_scale and v_scale must be finite and positive, got ", k_scale, " and ", v_scale);
-    RuntimeCheck(fp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_cache is ",
+    RuntimeCheck(fp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_buffer is ",
                  k_cache.dtype());
     const int64_t row = setup.p.k_heads * head_size;
     KvStoreParams s{};
     s.v = va.ptr, s.v_token = va.token_stride, s.v_head = va.head_stride;
-    s.k_cache = cache_layout(k_cache, row, setup.device.device_id, "k_cache");
-    s.v_cache = cache_layout(v_cache, row, setup.device.device_id, "v_cache");
+    s.k_cache = cache_layout(k_cache, row, setup.device.device_id, "k_buffer");
+    s.v_cache = cache_layout(v_cache, row, setup.device.device_id, "v_buffer");
     s.loc = cache_loc.data_ptr(), s.loc_stride = stride_of(loc_stride), s.loc64 = is_type<int64_t>(cache_loc.dtype());
     s.k_scale = static_cast<float>(k_scale), s.v_scale = static_cast<float>(v_scale);
     const int64_t cb = fp8 ? 1 : sizeof(T), e = sizeof(T);

@@ -300,5 +300,39 @@ class TensorMatcher {
   detail::MatcherSpec m_spec;
 };
 
+// `rows` written rows of `width` elements, `stride` elements apart, share no element: a stride below the width
+// (0: one row seen many times) would let two rows write the same elements. `name`: the argument's name.
+inline void check_rows_disjoint(int64_t rows, int64_t width, int64_t stride, const char* name) {
+  if (rows > 1) RuntimeCheck(stride >= width, name, " rows overlap: row stride ", stride, " is smaller than the row width ", width);
+}
+
+// A tensor's sizes or strides, in elements (named at calls in templates, where nvcc's host pass re-emits a bare
+// braced argument as a statement expression).
+using Extents = std::initializer_list<int64_t>;
+
+// A written tensor's elements are distinct: taken from the smallest stride up, each dimension of more than one
+// element lies at least as far apart as the dimensions inside it reach (as in every dense, padded or transposed
+// layout). Refuses 0 strides (broadcasts) and rows, heads or columns that overlap. At most 8 dimensions.
+inline void check_disjoint(Extents sizes, Extents strides, const char* name) {
+  constexpr std::size_t kMaxDims = 8;
+  const std::size_t n = sizes.size();
+  RuntimeCheck(n == strides.size() && n <= kMaxDims, "check_disjoint(", name, "): as many sizes as strides, at most ", kMaxDims);
+  for (int64_t size : sizes)
+    if (size == 0) return;
+  bool taken[kMaxDims] = {};
+  int64_t reach = 1;  // the elements the dimensions taken so far span
+  for (std::size_t round = 0; round < n; ++round) {
+    std::size_t k = n;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!taken[i] && sizes.begin()[i] > 1 && (k == n || strides.begin()[i] < strides.begin()[k])) k = i;
+    if (k == n) return;
+    taken[k] = true;
+    const int64_t size = sizes.begin()[k], stride = strides.begin()[k];
+    RuntimeCheck(stride >= reach, name, " overlaps itself: its dimension ", k, " (", size, " elements, stride ", stride, ") is closer than the ",
+                 reach, " elements the dimensions inside it span");
+    reach += (size - 1) * stride;
+  }
+}
+
 }  // namespace host
 #endif  // __CUDACC_RTC__

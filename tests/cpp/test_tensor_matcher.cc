@@ -269,3 +269,31 @@ TEST(TensorMatcher, ValueFormsOfDTypeAndDevice) {
   host::TensorMatcher({-1, 2}).with_dtype(host::dtype_v<float, int32_t>, dtype).verify(i.view());
   EXPECT_TRUE(dtype.is_type<int32_t>());
 }
+
+TEST(WrittenLayouts, RowsMustNotOverlap) {
+  check_rows_disjoint(4, 128, 128, "out");
+  check_rows_disjoint(4, 128, 200, "out");  // padded rows
+  check_rows_disjoint(1, 128, 0, "out");    // one row: its stride is never used
+  EXPECT_CONTAINS(failure([] { check_rows_disjoint(4, 128, 64, "out"); }), "out rows overlap: row stride 64 is smaller than the row width 128");
+  EXPECT_CONTAINS(failure([] { check_rows_disjoint(2, 4096, 0, "output"); }), "output rows overlap: row stride 0");
+}
+
+TEST(WrittenLayouts, DisjointTakesDenseTransposedAndPaddedLayouts) {
+  check_disjoint(Extents{5, 4, 128}, Extents{512, 128, 1}, "q");           // dense
+  check_disjoint(Extents{5, 4, 128}, Extents{128, 640, 1}, "q");           // heads outermost (a transposed view)
+  check_disjoint(Extents{5, 4, 128}, Extents{1536, 384, 1}, "q");          // a slice of a fused qkv buffer
+  check_disjoint(Extents{100, 40}, Extents{1, 104}, "output_s");           // column-major scales, columns padded
+  check_disjoint(Extents{1, 4, 128}, Extents{0, 128, 1}, "q");             // a size-1 dimension's stride is never used
+  check_disjoint(Extents{0, 4, 128}, Extents{0, 0, 0}, "q");               // nothing written
+  check_disjoint(Extents{8, 16, 576}, Extents{16 * 600, 600, 1}, "cache"); // paged, rows padded
+}
+
+TEST(WrittenLayouts, DisjointRefusesBroadcastsAndOverlaps) {
+  EXPECT_CONTAINS(failure([] { check_disjoint(Extents{5, 4, 128}, Extents{512, 64, 1}, "q"); }),
+                  "q overlaps itself: its dimension 1 (4 elements, stride 64) is closer than the 128 elements the dimensions inside it span");
+  EXPECT_CONTAINS(failure([] { check_disjoint(Extents{100, 40}, Extents{0, 1}, "output_s"); }), "output_s overlaps itself: its dimension 0");
+  EXPECT_CONTAINS(failure([] { check_disjoint(Extents{100, 40}, Extents{1, 99}, "output_s"); }),
+                  "its dimension 1 (40 elements, stride 99) is closer than the 100 elements");
+  EXPECT_CONTAINS(failure([] { check_disjoint(Extents{8, 16, 576}, Extents{16 * 576 - 1, 576, 1}, "cache"); }), "cache overlaps itself");
+  EXPECT_CONTAINS(failure([] { check_disjoint(Extents{2, 3}, Extents{1}, "t"); }), "as many sizes as strides");
+}

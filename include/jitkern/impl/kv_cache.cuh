@@ -122,6 +122,11 @@ inline device::kv_cache::CacheLayout cache_layout(jitkern::TensorView cache, int
   RuntimeCheck(first > 0, name, " must be [slots, *row] or [pages, page_size, *row] with rows of ", row_elems, " elements; its ",
                cache.dim(), " dimensions hold ", elems_from(1), " elements after the first");
   RuntimeCheck(row_is_compact(cache, first), name, ": each row (the dimensions after the first ", first, ") must be contiguous");
+  if (first == 2) {
+    check_disjoint(Extents{cache.size(0), cache.size(1), row_elems}, Extents{cache.stride(0), cache.stride(1), 1}, name);
+  } else {
+    check_disjoint(Extents{cache.size(0), row_elems}, Extents{cache.stride(0), 1}, name);
+  }
   const int64_t elem = static_cast<int64_t>(dtype_bytes(cache.dtype()));
   device::kv_cache::CacheLayout c{};
   c.base = static_cast<char*>(cache.data_ptr());

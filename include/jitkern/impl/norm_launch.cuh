@@ -507,7 +507,7 @@ inline float checked_eps(double eps) {
 }
 
 // The row problem of rmsnorm-like ops (one row of `hidden` elements per token), with its arguments
-// verified: input [N, H] and, where given, output and residual [N, H] (strided rows), weight [H].
+// verified: input [N, H] and, where given, output (named output_name) and residual [N, H] (strided rows), weight [H].
 template <typename T>
 struct TokenRows {
   NormParams<T> params{};
@@ -515,7 +515,7 @@ struct TokenRows {
   DLDevice device{};
 
   TokenRows(jitkern::TensorView input, jitkern::TensorView weight, const jitkern::TensorView* output,
-            const jitkern::TensorView* residual, double eps) {
+            const jitkern::TensorView* residual, double eps, const char* output_name = "output") {
     using namespace host;
     auto N = SymbolicSize{"num_tokens"};
     auto H = SymbolicSize{"hidden_size"};
@@ -525,12 +525,12 @@ struct TokenRows {
     auto dev = SymbolicDevice{};
     TensorMatcher({N, H}).with_strides({in_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(input, "input");
     if (output != nullptr)
-      TensorMatcher({N, H}).with_strides({out_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*output, "output");
+      TensorMatcher({N, H}).with_strides({out_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*output, output_name);
     if (residual != nullptr)
       TensorMatcher({N, H}).with_strides({res_stride, 1}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(*residual, "residual");
     TensorMatcher({H}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, dev).verify(weight, "weight");
     check_rows(N, H, in_stride, "input");
-    if (output != nullptr) check_rows(N, H, out_stride, "output");
+    if (output != nullptr) check_rows(N, H, out_stride, output_name);
     if (residual != nullptr) check_rows(N, H, res_stride, "residual");
     params.hidden = H.unwrap();
     params.eps = checked_eps(eps);
@@ -548,9 +548,7 @@ struct TokenRows {
   static int64_t stride_of(const host::SymbolicSize& s) { return s.has_value() ? s.unwrap() : 0; }
 
   static void check_rows(int64_t rows, int64_t width, const host::SymbolicSize& stride, const char* name) {
-    if (rows > 1)
-      host::RuntimeCheck(stride.unwrap() >= width, name, " rows overlap: row stride ", stride.unwrap(), " is smaller than the row width ",
-                         width);
+    if (rows > 1) host::check_rows_disjoint(rows, width, stride.unwrap(), name);
   }
   static void check_rows(const host::SymbolicSize& rows, const host::SymbolicSize& width, const host::SymbolicSize& stride,
                          const char* name) {

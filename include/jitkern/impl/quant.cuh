@@ -656,6 +656,7 @@ inline CheckedGroupScales verify_group_scales(jitkern::TensorView output_s, int6
       .with_device(device_v<kDLCUDA>, device)
       .verify(output_s, "output_s");
   const int64_t s_row = s_rows.has_value() ? s_rows.unwrap() : 0, s_group = s_groups.has_value() ? s_groups.unwrap() : 0;
+  check_disjoint(Extents{rows, ue8m0 ? div_ceil(groups, 4) : groups}, Extents{s_row, s_group}, "output_s");
   const bool flat = !ue8m0 && (groups <= 1 || s_group == 1) && (rows <= 1 || s_row == groups);
   return {{output_s.data_ptr(), s_row, s_group, flat}, ue8m0};
 }

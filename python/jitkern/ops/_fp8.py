@@ -30,8 +30,13 @@ def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, 
     [rows, ceil(H / group_size / 4)], four UE8M0 exponents per int32 (group 4k + b in byte b).
     column_major_scales: stored column by column (a [groups, rows] buffer, transposed); scale_tma_aligned:
     each column padded to a multiple of 16 bytes (what TMA loads need)."""
+    return group_scales_for(x, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0, "group_scales_like")
+
+
+def group_scales_for(x, group_size: int, column_major_scales: bool, scale_tma_aligned: bool, scale_ue8m0: bool, public: str):
+    """group_scales_like's tensor for the op `public` (named in its errors)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    padded = scale_column_rows(rows, column_major_scales, scale_tma_aligned, "per_token_group_quant_8bit")
+    padded = scale_column_rows(rows, column_major_scales, scale_tma_aligned, public)
     groups = x.shape[-1] // group_size if group_size > 0 else 0  # a bad group_size is the op's to refuse, by name
     dtype = torch.int32 if scale_ue8m0 else torch.float32
     cols = -(-groups // 4) if scale_ue8m0 else groups
@@ -39,6 +44,14 @@ def group_scales_like(x, group_size: int, *, column_major_scales: bool = False, 
         shape = (*x.shape[:-1], cols) if not scale_ue8m0 else (rows, cols)
         return torch.empty(shape, dtype=dtype, device=x.device)
     return torch.empty((cols, padded), dtype=dtype, device=x.device)[:, :rows].t()
+
+
+def check_scales_format(output_s, scale_ue8m0: bool, public: str) -> None:
+    """A given output_s holds the format scale_ue8m0 names: int32 words of four UE8M0 exponents with it,
+    float32 without (its layout is its strides')."""
+    if isinstance(output_s, torch.Tensor) and (output_s.dtype == torch.int32) != bool(scale_ue8m0):
+        want = "int32 (four UE8M0 exponents a word)" if scale_ue8m0 else "float32"
+        raise ValueError(f"{public}(): output_s must be {want} with scale_ue8m0={bool(scale_ue8m0)}, got {output_s.dtype}")
 
 
 def check_group_size(group_size, public: str) -> None:

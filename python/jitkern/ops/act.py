@@ -15,7 +15,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
+from ._fp8 import _bytes, _check_scale, check_group_size, check_scales_format, group_scales_for, group_scales_like
 from ._shapes import as_rows
 
 _ACTIVATIONS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
@@ -118,6 +118,7 @@ def silu_and_mul_per_token_group_quant_fp8(input: torch.Tensor, group_size: int 
     consecutive outputs of a row, s = max(amax(|group|), eps) / 448, in one pass; the scale layouts and
     the bits of per_token_group_quant_8bit(y, group_size, eps=eps, ...) (see group_scales_like)."""
     public = "silu_and_mul_per_token_group_quant_fp8"
+    check_scales_format(output_s, scale_ue8m0, public)
     if compiling():
         q, s = torch.ops.jitkern.silu_and_mul_per_token_group_quant_fp8(input, group_size, eps, column_major_scales, scale_tma_aligned,
                                                                          scale_ue8m0)
@@ -125,8 +126,7 @@ def silu_and_mul_per_token_group_quant_fp8(input: torch.Tensor, group_size: int 
     fn = _FAMILY.function("silu_and_mul_group_quant", input, public)
     check_group_size(group_size, public)
     q = _half_like(input, torch.float8_e4m3fn) if output_q is None else output_q
-    s = output_s if output_s is not None else group_scales_like(
-        q, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
+    s = output_s if output_s is not None else group_scales_for(q, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0, public)
     s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
     fn(_rows(input, public, "input", False), _bytes(q, "output_q", public), s2, group_size, float(eps))
     return q, s

@@ -12,7 +12,7 @@ dtype, ValueError for a shape, stride, device or value). Each op is a torch cust
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, compiling, torch
+from .._torch import ModuleExports, check_cuda_tensor, compiling, torch
 from ..jit import JitSpec
 from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import package_spec
@@ -35,6 +35,12 @@ FAMILY = Family(*_FUNCTIONS.values())
 
 
 # The torch custom ops are what torch.compile traces (their implementations are the eager paths).
+def _check_cuda(public: str, **tensors) -> None:
+    """Every tensor argument on a CUDA device, checked before the op loads its module (no compile for a CPU tensor)."""
+    for name, x in tensors.items():
+        check_cuda_tensor(public, name, x)
+
+
 @FAMILY.op("store_cache", torch=(TorchOp("store_cache", export="store_cache"),))
 def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_split: int = 0) -> None:
     """k_cache[indices[i]] = k[i], v_cache[indices[i]] = v[i]: k, v [T, *row]; caches [slots, *row] or
@@ -43,6 +49,7 @@ def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_spli
     accepted and ignored."""
     if compiling():
         return torch.ops.jitkern.store_cache(k, v, k_cache, v_cache, indices)
+    _check_cuda("store_cache", k=k, v=v, k_cache=k_cache, v_cache=v_cache, indices=indices)
     _FUNCTIONS["store_cache"]("store_cache")(k, v, k_cache, v_cache, indices)
 
 
@@ -51,6 +58,7 @@ def concat_mla_k(k, k_nope, k_rope) -> None:
     """k [T, H, Dn + Dr] = [k_nope [T, H, Dn] | k_rope [T, 1, Dr] broadcast over the heads]."""
     if compiling():
         return torch.ops.jitkern.concat_mla_k(k, k_nope, k_rope)
+    _check_cuda("concat_mla_k", k=k, k_nope=k_nope, k_rope=k_rope)
     _FUNCTIONS["concat_mla"]("concat_mla_k")(k, k_nope, k_rope)
 
 
@@ -63,9 +71,8 @@ def concat_mla_absorb_q(a, b):
     """[a | b] over the last dimension: a [A, B, Da], b [A, B, Db] -> a new [A, B, Da + Db]."""
     if compiling():
         return torch.ops.jitkern.concat_mla_absorb_q(a, b)
+    _check_cuda("concat_mla_absorb_q", a=a, b=b)
     fn = _FUNCTIONS["concat_mla"]("concat_mla_absorb_q")
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        raise TypeError(f"concat_mla_absorb_q(): a and b must be torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
     out = _absorb_q_out(a, b)
     fn(a, b, out)
     return out

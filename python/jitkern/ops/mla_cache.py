@@ -23,7 +23,7 @@ from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
 from .rope import _cache, _scale
 
-_ARGS = "kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale"
+_ARGS = "kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale"
 _FAMILY = DtypeFamily("mla_cache", "jitkern_mla_cache::MlaCacheOps", {"store": _ARGS, "store_fp8": _ARGS},
                       compile_seconds={"store": 2.5, "store_fp8": 3.0})  # estimates: the order parallel builds start in
 FAMILY = Family(_FAMILY)
@@ -47,7 +47,7 @@ def _store(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, q_out, reserved_skip_
     export = "store_fp8" if _is_fp8(kv_buffer) else "store"
     fn = _FUNCTIONS.get((export, getattr(k_nope, "dtype", None))) or _FAMILY.function(export, k_nope, public, "cache_k_nope")
     fn(_cache(kv_buffer), loc, _rows(k_nope), _rows(k_rope), q_nope, q_rope, _cache(q_out), int(reserved_skip_index),
-       _scale(k_scale, "k_scale"), _scale(q_scale, "q_scale"))
+       _scale(k_scale, "k_scale", public), _scale(q_scale, "q_scale", public))
 
 
 @FAMILY.op("store", "store_fp8", torch=(TorchOp(
@@ -59,7 +59,8 @@ def set_mla_kv_buffer(kv_buffer, loc, cache_k_nope, cache_k_rope, num_warps: int
                       k_scale: float | None = None) -> None:
     """kv_buffer[loc[i]] = [cache_k_nope[i] | cache_k_rope[i]] (fp8 caches: divided by k_scale)."""
     if compiling():
-        return torch.ops.jitkern.set_mla_kv_buffer(kv_buffer, loc, cache_k_nope, cache_k_rope, reserved_skip_index, _scale(k_scale, "k_scale"))
+        return torch.ops.jitkern.set_mla_kv_buffer(kv_buffer, loc, cache_k_nope, cache_k_rope, reserved_skip_index,
+                                                   _scale(k_scale, "k_scale", "set_mla_kv_buffer"))
     _store(kv_buffer, loc, cache_k_nope, cache_k_rope, None, None, None, reserved_skip_index, k_scale, None, "set_mla_kv_buffer")
 
 
@@ -82,9 +83,13 @@ def _concat_q(kv_buffer, loc, k_nope, k_rope, q_nope, q_rope, skip, k_scale, q_s
 def set_mla_kv_concat_q(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, num_warps: int = 0, *, reserved_skip_index: int = -1,
                         k_scale: float | None = None, q_scale: float | None = None):
     """set_mla_kv_buffer, and returns [q_nope | q_rope] (float8_e4m3fn, divided by q_scale, with an fp8 cache)."""
+    public = "set_mla_kv_concat_q"
+    for name, x in (("q_nope", q_nope), ("q_rope", q_rope)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{public}(): {name} must be a tensor, got {type(x).__name__}")
     if compiling():
         return torch.ops.jitkern.set_mla_kv_concat_q(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, reserved_skip_index,
-                                                     _scale(k_scale, "k_scale"), _scale(q_scale, "q_scale"))
-    q_out = _query_out(kv_buffer, q_nope, q_rope) if isinstance(q_nope, torch.Tensor) and isinstance(q_rope, torch.Tensor) else None
-    _store(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale, "set_mla_kv_concat_q")
+                                                     _scale(k_scale, "k_scale", public), _scale(q_scale, "q_scale", public))
+    q_out = _query_out(kv_buffer, q_nope, q_rope)
+    _store(kv_buffer, loc, cache_k_nope, cache_k_rope, q_nope, q_rope, q_out, reserved_skip_index, k_scale, q_scale, public)
     return q_out

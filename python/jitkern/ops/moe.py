@@ -16,7 +16,7 @@ The C++ entry points check every argument and name the bad one. Each op is also 
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, compiling, torch
+from .._torch import ModuleExports, check_cuda_tensor, compiling, torch
 from ..jit import JitSpec
 from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import DtypeFamily, package_spec
@@ -86,7 +86,7 @@ def align_sizes(num_ids: int, num_experts: int, block_size: int) -> tuple[int, i
     TorchOp("moe_align_block_size_out", export="moe_align_block_size")))
 def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: int, sorted_token_ids: torch.Tensor | None = None,
                          expert_ids: torch.Tensor | None = None, num_tokens_post_pad: torch.Tensor | None = None):
-    """Sorts the ids of topk_ids (int32/int64, contiguous) by expert for a grouped GEMM of block_size rows:
+    """Sorts the ids of topk_ids (int32/int64, any shape and strides) by expert for a grouped GEMM of block_size rows:
     sorted_token_ids (int32) holds each expert's ids (flat positions in topk_ids) padded with
     topk_ids.numel() to a multiple of block_size, experts in order, then topk_ids.numel() to its end;
     expert_ids (int32) the expert of each block (-1 after the last); num_tokens_post_pad (int32 [1]) the
@@ -96,14 +96,17 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: i
             return torch.ops.jitkern.moe_align_block_size(topk_ids, num_experts, block_size)
         torch.ops.jitkern.moe_align_block_size_out(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
         return sorted_token_ids, expert_ids, num_tokens_post_pad
-    fn = _align("moe_align_block_size")
+    public = "moe_align_block_size"
+    for name, x in (("topk_ids", topk_ids), ("sorted_token_ids", sorted_token_ids), ("expert_ids", expert_ids),
+                    ("num_tokens_post_pad", num_tokens_post_pad)):
+        if x is not None:
+            check_cuda_tensor(public, name, x)
+    fn = _align(public)
     if sorted_token_ids is None or expert_ids is None or num_tokens_post_pad is None:
         sorted_token_ids, expert_ids, num_tokens_post_pad = _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids,
                                                                            num_tokens_post_pad)
-    flat = topk_ids.view(-1) if isinstance(topk_ids, torch.Tensor) and topk_ids.dim() != 1 and topk_ids.is_contiguous() else topk_ids
-    if isinstance(flat, torch.Tensor) and flat.dim() != 1:
-        raise ValueError(f"moe_align_block_size(): topk_ids must be contiguous, got strides {topk_ids.stride()}")
-    fn(flat, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
+    # The ids are only read: a strided topk_ids (e.g. the first k columns of a wider buffer) is copied.
+    fn(topk_ids.reshape(-1), num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
     return sorted_token_ids, expert_ids, num_tokens_post_pad
 
 

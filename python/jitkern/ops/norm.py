@@ -33,7 +33,7 @@ _norm_module = _FAMILY.exports
 # their fake implementations only describe outputs, so tracing never builds a module.
 @FAMILY.op("rmsnorm", torch=(TorchOp("rmsnorm", "(Tensor input, Tensor weight, float eps) -> Tensor",
                                      lambda input, weight, eps: rmsnorm(input, weight, None, eps),
-                                     lambda input, weight, eps: torch.empty_like(input)),
+                                     lambda input, weight, eps: torch.empty_like(input, memory_format=torch.contiguous_format)),
                              TorchOp("rmsnorm_out", export="rmsnorm")))
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """output = input * rsqrt(mean(input^2, -1) + eps) * weight over the last dimension of [..., H] (pass output=input
@@ -45,7 +45,7 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | No
         return output
     fn = _FUNCTIONS.get(("rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("rmsnorm", input, "rmsnorm")
     if output is None:
-        output = torch.empty_like(input)
+        output = torch.empty_like(input, memory_format=torch.contiguous_format)
     if input.dim() == 2:
         fn(input, weight, output, eps)
     else:

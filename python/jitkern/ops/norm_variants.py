@@ -22,9 +22,9 @@ from ._dtype_family import TOKEN_NORM_DEVICE_PARTS, DtypeFamily
 from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("norm_variants", "jitkern_norm_variants::NormVariants", {
-    "gemma_rmsnorm": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
+    "gemma_rmsnorm": "Tensor input, Tensor weight, Tensor(a!) out, float eps",
     "gemma_fused_add_rmsnorm": "Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps",
-    "rmsnorm_hf": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
+    "rmsnorm_hf": "Tensor input, Tensor weight, Tensor(a!) out, float eps",
 }, compile_seconds={"gemma_rmsnorm": 3.3, "gemma_fused_add_rmsnorm": 3.3, "rmsnorm_hf": 3.3},  # as rmsnorm's: the same kernels
    device_parts={"gemma_rmsnorm": TOKEN_NORM_DEVICE_PARTS, "rmsnorm_hf": TOKEN_NORM_DEVICE_PARTS})
 FAMILY = Family(_FAMILY)
@@ -42,7 +42,7 @@ def _normed(export: str, input, weight, out, eps):
         return out
     fn = _FUNCTIONS.get((export, getattr(input, "dtype", None))) or _FAMILY.function(export, input, export)
     if out is None:
-        out = torch.empty_like(input)
+        out = torch.empty_like(input, memory_format=torch.contiguous_format)
     if input.dim() == 2:
         fn(input, weight, out, eps)
     else:
@@ -55,7 +55,7 @@ def _traced_as(name: str, op):
     def into(input, weight, out, eps):
         op(input, weight, eps, out)
     return (TorchOp(name, "(Tensor input, Tensor weight, float eps) -> Tensor", lambda input, weight, eps: op(input, weight, eps),
-                    lambda input, weight, eps: torch.empty_like(input)),
+                    lambda input, weight, eps: torch.empty_like(input, memory_format=torch.contiguous_format)),
             TorchOp(f"{name}_out", "(Tensor input, Tensor weight, Tensor(a!) out, float eps) -> ()", into))
 
 

@@ -36,7 +36,7 @@ from ._shapes import as_rows
 from .rope import _cache, _scale, _store_export
 
 _ARGS = "positions, q, k, q_weight, k_weight, cos_sin_cache, eps, weight_offset, is_neox, mrope_t, mrope_h, mrope_w, mrope_interleaved"
-_STORE_ARGS = f"{_ARGS}, v, k_cache, v_cache, cache_loc, k_scale, v_scale"
+_STORE_ARGS = f"{_ARGS}, value, k_buffer, v_buffer, cache_loc, k_scale, v_scale"
 _FAMILY = DtypeFamily("qknorm_rope", "jitkern_qknorm_rope::QkNormRopeOps", {
     "apply": _ARGS,
     "apply_store": _STORE_ARGS,
@@ -64,13 +64,20 @@ def _heads(x, tokens: int, head_size: int, public: str, name: str):
     return rows.view(rows.shape[0], rows.shape[1] // head_size, head_size)
 
 
+def _section_list(mrope_section, public: str = "fused_qknorm_rope") -> list:
+    """mrope_section checked: None or empty (no mRoPE), or three ints (t, h, w)."""
+    if mrope_section is None:
+        return []
+    if not isinstance(mrope_section, (list, tuple)) or not all(isinstance(n, int) and not isinstance(n, bool) for n in mrope_section):
+        raise TypeError(f"{public}(): mrope_section must be a list or tuple of three ints (t, h, w), got {mrope_section!r}")
+    if len(mrope_section) not in (0, 3):
+        raise ValueError(f"{public}(): mrope_section must be three ints (t, h, w), got {mrope_section!r}")
+    return list(mrope_section)
+
+
 def _sections(mrope_section) -> tuple:
     """mrope_section as the three counts the kernels take ((0, 0, 0): none)."""
-    if mrope_section is None or len(mrope_section) == 0:
-        return (0, 0, 0)
-    if len(mrope_section) != 3 or not all(isinstance(n, int) and not isinstance(n, bool) for n in mrope_section):
-        raise ValueError(f"fused_qknorm_rope(): mrope_section must be three ints (t, h, w), got {mrope_section!r}")
-    return tuple(mrope_section)
+    return tuple(_section_list(mrope_section)) or (0, 0, 0)
 
 
 def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope_section, mrope_interleaved, weight_offset, store,
@@ -80,6 +87,10 @@ def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neo
     fn = _FUNCTIONS.get((export, getattr(q, "dtype", None))) or _FAMILY.function(export, q, public, "q")
     mrope = _sections(mrope_section)
     if isinstance(positions, torch.Tensor):  # [T] (batched: flattened) or, for mRoPE, [3, T]
+        if (mrope == (0, 0, 0) and positions.dim() == 2 and positions.shape[0] == 3 and isinstance(q, torch.Tensor) and q.dim() in (2, 3)
+                and q.shape[0] == positions.shape[1]):  # q has T tokens, not 3T: mRoPE's positions
+            raise ValueError(f"{public}(): positions of shape {tuple(positions.shape)} are mRoPE's [3, T] for q's {q.shape[0]} tokens: "
+                             f"pass mrope_section (three frequency counts summing to half the rotary dim)")
         if mrope != (0, 0, 0) and positions.dim() >= 2 and positions.shape[0] == 3:
             positions = positions.reshape(3, -1)
         elif positions.dim() != 1:
@@ -93,7 +104,7 @@ def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neo
     value, k_cache, v_cache, cache_loc, k_scale, v_scale = store
     fn(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, float(weight_offset), bool(is_neox), *mrope, bool(mrope_interleaved),
        _heads(value, tokens, d, public, "value"), _cache(k_cache),
-       _cache(v_cache), cache_loc, _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"))
+       _cache(v_cache), cache_loc, _scale(k_scale, "k_scale", public), _scale(v_scale, "v_scale", public))
 
 
 # The torch custom ops torch.compile traces the op as (their implementations are the eager path).
@@ -115,15 +126,15 @@ def fused_qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps: f
     `mrope_interleaved`; positions [T] with mrope_section rotate as plain RoPE (text tokens). The norm
     multiplies by weight + weight_offset (1.0 for Gemma's (1 + w) norms)."""
     a = fused_set_kv_buffer_arg
-    mrope = list(mrope_section or ())
+    mrope = _section_list(mrope_section)
     if compiling():
         if a is None:
             torch.ops.jitkern.qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved,
                                           weight_offset)
         else:
             torch.ops.jitkern.qknorm_rope_store_kv(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved,
-                                                   weight_offset, a.value, a.k_buffer, a.v_buffer, a.cache_loc, _scale(a.k_scale, "k_scale"),
-                                                   _scale(a.v_scale, "v_scale"))
+                                                   weight_offset, a.value, a.k_buffer, a.v_buffer, a.cache_loc,
+                                                   _scale(a.k_scale, "k_scale", "fused_qknorm_rope"), _scale(a.v_scale, "v_scale", "fused_qknorm_rope"))
         return
     store = None if a is None else (a.value, a.k_buffer, a.v_buffer, a.cache_loc, a.k_scale, a.v_scale)
     _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neox, mrope, mrope_interleaved, weight_offset, store)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import DtypeFamily
-from ._fp8 import _bytes, _check_scale, check_group_size, group_scales_like
+from ._fp8 import _bytes, _check_scale, check_group_size, check_scales_format, group_scales_for, group_scales_like
 from ._shapes import as_rows
 
 
@@ -168,10 +168,9 @@ def per_token_quant_fp8(input: torch.Tensor, output_q: torch.Tensor | None = Non
 
 # ---- per-token-group -------------------------------------------------------------------------------
 
-def _ue8m0_suffix(scale_ue8m0: bool, output_s) -> str:
-    """The suffix of the export for UE8M0 scales ("_ue8m0"), which given scales choose by their dtype (int32)."""
-    ue8m0 = scale_ue8m0 if output_s is None else getattr(output_s, "dtype", None) == torch.int32
-    return "_ue8m0" if ue8m0 else ""
+def _ue8m0_suffix(scale_ue8m0: bool) -> str:
+    """The suffix of the export for UE8M0 scales ("_ue8m0"); a given output_s holds that format (check_scales_format)."""
+    return "_ue8m0" if scale_ue8m0 else ""
 
 
 # (The op's implementation and fake default `rounding` too: torch leaves out an argument equal to its schema default.)
@@ -200,6 +199,7 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
         raise TypeError(f"{public}(): dtype must be torch.float8_e4m3fn or torch.int8, got {dtype}")
     if scale_ue8m0 and dtype != torch.float8_e4m3fn:
         raise ValueError(f"{public}(): scale_ue8m0 needs dtype=torch.float8_e4m3fn, got {dtype}")
+    check_scales_format(output_s, scale_ue8m0, public)
     if compiling():
         q, s = torch.ops.jitkern.per_token_group_quant_8bit(input, group_size, dtype == torch.int8, eps, column_major_scales,
                                                             scale_tma_aligned, scale_ue8m0, policy.name)
@@ -208,12 +208,11 @@ def per_token_group_quant_8bit(input: torch.Tensor, group_size: int, dtype=None,
     if (dtype if output_q is None else getattr(output_q, "dtype", None)) == torch.int8:
         export = "per_token_group_quant_int8"
     else:
-        export = "per_token_group_quant" + _ue8m0_suffix(scale_ue8m0, output_s)
+        export = "per_token_group_quant" + _ue8m0_suffix(scale_ue8m0)
     fn = _FAMILY.function(export + policy.suffix, input, public)
     check_group_size(group_size, public)
     q = _empty_q(input, dtype) if output_q is None else output_q
-    s = output_s if output_s is not None else group_scales_like(
-        input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
+    s = output_s if output_s is not None else group_scales_for(input, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0, public)
     s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
     fn(_rows(input, public), _bytes(q, "output_q", public, allow_int8=True), s2, group_size, float(eps))
     return q, s
@@ -279,10 +278,9 @@ def _norm_group_quant(op: str, public: str, input, residual, weight, eps, group_
     if group_size not in _NORM_GROUP_SIZES:
         raise ValueError(f"{public}(): group_size must be {' or '.join(map(str, _NORM_GROUP_SIZES))}, got {group_size}")
     policy = rounding_policy(rounding, public)
-    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0, output_s), policy, group_size), input, public)
+    fn = _FAMILY.function(_norm_group_export(op, _ue8m0_suffix(scale_ue8m0), policy, group_size), input, public)
     q = _empty_q(input) if output_q is None else output_q
-    s = output_s if output_s is not None else group_scales_like(
-        input, group_size, column_major_scales=column_major_scales, scale_tma_aligned=scale_tma_aligned, scale_ue8m0=scale_ue8m0)
+    s = output_s if output_s is not None else group_scales_for(input, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0, public)
     s2 = s.view(-1, s.shape[-1]) if s.dim() != 2 else s
     head = (_rows(input, public),) if residual is None else (_rows(input, public), as_rows(residual, public, "residual", writes=True))
     fn(*head, weight, _bytes(q, "output_q", public), s2, group_size, eps)
@@ -313,6 +311,7 @@ def rmsnorm_group_quant_fp8(input: torch.Tensor, weight: torch.Tensor, eps: floa
     against rmsnorm then per_token_group_quant_8bit, the row's sum of squares may round an ulp apart
     (docs/ops.md says where and what it changes). The last dimension must be a multiple of group_size;
     input, weight and q must allow 16-byte vectors."""
+    check_scales_format(output_s, scale_ue8m0, "rmsnorm_group_quant_fp8")
     if compiling():
         q, s = torch.ops.jitkern.rmsnorm_group_quant_fp8(input, weight, eps, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0,
                                                          rounding)
@@ -334,6 +333,7 @@ def fused_add_rmsnorm_group_quant_fp8(input: torch.Tensor, residual: torch.Tenso
                                       output_s: torch.Tensor | None = None):
     """residual += input (in place, as fused_add_rmsnorm), then rmsnorm_group_quant_fp8 of the new residual.
     input is left as it was. Returns (q, s)."""
+    check_scales_format(output_s, scale_ue8m0, "fused_add_rmsnorm_group_quant_fp8")
     if compiling():
         q, s = torch.ops.jitkern.fused_add_rmsnorm_group_quant_fp8(input, residual, weight, eps, group_size, column_major_scales,
                                                                    scale_tma_aligned, scale_ue8m0, rounding)

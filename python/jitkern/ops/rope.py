@@ -92,11 +92,11 @@ def _store_export(k_cache) -> str:
     return "apply_store_fp8" if getattr(k_cache, "dtype", None) in (torch.float8_e4m3fn, torch.uint8) else "apply_store"
 
 
-def _scale(value, name: str) -> float:
+def _scale(value, name: str, public: str) -> float:
     if value is None:
         return 1.0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float or None, got {type(value).__name__}")
+        raise TypeError(f"{public}(): {name} must be a float or None, got {type(value).__name__}")
     return float(value)
 
 
@@ -114,7 +114,7 @@ def _rope_store(positions, query, key, head_size, cos_sin_cache, is_neox, value,
     fn = _function(_store_export(k_cache), query, public)
     positions, query, key, value = _token_views(positions, public, query=query, key=key, value=value)
     fn(positions, query, key, query, key, cos_sin_cache, head_size, bool(is_neox), value, _cache(k_cache), _cache(v_cache), cache_loc,
-       _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale"), 0, 0)
+       _scale(k_scale, "k_scale", public), _scale(v_scale, "v_scale", public), 0, 0)
 
 
 # The torch custom ops: what torch.compile traces (their implementations are the eager paths).
@@ -152,7 +152,8 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size: int,
             torch.ops.jitkern.rope(positions, query, key, head_size, cos_sin_cache, is_neox)
         else:
             torch.ops.jitkern.rope_store_kv(positions, query, key, head_size, cos_sin_cache, is_neox, a.value, a.k_buffer, a.v_buffer,
-                                            a.cache_loc, _scale(a.k_scale, "k_scale"), _scale(a.v_scale, "v_scale"))
+                                            a.cache_loc, _scale(a.k_scale, "k_scale", "apply_rope_with_cos_sin_cache_inplace"),
+                                            _scale(a.v_scale, "v_scale", "apply_rope_with_cos_sin_cache_inplace"))
         return
     if a is None:
         _rope(positions, query, key, head_size, cos_sin_cache, is_neox, "apply_rope_with_cos_sin_cache_inplace")

@@ -284,10 +284,15 @@ def test_ops_refuse_a_cpu_tensor_before_building_anything(tmp_path):
     the argument, before any module is built (JITKERN_ON_MISS=error would raise CacheMissError for a build)."""
     code = textwrap.dedent("""
         import torch
-        from jitkern.ops import add_constant, per_token_quant_fp8, rmsnorm, silu_and_mul
+        from jitkern.ops import (add_constant, concat_mla_absorb_q, concat_mla_k, moe_align_block_size, per_token_quant_fp8, rmsnorm,
+                                 silu_and_mul, store_cache)
         x = torch.randn(4, 64)
         for call in (lambda: rmsnorm(x, torch.ones(64)), lambda: silu_and_mul(x), lambda: per_token_quant_fp8(x),
-                     lambda: add_constant(torch.zeros(4, dtype=torch.int32), 5)):
+                     lambda: add_constant(torch.zeros(4, dtype=torch.int32), 5),
+                     lambda: moe_align_block_size(torch.zeros(4, 2, dtype=torch.int32), 8, 16),
+                     lambda: concat_mla_k(torch.empty(4, 2, 96), torch.zeros(4, 2, 64), torch.zeros(4, 1, 32)),
+                     lambda: concat_mla_absorb_q(torch.zeros(4, 2, 64), torch.zeros(4, 2, 32)),
+                     lambda: store_cache(x, x, torch.empty(8, 64), torch.empty(8, 64), torch.arange(4))):
             try:
                 call()
                 print("no error")
@@ -300,5 +305,9 @@ def test_ops_refuse_a_cpu_tensor_before_building_anything(tmp_path):
     assert run.stdout.splitlines() == ["ValueError rmsnorm(): input must be a CUDA tensor, got cpu",
                                        "ValueError silu_and_mul(): input must be a CUDA tensor, got cpu",
                                        "ValueError per_token_quant_fp8(): input must be a CUDA tensor, got cpu",
-                                       "ValueError add_constant(): src must be a CUDA tensor, got cpu"], run.stdout
+                                       "ValueError add_constant(): src must be a CUDA tensor, got cpu",
+                                       "ValueError moe_align_block_size(): topk_ids must be a CUDA tensor, got cpu",
+                                       "ValueError concat_mla_k(): k must be a CUDA tensor, got cpu",
+                                       "ValueError concat_mla_absorb_q(): a must be a CUDA tensor, got cpu",
+                                       "ValueError store_cache(): k must be a CUDA tensor, got cpu"], run.stdout
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir()), "nothing may be built"

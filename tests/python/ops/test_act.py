@@ -253,6 +253,10 @@ def test_bad_inputs_rejected(path):
     rejects(ValueError, "eps must be a finite positive number", silu_and_mul_per_token_group_quant_fp8, x, 128, 0.0)
     rejects(ValueError, r"output_s: Size mismatch", silu_and_mul_per_token_group_quant_fp8, x,
             output_s=torch.empty(4, 2, device="cuda"))
+    rejects(ValueError, r"output_s must be int32 \(four UE8M0 exponents a word\) with scale_ue8m0=True", silu_and_mul_per_token_group_quant_fp8,
+            x, scale_ue8m0=True, output_s=torch.empty(4, 1, device="cuda"))
+    rejects(ValueError, "output_s overlaps itself", silu_and_mul_per_token_group_quant_fp8, x,
+            output_s=torch.empty(1, 1, device="cuda").expand(4, 1))
     rejects(TypeError, "output_q must be a float8_e4m3fn tensor", silu_and_mul_quant_fp8, x, torch.ones(1, device="cuda"),
             output_q=torch.empty(4, 128, dtype=torch.int8, device="cuda"))
     rejects(TypeError, "scale: DType mismatch", silu_and_mul_quant_fp8, x, torch.ones(1, dtype=torch.float64, device="cuda"))

@@ -233,6 +233,12 @@ def test_bad_arguments_are_named():
         ops.set_mla_kv_buffer(buf, loc, k_nope, k_rope, k_scale=2.0)
     with pytest.raises(ValueError, match="q_rope"):
         ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, q_nope, q_rope[:, :1])
+    with pytest.raises(TypeError, match=r"set_mla_kv_concat_q\(\): q_nope must be a tensor, got NoneType"):
+        ops.set_mla_kv_concat_q(buf, loc, k_nope, k_rope, None, q_rope)
+    with pytest.raises(ValueError, match="kv_buffer overlaps itself"):
+        ops.set_mla_kv_buffer(buf[:1].expand_as(buf), loc, k_nope, k_rope)
+    with pytest.raises(TypeError, match="cache_k_rope: DType mismatch"):
+        ops.set_mla_kv_buffer(buf, loc, k_nope, k_rope.half())
     assert torch.isnan(buf).all(), "a refused call wrote"
 
 

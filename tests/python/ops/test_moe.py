@@ -489,8 +489,8 @@ def test_bad_inputs_rejected():
     rejects(TypeError, "topk_ids: DType mismatch", topk_softmax, w, ids.short(), g)
     rejects(ValueError, r"topk_ids: Size mismatch for shape#1\('topk'\)", topk_softmax, w, ids[:, :1], g)
     rejects(ValueError, r"topk_weights: Size mismatch for shape#0\('num_tokens'\)", topk_softmax, w[:2], ids, g)
-    rejects(ValueError, "topk must be 1-8", topk_softmax, *_outputs(4, 9), g)
-    rejects(ValueError, "the number of experts must be 1-512", topk_softmax, w, ids, torch.randn(4, 513, device="cuda"))
+    rejects(ValueError, r"topk_weights, topk_ids: topk \(their last dimension\) must be 1-8", topk_softmax, *_outputs(4, 9), g)
+    rejects(ValueError, r"gating_output: the number of experts \(its last dimension\) must be 1-512", topk_softmax, w, ids, torch.randn(4, 513, device="cuda"))
     rejects(ValueError, "gating_output: Device mismatch", topk_softmax, w, ids, g.cpu())
     assert torch.isnan(w).all() and (ids == -7).all(), "a rejected call wrote its outputs"
     rejects(ValueError, "num_expert_group must be 1-32 and divide", topk_sigmoid, w, ids, g, True, None, num_expert_group=3)
@@ -505,7 +505,9 @@ def test_bad_inputs_rejected():
     rejects(ValueError, "expert_ids must hold at least", moe_align_block_size, topk_ids, 8, 16, sorted_ids, expert_ids[:1], total)
     rejects(ValueError, "num_experts must be 1-512", moe_align_block_size, topk_ids, 600, 16, sorted_ids, expert_ids, total)
     rejects(TypeError, "topk_ids: DType mismatch", moe_align_block_size, topk_ids.float(), 8, 16, sorted_ids, expert_ids, total)
-    rejects(ValueError, "topk_ids must be contiguous", moe_align_block_size, topk_ids.t(), 8, 16, sorted_ids, expert_ids, total)
+    wide = torch.randint(0, 8, (16, 5), dtype=torch.int32, device="cuda")  # ids only read: a strided topk_ids is taken as its values
+    strided, dense = moe_align_block_size(wide[:, :2], 8, 16), moe_align_block_size(wide[:, :2].contiguous(), 8, 16)
+    assert all(torch.equal(a, b) for a, b in zip(strided, dense))
     rejects(ValueError, "block_size must be positive", moe_align_block_size, topk_ids, 8, 0)
     rejects(TypeError, "block_size must be an int", moe_align_block_size, topk_ids, 8, 16.0)
 

@@ -808,6 +808,10 @@ def test_bad_inputs_name_the_argument():
             output_q=torch.empty(32, 256, dtype=torch.int8, device="cuda"))
     rejects(ValueError, "output_s: Size mismatch", silu_and_mul_sorted_per_token_quant_fp8, x, ids, pp, 8,
             output_s=torch.empty(16, 1, device="cuda"))
+    rejects(ValueError, r"output_s overlaps itself: its dimension 0 \(32 elements, stride 0\)", silu_and_mul_sorted_per_token_quant_fp8, x, ids,
+            pp, 8, output_s=torch.empty(1, 1, device="cuda").expand(32, 1))
+    rejects(ValueError, "output_s overlaps itself", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8,
+            output_s=torch.empty(32, 1, device="cuda").expand(32, 2))
     rejects(ValueError, "group_size must be 128, got 64", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, 64)
     rejects(TypeError, "group_size must be an int", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, 128.0)
     rejects(ValueError, "eps must be a finite positive number", silu_and_mul_sorted_per_token_group_quant_fp8, x, ids, pp, 8, 128, 0.0)
@@ -822,6 +826,8 @@ def test_bad_inputs_name_the_argument():
             torch.zeros(1025, dtype=torch.int32, device="cuda"))
     rejects(ValueError, "output_s: Size mismatch", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
             output_s=torch.empty(4, 8, 3, device="cuda"))
+    rejects(ValueError, "output_s overlaps itself", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
+            output_s=torch.empty(1, 8, 2, device="cuda").expand(4, 8, 2))
     rejects(ValueError, "scale_tma_aligned applies to column_major_scales=True only", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,
             scale_tma_aligned=True)
     rejects(ValueError, "rounding must be one of 'exact', 'sglang', got 'fast'", silu_and_mul_masked_per_token_group_quant_fp8, xm, m,

@@ -395,6 +395,8 @@ def test_bad_input_names_the_argument():
         moe_sum(x, torch.empty(4, 128, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(TypeError, match="output: DType mismatch"):
         moe_sum(x, torch.empty(4, 256, dtype=torch.float16, device="cuda"))
+    with pytest.raises(ValueError, match="output rows overlap: row stride 0 is smaller than the row width 256"):
+        moe_sum(x, torch.empty(1, 256, dtype=torch.bfloat16, device="cuda").expand(4, 256))
     with pytest.raises(TypeError, match="topk_weights: DType mismatch"):
         moe_weighted_sum(x, w.to(torch.bfloat16))
     with pytest.raises(ValueError, match="topk_weights"):

@@ -85,6 +85,21 @@ def test_rmsnorm_strided_rows_and_in_place(dtype_name, pad, tokens, hidden):
     _assert_close(x, expected, dtype_name)
 
 
+def test_rmsnorm_of_a_dense_permuted_input():
+    """Heads as attention hands them to a per-head norm (q.view(B, S, H, D).transpose(1, 2): dense, not contiguous):
+    the allocated output is contiguous, eager and compiled alike."""
+    torch = _torch()
+    from jitkern.ops import rmsnorm
+
+    x = torch.randn(2, 5, 4, 128, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
+    w = torch.randn(128, dtype=torch.bfloat16, device="cuda")
+    out = rmsnorm(x, w, eps=1e-6)
+    assert out.shape == x.shape and out.is_contiguous()
+    _assert_close(out, _reference(x, w, 1e-6), "bfloat16")
+    compiled = torch.compile(lambda a: rmsnorm(a, w, eps=1e-6), fullgraph=True)(x)
+    assert compiled.is_contiguous() and torch.equal(compiled, out)
+
+
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("tokens,hidden", [(1, 4096), (3, 1000), (128, 5120), (4097, 4096), (2, 65536)])
 def test_fused_add_rmsnorm(dtype_name, tokens, hidden):

@@ -149,6 +149,22 @@ def test_leading_dimensions_nan_and_empty():
 
 
 @pytest.mark.gpu
+def test_dense_permuted_input():
+    """Heads as attention hands them to a per-head norm (q.view(B, S, H, D).transpose(1, 2): dense, not contiguous):
+    the allocated output is contiguous, eager and compiled alike."""
+    torch = _torch()
+    ops = _ops()
+    x = (torch.randn(2, 5, 4, 128, device="cuda") * 2).to(torch.bfloat16).transpose(1, 2)
+    w = _inputs(1, 128, torch.bfloat16, seed=2)[1]
+    for op, reference in ((ops.gemma_rmsnorm, _gemma_reference), (ops.rmsnorm_hf, _hf_reference)):
+        out = op(x, w, EPS)
+        assert out.shape == x.shape and out.is_contiguous()
+        _close(out, reference(x, w), "bfloat16")
+        compiled = torch.compile(lambda a: op(a, w, EPS), fullgraph=True)(x)
+        assert compiled.is_contiguous() and torch.equal(compiled, out)
+
+
+@pytest.mark.gpu
 def test_replays_in_a_cuda_graph_and_compiles():
     torch = _torch()
     ops = _ops()

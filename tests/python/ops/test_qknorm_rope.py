@@ -422,7 +422,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="k_scale"):
         ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, True,
                               ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc, k_scale=0.5, v_scale=None, cache_loc=pos))
-    with pytest.raises(TypeError, match="v_cache"):
+    with pytest.raises(TypeError, match="v_buffer must have k_buffer's dtype"):
         ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, True,
                               ops.FusedSetKVBufferArg(value=v, k_buffer=kc, v_buffer=vc.half(), k_scale=None, v_scale=None, cache_loc=pos))
     before = qkv.clone()
@@ -435,6 +435,18 @@ def test_bad_arguments_are_named():
         ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[20, 20, 20])
     with pytest.raises(ValueError, match="mrope_section must be three ints"):
         ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[64])
+    with pytest.raises(TypeError, match="mrope_section must be a list or tuple of three ints"):
+        ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[16.0, 8, 8])
+    with pytest.raises(ValueError, match=r"positions of shape \(3, 4\) are mRoPE's \[3, T\] for q's 4 tokens: pass mrope_section"):
+        ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS)
+    with pytest.raises(ValueError, match=r"q overlaps itself: its dimension 1 \(\d+ elements, stride 64\)"):
+        ops.fused_qknorm_rope(pos, qkv.as_strided((tokens, HQ, d), (qkv.stride(0), d // 2, 1)), k, qw, kw, cs, EPS)
+    with pytest.raises(ValueError, match="q and k must not overlap"):
+        ops.fused_qknorm_rope(pos, q, q, qw, kw, cs, EPS)
+    with pytest.raises(ValueError, match="k_buffer overlaps itself"):
+        ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, True,
+                              ops.FusedSetKVBufferArg(value=v, k_buffer=kc[:1].expand_as(kc), v_buffer=vc, k_scale=None, v_scale=None,
+                                                      cache_loc=pos))
     assert torch.equal(qkv, before), "a refused call wrote"
 
 

@@ -1094,7 +1094,7 @@ def test_norm_group_quant_nan_inf_empty_and_3d():
 @pytest.mark.gpu
 def test_norm_group_quant_errors():
     torch = _torch()
-    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, per_token_group_quant_8bit, rmsnorm_group_quant_fp8
 
     x = _x((4, 512), "bfloat16")
     w = _x((512,), "bfloat16", seed=1)
@@ -1120,6 +1120,16 @@ def test_norm_group_quant_errors():
         rmsnorm_group_quant_fp8(x, w, output_q=torch.empty(4, 512, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(ValueError, match="output_s"):  # 4 groups of 128 need 4 scales a row
         rmsnorm_group_quant_fp8(x, w, output_s=torch.empty(4, 2, device="cuda"))
+    with pytest.raises(ValueError, match=r"output_s overlaps itself: its dimension 0 \(4 elements, stride 0\)"):
+        rmsnorm_group_quant_fp8(x, w, output_s=torch.empty(1, 4, device="cuda").expand(4, 4))
+    with pytest.raises(ValueError, match=r"output_s must be int32 \(four UE8M0 exponents a word\) with scale_ue8m0=True, got torch.float32"):
+        rmsnorm_group_quant_fp8(x, w, scale_ue8m0=True, output_s=torch.empty(4, 4, device="cuda"))
+    with pytest.raises(ValueError, match="fused_add_rmsnorm_group_quant_fp8\\(\\): output_s must be float32 with scale_ue8m0=False, got torch.int32"):
+        fused_add_rmsnorm_group_quant_fp8(x, x.clone(), w, output_s=torch.empty(4, 1, dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="output_s must be float32 with scale_ue8m0=False"):
+        per_token_group_quant_8bit(x, 128, output_s=torch.empty(4, 1, dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match=r"rmsnorm_group_quant_fp8\(\): scale_tma_aligned applies to column_major_scales=True only"):
+        rmsnorm_group_quant_fp8(x, w, scale_tma_aligned=True)
     from jitkern.ops import quant
 
     m = quant._FAMILY.exports(torch.bfloat16)

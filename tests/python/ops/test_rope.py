@@ -574,9 +574,9 @@ def test_bad_inputs_rejected_before_launch():
     rejects(ValueError, "positions: Device mismatch", apply, pos.cpu(), q, k, d, cs)
     rejects(ValueError, "head_size must be positive", apply, pos, q, k, -64, cs)
     rejects(ValueError, "q: Stride mismatch", apply, pos, q.view(4, d, 2).transpose(1, 2), k.view(4, 1, d), d, cs)
-    rejects(TypeError, "k_cache must have the inputs' dtype", apply, pos, q, k, d, cs,
+    rejects(TypeError, "k_buffer must have the inputs' dtype", apply, pos, q, k, d, cs,
             fused_set_kv_buffer_arg=fused(k_buffer=kc.half(), v_buffer=vc.half()))
-    rejects(TypeError, "v_cache must have k_cache's dtype", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=vc.half()))
+    rejects(TypeError, "v_buffer must have k_buffer's dtype", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=vc.half()))
     rejects(ValueError, "k_scale and v_scale apply to a float8_e4m3fn cache only", apply, pos, q, k, d, cs,
             fused_set_kv_buffer_arg=fused(k_scale=0.5))
     rejects(ValueError, "k_scale and v_scale must be finite and positive", apply, pos, q, k, d, cs,
@@ -584,15 +584,15 @@ def test_bad_inputs_rejected_before_launch():
                                           v_buffer=vc.view(torch.uint8)[..., :d].view(torch.float8_e4m3fn), k_scale=0.0))
     rejects(TypeError, "k_scale must be a float or None, got Tensor", apply, pos, q, k, d, cs,
             fused_set_kv_buffer_arg=fused(k_scale=torch.ones(1)))
-    rejects(ValueError, "k_cache must be .* with rows of 64 elements", apply, pos, q, k, d, cs,
+    rejects(ValueError, "k_buffer must be .* with rows of 64 elements", apply, pos, q, k, d, cs,
             fused_set_kv_buffer_arg=fused(k_buffer=torch.zeros(8, 2 * d, dtype=torch.bfloat16, device="cuda"),
                                           v_buffer=torch.zeros(8, 2 * d, dtype=torch.bfloat16, device="cuda")))
-    rejects(ValueError, "v_cache must have k_cache's shape", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=vc[:4]))
-    rejects(ValueError, "k_cache: each row .* must be contiguous", apply, pos, q, k, d, cs,
+    rejects(ValueError, "v_buffer must have k_buffer's shape", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=vc[:4]))
+    rejects(ValueError, "k_buffer: each row .* must be contiguous", apply, pos, q, k, d, cs,
             fused_set_kv_buffer_arg=fused(k_buffer=torch.zeros(8, 2 * d, dtype=torch.bfloat16, device="cuda")[:, ::2],
                                           v_buffer=torch.zeros(8, d, dtype=torch.bfloat16, device="cuda")))
     rejects(TypeError, "cache_loc: DType mismatch", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(cache_loc=loc.float()))
-    rejects(ValueError, "v width 32 is not a multiple of head_size 64", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(value=v[:, :32]))
+    rejects(ValueError, "value width 32 is not a multiple of head_size 64", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(value=v[:, :32]))
     assert torch.equal(q, q0) and torch.equal(k, k0) and not kc.any(), "a rejected call wrote"
     m = rope._rope_module(torch.bfloat16)
     rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True, 0, 0)
