@@ -283,6 +283,7 @@ struct KvRowsImpl {
     }
     RuntimeCheck(D.unwrap() == Dn.unwrap() + Dr.unwrap(), "k's head dim ", D.unwrap(), " must be k_nope's ", Dn.unwrap(), " + k_rope's ",
                  Dr.unwrap());
+    check_disjoint(Extents{N.unwrap(), H.unwrap(), D.unwrap()}, Extents{stride_of(ks0), stride_of(ks1), 1}, "k");
     const int64_t e = static_cast<int64_t>(dtype_bytes(dtype.unwrap()));
     ConcatParams p{};
     p.out = static_cast<char*>(k.data_ptr()), p.x = static_cast<const char*>(k_nope.data_ptr()), p.y = static_cast<const char*>(k_rope.data_ptr());

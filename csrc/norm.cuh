@@ -72,6 +72,8 @@ struct NormOps {
     const Heads hq = heads_of(q, N, D, device, {"num_q_heads", "q_token_stride", "q_head_stride", "q_width", "q"});
     const Heads hk = heads_of(k, N, D, device, {"num_k_heads", "k_token_stride", "k_head_stride", "k_width", "k"});
     TensorMatcher({D}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(q_weight, "q_weight").verify(k_weight, "k_weight");
+    check_disjoint(Extents{N.unwrap(), hq.count, D.unwrap()}, Extents{hq.token_stride, hq.head_stride, 1}, "q");
+    check_disjoint(Extents{N.unwrap(), hk.count, D.unwrap()}, Extents{hk.token_stride, hk.head_stride, 1}, "k");
     NormParams<T> p{};
     p.hidden = D.unwrap();
     p.eps = checked_eps(eps);
@@ -145,8 +147,6 @@ struct NormOps {
 
   static RowProblem<T> heads_problem(jitkern::TensorView t, jitkern::TensorView w, int64_t tokens, int64_t heads,
                                      int64_t token_stride, int64_t head_stride) {
-    if (tokens > 1 && heads > 1)
-      host::RuntimeCheck(token_stride != 0 && head_stride != 0, "heads and tokens must not overlap");
     host::RuntimeCheck(heads <= kNormMaxRowsPerLaunch, "at most ", kNormMaxRowsPerLaunch, " heads per token are supported, got ", heads);
     auto* ptr = static_cast<T*>(t.data_ptr());
     return {ptr, ptr, nullptr, static_cast<const T*>(w.data_ptr()), token_stride, head_stride, token_stride, head_stride, 0, 0,

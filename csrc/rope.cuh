@@ -638,20 +638,20 @@ struct RopeOps {
     setup.template launch<false, false>(is_neox, KvStoreParams{}, {});
   }
 
-  // apply, with the rotated k and v [N, Hk, D] written to k_cache[cache_loc[i]], v_cache[cache_loc[i]]
+  // apply, with the rotated k and value [N, Hk, D] written to k_buffer[cache_loc[i]], v_buffer[cache_loc[i]]
   // (caches [slots, Hk, D] or [pages, page_size, Hk, D], any row-compatible shape; T, or, through
   // apply_store_fp8, fp8 e4m3 as float8_e4m3fn or its bytes as uint8, with k_scale and v_scale: one export
   // per cache type, so that a first call compiles half the kernels). Locations outside the cache are skipped.
   static void apply_store(TensorView positions, TensorView q, TensorView k, TensorView q_out, TensorView k_out, TensorView cos_sin_cache,
-                          int64_t head_size, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc,
+                          int64_t head_size, bool is_neox, TensorView value, TensorView k_buffer, TensorView v_buffer, TensorView cache_loc,
                           double k_scale, double v_scale, int64_t head_groups, int64_t head_splits) {
-    apply_store_as<false>(positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale,
+    apply_store_as<false>(positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, value, k_buffer, v_buffer, cache_loc, k_scale, v_scale,
                           head_groups, head_splits);
   }
   static void apply_store_fp8(TensorView positions, TensorView q, TensorView k, TensorView q_out, TensorView k_out, TensorView cos_sin_cache,
-                              int64_t head_size, bool is_neox, TensorView v, TensorView k_cache, TensorView v_cache, TensorView cache_loc,
+                              int64_t head_size, bool is_neox, TensorView value, TensorView k_buffer, TensorView v_buffer, TensorView cache_loc,
                               double k_scale, double v_scale, int64_t head_groups, int64_t head_splits) {
-    apply_store_as<true>(positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale,
+    apply_store_as<true>(positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, value, k_buffer, v_buffer, cache_loc, k_scale, v_scale,
                          head_groups, head_splits);
   }
 
@@ -732,6 +732,10 @@ struct RopeOps {
         ka = heads_arg<T>(*k, N, Hk, head_size, dev, {"k", "k_token_stride", "k_head_stride", "k_width"});
         ko = heads_arg<T>(*k_out, N, Hk, head_size, dev, {"k_out", "k_out_token_stride", "k_out_head_stride", "k_out_width"});
       }
+      // The heads written (in place: q and k themselves) must not overlap.
+      check_disjoint(Extents{N.unwrap(), Hq.unwrap(), head_size}, Extents{qo.token_stride, qo.head_stride, 1}, same_view(qa, qo) ? "q" : "q_out");
+      if (k != nullptr)
+        check_disjoint(Extents{N.unwrap(), Hk.unwrap(), head_size}, Extents{ko.token_stride, ko.head_stride, 1}, same_view(ka, ko) ? "k" : "k_out");
       TensorMatcher({P, R}).with_strides({cs_stride, 1}).with_dtype(dtype_v<float, T>).with_device(device_v<kDLCUDA>, dev).verify(cos_sin_cache,
                                                                                                                                "cos_sin_cache");
       const int64_t rot = R.unwrap();

@@ -330,7 +330,8 @@ inline void check_disjoint(Extents sizes, Extents strides, const char* name) {
     const int64_t size = sizes.begin()[k], stride = strides.begin()[k];
     RuntimeCheck(stride >= reach, name, " overlaps itself: its dimension ", k, " (", size, " elements, stride ", stride, ") is closer than the ",
                  reach, " elements the dimensions inside it span");
-    reach += (size - 1) * stride;
+    // Past INT64_MAX no further stride can clear it: saturate rather than wrap.
+    reach = stride > (INT64_MAX - reach) / (size - 1) ? INT64_MAX : reach + (size - 1) * stride;
   }
 }
 

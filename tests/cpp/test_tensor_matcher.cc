@@ -296,4 +296,7 @@ TEST(WrittenLayouts, DisjointRefusesBroadcastsAndOverlaps) {
                   "its dimension 1 (40 elements, stride 99) is closer than the 100 elements");
   EXPECT_CONTAINS(failure([] { check_disjoint(Extents{8, 16, 576}, Extents{16 * 576 - 1, 576, 1}, "cache"); }), "cache overlaps itself");
   EXPECT_CONTAINS(failure([] { check_disjoint(Extents{2, 3}, Extents{1}, "t"); }), "as many sizes as strides");
+  // The reach of the inner dimensions saturates rather than wrapping past 2^63 (which would let any stride through).
+  EXPECT_CONTAINS(failure([] { check_disjoint(Extents{2, 3, 2}, Extents{1, int64_t{1} << 62, (int64_t{1} << 62) + 4}, "t"); }),
+                  "t overlaps itself: its dimension 2");
 }

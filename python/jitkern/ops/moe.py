@@ -106,7 +106,7 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: i
         sorted_token_ids, expert_ids, num_tokens_post_pad = _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids,
                                                                            num_tokens_post_pad)
     # The ids are only read: a strided topk_ids (e.g. the first k columns of a wider buffer) is copied.
-    fn(topk_ids.reshape(-1), num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
+    fn(topk_ids.reshape(-1).contiguous(), num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
     return sorted_token_ids, expert_ids, num_tokens_post_pad
 
 

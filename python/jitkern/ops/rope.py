@@ -34,7 +34,7 @@ from ._shapes import as_rows
 
 _FAMILY = DtypeFamily("rope", "jitkern_rope::RopeOps", {
     "apply": "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, head_groups, head_splits",
-    **{op: "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, v, k_cache, v_cache, cache_loc, k_scale, v_scale, "
+    **{op: "positions, q, k, q_out, k_out, cos_sin_cache, head_size, is_neox, value, k_buffer, v_buffer, cache_loc, k_scale, v_scale, "
            "head_groups, head_splits" for op in ("apply_store", "apply_store_fp8")},
 }, compile_seconds={"apply": 2.8, "apply_store": 2.9, "apply_store_fp8": 4.1})  # bf16 on an H100 host, 16 builds at once: the order builds start in
 FAMILY = Family(_FAMILY, helpers=("FusedSetKVBufferArg",))

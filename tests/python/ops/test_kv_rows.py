@@ -159,6 +159,10 @@ def test_bad_inputs_rejected_before_launch():
             torch.empty(2, 1, 32, dtype=torch.bfloat16, device="cuda"))
     rejects(TypeError, "b: DType mismatch", ops.concat_mla_absorb_q, torch.empty(2, 4, 8, device="cuda"),
             torch.empty(2, 4, 8, dtype=torch.half, device="cuda"))
+    rejects(ValueError, r"k overlaps itself: its dimension 1 \(4 elements, stride 0\)", ops.concat_mla_k,
+            torch.empty(2, 1, 160, dtype=torch.bfloat16, device="cuda").expand(2, 4, 160), torch.empty(2, 4, 128, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(2, 1, 32, dtype=torch.bfloat16, device="cuda"))
+    rejects(ValueError, "k_cache overlaps itself", ops.store_cache, k, v, kc[:1].expand_as(kc), vc, loc)
     assert not kc.any(), "a rejected store_cache wrote"
 
 

@@ -153,16 +153,19 @@ def test_fixed_rows_at_any_location(dtype_name, layout, index_dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 def test_negative_locations_are_skipped_in_a_cache_of_over_2_31_slots(index_dtype):
-    """A cache of 2^32 - 2 slots that are all one row (stride 0): negative locations are skipped, an int32 one
-    not read as 2^32 - k (the rows kernel compares locations as unsigned; int32 ones only below 2^31 slots)."""
+    """A cache of 2^32 - 2 slots (fp8 rows of two values: 8 GiB; a stride-0 cache is refused): negative locations
+    are skipped, an int32 one not read as 2^32 - k (the rows kernel compares locations as unsigned; int32 ones only
+    below 2^31 slots)."""
     torch = _torch()
     ops = _ops()
-    row = torch.zeros(1, 576, dtype=torch.bfloat16, device="cuda")
+    cache = torch.zeros(2**32 - 2, 2, dtype=torch.uint8, device="cuda")  # float8_e4m3fn bytes
     loc = torch.tensor([-3, -1000, -(2**31)], dtype=getattr(torch, index_dtype), device="cuda")
-    k_nope, k_rope = _halves(3, 512, 64, torch.bfloat16, seed=5, pad=0)
-    ops.set_mla_kv_buffer(row.expand(2**32 - 2, 576), loc, k_nope, k_rope, reserved_skip_index=-1)
+    k_nope, k_rope = _halves(3, 1, 1, torch.bfloat16, seed=5, pad=0)
+    ops.set_mla_kv_buffer(cache, loc, k_nope, k_rope, reserved_skip_index=-1)
     torch.cuda.synchronize()
-    assert (row == 0).all(), "a negative location was written"
+    assert not cache.any(), "a negative location was written"
+    with pytest.raises(ValueError, match=r"kv_buffer overlaps itself: its dimension 0 \(4294967294 elements, stride 0\)"):
+        ops.set_mla_kv_buffer(cache[:1].expand(2**32 - 2, 2), loc, k_nope, k_rope, reserved_skip_index=-1)
 
 
 @pytest.mark.gpu

@@ -506,8 +506,9 @@ def test_bad_inputs_rejected():
     rejects(ValueError, "num_experts must be 1-512", moe_align_block_size, topk_ids, 600, 16, sorted_ids, expert_ids, total)
     rejects(TypeError, "topk_ids: DType mismatch", moe_align_block_size, topk_ids.float(), 8, 16, sorted_ids, expert_ids, total)
     wide = torch.randint(0, 8, (16, 5), dtype=torch.int32, device="cuda")  # ids only read: a strided topk_ids is taken as its values
-    strided, dense = moe_align_block_size(wide[:, :2], 8, 16), moe_align_block_size(wide[:, :2].contiguous(), 8, 16)
-    assert all(torch.equal(a, b) for a, b in zip(strided, dense))
+    for ids in (wide[:, :2], wide[:, :1], wide[:, 0], wide.t()):
+        strided, dense = moe_align_block_size(ids, 8, 16), moe_align_block_size(ids.contiguous(), 8, 16)
+        assert all(torch.equal(a, b) for a, b in zip(strided, dense))
     rejects(ValueError, "block_size must be positive", moe_align_block_size, topk_ids, 8, 0)
     rejects(TypeError, "block_size must be an int", moe_align_block_size, topk_ids, 8, 16.0)
 

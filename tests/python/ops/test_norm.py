@@ -378,6 +378,9 @@ def test_cpp_entry_points_validate_before_launch():
     overlapping = torch.empty(400, dtype=torch.bfloat16, device="cuda").as_strided((4, 128), (64, 1))
     with pytest.raises(ValueError, match="q rows overlap"):
         m.qknorm(overlapping, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
+    heads = torch.empty(800, dtype=torch.bfloat16, device="cuda").as_strided((4, 3, 64), (192, 32, 1))  # heads 32 apart, 64 wide
+    with pytest.raises(ValueError, match=r"q overlaps itself: its dimension 1 \(3 elements, stride 32\)"):
+        m.qknorm(heads, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
 
 
 def test_second_gpu_while_the_first_is_current():

@@ -593,6 +593,9 @@ def test_bad_inputs_rejected_before_launch():
                                           v_buffer=torch.zeros(8, d, dtype=torch.bfloat16, device="cuda")))
     rejects(TypeError, "cache_loc: DType mismatch", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(cache_loc=loc.float()))
     rejects(ValueError, "value width 32 is not a multiple of head_size 64", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(value=v[:, :32]))
+    rejects(ValueError, r"q overlaps itself: its dimension 1 \(2 elements, stride 32\)", apply, pos,
+            torch.empty(4 * 2 * d, dtype=torch.bfloat16, device="cuda").as_strided((4, 2, d), (2 * d, d // 2, 1)), k.view(4, 1, d), d, cs)
+    rejects(ValueError, "k_buffer overlaps itself", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(k_buffer=kc[:1].expand_as(kc)))
     assert torch.equal(q, q0) and torch.equal(k, k0) and not kc.any(), "a rejected call wrote"
     m = rope._rope_module(torch.bfloat16)
     rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True, 0, 0)
