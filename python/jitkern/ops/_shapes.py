@@ -23,3 +23,9 @@ def as_rows(x, public: str, name: str, *, writes: bool, trailing: int = 1):
         pass  # raised below, outside the handler, so that the error carries no unrelated context
     raise ValueError(f"{public}(): {name} of shape {tuple(x.shape)} and strides {x.stride()} cannot be seen as rows of its last "
                      f"dimension{'s' if trailing > 1 else ''} without a copy; pass a contiguous tensor")
+
+
+def empty_rows_like(x):
+    """An uninitialised output of x's shape that as_rows can see as rows: as torch.empty_like (the cheaper call)
+    where x is contiguous, else contiguous (empty_like keeps a dense permuted layout, e.g. transposed heads)."""
+    return torch.empty_like(x) if x.is_contiguous() else torch.empty_like(x, memory_format=torch.contiguous_format)

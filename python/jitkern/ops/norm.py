@@ -13,7 +13,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import TOKEN_NORM_DEVICE_PARTS, DtypeFamily
-from ._shapes import as_rows
+from ._shapes import as_rows, empty_rows_like
 
 _FAMILY = DtypeFamily("norm", "jitkern_norm::NormOps", {
     "rmsnorm": "Tensor input, Tensor weight, Tensor(a!) output, float eps",
@@ -33,7 +33,7 @@ _norm_module = _FAMILY.exports
 # their fake implementations only describe outputs, so tracing never builds a module.
 @FAMILY.op("rmsnorm", torch=(TorchOp("rmsnorm", "(Tensor input, Tensor weight, float eps) -> Tensor",
                                      lambda input, weight, eps: rmsnorm(input, weight, None, eps),
-                                     lambda input, weight, eps: torch.empty_like(input, memory_format=torch.contiguous_format)),
+                                     lambda input, weight, eps: empty_rows_like(input)),
                              TorchOp("rmsnorm_out", export="rmsnorm")))
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """output = input * rsqrt(mean(input^2, -1) + eps) * weight over the last dimension of [..., H] (pass output=input
@@ -44,11 +44,13 @@ def rmsnorm(input: torch.Tensor, weight: torch.Tensor, output: torch.Tensor | No
         torch.ops.jitkern.rmsnorm_out(input, weight, output, eps)
         return output
     fn = _FUNCTIONS.get(("rmsnorm", getattr(input, "dtype", None))) or _FAMILY.function("rmsnorm", input, "rmsnorm")
-    if output is None:
-        output = torch.empty_like(input, memory_format=torch.contiguous_format)
     if input.dim() == 2:
+        if output is None:
+            output = torch.empty_like(input)
         fn(input, weight, output, eps)
     else:
+        if output is None:
+            output = empty_rows_like(input)
         fn(as_rows(input, "rmsnorm", "input", writes=output is input), weight, as_rows(output, "rmsnorm", "output", writes=True), eps)
     return output
 

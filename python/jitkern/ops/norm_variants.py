@@ -19,7 +19,7 @@ from __future__ import annotations
 from .._torch import compiling, torch
 from ._declare import Family, TorchOp
 from ._dtype_family import TOKEN_NORM_DEVICE_PARTS, DtypeFamily
-from ._shapes import as_rows
+from ._shapes import as_rows, empty_rows_like
 
 _FAMILY = DtypeFamily("norm_variants", "jitkern_norm_variants::NormVariants", {
     "gemma_rmsnorm": "Tensor input, Tensor weight, Tensor(a!) out, float eps",
@@ -41,11 +41,13 @@ def _normed(export: str, input, weight, out, eps):
         getattr(torch.ops.jitkern, f"{export}_out")(input, weight, out, eps)
         return out
     fn = _FUNCTIONS.get((export, getattr(input, "dtype", None))) or _FAMILY.function(export, input, export)
-    if out is None:
-        out = torch.empty_like(input, memory_format=torch.contiguous_format)
     if input.dim() == 2:
+        if out is None:
+            out = torch.empty_like(input)
         fn(input, weight, out, eps)
     else:
+        if out is None:
+            out = empty_rows_like(input)
         fn(as_rows(input, export, "input", writes=out is input), weight, as_rows(out, export, "out", writes=True), eps)
     return out
 
@@ -55,7 +57,7 @@ def _traced_as(name: str, op):
     def into(input, weight, out, eps):
         op(input, weight, eps, out)
     return (TorchOp(name, "(Tensor input, Tensor weight, float eps) -> Tensor", lambda input, weight, eps: op(input, weight, eps),
-                    lambda input, weight, eps: torch.empty_like(input, memory_format=torch.contiguous_format)),
+                    lambda input, weight, eps: empty_rows_like(input)),
             TorchOp(f"{name}_out", "(Tensor input, Tensor weight, Tensor(a!) out, float eps) -> ()", into))
 
 
