@@ -97,6 +97,10 @@ class ModuleExports:
     def __init__(self, spec, params: dict, what: str) -> None:
         self._spec, self.params, self._what, self._functions = spec, params, what, {}
 
+    def get(self, op: str):
+        """The export once loaded, else None (the hot path: a caller checks its arguments before the first load)."""
+        return self._functions.get(op)
+
     def __call__(self, op: str):
         fn = self._functions.get(op)
         if fn is None:

@@ -35,10 +35,15 @@ FAMILY = Family(*_FUNCTIONS.values())
 
 
 # The torch custom ops are what torch.compile traces (their implementations are the eager paths).
-def _check_cuda(public: str, **tensors) -> None:
-    """Every tensor argument on a CUDA device, checked before the op loads its module (no compile for a CPU tensor)."""
-    for name, x in tensors.items():
-        check_cuda_tensor(public, name, x)
+def _function(module: str, op: str, **tensors):
+    """The export `op` of `module`; before its first load, every tensor argument checked to be on a CUDA device
+    (no compile for a CPU tensor; later calls leave that to C++'s device check)."""
+    fn = _FUNCTIONS[module].get(op)
+    if fn is None:
+        for name, x in tensors.items():
+            check_cuda_tensor(op, name, x)
+        fn = _FUNCTIONS[module](op)
+    return fn
 
 
 @FAMILY.op("store_cache", torch=(TorchOp("store_cache", export="store_cache"),))
@@ -49,8 +54,7 @@ def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_spli
     accepted and ignored."""
     if compiling():
         return torch.ops.jitkern.store_cache(k, v, k_cache, v_cache, indices)
-    _check_cuda("store_cache", k=k, v=v, k_cache=k_cache, v_cache=v_cache, indices=indices)
-    _FUNCTIONS["store_cache"]("store_cache")(k, v, k_cache, v_cache, indices)
+    _function("store_cache", "store_cache", k=k, v=v, k_cache=k_cache, v_cache=v_cache, indices=indices)(k, v, k_cache, v_cache, indices)
 
 
 @FAMILY.op("concat_mla_k", torch=(TorchOp("concat_mla_k", export="concat_mla_k"),))
@@ -58,8 +62,7 @@ def concat_mla_k(k, k_nope, k_rope) -> None:
     """k [T, H, Dn + Dr] = [k_nope [T, H, Dn] | k_rope [T, 1, Dr] broadcast over the heads]."""
     if compiling():
         return torch.ops.jitkern.concat_mla_k(k, k_nope, k_rope)
-    _check_cuda("concat_mla_k", k=k, k_nope=k_nope, k_rope=k_rope)
-    _FUNCTIONS["concat_mla"]("concat_mla_k")(k, k_nope, k_rope)
+    _function("concat_mla", "concat_mla_k", k=k, k_nope=k_nope, k_rope=k_rope)(k, k_nope, k_rope)
 
 
 def _absorb_q_out(a, b):
@@ -71,8 +74,9 @@ def concat_mla_absorb_q(a, b):
     """[a | b] over the last dimension: a [A, B, Da], b [A, B, Db] -> a new [A, B, Da + Db]."""
     if compiling():
         return torch.ops.jitkern.concat_mla_absorb_q(a, b)
-    _check_cuda("concat_mla_absorb_q", a=a, b=b)
-    fn = _FUNCTIONS["concat_mla"]("concat_mla_absorb_q")
+    fn = _function("concat_mla", "concat_mla_absorb_q", a=a, b=b)
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"concat_mla_absorb_q(): a and b must be torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
     out = _absorb_q_out(a, b)
     fn(a, b, out)
     return out
