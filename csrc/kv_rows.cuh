@@ -219,6 +219,7 @@ struct KvRowsImpl {
     const int64_t row_bytes = row_elems * elem;
     RuntimeCheck(row_bytes % 4 == 0 && row_bytes > 0, "rows must be a positive multiple of 4 bytes, got ", row_bytes);
     check_same_shape(k_cache, v_cache, "k_cache", "v_cache");
+    check_distinct(k_cache, v_cache, "k_cache", "v_cache");
     auto N = SymbolicSize{"num_tokens"};
     N.set_value(k.size(0));
     auto stride = SymbolicSize{"indices_stride"};

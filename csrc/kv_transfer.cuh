@@ -125,6 +125,7 @@ struct SideInfo {
   int64_t layers = -1;     // -1: any (a one-layer tensor or a table fixes it otherwise)
   bool on_host = false;    // the memory, or the table, is on the host
   bool aligned16 = true;
+  bool aligned4 = true;  // what the SM copy of 4-byte words needs (the copy engines take any alignment)
   DLDataType dtype{};
   int device_id = -1;      // the CUDA device of GPU memory, -1 for host memory
   uint64_t layer_span = 0;  // bytes of memory one layer's rows lie in, K and V together (kNoLimit: unknown)
@@ -234,6 +235,9 @@ struct KvTransfer {
     for (int b = 0; b < 2; ++b)
       info.aligned16 &= reinterpret_cast<uintptr_t>(s.bases[b]) % 16 == 0;
     info.aligned16 &= s.page_stride % 16 == 0 && s.row_stride % 16 == 0 && s.layer_stride % 16 == 0;
+    for (int b = 0; b < 2; ++b)
+      info.aligned4 &= reinterpret_cast<uintptr_t>(s.bases[b]) % 4 == 0;
+    info.aligned4 &= s.page_stride % 4 == 0 && s.row_stride % 4 == 0 && s.layer_stride % 4 == 0;
     return info;
   }
 
@@ -266,6 +270,7 @@ struct KvTransfer {
     s.rows = rows < 0 ? kNoLimit : static_cast<uint64_t>(rows);
     info.layer_span = rows < 0 ? kNoLimit : s.rows * static_cast<uint64_t>(row_stride_bytes) * (v.has_value() ? 2 : 1);
     info.aligned16 = row_stride_bytes % 16 == 0;  // the table's addresses are taken to be 16-byte aligned
+    info.aligned4 = row_stride_bytes % 4 == 0;
     return info;
   }
 
@@ -321,6 +326,10 @@ struct KvTransfer {
     }
     RuntimeCheck(known < 0 || known == row_bytes, "row_bytes is ", row_bytes, " but the cache rows are ", known, " bytes");
     RuntimeCheck(row_bytes > 0 && row_bytes % 4 == 0, "the row size must be a positive multiple of 4 bytes, got ", row_bytes);
+    for (const SideInfo* s : {&dst, &src})
+      if (s->row_bytes < 0)  // a pointer table's rows lie its row stride apart: a longer row would spill into the next
+        RuntimeCheck(row_bytes <= s->side.row_stride, s == &dst ? "k_dst" : "k_src", ": rows of ", row_bytes,
+                     " bytes do not fit its row stride of ", s->side.row_stride, " bytes");
     RuntimeCheck(layers >= 1 && layers <= 65535, "the number of layers must be in [1, 65535], got ", layers);
     RuntimeCheck(block_quota >= 0, "block_quota must be positive (or 0: the default), got ", block_quota);
 
@@ -368,6 +377,9 @@ struct KvTransfer {
       staged = stage(&dst.side, &src.side, n, layers, i32 ? 4 : 8, stream);
     }
     const bool wide = dst.aligned16 && src.aligned16 && row_bytes % 16 == 0;
+    for (const SideInfo* s : {&dst, &src})
+      RuntimeCheck(wide || s->aligned4, s == &dst ? "k_dst" : "k_src",
+                   ": the SM copy moves 4-byte words, so its address and its row, page and layer strides must be multiples of 4 bytes");
     TransferParams p{src.side, dst.side, static_cast<uint32_t>(n), static_cast<uint32_t>(layers), static_cast<uint32_t>(buffers),
                      static_cast<uint32_t>(row_bytes / (wide ? 16 : 4))};
     const bool lanes32 = p.vectors >= 32 * kTransferUnroll;

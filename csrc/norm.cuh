@@ -74,6 +74,7 @@ struct NormOps {
     TensorMatcher({D}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(q_weight, "q_weight").verify(k_weight, "k_weight");
     check_disjoint(Extents{N.unwrap(), hq.count, D.unwrap()}, Extents{hq.token_stride, hq.head_stride, 1}, "q");
     check_disjoint(Extents{N.unwrap(), hk.count, D.unwrap()}, Extents{hk.token_stride, hk.head_stride, 1}, "k");
+    check_distinct(q, k, "q", "k");
     NormParams<T> p{};
     p.hidden = D.unwrap();
     p.eps = checked_eps(eps);
@@ -96,6 +97,7 @@ struct NormOps {
     TensorMatcher({Wk}).with_dtype(dtype_v<T>).with_device(device_v<kDLCUDA>, device).verify(k_weight, "k_weight");
     Rows::check_rows(N, Wq, q_stride, "q");
     Rows::check_rows(N, Wk, k_stride, "k");
+    check_distinct(q, k, "q", "k");
     const float e = checked_eps(eps);
     const RowProblem<T> pq = heads_problem(q, q_weight, N.unwrap(), 1, Rows::stride_of(q_stride), 0);
     const RowProblem<T> pk = heads_problem(k, k_weight, N.unwrap(), 1, Rows::stride_of(k_stride), 0);

@@ -722,6 +722,7 @@ struct QkNormRopeOps {
     if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
       Raise(ErrorKind::kType, "v_buffer must have k_buffer's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
     check_same_shape(k_cache, v_cache, "k_buffer", "v_buffer");
+    check_distinct(k_cache, v_cache, "k_buffer", "v_buffer");
     RuntimeCheck(std::isfinite(k_scale) && k_scale > 0 && std::isfinite(v_scale) && v_scale > 0,
                  "k_scale and v_scale must be finite and positive, got ", k_scale, " and ", v_scale);
     RuntimeCheck(kFp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_buffer is ",
@@ -784,8 +785,7 @@ struct QkNormRopeOps {
                    2 * kMaxHalf, " rotated and ", kMaxHalf, " unrotated columns");
       check_disjoint(Extents{N.unwrap(), Hq.unwrap(), head_dim}, Extents{stride_of(q_token), stride_of(q_head), 1}, "q");
       check_disjoint(Extents{N.unwrap(), Hk.unwrap(), head_dim}, Extents{stride_of(k_token), stride_of(k_head), 1}, "k");
-      RuntimeCheck(q.data_ptr() != k.data_ptr() || N.unwrap() * Hq.unwrap() * Hk.unwrap() == 0, "q and k must not overlap: both start at ",
-                   q.data_ptr());
+      check_distinct(q, k, "q", "k");
       const int64_t heads = Hq.unwrap() + 2 * Hk.unwrap();  // q, k and the cache write's v
       RuntimeCheck(N.unwrap() * heads * 32 < (int64_t{1} << 31), "num_tokens * (num_q_heads + 2 num_kv_heads) must be below 2^26, got ",
                    N.unwrap(), " * ", heads);

@@ -907,6 +907,7 @@ struct QuantOps {
     RuntimeCheck(ops.rows <= 1 || s_stride.unwrap() == 1, "output_s must be contiguous, got stride ", ops.rows <= 1 ? 1 : s_stride.unwrap());
     if (ops.rows * ops.width == 0) return;
     RuntimeCheck(ops.rows <= 0x7fffffff, "at most 2^31 - 1 rows are supported, got ", ops.rows);
+    host::norm::check_row_width(ops.width);
     auto* scales = static_cast<float*>(output_s.data_ptr());
     dispatch_vec(ops, [&](auto vec_tag, auto) {
       constexpr int kVec = decltype(vec_tag)::value;

@@ -681,6 +681,7 @@ struct RopeOps {
     if (!dtype_equal(v_cache.dtype(), k_cache.dtype()))
       Raise(ErrorKind::kType, "v_buffer must have k_buffer's dtype ", k_cache.dtype(), ", got ", v_cache.dtype());
     check_same_shape(k_cache, v_cache, "k_buffer", "v_buffer");
+    check_distinct(k_cache, v_cache, "k_buffer", "v_buffer");
     RuntimeCheck(std::isfinite(k_scale) && k_scale > 0 && std::isfinite(v_scale) && v_scale > 0,
                  "k_scale and v_scale must be finite and positive, got ", k_scale, " and ", v_scale);
     RuntimeCheck(fp8 || (k_scale == 1.0 && v_scale == 1.0), "k_scale and v_scale apply to a float8_e4m3fn cache only; k_buffer is ",
@@ -734,8 +735,10 @@ struct RopeOps {
       }
       // The heads written (in place: q and k themselves) must not overlap.
       check_disjoint(Extents{N.unwrap(), Hq.unwrap(), head_size}, Extents{qo.token_stride, qo.head_stride, 1}, same_view(qa, qo) ? "q" : "q_out");
-      if (k != nullptr)
+      if (k != nullptr) {
         check_disjoint(Extents{N.unwrap(), Hk.unwrap(), head_size}, Extents{ko.token_stride, ko.head_stride, 1}, same_view(ka, ko) ? "k" : "k_out");
+        check_distinct(q_out, *k_out, same_view(qa, qo) ? "q" : "q_out", same_view(ka, ko) ? "k" : "k_out");
+      }
       TensorMatcher({P, R}).with_strides({cs_stride, 1}).with_dtype(dtype_v<float, T>).with_device(device_v<kDLCUDA>, dev).verify(cos_sin_cache,
                                                                                                                                "cos_sin_cache");
       const int64_t rot = R.unwrap();

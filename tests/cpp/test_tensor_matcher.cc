@@ -270,6 +270,14 @@ TEST(TensorMatcher, ValueFormsOfDTypeAndDevice) {
   EXPECT_TRUE(dtype.is_type<int32_t>());
 }
 
+TEST(WrittenLayouts, TwoWrittenTensorsAreDistinct) {
+  FakeTensor a({4, 8}), b({4, 8}), empty({0, 8});
+  b.t.data = reinterpret_cast<void*>(0x2000);
+  check_distinct(a.view(), b.view(), "k_cache", "v_cache");
+  check_distinct(a.view(), empty.view(), "q", "k");  // nothing written through an empty one
+  EXPECT_CONTAINS(failure([&] { check_distinct(a.view(), a.view(), "k_cache", "v_cache"); }), "k_cache and v_cache must not overlap");
+}
+
 TEST(WrittenLayouts, RowsMustNotOverlap) {
   check_rows_disjoint(4, 128, 128, "out");
   check_rows_disjoint(4, 128, 200, "out");  // padded rows

@@ -324,6 +324,11 @@ __global__ void __launch_bounds__(kNormFoldedThreads<T, kHidden>) norm_folded_ke
 namespace host::norm {
 using namespace device::norm;
 
+// A row's elements, offsets within a row held in 32 bits by the row kernels (norms, per-token quantization).
+inline void check_row_width(int64_t width) {
+  host::RuntimeCheck(width <= kNormMaxRowsPerLaunch, "rows wider than ", kNormMaxRowsPerLaunch, " elements are not supported, got ", width);
+}
+
 // The plain norms' epilogue gets every launch variant. Other epilogues (quantization, whose rows are model
 // widths) get fewer kernels, so that their modules compile sooner (a module compiles in about the time
 // its kernels take): narrow rows one row per group at any count.
@@ -477,7 +482,7 @@ void launch_norm(NormParams<T> p, int num_problems, int64_t tokens, DLDevice dev
   if (num_problems == 1) p.problem[1] = p.problem[0], p.problem[1].heads = 0;
   const int64_t heads0 = p.problem[0].heads, heads = heads0 + p.problem[1].heads;
   if (tokens == 0 || heads == 0 || p.hidden == 0) return;
-  host::RuntimeCheck(p.hidden <= kNormMaxRowsPerLaunch, "rows wider than ", kNormMaxRowsPerLaunch, " elements are not supported, got ", p.hidden);
+  check_row_width(p.hidden);
   const int vec = norm_vector_width(p, num_problems, epi);
   host::RuntimeCheck(!kVectorsOnly<Epi> || vec == device::kVec16<T>, "this epilogue needs 16-byte aligned rows");
   const bool token_rows = num_problems == 1 && heads0 == 1;

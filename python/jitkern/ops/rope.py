@@ -104,6 +104,15 @@ def _function(export: str, query, public: str):
     return _FUNCTIONS.get((export, getattr(query, "dtype", None))) or _FAMILY.function(export, query, public, "query")
 
 
+def _head_size_of_heads(public: str, **tensors) -> int:
+    """The head size of the reference's pos_ids forms, q's last dimension: each of `tensors` given must be
+    [T, H, D] (a 2-D q would be taken as one head of all its columns, rotating only the first)."""
+    for name, x in tensors.items():
+        if isinstance(x, torch.Tensor) and x.dim() != 3:
+            raise ValueError(f"{public}(): {name} must be [T, H, D], got shape {tuple(x.shape)}")
+    return tensors["q"].shape[-1] if isinstance(tensors["q"], torch.Tensor) else 0
+
+
 def _rope(positions, query, key, head_size, cos_sin_cache, is_neox, public):
     fn = _function("apply", query, public)
     positions, query, key = _token_views(positions, public, query=query, key=key)
@@ -172,8 +181,10 @@ def apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q, k, q_rope, k_rope, cos_
     `interleave`: GPT-J style."""
     if compiling():
         return torch.ops.jitkern.rope_out(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave)
-    fn = _function("apply", q, "apply_rope_pos_ids_cos_sin_cache_without_kv_cache")
-    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, 0, 0)
+    public = "apply_rope_pos_ids_cos_sin_cache_without_kv_cache"
+    fn = _function("apply", q, public)
+    head_size = _head_size_of_heads(public, q=q, k=k, q_rope=q_rope, k_rope=k_rope)
+    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, head_size, not interleave, 0, 0)
 
 
 @FAMILY.op("apply_store", "apply_store_fp8", torch=(TorchOp(
@@ -188,6 +199,8 @@ def apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope, cos_sin
     v_buffer[kv_cache_loc]."""
     if compiling():
         return torch.ops.jitkern.rope_out_store_kv(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, interleave, v, k_buffer, v_buffer, kv_cache_loc)
-    fn = _function(_store_export(k_buffer), q, "apply_rope_pos_ids_cos_sin_cache_with_kv_cache")
-    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, q.shape[-1], not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
+    public = "apply_rope_pos_ids_cos_sin_cache_with_kv_cache"
+    fn = _function(_store_export(k_buffer), q, public)
+    head_size = _head_size_of_heads(public, q=q, k=k, q_rope=q_rope, k_rope=k_rope)
+    fn(pos_ids, q, k, q_rope, k_rope, cos_sin_cache, head_size, not interleave, v, _cache(k_buffer), _cache(v_buffer), kv_cache_loc, 1.0, 1.0,
        0, 0)

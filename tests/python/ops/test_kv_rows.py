@@ -163,6 +163,7 @@ def test_bad_inputs_rejected_before_launch():
             torch.empty(2, 1, 160, dtype=torch.bfloat16, device="cuda").expand(2, 4, 160), torch.empty(2, 4, 128, dtype=torch.bfloat16, device="cuda"),
             torch.empty(2, 1, 32, dtype=torch.bfloat16, device="cuda"))
     rejects(ValueError, "k_cache overlaps itself", ops.store_cache, k, v, kc[:1].expand_as(kc), vc, loc)
+    rejects(ValueError, "k_cache and v_cache must not overlap", ops.store_cache, k, v, kc, kc, loc)
     assert not kc.any(), "a rejected store_cache wrote"
 
 

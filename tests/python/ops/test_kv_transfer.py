@@ -210,6 +210,13 @@ def test_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match="multiple of 4 bytes"):
         _ops().transfer_kv_one_layer(_cache((8,), 6, "gpu"), _cache((8,), 6, "gpu"), idx, _cache((8,), 6, "gpu"),
                                      _cache((8,), 6, "gpu"), idx)
+    odd = [_cache((8,), 64, "gpu", extra_bytes=2) for _ in range(2)]  # rows 66 bytes apart: not 4-byte words
+    with pytest.raises(ValueError, match="k_dst: the SM copy moves 4-byte words"):
+        _ops().transfer_kv_one_layer(odd[0], odd[1], idx, k, v, idx)
+    tables = [_table([_cache((8,), 64, "gpu", seed=b)]) for b in range(2)]
+    with pytest.raises(ValueError, match="k_dst: rows of 128 bytes do not fit its row stride of 64 bytes"):
+        _ops().transfer_kv_all_layers(tables[0], tables[1], idx, tables[0], tables[1], idx, src_row_stride_bytes=64, dst_row_stride_bytes=64,
+                                      row_bytes=128, src_rows=8, dst_rows=8)
 
 
 def _table(layers):

@@ -381,6 +381,8 @@ def test_cpp_entry_points_validate_before_launch():
     heads = torch.empty(800, dtype=torch.bfloat16, device="cuda").as_strided((4, 3, 64), (192, 32, 1))  # heads 32 apart, 64 wide
     with pytest.raises(ValueError, match=r"q overlaps itself: its dimension 1 \(3 elements, stride 32\)"):
         m.qknorm(heads, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
+    with pytest.raises(ValueError, match="q and k must not overlap"):  # each head would be normalised twice at once
+        m.qknorm(q2.view(4, 3, 64), q2.view(4, 3, 64), w, w, 1e-6, 64)
 
 
 def test_second_gpu_while_the_first_is_current():

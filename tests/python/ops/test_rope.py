@@ -509,6 +509,9 @@ def test_reference_forms_out_of_place(full, interleave, tokens):
     ops.apply_rope_pos_ids_cos_sin_cache_with_kv_cache(q, k, q_rope, k_rope2, cs, pos, v, kb, vb, loc, interleave=interleave)
     assert torch.equal(k_rope2, k_rope)
     assert torch.equal(kb[loc], k_rope) and torch.equal(vb[loc], v)
+    # Their head size is q's last dimension: a 2-D q would be one head of all its columns.
+    with pytest.raises(ValueError, match=r"apply_rope_pos_ids_cos_sin_cache_without_kv_cache\(\): q must be \[T, H, D\], got shape"):
+        ops.apply_rope_pos_ids_cos_sin_cache_without_kv_cache(q.flatten(1), k, q_rope, k_rope, cs, pos)
 
 
 @pytest.mark.gpu
@@ -596,6 +599,8 @@ def test_bad_inputs_rejected_before_launch():
     rejects(ValueError, r"q overlaps itself: its dimension 1 \(2 elements, stride 32\)", apply, pos,
             torch.empty(4 * 2 * d, dtype=torch.bfloat16, device="cuda").as_strided((4, 2, d), (2 * d, d // 2, 1)), k.view(4, 1, d), d, cs)
     rejects(ValueError, "k_buffer overlaps itself", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(k_buffer=kc[:1].expand_as(kc)))
+    rejects(ValueError, "k_buffer and v_buffer must not overlap", apply, pos, q, k, d, cs, fused_set_kv_buffer_arg=fused(v_buffer=kc))
+    rejects(ValueError, "q and k must not overlap", ops.rotary_embedding, pos, q[:, :d], q[:, :d], d, cs)
     assert torch.equal(q, q0) and torch.equal(k, k0) and not kc.any(), "a rejected call wrote"
     m = rope._rope_module(torch.bfloat16)
     rejects(ValueError, "k and k_out must be given together", m.apply, pos, q, k, q, None, cs, d, True, 0, 0)
