@@ -275,7 +275,7 @@ struct KvTransfer {
   }
 
   template <typename Index>
-  static void check_indices(const CacheSide& s, TensorView indices, const char* name, const char* cache, uint32_t n,
+  static void check_indices(const CacheSide& s, TensorView indices, const char* name, const char* cache, uint32_t n, int device,
                             cudaStream_t stream) {
     if (s.rows == kNoLimit || n == 0) return;
     Index bad_value = 0;
@@ -290,8 +290,9 @@ struct KvTransfer {
       host::RuntimeDeviceCheck(cudaMallocAsync(reinterpret_cast<void**>(&first), sizeof *first, stream));
       host::RuntimeDeviceCheck(cudaMemsetAsync(first, 0xff, sizeof *first, stream));
       const unsigned blocks = static_cast<unsigned>(host::div_ceil(n, 256u) < 1024 ? host::div_ceil(n, 256u) : 1024);
-      host::LaunchKernel(blocks, 256, stream)(first_out_of_range_kernel<Index>, static_cast<const Index*>(s.indices), n, s.rows,
-                                              first);
+      // On the transfer's device (its stream's), which need not be the current one.
+      host::LaunchKernel(blocks, 256, DLDevice{kDLCUDA, device})(first_out_of_range_kernel<Index>, static_cast<const Index*>(s.indices), n,
+                                                                 s.rows, first);
       unsigned long long position = 0;
       host::RuntimeDeviceCheck(cudaMemcpyAsync(&position, first, sizeof position, cudaMemcpyDeviceToHost, stream));
       host::RuntimeDeviceCheck(cudaFreeAsync(first, stream));
@@ -331,7 +332,8 @@ struct KvTransfer {
         RuntimeCheck(row_bytes <= s->side.row_stride, s == &dst ? "k_dst" : "k_src", ": rows of ", row_bytes,
                      " bytes do not fit its row stride of ", s->side.row_stride, " bytes");
     RuntimeCheck(layers >= 1 && layers <= 65535, "the number of layers must be in [1, 65535], got ", layers);
-    RuntimeCheck(block_quota >= 0, "block_quota must be positive (or 0: the default), got ", block_quota);
+    // At most 2^22 CTAs: the kernel's worker indices (1024 a CTA) are 32-bit.
+    RuntimeCheck(block_quota >= 0 && block_quota <= (int64_t{1} << 22), "block_quota must be in [1, 2^22] (or 0: the default), got ", block_quota);
 
     SymbolicSize N{"num_indices"};
     SymbolicDType index_dtype;
@@ -360,8 +362,8 @@ struct KvTransfer {
     const cudaStream_t stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device));
     const bool i32 = index_dtype.is_type<int32_t>();
     if (validate) {
-      (i32 ? check_indices<int32_t> : check_indices<int64_t>)(src.side, indices_src, "indices_src", "k_src", n, stream);
-      (i32 ? check_indices<int32_t> : check_indices<int64_t>)(dst.side, indices_dst, "indices_dst", "k_dst", n, stream);
+      (i32 ? check_indices<int32_t> : check_indices<int64_t>)(src.side, indices_src, "indices_src", "k_src", n, device, stream);
+      (i32 ? check_indices<int32_t> : check_indices<int64_t>)(dst.side, indices_dst, "indices_dst", "k_dst", n, device, stream);
     }
     if (n == 0) return;
     const int buffers = v_dst ? 2 : 1;

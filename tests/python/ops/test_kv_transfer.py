@@ -205,6 +205,8 @@ def test_argument_errors_name_the_argument():
         _ops().transfer_kv_one_layer(k, None, idx, k, v, idx)
     with pytest.raises(TypeError, match="indices_src"):
         _ops().transfer_kv_one_layer(k, v, idx, k, v, idx.float())
+    with pytest.raises(ValueError, match=r"block_quota must be in \[1, 2\^22\]"):
+        _ops().transfer_kv_one_layer(k, v, idx, k, v, idx, block_quota=1 << 23)
     with pytest.raises(ValueError, match="src_layout"):
         _ops().transfer_kv_one_layer(k, v, idx, k, v, idx, src_layout="pages")
     with pytest.raises(ValueError, match="multiple of 4 bytes"):
