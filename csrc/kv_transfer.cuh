@@ -327,6 +327,12 @@ struct KvTransfer {
     }
     RuntimeCheck(known < 0 || known == row_bytes, "row_bytes is ", row_bytes, " but the cache rows are ", known, " bytes");
     RuntimeCheck(row_bytes > 0 && row_bytes % 4 == 0, "the row size must be a positive multiple of 4 bytes, got ", row_bytes);
+    if (dst.row_bytes >= 0) {  // the rows written: distinct bytes (in K and V alike: V has K's strides)
+      const CacheSide& d = dst.side;
+      check_disjoint(Extents{static_cast<int64_t>(d.rows / d.page_size), dst.layers, static_cast<int64_t>(d.page_size), row_bytes},
+                     Extents{d.page_stride, d.layer_stride, d.row_stride, 1}, "k_dst");
+      RuntimeCheck(!v_dst || d.bases[0] != d.bases[1], "k_dst and v_dst must not overlap: both start at ", static_cast<void*>(d.bases[0]));
+    }
     for (const SideInfo* s : {&dst, &src})
       if (s->row_bytes < 0)  // a pointer table's rows lie its row stride apart: a longer row would spill into the next
         RuntimeCheck(row_bytes <= s->side.row_stride, s == &dst ? "k_dst" : "k_src", ": rows of ", row_bytes,

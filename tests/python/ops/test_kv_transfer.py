@@ -212,6 +212,10 @@ def test_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match="multiple of 4 bytes"):
         _ops().transfer_kv_one_layer(_cache((8,), 6, "gpu"), _cache((8,), 6, "gpu"), idx, _cache((8,), 6, "gpu"),
                                      _cache((8,), 6, "gpu"), idx)
+    with pytest.raises(ValueError, match="k_dst overlaps itself"):  # every row of the destination one row (stride 0)
+        _ops().transfer_kv_one_layer(_cache((1,), 64, "gpu").expand(8, 32), _cache((1,), 64, "gpu").expand(8, 32), idx, k, v, idx)
+    with pytest.raises(ValueError, match="k_dst and v_dst must not overlap"):
+        _ops().transfer_kv_one_layer(k, k, idx, k, v, idx)
     odd = [_cache((8,), 64, "gpu", extra_bytes=2) for _ in range(2)]  # rows 66 bytes apart: not 4-byte words
     with pytest.raises(ValueError, match="k_dst: the SM copy moves 4-byte words"):
         _ops().transfer_kv_one_layer(odd[0], odd[1], idx, k, v, idx)
