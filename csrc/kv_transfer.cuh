@@ -143,6 +143,7 @@ struct KvTransfer {
                         Optional<TensorView> v_src, TensorView indices_src, int64_t dst_layout, int64_t src_layout,
                         int64_t block_quota, bool validate) {
     SideInfo dst = describe(k_dst, v_dst, "k_dst", "v_dst", dst_layout, false);
+    if (v_dst.has_value()) host::check_distinct(k_dst, *v_dst, "k_dst", "v_dst");
     SideInfo src = describe(k_src, v_src, "k_src", "v_src", src_layout, false);
     run(dst, src, indices_dst, indices_src, v_dst.has_value(), v_src.has_value(), 1, -1, block_quota, validate);
   }
@@ -156,6 +157,7 @@ struct KvTransfer {
                          int64_t src_row_stride_bytes, int64_t row_bytes, int64_t dst_rows, int64_t src_rows,
                          int64_t block_quota, bool validate) {
     SideInfo dst = describe_all(k_dst, v_dst, "k_dst", "v_dst", dst_row_stride_bytes, dst_rows);
+    if (v_dst.has_value()) host::check_distinct(k_dst, *v_dst, "k_dst", "v_dst");  // one table twice: K and V on the same rows
     SideInfo src = describe_all(k_src, v_src, "k_src", "v_src", src_row_stride_bytes, src_rows);
     int64_t layers = dst.layers >= 0 ? dst.layers : src.layers;
     host::RuntimeCheck(dst.layers < 0 || src.layers < 0 || dst.layers == src.layers, "k_dst has ", dst.layers,
@@ -331,7 +333,6 @@ struct KvTransfer {
       const CacheSide& d = dst.side;
       check_disjoint(Extents{static_cast<int64_t>(d.rows / d.page_size), dst.layers, static_cast<int64_t>(d.page_size), row_bytes},
                      Extents{d.page_stride, d.layer_stride, d.row_stride, 1}, "k_dst");
-      RuntimeCheck(!v_dst || d.bases[0] != d.bases[1], "k_dst and v_dst must not overlap: both start at ", static_cast<void*>(d.bases[0]));
     }
     for (const SideInfo* s : {&dst, &src})
       if (s->row_bytes < 0)  // a pointer table's rows lie its row stride apart: a longer row would spill into the next
