@@ -98,8 +98,16 @@ class ModuleExports:
         self._spec, self.params, self._what, self._functions = spec, params, what, {}
 
     def get(self, op: str):
-        """The export once loaded, else None (the hot path: a caller checks its arguments before the first load)."""
+        """The export once loaded, else None: the hot path, `get(op) or load_checked(op, ...)`."""
         return self._functions.get(op)
+
+    def load_checked(self, op: str, public: str, tensors) -> object:
+        """The export, loaded after each (name, tensor) of `tensors` not None is checked to be a CUDA tensor, so that
+        one the kernels cannot take costs no compile (later calls leave that to the C++ device check)."""
+        for name, x in tensors:
+            if x is not None:
+                check_cuda_tensor(public, name, x)
+        return self(op)
 
     def __call__(self, op: str):
         fn = self._functions.get(op)

@@ -12,7 +12,7 @@ dtype, ValueError for a shape, stride, device or value). Each op is a torch cust
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, check_cuda_tensor, compiling, torch
+from .._torch import ModuleExports, compiling, torch
 from ..jit import JitSpec
 from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import package_spec
@@ -35,17 +35,6 @@ FAMILY = Family(*_FUNCTIONS.values())
 
 
 # The torch custom ops are what torch.compile traces (their implementations are the eager paths).
-def _function(module: str, op: str, **tensors):
-    """The export `op` of `module`; before its first load, every tensor argument checked to be on a CUDA device
-    (no compile for a CPU tensor; later calls leave that to C++'s device check)."""
-    fn = _FUNCTIONS[module].get(op)
-    if fn is None:
-        for name, x in tensors.items():
-            check_cuda_tensor(op, name, x)
-        fn = _FUNCTIONS[module](op)
-    return fn
-
-
 @FAMILY.op("store_cache", torch=(TorchOp("store_cache", export="store_cache"),))
 def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_split: int = 0) -> None:
     """k_cache[indices[i]] = k[i], v_cache[indices[i]] = v[i]: k, v [T, *row]; caches [slots, *row] or
@@ -54,7 +43,10 @@ def store_cache(k, v, k_cache, v_cache, indices, *, row_bytes: int = 0, num_spli
     accepted and ignored."""
     if compiling():
         return torch.ops.jitkern.store_cache(k, v, k_cache, v_cache, indices)
-    _function("store_cache", "store_cache", k=k, v=v, k_cache=k_cache, v_cache=v_cache, indices=indices)(k, v, k_cache, v_cache, indices)
+    exports = _FUNCTIONS["store_cache"]
+    fn = exports.get("store_cache") or exports.load_checked(
+        "store_cache", "store_cache", (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices)))
+    fn(k, v, k_cache, v_cache, indices)
 
 
 @FAMILY.op("concat_mla_k", torch=(TorchOp("concat_mla_k", export="concat_mla_k"),))
@@ -62,7 +54,9 @@ def concat_mla_k(k, k_nope, k_rope) -> None:
     """k [T, H, Dn + Dr] = [k_nope [T, H, Dn] | k_rope [T, 1, Dr] broadcast over the heads]."""
     if compiling():
         return torch.ops.jitkern.concat_mla_k(k, k_nope, k_rope)
-    _function("concat_mla", "concat_mla_k", k=k, k_nope=k_nope, k_rope=k_rope)(k, k_nope, k_rope)
+    exports = _FUNCTIONS["concat_mla"]
+    fn = exports.get("concat_mla_k") or exports.load_checked("concat_mla_k", "concat_mla_k", (("k", k), ("k_nope", k_nope), ("k_rope", k_rope)))
+    fn(k, k_nope, k_rope)
 
 
 def _absorb_q_out(a, b):
@@ -74,7 +68,8 @@ def concat_mla_absorb_q(a, b):
     """[a | b] over the last dimension: a [A, B, Da], b [A, B, Db] -> a new [A, B, Da + Db]."""
     if compiling():
         return torch.ops.jitkern.concat_mla_absorb_q(a, b)
-    fn = _function("concat_mla", "concat_mla_absorb_q", a=a, b=b)
+    exports = _FUNCTIONS["concat_mla"]
+    fn = exports.get("concat_mla_absorb_q") or exports.load_checked("concat_mla_absorb_q", "concat_mla_absorb_q", (("a", a), ("b", b)))
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         raise TypeError(f"concat_mla_absorb_q(): a and b must be torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
     out = _absorb_q_out(a, b)

@@ -16,7 +16,7 @@ The C++ entry points check every argument and name the bad one. Each op is also 
 
 from __future__ import annotations
 
-from .._torch import ModuleExports, check_cuda_tensor, compiling, torch
+from .._torch import ModuleExports, compiling, torch
 from ..jit import JitSpec
 from ._declare import Family, TorchOp, wrapper
 from ._dtype_family import DtypeFamily, package_spec
@@ -97,13 +97,8 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: i
         torch.ops.jitkern.moe_align_block_size_out(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
         return sorted_token_ids, expert_ids, num_tokens_post_pad
     public = "moe_align_block_size"
-    fn = _align.get(public)
-    if fn is None:  # before the first load: no compile for a CPU tensor (later, C++'s device check names it)
-        for name, x in (("topk_ids", topk_ids), ("sorted_token_ids", sorted_token_ids), ("expert_ids", expert_ids),
-                        ("num_tokens_post_pad", num_tokens_post_pad)):
-            if x is not None:
-                check_cuda_tensor(public, name, x)
-        fn = _align(public)
+    fn = _align.get(public) or _align.load_checked(public, public, (("topk_ids", topk_ids), ("sorted_token_ids", sorted_token_ids),
+                                                                    ("expert_ids", expert_ids), ("num_tokens_post_pad", num_tokens_post_pad)))
     if sorted_token_ids is None or expert_ids is None or num_tokens_post_pad is None:
         sorted_token_ids, expert_ids, num_tokens_post_pad = _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids,
                                                                            num_tokens_post_pad)
