@@ -1089,8 +1089,7 @@ struct MoeActOps {
     TensorMatcher({1}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(post_pad, "num_tokens_post_pad");
     RuntimeCheck(num_ids >= 0 && num_ids <= INT32_MAX, "num_ids must be in [0, 2^31 - 1], got ", num_ids);
     const int64_t rows = P.unwrap(), d = D.unwrap(), is = stride_or_0(in_stride), os = stride_or_0(out_stride);
-    check_rows_disjoint(rows, W.unwrap(), is, "input");
-    check_rows_disjoint(rows, d, os, out_name);
+    check_rows_disjoint(rows, d, os, out_name);  // input is only read: its rows may overlap (a broadcast)
     const int out_bytes = (out.dtype().bits + 7) / 8;
     const int vec = host::vector_width(device::kVec16<T>, d, {static_cast<const T*>(input.data_ptr()), {out.data_ptr(), out_bytes}},
                                        {rows > 1 ? is : 0, rows > 1 ? os : 0});
@@ -1115,13 +1114,7 @@ struct MoeActOps {
     RuntimeCheck(experts * m_max <= INT32_MAX, "at most 2^31 - 1 rows (num_experts * max_rows_per_expert) are supported, got ", experts * m_max);
     const int64_t in_e = experts > 1 ? stride_or_0(ie) : 0, in_m = m_max > 1 ? stride_or_0(im) : 0;
     const int64_t out_e = experts > 1 ? stride_or_0(oe) : 0, out_m = m_max > 1 ? stride_or_0(om) : 0;
-    check_rows_disjoint(m_max, W.unwrap(), in_m, "input");
-    check_rows_disjoint(m_max, d, out_m, out_name);
-    if (experts > 1) {
-      RuntimeCheck(in_e >= m_max * host::max(in_m, W.unwrap()), "input experts overlap: expert stride ", in_e, " is smaller than ", m_max,
-                   " rows");
-      RuntimeCheck(out_e >= m_max * host::max(out_m, d), out_name, " experts overlap: expert stride ", out_e, " is smaller than ", m_max, " rows");
-    }
+    host::check_disjoint(host::Extents{experts, m_max, d}, host::Extents{out_e, out_m, 1}, out_name);  // input is only read: it may overlap
     const int out_bytes = (out.dtype().bits + 7) / 8;
     const int vec = host::vector_width(device::kVec16<T>, d, {static_cast<const T*>(input.data_ptr()), {out.data_ptr(), out_bytes}},
                                        {in_e, in_m, out_e, out_m});

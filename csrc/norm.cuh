@@ -54,6 +54,7 @@ struct NormOps {
   // residual += input; input = rmsnorm(residual) * weight (both in place).
   static void fused_add_rmsnorm(jitkern::TensorView input, jitkern::TensorView residual, jitkern::TensorView weight, double eps) {
     const TokenRows<T> rows(input, weight, nullptr, &residual, eps);
+    rows.check_input_written();
     launch_norm<T, true>(rows.params, 1, rows.tokens, rows.device);
   }
 

@@ -114,6 +114,7 @@ struct NormVariants {
     static_assert(sizeof(E) == sizeof(T) && alignof(E) == alignof(T), "a tagged element is its T");
     const host::norm::TokenRows<E> rows(input, weight, output, residual, eps, "out");
     if constexpr (kFusedAdd) {
+      rows.check_input_written();
       host::norm::launch_norm<E, true>(rows.params, 1, rows.tokens, rows.device);
     } else {  // rmsnorm's launch rule
       host::norm::launch_token_norm(rows);

@@ -88,7 +88,7 @@ def _qknorm_rope(positions, q, k, q_weight, k_weight, cos_sin_cache, eps, is_neo
     mrope = _sections(mrope_section)
     if isinstance(positions, torch.Tensor):  # [T] (batched: flattened) or, for mRoPE, [3, T]
         if (mrope == (0, 0, 0) and positions.dim() == 2 and positions.shape[0] == 3 and isinstance(q, torch.Tensor) and q.dim() >= 2
-                and q.shape[0] == positions.shape[1] and not (q.dim() >= 3 and q.shape[0] * q.shape[1] == positions.numel())):
+                and q.shape[0] == positions.shape[1] and not (q.dim() >= 3 and q.shape[0] == 3 and q.shape[1] == positions.shape[1])):
             # q has T tokens, not the 3T of a batch of 3 (q [3, T, ...]): mRoPE's positions
             raise ValueError(f"{public}(): positions of shape {tuple(positions.shape)} are mRoPE's [3, T] for q's {q.shape[0]} tokens: "
                              f"pass mrope_section (three frequency counts summing to half the rotary dim)")

@@ -80,6 +80,14 @@ def test_strided_rows_and_unaligned(dtype_name, op, pad):
     assert torch.isnan(out_big[:, d:]).all(), "wrote outside the output rows"
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_broadcast_input_is_only_read(op):
+    """An input whose rows overlap (one row expanded: row stride 0) is accepted: it is only read."""
+    torch = _torch()
+    x = torch.randn(1, 2 * 520, dtype=torch.bfloat16, device="cuda").expand(37, 2 * 520)
+    _assert_close(_op(op)(x), _reference(op, x.contiguous()), "bfloat16")
+
+
 @pytest.mark.parametrize("shape", [(128,), (5, 128), (2, 3, 128), (2, 2, 3, 128)])
 def test_shapes_orders_and_returning_form(shape):
     """1-4-D inputs; (out, input) as vLLM orders them, (input, out) as sgl-kernel does, and (input) alone."""

@@ -87,6 +87,19 @@ def test_topk_softmax_ties_nan_int64_and_strided_rows(experts):
     torch.testing.assert_close(w2, torch.where(total > 0, chosen / total, chosen), rtol=0, atol=1e-6)
 
 
+def test_topk_softmax_broadcast_gating_is_only_read():
+    """gating_output whose rows overlap (one row expanded: row stride 0) is accepted: it is only read."""
+    torch = _torch()
+    from jitkern.ops import topk_softmax
+
+    gating = torch.randn(1, 128, device="cuda").expand(33, 128)
+    w, ids = _outputs(33, 8, torch.int32)
+    w_ref, ids_ref = _outputs(33, 8, torch.int32)
+    topk_softmax(w, ids, gating, True)
+    topk_softmax(w_ref, ids_ref, gating.contiguous(), True)
+    assert torch.equal(ids, ids_ref) and torch.equal(w, w_ref)
+
+
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("experts", [24, 128, 512])
 def test_topk_softmax_unaligned_rows_and_signed_zeros(dtype_name, experts):

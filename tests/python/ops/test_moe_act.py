@@ -719,6 +719,29 @@ def test_strided_rows_and_experts(dtype_name):
         assert torch.isnan(outs[:, 256:]).all() and torch.isnan(outs[:, :256][~rows]).all()
 
 
+def test_broadcast_inputs_are_only_read():
+    """Inputs whose rows or experts overlap (expanded: stride 0) are accepted, since they are only read: each
+    form gives what it gives on the same values made contiguous."""
+    torch = _torch()
+    from jitkern.ops import silu_and_mul_masked, silu_and_mul_masked_per_token_group_quant_fp8, silu_and_mul_sorted
+
+    masked_m = torch.tensor([8, 0, 5], dtype=torch.int32, device="cuda")
+    computed = _masked_rows(masked_m, 8)
+    for x in (torch.randn(1, 8, 512, dtype=torch.bfloat16, device="cuda").expand(3, 8, 512),
+              torch.randn(3, 1, 512, dtype=torch.bfloat16, device="cuda").expand(3, 8, 512)):
+        out = torch.full((3, 8, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+        silu_and_mul_masked(x, masked_m, out)
+        _close(out[computed], _reference(x.contiguous()[computed]), "bfloat16")
+        q, s = silu_and_mul_masked_per_token_group_quant_fp8(x, masked_m)
+        q_ref, s_ref = silu_and_mul_masked_per_token_group_quant_fp8(x.contiguous(), masked_m)
+        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)[computed]) and torch.equal(s[computed], s_ref[computed])
+    sorted_ids, post_pad, n, rows = _sorted_layout(5, 8, 2, 16, seed=3)
+    xs = torch.randn(1, 512, dtype=torch.bfloat16, device="cuda").expand(sorted_ids.numel(), 512)
+    outs = torch.full((sorted_ids.numel(), 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    silu_and_mul_sorted(xs, sorted_ids, post_pad, n, outs)
+    _close(outs[rows], _reference(xs.contiguous()[rows]), "bfloat16")
+
+
 def test_graph_replay_reads_new_counts():
     """Captured once, replayed with other routing: the counts, ids and masked_m are read on the device, so each
     replay computes the rows of its own routing (and leaves the others as they were)."""

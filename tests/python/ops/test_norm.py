@@ -85,6 +85,22 @@ def test_rmsnorm_strided_rows_and_in_place(dtype_name, pad, tokens, hidden):
     _assert_close(x, expected, dtype_name)
 
 
+def test_rmsnorm_broadcast_input_is_only_read():
+    """An input whose rows overlap (one row expanded: row stride 0) is accepted where it is only read, and refused
+    where it is written (fused_add_rmsnorm writes the normalised rows into input)."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm, rmsnorm
+
+    x = torch.randn(1, 4096, dtype=torch.bfloat16, device="cuda").expand(9, 4096)
+    w = torch.randn(4096, dtype=torch.bfloat16, device="cuda")
+    _assert_close(rmsnorm(x, w, eps=1e-5), _reference(x.contiguous(), w, 1e-5), "bfloat16")
+    residual = torch.randn(9, 4096, dtype=torch.bfloat16, device="cuda")
+    before = residual.clone()
+    with pytest.raises(ValueError, match="input rows overlap: row stride 0 is smaller than the row width 4096"):
+        fused_add_rmsnorm(x, residual, w)
+    assert torch.equal(residual, before), "a refused call wrote"
+
+
 def test_rmsnorm_of_a_dense_permuted_input():
     """Heads as attention hands them to a per-head norm (q.view(B, S, H, D).transpose(1, 2): dense, not contiguous):
     the allocated output is contiguous, eager and compiled alike."""

@@ -439,6 +439,8 @@ def test_bad_arguments_are_named():
         ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS, mrope_section=[16.0, 8, 8])
     with pytest.raises(ValueError, match=r"positions of shape \(3, 4\) are mRoPE's \[3, T\] for q's 4 tokens: pass mrope_section"):
         ops.fused_qknorm_rope(torch.stack([pos] * 3), q, k, qw, kw, cs, EPS)
+    with pytest.raises(ValueError, match=r"positions of shape \(3, 4\) are mRoPE's \[3, T\] for q's 4 tokens"):  # 3 heads: not a batch of 3
+        ops.fused_qknorm_rope(torch.stack([pos] * 3), q[:, :3 * d].view(tokens, 3, d), k, qw, kw, cs, EPS)
     with pytest.raises(ValueError, match=r"q overlaps itself: its dimension 1 \(\d+ elements, stride 64\)"):
         ops.fused_qknorm_rope(pos, qkv.as_strided((tokens, HQ, d), (qkv.stride(0), d // 2, 1)), k, qw, kw, cs, EPS)
     with pytest.raises(ValueError, match="q and k must not overlap"):

@@ -224,6 +224,26 @@ def test_per_token_strided_3d_and_huge():
     assert qe.shape == (0, 64) and se.shape == (0, 1)
 
 
+@pytest.mark.gpu
+def test_broadcast_inputs_are_only_read():
+    """An input whose rows overlap (one row expanded: row stride 0) is accepted where it is only read: per-token
+    quantization and the norm + quant ops (the fused-add ones too: they leave input as it was) give the bits of
+    the same values made contiguous."""
+    torch = _torch()
+    from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, per_token_quant_fp8, rmsnorm_group_quant_fp8
+
+    x = _x((1, 4096), "bfloat16").expand(5, 4096)
+    w = _x((4096,), "bfloat16", seed=3)
+    for got, expected in ((per_token_quant_fp8(x), per_token_quant_fp8(x.contiguous())),
+                          (rmsnorm_group_quant_fp8(x, w), rmsnorm_group_quant_fp8(x.contiguous(), w))):
+        assert torch.equal(got[0].view(torch.uint8), expected[0].view(torch.uint8)) and torch.equal(got[1], expected[1])
+    residual = _x((5, 4096), "bfloat16", seed=1)
+    residual_ref = residual.clone()
+    q, s = fused_add_rmsnorm_group_quant_fp8(x, residual, w)
+    q_ref, s_ref = fused_add_rmsnorm_group_quant_fp8(x.contiguous(), residual_ref, w)
+    assert torch.equal(residual, residual_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
+
+
 # ---- per-token-group -------------------------------------------------------------------------------
 
 def _group_reference(x, group_size, dtype, eps, ue8m0):
