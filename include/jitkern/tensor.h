@@ -306,11 +306,12 @@ inline void check_rows_disjoint(int64_t rows, int64_t width, int64_t stride, con
   if (rows > 1) RuntimeCheck(stride >= width, name, " rows overlap: row stride ", stride, " is smaller than the row width ", width);
 }
 
-// Two tensors an op writes in one launch are not the same memory: refuses two non-empty tensors starting at one
-// address (one tensor passed twice, whose elements two threads would then write at once).
+// Two tensors an op writes in one launch share no byte: refuses one tensor passed twice, and views of one buffer that
+// reach into each other (q and k slices of a qkv row that overlap), whose elements two threads would write at once.
+// Views that interleave without sharing a byte (K and V pages of one buffer) pass.
 inline void check_distinct(const jitkern::TensorView& a, const jitkern::TensorView& b, const char* a_name, const char* b_name) {
-  RuntimeCheck(a.data_ptr() != b.data_ptr() || a.numel() == 0 || b.numel() == 0, a_name, " and ", b_name, " must not overlap: both start at ",
-               a.data_ptr());
+  RuntimeCheck(detail::tensors_overlap(a.get(), b.get()) != 1, a_name, " and ", b_name, " must not overlap: they share memory (", a_name,
+               " starts at ", a.data_ptr(), ", ", b_name, " at ", b.data_ptr(), ")");
 }
 
 // A tensor's sizes or strides, in elements (named at calls in templates, where nvcc's host pass re-emits a bare

@@ -5,6 +5,7 @@
 #include <jitkern/tensor.h>
 #include <jitkern/utils.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <string>
@@ -284,6 +285,84 @@ void match_tensor(const MatcherSpec& spec, const DLTensor* t, const char* name, 
   if (spec.dtype_symbol && !spec.dtype_symbol->m_resolved) spec.dtype_symbol->m_value = dtype, spec.dtype_symbol->m_resolved = true;
   if (spec.device_symbol && !spec.device_symbol->m_resolved)
     spec.device_symbol->m_value = device, spec.device_symbol->m_resolved = true;
+}
+
+// A byte of b is a byte of a when b's lowest byte less a's is sum(c_k * stride_k) over the strides (in bytes) of both,
+// c_k in [-(b's extent - 1), a's extent - 1] summed over the dimensions of that stride; the element's own bytes are a
+// dimension of stride 1. Searched from the largest stride down, keeping at each level only the coefficients that the
+// smaller strides can still complete: a few a level for the layouts ops take (nested strides).
+int tensors_overlap(const DLTensor* a, const DLTensor* b) {
+  struct Term {
+    int64_t stride, lo, hi;
+  };
+  constexpr int kMaxTerms = 2 * (16 + 1);  // 16 dimensions and the element's bytes, of each
+  Term terms[kMaxTerms];
+  int n = 0;
+  bool overflow = false;  // a size, stride or address sum past int64: undecided
+  const auto mul = [&](int64_t x, int64_t y) {
+    int64_t r = 0;
+    overflow |= __builtin_mul_overflow(x, y, &r);
+    return r;
+  };
+  const auto sum = [&](int64_t x, int64_t y) {
+    int64_t r = 0;
+    overflow |= __builtin_add_overflow(x, y, &r);
+    return r;
+  };
+  const auto add = [&](int64_t stride, int64_t count) {  // count > 0: a's coefficients, < 0: b's
+    int i = 0;
+    while (i < n && terms[i].stride != stride) ++i;
+    if (i == n) {  // kept sorted by stride, largest first
+      while (i > 0 && terms[i - 1].stride < stride) terms[i] = terms[i - 1], --i;
+      terms[i] = {stride, 0, 0}, ++n;
+    }
+    (count > 0 ? terms[i].hi : terms[i].lo) += count;
+  };
+  int64_t delta = 0;  // b's lowest byte less a's
+  for (const bool of_a : {true, false}) {
+    const DLTensor* t = of_a ? a : b;
+    for (int d = 0; d < t->ndim; ++d)
+      if (t->shape[d] == 0) return 0;
+    const int64_t bits = int64_t{t->dtype.bits} * t->dtype.lanes;
+    if (bits % 8 != 0 || t->ndim > 16) return -1;
+    const int64_t bytes = bits / 8;
+    int64_t lowest = static_cast<int64_t>(reinterpret_cast<uintptr_t>(static_cast<const char*>(t->data) + t->byte_offset));
+    int64_t compact = 1;
+    for (int d = t->ndim - 1; d >= 0; --d) {
+      const int64_t size = t->shape[d], stride = t->strides != nullptr ? t->strides[d] : compact;
+      compact = mul(compact, size);
+      if (size == 1 || stride == 0) continue;
+      const int64_t step = mul(stride, bytes);
+      if (step < 0) lowest = sum(lowest, mul(step, size - 1));
+      add(step < 0 ? -step : step, of_a ? size - 1 : 1 - size);
+    }
+    if (bytes > 1) add(1, of_a ? bytes - 1 : 1 - bytes);
+    delta = of_a ? -lowest : sum(delta, lowest);
+  }
+  int64_t rest_lo[kMaxTerms + 1], rest_hi[kMaxTerms + 1];  // what terms i.. can sum to
+  rest_lo[n] = rest_hi[n] = 0;
+  for (int i = n - 1; i >= 0; --i) {
+    rest_lo[i] = sum(rest_lo[i + 1], mul(terms[i].lo, terms[i].stride));
+    rest_hi[i] = sum(rest_hi[i + 1], mul(terms[i].hi, terms[i].stride));
+  }
+  constexpr int64_t kFits = int64_t{1} << 62;  // differences of these sums stay in int64
+  if (overflow || rest_lo[0] <= -kFits || rest_hi[0] >= kFits || delta <= -kFits || delta >= kFits) return -1;
+  const auto floor_div = [](int64_t x, int64_t d) { return x / d - (x % d != 0 && x < 0 ? 1 : 0); };
+  int budget = 1 << 14;
+  const auto reach = [&](const auto& self, int i, int64_t target) -> int {
+    if (target < rest_lo[i] || target > rest_hi[i]) return 0;
+    if (i == n) return 1;  // target == 0 here: the range of no terms is {0}
+    if (--budget < 0) return -1;
+    const Term& t = terms[i];
+    const int64_t c_lo = std::max(t.lo, -floor_div(rest_hi[i + 1] - target, t.stride));  // ceil((target - rest_hi) / stride)
+    const int64_t c_hi = std::min(t.hi, floor_div(target - rest_lo[i + 1], t.stride));
+    for (int64_t c = c_lo; c <= c_hi; ++c) {
+      const int found = self(self, i + 1, target - c * t.stride);
+      if (found != 0) return found;
+    }
+    return 0;
+  };
+  return reach(reach, 0, delta);
 }
 
 }  // namespace host::detail

@@ -2,6 +2,8 @@
 #include <jitkern/error.h>
 #include <jitkern/tensor.h>
 
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,7 +28,19 @@ struct FakeTensor {
     t.shape = shape.data();
     t.strides = strides.data();
   }
+  FakeTensor(const FakeTensor& o) : shape(o.shape), strides(o.strides), t(o.t) { repoint(o); }
+  FakeTensor& operator=(const FakeTensor& o) {
+    shape = o.shape, strides = o.strides, t = o.t;
+    repoint(o);
+    return *this;
+  }
   jitkern::TensorView view() const { return jitkern::TensorView(&t); }
+
+ private:
+  void repoint(const FakeTensor& o) {  // t points into this tensor's own vectors (null strides stay null)
+    t.shape = shape.data();
+    t.strides = o.t.strides != nullptr ? strides.data() : nullptr;
+  }
 };
 
 template <typename F>
@@ -276,6 +290,75 @@ TEST(WrittenLayouts, TwoWrittenTensorsAreDistinct) {
   check_distinct(a.view(), b.view(), "k_cache", "v_cache");
   check_distinct(a.view(), empty.view(), "q", "k");  // nothing written through an empty one
   EXPECT_CONTAINS(failure([&] { check_distinct(a.view(), a.view(), "k_cache", "v_cache"); }), "k_cache and v_cache must not overlap");
+}
+
+// A view of `shape` and `strides` (elements of `bytes` bytes) whose first element is `offset` bytes into a buffer.
+FakeTensor at(std::vector<int64_t> shape, std::vector<int64_t> strides, int64_t offset, uint8_t bytes = 4) {
+  FakeTensor t(std::move(shape), std::move(strides), {kDLUInt, static_cast<uint8_t>(8 * bytes), 1});
+  t.t.data = reinterpret_cast<void*>(0x10000 + offset);
+  return t;
+}
+
+TEST(WrittenLayouts, DistinctViewsOfOneBufferMustNotShareAByte) {
+  // q and k: columns of a qkv row of 48 floats, side by side; k reaching back one column into q.
+  check_distinct(at({5, 32}, {48, 1}, 0).view(), at({5, 8}, {48, 1}, 32 * 4).view(), "q", "k");
+  EXPECT_CONTAINS(failure([] { check_distinct(at({5, 32}, {48, 1}, 0).view(), at({5, 8}, {48, 1}, 31 * 4).view(), "q", "k"); }),
+                  "q and k must not overlap: they share memory");
+  // K and V pages of one cache [pages, 2, page, 8]; V moved back one element into K's page.
+  check_distinct(at({6, 16, 8}, {256, 8, 1}, 0).view(), at({6, 16, 8}, {256, 8, 1}, 128 * 4).view(), "k_cache", "v_cache");
+  EXPECT_CONTAINS(failure([] { check_distinct(at({6, 16, 8}, {256, 8, 1}, 0).view(), at({6, 16, 8}, {256, 8, 1}, 127 * 4).view(), "k_cache",
+                                              "v_cache"); }),
+                  "k_cache and v_cache must not overlap");
+  // Heads that interleave (q heads 0, 2, 4 and k heads 1, 3, 5 of each token): each spans the other's, neither shares a byte.
+  check_distinct(at({4, 3, 8}, {48, 16, 1}, 0).view(), at({4, 3, 8}, {48, 16, 1}, 8 * 4).view(), "q", "k");
+  EXPECT_NE(failure([] { check_distinct(at({4, 3, 8}, {48, 16, 1}, 0).view(), at({4, 3, 8}, {48, 16, 1}, 9 * 4).view(), "q", "k"); }), "");
+  // Byte granularity: a float starting inside a byte tensor's last element shares it.
+  EXPECT_NE(failure([] { check_distinct(at({10}, {1}, 0, 1).view(), at({1}, {1}, 9, 4).view(), "a", "b"); }), "");
+  check_distinct(at({10}, {1}, 0, 1).view(), at({1}, {1}, 10, 4).view(), "a", "b");
+  // Negative strides (DLPack allows them): the lowest byte is the last element's.
+  check_distinct(at({4}, {-1}, 12).view(), at({1}, {1}, -4).view(), "a", "b");
+  EXPECT_NE(failure([] { check_distinct(at({4}, {-1}, 12).view(), at({1}, {1}, 0).view(), "a", "b"); }), "");
+  // Null strides: compact.
+  FakeTensor compact = at({4, 8}, {}, 0);
+  compact.t.strides = nullptr;
+  check_distinct(compact.view(), at({1}, {1}, 32 * 4).view(), "a", "b");
+  EXPECT_NE(failure([&] { check_distinct(compact.view(), at({1}, {1}, 31 * 4).view(), "a", "b"); }), "");
+}
+
+TEST(WrittenLayouts, OverlapSearchAgreesWithTheBytesOfSmallLayouts) {
+  std::mt19937 rng(7);
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int overlaps = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    FakeTensor views[2] = {at({1}, {1}, 0), at({1}, {1}, 0)};
+    std::set<int64_t> bytes[2];
+    for (FakeTensor& v : views) {
+      std::vector<int64_t> shape(pick(1, 3)), strides(shape.size());
+      for (std::size_t d = 0; d < shape.size(); ++d) shape[d] = pick(1, 4), strides[d] = pick(-6, 12);
+      v = at(shape, strides, pick(0, 96), static_cast<uint8_t>(1 << pick(0, 2)));
+    }
+    for (int k = 0; k < 2; ++k) {
+      const DLTensor& t = views[k].t;
+      const int64_t width = t.dtype.bits / 8;
+      std::vector<int64_t> index(t.ndim, 0);
+      for (bool more = true; more;) {
+        int64_t at_byte = reinterpret_cast<intptr_t>(t.data);
+        for (int d = 0; d < t.ndim; ++d) at_byte += index[d] * t.strides[d] * width;
+        for (int64_t b = 0; b < width; ++b) bytes[k].insert(at_byte + b);
+        more = false;
+        for (int d = t.ndim - 1; d >= 0 && !more; --d) {
+          if (++index[d] < t.shape[d]) more = true;
+          else index[d] = 0;
+        }
+      }
+    }
+    bool shared = false;
+    for (int64_t b : bytes[0]) shared = shared || bytes[1].count(b) > 0;
+    overlaps += shared;
+    ASSERT_EQ(host::detail::tensors_overlap(&views[0].t, &views[1].t), shared ? 1 : 0) << "trial " << trial;
+  }
+  EXPECT_GT(overlaps, 1000);
+  EXPECT_LT(overlaps, 19000);
 }
 
 TEST(WrittenLayouts, RowsMustNotOverlap) {

@@ -29,5 +29,9 @@ struct MatcherSpec {
 
 void match_tensor(const MatcherSpec& spec, const DLTensor* tensor, const char* name, const DebugInfo& where);
 
+// Whether two strided tensors share a byte: 1 they do, 0 they do not, -1 not decided (a search too large to finish,
+// or elements narrower than a byte).
+int tensors_overlap(const DLTensor* a, const DLTensor* b);
+
 }  // namespace detail
 }  // namespace host

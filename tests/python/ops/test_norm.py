@@ -399,6 +399,10 @@ def test_cpp_entry_points_validate_before_launch():
         m.qknorm(heads, q2.view(4, 3, 64).clone(), w, w, 1e-6, 64)
     with pytest.raises(ValueError, match="q and k must not overlap"):  # each head would be normalised twice at once
         m.qknorm(q2.view(4, 3, 64), q2.view(4, 3, 64), w, w, 1e-6, 64)
+    qk = torch.randn(4, 6, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="q and k must not overlap: they share memory"):  # k's first head is q's last
+        m.qknorm(qk[:, :3], qk[:, 2:5], w, w, 1e-6, 64)
+    m.qknorm(qk[:, 0::2], qk[:, 1::2], w, w, 1e-6, 64)  # heads that interleave share no element
 
 
 def test_second_gpu_while_the_first_is_current():

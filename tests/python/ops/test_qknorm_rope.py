@@ -445,6 +445,8 @@ def test_bad_arguments_are_named():
         ops.fused_qknorm_rope(pos, qkv.as_strided((tokens, HQ, d), (qkv.stride(0), d // 2, 1)), k, qw, kw, cs, EPS)
     with pytest.raises(ValueError, match="q and k must not overlap"):
         ops.fused_qknorm_rope(pos, q, q, qw, kw, cs, EPS)
+    with pytest.raises(ValueError, match="q and k must not overlap: they share memory"):  # k reaching half a head back into q
+        ops.fused_qknorm_rope(pos, q, qkv[:, HQ * d - d // 2 : (HQ + HK) * d - d // 2], qw, kw, cs, EPS)
     with pytest.raises(ValueError, match="k_buffer overlaps itself"):
         ops.fused_qknorm_rope(pos, q, k, qw, kw, cs, EPS, True,
                               ops.FusedSetKVBufferArg(value=v, k_buffer=kc[:1].expand_as(kc), v_buffer=vc, k_scale=None, v_scale=None,
