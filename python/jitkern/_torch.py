@@ -58,9 +58,11 @@ _LIBRARIES: dict = {}  # namespace -> torch.library.Library
 def define_op(qualname: str, schema: str, implementation, fake=None):
     """Registers `implementation` as the torch operator `qualname` ("namespace::name") with `schema` (its
     arguments and results, e.g. "(Tensor x, Tensor(a!) out) -> ()": `(a!)` marks a tensor the op writes)
-    and `fake` as what tracing runs (default: returns None, right for ops that return nothing). Registered
-    through torch.library.Library, whose dispatcher calls `implementation` directly: torch.library.custom_op
-    adds about 18 us per call, which compiled code without CUDA graphs pays (docs/benchmarks/design.md)."""
+    and `fake` as what tracing runs (default: returns None, right for ops that return nothing). An op that
+    writes no argument and returns nothing (a stream wait) is kept for its side effect: compiled graphs would
+    drop it as dead code. Registered through torch.library.Library, whose dispatcher calls `implementation`
+    directly: torch.library.custom_op adds about 18 us per call, which compiled code without CUDA graphs pays
+    (docs/benchmarks/design.md)."""
     require_torch()
     namespace, _, name = qualname.partition("::")
     if not namespace or not name:
@@ -71,7 +73,10 @@ def define_op(qualname: str, schema: str, implementation, fake=None):
     library.define(name + schema)
     library.impl(name, implementation, "CompositeExplicitAutograd")
     torch.library.register_fake(qualname, fake if fake is not None else returns_nothing, lib=library)
-    return getattr(getattr(torch.ops, namespace), name)
+    op = getattr(getattr(torch.ops, namespace), name)
+    if not op.default._schema.is_mutable and not op.default._schema.returns:
+        torch.fx.node.has_side_effect(op.default)
+    return op
 
 
 def torch_op(qualname: str, schema: str, spec, export: str, *, fake=None):

@@ -17,7 +17,7 @@ from ..jit import JitSpec
 from ._declare import Family, TorchOp, wrapper
 
 _EXPORTS = {
-    "stream_wait_value": "Tensor(a!) flag, int value",
+    "stream_wait_value": "Tensor flag, int value",  # only read: a written flag would be copied by functionalization
     "event_create": "device_flag",
     "event_record": "handle, value, stream, spin",
     "event_wait": "handle, value, timeout_ms, stream, spin",

@@ -224,3 +224,31 @@ def test_every_export_names_the_parameters_of_its_cpp_entry_point():
             if declared not in defined:
                 wrong.append(f"{spec.name}.{export}: declared {declared}, C++ {function} has {defined}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.torch
+def test_an_op_that_writes_and_returns_nothing_survives_compile():
+    """define_op keeps an op that writes no argument and returns nothing (a stream wait): graphs compiled
+    through functionalization (aot_eager) and lowered by inductor still call it, on the tensor passed (not on a
+    copy); stream_wait_value is declared so, its flag only read."""
+    import torch
+
+    import jitkern.ops.wait_value  # noqa: F401  (registers torch.ops.jitkern.stream_wait_value)
+    from jitkern._torch import define_op
+
+    calls = []
+    define_op("jitkern_test::ping", "(Tensor flag, int value) -> ()", lambda flag, value: calls.append((flag.data_ptr(), value)))
+
+    def step(x, flag):
+        torch.ops.jitkern_test.ping(flag, 3)
+        return x * 2
+
+    flag = torch.zeros(1, dtype=torch.int32)
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        for backend in ("aot_eager", "inductor"):
+            torch._dynamo.reset()
+            calls.clear()
+            assert torch.equal(torch.compile(step, backend=backend, fullgraph=True)(torch.ones(4), flag), torch.full((4,), 2.0))
+            assert calls == [(flag.data_ptr(), 3)], backend
+    wait = torch.ops.jitkern.stream_wait_value.default
+    assert not wait._schema.is_mutable and wait in torch.fx.node._side_effectful_functions
