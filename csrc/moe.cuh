@@ -28,7 +28,7 @@ namespace jitkern_moe {
 
 constexpr int kMoeTopkWarps = 4;  // tokens per CTA
 constexpr int kMoeMaxExperts = 512;
-constexpr int kMoeMaxTopk = 8;
+constexpr int kMoeMaxTopk = 32;  // a lane per choice (Qwen3-Next takes 10 of 512)
 constexpr int kMoeMaxGroups = 32;  // a lane per group
 constexpr float kMoeInf = __builtin_huge_valf();
 
@@ -894,6 +894,10 @@ AlignParams align_params(jitkern::TensorView topk_ids, int64_t num_experts, int6
   TensorMatcher({S}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(sorted_token_ids, "sorted_token_ids");
   TensorMatcher({B}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(expert_ids, "expert_ids");
   TensorMatcher({1}).with_dtype<int32_t>().with_device(device_v<kDLCUDA>, device).verify(num_tokens_post_pad, "num_tokens_post_pad");
+  const std::pair<jitkern::TensorView, const char*> operands[] = {
+      {topk_ids, "topk_ids"}, {sorted_token_ids, "sorted_token_ids"}, {expert_ids, "expert_ids"}, {num_tokens_post_pad, "num_tokens_post_pad"}};
+  for (int i = 0; i < 4; ++i)  // the outputs are written at once, topk_ids read meanwhile
+    for (int j = i + 1; j < 4; ++j) check_distinct(operands[i].first, operands[j].first, operands[i].second, operands[j].second);
   RuntimeCheck(num_experts >= 1 && num_experts <= kMoeMaxExperts, "num_experts must be 1-", kMoeMaxExperts, ", got ", num_experts);
   RuntimeCheck(block_size >= 1 && block_size <= 65536, "block_size must be 1-65536, got ", block_size);
   const int64_t ids = n.unwrap();

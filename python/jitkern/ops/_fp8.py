@@ -4,6 +4,7 @@ to C++ as their bytes, the one-element scale, and the per-group scale layouts FP
 from __future__ import annotations
 
 from .._torch import torch
+from ._shapes import as_rows
 
 
 def _bytes(q, name: str, public: str, allow_int8: bool = False, flatten: bool = True):
@@ -13,13 +14,15 @@ def _bytes(q, name: str, public: str, allow_int8: bool = False, flatten: bool = 
     if not isinstance(q, torch.Tensor) or q.dtype not in allowed:
         got = q.dtype if isinstance(q, torch.Tensor) else type(q).__name__
         raise TypeError(f"{public}(): {name} must be a float8_e4m3fn{' or int8' if allow_int8 else ''} tensor, got {got}")
-    q2 = q.view(-1, q.shape[-1]) if flatten and q.dim() != 2 else q
+    q2 = as_rows(q, public, name, writes=True) if flatten else q
     return q2.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q2
 
 
 def _check_scale(scale, public: str, name: str = "scale"):
     if not isinstance(scale, torch.Tensor):
         raise TypeError(f"{public}(): {name} must be a float32 tensor of one element, got {type(scale).__name__}")
+    if scale.numel() != 1:
+        raise ValueError(f"{public}(): {name} must be a float32 tensor of one element, got shape {tuple(scale.shape)}")
     return scale.reshape(1) if scale.dim() != 1 else scale
 
 

@@ -3,6 +3,8 @@ entry points take."""
 
 from __future__ import annotations
 
+import math
+
 from .._torch import torch
 
 
@@ -14,7 +16,8 @@ def as_rows(x, public: str, name: str, *, writes: bool, trailing: int = 1):
         return x
     if x.dim() < trailing:
         raise ValueError(f"{public}(): {name} must have at least {trailing} dimension{'s' if trailing > 1 else ''}, got shape {tuple(x.shape)}")
-    shape = (-1, *x.shape[x.dim() - trailing:]) if x.dim() > trailing else (1, *x.shape)
+    lead = x.dim() - trailing  # counted, not -1: a -1 cannot be inferred beside a 0 (an empty tensor)
+    shape = (math.prod(x.shape[:lead]), *x.shape[lead:]) if lead > 0 else (1, *x.shape)
     if not writes:
         return x.reshape(shape)
     try:

@@ -1,7 +1,7 @@
 """The MoE routing family (csrc/moe.cuh): topk_softmax, topk_sigmoid (a correction bias and DeepSeek-V3's
-grouped selection) and moe_align_block_size, with the argument orders of sgl-kernel and vLLM.
+grouped selection) and moe_align_block_size, with sgl-kernel's argument orders.
 
-Top-k: gating_output [T, E] fp16/bf16/fp32 (rows may be strided), 1 <= E <= 512 experts, 1 <= k <= 8;
+Top-k: gating_output [T, E] fp16/bf16/fp32 (rows may be strided), 1 <= E <= 512 experts, 1 <= k <= 32;
 topk_weights [T, k] fp32 and topk_ids [T, k] int32 or int64. Experts are ranked by logit (softmax) or
 by sigmoid + correction_bias (sigmoid); ties go to the lowest expert index, as torch.topk; a NaN logit
 ranks below every number, so it is selected only when fewer than k other experts remain, and weighs 0 in
@@ -92,8 +92,10 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: i
     expert_ids (int32) the expert of each block (-1 after the last); num_tokens_post_pad (int32 [1]) the
     padded total. Outputs not given are allocated with align_sizes. Returns the three."""
     if compiling():
-        if sorted_token_ids is None or expert_ids is None or num_tokens_post_pad is None:
+        if sorted_token_ids is None and expert_ids is None and num_tokens_post_pad is None:
             return torch.ops.jitkern.moe_align_block_size(topk_ids, num_experts, block_size)
+        sorted_token_ids, expert_ids, num_tokens_post_pad = _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids,
+                                                                           num_tokens_post_pad)  # the given ones are written
         torch.ops.jitkern.moe_align_block_size_out(topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad)
         return sorted_token_ids, expert_ids, num_tokens_post_pad
     public = "moe_align_block_size"
@@ -115,7 +117,7 @@ def _align_outputs(topk_ids, num_experts, block_size, sorted_token_ids=None, exp
             raise TypeError(f"moe_align_block_size(): {name} must be an int, got {type(v).__name__}")
     if block_size < 1:
         raise ValueError(f"moe_align_block_size(): block_size must be positive, got {block_size}")
-    padded, blocks = align_sizes(topk_ids.numel(), num_experts, block_size)
+    padded, blocks = align_sizes(topk_ids.numel(), max(num_experts, 1), block_size)  # the module names a bad num_experts
     new = lambda size: torch.empty(size, dtype=torch.int32, device=topk_ids.device)  # noqa: E731
     return (new(padded) if sorted_token_ids is None else sorted_token_ids, new(blocks) if expert_ids is None else expert_ids,
             new(1) if num_tokens_post_pad is None else num_tokens_post_pad)

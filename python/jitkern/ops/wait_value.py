@@ -70,7 +70,8 @@ class Event:
 
     def wait(self, value: int = 1, *, timeout_ms: int | None = None) -> None:
         """Work queued on the current stream after this waits until the flag equals `value`; with
-        `timeout_ms`, the stream goes on after that long and the Event's next call raises TimeoutError."""
+        `timeout_ms`, the stream goes on after that long and the Event's next call raises TimeoutError (a driver
+        wait is released by writing `value` into the flag: docs/ops.md, stream signalling)."""
         if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms <= 0):
             raise ValueError(f"Event.wait(): timeout_ms must be a positive int or None, got {timeout_ms!r}")
         _function("event_wait")(self._handle, value, timeout_ms or 0, torch.cuda.current_stream().cuda_stream, self._spin)

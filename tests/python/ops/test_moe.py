@@ -34,9 +34,9 @@ _TOPK_SOFTMAX_CASES = [
     (dtype_name, experts, k, tokens)
     for dtype_name in ("float32", "bfloat16", "float16")
     for experts in (8, 16, 60, 64, 128, 160, 256, 512)
-    for k in (1, 2, 6, 8)
+    for k in (1, 2, 6, 8, 10, 32)
     for tokens in (1, 7, 4096)
-    if tokens != 4096 or (dtype_name != "float16" and k in (1, 8))
+    if k <= experts and (tokens != 4096 or (dtype_name != "float16" and k in (1, 8))) and (k <= 8 or experts in (64, 512))
 ]
 
 
@@ -150,7 +150,7 @@ def _grouped_reference(logits, bias, k, groups, topk_group, renormalize, scaling
 
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
 @pytest.mark.parametrize("experts,groups,topk_group,k", [(256, 8, 4, 8), (64, 1, 1, 6), (128, 4, 2, 4), (160, 32, 3, 1), (512, 16, 4, 8),
-                                                         (8, 1, 1, 1)])
+                                                         (8, 1, 1, 1), (512, 1, 1, 10), (256, 8, 4, 16), (64, 1, 1, 32)])
 @pytest.mark.parametrize("tokens", [1, 63, 4096])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_topk_sigmoid_grouped_against_torch(dtype_name, experts, groups, topk_group, k, tokens, with_bias):
@@ -502,7 +502,8 @@ def test_bad_inputs_rejected():
     rejects(TypeError, "topk_ids: DType mismatch", topk_softmax, w, ids.short(), g)
     rejects(ValueError, r"topk_ids: Size mismatch for shape#1\('topk'\)", topk_softmax, w, ids[:, :1], g)
     rejects(ValueError, r"topk_weights: Size mismatch for shape#0\('num_tokens'\)", topk_softmax, w[:2], ids, g)
-    rejects(ValueError, r"topk_weights, topk_ids: topk \(their last dimension\) must be 1-8", topk_softmax, *_outputs(4, 9), g)
+    rejects(ValueError, r"topk_weights, topk_ids: topk \(their last dimension\) must be 1-32", topk_softmax, *_outputs(4, 33),
+            torch.randn(4, 64, device="cuda"))
     rejects(ValueError, r"gating_output: the number of experts \(its last dimension\) must be 1-512", topk_softmax, w, ids, torch.randn(4, 513, device="cuda"))
     rejects(ValueError, "gating_output: Device mismatch", topk_softmax, w, ids, g.cpu())
     assert torch.isnan(w).all() and (ids == -7).all(), "a rejected call wrote its outputs"
@@ -524,11 +525,18 @@ def test_bad_inputs_rejected():
         assert all(torch.equal(a, b) for a, b in zip(strided, dense))
     rejects(ValueError, "block_size must be positive", moe_align_block_size, topk_ids, 8, 0)
     rejects(TypeError, "block_size must be an int", moe_align_block_size, topk_ids, 8, 16.0)
+    rejects(ValueError, "num_experts must be 1-512, got -1", moe_align_block_size, topk_ids, -1, 16)  # named before any allocation fails
+    workspace = torch.full((sorted_ids.numel() + 1,), -7, dtype=torch.int32, device="cuda")  # num_tokens_post_pad its last entry
+    rejects(ValueError, "sorted_token_ids and num_tokens_post_pad must not overlap", moe_align_block_size, topk_ids, 8, 16, workspace,
+            expert_ids, workspace[-1:])
+    rejects(ValueError, "sorted_token_ids and expert_ids must not overlap", moe_align_block_size, topk_ids, 8, 16, sorted_ids,
+            sorted_ids[: expert_ids.numel()], total)
+    assert (workspace == -7).all(), "a rejected call wrote"
 
 
 def test_torch_custom_ops():
     torch = _torch()
-    from jitkern.ops import moe_align_block_size, topk_sigmoid, topk_softmax
+    from jitkern.ops import moe, moe_align_block_size, topk_sigmoid, topk_softmax
 
     g = torch.randn(9, 256, device="cuda")
     bias = torch.randn(256, device="cuda")
@@ -547,6 +555,15 @@ def test_torch_custom_ops():
         logits = torch.randn(tokens, 256, device="cuda")
         for a, b in zip(compiled(logits), route(logits)):
             assert torch.equal(a, b)
+
+    def align_into(ids, sorted_ids):  # one output given: written, the others allocated
+        return moe_align_block_size(ids, 256, 64, sorted_token_ids=sorted_ids)
+
+    eager_out = moe._align_outputs(ids, 256, 64)[0].fill_(-7)
+    compiled_out = eager_out.clone()
+    got = torch.compile(align_into, fullgraph=True)(ids, compiled_out)
+    expected = align_into(ids, eager_out)
+    assert torch.equal(compiled_out, eager_out) and torch.equal(got[0], eager_out) and all(torch.equal(a, b) for a, b in zip(got[1:], expected[1:]))
     logits = torch.randn(64, 256, device="cuda")
     w, i = _outputs(64, 8)
     topk_sigmoid(w, i, logits, True, bias, num_expert_group=8, topk_group=4)
