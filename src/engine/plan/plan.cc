@@ -410,13 +410,6 @@ void bind(Plan& p, const Config& cfg, const Toolchain& tc) {
     if (p.nvrtc_unused.empty() && tc.cxx.version.find("clang") != std::string::npos) p.nvrtc_unused = "the host compiler is clang";
     if (p.nvrtc_unused.empty() && (p.nvrtc_library = toolchain::nvrtc_library(tc.nvcc.path)).empty())
       p.nvrtc_unused = "the CUDA toolkit has no libnvrtc";
-    // The version macros NVRTC predefines, for the host preprocessor that lists what NVRTC reads (CCCL
-    // checks them against the toolkit's headers): "release 13.0, V13.0.88" in nvcc's --version.
-    const auto at = tc.nvcc.version.find(", V");
-    int major = 0, minor = 0, build = 0;
-    if (at != std::string::npos && std::sscanf(tc.nvcc.version.c_str() + at + 3, "%d.%d.%d", &major, &minor, &build) >= 2)
-      p.nvrtc_predefined = {"-D__CUDACC_VER_MAJOR__=" + std::to_string(major), "-D__CUDACC_VER_MINOR__=" + std::to_string(minor),
-                            "-D__CUDACC_VER_BUILD__=" + std::to_string(build), "-DCUDART_VERSION=" + std::to_string(major * 1000 + minor * 10)};
     if (!p.nvrtc_unused.empty()) p.nvrtc_options.clear();
   }
   // The compilers' own files are covered by their versions.

@@ -70,7 +70,6 @@ struct Plan {
   std::string nvrtc_std_dir;  // the standard headers' stand-ins NVRTC reads (<jitkern/detail/rtc_std.h>)
   std::string nvrtc_unused;   // asked for NVRTC, but nvcc compiles the kernels: why
   bool nvrtc_asked = false;   // JITKERN_DEVICE_COMPILER=nvrtc (not auto: NVRTC only for builds run many at once)
-  std::vector<std::string> nvrtc_predefined;  // NVRTC's version macros, as -D flags (for the dependency scan)
   std::vector<std::string> dep_exclude_prefixes;             // files under these are not dependencies
   std::vector<std::string> link_option_files;  // files linker options name (version scripts...): dependencies
   std::vector<std::string> sources;                          // the kernel files, resolved

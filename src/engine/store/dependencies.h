@@ -15,7 +15,7 @@ namespace jitkern::deps {
 // A dependency file and the directory its compiler ran in (what its relative names are relative to).
 struct Depfile {
   std::string path, base;
-  std::vector<std::string> paths = {};  // where path is empty: the files themselves (absolute)
+  std::vector<std::string> paths = {};  // where path is empty: the files themselves (relative ones to base)
 };
 
 bool under_any(const std::string& path, const std::vector<std::string>& prefixes);

@@ -216,6 +216,45 @@ def test_a_flag_whose_inputs_cannot_be_tracked_is_refused(tmp_path, monkeypatch,
     assert named in str(e.value) and field in str(e.value)
 
 
+# ------------------------------------------------------------------------------------ what NVRTC reads
+
+NVRTC_KERNEL = textwrap.dedent(
+    """
+    #include <jitkern/tensor.h>
+    #include <jitkern/utils.cuh>
+    #if defined(__GNUC__) && defined(__CUDACC_RTC__)
+    #include "gnu_rtc_only.h"
+    #endif
+    #if defined(__CUDACC_RTC__) && !defined(__GNUC__)
+    #include "rtc_only.h"
+    #endif
+    __global__ void store_kernel(int* p) {
+    #ifdef __CUDACC_RTC__
+      *p = kRtcValue;
+    #endif
+    }
+    inline int64_t value() { return 7; }
+    """
+)
+
+
+def test_a_header_only_nvrtc_reads_is_a_dependency(tmp_path, env):
+    """JITKERN_DEVICE_COMPILER=nvrtc: a header NVRTC includes where GCC would not (NVRTC defines no __GNUC__) is a
+    dependency, so editing it rebuilds; a header only GCC would include (here missing) keeps the module with NVRTC."""
+    real_nvcc()
+    from jitkern.cli import FATBIN_MAGIC
+
+    write(tmp_path / "rtc_only.h", "constexpr int kRtcValue = 0x13572468;\n")
+    kernel = write(tmp_path / "rtc_kernel.cuh", NVRTC_KERNEL)
+    fields = cuda_fields("rtc_reads", kernel, host_without_nvcc=True)
+    nvrtc = {**env, "JITKERN_DEVICE_COMPILER": "nvrtc"}
+    first = built(build(fields, nvrtc))
+    assert FATBIN_MAGIC not in Path(first).read_bytes(), "NVRTC built it, not nvcc"
+    assert str(tmp_path / "rtc_only.h") in (Path(first).parent / "manifest").read_text(), "the header NVRTC read is a dependency"
+    write(tmp_path / "rtc_only.h", "constexpr int kRtcValue = 0x24681357;\n")
+    assert built(build(fields, nvrtc)) != first, "an edit of a header only NVRTC reads rebuilds"
+
+
 # ----------------------------------------------------------------------------- the working directory
 
 
