@@ -1,5 +1,7 @@
 #include "plan/command_line.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <stdexcept>
 
@@ -63,9 +65,84 @@ const PathFlag kPathFlags[] = {
     {"--pre-include", false}, {"--library-path", false},
 };
 
-// Linker options (inside -Wl, or after -Xlinker) naming a file the linker reads.
-const char* const kLinkerFileOptions[] = {"--version-script", "--dynamic-list", "--script", "-T", "--retain-symbols-file",
-                                          "--just-symbols"};
+// The linker's options (inside -Wl, or -Xlinker) that take a value, and what the value is. A long name is
+// spelled "--name=v", "-name=v", "--name v" or "-name v"; a name of one letter also "-nv".
+enum class LinkerValue { kFile, kDirectory, kOther };
+struct LinkerOption {
+  const char* name;
+  LinkerValue value;
+};
+const LinkerOption kLinkerOptions[] = {
+    // files the linker reads: dependencies its --trace does not list
+    {"version-script", LinkerValue::kFile}, {"dynamic-list", LinkerValue::kFile}, {"script", LinkerValue::kFile},
+    {"T", LinkerValue::kFile}, {"default-script", LinkerValue::kFile}, {"dT", LinkerValue::kFile},
+    {"retain-symbols-file", LinkerValue::kFile}, {"just-symbols", LinkerValue::kFile}, {"export-dynamic-symbol-list", LinkerValue::kFile},
+    {"L", LinkerValue::kDirectory}, {"library-path", LinkerValue::kDirectory},
+    // addresses (-Ttext=0x1000 is no script named "text=0x1000"), names and the module's own settings
+    {"Ttext", LinkerValue::kOther}, {"Tbss", LinkerValue::kOther}, {"Tdata", LinkerValue::kOther}, {"Ttext-segment", LinkerValue::kOther},
+    {"Trodata-segment", LinkerValue::kOther}, {"Tldata-segment", LinkerValue::kOther}, {"section-start", LinkerValue::kOther},
+    {"image-base", LinkerValue::kOther}, {"rpath", LinkerValue::kOther}, {"rpath-link", LinkerValue::kOther},
+    {"soname", LinkerValue::kOther}, {"h", LinkerValue::kOther}, {"z", LinkerValue::kOther}, {"entry", LinkerValue::kOther},
+    {"e", LinkerValue::kOther}, {"undefined", LinkerValue::kOther}, {"u", LinkerValue::kOther}, {"m", LinkerValue::kOther},
+    {"trace-symbol", LinkerValue::kOther}, {"y", LinkerValue::kOther}, {"wrap", LinkerValue::kOther}, {"defsym", LinkerValue::kOther},
+    {"exclude-libs", LinkerValue::kOther}, {"hash-style", LinkerValue::kOther}, {"sort-section", LinkerValue::kOther},
+    {"dynamic-linker", LinkerValue::kOther}, {"Map", LinkerValue::kOther}, {"O", LinkerValue::kOther}, {"l", LinkerValue::kOther},
+    {"library", LinkerValue::kOther}, {"R", LinkerValue::kOther},
+};
+
+// One -Wl group's (or one -Xlinker run's) arguments, classified by kLinkerOptions: option files and
+// directories made absolute against `cwd` (files also added to `files`). Refuses the linker's response
+// files, an option without its value, -R with a file (ld reads its symbols) and an argument that is no
+// known option's value (a file the engine cannot tell how the linker reads).
+void linker_arguments(std::vector<std::string>& args, const char* field, const std::string& flag, const std::string& cwd,
+                      std::vector<std::string>* files) {
+  const auto resolved = [&](const LinkerOption& o, const std::string& value) {
+    if (o.value == LinkerValue::kOther) {
+      struct stat st;
+      if (std::string(o.name) == "R" && (::stat(absolute(value, cwd).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+        refuse(field, flag, "gives the linker -R with '" + value + "', which is no directory (ld would read its symbols): use --just-symbols= for a file, -rpath for a directory");
+      return value;
+    }
+    const std::string path = absolute(value, cwd);
+    if (o.value == LinkerValue::kFile && files != nullptr) files->push_back(path);
+    return path;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (!a.empty() && a[0] == '@') refuse(field, flag, "gives the linker a response file, which the engine cannot track; give its options in extra_ldflags");
+    if (a.size() < 2 || a[0] != '-')
+      refuse(field, flag, "gives the linker '" + a + "', which is no option's value the engine knows, so it cannot tell whether or how the " +
+                              "linker reads it: give a link input as an argument of its own (not inside -Wl), and a linker option's file with '='");
+    const std::size_t dashes = a[1] == '-' ? 2 : 1;
+    const std::string body = a.substr(dashes);
+    const LinkerOption* match = nullptr;
+    std::string value;
+    bool value_next = false;
+    for (const LinkerOption& o : kLinkerOptions) {  // whole names first: -Ttext=... is not -T with "text=..."
+      const std::string n = o.name;
+      if (body == n) match = &o, value_next = true;
+      else if (starts(body, (n + "=").c_str())) match = &o, value = body.substr(n.size() + 1);
+      if (match != nullptr) break;
+    }
+    if (match == nullptr && dashes == 1)  // "-Tfile", "-Ldir": a short name with its value attached
+      for (const LinkerOption& o : kLinkerOptions) {
+        const std::string n = o.name;
+        if (n.size() == 1 && body.size() > 1 && starts(body, n.c_str())) {
+          match = &o, value = body.substr(n.size());
+          break;
+        }
+      }
+    if (match == nullptr) continue;  // an option without a value (-O1, --as-needed, -Bsymbolic, ...)
+    const std::string prefix = a.substr(0, a.size() - value.size());
+    if (!value_next) {
+      a = prefix + resolved(*match, value);
+      continue;
+    }
+    if (i + 1 >= args.size()) refuse(field, flag, "ends with the linker's " + a + ", which needs its value after it");
+    args[i + 1] = resolved(*match, args[i + 1]);
+    ++i;
+  }
+}
 
 std::vector<std::string> read_response(const std::string& file, const char* field, const std::string& flag, const std::string& cwd) {
   std::string text;
@@ -163,39 +240,23 @@ class Resolver {
     return false;
   }
 
-  // -Wl,a,b,c and -Xlinker a: the linker's file-naming options made absolute; its own response files refused.
+  // -Wl,a,b,c, and a run of -Xlinker a -Xlinker b (one option and its value may span two): linker_arguments.
   void linker(const std::string& f, const std::vector<std::string>& flags, std::size_t* i) {
     std::vector<std::string> args;
     if (f == "-Xlinker") {
-      if (*i + 1 >= flags.size()) refuse(m_field, f, "needs an argument after it");
-      args.push_back(flags[++*i]);
+      for (; *i < flags.size() && flags[*i] == "-Xlinker"; *i += 2) {
+        if (*i + 1 >= flags.size()) refuse(m_field, f, "needs an argument after it");
+        args.push_back(flags[*i + 1]);
+      }
+      --*i;  // the caller's loop steps past the last argument
     } else {
       args = text::split(f.substr(4), ',');
     }
-    bool value_next = false;
-    for (auto& a : args) {
-      if (value_next) {
-        a = absolute(a, m_cwd);
-        value_next = false;
-        continue;
-      }
-      if (!a.empty() && a[0] == '@') refuse(m_field, f, "gives the linker a response file, which the engine cannot track; give its options in extra_ldflags");
-      for (const char* opt : kLinkerFileOptions) {
-        const std::string o = opt;
-        if (a == o) value_next = true;
-        else if (starts(a, (o + "=").c_str())) a = o + "=" + absolute(a.substr(o.size() + 1), m_cwd);
-      }
-    }
+    linker_arguments(args, m_field, f == "-Xlinker" ? "-Xlinker " + args[0] : f, m_cwd, nullptr);
     if (f == "-Xlinker") {
-      m_out.insert(m_out.end(), {"-Xlinker", args[0]});
-      if (value_next) {  // the option's value is the next -Xlinker's argument
-        if (*i + 2 >= flags.size() || flags[*i + 1] != "-Xlinker") refuse(m_field, args[0], "needs its file in the next -Xlinker argument");
-        m_out.insert(m_out.end(), {"-Xlinker", absolute(flags[*i + 2], m_cwd)});
-        *i += 2;
-      }
+      for (const auto& a : args) m_out.insert(m_out.end(), {"-Xlinker", a});
       return;
     }
-    if (value_next) refuse(m_field, f, "ends with an option that needs a file after it");
     std::string joined = "-Wl";
     for (const auto& a : args) joined += "," + a;
     m_out.push_back(joined);
@@ -241,24 +302,27 @@ std::vector<std::string> resolve(const std::vector<std::string>& flags, const ch
 
 std::vector<std::string> linker_option_files(const std::vector<std::string>& ldflags) {
   std::vector<std::string> files;
-  std::vector<std::string> args;  // the linker's own arguments, in order
+  std::vector<std::string> xlinker;  // a run of -Xlinker arguments
+  const auto flush = [&] {
+    if (!xlinker.empty()) linker_arguments(xlinker, "extra_ldflags", "-Xlinker " + xlinker[0], "/", &files);
+    xlinker.clear();
+  };
   for (std::size_t i = 0; i < ldflags.size(); ++i) {
+    if (ldflags[i] == "-Xlinker" && i + 1 < ldflags.size()) {
+      xlinker.push_back(ldflags[++i]);
+      continue;
+    }
+    flush();
     if (starts(ldflags[i], "-Wl,")) {
-      for (const auto& a : text::split(ldflags[i].substr(4), ',')) args.push_back(a);
-    } else if (ldflags[i] == "-Xlinker" && i + 1 < ldflags.size()) {
-      args.push_back(ldflags[++i]);
+      auto args = text::split(ldflags[i].substr(4), ',');
+      linker_arguments(args, "extra_ldflags", ldflags[i], "/", &files);
     } else if (ldflags[i] == "-T" && i + 1 < ldflags.size()) {
       files.push_back(ldflags[++i]);
     } else if (starts(ldflags[i], "-T") && ldflags[i].size() > 2) {
       files.push_back(ldflags[i].substr(2));
     }
   }
-  for (std::size_t i = 0; i < args.size(); ++i)
-    for (const char* opt : kLinkerFileOptions) {
-      const std::string o = opt;
-      if (args[i] == o && i + 1 < args.size()) files.push_back(args[++i]);
-      else if (starts(args[i], (o + "=").c_str())) files.push_back(args[i].substr(o.size() + 1));
-    }
+  flush();
   return files;
 }
 

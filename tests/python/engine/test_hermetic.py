@@ -199,16 +199,48 @@ def test_a_linker_version_script_is_a_dependency(tmp_path, env):
     assert result(again) == 7 and compiles(again) == 1, "an edited version script rebuilds"
 
 
+USES_SCRIPT_SYMBOL = ('#include <cstdint>\nextern "C" char jk_script_value[];  // the linker script defines it\n'
+                      'inline int64_t value() { return reinterpret_cast<intptr_t>(&jk_script_value[0]); }\n')
+
+
+@pytest.mark.parametrize("spelling", ["-Wl,-T{}", "-Wl,-T,{}", "-Wl,-dT,{}", "-Wl,--default-script={}", "-Wl,-default-script={}",
+                                      "-Wl,-script={}", "-Xlinker -T -Xlinker {}"])
+def test_a_linker_script_is_a_dependency_however_it_is_spelled(tmp_path, env, spelling):
+    """A linker script given to the linker in any of its spellings is keyed by its absolute path and is a dependency."""
+    script_file = write(tmp_path / "values.ld", "jk_script_value = 42;\n")
+    kernel = write(tmp_path / "uses.h", USES_SCRIPT_SYMBOL)
+    fields = cpu_fields("ld_script", kernel, extra_ldflags=spelling.format("values.ld").split())
+    assert result(load(fields, env, mode="value", cwd=tmp_path)) == 42
+    write(script_file, "jk_script_value = 43;\n")
+    assert result(load(fields, env, mode="value", cwd=tmp_path)) == 43, "the library linked with the old script was served"
+
+
+@pytest.mark.parametrize("flags", [["-Wl,-version-script=exports.map"], ["-Wl,--version-script,exports.map"]])
+def test_a_version_script_in_single_dash_or_separate_form_is_a_dependency(tmp_path, env, flags):
+    script_file = write(tmp_path / "exports.map", "{ global: *; };\n")
+    kernel = write(tmp_path / "probe.h", PROBE_CPU)
+    fields = cpu_fields("vscript_forms", kernel, extra_ldflags=flags)
+    assert result(load(fields, env, mode="value", cwd=tmp_path)) == 7
+    write(script_file, "{ global: *; }; \n")
+    again = load(fields, env, mode="value", cwd=tmp_path)
+    assert result(again) == 7 and compiles(again) == 1, "an edited version script rebuilds"
+
+
 @pytest.mark.parametrize("field,flags,named", [
     ("extra_cflags", ["-B/opt/other-gcc/"], "-B/opt/other-gcc/"),
     ("extra_cflags", ["-specs=my.specs"], "-specs=my.specs"),
     ("extra_cflags", ["--sysroot=/opt/root"], "--sysroot=/opt/root"),
     ("extra_cflags", ["-fplugin=./p.so"], "-fplugin=./p.so"),
     ("extra_ldflags", ["-Wl,@linker.rsp"], "-Wl,@linker.rsp"),
+    ("extra_ldflags", ["-Wl,--section-ordering-file,order.txt"], "-Wl,--section-ordering-file,order.txt"),
+    ("extra_ldflags", ["-Xlinker", "-plugin", "-Xlinker", "p.so"], "-Xlinker -plugin"),
+    ("extra_ldflags", ["-Wl,-R,exports.map"], "-Wl,-R,exports.map"),
     ("extra_cflags", ["@/no/such/file.rsp"], "@/no/such/file.rsp"),
 ])
 def test_a_flag_whose_inputs_cannot_be_tracked_is_refused(tmp_path, monkeypatch, field, flags, named):
     monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "exports.map", "{ global: *; };\n")
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
     fields = cpu_fields("refused", kernel, **{field: flags})
     with pytest.raises(ValueError) as e:
