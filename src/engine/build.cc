@@ -224,7 +224,7 @@ store::Found find_or_build(const BuildRequest& request, const EngineConfig& conf
   plan::validate(request);
   const auto sources = plan::sources(request, cfg);  // a missing file is reported before any compiler or GPU is looked for
   const std::string arch = request.cuda_files.empty() ? "" : toolchain::cuda_arch(request.cuda_arch, request.cuda_device, cfg);
-  plan::Plan p = plan::make(request, cfg, sources, arch, fs::current_dir());  // the key, without compilers: a lookup runs none
+  plan::Plan p = plan::make(request, cfg, sources, arch, fs::WorkingDir());  // the key, without compilers: a lookup runs none
   const store::Store cache = store::Store::writable(cfg);
   const store::ToolchainCheck toolchain_ok = [&](const Manifest& m) { return toolchain::accepts(m, cache, cfg, p.has_cuda); };
   // Warm path, never a compiler or a subprocess: the read-only prebuilt layers, then the writable

@@ -133,7 +133,7 @@ std::string load_and_register(const std::string& text, const jitkern::BuildReque
   static std::unordered_map<std::string, std::string> by_request;  // memo key -> result
   static std::unordered_map<std::string, std::string> by_path;     // library path -> registration prefix
   static std::atomic<int> counter{0};
-  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + jitkern::fs::current_dir() + '\0' +
+  const std::string memo_key = text + '\0' + jitkern::settings::fingerprint() + '\0' + jitkern::fs::current_dir_or_why() + '\0' +
                                jitkern::store::Store::package_layers_text();
   {
     std::lock_guard<std::mutex> lock(mutex);

@@ -161,10 +161,29 @@ std::string realpath_or(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
-std::string current_dir() {
+namespace {
+// Why getcwd failed, for a message.
+std::string cwd_problem(int err) {
+  if (err == ENOENT) return "it was removed while this process was in it";
+  return std::strerror(err);
+}
+}  // namespace
+
+std::string WorkingDir::absolute(const std::string& path, const std::string& field) const {
+  if (path.empty() || path[0] == '/') return path;
+  if (!m_read) {
+    char buf[PATH_MAX];
+    if (::getcwd(buf, sizeof buf) == nullptr)
+      throw std::invalid_argument("jitkern: " + field + ": '" + path + "' is a relative path, and the working directory it is relative to " +
+                                  "cannot be read (" + cwd_problem(errno) + "): give an absolute path, or change to an existing directory");
+    m_dir = buf, m_read = true;
+  }
+  return m_dir + "/" + path;
+}
+
+std::string current_dir_or_why() {
   char buf[PATH_MAX];
-  if (::getcwd(buf, sizeof buf) == nullptr) throw std::runtime_error("jitkern: cannot read the current directory");
-  return buf;
+  return ::getcwd(buf, sizeof buf) != nullptr ? std::string(buf) : "(unreadable: " + cwd_problem(errno) + ")";
 }
 
 std::string loaded_object_dir(const void* addr) {

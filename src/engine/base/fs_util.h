@@ -61,8 +61,21 @@ int temp_name_pid(const std::string& name);
 void fsync_path(const std::string& path);
 std::string dirname(const std::string& path);
 std::string realpath_or(const std::string& path);
-// The working directory; std::runtime_error where it cannot be read (removed, too long).
-std::string current_dir();
+// The caller's working directory, read when a relative path first needs it: a process whose directory
+// was removed still serves requests that name no relative path.
+class WorkingDir {
+ public:
+  WorkingDir() = default;
+  WorkingDir(std::string dir) : m_dir(std::move(dir)), m_read(true) {}  // NOLINT: a fixed directory converts implicitly
+  // `path` made absolute; std::invalid_argument naming `field` and `path` where the directory cannot be read.
+  std::string absolute(const std::string& path, const std::string& field) const;
+
+ private:
+  mutable std::string m_dir;
+  mutable bool m_read = false;
+};
+// The working directory, or why it cannot be read ("(unreadable: ...)"): for a memo of what relative paths resolved against.
+std::string current_dir_or_why();
 // The directory of the loaded shared object whose code or data holds `addr` ("" for none, or for the
 // main program).
 std::string loaded_object_dir(const void* addr);

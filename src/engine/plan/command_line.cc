@@ -19,9 +19,13 @@ constexpr int kMaxResponseDepth = 8;  // @files naming @files: deeper is a loop
 
 bool starts(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-std::string absolute(const std::string& path, const std::string& cwd) {
-  return path.empty() || path[0] == '/' ? path : cwd + "/" + path;
-}
+// The caller's directory, and the request field whose relative paths need it (named where it cannot be read).
+struct Cwd {
+  const fs::WorkingDir& dir;
+  const char* field;
+};
+
+std::string absolute(const std::string& path, const Cwd& cwd) { return cwd.dir.absolute(path, cwd.field); }
 
 // Flags whose inputs no dependency list shows: what they change is outside anything the engine can hash.
 struct Untracked {
@@ -57,12 +61,13 @@ void check_tracked(const std::string& flag, const char* field) {
 // Separate or attached path values, per spelling ("-I dir", "-Idir", "--include-path=dir").
 struct PathFlag {
   const char* spelling;
-  bool attached;  // "-Idir" (else only "=value" or the next argument)
+  bool attached;     // "-Idir" (else only "=value" or the next argument)
+  bool header_dirs;  // names directories headers are searched in
 };
 const PathFlag kPathFlags[] = {
-    {"-I", true},          {"-L", true},           {"-isystem", true},      {"-iquote", true},     {"-idirafter", true},
-    {"-include", false},   {"-imacros", false},    {"--include-path", false}, {"--system-include", false},
-    {"--pre-include", false}, {"--library-path", false},
+    {"-I", true, true},           {"-L", true, false},           {"-isystem", true, true},        {"-iquote", true, true},
+    {"-idirafter", true, true},   {"-include", false, false},    {"-imacros", false, false},      {"--include-path", false, true},
+    {"--system-include", false, true}, {"--pre-include", false, false}, {"--library-path", false, false},
 };
 
 // The linker's options (inside -Wl, or -Xlinker) that take a value, and what the value is. A long name is
@@ -94,7 +99,7 @@ const LinkerOption kLinkerOptions[] = {
 // directories made absolute against `cwd` (files also added to `files`). Refuses the linker's response
 // files, an option without its value, -R with a file (ld reads its symbols) and an argument that is no
 // known option's value (a file the engine cannot tell how the linker reads).
-void linker_arguments(std::vector<std::string>& args, const char* field, const std::string& flag, const std::string& cwd,
+void linker_arguments(std::vector<std::string>& args, const char* field, const std::string& flag, const Cwd& cwd,
                       std::vector<std::string>* files) {
   const auto resolved = [&](const LinkerOption& o, const std::string& value) {
     if (o.value == LinkerValue::kOther) {
@@ -144,7 +149,7 @@ void linker_arguments(std::vector<std::string>& args, const char* field, const s
   }
 }
 
-std::vector<std::string> read_response(const std::string& file, const char* field, const std::string& flag, const std::string& cwd) {
+std::vector<std::string> read_response(const std::string& file, const char* field, const std::string& flag, const Cwd& cwd) {
   std::string text;
   if (!fs::read_file(absolute(file, cwd), &text)) refuse(field, flag, "names a file that cannot be read (" + absolute(file, cwd) + ")");
   return split_response_file(text);
@@ -152,7 +157,7 @@ std::vector<std::string> read_response(const std::string& file, const char* fiel
 
 class Resolver {
  public:
-  Resolver(const char* field, Tool tool, const std::string& cwd) : m_field(field), m_tool(tool), m_cwd(cwd) {}
+  Resolver(const char* field, Tool tool, const fs::WorkingDir& cwd) : m_field(field), m_tool(tool), m_cwd{cwd, field} {}
 
   void add(const std::vector<std::string>& flags, int depth) {
     if (depth > kMaxResponseDepth) refuse(m_field, flags.empty() ? "@" : flags.front(), "nests response files too deeply (a loop?)");
@@ -209,8 +214,9 @@ class Resolver {
   // One comma-separated part of an -Xcompiler value: attached paths made absolute.
   std::string host_value(const std::string& part) {
     check_tracked(part, m_field);
-    for (const char* p : {"-I", "-L", "-isystem", "-iquote", "-idirafter"})
-      if (starts(part, p) && part.size() > std::strlen(p)) return p + absolute(part.substr(std::strlen(p)), m_cwd);
+    for (const PathFlag& p : kPathFlags)
+      if (p.attached && starts(part, p.spelling) && part.size() > std::strlen(p.spelling))
+        return p.spelling + absolute(part.substr(std::strlen(p.spelling)), m_cwd);
     return part;
   }
 
@@ -264,7 +270,7 @@ class Resolver {
 
   const char* m_field;
   Tool m_tool;
-  std::string m_cwd;
+  Cwd m_cwd;
   std::vector<std::string> m_out;
 };
 
@@ -294,17 +300,41 @@ std::vector<std::string> split_response_file(const std::string& text) {
   return out;
 }
 
-std::vector<std::string> resolve(const std::vector<std::string>& flags, const char* field, Tool tool, const std::string& cwd) {
+std::vector<std::string> resolve(const std::vector<std::string>& flags, const char* field, Tool tool, const fs::WorkingDir& cwd) {
   Resolver r(field, tool, cwd);
   r.add(flags, 0);
   return r.take();
 }
 
+std::vector<std::string> header_directories(const std::vector<std::string>& argv) {
+  std::vector<std::string> dirs;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-Xcompiler" && i + 1 < argv.size()) {  // its value's parts, as resolve() wrote them
+      for (const auto& d : header_directories(text::split(argv[++i], ','))) dirs.push_back(d);
+      continue;
+    }
+    for (const PathFlag& p : kPathFlags) {
+      const std::string s = p.spelling;
+      if (!p.header_dirs || !starts(a, p.spelling)) continue;
+      if (a == s && i + 1 < argv.size()) dirs.push_back(argv[++i]);
+      else if (a.size() > s.size() && a[s.size()] == '=')
+        for (const auto& d : text::split(a.substr(s.size() + 1), ',')) dirs.push_back(d);
+      else if (p.attached && a.size() > s.size()) dirs.push_back(a.substr(s.size()));
+      else continue;
+      break;
+    }
+  }
+  return dirs;
+}
+
 std::vector<std::string> linker_option_files(const std::vector<std::string>& ldflags) {
   std::vector<std::string> files;
+  const fs::WorkingDir root("/");  // resolved flags: their paths are absolute
+  const Cwd cwd{root, "extra_ldflags"};
   std::vector<std::string> xlinker;  // a run of -Xlinker arguments
   const auto flush = [&] {
-    if (!xlinker.empty()) linker_arguments(xlinker, "extra_ldflags", "-Xlinker " + xlinker[0], "/", &files);
+    if (!xlinker.empty()) linker_arguments(xlinker, "extra_ldflags", "-Xlinker " + xlinker[0], cwd, &files);
     xlinker.clear();
   };
   for (std::size_t i = 0; i < ldflags.size(); ++i) {
@@ -315,7 +345,7 @@ std::vector<std::string> linker_option_files(const std::vector<std::string>& ldf
     flush();
     if (starts(ldflags[i], "-Wl,")) {
       auto args = text::split(ldflags[i].substr(4), ',');
-      linker_arguments(args, "extra_ldflags", ldflags[i], "/", &files);
+      linker_arguments(args, "extra_ldflags", ldflags[i], cwd, &files);
     } else if (ldflags[i] == "-T" && i + 1 < ldflags.size()) {
       files.push_back(ldflags[++i]);
     } else if (starts(ldflags[i], "-T") && ldflags[i].size() > 2) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/fs_util.h"
+
 namespace jitkern::command_line {
 
 enum class Tool { kHost, kNvcc, kLink };
@@ -15,7 +17,11 @@ enum class Tool { kHost, kNvcc, kLink };
 // path a flag names made absolute against `cwd`. Throws std::invalid_argument naming the flag for one
 // whose inputs the engine cannot track (-B, -specs, --sysroot, -fplugin, profile data, -ccbin, ...) or
 // a response file that cannot be read.
-std::vector<std::string> resolve(const std::vector<std::string>& flags, const char* field, Tool tool, const std::string& cwd);
+std::vector<std::string> resolve(const std::vector<std::string>& flags, const char* field, Tool tool, const fs::WorkingDir& cwd);
+
+// The directories that header search flags among a resolved command (-I, -isystem, -iquote, -idirafter, nvcc's
+// --include-path= and --system-include=, attached, after '=' or as the next argument, also inside -Xcompiler) name.
+std::vector<std::string> header_directories(const std::vector<std::string>& argv);
 
 // The files that options among resolved link flags make the linker read besides its inputs (version
 // scripts, linker scripts, dynamic lists): dependencies the linker's own trace does not list.

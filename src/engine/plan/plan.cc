@@ -49,7 +49,6 @@ std::string resolve_source(const std::string& file, const std::string& csrc_dir)
   return path;
 }
 
-std::string absolute(const std::string& path, const std::string& cwd) { return path[0] == '/' ? path : cwd + "/" + path; }
 
 // "a,b,c" as {"a", "b", "c"}: nvcc's list values and the linker's -Wl, arguments.
 std::vector<std::string> comma_list(const std::string& value) {
@@ -259,7 +258,7 @@ std::vector<std::string> sources(const BuildRequest& req, const Config& cfg) {
 }
 
 Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::string>& resolved_sources, const std::string& cuda_arch,
-          const std::string& cwd) {
+          const fs::WorkingDir& cwd) {
   Plan p;
   for (const auto& part : req.name_parts) p.name += (p.name.empty() ? "" : "_") + part;
   p.has_cpp = !req.cpp_files.empty();
@@ -279,7 +278,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
   // The request's include paths first: a package's own headers win over same-named ones of jitkern's
   // (e.g. an installed reference package's <sgl_kernel/...> over jitkern's compatibility copies).
   std::vector<std::string> includes;
-  for (const auto& d : req.extra_include_paths) includes.push_back("-I" + absolute(d, cwd));
+  for (const auto& d : req.extra_include_paths) includes.push_back("-I" + cwd.absolute(d, "extra_include_paths"));
   includes.insert(includes.end(), {"-I" + cfg.include_dir, "-I" + cfg.tvm_ffi_include_dir});
   if (cfg.dlpack_include_dir != cfg.tvm_ffi_include_dir) includes.push_back("-I" + cfg.dlpack_include_dir);
 

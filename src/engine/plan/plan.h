@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fs_util.h"
 #include "config/config.h"
 #include "compile/toolchain.h"
 
@@ -88,7 +89,7 @@ struct Plan {
 // `cwd`: the directory relative paths are resolved against (the caller's). Made once per request: the
 // key follows from the commands, and binding the compilers (bind) changes neither.
 Plan make(const BuildRequest& request, const Config& config, const std::vector<std::string>& sources, const std::string& cuda_arch,
-          const std::string& cwd);
+          const fs::WorkingDir& cwd);
 
 // The compilers a miss identified, bound into `plan`: their paths in place of kCxx / kNvcc, what they
 // allow (NVRTC, GCC's precompiled headers), their own directories (no dependencies), the toolchain id and

@@ -6,6 +6,7 @@
 #include "base/fs_util.h"
 #include "base/sha256.h"
 #include "base/text.h"
+#include "plan/command_line.h"
 
 namespace jitkern::deps {
 
@@ -79,8 +80,7 @@ std::vector<Dep> search_directories(const plan::Plan& p) {
   };
   for (const auto& s : p.sources) add(fs::dirname(s));
   for (const auto* cmd : {&p.cpp_compile, &p.cuda_compile, &p.host_pass})
-    for (const auto& a : *cmd)
-      if (a.rfind("-I", 0) == 0 && a.size() > 2) add(a.substr(2));
+    for (const auto& dir : command_line::header_directories(*cmd)) add(dir);
   return dirs;
 }
 

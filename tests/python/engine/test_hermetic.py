@@ -226,6 +226,30 @@ def test_a_version_script_in_single_dash_or_separate_form_is_a_dependency(tmp_pa
     assert result(again) == 7 and compiles(again) == 1, "an edited version script rebuilds"
 
 
+NEEDS_HEADER = '#include <cstdint>\n#include "jk_later.h"\ninline int64_t value() { return LATER; }\n__global__ void k(int*) {}\n'
+
+
+@pytest.mark.parametrize("field,flags", [("extra_cflags", ["-isystem", "{}"]), ("extra_cflags", ["-I", "{}"]),
+                                         ("extra_cflags", ["-idirafter", "{}"]), ("extra_cflags", ["-iquote{}"]),
+                                         ("extra_cuda_cflags", ["--include-path={}"])])
+def test_a_failure_is_retried_once_its_header_appears_in_any_search_directory(tmp_path, env, field, flags):
+    """A compile that failed for a header missing from a search directory, however the directory is given, is
+    compiled again once the header appears there (the directory's signature is part of the remembered failure)."""
+    directory = tmp_path / "later"
+    directory.mkdir()
+    cuda = field == "extra_cuda_cflags"
+    if cuda:
+        real_nvcc()
+    kernel = write(tmp_path / ("needs.cuh" if cuda else "needs.h"), NEEDS_HEADER if cuda else NEEDS_HEADER.replace("__global__ void k(int*) {}\n", ""))
+    fields = (cuda_fields if cuda else cpu_fields)("later_header", kernel, **{field: [f.format(directory) for f in flags]})
+    attempt = build if cuda else (lambda f, e: load(f, e, mode="value"))
+    missing = attempt(fields, env)
+    assert missing.returncode != 0 and "jk_later.h" in missing.stdout + missing.stderr
+    write(directory / "jk_later.h", "#define LATER 5\n")
+    again = attempt(fields, env)
+    assert again.returncode == 0, "the header now exists: compiled again, not the remembered failure\n" + again.stderr[-2000:]
+
+
 @pytest.mark.parametrize("field,flags,named", [
     ("extra_cflags", ["-B/opt/other-gcc/"], "-B/opt/other-gcc/"),
     ("extra_cflags", ["-specs=my.specs"], "-specs=my.specs"),
@@ -298,6 +322,36 @@ def test_a_relative_include_flag_is_read_from_the_callers_directory(tmp_path, en
     fields = cpu_fields("relinclude", kernel, extra_cflags=[flag, "value.h"])
     assert result(load(fields, env, mode="value", cwd=tmp_path / "a")) == 31
     assert result(load(fields, env, mode="value", cwd=tmp_path / "b")) == 32
+
+
+IN_A_REMOVED_DIRECTORY = textwrap.dedent(
+    """
+    import json, os, sys, tempfile, jitkern
+    fields = json.loads(sys.argv[1])
+    gone = tempfile.mkdtemp(dir=sys.argv[2])
+    os.chdir(gone)
+    os.rmdir(gone)
+    try:
+        print("VALUE", jitkern.JitSpec(*fields.pop("args"), **fields).load().f())
+    except Exception as e:
+        print("ERROR", type(e).__name__, e)
+    """
+)
+
+
+def test_a_removed_working_directory_needs_no_reading_without_relative_paths(tmp_path, env):
+    """A process whose working directory was removed loads a module whose request names only absolute paths;
+    one with a relative include path is refused naming the field, the path and why the directory cannot be read."""
+    kernel = write(tmp_path / "probe.h", PROBE_CPU)
+    fields = cpu_fields("gone_cwd", kernel)
+    assert result(load(fields, env, mode="value")) == 7
+    for request in (fields, cpu_fields("gone_cwd", kernel, extra_cflags=["-DVALUE=8"])):  # cached, then compiled
+        proc = run([sys.executable, "-c", IN_A_REMOVED_DIRECTORY, json.dumps(request), tmp_path], env)
+        assert proc.stdout.startswith("VALUE "), proc.stdout + proc.stderr[-2000:]
+    relative = cpu_fields("gone_cwd", kernel, extra_include_paths=["inc"])
+    proc = run([sys.executable, "-c", IN_A_REMOVED_DIRECTORY, json.dumps(relative), tmp_path], env)
+    assert proc.stdout.startswith("ERROR ValueError"), proc.stdout + proc.stderr[-2000:]
+    assert "extra_include_paths" in proc.stdout and "'inc'" in proc.stdout and "removed" in proc.stdout, proc.stdout
 
 
 def test_a_relative_cxx_builds_cuda_and_is_recorded_absolute(tmp_path, env):
