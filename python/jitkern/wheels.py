@@ -125,7 +125,14 @@ _MISS_TARGET = r"^jitkern: module '[^']*' for (\w+) is not cached"
 
 
 def miss_hint(message: str) -> str:
-    """What a CacheMissError's message gains: the wheel that would hold the module."""
+    """What a CacheMissError's message gains: why an installed wheel was not used (the engine refused its
+    directory), else the wheel that would hold the module."""
+    for layer in installed():
+        refused = [line for line in message.splitlines() if layer.dir in line and "writable by" in line]
+        if not layer.problem and refused:
+            return (f"\nThe prebuilt wheel {layer.label} is installed but was refused ({refused[0].strip()}): pip installs with "
+                    "the umask in force, and under umask 002 its directories are group-writable, so anyone in the group could "
+                    "plant code there. Reinstall it under umask 022: (umask 022; pip install --force-reinstall --no-deps WHEEL).")
     m = re.match(_MISS_TARGET, message)
     if m is None:  # a host-only module goes into every wheel prebuild writes
         return ("\nA prebuilt wheel holding it: any jitkern-prebuilt-* wheel built with this module "
@@ -190,7 +197,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         for path, data in files:
             info = zipfile.ZipInfo(path, stamp)
-            info.external_attr = (0o644 | stat.S_IFREG) << 16  # pip installs it read-only to others; the engine checks that
+            info.external_attr = (0o644 | stat.S_IFREG) << 16  # pip applies the installer's umask to directories: 022 is needed (docs/cache-store.md)
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     os.replace(partial, target)

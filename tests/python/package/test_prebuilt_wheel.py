@@ -165,3 +165,27 @@ def test_prebuild_force_compiles_again(built, tmp_path):
     cmd = [sys.executable, "-m", "jitkern", "prebuild", "--spec-file", str(specs)]
     assert "0 built, 2 already cached" in run(cmd, env=env, cwd="/").stdout
     assert "2 built, 0 already cached" in run([*cmd, "--force"], env=env, cwd="/").stdout
+
+
+REFUSED = """
+import json, sys, jitkern
+fields = json.loads(sys.argv[1])
+try:
+    jitkern.JitSpec(*fields.pop("args"), **fields).build()
+    print("SERVED")
+except jitkern.CacheMissError as e:
+    print("MISS", e)
+"""
+
+
+def test_a_wheel_installed_under_umask_002_is_refused_saying_why_not_named_to_install(built, tmp_path):
+    """pip under umask 002 leaves the wheel's directories group-writable: the layer is refused (anyone in the group
+    could plant a library), and the miss says the wheel is installed but refused and how to reinstall it,
+    instead of telling the operator to install it."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(built[0])],
+                   check=True, capture_output=True, preexec_fn=lambda: os.umask(0o002))
+    out = run([sys.executable, "-c", REFUSED, json.dumps(SPECS[0])], env=serving_env(target, tmp_path), cwd="/").stdout
+    assert out.startswith("MISS"), out
+    assert "is installed but was refused" in out and "umask 022" in out, out
+    assert "A prebuilt wheel holding it" not in out, out
