@@ -67,6 +67,7 @@ class WorkingDir {
  public:
   WorkingDir() = default;
   WorkingDir(std::string dir) : m_dir(std::move(dir)), m_read(true) {}  // NOLINT: a fixed directory converts implicitly
+  WorkingDir(const char* dir) : WorkingDir(std::string(dir)) {}        // NOLINT: so does a literal
   // `path` made absolute; std::invalid_argument naming `field` and `path` where the directory cannot be read.
   std::string absolute(const std::string& path, const std::string& field) const;
 
