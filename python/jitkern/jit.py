@@ -341,10 +341,11 @@ def cache_once(fn: F) -> F:
     """
     cache: dict[Any, Any] = {}
     lock = threading.Lock()
+    keywords = object()  # heads a keyword call's key: no positional call's arguments can equal it
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
+        key = (keywords, args, tuple(sorted(kwargs.items()))) if kwargs else args
         try:
             return cache[key]
         except KeyError:

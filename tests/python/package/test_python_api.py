@@ -62,6 +62,17 @@ def test_cache_once_runs_once_per_key_across_threads():
     assert build.__name__ == "build"
 
 
+def test_cache_once_keeps_a_keyword_call_apart_from_a_positional_one():
+    """f(1, block=2) is not the call f((1,), (("block", 2),)), whose arguments spell what a key of the keyword call could be."""
+    @cache_once
+    def describe(shape, flags=(), **options):
+        return (shape, flags, options)
+
+    assert describe((1,), (("block", 2),)) == ((1,), (("block", 2),), {})
+    assert describe(1, block=2) == (1, (), {"block": 2})
+    assert describe(1, block=2) is describe(1, block=2) and describe(block=2, shape=1) == (1, (), {"block": 2})
+
+
 def test_clangd_generation(tmp_path):
     out = tmp_path / ".clangd"
     run = lambda *a: subprocess.run([sys.executable, "-m", "jitkern", "clangd", "--output", str(out), *a], capture_output=True, text=True)
