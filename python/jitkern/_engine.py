@@ -122,13 +122,23 @@ def _take(ptr: int | None) -> str:
     return text
 
 
+def _bytes(text: str) -> bytes:
+    # surrogateescape: a file name os.fsdecode made of non-UTF-8 bytes (a lone "\udcff") goes back as those bytes.
+    return text.encode("utf-8", "surrogateescape")
+
+
 def _field(key: str, value: str) -> str:
     # The length is in bytes: str.isascii() is a flag check, so only non-ASCII values are encoded twice.
-    return f"{key} {len(value) if value.isascii() else len(value.encode())}:{value}\n"
+    if value.isascii():
+        return f"{key} {len(value)}:{value}\n"
+    try:
+        return f"{key} {len(_bytes(value))}:{value}\n"
+    except UnicodeEncodeError:
+        raise ValueError(f"jitkern: {key} {value!r} holds a lone surrogate that is no file name's byte (not text)") from None
 
 
 def _encode(fields: Iterable[tuple[str, str]]) -> bytes:
-    return "".join([_field(key, value) for key, value in fields]).encode()
+    return _bytes("".join([_field(key, value) for key, value in fields]))
 
 
 def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, extra_cflags, extra_cuda_cflags, extra_ldflags,
@@ -162,7 +172,7 @@ def encode_request(args, cpp_files, cuda_files, cpp_wrappers, cuda_wrappers, ext
         add(_field("host_shared_files", str(host_shared_files)))
     if device_parts != 1:
         add(_field("device_parts", str(device_parts)))
-    return "".join(parts).encode()
+    return _bytes("".join(parts))
 
 
 _WRAPPER_KEYS = {kind: (kind + "_wrapper_name", kind + "_wrapper_expr", kind + "_wrapper_args") for kind in ("cpp", "cuda")}

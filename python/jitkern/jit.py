@@ -193,8 +193,11 @@ class JitSpec:
         unknown = set(changes) - set(fields) - {"args"}
         if unknown:
             raise TypeError(f"JitSpec.replace: unknown field(s) {', '.join(sorted(unknown))}")
+        args = changes.pop("args", self.args)
+        if not isinstance(args, (list, tuple)):  # a string would be taken apart into one-character arguments
+            raise TypeError(f"JitSpec.replace: args must be a tuple of strings (the name, then template arguments), got {type(args).__name__}")
         fields.update(changes)
-        return JitSpec(*fields.pop("args", self.args), **fields)
+        return JitSpec(*args, **fields)
 
     def _wire(self) -> bytes:
         return self._request + _context(bool(self.cuda_files) and not self.cuda_arch)
@@ -242,7 +245,7 @@ def costliest_first(specs: Sequence["JitSpec"]) -> list["JitSpec"]:
 
 def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
     """Builds the given specs in parallel threads, the costliest first (each compile runs its own processes;
-    `workers` default: one build per usable CPU; JITKERN_DEVICE_COMPILER=auto gives several builds' kernels
+    `workers`: builds at once, at least 1; default None: one build per usable CPU; JITKERN_DEVICE_COMPILER=auto gives several builds' kernels
     to NVRTC, the least compile work), then loads them in order; returns the modules. Use it
     before capturing CUDA graphs or serving, so that no call compiles. The engine's builds are thread- and
     process-safe; a failure raises after every build ends."""
@@ -251,7 +254,12 @@ def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
     for spec in specs:
         if not isinstance(spec, JitSpec):
             raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
-    workers = workers or min(usable_cpus(), max(1, len(specs)))
+    if workers is None:
+        workers = min(usable_cpus(), max(1, len(specs)))
+    elif type(workers) is not int:
+        raise TypeError(f"warmup: workers must be an int or None, got {type(workers).__name__}")
+    elif workers < 1:
+        raise ValueError(f"warmup: workers must be at least 1 (None: one build per usable CPU), got {workers}")
     with ThreadPoolExecutor(max_workers=workers) as pool:
         unique = list(dict.fromkeys(costliest_first(specs)))
         futures = {spec: pool.submit(spec._build_reporting, len(unique) > 1 and workers > 1) for spec in unique}

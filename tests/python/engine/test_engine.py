@@ -447,6 +447,26 @@ def test_engine_only_change_keeps_cached_kernels(cache_dir, workdir):
             os.utime(path, ns=(atime, mtime))
 
 
+def test_arguments_of_the_wrong_kind_or_value_are_refused_naming_them(cache_dir, tmp_path):
+    """replace(args=<a string>) is not split into one-character arguments; warmup's workers must be an int >= 1;
+    a file name os.fsdecode made of non-UTF-8 bytes reaches the compiler as those bytes."""
+    spec = jitkern.JitSpec("args_test", "2", cpp_files=[str(KERNELS / "scale_cpu.h")], cpp_wrappers=[("scale", "scale<2>")])
+    with pytest.raises(TypeError, match=r"JitSpec.replace: args must be a tuple of strings .*got str"):
+        spec.replace(args="args_test_v2")
+    assert spec.replace(args=["args_test_v2", "3"]).args == ("args_test_v2", "3")
+    for workers, error in ((-1, ValueError), (0, ValueError), ("2", TypeError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="warmup: workers must be"):
+            jitkern.warmup(spec, workers=workers)
+    kernel = os.path.join(os.fsencode(tmp_path), b"scale\xff.h")
+    shutil.copy(KERNELS / "scale_cpu.h", kernel)
+    odd = spec.replace(cpp_files=[os.fsdecode(kernel)])
+    out, src = np.zeros(3, dtype=np.float32), np.arange(3, dtype=np.float32)
+    odd.load().scale(out, src)
+    assert list(out) == [0.0, 2.0, 4.0], out
+    with pytest.raises(ValueError, match=r"cflag '-D\\ud800' holds a lone surrogate"):
+        spec.replace(extra_cflags=["-D\ud800"])
+
+
 def test_jitspec_is_a_value_that_builds_without_loading(cache_dir):
     make = lambda factor: jitkern.JitSpec("spec_test", cpp_files=[str(KERNELS / "scale_cpu.h")],
                                           cpp_wrappers=[("scale", f"scale<{factor}>", ["out", "in"])])
