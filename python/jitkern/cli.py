@@ -369,8 +369,9 @@ def _ops_specs(args) -> list:
         if block_torch:
             del sys.modules["torch"]
 
-    # --ops names kernel families and single ops alike: an op builds only its own modules.
-    names = _split(args.ops) if args.ops is not None else ["all"]
+    # --ops names kernel families and single ops alike: an op builds only its own modules. A --spec-file
+    # alone builds none of them (here only for --dtypes' and --constants' checks).
+    names = _split(args.ops) if args.ops is not None else [] if args.spec_file else ["all"]
     if "all" in names:
         if len(names) > 1:
             raise UsageError("--ops", "'all' means every family: give it alone")
@@ -430,12 +431,24 @@ def _archs(args) -> list[str]:
     return archs
 
 
+def _check_output_dir(option: str, path: Path) -> None:
+    """UsageError unless `path` is a directory this process can write in, or can create (nothing is created here)."""
+    there = _existing(path)
+    if not there.is_dir():
+        raise UsageError(f"{option} {path}", f"{there} is not a directory")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}", f"{there} is not writable")
+
+
 def prebuild_specs(args) -> list:
     """Every module to build, each checked as a build would check it; UsageError naming the argument
     (and the spec file's entry) before anything is built."""
     archs = _archs(args)
+    for option, path in (("--cache-dir", args.cache_dir), ("--wheel", args.wheel)):
+        if path is not None:
+            _check_output_dir(option, Path(path))
     specs = _spec_file_specs(args.spec_file) if args.spec_file else []
-    if args.ops or not args.spec_file:
+    if args.ops or not args.spec_file or args.dtypes or args.constants:
         specs += _ops_specs(args)
     out = []
     for spec in specs:

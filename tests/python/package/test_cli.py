@@ -459,6 +459,25 @@ def test_prebuild_checks_every_argument_before_building(tmp_path):
     assert proc.returncode == 2 and f"--spec-file {spec_file}: " in proc.stderr and not target.exists()
 
 
+def test_prebuild_checks_its_output_directories_and_type_options_before_building(tmp_path):
+    """--wheel and --cache-dir that cannot be directories, and --dtypes or --constants that no --ops family takes,
+    end the command with one line naming the option (status 2, as argparse's errors) before anything is built."""
+    spec_file, a_file = tmp_path / "specs.json", tmp_path / "a-file"
+    spec_file.write_text(json.dumps([{"args": ["scale", "45"], "cpp_files": [str(KERNELS / "scale_cpu.h")], "cpp_wrappers": [["scale", "scale<45>"]]}]))
+    a_file.write_text("")
+    target = tmp_path / "cache"
+    cases = [(["--wheel", str(a_file)], f"--wheel {a_file}: {a_file} is not a directory"),
+             (["--wheel", str(a_file / "dist")], f"--wheel {a_file / 'dist'}: {a_file} is not a directory"),
+             (["--cache-dir", str(a_file)], f"--cache-dir {a_file}: {a_file} is not a directory"),
+             (["--cache-dir", str(a_file / "sub")], f"--cache-dir {a_file / 'sub'}: {a_file} is not a directory"),
+             (["--dtypes", "float16"], "--dtypes: applies only to the "),
+             (["--constants", "1"], "--constants: applies only to add_constant; add it to --ops")]
+    for args, message in cases:
+        proc = run_cli("prebuild", "--spec-file", str(spec_file), *args, env={"JITKERN_CACHE_DIR": str(target)})
+        assert proc.returncode == 2 and proc.stderr.startswith(f"jitkern prebuild: {message}"), (args, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1 and proc.stdout == "" and not target.exists(), (args, proc.stdout, proc.stderr)
+
+
 def test_prebuild_ops_all_says_why_add_constant_is_left_out(tmp_path):
     """Without --constants, `--ops all` builds every family but add_constant and says so; with them it
     builds add_constant too (the count says it; no CUDA compiler is needed to plan them)."""
