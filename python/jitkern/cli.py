@@ -560,10 +560,10 @@ def _write_wheels(out_dir: Path, specs: list, libraries: dict) -> None:
     cuda_major = wheels.cuda_major_of_toolkit() if archs != [None] else None
     for arch in archs:
         libs = [Path(libraries[s]) for s in specs if not s.cuda_files or s.cuda_arch == arch]
-        path = wheels.write(out_dir, arch, libs, cuda_major)
+        path, replaced = wheels.write(out_dir, arch, libs, cuda_major)
         unpacked = sum(f.stat().st_size for lib in libs for f in wheels.entry_files(lib))
         print(f"wrote {path} ({len(libs)} module{'s' if len(libs) != 1 else ''}, {human_size(path.stat().st_size)}; "
-              f"{human_size(unpacked)} installed)")
+              f"{human_size(unpacked)} installed){''.join(f'; removed {p.name}, which it replaces' for p in replaced)}")
 
 
 # ---------------------------------------------------------------------------------------------- doctor

@@ -1,7 +1,7 @@
 """Prebuilt modules as pip wheels: writing them (`jitkern prebuild --wheel`) and finding installed ones.
 
-A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>`; `jitkern-prebuilt-host` for
-host-only modules) holds one directory, `jitkern_prebuilt/<arch>/`, whose `cache/` directory is a prebuilt
+A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>.<content hash>`; `jitkern-prebuilt-host`
+for host-only modules) holds one directory, `jitkern_prebuilt/<arch>/`, whose `cache/` directory is a prebuilt
 layer (the engine's cache layout, docs/cache-store.md) and whose `layer.json` says what it was built for.
 An installed wheel is such a directory on sys.path (found by its path, without importlib.metadata, whose
 import alone costs a first load tens of milliseconds): a layer that loads search after
@@ -39,11 +39,17 @@ def package(arch: str | None) -> str:
     return f"{PREBUILT_PACKAGE}/{_arch_part(arch)}"
 
 
-def version(cuda_major: int | None) -> str:
-    """jitkern's version, with the CUDA major as the local label (as PyTorch's and FlashInfer's wheels)."""
+def version(cuda_major: int | None, libraries: list[Path]) -> str:
+    """jitkern's version, with the CUDA major (as PyTorch's and FlashInfer's wheels) and a hash of the modules'
+    entries and libraries (named by their keys) as the local label: a wheel with other modules has another
+    version, so pip installs it over the one installed."""
+    import hashlib
+
     from . import __version__
 
-    return f"{__version__}+cu{cuda_major}" if cuda_major else __version__
+    names = "".join(sorted(f"{lib.parent.name}/{lib.name}\n" for lib in libraries))
+    content = hashlib.sha256(names.encode()).hexdigest()[:12]
+    return f"{__version__}+cu{cuda_major}.{content}" if cuda_major else f"{__version__}+{content}"
 
 
 def _machine() -> str:
@@ -60,7 +66,7 @@ class Layer:
     __slots__ = ("label", "dir", "arch", "problem")
 
     def __init__(self, label: str, dir: str, arch: str | None, problem: str = "") -> None:
-        self.label = label  # "jitkern-prebuilt-sm90a 0.1.0+cu13"
+        self.label = label  # "jitkern-prebuilt-sm90a 0.1.0+cu13.0123456789ab"
         self.dir = dir  # the cache directory
         self.arch = arch
         self.problem = problem  # why it is left out ("" when it is searched)
@@ -126,7 +132,7 @@ _MISS_TARGET = r"^jitkern: module '[^']*' for (\w+) is not cached"
 
 def miss_hint(message: str) -> str:
     """What a CacheMissError's message gains: why an installed wheel was not used (the engine refused its
-    directory), else the wheel that would hold the module."""
+    directory), else the installed wheels that lack the module, or the wheel that would hold it."""
     for layer in installed():
         refused = [line for line in message.splitlines() if layer.dir in line and "writable by" in line]
         if not layer.problem and refused:
@@ -134,11 +140,13 @@ def miss_hint(message: str) -> str:
                     "the umask in force, and under umask 002 its directories are group-writable, so anyone in the group could "
                     "plant code there. Reinstall it under umask 022: (umask 022; pip install --force-reinstall --no-deps WHEEL).")
     m = re.match(_MISS_TARGET, message)
-    if m is None:  # a host-only module goes into every wheel prebuild writes
-        return ("\nA prebuilt wheel holding it: any jitkern-prebuilt-* wheel built with this module "
-                "(`jitkern prebuild --wheel DIR ...`, then pip install it).")
-    return (f"\nA prebuilt wheel holding it: {distribution(m.group(1))} (`jitkern prebuild --wheel DIR --arch {m.group(1)} ...` "
-            "with this module, then pip install it).")
+    arch = m.group(1) if m else None  # None: a host-only module, which goes into every wheel prebuild writes
+    command = f"`jitkern prebuild --wheel DIR{f' --arch {arch}' if arch else ''} ...` with this module"
+    lacking = [layer.label for layer in installed() if not layer.problem and (arch is None or layer.arch == arch)]
+    if lacking:
+        return (f"\nThe installed prebuilt wheel{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} lack{'' if len(lacking) > 1 else 's'} "
+                f"it: build one with it ({command}), then pip install that (its version differs, so pip replaces the installed one).")
+    return f"\nA prebuilt wheel holding it: {distribution(arch) if arch else 'any jitkern-prebuilt-* wheel built'} ({command}, then pip install it)."
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -159,9 +167,10 @@ def entry_files(library: Path) -> list[Path]:
     return [entry / "manifest", library, library.with_name(library.name + ".sha256")]
 
 
-def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: int | None) -> Path:
-    """Writes the wheel holding the cache entries of `libraries` (as prebuild returned them) for `arch`
-    and returns its path."""
+def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: int | None) -> tuple[Path, list[Path]]:
+    """Writes the wheel holding the cache entries of `libraries` (as prebuild returned them) for `arch`; removes
+    the wheels of the same name and tag that it replaces in `out_dir` (of other versions: a `pip install DIR/<name>-*.whl`
+    would be given both). Returns its path and those removed."""
     import stat
     import time
     import zipfile
@@ -170,7 +179,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
 
     from . import __version__
 
-    name, pkg, ver = distribution(arch), package(arch), version(cuda_major)
+    name, pkg, ver = distribution(arch), package(arch), version(cuda_major, libraries)
     tag = f"py3-none-linux_{_machine()}"
     stems = sorted({lib.parent.name for lib in libraries})
     layer = {"format": _FORMAT, "distribution": name, "version": ver, "jitkern": __version__, "machine": _machine(), "arch": arch,
@@ -201,7 +210,10 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     os.replace(partial, target)
-    return target
+    replaced = sorted(p for p in out_dir.glob(f"{name.replace('-', '_')}-*-{tag}.whl") if p != target)
+    for p in replaced:
+        p.unlink()
+    return target, replaced
 
 
 def cuda_major_of_toolkit() -> int | None:

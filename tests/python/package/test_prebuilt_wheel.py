@@ -1,7 +1,8 @@
 """Prebuilt modules shipped as a pip wheel (`jitkern prebuild --wheel`): a wheel of two C++ modules and
 one compile-only CUDA module (sm_90a) is installed with pip into a fresh directory and serves strict
-loads from there, with no compiler on PATH; a missing module names the wheel that would hold it; a
-wheel for another jitkern is left out with a warning; `jitkern cache ls` and `doctor` show it. CPU only."""
+loads from there, with no compiler on PATH; a missing module names the installed wheels that lack it, or
+the wheel that would hold it; a wheel for another jitkern is left out with a warning; `jitkern cache ls`
+and `doctor` show it; a wheel of other modules has another version. CPU only."""
 
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 import jitkern
 from conftest import REPO, child_env
 
-pytestmark = pytest.mark.slow  # compiles three modules and installs wheels with pip
+slow = pytest.mark.slow  # compiles three modules and installs wheels with pip
 
 CPU_SPEC = {"cpp_files": ["add_constant_cpu.h"], "cpp_wrappers": [["add", "add_constant_cpu<{c}>"]]}
 CUDA_SPEC = {"cuda_files": ["add_constant.cuh"], "cuda_wrappers": [["add_constant", "add_constant<{c}>", "out, src"]]}
@@ -95,11 +96,12 @@ def serving_env(site: Path, tmp: Path, **extra) -> dict:
                      JITKERN_ON_MISS="error", JITKERN_CACHE_DIR=tmp / "serving-cache", **extra)
 
 
+@slow
 def test_wheel_name_version_tags_and_contents_say_what_it_holds(built):
     wheel, out = built
     m = re.fullmatch(r"jitkern_prebuilt_sm90a-(.+)-py3-none-linux_(\w+)\.whl", wheel.name)
     assert m, wheel.name
-    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+cu\d+", m.group(1)), m.group(1)
+    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+cu\d+\.[0-9a-f]{12}", m.group(1)), m.group(1)
     assert f"wrote {wheel} (3 modules" in out, out
     z = zipfile.ZipFile(wheel)
     names = z.namelist()
@@ -118,6 +120,7 @@ def test_wheel_name_version_tags_and_contents_say_what_it_holds(built):
             assert there.encode() not in data, (n, there)
 
 
+@slow
 def test_installed_wheel_serves_strict_loads_without_a_compiler(built, site, tmp_path):
     env = serving_env(site, tmp_path)
     before = snapshot(site)
@@ -127,15 +130,18 @@ def test_installed_wheel_serves_strict_loads_without_a_compiler(built, site, tmp
     assert snapshot(site) == before, "an installed wheel is never written"
 
 
+@slow
 @pytest.mark.parametrize("arch", ["host", "sm_100a"])
 def test_a_missing_module_names_the_wheel_that_would_hold_it(site, tmp_path, arch):
     out = run([sys.executable, "-c", MISS, arch], env=serving_env(site, tmp_path), cwd="/").stdout
     assert out.startswith("MISS"), out
     assert "jitkern-prebuilt-sm90a " in out and "(sm_90a): " + str(site) in out, out  # the wheel searched
-    would = "any jitkern-prebuilt-* wheel built with this module" if arch == "host" else "jitkern-prebuilt-sm100a (`jitkern prebuild --wheel DIR --arch sm_100a"
-    assert f"A prebuilt wheel holding it: {would}" in out, out
+    would = ("The installed prebuilt wheel jitkern-prebuilt-sm90a " if arch == "host"  # it holds host modules too
+             else "A prebuilt wheel holding it: jitkern-prebuilt-sm100a (`jitkern prebuild --wheel DIR --arch sm_100a")
+    assert would in out, out
 
 
+@slow
 def test_cache_ls_and_doctor_show_the_installed_wheel(site, tmp_path):
     env = serving_env(site, tmp_path)
     ls = run([sys.executable, "-m", "jitkern", "cache", "ls"], env=env, cwd="/").stdout
@@ -145,6 +151,7 @@ def test_cache_ls_and_doctor_show_the_installed_wheel(site, tmp_path):
     assert re.search(r"\[ok  \] prebuilt wheel: jitkern-prebuilt-sm90a \S+ \(sm_90a\): \S+: trusted", doctor), doctor
 
 
+@slow
 def test_a_wheel_for_another_jitkern_is_left_out_with_a_warning(site, tmp_path):
     other = tmp_path / "site"
     shutil.copytree(site, other)
@@ -156,6 +163,7 @@ def test_a_wheel_for_another_jitkern_is_left_out_with_a_warning(site, tmp_path):
     assert "ignoring prebuilt wheel jitkern-prebuilt-sm90a" in proc.stderr and "built for jitkern 0.0.1" in proc.stderr, proc.stderr[-2000:]
 
 
+@slow
 def test_prebuild_force_compiles_again(built, tmp_path):
     """--force: every module compiled again although cached (the wheel's build cache holds them all)."""
     specs = tmp_path / "specs.json"
@@ -178,6 +186,7 @@ except jitkern.CacheMissError as e:
 """
 
 
+@slow
 def test_a_wheel_installed_under_umask_002_is_refused_saying_why_not_named_to_install(built, tmp_path):
     """pip under umask 002 leaves the wheel's directories group-writable: the layer is refused (anyone in the group
     could plant a library), and the miss says the wheel is installed but refused and how to reinstall it,
@@ -189,3 +198,45 @@ def test_a_wheel_installed_under_umask_002_is_refused_saying_why_not_named_to_in
     assert out.startswith("MISS"), out
     assert "is installed but was refused" in out and "umask 022" in out, out
     assert "A prebuilt wheel holding it" not in out, out
+
+
+def fake_entry(cache: Path, stem: str) -> Path:
+    """A cache entry's files as a wheel takes them (contents do not matter to the writer)."""
+    entry = cache / stem
+    entry.mkdir(parents=True)
+    library = entry / f"lib-{stem}.so"
+    for f in (entry / "manifest", library, library.with_name(library.name + ".sha256")):
+        f.write_text(stem)
+    return library
+
+
+def test_a_wheel_of_other_modules_has_another_version(tmp_path):
+    """pip installs a wheel over an installed one only when its version differs: the version holds a hash of
+    the modules (a wheel of the same ones has the same), and stays a PEP 440 version."""
+    from packaging.version import Version
+
+    from jitkern import wheels
+
+    fill, rows = fake_entry(tmp_path, "fill_1-0123456789abcdef0123"), fake_entry(tmp_path, "fill_2-3210fedcba9876543210")
+    one, two, again = (wheels.write(tmp_path / d, None, libs, None)[0] for d, libs in (("a", [fill]), ("b", [fill, rows]), ("c", [fill])))
+    assert one.name != two.name and one.name == again.name, (one.name, two.name, again.name)
+    versions = [z.name.split("-")[1] for z in (one, two)]
+    assert all(str(Version(v)) == v and v.startswith(jitkern.__version__ + "+") for v in versions), versions
+    # written into one directory, the newer replaces the older (`pip install DIR/<name>-*.whl` gets one version)
+    assert wheels.write(one.parent, None, [fill, rows], None) == (one.parent / two.name, [one]) and not one.exists()
+    cuda = wheels.write(tmp_path / "d", "sm_90a", [fill, rows], 13)[0].name.split("-")[1]
+    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+cu13\.[0-9a-f]{12}", cuda) and str(Version(cuda)) == cuda, cuda
+
+
+def test_a_miss_names_the_installed_wheels_that_lack_the_module(monkeypatch):
+    from jitkern import wheels
+
+    monkeypatch.setattr(wheels, "_found", [wheels.Layer("jitkern-prebuilt-sm90a 0.1.0+cu13.0123456789ab", "/s/sm90a", "sm_90a"),
+                                           wheels.Layer("jitkern-prebuilt-sm100a 0.0.9+cu13", "/s/sm100a", "sm_100a", "built for jitkern 0.0.9")])
+    lacks = "The installed prebuilt wheel jitkern-prebuilt-sm90a 0.1.0+cu13.0123456789ab lacks it: build one with it (`jitkern prebuild --wheel DIR"
+    assert wheels.miss_hint("jitkern: module 'fill_2' for sm_90a is not cached ...").startswith(f"\n{lacks} --arch sm_90a ...` with this module)")
+    assert wheels.miss_hint("jitkern: module 'fill_2' is not cached ...").startswith(f"\n{lacks} ...` with this module)")
+    # the sm_100a wheel is left out (another jitkern): none installed is searched for that target
+    assert wheels.miss_hint("jitkern: module 'fill_2' for sm_100a is not cached ...") == (
+        "\nA prebuilt wheel holding it: jitkern-prebuilt-sm100a (`jitkern prebuild --wheel DIR --arch sm_100a ...` with this module, "
+        "then pip install it).")
