@@ -221,11 +221,11 @@ def _failed_entry_facts(cache_dir: str, entries: list) -> list:
 
 def _spec_names(match: list, entries: list) -> list:
     """`match` with each name that is no module's but a JitSpec's name (scale_add for scale_add_3) replaced
-    by the modules of that spec (its instantiations)."""
-    modules = sorted({e["module"] or e["stem"].rpartition("-")[0] for e in entries})
+    by the modules its manifests record it for (not fill_rows_1 for fill: no prefix test tells them apart)."""
+    modules = {e["module"] or e["stem"].rpartition("-")[0] for e in entries}
     out = []
     for name in match:
-        instances = [m for m in modules if m.startswith(name + "_")] if name not in modules else []
+        instances = sorted({e["module"] for e in entries if e["spec"] == name}) if name not in modules else []
         out += instances or [name]
     return out
 

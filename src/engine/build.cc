@@ -47,7 +47,7 @@ Manifest new_manifest(const plan::Plan& p, const config::Config& cfg, const std:
     m.compilers.push_back(stamp);
   }
   m.compiler_search = toolchain::search_key(cfg, p.has_cuda);
-  m.module = p.name;
+  m.module = p.name, m.spec = p.spec;
   m.arch = p.has_cuda ? p.cuda_arch : "-";
   m.built_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.build_ms = static_cast<int64_t>(build_seconds * 1000);

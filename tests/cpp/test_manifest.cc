@@ -25,6 +25,7 @@ Manifest sample() {
   m.lib_sha = jitkern::sha256_hex("library bytes");
   m.lib_sig = {4096, 333};
   m.module = "norm_bf16 t";  // the rest of its line: spaces survive
+  m.spec = "norm";
   m.arch = "sm_90a";
   m.built_unix = 1763856000;
   m.build_ms = 5140;
@@ -34,7 +35,7 @@ Manifest sample() {
 }  // namespace
 
 TEST(Manifest, RoundTrips) {
-  const Manifest m = sample();
+  Manifest m = sample();
   Manifest back;
   ASSERT_TRUE(parse(serialize(m), &back));
   EXPECT_EQ(back.request_key, m.request_key);
@@ -52,6 +53,9 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(back.compilers[1].sig, (jitkern::fs::FileSig{9, 10}));
   EXPECT_EQ(back.compiler_search, m.compiler_search);
   EXPECT_EQ(back.module, "norm_bf16 t");
+  EXPECT_EQ(back.spec, "norm");
+  m.spec = "norm_bf";  // no whole part of the module's name
+  EXPECT_FALSE(parse(serialize(m), &back));
   EXPECT_EQ(back.arch, "sm_90a");
   EXPECT_EQ(back.built_unix, 1763856000);
   EXPECT_EQ(back.build_ms, 5140);

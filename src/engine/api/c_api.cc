@@ -169,7 +169,7 @@ std::string json_string(const std::string& s) {
 }
 
 std::string summary_json(const jitkern::store::Summary& e, const std::string& stem) {
-  return "{\"stem\": " + json_string(stem) + ", \"status\": " + json_string(e.status) + ", \"module\": " + json_string(e.module) +
+  return "{\"stem\": " + json_string(stem) + ", \"status\": " + json_string(e.status) + ", \"module\": " + json_string(e.module) + ", \"spec\": " + json_string(e.spec) +
          ", \"arch\": " + json_string(e.arch) + ", \"key\": " + json_string(e.key) + ", \"bytes\": " + std::to_string(e.bytes) +
          ", \"built_unix\": " + std::to_string(e.built_unix) + ", \"build_ms\": " + std::to_string(e.build_ms) +
          ", \"last_use_unix\": " + std::to_string(e.last_use_unix);

@@ -261,6 +261,7 @@ Plan make(const BuildRequest& req, const Config& cfg, const std::vector<std::str
           const fs::WorkingDir& cwd) {
   Plan p;
   for (const auto& part : req.name_parts) p.name += (p.name.empty() ? "" : "_") + part;
+  p.spec = req.name_parts.empty() ? "" : req.name_parts.front();
   p.has_cpp = !req.cpp_files.empty();
   p.has_cuda = !req.cuda_files.empty();
   p.sources = resolved_sources;

@@ -42,6 +42,7 @@ struct Toolchain {
 
 struct Plan {
   std::string name, request_key;
+  std::string spec;  // the first name part (the JitSpec's name): recorded for `jitkern cache rm <spec>`
   // The toolchain's versions (hashed; bind() sets it: the lookup needs none).
   std::string toolchain_id;
   // The commands as they run here (real directories, compilers' paths), the toolchain and the compilers'

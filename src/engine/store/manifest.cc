@@ -145,7 +145,7 @@ bool parse_compiler(const std::string& s, Dep* c) {
 std::string serialize(const Manifest& m) {
   return std::string(kManifestMagic) + "\nrequest " + m.request_key + "\ntoolchain " + m.toolchain + "\nkey " + m.full_key + "\nlib " + sig_text(m.lib_sig) +
          m.lib_sha + " " + m.lib_name + "\ninfo " + std::to_string(m.built_unix) + " " + std::to_string(m.build_ms) + " " +
-         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + compilers_text(m.compilers, m.compiler_search) + serialize_deps(m.deps) + "end\n";
+         (m.arch.empty() ? "-" : m.arch) + " " + m.module + "\n" + (m.spec.empty() ? "" : "spec " + m.spec + "\n") + compilers_text(m.compilers, m.compiler_search) + serialize_deps(m.deps) + "end\n";
 }
 
 bool parse(const std::string& text, Manifest* m) {
@@ -173,6 +173,10 @@ bool parse(const std::string& text, Manifest* m) {
       if (!parse_ints_word_rest(line.substr(5), &built, &ms, &m->arch, &m->module) || m->arch.size() > 63) return false;
       m->built_unix = built, m->build_ms = ms;
       return has_info = !m->module.empty();
+    }
+    if (line.rfind("spec ", 0) == 0 && m->spec.empty()) {  // after info: the module's name starts with it
+      m->spec = line.substr(5);
+      return has_info && !m->spec.empty() && (m->module == m->spec || m->module.rfind(m->spec + "_", 0) == 0);
     }
     return false;
   });

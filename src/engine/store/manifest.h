@@ -37,6 +37,9 @@ struct Manifest {
   // for host code), when it was built (Unix seconds) and how long the build took (ms).
   std::string module, arch = "-";
   int64_t built_unix = 0, build_ms = 0;
+  // The JitSpec's name, which `module` starts with (a "spec" line; older manifests have none): what
+  // `jitkern cache rm <spec>` selects by, as "fill" is no prefix test that tells fill_1 from fill_rows_1.
+  std::string spec;
 };
 
 // The content key of a request built by `toolchain` from `deps` (paths and hashes, in order).

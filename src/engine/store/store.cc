@@ -626,7 +626,7 @@ Details Entry::details() const {
   // Read without touching the access time, which records the entry's last load.
   if (::stat((m_dir + "/" + kManifest).c_str(), &st) == 0 && fs::read_file(m_dir + "/" + kManifest, &text, true) && manifest::parse(text, &m)) {
     s.status = "ok";
-    s.module = m.module, s.arch = m.arch, s.built_unix = m.built_unix, s.build_ms = m.build_ms, s.key = m.request_key;
+    s.module = m.module, s.spec = m.spec, s.arch = m.arch, s.built_unix = m.built_unix, s.build_ms = m.build_ms, s.key = m.request_key;
     s.last_use_unix = st.st_atim.tv_sec > 0 ? st.st_atim.tv_sec : m.built_unix;
     s.content_key = m.full_key, s.toolchain = m.toolchain, s.library = m_dir + "/" + m.lib_name;
     s.library_bytes = ::stat(s.library.c_str(), &st) == 0 ? st.st_size : 0;

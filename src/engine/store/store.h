@@ -55,6 +55,7 @@ class Store;
 struct Summary {
   std::string status;  // "ok" (a published library), "failed" (a remembered failure), "incomplete"
   std::string module, arch;
+  std::string spec;  // the JitSpec's name, where the manifest records it
   std::string key;  // the request key (the manifest's or failure's; else the digits the entry's name holds)
   int64_t bytes = 0, built_unix = 0, build_ms = 0;
   int64_t last_use_unix = 0;  // the last load (the manifest's access time), else the newest file

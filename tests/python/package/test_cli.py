@@ -420,6 +420,19 @@ def test_cache_ls_show_stats_and_rm(cache_dir):
     assert proc.returncode == 2 and "--dry-run applies only to prune, clear and rm" in proc.stderr
 
 
+def test_cache_rm_by_spec_name_takes_that_specs_modules_only(cache_dir):
+    """A JitSpec's name names the modules built from it (recorded in their manifests): `rm scale` leaves those of
+    the specs scale_rows and scale_rows_fast, whose modules' names start with "scale_" too."""
+    specs = [scale_spec(2), *(scale_spec(f).replace(args=(name, str(f))) for name, f in (("scale_rows", 3), ("scale_rows_fast", 4)))]
+    jitkern.warmup(*specs, workers=2)
+    dry = run_cli("cache", "rm", "scale", "--dry-run", "--json", "--cache-dir", str(cache_dir))
+    assert [o["stem"].rpartition("-")[0] for o in json.loads(dry.stdout)["outcomes"]] == ["scale_2"], dry.stdout + dry.stderr
+    assert run_cli("cache", "rm", "scale_rows", "--cache-dir", str(cache_dir)).returncode == 0
+    assert set(entries(cache_dir)) == {"scale_2", "scale_rows_fast_4"}
+    assert run_cli("cache", "rm", "scale_rows_fast_4", "scale", "--cache-dir", str(cache_dir)).returncode == 0  # module and spec names
+    assert entries(cache_dir) == {}
+
+
 def test_a_nonexistent_cache_dir_is_an_error(tmp_path):
     for action in ("ls", "stats", "verify", "clear"):
         proc = run_cli("cache", action, "--cache-dir", str(tmp_path / "nope"))
