@@ -217,7 +217,9 @@ class JitSpec:
         return path, outcome == "compiled"
 
     def load(self) -> "Module":
-        """Builds if needed, loads and returns the module (memoised per process by the engine)."""
+        """Builds if needed, loads and returns the module. A module stays loaded for the life of the process: once
+        loaded, load() returns it without a lookup, also after a source changes (build() then compiles the new
+        library, which a new process loads)."""
         path, prefix, *exports = _engine.build(self._wire(), _engine.LOAD).splitlines()
         module = _MODULES.get(prefix)
         if module is None:
