@@ -326,7 +326,7 @@ def test_a_relative_include_flag_is_read_from_the_callers_directory(tmp_path, en
 
 IN_A_REMOVED_DIRECTORY = textwrap.dedent(
     """
-    import json, os, sys, tempfile, jitkern
+    import json, os, sys, tempfile, jitkern, tvm_ffi  # tvm_ffi (and torch, where installed) imported first: they need no cwd
     fields = json.loads(sys.argv[1])
     gone = tempfile.mkdtemp(dir=sys.argv[2])
     os.chdir(gone)
