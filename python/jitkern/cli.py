@@ -221,11 +221,14 @@ def _failed_entry_facts(cache_dir: str, entries: list) -> list:
 
 def _spec_names(match: list, entries: list) -> list:
     """`match` with each name that is no module's but a JitSpec's name (scale_add for scale_add_3) replaced
-    by the modules its manifests record it for (not fill_rows_1 for fill: no prefix test tells them apart)."""
-    modules = {e["module"] or e["stem"].rpartition("-")[0] for e in entries}
+    by the modules its manifests record it for (not fill_rows_1 for fill: no prefix test tells them apart).
+    Entries that record no spec (remembered failures, older manifests) are taken by the name's prefix."""
+    module = lambda e: e["module"] or e["stem"].rpartition("-")[0]  # noqa: E731
+    modules = {module(e) for e in entries}
     out = []
     for name in match:
-        instances = sorted({e["module"] for e in entries if e["spec"] == name}) if name not in modules else []
+        instances = sorted({module(e) for e in entries if e["spec"] == name or (not e["spec"] and module(e).startswith(name + "_"))}
+                           if name not in modules else [])
         out += instances or [name]
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import operator
 import os
 import sys
 import threading
@@ -258,9 +259,9 @@ def warmup(*specs: "JitSpec", workers: int | None = None) -> list["Module"]:
             raise TypeError(f"warmup: expected JitSpec values, got {type(spec).__name__}")
     if workers is None:
         workers = min(usable_cpus(), max(1, len(specs)))
-    elif type(workers) is not int:
+    elif isinstance(workers, bool) or not hasattr(type(workers), "__index__"):  # numpy's ints too
         raise TypeError(f"warmup: workers must be an int or None, got {type(workers).__name__}")
-    elif workers < 1:
+    elif (workers := operator.index(workers)) < 1:
         raise ValueError(f"warmup: workers must be at least 1 (None: one build per usable CPU), got {workers}")
     with ThreadPoolExecutor(max_workers=workers) as pool:
         unique = list(dict.fromkeys(costliest_first(specs)))

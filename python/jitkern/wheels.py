@@ -40,16 +40,24 @@ def package(arch: str | None) -> str:
 
 
 def version(cuda_major: int | None, libraries: list[Path]) -> str:
-    """jitkern's version, with the CUDA major (as PyTorch's and FlashInfer's wheels) and a hash of the modules'
-    entries and libraries (named by their keys) as the local label: a wheel with other modules has another
-    version, so pip installs it over the one installed."""
+    """jitkern's version with a local label: the CUDA major (as PyTorch's and FlashInfer's wheels), when the
+    wheel was written (UTC, SOURCE_DATE_EPOCH where set: a later wheel is a higher version, which
+    `pip install -U` takes) and a hash of the modules' entries and libraries (named by their keys)."""
     import hashlib
+    import time
 
     from . import __version__
 
     names = "".join(sorted(f"{lib.parent.name}/{lib.name}\n" for lib in libraries))
     content = hashlib.sha256(names.encode()).hexdigest()[:12]
-    return f"{__version__}+cu{cuda_major}.{content}" if cuda_major else f"{__version__}+{content}"
+    written = time.strftime("%Y%m%d%H%M%S", time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH") or time.time())))
+    return f"{__version__}+{f'cu{cuda_major}.' if cuda_major else ''}{written}.{content}"
+
+
+def _written(wheel_version: str) -> int:
+    """When a wheel of `version`'s form was written (0: a form without it)."""
+    m = re.search(r"\+(?:cu\d+\.)?(\d{14})\.[0-9a-f]{12}$", wheel_version)
+    return int(m.group(1)) if m else 0
 
 
 def _machine() -> str:
@@ -145,7 +153,7 @@ def miss_hint(message: str) -> str:
     lacking = [layer.label for layer in installed() if not layer.problem and (arch is None or layer.arch == arch)]
     if lacking:
         return (f"\nThe installed prebuilt wheel{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} lack{'' if len(lacking) > 1 else 's'} "
-                f"it: build one with it ({command}), then pip install that (its version differs, so pip replaces the installed one).")
+                f"it: build one with it ({command}), then pip install that (a later wheel is a higher version: pip replaces the installed one).")
     return f"\nA prebuilt wheel holding it: {distribution(arch) if arch else 'any jitkern-prebuilt-* wheel built'} ({command}, then pip install it)."
 
 
@@ -210,9 +218,13 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     os.replace(partial, target)
-    replaced = sorted(p for p in out_dir.glob(f"{name.replace('-', '_')}-*-{tag}.whl") if p != target)
+    # this jitkern's wheels for this CUDA major written before this one (two runs at once leave the later)
+    label, sep = (f"{__version__}+cu{cuda_major}", ".") if cuda_major else (__version__, "+")
+    ours = lambda v: v == label or v.startswith(label + sep)  # noqa: E731
+    replaced = sorted(p for p in out_dir.glob(f"{name.replace('-', '_')}-{label}*-{tag}.whl")
+                      if p != target and ours(v := p.name.split("-")[1]) and _written(v) < _written(ver))
     for p in replaced:
-        p.unlink()
+        p.unlink(missing_ok=True)
     return target, replaced
 
 

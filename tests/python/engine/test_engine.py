@@ -457,6 +457,7 @@ def test_arguments_of_the_wrong_kind_or_value_are_refused_naming_them(cache_dir,
     for workers, error in ((-1, ValueError), (0, ValueError), ("2", TypeError), (2.0, TypeError), (True, TypeError)):
         with pytest.raises(error, match="warmup: workers must be"):
             jitkern.warmup(spec, workers=workers)
+    assert len(jitkern.warmup(spec, workers=np.int64(1))) == 1  # an integer of another type
     kernel = os.path.join(os.fsencode(tmp_path), b"scale\xff.h")
     shutil.copy(KERNELS / "scale_cpu.h", kernel)
     odd = spec.replace(cpp_files=[os.fsdecode(kernel)])

@@ -420,7 +420,7 @@ def test_cache_ls_show_stats_and_rm(cache_dir):
     assert proc.returncode == 2 and "--dry-run applies only to prune, clear and rm" in proc.stderr
 
 
-def test_cache_rm_by_spec_name_takes_that_specs_modules_only(cache_dir):
+def test_cache_rm_by_spec_name_takes_that_specs_modules_only(cache_dir, tmp_path):
     """A JitSpec's name names the modules built from it (recorded in their manifests): `rm scale` leaves those of
     the specs scale_rows and scale_rows_fast, whose modules' names start with "scale_" too."""
     specs = [scale_spec(2), *(scale_spec(f).replace(args=(name, str(f))) for name, f in (("scale_rows", 3), ("scale_rows_fast", 4)))]
@@ -431,6 +431,15 @@ def test_cache_rm_by_spec_name_takes_that_specs_modules_only(cache_dir):
     assert set(entries(cache_dir)) == {"scale_2", "scale_rows_fast_4"}
     assert run_cli("cache", "rm", "scale_rows_fast_4", "scale", "--cache-dir", str(cache_dir)).returncode == 0  # module and spec names
     assert entries(cache_dir) == {}
+    # an entry recording no spec (a remembered failure, a manifest of an older jitkern) is taken by the name's prefix
+    (tmp_path / "broken.h").write_text("#error a kernel that does not build\n")
+    with pytest.raises(jitkern.BuildError):
+        scale_spec(5).replace(cpp_files=[str(tmp_path / "broken.h")]).build()
+    jitkern.warmup(scale_spec(6))
+    (manifest,) = (p / "manifest" for p in cache_dir.iterdir() if p.name.startswith("scale_6-"))
+    manifest.write_text("".join(line for line in manifest.read_text().splitlines(keepends=True) if not line.startswith("spec ")))
+    dry = run_cli("cache", "rm", "scale", "--dry-run", "--json", "--cache-dir", str(cache_dir))
+    assert sorted(o["stem"].rpartition("-")[0] for o in json.loads(dry.stdout)["outcomes"]) == ["scale_5", "scale_6"], dry.stdout + dry.stderr
 
 
 def test_a_nonexistent_cache_dir_is_an_error(tmp_path):

@@ -210,22 +210,37 @@ def fake_entry(cache: Path, stem: str) -> Path:
     return library
 
 
-def test_a_wheel_of_other_modules_has_another_version(tmp_path):
-    """pip installs a wheel over an installed one only when its version differs: the version holds a hash of
-    the modules (a wheel of the same ones has the same), and stays a PEP 440 version."""
+def test_a_later_wheel_is_a_higher_version_and_replaces_only_this_jitkerns_older_ones(tmp_path, monkeypatch):
+    """pip installs a wheel over an installed one (`pip install -U` from an index too) only when its version is
+    higher: the local label holds the CUDA major, when the wheel was written, and a hash of its modules. Written
+    into a directory, it removes the wheels of this jitkern, name, CUDA major and tag written before it, and
+    nothing else (another jitkern's, another CUDA major's, a later one)."""
     from packaging.version import Version
 
     from jitkern import wheels
 
     fill, rows = fake_entry(tmp_path, "fill_1-0123456789abcdef0123"), fake_entry(tmp_path, "fill_2-3210fedcba9876543210")
-    one, two, again = (wheels.write(tmp_path / d, None, libs, None)[0] for d, libs in (("a", [fill]), ("b", [fill, rows]), ("c", [fill])))
-    assert one.name != two.name and one.name == again.name, (one.name, two.name, again.name)
-    versions = [z.name.split("-")[1] for z in (one, two)]
-    assert all(str(Version(v)) == v and v.startswith(jitkern.__version__ + "+") for v in versions), versions
-    # written into one directory, the newer replaces the older (`pip install DIR/<name>-*.whl` gets one version)
-    assert wheels.write(one.parent, None, [fill, rows], None) == (one.parent / two.name, [one]) and not one.exists()
-    cuda = wheels.write(tmp_path / "d", "sm_90a", [fill, rows], 13)[0].name.split("-")[1]
-    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+cu13\.[0-9a-f]{12}", cuda) and str(Version(cuda)) == cuda, cuda
+    written = {}
+    for when, libs in ((1764900000, [fill]), (1764900001, [fill]), (1764900002, [fill, rows])):
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", str(when))
+        written[when] = wheels.write(tmp_path / str(when), "sm_90a", libs, 13)[0]
+    v = {when: Version(w.name.split("-")[1]) for when, w in written.items()}
+    assert v[1764900000] < v[1764900001] < v[1764900002], v
+    assert all(re.fullmatch(re.escape(jitkern.__version__) + r"\+cu13\.\d{14}\.[0-9a-f]{12}", str(x)) for x in v.values()), v
+    assert str(v[1764900000]).split(".")[-1] == str(v[1764900001]).split(".")[-1] != str(v[1764900002]).split(".")[-1], "the modules' hash"
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    older, later = (shutil.copy(written[w], dist) for w in (1764900000, 1764900002))
+    kept = [dist / Path(older).name.replace(f"-{jitkern.__version__}+cu13.", f"-{jitkern.__version__}+cu12."),  # another CUDA major
+            dist / Path(older).name.replace(f"-{jitkern.__version__}+", "-0.0.9+")]  # another jitkern
+    for k in kept:
+        shutil.copy(older, k)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764900001")
+    target, replaced = wheels.write(dist, "sm_90a", [fill], 13)
+    assert replaced == [Path(older)] and not Path(older).exists(), replaced
+    assert Path(later).exists() and all(k.exists() for k in kept) and target.exists()
+    host = wheels.write(tmp_path / "host", None, [fill], None)[0].name.split("-")[1]
+    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+\d{14}\.[0-9a-f]{12}", host) and str(Version(host)) == host, host
 
 
 def test_a_miss_names_the_installed_wheels_that_lack_the_module(monkeypatch):
