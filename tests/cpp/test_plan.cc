@@ -1,10 +1,15 @@
-// The pure build plan: request validation, the arch rule and the cache key.
+// The pure build plan: request validation, the arch rule, the cache key and how the linker's options are read.
 #include <gtest/gtest.h>
 #include <jitkern/jit.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
+#include "plan/command_line.h"
 #include "plan/plan.h"
 #include "base/text.h"
 #include "compile/toolchain.h"
@@ -349,4 +354,79 @@ TEST(Plan, BindingTheCompilersChangesOnlyTheirNames) {
   plan::Toolchain other = toolchain_();
   other.cxx.path = "/opt/gcc/bin/g++";
   EXPECT_NE(plan_of(r, cfg, other, "/work").config_key, bound.config_key) << "a failure is remembered against the commands that ran";
+}
+
+// ------------------------------------------------------------------ the linker's options (command_line)
+
+namespace {
+
+std::vector<std::string> link_flags(const std::vector<std::string>& flags, const std::string& cwd = "/work") {
+  return command_line::resolve(flags, "extra_ldflags", command_line::Tool::kLink, cwd);
+}
+
+std::string refusal(const std::vector<std::string>& flags, const std::string& cwd = "/work") {
+  try {
+    command_line::linker_option_files(link_flags(flags, cwd));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST(LinkerOptions, AnOptionTakesItsValueFromTheNextLinkerFlag) {
+  // libtool's spelling: the driver hands ld each -Wl group's and -Xlinker's arguments in order, as one stream
+  const std::vector<std::string> split = {"-Wl,-rpath", "-Wl,/opt/x", "-Wl,-soname", "-Wl,libx.so", "-Wl,-z", "-Wl,now",
+                                          "-Xlinker", "-rpath", "-Wl,/opt/y", "-Wl,--as-needed,-rpath", "-Xlinker", "/opt/z"};
+  EXPECT_EQ(link_flags(split), split);  // each flag keeps its own spelling
+  const auto scripts = link_flags({"-Wl,--version-script", "-Wl,exports.map", "-Xlinker", "-T", "-Wl,values.ld"});
+  EXPECT_EQ(scripts, (std::vector<std::string>{"-Wl,--version-script", "-Wl,/work/exports.map", "-Xlinker", "-T", "-Wl,/work/values.ld"}));
+  EXPECT_EQ(command_line::linker_option_files(scripts), (std::vector<std::string>{"/work/exports.map", "/work/values.ld"}));
+  // a value is no linker argument when something else comes between
+  EXPECT_NE(refusal({"-Wl,-rpath", "-O2", "-Wl,/opt/x"}).find("'-Wl,-rpath' ends with the linker's -rpath, which needs its value after it"),
+            std::string::npos);
+}
+
+TEST(LinkerOptions, ValuedOptionsTakeTheirValue) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,-init,value_init"}, {"-Wl,-fini,value_fini"}, {"-Wl,--require-defined,main"}, {"-Wl,--export-dynamic-symbol,value"},
+           {"-Wl,-plugin-opt,O2"}, {"-Wl,--auxiliary,libfoo.so"}, {"-Wl,-f,libfoo.so"}, {"-Wl,--filter,libfoo.so"}, {"-Wl,-F,libfoo.so"},
+           {"-Wl,--undefined-glob,foo*"}, {"-Wl,--sort-common,--icf-iterations,2"}, {"-Wl,--out-implib,x.lib"},
+           {"-Wl,--exclude-modules-for-implib,a.o"}, {"-Wl,--target2,rel"}, {"-Xlinker", "-mllvm", "-Xlinker", "-x86-asm-syntax=intel"}}) {
+    EXPECT_EQ(link_flags(flags), flags);
+    EXPECT_EQ(refusal(flags), "(accepted)");
+  }
+  // an output file ld writes: as given (a relative one lands in the step's own directory), and no dependency
+  const auto depfile = link_flags({"-Wl,--dependency-file,out.d"});
+  EXPECT_EQ(depfile, std::vector<std::string>{"-Wl,--dependency-file,out.d"});
+  EXPECT_TRUE(command_line::linker_option_files(depfile).empty());
+  // the refusal of an argument no option takes names the option in front of it
+  EXPECT_NE(refusal({"-Wl,--frobnicate,value"}).find("gives the linker 'value' after --frobnicate"), std::string::npos)
+      << refusal({"-Wl,--frobnicate,value"});
+}
+
+TEST(LinkerOptions, FilesThatOptionsNameAreTrackedOrRefusedHoweverSpelled) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,--plugin=/abs/x.so"}, {"-Wl,-plugin,/abs/x.so"}, {"-Xlinker", "--plugin", "-Xlinker", "x.so"}}) {
+    EXPECT_NE(refusal(flags).find("loads code"), std::string::npos) << refusal(flags);
+  }
+  EXPECT_NE(refusal({"-Wl,--sysroot=/x"}).find("'-Wl,--sysroot=/x' gives the linker --sysroot"), std::string::npos) << refusal({"-Wl,--sysroot=/x"});
+  EXPECT_NE(refusal({"-Wl,--output=x.so"}).find("names the output"), std::string::npos) << refusal({"-Wl,--output=x.so"});
+  const auto tracked = link_flags({"-Wl,--section-ordering-file=order.txt", "-Wl,--symbol-ordering-file,syms.txt", "-Wl,-c,a.mri",
+                                   "-Wl,--mri-script=b.mri", "-Wl,-cc.mri", "-Wl,-cref,--cref,-call_shared"});
+  EXPECT_EQ(command_line::linker_option_files(tracked),
+            (std::vector<std::string>{"/work/order.txt", "/work/syms.txt", "/work/a.mri", "/work/b.mri", "/work/c.mri"}));
+}
+
+TEST(LinkerOptions, ARelativeRDirectoryIsMadeAbsolute) {
+  char templ[] = "/tmp/jk_rdir_XXXXXX";
+  const std::string dir = mkdtemp(templ);
+  ASSERT_EQ(::mkdir((dir + "/rdir").c_str(), 0755), 0);
+  const auto flags = link_flags({"-Wl,-R,rdir", "-Wl,-Rrdir"}, dir);
+  EXPECT_EQ(flags, (std::vector<std::string>{"-Wl,-R," + dir + "/rdir", "-Wl,-R" + dir + "/rdir"}));
+  EXPECT_EQ(refusal({"-Wl,-R,rdir"}, dir), "(accepted)");
+  EXPECT_NE(refusal({"-Wl,-R,nodir"}, dir).find("which is no directory"), std::string::npos);
+  ::rmdir((dir + "/rdir").c_str());
+  ::rmdir(dir.c_str());
 }

@@ -70,19 +70,31 @@ const PathFlag kPathFlags[] = {
     {"--system-include", false, true}, {"--pre-include", false, false}, {"--library-path", false, false},
 };
 
-// The linker's options (inside -Wl, or -Xlinker) that take a value, and what the value is. A long name is
-// spelled "--name=v", "-name=v", "--name v" or "-name v"; a name of one letter also "-nv".
-enum class LinkerValue { kFile, kDirectory, kOther };
+// The linker's options (inside -Wl, or -Xlinker) that take a value, and what the value is: GNU ld's, and
+// gold's and lld's that gcc users pass. A long name is spelled "--name=v", "-name=v", "--name v" or
+// "-name v"; a name of one letter also "-nv". An option whose value is optional ("--build-id[=style]") takes
+// it only after '=', so it is not here: an unknown "--name=v" passes as it is.
+enum class LinkerValue {
+  kFile,       // a file ld reads: made absolute, and a dependency (its --trace does not list it)
+  kDirectory,  // a directory: made absolute
+  kOther,      // a name, a number, an address, or a file ld writes (relative: in the step's own directory)
+  kNone,       // no value: a long name ld matches before the one-letter option it begins with (-cref is no -c)
+  kUntracked,  // refused: what it makes ld read or run no key covers (`why`)
+};
 struct LinkerOption {
   const char* name;
   LinkerValue value;
+  const char* why = nullptr;  // kUntracked: what the refusal says
 };
 const LinkerOption kLinkerOptions[] = {
     // files the linker reads: dependencies its --trace does not list
     {"version-script", LinkerValue::kFile}, {"dynamic-list", LinkerValue::kFile}, {"script", LinkerValue::kFile},
     {"T", LinkerValue::kFile}, {"default-script", LinkerValue::kFile}, {"dT", LinkerValue::kFile},
     {"retain-symbols-file", LinkerValue::kFile}, {"just-symbols", LinkerValue::kFile}, {"export-dynamic-symbol-list", LinkerValue::kFile},
+    {"mri-script", LinkerValue::kFile}, {"c", LinkerValue::kFile}, {"section-ordering-file", LinkerValue::kFile},
+    {"symbol-ordering-file", LinkerValue::kFile}, {"call-graph-ordering-file", LinkerValue::kFile}, {"remap-inputs-file", LinkerValue::kFile},
     {"L", LinkerValue::kDirectory}, {"library-path", LinkerValue::kDirectory},
+    {"R", LinkerValue::kDirectory},  // -R dir is -rpath dir; -R file (ld reads its symbols) is refused: --just-symbols is tracked
     // addresses (-Ttext=0x1000 is no script named "text=0x1000"), names and the module's own settings
     {"Ttext", LinkerValue::kOther}, {"Tbss", LinkerValue::kOther}, {"Tdata", LinkerValue::kOther}, {"Ttext-segment", LinkerValue::kOther},
     {"Trodata-segment", LinkerValue::kOther}, {"Tldata-segment", LinkerValue::kOther}, {"section-start", LinkerValue::kOther},
@@ -91,33 +103,84 @@ const LinkerOption kLinkerOptions[] = {
     {"e", LinkerValue::kOther}, {"undefined", LinkerValue::kOther}, {"u", LinkerValue::kOther}, {"m", LinkerValue::kOther},
     {"trace-symbol", LinkerValue::kOther}, {"y", LinkerValue::kOther}, {"wrap", LinkerValue::kOther}, {"defsym", LinkerValue::kOther},
     {"exclude-libs", LinkerValue::kOther}, {"hash-style", LinkerValue::kOther}, {"sort-section", LinkerValue::kOther},
-    {"dynamic-linker", LinkerValue::kOther}, {"Map", LinkerValue::kOther}, {"O", LinkerValue::kOther}, {"l", LinkerValue::kOther},
-    {"library", LinkerValue::kOther}, {"R", LinkerValue::kOther},
+    {"dynamic-linker", LinkerValue::kOther}, {"I", LinkerValue::kOther}, {"O", LinkerValue::kOther}, {"l", LinkerValue::kOther},
+    {"library", LinkerValue::kOther}, {"init", LinkerValue::kOther}, {"fini", LinkerValue::kOther},
+    {"require-defined", LinkerValue::kOther}, {"undefined-glob", LinkerValue::kOther}, {"export-dynamic-symbol", LinkerValue::kOther},
+    {"ignore-unresolved-symbol", LinkerValue::kOther}, {"version-exports-section", LinkerValue::kOther}, {"task-link", LinkerValue::kOther},
+    {"auxiliary", LinkerValue::kOther}, {"f", LinkerValue::kOther}, {"filter", LinkerValue::kOther}, {"F", LinkerValue::kOther},
+    {"audit", LinkerValue::kOther}, {"depaudit", LinkerValue::kOther}, {"P", LinkerValue::kOther},
+    {"architecture", LinkerValue::kOther}, {"A", LinkerValue::kOther}, {"format", LinkerValue::kOther}, {"b", LinkerValue::kOther},
+    {"oformat", LinkerValue::kOther}, {"orphan-handling", LinkerValue::kOther}, {"spare-dynamic-tags", LinkerValue::kOther},
+    {"max-cache-size", LinkerValue::kOther}, {"ctf-share-types", LinkerValue::kOther}, {"target2", LinkerValue::kOther},
+    {"exclude-modules-for-implib", LinkerValue::kOther}, {"plugin-opt", LinkerValue::kOther}, {"icf-iterations", LinkerValue::kOther},
+    {"thread-count", LinkerValue::kOther}, {"mllvm", LinkerValue::kOther},
+    // files ld writes: as given
+    {"Map", LinkerValue::kOther}, {"dependency-file", LinkerValue::kOther}, {"out-implib", LinkerValue::kOther},
+    {"output-def", LinkerValue::kOther},
+    // long names without a value that begin with a one-letter option ld reads files for
+    {"cref", LinkerValue::kNone}, {"call_shared", LinkerValue::kNone}, {"check-sections", LinkerValue::kNone},
+    {"compress-debug-sections", LinkerValue::kNone}, {"copy-dt-needed-entries", LinkerValue::kNone}, {"ctf-variables", LinkerValue::kNone},
+    {"omagic", LinkerValue::kNone},
+    // what no key covers
+    {"plugin", LinkerValue::kUntracked, "which loads code into the linker that no key covers"},
+    {"sysroot", LinkerValue::kUntracked, "which changes where the linker's libraries come from, which no key covers; use a compiler configured for that root"},
+    {"Y", LinkerValue::kUntracked, "which replaces the linker's default library path, which no key covers; give -L"},
+    {"error-handling-script", LinkerValue::kUntracked, "which runs a program of its own when the link fails, which no key covers"},
+    {"output", LinkerValue::kUntracked, "which names the output, which the engine chooses"},
+    {"o", LinkerValue::kUntracked, "which names the output, which the engine chooses"},
 };
 
-// One -Wl group's (or one -Xlinker run's) arguments, classified by kLinkerOptions: option files and
-// directories made absolute against `cwd` (files also added to `files`). Refuses the linker's response
-// files, an option without its value, -R with a file (ld reads its symbols) and an argument that is no
-// known option's value (a file the engine cannot tell how the linker reads).
-void linker_arguments(std::vector<std::string>& args, const char* field, const std::string& flag, const Cwd& cwd,
-                      std::vector<std::string>* files) {
-  const auto resolved = [&](const LinkerOption& o, const std::string& value) {
-    if (o.value == LinkerValue::kOther) {
-      struct stat st;
-      if (std::string(o.name) == "R" && (::stat(absolute(value, cwd).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
-        refuse(field, flag, "gives the linker -R with '" + value + "', which is no directory (ld would read its symbols): use --just-symbols= for a file, -rpath for a directory");
-      return value;
+// One argument the linker gets, the flag of its run it came in, and that flag as messages name it.
+struct LinkerArg {
+  std::string text;
+  std::size_t flag;
+  std::string named;  // "-Wl,a,b" or "-Xlinker a"
+};
+
+// The run of linker flags from flags[*i] (-Wl,a,b and -Xlinker a, mixed): their arguments in order, as the
+// driver passes them to ld, so an option at the end of one flag takes its value from the next (libtool's
+// "-Wl,-rpath -Wl,/dir"). *i ends at the run's last flag; `xlinker` gets, per flag, whether it is -Xlinker.
+std::vector<LinkerArg> linker_run(const std::vector<std::string>& flags, std::size_t* i, const char* field, std::vector<bool>* xlinker) {
+  std::vector<LinkerArg> args;
+  for (; *i < flags.size() && (starts(flags[*i], "-Wl,") || flags[*i] == "-Xlinker"); ++*i) {
+    const std::size_t n = xlinker->size();
+    xlinker->push_back(flags[*i] == "-Xlinker");
+    if (xlinker->back()) {
+      if (*i + 1 >= flags.size()) refuse(field, flags[*i], "needs an argument after it");
+      ++*i;
+      args.push_back({flags[*i], n, "-Xlinker " + flags[*i]});
+    } else {
+      for (const auto& a : text::split(flags[*i].substr(4), ',')) args.push_back({a, n, flags[*i]});
     }
+  }
+  --*i;  // the caller's loop steps past the run's last flag
+  return args;
+}
+
+// A run's arguments, classified by kLinkerOptions: option files and directories made absolute against
+// `cwd` (files also added to `files`). Refuses the linker's response files, an option without its value,
+// kUntracked options, -R with a file (ld reads its symbols) and an argument that is no known option's
+// value (a file the engine cannot tell how the linker reads).
+void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd& cwd, std::vector<std::string>* files) {
+  const auto resolved = [&](const LinkerOption& o, const std::string& value, const std::string& flag) {
+    if (o.value == LinkerValue::kOther) return value;
     const std::string path = absolute(value, cwd);
+    struct stat st;
+    if (std::string(o.name) == "R" && (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+      refuse(field, flag, "gives the linker -R with '" + value + "', which is no directory (ld would read its symbols): use --just-symbols= for a file, -rpath for a directory");
     if (o.value == LinkerValue::kFile && files != nullptr) files->push_back(path);
     return path;
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string& a = args[i];
+    std::string& a = args[i].text;
+    const std::string& flag = args[i].named;
     if (!a.empty() && a[0] == '@') refuse(field, flag, "gives the linker a response file, which the engine cannot track; give its options in extra_ldflags");
-    if (a.size() < 2 || a[0] != '-')
-      refuse(field, flag, "gives the linker '" + a + "', which is no option's value the engine knows, so it cannot tell whether or how the " +
+    if (a.size() < 2 || a[0] != '-') {
+      const std::string& before = i > 0 ? args[i - 1].text : "";
+      refuse(field, flag, "gives the linker '" + a + "'" + (before.size() > 1 && before[0] == '-' ? " after " + before : "") +
+                              ", which is no option's value the engine knows, so it cannot tell whether or how the " +
                               "linker reads it: give a link input as an argument of its own (not inside -Wl), and a linker option's file with '='");
+    }
     const std::size_t dashes = a[1] == '-' ? 2 : 1;
     const std::string body = a.substr(dashes);
     const LinkerOption* match = nullptr;
@@ -137,14 +200,16 @@ void linker_arguments(std::vector<std::string>& args, const char* field, const s
           break;
         }
       }
-    if (match == nullptr) continue;  // an option without a value (-O1, --as-needed, -Bsymbolic, ...)
+    if (match == nullptr || match->value == LinkerValue::kNone) continue;  // an option without a value (-O1, --as-needed, ...)
+    if (match->value == LinkerValue::kUntracked)
+      refuse(field, flag, "gives the linker " + a.substr(0, dashes + std::strlen(match->name)) + ", " + match->why);
     const std::string prefix = a.substr(0, a.size() - value.size());
     if (!value_next) {
-      a = prefix + resolved(*match, value);
+      a = prefix + resolved(*match, value, flag);
       continue;
     }
     if (i + 1 >= args.size()) refuse(field, flag, "ends with the linker's " + a + ", which needs its value after it");
-    args[i + 1] = resolved(*match, args[i + 1]);
+    args[i + 1].text = resolved(*match, args[i + 1].text, args[i + 1].named);
     ++i;
   }
 }
@@ -187,7 +252,7 @@ class Resolver {
         continue;
       }
       if (m_tool == Tool::kLink && (starts(f, "-Wl,") || f == "-Xlinker")) {
-        linker(f, flags, &i);
+        linker(flags, &i);
         continue;
       }
       check_tracked(f, m_field);
@@ -246,26 +311,19 @@ class Resolver {
     return false;
   }
 
-  // -Wl,a,b,c, and a run of -Xlinker a -Xlinker b (one option and its value may span two): linker_arguments.
-  void linker(const std::string& f, const std::vector<std::string>& flags, std::size_t* i) {
-    std::vector<std::string> args;
-    if (f == "-Xlinker") {
-      for (; *i < flags.size() && flags[*i] == "-Xlinker"; *i += 2) {
-        if (*i + 1 >= flags.size()) refuse(m_field, f, "needs an argument after it");
-        args.push_back(flags[*i + 1]);
-      }
-      --*i;  // the caller's loop steps past the last argument
-    } else {
-      args = text::split(f.substr(4), ',');
+  // A run of linker flags (linker_run), classified as one stream and written back in each flag's own spelling.
+  void linker(const std::vector<std::string>& flags, std::size_t* i) {
+    std::vector<bool> xlinker;
+    std::vector<LinkerArg> args = linker_run(flags, i, m_field, &xlinker);
+    linker_arguments(args, m_field, m_cwd, nullptr);
+    for (std::size_t n = 0; n < xlinker.size(); ++n) {
+      std::string joined = "-Wl";
+      for (const LinkerArg& a : args)
+        if (a.flag != n) continue;
+        else if (xlinker[n]) m_out.insert(m_out.end(), {"-Xlinker", a.text});
+        else joined += "," + a.text;
+      if (!xlinker[n]) m_out.push_back(joined);
     }
-    linker_arguments(args, m_field, f == "-Xlinker" ? "-Xlinker " + args[0] : f, m_cwd, nullptr);
-    if (f == "-Xlinker") {
-      for (const auto& a : args) m_out.insert(m_out.end(), {"-Xlinker", a});
-      return;
-    }
-    std::string joined = "-Wl";
-    for (const auto& a : args) joined += "," + a;
-    m_out.push_back(joined);
   }
 
   const char* m_field;
@@ -332,27 +390,17 @@ std::vector<std::string> linker_option_files(const std::vector<std::string>& ldf
   std::vector<std::string> files;
   const fs::WorkingDir root("/");  // resolved flags: their paths are absolute
   const Cwd cwd{root, "extra_ldflags"};
-  std::vector<std::string> xlinker;  // a run of -Xlinker arguments
-  const auto flush = [&] {
-    if (!xlinker.empty()) linker_arguments(xlinker, "extra_ldflags", "-Xlinker " + xlinker[0], cwd, &files);
-    xlinker.clear();
-  };
   for (std::size_t i = 0; i < ldflags.size(); ++i) {
-    if (ldflags[i] == "-Xlinker" && i + 1 < ldflags.size()) {
-      xlinker.push_back(ldflags[++i]);
-      continue;
-    }
-    flush();
-    if (starts(ldflags[i], "-Wl,")) {
-      auto args = text::split(ldflags[i].substr(4), ',');
-      linker_arguments(args, "extra_ldflags", ldflags[i], cwd, &files);
+    if (starts(ldflags[i], "-Wl,") || ldflags[i] == "-Xlinker") {
+      std::vector<bool> xlinker;
+      std::vector<LinkerArg> args = linker_run(ldflags, &i, "extra_ldflags", &xlinker);
+      linker_arguments(args, "extra_ldflags", cwd, &files);
     } else if (ldflags[i] == "-T" && i + 1 < ldflags.size()) {
       files.push_back(ldflags[++i]);
     } else if (starts(ldflags[i], "-T") && ldflags[i].size() > 2) {
       files.push_back(ldflags[i].substr(2));
     }
   }
-  flush();
   return files;
 }
 

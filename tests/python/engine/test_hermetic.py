@@ -204,7 +204,7 @@ USES_SCRIPT_SYMBOL = ('#include <cstdint>\nextern "C" char jk_script_value[];  /
 
 
 @pytest.mark.parametrize("spelling", ["-Wl,-T{}", "-Wl,-T,{}", "-Wl,-dT,{}", "-Wl,--default-script={}", "-Wl,-default-script={}",
-                                      "-Wl,-script={}", "-Xlinker -T -Xlinker {}"])
+                                      "-Wl,-script={}", "-Xlinker -T -Xlinker {}", "-Wl,--script -Wl,{}"])
 def test_a_linker_script_is_a_dependency_however_it_is_spelled(tmp_path, env, spelling):
     """A linker script given to the linker in any of its spellings is keyed by its absolute path and is a dependency."""
     script_file = write(tmp_path / "values.ld", "jk_script_value = 42;\n")
@@ -256,7 +256,9 @@ def test_a_failure_is_retried_once_its_header_appears_in_any_search_directory(tm
     ("extra_cflags", ["--sysroot=/opt/root"], "--sysroot=/opt/root"),
     ("extra_cflags", ["-fplugin=./p.so"], "-fplugin=./p.so"),
     ("extra_ldflags", ["-Wl,@linker.rsp"], "-Wl,@linker.rsp"),
-    ("extra_ldflags", ["-Wl,--section-ordering-file,order.txt"], "-Wl,--section-ordering-file,order.txt"),
+    ("extra_ldflags", ["-Wl,--frobnicate,order.txt"], "'order.txt' after --frobnicate"),
+    ("extra_ldflags", ["-Wl,--plugin=./p.so"], "-Wl,--plugin=./p.so"),
+    ("extra_ldflags", ["-Wl,--sysroot=/opt/root"], "-Wl,--sysroot=/opt/root"),
     ("extra_ldflags", ["-Xlinker", "-plugin", "-Xlinker", "p.so"], "-Xlinker -plugin"),
     ("extra_ldflags", ["-Wl,-R,exports.map"], "-Wl,-R,exports.map"),
     ("extra_cflags", ["@/no/such/file.rsp"], "@/no/such/file.rsp"),
