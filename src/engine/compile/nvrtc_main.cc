@@ -52,6 +52,9 @@ int recorded_open(const char* symbol, const char* path, int flags, mode_t mode) 
   if ((flags & O_ACCMODE) == O_RDONLY) note_read(path, fd);
   return fd;
 }
+// Whether open() was given a mode, glibc's rule: O_TMPFILE holds O_DIRECTORY's bit, so O_DIRECTORY alone is not it.
+bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
+
 }  // namespace
 
 extern "C" {
@@ -60,14 +63,14 @@ FILE* fopen64(const char* path, const char* mode) { return recorded_fopen("fopen
 int open(const char* path, int flags, ...) {
   va_list args;
   va_start(args, flags);
-  const mode_t mode = (flags & (O_CREAT | O_TMPFILE)) != 0 ? va_arg(args, mode_t) : 0;
+  const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
   va_end(args);
   return recorded_open("open", path, flags, mode);
 }
 int open64(const char* path, int flags, ...) {
   va_list args;
   va_start(args, flags);
-  const mode_t mode = (flags & (O_CREAT | O_TMPFILE)) != 0 ? va_arg(args, mode_t) : 0;
+  const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
   va_end(args);
   return recorded_open("open64", path, flags, mode);
 }
