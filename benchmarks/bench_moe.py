@@ -1,8 +1,9 @@
 """The MoE routing family. Tables (us, CUDA-graph medians), next to a one-CTA launch floor:
 - `reference`: topk_softmax against the reference framework's (SGLang's) newest topk_softmax, side by side in
   one process (REFERENCE_WHEEL), fp32 and bf16 gating, 64/128/256 experts, k = 1-8, 1 to 32768 tokens;
-- `routing`: topk_softmax, the grouped sigmoid router and moe_align_block_size at T = 1, 64, 4096 tokens
-  with 64/128/256 experts (k = 8), against a torch implementation and torch.compile of it;
+- `routing`: topk_softmax (plain and DeepSeek-V2's grouped form, which the reference runs in torch), the grouped
+  sigmoid router and moe_align_block_size at T = 1, 64, 4096 tokens with 64/128/256 experts (k = 8), against a
+  torch implementation and torch.compile of it;
 - `sigmoid`: topk_sigmoid (fp32 gating, 256 experts, k = 8, plain and DeepSeek-V3's grouped form) beside its
   kernel with the PDL trigger forced to each place (benchmarks/kernels/moe_topk_schedules.cuh) and the
   reference's moe_topk_sigmoid / moe_fused_gate, outputs compared bit for bit with the product's; then
@@ -39,6 +40,15 @@ def torch_topk_softmax(logits):
     return w / w.sum(-1, keepdim=True), ids.int()
 
 
+def torch_grouped_softmax(logits, groups, topk_group):
+    scores = torch.softmax(logits.float(), dim=-1)
+    t, e = scores.shape
+    chosen = torch.topk(scores.view(t, groups, -1).max(dim=-1).values, topk_group, dim=-1)[1]
+    mask = torch.zeros(t, groups, dtype=torch.bool, device=scores.device).scatter_(1, chosen, True)
+    w, ids = torch.topk(scores.masked_fill(~mask.repeat_interleave(e // groups, dim=1), 0.0), K, dim=-1)
+    return w / w.sum(-1, keepdim=True), ids.int()
+
+
 def torch_grouped_sigmoid(logits, bias, groups, topk_group):
     scores = logits.float().sigmoid()
     choice = scores + bias
@@ -70,7 +80,8 @@ def torch_align(ids, experts, block):
     return sorted_ids, expert_ids, ends[-1:].int()
 
 
-compiled = {"softmax": torch.compile(torch_topk_softmax), "sigmoid": torch.compile(torch_grouped_sigmoid),
+compiled = {"softmax": torch.compile(torch_topk_softmax), "grouped softmax": torch.compile(torch_grouped_softmax),
+            "sigmoid": torch.compile(torch_grouped_sigmoid),
             "align": torch.compile(torch_align)}
 
 
@@ -155,6 +166,10 @@ def routing_table(floor: float) -> None:
             cases = {
                 "topk_softmax (bf16, renormalize)": (lambda: topk_softmax(w, ids, logits, True), lambda: torch_topk_softmax(logits),
                                                      lambda: compiled["softmax"](logits)),
+                f"topk_softmax grouped ({groups} groups, top {groups // 2})": (
+                    lambda: topk_softmax(w, ids, logits, True, num_expert_group=groups, topk_group=groups // 2),
+                    lambda: torch_grouped_softmax(logits, groups, groups // 2),
+                    lambda: compiled["grouped softmax"](logits, groups, groups // 2)),
                 f"topk_sigmoid grouped ({groups} groups, top {groups // 2})": (
                     lambda: topk_sigmoid(w, ids, logits, True, bias, num_expert_group=groups, topk_group=groups // 2),
                     lambda: torch_grouped_sigmoid(logits, bias, groups, groups // 2),

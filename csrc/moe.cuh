@@ -1,7 +1,7 @@
-// The MoE routing family: a router's top-k (softmax, or sigmoid with a correction bias and DeepSeek-V3's
-// grouped selection) and the token sort by expert that grouped GEMMs read (moe_align_block_size).
+// The MoE routing family: a router's top-k (softmax, with DeepSeek-V2's grouped selection, or sigmoid with a
+// correction bias and DeepSeek-V3's) and the token sort by expert that grouped GEMMs read (moe_align_block_size).
 //
-// Top-k: one warp per token, 1-512 experts, k <= 8 rounds of a warp-wide maximum (the schedules are
+// Top-k: one warp per token, 1-512 experts, k <= 32 rounds of a warp-wide maximum (the schedules are
 // described at each kernel). Experts are ranked by their logit (softmax) or biased score (sigmoid); ties go to the
 // lowest expert index, as torch.topk; NaN ranks below every number (selected only when fewer than k
 // other experts remain). Weights are fp32.
@@ -165,7 +165,9 @@ __device__ __forceinline__ float softmax_term(float x, float max) { return x != 
 template <typename T, int kV>
 constexpr int kTopkChunk = kV < device::kVec16<T> ? kV : device::kVec16<T>;
 
-template <typename T, int kV>
+// kGrouped: DeepSeek-V2's grouped selection (groups ranked by their best logit: keep_chosen_groups) and the
+// weights times p.scaling; kScanGroups as keep_chosen_groups'.
+template <typename T, int kV, bool kGrouped = false, bool kScanGroups = false>
 __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const __grid_constant__ TopkParams p) {
 #ifdef __CUDACC__
   using Keys = SoftmaxKeys<T>;
@@ -198,6 +200,14 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
   uint32_t m = warp_max(max_of(key));
   const uint32_t top = m;
   const float row_max = Keys::is_number(top) ? Keys::value(top) : 0.0f;  // no number: every weight is 0
+  if constexpr (kGrouped) {  // the softmax is over every expert: row_max and the full sum keep them all
+    if (p.groups > 1) {
+      keep_chosen_groups<T, kV, kScanGroups, false>(p, key, lane, warp, [&](int s) {  // the logit, NaN and padding as -inf
+        return Keys::is_number(key[s]) ? Keys::value(key[s]) : -kMoeInf;
+      }, expert_of);
+      m = warp_max(max_of(key));
+    }
+  }
   uint32_t my_key = kGoneKey;
   int my_id = 0;
   for (int i = 0;;) {
@@ -223,7 +233,7 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
     sum = device::warp::reduce_sum(sum);
   }
   const float weight = sum > 0.0f ? term / sum : 0.0f;  // 0: nothing but NaN
-  if (lane < p.k) store_choice(p, token, lane, weight, my_id);
+  if (lane < p.k) store_choice(p, token, lane, kGrouped ? weight * p.scaling : weight, my_id);
   device::pdl_trigger_at(p.trigger, Trigger::kAfterStores);
 #endif
 }
@@ -246,12 +256,93 @@ constexpr bool groups_by_shuffle(int per_group) {
   return per_group % kChunk == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
 }
 
+// Grouped selection (DeepSeek's routers): only the experts of the topk_group groups (runs of E / groups experts)
+// that rank highest keep their keys; the others' become kGoneKey. A group ranks by the sum of its two best values
+// (kTop2: DeepSeek-V3) or by its best (DeepSeek-V2); value(s): slot s's value, -inf for NaN and padding (read
+// before any key changes). Group g's key goes to lane g, which counts the groups ranking above it (ties: the
+// lower group); kScanGroups: groups that are not whole chunks of 2^n lanes, scanned from shared memory.
+template <typename T, int kV, bool kScanGroups, bool kTop2, typename Value, typename ExpertOf>
+__device__ __forceinline__ void keep_chosen_groups(const TopkParams& p, uint32_t (&key)[kV], int lane, int warp, const Value& value,
+                                                   const ExpertOf& expert_of) {
+#ifdef __CUDACC__
+  constexpr int kChunk = kTopkChunk<T, kV>, kChunks = kV / kChunk;
+  const int per_group = p.experts / p.groups;
+  const auto group_key_of = [](float first, float second) {
+    const float rank = kTop2 ? first + second : first;
+    return order_key<32>(__float_as_uint(rank), rank != rank);
+  };
+  uint32_t group_key = kGoneKey;  // lane g < groups: group g's
+  if constexpr (kScanGroups) {
+    __shared__ float value_smem[kMoeTopkWarps][kMoeMaxExperts];
+    float* smem = value_smem[warp];
+#pragma unroll
+    for (int s = 0; s < kV; ++s)
+      if (expert_of(s) < p.experts) smem[expert_of(s)] = value(s);
+    __syncwarp();
+    if (lane < p.groups) {
+      float first = -kMoeInf, second = -kMoeInf;
+      for (int i = 0; i < per_group; ++i) {
+        const float x = smem[lane * per_group + i];
+        second = fmaxf(second, fminf(first, x)), first = fmaxf(first, x);
+      }
+      group_key = group_key_of(first, second);
+    }
+  } else {  // a group: per_group / kChunk lanes (a power of two) of one chunk
+    const int lanes = per_group / kChunk;
+    float first[kChunks], second[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      first[c] = second[c] = -kMoeInf;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const float x = value(c * kChunk + j);
+        second[c] = fmaxf(second[c], fminf(first[c], x)), first[c] = fmaxf(first[c], x);
+      }
+    }
+    for (int offset = 1; offset < lanes; offset *= 2) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const float f = __shfl_xor_sync(0xffffffffu, first[c], offset), g = __shfl_xor_sync(0xffffffffu, second[c], offset);
+        second[c] = fmaxf(fmaxf(second[c], g), fminf(first[c], f)), first[c] = fmaxf(first[c], f);
+      }
+    }
+    // Group g (lane g) starts in chunk g * lanes / 32 at lane g * lanes % 32.
+    const int g_lane = lane * lanes;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32_t k = group_key_of(first[c], second[c]);
+      const uint32_t theirs = __shfl_sync(0xffffffffu, k, g_lane % 32);
+      if (g_lane / 32 == c && lane < p.groups) group_key = theirs;
+    }
+  }
+  int rank = 0;  // the groups above this lane's: a larger key, or the same key and a lower index
+  for (int g = 0; g < p.groups; ++g) {
+    const uint32_t k = __shfl_sync(0xffffffffu, group_key, g);
+    rank += k > group_key || (k == group_key && g < lane);
+  }
+  const uint32_t chosen = __ballot_sync(0xffffffffu, lane < p.groups && rank < p.topk_group);
+  if constexpr (kScanGroups) {
+#pragma unroll
+    for (int s = 0; s < kV; ++s)
+      if (!((chosen >> min(expert_of(s) / per_group, 31)) & 1u)) key[s] = kGoneKey;
+  } else {  // a chunk lies in one group: chunk c of this lane in group (c * 32 + lane) / lanes
+    const int shift = __ffs(per_group / kChunk) - 1;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if ((chosen >> min((c * 32 + lane) >> shift, 31)) & 1u) continue;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) key[c * kChunk + j] = kGoneKey;
+    }
+  }
+#endif
+}
+
 // One token's top-k by one whole warp (warp: its index in the CTA, for kScanGroups' shared memory), the
 // PDL wait (and the trigger placed after it) before the first read of the gating row.
 template <typename T, int kV, bool kScanGroups>
 __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t token, int lane, int warp) {
 #ifdef __CUDACC__
-  constexpr int kChunk = kTopkChunk<T, kV>, kChunks = kV / kChunk;
+  constexpr int kChunk = kTopkChunk<T, kV>;
   const int E = p.experts;
   const auto expert_of = [&](int s) { return (s / kChunk * 32 + lane) * kChunk + s % kChunk; };  // slot s = c * kChunk + j
   const T* row = static_cast<const T*>(p.gating) + token * p.gating_stride;
@@ -290,79 +381,10 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
     const float c = sigmoid_score(device::cast<float>(v[s])) + b[s];
     key[s] = expert_of(s) < E ? order_key<32>(__float_as_uint(c), c != c) : kGoneKey;
   }
-  if (p.groups > 1) {
-    const int per_group = E / p.groups;
-    const auto choice = [&](int s) {  // the biased score, NaN and padding as -inf
+  if (p.groups > 1)
+    keep_chosen_groups<T, kV, kScanGroups, true>(p, key, lane, warp, [&](int s) {  // the biased score, NaN and padding as -inf
       return key[s] > kNanKey ? __uint_as_float(key_bits<32>(key[s])) : -kMoeInf;
-    };
-    const auto top2_key = [](float first, float second) {
-      const float sum = first + second;
-      return order_key<32>(__float_as_uint(sum), sum != sum);
-    };
-    uint32_t group_key = kGoneKey;  // lane g < groups: group g's
-    if constexpr (kScanGroups) {
-      __shared__ float choice_smem[kMoeTopkWarps][kMoeMaxExperts];
-      float* smem = choice_smem[warp];
-#pragma unroll
-      for (int s = 0; s < kV; ++s)
-        if (expert_of(s) < E) smem[expert_of(s)] = choice(s);
-      __syncwarp();
-      if (lane < p.groups) {
-        float first = -kMoeInf, second = -kMoeInf;
-        for (int i = 0; i < per_group; ++i) {
-          const float x = smem[lane * per_group + i];
-          second = fmaxf(second, fminf(first, x)), first = fmaxf(first, x);
-        }
-        group_key = top2_key(first, second);
-      }
-    } else {  // a group: per_group / kChunk lanes (a power of two) of one chunk
-      const int lanes = per_group / kChunk;
-      float first[kChunks], second[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        first[c] = second[c] = -kMoeInf;
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          const float x = choice(c * kChunk + j);
-          second[c] = fmaxf(second[c], fminf(first[c], x)), first[c] = fmaxf(first[c], x);
-        }
-      }
-      for (int offset = 1; offset < lanes; offset *= 2) {
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          const float f = __shfl_xor_sync(0xffffffffu, first[c], offset), g = __shfl_xor_sync(0xffffffffu, second[c], offset);
-          second[c] = fmaxf(fmaxf(second[c], g), fminf(first[c], f)), first[c] = fmaxf(first[c], f);
-        }
-      }
-      // Group g (lane g) starts in chunk g * lanes / 32 at lane g * lanes % 32.
-      const int g_lane = lane * lanes;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const uint32_t k = top2_key(first[c], second[c]);
-        const uint32_t theirs = __shfl_sync(0xffffffffu, k, g_lane % 32);
-        if (g_lane / 32 == c && lane < p.groups) group_key = theirs;
-      }
-    }
-    int rank = 0;  // the groups above this lane's: a larger key, or the same key and a lower index
-    for (int g = 0; g < p.groups; ++g) {
-      const uint32_t k = __shfl_sync(0xffffffffu, group_key, g);
-      rank += k > group_key || (k == group_key && g < lane);
-    }
-    const uint32_t chosen = __ballot_sync(0xffffffffu, lane < p.groups && rank < p.topk_group);
-    if constexpr (kScanGroups) {
-#pragma unroll
-      for (int s = 0; s < kV; ++s)
-        if (!((chosen >> min(expert_of(s) / per_group, 31)) & 1u)) key[s] = kGoneKey;
-    } else {  // a chunk lies in one group: chunk c of this lane in group (c * 32 + lane) / lanes
-      const int shift = __ffs(per_group / kChunk) - 1;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        if ((chosen >> min((c * 32 + lane) >> shift, 31)) & 1u) continue;
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) key[c * kChunk + j] = kGoneKey;
-      }
-    }
-  }
+    }, expert_of);
   // k rounds: the largest key left; lane i keeps round i's expert, then reads its score again.
   int my_id = 0;
   for (int i = 0; i < p.k; ++i) {
@@ -768,6 +790,17 @@ struct MoeOps {
     launch<false>(p, device, nullptr);
   }
 
+  // The grouped form (DeepSeek-V2): with num_expert_group > 1 only the experts of the topk_group groups whose
+  // best logit ranks highest; weights the chosen experts' softmax over all experts (renormalized: divided by
+  // their sum), times routed_scaling_factor.
+  static void topk_softmax_grouped(jitkern::TensorView topk_weights, jitkern::TensorView topk_ids, jitkern::TensorView gating_output,
+                                   bool renormalize, int64_t num_expert_group, int64_t topk_group, double routed_scaling_factor) {
+    DLDevice device;
+    TopkParams p = params(topk_weights, topk_ids, gating_output, renormalize, device);
+    grouped_params(p, num_expert_group, topk_group, routed_scaling_factor);
+    launch<false, true>(p, device, nullptr);
+  }
+
   // The sigmoid form: scores s = sigmoid(gating_output), ranked by s + correction_bias (fp32 [E], optional);
   // with num_expert_group > 1 only the experts of the topk_group groups (contiguous runs of E / groups)
   // whose two best biased scores sum highest; weights s of the chosen experts (renormalized: divided by
@@ -793,6 +826,13 @@ struct MoeOps {
       TensorMatcher({p.experts}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(*correction_bias, "correction_bias");
       p.bias = static_cast<const float*>(correction_bias->data_ptr());
     }
+    grouped_params(p, num_expert_group, topk_group, routed_scaling_factor);
+    return p;
+  }
+
+  // The grouped selection's arguments checked, into p.
+  static void grouped_params(TopkParams& p, int64_t num_expert_group, int64_t topk_group, double routed_scaling_factor) {
+    using namespace host;
     RuntimeCheck(num_expert_group >= 1 && num_expert_group <= kMoeMaxGroups && p.experts % num_expert_group == 0,
                  "num_expert_group must be 1-", kMoeMaxGroups, " and divide the number of experts (", p.experts, "), got ", num_expert_group);
     const int64_t per_group = p.experts / num_expert_group;
@@ -803,12 +843,11 @@ struct MoeOps {
     p.groups = static_cast<int>(num_expert_group);
     p.topk_group = static_cast<int>(topk_group);
     p.scaling = static_cast<float>(routed_scaling_factor);
-    return p;
   }
 
   // The kernel for p (its checked parameters), the PDL trigger by the grid (host::pdl_trigger_for); `forced`:
   // that one instead.
-  template <bool kSigmoid>
+  template <bool kSigmoid, bool kGroupedSoftmax = false>
   static void launch(const TopkParams& p, DLDevice device, const Trigger* forced) {
     using namespace host;
     if (p.tokens == 0) return;
@@ -832,6 +871,12 @@ struct MoeOps {
           run(topk_sigmoid_kernel<T, kV, false>, q);
         } else {
           run(topk_sigmoid_kernel<T, kV, true>, q);
+        }
+      } else if constexpr (kGroupedSoftmax) {
+        if (p.groups == 1 || groups_by_shuffle<T, kV>(p.experts / p.groups)) {
+          run(topk_softmax_kernel<T, kV, true, false>, q);
+        } else {
+          run(topk_softmax_kernel<T, kV, true, true>, q);
         }
       } else {
         run(topk_softmax_kernel<T, kV>, q);

@@ -1,5 +1,5 @@
-"""The MoE routing family (csrc/moe.cuh): topk_softmax, topk_sigmoid (a correction bias and DeepSeek-V3's
-grouped selection) and moe_align_block_size, with sgl-kernel's argument orders.
+"""The MoE routing family (csrc/moe.cuh): topk_softmax (DeepSeek-V2's grouped selection), topk_sigmoid (a
+correction bias and DeepSeek-V3's grouped selection) and moe_align_block_size, with sgl-kernel's argument orders.
 
 Top-k: gating_output [T, E] fp16/bf16/fp32 (rows may be strided), 1 <= E <= 512 experts, 1 <= k <= 32;
 topk_weights [T, k] fp32 and topk_ids [T, k] int32 or int64. Experts are ranked by logit (softmax) or
@@ -23,9 +23,11 @@ from ._dtype_family import DtypeFamily, package_spec
 
 _FAMILY = DtypeFamily("moe", "jitkern_moe::MoeOps", {
     "topk_softmax": "Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, bool renormalize",
+    "topk_softmax_grouped": "Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, bool renormalize, int num_expert_group, "
+                            "int topk_group, float routed_scaling_factor",
     "topk_sigmoid": "Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor gating_output, Tensor? correction_bias, bool renormalize, "
                     "int num_expert_group, int topk_group, float routed_scaling_factor",
-}, compile_seconds={"topk_softmax": 2.5, "topk_sigmoid": 2.6})  # bf16 on an H100 host, 16 builds at once: the order builds start in
+}, compile_seconds={"topk_softmax": 2.5, "topk_softmax_grouped": 2.6, "topk_sigmoid": 2.6})  # bf16 on an H100 host, 16 builds at once: the order builds start in
 _FUNCTIONS = _FAMILY.functions
 _ALIGN = {"moe_align_block_size": "Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, "
                                   "Tensor(c!) num_tokens_post_pad"}
@@ -41,16 +43,28 @@ _align = ModuleExports(align_spec, _ALIGN, "moe_align")
 FAMILY = Family(_FAMILY, _align)
 
 
-@FAMILY.op("topk_softmax", torch=(TorchOp("topk_softmax", export="topk_softmax"),))
-def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_output: torch.Tensor, renormalize: bool = False):
+@FAMILY.op("topk_softmax", "topk_softmax_grouped", torch=(TorchOp("topk_softmax", export="topk_softmax"),
+                                                          TorchOp("topk_softmax_grouped", export="topk_softmax_grouped")))
+def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_output: torch.Tensor, renormalize: bool = False, *,
+                 num_expert_group: int = 1, topk_group: int = 1, routed_scaling_factor: float = 1.0):
     """topk_weights, topk_ids <- the k = topk_ids.shape[-1] experts of highest softmax(gating_output) per token
-    and their probabilities (renormalize: divided by the sum of the k). Returns (topk_weights, topk_ids)."""
+    and their probabilities (renormalize: divided by the sum of the k), times routed_scaling_factor. With
+    num_expert_group > 1 (DeepSeek-V2) only among the topk_group groups (E / num_expert_group consecutive
+    experts each) whose best logit ranks highest. Returns (topk_weights, topk_ids)."""
+    export = "topk_softmax" if num_expert_group == 1 and topk_group == 1 and routed_scaling_factor == 1.0 else "topk_softmax_grouped"
     if compiling():
-        torch.ops.jitkern.topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
+        if export == "topk_softmax":
+            torch.ops.jitkern.topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
+        else:
+            torch.ops.jitkern.topk_softmax_grouped(topk_weights, topk_ids, gating_output, renormalize, num_expert_group, topk_group,
+                                                   routed_scaling_factor)
         return topk_weights, topk_ids
-    fn = _FUNCTIONS.get(("topk_softmax", getattr(gating_output, "dtype", None))) or _FAMILY.function(
-        "topk_softmax", gating_output, "topk_softmax", "gating_output")
-    fn(topk_weights, topk_ids, gating_output, renormalize)
+    fn = _FUNCTIONS.get((export, getattr(gating_output, "dtype", None))) or _FAMILY.function(export, gating_output, "topk_softmax",
+                                                                                             "gating_output")
+    if export == "topk_softmax":
+        fn(topk_weights, topk_ids, gating_output, renormalize)
+    else:
+        fn(topk_weights, topk_ids, gating_output, renormalize, num_expert_group, topk_group, float(routed_scaling_factor))
     return topk_weights, topk_ids
 
 

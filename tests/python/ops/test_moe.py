@@ -130,6 +130,75 @@ def test_topk_softmax_unaligned_rows_and_signed_zeros(dtype_name, experts):
         torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-6)
 
 
+def _softmax_grouped_reference64(logits, k, groups, topk_group, renormalize, scaling):
+    """DeepSeek-V2's router in float64: softmax over every expert, groups ranked by their best score (NaN as -inf),
+    the k best experts of the topk_group best groups (ties to the lowest index, NaN after every number)."""
+    torch = _torch()
+    t, e = logits.shape
+    scores = torch.softmax(logits.double().nan_to_num(nan=float("-inf")), dim=-1).nan_to_num(nan=0.0)
+    rank_keys = logits.double().nan_to_num(nan=-1e300)
+    if groups > 1:
+        group_best = logits.double().nan_to_num(nan=float("-inf")).view(t, groups, -1).max(dim=-1).values
+        chosen = _stable_topk(group_best, topk_group)
+        mask = torch.zeros(t, groups, dtype=torch.bool, device=logits.device).scatter_(1, chosen, True)
+        rank_keys = rank_keys.masked_fill(~mask.repeat_interleave(e // groups, dim=1), -2e300)  # below NaN: never chosen
+    ids = _stable_topk(rank_keys, k)
+    w = scores.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return w * scaling, ids
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("experts,groups,topk_group,k", [(160, 8, 3, 6), (64, 8, 4, 6), (256, 8, 4, 8), (96, 3, 2, 4), (60, 6, 2, 4),
+                                                         (512, 16, 4, 10), (64, 1, 1, 6)])
+@pytest.mark.parametrize("tokens", [1, 63, 1000])
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_topk_softmax_grouped_against_float64(dtype_name, experts, groups, topk_group, k, tokens, renormalize):
+    """DeepSeek-V2's grouped selection (groups of whole chunks in 2^n lanes: shuffles; of 10 or 20 experts, as
+    DeepSeek-V2's 160 in 8: the shared-memory scan), and a routed_scaling_factor alone (groups 1)."""
+    torch = _torch()
+    from jitkern.ops import topk_softmax
+
+    g = torch.Generator(device="cuda").manual_seed(experts * 1000 + tokens)
+    logits = (torch.randn(tokens, experts, device="cuda", generator=g) * 2).to(getattr(torch, dtype_name))
+    w, ids = _outputs(tokens, k)
+    topk_softmax(w, ids, logits, renormalize, num_expert_group=groups, topk_group=topk_group, routed_scaling_factor=2.5)
+    ref_w, ref_ids = _softmax_grouped_reference64(logits, k, groups, topk_group, renormalize, 2.5)
+    assert torch.equal(ids.long(), ref_ids), "ids differ from the float64 grouped ranking"
+    torch.testing.assert_close(w.double(), ref_w, rtol=1e-5, atol=1e-6)
+    if groups == 1:  # the plain op's bits, times the factor
+        w1, ids1 = _outputs(tokens, k)
+        topk_softmax(w1, ids1, logits, renormalize)
+        assert torch.equal(ids1, ids) and torch.equal(w1 * 2.5, w)
+
+
+def test_topk_softmax_grouped_nan_ties_errors_and_compile():
+    torch = _torch()
+    from jitkern.ops import topk_softmax
+
+    logits = torch.randint(-3, 3, (64, 64), device="cuda").float()  # ties within and across groups
+    logits[::5, ::7] = float("nan")
+    logits[3, :] = float("nan")  # nothing but NaN: groups tie at -inf, the lowest ones chosen
+    w, ids = _outputs(64, 6)
+    topk_softmax(w, ids, logits, True, num_expert_group=8, topk_group=3)
+    ref_w, ref_ids = _softmax_grouped_reference64(logits, 6, 8, 3, True, 1.0)
+    assert torch.equal(ids.long(), ref_ids)
+    torch.testing.assert_close(w.double(), ref_w.nan_to_num(nan=0.0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="num_expert_group must be 1-32 and divide"):
+        topk_softmax(w, ids, logits, True, num_expert_group=7, topk_group=1)
+    with pytest.raises(ValueError, match=r"k \(6\) exceeds the experts of topk_group groups \(4\)"):
+        topk_softmax(w, ids, torch.randn(64, 32, device="cuda"), True, num_expert_group=16, topk_group=2)
+
+    def route(x):
+        return topk_softmax(*_outputs(x.shape[0], 6), x, True, num_expert_group=8, topk_group=3, routed_scaling_factor=16.0)
+
+    x = torch.randn(9, 64, device="cuda")
+    for a, b in zip(torch.compile(route, fullgraph=True)(x), route(x)):
+        assert torch.equal(a, b)
+    torch.library.opcheck(torch.ops.jitkern.topk_softmax_grouped, (*_outputs(9, 6), x, True, 8, 3, 16.0))
+
+
 def _grouped_reference(logits, bias, k, groups, topk_group, renormalize, scaling):
     """DeepSeek-V3's biased grouped top-k in torch (ties to the lowest index)."""
     torch = _torch()
