@@ -222,12 +222,15 @@ def _failed_entry_facts(cache_dir: str, entries: list) -> list:
 def _spec_names(match: list, entries: list) -> list:
     """`match` with each name that is no module's but a JitSpec's name (scale_add for scale_add_3) replaced
     by the modules its manifests record it for (not fill_rows_1 for fill: no prefix test tells them apart).
-    Entries that record no spec (remembered failures, older manifests) are taken by the name's prefix."""
+    Entries that record no spec (those of an older jitkern) are taken by the name's prefix, unless a longer
+    spec name that entries record prefixes them too."""
     module = lambda e: e["module"] or e["stem"].rpartition("-")[0]  # noqa: E731
-    modules = {module(e) for e in entries}
+    modules, specs = {module(e) for e in entries}, {e["spec"] for e in entries if e["spec"]}
+    prefixed = lambda m, s: m == s or m.startswith(s + "_")  # noqa: E731
     out = []
     for name in match:
-        instances = sorted({module(e) for e in entries if e["spec"] == name or (not e["spec"] and module(e).startswith(name + "_"))}
+        instances = sorted({module(e) for e in entries if e["spec"] == name or (
+            not e["spec"] and prefixed(module(e), name) and not any(len(s) > len(name) and prefixed(module(e), s) for s in specs))}
                            if name not in modules else [])
         out += instances or [name]
     return out

@@ -39,10 +39,10 @@ def package(arch: str | None) -> str:
     return f"{PREBUILT_PACKAGE}/{_arch_part(arch)}"
 
 
-def version(cuda_major: int | None, libraries: list[Path]) -> str:
+def version(cuda_major: int | None, libraries: list[Path], written: int) -> str:
     """jitkern's version with a local label: the CUDA major (as PyTorch's and FlashInfer's wheels), when the
-    wheel was written (UTC, SOURCE_DATE_EPOCH where set: a later wheel is a higher version, which
-    `pip install -U` takes) and a hash of the modules' entries and libraries (named by their keys)."""
+    wheel was written (`written`, seconds since the epoch, as UTC digits: a later wheel is a higher version,
+    which `pip install -U` takes) and a hash of the modules' entries and libraries (named by their keys)."""
     import hashlib
     import time
 
@@ -50,12 +50,11 @@ def version(cuda_major: int | None, libraries: list[Path]) -> str:
 
     names = "".join(sorted(f"{lib.parent.name}/{lib.name}\n" for lib in libraries))
     content = hashlib.sha256(names.encode()).hexdigest()[:12]
-    written = time.strftime("%Y%m%d%H%M%S", time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH") or time.time())))
-    return f"{__version__}+{f'cu{cuda_major}.' if cuda_major else ''}{written}.{content}"
+    return f"{__version__}+{f'cu{cuda_major}.' if cuda_major else ''}{time.strftime('%Y%m%d%H%M%S', time.gmtime(written))}.{content}"
 
 
 def _written(wheel_version: str) -> int:
-    """When a wheel of `version`'s form was written (0: a form without it)."""
+    """When a wheel of `version`'s form was written, as its UTC digits (0: a form without them)."""
     m = re.search(r"\+(?:cu\d+\.)?(\d{14})\.[0-9a-f]{12}$", wheel_version)
     return int(m.group(1)) if m else 0
 
@@ -179,6 +178,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
     """Writes the wheel holding the cache entries of `libraries` (as prebuild returned them) for `arch`; removes
     the wheels of the same name and tag that it replaces in `out_dir` (of other versions: a `pip install DIR/<name>-*.whl`
     would be given both). Returns its path and those removed."""
+    import calendar
     import stat
     import time
     import zipfile
@@ -187,8 +187,20 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
 
     from . import __version__
 
-    name, pkg, ver = distribution(arch), package(arch), version(cuda_major, libraries)
-    tag = f"py3-none-linux_{_machine()}"
+    name, pkg, tag = distribution(arch), package(arch), f"py3-none-linux_{_machine()}"
+    # this jitkern's wheels of this name, CUDA major and tag in out_dir: the one written is later than each
+    label, sep = (f"{__version__}+cu{cuda_major}", ".") if cuda_major else (__version__, "+")
+    ours = [p for p in out_dir.glob(f"{name.replace('-', '_')}-{label}*-{tag}.whl") if (v := p.name.split("-")[1]) == label
+            or (v.startswith(label + sep) and (cuda_major or not v[len(label) + 1:].startswith("cu")))]
+    try:
+        when = int(float(os.environ.get("SOURCE_DATE_EPOCH") or time.time()))
+    except ValueError:
+        raise ValueError(f"SOURCE_DATE_EPOCH must be seconds since 1970, got {os.environ['SOURCE_DATE_EPOCH']!r}") from None
+    latest = max((p.name.split("-")[1] for p in ours), key=_written, default=None)
+    ver = version(cuda_major, libraries, when)
+    if latest is not None and _written(latest) >= _written(ver):  # the latest's modules again: it, else a second after it
+        when = calendar.timegm(time.strptime(str(_written(latest)), "%Y%m%d%H%M%S")) + (latest.rsplit(".", 1)[-1] != ver.rsplit(".", 1)[-1])
+        ver = version(cuda_major, libraries, when)
     stems = sorted({lib.parent.name for lib in libraries})
     layer = {"format": _FORMAT, "distribution": name, "version": ver, "jitkern": __version__, "machine": _machine(), "arch": arch,
              "cuda_major": cuda_major, "tvm_ffi": tvm_ffi.__version__, "modules": stems}
@@ -210,7 +222,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{name.replace('-', '_')}-{ver}-{tag}.whl"
     partial = target.with_name(target.name + f".tmp.{os.getpid()}")
-    stamp = time.localtime(max(time.time(), 315532800))[:6]  # zip dates start in 1980
+    stamp = time.gmtime(max(when, 315532800))[:6]  # the version's time (zip dates start in 1980)
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
         for path, data in files:
             info = zipfile.ZipInfo(path, stamp)
@@ -218,11 +230,7 @@ def write(out_dir: Path, arch: str | None, libraries: list[Path], cuda_major: in
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     os.replace(partial, target)
-    # this jitkern's wheels for this CUDA major written before this one (two runs at once leave the later)
-    label, sep = (f"{__version__}+cu{cuda_major}", ".") if cuda_major else (__version__, "+")
-    ours = lambda v: v == label or v.startswith(label + sep)  # noqa: E731
-    replaced = sorted(p for p in out_dir.glob(f"{name.replace('-', '_')}-{label}*-{tag}.whl")
-                      if p != target and ours(v := p.name.split("-")[1]) and _written(v) < _written(ver))
+    replaced = sorted(p for p in ours if p != target and _written(p.name.split("-")[1]) < _written(ver))  # two runs at once leave the later
     for p in replaced:
         p.unlink(missing_ok=True)
     return target, replaced

@@ -116,6 +116,7 @@ void refuse_miss_if_strict(const plan::Plan& p, const config::Config& cfg, const
   Failure f;
   f.request_key = p.request_key;
   f.config_key = p.config_key;
+  f.spec = p.spec;
   f.message = msg;
   f.deps = deps::hash_files(deps::dependency_paths(p, compile.depfiles, scratch));
   for (const auto& d : deps::search_directories(p)) f.deps.push_back(d);

@@ -138,6 +138,10 @@ TEST(Failure, RoundTripsAndRejectsCorruption) {
   EXPECT_EQ(back.request_key, f.request_key);
   EXPECT_EQ(back.config_key, f.config_key) << "a failure is remembered against the configuration that produced it";
   EXPECT_EQ(back.deps.size(), 2u);
+  EXPECT_EQ(back.spec, "") << "a record without the spec line";
+  f.spec = "fill_rows";
+  ASSERT_TRUE(parse(serialize(f), &(back = Failure{})));
+  EXPECT_EQ(back.spec, "fill_rows") << "the JitSpec's name, as `cache rm NAME` matches it";
   const std::string text = serialize(f);
   const std::size_t body = text.find("\nend\n");
   for (std::size_t n = 0; n <= body; ++n) EXPECT_FALSE(parse(text.substr(0, n), &(back = Failure{}))) << "cut at " << n;

@@ -185,8 +185,8 @@ bool parse(const std::string& text, Manifest* m) {
 }
 
 std::string serialize(const Failure& f) {
-  return std::string(kFailureMagic) + "\nrequest " + f.request_key + "\nconfig " + f.config_key + "\n" + serialize_deps(f.deps) + "end\n" +
-         f.message;
+  return std::string(kFailureMagic) + "\nrequest " + f.request_key + "\nconfig " + f.config_key + "\n" +
+         (f.spec.empty() ? "" : "spec " + f.spec + "\n") + serialize_deps(f.deps) + "end\n" + f.message;
 }
 
 bool parse(const std::string& text, Failure* f) {
@@ -195,7 +195,10 @@ bool parse(const std::string& text, Failure* f) {
   const auto lines = text::split_lines(text.substr(0, end + 1));
   if (lines.size() < 2 || lines[0] != kFailureMagic) return false;
   std::vector<KeyField> keys = {{"request ", &f->request_key}, {"config ", &f->config_key}};
-  const bool ok = parse_body(lines, 1, lines.size(), &f->deps, [&](const std::string& line) { return take_key(line, keys).value_or(false); });
+  const bool ok = parse_body(lines, 1, lines.size(), &f->deps, [&](const std::string& line) {
+    if (line.rfind("spec ", 0) == 0 && f->spec.empty()) return !(f->spec = line.substr(5)).empty();  // optional, once
+    return take_key(line, keys).value_or(false);
+  });
   f->message = text.substr(end + 5);
   return ok && all_seen(keys);
 }

@@ -61,6 +61,7 @@ bool parse(const std::string& text, Manifest* m);
 struct Failure {
   std::string request_key;
   std::string config_key;  // the commands as run (real directories) and the toolchain: what produced it
+  std::string spec;        // the JitSpec's name, as a manifest's (empty: a record without it)
   std::string message;
   std::vector<Dep> deps;
 };

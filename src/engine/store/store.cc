@@ -637,7 +637,7 @@ Details Entry::details() const {
   Failure f;
   const bool failed = fs::read_file(m_dir + "/" + kFailure, &text, true) && manifest::parse(text, &f);
   s.status = failed ? "failed" : "incomplete";
-  if (failed) s.key = f.request_key, s.failure = f.message, s.dependencies = f.deps.size();
+  if (failed) s.key = f.request_key, s.spec = f.spec, s.failure = f.message, s.dependencies = f.deps.size();
   return s;
 }
 

@@ -431,15 +431,21 @@ def test_cache_rm_by_spec_name_takes_that_specs_modules_only(cache_dir, tmp_path
     assert set(entries(cache_dir)) == {"scale_2", "scale_rows_fast_4"}
     assert run_cli("cache", "rm", "scale_rows_fast_4", "scale", "--cache-dir", str(cache_dir)).returncode == 0  # module and spec names
     assert entries(cache_dir) == {}
-    # an entry recording no spec (a remembered failure, a manifest of an older jitkern) is taken by the name's prefix
+    # a remembered failure records its spec too; an entry recording none (an older jitkern's) is taken by the
+    # name's prefix, unless a longer spec name that entries record prefixes it
     (tmp_path / "broken.h").write_text("#error a kernel that does not build\n")
-    with pytest.raises(jitkern.BuildError):
-        scale_spec(5).replace(cpp_files=[str(tmp_path / "broken.h")]).build()
-    jitkern.warmup(scale_spec(6))
-    (manifest,) = (p / "manifest" for p in cache_dir.iterdir() if p.name.startswith("scale_6-"))
-    manifest.write_text("".join(line for line in manifest.read_text().splitlines(keepends=True) if not line.startswith("spec ")))
+    for spec in (scale_spec(5), scale_spec(7).replace(args=("scale_rows", "7"))):
+        with pytest.raises(jitkern.BuildError):
+            spec.replace(cpp_files=[str(tmp_path / "broken.h")]).build()
+    jitkern.warmup(scale_spec(6), *(scale_spec(f).replace(args=("scale_rows", str(f))) for f in (8, 9)))
+    for stem in ("scale_6-", "scale_rows_8-"):  # as an older jitkern wrote them
+        (manifest,) = (p / "manifest" for p in cache_dir.iterdir() if p.name.startswith(stem))
+        manifest.write_text("".join(line for line in manifest.read_text().splitlines(keepends=True) if not line.startswith("spec ")))
+    stems = lambda proc: sorted(o["stem"].rpartition("-")[0] for o in json.loads(proc.stdout)["outcomes"])  # noqa: E731
     dry = run_cli("cache", "rm", "scale", "--dry-run", "--json", "--cache-dir", str(cache_dir))
-    assert sorted(o["stem"].rpartition("-")[0] for o in json.loads(dry.stdout)["outcomes"]) == ["scale_5", "scale_6"], dry.stdout + dry.stderr
+    assert stems(dry) == ["scale_5", "scale_6"], dry.stdout + dry.stderr
+    dry = run_cli("cache", "rm", "scale_rows", "--dry-run", "--json", "--cache-dir", str(cache_dir))
+    assert stems(dry) == ["scale_rows_7", "scale_rows_8", "scale_rows_9"], dry.stdout + dry.stderr
 
 
 def test_a_nonexistent_cache_dir_is_an_error(tmp_path):

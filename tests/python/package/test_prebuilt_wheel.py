@@ -212,9 +212,10 @@ def fake_entry(cache: Path, stem: str) -> Path:
 
 def test_a_later_wheel_is_a_higher_version_and_replaces_only_this_jitkerns_older_ones(tmp_path, monkeypatch):
     """pip installs a wheel over an installed one (`pip install -U` from an index too) only when its version is
-    higher: the local label holds the CUDA major, when the wheel was written, and a hash of its modules. Written
-    into a directory, it removes the wheels of this jitkern, name, CUDA major and tag written before it, and
-    nothing else (another jitkern's, another CUDA major's, a later one)."""
+    higher: the local label holds the CUDA major, when the wheel was written (SOURCE_DATE_EPOCH where set) and a
+    hash of its modules. Written into a directory, it is later than every wheel there of this jitkern, name, CUDA
+    major and tag (a second later where one has its second or a later one), replaces those, and keeps the
+    others (another jitkern's, another CUDA major's, a CUDA wheel where the toolkit's major is unknown)."""
     from packaging.version import Version
 
     from jitkern import wheels
@@ -228,19 +229,27 @@ def test_a_later_wheel_is_a_higher_version_and_replaces_only_this_jitkerns_older
     assert v[1764900000] < v[1764900001] < v[1764900002], v
     assert all(re.fullmatch(re.escape(jitkern.__version__) + r"\+cu13\.\d{14}\.[0-9a-f]{12}", str(x)) for x in v.values()), v
     assert str(v[1764900000]).split(".")[-1] == str(v[1764900001]).split(".")[-1] != str(v[1764900002]).split(".")[-1], "the modules' hash"
+    assert zipfile.ZipFile(written[1764900000]).infolist()[0].date_time == (2025, 12, 5, 2, 0, 0), "zip dates: the version's time"
     dist = tmp_path / "dist"
     dist.mkdir()
-    older, later = (shutil.copy(written[w], dist) for w in (1764900000, 1764900002))
-    kept = [dist / Path(older).name.replace(f"-{jitkern.__version__}+cu13.", f"-{jitkern.__version__}+cu12."),  # another CUDA major
-            dist / Path(older).name.replace(f"-{jitkern.__version__}+", "-0.0.9+")]  # another jitkern
+    older, later = (Path(shutil.copy(written[w], dist)) for w in (1764900000, 1764900002))
+    kept = [dist / older.name.replace(f"-{jitkern.__version__}+cu13.", f"-{jitkern.__version__}+cu12."),  # another CUDA major
+            dist / older.name.replace(f"-{jitkern.__version__}+", "-0.0.9+")]  # another jitkern
     for k in kept:
         shutil.copy(older, k)
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764900001")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764900001")  # before `later`: written a second after it
     target, replaced = wheels.write(dist, "sm_90a", [fill], 13)
-    assert replaced == [Path(older)] and not Path(older).exists(), replaced
-    assert Path(later).exists() and all(k.exists() for k in kept) and target.exists()
+    assert Version(target.name.split("-")[1]) > v[1764900002] and replaced == sorted([older, later]), (target.name, replaced)
+    assert not older.exists() and not later.exists() and all(k.exists() for k in kept) and target.exists()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764900001")  # the same second and modules again: the same wheel, rewritten
+    assert wheels.write(dist, "sm_90a", [fill], 13) == (target, [])
+    unknown = wheels.write(dist, "sm_90a", [fill, rows], None)[0]  # no CUDA major known: the +cu wheels are another's
+    assert unknown.exists() and target.exists() and all(k.exists() for k in kept)
     host = wheels.write(tmp_path / "host", None, [fill], None)[0].name.split("-")[1]
     assert re.fullmatch(re.escape(jitkern.__version__) + r"\+\d{14}\.[0-9a-f]{12}", host) and str(Version(host)) == host, host
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "soon")
+    with pytest.raises(ValueError, match="SOURCE_DATE_EPOCH must be seconds since 1970, got 'soon'"):
+        wheels.write(tmp_path / "e", None, [fill], None)
 
 
 def test_a_miss_names_the_installed_wheels_that_lack_the_module(monkeypatch):
