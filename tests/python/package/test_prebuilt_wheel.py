@@ -101,7 +101,7 @@ def test_wheel_name_version_tags_and_contents_say_what_it_holds(built):
     wheel, out = built
     m = re.fullmatch(r"jitkern_prebuilt_sm90a-(.+)-py3-none-linux_(\w+)\.whl", wheel.name)
     assert m, wheel.name
-    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+cu\d+\.[0-9a-f]{12}", m.group(1)), m.group(1)
+    assert re.fullmatch(re.escape(jitkern.__version__) + r"\+cu\d+\.\d{14}\.[0-9a-f]{12}", m.group(1)), m.group(1)
     assert f"wrote {wheel} (3 modules" in out, out
     z = zipfile.ZipFile(wheel)
     names = z.namelist()
