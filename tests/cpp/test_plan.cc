@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -428,5 +429,76 @@ TEST(LinkerOptions, ARelativeRDirectoryIsMadeAbsolute) {
   EXPECT_EQ(refusal({"-Wl,-R,rdir"}, dir), "(accepted)");
   EXPECT_NE(refusal({"-Wl,-R,nodir"}, dir).find("which is no directory"), std::string::npos);
   ::rmdir((dir + "/rdir").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(LinkerOptions, AbbreviationsOfLongNamesAreTheOptionsLdTakesThemFor) {
+  // GNU ld's getopt_long_only takes any abbreviation that is no other long name's, with one dash or two
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,--version-scr=v.map"}, {"-Wl,-version-scr=v.map"}, {"-Wl,--version-scr,v.map"}, {"-Wl,--scri=v.map"},
+           {"-Wl,--dynamic-lis=v.map"}, {"-Wl,--default-scri=v.map"}, {"-Wl,--just-sym=v.map"}}) {
+    EXPECT_EQ(command_line::linker_option_files(link_flags(flags)), std::vector<std::string>{"/work/v.map"}) << flags[0];
+  }
+  // several long names begin so: ld refuses it too
+  EXPECT_NE(refusal({"-Wl,--vers=v.map"}).find("abbreviates several of its options"), std::string::npos) << refusal({"-Wl,--vers=v.map"});
+  // a short name's attached value is one only where no long name begins so: -Tb is ld's -Tbss, -Tscript.ld a script
+  EXPECT_EQ(command_line::linker_option_files(link_flags({"-Wl,-Tscript.ld,-Tb,0x1000,-Ttext=0x2000,-Ldir,-lfoo,-library"})),
+            std::vector<std::string>{"/work/script.ld"});
+  // ld's whole names that begin longer ones here are whole names (no value), and one letter abbreviates nothing
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,--export-dynamic,--trace,-s,-E"}, {"-Wl,-omagic,-cref,-dy"}}) {
+    EXPECT_EQ(refusal(flags), "(accepted)") << flags[0];
+  }
+}
+
+TEST(LinkerOptions, ForLinkerIsXlinker) {
+  // GCC's driver takes --for-linker X and --for-linker=X for -Xlinker X
+  EXPECT_EQ(link_flags({"--for-linker=--version-script=v.map", "--for-linker", "--dynamic-list=d.lst"}),
+            (std::vector<std::string>{"-Xlinker", "--version-script=/work/v.map", "-Xlinker", "--dynamic-list=/work/d.lst"}));
+  EXPECT_EQ(command_line::linker_option_files(link_flags({"--for-linker", "-T", "--for-linker=s.ld"})), std::vector<std::string>{"/work/s.ld"});
+}
+
+TEST(LinkerOptions, RefusalsHoldForAbbreviationsAndForLinker) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,--sysr=/"}, {"-Wl,--error-handling=/bin/true"}, {"--for-linker=--plugin=/x.so"}, {"--for-linker=-o/path"},
+           {"--for-linker", "--sysroot=/"}, {"-Wl,-plug=/x.so"}}) {
+    EXPECT_NE(refusal(flags), "(accepted)") << flags[0];
+  }
+  EXPECT_NE(refusal({"-Wl,--sysr=/"}).find("gives the linker --sysr, which changes where"), std::string::npos) << refusal({"-Wl,--sysr=/"});
+}
+
+TEST(LinkerOptions, CompressDebugSectionsTakesAValue) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,--compress-debug-sections,zlib"}, {"-Xlinker", "--compress-debug-sections", "-Xlinker", "zlib"},
+           {"-Wl,--compress-debug-sections=zstd"}}) {
+    EXPECT_EQ(link_flags(flags), flags);
+    EXPECT_EQ(refusal(flags), "(accepted)") << flags[0];
+  }
+}
+
+TEST(LinkerOptions, ARelativePathFromACwdWithACommaStaysOneArgument) {
+  EXPECT_EQ(link_flags({"-Wl,--version-script=vs.map,--as-needed", "-Wl,-Lsub"}, "/w,x"),
+            (std::vector<std::string>{"-Xlinker", "--version-script=/w,x/vs.map", "-Xlinker", "--as-needed", "-Xlinker", "-L/w,x/sub"}));
+  EXPECT_EQ(command_line::linker_option_files(link_flags({"-Wl,--version-script=vs.map"}, "/w,x")), std::vector<std::string>{"/w,x/vs.map"});
+  EXPECT_EQ(link_flags({"-Wl,-Lsub"}, "/w"), std::vector<std::string>{"-Wl,-L/w/sub"});  // no comma: as it was
+}
+
+TEST(LinkerOptions, ALinkerScriptThatIncludesAnotherIsRefused) {
+  char templ[] = "/tmp/jk_ldinc_XXXXXX";
+  const std::string dir = mkdtemp(templ);
+  const auto write = [&](const char* name, const char* text) {
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "w");
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write("inc.ld", "INCLUDE other.ld\n");
+  write("inc2.ld", "SECTIONS { /* x */ }\n  INCLUDE\"other.ld\"\n");
+  write("plain.ld", "/* INCLUDE in a comment */ SECTIONS { .text : { *(.text) } } PROVIDE(MY_INCLUDE_X = 1);\n");
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,-T,inc.ld"}, {"-Wl,-Tinc.ld"}, {"-Wl,--script=inc2.ld"}, {"-T", "inc.ld"}, {"-Tinc.ld"}, {"-Wl,--dT=inc.ld"}}) {
+    EXPECT_NE(refusal(flags, dir).find("which INCLUDEs another file"), std::string::npos) << flags[0] << ": " << refusal(flags, dir);
+  }
+  EXPECT_EQ(refusal({"-Wl,-T,plain.ld"}, dir), "(accepted)");
+  for (const char* name : {"inc.ld", "inc2.ld", "plain.ld"}) ::unlink((dir + "/" + name).c_str());
   ::rmdir(dir.c_str());
 }

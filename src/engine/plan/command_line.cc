@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstring>
 #include <stdexcept>
 
@@ -72,10 +73,14 @@ const PathFlag kPathFlags[] = {
 
 // The linker's options (inside -Wl, or -Xlinker) that take a value, and what the value is: GNU ld's, and
 // gold's and lld's that gcc users pass. A long name is spelled "--name=v", "-name=v", "--name v" or
-// "-name v"; a name of one letter also "-nv". An option whose value is optional ("--build-id[=style]") takes
-// it only after '=', so it is not here: an unknown "--name=v" passes as it is.
+// "-name v", or by any abbreviation that is no other long name's (ld's getopt_long_only: "--version-scr=v");
+// a name of one letter also "-nv" when no long name begins with "nv" ("-Tb" is -Tbss; every "-l..." is -l).
+// An option whose value is optional ("--build-id[=style]") takes it only after '=', so it is not here: an
+// unknown "--name=v" passes as it is. A name that begins another here is here too (--export-dynamic is no
+// abbreviation of --export-dynamic-symbol).
 enum class LinkerValue {
   kFile,       // a file ld reads: made absolute, and a dependency (its --trace does not list it)
+  kScript,     // a linker script: a kFile, refused if it INCLUDEs another (which would be no dependency)
   kDirectory,  // a directory: made absolute
   kOther,      // a name, a number, an address, or a file ld writes (relative: in the step's own directory)
   kNone,       // no value: a long name ld matches before the one-letter option it begins with (-cref is no -c)
@@ -88,10 +93,10 @@ struct LinkerOption {
 };
 const LinkerOption kLinkerOptions[] = {
     // files the linker reads: dependencies its --trace does not list
-    {"version-script", LinkerValue::kFile}, {"dynamic-list", LinkerValue::kFile}, {"script", LinkerValue::kFile},
-    {"T", LinkerValue::kFile}, {"default-script", LinkerValue::kFile}, {"dT", LinkerValue::kFile},
+    {"version-script", LinkerValue::kFile}, {"dynamic-list", LinkerValue::kFile}, {"script", LinkerValue::kScript},
+    {"T", LinkerValue::kScript}, {"default-script", LinkerValue::kScript}, {"dT", LinkerValue::kScript},
     {"retain-symbols-file", LinkerValue::kFile}, {"just-symbols", LinkerValue::kFile}, {"export-dynamic-symbol-list", LinkerValue::kFile},
-    {"mri-script", LinkerValue::kFile}, {"c", LinkerValue::kFile}, {"section-ordering-file", LinkerValue::kFile},
+    {"mri-script", LinkerValue::kScript}, {"c", LinkerValue::kScript}, {"section-ordering-file", LinkerValue::kFile},
     {"symbol-ordering-file", LinkerValue::kFile}, {"call-graph-ordering-file", LinkerValue::kFile}, {"remap-inputs-file", LinkerValue::kFile},
     {"L", LinkerValue::kDirectory}, {"library-path", LinkerValue::kDirectory},
     {"R", LinkerValue::kDirectory},  // -R dir is -rpath dir; -R file (ld reads its symbols) is refused: --just-symbols is tracked
@@ -113,14 +118,16 @@ const LinkerOption kLinkerOptions[] = {
     {"oformat", LinkerValue::kOther}, {"orphan-handling", LinkerValue::kOther}, {"spare-dynamic-tags", LinkerValue::kOther},
     {"max-cache-size", LinkerValue::kOther}, {"ctf-share-types", LinkerValue::kOther}, {"target2", LinkerValue::kOther},
     {"exclude-modules-for-implib", LinkerValue::kOther}, {"plugin-opt", LinkerValue::kOther}, {"icf-iterations", LinkerValue::kOther},
-    {"thread-count", LinkerValue::kOther}, {"mllvm", LinkerValue::kOther},
+    {"thread-count", LinkerValue::kOther}, {"mllvm", LinkerValue::kOther}, {"icf", LinkerValue::kOther},
+    {"compress-debug-sections", LinkerValue::kOther},  // none, zlib, zstd...: a required value in bfd and gold
     // files ld writes: as given
     {"Map", LinkerValue::kOther}, {"dependency-file", LinkerValue::kOther}, {"out-implib", LinkerValue::kOther},
     {"output-def", LinkerValue::kOther},
     // long names without a value that begin with a one-letter option ld reads files for
     {"cref", LinkerValue::kNone}, {"call_shared", LinkerValue::kNone}, {"check-sections", LinkerValue::kNone},
-    {"compress-debug-sections", LinkerValue::kNone}, {"copy-dt-needed-entries", LinkerValue::kNone}, {"ctf-variables", LinkerValue::kNone},
-    {"omagic", LinkerValue::kNone},
+    {"copy-dt-needed-entries", LinkerValue::kNone}, {"ctf-variables", LinkerValue::kNone}, {"omagic", LinkerValue::kNone},
+    // ld's (gold's, lld's) own names that begin longer ones here: whole names, not abbreviations
+    {"export-dynamic", LinkerValue::kNone}, {"trace", LinkerValue::kNone}, {"version", LinkerValue::kNone}, {"dy", LinkerValue::kNone},
     // what no key covers
     {"plugin", LinkerValue::kUntracked, "which loads code into the linker that no key covers"},
     {"sysroot", LinkerValue::kUntracked, "which changes where the linker's libraries come from, which no key covers; use a compiler configured for that root"},
@@ -137,20 +144,38 @@ struct LinkerArg {
   std::string named;  // "-Wl,a,b" or "-Xlinker a"
 };
 
+// A linker script (`flag` names it) that INCLUDEs another file is refused: ld's --trace lists neither, and the
+// engine does not follow the include, so the other file would be no dependency. An unreadable one is ld's to report.
+void check_script(const std::string& path, const char* field, const std::string& flag) {
+  std::string text;
+  if (!fs::read_file(path, &text)) return;
+  for (std::size_t c = text.find("/*"); c != std::string::npos; c = text.find("/*", c)) {  // ld's comments, as blanks
+    const std::size_t end = text.find("*/", c + 2);
+    text.replace(c, (end == std::string::npos ? text.size() : end + 2) - c, " ");
+  }
+  const auto word = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("_.$/\\~-", ch) != nullptr; };
+  for (std::size_t at = text.find("INCLUDE"); at != std::string::npos; at = text.find("INCLUDE", at + 1))
+    if ((at == 0 || !word(text[at - 1])) && (at + 7 >= text.size() || !word(text[at + 7])))
+      refuse(field, flag, "names the linker script " + path + ", which INCLUDEs another file the engine does not track; put its contents in the script itself");
+}
+
 // The run of linker flags from flags[*i] (-Wl,a,b and -Xlinker a, mixed): their arguments in order, as the
 // driver passes them to ld, so an option at the end of one flag takes its value from the next (libtool's
 // "-Wl,-rpath -Wl,/dir"). *i ends at the run's last flag; `xlinker` gets, per flag, whether it is -Xlinker.
 std::vector<LinkerArg> linker_run(const std::vector<std::string>& flags, std::size_t* i, const char* field, std::vector<bool>* xlinker) {
   std::vector<LinkerArg> args;
-  for (; *i < flags.size() && (starts(flags[*i], "-Wl,") || flags[*i] == "-Xlinker"); ++*i) {
+  for (LinkerFlag kind; *i < flags.size() && (kind = linker_flag(flags[*i])) != LinkerFlag::kNone; ++*i) {
     const std::size_t n = xlinker->size();
-    xlinker->push_back(flags[*i] == "-Xlinker");
-    if (xlinker->back()) {
-      if (*i + 1 >= flags.size()) refuse(field, flags[*i], "needs an argument after it");
+    const std::string f = flags[*i];
+    xlinker->push_back(kind != LinkerFlag::kComma);
+    if (kind == LinkerFlag::kNext) {
+      if (*i + 1 >= flags.size()) refuse(field, f, "needs an argument after it");
       ++*i;
-      args.push_back({flags[*i], n, "-Xlinker " + flags[*i]});
+      args.push_back({flags[*i], n, f + " " + flags[*i]});
+    } else if (kind == LinkerFlag::kAttached) {
+      args.push_back({f.substr(f.find('=') + 1), n, f});
     } else {
-      for (const auto& a : text::split(flags[*i].substr(4), ',')) args.push_back({a, n, flags[*i]});
+      for (const auto& a : text::split(f.substr(4), ',')) args.push_back({a, n, f});
     }
   }
   --*i;  // the caller's loop steps past the run's last flag
@@ -168,7 +193,8 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
     struct stat st;
     if (std::string(o.name) == "R" && (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
       refuse(field, flag, "gives the linker -R with '" + value + "', which is no directory (ld would read its symbols): use --just-symbols= for a file, -rpath for a directory");
-    if (o.value == LinkerValue::kFile && files != nullptr) files->push_back(path);
+    if (o.value == LinkerValue::kScript) check_script(path, field, flag);
+    if (o.value != LinkerValue::kDirectory && files != nullptr) files->push_back(path);
     return path;
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -183,7 +209,10 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
     }
     const std::size_t dashes = a[1] == '-' ? 2 : 1;
     const std::string body = a.substr(dashes);
+    const std::string name = body.substr(0, body.find('='));
+    if (dashes == 1 && body[0] == 'l') continue;  // ld reads every "-l..." as -l and a library name, before any other rule
     const LinkerOption* match = nullptr;
+    std::size_t spelled = 0;  // how much of `a` names the option
     std::string value;
     bool value_next = false;
     for (const LinkerOption& o : kLinkerOptions) {  // whole names first: -Ttext=... is not -T with "text=..."
@@ -191,6 +220,18 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
       if (body == n) match = &o, value_next = true;
       else if (starts(body, (n + "=").c_str())) match = &o, value = body.substr(n.size() + 1);
       if (match != nullptr) break;
+    }
+    if (match == nullptr && name.size() > 1) {  // ld's abbreviation of a long name, before a short one's attached value
+      std::string several;
+      for (const LinkerOption& o : kLinkerOptions) {
+        if (std::strlen(o.name) <= name.size() || !starts(o.name, name.c_str())) continue;
+        several += std::string(several.empty() ? "" : ", ") + "--" + o.name;
+        match = match == nullptr ? &o : match;
+      }
+      if (several.find(',') != std::string::npos)
+        refuse(field, flag, "gives the linker " + a.substr(0, dashes + name.size()) + ", which abbreviates several of its options (" + several +
+                                "), so ld refuses it too: spell the option out");
+      if (match != nullptr) value_next = name.size() == body.size(), value = value_next ? "" : body.substr(name.size() + 1), spelled = dashes + name.size();
     }
     if (match == nullptr && dashes == 1)  // "-Tfile", "-Ldir": a short name with its value attached
       for (const LinkerOption& o : kLinkerOptions) {
@@ -202,7 +243,7 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
       }
     if (match == nullptr || match->value == LinkerValue::kNone) continue;  // an option without a value (-O1, --as-needed, ...)
     if (match->value == LinkerValue::kUntracked)
-      refuse(field, flag, "gives the linker " + a.substr(0, dashes + std::strlen(match->name)) + ", " + match->why);
+      refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : dashes + std::strlen(match->name)) + ", " + match->why);
     const std::string prefix = a.substr(0, a.size() - value.size());
     if (!value_next) {
       a = prefix + resolved(*match, value, flag);
@@ -251,7 +292,7 @@ class Resolver {
         m_out.insert(m_out.end(), {"-Xcompiler", joined});
         continue;
       }
-      if (m_tool == Tool::kLink && (starts(f, "-Wl,") || f == "-Xlinker")) {
+      if (m_tool == Tool::kLink && linker_flag(f) != LinkerFlag::kNone) {
         linker(flags, &i);
         continue;
       }
@@ -261,6 +302,7 @@ class Resolver {
         if (f.size() == 2 && i + 1 >= flags.size()) refuse(m_field, f, "needs a file after it");
         m_out.push_back(f.size() == 2 ? "-T" : "-T" + absolute(f.substr(2), m_cwd));
         if (f.size() == 2) m_out.push_back(absolute(flags[++i], m_cwd));
+        check_script(f.size() == 2 ? m_out.back() : m_out.back().substr(2), m_field, f);
         continue;
       }
       // A link's positional argument is an input (an archive, an object, a library): from here.
@@ -311,18 +353,21 @@ class Resolver {
     return false;
   }
 
-  // A run of linker flags (linker_run), classified as one stream and written back in each flag's own spelling.
+  // A run of linker flags (linker_run), classified as one stream and written back in each flag's own spelling
+  // (--for-linker as -Xlinker; a -Wl flag one of whose arguments now has a comma, from the cwd, as -Xlinker each).
   void linker(const std::vector<std::string>& flags, std::size_t* i) {
     std::vector<bool> xlinker;
     std::vector<LinkerArg> args = linker_run(flags, i, m_field, &xlinker);
     linker_arguments(args, m_field, m_cwd, nullptr);
     for (std::size_t n = 0; n < xlinker.size(); ++n) {
+      bool separate = xlinker[n];
+      for (const LinkerArg& a : args) separate = separate || (a.flag == n && a.text.find(',') != std::string::npos);
       std::string joined = "-Wl";
       for (const LinkerArg& a : args)
         if (a.flag != n) continue;
-        else if (xlinker[n]) m_out.insert(m_out.end(), {"-Xlinker", a.text});
+        else if (separate) m_out.insert(m_out.end(), {"-Xlinker", a.text});
         else joined += "," + a.text;
-      if (!xlinker[n]) m_out.push_back(joined);
+      if (!separate) m_out.push_back(joined);
     }
   }
 
@@ -333,6 +378,12 @@ class Resolver {
 };
 
 }  // namespace
+
+LinkerFlag linker_flag(const std::string& flag) {
+  if (starts(flag, "-Wl,")) return LinkerFlag::kComma;
+  if (flag == "-Xlinker" || flag == "--for-linker") return LinkerFlag::kNext;  // GCC's driver: --for-linker is -Xlinker
+  return starts(flag, "--for-linker=") ? LinkerFlag::kAttached : LinkerFlag::kNone;
+}
 
 std::vector<std::string> split_response_file(const std::string& text) {
   std::vector<std::string> out;
@@ -391,7 +442,7 @@ std::vector<std::string> linker_option_files(const std::vector<std::string>& ldf
   const fs::WorkingDir root("/");  // resolved flags: their paths are absolute
   const Cwd cwd{root, "extra_ldflags"};
   for (std::size_t i = 0; i < ldflags.size(); ++i) {
-    if (starts(ldflags[i], "-Wl,") || ldflags[i] == "-Xlinker") {
+    if (linker_flag(ldflags[i]) != LinkerFlag::kNone) {
       std::vector<bool> xlinker;
       std::vector<LinkerArg> args = linker_run(ldflags, &i, "extra_ldflags", &xlinker);
       linker_arguments(args, "extra_ldflags", cwd, &files);

@@ -27,6 +27,11 @@ std::vector<std::string> header_directories(const std::vector<std::string>& argv
 // scripts, linker scripts, dynamic lists): dependencies the linker's own trace does not list.
 std::vector<std::string> linker_option_files(const std::vector<std::string>& ldflags);
 
+// A flag that passes the linker arguments: -Wl,a,b (kComma); -Xlinker a, or GCC's alias --for-linker a, with
+// the argument in the next flag (kNext); --for-linker=a (kAttached). Every place that reads linker flags asks this.
+enum class LinkerFlag { kNone, kComma, kNext, kAttached };
+LinkerFlag linker_flag(const std::string& flag);
+
 // A response file's text split as GCC splits it (blanks separate; quotes and backslashes escape).
 std::vector<std::string> split_response_file(const std::string& text);
 

@@ -170,14 +170,17 @@ void validate(const BuildRequest& req) {
   if (req.host_without_nvcc && req.host_without_cudafe)
     bad("host_without_nvcc and host_without_cudafe were both given (the first has no nvcc host side to rewrite)");
   if (req.host_without_nvcc || req.host_without_cudafe) {
-    // The linker's arguments among extra_ldflags (-Wl, comma lists, -Xlinker's next flag, the driver's -s).
+    // The linker's arguments among extra_ldflags (-Wl, comma lists, -Xlinker's or --for-linker's, the driver's -s).
     const auto& ld = req.extra_ldflags;
     for (std::size_t i = 0; i < ld.size(); ++i) {
       std::vector<std::string> args;
-      if (ld[i].rfind("-Wl,", 0) == 0) {
+      const command_line::LinkerFlag kind = command_line::linker_flag(ld[i]);
+      if (kind == command_line::LinkerFlag::kComma) {
         args = comma_list(ld[i].substr(4));
-      } else if (ld[i] == "-Xlinker" && i + 1 < ld.size()) {
+      } else if (kind == command_line::LinkerFlag::kNext && i + 1 < ld.size()) {
         args.push_back(ld[++i]);
+      } else if (kind == command_line::LinkerFlag::kAttached) {
+        args.push_back(ld[i].substr(ld[i].find('=') + 1));
       } else if (ld[i] == "-s") {
         args.push_back("-s");
       }

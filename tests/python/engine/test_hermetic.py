@@ -204,7 +204,9 @@ USES_SCRIPT_SYMBOL = ('#include <cstdint>\nextern "C" char jk_script_value[];  /
 
 
 @pytest.mark.parametrize("spelling", ["-Wl,-T{}", "-Wl,-T,{}", "-Wl,-dT,{}", "-Wl,--default-script={}", "-Wl,-default-script={}",
-                                      "-Wl,-script={}", "-Xlinker -T -Xlinker {}", "-Wl,--script -Wl,{}"])
+                                      "-Wl,-script={}", "-Xlinker -T -Xlinker {}", "-Wl,--script -Wl,{}",
+                                      # ld's abbreviations of its long names, and GCC's --for-linker (-Xlinker)
+                                      "-Wl,--scri={}", "-Wl,-default-scr={}", "--for-linker=--script={}", "--for-linker -T --for-linker {}"])
 def test_a_linker_script_is_a_dependency_however_it_is_spelled(tmp_path, env, spelling):
     """A linker script given to the linker in any of its spellings is keyed by its absolute path and is a dependency."""
     script_file = write(tmp_path / "values.ld", "jk_script_value = 42;\n")
@@ -215,7 +217,9 @@ def test_a_linker_script_is_a_dependency_however_it_is_spelled(tmp_path, env, sp
     assert result(load(fields, env, mode="value", cwd=tmp_path)) == 43, "the library linked with the old script was served"
 
 
-@pytest.mark.parametrize("flags", [["-Wl,-version-script=exports.map"], ["-Wl,--version-script,exports.map"]])
+@pytest.mark.parametrize("flags", [["-Wl,-version-script=exports.map"], ["-Wl,--version-script,exports.map"], ["-Wl,--version-scr=exports.map"],
+                                   ["-Wl,-version-scr=exports.map"], ["--for-linker=--version-script=exports.map"],
+                                   ["--for-linker", "--version-script=exports.map"]])
 def test_a_version_script_in_single_dash_or_separate_form_is_a_dependency(tmp_path, env, flags):
     script_file = write(tmp_path / "exports.map", "{ global: *; };\n")
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
@@ -261,12 +265,18 @@ def test_a_failure_is_retried_once_its_header_appears_in_any_search_directory(tm
     ("extra_ldflags", ["-Wl,--sysroot=/opt/root"], "-Wl,--sysroot=/opt/root"),
     ("extra_ldflags", ["-Xlinker", "-plugin", "-Xlinker", "p.so"], "-Xlinker -plugin"),
     ("extra_ldflags", ["-Wl,-R,exports.map"], "-Wl,-R,exports.map"),
+    ("extra_ldflags", ["-Wl,--sysr=/"], "-Wl,--sysr=/"),
+    ("extra_ldflags", ["-Wl,--error-handling=/bin/true"], "-Wl,--error-handling=/bin/true"),
+    ("extra_ldflags", ["--for-linker=--plugin=/x.so"], "--for-linker=--plugin=/x.so"),
+    ("extra_ldflags", ["--for-linker=-o/tmp/jk_out"], "--for-linker=-o/tmp/jk_out"),
+    ("extra_ldflags", ["-Wl,-T,includes.ld"], "INCLUDEs another file"),
     ("extra_cflags", ["@/no/such/file.rsp"], "@/no/such/file.rsp"),
 ])
 def test_a_flag_whose_inputs_cannot_be_tracked_is_refused(tmp_path, monkeypatch, field, flags, named):
     monkeypatch.setenv("JITKERN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "exports.map", "{ global: *; };\n")
+    write(tmp_path / "includes.ld", f"INCLUDE {tmp_path / 'exports.map'}\n")  # ld would read a file no dependency names
     kernel = write(tmp_path / "probe.h", PROBE_CPU)
     fields = cpu_fields("refused", kernel, **{field: flags})
     with pytest.raises(ValueError) as e:
