@@ -63,6 +63,7 @@ OPS = {
     "silu_and_mul": ("ops.silu_and_mul(x)", None),
     "silu_and_mul_per_token_group_quant_fp8": ("ops.silu_and_mul_per_token_group_quant_fp8(x)", None),
     "topk_softmax": ("ops.topk_softmax(tw, tid, x[:, :64], True)", None),
+    "topk_softmax, grouped": ("ops.topk_softmax(tw, tid, x[:, :64], True, num_expert_group=8, topk_group=4)", None),
     "moe_align_block_size": ("ops.moe_align_block_size(tid, 64, 64)", None),
     "topk_sigmoid": ("ops.topk_sigmoid(tw, tid, x[:, :64].float(), True, torch.zeros(64, device='cuda'), num_expert_group=8, topk_group=4)",
                      None),
