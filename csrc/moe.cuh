@@ -51,8 +51,7 @@ struct TopkParams {
   bool renormalize;
   bool vector_rows;  // softmax: a lane's experts load as vectors (every row aligned for them)
   Trigger trigger;
-  // sigmoid only
-  const float* bias;  // null: none
+  const float* bias;  // topk_sigmoid's correction bias (null: none); the grouped forms' groups, topk_group, scaling
   int groups, topk_group;
   float scaling;
 };
@@ -283,7 +282,8 @@ __device__ __forceinline__ void keep_chosen_groups(const TopkParams& p, uint32_t
       float first = -kMoeInf, second = -kMoeInf;
       for (int i = 0; i < per_group; ++i) {
         const float x = smem[lane * per_group + i];
-        second = fmaxf(second, fminf(first, x)), first = fmaxf(first, x);
+        if constexpr (kTop2) second = fmaxf(second, fminf(first, x));
+        first = fmaxf(first, x);
       }
       group_key = group_key_of(first, second);
     }
@@ -296,14 +296,16 @@ __device__ __forceinline__ void keep_chosen_groups(const TopkParams& p, uint32_t
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         const float x = value(c * kChunk + j);
-        second[c] = fmaxf(second[c], fminf(first[c], x)), first[c] = fmaxf(first[c], x);
+        if constexpr (kTop2) second[c] = fmaxf(second[c], fminf(first[c], x));
+        first[c] = fmaxf(first[c], x);
       }
     }
     for (int offset = 1; offset < lanes; offset *= 2) {
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
-        const float f = __shfl_xor_sync(0xffffffffu, first[c], offset), g = __shfl_xor_sync(0xffffffffu, second[c], offset);
-        second[c] = fmaxf(fmaxf(second[c], g), fminf(first[c], f)), first[c] = fmaxf(first[c], f);
+        const float f = __shfl_xor_sync(0xffffffffu, first[c], offset);
+        if constexpr (kTop2) second[c] = fmaxf(fmaxf(second[c], __shfl_xor_sync(0xffffffffu, second[c], offset)), fminf(first[c], f));
+        first[c] = fmaxf(first[c], f);  // V2 ranks by the best alone: no second shuffle
       }
     }
     // Group g (lane g) starts in chunk g * lanes / 32 at lane g * lanes % 32.

@@ -135,14 +135,15 @@ def _softmax_grouped_reference64(logits, k, groups, topk_group, renormalize, sca
     the k best experts of the topk_group best groups (ties to the lowest index, NaN after every number)."""
     torch = _torch()
     t, e = logits.shape
-    scores = torch.softmax(logits.double().nan_to_num(nan=float("-inf")), dim=-1).nan_to_num(nan=0.0)
-    rank_keys = logits.double().nan_to_num(nan=-1e300)
+    x = logits.double()
+    # +-inf as +-DBL_MAX for the weights (an inf logit weighs as the largest number does), NaN as -inf
+    scores = torch.softmax(x.nan_to_num(nan=float("-inf")), dim=-1).nan_to_num(nan=0.0)
+    order = _stable_topk(x, e)  # every expert, numbers by value (ties: lowest index), NaN last
     if groups > 1:
-        group_best = logits.double().nan_to_num(nan=float("-inf")).view(t, groups, -1).max(dim=-1).values
-        chosen = _stable_topk(group_best, topk_group)
-        mask = torch.zeros(t, groups, dtype=torch.bool, device=logits.device).scatter_(1, chosen, True)
-        rank_keys = rank_keys.masked_fill(~mask.repeat_interleave(e // groups, dim=1), -2e300)  # below NaN: never chosen
-    ids = _stable_topk(rank_keys, k)
+        chosen = _stable_topk(x.masked_fill(x.isnan(), float("-inf")).view(t, groups, -1).max(dim=-1).values, topk_group)
+        outside = torch.ones(t, groups, dtype=torch.int32, device=logits.device).scatter_(1, chosen, 0).repeat_interleave(e // groups, dim=1)
+        order = order.gather(1, torch.sort(outside.gather(1, order), dim=-1, stable=True)[1])  # the chosen groups' experts first
+    ids = order[:, :k]
     w = scores.gather(1, ids)
     if renormalize:
         w = w / w.sum(-1, keepdim=True)
@@ -151,7 +152,8 @@ def _softmax_grouped_reference64(logits, k, groups, topk_group, renormalize, sca
 
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("experts,groups,topk_group,k", [(160, 8, 3, 6), (64, 8, 4, 6), (256, 8, 4, 8), (96, 3, 2, 4), (60, 6, 2, 4),
-                                                         (512, 16, 4, 10), (64, 1, 1, 6)])
+                                                         (512, 16, 4, 10), (64, 1, 1, 6), (32, 4, 2, 4), (120, 6, 2, 6), (512, 2, 1, 8),
+                                                         (480, 6, 2, 8)])
 @pytest.mark.parametrize("tokens", [1, 63, 1000])
 @pytest.mark.parametrize("renormalize", [False, True])
 def test_topk_softmax_grouped_against_float64(dtype_name, experts, groups, topk_group, k, tokens, renormalize):
@@ -180,6 +182,11 @@ def test_topk_softmax_grouped_nan_ties_errors_and_compile():
     logits = torch.randint(-3, 3, (64, 64), device="cuda").float()  # ties within and across groups
     logits[::5, ::7] = float("nan")
     logits[3, :] = float("nan")  # nothing but NaN: groups tie at -inf, the lowest ones chosen
+    logits[4, :] = float("-inf")  # -inf but one NaN and a 1: the 1, then the chosen groups' -inf experts (numbers), the NaN last
+    logits[4, 2], logits[4, 5] = float("nan"), 1.0
+    logits[6, :8] = float("nan")  # an all-NaN group ties with all--inf groups (both -inf): the lower wins
+    logits[6, 8:] = float("-inf")
+    logits[6, 20] = 1.0
     w, ids = _outputs(64, 6)
     topk_softmax(w, ids, logits, True, num_expert_group=8, topk_group=3)
     ref_w, ref_ids = _softmax_grouped_reference64(logits, 6, 8, 3, True, 1.0)
