@@ -1,6 +1,6 @@
 """Prebuilt modules as pip wheels: writing them (`jitkern prebuild --wheel`) and finding installed ones.
 
-A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>.<content hash>`; `jitkern-prebuilt-host`
+A wheel `jitkern-prebuilt-<arch>` (version `<jitkern version>+cu<CUDA major>.<UTC time written>.<content hash>`; `jitkern-prebuilt-host`
 for host-only modules) holds one directory, `jitkern_prebuilt/<arch>/`, whose `cache/` directory is a prebuilt
 layer (the engine's cache layout, docs/cache-store.md) and whose `layer.json` says what it was built for.
 An installed wheel is such a directory on sys.path (found by its path, without importlib.metadata, whose

@@ -333,26 +333,21 @@ int tensors_overlap(const DLTensor* a, const DLTensor* b) {
     last[k] = sum(last[k], bytes - 1);
   }
   if (!overflow && (last[0] < first[1] || last[1] < first[0])) return 0;
-  int64_t delta = 0;  // b's lowest byte less a's
+  const int64_t delta = sum(first[1], -first[0]);  // b's lowest byte less a's
   for (const bool of_a : {true, false}) {
     const DLTensor* t = of_a ? a : b;
-    for (int d = 0; d < t->ndim; ++d)
-      if (t->shape[d] == 0) return 0;
     const int64_t bits = int64_t{t->dtype.bits} * t->dtype.lanes;
     if (bits % 8 != 0 || t->ndim > 16) return -1;
     const int64_t bytes = bits / 8;
-    int64_t lowest = static_cast<int64_t>(reinterpret_cast<uintptr_t>(static_cast<const char*>(t->data) + t->byte_offset));
     int64_t compact = 1;
     for (int d = t->ndim - 1; d >= 0; --d) {
       const int64_t size = t->shape[d], stride = t->strides != nullptr ? t->strides[d] : compact;
       compact = mul(compact, size);
       if (size == 1 || stride == 0) continue;
       const int64_t step = mul(stride, bytes);
-      if (step < 0) lowest = sum(lowest, mul(step, size - 1));
       add(step < 0 ? -step : step, of_a ? size - 1 : 1 - size);
     }
     if (bytes > 1) add(1, of_a ? bytes - 1 : 1 - bytes);
-    delta = of_a ? -lowest : sum(delta, lowest);
   }
   int64_t rest_lo[kMaxTerms + 1], rest_hi[kMaxTerms + 1];  // what terms i.. can sum to
   rest_lo[n] = rest_hi[n] = 0;

@@ -60,20 +60,18 @@ bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE
 extern "C" {
 FILE* fopen(const char* path, const char* mode) { return recorded_fopen("fopen", path, mode); }
 FILE* fopen64(const char* path, const char* mode) { return recorded_fopen("fopen64", path, mode); }
-int open(const char* path, int flags, ...) {
-  va_list args;
-  va_start(args, flags);
-  const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
-  va_end(args);
-  return recorded_open("open", path, flags, mode);
-}
-int open64(const char* path, int flags, ...) {
-  va_list args;
-  va_start(args, flags);
-  const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
-  va_end(args);
-  return recorded_open("open64", path, flags, mode);
-}
+// The mode argument is read only where open() was given one (takes_mode).
+#define JITKERN_RECORDED_OPEN(name)                                      \
+  int name(const char* path, int flags, ...) {                           \
+    va_list args;                                                        \
+    va_start(args, flags);                                               \
+    const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;    \
+    va_end(args);                                                        \
+    return recorded_open(#name, path, flags, mode);                      \
+  }
+JITKERN_RECORDED_OPEN(open)
+JITKERN_RECORDED_OPEN(open64)
+#undef JITKERN_RECORDED_OPEN
 }
 
 int main(int argc, char** argv) {
