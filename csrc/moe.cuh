@@ -38,6 +38,9 @@ constexpr float kMoeInf = __builtin_huge_valf();
 // bench_moe.py sigmoid).
 using Trigger = device::PdlTrigger;
 
+// The correction bias's element type (fp32, or a 16-bit checkpoint's buffer: read as its value in fp32).
+enum class TopkBias : uint8_t { kFloat, kBf16, kHalf };
+
 struct TopkParams {
   const void* gating;
   int64_t gating_stride;
@@ -51,7 +54,8 @@ struct TopkParams {
   bool renormalize;
   bool vector_rows;  // softmax: a lane's experts load as vectors (every row aligned for them)
   Trigger trigger;
-  const float* bias;  // topk_sigmoid's correction bias (null: none); the grouped forms' groups, topk_group, scaling
+  const void* bias;  // topk_sigmoid's correction bias (null: none), of bias_type; the grouped forms' groups, topk_group, scaling
+  TopkBias bias_type;
   int groups, topk_group;
   float scaling;
 };
@@ -245,6 +249,12 @@ __global__ void __launch_bounds__(kMoeTopkWarps * 32) topk_softmax_kernel(const 
 // is whole chunks of 2^n lanes (kScanGroups: a lane per group scans shared memory otherwise); group g's key
 // goes to lane g, which counts the groups ranking above it.
 __device__ __forceinline__ float sigmoid_score(float x) { return 1.0f / (1.0f + expf(-x)); }
+// Expert e's correction bias (p.bias not null).
+__device__ __forceinline__ float bias_at(const TopkParams& p, int e) {
+  if (p.bias_type == TopkBias::kBf16) return __bfloat162float(static_cast<const bf16_t*>(p.bias)[e]);
+  if (p.bias_type == TopkBias::kHalf) return __half2float(static_cast<const fp16_t*>(p.bias)[e]);
+  return static_cast<const float*>(p.bias)[e];
+}
 template <typename T, int kV>
 constexpr int kSigmoidBiasVec = kTopkChunk<float, kTopkChunk<T, kV>>;  // the correction bias's vector (<= 16 bytes)
 // The grouped selection's shuffle form takes groups of whole chunks in 2^n lanes.
@@ -359,21 +369,24 @@ __device__ __forceinline__ void topk_sigmoid_token(const TopkParams& p, int64_t 
       vec.load(row + expert_of(s));
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) v[s + j] = vec[j], b[s + j] = 0.0f;
-      if (p.bias != nullptr) {
+      if (p.bias != nullptr && p.bias_type == TopkBias::kFloat) {
 #pragma unroll
         for (int j = 0; j < kChunk; j += kSigmoidBiasVec<T, kV>) {
           device::AlignedVector<float, kSigmoidBiasVec<T, kV>> bvec;
-          bvec.load(p.bias + expert_of(s) + j);
+          bvec.load(static_cast<const float*>(p.bias) + expert_of(s) + j);
 #pragma unroll
           for (int i = 0; i < kSigmoidBiasVec<T, kV>; ++i) b[s + j + i] = bvec[i];
         }
+      } else if (p.bias != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) b[s + j] = bias_at(p, expert_of(s + j));
       }
     } else {
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         const int e = expert_of(s + j);
         v[s + j] = e < E ? row[e] : T{};
-        b[s + j] = e < E && p.bias != nullptr ? p.bias[e] : 0.0f;
+        b[s + j] = e < E && p.bias != nullptr ? bias_at(p, e) : 0.0f;
       }
     }
   }
@@ -803,7 +816,8 @@ struct MoeOps {
     launch<false, true>(p, device, nullptr);
   }
 
-  // The sigmoid form: scores s = sigmoid(gating_output), ranked by s + correction_bias (fp32 [E], optional);
+  // The sigmoid form: scores s = sigmoid(gating_output), ranked by s + correction_bias ([E], optional; fp32,
+  // bf16 or fp16, added as its value in fp32);
   // with num_expert_group > 1 only the experts of the topk_group groups (contiguous runs of E / groups)
   // whose two best biased scores sum highest; weights s of the chosen experts (renormalized: divided by
   // their sum), times routed_scaling_factor.
@@ -825,8 +839,11 @@ struct MoeOps {
     if (correction_bias.has_value()) {
       auto device = SymbolicDevice{};
       device.set_value(dev);
-      TensorMatcher({p.experts}).with_dtype<float>().with_device(device_v<kDLCUDA>, device).verify(*correction_bias, "correction_bias");
-      p.bias = static_cast<const float*>(correction_bias->data_ptr());
+      auto dtype = SymbolicDType{};
+      TensorMatcher({p.experts}).with_dtype<float, bf16_t, fp16_t>(dtype).with_device(device_v<kDLCUDA>, device).verify(*correction_bias,
+                                                                                                                  "correction_bias");
+      p.bias = correction_bias->data_ptr();
+      p.bias_type = dtype.is_type<float>() ? TopkBias::kFloat : dtype.is_type<bf16_t>() ? TopkBias::kBf16 : TopkBias::kHalf;
     }
     grouped_params(p, num_expert_group, topk_group, routed_scaling_factor);
     return p;
@@ -868,7 +885,7 @@ struct MoeOps {
       q.trigger = trigger;
       q.vector_rows = reinterpret_cast<uintptr_t>(p.gating) % kChunkBytes == 0 && p.gating_stride * int64_t{sizeof(T)} % kChunkBytes == 0;
       if constexpr (kSigmoid) {
-        q.vector_rows &= reinterpret_cast<uintptr_t>(p.bias) % (sizeof(float) * kSigmoidBiasVec<T, kV>) == 0;
+        q.vector_rows &= p.bias_type != TopkBias::kFloat || reinterpret_cast<uintptr_t>(p.bias) % (sizeof(float) * kSigmoidBiasVec<T, kV>) == 0;
         if (p.groups == 1 || groups_by_shuffle<T, kV>(p.experts / p.groups)) {
           run(topk_sigmoid_kernel<T, kV, false>, q);
         } else {

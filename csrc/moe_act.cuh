@@ -709,8 +709,10 @@ __global__ void __launch_bounds__(kRowThreadsBound)
 
 // A persistent grid of `kernel`: enough CTAs for `items` (the capacity's) at `per_cta` each, at most
 // `per_sm` CTAs an SM (0: as many as the occupancy API fits; k > 0: k, or fewer where fewer fit; kOneTurn:
-// no limit, one turn per CTA).
+// no limit, one turn per CTA; kThriceResident: as 0, but three times the resident CTAs where the items need
+// more than that, whose shorter runs the hardware spreads over the SMs as they free up).
 constexpr int kOneTurn = -2;
+constexpr int kThriceResident = -3;
 template <typename Kernel>
 unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int threads, int per_sm, DLDevice device) {
   const int64_t needed = host::div_ceil(items, per_cta);
@@ -719,7 +721,7 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
     int64_t ctas = host::runtime::resident_ctas_per_sm(kernel, threads, 0, device.device_id);
     if (per_sm > 0 && per_sm < ctas) ctas = per_sm;
     const int64_t resident = int64_t{host::runtime::get_sm_count(device.device_id)} * ctas;
-    grid = host::min(needed, resident);
+    grid = per_sm == kThriceResident && needed > 3 * resident ? 3 * resident : host::min(needed, resident);
   }
   host::RuntimeCheck(grid <= 0x7fffffff, "the input is too large for one launch (", grid, " CTAs)");
   return static_cast<unsigned>(grid);
@@ -729,8 +731,11 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
 // benchmarks/bench_moe_act.py --schedules, whose alternatives are built from these kernels). The number of
 // CTAs matters at decode sizes: a grid that does not fit the GPU at once runs its count scan in two waves.
 // The sorted layout by chunks where its capacity holds a chunk an SM (a CTA each: a persistent grid's CTAs
-// end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that,
-// and the per-token form at every size. The masked layout (up to 32 experts): silu_and_mul by turns where its
+// end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that.
+// The sorted per-token form a CTA a row on persistent_grid's kThriceResident: a persistent CTA's rows, the grid
+// apart, fall on the same place in each expert's block, so some SMs take mostly computed rows (H200, 256
+// experts, top-8, d = 2048, against the resident grid: T = 256 1.51x, 1024 1.20x, 4096 1.03x, 16384 1.03x,
+// T <= 64 the same grid). The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
 // SM; the group form by silu_and_mul_group_quant_interleaved_kernel where MoeActOps::interleaved takes the
 // layout, in CTAs of kInterleavedThreads, kInterleavedCtas an SM, its warps spread over the CTAs (H200, 32
@@ -756,7 +761,7 @@ struct MoeActOps {
                                                       jitkern::TensorView num_tokens_post_pad, int64_t num_ids, jitkern::TensorView output_q,
                                                       jitkern::TensorView output_s) {
     const Sorted s = sorted_token(input, sorted_token_ids, num_tokens_post_pad, num_ids, output_q, output_s);
-    token_quant(s.rows, s.op);
+    token_quant<kThriceResident>(s.rows, s.op);
   }
   // ... -> output_q [P, d] (fp8 e4m3), output_s fp32 [P, d / 128] (any strides): a dynamic scale per group of
   // group_size (128) outputs of a computed row, max(amax, eps) / 448 by kRounding's arithmetic (quant::Rounding).

@@ -73,7 +73,7 @@ def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, gating_outp
                  correction_bias: torch.Tensor | None = None, *, num_expert_group: int = 1, topk_group: int = 1,
                  routed_scaling_factor: float = 1.0):
     """The sigmoid router (DeepSeek-V3 with num_expert_group/topk_group): scores s = sigmoid(gating_output),
-    experts ranked by s + correction_bias (fp32 [E]); with num_expert_group > 1 only among the topk_group
+    experts ranked by s + correction_bias ([E]: fp32, or bf16/fp16 read as fp32); with num_expert_group > 1 only among the topk_group
     groups (E / num_expert_group consecutive experts each) whose two best biased scores sum highest.
     Weights: s of the chosen experts (renormalize: divided by their sum), times routed_scaling_factor.
     Returns (topk_weights, topk_ids)."""

@@ -284,7 +284,8 @@ def _sigmoid_reference64(logits, bias, k, groups, topk_group):
                                                          (48, 2, 1, 5), (1, 1, 1, 1), (200, 1, 1, 7)])
 def test_topk_sigmoid_against_float64_with_ties_and_nan(dtype_name, experts, groups, topk_group, k):
     """Logits and biases on coarse grids: equal scores tie exactly, others differ far beyond rounding, so
-    the float64 ranking is the kernel's; NaN logits in some rows, an unaligned bias, int64 ids."""
+    the float64 ranking is the kernel's; NaN logits in some rows, an unaligned bias, bf16 and fp16 biases (a
+    checkpoint's buffer, exact on this grid), int64 ids."""
     torch = _torch()
     from jitkern.ops import topk_sigmoid
 
@@ -294,7 +295,7 @@ def test_topk_sigmoid_against_float64_with_ties_and_nan(dtype_name, experts, gro
     logits[::3, ::5] = float("nan")
     storage = torch.randint(-4, 5, (experts + 1,), device="cuda", generator=gen) / 8
     bias = storage[1:]  # 4 bytes past an aligned start: the scalar loads
-    for b in (bias, storage[:-1].clone(), None):
+    for b in (bias, storage[:-1].clone(), bias.bfloat16(), storage.half()[1:], None):
         w, ids = _outputs(tokens, k, torch.int64)
         topk_sigmoid(w, ids, logits, False, b, num_expert_group=groups, topk_group=topk_group)
         ref_w, ref_ids = _sigmoid_reference64(logits, b, k, groups, topk_group)
@@ -593,7 +594,7 @@ def test_bad_inputs_rejected():
     rejects(ValueError, r"k \(8\) exceeds the experts of topk_group groups \(4\)", topk_sigmoid, *_outputs(4, 8), torch.randn(4, 16, device="cuda"),
             True, None, num_expert_group=8, topk_group=2)
     rejects(ValueError, r"correction_bias: Size mismatch", topk_sigmoid, w, ids, g, True, torch.zeros(32, device="cuda"))
-    rejects(TypeError, r"correction_bias: DType mismatch", topk_sigmoid, w, ids, g, True, torch.zeros(64, device="cuda").half())
+    rejects(TypeError, r"correction_bias: DType mismatch", topk_sigmoid, w, ids, g, True, torch.zeros(64, device="cuda").double())
     topk_ids = torch.randint(0, 8, (16, 2), dtype=torch.int32, device="cuda")
     sorted_ids, expert_ids, total = moe._align_outputs(topk_ids, 8, 16)
     rejects(ValueError, "sorted_token_ids must hold at least", moe_align_block_size, topk_ids, 8, 16, sorted_ids[:10], expert_ids, total)
