@@ -58,6 +58,7 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 // Rows a chunk (the sorted layout's chunks, at most the masked layout's), and silu_and_mul's vectors per
 // thread and turn in a chunk, in a turn over the masked layout's rows, and over the sorted layout's.
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
+constexpr int kRowWarps = 4;  // warps a CTA of the sorted group form's warp-a-row kernel
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
 // silu_and_mul_group_quant_interleaved_kernel's CTAs (the launch rule's comment below): their threads, how many
@@ -501,6 +502,30 @@ __global__ void __launch_bounds__(kActGroupThreads, kCtas)
 #endif
 }
 
+// The group form a warp a row (group_quant_item's): warp w of CTA b takes rows b * warps + w, then a grid's warps
+// further on, and a row's groups in turns of a group per lane set (rows not computed take no turns).
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+__global__ void __launch_bounds__(kActGroupThreads)
+    silu_and_mul_group_quant_warps_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
+                                          int64_t d, float eps, bool trigger_at_start) {
+#ifdef __CUDACC__
+  constexpr int kGroupsPerWarp = device::kWarpThreads / kLanes;
+  if (trigger_at_start) device::pdl_trigger_secondary();
+  const int64_t warps = blockDim.x / device::kWarpThreads, groups_per_row = d / kActGroupSize;
+  const int mine = static_cast<int>(threadIdx.x % device::kWarpThreads) / kLanes;
+  const auto state = rows.visit(WaitPrimary{trigger_at_start});
+  for (int64_t f = blockIdx.x * warps + threadIdx.x / device::kWarpThreads; f < state.rows; f += gridDim.x * warps) {
+    const RowAt row = rows.at(state, f);
+    if (!row.valid) continue;  // warp-uniform
+    for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
+      RowAt r = row;
+      r.valid = first + mine < groups_per_row;
+      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
+    }
+  }
+#endif
+}
+
 // The group form over the masked layout's computed rows (at most a warp's width of experts), as
 // group_quant_turns takes them, with less work between the PDL wait and the first data load: group numbers
 // in 32 bits (the capacity's below 2^31: checked on the host) divided by a multiply (by_groups: the groups a
@@ -732,6 +757,10 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
 // CTAs matters at decode sizes: a grid that does not fit the GPU at once runs its count scan in two waves.
 // The sorted layout by chunks where its capacity holds a chunk an SM (a CTA each: a persistent grid's CTAs
 // end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that.
+// The sorted group form a warp a row (kRowWarps a CTA, one turn) where the capacity holds four chunks an SM
+// (sorted_warp_rows: H200, 256 experts, top-8, d = 2048, against the chunks, exact / sglang rounding: T = 64
+// 1.04x / 1.23x, 256 1.19x / 1.37x, 1024 1.10x / 1.12x, 4096 1.00x / 1.04x, 16384 1.02x / 1.02x; at T = 16,
+// 2048 rows, the warps lost 11% exact).
 // The sorted per-token form a CTA a row on persistent_grid's kThriceResident: a persistent CTA's rows, the grid
 // apart, fall on the same place in each expert's block, so some SMs take mostly computed rows (H200, 256
 // experts, top-8, d = 2048, against the resident grid: T = 256 1.51x, 1024 1.20x, 4096 1.03x, 16384 1.03x,
@@ -965,6 +994,15 @@ struct MoeActOps {
                           host::kv_cache::divisor<uint32_t>(op.d / kActGroupSize), host::pdl_early_trigger(grid));
       } else {
         if constexpr (std::is_same_v<Rows, SortedRows>) {
+          if (sorted_warp_rows(op)) {
+            constexpr int kRowLanes = kChunkLanes<kVec>, kThreads = kRowWarps * device::kWarpThreads;
+            constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, T, kVec, kRowLanes, kActGroupSize / kVec / kRowLanes, kRounding>;
+            const unsigned grid = persistent_grid(kernel, op.capacity, kRowWarps, kThreads, kOneTurn, op.device);
+            LaunchKernel(grid, kThreads, op.device)
+                .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
+                              host::pdl_early_trigger(grid));
+            return;
+          }
           if (sorted_chunks(op)) {
             constexpr int kChunk = kChunkLanes<kVec>;
             constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<T, kVec, kChunk, kActGroupSize / kVec / kChunk, kRounding>;
@@ -1051,6 +1089,10 @@ struct MoeActOps {
   // turn of per-row lookups is the shorter).
   static bool sorted_chunks(const Operands& op) {
     return op.capacity >= int64_t{kChunkRows} * host::runtime::get_sm_count(op.device.device_id);
+  }
+  // The sorted group form a warp a row (kRowWarps a CTA, one turn) where the capacity holds four chunks an SM.
+  static bool sorted_warp_rows(const Operands& op) {
+    return op.capacity >= int64_t{4 * kChunkRows} * host::runtime::get_sm_count(op.device.device_id);
   }
   // The most chunks of kChunkRows rows the layout holds: a grid of a CTA each.
   static int64_t chunks_in(const SortedRows& rows) { return host::div_ceil(rows.capacity, int64_t{kChunkRows}); }

@@ -97,30 +97,6 @@ __global__ void __launch_bounds__(kThreads, kCtas)
 #endif
 }
 
-// The group form a warp a row (the product's group_quant_item): warp w of CTA b takes rows b * warps + w, then a
-// grid's warps further on, and a row's groups in turns of a group per lane set (rows not computed take no turns).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
-__global__ void __launch_bounds__(kActGroupThreads)
-    silu_and_mul_group_quant_warps_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
-                                          int64_t d, float eps, bool trigger_at_start) {
-#ifdef __CUDACC__
-  constexpr int kGroupsPerWarp = device::kWarpThreads / kLanes;
-  if (trigger_at_start) device::pdl_trigger_secondary();
-  const int64_t warps = blockDim.x / device::kWarpThreads, groups_per_row = d / kActGroupSize;
-  const int mine = static_cast<int>(threadIdx.x % device::kWarpThreads) / kLanes;
-  const auto state = rows.visit(WaitPrimary{trigger_at_start});
-  for (int64_t f = blockIdx.x * warps + threadIdx.x / device::kWarpThreads; f < state.rows; f += gridDim.x * warps) {
-    const RowAt row = rows.at(state, f);
-    if (!row.valid) continue;  // warp-uniform
-    for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
-      RowAt r = row;
-      r.valid = first + mine < groups_per_row;
-      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
-    }
-  }
-#endif
-}
-
 #ifndef __CUDACC_RTC__
 using ProductOps = MoeActOps<bf16_t>;
 using TensorView = jitkern::TensorView;
@@ -306,6 +282,23 @@ struct SortedGroupWarps {
     host::LaunchKernel(grid, kThreads, s.op.device)
         .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.group_stride, s.op.d, s.op.eps,
                       host::pdl_early_trigger(grid));
+  }
+};
+
+// The sorted group form by chunks (4 vectors a lane) at every capacity that holds a chunk an SM, per row below
+// (the product's launch before it took rows a warp each from four chunks an SM).
+template <Rounding kRounding = Rounding::kExact>
+struct SortedGroupChunks {
+  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
+                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
+    const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
+    if (s.op.capacity * s.op.d == 0) return;
+    if (!ProductOps::sorted_chunks(s.op)) return ProductOps::group_quant<kRounding>(s.rows, s.op);
+    host::RuntimeCheck(s.op.vec == kV, "bench_moe_act: this schedule takes aligned rows");
+    constexpr int kLanes = ProductOps::kChunkLanes<kV>;
+    constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
+    ProductOps::launch_group(kernel, persistent_grid(kernel, ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
+                             s.op);
   }
 };
 

@@ -315,7 +315,8 @@ GROUP_CASES = [  # layout, tokens, d, dtype, rows unaligned
     ("masked", 64, 640, "bfloat16", False),  # 5 groups a row: a warp's groups span two rows
     ("masked", 64, 640, "bfloat16", True), ("masked", 16, 256, "float16", False), ("masked", 16, 256, "float32", True),
     ("sorted", 1, 1024, "bfloat16", False), ("sorted", 64, 1024, "bfloat16", False), ("sorted", 4096, 1024, "bfloat16", False),
-    ("sorted", 64, 640, "bfloat16", True), ("sorted", 16, 256, "float16", False), ("sorted", 16, 256, "float32", True)]
+    ("sorted", 64, 640, "bfloat16", True), ("sorted", 16, 256, "float16", False), ("sorted", 16, 256, "float32", True),
+    ("sorted", 64, 256, "float32", False)]  # sorted from T = 64 here: a warp a row (4 lanes a group at bf16, 8 at fp32, 32 unaligned)
 
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)
