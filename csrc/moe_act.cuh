@@ -59,6 +59,7 @@ constexpr int kRowRegVecs = host::kRowKernels.token_quant_reg_vecs;
 // thread and turn in a chunk, in a turn over the masked layout's rows, and over the sorted layout's.
 constexpr int kChunkRows = 8, kChunkVecs = 4, kMaskedVecs = 2, kSortedVecs = 1;
 constexpr int kRowWarps = 4;  // warps a CTA of the sorted group form's warp-a-row kernel
+static_assert(kRowWarps * device::kWarpThreads <= kActGroupThreads, "the warp-a-row kernel's launch bound: kActGroupThreads threads a CTA");
 // Experts of the masked layout: their row counts are scanned into shared memory by every CTA beyond 32.
 constexpr int kMaxExperts = 1024;
 // silu_and_mul_group_quant_interleaved_kernel's CTAs (the launch rule's comment below): their threads, how many

@@ -223,6 +223,37 @@ def test_sorted_padding_anywhere_and_counts_between_chunks(P, post_pad):
     assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(sg[~computed]).all(), "a padding row was written"
 
 
+# The kernels of the sorted group form by capacity: per row, chunks of 8 rows, a warp a row.
+SORTED_GROUP_KERNELS = ("silu_and_mul_group_quant_rows_kernel", "silu_and_mul_group_quant_chunks_kernel",
+                        "silu_and_mul_group_quant_warps_kernel")
+
+
+def test_sorted_group_launch_rule():
+    """Which kernel the sorted group form takes by its capacity P (rows of sorted_token_ids), on this GPU's SM
+    count: per row below a chunk of 8 rows an SM, the chunks from there, a warp a row from four chunks an SM;
+    each bit-equal to the dense ops on both sides of each edge."""
+    torch = _torch()
+    from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_sorted_per_token_group_quant_fp8
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    per_row, chunks, warps = SORTED_GROUP_KERNELS
+    d, n = 256, 1 << 20
+    for P, kernel in ((8 * sms - 1, per_row), (8 * sms, chunks), (32 * sms - 1, chunks), (32 * sms, warps)):
+        g = torch.Generator(device="cuda").manual_seed(P)
+        ids = torch.randint(0, n, (P,), device="cuda", generator=g, dtype=torch.int32)
+        ids[torch.rand(P, device="cuda", generator=g) < 0.3] = n  # padding
+        computed = ids < n
+        count = torch.tensor([P], dtype=torch.int32, device="cuda")
+        x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda") * 4
+        q = torch.full((P, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+        s = torch.full((P, d // 128), float("nan"), device="cuda")
+        launch = lambda: silu_and_mul_sorted_per_token_group_quant_fp8(x, ids, count, n, output_q=q, output_s=s)  # noqa: E731
+        assert _launched(launch, SORTED_GROUP_KERNELS) == kernel, f"P = {P} on {sms} SMs"
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128, eps=1e-10)
+        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref), f"P = {P}"
+        assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), f"P = {P}: a padding row was written"
+
+
 # ---- masked layout ---------------------------------------------------------------------------------
 
 # (32 and 33 experts: the most one warp scans, and one more)
@@ -478,8 +509,8 @@ GROUP_KERNELS = ("silu_and_mul_group_quant_interleaved_kernel", "silu_and_mul_gr
                  "silu_and_mul_group_quant_rows_kernel")
 
 
-def _launched(fn):
-    """The one kernel of GROUP_KERNELS that fn launches, by its name in a profile."""
+def _launched(fn, kernels=GROUP_KERNELS):
+    """The one kernel of `kernels` that fn launches, by its name in a profile."""
     torch = _torch()
     from torch.profiler import ProfilerActivity, profile
 
@@ -488,7 +519,7 @@ def _launched(fn):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    names = {k for e in prof.events() for k in GROUP_KERNELS if k in e.name}
+    names = {k for e in prof.events() for k in kernels if k in e.name}
     assert len(names) == 1, names
     return names.pop()
 
