@@ -760,11 +760,11 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
 // end unevenly, chunks holding 0 to 8 computed rows), the group form four vectors a lane; per row below that.
 // The sorted group form a warp a row (kRowWarps a CTA, one turn) where the capacity holds four chunks an SM
 // (sorted_warp_rows: H200, 256 experts, top-8, d = 2048, against the chunks, exact / sglang rounding: T = 64
-// 1.04x / 1.23x, 256 1.19x / 1.37x, 1024 1.10x / 1.12x, 4096 1.00x / 1.04x, 16384 1.02x / 1.02x; at T = 16,
+// 1.03x / 1.23x, 256 1.18x / 1.35x, 1024 1.11x / 1.13x, 4096 1.01x / 1.04x, 16384 1.02x / 1.02x; at T = 16,
 // 2048 rows, the warps lost 11% exact).
 // The sorted per-token form a CTA a row on persistent_grid's kThriceResident: a persistent CTA's rows, the grid
 // apart, fall on the same place in each expert's block, so some SMs take mostly computed rows (H200, 256
-// experts, top-8, d = 2048, against the resident grid: T = 256 1.51x, 1024 1.20x, 4096 1.03x, 16384 1.03x,
+// experts, top-8, d = 2048, against the resident grid: T = 256 1.49x, 1024 1.20x, 4096 1.04x, 16384 1.03x,
 // T <= 64 the same grid). The masked layout (up to 32 experts): silu_and_mul by turns where its
 // rows fit one turn of the grid, else by chunks of up to 8 rows of an expert in a grid of kMaskedChunkCtas an
 // SM; the group form by silu_and_mul_group_quant_interleaved_kernel where MoeActOps::interleaved takes the
