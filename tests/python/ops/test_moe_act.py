@@ -519,7 +519,10 @@ def _launched(fn, kernels=GROUP_KERNELS):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    names = {k for e in prof.events() for k in kernels if k in e.name}
+    events = prof.events()
+    if not any(e.device_type.name == "CUDA" for e in events):
+        pytest.skip("the profiler records no kernels in this process (CUPTI taken, e.g. by compute-sanitizer)")
+    names = {k for e in events for k in kernels if k in e.name}
     assert len(names) == 1, names
     return names.pop()
 
