@@ -446,9 +446,26 @@ TEST(LinkerOptions, AbbreviationsOfLongNamesAreTheOptionsLdTakesThemFor) {
             std::vector<std::string>{"/work/script.ld"});
   // ld's whole names that begin longer ones here are whole names (no value), and one letter abbreviates nothing
   for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
-           {"-Wl,--export-dynamic,--trace,-s,-E"}, {"-Wl,-omagic,-cref,-dy"}}) {
+           {"-Wl,--export-dynamic,--trace,-s,-E"}, {"-Wl,--omagic,-cref,-dy"}}) {
     EXPECT_EQ(refusal(flags), "(accepted)") << flags[0];
   }
+}
+
+TEST(LinkerOptions, OneDashSpellingsLinkersReadApartAreRefused) {
+  // GNU ld reads these one-dash names as a one-letter option and its value (ld 2.40: -call-graph-ordering-file=F is
+  // -c all-graph-ordering-file=F, an untracked MRI script; -omagic writes the output to "magic"); lld reads the long name
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-Wl,-call-graph-ordering-file=cg.txt"}, {"-Wl,-call-graph-ord=cg.txt"}, {"-Xlinker", "-call-graph-ordering-file", "-Xlinker", "cg.txt"},
+           {"-Wl,-omagic"}, {"-Wl,-oformat=binary"}, {"-Wl,-output-def=x.def"}, {"-Wl,-export-dynamic-symbol=f"}, {"-Wl,-exclude-modules-for-implib=a.o"}}) {
+    EXPECT_NE(refusal(flags).find("spell it with two dashes"), std::string::npos) << flags[0] << ": " << refusal(flags);
+  }
+  EXPECT_NE(refusal({"-Wl,-call-graph-ordering-file=cg.txt"})
+                .find("gives the linker -call-graph-ordering-file, which GNU ld reads as -c with 'all-graph-ordering-file=cg.txt'"),
+            std::string::npos)
+      << refusal({"-Wl,-call-graph-ordering-file=cg.txt"});
+  // two dashes: the long names, tracked where they name a file
+  EXPECT_EQ(command_line::linker_option_files(link_flags({"-Wl,--call-graph-ordering-file=cg.txt,--mri-script=a.mri,--omagic"})),
+            (std::vector<std::string>{"/work/cg.txt", "/work/a.mri"}));
 }
 
 TEST(LinkerOptions, ForLinkerIsXlinker) {

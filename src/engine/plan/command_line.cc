@@ -137,6 +137,14 @@ const LinkerOption kLinkerOptions[] = {
     {"o", LinkerValue::kUntracked, "which names the output, which the engine chooses"},
 };
 
+// Long names whose one-dash spelling GNU ld (2.40) silently reads as its one-letter option with the rest as the
+// value (-omagic is -o magic: the output; -call-graph-ordering-file=F is -c, an MRI script; -export-dynamic-symbol=f
+// is -e, the entry), where lld and gold read the long name: refused with one dash, since what the linker reads then
+// depends on which linker runs. (-mllvm, -max-cache-size, -mri-script: ld stops at the emulation "llvm"...; lld's
+// -mllvm is its usual spelling.)
+const char* const kOneDashIsShort[] = {"call-graph-ordering-file", "omagic", "oformat", "output-def", "export-dynamic-symbol-list",
+                                       "export-dynamic-symbol", "exclude-modules-for-implib"};
+
 // One argument the linker gets, the flag of its run it came in, and that flag as messages name it.
 struct LinkerArg {
   std::string text;
@@ -241,6 +249,12 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
           break;
         }
       }
+    if (match != nullptr && dashes == 1 && std::strlen(match->name) > 1)
+      for (const char* n : kOneDashIsShort)
+        if (std::strcmp(n, match->name) == 0)
+          refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : 1 + std::strlen(match->name)) + ", which GNU ld reads as -" +
+                                  std::string(1, match->name[0]) + " with '" + a.substr(2) + "' and other linkers as --" + match->name +
+                                  ": spell it with two dashes");
     if (match == nullptr || match->value == LinkerValue::kNone) continue;  // an option without a value (-O1, --as-needed, ...)
     if (match->value == LinkerValue::kUntracked)
       refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : dashes + std::strlen(match->name)) + ", " + match->why);
