@@ -926,8 +926,8 @@ struct MoeActOps {
     host::LaunchKernel(grid, kActThreads, op.device).enable_pdl()(kernel, rows, op.in, static_cast<T*>(op.out), op.d, host::pdl_early_trigger(grid));
   }
   template <typename Rows, typename Kernel>
-  static void launch_group(Kernel kernel, unsigned grid, const Rows& rows, const Operands& op) {
-    host::LaunchKernel(grid, kActGroupThreads, op.device)
+  static void launch_group(Kernel kernel, unsigned grid, const Rows& rows, const Operands& op, int threads = kActGroupThreads) {
+    host::LaunchKernel(grid, threads, op.device)
         .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps, host::pdl_early_trigger(grid));
   }
   template <typename Rows, typename Kernel>
@@ -998,11 +998,7 @@ struct MoeActOps {
           if (sorted_warp_rows(op)) {
             constexpr int kRowLanes = kChunkLanes<kVec>, kThreads = kRowWarps * device::kWarpThreads;
             constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, T, kVec, kRowLanes, kActGroupSize / kVec / kRowLanes, kRounding>;
-            const unsigned grid = persistent_grid(kernel, op.capacity, kRowWarps, kThreads, kOneTurn, op.device);
-            LaunchKernel(grid, kThreads, op.device)
-                .enable_pdl()(kernel, rows, op.in, static_cast<uint8_t*>(op.out), op.scales, op.group_stride, op.d, op.eps,
-                              host::pdl_early_trigger(grid));
-            return;
+            return launch_group(kernel, persistent_grid(kernel, op.capacity, kRowWarps, kThreads, kOneTurn, op.device), rows, op, kThreads);
           }
           if (sorted_chunks(op)) {
             constexpr int kChunk = kChunkLanes<kVec>;

@@ -285,25 +285,9 @@ struct SortedGroupWarps {
   }
 };
 
-// The sorted group form by chunks (4 vectors a lane) at every capacity that holds a chunk an SM, per row below
-// (the product's launch before it took rows a warp each from four chunks an SM).
-template <Rounding kRounding = Rounding::kExact>
-struct SortedGroupChunks {
-  static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
-                                                            TensorView output_q, TensorView output_s, int64_t group_size, double eps) {
-    const auto s = ProductOps::sorted_group(input, ids, post_pad, num_ids, output_q, output_s, group_size, eps);
-    if (s.op.capacity * s.op.d == 0) return;
-    if (!ProductOps::sorted_chunks(s.op)) return ProductOps::group_quant<kRounding>(s.rows, s.op);
-    host::RuntimeCheck(s.op.vec == kV, "bench_moe_act: this schedule takes aligned rows");
-    constexpr int kLanes = ProductOps::kChunkLanes<kV>;
-    constexpr auto kernel = silu_and_mul_group_quant_chunks_kernel<bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
-    ProductOps::launch_group(kernel, persistent_grid(kernel, ProductOps::chunks_in(s.rows), 1, kActGroupThreads, kOneTurn, s.op.device), s.rows,
-                             s.op);
-  }
-};
-
 // The sorted group form by the product's chunks (4 vectors a lane), their registers bounded for kCtas CTAs an SM
-// (the product's launch below a chunk an SM).
+// (0: unbounded, the product's launch before it took a warp a row from four chunks an SM), the product's launch
+// below a chunk an SM.
 template <int kCtas, Rounding kRounding = Rounding::kExact>
 struct SortedGroupBounded {
   static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,

@@ -90,14 +90,21 @@ struct LinkerOption {
   const char* name;
   LinkerValue value;
   const char* why = nullptr;  // kUntracked: what the refusal says
+  // GNU ld (2.40) silently reads the one-dash spelling as its one-letter option with the rest as the value
+  // (-omagic is -o magic: the output; -call-graph-ordering-file=F is -c, an MRI script; -export-dynamic-symbol=f is
+  // -e, the entry) where lld and gold read the long name: refused with one dash, as what is read depends on the
+  // linker. (-mllvm, -max-cache-size, -mri-script are not: ld stops at the emulation "llvm"...)
+  bool one_dash_is_short = false;
 };
 const LinkerOption kLinkerOptions[] = {
     // files the linker reads: dependencies its --trace does not list
     {"version-script", LinkerValue::kFile}, {"dynamic-list", LinkerValue::kFile}, {"script", LinkerValue::kScript},
     {"T", LinkerValue::kScript}, {"default-script", LinkerValue::kScript}, {"dT", LinkerValue::kScript},
-    {"retain-symbols-file", LinkerValue::kFile}, {"just-symbols", LinkerValue::kFile}, {"export-dynamic-symbol-list", LinkerValue::kFile},
+    {"retain-symbols-file", LinkerValue::kFile}, {"just-symbols", LinkerValue::kFile},
+    {"export-dynamic-symbol-list", LinkerValue::kFile, nullptr, true},
     {"mri-script", LinkerValue::kScript}, {"c", LinkerValue::kScript}, {"section-ordering-file", LinkerValue::kFile},
-    {"symbol-ordering-file", LinkerValue::kFile}, {"call-graph-ordering-file", LinkerValue::kFile}, {"remap-inputs-file", LinkerValue::kFile},
+    {"symbol-ordering-file", LinkerValue::kFile}, {"call-graph-ordering-file", LinkerValue::kFile, nullptr, true},
+    {"remap-inputs-file", LinkerValue::kFile},
     {"L", LinkerValue::kDirectory}, {"library-path", LinkerValue::kDirectory},
     {"R", LinkerValue::kDirectory},  // -R dir is -rpath dir; -R file (ld reads its symbols) is refused: --just-symbols is tracked
     // addresses (-Ttext=0x1000 is no script named "text=0x1000"), names and the module's own settings
@@ -110,22 +117,22 @@ const LinkerOption kLinkerOptions[] = {
     {"exclude-libs", LinkerValue::kOther}, {"hash-style", LinkerValue::kOther}, {"sort-section", LinkerValue::kOther},
     {"dynamic-linker", LinkerValue::kOther}, {"I", LinkerValue::kOther}, {"O", LinkerValue::kOther}, {"l", LinkerValue::kOther},
     {"library", LinkerValue::kOther}, {"init", LinkerValue::kOther}, {"fini", LinkerValue::kOther},
-    {"require-defined", LinkerValue::kOther}, {"undefined-glob", LinkerValue::kOther}, {"export-dynamic-symbol", LinkerValue::kOther},
+    {"require-defined", LinkerValue::kOther}, {"undefined-glob", LinkerValue::kOther}, {"export-dynamic-symbol", LinkerValue::kOther, nullptr, true},
     {"ignore-unresolved-symbol", LinkerValue::kOther}, {"version-exports-section", LinkerValue::kOther}, {"task-link", LinkerValue::kOther},
     {"auxiliary", LinkerValue::kOther}, {"f", LinkerValue::kOther}, {"filter", LinkerValue::kOther}, {"F", LinkerValue::kOther},
     {"audit", LinkerValue::kOther}, {"depaudit", LinkerValue::kOther}, {"P", LinkerValue::kOther},
     {"architecture", LinkerValue::kOther}, {"A", LinkerValue::kOther}, {"format", LinkerValue::kOther}, {"b", LinkerValue::kOther},
-    {"oformat", LinkerValue::kOther}, {"orphan-handling", LinkerValue::kOther}, {"spare-dynamic-tags", LinkerValue::kOther},
+    {"oformat", LinkerValue::kOther, nullptr, true}, {"orphan-handling", LinkerValue::kOther}, {"spare-dynamic-tags", LinkerValue::kOther},
     {"max-cache-size", LinkerValue::kOther}, {"ctf-share-types", LinkerValue::kOther}, {"target2", LinkerValue::kOther},
-    {"exclude-modules-for-implib", LinkerValue::kOther}, {"plugin-opt", LinkerValue::kOther}, {"icf-iterations", LinkerValue::kOther},
+    {"exclude-modules-for-implib", LinkerValue::kOther, nullptr, true}, {"plugin-opt", LinkerValue::kOther}, {"icf-iterations", LinkerValue::kOther},
     {"thread-count", LinkerValue::kOther}, {"mllvm", LinkerValue::kOther}, {"icf", LinkerValue::kOther},
     {"compress-debug-sections", LinkerValue::kOther},  // none, zlib, zstd...: a required value in bfd and gold
     // files ld writes: as given
     {"Map", LinkerValue::kOther}, {"dependency-file", LinkerValue::kOther}, {"out-implib", LinkerValue::kOther},
-    {"output-def", LinkerValue::kOther},
+    {"output-def", LinkerValue::kOther, nullptr, true},
     // long names without a value that begin with a one-letter option ld reads files for
     {"cref", LinkerValue::kNone}, {"call_shared", LinkerValue::kNone}, {"check-sections", LinkerValue::kNone},
-    {"copy-dt-needed-entries", LinkerValue::kNone}, {"ctf-variables", LinkerValue::kNone}, {"omagic", LinkerValue::kNone},
+    {"copy-dt-needed-entries", LinkerValue::kNone}, {"ctf-variables", LinkerValue::kNone}, {"omagic", LinkerValue::kNone, nullptr, true},
     // ld's (gold's, lld's) own names that begin longer ones here: whole names, not abbreviations
     {"export-dynamic", LinkerValue::kNone}, {"trace", LinkerValue::kNone}, {"version", LinkerValue::kNone}, {"dy", LinkerValue::kNone},
     // what no key covers
@@ -136,14 +143,6 @@ const LinkerOption kLinkerOptions[] = {
     {"output", LinkerValue::kUntracked, "which names the output, which the engine chooses"},
     {"o", LinkerValue::kUntracked, "which names the output, which the engine chooses"},
 };
-
-// Long names whose one-dash spelling GNU ld (2.40) silently reads as its one-letter option with the rest as the
-// value (-omagic is -o magic: the output; -call-graph-ordering-file=F is -c, an MRI script; -export-dynamic-symbol=f
-// is -e, the entry), where lld and gold read the long name: refused with one dash, since what the linker reads then
-// depends on which linker runs. (-mllvm, -max-cache-size, -mri-script: ld stops at the emulation "llvm"...; lld's
-// -mllvm is its usual spelling.)
-const char* const kOneDashIsShort[] = {"call-graph-ordering-file", "omagic", "oformat", "output-def", "export-dynamic-symbol-list",
-                                       "export-dynamic-symbol", "exclude-modules-for-implib"};
 
 // One argument the linker gets, the flag of its run it came in, and that flag as messages name it.
 struct LinkerArg {
@@ -249,12 +248,10 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
           break;
         }
       }
-    if (match != nullptr && dashes == 1 && std::strlen(match->name) > 1)
-      for (const char* n : kOneDashIsShort)
-        if (std::strcmp(n, match->name) == 0)
-          refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : 1 + std::strlen(match->name)) + ", which GNU ld reads as -" +
-                                  std::string(1, match->name[0]) + " with '" + a.substr(2) + "' and other linkers as --" + match->name +
-                                  ": spell it with two dashes");
+    if (match != nullptr && dashes == 1 && match->one_dash_is_short)
+      refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : 1 + std::strlen(match->name)) + ", which GNU ld reads as -" +
+                              std::string(1, match->name[0]) + " with '" + a.substr(2) + "' and other linkers as --" + match->name +
+                              ": spell it with two dashes");
     if (match == nullptr || match->value == LinkerValue::kNone) continue;  // an option without a value (-O1, --as-needed, ...)
     if (match->value == LinkerValue::kUntracked)
       refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : dashes + std::strlen(match->name)) + ", " + match->why);
