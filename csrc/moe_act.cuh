@@ -504,8 +504,9 @@ __global__ void __launch_bounds__(kActGroupThreads, kCtas)
 }
 
 // The group form a warp a row (group_quant_item's): warp w of CTA b takes rows b * warps + w, then a grid's warps
-// further on, and a row's groups in turns of a group per lane set (rows not computed take no turns).
-template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding>
+// further on, and a row's groups in turns of a group per lane set (rows not computed take no turns). kNormalEps:
+// quantize_loaded's.
+template <typename Rows, typename T, int kVec, int kLanes, int kPerLane, quant::Rounding kRounding, bool kNormalEps = false>
 __global__ void __launch_bounds__(kActGroupThreads)
     silu_and_mul_group_quant_warps_kernel(const __grid_constant__ Rows rows, const T* in, uint8_t* q, float* scales, int64_t group_stride,
                                           int64_t d, float eps, bool trigger_at_start) {
@@ -521,7 +522,7 @@ __global__ void __launch_bounds__(kActGroupThreads)
     for (int64_t first = 0; first < groups_per_row; first += kGroupsPerWarp) {
       RowAt r = row;
       r.valid = first + mine < groups_per_row;
-      group_quant_item<T, kVec, kLanes, kPerLane, kRounding>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
+      group_quant_item<T, kVec, kLanes, kPerLane, kRounding, kNormalEps>(r, r.valid ? first + mine : 0, in, q, scales, group_stride, d, eps);
     }
   }
 #endif
@@ -707,7 +708,7 @@ __device__ __forceinline__ void token_quant_row(const Group& group, const RowAt&
   };
   bool finite;  // the group's reduce_max gives each of its threads the same amax: no vote needed
   const float amax = quant::dynamic_amax(fold, [&](float v) { return group.reduce_max(v); }, [](bool b) { return b; }, finite);
-  const quant::Divider s(quant::scale_for<fp8_e4m3_t>(amax, quant::kDefaultScaleEps), finite);
+  const quant::Divider s = quant::normal_dynamic_divider<fp8_e4m3_t>(amax, quant::kDefaultScaleEps, finite);
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k)
     if (held(k)) quant::store_quantized<fp8_e4m3_t, false>(dst + (k * size + rank) * kVec, y[k], s);
@@ -761,7 +762,8 @@ unsigned persistent_grid(Kernel kernel, int64_t items, int64_t per_cta, int thre
 // The sorted group form a warp a row (kRowWarps a CTA, one turn) where the capacity holds four chunks an SM
 // (sorted_warp_rows: H200, 256 experts, top-8, d = 2048, against the chunks, exact / sglang rounding: T = 64
 // 1.03x / 1.23x, 256 1.18x / 1.35x, 1024 1.11x / 1.13x, 4096 1.01x / 1.04x, 16384 1.02x / 1.02x; at T = 16,
-// 2048 rows, the warps lost 11% exact).
+// 2048 rows, the warps lost 11% exact), under the exact rounding with eps >= kNormalScaleEps (its scale without
+// the divisions' range tests: 1.06x at T = 256, 1.01x at 4096, 1.02x at 16384).
 // The sorted per-token form a CTA a row on persistent_grid's kThriceResident: a persistent CTA's rows, the grid
 // apart, fall on the same place in each expert's block, so some SMs take mostly computed rows (H200, 256
 // experts, top-8, d = 2048, against the resident grid: T = 256 1.49x, 1024 1.20x, 4096 1.04x, 16384 1.03x,
@@ -995,9 +997,10 @@ struct MoeActOps {
                           host::kv_cache::divisor<uint32_t>(op.d / kActGroupSize), host::pdl_early_trigger(grid));
       } else {
         if constexpr (std::is_same_v<Rows, SortedRows>) {
-          if (sorted_warp_rows(op)) {
+          if (sorted_warp_rows<kRounding>(op)) {
             constexpr int kRowLanes = kChunkLanes<kVec>, kThreads = kRowWarps * device::kWarpThreads;
-            constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, T, kVec, kRowLanes, kActGroupSize / kVec / kRowLanes, kRounding>;
+            constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, T, kVec, kRowLanes, kActGroupSize / kVec / kRowLanes, kRounding,
+                                                                          kRounding == quant::Rounding::kExact>;
             return launch_group(kernel, persistent_grid(kernel, op.capacity, kRowWarps, kThreads, kOneTurn, op.device), rows, op, kThreads);
           }
           if (sorted_chunks(op)) {
@@ -1087,9 +1090,12 @@ struct MoeActOps {
   static bool sorted_chunks(const Operands& op) {
     return op.capacity >= int64_t{kChunkRows} * host::runtime::get_sm_count(op.device.device_id);
   }
-  // The sorted group form a warp a row (kRowWarps a CTA, one turn) where the capacity holds four chunks an SM.
+  // The sorted group form a warp a row (kRowWarps a CTA, one turn) where the capacity holds four chunks an SM,
+  // and under the exact rounding eps >= kNormalScaleEps (its kernel skips the divisions' range tests).
+  template <quant::Rounding kRounding>
   static bool sorted_warp_rows(const Operands& op) {
-    return op.capacity >= int64_t{4 * kChunkRows} * host::runtime::get_sm_count(op.device.device_id);
+    return op.capacity >= int64_t{4 * kChunkRows} * host::runtime::get_sm_count(op.device.device_id) &&
+           (kRounding == quant::Rounding::kSglang || op.eps >= quant::kNormalScaleEps<fp8_e4m3_t>);
   }
   // The most chunks of kChunkRows rows the layout holds: a grid of a CTA each.
   static int64_t chunks_in(const SortedRows& rows) { return host::div_ceil(rows.capacity, int64_t{kChunkRows}); }

@@ -5,9 +5,9 @@
 //                                    instruction per value where none is +-inf (half of one for
 //                                    16-bit values held as packed pairs: fold_pairs);
 //   device::quant::scale_for         the dynamic scale rule, max(amax, eps) / Q's largest value
-//                                    (kDefaultScaleEps: eps of the ops that take none; normal_scale_for
-//                                    and normal_reciprocal: the same bits without the divisions' range
-//                                    tests, where eps >= kNormalScaleEps);
+//                                    (kDefaultScaleEps: eps of the ops that take none; normal_scale_for,
+//                                    normal_reciprocal and normal_dynamic_divider: the same bits without
+//                                    the divisions' range tests, where eps >= kNormalScaleEps);
 //   device::quant::ue8m0_exponent    a scale rounded up to a power of two, as its biased exponent;
 //   device::quant::Rounding          the rounding policy of the ops that offer one: the rules below, or
 //                                    SGLang's arithmetic (device::quant::sglang);
@@ -359,6 +359,14 @@ JITKERN_DEVICE float normal_reciprocal(float s) {
   return fmaf(r, fmaf(-r, s, 1.0f), r);
 }
 
+// The Divider of the dynamic scale scale_for<Q>(amax, eps) where eps >= kNormalScaleEps<Q>: the same bits
+// without the divisions' range tests (normal_scale_for, normal_reciprocal). `finite`: Divider's.
+template <typename Q>
+JITKERN_DEVICE Divider normal_dynamic_divider(float amax, float eps, bool finite) {
+  const float s = normal_scale_for<Q>(amax, eps);
+  return Divider(s, normal_reciprocal(s), finite);
+}
+
 // The scale floor of the dynamic ops without an eps argument (per-tensor, per-token, norm + quant, the
 // MoE activations' per-token form): their scales' reciprocals never overflow, so their stores skip that case.
 inline constexpr float kDefaultScaleEps = 1e-10f;
@@ -541,7 +549,7 @@ struct QuantizeRows {
       if constexpr (kDynamic) {
         bool finite;
         const float amax = dynamic_amax(fold, reduce_max, [](bool b) { return b; }, finite);
-        return Divider(scale_for<Q>(amax, eps), finite);
+        return normal_dynamic_divider<Q>(amax, eps, finite);
       } else {
         return Divider(*static_scale);
       }

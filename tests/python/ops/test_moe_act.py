@@ -230,28 +230,34 @@ SORTED_GROUP_KERNELS = ("silu_and_mul_group_quant_rows_kernel", "silu_and_mul_gr
 
 def test_sorted_group_launch_rule():
     """Which kernel the sorted group form takes by its capacity P (rows of sorted_token_ids), on this GPU's SM
-    count: per row below a chunk of 8 rows an SM, the chunks from there, a warp a row from four chunks an SM;
-    each bit-equal to the dense ops on both sides of each edge."""
+    count: per row below a chunk of 8 rows an SM, the chunks from there, a warp a row from four chunks an SM
+    where the exact rounding's eps is at least 448 * 2^-64 (its kernel skips the divisions' range tests: with
+    a smaller eps, the chunks; the sglang rounding has no such tests); each bit-equal to the dense ops on both
+    sides of each edge, with groups of tiny values whose scale is eps / 448."""
     torch = _torch()
     from jitkern.ops import per_token_group_quant_8bit, silu_and_mul, silu_and_mul_sorted_per_token_group_quant_fp8
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     per_row, chunks, warps = SORTED_GROUP_KERNELS
-    d, n = 256, 1 << 20
-    for P, kernel in ((8 * sms - 1, per_row), (8 * sms, chunks), (32 * sms - 1, chunks), (32 * sms, warps)):
+    d, n, tiny = 256, 1 << 20, 1e-30  # tiny: below 448 * 2^-64, a scale below 2^-64
+    for P, eps, rounding, kernel in ((8 * sms - 1, 1e-10, "exact", per_row), (8 * sms, 1e-10, "exact", chunks),
+                                     (32 * sms - 1, 1e-10, "exact", chunks), (32 * sms, 1e-10, "exact", warps),
+                                     (32 * sms, tiny, "exact", chunks), (32 * sms, tiny, "sglang", warps)):
+        case = f"P = {P} on {sms} SMs, eps = {eps}, rounding={rounding}"
         g = torch.Generator(device="cuda").manual_seed(P)
         ids = torch.randint(0, n, (P,), device="cuda", generator=g, dtype=torch.int32)
         ids[torch.rand(P, device="cuda", generator=g) < 0.3] = n  # padding
         computed = ids < n
         count = torch.tensor([P], dtype=torch.int32, device="cuda")
-        x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda") * 4
+        x = torch.randn(P, 2 * d, dtype=torch.bfloat16, device="cuda", generator=g) * 4
+        x[::3, d:d + 128] *= 1e-31  # a group of products near eps
         q = torch.full((P, d), POISON, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
         s = torch.full((P, d // 128), float("nan"), device="cuda")
-        launch = lambda: silu_and_mul_sorted_per_token_group_quant_fp8(x, ids, count, n, output_q=q, output_s=s)  # noqa: E731
-        assert _launched(launch, SORTED_GROUP_KERNELS) == kernel, f"P = {P} on {sms} SMs"
-        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128, eps=1e-10)
-        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref), f"P = {P}"
-        assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), f"P = {P}: a padding row was written"
+        launch = lambda: silu_and_mul_sorted_per_token_group_quant_fp8(x, ids, count, n, eps=eps, rounding=rounding, output_q=q, output_s=s)  # noqa: E731
+        assert _launched(launch, SORTED_GROUP_KERNELS) == kernel, case
+        q_ref, s_ref = per_token_group_quant_8bit(silu_and_mul(x[computed]), 128, eps=eps, rounding=rounding)
+        assert torch.equal(q.view(torch.uint8)[computed], q_ref.view(torch.uint8)) and torch.equal(s[computed], s_ref), case
+        assert (q.view(torch.uint8)[~computed] == POISON).all() and torch.isnan(s[~computed]).all(), f"{case}: a padding row was written"
 
 
 # ---- masked layout ---------------------------------------------------------------------------------
