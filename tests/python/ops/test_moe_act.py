@@ -8,6 +8,7 @@ inputs; bad input; the torch custom ops (opcheck, torch.compile)."""
 import pytest
 
 from conftest import KERNELS, eagerly_then_from_a_graph
+from kernel_profile import launched_kernels
 
 pytestmark = pytest.mark.gpu
 
@@ -517,18 +518,7 @@ GROUP_KERNELS = ("silu_and_mul_group_quant_interleaved_kernel", "silu_and_mul_gr
 
 def _launched(fn, kernels=GROUP_KERNELS):
     """The one kernel of `kernels` that fn launches, by its name in a profile."""
-    torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()  # compiled outside the profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = prof.events()
-    if not any(e.device_type.name == "CUDA" for e in events):
-        pytest.skip("the profiler records no kernels in this process (CUPTI taken, e.g. by compute-sanitizer)")
-    names = {k for e in events for k in kernels if k in e.name}
+    names = {k for name in launched_kernels(fn, *kernels) for k in kernels if k in name}
     assert len(names) == 1, names
     return names.pop()
 

@@ -5,6 +5,7 @@ rows, unaligned hidden sizes, skipped experts, the shared expert, NaN), bad inpu
 import pytest
 
 from conftest import eagerly_then_from_a_graph
+from kernel_profile import launched_kernels
 
 DTYPES = ["float16", "bfloat16", "float32"]
 # One rounding of an fp32 sum: a unit in the last place of the dtype, with an absolute floor near 0.
@@ -193,17 +194,10 @@ def test_eight_experts_take_the_unrolled_kernels_and_the_rest_the_runtime_k_sche
     import re
 
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
     from jitkern.ops import moe_sum, moe_weighted_sum
 
     def kernel_of(fn):
-        fn()  # built outside the profile
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if "moe_combine" in e.name and "kernel" in e.name]
+        names = [n for n in launched_kernels(fn, "moe_combine") if "kernel" in n]
         assert len(names) == 1, names
         return names[0]
 

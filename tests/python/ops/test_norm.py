@@ -1,6 +1,7 @@
 """The RMSNorm family on the GPU against a float64 torch reference."""
 
 import pytest
+from kernel_profile import launched_kernels
 
 pytestmark = pytest.mark.gpu
 
@@ -291,19 +292,12 @@ def test_qknorm_across_heads(dtype_name, tokens, wq, wk):
 def test_qknorm_across_heads_launch_count(tokens, wq, wk, launches):
     """q and k of different widths share one launch on small grids where both can (see above)."""
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
     from jitkern.ops import fused_inplace_qknorm_across_heads
 
     q = torch.randn(tokens, wq, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(tokens, wk, dtype=torch.bfloat16, device="cuda")
     qw, kw = torch.randn(wq, dtype=torch.bfloat16, device="cuda"), torch.randn(wk, dtype=torch.bfloat16, device="cuda")
-    fused_inplace_qknorm_across_heads(q, k, qw, kw)  # compile outside the profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fused_inplace_qknorm_across_heads(q, k, qw, kw)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if "norm_wide_kernel" in e.name or "norm_narrow_kernel" in e.name]
+    names = launched_kernels(lambda: fused_inplace_qknorm_across_heads(q, k, qw, kw), "norm_wide_kernel", "norm_narrow_kernel")
     assert len(names) == launches, names
 
 

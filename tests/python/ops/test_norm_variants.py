@@ -4,6 +4,7 @@ rmsnorm's order differs from transformers' in many)."""
 
 import pytest
 from conftest import eagerly_then_from_a_graph
+from kernel_profile import launched_kernels
 
 TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float32": (1e-5, 1e-5)}
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -89,17 +90,11 @@ def test_out_of_place_norms_take_rmsnorms_kernels(dtype_name, tokens, hidden, ke
     half the threads), else the general one; the rows' bits are those of the same rows alone."""
     torch = _torch()
     ops = _ops()
-    from torch.profiler import ProfilerActivity, profile
-
     x, w = _inputs(tokens, hidden, getattr(torch, dtype_name), seed=hidden, stride_pad=8)
     for op, reference in ((ops.gemma_rmsnorm, _gemma_reference), (ops.rmsnorm_hf, _hf_reference)):
-        op(x, w, EPS)  # built outside the profile
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            out = op(x, w, EPS)
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if "norm_" in e.name and "kernel" in e.name]
+        names = [n for n in launched_kernels(lambda: op(x, w, EPS), "norm_") if "kernel" in n]
         assert len(names) == 1 and all(part in names[0] for part in kernel.split(", ", 1)), names
+        out = op(x, w, EPS)
         _close(out, reference(x, w), dtype_name)
         assert torch.equal(op(x[:1], w, EPS), out[:1]), "a row alone and among many"
 

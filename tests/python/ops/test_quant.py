@@ -4,10 +4,10 @@ group size and scale layout; NaN/inf/zero rows; garbage in output_s; strided, 3-
 shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the same quantization;
 rounding="sglang" against SGLang's own kernel, bit for bit (its argument checks run without a GPU)."""
 
-from pathlib import Path
 
 import pytest
 from conftest import HERE, KERNELS, eagerly_then_from_a_graph
+from kernel_profile import launched_kernels
 
 
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -559,19 +559,12 @@ def test_per_token_group_fp8_takes_the_kernel_its_grid_wants(rows):
     """bf16 [rows, 7168] in groups of 128 (8 lanes a group, CTAs of 128 threads): the lean kernel for at most 8
     CTAs and for more than 256 threads an SM, per_group_kernel between (64 rows on 132 SMs: 28672 threads)."""
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
     from jitkern.ops import per_token_group_quant_8bit
 
     ctas = -(-rows * 56 // 16)
     lean = ctas <= 8 or ctas * 128 > 256 * torch.cuda.get_device_properties(0).multi_processor_count
     x = _x((rows, 7168), "bfloat16")
-    per_token_group_quant_8bit(x, 128)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        per_token_group_quant_8bit(x, 128)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if "per_group_" in e.name]
+    names = launched_kernels(lambda: per_token_group_quant_8bit(x, 128), "per_group_")
     assert len(names) == 1 and ("per_group_lean_kernel" in names[0]) == lean, names
 
 
@@ -584,20 +577,13 @@ def test_sglang_rounding_takes_the_lean_kernel_at_every_grid(rows):
     import re
 
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
     from jitkern.ops import per_token_group_quant_8bit
 
     ctas = -(-rows * 56 // 16)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     expected = (128, 0) if ctas <= 8 else (128, 1) if ctas * 128 <= 1024 * sms else (256, 3)
     x = _x((rows, 7168), "bfloat16")
-    per_token_group_quant_8bit(x, 128, rounding="sglang")
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        per_token_group_quant_8bit(x, 128, rounding="sglang")
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if "per_group_" in e.name]
+    names = launched_kernels(lambda: per_token_group_quant_8bit(x, 128, rounding="sglang"), "per_group_")
     shape = [re.search(r"per_group_lean_kernel<.*, (\d+), (\d), \(device::quant::Rounding\)1>", n) for n in names]
     assert len(names) == 1 and shape[0] and (int(shape[0][1]), int(shape[0][2])) == expected, (names, expected)
 
@@ -1245,20 +1231,13 @@ def test_norm_group_quant_many_rows_launch_the_group_rows_kernel():
     import re
 
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
-
     from jitkern.ops import fused_add_rmsnorm_group_quant_fp8, rmsnorm_group_quant_fp8
 
     x = _x((_many_rows(), 7168), "bfloat16")
     w = _x((7168,), "bfloat16", seed=1)
 
     def launched(fn):
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if any(k in e.name for k in ("norm_wide_kernel", "norm_group_rows_kernel", "norm_group_cluster_kernel"))]
+        names = launched_kernels(fn, "norm_wide_kernel", "norm_group_rows_kernel", "norm_group_cluster_kernel")
         assert len(names) == 1, names
         if "norm_group_cluster_kernel" in names[0]:
             return "cluster"
