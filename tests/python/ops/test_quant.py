@@ -4,7 +4,6 @@ group size and scale layout; NaN/inf/zero rows; garbage in output_s; strided, 3-
 shapes; the fused norm + quant ops against jitkern's rmsnorm followed by the same quantization;
 rounding="sglang" against SGLang's own kernel, bit for bit (its argument checks run without a GPU)."""
 
-
 import pytest
 from conftest import HERE, KERNELS, eagerly_then_from_a_graph
 from kernel_profile import launched_kernels
