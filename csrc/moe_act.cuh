@@ -1027,7 +1027,7 @@ struct MoeActOps {
     if (groups == 0 || m.experts > MaskedRowsWarp::kMaxWarpExperts || groups >= (int64_t{1} << 31) ||
         end(l.in_expert, l.in_row, 2 * m.op.d) > UINT32_MAX || end(l.out_expert, l.out_row, m.op.d) > UINT32_MAX ||
         end(l.scale_expert, l.scale_row, 1) > UINT32_MAX ||
-        (kRounding == quant::Rounding::kExact && !(m.op.eps >= quant::kNormalScaleEps<fp8_e4m3_t>)))
+        !quant::normal_eps_holds<kRounding>(m.op.eps))
       return false;
     const auto narrow = [](int64_t v) { return static_cast<uint32_t>(v); };
     rows = {l.masked_m,
@@ -1095,7 +1095,7 @@ struct MoeActOps {
   template <quant::Rounding kRounding>
   static bool sorted_warp_rows(const Operands& op) {
     return op.capacity >= int64_t{4 * kChunkRows} * host::runtime::get_sm_count(op.device.device_id) &&
-           (kRounding == quant::Rounding::kSglang || op.eps >= quant::kNormalScaleEps<fp8_e4m3_t>);
+           quant::normal_eps_holds<kRounding>(op.eps);
   }
   // The most chunks of kChunkRows rows the layout holds: a grid of a CTA each.
   static int64_t chunks_in(const SortedRows& rows) { return host::div_ceil(rows.capacity, int64_t{kChunkRows}); }

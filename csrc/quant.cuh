@@ -998,7 +998,7 @@ struct QuantOps {
   static bool lean_applies(const GroupOperands& g) {
     constexpr int kVec = device::kVec16<T>;
     return sizeof(T) == 2 && g.ops.contiguous() && g.ops.vector_width(kVec) == kVec && g.ops.rows * g.ops.width <= int64_t{UINT32_MAX} &&
-           (kRounding == quant::Rounding::kSglang || g.eps >= quant::kNormalScaleEps<fp8_e4m3_t>);
+           quant::normal_eps_holds<kRounding>(g.eps);
   }
 
   // per_group_lean_kernel over g's groups (lean_applies) in CTAs of kThreads triggering at kTrigger.

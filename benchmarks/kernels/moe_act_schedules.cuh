@@ -267,8 +267,9 @@ struct SortedTokenChunks {
 };
 
 // The sorted group form a warp a row (silu_and_mul_group_quant_warps_kernel), kLanes lanes a group, kWarps warps a
-// CTA, on persistent_grid's kPerSm (kOneTurn: a row per warp); kNormalEps: the kernel's (eps >= kNormalScaleEps).
-template <int kWarps, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact, bool kNormalEps = false>
+// CTA, on persistent_grid's kPerSm (kOneTurn: a row per warp), with the divisions' range tests (the product skips
+// them under the exact rounding where eps allows).
+template <int kWarps, int kLanes, int kPerSm, Rounding kRounding = Rounding::kExact>
 struct SortedGroupWarps {
   static_assert(kWarps * device::kWarpThreads <= kActGroupThreads, "the kernel's launch bound: kActGroupThreads threads a CTA");
   static void silu_and_mul_sorted_per_token_group_quant_fp8(TensorView input, TensorView ids, TensorView post_pad, int64_t num_ids,
@@ -277,8 +278,7 @@ struct SortedGroupWarps {
     if (s.op.capacity * s.op.d == 0) return;
     host::RuntimeCheck(s.op.vec == kV, "bench_moe_act: this schedule takes aligned rows");
     constexpr int kThreads = kWarps * device::kWarpThreads;
-    host::RuntimeCheck(!kNormalEps || s.op.eps >= device::quant::kNormalScaleEps<fp8_e4m3_t>, "bench_moe_act: this schedule takes eps >= kNormalScaleEps");
-    constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding, kNormalEps>;
+    constexpr auto kernel = silu_and_mul_group_quant_warps_kernel<SortedRows, bf16_t, kV, kLanes, kActGroupSize / kV / kLanes, kRounding>;
     const unsigned grid = persistent_grid(kernel, s.op.capacity, kWarps, kThreads, kPerSm, s.op.device);
     host::LaunchKernel(grid, kThreads, s.op.device)
         .enable_pdl()(kernel, s.rows, s.op.in, static_cast<uint8_t*>(s.op.out), s.op.scales, s.op.group_stride, s.op.d, s.op.eps,

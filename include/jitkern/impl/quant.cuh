@@ -350,6 +350,12 @@ struct Divider {
 // (Divider::slow is false: at least 2^-64, and at most FLT_MAX / Q's largest value < 2^126).
 template <typename Q>
 inline constexpr float kNormalScaleEps = Format<Q>::kMax * 0x1p-64f;
+// Whether a kernel built with kNormalEps under kRounding takes eps (the host's launch rules): the exact rounding
+// needs eps >= kNormalScaleEps<Q> (not NaN); the sglang rounding has no range tests to skip.
+template <Rounding kRounding, typename Q = fp8_e4m3_t>
+constexpr bool normal_eps_holds(float eps) {
+  return kRounding == Rounding::kSglang || eps >= kNormalScaleEps<Q>;
+}
 
 // RN(1 / s) for s in Divider's fast range [2^-64, 2^126], without the IEEE division's range test: the
 // approximate reciprocal and one Newton step, as nvcc's 1.0f / s computes it there (the same test checks each s).

@@ -248,13 +248,12 @@ void linker_arguments(std::vector<LinkerArg>& args, const char* field, const Cwd
           break;
         }
       }
+    const auto gives = [&] { return "gives the linker " + a.substr(0, spelled != 0 ? spelled : dashes + std::strlen(match->name)); };
     if (match != nullptr && dashes == 1 && match->one_dash_is_short)
-      refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : 1 + std::strlen(match->name)) + ", which GNU ld reads as -" +
-                              std::string(1, match->name[0]) + " with '" + a.substr(2) + "' and other linkers as --" + match->name +
-                              ": spell it with two dashes");
+      refuse(field, flag, gives() + ", which GNU ld reads as -" + std::string(1, match->name[0]) + " with '" + a.substr(2) +
+                              "' and other linkers as --" + match->name + ": spell it with two dashes");
     if (match == nullptr || match->value == LinkerValue::kNone) continue;  // an option without a value (-O1, --as-needed, ...)
-    if (match->value == LinkerValue::kUntracked)
-      refuse(field, flag, "gives the linker " + a.substr(0, spelled != 0 ? spelled : dashes + std::strlen(match->name)) + ", " + match->why);
+    if (match->value == LinkerValue::kUntracked) refuse(field, flag, gives() + ", " + match->why);
     const std::string prefix = a.substr(0, a.size() - value.size());
     if (!value_next) {
       a = prefix + resolved(*match, value, flag);
